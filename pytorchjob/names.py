@@ -1,0 +1,105 @@
+"""Names, labels and constants shared by the webhook and the controller.
+
+They are the compatibility surface with the Kubeflow training-operator: users' selectors
+(``training.kubeflow.org/job-name=...,replica-type=master,replica-index=0``), their scripts
+(``MASTER_ADDR`` is ``<job>-master-0``) and their tooling all depend on these exact strings, so
+they live in one place and nowhere else.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final, Literal
+
+GROUP: Final = "kubeflow.org"
+VERSION: Final = "v1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "PyTorchJob"
+PLURAL: Final = "pytorchjobs"
+
+POLICY_GROUP: Final = "torchgate.io"
+POLICY_VERSION: Final = "v1alpha1"
+POLICY_API_VERSION: Final = f"{POLICY_GROUP}/{POLICY_VERSION}"
+POLICY_KIND: Final = "PlacementPolicy"
+POLICY_PLURAL: Final = "placementpolicies"
+
+ReplicaType = Literal["Master", "Worker"]
+MASTER: Final[ReplicaType] = "Master"
+WORKER: Final[ReplicaType] = "Worker"
+# Deterministic processing order: Master before Worker, everywhere.
+REPLICA_TYPES: Final[tuple[ReplicaType, ...]] = (MASTER, WORKER)
+
+CONTAINER_NAME: Final = "pytorch"
+PORT_NAME: Final = "pytorchjob-port"
+DEFAULT_PORT: Final = 23456
+
+# runPolicy.managedBy values.
+CONTROLLER_NAME: Final = "torchgate.io/controller"
+TRAINING_OPERATOR: Final = "kubeflow.org/training-operator"
+MULTIKUEUE: Final = "kueue.x-k8s.io/multikueue"
+MANAGED_BY_VALUES: Final = (TRAINING_OPERATOR, MULTIKUEUE, CONTROLLER_NAME)
+
+RESTART_POLICIES: Final = ("Always", "OnFailure", "Never", "ExitCode")
+CLEAN_POD_POLICIES: Final = ("All", "Running", "None")
+DEFAULT_RESTART_POLICY: Final = "OnFailure"
+
+DEFAULT_GPU_RESOURCE: Final = "nvidia.com/gpu"
+HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
+
+# Labels the training-operator puts on replica pods and Services.
+LABEL_PREFIX: Final = "training.kubeflow.org/"
+LABEL_OPERATOR_NAME: Final = LABEL_PREFIX + "operator-name"
+LABEL_JOB_NAME: Final = LABEL_PREFIX + "job-name"
+LABEL_REPLICA_TYPE: Final = LABEL_PREFIX + "replica-type"
+LABEL_REPLICA_INDEX: Final = LABEL_PREFIX + "replica-index"
+LABEL_JOB_ROLE: Final = LABEL_PREFIX + "job-role"
+OPERATOR_NAME: Final = "torchgate"
+
+# torchgate's own annotations.
+ANNOTATION_HOSTS: Final = "torchgate.io/hosts"
+ANNOTATION_PLANNED_NODE: Final = "torchgate.io/planned-node"
+ANNOTATION_GANG_ATTEMPT: Final = "torchgate.io/gang-attempt"
+
+DNS_LABEL_MAX: Final = 63
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def replica_name(job_name: str, replica_type: str, index: int) -> str:
+    """Pod and Service name of one replica: ``<job>-<master|worker>-<index>``."""
+    return f"{job_name}-{replica_type.lower()}-{index}".replace("/", "-")
+
+
+def master_replica(has_master: bool) -> tuple[ReplicaType, int]:
+    """Which replica is the rendezvous master: Master 0, or Worker 0 in worker-only jobs."""
+    return (MASTER, 0) if has_master else (WORKER, 0)
+
+
+def dns1035_errors(value: str) -> list[str]:
+    """Kubernetes' ``IsDNS1035Label`` messages for ``value`` (empty when valid)."""
+    messages: list[str] = []
+    if len(value) > DNS_LABEL_MAX:
+        messages.append(f"must be no more than {DNS_LABEL_MAX} characters")
+    if not _DNS1035.match(value):
+        messages.append(
+            "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start "
+            "with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',"
+            "  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+        )
+    return messages
+
+
+def is_dns1123_label(value: str) -> bool:
+    """Whether ``value`` is a DNS-1123 label (the shape of node host names and Service names)."""
+    return len(value) <= DNS_LABEL_MAX and bool(_DNS1123_LABEL.match(value))
+
+
+def job_selector(job_name: str) -> dict[str, str]:
+    """Labels that select every pod and Service of a job."""
+    return {LABEL_OPERATOR_NAME: OPERATOR_NAME, LABEL_JOB_NAME: job_name.replace("/", "-")}
+
+
+def replica_selector(job_name: str, replica_type: str) -> str:
+    """The ``replicaStatuses[T].selector`` string (``metav1.FormatLabelSelector`` order)."""
+    labels = {**job_selector(job_name), LABEL_REPLICA_TYPE: replica_type.lower()}
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))

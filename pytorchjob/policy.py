@@ -1,0 +1,263 @@
+"""PlacementPolicy (``torchgate.io/v1alpha1``): what cluster admins decide for every job.
+
+A policy says where jobs of some namespaces go (``nodeSelector``, ``tolerations``,
+``allowedHosts``), what they may use (``maxGPUsPerJob``, ``allowedHostPaths``, ``allowPrivileged``,
+``allowCleanPodPolicyNone``), which resources count as GPUs and RDMA devices, and which run-policy
+defaults the webhook persists. Exactly one policy applies to a job: the matching one with the
+highest ``priority`` (ties broken by name, so the choice never depends on list order), or the
+built-in default when none matches.
+
+Parsing never raises: a malformed policy yields field errors (reported by whoever loaded it) and is
+left out, so one bad object cannot take admission down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from pytorchjob import names
+from pytorchjob.fieldpath import FieldError, FieldPath, invalid, not_supported, required
+from pytorchjob.quantity import QuantityError, parse_quantity
+from pytorchjob.spec import as_int
+
+_SPEC = FieldPath.root("spec")
+_TOLERATION_OPERATORS = ("Exists", "Equal")
+_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True, slots=True)
+class JobDefaults:
+    """Run-policy values the mutating webhook persists when the job leaves them unset."""
+
+    clean_pod_policy: str = "Running"
+    backoff_limit: int | None = 3
+    ttl_seconds_after_finished: int | None = None
+    managed_by: str | None = None
+    schedule_timeout_seconds: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementPolicy:
+    """One admin policy, parsed and defaulted."""
+
+    name: str = "built-in-default"
+    namespaces: tuple[str, ...] = ()
+    priority: int = 0
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    allowed_hosts: tuple[str, ...] = ()
+    max_gpus_per_job: int | None = None
+    gpu_resource: str = names.DEFAULT_GPU_RESOURCE
+    rdma_resources: tuple[str, ...] = ("rdma/hca",)
+    shared_memory_size_limit: str | None = None
+    allowed_host_paths: tuple[str, ...] = ()
+    allow_privileged: bool = False
+    allow_clean_pod_policy_none: bool = False
+    job_defaults: JobDefaults = field(default_factory=JobDefaults)
+    builtin: bool = False
+
+    def matches(self, namespace: str) -> bool:
+        """Whether this policy applies to jobs in ``namespace`` (no list = every namespace)."""
+        return not self.namespaces or namespace in self.namespaces
+
+    def allows_host_path(self, path: str) -> bool:
+        """Whether a hostPath volume at ``path`` is under one of the allowed prefixes."""
+        normalised = "/" + path.strip("/")
+        for prefix in self.allowed_host_paths:
+            root = "/" + prefix.strip("/")
+            if root == "/" or normalised == root or normalised.startswith(root + "/"):
+                return True
+        return False
+
+
+DEFAULT_POLICY = PlacementPolicy(builtin=True)
+
+
+def select_policy(policies: Iterable[PlacementPolicy], namespace: str) -> PlacementPolicy:
+    """The policy for a job in ``namespace``: highest priority match, then name; else default."""
+    best: PlacementPolicy | None = None
+    for policy in policies:
+        if not policy.matches(namespace):
+            continue
+        if best is None or (-policy.priority, policy.name) < (-best.priority, best.name):
+            best = policy
+    return best or DEFAULT_POLICY
+
+
+def parse_policy(raw: object) -> tuple[PlacementPolicy | None, list[FieldError]]:
+    """Parse a PlacementPolicy object (as stored by the apiserver or read from a file)."""
+    if not isinstance(raw, Mapping):
+        return None, [invalid(FieldPath(), type(raw).__name__, "must be an object")]
+    errors: list[FieldError] = []
+    metadata = raw.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    if not isinstance(name, str) or not name:
+        errors.append(required(FieldPath.root("metadata", "name"), "must be set"))
+        name = ""
+    if raw.get("kind") not in (None, names.POLICY_KIND):
+        errors.append(not_supported(FieldPath.root("kind"), raw.get("kind"), [names.POLICY_KIND]))
+    spec = raw.get("spec", {})
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, Mapping):
+        return None, [*errors, invalid(_SPEC, spec, "must be an object")]
+
+    def strings(key: str) -> tuple[str, ...]:
+        value = spec.get(key)
+        if value is None:
+            return ()
+        if isinstance(value, Sequence) and not isinstance(value, str):
+            good = [item for item in value if isinstance(item, str) and item]
+            if len(good) == len(value):
+                return tuple(good)
+        errors.append(invalid(_SPEC.child(key), value, "must be a list of non-empty strings"))
+        return ()
+
+    def boolean(key: str) -> bool:
+        value = spec.get(key, False)
+        if not isinstance(value, bool):
+            errors.append(invalid(_SPEC.child(key), value, "must be true or false"))
+            return False
+        return value
+
+    node_selector = _parse_node_selector(spec.get("nodeSelector"), errors)
+    tolerations = _parse_tolerations(spec.get("tolerations"), errors)
+    priority = spec.get("priority", 0)
+    if as_int(priority) is None:
+        errors.append(invalid(_SPEC.child("priority"), priority, "must be an integer"))
+        priority = 0
+    gpu_resource = spec.get("gpuResource", names.DEFAULT_GPU_RESOURCE)
+    if not isinstance(gpu_resource, str) or not gpu_resource:
+        errors.append(invalid(_SPEC.child("gpuResource"), gpu_resource, "must be a resource name"))
+        gpu_resource = names.DEFAULT_GPU_RESOURCE
+    rdma = strings("rdmaResources") if "rdmaResources" in spec else ("rdma/hca",)
+    size_limit = _parse_shared_memory(spec.get("sharedMemory"), errors)
+    allowed_paths = strings("allowedHostPaths")
+    for index, prefix in enumerate(allowed_paths):
+        if not prefix.startswith("/"):
+            errors.append(
+                invalid(_SPEC.child("allowedHostPaths").index(index), prefix, "must be absolute")
+            )
+    policy = PlacementPolicy(
+        name=name,
+        namespaces=strings("namespaces"),
+        priority=int(priority),
+        node_selector=node_selector,
+        tolerations=tolerations,
+        allowed_hosts=strings("allowedHosts"),
+        max_gpus_per_job=_non_negative_int(spec, "maxGPUsPerJob", _SPEC, errors),
+        gpu_resource=gpu_resource,
+        rdma_resources=rdma,
+        shared_memory_size_limit=size_limit,
+        allowed_host_paths=allowed_paths,
+        allow_privileged=boolean("allowPrivileged"),
+        allow_clean_pod_policy_none=boolean("allowCleanPodPolicyNone"),
+        job_defaults=_parse_job_defaults(spec.get("jobDefaults"), errors),
+    )
+    return (None, errors) if errors else (policy, [])
+
+
+def _parse_node_selector(value: object, errors: list[FieldError]) -> dict[str, str]:
+    if value is None:
+        return {}
+    if isinstance(value, Mapping) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        return dict(value)
+    errors.append(invalid(_SPEC.child("nodeSelector"), value, "must map label keys to strings"))
+    return {}
+
+
+def _parse_tolerations(value: object, errors: list[FieldError]) -> tuple[Mapping[str, Any], ...]:
+    path = _SPEC.child("tolerations")
+    if value is None:
+        return ()
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        errors.append(invalid(path, value, "must be a list of tolerations"))
+        return ()
+    out: list[Mapping[str, Any]] = []
+    for index, item in enumerate(value):
+        item_path = path.index(index)
+        if not isinstance(item, Mapping):
+            errors.append(invalid(item_path, item, "must be a toleration object"))
+            continue
+        operator = item.get("operator", "Equal")
+        if operator not in _TOLERATION_OPERATORS:
+            errors.append(
+                not_supported(item_path.child("operator"), operator, _TOLERATION_OPERATORS)
+            )
+        effect = item.get("effect", "")
+        if effect not in ("", *_TAINT_EFFECTS):
+            errors.append(not_supported(item_path.child("effect"), effect, _TAINT_EFFECTS))
+        if operator == "Exists" and item.get("value"):
+            errors.append(
+                invalid(item_path.child("value"), item.get("value"), "must be empty for Exists")
+            )
+        if operator == "Equal" and not item.get("key"):
+            errors.append(required(item_path.child("key"), "required when operator is Equal"))
+        out.append(dict(item))
+    return tuple(out)
+
+
+def _parse_shared_memory(value: object, errors: list[FieldError]) -> str | None:
+    path = _SPEC.child("sharedMemory")
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        errors.append(invalid(path, value, "must be an object"))
+        return None
+    size = value.get("sizeLimit")
+    if size is None:
+        return None
+    try:
+        if parse_quantity(size) <= Decimal(0):
+            raise QuantityError("not positive")
+    except QuantityError:
+        errors.append(invalid(path.child("sizeLimit"), size, "must be a positive quantity"))
+        return None
+    return str(size)
+
+
+def _non_negative_int(
+    section: Mapping[str, Any], key: str, path: FieldPath, errors: list[FieldError]
+) -> int | None:
+    value = section.get(key)
+    if value is None:
+        return None
+    number = as_int(value)
+    if number is None or number < 0:
+        errors.append(invalid(path.child(key), value, "must be a non-negative integer"))
+        return None
+    return number
+
+
+def _parse_job_defaults(value: object, errors: list[FieldError]) -> JobDefaults:
+    path = _SPEC.child("jobDefaults")
+    if value is None:
+        return JobDefaults()
+    if not isinstance(value, Mapping):
+        errors.append(invalid(path, value, "must be an object"))
+        return JobDefaults()
+    base = JobDefaults()
+    clean = value.get("cleanPodPolicy", base.clean_pod_policy)
+    if clean not in names.CLEAN_POD_POLICIES:
+        errors.append(not_supported(path.child("cleanPodPolicy"), clean, names.CLEAN_POD_POLICIES))
+        clean = base.clean_pod_policy
+    managed_by = value.get("managedBy")
+    if managed_by is not None and managed_by not in names.MANAGED_BY_VALUES:
+        errors.append(not_supported(path.child("managedBy"), managed_by, names.MANAGED_BY_VALUES))
+        managed_by = None
+    return JobDefaults(
+        clean_pod_policy=str(clean),
+        backoff_limit=_non_negative_int(value, "backoffLimit", path, errors)
+        if "backoffLimit" in value
+        else base.backoff_limit,
+        ttl_seconds_after_finished=_non_negative_int(
+            value, "ttlSecondsAfterFinished", path, errors
+        ),
+        managed_by=managed_by,
+        schedule_timeout_seconds=_non_negative_int(value, "scheduleTimeoutSeconds", path, errors),
+    )

@@ -1,0 +1,373 @@
+"""A typed, read-only view of a PyTorchJob, built from the raw object without trusting it.
+
+The webhook validates raw dictionaries (it must report every problem with its exact path), but the
+controller needs a small, typed answer to "what should exist?": replica counts, restart policy,
+run policy, elastic settings. ``parse_job`` gives that view with the same in-memory defaults the
+training-operator applies (replicas 1, restartPolicy OnFailure) so a job that bypassed the webhook
+still runs, and returns field errors instead of raising when a section is missing or malformed.
+
+Pod-template helpers (which container is ``pytorch``, what a container requests) live here too,
+because the webhook, the controller's placement and the env contract must agree on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from pytorchjob import names
+from pytorchjob.fieldpath import FieldError, FieldPath, invalid, not_supported, required
+from pytorchjob.quantity import QuantityError, parse_quantity
+
+SPEC = FieldPath.root("spec")
+REPLICA_SPECS = SPEC.child("pytorchReplicaSpecs")
+RUN_POLICY = SPEC.child("runPolicy")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSpec:
+    """One entry of ``spec.pytorchReplicaSpecs`` after in-memory defaulting."""
+
+    replica_type: names.ReplicaType
+    replicas: int
+    restart_policy: str
+    template: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticPolicy:
+    """``spec.elasticPolicy`` (torchrun rendezvous settings)."""
+
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    rdzv_backend: str | None = None
+    rdzv_host: str | None = None
+    rdzv_port: int | None = None
+    rdzv_id: str | None = None
+    rdzv_conf: tuple[tuple[str, str], ...] = ()
+    standalone: bool | None = None
+    n_proc_per_node: int | None = None
+    max_restarts: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunPolicy:
+    """``spec.runPolicy`` with torchgate's defaults (``cleanPodPolicy: Running``)."""
+
+    clean_pod_policy: str = "Running"
+    ttl_seconds_after_finished: int | None = None
+    active_deadline_seconds: int | None = None
+    backoff_limit: int | None = None
+    suspend: bool = False
+    managed_by: str | None = None
+    min_available: int | None = None
+    schedule_timeout_seconds: int | None = None
+    priority_class: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """What the controller needs to know about a PyTorchJob."""
+
+    namespace: str
+    name: str
+    uid: str
+    replica_specs: tuple[ReplicaSpec, ...]
+    run_policy: RunPolicy
+    elastic: ElasticPolicy | None
+    nproc_per_node: str | None
+    annotations: Mapping[str, str]
+
+    def replica(self, replica_type: str) -> ReplicaSpec | None:
+        """The spec of ``replica_type``, if the job has one."""
+        for spec in self.replica_specs:
+            if spec.replica_type == replica_type:
+                return spec
+        return None
+
+    @property
+    def has_master(self) -> bool:
+        """Whether the job has a Master replica (else worker 0 is the rendezvous master)."""
+        return self.replica(names.MASTER) is not None
+
+    @property
+    def total_replicas(self) -> int:
+        """Pods in the whole job."""
+        return sum(spec.replicas for spec in self.replica_specs)
+
+    @property
+    def min_available(self) -> int:
+        """Pods that must be placed together before any is created (all, unless set lower)."""
+        wanted = self.run_policy.min_available
+        total = self.total_replicas
+        return total if wanted is None or wanted <= 0 or wanted > total else wanted
+
+
+def canonical_replica_type(key: object) -> names.ReplicaType | None:
+    """``Master``/``Worker`` for any capitalisation of them, else ``None``."""
+    if isinstance(key, str):
+        for replica_type in names.REPLICA_TYPES:
+            if key.lower() == replica_type.lower():
+                return replica_type
+    return None
+
+
+def as_int(value: object) -> int | None:
+    """An integer from JSON (rejects booleans and non-integral numbers), else ``None``."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def parse_job(raw: object) -> tuple[JobSpec | None, list[FieldError]]:
+    """Build a ``JobSpec`` from a raw object; return ``(None, errors)`` when it cannot run."""
+    errors: list[FieldError] = []
+    if not isinstance(raw, Mapping):
+        return None, [invalid(FieldPath(), type(raw).__name__, "must be an object")]
+    metadata = raw.get("metadata")
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    spec = raw.get("spec")
+    if not isinstance(spec, Mapping):
+        return None, [required(SPEC, "must be an object")]
+    replica_specs = _parse_replica_specs(spec.get("pytorchReplicaSpecs"), errors)
+    run_policy = _parse_run_policy(spec.get("runPolicy"), errors)
+    elastic = _parse_elastic(spec.get("elasticPolicy"), errors)
+    nproc = spec.get("nprocPerNode")
+    if nproc is not None and not isinstance(nproc, str):
+        nproc = str(nproc) if as_int(nproc) is not None else None
+    annotations = metadata.get("annotations")
+    if errors:
+        return None, errors
+    return (
+        JobSpec(
+            namespace=str(metadata.get("namespace") or "default"),
+            name=str(metadata.get("name") or ""),
+            uid=str(metadata.get("uid") or ""),
+            replica_specs=replica_specs,
+            run_policy=run_policy,
+            elastic=elastic,
+            nproc_per_node=nproc,
+            annotations=annotations if isinstance(annotations, Mapping) else {},
+        ),
+        [],
+    )
+
+
+def _parse_replica_specs(value: object, errors: list[FieldError]) -> tuple[ReplicaSpec, ...]:
+    if not isinstance(value, Mapping) or not value:
+        errors.append(required(REPLICA_SPECS, "must be required"))
+        return ()
+    found: dict[names.ReplicaType, ReplicaSpec] = {}
+    for key, entry in value.items():
+        path = REPLICA_SPECS.key(str(key))
+        replica_type = canonical_replica_type(key)
+        if replica_type is None:
+            errors.append(not_supported(path, key, names.REPLICA_TYPES))
+            continue
+        if not isinstance(entry, Mapping):
+            errors.append(required(path, "must be an object"))
+            continue
+        replicas = entry.get("replicas", 1)
+        count = as_int(replicas)
+        if count is None or count < 0:
+            errors.append(invalid(path.child("replicas"), replicas, "must be an integer >= 0"))
+            continue
+        restart = entry.get("restartPolicy") or names.DEFAULT_RESTART_POLICY
+        if restart not in names.RESTART_POLICIES:
+            errors.append(
+                not_supported(path.child("restartPolicy"), restart, names.RESTART_POLICIES)
+            )
+            continue
+        template = entry.get("template")
+        pod_spec = template.get("spec") if isinstance(template, Mapping) else None
+        containers = pod_spec.get("containers") if isinstance(pod_spec, Mapping) else None
+        if not isinstance(containers, Sequence) or not containers:
+            errors.append(
+                required(path.child("template", "spec", "containers"), "must be specified")
+            )
+            continue
+        assert isinstance(template, Mapping)
+        found[replica_type] = ReplicaSpec(replica_type, count, str(restart), template)
+    return tuple(found[t] for t in names.REPLICA_TYPES if t in found)
+
+
+def _optional_int(
+    section: Mapping[str, Any], key: str, path: FieldPath, errors: list[FieldError]
+) -> int | None:
+    value = section.get(key)
+    if value is None:
+        return None
+    number = as_int(value)
+    if number is None:
+        errors.append(invalid(path.child(key), value, "must be an integer"))
+    return number
+
+
+def _parse_run_policy(value: object, errors: list[FieldError]) -> RunPolicy:
+    if value is None:
+        return RunPolicy()
+    if not isinstance(value, Mapping):
+        errors.append(invalid(RUN_POLICY, value, "must be an object"))
+        return RunPolicy()
+    clean = value.get("cleanPodPolicy") or "Running"
+    if clean not in names.CLEAN_POD_POLICIES:
+        errors.append(
+            not_supported(RUN_POLICY.child("cleanPodPolicy"), clean, names.CLEAN_POD_POLICIES)
+        )
+    scheduling = value.get("schedulingPolicy")
+    scheduling_path = RUN_POLICY.child("schedulingPolicy")
+    if scheduling is not None and not isinstance(scheduling, Mapping):
+        errors.append(invalid(scheduling_path, scheduling, "must be an object"))
+    scheduling = scheduling if isinstance(scheduling, Mapping) else {}
+    managed_by = value.get("managedBy")
+    priority_class = scheduling.get("priorityClass")
+    return RunPolicy(
+        clean_pod_policy=str(clean),
+        ttl_seconds_after_finished=_optional_int(
+            value, "ttlSecondsAfterFinished", RUN_POLICY, errors
+        ),
+        active_deadline_seconds=_optional_int(value, "activeDeadlineSeconds", RUN_POLICY, errors),
+        backoff_limit=_optional_int(value, "backoffLimit", RUN_POLICY, errors),
+        suspend=value.get("suspend") is True,
+        managed_by=managed_by if isinstance(managed_by, str) and managed_by else None,
+        min_available=_optional_int(scheduling, "minAvailable", scheduling_path, errors),
+        schedule_timeout_seconds=_optional_int(
+            scheduling, "scheduleTimeoutSeconds", scheduling_path, errors
+        ),
+        priority_class=priority_class if isinstance(priority_class, str) else None,
+    )
+
+
+def _parse_elastic(value: object, errors: list[FieldError]) -> ElasticPolicy | None:
+    if value is None:
+        return None
+    path = SPEC.child("elasticPolicy")
+    if not isinstance(value, Mapping):
+        errors.append(invalid(path, value, "must be an object"))
+        return None
+    conf = value.get("rdzvConf")
+    pairs: list[tuple[str, str]] = []
+    if isinstance(conf, Sequence) and not isinstance(conf, str):
+        for item in conf:
+            if isinstance(item, Mapping) and isinstance(item.get("key"), str):
+                pairs.append((item["key"], str(item.get("value", ""))))
+
+    def text(key: str) -> str | None:
+        item = value.get(key)
+        return item if isinstance(item, str) and item else None
+
+    standalone = value.get("standalone")
+    return ElasticPolicy(
+        min_replicas=_optional_int(value, "minReplicas", path, errors),
+        max_replicas=_optional_int(value, "maxReplicas", path, errors),
+        rdzv_backend=text("rdzvBackend"),
+        rdzv_host=text("rdzvHost"),
+        rdzv_port=_optional_int(value, "rdzvPort", path, errors),
+        rdzv_id=text("rdzvId"),
+        rdzv_conf=tuple(pairs),
+        standalone=standalone if isinstance(standalone, bool) else None,
+        n_proc_per_node=_optional_int(value, "nProcPerNode", path, errors),
+        max_restarts=_optional_int(value, "maxRestarts", path, errors),
+    )
+
+
+# ------------------------------------------------------------------ pod template helpers
+
+
+def pod_spec_of(template: object) -> Mapping[str, Any]:
+    """``template.spec`` as a mapping (empty when missing or malformed)."""
+    if isinstance(template, Mapping):
+        spec = template.get("spec")
+        if isinstance(spec, Mapping):
+            return spec
+    return {}
+
+
+def containers_of(pod_spec: Mapping[str, Any], key: str = "containers") -> list[Mapping[str, Any]]:
+    """The well-formed entries of ``containers`` (or ``initContainers``)."""
+    containers = pod_spec.get(key)
+    if not isinstance(containers, list):
+        return []
+    return [c for c in containers if isinstance(c, Mapping)]
+
+
+def pytorch_container_index(pod_spec: Mapping[str, Any]) -> int | None:
+    """Index of the container named ``pytorch`` in ``containers``, if any."""
+    containers = pod_spec.get("containers")
+    if isinstance(containers, list):
+        for index, container in enumerate(containers):
+            if isinstance(container, Mapping) and container.get("name") == names.CONTAINER_NAME:
+                return index
+    return None
+
+
+def container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
+    """What a container asks the scheduler for: ``requests``, falling back to ``limits``.
+
+    Kubernetes defaults a missing request to its limit, so a container with only
+    ``limits: {nvidia.com/gpu: 1}`` requests one GPU. Unparseable quantities are skipped (the
+    webhook reports them; the controller must not crash on them).
+    """
+    resources = container.get("resources")
+    if not isinstance(resources, Mapping):
+        return {}
+    out: dict[str, Decimal] = {}
+    for section in ("limits", "requests"):  # requests win where both are given
+        values = resources.get(section)
+        if not isinstance(values, Mapping):
+            continue
+        for name, quantity in values.items():
+            try:
+                out[str(name)] = parse_quantity(quantity)
+            except QuantityError:
+                continue
+    return out
+
+
+def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, Decimal]:
+    """Effective pod request: sum of containers, at least each init container, plus overhead."""
+    total: dict[str, Decimal] = {}
+    for container in containers_of(pod_spec):
+        for name, amount in container_requests(container).items():
+            total[name] = total.get(name, Decimal(0)) + amount
+    for init in containers_of(pod_spec, "initContainers"):
+        for name, amount in container_requests(init).items():
+            if init.get("restartPolicy") == "Always":  # sidecar: runs beside the containers
+                total[name] = total.get(name, Decimal(0)) + amount
+            elif amount > total.get(name, Decimal(0)):
+                total[name] = amount
+    overhead = pod_spec.get("overhead")
+    if isinstance(overhead, Mapping):
+        for name, quantity in overhead.items():
+            try:
+                total[str(name)] = total.get(str(name), Decimal(0)) + parse_quantity(quantity)
+            except QuantityError:
+                continue
+    return total
+
+
+def gpu_count(container: Mapping[str, Any], gpu_resource: str) -> int:
+    """Whole GPUs a container requests (0 when none or unparseable)."""
+    amount = container_requests(container).get(gpu_resource, Decimal(0))
+    return int(amount) if amount > 0 else 0
+
+
+def pinned_hosts(annotations: object) -> list[str]:
+    """Hosts from the ``torchgate.io/hosts`` annotation, in order, without blanks or repeats."""
+    if not isinstance(annotations, Mapping):
+        return []
+    value = annotations.get(names.ANNOTATION_HOSTS)
+    if not isinstance(value, str):
+        return []
+    hosts: list[str] = []
+    for part in value.split(","):
+        host = part.strip()
+        if host and host not in hosts:
+            hosts.append(host)
+    return hosts
