@@ -1,0 +1,1 @@
+"""torchgate's admission webhook: pure defaulting/validation plus the aiohttp server."""

@@ -1,0 +1,237 @@
+"""``torchgate check``: the webhook's defaulting and validation, offline, on manifest files.
+
+It runs exactly what ``kubectl apply`` would meet (``review.evaluate``: the mutating route's
+defaults, then the validating route's rules on the defaulted object), so a CI pipeline or a user
+can see a denial before submitting. Non-PyTorchJob documents in a file are skipped. Exit codes: 0
+when every job is allowed, 1 when any is denied, 2 when an input cannot be read or parsed (a
+message with the file and line, never a traceback).
+
+Text output points each error at the line of the manifest it concerns (the YAML node tree is kept
+for that) and shows what defaulting changed as a unified diff.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from pytorchjob import names
+from pytorchjob.fieldpath import FieldError
+from pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
+from webhook.policysource import PolicyFileError, read_policy_files
+from webhook.review import Evaluation, evaluate
+
+
+class InputError(Exception):
+    """An input that cannot be read or parsed (exit code 2)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """One PyTorchJob document of an input file, with its YAML node tree for line numbers."""
+
+    source: str
+    index: int
+    object: dict[str, Any]
+    node: yaml.Node | None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare ``torchgate check`` flags."""
+    parser.add_argument("files", nargs="+", metavar="FILE", help="YAML or JSON manifests (- = stdin)")
+    parser.add_argument(
+        "--policy",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="PlacementPolicy YAML to check against (repeatable; default: the built-in policy)",
+    )
+    parser.add_argument(
+        "--namespace",
+        default="default",
+        help="namespace for jobs that do not name one (selects the policy; default 'default')",
+    )
+    parser.add_argument("-o", "--output", choices=["text", "yaml", "json"], default="text")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the files; print the report; return 0 (allowed), 1 (denied) or 2 (bad input)."""
+    try:
+        policies = load_policies(args.policy)
+        documents = [doc for path in args.files for doc in read_documents(path)]
+    except InputError as exc:
+        print(f"torchgate check: {exc}", file=sys.stderr)
+        return 2
+    results = [check_document(doc, policies, args.namespace) for doc in documents]
+    if args.output == "json":
+        json.dump({"results": [r.as_dict() for r in results]}, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    elif args.output == "yaml":
+        yaml.safe_dump(
+            {"results": [r.as_dict() for r in results]},
+            sys.stdout,
+            sort_keys=False,
+            allow_unicode=True,
+        )
+    else:
+        print_text(results, sys.stdout)
+    return 0 if all(r.evaluation.allowed for r in results) else 1
+
+
+def load_policies(paths: Sequence[Path]) -> list[PlacementPolicy]:
+    """Parse ``--policy`` files; any invalid policy is an input error."""
+    try:
+        objects = read_policy_files(paths)
+    except PolicyFileError as exc:
+        raise InputError(str(exc)) from None
+    policies = []
+    for raw in objects:
+        policy, errors = parse_policy(raw)
+        if policy is None:
+            problems = "; ".join(str(e) for e in errors)
+            raise InputError(f"invalid PlacementPolicy in {[str(p) for p in paths]}: {problems}")
+        policies.append(policy)
+    return policies
+
+
+def read_documents(path: str) -> Iterator[Document]:
+    """The PyTorchJob documents of a file (``-`` reads stdin)."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8 text") from None
+    source = "<stdin>" if path == "-" else path
+    try:
+        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        objects = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        raise InputError(_yaml_error(source, exc)) from None
+    for index, (node, obj) in enumerate(zip(nodes, objects, strict=False)):
+        if isinstance(obj, dict) and obj.get("kind") == names.KIND:
+            yield Document(source, index, obj, node)
+
+
+def _yaml_error(source: str, exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if mark is None:
+        return f"{source}: not valid YAML: {problem}"
+    return f"{source}:{mark.line + 1}:{mark.column + 1}: not valid YAML: {problem}"
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """The verdict on one document."""
+
+    document: Document
+    evaluation: Evaluation
+
+    @property
+    def namespace(self) -> str:
+        return _metadata(self.document.object).get("namespace") or ""
+
+    @property
+    def name(self) -> str:
+        metadata = _metadata(self.document.object)
+        return str(metadata.get("name") or metadata.get("generateName") or "")
+
+    def line_of(self, error: FieldError) -> int | None:
+        """The manifest line an error points at (the deepest node of its path that exists)."""
+        return _line_of(self.document.node, error.path.segments)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.document.source,
+            "index": self.document.index,
+            "kind": names.KIND,
+            "namespace": self.namespace,
+            "name": self.name,
+            "allowed": self.evaluation.allowed,
+            "errors": [
+                {"field": e.field, "type": e.type.value, "message": e.body(), "line": self.line_of(e)}
+                for e in self.evaluation.errors
+            ],
+            "warnings": list(self.evaluation.warnings),
+            "patch": self.evaluation.patch,
+            "object": self.evaluation.object,
+        }
+
+
+def check_document(
+    document: Document, policies: Sequence[PlacementPolicy], default_namespace: str
+) -> Result:
+    """Evaluate one document against the policy that applies to its namespace."""
+    namespace = _metadata(document.object).get("namespace") or default_namespace
+    return Result(document, evaluate(document.object, select_policy(policies, str(namespace))))
+
+
+def print_text(results: Sequence[Result], out: TextIO) -> None:
+    """A person's report: verdicts, errors with lines, warnings, and the defaults as a diff."""
+    for result in results:
+        doc = result.document
+        where = f"{doc.source}[{doc.index}]"
+        target = f"{result.namespace}/{result.name}" if result.namespace else result.name
+        verdict = "allowed" if result.evaluation.allowed else "DENIED"
+        out.write(f"{where} {names.KIND} {target}: {verdict}\n")
+        for error in result.evaluation.errors:
+            line = result.line_of(error)
+            at = f"{doc.source}:{line}: " if line else ""
+            out.write(f"  error: {at}{error}\n")
+        for warning in result.evaluation.warnings:
+            out.write(f"  warning: {warning}\n")
+        if result.evaluation.patch:
+            out.write("  defaults applied:\n")
+            for line in _diff(doc.object, result.evaluation.object):
+                out.write(f"    {line}\n")
+    allowed = sum(r.evaluation.allowed for r in results)
+    out.write(f"{len(results)} PyTorchJob(s) checked: {allowed} allowed, {len(results) - allowed} denied\n")
+
+
+def _diff(before: Any, after: Any) -> list[str]:
+    def dump(obj: Any) -> list[str]:
+        return yaml.safe_dump(obj, sort_keys=False, allow_unicode=True).splitlines()
+
+    lines = difflib.unified_diff(dump(before), dump(after), "submitted", "stored", lineterm="", n=2)
+    return list(lines)
+
+
+def _metadata(obj: Any) -> dict[str, Any]:
+    metadata = obj.get("metadata") if isinstance(obj, dict) else None
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def _line_of(node: yaml.Node | None, segments: Sequence[str | int]) -> int | None:
+    line = node.start_mark.line + 1 if node is not None else None
+    for segment in segments:
+        child = _child(node, segment)
+        if child is None:
+            break
+        node = child
+        line = node.start_mark.line + 1
+    return line
+
+
+def _child(node: yaml.Node | None, segment: str | int) -> yaml.Node | None:
+    if isinstance(node, yaml.MappingNode):
+        pairs = [(k.value, v) for k, v in node.value if isinstance(k.value, str)]
+        for key, value in pairs:
+            if key == segment:
+                return value  # type: ignore[no-any-return]
+        for key, value in pairs:  # replica keys may have been renamed (worker -> Worker)
+            if key.lower() == str(segment).lower():
+                return value  # type: ignore[no-any-return]
+    elif isinstance(node, yaml.SequenceNode) and isinstance(segment, int):
+        if 0 <= segment < len(node.value):
+            return node.value[segment]  # type: ignore[no-any-return]
+    return None

@@ -1,0 +1,124 @@
+"""``torchgate webhook``: the composition root that wires policies, TLS and the app, then serves.
+
+Policy source, in order: ``--kubeconfig`` (watch the cluster's PlacementPolicies), ``--policy``
+files without a kubeconfig (no cluster needed, files reloaded on change), the in-cluster service
+account when running in a pod, else the built-in default policy only (said loudly at startup).
+SIGTERM/SIGINT stop intake and let in-flight reviews finish.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from aiohttp import web
+
+from webhook.policysource import ClusterPolicies, FilePolicies, PolicyCache
+from webhook.server import MAX_BODY_BYTES, Metrics, ReloadingTLS, create_app
+
+log = logging.getLogger("torchgate.webhook")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare ``torchgate webhook`` flags."""
+    parser.add_argument("--bind", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    parser.add_argument("--port", type=int, default=8443, help="TLS port (default 8443)")
+    parser.add_argument("--tls-cert-file", type=Path, required=True, help="serving certificate")
+    parser.add_argument("--tls-private-key-file", type=Path, required=True, help="its key")
+    parser.add_argument(
+        "--policy",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="PlacementPolicy YAML file (repeatable); without --kubeconfig no cluster is needed",
+    )
+    parser.add_argument("--kubeconfig", type=Path, help="watch PlacementPolicies in this cluster")
+    parser.add_argument(
+        "--reload-interval",
+        type=float,
+        default=10.0,
+        help="seconds between checks of the certificate and policy files (default 10)",
+    )
+    parser.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES)
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM/SIGINT."""
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        tls = ReloadingTLS(args.tls_cert_file, args.tls_private_key_file)
+    except (OSError, ValueError) as exc:
+        print(f"torchgate webhook: cannot load the TLS certificate: {exc}", file=sys.stderr)
+        return 1
+    try:
+        asyncio.run(_serve(args, tls))
+    except OSError as exc:
+        print(f"torchgate webhook: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _serve(args: argparse.Namespace, tls: ReloadingTLS) -> None:
+    cache = PolicyCache()
+    tasks: list[asyncio.Task[None]] = []
+    api_client = await _policy_source(args, cache, tasks)
+    app = create_app(cache, metrics=Metrics(), max_body_bytes=args.max_body_bytes)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, args.bind, args.port, ssl_context=tls.context)
+    await site.start()
+    log.info("serving on https://%s:%d", args.bind, args.port)
+    tasks.append(asyncio.create_task(tls.watch(args.reload_interval)))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        log.info("shutting down")
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await runner.cleanup()
+        if api_client is not None:
+            await api_client.close()
+
+
+async def _policy_source(
+    args: argparse.Namespace, cache: PolicyCache, tasks: list[asyncio.Task[None]]
+) -> object | None:
+    if args.kubeconfig is None and args.policy:
+        files = FilePolicies(cache, args.policy)
+        files.load()
+        if not cache.synced.is_set():
+            raise OSError("no policy file could be loaded")
+        tasks.append(asyncio.create_task(files.watch(args.reload_interval)))
+        return None
+    if args.kubeconfig is None and "KUBERNETES_SERVICE_HOST" not in os.environ:
+        log.warning("no --policy and no cluster: using the built-in default policy only")
+        cache.synced.set()
+        return None
+    from kubernetes_asyncio import client, config
+
+    if args.kubeconfig is not None:
+        await config.load_kube_config(config_file=str(args.kubeconfig))
+    else:
+        config.load_incluster_config()
+    api_client = client.ApiClient()
+    if args.policy:
+        log.warning("--policy files are ignored when watching the cluster's PlacementPolicies")
+    tasks.append(asyncio.create_task(ClusterPolicies(cache, api_client).run()))
+    return api_client

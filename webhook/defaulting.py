@@ -1,0 +1,528 @@
+"""Defaulting for PyTorchJobs: what the mutating webhook persists, and the JSON Patch that does it.
+
+Why persist defaults in a webhook: the training-operator applies its defaults in memory inside the
+controller, so users never see them and the validating webhook sees un-defaulted objects. Here the
+stored object *is* what runs: ``kubectl get -o yaml`` shows the ``/dev/shm`` volume, the cleanup
+policy and the placement, and every change is announced as a ``torchgate:`` warning.
+
+Why build the patch while defaulting instead of diffing a defaulted deep copy: the webhook's budget
+is a couple of milliseconds for a 16-replica job, and deep-copy + ``jsonpatch.make_patch`` costs
+most of it. ``_Editor`` copies only the containers along the paths it writes (the rest of the result
+shares the input's objects, which are never mutated) and records one RFC 6902 operation per write,
+so applying ``patch`` to the input gives exactly ``object``.
+
+Rules: operate on the raw object and never drop fields we do not model; never silently override a
+value the user set (a conflict with the admin's placement policy is returned as an error instead).
+On UPDATE nothing that would change a running job is defaulted: only run-policy fields the old
+object had and the new one lost (``kubectl replace`` with the original manifest) are restored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytorchjob import names
+from pytorchjob.fieldpath import FieldError, FieldPath, duplicate, invalid
+from pytorchjob.policy import PlacementPolicy
+from pytorchjob.spec import as_int, canonical_replica_type, pinned_hosts, pod_requests
+
+SHM_PATH = "/dev/shm"
+SHM_VOLUME = "torchgate-dshm"
+IPC_LOCK = "IPC_LOCK"
+_RESTORED_ON_UPDATE = ("cleanPodPolicy", "backoffLimit", "ttlSecondsAfterFinished", "managedBy")
+
+Token = str | int
+
+
+@dataclass(slots=True)
+class Defaulted:
+    """The result of defaulting: the new object, the patch from the input to it, and why."""
+
+    object: Any
+    patch: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    errors: list[FieldError] = field(default_factory=list)
+
+
+class _Editor:
+    """Copy-on-write editing of a JSON tree that records the JSON Patch of every write.
+
+    A value handed to ``set``/``append`` is shared by the tree and the recorded operation, and
+    is not "owned": a later write below it copies it first, so recorded values never change.
+    """
+
+    def __init__(self, source: Any) -> None:
+        self.root = dict(source) if isinstance(source, Mapping) else source
+        self._owned: set[int] = {id(self.root)}
+        self.ops: list[dict[str, Any]] = []
+
+    def _writable(self, tokens: Sequence[Token]) -> Any:
+        node = self.root
+        for token in tokens:
+            child = node[token]
+            if id(child) not in self._owned:
+                child = dict(child) if isinstance(child, Mapping) else list(child)
+                node[token] = child
+                self._owned.add(id(child))
+            node = child
+        return node
+
+    def set(self, parent: Sequence[Token], key: str, value: Any) -> None:
+        """Add or replace member ``key`` of the object at ``parent``."""
+        self._writable(parent)[key] = value
+        self.ops.append({"op": "add", "path": _pointer((*parent, key)), "value": value})
+
+    def append(self, parent: Sequence[Token], value: Any) -> None:
+        """Append ``value`` to the list at ``parent``."""
+        self._writable(parent).append(value)
+        self.ops.append({"op": "add", "path": _pointer((*parent, "-")), "value": value})
+
+    def move(self, parent: Sequence[Token], source: str, target: str) -> None:
+        """Rename member ``source`` of the object at ``parent`` to ``target``."""
+        node = self._writable(parent)
+        node[target] = node.pop(source)
+        self.ops.append(
+            {"op": "move", "from": _pointer((*parent, source)), "path": _pointer((*parent, target))}
+        )
+
+
+def _pointer(tokens: Sequence[Token]) -> str:
+    return "".join("/" + str(t).replace("~", "~0").replace("/", "~1") for t in tokens)
+
+
+def _path(tokens: Sequence[Token]) -> FieldPath:
+    """The Kubernetes field path of a token path (map keys under replica specs print as [key])."""
+    path = FieldPath()
+    previous: Token | None = None
+    for token in tokens:
+        if isinstance(token, int):
+            path = path.index(token)
+        elif previous in ("pytorchReplicaSpecs", "nodeSelector", "annotations", "labels"):
+            path = path.key(token)
+        else:
+            path = path.child(token)
+        previous = token
+    return path
+
+
+def default_job(
+    job: Any, policy: PlacementPolicy, *, old: Mapping[str, Any] | None = None
+) -> Defaulted:
+    """Default a PyTorchJob for CREATE (``old`` is None) or UPDATE; never mutates ``job``."""
+    if not isinstance(job, Mapping) or not isinstance(job.get("spec"), Mapping):
+        return Defaulted(job)  # nothing to default; validation reports the shape
+    editor = _Editor(job)
+    result = Defaulted(editor.root)
+    if old is None:
+        _JobDefaulter(editor, policy, result).run()
+    else:
+        _restore_run_policy(editor, old, result)
+    result.object = editor.root
+    result.patch = editor.ops
+    return result
+
+
+def _restore_run_policy(editor: _Editor, old: Mapping[str, Any], result: Defaulted) -> None:
+    old_spec = old.get("spec")
+    old_policy = old_spec.get("runPolicy") if isinstance(old_spec, Mapping) else None
+    if not isinstance(old_policy, Mapping):
+        return
+    spec = editor.root["spec"]
+    run_policy = spec.get("runPolicy")
+    if run_policy is None:
+        restored = {k: old_policy[k] for k in _RESTORED_ON_UPDATE if k in old_policy}
+        if restored:
+            editor.set(("spec",), "runPolicy", restored)
+            result.warnings.extend(_restored_warning(k, v) for k, v in restored.items())
+        return
+    if not isinstance(run_policy, Mapping):
+        return
+    for key in _RESTORED_ON_UPDATE:
+        if key in old_policy and key not in run_policy:
+            editor.set(("spec", "runPolicy"), key, old_policy[key])
+            result.warnings.append(_restored_warning(key, old_policy[key]))
+
+
+def _restored_warning(key: str, value: Any) -> str:
+    return f"torchgate: spec.runPolicy.{key} kept at {value!r} from the stored job"
+
+
+class _JobDefaulter:
+    """The CREATE defaults, in a fixed order (replica specs, templates, run policy)."""
+
+    def __init__(self, editor: _Editor, policy: PlacementPolicy, result: Defaulted) -> None:
+        self.editor = editor
+        self.policy = policy
+        self.result = result
+        self.job: dict[str, Any] = editor.root
+        metadata = self.job.get("metadata")
+        annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+        self.hosts = pinned_hosts(annotations)
+
+    def warn(self, tokens: Sequence[Token], text: str) -> None:
+        self.result.warnings.append(f"torchgate: {_path(tokens)}: {text}")
+
+    def run(self) -> None:
+        specs = self.job["spec"].get("pytorchReplicaSpecs")
+        if isinstance(specs, Mapping):
+            self._normalise_keys(specs)
+            specs = self.job["spec"]["pytorchReplicaSpecs"]
+            for replica_type in names.REPLICA_TYPES:
+                if isinstance(specs.get(replica_type), Mapping):
+                    self._default_replica(("spec", "pytorchReplicaSpecs", replica_type))
+        self._default_run_policy()
+
+    # ------------------------------------------------------------------ replica specs
+
+    def _normalise_keys(self, specs: Mapping[str, Any]) -> None:
+        parent = ("spec", "pytorchReplicaSpecs")
+        for key in list(specs):
+            canonical = canonical_replica_type(key)
+            if canonical is None or canonical == key:
+                continue
+            if canonical in specs:
+                self.result.errors.append(
+                    duplicate(
+                        _path((*parent, key)),
+                        key,
+                        f"the same replica type as {canonical}; keep one of them",
+                    )
+                )
+                continue
+            self.editor.move(parent, key, canonical)
+            self.warn((*parent, canonical), f"renamed from {key!r}")
+
+    def _default_replica(self, at: tuple[Token, ...]) -> None:
+        replica = self._get(at)
+        if "replicas" not in replica:
+            self.editor.set(at, "replicas", 1)
+            self.warn((*at, "replicas"), "defaulted to 1")
+        if "restartPolicy" not in replica:
+            self.editor.set(at, "restartPolicy", names.DEFAULT_RESTART_POLICY)
+            self.warn((*at, "restartPolicy"), f"defaulted to {names.DEFAULT_RESTART_POLICY}")
+        template = replica.get("template")
+        if not isinstance(template, Mapping) or not isinstance(template.get("spec"), Mapping):
+            return
+        pod_at = (*at, "template", "spec")
+        pod_spec = self._get(pod_at)
+        containers = pod_spec.get("containers")
+        if not isinstance(containers, list):
+            return
+        pytorch = next(
+            (
+                i
+                for i, c in enumerate(containers)
+                if isinstance(c, Mapping) and c.get("name") == names.CONTAINER_NAME
+            ),
+            None,
+        )
+        if pytorch is not None:
+            self._default_port((*pod_at, "containers", pytorch))
+            if pod_requests(pod_spec).get(self.policy.gpu_resource, 0) > 0:
+                self._default_shared_memory(pod_at, pytorch)
+        for index, container in enumerate(containers):
+            if isinstance(container, Mapping):
+                self._default_ipc_lock((*pod_at, "containers", index), container)
+        self._default_placement(pod_at)
+
+    def _default_port(self, at: tuple[Token, ...]) -> None:
+        ports = self._get(at).get("ports")
+        port = {"name": names.PORT_NAME, "containerPort": names.DEFAULT_PORT}
+        if ports is None:
+            self.editor.set(at, "ports", [port])
+        elif isinstance(ports, list):
+            if any(isinstance(p, Mapping) and p.get("name") == names.PORT_NAME for p in ports):
+                return
+            self.editor.append((*at, "ports"), port)
+        else:
+            return
+        self.warn((*at, "ports"), f"added {names.PORT_NAME} {names.DEFAULT_PORT}")
+
+    def _default_shared_memory(self, pod_at: tuple[Token, ...], pytorch: int) -> None:
+        container_at = (*pod_at, "containers", pytorch)
+        mounts = self._get(container_at).get("volumeMounts")
+        if mounts is not None and not isinstance(mounts, list):
+            return
+        if any(isinstance(m, Mapping) and m.get("mountPath") == SHM_PATH for m in mounts or []):
+            return
+        volumes = self._get(pod_at).get("volumes")
+        if volumes is not None and not isinstance(volumes, list):
+            return
+        taken = {v.get("name") for v in volumes or [] if isinstance(v, Mapping)}
+        name = SHM_VOLUME
+        suffix = 1
+        while name in taken:
+            suffix += 1
+            name = f"{SHM_VOLUME}-{suffix}"
+        empty_dir: dict[str, Any] = {"medium": "Memory"}
+        if self.policy.shared_memory_size_limit:
+            empty_dir["sizeLimit"] = self.policy.shared_memory_size_limit
+        volume = {"name": name, "emptyDir": empty_dir}
+        if volumes is None:
+            self.editor.set(pod_at, "volumes", [volume])
+        else:
+            self.editor.append((*pod_at, "volumes"), volume)
+        mount = {"name": name, "mountPath": SHM_PATH}
+        if mounts is None:
+            self.editor.set(container_at, "volumeMounts", [mount])
+        else:
+            self.editor.append((*container_at, "volumeMounts"), mount)
+        size = self.policy.shared_memory_size_limit or "no size limit"
+        self.warn(container_at, f"mounted a memory-backed emptyDir at {SHM_PATH} ({size})")
+
+    def _default_ipc_lock(self, at: tuple[Token, ...], container: Mapping[str, Any]) -> None:
+        resources = container.get("resources")
+        if not isinstance(resources, Mapping):
+            return
+        wanted = [
+            name
+            for section in ("limits", "requests")
+            if isinstance(resources.get(section), Mapping)
+            for name in resources[section]
+            if name in self.policy.rdma_resources
+        ]
+        if not wanted:
+            return
+        context = container.get("securityContext")
+        if context is None:
+            self.editor.set(at, "securityContext", {"capabilities": {"add": [IPC_LOCK]}})
+        elif not isinstance(context, Mapping):
+            return
+        elif context.get("capabilities") is None:
+            self.editor.set((*at, "securityContext"), "capabilities", {"add": [IPC_LOCK]})
+        elif not isinstance(context["capabilities"], Mapping):
+            return
+        elif context["capabilities"].get("add") is None:
+            self.editor.set((*at, "securityContext", "capabilities"), "add", [IPC_LOCK])
+        elif isinstance(context["capabilities"]["add"], list):
+            if IPC_LOCK in context["capabilities"]["add"]:
+                return
+            self.editor.append((*at, "securityContext", "capabilities", "add"), IPC_LOCK)
+        else:
+            return
+        self.warn(
+            (*at, "securityContext", "capabilities", "add"),
+            f"added {IPC_LOCK} for {wanted[0]} (RDMA needs locked memory)",
+        )
+
+    # ------------------------------------------------------------------ placement
+
+    def _default_placement(self, pod_at: tuple[Token, ...]) -> None:
+        pod_spec = self._get(pod_at)
+        source = f"PlacementPolicy {self.policy.name}"
+        selector = pod_spec.get("nodeSelector")
+        if self.policy.node_selector and (selector is None or isinstance(selector, Mapping)):
+            added = []
+            for key, value in sorted(self.policy.node_selector.items()):
+                current = (selector or {}).get(key)
+                if current is None:
+                    if selector is None:
+                        self.editor.set(pod_at, "nodeSelector", {key: value})
+                        selector = self._get(pod_at)["nodeSelector"]
+                    else:
+                        self.editor.set((*pod_at, "nodeSelector"), key, value)
+                    added.append(f"{key}={value}")
+                elif current != value:
+                    self.result.errors.append(
+                        invalid(
+                            _path((*pod_at, "nodeSelector", key)),
+                            current,
+                            f"{source} places jobs of this namespace on {key}={value}",
+                        )
+                    )
+            if added:
+                self.warn((*pod_at, "nodeSelector"), f"added {', '.join(added)} from {source}")
+        self._default_tolerations(pod_at, source)
+        if self.hosts:
+            self._pin_hosts(pod_at)
+
+    def _default_tolerations(self, pod_at: tuple[Token, ...], source: str) -> None:
+        if not self.policy.tolerations:
+            return
+        current = self._get(pod_at).get("tolerations")
+        if current is not None and not isinstance(current, list):
+            return
+        missing = [dict(t) for t in self.policy.tolerations if t not in (current or [])]
+        if not missing:
+            return
+        if current is None:
+            self.editor.set(pod_at, "tolerations", missing)
+        else:
+            for toleration in missing:
+                self.editor.append((*pod_at, "tolerations"), toleration)
+        self.warn((*pod_at, "tolerations"), f"added {len(missing)} from {source}")
+
+    def _pin_hosts(self, pod_at: tuple[Token, ...]) -> None:
+        pod_spec = self._get(pod_at)
+        expression = {"key": names.HOSTNAME_LABEL, "operator": "In", "values": list(self.hosts)}
+        origin = f"annotation {names.ANNOTATION_HOSTS}"
+        selector = pod_spec.get("nodeSelector")
+        pinned_by_selector = (
+            selector.get(names.HOSTNAME_LABEL) if isinstance(selector, Mapping) else None
+        )
+        if pinned_by_selector is not None and pinned_by_selector not in self.hosts:
+            self.result.errors.append(
+                invalid(
+                    _path((*pod_at, "nodeSelector", names.HOSTNAME_LABEL)),
+                    pinned_by_selector,
+                    f"conflicts with the hosts pinned by {origin}",
+                )
+            )
+            return
+        affinity_at: tuple[Token, ...] = (*pod_at, "affinity")
+        required_key = "requiredDuringSchedulingIgnoredDuringExecution"
+        affinity = pod_spec.get("affinity")
+        node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
+        required = node_affinity.get(required_key) if isinstance(node_affinity, Mapping) else None
+        terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+        if isinstance(terms, list) and terms:
+            self._and_into_terms((*affinity_at, "nodeAffinity", required_key), terms, expression)
+            return
+        term = {"matchExpressions": [expression]}
+        if affinity is None:
+            self.editor.set(
+                pod_at, "affinity", {"nodeAffinity": {required_key: {"nodeSelectorTerms": [term]}}}
+            )
+        elif not isinstance(affinity, Mapping):
+            return
+        elif node_affinity is None:
+            self.editor.set(
+                affinity_at, "nodeAffinity", {required_key: {"nodeSelectorTerms": [term]}}
+            )
+        elif not isinstance(node_affinity, Mapping):
+            return
+        elif required is None:
+            self.editor.set(
+                (*affinity_at, "nodeAffinity"), required_key, {"nodeSelectorTerms": [term]}
+            )
+        elif isinstance(required, Mapping):
+            self.editor.set(
+                (*affinity_at, "nodeAffinity", required_key), "nodeSelectorTerms", [term]
+            )
+        else:
+            return
+        self.warn(affinity_at, f"pinned to hosts {','.join(self.hosts)} ({origin})")
+
+    def _and_into_terms(
+        self, required_at: tuple[Token, ...], terms: list[Any], expression: dict[str, Any]
+    ) -> None:
+        changed = False
+        for index, term in enumerate(terms):
+            term_at = (*required_at, "nodeSelectorTerms", index)
+            if not isinstance(term, Mapping):
+                continue
+            expressions = term.get("matchExpressions")
+            if expressions is not None and not isinstance(expressions, list):
+                continue
+            ours = [
+                e
+                for e in expressions or []
+                if isinstance(e, Mapping) and e.get("key") == names.HOSTNAME_LABEL
+            ]
+            if any(e == expression for e in ours):
+                continue
+            if ours:
+                self.result.errors.append(
+                    invalid(
+                        _path(term_at),
+                        ours[0].get("values"),
+                        f"already constrains {names.HOSTNAME_LABEL}, which conflicts with the "
+                        f"hosts pinned by annotation {names.ANNOTATION_HOSTS}",
+                    )
+                )
+                continue
+            if expressions is None:
+                self.editor.set(term_at, "matchExpressions", [dict(expression)])
+            else:
+                self.editor.append((*term_at, "matchExpressions"), dict(expression))
+            changed = True
+        if changed:
+            self.warn(
+                required_at,
+                f"pinned to hosts {','.join(self.hosts)} (annotation {names.ANNOTATION_HOSTS})",
+            )
+
+    # ------------------------------------------------------------------ run policy
+
+    def _default_run_policy(self) -> None:
+        spec = self.job["spec"]
+        run_policy = spec.get("runPolicy")
+        if run_policy is not None and not isinstance(run_policy, Mapping):
+            return
+        defaults = self.policy.job_defaults
+        wanted: dict[str, Any] = {"cleanPodPolicy": defaults.clean_pod_policy}
+        if defaults.backoff_limit is not None:
+            wanted["backoffLimit"] = defaults.backoff_limit
+        if defaults.ttl_seconds_after_finished is not None:
+            wanted["ttlSecondsAfterFinished"] = defaults.ttl_seconds_after_finished
+        if defaults.managed_by is not None:
+            wanted["managedBy"] = defaults.managed_by
+        reasons = {
+            "cleanPodPolicy": "pods still running when the job ends are deleted",
+            "managedBy": "the Kubeflow training-operator leaves this job alone",
+        }
+        if run_policy is None:
+            self.editor.set(("spec",), "runPolicy", {})
+            run_policy = {}
+        at = ("spec", "runPolicy")
+        for key, value in wanted.items():
+            if key not in run_policy:
+                self.editor.set(at, key, value)
+                reason = f" ({reasons[key]})" if key in reasons else ""
+                self.warn((*at, key), f"defaulted to {value}{reason}")
+        self._default_scheduling(at, run_policy)
+
+    def _default_scheduling(self, at: tuple[Token, ...], run_policy: Mapping[str, Any]) -> None:
+        scheduling = run_policy.get("schedulingPolicy")
+        if scheduling is not None and not isinstance(scheduling, Mapping):
+            return
+        wanted: dict[str, Any] = {}
+        minimum = self._gang_size()
+        if minimum is not None:
+            wanted["minAvailable"] = minimum
+        timeout = self.policy.job_defaults.schedule_timeout_seconds
+        if timeout is not None:
+            wanted["scheduleTimeoutSeconds"] = timeout
+        missing = {k: v for k, v in wanted.items() if k not in (scheduling or {})}
+        if not missing:
+            return
+        scheduling_at = (*at, "schedulingPolicy")
+        if scheduling is None:
+            self.editor.set(at, "schedulingPolicy", dict(missing))
+        else:
+            for key, value in missing.items():
+                self.editor.set(scheduling_at, key, value)
+        for key, value in missing.items():
+            note = " (all-or-nothing)" if key == "minAvailable" else ""
+            self.warn((*scheduling_at, key), f"defaulted to {value}{note}")
+
+    def _gang_size(self) -> int | None:
+        """All replicas; for elastic jobs the Master plus the elastic minimum of Workers."""
+        specs = self.job["spec"].get("pytorchReplicaSpecs")
+        if not isinstance(specs, Mapping):
+            return None
+        counts: dict[str, int] = {}
+        for replica_type in names.REPLICA_TYPES:
+            replica = specs.get(replica_type)
+            if not isinstance(replica, Mapping):
+                continue
+            count = as_int(replica.get("replicas", 1))
+            if count is None or count < 0:
+                return None
+            counts[replica_type] = count
+        if not counts:
+            return None
+        elastic = self.job["spec"].get("elasticPolicy")
+        if isinstance(elastic, Mapping) and names.WORKER in counts:
+            minimum = as_int(elastic.get("minReplicas"))
+            if minimum is not None and 0 < minimum < counts[names.WORKER]:
+                counts[names.WORKER] = minimum
+        return sum(counts.values()) or None
+
+    def _get(self, tokens: Sequence[Token]) -> Any:
+        node: Any = self.job
+        for token in tokens:
+            node = node[token]
+        return node

@@ -1,0 +1,192 @@
+"""AdmissionReview in, AdmissionReview out: the pure core of both webhook routes.
+
+Two channels, as in kopf: a request that is not a well-formed ``admission.k8s.io/v1``
+AdmissionReview (bad JSON, no ``request.uid``, no object) raises ``BadReview`` and the server
+answers HTTP 400; everything else is a decision, answered HTTP 200 with the request's
+``apiVersion``, ``kind`` and ``uid`` echoed. A denial carries a ``Status`` with code 422, reason
+``Invalid`` and one ``details.causes`` entry per field error, the shape the apiserver itself uses
+for invalid objects, so ``kubectl`` prints every cause.
+
+``evaluate`` is what ``torchgate check`` runs offline: exactly the mutating route's defaulting
+followed by the validating route's checks on the defaulted object.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from pytorchjob import names
+from pytorchjob.fieldpath import FieldError, dedupe
+from pytorchjob.policy import PlacementPolicy
+from webhook.defaulting import Defaulted, default_job
+from webhook.validation import validate_create, validate_update
+
+ADMISSION_API_VERSION = "admission.k8s.io/v1"
+PolicyLookup = Callable[[str], PlacementPolicy]
+
+
+class BadReview(ValueError):
+    """The body is not an AdmissionReview we can answer (HTTP 400)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """Defaulting then validation of one object, as ``torchgate check`` reports it."""
+
+    allowed: bool
+    errors: tuple[FieldError, ...]
+    warnings: tuple[str, ...]
+    patch: list[dict[str, Any]]
+    object: Any
+
+
+def evaluate(job: Any, policy: PlacementPolicy) -> Evaluation:
+    """Run the mutating webhook's defaulting, then the validating webhook's rules (CREATE)."""
+    defaulted = default_job(job, policy)
+    verdict = validate_create(_as_mapping(defaulted.object), policy)
+    errors = tuple(dedupe([*defaulted.errors, *verdict.errors]))
+    return Evaluation(
+        allowed=not errors,
+        errors=errors,
+        warnings=(*defaulted.warnings, *verdict.warnings),
+        patch=defaulted.patch,
+        object=defaulted.object,
+    )
+
+
+def parse_review(body: bytes) -> dict[str, Any]:
+    """Decode and sanity-check an AdmissionReview body; raise ``BadReview`` with a short reason."""
+    try:
+        review = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadReview(f"body is not JSON: {exc}") from None
+    if not isinstance(review, dict):
+        raise BadReview("body must be a JSON object (an AdmissionReview)")
+    if review.get("kind") != "AdmissionReview":
+        raise BadReview("kind must be AdmissionReview")
+    if review.get("apiVersion") != ADMISSION_API_VERSION:
+        raise BadReview(f"apiVersion must be {ADMISSION_API_VERSION}")
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise BadReview("request must be an object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadReview("request.uid must be a non-empty string")
+    operation = request.get("operation")
+    if operation in ("CREATE", "UPDATE") and not isinstance(request.get("object"), dict):
+        raise BadReview(f"request.object must be an object for {operation}")
+    if operation == "UPDATE" and not isinstance(request.get("oldObject"), dict):
+        raise BadReview("request.oldObject must be an object for UPDATE")
+    return review
+
+
+def mutate(review: Mapping[str, Any], policy_for: PolicyLookup) -> dict[str, Any]:
+    """Answer the mutating route: defaults as a JSON Patch plus ``torchgate:`` warnings."""
+    request = review["request"]
+    if not _is_ours(request) or request.get("operation") not in ("CREATE", "UPDATE"):
+        return respond(review, allowed=True)
+    job = request["object"]
+    policy = policy_for(_namespace(request))
+    old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
+    defaulted: Defaulted = default_job(job, policy, old=old)
+    if defaulted.errors:
+        return respond(review, errors=defaulted.errors, warnings=defaulted.warnings, job=job)
+    return respond(review, allowed=True, patch=defaulted.patch, warnings=defaulted.warnings)
+
+
+def validate(review: Mapping[str, Any], policy_for: PolicyLookup) -> dict[str, Any]:
+    """Answer the validating route: allow, or deny with every field error."""
+    request = review["request"]
+    operation = request.get("operation")
+    if not _is_ours(request) or operation not in ("CREATE", "UPDATE"):
+        return respond(review, allowed=True)
+    job = request["object"]
+    policy = policy_for(_namespace(request))
+    if operation == "CREATE":
+        verdict = validate_create(job, policy)
+    else:
+        verdict = validate_update(request["oldObject"], job, policy)
+    if verdict.errors:
+        return respond(review, errors=verdict.errors, warnings=verdict.warnings, job=job)
+    return respond(review, allowed=True, warnings=verdict.warnings)
+
+
+def respond(
+    review: Mapping[str, Any],
+    *,
+    allowed: bool = False,
+    patch: Sequence[Mapping[str, Any]] = (),
+    warnings: Sequence[str] = (),
+    errors: Sequence[FieldError] = (),
+    job: Any = None,
+    status: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Build the response AdmissionReview (echoing apiVersion, kind and uid)."""
+    response: dict[str, Any] = {"uid": review["request"]["uid"], "allowed": allowed and not errors}
+    if patch and response["allowed"]:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(orjson.dumps(list(patch))).decode("ascii")
+    if errors:
+        response["status"] = invalid_status(errors, job)
+    elif status is not None:
+        response["status"] = dict(status)
+    if warnings:
+        response["warnings"] = list(warnings)
+    return {"apiVersion": review["apiVersion"], "kind": review["kind"], "response": response}
+
+
+def invalid_status(errors: Sequence[FieldError], job: Any) -> dict[str, Any]:
+    """A ``Status`` like the apiserver's for an invalid object (``errors.NewInvalid``)."""
+    name = ""
+    if isinstance(job, Mapping) and isinstance(job.get("metadata"), Mapping):
+        name = str(job["metadata"].get("name") or job["metadata"].get("generateName") or "")
+    texts = [str(error) for error in errors]
+    joined = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
+    return {
+        "metadata": {},
+        "status": "Failure",
+        "message": f'{names.KIND}.{names.GROUP} "{name}" is invalid: {joined}',
+        "reason": "Invalid",
+        "details": {
+            "name": name,
+            "group": names.GROUP,
+            "kind": names.KIND,
+            "causes": [
+                {"reason": e.type.value, "field": e.field, "message": e.body()} for e in errors
+            ],
+        },
+        "code": 422,
+    }
+
+
+def internal_error(review: Mapping[str, Any], message: str) -> dict[str, Any]:
+    """Deny with code 500 (fail closed) when our own code failed."""
+    status = {"metadata": {}, "status": "Failure", "message": message, "code": 500}
+    status["reason"] = "InternalError"
+    return respond(review, allowed=False, status=status)
+
+
+def _is_ours(request: Mapping[str, Any]) -> bool:
+    kind = request.get("kind")
+    return (
+        isinstance(kind, Mapping) and kind.get("group") == names.GROUP and kind.get("kind") == names.KIND
+    )
+
+
+def _namespace(request: Mapping[str, Any]) -> str:
+    namespace = request.get("namespace")
+    if isinstance(namespace, str) and namespace:
+        return namespace
+    job = request.get("object")
+    metadata = job.get("metadata") if isinstance(job, Mapping) else None
+    value = metadata.get("namespace") if isinstance(metadata, Mapping) else None
+    return value if isinstance(value, str) and value else "default"
+
+
+def _as_mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {"__invalid__": value}

@@ -1,0 +1,185 @@
+"""The aiohttp server around the pure review functions: routes, limits, TLS and metrics.
+
+Routes: ``POST /mutate`` and ``POST /validate`` (AdmissionReview v1), ``GET /healthz`` (the process
+serves), ``GET /readyz`` (policies are loaded, so decisions are the admin's, not the built-in
+default's), ``GET /metrics`` (Prometheus text). The app factory takes its dependencies; there is no
+global state besides the Prometheus registry passed in.
+
+TLS certificates are reloaded in place: ``SSLContext.load_cert_chain`` on the live context changes
+what *new* handshakes present, so a renewed Secret (mounted files change) never drops a connection
+or needs a restart; a half-written pair is ignored until it loads cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import ssl
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import generate_latest
+
+from webhook.policysource import PolicyCache
+from webhook.review import BadReview, PolicyLookup, internal_error, mutate, parse_review, validate
+
+log = logging.getLogger("torchgate.webhook")
+
+# controller-runtime's limit; an AdmissionReview carries the object and, on UPDATE, the old one.
+MAX_BODY_BYTES = 7 * 1024 * 1024
+Decision = Callable[[Mapping[str, Any], PolicyLookup], dict[str, Any]]
+
+
+class Metrics:
+    """The webhook's Prometheus metrics, on a registry of their own."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.reviews = Counter(
+            "torchgate_webhook_reviews_total",
+            "AdmissionReviews answered, by route and outcome.",
+            ["route", "outcome"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "torchgate_webhook_review_seconds",
+            "Time to answer an AdmissionReview (server side), by route.",
+            ["route"],
+            buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
+            registry=self.registry,
+        )
+        self.policies = Gauge(
+            "torchgate_webhook_policies",
+            "PlacementPolicies in the cache, by validity.",
+            ["valid"],
+            registry=self.registry,
+        )
+
+
+def create_app(
+    cache: PolicyCache,
+    *,
+    metrics: Metrics | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
+) -> web.Application:
+    """The webhook application (no TLS here; see ``serve``)."""
+    metrics = metrics or Metrics()
+    # aiohttp would answer 413 for an oversize body; we check the size ourselves to answer 400.
+    app = web.Application(client_max_size=max_body_bytes + 1)
+    routes = _Routes(cache, metrics, max_body_bytes)
+    app.router.add_post("/mutate", routes.mutate)
+    app.router.add_post("/validate", routes.validate)
+    app.router.add_get("/healthz", routes.healthz)
+    app.router.add_get("/readyz", routes.readyz)
+    app.router.add_get("/metrics", routes.metrics_text)
+    return app
+
+
+class _Routes:
+    def __init__(self, cache: PolicyCache, metrics: Metrics, max_body_bytes: int) -> None:
+        self.cache = cache
+        self.metrics = metrics
+        self.max_body_bytes = max_body_bytes
+
+    async def mutate(self, request: web.Request) -> web.Response:
+        return await self._review(request, "mutate", mutate)
+
+    async def validate(self, request: web.Request) -> web.Response:
+        return await self._review(request, "validate", validate)
+
+    async def _review(self, request: web.Request, route: str, decide: Decision) -> web.Response:
+        started = time.perf_counter()
+        try:
+            body = await self._body(request)
+            review = parse_review(body)
+        except BadReview as exc:
+            self.metrics.reviews.labels(route, "bad_request").inc()
+            return web.Response(status=400, text=f"bad AdmissionReview: {exc}\n")
+        try:
+            answer = decide(review, self.cache.policy_for)
+            outcome = "allowed" if answer["response"]["allowed"] else "denied"
+        except Exception:
+            uid = review["request"]["uid"]
+            log.exception("internal error while answering %s review uid=%s", route, uid)
+            answer = internal_error(review, f"torchgate webhook internal error (uid {uid})")
+            outcome = "error"
+        payload = orjson.dumps(answer)
+        self.metrics.reviews.labels(route, outcome).inc()
+        self.metrics.latency.labels(route).observe(time.perf_counter() - started)
+        return web.Response(body=payload, content_type="application/json")
+
+    async def _body(self, request: web.Request) -> bytes:
+        if request.content_type != "application/json":
+            raise BadReview(f"Content-Type must be application/json, not {request.content_type!r}")
+        if request.content_length is not None and request.content_length > self.max_body_bytes:
+            raise BadReview(f"body larger than {self.max_body_bytes} bytes")
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise BadReview(f"body larger than {self.max_body_bytes} bytes") from None
+        if len(body) > self.max_body_bytes:
+            raise BadReview(f"body larger than {self.max_body_bytes} bytes")
+        return body
+
+    async def healthz(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(self, _: web.Request) -> web.Response:
+        if not self.cache.synced.is_set():
+            return web.Response(status=503, text="policies not loaded yet\n")
+        return web.Response(text="ok\n")
+
+    async def metrics_text(self, _: web.Request) -> web.Response:
+        self.metrics.policies.labels("true").set(len(self.cache.names))
+        self.metrics.policies.labels("false").set(len(self.cache.invalid))
+        return web.Response(
+            body=generate_latest(self.metrics.registry),
+            headers={"Content-Type": CONTENT_TYPE_LATEST},
+        )
+
+
+class ReloadingTLS:
+    """A server SSL context whose certificate follows the files on disk."""
+
+    def __init__(self, cert_file: Path, key_file: Path) -> None:
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._digest = ""
+        self.reload(initial=True)
+
+    def _read_digest(self) -> str:
+        digest = hashlib.sha256()
+        digest.update(self.cert_file.read_bytes())
+        digest.update(self.key_file.read_bytes())
+        return digest.hexdigest()
+
+    def reload(self, *, initial: bool = False) -> bool:
+        """Load the files if they changed; return whether a new certificate is in use."""
+        try:
+            digest = self._read_digest()
+            if digest == self._digest:
+                return False
+            self.context.load_cert_chain(self.cert_file, self.key_file)
+        except (OSError, ssl.SSLError) as exc:
+            if initial:
+                raise
+            log.warning("keeping the current TLS certificate; could not load the new one: %s", exc)
+            return False
+        self._digest = digest
+        if not initial:
+            log.info("reloaded the TLS certificate from %s", self.cert_file)
+        return True
+
+    async def watch(self, interval: float) -> None:
+        """Poll the files and reload on change."""
+        while True:
+            await asyncio.sleep(interval)
+            self.reload()
