@@ -46,7 +46,9 @@ class Document:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare ``torchgate check`` flags."""
-    parser.add_argument("files", nargs="+", metavar="FILE", help="YAML or JSON manifests (- = stdin)")
+    parser.add_argument(
+        "files", nargs="+", metavar="FILE", help="YAML or JSON manifests (- = stdin)"
+    )
     parser.add_argument(
         "--policy",
         type=Path,
@@ -139,10 +141,12 @@ class Result:
 
     @property
     def namespace(self) -> str:
+        """The job's namespace as written ("" when unset)."""
         return _metadata(self.document.object).get("namespace") or ""
 
     @property
     def name(self) -> str:
+        """The job's name (or generateName)."""
         metadata = _metadata(self.document.object)
         return str(metadata.get("name") or metadata.get("generateName") or "")
 
@@ -151,6 +155,7 @@ class Result:
         return _line_of(self.document.node, error.path.segments)
 
     def as_dict(self) -> dict[str, Any]:
+        """The ``-o json``/``-o yaml`` form of this result."""
         return {
             "source": self.document.source,
             "index": self.document.index,
@@ -159,7 +164,12 @@ class Result:
             "name": self.name,
             "allowed": self.evaluation.allowed,
             "errors": [
-                {"field": e.field, "type": e.type.value, "message": e.body(), "line": self.line_of(e)}
+                {
+                    "field": e.field,
+                    "type": e.type.value,
+                    "message": e.body(),
+                    "line": self.line_of(e),
+                }
                 for e in self.evaluation.errors
             ],
             "warnings": list(self.evaluation.warnings),
@@ -192,10 +202,11 @@ def print_text(results: Sequence[Result], out: TextIO) -> None:
             out.write(f"  warning: {warning}\n")
         if result.evaluation.patch:
             out.write("  defaults applied:\n")
-            for line in _diff(doc.object, result.evaluation.object):
-                out.write(f"    {line}\n")
+            for diff_line in _diff(doc.object, result.evaluation.object):
+                out.write(f"    {diff_line}\n")
     allowed = sum(r.evaluation.allowed for r in results)
-    out.write(f"{len(results)} PyTorchJob(s) checked: {allowed} allowed, {len(results) - allowed} denied\n")
+    denied = len(results) - allowed
+    out.write(f"{len(results)} PyTorchJob(s) checked: {allowed} allowed, {denied} denied\n")
 
 
 def _diff(before: Any, after: Any) -> list[str]:
@@ -212,7 +223,7 @@ def _metadata(obj: Any) -> dict[str, Any]:
 
 
 def _line_of(node: yaml.Node | None, segments: Sequence[str | int]) -> int | None:
-    line = node.start_mark.line + 1 if node is not None else None
+    line: int | None = node.start_mark.line + 1 if node is not None else None
     for segment in segments:
         child = _child(node, segment)
         if child is None:
@@ -231,7 +242,10 @@ def _child(node: yaml.Node | None, segment: str | int) -> yaml.Node | None:
         for key, value in pairs:  # replica keys may have been renamed (worker -> Worker)
             if key.lower() == str(segment).lower():
                 return value  # type: ignore[no-any-return]
-    elif isinstance(node, yaml.SequenceNode) and isinstance(segment, int):
-        if 0 <= segment < len(node.value):
-            return node.value[segment]  # type: ignore[no-any-return]
+    elif (
+        isinstance(node, yaml.SequenceNode)
+        and isinstance(segment, int)
+        and 0 <= segment < len(node.value)
+    ):
+        return node.value[segment]  # type: ignore[no-any-return]
     return None

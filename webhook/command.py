@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -99,7 +100,7 @@ async def _serve(args: argparse.Namespace, tls: ReloadingTLS) -> None:
 
 async def _policy_source(
     args: argparse.Namespace, cache: PolicyCache, tasks: list[asyncio.Task[None]]
-) -> object | None:
+) -> Any:
     if args.kubeconfig is None and args.policy:
         files = FilePolicies(cache, args.policy)
         files.load()
@@ -116,7 +117,7 @@ async def _policy_source(
     if args.kubeconfig is not None:
         await config.load_kube_config(config_file=str(args.kubeconfig))
     else:
-        config.load_incluster_config()
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
     api_client = client.ApiClient()
     if args.policy:
         log.warning("--policy files are ignored when watching the cluster's PlacementPolicies")

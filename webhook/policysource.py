@@ -92,7 +92,7 @@ class PolicyFileError(ValueError):
 
 
 def read_policy_files(paths: Iterable[Path]) -> list[dict[str, Any]]:
-    """PlacementPolicy documents from YAML files (other kinds skipped); raise ``PolicyFileError``."""
+    """PlacementPolicy documents from YAML files, other kinds skipped (``PolicyFileError``)."""
     objects: list[dict[str, Any]] = []
     for path in paths:
         try:
@@ -188,7 +188,9 @@ class ClusterPolicies:
                 raise
             except ApiException as exc:
                 if exc.status != 410:
-                    log.warning("policy watch failed (HTTP %s); retrying in %.0fs", exc.status, backoff)
+                    log.warning(
+                        "policy watch failed (HTTP %s); retrying in %.0fs", exc.status, backoff
+                    )
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 30.0)
             except Exception as exc:  # the watch must survive anything the network does
@@ -243,32 +245,30 @@ class ClusterPolicies:
             names.POLICY_PLURAL,
             _name_of(raw),
             {"status": {"conditions": [condition]}},
-            _content_type="application/merge-patch+json",
+            _content_type="application/merge-patch+json",  # type: ignore[call-arg]
         )
 
     async def _event(self, raw: Mapping[str, Any], message: str) -> None:
         metadata = raw.get("metadata", {})
         now = _now()
-        await self.core.create_namespaced_event(
-            "default",
-            {
-                "metadata": {"generateName": f"{_name_of(raw)}."},
-                "involvedObject": {
-                    "apiVersion": names.POLICY_API_VERSION,
-                    "kind": names.POLICY_KIND,
-                    "name": _name_of(raw),
-                    "uid": metadata.get("uid"),
-                    "resourceVersion": metadata.get("resourceVersion"),
-                },
-                "reason": "InvalidPlacementPolicy",
-                "message": message[:1024],
-                "type": "Warning",
-                "source": {"component": "torchgate-webhook"},
-                "firstTimestamp": now,
-                "lastTimestamp": now,
-                "count": 1,
+        event: dict[str, Any] = {
+            "metadata": {"generateName": f"{_name_of(raw)}."},
+            "involvedObject": {
+                "apiVersion": names.POLICY_API_VERSION,
+                "kind": names.POLICY_KIND,
+                "name": _name_of(raw),
+                "uid": metadata.get("uid"),
+                "resourceVersion": metadata.get("resourceVersion"),
             },
-        )
+            "reason": "InvalidPlacementPolicy",
+            "message": message[:1024],
+            "type": "Warning",
+            "source": {"component": "torchgate-webhook"},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        await self.core.create_namespaced_event("default", event)  # type: ignore[arg-type]
 
 
 def _now() -> str:

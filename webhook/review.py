@@ -174,7 +174,9 @@ def internal_error(review: Mapping[str, Any], message: str) -> dict[str, Any]:
 def _is_ours(request: Mapping[str, Any]) -> bool:
     kind = request.get("kind")
     return (
-        isinstance(kind, Mapping) and kind.get("group") == names.GROUP and kind.get("kind") == names.KIND
+        isinstance(kind, Mapping)
+        and kind.get("group") == names.GROUP
+        and kind.get("kind") == names.KIND
     )
 
 

@@ -1,0 +1,314 @@
+"""``torchgate webhook`` over real TLS, with a certificate made by ``torchgate certs``.
+
+The server runs as its own process, exactly as a Deployment would run it; the tests speak
+AdmissionReview v1 to it through an HTTPS client that trusts only the CA ``torchgate certs`` made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import http.client
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import jsonpatch
+import pytest
+import yaml
+
+from pytorchjob.policy import DEFAULT_POLICY, parse_policy
+from tests.builders import gpu_job, policy
+from torchgate.cli import main as torchgate
+from webhook.review import evaluate
+
+SEEDS = Path(__file__).resolve().parents[2].parent / "shared" / "seeds" / "manifests"
+POLICY = policy("gpu-pool", nodeSelector={"pool": "a100"}, sharedMemory={"sizeLimit": "8Gi"})
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def make_certs(directory: Path, *extra: str) -> None:
+    code = torchgate(["certs", "--out-dir", str(directory), "--ip", "127.0.0.1", *extra])
+    assert code == 0
+
+
+class Server:
+    def __init__(self, tls: Path, policy_file: Path) -> None:
+        self.tls = tls
+        self.port = free_port()
+        self.url = f"https://127.0.0.1:{self.port}"
+        self.log = tls / "webhook.log"
+        command = [
+            sys.executable,
+            "-m",
+            "torchgate",
+            "webhook",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--tls-cert-file",
+            str(tls / "tls.crt"),
+            "--tls-private-key-file",
+            str(tls / "tls.key"),
+            "--policy",
+            str(policy_file),
+            "--reload-interval",
+            "0.2",
+        ]
+        env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+        self._log_file = self.log.open("w")
+        self.process = subprocess.Popen(
+            command, stdout=self._log_file, stderr=subprocess.STDOUT, env=env
+        )
+        self._wait_ready()
+
+    def ssl_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.tls / "ca.crt"))
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"webhook exited: {self.log.read_text()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError(f"webhook did not listen: {self.log.read_text()}")
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=10)
+        finally:
+            self._log_file.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    tls = tmp_path_factory.mktemp("tls")
+    make_certs(tls)
+    policy_file = tls / "policy.yaml"
+    policy_file.write_text(yaml.safe_dump(POLICY))
+    running = Server(tls, policy_file)
+    yield running
+    assert running.stop() == 0, "SIGTERM must shut the webhook down cleanly"
+
+
+def review(
+    obj: Any, *, operation: str = "CREATE", old: Any = None, uid: str | None = None
+) -> dict[str, Any]:
+    request: dict[str, Any] = {
+        "uid": uid or str(uuid.uuid4()),
+        "kind": {"group": "kubeflow.org", "version": "v1", "kind": "PyTorchJob"},
+        "resource": {"group": "kubeflow.org", "version": "v1", "resource": "pytorchjobs"},
+        "namespace": "default",
+        "operation": operation,
+        "object": obj,
+        "userInfo": {"username": "alice"},
+    }
+    if old is not None:
+        request["oldObject"] = old
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+async def post(server: Server, route: str, body: Any, **kw: Any) -> tuple[int, Any]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = kw.pop("headers", {"Content-Type": "application/json"})
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            server.url + route, data=data, headers=headers, ssl=server.ssl_context()
+        ) as response,
+    ):
+        text = await response.text()
+        try:
+            return response.status, json.loads(text)
+        except json.JSONDecodeError:
+            return response.status, text
+
+
+def admin_policy() -> Any:
+    parsed, _ = parse_policy(POLICY)
+    return parsed
+
+
+def load_seed(name: str) -> dict[str, Any]:
+    return yaml.safe_load((SEEDS / name).read_text())
+
+
+async def test_mutate_returns_a_patch_that_gives_the_defaulted_job(server: Server) -> None:
+    job = load_seed("000-pytorch-dist-mnist-nccl.yaml")
+    sent = review(job, uid="uid-000")
+    status, answer = await post(server, "/mutate", sent)
+    assert status == 200
+    assert answer["apiVersion"] == "admission.k8s.io/v1"
+    assert answer["kind"] == "AdmissionReview"
+    response = answer["response"]
+    assert response["uid"] == "uid-000"
+    assert response["allowed"] is True
+    assert response["patchType"] == "JSONPatch"
+    patch = json.loads(base64.b64decode(response["patch"]))
+    patched = jsonpatch.apply_patch(copy.deepcopy(job), patch)
+    assert patched == evaluate(job, admin_policy()).object
+    worker = patched["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert {"mountPath": "/dev/shm", "name": "torchgate-dshm"} in worker["containers"][0][
+        "volumeMounts"
+    ]
+    assert worker["nodeSelector"] == {"pool": "a100"}
+    assert all(w.startswith("torchgate: ") for w in response["warnings"])
+
+
+async def test_validate_denies_seed_002_with_one_cause_per_error(server: Server) -> None:
+    job = load_seed("002-resnet50-nccl-rdma-16.yaml")
+    status, answer = await post(server, "/validate", review(job))
+    assert status == 200
+    response = answer["response"]
+    assert response["allowed"] is False
+    result = response["status"]
+    assert (result["code"], result["reason"]) == (422, "Invalid")
+    causes = {(c["reason"], c["field"]) for c in result["details"]["causes"]}
+    worker = "spec.pytorchReplicaSpecs[Worker].template.spec"
+    assert ("FieldValueForbidden", f"{worker}.containers[0].args") in causes
+    assert ("FieldValueRequired", f"{worker}.containers[0].volumeMounts[5].mountPath") in causes
+    assert ("FieldValueForbidden", f"{worker}.containers[0].env[2]") in causes
+    assert ("FieldValueForbidden", f"{worker}.volumes[0].hostPath") in causes
+    assert len(result["details"]["causes"]) == len(evaluate(job, DEFAULT_POLICY).errors)
+
+
+async def test_update_compares_with_the_real_old_object(server: Server) -> None:
+    old = gpu_job().run_policy(managedBy="kubeflow.org/training-operator").build()
+    new = copy.deepcopy(old)
+    new["spec"]["runPolicy"]["managedBy"] = "torchgate.io/controller"
+    status, answer = await post(server, "/validate", review(new, operation="UPDATE", old=old))
+    assert status == 200
+    causes = answer["response"]["status"]["details"]["causes"]
+    assert [(c["reason"], c["field"]) for c in causes] == [
+        ("FieldValueInvalid", "spec.runPolicy.managedBy")
+    ]
+    relabelled = copy.deepcopy(old)
+    relabelled["metadata"]["labels"] = {"team": "vision"}
+    status, answer = await post(
+        server, "/validate", review(relabelled, operation="UPDATE", old=old)
+    )
+    assert answer["response"]["allowed"] is True
+
+
+async def test_update_mutation_restores_lost_run_policy(server: Server) -> None:
+    old = evaluate(gpu_job().build(), admin_policy()).object
+    new = gpu_job().build()
+    _, answer = await post(server, "/mutate", review(new, operation="UPDATE", old=old))
+    patch = json.loads(base64.b64decode(answer["response"]["patch"]))
+    patched = jsonpatch.apply_patch(new, patch)
+    assert patched["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
+    assert (
+        "nodeSelector" not in patched["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    )
+
+
+async def test_delete_and_other_kinds_are_allowed_untouched(server: Server) -> None:
+    sent = review(gpu_job().build(), operation="DELETE")
+    status, answer = await post(server, "/validate", sent)
+    assert status == 200
+    assert answer["response"] == {"uid": sent["request"]["uid"], "allowed": True}
+    pod = review({"kind": "Pod"})
+    pod["request"]["kind"] = {"group": "", "version": "v1", "kind": "Pod"}
+    _, answer = await post(server, "/mutate", pod)
+    assert answer["response"]["allowed"] is True
+    assert "patch" not in answer["response"]
+
+
+@pytest.mark.parametrize(
+    ("body", "headers"),
+    [
+        (b"{not json", {"Content-Type": "application/json"}),
+        (json.dumps(review({})).encode(), {"Content-Type": "text/plain"}),
+        (
+            json.dumps(
+                {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {}}
+            ).encode(),
+            None,
+        ),
+        (json.dumps({"apiVersion": "v1", "kind": "Pod"}).encode(), None),
+        (b"[]", None),
+    ],
+    ids=["bad-json", "wrong-content-type", "no-uid", "not-a-review", "not-an-object"],
+)
+async def test_malformed_requests_get_400(server: Server, body: bytes, headers: Any) -> None:
+    status, answer = await post(
+        server, "/validate", body, headers=headers or {"Content-Type": "application/json"}
+    )
+    assert status == 400
+    assert isinstance(answer, str)
+    assert answer.startswith("bad AdmissionReview")
+
+
+def test_oversize_body_gets_400_before_it_is_read(server: Server) -> None:
+    connection = http.client.HTTPSConnection(
+        "127.0.0.1", server.port, context=server.ssl_context(), timeout=10
+    )
+    try:
+        connection.putrequest("POST", "/validate")
+        connection.putheader("Content-Type", "application/json")
+        connection.putheader("Content-Length", str(8 * 1024 * 1024))
+        connection.endheaders()
+        response = connection.getresponse()
+        assert response.status == 400
+        assert response.read().startswith(b"bad AdmissionReview: body larger than")
+    finally:
+        connection.close()
+
+
+async def test_health_readiness_and_metrics(server: Server) -> None:
+    async with aiohttp.ClientSession() as session:
+        for route in ("/healthz", "/readyz"):
+            async with session.get(server.url + route, ssl=server.ssl_context()) as response:
+                assert response.status == 200
+        async with session.get(server.url + "/metrics", ssl=server.ssl_context()) as response:
+            text = await response.text()
+    assert 'torchgate_webhook_reviews_total{outcome="denied",route="validate"}' in text
+    assert 'torchgate_webhook_policies{valid="true"} 1.0' in text
+
+
+async def test_plain_http_is_refused(server: Server) -> None:
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(aiohttp.ClientError):
+            async with session.get(f"http://127.0.0.1:{server.port}/healthz"):
+                pass
+
+
+def serial_of_served_certificate(server: Server) -> int:
+    pem = ssl.get_server_certificate(("127.0.0.1", server.port))
+    from cryptography import x509
+
+    return x509.load_pem_x509_certificate(pem.encode()).serial_number
+
+
+def test_certificate_is_reloaded_without_restart(server: Server) -> None:
+    before = serial_of_served_certificate(server)
+    make_certs(server.tls, "--force")
+    deadline = time.monotonic() + 10
+    while serial_of_served_certificate(server) == before:
+        assert time.monotonic() < deadline, "the renewed certificate was never served"
+        time.sleep(0.1)
+    assert server.process.poll() is None
+    status, _ = asyncio.run(post(server, "/validate", review(gpu_job().build())))
+    assert status == 200
