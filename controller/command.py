@@ -1,0 +1,113 @@
+"""``torchgate controller``: parse flags, connect, elect a leader, run until SIGTERM.
+
+Exit codes: 0 after a clean SIGTERM/SIGINT, 1 when the leader Lease was lost (the process must
+restart rather than risk acting beside a new leader) or the cluster cannot be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+import uuid
+
+from controller.kube import KubeClient
+from controller.leader import LeaderElector
+from controller.manager import ManagerOptions, run_as_leader
+from controller.reconciler import Options
+
+log = logging.getLogger("torchgate.controller")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare ``torchgate controller`` flags."""
+    parser.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: in-cluster service account)"
+    )
+    parser.add_argument("--namespace", help="only run PyTorchJobs of this namespace (default: all)")
+    parser.add_argument(
+        "--manage-unowned",
+        action="store_true",
+        help="also run jobs with no runPolicy.managedBy (instead of the training-operator)",
+    )
+    parser.add_argument("--workers", type=int, default=8, help="concurrent reconciles (default 8)")
+    parser.add_argument("--resync-seconds", type=float, default=300.0)
+    parser.add_argument(
+        "--starvation-seconds",
+        type=float,
+        default=300.0,
+        help="after waiting this long, a gang blocks smaller jobs queued behind it (default 300)",
+    )
+    parser.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="hold a coordination.k8s.io Lease before acting (default on)",
+    )
+    parser.add_argument(
+        "--leader-election-namespace",
+        default=os.environ.get("POD_NAMESPACE", "default"),
+        help="namespace of the Lease (default $POD_NAMESPACE or 'default')",
+    )
+    parser.add_argument("--leader-election-id", default="torchgate-controller")
+    parser.add_argument("--metrics-bind-address", default="0.0.0.0")
+    parser.add_argument(
+        "--metrics-port", type=int, default=8080, help="plain HTTP /metrics /healthz; 0 disables"
+    )
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the controller."""
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if args.workers < 1:
+        print("torchgate controller: --workers must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_main(args))
+    except (OSError, ValueError) as exc:
+        print(f"torchgate controller: {exc}", file=sys.stderr)
+        return 1
+
+
+async def _main(args: argparse.Namespace) -> int:
+    try:
+        api = await KubeClient.connect(args.kubeconfig)
+    except Exception as exc:
+        raise OSError(f"cannot load the cluster configuration: {exc}") from exc
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    elector = None
+    if args.leader_elect:
+        elector = LeaderElector(
+            api,
+            namespace=args.leader_election_namespace,
+            name=args.leader_election_id,
+            identity=f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
+        )
+    settings = ManagerOptions(
+        namespace=args.namespace,
+        workers=args.workers,
+        resync_seconds=args.resync_seconds,
+        starvation_seconds=args.starvation_seconds,
+        options=Options(manage_unowned=args.manage_unowned),
+    )
+    try:
+        return await run_as_leader(
+            api,
+            settings,
+            elector=elector,
+            metrics_bind=args.metrics_bind_address,
+            metrics_port=args.metrics_port or None,
+            stop=stop,
+        )
+    finally:
+        await api.close()

@@ -1,0 +1,151 @@
+"""Leader election on a ``coordination.k8s.io/v1`` Lease, so two replicas never both act.
+
+The client-go algorithm: a candidate takes the Lease when it is free or when its record has not
+changed for ``lease_duration`` *as observed by the candidate's own clock* (so clock skew between
+machines does not matter), writing with the resourceVersion it read so only one writer wins (409
+for the others). The leader renews every ``retry_period``; if it cannot renew within
+``renew_deadline`` it must stop acting at once — the controller exits and restarts clean rather
+than risk two leaders.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from controller.kube import LEASES, AlreadyExists, ApiError, Conflict, KubeApi, NotFound
+
+log = logging.getLogger("torchgate.controller.leader")
+
+
+def _micro_time(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaderElector:
+    """Acquire and hold one Lease."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        namespace: str,
+        name: str,
+        identity: str,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+    ) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.lease_duration = lease_duration
+        self.renew_deadline = renew_deadline
+        self.retry_period = retry_period
+        self._observed_record: Any = None
+        self._observed_at = 0.0
+        self.is_leader = False
+
+    async def acquire(self) -> None:
+        """Block until this candidate holds the Lease."""
+        while True:
+            if await self._try_acquire_or_renew():
+                break
+            await asyncio.sleep(self.retry_period)
+        self.is_leader = True
+        log.info(
+            "became the leader (lease %s/%s, identity %s)", self.namespace, self.name, self.identity
+        )
+
+    async def hold(self) -> None:
+        """Renew until renewal fails for ``renew_deadline``; then return (leadership lost)."""
+        loop = asyncio.get_running_loop()
+        last_renewal = loop.time()
+        while True:
+            await asyncio.sleep(self.retry_period)
+            if await self._try_acquire_or_renew():
+                last_renewal = loop.time()
+            elif loop.time() - last_renewal > self.renew_deadline:
+                self.is_leader = False
+                log.error("lost the leader lease %s/%s", self.namespace, self.name)
+                return
+
+    async def release(self) -> None:
+        """Give the Lease up (on clean shutdown) so a successor need not wait for it to expire."""
+        if not self.is_leader:
+            return
+        try:
+            lease = await self.api.request("GET", LEASES.path(self.namespace, self.name))
+            if lease.get("spec", {}).get("holderIdentity") == self.identity:
+                lease["spec"]["holderIdentity"] = None
+                await self.api.request("PUT", LEASES.path(self.namespace, self.name), body=lease)
+        except ApiError as exc:
+            log.warning("could not release the lease: %s", exc)
+        self.is_leader = False
+
+    async def _try_acquire_or_renew(self) -> bool:
+        loop = asyncio.get_running_loop()
+        now = datetime.now(UTC)
+        path = LEASES.path(self.namespace, self.name)
+        try:
+            lease = await self.api.request("GET", path)
+        except NotFound:
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": self._spec(now, acquired=True, transitions=0),
+            }
+            try:
+                await self.api.request("POST", LEASES.path(self.namespace), body=body)
+            except (AlreadyExists, ApiError) as exc:
+                log.debug("lease create failed: %s", exc)
+                return False
+            return True
+        except ApiError as exc:
+            log.warning("cannot read the leader lease: %s", exc)
+            return False
+        spec = lease.get("spec") or {}
+        record = (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("acquireTime"))
+        if record != self._observed_record:
+            self._observed_record = record
+            self._observed_at = loop.time()
+        holder = spec.get("holderIdentity")
+        duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
+        expired = loop.time() > self._observed_at + duration
+        if holder and holder != self.identity and not expired:
+            return False
+        transitions = int(spec.get("leaseTransitions") or 0)
+        if holder == self.identity:
+            lease["spec"] = {**spec, "renewTime": _micro_time(now)}
+        else:
+            lease["spec"] = self._spec(now, acquired=True, transitions=transitions + 1)
+        try:
+            updated = await self.api.request("PUT", path, body=lease)
+        except Conflict:
+            return False
+        except ApiError as exc:
+            log.warning("cannot renew the leader lease: %s", exc)
+            return False
+        new_spec = updated.get("spec") or {}
+        self._observed_record = (
+            new_spec.get("holderIdentity"),
+            new_spec.get("renewTime"),
+            new_spec.get("acquireTime"),
+        )
+        self._observed_at = loop.time()
+        return True
+
+    def _spec(self, now: datetime, *, acquired: bool, transitions: int) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": int(self.lease_duration),
+            "renewTime": _micro_time(now),
+            "leaseTransitions": transitions,
+        }
+        if acquired:
+            spec["acquireTime"] = _micro_time(now)
+        return spec

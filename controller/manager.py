@@ -1,0 +1,269 @@
+"""Wiring: caches, the work queue, workers, the admitter, leader election and the metrics server.
+
+Event handlers only map objects to job keys and enqueue them (pods and Services by their
+``job-name`` label, nodes and pod capacity changes wake the admitter); workers run ``reconcile``
+with per-key exclusivity, retry failures with exponential backoff, honour ``requeue_after``
+timers, and a periodic resync re-queues every job as a safety net. Only the Lease holder runs any
+of it; a replica that loses the Lease exits so that it restarts clean.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from controller.admitter import Admitter, JobKey
+from controller.informer import Informer, key_of
+from controller.kube import (
+    NODES,
+    PLACEMENT_POLICIES,
+    PODS,
+    PRIORITY_CLASSES,
+    PYTORCHJOBS,
+    SERVICES,
+    KubeApi,
+)
+from controller.leader import LeaderElector
+from controller.metrics import ControllerMetrics
+from controller.queue import ShutDown, WorkQueue
+from controller.reconciler import Options, Reconciler, job_key_of_pod
+from pytorchjob import names
+from pytorchjob.policy import PlacementPolicy, parse_policy
+
+log = logging.getLogger("torchgate.controller")
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerOptions:
+    """How to run the controller."""
+
+    namespace: str | None = None
+    workers: int = 8
+    resync_seconds: float = 300.0
+    starvation_seconds: float = 300.0
+    options: Options = field(default_factory=Options)
+
+
+class Manager:
+    """Everything the leader runs."""
+
+    def __init__(self, api: KubeApi, settings: ManagerOptions) -> None:
+        self.api = api
+        self.settings = settings
+        namespace = settings.namespace
+        selector = f"{names.LABEL_OPERATOR_NAME}={names.OPERATOR_NAME}"
+        self.jobs = Informer(api, PYTORCHJOBS, namespace=namespace)
+        # Every pod of the cluster uses capacity, not only ours, so pods are watched cluster-wide.
+        self.pods = Informer(api, PODS)
+        self.services = Informer(api, SERVICES, namespace=namespace, label_selector=selector)
+        self.nodes = Informer(api, NODES)
+        self.policy_objects = Informer(api, PLACEMENT_POLICIES)
+        self.priority_classes = Informer(api, PRIORITY_CLASSES)
+        self.queue: WorkQueue[JobKey] = WorkQueue()
+        self.metrics = ControllerMetrics(
+            jobs=lambda: self.jobs.values(), queue_depth=lambda: len(self.queue)
+        )
+        self.admitter = Admitter(
+            on_change=self.queue.add,
+            pod_exists=lambda ns, name: self.pods.get(ns, name) is not None,
+            on_admit=self.metrics.gang_wait.observe,
+            starvation_seconds=settings.starvation_seconds,
+        )
+        self.reconciler = Reconciler(
+            api,
+            jobs=self.jobs,
+            pods=self.pods,
+            services=self.services,
+            policies=self.policies,
+            priority_of=self.priority_of,
+            admitter=self.admitter,
+            metrics=self.metrics,
+            options=settings.options,
+        )
+        self._parsed_policies: dict[tuple[str, str], PlacementPolicy | None] = {}
+        self.pods.index_by(job_key_of_pod)
+        self.services.index_by(job_key_of_pod)
+        self.jobs.add_handler(self._on_job)
+        self.pods.add_handler(self._on_pod)
+        self.pods.add_handler(self.admitter.on_pod)
+        self.services.add_handler(self._on_pod)
+        self.nodes.add_handler(self.admitter.on_node)
+        self.policy_objects.add_handler(lambda *_: self._requeue_all())
+        self.priority_classes.add_handler(lambda *_: self.admitter.wake())
+
+    # ------------------------------------------------------------------ cache views
+
+    def policies(self) -> Iterable[PlacementPolicy]:
+        """The valid PlacementPolicies (parsed once per resourceVersion)."""
+        out = []
+        for raw in self.policy_objects.values():
+            metadata = raw.get("metadata") or {}
+            marker = (str(metadata.get("name")), str(metadata.get("resourceVersion")))
+            if marker not in self._parsed_policies:
+                self._parsed_policies[marker] = parse_policy(raw)[0]
+            parsed = self._parsed_policies[marker]
+            if parsed is not None:
+                out.append(parsed)
+        return out
+
+    def priority_of(self, class_name: str | None) -> int:
+        """The value of a PriorityClass (the global default's when unnamed, else 0)."""
+        for raw in self.priority_classes.values():
+            name = (raw.get("metadata") or {}).get("name")
+            if (class_name and name == class_name) or (not class_name and raw.get("globalDefault")):
+                value = raw.get("value")
+                return value if isinstance(value, int) else 0
+        return 0
+
+    # ------------------------------------------------------------------ event handlers
+
+    def _on_job(self, kind: str, job: dict[str, Any], _: dict[str, Any] | None) -> None:
+        key = key_of(job)
+        self.queue.add(key)
+        if kind == "DELETED":
+            self.admitter.cancel(key)
+
+    def _on_pod(self, _: str, obj: dict[str, Any], __: dict[str, Any] | None) -> None:
+        key = job_key_of_pod(obj)
+        if key is not None:
+            self.queue.add(key)
+
+    def _requeue_all(self) -> None:
+        for job in self.jobs.values():
+            self.queue.add(key_of(job))
+
+    # ------------------------------------------------------------------ running
+
+    async def run(self) -> None:
+        """Fill the caches, then reconcile until cancelled."""
+        informers = [
+            self.nodes,
+            self.pods,
+            self.services,
+            self.policy_objects,
+            self.priority_classes,
+            self.jobs,
+        ]
+        async with asyncio.TaskGroup() as group:
+            for informer in informers:
+                group.create_task(informer.run())
+            for informer in informers:
+                await informer.synced.wait()
+            log.info(
+                "caches synced: %d jobs, %d pods, %d nodes",
+                len(self.jobs.store),
+                len(self.pods.store),
+                len(self.nodes.store),
+            )
+            self._requeue_all()
+            group.create_task(self.admitter.run())
+            group.create_task(self._resync())
+            for _ in range(self.settings.workers):
+                group.create_task(self._worker())
+
+    async def _resync(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.resync_seconds)
+            self._requeue_all()
+
+    async def _worker(self) -> None:
+        while True:
+            try:
+                key = await self.queue.get()
+            except ShutDown:
+                return
+            started = time.perf_counter()
+            try:
+                requeue_after = await self.reconciler.reconcile(key)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                delay = self.queue.add_rate_limited(key)
+                self.metrics.reconcile_errors.inc()
+                log.warning("%s/%s: reconcile failed (%s); retrying in %.2fs", *key, exc, delay)
+            else:
+                self.queue.forget(key)
+                if requeue_after is not None:
+                    self.queue.add_after(key, requeue_after)
+            finally:
+                self.queue.done(key)
+                self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
+
+
+async def serve_metrics(
+    manager: Manager | None, metrics: ControllerMetrics, bind: str, port: int
+) -> web.AppRunner:
+    """Plain-HTTP ``/metrics``, ``/healthz`` and ``/readyz`` (caches synced, or standing by)."""
+
+    async def metrics_text(_: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics_text)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", healthz)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, bind, port).start()
+    return runner
+
+
+async def run_as_leader(
+    api: KubeApi,
+    settings: ManagerOptions,
+    *,
+    elector: LeaderElector | None,
+    metrics_bind: str,
+    metrics_port: int | None,
+    stop: asyncio.Event,
+) -> int:
+    """Serve metrics, wait for the Lease, run the manager until ``stop`` or the Lease is lost."""
+    manager = Manager(api, settings)
+    runner = (
+        await serve_metrics(manager, manager.metrics, metrics_bind, metrics_port)
+        if metrics_port is not None
+        else None
+    )
+    lost = False
+    try:
+        if elector is not None:
+            acquire = asyncio.create_task(elector.acquire())
+            stopping = asyncio.create_task(stop.wait())
+            await asyncio.wait({acquire, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not acquire.done():
+                acquire.cancel()
+                return 0
+            stopping.cancel()
+        run = asyncio.create_task(manager.run())
+        waiters = {run, asyncio.create_task(stop.wait())}
+        if elector is not None:
+            waiters.add(asyncio.create_task(elector.hold()))
+        done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        lost = elector is not None and not stop.is_set() and run not in done
+        for task in pending:
+            task.cancel()
+        for task in pending:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if run in done and run.exception() is not None:
+            raise run.exception()  # type: ignore[misc]
+    finally:
+        manager.queue.shut_down()
+        if elector is not None and not lost:
+            await elector.release()
+        if runner is not None:
+            await runner.cleanup()
+    return 1 if lost else 0

@@ -1,0 +1,169 @@
+"""The controller's Prometheus metrics, on a registry of its own.
+
+Besides the usual reconcile latency, queue depth and pod writes, two measure what torchgate is for:
+
+- ``torchgate_controller_gang_wait_seconds``: how long gangs waited for capacity before admission.
+- ``torchgate_controller_released_gpus_total`` and
+  ``torchgate_controller_gpu_seconds_released_total``: GPUs torchgate freed by deleting
+  still-running pods the moment a job ended, and the GPU-seconds returned to the pool since then:
+  what the training-operator's default (``cleanPodPolicy: None``) would have kept occupied until
+  someone deleted the job. The second grows while such a finished job still exists and stops when
+  it is deleted, as the operator's pods would have gone with it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from controller import status as st
+from controller.planning import Observed, Plan
+from pytorchjob.spec import gpu_count
+
+JobKey = tuple[str, str]
+
+
+class ControllerMetrics:
+    """Counters, histograms and the collectors computed at scrape time."""
+
+    def __init__(
+        self,
+        *,
+        registry: CollectorRegistry | None = None,
+        jobs: Callable[[], Iterable[Mapping[str, Any]]] = lambda: (),
+        queue_depth: Callable[[], int] = lambda: 0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.clock = clock
+        self.reconcile_seconds = Histogram(
+            "torchgate_controller_reconcile_seconds",
+            "Time to reconcile one PyTorchJob.",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=self.registry,
+        )
+        self.reconcile_errors = Counter(
+            "torchgate_controller_reconcile_errors_total",
+            "Reconciles that failed and were retried with backoff.",
+            registry=self.registry,
+        )
+        self.pods_created = Counter(
+            "torchgate_controller_pods_created_total", "Pods created.", registry=self.registry
+        )
+        self.pods_deleted = Counter(
+            "torchgate_controller_pods_deleted_total", "Pods deleted.", registry=self.registry
+        )
+        self.gang_wait = Histogram(
+            "torchgate_controller_gang_wait_seconds",
+            "Time a gang waited for capacity before it was admitted.",
+            buckets=(0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600),
+            registry=self.registry,
+        )
+        self.released_gpus = Counter(
+            "torchgate_controller_released_gpus_total",
+            "GPUs freed by deleting still-running pods when their job ended.",
+            registry=self.registry,
+        )
+        self.release_seconds = Histogram(
+            "torchgate_controller_release_seconds",
+            "Time from a job's end (the deciding pod's exit) to the deletion of its other pods.",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10),
+            registry=self.registry,
+        )
+        self._held: dict[JobKey, tuple[int, float]] = {}  # GPUs freed, when
+        self._retired_gpu_seconds = 0.0
+        self.registry.register(_ScrapeTime(self, jobs, queue_depth))
+
+    def observe_job(
+        self, key: JobKey, job: Mapping[str, Any], decision: Plan, observed: Observed, now: datetime
+    ) -> None:
+        """Account for a job's end when this plan is the one that releases its pods."""
+        if decision.status is None or key in self._held:
+            return
+        conditions = decision.status.get("conditions") or []
+        if not st.is_finished(conditions) or st.is_finished(st.conditions_of(job.get("status"))):
+            return
+        deleting = set(decision.delete_pods)
+        gpus = 0
+        ended_at: datetime | None = None
+        for pod in observed.pods:
+            name = str((pod.get("metadata") or {}).get("name"))
+            if name in deleting and st.phase_of(pod) not in ("Succeeded", "Failed"):
+                spec = pod.get("spec") or {}
+                gpus += sum(
+                    gpu_count(c, observed.gpu_resource) for c in spec.get("containers") or []
+                )
+            finished = _finished_at(pod)
+            if finished is not None and (ended_at is None or finished > ended_at):
+                ended_at = finished
+        if ended_at is not None:
+            self.release_seconds.observe(max((now - ended_at).total_seconds(), 0.0))
+        if gpus:
+            self.released_gpus.inc(gpus)
+            self._held[key] = (gpus, self.clock())
+
+    def forget_job(self, key: JobKey) -> None:
+        """The job is gone: stop counting GPU-seconds for it."""
+        held = self._held.pop(key, None)
+        if held is not None:
+            self._retired_gpu_seconds += held[0] * (self.clock() - held[1])
+
+    def gpu_seconds_released(self) -> float:
+        """GPU-seconds returned to the pool by releasing pods at job end, so far."""
+        now = self.clock()
+        live = sum(gpus * (now - since) for gpus, since in self._held.values())
+        return self._retired_gpu_seconds + live
+
+
+def _finished_at(pod: Mapping[str, Any]) -> datetime | None:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    latest: datetime | None = None
+    for container in statuses:
+        terminated = ((container or {}).get("state") or {}).get("terminated") or {}
+        moment = st.parse_time(terminated.get("finishedAt"))
+        if moment is not None and (latest is None or moment > latest):
+            latest = moment
+    return latest
+
+
+class _ScrapeTime(Collector):
+    """Metrics computed from the caches when Prometheus scrapes."""
+
+    def __init__(
+        self,
+        metrics: ControllerMetrics,
+        jobs: Callable[[], Iterable[Mapping[str, Any]]],
+        queue_depth: Callable[[], int],
+    ) -> None:
+        self.metrics = metrics
+        self.jobs = jobs
+        self.queue_depth = queue_depth
+
+    def collect(self) -> Iterator[Any]:
+        by_state: dict[str, int] = {}
+        for job in self.jobs():
+            conditions = st.conditions_of(job.get("status"))
+            state = str(conditions[-1].get("type")) if conditions else "New"
+            by_state[state] = by_state.get(state, 0) + 1
+        jobs = GaugeMetricFamily(
+            "torchgate_controller_jobs", "PyTorchJobs by state (last condition).", labels=["state"]
+        )
+        for state, count in sorted(by_state.items()):
+            jobs.add_metric([state], count)
+        yield jobs
+        yield GaugeMetricFamily(
+            "torchgate_controller_queue_depth",
+            "Jobs queued for reconcile.",
+            value=self.queue_depth(),
+        )
+        yield CounterMetricFamily(
+            "torchgate_controller_gpu_seconds_released",
+            "GPU-seconds returned to the pool by deleting running pods when jobs ended.",
+            value=self.metrics.gpu_seconds_released(),
+        )

@@ -1,0 +1,322 @@
+"""``reconcile(key)``: read the job and its pods from the caches, ``plan``, apply — nothing else.
+
+This is the only place that sequences I/O for a job. The order of writes matters for crash safety:
+the restart count is persisted before the failed gang is deleted (a crash in between leaves pods of
+an old attempt, which the next plan deletes without counting twice); Services before pods (so the
+master's name resolves when the pods start); status last (it describes what was done).
+
+Creates of deterministic names treat ``AlreadyExists`` as done and deletes treat ``NotFound`` as
+done, so running a plan twice is harmless. Every object the apiserver returns is written through to
+the cache at once, so the next reconcile does not act on state we already changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from controller import status as st
+from controller.admitter import Admitter, JobKey
+from controller.informer import Informer
+from controller.kube import (
+    EVENTS,
+    MERGE_PATCH,
+    PODS,
+    PYTORCHJOBS,
+    SERVICES,
+    AlreadyExists,
+    ApiError,
+    KubeApi,
+    NotFound,
+)
+from controller.metrics import ControllerMetrics
+from controller.planning import ANNOTATION_RESTARTS, Event, Observed, Plan, plan
+from pytorchjob import names
+from pytorchjob.policy import PlacementPolicy, select_policy
+from pytorchjob.spec import JobSpec, parse_job, pod_spec_of
+
+log = logging.getLogger("torchgate.controller")
+REASON_FAILED_VALIDATION = "PyTorchJobFailedValidation"
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """Controller behaviour chosen by flags."""
+
+    manage_unowned: bool = False
+    write_concurrency: int = 32
+
+
+def is_ours(job: Mapping[str, Any], options: Options) -> bool:
+    """Jobs whose ``runPolicy.managedBy`` names torchgate (or, by flag, names nobody)."""
+    spec = job.get("spec")
+    run_policy = spec.get("runPolicy") if isinstance(spec, Mapping) else None
+    managed_by = run_policy.get("managedBy") if isinstance(run_policy, Mapping) else None
+    if managed_by == names.CONTROLLER_NAME:
+        return True
+    return options.manage_unowned and not managed_by
+
+
+def job_key_of_pod(pod: Mapping[str, Any]) -> JobKey | None:
+    """The job a torchgate pod or Service belongs to, from its labels."""
+    metadata = pod.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    if labels.get(names.LABEL_OPERATOR_NAME) != names.OPERATOR_NAME:
+        return None
+    job_name = labels.get(names.LABEL_JOB_NAME)
+    if not isinstance(job_name, str):
+        return None
+    return (str(metadata.get("namespace") or ""), job_name)
+
+
+class Reconciler:
+    """Reads caches, plans, applies."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        jobs: Informer,
+        pods: Informer,
+        services: Informer,
+        policies: Callable[[], Iterable[PlacementPolicy]],
+        priority_of: Callable[[str | None], int],
+        admitter: Admitter,
+        metrics: ControllerMetrics,
+        options: Options,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.api = api
+        self.jobs = jobs
+        self.pods = pods
+        self.services = services
+        self.policies = policies
+        self.priority_of = priority_of
+        self.admitter = admitter
+        self.metrics = metrics
+        self.options = options
+        self.clock = clock
+        self._writes = asyncio.Semaphore(options.write_concurrency)
+
+    async def reconcile(self, key: JobKey) -> float | None:
+        """Converge one job; return seconds until it must be looked at again (timers)."""
+        namespace, name = key
+        job = self.jobs.get(namespace, name)
+        if job is None or not is_ours(job, self.options):
+            self.admitter.cancel(key)
+            self.metrics.forget_job(key)
+            return None
+        spec, errors = parse_job(job)
+        if spec is None:
+            self.admitter.cancel(key)
+            await self._fail_validation(job, errors)
+            return None
+        policy = select_policy(self.policies(), namespace)
+        uid = spec.uid
+        observed = Observed(
+            job_raw=job,
+            job=spec,
+            now=self.clock(),
+            pods=self.pods.indexed(key),
+            services=self.services.indexed(key),
+            allow_clean_pod_policy_none=policy.allow_clean_pod_policy_none,
+            reservation=self.admitter.reservation_for(key, uid),
+            wait_reason=self.admitter.wait_reason(key),
+            gpu_resource=policy.gpu_resource,
+        )
+        decision = plan(observed)
+        log.debug(
+            "%s/%s: %d pods observed; plan: admit=%s create=%d delete=%d status=%s requeue=%s",
+            namespace,
+            name,
+            len(observed.pods),
+            decision.needs_admission,
+            len(decision.create_pods),
+            len(decision.delete_pods),
+            decision.status is not None,
+            decision.requeue_after,
+        )
+        await self._apply(job, spec, decision)
+        self._tell_admitter(key, job, spec, observed, decision, policy)
+        self.metrics.observe_job(key, job, decision, observed, self.clock())
+        return decision.requeue_after
+
+    def _tell_admitter(
+        self,
+        key: JobKey,
+        job: Mapping[str, Any],
+        spec: JobSpec,
+        observed: Observed,
+        decision: Plan,
+        policy: PlacementPolicy,
+    ) -> None:
+        if decision.gang_timed_out:
+            delay = self.admitter.back_off(key)
+            log.warning("%s/%s: gang not bound in time; retrying in %.0fs", *key, delay)
+        if decision.needs_admission:
+            self.admitter.request(
+                key,
+                uid=spec.uid,
+                demands=decision.demands,
+                min_count=spec.min_available,
+                priority=self.priority_of(_priority_class(spec)),
+                created=str((job.get("metadata") or {}).get("creationTimestamp") or ""),
+                gpu_resource=policy.gpu_resource,
+            )
+        elif observed.reservation is not None:
+            namespace = key[0]
+            if all(self.pods.get(namespace, pod) for pod in observed.reservation):
+                self.admitter.release(key)
+        else:
+            self.admitter.cancel(key)
+
+    # ------------------------------------------------------------------ applying a plan
+
+    async def _apply(self, job: Mapping[str, Any], spec: JobSpec, decision: Plan) -> None:
+        namespace, name = spec.namespace, spec.name
+        if decision.restarts is not None:
+            patched = await self.api.request(
+                "PATCH",
+                PYTORCHJOBS.path(namespace, name),
+                body={"metadata": {"annotations": {ANNOTATION_RESTARTS: str(decision.restarts)}}},
+                content_type=MERGE_PATCH,
+            )
+            self.jobs.remember(patched)
+        await self._gather(self._create(SERVICES, namespace, s) for s in decision.create_services)
+        await self._gather(self._create(PODS, namespace, p) for p in decision.create_pods)
+        await self._gather(
+            self._delete(PODS, self.pods, namespace, n) for n in decision.delete_pods
+        )
+        await self._gather(
+            self._delete(SERVICES, self.services, namespace, n) for n in decision.delete_services
+        )
+        if decision.status is not None:
+            await self._patch_status(namespace, name, decision.status)
+        for event in decision.events:
+            await self._record(job, event)
+        if decision.delete_job:
+            try:
+                await self.api.request(
+                    "DELETE",
+                    PYTORCHJOBS.path(namespace, name),
+                    query={"propagationPolicy": "Background"},
+                )
+                log.info("%s/%s: deleted after ttlSecondsAfterFinished", namespace, name)
+            except NotFound:
+                pass
+
+    async def _gather(self, calls: Iterable[Awaitable[None]]) -> None:
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    async def _create(self, resource: Any, namespace: str, body: dict[str, Any]) -> None:
+        async with self._writes:
+            try:
+                created = await self.api.request("POST", resource.path(namespace), body=body)
+            except AlreadyExists:
+                return
+        cache = self.pods if resource is PODS else self.services
+        cache.remember(created)
+        if resource is PODS:
+            self.metrics.pods_created.inc()
+
+    async def _delete(self, resource: Any, cache: Informer, namespace: str, name: str) -> None:
+        async with self._writes:
+            try:
+                deleted = await self.api.request("DELETE", resource.path(namespace, name))
+            except NotFound:
+                cache.forget(namespace, name)
+                return
+        if isinstance(deleted, Mapping) and (deleted.get("metadata") or {}).get(
+            "deletionTimestamp"
+        ):
+            cache.remember(dict(deleted))
+        else:
+            cache.forget(namespace, name)
+        if resource is PODS:
+            self.metrics.pods_deleted.inc()
+
+    async def _patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        try:
+            patched = await self.api.request(
+                "PATCH",
+                PYTORCHJOBS.path(namespace, name, "status"),
+                body={"status": status},
+                content_type=MERGE_PATCH,
+            )
+        except NotFound:
+            return
+        self.jobs.remember(patched)
+
+    async def _record(self, job: Mapping[str, Any], event: Event) -> None:
+        """Create a core/v1 Event on the job (best effort: a lost Event is not worth a retry)."""
+        metadata = job.get("metadata") or {}
+        namespace = str(metadata.get("namespace") or "default")
+        now = st.format_time(self.clock())
+        body = {
+            "metadata": {
+                "name": f"{metadata.get('name')}.{secrets.token_hex(8)}",
+                "namespace": namespace,
+            },
+            "involvedObject": {
+                "apiVersion": names.API_VERSION,
+                "kind": names.KIND,
+                "name": metadata.get("name"),
+                "namespace": namespace,
+                "uid": metadata.get("uid"),
+                "resourceVersion": metadata.get("resourceVersion"),
+            },
+            "reason": event.reason,
+            "message": event.message[:1024],
+            "type": event.type,
+            "source": {"component": "torchgate-controller"},
+            "reportingComponent": "torchgate.io/controller",
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await self.api.request("POST", EVENTS.path(namespace), body=body)
+        except ApiError as exc:
+            log.warning(
+                "could not record event %s on %s: %s", event.reason, metadata.get("name"), exc
+            )
+        level = logging.WARNING if event.type == "Warning" else logging.INFO
+        log.log(
+            level, "%s/%s: %s: %s", namespace, metadata.get("name"), event.reason, event.message
+        )
+
+    async def _fail_validation(self, job: Mapping[str, Any], errors: list[Any]) -> None:
+        """A job the webhook never saw and that cannot run: say so once, then leave it."""
+        conditions = st.conditions_of(job.get("status"))
+        if st.is_true(conditions, "Failed"):
+            return
+        message = "PyTorchJob failed validation: " + "; ".join(str(e) for e in errors)
+        now = self.clock()
+        updated = st.set_condition(
+            conditions, "Failed", "True", REASON_FAILED_VALIDATION, message, now
+        )
+        metadata = job.get("metadata") or {}
+        await self._patch_status(
+            str(metadata.get("namespace")),
+            str(metadata.get("name")),
+            {"conditions": updated, "completionTime": st.format_time(now)},
+        )
+        await self._record(job, Event("Warning", REASON_FAILED_VALIDATION, message))
+
+
+def _priority_class(spec: JobSpec) -> str | None:
+    if spec.run_policy.priority_class:
+        return spec.run_policy.priority_class
+    for replica in spec.replica_specs:
+        value = pod_spec_of(replica.template).get("priorityClassName")
+        if isinstance(value, str) and value:
+            return value
+    return None
