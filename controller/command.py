@@ -43,6 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="after waiting this long, a gang blocks smaller jobs queued behind it (default 300)",
     )
     parser.add_argument(
+        "--gang-backoff-seconds",
+        type=float,
+        default=10.0,
+        help="first wait before re-admitting a gang that was not bound in time; doubles, max 600",
+    )
+    parser.add_argument(
         "--leader-elect",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -98,6 +104,7 @@ async def _main(args: argparse.Namespace) -> int:
         workers=args.workers,
         resync_seconds=args.resync_seconds,
         starvation_seconds=args.starvation_seconds,
+        gang_backoff_seconds=args.gang_backoff_seconds,
         options=Options(manage_unowned=args.manage_unowned),
     )
     try:

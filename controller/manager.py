@@ -49,6 +49,7 @@ class ManagerOptions:
     workers: int = 8
     resync_seconds: float = 300.0
     starvation_seconds: float = 300.0
+    gang_backoff_seconds: float = 10.0
     options: Options = field(default_factory=Options)
 
 
@@ -76,6 +77,7 @@ class Manager:
             pod_exists=lambda ns, name: self.pods.get(ns, name) is not None,
             on_admit=self.metrics.gang_wait.observe,
             starvation_seconds=settings.starvation_seconds,
+            backoff_base=settings.gang_backoff_seconds,
         )
         self.reconciler = Reconciler(
             api,

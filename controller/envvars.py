@@ -1,0 +1,217 @@
+"""The env contract between torchgate and training images (rank, world size, rendezvous).
+
+Images written for the Kubeflow training-operator read ``MASTER_ADDR``/``MASTER_PORT``/
+``WORLD_SIZE``/``RANK`` (plain ``python train.py`` with ``init_process_group("env://")``,
+Lightning's ``KubeflowEnvironment``) or rely on torchrun reading ``PET_<FLAG>`` as the default of
+each flag, so ``torchrun train.py`` needs no arguments. We keep those names and values where they
+are sound and fix the known defects:
+
+- ``RANK`` and ``PET_NODE_RANK`` are the pod (node) rank: the Master is 0 and Worker ``i`` is
+  ``i + 1``. Worker-only jobs get the full contract too, with worker 0 as the rendezvous master
+  (the training-operator sets nothing there).
+- ``WORLD_SIZE`` counts processes: total replicas times ``nprocPerNode`` when that is an integer,
+  else one process per pod (as the training-operator does).
+- ``PET_NPROC_PER_NODE`` defaults to the pod's GPU count, else ``"1"``: torchrun's ``auto`` on a CPU
+  pod starts one process per host core, not per pod CPU.
+- ``PET_STANDALONE`` is ``"1"``, never ``""`` (torchrun parses it with ``bool(int(...))``).
+- Our variables replace same-named user entries instead of being appended next to them (with two
+  ``RANK`` entries, which one wins is up to the kubelet), and are injected into the ``pytorch``
+  container only, never into sidecars.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from pytorchjob import names
+from pytorchjob.spec import JobSpec, as_int, pod_spec_of, pytorch_container_index
+
+EnvVar = dict[str, str]
+
+DEFAULT_RDZV_BACKEND: Final = "c10d"
+
+
+def rendezvous_replica(job: JobSpec) -> tuple[names.ReplicaType, int]:
+    """The replica every other rank connects to: Master 0, or Worker 0 in worker-only jobs."""
+    master = job.replica(names.MASTER)
+    return names.master_replica(master is not None and master.replicas > 0)
+
+
+def rendezvous_host(job: JobSpec) -> str:
+    """Name of the rendezvous master pod (and of its headless Service)."""
+    return names.replica_name(job.name, *rendezvous_replica(job))
+
+
+def named_port(template: object, port_name: str = names.PORT_NAME) -> int | None:
+    """``containerPort`` of the port ``port_name`` of the template's ``pytorch`` container."""
+    for port in container_ports(template):
+        if port.get("name") == port_name:
+            return valid_port(port.get("containerPort"))
+    return None
+
+
+def container_ports(template: object) -> list[Mapping[str, Any]]:
+    """The well-formed ``ports`` entries of the template's ``pytorch`` container."""
+    pod_spec = pod_spec_of(template)
+    index = pytorch_container_index(pod_spec)
+    if index is None:
+        return []
+    ports = pod_spec["containers"][index].get("ports")
+    if not isinstance(ports, list):
+        return []
+    return [port for port in ports if isinstance(port, Mapping)]
+
+
+def valid_port(value: object) -> int | None:
+    """A TCP/UDP port number from JSON, or ``None`` when it is not one."""
+    number = as_int(value)
+    return number if number is not None and 0 < number < 65536 else None
+
+
+def master_port(job: JobSpec) -> int:
+    """``pytorchjob-port`` of the rendezvous master's replica, default 23456."""
+    replica = job.replica(rendezvous_replica(job)[0])
+    port = named_port(replica.template) if replica is not None else None
+    return port if port is not None else names.DEFAULT_PORT
+
+
+def node_rank(job: JobSpec, replica_type: str, index: int) -> int:
+    """Pod rank: replicas of the types before this one (Master before Worker), plus the index."""
+    offset = 0
+    for spec in job.replica_specs:
+        if spec.replica_type == replica_type:
+            break
+        offset += spec.replicas
+    return offset + index
+
+
+def integer_nproc(job: JobSpec) -> int | None:
+    """``spec.nprocPerNode`` when it is a positive integer (not ``auto``/``cpu``/``gpu``)."""
+    value = job.nproc_per_node
+    text = value.strip() if value is not None else ""
+    if not (text.isascii() and text.isdecimal()):
+        return None
+    number = int(text)
+    return number if number > 0 else None
+
+
+def world_size(job: JobSpec) -> int:
+    """Processes in the job: total replicas times the integer ``nprocPerNode``, else one per pod."""
+    return job.total_replicas * (integer_nproc(job) or 1)
+
+
+def nproc_per_node(job: JobSpec, gpus_per_pod: int) -> str:
+    """``PET_NPROC_PER_NODE``: as given, else the deprecated elastic field, else GPUs or 1."""
+    if job.nproc_per_node is not None:
+        return job.nproc_per_node
+    if job.elastic is not None and job.elastic.n_proc_per_node is not None:
+        return str(job.elastic.n_proc_per_node)
+    return str(gpus_per_pod) if gpus_per_pod > 0 else "1"
+
+
+def elastic_bounds(job: JobSpec) -> tuple[int, int]:
+    """``(minReplicas, maxReplicas)``: an unset bound copies the other, both unset = Workers."""
+    workers = job.replica(names.WORKER)
+    default = workers.replicas if workers is not None else 0
+    elastic = job.elastic
+    low = elastic.min_replicas if elastic is not None else None
+    high = elastic.max_replicas if elastic is not None else None
+    if low is None:
+        low = high if high is not None else default
+    if high is None:
+        high = low
+    return low, high
+
+
+def rdzv_endpoint(job: JobSpec) -> str:
+    """``<rdzvHost or <job>-worker-0>:<rdzvPort or Worker's pytorchjob-port or 23456>``."""
+    elastic = job.elastic
+    host = elastic.rdzv_host if elastic is not None else None
+    port = elastic.rdzv_port if elastic is not None else None
+    if host is None:
+        host = names.replica_name(job.name, names.WORKER, 0)
+    if port is None:
+        workers = job.replica(names.WORKER)
+        port = named_port(workers.template) if workers is not None else None
+    return f"{host}:{port if port is not None else names.DEFAULT_PORT}"
+
+
+def rank_env(job: JobSpec, replica_type: str, index: int, *, gpus_per_pod: int) -> list[EnvVar]:
+    """The variables torchgate injects into the ``pytorch`` container of one replica pod.
+
+    Args:
+        job: The parsed job.
+        replica_type: ``Master`` or ``Worker``.
+        index: The replica index within its type.
+        gpus_per_pod: GPUs the ``pytorch`` container requests (the ``PET_NPROC_PER_NODE`` default).
+
+    Returns:
+        ``[{"name": ..., "value": ...}]`` in a fixed order.
+    """
+    rank = str(node_rank(job, replica_type, index))
+    master_addr = rendezvous_host(job)
+    port = str(master_port(job))
+    env: list[tuple[str, str]] = [
+        ("PYTHONUNBUFFERED", "1"),
+        ("MASTER_ADDR", master_addr),
+        ("PET_MASTER_ADDR", master_addr),
+        ("MASTER_PORT", port),
+        ("PET_MASTER_PORT", port),
+        ("WORLD_SIZE", str(world_size(job))),
+        ("RANK", rank),
+    ]
+    if job.elastic is None:
+        env.append(("PET_NODE_RANK", rank))
+        env.append(("PET_NNODES", str(job.total_replicas)))
+    else:
+        low, high = elastic_bounds(job)
+        env.append(("PET_NNODES", f"{low}:{high}"))
+    env.append(("PET_NPROC_PER_NODE", nproc_per_node(job, gpus_per_pod)))
+    if job.elastic is not None:
+        env.extend(_elastic_env(job))
+    return [{"name": name, "value": value} for name, value in env]
+
+
+def _elastic_env(job: JobSpec) -> list[tuple[str, str]]:
+    elastic = job.elastic
+    assert elastic is not None
+    env = [
+        ("PET_RDZV_BACKEND", elastic.rdzv_backend or DEFAULT_RDZV_BACKEND),
+        ("PET_RDZV_ENDPOINT", rdzv_endpoint(job)),
+    ]
+    rdzv_id = elastic.rdzv_id or job.uid or job.name
+    if rdzv_id:
+        env.append(("PET_RDZV_ID", rdzv_id))
+    if elastic.rdzv_conf:
+        env.append(("PET_RDZV_CONF", ",".join(f"{k}={v}" for k, v in elastic.rdzv_conf)))
+    if elastic.max_restarts is not None:
+        env.append(("PET_MAX_RESTARTS", str(elastic.max_restarts)))
+    if elastic.standalone:
+        env.append(("PET_STANDALONE", "1"))
+    return env
+
+
+def merge_env(user_env: object, ours: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """The container's new ``env``: ours replace same-named user entries, the rest are kept.
+
+    A user entry whose name we set is replaced by ours at the position of its first occurrence
+    (later duplicates are dropped); the user's other entries keep their order. Our variables the
+    user did not set go *before* the user's entries, because Kubernetes expands ``$(VAR)`` in an
+    env value only for variables defined earlier in the list, so ``ADDR=$(MASTER_ADDR):$(PORT)``
+    written by the user keeps working.
+    """
+    by_name = {str(entry["name"]): entry for entry in ours}
+    user = user_env if isinstance(user_env, list) else []
+    replaced: set[str] = set()
+    kept: list[Any] = []
+    for entry in user:
+        name = entry.get("name") if isinstance(entry, Mapping) else None
+        if isinstance(name, str) and name in by_name:
+            if name not in replaced:
+                kept.append(dict(by_name[name]))
+                replaced.add(name)
+            continue
+        kept.append(entry)
+    added = [dict(entry) for entry in ours if str(entry["name"]) not in replaced]
+    return added + kept

@@ -1,0 +1,162 @@
+"""Run ``torchgate controller`` as a real process for e2e tests, and read the cluster fast.
+
+The controller under test is the console command itself (a subprocess), never an in-process
+object, so flags, signal handling and leader election are exercised as in a Deployment. Reads go
+straight to the API (one HTTPS request, no kubectl process) because several tests measure how
+quickly things happen.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.conftest import Cluster
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ControllerProcess:
+    """One ``torchgate controller`` process with its log file and metrics port."""
+
+    def __init__(
+        self, kubeconfig: Path, log_dir: Path, *extra: str, leader_elect: bool = False
+    ) -> None:
+        self.kubeconfig = kubeconfig
+        self.metrics_port = free_port()
+        self.log_path = log_dir / f"controller-{self.metrics_port}.log"
+        self.args = [
+            sys.executable,
+            "-m",
+            "torchgate",
+            "controller",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--manage-unowned",
+            "--metrics-bind-address",
+            "127.0.0.1",
+            "--metrics-port",
+            str(self.metrics_port),
+            "--gang-backoff-seconds",
+            "2",
+            "--leader-elect" if leader_elect else "--no-leader-elect",
+            "--leader-election-namespace",
+            "default",
+            *extra,
+        ]
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: Any = None
+
+    def start(self) -> ControllerProcess:
+        self._log = self.log_path.open("ab")
+        env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+        self.process = subprocess.Popen(
+            self.args, stdout=self._log, stderr=subprocess.STDOUT, env=env
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"controller exited early:\n{self.log()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.metrics_port), timeout=0.2):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError(f"controller did not open its metrics port:\n{self.log()}")
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no lease release, mid-flight."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+        self._log.close()
+
+    def stop(self) -> int:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        return int(self.process.returncode)
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.read().decode()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def job_path(namespace: str, name: str = "") -> str:
+    base = f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs"
+    return f"{base}/{name}" if name else base
+
+
+def get_job(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
+    status, body = cluster.api_request("GET", job_path(namespace, name))
+    return body if status == 200 else None
+
+
+def create_job(cluster: Cluster, job: dict[str, Any]) -> dict[str, Any]:
+    namespace = job["metadata"]["namespace"]
+    status, body = cluster.api_request("POST", job_path(namespace), job)
+    assert status == 201, body
+    return body
+
+
+def job_pods(cluster: Cluster, namespace: str, job: str) -> list[dict[str, Any]]:
+    selector = urllib.request.quote(f"training.kubeflow.org/job-name={job}")
+    status, body = cluster.api_request(
+        "GET", f"/api/v1/namespaces/{namespace}/pods?labelSelector={selector}"
+    )
+    assert status == 200, body
+    return list(body["items"])
+
+
+def live_pods(cluster: Cluster, namespace: str, job: str) -> list[dict[str, Any]]:
+    """Pods of a job that are not being deleted."""
+    return [
+        p for p in job_pods(cluster, namespace, job) if not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def condition(job: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
+    for item in (job or {}).get("status", {}).get("conditions", []):
+        if item.get("type") == kind:
+            return dict(item)
+    return None
+
+
+def is_true(job: dict[str, Any] | None, kind: str) -> bool:
+    found = condition(job, kind)
+    return found is not None and found.get("status") == "True"
+
+
+def events_of(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    selector = urllib.request.quote(f"involvedObject.name={name}")
+    status, body = cluster.api_request(
+        "GET", f"/api/v1/namespaces/{namespace}/events?fieldSelector={selector}"
+    )
+    assert status == 200, body
+    return list(body["items"])
+
+
+def dump(obj: Any) -> str:
+    return json.dumps(obj, indent=1, sort_keys=True)[:4000]
