@@ -11,10 +11,11 @@ planned but not yet bound, so the admitter never promises the same GPUs twice.
 The eligibility rules mirror kube-scheduler's filters for what a pod template can say:
 ``nodeSelector``, required node affinity (``In``, ``NotIn``, ``Exists``, ``DoesNotExist``, ``Gt``,
 ``Lt``; ``matchFields`` on ``metadata.name``), taints with effect ``NoSchedule``/``NoExecute``
-against tolerations (``PreferNoSchedule`` is only a preference), cordoned and not-Ready nodes, and
-every requested resource including the ``pods`` count. Packing uses as few nodes as possible:
-NCCL inside a node is far faster than across nodes, and whole free nodes stay available to the next
-large job.
+against tolerations (``PreferNoSchedule`` is only a preference), cordoned and not-Ready nodes,
+every requested resource including the ``pods`` count, and host ports (with ``hostNetwork`` every
+replica binds port 23456, so two pods of one gang never share a node). Packing uses as few nodes
+as possible: NCCL inside a node is far faster than across nodes, and whole free nodes stay
+available to the next large job.
 
 Cost: the admitter calls ``place_gang`` for up to ~1,000 waiting jobs against ~200 nodes per
 cycle, so it is O(pods x eligible nodes), exits early when the total free capacity is short, and
