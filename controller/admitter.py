@@ -63,6 +63,7 @@ class Waiting:
     since: float
     not_before: float = 0.0
     reason: str | None = None
+    reported_at: float | None = None
 
     def order(self) -> tuple[int, str, str, str]:
         """Admission order: higher priority first, then older, then by name."""
@@ -131,6 +132,7 @@ class Admitter:
         starvation_seconds: float = 300.0,
         backoff_base: float = 10.0,
         backoff_max: float = 600.0,
+        reason_refresh_seconds: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.on_change = on_change
@@ -139,6 +141,7 @@ class Admitter:
         self.starvation_seconds = starvation_seconds
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
+        self.reason_refresh_seconds = reason_refresh_seconds
         self.clock = clock
         self.nodes: dict[str, NodeView] = {}
         self.ledger = _Ledger()
@@ -300,7 +303,7 @@ class Admitter:
                 self._admit(waiting, outcome, free, now)
                 admitted.append(waiting.key)
                 continue
-            self._still_waiting(waiting, outcome)
+            self._still_waiting(waiting, outcome, now)
             if now - waiting.since > self.starvation_seconds:
                 break  # nothing behind a starving job jumps the queue
         return admitted
@@ -335,8 +338,16 @@ class Admitter:
         )
         self.on_change(waiting.key)
 
-    def _still_waiting(self, waiting: Waiting, shortfall: Shortfall) -> None:
+    def _still_waiting(self, waiting: Waiting, shortfall: Shortfall, now: float) -> None:
         log.debug("%s/%s waits: %s", *waiting.key, shortfall.message)
-        if waiting.reason != shortfall.message:
-            waiting.reason = shortfall.message
+        if waiting.reason == shortfall.message:
+            return
+        waiting.reason = shortfall.message
+        # The free counts in the message change with every pod; rewriting the status of every
+        # waiting job on each change would flood the apiserver, so refreshes are throttled.
+        stale = (
+            waiting.reported_at is None or now - waiting.reported_at >= self.reason_refresh_seconds
+        )
+        if stale:
+            waiting.reported_at = now
             self.on_change(waiting.key)

@@ -101,7 +101,9 @@ class Reconciler:
         self.metrics = metrics
         self.options = options
         self.clock = clock
-        self._writes = asyncio.Semaphore(options.write_concurrency)
+        # Deletes (which free GPUs) never queue behind creates.
+        self._creates = asyncio.Semaphore(options.write_concurrency)
+        self._deletes = asyncio.Semaphore(options.write_concurrency)
 
     async def reconcile(self, key: JobKey) -> float | None:
         """Converge one job; return seconds until it must be looked at again (timers)."""
@@ -217,7 +219,7 @@ class Reconciler:
                 raise result
 
     async def _create(self, resource: Any, namespace: str, body: dict[str, Any]) -> None:
-        async with self._writes:
+        async with self._creates:
             try:
                 created = await self.api.request("POST", resource.path(namespace), body=body)
             except AlreadyExists:
@@ -228,7 +230,7 @@ class Reconciler:
             self.metrics.pods_created.inc()
 
     async def _delete(self, resource: Any, cache: Informer, namespace: str, name: str) -> None:
-        async with self._writes:
+        async with self._deletes:
             try:
                 deleted = await self.api.request("DELETE", resource.path(namespace, name))
             except NotFound:

@@ -179,7 +179,11 @@ def node(
             "labels": {"kubernetes.io/hostname": name, **(labels or {})},
         },
         "spec": {},
-        "status": {"capacity": dict(capacity), "allocatable": dict(capacity)},
+        "status": {
+            "capacity": dict(capacity),
+            "allocatable": dict(capacity),
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
     }
     if taints:
         out["spec"]["taints"] = taints

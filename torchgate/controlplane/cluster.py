@@ -172,6 +172,16 @@ class Layout:
         """PIDs and endpoints, for ``from_state``."""
         return self.root / STATE_FILE
 
+    @property
+    def audit_policy(self) -> Path:
+        """The apiserver's audit policy (written only with ``ControlPlane(audit_log=True)``)."""
+        return self.root / "audit-policy.yaml"
+
+    @property
+    def audit_log(self) -> Path:
+        """The apiserver's audit log, one JSON event per line (with ``audit_log=True``)."""
+        return self.logs / "audit.log"
+
     def generated(self) -> tuple[Path, ...]:
         """Everything ``start()`` writes (and wipes before writing again)."""
         return (
@@ -179,6 +189,7 @@ class Layout:
             self.kubeconfig,
             self.scheduler_config,
             self.kwok_config,
+            self.audit_policy,
             self.etcd_data,
             self.logs,
             self.state,
@@ -252,8 +263,26 @@ def etcd_command(binaries: Binaries, layout: Layout, ports: Ports) -> list[str]:
     ]
 
 
-def apiserver_command(binaries: Binaries, layout: Layout, ports: Ports) -> list[str]:
-    """kube-apiserver with token auth, Node+RBAC authorization and the default admission set."""
+def apiserver_command(
+    binaries: Binaries, layout: Layout, ports: Ports, *, audit: bool = False
+) -> list[str]:
+    """kube-apiserver with token auth, Node+RBAC authorization and the default admission set.
+
+    With ``audit``, every request is logged (at the Metadata level, see :func:`audit_policy`) to
+    ``layout.audit_log``; tests read it to see which calls an identity made and their status.
+    """
+    audit_flags = (
+        [
+            f"--audit-policy-file={layout.audit_policy}",
+            f"--audit-log-path={layout.audit_log}",
+            "--audit-log-format=json",
+            # Written before the response is sent, so a test reads what it just caused.
+            "--audit-log-mode=blocking",
+            "--audit-log-maxsize=0",
+        ]
+        if audit
+        else []
+    )
     return [
         str(binaries.kube_apiserver),
         f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
@@ -273,7 +302,22 @@ def apiserver_command(binaries: Binaries, layout: Layout, ports: Ports) -> list[
         # The "kubernetes" Service would get a loopback endpoint, which endpoint validation
         # refuses; nothing in a kwok cluster can use it anyway.
         "--endpoint-reconciler-type=none",
+        *audit_flags,
     ]
+
+
+def audit_policy() -> dict[str, Any]:
+    """Log who did what to which object and the response code, never a request/response body.
+
+    One event per request at ResponseComplete (ResponseStarted too for watches, which may never
+    complete); RequestReceived would only duplicate each event.
+    """
+    return {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived"],
+        "rules": [{"level": "Metadata"}],
+    }
 
 
 def controller_manager_command(binaries: Binaries, layout: Layout, ports: Ports) -> list[str]:
@@ -284,6 +328,9 @@ def controller_manager_command(binaries: Binaries, layout: Layout, ports: Ports)
         "--bind-address=127.0.0.1",
         f"--secure-port={ports.controller_manager}",
         "--leader-elect=false",
+        # The defaults (20 QPS) throttle garbage collection of thousands of pods on the scale rig.
+        "--kube-api-qps=500",
+        "--kube-api-burst=1000",
         f"--controllers={','.join(CONTROLLERS)}",
         f"--root-ca-file={layout.ca_cert}",
         f"--service-account-private-key-file={layout.service_account_key}",
@@ -321,7 +368,8 @@ def scheduler_configuration(kubeconfig: Path) -> dict[str, Any]:
     return {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
-        "clientConnection": {"kubeconfig": str(kubeconfig)},
+        # The default 50 QPS would cap binding at 50 pods/s on the scale rig (thousands of pods).
+        "clientConnection": {"kubeconfig": str(kubeconfig), "qps": 500, "burst": 1000},
         "leaderElection": {"leaderElect": False},
     }
 
@@ -676,6 +724,7 @@ class ControlPlane:
         workdir: Path | None = None,
         kubectl: str | None = None,
         startup_timeout: float = 120.0,
+        audit_log: bool = False,
     ) -> None:
         """Describe a control plane to start; nothing runs until :meth:`start`.
 
@@ -686,7 +735,10 @@ class ControlPlane:
                 previous generated content is replaced at start.
             kubectl: kubectl executable; default ``$TORCHGATE_KUBECTL`` or ``kubectl`` on PATH.
             startup_timeout: Seconds :meth:`start` waits for everything to be ready.
+            audit_log: Make the apiserver log every request to :attr:`audit_log_path`
+                (opt-in: it costs disk and a little latency; RBAC tests read it).
         """
+        self._audit = audit_log
         self._binaries = binaries
         self._requested_workdir = workdir
         self._workdir: Path | None = None
@@ -808,6 +860,13 @@ class ControlPlane:
     def startup_seconds(self) -> float | None:
         """Wall-clock seconds :meth:`start` took until everything was ready."""
         return self._startup_seconds
+
+    @property
+    def audit_log_path(self) -> Path | None:
+        """The apiserver's audit log (JSON lines), when started with ``audit_log=True``."""
+        if not self._audit or self._workdir is None:
+            return None
+        return Layout(self._workdir).audit_log
 
     def _require(self, value: _T | None, what: str) -> _T:
         if value is None:
@@ -965,7 +1024,9 @@ class ControlPlane:
             {"etcd /health": lambda: _http_ok(f"http://127.0.0.1:{ports.etcd_client}/health")},
             deadline,
         )
-        self._spawn("kube-apiserver", apiserver_command(binaries, layout, ports), layout)
+        self._spawn(
+            "kube-apiserver", apiserver_command(binaries, layout, ports, audit=self._audit), layout
+        )
         api = ssl.create_default_context(cafile=str(layout.ca_cert))
         self._wait_until(
             {"kube-apiserver /readyz": lambda: _http_ok(f"{self.server}/readyz", context=api)},
@@ -1006,11 +1067,18 @@ class ControlPlane:
             yaml.safe_dump(scheduler_configuration(layout.kubeconfig), sort_keys=False),
             encoding="utf-8",
         )
+        if self._audit:
+            layout.audit_policy.write_text(
+                yaml.safe_dump(audit_policy(), sort_keys=False), encoding="utf-8"
+            )
         try:
             stages = kwok.render_stages(binaries.stages_dir)
         except ValueError as error:
             raise ControlPlaneError(f"kwok stages: {error}") from error
-        layout.kwok_config.write_text(stages, encoding="utf-8")
+        layout.kwok_config.write_text(
+            stages + "---\n" + yaml.safe_dump(kwok.controller_configuration(), sort_keys=False),
+            encoding="utf-8",
+        )
 
     def _spawn(self, name: str, argv: Sequence[str], layout: Layout) -> None:
         log_path = layout.logs / f"{name}.log"

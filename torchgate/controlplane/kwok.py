@@ -230,6 +230,20 @@ def render_stages(stages_dir: Path) -> str:
     return dump_stages(stage_documents(load_upstream_stages(stages_dir)))
 
 
+def controller_configuration() -> dict[str, Any]:
+    """Options of the kwok controller: more stage workers than the default 4 (thousands of pods)."""
+    return {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokConfiguration",
+        "options": {
+            "podPlayStageParallelism": 16,
+            "nodePlayStageParallelism": 8,
+            "nodeLeaseParallelism": 8,
+            "podsOnNodeSyncParallelism": 2,
+        },
+    }
+
+
 def gpu_node(
     name: str,
     *,
