@@ -1,0 +1,405 @@
+"""Controller benchmark: 1,000 PyTorchJobs (1 Master + 7 Workers, 1 GPU) on 200 fake 8-GPU nodes.
+
+A benchmark, not a test: it prints figures and writes them as JSON; it asserts nothing.
+
+It starts its own local control plane (the cached binaries), then in one run measures:
+
+1. **Baseline**: a plain script creates the same 1,600 pods (the first wave's worth: 200 gangs of 8)
+   straight through the API with the same write concurrency the controller uses, and the rate is
+   taken between the first and last pod seen by a watch. The pods are then deleted.
+2. **The controller** (the real ``torchgate controller`` process): all 1,000 jobs are submitted
+   at once; each Master finishes by itself a few seconds after it starts (kwok's
+   ``torchgate.io/fake-run-seconds`` stage; durations are spread over ``--spread`` seconds, as
+   real jobs do not all end in the same second), so jobs succeed, torchgate deletes their Workers
+   and the next waiting gangs are admitted into the freed GPUs, five waves in all. A watch records
+   when every pod appears, when each Master succeeds and when its job's other pods are gone.
+
+Reported: jobs admitted per second in the first wave (and pods/s against the baseline's),
+p50/p99 of job create -> all its pods created (first wave, and all jobs including queueing),
+p50/p99 of Master success -> all other pods of the job deleted (GPUs free), and the controller's
+peak RSS. Run: ``.venv/bin/python benchmarks/controller_bench.py [--jobs 1000 --nodes 200]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from controller.pods import build_pod
+from pytorchjob.spec import parse_job
+from torchgate.controlplane import kwok
+from torchgate.controlplane.binaries import ensure_binaries
+from torchgate.controlplane.cluster import ControlPlane
+
+REPO = Path(__file__).resolve().parents[1]
+
+POOL = "bench"
+WRITE_CONCURRENCY = 32
+
+
+class Api:
+    """A minimal async client with the admin token (the benchmark's own load)."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.server = plane.server
+        context = ssl.create_default_context(cafile=str(plane.ca_file))
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=context, limit=64),
+            headers={"Authorization": f"Bearer {plane.token}"},
+        )
+
+    async def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        async with self.session.request(method, self.server + path, json=body) as response:
+            return response.status, await response.json(content_type=None)
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+class PodWatch:
+    """Times (monotonic) of pod events in one namespace, from a watch."""
+
+    def __init__(self, api: Api, namespace: str) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.added: dict[str, float] = {}
+        self.succeeded: dict[str, float] = {}
+        self.deleting: dict[str, float] = {}
+        self.gone: dict[str, float] = {}
+        self.ready = asyncio.Event()
+
+    async def run(self) -> None:
+        path = f"/api/v1/namespaces/{self.namespace}/pods?watch=true&allowWatchBookmarks=true"
+        version = ""
+        while True:
+            url = self.api.server + path + (f"&resourceVersion={version}" if version else "")
+            async with self.api.session.get(url, timeout=aiohttp.ClientTimeout(total=None)) as r:
+                self.ready.set()
+                async for line in r.content:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    now = time.monotonic()
+                    obj = event["object"]
+                    version = obj["metadata"].get("resourceVersion", version)
+                    if event["type"] in ("BOOKMARK", "ERROR"):
+                        continue
+                    name = obj["metadata"]["name"]
+                    self.added.setdefault(name, now)
+                    if obj.get("status", {}).get("phase") == "Succeeded":
+                        self.succeeded.setdefault(name, now)
+                    if obj["metadata"].get("deletionTimestamp"):
+                        self.deleting.setdefault(name, now)
+                    if event["type"] == "DELETED":
+                        self.gone.setdefault(name, now)
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def gang(name: str, namespace: str, run_seconds: int) -> dict[str, Any]:
+    """1 Master + 7 Workers, 1 GPU each; the Master ends by itself (kwok) after run_seconds."""
+
+    def replica(replicas: int, annotations: dict[str, str]) -> dict[str, Any]:
+        container = {
+            "name": "pytorch",
+            "image": "docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727",
+            "resources": {"limits": {"nvidia.com/gpu": 1}},
+        }
+        return {
+            "replicas": replicas,
+            "restartPolicy": "OnFailure",
+            "template": {
+                "metadata": {"annotations": annotations},
+                "spec": {"nodeSelector": {"pool": POOL}, "containers": [container]},
+            },
+        }
+
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "runPolicy": {"cleanPodPolicy": "Running"},
+            "pytorchReplicaSpecs": {
+                "Master": replica(1, kwok.run_seconds_annotation(run_seconds)),
+                "Worker": replica(7, {}),
+            },
+        },
+    }
+
+
+async def bounded(calls: Sequence[Any], limit: int) -> list[Any]:
+    semaphore = asyncio.Semaphore(limit)
+
+    async def one(call: Any) -> Any:
+        async with semaphore:
+            return await call
+
+    return await asyncio.gather(*(one(c) for c in calls))
+
+
+async def baseline(api: Api, namespace: str, gangs: int) -> dict[str, float]:
+    """The same pods, created by a plain script."""
+    watch = PodWatch(api, namespace)
+    task = asyncio.create_task(watch.run())
+    await watch.ready.wait()
+    pods = []
+    for index in range(gangs):
+        raw = gang(f"plain-{index:04d}", namespace, 3600)
+        raw["metadata"]["uid"] = f"00000000-0000-0000-0000-{index:012d}"
+        spec, _ = parse_job(raw)
+        assert spec is not None
+        for replica in spec.replica_specs:
+            for i in range(replica.replicas):
+                pod = build_pod(
+                    raw,
+                    spec,
+                    replica.replica_type,
+                    i,
+                    node=None,
+                    attempt=1,
+                    gpu_resource="nvidia.com/gpu",
+                )
+                pod["metadata"].pop("ownerReferences", None)
+                pods.append(pod)
+    started = time.monotonic()
+    results = await bounded(
+        [api.request("POST", f"/api/v1/namespaces/{namespace}/pods", p) for p in pods],
+        WRITE_CONCURRENCY,
+    )
+    elapsed = time.monotonic() - started
+    assert all(status == 201 for status, _ in results), [r for r in results if r[0] != 201][:3]
+    while len(watch.added) < len(pods):
+        await asyncio.sleep(0.05)
+    times = sorted(watch.added.values())
+    rate = len(times) / (times[-1] - times[0])
+    await api.request("DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0")
+    task.cancel()
+    return {"pods": len(pods), "pods_per_second": rate, "client_seconds": elapsed}
+
+
+async def run_controller_phase(
+    api: Api,
+    plane: ControlPlane,
+    namespace: str,
+    jobs: int,
+    nodes: int,
+    run_seconds: int,
+    log: Path,
+) -> dict[str, Any]:
+    watch = PodWatch(api, namespace)
+    watch_task = asyncio.create_task(watch.run())
+    await watch.ready.wait()
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    controller = subprocess.Popen(
+        [sys.executable, "-m", "torchgate", "controller", "--kubeconfig", str(plane.kubeconfig),
+         "--manage-unowned", "--no-leader-elect", "--metrics-port", "0", "--log-level", "WARNING"],
+        stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=REPO,
+    )  # fmt: skip
+    peak_rss = 0
+    stop_sampling = asyncio.Event()
+
+    async def sample_rss() -> None:
+        nonlocal peak_rss
+        while not stop_sampling.is_set():
+            try:
+                for line in Path(f"/proc/{controller.pid}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        peak_rss = max(peak_rss, int(line.split()[1]) * 1024)
+            except OSError:
+                pass
+            await asyncio.sleep(0.5)
+
+    sampler = asyncio.create_task(sample_rss())
+    await asyncio.sleep(3)  # let it list and watch
+    names = [f"job-{i:04d}" for i in range(jobs)]
+    submitted: dict[str, float] = {}
+
+    async def submit(name: str) -> None:
+        status, body = await api.request(
+            "POST",
+            f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs",
+            gang(name, namespace, run_seconds),
+        )
+        assert status == 201, body
+        submitted[name] = time.monotonic()
+
+    started = time.monotonic()
+    await bounded([submit(i, n) for i, n in enumerate(names)], WRITE_CONCURRENCY)
+    submit_seconds = time.monotonic() - started
+    expected = {n: [f"{n}-master-0"] + [f"{n}-worker-{i}" for i in range(7)] for n in names}
+    deadline = time.monotonic() + 1800
+    while True:
+        done = [
+            n for n in names
+            if all(p in watch.gone or p == f"{n}-master-0" for p in expected[n][1:])
+            and f"{n}-master-0" in watch.succeeded
+        ]  # fmt: skip
+        if len(done) == len(names) or time.monotonic() > deadline:
+            break
+        print(
+            f"\r  {len(done)}/{len(names)} jobs done, {len(watch.added)} pods seen",
+            end="",
+            file=sys.stderr,
+        )
+        await asyncio.sleep(1)
+    print(file=sys.stderr)
+    stop_sampling.set()
+    await sampler
+    controller.send_signal(signal.SIGTERM)
+    controller.wait(timeout=30)
+    watch_task.cancel()
+
+    created_all = {
+        n: max(watch.added[p] for p in expected[n])
+        for n in names
+        if all(p in watch.added for p in expected[n])
+    }
+    latency = {n: created_all[n] - submitted[n] for n in created_all}
+    capacity = nodes * 8 // 8
+    first_wave = sorted(created_all, key=created_all.get)[:capacity]  # type: ignore[arg-type]
+    wave_pods = sorted(watch.added[p] for n in first_wave for p in expected[n])
+    release, release_deleting = [], []
+    for n in names:
+        master = f"{n}-master-0"
+        if master not in watch.succeeded:
+            continue
+        workers = expected[n][1:]
+        if all(w in watch.gone for w in workers):
+            release.append(max(watch.gone[w] for w in workers) - watch.succeeded[master])
+        if all(w in watch.deleting or w in watch.gone for w in workers):
+            release_deleting.append(
+                max(watch.deleting.get(w, watch.gone.get(w, 0.0)) for w in workers)
+                - watch.succeeded[master]
+            )
+    first_rate = len(wave_pods) / (wave_pods[-1] - wave_pods[0])
+    return {
+        "jobs": jobs,
+        "jobs_done": len(done),
+        "submit_seconds": submit_seconds,
+        "first_wave_jobs": len(first_wave),
+        "first_wave_pods_per_second": first_rate,
+        "first_wave_jobs_per_second": first_rate / 8,
+        "create_to_all_pods_first_wave_p50": percentile([latency[n] for n in first_wave], 0.5),
+        "create_to_all_pods_first_wave_p99": percentile([latency[n] for n in first_wave], 0.99),
+        "create_to_all_pods_all_jobs_p50": percentile(list(latency.values()), 0.5),
+        "create_to_all_pods_all_jobs_p99": percentile(list(latency.values()), 0.99),
+        "overall_jobs_per_second": len(done)
+        / (max(watch.gone.values(), default=started) - started),
+        "release_gone_p50": percentile(release, 0.5),
+        "release_gone_p99": percentile(release, 0.99),
+        "release_requested_p50": percentile(release_deleting, 0.5),
+        "release_requested_p99": percentile(release_deleting, 0.99),
+        "controller_peak_rss_mib": peak_rss / 2**20,
+    }
+
+
+async def main_async(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    plane = ControlPlane(binaries=ensure_binaries(), workdir=workdir / "plane")
+    with plane:
+        print(f"control plane ready in {plane.startup_seconds:.1f}s", file=sys.stderr)
+        for path in sorted((REPO / "manifests" / "crds").glob("*.yaml")):
+            plane.kubectl("apply", "-f", str(path))
+        plane.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s", "crd/pytorchjobs.kubeflow.org"
+        )
+        nodes = [
+            kwok.gpu_node(f"n{i:03d}", gpus=8, labels={"pool": POOL}) for i in range(args.nodes)
+        ]
+        plane.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}),
+        )
+        plane.kubectl("wait", "--for=condition=Ready", "--timeout=120s", "nodes", "--all")
+        for namespace in ("baseline", "bench"):
+            plane.kubectl("create", "namespace", namespace)
+        while plane.kubectl("get", "sa", "default", "-n", "bench", check=False).returncode != 0:
+            time.sleep(0.2)
+        api = Api(plane)
+        try:
+            print("baseline: plain pod creation", file=sys.stderr)
+            base = await baseline(api, "baseline", args.nodes)
+            print(f"  {base['pods_per_second']:.0f} pods/s", file=sys.stderr)
+            await asyncio.sleep(5)
+            print(f"controller: {args.jobs} jobs", file=sys.stderr)
+            ctrl = await run_controller_phase(
+                api,
+                plane,
+                "bench",
+                args.jobs,
+                args.nodes,
+                args.run_seconds,
+                workdir / "controller.log",
+            )
+        finally:
+            await api.close()
+    return {
+        "setup": {
+            "jobs": args.jobs,
+            "nodes": args.nodes,
+            "gpus_per_node": 8,
+            "run_seconds": args.run_seconds,
+        },
+        "baseline": base,
+        "controller": ctrl,
+        "ratio_controller_to_plain": ctrl["first_wave_pods_per_second"] / base["pods_per_second"],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--nodes", type=int, default=200)
+    parser.add_argument("--run-seconds", type=int, default=5, help="shortest Master run time")
+    parser.add_argument("--spread", type=int, default=10, help="Master run times vary this much")
+    parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "controller.json")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="tg-bench-") as tmp:
+        result = asyncio.run(main_async(args, Path(tmp)))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    c, b = result["controller"], result["baseline"]
+    ratio = result["ratio_controller_to_plain"]
+    lines = [
+        f"baseline (plain script): {b['pods_per_second']:.0f} pods/s",
+        f"controller first wave:   {c['first_wave_pods_per_second']:.0f} pods/s"
+        f" = {c['first_wave_jobs_per_second']:.1f} jobs/s ({ratio:.0%} of plain)",
+        "create -> all pods created: first wave"
+        f" p50 {c['create_to_all_pods_first_wave_p50']:.2f}s"
+        f" p99 {c['create_to_all_pods_first_wave_p99']:.2f}s;"
+        f" all jobs p50 {c['create_to_all_pods_all_jobs_p50']:.2f}s"
+        f" p99 {c['create_to_all_pods_all_jobs_p99']:.2f}s",
+        "Master success -> other pods deleted (requested):"
+        f" p50 {c['release_requested_p50']:.3f}s p99 {c['release_requested_p99']:.3f}s;"
+        f" gone: p50 {c['release_gone_p50']:.3f}s p99 {c['release_gone_p99']:.3f}s",
+        f"jobs done {c['jobs_done']}/{c['jobs']}; overall {c['overall_jobs_per_second']:.1f} jobs/s;"
+        f" controller peak RSS {c['controller_peak_rss_mib']:.0f} MiB",
+        f"written to {args.out}",
+    ]
+    print("\n" + "\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
