@@ -393,7 +393,8 @@ def main() -> int:
         "Master success -> other pods deleted (requested):"
         f" p50 {c['release_requested_p50']:.3f}s p99 {c['release_requested_p99']:.3f}s;"
         f" gone: p50 {c['release_gone_p50']:.3f}s p99 {c['release_gone_p99']:.3f}s",
-        f"jobs done {c['jobs_done']}/{c['jobs']}; overall {c['overall_jobs_per_second']:.1f} jobs/s;"
+        f"jobs done {c['jobs_done']}/{c['jobs']};"
+        f" overall {c['overall_jobs_per_second']:.1f} jobs/s;"
         f" controller peak RSS {c['controller_peak_rss_mib']:.0f} MiB",
         f"written to {args.out}",
     ]
