@@ -127,6 +127,9 @@ def read_documents(path: str) -> Iterator[Document]:
 def _yaml_error(source: str, exc: yaml.YAMLError) -> str:
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and context_mark is not None and context_mark is not mark:
+        problem = f"{problem} ({context} at line {context_mark.line + 1})"
     if mark is None:
         return f"{source}: not valid YAML: {problem}"
     return f"{source}:{mark.line + 1}:{mark.column + 1}: not valid YAML: {problem}"

@@ -73,7 +73,13 @@ async def _serve(args: argparse.Namespace, tls: ReloadingTLS) -> None:
     cache = PolicyCache()
     tasks: list[asyncio.Task[None]] = []
     api_client = await _policy_source(args, cache, tasks)
-    app = create_app(cache, metrics=Metrics(), max_body_bytes=args.max_body_bytes)
+    app = create_app(
+        cache,
+        metrics=Metrics(),
+        max_body_bytes=args.max_body_bytes,
+        # Benchmarks only: X-Torchgate-Server-Time on every review response.
+        server_timing=os.environ.get("TORCHGATE_SERVER_TIMING") == "1",
+    )
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, args.bind, args.port, ssl_context=tls.context)

@@ -19,9 +19,10 @@ object had and the new one lost (``kubectl replace`` with the original manifest)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from pytorchjob import names
 from pytorchjob.fieldpath import FieldError, FieldPath, duplicate, invalid
@@ -34,6 +35,8 @@ IPC_LOCK = "IPC_LOCK"
 _RESTORED_ON_UPDATE = ("cleanPodPolicy", "backoffLimit", "ttlSecondsAfterFinished", "managedBy")
 
 Token = str | int
+# isinstance() tries the exact JSON type first; the ABC check alone is several times slower.
+_OBJECT: Final = (dict, Mapping)
 
 
 @dataclass(slots=True)
@@ -54,42 +57,62 @@ class _Editor:
     """
 
     def __init__(self, source: Any) -> None:
-        self.root = dict(source) if isinstance(source, Mapping) else source
+        self.root = dict(source) if isinstance(source, _OBJECT) else source
         self._owned: set[int] = {id(self.root)}
+        # Writable containers by path: most writes land in the same few containers. An owned
+        # container is never replaced by a walk, only by ``set`` over an existing member or by
+        # ``move``, which therefore forget the memo.
+        self._nodes: dict[tuple[Token, ...], Any] = {}
         self.ops: list[dict[str, Any]] = []
 
-    def _writable(self, tokens: Sequence[Token]) -> Any:
+    def _writable(self, tokens: tuple[Token, ...]) -> Any:
+        node = self._nodes.get(tokens)
+        if node is not None:
+            return node
         node = self.root
         for token in tokens:
             child = node[token]
             if id(child) not in self._owned:
-                child = dict(child) if isinstance(child, Mapping) else list(child)
+                child = dict(child) if isinstance(child, _OBJECT) else list(child)
                 node[token] = child
                 self._owned.add(id(child))
             node = child
+        self._nodes[tokens] = node
         return node
 
-    def set(self, parent: Sequence[Token], key: str, value: Any) -> None:
+    def set(self, parent: tuple[Token, ...], key: str, value: Any) -> None:
         """Add or replace member ``key`` of the object at ``parent``."""
-        self._writable(parent)[key] = value
+        node = self._writable(parent)
+        if key in node:
+            self._nodes.clear()
+        node[key] = value
         self.ops.append({"op": "add", "path": _pointer((*parent, key)), "value": value})
 
-    def append(self, parent: Sequence[Token], value: Any) -> None:
+    def append(self, parent: tuple[Token, ...], value: Any) -> None:
         """Append ``value`` to the list at ``parent``."""
         self._writable(parent).append(value)
         self.ops.append({"op": "add", "path": _pointer((*parent, "-")), "value": value})
 
-    def move(self, parent: Sequence[Token], source: str, target: str) -> None:
+    def move(self, parent: tuple[Token, ...], source: str, target: str) -> None:
         """Rename member ``source`` of the object at ``parent`` to ``target``."""
         node = self._writable(parent)
         node[target] = node.pop(source)
+        self._nodes.clear()
         self.ops.append(
             {"op": "move", "from": _pointer((*parent, source)), "path": _pointer((*parent, target))}
         )
 
 
-def _pointer(tokens: Sequence[Token]) -> str:
+# The same few paths recur in every job of a shape (Master/Worker, container 0, ...): rendering
+# JSON pointers and field paths once per path instead of once per write halves defaulting's cost.
+@functools.lru_cache(maxsize=4096)
+def _pointer(tokens: tuple[Token, ...]) -> str:
     return "".join("/" + str(t).replace("~", "~0").replace("/", "~1") for t in tokens)
+
+
+@functools.lru_cache(maxsize=4096)
+def _field_text(tokens: tuple[Token, ...]) -> str:
+    return str(_path(tokens))
 
 
 def _path(tokens: Sequence[Token]) -> FieldPath:
@@ -111,7 +134,7 @@ def default_job(
     job: Any, policy: PlacementPolicy, *, old: Mapping[str, Any] | None = None
 ) -> Defaulted:
     """Default a PyTorchJob for CREATE (``old`` is None) or UPDATE; never mutates ``job``."""
-    if not isinstance(job, Mapping) or not isinstance(job.get("spec"), Mapping):
+    if not isinstance(job, _OBJECT) or not isinstance(job.get("spec"), Mapping):
         return Defaulted(job)  # nothing to default; validation reports the shape
     editor = _Editor(job)
     result = Defaulted(editor.root)
@@ -126,8 +149,8 @@ def default_job(
 
 def _restore_run_policy(editor: _Editor, old: Mapping[str, Any], result: Defaulted) -> None:
     old_spec = old.get("spec")
-    old_policy = old_spec.get("runPolicy") if isinstance(old_spec, Mapping) else None
-    if not isinstance(old_policy, Mapping):
+    old_policy = old_spec.get("runPolicy") if isinstance(old_spec, _OBJECT) else None
+    if not isinstance(old_policy, _OBJECT):
         return
     spec = editor.root["spec"]
     run_policy = spec.get("runPolicy")
@@ -137,7 +160,7 @@ def _restore_run_policy(editor: _Editor, old: Mapping[str, Any], result: Default
             editor.set(("spec",), "runPolicy", restored)
             result.warnings.extend(_restored_warning(k, v) for k, v in restored.items())
         return
-    if not isinstance(run_policy, Mapping):
+    if not isinstance(run_policy, _OBJECT):
         return
     for key in _RESTORED_ON_UPDATE:
         if key in old_policy and key not in run_policy:
@@ -158,15 +181,15 @@ class _JobDefaulter:
         self.result = result
         self.job: dict[str, Any] = editor.root
         metadata = self.job.get("metadata")
-        annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+        annotations = metadata.get("annotations") if isinstance(metadata, _OBJECT) else None
         self.hosts = pinned_hosts(annotations)
 
-    def warn(self, tokens: Sequence[Token], text: str) -> None:
-        self.result.warnings.append(f"torchgate: {_path(tokens)}: {text}")
+    def warn(self, tokens: tuple[Token, ...], text: str) -> None:
+        self.result.warnings.append(f"torchgate: {_field_text(tokens)}: {text}")
 
     def run(self) -> None:
         specs = self.job["spec"].get("pytorchReplicaSpecs")
-        if isinstance(specs, Mapping):
+        if isinstance(specs, _OBJECT):
             self._normalise_keys(specs)
             specs = self.job["spec"]["pytorchReplicaSpecs"]
             for replica_type in names.REPLICA_TYPES:
@@ -203,7 +226,7 @@ class _JobDefaulter:
             self.editor.set(at, "restartPolicy", names.DEFAULT_RESTART_POLICY)
             self.warn((*at, "restartPolicy"), f"defaulted to {names.DEFAULT_RESTART_POLICY}")
         template = replica.get("template")
-        if not isinstance(template, Mapping) or not isinstance(template.get("spec"), Mapping):
+        if not isinstance(template, _OBJECT) or not isinstance(template.get("spec"), Mapping):
             return
         pod_at = (*at, "template", "spec")
         pod_spec = self._get(pod_at)
@@ -214,7 +237,7 @@ class _JobDefaulter:
             (
                 i
                 for i, c in enumerate(containers)
-                if isinstance(c, Mapping) and c.get("name") == names.CONTAINER_NAME
+                if isinstance(c, _OBJECT) and c.get("name") == names.CONTAINER_NAME
             ),
             None,
         )
@@ -223,7 +246,7 @@ class _JobDefaulter:
             if pod_requests(pod_spec).get(self.policy.gpu_resource, 0) > 0:
                 self._default_shared_memory(pod_at, pytorch)
         for index, container in enumerate(containers):
-            if isinstance(container, Mapping):
+            if isinstance(container, _OBJECT):
                 self._default_ipc_lock((*pod_at, "containers", index), container)
         self._default_placement(pod_at)
 
@@ -233,7 +256,7 @@ class _JobDefaulter:
         if ports is None:
             self.editor.set(at, "ports", [port])
         elif isinstance(ports, list):
-            if any(isinstance(p, Mapping) and p.get("name") == names.PORT_NAME for p in ports):
+            if any(isinstance(p, _OBJECT) and p.get("name") == names.PORT_NAME for p in ports):
                 return
             self.editor.append((*at, "ports"), port)
         else:
@@ -245,12 +268,12 @@ class _JobDefaulter:
         mounts = self._get(container_at).get("volumeMounts")
         if mounts is not None and not isinstance(mounts, list):
             return
-        if any(isinstance(m, Mapping) and m.get("mountPath") == SHM_PATH for m in mounts or []):
+        if any(isinstance(m, _OBJECT) and m.get("mountPath") == SHM_PATH for m in mounts or []):
             return
         volumes = self._get(pod_at).get("volumes")
         if volumes is not None and not isinstance(volumes, list):
             return
-        taken = {v.get("name") for v in volumes or [] if isinstance(v, Mapping)}
+        taken = {v.get("name") for v in volumes or [] if isinstance(v, _OBJECT)}
         name = SHM_VOLUME
         suffix = 1
         while name in taken:
@@ -274,7 +297,7 @@ class _JobDefaulter:
 
     def _default_ipc_lock(self, at: tuple[Token, ...], container: Mapping[str, Any]) -> None:
         resources = container.get("resources")
-        if not isinstance(resources, Mapping):
+        if not isinstance(resources, _OBJECT):
             return
         wanted = [
             name
@@ -288,11 +311,11 @@ class _JobDefaulter:
         context = container.get("securityContext")
         if context is None:
             self.editor.set(at, "securityContext", {"capabilities": {"add": [IPC_LOCK]}})
-        elif not isinstance(context, Mapping):
+        elif not isinstance(context, _OBJECT):
             return
         elif context.get("capabilities") is None:
             self.editor.set((*at, "securityContext"), "capabilities", {"add": [IPC_LOCK]})
-        elif not isinstance(context["capabilities"], Mapping):
+        elif not isinstance(context["capabilities"], _OBJECT):
             return
         elif context["capabilities"].get("add") is None:
             self.editor.set((*at, "securityContext", "capabilities"), "add", [IPC_LOCK])
@@ -313,7 +336,7 @@ class _JobDefaulter:
         pod_spec = self._get(pod_at)
         source = f"PlacementPolicy {self.policy.name}"
         selector = pod_spec.get("nodeSelector")
-        if self.policy.node_selector and (selector is None or isinstance(selector, Mapping)):
+        if self.policy.node_selector and (selector is None or isinstance(selector, _OBJECT)):
             added = []
             for key, value in sorted(self.policy.node_selector.items()):
                 current = (selector or {}).get(key)
@@ -360,7 +383,7 @@ class _JobDefaulter:
         origin = f"annotation {names.ANNOTATION_HOSTS}"
         selector = pod_spec.get("nodeSelector")
         pinned_by_selector = (
-            selector.get(names.HOSTNAME_LABEL) if isinstance(selector, Mapping) else None
+            selector.get(names.HOSTNAME_LABEL) if isinstance(selector, _OBJECT) else None
         )
         if pinned_by_selector is not None and pinned_by_selector not in self.hosts:
             self.result.errors.append(
@@ -374,9 +397,9 @@ class _JobDefaulter:
         affinity_at: tuple[Token, ...] = (*pod_at, "affinity")
         required_key = "requiredDuringSchedulingIgnoredDuringExecution"
         affinity = pod_spec.get("affinity")
-        node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
-        required = node_affinity.get(required_key) if isinstance(node_affinity, Mapping) else None
-        terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+        node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, _OBJECT) else None
+        required = node_affinity.get(required_key) if isinstance(node_affinity, _OBJECT) else None
+        terms = required.get("nodeSelectorTerms") if isinstance(required, _OBJECT) else None
         if isinstance(terms, list) and terms:
             self._and_into_terms((*affinity_at, "nodeAffinity", required_key), terms, expression)
             return
@@ -385,19 +408,19 @@ class _JobDefaulter:
             self.editor.set(
                 pod_at, "affinity", {"nodeAffinity": {required_key: {"nodeSelectorTerms": [term]}}}
             )
-        elif not isinstance(affinity, Mapping):
+        elif not isinstance(affinity, _OBJECT):
             return
         elif node_affinity is None:
             self.editor.set(
                 affinity_at, "nodeAffinity", {required_key: {"nodeSelectorTerms": [term]}}
             )
-        elif not isinstance(node_affinity, Mapping):
+        elif not isinstance(node_affinity, _OBJECT):
             return
         elif required is None:
             self.editor.set(
                 (*affinity_at, "nodeAffinity"), required_key, {"nodeSelectorTerms": [term]}
             )
-        elif isinstance(required, Mapping):
+        elif isinstance(required, _OBJECT):
             self.editor.set(
                 (*affinity_at, "nodeAffinity", required_key), "nodeSelectorTerms", [term]
             )
@@ -411,7 +434,7 @@ class _JobDefaulter:
         changed = False
         for index, term in enumerate(terms):
             term_at = (*required_at, "nodeSelectorTerms", index)
-            if not isinstance(term, Mapping):
+            if not isinstance(term, _OBJECT):
                 continue
             expressions = term.get("matchExpressions")
             if expressions is not None and not isinstance(expressions, list):
@@ -419,7 +442,7 @@ class _JobDefaulter:
             ours = [
                 e
                 for e in expressions or []
-                if isinstance(e, Mapping) and e.get("key") == names.HOSTNAME_LABEL
+                if isinstance(e, _OBJECT) and e.get("key") == names.HOSTNAME_LABEL
             ]
             if any(e == expression for e in ours):
                 continue
@@ -449,7 +472,7 @@ class _JobDefaulter:
     def _default_run_policy(self) -> None:
         spec = self.job["spec"]
         run_policy = spec.get("runPolicy")
-        if run_policy is not None and not isinstance(run_policy, Mapping):
+        if run_policy is not None and not isinstance(run_policy, _OBJECT):
             return
         defaults = self.policy.job_defaults
         wanted: dict[str, Any] = {"cleanPodPolicy": defaults.clean_pod_policy}
@@ -476,7 +499,7 @@ class _JobDefaulter:
 
     def _default_scheduling(self, at: tuple[Token, ...], run_policy: Mapping[str, Any]) -> None:
         scheduling = run_policy.get("schedulingPolicy")
-        if scheduling is not None and not isinstance(scheduling, Mapping):
+        if scheduling is not None and not isinstance(scheduling, _OBJECT):
             return
         wanted: dict[str, Any] = {}
         minimum = self._gang_size()
@@ -501,12 +524,12 @@ class _JobDefaulter:
     def _gang_size(self) -> int | None:
         """All replicas; for elastic jobs the Master plus the elastic minimum of Workers."""
         specs = self.job["spec"].get("pytorchReplicaSpecs")
-        if not isinstance(specs, Mapping):
+        if not isinstance(specs, _OBJECT):
             return None
         counts: dict[str, int] = {}
         for replica_type in names.REPLICA_TYPES:
             replica = specs.get(replica_type)
-            if not isinstance(replica, Mapping):
+            if not isinstance(replica, _OBJECT):
                 continue
             count = as_int(replica.get("replicas", 1))
             if count is None or count < 0:
@@ -515,7 +538,7 @@ class _JobDefaulter:
         if not counts:
             return None
         elastic = self.job["spec"].get("elasticPolicy")
-        if isinstance(elastic, Mapping) and names.WORKER in counts:
+        if isinstance(elastic, _OBJECT) and names.WORKER in counts:
             minimum = as_int(elastic.get("minReplicas"))
             if minimum is not None and 0 < minimum < counts[names.WORKER]:
                 counts[names.WORKER] = minimum

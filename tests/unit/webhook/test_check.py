@@ -1,0 +1,148 @@
+"""``torchgate check``: exit codes, output formats, line numbers, skipped documents."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonpatch
+import pytest
+import yaml
+
+from torchgate.cli import main
+
+SHARED = Path(__file__).resolve().parents[3].parent / "shared"
+SEEDS = SHARED / "seeds" / "manifests"
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["check", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_allowed_manifests_exit_0_and_show_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, str(SEEDS / "003-torchrun-cpu.yaml"))
+    assert code == 0
+    assert "PyTorchJob torchrun-cpu: allowed" in out
+    assert "+          cleanPodPolicy: Running" in out or "+    cleanPodPolicy: Running" in out
+    assert "1 PyTorchJob(s) checked: 1 allowed, 0 denied" in out
+
+
+def test_denied_manifests_exit_1_with_errors_pointing_at_their_lines(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = SEEDS / "002-resnet50-nccl-rdma-16.yaml"
+    code, out, _ = run(capsys, str(path))
+    assert code == 1
+    lines = path.read_text().splitlines()
+    world_size = next(i for i, line in enumerate(lines, 1) if "--world-size=16" in line)
+    assert f"error: {path}:{world_size}: spec.pytorchReplicaSpecs[Master]" in out
+
+
+def test_json_output_has_the_documented_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    path = SEEDS / "000-pytorch-dist-mnist-nccl.yaml"
+    code, out, _ = run(
+        capsys, "-o", "json", str(path), str(SEEDS / "002-resnet50-nccl-rdma-16.yaml")
+    )
+    assert code == 1
+    results = json.loads(out)["results"]
+    assert [r["allowed"] for r in results] == [True, False]
+    first = results[0]
+    assert set(first) >= {"source", "index", "kind", "namespace", "name", "allowed"}
+    assert set(first) >= {"errors", "warnings", "patch", "object"}
+    original = yaml.safe_load(path.read_text())
+    assert jsonpatch.apply_patch(original, first["patch"]) == first["object"]
+    denied = results[1]
+    assert {"field", "type", "message"} <= set(denied["errors"][0])
+    assert denied["errors"][0]["type"].startswith("FieldValue")
+
+
+def test_yaml_output_parses(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "-o", "yaml", str(SEEDS / "004-pytorch-simple.yaml"))
+    assert code == 0
+    assert yaml.safe_load(out)["results"][0]["namespace"] == "kubeflow"
+
+
+def test_other_kinds_in_multi_document_files_are_skipped(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    source = (SHARED / "realworld" / "019-adt-hyperpod-kueue-elastic-multidoc.yaml").read_text()
+    path = tmp_path / "multi.yaml"
+    path.write_text(source)
+    code, out, _ = run(capsys, "-o", "json", str(path))
+    results = json.loads(out)["results"]
+    assert [r["kind"] for r in results] == ["PyTorchJob"]
+    assert results[0]["index"] == 2, "index counts every document of the file"
+    assert code == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("kind: PyTorchJob\nspec: [unclosed\n", ":3:1: not valid YAML: expected ',' or ']'"),
+        ("a: 1\n  b: 2\n", ":2:"),
+    ],
+    ids=["unclosed-flow", "bad-indent"],
+)
+def test_malformed_yaml_exits_2_with_file_and_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str, expected: str
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(content)
+    code, out, err = run(capsys, str(path))
+    assert code == 2
+    assert f"{path}{expected}" in err
+    assert "Traceback" not in err + out
+
+
+def test_yaml_errors_name_where_the_construct_began(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("kind: PyTorchJob\nspec: [unclosed\n")
+    _, _, err = run(capsys, str(path))
+    assert "(while parsing a flow sequence at line 2)" in err
+
+
+def test_unreadable_input_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(capsys, str(tmp_path / "missing.yaml"))
+    assert code == 2
+    assert "cannot read" in err
+
+
+def test_a_policy_file_changes_the_verdict(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    policy = {
+        "apiVersion": "torchgate.io/v1alpha1",
+        "kind": "PlacementPolicy",
+        "metadata": {"name": "hosts"},
+        "spec": {
+            "allowedHostPaths": ["/dev/shm", "/tmp", "/sys", "/mnt/lustre"],
+            "maxGPUsPerJob": 1,
+        },
+    }
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(yaml.safe_dump(policy))
+    code, out, _ = run(
+        capsys,
+        "-o",
+        "json",
+        "--policy",
+        str(policy_file),
+        str(SEEDS / "000-pytorch-dist-mnist-nccl.yaml"),
+    )
+    assert code == 1
+    fields = [e["field"] for e in json.loads(out)["results"][0]["errors"]]
+    assert fields == ["spec.pytorchReplicaSpecs"], "2 GPUs > maxGPUsPerJob 1"
+
+
+def test_an_invalid_policy_file_is_bad_input(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text("kind: PlacementPolicy\nmetadata: {name: p}\nspec: {priority: high}\n")
+    code, _, err = run(capsys, "--policy", str(policy_file), str(SEEDS / "003-torchrun-cpu.yaml"))
+    assert code == 2
+    assert "spec.priority" in err
