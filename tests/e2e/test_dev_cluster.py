@@ -1,0 +1,198 @@
+"""``torchgate dev`` end to end: one command up, seed 000 through the webhook, one command down.
+
+The command line runs as a subprocess, as a newcomer runs it, against the cached binaries
+(``TORCHGATE_CONTROLPLANE_BIN``). It starts a control plane of its own in a temp dir, beside the
+session's. What is checked is the cluster it leaves (stored objects, nodes, registrations) and
+the processes it leaves: none, after ``down`` and after a failed ``up``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import REPO_ROOT
+from torchgate.controlplane.binaries import BIN_DIR_ENV, Binaries
+
+pytestmark = pytest.mark.e2e
+
+SEED_000 = REPO_ROOT.parent / "shared" / "seeds" / "manifests" / "000-pytorch-dist-mnist-nccl.yaml"
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+
+
+def torchgate_dev(
+    *args: str, env: dict[str, str], timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "torchgate", "dev", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def start_ticks(pid: int) -> int | None:
+    """Start time of a live (non-zombie) process, None when there is none."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    return None if fields[0] == "Z" else int(fields[19])
+
+
+def recorded_processes(root: Path) -> dict[str, tuple[int, int]]:
+    """Process name -> (pid, start ticks), from the control plane's and dev's state files."""
+    control_plane = json.loads((root / "state.json").read_text())["processes"]
+    products = json.loads((root / "dev.json").read_text())
+    entries = [*control_plane, *(products[k] for k in ("webhook", "controller") if products[k])]
+    return {entry["name"]: (entry["pid"], entry["start_ticks"]) for entry in entries}
+
+
+def still_running(processes: dict[str, tuple[int, int]]) -> list[str]:
+    return [name for name, (pid, ticks) in processes.items() if start_ticks(pid) == ticks]
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that name ``text`` (every process of a dev cluster does)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in command and start_ticks(int(entry.name)) is not None:
+            found.append(command)
+    return found
+
+
+def wait_until(predicate: Any, timeout: float = 10) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return value
+
+
+@pytest.fixture
+def dev_env(control_plane_binaries: Binaries) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    env[BIN_DIR_ENV] = str(control_plane_binaries.kube_apiserver.parent)
+    return env
+
+
+@pytest.fixture
+def dev_dir(tmp_path: Path, dev_env: dict[str, str]) -> Iterator[Path]:
+    root = (tmp_path / "dev").resolve()
+    yield root
+    torchgate_dev("down", "--dir", str(root), env=dev_env)  # a safety net; a no-op when passed
+
+
+def test_dev_up_serves_seed_000_through_the_webhook_and_down_leaves_nothing(
+    dev_dir: Path, dev_env: dict[str, str]
+) -> None:
+    up = torchgate_dev("up", "--dir", str(dev_dir), env=dev_env)
+
+    assert up.returncode == 0, up.stderr
+    assert up.stdout.splitlines() == [f"export KUBECONFIG={dev_dir / 'kubeconfig'}"]
+    processes = recorded_processes(dev_dir)
+    assert set(processes) >= {*CONTROL_PLANE, "webhook"}
+    assert still_running(processes) == list(processes)
+
+    def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["kubectl", f"--kubeconfig={dev_dir / 'kubeconfig'}", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    def get(*args: str) -> Any:
+        result = kubectl("get", *args, "-o", "json")
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    applied = kubectl("apply", "-f", str(SEED_000))
+
+    assert applied.returncode == 0, applied.stderr
+    stored = get("pytorchjob", "pytorch-dist-mnist-nccl")
+    assert stored["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
+    assert stored["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"] == 2
+    for replica in ("Master", "Worker"):
+        pod = stored["spec"]["pytorchReplicaSpecs"][replica]["template"]["spec"]
+        (container,) = pod["containers"]
+        (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+        (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+        assert volume["emptyDir"] == {"medium": "Memory"}
+        assert {"name": "pytorchjob-port", "containerPort": 23456} in container["ports"]
+
+    nodes = sorted(
+        (n["metadata"]["name"], n["metadata"]["labels"]["pool"], n["status"]["allocatable"])
+        for n in get("nodes", "--selector", "pool")["items"]
+    )
+    assert [(name, pool, allocatable["nvidia.com/gpu"]) for name, pool, allocatable in nodes] == [
+        *((f"a100-{i}", "a100", "8") for i in range(4)),
+        *((f"t4-{i}", "t4", "8") for i in range(2)),
+    ]
+    for kind, path in (("mutating", "/mutate"), ("validating", "/validate")):
+        (webhook,) = get(f"{kind}webhookconfiguration", "torchgate")["webhooks"]
+        assert webhook["clientConfig"]["url"].startswith("https://127.0.0.1:")
+        assert webhook["clientConfig"]["url"].endswith(path)
+        assert webhook["failurePolicy"] == "Fail"
+    # The webhook watches the cluster's policies and reports on each in its status.
+    valid = wait_until(
+        lambda: [
+            c
+            for c in get("placementpolicy", "research-h100").get("status", {}).get("conditions", [])
+            if c["type"] == "Valid"
+        ]
+    )
+    assert [c["status"] for c in valid] == ["True"]
+
+    again = torchgate_dev("up", "--dir", str(dev_dir), env=dev_env)
+    status = torchgate_dev("status", "--dir", str(dev_dir), env=dev_env)
+
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == up.stdout
+    assert recorded_processes(dev_dir) == processes
+    assert status.returncode == 0, status.stderr
+
+    down = torchgate_dev("down", "--dir", str(dev_dir), env=dev_env)
+
+    assert down.returncode == 0, down.stderr
+    assert wait_until(lambda: not still_running(processes), timeout=5), still_running(processes)
+    assert processes_mentioning(str(dev_dir)) == []
+    assert not dev_dir.exists()
+    assert torchgate_dev("status", "--dir", str(dev_dir), env=dev_env).returncode == 3
+
+
+def test_failed_dev_up_stops_what_it_started_and_keeps_the_logs(
+    dev_dir: Path, dev_env: dict[str, str]
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        up = torchgate_dev(
+            "up", "--dir", str(dev_dir), "--webhook-port", port, "--no-controller",
+            "--pool", "a100=1", env=dev_env,
+        )  # fmt: skip
+
+    assert up.returncode == 1
+    assert up.stdout == ""
+    assert "Traceback" not in up.stderr
+    assert processes_mentioning(str(dev_dir)) == []
+    assert sorted(path.name for path in dev_dir.iterdir()) == ["logs", "webhook.log"]
