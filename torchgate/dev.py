@@ -74,7 +74,7 @@ STATE_FILE: Final = "dev.json"
 DEFAULT_DIR_NAME: Final = ".dev"
 PACKAGE_ROOT: Final = Path(__file__).resolve().parents[1]
 CRD_DIR: Final = PACKAGE_ROOT / "manifests" / "crds"
-SAMPLE_POLICY: Final = PACKAGE_ROOT / "manifests" / "samples" / "placementpolicy.yaml"
+SAMPLE_POLICY: Final = PACKAGE_ROOT / "manifests" / "samples" / "dev-placementpolicy.yaml"
 WEBHOOK: Final = "webhook"
 CONTROLLER: Final = "controller"
 EXIT_NOT_FOUND: Final = 3
@@ -1112,7 +1112,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument(
         "--no-sample-policy",
         action="store_true",
-        help="do not install manifests/samples/placementpolicy.yaml",
+        help="do not install manifests/samples/dev-placementpolicy.yaml",
     )
     up.add_argument(
         "--webhook-port", type=_port, default=0, help="the webhook's port (default: a free one)"

@@ -129,6 +129,7 @@ def test_dev_up_serves_seed_000_through_the_webhook_and_down_leaves_nothing(
 
     assert applied.returncode == 0, applied.stderr
     stored = get("pytorchjob", "pytorch-dist-mnist-nccl")
+    assert stored["spec"]["runPolicy"]["managedBy"] == "torchgate.io/controller"
     assert stored["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
     assert stored["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"] == 2
     for replica in ("Master", "Worker"):
@@ -136,8 +137,19 @@ def test_dev_up_serves_seed_000_through_the_webhook_and_down_leaves_nothing(
         (container,) = pod["containers"]
         (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm"]
         (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
-        assert volume["emptyDir"] == {"medium": "Memory"}
+        assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
         assert {"name": "pytorchjob-port", "containerPort": 23456} in container["ports"]
+        assert pod["nodeSelector"] == {"pool": "a100"}, "placement from the dev policy"
+
+    # The controller runs it: the whole gang lands in the a100 pool.
+    def bound_gang() -> list[Any] | None:
+        found = get("pods", "--selector", "training.kubeflow.org/job-name")["items"]
+        bound = [p for p in found if p["spec"].get("nodeName")]
+        return bound if len(bound) == 2 else None
+
+    pods = wait_until(bound_gang, timeout=30)
+    assert pods, "the controller did not run seed 000"
+    assert {p["spec"]["nodeName"].split("-")[0] for p in pods} == {"a100"}
 
     nodes = sorted(
         (n["metadata"]["name"], n["metadata"]["labels"]["pool"], n["status"]["allocatable"])
@@ -156,7 +168,7 @@ def test_dev_up_serves_seed_000_through_the_webhook_and_down_leaves_nothing(
     valid = wait_until(
         lambda: [
             c
-            for c in get("placementpolicy", "research-h100").get("status", {}).get("conditions", [])
+            for c in get("placementpolicy", "dev-a100").get("status", {}).get("conditions", [])
             if c["type"] == "Valid"
         ]
     )
