@@ -226,7 +226,7 @@ class Cluster:
             # deletion would stay Terminating, and so would its namespace.
             self.kubectl(
                 "delete", "pods", "--all", "--namespace", namespace,
-                "--force", "--grace-period=0", check=False,
+                "--force", "--grace-period=0", "--wait=false", check=False, timeout=120,
             )  # fmt: skip
             self.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
         if nodes:
