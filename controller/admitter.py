@@ -335,6 +335,7 @@ class Admitter:
             waiting.key[1],
             len(set(placement.nodes.values())),
             now - waiting.since,
+            extra={"job": "/".join(waiting.key)},
         )
         self.on_change(waiting.key)
 

@@ -19,6 +19,7 @@ from controller.kube import KubeClient
 from controller.leader import LeaderElector
 from controller.manager import ManagerOptions, run_as_leader
 from controller.reconciler import Options
+from pytorchjob import jsonlog
 
 log = logging.getLogger("torchgate.controller")
 
@@ -65,13 +66,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--metrics-port", type=int, default=8080, help="plain HTTP /metrics /healthz; 0 disables"
     )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
+    parser.add_argument(
+        "--log-format", default="text", choices=["text", "json"], help="json: one object per line"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the controller."""
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(jsonlog.formatter(args.log_format))
+    logging.basicConfig(level=args.log_level, handlers=[handler], force=True)
     if args.workers < 1:
         print("torchgate controller: --workers must be at least 1", file=sys.stderr)
         return 2

@@ -190,7 +190,13 @@ class Manager:
             except Exception as exc:
                 delay = self.queue.add_rate_limited(key)
                 self.metrics.reconcile_errors.inc()
-                log.warning("%s/%s: reconcile failed (%s); retrying in %.2fs", *key, exc, delay)
+                log.warning(
+                    "%s/%s: reconcile failed (%s); retrying in %.2fs",
+                    *key,
+                    exc,
+                    delay,
+                    extra={"job": "/".join(key)},
+                )
             else:
                 self.queue.forget(key)
                 if requeue_after is not None:

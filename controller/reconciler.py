@@ -159,7 +159,12 @@ class Reconciler:
     ) -> None:
         if decision.gang_timed_out:
             delay = self.admitter.back_off(key)
-            log.warning("%s/%s: gang not bound in time; retrying in %.0fs", *key, delay)
+            log.warning(
+                "%s/%s: gang not bound in time; retrying in %.0fs",
+                *key,
+                delay,
+                extra={"job": "/".join(key)},
+            )
         if decision.needs_admission:
             self.admitter.request(
                 key,
@@ -208,7 +213,12 @@ class Reconciler:
                     PYTORCHJOBS.path(namespace, name),
                     query={"propagationPolicy": "Background"},
                 )
-                log.info("%s/%s: deleted after ttlSecondsAfterFinished", namespace, name)
+                log.info(
+                    "%s/%s: deleted after ttlSecondsAfterFinished",
+                    namespace,
+                    name,
+                    extra={"job": f"{namespace}/{name}"},
+                )
             except NotFound:
                 pass
 
@@ -291,8 +301,14 @@ class Reconciler:
                 "could not record event %s on %s: %s", event.reason, metadata.get("name"), exc
             )
         level = logging.WARNING if event.type == "Warning" else logging.INFO
+        job_key = f"{namespace}/{metadata.get('name')}"
         log.log(
-            level, "%s/%s: %s: %s", namespace, metadata.get("name"), event.reason, event.message
+            level,
+            "%s: %s: %s",
+            job_key,
+            event.reason,
+            event.message,
+            extra={"job": job_key, "reason": event.reason},
         )
 
     async def _fail_validation(self, job: Mapping[str, Any], errors: list[Any]) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
+from pytorchjob import jsonlog
 from webhook.policysource import ClusterPolicies, FilePolicies, PolicyCache
 from webhook.server import MAX_BODY_BYTES, Metrics, ReloadingTLS, create_app
 
@@ -49,13 +50,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES)
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
+    parser.add_argument(
+        "--log-format", default="text", choices=["text", "json"], help="json: one object per line"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT."""
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(jsonlog.formatter(args.log_format))
+    logging.basicConfig(level=args.log_level, handlers=[handler], force=True)
     try:
         tls = ReloadingTLS(args.tls_cert_file, args.tls_private_key_file)
     except (OSError, ValueError) as exc:
