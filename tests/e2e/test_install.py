@@ -1,0 +1,634 @@
+"""Installing torchgate: every rendering applies cleanly, and docs/install.md works as written.
+
+- ``helm lint`` passes for the chart's value combinations (no cluster needed).
+- Every kustomization and chart rendering passes ``kubectl apply --server-side --dry-run=server``
+  against the e2e cluster with no warning (Pod Security "restricted" included). cert-manager is
+  not installed there, so minimal stand-in CRDs for ``Certificate`` and ``Issuer``
+  (``cert-manager.io/v1``, any content accepted) let those objects be dry-run too: their kind,
+  scope and namespace are checked, cert-manager's own schema is not.
+- The install section is followed step by step: the ``# step:`` blocks of docs/install.md are run
+  with bash (``KUBECONFIG`` of the cluster, cwd a scratch folder that sees the repository's
+  ``manifests/``, the built helm on ``PATH``), and the cluster is checked after each one. kwok fakes
+  the pods, so the Deployments become Available without an image; the deployment and replicaset
+  controllers, which the e2e control plane leaves out, run in an extra kube-controller-manager
+  for this module. What the init container would do in a real pod (``torchgate certs``: Secret
+  and caBundle) is done by running its exact arguments here.
+- Uninstalling leaves running jobs alone, deleting a job still deletes its pods, and a restarted
+  controller adopts the pods it finds.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import re
+import secrets
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests import manifestset as ms
+from tests.builders import job
+from tests.e2e.conftest import Cluster
+from tests.e2e.controller_process import (
+    ControllerProcess,
+    create_job,
+    free_port,
+    get_job,
+    is_true,
+    job_pods,
+    live_pods,
+)
+from tests.helmtool import CHART, helm_binary, run_helm
+from torchgate.controlplane.binaries import Binaries
+from torchgate.controlplane.cluster import ATTACH_ENV
+
+INSTALL_DOC = ms.REPO_ROOT / "docs" / "install.md"
+NAMESPACE = ms.NAMESPACE
+STEP_MARKER = re.compile(r"^# step: (?P<id>[a-z0-9-]+)(?: \((?P<note>[^)]*)\))?$")
+IMAGE = "registry.example.com/torchgate"
+CERT_MANAGER_STAND_INS = [
+    {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.cert-manager.io"},
+        "spec": {
+            "group": "cert-manager.io",
+            "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural},
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    for kind, plural in (("Certificate", "certificates"), ("Issuer", "issuers"))
+]
+
+
+# ------------------------------------------------------------------------------- the doc's steps
+
+
+@dataclass(frozen=True)
+class Step:
+    """One ``# step:`` block of the install doc."""
+
+    id: str
+    note: str | None
+    script: str
+
+    @property
+    def not_run(self) -> bool:
+        return self.note is not None and self.note.startswith("not run")
+
+
+def doc_steps() -> dict[str, Step]:
+    """The marked shell blocks of docs/install.md, by step id, in document order."""
+    steps: dict[str, Step] = {}
+    text = INSTALL_DOC.read_text(encoding="utf-8")
+    for block in re.findall(r"^```sh\n(.*?)^```$", text, flags=re.MULTILINE | re.DOTALL):
+        first, _, rest = block.partition("\n")
+        marker = STEP_MARKER.match(first)
+        if marker is None:
+            continue
+        assert marker["id"] not in steps, f"step {marker['id']} twice in {INSTALL_DOC}"
+        steps[marker["id"]] = Step(marker["id"], marker["note"], rest)
+    return steps
+
+
+# Which test follows which step (each step exactly once), so doc and test cannot drift apart.
+KUSTOMIZE_FLOW = (
+    "kustomize-1-check-crd",
+    "kustomize-2-apply",
+    "kustomize-3-wait",
+    "kustomize-check-admission",
+    "troubleshoot-webhook",
+    "troubleshoot-webhook-readyz",
+    "troubleshoot-cabundle",
+    "troubleshoot-queued",
+    "policy-apply",
+    "policy-status",
+    "kustomize-upgrade",
+    "kustomize-uninstall",
+    "delete-crds",
+)
+HELM_FLOW = (
+    "helm-1-check-crd",
+    "helm-1-adopt-crds",
+    "helm-2-install",
+    "helm-3-wait",
+    "helm-upgrade",
+    "helm-uninstall",
+)
+
+
+def test_every_doc_step_is_followed_by_a_test() -> None:
+    steps = doc_steps()
+    assert sorted(steps) == sorted(KUSTOMIZE_FLOW + HELM_FLOW)
+    for step in steps.values():
+        assert step.script.strip(), step.id
+        if step.not_run:
+            assert re.match(r"not run( on kwok)?: \S", step.note or ""), step.id
+    # The install sections read in the order the flows run them.
+    order = list(steps)
+    for flow in (KUSTOMIZE_FLOW[:4], HELM_FLOW):
+        positions = [order.index(step) for step in flow]
+        assert positions == sorted(positions), flow
+
+
+class DocRunner:
+    """Runs doc steps in a scratch folder and remembers what it skipped."""
+
+    def __init__(self, cluster: Cluster, workdir: Path) -> None:
+        self.cluster = cluster
+        self.workdir = workdir
+        self.steps = doc_steps()
+        (workdir / "manifests").symlink_to(ms.MANIFESTS)
+        helm_dir = str(helm_binary().parent)
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("KUBE")},
+            "KUBECONFIG": str(cluster.kubeconfig),
+            "KUBECACHEDIR": str(workdir / ".kube-cache"),
+            "PATH": helm_dir + os.pathsep + os.environ.get("PATH", ""),
+            "HELM_CONFIG_HOME": str(workdir / ".helm" / "config"),
+            "HELM_CACHE_HOME": str(workdir / ".helm" / "cache"),
+            "HELM_DATA_HOME": str(workdir / ".helm" / "data"),
+        }
+
+    def run(
+        self, step_id: str, *, expect_failure: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        step = self.steps[step_id]
+        assert not step.not_run, f"{step_id} is marked not run"
+        result = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", step.script],
+            cwd=self.workdir,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        failed = result.returncode != 0
+        assert failed == expect_failure, (
+            f"step {step_id} exited with {result.returncode}\n--- script\n{step.script}"
+            f"--- stdout\n{result.stdout}--- stderr\n{result.stderr}"
+        )
+        return result
+
+    def skip(self, step_id: str) -> None:
+        step = self.steps[step_id]
+        assert step.not_run, f"{step_id} is not marked as not run; run it"
+        print(f"doc step {step_id}: {step.note}")
+
+
+# ------------------------------------------------------------------------------ cluster helpers
+
+
+def deployment(cluster: Cluster, name: str) -> dict[str, Any]:
+    found = cluster.get("deployment", name, NAMESPACE)
+    assert found is not None, f"deployment {name}"
+    return found
+
+
+def available(cluster: Cluster, name: str) -> bool:
+    found = cluster.get("deployment", name, NAMESPACE)
+    if found is None:
+        return False
+    status, wanted = found.get("status", {}), found["spec"]["replicas"]
+    conditions = {c["type"]: c["status"] for c in status.get("conditions", [])}
+    return conditions.get("Available") == "True" and status.get("updatedReplicas") == wanted
+
+
+def images(cluster: Cluster) -> set[str]:
+    found = set()
+    for name in ("torchgate-webhook", "torchgate-controller"):
+        pod = deployment(cluster, name)["spec"]["template"]["spec"]
+        found |= {c["image"] for c in [*pod.get("initContainers", []), *pod["containers"]]}
+    return found
+
+
+def ca_bundles(cluster: Cluster) -> list[str]:
+    bundles = []
+    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+        config = cluster.get(kind, "torchgate")
+        assert config is not None, kind
+        bundles += [w["clientConfig"].get("caBundle", "") for w in config["webhooks"]]
+    return bundles
+
+
+def emulate_certs_init_container(cluster: Cluster, scratch: Path) -> None:
+    """Run the webhook pod's init container command here, as it would run in the pod."""
+    pod = deployment(cluster, "torchgate-webhook")["spec"]["template"]["spec"]
+    (init,) = [c for c in pod["initContainers"] if c["name"] == "certs"]
+    args = [a for a in init["args"] if not a.startswith("--out-dir")]
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    result = subprocess.run(
+        [sys.executable, "-m", "torchgate", *args, f"--out-dir={scratch}",
+         f"--kubeconfig={cluster.kubeconfig}"],
+        capture_output=True, text=True, timeout=60, env=env, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    bundles = ca_bundles(cluster)
+    assert bundles[0], "caBundle patched"
+    assert all(b == bundles[0] for b in bundles)
+    assert base64.b64decode(bundles[0]) == (scratch / "ca.crt").read_bytes()
+
+
+def nothing_installed(cluster: Cluster) -> bool:
+    return (
+        cluster.get("namespace", NAMESPACE) is None
+        and cluster.get("validatingwebhookconfiguration", "torchgate") is None
+        and cluster.get("mutatingwebhookconfiguration", "torchgate") is None
+    )
+
+
+def force_uninstall(cluster: Cluster) -> None:
+    """Whatever a failed test left behind; above all the webhook configurations (fail closed)."""
+    cluster.kubectl(
+        "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "torchgate",
+        "--ignore-not-found", check=False,
+    )  # fmt: skip
+    with contextlib.suppress(Exception):
+        run_helm(
+            "uninstall", "torchgate", "--namespace", "default",
+            env={"KUBECONFIG": str(cluster.kubeconfig)}, check=False,
+        )  # fmt: skip
+    selector = "--selector=app.kubernetes.io/part-of=torchgate"
+    cluster.kubectl("delete", "clusterrolebinding,clusterrole", selector, check=False)
+    cluster.kubectl("delete", "rolebinding,role", "-n", "default", selector, check=False)
+    cluster.kubectl("delete", "placementpolicy", "research-h100", "--ignore-not-found", check=False)
+    cluster.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", check=False)
+    cluster.wait_for(lambda: nothing_installed(cluster), timeout=120, what="torchgate gone")
+
+
+@pytest.fixture(scope="module")
+def deployment_controllers(
+    cluster: Cluster, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """An extra kube-controller-manager with the deployment and replicaset controllers."""
+    if os.environ.get(ATTACH_ENV):
+        pytest.skip("follows the doc on the local control plane only (kwok fakes torchgate's pods)")
+    binaries: Binaries = request.getfixturevalue("control_plane_binaries")
+    port = free_port()
+    log = (tmp_path_factory.mktemp("kcm") / "kcm.log").open("ab")
+    process = subprocess.Popen(
+        [
+            str(binaries.kube_controller_manager),
+            f"--kubeconfig={cluster.kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            "--leader-elect=false",
+            "--controllers=deployment-controller,replicaset-controller",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+
+    def healthy() -> bool:
+        assert process.poll() is None, "kube-controller-manager exited"
+        try:
+            with urllib.request.urlopen(
+                f"https://127.0.0.1:{port}/healthz", timeout=2, context=context
+            ) as response:
+                return int(response.status) == 200
+        except OSError:
+            return False
+
+    try:
+        cluster.wait_for(healthy, timeout=60, what="the extra kube-controller-manager")
+        yield
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+@pytest.fixture
+def sandbox(cluster: Cluster, deployment_controllers: None, tmp_path: Path) -> Iterator[DocRunner]:
+    """A clean cluster (no torchgate), nodes for the pods, and cleanup whatever happens.
+
+    Leftovers (e.g. the RBAC and namespace that tests/e2e/rbac.py applies for other modules) are
+    removed first: the doc starts from a cluster without torchgate.
+    """
+    force_uninstall(cluster)
+    cluster.add_gpu_nodes(2, f"install-{secrets.token_hex(3)}", gpus=0)
+    try:
+        yield DocRunner(cluster, tmp_path)
+    finally:
+        force_uninstall(cluster)
+
+
+# --------------------------------------------------------------------------------- helm lint
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [],
+        ["--set=crds.pytorchJob=true", "--set=controller.manageUnowned=true"],
+        ["--set=certManager.enabled=true"],
+        ["--set=webhook.replicas=1", "--set=namespace.create=false"],
+    ],
+    ids=["default", "with-pytorchjob-crd", "cert-manager", "single-replica"],
+)
+def test_helm_lint_passes(values: list[str]) -> None:
+    result = run_helm("lint", "--strict", str(CHART), *values)
+    assert "0 chart(s) failed" in result.stdout
+
+
+def test_helm_lint_catches_bad_values() -> None:
+    # values.schema.json turns a typo or a wrong policy into a lint failure.
+    result = run_helm("lint", str(CHART), "--set=webhook.failurePolicy=Sometimes", check=False)
+    assert result.returncode != 0
+    result = run_helm("lint", str(CHART), "--set=webhok.replicas=3", check=False)
+    assert result.returncode != 0
+
+
+# ---------------------------------------------------------------------------- server dry runs
+
+
+@pytest.fixture(scope="module")
+def cert_manager_stand_ins(cluster: Cluster) -> Iterator[None]:
+    """Minimal cert-manager.io/v1 Certificate and Issuer CRDs (see the module docstring)."""
+    existing = cluster.get("crd", "certificates.cert-manager.io")
+    if existing is None:
+        cluster.apply(CERT_MANAGER_STAND_INS)
+        cluster.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s",
+            "crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io",
+        )  # fmt: skip
+    yield
+    if existing is None:
+        cluster.kubectl(
+            "delete", "crd", "certificates.cert-manager.io", "issuers.cert-manager.io",
+            "--ignore-not-found",
+        )  # fmt: skip
+
+
+@pytest.fixture
+def system_namespace(cluster: Cluster) -> Iterator[None]:
+    """The torchgate namespace, for real (namespaced objects cannot be dry-run without it).
+
+    Made here (with the install's Pod Security labels) and deleted again, unless it exists.
+    """
+    cluster.wait_for(
+        lambda: (
+            (cluster.get("namespace", NAMESPACE) or {}).get("status", {}).get("phase")
+            != "Terminating"
+        ),
+        timeout=120,
+        what=f"namespace {NAMESPACE} not terminating",
+    )
+    if cluster.get("namespace", NAMESPACE) is not None:
+        yield
+        return
+    cluster.apply(ms.find(ms.kustomize("base"), "Namespace", NAMESPACE))
+    try:
+        yield
+    finally:
+        cluster.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false")
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("rendering_id", ms.RENDERING_IDS)
+def test_rendering_applies_cleanly_as_a_server_dry_run(
+    cluster: Cluster, system_namespace: None, cert_manager_stand_ins: None, rendering_id: str
+) -> None:
+    objects = ms.render(rendering_id)
+    result = cluster.kubectl(
+        "apply", "--server-side", "--dry-run=server", "--field-manager=torchgate-install",
+        "-f", "-", "-o", "name",
+        input=yaml.safe_dump_all(objects, sort_keys=False),
+    )  # fmt: skip
+    assert result.stderr.strip() == "", "no warnings (Pod Security restricted included)"
+    applied = result.stdout.split()
+    assert len(applied) == len(objects)
+    # Nothing was stored: a dry run.
+    assert cluster.get("deployment", "torchgate-webhook", NAMESPACE) is None
+    assert cluster.get("validatingwebhookconfiguration", "torchgate") is None
+
+
+@pytest.mark.e2e
+def test_a_non_restricted_pod_would_be_warned_about(
+    cluster: Cluster, system_namespace: None
+) -> None:
+    # Guards the test above: the namespace really enforces "restricted" and the warning shows.
+    objects = ms.kustomize("base")
+    webhook = ms.find(objects, "Deployment", "torchgate-webhook")
+    webhook["spec"]["template"]["spec"]["containers"][0]["securityContext"][
+        "allowPrivilegeEscalation"
+    ] = True
+    result = cluster.kubectl(
+        "apply", "--server-side", "--dry-run=server", "-f", "-", "-o", "name",
+        input=json.dumps(webhook),
+    )  # fmt: skip
+    assert "would violate PodSecurity" in result.stderr
+
+
+# ------------------------------------------------------------------------- the doc, followed
+
+
+def check_installed(cluster: Cluster, *, image: str, policies: bool) -> None:
+    namespace = cluster.get("namespace", NAMESPACE)
+    assert namespace is not None
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    crd = cluster.get("crd", "placementpolicies.torchgate.io")
+    assert crd is not None
+    assert any(
+        c["type"] == "Established" and c["status"] == "True" for c in crd["status"]["conditions"]
+    )
+    for account in ("torchgate-webhook", "torchgate-controller"):
+        assert cluster.get("serviceaccount", account, NAMESPACE) is not None
+    for kind in ("clusterrole", "clusterrolebinding"):
+        for name in ("torchgate-webhook", "torchgate-webhook-certs", "torchgate-controller"):
+            assert cluster.get(kind, name) is not None, (kind, name)
+    assert cluster.get("role", "torchgate-webhook-events", "default") is not None
+    assert images(cluster) == {image}
+    assert (cluster.get("placementpolicy", "research-h100") is not None) is policies
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(900)
+def test_install_with_kustomize_as_the_doc_says(cluster: Cluster, sandbox: DocRunner) -> None:
+    doc = sandbox
+    doc.run("kustomize-1-check-crd")  # the e2e cluster has the PyTorchJob CRD: overlay default
+
+    doc.run("kustomize-2-apply")
+    check_installed(cluster, image=f"{IMAGE}:0.1.0", policies=True)
+
+    doc.run("kustomize-3-wait")
+    assert available(cluster, "torchgate-webhook")
+    assert available(cluster, "torchgate-controller")
+    assert deployment(cluster, "torchgate-webhook")["status"]["readyReplicas"] == 2
+
+    # The dry run reaches the apiserver, which calls torchgate's webhook; kwok has no process
+    # behind the pods, so the call fails, and says whose webhook it was.
+    refused = doc.run("kustomize-check-admission", expect_failure=True)
+    assert 'failed calling webhook "mutate.pytorchjobs.torchgate.io"' in refused.stderr
+    assert "torchgate-webhook.torchgate-system.svc" in refused.stderr
+
+    # What the init container does in a real pod: Secret, caBundle (and files).
+    emulate_certs_init_container(cluster, doc.workdir / "certs")
+    bundle = ca_bundles(cluster)[0]
+
+    listed = doc.run("troubleshoot-webhook")
+    assert re.search(r"^torchgate-webhook\s+2/2\s", listed.stdout, re.MULTILINE), listed.stdout
+    assert "validate.pytorchjobs.torchgate.io" in listed.stdout  # from the describe
+    doc.skip("troubleshoot-webhook-readyz")
+    assert "caBundle matches the Secret" in doc.run("troubleshoot-cabundle").stdout
+    cluster.kubectl(
+        "patch", "validatingwebhookconfiguration", "torchgate", "--type=json",
+        "-p", json.dumps([{"op": "replace", "path": "/webhooks/0/clientConfig/caBundle",
+                           "value": base64.b64encode(b"someone else's CA").decode()}]),
+    )  # fmt: skip
+    assert "does not match" in doc.run("troubleshoot-cabundle").stdout
+    emulate_certs_init_container(cluster, doc.workdir / "certs")  # the documented repair
+    assert "caBundle matches the Secret" in doc.run("troubleshoot-cabundle").stdout
+    assert ca_bundles(cluster)[0] == bundle, "the repair restores the same CA"
+    doc.skip("troubleshoot-queued")
+
+    doc.run("policy-apply")
+    assert cluster.get("placementpolicy", "research-h100") is not None
+    doc.skip("policy-status")
+
+    doc.run("kustomize-upgrade")
+    assert images(cluster) == {f"{IMAGE}:0.1.1"}
+    assert available(cluster, "torchgate-webhook")
+    assert available(cluster, "torchgate-controller")
+    assert ca_bundles(cluster) == [bundle, bundle], "re-applying keeps caBundle"
+
+    doc.run("kustomize-uninstall")
+    assert nothing_installed(cluster)
+    for kind, name in (
+        ("clusterrole", "torchgate-controller"),
+        ("clusterrolebinding", "torchgate-webhook"),
+    ):
+        assert cluster.get(kind, name) is None
+    assert cluster.get("role", "torchgate-webhook-events", "default") is None
+    # CRDs and with them the policies stay.
+    assert cluster.get("crd", "placementpolicies.torchgate.io") is not None
+    assert cluster.get("placementpolicy", "research-h100") is not None
+    doc.skip("delete-crds")
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(900)
+def test_install_with_helm_as_the_doc_says(cluster: Cluster, sandbox: DocRunner) -> None:
+    doc = sandbox
+    doc.run("helm-1-check-crd")
+    doc.run("helm-1-adopt-crds")  # the e2e cluster's CRD was applied with kubectl
+    crd = cluster.get("crd", "placementpolicies.torchgate.io")
+    assert crd is not None
+    assert crd["metadata"]["annotations"]["meta.helm.sh/release-name"] == "torchgate"
+
+    installed = doc.run("helm-2-install")
+    assert "STATUS: deployed" in installed.stdout
+    check_installed(cluster, image=f"{IMAGE}:0.1.0", policies=False)
+
+    doc.run("helm-3-wait")
+    assert available(cluster, "torchgate-webhook")
+    assert available(cluster, "torchgate-controller")
+    emulate_certs_init_container(cluster, doc.workdir / "certs")
+    bundle = ca_bundles(cluster)[0]
+
+    doc.run("helm-upgrade")
+    assert images(cluster) == {f"{IMAGE}:0.1.1"}
+    assert available(cluster, "torchgate-webhook")
+    assert available(cluster, "torchgate-controller")
+    assert ca_bundles(cluster) == [bundle, bundle], "helm upgrade keeps caBundle"
+    history = run_helm(
+        "history", "torchgate", "--namespace", "default", "-o", "json",
+        env={"KUBECONFIG": str(cluster.kubeconfig)},
+    )  # fmt: skip
+    assert [entry["revision"] for entry in json.loads(history.stdout)] == [1, 2]
+
+    doc.run("helm-uninstall")
+    assert nothing_installed(cluster)
+    assert cluster.get("clusterrole", "torchgate-controller") is None
+    crd = cluster.get("crd", "placementpolicies.torchgate.io")
+    assert crd is not None, "helm.sh/resource-policy: keep"
+
+
+# ----------------------------------------------------------------- what uninstalling leaves
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_jobs_outlive_the_controller_and_are_adopted_again(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    namespace = cluster.new_namespace("uninstall")
+    pool = f"un-{namespace[-6:]}"
+    cluster.add_gpu_nodes(1, pool, gpus=8, labels={"pool": pool})
+    raw = job("kept", namespace).master(gpus=1).workers(1, gpus=1).build()
+    for replica in raw["spec"]["pytorchReplicaSpecs"].values():
+        replica["template"]["spec"]["nodeSelector"] = {"pool": pool}
+
+    def running() -> dict[str, str] | None:
+        pods = live_pods(cluster, namespace, "kept")
+        if len(pods) == 2 and all(p["status"].get("phase") == "Running" for p in pods):
+            return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
+        return None
+
+    controller = ControllerProcess(cluster.kubeconfig, tmp_path).start()
+    try:
+        create_job(cluster, raw)
+        before = cluster.wait_for(running, timeout=60, what="the gang Running")
+    finally:
+        assert controller.stop() == 0, controller.log()
+
+    # Controller gone (as after an uninstall): the pods keep running, untouched.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        assert running() == before
+        time.sleep(0.5)
+
+    # Back again: it adopts the same pods and goes on managing the job.
+    controller = ControllerProcess(cluster.kubeconfig, tmp_path).start()
+    try:
+        cluster.wait_for(
+            lambda: is_true(get_job(cluster, namespace, "kept"), "Running"), what="kept Running"
+        )
+        assert running() == before
+        cluster.finish_pod(namespace, "kept-master-0", 0)
+        cluster.wait_for(
+            lambda: is_true(get_job(cluster, namespace, "kept"), "Succeeded"),
+            what="kept Succeeded, by the restarted controller",
+        )
+    finally:
+        assert controller.stop() == 0, controller.log()
+
+    # Without any controller, deleting the job deletes its pods (ownerReferences, GC).
+    cluster.kubectl("delete", "pytorchjob", "kept", "-n", namespace, "--wait=false")
+    cluster.wait_for(
+        lambda: not job_pods(cluster, namespace, "kept"), timeout=60, what="pods collected"
+    )

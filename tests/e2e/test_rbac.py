@@ -1,0 +1,437 @@
+"""The install's RBAC, held against what the components really do (apiserver audit log).
+
+A control plane of its own, with an audit log, runs ``torchgate certs``, ``torchgate webhook``
+and ``torchgate controller`` under their ServiceAccounts (tokens from the TokenRequest API, RBAC
+from manifests/base) through a job's whole life: certificates made and renewed, caBundle patched,
+policies watched and reported on (one invalid, which makes an Event), a PyTorchJob admitted by the
+webhook, its gang created, restarted after a failure, finished, cleaned up and deleted by its TTL,
+and leadership taken and handed back. Then the audit log must show no 403 for those accounts, and
+every granted (resource, verb) used at least once: a rule nobody exercised is excess. A request
+the controller is not granted is made on purpose first, to prove a 403 would be seen.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests import rbacmodel as rm
+from tests.builders import job
+from tests.e2e.conftest import Cluster
+from tests.e2e.controller_process import (
+    ControllerProcess,
+    create_job,
+    events_of,
+    free_port,
+    get_job,
+    live_pods,
+)
+from tests.e2e.rbac import BASE_NAMESPACE, base_rbac_objects, service_account_kubeconfig
+from torchgate.controlplane.binaries import Binaries
+from torchgate.controlplane.cluster import ControlPlane
+
+# The first test also starts a control plane and runs the whole scenario.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+WEBHOOK_ACCOUNT = "torchgate-webhook"
+CONTROLLER_ACCOUNT = "torchgate-controller"
+SECRET = f"{BASE_NAMESPACE}/torchgate-webhook-tls"
+
+
+def username(account: str) -> str:
+    return f"system:serviceaccount:{BASE_NAMESPACE}:{account}"
+
+
+@dataclass(frozen=True)
+class Call:
+    """One request of the audit log."""
+
+    account: str
+    group: str
+    resource: str
+    verb: str
+    namespace: str | None
+    name: str | None
+    code: int
+    uri: str
+
+
+def read_audit(path: Path) -> list[Call]:
+    """The requests made by torchgate's ServiceAccounts (not by impersonation)."""
+    accounts = {username(a): a for a in (WEBHOOK_ACCOUNT, CONTROLLER_ACCOUNT)}
+    calls: list[Call] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        event = json.loads(line)
+        account = accounts.get(event.get("user", {}).get("username", ""))
+        reference = event.get("objectRef")
+        if account is None or reference is None:
+            continue
+        resource = reference.get("resource", "")
+        if reference.get("subresource"):
+            resource += "/" + reference["subresource"]
+        calls.append(
+            Call(
+                account=account,
+                group=reference.get("apiGroup", ""),
+                resource=resource,
+                verb=event["verb"],
+                namespace=reference.get("namespace"),
+                name=reference.get("name"),
+                code=int(event.get("responseStatus", {}).get("code", 0)),
+                uri=event.get("requestURI", ""),
+            )
+        )
+    return calls
+
+
+def exercises(call: Call, grant: rm.Grant) -> bool:
+    """Whether ``call`` was authorized by (and only needed) ``grant``."""
+    return (
+        call.code < 400
+        and (call.account, call.group, call.resource, call.verb)
+        == (grant.account, grant.group, grant.resource, grant.verb)
+        and (grant.namespace is None or call.namespace == grant.namespace)
+        and (not grant.names or call.name in grant.names)
+    )
+
+
+class Process:
+    """A torchgate command as a subprocess, with its log."""
+
+    def __init__(self, args: list[str], log_path: Path) -> None:
+        self.log_path = log_path
+        self._log = log_path.open("ab")
+        env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "torchgate", *args],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        return int(self.process.returncode)
+
+
+def run_torchgate(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    return subprocess.run(
+        [sys.executable, "-m", "torchgate", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+
+
+def https_ok(url: str, ca_file: Path) -> bool:
+    context = ssl.create_default_context(cafile=str(ca_file))
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=context) as response:
+            return int(response.status) == 200
+    except OSError:
+        return False
+
+
+def condition_of(obj: dict[str, Any] | None, kind: str) -> dict[str, Any]:
+    for item in (obj or {}).get("status", {}).get("conditions", []):
+        if item.get("type") == kind:
+            return dict(item)
+    return {}
+
+
+@pytest.fixture(scope="module")
+def audited(
+    control_plane_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    """A control plane of this module's own, with the apiserver's audit log on."""
+    if os.environ.get("TORCHGATE_E2E_KUBECONFIG"):
+        pytest.skip("needs a local control plane (an audit log of the apiserver)")
+    workdir = tmp_path_factory.mktemp("audited-cp")
+    with ControlPlane(binaries=control_plane_binaries, workdir=workdir, audit_log=True) as plane:
+        helper = Cluster(plane)
+        helper.install_crds()
+        yield helper
+
+
+@pytest.fixture(scope="module")
+def audit_log(audited: Cluster, tmp_path_factory: pytest.TempPathFactory) -> list[Call]:
+    """Run every component through a job's life as its ServiceAccount; return their requests."""
+    cluster = audited
+    logs = tmp_path_factory.mktemp("rbac-logs")
+    webhook_kubeconfig = service_account_kubeconfig(cluster, BASE_NAMESPACE, WEBHOOK_ACCOUNT)
+    controller_kubeconfig = service_account_kubeconfig(cluster, BASE_NAMESPACE, CONTROLLER_ACCOUNT)
+
+    # The deliberate 403 (see the module docstring).
+    denied = subprocess.run(
+        [
+            "kubectl",
+            f"--kubeconfig={controller_kubeconfig}",
+            "get",
+            "secrets",
+            "-n",
+            BASE_NAMESPACE,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert denied.returncode != 0
+    assert "forbidden" in denied.stderr.lower(), denied.stderr
+
+    # Webhook configurations as installed, but calling a local webhook; caBundle left to certs.
+    port = free_port()
+    rendered = cluster.kubectl("kustomize", str(rm.REPO_ROOT / "manifests" / "base")).stdout
+    configurations = [
+        doc
+        for doc in yaml.safe_load_all(rendered)
+        if doc and doc["kind"].endswith("WebhookConfiguration")
+    ]
+    for configuration in configurations:
+        for webhook in configuration["webhooks"]:
+            path = webhook["clientConfig"]["service"]["path"]
+            webhook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}"}
+    cluster.apply(configurations)
+
+    # torchgate certs: creates the Secret and patches caBundle, then renews (patches the Secret).
+    certs = logs / "certs"
+    certs_args = [
+        "certs", "--service", "torchgate-webhook", "--namespace", BASE_NAMESPACE,
+        "--ip", "127.0.0.1", "--secret", SECRET, "--webhook-config", "torchgate",
+        "--out-dir", str(certs), "--kubeconfig", str(webhook_kubeconfig),
+    ]  # fmt: skip
+    for extra in ([], ["--force"]):
+        result = run_torchgate(*certs_args, *extra)
+        assert result.returncode == 0, result.stderr
+    for configuration in configurations:
+        stored = cluster.get(configuration["kind"], "torchgate")
+        assert stored is not None
+        assert all(w["clientConfig"].get("caBundle") for w in stored["webhooks"])
+
+    webhook = Process(
+        [
+            "webhook", "--bind", "127.0.0.1", "--port", str(port),
+            "--tls-cert-file", str(certs / "tls.crt"),
+            "--tls-private-key-file", str(certs / "tls.key"),
+            "--kubeconfig", str(webhook_kubeconfig), "--reload-interval", "1",
+        ],
+        logs / "webhook.log",
+    )  # fmt: skip
+    controller: ControllerProcess | None = None
+    try:
+        cluster.wait_for(
+            lambda: https_ok(f"https://127.0.0.1:{port}/readyz", certs / "ca.crt"),
+            what="the webhook ready (policies listed)",
+        )
+        namespace = cluster.new_namespace("rbac")
+        pool = f"rbac-{namespace[-6:]}"
+        cluster.add_gpu_nodes(2, pool, gpus=8, labels={"pool": pool})
+        cluster.apply(
+            [
+                {
+                    "apiVersion": "torchgate.io/v1alpha1",
+                    "kind": "PlacementPolicy",
+                    "metadata": {"name": "rbac-valid"},
+                    "spec": {
+                        "namespaces": [namespace],
+                        "nodeSelector": {"pool": pool},
+                        "jobDefaults": {
+                            "managedBy": "torchgate.io/controller",
+                            "cleanPodPolicy": "All",
+                            "ttlSecondsAfterFinished": 0,
+                        },
+                    },
+                },
+                {
+                    "apiVersion": "torchgate.io/v1alpha1",
+                    "kind": "PlacementPolicy",
+                    "metadata": {"name": "rbac-invalid"},
+                    "spec": {
+                        "namespaces": ["nowhere"],
+                        "tolerations": [{"key": "a", "operator": "Sometimes"}],
+                    },
+                },
+            ]
+        )
+        # The webhook patched both policies' status and made an Event for the invalid one.
+        cluster.wait_for(
+            lambda: (
+                condition_of(cluster.get("placementpolicy", "rbac-valid"), "Valid").get("status")
+                == "True"
+            ),
+            what="rbac-valid Valid=True",
+        )
+        cluster.wait_for(
+            lambda: (
+                condition_of(cluster.get("placementpolicy", "rbac-invalid"), "Valid").get("status")
+                == "False"
+            ),
+            what="rbac-invalid Valid=False",
+        )
+        cluster.wait_for(
+            lambda: events_of(cluster, "default", "rbac-invalid"),
+            what="an Event about rbac-invalid in default",
+        )
+
+        controller = ControllerProcess(
+            controller_kubeconfig,
+            logs,
+            "--leader-election-namespace",
+            BASE_NAMESPACE,
+            "--leader-election-id",
+            "torchgate-controller",
+            leader_elect=True,
+        ).start()
+        cluster.wait_for(
+            lambda: (
+                (cluster.get("lease", "torchgate-controller", BASE_NAMESPACE) or {})
+                .get("spec", {})
+                .get("holderIdentity")
+            ),
+            what="the controller holding its Lease",
+        )
+
+        # A job through the webhook (defaults from rbac-valid) and the controller, to its end.
+        name = "audited"
+        create_job(cluster, job(name, namespace).master(gpus=1).workers(1, gpus=1).build())
+        admitted = get_job(cluster, namespace, name)
+        assert admitted is not None
+        assert admitted["spec"]["runPolicy"]["managedBy"] == "torchgate.io/controller"
+
+        def running(count: int) -> list[dict[str, Any]] | None:
+            pods = live_pods(cluster, namespace, name)
+            ok = len(pods) == count and all(p["status"].get("phase") == "Running" for p in pods)
+            return pods if ok else None
+
+        first = cluster.wait_for(lambda: running(2), timeout=60, what="the gang Running")
+        assert cluster.list_objects("service", namespace), "the controller made Services"
+        cluster.finish_pod(namespace, f"{name}-worker-0", 1)  # OnFailure: restart the gang
+        cluster.wait_for(
+            lambda: (
+                (get_job(cluster, namespace, name) or {})
+                .get("metadata", {})
+                .get("annotations", {})
+                .get("torchgate.io/restarts")
+                == "1"
+                and (pods := running(2))
+                and {p["metadata"]["uid"] for p in pods}.isdisjoint(
+                    p["metadata"]["uid"] for p in first
+                )
+            ),
+            timeout=60,
+            what="the gang restarted (old pods deleted, new ones Running)",
+        )
+        cluster.finish_pod(namespace, f"{name}-master-0", 0)
+        cluster.wait_for(
+            lambda: get_job(cluster, namespace, name) is None,
+            timeout=60,
+            what="the finished job cleaned up and deleted (ttlSecondsAfterFinished 0)",
+        )
+        assert not live_pods(cluster, namespace, name)
+    except BaseException:
+        print(webhook.log()[-4000:], controller.log()[-4000:] if controller else "")
+        raise
+    finally:
+        # SIGTERM: the controller hands its Lease back (get + update) on the way out.
+        if controller is not None:
+            assert controller.stop() == 0, controller.log()
+        assert webhook.stop() == 0, webhook.log()
+        cluster.clean_up_test()
+
+    path = cluster.plane.audit_log_path
+    assert path is not None
+    assert path.is_file()
+    time.sleep(1)  # watches closed by the stops are logged at ResponseComplete
+    return read_audit(path)
+
+
+def test_forbidden_requests_show_up_in_the_audit_log(audit_log: list[Call]) -> None:
+    # The deliberate one: proves a 403 would be noticed by the next test.
+    assert any(
+        c.account == CONTROLLER_ACCOUNT and c.resource == "secrets" and c.code == 403
+        for c in audit_log
+    )
+
+
+def test_no_component_was_refused_anything(audit_log: list[Call]) -> None:
+    refused = [
+        c
+        for c in audit_log
+        if c.code == 403 and not (c.account == CONTROLLER_ACCOUNT and c.resource == "secrets")
+    ]
+    assert refused == []
+
+
+def test_every_granted_permission_was_used(audited: Cluster, audit_log: list[Call]) -> None:
+    grants = rm.grants(base_rbac_objects(audited))
+    assert grants
+    unused = [
+        str(grant)
+        for grant in grants
+        if not any(exercises(call, grant) for call in audit_log)
+        and not any(
+            (component, grant.group, grant.resource, grant.verb) in rm.ADMISSION_ONLY
+            for component in ("controller", "webhook", "certs")
+        )
+    ]
+    assert unused == [], "granted but never used (excess RBAC)"
+
+
+def test_every_call_the_code_can_make_was_made(audit_log: list[Call]) -> None:
+    # The scenario covers the static table, so the static and dynamic checks see the same calls.
+    made = {(c.group, c.resource, c.verb) for c in audit_log if c.code < 400}
+    scanned = {(group, resource, verb) for _, group, resource, verb, _, _ in rm.scan_code().calls}
+    assert scanned - made == set()
+
+
+def test_service_account_kubeconfig_works_in_another_namespace(audited: Cluster) -> None:
+    # What tests/e2e/rbac.py offers other modules: the same RBAC, moved to their namespace.
+    kubeconfig = service_account_kubeconfig(audited, "tg-elsewhere", CONTROLLER_ACCOUNT)
+
+    def can(*args: str) -> bool:
+        result = subprocess.run(
+            ["kubectl", f"--kubeconfig={kubeconfig}", "auth", "can-i", *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        return result.stdout.strip() == "yes"
+
+    assert can("create", "leases.coordination.k8s.io", "-n", "tg-elsewhere")
+    assert can("update", "leases.coordination.k8s.io/torchgate-controller", "-n", "tg-elsewhere")
+    assert not can("update", "leases.coordination.k8s.io/someone-else", "-n", "tg-elsewhere")
+    assert not can("create", "leases.coordination.k8s.io", "-n", BASE_NAMESPACE)
+    assert can("list", "pods", "--all-namespaces")
+    assert not can("get", "secrets", "-n", "tg-elsewhere")
+    # The original bindings still name the torchgate-system accounts.
+    binding = audited.get("clusterrolebinding", "torchgate-controller")
+    assert binding is not None
+    assert binding["subjects"][0]["namespace"] == BASE_NAMESPACE
+    assert audited.get("clusterrolebinding", "torchgate-controller--tg-elsewhere") is not None

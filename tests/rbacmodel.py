@@ -1,0 +1,601 @@
+"""What API access torchgate's code needs (read from the code) and what the manifests grant.
+
+Why derive instead of listing: a hand-kept table of calls goes stale the day someone adds a call.
+Here the call sites are found in the source (``ast``), so a new call either maps to a permission
+automatically or stops the test with its file, function and line:
+
+- the controller talks through ``KubeApi.request(METHOD, RESOURCE.path(...))`` and ``.watch``:
+  the HTTP method gives the verb (GET on a name = get, on a collection = list, POST = create, PUT
+  = update, PATCH = patch, DELETE = delete), the ``Resource`` constant of ``controller/kube.py``
+  the group and resource, a third ``path`` argument the subresource. A resource passed in as a
+  parameter (``_create(PODS, ...)``) is resolved at the function's call sites; every
+  ``Informer(api, RESOURCE, ...)`` needs list and watch;
+- the webhook and ``torchgate certs`` use ``kubernetes_asyncio``'s typed APIs: the method name
+  (``read_namespaced_secret``, ``patch_cluster_custom_object_status``, ...) gives verb, resource and
+  subresource, the API class the group, ``Watch().stream(list_...)`` means watch.
+
+Where a call goes (namespace, object name) is not in the code but in the flags the manifests pass
+(``--secret``, ``--webhook-config``, ``--leader-election-id``), so those are parsed with the
+commands' own argument parsers from the rendered Deployments. Which identity runs which command
+comes from the Deployments too (``args[0]`` and ``serviceAccountName``).
+
+The grants side expands every (Cluster)Role bound to a ServiceAccount into one ``Grant`` per
+(group, resource, verb). ``tests/unit/test_rbac.py`` compares the two statically;
+``tests/e2e/test_rbac.py`` checks the grants against an apiserver audit log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import inspect
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("controller", "webhook", "certs")
+
+ANY_NAMESPACE = "*"
+"""A namespaced call into whichever namespace a user's job is in: only a ClusterRole covers it."""
+
+# Verbs RBAC can limit by resourceNames (create, list, watch and deletecollection it cannot).
+NAMED_VERBS = frozenset({"get", "update", "patch", "delete"})
+
+# Granted on purpose although no code calls it; see manifests/base/rbac-controller.yaml.
+ADMISSION_ONLY: Mapping[tuple[str, str, str, str], str] = {
+    ("controller", "kubeflow.org", "pytorchjobs/finalizers", "update"): (
+        "OwnerReferencesPermissionEnforcement admission checks it when the controller creates "
+        "pods and Services whose ownerReference sets blockOwnerDeletion"
+    ),
+}
+
+# kubernetes_asyncio API classes torchgate uses -> API group. Extend when a new one appears.
+API_GROUPS: Mapping[str, str] = {
+    "CoreV1Api": "",
+    "AdmissionregistrationV1Api": "admissionregistration.k8s.io",
+    "CoordinationV1Api": "coordination.k8s.io",
+    "AppsV1Api": "apps",
+    "EventsV1Api": "events.k8s.io",
+    "SchedulingV1Api": "scheduling.k8s.io",
+    "RbacAuthorizationV1Api": "rbac.authorization.k8s.io",
+    "ApiextensionsV1Api": "apiextensions.k8s.io",
+}
+
+_HTTP_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
+_TYPED_PREFIXES = (
+    ("delete_collection_", "deletecollection"),
+    ("read_", "get"),
+    ("list_", "list"),
+    ("create_", "create"),
+    ("patch_", "patch"),
+    ("replace_", "update"),
+    ("delete_", "delete"),
+)
+
+
+class UnmappedCall(AssertionError):
+    """A call site whose permission cannot be derived; the message says where and what to do."""
+
+
+@dataclass(frozen=True, order=True)
+class Need:
+    """One permission a component's code needs.
+
+    ``namespace``: None for a cluster-scoped object or an all-namespaces list/watch,
+    :data:`ANY_NAMESPACE` for a user's namespace, else that namespace. ``name``: the object's
+    name when the code always touches the same one.
+    """
+
+    component: str
+    group: str
+    resource: str
+    verb: str
+    namespace: str | None = None
+    name: str | None = None
+    where: str = field(default="", compare=False)
+
+    def __str__(self) -> str:
+        scope = "cluster-wide" if self.namespace is None else f"namespace {self.namespace}"
+        named = f" {self.name!r}" if self.name else ""
+        return (
+            f"{self.component}: {self.verb} {self.group or 'core'}/{self.resource}{named} ({scope})"
+        )
+
+
+@dataclass(frozen=True, order=True)
+class Grant:
+    """One (group, resource, verb) of one rule of a role bound to a ServiceAccount.
+
+    ``namespace`` None means cluster-wide (ClusterRoleBinding), else the RoleBinding's namespace.
+    """
+
+    account: str
+    group: str
+    resource: str
+    verb: str
+    namespace: str | None
+    names: tuple[str, ...]
+    role: str = field(compare=False)
+
+    def __str__(self) -> str:
+        scope = "cluster-wide" if self.namespace is None else f"namespace {self.namespace}"
+        named = f" {list(self.names)}" if self.names else ""
+        return (
+            f"{self.account}: {self.verb} {self.group or 'core'}/{self.resource}{named} "
+            f"({scope}, {self.role})"
+        )
+
+
+# ------------------------------------------------------------------------------------ code scan
+
+
+@dataclass(frozen=True)
+class _Site:
+    """A call site: ``file:function:line`` and the node."""
+
+    path: Path
+    function: str
+    node: ast.Call
+    defining: ast.AST  # the enclosing function (or module)
+
+    @property
+    def where(self) -> str:
+        relative = self.path.relative_to(REPO_ROOT)
+        return f"{relative}:{self.function}:{self.node.lineno}"
+
+
+def _walk_with_function(tree: ast.Module, path: Path) -> Iterator[_Site]:
+    def visit(node: ast.AST, stack: list[str], defining: ast.AST) -> Iterator[_Site]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                inner = child if not isinstance(child, ast.ClassDef) else defining
+                yield from visit(child, [*stack, child.name], inner)
+                continue
+            if isinstance(child, ast.Call):
+                yield _Site(path, ".".join(stack) or "<module>", child, defining)
+            yield from visit(child, stack, defining)
+
+    yield from visit(tree, [], tree)
+
+
+def _source_files(package: str) -> list[Path]:
+    return sorted((REPO_ROOT / package).glob("*.py"))
+
+
+def _parse(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def _constant_str(node: ast.AST | None) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _argument(call: ast.Call, index: int, keyword: str) -> ast.AST | None:
+    if index < len(call.args):
+        return call.args[index]
+    for item in call.keywords:
+        if item.arg == keyword:
+            return item.value
+    return None
+
+
+def _receiver(call: ast.Call) -> str:
+    return ast.unparse(call.func.value) if isinstance(call.func, ast.Attribute) else ""
+
+
+@dataclass(frozen=True)
+class _PathRef:
+    """A ``RESOURCE.path(namespace, name, sub)`` expression, resolved or not."""
+
+    resource: str | None  # the Resource constant's name, None when not a constant
+    receiver: str  # the text before ``.path``
+    has_name: bool
+    sub: str
+
+
+def _path_ref(expression: ast.AST, defining: ast.AST) -> _PathRef | None:
+    """Resolve a path argument; a plain name is looked up among its function's assignments."""
+    if isinstance(expression, ast.Name):
+        for node in ast.walk(defining):
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == expression.id
+            ):
+                return _path_ref(node.value, defining)
+        return None
+    if not (
+        isinstance(expression, ast.Call)
+        and isinstance(expression.func, ast.Attribute)
+        and expression.func.attr == "path"
+    ):
+        return None
+    name_arg = _argument(expression, 1, "name")
+    has_name = name_arg is not None and not (
+        isinstance(name_arg, ast.Constant) and name_arg.value is None
+    )
+    sub = _constant_str(_argument(expression, 2, "sub")) or ""
+    target = expression.func.value
+    return _PathRef(
+        resource=target.id if isinstance(target, ast.Name) and target.id.isupper() else None,
+        receiver=ast.unparse(target),
+        has_name=has_name,
+        sub=sub,
+    )
+
+
+def _parameter_index(defining: ast.AST, name: str) -> int | None:
+    """Position of parameter ``name`` among the call arguments (``self`` not counted)."""
+    if not isinstance(defining, ast.FunctionDef | ast.AsyncFunctionDef):
+        return None
+    names = [argument.arg for argument in defining.args.args]
+    if names and names[0] in ("self", "cls"):
+        names = names[1:]
+    return names.index(name) if name in names else None
+
+
+def _resource_constants() -> Mapping[str, Any]:
+    from controller import kube
+
+    return {
+        name: value
+        for name, value in vars(kube).items()
+        if name.isupper() and isinstance(value, kube.Resource)
+    }
+
+
+@dataclass
+class CodeScan:
+    """What the code does: abstract calls before namespaces and names are filled in."""
+
+    # (component, group, resource, verb, namespace-hint, where); hint: "code:<ns>", "fixed:<key>"
+    calls: list[tuple[str, str, str, str, str, str]] = field(default_factory=list)
+
+
+def _verb_for_http(method: str, *, has_name: bool) -> str:
+    if method == "GET":
+        return "get" if has_name else "list"
+    if method == "DELETE":
+        return "delete" if has_name else "deletecollection"
+    if method == "WATCH":
+        return "watch"
+    if method in _HTTP_VERBS:
+        return _HTTP_VERBS[method]
+    raise UnmappedCall(f"unknown HTTP method {method!r}")
+
+
+def _scan_raw(component: str, sites: Sequence[_Site], scan: CodeScan) -> None:
+    """``api.request``/``api.watch`` and ``Informer(...)`` sites (the controller's port)."""
+    constants = _resource_constants()
+
+    def need(resource_name: str, verb: str, sub: str, site: _Site) -> None:
+        resource = constants[resource_name]
+        plural = resource.plural + (f"/{sub}" if sub else "")
+        hint = f"fixed:{resource_name}" if resource.namespaced else "cluster"
+        scan.calls.append((component, resource.group, plural, verb, hint, site.where))
+
+    for site in sites:
+        call = site.node
+        func = call.func
+        if isinstance(func, ast.Name) and func.id == "Informer":
+            target = _argument(call, 1, "resource")
+            if not (isinstance(target, ast.Name) and target.id in constants):
+                raise UnmappedCall(f"{site.where}: Informer of a non-constant resource")
+            resource = constants[target.id]
+            for verb in ("list", "watch"):
+                # An informer lists all namespaces unless given one: cluster-wide.
+                scan.calls.append(
+                    (component, resource.group, resource.plural, verb, "cluster", site.where)
+                )
+            continue
+        if not isinstance(func, ast.Attribute) or func.attr not in ("request", "watch"):
+            continue
+        if not _receiver(call).split(".")[-1].endswith("api"):
+            continue  # e.g. self.admitter.request(...): not an API call
+        method = "WATCH" if func.attr == "watch" else _constant_str(_argument(call, 0, "method"))
+        path_node = _argument(call, 0 if func.attr == "watch" else 1, "path")
+        if method is None or path_node is None:
+            raise UnmappedCall(f"{site.where}: API call without a literal method or a path")
+        ref = _path_ref(path_node, site.defining)
+        if ref is None and site.function.startswith("Informer."):
+            continue  # the informer's own list/watch: accounted for at Informer(...) sites
+        if ref is None:
+            raise UnmappedCall(
+                f"{site.where}: {method} on a path this scan cannot follow; build it with "
+                "RESOURCE.path(...) from controller/kube.py in the call, or extend "
+                "tests/rbacmodel.py"
+            )
+        verb = _verb_for_http(method, has_name=ref.has_name)
+        if ref.resource is not None:
+            if ref.resource not in constants:
+                raise UnmappedCall(f"{site.where}: {ref.resource} is not a Resource in kube.py")
+            need(ref.resource, verb, ref.sub, site)
+            continue
+        # A resource handed in as a parameter: resolve it where the function is called.
+        index = _parameter_index(site.defining, ref.receiver)
+        function = site.function.rsplit(".", 1)[-1]
+        callers = [
+            other
+            for other in sites
+            if isinstance(other.node.func, ast.Attribute | ast.Name)
+            and (getattr(other.node.func, "attr", None) or getattr(other.node.func, "id", None))
+            == function
+            and other.node is not call
+        ]
+        if index is None or not callers:
+            raise UnmappedCall(f"{site.where}: cannot tell which resource {ref.receiver!r} is")
+        for caller in callers:
+            argument = _argument(caller.node, index, ref.receiver)
+            if not (isinstance(argument, ast.Name) and argument.id in constants):
+                raise UnmappedCall(f"{caller.where}: {function}() with a non-constant resource")
+            need(argument.id, verb, ref.sub, caller)
+
+
+def _typed_api_methods() -> Mapping[str, tuple[str, ...]]:
+    from kubernetes_asyncio import client
+
+    methods: dict[str, list[str]] = {}
+    for class_name, cls in vars(client).items():
+        if not (inspect.isclass(cls) and class_name.endswith("Api")):
+            continue
+        for method in vars(cls):
+            if not method.startswith("_") and not method.endswith("_with_http_info"):
+                methods.setdefault(method, []).append(class_name)
+    return {method: tuple(classes) for method, classes in methods.items()}
+
+
+def _api_objects(tree: ast.Module) -> Mapping[str, str]:
+    """Receiver text -> kubernetes_asyncio API class, from ``x = client.CoreV1Api(...)``."""
+    found: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if name.endswith("Api"):
+                for target in targets:
+                    found[ast.unparse(target)] = name
+    return found
+
+
+def _plural(snake: str) -> str:
+    word = snake.replace("_", "")
+    if word.endswith("y"):
+        return word[:-1] + "ies"
+    if word.endswith("s"):
+        return word + "es"
+    return word + "s"
+
+
+def _resolve_attribute(node: ast.AST | None) -> str | None:
+    """A string constant, or ``names.X`` from pytorchjob.names."""
+    literal = _constant_str(node)
+    if literal is not None:
+        return literal
+    if isinstance(node, ast.Attribute) and ast.unparse(node.value) == "names":
+        from pytorchjob import names
+
+        value = getattr(names, node.attr, None)
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _scan_typed(component: str, tree: ast.Module, sites: Sequence[_Site], scan: CodeScan) -> None:
+    """kubernetes_asyncio typed API calls (``core.read_namespaced_secret(...)``, watches)."""
+    methods = _typed_api_methods()
+    objects = _api_objects(tree)
+    for site in sites:
+        call = site.node
+        func = call.func
+        if not isinstance(func, ast.Attribute):
+            continue
+        watched = False
+        target: ast.Call | ast.Attribute = call
+        if func.attr == "stream" and call.args and isinstance(call.args[0], ast.Attribute):
+            target, method, watched = call.args[0], call.args[0].attr, True
+            arguments = call.args[1:]
+        else:
+            method, arguments = func.attr, list(call.args)
+        if method not in methods:
+            continue
+        receiver = ast.unparse(target.value if isinstance(target, ast.Attribute) else func.value)
+        classes = methods[method]
+        api_class = objects.get(receiver) if len(classes) > 1 else classes[0]
+        if api_class is None or api_class not in classes:
+            raise UnmappedCall(f"{site.where}: {method} of an API object of unknown class")
+        verb = next((v for prefix, v in _TYPED_PREFIXES if method.startswith(prefix)), None)
+        if verb is None:
+            raise UnmappedCall(f"{site.where}: {method} is not a CRUD call this scan knows")
+        if watched:
+            verb = "watch"
+        rest = method.removeprefix(
+            next(prefix for prefix, v in _TYPED_PREFIXES if method.startswith(prefix))
+        )
+        namespaced = rest.startswith("namespaced_")
+        rest = rest.removeprefix("namespaced_").removeprefix("cluster_")
+        rest = rest.removesuffix("_for_all_namespaces")
+        sub = ""
+        if rest.endswith("_status"):
+            rest, sub = rest.removesuffix("_status"), "status"
+        if rest == "custom_object":
+            group = _resolve_attribute(arguments[0] if arguments else None)
+            plural = _resolve_attribute(arguments[2] if len(arguments) > 2 else None)
+            if group is None or plural is None:
+                raise UnmappedCall(f"{site.where}: custom object call with unresolved group/plural")
+        else:
+            if api_class not in API_GROUPS:
+                raise UnmappedCall(f"{site.where}: add {api_class} to API_GROUPS")
+            group, plural = API_GROUPS[api_class], _plural(rest)
+        # The namespace argument: first for create/list, second for calls on a named object.
+        hint = "cluster"
+        if namespaced:
+            position = 0 if verb in ("create", "list", "watch", "deletecollection") else 1
+            literal = _constant_str(arguments[position] if len(arguments) > position else None)
+            hint = f"code:{literal}" if literal is not None else f"fixed:{plural}"
+        resource = plural + (f"/{sub}" if sub else "")
+        scan.calls.append((component, group, resource, verb, hint, site.where))
+
+
+def scan_code(packages: Iterable[str] = PACKAGES) -> CodeScan:
+    """Every API call site in the packages, as abstract needs (see :class:`CodeScan`)."""
+    scan = CodeScan()
+    for package in packages:
+        for path in _source_files(package):
+            tree = _parse(path)
+            sites = list(_walk_with_function(tree, path))
+            _scan_raw(package, sites, scan)
+            _scan_typed(package, tree, sites, scan)
+    return scan
+
+
+# ------------------------------------------------------------------------------ deployed setup
+
+
+@dataclass(frozen=True)
+class Deployed:
+    """Which ServiceAccount runs which command, with which arguments, in which namespace."""
+
+    component: str
+    account: str
+    namespace: str
+    args: argparse.Namespace
+
+
+def _command_parser(component: str) -> argparse.ArgumentParser:
+    from torchgate.cli import build_parser
+
+    return build_parser(component)
+
+
+def deployed_components(objects: Iterable[Mapping[str, Any]]) -> list[Deployed]:
+    """From rendered manifests: one entry per container running a torchgate command."""
+    found: list[Deployed] = []
+    for obj in objects:
+        if obj.get("kind") != "Deployment":
+            continue
+        namespace = obj["metadata"]["namespace"]
+        pod = obj["spec"]["template"]["spec"]
+        account = pod.get("serviceAccountName", "default")
+        for container in [*pod.get("initContainers", []), *pod.get("containers", [])]:
+            args = [str(arg).replace("$(POD_NAMESPACE)", namespace) for arg in container["args"]]
+            parsed = _command_parser(args[0]).parse_args(args)
+            found.append(Deployed(args[0], account, namespace, parsed))
+    return found
+
+
+def _fixed_place(
+    deployed: Deployed, hint: str, resource: str, verb: str
+) -> tuple[str | None, tuple[str | None, ...]]:
+    """(namespace, names) of a call from its hint and the command's flags."""
+    args = deployed.args
+    if hint == "cluster":
+        if deployed.component == "certs" and resource.endswith("webhookconfigurations"):
+            names: tuple[str | None, ...] = tuple(args.webhook_config or ())
+            return None, names if verb in NAMED_VERBS else (None,)
+        return None, (None,)
+    if hint.startswith("code:"):
+        return hint.removeprefix("code:"), (None,)
+    key = hint.removeprefix("fixed:")
+    if deployed.component == "controller" and key == "LEASES":
+        name = args.leader_election_id if verb in NAMED_VERBS else None
+        return args.leader_election_namespace, (name,)
+    if deployed.component == "certs" and key == "secrets":
+        return args.secret.namespace, (args.secret.name if verb in NAMED_VERBS else None,)
+    return ANY_NAMESPACE, (None,)
+
+
+def needs(objects: Sequence[Mapping[str, Any]], scan: CodeScan | None = None) -> list[Need]:
+    """The permissions the deployed components need, per component (not yet per account)."""
+    scan = scan or scan_code()
+    result: set[Need] = set()
+    for deployed in deployed_components(objects):
+        for component, group, resource, verb, hint, where in scan.calls:
+            if component != deployed.component:
+                continue
+            leases = component == "controller" and resource.split("/")[0] == "leases"
+            if leases and not deployed.args.leader_elect:
+                continue
+            namespace, names = _fixed_place(deployed, hint, resource, verb)
+            for name in names:
+                result.add(Need(component, group, resource, verb, namespace, name, where))
+    return sorted(result)
+
+
+def accounts(objects: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Component -> the ServiceAccount it runs as (one per component, or the test fails)."""
+    mapping: dict[str, set[str]] = {}
+    for deployed in deployed_components(objects):
+        mapping.setdefault(deployed.component, set()).add(deployed.account)
+    for component, found in mapping.items():
+        if len(found) != 1:
+            raise AssertionError(f"{component} runs as several ServiceAccounts: {sorted(found)}")
+    return {component: found.pop() for component, found in mapping.items()}
+
+
+# ------------------------------------------------------------------------------------- grants
+
+
+def grants(objects: Sequence[Mapping[str, Any]]) -> list[Grant]:
+    """Every (group, resource, verb) bound to a ServiceAccount by the manifests."""
+    roles: dict[tuple[str, str | None, str], Mapping[str, Any]] = {}
+    for obj in objects:
+        if obj.get("kind") in ("Role", "ClusterRole"):
+            namespace = obj["metadata"].get("namespace") if obj["kind"] == "Role" else None
+            roles[(obj["kind"], namespace, obj["metadata"]["name"])] = obj
+    result: list[Grant] = []
+    for obj in objects:
+        kind = obj.get("kind")
+        if kind not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        namespace = obj["metadata"].get("namespace") if kind == "RoleBinding" else None
+        ref = obj["roleRef"]
+        role_namespace = namespace if ref["kind"] == "Role" else None
+        role = roles.get((ref["kind"], role_namespace, ref["name"]))
+        if role is None:
+            raise AssertionError(f"{kind} {obj['metadata']['name']} binds a missing {ref}")
+        for subject in obj.get("subjects", []):
+            if subject.get("kind") != "ServiceAccount":
+                raise AssertionError(f"{kind} {obj['metadata']['name']} binds {subject}")
+            for rule in role.get("rules", []):
+                for group in rule.get("apiGroups", []):
+                    for resource in rule.get("resources", []):
+                        for verb in rule.get("verbs", []):
+                            result.append(
+                                Grant(
+                                    account=subject["name"],
+                                    group=group,
+                                    resource=resource,
+                                    verb=verb,
+                                    namespace=namespace,
+                                    names=tuple(rule.get("resourceNames", ())),
+                                    role=f"{ref['kind']}/{ref['name']}",
+                                )
+                            )
+    return result
+
+
+def covers(grant: Grant, need: Need, account: str) -> bool:
+    """Whether ``grant`` authorizes ``need`` for the component running as ``account``."""
+    if grant.account != account:
+        return False
+    if (grant.group, grant.resource, grant.verb) != (need.group, need.resource, need.verb):
+        return False
+    if grant.namespace is not None and grant.namespace != need.namespace:
+        return False
+    return not grant.names or need.name in grant.names
+
+
+_WILDCARD = re.compile(r"\*")
+
+
+def has_wildcard(obj: Mapping[str, Any]) -> bool:
+    """Whether a Role/ClusterRole uses ``*`` in apiGroups, resources or verbs."""
+    for rule in obj.get("rules", []):
+        for key in ("apiGroups", "resources", "verbs"):
+            if any(_WILDCARD.search(str(item)) for item in rule.get(key, [])):
+                return True
+    return False
