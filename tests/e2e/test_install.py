@@ -1,4 +1,4 @@
-"""Installing torchgate: every rendering applies cleanly, and docs/install.md works as written.
+"""Installing torchgate: every rendering applies cleanly, and README.md works as written.
 
 - ``helm lint`` passes for the chart's value combinations (no cluster needed).
 - Every kustomization and chart rendering passes ``kubectl apply --server-side --dry-run=server``
@@ -6,7 +6,7 @@
   not installed there, so minimal stand-in CRDs for ``Certificate`` and ``Issuer``
   (``cert-manager.io/v1``, any content accepted) let those objects be dry-run too: their kind,
   scope and namespace are checked, cert-manager's own schema is not.
-- The install section is followed step by step: the ``# step:`` blocks of docs/install.md are run
+- The install section is followed step by step: the ``# step:`` blocks of README.md are run
   with bash (``KUBECONFIG`` of the cluster, cwd a scratch folder that sees the repository's
   ``manifests/``, the built helm on ``PATH``), and the cluster is checked after each one. kwok fakes
   the pods, so the Deployments become Available without an image; the deployment and replicaset
@@ -55,7 +55,7 @@ from tests.helmtool import CHART, helm_binary, run_helm
 from torchgate.controlplane.binaries import Binaries
 from torchgate.controlplane.cluster import ATTACH_ENV
 
-INSTALL_DOC = ms.REPO_ROOT / "docs" / "install.md"
+INSTALL_DOC = ms.REPO_ROOT / "README.md"
 NAMESPACE = ms.NAMESPACE
 STEP_MARKER = re.compile(r"^# step: (?P<id>[a-z0-9-]+)(?: \((?P<note>[^)]*)\))?$")
 IMAGE = "registry.example.com/torchgate"
@@ -104,7 +104,7 @@ class Step:
 
 
 def doc_steps() -> dict[str, Step]:
-    """The marked shell blocks of docs/install.md, by step id, in document order."""
+    """The marked shell blocks of README.md, by step id, in document order."""
     steps: dict[str, Step] = {}
     text = INSTALL_DOC.read_text(encoding="utf-8")
     for block in re.findall(r"^```sh\n(.*?)^```$", text, flags=re.MULTILINE | re.DOTALL):
