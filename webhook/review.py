@@ -45,10 +45,10 @@ class Evaluation:
     object: Any
 
 
-def evaluate(job: Any, policy: PlacementPolicy) -> Evaluation:
+def evaluate(job: Mapping[str, Any], policy: PlacementPolicy) -> Evaluation:
     """Run the mutating webhook's defaulting, then the validating webhook's rules (CREATE)."""
     defaulted = default_job(job, policy)
-    verdict = validate_create(_as_mapping(defaulted.object), policy)
+    verdict = validate_create(defaulted.object, policy)
     errors = tuple(dedupe([*defaulted.errors, *verdict.errors]))
     return Evaluation(
         allowed=not errors,
@@ -201,7 +201,3 @@ def _without_server_filled_uid(job: Any) -> Any:
     if not isinstance(metadata, Mapping) or "uid" not in metadata:
         return job
     return {**job, "metadata": {k: v for k, v in metadata.items() if k != "uid"}}
-
-
-def _as_mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {"__invalid__": value}
