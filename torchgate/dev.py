@@ -51,7 +51,6 @@ import shutil
 import signal
 import socket
 import ssl
-import subprocess
 import sys
 import threading
 import time
@@ -67,8 +66,10 @@ from typing import Any, Final
 import yaml
 
 from torchgate import devcluster
+from torchgate.controlplane import processes
 from torchgate.controlplane.binaries import BinariesUnavailable, ensure_binaries
-from torchgate.controlplane.cluster import ControlPlane, ControlPlaneError, Layout, ManagedProcess
+from torchgate.controlplane.cluster import ControlPlane, ControlPlaneError, Layout
+from torchgate.controlplane.processes import ManagedProcess, is_alive, memory_kib
 
 STATE_FILE: Final = "dev.json"
 DEFAULT_DIR_NAME: Final = ".dev"
@@ -247,48 +248,6 @@ def default_dir(start: Path | None = None) -> Path:
 
 # --------------------------------------------------------------------------- process handling
 
-# Popen objects of the processes started here, so this process can reap what it stops and
-# Python does not warn about (or lose) handles of children meant to outlive it.
-_HANDLES: dict[int, subprocess.Popen[bytes]] = {}
-_HANDLES_LOCK = threading.Lock()
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state letter, start time in clock ticks) of ``pid``, or None if there is no such PID."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2 :].split()
-    return fields[0], int(fields[19])
-
-
-def is_alive(process: ManagedProcess) -> bool:
-    """Whether the process still runs (the same one: its start time matches; not a zombie)."""
-    stat = _proc_stat(process.pid)
-    return stat is not None and stat[1] == process.start_ticks and stat[0] != "Z"
-
-
-def _exit_status(process: ManagedProcess) -> int | None:
-    """Its exit code once it has exited (-1 when it is not our child), else None."""
-    with _HANDLES_LOCK:
-        handle = _HANDLES.get(process.pid)
-    if handle is not None:
-        return handle.poll()
-    return None if is_alive(process) else -1
-
-
-def memory_kib(process: ManagedProcess) -> tuple[int, int]:
-    """(current, peak) resident memory in KiB (``VmRSS``, ``VmHWM``); zeros when gone."""
-    values = {"VmRSS:": 0, "VmHWM:": 0}
-    if is_alive(process):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            for line in Path(f"/proc/{process.pid}/status").read_text().splitlines():
-                key = line.split(maxsplit=1)[0] if line else ""
-                if key in values:
-                    values[key] = int(line.split()[1])
-    return values["VmRSS:"], values["VmHWM:"]
-
 
 def _child_environment() -> dict[str, str]:
     env = dict(os.environ)
@@ -303,53 +262,16 @@ def _child_environment() -> dict[str, str]:
 
 def spawn(name: str, argv: Sequence[str], log_path: Path, *, cwd: Path) -> ManagedProcess:
     """Start a detached process in its own session, stdout and stderr appended to ``log_path``."""
-    with open(log_path, "ab") as log:
-        log.write(f"---- {datetime.now(UTC).isoformat()} {' '.join(argv)}\n".encode())
-        log.flush()
-        handle = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=cwd,
-            env=_child_environment(),
-            start_new_session=True,
-        )
-    with _HANDLES_LOCK:
-        _HANDLES[handle.pid] = handle
-    stat = _proc_stat(handle.pid)
-    return ManagedProcess(name, handle.pid, stat[1] if stat else 0, log_path)
+    return processes.spawn(name, argv, log_path, cwd=cwd, env=_child_environment(), banner=True)
 
 
 def stop_process(process: ManagedProcess, *, grace: float = _STOP_GRACE_SECONDS) -> None:
     """SIGTERM the process group, SIGKILL it after ``grace`` seconds; reap it if it is ours."""
-    stat = _proc_stat(process.pid)
-    if stat is not None and stat[1] != process.start_ticks:
-        return  # that PID belongs to another process now
-    for signum, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, grace)):
-        # A group whose leader exited may still hold children; a PID that still names a live
-        # group cannot have been handed out again, so signalling the group stays safe.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signum)
-        deadline = time.monotonic() + wait
-        while _exit_status(process) is None and time.monotonic() < deadline:
-            time.sleep(_POLL_SECONDS / 2)
-        if _exit_status(process) is not None:
-            break
-    with _HANDLES_LOCK:
-        handle = _HANDLES.pop(process.pid, None)
-    if handle is not None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            handle.wait(timeout=1)
+    processes.stop(process, grace=grace)
 
 
 def _log_tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return "    (no log)"
-    tail = text.splitlines()[-lines:]
-    return "\n".join(f"    {line}" for line in tail) or "    (empty log)"
+    return processes.log_tail(path, lines)
 
 
 def free_port() -> int:
@@ -923,7 +845,7 @@ class DevCluster:
                 what="the controller's /healthz",
                 timeout=min(options.timeout, 30.0),
             )
-            status = _exit_status(process)  # a crash right after it started to serve
+            status = processes.exit_status(process)  # a crash right after it started to serve
             if status is not None:
                 raise DevError(
                     f"controller exited with status {status} right after start-up; "
@@ -942,7 +864,7 @@ class DevCluster:
     ) -> None:
         deadline = time.monotonic() + timeout
         while not ready():
-            status = _exit_status(process)
+            status = processes.exit_status(process)
             if status is not None:
                 raise DevError(
                     f"{process.name} exited with status {status} during start-up; "

@@ -15,7 +15,8 @@ from cryptography import x509
 
 from certs import store
 from torchgate import cli, dev, devcluster
-from torchgate.controlplane.cluster import Layout, ManagedProcess
+from torchgate.controlplane.cluster import Layout
+from torchgate.controlplane.processes import ManagedProcess
 from torchgate.devcluster import NodePool, ServiceEndpoint
 
 CA = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"

@@ -48,7 +48,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Final, Self, TypeVar
@@ -59,8 +59,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from torchgate.controlplane import kwok
+from torchgate.controlplane import kwok, processes
 from torchgate.controlplane.binaries import Binaries, ensure_binaries
+from torchgate.controlplane.processes import ManagedProcess
 
 ATTACH_ENV: Final = "TORCHGATE_E2E_KUBECONFIG"
 KUBECTL_ENV: Final = "TORCHGATE_KUBECTL"
@@ -216,30 +217,6 @@ class Ports:
                 sock.bind(("127.0.0.1", 0))
             numbers = [int(sock.getsockname()[1]) for sock in sockets]
         return cls(*numbers)
-
-
-@dataclass(frozen=True, slots=True)
-class ManagedProcess:
-    """A process this module started; ``start_ticks`` tells it apart from a recycled PID."""
-
-    name: str
-    pid: int
-    start_ticks: int
-    log_path: Path
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON form for the state file."""
-        return {**asdict(self), "log_path": str(self.log_path)}
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> Self:
-        """Inverse of :meth:`to_json`; raises KeyError/TypeError/ValueError on bad input."""
-        return cls(
-            name=str(raw["name"]),
-            pid=int(raw["pid"]),
-            start_ticks=int(raw["start_ticks"]),
-            log_path=Path(str(raw["log_path"])),
-        )
 
 
 # --------------------------------------------------------------------------- pure: commands
@@ -544,57 +521,6 @@ def _write_private(path: Path, data: bytes) -> None:
 
 # --------------------------------------------------------------------------- process handling
 
-# Popen objects of every process started here, by PID, so whichever ControlPlane object stops a
-# process (the starter or a ``from_state`` copy) can reap it, and so that a detached process's
-# handle is never garbage-collected while it runs (Popen warns about that).
-_HANDLES: dict[int, subprocess.Popen[bytes]] = {}
-_HANDLES_LOCK = threading.Lock()
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state letter, start time in clock ticks) of ``pid`` from ``/proc``, or None if gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2 :].split()
-    return fields[0], int(fields[19])
-
-
-def _is_alive(process: ManagedProcess) -> bool:
-    stat = _proc_stat(process.pid)
-    return stat is not None and stat[1] == process.start_ticks and stat[0] != "Z"
-
-
-def _signal_group(process: ManagedProcess, signum: int) -> None:
-    stat = _proc_stat(process.pid)
-    if stat is not None and stat[1] != process.start_ticks:
-        return  # the PID now belongs to someone else
-    # With the leader gone its group may still hold children; a PID that still names a live
-    # group cannot have been handed out again, so signalling the group stays safe.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signum)
-
-
-def _reap(process: ManagedProcess) -> None:
-    with _HANDLES_LOCK:
-        handle = _HANDLES.pop(process.pid, None)
-    if handle is not None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            handle.wait(timeout=1)
-        return
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(process.pid, os.WNOHANG)
-
-
-def _exit_status(process: ManagedProcess) -> int | None:
-    """The exit code if this process (started here) has exited, else None."""
-    with _HANDLES_LOCK:
-        handle = _HANDLES.get(process.pid)
-    if handle is not None:
-        return handle.poll()
-    return None if _is_alive(process) else -1
-
 
 def _stop_tiers(processes: Sequence[ManagedProcess]) -> list[list[ManagedProcess]]:
     """Stop order: clients, then the apiserver, then etcd.
@@ -607,12 +533,8 @@ def _stop_tiers(processes: Sequence[ManagedProcess]) -> list[list[ManagedProcess
     return [tier for tier in tiers if tier]
 
 
-def _log_tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(f"    {line}" for line in text.splitlines()[-lines:]) or "(empty log)"
+def _tail(process: ManagedProcess) -> str:
+    return processes.log_tail(process.log_path, _LOG_TAIL_LINES)
 
 
 def _child_environment() -> dict[str, str]:
@@ -674,12 +596,12 @@ def _owner_is_alive(owner: object) -> bool:
         pid, ticks = int(owner["pid"]), int(owner["start_ticks"])
     except (KeyError, TypeError, ValueError):
         return True
-    stat = _proc_stat(pid)
+    stat = processes.proc_stat(pid)
     return stat is not None and stat[1] == ticks and stat[0] != "Z"
 
 
 def _this_process() -> dict[str, int]:
-    stat = _proc_stat(os.getpid())
+    stat = processes.proc_stat(os.getpid())
     return {"pid": os.getpid(), "start_ticks": stat[1] if stat else 0}
 
 
@@ -800,7 +722,7 @@ class ControlPlane:
             raw = json.loads(layout.state.read_text(encoding="utf-8"))
             if raw.get("version") != _STATE_VERSION:
                 raise ValueError(f"unsupported state version {raw.get('version')!r}")
-            processes = [ManagedProcess.from_json(item) for item in raw["processes"]]
+            recorded = [ManagedProcess.from_json(item) for item in raw["processes"]]
             plane = cls(kubectl=kubectl, workdir=workdir)
             plane._server = str(raw["server"])
             plane._token = str(raw["token"])
@@ -816,7 +738,7 @@ class ControlPlane:
                 f"unreadable control plane state {layout.state}: {error}"
             ) from error
         plane._workdir = workdir
-        plane._processes = processes
+        plane._processes = recorded
         return plane
 
     # ---------------------------------------------------------------- properties
@@ -877,18 +799,17 @@ class ControlPlane:
         """Whether every process started here is still alive (always True when attached)."""
         if self._attached:
             return True
-        return bool(self._processes) and all(_is_alive(process) for process in self._processes)
+        return bool(self._processes) and all(
+            processes.is_alive(process) for process in self._processes
+        )
 
     def peak_rss(self) -> dict[str, int]:
         """Peak resident memory (bytes, ``VmHWM``) of each live process started here."""
         peaks: dict[str, int] = {}
         for process in self._processes:
-            if not _is_alive(process):
-                continue
-            with contextlib.suppress(OSError, ValueError):
-                for line in Path(f"/proc/{process.pid}/status").read_text().splitlines():
-                    if line.startswith("VmHWM:"):
-                        peaks[process.name] = int(line.split()[1]) * 1024
+            peak = processes.memory_kib(process)[1]
+            if peak:
+                peaks[process.name] = peak * 1024
         return peaks
 
     # ---------------------------------------------------------------- kubectl
@@ -1008,7 +929,7 @@ class ControlPlane:
             previous = cls.from_state(workdir)
         except ControlPlaneError:
             return False  # no state, or unreadable: nothing we could stop anyway
-        return any(_is_alive(process) for process in previous._processes)
+        return any(processes.is_alive(process) for process in previous._processes)
 
     def _launch(self, binaries: Binaries, layout: Layout, deadline: float) -> None:
         ports = Ports.pick()
@@ -1082,20 +1003,9 @@ class ControlPlane:
 
     def _spawn(self, name: str, argv: Sequence[str], layout: Layout) -> None:
         log_path = layout.logs / f"{name}.log"
-        with open(log_path, "ab") as log:
-            handle = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=layout.root,
-                env=_child_environment(),
-                start_new_session=True,
-            )
-        with _HANDLES_LOCK:
-            _HANDLES[handle.pid] = handle
-        stat = _proc_stat(handle.pid)
-        self._processes.append(ManagedProcess(name, handle.pid, stat[1] if stat else 0, log_path))
+        self._processes.append(
+            processes.spawn(name, argv, log_path, cwd=layout.root, env=_child_environment())
+        )
         # Written after every start, so a process killed mid-start-up leaves a trail to clean.
         self._write_state(layout, detached=False)
 
@@ -1112,19 +1022,18 @@ class ControlPlane:
                     f"timed out after {self._startup_timeout:.0f}s waiting for "
                     f"{', '.join(pending)}; logs in {self.workdir / 'logs'}\n"
                     + "\n".join(
-                        f"  {process.name}:\n{_log_tail(process.log_path)}"
-                        for process in self._processes
+                        f"  {process.name}:\n{_tail(process)}" for process in self._processes
                     )
                 )
             time.sleep(_POLL_SECONDS)
 
     def _raise_if_any_exited(self) -> None:
         for process in self._processes:
-            status = _exit_status(process)
+            status = processes.exit_status(process)
             if status is not None:
                 raise ControlPlaneError(
                     f"{process.name} exited with status {status} during start-up; "
-                    f"last lines of {process.log_path}:\n{_log_tail(process.log_path)}"
+                    f"last lines of {process.log_path}:\n{_tail(process)}"
                 )
 
     def _write_state(self, layout: Layout, *, detached: bool) -> None:
@@ -1154,17 +1063,17 @@ class ControlPlane:
         if self._atexit_registered:
             atexit.unregister(self._stop_quietly)
             self._atexit_registered = False
-        processes, self._processes = self._processes, []
+        running, self._processes = self._processes, []
         self._release_guard()
-        for tier in _stop_tiers(processes):
+        for tier in _stop_tiers(running):
             for process in tier:
-                _signal_group(process, signal.SIGTERM)
-            if not self._wait_gone(tier, _STOP_GRACE_SECONDS):
+                processes.signal_group(process, signal.SIGTERM)
+            if not processes.wait_gone(tier, _STOP_GRACE_SECONDS, _POLL_SECONDS):
                 for process in tier:
-                    _signal_group(process, signal.SIGKILL)
-                self._wait_gone(tier, _STOP_GRACE_SECONDS)
+                    processes.signal_group(process, signal.SIGKILL)
+                processes.wait_gone(tier, _STOP_GRACE_SECONDS, _POLL_SECONDS)
             for process in tier:
-                _reap(process)
+                processes.reap(process)
         if self._workdir is not None:
             Layout(self._workdir).state.unlink(missing_ok=True)
             if self._owns_workdir:
@@ -1198,18 +1107,6 @@ class ControlPlane:
                 cls.from_state(workdir).stop()
                 stopped.append(workdir)
         return stopped
-
-    @staticmethod
-    def _wait_gone(processes: Sequence[ManagedProcess], seconds: float) -> bool:
-        deadline = time.monotonic() + seconds
-        while True:
-            for process in processes:
-                _exit_status(process)  # reaps our own children, so they do not linger as zombies
-            if not any(_is_alive(process) for process in processes):
-                return True
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(_POLL_SECONDS)
 
     def _stop_quietly(self) -> None:
         with contextlib.suppress(Exception):
