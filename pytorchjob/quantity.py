@@ -8,6 +8,7 @@ allocatable without float rounding (``100m`` CPU times 30 must be exactly 3).
 
 from __future__ import annotations
 
+import functools
 import re
 from decimal import Decimal, InvalidOperation
 
@@ -40,6 +41,8 @@ def parse_quantity(value: object) -> Decimal:
 
     Booleans and ``null`` are not quantities (YAML turns ``nvidia.com/gpu:`` into ``null``).
     """
+    if type(value) is str:
+        return _parse_text(value)
     if isinstance(value, bool) or value is None:
         raise QuantityError(f"{value!r} is not a quantity")
     if isinstance(value, int):
@@ -50,6 +53,13 @@ def parse_quantity(value: object) -> Decimal:
         return Decimal(repr(value))
     if not isinstance(value, str):
         raise QuantityError(f"{type(value).__name__} is not a quantity")
+    return _parse_text(value)
+
+
+# The same few quantities ("1", "8", "64Gi") recur in every pod of every job, and each admission
+# review parses dozens of them; Decimals are immutable, so sharing the parsed values is safe.
+@functools.lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Decimal:
     match = _QUANTITY.match(value)
     if not match:
         raise QuantityError(f"{value!r} is not a quantity")

@@ -307,12 +307,15 @@ def pytorch_container_index(pod_spec: Mapping[str, Any]) -> int | None:
     return None
 
 
-def container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
+def container_requests(
+    container: Mapping[str, Any], *, only: str | None = None
+) -> dict[str, Decimal]:
     """What a container asks the scheduler for: ``requests``, falling back to ``limits``.
 
     Kubernetes defaults a missing request to its limit, so a container with only
     ``limits: {nvidia.com/gpu: 1}`` requests one GPU. Unparseable quantities are skipped (the
-    webhook reports them; the controller must not crash on them).
+    webhook reports them; the controller must not crash on them). ``only`` limits the answer to
+    one resource (the webhook asks about GPUs on every review and parses nothing else).
     """
     resources = container.get("resources")
     if not isinstance(resources, Mapping):
@@ -323,6 +326,8 @@ def container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
         if not isinstance(values, Mapping):
             continue
         for name, quantity in values.items():
+            if only is not None and name != only:
+                continue
             try:
                 out[str(name)] = parse_quantity(quantity)
             except QuantityError:
@@ -330,14 +335,17 @@ def container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
     return out
 
 
-def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, Decimal]:
-    """Effective pod request: sum of containers, at least each init container, plus overhead."""
+def pod_requests(pod_spec: Mapping[str, Any], *, only: str | None = None) -> dict[str, Decimal]:
+    """Effective pod request: sum of containers, at least each init container, plus overhead.
+
+    ``only`` limits the answer to one resource, as for ``container_requests``.
+    """
     total: dict[str, Decimal] = {}
     for container in containers_of(pod_spec):
-        for name, amount in container_requests(container).items():
+        for name, amount in container_requests(container, only=only).items():
             total[name] = total.get(name, Decimal(0)) + amount
     for init in containers_of(pod_spec, "initContainers"):
-        for name, amount in container_requests(init).items():
+        for name, amount in container_requests(init, only=only).items():
             if init.get("restartPolicy") == "Always":  # sidecar: runs beside the containers
                 total[name] = total.get(name, Decimal(0)) + amount
             elif amount > total.get(name, Decimal(0)):
@@ -345,6 +353,8 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, Decimal]:
     overhead = pod_spec.get("overhead")
     if isinstance(overhead, Mapping):
         for name, quantity in overhead.items():
+            if only is not None and name != only:
+                continue
             try:
                 total[str(name)] = total.get(str(name), Decimal(0)) + parse_quantity(quantity)
             except QuantityError:

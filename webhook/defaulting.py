@@ -58,33 +58,29 @@ class _Editor:
 
     def __init__(self, source: Any) -> None:
         self.root = dict(source) if isinstance(source, _OBJECT) else source
-        self._owned: set[int] = {id(self.root)}
-        # Writable containers by path: most writes land in the same few containers. An owned
-        # container is never replaced by a walk, only by ``set`` over an existing member or by
-        # ``move``, which therefore forget the memo.
-        self._nodes: dict[tuple[Token, ...], Any] = {}
+        # The containers this editor made, by path: only these are written in place. Anything
+        # else in the tree (the input's, or a value recorded in an operation) is copied on the
+        # first write below it. A path keeps naming the same container because containers are
+        # only replaced by a first write, by ``set`` over an existing member or by ``move``, and
+        # the last two forget every path.
+        self._copies: dict[tuple[Token, ...], Any] = {(): self.root}
         self.ops: list[dict[str, Any]] = []
 
     def _writable(self, tokens: tuple[Token, ...]) -> Any:
-        node = self._nodes.get(tokens)
-        if node is not None:
-            return node
-        node = self.root
-        for token in tokens:
-            child = node[token]
-            if id(child) not in self._owned:
-                child = dict(child) if isinstance(child, _OBJECT) else list(child)
-                node[token] = child
-                self._owned.add(id(child))
-            node = child
-        self._nodes[tokens] = node
+        node = self._copies.get(tokens)
+        if node is None:
+            parent = self._writable(tokens[:-1])
+            node = parent[tokens[-1]]
+            node = dict(node) if isinstance(node, _OBJECT) else list(node)
+            parent[tokens[-1]] = node
+            self._copies[tokens] = node
         return node
 
     def set(self, parent: tuple[Token, ...], key: str, value: Any) -> None:
         """Add or replace member ``key`` of the object at ``parent``."""
         node = self._writable(parent)
         if key in node:
-            self._nodes.clear()
+            self._copies = {(): self.root}
         node[key] = value
         self.ops.append({"op": "add", "path": _pointer((*parent, key)), "value": value})
 
@@ -97,7 +93,7 @@ class _Editor:
         """Rename member ``source`` of the object at ``parent`` to ``target``."""
         node = self._writable(parent)
         node[target] = node.pop(source)
-        self._nodes.clear()
+        self._copies = {(): self.root}
         self.ops.append(
             {"op": "move", "from": _pointer((*parent, source)), "path": _pointer((*parent, target))}
         )
@@ -243,7 +239,8 @@ class _JobDefaulter:
         )
         if pytorch is not None:
             self._default_port((*pod_at, "containers", pytorch))
-            if pod_requests(pod_spec).get(self.policy.gpu_resource, 0) > 0:
+            gpu = self.policy.gpu_resource
+            if pod_requests(pod_spec, only=gpu).get(gpu, 0) > 0:
                 self._default_shared_memory(pod_at, pytorch)
         for index, container in enumerate(containers):
             if isinstance(container, _OBJECT):

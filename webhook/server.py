@@ -6,8 +6,10 @@ default's), ``GET /metrics`` (Prometheus text). The app factory takes its depend
 global state besides the Prometheus registry passed in.
 
 With ``server_timing`` (off by default; ``TORCHGATE_SERVER_TIMING=1`` for ``torchgate webhook``)
-every review response carries ``X-Torchgate-Server-Time``: seconds from the handler's start to the
-serialised answer. ``benchmarks/webhook_bench.py`` reads it for exact server-side percentiles.
+every review response carries ``X-Torchgate-Server-Time: <seconds> cpu=<seconds>``: the time from
+the handler's start to the serialised answer, and the CPU time the process spent in it (which
+leaves out time the process waited for its core). ``benchmarks/webhook_bench.py`` reads it for
+exact server-side percentiles.
 
 TLS certificates are reloaded in place: ``SSLContext.load_cert_chain`` on the live context changes
 what *new* handshakes present, so a renewed Secret (mounted files change) never drops a connection
@@ -117,6 +119,7 @@ class _Routes:
 
     async def _review(self, request: web.Request, route: str, decide: Decision) -> web.Response:
         started = time.perf_counter()
+        cpu_started = time.thread_time() if self.server_timing else 0.0
         try:
             body = await self._body(request)
             review = parse_review(body)
@@ -128,18 +131,21 @@ class _Routes:
             outcome = "allowed" if answer["response"]["allowed"] else "denied"
         except Exception:
             uid = review["request"]["uid"]
-            log.exception("internal error while answering %s review uid=%s", route, uid)
+            log.exception(
+                "internal error while answering %s review uid=%s", route, uid, extra={"uid": uid}
+            )
             answer = internal_error(review, f"torchgate webhook internal error (uid {uid})")
             outcome = "error"
         payload = orjson.dumps(answer)
         elapsed = time.perf_counter() - started
+        cpu = time.thread_time() - cpu_started if self.server_timing else 0.0
         self._counted[route, outcome].inc()
         self._timed[route].observe(elapsed)
         if self.server_timing:
             return web.Response(
                 body=payload,
                 content_type="application/json",
-                headers={SERVER_TIME_HEADER: f"{elapsed:.7f}"},
+                headers={SERVER_TIME_HEADER: f"{elapsed:.7f} cpu={cpu:.7f}"},
             )
         return web.Response(body=payload, content_type="application/json")
 

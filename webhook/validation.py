@@ -279,6 +279,12 @@ def _quantity(value: object) -> Decimal | None:
         return None
 
 
+@functools.lru_cache(maxsize=1024)
+def _scan(command: tuple[str, ...], args: tuple[str, ...]) -> CommandLine:
+    """``scan_command_line``, memoised: a job's replicas (and successive jobs) repeat one."""
+    return scan_command_line(command, args)
+
+
 @functools.lru_cache(maxsize=512)
 def _quantity_text(value: str) -> Decimal | None:
     try:
@@ -364,7 +370,7 @@ def _read_replica(key: str, raw: object, gpu_resource: str) -> _Replica:
             continue
         if replica.training_container is None and container.get("name") == names.CONTAINER_NAME:
             replica.training_container = index
-        gpus = container_requests(container).get(gpu_resource, Decimal(0))
+        gpus = container_requests(container, only=gpu_resource).get(gpu_resource, Decimal(0))
         if gpus > 0:
             replica.gpus += gpus
             if replica.gpu_container is None:
@@ -966,7 +972,7 @@ class _JobValidator:
         args = self._strings(container, "args", path)
         is_training = kind == "containers" and index == replica.training_container
         if is_training and (command or args):
-            self._check_command_line(replica, path, scan_command_line(command, args))
+            self._check_command_line(replica, path, _scan(tuple(command), tuple(args)))
         self._check_env(replica, path, container.get("env"), is_training=is_training)
         self._check_resources(path, container.get("resources"))
         if kind == "containers" and index == replica.gpu_container:
