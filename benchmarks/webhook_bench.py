@@ -1355,6 +1355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report["summary"] = summarise(rates, maxima)
     print(render(report))
     if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2) + "\n")
         print(f"\nwrote {args.out}")
     return 0

@@ -130,7 +130,7 @@ def default_job(
     job: Any, policy: PlacementPolicy, *, old: Mapping[str, Any] | None = None
 ) -> Defaulted:
     """Default a PyTorchJob for CREATE (``old`` is None) or UPDATE; never mutates ``job``."""
-    if not isinstance(job, _OBJECT) or not isinstance(job.get("spec"), Mapping):
+    if not isinstance(job, _OBJECT) or not isinstance(job.get("spec"), _OBJECT):
         return Defaulted(job)  # nothing to default; validation reports the shape
     editor = _Editor(job)
     result = Defaulted(editor.root)
@@ -189,7 +189,7 @@ class _JobDefaulter:
             self._normalise_keys(specs)
             specs = self.job["spec"]["pytorchReplicaSpecs"]
             for replica_type in names.REPLICA_TYPES:
-                if isinstance(specs.get(replica_type), Mapping):
+                if isinstance(specs.get(replica_type), _OBJECT):
                     self._default_replica(("spec", "pytorchReplicaSpecs", replica_type))
         self._default_run_policy()
 
@@ -222,7 +222,7 @@ class _JobDefaulter:
             self.editor.set(at, "restartPolicy", names.DEFAULT_RESTART_POLICY)
             self.warn((*at, "restartPolicy"), f"defaulted to {names.DEFAULT_RESTART_POLICY}")
         template = replica.get("template")
-        if not isinstance(template, _OBJECT) or not isinstance(template.get("spec"), Mapping):
+        if not isinstance(template, _OBJECT) or not isinstance(template.get("spec"), _OBJECT):
             return
         pod_at = (*at, "template", "spec")
         pod_spec = self._get(pod_at)
@@ -299,7 +299,7 @@ class _JobDefaulter:
         wanted = [
             name
             for section in ("limits", "requests")
-            if isinstance(resources.get(section), Mapping)
+            if isinstance(resources.get(section), _OBJECT)
             for name in resources[section]
             if name in self.policy.rdma_resources
         ]
