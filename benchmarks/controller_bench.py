@@ -201,9 +201,11 @@ async def run_controller_phase(
     api: Api,
     plane: ControlPlane,
     namespace: str,
+    *,
     jobs: int,
     nodes: int,
     run_seconds: int,
+    spread: int,
     log: Path,
 ) -> dict[str, Any]:
     watch = PodWatch(api, namespace)
@@ -234,12 +236,10 @@ async def run_controller_phase(
     names = [f"job-{i:04d}" for i in range(jobs)]
     submitted: dict[str, float] = {}
 
-    async def submit(name: str) -> None:
-        status, body = await api.request(
-            "POST",
-            f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs",
-            gang(name, namespace, run_seconds),
-        )
+    async def submit(index: int, name: str) -> None:
+        manifest = gang(name, namespace, run_seconds + index % spread)
+        path = f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs"
+        status, body = await api.request("POST", path, manifest)
         assert status == 201, body
         submitted[name] = time.monotonic()
 
@@ -347,10 +347,11 @@ async def main_async(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 api,
                 plane,
                 "bench",
-                args.jobs,
-                args.nodes,
-                args.run_seconds,
-                workdir / "controller.log",
+                jobs=args.jobs,
+                nodes=args.nodes,
+                run_seconds=args.run_seconds,
+                spread=max(args.spread, 1),
+                log=workdir / "controller.log",
             )
         finally:
             await api.close()
@@ -360,6 +361,7 @@ async def main_async(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "nodes": args.nodes,
             "gpus_per_node": 8,
             "run_seconds": args.run_seconds,
+            "spread": args.spread,
         },
         "baseline": base,
         "controller": ctrl,
