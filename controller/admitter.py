@@ -64,6 +64,10 @@ class Waiting:
     not_before: float = 0.0
     reason: str | None = None
     reported_at: float | None = None
+    shape: tuple[Any, ...] = ()
+
+    def __post_init__(self) -> None:
+        self.shape = _shape(self)
 
     def order(self) -> tuple[int, str, str, str]:
         """Admission order: higher priority first, then older, then by name."""
@@ -115,6 +119,18 @@ def _usage(pod: Mapping[str, Any]) -> tuple[str, Resources] | None:
     return node, demand_requests(spec)
 
 
+def _shape(waiting: Waiting) -> tuple[Any, ...]:
+    """What decides whether a gang fits: each pod's constraints and requests, and the minimum."""
+    return (
+        waiting.min_count,
+        waiting.gpu_resource,
+        tuple(
+            (demand.signature, tuple(sorted(demand.requests.items())))
+            for demand in waiting.demands
+        ),
+    )
+
+
 def _add(total: dict[str, Decimal], requests: Resources, sign: int) -> None:
     for name, amount in requests.items():
         total[name] = total.get(name, ZERO) + sign * amount
@@ -126,7 +142,8 @@ class Admitter:
     def __init__(
         self,
         *,
-        on_change: Callable[[JobKey], None],
+        on_admit_job: Callable[[JobKey], None],
+        on_reason: Callable[[JobKey], None],
         pod_exists: Callable[[str, str], bool],
         on_admit: Callable[[float], None] = lambda waited: None,
         starvation_seconds: float = 300.0,
@@ -135,7 +152,8 @@ class Admitter:
         reason_refresh_seconds: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.on_change = on_change
+        self.on_admit_job = on_admit_job
+        self.on_reason = on_reason
         self.pod_exists = pod_exists
         self.on_admit = on_admit
         self.starvation_seconds = starvation_seconds
@@ -197,6 +215,7 @@ class Admitter:
             current.demands = tuple(demands)
             current.min_count = min_count
             current.priority = priority
+            current.shape = _shape(current)
             return
         self.waiting[key] = Waiting(
             key=key,
@@ -287,11 +306,15 @@ class Admitter:
         free = self.free()
         views = list(self.nodes.values())
         eligibility: MutableMapping[Signature, tuple[str, ...]] = {}
+        # Within a cycle free capacity only shrinks, so a gang of the same shape that did not fit
+        # will not fit either: hundreds of identical waiting jobs cost one placement, not one each.
+        misses: dict[tuple[Any, ...], Shortfall] = {}
         admitted: list[JobKey] = []
         for waiting in sorted(self.waiting.values(), key=Waiting.order):
             if waiting.not_before > now:
                 continue
-            outcome = place_gang(
+            shape = waiting.shape
+            outcome = misses.get(shape) or place_gang(
                 waiting.demands,
                 views,
                 free,
@@ -303,6 +326,7 @@ class Admitter:
                 self._admit(waiting, outcome, free, now)
                 admitted.append(waiting.key)
                 continue
+            misses[shape] = outcome
             self._still_waiting(waiting, outcome, now)
             if now - waiting.since > self.starvation_seconds:
                 break  # nothing behind a starving job jumps the queue
@@ -337,7 +361,7 @@ class Admitter:
             now - waiting.since,
             extra={"job": "/".join(waiting.key)},
         )
-        self.on_change(waiting.key)
+        self.on_admit_job(waiting.key)
 
     def _still_waiting(self, waiting: Waiting, shortfall: Shortfall, now: float) -> None:
         log.debug("%s/%s waits: %s", *waiting.key, shortfall.message)
@@ -351,4 +375,4 @@ class Admitter:
         )
         if stale:
             waiting.reported_at = now
-            self.on_change(waiting.key)
+            self.on_reason(waiting.key)

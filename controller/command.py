@@ -35,7 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also run jobs with no runPolicy.managedBy (instead of the training-operator)",
     )
-    parser.add_argument("--workers", type=int, default=8, help="concurrent reconciles (default 8)")
+    parser.add_argument(
+        "--workers", type=int, default=32, help="concurrent reconciles (default 32)"
+    )
     parser.add_argument("--resync-seconds", type=float, default=300.0)
     parser.add_argument(
         "--starvation-seconds",

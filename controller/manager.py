@@ -33,7 +33,7 @@ from controller.kube import (
 )
 from controller.leader import LeaderElector
 from controller.metrics import ControllerMetrics
-from controller.queue import ShutDown, WorkQueue
+from controller.queue import LOW, NORMAL, URGENT, ShutDown, WorkQueue
 from controller.reconciler import Options, Reconciler, job_key_of_pod
 from pytorchjob import names
 from pytorchjob.policy import PlacementPolicy, parse_policy
@@ -46,7 +46,7 @@ class ManagerOptions:
     """How to run the controller."""
 
     namespace: str | None = None
-    workers: int = 8
+    workers: int = 32
     resync_seconds: float = 300.0
     starvation_seconds: float = 300.0
     gang_backoff_seconds: float = 10.0
@@ -73,7 +73,8 @@ class Manager:
             jobs=lambda: self.jobs.values(), queue_depth=lambda: len(self.queue)
         )
         self.admitter = Admitter(
-            on_change=self.queue.add,
+            on_admit_job=self.queue.add,
+            on_reason=lambda key: self.queue.add(key, LOW),
             pod_exists=lambda ns, name: self.pods.get(ns, name) is not None,
             on_admit=self.metrics.gang_wait.observe,
             starvation_seconds=settings.starvation_seconds,
@@ -133,10 +134,14 @@ class Manager:
         if kind == "DELETED":
             self.admitter.cancel(key)
 
-    def _on_pod(self, _: str, obj: dict[str, Any], __: dict[str, Any] | None) -> None:
+    def _on_pod(self, kind: str, obj: dict[str, Any], _: dict[str, Any] | None) -> None:
         key = job_key_of_pod(obj)
-        if key is not None:
-            self.queue.add(key)
+        if key is None:
+            return
+        phase = (obj.get("status") or {}).get("phase")
+        # A pod that ended may end its job (release the gang's GPUs) or restart the gang.
+        ended = kind == "DELETED" or phase in ("Succeeded", "Failed")
+        self.queue.add(key, URGENT if ended else NORMAL)
 
     def _requeue_all(self) -> None:
         for job in self.jobs.values():

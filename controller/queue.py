@@ -1,10 +1,16 @@
-"""A de-duplicating, keyed work queue with per-key exclusivity, delays and backoff.
+"""A de-duplicating, keyed work queue with per-key exclusivity, delays, backoff and lanes.
 
 The controller-runtime work queue's contract, in asyncio: a key is queued at most once however
 many events arrive for it; a key being processed is never handed to a second worker — an add
 during processing marks it dirty and it is queued again when the worker is done; ``add_after``
 keeps the earliest pending timer per key; ``add_rate_limited`` backs off exponentially per key
 until ``forget``. Reconcilers are level-triggered, so collapsing events loses nothing.
+
+Lanes: with a thousand jobs in flight, a plain FIFO makes the reconcile that frees a finished
+job's GPUs wait behind hundreds of routine ones. Keys are added to the ``URGENT`` lane (a pod
+ended: GPUs may be released or a gang restarted), the ``NORMAL`` lane, or the ``LOW`` lane
+(refreshing a waiting job's reason); workers drain lanes in that order. A key added to a more
+urgent lane than the one it waits in moves up.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 
+URGENT, NORMAL, LOW = 0, 1, 2
+
 
 class ShutDown(Exception):
     """The queue was shut down; workers should exit."""
@@ -25,10 +33,10 @@ class WorkQueue(Generic[K]):
     """Keys to reconcile, handed to one worker at a time."""
 
     def __init__(self, *, base_delay: float = 0.05, max_delay: float = 60.0) -> None:
-        self._queue: deque[K] = deque()
-        self._queued: set[K] = set()
+        self._lanes: tuple[deque[K], ...] = (deque(), deque(), deque())
+        self._queued: dict[K, int] = {}  # key -> the lane it waits in
         self._processing: set[K] = set()
-        self._dirty: set[K] = set()
+        self._dirty: dict[K, int] = {}
         self._timers: dict[K, tuple[float, asyncio.TimerHandle]] = {}
         self._failures: dict[K, int] = {}
         self._wakeup = asyncio.Event()
@@ -37,18 +45,19 @@ class WorkQueue(Generic[K]):
         self.max_delay = max_delay
 
     def __len__(self) -> int:
-        return len(self._queue)
+        return len(self._queued)
 
-    def add(self, key: K) -> None:
+    def add(self, key: K, lane: int = NORMAL) -> None:
         """Queue ``key`` now (no-op if already queued; deferred if it is being processed)."""
         if self._shutdown:
             return
         if key in self._processing:
-            self._dirty.add(key)
+            self._dirty[key] = min(lane, self._dirty.get(key, lane))
             return
-        if key not in self._queued:
-            self._queued.add(key)
-            self._queue.append(key)
+        current = self._queued.get(key)
+        if current is None or lane < current:
+            self._queued[key] = lane
+            self._lanes[lane].append(key)  # an entry left in a slower lane is skipped later
             self._wakeup.set()
 
     def add_after(self, key: K, delay: float) -> None:
@@ -87,22 +96,25 @@ class WorkQueue(Generic[K]):
 
     async def get(self) -> K:
         """The next key; the caller must call ``done(key)`` when finished."""
-        while not self._queue:
+        while True:
+            for lane, waiting in enumerate(self._lanes):
+                while waiting:
+                    key = waiting.popleft()
+                    if self._queued.get(key) == lane:
+                        del self._queued[key]
+                        self._processing.add(key)
+                        return key
             if self._shutdown:
                 raise ShutDown
             self._wakeup.clear()
             await self._wakeup.wait()
-        key = self._queue.popleft()
-        self._queued.discard(key)
-        self._processing.add(key)
-        return key
 
     def done(self, key: K) -> None:
         """Mark ``key`` processed; re-queue it if events arrived meanwhile."""
         self._processing.discard(key)
-        if key in self._dirty:
-            self._dirty.discard(key)
-            self.add(key)
+        lane = self._dirty.pop(key, None)
+        if lane is not None:
+            self.add(key, lane)
 
     def shut_down(self) -> None:
         """Stop handing out keys; waiting workers get ``ShutDown``."""
@@ -110,6 +122,7 @@ class WorkQueue(Generic[K]):
         for _, handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
-        self._queue.clear()
+        for waiting in self._lanes:
+            waiting.clear()
         self._queued.clear()
         self._wakeup.set()

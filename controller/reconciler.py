@@ -16,7 +16,7 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -132,6 +132,10 @@ class Reconciler:
             gpu_resource=policy.gpu_resource,
         )
         decision = plan(observed)
+        if self._first_look_pending(job, decision, observed):
+            # A new job about to be placed: its first status (Created, plus Queued or startTime)
+            # is written once the admitter has decided, not twice; it decides within moments.
+            decision = replace(decision, status=None, events=())
         log.debug(
             "%s/%s: %d pods observed; plan: admit=%s create=%d delete=%d status=%s requeue=%s",
             namespace,
@@ -147,6 +151,14 @@ class Reconciler:
         self._tell_admitter(key, job, spec, observed, decision, policy)
         self.metrics.observe_job(key, job, decision, observed, self.clock())
         return decision.requeue_after
+
+    @staticmethod
+    def _first_look_pending(job: Mapping[str, Any], decision: Plan, observed: Observed) -> bool:
+        return (
+            decision.needs_admission
+            and observed.wait_reason is None
+            and not st.conditions_of(job.get("status"))
+        )
 
     def _tell_admitter(
         self,

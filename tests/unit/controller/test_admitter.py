@@ -23,7 +23,8 @@ def make(nodes: int = 1, gpus: int = 8, **kw: Any) -> tuple[Admitter, list[tuple
     existing: set[tuple[str, str]] = set()
     clock = Clock()
     admitter = Admitter(
-        on_change=changed.append,
+        on_admit_job=changed.append,
+        on_reason=changed.append,
         pod_exists=lambda ns, name: (ns, name) in existing,
         clock=clock,
         **kw,

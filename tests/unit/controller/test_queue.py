@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from controller.queue import ShutDown, WorkQueue
+from controller.queue import LOW, URGENT, ShutDown, WorkQueue
 
 
 async def test_a_key_is_queued_once_however_many_events_arrive() -> None:
@@ -52,3 +52,24 @@ async def test_shutdown_releases_waiting_workers() -> None:
     queue.shut_down()
     with pytest.raises(ShutDown):
         await waiter
+
+
+async def test_urgent_keys_jump_the_queue_and_low_ones_wait() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    queue.add("reason", LOW)
+    queue.add("routine")
+    queue.add("released", URGENT)
+    queue.add("routine", URGENT)  # moves up; its old place is skipped
+    got = [await queue.get() for _ in range(4 - 1)]
+    assert got == ["released", "routine", "reason"]
+    assert len(queue) == 0
+
+
+async def test_a_dirty_key_keeps_its_most_urgent_lane() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    queue.add("a")
+    queue.add("b")
+    key = await queue.get()
+    queue.add(key, URGENT)
+    queue.done(key)
+    assert await queue.get() == "a", "re-queued urgently, ahead of b"
