@@ -125,8 +125,7 @@ def _shape(waiting: Waiting) -> tuple[Any, ...]:
         waiting.min_count,
         waiting.gpu_resource,
         tuple(
-            (demand.signature, tuple(sorted(demand.requests.items())))
-            for demand in waiting.demands
+            (demand.signature, tuple(sorted(demand.requests.items()))) for demand in waiting.demands
         ),
     )
 
@@ -144,7 +143,6 @@ class Admitter:
         *,
         on_admit_job: Callable[[JobKey], None],
         on_reason: Callable[[JobKey], None],
-        pod_exists: Callable[[str, str], bool],
         on_admit: Callable[[float], None] = lambda waited: None,
         starvation_seconds: float = 300.0,
         backoff_base: float = 10.0,
@@ -154,7 +152,6 @@ class Admitter:
     ) -> None:
         self.on_admit_job = on_admit_job
         self.on_reason = on_reason
-        self.pod_exists = pod_exists
         self.on_admit = on_admit
         self.starvation_seconds = starvation_seconds
         self.backoff_base = backoff_base
@@ -241,7 +238,7 @@ class Admitter:
         return waiting.reason if waiting is not None else None
 
     def release(self, key: JobKey) -> None:
-        """The job's pods are all in the pod cache (their requests now count there)."""
+        """Drop the job's reservation: its pods were deleted, so it no longer describes them."""
         self.reservations.pop(key, None)
 
     def cancel(self, key: JobKey) -> None:
@@ -285,16 +282,31 @@ class Admitter:
                 log.exception("admission cycle failed")
 
     def free(self) -> dict[str, dict[str, Decimal]]:
-        """Free capacity per node: allocatable - live pods - reservations not yet observed."""
+        """Free capacity per node: allocatable - live pods - reservations not yet observed.
+
+        A reserved pod counts through its reservation until the ledger (fed by pod *events*) has
+        it; only then is the reservation dropped. Releasing it when the pod merely exists in a
+        cache written through by the reconciler would leave a moment when neither counts it, and
+        the next gang would be placed on GPUs kube-scheduler knows are taken.
+        """
         free: dict[str, dict[str, Decimal]] = {}
         for name, view in self.nodes.items():
             left = dict(view.allocatable)
             _add(left, self.ledger.used.get(name, {}), -1)
             free[name] = left
+        settled: list[JobKey] = []
         for key, reservation in self.reservations.items():
+            unseen = 0
             for pod, node_name in reservation.nodes.items():
-                if node_name in free and not self.pod_exists(key[0], pod):
+                if (key[0], pod) in self.ledger.pods:
+                    continue
+                unseen += 1
+                if node_name in free:
                     _add(free[node_name], reservation.requests[pod], -1)
+            if not unseen:
+                settled.append(key)
+        for key in settled:
+            del self.reservations[key]
         return free
 
     def cycle(self) -> list[JobKey]:

@@ -149,6 +149,13 @@ class Informer:
         fresh = {key_of(item): _trim(item) for item in listing.get("items") or []}
         kind = self.resource.plural
         previous = self.store
+        snapshot = {"metadata": {"resourceVersion": listing["metadata"]["resourceVersion"]}}
+        for key, held in previous.items():
+            # Written through after the list's snapshot (a pod the reconciler just created): keep
+            # it; the watch that follows confirms or deletes it. Dropping it would make a gang
+            # look incomplete until its ADDED event arrives.
+            if _newer(held, snapshot) and (key not in fresh or _newer(held, fresh[key])):
+                fresh[key] = held
         self.store = fresh
         self._index = {}
         for key, obj in fresh.items():

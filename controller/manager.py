@@ -75,7 +75,6 @@ class Manager:
         self.admitter = Admitter(
             on_admit_job=self.queue.add,
             on_reason=lambda key: self.queue.add(key, LOW),
-            pod_exists=lambda ns, name: self.pods.get(ns, name) is not None,
             on_admit=self.metrics.gang_wait.observe,
             starvation_seconds=settings.starvation_seconds,
             backoff_base=settings.gang_backoff_seconds,

@@ -177,6 +177,8 @@ class Reconciler:
                 delay,
                 extra={"job": "/".join(key)},
             )
+        if decision.delete_pods:
+            self.admitter.release(key)
         if decision.needs_admission:
             self.admitter.request(
                 key,
@@ -187,12 +189,10 @@ class Reconciler:
                 created=str((job.get("metadata") or {}).get("creationTimestamp") or ""),
                 gpu_resource=policy.gpu_resource,
             )
-        elif observed.reservation is not None:
-            namespace = key[0]
-            if all(self.pods.get(namespace, pod) for pod in observed.reservation):
-                self.admitter.release(key)
         else:
-            self.admitter.cancel(key)
+            status = decision.status if decision.status is not None else job.get("status")
+            if spec.run_policy.suspend or st.is_finished(st.conditions_of(status)):
+                self.admitter.cancel(key)
 
     # ------------------------------------------------------------------ applying a plan
 

@@ -115,3 +115,24 @@ def test_managed_fields_are_not_kept() -> None:
     big["metadata"]["managedFields"] = [{"manager": "kubectl"}]
     informer.remember(big)
     assert "managedFields" not in informer.get("ns", "a")["metadata"]
+
+
+async def test_a_relist_keeps_objects_written_through_after_its_snapshot() -> None:
+    # The list answers with resourceVersion 100; a pod the reconciler created meanwhile has 150.
+    api = ScriptedApi(
+        [[pod("old", 1)], [pod("old", 1)]], [[Gone(410, "Expired", "", "WATCH", "/")], []]
+    )
+    informer = Informer(api, PODS)  # type: ignore[arg-type]
+    task = asyncio.create_task(informer.run())
+    for _ in range(100):
+        if informer.relists == 1:
+            break
+        await asyncio.sleep(0.01)
+    informer.remember(pod("just-created", 250))
+    for _ in range(100):
+        if informer.relists == 2:
+            break
+        await asyncio.sleep(0.01)
+    task.cancel()
+    assert informer.relists == 2
+    assert informer.get("ns", "just-created") is not None
