@@ -217,56 +217,63 @@ async def run_controller_phase(
          "--manage-unowned", "--no-leader-elect", "--metrics-port", "0", "--log-level", "WARNING"],
         stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=REPO,
     )  # fmt: skip
-    peak_rss = 0
-    stop_sampling = asyncio.Event()
+    try:
+        peak_rss = 0
+        stop_sampling = asyncio.Event()
 
-    async def sample_rss() -> None:
-        nonlocal peak_rss
-        while not stop_sampling.is_set():
+        async def sample_rss() -> None:
+            nonlocal peak_rss
+            while not stop_sampling.is_set():
+                try:
+                    for line in Path(f"/proc/{controller.pid}/status").read_text().splitlines():
+                        if line.startswith("VmHWM:"):
+                            peak_rss = max(peak_rss, int(line.split()[1]) * 1024)
+                except OSError:
+                    pass
+                await asyncio.sleep(0.5)
+
+        sampler = asyncio.create_task(sample_rss())
+        await asyncio.sleep(3)  # let it list and watch
+        names = [f"job-{i:04d}" for i in range(jobs)]
+        submitted: dict[str, float] = {}
+
+        async def submit(index: int, name: str) -> None:
+            manifest = gang(name, namespace, run_seconds + index % spread)
+            path = f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs"
+            status, body = await api.request("POST", path, manifest)
+            assert status == 201, body
+            submitted[name] = time.monotonic()
+
+        started = time.monotonic()
+        await bounded([submit(i, n) for i, n in enumerate(names)], WRITE_CONCURRENCY)
+        submit_seconds = time.monotonic() - started
+        expected = {n: [f"{n}-master-0"] + [f"{n}-worker-{i}" for i in range(7)] for n in names}
+        deadline = time.monotonic() + 1800
+        while True:
+            done = [
+                n for n in names
+                if all(p in watch.gone or p == f"{n}-master-0" for p in expected[n][1:])
+                and f"{n}-master-0" in watch.succeeded
+            ]  # fmt: skip
+            if len(done) == len(names) or time.monotonic() > deadline:
+                break
+            print(
+                f"\r  {len(done)}/{len(names)} jobs done, {len(watch.added)} pods seen",
+                end="",
+                file=sys.stderr,
+            )
+            await asyncio.sleep(1)
+        print(file=sys.stderr)
+        stop_sampling.set()
+        await sampler
+    finally:
+        if controller.poll() is None:
+            controller.send_signal(signal.SIGTERM)
             try:
-                for line in Path(f"/proc/{controller.pid}/status").read_text().splitlines():
-                    if line.startswith("VmHWM:"):
-                        peak_rss = max(peak_rss, int(line.split()[1]) * 1024)
-            except OSError:
-                pass
-            await asyncio.sleep(0.5)
-
-    sampler = asyncio.create_task(sample_rss())
-    await asyncio.sleep(3)  # let it list and watch
-    names = [f"job-{i:04d}" for i in range(jobs)]
-    submitted: dict[str, float] = {}
-
-    async def submit(index: int, name: str) -> None:
-        manifest = gang(name, namespace, run_seconds + index % spread)
-        path = f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs"
-        status, body = await api.request("POST", path, manifest)
-        assert status == 201, body
-        submitted[name] = time.monotonic()
-
-    started = time.monotonic()
-    await bounded([submit(i, n) for i, n in enumerate(names)], WRITE_CONCURRENCY)
-    submit_seconds = time.monotonic() - started
-    expected = {n: [f"{n}-master-0"] + [f"{n}-worker-{i}" for i in range(7)] for n in names}
-    deadline = time.monotonic() + 1800
-    while True:
-        done = [
-            n for n in names
-            if all(p in watch.gone or p == f"{n}-master-0" for p in expected[n][1:])
-            and f"{n}-master-0" in watch.succeeded
-        ]  # fmt: skip
-        if len(done) == len(names) or time.monotonic() > deadline:
-            break
-        print(
-            f"\r  {len(done)}/{len(names)} jobs done, {len(watch.added)} pods seen",
-            end="",
-            file=sys.stderr,
-        )
-        await asyncio.sleep(1)
-    print(file=sys.stderr)
-    stop_sampling.set()
-    await sampler
-    controller.send_signal(signal.SIGTERM)
-    controller.wait(timeout=30)
+                controller.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                controller.kill()
+                controller.wait()
     watch_task.cancel()
 
     created_all = {
