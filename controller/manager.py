@@ -47,6 +47,9 @@ class ManagerOptions:
 
     namespace: str | None = None
     workers: int = 32
+    # Workers that take only URGENT keys (pods that ended), so freeing GPUs never waits for a
+    # worker busy creating another gang's pods.
+    urgent_workers: int = 4
     resync_seconds: float = 300.0
     starvation_seconds: float = 300.0
     gang_backoff_seconds: float = 10.0
@@ -70,7 +73,9 @@ class Manager:
         self.priority_classes = Informer(api, PRIORITY_CLASSES)
         self.queue: WorkQueue[JobKey] = WorkQueue()
         self.metrics = ControllerMetrics(
-            jobs=lambda: self.jobs.values(), queue_depth=lambda: len(self.queue)
+            jobs=lambda: self.jobs.values(),
+            queue_depth=lambda: len(self.queue),
+            events_dropped=lambda: self.reconciler.events.dropped,
         )
         self.admitter = Admitter(
             on_admit_job=self.queue.add,
@@ -172,18 +177,21 @@ class Manager:
             self._requeue_all()
             group.create_task(self.admitter.run())
             group.create_task(self._resync())
+            group.create_task(self.reconciler.events.run())
             for _ in range(self.settings.workers):
-                group.create_task(self._worker())
+                group.create_task(self._worker(LOW))
+            for _ in range(self.settings.urgent_workers):
+                group.create_task(self._worker(URGENT))
 
     async def _resync(self) -> None:
         while True:
             await asyncio.sleep(self.settings.resync_seconds)
             self._requeue_all()
 
-    async def _worker(self) -> None:
+    async def _worker(self, max_lane: int) -> None:
         while True:
             try:
-                key = await self.queue.get()
+                key = await self.queue.get(max_lane)
             except ShutDown:
                 return
             started = time.perf_counter()

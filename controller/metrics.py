@@ -38,6 +38,7 @@ class ControllerMetrics:
         registry: CollectorRegistry | None = None,
         jobs: Callable[[], Iterable[Mapping[str, Any]]] = lambda: (),
         queue_depth: Callable[[], int] = lambda: 0,
+        events_dropped: Callable[[], int] = lambda: 0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.registry = registry or CollectorRegistry()
@@ -78,7 +79,7 @@ class ControllerMetrics:
         )
         self._held: dict[JobKey, tuple[int, float]] = {}  # GPUs freed, when
         self._retired_gpu_seconds = 0.0
-        self.registry.register(_ScrapeTime(self, jobs, queue_depth))
+        self.registry.register(_ScrapeTime(self, jobs, queue_depth, events_dropped))
 
     def observe_job(
         self, key: JobKey, job: Mapping[str, Any], decision: Plan, observed: Observed, now: datetime
@@ -140,10 +141,12 @@ class _ScrapeTime(Collector):
         metrics: ControllerMetrics,
         jobs: Callable[[], Iterable[Mapping[str, Any]]],
         queue_depth: Callable[[], int],
+        events_dropped: Callable[[], int],
     ) -> None:
         self.metrics = metrics
         self.jobs = jobs
         self.queue_depth = queue_depth
+        self.events_dropped = events_dropped
 
     def collect(self) -> Iterator[Any]:
         by_state: dict[str, int] = {}
@@ -161,6 +164,11 @@ class _ScrapeTime(Collector):
             "torchgate_controller_queue_depth",
             "Jobs queued for reconcile.",
             value=self.queue_depth(),
+        )
+        yield CounterMetricFamily(
+            "torchgate_controller_events_dropped",
+            "Events not sent because the backlog was full (each is still a log line).",
+            value=self.events_dropped(),
         )
         yield CounterMetricFamily(
             "torchgate_controller_gpu_seconds_released",

@@ -94,10 +94,10 @@ class WorkQueue(Generic[K]):
         """How many times in a row ``key`` failed."""
         return self._failures.get(key, 0)
 
-    async def get(self) -> K:
-        """The next key; the caller must call ``done(key)`` when finished."""
+    async def get(self, max_lane: int = LOW) -> K:
+        """The next key from lanes up to ``max_lane``; call ``done(key)`` when finished."""
         while True:
-            for lane, waiting in enumerate(self._lanes):
+            for lane, waiting in enumerate(self._lanes[: max_lane + 1]):
                 while waiting:
                     key = waiting.popleft()
                     if self._queued.get(key) == lane:

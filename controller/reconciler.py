@@ -101,6 +101,7 @@ class Reconciler:
         self.metrics = metrics
         self.options = options
         self.clock = clock
+        self.events = EventRecorder(api, clock=clock)
         # Deletes (which free GPUs) never queue behind creates.
         self._creates = asyncio.Semaphore(options.write_concurrency)
         self._deletes = asyncio.Semaphore(options.write_concurrency)
@@ -217,7 +218,7 @@ class Reconciler:
         if decision.status is not None:
             await self._patch_status(namespace, name, decision.status)
         for event in decision.events:
-            await self._record(job, event)
+            self.events.record(job, event)
         if decision.delete_job:
             try:
                 await self.api.request(
@@ -279,10 +280,62 @@ class Reconciler:
             return
         self.jobs.remember(patched)
 
-    async def _record(self, job: Mapping[str, Any], event: Event) -> None:
-        """Create a core/v1 Event on the job (best effort: a lost Event is not worth a retry)."""
+    async def _fail_validation(self, job: Mapping[str, Any], errors: list[Any]) -> None:
+        """A job the webhook never saw and that cannot run: say so once, then leave it."""
+        conditions = st.conditions_of(job.get("status"))
+        if st.is_true(conditions, "Failed"):
+            return
+        message = "PyTorchJob failed validation: " + "; ".join(str(e) for e in errors)
+        now = self.clock()
+        updated = st.set_condition(
+            conditions, "Failed", "True", REASON_FAILED_VALIDATION, message, now
+        )
+        metadata = job.get("metadata") or {}
+        await self._patch_status(
+            str(metadata.get("namespace")),
+            str(metadata.get("name")),
+            {"conditions": updated, "completionTime": st.format_time(now)},
+        )
+        self.events.record(job, Event("Warning", REASON_FAILED_VALIDATION, message))
+
+
+class EventRecorder:
+    """core/v1 Events on jobs, sent in the background and best effort.
+
+    Like client-go's event broadcaster: recording never blocks a reconcile, a few senders share
+    the apiserver with the writes that matter (pods first), and when thousands of jobs change at
+    once the backlog is bounded; what does not fit is dropped (the condition in the job's status
+    carries the same news). Each Event is also a log line with the job key.
+    """
+
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        clock: Callable[[], datetime],
+        senders: int = 4,
+        backlog: int = 2000,
+    ) -> None:
+        self.api = api
+        self.clock = clock
+        self.senders = senders
+        self._pending: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=backlog)
+        self.dropped = 0
+
+    def record(self, job: Mapping[str, Any], event: Event) -> None:
+        """Log the event and queue it for the apiserver."""
         metadata = job.get("metadata") or {}
         namespace = str(metadata.get("namespace") or "default")
+        job_key = f"{namespace}/{metadata.get('name')}"
+        level = logging.WARNING if event.type == "Warning" else logging.INFO
+        log.log(
+            level,
+            "%s: %s: %s",
+            job_key,
+            event.reason,
+            event.message,
+            extra={"job": job_key, "reason": event.reason},
+        )
         now = st.format_time(self.clock())
         body = {
             "metadata": {
@@ -307,39 +360,24 @@ class Reconciler:
             "count": 1,
         }
         try:
-            await self.api.request("POST", EVENTS.path(namespace), body=body)
-        except ApiError as exc:
-            log.warning(
-                "could not record event %s on %s: %s", event.reason, metadata.get("name"), exc
-            )
-        level = logging.WARNING if event.type == "Warning" else logging.INFO
-        job_key = f"{namespace}/{metadata.get('name')}"
-        log.log(
-            level,
-            "%s: %s: %s",
-            job_key,
-            event.reason,
-            event.message,
-            extra={"job": job_key, "reason": event.reason},
-        )
+            self._pending.put_nowait(body)
+        except asyncio.QueueFull:
+            self.dropped += 1
 
-    async def _fail_validation(self, job: Mapping[str, Any], errors: list[Any]) -> None:
-        """A job the webhook never saw and that cannot run: say so once, then leave it."""
-        conditions = st.conditions_of(job.get("status"))
-        if st.is_true(conditions, "Failed"):
-            return
-        message = "PyTorchJob failed validation: " + "; ".join(str(e) for e in errors)
-        now = self.clock()
-        updated = st.set_condition(
-            conditions, "Failed", "True", REASON_FAILED_VALIDATION, message, now
-        )
-        metadata = job.get("metadata") or {}
-        await self._patch_status(
-            str(metadata.get("namespace")),
-            str(metadata.get("name")),
-            {"conditions": updated, "completionTime": st.format_time(now)},
-        )
-        await self._record(job, Event("Warning", REASON_FAILED_VALIDATION, message))
+    async def run(self) -> None:
+        """Send queued Events until cancelled."""
+        async with asyncio.TaskGroup() as group:
+            for _ in range(self.senders):
+                group.create_task(self._send())
+
+    async def _send(self) -> None:
+        while True:
+            body = await self._pending.get()
+            namespace = body["metadata"]["namespace"]
+            try:
+                await self.api.request("POST", EVENTS.path(namespace), body=body)
+            except ApiError as exc:
+                log.debug("could not record event %s: %s", body["reason"], exc)
 
 
 def _priority_class(spec: JobSpec) -> str | None:
