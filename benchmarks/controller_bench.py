@@ -107,6 +107,65 @@ class PodWatch:
                         self.gone.setdefault(name, now)
 
 
+WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
+
+
+async def apiserver_writes(api: Api) -> dict[str, float]:
+    """The apiserver's own count of write requests so far, by verb and resource."""
+    async with api.session.get(api.server + "/metrics") as response:
+        text = await response.text()
+    counts: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels_text, _, value = line.rpartition(" ")
+        inside = labels_text[len("apiserver_request_total{") : -1]
+        labels = dict(part.split("=", 1) for part in inside.split(","))
+        verb = labels.get("verb", "").strip('"')
+        if verb not in WRITE_VERBS:
+            continue
+        resource = labels.get("resource", "").strip('"')
+        sub = labels.get("subresource", "").strip('"')
+        key = f"{verb} {resource}{'/' + sub if sub else ''}"
+        counts[key] = counts.get(key, 0.0) + float(value)
+    return counts
+
+
+def writes_since(before: dict[str, float], after: dict[str, float], per: int) -> dict[str, float]:
+    """Write requests between two samples, per job or per pod, largest first."""
+    delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    rows = {k: round(v / per, 2) for k, v in delta.items() if v > 0}
+    return dict(sorted(rows.items(), key=lambda kv: -kv[1]))
+
+
+class WriteRate:
+    """Samples the apiserver's total write count twice a second, for write rates over a window."""
+
+    def __init__(self, api: Api) -> None:
+        self.api = api
+        self.samples: list[tuple[float, float]] = []
+
+    async def run(self) -> None:
+        while True:
+            total = sum((await apiserver_writes(self.api)).values())
+            self.samples.append((time.monotonic(), total))
+            await asyncio.sleep(0.5)
+
+    def per_second(self, start: float, end: float) -> float:
+        """Writes per second between two monotonic times (nearest samples inside the window)."""
+        inside = [(t, n) for t, n in self.samples if start <= t <= end]
+        if len(inside) < 2:
+            return float("nan")
+        (t0, n0), (t1, n1) = inside[0], inside[-1]
+        return (n1 - n0) / (t1 - t0)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(values: Sequence[float], fraction: float) -> float:
     ordered = sorted(values)
     if not ordered:
@@ -157,7 +216,7 @@ async def bounded(calls: Sequence[Any], limit: int) -> list[Any]:
     return await asyncio.gather(*(one(c) for c in calls))
 
 
-async def baseline(api: Api, namespace: str, gangs: int) -> dict[str, float]:
+async def baseline(api: Api, namespace: str, gangs: int) -> dict[str, Any]:
     """The same pods, created by a plain script."""
     watch = PodWatch(api, namespace)
     task = asyncio.create_task(watch.run())
@@ -181,6 +240,9 @@ async def baseline(api: Api, namespace: str, gangs: int) -> dict[str, float]:
                 )
                 pod["metadata"].pop("ownerReferences", None)
                 pods.append(pod)
+    writes_before = await apiserver_writes(api)
+    rate_sampler = WriteRate(api)
+    sampling = asyncio.create_task(rate_sampler.run())
     started = time.monotonic()
     results = await bounded(
         [api.request("POST", f"/api/v1/namespaces/{namespace}/pods", p) for p in pods],
@@ -192,9 +254,18 @@ async def baseline(api: Api, namespace: str, gangs: int) -> dict[str, float]:
         await asyncio.sleep(0.05)
     times = sorted(watch.added.values())
     rate = len(times) / (times[-1] - times[0])
+    await asyncio.sleep(2)  # let the scheduler and kwok finish binding and starting them
+    writes = writes_since(writes_before, await apiserver_writes(api), len(pods))
+    sampling.cancel()
     await api.request("DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0")
     task.cancel()
-    return {"pods": len(pods), "pods_per_second": rate, "client_seconds": elapsed}
+    return {
+        "pods": len(pods),
+        "pods_per_second": rate,
+        "client_seconds": elapsed,
+        "apiserver_writes_per_pod": writes,
+        "apiserver_writes_per_second": rate_sampler.per_second(times[0], times[-1]),
+    }
 
 
 async def run_controller_phase(
@@ -234,6 +305,10 @@ async def run_controller_phase(
 
         sampler = asyncio.create_task(sample_rss())
         await asyncio.sleep(3)  # let it list and watch
+        writes_before = await apiserver_writes(api)
+        rate_sampler = WriteRate(api)
+        sampling = asyncio.create_task(rate_sampler.run())
+        cpu_before = cpu_seconds(controller.pid)
         names = [f"job-{i:04d}" for i in range(jobs)]
         submitted: dict[str, float] = {}
 
@@ -264,6 +339,10 @@ async def run_controller_phase(
             )
             await asyncio.sleep(1)
         print(file=sys.stderr)
+        controller_cpu = cpu_seconds(controller.pid) - cpu_before
+        phase_seconds = time.monotonic() - started
+        writes = writes_since(writes_before, await apiserver_writes(api), jobs)
+        sampling.cancel()
         stop_sampling.set()
         await sampler
     finally:
@@ -317,6 +396,12 @@ async def run_controller_phase(
         "release_requested_p50": percentile(release_deleting, 0.5),
         "release_requested_p99": percentile(release_deleting, 0.99),
         "controller_peak_rss_mib": peak_rss / 2**20,
+        "controller_cpu_seconds": controller_cpu,
+        "controller_cpu_share_of_one_core": controller_cpu / phase_seconds,
+        "apiserver_writes_per_job": writes,
+        "apiserver_writes_per_second_first_wave": rate_sampler.per_second(
+            wave_pods[0], wave_pods[-1]
+        ),
     }
 
 
@@ -404,7 +489,15 @@ def main() -> int:
         f" gone: p50 {c['release_gone_p50']:.3f}s p99 {c['release_gone_p99']:.3f}s",
         f"jobs done {c['jobs_done']}/{c['jobs']};"
         f" overall {c['overall_jobs_per_second']:.1f} jobs/s;"
-        f" controller peak RSS {c['controller_peak_rss_mib']:.0f} MiB",
+        f" controller peak RSS {c['controller_peak_rss_mib']:.0f} MiB,"
+        f" CPU {c['controller_cpu_seconds']:.0f}s"
+        f" ({c['controller_cpu_share_of_one_core']:.0%} of one core)",
+        f"apiserver writes/s: plain script {b['apiserver_writes_per_second']:.0f},"
+        f" controller first wave {c['apiserver_writes_per_second_first_wave']:.0f}",
+        "apiserver writes per pod, plain script: "
+        + ", ".join(f"{k} {v}" for k, v in b["apiserver_writes_per_pod"].items()),
+        "apiserver writes per job (8 pods), controller run: "
+        + ", ".join(f"{k} {v}" for k, v in c["apiserver_writes_per_job"].items()),
         f"written to {args.out}",
     ]
     print("\n" + "\n".join(lines))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -90,6 +91,7 @@ class Reconciler:
         metrics: ControllerMetrics,
         options: Options,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api = api
         self.jobs = jobs
@@ -101,7 +103,9 @@ class Reconciler:
         self.metrics = metrics
         self.options = options
         self.clock = clock
+        self.monotonic = monotonic
         self.events = EventRecorder(api, clock=clock)
+        self._status_written: dict[JobKey, float] = {}
         # Deletes (which free GPUs) never queue behind creates.
         self._creates = asyncio.Semaphore(options.write_concurrency)
         self._deletes = asyncio.Semaphore(options.write_concurrency)
@@ -113,6 +117,7 @@ class Reconciler:
         if job is None or not is_ours(job, self.options):
             self.admitter.cancel(key)
             self.metrics.forget_job(key)
+            self._status_written.pop(key, None)
             return None
         spec, errors = parse_job(job)
         if spec is None:
@@ -137,6 +142,7 @@ class Reconciler:
             # A new job about to be placed: its first status (Created, plus Queued or startTime)
             # is written once the admitter has decided, not twice; it decides within moments.
             decision = replace(decision, status=None, events=())
+        decision = self._coalesce_count_updates(key, job, decision)
         log.debug(
             "%s/%s: %d pods observed; plan: admit=%s create=%d delete=%d status=%s requeue=%s",
             namespace,
@@ -152,6 +158,20 @@ class Reconciler:
         self._tell_admitter(key, job, spec, observed, decision, policy)
         self.metrics.observe_job(key, job, decision, observed, self.clock())
         return decision.requeue_after
+
+    def _coalesce_count_updates(self, key: JobKey, job: Mapping[str, Any], decision: Plan) -> Plan:
+        if decision.status is None:
+            return decision
+        written = self._status_written.get(key)
+        delay = st.status_write_delay(
+            job.get("status") if isinstance(job.get("status"), Mapping) else None,
+            decision.status,
+            None if written is None else self.monotonic() - written,
+        )
+        if delay is None:
+            return decision
+        later = delay if decision.requeue_after is None else min(delay, decision.requeue_after)
+        return replace(decision, status=None, requeue_after=later)
 
     @staticmethod
     def _first_look_pending(job: Mapping[str, Any], decision: Plan, observed: Observed) -> bool:
@@ -278,6 +298,7 @@ class Reconciler:
             )
         except NotFound:
             return
+        self._status_written[(namespace, name)] = self.monotonic()
         self.jobs.remember(patched)
 
     async def _fail_validation(self, job: Mapping[str, Any], errors: list[Any]) -> None:

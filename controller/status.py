@@ -216,3 +216,29 @@ def replica_statuses(job: JobSpec, pods: Iterable[Mapping[str, Any]]) -> dict[st
         elif phase == "Failed":
             counts["failed"] += 1
     return statuses
+
+
+COUNTS_WRITE_INTERVAL_SECONDS: Final = 1.0
+
+
+def status_write_delay(
+    old: Mapping[str, Any] | None,
+    new: Mapping[str, Any],
+    seconds_since_last_write: float | None,
+    interval: float = COUNTS_WRITE_INTERVAL_SECONDS,
+) -> float | None:
+    """Seconds to hold a status write back, or None to write it now.
+
+    When a gang starts, its pods turn Running one by one and each would rewrite the job's
+    ``replicaStatuses``: several writes per job within a second, competing at the apiserver with
+    the next gang's pod creations. A change of the counts alone is therefore written at most once
+    per ``interval``; any change of conditions or times is written at once (and carries the
+    counts of that moment).
+    """
+    if not old or seconds_since_last_write is None or seconds_since_last_write >= interval:
+        return None
+    before = {k: v for k, v in old.items() if k != "replicaStatuses"}
+    after = {k: v for k, v in new.items() if k != "replicaStatuses"}
+    if before != after:
+        return None
+    return interval - seconds_since_last_write

@@ -166,3 +166,59 @@ def test_replica_statuses_count_phases_per_type() -> None:
             "training.kubeflow.org/replica-type=worker",
         },
     }
+
+
+# ------------------------------------------------------------------ write coalescing
+
+COUNTS_BEFORE = {"Master": {"active": 0}, "Worker": {"active": 3}}
+COUNTS_AFTER = {"Master": {"active": 1}, "Worker": {"active": 5}}
+RUNNING_STATUS = {
+    "conditions": [{"type": "Created", "status": "True"}],
+    "startTime": "2026-01-01T00:00:00Z",
+}
+
+
+@pytest.mark.parametrize(
+    ("new", "since_last_write", "expected"),
+    [
+        # counts alone, written 0.25 s ago: hold back for the rest of the second
+        ({**RUNNING_STATUS, "replicaStatuses": COUNTS_AFTER}, 0.25, 0.75),
+        # counts alone, but the last write is a second old: write now
+        ({**RUNNING_STATUS, "replicaStatuses": COUNTS_AFTER}, 1.0, None),
+        # counts alone, never written by this process: write now
+        ({**RUNNING_STATUS, "replicaStatuses": COUNTS_AFTER}, None, None),
+        # a condition changes too: write now, with the counts of this moment
+        (
+            {
+                **RUNNING_STATUS,
+                "conditions": [
+                    {"type": "Created", "status": "True"},
+                    {"type": "Running", "status": "True"},
+                ],
+                "replicaStatuses": COUNTS_AFTER,
+            },
+            0.1,
+            None,
+        ),
+        # a time changes: write now
+        (
+            {
+                **RUNNING_STATUS,
+                "completionTime": "2026-01-01T00:05:00Z",
+                "replicaStatuses": COUNTS_AFTER,
+            },
+            0.1,
+            None,
+        ),
+    ],
+)
+def test_status_write_delay_holds_back_only_count_changes(
+    new: dict[str, Any], since_last_write: float | None, expected: float | None
+) -> None:
+    old = {**RUNNING_STATUS, "replicaStatuses": COUNTS_BEFORE}
+    delay = st.status_write_delay(old, new, since_last_write)
+    assert delay == (None if expected is None else pytest.approx(expected))
+
+
+def test_status_write_delay_of_a_first_status_is_none() -> None:
+    assert st.status_write_delay(None, {"replicaStatuses": COUNTS_AFTER}, 0.1) is None
