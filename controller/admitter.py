@@ -62,7 +62,7 @@ class Waiting:
     gpu_resource: str
     since: float
     not_before: float = 0.0
-    reason: str | None = None
+    reported_reason: str | None = None
     reported_at: float | None = None
     shape: tuple[Any, ...] = ()
 
@@ -233,9 +233,14 @@ class Admitter:
         return reservation.nodes if reservation is not None and reservation.uid == uid else None
 
     def wait_reason(self, key: JobKey) -> str | None:
-        """Why the job still waits (the last shortfall message)."""
+        """Why the job waits, as last reported (the newest shortfall, at most every refresh).
+
+        Planning writes this into the job's status, so it must be the throttled message, not the
+        newest one: the job's own status writes wake its reconcile, and every waiting job would
+        otherwise rewrite its status each time the free count changes.
+        """
         waiting = self.waiting.get(key)
-        return waiting.reason if waiting is not None else None
+        return waiting.reported_reason if waiting is not None else None
 
     def release(self, key: JobKey) -> None:
         """Drop the job's reservation: its pods were deleted, so it no longer describes them."""
@@ -377,9 +382,8 @@ class Admitter:
 
     def _still_waiting(self, waiting: Waiting, shortfall: Shortfall, now: float) -> None:
         log.debug("%s/%s waits: %s", *waiting.key, shortfall.message)
-        if waiting.reason == shortfall.message:
+        if waiting.reported_reason == shortfall.message:
             return
-        waiting.reason = shortfall.message
         # The free counts in the message change with every pod; rewriting the status of every
         # waiting job on each change would flood the apiserver, so refreshes are throttled.
         stale = (
@@ -387,4 +391,5 @@ class Admitter:
         )
         if stale:
             waiting.reported_at = now
+            waiting.reported_reason = shortfall.message
             self.on_reason(waiting.key)

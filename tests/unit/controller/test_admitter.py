@@ -147,12 +147,16 @@ def test_the_wait_reason_refresh_is_throttled() -> None:
     assert admitter.wait_reason(key) == "waiting for 8 nvidia.com/gpu in the cluster: 2 free"
     admitter.on_pod("MODIFIED", running_pod("other", "n0", 5), None)
     admitter.cycle()
-    assert admitter.wait_reason(key) == "waiting for 8 nvidia.com/gpu in the cluster: 3 free"
     assert changed == [key], "a changed free count alone does not rewrite the status at once"
+    assert admitter.wait_reason(key) == "waiting for 8 nvidia.com/gpu in the cluster: 2 free", (
+        "planning sees the reported reason until the next refresh, so a reconcile woken by "
+        "anything else does not write the newer count either"
+    )
     clock.now += 31
     admitter.on_pod("MODIFIED", running_pod("other", "n0", 4), None)
     admitter.cycle()
     assert changed == [key, key]
+    assert admitter.wait_reason(key) == "waiting for 8 nvidia.com/gpu in the cluster: 4 free"
 
 
 def test_the_ledger_ignores_finished_pods_and_follows_moves() -> None:
