@@ -50,6 +50,10 @@ class ManagerOptions:
     # Workers that take only URGENT keys (pods that ended), so freeing GPUs never waits for a
     # worker busy creating another gang's pods.
     urgent_workers: int = 4
+    # Of ``workers``, those that also take LOW keys (a waiting job's reason): while a wave of gangs
+    # is admitted, hundreds of "still waiting" status writes would otherwise compete with the pod
+    # creations at the apiserver.
+    low_lane_workers: int = 4
     resync_seconds: float = 300.0
     starvation_seconds: float = 300.0
     gang_backoff_seconds: float = 10.0
@@ -178,8 +182,9 @@ class Manager:
             group.create_task(self.admitter.run())
             group.create_task(self._resync())
             group.create_task(self.reconciler.events.run())
-            for _ in range(self.settings.workers):
-                group.create_task(self._worker(LOW))
+            low_lane = min(self.settings.low_lane_workers, self.settings.workers)
+            for index in range(self.settings.workers):
+                group.create_task(self._worker(LOW if index < low_lane else NORMAL))
             for _ in range(self.settings.urgent_workers):
                 group.create_task(self._worker(URGENT))
 
