@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import ssl
 import subprocess
 import sys
@@ -43,6 +42,7 @@ from pytorchjob.spec import parse_job
 from torchgate.controlplane import kwok
 from torchgate.controlplane.binaries import ensure_binaries
 from torchgate.controlplane.cluster import ControlPlane
+from torchgate.controlplane.processes import terminate
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -346,13 +346,7 @@ async def run_controller_phase(
         stop_sampling.set()
         await sampler
     finally:
-        if controller.poll() is None:
-            controller.send_signal(signal.SIGTERM)
-            try:
-                controller.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                controller.kill()
-                controller.wait()
+        terminate(controller, grace=30)
     watch_task.cancel()
 
     created_all = {

@@ -67,17 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--metrics-port", type=int, default=8080, help="plain HTTP /metrics /healthz; 0 disables"
     )
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
-    parser.add_argument(
-        "--log-format", default="text", choices=["text", "json"], help="json: one object per line"
-    )
+    jsonlog.add_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the controller."""
-    handler = logging.StreamHandler()
-    handler.setFormatter(jsonlog.formatter(args.log_format))
-    logging.basicConfig(level=args.log_level, handlers=[handler], force=True)
+    jsonlog.configure(args)
     if args.workers < 1:
         print("torchgate controller: --workers must be at least 1", file=sys.stderr)
         return 2

@@ -163,8 +163,9 @@ class Reconciler:
         if decision.status is None:
             return decision
         written = self._status_written.get(key)
+        current = job.get("status")
         delay = st.status_write_delay(
-            job.get("status") if isinstance(job.get("status"), Mapping) else None,
+            current if isinstance(current, Mapping) else None,
             decision.status,
             None if written is None else self.monotonic() - written,
         )

@@ -8,6 +8,7 @@ structured fields a call passes through ``extra`` (the controller passes ``job``
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 from datetime import UTC, datetime
@@ -43,3 +44,18 @@ def formatter(fmt: str) -> logging.Formatter:
     if fmt == "json":
         return JsonFormatter()
     return logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--log-level`` and ``--log-format``, the same on every long-running command."""
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
+    parser.add_argument(
+        "--log-format", default="text", choices=["text", "json"], help="json: one object per line"
+    )
+
+
+def configure(args: argparse.Namespace) -> None:
+    """Send the root logger to stderr at ``--log-level`` in ``--log-format``."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(formatter(args.log_format))
+    logging.basicConfig(level=args.log_level, handlers=[handler], force=True)

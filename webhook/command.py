@@ -49,17 +49,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds between checks of the certificate and policy files (default 10)",
     )
     parser.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES)
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
-    parser.add_argument(
-        "--log-format", default="text", choices=["text", "json"], help="json: one object per line"
-    )
+    jsonlog.add_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT."""
-    handler = logging.StreamHandler()
-    handler.setFormatter(jsonlog.formatter(args.log_format))
-    logging.basicConfig(level=args.log_level, handlers=[handler], force=True)
+    jsonlog.configure(args)
     try:
         tls = ReloadingTLS(args.tls_cert_file, args.tls_private_key_file)
     except (OSError, ValueError) as exc:

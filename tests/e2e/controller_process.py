@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e.conftest import Cluster
+from torchgate.controlplane.processes import terminate
 
 
 def free_port() -> int:
@@ -85,15 +86,9 @@ class ControllerProcess:
 
     def stop(self) -> int:
         assert self.process is not None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        code = terminate(self.process, grace=15)
         self._log.close()
-        return int(self.process.returncode)
+        return code
 
     def metrics(self) -> str:
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"

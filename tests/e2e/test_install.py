@@ -25,7 +25,6 @@ import json
 import os
 import re
 import secrets
-import signal
 import ssl
 import subprocess
 import sys
@@ -54,6 +53,7 @@ from tests.e2e.controller_process import (
 from tests.helmtool import CHART, helm_binary, run_helm
 from torchgate.controlplane.binaries import Binaries
 from torchgate.controlplane.cluster import ATTACH_ENV
+from torchgate.controlplane.processes import terminate
 
 INSTALL_DOC = ms.REPO_ROOT / "README.md"
 NAMESPACE = ms.NAMESPACE
@@ -323,12 +323,7 @@ def deployment_controllers(
         cluster.wait_for(healthy, timeout=60, what="the extra kube-controller-manager")
         yield
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        terminate(process, grace=15)
         log.close()
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import ssl
 import subprocess
 import sys
@@ -42,6 +41,7 @@ from tests.e2e.controller_process import (
 from tests.e2e.rbac import BASE_NAMESPACE, base_rbac_objects, service_account_kubeconfig
 from torchgate.controlplane.binaries import Binaries
 from torchgate.controlplane.cluster import ControlPlane
+from torchgate.controlplane.processes import terminate
 
 # The first test also starts a control plane and runs the whole scenario.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -126,15 +126,9 @@ class Process:
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        code = terminate(self.process, grace=15)
         self._log.close()
-        return int(self.process.returncode)
+        return code
 
 
 def run_torchgate(*args: str) -> subprocess.CompletedProcess[str]:

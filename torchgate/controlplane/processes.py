@@ -148,6 +148,18 @@ def stop(process: ManagedProcess, *, grace: float) -> None:
     reap(process)
 
 
+def terminate(process: subprocess.Popen[Any], *, grace: float) -> int:
+    """Stop a ``Popen`` child: SIGTERM, SIGKILL after ``grace`` seconds; returns its exit code."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return int(process.returncode)
+
+
 def log_tail(path: Path, lines: int) -> str:
     """The last ``lines`` lines of a log, indented, for an error message."""
     try:
