@@ -49,6 +49,28 @@ PodKey = tuple[str, str]
 ZERO = Decimal(0)
 
 
+class Shape:
+    """What decides whether a gang fits, hashed once.
+
+    A cycle looks up the shape of every waiting job; hashing the nested tuple (constraints and
+    Decimal requests of every pod) each time cost a third of a cycle with 800 waiting jobs.
+    """
+
+    __slots__ = ("_hash", "value")
+
+    def __init__(self, value: tuple[Any, ...]) -> None:
+        self.value = value
+        self._hash = hash(value)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (
+            isinstance(other, Shape) and self._hash == other._hash and self.value == other.value
+        )
+
+
 @dataclass(slots=True)
 class Waiting:
     """A job whose gang is not placed yet."""
@@ -64,7 +86,7 @@ class Waiting:
     not_before: float = 0.0
     reported_reason: str | None = None
     reported_at: float | None = None
-    shape: tuple[Any, ...] = ()
+    shape: Shape | None = None
 
     def __post_init__(self) -> None:
         self.shape = _shape(self)
@@ -93,7 +115,11 @@ class _Ledger:
     pods: dict[PodKey, tuple[str, Resources]] = field(default_factory=dict)
 
     def update(self, key: PodKey, pod: Mapping[str, Any] | None) -> bool:
-        """Account for a pod's new state; return whether capacity changed."""
+        """Account for a pod's new state; return whether it freed capacity somewhere.
+
+        A new pod only takes capacity, so it can never let a waiting gang in; only a pod that
+        ended, went away or moved (bound elsewhere than planned) can.
+        """
         before = self.pods.pop(key, None)
         if before is not None:
             _add(self.used.setdefault(before[0], {}), before[1], -1)
@@ -101,7 +127,7 @@ class _Ledger:
         if after is not None:
             self.pods[key] = after
             _add(self.used.setdefault(after[0], {}), after[1], 1)
-        return before != after
+        return before is not None and before != after
 
 
 def _usage(pod: Mapping[str, Any]) -> tuple[str, Resources] | None:
@@ -119,14 +145,17 @@ def _usage(pod: Mapping[str, Any]) -> tuple[str, Resources] | None:
     return node, demand_requests(spec)
 
 
-def _shape(waiting: Waiting) -> tuple[Any, ...]:
+def _shape(waiting: Waiting) -> Shape:
     """What decides whether a gang fits: each pod's constraints and requests, and the minimum."""
-    return (
-        waiting.min_count,
-        waiting.gpu_resource,
-        tuple(
-            (demand.signature, tuple(sorted(demand.requests.items()))) for demand in waiting.demands
-        ),
+    return Shape(
+        (
+            waiting.min_count,
+            waiting.gpu_resource,
+            tuple(
+                (demand.signature, tuple(sorted(demand.requests.items())))
+                for demand in waiting.demands
+            ),
+        )
     )
 
 
@@ -164,6 +193,7 @@ class Admitter:
         self.reservations: dict[JobKey, Reservation] = {}
         self.timeouts: dict[JobKey, int] = {}
         self._retry_at: dict[JobKey, float] = {}
+        self._shapes: dict[Shape, Shape] = {}
         self._wake = asyncio.Event()
         self.cycles = 0
 
@@ -184,7 +214,11 @@ class Admitter:
         self.wake()
 
     def on_pod(self, kind: str, pod: dict[str, Any], _: dict[str, Any] | None) -> None:
-        """Pod informer handler (every pod of the cluster: they all use capacity)."""
+        """Pod informer handler (every pod of the cluster: they all use capacity).
+
+        Only freed capacity wakes a cycle: while a wave of gangs is created, thousands of new pods
+        would otherwise each start a cycle that can admit nothing.
+        """
         metadata = pod.get("metadata") or {}
         key = (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
         if self.ledger.update(key, None if kind == "DELETED" else pod):
@@ -212,9 +246,9 @@ class Admitter:
             current.demands = tuple(demands)
             current.min_count = min_count
             current.priority = priority
-            current.shape = _shape(current)
+            current.shape = self._intern(_shape(current))
             return
-        self.waiting[key] = Waiting(
+        waiting = self.waiting[key] = Waiting(
             key=key,
             uid=uid,
             demands=tuple(demands),
@@ -225,7 +259,14 @@ class Admitter:
             since=self.clock(),
             not_before=self._retry_at.pop(key, 0.0),
         )
+        waiting.shape = self._intern(waiting.shape or _shape(waiting))
         self.wake()
+
+    def _intern(self, shape: Shape) -> Shape:
+        """One object per distinct shape, so a cycle's lookups compare by identity."""
+        if len(self._shapes) > 2 * len(self.waiting) + 64:
+            self._shapes = {w.shape: w.shape for w in self.waiting.values() if w.shape}
+        return self._shapes.setdefault(shape, shape)
 
     def reservation_for(self, key: JobKey, uid: str) -> Mapping[str, str] | None:
         """Where the job's pods go, when capacity is reserved for it."""
@@ -325,7 +366,7 @@ class Admitter:
         eligibility: MutableMapping[Signature, tuple[str, ...]] = {}
         # Within a cycle free capacity only shrinks, so a gang of the same shape that did not fit
         # will not fit either: hundreds of identical waiting jobs cost one placement, not one each.
-        misses: dict[tuple[Any, ...], Shortfall] = {}
+        misses: dict[Shape | None, Shortfall] = {}
         admitted: list[JobKey] = []
         for waiting in sorted(self.waiting.values(), key=Waiting.order):
             if waiting.not_before > now:

@@ -174,9 +174,14 @@ def test_fake_exit_code_ends_a_running_pod(
 def test_fake_run_seconds_ends_a_pod_after_its_deadline_only(cluster: Cluster) -> None:
     namespace = cluster.new_namespace()
     pool, _ = add_pool(cluster, count=1)
-    start_running_pod(cluster, namespace, "short", pool, annotations=kwok.run_seconds_annotation(1))
     start_running_pod(
         cluster, namespace, "long", pool, annotations=kwok.run_seconds_annotation(3600)
+    )
+    # Not waited for as Running: with one second to run, a slow poll can miss that phase.
+    create_pod(
+        cluster,
+        namespace,
+        gpu_pod("short", gpus=1, pool=pool, annotations=kwok.run_seconds_annotation(1)),
     )
 
     cluster.wait_for(

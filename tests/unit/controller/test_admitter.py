@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from controller.admitter import Admitter
@@ -179,3 +181,30 @@ def test_cancel_forgets_a_job() -> None:
     admitter.cancel(key)
     assert admitter.cycle() == []
     assert admitter.wait_reason(key) is None
+
+
+async def test_only_freed_capacity_starts_a_cycle() -> None:
+    admitter, changed, _ = make(nodes=1)
+    admitter.on_pod("ADDED", running_pod("other", "n0", 8), None)
+    key = ask(admitter, job("w").master(gpus=8).build())
+    loop = asyncio.create_task(admitter.run(debounce=0, period=3600))
+    try:
+        await wait_until(lambda: key in changed)  # the request's cycle: it waits
+        cycles = admitter.cycles
+        admitter.on_pod("ADDED", running_pod("new", "n0", 0), None)
+        admitter.on_pod("MODIFIED", running_pod("other", "n0", 8), None)
+        await asyncio.sleep(0.05)
+        assert admitter.cycles == cycles, "a new or unchanged pod cannot make room"
+        done = running_pod("other", "n0", 8)
+        done["status"]["phase"] = "Succeeded"
+        admitter.on_pod("MODIFIED", done, None)
+        await wait_until(lambda: admitter.cycles > cycles)
+        assert key in admitter.reservations, "the freed GPUs went to the waiting job"
+    finally:
+        loop.cancel()
+
+
+async def wait_until(condition: Callable[[], bool]) -> None:
+    async with asyncio.timeout(2):
+        while not condition():  # noqa: ASYNC110 - polls state the admitter owns
+            await asyncio.sleep(0.005)
