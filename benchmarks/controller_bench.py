@@ -139,16 +139,22 @@ def writes_since(before: dict[str, float], after: dict[str, float], per: int) ->
 
 
 class WriteRate:
-    """Samples the apiserver's total write count twice a second, for write rates over a window."""
+    """Samples the apiserver's total write count and the machine's busy CPU twice a second."""
 
-    def __init__(self, api: Api) -> None:
+    def __init__(self, api: Api, pids: dict[str, int]) -> None:
         self.api = api
+        self.pids = pids
         self.samples: list[tuple[float, float]] = []
+        self.cpu: list[tuple[float, float, float]] = []  # (time, busy ticks, all ticks)
+        self.process_cpu: list[tuple[float, dict[str, float]]] = []  # (time, CPU s by process)
 
     async def run(self) -> None:
         while True:
             total = sum((await apiserver_writes(self.api)).values())
-            self.samples.append((time.monotonic(), total))
+            now = time.monotonic()
+            self.samples.append((now, total))
+            self.cpu.append((now, *machine_cpu_ticks()))
+            self.process_cpu.append((now, {n: cpu_seconds(p) for n, p in self.pids.items()}))
             await asyncio.sleep(0.5)
 
     def per_second(self, start: float, end: float) -> float:
@@ -158,6 +164,28 @@ class WriteRate:
             return float("nan")
         (t0, n0), (t1, n1) = inside[0], inside[-1]
         return (n1 - n0) / (t1 - t0)
+
+    def cpu_busy(self, start: float, end: float) -> float:
+        """Share of all cores busy between two monotonic times (1.0: every core saturated)."""
+        inside = [(busy, total) for t, busy, total in self.cpu if start <= t <= end]
+        if len(inside) < 2:
+            return float("nan")
+        return (inside[-1][0] - inside[0][0]) / max(inside[-1][1] - inside[0][1], 1)
+
+    def process_cpu_share(self, start: float, end: float) -> dict[str, float]:
+        """CPU seconds per second of each process between two monotonic times (1.0: a core)."""
+        inside = [(t, c) for t, c in self.process_cpu if start <= t <= end]
+        if len(inside) < 2:
+            return {}
+        (t0, c0), (t1, c1) = inside[0], inside[-1]
+        return {name: round((c1[name] - c0[name]) / (t1 - t0), 2) for name in c1}
+
+
+def machine_cpu_ticks() -> tuple[float, float]:
+    """(busy, total) CPU ticks of the whole machine so far, from /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return float(sum(fields) - idle), float(sum(fields))
 
 
 def cpu_seconds(pid: int) -> float:
@@ -216,8 +244,10 @@ async def bounded(calls: Sequence[Any], limit: int) -> list[Any]:
     return await asyncio.gather(*(one(c) for c in calls))
 
 
-async def baseline(api: Api, namespace: str, gangs: int) -> dict[str, Any]:
-    """The same pods, created by a plain script."""
+async def baseline(
+    api: Api, namespace: str, gangs: int, plane_pids: dict[str, int], *, jobs: int = 0
+) -> dict[str, Any]:
+    """The same pods, created by a plain script (while ``jobs`` PyTorchJobs are submitted)."""
     watch = PodWatch(api, namespace)
     task = asyncio.create_task(watch.run())
     await watch.ready.wait()
@@ -241,14 +271,26 @@ async def baseline(api: Api, namespace: str, gangs: int) -> dict[str, Any]:
                 pod["metadata"].pop("ownerReferences", None)
                 pods.append(pod)
     writes_before = await apiserver_writes(api)
-    rate_sampler = WriteRate(api)
+    rate_sampler = WriteRate(api, {**plane_pids, "benchmark": os.getpid()})
     sampling = asyncio.create_task(rate_sampler.run())
     started = time.monotonic()
+    jobs_path = f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs"
+    submissions = asyncio.create_task(
+        bounded(
+            [
+                api.request("POST", jobs_path, gang(f"inert-{i:04d}", namespace, 5))
+                for i in range(jobs)
+            ],
+            WRITE_CONCURRENCY,
+        )
+    )
     results = await bounded(
         [api.request("POST", f"/api/v1/namespaces/{namespace}/pods", p) for p in pods],
         WRITE_CONCURRENCY,
     )
     elapsed = time.monotonic() - started
+    submitted = await submissions
+    assert all(status == 201 for status, _ in submitted), [r for r in submitted if r[0] != 201][:3]
     assert all(status == 201 for status, _ in results), [r for r in results if r[0] != 201][:3]
     while len(watch.added) < len(pods):
         await asyncio.sleep(0.05)
@@ -258,13 +300,22 @@ async def baseline(api: Api, namespace: str, gangs: int) -> dict[str, Any]:
     writes = writes_since(writes_before, await apiserver_writes(api), len(pods))
     sampling.cancel()
     await api.request("DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0")
+    if jobs:
+        # No controller runs yet; the jobs only loaded the apiserver, and must be gone before one
+        # does.
+        await api.request("DELETE", jobs_path)
+        while (await api.request("GET", jobs_path + "?limit=1"))[1]["items"]:
+            await asyncio.sleep(0.5)
     task.cancel()
     return {
         "pods": len(pods),
+        "jobs_submitted_meanwhile": jobs,
         "pods_per_second": rate,
         "client_seconds": elapsed,
         "apiserver_writes_per_pod": writes,
         "apiserver_writes_per_second": rate_sampler.per_second(times[0], times[-1]),
+        "machine_cpu_busy": rate_sampler.cpu_busy(times[0], times[-1]),
+        "cpu_cores_by_process": rate_sampler.process_cpu_share(times[0], times[-1]),
     }
 
 
@@ -306,7 +357,9 @@ async def run_controller_phase(
         sampler = asyncio.create_task(sample_rss())
         await asyncio.sleep(3)  # let it list and watch
         writes_before = await apiserver_writes(api)
-        rate_sampler = WriteRate(api)
+        rate_sampler = WriteRate(
+            api, {**plane.pids(), "benchmark": os.getpid(), "torchgate controller": controller.pid}
+        )
         sampling = asyncio.create_task(rate_sampler.run())
         cpu_before = cpu_seconds(controller.pid)
         names = [f"job-{i:04d}" for i in range(jobs)]
@@ -396,6 +449,10 @@ async def run_controller_phase(
         "apiserver_writes_per_second_first_wave": rate_sampler.per_second(
             wave_pods[0], wave_pods[-1]
         ),
+        "machine_cpu_busy_first_wave": rate_sampler.cpu_busy(wave_pods[0], wave_pods[-1]),
+        "cpu_cores_by_process_first_wave": rate_sampler.process_cpu_share(
+            wave_pods[0], wave_pods[-1]
+        ),
     }
 
 
@@ -425,8 +482,12 @@ async def main_async(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         api = Api(plane)
         try:
             print("baseline: plain pod creation", file=sys.stderr)
-            base = await baseline(api, "baseline", args.nodes)
+            base = await baseline(api, "baseline", args.nodes, plane.pids())
             print(f"  {base['pods_per_second']:.0f} pods/s", file=sys.stderr)
+            await asyncio.sleep(5)
+            print(f"baseline: plain pod creation while {args.jobs} jobs arrive", file=sys.stderr)
+            loaded = await baseline(api, "baseline", args.nodes, plane.pids(), jobs=args.jobs)
+            print(f"  {loaded['pods_per_second']:.0f} pods/s", file=sys.stderr)
             await asyncio.sleep(5)
             print(f"controller: {args.jobs} jobs", file=sys.stderr)
             ctrl = await run_controller_phase(
@@ -450,9 +511,18 @@ async def main_async(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "spread": args.spread,
         },
         "baseline": base,
+        "baseline_with_job_submissions": loaded,
         "controller": ctrl,
         "ratio_controller_to_plain": ctrl["first_wave_pods_per_second"] / base["pods_per_second"],
+        "ratio_controller_to_plain_with_job_submissions": ctrl["first_wave_pods_per_second"]
+        / loaded["pods_per_second"],
     }
+
+
+def cores(shares: dict[str, float]) -> str:
+    return ", ".join(
+        f"{name} {share:.2f}" for name, share in sorted(shares.items(), key=lambda kv: -kv[1])
+    )
 
 
 def main() -> int:
@@ -468,11 +538,16 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     c, b = result["controller"], result["baseline"]
+    loaded = result["baseline_with_job_submissions"]
     ratio = result["ratio_controller_to_plain"]
+    ratio_loaded = result["ratio_controller_to_plain_with_job_submissions"]
     lines = [
-        f"baseline (plain script): {b['pods_per_second']:.0f} pods/s",
+        f"baseline (plain script): {b['pods_per_second']:.0f} pods/s;"
+        f" while the {loaded['jobs_submitted_meanwhile']} jobs are submitted:"
+        f" {loaded['pods_per_second']:.0f} pods/s",
         f"controller first wave:   {c['first_wave_pods_per_second']:.0f} pods/s"
-        f" = {c['first_wave_jobs_per_second']:.1f} jobs/s ({ratio:.0%} of plain)",
+        f" = {c['first_wave_jobs_per_second']:.1f} jobs/s"
+        f" ({ratio:.0%} of plain, {ratio_loaded:.0%} of plain with the same submissions)",
         "create -> all pods created: first wave"
         f" p50 {c['create_to_all_pods_first_wave_p50']:.2f}s"
         f" p99 {c['create_to_all_pods_first_wave_p99']:.2f}s;"
@@ -488,6 +563,12 @@ def main() -> int:
         f" ({c['controller_cpu_share_of_one_core']:.0%} of one core)",
         f"apiserver writes/s: plain script {b['apiserver_writes_per_second']:.0f},"
         f" controller first wave {c['apiserver_writes_per_second_first_wave']:.0f}",
+        f"machine CPU busy (2 cores = 100%): plain script {b['machine_cpu_busy']:.0%},"
+        f" with submissions {loaded['machine_cpu_busy']:.0%},"
+        f" controller first wave {c['machine_cpu_busy_first_wave']:.0%}",
+        "CPU cores by process, plain script: " + cores(b["cpu_cores_by_process"]),
+        "  with submissions: " + cores(loaded["cpu_cores_by_process"]),
+        "  controller first wave: " + cores(c["cpu_cores_by_process_first_wave"]),
         "apiserver writes per pod, plain script: "
         + ", ".join(f"{k} {v}" for k, v in b["apiserver_writes_per_pod"].items()),
         "apiserver writes per job (8 pods), controller run: "

@@ -52,7 +52,8 @@ class ManagerOptions:
     urgent_workers: int = 4
     # Of ``workers``, those that also take LOW keys (a waiting job's reason): while a wave of gangs
     # is admitted, hundreds of "still waiting" status writes would otherwise compete with the pod
-    # creations at the apiserver.
+    # creations at the apiserver. They are also held while pods are being created (at most
+    # ``WorkQueue.low_max_hold`` seconds per key).
     low_lane_workers: int = 4
     resync_seconds: float = 300.0
     starvation_seconds: float = 300.0
@@ -194,9 +195,11 @@ class Manager:
             self._requeue_all()
 
     async def _worker(self, max_lane: int) -> None:
+        # A waiting job's reason waits (boundedly) while admitted gangs' pods are being created.
+        hold_low = self.reconciler.creating if max_lane == LOW else None
         while True:
             try:
-                key = await self.queue.get(max_lane)
+                key = await self.queue.get(max_lane, hold_low=hold_low)
             except ShutDown:
                 return
             started = time.perf_counter()

@@ -11,13 +11,20 @@ job's GPUs wait behind hundreds of routine ones. Keys are added to the ``URGENT`
 ended: GPUs may be released or a gang restarted), the ``NORMAL`` lane, or the ``LOW`` lane
 (refreshing a waiting job's reason); workers drain lanes in that order. A key added to a more
 urgent lane than the one it waits in moves up.
+
+Holding the low lane: while a wave of gangs is admitted, the "queued" status of hundreds of jobs
+that must wait anyway competes at the apiserver with the pod creations that start the admitted
+ones. A worker may pass ``hold_low``: while it returns true, low-lane keys are held back, each for
+at most ``low_max_hold`` seconds, so a waiting job's first status is late, never lost.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -32,9 +39,18 @@ class ShutDown(Exception):
 class WorkQueue(Generic[K]):
     """Keys to reconcile, handed to one worker at a time."""
 
-    def __init__(self, *, base_delay: float = 0.05, max_delay: float = 60.0) -> None:
+    def __init__(
+        self,
+        *,
+        base_delay: float = 0.05,
+        max_delay: float = 60.0,
+        low_max_hold: float = 20.0,
+        hold_recheck: float = 0.25,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._lanes: tuple[deque[K], ...] = (deque(), deque(), deque())
         self._queued: dict[K, int] = {}  # key -> the lane it waits in
+        self._low_since: dict[K, float] = {}  # when a key entered the low lane
         self._processing: set[K] = set()
         self._dirty: dict[K, int] = {}
         self._timers: dict[K, tuple[float, asyncio.TimerHandle]] = {}
@@ -43,6 +59,9 @@ class WorkQueue(Generic[K]):
         self._shutdown = False
         self.base_delay = base_delay
         self.max_delay = max_delay
+        self.low_max_hold = low_max_hold
+        self.hold_recheck = hold_recheck
+        self.clock = clock
 
     def __len__(self) -> int:
         return len(self._queued)
@@ -58,6 +77,10 @@ class WorkQueue(Generic[K]):
         if current is None or lane < current:
             self._queued[key] = lane
             self._lanes[lane].append(key)  # an entry left in a slower lane is skipped later
+            if lane == LOW:
+                self._low_since[key] = self.clock()
+            else:
+                self._low_since.pop(key, None)
             self._wakeup.set()
 
     def add_after(self, key: K, delay: float) -> None:
@@ -94,20 +117,43 @@ class WorkQueue(Generic[K]):
         """How many times in a row ``key`` failed."""
         return self._failures.get(key, 0)
 
-    async def get(self, max_lane: int = LOW) -> K:
-        """The next key from lanes up to ``max_lane``; call ``done(key)`` when finished."""
+    async def get(self, max_lane: int = LOW, *, hold_low: Callable[[], bool] | None = None) -> K:
+        """The next key from lanes up to ``max_lane``; call ``done(key)`` when finished.
+
+        While ``hold_low()`` is true, a low-lane key is handed out only once it has waited
+        ``low_max_hold`` seconds.
+        """
         while True:
+            held = False
             for lane, waiting in enumerate(self._lanes[: max_lane + 1]):
+                if lane == LOW and hold_low is not None and self._low_is_held(hold_low):
+                    held = True
+                    continue
                 while waiting:
                     key = waiting.popleft()
                     if self._queued.get(key) == lane:
                         del self._queued[key]
+                        self._low_since.pop(key, None)
                         self._processing.add(key)
                         return key
             if self._shutdown:
                 raise ShutDown
             self._wakeup.clear()
-            await self._wakeup.wait()
+            if not held:
+                await self._wakeup.wait()
+                continue
+            # The hold can end without an add (the pressure went away): look again soon.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), self.hold_recheck)
+
+    def _low_is_held(self, hold_low: Callable[[], bool]) -> bool:
+        waiting = self._lanes[LOW]
+        while waiting and self._queued.get(waiting[0]) != LOW:
+            waiting.popleft()  # moved to a faster lane, or already handed out
+        if not waiting:
+            return False
+        oldest = self._low_since.get(waiting[0], self.clock())
+        return self.clock() - oldest < self.low_max_hold and hold_low()
 
     def done(self, key: K) -> None:
         """Mark ``key`` processed; re-queue it if events arrived meanwhile."""
@@ -125,4 +171,5 @@ class WorkQueue(Generic[K]):
         for waiting in self._lanes:
             waiting.clear()
         self._queued.clear()
+        self._low_since.clear()
         self._wakeup.set()

@@ -13,6 +13,7 @@ the cache at once, so the next reconcile does not act on state we already change
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
@@ -104,7 +105,11 @@ class Reconciler:
         self.options = options
         self.clock = clock
         self.monotonic = monotonic
-        self.events = EventRecorder(api, clock=clock)
+        # Set while no pod or Service create is in flight; less urgent writes wait for it.
+        self.quiet = asyncio.Event()
+        self.quiet.set()
+        self._creates_in_flight = 0
+        self.events = EventRecorder(api, clock=clock, quiet=self.quiet)
         self._status_written: dict[JobKey, float] = {}
         # Deletes (which free GPUs) never queue behind creates.
         self._creates = asyncio.Semaphore(options.write_concurrency)
@@ -262,12 +267,23 @@ class Reconciler:
             if isinstance(result, BaseException):
                 raise result
 
+    def creating(self) -> bool:
+        """Whether pods or Services are being created (an admitted gang is starting)."""
+        return not self.quiet.is_set()
+
     async def _create(self, resource: Any, namespace: str, body: dict[str, Any]) -> None:
-        async with self._creates:
-            try:
-                created = await self.api.request("POST", resource.path(namespace), body=body)
-            except AlreadyExists:
-                return
+        self._creates_in_flight += 1
+        self.quiet.clear()
+        try:
+            async with self._creates:
+                try:
+                    created = await self.api.request("POST", resource.path(namespace), body=body)
+                except AlreadyExists:
+                    return
+        finally:
+            self._creates_in_flight -= 1
+            if not self._creates_in_flight:
+                self.quiet.set()
         cache = self.pods if resource is PODS else self.services
         cache.remember(created)
         if resource is PODS:
@@ -325,9 +341,11 @@ class EventRecorder:
     """core/v1 Events on jobs, sent in the background and best effort.
 
     Like client-go's event broadcaster: recording never blocks a reconcile, a few senders share
-    the apiserver with the writes that matter (pods first), and when thousands of jobs change at
-    once the backlog is bounded; what does not fit is dropped (the condition in the job's status
-    carries the same news). Each Event is also a log line with the job key.
+    the apiserver with the writes that matter (pods first: until ``quiet`` is set, an Event waits
+    up to ``max_hold`` seconds; its timestamps are those of the moment it was recorded),
+    and when thousands of jobs change at once the backlog is bounded; what does not fit is
+    dropped (the condition in the job's status carries the same news). Each Event is also a log
+    line with the job key.
     """
 
     def __init__(
@@ -336,12 +354,18 @@ class EventRecorder:
         *,
         clock: Callable[[], datetime],
         senders: int = 4,
-        backlog: int = 2000,
+        backlog: int = 10_000,
+        quiet: asyncio.Event | None = None,
+        max_hold: float = 20.0,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api = api
         self.clock = clock
         self.senders = senders
-        self._pending: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=backlog)
+        self.quiet = quiet
+        self.max_hold = max_hold
+        self.monotonic = monotonic
+        self._pending: asyncio.Queue[tuple[float, dict[str, Any]]] = asyncio.Queue(maxsize=backlog)
         self.dropped = 0
 
     def record(self, job: Mapping[str, Any], event: Event) -> None:
@@ -382,7 +406,7 @@ class EventRecorder:
             "count": 1,
         }
         try:
-            self._pending.put_nowait(body)
+            self._pending.put_nowait((self.monotonic(), body))
         except asyncio.QueueFull:
             self.dropped += 1
 
@@ -394,7 +418,11 @@ class EventRecorder:
 
     async def _send(self) -> None:
         while True:
-            body = await self._pending.get()
+            recorded, body = await self._pending.get()
+            remaining = self.max_hold - (self.monotonic() - recorded)
+            if self.quiet is not None and not self.quiet.is_set() and remaining > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.quiet.wait(), remaining)
             namespace = body["metadata"]["namespace"]
             try:
                 await self.api.request("POST", EVENTS.path(namespace), body=body)

@@ -803,6 +803,10 @@ class ControlPlane:
             processes.is_alive(process) for process in self._processes
         )
 
+    def pids(self) -> dict[str, int]:
+        """The process id of each live process started here, by name (none when attached)."""
+        return {p.name: p.pid for p in self._processes if processes.is_alive(p)}
+
     def peak_rss(self) -> dict[str, int]:
         """Peak resident memory (bytes, ``VmHWM``) of each live process started here."""
         peaks: dict[str, int] = {}

@@ -73,3 +73,52 @@ async def test_a_dirty_key_keeps_its_most_urgent_lane() -> None:
     queue.add(key, URGENT)
     queue.done(key)
     assert await queue.get() == "a", "re-queued urgently, ahead of b"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_held_low_keys_wait_until_the_hold_ends() -> None:
+    queue: WorkQueue[str] = WorkQueue(hold_recheck=0.01)
+    busy = True
+    queue.add("waiting-job", LOW)
+    getter = asyncio.create_task(queue.get(LOW, hold_low=lambda: busy))
+    await asyncio.sleep(0.05)
+    assert not getter.done(), "a low key is not handed out while the hold is on"
+    queue.add("admitted-job")
+    assert await asyncio.wait_for(getter, 1) == "admitted-job", "other lanes are not held"
+    getter = asyncio.create_task(queue.get(LOW, hold_low=lambda: busy))
+    await asyncio.sleep(0.05)
+    assert not getter.done()
+    busy = False  # no add wakes the worker: the hold ends on its own
+    assert await asyncio.wait_for(getter, 1) == "waiting-job"
+
+
+async def test_a_low_key_is_held_at_most_low_max_hold() -> None:
+    clock = Clock()
+    queue: WorkQueue[str] = WorkQueue(low_max_hold=20, hold_recheck=0.01, clock=clock)
+    queue.add("old", LOW)
+    clock.now += 5
+    queue.add("new", LOW)
+    getter = asyncio.create_task(queue.get(LOW, hold_low=lambda: True))
+    await asyncio.sleep(0.03)
+    assert not getter.done()
+    clock.now += 15
+    assert await asyncio.wait_for(getter, 1) == "old", "held 20 s: handed out despite the hold"
+    getter = asyncio.create_task(queue.get(LOW, hold_low=lambda: True))
+    await asyncio.sleep(0.03)
+    assert not getter.done(), "the newer key has waited 15 s only"
+    getter.cancel()
+    assert await queue.get(LOW) == "new", "a worker without a hold takes it at once"
+
+
+async def test_a_held_low_key_moved_to_a_faster_lane_is_not_held() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    queue.add("job", LOW)
+    queue.add("job", URGENT)
+    assert await asyncio.wait_for(queue.get(LOW, hold_low=lambda: True), 1) == "job"
