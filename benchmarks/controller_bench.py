@@ -6,7 +6,9 @@ It starts its own local control plane (the cached binaries), then in one run mea
 
 1. **Baseline**: a plain script creates the same 1,600 pods (the first wave's worth: 200 gangs of 8)
    straight through the API with the same write concurrency the controller uses, and the rate is
-   taken between the first and last pod seen by a watch. The pods are then deleted.
+   taken between the first and last pod seen by a watch. The pods are then deleted. Then the same
+   again while the same 1,000 PyTorchJobs are submitted (nothing acts on them): in the controller
+   run the users' submissions load the apiserver during the first wave too.
 2. **The controller** (the real ``torchgate controller`` process): all 1,000 jobs are submitted
    at once; each Master finishes by itself a few seconds after it starts (kwok's
    ``torchgate.io/fake-run-seconds`` stage; durations are spread over ``--spread`` seconds, as
@@ -16,8 +18,9 @@ It starts its own local control plane (the cached binaries), then in one run mea
 
 Reported: jobs admitted per second in the first wave (and pods/s against the baseline's),
 p50/p99 of job create -> all its pods created (first wave, and all jobs including queueing),
-p50/p99 of Master success -> all other pods of the job deleted (GPUs free), and the controller's
-peak RSS. Run: ``.venv/bin/python benchmarks/controller_bench.py [--jobs 1000 --nodes 200]``.
+p50/p99 of Master success -> all other pods of the job deleted (GPUs free), the controller's
+peak RSS, apiserver writes by verb and resource, and the CPU of every process of the rig.
+Run: ``.venv/bin/python benchmarks/controller_bench.py [--jobs 1000 --nodes 200]``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,47 @@
+"""``benchmarks/controller_bench.py`` at a tiny size runs end to end and writes its figures.
+
+A smoke test, not a performance test: nothing here looks at a rate or a latency (the machines are
+noisy; the figures live in README). It proves the benchmark still starts its control plane and the
+real controller, measures both baselines, runs every job to completion through more than one
+wave, and writes the JSON fields README quotes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.e2e
+
+
+def test_a_tiny_controller_benchmark_finishes_every_job(tmp_path: Path) -> None:
+    out = tmp_path / "controller.json"
+    run = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "controller_bench.py"),
+         "--jobs", "4", "--nodes", "2", "--run-seconds", "1", "--spread", "2", "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+    report = json.loads(out.read_text())
+    controller = report["controller"]
+    assert (controller["jobs"], controller["jobs_done"]) == (4, 4)
+    assert controller["first_wave_jobs"] == 2, "2 nodes of 8 GPUs hold two 8-pod gangs at once"
+    assert report["baseline"]["pods"] == report["baseline_with_job_submissions"]["pods"] == 16
+    assert report["baseline_with_job_submissions"]["jobs_submitted_meanwhile"] == 4
+    for figure in (
+        report["ratio_controller_to_plain"],
+        report["ratio_controller_to_plain_with_job_submissions"],
+        controller["release_requested_p99"],
+        controller["create_to_all_pods_all_jobs_p99"],
+    ):
+        assert math.isfinite(figure)
+        assert figure > 0
+    assert controller["apiserver_writes_per_job"]["POST pods"] == 8
