@@ -65,9 +65,16 @@ def phase(cluster: Cluster, namespace: str, name: str) -> str | None:
     return pod["status"].get("phase") if pod else None
 
 
-def ready_node(cluster: Cluster, name: str) -> dict[str, Any] | None:
+def schedulable_node(cluster: Cluster, name: str) -> dict[str, Any] | None:
+    """The node once it is Ready and untainted.
+
+    New nodes get ``node.kubernetes.io/not-ready:NoSchedule`` at admission; the node lifecycle
+    controller removes it on its next pass (every few seconds) after the node reports Ready.
+    """
     node = cluster.get("node", name)
-    return node if condition(node, "Ready").get("status") == "True" else None
+    if condition(node, "Ready").get("status") != "True" or (node.get("spec") or {}).get("taints"):
+        return None
+    return node
 
 
 def add_pool(cluster: Cluster, count: int = 2, **node_args: Any) -> tuple[str, list[str]]:
@@ -97,10 +104,11 @@ def test_fake_gpu_nodes_become_ready_with_their_capacity(cluster: Cluster) -> No
     _, names = add_pool(cluster, count=3, gpus=4, rdma=2)
 
     for name in names:
-        node = cluster.wait_for(partial(ready_node, cluster, name), what=f"node {name} Ready")
+        node = cluster.wait_for(
+            partial(schedulable_node, cluster, name), what=f"node {name} Ready and untainted"
+        )
         assert node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
         assert node["status"]["allocatable"]["rdma/hca"] == "2"
-        assert not node["spec"].get("taints")
 
 
 def test_gpu_pod_is_bound_by_the_scheduler_and_run_by_kwok(cluster: Cluster) -> None:
