@@ -141,8 +141,8 @@ def writes_since(before: dict[str, float], after: dict[str, float], per: int) ->
     return dict(sorted(rows.items(), key=lambda kv: -kv[1]))
 
 
-class WriteRate:
-    """Samples the apiserver's total write count and the machine's busy CPU twice a second."""
+class RigSampler:
+    """Samples, twice a second, the apiserver's write count, busy CPU and each process's CPU."""
 
     def __init__(self, api: Api, pids: dict[str, int]) -> None:
         self.api = api
@@ -157,7 +157,7 @@ class WriteRate:
             now = time.monotonic()
             self.samples.append((now, total))
             self.cpu.append((now, *machine_cpu_ticks()))
-            self.process_cpu.append((now, {n: cpu_seconds(p) for n, p in self.pids.items()}))
+            self.process_cpu.append((now, processes_cpu_seconds(self.pids)))
             await asyncio.sleep(0.5)
 
     def per_second(self, start: float, end: float) -> float:
@@ -181,7 +181,18 @@ class WriteRate:
         if len(inside) < 2:
             return {}
         (t0, c0), (t1, c1) = inside[0], inside[-1]
-        return {name: round((c1[name] - c0[name]) / (t1 - t0), 2) for name in c1}
+        return {name: round((c1[name] - c0[name]) / (t1 - t0), 2) for name in c1 if name in c0}
+
+
+def processes_cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds so far of each process that is still there (one may exit mid-run)."""
+    seconds = {}
+    for name, pid in pids.items():
+        try:
+            seconds[name] = cpu_seconds(pid)
+        except OSError:
+            continue
+    return seconds
 
 
 def machine_cpu_ticks() -> tuple[float, float]:
@@ -274,7 +285,7 @@ async def baseline(
                 pod["metadata"].pop("ownerReferences", None)
                 pods.append(pod)
     writes_before = await apiserver_writes(api)
-    rate_sampler = WriteRate(api, {**plane_pids, "benchmark": os.getpid()})
+    rate_sampler = RigSampler(api, {**plane_pids, "benchmark": os.getpid()})
     sampling = asyncio.create_task(rate_sampler.run())
     started = time.monotonic()
     jobs_path = f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs"
@@ -360,7 +371,7 @@ async def run_controller_phase(
         sampler = asyncio.create_task(sample_rss())
         await asyncio.sleep(3)  # let it list and watch
         writes_before = await apiserver_writes(api)
-        rate_sampler = WriteRate(
+        rate_sampler = RigSampler(
             api, {**plane.pids(), "benchmark": os.getpid(), "torchgate controller": controller.pid}
         )
         sampling = asyncio.create_task(rate_sampler.run())

@@ -86,7 +86,7 @@ class Waiting:
     not_before: float = 0.0
     reported_reason: str | None = None
     reported_at: float | None = None
-    shape: Shape | None = None
+    shape: Shape = field(init=False)
 
     def __post_init__(self) -> None:
         self.shape = _shape(self)
@@ -259,13 +259,13 @@ class Admitter:
             since=self.clock(),
             not_before=self._retry_at.pop(key, 0.0),
         )
-        waiting.shape = self._intern(waiting.shape or _shape(waiting))
+        waiting.shape = self._intern(waiting.shape)
         self.wake()
 
     def _intern(self, shape: Shape) -> Shape:
         """One object per distinct shape, so a cycle's lookups compare by identity."""
         if len(self._shapes) > 2 * len(self.waiting) + 64:
-            self._shapes = {w.shape: w.shape for w in self.waiting.values() if w.shape}
+            self._shapes = {w.shape: w.shape for w in self.waiting.values()}
         return self._shapes.setdefault(shape, shape)
 
     def reservation_for(self, key: JobKey, uid: str) -> Mapping[str, str] | None:
@@ -366,7 +366,7 @@ class Admitter:
         eligibility: MutableMapping[Signature, tuple[str, ...]] = {}
         # Within a cycle free capacity only shrinks, so a gang of the same shape that did not fit
         # will not fit either: hundreds of identical waiting jobs cost one placement, not one each.
-        misses: dict[Shape | None, Shortfall] = {}
+        misses: dict[Shape, Shortfall] = {}
         admitted: list[JobKey] = []
         for waiting in sorted(self.waiting.values(), key=Waiting.order):
             if waiting.not_before > now:
