@@ -148,14 +148,16 @@ class RigSampler:
         self.api = api
         self.pids = pids
         self.samples: list[tuple[float, float]] = []
+        self.by_kind: list[tuple[float, dict[str, float]]] = []  # (time, writes so far by kind)
         self.cpu: list[tuple[float, float, float]] = []  # (time, busy ticks, all ticks)
         self.process_cpu: list[tuple[float, dict[str, float]]] = []  # (time, CPU s by process)
 
     async def run(self) -> None:
         while True:
-            total = sum((await apiserver_writes(self.api)).values())
+            writes = await apiserver_writes(self.api)
             now = time.monotonic()
-            self.samples.append((now, total))
+            self.samples.append((now, sum(writes.values())))
+            self.by_kind.append((now, writes))
             self.cpu.append((now, *machine_cpu_ticks()))
             self.process_cpu.append((now, processes_cpu_seconds(self.pids)))
             await asyncio.sleep(0.5)
@@ -167,6 +169,13 @@ class RigSampler:
             return float("nan")
         (t0, n0), (t1, n1) = inside[0], inside[-1]
         return (n1 - n0) / (t1 - t0)
+
+    def writes_by_kind(self, start: float, end: float, per: int) -> dict[str, float]:
+        """Writes by verb and resource between two monotonic times, per job or per pod."""
+        inside = [(t, w) for t, w in self.by_kind if start <= t <= end]
+        if len(inside) < 2:
+            return {}
+        return writes_since(inside[0][1], inside[-1][1], per)
 
     def cpu_busy(self, start: float, end: float) -> float:
         """Share of all cores busy between two monotonic times (1.0: every core saturated)."""
@@ -328,6 +337,9 @@ async def baseline(
         "client_seconds": elapsed,
         "apiserver_writes_per_pod": writes,
         "apiserver_writes_per_second": rate_sampler.per_second(times[0], times[-1]),
+        "apiserver_writes_per_pod_in_window": rate_sampler.writes_by_kind(
+            times[0], times[-1], len(pods)
+        ),
         "machine_cpu_busy": rate_sampler.cpu_busy(times[0], times[-1]),
         "cpu_cores_by_process": rate_sampler.process_cpu_share(times[0], times[-1]),
     }
@@ -463,10 +475,121 @@ async def run_controller_phase(
         "apiserver_writes_per_second_first_wave": rate_sampler.per_second(
             wave_pods[0], wave_pods[-1]
         ),
+        "apiserver_writes_per_pod_first_wave": rate_sampler.writes_by_kind(
+            wave_pods[0], wave_pods[-1], len(wave_pods)
+        ),
         "machine_cpu_busy_first_wave": rate_sampler.cpu_busy(wave_pods[0], wave_pods[-1]),
         "cpu_cores_by_process_first_wave": rate_sampler.process_cpu_share(
             wave_pods[0], wave_pods[-1]
         ),
+    }
+
+
+async def clear_namespace(api: Api, namespace: str) -> None:
+    """Delete the round's jobs and pods and wait until they are gone: rounds start clean."""
+    jobs_path = f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs"
+    pods_path = f"/api/v1/namespaces/{namespace}/pods"
+    await api.request("DELETE", jobs_path)
+    await api.request("DELETE", pods_path + "?gracePeriodSeconds=0")
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        jobs_left = (await api.request("GET", jobs_path + "?limit=1"))[1]["items"]
+        pods_left = (await api.request("GET", pods_path + "?limit=1"))[1]["items"]
+        if not jobs_left and not pods_left:
+            return
+        await api.request("DELETE", pods_path + "?gracePeriodSeconds=0")
+        await asyncio.sleep(1)
+    raise RuntimeError(f"namespace {namespace} still has jobs or pods after 300 s")
+
+
+async def one_round(
+    api: Api, plane: ControlPlane, args: argparse.Namespace, workdir: Path, number: int
+) -> dict[str, Any]:
+    """Plain script, plain script while the jobs arrive, then the controller: one round."""
+    print(f"round {number}: plain pod creation", file=sys.stderr)
+    base = await baseline(api, "baseline", args.nodes, plane.pids())
+    print(f"  {base['pods_per_second']:.0f} pods/s", file=sys.stderr)
+    await asyncio.sleep(5)
+    print(f"round {number}: plain pod creation while {args.jobs} jobs arrive", file=sys.stderr)
+    loaded = await baseline(api, "baseline", args.nodes, plane.pids(), jobs=args.jobs)
+    print(f"  {loaded['pods_per_second']:.0f} pods/s", file=sys.stderr)
+    await asyncio.sleep(5)
+    print(f"round {number}: controller, {args.jobs} jobs", file=sys.stderr)
+    ctrl = await run_controller_phase(
+        api,
+        plane,
+        "bench",
+        jobs=args.jobs,
+        nodes=args.nodes,
+        run_seconds=args.run_seconds,
+        spread=max(args.spread, 1),
+        log=workdir / f"controller-{number}.log",
+    )
+    print(f"  first wave {ctrl['first_wave_pods_per_second']:.0f} pods/s", file=sys.stderr)
+    await clear_namespace(api, "bench")
+    return {
+        "baseline": base,
+        "baseline_with_job_submissions": loaded,
+        "controller": ctrl,
+        "ratio_controller_to_plain": ctrl["first_wave_pods_per_second"] / base["pods_per_second"],
+        "ratio_controller_to_plain_with_job_submissions": ctrl["first_wave_pods_per_second"]
+        / loaded["pods_per_second"],
+    }
+
+
+def median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over rounds; every ratio pairs figures of the same round (the VM's speed drifts)."""
+
+    def over(path: tuple[str, ...]) -> dict[str, Any]:
+        values = []
+        for result in rounds:
+            value: Any = result
+            for part in path:
+                value = value[part]
+            values.append(value)
+        return {"median": median(values), "rounds": values}
+
+    return {
+        "rounds": len(rounds),
+        "ratio_controller_to_plain": over(("ratio_controller_to_plain",)),
+        "ratio_controller_to_plain_with_job_submissions": over(
+            ("ratio_controller_to_plain_with_job_submissions",)
+        ),
+        "plain_pods_per_second": over(("baseline", "pods_per_second")),
+        "plain_with_submissions_pods_per_second": over(
+            ("baseline_with_job_submissions", "pods_per_second")
+        ),
+        "controller_first_wave_pods_per_second": over(("controller", "first_wave_pods_per_second")),
+        "controller_first_wave_jobs_per_second": over(("controller", "first_wave_jobs_per_second")),
+        "create_to_all_pods_first_wave_p50": over(
+            ("controller", "create_to_all_pods_first_wave_p50")
+        ),
+        "create_to_all_pods_first_wave_p99": over(
+            ("controller", "create_to_all_pods_first_wave_p99")
+        ),
+        "create_to_all_pods_all_jobs_p50": over(("controller", "create_to_all_pods_all_jobs_p50")),
+        "create_to_all_pods_all_jobs_p99": over(("controller", "create_to_all_pods_all_jobs_p99")),
+        "release_requested_p50": over(("controller", "release_requested_p50")),
+        "release_requested_p99": over(("controller", "release_requested_p99")),
+        "release_gone_p50": over(("controller", "release_gone_p50")),
+        "release_gone_p99": over(("controller", "release_gone_p99")),
+        "controller_peak_rss_mib": over(("controller", "controller_peak_rss_mib")),
+        "jobs_done": over(("controller", "jobs_done")),
+        "targets": {
+            "throughput_ratio_at_least_0_8": median(
+                [r["ratio_controller_to_plain_with_job_submissions"] for r in rounds]
+            )
+            >= 0.8,
+            "release_requested_p99_at_most_1s": all(
+                r["controller"]["release_requested_p99"] <= 1.0 for r in rounds
+            ),
+        },
     }
 
 
@@ -495,25 +618,10 @@ async def main_async(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             time.sleep(0.2)
         api = Api(plane)
         try:
-            print("baseline: plain pod creation", file=sys.stderr)
-            base = await baseline(api, "baseline", args.nodes, plane.pids())
-            print(f"  {base['pods_per_second']:.0f} pods/s", file=sys.stderr)
-            await asyncio.sleep(5)
-            print(f"baseline: plain pod creation while {args.jobs} jobs arrive", file=sys.stderr)
-            loaded = await baseline(api, "baseline", args.nodes, plane.pids(), jobs=args.jobs)
-            print(f"  {loaded['pods_per_second']:.0f} pods/s", file=sys.stderr)
-            await asyncio.sleep(5)
-            print(f"controller: {args.jobs} jobs", file=sys.stderr)
-            ctrl = await run_controller_phase(
-                api,
-                plane,
-                "bench",
-                jobs=args.jobs,
-                nodes=args.nodes,
-                run_seconds=args.run_seconds,
-                spread=max(args.spread, 1),
-                log=workdir / "controller.log",
-            )
+            rounds = [
+                await one_round(api, plane, args, workdir, number)
+                for number in range(1, args.rounds + 1)
+            ]
         finally:
             await api.close()
     return {
@@ -523,13 +631,10 @@ async def main_async(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "gpus_per_node": 8,
             "run_seconds": args.run_seconds,
             "spread": args.spread,
+            "rounds": args.rounds,
         },
-        "baseline": base,
-        "baseline_with_job_submissions": loaded,
-        "controller": ctrl,
-        "ratio_controller_to_plain": ctrl["first_wave_pods_per_second"] / base["pods_per_second"],
-        "ratio_controller_to_plain_with_job_submissions": ctrl["first_wave_pods_per_second"]
-        / loaded["pods_per_second"],
+        "summary": summarise(rounds),
+        "rounds": rounds,
     }
 
 
@@ -539,54 +644,106 @@ def cores(shares: dict[str, float]) -> str:
     )
 
 
+def round_lines(number: int, result: dict[str, Any]) -> list[str]:
+    c, b = result["controller"], result["baseline"]
+    loaded = result["baseline_with_job_submissions"]
+    ratio = result["ratio_controller_to_plain"]
+    ratio_loaded = result["ratio_controller_to_plain_with_job_submissions"]
+    return [
+        f"round {number}",
+        f"  baseline (plain script): {b['pods_per_second']:.0f} pods/s;"
+        f" while the {loaded['jobs_submitted_meanwhile']} jobs are submitted:"
+        f" {loaded['pods_per_second']:.0f} pods/s",
+        f"  controller first wave:   {c['first_wave_pods_per_second']:.0f} pods/s"
+        f" = {c['first_wave_jobs_per_second']:.1f} jobs/s"
+        f" ({ratio:.0%} of plain, {ratio_loaded:.0%} of plain with the same submissions)",
+        "  create -> all pods created: first wave"
+        f" p50 {c['create_to_all_pods_first_wave_p50']:.2f}s"
+        f" p99 {c['create_to_all_pods_first_wave_p99']:.2f}s;"
+        f" all jobs p50 {c['create_to_all_pods_all_jobs_p50']:.2f}s"
+        f" p99 {c['create_to_all_pods_all_jobs_p99']:.2f}s",
+        "  Master success -> other pods deleted (requested):"
+        f" p50 {c['release_requested_p50']:.3f}s p99 {c['release_requested_p99']:.3f}s;"
+        f" gone: p50 {c['release_gone_p50']:.3f}s p99 {c['release_gone_p99']:.3f}s",
+        f"  jobs done {c['jobs_done']}/{c['jobs']};"
+        f" overall {c['overall_jobs_per_second']:.1f} jobs/s;"
+        f" controller peak RSS {c['controller_peak_rss_mib']:.0f} MiB,"
+        f" CPU {c['controller_cpu_seconds']:.0f}s"
+        f" ({c['controller_cpu_share_of_one_core']:.0%} of one core)",
+        f"  apiserver writes/s: plain script {b['apiserver_writes_per_second']:.0f},"
+        f" controller first wave {c['apiserver_writes_per_second_first_wave']:.0f}",
+        f"  machine CPU busy (2 cores = 100%): plain script {b['machine_cpu_busy']:.0%},"
+        f" with submissions {loaded['machine_cpu_busy']:.0%},"
+        f" controller first wave {c['machine_cpu_busy_first_wave']:.0%}",
+        "  CPU cores by process, plain script: " + cores(b["cpu_cores_by_process"]),
+        "    with submissions: " + cores(loaded["cpu_cores_by_process"]),
+        "    controller first wave: " + cores(c["cpu_cores_by_process_first_wave"]),
+        "  apiserver writes per pod in the window, plain script: "
+        + ", ".join(f"{k} {v}" for k, v in b["apiserver_writes_per_pod_in_window"].items()),
+        "    with submissions: "
+        + ", ".join(f"{k} {v}" for k, v in loaded["apiserver_writes_per_pod_in_window"].items()),
+        "    controller first wave: "
+        + ", ".join(f"{k} {v}" for k, v in c["apiserver_writes_per_pod_first_wave"].items()),
+        "  apiserver writes per job (8 pods), whole controller run: "
+        + ", ".join(f"{k} {v}" for k, v in c["apiserver_writes_per_job"].items()),
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--nodes", type=int, default=200)
     parser.add_argument("--run-seconds", type=int, default=5, help="shortest Master run time")
     parser.add_argument("--spread", type=int, default=10, help="Master run times vary this much")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="plain, plain with submissions, controller: repeated; ratios are medians over rounds",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "controller.json")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     with tempfile.TemporaryDirectory(prefix="tg-bench-") as tmp:
         result = asyncio.run(main_async(args, Path(tmp)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
-    c, b = result["controller"], result["baseline"]
-    loaded = result["baseline_with_job_submissions"]
-    ratio = result["ratio_controller_to_plain"]
-    ratio_loaded = result["ratio_controller_to_plain_with_job_submissions"]
-    lines = [
-        f"baseline (plain script): {b['pods_per_second']:.0f} pods/s;"
-        f" while the {loaded['jobs_submitted_meanwhile']} jobs are submitted:"
-        f" {loaded['pods_per_second']:.0f} pods/s",
-        f"controller first wave:   {c['first_wave_pods_per_second']:.0f} pods/s"
-        f" = {c['first_wave_jobs_per_second']:.1f} jobs/s"
-        f" ({ratio:.0%} of plain, {ratio_loaded:.0%} of plain with the same submissions)",
-        "create -> all pods created: first wave"
-        f" p50 {c['create_to_all_pods_first_wave_p50']:.2f}s"
-        f" p99 {c['create_to_all_pods_first_wave_p99']:.2f}s;"
-        f" all jobs p50 {c['create_to_all_pods_all_jobs_p50']:.2f}s"
-        f" p99 {c['create_to_all_pods_all_jobs_p99']:.2f}s",
-        "Master success -> other pods deleted (requested):"
-        f" p50 {c['release_requested_p50']:.3f}s p99 {c['release_requested_p99']:.3f}s;"
-        f" gone: p50 {c['release_gone_p50']:.3f}s p99 {c['release_gone_p99']:.3f}s",
-        f"jobs done {c['jobs_done']}/{c['jobs']};"
-        f" overall {c['overall_jobs_per_second']:.1f} jobs/s;"
-        f" controller peak RSS {c['controller_peak_rss_mib']:.0f} MiB,"
-        f" CPU {c['controller_cpu_seconds']:.0f}s"
-        f" ({c['controller_cpu_share_of_one_core']:.0%} of one core)",
-        f"apiserver writes/s: plain script {b['apiserver_writes_per_second']:.0f},"
-        f" controller first wave {c['apiserver_writes_per_second_first_wave']:.0f}",
-        f"machine CPU busy (2 cores = 100%): plain script {b['machine_cpu_busy']:.0%},"
-        f" with submissions {loaded['machine_cpu_busy']:.0%},"
-        f" controller first wave {c['machine_cpu_busy_first_wave']:.0%}",
-        "CPU cores by process, plain script: " + cores(b["cpu_cores_by_process"]),
-        "  with submissions: " + cores(loaded["cpu_cores_by_process"]),
-        "  controller first wave: " + cores(c["cpu_cores_by_process_first_wave"]),
-        "apiserver writes per pod, plain script: "
-        + ", ".join(f"{k} {v}" for k, v in b["apiserver_writes_per_pod"].items()),
-        "apiserver writes per job (8 pods), controller run: "
-        + ", ".join(f"{k} {v}" for k, v in c["apiserver_writes_per_job"].items()),
+    lines: list[str] = []
+    for number, one in enumerate(result["rounds"], start=1):
+        lines += round_lines(number, one)
+    summary = result["summary"]
+
+    def figures(name: str, fmt: str) -> str:
+        entry = summary[name]
+        values = ", ".join(format(v, fmt) for v in entry["rounds"])
+        return f"{format(entry['median'], fmt)} ({values})"
+
+    lines += [
+        f"summary over {summary['rounds']} round(s): median (each round)",
+        "  controller vs plain script with the same submissions: "
+        + figures("ratio_controller_to_plain_with_job_submissions", ".2f"),
+        "  controller vs plain script alone: " + figures("ratio_controller_to_plain", ".2f"),
+        "  first wave pods/s: controller "
+        + figures("controller_first_wave_pods_per_second", ".0f")
+        + "; plain "
+        + figures("plain_pods_per_second", ".0f")
+        + "; plain with submissions "
+        + figures("plain_with_submissions_pods_per_second", ".0f"),
+        "  jobs admitted/s in the first wave: "
+        + figures("controller_first_wave_jobs_per_second", ".1f"),
+        "  create -> all pods, first wave p50 "
+        + figures("create_to_all_pods_first_wave_p50", ".2f")
+        + " s, p99 "
+        + figures("create_to_all_pods_first_wave_p99", ".2f")
+        + " s",
+        "  Master success -> deletion requested p50 "
+        + figures("release_requested_p50", ".3f")
+        + " s, p99 "
+        + figures("release_requested_p99", ".3f")
+        + " s",
+        "  controller peak RSS MiB " + figures("controller_peak_rss_mib", ".0f"),
+        f"  targets: {summary['targets']}",
         f"written to {args.out}",
     ]
     print("\n" + "\n".join(lines))

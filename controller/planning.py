@@ -34,7 +34,7 @@ rather than whenever some other event happens to wake the job up.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
@@ -69,6 +69,8 @@ class Observed:
         reservation: Pod name -> node the admitter reserved; ``None`` when not admitted.
         wait_reason: The admitter's latest shortfall message for this job, if any.
         gpu_resource: The extended resource that counts as GPUs.
+        demands_of: ``job_demands``, or a memo of it (the shell keeps one per job spec: parsing
+            every template's requests again on each reconcile of a waiting job is costly).
     """
 
     job_raw: Mapping[str, Any]
@@ -80,6 +82,7 @@ class Observed:
     reservation: Mapping[str, str] | None = None
     wait_reason: str | None = None
     gpu_resource: str = names.DEFAULT_GPU_RESOURCE
+    demands_of: Callable[[JobSpec], tuple[PodDemand, ...]] = job_demands
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,7 +294,7 @@ class _Draft:
             delete_pods=tuple(self.delete_pods),
             delete_services=tuple(self.delete_services),
             needs_admission=self.needs_admission,
-            demands=job_demands(self.job) if self.needs_admission else (),
+            demands=self.observed.demands_of(self.job) if self.needs_admission else (),
             restarts=self.restarts,
             delete_job=self.delete_job,
             requeue_after=min(self.timers) if self.timers else None,

@@ -22,6 +22,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 from controller import status as st
 from controller.admitter import Admitter, JobKey
 from controller.informer import Informer
@@ -37,6 +39,7 @@ from controller.kube import (
     NotFound,
 )
 from controller.metrics import ControllerMetrics
+from controller.placement import PodDemand, job_demands
 from controller.planning import ANNOTATION_RESTARTS, Event, Observed, Plan, plan
 from pytorchjob import names
 from pytorchjob.policy import PlacementPolicy, select_policy
@@ -76,6 +79,54 @@ def job_key_of_pod(pod: Mapping[str, Any]) -> JobKey | None:
     return (str(metadata.get("namespace") or ""), job_name)
 
 
+class DemandMemo:
+    """``job_demands`` computed once per job spec instead of on every reconcile.
+
+    A waiting job is reconciled again and again (its own status writes, wait-reason refreshes,
+    resyncs), and each time its gang's demands were rebuilt by parsing every template's resource
+    quantities: 8 % of the controller's CPU while a wave of 1,000 jobs arrived. The key is the exact
+    content the demands derive from (name, uid, annotations for pinned hosts, spec), so an edited
+    job is never planned with stale demands.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[JobKey, tuple[bytes, tuple[PodDemand, ...]]] = {}
+
+    def function_for(
+        self, key: JobKey, job_raw: Mapping[str, Any]
+    ) -> Callable[[JobSpec], tuple[PodDemand, ...]]:
+        """A ``demands_of`` for ``plan``: this job's demands, reused while its spec is the same."""
+
+        def demands_of(spec: JobSpec) -> tuple[PodDemand, ...]:
+            metadata = job_raw.get("metadata") or {}
+            try:
+                marker = orjson.dumps(
+                    [
+                        metadata.get("name"),
+                        metadata.get("uid"),
+                        metadata.get("annotations"),
+                        job_raw.get("spec"),
+                    ]
+                )
+            except TypeError:  # not plain JSON (only hand-built objects): do not memoise
+                return job_demands(spec)
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] == marker:
+                return entry[1]
+            demands = job_demands(spec)
+            self._entries[key] = (marker, demands)
+            return demands
+
+        return demands_of
+
+    def forget(self, key: JobKey) -> None:
+        """The job is gone, finished or not ours."""
+        self._entries.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 class Reconciler:
     """Reads caches, plans, applies."""
 
@@ -111,6 +162,7 @@ class Reconciler:
         self._creates_in_flight = 0
         self.events = EventRecorder(api, clock=clock, quiet=self.quiet)
         self._status_written: dict[JobKey, float] = {}
+        self.demands = DemandMemo()
         # Deletes (which free GPUs) never queue behind creates.
         self._creates = asyncio.Semaphore(options.write_concurrency)
         self._deletes = asyncio.Semaphore(options.write_concurrency)
@@ -123,6 +175,7 @@ class Reconciler:
             self.admitter.cancel(key)
             self.metrics.forget_job(key)
             self._status_written.pop(key, None)
+            self.demands.forget(key)
             return None
         spec, errors = parse_job(job)
         if spec is None:
@@ -141,6 +194,7 @@ class Reconciler:
             reservation=self.admitter.reservation_for(key, uid),
             wait_reason=self.admitter.wait_reason(key),
             gpu_resource=policy.gpu_resource,
+            demands_of=self.demands.function_for(key, job),
         )
         decision = plan(observed)
         if self._first_look_pending(job, decision, observed):
@@ -220,6 +274,7 @@ class Reconciler:
             status = decision.status if decision.status is not None else job.get("status")
             if spec.run_policy.suspend or st.is_finished(st.conditions_of(status)):
                 self.admitter.cancel(key)
+                self.demands.forget(key)
 
     # ------------------------------------------------------------------ applying a plan
 
