@@ -322,13 +322,9 @@ async def baseline(
     await asyncio.sleep(2)  # let the scheduler and kwok finish binding and starting them
     writes = writes_since(writes_before, await apiserver_writes(api), len(pods))
     sampling.cancel()
-    await api.request("DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0")
-    if jobs:
-        # No controller runs yet; the jobs only loaded the apiserver, and must be gone before one
-        # does.
-        await api.request("DELETE", jobs_path)
-        while (await api.request("GET", jobs_path + "?limit=1"))[1]["items"]:
-            await asyncio.sleep(0.5)
+    # The next phase must not share the apiserver with this one's deletions (kwok removes the
+    # pods seconds later); and no controller runs yet: the jobs only loaded the apiserver.
+    await clear_namespace(api, namespace)
     task.cancel()
     return {
         "pods": len(pods),

@@ -1,0 +1,205 @@
+"""What each kind of write the controller makes costs the apiserver, in CPU time per request.
+
+A benchmark, not a test: it prints figures and writes them as JSON; it asserts nothing.
+
+Why: on the controller benchmark's 2-core rig the apiserver is the bottleneck, so the controller's
+pod-creation rate relative to a plain script depends on what else it asks of the apiserver per job
+(a Service, status patches, Events). This measures those requests one kind at a time, on an idle
+local control plane (no nodes: nothing schedules), as the apiserver's own CPU seconds
+(``/proc/PID/stat``) per request: ``--count`` requests of each kind, 32 at a time, bodies built
+by torchgate's own code (``build_pod``, ``build_service``, a training-operator-shaped status).
+
+Run: ``.venv/bin/python benchmarks/apiserver_costs.py [--count 400] [--out results.json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+# The script's folder is first on sys.path when it runs, so its sibling imports as a module.
+from controller_bench import REPO, Api, bounded, cpu_seconds, gang
+
+from controller.pods import build_pod, build_service
+from controller.status import format_time, replica_statuses, set_condition
+from pytorchjob.spec import JobSpec, parse_job
+from torchgate.controlplane.binaries import ensure_binaries
+from torchgate.controlplane.cluster import ControlPlane
+
+NAMESPACE = "costs"
+CONCURRENCY = 32
+
+
+async def merge_patch(api: Api, path: str, body: Any) -> tuple[int, Any]:
+    headers = {"Content-Type": "application/merge-patch+json"}
+    async with api.session.patch(api.server + path, json=body, headers=headers) as response:
+        return response.status, await response.json(content_type=None)
+
+
+async def measure(
+    api: Api, apiserver_pid: int, label: str, calls: list[Awaitable[tuple[int, Any]]]
+) -> dict[str, Any]:
+    await asyncio.sleep(1.5)  # let the previous kind's watch fan-out settle
+    cpu_before, started = cpu_seconds(apiserver_pid), time.monotonic()
+    results = await bounded(calls, CONCURRENCY)
+    elapsed = time.monotonic() - started
+    cpu = cpu_seconds(apiserver_pid) - cpu_before
+    failed = [status for status, _ in results if status >= 300]
+    if failed:
+        raise RuntimeError(f"{label}: {len(failed)} requests failed, e.g. HTTP {failed[0]}")
+    row = {
+        "request": label,
+        "count": len(calls),
+        "per_second": len(calls) / elapsed,
+        "apiserver_cpu_ms_each": 1000 * cpu / len(calls),
+    }
+    print(
+        f"{label:34s} {row['per_second']:6.0f}/s"
+        f"  apiserver CPU {row['apiserver_cpu_ms_each']:5.2f} ms each",
+        file=sys.stderr,
+    )
+    return row
+
+
+def status_body(job: JobSpec, *, active_workers: int) -> dict[str, Any]:
+    """A status as torchgate writes it: Created, replica counts, startTime."""
+    now = datetime(2026, 11, 24, tzinfo=UTC)
+    counts = replica_statuses(job, [])
+    counts["Worker"]["active"] = active_workers
+    return {
+        "status": {
+            "conditions": set_condition([], "Created", "True", "PyTorchJobCreated", "created", now),
+            "replicaStatuses": counts,
+            "startTime": format_time(now),
+        }
+    }
+
+
+async def run(plane: ControlPlane, count: int) -> list[dict[str, Any]]:
+    api = Api(plane)
+    pid = plane.pids()["kube-apiserver"]
+    jobs_path = f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/pytorchjobs"
+    rows = []
+    try:
+        names = [f"job-{i:04d}" for i in range(count)]
+        call: Callable[..., Awaitable[tuple[int, Any]]] = api.request
+        rows.append(
+            await measure(
+                api,
+                pid,
+                "POST pytorchjobs (1 Master + 7 Workers)",
+                [call("POST", jobs_path, gang(n, NAMESPACE, 5)) for n in names],
+            )
+        )
+        stored = [(await api.request("GET", f"{jobs_path}/{n}"))[1] for n in names]
+        parsed = [parse_job(raw)[0] for raw in stored]
+        specs = [spec for spec in parsed if spec is not None]
+        pods = [
+            build_pod(raw, spec, "Worker", 0, node=None, attempt=1, gpu_resource="nvidia.com/gpu")
+            for raw, spec in zip(stored, specs, strict=True)
+        ]
+        rows.append(
+            await measure(
+                api,
+                pid,
+                "POST pods",
+                [call("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", p) for p in pods],
+            )
+        )
+        for label, active in (("first", 0), ("second", 3)):  # the second changes the counts
+            rows.append(
+                await measure(
+                    api,
+                    pid,
+                    f"PATCH pytorchjobs/status ({label})",
+                    [
+                        merge_patch(
+                            api,
+                            f"{jobs_path}/{n}/status",
+                            status_body(spec, active_workers=active),
+                        )
+                        for n, spec in zip(names, specs, strict=True)
+                    ],
+                )
+            )
+        events = [
+            {
+                "metadata": {"name": f"{n}.event", "namespace": NAMESPACE},
+                "involvedObject": {
+                    "apiVersion": "kubeflow.org/v1",
+                    "kind": "PyTorchJob",
+                    "name": n,
+                    "namespace": NAMESPACE,
+                },
+                "reason": "PyTorchJobCreated",
+                "message": f"PyTorchJob {n} is created.",
+                "type": "Normal",
+                "source": {"component": "torchgate-controller"},
+                "firstTimestamp": "2026-11-24T00:00:00Z",
+                "lastTimestamp": "2026-11-24T00:00:00Z",
+                "count": 1,
+            }
+            for n in names
+        ]
+        rows.append(
+            await measure(
+                api,
+                pid,
+                "POST events",
+                [call("POST", f"/api/v1/namespaces/{NAMESPACE}/events", e) for e in events],
+            )
+        )
+        services = [
+            build_service(raw, spec, "Master", 0) for raw, spec in zip(stored, specs, strict=True)
+        ]
+        rows.append(
+            await measure(
+                api,
+                pid,
+                "POST services (headless, master)",
+                [call("POST", f"/api/v1/namespaces/{NAMESPACE}/services", s) for s in services],
+            )
+        )
+    finally:
+        await api.close()
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=400, help="requests of each kind")
+    parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "apiserver.json")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="tg-costs-") as tmp:
+        plane = ControlPlane(binaries=ensure_binaries(), workdir=Path(tmp) / "plane")
+        with plane:
+            for path in sorted((REPO / "manifests" / "crds").glob("*.yaml")):
+                plane.kubectl("apply", "-f", str(path))
+            plane.kubectl(
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd/pytorchjobs.kubeflow.org",
+            )
+            plane.kubectl("create", "namespace", NAMESPACE)
+            while (
+                plane.kubectl("get", "sa", "default", "-n", NAMESPACE, check=False).returncode != 0
+            ):
+                time.sleep(0.2)
+            rows = asyncio.run(run(plane, args.count))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"count": args.count, "rows": rows}, indent=2))
+    print(f"written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
