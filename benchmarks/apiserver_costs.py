@@ -20,7 +20,7 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -83,91 +83,66 @@ def status_body(job: JobSpec, *, active_workers: int) -> dict[str, Any]:
     }
 
 
+def event_about(job_name: str) -> dict[str, Any]:
+    """An Event on a job, as torchgate's recorder writes it."""
+    return {
+        "metadata": {"name": f"{job_name}.event", "namespace": NAMESPACE},
+        "involvedObject": {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "name": job_name,
+            "namespace": NAMESPACE,
+        },
+        "reason": "PyTorchJobCreated",
+        "message": f"PyTorchJob {job_name} is created.",
+        "type": "Normal",
+        "source": {"component": "torchgate-controller"},
+        "firstTimestamp": "2026-11-24T00:00:00Z",
+        "lastTimestamp": "2026-11-24T00:00:00Z",
+        "count": 1,
+    }
+
+
 async def run(plane: ControlPlane, count: int) -> list[dict[str, Any]]:
     api = Api(plane)
     pid = plane.pids()["kube-apiserver"]
     jobs_path = f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/pytorchjobs"
+    core_path = f"/api/v1/namespaces/{NAMESPACE}"
     rows = []
+
+    async def post_all(label: str, path: str, bodies: list[dict[str, Any]]) -> None:
+        rows.append(await measure(api, pid, label, [api.request("POST", path, b) for b in bodies]))
+
     try:
         names = [f"job-{i:04d}" for i in range(count)]
-        call: Callable[..., Awaitable[tuple[int, Any]]] = api.request
-        rows.append(
-            await measure(
-                api,
-                pid,
-                "POST pytorchjobs (1 Master + 7 Workers)",
-                [call("POST", jobs_path, gang(n, NAMESPACE, 5)) for n in names],
-            )
-        )
-        stored = [(await api.request("GET", f"{jobs_path}/{n}"))[1] for n in names]
-        parsed = [parse_job(raw)[0] for raw in stored]
-        specs = [spec for spec in parsed if spec is not None]
+        manifests = [gang(n, NAMESPACE, 5) for n in names]
+        await post_all("POST pytorchjobs (1 Master + 7 Workers)", jobs_path, manifests)
+        jobs: list[tuple[dict[str, Any], JobSpec]] = []
+        for name in names:
+            raw = (await api.request("GET", f"{jobs_path}/{name}"))[1]
+            spec, errors = parse_job(raw)
+            if spec is None:
+                raise RuntimeError(f"{name}: {errors}")
+            jobs.append((raw, spec))
+        gpu = "nvidia.com/gpu"
         pods = [
-            build_pod(raw, spec, "Worker", 0, node=None, attempt=1, gpu_resource="nvidia.com/gpu")
-            for raw, spec in zip(stored, specs, strict=True)
+            build_pod(raw, spec, "Worker", 0, node=None, attempt=1, gpu_resource=gpu)
+            for raw, spec in jobs
         ]
-        rows.append(
-            await measure(
-                api,
-                pid,
-                "POST pods",
-                [call("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", p) for p in pods],
-            )
-        )
+        await post_all("POST pods", f"{core_path}/pods", pods)
         for label, active in (("first", 0), ("second", 3)):  # the second changes the counts
-            rows.append(
-                await measure(
+            patches = [
+                merge_patch(
                     api,
-                    pid,
-                    f"PATCH pytorchjobs/status ({label})",
-                    [
-                        merge_patch(
-                            api,
-                            f"{jobs_path}/{n}/status",
-                            status_body(spec, active_workers=active),
-                        )
-                        for n, spec in zip(names, specs, strict=True)
-                    ],
+                    f"{jobs_path}/{spec.name}/status",
+                    status_body(spec, active_workers=active),
                 )
-            )
-        events = [
-            {
-                "metadata": {"name": f"{n}.event", "namespace": NAMESPACE},
-                "involvedObject": {
-                    "apiVersion": "kubeflow.org/v1",
-                    "kind": "PyTorchJob",
-                    "name": n,
-                    "namespace": NAMESPACE,
-                },
-                "reason": "PyTorchJobCreated",
-                "message": f"PyTorchJob {n} is created.",
-                "type": "Normal",
-                "source": {"component": "torchgate-controller"},
-                "firstTimestamp": "2026-11-24T00:00:00Z",
-                "lastTimestamp": "2026-11-24T00:00:00Z",
-                "count": 1,
-            }
-            for n in names
-        ]
-        rows.append(
-            await measure(
-                api,
-                pid,
-                "POST events",
-                [call("POST", f"/api/v1/namespaces/{NAMESPACE}/events", e) for e in events],
-            )
-        )
-        services = [
-            build_service(raw, spec, "Master", 0) for raw, spec in zip(stored, specs, strict=True)
-        ]
-        rows.append(
-            await measure(
-                api,
-                pid,
-                "POST services (headless, master)",
-                [call("POST", f"/api/v1/namespaces/{NAMESPACE}/services", s) for s in services],
-            )
-        )
+                for _, spec in jobs
+            ]
+            rows.append(await measure(api, pid, f"PATCH pytorchjobs/status ({label})", patches))
+        await post_all("POST events", f"{core_path}/events", [event_about(n) for n in names])
+        services = [build_service(raw, spec, "Master", 0) for raw, spec in jobs]
+        await post_all("POST services (headless, master)", f"{core_path}/services", services)
     finally:
         await api.close()
     return rows
