@@ -99,6 +99,7 @@ class Manager:
             admitter=self.admitter,
             metrics=self.metrics,
             options=settings.options,
+            wake=self.queue.add,
         )
         self._parsed_policies: dict[tuple[str, str], PlacementPolicy | None] = {}
         self.pods.index_by(job_key_of_pod)

@@ -5,6 +5,13 @@ the restart count is persisted before the failed gang is deleted (a crash in bet
 an old attempt, which the next plan deletes without counting twice); Services before pods (so the
 master's name resolves when the pods start); status last (it describes what was done).
 
+While gangs are being created, a status write that only reports progress (``Created``,
+``Running``, counts, ``startTime``; see ``status.is_progress_only``) is held in memory for at most
+``status.PROGRESS_HOLD_SECONDS`` and the next plans start from it, so a job's three progress
+writes of its first seconds become one and the apiserver's capacity goes to pods. Anything else is
+written at once and carries whatever was held. A crash loses only held progress, which the next
+plan derives again (``startTime`` then moves later by at most the hold).
+
 Creates of deterministic names treat ``AlreadyExists`` as done and deletes treat ``NotFound`` as
 done, so running a plan twice is harmless. Every object the apiserver returns is written through to
 the cache at once, so the next reconcile does not act on state we already changed.
@@ -122,6 +129,15 @@ class DemandMemo:
         return len(self._entries)
 
 
+@dataclass(slots=True)
+class HeldStatus:
+    """A progress-only status decided but not written yet (see the module docstring)."""
+
+    uid: str
+    since: float
+    status: dict[str, Any]
+
+
 class Reconciler:
     """Reads caches, plans, applies."""
 
@@ -139,6 +155,7 @@ class Reconciler:
         options: Options,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
+        wake: Callable[[JobKey], None] = lambda key: None,
     ) -> None:
         self.api = api
         self.jobs = jobs
@@ -151,6 +168,8 @@ class Reconciler:
         self.options = options
         self.clock = clock
         self.monotonic = monotonic
+        self.wake = wake
+        self.held: dict[JobKey, HeldStatus] = {}
         # Set while no pod or Service create is in flight; less urgent writes wait for it.
         self.quiet = asyncio.Event()
         self.quiet.set()
@@ -170,6 +189,7 @@ class Reconciler:
             self.admitter.cancel(key)
             self.metrics.forget_job(key)
             self._status_written.pop(key, None)
+            self.held.pop(key, None)
             self.demands.forget(key)
             return None
         spec, errors = parse_job(job)
@@ -179,8 +199,14 @@ class Reconciler:
             return None
         policy = select_policy(self.policies(), namespace)
         uid = spec.uid
+        held = self.held.get(key)
+        if held is not None and held.uid != uid:
+            del self.held[key]
+            held = None
+        # Plan from the status we decided, written or not.
+        view = job if held is None else {**job, "status": held.status}
         observed = Observed(
-            job_raw=job,
+            job_raw=view,
             job=spec,
             now=self.clock(),
             pods=self.pods.indexed(key),
@@ -192,10 +218,11 @@ class Reconciler:
             demands_of=self.demands.function_for(key, job),
         )
         decision = plan(observed)
-        if self._first_look_pending(job, decision, observed):
+        if self._first_look_pending(view, decision, observed):
             # A new job about to be placed: its first status (Created, plus Queued or startTime)
             # is written once the admitter has decided, not twice; it decides within moments.
             decision = replace(decision, status=None, events=())
+        decision = self._hold_progress(key, uid, job, decision)
         decision = self._coalesce_count_updates(key, job, decision)
         log.debug(
             "%s/%s: %d pods observed; plan: admit=%s create=%d delete=%d status=%s requeue=%s",
@@ -209,9 +236,37 @@ class Reconciler:
             decision.requeue_after,
         )
         await self._apply(job, spec, decision)
-        self._tell_admitter(key, job, spec, observed, decision, policy)
-        self.metrics.observe_job(key, job, decision, observed, self.clock())
+        self._tell_admitter(key, view, spec, observed, decision, policy)
+        self.metrics.observe_job(key, view, decision, observed, self.clock())
         return decision.requeue_after
+
+    def _hold_progress(self, key: JobKey, uid: str, job: Mapping[str, Any], decision: Plan) -> Plan:
+        """Hold a progress-only status while gangs are being created (module docstring)."""
+        held = self.held.get(key)
+        wanted = decision.status if decision.status is not None else None
+        if wanted is None and held is not None:
+            wanted = held.status
+        if wanted is None:
+            return decision
+        now = self.monotonic()
+        since = held.since if held is not None else now
+        remaining = st.PROGRESS_HOLD_SECONDS - (now - since)
+        current = job.get("status")
+        if (
+            self.creating()
+            and remaining > 0
+            and st.is_progress_only(current if isinstance(current, Mapping) else None, wanted)
+        ):
+            self.held[key] = HeldStatus(uid, since, wanted)
+            later = (
+                remaining
+                if decision.requeue_after is None
+                else min(remaining, decision.requeue_after)
+            )
+            return replace(decision, status=None, requeue_after=later)
+        if held is not None:
+            held.status = wanted  # kept as the plans' view until the write succeeds
+        return replace(decision, status=wanted)
 
     def _coalesce_count_updates(self, key: JobKey, job: Mapping[str, Any], decision: Plan) -> Plan:
         if decision.status is None:
@@ -334,6 +389,8 @@ class Reconciler:
             self._creates_in_flight -= 1
             if not self._creates_in_flight:
                 self.quiet.set()
+                for key in list(self.held):
+                    self.wake(key)
         cache = self.pods if resource is PODS else self.services
         cache.remember(created)
         if resource is PODS:
@@ -366,6 +423,7 @@ class Reconciler:
         except NotFound:
             return
         self._status_written[(namespace, name)] = self.monotonic()
+        self.held.pop((namespace, name), None)
         self.jobs.remember(patched)
 
     async def _fail_validation(self, job: Mapping[str, Any], errors: list[Any]) -> None:

@@ -242,3 +242,41 @@ def status_write_delay(
     if before != after:
         return None
     return interval - seconds_since_last_write
+
+
+# A job's progress (Created, Running, counts, startTime) may wait this long for a quiet moment
+# while the controller is creating gangs; anything else is written at once.
+PROGRESS_HOLD_SECONDS: Final = 10.0
+
+
+def is_progress_only(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+    """Whether ``new`` differs from ``old`` only by a job's ordinary progress.
+
+    Progress is ``Created`` or ``Queued`` changing, ``Running`` turning or staying True, the
+    replica counts, and a ``startTime`` appearing. While a wave of gangs is being created these
+    writes (about three per job within seconds: Created, Running, counts) compete at the apiserver
+    with the next gangs' pods, so the reconciler may hold them and write them as one. Everything
+    else (Restarting, Succeeded, Failed, Suspended, Running turning False, ``completionTime``, a
+    ``startTime`` changed or dropped) is news a user or a tool waits for, and is never held.
+    """
+    before = dict(old or {})
+    if before.get("startTime") is not None and before.get("startTime") != new.get("startTime"):
+        return False
+    if before.get("completionTime") != new.get("completionTime"):
+        return False
+    ignored = {"conditions", "replicaStatuses", "startTime"}
+    if {k: v for k, v in before.items() if k not in ignored} != {
+        k: v for k, v in new.items() if k not in ignored
+    }:
+        return False
+    return _news(conditions_of(before)) == _news(conditions_of(new))
+
+
+def _news(conditions: Sequence[Condition]) -> list[tuple[Any, Any, Any]]:
+    """Conditions that are not progress, as (type, status, reason), in order."""
+    return [
+        (c.get("type"), c.get("status"), c.get("reason"))
+        for c in conditions
+        if c.get("type") not in (CREATED, QUEUED)
+        and not (c.get("type") == RUNNING and c.get("status") == TRUE)
+    ]
