@@ -4,8 +4,9 @@ A benchmark, not a test: it prints figures and writes them as JSON; it asserts n
 
 It starts its own local control plane (the cached binaries), then in one run measures:
 
-1. **Baseline**: a plain script creates the same 1,600 pods (the first wave's worth: 200 gangs of 8)
-   straight through the API with the same write concurrency the controller uses, and the rate is
+1. **Baseline**: a plain script creates the same 1,600 pods (the first wave's worth: 200 gangs of 8,
+   each gang pinned to one node as the controller pins them) straight through the API with the
+   same write concurrency the controller uses, and the rate is
    taken between the first and last pod seen by a watch. The pods are then deleted. Then the same
    again while the same 1,000 PyTorchJobs are submitted (nothing acts on them): in the controller
    run the users' submissions load the apiserver during the first wave too.
@@ -286,7 +287,7 @@ async def baseline(
                     spec,
                     replica.replica_type,
                     i,
-                    node=None,
+                    node=f"n{index:03d}",  # pinned like the controller's: a gang per node
                     attempt=1,
                     gpu_resource="nvidia.com/gpu",
                 )
@@ -685,7 +686,7 @@ def main() -> int:
     parser.add_argument(
         "--rounds",
         type=int,
-        default=3,
+        default=5,
         help="plain, plain with submissions, controller: repeated; ratios are medians over rounds",
     )
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "controller.json")

@@ -10,9 +10,12 @@ semantics need it:
   admitter places the gang again); a kubelet restarting one container in place would only leave
   the other ranks hanging until their NCCL timeout.
 - A pod placed by the admitter carries a *required* node affinity to its planned node (AND-ed into
-  every existing ``nodeSelectorTerm``, since terms are OR-ed and the expressions of one term
+  every existing ``nodeSelectorTerm``, since terms are OR-ed and the requirements of one term
   AND-ed), plus the ``torchgate.io/planned-node`` annotation, so capacity reserved for the gang
   is what the gang gets while kube-scheduler still checks everything else (volumes, ports, ...).
+  The pin is ``matchFields`` on ``metadata.name``, as the DaemonSet controller pins its pods: it
+  names the node the admitter planned on (the ``kubernetes.io/hostname`` label need not equal the
+  node's name), and kube-scheduler then evaluates that one node instead of the whole pool.
 - ``torchgate.io/gang-attempt`` records which gang attempt created the pod, so a pod left over
   from an earlier attempt is recognisable and never mistaken for a member of the current gang.
 
@@ -43,6 +46,7 @@ from pytorchjob import names
 from pytorchjob.spec import JobSpec, gpu_count, pod_spec_of, pytorch_container_index
 
 REQUIRED_AFFINITY: Final = "requiredDuringSchedulingIgnoredDuringExecution"
+NODE_NAME_FIELD: Final = "metadata.name"  # the one node field a nodeSelectorTerm can match
 POD_RESTART_POLICY: Final = "Never"
 
 
@@ -153,13 +157,14 @@ def _inject_env(
 
 
 def pin_to_node(affinity: object, node: str) -> dict[str, Any]:
-    """A copy of ``affinity`` whose required node affinity also demands ``node``'s hostname.
+    """A copy of ``affinity`` whose required node affinity also demands the node named ``node``.
 
-    The hostname requirement is AND-ed into every ``nodeSelectorTerm`` (terms are OR-ed, so it
-    must be in each). A term with no requirements matches no node and is left alone: pinning it
-    would turn "never" into "this node". Without required terms, one term is created.
+    The requirement (``matchFields``: ``metadata.name In [node]``) is AND-ed into every
+    ``nodeSelectorTerm`` (terms are OR-ed, so it must be in each). A term with no requirements
+    matches no node and is left alone: pinning it would turn "never" into "this node". Without
+    required terms, one term is created.
     """
-    pin = {"key": names.HOSTNAME_LABEL, "operator": "In", "values": [node]}
+    pin = {"key": NODE_NAME_FIELD, "operator": "In", "values": [node]}
     copied = dict(affinity) if isinstance(affinity, Mapping) else {}
     node_affinity = copied.get("nodeAffinity")
     node_affinity = dict(node_affinity) if isinstance(node_affinity, Mapping) else {}
@@ -169,7 +174,7 @@ def pin_to_node(affinity: object, node: str) -> dict[str, Any]:
     if isinstance(terms, list) and terms:
         required["nodeSelectorTerms"] = [_and_requirement(term, pin) for term in terms]
     else:
-        required["nodeSelectorTerms"] = [{"matchExpressions": [pin]}]
+        required["nodeSelectorTerms"] = [{"matchFields": [pin]}]
     node_affinity[REQUIRED_AFFINITY] = required
     copied["nodeAffinity"] = node_affinity
     return copied
@@ -181,11 +186,12 @@ def _and_requirement(term: object, requirement: dict[str, Any]) -> object:
     expressions = term.get("matchExpressions")
     expressions = list(expressions) if isinstance(expressions, list) else []
     fields = term.get("matchFields")
-    if not expressions and not (isinstance(fields, list) and fields):
+    fields = list(fields) if isinstance(fields, list) else []
+    if not expressions and not fields:
         return term
-    if requirement not in expressions:
-        expressions.append(requirement)
-    return {**term, "matchExpressions": expressions}
+    if requirement not in fields:
+        fields.append(requirement)
+    return {**term, "matchFields": fields}
 
 
 def service_replicas(job: JobSpec) -> list[tuple[names.ReplicaType, int]]:

@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
+from controller.placement import node_view, required_affinity_terms
 from controller.pods import build_pod, build_service, pin_to_node, service_replicas
 from tests.builders import JobBuilder, container, gpu_job, job
 from tests.unit.controller.helpers import UID, env_of, parse, with_uid
 
-HOSTNAME_PIN = {"key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu-7"]}
+NODE_PIN = {"key": "metadata.name", "operator": "In", "values": ["gpu-7"]}
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
@@ -152,14 +153,14 @@ def test_node_pin_is_anded_into_every_existing_term() -> None:
     terms = pinned["nodeAffinity"][REQUIRED]["nodeSelectorTerms"]
     assert terms == [
         {
-            "matchExpressions": [
-                {"key": "pool", "operator": "In", "values": ["a"]},
-                HOSTNAME_PIN,
-            ]
+            "matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}],
+            "matchFields": [NODE_PIN],
         },
         {
-            "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["x"]}],
-            "matchExpressions": [HOSTNAME_PIN],
+            "matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": ["x"]},
+                NODE_PIN,
+            ],
         },
         {},  # matches no node; pinning it would make it match one
     ]
@@ -176,9 +177,7 @@ def test_node_pin_is_anded_into_every_existing_term() -> None:
 )
 def test_node_pin_creates_a_term_when_there_is_none(affinity: object) -> None:
     pinned = pin_to_node(affinity, "gpu-7")
-    assert pinned["nodeAffinity"][REQUIRED]["nodeSelectorTerms"] == [
-        {"matchExpressions": [HOSTNAME_PIN]}
-    ]
+    assert pinned["nodeAffinity"][REQUIRED]["nodeSelectorTerms"] == [{"matchFields": [NODE_PIN]}]
 
 
 def test_pod_without_node_has_no_pin() -> None:
@@ -237,3 +236,19 @@ def test_service_always_publishes_the_rendezvous_port() -> None:
 )
 def test_which_replicas_get_a_service(builder: JobBuilder, expected: list[tuple[str, int]]) -> None:
     assert service_replicas(parse(with_uid(builder.build()))) == expected
+
+
+def test_node_pin_selects_the_node_by_name_even_when_its_hostname_label_differs() -> None:
+    nodes = [
+        node_view(
+            {
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": hostname}},
+                "status": {"allocatable": {"cpu": "8"}},
+            }
+        )
+        for name, hostname in (("gpu-7", "ip-10-0-0-7"), ("gpu-8", "gpu-7"))
+    ]
+    terms = required_affinity_terms({"affinity": pin_to_node(None, "gpu-7")})
+    assert terms is not None
+    matching = [n.name for n in nodes if n is not None and any(t.matches(n) for t in terms)]
+    assert matching == ["gpu-7"]
