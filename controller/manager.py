@@ -58,11 +58,6 @@ class ManagerOptions:
     resync_seconds: float = 300.0
     starvation_seconds: float = 300.0
     gang_backoff_seconds: float = 10.0
-    # The pods of a starting gang change together (each is created, bound, started: three events
-    # per pod within a second or two), so their job is looked at once after such a burst rather
-    # than once per event, as the Job controller batches pod updates. A pod that ended is looked
-    # at at once: that is what frees GPUs.
-    pod_event_batch_seconds: float = 0.5
     options: Options = field(default_factory=Options)
 
 
@@ -156,10 +151,7 @@ class Manager:
         phase = (obj.get("status") or {}).get("phase")
         # A pod that ended may end its job (release the gang's GPUs) or restart the gang.
         ended = kind == "DELETED" or phase in ("Succeeded", "Failed")
-        if ended:
-            self.queue.add(key, URGENT)
-        else:
-            self.queue.add_after(key, self.settings.pod_event_batch_seconds)
+        self.queue.add(key, URGENT if ended else NORMAL)
 
     def _requeue_all(self) -> None:
         for job in self.jobs.values():
