@@ -243,7 +243,7 @@ class Reconciler:
     def _hold_progress(self, key: JobKey, uid: str, job: Mapping[str, Any], decision: Plan) -> Plan:
         """Hold a progress-only status while gangs are being created (module docstring)."""
         held = self.held.get(key)
-        wanted = decision.status if decision.status is not None else None
+        wanted = decision.status
         if wanted is None and held is not None:
             wanted = held.status
         if wanted is None:
