@@ -262,8 +262,6 @@ def is_progress_only(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> b
     before = dict(old or {})
     if before.get("startTime") is not None and before.get("startTime") != new.get("startTime"):
         return False
-    if before.get("completionTime") != new.get("completionTime"):
-        return False
     ignored = {"conditions", "replicaStatuses", "startTime"}
     if {k: v for k, v in before.items() if k not in ignored} != {
         k: v for k, v in new.items() if k not in ignored
