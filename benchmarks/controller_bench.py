@@ -48,6 +48,7 @@ from torchgate.controlplane import kwok
 from torchgate.controlplane.binaries import ensure_binaries
 from torchgate.controlplane.cluster import ControlPlane
 from torchgate.controlplane.processes import terminate
+from torchgate.dev import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -143,24 +144,74 @@ def writes_since(before: dict[str, float], after: dict[str, float], per: int) ->
     return dict(sorted(rows.items(), key=lambda kv: -kv[1]))
 
 
-class RigSampler:
-    """Samples, twice a second, the apiserver's write count, busy CPU and each process's CPU."""
+async def controller_creates(session: aiohttp.ClientSession, url: str) -> tuple[float, float]:
+    """The controller's creates in flight at the apiserver and waiting for a slot, now."""
+    async with session.get(url) as response:
+        text = await response.text()
+    states = {"in_flight": 0.0, "waiting": 0.0}
+    for line in text.splitlines():
+        if line.startswith("torchgate_controller_api_writes{") and 'write="create"' in line:
+            labels_text, _, value = line.rpartition(" ")
+            for state in states:
+                if f'state="{state}"' in labels_text:
+                    states[state] = float(value)
+    return states["in_flight"], states["waiting"]
 
-    def __init__(self, api: Api, pids: dict[str, int]) -> None:
+
+class RigSampler:
+    """Samples, twice a second, the apiserver's write count, busy CPU and each process's CPU.
+
+    With ``controller_metrics`` (the controller's ``/metrics`` URL) it also samples how many pod
+    and Service creates the controller has in flight and waiting for a slot.
+    """
+
+    def __init__(
+        self, api: Api, pids: dict[str, int], controller_metrics: str | None = None
+    ) -> None:
         self.api = api
         self.pids = pids
+        self.controller_metrics = controller_metrics
+        self.creates: list[tuple[float, float, float]] = []  # (time, in flight, waiting)
         self.writes: list[tuple[float, dict[str, float]]] = []  # (time, writes so far by kind)
         self.cpu: list[tuple[float, float, float]] = []  # (time, busy ticks, all ticks)
         self.process_cpu: list[tuple[float, dict[str, float]]] = []  # (time, CPU s by process)
 
     async def run(self) -> None:
-        while True:
-            writes = await apiserver_writes(self.api)
-            now = time.monotonic()
-            self.writes.append((now, writes))
-            self.cpu.append((now, *machine_cpu_ticks()))
-            self.process_cpu.append((now, processes_cpu_seconds(self.pids)))
-            await asyncio.sleep(0.5)
+        async with aiohttp.ClientSession() as plain_http:  # no apiserver token for the controller
+            while True:
+                writes = await apiserver_writes(self.api)
+                now = time.monotonic()
+                self.writes.append((now, writes))
+                self.cpu.append((now, *machine_cpu_ticks()))
+                self.process_cpu.append((now, processes_cpu_seconds(self.pids)))
+                if self.controller_metrics is not None:
+                    try:
+                        in_flight, waiting = await controller_creates(
+                            plain_http, self.controller_metrics
+                        )
+                    except aiohttp.ClientError:
+                        pass  # not serving yet, or already stopped
+                    else:
+                        self.creates.append((time.monotonic(), in_flight, waiting))
+                await asyncio.sleep(0.5)
+
+    def creates_in_window(self, start: float, end: float) -> dict[str, float]:
+        """Mean creates in flight and waiting between two monotonic times.
+
+        ``all_slots_busy_share``: how often every write slot was taken (1.0: always).
+        """
+        inside = [(f, w) for t, f, w in self.creates if start <= t <= end]
+        if not inside:
+            nan = float("nan")
+            return {"in_flight_mean": nan, "waiting_mean": nan, "all_slots_busy_share": nan}
+        return {
+            "in_flight_mean": round(statistics.fmean(f for f, _ in inside), 1),
+            "waiting_mean": round(statistics.fmean(w for _, w in inside), 1),
+            "all_slots_busy_share": round(
+                sum(f >= WRITE_CONCURRENCY for f, _ in inside) / len(inside), 2
+            ),
+            "samples": len(inside),
+        }
 
     def per_second(self, start: float, end: float) -> float:
         """Writes per second between two monotonic times (nearest samples inside the window)."""
@@ -319,6 +370,9 @@ async def baseline(
         await asyncio.sleep(0.05)
     times = sorted(watch.added.values())
     rate = len(times) / (times[-1] - times[0])
+    deciles = [
+        round(times[min(len(times) - 1, len(times) * k // 10)] - times[0], 2) for k in range(1, 11)
+    ]
     await asyncio.sleep(2)  # let the scheduler and kwok finish binding and starting them
     writes = writes_since(writes_before, await apiserver_writes(api), len(pods))
     sampling.cancel()
@@ -330,6 +384,7 @@ async def baseline(
         "pods": len(pods),
         "jobs_submitted_meanwhile": jobs,
         "pods_per_second": rate,
+        "deciles_seconds": deciles,
         "client_seconds": elapsed,
         "apiserver_writes_per_pod": writes,
         "apiserver_writes_per_second": rate_sampler.per_second(times[0], times[-1]),
@@ -356,9 +411,11 @@ async def run_controller_phase(
     watch_task = asyncio.create_task(watch.run())
     await watch.ready.wait()
     env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    metrics_port = free_port()
     controller = subprocess.Popen(
         [sys.executable, "-m", "torchgate", "controller", "--kubeconfig", str(plane.kubeconfig),
-         "--manage-unowned", "--no-leader-elect", "--metrics-port", "0", "--log-level", "WARNING"],
+         "--manage-unowned", "--no-leader-elect", "--metrics-bind-address", "127.0.0.1",
+         "--metrics-port", str(metrics_port), "--log-level", "WARNING"],
         stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=REPO,
     )  # fmt: skip
     try:
@@ -380,7 +437,9 @@ async def run_controller_phase(
         await asyncio.sleep(3)  # let it list and watch
         writes_before = await apiserver_writes(api)
         rate_sampler = RigSampler(
-            api, {**plane.pids(), "benchmark": os.getpid(), "torchgate controller": controller.pid}
+            api,
+            {**plane.pids(), "benchmark": os.getpid(), "torchgate controller": controller.pid},
+            controller_metrics=f"http://127.0.0.1:{metrics_port}/metrics",
         )
         sampling = asyncio.create_task(rate_sampler.run())
         cpu_before = cpu_seconds(controller.pid)
@@ -454,6 +513,12 @@ async def run_controller_phase(
         "first_wave_jobs": len(first_wave),
         "first_wave_pods_per_second": first_rate,
         "first_wave_jobs_per_second": first_rate / 8,
+        # When each tenth of the first wave's pods had appeared, from its first pod: a slow start
+        # or a long tail shows here, a steady rate gives even steps.
+        "first_wave_deciles_seconds": [
+            round(wave_pods[min(len(wave_pods) - 1, len(wave_pods) * k // 10)] - wave_pods[0], 2)
+            for k in range(1, 11)
+        ],
         "create_to_all_pods_first_wave_p50": percentile([latency[n] for n in first_wave], 0.5),
         "create_to_all_pods_first_wave_p99": percentile([latency[n] for n in first_wave], 0.99),
         "create_to_all_pods_all_jobs_p50": percentile(list(latency.values()), 0.5),
@@ -476,6 +541,11 @@ async def run_controller_phase(
         ),
         "machine_cpu_busy_first_wave": rate_sampler.cpu_busy(wave_pods[0], wave_pods[-1]),
         "cpu_cores_by_process_first_wave": rate_sampler.process_cpu_share(
+            wave_pods[0], wave_pods[-1]
+        ),
+        # Whether the controller or the apiserver was the limit: with every slot busy and
+        # creates waiting, the controller had more to send than the apiserver took.
+        "controller_creates_first_wave": rate_sampler.creates_in_window(
             wave_pods[0], wave_pods[-1]
         ),
     }
@@ -571,6 +641,12 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "release_gone_p99": over(("controller", "release_gone_p99")),
         "controller_peak_rss_mib": over(("controller", "controller_peak_rss_mib")),
         "jobs_done": over(("controller", "jobs_done")),
+        "controller_creates_in_flight_first_wave": over(
+            ("controller", "controller_creates_first_wave", "in_flight_mean")
+        ),
+        "controller_creates_waiting_first_wave": over(
+            ("controller", "controller_creates_first_wave", "waiting_mean")
+        ),
     }
     ratio = summary["ratio_controller_to_plain_with_job_submissions"]["median"]
     release_p99 = max(summary["release_requested_p99"]["rounds"])
@@ -674,6 +750,14 @@ def round_lines(number: int, result: dict[str, Any]) -> list[str]:
         + ", ".join(f"{k} {v}" for k, v in c["apiserver_writes_per_pod_first_wave"].items()),
         "  apiserver writes per job (8 pods), whole controller run: "
         + ", ".join(f"{k} {v}" for k, v in c["apiserver_writes_per_job"].items()),
+        "  seconds to each tenth of the pods: plain script "
+        + " ".join(f"{t:.1f}" for t in b["deciles_seconds"])
+        + "; with submissions "
+        + " ".join(f"{t:.1f}" for t in loaded["deciles_seconds"])
+        + "; controller first wave "
+        + " ".join(f"{t:.1f}" for t in c["first_wave_deciles_seconds"]),
+        f"  controller creates in the first wave (of {WRITE_CONCURRENCY} slots): "
+        + ", ".join(f"{k} {v}" for k, v in c["controller_creates_first_wave"].items()),
     ]
 
 
@@ -731,6 +815,10 @@ def main() -> int:
         + figures("release_requested_p99", ".3f")
         + " s",
         "  controller peak RSS MiB " + figures("controller_peak_rss_mib", ".0f"),
+        "  controller creates in the first wave, in flight "
+        + figures("controller_creates_in_flight_first_wave", ".1f")
+        + f" of {WRITE_CONCURRENCY}, waiting for a slot "
+        + figures("controller_creates_waiting_first_wave", ".1f"),
         f"  targets: {summary['targets']}",
         f"written to {args.out}",
     ]

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -59,6 +59,13 @@ class ControllerMetrics:
         )
         self.pods_deleted = Counter(
             "torchgate_controller_pods_deleted_total", "Pods deleted.", registry=self.registry
+        )
+        self.api_writes = Gauge(
+            "torchgate_controller_api_writes",
+            "Pod and Service creates and deletes: in_flight at the apiserver, or waiting for one "
+            "of the write-concurrency slots.",
+            ["write", "state"],
+            registry=self.registry,
         )
         self.gang_wait = Histogram(
             "torchgate_controller_gang_wait_seconds",

@@ -24,12 +24,13 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+from prometheus_client import Gauge
 
 from controller import status as st
 from controller.admitter import Admitter, JobKey
@@ -62,6 +63,35 @@ class Options:
 
     manage_unowned: bool = False
     write_concurrency: int = 32
+
+
+class WriteSlots:
+    """At most ``size`` writes of one kind at the apiserver at once, counted by state in a gauge.
+
+    The gauge tells an operator (and the benchmark) whether the controller or the apiserver is the
+    limit: writes *waiting* for a slot while every slot is *in flight* mean the controller has
+    more to send than the apiserver takes.
+    """
+
+    def __init__(self, size: int, gauge: Gauge, write: str) -> None:
+        self._semaphore = asyncio.Semaphore(size)
+        self._waiting = gauge.labels(write, "waiting")
+        self._in_flight = gauge.labels(write, "in_flight")
+
+    @contextlib.asynccontextmanager
+    async def take(self) -> AsyncIterator[None]:
+        """Hold a slot for one request; wait (counted as waiting) while none is free."""
+        self._waiting.inc()
+        try:
+            await self._semaphore.acquire()
+        finally:
+            self._waiting.dec()
+        self._in_flight.inc()
+        try:
+            yield
+        finally:
+            self._in_flight.dec()
+            self._semaphore.release()
 
 
 def is_ours(job: Mapping[str, Any], options: Options) -> bool:
@@ -178,8 +208,8 @@ class Reconciler:
         self._status_written: dict[JobKey, float] = {}
         self.demands = DemandMemo()
         # Deletes (which free GPUs) never queue behind creates.
-        self._creates = asyncio.Semaphore(options.write_concurrency)
-        self._deletes = asyncio.Semaphore(options.write_concurrency)
+        self._creates = WriteSlots(options.write_concurrency, metrics.api_writes, "create")
+        self._deletes = WriteSlots(options.write_concurrency, metrics.api_writes, "delete")
 
     async def reconcile(self, key: JobKey) -> float | None:
         """Converge one job; return seconds until it must be looked at again (timers)."""
@@ -380,7 +410,7 @@ class Reconciler:
         self._creates_in_flight += 1
         self.quiet.clear()
         try:
-            async with self._creates:
+            async with self._creates.take():
                 try:
                     created = await self.api.request("POST", resource.path(namespace), body=body)
                 except AlreadyExists:
@@ -397,7 +427,7 @@ class Reconciler:
             self.metrics.pods_created.inc()
 
     async def _delete(self, resource: Any, cache: Informer, namespace: str, name: str) -> None:
-        async with self._deletes:
+        async with self._deletes.take():
             try:
                 deleted = await self.api.request("DELETE", resource.path(namespace, name))
             except NotFound:
