@@ -53,7 +53,8 @@ from torchgate.dev import free_port
 REPO = Path(__file__).resolve().parents[1]
 
 POOL = "bench"
-WRITE_CONCURRENCY = 32
+# The users' job submissions, the same in every phase; the pods' concurrency is --write-concurrency.
+SUBMIT_CONCURRENCY = 32
 
 
 class Api:
@@ -63,7 +64,7 @@ class Api:
         self.server = plane.server
         context = ssl.create_default_context(cafile=str(plane.ca_file))
         self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(ssl=context, limit=64),
+            connector=aiohttp.TCPConnector(ssl=context, limit=0),  # bounded() limits each phase
             headers={"Authorization": f"Bearer {plane.token}"},
         )
 
@@ -166,9 +167,14 @@ class RigSampler:
     """
 
     def __init__(
-        self, api: Api, pids: dict[str, int], controller_metrics: str | None = None
+        self,
+        api: Api,
+        pids: dict[str, int],
+        controller_metrics: str | None = None,
+        slots: int = 0,
     ) -> None:
         self.api = api
+        self.slots = slots
         self.pids = pids
         self.controller_metrics = controller_metrics
         self.creates: list[tuple[float, float, float]] = []  # (time, in flight, waiting)
@@ -203,14 +209,18 @@ class RigSampler:
         inside = [(f, w) for t, f, w in self.creates if start <= t <= end]
         if not inside:
             nan = float("nan")
-            return {"in_flight_mean": nan, "waiting_mean": nan, "all_slots_busy_share": nan}
+            return {
+                "in_flight_mean": nan,
+                "waiting_mean": nan,
+                "all_slots_busy_share": nan,
+                "slots": self.slots,
+            }
         return {
             "in_flight_mean": round(statistics.fmean(f for f, _ in inside), 1),
             "waiting_mean": round(statistics.fmean(w for _, w in inside), 1),
-            "all_slots_busy_share": round(
-                sum(f >= WRITE_CONCURRENCY for f, _ in inside) / len(inside), 2
-            ),
+            "all_slots_busy_share": round(sum(f >= self.slots for f, _ in inside) / len(inside), 2),
             "samples": len(inside),
+            "slots": self.slots,
         }
 
     def per_second(self, start: float, end: float) -> float:
@@ -319,7 +329,13 @@ async def bounded(calls: Sequence[Any], limit: int) -> list[Any]:
 
 
 async def baseline(
-    api: Api, namespace: str, gangs: int, plane_pids: dict[str, int], *, jobs: int = 0
+    api: Api,
+    namespace: str,
+    gangs: int,
+    plane_pids: dict[str, int],
+    *,
+    write_concurrency: int,
+    jobs: int = 0,
 ) -> dict[str, Any]:
     """The same pods, created by a plain script (while ``jobs`` PyTorchJobs are submitted)."""
     watch = PodWatch(api, namespace)
@@ -355,12 +371,12 @@ async def baseline(
                 api.request("POST", jobs_path, gang(f"inert-{i:04d}", namespace, 5))
                 for i in range(jobs)
             ],
-            WRITE_CONCURRENCY,
+            SUBMIT_CONCURRENCY,
         )
     )
     results = await bounded(
         [api.request("POST", f"/api/v1/namespaces/{namespace}/pods", p) for p in pods],
-        WRITE_CONCURRENCY,
+        write_concurrency,
     )
     elapsed = time.monotonic() - started
     submitted = await submissions
@@ -383,6 +399,7 @@ async def baseline(
     return {
         "pods": len(pods),
         "jobs_submitted_meanwhile": jobs,
+        "write_concurrency": write_concurrency,
         "pods_per_second": rate,
         "deciles_seconds": deciles,
         "client_seconds": elapsed,
@@ -406,6 +423,7 @@ async def run_controller_phase(
     run_seconds: int,
     spread: int,
     log: Path,
+    write_concurrency: int,
 ) -> dict[str, Any]:
     watch = PodWatch(api, namespace)
     watch_task = asyncio.create_task(watch.run())
@@ -415,7 +433,8 @@ async def run_controller_phase(
     controller = subprocess.Popen(
         [sys.executable, "-m", "torchgate", "controller", "--kubeconfig", str(plane.kubeconfig),
          "--manage-unowned", "--no-leader-elect", "--metrics-bind-address", "127.0.0.1",
-         "--metrics-port", str(metrics_port), "--log-level", "WARNING"],
+         "--metrics-port", str(metrics_port), "--log-level", "WARNING",
+         "--write-concurrency", str(write_concurrency)],
         stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=REPO,
     )  # fmt: skip
     try:
@@ -440,6 +459,7 @@ async def run_controller_phase(
             api,
             {**plane.pids(), "benchmark": os.getpid(), "torchgate controller": controller.pid},
             controller_metrics=f"http://127.0.0.1:{metrics_port}/metrics",
+            slots=write_concurrency,
         )
         sampling = asyncio.create_task(rate_sampler.run())
         cpu_before = cpu_seconds(controller.pid)
@@ -454,7 +474,7 @@ async def run_controller_phase(
             submitted[name] = time.monotonic()
 
         started = time.monotonic()
-        await bounded([submit(i, n) for i, n in enumerate(names)], WRITE_CONCURRENCY)
+        await bounded([submit(i, n) for i, n in enumerate(names)], SUBMIT_CONCURRENCY)
         submit_seconds = time.monotonic() - started
         expected = {n: [f"{n}-master-0"] + [f"{n}-worker-{i}" for i in range(7)] for n in names}
         deadline = time.monotonic() + 1800
@@ -573,11 +593,20 @@ async def one_round(
 ) -> dict[str, Any]:
     """Plain script, plain script while the jobs arrive, then the controller: one round."""
     print(f"round {number}: plain pod creation", file=sys.stderr)
-    base = await baseline(api, "baseline", args.nodes, plane.pids())
+    base = await baseline(
+        api, "baseline", args.nodes, plane.pids(), write_concurrency=args.write_concurrency
+    )
     print(f"  {base['pods_per_second']:.0f} pods/s", file=sys.stderr)
     await asyncio.sleep(5)
     print(f"round {number}: plain pod creation while {args.jobs} jobs arrive", file=sys.stderr)
-    loaded = await baseline(api, "baseline", args.nodes, plane.pids(), jobs=args.jobs)
+    loaded = await baseline(
+        api,
+        "baseline",
+        args.nodes,
+        plane.pids(),
+        write_concurrency=args.write_concurrency,
+        jobs=args.jobs,
+    )
     print(f"  {loaded['pods_per_second']:.0f} pods/s", file=sys.stderr)
     await asyncio.sleep(5)
     print(f"round {number}: controller, {args.jobs} jobs", file=sys.stderr)
@@ -590,6 +619,7 @@ async def one_round(
         run_seconds=args.run_seconds,
         spread=max(args.spread, 1),
         log=workdir / f"controller-{number}.log",
+        write_concurrency=args.write_concurrency,
     )
     print(f"  first wave {ctrl['first_wave_pods_per_second']:.0f} pods/s", file=sys.stderr)
     await clear_namespace(api, "bench")
@@ -696,6 +726,8 @@ async def main_async(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "run_seconds": args.run_seconds,
             "spread": args.spread,
             "rounds": args.rounds,
+            "write_concurrency": args.write_concurrency,
+            "submit_concurrency": SUBMIT_CONCURRENCY,
         },
         "summary": summarise(rounds),
         "rounds": rounds,
@@ -756,7 +788,7 @@ def round_lines(number: int, result: dict[str, Any]) -> list[str]:
         + " ".join(f"{t:.1f}" for t in loaded["deciles_seconds"])
         + "; controller first wave "
         + " ".join(f"{t:.1f}" for t in c["first_wave_deciles_seconds"]),
-        f"  controller creates in the first wave (of {WRITE_CONCURRENCY} slots): "
+        "  controller creates in the first wave: "
         + ", ".join(f"{k} {v}" for k, v in c["controller_creates_first_wave"].items()),
     ]
 
@@ -773,10 +805,18 @@ def main() -> int:
         default=5,
         help="plain, plain with submissions, controller: repeated; ratios are medians over rounds",
     )
+    parser.add_argument(
+        "--write-concurrency",
+        type=int,
+        default=32,
+        help="the controller's --write-concurrency, and the plain script's pod creates at once",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "controller.json")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if args.write_concurrency < 1:
+        parser.error("--write-concurrency must be at least 1")
     with tempfile.TemporaryDirectory(prefix="tg-bench-") as tmp:
         result = asyncio.run(main_async(args, Path(tmp)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -817,7 +857,7 @@ def main() -> int:
         "  controller peak RSS MiB " + figures("controller_peak_rss_mib", ".0f"),
         "  controller creates in the first wave, in flight "
         + figures("controller_creates_in_flight_first_wave", ".1f")
-        + f" of {WRITE_CONCURRENCY}, waiting for a slot "
+        + f" of {result['setup']['write_concurrency']}, waiting for a slot "
         + figures("controller_creates_waiting_first_wave", ".1f"),
         f"  targets: {summary['targets']}",
         f"written to {args.out}",

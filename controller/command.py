@@ -38,6 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers", type=int, default=32, help="concurrent reconciles (default 32)"
     )
+    parser.add_argument(
+        "--write-concurrency",
+        type=int,
+        default=32,
+        help="pod and Service creates (and, separately, deletes) sent at once (default 32)",
+    )
     parser.add_argument("--resync-seconds", type=float, default=300.0)
     parser.add_argument(
         "--starvation-seconds",
@@ -73,9 +79,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the controller."""
     jsonlog.configure(args)
-    if args.workers < 1:
-        print("torchgate controller: --workers must be at least 1", file=sys.stderr)
-        return 2
+    for flag in ("workers", "write_concurrency"):
+        if getattr(args, flag) < 1:
+            name = flag.replace("_", "-")
+            print(f"torchgate controller: --{name} must be at least 1", file=sys.stderr)
+            return 2
     try:
         return asyncio.run(_main(args))
     except (OSError, ValueError) as exc:
@@ -106,7 +114,9 @@ async def _main(args: argparse.Namespace) -> int:
         resync_seconds=args.resync_seconds,
         starvation_seconds=args.starvation_seconds,
         gang_backoff_seconds=args.gang_backoff_seconds,
-        options=Options(manage_unowned=args.manage_unowned),
+        options=Options(
+            manage_unowned=args.manage_unowned, write_concurrency=args.write_concurrency
+        ),
     )
     try:
         return await run_as_leader(
