@@ -77,21 +77,26 @@ class WriteSlots:
         self._semaphore = asyncio.Semaphore(size)
         self._waiting = gauge.labels(write, "waiting")
         self._in_flight = gauge.labels(write, "in_flight")
+        self.pending = 0  # waiting + in flight
 
     @contextlib.asynccontextmanager
     async def take(self) -> AsyncIterator[None]:
         """Hold a slot for one request; wait (counted as waiting) while none is free."""
-        self._waiting.inc()
+        self.pending += 1
         try:
-            await self._semaphore.acquire()
+            self._waiting.inc()
+            try:
+                await self._semaphore.acquire()
+            finally:
+                self._waiting.dec()
+            self._in_flight.inc()
+            try:
+                yield
+            finally:
+                self._in_flight.dec()
+                self._semaphore.release()
         finally:
-            self._waiting.dec()
-        self._in_flight.inc()
-        try:
-            yield
-        finally:
-            self._in_flight.dec()
-            self._semaphore.release()
+            self.pending -= 1
 
 
 def is_ours(job: Mapping[str, Any], options: Options) -> bool:
@@ -203,7 +208,6 @@ class Reconciler:
         # Set while no pod or Service create is in flight; less urgent writes wait for it.
         self.quiet = asyncio.Event()
         self.quiet.set()
-        self._creates_in_flight = 0
         self.events = EventRecorder(api, clock=clock, quiet=self.quiet)
         self._status_written: dict[JobKey, float] = {}
         self.demands = DemandMemo()
@@ -407,7 +411,6 @@ class Reconciler:
         return not self.quiet.is_set()
 
     async def _create(self, resource: Any, namespace: str, body: dict[str, Any]) -> None:
-        self._creates_in_flight += 1
         self.quiet.clear()
         try:
             async with self._creates.take():
@@ -416,8 +419,7 @@ class Reconciler:
                 except AlreadyExists:
                     return
         finally:
-            self._creates_in_flight -= 1
-            if not self._creates_in_flight:
+            if not self._creates.pending:
                 self.quiet.set()
                 for key in list(self.held):
                     self.wake(key)
