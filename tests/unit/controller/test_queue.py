@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from controller.queue import LOW, URGENT, ShutDown, WorkQueue
+from controller.queue import LOW, NORMAL, URGENT, ShutDown, WorkQueue
 
 
 async def test_a_key_is_queued_once_however_many_events_arrive() -> None:
@@ -122,3 +122,72 @@ async def test_a_held_low_key_moved_to_a_faster_lane_is_not_held() -> None:
     queue.add("job", LOW)
     queue.add("job", URGENT)
     assert await asyncio.wait_for(queue.get(LOW, hold_low=lambda: True), 1) == "job"
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_an_add_resumes_one_idle_worker_and_the_others_stay_asleep() -> None:
+    queue: WorkQueue[str] = WorkQueue(hold_recheck=60)
+    looks = 0
+
+    def held() -> bool:  # called each time a worker looks at the (held) low lane
+        nonlocal looks
+        looks += 1
+        return True
+
+    queue.add("waiting-job", LOW)
+    workers = [asyncio.create_task(queue.get(LOW, hold_low=held)) for _ in range(20)]
+    await settle()
+    assert looks == 20
+    assert not any(w.done() for w in workers)
+    queue.add("admitted-job")
+    await settle()
+    done = [w for w in workers if w.done()]
+    assert [w.result() for w in done] == ["admitted-job"]
+    assert looks == 20, "the 19 idle workers were not resumed to find nothing"
+    for worker in workers:
+        worker.cancel()
+
+
+async def test_an_add_wakes_only_a_worker_that_takes_its_lane() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    urgent_only = asyncio.create_task(queue.get(URGENT))
+    await settle()
+    any_lane = asyncio.create_task(queue.get())
+    await settle()
+    queue.add("routine")
+    assert await asyncio.wait_for(any_lane, 1) == "routine"
+    await settle()
+    assert not urgent_only.done(), "an urgent-only worker is not handed a routine key"
+    queue.add("released", URGENT)
+    assert await asyncio.wait_for(urgent_only, 1) == "released"
+
+
+async def test_a_woken_worker_cancelled_before_it_runs_passes_the_wakeup_on() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    first = asyncio.create_task(queue.get())
+    await settle()
+    second = asyncio.create_task(queue.get())
+    await settle()
+    queue.add("job")  # wakes the longest idle worker...
+    first.cancel()  # ...which is cancelled before it takes the key
+    assert await asyncio.wait_for(second, 1) == "job"
+    assert first.cancelled()
+
+
+async def test_shutdown_releases_every_idle_worker_of_every_lane() -> None:
+    queue: WorkQueue[str] = WorkQueue(hold_recheck=60)
+    queue.add("waiting-job", LOW)
+    workers = [
+        asyncio.create_task(queue.get(URGENT)),
+        asyncio.create_task(queue.get(NORMAL)),
+        asyncio.create_task(queue.get(LOW, hold_low=lambda: True)),
+    ]
+    await settle()
+    queue.shut_down()
+    for worker in workers:
+        with pytest.raises(ShutDown):
+            await asyncio.wait_for(worker, 1)
