@@ -1,6 +1,9 @@
-"""``torchgate controller`` refuses nonsensical concurrency flags before it touches the cluster."""
+"""``torchgate controller``: flags refused before it touches the cluster; its process settings."""
 
 from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
 
 import pytest
 
@@ -13,3 +16,27 @@ def test_a_concurrency_below_one_is_refused_naming_the_flag(
 ) -> None:
     assert main(["controller", "--kubeconfig", "/nonexistent", flag, "0"]) == 2
     assert f"{flag} must be at least 1" in capsys.readouterr().err
+
+
+def first_generation_collections_during(allocations: int) -> int:
+    before = gc.get_stats()[0]["collections"]
+    kept = [{"metadata": {"name": str(i)}} for i in range(allocations)]  # like a decoded pod
+    after = gc.get_stats()[0]["collections"]
+    del kept
+    return after - before
+
+
+@pytest.fixture
+def restore_gc_thresholds() -> Iterator[None]:
+    saved = gc.get_threshold()
+    yield
+    gc.set_threshold(*saved)
+
+
+@pytest.mark.usefixtures("restore_gc_thresholds")
+def test_the_controller_process_runs_the_cycle_collector_rarely() -> None:
+    gc.set_threshold(700, 10, 10)  # CPython's default
+    assert first_generation_collections_during(100_000) > 100
+    # The cluster is unreachable: the command ends with 1, after it set up its process.
+    assert main(["controller", "--kubeconfig", "/nonexistent"]) == 1
+    assert first_generation_collections_during(100_000) <= 5
