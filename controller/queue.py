@@ -18,8 +18,9 @@ ones. A worker may pass ``hold_low``: while it returns true, low-lane keys are h
 at most ``low_max_hold`` seconds, so a waiting job's first status is late, never lost.
 
 Waking: each idle worker waits on a future of its own, and an add wakes one worker that may take
-the key's lane, not all of them. With one shared ``asyncio.Event`` every pod event woke all ~36
-idle workers, and all but one went back to sleep: a third of the controller's CPU per watch event.
+the key's lane, not all of them. With one shared ``asyncio.Event`` every pod event resumed all ~36
+idle workers and all but one went back to sleep: at a few hundred pod events a second, that was a
+large share of the controller's CPU on a machine whose cores the apiserver needs.
 """
 
 from __future__ import annotations
