@@ -161,13 +161,14 @@ class WorkQueue(Generic[K]):
                 else:
                     # The hold can end without an add (the pressure went away): look again soon.
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(asyncio.shield(waiter), self.hold_recheck)
+                        await asyncio.wait_for(waiter, self.hold_recheck)
             except asyncio.CancelledError:
                 if waiter.done() and not waiter.cancelled():
                     self._wake_one(waiter.result())  # pass the wakeup on: its key still waits
                 raise
             finally:
-                # Woken waiters were taken off the idle list by whoever woke them.
+                # Woken waiters were taken off the idle list by whoever woke them; a cancelled or
+                # timed-out one is still on it.
                 if waiter.cancelled() or not waiter.done():
                     waiter.cancel()
                     with contextlib.suppress(ValueError):
