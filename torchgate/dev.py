@@ -68,7 +68,7 @@ import yaml
 from torchgate import devcluster
 from torchgate.controlplane import processes
 from torchgate.controlplane.binaries import BinariesUnavailable, ensure_binaries
-from torchgate.controlplane.cluster import ControlPlane, ControlPlaneError, Layout
+from torchgate.controlplane.cluster import ControlPlane, ControlPlaneError, Layout, node_cache_dir
 from torchgate.controlplane.processes import ManagedProcess, is_alive, memory_kib
 
 STATE_FILE: Final = "dev.json"
@@ -76,6 +76,8 @@ DEFAULT_DIR_NAME: Final = ".dev"
 PACKAGE_ROOT: Final = Path(__file__).resolve().parents[1]
 CRD_DIR: Final = PACKAGE_ROOT / "manifests" / "crds"
 SAMPLE_POLICY: Final = PACKAGE_ROOT / "manifests" / "samples" / "dev-placementpolicy.yaml"
+SEEDS_DIR: Final = PACKAGE_ROOT.parent / "shared" / "seeds" / "manifests"
+"""The seed manifests and scripts the real node's images are built from (beside the checkout)."""
 WEBHOOK: Final = "webhook"
 CONTROLLER: Final = "controller"
 EXIT_NOT_FOUND: Final = 3
@@ -141,9 +143,14 @@ class DevLayout:
         """The controller's stdout and stderr."""
         return self.root / "controller.log"
 
+    @property
+    def images_log(self) -> Path:
+        """Progress of the seed images' build for the real node."""
+        return self.root / "images.log"
+
     def logs(self) -> tuple[Path, ...]:
         """What ``down --keep-logs`` and a failed ``up`` keep."""
-        return (self.control_plane.logs, self.webhook_log, self.controller_log)
+        return (self.control_plane.logs, self.webhook_log, self.controller_log, self.images_log)
 
     def owned(self) -> tuple[Path, ...]:
         """Every path a dev cluster writes; ``down`` removes these and nothing else."""
@@ -154,6 +161,7 @@ class DevLayout:
             self.tls,
             self.webhook_log,
             self.controller_log,
+            self.images_log,
         )
 
 
@@ -181,6 +189,7 @@ class DevState:
     webhook: Product | None = None
     controller: Product | None = None
     controller_error: str | None = None
+    images: ManagedProcess | None = None
     pools: tuple[str, ...] = ()
     populated: bool = False
     started_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
@@ -196,6 +205,7 @@ class DevState:
             "webhook": self.webhook.to_json() if self.webhook else None,
             "controller": self.controller.to_json() if self.controller else None,
             "controller_error": self.controller_error,
+            "images": self.images.to_json() if self.images else None,
             "pools": list(self.pools),
             "populated": self.populated,
             "started_at": self.started_at,
@@ -219,7 +229,9 @@ class DevState:
                 raise ValueError(f"unsupported version {raw.get('version')!r}")
             webhook, controller = raw.get("webhook"), raw.get("controller")
             controller_error = raw.get("controller_error")
+            images = raw.get("images")
             return cls(
+                images=ManagedProcess.from_json(images) if images else None,
                 webhook=Product.from_json(webhook) if webhook else None,
                 controller=Product.from_json(controller) if controller else None,
                 controller_error=str(controller_error) if controller_error else None,
@@ -579,6 +591,8 @@ class UpOptions:
     sample_policy: bool = True
     webhook_port: int = 0
     timeout: float = 120.0
+    real_node: bool = True
+    seed_images: bool = True
 
 
 class DevCluster:
@@ -708,7 +722,13 @@ class DevCluster:
             remove_files(self.layout, keep_logs=True)  # leaves no empty DIR behind
             raise DevError(str(error)) from None
         plane = ControlPlane(
-            binaries=binaries, workdir=self.layout.root, startup_timeout=options.timeout
+            binaries=binaries,
+            workdir=self.layout.root,
+            startup_timeout=options.timeout,
+            real_node=options.real_node,
+            # The real node joins the first pool, so the sample policy's nodeSelector sends
+            # CPU jobs there (they fit no fake GPU node better: it has no GPU to spare).
+            node_labels={"pool": options.pools[0].name} if options.pools else None,
         )
         self._report(f"starting the control plane in {self.layout.root}")
         state = DevState(pools=tuple(pool.describe() for pool in options.pools))
@@ -732,6 +752,8 @@ class DevCluster:
                 controller=options.controller,
                 ca_bundle=ca_bundle,
             )
+            if options.real_node and options.seed_images:
+                state = self._start_image_build(state)
         except BaseException as error:
             self._report("start-up failed; stopping what was started (logs are kept)")
             with contextlib.suppress(DevError):
@@ -744,6 +766,51 @@ class DevCluster:
             raise
         self._report(f"up in {time.monotonic() - began:.1f}s")
         return state
+
+    def _start_image_build(self, state: DevState) -> DevState:
+        """Build the seeds' images for the real node in the background (minutes, first time)."""
+        if not SEEDS_DIR.is_dir():
+            self._report(f"no seed manifests in {SEEDS_DIR}: the seed images are not built")
+            return state
+        process = spawn(
+            "images",
+            [sys.executable, "-m", "torchgate", "dev", "images", "--dir", str(self.layout.root)],
+            self.layout.images_log,
+            cwd=self.layout.root,
+        )
+        self._report(
+            "building the seed images (pytorch-demo, kubeflowkatib/pytorch-mnist) in the "
+            f"background: first time several minutes, then seconds; progress in "
+            f"{self.layout.images_log}; wait for them with: torchgate dev images"
+        )
+        state = replace(state, images=process)
+        state.save(self.layout.state)
+        return state
+
+    def build_images(self) -> dict[str, str]:
+        """Build the seeds' images and push them to the real node's registry (cached).
+
+        Raises:
+            DevError: No dev cluster with a real node here, or the build failed.
+        """
+        plane = self._control_plane()
+        if plane is None or plane.registry is None:
+            raise DevError(
+                f"no dev cluster with a real node in {self.layout.root} (torchgate dev up)"
+            )
+        if not SEEDS_DIR.is_dir():
+            raise DevError(f"no seed manifests in {SEEDS_DIR}")
+        from torchgate.node import images
+
+        try:
+            return images.ensure_images(
+                images.seed_images(SEEDS_DIR),
+                registry=plane.registry,
+                cache=node_cache_dir(),
+                report=self._report,
+            )
+        except images.ImageBuildError as error:
+            raise DevError(f"building the seed images: {error}") from None
 
     def _populate(self, plane: ControlPlane, options: UpOptions) -> None:
         """Fake GPU nodes, the CRDs (Established), the sample PlacementPolicy; nodes Ready."""
@@ -894,6 +961,8 @@ class DevCluster:
         return True
 
     def _stop_everything(self, health: Health) -> None:
+        if health.state is not None and health.state.images is not None:
+            stop_process(health.state.images)
         for product in health.state.products() if health.state else []:
             stop_process(product.process)
         if health.control_plane is not None:
@@ -922,6 +991,17 @@ class DevCluster:
         state = health.state or DevState()
         if state.pools:
             lines.append(f"  GPU nodes      {'; '.join(state.pools)}")
+        if plane is not None and plane.node_name is not None:
+            lines.append(
+                f"  real node      {plane.node_name} (containerd, kubelet, CoreDNS; images from "
+                f"{plane.registry})"
+            )
+            if state.images is not None:
+                building = is_alive(state.images)
+                lines.append(
+                    f"  seed images    {'building' if building else 'build finished'}  "
+                    f"(log {self.layout.images_log}; wait: torchgate dev images)"
+                )
         webhook = state.webhook
         if webhook is None:
             lines.append("  webhook        not running")
@@ -1040,6 +1120,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--webhook-port", type=_port, default=0, help="the webhook's port (default: a free one)"
     )
     up.add_argument(
+        "--no-real-node",
+        action="store_true",
+        help="no real node (containerd + kubelet): only fake GPU nodes, nothing really runs",
+    )
+    up.add_argument(
+        "--no-seed-images",
+        action="store_true",
+        help="do not build the seeds' images for the real node in the background",
+    )
+    up.add_argument(
         "--timeout",
         type=_seconds,
         default=120.0,
@@ -1053,6 +1143,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     down.add_argument(
         "--keep-logs", action="store_true", help="keep logs/, webhook.log and controller.log"
+    )
+    actions.add_parser(
+        "images",
+        parents=[common],
+        help="build the seeds' images for the real node (waits for a build in progress)",
+        description="Build pytorch-demo and kubeflowkatib/pytorch-mnist from the seeds and "
+        "push them to the real node's registry; cached on their inputs, so a second run takes "
+        "seconds. Progress goes to stderr.",
     )
     actions.add_parser(
         "status",
@@ -1073,6 +1171,8 @@ def run(args: argparse.Namespace) -> int:
                 return _run_up(dev, args)
             if args.action == "down":
                 return _run_down(dev, keep_logs=args.keep_logs)
+            if args.action == "images":
+                return _run_images(dev)
             return _run_status(dev)
     except DevError as error:
         _to_stderr(f"error: {error}")
@@ -1097,6 +1197,8 @@ def _run_up(dev: DevCluster, args: argparse.Namespace) -> int:
         sample_policy=not args.no_sample_policy,
         webhook_port=args.webhook_port,
         timeout=args.timeout,
+        real_node=not args.no_real_node,
+        seed_images=not args.no_seed_images,
     )
     dev.up(options)
     health = dev.health()
@@ -1104,6 +1206,13 @@ def _run_up(dev: DevCluster, args: argparse.Namespace) -> int:
         print(line, file=sys.stderr)
     print(f"  stop it with: torchgate dev down --dir {dev.layout.root}", file=sys.stderr)
     print(f"export KUBECONFIG={dev.layout.kubeconfig}", flush=True)
+    return 0
+
+
+def _run_images(dev: DevCluster) -> int:
+    built = dev.build_images()
+    for reference, digest in sorted(built.items()):
+        _to_stderr(f"{reference} {digest}")
     return 0
 
 

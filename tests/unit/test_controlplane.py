@@ -583,6 +583,8 @@ def fake_binaries(folder: Path, stages_dir: Path, *, etcd: str) -> Binaries:
         kube_scheduler=executable(folder / "kube-scheduler", never),
         etcd=executable(folder / "etcd", etcd),
         kwok=executable(folder / "kwok", never),
+        kubelet=executable(folder / "kubelet", never),
+        kube_proxy=executable(folder / "kube-proxy", never),
         stages_dir=stages_dir,
     )
 
@@ -660,7 +662,15 @@ def test_kubectl_failure_carries_its_stderr(tmp_path: Path) -> None:
 
 def build_dir(folder: Path) -> Path:
     folder.mkdir()
-    for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kwok"):
+    for name in (
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "etcd",
+        "kwok",
+        "kubelet",
+        "kube-proxy",
+    ):
         executable(folder / name, "exit 0\n")
     (folder / "stages").mkdir()
     return folder

@@ -36,7 +36,7 @@ fi
 mkdir -p "$bin"
 start=$(date +%s)
 
-k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler)
+k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 need_k8s=0
 for b in "${k8s_bins[@]}"; do
     have_version "$bin/$b" "Kubernetes ${K8S_VERSION}" || need_k8s=1
@@ -52,7 +52,9 @@ if [[ $need_k8s == 1 ]]; then
     (cd "$here/k8s" && go build -ldflags "$ldflags" -o "$bin/" \
         k8s.io/kubernetes/cmd/kube-apiserver \
         k8s.io/kubernetes/cmd/kube-controller-manager \
-        k8s.io/kubernetes/cmd/kube-scheduler)
+        k8s.io/kubernetes/cmd/kube-scheduler \
+        k8s.io/kubernetes/cmd/kubelet \
+        k8s.io/kubernetes/cmd/kube-proxy)
     log "built ${k8s_bins[*]} in $(( $(date +%s) - start ))s"
 else
     log "kube-apiserver, kube-controller-manager, kube-scheduler ${K8S_VERSION}: cached"

@@ -1,4 +1,4 @@
-"""Find or build the control-plane binaries (kube-apiserver, KCM, scheduler, etcd, kwok).
+"""Find or build the control-plane binaries (kube-apiserver, KCM, scheduler, etcd, kwok, kubelet).
 
 The build itself lives in ``tools/controlplane/build.sh`` because CI and people call it directly;
 it is idempotent and keyed on the pinned versions, so running it again costs about a second once
@@ -28,8 +28,18 @@ BIN_DIR_ENV = "TORCHGATE_CONTROLPLANE_BIN"
 """Use the binaries in this folder as they are; never run the build."""
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "controlplane" / "build.sh"
+NODE_BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "node" / "build.sh"
+"""Builds the real node's own binaries (CoreDNS); kubelet comes with the control plane's."""
 
-_EXECUTABLES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kwok")
+_EXECUTABLES = (
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "etcd",
+    "kwok",
+    "kubelet",
+    "kube-proxy",
+)
 _TAIL_LINES = 20
 
 
@@ -50,6 +60,8 @@ class Binaries:
     kube_scheduler: Path
     etcd: Path
     kwok: Path
+    kubelet: Path
+    kube_proxy: Path
     stages_dir: Path
 
     @classmethod
@@ -73,6 +85,8 @@ class Binaries:
             kube_scheduler=directory / "kube-scheduler",
             etcd=directory / "etcd",
             kwok=directory / "kwok",
+            kubelet=directory / "kubelet",
+            kube_proxy=directory / "kube-proxy",
             stages_dir=directory / "stages",
         )
 
@@ -111,6 +125,35 @@ def build_binaries(
     Raises:
         BinariesUnavailable: Go is missing, the script is missing, or the build failed.
     """
+    return Binaries.in_directory(run_build_script(script, progress=progress, environ=environ))
+
+
+def ensure_coredns(
+    *, progress: TextIO | None = None, environ: Mapping[str, str] | None = None
+) -> Path:
+    """The real node's CoreDNS executable, built from its Go module on first use (cached).
+
+    Raises:
+        BinariesUnavailable: Go is missing or the build failed.
+    """
+    folder = run_build_script(NODE_BUILD_SCRIPT, progress=progress, environ=environ)
+    coredns = folder / "coredns"
+    if not os.access(coredns, os.X_OK):
+        raise BinariesUnavailable(f"{NODE_BUILD_SCRIPT.name} succeeded but {coredns} is missing")
+    return coredns
+
+
+def run_build_script(
+    script: Path,
+    *,
+    progress: TextIO | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Path:
+    """Run a build script that prints its output folder last on stdout; return that folder.
+
+    Raises:
+        BinariesUnavailable: Go is missing, the script is missing, or the build failed.
+    """
     env = dict(os.environ if environ is None else environ)
     if shutil.which("go", path=env.get("PATH", os.defpath)) is None:
         raise BinariesUnavailable(
@@ -128,12 +171,12 @@ def build_binaries(
     if returncode != 0:
         details = "".join(f"\n  {line}" for line in tail)
         raise BinariesUnavailable(
-            f"building the control plane failed ({script.name} exited with {returncode})"
+            f"building failed ({script.name} exited with {returncode})"
             + (f"; last output:{details}" if details else "; see its output above")
         )
     if not lines or not lines[-1].strip():
         raise BinariesUnavailable(f"{script.name} succeeded but printed no binary folder")
-    return Binaries.in_directory(Path(lines[-1].strip()))
+    return Path(lines[-1].strip())
 
 
 def _run_streaming(

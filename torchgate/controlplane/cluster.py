@@ -60,10 +60,19 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from torchgate.controlplane import kwok, processes
-from torchgate.controlplane.binaries import Binaries, ensure_binaries
+from torchgate.controlplane.binaries import (
+    Binaries,
+    BinariesUnavailable,
+    ensure_binaries,
+    ensure_coredns,
+)
 from torchgate.controlplane.processes import ManagedProcess
+from torchgate.node import config as node_config
+from torchgate.node import runtime as node_runtime
 
 ATTACH_ENV: Final = "TORCHGATE_E2E_KUBECONFIG"
+CACHE_ENV: Final = "TORCHGATE_CACHE_DIR"
+REAL_NODE_NAME: Final = "real-0"
 KUBECTL_ENV: Final = "TORCHGATE_KUBECTL"
 STATE_FILE: Final = "state.json"
 ADMIN_USER: Final = "torchgate-admin"
@@ -183,6 +192,21 @@ class Layout:
         """The apiserver's audit log, one JSON event per line (with ``audit_log=True``)."""
         return self.logs / "audit.log"
 
+    @property
+    def kubelet_client_cert(self) -> Path:
+        """The apiserver's client certificate for kubelets (logs, exec, port-forward)."""
+        return self.pki / "apiserver-kubelet-client.crt"
+
+    @property
+    def kubelet_client_key(self) -> Path:
+        """Its key."""
+        return self.pki / "apiserver-kubelet-client.key"
+
+    @property
+    def node(self) -> Path:
+        """The real node's per-run files (configuration, kubelet root, container state)."""
+        return self.root / "node"
+
     def generated(self) -> tuple[Path, ...]:
         """Everything ``start()`` writes (and wipes before writing again)."""
         return (
@@ -194,6 +218,7 @@ class Layout:
             self.etcd_data,
             self.logs,
             self.state,
+            self.node,
         )
 
 
@@ -241,7 +266,12 @@ def etcd_command(binaries: Binaries, layout: Layout, ports: Ports) -> list[str]:
 
 
 def apiserver_command(
-    binaries: Binaries, layout: Layout, ports: Ports, *, audit: bool = False
+    binaries: Binaries,
+    layout: Layout,
+    ports: Ports,
+    *,
+    audit: bool = False,
+    real_node: bool = False,
 ) -> list[str]:
     """kube-apiserver with token auth, Node+RBAC authorization and the default admission set.
 
@@ -258,6 +288,17 @@ def apiserver_command(
             "--audit-log-maxsize=0",
         ]
         if audit
+        else []
+    )
+    # The real node's kubelet serves logs and exec on its node address; kwok nodes' Hostname
+    # addresses resolve nowhere, so the address types the apiserver tries start with InternalIP.
+    node_flags = (
+        [
+            f"--kubelet-client-certificate={layout.kubelet_client_cert}",
+            f"--kubelet-client-key={layout.kubelet_client_key}",
+            "--kubelet-preferred-address-types=InternalIP,Hostname,ExternalIP",
+        ]
+        if real_node
         else []
     )
     return [
@@ -280,6 +321,7 @@ def apiserver_command(
         # refuses; nothing in a kwok cluster can use it anyway.
         "--endpoint-reconciler-type=none",
         *audit_flags,
+        *node_flags,
     ]
 
 
@@ -431,9 +473,14 @@ def _certificate(
     issuer: tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None,
     extensions: Sequence[tuple[x509.ExtensionType, bool]],
     days: int,
+    *,
+    organization: str | None = None,
 ) -> x509.Certificate:
     now = datetime.datetime.now(datetime.UTC)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, subject)]
+    if organization:
+        attributes.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    name = x509.Name(attributes)
     issuer_name, signing_key = (issuer[0].subject, issuer[1]) if issuer else (name, key)
     builder = (
         x509.CertificateBuilder()
@@ -491,11 +538,28 @@ def write_pki(layout: Layout, *, days: int = 365) -> None:
         ],
         days,
     )
+    kubelet_client_key = ec.generate_private_key(ec.SECP256R1())
+    kubelet_client_cert = _certificate(
+        node_config.APISERVER_KUBELET_CLIENT,
+        kubelet_client_key,
+        (ca_cert, ca_key),
+        [
+            (x509.BasicConstraints(ca=False, path_length=None), True),
+            (_key_usage(cert_sign=False), True),
+            (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), False),
+        ],
+        days,
+        organization="system:masters",
+    )
     service_account_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     _write_private(layout.ca_cert, ca_cert.public_bytes(serialization.Encoding.PEM))
     _write_private(layout.serving_cert, serving_cert.public_bytes(serialization.Encoding.PEM))
     _write_private(layout.serving_key, _private_key_pem(serving_key))
     _write_private(layout.service_account_key, _private_key_pem(service_account_key))
+    _write_private(
+        layout.kubelet_client_cert, kubelet_client_cert.public_bytes(serialization.Encoding.PEM)
+    )
+    _write_private(layout.kubelet_client_key, _private_key_pem(kubelet_client_key))
 
 
 def _key_usage(*, cert_sign: bool) -> x509.KeyUsage:
@@ -541,6 +605,26 @@ def _child_environment() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("KUBECONFIG", None)
     return env
+
+
+def cache_dir() -> Path:
+    """Torchgate's cache root: ``$TORCHGATE_CACHE_DIR``, else ``$XDG_CACHE_HOME/torchgate``."""
+    explicit = os.environ.get(CACHE_ENV)
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "torchgate"
+
+
+def node_cache_dir() -> Path:
+    """What the real node keeps between runs: images (registry and containerd) and its claim."""
+    return cache_dir() / "node"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -616,6 +700,28 @@ def _insecure_context() -> ssl.SSLContext:
     return context
 
 
+def _node_ready(url: str, context: ssl.SSLContext, token: str | None) -> bool:
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=2, context=context) as response:
+            node = json.load(response)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+    conditions = node.get("status", {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def stale_since(workdir: Path) -> float:
+    """When the real node of a dead owner's control plane started (0 when unknown)."""
+    try:
+        raw = json.loads(Layout(workdir).state.read_text(encoding="utf-8"))
+        return float(raw["real_node"]["since"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0.0
+
+
 def _http_ok(url: str, *, context: ssl.SSLContext | None = None, token: str | None = None) -> bool:
     request = urllib.request.Request(url)
     if token:
@@ -647,6 +753,9 @@ class ControlPlane:
         kubectl: str | None = None,
         startup_timeout: float = 120.0,
         audit_log: bool = False,
+        real_node: bool = False,
+        node_name: str = REAL_NODE_NAME,
+        node_labels: Mapping[str, str] | None = None,
     ) -> None:
         """Describe a control plane to start; nothing runs until :meth:`start`.
 
@@ -659,8 +768,19 @@ class ControlPlane:
             startup_timeout: Seconds :meth:`start` waits for everything to be ready.
             audit_log: Make the apiserver log every request to :attr:`audit_log_path`
                 (opt-in: it costs disk and a little latency; RBAC tests read it).
+            real_node: Also start a real node (containerd, CoreDNS, a kubelet named
+                ``node_name``) where pods really run; see :mod:`torchgate.node.runtime`.
+            node_name: The real node's name (and ``kubernetes.io/hostname``).
+            node_labels: Extra labels of the real node (it always has
+                ``torchgate.io/real-node=true``).
         """
         self._audit = audit_log
+        self._real_node = real_node
+        self._node_name = node_name
+        self._node_labels = dict(node_labels or {})
+        self._node_since: float | None = None
+        self._registry: str | None = None
+        self._node_tokens = (secrets.token_urlsafe(32), secrets.token_urlsafe(32))
         self._binaries = binaries
         self._requested_workdir = workdir
         self._workdir: Path | None = None
@@ -731,6 +851,12 @@ class ControlPlane:
             seconds = raw["startup_seconds"]
             plane._startup_seconds = None if seconds is None else float(seconds)
             plane._owns_workdir = bool(raw.get("owns_workdir", False))
+            node = raw.get("real_node")
+            if isinstance(node, Mapping):
+                plane._real_node = True
+                plane._node_name = str(node["name"])
+                plane._node_since = float(node["since"])
+                plane._registry = str(node["registry"]) if node.get("registry") else None
         except FileNotFoundError as error:
             raise ControlPlaneError(f"no control plane state in {workdir}") from error
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
@@ -747,6 +873,16 @@ class ControlPlane:
     def attached(self) -> bool:
         """Whether this wraps an existing cluster rather than processes started here."""
         return self._attached
+
+    @property
+    def registry(self) -> str | None:
+        """``127.0.0.1:<port>`` of the real node's image registry (None without a real node)."""
+        return self._registry
+
+    @property
+    def node_name(self) -> str | None:
+        """The real node's name, when this control plane has one."""
+        return self._node_name if self._real_node else None
 
     @property
     def kubeconfig(self) -> Path:
@@ -950,7 +1086,11 @@ class ControlPlane:
             deadline,
         )
         self._spawn(
-            "kube-apiserver", apiserver_command(binaries, layout, ports, audit=self._audit), layout
+            "kube-apiserver",
+            apiserver_command(
+                binaries, layout, ports, audit=self._audit, real_node=self._real_node
+            ),
+            layout,
         )
         api = ssl.create_default_context(cafile=str(layout.ca_cert))
         self._wait_until(
@@ -979,13 +1119,97 @@ class ControlPlane:
             },
             deadline,
         )
+        if self._real_node:
+            self._start_node(binaries, layout, deadline)
+
+    def _start_node(self, binaries: Binaries, layout: Layout, deadline: float) -> None:
+        """Start the real node's processes in order and wait until the node is Ready."""
+        try:
+            node_binaries = node_runtime.find_binaries(binaries.kubelet, ensure_coredns())
+        except (node_runtime.NodeUnavailable, BinariesUnavailable) as error:
+            raise ControlPlaneError(f"real node: {error}") from error
+        cache = node_cache_dir()
+        paths = node_config.NodePaths(work=layout.node, cache=cache)
+        network = node_config.NodeNetwork()
+        try:
+            stale = node_runtime.claim(cache, layout.root, self._running_in)
+        except node_runtime.NodeUnavailable as error:
+            raise ControlPlaneError(f"real node: {error}") from error
+        if stale is not None:
+            node_runtime.teardown(
+                node_config.NodePaths(work=Layout(stale).node, cache=cache),
+                network,
+                node_binaries.ctr,
+                since=stale_since(stale),
+            )
+        self._node_since = time.time()
+        self._write_state(layout, detached=False)
+        ports = node_runtime.NodePorts(
+            registry=_free_port(),
+            kubelet=_free_port(),
+            kubelet_healthz=_free_port(),
+            dns_health=_free_port(),
+            dns_ready=_free_port(),
+        )
+        self._registry = f"127.0.0.1:{ports.registry}"
+        self._write_state(layout, detached=False)
+        endpoints = node_runtime.NodeEndpoints(
+            server=self.server,
+            ca_file=layout.ca_cert,
+            node_token=self._node_tokens[0],
+            dns_token=self._node_tokens[1],
+        )
+        try:
+            node_runtime.prepare(
+                paths,
+                network,
+                node_binaries,
+                endpoints,
+                ports,
+                registry_storage=cache / "registry",
+            )
+        except node_runtime.NodeUnavailable as error:
+            raise ControlPlaneError(f"real node: {error}") from error
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(node_config.dns_cluster_role()))
+        self._spawn("registry", node_runtime.registry_command(node_binaries, paths), layout)
+        self._spawn("containerd", node_runtime.containerd_command(node_binaries, paths), layout)
+        self._wait_until(
+            {
+                "registry /v2/": lambda: _http_ok(f"http://127.0.0.1:{ports.registry}/v2/"),
+                "containerd": lambda: node_runtime.containerd_ready(node_binaries, paths),
+            },
+            deadline,
+        )
+        node_runtime.ensure_sandbox_image(node_binaries, paths, f"127.0.0.1:{ports.registry}")
+        self._spawn("coredns", node_runtime.coredns_command(node_binaries, paths), layout)
+        self._wait_until(
+            {"coredns /ready": lambda: _http_ok(f"http://127.0.0.1:{ports.dns_ready}/ready")},
+            deadline,
+        )
+        self._spawn(
+            "kubelet",
+            node_runtime.kubelet_command(
+                node_binaries, paths, network, self._node_name, self._node_labels
+            ),
+            layout,
+        )
+        node_url = f"{self.server}/api/v1/nodes/{self._node_name}"
+        api = ssl.create_default_context(cafile=str(layout.ca_cert))
+        self._wait_until(
+            {f"node {self._node_name} Ready": lambda: _node_ready(node_url, api, self._token)},
+            deadline,
+        )
 
     def _write_configuration(self, binaries: Binaries, layout: Layout) -> None:
         token = self._require(self._token, "token")
         write_pki(layout)
-        _write_private(
-            layout.tokens, f'{token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n'.encode()
-        )
+        tokens = [f'{token},{ADMIN_USER},{ADMIN_USER},"system:masters"']
+        if self._real_node:
+            node_token, dns_token = self._node_tokens
+            user = node_config.node_user(self._node_name)
+            tokens.append(f'{node_token},{user},{user},"system:nodes"')
+            tokens.append(f"{dns_token},{node_config.DNS_USER},{node_config.DNS_USER}")
+        _write_private(layout.tokens, "".join(line + "\n" for line in tokens).encode())
         config = admin_kubeconfig(self.server, layout.ca_cert, token)
         _write_private(layout.kubeconfig, yaml.safe_dump(config, sort_keys=False).encode())
         layout.scheduler_config.write_text(
@@ -1053,6 +1277,11 @@ class ControlPlane:
             "owner": None if detached else _this_process(),
             "owns_workdir": self._owns_workdir,
             "processes": [process.to_json() for process in self._processes],
+            "real_node": (
+                {"name": self._node_name, "since": self._node_since, "registry": self._registry}
+                if self._node_since is not None
+                else None
+            ),
         }
         _write_private(layout.state, json.dumps(state, indent=2).encode())
 
@@ -1069,19 +1298,47 @@ class ControlPlane:
             self._atexit_registered = False
         running, self._processes = self._processes, []
         self._release_guard()
+        node = self._node_teardown()
+        if node is not None:  # the kubelet first, or it restarts what the teardown kills
+            kubelets = [p for p in running if p.name == "kubelet"]
+            self._stop_group(kubelets)
+            node()
         for tier in _stop_tiers(running):
-            for process in tier:
-                processes.signal_group(process, signal.SIGTERM)
-            if not processes.wait_gone(tier, _STOP_GRACE_SECONDS, _POLL_SECONDS):
-                for process in tier:
-                    processes.signal_group(process, signal.SIGKILL)
-                processes.wait_gone(tier, _STOP_GRACE_SECONDS, _POLL_SECONDS)
+            self._stop_group(tier)
             for process in tier:
                 processes.reap(process)
+        if node is not None:  # what outlives containerd: shims, mounts, netns, the bridge
+            node()
+            node_runtime.release_claim(node_cache_dir(), self.workdir)
+            self._node_since = None
         if self._workdir is not None:
             Layout(self._workdir).state.unlink(missing_ok=True)
             if self._owns_workdir:
                 shutil.rmtree(self._workdir, ignore_errors=True)
+
+    @staticmethod
+    def _stop_group(group: Sequence[ManagedProcess]) -> None:
+        for process in group:
+            processes.signal_group(process, signal.SIGTERM)
+        if not processes.wait_gone(group, _STOP_GRACE_SECONDS, _POLL_SECONDS):
+            for process in group:
+                processes.signal_group(process, signal.SIGKILL)
+            processes.wait_gone(group, _STOP_GRACE_SECONDS, _POLL_SECONDS)
+
+    def _node_teardown(self) -> Callable[[], None] | None:
+        """The real node's teardown, if one was started (or its start was attempted)."""
+        if self._node_since is None or self._workdir is None:
+            return None
+        paths = node_config.NodePaths(work=Layout(self._workdir).node, cache=node_cache_dir())
+        since = self._node_since
+        ctr = shutil.which("ctr")
+
+        def teardown() -> None:
+            node_runtime.teardown(
+                paths, node_config.NodeNetwork(), Path(ctr) if ctr else None, since=since
+            )
+
+        return teardown
 
     def _release_guard(self) -> None:
         if self._guarding:
