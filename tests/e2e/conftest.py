@@ -16,6 +16,8 @@ import json
 import os
 import secrets
 import ssl
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -55,6 +57,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             config.stash[_BINARIES] = ensure_binaries()
         except BinariesUnavailable as error:
             config.stash[_BINARIES] = error
+        if any(item.get_closest_marker("real_node") for item in session.items):
+            # The seed images' first build (debootstrap, torch's wheels) takes minutes; it runs
+            # here, progress shown, so no test's timeout includes it. Later runs take seconds.
+            subprocess.run([sys.executable, "-m", "torchgate.node.images"], check=False)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -27,6 +27,7 @@ pytestmark = pytest.mark.e2e
 
 SEED_000 = REPO_ROOT.parent / "shared" / "seeds" / "manifests" / "000-pytorch-dist-mnist-nccl.yaml"
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+REAL_NODE = ("registry", "containerd", "coredns", "kubelet")
 
 
 def torchgate_dev(
@@ -103,12 +104,12 @@ def dev_dir(tmp_path: Path, dev_env: dict[str, str]) -> Iterator[Path]:
 def test_dev_up_serves_seed_000_through_the_webhook_and_down_leaves_nothing(
     dev_dir: Path, dev_env: dict[str, str]
 ) -> None:
-    up = torchgate_dev("up", "--dir", str(dev_dir), env=dev_env)
+    up = torchgate_dev("up", "--dir", str(dev_dir), "--no-seed-images", env=dev_env)
 
     assert up.returncode == 0, up.stderr
     assert up.stdout.splitlines() == [f"export KUBECONFIG={dev_dir / 'kubeconfig'}"]
     processes = recorded_processes(dev_dir)
-    assert set(processes) >= {*CONTROL_PLANE, "webhook"}
+    assert set(processes) >= {*CONTROL_PLANE, *REAL_NODE, "webhook"}
     assert still_running(processes) == list(processes)
 
     def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
@@ -153,12 +154,16 @@ def test_dev_up_serves_seed_000_through_the_webhook_and_down_leaves_nothing(
 
     nodes = sorted(
         (n["metadata"]["name"], n["metadata"]["labels"]["pool"], n["status"]["allocatable"])
-        for n in get("nodes", "--selector", "pool")["items"]
+        for n in get("nodes", "--selector", "pool,!torchgate.io/real-node")["items"]
     )
     assert [(name, pool, allocatable["nvidia.com/gpu"]) for name, pool, allocatable in nodes] == [
         *((f"a100-{i}", "a100", "8") for i in range(4)),
         *((f"t4-{i}", "t4", "8") for i in range(2)),
     ]
+    (real_node,) = get("nodes", "--selector", "torchgate.io/real-node=true")["items"]
+    assert real_node["metadata"]["labels"]["pool"] == "a100", "the real node joins the first pool"
+    ready = [c for c in real_node["status"]["conditions"] if c["type"] == "Ready"]
+    assert [c["status"] for c in ready] == ["True"]
     for kind, path in (("mutating", "/mutate"), ("validating", "/validate")):
         (webhook,) = get(f"{kind}webhookconfiguration", "torchgate")["webhooks"]
         assert webhook["clientConfig"]["url"].startswith("https://127.0.0.1:")
@@ -174,7 +179,7 @@ def test_dev_up_serves_seed_000_through_the_webhook_and_down_leaves_nothing(
     )
     assert [c["status"] for c in valid] == ["True"]
 
-    again = torchgate_dev("up", "--dir", str(dev_dir), env=dev_env)
+    again = torchgate_dev("up", "--dir", str(dev_dir), "--no-seed-images", env=dev_env)
     status = torchgate_dev("status", "--dir", str(dev_dir), env=dev_env)
 
     assert again.returncode == 0, again.stderr
