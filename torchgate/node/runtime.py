@@ -33,6 +33,7 @@ import yaml
 
 from torchgate.node import config
 from torchgate.node.config import NodeNetwork, NodePaths
+from torchgate.node.registry import registry_config
 
 CLAIM_FILE: Final = "real-node.json"
 NETNS_DIR: Final = Path("/var/run/netns")
@@ -349,16 +350,6 @@ def prepare(
         encoding="utf-8",
     )
     _write_yaml(paths.work / "registry.yaml", registry_config(registry_storage, ports.registry))
-
-
-def registry_config(storage: Path, port: int) -> dict[str, object]:
-    """The loopback registry's configuration (distribution v2)."""
-    return {
-        "version": 0.1,
-        "log": {"level": "warn"},
-        "storage": {"filesystem": {"rootdirectory": str(storage)}, "delete": {"enabled": True}},
-        "http": {"addr": f"127.0.0.1:{port}"},
-    }
 
 
 def registry_command(binaries: NodeBinaries, paths: NodePaths) -> list[str]:

@@ -1,0 +1,3 @@
+module torchgate.invalid/node/pause
+
+go 1.26

@@ -1,0 +1,1 @@
+"""A real kubelet node for the local cluster: images, runtime, configuration."""
