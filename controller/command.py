@@ -57,6 +57,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=32,
         help="pod and Service creates (and, separately, deletes) sent at once (default 32)",
     )
+    parser.add_argument(
+        "--finish-grace-seconds",
+        type=float,
+        default=5.0,
+        help="when a job succeeds, its still-running pods get this long to end on their own "
+        "(and stay Completed, with their logs) before they are deleted; pending pods and the "
+        "pods of a failed job go at once (default 5)",
+    )
     parser.add_argument("--resync-seconds", type=float, default=300.0)
     parser.add_argument(
         "--starvation-seconds",
@@ -97,6 +105,12 @@ def run(args: argparse.Namespace) -> int:
             name = flag.replace("_", "-")
             print(f"torchgate controller: --{name} must be at least 1", file=sys.stderr)
             return 2
+    if not 0 <= args.finish_grace_seconds <= 3600:
+        print(
+            "torchgate controller: --finish-grace-seconds must be between 0 and 3600",
+            file=sys.stderr,
+        )
+        return 2
     tune_garbage_collector()
     try:
         return asyncio.run(_main(args))
@@ -129,7 +143,9 @@ async def _main(args: argparse.Namespace) -> int:
         starvation_seconds=args.starvation_seconds,
         gang_backoff_seconds=args.gang_backoff_seconds,
         options=Options(
-            manage_unowned=args.manage_unowned, write_concurrency=args.write_concurrency
+            manage_unowned=args.manage_unowned,
+            write_concurrency=args.write_concurrency,
+            finish_grace_seconds=args.finish_grace_seconds,
         ),
     )
     try:

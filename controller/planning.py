@@ -24,9 +24,13 @@ The rules, in order:
    against ``backoffLimit``; each pod records its gang attempt, so stragglers of an older attempt
    are deleted, never adopted.
 6. When the job ends (the Master succeeded, a permanent failure, the backoff limit, or
-   ``activeDeadlineSeconds`` measured from ``startTime``), its remaining pods are deleted at once
-   per ``cleanPodPolicy`` (``None`` only where the admin policy allows it), so GPUs go back to the
-   pool.
+   ``activeDeadlineSeconds`` measured from ``startTime``), its remaining pods are deleted per
+   ``cleanPodPolicy`` (``None`` only where the admin policy allows it), so GPUs go back to the
+   pool: pending pods and every pod of a failed job at once; the running pods of a *succeeded*
+   job after ``finish_grace_seconds``, because the other ranks of a job whose Master just
+   finished are normally finishing too, and a pod deleted in its last second loses its
+   ``Completed`` state and its logs (seen on a real kubelet: seed 003's Worker ends a few
+   milliseconds after its Master).
 
 Timers (deadline, TTL, gang schedule timeout) come back as ``requeue_after``, so they fire on time
 rather than whenever some other event happens to wake the job up.
@@ -69,6 +73,8 @@ class Observed:
         reservation: Pod name -> node the admitter reserved; ``None`` when not admitted.
         wait_reason: The admitter's latest shortfall message for this job, if any.
         gpu_resource: The extended resource that counts as GPUs.
+        finish_grace_seconds: How long the running pods of a succeeded job may take to end on
+            their own before they are deleted (rule 6).
         demands_of: ``job_demands``, or a memo of it (the shell keeps one per job spec: parsing
             every template's requests again on each reconcile of a waiting job is costly).
     """
@@ -82,6 +88,7 @@ class Observed:
     reservation: Mapping[str, str] | None = None
     wait_reason: str | None = None
     gpu_resource: str = names.DEFAULT_GPU_RESOURCE
+    finish_grace_seconds: float = 0.0
     demands_of: Callable[[JobSpec], tuple[PodDemand, ...]] = job_demands
 
 
@@ -387,14 +394,34 @@ def _effective_clean_policy(draft: _Draft) -> str:
 
 
 def _cleanup(draft: _Draft, pods: _Pods) -> None:
-    """Delete what ``cleanPodPolicy`` says a finished job must not keep."""
+    """Delete what ``cleanPodPolicy`` says a finished job must not keep (rule 6)."""
     policy = _effective_clean_policy(draft)
     if policy == "None":
         return
+    grace_left = _finish_grace_left(draft)
     for pod in pods.live:
-        if policy == "All" or st.phase_of(pod) not in FINAL_PHASES:
-            draft.delete_pod(name_of(pod))
+        if policy != "All" and st.phase_of(pod) in FINAL_PHASES:
+            continue
+        if grace_left > 0 and st.phase_of(pod) == "Running":
+            continue
+        draft.delete_pod(name_of(pod))
+    if grace_left > 0 and any(st.phase_of(pod) == "Running" for pod in pods.live):
+        draft.timer(grace_left)
     _delete_services(draft)
+
+
+def _finish_grace_left(draft: _Draft) -> float:
+    """Seconds the running pods of a succeeded job may still end on their own (else 0)."""
+    if draft.observed.finish_grace_seconds <= 0:
+        return 0.0
+    succeeded = st.find_condition(draft.conditions, st.SUCCEEDED)
+    if succeeded is None or succeeded.get("status") != st.TRUE:
+        return 0.0
+    finished = _finished_at(draft)
+    if finished is None:
+        return 0.0
+    grace = timedelta(seconds=draft.observed.finish_grace_seconds)
+    return max(0.0, (finished + grace - draft.now).total_seconds())
 
 
 def _delete_services(draft: _Draft) -> None:

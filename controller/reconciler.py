@@ -63,6 +63,7 @@ class Options:
 
     manage_unowned: bool = False
     write_concurrency: int = 32
+    finish_grace_seconds: float = 5.0
 
 
 class WriteSlots:
@@ -249,6 +250,7 @@ class Reconciler:
             reservation=self.admitter.reservation_for(key, uid),
             wait_reason=self.admitter.wait_reason(key),
             gpu_resource=policy.gpu_resource,
+            finish_grace_seconds=self.options.finish_grace_seconds,
             demands_of=self.demands.function_for(key, job),
         )
         decision = plan(observed)

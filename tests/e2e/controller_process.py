@@ -29,6 +29,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+FINISH_GRACE_SECONDS = 1.0
+"""The e2e controllers' ``--finish-grace-seconds`` (kwok pods never end on their own: short)."""
+
+
 class ControllerProcess:
     """One ``torchgate controller`` process with its log file and metrics port."""
 
@@ -52,6 +56,8 @@ class ControllerProcess:
             str(self.metrics_port),
             "--gang-backoff-seconds",
             "2",
+            "--finish-grace-seconds",
+            str(FINISH_GRACE_SECONDS),
             "--leader-elect" if leader_elect else "--no-leader-elect",
             "--leader-election-namespace",
             "default",

@@ -20,6 +20,7 @@ import yaml
 from tests.builders import container, job
 from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import (
+    FINISH_GRACE_SECONDS,
     ControllerProcess,
     condition,
     create_job,
@@ -142,7 +143,10 @@ def test_seed_jobs_run_to_success_and_their_pods_are_released(
         deleting = not gone and pods_now[f"{name}-worker-0"]["metadata"].get("deletionTimestamp")
         return pods_now if gone or deleting else None
 
-    remaining = cluster.wait_for(worker_released, timeout=10, what="the worker deleted")
+    # The Worker still runs: it gets the controller's finish grace to end on its own first.
+    remaining = cluster.wait_for(
+        worker_released, timeout=FINISH_GRACE_SECONDS + 10, what="the worker deleted"
+    )
     master_done = remaining[f"{name}-master-0"]
     assert master_done["status"]["phase"] == "Succeeded", "finished pods stay for their logs"
     released = remaining.get(f"{name}-worker-0")
@@ -150,7 +154,7 @@ def test_seed_jobs_run_to_success_and_their_pods_are_released(
         delay = parse_time(released["metadata"]["deletionTimestamp"]) - finished_at(master_done)
         # deletionTimestamp = request time + the pod's grace period
         grace = released["metadata"].get("deletionGracePeriodSeconds", 0)
-        assert delay.total_seconds() - grace <= 1.0
+        assert delay.total_seconds() - grace <= FINISH_GRACE_SECONDS + 1.0
     completion = parse_time(done["status"]["completionTime"])
     assert (completion - finished_at(master_done)).total_seconds() <= 1.0
     assert cluster.get("service", f"{name}-master-0", namespace) is None

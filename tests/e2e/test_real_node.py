@@ -173,7 +173,14 @@ def test_seed_004_trains_verbatim_and_the_users_selector_finds_the_master(
             "training.kubeflow.org/replica-index=0"
         )
         found = real.kubectl(
-            "get", "pods", "-n", "kubeflow", "-l", selector, "-o", "jsonpath={.items[*].metadata.name}"
+            "get",
+            "pods",
+            "-n",
+            "kubeflow",
+            "-l",
+            selector,
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
         ).stdout.split()
         assert found == ["pytorch-simple-master-0"]
         log = str(real.kubectl("logs", "-n", "kubeflow", "-l", selector, "--tail=-1").stdout)
@@ -187,12 +194,15 @@ def test_seed_004_trains_verbatim_and_the_users_selector_finds_the_master(
 # ----------------------------------------------------------------------------- env contract
 
 
+# One write(2) per line: two ranks of a pod share its stdout, and print() writes the text and
+# the newline separately, so their lines could interleave.
 ALL_REDUCE = (
-    "import torch, torch.distributed as dist\n"
+    "import os, torch, torch.distributed as dist\n"
     "dist.init_process_group('gloo')\n"
     "t = torch.tensor([dist.get_rank() + 1])\n"
     "dist.all_reduce(t)\n"
-    "print(f'rank {dist.get_rank()} world {dist.get_world_size()} sum {t.item()}', flush=True)\n"
+    "line = f'rank {dist.get_rank()} world {dist.get_world_size()} sum {t.item()}\\n'\n"
+    "os.write(1, line.encode())\n"
     "dist.destroy_process_group()\n"
 )
 
@@ -209,14 +219,12 @@ def test_torchrun_with_nproc_per_node_2_all_reduces_across_8_processes(
 
     real.wait_job(namespace, "ranks", "Succeeded", timeout=300)
 
-    lines = [
-        line
-        for pod in job_pods(real, namespace, "ranks")
-        for line in real.logs(namespace, pod["metadata"]["name"]).splitlines()
-        if line.startswith("rank ")
-    ]
+    logs = "\n".join(
+        real.logs(namespace, pod["metadata"]["name"]) for pod in job_pods(real, namespace, "ranks")
+    )
+    lines = [line for line in logs.splitlines() if line.startswith("rank ")]
     ranks = sorted(int(line.split()[1]) for line in lines)
-    assert ranks == list(range(8))
+    assert ranks == list(range(8)), logs
     assert {line.split(" world ")[1] for line in lines} == {f"8 sum {sum(range(1, 9))}"}
 
 
@@ -252,7 +260,8 @@ def test_master_addr_resolves_in_a_worker_before_the_master_is_ready(
     master_pod = real.pod(namespace, "dns-master-0")
     assert master_pod is not None
     ready = [c for c in master_pod["status"]["conditions"] if c["type"] == "Ready"]
-    assert ready and ready[0]["status"] == "False"
+    assert ready
+    assert ready[0]["status"] == "False"
     log = real.logs(namespace, "dns-worker-0")
     assert f"resolved {master_pod['status']['podIP']}" in log
 
@@ -325,9 +334,7 @@ def test_a_worker_killed_by_sigkill_restarts_the_whole_gang_and_the_retry_succee
     spec["volumes"] = [{"name": "attempts", "hostPath": {"path": str(marker)}}]
     spec["containers"][0]["volumeMounts"] = [{"name": "attempts", "mountPath": "/attempts"}]
     try:
-        real.wait_for(
-            lambda: real.apply(job) is None, timeout=20, what="the policy to take effect"
-        )
+        real.wait_for(lambda: real.apply(job) is None, timeout=20, what="the policy to take effect")
         real.wait_job(namespace, "restart", "Succeeded", timeout=240)
         stored = get_job(real, namespace, "restart")
         assert stored is not None
@@ -339,9 +346,7 @@ def test_a_worker_killed_by_sigkill_restarts_the_whole_gang_and_the_retry_succee
 
 def test_exit_code_1_under_exit_code_policy_fails_the_job(real: RealNodeCluster) -> None:
     namespace = real.new_namespace("exitcode")
-    job = demo_job(
-        "exitcode", namespace, master=sh("sleep 2; exit 1"), restart_policy="ExitCode"
-    )
+    job = demo_job("exitcode", namespace, master=sh("sleep 2; exit 1"), restart_policy="ExitCode")
     real.apply(job)
 
     real.wait_for(
@@ -395,7 +400,8 @@ def test_a_gpu_replica_sees_the_policys_shm_and_an_rdma_container_has_ipc_lock(
         "mounts = [l.split() for l in open('/proc/self/mounts')]\n"
         "shm = [m for m in mounts if m[1] == '/dev/shm'][-1]\n"
         "st = os.statvfs('/dev/shm')\n"
-        "cap = int([l for l in open('/proc/self/status') if l.startswith('CapEff')][0].split()[1], 16)\n"
+        "status = [l.split() for l in open('/proc/self/status')]\n"
+        "cap = int([f[1] for f in status if f[0] == 'CapEff:'][0], 16)\n"
         "print('shm', shm[2], st.f_blocks * st.f_frsize, flush=True)\n"
         "print('ipc_lock', bool(cap >> 14 & 1), flush=True)\n"
     )
@@ -412,9 +418,13 @@ def test_a_gpu_replica_sees_the_policys_shm_and_an_rdma_container_has_ipc_lock(
         def admitted_with_shm() -> bool:
             real.apply(job)
             stored = get_job(real, namespace, "gpu")
-            volumes = stored["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"].get(
-                "volumes", []
-            ) if stored else []
+            volumes = (
+                stored["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"].get(
+                    "volumes", []
+                )
+                if stored
+                else []
+            )
             if not any(v.get("emptyDir", {}).get("sizeLimit") == "256Mi" for v in volumes):
                 real.kubectl("delete", "pytorchjob", "gpu", "-n", namespace, "--wait=true")
                 return False
@@ -437,9 +447,7 @@ def test_release_latency_figures(real: RealNodeCluster) -> None:
     for round_ in range(int(os.environ["TORCHGATE_RELEASE_ROUNDS"])):
         namespace = real.new_namespace(f"rel{round_}")
         real.apply(
-            demo_job(
-                "rel", namespace, master=sh("sleep 2"), worker=sh("sleep 600"), workers=1
-            )
+            demo_job("rel", namespace, master=sh("sleep 2"), worker=sh("sleep 600"), workers=1)
         )
         container = real.wait_for(
             lambda ns=namespace: _running_container(real, ns, "rel-worker-0"), timeout=120

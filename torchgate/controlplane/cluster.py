@@ -339,8 +339,16 @@ def audit_policy() -> dict[str, Any]:
     }
 
 
-def controller_manager_command(binaries: Binaries, layout: Layout, ports: Ports) -> list[str]:
-    """kube-controller-manager with the controllers in :data:`CONTROLLERS`."""
+def controller_manager_command(
+    binaries: Binaries, layout: Layout, ports: Ports, *, real_node: bool = False
+) -> list[str]:
+    """kube-controller-manager with the controllers in :data:`CONTROLLERS`.
+
+    With a real node also the EndpointSlice controller: cluster DNS answers a headless Service's
+    name (the rendezvous master) from its EndpointSlices. Without one nothing reads them, and
+    every pod change of a wave would cost a slice write.
+    """
+    controllers = [*CONTROLLERS, *(["endpointslice-controller"] if real_node else [])]
     return [
         str(binaries.kube_controller_manager),
         f"--kubeconfig={layout.kubeconfig}",
@@ -350,7 +358,7 @@ def controller_manager_command(binaries: Binaries, layout: Layout, ports: Ports)
         # The defaults (20 QPS) throttle garbage collection of thousands of pods on the scale rig.
         "--kube-api-qps=500",
         "--kube-api-burst=1000",
-        f"--controllers={','.join(CONTROLLERS)}",
+        f"--controllers={','.join(controllers)}",
         f"--root-ca-file={layout.ca_cert}",
         f"--service-account-private-key-file={layout.service_account_key}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
@@ -1098,7 +1106,9 @@ class ControlPlane:
             deadline,
         )
         self._spawn(
-            "kube-controller-manager", controller_manager_command(binaries, layout, ports), layout
+            "kube-controller-manager",
+            controller_manager_command(binaries, layout, ports, real_node=self._real_node),
+            layout,
         )
         self._spawn("kube-scheduler", scheduler_command(binaries, layout, ports), layout)
         self._spawn("kwok", kwok_command(binaries, layout, ports), layout)

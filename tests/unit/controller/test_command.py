@@ -18,6 +18,15 @@ def test_a_concurrency_below_one_is_refused_naming_the_flag(
     assert f"{flag} must be at least 1" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value", ["-1", "3601"])
+def test_a_finish_grace_outside_its_range_is_refused(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["controller", "--kubeconfig", "/nonexistent", "--finish-grace-seconds", value]
+    assert main(argv) == 2
+    assert "--finish-grace-seconds must be between 0 and 3600" in capsys.readouterr().err
+
+
 def first_generation_collections_during(allocations: int) -> int:
     before = gc.get_stats()[0]["collections"]
     kept = [{"metadata": {"name": str(i)}} for i in range(allocations)]  # like a decoded pod

@@ -286,6 +286,41 @@ def test_cleanup_of_a_finished_job_is_repeated_until_done() -> None:
     assert result.events == ()
 
 
+def test_running_ranks_of_a_succeeded_job_get_the_finish_grace_and_pending_ones_go_at_once() -> (
+    None
+):
+    world = succeeded_world()
+    first = world.plan(finish_grace_seconds=5)
+    assert first.delete_pods == (W1,), "the pending Worker never started: deleted at once"
+    assert first.requeue_after == pytest.approx(5)
+    assert must(first.status, "Succeeded")["status"] == "True"
+    world.apply(first)
+    world.tick(2)
+    second = world.plan(finish_grace_seconds=5)
+    assert second.delete_pods == ()
+    assert second.requeue_after == pytest.approx(3)
+    world.tick(3)
+    assert world.plan(finish_grace_seconds=5).delete_pods == (W0,)
+
+
+def test_a_rank_that_ends_within_the_finish_grace_stays_completed() -> None:
+    world = succeeded_world()
+    world.apply(world.plan(finish_grace_seconds=5))
+    world.tick(1)
+    world.finish_pod(W0, "Succeeded", exit_code=0)
+    result = world.plan(finish_grace_seconds=5)
+    assert W0 not in result.delete_pods
+    assert result.requeue_after is None
+
+
+def test_the_running_ranks_of_a_failed_job_get_no_finish_grace() -> None:
+    world = running_world(gpu_job("demo", workers=2).run_policy(activeDeadlineSeconds=10))
+    world.tick(20)
+    result = world.plan(finish_grace_seconds=5)
+    assert must(result.status, "Failed")["reason"] == "DeadlineExceeded"
+    assert sorted(result.delete_pods) == sorted(ALL)
+
+
 @pytest.mark.parametrize(
     ("elastic", "phases", "done"),
     [
