@@ -43,16 +43,13 @@ class RealNodeCluster(Cluster):
     def __init__(self, plane: ControlPlane, node: str) -> None:
         super().__init__(plane)
         self.node = node
-        self.node_paths = NodePaths(
-            work=plane.workdir / "node", cache=Path(os.environ.get("HOME", "/root"))
-        )
 
     def logs(self, namespace: str, pod: str) -> str:
         return str(self.kubectl("logs", pod, "--namespace", namespace).stdout)
 
     def running_tasks(self) -> set[str]:
         """IDs of the containers containerd runs right now (its own view, not the API's)."""
-        socket = self.plane.workdir / "node" / "containerd-state" / "containerd.sock"
+        socket = NodePaths(work=self.plane.workdir / "node", cache=Path()).containerd_socket
         listed = subprocess.run(
             ["ctr", "--address", str(socket), "-n", "k8s.io", "tasks", "ls"],
             capture_output=True,

@@ -721,15 +721,6 @@ def _node_ready(url: str, context: ssl.SSLContext, token: str | None) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-def stale_since(workdir: Path) -> float:
-    """When the real node of a dead owner's control plane started (0 when unknown)."""
-    try:
-        raw = json.loads(Layout(workdir).state.read_text(encoding="utf-8"))
-        return float(raw["real_node"]["since"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return 0.0
-
-
 def _http_ok(url: str, *, context: ssl.SSLContext | None = None, token: str | None = None) -> bool:
     request = urllib.request.Request(url)
     if token:
@@ -1079,6 +1070,29 @@ class ControlPlane:
             return False  # no state, or unreadable: nothing we could stop anyway
         return any(processes.is_alive(process) for process in previous._processes)
 
+    @classmethod
+    def _node_owner_running(cls, workdir: Path) -> bool:
+        """Whether the control plane in ``workdir`` still runs for someone.
+
+        One whose owning process died (a test run killed half-way) is an orphan: it is stopped
+        here, real node included, and counts as not running.
+        """
+        if not cls._running_in(workdir):
+            return False
+        try:
+            raw = json.loads(Layout(workdir).state.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return True
+        if (
+            isinstance(raw, Mapping)
+            and not raw.get("detached")
+            and not _owner_is_alive(raw.get("owner"))
+        ):
+            with contextlib.suppress(ControlPlaneError):
+                cls.from_state(workdir).stop()
+            return False
+        return True
+
     def _launch(self, binaries: Binaries, layout: Layout, deadline: float) -> None:
         ports = Ports.pick()
         self._server = f"https://127.0.0.1:{ports.apiserver}"
@@ -1141,18 +1155,19 @@ class ControlPlane:
         cache = node_cache_dir()
         paths = node_config.NodePaths(work=layout.node, cache=cache)
         network = node_config.NodeNetwork()
+        since = time.time()
         try:
-            stale = node_runtime.claim(cache, layout.root, self._running_in)
+            stale = node_runtime.claim(cache, layout.root, since, self._node_owner_running)
         except node_runtime.NodeUnavailable as error:
             raise ControlPlaneError(f"real node: {error}") from error
-        if stale is not None:
+        if stale is not None:  # its owner is gone; what its node left must go first
             node_runtime.teardown(
-                node_config.NodePaths(work=Layout(stale).node, cache=cache),
+                node_config.NodePaths(work=Layout(stale.workdir).node, cache=cache),
                 network,
                 node_binaries.ctr,
-                since=stale_since(stale),
+                since=stale.since,
             )
-        self._node_since = time.time()
+        self._node_since = since
         self._write_state(layout, detached=False)
         ports = node_runtime.NodePorts(
             registry=_free_port(),

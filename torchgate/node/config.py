@@ -66,10 +66,16 @@ class NodeNetwork:
 
 @dataclass(frozen=True, slots=True)
 class NodePaths:
-    """Where one real node keeps its files: ``work`` is per run, ``cache`` survives runs."""
+    """Where one real node keeps its files: ``work`` is per run, ``cache`` survives runs.
+
+    containerd's state (its socket, and its shims' sockets below it) lives in ``run``, a short
+    fixed path: a Unix socket path has at most 107 bytes, which a pytest temp dir exceeds, and
+    there is one real node per machine anyway.
+    """
 
     work: Path
     cache: Path
+    run: Path = Path("/run/torchgate-node")
 
     @property
     def containerd_root(self) -> Path:
@@ -79,7 +85,7 @@ class NodePaths:
     @property
     def containerd_state(self) -> Path:
         """Containerd's runtime state (sockets of shims, mounts of running containers)."""
-        return self.work / "containerd-state"
+        return self.run / "containerd"
 
     @property
     def containerd_socket(self) -> Path:

@@ -93,30 +93,42 @@ def find_binaries(kubelet: Path, coredns: Path) -> NodeBinaries:
 # --------------------------------------------------------------------------- the machine claim
 
 
-def claim(cache: Path, workdir: Path, is_running: Callable[[Path], bool]) -> Path | None:
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Which control plane owns this machine's real node, since when (epoch seconds)."""
+
+    workdir: Path
+    since: float
+
+
+def claim(
+    cache: Path, workdir: Path, since: float, is_running: Callable[[Path], bool]
+) -> Claim | None:
     """Record that the control plane in ``workdir`` owns this machine's real node.
 
     Returns:
-        The work dir of an earlier owner that is gone (its node must be torn down before this
-        one starts), or None.
+        An earlier owner's claim whose control plane is gone: its node's leftovers must be torn
+        down before this one starts. None when there is none.
 
     Raises:
         NodeUnavailable: Another control plane's real node still runs.
     """
     cache.mkdir(parents=True, exist_ok=True)
     path = cache / CLAIM_FILE
-    previous: Path | None = None
+    previous: Claim | None = None
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        previous = Path(str(json.loads(path.read_text(encoding="utf-8"))["workdir"]))
-    if previous is not None and previous != workdir and is_running(previous):
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        previous = Claim(Path(str(raw["workdir"])), float(raw["since"]))
+    if previous is not None and previous.workdir != workdir and is_running(previous.workdir):
         raise NodeUnavailable(
-            f"a real node already runs on this machine, for the control plane in {previous}; "
-            "stop it first (torchgate dev down, or end the test run that started it)"
+            "a real node already runs on this machine, for the control plane in "
+            f"{previous.workdir}; stop it first (torchgate dev down, or end the test run that "
+            "started it)"
         )
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"workdir": str(workdir), "pid": os.getpid()}), encoding="utf-8")
+    tmp.write_text(json.dumps({"workdir": str(workdir), "since": since}), encoding="utf-8")
     tmp.replace(path)
-    return previous if previous is not None and previous != workdir else None
+    return previous if previous is not None and previous.workdir != workdir else None
 
 
 def release_claim(cache: Path, workdir: Path) -> None:
@@ -157,7 +169,7 @@ def teardown(paths: NodePaths, network: NodeNetwork, ctr: Path | None, *, since:
     if ctr is not None and socket.exists():
         _kill_tasks(ctr, socket)
     _kill_shims(socket)
-    for target in _mounts_under((paths.work, paths.containerd_root, NETNS_DIR)):
+    for target in _mounts_under((paths.work, paths.containerd_root, paths.run, NETNS_DIR)):
         if target.parent == NETNS_DIR and not _created_since(target, since):
             continue
         subprocess.run(["umount", "-l", str(target)], capture_output=True, check=False)
@@ -167,6 +179,8 @@ def teardown(paths: NodePaths, network: NodeNetwork, ctr: Path | None, *, since:
     if Path(f"/sys/class/net/{network.bridge}").exists():
         subprocess.run(["ip", "link", "del", network.bridge], capture_output=True, check=False)
     _remove_cgroups("kubepods")
+    if paths.run.is_dir() and not _mounts_under((paths.run,)):
+        shutil.rmtree(paths.run, ignore_errors=True)
     if POD_LOG_LINKS.is_dir():
         for link in POD_LOG_LINKS.iterdir():
             with contextlib.suppress(OSError):

@@ -33,8 +33,9 @@ def test_containerd_keeps_images_in_the_cache_and_state_in_the_work_dir() -> Non
     parsed = containerd()
 
     assert parsed["root"] == "/cache/node/containerd"
-    assert parsed["state"] == "/run/work/containerd-state"
-    assert parsed["grpc"] == {"address": "/run/work/containerd-state/containerd.sock"}
+    assert parsed["state"] == "/run/torchgate-node/containerd"
+    assert parsed["grpc"] == {"address": "/run/torchgate-node/containerd/containerd.sock"}
+    assert len(str(PATHS.containerd_socket)) < 60, "shim sockets below it add ~60 bytes"
 
 
 def test_containerd_uses_cgroupfs_our_sandbox_image_and_the_mirror_config() -> None:
