@@ -132,6 +132,11 @@ def demo_job(
     }
 
 
+# A shell that is PID 1 ignores SIGTERM unless it traps it (as does python without a handler):
+# the kubelet would then wait the pod's whole terminationGracePeriodSeconds before SIGKILL.
+SLEEP_UNTIL_SIGTERM = "trap 'echo got SIGTERM; exit 0' TERM; while true; do sleep 0.2; done"
+
+
 def sh(script: str) -> list[str]:
     return ["sh", "-c", script]
 
@@ -272,7 +277,7 @@ def test_workers_are_stopped_for_real_when_the_master_succeeds(real: RealNodeClu
         "release",
         namespace,
         master=sh("sleep 3"),
-        worker=sh("trap 'echo got SIGTERM; exit 0' TERM; while true; do sleep 0.2; done"),
+        worker=sh(SLEEP_UNTIL_SIGTERM),
         workers=2,
     )
     real.apply(job)
@@ -443,9 +448,7 @@ def test_release_latency_figures(real: RealNodeCluster) -> None:
     samples = []
     for round_ in range(int(os.environ["TORCHGATE_RELEASE_ROUNDS"])):
         namespace = real.new_namespace(f"rel{round_}")
-        real.apply(
-            demo_job("rel", namespace, master=sh("sleep 2"), worker=sh("sleep 600"), workers=1)
-        )
+        real.apply(demo_job("rel", namespace, master=sh("sleep 2"), worker=sh(SLEEP_UNTIL_SIGTERM)))
         container = real.wait_for(
             lambda ns=namespace: _running_container(real, ns, "rel-worker-0"), timeout=120
         )
