@@ -437,7 +437,7 @@ def _owned_services(draft: _Draft) -> list[Mapping[str, Any]]:
 
 def _plan_finished(draft: _Draft, pods: _Pods) -> None:
     _cleanup(draft, pods)
-    _plan_ttl(draft)
+    _plan_ttl(draft, pods)
 
 
 def _finished_at(draft: _Draft) -> datetime | None:
@@ -451,12 +451,20 @@ def _finished_at(draft: _Draft) -> datetime | None:
     return None
 
 
-def _plan_ttl(draft: _Draft) -> None:
+def _plan_ttl(draft: _Draft, pods: _Pods) -> None:
+    """Delete the job ``ttlSecondsAfterFinished`` after it ended, never inside the finish grace.
+
+    Deleting the job deletes its pods (garbage collection), so a TTL shorter than the finish
+    grace would take the still-finishing ranks with it: it waits for the grace instead.
+    """
     ttl = draft.job.run_policy.ttl_seconds_after_finished
     finished = _finished_at(draft)
     if ttl is None or ttl < 0 or finished is None or draft.job.run_policy.suspend:
         return
     remaining = (finished + timedelta(seconds=ttl) - draft.now).total_seconds()
+    grace_left = _finish_grace_left(draft)
+    if grace_left > 0 and any(st.phase_of(pod) == "Running" for pod in pods.live):
+        remaining = max(remaining, grace_left)
     if remaining <= 0:
         draft.delete_job = True
     else:
@@ -494,7 +502,7 @@ def _finish(
             replica["succeeded"] += replica["active"]
             replica["active"] = 0
     draft.replica_statuses = counts
-    _plan_ttl(draft)
+    _plan_ttl(draft, pods)
 
 
 # ------------------------------------------------------------------ suspended jobs

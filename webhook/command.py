@@ -3,7 +3,11 @@
 Policy source, in order: ``--kubeconfig`` (watch the cluster's PlacementPolicies), ``--policy``
 files without a kubeconfig (no cluster needed, files reloaded on change), the in-cluster service
 account when running in a pod, else the built-in default policy only (said loudly at startup).
-SIGTERM/SIGINT stop intake and let in-flight reviews finish.
+On SIGTERM/SIGINT it keeps answering for ``--shutdown-delay-seconds`` (``/readyz`` says 503),
+then stops intake and lets in-flight reviews finish. Why the delay: a deleted pod leaves its
+Service's endpoints a moment after it is told to stop (the EndpointSlice update, then each
+node's kube-proxy), and with ``failurePolicy: Fail`` every review routed to it in that moment would
+fail a user's ``kubectl apply`` while the other replica was there to answer.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from aiohttp import web
 
 from pytorchjob import jsonlog
 from webhook.policysource import ClusterPolicies, FilePolicies, PolicyCache
-from webhook.server import MAX_BODY_BYTES, Metrics, ReloadingTLS, create_app
+from webhook.server import DRAINING, MAX_BODY_BYTES, Metrics, ReloadingTLS, create_app
 
 log = logging.getLogger("torchgate.webhook")
 
@@ -49,6 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds between checks of the certificate and policy files (default 10)",
     )
     parser.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES)
+    parser.add_argument(
+        "--shutdown-delay-seconds",
+        type=float,
+        default=0.0,
+        help="after SIGTERM keep answering this long (readyz 503) while the pod leaves its "
+        "Service's endpoints, then stop (default 0; the manifests set 5)",
+    )
     jsonlog.add_arguments(parser)
 
 
@@ -91,6 +102,10 @@ async def _serve(args: argparse.Namespace, tls: ReloadingTLS) -> None:
         loop.add_signal_handler(signum, stop.set)
     try:
         await stop.wait()
+        if args.shutdown_delay_seconds > 0:
+            log.info("draining: answering for %.0fs more", args.shutdown_delay_seconds)
+            app[DRAINING].set()
+            await asyncio.sleep(args.shutdown_delay_seconds)
     finally:
         log.info("shutting down")
         for task in tasks:

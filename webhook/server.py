@@ -25,7 +25,7 @@ import ssl
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from aiohttp import web
@@ -75,6 +75,10 @@ class Metrics:
         )
 
 
+DRAINING: Final = web.AppKey("draining", asyncio.Event)
+"""Set once the server was told to stop: ``/readyz`` answers 503, reviews are still answered."""
+
+
 def create_app(
     cache: PolicyCache,
     *,
@@ -86,7 +90,10 @@ def create_app(
     metrics = metrics or Metrics()
     # aiohttp would answer 413 for an oversize body; we check the size ourselves to answer 400.
     app = web.Application(client_max_size=max_body_bytes + 1)
+    draining = asyncio.Event()
+    app[DRAINING] = draining
     routes = _Routes(cache, metrics, max_body_bytes, server_timing=server_timing)
+    routes.draining = draining
     app.router.add_post("/mutate", routes.mutate)
     app.router.add_post("/validate", routes.validate)
     app.router.add_get("/healthz", routes.healthz)
@@ -103,6 +110,7 @@ class _Routes:
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.server_timing = server_timing
+        self.draining = asyncio.Event()
         # labels() takes a lock and builds a key on every call: resolve the children once.
         self._counted = {
             (route, outcome): metrics.reviews.labels(route, outcome)
@@ -166,6 +174,8 @@ class _Routes:
         return web.Response(text="ok\n")
 
     async def readyz(self, _: web.Request) -> web.Response:
+        if self.draining.is_set():
+            return web.Response(status=503, text="shutting down\n")
         if not self.cache.synced.is_set():
             return web.Response(status=503, text="policies not loaded yet\n")
         return web.Response(text="ok\n")

@@ -49,7 +49,7 @@ def make_certs(directory: Path, *extra: str) -> None:
 
 
 class Server:
-    def __init__(self, tls: Path, policy_file: Path) -> None:
+    def __init__(self, tls: Path, policy_file: Path, *extra: str) -> None:
         self.tls = tls
         self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
@@ -71,6 +71,7 @@ class Server:
             str(policy_file),
             "--reload-interval",
             "0.2",
+            *extra,
         ]
         env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
         self._log_file = self.log.open("w")
@@ -312,3 +313,35 @@ def test_certificate_is_reloaded_without_restart(server: Server) -> None:
     assert server.process.poll() is None
     status, _ = asyncio.run(post(server, "/validate", review(gpu_job().build())))
     assert status == 200
+
+
+async def test_after_sigterm_it_answers_reviews_for_the_shutdown_delay_then_exits(
+    tmp_path: Path,
+) -> None:
+    make_certs(tmp_path)
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(yaml.safe_dump(POLICY))
+    draining = Server(tmp_path, policy_file, "--shutdown-delay-seconds", "3")
+    try:
+        assert (await get(draining, "/readyz"))[0] == 200
+        began = time.monotonic()
+        draining.process.send_signal(signal.SIGTERM)
+        await asyncio.sleep(0.5)
+
+        assert (await get(draining, "/readyz"))[0] == 503
+        status, body = await post(draining, "/validate", review(load_seed("003-torchrun-cpu.yaml")))
+        assert status == 200
+        assert body["response"]["allowed"] is True
+        assert draining.process.wait(timeout=10) == 0
+        assert time.monotonic() - began >= 3
+    finally:
+        draining.process.kill()
+        draining.stop()
+
+
+async def get(server: Server, route: str) -> tuple[int, str]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(server.url + route, ssl=server.ssl_context()) as response,
+    ):
+        return response.status, await response.text()

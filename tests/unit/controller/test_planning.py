@@ -313,6 +313,18 @@ def test_a_rank_that_ends_within_the_finish_grace_stays_completed() -> None:
     assert result.requeue_after is None
 
 
+def test_a_ttl_shorter_than_the_finish_grace_waits_for_it() -> None:
+    world = succeeded_world(gpu_job("demo", workers=2).run_policy(ttlSecondsAfterFinished=0))
+    first = world.plan(finish_grace_seconds=5)
+    assert not first.delete_job
+    assert first.requeue_after == pytest.approx(5)
+    world.apply(first)
+    world.tick(5)
+    last = world.plan(finish_grace_seconds=5)
+    assert last.delete_job
+    assert last.delete_pods == (W0,)
+
+
 def test_the_running_ranks_of_a_failed_job_get_no_finish_grace() -> None:
     world = running_world(gpu_job("demo", workers=2).run_policy(activeDeadlineSeconds=10))
     world.tick(20)
