@@ -131,3 +131,11 @@ def test_a_killed_owners_node_is_torn_down_by_the_next_start_and_a_stop_leaves_n
 
     assert processes_mentioning(str(second)) == []
     assert not bridge_exists()
+    assert "KUBE-" not in iptables_rules(), "kubelet's and kube-proxy's chains are removed"
+
+
+def iptables_rules() -> str:
+    return "".join(
+        subprocess.run([save], capture_output=True, text=True, check=False).stdout
+        for save in ("iptables-save", "ip6tables-save")
+    )

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the local real node runs on, when any is missing: containerd and
 # runc (the container runtime), the CNI plugins (the pod bridge), docker-registry (the loopback
-# image registry), debootstrap (the images' root filesystem) and iproute2. Needs root (apt-get);
-# a machine that has them all needs nothing.
+# image registry), debootstrap (the images' root filesystem), buildah (torchgate's own image,
+# built from the Dockerfile), iproute2 and iptables (kube-proxy). Needs root (apt-get); a machine
+# that has them all needs nothing.
 set -euo pipefail
-packages=(containerd runc containernetworking-plugins docker-registry debootstrap iproute2)
+packages=(
+    containerd runc containernetworking-plugins docker-registry debootstrap buildah iproute2 iptables
+)
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" \

@@ -92,6 +92,13 @@ CONTROLLERS: Final = (
     "node-lifecycle-controller",
 )
 
+REAL_NODE_CONTROLLERS: Final = (
+    "endpointslice-controller",
+    "deployment-controller",
+    "replicaset-controller",
+    "disruption-controller",
+)
+
 _STATE_VERSION = 1
 _POLL_SECONDS = 0.05
 _STOP_GRACE_SECONDS = 5.0
@@ -290,8 +297,13 @@ def apiserver_command(
         if audit
         else []
     )
+    # With a real node the apiserver listens on the node address (the pod bridge's own address),
+    # so pods reach it through the "kubernetes" Service (kube-proxy), and only this machine does;
+    # its endpoint is reconciled as usual. Without one it listens on loopback, and the Service
+    # would get a loopback endpoint, which endpoint validation refuses: no reconciler then.
     # The real node's kubelet serves logs and exec on its node address; kwok nodes' Hostname
     # addresses resolve nowhere, so the address types the apiserver tries start with InternalIP.
+    address = node_config.NodeNetwork().gateway if real_node else "127.0.0.1"
     node_flags = (
         [
             f"--kubelet-client-certificate={layout.kubelet_client_cert}",
@@ -299,13 +311,13 @@ def apiserver_command(
             "--kubelet-preferred-address-types=InternalIP,Hostname,ExternalIP",
         ]
         if real_node
-        else []
+        else ["--endpoint-reconciler-type=none"]
     )
     return [
         str(binaries.kube_apiserver),
         f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
-        "--bind-address=127.0.0.1",
-        "--advertise-address=127.0.0.1",
+        f"--bind-address={address}",
+        f"--advertise-address={address}",
         f"--secure-port={ports.apiserver}",
         f"--tls-cert-file={layout.serving_cert}",
         f"--tls-private-key-file={layout.serving_key}",
@@ -317,9 +329,6 @@ def apiserver_command(
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         # Privileged pods are the webhook's decision (PlacementPolicy.allowPrivileged).
         "--allow-privileged=true",
-        # The "kubernetes" Service would get a loopback endpoint, which endpoint validation
-        # refuses; nothing in a kwok cluster can use it anyway.
-        "--endpoint-reconciler-type=none",
         *audit_flags,
         *node_flags,
     ]
@@ -344,11 +353,13 @@ def controller_manager_command(
 ) -> list[str]:
     """kube-controller-manager with the controllers in :data:`CONTROLLERS`.
 
-    With a real node also the EndpointSlice controller: cluster DNS answers a headless Service's
-    name (the rendezvous master) from its EndpointSlices. Without one nothing reads them, and
-    every pod change of a wave would cost a slice write.
+    With a real node also the controllers of what can run there: EndpointSlices (cluster DNS
+    answers a headless Service's name, the rendezvous master, from them; kube-proxy routes
+    Services by them), Deployments, ReplicaSets and PodDisruptionBudgets (torchgate installed in
+    the cluster). Without a real node nothing reads slices, and every pod change of a wave would
+    cost a slice write.
     """
-    controllers = [*CONTROLLERS, *(["endpointslice-controller"] if real_node else [])]
+    controllers = [*CONTROLLERS, *(REAL_NODE_CONTROLLERS if real_node else ())]
     return [
         str(binaries.kube_controller_manager),
         f"--kubeconfig={layout.kubeconfig}",
@@ -522,6 +533,7 @@ def write_pki(layout: Layout, *, days: int = 365) -> None:
     service_ip = next(ipaddress.IPv4Network(SERVICE_CIDR).hosts())
     names: list[x509.GeneralName] = [
         x509.IPAddress(ipaddress.IPv4Address("127.0.0.1")),
+        x509.IPAddress(ipaddress.IPv4Address(node_config.NodeNetwork().gateway)),
         x509.IPAddress(service_ip),
         x509.DNSName("localhost"),
         *(
@@ -779,7 +791,8 @@ class ControlPlane:
         self._node_labels = dict(node_labels or {})
         self._node_since: float | None = None
         self._registry: str | None = None
-        self._node_tokens = (secrets.token_urlsafe(32), secrets.token_urlsafe(32))
+        self._kube_proxy: Path | None = None
+        self._node_tokens = tuple(secrets.token_urlsafe(32) for _ in range(3))
         self._binaries = binaries
         self._requested_workdir = workdir
         self._workdir: Path | None = None
@@ -856,6 +869,7 @@ class ControlPlane:
                 plane._node_name = str(node["name"])
                 plane._node_since = float(node["since"])
                 plane._registry = str(node["registry"]) if node.get("registry") else None
+                plane._kube_proxy = Path(node["kube_proxy"]) if node.get("kube_proxy") else None
         except FileNotFoundError as error:
             raise ControlPlaneError(f"no control plane state in {workdir}") from error
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
@@ -1095,12 +1109,23 @@ class ControlPlane:
 
     def _launch(self, binaries: Binaries, layout: Layout, deadline: float) -> None:
         ports = Ports.pick()
-        self._server = f"https://127.0.0.1:{ports.apiserver}"
+        node_binaries: node_runtime.NodeBinaries | None = None
+        if self._real_node:
+            try:
+                node_binaries = node_runtime.find_binaries(
+                    binaries.kubelet, binaries.kube_proxy, ensure_coredns()
+                )
+            except (node_runtime.NodeUnavailable, BinariesUnavailable) as error:
+                raise ControlPlaneError(f"real node: {error}") from error
+        address = node_config.NodeNetwork().gateway if self._real_node else "127.0.0.1"
+        self._server = f"https://{address}:{ports.apiserver}"
         self._token = secrets.token_urlsafe(32)
         self._ca_file = layout.ca_cert
         self._kubeconfig = layout.kubeconfig
         self._write_configuration(binaries, layout)
         layout.logs.mkdir(parents=True, exist_ok=True)
+        if node_binaries is not None:  # the apiserver listens on the node address: bridge first
+            self._claim_node(layout, node_binaries)
 
         self._spawn("etcd", etcd_command(binaries, layout, ports), layout)
         self._wait_until(
@@ -1143,35 +1168,46 @@ class ControlPlane:
             },
             deadline,
         )
-        if self._real_node:
-            self._start_node(binaries, layout, deadline)
+        if node_binaries is not None:
+            self._start_node(node_binaries, layout, deadline)
 
-    def _start_node(self, binaries: Binaries, layout: Layout, deadline: float) -> None:
-        """Start the real node's processes in order and wait until the node is Ready."""
-        try:
-            node_binaries = node_runtime.find_binaries(binaries.kubelet, ensure_coredns())
-        except (node_runtime.NodeUnavailable, BinariesUnavailable) as error:
-            raise ControlPlaneError(f"real node: {error}") from error
+    def _claim_node(self, layout: Layout, node_binaries: node_runtime.NodeBinaries) -> None:
+        """Take this machine's real node, clear what a dead earlier owner left, make the bridge."""
         cache = node_cache_dir()
-        paths = node_config.NodePaths(work=layout.node, cache=cache)
         network = node_config.NodeNetwork()
         since = time.time()
         try:
             stale = node_runtime.claim(cache, layout.root, since, self._node_owner_running)
         except node_runtime.NodeUnavailable as error:
             raise ControlPlaneError(f"real node: {error}") from error
+        self._node_since = since
+        self._kube_proxy = node_binaries.kube_proxy
+        self._write_state(layout, detached=False)
         if stale is not None:  # its owner is gone; what its node left must go first
             node_runtime.teardown(
                 node_config.NodePaths(work=Layout(stale.workdir).node, cache=cache),
                 network,
-                node_binaries.ctr,
                 since=stale.since,
+                ctr=node_binaries.ctr,
+                kube_proxy=node_binaries.kube_proxy,
             )
-        self._node_since = since
-        self._write_state(layout, detached=False)
+        try:
+            node_runtime.ensure_bridge(network)
+        except node_runtime.NodeUnavailable as error:
+            raise ControlPlaneError(f"real node: {error}") from error
+
+    def _start_node(
+        self, node_binaries: node_runtime.NodeBinaries, layout: Layout, deadline: float
+    ) -> None:
+        """Start the real node's processes in order and wait until the node is Ready."""
+        cache = node_cache_dir()
+        paths = node_config.NodePaths(work=layout.node, cache=cache)
+        network = node_config.NodeNetwork()
         ports = node_runtime.NodePorts(
             registry=_free_port(),
             kubelet=_free_port(),
+            kube_proxy_healthz=_free_port(),
+            kube_proxy_metrics=_free_port(),
             kubelet_healthz=_free_port(),
             dns_health=_free_port(),
             dns_ready=_free_port(),
@@ -1183,6 +1219,7 @@ class ControlPlane:
             ca_file=layout.ca_cert,
             node_token=self._node_tokens[0],
             dns_token=self._node_tokens[1],
+            proxy_token=self._node_tokens[2],
         )
         try:
             node_runtime.prepare(
@@ -1191,6 +1228,7 @@ class ControlPlane:
                 node_binaries,
                 endpoints,
                 ports,
+                node_name=self._node_name,
                 registry_storage=cache / "registry",
             )
         except node_runtime.NodeUnavailable as error:
@@ -1218,10 +1256,16 @@ class ControlPlane:
             ),
             layout,
         )
+        self._spawn("kube-proxy", node_runtime.kube_proxy_command(node_binaries, paths), layout)
         node_url = f"{self.server}/api/v1/nodes/{self._node_name}"
         api = ssl.create_default_context(cafile=str(layout.ca_cert))
         self._wait_until(
-            {f"node {self._node_name} Ready": lambda: _node_ready(node_url, api, self._token)},
+            {
+                f"node {self._node_name} Ready": lambda: _node_ready(node_url, api, self._token),
+                "kube-proxy /healthz": lambda: _http_ok(
+                    f"http://127.0.0.1:{ports.kube_proxy_healthz}/healthz"
+                ),
+            },
             deadline,
         )
 
@@ -1230,10 +1274,12 @@ class ControlPlane:
         write_pki(layout)
         tokens = [f'{token},{ADMIN_USER},{ADMIN_USER},"system:masters"']
         if self._real_node:
-            node_token, dns_token = self._node_tokens
+            node_token, dns_token, proxy_token = self._node_tokens
             user = node_config.node_user(self._node_name)
+            proxy = node_config.KUBE_PROXY_USER
             tokens.append(f'{node_token},{user},{user},"system:nodes"')
             tokens.append(f"{dns_token},{node_config.DNS_USER},{node_config.DNS_USER}")
+            tokens.append(f"{proxy_token},{proxy},{proxy}")
         _write_private(layout.tokens, "".join(line + "\n" for line in tokens).encode())
         config = admin_kubeconfig(self.server, layout.ca_cert, token)
         _write_private(layout.kubeconfig, yaml.safe_dump(config, sort_keys=False).encode())
@@ -1303,7 +1349,12 @@ class ControlPlane:
             "owns_workdir": self._owns_workdir,
             "processes": [process.to_json() for process in self._processes],
             "real_node": (
-                {"name": self._node_name, "since": self._node_since, "registry": self._registry}
+                {
+                    "name": self._node_name,
+                    "since": self._node_since,
+                    "registry": self._registry,
+                    "kube_proxy": str(self._kube_proxy) if self._kube_proxy else None,
+                }
                 if self._node_since is not None
                 else None
             ),
@@ -1357,10 +1408,15 @@ class ControlPlane:
         paths = node_config.NodePaths(work=Layout(self._workdir).node, cache=node_cache_dir())
         since = self._node_since
         ctr = shutil.which("ctr")
+        kube_proxy = self._kube_proxy
 
         def teardown() -> None:
             node_runtime.teardown(
-                paths, node_config.NodeNetwork(), Path(ctr) if ctr else None, since=since
+                paths,
+                node_config.NodeNetwork(),
+                since=since,
+                ctr=Path(ctr) if ctr else None,
+                kube_proxy=kube_proxy,
             )
 
         return teardown

@@ -37,11 +37,17 @@ from typing import Any, Final
 REGISTRY_ALIAS: Final = "registry.torchgate.local"
 """A registry name of our own, served by the loopback registry (the ``pause`` image lives here)."""
 
-MIRRORED_REGISTRIES: Final = ("docker.io", REGISTRY_ALIAS)
+EXAMPLE_REGISTRY: Final = "registry.example.com"
+"""README's install steps push and name ``registry.example.com/torchgate``; on the local node it is
+the loopback registry too, so those steps run as written (``example.com`` is reserved for
+documentation: no real registry is shadowed)."""
+MIRRORED_REGISTRIES: Final = ("docker.io", REGISTRY_ALIAS, EXAMPLE_REGISTRY)
 SANDBOX_IMAGE: Final = f"{REGISTRY_ALIAS}/pause:3.10"
 CLUSTER_DOMAIN: Final = "cluster.local"
 REAL_NODE_LABEL: Final = "torchgate.io/real-node"
 DNS_USER: Final = "torchgate-local-dns"
+KUBE_PROXY_USER: Final = "system:kube-proxy"
+"""The user the built-in ClusterRoleBinding ``system:node-proxier`` grants kube-proxy's rights."""
 APISERVER_KUBELET_CLIENT: Final = "kube-apiserver-kubelet-client"
 
 
@@ -141,6 +147,16 @@ class NodePaths:
     def dns_kubeconfig(self) -> Path:
         """CoreDNS's kubeconfig (identity :data:`DNS_USER`)."""
         return self.work / "coredns.kubeconfig"
+
+    @property
+    def kube_proxy_config(self) -> Path:
+        """The KubeProxyConfiguration file."""
+        return self.work / "kube-proxy.yaml"
+
+    @property
+    def kube_proxy_kubeconfig(self) -> Path:
+        """kube-proxy's kubeconfig (identity ``system:kube-proxy``)."""
+        return self.work / "kube-proxy.kubeconfig"
 
     @property
     def logs(self) -> Path:
@@ -293,6 +309,43 @@ def kubelet_configuration(
         "shutdownGracePeriod": "0s",
         # The default (-999) cannot be set without CAP_SYS_RESOURCE, which this machine withholds.
         "oomScoreAdj": 0,
+    }
+
+
+def kube_proxy_configuration(
+    network: NodeNetwork,
+    kubeconfig: Path,
+    node_name: str,
+    *,
+    healthz_port: int,
+    metrics_port: int,
+) -> dict[str, Any]:
+    """kube-proxy in iptables mode, changing no kernel setting and opening nothing outside.
+
+    It routes ClusterIP Services on this machine: pods reach the apiserver through the
+    ``kubernetes`` Service and the apiserver reaches in-cluster webhooks through theirs. The
+    conntrack sizes and timeouts are left as the kernel has them (0 = do not touch), NodePorts
+    listen only on the node address, never on loopback (no ``route_localnet``) or another
+    interface.
+    """
+    return {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "mode": "iptables",
+        "clientConnection": {"kubeconfig": str(kubeconfig)},
+        "hostnameOverride": node_name,
+        "clusterCIDR": network.subnet,
+        "detectLocalMode": "ClusterCIDR",
+        "healthzBindAddress": f"127.0.0.1:{healthz_port}",
+        "metricsBindAddress": f"127.0.0.1:{metrics_port}",
+        "nodePortAddresses": [f"{network.gateway}/32"],
+        "iptables": {"localhostNodePorts": False, "masqueradeAll": False},
+        "conntrack": {
+            "maxPerCore": 0,
+            "min": 0,
+            "tcpEstablishedTimeout": "0s",
+            "tcpCloseWaitTimeout": "0s",
+        },
     }
 
 

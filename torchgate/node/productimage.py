@@ -261,6 +261,7 @@ def build_product_image(
     cache: Path,
     report: Callable[[str], None],
     context: Path = REPO_ROOT,
+    tags: Sequence[str] = (DEV_TAG,),
 ) -> ProductImage:
     """Build the Dockerfile at ``context`` with buildah unless the registry has its input tag.
 
@@ -269,6 +270,8 @@ def build_product_image(
         cache: the node cache folder (see :func:`torchgate.node.images.node_cache`).
         report: receives one progress line at a time.
         context: the build context, with ``Dockerfile`` and ``.dockerignore`` at its root.
+        tags: more tags of ``registry.torchgate.local/torchgate`` to point at the image
+            (the install tests use the README's ``0.1.0`` and ``0.1.1``).
 
     Returns:
         ``registry.torchgate.local/torchgate:<inputs key>`` (also tagged ``dev``), its manifest
@@ -316,10 +319,11 @@ def build_product_image(
         if digest is None:
             raise ProductImageError(f"the registry has no {reference} after the push")
     manifest = fetch_manifest(registry, PRODUCT_REPOSITORY, digest)
-    if client.manifest_digest(PRODUCT_REPOSITORY, DEV_TAG) != digest:
-        media_type = str(json.loads(manifest).get("mediaType") or oci.MANIFEST_MEDIA_TYPE)
-        client.put_manifest(PRODUCT_REPOSITORY, DEV_TAG, manifest, media_type)
-        report(f"{PRODUCT_NAME}:{DEV_TAG} -> {digest[:19]}")
+    media_type = str(json.loads(manifest).get("mediaType") or oci.MANIFEST_MEDIA_TYPE)
+    for extra in tags:
+        if client.manifest_digest(PRODUCT_REPOSITORY, extra) != digest:
+            client.put_manifest(PRODUCT_REPOSITORY, extra, manifest, media_type)
+            report(f"{PRODUCT_NAME}:{extra} -> {digest[:19]}")
     seconds = time.monotonic() - started
     size = manifest_size(manifest)
     report(f"{reference}: {digest[:19]}, {size / 1e6:.1f} MB, {seconds:.1f}s")

@@ -39,7 +39,9 @@ CLAIM_FILE: Final = "real-node.json"
 NETNS_DIR: Final = Path("/var/run/netns")
 CGROUP_ROOT: Final = Path("/sys/fs/cgroup")
 POD_LOG_LINKS: Final = Path("/var/log/containers")
-_DEBIAN_PACKAGES: Final = "containerd runc containernetworking-plugins docker-registry iproute2"
+_DEBIAN_PACKAGES: Final = (
+    "containerd runc containernetworking-plugins docker-registry iproute2 iptables"
+)
 
 
 class NodeUnavailable(Exception):
@@ -51,6 +53,7 @@ class NodeBinaries:
     """The executables of the real node."""
 
     kubelet: Path
+    kube_proxy: Path
     coredns: Path
     containerd: Path
     runc: Path
@@ -59,7 +62,7 @@ class NodeBinaries:
     cni_bin_dir: Path
 
 
-def find_binaries(kubelet: Path, coredns: Path) -> NodeBinaries:
+def find_binaries(kubelet: Path, kube_proxy: Path, coredns: Path) -> NodeBinaries:
     """The node's executables: the Go builds given, Debian's packages for the rest.
 
     Raises:
@@ -67,9 +70,8 @@ def find_binaries(kubelet: Path, coredns: Path) -> NodeBinaries:
     """
     if os.geteuid() != 0:
         raise NodeUnavailable("the real node runs containers and needs root (run as root)")
-    found = {name: shutil.which(name) for name in ("containerd", "runc", "ctr", "docker-registry")}
-    if shutil.which("ip") is None:
-        found["ip"] = None
+    commands = ("containerd", "runc", "ctr", "docker-registry", "ip", "iptables-restore")
+    found = {name: shutil.which(name) for name in commands}
     cni = Path("/usr/lib/cni")
     missing = [name for name, path in found.items() if path is None]
     if not (cni / "bridge").is_file() or not (cni / "host-local").is_file():
@@ -81,6 +83,7 @@ def find_binaries(kubelet: Path, coredns: Path) -> NodeBinaries:
         )
     return NodeBinaries(
         kubelet=kubelet,
+        kube_proxy=kube_proxy,
         coredns=coredns,
         containerd=Path(str(found["containerd"])),
         runc=Path(str(found["runc"])),
@@ -159,11 +162,19 @@ def ensure_bridge(network: NodeNetwork) -> None:
 # --------------------------------------------------------------------------- teardown
 
 
-def teardown(paths: NodePaths, network: NodeNetwork, ctr: Path | None, *, since: float) -> None:
-    """Remove every container, mount, network namespace and cgroup the node left.
+def teardown(
+    paths: NodePaths,
+    network: NodeNetwork,
+    *,
+    since: float,
+    ctr: Path | None = None,
+    kube_proxy: Path | None = None,
+) -> None:
+    """Remove every container, mount, network namespace, cgroup and rule the node left.
 
     Safe to call at any point of a start or stop and more than once. ``since`` (epoch seconds)
     is when the node started: pod network namespaces created since then are the node's.
+    ``kube_proxy --cleanup`` removes kube-proxy's iptables chains.
     """
     socket = paths.containerd_socket
     if ctr is not None and socket.exists():
@@ -179,6 +190,11 @@ def teardown(paths: NodePaths, network: NodeNetwork, ctr: Path | None, *, since:
     if Path(f"/sys/class/net/{network.bridge}").exists():
         subprocess.run(["ip", "link", "del", network.bridge], capture_output=True, check=False)
     _remove_cgroups("kubepods")
+    if kube_proxy is not None and kube_proxy.exists():
+        subprocess.run(
+            [str(kube_proxy), "--cleanup", "--v=0"], capture_output=True, check=False, timeout=60
+        )
+    _remove_kubelet_chains()
     if paths.run.is_dir() and not _mounts_under((paths.run,)):
         shutil.rmtree(paths.run, ignore_errors=True)
     if POD_LOG_LINKS.is_dir():
@@ -186,6 +202,38 @@ def teardown(paths: NodePaths, network: NodeNetwork, ctr: Path | None, *, since:
             with contextlib.suppress(OSError):
                 if link.is_symlink() and str(os.readlink(link)).startswith(str(paths.work)):
                     link.unlink()
+
+
+KUBELET_CHAINS: Final = ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT")
+"""iptables chains the kubelet makes and never removes: a canary, a mode hint, and a rule that
+drops connections to 127.0.0.0/8 from other addresses."""
+
+
+def _remove_kubelet_chains() -> None:
+    """Delete the kubelet's iptables chains, and the rules that jump to them, in every table."""
+    for save, command in (("iptables-save", "iptables"), ("ip6tables-save", "ip6tables")):
+        if shutil.which(save) is None:
+            continue
+        for table in ("filter", "nat", "mangle"):
+            dump = subprocess.run(
+                [save, "-t", table], capture_output=True, text=True, check=False
+            ).stdout
+            for rule in dump.splitlines():
+                words = rule.split()
+                if (
+                    words[:1] == ["-A"]
+                    and words[1] not in KUBELET_CHAINS
+                    and any(f"-j {chain}" in rule for chain in KUBELET_CHAINS)
+                ):
+                    subprocess.run(
+                        [command, "-t", table, "-D", *words[1:]], capture_output=True, check=False
+                    )
+            for chain in KUBELET_CHAINS:
+                if f":{chain} " in dump:
+                    for action in ("-F", "-X"):
+                        subprocess.run(
+                            [command, "-t", table, action, chain], capture_output=True, check=False
+                        )
 
 
 def _kill_tasks(ctr: Path, socket: Path) -> None:
@@ -298,6 +346,7 @@ class NodeEndpoints:
     ca_file: Path
     node_token: str
     dns_token: str
+    proxy_token: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,6 +355,8 @@ class NodePorts:
 
     registry: int
     kubelet: int
+    kube_proxy_healthz: int
+    kube_proxy_metrics: int
     kubelet_healthz: int
     dns_health: int
     dns_ready: int
@@ -318,6 +369,7 @@ def prepare(
     endpoints: NodeEndpoints,
     ports: NodePorts,
     *,
+    node_name: str,
     registry_storage: Path,
 ) -> None:
     """Write every configuration file and create the bridge; nothing is started yet."""
@@ -359,6 +411,22 @@ def prepare(
             endpoints.server, endpoints.ca_file, config.DNS_USER, endpoints.dns_token
         ),
     )
+    _write_yaml(
+        paths.kube_proxy_kubeconfig,
+        config.token_kubeconfig(
+            endpoints.server, endpoints.ca_file, config.KUBE_PROXY_USER, endpoints.proxy_token
+        ),
+    )
+    _write_yaml(
+        paths.kube_proxy_config,
+        config.kube_proxy_configuration(
+            network,
+            paths.kube_proxy_kubeconfig,
+            node_name,
+            healthz_port=ports.kube_proxy_healthz,
+            metrics_port=ports.kube_proxy_metrics,
+        ),
+    )
     paths.corefile.write_text(
         config.corefile(network, paths, health_port=ports.dns_health, ready_port=ports.dns_ready),
         encoding="utf-8",
@@ -374,6 +442,11 @@ def registry_command(binaries: NodeBinaries, paths: NodePaths) -> list[str]:
 def containerd_command(binaries: NodeBinaries, paths: NodePaths) -> list[str]:
     """Containerd with the node's own configuration, root and state."""
     return [str(binaries.containerd), "--config", str(paths.containerd_config)]
+
+
+def kube_proxy_command(binaries: NodeBinaries, paths: NodePaths) -> list[str]:
+    """kube-proxy with the node's configuration."""
+    return [str(binaries.kube_proxy), f"--config={paths.kube_proxy_config}", "--v=1"]
 
 
 def coredns_command(binaries: NodeBinaries, paths: NodePaths) -> list[str]:

@@ -125,3 +125,19 @@ def test_dns_identity_may_only_read() -> None:
 
 def test_the_kubelet_identity_is_one_the_node_authorizer_knows() -> None:
     assert config.node_user("real-0") == "system:node:real-0"
+
+
+def test_kube_proxy_touches_no_kernel_setting_and_opens_node_ports_on_the_node_address_only() -> (
+    None
+):
+    proxy = config.kube_proxy_configuration(
+        NETWORK, Path("/k"), "real-0", healthz_port=1, metrics_port=2
+    )
+
+    assert proxy["mode"] == "iptables"
+    assert proxy["nodePortAddresses"] == [f"{NETWORK.gateway}/32"]
+    assert proxy["iptables"]["localhostNodePorts"] is False
+    assert proxy["conntrack"]["maxPerCore"] == 0
+    assert proxy["healthzBindAddress"].startswith("127.0.0.1:")
+    assert proxy["metricsBindAddress"].startswith("127.0.0.1:")
+    assert proxy["clusterCIDR"] == NETWORK.subnet
