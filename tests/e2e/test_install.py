@@ -6,13 +6,14 @@
   not installed there, so minimal stand-in CRDs for ``Certificate`` and ``Issuer``
   (``cert-manager.io/v1``, any content accepted) let those objects be dry-run too: their kind,
   scope and namespace are checked, cert-manager's own schema is not.
-- The install section is followed step by step: the ``# step:`` blocks of README.md are run
-  with bash (``KUBECONFIG`` of the cluster, cwd a scratch folder that sees the repository's
-  ``manifests/``, the built helm on ``PATH``), and the cluster is checked after each one. kwok fakes
-  the pods, so the Deployments become Available without an image; the deployment and replicaset
-  controllers, which the e2e control plane leaves out, run in an extra kube-controller-manager
-  for this module. What the init container would do in a real pod (``torchgate certs``: Secret
-  and caBundle) is done by running its exact arguments here.
+- The install section is followed step by step, for real: the ``# step:`` blocks of README.md
+  are run with bash (``KUBECONFIG`` of the cluster, cwd a scratch folder that sees the
+  repository's ``manifests/``, the built helm on ``PATH``) against a control plane with the real
+  node, and the cluster is checked after each one. torchgate's image is built from the
+  Dockerfile (buildah) and served as ``registry.example.com/torchgate:0.1.0`` and ``:0.1.1`` by the
+  node's loopback registry, so the README's image names work as written; the webhook and
+  controller pods really run, make their certificate, take their Lease, and seed 003 runs to
+  ``Succeeded`` through them.
 - Uninstalling leaves running jobs alone, deleting a job still deletes its pods, and a restarted
   controller adopts the pods it finds.
 """
@@ -20,20 +21,14 @@
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import os
 import re
-import secrets
-import ssl
 import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -44,21 +39,28 @@ from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import (
     ControllerProcess,
     create_job,
-    free_port,
     get_job,
     is_true,
     job_pods,
     live_pods,
 )
+from tests.e2e.installation import (
+    IMAGE,
+    NAMESPACE,
+    ca_bundles,
+    component_pods,
+    force_uninstall,
+    images,
+    installable_cluster,
+    nothing_installed,
+    rolled_out,
+)
 from tests.helmtool import CHART, helm_binary, run_helm
-from torchgate.controlplane.binaries import Binaries
 from torchgate.controlplane.cluster import ATTACH_ENV
-from torchgate.controlplane.processes import terminate
 
 INSTALL_DOC = ms.REPO_ROOT / "README.md"
-NAMESPACE = ms.NAMESPACE
+SEEDS = ms.REPO_ROOT.parent / "shared" / "seeds" / "manifests"
 STEP_MARKER = re.compile(r"^# step: (?P<id>[a-z0-9-]+)(?: \((?P<note>[^)]*)\))?$")
-IMAGE = "registry.example.com/torchgate"
 CERT_MANAGER_STAND_INS = [
     {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -206,140 +208,27 @@ class DocRunner:
 # ------------------------------------------------------------------------------ cluster helpers
 
 
-def deployment(cluster: Cluster, name: str) -> dict[str, Any]:
-    found = cluster.get("deployment", name, NAMESPACE)
-    assert found is not None, f"deployment {name}"
-    return found
-
-
-def available(cluster: Cluster, name: str) -> bool:
-    found = cluster.get("deployment", name, NAMESPACE)
-    if found is None:
-        return False
-    status, wanted = found.get("status", {}), found["spec"]["replicas"]
-    conditions = {c["type"]: c["status"] for c in status.get("conditions", [])}
-    return conditions.get("Available") == "True" and status.get("updatedReplicas") == wanted
-
-
-def images(cluster: Cluster) -> set[str]:
-    found = set()
-    for name in ("torchgate-webhook", "torchgate-controller"):
-        pod = deployment(cluster, name)["spec"]["template"]["spec"]
-        found |= {c["image"] for c in [*pod.get("initContainers", []), *pod["containers"]]}
-    return found
-
-
-def ca_bundles(cluster: Cluster) -> list[str]:
-    bundles = []
-    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
-        config = cluster.get(kind, "torchgate")
-        assert config is not None, kind
-        bundles += [w["clientConfig"].get("caBundle", "") for w in config["webhooks"]]
-    return bundles
-
-
-def emulate_certs_init_container(cluster: Cluster, scratch: Path) -> None:
-    """Run the webhook pod's init container command here, as it would run in the pod."""
-    pod = deployment(cluster, "torchgate-webhook")["spec"]["template"]["spec"]
-    (init,) = [c for c in pod["initContainers"] if c["name"] == "certs"]
-    args = [a for a in init["args"] if not a.startswith("--out-dir")]
-    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
-    result = subprocess.run(
-        [sys.executable, "-m", "torchgate", *args, f"--out-dir={scratch}",
-         f"--kubeconfig={cluster.kubeconfig}"],
-        capture_output=True, text=True, timeout=60, env=env, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    bundles = ca_bundles(cluster)
-    assert bundles[0], "caBundle patched"
-    assert all(b == bundles[0] for b in bundles)
-    assert base64.b64decode(bundles[0]) == (scratch / "ca.crt").read_bytes()
-
-
-def nothing_installed(cluster: Cluster) -> bool:
-    return (
-        cluster.get("namespace", NAMESPACE) is None
-        and cluster.get("validatingwebhookconfiguration", "torchgate") is None
-        and cluster.get("mutatingwebhookconfiguration", "torchgate") is None
-    )
-
-
-def force_uninstall(cluster: Cluster) -> None:
-    """Whatever a failed test left behind; above all the webhook configurations (fail closed)."""
-    cluster.kubectl(
-        "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "torchgate",
-        "--ignore-not-found", check=False,
-    )  # fmt: skip
-    with contextlib.suppress(Exception):
-        run_helm(
-            "uninstall", "torchgate", "--namespace", "default",
-            env={"KUBECONFIG": str(cluster.kubeconfig)}, check=False,
-        )  # fmt: skip
-    selector = "--selector=app.kubernetes.io/part-of=torchgate"
-    cluster.kubectl("delete", "clusterrolebinding,clusterrole", selector, check=False)
-    cluster.kubectl("delete", "rolebinding,role", "-n", "default", selector, check=False)
-    cluster.kubectl("delete", "placementpolicy", "research-h100", "--ignore-not-found", check=False)
-    cluster.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", check=False)
-    cluster.wait_for(lambda: nothing_installed(cluster), timeout=120, what="torchgate gone")
-
-
 @pytest.fixture(scope="module")
-def deployment_controllers(
-    cluster: Cluster, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[None]:
-    """An extra kube-controller-manager with the deployment and replicaset controllers."""
+def installable(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    """A control plane with the real node, the CRDs and torchgate's image (see installation)."""
     if os.environ.get(ATTACH_ENV):
-        pytest.skip("follows the doc on the local control plane only (kwok fakes torchgate's pods)")
-    binaries: Binaries = request.getfixturevalue("control_plane_binaries")
-    port = free_port()
-    log = (tmp_path_factory.mktemp("kcm") / "kcm.log").open("ab")
-    process = subprocess.Popen(
-        [
-            str(binaries.kube_controller_manager),
-            f"--kubeconfig={cluster.kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-            "--leader-elect=false",
-            "--controllers=deployment-controller,replicaset-controller",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-
-    def healthy() -> bool:
-        assert process.poll() is None, "kube-controller-manager exited"
-        try:
-            with urllib.request.urlopen(
-                f"https://127.0.0.1:{port}/healthz", timeout=2, context=context
-            ) as response:
-                return int(response.status) == 200
-        except OSError:
-            return False
-
-    try:
-        cluster.wait_for(healthy, timeout=60, what="the extra kube-controller-manager")
-        yield
-    finally:
-        terminate(process, grace=15)
-        log.close()
+        pytest.skip("installs onto the local control plane's real node only")
+    binaries = request.getfixturevalue("control_plane_binaries")
+    with installable_cluster(binaries, tmp_path_factory.mktemp("install-cluster")) as cluster:
+        yield cluster
 
 
 @pytest.fixture
-def sandbox(cluster: Cluster, deployment_controllers: None, tmp_path: Path) -> Iterator[DocRunner]:
-    """A clean cluster (no torchgate), nodes for the pods, and cleanup whatever happens.
-
-    Leftovers (e.g. the RBAC and namespace that tests/e2e/rbac.py applies for other modules) are
-    removed first: the doc starts from a cluster without torchgate.
-    """
-    force_uninstall(cluster)
-    cluster.add_gpu_nodes(2, f"install-{secrets.token_hex(3)}", gpus=0)
+def sandbox(installable: Cluster, tmp_path: Path) -> Iterator[DocRunner]:
+    """A clean cluster (no torchgate), and cleanup whatever happens."""
+    force_uninstall(installable)
     try:
-        yield DocRunner(cluster, tmp_path)
+        yield DocRunner(installable, tmp_path)
     finally:
-        force_uninstall(cluster)
+        force_uninstall(installable)
+        installable.clean_up_test()
 
 
 # --------------------------------------------------------------------------------- helm lint
@@ -471,34 +360,150 @@ def check_installed(cluster: Cluster, *, image: str, policies: bool) -> None:
     assert (cluster.get("placementpolicy", "research-h100") is not None) is policies
 
 
+def check_pods_run_unprivileged(cluster: Cluster) -> None:
+    """From inside each running container: a non-root user and a read-only root filesystem."""
+    probe = (
+        "import os\n"
+        "try:\n"
+        "    open('/written-by-torchgate', 'w')\n"
+        "    print('root filesystem writable')\n"
+        "except OSError as error:\n"
+        "    print('root filesystem', error.strerror)\n"
+        "print('uid', os.getuid(), 'gid', os.getgid())\n"
+    )
+    for component, container in (("webhook", "webhook"), ("controller", "controller")):
+        pod = component_pods(cluster, component)[0]["metadata"]["name"]
+        seen = cluster.kubectl(
+            "exec", "-n", NAMESPACE, pod, "-c", container, "--", "python", "-c", probe
+        ).stdout
+        assert "uid 65532 gid 65532" in seen, seen
+        assert "root filesystem Read-only file system" in seen, seen
+
+
+def run_seed_003_through_the_installed_torchgate(cluster: Cluster) -> None:
+    """Seed 003, verbatim, admitted by the installed webhook and run by the installed controller.
+
+    The controller of overlay ``default`` runs the jobs that name it as their manager; a policy
+    for the namespace says so (``jobDefaults.managedBy``), as an admin would.
+    """
+    namespace = cluster.new_namespace("seed003")
+    cluster.apply(
+        {
+            "apiVersion": "torchgate.io/v1alpha1",
+            "kind": "PlacementPolicy",
+            "metadata": {"name": f"run-{namespace}"},
+            "spec": {
+                "namespaces": [namespace],
+                "jobDefaults": {"managedBy": "torchgate.io/controller"},
+            },
+        }
+    )
+    try:
+
+        def admitted_by_the_policy() -> bool:
+            applied = cluster.kubectl(
+                "apply", "-n", namespace, "-f", str(SEEDS / "003-torchrun-cpu.yaml")
+            )
+            stored = get_job(cluster, namespace, "torchrun-cpu") or {}
+            if stored.get("spec", {}).get("runPolicy", {}).get("managedBy") is None:
+                cluster.kubectl("delete", "pytorchjob", "torchrun-cpu", "-n", namespace)
+                return False
+            return "torchgate:" in applied.stderr
+
+        cluster.wait_for(admitted_by_the_policy, timeout=60, what="the policy in the webhook")
+        cluster.wait_for(
+            lambda: is_true(get_job(cluster, namespace, "torchrun-cpu"), "Succeeded"),
+            timeout=240,
+            what="seed 003 Succeeded",
+        )
+        pods = job_pods(cluster, namespace, "torchrun-cpu")
+        assert sorted(p["metadata"]["name"] for p in pods) == [
+            "torchrun-cpu-master-0",
+            "torchrun-cpu-worker-0",
+        ]
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            log = cluster.kubectl("logs", "-n", namespace, name).stdout
+            assert "result tensor([2])" in log, (name, log)
+    finally:
+        cluster.kubectl("delete", "placementpolicy", f"run-{namespace}", check=False)
+
+
+def make_a_waiting_job(cluster: Cluster) -> None:
+    """``my-job`` in ``my-namespace``, the names the troubleshooting step uses, waiting for GPUs."""
+    cluster.kubectl("create", "namespace", "my-namespace", check=False)
+    cluster.wait_for(
+        lambda: cluster.get("serviceaccount", "default", "my-namespace"), what="SA my-namespace"
+    )
+    cluster.apply(
+        {
+            "apiVersion": "torchgate.io/v1alpha1",
+            "kind": "PlacementPolicy",
+            "metadata": {"name": "run-my-namespace"},
+            "spec": {
+                "namespaces": ["my-namespace"],
+                "jobDefaults": {"managedBy": "torchgate.io/controller"},
+            },
+        }
+    )
+    raw = job("my-job", "my-namespace").master(gpus=8).workers(1, gpus=8).build()
+
+    def queued() -> bool:
+        if get_job(cluster, "my-namespace", "my-job") is None:
+            cluster.apply(raw)
+        stored = get_job(cluster, "my-namespace", "my-job") or {}
+        if stored.get("spec", {}).get("runPolicy", {}).get("managedBy") is None:
+            cluster.kubectl("delete", "pytorchjob", "my-job", "-n", "my-namespace")
+            return False
+        return is_true(stored, "Queued")
+
+    cluster.wait_for(queued, timeout=60, what="my-job Queued")
+
+
+def forget_the_waiting_job(cluster: Cluster) -> None:
+    cluster.kubectl("delete", "placementpolicy", "run-my-namespace", "--ignore-not-found")
+    cluster.kubectl("delete", "namespace", "my-namespace", "--wait=false", "--ignore-not-found")
+
+
 @pytest.mark.e2e
-@pytest.mark.timeout(900)
-def test_install_with_kustomize_as_the_doc_says(cluster: Cluster, sandbox: DocRunner) -> None:
-    doc = sandbox
-    doc.run("kustomize-1-check-crd")  # the e2e cluster has the PyTorchJob CRD: overlay default
+@pytest.mark.real_node
+@pytest.mark.timeout(1200)
+def test_install_with_kustomize_as_the_doc_says(installable: Cluster, sandbox: DocRunner) -> None:
+    cluster, doc = installable, sandbox
+    doc.run("kustomize-1-check-crd")  # the cluster has the PyTorchJob CRD: overlay default
 
     doc.run("kustomize-2-apply")
     check_installed(cluster, image=f"{IMAGE}:0.1.0", policies=True)
 
     doc.run("kustomize-3-wait")
-    assert available(cluster, "torchgate-webhook")
-    assert available(cluster, "torchgate-controller")
-    assert deployment(cluster, "torchgate-webhook")["status"]["readyReplicas"] == 2
-
-    # The dry run reaches the apiserver, which calls torchgate's webhook; kwok has no process
-    # behind the pods, so the call fails, and says whose webhook it was.
-    refused = doc.run("kustomize-check-admission", expect_failure=True)
-    assert 'failed calling webhook "mutate.pytorchjobs.torchgate.io"' in refused.stderr
-    assert "torchgate-webhook.torchgate-system.svc" in refused.stderr
-
-    # What the init container does in a real pod: Secret, caBundle (and files).
-    emulate_certs_init_container(cluster, doc.workdir / "certs")
+    assert rolled_out(cluster, "torchgate-webhook")
+    assert rolled_out(cluster, "torchgate-controller")
+    # The init container made the certificate and wrote its CA into both configurations.
     bundle = ca_bundles(cluster)[0]
+    assert bundle
+    assert ca_bundles(cluster) == [bundle, bundle]
+    secret = cluster.get("secret", "torchgate-webhook-tls", NAMESPACE)
+    assert secret is not None
+    assert secret["data"]["ca.crt"] == bundle
+    # One controller replica holds the Lease.
+    lease = cluster.get("lease", "torchgate-controller", NAMESPACE)
+    assert lease is not None
+    holder = lease["spec"]["holderIdentity"]
+    assert holder.split("_")[0] in {
+        p["metadata"]["name"] for p in component_pods(cluster, "controller")
+    }
+    check_pods_run_unprivileged(cluster)
+
+    # The apiserver calls the webhook pods through their Service.
+    admitted = doc.run("kustomize-check-admission")
+    assert "pytorchjob.kubeflow.org/torchgate-probe created (server dry run)" in admitted.stdout
+    assert "Warning: torchgate:" in admitted.stderr
 
     listed = doc.run("troubleshoot-webhook")
     assert re.search(r"^torchgate-webhook\s+2/2\s", listed.stdout, re.MULTILINE), listed.stdout
     assert "validate.pytorchjobs.torchgate.io" in listed.stdout  # from the describe
-    doc.skip("troubleshoot-webhook-readyz")
+    readyz = doc.run("troubleshoot-webhook-readyz")
+    assert readyz.stdout.startswith("ok"), readyz.stdout
     assert "caBundle matches the Secret" in doc.run("troubleshoot-cabundle").stdout
     cluster.kubectl(
         "patch", "validatingwebhookconfiguration", "torchgate", "--type=json",
@@ -506,19 +511,34 @@ def test_install_with_kustomize_as_the_doc_says(cluster: Cluster, sandbox: DocRu
                            "value": base64.b64encode(b"someone else's CA").decode()}]),
     )  # fmt: skip
     assert "does not match" in doc.run("troubleshoot-cabundle").stdout
-    emulate_certs_init_container(cluster, doc.workdir / "certs")  # the documented repair
+    # The documented repair: restart the webhook pods (their init container re-syncs caBundle).
+    cluster.kubectl("-n", NAMESPACE, "rollout", "restart", "deployment/torchgate-webhook")
+    cluster.kubectl(
+        "-n", NAMESPACE, "rollout", "status", "deployment/torchgate-webhook", "--timeout=180s",
+        timeout=200,
+    )  # fmt: skip
     assert "caBundle matches the Secret" in doc.run("troubleshoot-cabundle").stdout
     assert ca_bundles(cluster)[0] == bundle, "the repair restores the same CA"
-    doc.skip("troubleshoot-queued")
+
+    run_seed_003_through_the_installed_torchgate(cluster)
+
+    make_a_waiting_job(cluster)
+    try:
+        waiting = doc.run("troubleshoot-queued")
+        assert "waiting for" in waiting.stdout, waiting.stdout
+    finally:
+        forget_the_waiting_job(cluster)
 
     doc.run("policy-apply")
     assert cluster.get("placementpolicy", "research-h100") is not None
-    doc.skip("policy-status")
+    status = doc.run("policy-status")
+    assert '"type":"Valid"' in status.stdout
+    assert '"status":"True"' in status.stdout
 
     doc.run("kustomize-upgrade")
     assert images(cluster) == {f"{IMAGE}:0.1.1"}
-    assert available(cluster, "torchgate-webhook")
-    assert available(cluster, "torchgate-controller")
+    assert rolled_out(cluster, "torchgate-webhook")
+    assert rolled_out(cluster, "torchgate-controller")
     assert ca_bundles(cluster) == [bundle, bundle], "re-applying keeps caBundle"
 
     doc.run("kustomize-uninstall")
@@ -529,18 +549,25 @@ def test_install_with_kustomize_as_the_doc_says(cluster: Cluster, sandbox: DocRu
     ):
         assert cluster.get(kind, name) is None
     assert cluster.get("role", "torchgate-webhook-events", "default") is None
-    # CRDs and with them the policies stay.
+    # CRDs and with them the policies stay, until the admin deletes the CRD.
     assert cluster.get("crd", "placementpolicies.torchgate.io") is not None
     assert cluster.get("placementpolicy", "research-h100") is not None
-    doc.skip("delete-crds")
+    doc.run("delete-crds")
+    cluster.wait_for(
+        lambda: cluster.get("crd", "placementpolicies.torchgate.io") is None,
+        timeout=60,
+        what="the CRD deleted",
+    )
 
 
 @pytest.mark.e2e
+@pytest.mark.real_node
 @pytest.mark.timeout(900)
-def test_install_with_helm_as_the_doc_says(cluster: Cluster, sandbox: DocRunner) -> None:
-    doc = sandbox
+def test_install_with_helm_as_the_doc_says(installable: Cluster, sandbox: DocRunner) -> None:
+    cluster, doc = installable, sandbox
+    cluster.install_crds()  # the kustomize test may have deleted the PlacementPolicy CRD
     doc.run("helm-1-check-crd")
-    doc.run("helm-1-adopt-crds")  # the e2e cluster's CRD was applied with kubectl
+    doc.run("helm-1-adopt-crds")  # this cluster's CRD was applied with kubectl
     crd = cluster.get("crd", "placementpolicies.torchgate.io")
     assert crd is not None
     assert crd["metadata"]["annotations"]["meta.helm.sh/release-name"] == "torchgate"
@@ -550,15 +577,17 @@ def test_install_with_helm_as_the_doc_says(cluster: Cluster, sandbox: DocRunner)
     check_installed(cluster, image=f"{IMAGE}:0.1.0", policies=False)
 
     doc.run("helm-3-wait")
-    assert available(cluster, "torchgate-webhook")
-    assert available(cluster, "torchgate-controller")
-    emulate_certs_init_container(cluster, doc.workdir / "certs")
+    assert rolled_out(cluster, "torchgate-webhook")
+    assert rolled_out(cluster, "torchgate-controller")
     bundle = ca_bundles(cluster)[0]
+    assert bundle
+    admitted = doc.run("kustomize-check-admission")  # "the same dry run as above"
+    assert "created (server dry run)" in admitted.stdout
 
     doc.run("helm-upgrade")
     assert images(cluster) == {f"{IMAGE}:0.1.1"}
-    assert available(cluster, "torchgate-webhook")
-    assert available(cluster, "torchgate-controller")
+    assert rolled_out(cluster, "torchgate-webhook")
+    assert rolled_out(cluster, "torchgate-controller")
     assert ca_bundles(cluster) == [bundle, bundle], "helm upgrade keeps caBundle"
     history = run_helm(
         "history", "torchgate", "--namespace", "default", "-o", "json",

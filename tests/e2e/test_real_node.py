@@ -441,12 +441,14 @@ def test_a_gpu_replica_sees_the_policys_shm_and_an_rdma_container_has_ipc_lock(
         real.kubectl("delete", "placementpolicy", f"shm-{namespace}", check=False)
 
 
-def test_release_latency_figures(real: RealNodeCluster) -> None:
-    """Not a timing assertion beyond the bound above: prints p50/p99 for the issue note."""
-    if os.environ.get("TORCHGATE_RELEASE_ROUNDS") is None:
-        pytest.skip("set TORCHGATE_RELEASE_ROUNDS to measure release latency")
+def test_release_stays_within_its_bound_over_repeated_runs(real: RealNodeCluster) -> None:
+    """Release, repeated: every round within the bound; p50/p99 printed for the record.
+
+    ``TORCHGATE_RELEASE_ROUNDS`` (default 3) sets the rounds; the issue note's figures used 12.
+    """
+    rounds = int(os.environ.get("TORCHGATE_RELEASE_ROUNDS", "3"))
     samples = []
-    for round_ in range(int(os.environ["TORCHGATE_RELEASE_ROUNDS"])):
+    for round_ in range(rounds):
         namespace = real.new_namespace(f"rel{round_}")
         real.apply(demo_job("rel", namespace, master=sh("sleep 2"), worker=sh(SLEEP_UNTIL_SIGTERM)))
         container = real.wait_for(
@@ -462,6 +464,7 @@ def test_release_latency_figures(real: RealNodeCluster) -> None:
         f"release: n={len(samples)} p50={statistics.median(samples):.2f}s "
         f"p99={samples[min(len(samples) - 1, int(0.99 * len(samples)))]:.2f}s"
     )
+    assert max(samples) < 15
 
 
 def _running_container(real: RealNodeCluster, namespace: str, pod: str) -> str | None:

@@ -94,6 +94,9 @@ CONTROLLERS: Final = (
 
 REAL_NODE_CONTROLLERS: Final = (
     "endpointslice-controller",
+    # The apiserver's Service proxy (`kubectl get --raw .../services/<svc>/proxy/...`, a README
+    # troubleshooting step) still picks a backend from the v1 Endpoints object.
+    "endpoints-controller",
     "deployment-controller",
     "replicaset-controller",
     "disruption-controller",
@@ -355,7 +358,7 @@ def controller_manager_command(
 
     With a real node also the controllers of what can run there: EndpointSlices (cluster DNS
     answers a headless Service's name, the rendezvous master, from them; kube-proxy routes
-    Services by them), Deployments, ReplicaSets and PodDisruptionBudgets (torchgate installed in
+    Services by them) and Endpoints (the apiserver's Service proxy), Deployments, ReplicaSets and PodDisruptionBudgets (torchgate installed in
     the cluster). Without a real node nothing reads slices, and every pod change of a wave would
     cost a slice write.
     """

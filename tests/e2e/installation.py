@@ -1,0 +1,119 @@
+"""An installable cluster and what the install tests read from it.
+
+``installable_cluster`` is a local control plane with the real node, both CRDs, and torchgate's
+image built from the repository's Dockerfile (cached on its inputs) in the node's registry, tagged
+as README's ``registry.example.com/torchgate:0.1.0`` and ``:0.1.1`` (containerd mirrors
+``registry.example.com`` to that registry). The helpers read the installed objects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tests import manifestset as ms
+from tests.e2e.conftest import Cluster
+from tests.helmtool import run_helm
+from torchgate.controlplane.binaries import Binaries
+from torchgate.controlplane.cluster import ControlPlane, node_cache_dir
+from torchgate.node.productimage import build_product_image
+
+NAMESPACE = ms.NAMESPACE
+IMAGE = "registry.example.com/torchgate"
+
+
+@contextlib.contextmanager
+def installable_cluster(binaries: Binaries, workdir: Path) -> Iterator[Cluster]:
+    """A control plane with the real node, the CRDs and torchgate's image in its registry."""
+    plane = ControlPlane(binaries=binaries, workdir=workdir, real_node=True)
+    with plane:
+        assert plane.registry is not None
+        build_product_image(
+            registry=plane.registry,
+            cache=node_cache_dir(),
+            report=lambda line: print(f"image: {line}"),
+            tags=("dev", "0.1.0", "0.1.1"),
+        )
+        helper = Cluster(plane)
+        helper.install_crds()
+        yield helper
+
+
+def deployment(cluster: Cluster, name: str) -> dict[str, Any]:
+    found = cluster.get("deployment", name, NAMESPACE)
+    assert found is not None, f"deployment {name}"
+    return found
+
+
+def available(cluster: Cluster, name: str) -> bool:
+    found = cluster.get("deployment", name, NAMESPACE)
+    if found is None:
+        return False
+    status, wanted = found.get("status", {}), found["spec"]["replicas"]
+    conditions = {c["type"]: c["status"] for c in status.get("conditions", [])}
+    return conditions.get("Available") == "True" and status.get("updatedReplicas") == wanted
+
+
+def images(cluster: Cluster) -> set[str]:
+    found = set()
+    for name in ("torchgate-webhook", "torchgate-controller"):
+        pod = deployment(cluster, name)["spec"]["template"]["spec"]
+        found |= {c["image"] for c in [*pod.get("initContainers", []), *pod["containers"]]}
+    return found
+
+
+def ca_bundles(cluster: Cluster) -> list[str]:
+    bundles = []
+    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+        config = cluster.get(kind, "torchgate")
+        assert config is not None, kind
+        bundles += [w["clientConfig"].get("caBundle", "") for w in config["webhooks"]]
+    return bundles
+
+
+def nothing_installed(cluster: Cluster) -> bool:
+    return (
+        cluster.get("namespace", NAMESPACE) is None
+        and cluster.get("validatingwebhookconfiguration", "torchgate") is None
+        and cluster.get("mutatingwebhookconfiguration", "torchgate") is None
+    )
+
+
+def force_uninstall(cluster: Cluster) -> None:
+    """Whatever a failed test left behind; above all the webhook configurations (fail closed)."""
+    cluster.kubectl(
+        "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "torchgate",
+        "--ignore-not-found", check=False,
+    )  # fmt: skip
+    with contextlib.suppress(Exception):
+        run_helm(
+            "uninstall", "torchgate", "--namespace", "default",
+            env={"KUBECONFIG": str(cluster.kubeconfig)}, check=False,
+        )  # fmt: skip
+    selector = "--selector=app.kubernetes.io/part-of=torchgate"
+    cluster.kubectl("delete", "clusterrolebinding,clusterrole", selector, check=False)
+    cluster.kubectl("delete", "rolebinding,role", "-n", "default", selector, check=False)
+    cluster.kubectl("delete", "placementpolicy", "research-h100", "--ignore-not-found", check=False)
+    cluster.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", check=False)
+    cluster.wait_for(lambda: nothing_installed(cluster), timeout=120, what="torchgate gone")
+
+
+def component_pods(cluster: Cluster, component: str) -> list[dict[str, Any]]:
+    selector = f"app.kubernetes.io/component={component}"
+    return [
+        p
+        for p in cluster.list_objects("pods", NAMESPACE, selector)
+        if not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def rolled_out(cluster: Cluster, name: str) -> bool:
+    found = cluster.get("deployment", name, NAMESPACE) or {}
+    status, wanted = found.get("status", {}), found.get("spec", {}).get("replicas")
+    return (
+        available(cluster, name)
+        and status.get("readyReplicas") == wanted
+        and status.get("replicas") == wanted
+    )
