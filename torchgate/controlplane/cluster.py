@@ -358,9 +358,9 @@ def controller_manager_command(
 
     With a real node also the controllers of what can run there: EndpointSlices (cluster DNS
     answers a headless Service's name, the rendezvous master, from them; kube-proxy routes
-    Services by them) and Endpoints (the apiserver's Service proxy), Deployments, ReplicaSets and PodDisruptionBudgets (torchgate installed in
-    the cluster). Without a real node nothing reads slices, and every pod change of a wave would
-    cost a slice write.
+    Services by them) and Endpoints (the apiserver's Service proxy), Deployments, ReplicaSets
+    and PodDisruptionBudgets (torchgate installed in the cluster). Without a real node nothing
+    reads slices, and every pod change of a wave would cost a slice write.
     """
     controllers = [*CONTROLLERS, *(REAL_NODE_CONTROLLERS if real_node else ())]
     return [
