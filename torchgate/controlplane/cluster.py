@@ -69,6 +69,7 @@ from torchgate.controlplane.binaries import (
 from torchgate.controlplane.processes import ManagedProcess
 from torchgate.node import config as node_config
 from torchgate.node import runtime as node_runtime
+from torchgate.node.registry import RegistryClient, RegistryError
 
 ATTACH_ENV: Final = "TORCHGATE_E2E_KUBECONFIG"
 CACHE_ENV: Final = "TORCHGATE_CACHE_DIR"
@@ -1237,6 +1238,7 @@ class ControlPlane:
         except node_runtime.NodeUnavailable as error:
             raise ControlPlaneError(f"real node: {error}") from error
         self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(node_config.dns_cluster_role()))
+        node_runtime.collect_registry_garbage(node_binaries, paths)
         self._spawn("registry", node_runtime.registry_command(node_binaries, paths), layout)
         self._spawn("containerd", node_runtime.containerd_command(node_binaries, paths), layout)
         self._wait_until(
@@ -1247,6 +1249,10 @@ class ControlPlane:
             deadline,
         )
         node_runtime.ensure_sandbox_image(node_binaries, paths, f"127.0.0.1:{ports.registry}")
+        with contextlib.suppress(RegistryError):
+            node_runtime.prune_images(
+                node_binaries, paths, RegistryClient(self._registry).tagged_digests()
+            )
         self._spawn("coredns", node_runtime.coredns_command(node_binaries, paths), layout)
         self._wait_until(
             {"coredns /ready": lambda: _http_ok(f"http://127.0.0.1:{ports.dns_ready}/ready")},

@@ -149,6 +149,11 @@ class NodePaths:
         return self.work / "coredns.kubeconfig"
 
     @property
+    def registry_config(self) -> Path:
+        """The loopback registry's configuration."""
+        return self.work / "registry.yaml"
+
+    @property
     def kube_proxy_config(self) -> Path:
         """The KubeProxyConfiguration file."""
         return self.work / "kube-proxy.yaml"

@@ -16,6 +16,7 @@ urllib without proxies: every request goes to loopback.
 from __future__ import annotations
 
 import io
+import json
 import os
 import socket
 import time
@@ -257,6 +258,27 @@ class RegistryClient:
         if status != 200:
             return None
         return _header(headers, "Docker-Content-Digest")
+
+    def _json(self, path: str) -> dict[str, object]:
+        request = urllib.request.Request(f"{self.base}{path}")
+        try:
+            with self._opener.open(request, timeout=self.timeout) as response:
+                body = json.loads(response.read() or b"{}")
+        except (urllib.error.URLError, OSError, ValueError) as error:
+            raise RegistryError(f"GET {self.base}{path}: {error}") from error
+        return body if isinstance(body, dict) else {}
+
+    def tagged_digests(self) -> set[str]:
+        """The manifest digests some tag of some repository points at now."""
+        found: set[str] = set()
+        repositories = self._json("/v2/_catalog?n=1000").get("repositories") or []
+        for repository in repositories if isinstance(repositories, list) else []:
+            tags = self._json(f"/v2/{repository}/tags/list").get("tags") or []
+            for tag in tags if isinstance(tags, list) else []:
+                digest = self.manifest_digest(str(repository), str(tag))
+                if digest:
+                    found.add(digest)
+        return found
 
     def put_manifest(self, repository: str, tag: str, manifest: bytes, media_type: str) -> str:
         """Store a manifest under ``tag``; returns the digest the registry computed."""

@@ -431,12 +431,59 @@ def prepare(
         config.corefile(network, paths, health_port=ports.dns_health, ready_port=ports.dns_ready),
         encoding="utf-8",
     )
-    _write_yaml(paths.work / "registry.yaml", registry_config(registry_storage, ports.registry))
+    _write_yaml(paths.registry_config, registry_config(registry_storage, ports.registry))
+
+
+def collect_registry_garbage(binaries: NodeBinaries, paths: NodePaths) -> None:
+    """Delete the blobs of manifests no tag points at any more, before the registry starts.
+
+    Every image rebuild moves a tag (the torch images are 4 GB each), so without this the
+    registry's storage only grows. Only while no registry serves the storage: the claim on the
+    machine's real node guarantees that for the node's own registry.
+    """
+    subprocess.run(
+        [
+            str(binaries.registry),
+            "garbage-collect",
+            "--delete-untagged",
+            str(paths.registry_config),
+        ],
+        capture_output=True,
+        check=False,
+        timeout=600,
+    )
+
+
+def prune_images(binaries: NodeBinaries, paths: NodePaths, current: set[str]) -> list[str]:
+    """Remove from containerd the images whose manifest no registry tag points at any more.
+
+    Everything the node runs comes from its registry, so an image record (by tag or by digest)
+    whose target is not in ``current`` is an older build: removing the record lets containerd's
+    garbage collector free its content and unpacked snapshots (GBs for a torch image). Images a
+    container still uses are kept by containerd's own references.
+
+    Returns:
+        The image names removed.
+    """
+    base = [str(binaries.ctr), "--address", str(paths.containerd_socket), "-n", "k8s.io"]
+    listed = subprocess.run(
+        [*base, "images", "ls"], capture_output=True, text=True, check=False, timeout=60
+    )
+    stale = []
+    for line in listed.stdout.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 3 and fields[2].startswith("sha256:") and fields[2] not in current:
+            stale.append(fields[0])
+    if stale:
+        subprocess.run(
+            [*base, "images", "rm", *stale], capture_output=True, check=False, timeout=300
+        )
+    return stale
 
 
 def registry_command(binaries: NodeBinaries, paths: NodePaths) -> list[str]:
     """The registry process."""
-    return [str(binaries.registry), "serve", str(paths.work / "registry.yaml")]
+    return [str(binaries.registry), "serve", str(paths.registry_config)]
 
 
 def containerd_command(binaries: NodeBinaries, paths: NodePaths) -> list[str]:
