@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from pytorchjob import names
+from pytorchjob import contract, names
 from pytorchjob.spec import JobSpec, as_int, pod_spec_of, pytorch_container_index
 
 EnvVar = dict[str, str]
@@ -153,21 +153,21 @@ def rank_env(job: JobSpec, replica_type: str, index: int, *, gpus_per_pod: int) 
     master_addr = rendezvous_host(job)
     port = str(master_port(job))
     env: list[tuple[str, str]] = [
-        ("PYTHONUNBUFFERED", "1"),
-        ("MASTER_ADDR", master_addr),
-        ("PET_MASTER_ADDR", master_addr),
-        ("MASTER_PORT", port),
-        ("PET_MASTER_PORT", port),
-        ("WORLD_SIZE", str(world_size(job))),
-        ("RANK", rank),
+        (contract.PYTHONUNBUFFERED, "1"),
+        (contract.MASTER_ADDR, master_addr),
+        (contract.PET_MASTER_ADDR, master_addr),
+        (contract.MASTER_PORT, port),
+        (contract.PET_MASTER_PORT, port),
+        (contract.WORLD_SIZE, str(world_size(job))),
+        (contract.RANK, rank),
     ]
     if job.elastic is None:
-        env.append(("PET_NODE_RANK", rank))
-        env.append(("PET_NNODES", str(job.total_replicas)))
+        env.append((contract.PET_NODE_RANK, rank))
+        env.append((contract.PET_NNODES, str(job.total_replicas)))
     else:
         low, high = elastic_bounds(job)
-        env.append(("PET_NNODES", f"{low}:{high}"))
-    env.append(("PET_NPROC_PER_NODE", nproc_per_node(job, gpus_per_pod)))
+        env.append((contract.PET_NNODES, f"{low}:{high}"))
+    env.append((contract.PET_NPROC_PER_NODE, nproc_per_node(job, gpus_per_pod)))
     if job.elastic is not None:
         env.extend(_elastic_env(job))
     return [{"name": name, "value": value} for name, value in env]
@@ -177,32 +177,36 @@ def _elastic_env(job: JobSpec) -> list[tuple[str, str]]:
     elastic = job.elastic
     assert elastic is not None
     env = [
-        ("PET_RDZV_BACKEND", elastic.rdzv_backend or DEFAULT_RDZV_BACKEND),
-        ("PET_RDZV_ENDPOINT", rdzv_endpoint(job)),
+        (contract.PET_RDZV_BACKEND, elastic.rdzv_backend or DEFAULT_RDZV_BACKEND),
+        (contract.PET_RDZV_ENDPOINT, rdzv_endpoint(job)),
     ]
     rdzv_id = elastic.rdzv_id or job.uid or job.name
     if rdzv_id:
-        env.append(("PET_RDZV_ID", rdzv_id))
+        env.append((contract.PET_RDZV_ID, rdzv_id))
     if elastic.rdzv_conf:
-        env.append(("PET_RDZV_CONF", ",".join(f"{k}={v}" for k, v in elastic.rdzv_conf)))
+        env.append((contract.PET_RDZV_CONF, ",".join(f"{k}={v}" for k, v in elastic.rdzv_conf)))
     if elastic.max_restarts is not None:
-        env.append(("PET_MAX_RESTARTS", str(elastic.max_restarts)))
+        env.append((contract.PET_MAX_RESTARTS, str(elastic.max_restarts)))
     if elastic.standalone:
-        env.append(("PET_STANDALONE", "1"))
+        env.append((contract.PET_STANDALONE, "1"))
     return env
 
 
 def merge_env(user_env: object, ours: Sequence[Mapping[str, Any]]) -> list[Any]:
     """The container's new ``env``: ours replace same-named user entries, the rest are kept.
 
+    Except defaults (``contract.DEFAULTS``): a user's own entry of that name is kept as it is.
     A user entry whose name we set is replaced by ours at the position of its first occurrence
     (later duplicates are dropped); the user's other entries keep their order. Our variables the
     user did not set go *before* the user's entries, because Kubernetes expands ``$(VAR)`` in an
     env value only for variables defined earlier in the list, so ``ADDR=$(MASTER_ADDR):$(PORT)``
     written by the user keeps working.
     """
-    by_name = {str(entry["name"]): entry for entry in ours}
     user = user_env if isinstance(user_env, list) else []
+    user_names = {e.get("name") for e in user if isinstance(e, Mapping)}
+    # A default (contract.DEFAULTS, e.g. PYTHONUNBUFFERED) the user set is theirs to keep.
+    ours = [e for e in ours if not (e["name"] in contract.DEFAULTS and e["name"] in user_names)]
+    by_name = {str(entry["name"]): entry for entry in ours}
     replaced: set[str] = set()
     kept: list[Any] = []
     for entry in user:

@@ -28,24 +28,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, NamedTuple
 
+from pytorchjob import contract
+
 ArgvField = Literal["command", "args"]
 
 BACKEND_FLAGS: Final = frozenset({"--backend", "--dist-backend", "--dist_backend"})
 
 # Flag spelling -> the environment variable the controller injects instead.
-STRAY_FLAGS: Final = {
-    "--world-size": "WORLD_SIZE",
-    "--world_size": "WORLD_SIZE",
-    "--rank": "RANK",
-    "--master-addr": "MASTER_ADDR",
-    "--master_addr": "MASTER_ADDR",
-    "--master-port": "MASTER_PORT",
-    "--master_port": "MASTER_PORT",
-    "--node-rank": "PET_NODE_RANK",
-    "--node_rank": "PET_NODE_RANK",
-    "--rdzv-endpoint": "PET_RDZV_ENDPOINT",
-    "--rdzv_endpoint": "PET_RDZV_ENDPOINT",
-}
+STRAY_FLAGS: Final = contract.STRAY_FLAGS
 
 NNODES_FLAGS: Final = frozenset({"--nnodes"})
 NPROC_FLAGS: Final = frozenset({"--nproc-per-node", "--nproc_per_node"})

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final
 
-from pytorchjob import names
+from pytorchjob import contract, names
 from pytorchjob.fieldpath import (
     ErrorType,
     FieldError,
@@ -154,24 +154,8 @@ def _unknown_replica_field_hint(key: str) -> str:
     return "supported fields: replicas, restartPolicy, template"
 
 
-# Where each injected variable's value comes from (and what to set instead, when anything).
-_INJECTED_ENV: Final = {
-    "MASTER_ADDR": "as the master pod's name",
-    "MASTER_PORT": f"from the {names.PORT_NAME} container port (default {names.DEFAULT_PORT})",
-    "WORLD_SIZE": "from the replica counts",
-    "RANK": "from each pod's replica index",
-    "PET_MASTER_ADDR": "as the master pod's name",
-    "PET_MASTER_PORT": f"from the {names.PORT_NAME} container port (default {names.DEFAULT_PORT})",
-    "PET_NNODES": "from the replica counts (elastic: spec.elasticPolicy minReplicas:maxReplicas)",
-    "PET_NODE_RANK": "from each pod's replica index",
-    "PET_NPROC_PER_NODE": "from spec.nprocPerNode; set that instead",
-    "PET_RDZV_ENDPOINT": "from spec.elasticPolicy rdzvHost and rdzvPort; set those instead",
-    "PET_RDZV_BACKEND": "from spec.elasticPolicy.rdzvBackend; set that instead",
-    "PET_RDZV_ID": "from spec.elasticPolicy.rdzvId; set that instead",
-    "PET_RDZV_CONF": "from spec.elasticPolicy.rdzvConf; set that instead",
-    "PET_STANDALONE": "from spec.elasticPolicy.standalone; set that instead",
-    "PET_MAX_RESTARTS": "from spec.elasticPolicy.maxRestarts; set that instead",
-}
+# Where each reserved injected variable's value comes from (and what to set instead, if anything).
+_INJECTED_ENV: Final = {name: contract.SOURCES[name] for name in contract.RESERVED}
 
 
 @dataclass(frozen=True, slots=True)
