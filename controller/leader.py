@@ -5,7 +5,10 @@ changed for ``lease_duration`` *as observed by the candidate's own clock* (so cl
 machines does not matter), writing with the resourceVersion it read so only one writer wins (409
 for the others). The leader renews every ``retry_period``; if it cannot renew within
 ``renew_deadline`` it must stop acting at once — the controller exits and restarts clean rather
-than risk two leaders.
+than risk two leaders. Every renewal attempt is itself bounded by what is left of the renew
+deadline (as client-go bounds it): a request that hangs, for up to the client's 30 s timeout,
+must not keep a leader acting after a successor, waiting only ``lease_duration`` (15 s), has
+taken over.
 """
 
 from __future__ import annotations
@@ -61,14 +64,26 @@ class LeaderElector:
         )
 
     async def hold(self) -> None:
-        """Renew until renewal fails for ``renew_deadline``; then return (leadership lost)."""
+        """Renew until renewal fails for ``renew_deadline``; then return (leadership lost).
+
+        Each attempt may take only what is left of the deadline since the last renewal, so this
+        returns at most ``renew_deadline`` (plus one ``retry_period``) after the last successful
+        renewal, however long a request would hang.
+        """
         loop = asyncio.get_running_loop()
         last_renewal = loop.time()
         while True:
             await asyncio.sleep(self.retry_period)
-            if await self._try_acquire_or_renew():
+            left = last_renewal + self.renew_deadline - loop.time()
+            renewed = False
+            if left > 0:
+                try:
+                    renewed = await asyncio.wait_for(self._try_acquire_or_renew(), timeout=left)
+                except TimeoutError:
+                    log.warning("renewing the leader lease took longer than the renew deadline")
+            if renewed:
                 last_renewal = loop.time()
-            elif loop.time() - last_renewal > self.renew_deadline:
+            elif loop.time() - last_renewal >= self.renew_deadline:
                 self.is_leader = False
                 log.error("lost the leader lease %s/%s", self.namespace, self.name)
                 return
@@ -97,7 +112,7 @@ class LeaderElector:
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
                 "metadata": {"name": self.name, "namespace": self.namespace},
-                "spec": self._spec(now, acquired=True, transitions=0),
+                "spec": self._spec(now, transitions=0),
             }
             try:
                 await self.api.request("POST", LEASES.path(self.namespace), body=body)
@@ -122,7 +137,7 @@ class LeaderElector:
         if holder == self.identity:
             lease["spec"] = {**spec, "renewTime": _micro_time(now)}
         else:
-            lease["spec"] = self._spec(now, acquired=True, transitions=transitions + 1)
+            lease["spec"] = self._spec(now, transitions=transitions + 1)
         try:
             updated = await self.api.request("PUT", path, body=lease)
         except Conflict:
@@ -139,13 +154,12 @@ class LeaderElector:
         self._observed_at = loop.time()
         return True
 
-    def _spec(self, now: datetime, *, acquired: bool, transitions: int) -> dict[str, Any]:
-        spec: dict[str, Any] = {
+    def _spec(self, now: datetime, *, transitions: int) -> dict[str, Any]:
+        """A new holder's record: this identity, acquired and renewed now."""
+        return {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": int(self.lease_duration),
+            "acquireTime": _micro_time(now),
             "renewTime": _micro_time(now),
             "leaseTransitions": transitions,
         }
-        if acquired:
-            spec["acquireTime"] = _micro_time(now)
-        return spec
