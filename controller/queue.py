@@ -127,10 +127,6 @@ class WorkQueue(Generic[K]):
         """Reset ``key``'s backoff after a success."""
         self._failures.pop(key, None)
 
-    def failures(self, key: K) -> int:
-        """How many times in a row ``key`` failed."""
-        return self._failures.get(key, 0)
-
     async def get(self, max_lane: int = LOW, *, hold_low: Callable[[], bool] | None = None) -> K:
         """The next key from lanes up to ``max_lane``; call ``done(key)`` when finished.
 

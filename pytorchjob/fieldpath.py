@@ -88,12 +88,6 @@ class FieldPath:
                 out.append(segment)
         return "".join(out)
 
-    def pointer(self) -> str:
-        """The RFC 6901 JSON pointer of this path (for JSON Patch operations)."""
-        return "".join(
-            "/" + str(segment).replace("~", "~0").replace("/", "~1") for segment in self.segments
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class FieldError:
@@ -158,11 +152,6 @@ def forbidden(path: FieldPath, detail: str) -> FieldError:
 def duplicate(path: FieldPath, value: Any, detail: str = "") -> FieldError:
     """``field.Duplicate``."""
     return FieldError(ErrorType.DUPLICATE, path, detail, value)
-
-
-def too_long(path: FieldPath, value: Any, limit: int) -> FieldError:
-    """``field.TooLong`` with Kubernetes' wording."""
-    return FieldError(ErrorType.TOO_LONG, path, f"must have at most {limit} bytes", value)
 
 
 def dedupe(errors: Iterable[FieldError]) -> list[FieldError]:

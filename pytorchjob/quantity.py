@@ -73,12 +73,3 @@ def _parse_text(value: str) -> Decimal:
     if suffix in _DECIMAL:
         return number * _DECIMAL[suffix]
     return number.scaleb(int(suffix[1:]))
-
-
-def is_quantity(value: object) -> bool:
-    """Whether ``value`` parses as a quantity."""
-    try:
-        parse_quantity(value)
-    except QuantityError:
-        return False
-    return True

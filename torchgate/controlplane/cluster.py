@@ -927,11 +927,6 @@ class ControlPlane:
         return self._require(self._workdir, "workdir")
 
     @property
-    def log_paths(self) -> dict[str, Path]:
-        """Log file per process name (empty in attach mode)."""
-        return {process.name: process.log_path for process in self._processes}
-
-    @property
     def startup_seconds(self) -> float | None:
         """Wall-clock seconds :meth:`start` took until everything was ready."""
         return self._startup_seconds
