@@ -42,7 +42,7 @@ for b in "${k8s_bins[@]}"; do
     have_version "$bin/$b" "Kubernetes ${K8S_VERSION}" || need_k8s=1
 done
 if [[ $need_k8s == 1 ]]; then
-    log "building ${k8s_bins[*]} ${K8S_VERSION} (cold: 15-30 min on 2 cores; warm Go cache: ~1 min)"
+    log "building ${k8s_bins[*]} ${K8S_VERSION} (cold: 5-10 min on 2 cores; warm Go cache: ~1 min)"
     minor=$(echo "$K8S_VERSION" | cut -d. -f2)
     ldflags="-s -w"
     for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
