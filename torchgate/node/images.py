@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import functools
 import json
 import os
@@ -33,7 +34,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Final
@@ -641,6 +642,38 @@ def ensure_images(
     client = RegistryClient(registry)
     if not client.ping():
         raise ImageBuildError(f"no registry answers at http://{registry}/v2/")
+    with build_lock(cache, report):
+        return _ensure_images(specs, client, cache=cache, report=report, on_outcome=on_outcome)
+
+
+@contextlib.contextmanager
+def build_lock(cache: Path, report: Callable[[str], None]) -> Iterator[None]:
+    """Hold the cache's image-build lock, waiting (and saying so) while another build has it.
+
+    ``dev up``'s background build and a ``dev images`` run would otherwise write the same layer
+    files; the second waits, then finds them built.
+    """
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / "images.lock", "a", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            report("another image build is running with this cache; waiting for it to finish")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _ensure_images(
+    specs: Iterable[ImageSpec],
+    client: RegistryClient,
+    *,
+    cache: Path,
+    report: Callable[[str], None],
+    on_outcome: Callable[[ImageOutcome], None] | None,
+) -> dict[str, str]:
     built: dict[str, BuiltLayer] = {}
     holders: dict[str, str] = {}
     digests: dict[str, str] = {}

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 from torchgate.node import runtime
+from torchgate.node.images import build_lock
 from torchgate.node.config import NodePaths
 
 CURRENT = "sha256:" + "a" * 64
@@ -70,3 +72,22 @@ def test_nothing_is_removed_when_every_image_is_current(tmp_path: Path) -> None:
     assert removed == []
     calls = (tmp_path / "calls.jsonl").read_text()
     assert '"rm"' not in calls
+
+
+def test_a_second_image_build_waits_for_the_first_and_says_so(tmp_path: Path) -> None:
+    lines: list[str] = []
+    entered = threading.Event()
+
+    def second() -> None:
+        with build_lock(tmp_path, lines.append):
+            entered.set()
+
+    with build_lock(tmp_path, lines.append):
+        waiting = threading.Thread(target=second)
+        waiting.start()
+        assert not entered.wait(0.5), "the second build must wait"
+    waiting.join(timeout=5)
+
+    assert entered.is_set()
+    assert len(lines) == 1
+    assert "waiting" in lines[0]
