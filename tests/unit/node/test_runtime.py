@@ -7,8 +7,8 @@ import threading
 from pathlib import Path
 
 from torchgate.node import runtime
-from torchgate.node.images import build_lock
 from torchgate.node.config import NodePaths
+from torchgate.node.images import build_lock
 
 CURRENT = "sha256:" + "a" * 64
 OLD = "sha256:" + "b" * 64
