@@ -68,7 +68,7 @@ import yaml
 from torchgate import devcluster
 from torchgate.controlplane import processes
 from torchgate.controlplane.binaries import BinariesUnavailable, ensure_binaries
-from torchgate.controlplane.cluster import ControlPlane, ControlPlaneError, Layout, node_cache_dir
+from torchgate.controlplane.cluster import ControlPlane, ControlPlaneError, Layout
 from torchgate.controlplane.processes import ManagedProcess, is_alive, memory_kib
 
 STATE_FILE: Final = "dev.json"
@@ -806,7 +806,7 @@ class DevCluster:
             return images.ensure_images(
                 images.seed_images(SEEDS_DIR),
                 registry=plane.registry,
-                cache=node_cache_dir(),
+                cache=images.node_cache(),
                 report=self._report,
             )
         except images.ImageBuildError as error:

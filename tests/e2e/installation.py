@@ -17,7 +17,8 @@ from tests import manifestset as ms
 from tests.e2e.conftest import Cluster
 from tests.helmtool import run_helm
 from torchgate.controlplane.binaries import Binaries
-from torchgate.controlplane.cluster import ControlPlane, node_cache_dir
+from torchgate.controlplane.cluster import ControlPlane
+from torchgate.node.images import node_cache
 from torchgate.node.productimage import build_product_image
 
 NAMESPACE = ms.NAMESPACE
@@ -32,7 +33,7 @@ def installable_cluster(binaries: Binaries, workdir: Path) -> Iterator[Cluster]:
         assert plane.registry is not None
         build_product_image(
             registry=plane.registry,
-            cache=node_cache_dir(),
+            cache=node_cache(),
             report=lambda line: print(f"image: {line}"),
             tags=("dev", "0.1.0", "0.1.1"),
         )

@@ -69,10 +69,10 @@ from torchgate.controlplane.binaries import (
 from torchgate.controlplane.processes import ManagedProcess
 from torchgate.node import config as node_config
 from torchgate.node import runtime as node_runtime
-from torchgate.node.registry import RegistryClient, RegistryError
+from torchgate.node.images import node_cache
+from torchgate.node.registry import RegistryClient, RegistryError, free_port
 
 ATTACH_ENV: Final = "TORCHGATE_E2E_KUBECONFIG"
-CACHE_ENV: Final = "TORCHGATE_CACHE_DIR"
 REAL_NODE_NAME: Final = "real-0"
 KUBECTL_ENV: Final = "TORCHGATE_KUBECTL"
 STATE_FILE: Final = "state.json"
@@ -631,26 +631,6 @@ def _child_environment() -> dict[str, str]:
     return env
 
 
-def cache_dir() -> Path:
-    """Torchgate's cache root: ``$TORCHGATE_CACHE_DIR``, else ``$XDG_CACHE_HOME/torchgate``."""
-    explicit = os.environ.get(CACHE_ENV)
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "torchgate"
-
-
-def node_cache_dir() -> Path:
-    """What the real node keeps between runs: images (registry and containerd) and its claim."""
-    return cache_dir() / "node"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     del frame
     raise KeyboardInterrupt(f"signal {signum}")
@@ -1172,7 +1152,7 @@ class ControlPlane:
 
     def _claim_node(self, layout: Layout, node_binaries: node_runtime.NodeBinaries) -> None:
         """Take this machine's real node, clear what a dead earlier owner left, make the bridge."""
-        cache = node_cache_dir()
+        cache = node_cache()
         network = node_config.NodeNetwork()
         since = time.time()
         try:
@@ -1199,17 +1179,17 @@ class ControlPlane:
         self, node_binaries: node_runtime.NodeBinaries, layout: Layout, deadline: float
     ) -> None:
         """Start the real node's processes in order and wait until the node is Ready."""
-        cache = node_cache_dir()
+        cache = node_cache()
         paths = node_config.NodePaths(work=layout.node, cache=cache)
         network = node_config.NodeNetwork()
         ports = node_runtime.NodePorts(
-            registry=_free_port(),
-            kubelet=_free_port(),
-            kube_proxy_healthz=_free_port(),
-            kube_proxy_metrics=_free_port(),
-            kubelet_healthz=_free_port(),
-            dns_health=_free_port(),
-            dns_ready=_free_port(),
+            registry=free_port(),
+            kubelet=free_port(),
+            kube_proxy_healthz=free_port(),
+            kube_proxy_metrics=free_port(),
+            kubelet_healthz=free_port(),
+            dns_health=free_port(),
+            dns_ready=free_port(),
         )
         self._registry = f"127.0.0.1:{ports.registry}"
         self._write_state(layout, detached=False)
@@ -1389,7 +1369,7 @@ class ControlPlane:
                 processes.reap(process)
         if node is not None:  # what outlives containerd: shims, mounts, netns, the bridge
             node()
-            node_runtime.release_claim(node_cache_dir(), self.workdir)
+            node_runtime.release_claim(node_cache(), self.workdir)
             self._node_since = None
         if self._workdir is not None:
             Layout(self._workdir).state.unlink(missing_ok=True)
@@ -1409,7 +1389,7 @@ class ControlPlane:
         """The real node's teardown, if one was started (or its start was attempted)."""
         if self._node_since is None or self._workdir is None:
             return None
-        paths = node_config.NodePaths(work=Layout(self._workdir).node, cache=node_cache_dir())
+        paths = node_config.NodePaths(work=Layout(self._workdir).node, cache=node_cache())
         since = self._node_since
         ctr = shutil.which("ctr")
         kube_proxy = self._kube_proxy

@@ -697,6 +697,19 @@ def _ensure_images(
 # --------------------------------------------------------------------------- command line
 
 
+@contextlib.contextmanager
+def registry_or_throwaway(
+    registry: str | None, cache: Path, report: Callable[[str], None]
+) -> Iterator[str]:
+    """``registry`` (HOST:PORT) when given, else a registry started on the cache's storage."""
+    if registry:
+        yield registry
+        return
+    with Registry(cache / "registry", cache / "registry-run") as started:
+        report(f"registry started on {started.host} (storage {started.storage})")
+        yield started.host
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Build and push the seed images and the pause image; print a summary."""
     parser = argparse.ArgumentParser(prog="python -m torchgate.node.images", description=__doc__)
@@ -713,12 +726,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     outcomes: list[ImageOutcome] = []
     specs = (*seed_images(args.seeds), pause_image())
     try:
-        with contextlib.ExitStack() as stack:
-            registry = args.registry
-            if not registry:
-                started_registry = Registry(cache / "registry", cache / "registry-run")
-                registry = stack.enter_context(started_registry).host
-                report(f"registry started on {registry} (storage {started_registry.storage})")
+        with registry_or_throwaway(args.registry, cache, report) as registry:
             ensure_images(
                 specs, registry=registry, cache=cache, report=report, on_outcome=outcomes.append
             )

@@ -42,7 +42,6 @@ starts a registry on the cache's registry storage for the run.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import re
 import sys
@@ -56,7 +55,7 @@ from typing import Final
 
 from torchgate.node import buildah, buildcontext, images, oci
 from torchgate.node.config import REGISTRY_ALIAS
-from torchgate.node.registry import Registry, RegistryClient
+from torchgate.node.registry import RegistryClient
 
 PRODUCT_FORMAT: Final = 1
 """Bump when the way the product image is built changes (flags, base): every tag changes."""
@@ -436,12 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[product {time.monotonic() - started:6.1f}s] {line}", file=sys.stderr, flush=True)
 
     try:
-        with contextlib.ExitStack() as stack:
-            registry = args.registry
-            if not registry:
-                started_registry = Registry(cache / "registry", cache / "registry-run")
-                registry = stack.enter_context(started_registry).host
-                report(f"registry started on {registry} (storage {started_registry.storage})")
+        with images.registry_or_throwaway(args.registry, cache, report) as registry:
             image = build_product_image(registry=registry, cache=cache, report=report)
     except (images.ImageBuildError, OSError, RuntimeError) as error:
         print(f"error: {error}", file=sys.stderr)
