@@ -69,7 +69,7 @@ requests:
   memory: 64Mi
 limits:
   cpu: 200m
-  memory: 128Mi
+  memory: 256Mi
 {{- end -}}
 
 {{/*
