@@ -28,11 +28,11 @@ from typing import Any
 # The script's folder is first on sys.path when it runs, so its sibling imports as a module.
 from controller_bench import REPO, Api, bounded, cpu_seconds, gang
 
-from controller.pods import build_pod, build_service
-from controller.status import format_time, replica_statuses, set_condition
-from pytorchjob.spec import JobSpec, parse_job
+from torchgate.controller.pods import build_pod, build_service
+from torchgate.controller.status import format_time, replica_statuses, set_condition
 from torchgate.controlplane.binaries import ensure_binaries
 from torchgate.controlplane.cluster import ControlPlane
+from torchgate.pytorchjob.spec import JobSpec, parse_job
 
 NAMESPACE = "costs"
 CONCURRENCY = 32

@@ -43,13 +43,13 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.pods import build_pod
-from pytorchjob.spec import parse_job
+from torchgate.controller.pods import build_pod
 from torchgate.controlplane import kwok
 from torchgate.controlplane.binaries import ensure_binaries
 from torchgate.controlplane.cluster import ControlPlane
 from torchgate.controlplane.processes import terminate
 from torchgate.dev import free_port
+from torchgate.pytorchjob.spec import parse_job
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -195,8 +195,8 @@ def admitted_job(job: dict[str, Any], policy_file: Path) -> dict[str, Any]:
     """
     import yaml
 
-    from pytorchjob.policy import parse_policy
-    from webhook.defaulting import default_job
+    from torchgate.pytorchjob.policy import parse_policy
+    from torchgate.webhook.defaulting import default_job
 
     policy, errors = parse_policy(yaml.safe_load(policy_file.read_text()))
     if policy is None:
@@ -239,7 +239,7 @@ BARE_RESPONSE = json.dumps(
 def _baseline_app(kind: str, policy_file: Path) -> Any:
     from aiohttp import web
 
-    from webhook.policysource import FilePolicies, PolicyCache
+    from torchgate.webhook.policysource import FilePolicies, PolicyCache
 
     headers_of = _timing_headers
 
@@ -256,8 +256,8 @@ def _baseline_app(kind: str, policy_file: Path) -> Any:
     async def naive_mutate(request: web.Request) -> web.Response:
         import jsonpatch
 
-        from webhook.defaulting import default_job
-        from webhook.review import respond
+        from torchgate.webhook.defaulting import default_job
+        from torchgate.webhook.review import respond
 
         started = time.perf_counter(), time.thread_time()
         review = await request.json()
@@ -276,7 +276,7 @@ def _baseline_app(kind: str, policy_file: Path) -> Any:
         return web.json_response(answer, headers=headers_of(started))
 
     async def naive_validate(request: web.Request) -> web.Response:
-        from webhook.review import validate
+        from torchgate.webhook.review import validate
 
         started = time.perf_counter(), time.thread_time()
         review = await request.json()
@@ -312,7 +312,7 @@ def serve_baseline(argv: Sequence[str]) -> int:
 
     from aiohttp import web
 
-    from webhook.server import ReloadingTLS
+    from torchgate.webhook.server import ReloadingTLS
 
     parser = argparse.ArgumentParser(prog="webhook_bench.py _serve")
     parser.add_argument("kind", choices=["bare", "naive"])

@@ -39,7 +39,7 @@ from typing import Any, Final, TypeVar
 
 from kubernetes_asyncio import client
 
-from certs.authority import (
+from torchgate.certs.authority import (
     DEFAULT_CA_RENEW_BEFORE,
     DEFAULT_SERVING_RENEW_BEFORE,
     DEFAULT_SERVING_VALID_FOR,
@@ -52,7 +52,7 @@ from certs.authority import (
     service_dns_names,
     validate_dns_name,
 )
-from certs.store import (
+from torchgate.certs.store import (
     CertsError,
     Conflict,
     MissingWebhookConfiguration,

@@ -39,7 +39,7 @@ import yaml
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from certs.authority import Material
+from torchgate.certs.authority import Material
 
 CA_CERT: Final = "ca.crt"
 CA_KEY: Final = "ca.key"

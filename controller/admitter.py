@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from controller.placement import (
+from torchgate.controller.placement import (
     TERMINATED_PHASES,
     NodeView,
     Placement,
@@ -40,7 +40,7 @@ from controller.placement import (
     node_view,
     place_gang,
 )
-from pytorchjob import names
+from torchgate.pytorchjob import names
 
 log = logging.getLogger("torchgate.controller.admitter")
 

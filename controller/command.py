@@ -16,11 +16,11 @@ import socket
 import sys
 import uuid
 
-from controller.kube import KubeClient
-from controller.leader import LeaderElector
-from controller.manager import ManagerOptions, run_as_leader
-from controller.reconciler import Options
-from pytorchjob import jsonlog
+from torchgate.controller.kube import KubeClient
+from torchgate.controller.leader import LeaderElector
+from torchgate.controller.manager import ManagerOptions, run_as_leader
+from torchgate.controller.reconciler import Options
+from torchgate.pytorchjob import jsonlog
 
 log = logging.getLogger("torchgate.controller")
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from pytorchjob import contract, names
-from pytorchjob.spec import JobSpec, as_int, pod_spec_of, pytorch_container_index
+from torchgate.pytorchjob import contract, names
+from torchgate.pytorchjob.spec import JobSpec, as_int, pod_spec_of, pytorch_container_index
 
 EnvVar = dict[str, str]
 

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from controller.kube import ApiError, Gone, KubeApi, Resource
+from torchgate.controller.kube import ApiError, Gone, KubeApi, Resource
 
 log = logging.getLogger("torchgate.controller.informer")
 

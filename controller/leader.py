@@ -18,7 +18,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from controller.kube import LEASES, AlreadyExists, ApiError, Conflict, KubeApi, NotFound
+from torchgate.controller.kube import LEASES, AlreadyExists, ApiError, Conflict, KubeApi, NotFound
 
 log = logging.getLogger("torchgate.controller.leader")
 

@@ -20,9 +20,9 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from controller.admitter import Admitter, JobKey
-from controller.informer import Informer, key_of
-from controller.kube import (
+from torchgate.controller.admitter import Admitter, JobKey
+from torchgate.controller.informer import Informer, key_of
+from torchgate.controller.kube import (
     NODES,
     PLACEMENT_POLICIES,
     PODS,
@@ -31,12 +31,12 @@ from controller.kube import (
     SERVICES,
     KubeApi,
 )
-from controller.leader import LeaderElector
-from controller.metrics import ControllerMetrics
-from controller.queue import LOW, NORMAL, URGENT, ShutDown, WorkQueue
-from controller.reconciler import Options, Reconciler, job_key_of_pod
-from pytorchjob import names
-from pytorchjob.policy import PlacementPolicy, parse_policy
+from torchgate.controller.leader import LeaderElector
+from torchgate.controller.metrics import ControllerMetrics
+from torchgate.controller.queue import LOW, NORMAL, URGENT, ShutDown, WorkQueue
+from torchgate.controller.reconciler import Options, Reconciler, job_key_of_pod
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy
 
 log = logging.getLogger("torchgate.controller")
 

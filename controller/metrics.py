@@ -22,9 +22,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from controller import status as st
-from controller.planning import Observed, Plan
-from pytorchjob.spec import gpu_count
+from torchgate.controller import status as st
+from torchgate.controller.planning import Observed, Plan
+from torchgate.pytorchjob.spec import gpu_count
 
 JobKey = tuple[str, str]
 

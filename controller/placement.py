@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final, Literal
 
-from pytorchjob import names
-from pytorchjob.quantity import QuantityError, parse_quantity
-from pytorchjob.spec import JobSpec, pinned_hosts, pod_requests, pod_spec_of
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
+from torchgate.pytorchjob.spec import JobSpec, pinned_hosts, pod_requests, pod_spec_of
 
 ZERO: Final = Decimal(0)
 PODS: Final = "pods"

@@ -43,12 +43,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
-from controller import status as st
-from controller.envvars import rendezvous_replica
-from controller.placement import PodDemand, job_demands
-from controller.pods import build_pod, build_service, service_replicas
-from pytorchjob import names
-from pytorchjob.spec import JobSpec, as_int
+from torchgate.controller import status as st
+from torchgate.controller.envvars import rendezvous_replica
+from torchgate.controller.placement import PodDemand, job_demands
+from torchgate.controller.pods import build_pod, build_service, service_replicas
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.spec import JobSpec, as_int
 
 ANNOTATION_RESTARTS: Final = "torchgate.io/restarts"
 DEFAULT_SCHEDULE_TIMEOUT_SECONDS: Final = 60

@@ -35,15 +35,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from controller.envvars import (
+from torchgate.controller.envvars import (
     container_ports,
     merge_env,
     rank_env,
     rendezvous_replica,
     valid_port,
 )
-from pytorchjob import names
-from pytorchjob.spec import JobSpec, gpu_count, pod_spec_of, pytorch_container_index
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.spec import JobSpec, gpu_count, pod_spec_of, pytorch_container_index
 
 REQUIRED_AFFINITY: Final = "requiredDuringSchedulingIgnoredDuringExecution"
 NODE_NAME_FIELD: Final = "metadata.name"  # the one node field a nodeSelectorTerm can match

@@ -32,10 +32,10 @@ from typing import Any
 import orjson
 from prometheus_client import Gauge
 
-from controller import status as st
-from controller.admitter import Admitter, JobKey
-from controller.informer import Informer
-from controller.kube import (
+from torchgate.controller import status as st
+from torchgate.controller.admitter import Admitter, JobKey
+from torchgate.controller.informer import Informer
+from torchgate.controller.kube import (
     EVENTS,
     MERGE_PATCH,
     PODS,
@@ -46,12 +46,12 @@ from controller.kube import (
     KubeApi,
     NotFound,
 )
-from controller.metrics import ControllerMetrics
-from controller.placement import PodDemand, job_demands
-from controller.planning import ANNOTATION_RESTARTS, Event, Observed, Plan, plan
-from pytorchjob import names
-from pytorchjob.policy import PlacementPolicy, select_policy
-from pytorchjob.spec import JobSpec, parse_job, pod_spec_of
+from torchgate.controller.metrics import ControllerMetrics
+from torchgate.controller.placement import PodDemand, job_demands
+from torchgate.controller.planning import ANNOTATION_RESTARTS, Event, Observed, Plan, plan
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.policy import PlacementPolicy, select_policy
+from torchgate.pytorchjob.spec import JobSpec, parse_job, pod_spec_of
 
 log = logging.getLogger("torchgate.controller")
 REASON_FAILED_VALIDATION = "PyTorchJobFailedValidation"

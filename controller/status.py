@@ -20,8 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from pytorchjob import names
-from pytorchjob.spec import JobSpec, canonical_replica_type
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.spec import JobSpec, canonical_replica_type
 
 CREATED: Final = "Created"
 RUNNING: Final = "Running"

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from pytorchjob import names
+from torchgate.pytorchjob import names
 
 
 @dataclass(frozen=True, slots=True)

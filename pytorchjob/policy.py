@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from pytorchjob import names
-from pytorchjob.fieldpath import FieldError, FieldPath, invalid, not_supported, required
-from pytorchjob.quantity import QuantityError, parse_quantity
-from pytorchjob.spec import as_int
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.fieldpath import FieldError, FieldPath, invalid, not_supported, required
+from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
+from torchgate.pytorchjob.spec import as_int
 
 _SPEC = FieldPath.root("spec")
 _TOLERATION_OPERATORS = ("Exists", "Equal")

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
-from pytorchjob import names
-from pytorchjob.fieldpath import FieldError, FieldPath, invalid, not_supported, required
-from pytorchjob.quantity import QuantityError, parse_quantity
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.fieldpath import FieldError, FieldPath, invalid, not_supported, required
+from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
 
 # isinstance() tries the exact JSON type first; the ABC check alone is several times slower.
 _OBJECT: Final = (dict, Mapping)

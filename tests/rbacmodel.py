@@ -239,7 +239,7 @@ def _parameter_index(defining: ast.AST, name: str) -> int | None:
 
 
 def _resource_constants() -> Mapping[str, Any]:
-    from controller import kube
+    from torchgate.controller import kube
 
     return {
         name: value
@@ -377,7 +377,7 @@ def _resolve_attribute(node: ast.AST | None) -> str | None:
     if literal is not None:
         return literal
     if isinstance(node, ast.Attribute) and ast.unparse(node.value) == "names":
-        from pytorchjob import names
+        from torchgate.pytorchjob import names
 
         value = getattr(names, node.attr, None)
         return value if isinstance(value, str) else None

@@ -15,10 +15,19 @@ from typing import Protocol, cast
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "webhook": ("webhook.command", "run the mutating and validating admission webhook (TLS)"),
-    "check": ("webhook.check", "run the webhook's defaulting and validation on files, offline"),
-    "controller": ("controller.command", "run the gang controller for PyTorchJobs"),
-    "certs": ("certs.command", "create or renew the webhook certificates; patch caBundle"),
+    "webhook": (
+        "torchgate.webhook.command",
+        "run the mutating and validating admission webhook (TLS)",
+    ),
+    "check": (
+        "torchgate.webhook.check",
+        "run the webhook's defaulting and validation on files, offline",
+    ),
+    "controller": ("torchgate.controller.command", "run the gang controller for PyTorchJobs"),
+    "certs": (
+        "torchgate.certs.command",
+        "create or renew the webhook certificates; patch caBundle",
+    ),
     "dev": ("torchgate.dev", "start or stop a local control plane with fake GPU nodes"),
 }
 

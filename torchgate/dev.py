@@ -513,8 +513,8 @@ def make_certificates(tls_dir: Path, *, now: datetime | None = None) -> bytes:
     """
     # Imported here: certs.store loads the Kubernetes client (~1.5 s), which status and down
     # never need.
-    from certs.authority import CertificateError, plan_rotation
-    from certs.store import CertsError, read_directory, write_directory
+    from torchgate.certs.authority import CertificateError, plan_rotation
+    from torchgate.certs.store import CertsError, read_directory, write_directory
 
     try:
         plan = plan_rotation(

@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from pytorchjob import names
 from torchgate.controlplane import kwok
+from torchgate.pytorchjob import names
 
 CONFIGURATION_NAME: Final = "torchgate"
 MUTATING_WEBHOOK: Final = "mutate.pytorchjobs.torchgate.io"

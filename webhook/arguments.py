@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, NamedTuple
 
-from pytorchjob import contract
+from torchgate.pytorchjob import contract
 
 ArgvField = Literal["command", "args"]
 

@@ -23,11 +23,11 @@ from typing import Any, TextIO
 
 import yaml
 
-from pytorchjob import names
-from pytorchjob.fieldpath import FieldError
-from pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
-from webhook.policysource import PolicyFileError, read_policy_files
-from webhook.review import Evaluation, evaluate
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.fieldpath import FieldError
+from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
+from torchgate.webhook.policysource import PolicyFileError, read_policy_files
+from torchgate.webhook.review import Evaluation, evaluate
 
 
 class InputError(Exception):

@@ -24,9 +24,9 @@ from typing import Any
 
 from aiohttp import web
 
-from pytorchjob import jsonlog
-from webhook.policysource import ClusterPolicies, FilePolicies, PolicyCache
-from webhook.server import DRAINING, MAX_BODY_BYTES, Metrics, ReloadingTLS, create_app
+from torchgate.pytorchjob import jsonlog
+from torchgate.webhook.policysource import ClusterPolicies, FilePolicies, PolicyCache
+from torchgate.webhook.server import DRAINING, MAX_BODY_BYTES, Metrics, ReloadingTLS, create_app
 
 log = logging.getLogger("torchgate.webhook")
 

@@ -24,10 +24,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from pytorchjob import names
-from pytorchjob.fieldpath import FieldError, FieldPath, duplicate, invalid
-from pytorchjob.policy import PlacementPolicy
-from pytorchjob.spec import as_int, canonical_replica_type, pinned_hosts, pod_requests
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.fieldpath import FieldError, FieldPath, duplicate, invalid
+from torchgate.pytorchjob.policy import PlacementPolicy
+from torchgate.pytorchjob.spec import as_int, canonical_replica_type, pinned_hosts, pod_requests
 
 SHM_PATH = "/dev/shm"
 SHM_VOLUME = "torchgate-dshm"

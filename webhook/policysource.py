@@ -18,9 +18,9 @@ from typing import Any
 
 import yaml
 
-from pytorchjob import names
-from pytorchjob.fieldpath import FieldError
-from pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.fieldpath import FieldError
+from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
 
 log = logging.getLogger("torchgate.webhook.policies")
 

@@ -20,11 +20,11 @@ from typing import Any
 
 import orjson
 
-from pytorchjob import names
-from pytorchjob.fieldpath import FieldError, dedupe
-from pytorchjob.policy import PlacementPolicy
-from webhook.defaulting import Defaulted, default_job
-from webhook.validation import validate_create, validate_update
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.fieldpath import FieldError, dedupe
+from torchgate.pytorchjob.policy import PlacementPolicy
+from torchgate.webhook.defaulting import Defaulted, default_job
+from torchgate.webhook.validation import validate_create, validate_update
 
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
 PolicyLookup = Callable[[str], PlacementPolicy]

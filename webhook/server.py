@@ -38,8 +38,15 @@ from prometheus_client import (
     generate_latest,
 )
 
-from webhook.policysource import PolicyCache
-from webhook.review import BadReview, PolicyLookup, internal_error, mutate, parse_review, validate
+from torchgate.webhook.policysource import PolicyCache
+from torchgate.webhook.review import (
+    BadReview,
+    PolicyLookup,
+    internal_error,
+    mutate,
+    parse_review,
+    validate,
+)
 
 log = logging.getLogger("torchgate.webhook")
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final
 
-from pytorchjob import contract, names
-from pytorchjob.fieldpath import (
+from torchgate.pytorchjob import contract, names
+from torchgate.pytorchjob.fieldpath import (
     ErrorType,
     FieldError,
     FieldPath,
@@ -40,11 +40,26 @@ from pytorchjob.fieldpath import (
     not_supported,
     required,
 )
-from pytorchjob.policy import PlacementPolicy
-from pytorchjob.quantity import QuantityError, parse_quantity
-from pytorchjob.spec import as_int, canonical_replica_type, container_requests, pinned_hosts
-from webhook.arguments import STRAY_FLAGS, CommandLine, FlagUse, parse_nnodes, scan_command_line
-from webhook.imageref import image_reference_problem, is_lone_placeholder, unfilled_placeholder
+from torchgate.pytorchjob.policy import PlacementPolicy
+from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
+from torchgate.pytorchjob.spec import (
+    as_int,
+    canonical_replica_type,
+    container_requests,
+    pinned_hosts,
+)
+from torchgate.webhook.arguments import (
+    STRAY_FLAGS,
+    CommandLine,
+    FlagUse,
+    parse_nnodes,
+    scan_command_line,
+)
+from torchgate.webhook.imageref import (
+    image_reference_problem,
+    is_lone_placeholder,
+    unfilled_placeholder,
+)
 
 # isinstance() tries the exact JSON type first; the ABC check is several times slower.
 _OBJECT: Final = (dict, Mapping)

@@ -22,9 +22,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from cryptography import x509
 
-from certs.authority import Material, RotationPolicy, plan_rotation, service_dns_names
-from certs.command import SyncOptions, sync
-from certs.store import (
+from torchgate.certs.authority import Material, RotationPolicy, plan_rotation, service_dns_names
+from torchgate.certs.command import SyncOptions, sync
+from torchgate.certs.store import (
     CertsError,
     Forbidden,
     MissingWebhookConfiguration,

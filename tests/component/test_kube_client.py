@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from certs.authority import issue_serving_cert, make_ca
-from controller.kube import (
+from torchgate.certs.authority import issue_serving_cert, make_ca
+from torchgate.controller.kube import (
     PODS,
     AlreadyExists,
     Gone,

@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.builders import gpu_job, job
-from webhook.policysource import PolicyCache
-from webhook.server import create_app
+from torchgate.webhook.policysource import PolicyCache
+from torchgate.webhook.server import create_app
 
 
 @pytest.fixture(scope="module")

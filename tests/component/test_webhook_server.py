@@ -28,10 +28,10 @@ import jsonpatch
 import pytest
 import yaml
 
-from pytorchjob.policy import DEFAULT_POLICY, parse_policy
 from tests.builders import gpu_job, policy
 from torchgate.cli import main as torchgate
-from webhook.review import evaluate
+from torchgate.pytorchjob.policy import DEFAULT_POLICY, parse_policy
+from torchgate.webhook.review import evaluate
 
 SEEDS = Path(__file__).resolve().parents[2].parent / "shared" / "seeds" / "manifests"
 POLICY = policy("gpu-pool", nodeSelector={"pool": "a100"}, sharedMemory={"sizeLimit": "8Gi"})

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from pytorchjob.policy import parse_policy
 from tests.builders import job, policy
 from tests.e2e.conftest import REPO_ROOT, Cluster, load_yaml
 from torchgate.controlplane import kwok
 from torchgate.controlplane.binaries import Binaries
 from torchgate.controlplane.cluster import ATTACH_ENV, ControlPlane, ControlPlaneError
+from torchgate.pytorchjob.policy import parse_policy
 
 pytestmark = pytest.mark.e2e
 

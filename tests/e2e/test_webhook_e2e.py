@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from pytorchjob import names
-from pytorchjob.fieldpath import ErrorType
 from tests.builders import job, policy
 from tests.e2e.conftest import REPO_ROOT, Cluster, load_yaml
 from torchgate import dev, devcluster
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.fieldpath import ErrorType
 
 pytestmark = pytest.mark.e2e
 

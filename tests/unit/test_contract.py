@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from controller.envvars import merge_env, rank_env
-from pytorchjob import contract
-from pytorchjob.fieldpath import ErrorType
-from pytorchjob.policy import DEFAULT_POLICY
 from tests.builders import container, gpu_job, job
 from tests.unit.controller.helpers import parse, with_uid
-from webhook.validation import validate_create
+from torchgate.controller.envvars import merge_env, rank_env
+from torchgate.pytorchjob import contract
+from torchgate.pytorchjob.fieldpath import ErrorType
+from torchgate.pytorchjob.policy import DEFAULT_POLICY
+from torchgate.webhook.validation import validate_create
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -24,7 +24,6 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from pytorchjob.policy import JobDefaults, PlacementPolicy, parse_policy
 from torchgate.controlplane import kwok
 from torchgate.controlplane.binaries import (
     BIN_DIR_ENV,
@@ -42,6 +41,7 @@ from torchgate.controlplane.cluster import (
     read_kubeconfig,
     write_pki,
 )
+from torchgate.pytorchjob.policy import JobDefaults, PlacementPolicy, parse_policy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PYTORCHJOB_CRD = REPO_ROOT / "manifests" / "crds" / "kubeflow.org_pytorchjobs.yaml"

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from certs import store
 from torchgate import cli, dev, devcluster
+from torchgate.certs import store
 from torchgate.controlplane.cluster import Layout
 from torchgate.controlplane.processes import ManagedProcess
 from torchgate.devcluster import NodePool, ServiceEndpoint

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -26,8 +27,8 @@ from tests import manifestset as ms
 from tests.helmtool import CHART
 from torchgate import devcluster
 from torchgate.cli import build_parser
-from webhook.policysource import PolicyCache
-from webhook.server import create_app
+from torchgate.webhook.policysource import PolicyCache
+from torchgate.webhook.server import create_app
 
 REPO_ROOT = ms.REPO_ROOT
 DOCKERFILE = REPO_ROOT / "Dockerfile"
@@ -164,8 +165,15 @@ def test_dockerignore_lets_in_exactly_what_the_wheel_is_built_from() -> None:
         pattern.rstrip("*")
         for pattern in project["tool"]["setuptools"]["packages"]["find"]["include"]
     }
+    # The checkout's top-level folders that torchgate/ links in as torchgate.<name>.
+    linked = {
+        os.readlink(entry).removeprefix("../")
+        for pattern in packages
+        for entry in (REPO_ROOT / pattern).iterdir()
+        if entry.is_symlink()
+    }
     readme = project["project"]["readme"]
-    assert allowed == packages | {"pyproject.toml", readme}
+    assert allowed == packages | linked | {"pyproject.toml", readme}
     # The builder copies the same list (and nothing else) into its source tree.
     copied = {
         source.rstrip("/")

@@ -34,7 +34,7 @@ from typing import Any, Final
 
 import yaml
 
-from pytorchjob import names
+from torchgate.pytorchjob import names
 
 STAGE_API_VERSION: Final = "kwok.x-k8s.io/v1alpha1"
 NODE_ANNOTATION: Final = "kwok.x-k8s.io/node"

@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from certs.authority import (
+from torchgate.certs.authority import (
     CertificateError,
     KeyPair,
     Material,

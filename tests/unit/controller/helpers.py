@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from controller.planning import ANNOTATION_RESTARTS, Observed, Plan, plan
-from controller.status import format_time
-from pytorchjob.spec import JobSpec, parse_job
+from torchgate.controller.planning import ANNOTATION_RESTARTS, Observed, Plan, plan
+from torchgate.controller.status import format_time
+from torchgate.pytorchjob.spec import JobSpec, parse_job
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 UID = "0b0e1d2c-uid"

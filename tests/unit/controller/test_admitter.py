@@ -6,10 +6,10 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from controller.admitter import Admitter
-from controller.placement import job_demands
 from tests.builders import gpu_job, job, node
 from tests.unit.controller.helpers import parse, with_uid
+from torchgate.controller.admitter import Admitter
+from torchgate.controller.placement import job_demands
 
 
 class Clock:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from controller.placement import PodDemand, job_demands
-from controller.planning import Observed, plan
-from controller.reconciler import DemandMemo
-from pytorchjob import names
 from tests.builders import gpu_job
 from tests.unit.controller.helpers import NOW, parse, with_uid
+from torchgate.controller.placement import PodDemand, job_demands
+from torchgate.controller.planning import Observed, plan
+from torchgate.controller.reconciler import DemandMemo
+from torchgate.pytorchjob import names
 
 KEY = ("default", "demo")
 GPU = "nvidia.com/gpu"

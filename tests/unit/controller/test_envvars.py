@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from controller.envvars import merge_env, rank_env
 from tests.builders import gpu_job, job
 from tests.unit.controller.helpers import UID, parse, with_uid
+from torchgate.controller.envvars import merge_env, rank_env
 
 
 def env(pairs: list[tuple[str, str]]) -> list[dict[str, str]]:

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from controller.planning import Event
-from controller.reconciler import EventRecorder
+from torchgate.controller.planning import Event
+from torchgate.controller.reconciler import EventRecorder
 
 JOB = {"metadata": {"name": "train", "namespace": "team-a", "uid": "u1", "resourceVersion": "9"}}
 WHEN = datetime(2026, 11, 24, 12, 0, 0, tzinfo=UTC)

@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from controller.informer import Informer
-from controller.kube import PODS, Gone
+from torchgate.controller.informer import Informer
+from torchgate.controller.kube import PODS, Gone
 
 
 def pod(name: str, version: int, **labels: str) -> dict[str, Any]:

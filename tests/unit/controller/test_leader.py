@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from controller.kube import AlreadyExists, Conflict, NotFound, ServerError
-from controller.leader import LeaderElector
+from torchgate.controller.kube import AlreadyExists, Conflict, NotFound, ServerError
+from torchgate.controller.leader import LeaderElector
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/ctl"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/ns/leases"

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from controller.placement import (
+from tests.builders import container, gpu_job, job, node
+from tests.unit.controller.helpers import parse, with_uid
+from torchgate.controller.placement import (
     NodeView,
     Placement,
     PodDemand,
@@ -26,8 +28,6 @@ from controller.placement import (
     pod_demand,
     reserve,
 )
-from tests.builders import container, gpu_job, job, node
-from tests.unit.controller.helpers import parse, with_uid
 
 GPU = "nvidia.com/gpu"
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from controller.planning import Observed, Plan, plan
-from controller.status import format_time
 from tests.builders import JobBuilder, gpu_job, job
 from tests.unit.controller.helpers import NOW, World, is_quiet, parse, set_phase, with_uid
+from torchgate.controller.planning import Observed, Plan, plan
+from torchgate.controller.status import format_time
 
 MASTER, W0, W1 = "demo-master-0", "demo-worker-0", "demo-worker-1"
 ALL = (MASTER, W0, W1)

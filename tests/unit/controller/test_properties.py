@@ -10,8 +10,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from controller.envvars import rendezvous_host
-from controller.placement import (
+from tests.builders import container, job, node
+from tests.unit.controller.helpers import NOW, World, env_of, is_quiet, parse, with_uid
+from torchgate.controller.envvars import rendezvous_host
+from torchgate.controller.placement import (
     Placement,
     Shortfall,
     admits,
@@ -20,11 +22,9 @@ from controller.placement import (
     place_gang,
     pod_demand,
 )
-from controller.pods import build_pod, build_service
-from controller.status import format_time
-from pytorchjob import names
-from tests.builders import container, job, node
-from tests.unit.controller.helpers import NOW, World, env_of, is_quiet, parse, with_uid
+from torchgate.controller.pods import build_pod, build_service
+from torchgate.controller.status import format_time
+from torchgate.pytorchjob import names
 
 GPU = "nvidia.com/gpu"
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from controller.queue import LOW, NORMAL, URGENT, ShutDown, WorkQueue
+from torchgate.controller.queue import LOW, NORMAL, URGENT, ShutDown, WorkQueue
 
 
 async def test_a_key_is_queued_once_however_many_events_arrive() -> None:

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from controller import status as st
 from tests.builders import job
 from tests.unit.controller.helpers import NOW, parse, with_uid
+from torchgate.controller import status as st
 
 LATER = NOW + timedelta(minutes=5)
 

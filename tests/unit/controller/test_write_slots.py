@@ -10,8 +10,8 @@ import asyncio
 
 import pytest
 
-from controller.metrics import ControllerMetrics
-from controller.reconciler import WriteSlots
+from torchgate.controller.metrics import ControllerMetrics
+from torchgate.controller.reconciler import WriteSlots
 
 
 def gauge_value(metrics: ControllerMetrics, write: str, state: str) -> float:

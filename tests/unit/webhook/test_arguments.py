@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.arguments import CommandLine, FlagUse, parse_nnodes, scan_command_line, tokenize
+from torchgate.webhook.arguments import (
+    CommandLine,
+    FlagUse,
+    parse_nnodes,
+    scan_command_line,
+    tokenize,
+)
 
 Found = tuple[str, str | None, str]  # (flag, value, field)
 

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytorchjob.fieldpath import ErrorType
-from pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy, parse_policy
 from tests.builders import container, gpu_job, job, policy
-from webhook.defaulting import SHM_PATH, SHM_VOLUME, default_job
+from torchgate.pytorchjob.fieldpath import ErrorType
+from torchgate.pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy, parse_policy
+from torchgate.webhook.defaulting import SHM_PATH, SHM_VOLUME, default_job
 
 MASTER = ("spec", "pytorchReplicaSpecs", "Master")
 WORKER = ("spec", "pytorchReplicaSpecs", "Worker")

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from pytorchjob.fieldpath import ErrorType
-from pytorchjob.policy import DEFAULT_POLICY
-from webhook.validation import validate_create
+from torchgate.pytorchjob.fieldpath import ErrorType
+from torchgate.pytorchjob.policy import DEFAULT_POLICY
+from torchgate.webhook.validation import validate_create
 
 SHARED = Path(__file__).resolve().parents[3].parent / "shared"
 FIXTURE_GLOBS = ("seeds/manifests/*.yaml", "realworld/*.yaml")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.imageref import (
+from torchgate.webhook.imageref import (
     ImageReference,
     ImageReferenceError,
     image_reference_problem,

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytorchjob.fieldpath import ErrorType
-from pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy, parse_policy
 from tests.builders import container, job, policy
-from webhook.validation import Verdict, validate_create, validate_update
+from torchgate.pytorchjob.fieldpath import ErrorType
+from torchgate.pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy, parse_policy
+from torchgate.webhook.validation import Verdict, validate_create, validate_update
 
 REQUIRED = ErrorType.REQUIRED
 INVALID = ErrorType.INVALID
