@@ -18,7 +18,9 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from torchgate.controller.kube import LEASES, AlreadyExists, ApiError, Conflict, KubeApi, NotFound
+from torchgate.kube.client import KubeApi
+from torchgate.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
+from torchgate.kube.resources import LEASES
 
 log = logging.getLogger("torchgate.controller.leader")
 

@@ -21,20 +21,20 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from torchgate.controller.admitter import Admitter, JobKey
-from torchgate.controller.informer import Informer, key_of
-from torchgate.controller.kube import (
+from torchgate.controller.leader import LeaderElector
+from torchgate.controller.metrics import ControllerMetrics
+from torchgate.controller.queue import LOW, NORMAL, URGENT, ShutDown, WorkQueue
+from torchgate.controller.reconciler import Options, Reconciler, job_key_of_pod
+from torchgate.kube.client import KubeApi
+from torchgate.kube.informer import Informer, key_of
+from torchgate.kube.resources import (
     NODES,
     PLACEMENT_POLICIES,
     PODS,
     PRIORITY_CLASSES,
     PYTORCHJOBS,
     SERVICES,
-    KubeApi,
 )
-from torchgate.controller.leader import LeaderElector
-from torchgate.controller.metrics import ControllerMetrics
-from torchgate.controller.queue import LOW, NORMAL, URGENT, ShutDown, WorkQueue
-from torchgate.controller.reconciler import Options, Reconciler, job_key_of_pod
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy
 

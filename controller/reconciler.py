@@ -34,21 +34,13 @@ from prometheus_client import Gauge
 
 from torchgate.controller import status as st
 from torchgate.controller.admitter import Admitter, JobKey
-from torchgate.controller.informer import Informer
-from torchgate.controller.kube import (
-    EVENTS,
-    MERGE_PATCH,
-    PODS,
-    PYTORCHJOBS,
-    SERVICES,
-    AlreadyExists,
-    ApiError,
-    KubeApi,
-    NotFound,
-)
 from torchgate.controller.metrics import ControllerMetrics
 from torchgate.controller.placement import PodDemand, job_demands
 from torchgate.controller.planning import ANNOTATION_RESTARTS, Event, Observed, Plan, plan
+from torchgate.kube.client import MERGE_PATCH, KubeApi
+from torchgate.kube.errors import AlreadyExists, ApiError, NotFound
+from torchgate.kube.informer import Informer
+from torchgate.kube.resources import EVENTS, PODS, PYTORCHJOBS, SERVICES
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.policy import PlacementPolicy, select_policy
 from torchgate.pytorchjob.spec import JobSpec, parse_job, pod_spec_of

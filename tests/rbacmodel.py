@@ -6,7 +6,7 @@ automatically or stops the test with its file, function and line:
 
 - the controller talks through ``KubeApi.request(METHOD, RESOURCE.path(...))`` and ``.watch``:
   the HTTP method gives the verb (GET on a name = get, on a collection = list, POST = create, PUT
-  = update, PATCH = patch, DELETE = delete), the ``Resource`` constant of ``controller/kube.py``
+  = update, PATCH = patch, DELETE = delete), the ``Resource`` constant of ``torchgate/kube/resources.py``
   the group and resource, a third ``path`` argument the subresource. A resource passed in as a
   parameter (``_create(PODS, ...)``) is resolved at the function's call sites; every
   ``Informer(api, RESOURCE, ...)`` needs list and watch;
@@ -239,12 +239,12 @@ def _parameter_index(defining: ast.AST, name: str) -> int | None:
 
 
 def _resource_constants() -> Mapping[str, Any]:
-    from torchgate.controller import kube
+    from torchgate.kube import resources
 
     return {
         name: value
-        for name, value in vars(kube).items()
-        if name.isupper() and isinstance(value, kube.Resource)
+        for name, value in vars(resources).items()
+        if name.isupper() and isinstance(value, resources.Resource)
     }
 
 
@@ -306,7 +306,7 @@ def _scan_raw(component: str, sites: Sequence[_Site], scan: CodeScan) -> None:
         if ref is None:
             raise UnmappedCall(
                 f"{site.where}: {method} on a path this scan cannot follow; build it with "
-                "RESOURCE.path(...) from controller/kube.py in the call, or extend "
+                "RESOURCE.path(...) from torchgate/kube/resources.py in the call, or extend "
                 "tests/rbacmodel.py"
             )
         verb = _verb_for_http(method, has_name=ref.has_name)

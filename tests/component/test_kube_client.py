@@ -19,14 +19,9 @@ import pytest
 from aiohttp import web
 
 from torchgate.certs.authority import issue_serving_cert, make_ca
-from torchgate.controller.kube import (
-    PODS,
-    AlreadyExists,
-    Gone,
-    KubeClient,
-    NotFound,
-    proxy_from_environment,
-)
+from torchgate.kube.client import KubeClient, proxy_from_environment
+from torchgate.kube.errors import AlreadyExists, Gone, NotFound
+from torchgate.kube.resources import PODS
 
 TOKEN = "s3cret-token"
 

@@ -6,8 +6,9 @@ import asyncio
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from torchgate.controller.informer import Informer
-from torchgate.controller.kube import PODS, Gone
+from torchgate.kube.errors import Gone
+from torchgate.kube.informer import Informer
+from torchgate.kube.resources import PODS
 
 
 def pod(name: str, version: int, **labels: str) -> dict[str, Any]:

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from torchgate.controller.kube import AlreadyExists, Conflict, NotFound, ServerError
 from torchgate.controller.leader import LeaderElector
+from torchgate.kube.errors import AlreadyExists, Conflict, NotFound, ServerError
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/ctl"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/ns/leases"

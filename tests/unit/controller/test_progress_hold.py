@@ -18,10 +18,10 @@ from tests.builders import gpu_job
 from tests.unit.controller.helpers import NOW, World, merge_patch, set_phase, with_uid
 from torchgate.controller import status as st
 from torchgate.controller.admitter import Admitter
-from torchgate.controller.informer import Informer
-from torchgate.controller.kube import PODS, PYTORCHJOBS, SERVICES
 from torchgate.controller.metrics import ControllerMetrics
 from torchgate.controller.reconciler import Options, Reconciler, job_key_of_pod
+from torchgate.kube.informer import Informer
+from torchgate.kube.resources import PODS, PYTORCHJOBS, SERVICES
 
 MASTER, W0 = "demo-master-0", "demo-worker-0"
 RESERVATION = {MASTER: "n1", W0: "n1"}

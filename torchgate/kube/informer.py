@@ -5,6 +5,9 @@ reconcile would make the apiserver the controller's bottleneck at thousands of p
 ``Informer`` lists once, then watches from the list's ``resourceVersion`` with bookmarks; when the
 version is too old (410 Gone) or the stream breaks it lists again and reports the difference as
 events, so a handler never misses a deletion. Handlers only enqueue keys; the cache is the truth.
+
+This is the one list-and-watch loop of torchgate: the controller's caches and the webhook's
+PlacementPolicy source are both informers.
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from torchgate.controller.kube import ApiError, Gone, KubeApi, Resource
+from torchgate.kube.client import KubeApi
+from torchgate.kube.errors import ApiError, Gone
+from torchgate.kube.resources import Resource
 
-log = logging.getLogger("torchgate.controller.informer")
+log = logging.getLogger("torchgate.kube.informer")
 
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
 Handler = Callable[[str, dict[str, Any], dict[str, Any] | None], None]

@@ -1,0 +1,128 @@
+"""Typed API errors: one small hierarchy for every caller of the apiserver (as kopf's errors).
+
+Callers say what they mean with them: ``AlreadyExists`` on a create of a deterministic name is
+success, ``NotFound`` on a delete is success, ``Gone`` on a watch means re-list, ``Conflict`` means
+re-read and retry, ``ServerError`` means retry with backoff. Pure: the mapping from an HTTP status
+and a Status body to a class is a function of its inputs.
+
+Rules:
+- 404 -> ``NotFound``; 409 -> ``AlreadyExists`` when the Status reason says so, else ``Conflict``;
+  410 -> ``Gone``; 401 -> ``Unauthorized``; 403 -> ``Forbidden``; 400 and 422 -> ``Invalid``;
+  anything else (5xx, 429, a transport failure reported as status 0) -> ``ServerError``.
+- A body that is not a JSON Status keeps its first 500 characters as the message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+MESSAGE_LIMIT = 500
+
+
+class ApiError(Exception):
+    """A failed API call: HTTP status (0: unreachable), the Status reason, message and body."""
+
+    def __init__(
+        self,
+        status: int,
+        reason: str,
+        message: str,
+        method: str,
+        path: str,
+        *,
+        body: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(f"{method} {path}: HTTP {status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.method = method
+        self.path = path
+        self.body: dict[str, Any] = dict(body or {})
+
+
+class NotFound(ApiError):
+    """HTTP 404."""
+
+
+class Conflict(ApiError):
+    """HTTP 409 for an update with a stale resourceVersion."""
+
+
+class AlreadyExists(Conflict):
+    """HTTP 409 with reason AlreadyExists (a create of a name that exists)."""
+
+
+class Gone(ApiError):
+    """HTTP 410: the watch's resourceVersion is too old; re-list."""
+
+
+class Unauthorized(ApiError):
+    """HTTP 401: the apiserver rejected the credentials."""
+
+
+class Forbidden(ApiError):
+    """HTTP 403: RBAC denies the call."""
+
+
+class Invalid(ApiError):
+    """HTTP 422 (or 400): the object was refused, e.g. by an admission webhook."""
+
+
+class ServerError(ApiError):
+    """HTTP 5xx, 429 or a transport failure (status 0): retry with backoff."""
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {
+    404: NotFound,
+    409: Conflict,
+    410: Gone,
+    401: Unauthorized,
+    403: Forbidden,
+    400: Invalid,
+    422: Invalid,
+}
+
+
+def error_class(status: int, reason: str) -> type[ApiError]:
+    """The class for an HTTP status and the Status ``reason``."""
+    if status == 409 and reason == "AlreadyExists":
+        return AlreadyExists
+    return _BY_STATUS.get(status, ServerError)
+
+
+def unreachable(method: str, path: str, cause: BaseException | str) -> ServerError:
+    """The error for a call that got no HTTP answer (refused, reset, timed out)."""
+    text = cause if isinstance(cause, str) else (str(cause) or type(cause).__name__)
+    return ServerError(0, "Unreachable", text, method, path)
+
+
+def decode_error(status: int, data: bytes, method: str, path: str) -> ApiError:
+    """The typed error for an HTTP answer ``status`` with body ``data``."""
+    reason, message = "", data.decode("utf-8", "replace")[:MESSAGE_LIMIT]
+    body: dict[str, Any] = {}
+    try:
+        decoded = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        decoded = None
+    if isinstance(decoded, dict):
+        body = decoded
+        reason = str(decoded.get("reason", ""))
+        message = str(decoded.get("message", message))
+    return status_error(status, reason, message, method, path, body=body)
+
+
+def status_error(
+    status: int,
+    reason: str,
+    message: str,
+    method: str,
+    path: str,
+    *,
+    body: Mapping[str, Any] | None = None,
+) -> ApiError:
+    """The typed error for a status, reason and message (a watch's ``ERROR`` event, say)."""
+    return error_class(status, reason)(status, reason, message, method, path, body=body)

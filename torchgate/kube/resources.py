@@ -1,0 +1,52 @@
+"""Where each kind torchgate touches lives in the REST API (group, version, plural, scope).
+
+Pure. Every call names its resource through one of these constants (``PODS.path(ns, name)``), so
+the RBAC test can read from the code which permissions each component needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+from urllib.parse import quote
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """Where a kind lives in the REST API."""
+
+    group: str
+    version: str
+    plural: str
+    namespaced: bool = True
+
+    def path(self, namespace: str | None = None, name: str | None = None, sub: str = "") -> str:
+        """The URL path of a collection (``name`` None) or of one object."""
+        base = "/api/v1" if not self.group else f"/apis/{self.group}/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{quote(namespace, safe='')}"
+        base += f"/{self.plural}"
+        if name is not None:
+            base += f"/{quote(name, safe='')}"
+        if sub:
+            base += f"/{sub}"
+        return base
+
+
+PODS: Final = Resource("", "v1", "pods")
+SERVICES: Final = Resource("", "v1", "services")
+EVENTS: Final = Resource("", "v1", "events")
+SECRETS: Final = Resource("", "v1", "secrets")
+NODES: Final = Resource("", "v1", "nodes", namespaced=False)
+PYTORCHJOBS: Final = Resource("kubeflow.org", "v1", "pytorchjobs")
+PLACEMENT_POLICIES: Final = Resource(
+    "torchgate.io", "v1alpha1", "placementpolicies", namespaced=False
+)
+PRIORITY_CLASSES: Final = Resource("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False)
+LEASES: Final = Resource("coordination.k8s.io", "v1", "leases")
+MUTATING_WEBHOOK_CONFIGURATIONS: Final = Resource(
+    "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", namespaced=False
+)
+VALIDATING_WEBHOOK_CONFIGURATIONS: Final = Resource(
+    "admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", namespaced=False
+)
