@@ -25,7 +25,7 @@ import yaml
 
 from tests import manifestset as ms
 from tests.helmtool import CHART
-from torchgate import devcluster
+from torchgate import devcluster, resources
 from torchgate.cli import build_parser
 from torchgate.webhook.policysource import PolicyCache
 from torchgate.webhook.server import create_app
@@ -184,6 +184,53 @@ def test_dockerignore_lets_in_exactly_what_the_wheel_is_built_from() -> None:
     assert copied == allowed
     assert "**/*.key" in entries
     assert "**/*.pem" in entries
+
+
+# Committed files below the folders torchgate/data links that the wheel leaves out, and why.
+NOT_PACKAGE_DATA = {
+    "data/samples/placementpolicy.yaml": "the install sample; dev up installs the dev one",
+    "data/node/system-packages.sh": "installs Debian packages as root; a person runs it",
+}
+
+
+def test_the_wheel_carries_every_committed_file_dev_up_reads_or_builds_from() -> None:
+    package = REPO_ROOT / "torchgate"
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    carried = {
+        path.relative_to(package).as_posix()
+        for pattern in project["tool"]["setuptools"]["package-data"]["torchgate"]
+        for path in package.glob(pattern)
+        if path.is_file()
+    }
+    links = sorted((package / "data").iterdir())
+    assert all(link.is_symlink() for link in links), "torchgate/data only links real folders"
+    committed = set()
+    for link in links:
+        folder = (link.parent / os.readlink(link)).resolve().relative_to(REPO_ROOT)
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--", folder.as_posix()],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            check=True,
+        ).stdout.decode()
+        committed |= {
+            f"data/{link.name}/{Path(name).relative_to(folder).as_posix()}"
+            for name in filter(None, listed.split("\0"))
+        }
+
+    assert carried == committed - set(NOT_PACKAGE_DATA)
+    assert set(NOT_PACKAGE_DATA) <= committed
+    named = [
+        *resources.CRD_DIR.glob("*.yaml"),
+        resources.SAMPLE_POLICY,
+        resources.CONTROLPLANE_BUILD_SCRIPT,
+        resources.NODE_BUILD_SCRIPT,
+    ]
+    assert len(named) == 5
+    assert {path.relative_to(package).as_posix() for path in named} <= carried
+    assert {path.name for path in resources.CRD_DIR.glob("*.yaml")} == {
+        path.name for path in CANONICAL_CRDS.glob("*.yaml")
+    }
 
 
 # ------------------------------------------------------------------------------------- YAML

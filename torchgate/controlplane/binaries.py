@@ -2,10 +2,11 @@
 
 The build itself lives in ``tools/controlplane/build.sh`` because CI and people call it directly;
 it is idempotent and keyed on the pinned versions, so running it again costs about a second once
-the binaries are cached. This module only runs it, streams its progress, and turns its answer
-(the binary folder, printed last on stdout) into typed paths. A missing Go toolchain and a failed
-build are ordinary outcomes, reported as :class:`BinariesUnavailable` with a message meant for a
-person, never as a traceback.
+the binaries are cached. The wheel carries the script and its Go module files as package data, so
+an installed torchgate finds them through :mod:`torchgate.resources` as a checkout does. This
+module only runs it, streams its progress, and turns its answer (the binary folder, printed last
+on stdout) into typed paths. A missing Go toolchain and a failed build are ordinary outcomes,
+reported as :class:`BinariesUnavailable` with a message meant for a person, never as a traceback.
 
 Run ``python -m torchgate.controlplane.binaries`` to build (or find) them from a shell; it prints
 the binary folder.
@@ -22,13 +23,15 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Self, TextIO
+from typing import Final, Self, TextIO
+
+from torchgate import resources
 
 BIN_DIR_ENV = "TORCHGATE_CONTROLPLANE_BIN"
 """Use the binaries in this folder as they are; never run the build."""
 
-BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "controlplane" / "build.sh"
-NODE_BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "node" / "build.sh"
+BUILD_SCRIPT: Final = resources.CONTROLPLANE_BUILD_SCRIPT
+NODE_BUILD_SCRIPT: Final = resources.NODE_BUILD_SCRIPT
 """Builds the real node's own binaries (CoreDNS); kubelet comes with the control plane's."""
 
 _EXECUTABLES = (
@@ -163,7 +166,9 @@ def run_build_script(
             go_missing=True,
         )
     if not script.is_file():
-        raise BinariesUnavailable(f"build script {script} not found (is this a source checkout?)")
+        raise BinariesUnavailable(
+            f"build script {script} not found (this torchgate was built without its data files)"
+        )
     with tempfile.TemporaryFile(mode="w+", encoding="utf-8") as stdout:
         returncode, tail = _run_streaming(["bash", str(script)], stdout, progress, env)
         stdout.seek(0)

@@ -1,0 +1,62 @@
+"""Files torchgate carries beside its code, found the same way in a checkout and when installed.
+
+``torchgate dev up`` needs files that are not Python: the CRDs it applies, the sample
+PlacementPolicy it installs, and the build scripts and Go module files from which the control
+plane (kube-apiserver, controller-manager, scheduler, etcd, kwok, kubelet, kube-proxy) and the real
+node's own programs (CoreDNS, pause) are built. kwok's Stage YAMLs come out of that build.
+
+Where they live: the canonical files stay where the repository keeps them (``manifests/crds``,
+``manifests/samples``, ``tools/controlplane``, ``tools/node``); ``torchgate/data/`` links those
+folders, as ``torchgate/webhook`` links ``webhook/``. The wheel carries copies of the selected
+files (``[tool.setuptools.package-data]`` in pyproject.toml lists them, and nothing generated).
+Both are reached through :mod:`importlib.resources`, so a checkout, an editable install and an
+installed wheel read the same paths below ``torchgate/data``.
+
+Rule: the build scripts need real files on disk (``bash`` runs them and ``go`` builds in their
+folders), so a torchgate imported from somewhere that is not a folder (a zip) has no data, and
+:func:`data_path` says so instead of returning a path that does not work.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from pathlib import Path
+from typing import Final
+
+PACKAGE: Final = "torchgate"
+DATA: Final = "data"
+
+
+class ResourceUnavailable(Exception):
+    """torchgate's data files are not on disk (imported from a zip, or a wheel built without)."""
+
+
+def data_path(*parts: str) -> Path:
+    """The path of ``torchgate/data/<parts...>`` in this installation (it may not exist).
+
+    Raises:
+        ResourceUnavailable: torchgate is not imported from a folder.
+    """
+    located = importlib.resources.files(PACKAGE).joinpath(DATA, *parts)
+    if not isinstance(located, Path):
+        raise ResourceUnavailable(
+            f"torchgate is imported from {located!r}, not from a folder; its data files "
+            "(CRDs, build scripts) need an installation on disk"
+        )
+    return located
+
+
+CRD_DIR: Final = data_path("crds")
+"""The CRDs ``torchgate dev up`` applies (PyTorchJob and PlacementPolicy)."""
+
+SAMPLE_POLICY: Final = data_path("samples", "dev-placementpolicy.yaml")
+"""The PlacementPolicy ``torchgate dev up`` installs unless told not to."""
+
+CONTROLPLANE_BUILD_SCRIPT: Final = data_path("controlplane", "build.sh")
+"""Builds (or finds cached) the control-plane binaries and kwok's Stage YAMLs."""
+
+NODE_BUILD_SCRIPT: Final = data_path("node", "build.sh")
+"""Builds (or finds cached) the real node's own binaries (CoreDNS)."""
+
+PAUSE_SOURCE: Final = data_path("node", "pause")
+"""The Go module of the pause program the real node's sandbox image is made of."""
