@@ -1,0 +1,235 @@
+"""Container rules: image, ``command``/``args`` shape, resources and GPUs, volume mounts, privilege.
+
+Why GPUs get most of the attention: a gang holds every GPU it was given while any pod is
+waiting, so a replica whose GPU request cannot be met as written (a fraction, requests unequal to
+limits, replicas asking for different counts while torchrun starts the same number of processes
+on every node) wastes the whole gang's GPUs. Images are checked with the kubelet's grammar for
+the same reason: a pod with an unparsable or placeholder image sits in ``InvalidImageName``
+holding its GPUs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+from torchgate.pytorchjob.fieldpath import FieldPath, forbidden, invalid, required
+from torchgate.webhook.imageref import image_reference_problem, is_lone_placeholder
+from torchgate.webhook.validation.facts import (
+    NONE,
+    OBJECT,
+    ContainerFacts,
+    FieldWarning,
+    Finding,
+    Findings,
+    JobFacts,
+    ReplicaFacts,
+    at,
+    count,
+    not_found,
+    placeholder_hint,
+    quantity,
+    quote,
+)
+
+
+def image(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
+    """``image`` is a reference the kubelet can pull, not a placeholder."""
+    value = container.fields.get("image")
+    if isinstance(value, str) and value and image_reference_problem(value) is None:
+        return NONE
+    path = at(container.path, "image")
+    if value is None or value == "":
+        return [required(path, "must be required")]
+    if not isinstance(value, str):
+        return [invalid(path, value, "must be a string")]
+    if is_lone_placeholder(value):
+        return [
+            FieldWarning(
+                path,
+                f"{quote(value)} is a placeholder, not an image: pods will fail with "
+                "InvalidImageName until it is replaced",
+            )
+        ]
+    problem = image_reference_problem(value)
+    return [invalid(path, value, problem)] if problem is not None else NONE
+
+
+def argv_shape(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
+    """``command`` and ``args`` are lists of strings (YAML turns ``8`` and ``true`` into others)."""
+    found: list[Finding] = []
+    for key in ("command", "args"):
+        raw = container.fields.get(key)
+        if raw is None:
+            continue
+        if not isinstance(raw, list):
+            found.append(invalid(at(container.path, key), raw, "must be a list of strings"))
+            continue
+        found.extend(
+            invalid(at(container.path, key, index), item, "must be a string (quote it)")
+            for index, item in enumerate(raw)
+            if not isinstance(item, str)
+        )
+    return found
+
+
+def resources(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
+    """``resources``: valid, non-negative quantities; GPUs whole and not overcommitted."""
+    raw = container.fields.get("resources")
+    if raw is None:
+        return NONE
+    path = at(container.path, "resources")
+    if not isinstance(raw, OBJECT):
+        return [invalid(path, raw, "must be an object with limits and requests")]
+    gpu = job.policy.gpu_resource
+    found: list[Finding] = []
+    gpu_amounts: dict[str, Decimal] = {}
+    for section in ("limits", "requests"):
+        values = raw.get(section)
+        if values is None:
+            continue
+        if not isinstance(values, OBJECT):
+            found.append(
+                invalid(at(path, section), values, "must map resource names to quantities")
+            )
+            continue
+        for name, value in values.items():
+            amount = quantity(value)
+            if amount is None:
+                found.append(
+                    invalid(at(path, section).key(str(name)), value, _quantity_detail(value))
+                )
+            elif amount < 0:
+                found.append(
+                    invalid(
+                        at(path, section).key(str(name)),
+                        value,
+                        "must be greater than or equal to 0",
+                    )
+                )
+            elif name == gpu:
+                gpu_amounts[section] = amount
+    if gpu_amounts:
+        found.extend(_gpu_quantities(path, gpu, raw, gpu_amounts))
+    return found
+
+
+def _quantity_detail(value: object) -> str:
+    if value is None:
+        return (
+            "must be a quantity such as 1, 500m or 4Gi (YAML reads a key with nothing after "
+            "the colon as null)"
+        )
+    return "must be a quantity such as 1, 500m or 4Gi" + placeholder_hint(value)
+
+
+def _gpu_quantities(
+    path: FieldPath, gpu: str, raw: Mapping[str, Any], amounts: Mapping[str, Decimal]
+) -> Findings:
+    for section, amount in amounts.items():
+        if amount != amount.to_integral_value():
+            return [
+                invalid(
+                    at(path, section).key(gpu),
+                    raw[section][gpu],
+                    "GPUs are whole devices: must be a whole number",
+                )
+            ]
+    limit, request = amounts.get("limits"), amounts.get("requests")
+    if limit is not None and request is not None and limit != request:
+        return [
+            invalid(
+                at(path, "requests").key(gpu),
+                raw["requests"][gpu],
+                f"must equal limits[{gpu}] ({count(limit)}): GPUs cannot be overcommitted",
+            )
+        ]
+    return NONE
+
+
+def gpu_consistency(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
+    """Every GPU replica requests the same GPUs per pod (torchrun's processes per node)."""
+    if container.kind != "containers" or not container.is_gpu_container:
+        return NONE
+    first = job.first_gpu_replica
+    if first is None or first is replica or first.gpus == replica.gpus:
+        return NONE
+    gpu = job.policy.gpu_resource
+    return [
+        invalid(
+            at(container.path, "resources"),
+            count(replica.gpus),
+            f"each {replica.key} pod requests {count(replica.gpus)} {gpu} but each "
+            f"{first.key} pod requests {count(first.gpus)}; every GPU replica must request "
+            "the same count per pod (torchrun starts the same number of processes per node)",
+        )
+    ]
+
+
+def volume_mounts(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
+    """Every ``volumeMounts`` entry names a declared volume and a mount path."""
+    mounts = container.fields.get("volumeMounts")
+    if mounts is None:
+        return NONE
+    path = container.path
+    if not isinstance(mounts, list):
+        return [invalid(at(path, "volumeMounts"), mounts, "must be a list of volume mounts")]
+    declared = replica.volumes
+    found: list[Finding] = []
+    for index, mount in enumerate(mounts):
+        if not isinstance(mount, OBJECT):
+            found.append(
+                invalid(
+                    at(path, "volumeMounts", index),
+                    mount,
+                    "must be an object with name and mountPath",
+                )
+            )
+            continue
+        target, name = mount.get("mountPath"), mount.get("name")
+        target_ok = isinstance(target, str) and bool(target)
+        name_ok = isinstance(name, str) and bool(name)
+        if target_ok and name_ok and (declared is None or name in declared):
+            continue
+        hint = (
+            "; this looks like an env entry: move it under env"
+            if "value" in mount or "valueFrom" in mount
+            else ""
+        )
+        if not target_ok:
+            found.append(
+                required(at(path, "volumeMounts", index, "mountPath"), "must be specified" + hint)
+            )
+        if not name_ok:
+            found.append(
+                required(at(path, "volumeMounts", index, "name"), "must be specified" + hint)
+            )
+        elif declared is not None and name not in declared:
+            found.append(
+                not_found(
+                    at(path, "volumeMounts", index, "name"),
+                    name,
+                    f"no volume named {quote(str(name))} in template.spec.volumes{hint}",
+                )
+            )
+    return found
+
+
+def privileged(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
+    """No privileged containers unless the policy allows them."""
+    security = container.fields.get("securityContext")
+    if (
+        isinstance(security, OBJECT)
+        and security.get("privileged") is True
+        and not job.policy.allow_privileged
+    ):
+        return [
+            forbidden(
+                at(container.path, "securityContext", "privileged"),
+                f"privileged containers are not allowed by {job.policy_label}; "
+                "add only the capabilities you need (for example "
+                "IPC_LOCK for RDMA)",
+            )
+        ]
+    return NONE

@@ -1,0 +1,430 @@
+"""What the validation rules know about a job: read once from the raw object, then frozen.
+
+Why a separate reading step: several rules need the same derived facts (how many pods each
+replica runs, how many GPUs each pod requests, which container is ``pytorch``, the job name the
+controller will derive pod names from, the ``--nnodes`` the controller will pass). Reading them
+once keeps every rule a small function of ``(job, replica, container)`` facts and keeps the rules
+consistent with one another. Reading never fails: a malformed section reads as "unknown" (None,
+empty) and the rule for that section reports it.
+
+This module also holds the vocabulary every rule shares: field paths, ``FieldWarning``, and the
+small text helpers that keep messages alike.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Final
+
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.fieldpath import ErrorType, FieldError, FieldPath, forbidden, invalid
+from torchgate.pytorchjob.policy import PlacementPolicy
+from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
+from torchgate.pytorchjob.spec import as_int, container_requests
+from torchgate.webhook.arguments import CommandLine, FlagUse, scan_command_line
+from torchgate.webhook.imageref import unfilled_placeholder
+
+# isinstance() tries the exact JSON type first; the ABC check is several times slower.
+OBJECT: Final = (dict, Mapping)
+
+METADATA: Final = FieldPath.root("metadata")
+NAME: Final = METADATA.child("name")
+ANNOTATIONS: Final = METADATA.child("annotations")
+HOSTS_ANNOTATION: Final = ANNOTATIONS.key(names.ANNOTATION_HOSTS)
+STATUS: Final = FieldPath.root("status")
+SPEC: Final = FieldPath.root("spec")
+REPLICA_SPECS: Final = SPEC.child("pytorchReplicaSpecs")
+NPROC_PER_NODE: Final = SPEC.child("nprocPerNode")
+ELASTIC: Final = SPEC.child("elasticPolicy")
+RUN_POLICY: Final = SPEC.child("runPolicy")
+MANAGED_BY: Final = RUN_POLICY.child("managedBy")
+SCHEDULING: Final = RUN_POLICY.child("schedulingPolicy")
+
+# The apiserver appends 5 random characters to generateName, truncated to leave room for them.
+GENERATED_SUFFIX: Final = "x" * 5
+GENERATE_NAME_MAX: Final = names.DNS_LABEL_MAX - len(GENERATED_SUFFIX)
+
+
+@dataclass(frozen=True, slots=True)
+class FieldWarning:
+    """A ``torchgate:`` warning about one field: admitted, but probably not what was meant."""
+
+    path: FieldPath
+    text: str
+
+    def render(self) -> str:
+        """The AdmissionReview warning string (``torchgate: <path>: <text>``)."""
+        return f"torchgate: {self.path}: {self.text}"
+
+
+Finding = FieldError | FieldWarning
+Findings = Sequence[Finding]
+NONE: Final[Findings] = ()
+
+
+def render_warnings(warnings: Sequence[FieldWarning]) -> tuple[str, ...]:
+    """The warning strings an AdmissionReview response (and ``torchgate check``) carries."""
+    return tuple(warning.render() for warning in warnings)
+
+
+# ------------------------------------------------------------------ facts
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerFacts:
+    """One entry of a replica's ``containers`` or ``initContainers``."""
+
+    path: FieldPath  # ...template.spec.containers[i]
+    kind: str  # "containers" or "initContainers"
+    index: int
+    raw: object
+    fields: Mapping[str, Any]  # ``raw`` when it is an object, else empty
+    is_training: bool  # the ``pytorch`` container (or the first, as training-operator does)
+    is_gpu_container: bool  # the first container of the replica that requests GPUs
+    command: tuple[str, ...]  # the string elements of ``command``
+    args: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFacts:
+    """One entry of ``spec.pytorchReplicaSpecs``."""
+
+    key: str
+    path: FieldPath
+    pod_path: FieldPath  # ...[T].template.spec
+    spec: Mapping[str, Any] | None  # None when the entry is not an object
+    # None when ``replicas`` is not a non-negative integer (then counts are unknown).
+    count: int | None
+    # Whether template and template.spec are objects (or absent), so pod rules can run.
+    template_readable: bool
+    pod_spec: Mapping[str, Any]
+    gpus: Decimal  # GPUs each pod of this replica requests
+    gpu_container: int | None
+    training_container: int | None
+    volumes: frozenset[str] | None  # declared volume names; None when ``volumes`` is unreadable
+    containers: tuple[ContainerFacts, ...]
+    init_containers: tuple[ContainerFacts, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JobFacts:
+    """The job as the rules see it."""
+
+    raw: Mapping[str, Any]
+    policy: PlacementPolicy
+    old: Mapping[str, Any] | None
+    creating: bool
+    metadata: object
+    spec_raw: object
+    spec: Mapping[str, Any]  # ``spec_raw`` when it is an object, else empty
+    replica_specs: Mapping[str, Any]
+    replicas: tuple[ReplicaFacts, ...]  # in the order submitted
+    known_replicas: tuple[ReplicaFacts, ...]  # Master then Worker
+    total_replicas: int | None
+    first_gpu_replica: ReplicaFacts | None
+    nproc_per_node: int | None
+    elastic: Mapping[str, Any] | None
+    expected_nnodes: tuple[int, int] | None
+    job_name: str | None
+
+    @property
+    def spec_readable(self) -> bool:
+        """Whether ``spec`` is an object (spec-level rules run only then)."""
+        return isinstance(self.spec_raw, OBJECT)
+
+    @property
+    def policy_label(self) -> str:
+        """How messages name the active PlacementPolicy."""
+        return f"PlacementPolicy {quote(self.policy.name)}"
+
+    @property
+    def master_pod_name(self) -> str:
+        """The pod (and Service) name MASTER_ADDR will hold."""
+        has_master = any(r.key == names.MASTER for r in self.known_replicas)
+        replica_type, index = names.master_replica(has_master)
+        return names.replica_name(self.job_name or "<job>", replica_type, index)
+
+
+def read_job(
+    job: Mapping[str, Any],
+    policy: PlacementPolicy,
+    *,
+    old: Mapping[str, Any] | None,
+    creating: bool,
+) -> JobFacts:
+    """Read the facts of ``job`` (an object) once, for every rule."""
+    spec_raw = job.get("spec")
+    spec: Mapping[str, Any] = spec_raw if isinstance(spec_raw, OBJECT) else {}
+    specs = spec.get("pytorchReplicaSpecs")
+    replica_specs: Mapping[str, Any] = specs if isinstance(specs, OBJECT) else {}
+    replicas = tuple(
+        _read_replica(str(key), raw, policy.gpu_resource) for key, raw in replica_specs.items()
+    )
+    known = tuple(
+        replica
+        for replica_type in names.REPLICA_TYPES
+        for replica in replicas
+        if replica.key == replica_type
+    )
+    counts = [replica.count for replica in known]
+    total = sum(c for c in counts if c is not None) if None not in counts else None
+    elastic = spec.get("elasticPolicy")
+    elastic_policy = elastic if isinstance(elastic, OBJECT) else None
+    metadata = job.get("metadata")
+    return JobFacts(
+        raw=job,
+        policy=policy,
+        old=old,
+        creating=creating,
+        metadata=metadata,
+        spec_raw=spec_raw,
+        spec=spec,
+        replica_specs=replica_specs,
+        replicas=replicas,
+        known_replicas=known,
+        total_replicas=total,
+        first_gpu_replica=next((r for r in known if r.gpus > 0), None),
+        nproc_per_node=positive_int_text(spec.get("nprocPerNode")),
+        elastic=elastic_policy,
+        expected_nnodes=_expected_nnodes(elastic_policy, known, total),
+        job_name=_effective_job_name(metadata),
+    )
+
+
+def _read_replica(key: str, raw: object, gpu_resource: str) -> ReplicaFacts:
+    path = REPLICA_SPECS.key(key)
+    pod_path = at(path, "template", "spec")
+    spec = raw if isinstance(raw, OBJECT) else None
+    count: int | None = 1
+    readable = True
+    pod_spec: Mapping[str, Any] = {}
+    if spec is not None:
+        replicas = spec.get("replicas")
+        count = 1 if replicas is None else non_negative_int(replicas)
+        template = spec.get("template")
+        found = template.get("spec") if isinstance(template, OBJECT) else None
+        readable = (template is None or isinstance(template, OBJECT)) and (
+            found is None or isinstance(found, OBJECT)
+        )
+        if isinstance(found, OBJECT):
+            pod_spec = found
+    gpus = Decimal(0)
+    gpu_container: int | None = None
+    training: int | None = None
+    containers = pod_spec.get("containers")
+    if isinstance(containers, list):
+        for index, container in enumerate(containers):
+            if not isinstance(container, OBJECT):
+                continue
+            if training is None and container.get("name") == names.CONTAINER_NAME:
+                training = index
+            requested = container_requests(container, only=gpu_resource).get(gpu_resource)
+            if requested is not None and requested > 0:
+                gpus += requested
+                if gpu_container is None:
+                    gpu_container = index
+        if training is None and containers and isinstance(containers[0], OBJECT):
+            # Like the training-operator's defaulter: without a "pytorch" container, the first one.
+            training = 0
+    return ReplicaFacts(
+        key=key,
+        path=path,
+        pod_path=pod_path,
+        spec=spec,
+        count=count,
+        template_readable=readable,
+        pod_spec=pod_spec,
+        gpus=gpus,
+        gpu_container=gpu_container,
+        training_container=training,
+        volumes=_declared_volumes(pod_spec.get("volumes")),
+        containers=_read_containers(pod_path, "containers", containers, training, gpu_container),
+        init_containers=_read_containers(
+            pod_path, "initContainers", pod_spec.get("initContainers"), None, None
+        ),
+    )
+
+
+def _read_containers(
+    pod_path: FieldPath,
+    kind: str,
+    entries: object,
+    training: int | None,
+    gpu_container: int | None,
+) -> tuple[ContainerFacts, ...]:
+    if not isinstance(entries, list):
+        return ()
+    out: list[ContainerFacts] = []
+    for index, raw in enumerate(entries):
+        fields: Mapping[str, Any] = raw if isinstance(raw, OBJECT) else {}
+        out.append(
+            ContainerFacts(
+                path=at(pod_path, kind, index),
+                kind=kind,
+                index=index,
+                raw=raw,
+                fields=fields,
+                is_training=index == training,
+                is_gpu_container=index == gpu_container,
+                command=_string_items(fields.get("command")),
+                args=_string_items(fields.get("args")),
+            )
+        )
+    return tuple(out)
+
+
+def _string_items(raw: object) -> tuple[str, ...]:
+    if not isinstance(raw, list):
+        return ()
+    return tuple(item for item in raw if isinstance(item, str))
+
+
+def _declared_volumes(volumes: object) -> frozenset[str] | None:
+    if volumes is None:
+        return frozenset()
+    if not isinstance(volumes, list):
+        return None
+    return frozenset(
+        volume["name"]
+        for volume in volumes
+        if isinstance(volume, OBJECT) and isinstance(volume.get("name"), str) and volume["name"]
+    )
+
+
+def _expected_nnodes(
+    elastic: Mapping[str, Any] | None, known: Sequence[ReplicaFacts], total: int | None
+) -> tuple[int, int] | None:
+    """What the controller passes to torchrun as PET_NNODES, as (min, max); None if unknown."""
+    if elastic is None:
+        return (total, total) if total else None
+    low_raw, high_raw = elastic.get("minReplicas"), elastic.get("maxReplicas")
+    low, high = as_int(low_raw), as_int(high_raw)
+    if (low_raw is not None and (low is None or low < 1)) or (
+        high_raw is not None and (high is None or high < 1)
+    ):
+        return None
+    if low is None and high is None:
+        worker = next((r for r in known if r.key == names.WORKER), None)
+        if worker is None or not worker.count:
+            return None
+        return worker.count, worker.count
+    if low is None or high is None:
+        both = high if low is None else low
+        assert both is not None
+        return both, both
+    return low, high
+
+
+def _effective_job_name(metadata: object) -> str | None:
+    if not isinstance(metadata, OBJECT):
+        return None
+    name = metadata.get("name")
+    if isinstance(name, str) and name:
+        return name
+    prefix = metadata.get("generateName")
+    if isinstance(prefix, str) and prefix:
+        return prefix[:GENERATE_NAME_MAX] + GENERATED_SUFFIX
+    return None
+
+
+# ------------------------------------------------------------------ shared helpers
+
+
+def non_negative_int(value: object) -> int | None:
+    """A non-negative JSON integer, else None."""
+    number = as_int(value)
+    return number if number is not None and number >= 0 else None
+
+
+def positive_int_text(value: object) -> int | None:
+    """A positive integer given as a JSON integer or a string of digits, else None."""
+    if isinstance(value, str):
+        return int(value) if value.isascii() and value.isdigit() and int(value) > 0 else None
+    number = as_int(value)
+    return number if number is not None and number > 0 else None
+
+
+def placeholder_hint(value: object) -> str:
+    """A message suffix naming an unfilled template placeholder in ``value``, if any."""
+    if isinstance(value, str):
+        placeholder = unfilled_placeholder(value)
+        if placeholder is not None:
+            return f"; {placeholder} looks like an unfilled template placeholder"
+    return ""
+
+
+def quantity(value: object) -> Decimal | None:
+    """``parse_quantity``, None when invalid; memoised for strings (templates repeat them)."""
+    if isinstance(value, str):
+        return _quantity_text(value)
+    try:
+        return parse_quantity(value)
+    except QuantityError:
+        return None
+
+
+@functools.lru_cache(maxsize=512)
+def _quantity_text(value: str) -> Decimal | None:
+    try:
+        return parse_quantity(value)
+    except QuantityError:
+        return None
+
+
+@functools.lru_cache(maxsize=1024)
+def scan(command: tuple[str, ...], args: tuple[str, ...]) -> CommandLine:
+    """``scan_command_line``, memoised: a job's replicas (and successive jobs) repeat one."""
+    return scan_command_line(command, args)
+
+
+def count(amount: Decimal) -> str:
+    """A quantity as a count (``4``, not ``4.0``)."""
+    return str(int(amount)) if amount == amount.to_integral_value() else str(amount)
+
+
+def expanded_at_runtime(use: FlagUse) -> bool:
+    """Whether a flag value is a variable something expands before the program sees it."""
+    value = use.value or ""
+    return "$(" in value or (use.in_shell and "$" in value)
+
+
+def quote(text: str) -> str:
+    """Double-quote ``text`` the way Kubernetes messages do."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def at(path: FieldPath, *parts: str | int) -> FieldPath:
+    """``path`` extended by field names and list indexes, built in one step."""
+    return FieldPath(path.segments + parts, path.keyed + (False,) * len(parts))
+
+
+def not_found(path: FieldPath, value: object, detail: str) -> FieldError:
+    """``field.NotFound``."""
+    return FieldError(ErrorType.NOT_FOUND, path, detail, value)
+
+
+def unknown_fields(
+    section: Mapping[str, Any],
+    path: FieldPath,
+    known: frozenset[str],
+    hint: Callable[[str], str] | None = None,
+) -> list[Finding]:
+    """A ``Forbidden`` error for every key of ``section`` not in ``known``."""
+    found: list[Finding] = []
+    for key in section:
+        if key not in known:
+            text = hint(str(key)) if hint else "supported fields: " + ", ".join(sorted(known))
+            found.append(forbidden(path.child(str(key)), f'unknown field "{key}": {text}'))
+    return found
+
+
+def non_negative_field(section: Mapping[str, Any], key: str, path: FieldPath) -> list[Finding]:
+    """An ``Invalid`` error when ``section[key]`` is set and not a non-negative integer."""
+    raw = section.get(key)
+    if raw is not None and non_negative_int(raw) is None:
+        detail = "must be a non-negative integer" + placeholder_hint(raw)
+        return [invalid(path.child(key), raw, detail)]
+    return []

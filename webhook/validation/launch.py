@@ -1,0 +1,259 @@
+"""Launch rules: the training container's command line and env against what the controller injects.
+
+Why: the controller sets the rendezvous (``WORLD_SIZE``, ``RANK``, ``MASTER_ADDR``, torchrun's
+``PET_*``) from the job, and anything on the command line or in ``env`` that says otherwise
+silently wins over it, or fights it. A stale ``--world-size=16`` hangs the gang; ``--backend
+nccl`` on a replica without GPUs fails at the first collective; ``NVIDIA_VISIBLE_DEVICES=all`` in
+a pod that requests no GPU uses devices behind the scheduler's back. Only the training container
+(``pytorch``, else the first) is read for flags and reserved env names: sidecars are not ranks.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from torchgate.pytorchjob import contract
+from torchgate.pytorchjob.fieldpath import (
+    FieldPath,
+    duplicate,
+    forbidden,
+    invalid,
+    required,
+)
+from torchgate.webhook.arguments import STRAY_FLAGS, FlagUse, parse_nnodes
+from torchgate.webhook.validation.facts import (
+    NONE,
+    OBJECT,
+    ContainerFacts,
+    FieldWarning,
+    Finding,
+    Findings,
+    JobFacts,
+    ReplicaFacts,
+    at,
+    count,
+    expanded_at_runtime,
+    positive_int_text,
+    scan,
+)
+
+_TORCHRUN_NPROC_KEYWORDS: Final = frozenset({"auto", "cpu", "gpu", "xpu"})
+_NO_GPU_VALUES: Final = frozenset({"", "void", "none"})
+_VISIBLE_DEVICES: Final = "NVIDIA_VISIBLE_DEVICES"
+
+# Where each reserved injected variable's value comes from (and what to set instead, if anything).
+_INJECTED_ENV: Final = {name: contract.SOURCES[name] for name in contract.RESERVED}
+
+
+def _injected_source(job: JobFacts, variable: str) -> str:
+    source = _INJECTED_ENV.get(variable, "")
+    if variable.endswith("MASTER_ADDR"):
+        source = f"{source} ({job.master_pod_name})"
+    return source
+
+
+def backend_flags(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
+    """``--backend nccl`` needs GPUs; ``gloo`` on GPUs is only slow (a warning)."""
+    if not container.is_training or not (container.command or container.args):
+        return NONE
+    gpu = job.policy.gpu_resource
+    found: list[Finding] = []
+    for use in scan(container.command, container.args).backends:
+        backend = (use.value or "").lower()
+        where = at(container.path, use.field)
+        if backend == "nccl" and replica.gpus == 0:
+            found.append(
+                invalid(
+                    where,
+                    use.written,
+                    f"nccl needs GPUs but this replica requests no {gpu}; use gloo for "
+                    "CPU-only replicas or request GPUs",
+                )
+            )
+        elif backend == "gloo" and replica.gpus > 0:
+            found.append(
+                FieldWarning(
+                    where,
+                    f"{use.written} on a replica that requests {count(replica.gpus)} {gpu} per "
+                    "pod: gloo is much slower than nccl on GPUs",
+                )
+            )
+    return found
+
+
+def stray_flags(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
+    """No flag that overrides a variable the controller injects (``--world-size``, ``--rank``)."""
+    if not container.is_training or not (container.command or container.args):
+        return NONE
+    found: list[Finding] = []
+    for use in scan(container.command, container.args).stray:
+        variable = STRAY_FLAGS[use.flag]
+        found.append(
+            forbidden(
+                at(container.path, use.field),
+                f"{variable} is injected by the torchgate controller "
+                f"{_injected_source(job, variable)}; remove {use.written}",
+            )
+        )
+    return found
+
+
+def nnodes_flags(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
+    """The launcher's ``--nnodes`` agrees with the PET_NNODES the controller sets (else refused)."""
+    if not container.is_training or not (container.command or container.args):
+        return NONE
+    found: list[Finding] = []
+    for use in scan(container.command, container.args).nnodes:
+        if use.value is None or expanded_at_runtime(use):
+            continue
+        where = at(container.path, use.field)
+        parsed = parse_nnodes(use.value)
+        if parsed is None:
+            found.append(invalid(where, use.written, _unparseable_flag(use, "N or MIN:MAX")))
+            continue
+        expected = job.expected_nnodes
+        if expected is None:
+            continue
+        shown = f"{expected[0]}" if job.elastic is None else f"{expected[0]}:{expected[1]}"
+        source = (
+            "from spec.elasticPolicy minReplicas:maxReplicas"
+            if job.elastic is not None
+            else "from the replica counts"
+        )
+        if parsed == expected:
+            found.append(
+                FieldWarning(
+                    where,
+                    f"{use.written} repeats PET_NNODES={shown}, which the torchgate controller "
+                    f"sets {source}; it can be removed",
+                )
+            )
+        else:
+            found.append(
+                invalid(
+                    where,
+                    use.written,
+                    f"contradicts the job: the torchgate controller sets PET_NNODES={shown} "
+                    f"{source} and the flag would override it; remove {use.written}",
+                )
+            )
+    return found
+
+
+def nproc_flags(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
+    """``--nproc-per-node`` agrees with the GPUs per pod and ``spec.nprocPerNode``."""
+    if not container.is_training or not (container.command or container.args):
+        return NONE
+    found: list[Finding] = []
+    for use in scan(container.command, container.args).nproc_per_node:
+        finding = _nproc_flag(job, replica, at(container.path, use.field), use)
+        if finding is not None:
+            found.append(finding)
+    return found
+
+
+def _nproc_flag(
+    job: JobFacts, replica: ReplicaFacts, where: FieldPath, use: FlagUse
+) -> Finding | None:
+    value = use.value
+    if value is None or expanded_at_runtime(use):
+        return None
+    processes = positive_int_text(value)
+    if processes is None:
+        if value in _TORCHRUN_NPROC_KEYWORDS:
+            return None
+        return invalid(
+            where, use.written, _unparseable_flag(use, "auto, cpu, gpu, xpu or an integer")
+        )
+    gpu = job.policy.gpu_resource
+    if replica.gpus > 0 and processes != replica.gpus:
+        return invalid(
+            where,
+            use.written,
+            f"starts {processes} processes per pod but each pod of this replica "
+            f"requests {count(replica.gpus)} {gpu} (one process per GPU)",
+        )
+    if job.nproc_per_node is not None and processes != job.nproc_per_node:
+        return invalid(
+            where,
+            use.written,
+            f"differs from spec.nprocPerNode ({job.nproc_per_node}), which the "
+            "torchgate controller passes to torchrun as PET_NPROC_PER_NODE",
+        )
+    if replica.gpus > 0:
+        return FieldWarning(
+            where,
+            f"{use.written} repeats the {count(replica.gpus)} {gpu} each pod requests, "
+            "which torchrun already starts one process per; it can be removed",
+        )
+    if job.nproc_per_node is not None:
+        return FieldWarning(
+            where,
+            f"{use.written} repeats spec.nprocPerNode, which the torchgate controller passes "
+            "to torchrun as PET_NPROC_PER_NODE; it can be removed",
+        )
+    return None
+
+
+def _unparseable_flag(use: FlagUse, expected: str) -> str:
+    detail = f"torchrun expects {expected}"
+    if "$" in (use.value or ""):
+        detail += (
+            f"; {use.value} is passed literally: Kubernetes expands only $(VAR) references "
+            "to the container's env in command and args, and no shell runs here"
+        )
+    return detail
+
+
+def env(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
+    """``env``: named, unique, string values; no reserved name in the training container."""
+    entries = container.fields.get("env")
+    if entries is None:
+        return NONE
+    path = at(container.path, "env")
+    if not isinstance(entries, list):
+        return [invalid(path, entries, "must be a list of {name, value} entries")]
+    found: list[Finding] = []
+    seen: dict[str, int] = {}
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, OBJECT):
+            found.append(invalid(at(path, index), entry, "must be an object with a name"))
+            continue
+        name = entry.get("name")
+        if not isinstance(name, str) or not name:
+            found.append(required(at(path, index, "name"), "must be specified"))
+            continue
+        if name in seen:
+            found.append(
+                duplicate(at(path, index, "name"), name, f"already set by env[{seen[name]}]")
+            )
+        else:
+            seen[name] = index
+        value = entry.get("value")
+        if value is not None and not isinstance(value, str):
+            found.append(invalid(at(path, index, "value"), value, "must be a string (quote it)"))
+        if container.is_training and name in _INJECTED_ENV:
+            found.append(
+                forbidden(
+                    at(path, index, "name"),
+                    f"{name} is injected by the torchgate controller "
+                    f"{_injected_source(job, name)}; remove it from env",
+                )
+            )
+        if name == _VISIBLE_DEVICES and replica.gpus == 0:
+            found.extend(_visible_devices(job, at(path, index), value))
+    return found
+
+
+def _visible_devices(job: JobFacts, path: FieldPath, value: object) -> Findings:
+    if not isinstance(value, str) or value.strip().lower() in _NO_GPU_VALUES:
+        return NONE
+    gpu = job.policy.gpu_resource
+    exposed = "every GPU" if value.strip().lower() == "all" else f"GPUs {value}"
+    return [
+        forbidden(
+            path,
+            f"{_VISIBLE_DEVICES}={value} in a pod that requests no {gpu} exposes {exposed} of "
+            f"the node behind the scheduler's back; request {gpu} in resources.limits instead",
+        )
+    ]

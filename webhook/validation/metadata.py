@@ -1,0 +1,153 @@
+"""Metadata rules: the job's name, the pinned-hosts annotation, and create-only fields.
+
+Why the name is checked here and not left to the apiserver: the controller derives pod and
+Service names from it (``<job>-worker-<i>``), and those must be DNS-1035 labels of at most 63
+characters. A name the apiserver accepts for the PyTorchJob can still make every pod creation
+fail, so the limit is enforced on the longest name the controller will derive, elastic growth
+included.
+"""
+
+from __future__ import annotations
+
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.fieldpath import (
+    ErrorType,
+    FieldError,
+    forbidden,
+    invalid,
+    not_supported,
+    required,
+)
+from torchgate.pytorchjob.spec import pinned_hosts
+from torchgate.webhook.validation.facts import (
+    ANNOTATIONS,
+    GENERATED_SUFFIX,
+    HOSTS_ANNOTATION,
+    METADATA,
+    NAME,
+    NONE,
+    OBJECT,
+    STATUS,
+    Finding,
+    Findings,
+    JobFacts,
+    quote,
+)
+
+_HOST_NAME_MAX = 253
+
+
+def metadata_is_object(job: JobFacts) -> Findings:
+    """``metadata``, when present, is an object."""
+    metadata = job.metadata
+    if metadata is not None and not isinstance(metadata, OBJECT):
+        return [invalid(METADATA, metadata, "must be an object")]
+    return NONE
+
+
+def name(job: JobFacts) -> Findings:
+    """A name (or generateName) that gives valid names to every pod the controller derives."""
+    metadata = job.metadata
+    if metadata is None:
+        metadata = {}
+    elif not isinstance(metadata, OBJECT):
+        return NONE
+    given, prefix = metadata.get("name"), metadata.get("generateName")
+    if given is not None and given != "" and not isinstance(given, str):
+        return [invalid(NAME, given, "must be a string")]
+    if not given and not (isinstance(prefix, str) and prefix):
+        return [required(NAME, "name or generateName is required")]
+    job_name = job.job_name
+    assert job_name is not None
+    problems = names.dns1035_errors(job_name)
+    if problems:
+        shown = given if given else prefix
+        detail = ", ".join(problems)
+        if not given:
+            detail = f"generateName plus 5 random characters must be a valid name: {detail}"
+        return [invalid(NAME, shown, detail)]
+    return _derived_name_length(job, job_name, generated=not given)
+
+
+def _derived_name_length(job: JobFacts, job_name: str, *, generated: bool) -> Findings:
+    longest = ""
+    for replica in job.known_replicas:
+        highest = (replica.count or 1) - 1
+        if replica.key == names.WORKER and job.expected_nnodes and job.elastic is not None:
+            highest = max(highest, job.expected_nnodes[1] - 1)
+        derived = names.replica_name(job_name, replica.key, max(highest, 0))
+        if len(derived) > len(longest):
+            longest = derived
+    if len(longest) <= names.DNS_LABEL_MAX:
+        return NONE
+    room = names.DNS_LABEL_MAX - (len(longest) - len(job_name))
+    if generated:
+        limit = f"keep generateName at most {room - len(GENERATED_SUFFIX)} characters"
+    else:
+        limit = f"keep the job name at most {room} characters"
+    detail = (
+        f"the derived pod and Service name {quote(longest)} has {len(longest)} characters "
+        f"(at most {names.DNS_LABEL_MAX}); {limit}"
+    )
+    return [FieldError(ErrorType.TOO_LONG, NAME, detail, job_name)]
+
+
+def pinned_hosts_annotation(job: JobFacts) -> Findings:
+    """``torchgate.io/hosts`` lists node names, each allowed by the policy."""
+    metadata = job.metadata
+    if not isinstance(metadata, OBJECT):
+        return NONE
+    annotations = metadata.get("annotations")
+    if annotations is None:
+        return NONE
+    if not isinstance(annotations, OBJECT):
+        return [invalid(ANNOTATIONS, annotations, "must map keys to strings")]
+    raw = annotations.get(names.ANNOTATION_HOSTS)
+    if raw is None:
+        return NONE
+    if not isinstance(raw, str):
+        return [invalid(HOSTS_ANNOTATION, raw, "must be a comma-separated list of node names")]
+    allowed = job.policy.allowed_hosts
+    found: list[Finding] = []
+    for host in pinned_hosts(annotations):
+        if not _is_host_name(host):
+            found.append(
+                invalid(
+                    HOSTS_ANNOTATION,
+                    host,
+                    "must be node names (lower-case DNS-1123 subdomains) separated by commas",
+                )
+            )
+        elif allowed and host not in allowed:
+            found.append(not_supported(HOSTS_ANNOTATION, host, allowed))
+    return found
+
+
+def create_only_fields(job: JobFacts) -> Findings:
+    """On create, no ``resourceVersion``, ``uid`` or ``status`` (pasted ``kubectl get`` output)."""
+    if not job.creating:
+        return NONE
+    found: list[Finding] = []
+    metadata = job.metadata
+    if isinstance(metadata, OBJECT):
+        for key in ("resourceVersion", "uid"):
+            if metadata.get(key) not in (None, ""):
+                found.append(
+                    forbidden(
+                        METADATA.child(key),
+                        "must not be set when creating (this looks like `kubectl get -o "
+                        "yaml` output: drop resourceVersion, uid and status)",
+                    )
+                )
+    if job.raw.get("status") not in (None, {}):
+        found.append(
+            forbidden(STATUS, "must not be set when creating; the controller reports status")
+        )
+    return found
+
+
+def _is_host_name(host: str) -> bool:
+    """A DNS-1123 subdomain (the shape of node names)."""
+    return len(host) <= _HOST_NAME_MAX and all(
+        names.is_dns1123_label(part) for part in host.split(".")
+    )

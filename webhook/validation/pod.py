@@ -1,0 +1,251 @@
+"""Replica and pod-template rules: replica fields, the ``pytorch`` container, node pool, volumes.
+
+Why here: these are the parts of a replica spec the controller copies into every pod it
+creates. A ``replicas: 2`` on Master, a template without a ``pytorch`` container, a
+``nodeSelector`` asking for another pool than the policy's, or a ``hostPath`` the admin has not
+allowed each produce pods that cannot run as intended, so they are refused with the field at
+fault. Replica types other than Master and Worker are reported last, after every known replica.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.fieldpath import (
+    ErrorType,
+    FieldError,
+    FieldPath,
+    duplicate,
+    forbidden,
+    invalid,
+    not_supported,
+    required,
+)
+from torchgate.pytorchjob.policy import PlacementPolicy
+from torchgate.pytorchjob.spec import canonical_replica_type
+from torchgate.webhook.validation.facts import (
+    NONE,
+    OBJECT,
+    Finding,
+    Findings,
+    JobFacts,
+    ReplicaFacts,
+    at,
+    placeholder_hint,
+    quote,
+    unknown_fields,
+)
+
+_REPLICA_FIELDS: Final = frozenset({"replicas", "restartPolicy", "template"})
+_CONTAINER_FIELDS: Final = frozenset(
+    {
+        "image",
+        "imagePullPolicy",
+        "command",
+        "args",
+        "env",
+        "envFrom",
+        "resources",
+        "volumeMounts",
+        "ports",
+        "securityContext",
+        "workingDir",
+    }
+)
+_POD_FIELDS: Final = frozenset(
+    {
+        "containers",
+        "initContainers",
+        "volumes",
+        "nodeSelector",
+        "tolerations",
+        "affinity",
+        "schedulerName",
+        "hostNetwork",
+        "serviceAccountName",
+        "priorityClassName",
+    }
+)
+
+
+def _unknown_replica_field_hint(key: str) -> str:
+    if key in _CONTAINER_FIELDS:
+        return "belongs in template.spec.containers[*]"
+    if key in _POD_FIELDS:
+        return "belongs in template.spec"
+    if key in ("labels", "annotations"):
+        return "belongs in template.metadata"
+    return "supported fields: replicas, restartPolicy, template"
+
+
+def replica_spec_present(job: JobFacts, replica: ReplicaFacts) -> Findings:
+    """A replica entry is an object (``Master: null`` has no containers)."""
+    if replica.spec is None:
+        return [required(at(replica.pod_path, "containers"), "must be specified")]
+    return NONE
+
+
+def replica_fields(job: JobFacts, replica: ReplicaFacts) -> Findings:
+    """No unknown fields in a replica spec (with a hint where a misplaced one belongs)."""
+    if replica.spec is None:
+        return NONE
+    return unknown_fields(replica.spec, replica.path, _REPLICA_FIELDS, _unknown_replica_field_hint)
+
+
+def replica_count(job: JobFacts, replica: ReplicaFacts) -> Findings:
+    """``replicas`` is a count: exactly 1 for Master, at least 1 for Worker."""
+    raw = replica.spec.get("replicas") if replica.spec is not None else None
+    if raw is None:
+        return NONE
+    path = at(replica.path, "replicas")
+    if replica.count is None:
+        return [invalid(path, raw, "must be a non-negative integer" + placeholder_hint(raw))]
+    if replica.key == names.MASTER and replica.count != 1:
+        return [forbidden(path, "must be 1")]
+    if replica.key == names.WORKER and replica.count < 1:
+        return [forbidden(path, "must be at least 1")]
+    return NONE
+
+
+def restart_policy(job: JobFacts, replica: ReplicaFacts) -> Findings:
+    """``restartPolicy`` is one the training-operator knows."""
+    restart = replica.spec.get("restartPolicy") if replica.spec is not None else None
+    if restart is not None and restart not in names.RESTART_POLICIES:
+        return [not_supported(at(replica.path, "restartPolicy"), restart, names.RESTART_POLICIES)]
+    return NONE
+
+
+def template_shape(job: JobFacts, replica: ReplicaFacts) -> Findings:
+    """``template`` and ``template.spec`` are objects (the pod rules need them)."""
+    if replica.spec is None:
+        return NONE
+    template = replica.spec.get("template")
+    if template is not None and not isinstance(template, OBJECT):
+        return [invalid(at(replica.path, "template"), template, "must be an object")]
+    pod_spec = template.get("spec") if isinstance(template, OBJECT) else None
+    if pod_spec is not None and not isinstance(pod_spec, OBJECT):
+        return [invalid(at(replica.path, "template", "spec"), pod_spec, "must be an object")]
+    return NONE
+
+
+def pytorch_container(job: JobFacts, replica: ReplicaFacts) -> Findings:
+    """The pod template has a container named ``pytorch``."""
+    containers = replica.pod_spec.get("containers")
+    if isinstance(containers, list) and containers:
+        index = replica.training_container
+        if index is not None and containers[index].get("name") == names.CONTAINER_NAME:
+            return NONE
+    path = at(replica.pod_path, "containers")
+    if containers is None or containers == []:
+        return [required(path, "must be specified")]
+    if not isinstance(containers, list):
+        return [invalid(path, containers, "must be a list of containers")]
+    return [required(path, "must have at least one container with name pytorch")]
+
+
+def node_selector(job: JobFacts, replica: ReplicaFacts) -> Findings:
+    """``nodeSelector`` does not ask for another pool than the policy places jobs on."""
+    selector = replica.pod_spec.get("nodeSelector")
+    if selector is None:
+        return NONE
+    path = at(replica.pod_path, "nodeSelector")
+    if not isinstance(selector, OBJECT):
+        return [invalid(path, selector, "must map label keys to values")]
+    found: list[Finding] = []
+    for key, wanted in job.policy.node_selector.items():
+        asked = selector.get(key)
+        if asked is not None and asked != wanted:
+            found.append(
+                invalid(
+                    path.key(key),
+                    asked,
+                    f"{job.policy_label} places jobs on nodes labelled "
+                    f"{key}={wanted}; this replica asks for a different pool",
+                )
+            )
+    return found
+
+
+def volumes(job: JobFacts, replica: ReplicaFacts) -> Findings:
+    """``volumes``: a list of named, unique volumes; hostPath only where the policy allows."""
+    declared = replica.pod_spec.get("volumes")
+    if declared is None:
+        return NONE
+    path = replica.pod_path
+    if not isinstance(declared, list):
+        return [invalid(at(path, "volumes"), declared, "must be a list of volumes")]
+    found: list[Finding] = []
+    seen: set[str] = set()
+    for index, volume in enumerate(declared):
+        if not isinstance(volume, OBJECT):
+            found.append(invalid(at(path, "volumes", index), volume, "must be an object"))
+            continue
+        name = volume.get("name")
+        if not isinstance(name, str) or not name:
+            found.append(required(at(path, "volumes", index, "name"), "must be specified"))
+        elif name in seen:
+            found.append(duplicate(at(path, "volumes", index, "name"), name))
+        else:
+            seen.add(name)
+        host_path = volume.get("hostPath")
+        if host_path is not None:
+            found.extend(_host_path(job, path, index, host_path))
+    return found
+
+
+def _host_path(job: JobFacts, pod_path: FieldPath, index: int, host_path: object) -> Findings:
+    location = host_path.get("path") if isinstance(host_path, OBJECT) else None
+    if not isinstance(location, str) or not location:
+        return [
+            required(
+                at(pod_path, "volumes", index, "hostPath", "path"),
+                "must be an absolute path on the node",
+            )
+        ]
+    refusal = _host_path_refusal(job.policy, job.policy_label, location)
+    if refusal is not None:
+        return [forbidden(at(pod_path, "volumes", index, "hostPath"), refusal)]
+    return NONE
+
+
+def _host_path_refusal(policy: PlacementPolicy, label: str, location: str) -> str | None:
+    """Why the policy refuses a hostPath volume at ``location``; None when it allows it."""
+    if policy.allows_host_path(location):
+        return None
+    allowed = ", ".join(policy.allowed_host_paths) or "none"
+    if location.rstrip("/") == "/dev/shm":
+        instead = "use an emptyDir with medium: Memory for /dev/shm"
+    else:
+        instead = "use a persistentVolumeClaim, or ask the cluster admin to allow the path"
+    return (
+        f"hostPath {quote(location)} is not allowed by {label} "
+        f"(allowedHostPaths: {allowed}); {instead}"
+    )
+
+
+def init_containers_list(job: JobFacts, replica: ReplicaFacts) -> Findings:
+    """``initContainers``, when present, is a list."""
+    entries = replica.pod_spec.get("initContainers")
+    if entries is not None and not isinstance(entries, list):
+        return [
+            invalid(at(replica.pod_path, "initContainers"), entries, "must be a list of containers")
+        ]
+    return NONE
+
+
+def unknown_replica_types(job: JobFacts) -> Findings:
+    """Replica types other than Master and Worker (reported after every known replica)."""
+    found: list[Finding] = []
+    for replica in job.replicas:
+        if replica.key in names.REPLICA_TYPES:
+            continue
+        detail = 'supported values: "Master", "Worker"'
+        canonical = canonical_replica_type(replica.key)
+        if canonical is not None:
+            detail += (
+                f" (the mutating webhook renames {quote(replica.key)} to {quote(canonical)}; "
+                "seeing it here means that webhook did not run)"
+            )
+        found.append(FieldError(ErrorType.NOT_SUPPORTED, replica.path, detail, replica.key))
+    return found

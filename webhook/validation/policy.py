@@ -1,0 +1,301 @@
+"""Spec-level rules: run policy, scheduling policy, elastic policy, ``nprocPerNode``, GPU budget.
+
+Why these live together: they are the job-wide knobs that decide how many pods run, for how long
+and who cleans them up, and several are where the admin's PlacementPolicy says no (a
+``cleanPodPolicy: None`` that would keep GPUs after the job ends, a job larger than the per-job
+GPU budget). Unknown fields get a hint when they belong elsewhere: many manifests predate
+``kubeflow.org/v1`` moving ``cleanPodPolicy`` and friends under ``runPolicy``.
+
+Updates ratchet (see the package docstring), but ``runPolicy.managedBy`` is immutable on every
+update, as upstream: another controller may already own the job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any, Final
+
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.fieldpath import (
+    FieldError,
+    forbidden,
+    invalid,
+    not_supported,
+    required,
+)
+from torchgate.pytorchjob.spec import as_int
+from torchgate.webhook.validation.facts import (
+    ELASTIC,
+    MANAGED_BY,
+    NONE,
+    NPROC_PER_NODE,
+    OBJECT,
+    REPLICA_SPECS,
+    RUN_POLICY,
+    SCHEDULING,
+    SPEC,
+    FieldWarning,
+    Finding,
+    Findings,
+    JobFacts,
+    count,
+    non_negative_field,
+    placeholder_hint,
+    unknown_fields,
+)
+
+_NPROC_KEYWORDS: Final = ("auto", "cpu", "gpu")
+
+_SPEC_FIELDS: Final = frozenset(
+    {"pytorchReplicaSpecs", "runPolicy", "elasticPolicy", "nprocPerNode"}
+)
+_RUN_POLICY_FIELDS: Final = frozenset(
+    {
+        "cleanPodPolicy",
+        "ttlSecondsAfterFinished",
+        "activeDeadlineSeconds",
+        "backoffLimit",
+        "schedulingPolicy",
+        "suspend",
+        "managedBy",
+    }
+)
+_ELASTIC_FIELDS: Final = frozenset(
+    {
+        "minReplicas",
+        "maxReplicas",
+        "rdzvBackend",
+        "rdzvHost",
+        "rdzvPort",
+        "rdzvId",
+        "rdzvConf",
+        "standalone",
+        "nProcPerNode",
+        "maxRestarts",
+        "metrics",
+    }
+)
+_SCHEDULING_FIELDS: Final = frozenset(
+    {"minAvailable", "queue", "minResources", "priorityClass", "scheduleTimeoutSeconds"}
+)
+
+
+def _unknown_spec_field_hint(key: str) -> str:
+    if key in _RUN_POLICY_FIELDS:
+        return f"moved to spec.runPolicy.{key} in kubeflow.org/v1"
+    if key in _ELASTIC_FIELDS:
+        return f"belongs in spec.elasticPolicy.{key}"
+    return "supported fields: elasticPolicy, nprocPerNode, pytorchReplicaSpecs, runPolicy"
+
+
+def spec_shape(job: JobFacts) -> Findings:
+    """``spec`` is present and an object, with no unknown fields."""
+    spec = job.spec_raw
+    if spec is None:
+        return [required(REPLICA_SPECS, "must be required")]
+    if not isinstance(spec, OBJECT):
+        return [invalid(SPEC, spec, "must be an object")]
+    return unknown_fields(spec, SPEC, _SPEC_FIELDS, _unknown_spec_field_hint)
+
+
+def replica_specs_present(job: JobFacts) -> Findings:
+    """``spec.pytorchReplicaSpecs`` is a non-empty object."""
+    if not job.spec_readable:
+        return NONE
+    specs = job.spec.get("pytorchReplicaSpecs")
+    if not isinstance(specs, OBJECT) or not specs:
+        return [required(REPLICA_SPECS, "must be required (an object with Master and Worker)")]
+    return NONE
+
+
+def nproc_per_node(job: JobFacts) -> Findings:
+    """``spec.nprocPerNode`` is a keyword or a positive integer equal to the GPUs per pod."""
+    raw = job.spec.get("nprocPerNode") if job.spec_readable else None
+    if raw is None or raw in _NPROC_KEYWORDS:
+        return NONE
+    if job.nproc_per_node is None:
+        detail = 'must be "auto", "cpu", "gpu" or a positive integer such as "8"'
+        return [invalid(NPROC_PER_NODE, raw, detail + placeholder_hint(raw))]
+    first = job.first_gpu_replica
+    if first is not None and first.gpus != job.nproc_per_node:
+        return [
+            invalid(
+                NPROC_PER_NODE,
+                raw,
+                f"must equal the {count(first.gpus)} {job.policy.gpu_resource} each "
+                f"{first.key} pod requests (one process per GPU)",
+            )
+        ]
+    return NONE
+
+
+def elastic_policy(job: JobFacts) -> Findings:
+    """``spec.elasticPolicy``: known fields, a Worker to scale, sane bounds and port."""
+    elastic = job.spec.get("elasticPolicy") if job.spec_readable else None
+    if elastic is None:
+        return NONE
+    if not isinstance(elastic, OBJECT):
+        return [invalid(ELASTIC, elastic, "must be an object")]
+    found = unknown_fields(elastic, ELASTIC, _ELASTIC_FIELDS)
+    if isinstance(job.spec.get("pytorchReplicaSpecs"), OBJECT) and (
+        names.WORKER not in job.replica_specs
+    ):
+        found.append(
+            required(
+                REPLICA_SPECS.key(names.WORKER), "must be configured if elastic policy is used"
+            )
+        )
+    found.extend(_elastic_n_proc_per_node(job, elastic))
+    found.extend(_elastic_bounds(elastic))
+    port = elastic.get("rdzvPort")
+    port_number = as_int(port)
+    if port is not None and (port_number is None or not 1 <= port_number <= 65535):
+        found.append(invalid(ELASTIC.child("rdzvPort"), port, "must be a port number (1-65535)"))
+    found.extend(non_negative_field(elastic, "maxRestarts", ELASTIC))
+    return found
+
+
+def _elastic_n_proc_per_node(job: JobFacts, elastic: Mapping[str, Any]) -> list[Finding]:
+    if elastic.get("nProcPerNode") is None:
+        return []
+    path = ELASTIC.child("nProcPerNode")
+    found: list[Finding] = []
+    if job.spec.get("nprocPerNode") is not None:
+        found.append(forbidden(path, "must not be used with spec.nprocPerNode"))
+    else:
+        found.append(FieldWarning(path, "deprecated, use spec.nprocPerNode instead"))
+    found.extend(non_negative_field(elastic, "nProcPerNode", ELASTIC))
+    return found
+
+
+def _elastic_bounds(elastic: Mapping[str, Any]) -> list[Finding]:
+    found: list[Finding] = []
+    bounds: dict[str, int] = {}
+    for key in ("minReplicas", "maxReplicas"):
+        raw = elastic.get(key)
+        if raw is None:
+            continue
+        number = as_int(raw)
+        if number is None or number < 1:
+            found.append(
+                invalid(
+                    ELASTIC.child(key),
+                    raw,
+                    "must be an integer of at least 1" + placeholder_hint(raw),
+                )
+            )
+        else:
+            bounds[key] = number
+    low, high = bounds.get("minReplicas"), bounds.get("maxReplicas")
+    if low is not None and high is not None and low > high:
+        found.append(
+            invalid(
+                ELASTIC.child("minReplicas"),
+                low,
+                f"must not be greater than spec.elasticPolicy.maxReplicas ({high})",
+            )
+        )
+    return found
+
+
+def run_policy(job: JobFacts) -> Findings:
+    """``spec.runPolicy``: known fields and values, cleanPodPolicy None only if allowed."""
+    run = job.spec.get("runPolicy") if job.spec_readable else None
+    if run is None:
+        return NONE
+    if not isinstance(run, OBJECT):
+        return [invalid(RUN_POLICY, run, "must be an object")]
+    found = unknown_fields(run, RUN_POLICY, _RUN_POLICY_FIELDS)
+    clean = run.get("cleanPodPolicy")
+    clean_path = RUN_POLICY.child("cleanPodPolicy")
+    if clean is not None and clean not in names.CLEAN_POD_POLICIES:
+        found.append(not_supported(clean_path, clean, names.CLEAN_POD_POLICIES))
+    elif clean == "None" and not job.policy.allow_clean_pod_policy_none:
+        found.append(
+            forbidden(
+                clean_path,
+                "pods would keep their GPUs after the job ends; "
+                f"{job.policy_label} does not allow cleanPodPolicy None (use Running or All)",
+            )
+        )
+    for key in ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit"):
+        found.extend(non_negative_field(run, key, RUN_POLICY))
+    suspend = run.get("suspend")
+    if suspend is not None and not isinstance(suspend, bool):
+        found.append(invalid(RUN_POLICY.child("suspend"), suspend, "must be true or false"))
+    managed_by = run.get("managedBy")
+    # "" means "unset" in the training-operator API (it is a *string).
+    if managed_by not in (None, "") and managed_by not in names.MANAGED_BY_VALUES:
+        found.append(not_supported(MANAGED_BY, managed_by, names.MANAGED_BY_VALUES))
+    return found
+
+
+def scheduling_policy(job: JobFacts) -> Findings:
+    """``spec.runPolicy.schedulingPolicy``: known fields, minAvailable within the gang."""
+    run = job.spec.get("runPolicy") if job.spec_readable else None
+    scheduling = run.get("schedulingPolicy") if isinstance(run, OBJECT) else None
+    if scheduling is None:
+        return NONE
+    if not isinstance(scheduling, OBJECT):
+        return [invalid(SCHEDULING, scheduling, "must be an object")]
+    found = unknown_fields(scheduling, SCHEDULING, _SCHEDULING_FIELDS)
+    raw = scheduling.get("minAvailable")
+    if raw is not None:
+        number = as_int(raw)
+        total = job.total_replicas
+        if number is None or number < 1 or (total is not None and number > total):
+            upper = f"the job's {total} replicas" if total is not None else "the job's replicas"
+            found.append(
+                invalid(
+                    SCHEDULING.child("minAvailable"),
+                    raw,
+                    f"must be an integer between 1 and {upper}",
+                )
+            )
+    found.extend(non_negative_field(scheduling, "scheduleTimeoutSeconds", SCHEDULING))
+    return found
+
+
+def gpu_budget(job: JobFacts) -> Findings:
+    """The job's GPUs in total stay within the policy's ``maxGPUsPerJob``."""
+    limit = job.policy.max_gpus_per_job
+    if limit is None or not job.spec_readable:
+        return NONE
+    parts: list[str] = []
+    total = Decimal(0)
+    for replica in job.known_replicas:
+        if replica.gpus > 0 and replica.count:
+            total += replica.gpus * replica.count
+            parts.append(f"{replica.key} {replica.count}x{count(replica.gpus)}")
+    if total > limit:
+        return [
+            forbidden(
+                REPLICA_SPECS,
+                f"the job requests {count(total)} {job.policy.gpu_resource} in total "
+                f"({', '.join(parts)}); {job.policy_label} allows at most "
+                f"{limit} per job",
+            )
+        ]
+    return NONE
+
+
+def immutable_fields(job: JobFacts) -> Findings:
+    """On update, ``spec.runPolicy.managedBy`` does not change."""
+    if job.creating:
+        return NONE
+    return immutable_field_errors(job.old, job.raw)
+
+
+def immutable_field_errors(old: object, new: object) -> list[FieldError]:
+    """The errors for fields that must not change between ``old`` and ``new``."""
+    old_value, new_value = _managed_by(old), _managed_by(new)
+    if old_value == new_value:
+        return []
+    return [invalid(MANAGED_BY, new_value, "field is immutable")]
+
+
+def _managed_by(job: object) -> object:
+    spec = job.get("spec") if isinstance(job, OBJECT) else None
+    run = spec.get("runPolicy") if isinstance(spec, OBJECT) else None
+    return run.get("managedBy") if isinstance(run, OBJECT) else None
