@@ -32,15 +32,11 @@ from torchgate.controlplane.binaries import (
     build_binaries,
     ensure_binaries,
 )
-from torchgate.controlplane.cluster import (
-    ControlPlane,
-    ControlPlaneError,
-    Layout,
-    ManagedProcess,
-    admin_kubeconfig,
-    read_kubeconfig,
-    write_pki,
-)
+from torchgate.controlplane.cluster import ControlPlane, ControlPlaneError
+from torchgate.controlplane.kubeconfig import admin_kubeconfig, read_kubeconfig
+from torchgate.controlplane.layout import Layout
+from torchgate.controlplane.pki import write_pki
+from torchgate.controlplane.processes import ManagedProcess
 from torchgate.pytorchjob.policy import JobDefaults, PlacementPolicy, parse_policy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

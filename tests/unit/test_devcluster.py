@@ -15,8 +15,8 @@ from cryptography import x509
 
 from torchgate import cli, dev, devcluster
 from torchgate.certs import store
-from torchgate.controlplane.cluster import Layout
-from torchgate.controlplane.processes import ManagedProcess
+from torchgate.controlplane.layout import Layout
+from torchgate.controlplane.processes import ManagedProcess, is_alive
 from torchgate.devcluster import NodePool, ServiceEndpoint
 
 CA = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
@@ -315,10 +315,10 @@ def test_stop_process_ends_the_group_and_spares_a_recycled_pid(tmp_path: Path) -
     impostor = ManagedProcess("sleeper", process.pid, process.start_ticks + 1, process.log_path)
 
     dev.stop_process(impostor, grace=0.2)
-    assert dev.is_alive(process)
+    assert is_alive(process)
 
     dev.stop_process(process, grace=5)
-    assert not dev.is_alive(process)
+    assert not is_alive(process)
 
 
 # ----------------------------------------------------------------------------- command line
