@@ -37,8 +37,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from kubernetes_asyncio import client
-
 from torchgate.certs.authority import (
     DEFAULT_CA_RENEW_BEFORE,
     DEFAULT_SERVING_RENEW_BEFORE,
@@ -67,6 +65,7 @@ from torchgate.certs.store import (
     write_directory,
     write_secret,
 )
+from torchgate.kube.client import KubeApi
 
 T = TypeVar("T")
 
@@ -218,7 +217,7 @@ async def sync(options: SyncOptions) -> SyncResult:
     raise AssertionError("unreachable: the loop returns or raises")
 
 
-async def _sync_once(options: SyncOptions, api: client.ApiClient | None) -> SyncResult:
+async def _sync_once(options: SyncOptions, api: KubeApi | None) -> SyncResult:
     stored_secret: StoredSecret | None = None
     if options.secret is not None and api is not None:
         stored_secret = await read_secret(api, options.secret)

@@ -15,8 +15,7 @@ This is the only I/O of the ``certs`` package; what to write is decided in ``cer
   fields this client does not know are never dropped.
 
 Every failure becomes a :class:`CertsError` with a one-line message. Messages never contain key
-material, and the client's debug logger (which logs response bodies, Secret data included) is
-kept quiet.
+material (the access layer, :mod:`torchgate.kube`, never logs response bodies).
 """
 
 from __future__ import annotations
@@ -24,22 +23,23 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import json
-import logging
 import os
 import stat
 import tempfile
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
-
-import aiohttp
-import yaml
-from kubernetes_asyncio import client, config
-from kubernetes_asyncio.client.exceptions import ApiException
+from typing import Any, Final, Literal
 
 from torchgate.certs.authority import Material
+from torchgate.kube import errors
+from torchgate.kube.client import STRATEGIC_MERGE_PATCH, ConfigError, KubeApi, KubeClient
+from torchgate.kube.resources import (
+    MUTATING_WEBHOOK_CONFIGURATIONS,
+    SECRETS,
+    VALIDATING_WEBHOOK_CONFIGURATIONS,
+    Resource,
+)
 
 CA_CERT: Final = "ca.crt"
 CA_KEY: Final = "ca.key"
@@ -61,13 +61,10 @@ WEBHOOK_KINDS: Final[tuple[WebhookKind, ...]] = (
     "MutatingWebhookConfiguration",
     "ValidatingWebhookConfiguration",
 )
-_RESOURCES: Final[dict[WebhookKind, str]] = {
-    "MutatingWebhookConfiguration": "mutatingwebhookconfigurations.admissionregistration.k8s.io",
-    "ValidatingWebhookConfiguration": (
-        "validatingwebhookconfigurations.admissionregistration.k8s.io"
-    ),
+_KINDS: Final[dict[str, WebhookKind]] = {
+    MUTATING_WEBHOOK_CONFIGURATIONS.plural: "MutatingWebhookConfiguration",
+    VALIDATING_WEBHOOK_CONFIGURATIONS.plural: "ValidatingWebhookConfiguration",
 }
-_SECRETS: Final = "secrets"
 
 
 class CertsError(Exception):
@@ -251,7 +248,7 @@ def _os_reason(error: OSError) -> str:
 
 
 @contextlib.asynccontextmanager
-async def kubernetes_client(kubeconfig: str | None = None) -> AsyncIterator[client.ApiClient]:
+async def kubernetes_client(kubeconfig: str | None = None) -> AsyncIterator[KubeClient]:
     """An API client from ``kubeconfig``; without one, in-cluster config, then ``$KUBECONFIG``.
 
     ``$KUBECONFIG`` may list several files (merged like kubectl does); when it is unset,
@@ -260,64 +257,28 @@ async def kubernetes_client(kubeconfig: str | None = None) -> AsyncIterator[clie
     Raises:
         CertsError: when no usable configuration is found.
     """
-    configuration = client.Configuration()
-    await _load_configuration(configuration, kubeconfig)
-    # The REST layer logs whole response bodies at DEBUG; for a Secret that is the CA key.
-    rest_logger = logging.getLogger("kubernetes_asyncio.client.rest")
-    if rest_logger.getEffectiveLevel() < logging.INFO:
-        rest_logger.setLevel(logging.INFO)
-    async with client.ApiClient(configuration) as api:
+    try:
+        api = await KubeClient.connect(
+            kubeconfig, pool_size=4, request_timeout=REQUEST_TIMEOUT_SECONDS
+        )
+    except ConfigError as error:
+        raise CertsError(str(error)) from None
+    async with api:
         yield api
 
 
-async def _load_configuration(configuration: client.Configuration, kubeconfig: str | None) -> None:
-    if kubeconfig is None:
-        try:
-            # The one function of the library without annotations.
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        except config.ConfigException:
-            pass
-        else:
-            return
-        from_environment = os.environ.get("KUBECONFIG")
-        kubeconfig = from_environment or str(Path.home() / ".kube" / "config")
-        origin = "$KUBECONFIG" if from_environment else "the default kubeconfig"
-        missing = f"not running in a cluster, and {origin} {kubeconfig} is not a file"
-    else:
-        missing = f"{kubeconfig} is not a file"
-    paths = [Path(part) for part in kubeconfig.split(os.pathsep) if part]
-    if not any(path.is_file() for path in paths):
-        raise CertsError(f"no Kubernetes client configuration: {missing}")
-    try:
-        await config.load_kube_config(
-            config_file=kubeconfig, client_configuration=configuration, persist_config=False
-        )
-    except config.ConfigException as error:
-        raise CertsError(f"cannot use kubeconfig {kubeconfig}: {_one_line(error)}") from None
-    except yaml.YAMLError:
-        # YAML errors quote the offending line, which may hold a token or a client key.
-        raise CertsError(f"cannot use kubeconfig {kubeconfig}: not valid YAML") from None
-    except OSError as error:
-        raise CertsError(f"cannot read kubeconfig {kubeconfig}: {_os_reason(error)}") from None
-    except (ValueError, TypeError, KeyError, AttributeError):
-        raise CertsError(f"cannot use kubeconfig {kubeconfig}: malformed") from None
-
-
-async def read_secret(api: client.ApiClient, ref: SecretRef) -> StoredSecret:
+async def read_secret(api: KubeApi, ref: SecretRef) -> StoredSecret:
     """Read the material from a Secret; an absent Secret reads as empty material.
 
     Raises:
         CertsError: Forbidden without ``get`` on secrets, or on any other failure.
     """
-    core = client.CoreV1Api(api)
     try:
-        with _api_errors("get", _SECRETS, ref.name, namespace=ref.namespace):
-            secret = await core.read_namespaced_secret(
-                ref.name, ref.namespace, _request_timeout=REQUEST_TIMEOUT_SECONDS
-            )
+        with _api_errors("get", SECRETS, ref.name, namespace=ref.namespace):
+            secret = await api.request("GET", SECRETS.path(ref.namespace, ref.name))
     except NotFound:
         return StoredSecret(material=Material(), resource_version=None)
-    data: Mapping[str, str] = secret.data or {}
+    data = secret.get("data") or {}
     entries: dict[str, bytes] = {}
     for name in _WRITE_ORDER:
         encoded = data.get(name)
@@ -329,12 +290,12 @@ async def read_secret(api: client.ApiClient, ref: SecretRef) -> StoredSecret:
             raise CertsError(f"Secret {ref}: entry {name} is not valid base64") from None
     return StoredSecret(
         material=material_from_entries(entries),
-        resource_version=str(secret.metadata.resource_version),
+        resource_version=str(secret["metadata"]["resourceVersion"]),
     )
 
 
 async def write_secret(
-    api: client.ApiClient, ref: SecretRef, material: Material, *, resource_version: str | None
+    api: KubeApi, ref: SecretRef, material: Material, *, resource_version: str | None
 ) -> None:
     """Create the Secret (``resource_version`` None) or update our entries in it.
 
@@ -344,82 +305,77 @@ async def write_secret(
         Conflict: when the Secret changed, appeared or disappeared since it was read.
         CertsError: Forbidden without ``create``/``patch`` on secrets, or on any other failure.
     """
-    core = client.CoreV1Api(api)
     data = {
         name: base64.b64encode(content).decode("ascii")
         for name, content in material_entries(material).items()
     }
     if resource_version is None:
-        body = client.V1Secret(
-            api_version="v1",
-            kind="Secret",
-            metadata=client.V1ObjectMeta(
-                name=ref.name, namespace=ref.namespace, labels=dict(MANAGED_BY_LABEL)
-            ),
-            type=SECRET_TYPE,
-            data=data,
-        )
-        with _api_errors("create", _SECRETS, ref.name, namespace=ref.namespace):
-            await core.create_namespaced_secret(
-                ref.namespace, body, _request_timeout=REQUEST_TIMEOUT_SECONDS
-            )
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": ref.name,
+                "namespace": ref.namespace,
+                "labels": dict(MANAGED_BY_LABEL),
+            },
+            "type": SECRET_TYPE,
+            "data": data,
+        }
+        with _api_errors("create", SECRETS, ref.name, namespace=ref.namespace):
+            await api.request("POST", SECRETS.path(ref.namespace), body=body)
         return
-    # A dict body goes out as a strategic merge patch; resourceVersion in it is a precondition
+    # A strategic merge patch keeps every other entry; resourceVersion in it is a precondition
     # (the apiserver answers 409 if the Secret changed since it was read).
     patch = {"metadata": {"resourceVersion": resource_version}, "data": data}
-    with _api_errors("patch", _SECRETS, ref.name, namespace=ref.namespace):
-        await core.patch_namespaced_secret(
-            ref.name,
-            ref.namespace,
-            patch,
-            _request_timeout=REQUEST_TIMEOUT_SECONDS,
+    with _api_errors("patch", SECRETS, ref.name, namespace=ref.namespace):
+        await api.request(
+            "PATCH",
+            SECRETS.path(ref.namespace, ref.name),
+            body=patch,
+            content_type=STRATEGIC_MERGE_PATCH,
         )
 
 
-async def read_webhook_configurations(
-    api: client.ApiClient, name: str
-) -> tuple[WebhookConfiguration, ...]:
+async def read_webhook_configurations(api: KubeApi, name: str) -> tuple[WebhookConfiguration, ...]:
     """The mutating and/or validating configurations called ``name`` that exist (0, 1 or 2).
 
     Raises:
         CertsError: Forbidden without ``get`` on the configuration kind, or on any other failure.
     """
-    admission = client.AdmissionregistrationV1Api(api)
-    found: list[WebhookConfiguration] = []
-    for kind in WEBHOOK_KINDS:
-        configuration: (
-            client.V1MutatingWebhookConfiguration | client.V1ValidatingWebhookConfiguration
-        )
-        try:
-            with _api_errors("get", _RESOURCES[kind], name):
-                if kind == "MutatingWebhookConfiguration":
-                    configuration = await admission.read_mutating_webhook_configuration(
-                        name, _request_timeout=REQUEST_TIMEOUT_SECONDS
-                    )
-                else:
-                    configuration = await admission.read_validating_webhook_configuration(
-                        name, _request_timeout=REQUEST_TIMEOUT_SECONDS
-                    )
-        except NotFound:
-            continue
-        bundles = tuple(
-            (str(webhook.name), _decode_ca_bundle(webhook.client_config.ca_bundle))
-            for webhook in configuration.webhooks or ()
-        )
-        found.append(
-            WebhookConfiguration(
-                kind=kind,
-                name=name,
-                resource_version=str(configuration.metadata.resource_version),
-                ca_bundles=bundles,
-            )
-        )
-    return tuple(found)
+    found = (
+        await _read_configuration(api, MUTATING_WEBHOOK_CONFIGURATIONS, name),
+        await _read_configuration(api, VALIDATING_WEBHOOK_CONFIGURATIONS, name),
+    )
+    return tuple(configuration for configuration in found if configuration is not None)
 
 
-async def patch_ca_bundle(
-    api: client.ApiClient, configuration: WebhookConfiguration, bundle: bytes
-) -> bool:
+async def _read_configuration(
+    api: KubeApi, resource: Resource, name: str
+) -> WebhookConfiguration | None:
+    try:
+        with _api_errors("get", resource, name):
+            configuration = await api.request("GET", resource.path(None, name))
+    except NotFound:
+        return None
+    bundles = tuple(
+        (str(webhook.get("name")), _decode_ca_bundle(_ca_bundle_of(webhook)))
+        for webhook in configuration.get("webhooks") or ()
+    )
+    return WebhookConfiguration(
+        kind=_KINDS[resource.plural],
+        name=name,
+        resource_version=str(configuration["metadata"]["resourceVersion"]),
+        ca_bundles=bundles,
+    )
+
+
+def _ca_bundle_of(webhook: Mapping[str, Any]) -> str | None:
+    client_config = webhook.get("clientConfig") or {}
+    bundle = client_config.get("caBundle")
+    return bundle if isinstance(bundle, str) else None
+
+
+async def patch_ca_bundle(api: KubeApi, configuration: WebhookConfiguration, bundle: bytes) -> bool:
     """Set ``caBundle`` of every webhook in ``configuration`` to ``bundle`` where it differs.
 
     Returns:
@@ -433,23 +389,28 @@ async def patch_ca_bundle(
     if not outdated:
         return False
     encoded = base64.b64encode(bundle).decode("ascii")
-    # A dict body goes out as a strategic merge patch: ``webhooks`` entries merge by name, and
-    # resourceVersion makes it conditional (409 if the configuration changed since it was read).
+    # A strategic merge patch: ``webhooks`` entries merge by name, and resourceVersion makes it
+    # conditional (409 if the configuration changed since it was read).
     patch = {
         "metadata": {"resourceVersion": configuration.resource_version},
         "webhooks": [{"name": name, "clientConfig": {"caBundle": encoded}} for name in outdated],
     }
-    admission = client.AdmissionregistrationV1Api(api)
-    with _api_errors("patch", _RESOURCES[configuration.kind], configuration.name):
-        if configuration.kind == "MutatingWebhookConfiguration":
-            await admission.patch_mutating_webhook_configuration(
-                configuration.name, patch, _request_timeout=REQUEST_TIMEOUT_SECONDS
-            )
-        else:
-            await admission.patch_validating_webhook_configuration(
-                configuration.name, patch, _request_timeout=REQUEST_TIMEOUT_SECONDS
-            )
+    if configuration.kind == "MutatingWebhookConfiguration":
+        await _patch_configuration(api, MUTATING_WEBHOOK_CONFIGURATIONS, configuration.name, patch)
+    else:
+        await _patch_configuration(
+            api, VALIDATING_WEBHOOK_CONFIGURATIONS, configuration.name, patch
+        )
     return True
+
+
+async def _patch_configuration(
+    api: KubeApi, resource: Resource, name: str, patch: Mapping[str, Any]
+) -> None:
+    with _api_errors("patch", resource, name):
+        await api.request(
+            "PATCH", resource.path(None, name), body=patch, content_type=STRATEGIC_MERGE_PATCH
+        )
 
 
 def _decode_ca_bundle(encoded: str | None) -> bytes:
@@ -463,22 +424,22 @@ def _decode_ca_bundle(encoded: str | None) -> bytes:
 
 @contextlib.contextmanager
 def _api_errors(
-    verb: str, resource: str, name: str, *, namespace: str | None = None
+    verb: str, resource: Resource, name: str, *, namespace: str | None = None
 ) -> Iterator[None]:
-    """Turn client exceptions raised inside into :class:`CertsError` subclasses."""
-    where = f'{resource} "{name}"' + (f' in namespace "{namespace}"' if namespace else "")
+    """Turn the access layer's errors raised inside into :class:`CertsError` subclasses."""
+    plural = resource.plural + (f".{resource.group}" if resource.group else "")
+    where = f'{plural} "{name}"' + (f' in namespace "{namespace}"' if namespace else "")
     try:
         yield
-    except ApiException as error:
-        raise _status_error(error, verb=verb, resource=resource, where=where) from None
-    except (aiohttp.ClientError, TimeoutError, OSError) as error:
-        reason = _one_line(error) or type(error).__name__
-        raise CertsError(f"cannot {verb} {where}: apiserver unreachable: {reason}") from None
+    except errors.ApiError as error:
+        raise _status_error(error, verb=verb, resource=plural, where=where) from None
 
 
-def _status_error(error: ApiException, *, verb: str, resource: str, where: str) -> CertsError:
-    status = int(error.status or 0)
-    message = _status_message(error.body)
+def _status_error(error: errors.ApiError, *, verb: str, resource: str, where: str) -> CertsError:
+    status = error.status
+    message = _one_line(error.message)[:_MESSAGE_LIMIT]
+    if status == 0:
+        return CertsError(f"cannot {verb} {where}: apiserver unreachable: {message}")
     if status == 404 and verb == "patch":
         # Deleted since it was read: like a conflict, a fresh read decides what to do.
         return Conflict(f"{where} was deleted while being updated")
@@ -497,23 +458,7 @@ def _status_error(error: ApiException, *, verb: str, resource: str, where: str) 
     if status == 401:
         return CertsError("unauthorized: the apiserver rejected the client credentials")
     detail = f": {message}" if message else ""
-    return CertsError(
-        f"cannot {verb} {where}: HTTP {status} {error.reason or ''}".rstrip() + detail
-    )
-
-
-def _status_message(body: object) -> str:
-    """The ``message`` of a Kubernetes Status body, on one line, shortened."""
-    if isinstance(body, bytes):
-        body = body.decode("utf-8", "replace")
-    if not isinstance(body, str):
-        return ""
-    try:
-        status = json.loads(body)
-    except ValueError:
-        return ""
-    message = status.get("message") if isinstance(status, dict) else None
-    return _one_line(message)[:_MESSAGE_LIMIT] if isinstance(message, str) else ""
+    return CertsError(f"cannot {verb} {where}: HTTP {status} {error.reason}".rstrip() + detail)
 
 
 def _one_line(value: object) -> str:

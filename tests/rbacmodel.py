@@ -4,15 +4,14 @@ Why derive instead of listing: a hand-kept table of calls goes stale the day som
 Here the call sites are found in the source (``ast``), so a new call either maps to a permission
 automatically or stops the test with its file, function and line:
 
-- the controller talks through ``KubeApi.request(METHOD, RESOURCE.path(...))`` and ``.watch``:
-  the HTTP method gives the verb (GET on a name = get, on a collection = list, POST = create, PUT
-  = update, PATCH = patch, DELETE = delete), the ``Resource`` constant of ``torchgate/kube/resources.py``
-  the group and resource, a third ``path`` argument the subresource. A resource passed in as a
+- every component talks through ``KubeApi.request(METHOD, RESOURCE.path(...))`` and ``.watch``
+  (``torchgate/kube``): the HTTP method gives the verb (GET on a name = get, on a collection =
+  list, POST = create, PUT = update, PATCH = patch, DELETE = delete), the ``Resource`` constant of
+  ``torchgate/kube/resources.py`` the group and resource, a literal first ``path`` argument the
+  namespace, a third ``path`` argument the subresource. A resource passed in as a
   parameter (``_create(PODS, ...)``) is resolved at the function's call sites; every
-  ``Informer(api, RESOURCE, ...)`` needs list and watch;
-- the webhook and ``torchgate certs`` use ``kubernetes_asyncio``'s typed APIs: the method name
-  (``read_namespaced_secret``, ``patch_cluster_custom_object_status``, ...) gives verb, resource and
-  subresource, the API class the group, ``Watch().stream(list_...)`` means watch.
+  ``Informer(api, RESOURCE, ...)`` needs list and watch (the import contracts keep any other
+  client stack out of the product).
 
 Where a call goes (namespace, object name) is not in the code but in the flags the manifests pass
 (``--secret``, ``--webhook-config``, ``--leader-election-id``), so those are parsed with the
@@ -28,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import inspect
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,28 +50,7 @@ ADMISSION_ONLY: Mapping[tuple[str, str, str, str], str] = {
     ),
 }
 
-# kubernetes_asyncio API classes torchgate uses -> API group. Extend when a new one appears.
-API_GROUPS: Mapping[str, str] = {
-    "CoreV1Api": "",
-    "AdmissionregistrationV1Api": "admissionregistration.k8s.io",
-    "CoordinationV1Api": "coordination.k8s.io",
-    "AppsV1Api": "apps",
-    "EventsV1Api": "events.k8s.io",
-    "SchedulingV1Api": "scheduling.k8s.io",
-    "RbacAuthorizationV1Api": "rbac.authorization.k8s.io",
-    "ApiextensionsV1Api": "apiextensions.k8s.io",
-}
-
 _HTTP_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
-_TYPED_PREFIXES = (
-    ("delete_collection_", "deletecollection"),
-    ("read_", "get"),
-    ("list_", "list"),
-    ("create_", "create"),
-    ("patch_", "patch"),
-    ("replace_", "update"),
-    ("delete_", "delete"),
-)
 
 
 class UnmappedCall(AssertionError):
@@ -194,6 +171,7 @@ class _PathRef:
     receiver: str  # the text before ``.path``
     has_name: bool
     sub: str
+    namespace: str | None = None  # a literal namespace argument
 
 
 def _path_ref(expression: ast.AST, defining: ast.AST) -> _PathRef | None:
@@ -225,6 +203,7 @@ def _path_ref(expression: ast.AST, defining: ast.AST) -> _PathRef | None:
         receiver=ast.unparse(target),
         has_name=has_name,
         sub=sub,
+        namespace=_constant_str(_argument(expression, 0, "namespace")),
     )
 
 
@@ -272,10 +251,14 @@ def _scan_raw(component: str, sites: Sequence[_Site], scan: CodeScan) -> None:
     """``api.request``/``api.watch`` and ``Informer(...)`` sites (the controller's port)."""
     constants = _resource_constants()
 
-    def need(resource_name: str, verb: str, sub: str, site: _Site) -> None:
+    def need(
+        resource_name: str, verb: str, sub: str, site: _Site, namespace: str | None = None
+    ) -> None:
         resource = constants[resource_name]
         plural = resource.plural + (f"/{sub}" if sub else "")
         hint = f"fixed:{resource_name}" if resource.namespaced else "cluster"
+        if resource.namespaced and namespace is not None:
+            hint = f"code:{namespace}"
         scan.calls.append((component, resource.group, plural, verb, hint, site.where))
 
     for site in sites:
@@ -313,7 +296,7 @@ def _scan_raw(component: str, sites: Sequence[_Site], scan: CodeScan) -> None:
         if ref.resource is not None:
             if ref.resource not in constants:
                 raise UnmappedCall(f"{site.where}: {ref.resource} is not a Resource in kube.py")
-            need(ref.resource, verb, ref.sub, site)
+            need(ref.resource, verb, ref.sub, site, ref.namespace)
             continue
         # A resource handed in as a parameter: resolve it where the function is called.
         index = _parameter_index(site.defining, ref.receiver)
@@ -335,111 +318,6 @@ def _scan_raw(component: str, sites: Sequence[_Site], scan: CodeScan) -> None:
             need(argument.id, verb, ref.sub, caller)
 
 
-def _typed_api_methods() -> Mapping[str, tuple[str, ...]]:
-    from kubernetes_asyncio import client
-
-    methods: dict[str, list[str]] = {}
-    for class_name, cls in vars(client).items():
-        if not (inspect.isclass(cls) and class_name.endswith("Api")):
-            continue
-        for method in vars(cls):
-            if not method.startswith("_") and not method.endswith("_with_http_info"):
-                methods.setdefault(method, []).append(class_name)
-    return {method: tuple(classes) for method, classes in methods.items()}
-
-
-def _api_objects(tree: ast.Module) -> Mapping[str, str]:
-    """Receiver text -> kubernetes_asyncio API class, from ``x = client.CoreV1Api(...)``."""
-    found: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(node.value, ast.Call):
-            func = node.value.func
-            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if name.endswith("Api"):
-                for target in targets:
-                    found[ast.unparse(target)] = name
-    return found
-
-
-def _plural(snake: str) -> str:
-    word = snake.replace("_", "")
-    if word.endswith("y"):
-        return word[:-1] + "ies"
-    if word.endswith("s"):
-        return word + "es"
-    return word + "s"
-
-
-def _resolve_attribute(node: ast.AST | None) -> str | None:
-    """A string constant, or ``names.X`` from pytorchjob.names."""
-    literal = _constant_str(node)
-    if literal is not None:
-        return literal
-    if isinstance(node, ast.Attribute) and ast.unparse(node.value) == "names":
-        from torchgate.pytorchjob import names
-
-        value = getattr(names, node.attr, None)
-        return value if isinstance(value, str) else None
-    return None
-
-
-def _scan_typed(component: str, tree: ast.Module, sites: Sequence[_Site], scan: CodeScan) -> None:
-    """kubernetes_asyncio typed API calls (``core.read_namespaced_secret(...)``, watches)."""
-    methods = _typed_api_methods()
-    objects = _api_objects(tree)
-    for site in sites:
-        call = site.node
-        func = call.func
-        if not isinstance(func, ast.Attribute):
-            continue
-        watched = False
-        target: ast.Call | ast.Attribute = call
-        if func.attr == "stream" and call.args and isinstance(call.args[0], ast.Attribute):
-            target, method, watched = call.args[0], call.args[0].attr, True
-            arguments = call.args[1:]
-        else:
-            method, arguments = func.attr, list(call.args)
-        if method not in methods:
-            continue
-        receiver = ast.unparse(target.value if isinstance(target, ast.Attribute) else func.value)
-        classes = methods[method]
-        api_class = objects.get(receiver) if len(classes) > 1 else classes[0]
-        if api_class is None or api_class not in classes:
-            raise UnmappedCall(f"{site.where}: {method} of an API object of unknown class")
-        verb = next((v for prefix, v in _TYPED_PREFIXES if method.startswith(prefix)), None)
-        if verb is None:
-            raise UnmappedCall(f"{site.where}: {method} is not a CRUD call this scan knows")
-        if watched:
-            verb = "watch"
-        rest = method.removeprefix(
-            next(prefix for prefix, v in _TYPED_PREFIXES if method.startswith(prefix))
-        )
-        namespaced = rest.startswith("namespaced_")
-        rest = rest.removeprefix("namespaced_").removeprefix("cluster_")
-        rest = rest.removesuffix("_for_all_namespaces")
-        sub = ""
-        if rest.endswith("_status"):
-            rest, sub = rest.removesuffix("_status"), "status"
-        if rest == "custom_object":
-            group = _resolve_attribute(arguments[0] if arguments else None)
-            plural = _resolve_attribute(arguments[2] if len(arguments) > 2 else None)
-            if group is None or plural is None:
-                raise UnmappedCall(f"{site.where}: custom object call with unresolved group/plural")
-        else:
-            if api_class not in API_GROUPS:
-                raise UnmappedCall(f"{site.where}: add {api_class} to API_GROUPS")
-            group, plural = API_GROUPS[api_class], _plural(rest)
-        # The namespace argument: first for create/list, second for calls on a named object.
-        hint = "cluster"
-        if namespaced:
-            position = 0 if verb in ("create", "list", "watch", "deletecollection") else 1
-            literal = _constant_str(arguments[position] if len(arguments) > position else None)
-            hint = f"code:{literal}" if literal is not None else f"fixed:{plural}"
-        resource = plural + (f"/{sub}" if sub else "")
-        scan.calls.append((component, group, resource, verb, hint, site.where))
-
-
 def scan_code(packages: Iterable[str] = PACKAGES) -> CodeScan:
     """Every API call site in the packages, as abstract needs (see :class:`CodeScan`)."""
     scan = CodeScan()
@@ -448,7 +326,6 @@ def scan_code(packages: Iterable[str] = PACKAGES) -> CodeScan:
             tree = _parse(path)
             sites = list(_walk_with_function(tree, path))
             _scan_raw(package, sites, scan)
-            _scan_typed(package, tree, sites, scan)
     return scan
 
 
@@ -503,7 +380,7 @@ def _fixed_place(
     if deployed.component == "controller" and key == "LEASES":
         name = args.leader_election_id if verb in NAMED_VERBS else None
         return args.leader_election_namespace, (name,)
-    if deployed.component == "certs" and key == "secrets":
+    if deployed.component == "certs" and key == "SECRETS":
         return args.secret.namespace, (args.secret.name if verb in NAMED_VERBS else None,)
     return ANY_NAMESPACE, (None,)
 

@@ -20,10 +20,10 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 
+from torchgate.kube.client import ConfigError, KubeClient
 from torchgate.pytorchjob import jsonlog
 from torchgate.webhook.policysource import ClusterPolicies, FilePolicies, PolicyCache
 from torchgate.webhook.server import DRAINING, MAX_BODY_BYTES, Metrics, ReloadingTLS, create_app
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
 async def _serve(args: argparse.Namespace, tls: ReloadingTLS) -> None:
     cache = PolicyCache()
     tasks: list[asyncio.Task[None]] = []
-    api_client = await _policy_source(args, cache, tasks)
+    api = await _policy_source(args, cache, tasks)
     app = create_app(
         cache,
         metrics=Metrics(),
@@ -114,13 +114,13 @@ async def _serve(args: argparse.Namespace, tls: ReloadingTLS) -> None:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await runner.cleanup()
-        if api_client is not None:
-            await api_client.close()
+        if api is not None:
+            await api.close()
 
 
 async def _policy_source(
     args: argparse.Namespace, cache: PolicyCache, tasks: list[asyncio.Task[None]]
-) -> Any:
+) -> KubeClient | None:
     if args.kubeconfig is None and args.policy:
         files = FilePolicies(cache, args.policy)
         files.load()
@@ -132,14 +132,11 @@ async def _policy_source(
         log.warning("no --policy and no cluster: using the built-in default policy only")
         cache.synced.set()
         return None
-    from kubernetes_asyncio import client, config
-
-    if args.kubeconfig is not None:
-        await config.load_kube_config(config_file=str(args.kubeconfig))
-    else:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    api_client = client.ApiClient()
+    try:
+        api = await KubeClient.connect(None if args.kubeconfig is None else str(args.kubeconfig))
+    except ConfigError as exc:
+        raise OSError(str(exc)) from None
     if args.policy:
         log.warning("--policy files are ignored when watching the cluster's PlacementPolicies")
-    tasks.append(asyncio.create_task(ClusterPolicies(cache, api_client).run()))
-    return api_client
+    tasks.append(asyncio.create_task(ClusterPolicies(cache, api).run()))
+    return api

@@ -2,9 +2,10 @@
 
 Admission must never wait on the apiserver for a policy (the apiserver is waiting on *us*), so
 policies are served from an in-memory cache: loaded once from ``--policy`` files, or listed and then
-watched from the cluster. A policy that does not parse is left out and reported (log line, a Warning
-Event on the object and a ``Valid=False`` condition in its status); it never takes admission down.
-The cached choice per namespace is dropped whenever the set changes.
+watched from the cluster by the access layer's informer (:mod:`torchgate.kube.informer`). A policy
+that does not parse is left out and reported (log line, a Warning Event on the object and a
+``Valid=False`` condition in its status); it never takes admission down. The cached choice per
+namespace is dropped whenever the set changes.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from typing import Any
 
 import yaml
 
+from torchgate.kube.client import MERGE_PATCH, KubeApi
+from torchgate.kube.informer import Informer
+from torchgate.kube.resources import EVENTS, PLACEMENT_POLICIES
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.fieldpath import FieldError
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
@@ -147,70 +151,44 @@ class FilePolicies:
 
 
 class ClusterPolicies:
-    """Policies listed and watched from the apiserver (``torchgate.io/v1alpha1``)."""
+    """Policies listed and watched from the apiserver (``torchgate.io/v1alpha1``) by an informer.
 
-    def __init__(self, cache: PolicyCache, api_client: Any) -> None:
-        from kubernetes_asyncio import client
+    The informer re-lists on 410 Gone or a broken stream and reports what changed meanwhile, so
+    the cache follows every event; each policy's validity is then reported (best effort) by a
+    second task, so admission never waits on a status write.
+    """
 
+    def __init__(self, cache: PolicyCache, api: KubeApi) -> None:
         self.cache = cache
-        self.custom = client.CustomObjectsApi(api_client)
-        self.core = client.CoreV1Api(api_client)
+        self.api = api
+        self.informer = Informer(api, PLACEMENT_POLICIES)
+        self.informer.add_handler(self._apply)
+        self._pending: asyncio.Queue[str] = asyncio.Queue()
         self._reported: dict[str, str] = {}
 
     async def run(self) -> None:
-        """List, then watch from the list's resourceVersion; re-list on 410 or any failure."""
-        from kubernetes_asyncio import watch
-        from kubernetes_asyncio.client.exceptions import ApiException
+        """Keep the cache in step with the cluster (cancel to stop)."""
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(self.informer.run())
+            tasks.create_task(self._report_changes())
+            await self.informer.synced.wait()
+            self.cache.synced.set()
 
-        backoff = 1.0
-        while True:
-            try:
-                listing = await self.custom.list_cluster_custom_object(
-                    names.POLICY_GROUP, names.POLICY_VERSION, names.POLICY_PLURAL
-                )
-                self.cache.replace_all(listing.get("items", []), "cluster")
-                await self._report_all(listing.get("items", []))
-                self.cache.synced.set()
-                version = listing["metadata"]["resourceVersion"]
-                backoff = 1.0
-                stream = watch.Watch().stream(
-                    self.custom.list_cluster_custom_object,
-                    names.POLICY_GROUP,
-                    names.POLICY_VERSION,
-                    names.POLICY_PLURAL,
-                    resource_version=version,
-                    timeout_seconds=300,
-                )
-                async with stream:
-                    async for event in stream:
-                        await self._apply(event["type"], event["object"])
-            except asyncio.CancelledError:
-                raise
-            except ApiException as exc:
-                if exc.status != 410:
-                    log.warning(
-                        "policy watch failed (HTTP %s); retrying in %.0fs", exc.status, backoff
-                    )
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 30.0)
-            except Exception as exc:  # the watch must survive anything the network does
-                log.warning("policy watch failed (%s); retrying in %.0fs", exc, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 30.0)
-
-    async def _apply(self, kind: str, raw: Any) -> None:
-        if not isinstance(raw, Mapping):
-            return
+    def _apply(self, kind: str, raw: dict[str, Any], old: dict[str, Any] | None) -> None:
+        name = _name_of(raw)
         if kind == "DELETED":
-            self.cache.remove(_name_of(raw))
-            self._reported.pop(_name_of(raw), None)
-        elif kind in ("ADDED", "MODIFIED"):
+            self.cache.remove(name)
+            self._reported.pop(name, None)
+        else:
             self.cache.put(raw, "cluster")
-            await self._report(raw)
+            self._pending.put_nowait(name)
 
-    async def _report_all(self, items: Iterable[Mapping[str, Any]]) -> None:
-        for raw in items:
-            await self._report(raw)
+    async def _report_changes(self) -> None:
+        while True:
+            name = await self._pending.get()
+            raw = self.informer.get("", name)
+            if raw is not None:
+                await self._report(raw)
 
     async def _report(self, raw: Mapping[str, Any]) -> None:
         """Record a policy's validity in its status (and an Event when it is invalid)."""
@@ -239,20 +217,20 @@ class ClusterPolicies:
             "lastTransitionTime": _now(),
             "observedGeneration": generation,
         }
-        await self.custom.patch_cluster_custom_object_status(
-            names.POLICY_GROUP,
-            names.POLICY_VERSION,
-            names.POLICY_PLURAL,
-            _name_of(raw),
-            {"status": {"conditions": [condition]}},
-            _content_type="application/merge-patch+json",  # type: ignore[call-arg]
+        await self.api.request(
+            "PATCH",
+            PLACEMENT_POLICIES.path(None, _name_of(raw), "status"),
+            body={"status": {"conditions": [condition]}},
+            content_type=MERGE_PATCH,
         )
 
     async def _event(self, raw: Mapping[str, Any], message: str) -> None:
         metadata = raw.get("metadata", {})
         now = _now()
         event: dict[str, Any] = {
-            "metadata": {"generateName": f"{_name_of(raw)}."},
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{_name_of(raw)}.", "namespace": "default"},
             "involvedObject": {
                 "apiVersion": names.POLICY_API_VERSION,
                 "kind": names.POLICY_KIND,
@@ -268,7 +246,7 @@ class ClusterPolicies:
             "lastTimestamp": now,
             "count": 1,
         }
-        await self.core.create_namespaced_event("default", event)  # type: ignore[arg-type]
+        await self.api.request("POST", EVENTS.path("default"), body=event)
 
 
 def _now() -> str:

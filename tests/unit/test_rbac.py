@@ -24,7 +24,7 @@ from tests import rbacmodel as rm
 # (component, group, resource, verb) -> where the code does it. Read from the code; the scan
 # must agree. Namespaces and names come from the deployed flags (see rbacmodel.needs).
 CALLS: dict[tuple[str, str, str, str], str] = {
-    # controller/manager.py: Informer(api, RESOURCE) -> list + watch (controller/informer.py)
+    # controller/manager.py: Informer(api, RESOURCE) -> list + watch (torchgate/kube/informer.py)
     ("controller", "kubeflow.org", "pytorchjobs", "list"): "informer",
     ("controller", "kubeflow.org", "pytorchjobs", "watch"): "informer",
     ("controller", "", "pods", "list"): "informer (all namespaces: node capacity)",
@@ -51,8 +51,8 @@ CALLS: dict[tuple[str, str, str, str], str] = {
     ("controller", "coordination.k8s.io", "leases", "create"): "first acquire",
     ("controller", "coordination.k8s.io", "leases", "update"): "renew/release (PUT)",
     # webhook/policysource.py
-    ("webhook", "torchgate.io", "placementpolicies", "list"): "ClusterPolicies.run",
-    ("webhook", "torchgate.io", "placementpolicies", "watch"): "Watch().stream",
+    ("webhook", "torchgate.io", "placementpolicies", "list"): "informer",
+    ("webhook", "torchgate.io", "placementpolicies", "watch"): "informer",
     ("webhook", "torchgate.io", "placementpolicies/status", "patch"): "Valid condition",
     ("webhook", "", "events", "create"): "invalid policy, namespace default",
     # certs/store.py
