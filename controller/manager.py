@@ -23,7 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from torchgate.controller.admitter import Admitter, JobKey
 from torchgate.controller.leader import LeaderElector
 from torchgate.controller.metrics import ControllerMetrics
-from torchgate.controller.queue import LOW, NORMAL, URGENT, ShutDown, WorkQueue
+from torchgate.controller.queue import NORMAL, URGENT, ShutDown, WorkQueue
 from torchgate.controller.reconciler import Options, Reconciler, job_key_of_pod
 from torchgate.kube.client import KubeApi
 from torchgate.kube.informer import Informer, key_of
@@ -50,11 +50,6 @@ class ManagerOptions:
     # Workers that take only URGENT keys (pods that ended), so freeing GPUs never waits for a
     # worker busy creating another gang's pods.
     urgent_workers: int = 4
-    # Of ``workers``, those that also take LOW keys (a waiting job's reason): while a wave of gangs
-    # is admitted, hundreds of "still waiting" status writes would otherwise compete with the pod
-    # creations at the apiserver. They are also held while pods are being created (at most
-    # ``WorkQueue.low_max_hold`` seconds per key).
-    low_lane_workers: int = 4
     resync_seconds: float = 300.0
     starvation_seconds: float = 300.0
     gang_backoff_seconds: float = 10.0
@@ -84,7 +79,7 @@ class Manager:
         )
         self.admitter = Admitter(
             on_admit_job=self.queue.add,
-            on_reason=lambda key: self.queue.add(key, LOW),
+            on_reason=self.queue.add,
             on_admit=self.metrics.gang_wait.observe,
             starvation_seconds=settings.starvation_seconds,
             backoff_base=settings.gang_backoff_seconds,
@@ -99,7 +94,6 @@ class Manager:
             admitter=self.admitter,
             metrics=self.metrics,
             options=settings.options,
-            wake=self.queue.add,
         )
         self._parsed_policies: dict[tuple[str, str], PlacementPolicy | None] = {}
         self.pods.index_by(job_key_of_pod)
@@ -184,9 +178,8 @@ class Manager:
             group.create_task(self.admitter.run())
             group.create_task(self._resync())
             group.create_task(self.reconciler.events.run())
-            low_lane = min(self.settings.low_lane_workers, self.settings.workers)
-            for index in range(self.settings.workers):
-                group.create_task(self._worker(LOW if index < low_lane else NORMAL))
+            for _ in range(self.settings.workers):
+                group.create_task(self._worker(NORMAL))
             for _ in range(self.settings.urgent_workers):
                 group.create_task(self._worker(URGENT))
 
@@ -196,11 +189,9 @@ class Manager:
             self._requeue_all()
 
     async def _worker(self, max_lane: int) -> None:
-        # A waiting job's reason waits (boundedly) while admitted gangs' pods are being created.
-        hold_low = self.reconciler.creating if max_lane == LOW else None
         while True:
             try:
-                key = await self.queue.get(max_lane, hold_low=hold_low)
+                key = await self.queue.get(max_lane)
             except ShutDown:
                 return
             started = time.perf_counter()

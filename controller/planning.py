@@ -33,7 +33,9 @@ The rules, in order:
    milliseconds after its Master).
 
 Timers (deadline, TTL, gang schedule timeout) come back as ``requeue_after``, so they fire on time
-rather than whenever some other event happens to wake the job up.
+rather than whenever some other event happens to wake the job up. Events that announce a condition
+change belong to the status (``Event.announces_status``): the reconciler records them when it
+writes that status, which ``writepolicy`` may put off.
 """
 
 from __future__ import annotations
@@ -94,11 +96,19 @@ class Observed:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """A Kubernetes Event to record on the job."""
+    """A Kubernetes Event to record on the job.
+
+    ``announces_status`` marks an Event that reports a condition change of the plan's status
+    (``Created``, ``Running``, ``Queued``, ...): it belongs to that status and is recorded when the
+    status is written. Until then every plan derives the change, and its Event, again from the
+    written status. Other Events report an action of the plan (``GangAdmitted`` with its creates)
+    and are recorded with the action.
+    """
 
     type: EventType
     reason: str
     message: str
+    announces_status: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +281,12 @@ class _Draft:
         )
 
     def event(self, kind: EventType, reason: str, message: str) -> None:
+        """An Event reporting an action of this plan."""
         self.events.append(Event(kind, reason, message))
+
+    def transition(self, kind: EventType, reason: str, message: str) -> None:
+        """An Event announcing a condition change of this plan's status."""
+        self.events.append(Event(kind, reason, message, announces_status=True))
 
     def delete_pod(self, name: str) -> None:
         if name and name not in self.delete_pods:
@@ -477,7 +492,7 @@ def _finish(
     """End the job: condition, completionTime, final replica counts, cleanup, TTL."""
     if not draft.set_condition(kind, st.TRUE, reason, message):
         return
-    draft.event(event, reason, message)
+    draft.transition(event, reason, message)
     draft.conditions = st.remove_condition(draft.conditions, st.QUEUED)
     draft.completion_time = draft.completion_time or st.format_time(draft.now)
     policy = draft.job.run_policy.clean_pod_policy
@@ -521,7 +536,7 @@ def _plan_suspended(draft: _Draft, pods: _Pods) -> None:
         draft.set_condition(st.RUNNING, st.FALSE, st.REASON_SUSPENDED, message)
     draft.conditions = st.remove_condition(draft.conditions, st.QUEUED)
     if draft.set_condition(st.SUSPENDED, st.TRUE, st.REASON_SUSPENDED, message):
-        draft.event("Normal", st.REASON_SUSPENDED, message)
+        draft.transition("Normal", st.REASON_SUSPENDED, message)
     draft.replica_statuses = st.replica_statuses(job, [])
 
 
@@ -532,14 +547,14 @@ def _ensure_created(draft: _Draft) -> None:
     if st.find_condition(draft.conditions, st.CREATED) is None:
         message = f"PyTorchJob {draft.job.name} is created."
         draft.set_condition(st.CREATED, st.TRUE, st.REASON_CREATED, message)
-        draft.event("Normal", st.REASON_CREATED, message)
+        draft.transition("Normal", st.REASON_CREATED, message)
 
 
 def _resume_if_suspended(draft: _Draft) -> None:
     if st.is_true(draft.conditions, st.SUSPENDED):
         message = f"PyTorchJob {draft.job.name} is resumed."
         draft.set_condition(st.SUSPENDED, st.FALSE, st.REASON_RESUMED, message)
-        draft.event("Normal", st.REASON_RESUMED, message)
+        draft.transition("Normal", st.REASON_RESUMED, message)
         draft.start_time = None
 
 
@@ -686,14 +701,14 @@ def _restart_if_running(draft: _Draft, why: str) -> None:
     if st.is_true(draft.conditions, st.RUNNING):
         message = f"PyTorchJob {draft.job.name} is restarting because {why}."
         draft.set_condition(st.RESTARTING, st.TRUE, st.REASON_RESTARTING, message)
-        draft.event("Warning", st.REASON_RESTARTING, message)
+        draft.transition("Warning", st.REASON_RESTARTING, message)
 
 
 def _mark_queued(draft: _Draft) -> None:
     """Show the admitter's latest shortfall while the job waits for its gang to fit."""
     reason = draft.observed.wait_reason
     if reason is not None and draft.set_condition(st.QUEUED, st.TRUE, st.REASON_WAITING, reason):
-        draft.event("Normal", st.REASON_WAITING, reason)
+        draft.transition("Normal", st.REASON_WAITING, reason)
 
 
 def _mark_admitted(draft: _Draft) -> None:
@@ -714,7 +729,7 @@ def _plan_admission(draft: _Draft, pods: _Pods) -> None:
             "deleted: the gang needs their names"
         )
         if draft.set_condition(st.QUEUED, st.TRUE, REASON_NAME_CONFLICT, message):
-            draft.event("Warning", REASON_NAME_CONFLICT, message)
+            draft.transition("Warning", REASON_NAME_CONFLICT, message)
         return
     reservation = draft.observed.reservation
     if reservation is None:
@@ -799,7 +814,7 @@ def _plan_gang(draft: _Draft, pods: _Pods) -> None:
     if _is_running(draft.job, live) and draft.set_condition(
         st.RUNNING, st.TRUE, st.REASON_RUNNING, _running_message(draft)
     ):
-        draft.event("Normal", st.REASON_RUNNING, _running_message(draft))
+        draft.transition("Normal", st.REASON_RUNNING, _running_message(draft))
 
 
 def _is_running(job: JobSpec, live: Mapping[str, Mapping[str, Any]]) -> bool:

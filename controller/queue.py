@@ -1,4 +1,4 @@
-"""A de-duplicating, keyed work queue with per-key exclusivity, delays, backoff and lanes.
+"""A de-duplicating, keyed work queue with per-key exclusivity, delays, backoff and two lanes.
 
 The controller-runtime work queue's contract, in asyncio: a key is queued at most once however
 many events arrive for it; a key being processed is never handed to a second worker — an add
@@ -8,14 +8,10 @@ until ``forget``. Reconcilers are level-triggered, so collapsing events loses no
 
 Lanes: with a thousand jobs in flight, a plain FIFO makes the reconcile that frees a finished
 job's GPUs wait behind hundreds of routine ones. Keys are added to the ``URGENT`` lane (a pod
-ended: GPUs may be released or a gang restarted), the ``NORMAL`` lane, or the ``LOW`` lane
-(refreshing a waiting job's reason); workers drain lanes in that order. A key added to a more
-urgent lane than the one it waits in moves up.
-
-Holding the low lane: while a wave of gangs is admitted, the "queued" status of hundreds of jobs
-that must wait anyway competes at the apiserver with the pod creations that start the admitted
-ones. A worker may pass ``hold_low``: while it returns true, low-lane keys are held back, each for
-at most ``low_max_hold`` seconds, so a waiting job's first status is late, never lost.
+ended: GPUs may be released or a gang restarted) or the ``NORMAL`` lane; workers drain the urgent
+lane first, and some workers take only urgent keys. A key added to the urgent lane while it waits
+in the normal one moves up. (When a job's status is written is not the queue's business: see
+``writepolicy``.)
 
 Waking: each idle worker waits on a future of its own, and an add wakes one worker that may take
 the key's lane, not all of them. With one shared ``asyncio.Event`` every pod event resumed all ~36
@@ -27,14 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 
-URGENT, NORMAL, LOW = 0, 1, 2
+URGENT, NORMAL = 0, 1
 
 
 class ShutDown(Exception):
@@ -49,13 +44,9 @@ class WorkQueue(Generic[K]):
         *,
         base_delay: float = 0.05,
         max_delay: float = 60.0,
-        low_max_hold: float = 20.0,
-        hold_recheck: float = 0.25,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._lanes: tuple[deque[K], ...] = (deque(), deque(), deque())
+        self._lanes: tuple[deque[K], ...] = (deque(), deque())
         self._queued: dict[K, int] = {}  # key -> the lane it waits in
-        self._low_since: dict[K, float] = {}  # when a key entered the low lane
         self._processing: set[K] = set()
         self._dirty: dict[K, int] = {}
         self._timers: dict[K, tuple[float, asyncio.TimerHandle]] = {}
@@ -65,9 +56,6 @@ class WorkQueue(Generic[K]):
         self._shutdown = False
         self.base_delay = base_delay
         self.max_delay = max_delay
-        self.low_max_hold = low_max_hold
-        self.hold_recheck = hold_recheck
-        self.clock = clock
 
     def __len__(self) -> int:
         return len(self._queued)
@@ -83,10 +71,6 @@ class WorkQueue(Generic[K]):
         if current is None or lane < current:
             self._queued[key] = lane
             self._lanes[lane].append(key)  # an entry left in a slower lane is skipped later
-            if lane == LOW:
-                self._low_since[key] = self.clock()
-            else:
-                self._low_since.pop(key, None)
             self._wake_one(lane)
 
     def _wake_one(self, lane: int) -> None:
@@ -127,23 +111,14 @@ class WorkQueue(Generic[K]):
         """Reset ``key``'s backoff after a success."""
         self._failures.pop(key, None)
 
-    async def get(self, max_lane: int = LOW, *, hold_low: Callable[[], bool] | None = None) -> K:
-        """The next key from lanes up to ``max_lane``; call ``done(key)`` when finished.
-
-        While ``hold_low()`` is true, a low-lane key is handed out only once it has waited
-        ``low_max_hold`` seconds.
-        """
+    async def get(self, max_lane: int = NORMAL) -> K:
+        """The next key from lanes up to ``max_lane``; call ``done(key)`` when finished."""
         while True:
-            held = False
             for lane, waiting in enumerate(self._lanes[: max_lane + 1]):
-                if lane == LOW and hold_low is not None and self._low_is_held(hold_low):
-                    held = True
-                    continue
                 while waiting:
                     key = waiting.popleft()
                     if self._queued.get(key) == lane:
                         del self._queued[key]
-                        self._low_since.pop(key, None)
                         self._processing.add(key)
                         return key
             if self._shutdown:
@@ -152,32 +127,18 @@ class WorkQueue(Generic[K]):
             entry = (max_lane, waiter)
             self._idle.append(entry)
             try:
-                if not held:
-                    await waiter
-                else:
-                    # The hold can end without an add (the pressure went away): look again soon.
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(waiter, self.hold_recheck)
+                await waiter
             except asyncio.CancelledError:
                 if waiter.done() and not waiter.cancelled():
                     self._wake_one(waiter.result())  # pass the wakeup on: its key still waits
                 raise
             finally:
-                # Woken waiters were taken off the idle list by whoever woke them; a cancelled or
-                # timed-out one is still on it.
+                # Woken waiters were taken off the idle list by whoever woke them; a cancelled
+                # one is still on it.
                 if waiter.cancelled() or not waiter.done():
                     waiter.cancel()
                     with contextlib.suppress(ValueError):
                         self._idle.remove(entry)
-
-    def _low_is_held(self, hold_low: Callable[[], bool]) -> bool:
-        waiting = self._lanes[LOW]
-        while waiting and self._queued.get(waiting[0]) != LOW:
-            waiting.popleft()  # moved to a faster lane, or already handed out
-        if not waiting:
-            return False
-        oldest = self._low_since.get(waiting[0], self.clock())
-        return self.clock() - oldest < self.low_max_hold and hold_low()
 
     def done(self, key: K) -> None:
         """Mark ``key`` processed; re-queue it if events arrived meanwhile."""
@@ -195,8 +156,7 @@ class WorkQueue(Generic[K]):
         for waiting in self._lanes:
             waiting.clear()
         self._queued.clear()
-        self._low_since.clear()
         while self._idle:
             _, waiter = self._idle.popleft()
             if not waiter.done():
-                waiter.set_result(LOW)
+                waiter.set_result(NORMAL)

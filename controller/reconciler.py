@@ -5,12 +5,12 @@ the restart count is persisted before the failed gang is deleted (a crash in bet
 an old attempt, which the next plan deletes without counting twice); Services before pods (so the
 master's name resolves when the pods start); status last (it describes what was done).
 
-While gangs are being created, a status write that only reports progress (``Created``,
-``Running``, counts, ``startTime``; see ``status.is_progress_only``) is held in memory for at most
-``status.PROGRESS_HOLD_SECONDS`` and the next plans start from it, so a job's three progress
-writes of its first seconds become one and the apiserver's capacity goes to pods. Anything else is
-written at once and carries whatever was held. A crash loses only held progress, which the next
-plan derives again (``startTime`` then moves later by at most the hold).
+When the planned status is written is ``writepolicy.StatusWritePolicy``'s decision: now, or after
+some seconds (progress waits while gangs are being created, and settles briefly otherwise). A
+status put off is not kept: the job is looked at again after the delay and planned afresh from
+the status written, so a plan never starts from a state the apiserver does not have. The Events
+that announce the put-off status go with it (the next plan derives them again); Events of the
+plan's actions are recorded with the actions.
 
 Creates of deterministic names treat ``AlreadyExists`` as done and deletes treat ``NotFound`` as
 done, so running a plan twice is harmless. Every object the apiserver returns is written through to
@@ -37,6 +37,7 @@ from torchgate.controller.admitter import Admitter, JobKey
 from torchgate.controller.metrics import ControllerMetrics
 from torchgate.controller.placement import PodDemand, job_demands
 from torchgate.controller.planning import ANNOTATION_RESTARTS, Event, Observed, Plan, plan
+from torchgate.controller.writepolicy import StatusWritePolicy, WriteFacts
 from torchgate.kube.client import MERGE_PATCH, KubeApi
 from torchgate.kube.errors import AlreadyExists, ApiError, NotFound
 from torchgate.kube.informer import Informer
@@ -157,15 +158,6 @@ class DemandMemo:
         return len(self._entries)
 
 
-@dataclass(slots=True)
-class HeldStatus:
-    """A progress-only status decided but not written yet (see the module docstring)."""
-
-    uid: str
-    since: float
-    status: dict[str, Any]
-
-
 class Reconciler:
     """Reads caches, plans, applies."""
 
@@ -183,7 +175,7 @@ class Reconciler:
         options: Options,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
-        wake: Callable[[JobKey], None] = lambda key: None,
+        write_policy: StatusWritePolicy | None = None,
     ) -> None:
         self.api = api
         self.jobs = jobs
@@ -196,17 +188,14 @@ class Reconciler:
         self.options = options
         self.clock = clock
         self.monotonic = monotonic
-        self.wake = wake
-        self.held: dict[JobKey, HeldStatus] = {}
-        # Set while no pod or Service create is in flight; less urgent writes wait for it.
-        self.quiet = asyncio.Event()
-        self.quiet.set()
-        self.events = EventRecorder(api, clock=clock, quiet=self.quiet)
-        self._status_written: dict[JobKey, float] = {}
+        self.write_policy = write_policy if write_policy is not None else StatusWritePolicy()
+        # Job -> (uid, when its planned status first differed from the written one).
+        self.unwritten_since: dict[JobKey, tuple[str, float]] = {}
+        self.events = EventRecorder(api, clock=clock)
         self.demands = DemandMemo()
         # Deletes (which free GPUs) never queue behind creates.
-        self._creates = WriteSlots(options.write_concurrency, metrics.api_writes, "create")
-        self._deletes = WriteSlots(options.write_concurrency, metrics.api_writes, "delete")
+        self.creates = WriteSlots(options.write_concurrency, metrics.api_writes, "create")
+        self.deletes = WriteSlots(options.write_concurrency, metrics.api_writes, "delete")
 
     async def reconcile(self, key: JobKey) -> float | None:
         """Converge one job; return seconds until it must be looked at again (timers)."""
@@ -215,8 +204,7 @@ class Reconciler:
         if job is None or not is_ours(job, self.options):
             self.admitter.cancel(key)
             self.metrics.forget_job(key)
-            self._status_written.pop(key, None)
-            self.held.pop(key, None)
+            self.unwritten_since.pop(key, None)
             self.demands.forget(key)
             return None
         spec, errors = parse_job(job)
@@ -225,33 +213,21 @@ class Reconciler:
             await self._fail_validation(job, errors)
             return None
         policy = select_policy(self.policies(), namespace)
-        uid = spec.uid
-        held = self.held.get(key)
-        if held is not None and held.uid != uid:
-            del self.held[key]
-            held = None
-        # Plan from the status we decided, written or not.
-        view = job if held is None else {**job, "status": held.status}
         observed = Observed(
-            job_raw=view,
+            job_raw=job,
             job=spec,
             now=self.clock(),
             pods=self.pods.indexed(key),
             services=self.services.indexed(key),
             allow_clean_pod_policy_none=policy.allow_clean_pod_policy_none,
-            reservation=self.admitter.reservation_for(key, uid),
+            reservation=self.admitter.reservation_for(key, spec.uid),
             wait_reason=self.admitter.wait_reason(key),
             gpu_resource=policy.gpu_resource,
             finish_grace_seconds=self.options.finish_grace_seconds,
             demands_of=self.demands.function_for(key, job),
         )
         decision = plan(observed)
-        if self._first_look_pending(view, decision, observed):
-            # A new job about to be placed: its first status (Created, plus Queued or startTime)
-            # is written once the admitter has decided, not twice; it decides within moments.
-            decision = replace(decision, status=None, events=())
-        decision = self._hold_progress(key, uid, job, decision)
-        decision = self._coalesce_count_updates(key, job, decision)
+        applied = self._schedule_status_write(key, spec.uid, job, decision)
         log.debug(
             "%s/%s: %d pods observed; plan: admit=%s create=%d delete=%d status=%s requeue=%s",
             namespace,
@@ -260,63 +236,39 @@ class Reconciler:
             decision.needs_admission,
             len(decision.create_pods),
             len(decision.delete_pods),
-            decision.status is not None,
-            decision.requeue_after,
+            applied.status is not None,
+            applied.requeue_after,
         )
-        await self._apply(job, spec, decision)
-        self._tell_admitter(key, view, spec, observed, decision, policy)
-        self.metrics.observe_job(key, view, decision, observed, self.clock())
-        return decision.requeue_after
+        await self._apply(job, spec, applied)
+        self._tell_admitter(key, job, spec, decision, policy)
+        self.metrics.observe_job(key, job, applied, observed, self.clock())
+        return applied.requeue_after
 
-    def _hold_progress(self, key: JobKey, uid: str, job: Mapping[str, Any], decision: Plan) -> Plan:
-        """Hold a progress-only status while gangs are being created (module docstring)."""
-        held = self.held.get(key)
-        wanted = decision.status
-        if wanted is None and held is not None:
-            wanted = held.status
-        if wanted is None:
+    def _schedule_status_write(
+        self, key: JobKey, uid: str, job: Mapping[str, Any], decision: Plan
+    ) -> Plan:
+        """The plan as applied now: its status and the Events announcing it may be put off."""
+        if decision.status is None:
+            self.unwritten_since.pop(key, None)
             return decision
         now = self.monotonic()
-        since = held.since if held is not None else now
-        remaining = st.PROGRESS_HOLD_SECONDS - (now - since)
+        first = self.unwritten_since.get(key)
+        since = first[1] if first is not None and first[0] == uid else now
         current = job.get("status")
-        if (
-            self.creating()
-            and remaining > 0
-            and st.is_progress_only(current if isinstance(current, Mapping) else None, wanted)
-        ):
-            self.held[key] = HeldStatus(uid, since, wanted)
-            later = (
-                remaining
-                if decision.requeue_after is None
-                else min(remaining, decision.requeue_after)
-            )
-            return replace(decision, status=None, requeue_after=later)
-        if held is not None:
-            held.status = wanted  # kept as the plans' view until the write succeeds
-        return replace(decision, status=wanted)
-
-    def _coalesce_count_updates(self, key: JobKey, job: Mapping[str, Any], decision: Plan) -> Plan:
-        if decision.status is None:
-            return decision
-        written = self._status_written.get(key)
-        current = job.get("status")
-        delay = st.status_write_delay(
+        delay = self.write_policy.delay(
             current if isinstance(current, Mapping) else None,
             decision.status,
-            None if written is None else self.monotonic() - written,
+            WriteFacts(pending_seconds=now - since, creates_pending=self.creates.pending),
         )
-        if delay is None:
+        if delay <= 0:
             return decision
+        self.unwritten_since[key] = (uid, since)
         later = delay if decision.requeue_after is None else min(delay, decision.requeue_after)
-        return replace(decision, status=None, requeue_after=later)
-
-    @staticmethod
-    def _first_look_pending(job: Mapping[str, Any], decision: Plan, observed: Observed) -> bool:
-        return (
-            decision.needs_admission
-            and observed.wait_reason is None
-            and not st.conditions_of(job.get("status"))
+        return replace(
+            decision,
+            status=None,
+            events=tuple(e for e in decision.events if not e.announces_status),
+            requeue_after=later,
         )
 
     def _tell_admitter(
@@ -324,7 +276,6 @@ class Reconciler:
         key: JobKey,
         job: Mapping[str, Any],
         spec: JobSpec,
-        observed: Observed,
         decision: Plan,
         policy: PlacementPolicy,
     ) -> None:
@@ -400,30 +351,19 @@ class Reconciler:
             if isinstance(result, BaseException):
                 raise result
 
-    def creating(self) -> bool:
-        """Whether pods or Services are being created (an admitted gang is starting)."""
-        return not self.quiet.is_set()
-
     async def _create(self, resource: Any, namespace: str, body: dict[str, Any]) -> None:
-        self.quiet.clear()
-        try:
-            async with self._creates.take():
-                try:
-                    created = await self.api.request("POST", resource.path(namespace), body=body)
-                except AlreadyExists:
-                    return
-        finally:
-            if not self._creates.pending:
-                self.quiet.set()
-                for key in list(self.held):
-                    self.wake(key)
+        async with self.creates.take():
+            try:
+                created = await self.api.request("POST", resource.path(namespace), body=body)
+            except AlreadyExists:
+                return
         cache = self.pods if resource is PODS else self.services
         cache.remember(created)
         if resource is PODS:
             self.metrics.pods_created.inc()
 
     async def _delete(self, resource: Any, cache: Informer, namespace: str, name: str) -> None:
-        async with self._deletes.take():
+        async with self.deletes.take():
             try:
                 deleted = await self.api.request("DELETE", resource.path(namespace, name))
             except NotFound:
@@ -448,8 +388,7 @@ class Reconciler:
             )
         except NotFound:
             return
-        self._status_written[(namespace, name)] = self.monotonic()
-        self.held.pop((namespace, name), None)
+        self.unwritten_since.pop((namespace, name), None)
         self.jobs.remember(patched)
 
     async def _fail_validation(self, job: Mapping[str, Any], errors: list[Any]) -> None:
@@ -475,11 +414,10 @@ class EventRecorder:
     """core/v1 Events on jobs, sent in the background and best effort.
 
     Like client-go's event broadcaster: recording never blocks a reconcile, a few senders share
-    the apiserver with the writes that matter (pods first: until ``quiet`` is set, an Event waits
-    up to ``max_hold`` seconds; its timestamps are those of the moment it was recorded),
-    and when thousands of jobs change at once the backlog is bounded; what does not fit is
-    dropped (the condition in the job's status carries the same news). Each Event is also a log
-    line with the job key.
+    the apiserver with the writes that matter, and when thousands of jobs change at once the
+    backlog is bounded; what does not fit is dropped (the condition in the job's status carries
+    the same news). When an Event is recorded is the reconciler's business (with its action, or
+    with the status it announces); each Event is also a log line with the job key.
     """
 
     def __init__(
@@ -489,17 +427,11 @@ class EventRecorder:
         clock: Callable[[], datetime],
         senders: int = 4,
         backlog: int = 10_000,
-        quiet: asyncio.Event | None = None,
-        max_hold: float = 20.0,
-        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api = api
         self.clock = clock
         self.senders = senders
-        self.quiet = quiet
-        self.max_hold = max_hold
-        self.monotonic = monotonic
-        self._pending: asyncio.Queue[tuple[float, dict[str, Any]]] = asyncio.Queue(maxsize=backlog)
+        self._pending: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=backlog)
         self.dropped = 0
 
     def record(self, job: Mapping[str, Any], event: Event) -> None:
@@ -540,7 +472,7 @@ class EventRecorder:
             "count": 1,
         }
         try:
-            self._pending.put_nowait((self.monotonic(), body))
+            self._pending.put_nowait(body)
         except asyncio.QueueFull:
             self.dropped += 1
 
@@ -552,11 +484,7 @@ class EventRecorder:
 
     async def _send(self) -> None:
         while True:
-            recorded, body = await self._pending.get()
-            remaining = self.max_hold - (self.monotonic() - recorded)
-            if self.quiet is not None and not self.quiet.is_set() and remaining > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.quiet.wait(), remaining)
+            body = await self._pending.get()
             namespace = body["metadata"]["namespace"]
             try:
                 await self.api.request("POST", EVENTS.path(namespace), body=body)

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from torchgate.controller.queue import LOW, NORMAL, URGENT, ShutDown, WorkQueue
+from torchgate.controller.queue import NORMAL, URGENT, ShutDown, WorkQueue
 
 
 async def test_a_key_is_queued_once_however_many_events_arrive() -> None:
@@ -54,14 +54,14 @@ async def test_shutdown_releases_waiting_workers() -> None:
         await waiter
 
 
-async def test_urgent_keys_jump_the_queue_and_low_ones_wait() -> None:
+async def test_urgent_keys_jump_the_queue() -> None:
     queue: WorkQueue[str] = WorkQueue()
-    queue.add("reason", LOW)
     queue.add("routine")
+    queue.add("other")
     queue.add("released", URGENT)
-    queue.add("routine", URGENT)  # moves up; its old place is skipped
-    got = [await queue.get() for _ in range(4 - 1)]
-    assert got == ["released", "routine", "reason"]
+    queue.add("other", URGENT)  # moves up; its old place is skipped
+    got = [await queue.get() for _ in range(3)]
+    assert got == ["released", "other", "routine"]
     assert len(queue) == 0
 
 
@@ -75,79 +75,20 @@ async def test_a_dirty_key_keeps_its_most_urgent_lane() -> None:
     assert await queue.get() == "a", "re-queued urgently, ahead of b"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-async def test_held_low_keys_wait_until_the_hold_ends() -> None:
-    queue: WorkQueue[str] = WorkQueue(hold_recheck=0.01)
-    busy = True
-    queue.add("waiting-job", LOW)
-    getter = asyncio.create_task(queue.get(LOW, hold_low=lambda: busy))
-    await asyncio.sleep(0.05)
-    assert not getter.done(), "a low key is not handed out while the hold is on"
-    queue.add("admitted-job")
-    assert await asyncio.wait_for(getter, 1) == "admitted-job", "other lanes are not held"
-    getter = asyncio.create_task(queue.get(LOW, hold_low=lambda: busy))
-    await asyncio.sleep(0.05)
-    assert not getter.done()
-    busy = False  # no add wakes the worker: the hold ends on its own
-    assert await asyncio.wait_for(getter, 1) == "waiting-job"
-
-
-async def test_a_low_key_is_held_at_most_low_max_hold() -> None:
-    clock = Clock()
-    queue: WorkQueue[str] = WorkQueue(low_max_hold=20, hold_recheck=0.01, clock=clock)
-    queue.add("old", LOW)
-    clock.now += 5
-    queue.add("new", LOW)
-    getter = asyncio.create_task(queue.get(LOW, hold_low=lambda: True))
-    await asyncio.sleep(0.03)
-    assert not getter.done()
-    clock.now += 15
-    assert await asyncio.wait_for(getter, 1) == "old", "held 20 s: handed out despite the hold"
-    getter = asyncio.create_task(queue.get(LOW, hold_low=lambda: True))
-    await asyncio.sleep(0.03)
-    assert not getter.done(), "the newer key has waited 15 s only"
-    getter.cancel()
-    assert await queue.get(LOW) == "new", "a worker without a hold takes it at once"
-
-
-async def test_a_held_low_key_moved_to_a_faster_lane_is_not_held() -> None:
-    queue: WorkQueue[str] = WorkQueue()
-    queue.add("job", LOW)
-    queue.add("job", URGENT)
-    assert await asyncio.wait_for(queue.get(LOW, hold_low=lambda: True), 1) == "job"
-
-
 async def settle() -> None:
     for _ in range(5):
         await asyncio.sleep(0)
 
 
 async def test_an_add_resumes_one_idle_worker_and_the_others_stay_asleep() -> None:
-    queue: WorkQueue[str] = WorkQueue(hold_recheck=60)
-    looks = 0
-
-    def held() -> bool:  # called each time a worker looks at the (held) low lane
-        nonlocal looks
-        looks += 1
-        return True
-
-    queue.add("waiting-job", LOW)
-    workers = [asyncio.create_task(queue.get(LOW, hold_low=held)) for _ in range(20)]
+    queue: WorkQueue[str] = WorkQueue()
+    workers = [asyncio.create_task(queue.get()) for _ in range(20)]
     await settle()
-    assert looks == 20
-    assert not any(w.done() for w in workers)
     queue.add("admitted-job")
     await settle()
     done = [w for w in workers if w.done()]
     assert [w.result() for w in done] == ["admitted-job"]
-    assert looks == 20, "the 19 idle workers were not resumed to find nothing"
+    assert len(queue._idle) == 19, "the 19 idle workers still wait on their own futures"
     for worker in workers:
         worker.cancel()
 
@@ -179,12 +120,10 @@ async def test_a_woken_worker_cancelled_before_it_runs_passes_the_wakeup_on() ->
 
 
 async def test_shutdown_releases_every_idle_worker_of_every_lane() -> None:
-    queue: WorkQueue[str] = WorkQueue(hold_recheck=60)
-    queue.add("waiting-job", LOW)
+    queue: WorkQueue[str] = WorkQueue()
     workers = [
         asyncio.create_task(queue.get(URGENT)),
         asyncio.create_task(queue.get(NORMAL)),
-        asyncio.create_task(queue.get(LOW, hold_low=lambda: True)),
     ]
     await settle()
     queue.shut_down()
