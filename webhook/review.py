@@ -24,7 +24,7 @@ from torchgate.pytorchjob import names
 from torchgate.pytorchjob.fieldpath import FieldError, dedupe
 from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.webhook.defaulting import Defaulted, default_job
-from torchgate.webhook.validation import validate_create, validate_update
+from torchgate.webhook.validation import render_warnings, validate_create, validate_update
 
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
 PolicyLookup = Callable[[str], PlacementPolicy]
@@ -53,7 +53,7 @@ def evaluate(job: Mapping[str, Any], policy: PlacementPolicy) -> Evaluation:
     return Evaluation(
         allowed=not errors,
         errors=errors,
-        warnings=(*defaulted.warnings, *verdict.warnings),
+        warnings=(*defaulted.warnings, *render_warnings(verdict.warnings)),
         patch=defaulted.patch,
         object=defaulted.object,
     )
@@ -111,9 +111,10 @@ def validate(review: Mapping[str, Any], policy_for: PolicyLookup) -> dict[str, A
         verdict = validate_create(_without_server_filled_uid(job), policy)
     else:
         verdict = validate_update(request["oldObject"], job, policy)
+    warnings = render_warnings(verdict.warnings)
     if verdict.errors:
-        return respond(review, errors=verdict.errors, warnings=verdict.warnings, job=job)
-    return respond(review, allowed=True, warnings=verdict.warnings)
+        return respond(review, errors=verdict.errors, warnings=warnings, job=job)
+    return respond(review, allowed=True, warnings=warnings)
 
 
 def respond(

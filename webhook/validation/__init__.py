@@ -66,10 +66,14 @@ ContainerRule = Callable[[JobFacts, ReplicaFacts, ContainerFacts], Findings]
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """The outcome of validation: every field error and every ``torchgate:`` warning."""
+    """The outcome of validation: every field error and every warning, in report order.
+
+    Warnings stay structured (path, text) until the AdmissionReview (or ``torchgate check``)
+    renders them with ``render_warnings``.
+    """
 
     errors: tuple[FieldError, ...]
-    warnings: tuple[str, ...]
+    warnings: tuple[FieldWarning, ...]
 
     @property
     def allowed(self) -> bool:
@@ -206,7 +210,7 @@ def _verdict(
                 warnings.append(finding)
             else:
                 errors.append(finding)  # type: ignore[arg-type]
-    return Verdict(_deduplicated(errors), render_warnings(tuple(dict.fromkeys(warnings))))
+    return Verdict(_deduplicated(errors), tuple(dict.fromkeys(warnings)))
 
 
 def _admission_inputs_unchanged(old: object, new: object) -> bool:
