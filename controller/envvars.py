@@ -10,7 +10,8 @@ are sound and fix the known defects:
   ``i + 1``. Worker-only jobs get the full contract too, with worker 0 as the rendezvous master
   (the training-operator sets nothing there).
 - ``WORLD_SIZE`` counts processes: total replicas times ``nprocPerNode`` when that is an integer,
-  else one process per pod (as the training-operator does).
+  else one process per pod (as the training-operator does). This arithmetic, ``PET_NNODES`` and
+  the elastic bounds are ``pytorchjob.gang``'s, which the webhook's checks use too.
 - ``PET_NPROC_PER_NODE`` defaults to the pod's GPU count, else ``"1"``: torchrun's ``auto`` on a CPU
   pod starts one process per host core, not per pod CPU.
 - ``PET_STANDALONE`` is ``"1"``, never ``""`` (torchrun parses it with ``bool(int(...))``).
@@ -24,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from torchgate.pytorchjob import contract, names
+from torchgate.pytorchjob import contract, gang, names
 from torchgate.pytorchjob.spec import JobSpec, as_int, pod_spec_of, pytorch_container_index
 
 EnvVar = dict[str, str]
@@ -86,21 +87,6 @@ def node_rank(job: JobSpec, replica_type: str, index: int) -> int:
     return offset + index
 
 
-def integer_nproc(job: JobSpec) -> int | None:
-    """``spec.nprocPerNode`` when it is a positive integer (not ``auto``/``cpu``/``gpu``)."""
-    value = job.nproc_per_node
-    text = value.strip() if value is not None else ""
-    if not (text.isascii() and text.isdecimal()):
-        return None
-    number = int(text)
-    return number if number > 0 else None
-
-
-def world_size(job: JobSpec) -> int:
-    """Processes in the job: total replicas times the integer ``nprocPerNode``, else one per pod."""
-    return job.total_replicas * (integer_nproc(job) or 1)
-
-
 def nproc_per_node(job: JobSpec, gpus_per_pod: int) -> str:
     """``PET_NPROC_PER_NODE``: as given, else the deprecated elastic field, else GPUs or 1."""
     if job.nproc_per_node is not None:
@@ -108,20 +94,6 @@ def nproc_per_node(job: JobSpec, gpus_per_pod: int) -> str:
     if job.elastic is not None and job.elastic.n_proc_per_node is not None:
         return str(job.elastic.n_proc_per_node)
     return str(gpus_per_pod) if gpus_per_pod > 0 else "1"
-
-
-def elastic_bounds(job: JobSpec) -> tuple[int, int]:
-    """``(minReplicas, maxReplicas)``: an unset bound copies the other, both unset = Workers."""
-    workers = job.replica(names.WORKER)
-    default = workers.replicas if workers is not None else 0
-    elastic = job.elastic
-    low = elastic.min_replicas if elastic is not None else None
-    high = elastic.max_replicas if elastic is not None else None
-    if low is None:
-        low = high if high is not None else default
-    if high is None:
-        high = low
-    return low, high
 
 
 def rdzv_endpoint(job: JobSpec) -> str:
@@ -150,6 +122,7 @@ def rank_env(job: JobSpec, replica_type: str, index: int, *, gpus_per_pod: int) 
         ``[{"name": ..., "value": ...}]`` in a fixed order.
     """
     rank = str(node_rank(job, replica_type, index))
+    total = job.total_replicas
     master_addr = rendezvous_host(job)
     port = str(master_port(job))
     env: list[tuple[str, str]] = [
@@ -158,15 +131,16 @@ def rank_env(job: JobSpec, replica_type: str, index: int, *, gpus_per_pod: int) 
         (contract.PET_MASTER_ADDR, master_addr),
         (contract.MASTER_PORT, port),
         (contract.PET_MASTER_PORT, port),
-        (contract.WORLD_SIZE, str(world_size(job))),
+        (contract.WORLD_SIZE, str(gang.world_size(total=total, nproc_per_node=job.nproc_per_node))),
         (contract.RANK, rank),
     ]
     if job.elastic is None:
         env.append((contract.PET_NODE_RANK, rank))
-        env.append((contract.PET_NNODES, str(job.total_replicas)))
-    else:
-        low, high = elastic_bounds(job)
-        env.append((contract.PET_NNODES, f"{low}:{high}"))
+    bounds = job.elastic_bounds
+    nnodes = gang.format_nnodes(
+        gang.nnodes(total=total, elastic=bounds), elastic=bounds is not None
+    )
+    env.append((contract.PET_NNODES, nnodes))
     env.append((contract.PET_NPROC_PER_NODE, nproc_per_node(job, gpus_per_pod)))
     if job.elastic is not None:
         env.extend(_elastic_env(job))

@@ -43,9 +43,9 @@ from torchgate.controller.envvars import (
     valid_port,
 )
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.affinity import MATCH_FIELDS, require
 from torchgate.pytorchjob.spec import JobSpec, gpu_count, pod_spec_of, pytorch_container_index
 
-REQUIRED_AFFINITY: Final = "requiredDuringSchedulingIgnoredDuringExecution"
 NODE_NAME_FIELD: Final = "metadata.name"  # the one node field a nodeSelectorTerm can match
 POD_RESTART_POLICY: Final = "Never"
 
@@ -159,39 +159,13 @@ def _inject_env(
 def pin_to_node(affinity: object, node: str) -> dict[str, Any]:
     """A copy of ``affinity`` whose required node affinity also demands the node named ``node``.
 
-    The requirement (``matchFields``: ``metadata.name In [node]``) is AND-ed into every
-    ``nodeSelectorTerm`` (terms are OR-ed, so it must be in each). A term with no requirements
-    matches no node and is left alone: pinning it would turn "never" into "this node". Without
-    required terms, one term is created.
+    The requirement is ``matchFields``: ``metadata.name In [node]``, merged by
+    ``pytorchjob.affinity.require`` (the webhook pins hosts with the same function): AND-ed into
+    every ``nodeSelectorTerm``, a term with no requirements stays matching no node, and without
+    required terms one term is created.
     """
     pin = {"key": NODE_NAME_FIELD, "operator": "In", "values": [node]}
-    copied = dict(affinity) if isinstance(affinity, Mapping) else {}
-    node_affinity = copied.get("nodeAffinity")
-    node_affinity = dict(node_affinity) if isinstance(node_affinity, Mapping) else {}
-    required = node_affinity.get(REQUIRED_AFFINITY)
-    required = dict(required) if isinstance(required, Mapping) else {}
-    terms = required.get("nodeSelectorTerms")
-    if isinstance(terms, list) and terms:
-        required["nodeSelectorTerms"] = [_and_requirement(term, pin) for term in terms]
-    else:
-        required["nodeSelectorTerms"] = [{"matchFields": [pin]}]
-    node_affinity[REQUIRED_AFFINITY] = required
-    copied["nodeAffinity"] = node_affinity
-    return copied
-
-
-def _and_requirement(term: object, requirement: dict[str, Any]) -> object:
-    if not isinstance(term, Mapping):
-        return term
-    expressions = term.get("matchExpressions")
-    expressions = list(expressions) if isinstance(expressions, list) else []
-    fields = term.get("matchFields")
-    fields = list(fields) if isinstance(fields, list) else []
-    if not expressions and not fields:
-        return term
-    if requirement not in fields:
-        fields.append(requirement)
-    return {**term, "matchFields": fields}
+    return require(affinity, pin, MATCH_FIELDS)
 
 
 def service_replicas(job: JobSpec) -> list[tuple[names.ReplicaType, int]]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
-from torchgate.pytorchjob import names
+from torchgate.pytorchjob import gang, names
 from torchgate.pytorchjob.fieldpath import FieldError, FieldPath, invalid, not_supported, required
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
 
@@ -95,17 +95,37 @@ class JobSpec:
         """Whether the job has a Master replica (else worker 0 is the rendezvous master)."""
         return self.replica(names.MASTER) is not None
 
+    def count(self, replica_type: str) -> int:
+        """Replicas of ``replica_type`` (0 when the job has none)."""
+        spec = self.replica(replica_type)
+        return spec.replicas if spec is not None else 0
+
     @property
     def total_replicas(self) -> int:
         """Pods in the whole job."""
-        return sum(spec.replicas for spec in self.replica_specs)
+        return gang.total_replicas(spec.replicas for spec in self.replica_specs)
+
+    @property
+    def elastic_bounds(self) -> gang.Bounds | None:
+        """``(minReplicas, maxReplicas)`` of an elastic job (``gang.elastic_bounds``), else None."""
+        if self.elastic is None:
+            return None
+        return gang.elastic_bounds(
+            self.elastic.min_replicas, self.elastic.max_replicas, workers=self.count(names.WORKER)
+        )
 
     @property
     def min_available(self) -> int:
-        """Pods that must be placed together before any is created (all, unless set lower)."""
-        wanted = self.run_policy.min_available
-        total = self.total_replicas
-        return total if wanted is None or wanted <= 0 or wanted > total else wanted
+        """Pods that must be placed together before any is created (``gang.min_available``)."""
+        return gang.min_available(
+            self.run_policy.min_available,
+            total=self.total_replicas,
+            default=gang.default_gang_size(
+                masters=self.count(names.MASTER),
+                workers=self.count(names.WORKER),
+                elastic=self.elastic_bounds,
+            ),
+        )
 
 
 def canonical_replica_type(key: object) -> names.ReplicaType | None:
@@ -300,12 +320,24 @@ def containers_of(pod_spec: Mapping[str, Any], key: str = "containers") -> list[
     return [c for c in containers if isinstance(c, _OBJECT)]
 
 
+def is_pytorch_container(container: object) -> bool:
+    """Whether a ``containers`` (or ``containerStatuses``) entry is the ``pytorch`` container."""
+    return isinstance(container, _OBJECT) and container.get("name") == names.CONTAINER_NAME
+
+
 def pytorch_container_index(pod_spec: Mapping[str, Any]) -> int | None:
-    """Index of the container named ``pytorch`` in ``containers``, if any."""
+    """Index of the ``pytorch`` container in ``containers``; ``None`` when there is none.
+
+    The one answer to "which container is the training one", for the webhook and the controller.
+    As in the training-operator's validation and its env, port, Service and exit-code handling,
+    it is the container *named* ``pytorch``. There is no fallback to the first container (the
+    training-operator's port defaulter has one, for jobs its webhook then refuses): a job without
+    a ``pytorch`` container is refused by the webhook and gets no env from the controller.
+    """
     containers = pod_spec.get("containers")
     if isinstance(containers, list):
         for index, container in enumerate(containers):
-            if isinstance(container, _OBJECT) and container.get("name") == names.CONTAINER_NAME:
+            if is_pytorch_container(container):
                 return index
     return None
 

@@ -24,10 +24,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from torchgate.pytorchjob import names
+from torchgate.pytorchjob import gang, names
+from torchgate.pytorchjob.affinity import (
+    MATCH_EXPRESSIONS,
+    REQUIRED_AFFINITY,
+    require,
+    required_terms,
+)
 from torchgate.pytorchjob.fieldpath import FieldError, FieldPath, duplicate, invalid
 from torchgate.pytorchjob.policy import PlacementPolicy
-from torchgate.pytorchjob.spec import as_int, canonical_replica_type, pinned_hosts, pod_requests
+from torchgate.pytorchjob.spec import (
+    as_int,
+    canonical_replica_type,
+    pinned_hosts,
+    pod_requests,
+    pytorch_container_index,
+)
 
 SHM_PATH = "/dev/shm"
 SHM_VOLUME = "torchgate-dshm"
@@ -164,6 +176,11 @@ def _restore_run_policy(editor: _Editor, old: Mapping[str, Any], result: Default
             result.warnings.append(_restored_warning(key, old_policy[key]))
 
 
+def _positive(value: object) -> int | None:
+    number = as_int(value)
+    return number if number is not None and number > 0 else None
+
+
 def _restored_warning(key: str, value: Any) -> str:
     return f"torchgate: spec.runPolicy.{key} kept at {value!r} from the stored job"
 
@@ -229,14 +246,7 @@ class _JobDefaulter:
         containers = pod_spec.get("containers")
         if not isinstance(containers, list):
             return
-        pytorch = next(
-            (
-                i
-                for i, c in enumerate(containers)
-                if isinstance(c, _OBJECT) and c.get("name") == names.CONTAINER_NAME
-            ),
-            None,
-        )
+        pytorch = pytorch_container_index(pod_spec)
         if pytorch is not None:
             self._default_port((*pod_at, "containers", pytorch))
             gpu = self.policy.gpu_resource
@@ -391,78 +401,56 @@ class _JobDefaulter:
                 )
             )
             return
-        affinity_at: tuple[Token, ...] = (*pod_at, "affinity")
-        required_key = "requiredDuringSchedulingIgnoredDuringExecution"
         affinity = pod_spec.get("affinity")
         node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, _OBJECT) else None
-        required = node_affinity.get(required_key) if isinstance(node_affinity, _OBJECT) else None
+        required = (
+            node_affinity.get(REQUIRED_AFFINITY) if isinstance(node_affinity, _OBJECT) else None
+        )
         terms = required.get("nodeSelectorTerms") if isinstance(required, _OBJECT) else None
-        if isinstance(terms, list) and terms:
-            self._and_into_terms((*affinity_at, "nodeAffinity", required_key), terms, expression)
-            return
-        term = {"matchExpressions": [expression]}
-        if affinity is None:
-            self.editor.set(
-                pod_at, "affinity", {"nodeAffinity": {required_key: {"nodeSelectorTerms": [term]}}}
-            )
-        elif not isinstance(affinity, _OBJECT):
-            return
-        elif node_affinity is None:
-            self.editor.set(
-                affinity_at, "nodeAffinity", {required_key: {"nodeSelectorTerms": [term]}}
-            )
-        elif not isinstance(node_affinity, _OBJECT):
-            return
-        elif required is None:
-            self.editor.set(
-                (*affinity_at, "nodeAffinity"), required_key, {"nodeSelectorTerms": [term]}
-            )
-        elif isinstance(required, _OBJECT):
-            self.editor.set(
-                (*affinity_at, "nodeAffinity", required_key), "nodeSelectorTerms", [term]
-            )
-        else:
-            return
-        self.warn(affinity_at, f"pinned to hosts {','.join(self.hosts)} ({origin})")
-
-    def _and_into_terms(
-        self, required_at: tuple[Token, ...], terms: list[Any], expression: dict[str, Any]
-    ) -> None:
-        changed = False
-        for index, term in enumerate(terms):
-            term_at = (*required_at, "nodeSelectorTerms", index)
-            if not isinstance(term, _OBJECT):
-                continue
-            expressions = term.get("matchExpressions")
-            if expressions is not None and not isinstance(expressions, list):
-                continue
-            ours = [
-                e
-                for e in expressions or []
-                if isinstance(e, _OBJECT) and e.get("key") == names.HOSTNAME_LABEL
-            ]
-            if any(e == expression for e in ours):
-                continue
-            if ours:
+        if any(
+            value is not None and not isinstance(value, _OBJECT)
+            for value in (affinity, node_affinity, required)
+        ) or (terms is not None and not isinstance(terms, list)):
+            return  # not ours to rewrite; the API server refuses the malformed affinity
+        for index, term in enumerate(terms or []):
+            conflict = self._conflicting_host_requirement(term, expression)
+            if conflict is not None:
                 self.result.errors.append(
                     invalid(
-                        _path(term_at),
-                        ours[0].get("values"),
+                        _path(
+                            (
+                                *pod_at,
+                                "affinity",
+                                "nodeAffinity",
+                                REQUIRED_AFFINITY,
+                                "nodeSelectorTerms",
+                                index,
+                            )
+                        ),
+                        conflict,
                         f"already constrains {names.HOSTNAME_LABEL}, which conflicts with the "
-                        f"hosts pinned by annotation {names.ANNOTATION_HOSTS}",
+                        f"hosts pinned by {origin}",
                     )
                 )
-                continue
-            if expressions is None:
-                self.editor.set(term_at, "matchExpressions", [dict(expression)])
-            else:
-                self.editor.append((*term_at, "matchExpressions"), dict(expression))
-            changed = True
-        if changed:
-            self.warn(
-                required_at,
-                f"pinned to hosts {','.join(self.hosts)} (annotation {names.ANNOTATION_HOSTS})",
-            )
+        pinned = require(affinity, expression, MATCH_EXPRESSIONS)
+        if required_terms(pinned) == terms:
+            return
+        self.editor.set(pod_at, "affinity", pinned)
+        self.warn((*pod_at, "affinity"), f"pinned to hosts {','.join(self.hosts)} ({origin})")
+
+    @staticmethod
+    def _conflicting_host_requirement(term: object, expression: Mapping[str, Any]) -> object:
+        """The values of a term's other requirement on the hostname label, if it has one."""
+        if not isinstance(term, _OBJECT) or not isinstance(term.get("matchExpressions"), list):
+            return None
+        ours = [
+            e
+            for e in term["matchExpressions"]
+            if isinstance(e, _OBJECT) and e.get("key") == names.HOSTNAME_LABEL
+        ]
+        if not ours or any(e == expression for e in ours):
+            return None
+        return ours[0].get("values")
 
     # ------------------------------------------------------------------ run policy
 
@@ -519,7 +507,7 @@ class _JobDefaulter:
             self.warn((*scheduling_at, key), f"defaulted to {value}{note}")
 
     def _gang_size(self) -> int | None:
-        """All replicas; for elastic jobs the Master plus the elastic minimum of Workers."""
+        """``gang.default_gang_size`` of the job; None when a replica count is not a count."""
         specs = self.job["spec"].get("pytorchReplicaSpecs")
         if not isinstance(specs, _OBJECT):
             return None
@@ -532,14 +520,16 @@ class _JobDefaulter:
             if count is None or count < 0:
                 return None
             counts[replica_type] = count
-        if not counts:
-            return None
         elastic = self.job["spec"].get("elasticPolicy")
+        workers = counts.get(names.WORKER, 0)
+        bounds = None
         if isinstance(elastic, _OBJECT) and names.WORKER in counts:
-            minimum = as_int(elastic.get("minReplicas"))
-            if minimum is not None and 0 < minimum < counts[names.WORKER]:
-                counts[names.WORKER] = minimum
-        return sum(counts.values()) or None
+            low, high = (_positive(elastic.get(key)) for key in ("minReplicas", "maxReplicas"))
+            bounds = gang.elastic_bounds(low, high, workers=workers)
+        size = gang.default_gang_size(
+            masters=counts.get(names.MASTER, 0), workers=workers, elastic=bounds
+        )
+        return size or None
 
     def _get(self, tokens: Sequence[Token]) -> Any:
         node: Any = self.job

@@ -277,6 +277,39 @@ def test_pinned_hosts_are_anded_into_existing_terms() -> None:
 
 
 @pytest.mark.parametrize(
+    "empty",
+    [{}, {"matchExpressions": []}, {"matchExpressions": None, "matchFields": []}],
+    ids=["no-sections", "empty-expressions", "null-and-empty"],
+)
+def test_pinned_hosts_leave_an_empty_term_matching_no_node(empty: dict[str, Any]) -> None:
+    zone = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z1"]}
+    required = {"nodeSelectorTerms": [empty, {"matchExpressions": [zone]}]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+    raw = job().master(pod_spec={"affinity": affinity}).hosts("h1").build()
+    terms = at(
+        defaulted(raw).object,
+        *MASTER,
+        *POD,
+        "affinity",
+        "nodeAffinity",
+        "requiredDuringSchedulingIgnoredDuringExecution",
+        "nodeSelectorTerms",
+    )
+    host = {"key": "kubernetes.io/hostname", "operator": "In", "values": ["h1"]}
+    assert terms == [empty, {"matchExpressions": [zone, host]}]
+
+
+def test_pinned_hosts_already_in_every_term_change_nothing() -> None:
+    host = {"key": "kubernetes.io/hostname", "operator": "In", "values": ["h1"]}
+    required = {"nodeSelectorTerms": [{"matchExpressions": [host]}, {}]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+    raw = job().master(pod_spec={"affinity": affinity}).hosts("h1").build()
+    result = defaulted(raw)
+    assert at(result.object, *MASTER, *POD, "affinity") == affinity
+    assert not any("pinned to hosts" in w for w in result.warnings)
+
+
+@pytest.mark.parametrize(
     ("pod_spec", "field"),
     [
         (

@@ -1,0 +1,89 @@
+"""Gang arithmetic, declared once: pods, nodes and processes of a PyTorchJob.
+
+The webhook defaults ``minAvailable`` and checks ``--nnodes``/``--nproc-per-node`` flags against
+what the controller will inject; the controller injects ``PET_NNODES``/``WORLD_SIZE`` and waits for
+``minAvailable`` pods to be placed together. Computed in two places, the answers drifted; every
+one of them is a function here, over plain numbers, so the webhook (which reads raw objects) and
+the controller (which reads ``spec.JobSpec``) ask the same question the same way.
+
+Rules:
+
+- Total replicas: the sum of the replica counts (Master and Worker).
+- Elastic bounds ``(minReplicas, maxReplicas)``: an unset bound copies the other; both unset are
+  the Worker count (the training-operator's ``setElasticPolicy``).
+- ``PET_NNODES``: the total replicas, written ``N``; elastic jobs: the elastic bounds, written
+  ``MIN:MAX``.
+- Default gang size (the ``minAvailable`` the webhook persists, and the controller's answer when
+  a job has none): every replica; for an elastic job, the Masters plus as many Workers as the
+  elastic minimum, when that is fewer than the Workers (torchrun starts once that many joined).
+- Effective ``minAvailable``: the job's own when it is between 1 and the total, else the default
+  gang size.
+- ``nprocPerNode`` as a number: a positive JSON integer or a string of ASCII digits; anything
+  else (``auto``, ``cpu``, ``gpu``, blanks) is not a number.
+- ``WORLD_SIZE``: processes, i.e. total replicas times the numeric ``nprocPerNode``, else one per
+  pod (as the training-operator).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+Bounds = tuple[int, int]
+
+
+def total_replicas(counts: Iterable[int]) -> int:
+    """Pods in the whole job."""
+    return sum(counts)
+
+
+def elastic_bounds(min_replicas: int | None, max_replicas: int | None, *, workers: int) -> Bounds:
+    """``(minReplicas, maxReplicas)``: an unset bound copies the other, both unset = Workers."""
+    low = min_replicas
+    high = max_replicas
+    if low is None:
+        low = high if high is not None else workers
+    if high is None:
+        high = low
+    return low, high
+
+
+def nnodes(*, total: int, elastic: Bounds | None) -> Bounds:
+    """``PET_NNODES`` as ``(min, max)``: the total, or the elastic bounds of an elastic job."""
+    return elastic if elastic is not None else (total, total)
+
+
+def format_nnodes(bounds: Bounds, *, elastic: bool) -> str:
+    """``PET_NNODES`` as torchrun reads it: ``N``, or ``MIN:MAX`` for an elastic job."""
+    return f"{bounds[0]}:{bounds[1]}" if elastic else str(bounds[0])
+
+
+def default_gang_size(*, masters: int, workers: int, elastic: Bounds | None) -> int:
+    """Pods that must be placed together by default (see the module rules)."""
+    if elastic is not None and 0 < elastic[0] < workers:
+        workers = elastic[0]
+    return masters + workers
+
+
+def min_available(wanted: int | None, *, total: int, default: int) -> int:
+    """The job's ``minAvailable`` when it is between 1 and ``total``, else ``default``."""
+    return wanted if wanted is not None and 0 < wanted <= total else default
+
+
+def integer_nproc(value: object) -> int | None:
+    """``nprocPerNode`` as a positive number, ``None`` for ``auto``/``cpu``/``gpu`` and the rest."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        number = int(value) if value.isascii() and value.isdigit() else 0
+    elif isinstance(value, int):
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    else:
+        return None
+    return number if number > 0 else None
+
+
+def world_size(*, total: int, nproc_per_node: object) -> int:
+    """Processes in the job: total replicas times the numeric ``nprocPerNode``, else one per pod."""
+    return total * (integer_nproc(nproc_per_node) or 1)
