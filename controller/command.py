@@ -16,11 +16,11 @@ import socket
 import sys
 import uuid
 
+from torchgate import jsonlog
 from torchgate.controller.leader import LeaderElector
 from torchgate.controller.manager import ManagerOptions, run_as_leader
 from torchgate.controller.reconciler import Options
 from torchgate.kube.client import KubeClient
-from torchgate.pytorchjob import jsonlog
 
 log = logging.getLogger("torchgate.controller")
 

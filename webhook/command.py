@@ -23,8 +23,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from torchgate import jsonlog
 from torchgate.kube.client import ConfigError, KubeClient
-from torchgate.pytorchjob import jsonlog
 from torchgate.webhook.policysource import ClusterPolicies, FilePolicies, PolicyCache
 from torchgate.webhook.server import DRAINING, MAX_BODY_BYTES, Metrics, ReloadingTLS, create_app
 

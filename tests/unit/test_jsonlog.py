@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
-from torchgate.pytorchjob.jsonlog import formatter
+from torchgate.jsonlog import formatter
 
 
 def test_json_lines_carry_extra_fields_and_exceptions() -> None:
