@@ -1,9 +1,10 @@
 """``benchmarks/controller_bench.py`` at a tiny size runs end to end and writes its figures.
 
 A smoke test, not a performance test: nothing here looks at a rate or a latency (the machines are
-noisy; the figures live in README). It proves the benchmark still starts its control plane and the
-real controller, measures both baselines, runs every job to completion through more than one
-wave, clears the namespace for a second round, and writes the JSON fields README quotes.
+noisy; the figures live in docs/development.md). It proves the benchmark still starts its control
+plane and the real controller, measures both baselines, runs every job to completion through more
+than one wave, clears the namespace for a second round, and writes the JSON fields the figures
+quote.
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@
   (``cert-manager.io/v1``, any content accepted) let those objects be dry-run too: their kind,
   scope and namespace are checked, cert-manager's own schema is not.
 - The install section is followed step by step, for real: the ``# step:`` blocks of README.md
-  are run with bash (``KUBECONFIG`` of the cluster, cwd a scratch folder that sees the
-  repository's ``manifests/``, the built helm on ``PATH``) against a control plane with the real
-  node, and the cluster is checked after each one. torchgate's image is built from the
+  and docs/operations.md (troubleshooting, policies, adopting CRDs into Helm) are run with bash
+  (``KUBECONFIG`` of the cluster, cwd a scratch folder that sees the repository's ``manifests/``,
+  the built helm on ``PATH``) against a control plane with the real node, and the cluster is
+  checked after each one. torchgate's image is built from the
   Dockerfile (buildah) and served as ``registry.example.com/torchgate:0.1.0`` and ``:0.1.1`` by the
   node's loopback registry, so the README's image names work as written; the webhook and
   controller pods really run, make their certificate, take their Lease, and seed 003 runs to
@@ -58,7 +59,8 @@ from tests.e2e.installation import (
 from tests.helmtool import CHART, helm_binary, run_helm
 from torchgate.controlplane.cluster import ATTACH_ENV
 
-INSTALL_DOC = ms.REPO_ROOT / "README.md"
+README = ms.REPO_ROOT / "README.md"
+INSTALL_DOCS = (README, ms.REPO_ROOT / "docs" / "operations.md")
 SEEDS = ms.REPO_ROOT.parent / "shared" / "seeds" / "manifests"
 STEP_MARKER = re.compile(r"^# step: (?P<id>[a-z0-9-]+)(?: \((?P<note>[^)]*)\))?$")
 CERT_MANAGER_STAND_INS = [
@@ -99,6 +101,7 @@ class Step:
     id: str
     note: str | None
     script: str
+    doc: Path
 
     @property
     def not_run(self) -> bool:
@@ -106,25 +109,27 @@ class Step:
 
 
 def doc_steps() -> dict[str, Step]:
-    """The marked shell blocks of README.md, by step id, in document order."""
+    """The marked shell blocks of the install documents, by step id, in document order."""
     steps: dict[str, Step] = {}
-    text = INSTALL_DOC.read_text(encoding="utf-8")
-    for block in re.findall(r"^```sh\n(.*?)^```$", text, flags=re.MULTILINE | re.DOTALL):
-        first, _, rest = block.partition("\n")
-        marker = STEP_MARKER.match(first)
-        if marker is None:
-            continue
-        assert marker["id"] not in steps, f"step {marker['id']} twice in {INSTALL_DOC}"
-        steps[marker["id"]] = Step(marker["id"], marker["note"], rest)
+    for doc in INSTALL_DOCS:
+        text = doc.read_text(encoding="utf-8")
+        for block in re.findall(r"^```sh\n(.*?)^```$", text, flags=re.MULTILINE | re.DOTALL):
+            first, _, rest = block.partition("\n")
+            marker = STEP_MARKER.match(first)
+            if marker is None:
+                continue
+            assert marker["id"] not in steps, f"step {marker['id']} twice in {INSTALL_DOCS}"
+            steps[marker["id"]] = Step(marker["id"], marker["note"], rest, doc)
     return steps
 
 
-# Which test follows which step (each step exactly once), so doc and test cannot drift apart.
+# Which test follows which step, so doc and test cannot drift apart. The first steps and the
+# last ones are shared: checking the CRD, waiting for the rollout and checking admission.
 KUSTOMIZE_FLOW = (
-    "kustomize-1-check-crd",
+    "check-crd",
     "kustomize-2-apply",
-    "kustomize-3-wait",
-    "kustomize-check-admission",
+    "wait-rollout",
+    "check-admission",
     "troubleshoot-webhook",
     "troubleshoot-webhook-readyz",
     "troubleshoot-cabundle",
@@ -136,27 +141,40 @@ KUSTOMIZE_FLOW = (
     "delete-crds",
 )
 HELM_FLOW = (
-    "helm-1-check-crd",
+    "check-crd",
     "helm-1-adopt-crds",
     "helm-2-install",
-    "helm-3-wait",
+    "wait-rollout",
+    "check-admission",
     "helm-upgrade",
+    "helm-uninstall",
+)
+# README's install, upgrade and uninstall sections read in this order.
+README_ORDER = (
+    "check-crd",
+    "kustomize-2-apply",
+    "wait-rollout",
+    "check-admission",
+    "helm-2-install",
+    "kustomize-upgrade",
+    "helm-upgrade",
+    "kustomize-uninstall",
     "helm-uninstall",
 )
 
 
 def test_every_doc_step_is_followed_by_a_test() -> None:
     steps = doc_steps()
-    assert sorted(steps) == sorted(KUSTOMIZE_FLOW + HELM_FLOW)
+    assert sorted(steps) == sorted(set(KUSTOMIZE_FLOW + HELM_FLOW))
     for step in steps.values():
         assert step.script.strip(), step.id
         if step.not_run:
             assert re.match(r"not run( on kwok)?: \S", step.note or ""), step.id
-    # The install sections read in the order the flows run them.
+    # README's install sections read in the order the flows run them.
+    assert all(steps[step].doc == README for step in README_ORDER)
     order = list(steps)
-    for flow in (KUSTOMIZE_FLOW[:4], HELM_FLOW):
-        positions = [order.index(step) for step in flow]
-        assert positions == sorted(positions), flow
+    positions = [order.index(step) for step in README_ORDER]
+    assert positions == sorted(positions), README_ORDER
 
 
 class DocRunner:
@@ -470,12 +488,12 @@ def forget_the_waiting_job(cluster: Cluster) -> None:
 @pytest.mark.timeout(1200)
 def test_install_with_kustomize_as_the_doc_says(installable: Cluster, sandbox: DocRunner) -> None:
     cluster, doc = installable, sandbox
-    doc.run("kustomize-1-check-crd")  # the cluster has the PyTorchJob CRD: overlay default
+    doc.run("check-crd")  # the cluster has the PyTorchJob CRD: overlay default
 
     doc.run("kustomize-2-apply")
     check_installed(cluster, image=f"{IMAGE}:0.1.0", policies=True)
 
-    doc.run("kustomize-3-wait")
+    doc.run("wait-rollout")
     assert rolled_out(cluster, "torchgate-webhook")
     assert rolled_out(cluster, "torchgate-controller")
     # The init container made the certificate and wrote its CA into both configurations.
@@ -495,7 +513,7 @@ def test_install_with_kustomize_as_the_doc_says(installable: Cluster, sandbox: D
     check_pods_run_unprivileged(cluster)
 
     # The apiserver calls the webhook pods through their Service.
-    admitted = doc.run("kustomize-check-admission")
+    admitted = doc.run("check-admission")
     assert "pytorchjob.kubeflow.org/torchgate-probe created (server dry run)" in admitted.stdout
     assert "Warning: torchgate:" in admitted.stderr
 
@@ -566,7 +584,7 @@ def test_install_with_kustomize_as_the_doc_says(installable: Cluster, sandbox: D
 def test_install_with_helm_as_the_doc_says(installable: Cluster, sandbox: DocRunner) -> None:
     cluster, doc = installable, sandbox
     cluster.install_crds()  # the kustomize test may have deleted the PlacementPolicy CRD
-    doc.run("helm-1-check-crd")
+    doc.run("check-crd")
     doc.run("helm-1-adopt-crds")  # this cluster's CRD was applied with kubectl
     crd = cluster.get("crd", "placementpolicies.torchgate.io")
     assert crd is not None
@@ -576,12 +594,12 @@ def test_install_with_helm_as_the_doc_says(installable: Cluster, sandbox: DocRun
     assert "STATUS: deployed" in installed.stdout
     check_installed(cluster, image=f"{IMAGE}:0.1.0", policies=False)
 
-    doc.run("helm-3-wait")
+    doc.run("wait-rollout")
     assert rolled_out(cluster, "torchgate-webhook")
     assert rolled_out(cluster, "torchgate-controller")
     bundle = ca_bundles(cluster)[0]
     assert bundle
-    admitted = doc.run("kustomize-check-admission")  # "the same dry run as above"
+    admitted = doc.run("check-admission")  # README: "check admission as in steps 3 and 4"
     assert "created (server dry run)" in admitted.stdout
 
     doc.run("helm-upgrade")
