@@ -26,20 +26,17 @@ import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, Final
 
-from torchgate.controller.placement import (
-    TERMINATED_PHASES,
+from torchgate.controller.eligibility import (
     NodeView,
-    Placement,
     PodDemand,
     Resources,
-    Shortfall,
     Signature,
     demand_requests,
     node_view,
-    place_gang,
 )
+from torchgate.controller.placement import Placement, Shortfall, place_gang
 from torchgate.pytorchjob import names
 
 log = logging.getLogger("torchgate.controller.admitter")
@@ -47,6 +44,7 @@ log = logging.getLogger("torchgate.controller.admitter")
 JobKey = tuple[str, str]
 PodKey = tuple[str, str]
 ZERO = Decimal(0)
+TERMINATED_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 
 class Shape:

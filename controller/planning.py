@@ -46,8 +46,8 @@ from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
 from torchgate.controller import status as st
+from torchgate.controller.eligibility import PodDemand, job_demands
 from torchgate.controller.envvars import rendezvous_replica
-from torchgate.controller.placement import PodDemand, job_demands
 from torchgate.controller.pods import build_pod, build_service, service_replicas
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.spec import JobSpec, as_int

@@ -34,8 +34,8 @@ from prometheus_client import Gauge
 
 from torchgate.controller import status as st
 from torchgate.controller.admitter import Admitter, JobKey
+from torchgate.controller.eligibility import PodDemand, job_demands
 from torchgate.controller.metrics import ControllerMetrics
-from torchgate.controller.placement import PodDemand, job_demands
 from torchgate.controller.planning import ANNOTATION_RESTARTS, Event, Observed, Plan, plan
 from torchgate.controller.writepolicy import StatusWritePolicy, WriteFacts
 from torchgate.kube.client import MERGE_PATCH, KubeApi

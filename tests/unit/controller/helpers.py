@@ -9,10 +9,14 @@ annotation. Deleting a pod gives it a
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
+from torchgate.controller.admitter import Admitter
+from torchgate.controller.eligibility import NodeView
 from torchgate.controller.planning import ANNOTATION_RESTARTS, Observed, Plan, plan
 from torchgate.controller.status import format_time
 from torchgate.pytorchjob.spec import JobSpec, parse_job
@@ -157,3 +161,13 @@ def is_quiet(result: Plan) -> bool:
         and result.restarts is None
         and not result.delete_job
     )
+
+
+def free_of(nodes: Iterable[NodeView], pods: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
+    """Free capacity per node as the admitter counts it, with ``pods`` on the cluster."""
+    admitter = Admitter(on_admit_job=lambda key: None, on_reason=lambda key: None)
+    admitter.nodes = {node.name: node for node in nodes}
+    for pod in pods:
+        admitter.on_pod("ADDED", pod, None)
+    free: dict[str, dict[str, Decimal]] = admitter.free()
+    return free

@@ -9,7 +9,7 @@ from typing import Any
 from tests.builders import gpu_job, job, node
 from tests.unit.controller.helpers import parse, with_uid
 from torchgate.controller.admitter import Admitter
-from torchgate.controller.placement import job_demands
+from torchgate.controller.eligibility import job_demands
 
 
 class Clock:

@@ -7,7 +7,7 @@ from typing import Any
 
 from tests.builders import gpu_job
 from tests.unit.controller.helpers import NOW, parse, with_uid
-from torchgate.controller.placement import PodDemand, job_demands
+from torchgate.controller.eligibility import PodDemand, job_demands
 from torchgate.controller.planning import Observed, plan
 from torchgate.controller.reconciler import DemandMemo
 from torchgate.pytorchjob import names

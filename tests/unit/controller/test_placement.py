@@ -1,4 +1,4 @@
-"""Node eligibility, free capacity and all-or-nothing gang placement."""
+"""Node eligibility, free capacity as the admitter counts it, and all-or-nothing gang placement."""
 
 from __future__ import annotations
 
@@ -10,24 +10,19 @@ from typing import Any
 import pytest
 
 from tests.builders import container, gpu_job, job, node
-from tests.unit.controller.helpers import parse, with_uid
-from torchgate.controller.placement import (
+from tests.unit.controller.helpers import free_of, parse, with_uid
+from torchgate.controller.eligibility import (
     NodeView,
-    Placement,
     PodDemand,
     Requirement,
     SelectorTerm,
-    Shortfall,
     Taint,
     Toleration,
-    format_quantity,
-    free_capacity,
     job_demands,
     node_view,
-    place_gang,
     pod_demand,
-    reserve,
 )
+from torchgate.controller.placement import Placement, Shortfall, format_quantity, place_gang
 
 GPU = "nvidia.com/gpu"
 
@@ -63,7 +58,7 @@ def place(
     min_count: int | None = None,
     pods: list[dict[str, Any]] | tuple[()] = (),
 ) -> Placement | Shortfall:
-    free = free_capacity(nodes, pods)
+    free = free_of(nodes, pods)
     count = len(demands) if min_count is None else min_count
     return place_gang(demands, nodes, free, min_count=count)
 
@@ -131,7 +126,7 @@ def raw_pod(
     return pod
 
 
-def test_free_capacity_subtracts_bound_planned_and_reserved() -> None:
+def test_free_capacity_subtracts_bound_planned_and_terminating_pods() -> None:
     nodes = [view("n1"), view("n2")]
     pods = [
         raw_pod("bound", gpus=2, node_name="n1"),
@@ -140,12 +135,11 @@ def test_free_capacity_subtracts_bound_planned_and_reserved() -> None:
         raw_pod("done", gpus=4, node_name="n2", phase="Succeeded"),
         raw_pod("failed", gpus=4, node_name="n2", phase="Failed"),
         raw_pod("elsewhere", gpus=4, node_name="n9"),
-        "not a pod",
     ]
-    free = free_capacity(nodes, pods, extra_reservations={"n2": {GPU: Decimal(2)}, "n9": {}})
+    free = free_of(nodes, pods)
     assert free["n1"][GPU] == 3
     assert free["n1"]["pods"] == 108
-    assert free["n2"][GPU] == 5
+    assert free["n2"][GPU] == 7
     assert free["n2"]["pods"] == 109
 
 
@@ -425,7 +419,7 @@ def test_eligibility_cache_is_filled_and_reused() -> None:
     nodes = [view("a", labels={"pool": "x"}), view("b")]
     demands = gang(1, 1, nodeSelector={"pool": "x"})
     cache: dict[Any, tuple[str, ...]] = {}
-    free = free_capacity(nodes, [])
+    free = free_of(nodes)
     first = place_gang(demands, nodes, free, min_count=1, eligibility_cache=cache)
     assert list(cache.values()) == [("a",)]
     second = place_gang(demands, nodes, free, min_count=1, eligibility_cache=cache)
@@ -451,19 +445,6 @@ def test_job_demands_are_in_gang_order_with_a_pod_slot_each() -> None:
 )
 def test_format_quantity(resource: str, amount: Decimal, text: str) -> None:
     assert format_quantity(resource, amount) == text
-
-
-def test_reserve_takes_a_placement_out_of_free_capacity_without_touching_the_input() -> None:
-    nodes = [view("a"), view("b")]
-    free = free_capacity(nodes, [])
-    first = place(gang(2, 4), nodes)
-    assert isinstance(first, Placement)
-    after = reserve(free, first.reserved)
-    assert after["a"][GPU] == 0
-    assert free["a"][GPU] == 8
-    assert after["b"] is free["b"]
-    second = place_gang(gang(2, 4), nodes, after, min_count=2)
-    assert set(placed(second).values()) == {"b"}
 
 
 def test_host_network_replicas_never_share_a_node() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from tests.builders import JobBuilder, container, gpu_job, job
 from tests.unit.controller.helpers import UID, env_of, parse, with_uid
-from torchgate.controller.placement import node_view, required_affinity_terms
+from torchgate.controller.eligibility import node_view, required_affinity_terms
 from torchgate.controller.pods import build_pod, build_service, pin_to_node, service_replicas
 
 NODE_PIN = {"key": "metadata.name", "operator": "In", "values": ["gpu-7"]}

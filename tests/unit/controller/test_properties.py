@@ -11,17 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
 from tests.builders import container, job, node
-from tests.unit.controller.helpers import NOW, World, env_of, is_quiet, parse, with_uid
+from tests.unit.controller.helpers import NOW, World, env_of, free_of, is_quiet, parse, with_uid
+from torchgate.controller.eligibility import admits, node_view, pod_demand
 from torchgate.controller.envvars import rendezvous_host
-from torchgate.controller.placement import (
-    Placement,
-    Shortfall,
-    admits,
-    free_capacity,
-    node_view,
-    place_gang,
-    pod_demand,
-)
+from torchgate.controller.placement import Placement, Shortfall, place_gang
 from torchgate.controller.pods import build_pod, build_service
 from torchgate.controller.status import format_time
 from torchgate.pytorchjob import names
@@ -252,7 +245,7 @@ def test_place_gang_never_overcommits_and_is_all_or_nothing(
         for i in range(len(nodes))
         if data.draw(hs.booleans())
     ]
-    free = free_capacity(nodes, busy)
+    free = free_of(nodes, busy)
     min_count = data.draw(hs.integers(0, len(demands)))
     result = place_gang(demands, nodes, free, min_count=min_count)
     by_name = {n.name: n for n in nodes}

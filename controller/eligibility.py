@@ -1,0 +1,395 @@
+"""Which nodes a pod may run on: kube-scheduler's filters for what a pod template can say.
+
+torchgate places whole gangs itself (``placement``), so it must know, before any pod exists, which
+nodes kube-scheduler would accept for each of them; a gang placed on a node the scheduler then
+refuses would hold its reservation until the schedule timeout. The rules mirror kube-scheduler's
+filters, one function each:
+
+1. ``admits``: a cordoned or not-Ready node takes nothing; a job with pinned hosts only those.
+2. ``nodeSelector``: every key with the same value.
+3. Required node affinity (``SelectorTerm.matches``): the terms are OR-ed, a term's requirements
+   AND-ed, an empty term matches nothing; ``In``, ``NotIn``, ``Exists``, ``DoesNotExist``, ``Gt``,
+   ``Lt`` on labels (``Requirement.matches_labels``), ``matchFields`` on ``metadata.name`` only
+   (``Requirement.matches_name``); a malformed requirement never matches.
+4. ``tolerates_all``: every ``NoSchedule``/``NoExecute`` taint tolerated (``PreferNoSchedule`` is
+   only a preference), with Kubernetes' ``ToleratesTaint`` (``Toleration.tolerates``).
+
+Resources and host ports are not filters here: they depend on what else is on the node, which is
+the packing's business (``placement``). ``PodDemand`` carries both: a pod's requests (plus one
+``pods`` slot) and host ports, and the constraints above as a hashable ``signature``, so pods with
+equal constraints share one eligibility answer. ``exclusion_reason`` says which filter left no node,
+for the waiting job's condition.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Final
+
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
+from torchgate.pytorchjob.spec import JobSpec, pinned_hosts, pod_requests, pod_spec_of
+
+ZERO: Final = Decimal(0)
+PODS: Final = "pods"
+BLOCKING_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
+_INTEGER = re.compile(r"^[+-]?[0-9]+$")
+
+Resources = Mapping[str, Decimal]
+
+
+# ------------------------------------------------------------------ constraint model
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    """A node taint."""
+
+    key: str
+    value: str
+    effect: str
+
+    def __str__(self) -> str:
+        value = f"={self.value}" if self.value else ""
+        return f"{self.key}{value}:{self.effect}"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """A pod toleration (``operator`` empty means ``Equal``)."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Kubernetes' ``Toleration.ToleratesTaint``: empty key with ``Exists`` matches all."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        if self.operator in ("", "Equal"):
+            return self.value == taint.value
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One ``NodeSelectorRequirement`` (of ``matchExpressions`` or ``matchFields``)."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def matches_labels(self, labels: Mapping[str, str]) -> bool:
+        """Whether node labels satisfy this requirement; a malformed one never matches."""
+        operator, values, present = self.operator, self.values, self.key in labels
+        if operator == "In":
+            return bool(values) and present and labels[self.key] in values
+        if operator == "NotIn":
+            return bool(values) and (not present or labels[self.key] not in values)
+        if operator == "Exists":
+            return not values and present
+        if operator == "DoesNotExist":
+            return not values and not present
+        if operator in ("Gt", "Lt"):
+            if len(values) != 1 or not present:
+                return False
+            label, bound = labels[self.key], values[0]
+            if not _INTEGER.match(label) or not _INTEGER.match(bound):
+                return False
+            return int(label) > int(bound) if operator == "Gt" else int(label) < int(bound)
+        return False
+
+    def matches_name(self, node_name: str) -> bool:
+        """Whether a ``matchFields`` requirement holds; only ``metadata.name`` is a node field."""
+        if self.key != "metadata.name" or not self.values:
+            return False
+        if self.operator == "In":
+            return node_name in self.values
+        if self.operator == "NotIn":
+            return node_name not in self.values
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorTerm:
+    """One ``nodeSelectorTerm``: its requirements are AND-ed; an empty term matches nothing."""
+
+    expressions: tuple[Requirement, ...] = ()
+    fields: tuple[Requirement, ...] = ()
+
+    def matches(self, node: NodeView) -> bool:
+        """Whether ``node`` satisfies every requirement of the term."""
+        if not self.expressions and not self.fields:
+            return False
+        return all(r.matches_labels(node.labels) for r in self.expressions) and all(
+            r.matches_name(node.name) for r in self.fields
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """What placement needs to know about one Node."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    allocatable: Resources = field(default_factory=dict)
+    schedulable: bool = True
+
+
+Signature = tuple[
+    tuple[tuple[str, str], ...],
+    tuple[SelectorTerm, ...] | None,
+    tuple[Toleration, ...],
+    tuple[str, ...],
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PodDemand:
+    """What one pod of a gang asks for and where it may go."""
+
+    pod_name: str
+    requests: Resources
+    node_selector: tuple[tuple[str, str], ...] = ()
+    affinity_terms: tuple[SelectorTerm, ...] | None = None  # None: no required node affinity
+    tolerations: tuple[Toleration, ...] = ()
+    pinned_hosts: tuple[str, ...] = ()
+    host_ports: frozenset[tuple[str, int]] = frozenset()  # (protocol, port) it binds on the node
+
+    @property
+    def signature(self) -> Signature:
+        """The constraints that decide node eligibility (pods with equal ones share the answer)."""
+        return (self.node_selector, self.affinity_terms, self.tolerations, self.pinned_hosts)
+
+
+# ------------------------------------------------------------------ parsing raw objects
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _str(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def parse_resources(values: object) -> dict[str, Decimal]:
+    """A resource map from raw quantities; unparseable entries are skipped."""
+    out: dict[str, Decimal] = {}
+    for name, quantity in _mapping(values).items():
+        try:
+            out[str(name)] = parse_quantity(quantity)
+        except QuantityError:
+            continue
+    return out
+
+
+def node_view(raw: object) -> NodeView | None:
+    """A ``NodeView`` from a raw Node, or ``None`` when it has no name."""
+    node = _mapping(raw)
+    metadata = _mapping(node.get("metadata"))
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    spec = _mapping(node.get("spec"))
+    status = _mapping(node.get("status"))
+    labels = {k: v for k, v in _mapping(metadata.get("labels")).items() if isinstance(v, str)}
+    taints = tuple(
+        Taint(_str(t.get("key")), _str(t.get("value")), _str(t.get("effect")))
+        for t in _list(spec.get("taints"))
+        if isinstance(t, Mapping)
+    )
+    ready = any(
+        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
+        for c in _list(status.get("conditions"))
+    )
+    return NodeView(
+        name=name,
+        labels=labels,
+        taints=taints,
+        allocatable=parse_resources(status.get("allocatable")),
+        schedulable=ready and spec.get("unschedulable") is not True,
+    )
+
+
+def _requirements(raw: object) -> tuple[Requirement, ...]:
+    requirements: list[Requirement] = []
+    for item in _list(raw):
+        if not isinstance(item, Mapping) or not isinstance(item.get("key"), str):
+            requirements.append(Requirement("", "<malformed>"))
+            continue
+        values = tuple(v for v in _list(item.get("values")) if isinstance(v, str))
+        requirements.append(Requirement(item["key"], _str(item.get("operator")), values))
+    return tuple(requirements)
+
+
+def required_affinity_terms(pod_spec: Mapping[str, Any]) -> tuple[SelectorTerm, ...] | None:
+    """The required node-affinity terms of a pod spec, ``None`` when there is no requirement."""
+    node_affinity = _mapping(_mapping(pod_spec.get("affinity")).get("nodeAffinity"))
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not isinstance(required, Mapping):
+        return None
+    return tuple(
+        SelectorTerm(
+            _requirements(_mapping(term).get("matchExpressions")),
+            _requirements(_mapping(term).get("matchFields")),
+        )
+        for term in _list(required.get("nodeSelectorTerms"))
+    )
+
+
+def tolerations_of(pod_spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
+    """The well-formed tolerations of a pod spec."""
+    return tuple(
+        Toleration(
+            _str(t.get("key")),
+            _str(t.get("operator")) or "Equal",
+            _str(t.get("value")),
+            _str(t.get("effect")),
+        )
+        for t in _list(pod_spec.get("tolerations"))
+        if isinstance(t, Mapping)
+    )
+
+
+def host_ports_of(pod_spec: Mapping[str, Any]) -> frozenset[tuple[str, int]]:
+    """The ``(protocol, port)`` pairs a pod binds on its node.
+
+    With ``hostNetwork`` every ``containerPort`` is a host port, so two replicas of one job (all
+    on port 23456) cannot share a node; kube-scheduler's NodePorts filter would refuse the second.
+    """
+    host_network = pod_spec.get("hostNetwork") is True
+    ports: set[tuple[str, int]] = set()
+    for key in ("initContainers", "containers"):
+        for container in _list(pod_spec.get(key)):
+            for raw_port in _list(_mapping(container).get("ports")):
+                port = _mapping(raw_port)
+                number = port.get("hostPort")
+                if not number and host_network:
+                    number = port.get("containerPort")
+                if isinstance(number, int) and not isinstance(number, bool) and number > 0:
+                    ports.add((_str(port.get("protocol")) or "TCP", number))
+    return frozenset(ports)
+
+
+def demand_requests(pod_spec: Mapping[str, Any]) -> dict[str, Decimal]:
+    """What a pod takes from a node: its effective requests (zeros dropped) plus one pod slot."""
+    requests = {name: amount for name, amount in pod_requests(pod_spec).items() if amount > 0}
+    requests[PODS] = requests.get(PODS, ZERO) + 1
+    return requests
+
+
+def pod_demand(pod_name: str, template: object, *, hosts: Sequence[str] = ()) -> PodDemand:
+    """The ``PodDemand`` of a pod built from ``template`` (``hosts``: the job's pinned hosts)."""
+    pod_spec = pod_spec_of(template)
+    selector = _mapping(pod_spec.get("nodeSelector"))
+    return PodDemand(
+        pod_name=pod_name,
+        requests=demand_requests(pod_spec),
+        node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),
+        affinity_terms=required_affinity_terms(pod_spec),
+        tolerations=tolerations_of(pod_spec),
+        pinned_hosts=tuple(hosts),
+        host_ports=host_ports_of(pod_spec),
+    )
+
+
+def job_demands(job: JobSpec) -> tuple[PodDemand, ...]:
+    """Demands of every pod of a job, in gang order: Master, then Workers by index."""
+    hosts = pinned_hosts(job.annotations)
+    return tuple(
+        pod_demand(
+            names.replica_name(job.name, spec.replica_type, index), spec.template, hosts=hosts
+        )
+        for spec in job.replica_specs
+        for index in range(spec.replicas)
+    )
+
+
+# ------------------------------------------------------------------ eligibility
+
+
+def tolerates_all(tolerations: Sequence[Toleration], taints: Iterable[Taint]) -> bool:
+    """Whether every ``NoSchedule``/``NoExecute`` taint is tolerated."""
+    return all(
+        taint.effect not in BLOCKING_EFFECTS or any(t.tolerates(taint) for t in tolerations)
+        for taint in taints
+    )
+
+
+def admits(signature: Signature, node: NodeView) -> bool:
+    """Whether a pod with these constraints may run on ``node`` (resources aside)."""
+    selector, terms, tolerations, hosts = signature
+    if not node.schedulable or (hosts and node.name not in hosts):
+        return False
+    labels = node.labels
+    if any(labels.get(key) != value for key, value in selector):
+        return False
+    if terms is not None and not any(term.matches(node) for term in terms):
+        return False
+    return tolerates_all(tolerations, node.taints)
+
+
+def eligible_nodes(signature: Signature, nodes: Iterable[NodeView]) -> tuple[str, ...]:
+    """Names of the nodes that admit ``signature``, sorted."""
+    return tuple(sorted(node.name for node in nodes if admits(signature, node)))
+
+
+# ------------------------------------------------------------------ messages
+
+
+def pool_of(demand: PodDemand) -> str:
+    """Where the pod may go, for messages: ``on hosts a,b``, ``in pool k=v``, ``in the cluster``."""
+    if demand.pinned_hosts:
+        return "on hosts " + ",".join(demand.pinned_hosts)
+    if demand.node_selector:
+        return "in pool " + ",".join(f"{k}={v}" for k, v in demand.node_selector)
+    return "in the cluster"
+
+
+def exclusion_reason(demand: PodDemand, nodes: Sequence[NodeView]) -> str:
+    """Which constraint leaves no node for ``demand`` (the first one that empties the list)."""
+    if not nodes:
+        return "the cluster has no nodes"
+    remaining = [node for node in nodes if node.schedulable]
+    if not remaining:
+        return f"all {len(nodes)} nodes are cordoned or not Ready"
+    if demand.pinned_hosts:
+        remaining = [node for node in remaining if node.name in demand.pinned_hosts]
+        if not remaining:
+            return "none of the pinned hosts is a schedulable node"
+    if demand.node_selector:
+        remaining = [
+            node
+            for node in remaining
+            if all(node.labels.get(k) == v for k, v in demand.node_selector)
+        ]
+        if not remaining:
+            labels = ",".join(f"{k}={v}" for k, v in demand.node_selector)
+            return f"no schedulable node has the labels {labels}"
+    terms = demand.affinity_terms
+    if terms is not None:
+        remaining = [node for node in remaining if any(t.matches(node) for t in terms)]
+        if not remaining:
+            return "no schedulable node matches the required node affinity"
+    untolerated: list[str] = []
+    for node in remaining:
+        for taint in node.taints:
+            tolerated = any(t.tolerates(taint) for t in demand.tolerations)
+            if taint.effect in BLOCKING_EFFECTS and not tolerated and str(taint) not in untolerated:
+                untolerated.append(str(taint))
+    shown = ", ".join(untolerated[:3]) + (", ..." if len(untolerated) > 3 else "")
+    return f"every matching node has a taint the pod does not tolerate ({shown})"
