@@ -1,0 +1,261 @@
+"""Team quotas with borrowing and reclaim, decided per whole gang.
+
+Why quotas, and why whole gangs: a shared pool is run by its admins for several teams, each
+promised a share (its *nominal* quota). A share left idle is wasted, so other teams may *borrow*
+it, up to a limit the admin sets; when the owner needs it back, the borrowed gangs are preempted,
+whole gangs only (a gang missing one rank holds its GPUs and computes nothing). Teams lend and
+borrow within a *cohort* (``TeamQuota.spec.cohort``); a team's jobs are the jobs of its namespaces.
+Quota is accounting, not placement: a gang within quota may still wait for free nodes
+(``Capacity``) or a topology domain (``Topology``); those reasons come from ``topology``.
+
+Rules (each one function; amounts are milli-units per quota key, ``pool.GPUS`` for GPUs):
+
+1. ``usage_by_team``: a team uses the sum of its admitted gangs' quota usage (running, or reserved
+   for pods being created; a gang of a namespace no team owns uses no quota).
+2. ``check_quota``: a gang of a team fits its *nominal* quota when the team's usage plus the gang
+   stays within nominal for every resource the team has a quota for; beyond nominal, it may borrow
+   while usage plus the gang stays within nominal plus ``borrowingLimit`` (no limit: any amount);
+   and in every case the cohort's usage plus the gang stays within the sum of the cohort's nominal
+   quotas (one can only borrow what someone else leaves idle). Verdicts: ``Fits`` (within
+   nominal), ``Borrows``, ``Reclaims`` (within nominal, but the cohort's idle quota is lent out:
+   take it back), or ``QuotaWait`` with a message saying which limit it hits.
+3. ``reclaim_candidates``: only gangs of *other* teams of the cohort that are borrowing (usage over
+   nominal in a resource the claimant needs) can be reclaimed, lowest priority first, then the most
+   recently admitted (the least work lost); admin protection (``minimumRunSeconds``,
+   ``neverPreemptPriority``) applies to reclaim too.
+4. ``reclaim``: take candidates one whole gang at a time, skipping any whose team is no longer
+   borrowing, until the claimant's gang fits; then put back every victim the gang fits without
+   (newest decision first), so no more is preempted than needed. ``None`` when even all
+   candidates are not enough.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from torchgate.pytorchjob.pool import GPUS, TeamQuota, format_milli
+
+Units = Mapping[str, int]
+JobKey = tuple[str, str]
+UNITS: Final = {GPUS: "GPUs"}
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A gang that holds capacity (running or reserved) and counts against its team's quota.
+
+    Attributes:
+        key: ``(namespace, name)`` of the job.
+        team: Its team's name, ``None`` when no team owns the namespace.
+        priority: Its PriorityClass value.
+        usage: Quota usage of the whole gang (``pool.GPUS`` and other quota keys, milli-units).
+        admitted_at: When it was admitted (seconds on the clock the caller uses for ``now``).
+        nodes: Pod name -> node (for preemption: what removing it frees).
+        requests: Pod name -> what the pod takes from its node (milli-units).
+    """
+
+    key: JobKey
+    team: str | None
+    priority: int
+    usage: Units
+    admitted_at: float = 0.0
+    nodes: Mapping[str, str] | None = None
+    requests: Mapping[str, Units] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Fits:
+    """Within the team's nominal quota and the cohort's."""
+
+
+@dataclass(frozen=True, slots=True)
+class Borrows:
+    """Over nominal by ``amount`` (per resource), within the borrowing limit and idle quota."""
+
+    amount: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaims:
+    """Within nominal, but the cohort's idle quota is lent out: borrowed gangs must go."""
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaWait:
+    """The gang waits for quota."""
+
+    message: str
+
+
+Verdict = Fits | Borrows | Reclaims | QuotaWait
+
+
+def _add(total: dict[str, int], usage: Units, sign: int = 1) -> None:
+    for name, amount in usage.items():
+        total[name] = total.get(name, 0) + sign * amount
+
+
+def _amount(resource: str, value: int) -> str:
+    return f"{format_milli(value)} {UNITS.get(resource, resource)}"
+
+
+# ------------------------------------------------------------------ rule 1
+
+
+def usage_by_team(admitted: Iterable[Admitted]) -> dict[str, dict[str, int]]:
+    """Team name -> summed usage of its admitted gangs (rule 1)."""
+    usage: dict[str, dict[str, int]] = {}
+    for gang in admitted:
+        if gang.team is not None:
+            _add(usage.setdefault(gang.team, {}), gang.usage)
+    return usage
+
+
+def cohort_of(teams: Mapping[str, TeamQuota], team: TeamQuota) -> list[TeamQuota]:
+    """Every team of ``team``'s cohort, itself included, by name."""
+    return sorted((t for t in teams.values() if t.cohort == team.cohort), key=lambda t: t.name)
+
+
+# ------------------------------------------------------------------ rule 2
+
+
+def check_quota(
+    team: TeamQuota | None,
+    gang_usage: Units,
+    usage: Mapping[str, Units],
+    teams: Mapping[str, TeamQuota],
+) -> Verdict:
+    """Whether a gang of ``team`` may be admitted now as far as quota goes (rule 2)."""
+    if team is None:
+        return Fits()
+    used = usage.get(team.name, {})
+    cohort = cohort_of(teams, team)
+    borrowed: dict[str, int] = {}
+    lent_out = False
+    for resource, limit in team.limits.items():
+        want = gang_usage.get(resource, 0)
+        if want <= 0:
+            continue
+        after = used.get(resource, 0) + want
+        ceiling = None if limit.borrowing is None else limit.nominal + limit.borrowing
+        if ceiling is not None and after > ceiling:
+            return QuotaWait(
+                f"team {team.name} uses {_amount(resource, used.get(resource, 0))} of "
+                f"{_amount(resource, limit.nominal)} nominal (borrowing limit "
+                f"{_amount(resource, limit.borrowing or 0)}); the job needs "
+                f"{_amount(resource, want)}"
+            )
+        pool_nominal = sum(t.limits[resource].nominal for t in cohort if resource in t.limits)
+        pool_used = sum(usage.get(t.name, {}).get(resource, 0) for t in cohort)
+        if after > limit.nominal:
+            borrowed[resource] = after - limit.nominal
+        if pool_used + want > pool_nominal:
+            if after > limit.nominal:
+                idle = max(0, pool_nominal - pool_used)
+                return QuotaWait(
+                    f"team {team.name} would borrow {_amount(resource, after - limit.nominal)} "
+                    f"over its nominal {_amount(resource, limit.nominal)}; cohort "
+                    f"{team.cohort} has {_amount(resource, idle)} idle"
+                )
+            lent_out = True
+    if lent_out:
+        return Reclaims()
+    return Borrows(borrowed) if borrowed else Fits()
+
+
+# ------------------------------------------------------------------ rule 3
+
+
+def borrowing(team: TeamQuota, used: Units, resources: Iterable[str]) -> bool:
+    """Whether ``team`` uses more than its nominal quota of any of ``resources``."""
+    return any(
+        resource in team.limits and used.get(resource, 0) > team.limits[resource].nominal
+        for resource in resources
+    )
+
+
+def borrowing_teams(
+    teams: Mapping[str, TeamQuota],
+    usage: Mapping[str, Units],
+    resources: Iterable[str] | None = None,
+) -> frozenset[str]:
+    """Names of the teams over nominal in any of ``resources`` (``None``: any resource)."""
+    return frozenset(
+        name
+        for name, team in teams.items()
+        if borrowing(team, usage.get(name, {}), team.limits if resources is None else resources)
+    )
+
+
+def reclaim_candidates(
+    team: TeamQuota,
+    gang_usage: Units,
+    admitted: Iterable[Admitted],
+    usage: Mapping[str, Units],
+    teams: Mapping[str, TeamQuota],
+    *,
+    protected: Callable[[Admitted], bool],
+) -> list[Admitted]:
+    """Borrowed gangs ``team`` may take its quota back from, cheapest first (rule 3)."""
+    needed = [r for r, amount in gang_usage.items() if amount > 0 and r in team.limits]
+    lenders = {
+        name: t for name, t in teams.items() if t.cohort == team.cohort and name != team.name
+    }
+    borrowers = borrowing_teams(lenders, usage, needed)
+    out = [
+        gang
+        for gang in admitted
+        if gang.team in borrowers
+        and any(gang.usage.get(r, 0) > 0 for r in needed)
+        and not protected(gang)
+    ]
+    return sorted(out, key=lambda g: (g.priority, -g.admitted_at, g.key))
+
+
+# ------------------------------------------------------------------ rule 4
+
+
+def reclaim(
+    team: TeamQuota,
+    gang_usage: Units,
+    candidates: Sequence[Admitted],
+    usage: Mapping[str, Units],
+    teams: Mapping[str, TeamQuota],
+) -> list[Admitted] | None:
+    """The fewest whole borrowed gangs to preempt so that the claimant's gang fits (rule 4)."""
+    needed = [r for r, amount in gang_usage.items() if amount > 0 and r in team.limits]
+    working = {name: dict(values) for name, values in usage.items()}
+
+    def fits() -> bool:
+        return isinstance(check_quota(team, gang_usage, working, teams), Fits | Borrows)
+
+    victims: list[Admitted] = []
+    for gang in candidates:
+        if fits():
+            break
+        owner = gang.team
+        if owner is None or not borrowing(teams[owner], working.get(owner, {}), needed):
+            continue
+        victims.append(gang)
+        _add(working.setdefault(owner, {}), gang.usage, -1)
+    if not fits():
+        return None
+    for gang in reversed(list(victims)):
+        owner = gang.team or ""
+        _add(working.setdefault(owner, {}), gang.usage)
+        if fits():
+            victims.remove(gang)
+        else:
+            _add(working[owner], gang.usage, -1)
+    return victims
+
+
+def without(usage: Mapping[str, Units], gangs: Iterable[Admitted]) -> dict[str, dict[str, int]]:
+    """``usage`` after ``gangs`` are gone (a copy)."""
+    out = {name: dict(values) for name, values in usage.items()}
+    for gang in gangs:
+        if gang.team is not None:
+            _add(out.setdefault(gang.team, {}), gang.usage, -1)
+    return out
