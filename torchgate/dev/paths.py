@@ -2,9 +2,10 @@
 
 Two kinds of place, both declared here and nowhere else:
 
-- What ``up`` installs from the product: the CRDs, the sample PlacementPolicy and the seed
-  manifests the real node's images are built from (:data:`CRD_DIR`, :data:`SAMPLE_POLICY`,
-  and :data:`SEEDS_DIR`, declared with the image specs beside the checkout).
+- What ``up`` installs from the product: the CRDs and the sample PlacementPolicy (:data:`CRD_DIR`,
+  :data:`SAMPLE_POLICY`, package data found through :mod:`torchgate.resources`, so also in an
+  installed wheel), and the seed manifests the real node's images are built from
+  (:data:`SEEDS_DIR`, declared with the image specs beside the checkout).
 - What one dev cluster writes inside DIR (:class:`DevLayout`); DIR defaults to ``.dev`` at the top
   of the git checkout (:func:`default_dir`).
 
@@ -17,13 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from torchgate import resources
 from torchgate.controlplane.layout import Layout
 from torchgate.node.imagespecs import SEEDS_DIR as SEEDS_DIR
 
 PACKAGE_ROOT: Final = Path(__file__).resolve().parents[2]
 """The folder that holds the ``torchgate`` package (the checkout's top in a source tree)."""
-CRD_DIR: Final = PACKAGE_ROOT / "manifests" / "crds"
-SAMPLE_POLICY: Final = PACKAGE_ROOT / "manifests" / "samples" / "dev-placementpolicy.yaml"
+CRD_DIR: Final = resources.CRD_DIR
+SAMPLE_POLICY: Final = resources.SAMPLE_POLICY
 
 STATE_FILE: Final = "dev.json"
 DEFAULT_DIR_NAME: Final = ".dev"

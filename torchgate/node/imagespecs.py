@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from torchgate import resources
 from torchgate.node import oci
 
 PAUSE_REFERENCE: Final = "registry.torchgate.local/pause:3.10"
 DEMO_REFERENCE: Final = "docker.io/library/pytorch-demo:latest"
 MNIST_REFERENCE: Final = "docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727"
-PAUSE_SOURCE: Final = Path(__file__).resolve().parents[2] / "tools" / "node" / "pause"
+PAUSE_SOURCE: Final = resources.PAUSE_SOURCE
 SEEDS_DIR: Final = Path(__file__).resolve().parents[3] / "shared" / "seeds" / "manifests"
 
 TORCH_WHEELS: Final = (
