@@ -258,6 +258,7 @@ def issue_serving_cert(
     ips: Iterable[IPAddress | str],
     now: datetime,
     valid_for: timedelta,
+    common_name: str = SERVING_COMMON_NAME,
 ) -> KeyPair:
     """Issue a TLS server certificate for the given names, signed by ``ca``.
 
@@ -268,6 +269,7 @@ def issue_serving_cert(
             reached by IP needs the IP as a SAN).
         now: the current time (timezone-aware).
         valid_for: wanted lifetime; the certificate never outlives the CA.
+        common_name: subject CN (clients verify the SANs, never this).
 
     Returns:
         The certificate (EKU serverAuth; key usage digitalSignature and keyEncipherment) and its
@@ -281,8 +283,70 @@ def issue_serving_cert(
     addresses = _normalised_ips(ips)
     if not dns and not addresses:
         raise CertificateError("a serving certificate needs at least one DNS name or IP address")
+    names: list[x509.GeneralName] = [x509.DNSName(name) for name in dns]
+    names += [x509.IPAddress(address) for address in addresses]
+    return _issue_leaf(
+        ca,
+        subject=x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]),
+        usage=ExtendedKeyUsageOID.SERVER_AUTH,
+        alternative_names=names,
+        now=now,
+        valid_for=valid_for,
+    )
+
+
+def issue_client_cert(
+    ca: KeyPair,
+    *,
+    common_name: str,
+    organizations: Iterable[str] = (),
+    now: datetime,
+    valid_for: timedelta,
+) -> KeyPair:
+    """Issue a TLS client certificate signed by ``ca``.
+
+    Kubernetes reads the user name from the CN and the groups from the O attributes (the
+    apiserver's client certificate for kubelets, for example, is in ``system:masters``).
+
+    Returns:
+        The certificate (EKU clientAuth; key usage digitalSignature and keyEncipherment) and its
+        ECDSA P-256 key.
+
+    Raises:
+        CertificateError: when the common name is unusable, the CA material is unusable or the
+            CA has expired.
+    """
+    if not 1 <= len(common_name) <= _COMMON_NAME_MAX_LENGTH:
+        raise CertificateError(f"a common name must have 1 to 64 characters: {common_name!r}")
+    subject = x509.Name(
+        [
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+            *(x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations),
+        ]
+    )
+    return _issue_leaf(
+        ca,
+        subject=subject,
+        usage=ExtendedKeyUsageOID.CLIENT_AUTH,
+        alternative_names=[],
+        now=now,
+        valid_for=valid_for,
+    )
+
+
+def _issue_leaf(
+    ca: KeyPair,
+    *,
+    subject: x509.Name,
+    usage: x509.ObjectIdentifier,
+    alternative_names: Sequence[x509.GeneralName],
+    now: datetime,
+    valid_for: timedelta,
+) -> KeyPair:
+    """A non-CA certificate for one extended key usage, signed by ``ca``, capped at its expiry."""
+    _require_aware(now)
     if valid_for <= timedelta(0):
-        raise CertificateError("a serving certificate must be valid for a positive duration")
+        raise CertificateError("a certificate must be valid for a positive duration")
     ca_certificate = _first_certificate(ca.cert_pem, what="the CA certificate")
     ca_key = _load_key(ca.key_pem, what="the CA key")
     if not _is_ca(ca_certificate) or not _key_matches(ca_certificate, ca_key):
@@ -292,11 +356,9 @@ def issue_serving_cert(
     if not_after <= now:
         raise CertificateError("the CA has expired")
     key = ec.generate_private_key(ec.SECP256R1())
-    names: list[x509.GeneralName] = [x509.DNSName(name) for name in dns]
-    names += [x509.IPAddress(address) for address in addresses]
-    certificate = (
+    builder = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, SERVING_COMMON_NAME)]))
+        .subject_name(subject)
         .issuer_name(ca_certificate.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
@@ -317,9 +379,16 @@ def issue_serving_cert(
             ),
             critical=True,
         )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    )
+    if alternative_names:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName(list(alternative_names)), critical=False
+        )
+    certificate = (
+        builder.add_extension(
+            x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
+        )
         .add_extension(_authority_key_identifier(ca_certificate), critical=False)
         .sign(ca_key, hashes.SHA256())
     )

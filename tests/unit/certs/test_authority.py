@@ -10,7 +10,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from torchgate.certs.authority import (
     CertificateError,
@@ -18,6 +18,7 @@ from torchgate.certs.authority import (
     Material,
     RotationPolicy,
     ca_bundle,
+    issue_client_cert,
     issue_serving_cert,
     make_ca,
     needs_renewal,
@@ -194,6 +195,81 @@ class TestServingCertificate:
         mixed = KeyPair(cert_pem=ca.cert_pem, key_pem=other.key_pem)
         with pytest.raises(CertificateError):
             issue_serving_cert(mixed, dns_names=["a"], ips=[], now=T0, valid_for=DAY)
+
+    def test_common_name_is_the_default_or_the_requested_one(self, ca: KeyPair) -> None:
+        named = issue_serving_cert(
+            ca, dns_names=["a"], ips=[], now=T0, valid_for=DAY, common_name="kube-apiserver"
+        )
+        default = issue_serving_cert(ca, dns_names=["a"], ips=[], now=T0, valid_for=DAY)
+        assert common_names(named) == ["kube-apiserver"]
+        assert common_names(default) == ["torchgate-webhook"]
+
+
+def common_names(pair: KeyPair) -> list[object]:
+    attributes = certificate(pair.cert_pem).subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    return [attribute.value for attribute in attributes]
+
+
+@pytest.fixture(scope="module")
+def client(ca: KeyPair) -> KeyPair:
+    return issue_client_cert(
+        ca,
+        common_name="kube-apiserver-kubelet-client",
+        organizations=("system:masters",),
+        now=T0,
+        valid_for=YEAR,
+    )
+
+
+class TestClientCertificate:
+    def test_names_the_user_in_the_cn_and_the_groups_in_o(self, client: KeyPair) -> None:
+        subject = certificate(client.cert_pem).subject
+        assert common_names(client) == ["kube-apiserver-kubelet-client"]
+        organizations = subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
+        assert [o.value for o in organizations] == ["system:masters"]
+
+    def test_is_for_client_authentication_only_without_alternative_names(
+        self, client: KeyPair
+    ) -> None:
+        cert = certificate(client.cert_pem)
+        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+        assert list(usages) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+        assert not cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+        with pytest.raises(x509.ExtensionNotFound):
+            cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+
+    def test_chain_verifies_against_the_ca_and_never_outlives_it(
+        self, ca: KeyPair, client: KeyPair
+    ) -> None:
+        certificate(client.cert_pem).verify_directly_issued_by(certificate(ca.cert_pem))
+        short_ca = make_ca("short", now=T0, valid_for=90 * DAY)
+        leaf = issue_client_cert(short_ca, common_name="u", now=T0, valid_for=YEAR)
+        assert certificate(leaf.cert_pem).not_valid_after_utc == T0 + 90 * DAY
+        key = private_key(client.key_pem)
+        assert public_key_der(key.public_key()) == public_key_der(
+            certificate(client.cert_pem).public_key()
+        )
+
+    @pytest.mark.parametrize(
+        ("common_name", "now", "valid_for"),
+        [
+            ("", T0, YEAR),
+            ("x" * 65, T0, YEAR),
+            ("u", T0, -DAY),
+            ("u", T0 + 11 * YEAR, DAY),
+            ("u", datetime(2026, 1, 1), DAY),
+        ],
+        ids=["empty-name", "long-name", "negative-lifetime", "expired-ca", "naive-clock"],
+    )
+    def test_refuses_unusable_input(
+        self, ca: KeyPair, common_name: str, now: datetime, valid_for: timedelta
+    ) -> None:
+        with pytest.raises(CertificateError):
+            issue_client_cert(ca, common_name=common_name, now=now, valid_for=valid_for)
+
+    def test_cannot_be_issued_by_a_non_ca(self, client: KeyPair) -> None:
+        with pytest.raises(CertificateError):
+            issue_client_cert(client, common_name="u", now=T0, valid_for=DAY)
 
 
 @pytest.mark.parametrize(
