@@ -37,6 +37,31 @@ BACKEND_FLAGS: Final = frozenset({"--backend", "--dist-backend", "--dist_backend
 # Flag spelling -> the environment variable the controller injects instead.
 STRAY_FLAGS: Final = contract.STRAY_FLAGS
 
+# Framework flags that can ask for GPUs (Lightning's Trainer flags, common script conventions).
+# Which values ask for GPUs is decided by ``gpu_requests``.
+GPU_COUNT_FLAGS: Final = frozenset(
+    {
+        "--gpus",
+        "--gpus-per-node",
+        "--gpus_per_node",
+        "--num-gpus",
+        "--num_gpus",
+        "--ngpus",
+        "--n-gpus",
+        "--n_gpus",
+        "--n_gpu",
+    }
+)
+GPU_SWITCHES: Final = frozenset({"--cuda", "--use-cuda", "--use_cuda", "--use-gpu", "--use_gpu"})
+ACCELERATOR_FLAGS: Final = frozenset({"--accelerator"})
+DEVICES_FLAGS: Final = frozenset({"--devices"})
+DEVICE_FLAGS: Final = frozenset({"--device"})
+_GPU_FLAGS: Final = (
+    GPU_COUNT_FLAGS | GPU_SWITCHES | ACCELERATOR_FLAGS | DEVICES_FLAGS | DEVICE_FLAGS
+)
+_GPU_ACCELERATORS: Final = frozenset({"gpu", "cuda"})
+_FALSE_VALUES: Final = frozenset({"false", "0", "no", "off"})
+
 NNODES_FLAGS: Final = frozenset({"--nnodes"})
 NPROC_FLAGS: Final = frozenset({"--nproc-per-node", "--nproc_per_node"})
 
@@ -63,7 +88,8 @@ _LAUNCHER_SWITCHES: Final = frozenset(
 # A cheap filter for script lines worth tokenising (a superset of what the scan looks for).
 _INTERESTING = re.compile(
     r"--(?:backend|dist[-_]backend|world[-_]size|rank|master[-_]addr|master[-_]port|"
-    r"node[-_]rank|rdzv[-_]endpoint|nnodes|nproc[-_]per[-_]node)"
+    r"node[-_]rank|rdzv[-_]endpoint|nnodes|nproc[-_]per[-_]node|"
+    r"n_?gpus?|gpus|num[-_]gpus|n-gpus|devices?|accelerator|cuda|use[-_](?:cuda|gpu))"
     r"|torchrun|torch\.distributed\.(?:run|launch)"
 )
 _INTERESTING_PREFIXES: Final = ("--", "torchrun", "torch.distributed.")
@@ -114,6 +140,8 @@ class CommandLine:
     nnodes: tuple[FlagUse, ...] = ()
     nproc_per_node: tuple[FlagUse, ...] = ()
     uses_launcher: bool = False
+    # Framework flags that may ask for GPUs (``--gpus``, ``--accelerator``, ``--device``...).
+    gpu_flags: tuple[FlagUse, ...] = ()
 
 
 _NOTHING_FOUND: Final = CommandLine()
@@ -137,6 +165,7 @@ def scan_command_line(command: Sequence[str], args: Sequence[str]) -> CommandLin
     stray: list[FlagUse] = []
     nnodes: list[FlagUse] = []
     nproc: list[FlagUse] = []
+    gpu_flags: list[FlagUse] = []
     uses_launcher = False
     for index, (text, _, _, ends_command) in enumerate(tokens):
         if text.startswith("--"):
@@ -145,6 +174,8 @@ def scan_command_line(command: Sequence[str], args: Sequence[str]) -> CommandLin
                 backends.append(_flag_use(tokens, index, name, value if equals else None))
             elif name in STRAY_FLAGS:
                 stray.append(_flag_use(tokens, index, name, value if equals else None))
+            elif name in _GPU_FLAGS:
+                gpu_flags.append(_flag_use(tokens, index, name, value if equals else None))
         elif "torch" in text and not ends_command and is_launcher_start(tokens, index):
             uses_launcher = True
             for position in _launcher_option_indexes(tokens, index + 1):
@@ -153,7 +184,59 @@ def scan_command_line(command: Sequence[str], args: Sequence[str]) -> CommandLin
                     nnodes.append(_flag_use(tokens, position, name, value if equals else None))
                 elif name in NPROC_FLAGS:
                     nproc.append(_flag_use(tokens, position, name, value if equals else None))
-    return CommandLine(tuple(backends), tuple(stray), tuple(nnodes), tuple(nproc), uses_launcher)
+    return CommandLine(
+        tuple(backends),
+        tuple(stray),
+        tuple(nnodes),
+        tuple(nproc),
+        uses_launcher,
+        tuple(gpu_flags),
+    )
+
+
+def gpu_requests(line: CommandLine) -> tuple[FlagUse, ...]:
+    """The flags of ``line`` that ask the framework for GPUs.
+
+    ``--gpus N`` (and the ``--num-gpus`` family) with N > 0, -1 (all) or a device list;
+    ``--accelerator gpu`` (or ``cuda``); ``--devices N`` only beside such an accelerator (with
+    ``--accelerator cpu`` it counts processes); ``--device cuda[:i]``; a ``--cuda`` /
+    ``--use-gpu`` switch not followed by a false value. A value the shell or Kubernetes expands
+    is not judged.
+    """
+    uses = [use for use in line.gpu_flags if not expanded_at_runtime(use)]
+    accelerators = [(u.value or "").lower() for u in uses if u.flag in ACCELERATOR_FLAGS]
+    on_gpu = any(value in _GPU_ACCELERATORS for value in accelerators)
+    asking: list[FlagUse] = []
+    for use in uses:
+        value = (use.value or "").strip().lower()
+        if use.flag in GPU_COUNT_FLAGS:
+            wanted = _asks_for_devices(value)
+        elif use.flag in GPU_SWITCHES:
+            wanted = use.value is None or value not in _FALSE_VALUES
+        elif use.flag in ACCELERATOR_FLAGS:
+            wanted = value in _GPU_ACCELERATORS
+        elif use.flag in DEVICES_FLAGS:
+            wanted = on_gpu and _asks_for_devices(value)
+        else:
+            wanted = value == "gpu" or value.startswith("cuda")
+        if wanted:
+            asking.append(use)
+    return tuple(asking)
+
+
+def _asks_for_devices(value: str) -> bool:
+    """Whether a device-count value asks for at least one device (N > 0, -1, auto, a list)."""
+    if value in ("-1", "auto"):
+        return True
+    if value.isascii() and value.isdigit():
+        return int(value) > 0
+    return "," in value or value.startswith("[")
+
+
+def expanded_at_runtime(use: FlagUse) -> bool:
+    """Whether a flag value is a variable something expands before the program sees it."""
+    value = use.value or ""
+    return "$(" in value or (use.in_shell and "$" in value)
 
 
 def parse_nnodes(value: str) -> tuple[int, int] | None:

@@ -26,6 +26,7 @@ from torchgate.controlplane.binaries import BIN_DIR_ENV, Binaries
 pytestmark = pytest.mark.e2e
 
 SEED_000 = REPO_ROOT.parent / "shared" / "seeds" / "manifests" / "000-pytorch-dist-mnist-nccl.yaml"
+REPLICA_IMAGE = "spec.pytorchReplicaSpecs[{}].template.spec.containers[0].image"
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 REAL_NODE = ("registry", "containerd", "coredns", "kubelet")
 
@@ -126,7 +127,16 @@ def test_dev_up_serves_seed_000_through_the_webhook_and_down_leaves_nothing(
         assert result.returncode == 0, result.stderr
         return json.loads(result.stdout)
 
-    applied = kubectl("apply", "-f", str(SEED_000))
+    # Seed 000 as published names the placeholder image <训练镜像>: refused at both images.
+    refused = kubectl("apply", "-f", str(SEED_000))
+    assert refused.returncode != 0
+    assert f"{REPLICA_IMAGE.format('Master')}: Invalid value" in refused.stderr
+    assert f"{REPLICA_IMAGE.format('Worker')}: Invalid value" in refused.stderr
+    assert kubectl("get", "pytorchjob", "pytorch-dist-mnist-nccl").returncode != 0
+    # With the placeholder replaced by the local demo image, as the walkthrough says, it runs.
+    seed = dev_dir.parent / SEED_000.name
+    seed.write_text(SEED_000.read_text(encoding="utf-8").replace("<训练镜像>", "pytorch-demo"))
+    applied = kubectl("apply", "-f", str(seed))
 
     assert applied.returncode == 0, applied.stderr
     stored = get("pytorchjob", "pytorch-dist-mnist-nccl")

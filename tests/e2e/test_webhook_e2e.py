@@ -210,10 +210,15 @@ class StoredSeed:
     declared_namespace: str | None
     shm: bool
     min_available: int
+    # A placeholder image the user must replace first, and what the walkthrough replaces it with.
+    placeholder: tuple[str, str] | None = None
 
 
+PLACEHOLDER_SEED = "000-pytorch-dist-mnist-nccl.yaml"
 STORED_SEEDS = {
-    "000-pytorch-dist-mnist-nccl.yaml": StoredSeed("pytorch-dist-mnist-nccl", None, True, 2),
+    PLACEHOLDER_SEED: StoredSeed(
+        "pytorch-dist-mnist-nccl", None, True, 2, placeholder=("<训练镜像>", "pytorch-demo")
+    ),
     "003-torchrun-cpu.yaml": StoredSeed("torchrun-cpu", None, False, 2),
     "004-pytorch-simple.yaml": StoredSeed("pytorch-simple", "kubeflow", False, 2),
 }
@@ -247,8 +252,11 @@ def test_seed_is_stored_with_the_webhook_defaults(
         namespace = expected.declared_namespace  # kubectl refuses --namespace that contradicts
         cluster.kubectl("create", "namespace", namespace, check=False)
         scope = []
+    text = (SEEDS / seed).read_text(encoding="utf-8")
+    if expected.placeholder is not None:
+        text = text.replace(*expected.placeholder)
     try:
-        result = cluster.kubectl("apply", "-f", str(SEEDS / seed), *scope, check=False)
+        result = cluster.kubectl("apply", "-f", "-", *scope, input=text, check=False)
 
         assert result.returncode == 0, result.stderr
         stored = cluster.get("pytorchjob", expected.name, namespace)
@@ -270,6 +278,25 @@ def test_seed_is_stored_with_the_webhook_defaults(
     finally:
         if expected.declared_namespace is not None:
             cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def test_seed_000_as_published_is_refused_at_its_placeholder_images(
+    cluster: Cluster, webhook: LocalWebhook
+) -> None:
+    namespace = cluster.new_namespace("seed")
+    result = cluster.kubectl(
+        "apply", "-f", str(SEEDS / PLACEHOLDER_SEED), "--namespace", namespace, check=False
+    )
+
+    assert result.returncode != 0
+    assert cluster.list_objects("pytorchjobs", namespace) == []
+    status, body = cluster.api_request(
+        "POST", jobs_path(namespace), load_yaml(SEEDS / PLACEHOLDER_SEED)
+    )
+
+    assert (status, body["reason"]) == (422, "Invalid")
+    assert causes(body) == {(INVALID, f"{MC0}.image"), (INVALID, f"{WC0}.image")}
+    assert cluster.list_objects("pytorchjobs", namespace) == []
 
 
 def test_seed_002_is_refused_with_every_cause(cluster: Cluster, webhook: LocalWebhook) -> None:

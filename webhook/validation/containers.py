@@ -20,7 +20,6 @@ from torchgate.webhook.validation.facts import (
     NONE,
     OBJECT,
     ContainerFacts,
-    FieldWarning,
     Finding,
     Findings,
     JobFacts,
@@ -35,7 +34,11 @@ from torchgate.webhook.validation.facts import (
 
 
 def image(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
-    """``image`` is a reference the kubelet can pull, not a placeholder."""
+    """``image`` is a reference the kubelet can pull, not a placeholder.
+
+    A lone ``<...>`` placeholder (seed 000's ``<训练镜像>``, "training image") gets its own message:
+    the user was told to replace it and did not, so the message says what to put there.
+    """
     value = container.fields.get("image")
     if isinstance(value, str) and value and image_reference_problem(value) is None:
         return NONE
@@ -46,10 +49,11 @@ def image(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Fi
         return [invalid(path, value, "must be a string")]
     if is_lone_placeholder(value):
         return [
-            FieldWarning(
+            invalid(
                 path,
-                f"{quote(value)} is a placeholder, not an image: pods will fail with "
-                "InvalidImageName until it is replaced",
+                value,
+                f"{quote(value)} is a placeholder, not an image: replace it with your training "
+                "image (pods would sit in InvalidImageName holding their GPUs)",
             )
         ]
     problem = image_reference_problem(value)

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
-from torchgate.pytorchjob import names
+from torchgate.pytorchjob import gang, names
 from torchgate.pytorchjob.fieldpath import ErrorType, FieldError, FieldPath, forbidden, invalid
 from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
-from torchgate.pytorchjob.spec import as_int, container_requests
-from torchgate.webhook.arguments import CommandLine, FlagUse, scan_command_line
+from torchgate.pytorchjob.spec import as_int, container_requests, pytorch_container_index
+from torchgate.webhook.arguments import CommandLine, scan_command_line
 from torchgate.webhook.imageref import unfilled_placeholder
 
 # isinstance() tries the exact JSON type first; the ABC check is several times slower.
@@ -170,7 +170,7 @@ def read_job(
         if replica.key == replica_type
     )
     counts = [replica.count for replica in known]
-    total = sum(c for c in counts if c is not None) if None not in counts else None
+    total = gang.total_replicas(c for c in counts if c is not None) if None not in counts else None
     elastic = spec.get("elasticPolicy")
     elastic_policy = elastic if isinstance(elastic, OBJECT) else None
     metadata = job.get("metadata")
@@ -187,7 +187,7 @@ def read_job(
         known_replicas=known,
         total_replicas=total,
         first_gpu_replica=next((r for r in known if r.gpus > 0), None),
-        nproc_per_node=positive_int_text(spec.get("nprocPerNode")),
+        nproc_per_node=gang.integer_nproc(spec.get("nprocPerNode")),
         elastic=elastic_policy,
         expected_nnodes=_expected_nnodes(elastic_policy, known, total),
         job_name=_effective_job_name(metadata),
@@ -213,22 +213,17 @@ def _read_replica(key: str, raw: object, gpu_resource: str) -> ReplicaFacts:
             pod_spec = found
     gpus = Decimal(0)
     gpu_container: int | None = None
-    training: int | None = None
+    training = pytorch_container_index(pod_spec)
     containers = pod_spec.get("containers")
     if isinstance(containers, list):
         for index, container in enumerate(containers):
             if not isinstance(container, OBJECT):
                 continue
-            if training is None and container.get("name") == names.CONTAINER_NAME:
-                training = index
             requested = container_requests(container, only=gpu_resource).get(gpu_resource)
             if requested is not None and requested > 0:
                 gpus += requested
                 if gpu_container is None:
                     gpu_container = index
-        if training is None and containers and isinstance(containers[0], OBJECT):
-            # Like the training-operator's defaulter: without a "pytorch" container, the first one.
-            training = 0
     return ReplicaFacts(
         key=key,
         path=path,
@@ -299,23 +294,16 @@ def _expected_nnodes(
 ) -> tuple[int, int] | None:
     """What the controller passes to torchrun as PET_NNODES, as (min, max); None if unknown."""
     if elastic is None:
-        return (total, total) if total else None
+        return gang.nnodes(total=total, elastic=None) if total else None
     low_raw, high_raw = elastic.get("minReplicas"), elastic.get("maxReplicas")
     low, high = as_int(low_raw), as_int(high_raw)
     if (low_raw is not None and (low is None or low < 1)) or (
         high_raw is not None and (high is None or high < 1)
     ):
         return None
-    if low is None and high is None:
-        worker = next((r for r in known if r.key == names.WORKER), None)
-        if worker is None or not worker.count:
-            return None
-        return worker.count, worker.count
-    if low is None or high is None:
-        both = high if low is None else low
-        assert both is not None
-        return both, both
-    return low, high
+    workers = next((r.count or 0 for r in known if r.key == names.WORKER), 0)
+    bounds = gang.elastic_bounds(low, high, workers=workers)
+    return bounds if bounds[0] else None
 
 
 def _effective_job_name(metadata: object) -> str | None:
@@ -337,14 +325,6 @@ def non_negative_int(value: object) -> int | None:
     """A non-negative JSON integer, else None."""
     number = as_int(value)
     return number if number is not None and number >= 0 else None
-
-
-def positive_int_text(value: object) -> int | None:
-    """A positive integer given as a JSON integer or a string of digits, else None."""
-    if isinstance(value, str):
-        return int(value) if value.isascii() and value.isdigit() and int(value) > 0 else None
-    number = as_int(value)
-    return number if number is not None and number > 0 else None
 
 
 def placeholder_hint(value: object) -> str:
@@ -383,12 +363,6 @@ def scan(command: tuple[str, ...], args: tuple[str, ...]) -> CommandLine:
 def count(amount: Decimal) -> str:
     """A quantity as a count (``4``, not ``4.0``)."""
     return str(int(amount)) if amount == amount.to_integral_value() else str(amount)
-
-
-def expanded_at_runtime(use: FlagUse) -> bool:
-    """Whether a flag value is a variable something expands before the program sees it."""
-    value = use.value or ""
-    return "$(" in value or (use.in_shell and "$" in value)
 
 
 def quote(text: str) -> str:

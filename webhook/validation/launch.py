@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from torchgate.pytorchjob import contract
+from torchgate.pytorchjob import contract, gang
 from torchgate.pytorchjob.fieldpath import (
     FieldPath,
     duplicate,
@@ -20,7 +20,13 @@ from torchgate.pytorchjob.fieldpath import (
     invalid,
     required,
 )
-from torchgate.webhook.arguments import STRAY_FLAGS, FlagUse, parse_nnodes
+from torchgate.webhook.arguments import (
+    STRAY_FLAGS,
+    FlagUse,
+    expanded_at_runtime,
+    gpu_requests,
+    parse_nnodes,
+)
 from torchgate.webhook.validation.facts import (
     NONE,
     OBJECT,
@@ -32,8 +38,6 @@ from torchgate.webhook.validation.facts import (
     ReplicaFacts,
     at,
     count,
-    expanded_at_runtime,
-    positive_int_text,
     scan,
 )
 
@@ -81,6 +85,71 @@ def backend_flags(job: JobFacts, replica: ReplicaFacts, container: ContainerFact
     return found
 
 
+def gpu_flags(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
+    """Framework flags that ask for GPUs (``--gpus 2``, ``--accelerator gpu``) need GPUs."""
+    if replica.gpus > 0 or not container.is_training or not (container.command or container.args):
+        return NONE
+    gpu = job.policy.gpu_resource
+    return [
+        invalid(
+            at(container.path, use.field),
+            use.written,
+            f"asks the framework for GPUs but this replica requests no {gpu}; request {gpu} "
+            "in resources.limits or ask for CPU",
+        )
+        for use in gpu_requests(scan(container.command, container.args))
+    ]
+
+
+def gpu_peers(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
+    """A replica without GPUs beside GPU replicas is a rank without its peers' device.
+
+    Typically a Master whose ``resources`` were forgotten. With nccl (stated, or no backend
+    stated: torch picks nccl on GPUs) it cannot join the process group, so it is refused at its
+    resources; with gloo stated it runs, on CPU and at the slowest rank's pace, so it is a
+    warning. A replica whose own command line says nccl is already refused at that argument.
+    """
+    first = job.first_gpu_replica
+    if first is None or replica.gpus > 0 or not container.is_training:
+        return NONE
+    own = _stated_backends(container)
+    if "nccl" in own:
+        return NONE
+    gpu = job.policy.gpu_resource
+    where = at(container.path, "resources")
+    peers = f"each {first.key} pod requests {count(first.gpus)} {gpu}"
+    backends = own or {b for r in job.known_replicas for b in _replica_backends(r)}
+    if "gloo" in backends and "nccl" not in backends:
+        return [
+            FieldWarning(
+                where,
+                f"this {replica.key} pod requests no {gpu} while {peers}: with gloo it joins "
+                "the process group on CPU, and every collective waits for it",
+            )
+        ]
+    stated = "nccl" if "nccl" in backends else "no backend is stated, so torch picks nccl"
+    return [
+        invalid(
+            where,
+            "0",
+            f"this {replica.key} pod requests no {gpu} while {peers}; it is a rank of the same "
+            f"process group without their device ({stated}): request {count(first.gpus)} "
+            f"{gpu} here too, or state --backend gloo",
+        )
+    ]
+
+
+def _replica_backends(replica: ReplicaFacts) -> set[str]:
+    return {b for c in replica.containers if c.is_training for b in _stated_backends(c)}
+
+
+def _stated_backends(container: ContainerFacts) -> set[str]:
+    if not (container.command or container.args):
+        return set()
+    line = scan(container.command, container.args)
+    return {(use.value or "").lower() for use in line.backends if use.value}
+
+
 def stray_flags(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
     """No flag that overrides a variable the controller injects (``--world-size``, ``--rank``)."""
     if not container.is_training or not (container.command or container.args):
@@ -114,7 +183,7 @@ def nnodes_flags(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts
         expected = job.expected_nnodes
         if expected is None:
             continue
-        shown = f"{expected[0]}" if job.elastic is None else f"{expected[0]}:{expected[1]}"
+        shown = gang.format_nnodes(expected, elastic=job.elastic is not None)
         source = (
             "from spec.elasticPolicy minReplicas:maxReplicas"
             if job.elastic is not None
@@ -158,7 +227,7 @@ def _nproc_flag(
     value = use.value
     if value is None or expanded_at_runtime(use):
         return None
-    processes = positive_int_text(value)
+    processes = gang.integer_nproc(value)
     if processes is None:
         if value in _TORCHRUN_NPROC_KEYWORDS:
             return None

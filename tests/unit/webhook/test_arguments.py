@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from torchgate.webhook.arguments import (
     CommandLine,
     FlagUse,
+    gpu_requests,
     parse_nnodes,
     scan_command_line,
     tokenize,
@@ -247,3 +248,37 @@ def test_script_lines_split_like_shlex(rest: str) -> None:
     line = "torchrun " + rest
     tokens = tokenize(["sh", "-c", line], [])
     assert [token.text for token in tokens[3:-1]] == shlex_words(line)
+
+
+GPU_REQUEST_CASES = [
+    pytest.param(["--gpus", "2"], [("--gpus", "2", "args")], id="lightning-gpus"),
+    pytest.param(["--gpus=-1"], [("--gpus", "-1", "args")], id="gpus-all"),
+    pytest.param(["--gpus", "0,1"], [("--gpus", "0,1", "args")], id="gpus-list"),
+    pytest.param(["--gpus", "0"], [], id="gpus-zero-is-cpu"),
+    pytest.param(["--num_gpus=4"], [("--num_gpus", "4", "args")], id="num-gpus"),
+    pytest.param(["--gpus-per-node", "8"], [("--gpus-per-node", "8", "args")], id="per-node"),
+    pytest.param(
+        ["--accelerator", "gpu", "--devices", "2"],
+        [("--accelerator", "gpu", "args"), ("--devices", "2", "args")],
+        id="accelerator-gpu-and-devices",
+    ),
+    pytest.param(["--accelerator=cuda"], [("--accelerator", "cuda", "args")], id="cuda"),
+    pytest.param(["--accelerator", "cpu", "--devices", "4"], [], id="cpu-devices-are-processes"),
+    pytest.param(["--devices", "2"], [], id="devices-without-accelerator"),
+    pytest.param(["--device", "cuda:0"], [("--device", "cuda:0", "args")], id="torch-device"),
+    pytest.param(["--device", "cpu"], [], id="torch-device-cpu"),
+    pytest.param(["--cuda", "--epochs", "3"], [("--cuda", None, "args")], id="cuda-switch"),
+    pytest.param(["--use_gpu", "false"], [], id="switch-turned-off"),
+    pytest.param(["--no-cuda"], [], id="no-cuda"),
+    pytest.param(["--gpus", "$(NUM_GPUS)"], [], id="expanded-by-kubernetes"),
+]
+
+
+@pytest.mark.parametrize(("args", "expected"), GPU_REQUEST_CASES)
+def test_gpu_requests(args: list[str], expected: list[Found]) -> None:
+    assert found(gpu_requests(scan_command_line([], args))) == expected
+
+
+def test_gpu_requests_inside_a_shell_script() -> None:
+    line = scan_command_line(["bash", "-c", "cd /w\npython fit.py --accelerator gpu"], [])
+    assert found(gpu_requests(line)) == [("--accelerator", "gpu", "command")]

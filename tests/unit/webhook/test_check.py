@@ -15,6 +15,15 @@ SHARED = Path(__file__).resolve().parents[3].parent / "shared"
 SEEDS = SHARED / "seeds" / "manifests"
 
 
+def seed_000_with_image(tmp_path: Path, image: str = "pytorch-demo") -> Path:
+    """Seed 000 with its ``<训练镜像>`` placeholder replaced, as the walkthrough tells users to."""
+    text = (SEEDS / "000-pytorch-dist-mnist-nccl.yaml").read_text(encoding="utf-8")
+    assert "<训练镜像>" in text
+    path = tmp_path / "000-pytorch-dist-mnist-nccl.yaml"
+    path.write_text(text.replace("<训练镜像>", image), encoding="utf-8")
+    return path
+
+
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     code = main(["check", *args])
     out, err = capsys.readouterr()
@@ -40,8 +49,22 @@ def test_denied_manifests_exit_1_with_errors_pointing_at_their_lines(
     assert f"error: {path}:{world_size}: spec.pytorchReplicaSpecs[Master]" in out
 
 
-def test_json_output_has_the_documented_shape(capsys: pytest.CaptureFixture[str]) -> None:
-    path = SEEDS / "000-pytorch-dist-mnist-nccl.yaml"
+def test_seed_000_as_published_is_refused_at_its_placeholder_images(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(capsys, "-o", "json", str(SEEDS / "000-pytorch-dist-mnist-nccl.yaml"))
+    assert code == 1
+    errors = json.loads(out)["results"][0]["errors"]
+    assert [(e["type"], e["field"]) for e in errors] == [
+        ("FieldValueInvalid", f"spec.pytorchReplicaSpecs[{kind}].template.spec.containers[0].image")
+        for kind in ("Master", "Worker")
+    ]
+
+
+def test_json_output_has_the_documented_shape(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = seed_000_with_image(tmp_path)
     code, out, _ = run(
         capsys, "-o", "json", str(path), str(SEEDS / "002-resnet50-nccl-rdma-16.yaml")
     )
@@ -131,7 +154,7 @@ def test_a_policy_file_changes_the_verdict(
         "json",
         "--policy",
         str(policy_file),
-        str(SEEDS / "000-pytorch-dist-mnist-nccl.yaml"),
+        str(seed_000_with_image(tmp_path)),
     )
     assert code == 1
     fields = [e["field"] for e in json.loads(out)["results"][0]["errors"]]

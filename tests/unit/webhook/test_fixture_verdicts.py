@@ -79,7 +79,10 @@ SEED_002 = Expected(
 
 EXPECTED: dict[str, Expected] = {
     # --- seeds
-    "seeds/manifests/000-pytorch-dist-mnist-nccl.yaml": allowed(f"{MC0}.image", f"{WC0}.image"),
+    # <训练镜像> is a placeholder the user was told to replace (issue 15: refused, was a warning)
+    "seeds/manifests/000-pytorch-dist-mnist-nccl.yaml": Expected(
+        False, ((INVALID, f"{MC0}.image"), (INVALID, f"{WC0}.image")), exact=True
+    ),
     "seeds/manifests/002-resnet50-nccl-rdma-16.yaml": SEED_002,
     "seeds/manifests/003-torchrun-cpu.yaml": allowed(),
     "seeds/manifests/004-pytorch-simple.yaml": allowed(),
@@ -153,7 +156,7 @@ EXPECTED: dict[str, Expected] = {
 }
 
 CASE_IDS = {
-    "seeds/manifests/000-pytorch-dist-mnist-nccl.yaml": "seed-000-allowed-placeholder-image-warns",
+    "seeds/manifests/000-pytorch-dist-mnist-nccl.yaml": "seed-000-denied-placeholder-image",
     "seeds/manifests/002-resnet50-nccl-rdma-16.yaml": "seed-002-denied-stray-args-env-mounts-gpu",
     "realworld/010-po-bert-istio.yaml": "010-denied-unknown-replica-field",
     "realworld/011-po-mnist-gloo-istio-placeholder.yaml": "011-denied-image-placeholder",

@@ -419,12 +419,16 @@ BACKENDS = [
         job().master(command=["sh", "-c", "python 't.py --backend nccl"]).workers(1).build(),
         [(INVALID, f"{MC0}.command")],
     ),
-    case("nccl-with-gpu", job().master(gpus=1, args=["--backend", "nccl"]).workers(1).build(), []),
+    case(
+        "nccl-with-gpu",
+        job().master(gpus=1, args=["--backend", "nccl"]).workers(1, gpus=1).build(),
+        [],
+    ),
     case(
         "gpu-from-another-container-of-the-pod",
         job()
         .master(containers=[container(args=["--backend", "nccl"]), container(name="x", gpus=1)])
-        .workers(1)
+        .workers(1, gpus=1)
         .build(),
         [],
     ),
@@ -633,7 +637,12 @@ GPUS = [
         job().master(gpus=1).workers(2, gpus=2).build(),
         [(INVALID, f"{WC0}.resources")],
     ),
-    case("cpu-master-gpu-workers", job().master().workers(2, gpus=2).build(), []),
+    # Issue 15 gap (a): a Master without GPUs beside GPU Workers, backend not stated (was allowed).
+    case(
+        "cpu-master-gpu-workers",
+        job().master().workers(2, gpus=2).build(),
+        [(INVALID, f"{MC0}.resources")],
+    ),
     case(
         "nproc-differs-from-gpus-per-pod",
         job().master(gpus=1).workers(1, gpus=1).nproc("2").build(),
@@ -680,30 +689,117 @@ GPUS = [
     ),
     case(
         "visible-devices-with-gpu",
-        job().master(gpus=1, env={"NVIDIA_VISIBLE_DEVICES": "all"}).workers(1).build(),
+        job().master(gpus=1, env={"NVIDIA_VISIBLE_DEVICES": "all"}).workers(1, gpus=1).build(),
         [],
     ),
     case(
         "gpu-request-differs-from-limit",
-        job().master(requests={GPU: 1}, limits={GPU: 2}).workers(1).build(),
+        job().master(requests={GPU: 1}, limits={GPU: 2}).build(),
         [(INVALID, f"{MC0}.resources.requests[{GPU}]")],
     ),
     case(
         "gpu-request-fraction",
-        job().master(requests={GPU: "500m"}).workers(1).build(),
+        job().master(requests={GPU: "500m"}).build(),
         [(INVALID, f"{MC0}.resources.requests[{GPU}]")],
     ),
     case(
         "gpu-limit-fraction",
-        job().master(limits={GPU: 1.5}).workers(1).build(),
+        job().master(limits={GPU: 1.5}).build(),
         [(INVALID, f"{MC0}.resources.limits[{GPU}]")],
     ),
     case(
         "gpu-request-equals-limit",
-        job().master(requests={GPU: "2"}, limits={GPU: 2}).workers(1).build(),
+        job().master(requests={GPU: "2"}, limits={GPU: 2}).workers(1, gpus=2).build(),
         [],
     ),
 ]
+
+
+# Issue 15 gap (a): a replica without GPUs beside GPU replicas (a Master whose resources were
+# forgotten) is a rank without its peers' device: refused with nccl or no stated backend.
+GPU_PEERS = [
+    case(
+        "cpu-worker-beside-gpu-master",
+        job().master(gpus=1).workers(2).build(),
+        [(INVALID, f"{WC0}.resources")],
+    ),
+    case(
+        "cpu-master-nccl-stated-by-its-peers",
+        job().master().workers(2, gpus=1, args=["--backend", "nccl"]).build(),
+        [(INVALID, f"{MC0}.resources")],
+    ),
+    case(
+        "cpu-master-stating-nccl-is-refused-at-the-argument-only",
+        job()
+        .master(args=["--backend", "nccl"])
+        .workers(2, gpus=1, args=["--backend", "nccl"])
+        .build(),
+        [(INVALID, f"{MC0}.args")],
+    ),
+    case(
+        "gloo-stated-is-a-warning",
+        job()
+        .master(args=["--backend", "gloo"])
+        .workers(2, gpus=1, args=["--backend", "gloo"])
+        .build(),
+        [],
+    ),
+    case("cpu-only-job", job().master().workers(2).build(), []),
+]
+
+
+@pytest.mark.parametrize(("raw", "active_policy", "expected"), GPU_PEERS)
+def test_gpu_peer_rules(raw: Any, active_policy: PlacementPolicy, expected: Pairs) -> None:
+    check(raw, active_policy, expected)
+
+
+def test_a_cpu_replica_beside_gpus_with_gloo_is_warned_at_its_resources() -> None:
+    raw = job().master(args=["--backend=gloo"]).workers(1, gpus=1).build()
+    verdict = check(raw, DEFAULT_POLICY, [])
+    assert f"{MC0}.resources" in warned(verdict)
+
+
+# Issue 15 gap (b): framework flags asking for GPUs in a replica that requests none.
+GPU_FLAGS = [
+    case(
+        "lightning-gpus-on-cpu",
+        job().master(args=["--gpus", "2"]).workers(1, args=["--gpus", "2"]).build(),
+        [(INVALID, f"{MC0}.args"), (INVALID, f"{WC0}.args")],
+    ),
+    case(
+        "accelerator-gpu-on-cpu",
+        job().master(command=["python", "fit.py", "--accelerator=gpu"]).workers(1).build(),
+        [(INVALID, f"{MC0}.command")],
+    ),
+    case(
+        "device-cuda-in-a-shell-script",
+        job().master(command=["sh", "-c", "python t.py --device cuda"]).workers(1).build(),
+        [(INVALID, f"{MC0}.command")],
+    ),
+    case(
+        "gpus-on-gpu-replicas",
+        job().master(gpus=2, args=["--gpus", "2"]).workers(1, gpus=2, args=["--gpus=2"]).build(),
+        [],
+    ),
+    case(
+        "cpu-accelerator-devices",
+        job().master(args=["--accelerator", "cpu", "--devices", "4"]).workers(1).build(),
+        [],
+    ),
+    case(
+        "only-the-pytorch-container-is-scanned",
+        job()
+        .master(containers=[container(), container(name="helper", args=["--gpus", "1"])])
+        .workers(1)
+        .build(),
+        [],
+    ),
+]
+
+
+@pytest.mark.parametrize(("raw", "active_policy", "expected"), GPU_FLAGS)
+def test_gpu_flag_rules(raw: Any, active_policy: PlacementPolicy, expected: Pairs) -> None:
+    check(raw, active_policy, expected)
 
 
 @pytest.mark.parametrize(("raw", "active_policy", "expected"), GPUS)
@@ -829,9 +925,9 @@ def test_template_rules(raw: Any, active_policy: PlacementPolicy, expected: Pair
     check(raw, active_policy, expected)
 
 
-def test_a_lone_angle_placeholder_image_is_only_a_warning() -> None:
-    verdict = check(job().master(image="<训练镜像>").workers(1).build(), DEFAULT_POLICY, [])
-    assert f"{MC0}.image" in warned(verdict)
+def test_a_lone_angle_placeholder_image_is_refused_at_the_image() -> None:
+    raw = job().master(image="<训练镜像>").workers(1).build()
+    check(raw, DEFAULT_POLICY, [(INVALID, f"{MC0}.image")])
 
 
 # ---------------------------------------------------------------------- rule 7: policy
@@ -1218,7 +1314,7 @@ def test_repeated_errors_are_reported_once() -> None:
 def test_every_warning_names_its_field_path() -> None:
     raw = (
         job()
-        .master(gpus=1, args=["--backend", "gloo"], image="<image>")
+        .master(gpus=1, args=["--backend", "gloo"])
         .workers(2, gpus=1, command=torchrun("--nnodes=3", "--nproc_per_node=1"))
         .elastic(nProcPerNode=1, minReplicas=3, maxReplicas=3)
         .build()
@@ -1227,7 +1323,6 @@ def test_every_warning_names_its_field_path() -> None:
     assert verdict.allowed
     expected_paths = [
         "spec.elasticPolicy.nProcPerNode",
-        f"{MC0}.image",
         f"{MC0}.args",
         f"{WC0}.command",
         f"{WC0}.command",
