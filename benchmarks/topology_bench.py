@@ -55,11 +55,19 @@ def _requests(gpus: int) -> dict[str, int]:
     return {GPU: gpus * 1000, "cpu": gpus * 11000, "memory": gpus * 2**36 * 1000, "pods": 1000}
 
 
-def build(seed: int) -> tuple[Pool, list[WaitingGang]]:
-    """The benchmark's pool and waiting gangs (deterministic for a seed)."""
+Labelled = list[tuple[str, dict[str, str]]]
+
+
+def build(
+    seed: int, *, priorities: tuple[int, ...] = (0, 100, 1000)
+) -> tuple[Pool, list[WaitingGang], Labelled]:
+    """The benchmark's pool, waiting gangs and labelled nodes (deterministic for a seed)."""
     rng = random.Random(seed)
     nodes = [
-        (f"n-{b}-{r}-{h}", {LEVELS[0]: f"b{b}", LEVELS[1]: f"b{b}r{r}", LEVELS[2]: f"n-{b}-{r}-{h}"})
+        (
+            f"n-{b}-{r}-{h}",
+            {LEVELS[0]: f"b{b}", LEVELS[1]: f"b{b}r{r}", LEVELS[2]: f"n-{b}-{r}-{h}"},
+        )
         for b in range(4)
         for r in range(10)
         for h in range(25)
@@ -90,7 +98,7 @@ def build(seed: int) -> tuple[Pool, list[WaitingGang]]:
             Admitted(
                 key=(team, f"running-{index}"),
                 team=team,
-                priority=rng.choice((0, 100, 1000)),
+                priority=rng.choice(priorities),
                 usage={GPUS: len(placement) * gpus * 1000},
                 admitted_at=-rng.uniform(0, 3600),
                 nodes=placement,
@@ -110,7 +118,7 @@ def build(seed: int) -> tuple[Pool, list[WaitingGang]]:
             WaitingGang(
                 key=(team, f"waiting-{i}"),
                 team=team,
-                priority=rng.choice((0, 100, 1000)),
+                priority=rng.choice(priorities),
                 created=f"2026-11-25T10:{i // 60:02d}:{i % 60:02d}Z",
                 pods=names_,
                 requests=requests,
@@ -126,7 +134,7 @@ def build(seed: int) -> tuple[Pool, list[WaitingGang]]:
         admitted=admitted,
         preemption=PreemptionSettings(minimum_run_seconds=600),
     )
-    return pool, waiting
+    return pool, waiting, nodes
 
 
 def _summary(outcomes: list[Admit | Preempt | Wait]) -> Mapping[str, int]:
@@ -139,47 +147,54 @@ def _summary(outcomes: list[Admit | Preempt | Wait]) -> Mapping[str, int]:
     return dict(sorted(counts.items()))
 
 
+def _measure(pool: Pool, waiting: list[WaitingGang], rounds: int) -> dict[str, object]:
+    """Median and p90 wall and CPU time of ``decide`` over ``rounds`` identical cycles."""
+    wall: list[float] = []
+    cpu: list[float] = []
+    outcomes: list[Admit | Preempt | Wait] = []
+    for _ in range(rounds):
+        started, started_cpu = time.perf_counter(), time.thread_time()
+        outcomes = decide(pool, waiting, now=0.0)
+        cpu.append(time.thread_time() - started_cpu)
+        wall.append(time.perf_counter() - started)
+    wall.sort()
+    cpu.sort()
+    p90 = int(0.9 * (rounds - 1))
+    return {
+        "running_gangs": len(pool.admitted),
+        "cycle_wall_ms_median": round(statistics.median(wall) * 1000, 2),
+        "cycle_wall_ms_p90": round(wall[p90] * 1000, 2),
+        "cycle_cpu_ms_median": round(statistics.median(cpu) * 1000, 2),
+        "cycle_cpu_ms_p90": round(cpu[p90] * 1000, 2),
+        "outcomes": _summary(outcomes),
+    }
+
+
 def main() -> None:
     """Run the benchmark and print its figures as JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--seed", type=int, default=16)
     args = parser.parse_args()
-    started = time.perf_counter()
-    pool, waiting = build(args.seed)
-    setup = time.perf_counter() - started
-    started = time.perf_counter()
-    build_topology(LEVELS, [(n, {}) for n in pool.topology.node_names])
-    cycle_times: list[float] = []
-    outcomes: list[Admit | Preempt | Wait] = []
-    for _ in range(args.rounds):
-        started = time.perf_counter()
-        outcomes = decide(pool, waiting, now=0.0)
-        cycle_times.append(time.perf_counter() - started)
-    topo_times: list[float] = []
-    nodes = [
-        (name, {LEVELS[0]: name.split("-")[1], LEVELS[1]: name[:-3], LEVELS[2]: name})
-        for name in pool.topology.node_names
-    ]
+    pool, waiting, nodes = build(args.seed)
+    mixed = _measure(pool, waiting, args.rounds)
+    pool_one, waiting_one, _ = build(args.seed, priorities=(0,))
+    uniform = _measure(pool_one, waiting_one, args.rounds)
+    topology_times: list[float] = []
     for _ in range(max(5, args.rounds // 5)):
         started = time.perf_counter()
         build_topology(LEVELS, nodes)
-        topo_times.append(time.perf_counter() - started)
-    cycle_times.sort()
+        topology_times.append(time.perf_counter() - started)
     print(
         json.dumps(
             {
                 "nodes": len(pool.topology.node_names),
                 "levels": len(LEVELS),
-                "running_gangs": len(pool.admitted),
                 "waiting_gangs": len(waiting),
                 "rounds": args.rounds,
-                "cycle_ms_median": round(statistics.median(cycle_times) * 1000, 2),
-                "cycle_ms_p90": round(cycle_times[int(0.9 * (len(cycle_times) - 1))] * 1000, 2),
-                "cycle_ms_min": round(cycle_times[0] * 1000, 2),
-                "build_topology_ms_median": round(statistics.median(topo_times) * 1000, 2),
-                "setup_s": round(setup, 2),
-                "outcomes": _summary(outcomes),
+                "mixed_priorities": mixed,
+                "one_priority": uniform,
+                "build_topology_ms_median": round(statistics.median(topology_times) * 1000, 2),
             },
             indent=2,
         )

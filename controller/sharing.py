@@ -7,7 +7,9 @@ facts, calls it, and applies what it returns), and it keeps every decision whole
 Rules, per waiting gang in admission order (higher priority, then older, then by name):
 
 1. Quota first (``quota.check_quota``): a gang over what its team may hold waits with reason
-   ``Quota``, unless preemption (rule 3) frees quota for it.
+   ``Quota``, unless preemption (rule 3) frees quota for it. Gangs that would *borrow* are
+   decided after every gang that stays within its team's nominal quota (as Kueue orders them),
+   so that a team's own share is never lent out in the same cycle in which the team needs it.
 2. Then placement (``topology.place_topology``) against the free capacity left by every gang
    admitted before it in this cycle; a placed gang is admitted (``Admit``, with what it borrows).
 3. A gang that cannot be admitted tries preemption, whole gangs only: borrowed gangs of other
@@ -16,7 +18,8 @@ Rules, per waiting gang in admission order (higher priority, then older, then by
    are the cheapest set with which both its quota and its placement work (``preemption.cheapest``,
    per domain of a required topology level). ``Preempt`` names the victims and the placement to
    reserve for the preemptor while they terminate; what the victims free beyond it is not offered
-   to anyone else in this cycle (their pods are still there).
+   to anyone else in this cycle (their pods are still there). A gang admitted in this cycle is
+   never a victim in it.
 4. Otherwise it waits (``Wait``) with the reason of the first obstacle: ``Quota``, ``Capacity``
    or ``Topology``.
 
@@ -152,6 +155,7 @@ class _Cycle:
     admitted: list[Admitted]
     usage: dict[str, dict[str, int]]
     misses: dict[tuple[object, ...], Wait] = field(default_factory=dict)
+    fresh: set[JobKey] = field(default_factory=set)  # admitted in this cycle: never victims
 
     def team(self, gang: WaitingGang) -> TeamQuota | None:
         return self.pool.teams.get(gang.team) if gang.team is not None else None
@@ -162,6 +166,7 @@ class _Cycle:
             usage = self.usage.setdefault(gang.team, {})
             for name, amount in gang.usage.items():
                 usage[name] = usage.get(name, 0) + amount
+        self.fresh.add(gang.key)
         self.admitted.append(
             Admitted(
                 key=gang.key,
@@ -184,7 +189,18 @@ def decide(pool: Pool, waiting: Sequence[WaitingGang], now: float) -> list[Outco
         admitted=list(pool.admitted),
         usage=usage_by_team(pool.admitted),
     )
-    return [_decide_one(cycle, gang) for gang in sorted(waiting, key=WaitingGang.order)]
+    ordered = sorted(waiting, key=WaitingGang.order)
+    outcomes: dict[JobKey, Outcome] = {}
+    for gang in ordered:
+        first = _decide_one(cycle, gang, borrow=False)
+        if first is not None:
+            outcomes[gang.key] = first
+    for gang in ordered:
+        if gang.key not in outcomes:
+            outcomes[gang.key] = _decide_one(cycle, gang, borrow=True) or Wait(
+                gang.key, "Quota", "waiting for quota"
+            )
+    return [outcomes[gang.key] for gang in ordered]
 
 
 def _memo_key(gang: WaitingGang) -> tuple[object, ...]:
@@ -199,13 +215,16 @@ def _memo_key(gang: WaitingGang) -> tuple[object, ...]:
     )
 
 
-def _decide_one(cycle: _Cycle, gang: WaitingGang) -> Outcome:
+def _decide_one(cycle: _Cycle, gang: WaitingGang, *, borrow: bool) -> Outcome | None:
+    """The gang's outcome; ``None`` when it would borrow and ``borrow`` is off (rule 1)."""
     memo = _memo_key(gang)
     missed = cycle.misses.get(memo)
     if missed is not None:
         return Wait(gang.key, missed.kind, missed.message)
     team = cycle.team(gang)
     verdict = check_quota(team, gang.usage, cycle.usage, cycle.pool.teams)
+    if isinstance(verdict, Borrows) and not borrow:
+        return None
     obstacle: Wait | None = None
     if isinstance(verdict, Fits | Borrows):
         placed = place_topology(cycle.capacity, gang.pods, gang.shape, gang.topology)
@@ -231,14 +250,13 @@ def _preempt(
 ) -> Preempt | None:
     pool = cycle.pool
     preemptor = Preemptor(gang.team, gang.priority, gang.preempts)
-    ordered = candidates(
-        preemptor, cycle.admitted, pool.teams, cycle.usage, pool.preemption, cycle.now
-    )
+    settled = [a for a in cycle.admitted if a.key not in cycle.fresh]
+    ordered = candidates(preemptor, settled, pool.teams, cycle.usage, pool.preemption, cycle.now)
     if team is not None and within_nominal:
         reclaimable = reclaim_candidates(
             team,
             gang.usage,
-            cycle.admitted,
+            settled,
             cycle.usage,
             pool.teams,
             protected=lambda v: pool.preemption.protects(

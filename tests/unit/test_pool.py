@@ -1,0 +1,293 @@
+"""TeamQuota parsing, the policy's preemption and topology sections, and topology annotations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from torchgate.pytorchjob.fieldpath import ErrorType
+from torchgate.pytorchjob.pool import (
+    ANNOTATION_TOPOLOGY_PREFERRED,
+    ANNOTATION_TOPOLOGY_REQUIRED,
+    GPUS,
+    Limit,
+    PreemptionSettings,
+    TeamQuota,
+    TopologyRequest,
+    TopologySettings,
+    format_milli,
+    never_admissible,
+    parse_pool_settings,
+    parse_team_quota,
+    quota_ceiling,
+    team_of,
+    topology_request,
+    validate_quota_set,
+)
+
+INVALID = ErrorType.INVALID.value
+REQUIRED = ErrorType.REQUIRED.value
+NOT_SUPPORTED = ErrorType.NOT_SUPPORTED.value
+DUPLICATE = ErrorType.DUPLICATE.value
+FORBIDDEN = ErrorType.FORBIDDEN.value
+LEVELS = ("torchgate.io/block", "torchgate.io/rack", "kubernetes.io/hostname")
+
+
+def quota(**spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"namespaces": ["team-a"], "nominalGPUs": 8}
+    base.update(spec)
+    return {
+        "apiVersion": "torchgate.io/v1alpha1",
+        "kind": "TeamQuota",
+        "metadata": {"name": "a"},
+        "spec": {k: v for k, v in base.items() if v is not None},
+    }
+
+
+def pairs(errors: list[Any]) -> list[tuple[str, str]]:
+    return [(error.type.value, error.field) for error in errors]
+
+
+# ------------------------------------------------------------------ TeamQuota
+
+
+def test_a_full_team_quota_parses_to_milli_units() -> None:
+    parsed, errors = parse_team_quota(
+        quota(
+            cohort="h100",
+            borrowingLimitGPUs=4,
+            resources=[{"name": "cpu", "nominal": "500m", "borrowingLimit": 2}],
+        )
+    )
+    assert errors == []
+    assert parsed == TeamQuota(
+        name="a",
+        namespaces=("team-a",),
+        limits={GPUS: Limit(8000, 4000), "cpu": Limit(500, 2000)},
+        cohort="h100",
+    )
+
+
+def test_defaults_cohort_default_and_no_borrowing_limit() -> None:
+    parsed, _ = parse_team_quota(quota())
+    assert parsed is not None
+    assert parsed.cohort == "default"
+    assert parsed.limits == {GPUS: Limit(8000, None)}
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"namespaces": None}, [(REQUIRED, "spec.namespaces")]),
+        ({"namespaces": []}, [(INVALID, "spec.namespaces")]),
+        ({"namespaces": ["a", 3]}, [(INVALID, "spec.namespaces")]),
+        ({"nominalGPUs": None}, [(REQUIRED, "spec.nominalGPUs")]),
+        ({"nominalGPUs": -1}, [(INVALID, "spec.nominalGPUs")]),
+        ({"nominalGPUs": "8"}, [(INVALID, "spec.nominalGPUs")]),
+        ({"borrowingLimitGPUs": -2}, [(INVALID, "spec.borrowingLimitGPUs")]),
+        ({"cohort": "Not_A_Label"}, [(INVALID, "spec.cohort")]),
+        ({"resources": {"cpu": 1}}, [(INVALID, "spec.resources")]),
+        ({"resources": [{"nominal": 1}]}, [(REQUIRED, "spec.resources[0].name")]),
+        ({"resources": [{"name": "cpu"}]}, [(REQUIRED, "spec.resources[0].nominal")]),
+        (
+            {"resources": [{"name": "cpu", "nominal": "lots"}]},
+            [(INVALID, "spec.resources[0].nominal")],
+        ),
+        (
+            {"resources": [{"name": "cpu", "nominal": 1, "borrowingLimit": "-1"}]},
+            [(INVALID, "spec.resources[0].borrowingLimit")],
+        ),
+        (
+            {"resources": [{"name": "cpu", "nominal": 1}, {"name": "cpu", "nominal": 2}]},
+            [(DUPLICATE, "spec.resources[1].name")],
+        ),
+        ({"resources": [{"name": "gpus", "nominal": 1}]}, [(DUPLICATE, "spec.resources[0].name")]),
+    ],
+    ids=lambda value: str(value)[:60],
+)
+def test_a_malformed_team_quota_is_left_out_with_field_errors(
+    spec: dict[str, Any], expected: list[tuple[str, str]]
+) -> None:
+    parsed, errors = parse_team_quota(quota(**spec))
+    assert parsed is None
+    assert pairs(errors) == expected
+
+
+def test_a_team_quota_without_spec_or_name_is_refused() -> None:
+    parsed, errors = parse_team_quota({"kind": "TeamQuota", "metadata": {}})
+    assert parsed is None
+    assert pairs(errors) == [(REQUIRED, "metadata.name"), (INVALID, "spec")]
+    assert pairs(parse_team_quota([])[1]) == [(INVALID, "")]
+    assert pairs(parse_team_quota({**quota(), "kind": "Other"})[1]) == [(NOT_SUPPORTED, "kind")]
+
+
+def test_a_namespace_owned_by_two_teams_is_reported_on_the_later_team() -> None:
+    a = TeamQuota("a", ("x", "y"), {GPUS: Limit(0)})
+    b = TeamQuota("b", ("z", "y"), {GPUS: Limit(0)})
+    errors = validate_quota_set([b, a])
+    assert {name: pairs(found) for name, found in errors.items()} == {
+        "b": [(DUPLICATE, "spec.namespaces[1]")]
+    }
+    assert team_of([b, a], "y") == a
+    assert team_of([b, a], "w") is None
+
+
+# ------------------------------------------------------------------ policy sections
+
+
+def test_policy_sections_parse() -> None:
+    settings, errors = parse_pool_settings(
+        {
+            "spec": {
+                "preemption": {"minimumRunSeconds": 600, "neverPreemptPriority": 1000000},
+                "topology": {
+                    "levels": list(LEVELS),
+                    "defaultLevel": LEVELS[1],
+                    "defaultMode": "Required",
+                },
+            }
+        }
+    )
+    assert errors == []
+    assert settings.preemption == PreemptionSettings(600, 1000000)
+    assert settings.topology == TopologySettings(LEVELS, LEVELS[1], "Required")
+
+
+def test_a_policy_without_the_sections_gets_defaults() -> None:
+    settings, errors = parse_pool_settings({"spec": {"priority": 3}})
+    assert errors == []
+    assert settings.preemption == PreemptionSettings()
+    assert settings.topology == TopologySettings()
+    assert parse_pool_settings("nonsense") == (settings, [])
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"preemption": []}, [(INVALID, "spec.preemption")]),
+        (
+            {"preemption": {"minimumRunSeconds": -1}},
+            [(INVALID, "spec.preemption.minimumRunSeconds")],
+        ),
+        (
+            {"preemption": {"neverPreemptPriority": "high"}},
+            [(INVALID, "spec.preemption.neverPreemptPriority")],
+        ),
+        ({"topology": "rack"}, [(INVALID, "spec.topology")]),
+        ({"topology": {"levels": "rack"}}, [(INVALID, "spec.topology.levels")]),
+        ({"topology": {"levels": ["rack", "rack"]}}, [(DUPLICATE, "spec.topology.levels[1]")]),
+        ({"topology": {"levels": ["a b"]}}, [(INVALID, "spec.topology.levels[0]")]),
+        (
+            {"topology": {"levels": ["rack"], "defaultLevel": "block"}},
+            [(NOT_SUPPORTED, "spec.topology.defaultLevel")],
+        ),
+        (
+            {"topology": {"levels": ["rack"], "defaultMode": "Sometimes"}},
+            [(NOT_SUPPORTED, "spec.topology.defaultMode")],
+        ),
+    ],
+    ids=lambda value: str(value)[:60],
+)
+def test_malformed_policy_sections_report_field_paths(
+    spec: dict[str, Any], expected: list[tuple[str, str]]
+) -> None:
+    assert pairs(parse_pool_settings({"spec": spec})[1]) == expected
+
+
+@pytest.mark.parametrize(
+    ("priority", "run_seconds", "protected"),
+    [(0, 599, True), (0, 600, False), (1000000, 10**6, True), (999999, 10**6, False)],
+)
+def test_protection_by_run_time_and_priority(
+    priority: int, run_seconds: float, protected: bool
+) -> None:
+    settings = PreemptionSettings(minimum_run_seconds=600, never_preempt_priority=1000000)
+    assert settings.protects(priority=priority, run_seconds=run_seconds) is protected
+
+
+# ------------------------------------------------------------------ topology annotations
+
+SETTINGS = TopologySettings(LEVELS)
+
+
+@pytest.mark.parametrize(
+    ("annotations", "settings", "expected"),
+    [
+        ({}, SETTINGS, TopologyRequest()),
+        ({ANNOTATION_TOPOLOGY_REQUIRED: LEVELS[1]}, SETTINGS, TopologyRequest(1, True)),
+        ({ANNOTATION_TOPOLOGY_PREFERRED: LEVELS[0]}, SETTINGS, TopologyRequest(0, False)),
+        ({}, TopologySettings(LEVELS, LEVELS[2], "Required"), TopologyRequest(2, True)),
+        ({}, TopologySettings(LEVELS, LEVELS[1]), TopologyRequest(1, False)),
+        (
+            {ANNOTATION_TOPOLOGY_PREFERRED: LEVELS[0]},
+            TopologySettings(LEVELS, LEVELS[2], "Required"),
+            TopologyRequest(0, False),
+        ),
+    ],
+    ids=[
+        "none",
+        "required",
+        "preferred",
+        "default-required",
+        "default-preferred",
+        "annotation-wins",
+    ],
+)
+def test_topology_request_from_annotations_or_policy_default(
+    annotations: dict[str, str], settings: TopologySettings, expected: TopologyRequest
+) -> None:
+    assert topology_request(annotations, settings) == (expected, [])
+
+
+@pytest.mark.parametrize(
+    ("annotations", "settings", "expected"),
+    [
+        (
+            {ANNOTATION_TOPOLOGY_REQUIRED: "zone"},
+            SETTINGS,
+            [(NOT_SUPPORTED, "metadata.annotations[torchgate.io/topology-required]")],
+        ),
+        (
+            {ANNOTATION_TOPOLOGY_PREFERRED: LEVELS[0]},
+            TopologySettings(),
+            [(FORBIDDEN, "metadata.annotations[torchgate.io/topology-preferred]")],
+        ),
+        (
+            {ANNOTATION_TOPOLOGY_REQUIRED: LEVELS[0], ANNOTATION_TOPOLOGY_PREFERRED: LEVELS[1]},
+            SETTINGS,
+            [(FORBIDDEN, "metadata.annotations[torchgate.io/topology-preferred]")],
+        ),
+    ],
+    ids=["unknown-level", "no-levels", "both"],
+)
+def test_bad_topology_annotations_are_refused_at_their_key(
+    annotations: dict[str, str], settings: TopologySettings, expected: list[tuple[str, str]]
+) -> None:
+    request, errors = topology_request(annotations, settings)
+    assert request == TopologyRequest()
+    assert pairs(errors) == expected
+
+
+# ------------------------------------------------------------------ ceilings
+
+
+def test_ceiling_is_nominal_plus_borrowing_within_the_cohort() -> None:
+    a = TeamQuota("a", ("a",), {GPUS: Limit(8000, 4000)})
+    b = TeamQuota("b", ("b",), {GPUS: Limit(16000)})
+    c = TeamQuota("c", ("c",), {GPUS: Limit(2000)}, cohort="other")
+    unlimited = TeamQuota("u", ("u",), {GPUS: Limit(8000)})
+    cohort = [a, b, c, unlimited]
+    assert quota_ceiling(a, cohort, GPUS) == 12000
+    assert quota_ceiling(unlimited, cohort, GPUS) == 32000  # a + b + itself
+    assert quota_ceiling(c, cohort, GPUS) == 2000
+    assert quota_ceiling(a, cohort, "cpu") is None
+    assert never_admissible(a, cohort, {GPUS: 12000}) is None
+    refused = never_admissible(a, cohort, {GPUS: 13000})
+    assert refused is not None
+    assert refused[0] == GPUS
+
+
+@pytest.mark.parametrize(("value", "text"), [(8000, "8"), (1500, "1.5"), (0, "0"), (1, "0.001")])
+def test_format_milli(value: int, text: str) -> None:
+    assert format_milli(value) == text
