@@ -1,6 +1,6 @@
 """The control plane's certificates and keys, written into its ``pki/`` folder.
 
-The certificate authority is :mod:`torchgate.certs.authority`, the same code that makes the
+The certificates are made by :mod:`torchgate.certs.issuing`, the same code that makes the
 webhook's: one CA per control plane, made at every start (a work dir's generated files are
 replaced then), signing
 
@@ -26,7 +26,7 @@ from typing import Final
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from torchgate.certs import authority
+from torchgate.certs import issuing
 from torchgate.controlplane.components import SERVICE_CIDR
 from torchgate.controlplane.layout import Layout
 from torchgate.node import config as node_config
@@ -55,9 +55,9 @@ def apiserver_names() -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 def pki_files(layout: Layout, *, now: datetime, valid_for: timedelta) -> dict[Path, bytes]:
     """The CA, the apiserver's serving and kubelet-client certificates and keys, the SA key."""
-    ca = authority.make_ca(CA_COMMON_NAME, now=now, valid_for=valid_for)
+    ca = issuing.make_ca(CA_COMMON_NAME, now=now, valid_for=valid_for)
     dns_names, ips = apiserver_names()
-    serving = authority.issue_serving_cert(
+    serving = issuing.issue_serving_cert(
         ca,
         dns_names=dns_names,
         ips=ips,
@@ -65,7 +65,7 @@ def pki_files(layout: Layout, *, now: datetime, valid_for: timedelta) -> dict[Pa
         valid_for=valid_for,
         common_name=APISERVER_COMMON_NAME,
     )
-    kubelet_client = authority.issue_client_cert(
+    kubelet_client = issuing.issue_client_cert(
         ca,
         common_name=node_config.APISERVER_KUBELET_CLIENT,
         organizations=("system:masters",),
