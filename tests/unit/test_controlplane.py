@@ -24,6 +24,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from hypothesis import given
+from hypothesis import strategies as st
 
 from torchgate.controlplane import kwok
 from torchgate.controlplane.binaries import (
@@ -34,10 +36,13 @@ from torchgate.controlplane.binaries import (
     ensure_binaries,
 )
 from torchgate.controlplane.cluster import ControlPlane, ControlPlaneError
+from torchgate.controlplane.components import configuration_files
 from torchgate.controlplane.kubeconfig import admin_kubeconfig, read_kubeconfig
 from torchgate.controlplane.layout import Layout
 from torchgate.controlplane.pki import write_pki
 from torchgate.controlplane.processes import ManagedProcess
+from torchgate.controlplane.realnode import RealNode
+from torchgate.controlplane.state import PlaneState, orphaned
 from torchgate.node import config as node_config
 from torchgate.pytorchjob.policy import JobDefaults, PlacementPolicy, parse_policy
 
@@ -598,6 +603,131 @@ def test_from_state_with_a_corrupt_state_file_is_a_control_plane_error(
 
     with pytest.raises(ControlPlaneError, match="unreadable control plane state"):
         ControlPlane.from_state(tmp_path)
+
+
+@given(
+    token=st.none() | st.text(min_size=1, max_size=20),
+    seconds=st.none() | st.floats(min_value=0, max_value=1e6),
+    detached=st.booleans(),
+    owns_workdir=st.booleans(),
+    pids=st.lists(st.integers(min_value=1, max_value=2**22), max_size=4),
+    node=st.none() | st.fixed_dictionaries({"name": st.text(min_size=1, max_size=10)}),
+)
+def test_plane_state_round_trips_through_json(
+    token: str | None,
+    seconds: float | None,
+    detached: bool,
+    owns_workdir: bool,
+    pids: list[int],
+    node: dict[str, Any] | None,
+) -> None:
+    state = PlaneState(
+        server="https://127.0.0.1:6443",
+        token=token,
+        ca_file=Path("/w/pki/ca.crt"),
+        kubeconfig=Path("/w/kubeconfig"),
+        startup_seconds=seconds,
+        detached=detached,
+        owner=None if detached else {"pid": 1, "start_ticks": 2},
+        owns_workdir=owns_workdir,
+        processes=tuple(ManagedProcess(f"p{pid}", pid, pid, Path("/w/logs/p.log")) for pid in pids),
+        real_node=node,
+    )
+
+    again = PlaneState.from_json(json.loads(json.dumps(state.to_json())))
+
+    # The token is written as a string: None comes back as "None" (a started plane has one).
+    assert again == dataclasses.replace(state, token=str(token))
+
+
+def test_real_node_record_is_absent_until_claimed_and_round_trips_after() -> None:
+    node = RealNode(name="real-0", labels={"pool": "a100"})
+    assert node.to_json() is None
+    node.since, node.registry, node.kube_proxy = 12.5, "127.0.0.1:5000", Path("/bin/kube-proxy")
+
+    record = node.to_json()
+
+    assert record is not None
+    again = RealNode.from_json(json.loads(json.dumps(record)))
+    assert (again.name, again.since, again.registry, again.kube_proxy) == (
+        "real-0",
+        12.5,
+        "127.0.0.1:5000",
+        Path("/bin/kube-proxy"),
+    )
+
+
+def test_real_node_tokens_name_the_kubelet_dns_and_kube_proxy_identities() -> None:
+    node = RealNode(name="real-0")
+
+    lines = [line.split(",") for line in node.token_lines()]
+
+    assert [fields[0] for fields in lines] == list(node.tokens)
+    assert len(set(node.tokens)) == 3
+    assert [fields[1] for fields in lines] == [
+        node_config.node_user("real-0"),
+        node_config.DNS_USER,
+        node_config.KUBE_PROXY_USER,
+    ]
+    assert [fields[3:] for fields in lines] == [['"system:nodes"'], [], []]
+
+
+@pytest.mark.parametrize(
+    ("raw", "orphan"),
+    [
+        ([], False),
+        ({"detached": True, "owner": None}, False),
+        ({"detached": False, "owner": {"pid": "x"}}, False),
+        ({"detached": False, "owner": None}, False),
+        ({"detached": False, "owner": "live"}, False),
+        ({"detached": False, "owner": "dead"}, True),
+    ],
+    ids=["not-a-record", "detached", "malformed-owner", "no-owner", "live-owner", "dead-owner"],
+)
+def test_a_recorded_control_plane_is_an_orphan_only_when_its_owner_is_gone(
+    raw: Any, orphan: bool
+) -> None:
+    with subprocess.Popen(["true"]) as gone:
+        gone.wait()
+    owners = {
+        "live": {"pid": os.getpid(), "start_ticks": start_ticks(os.getpid())},
+        "dead": {"pid": gone.pid, "start_ticks": 1},
+    }
+    if isinstance(raw, dict) and isinstance(raw.get("owner"), str):
+        raw = {**raw, "owner": owners[raw["owner"]]}
+
+    assert orphaned(raw) is orphan
+
+
+@pytest.mark.parametrize("audit", [False, True], ids=["no-audit", "audit"])
+def test_configuration_files_give_each_component_its_file(tmp_path: Path, audit: bool) -> None:
+    layout = Layout(tmp_path)
+
+    files = configuration_files(
+        layout,
+        server="https://127.0.0.1:6443",
+        admin_token="admin-token",
+        node_tokens=["node-token,system:node:n,system:node:n"],
+        audit=audit,
+        stages="kind: Stage\n",
+    )
+
+    expected = {layout.tokens, layout.kubeconfig, layout.scheduler_config, layout.kwok_config}
+    assert set(files) == expected | ({layout.audit_policy} if audit else set())
+    assert files[layout.tokens].splitlines() == [
+        'admin-token,torchgate-admin,torchgate-admin,"system:masters"',
+        "node-token,system:node:n,system:node:n",
+    ]
+    target = read_kubeconfig(yaml.safe_load(files[layout.kubeconfig]), base_dir=tmp_path)
+    assert (target.server, target.token, target.ca_file) == (
+        "https://127.0.0.1:6443",
+        "admin-token",
+        layout.ca_cert,
+    )
+    scheduler = yaml.safe_load(files[layout.scheduler_config])
+    assert scheduler["clientConnection"]["kubeconfig"] == str(layout.kubeconfig)
+    kinds = [doc["kind"] for doc in yaml.safe_load_all(files[layout.kwok_config])]
+    assert kinds == ["Stage", "KwokConfiguration"]
 
 
 def test_properties_before_start_are_a_control_plane_error() -> None:
