@@ -50,7 +50,7 @@ from torchgate.controller.eligibility import PodDemand, job_demands
 from torchgate.controller.envvars import rendezvous_replica
 from torchgate.controller.pods import build_pod, build_service, service_replicas
 from torchgate.pytorchjob import names
-from torchgate.pytorchjob.spec import JobSpec, as_int
+from torchgate.pytorchjob.spec import JobSpec, as_int, pytorch_container_name
 
 ANNOTATION_RESTARTS: Final = "torchgate.io/restarts"
 DEFAULT_SCHEDULE_TIMEOUT_SECONDS: Final = 60
@@ -211,8 +211,9 @@ def pytorch_exit_code(pod: Mapping[str, Any]) -> int | None:
     statuses = _mapping(pod.get("status")).get("containerStatuses")
     if not isinstance(statuses, list):
         return None
+    training = pytorch_container_name(_mapping(pod.get("spec"))) or names.CONTAINER_NAME
     for container in statuses:
-        if isinstance(container, Mapping) and container.get("name") == names.CONTAINER_NAME:
+        if isinstance(container, Mapping) and container.get("name") == training:
             terminated = _mapping(_mapping(container.get("state")).get("terminated"))
             return as_int(terminated.get("exitCode"))
     return None

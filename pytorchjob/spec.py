@@ -7,7 +7,8 @@ training-operator applies (replicas 1, restartPolicy OnFailure) so a job that by
 still runs, and returns field errors instead of raising when a section is missing or malformed.
 
 Pod-template helpers (which container is ``pytorch``, what a container requests) live here too,
-because the webhook, the controller's placement and the env contract must agree on them.
+because the webhook, the controller's placement and the env contract must agree on them; the
+counting (total replicas, elastic bounds, gang size) is ``gang``'s, which the webhook uses too.
 """
 
 from __future__ import annotations
@@ -320,26 +321,33 @@ def containers_of(pod_spec: Mapping[str, Any], key: str = "containers") -> list[
     return [c for c in containers if isinstance(c, _OBJECT)]
 
 
-def is_pytorch_container(container: object) -> bool:
-    """Whether a ``containers`` (or ``containerStatuses``) entry is the ``pytorch`` container."""
-    return isinstance(container, _OBJECT) and container.get("name") == names.CONTAINER_NAME
-
-
 def pytorch_container_index(pod_spec: Mapping[str, Any]) -> int | None:
-    """Index of the ``pytorch`` container in ``containers``; ``None`` when there is none.
+    """Index of the training container in ``containers``: the one torchgate calls ``pytorch``.
 
-    The one answer to "which container is the training one", for the webhook and the controller.
-    As in the training-operator's validation and its env, port, Service and exit-code handling,
-    it is the container *named* ``pytorch``. There is no fallback to the first container (the
-    training-operator's port defaulter has one, for jobs its webhook then refuses): a job without
-    a ``pytorch`` container is refused by the webhook and gets no env from the controller.
+    The one answer to "which container is ``pytorch``", for the webhook (defaulted port and
+    ``/dev/shm``, env and launch-argument rules) and the controller (env, Service ports, exit
+    code). As the training-operator's ``getDefaultContainerIndex``: the first container named
+    ``pytorch``, else the first container (``None`` when there is none or it is not an object).
+    The webhook still refuses a job whose containers have no ``pytorch``; the fallback lets its
+    report check the container that would have been meant, and lets a job that bypassed the
+    webhook run with the env contract.
     """
     containers = pod_spec.get("containers")
-    if isinstance(containers, list):
-        for index, container in enumerate(containers):
-            if is_pytorch_container(container):
-                return index
-    return None
+    if not isinstance(containers, list) or not containers:
+        return None
+    for index, container in enumerate(containers):
+        if isinstance(container, _OBJECT) and container.get("name") == names.CONTAINER_NAME:
+            return index
+    return 0 if isinstance(containers[0], _OBJECT) else None
+
+
+def pytorch_container_name(pod_spec: Mapping[str, Any]) -> str | None:
+    """The name of the training container (``pytorch_container_index``), to find its status."""
+    index = pytorch_container_index(pod_spec)
+    if index is None:
+        return None
+    name = pod_spec["containers"][index].get("name")
+    return name if isinstance(name, str) else None
 
 
 def container_requests(

@@ -86,9 +86,9 @@ values = st.lists(st.sampled_from(VALUES), min_size=1, max_size=2, unique=True)
 
 
 @st.composite
-def label_requirements(draw: st.DrawFn) -> dict[str, Any]:
+def label_requirements(draw: st.DrawFn, keys: tuple[str, ...] = LABEL_KEYS) -> dict[str, Any]:
     """A ``matchExpressions`` entry over a few keys and values."""
-    key = draw(st.sampled_from(LABEL_KEYS))
+    key = draw(st.sampled_from(keys))
     operator = draw(st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist"]))
     if operator in ("In", "NotIn"):
         return {"key": key, "operator": operator, "values": draw(values)}
@@ -107,11 +107,11 @@ def field_requirements(draw: st.DrawFn) -> dict[str, Any]:
 
 
 @st.composite
-def terms(draw: st.DrawFn) -> dict[str, Any]:
+def terms(draw: st.DrawFn, keys: tuple[str, ...] = LABEL_KEYS) -> dict[str, Any]:
     """A well-formed term; empty ones (``{}``, ``[]`` or ``null`` sections) included."""
     term: dict[str, Any] = {}
     for section, strategy in (
-        ("matchExpressions", label_requirements()),
+        ("matchExpressions", label_requirements(keys)),
         ("matchFields", field_requirements()),
     ):
         shape = draw(st.sampled_from(["absent", "null", "list"]))
@@ -122,7 +122,9 @@ def terms(draw: st.DrawFn) -> dict[str, Any]:
     return term
 
 
-term_lists = st.one_of(st.none(), st.lists(terms(), max_size=3))
+def term_lists(keys: tuple[str, ...] = LABEL_KEYS) -> st.SearchStrategy[list[Any] | None]:
+    """``nodeSelectorTerms``: none, or up to three terms over label ``keys``."""
+    return st.one_of(st.none(), st.lists(terms(keys), max_size=3))
 
 
 @st.composite

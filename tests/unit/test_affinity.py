@@ -123,7 +123,7 @@ requirements = st.one_of(
 
 
 @settings(max_examples=500, deadline=None)
-@given(term_lists, requirements, st.lists(nodes(), min_size=1, max_size=4))
+@given(term_lists(), requirements, st.lists(nodes(), min_size=1, max_size=4))
 def test_merged_terms_match_a_node_iff_the_terms_and_the_requirement_do(
     terms: list[Any] | None, requirement: tuple[dict[str, Any], str], sample: list[Node]
 ) -> None:
@@ -136,7 +136,7 @@ def test_merged_terms_match_a_node_iff_the_terms_and_the_requirement_do(
 
 
 @settings(max_examples=200, deadline=None)
-@given(term_lists, field_requirements(), nodes())
+@given(term_lists(), field_requirements(), nodes())
 def test_required_affinity_matches_a_node_iff_the_old_one_and_the_requirement_do(
     terms: list[Any] | None, wanted: dict[str, Any], node: Node
 ) -> None:
