@@ -64,9 +64,14 @@ def default_gang_size(*, masters: int, workers: int, elastic: Bounds | None) -> 
     return masters + workers
 
 
+def is_min_available(wanted: int, *, total: int | None) -> bool:
+    """Whether ``minAvailable`` is between 1 and the total (``None``: total unknown)."""
+    return wanted >= 1 and (total is None or wanted <= total)
+
+
 def min_available(wanted: int | None, *, total: int, default: int) -> int:
     """The job's ``minAvailable`` when it is between 1 and ``total``, else ``default``."""
-    return wanted if wanted is not None and 0 < wanted <= total else default
+    return wanted if wanted is not None and is_min_available(wanted, total=total) else default
 
 
 def integer_nproc(value: object) -> int | None:

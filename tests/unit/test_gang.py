@@ -116,3 +116,12 @@ def test_gang_size_is_a_count_of_the_jobs_pods(
         assert size == total
     chosen = gang.min_available(wanted, total=total, default=size)
     assert chosen == (wanted if wanted is not None and 1 <= wanted <= total else size)
+
+
+@pytest.mark.parametrize(
+    ("wanted", "total", "expected"),
+    [(1, 3, True), (3, 3, True), (0, 3, False), (4, 3, False), (-1, None, False), (9, None, True)],
+    ids=["one", "all", "zero", "above-total", "negative-unknown-total", "unknown-total"],
+)
+def test_is_min_available(wanted: int, total: int | None, expected: bool) -> None:
+    assert gang.is_min_available(wanted, total=total) is expected

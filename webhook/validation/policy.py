@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Final
 
-from torchgate.pytorchjob import names
+from torchgate.pytorchjob import gang, names
 from torchgate.pytorchjob.fieldpath import (
     FieldError,
     forbidden,
@@ -244,7 +244,7 @@ def scheduling_policy(job: JobFacts) -> Findings:
     if raw is not None:
         number = as_int(raw)
         total = job.total_replicas
-        if number is None or number < 1 or (total is not None and number > total):
+        if number is None or not gang.is_min_available(number, total=total):
             upper = f"the job's {total} replicas" if total is not None else "the job's replicas"
             found.append(
                 invalid(
