@@ -1,0 +1,136 @@
+"""Whole-gang preemption: who may be evicted, in which order, and the smallest set that works."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from torchgate.controller.preemption import (
+    Choice,
+    Preemptor,
+    candidates,
+    cheapest,
+    choose_victims,
+    group_by_domain,
+    is_protected,
+    may_preempt,
+    victim_order,
+)
+from torchgate.controller.quota import Admitted
+from torchgate.pytorchjob.pool import GPUS, Limit, PreemptionSettings, TeamQuota
+
+G = 1000
+TEAMS = {
+    "a": TeamQuota("a", ("a",), {GPUS: Limit(8 * G)}),
+    "b": TeamQuota("b", ("b",), {GPUS: Limit(8 * G)}),
+}
+
+
+def gang(
+    name: str,
+    gpus: int,
+    *,
+    team: str | None = None,
+    priority: int = 0,
+    at: float = 0.0,
+    nodes: dict[str, str] | None = None,
+) -> Admitted:
+    return Admitted(
+        key=("ns", name),
+        team=team,
+        priority=priority,
+        usage={GPUS: gpus * G},
+        admitted_at=at,
+        nodes=nodes,
+    )
+
+
+@pytest.mark.parametrize(
+    ("preemptor", "victim", "borrowers", "allowed"),
+    [
+        (Preemptor(None, 10), gang("v", 8, priority=5), set(), True),
+        (Preemptor(None, 10, preempts=False), gang("v", 8, priority=5), set(), False),
+        (Preemptor(None, 5), gang("v", 8, priority=5), set(), False),
+        (Preemptor("a", 10), gang("v", 8, team="a", priority=5), set(), True),
+        (Preemptor("a", 10), gang("v", 8, team="b", priority=5), set(), False),
+        (Preemptor("a", 10), gang("v", 8, team="b", priority=5), {"b"}, True),
+        (Preemptor("a", 10), gang("v", 8, team="gone", priority=5), set(), True),
+    ],
+    ids=[
+        "lower-priority",
+        "policy-never",
+        "equal-priority",
+        "own-team",
+        "other-team-within-nominal",
+        "other-team-borrowing",
+        "unknown-team",
+    ],
+)
+def test_who_may_be_preempted(
+    preemptor: Preemptor, victim: Admitted, borrowers: set[str], allowed: bool
+) -> None:
+    assert may_preempt(preemptor, victim, TEAMS, borrowers) is allowed
+
+
+def test_protection_by_minimum_run_time_and_priority() -> None:
+    protection = PreemptionSettings(minimum_run_seconds=600, never_preempt_priority=100)
+    assert is_protected(gang("young", 8, at=1000.0), protection, now=1500.0)
+    assert not is_protected(gang("old", 8, at=0.0), protection, now=1500.0)
+    assert is_protected(gang("vip", 8, priority=100, at=0.0), protection, now=1500.0)
+
+
+def test_candidates_are_ordered_cheapest_first_and_exclude_protected() -> None:
+    running = [
+        gang("old-low", 8, priority=0, at=0.0),
+        gang("new-low", 8, priority=0, at=500.0),
+        gang("mid", 8, priority=5, at=0.0),
+        gang("young", 8, priority=0, at=1400.0),
+        gang("equal", 8, priority=10, at=0.0),
+    ]
+    found = candidates(
+        Preemptor(None, 10), running, TEAMS, {}, PreemptionSettings(minimum_run_seconds=600), 1500.0
+    )
+    assert [v.key[1] for v in found] == ["new-low", "old-low", "mid"]
+    assert sorted(running, key=victim_order)[0].key[1] == "young"
+
+
+def freed_at_least(need: int) -> Callable[[Sequence[Admitted]], int | None]:
+    def trial(victims: Sequence[Admitted]) -> int | None:
+        freed = sum(v.usage[GPUS] for v in victims)
+        return freed if freed >= need * G else None
+
+    return trial
+
+
+def test_greedy_then_pruned_a_small_set_of_whole_gangs() -> None:
+    ordered = [gang("s1", 2), gang("s2", 2), gang("big", 8)]
+    choice = choose_victims(ordered, freed_at_least(8))
+    assert choice is not None
+    assert [v.key[1] for v in choice.victims] == ["big"]
+    assert choose_victims(ordered, freed_at_least(13)) is None
+
+
+def test_a_victim_of_higher_priority_than_the_best_set_ends_the_search() -> None:
+    ordered = [gang("low", 4, priority=1), gang("high", 4, priority=9)]
+    assert choose_victims(ordered, freed_at_least(8), highest=5) is None
+
+
+def test_the_cheapest_group_wins() -> None:
+    everything = [gang("low", 4, priority=1), gang("high", 8, priority=9)]
+    rack = [gang("mid", 8, priority=3)]
+    best = cheapest([[*everything, *rack], rack], freed_at_least(8), now=0.0)
+    assert isinstance(best, Choice)
+    assert [v.key[1] for v in best.victims] == ["mid"]
+    assert cheapest([everything, rack], freed_at_least(20), now=0.0) is None
+
+
+def test_group_by_domain_puts_a_gang_in_every_domain_it_touches() -> None:
+    spread = gang("spread", 16, nodes={"p0": "r1-h1", "p1": "r2-h1"})
+    local = gang("local", 8, nodes={"p0": "r1-h2"})
+    groups = group_by_domain([spread, local], lambda node: node.split("-")[0])
+    assert [[v.key[1] for v in g] for g in groups] == [
+        ["spread", "local"],
+        ["spread", "local"],
+        ["spread"],
+    ]
