@@ -10,19 +10,18 @@ Rules:
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import ssl
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from types import FrameType
 from typing import Final
 
 from torchgate.controlplane import processes
 from torchgate.controlplane.processes import ManagedProcess
+from torchgate.kube import blocking
+from torchgate.kube.errors import ApiError
 
 _LOG_TAIL_LINES: Final = 15
 
@@ -108,13 +107,11 @@ def insecure_context() -> ssl.SSLContext:
 
 def node_ready(url: str, context: ssl.SSLContext, token: str | None) -> bool:
     """Whether the Node at ``url`` reports the Ready condition True."""
-    request = urllib.request.Request(url)
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(request, timeout=2, context=context) as response:
-            node = json.load(response)
-    except (urllib.error.URLError, OSError, ValueError):
+        node = blocking.get(url, tls=context, token=token)
+    except (ApiError, ValueError):
+        return False
+    if not isinstance(node, dict):
         return False
     conditions = node.get("status", {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
@@ -122,11 +119,4 @@ def node_ready(url: str, context: ssl.SSLContext, token: str | None) -> bool:
 
 def http_ok(url: str, *, context: ssl.SSLContext | None = None, token: str | None = None) -> bool:
     """Whether ``url`` answers 200 (a bearer ``token`` if given)."""
-    request = urllib.request.Request(url)
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=2, context=context) as response:
-            return int(response.status) == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
+    return blocking.probe(url, tls=context, token=token) == 200

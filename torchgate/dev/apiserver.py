@@ -8,11 +8,8 @@ a probe answers a boolean and never raises.
 from __future__ import annotations
 
 import contextlib
-import json
 import ssl
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -20,6 +17,8 @@ from typing import Any, Final
 from torchgate import devcluster
 from torchgate.controlplane.cluster import ControlPlane
 from torchgate.dev.state import DevError
+from torchgate.kube import blocking
+from torchgate.kube.errors import ApiError
 
 _POLL_SECONDS: Final = 0.1
 
@@ -28,11 +27,7 @@ ApiRequest = Callable[[str, str, Mapping[str, Any] | None], tuple[int, dict[str,
 
 
 def _get_ok(url: str, *, context: ssl.SSLContext | None = None) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2, context=context) as response:
-            return int(response.status) == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
+    return blocking.probe(url, tls=context) == 200
 
 
 def _tls_context(ca_file: Path) -> ssl.SSLContext | None:
@@ -66,6 +61,7 @@ class ApiClient:
         self.context = ssl.create_default_context(
             cafile=str(plane.ca_file) if plane.ca_file else None
         )
+        self.client = blocking.BlockingClient(self.server, token=self.token, tls=self.context)
 
     def __call__(
         self,
@@ -75,29 +71,18 @@ class ApiClient:
         *,
         content_type: str = "application/json",
     ) -> tuple[int, dict[str, Any]]:
-        """``(HTTP status, decoded body)``; raises OSError when the apiserver is unreachable."""
-        data = json.dumps(body).encode() if body is not None else None
-        call = urllib.request.Request(self.server + path, data=data, method=method)
-        if self.token:
-            call.add_header("Authorization", f"Bearer {self.token}")
-        call.add_header("Content-Type", content_type)
+        """``(HTTP status, decoded body)``, a success read as 200; OSError when unreachable."""
         try:
-            with urllib.request.urlopen(call, timeout=10, context=self.context) as response:
-                return int(response.status), json.loads(response.read() or b"{}")
-        except urllib.error.HTTPError as error:
-            with error:
-                return int(error.code), json.loads(error.read() or b"{}")
+            answer = self.client.request(method, path, body=body, content_type=content_type)
+        except ApiError as error:
+            if error.status == 0:
+                raise OSError(error.message) from None
+            return error.status, error.body
+        return 200, answer if isinstance(answer, dict) else {}
 
     def ready(self) -> bool:
         """Whether the apiserver answers ``/readyz`` with 200."""
-        call = urllib.request.Request(self.server + "/readyz")
-        if self.token:
-            call.add_header("Authorization", f"Bearer {self.token}")
-        try:
-            with urllib.request.urlopen(call, timeout=2, context=self.context) as response:
-                return int(response.status) == 200
-        except (urllib.error.URLError, OSError, ValueError):
-            return False
+        return self.client.probe("/readyz") == 200
 
     def apply(self, obj: Mapping[str, Any], *, retry_for: float = 10.0) -> dict[str, Any]:
         """Server-side apply ``obj`` (created or updated); retries while its kind is not served.

@@ -80,12 +80,28 @@ def probe(
     timeout: float = 2.0,
 ) -> int:
     """The HTTP status of a GET of ``url`` (0 when nothing answered)."""
+    server, path = _split(url)
+    return BlockingClient(server, token=token, tls=tls).probe(path, timeout=timeout)
+
+
+def get(
+    url: str,
+    *,
+    tls: ssl.SSLContext | None = None,
+    token: str | None = None,
+    timeout: float = 2.0,
+) -> Any:
+    """The decoded JSON of a GET of ``url``; raises ``ApiError`` subclasses."""
+    server, path = _split(url)
+    return BlockingClient(server, token=token, tls=tls, timeout=timeout).request("GET", path)
+
+
+def _split(url: str) -> tuple[str, str]:
     parts = urlsplit(url)
     path = parts.path or "/"
     if parts.query:
         path += f"?{parts.query}"
-    server = f"{parts.scheme}://{parts.netloc}"
-    return BlockingClient(server, token=token, tls=tls).probe(path, timeout=timeout)
+    return f"{parts.scheme}://{parts.netloc}", path
 
 
 def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
