@@ -23,7 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from torchgate.controller import status as st
-from torchgate.controller.planning import Observed, Plan
+from torchgate.controller.planmodel import Observed, Plan
 from torchgate.pytorchjob.spec import gpu_count
 
 JobKey = tuple[str, str]

@@ -36,7 +36,8 @@ from torchgate.controller import status as st
 from torchgate.controller.admitter import Admitter, JobKey
 from torchgate.controller.eligibility import PodDemand, job_demands
 from torchgate.controller.metrics import ControllerMetrics
-from torchgate.controller.planning import ANNOTATION_RESTARTS, Event, Observed, Plan, plan
+from torchgate.controller.planmodel import ANNOTATION_RESTARTS, Event, Observed, Plan
+from torchgate.controller.planning import plan
 from torchgate.controller.writepolicy import StatusWritePolicy, WriteFacts
 from torchgate.kube.client import MERGE_PATCH, KubeApi
 from torchgate.kube.errors import AlreadyExists, ApiError, NotFound

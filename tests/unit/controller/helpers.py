@@ -17,7 +17,8 @@ from typing import Any
 
 from torchgate.controller.admitter import Admitter
 from torchgate.controller.eligibility import NodeView
-from torchgate.controller.planning import ANNOTATION_RESTARTS, Observed, Plan, plan
+from torchgate.controller.planmodel import ANNOTATION_RESTARTS, Observed, Plan
+from torchgate.controller.planning import plan
 from torchgate.controller.status import format_time
 from torchgate.pytorchjob.spec import JobSpec, parse_job
 

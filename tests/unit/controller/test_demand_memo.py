@@ -8,7 +8,8 @@ from typing import Any
 from tests.builders import gpu_job
 from tests.unit.controller.helpers import NOW, parse, with_uid
 from torchgate.controller.eligibility import PodDemand, job_demands
-from torchgate.controller.planning import Observed, plan
+from torchgate.controller.planmodel import Observed
+from torchgate.controller.planning import plan
 from torchgate.controller.reconciler import DemandMemo
 from torchgate.pytorchjob import names
 

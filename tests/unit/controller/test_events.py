@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from torchgate.controller.planning import Event
+from torchgate.controller.planmodel import Event
 from torchgate.controller.reconciler import EventRecorder
 
 JOB = {"metadata": {"name": "train", "namespace": "team-a", "uid": "u1", "resourceVersion": "9"}}

@@ -9,7 +9,8 @@ import pytest
 
 from tests.builders import JobBuilder, gpu_job, job
 from tests.unit.controller.helpers import NOW, World, is_quiet, parse, set_phase, with_uid
-from torchgate.controller.planning import Observed, Plan, plan
+from torchgate.controller.planmodel import Observed, Plan
+from torchgate.controller.planning import plan
 from torchgate.controller.status import format_time
 
 MASTER, W0, W1 = "demo-master-0", "demo-worker-0", "demo-worker-1"

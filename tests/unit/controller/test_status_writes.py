@@ -19,7 +19,7 @@ from tests.unit.controller.helpers import NOW, World, merge_patch, set_phase, wi
 from torchgate.controller import status as st
 from torchgate.controller.admitter import Admitter, Reservation
 from torchgate.controller.metrics import ControllerMetrics
-from torchgate.controller.planning import Event
+from torchgate.controller.planmodel import Event
 from torchgate.controller.reconciler import Options, Reconciler, job_key_of_pod
 from torchgate.controller.writepolicy import StatusWritePolicy
 from torchgate.kube.informer import Informer
