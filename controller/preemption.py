@@ -22,7 +22,8 @@ Rules (each one function):
 4. ``choose_victims``: add candidates in that order until the preemptor fits (the caller's
    ``trial`` places it with the victims gone), then put back every victim it still fits without,
    newest addition first: a small set, never a partial gang. ``None`` if all candidates are not
-   enough.
+   enough. A gang of another team is taken only while its team is still borrowing
+   (``quota.still_borrowing``).
 5. ``cheapest``: with candidates grouped (all candidates together first, then one group per
    topology domain of the preemptor's required level), the cheapest successful set wins: lowest
    highest-priority among its victims, then fewest victims, then fewest GPUs, then least run time.
@@ -118,18 +119,23 @@ def choose_victims(
     trial: Callable[[Sequence[Admitted]], T | None],
     *,
     highest: int | None = None,
+    allowed: Callable[[Admitted, Sequence[Admitted]], bool] | None = None,
 ) -> Choice[T] | None:
     """A small set of whole gangs whose removal lets the preemptor fit (rule 4).
 
     ``trial(victims)`` answers whether (and where) the preemptor fits once ``victims`` are gone;
     it must be monotone (more victims never make it fit worse). With ``highest``, give up rather
     than take a victim of a higher priority (the set would cost more than one already found).
+    ``allowed(victim, chosen)`` skips a candidate that may no longer be taken once ``chosen`` are
+    gone (``quota.still_borrowing``); dropping victims in the pruning pass never invalidates it.
     """
     victims: list[Admitted] = []
     result: T | None = None
     for victim in ordered:
         if highest is not None and victim.priority > highest:
             return None
+        if allowed is not None and not allowed(victim, victims):
+            continue
         victims.append(victim)
         result = trial(victims)
         if result is not None:
@@ -159,6 +165,8 @@ def cheapest(
     groups: Iterable[Sequence[Admitted]],
     trial: Callable[[Sequence[Admitted]], T | None],
     now: float,
+    *,
+    allowed: Callable[[Admitted, Sequence[Admitted]], bool] | None = None,
 ) -> Choice[T] | None:
     """The cheapest successful victim set over candidate groups (rule 5)."""
     best: Choice[T] | None = None
@@ -169,7 +177,7 @@ def cheapest(
             continue
         seen.add(marker)
         highest = None if best is None else cost(best, now)[0]
-        choice = choose_victims(group, trial, highest=highest)
+        choice = choose_victims(group, trial, highest=highest, allowed=allowed)
         if choice is None and number == 0:
             return None  # the first group holds every candidate: no subset can do better
         if choice is not None and (best is None or cost(choice, now) < cost(best, now)):

@@ -23,15 +23,15 @@ Rules (each one function; amounts are milli-units per quota key, ``pool.GPUS`` f
    nominal in a resource the claimant needs) can be reclaimed, lowest priority first, then the most
    recently admitted (the least work lost); admin protection (``minimumRunSeconds``,
    ``neverPreemptPriority``) applies to reclaim too.
-4. ``reclaim``: take candidates one whole gang at a time, skipping any whose team is no longer
-   borrowing, until the claimant's gang fits; then put back every victim the gang fits without
-   (newest decision first), so no more is preempted than needed. ``None`` when even all
-   candidates are not enough.
+4. ``still_borrowing``: victims are chosen one whole gang at a time
+   (``preemption.choose_victims``), and a gang of another team is taken only while that team is
+   still over its nominal quota once the victims chosen so far are gone, so reclaim never pushes
+   a team below its nominal quota by more than the one whole gang that crossed it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -217,39 +217,17 @@ def reclaim_candidates(
 # ------------------------------------------------------------------ rule 4
 
 
-def reclaim(
-    team: TeamQuota,
-    gang_usage: Units,
-    candidates: Sequence[Admitted],
+def still_borrowing(
+    victim: Admitted,
+    chosen: Iterable[Admitted],
     usage: Mapping[str, Units],
     teams: Mapping[str, TeamQuota],
-) -> list[Admitted] | None:
-    """The fewest whole borrowed gangs to preempt so that the claimant's gang fits (rule 4)."""
-    needed = [r for r, amount in gang_usage.items() if amount > 0 and r in team.limits]
-    working = {name: dict(values) for name, values in usage.items()}
-
-    def fits() -> bool:
-        return isinstance(check_quota(team, gang_usage, working, teams), Fits | Borrows)
-
-    victims: list[Admitted] = []
-    for gang in candidates:
-        if fits():
-            break
-        owner = gang.team
-        if owner is None or not borrowing(teams[owner], working.get(owner, {}), needed):
-            continue
-        victims.append(gang)
-        _add(working.setdefault(owner, {}), gang.usage, -1)
-    if not fits():
-        return None
-    for gang in reversed(list(victims)):
-        owner = gang.team or ""
-        _add(working.setdefault(owner, {}), gang.usage)
-        if fits():
-            victims.remove(gang)
-        else:
-            _add(working[owner], gang.usage, -1)
-    return victims
+) -> bool:
+    """Whether ``victim``'s team is still over nominal once ``chosen`` are gone (rule 4)."""
+    if victim.team is None or victim.team not in teams:
+        return False
+    left = without(usage, chosen).get(victim.team, {})
+    return borrowing(teams[victim.team], left, teams[victim.team].limits)
 
 
 def without(usage: Mapping[str, Units], gangs: Iterable[Admitted]) -> dict[str, dict[str, int]]:

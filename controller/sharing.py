@@ -46,6 +46,7 @@ from torchgate.controller.quota import (
     Units,
     check_quota,
     reclaim_candidates,
+    still_borrowing,
     usage_by_team,
     without,
 )
@@ -268,13 +269,20 @@ def _preempt(
     if not ordered:
         return None
 
+    usage_now = cycle.usage
+
+    def allowed(victim: Admitted, chosen: Sequence[Admitted]) -> bool:
+        if victim.team is None or victim.team == gang.team or victim.team not in pool.teams:
+            return True
+        return still_borrowing(victim, chosen, usage_now, pool.teams)
+
     trial = _Trial(cycle, gang, team)
     try:
         groups = [ordered]
         level = gang.topology.level
         if gang.topology.required and level is not None and level < len(pool.topology.levels):
             groups = group_by_domain(ordered, _domain_at(pool.topology, level))
-        choice = cheapest(groups, trial, cycle.now)
+        choice = cheapest(groups, trial, cycle.now, allowed=allowed)
         placed = trial.place(choice.victims) if choice is not None else None
     finally:
         trial.hold(())

@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as hs
 
+from torchgate.controller.preemption import choose_victims
 from torchgate.controller.quota import (
     Admitted,
     Borrows,
     Fits,
     QuotaWait,
     Reclaims,
+    Units,
     Verdict,
     check_quota,
-    reclaim,
     reclaim_candidates,
+    still_borrowing,
     usage_by_team,
     without,
 )
@@ -48,6 +50,25 @@ def gang(
 
 
 TEAMS = {t.name: t for t in (team("a", 8, 4), team("b", 8), team("c", 8, cohort="other"))}
+
+
+def reclaim(
+    claimant: TeamQuota,
+    want: Units,
+    ordered: list[Admitted],
+    usage: Mapping[str, Units],
+    teams: Mapping[str, TeamQuota],
+) -> list[Admitted] | None:
+    """Reclaim as the admission cycle does it: whole gangs, while their team still borrows."""
+
+    def trial(victims: Sequence[Admitted]) -> bool | None:
+        left = without(usage, victims)
+        return isinstance(check_quota(claimant, want, left, teams), Fits | Borrows) or None
+
+    choice = choose_victims(
+        ordered, trial, allowed=lambda victim, chosen: still_borrowing(victim, chosen, usage, teams)
+    )
+    return None if choice is None else list(choice.victims)
 
 
 def verdict(team_name: str | None, gpus: int, running: list[Admitted]) -> Verdict:
@@ -221,6 +242,10 @@ def test_reclaim_returns_a_teams_quota_with_whole_borrowed_gangs_only(
         usage[v.team][GPUS] > teams[v.team].limits[GPUS].nominal for v in victims if v.team
     )  # only teams that were borrowing
     assert isinstance(check_quota(claimant, want, without(usage, victims), teams), Fits | Borrows)
+    left = without(usage, victims)
+    for owner in {v.team for v in victims if v.team}:  # below nominal by less than one gang
+        largest = max(v.usage[GPUS] for v in victims if v.team == owner)
+        assert left[owner].get(GPUS, 0) > teams[owner].limits[GPUS].nominal - largest
     for victim in victims:  # and none of them could have stayed
         kept = [v for v in victims if v is not victim]
         assert not isinstance(

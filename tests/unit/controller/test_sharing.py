@@ -351,5 +351,14 @@ def test_after_any_cycle_every_gang_is_whole_capacity_and_quota_hold(
         limit = quota.limits[GPUS]
         if limit.borrowing is not None:
             assert usage.get(name, {}).get(GPUS, 0) <= limit.nominal + limit.borrowing
+    for key in victims:  # another team loses at most the one whole gang that crossed its nominal
+        victim = before[key]
+        claimant = waiting_by_key[
+            next(o for o in outcomes if isinstance(o, Preempt) and key in o.victims).key
+        ]
+        if victim.team in pool.teams and victim.team != claimant.team:
+            largest = max(before[k].usage[GPUS] for k in victims if before[k].team == victim.team)
+            nominal_x = pool.teams[victim.team].limits[GPUS].nominal
+            assert usage.get(victim.team, {}).get(GPUS, 0) > nominal_x - largest
     nominal = sum(q.limits[GPUS].nominal for q in pool.teams.values())
     assert sum(u.get(GPUS, 0) for u in usage.values()) <= nominal
