@@ -27,8 +27,12 @@ Rules:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
 Bounds = tuple[int, int]
+
+MAX_COUNT: Final = 2**31 - 1
+"""Replica counts and ``minAvailable`` are int32 in the API: a larger number is not a count."""
 
 
 def total_replicas(counts: Iterable[int]) -> int:

@@ -507,7 +507,7 @@ class _JobDefaulter:
             self.warn((*scheduling_at, key), f"defaulted to {value}{note}")
 
     def _gang_size(self) -> int | None:
-        """``gang.default_gang_size`` of the job; None when a replica count is not a count."""
+        """``gang.default_gang_size`` of the job; None when it is not a count the API stores."""
         specs = self.job["spec"].get("pytorchReplicaSpecs")
         if not isinstance(specs, _OBJECT):
             return None
@@ -529,7 +529,7 @@ class _JobDefaulter:
         size = gang.default_gang_size(
             masters=counts.get(names.MASTER, 0), workers=workers, elastic=bounds
         )
-        return size or None
+        return size if 0 < size <= gang.MAX_COUNT else None  # else not storable: no default
 
     def _get(self, tokens: Sequence[Token]) -> Any:
         node: Any = self.job

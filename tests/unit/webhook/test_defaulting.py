@@ -443,3 +443,13 @@ def mutated_jobs(draw: st.DrawFn) -> dict[str, Any]:
 @given(mutated_jobs())
 def test_patch_always_reproduces_the_defaulted_object(raw: dict[str, Any]) -> None:
     defaulted(raw, make_policy(nodeSelector={"pool": "a"}, sharedMemory={"sizeLimit": "1Gi"}))
+
+
+@pytest.mark.parametrize(
+    "replicas", [1.8446744073709552e19, 2**31, 2**63], ids=["float-2^64", "int32-max+1", "2^63"]
+)
+def test_no_gang_size_is_defaulted_beyond_what_the_api_stores(replicas: float) -> None:
+    raw = gpu_job(workers=1).build()
+    raw["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = replicas
+    run_policy = defaulted(raw).object["spec"]["runPolicy"]
+    assert "schedulingPolicy" not in run_policy
