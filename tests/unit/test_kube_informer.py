@@ -1,0 +1,140 @@
+"""The one informer, as the webhook's PlacementPolicy source uses it, and its bookmarks.
+
+A scripted API stands in for the apiserver: each list returns the next listing, each watch
+replays the next script and then ends (or raises), and writes are recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+from tests.builders import policy
+from torchgate.kube.errors import Gone
+from torchgate.kube.informer import Informer
+from torchgate.kube.resources import PLACEMENT_POLICIES
+from torchgate.pytorchjob.policy import DEFAULT_POLICY, parse_policy
+from torchgate.webhook.policysource import ClusterPolicies, PolicyCache
+
+GOOD = policy("good", priority=5)
+BAD = policy("bad", priority="high")
+
+
+def versioned(obj: dict[str, Any], version: int) -> dict[str, Any]:
+    return {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(version)}}
+
+
+class ScriptedApi:
+    """Lists in turn; watches replay scripts; every other call is recorded."""
+
+    def __init__(self, listings: list[list[dict[str, Any]]], watches: list[list[Any]]) -> None:
+        self.listings = listings
+        self.watches = watches
+        self.lists = 0
+        self.watch_queries: list[dict[str, str]] = []
+        self.writes: list[tuple[str, str, Any, str]] = []
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        if method != "GET":
+            self.writes.append((method, path, body, content_type))
+            return body
+        items = self.listings[min(self.lists, len(self.listings) - 1)]
+        self.lists += 1
+        return {"metadata": {"resourceVersion": str(100 * self.lists)}, "items": items}
+
+    async def watch(self, path: str, query: Mapping[str, str]) -> AsyncIterator[dict[str, Any]]:
+        self.watch_queries.append(dict(query))
+        script = self.watches.pop(0) if self.watches else []
+        for step in script:
+            if isinstance(step, Exception):
+                raise step
+            yield step
+        if not self.watches:
+            await asyncio.sleep(3600)
+
+
+async def until(run: Callable[[], Any], predicate: Callable[[], bool]) -> None:
+    task = asyncio.create_task(run())
+    try:
+        for _ in range(300):
+            if predicate():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("condition not reached")
+    finally:
+        task.cancel()
+
+
+def test_the_bad_policy_is_bad() -> None:
+    assert parse_policy(BAD)[1]
+    assert not parse_policy(GOOD)[1]
+
+
+async def test_listed_policies_are_served_and_the_invalid_one_is_reported() -> None:
+    api = ScriptedApi([[versioned(GOOD, 1), versioned(BAD, 2)]], [])
+    cache = PolicyCache()
+    source = ClusterPolicies(cache, api)
+    await until(source.run, lambda: cache.synced.is_set() and len(api.writes) == 3)
+    assert cache.names == ["good"]
+    assert list(cache.invalid) == ["bad"]
+    statuses = {path: body for method, path, body, _ in api.writes if method == "PATCH"}
+    assert (
+        statuses[PLACEMENT_POLICIES.path(None, "good", "status")]["status"]["conditions"][0][
+            "status"
+        ]
+        == "True"
+    )
+    bad = statuses[PLACEMENT_POLICIES.path(None, "bad", "status")]["status"]["conditions"][0]
+    assert (bad["status"], bad["reason"]) == ("False", "InvalidSpec")
+    events = [(path, body) for method, path, body, _ in api.writes if method == "POST"]
+    assert [(path, body["involvedObject"]["name"]) for path, body in events] == [
+        ("/api/v1/namespaces/default/events", "bad")
+    ]
+
+
+async def test_an_empty_cluster_is_synced_with_the_default_policy_only() -> None:
+    cache = PolicyCache()
+    await until(ClusterPolicies(cache, ScriptedApi([[]], [])).run, cache.synced.is_set)
+    assert cache.names == []
+    assert cache.policy_for("any") is DEFAULT_POLICY
+
+
+async def test_watched_changes_and_a_relist_after_gone_follow_the_cluster() -> None:
+    fixed = policy("bad", priority=1)
+    api = ScriptedApi(
+        # After the 410 the re-list no longer has "good": it was deleted while unwatched.
+        [[versioned(GOOD, 1), versioned(BAD, 2)], [versioned(fixed, 3)]],
+        [
+            [
+                {"type": "MODIFIED", "object": versioned(fixed, 3)},
+                Gone(410, "Expired", "", "W", ""),
+            ],
+        ],
+    )
+    cache = PolicyCache()
+    source = ClusterPolicies(cache, api)
+    await until(source.run, lambda: api.lists == 2 and cache.names == ["bad"])
+    assert cache.invalid == {}
+
+
+async def test_a_bookmark_moves_the_next_watch_to_its_resource_version() -> None:
+    api = ScriptedApi(
+        [[versioned(GOOD, 1)]],
+        [[{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "777"}}}], []],
+    )
+    informer = Informer(api, PLACEMENT_POLICIES)
+    await until(informer.run, lambda: len(api.watch_queries) == 2)
+    first, second = api.watch_queries
+    assert first["resourceVersion"] == "100"
+    assert first["allowWatchBookmarks"] == "true"
+    assert second["resourceVersion"] == "777"
+    assert api.lists == 1  # a stream that ends is re-watched, not re-listed
