@@ -269,13 +269,6 @@ class Capacity:
 # ------------------------------------------------------------------ rules 2-3: the domain
 
 
-def _tightness(
-    topology: Topology, slots: Sequence[int], domain: int
-) -> tuple[int, int, tuple[str, ...]]:
-    found = topology.domains[domain]
-    return slots[domain], found.node_count, found.key
-
-
 def fitting_level(topology: Topology, slots: Sequence[int], count: int) -> tuple[int, list[int]]:
     """The finest level with a domain holding ``count`` slots, and its fitting domains (rule 2).
 
@@ -298,7 +291,8 @@ def fitting_level(topology: Topology, slots: Sequence[int], count: int) -> tuple
 
 def best_domain(topology: Topology, slots: Sequence[int], candidates: Sequence[int]) -> int:
     """The tightest candidate: fewest slots, then fewest nodes, then smallest key (rule 3)."""
-    return min(candidates, key=lambda d: _tightness(topology, slots, d))
+    domains = topology.domains
+    return min((slots[d], domains[d].node_count, domains[d].key, d) for d in candidates)[-1]
 
 
 # ------------------------------------------------------------------ rule 4: inside the domain
@@ -328,7 +322,7 @@ def distribute(
     while remaining > 0:
         holding = [u for u in units if u[0] >= remaining and (u[4], u[5]) not in taken]
         if holding:
-            unit = min(holding, key=lambda u: (u[0], u[1], u[2], u[3]))
+            unit = min(holding)  # tightest: slots, nodes, domains before nodes, key
             share = remaining
         else:
             unit = next(u for u in roomiest if (u[4], u[5]) not in taken)
