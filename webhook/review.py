@@ -14,6 +14,7 @@ followed by the validating route's checks on the defaulted object.
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -131,7 +132,7 @@ def respond(
     response: dict[str, Any] = {"uid": review["request"]["uid"], "allowed": allowed and not errors}
     if patch and response["allowed"]:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(orjson.dumps(list(patch))).decode("ascii")
+        response["patch"] = base64.b64encode(_json_bytes(list(patch))).decode("ascii")
     if errors:
         response["status"] = invalid_status(errors, job)
     elif status is not None:
@@ -139,6 +140,19 @@ def respond(
     if warnings:
         response["warnings"] = list(warnings)
     return {"apiVersion": review["apiVersion"], "kind": review["kind"], "response": response}
+
+
+def _json_bytes(value: Any) -> bytes:
+    """JSON of ``value``: orjson, or the standard library for what orjson refuses.
+
+    orjson stops at 64-bit integers and 255 levels of nesting; JSON has neither limit, and a
+    patch can carry both (a sum of user counts, a copied user value), so they must not become an
+    internal error.
+    """
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def invalid_status(errors: Sequence[FieldError], job: Any) -> dict[str, Any]:
