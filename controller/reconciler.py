@@ -6,7 +6,7 @@ an old attempt, which the next plan deletes without counting twice); Services be
 master's name resolves when the pods start); status last (it describes what was done).
 
 When the planned status is written is ``writepolicy.StatusWritePolicy``'s decision: now, or after
-some seconds (progress waits while gangs are being created, and settles briefly otherwise). A
+some seconds (progress waits while gangs are being created; counts alone at most once a second). A
 status put off is not kept: the job is looked at again after the delay and planned afresh from
 the status written, so a plan never starts from a state the apiserver does not have. The Events
 that announce the put-off status go with it (the next plan derives them again); Events of the
@@ -192,6 +192,7 @@ class Reconciler:
         self.write_policy = write_policy if write_policy is not None else StatusWritePolicy()
         # Job -> (uid, when its planned status first differed from the written one).
         self.unwritten_since: dict[JobKey, tuple[str, float]] = {}
+        self.written_at: dict[JobKey, float] = {}  # job -> when this process last wrote its status
         self.events = EventRecorder(api, clock=clock)
         self.demands = DemandMemo()
         # Deletes (which free GPUs) never queue behind creates.
@@ -206,6 +207,7 @@ class Reconciler:
             self.admitter.cancel(key)
             self.metrics.forget_job(key)
             self.unwritten_since.pop(key, None)
+            self.written_at.pop(key, None)
             self.demands.forget(key)
             return None
         spec, errors = parse_job(job)
@@ -256,10 +258,14 @@ class Reconciler:
         first = self.unwritten_since.get(key)
         since = first[1] if first is not None and first[0] == uid else now
         current = job.get("status")
+        written = self.written_at.get(key)
+        facts = WriteFacts(
+            pending_seconds=now - since,
+            since_last_write=None if written is None else now - written,
+            creates_pending=self.creates.pending,
+        )
         delay = self.write_policy.delay(
-            current if isinstance(current, Mapping) else None,
-            decision.status,
-            WriteFacts(pending_seconds=now - since, creates_pending=self.creates.pending),
+            current if isinstance(current, Mapping) else None, decision.status, facts
         )
         if delay <= 0:
             return decision
@@ -390,6 +396,7 @@ class Reconciler:
         except NotFound:
             return
         self.unwritten_since.pop((namespace, name), None)
+        self.written_at[(namespace, name)] = self.monotonic()
         self.jobs.remember(patched)
 
     async def _fail_validation(self, job: Mapping[str, Any], errors: list[Any]) -> None:

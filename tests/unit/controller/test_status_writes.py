@@ -28,7 +28,7 @@ from torchgate.kube.resources import PODS, PYTORCHJOBS, SERVICES
 MASTER, W0 = "demo-master-0", "demo-worker-0"
 RESERVATION = {MASTER: "n1", W0: "n1"}
 KEY = ("default", "demo")
-POLICY = StatusWritePolicy(busy_hold_seconds=10.0, settle_seconds=1.0)
+POLICY = StatusWritePolicy(busy_hold_seconds=10.0, counts_interval_seconds=1.0)
 
 
 class StatusApi:
@@ -139,24 +139,33 @@ def types(status: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [(c["type"], c["status"]) for c in st.conditions_of(status)]
 
 
-async def test_progress_settles_then_is_written_once_as_planned_then() -> None:
+async def test_on_a_quiet_cluster_progress_is_written_at_once() -> None:
     rig = Rig()
-    requeue = await rig.reconciler.reconcile(KEY)
-    assert rig.api.patches == []
-    assert requeue == pytest.approx(POLICY.settle_seconds)
-    rig.tick(0.5)
-    await rig.reconciler.reconcile(KEY)  # a pod event meanwhile: still settling
-    assert rig.api.patches == []
-    rig.tick(0.5)
-    await rig.reconciler.reconcile(KEY)
+    assert await rig.reconciler.reconcile(KEY) is None
     assert len(rig.api.patches) == 1
     written = rig.stored_status()
     assert types(written) == [(st.CREATED, "True"), (st.RUNNING, "True")]
-    assert written["startTime"] == st.format_time(NOW + timedelta(seconds=1))
+    assert written["startTime"] == st.format_time(NOW)
     assert written["replicaStatuses"]["Worker"]["active"] == 1
     assert rig.events.recorded == [st.REASON_CREATED, st.REASON_RUNNING]
-    assert await rig.reconciler.reconcile(KEY) is None
+    await rig.reconciler.reconcile(KEY)
     assert len(rig.api.patches) == 1, "nothing more to write"
+
+
+async def test_counts_alone_are_written_at_most_once_a_second() -> None:
+    rig = Rig()
+    await rig.reconciler.reconcile(KEY)
+    rig.tick(0.25)
+    worker = rig.pods.get("default", W0)
+    assert worker is not None
+    rig.pods.remember(set_phase(worker, "Pending", node="n1"))
+    requeue = await rig.reconciler.reconcile(KEY)
+    assert len(rig.api.patches) == 1
+    assert requeue == pytest.approx(0.75)
+    rig.tick(0.75)
+    await rig.reconciler.reconcile(KEY)
+    assert len(rig.api.patches) == 2
+    assert rig.stored_status()["replicaStatuses"]["Worker"]["active"] == 0
 
 
 async def test_progress_waits_while_creates_are_pending_at_most_the_busy_hold() -> None:
@@ -174,13 +183,14 @@ async def test_progress_waits_while_creates_are_pending_at_most_the_busy_hold() 
     assert types(rig.stored_status()) == [(st.CREATED, "True"), (st.RUNNING, "True")]
 
 
-async def test_held_progress_is_written_once_the_creates_are_done_and_it_settled() -> None:
+async def test_held_progress_is_written_once_the_creates_are_done() -> None:
     rig = Rig()
     async with rig.reconciler.creates.take():
         await rig.reconciler.reconcile(KEY)
         rig.tick(3)
     await rig.reconciler.reconcile(KEY)
     assert len(rig.api.patches) == 1
+    assert rig.stored_status()["startTime"] == st.format_time(NOW + timedelta(seconds=3))
 
 
 async def test_news_is_written_at_once_while_creates_are_pending() -> None:
@@ -201,12 +211,13 @@ async def test_news_is_written_at_once_while_creates_are_pending() -> None:
 async def test_the_events_of_an_action_go_with_it_those_of_the_status_with_the_status() -> None:
     rig = Rig(running=False)
     rig.reserve()
-    await rig.reconciler.reconcile(KEY)
-    assert {MASTER, W0} <= set(rig.api.created)
-    assert rig.api.patches == []
-    assert rig.events.recorded == ["GangAdmitted"], "Created waits for the status it announces"
-    rig.tick(POLICY.settle_seconds)
-    await rig.reconciler.reconcile(KEY)
+    async with rig.reconciler.creates.take():  # another gang's create is in flight
+        await rig.reconciler.reconcile(KEY)
+        assert {MASTER, W0} <= set(rig.api.created)
+        assert rig.api.patches == []
+        assert rig.events.recorded == ["GangAdmitted"], "Created waits for the status it announces"
+        rig.tick(POLICY.busy_hold_seconds)
+        await rig.reconciler.reconcile(KEY)
     assert len(rig.api.patches) == 1
     assert types(rig.stored_status()) == [(st.CREATED, "True")]
     assert rig.events.recorded == ["GangAdmitted", st.REASON_CREATED]
@@ -214,12 +225,13 @@ async def test_the_events_of_an_action_go_with_it_those_of_the_status_with_the_s
 
 async def test_a_recreated_job_does_not_inherit_the_wait_of_the_old_one() -> None:
     rig = Rig()
-    await rig.reconciler.reconcile(KEY)
-    rig.tick(0.9)
-    fresh = copy.deepcopy(rig.world.job_raw)
-    fresh["metadata"]["uid"] = "another-uid"
-    fresh["metadata"]["resourceVersion"] = "7"
-    rig.jobs.remember(fresh)
-    requeue = await rig.reconciler.reconcile(KEY)
+    async with rig.reconciler.creates.take():
+        await rig.reconciler.reconcile(KEY)
+        rig.tick(9)
+        fresh = copy.deepcopy(rig.world.job_raw)
+        fresh["metadata"]["uid"] = "another-uid"
+        fresh["metadata"]["resourceVersion"] = "7"
+        rig.jobs.remember(fresh)
+        requeue = await rig.reconciler.reconcile(KEY)
     assert rig.api.patches == []
-    assert requeue == pytest.approx(POLICY.settle_seconds)
+    assert requeue == pytest.approx(POLICY.busy_hold_seconds)
