@@ -32,9 +32,9 @@ Rules (each one function):
    over the fewest domains.
 
 Cost: a ``Capacity`` keeps each shape's slots per node and per domain for one admission cycle and
-updates them incrementally when a placement takes capacity (only the nodes it used and their
-ancestors change), so a cycle over 100 waiting gangs on 1,000 nodes does integer arithmetic on the
-few shapes it sees, not on every node per gang.
+brings them up to date only for the nodes whose capacity changed since that shape was last asked
+about (and their ancestors), so a cycle over 100 waiting gangs on 1,000 nodes does integer
+arithmetic on the few shapes it sees, not on every node per gang.
 """
 
 from __future__ import annotations

@@ -356,9 +356,10 @@ def test_after_any_cycle_every_gang_is_whole_capacity_and_quota_hold(
         claimant = waiting_by_key[
             next(o for o in outcomes if isinstance(o, Preempt) and key in o.victims).key
         ]
-        if victim.team in pool.teams and victim.team != claimant.team:
-            largest = max(before[k].usage[GPUS] for k in victims if before[k].team == victim.team)
-            nominal_x = pool.teams[victim.team].limits[GPUS].nominal
-            assert usage.get(victim.team, {}).get(GPUS, 0) > nominal_x - largest
+        owner = victim.team
+        if owner is not None and owner in pool.teams and owner != claimant.team:
+            largest = max(before[k].usage[GPUS] for k in victims if before[k].team == owner)
+            nominal_x = pool.teams[owner].limits[GPUS].nominal
+            assert usage.get(owner, {}).get(GPUS, 0) > nominal_x - largest
     nominal = sum(q.limits[GPUS].nominal for q in pool.teams.values())
     assert sum(u.get(GPUS, 0) for u in usage.values()) <= nominal
