@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
 from torchgate.pytorchjob.fieldpath import ErrorType
 from torchgate.pytorchjob.pool import (
@@ -291,3 +293,48 @@ def test_ceiling_is_nominal_plus_borrowing_within_the_cohort() -> None:
 @pytest.mark.parametrize(("value", "text"), [(8000, "8"), (1500, "1.5"), (0, "0"), (1, "0.001")])
 def test_format_milli(value: int, text: str) -> None:
     assert format_milli(value) == text
+
+
+# ------------------------------------------------------------------ robustness
+
+json_values = hs.recursive(
+    hs.none() | hs.booleans() | hs.integers() | hs.floats(allow_nan=False) | hs.text(max_size=8),
+    lambda inner: (
+        hs.lists(inner, max_size=3) | hs.dictionaries(hs.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+QUOTA_KEYS = ("namespaces", "cohort", "nominalGPUs", "borrowingLimitGPUs", "resources")
+POLICY_KEYS = ("preemption", "topology")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    hs.dictionaries(hs.sampled_from(QUOTA_KEYS), json_values),
+    hs.dictionaries(
+        hs.sampled_from(POLICY_KEYS),
+        json_values
+        | hs.fixed_dictionaries(
+            {
+                "levels": json_values,
+                "defaultLevel": json_values,
+                "minimumRunSeconds": json_values,
+            }
+        ),
+    ),
+    hs.dictionaries(
+        hs.sampled_from((ANNOTATION_TOPOLOGY_REQUIRED, ANNOTATION_TOPOLOGY_PREFERRED)), hs.text()
+    ),
+)
+def test_parsing_never_raises_and_returns_a_model_or_errors(
+    quota_spec: dict[str, Any], policy_spec: dict[str, Any], annotations: dict[str, str]
+) -> None:
+    parsed, errors = parse_team_quota({"metadata": {"name": "t"}, "spec": quota_spec})
+    assert (parsed is None) == bool(errors)
+    settings_, policy_errors = parse_pool_settings({"spec": policy_spec})
+    assert all(str(error.path).startswith("spec.") for error in policy_errors)
+    request, annotation_errors = topology_request(annotations, settings_.topology)
+    if annotation_errors:
+        assert request == TopologyRequest()
+    elif request.level is not None:
+        assert 0 <= request.level < len(settings_.topology.levels)
