@@ -416,9 +416,20 @@ def _mark_queued(draft: Draft) -> None:
         draft.transition("Normal", st.REASON_WAITING, reason)
 
 
-def _mark_admitted(draft: Draft) -> None:
+def _mark_admitted(draft: Draft, pods: GangPods) -> None:
+    """No longer queued; ``startTime`` is when the gang's first pod was created (or now).
+
+    Taken from the pods rather than the clock, it does not depend on when the status is written
+    (``writepolicy`` may put that off).
+    """
     draft.conditions = st.remove_condition(draft.conditions, st.QUEUED)
-    draft.start_time = draft.start_time or st.format_time(draft.now)
+    if draft.start_time is None:
+        created = [
+            moment
+            for pod in pods.current_live.values()
+            if (moment := st.parse_time(metadata_of(pod).get("creationTimestamp"))) is not None
+        ]
+        draft.start_time = st.format_time(min(created) if created else draft.now)
 
 
 def _plan_admission(draft: Draft, pods: GangPods) -> None:
@@ -442,7 +453,7 @@ def _plan_admission(draft: Draft, pods: GangPods) -> None:
         _mark_queued(draft)
         return
     _create_missing(draft, pods, reservation)
-    _mark_admitted(draft)
+    _mark_admitted(draft, pods)
     nodes = sorted(set(reservation.values()))
     where = f" on {len(nodes)} node(s): {', '.join(nodes)}" if nodes else ""
     draft.event("Normal", "GangAdmitted", f"creating {len(draft.create_pods)} pods{where}")
@@ -515,7 +526,7 @@ def _plan_gang(draft: Draft, pods: GangPods) -> None:
         _create_missing(draft, pods, reservation)
     else:
         _create_missing_services(draft)
-    _mark_admitted(draft)
+    _mark_admitted(draft, pods)
     if _is_running(draft.job, live) and draft.set_condition(
         st.RUNNING, st.TRUE, st.REASON_RUNNING, _running_message(draft)
     ):
