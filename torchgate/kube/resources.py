@@ -42,6 +42,7 @@ PYTORCHJOBS: Final = Resource("kubeflow.org", "v1", "pytorchjobs")
 PLACEMENT_POLICIES: Final = Resource(
     "torchgate.io", "v1alpha1", "placementpolicies", namespaced=False
 )
+TEAM_QUOTAS: Final = Resource("torchgate.io", "v1alpha1", "teamquotas", namespaced=False)
 PRIORITY_CLASSES: Final = Resource("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False)
 LEASES: Final = Resource("coordination.k8s.io", "v1", "leases")
 MUTATING_WEBHOOK_CONFIGURATIONS: Final = Resource(
