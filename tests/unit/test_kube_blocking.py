@@ -7,15 +7,20 @@ wrapper's calls block their caller, so they cannot share its loop.
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
+import ssl
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from aiohttp import web
 
+from torchgate.certs import issuing
 from torchgate.dev.apiserver import ApiClient
 from torchgate.kube import blocking
 from torchgate.kube.errors import Invalid, NotFound, ServerError
@@ -150,3 +155,47 @@ def test_the_dev_client_keeps_its_status_and_body_contract(server: tuple[StandIn
     with pytest.raises(OSError, match=r"(?i)connect"):
         gone("GET", "/api")
     assert not gone.ready()
+
+
+@pytest.fixture
+def hung_tls_server(tmp_path: Path) -> Iterator[tuple[str, ssl.SSLContext]]:
+    """A TLS server that completes the handshake and then never answers (a starting apiserver)."""
+    now = datetime.now(UTC)
+    ca = issuing.make_ca("hung-ca", now=now, valid_for=timedelta(hours=1))
+    leaf = issuing.issue_serving_cert(
+        ca, dns_names=["localhost"], ips=["127.0.0.1"], now=now, valid_for=timedelta(hours=1)
+    )
+    (tmp_path / "tls.crt").write_bytes(leaf.cert_pem)
+    (tmp_path / "tls.key").write_bytes(leaf.key_pem)
+    serving = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    serving.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    client = ssl.create_default_context(cadata=ca.cert_pem.decode())
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+                held.append(serving.wrap_socket(connection, server_side=True))
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"https://127.0.0.1:{listener.getsockname()[1]}", client
+    finally:
+        listener.close()
+        for connection in held:
+            connection.close()
+
+
+def test_a_timed_out_tls_probe_leaks_no_socket(
+    hung_tls_server: tuple[str, ssl.SSLContext],
+) -> None:
+    # A closed connection waits for the peer's close_notify; a loop closed under it leaked the
+    # socket, which the test settings turn into an error once it is collected.
+    url, context = hung_tls_server
+    for _ in range(5):
+        assert blocking.probe(f"{url}/readyz", tls=context, timeout=0.2) == 0
+        gc.collect()

@@ -2,21 +2,25 @@
 
 Why not a second, blocking client: one HTTP stack means one place for TLS, auth, proxies and the
 typed errors. The dev tooling makes a few dozen calls per command, each on a fresh connection (as
-urllib did), so a private event loop per call costs nothing measurable.
+urllib did).
 
 Rules:
 - Each call opens a :class:`~torchgate.kube.client.KubeClient`, makes one request and closes it.
-- Called from a thread whose event loop is running, the call runs on a worker thread instead
-  (``asyncio.run`` cannot nest).
+- Every call runs on one event loop that lives on a daemon thread for the life of the process
+  (started on first use, again after a fork), never on a loop of its own that is closed when the
+  call returns: a TLS connection closed after a timeout waits for its peer's close_notify, and a
+  loop closed under it leaks the socket (a ``ResourceWarning`` when the peer hangs, as an
+  apiserver that is still starting does). It also works from code whose own loop is running.
 - Failures are the typed errors of :mod:`torchgate.kube.errors`; a probe answers 0 instead.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
+import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -104,11 +108,22 @@ def _split(url: str) -> tuple[str, str]:
     return f"{parts.scheme}://{parts.netloc}", path
 
 
+_loop_guard = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_pid = 0
+
+
+def _shared_loop() -> asyncio.AbstractEventLoop:
+    global _loop, _loop_pid
+    with _loop_guard:
+        if _loop is None or _loop_pid != os.getpid():
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="kube-blocking", daemon=True)
+            thread.start()
+            _loop, _loop_pid = loop, os.getpid()
+        return _loop
+
+
 def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run ``coroutine`` to completion from synchronous code, even inside a running loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
+    """Run ``coroutine`` to completion on the shared loop and wait for its result."""
+    return asyncio.run_coroutine_threadsafe(coroutine, _shared_loop()).result()
