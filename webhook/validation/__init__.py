@@ -91,7 +91,9 @@ def for_each_replica(*rules: ReplicaRule) -> JobRule:
         found: list[Finding] = []
         for replica in job.known_replicas:
             for rule in rules:
-                found.extend(rule(job, replica))
+                result = rule(job, replica)
+                if result:  # most rules find nothing; skip the extend
+                    found.extend(result)
         return found
 
     return each_replica
@@ -105,7 +107,9 @@ def when_template_readable(*rules: ReplicaRule) -> ReplicaRule:
             return ()
         found: list[Finding] = []
         for rule in rules:
-            found.extend(rule(job, replica))
+            result = rule(job, replica)
+            if result:
+                found.extend(result)
         return found
 
     return pod_template
@@ -122,7 +126,9 @@ def for_each_container(kind: str, *rules: ContainerRule) -> ReplicaRule:
                 found.append(invalid(container.path, container.raw, "must be an object"))
                 continue
             for rule in rules:
-                found.extend(rule(job, replica, container))
+                result = rule(job, replica, container)
+                if result:
+                    found.extend(result)
         return found
 
     return each_container

@@ -38,7 +38,6 @@ from torchgate.webhook.validation.facts import (
     ReplicaFacts,
     at,
     count,
-    scan,
 )
 
 _TORCHRUN_NPROC_KEYWORDS: Final = frozenset({"auto", "cpu", "gpu", "xpu"})
@@ -58,17 +57,16 @@ def _injected_source(job: JobFacts, variable: str) -> str:
 
 def backend_flags(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
     """``--backend nccl`` needs GPUs; ``gloo`` on GPUs is only slow (a warning)."""
-    if not container.is_training or not (container.command or container.args):
+    if not container.line.backends:
         return NONE
     gpu = job.policy.gpu_resource
     found: list[Finding] = []
-    for use in scan(container.command, container.args).backends:
+    for use in container.line.backends:
         backend = (use.value or "").lower()
-        where = at(container.path, use.field)
         if backend == "nccl" and replica.gpus == 0:
             found.append(
                 invalid(
-                    where,
+                    at(container.path, use.field),
                     use.written,
                     f"nccl needs GPUs but this replica requests no {gpu}; use gloo for "
                     "CPU-only replicas or request GPUs",
@@ -77,7 +75,7 @@ def backend_flags(job: JobFacts, replica: ReplicaFacts, container: ContainerFact
         elif backend == "gloo" and replica.gpus > 0:
             found.append(
                 FieldWarning(
-                    where,
+                    at(container.path, use.field),
                     f"{use.written} on a replica that requests {count(replica.gpus)} {gpu} per "
                     "pod: gloo is much slower than nccl on GPUs",
                 )
@@ -87,7 +85,7 @@ def backend_flags(job: JobFacts, replica: ReplicaFacts, container: ContainerFact
 
 def gpu_flags(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
     """Framework flags that ask for GPUs (``--gpus 2``, ``--accelerator gpu``) need GPUs."""
-    if replica.gpus > 0 or not container.is_training or not (container.command or container.args):
+    if replica.gpus > 0 or not container.line.gpu_flags:
         return NONE
     gpu = job.policy.gpu_resource
     return [
@@ -97,7 +95,7 @@ def gpu_flags(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -
             f"asks the framework for GPUs but this replica requests no {gpu}; request {gpu} "
             "in resources.limits or ask for CPU",
         )
-        for use in gpu_requests(scan(container.command, container.args))
+        for use in gpu_requests(container.line)
     ]
 
 
@@ -144,18 +142,15 @@ def _replica_backends(replica: ReplicaFacts) -> set[str]:
 
 
 def _stated_backends(container: ContainerFacts) -> set[str]:
-    if not (container.command or container.args):
-        return set()
-    line = scan(container.command, container.args)
-    return {(use.value or "").lower() for use in line.backends if use.value}
+    return {(use.value or "").lower() for use in container.line.backends if use.value}
 
 
 def stray_flags(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
     """No flag that overrides a variable the controller injects (``--world-size``, ``--rank``)."""
-    if not container.is_training or not (container.command or container.args):
+    if not container.line.stray:
         return NONE
     found: list[Finding] = []
-    for use in scan(container.command, container.args).stray:
+    for use in container.line.stray:
         variable = STRAY_FLAGS[use.flag]
         found.append(
             forbidden(
@@ -169,10 +164,10 @@ def stray_flags(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts)
 
 def nnodes_flags(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
     """The launcher's ``--nnodes`` agrees with the PET_NNODES the controller sets (else refused)."""
-    if not container.is_training or not (container.command or container.args):
+    if not container.line.nnodes:
         return NONE
     found: list[Finding] = []
-    for use in scan(container.command, container.args).nnodes:
+    for use in container.line.nnodes:
         if use.value is None or expanded_at_runtime(use):
             continue
         where = at(container.path, use.field)
@@ -211,10 +206,10 @@ def nnodes_flags(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts
 
 def nproc_flags(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
     """``--nproc-per-node`` agrees with the GPUs per pod and ``spec.nprocPerNode``."""
-    if not container.is_training or not (container.command or container.args):
+    if not container.line.nproc_per_node:
         return NONE
     found: list[Finding] = []
-    for use in scan(container.command, container.args).nproc_per_node:
+    for use in container.line.nproc_per_node:
         finding = _nproc_flag(job, replica, at(container.path, use.field), use)
         if finding is not None:
             found.append(finding)
@@ -279,38 +274,41 @@ def env(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Find
     entries = container.fields.get("env")
     if entries is None:
         return NONE
-    path = at(container.path, "env")
     if not isinstance(entries, list):
-        return [invalid(path, entries, "must be a list of {name, value} entries")]
+        where = at(container.path, "env")
+        return [invalid(where, entries, "must be a list of {name, value} entries")]
+    path = container.path  # paths below are built only for errors: most entries have none
     found: list[Finding] = []
     seen: dict[str, int] = {}
     for index, entry in enumerate(entries):
         if not isinstance(entry, OBJECT):
-            found.append(invalid(at(path, index), entry, "must be an object with a name"))
+            found.append(invalid(at(path, "env", index), entry, "must be an object with a name"))
             continue
         name = entry.get("name")
         if not isinstance(name, str) or not name:
-            found.append(required(at(path, index, "name"), "must be specified"))
+            found.append(required(at(path, "env", index, "name"), "must be specified"))
             continue
         if name in seen:
             found.append(
-                duplicate(at(path, index, "name"), name, f"already set by env[{seen[name]}]")
+                duplicate(at(path, "env", index, "name"), name, f"already set by env[{seen[name]}]")
             )
         else:
             seen[name] = index
         value = entry.get("value")
         if value is not None and not isinstance(value, str):
-            found.append(invalid(at(path, index, "value"), value, "must be a string (quote it)"))
+            found.append(
+                invalid(at(path, "env", index, "value"), value, "must be a string (quote it)")
+            )
         if container.is_training and name in _INJECTED_ENV:
             found.append(
                 forbidden(
-                    at(path, index, "name"),
+                    at(path, "env", index, "name"),
                     f"{name} is injected by the torchgate controller "
                     f"{_injected_source(job, name)}; remove it from env",
                 )
             )
         if name == _VISIBLE_DEVICES and replica.gpus == 0:
-            found.extend(_visible_devices(job, at(path, index), value))
+            found.extend(_visible_devices(job, at(path, "env", index), value))
     return found
 
 

@@ -72,7 +72,7 @@ def name(job: JobFacts) -> Findings:
 def _derived_name_length(job: JobFacts, job_name: str, *, generated: bool) -> Findings:
     longest = ""
     for replica in job.known_replicas:
-        highest = (replica.count or 1) - 1
+        highest = (replica.pods or 1) - 1
         if replica.key == names.WORKER and job.expected_nnodes and job.elastic is not None:
             highest = max(highest, job.expected_nnodes[1] - 1)
         derived = names.replica_name(job_name, replica.key, max(highest, 0))

@@ -98,13 +98,13 @@ def replica_count(job: JobFacts, replica: ReplicaFacts) -> Findings:
     raw = replica.spec.get("replicas") if replica.spec is not None else None
     if raw is None:
         return NONE
-    path = at(replica.path, "replicas")
-    if replica.count is None:
-        return [invalid(path, raw, "must be a non-negative integer" + placeholder_hint(raw))]
-    if replica.key == names.MASTER and replica.count != 1:
-        return [forbidden(path, "must be 1")]
-    if replica.key == names.WORKER and replica.count < 1:
-        return [forbidden(path, "must be at least 1")]
+    if replica.pods is None:
+        detail = "must be a non-negative integer" + placeholder_hint(raw)
+        return [invalid(at(replica.path, "replicas"), raw, detail)]
+    if replica.key == names.MASTER and replica.pods != 1:
+        return [forbidden(at(replica.path, "replicas"), "must be 1")]
+    if replica.key == names.WORKER and replica.pods < 1:
+        return [forbidden(at(replica.path, "replicas"), "must be at least 1")]
     return NONE
 
 
@@ -149,8 +149,8 @@ def node_selector(job: JobFacts, replica: ReplicaFacts) -> Findings:
     selector = replica.pod_spec.get("nodeSelector")
     if selector is None:
         return NONE
-    path = at(replica.pod_path, "nodeSelector")
     if not isinstance(selector, OBJECT):
+        path = at(replica.pod_path, "nodeSelector")
         return [invalid(path, selector, "must map label keys to values")]
     found: list[Finding] = []
     for key, wanted in job.policy.node_selector.items():
@@ -158,7 +158,7 @@ def node_selector(job: JobFacts, replica: ReplicaFacts) -> Findings:
         if asked is not None and asked != wanted:
             found.append(
                 invalid(
-                    path.key(key),
+                    at(replica.pod_path, "nodeSelector").key(key),
                     asked,
                     f"{job.policy_label} places jobs on nodes labelled "
                     f"{key}={wanted}; this replica asks for a different pool",

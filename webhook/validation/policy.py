@@ -265,9 +265,9 @@ def gpu_budget(job: JobFacts) -> Findings:
     parts: list[str] = []
     total = Decimal(0)
     for replica in job.known_replicas:
-        if replica.gpus > 0 and replica.count:
-            total += replica.gpus * replica.count
-            parts.append(f"{replica.key} {replica.count}x{count(replica.gpus)}")
+        if replica.gpus > 0 and replica.pods:
+            total += replica.gpus * replica.pods
+            parts.append(f"{replica.key} {replica.pods}x{count(replica.gpus)}")
     if total > limit:
         return [
             forbidden(
