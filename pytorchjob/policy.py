@@ -2,10 +2,11 @@
 
 A policy says where jobs of some namespaces go (``nodeSelector``, ``tolerations``,
 ``allowedHosts``), what they may use (``maxGPUsPerJob``, ``allowedHostPaths``, ``allowPrivileged``,
-``allowCleanPodPolicyNone``), which resources count as GPUs and RDMA devices, and which run-policy
-defaults the webhook persists. Exactly one policy applies to a job: the matching one with the
-highest ``priority`` (ties broken by name, so the choice never depends on list order), or the
-built-in default when none matches.
+``allowCleanPodPolicyNone``), which resources count as GPUs and RDMA devices, which run-policy
+defaults the webhook persists, and (parsed by ``pool.parse_pool_settings``) what preemption may
+not touch and which node labels are topology levels. Exactly one policy applies to a job: the
+matching one with the highest ``priority`` (ties broken by name, so the choice never depends on
+list order), or the built-in default when none matches.
 
 Parsing never raises: a malformed policy yields field errors (reported by whoever loaded it) and is
 left out, so one bad object cannot take admission down.
@@ -20,6 +21,7 @@ from typing import Any
 
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.fieldpath import FieldError, FieldPath, invalid, not_supported, required
+from torchgate.pytorchjob.pool import PreemptionSettings, TopologySettings, parse_pool_settings
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
 from torchgate.pytorchjob.spec import as_int
 
@@ -57,6 +59,8 @@ class PlacementPolicy:
     allow_privileged: bool = False
     allow_clean_pod_policy_none: bool = False
     job_defaults: JobDefaults = field(default_factory=JobDefaults)
+    preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
+    topology: TopologySettings = field(default_factory=TopologySettings)
     builtin: bool = False
 
     def matches(self, namespace: str) -> bool:
@@ -141,6 +145,8 @@ def parse_policy(raw: object) -> tuple[PlacementPolicy | None, list[FieldError]]
             errors.append(
                 invalid(_SPEC.child("allowedHostPaths").index(index), prefix, "must be absolute")
             )
+    sharing, sharing_errors = parse_pool_settings(raw)  # spec.preemption, spec.topology
+    errors.extend(sharing_errors)
     policy = PlacementPolicy(
         name=name,
         namespaces=strings("namespaces"),
@@ -156,6 +162,8 @@ def parse_policy(raw: object) -> tuple[PlacementPolicy | None, list[FieldError]]
         allow_privileged=boolean("allowPrivileged"),
         allow_clean_pod_policy_none=boolean("allowCleanPodPolicyNone"),
         job_defaults=_parse_job_defaults(spec.get("jobDefaults"), errors),
+        preemption=sharing.preemption,
+        topology=sharing.topology,
     )
     return (None, errors) if errors else (policy, [])
 

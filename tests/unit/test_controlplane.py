@@ -375,6 +375,8 @@ POLICY_FIELDS = {
     "allow_privileged": ".spec.allowPrivileged",
     "allow_clean_pod_policy_none": ".spec.allowCleanPodPolicyNone",
     "job_defaults": ".spec.jobDefaults",
+    "preemption": ".spec.preemption",
+    "topology": ".spec.topology",
 }
 JOB_DEFAULT_FIELDS = {
     "clean_pod_policy": "cleanPodPolicy",
