@@ -36,6 +36,14 @@ NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"  # set on every name
 FAILURE_POLICIES: Final = ("Fail", "Ignore")
 
 POOL_LABEL: Final = "pool"
+# Topology of the fake pools (docs/pool-sharing.md): coarsest first, as a PlacementPolicy lists
+# them in spec.topology.levels. Nodes are racked in pairs and racks grouped two to a block, so
+# the default 4-node pool has one block of two racks and ``--pool a100=16x8`` four blocks.
+BLOCK_LABEL: Final = "topology.torchgate.io/block"
+RACK_LABEL: Final = "topology.torchgate.io/rack"
+TOPOLOGY_LEVELS: Final = (BLOCK_LABEL, RACK_LABEL, names.HOSTNAME_LABEL)
+NODES_PER_RACK: Final = 2
+RACKS_PER_BLOCK: Final = 2
 PROBE_NAME: Final = "torchgate-admission-probe"
 PROBE_STRAY_ARGUMENT: Final = "--world-size=2"
 _PROBE_IMAGE: Final = "registry.invalid/torchgate/probe:1"
@@ -225,6 +233,7 @@ _COLLECTIONS: Final = {
     (names.POLICY_API_VERSION, names.POLICY_KIND): (
         f"/apis/{names.POLICY_API_VERSION}/{names.POLICY_PLURAL}"
     ),
+    (names.POLICY_API_VERSION, "TeamQuota"): f"/apis/{names.POLICY_API_VERSION}/teamquotas",
     ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): (
         "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
     ),
@@ -261,7 +270,11 @@ def object_path(obj: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class NodePool:
-    """``count`` fake nodes ``<name>-<i>`` labelled ``pool=<name>``, ``gpus`` GPUs each."""
+    """``count`` fake nodes ``<name>-<i>`` labelled ``pool=<name>``, ``gpus`` GPUs each.
+
+    Each node also carries its topology: ``RACK_LABEL`` ``<name>-r<i // NODES_PER_RACK>`` and
+    ``BLOCK_LABEL`` ``<name>-b<rack // RACKS_PER_BLOCK>`` (``kubernetes.io/hostname`` is its name).
+    """
 
     name: str
     count: int
@@ -281,6 +294,14 @@ class NodePool:
     def node_names(self) -> list[str]:
         """``<name>-0`` .. ``<name>-<count-1>``."""
         return [f"{self.name}-{index}" for index in range(self.count)]
+
+    def topology_labels(self, index: int) -> dict[str, str]:
+        """The block and rack labels of node ``<name>-<index>``."""
+        rack = index // NODES_PER_RACK
+        return {
+            BLOCK_LABEL: f"{self.name}-b{rack // RACKS_PER_BLOCK}",
+            RACK_LABEL: f"{self.name}-r{rack}",
+        }
 
     def describe(self) -> str:
         """``a100-0..3 (pool=a100, 8 GPUs each)``."""
@@ -317,7 +338,11 @@ def pool_nodes(pools: Sequence[NodePool]) -> list[dict[str, Any]]:
             raise ValueError(f"pool {pool.name!r} is given twice")
         seen.add(pool.name)
         nodes += [
-            kwok.gpu_node(node, gpus=pool.gpus, labels={POOL_LABEL: pool.name})
-            for node in pool.node_names
+            kwok.gpu_node(
+                node,
+                gpus=pool.gpus,
+                labels={POOL_LABEL: pool.name, **pool.topology_labels(index)},
+            )
+            for index, node in enumerate(pool.node_names)
         ]
     return nodes

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from cryptography import x509
 
-from torchgate import cli, dev, devcluster
+from torchgate import cli, dev, devcluster, resources
 from torchgate.certs import store
 from torchgate.controlplane.layout import Layout
 from torchgate.controlplane.processes import ManagedProcess, is_alive
@@ -150,6 +151,30 @@ def test_pool_nodes_are_named_labelled_and_sized() -> None:
     ]
     assert all(n["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake" for n in nodes)
     assert devcluster.DEFAULT_POOLS[0].describe() == "a100-0..3 (pool=a100, 8 GPUs each)"
+
+
+def test_pool_nodes_carry_block_rack_and_hostname_topology() -> None:
+    nodes = devcluster.pool_nodes([NodePool("a100", 9), NodePool("t4", 2)])
+    levels = devcluster.TOPOLOGY_LEVELS
+    assert levels == (
+        "topology.torchgate.io/block",
+        "topology.torchgate.io/rack",
+        "kubernetes.io/hostname",
+    )
+    placed = {
+        n["metadata"]["name"]: tuple(n["metadata"]["labels"][key] for key in levels) for n in nodes
+    }
+    assert placed["a100-0"] == ("a100-b0", "a100-r0", "a100-0")
+    assert placed["a100-1"] == ("a100-b0", "a100-r0", "a100-1")
+    assert placed["a100-3"] == ("a100-b0", "a100-r1", "a100-3")
+    assert placed["a100-4"] == ("a100-b1", "a100-r2", "a100-4")
+    assert placed["a100-8"] == ("a100-b2", "a100-r4", "a100-8")
+    assert placed["t4-1"] == ("t4-b0", "t4-r0", "t4-1")
+    # Racks of two nodes, blocks of two racks: every rack in exactly one block.
+    racks: dict[str, set[str]] = {}
+    for block, rack, _ in placed.values():
+        racks.setdefault(rack, set()).add(block)
+    assert all(len(blocks) == 1 for blocks in racks.values())
 
 
 def test_a_pool_given_twice_is_refused() -> None:
@@ -397,6 +422,15 @@ def test_everything_dev_creates_has_an_apply_path() -> None:
     )
     assert all(path.endswith("?fieldManager=torchgate-dev&force=true") for path in paths)
     assert len(set(paths)) == len(paths)
+
+
+def test_the_dev_samples_team_quotas_have_an_apply_path() -> None:
+    documents = yaml.safe_load_all(resources.SAMPLE_POLICY.read_text(encoding="utf-8"))
+    quotas = [d for d in documents if d["kind"] == "TeamQuota"]
+    assert [devcluster.object_path(q) for q in quotas] == [
+        "/apis/torchgate.io/v1alpha1/teamquotas/vision",
+        "/apis/torchgate.io/v1alpha1/teamquotas/speech",
+    ]
 
 
 @pytest.mark.parametrize(

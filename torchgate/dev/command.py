@@ -81,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument(
         "--no-sample-policy",
         action="store_true",
-        help="do not install manifests/samples/dev-placementpolicy.yaml",
+        help="do not install manifests/samples/dev-placementpolicy.yaml (policy, 2 TeamQuotas)",
     )
     up.add_argument(
         "--webhook-port", type=_port, default=0, help="the webhook's port (default: a free one)"
