@@ -26,8 +26,10 @@ import yaml
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.fieldpath import FieldError
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
+from torchgate.pytorchjob.pool import QUOTA_KIND, TeamQuota, parse_team_quota
 from torchgate.webhook.policysource import PolicyFileError, read_policy_files
 from torchgate.webhook.review import Evaluation, evaluate
+from torchgate.webhook.validation.sharing import resolve_team
 
 
 class InputError(Exception):
@@ -55,7 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="FILE",
-        help="PlacementPolicy YAML to check against (repeatable; default: the built-in policy)",
+        help=(
+            "PlacementPolicy (and TeamQuota) YAML to check against (repeatable; default: the "
+            "built-in policy, no quotas)"
+        ),
     )
     parser.add_argument(
         "--namespace",
@@ -69,11 +74,12 @@ def run(args: argparse.Namespace) -> int:
     """Check the files; print the report; return 0 (allowed), 1 (denied) or 2 (bad input)."""
     try:
         policies = load_policies(args.policy)
+        quotas = load_quotas(args.policy)
         documents = [doc for path in args.files for doc in read_documents(path)]
     except InputError as exc:
         print(f"torchgate check: {exc}", file=sys.stderr)
         return 2
-    results = [check_document(doc, policies, args.namespace) for doc in documents]
+    results = [check_document(doc, policies, args.namespace, quotas=quotas) for doc in documents]
     if args.output == "json":
         json.dump({"results": [r.as_dict() for r in results]}, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
@@ -103,6 +109,22 @@ def load_policies(paths: Sequence[Path]) -> list[PlacementPolicy]:
             raise InputError(f"invalid PlacementPolicy in {[str(p) for p in paths]}: {problems}")
         policies.append(policy)
     return policies
+
+
+def load_quotas(paths: Sequence[Path]) -> list[TeamQuota]:
+    """Parse the TeamQuota documents of ``--policy`` files; any invalid one is an input error."""
+    try:
+        objects = read_policy_files(paths, kinds=(QUOTA_KIND,))
+    except PolicyFileError as exc:
+        raise InputError(str(exc)) from None
+    quotas = []
+    for raw in objects:
+        quota, errors = parse_team_quota(raw)
+        if quota is None:
+            problems = "; ".join(str(e) for e in errors)
+            raise InputError(f"invalid TeamQuota in {[str(p) for p in paths]}: {problems}")
+        quotas.append(quota)
+    return quotas
 
 
 def read_documents(path: str) -> Iterator[Document]:
@@ -182,11 +204,17 @@ class Result:
 
 
 def check_document(
-    document: Document, policies: Sequence[PlacementPolicy], default_namespace: str
+    document: Document,
+    policies: Sequence[PlacementPolicy],
+    default_namespace: str,
+    *,
+    quotas: Sequence[TeamQuota] = (),
 ) -> Result:
-    """Evaluate one document against the policy that applies to its namespace."""
-    namespace = _metadata(document.object).get("namespace") or default_namespace
-    return Result(document, evaluate(document.object, select_policy(policies, str(namespace))))
+    """Evaluate one document against the policy (and TeamQuota) that apply to its namespace."""
+    namespace = str(_metadata(document.object).get("namespace") or default_namespace)
+    policy = select_policy(policies, namespace)
+    team = resolve_team(quotas, namespace)
+    return Result(document, evaluate(document.object, policy, team=team))
 
 
 def print_text(results: Sequence[Result], out: TextIO) -> None:

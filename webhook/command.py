@@ -25,7 +25,12 @@ from aiohttp import web
 
 from torchgate import jsonlog
 from torchgate.kube.client import ConfigError, KubeClient
-from torchgate.webhook.policysource import ClusterPolicies, FilePolicies, PolicyCache
+from torchgate.webhook.policysource import (
+    ClusterPolicies,
+    ClusterQuotas,
+    FilePolicies,
+    PolicyCache,
+)
 from torchgate.webhook.server import DRAINING, MAX_BODY_BYTES, Metrics, ReloadingTLS, create_app
 
 log = logging.getLogger("torchgate.webhook")
@@ -138,5 +143,6 @@ async def _policy_source(
         raise OSError(str(exc)) from None
     if args.policy:
         log.warning("--policy files are ignored when watching the cluster's PlacementPolicies")
+    tasks.append(asyncio.create_task(ClusterQuotas(cache, api).run()))
     tasks.append(asyncio.create_task(ClusterPolicies(cache, api).run()))
     return api

@@ -1,4 +1,4 @@
-"""Where the webhook's PlacementPolicies come from: files, the cluster, or the built-in default.
+"""Where the webhook's PlacementPolicies and TeamQuotas come from: files, the cluster, or defaults.
 
 Admission must never wait on the apiserver for a policy (the apiserver is waiting on *us*), so
 policies are served from an in-memory cache: loaded once from ``--policy`` files, or listed and then
@@ -6,6 +6,12 @@ watched from the cluster by the access layer's informer (:mod:`torchgate.kube.in
 that does not parse is left out and reported (log line, a Warning Event on the object and a
 ``Valid=False`` condition in its status); it never takes admission down. The cached choice per
 namespace is dropped whenever the set changes.
+
+TeamQuotas (``torchgate.io/v1alpha1``, docs/pool-sharing.md) are cached the same way, beside the
+policies (the same files, or a second informer: ``ClusterQuotas``), so the validating route can
+refuse a job its team could never hold. A malformed TeamQuota is left out and logged; its status
+(``Valid`` condition, usage) is the controller's to write. The webhook is ready once both caches
+are filled.
 """
 
 from __future__ import annotations
@@ -21,22 +27,76 @@ import yaml
 
 from torchgate.kube.client import MERGE_PATCH, KubeApi
 from torchgate.kube.informer import Informer
-from torchgate.kube.resources import EVENTS, PLACEMENT_POLICIES
+from torchgate.kube.resources import EVENTS, PLACEMENT_POLICIES, TEAM_QUOTAS
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.fieldpath import FieldError
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
+from torchgate.pytorchjob.pool import QUOTA_KIND, TeamQuota, parse_team_quota
+from torchgate.webhook.validation import Team
+from torchgate.webhook.validation.sharing import resolve_team
 
 log = logging.getLogger("torchgate.webhook.policies")
 
 
 class PolicyCache:
-    """The current valid policies, with a per-namespace memo of the selection."""
+    """The current valid policies and TeamQuotas, with per-namespace memos of the selection."""
 
     def __init__(self) -> None:
         self._policies: dict[str, PlacementPolicy] = {}
         self._by_namespace: dict[str, PlacementPolicy] = {}
         self.invalid: dict[str, list[FieldError]] = {}
+        self._quotas: dict[str, TeamQuota] = {}
+        self._team_by_namespace: dict[str, Team | None] = {}
+        self.invalid_quotas: dict[str, list[FieldError]] = {}
         self.synced = asyncio.Event()
+        # Cleared by a TeamQuota source that has not listed yet (``ClusterQuotas``): policies
+        # are not reported synced before it, so admission never starts without the quotas.
+        self.quotas_synced = asyncio.Event()
+        self.quotas_synced.set()
+
+    def team_for(self, namespace: str) -> Team | None:
+        """The TeamQuota owning ``namespace`` with its cohort, or ``None`` (no quota applies)."""
+        if namespace not in self._team_by_namespace:
+            self._team_by_namespace[namespace] = resolve_team(self._quotas.values(), namespace)
+        return self._team_by_namespace[namespace]
+
+    def put_quota(self, raw: Mapping[str, Any], source: str) -> list[FieldError]:
+        """Parse and store one TeamQuota; return its errors (empty when valid)."""
+        name = _name_of(raw)
+        quota, errors = parse_team_quota(raw)
+        if quota is None:
+            self._quotas.pop(name, None)
+            self.invalid_quotas[name] = errors
+            log.error(
+                "ignoring invalid TeamQuota %r from %s: %s",
+                name,
+                source,
+                "; ".join(str(e) for e in errors),
+            )
+        else:
+            self._quotas[quota.name] = quota
+            self.invalid_quotas.pop(quota.name, None)
+        self._team_by_namespace.clear()
+        return errors
+
+    def remove_quota(self, name: str) -> None:
+        """Forget a deleted TeamQuota."""
+        self._quotas.pop(name, None)
+        self.invalid_quotas.pop(name, None)
+        self._team_by_namespace.clear()
+
+    def replace_quotas(self, objects: Iterable[Mapping[str, Any]], source: str) -> None:
+        """Swap in a complete set of TeamQuotas."""
+        self._quotas.clear()
+        self.invalid_quotas.clear()
+        for raw in objects:
+            self.put_quota(raw, source)
+        self._team_by_namespace.clear()
+
+    @property
+    def quota_names(self) -> list[str]:
+        """Names of the valid TeamQuotas, sorted."""
+        return sorted(self._quotas)
 
     def policy_for(self, namespace: str) -> PlacementPolicy:
         """The policy that applies to jobs in ``namespace``."""
@@ -95,8 +155,10 @@ class PolicyFileError(ValueError):
     """A policy file that cannot be read or parsed as YAML."""
 
 
-def read_policy_files(paths: Iterable[Path]) -> list[dict[str, Any]]:
-    """PlacementPolicy documents from YAML files, other kinds skipped (``PolicyFileError``)."""
+def read_policy_files(
+    paths: Iterable[Path], *, kinds: tuple[str, ...] = (names.POLICY_KIND,)
+) -> list[dict[str, Any]]:
+    """Documents of ``kinds`` (default PlacementPolicy) from YAML files (``PolicyFileError``)."""
     objects: list[dict[str, Any]] = []
     for path in paths:
         try:
@@ -108,13 +170,24 @@ def read_policy_files(paths: Iterable[Path]) -> list[dict[str, Any]]:
             where = f":{mark.line + 1}" if mark is not None else ""
             raise PolicyFileError(f"{path}{where}: not valid YAML") from None
         for document in documents:
-            if isinstance(document, dict) and document.get("kind") == names.POLICY_KIND:
+            if isinstance(document, dict) and document.get("kind") in kinds:
                 objects.append(document)
     return objects
 
 
+def split_kinds(
+    objects: Iterable[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(PlacementPolicy documents, TeamQuota documents) of ``objects``, in order."""
+    policies: list[dict[str, Any]] = []
+    quotas: list[dict[str, Any]] = []
+    for raw in objects:
+        (quotas if raw.get("kind") == QUOTA_KIND else policies).append(raw)
+    return policies, quotas
+
+
 class FilePolicies:
-    """Policies from ``--policy`` files, reloaded when a file changes."""
+    """Policies (and TeamQuotas) from ``--policy`` files, reloaded when a file changes."""
 
     def __init__(self, cache: PolicyCache, paths: list[Path]) -> None:
         self.cache = cache
@@ -125,12 +198,14 @@ class FilePolicies:
         """Read all files now; keep the previous set if any file is unreadable."""
         try:
             stamps = tuple((p.stat().st_mtime_ns, p.stat().st_size) for p in self.paths)
-            objects = read_policy_files(self.paths)
+            objects = read_policy_files(self.paths, kinds=(names.POLICY_KIND, QUOTA_KIND))
         except (OSError, PolicyFileError) as exc:
             log.error("keeping the previous policies: %s", exc)
             return
         self._stamps = stamps
-        self.cache.replace_all(objects, "file")
+        policies, quotas = split_kinds(objects)
+        self.cache.replace_all(policies, "file")
+        self.cache.replace_quotas(quotas, "file")
         self.cache.synced.set()
         log.info("loaded %d policies from files: %s", len(self.cache.names), self.cache.names)
 
@@ -148,6 +223,33 @@ class FilePolicies:
             await asyncio.sleep(interval)
             if self.changed():
                 self.load()
+
+
+class ClusterQuotas:
+    """TeamQuotas listed and watched from the apiserver by an informer (read only).
+
+    Until its first list the cache's ``quotas_synced`` is clear, which holds back
+    ``ClusterPolicies`` from reporting the cache synced (the webhook's readiness).
+    """
+
+    def __init__(self, cache: PolicyCache, api: KubeApi) -> None:
+        self.cache = cache
+        self.informer = Informer(api, TEAM_QUOTAS)
+        self.informer.add_handler(self._apply)
+        cache.quotas_synced.clear()
+
+    async def run(self) -> None:
+        """Keep the cache's TeamQuotas in step with the cluster (cancel to stop)."""
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(self.informer.run())
+            await self.informer.synced.wait()
+            self.cache.quotas_synced.set()
+
+    def _apply(self, kind: str, raw: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if kind == "DELETED":
+            self.cache.remove_quota(_name_of(raw))
+        else:
+            self.cache.put_quota(raw, "cluster")
 
 
 class ClusterPolicies:
@@ -172,6 +274,7 @@ class ClusterPolicies:
             tasks.create_task(self.informer.run())
             tasks.create_task(self._report_changes())
             await self.informer.synced.wait()
+            await self.cache.quotas_synced.wait()
             self.cache.synced.set()
 
     def _apply(self, kind: str, raw: dict[str, Any], old: dict[str, Any] | None) -> None:

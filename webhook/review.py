@@ -25,10 +25,11 @@ from torchgate.pytorchjob import names
 from torchgate.pytorchjob.fieldpath import FieldError, dedupe
 from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.webhook.defaulting import Defaulted, default_job
-from torchgate.webhook.validation import render_warnings, validate_create, validate_update
+from torchgate.webhook.validation import Team, render_warnings, validate_create, validate_update
 
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
 PolicyLookup = Callable[[str], PlacementPolicy]
+TeamLookup = Callable[[str], Team | None]
 
 
 class BadReview(ValueError):
@@ -46,10 +47,12 @@ class Evaluation:
     object: Any
 
 
-def evaluate(job: Mapping[str, Any], policy: PlacementPolicy) -> Evaluation:
+def evaluate(
+    job: Mapping[str, Any], policy: PlacementPolicy, *, team: Team | None = None
+) -> Evaluation:
     """Run the mutating webhook's defaulting, then the validating webhook's rules (CREATE)."""
     defaulted = default_job(job, policy)
-    verdict = validate_create(defaulted.object, policy)
+    verdict = validate_create(defaulted.object, policy, team=team)
     errors = tuple(dedupe([*defaulted.errors, *verdict.errors]))
     return Evaluation(
         allowed=not errors,
@@ -100,18 +103,25 @@ def mutate(review: Mapping[str, Any], policy_for: PolicyLookup) -> dict[str, Any
     return respond(review, allowed=True, patch=defaulted.patch, warnings=defaulted.warnings)
 
 
-def validate(review: Mapping[str, Any], policy_for: PolicyLookup) -> dict[str, Any]:
-    """Answer the validating route: allow, or deny with every field error."""
+def validate(
+    review: Mapping[str, Any], policy_for: PolicyLookup, team_for: TeamLookup | None = None
+) -> dict[str, Any]:
+    """Answer the validating route: allow, or deny with every field error.
+
+    ``team_for`` gives the TeamQuota owning a namespace (``None``: no quota applies there).
+    """
     request = review["request"]
     operation = request.get("operation")
     if not _is_ours(request) or operation not in ("CREATE", "UPDATE"):
         return respond(review, allowed=True)
     job = request["object"]
-    policy = policy_for(_namespace(request))
+    namespace = _namespace(request)
+    policy = policy_for(namespace)
+    team = team_for(namespace) if team_for is not None else None
     if operation == "CREATE":
-        verdict = validate_create(_without_server_filled_uid(job), policy)
+        verdict = validate_create(_without_server_filled_uid(job), policy, team=team)
     else:
-        verdict = validate_update(request["oldObject"], job, policy)
+        verdict = validate_update(request["oldObject"], job, policy, team=team)
     warnings = render_warnings(verdict.warnings)
     if verdict.errors:
         return respond(review, errors=verdict.errors, warnings=warnings, job=job)

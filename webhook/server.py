@@ -130,7 +130,10 @@ class _Routes:
         return await self._review(request, "mutate", mutate)
 
     async def validate(self, request: web.Request) -> web.Response:
-        return await self._review(request, "validate", validate)
+        return await self._review(request, "validate", self._validate)
+
+    def _validate(self, review: Mapping[str, Any], policy_for: PolicyLookup) -> dict[str, Any]:
+        return validate(review, policy_for, self.cache.team_for)
 
     async def _review(self, request: web.Request, route: str, decide: Decision) -> web.Response:
         started = time.perf_counter()

@@ -195,6 +195,7 @@ def test_dockerignore_lets_in_exactly_what_the_wheel_is_built_from() -> None:
 # Committed files below the folders torchgate/data links that the wheel leaves out, and why.
 NOT_PACKAGE_DATA = {
     "data/samples/placementpolicy.yaml": "the install sample; dev up installs the dev one",
+    "data/samples/teamquota.yaml": "the install sample; the dev TeamQuotas are in the dev policy",
     "data/node/system-packages.sh": "installs Debian packages as root; a person runs it",
 }
 
@@ -232,7 +233,7 @@ def test_the_wheel_carries_every_committed_file_dev_up_reads_or_builds_from() ->
         resources.CONTROLPLANE_BUILD_SCRIPT,
         resources.NODE_BUILD_SCRIPT,
     ]
-    assert len(named) == 5
+    assert len(named) == 6  # three CRDs
     assert {path.relative_to(package).as_posix() for path in named} <= carried
     assert {path.name for path in resources.CRD_DIR.glob("*.yaml")} == {
         path.name for path in CANONICAL_CRDS.glob("*.yaml")

@@ -35,6 +35,8 @@ CALLS: dict[tuple[str, str, str, str], str] = {
     ("controller", "", "nodes", "watch"): "informer",
     ("controller", "torchgate.io", "placementpolicies", "list"): "informer",
     ("controller", "torchgate.io", "placementpolicies", "watch"): "informer",
+    ("controller", "torchgate.io", "teamquotas", "list"): "informer",
+    ("controller", "torchgate.io", "teamquotas", "watch"): "informer",
     ("controller", "scheduling.k8s.io", "priorityclasses", "list"): "informer",
     ("controller", "scheduling.k8s.io", "priorityclasses", "watch"): "informer",
     # controller/reconciler.py
@@ -46,6 +48,8 @@ CALLS: dict[tuple[str, str, str, str], str] = {
     ("controller", "", "services", "create"): "_create(SERVICES)",
     ("controller", "", "services", "delete"): "_delete(SERVICES)",
     ("controller", "", "events", "create"): "_record",
+    # controller/poolsource.py
+    ("controller", "torchgate.io", "teamquotas/status", "patch"): "usage, borrowing, Valid",
     # controller/leader.py
     ("controller", "coordination.k8s.io", "leases", "get"): "acquire/renew/release",
     ("controller", "coordination.k8s.io", "leases", "create"): "first acquire",
@@ -54,6 +58,8 @@ CALLS: dict[tuple[str, str, str, str], str] = {
     ("webhook", "torchgate.io", "placementpolicies", "list"): "informer",
     ("webhook", "torchgate.io", "placementpolicies", "watch"): "informer",
     ("webhook", "torchgate.io", "placementpolicies/status", "patch"): "Valid condition",
+    ("webhook", "torchgate.io", "teamquotas", "list"): "informer (quota ceilings)",
+    ("webhook", "torchgate.io", "teamquotas", "watch"): "informer",
     ("webhook", "", "events", "create"): "invalid policy, namespace default",
     # certs/store.py
     ("certs", "", "secrets", "get"): "read_secret",

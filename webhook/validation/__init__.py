@@ -21,11 +21,12 @@ function of those facts (the job's, a replica's, a container's) returning its fi
 the report order: metadata, spec, then Master before Worker (each replica's fields, its pod
 template, its containers in index order, then its init containers), then unknown replica types.
 The rule families live in ``metadata``, ``policy`` (run, scheduling and elastic policy),
-``pod`` (replica spec, pod template and volumes), ``containers`` and ``launch`` (command line and
-env).
+``pod`` (replica spec, pod template and volumes), ``containers``, ``launch`` (command line and
+env) and ``sharing`` (topology annotations, the team's quota ceiling).
 
-Updates ratchet: when neither ``spec`` nor the pinned-hosts annotation changed, only immutable
-fields are checked, so a job admitted under older rules stays updatable for labels and finalizers.
+Updates ratchet: when neither ``spec`` nor the pinned-hosts or topology annotations changed, only
+immutable fields are checked, so a job admitted under older rules stays updatable for labels and
+finalizers.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from typing import Any, Final
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.fieldpath import FieldError, FieldPath, dedupe, invalid
 from torchgate.pytorchjob.policy import PlacementPolicy
-from torchgate.webhook.validation import containers, launch, metadata, pod, policy
+from torchgate.pytorchjob.pool import ANNOTATION_TOPOLOGY_PREFERRED, ANNOTATION_TOPOLOGY_REQUIRED
+from torchgate.webhook.validation import containers, launch, metadata, pod, policy, sharing
 from torchgate.webhook.validation.facts import (
     OBJECT,
     ContainerFacts,
@@ -46,6 +48,7 @@ from torchgate.webhook.validation.facts import (
     Findings,
     JobFacts,
     ReplicaFacts,
+    Team,
     read_job,
     render_warnings,
 )
@@ -53,6 +56,7 @@ from torchgate.webhook.validation.policy import immutable_field_errors
 
 __all__ = [
     "FieldWarning",
+    "Team",
     "Verdict",
     "render_warnings",
     "validate_create",
@@ -155,6 +159,7 @@ RULES: Final[tuple[JobRule, ...]] = (
     metadata.metadata_is_object,
     metadata.name,
     metadata.pinned_hosts_annotation,
+    sharing.topology_annotations,
     metadata.create_only_fields,
     policy.spec_shape,
     policy.replica_specs_present,
@@ -163,6 +168,7 @@ RULES: Final[tuple[JobRule, ...]] = (
     policy.run_policy,
     policy.scheduling_policy,
     policy.gpu_budget,
+    sharing.team_quota,
     policy.immutable_fields,
     for_each_replica(
         pod.replica_spec_present,
@@ -186,18 +192,24 @@ RULES: Final[tuple[JobRule, ...]] = (
 # ------------------------------------------------------------------ entry points
 
 
-def validate_create(job: Mapping[str, Any], policy: PlacementPolicy) -> Verdict:
-    """Validate a PyTorchJob being created under ``policy``."""
-    return _verdict(job, policy, old=None, creating=True)
+def validate_create(
+    job: Mapping[str, Any], policy: PlacementPolicy, *, team: Team | None = None
+) -> Verdict:
+    """Validate a PyTorchJob being created under ``policy`` (and ``team``'s quota, if any)."""
+    return _verdict(job, policy, old=None, creating=True, team=team)
 
 
 def validate_update(
-    old: Mapping[str, Any], new: Mapping[str, Any], policy: PlacementPolicy
+    old: Mapping[str, Any],
+    new: Mapping[str, Any],
+    policy: PlacementPolicy,
+    *,
+    team: Team | None = None,
 ) -> Verdict:
     """Validate an update from ``old`` to ``new``: immutables always, the rest only on change."""
     if _admission_inputs_unchanged(old, new):
         return Verdict(_deduplicated(immutable_field_errors(old, new)), ())
-    return _verdict(new, policy, old=old, creating=False)
+    return _verdict(new, policy, old=old, creating=False, team=team)
 
 
 def _verdict(
@@ -206,10 +218,11 @@ def _verdict(
     *,
     old: Mapping[str, Any] | None,
     creating: bool,
+    team: Team | None,
 ) -> Verdict:
     if not isinstance(job, OBJECT):
         return Verdict((invalid(FieldPath(), None, "must be a PyTorchJob object"),), ())
-    facts = read_job(job, active_policy, old=old, creating=creating)
+    facts = read_job(job, active_policy, old=old, creating=creating, team=team)
     errors: list[FieldError] = []
     warnings: list[FieldWarning] = []
     for rule in RULES:
@@ -224,13 +237,25 @@ def _verdict(
 def _admission_inputs_unchanged(old: object, new: object) -> bool:
     if not isinstance(old, OBJECT) or not isinstance(new, OBJECT):
         return False
-    return old.get("spec") == new.get("spec") and _hosts_annotation(old) == _hosts_annotation(new)
+    return old.get("spec") == new.get("spec") and _checked_annotations(old) == _checked_annotations(
+        new
+    )
 
 
-def _hosts_annotation(job: Mapping[str, Any]) -> object:
+_CHECKED_ANNOTATIONS: Final = (
+    names.ANNOTATION_HOSTS,
+    ANNOTATION_TOPOLOGY_REQUIRED,
+    ANNOTATION_TOPOLOGY_PREFERRED,
+)
+
+
+def _checked_annotations(job: Mapping[str, Any]) -> tuple[object, ...]:
+    """The annotations rules check (pinned hosts, topology): a change to one re-validates."""
     meta = job.get("metadata")
     annotations = meta.get("annotations") if isinstance(meta, OBJECT) else None
-    return annotations.get(names.ANNOTATION_HOSTS) if isinstance(annotations, OBJECT) else None
+    if not isinstance(annotations, OBJECT):
+        return ()
+    return tuple(annotations.get(key) for key in _CHECKED_ANNOTATIONS)
 
 
 def _deduplicated(errors: list[FieldError]) -> tuple[FieldError, ...]:

@@ -22,6 +22,7 @@ from typing import Any, Final, NamedTuple
 from torchgate.pytorchjob import gang, names
 from torchgate.pytorchjob.fieldpath import ErrorType, FieldError, FieldPath, forbidden, invalid
 from torchgate.pytorchjob.policy import PlacementPolicy
+from torchgate.pytorchjob.pool import TeamQuota
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
 from torchgate.pytorchjob.spec import as_int, container_requests, pytorch_container_index
 from torchgate.webhook.arguments import CommandLine, scan_command_line
@@ -111,6 +112,14 @@ class ReplicaFacts(NamedTuple):
     init_containers: tuple[ContainerFacts, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Team:
+    """The TeamQuota owning the job's namespace, and every team of its cohort (itself included)."""
+
+    quota: TeamQuota
+    cohort: tuple[TeamQuota, ...]
+
+
 class JobFacts(NamedTuple):
     """The job as the rules see it (a NamedTuple, like ``ContainerFacts``)."""
 
@@ -130,6 +139,7 @@ class JobFacts(NamedTuple):
     elastic: Mapping[str, Any] | None
     expected_nnodes: tuple[int, int] | None
     job_name: str | None
+    team: Team | None = None  # None: no TeamQuota owns the namespace (no quota applies)
 
     @property
     def spec_readable(self) -> bool:
@@ -155,6 +165,7 @@ def read_job(
     *,
     old: Mapping[str, Any] | None,
     creating: bool,
+    team: Team | None = None,
 ) -> JobFacts:
     """Read the facts of ``job`` (an object) once, for every rule."""
     spec_raw = job.get("spec")
@@ -192,6 +203,7 @@ def read_job(
         elastic=elastic_policy,
         expected_nnodes=_expected_nnodes(elastic_policy, known, total),
         job_name=_effective_job_name(metadata),
+        team=team,
     )
 
 

@@ -1,0 +1,110 @@
+"""Pool-sharing rules: topology annotations, and jobs their team's quota can never hold.
+
+Why the webhook checks these although the controller decides admission: a job whose gang needs
+more GPUs than its team could ever get (its nominal quota plus its borrowing limit, never more
+than its cohort's nominal quotas together) would wait forever with a ``Quota`` reason, and a
+topology annotation naming a level the policy does not list would be ignored or wait forever;
+both are visible in the manifest, so ``kubectl apply`` refuses them with the field to fix.
+
+Rules (each one function; the facts come from ``facts.read_job``, the team from the webhook's
+TeamQuota cache or ``torchgate check``'s ``--policy`` files):
+
+1. ``topology_annotations``: ``torchgate.io/topology-required`` / ``-preferred`` name one of the
+   active policy's ``spec.topology.levels``, and not both (``pool.topology_request``), errors at
+   ``metadata.annotations[<key>]``.
+2. ``team_quota``: the gang (the job's ``minAvailable`` pods in rank order, Master first, as the
+   controller admits it) uses no more of any resource its team has a quota for than
+   ``pool.quota_ceiling``; else ``FieldValueForbidden`` at ``spec.pytorchReplicaSpecs``. Without a
+   TeamQuota owning the namespace no quota applies.
+
+``resolve_team`` picks the team of a namespace from a set of TeamQuotas: teams that break the set
+rule (a namespace owned twice, ``pool.validate_quota_set``) are left out, as malformed ones are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from decimal import Decimal
+
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.fieldpath import forbidden
+from torchgate.pytorchjob.pool import (
+    ANNOTATION_TOPOLOGY_PREFERRED,
+    ANNOTATION_TOPOLOGY_REQUIRED,
+    GPUS,
+    TeamQuota,
+    never_admissible,
+    to_milli,
+    topology_request,
+    validate_quota_set,
+)
+from torchgate.pytorchjob.spec import parse_job, pod_requests, pod_spec_of
+from torchgate.webhook.validation.facts import NONE, OBJECT, REPLICA_SPECS, Findings, JobFacts, Team
+
+_TOPOLOGY_KEYS = (ANNOTATION_TOPOLOGY_REQUIRED, ANNOTATION_TOPOLOGY_PREFERRED)
+
+
+def resolve_team(quotas: Iterable[TeamQuota], namespace: str) -> Team | None:
+    """The team owning ``namespace`` among the valid ``quotas``, with its cohort; else ``None``."""
+    teams = list(quotas)
+    broken = validate_quota_set(teams)
+    valid = sorted((q for q in teams if q.name not in broken), key=lambda q: q.name)
+    for quota in valid:
+        if namespace in quota.namespaces:
+            cohort = tuple(q for q in valid if q.cohort == quota.cohort)
+            return Team(quota=quota, cohort=cohort)
+    return None
+
+
+# ------------------------------------------------------------------ rule 1
+
+
+def topology_annotations(job: JobFacts) -> Findings:
+    """Topology annotations name one of the policy's levels, and only one is set."""
+    metadata = job.metadata
+    annotations = metadata.get("annotations") if isinstance(metadata, OBJECT) else None
+    if not isinstance(annotations, OBJECT) or not any(k in annotations for k in _TOPOLOGY_KEYS):
+        return NONE
+    given = {key: str(annotations[key]) for key in _TOPOLOGY_KEYS if key in annotations}
+    _, errors = topology_request(given, job.policy.topology)
+    return errors
+
+
+# ------------------------------------------------------------------ rule 2
+
+
+def gang_usage(job: Mapping[str, object], gpu_resource: str, keys: Iterable[str]) -> dict[str, int]:
+    """What the gang counts against quota, per quota key (milli-units); empty when unreadable.
+
+    The gang is the job's ``minAvailable`` pods in rank order (Master replicas, then Workers);
+    ``GPUS`` counts ``gpu_resource``, every other key the pod request of that resource.
+    """
+    spec, errors = parse_job(job)
+    if spec is None or errors:
+        return {}
+    wanted = set(keys)
+    left = spec.min_available
+    total: dict[str, Decimal] = {}
+    for replica_type in names.REPLICA_TYPES:
+        replica = spec.replica(replica_type)
+        if replica is None or left <= 0:
+            continue
+        pods = min(left, replica.replicas)
+        left -= pods
+        requests = pod_requests(pod_spec_of(replica.template))
+        for key in wanted:
+            amount = requests.get(gpu_resource if key == GPUS else key, Decimal(0))
+            total[key] = total.get(key, Decimal(0)) + amount * pods
+    return {key: to_milli(amount) for key, amount in total.items()}
+
+
+def team_quota(job: JobFacts) -> Findings:
+    """The gang fits what its team could ever hold (``pool.never_admissible``)."""
+    team = job.team
+    if team is None or not job.spec_readable:
+        return NONE
+    usage = gang_usage(job.raw, job.policy.gpu_resource, team.quota.limits)
+    found = never_admissible(team.quota, team.cohort, usage)
+    if found is None:
+        return NONE
+    return [forbidden(REPLICA_SPECS, found[1])]
