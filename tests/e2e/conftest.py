@@ -36,7 +36,11 @@ T = TypeVar("T")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO_ROOT / "manifests" / "crds"
-CRD_NAMES = ("pytorchjobs.kubeflow.org", "placementpolicies.torchgate.io")
+CRD_NAMES = (
+    "pytorchjobs.kubeflow.org",
+    "placementpolicies.torchgate.io",
+    "teamquotas.torchgate.io",
+)
 WORKDIR_ENV = "TORCHGATE_E2E_WORKDIR"
 
 _BINARIES = pytest.StashKey["Binaries | BinariesUnavailable"]()

@@ -1,0 +1,187 @@
+"""Pool sharing, the admin's side, on a real apiserver: the CRDs and the webhook's refusals.
+
+The TeamQuota CRD and the PlacementPolicy's new sections must be served as the docs show them:
+``kubectl get teamquotas`` prints one row per team with its cohort, quota, usage and borrowing,
+and the apiserver keeps ``spec.preemption``/``spec.topology`` (a structural schema prunes fields
+it does not know). Then ``torchgate webhook`` (a subprocess watching the cluster, registered with
+``failurePolicy: Fail``) refuses a job its team can never hold and a topology annotation naming
+no level, with the apiserver passing on the (reason, field) causes; a TeamQuota created or
+changed in the cluster takes effect without a restart.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.builders import job, policy
+from tests.e2e.conftest import Cluster
+from tests.e2e.test_webhook_e2e import LocalWebhook, causes, jobs_path
+from torchgate import dev
+from torchgate.pytorchjob.fieldpath import ErrorType
+
+pytestmark = pytest.mark.e2e
+
+FORBIDDEN = ErrorType.FORBIDDEN.value
+NOT_SUPPORTED = ErrorType.NOT_SUPPORTED.value
+REQUIRED_ANNOTATION = "torchgate.io/topology-required"
+LEVELS = ["topology.torchgate.io/block", "topology.torchgate.io/rack", "kubernetes.io/hostname"]
+
+
+def team_quota(name: str, namespaces: list[str], **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "torchgate.io/v1alpha1",
+        "kind": "TeamQuota",
+        "metadata": {"name": name},
+        "spec": {"namespaces": namespaces, **spec},
+    }
+
+
+def gpu_job(name: str, namespace: str, *, workers: int, gpus: int = 8) -> dict[str, Any]:
+    """A Master and ``workers`` Workers of ``gpus`` GPUs each (no Worker replica for 0)."""
+    builder = job(name, namespace).master(gpus=gpus, args=["--backend", "nccl"])
+    if workers:
+        builder.workers(workers, gpus=gpus, args=["--backend", "nccl"])
+    return builder.build()
+
+
+def dry_run(cluster: Cluster, obj: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    namespace = obj["metadata"]["namespace"]
+    return cluster.api_request("POST", jobs_path(namespace) + "?dryRun=All", obj)
+
+
+# ----------------------------------------------------------------------------- the CRDs
+
+
+def test_kubectl_get_teamquotas_prints_quota_usage_and_borrowing(cluster: Cluster) -> None:
+    suffix = secrets.token_hex(3)
+    vision, speech = f"e2e-vision-{suffix}", f"e2e-speech-{suffix}"
+    try:
+        cluster.apply(
+            [
+                team_quota(vision, [f"{vision}-ns"], cohort="h100", nominalGPUs=32,
+                           borrowingLimitGPUs=16),
+                team_quota(speech, [f"{speech}-ns"], cohort="h100", nominalGPUs=32),
+            ]
+        )  # fmt: skip
+        # What the controller writes (controller/poolsource.py), written here by hand.
+        cluster.kubectl(
+            "patch", "teamquota", vision, "--subresource=status", "--type=merge", "-p",
+            '{"status": {"usedGPUs": 40, "borrowedGPUs": 8, "admittedJobs": 5, "waitingJobs": 2}}',
+        )  # fmt: skip
+        table = cluster.kubectl("get", "teamquotas", vision, speech).stdout.splitlines()
+        short = cluster.kubectl("get", "tq", vision, "-o", "name").stdout.strip()
+    finally:
+        cluster.kubectl("delete", "teamquota", vision, speech, "--ignore-not-found", check=False)
+
+    header, *rows = [line.split() for line in table]
+    assert header == [
+        "NAME", "COHORT", "NOMINAL", "BORROW-LIMIT", "USED", "BORROWED", "WAITING", "AGE",
+    ]  # fmt: skip
+    by_name = {row[0]: row for row in rows}
+    assert by_name[vision][1:7] == ["h100", "32", "16", "40", "8", "2"]
+    # No borrowing limit and no status yet: kubectl leaves those cells empty.
+    assert by_name[speech][1:3] == ["h100", "32"]
+    assert len(by_name[speech]) == 4  # name, cohort, nominal, age
+    assert short == f"teamquota.torchgate.io/{vision}"
+
+
+def test_the_apiserver_keeps_the_policy_sections_and_refuses_a_negative_quota(
+    cluster: Cluster,
+) -> None:
+    name = f"e2e-sections-{secrets.token_hex(3)}"
+    sections = {
+        "preemption": {"minimumRunSeconds": 600, "neverPreemptPriority": 1000000},
+        "topology": {"levels": LEVELS, "defaultLevel": LEVELS[1], "defaultMode": "Required"},
+    }
+    try:
+        cluster.apply(policy(name, namespaces=["nowhere"], **sections))
+        stored = cluster.get("placementpolicy", name)
+    finally:
+        cluster.kubectl("delete", "placementpolicy", name, "--ignore-not-found", check=False)
+    assert stored is not None
+    assert {key: stored["spec"][key] for key in sections} == sections
+
+    negative = team_quota(f"e2e-negative-{secrets.token_hex(3)}", ["x"], nominalGPUs=-1)
+    status, body = cluster.api_request(
+        "POST", "/apis/torchgate.io/v1alpha1/teamquotas?dryRun=All", negative
+    )
+    assert status == 422, body
+    assert [c["field"] for c in body["details"]["causes"]] == ["spec.nominalGPUs"]
+
+
+# ----------------------------------------------------------------------------- the webhook
+
+
+@pytest.fixture(scope="module")
+def webhook(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWebhook]:
+    """``torchgate webhook`` watching this cluster, registered with ``failurePolicy: Fail``."""
+    if cluster.plane.attached:
+        pytest.skip("the webhook runs on this machine's loopback; an attached cluster cannot")
+    server = LocalWebhook(cluster, tmp_path_factory.mktemp("teamquota-webhook"))
+    ca_bundle = server.make_certificates()
+    server.start()
+    try:
+        server.register(ca_bundle)
+        try:
+            dev.wait_for_admission(cluster.api_request, timeout=30)
+        except dev.DevError as error:
+            pytest.fail(str(error), pytrace=False)
+        yield server
+    finally:
+        server.unregister()
+        server.stop()
+
+
+def test_the_webhook_refuses_what_a_team_can_never_hold_and_unknown_topology_levels(
+    cluster: Cluster, webhook: LocalWebhook
+) -> None:
+    namespace = cluster.new_namespace("quota")
+    suffix = secrets.token_hex(3)
+    team, lender, topo = f"e2e-team-{suffix}", f"e2e-lender-{suffix}", f"e2e-topo-{suffix}"
+    cohort = f"c-{suffix}"
+    try:
+        cluster.apply(
+            [
+                # Priority: chosen over any catch-all policy another test may have left.
+                policy(topo, namespaces=[namespace], priority=1000, topology={"levels": LEVELS}),
+                team_quota(team, [namespace], cohort=cohort, nominalGPUs=8,
+                           borrowingLimitGPUs=16),
+            ]
+        )  # fmt: skip
+        # 1 Master + 1 Worker of 8 GPUs: 16 > 8 nominal, and nobody in the cohort lends.
+        too_big = gpu_job("too-big", namespace, workers=1)
+
+        def refused() -> dict[str, Any] | None:
+            status, body = dry_run(cluster, too_big)
+            return body if status == 422 else None
+
+        body = cluster.wait_for(refused, timeout=15, what="the webhook to know the TeamQuota")
+        assert causes(body) == {(FORBIDDEN, "spec.pytorchReplicaSpecs")}
+        fits = gpu_job("fits", namespace, workers=0)
+        assert dry_run(cluster, fits)[0] == 201
+
+        # A lender joins the cohort: the same job can now borrow, without a webhook restart.
+        began = time.monotonic()
+        cluster.apply(team_quota(lender, [f"{lender}-ns"], cohort=cohort, nominalGPUs=8))
+        cluster.wait_for(
+            lambda: dry_run(cluster, too_big)[0] == 201, timeout=15, what="the lender seen"
+        )
+        assert time.monotonic() - began < 15
+
+        unknown = gpu_job("unknown-level", namespace, workers=0)
+        unknown["metadata"]["annotations"] = {REQUIRED_ANNOTATION: "topology.torchgate.io/row"}
+        status, body = dry_run(cluster, unknown)
+        assert status == 422, body
+        assert causes(body) == {(NOT_SUPPORTED, f"metadata.annotations[{REQUIRED_ANNOTATION}]")}
+        rack = gpu_job("rack", namespace, workers=0)
+        rack["metadata"]["annotations"] = {REQUIRED_ANNOTATION: LEVELS[1]}
+        assert dry_run(cluster, rack)[0] == 201
+    finally:
+        cluster.kubectl("delete", "teamquota", team, lender, "--ignore-not-found", check=False)
+        cluster.kubectl("delete", "placementpolicy", topo, "--ignore-not-found", check=False)
+        cluster.clean_up_test()
