@@ -2,19 +2,34 @@
 
 Reconcilers run concurrently, but capacity is global: two jobs each placed against the same free
 GPUs would both be created and both wait forever (the partial-gang deadlock TO#1264 describes). So
-a job that needs pods only *asks* here; one admission cycle at a time looks at every waiting job in
-order (priority, then creation time, then name), places each whole gang with ``place_gang`` against
-the free capacity it sees, and *reserves* what it places until the job's pods show up in the pod
-cache. The job's own reconcile then creates the pods from the reservation.
+a job that needs pods only *asks* here; one admission cycle at a time gathers the facts (free
+capacity per node, the gangs holding capacity, team quotas, the policies' preemption and topology
+settings) and runs ``sharing.decide``, which admits, preempts or keeps waiting every gang, whole
+gangs only. The admitter applies what it returns:
+
+- ``Admit``: the gang's nodes are *reserved* until its pods show up in the pod cache; the job's
+  own reconcile creates the pods from the reservation (pods in rank order on the nodes chosen in
+  topology order, so consecutive ranks share a domain).
+- ``Preempt``: the preemptor's nodes are *held* (nothing else is placed on them) while the
+  victims' pods terminate; each victim is marked as preempted (``preempted_by``), which its own
+  reconcile turns into the deletion of all its pods, a ``Preempted`` condition and Event; once no
+  pod of any victim is left, the hold becomes a reservation.
+- ``Wait``: the reason (``Quota``, ``Capacity`` or ``Topology``) and its message are reported,
+  throttled, for the job's ``Queued`` condition. A capacity message is ``place_gang``'s shortfall
+  (it names the resource and the node filter that is short).
 
 Capacity is a ledger kept from the cluster-wide pod and node caches (allocatable minus the requests
 of every non-terminated pod on its node, or on its planned node before binding), updated per event
-rather than recomputed per cycle, so a cycle costs O(nodes + waiting jobs) even with thousands of
-pods.
+rather than recomputed per cycle. The ledger also groups torchgate's pods by job, which gives the
+running gangs that quota counts and preemption may choose from: their priority as the job asked
+for admission, their start when this process admitted them (after a controller restart: the
+pods' ``spec.priority`` and the first pod's creation). Gangs whose pods are being created
+(reservations, holds) count against quota but are never victims.
 
 Backfill: a job that does not fit does not block smaller jobs behind it, unless it has waited longer
-than ``starvation_seconds``; from then on nothing behind it is admitted until it is, so a stream of
-small jobs cannot starve a large one. A gang that timed out waits out an exponential backoff.
+than ``starvation_seconds`` for capacity or topology; from then on nothing behind it is admitted
+until it is, so a stream of small jobs cannot starve a large one. A gang that timed out waits out
+an exponential backoff.
 """
 
 from __future__ import annotations
@@ -28,16 +43,22 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final
 
+from torchgate.controller import pooling
 from torchgate.controller.eligibility import (
     NodeView,
     PodDemand,
     Resources,
     Signature,
     demand_requests,
+    eligible_nodes,
     node_view,
 )
-from torchgate.controller.placement import Placement, Shortfall, place_gang
+from torchgate.controller.placement import Placement, place_gang
+from torchgate.controller.quota import Admitted
+from torchgate.controller.sharing import Admit, Outcome, Pool, Preempt, Wait, WaitingGang, decide
+from torchgate.controller.topology import Topology, build_topology, shape_of
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.pool import PoolSettings, TeamQuota
 
 log = logging.getLogger("torchgate.controller.admitter")
 
@@ -45,28 +66,7 @@ JobKey = tuple[str, str]
 PodKey = tuple[str, str]
 ZERO = Decimal(0)
 TERMINATED_PHASES: Final = frozenset({"Succeeded", "Failed"})
-
-
-class Shape:
-    """What decides whether a gang fits, hashed once.
-
-    A cycle looks up the shape of every waiting job; hashing the nested tuple (constraints and
-    Decimal requests of every pod) each time cost a third of a cycle with 800 waiting jobs.
-    """
-
-    __slots__ = ("_hash", "value")
-
-    def __init__(self, value: tuple[Any, ...]) -> None:
-        self.value = value
-        self._hash = hash(value)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        return self is other or (
-            isinstance(other, Shape) and self._hash == other._hash and self.value == other.value
-        )
+KIND_PREEMPTING: Final = "Preempting"
 
 
 @dataclass(slots=True)
@@ -81,17 +81,32 @@ class Waiting:
     created: str
     gpu_resource: str
     since: float
+    preempts: bool = True
+    topology_level: str | None = None
+    topology_required: bool = False
     not_before: float = 0.0
     reported_reason: str | None = None
+    reported_kind: str | None = None
     reported_at: float | None = None
-    shape: Shape = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.shape = _shape(self)
+    units: tuple[dict[str, dict[str, int]], dict[str, int]] | None = None
 
     def order(self) -> tuple[int, str, str, str]:
         """Admission order: higher priority first, then older, then by name."""
         return (-self.priority, self.created, self.key[0], self.key[1])
+
+    def required(self) -> tuple[PodDemand, ...]:
+        """The pods that must be placed together (the gang's ``minAvailable``)."""
+        return self.demands[: max(0, min(self.min_count, len(self.demands)))]
+
+    def requests_and_usage(self) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+        """Required pods' requests and the gang's quota usage in milli-units (computed once)."""
+        if self.units is None:
+            required = self.required()
+            self.units = (
+                {d.pod_name: pooling.to_units(d.requests) for d in required},
+                pooling.quota_usage((d.requests for d in required), self.gpu_resource),
+            )
+        return self.units
 
 
 @dataclass(slots=True)
@@ -106,11 +121,31 @@ class Reservation:
 
 
 @dataclass(slots=True)
+class Hold:
+    """Capacity kept for a preemptor while its victims' pods terminate."""
+
+    reservation: Reservation
+    victims: tuple[JobKey, ...]
+    victim_pods: frozenset[PodKey]
+
+
+@dataclass(frozen=True, slots=True)
+class _Member:
+    """One of torchgate's pods, as the gang view of the ledger keeps it."""
+
+    job: JobKey
+    priority: int
+    created: float | None
+
+
+@dataclass(slots=True)
 class _Ledger:
-    """Requests of live pods per node, maintained from pod events."""
+    """Requests of live pods per node, and torchgate's pods grouped by job."""
 
     used: dict[str, dict[str, Decimal]] = field(default_factory=dict)
     pods: dict[PodKey, tuple[str, Resources]] = field(default_factory=dict)
+    members: dict[PodKey, _Member] = field(default_factory=dict)
+    gangs: dict[JobKey, set[PodKey]] = field(default_factory=dict)
 
     def update(self, key: PodKey, pod: Mapping[str, Any] | None) -> bool:
         """Account for a pod's new state; return whether it freed capacity somewhere.
@@ -121,10 +156,21 @@ class _Ledger:
         before = self.pods.pop(key, None)
         if before is not None:
             _add(self.used.setdefault(before[0], {}), before[1], -1)
+            member = self.members.pop(key, None)
+            if member is not None:
+                gang = self.gangs.get(member.job)
+                if gang is not None:
+                    gang.discard(key)
+                    if not gang:
+                        del self.gangs[member.job]
         after = _usage(pod) if pod is not None else None
-        if after is not None:
+        if after is not None and pod is not None:
             self.pods[key] = after
             _add(self.used.setdefault(after[0], {}), after[1], 1)
+            member = _member_of(pod)
+            if member is not None:
+                self.members[key] = member
+                self.gangs.setdefault(member.job, set()).add(key)
         return before is not None and before != after
 
 
@@ -143,17 +189,17 @@ def _usage(pod: Mapping[str, Any]) -> tuple[str, Resources] | None:
     return node, demand_requests(spec)
 
 
-def _shape(waiting: Waiting) -> Shape:
-    """What decides whether a gang fits: each pod's constraints and requests, and the minimum."""
-    return Shape(
-        (
-            waiting.min_count,
-            waiting.gpu_resource,
-            tuple(
-                (demand.signature, tuple(sorted(demand.requests.items())))
-                for demand in waiting.demands
-            ),
-        )
+def _member_of(pod: Mapping[str, Any]) -> _Member | None:
+    metadata = pod.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    job = labels.get(names.LABEL_JOB_NAME)
+    if labels.get(names.LABEL_OPERATOR_NAME) != names.OPERATOR_NAME or not isinstance(job, str):
+        return None
+    priority = (pod.get("spec") or {}).get("priority")
+    return _Member(
+        job=(str(metadata.get("namespace") or ""), job),
+        priority=priority if isinstance(priority, int) else 0,
+        created=pooling.epoch_seconds(metadata.get("creationTimestamp")),
     )
 
 
@@ -162,8 +208,12 @@ def _add(total: dict[str, Decimal], requests: Resources, sign: int) -> None:
         total[name] = total.get(name, ZERO) + sign * amount
 
 
+def _fits(free: Resources, requests: Resources) -> bool:
+    return all(free.get(name, ZERO) >= amount for name, amount in requests.items() if amount > 0)
+
+
 class Admitter:
-    """Waiting jobs, reservations, and the admission cycle."""
+    """Waiting jobs, reservations, holds, and the admission cycle."""
 
     def __init__(
         self,
@@ -171,27 +221,40 @@ class Admitter:
         on_admit_job: Callable[[JobKey], None],
         on_reason: Callable[[JobKey], None],
         on_admit: Callable[[float], None] = lambda waited: None,
+        teams: Callable[[], Mapping[str, TeamQuota]] = dict,
+        pool_settings: Callable[[], Sequence[PoolSettings]] = tuple,
         starvation_seconds: float = 300.0,
         backoff_base: float = 10.0,
         backoff_max: float = 600.0,
         reason_refresh_seconds: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.on_admit_job = on_admit_job
         self.on_reason = on_reason
         self.on_admit = on_admit
+        self.teams = teams
+        self.pool_settings = pool_settings
         self.starvation_seconds = starvation_seconds
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.reason_refresh_seconds = reason_refresh_seconds
         self.clock = clock
+        self.wall_clock = wall_clock
         self.nodes: dict[str, NodeView] = {}
         self.ledger = _Ledger()
         self.waiting: dict[JobKey, Waiting] = {}
         self.reservations: dict[JobKey, Reservation] = {}
+        self.holds: dict[JobKey, Hold] = {}
+        self.evicting: dict[JobKey, JobKey] = {}  # victim -> its preemptor
+        self.gpu_resources: dict[JobKey, str] = {}
+        self.priorities: dict[JobKey, int] = {}  # as asked, for the gang once it runs
+        # When this process admitted the job (wall clock; pods' creation seconds after a restart).
+        self.admitted_at: dict[JobKey, float] = {}
         self.timeouts: dict[JobKey, int] = {}
+        self.team_status: dict[str, dict[str, int]] = {}
         self._retry_at: dict[JobKey, float] = {}
-        self._shapes: dict[Shape, Shape] = {}
+        self._topology: tuple[tuple[str, ...], Topology] | None = None
         self._wake = asyncio.Event()
         self.cycles = 0
 
@@ -209,6 +272,7 @@ class Admitter:
             if self.nodes.get(name) == view:
                 return
             self.nodes[name] = view
+        self._topology = None
         self.wake()
 
     def on_pod(self, kind: str, pod: dict[str, Any], _: dict[str, Any] | None) -> None:
@@ -234,19 +298,30 @@ class Admitter:
         priority: int,
         created: str,
         gpu_resource: str,
+        preempts: bool = True,
+        topology_level: str | None = None,
+        topology_required: bool = False,
     ) -> None:
         """A job needs its gang placed (idempotent; keeps its place in the queue)."""
         if key in self.reservations and self.reservations[key].uid == uid:
             log.debug("%s/%s: admission asked while capacity is reserved", *key)
             return
+        if key in self.holds and self.holds[key].reservation.uid == uid:
+            return
+        self.evicting.pop(key, None)  # a preempted gang whose pods are gone queues again
+        self.gpu_resources[key] = gpu_resource
+        self.priorities[key] = priority
         current = self.waiting.get(key)
         if current is not None and current.uid == uid:
             current.demands = tuple(demands)
             current.min_count = min_count
             current.priority = priority
-            current.shape = self._intern(_shape(current))
+            current.preempts = preempts
+            current.topology_level = topology_level
+            current.topology_required = topology_required
+            current.units = None
             return
-        waiting = self.waiting[key] = Waiting(
+        self.waiting[key] = Waiting(
             key=key,
             uid=uid,
             demands=tuple(demands),
@@ -255,16 +330,12 @@ class Admitter:
             created=created,
             gpu_resource=gpu_resource,
             since=self.clock(),
+            preempts=preempts,
+            topology_level=topology_level,
+            topology_required=topology_required,
             not_before=self._retry_at.pop(key, 0.0),
         )
-        waiting.shape = self._intern(waiting.shape)
         self.wake()
-
-    def _intern(self, shape: Shape) -> Shape:
-        """One object per distinct shape, so a cycle's lookups compare by identity."""
-        if len(self._shapes) > 2 * len(self.waiting) + 64:
-            self._shapes = {w.shape: w.shape for w in self.waiting.values()}
-        return self._shapes.setdefault(shape, shape)
 
     def reservation_for(self, key: JobKey, uid: str) -> Mapping[str, str] | None:
         """Where the job's pods go, when capacity is reserved for it."""
@@ -272,14 +343,29 @@ class Admitter:
         return reservation.nodes if reservation is not None and reservation.uid == uid else None
 
     def wait_reason(self, key: JobKey) -> str | None:
-        """Why the job waits, as last reported (the newest shortfall, at most every refresh).
+        """Why the job waits, as last reported (the newest reason, at most every refresh).
 
         Planning writes this into the job's status, so it must be the throttled message, not the
         newest one: the job's own status writes wake its reconcile, and every waiting job would
         otherwise rewrite its status each time the free count changes.
         """
+        hold = self.holds.get(key)
+        if hold is not None:
+            victims = ", ".join("/".join(victim) for victim in hold.victims)
+            return f"preempting {victims}: waiting for their pods to terminate"
         waiting = self.waiting.get(key)
         return waiting.reported_reason if waiting is not None else None
+
+    def wait_kind(self, key: JobKey) -> str | None:
+        """What the job waits for: ``Quota``, ``Capacity``, ``Topology`` or ``Preempting``."""
+        if key in self.holds:
+            return KIND_PREEMPTING
+        waiting = self.waiting.get(key)
+        return waiting.reported_kind if waiting is not None else None
+
+    def preempted_by(self, key: JobKey) -> JobKey | None:
+        """The preemptor when the job's gang was chosen as a victim and is being evicted."""
+        return self.evicting.get(key)
 
     def release(self, key: JobKey) -> None:
         """Drop the job's reservation: its pods were deleted, so it no longer describes them."""
@@ -289,6 +375,11 @@ class Admitter:
         """The job is gone, finished, suspended or not ours: forget it."""
         changed = self.waiting.pop(key, None) is not None
         changed |= self.reservations.pop(key, None) is not None
+        changed |= self.holds.pop(key, None) is not None
+        self.evicting.pop(key, None)
+        self.gpu_resources.pop(key, None)
+        self.priorities.pop(key, None)
+        self.admitted_at.pop(key, None)
         self.timeouts.pop(key, None)
         self._retry_at.pop(key, None)
         if changed:
@@ -326,12 +417,13 @@ class Admitter:
                 log.exception("admission cycle failed")
 
     def free(self) -> dict[str, dict[str, Decimal]]:
-        """Free capacity per node: allocatable - live pods - reservations not yet observed.
+        """Free capacity per node: allocatable - live pods - reservations not yet observed - holds.
 
         A reserved pod counts through its reservation until the ledger (fed by pod *events*) has
         it; only then is the reservation dropped. Releasing it when the pod merely exists in a
         cache written through by the reconciler would leave a moment when neither counts it, and
-        the next gang would be placed on GPUs kube-scheduler knows are taken.
+        the next gang would be placed on GPUs kube-scheduler knows are taken. A hold counts in
+        full (on top of the victims' pods still there), so nothing else takes its nodes.
         """
         free: dict[str, dict[str, Decimal]] = {}
         for name, view in self.nodes.items():
@@ -351,84 +443,308 @@ class Admitter:
                 settled.append(key)
         for key in settled:
             del self.reservations[key]
+        for hold in self.holds.values():
+            for pod, node_name in hold.reservation.nodes.items():
+                if node_name in free:
+                    _add(free[node_name], hold.reservation.requests[pod], -1)
         return free
 
     def cycle(self) -> list[JobKey]:
-        """Place waiting gangs in order; return the jobs admitted."""
+        """Decide every waiting gang once; return the jobs admitted (reservations made)."""
         self.cycles += 1
         now = self.clock()
+        admitted = self._release_holds(now)
+        teams = self.teams()
         if not self.waiting:
-            return []
+            if teams:  # what ``kubectl get teamquotas`` shows stays current
+                owner = _namespace_owners(teams)
+                running = self._holding(owner, self.wall_clock())
+                self.team_status = pooling.team_statuses(teams, running, ())
+            return admitted
         free = self.free()
-        views = list(self.nodes.values())
+        settings = self.pool_settings()
+        levels = pooling.topology_levels(s.topology.levels for s in settings)
+        owner = _namespace_owners(teams)
+        wall = self.wall_clock()
+        ready = [w for w in sorted(self.waiting.values(), key=Waiting.order) if w.not_before <= now]
         eligibility: MutableMapping[Signature, tuple[str, ...]] = {}
-        # Within a cycle free capacity only shrinks, so a gang of the same shape that did not fit
-        # will not fit either: hundreds of identical waiting jobs cost one placement, not one each.
-        misses: dict[Shape, Shortfall] = {}
-        admitted: list[JobKey] = []
-        for waiting in sorted(self.waiting.values(), key=Waiting.order):
-            if waiting.not_before > now:
+        gangs = [self._gang(w, owner, levels, eligibility) for w in ready]
+        running = self._holding(owner, wall)
+        pool = Pool(
+            topology=self._topology_for(levels),
+            free={name: pooling.to_units(left, capacity=True) for name, left in free.items()},
+            teams=teams,
+            admitted=running,
+            preemption=pooling.protection(s.preemption for s in settings),
+        )
+        outcomes = {o.key: o for o in decide(pool, gangs, wall)}
+        starving = self._starving(ready, outcomes, now)
+        if starving is not None:  # nothing behind a starving job jumps the queue
+            ready = ready[: starving + 1]
+            outcomes = {o.key: o for o in decide(pool, gangs[: starving + 1], wall)}
+        self.team_status = pooling.team_statuses(
+            teams, running, (owner.get(key[0]) for key in self.waiting)
+        )
+        misses: dict[object, str] = {}
+        views = list(self.nodes.values())
+        for waiting in ready:
+            outcome = outcomes[waiting.key]
+            if isinstance(outcome, Admit):
+                self._admit(waiting, outcome.nodes, free, eligibility, now)
+                admitted.append(waiting.key)
+            elif isinstance(outcome, Preempt):
+                self._preempt(waiting, outcome, now)
+            else:
+                message = outcome.message
+                if outcome.kind == "Capacity":
+                    message = self._shortfall(waiting, views, free, eligibility, misses) or message
+                self._still_waiting(waiting, outcome.kind, message, now)
+        return admitted
+
+    def _starving(
+        self, ready: Sequence[Waiting], outcomes: Mapping[JobKey, Outcome], now: float
+    ) -> int | None:
+        """Index of the first starving gang that waits for room while a later one goes ahead."""
+        for index, waiting in enumerate(ready):
+            outcome = outcomes[waiting.key]
+            if (
+                isinstance(outcome, Wait)
+                and outcome.kind != "Quota"
+                and now - waiting.since > self.starvation_seconds
+            ):
+                later = ready[index + 1 :]
+                if any(not isinstance(outcomes[w.key], Wait) for w in later):
+                    return index
+                return None
+        return None
+
+    # ------------------------------------------------------------------ facts of a cycle
+
+    def _topology_for(self, levels: tuple[str, ...]) -> Topology:
+        """The domain tree of the nodes, rebuilt only when the nodes or the levels change."""
+        if self._topology is None or self._topology[0] != levels:
+            nodes = [(view.name, view.labels) for view in self.nodes.values()]
+            self._topology = (levels, build_topology(levels, nodes))
+        return self._topology[1]
+
+    def _gang(
+        self,
+        waiting: Waiting,
+        owner: Mapping[str, str],
+        levels: Sequence[str],
+        eligibility: MutableMapping[Signature, tuple[str, ...]],
+    ) -> WaitingGang:
+        requests, usage = waiting.requests_and_usage()
+        required = waiting.required()
+        allowed: set[str] | None = None
+        for demand in required:
+            signature = demand.signature
+            if signature not in eligibility:
+                eligibility[signature] = eligible_nodes(signature, self.nodes.values())
+            nodes = eligibility[signature]
+            allowed = set(nodes) if allowed is None else allowed & set(nodes)
+        return WaitingGang(
+            key=waiting.key,
+            team=owner.get(waiting.key[0]),
+            priority=waiting.priority,
+            created=waiting.created,
+            pods=tuple(d.pod_name for d in required),
+            requests=requests,
+            usage=usage,
+            shape=shape_of(
+                requests.values(),
+                one_per_node=any(d.host_ports for d in required),
+                allowed=allowed if allowed is not None else (),
+            ),
+            topology=pooling.job_topology(
+                waiting.topology_level, waiting.topology_required, levels
+            ),
+            preempts=waiting.preempts,
+        )
+
+    def _holding(self, owner: Mapping[str, str], wall: float) -> list[Admitted]:
+        """Every gang holding capacity: running gangs, reservations and holds (never victims)."""
+        gangs: dict[JobKey, tuple[dict[str, str], dict[str, Resources], int, float]] = {}
+        for job, pods in self.ledger.gangs.items():
+            if job in self.evicting:
+                continue  # going away: neither counted nor chosen again
+            members = [self.ledger.members[pod] for pod in pods]
+            created = [m.created for m in members if m.created is not None]
+            gangs[job] = (
+                {pod[1]: self.ledger.pods[pod][0] for pod in pods},
+                {pod[1]: self.ledger.pods[pod][1] for pod in pods},
+                self.priorities.get(job, max(m.priority for m in members)),
+                self.admitted_at.get(job, min(created) if created else 0.0),
+            )
+        held = [(k, r) for k, r in self.reservations.items()]
+        held += [(k, h.reservation) for k, h in self.holds.items()]
+        for job, reservation in held:
+            nodes, requests, _, _ = gangs.get(job, ({}, {}, 0, wall))
+            nodes = {**reservation.nodes, **nodes}
+            requests = {**reservation.requests, **requests}
+            gangs[job] = (nodes, requests, pooling.HELD_PRIORITY, wall)
+        out = []
+        for job, (nodes, requests, priority, started) in sorted(gangs.items()):
+            gpu = self.gpu_resources.get(job, names.DEFAULT_GPU_RESOURCE)
+            out.append(
+                Admitted(
+                    key=job,
+                    team=owner.get(job[0]),
+                    priority=priority,
+                    usage=pooling.quota_usage(requests.values(), gpu),
+                    admitted_at=started,
+                    nodes=nodes,
+                    requests={pod: pooling.to_units(r) for pod, r in requests.items()},
+                )
+            )
+        return out
+
+    # ------------------------------------------------------------------ applying outcomes
+
+    def _admit(
+        self,
+        waiting: Waiting,
+        nodes: Mapping[str, str],
+        free: dict[str, dict[str, Decimal]],
+        eligibility: MutableMapping[Signature, tuple[str, ...]],
+        now: float,
+    ) -> None:
+        del self.waiting[waiting.key]
+        placed = dict(nodes)
+        by_name = {d.pod_name: d for d in waiting.demands}
+        for pod, node in placed.items():
+            _add(free.setdefault(node, {}), by_name[pod].requests, -1)
+        for extra in waiting.demands[len(waiting.required()) :]:
+            found = _place_extra(extra, placed, free, eligibility, self.nodes.values())
+            if found is not None:
+                placed[extra.pod_name] = found
+                _add(free[found], extra.requests, -1)
+        self.reservations[waiting.key] = Reservation(
+            uid=waiting.uid,
+            nodes=placed,
+            requests={pod: by_name[pod].requests for pod in placed},
+            since=now,
+            waited=now - waiting.since,
+        )
+        self.admitted_at[waiting.key] = self.wall_clock()
+        self.on_admit(now - waiting.since)
+        log.info(
+            "admitted %s/%s onto %d node(s) after %.2fs",
+            waiting.key[0],
+            waiting.key[1],
+            len(set(placed.values())),
+            now - waiting.since,
+            extra={"job": "/".join(waiting.key)},
+        )
+        self.on_admit_job(waiting.key)
+
+    def _preempt(self, waiting: Waiting, outcome: Preempt, now: float) -> None:
+        del self.waiting[waiting.key]
+        by_name = {d.pod_name: d for d in waiting.demands}
+        pods = frozenset(
+            pod for victim in outcome.victims for pod in self.ledger.gangs.get(victim, ())
+        )
+        self.holds[waiting.key] = Hold(
+            reservation=Reservation(
+                uid=waiting.uid,
+                nodes=dict(outcome.nodes),
+                requests={pod: by_name[pod].requests for pod in outcome.nodes},
+                since=now,
+                waited=now - waiting.since,
+            ),
+            victims=outcome.victims,
+            victim_pods=pods,
+        )
+        log.info(
+            "%s/%s preempts %s",
+            *waiting.key,
+            ", ".join("/".join(v) for v in outcome.victims),
+            extra={"job": "/".join(waiting.key)},
+        )
+        for victim in outcome.victims:
+            self.evicting[victim] = waiting.key
+            self.reservations.pop(victim, None)
+            self.on_reason(victim)
+        self.on_reason(waiting.key)
+
+    def _release_holds(self, now: float) -> list[JobKey]:
+        """Holds whose victims' pods are all gone become reservations."""
+        released = []
+        for key, hold in list(self.holds.items()):
+            if any(pod in self.ledger.pods for pod in hold.victim_pods):
                 continue
-            shape = waiting.shape
-            outcome = misses.get(shape) or place_gang(
-                waiting.demands,
+            del self.holds[key]
+            self.reservations[key] = hold.reservation
+            self.admitted_at[key] = self.wall_clock()
+            self.on_admit(hold.reservation.waited + now - hold.reservation.since)
+            released.append(key)
+            self.on_admit_job(key)
+        return released
+
+    def _shortfall(
+        self,
+        waiting: Waiting,
+        views: Sequence[NodeView],
+        free: Mapping[str, Resources],
+        eligibility: MutableMapping[Signature, tuple[str, ...]],
+        misses: dict[object, str],
+    ) -> str | None:
+        """``place_gang``'s account of what is short (memoised by the gang's pods' shape)."""
+        memo = tuple((d.signature, tuple(sorted(d.requests.items()))) for d in waiting.required())
+        if memo not in misses:
+            found = place_gang(
+                waiting.required(),
                 views,
                 free,
                 min_count=waiting.min_count,
                 gpu_resource=waiting.gpu_resource,
                 eligibility_cache=eligibility,
             )
-            if isinstance(outcome, Placement):
-                self._admit(waiting, outcome, free, now)
-                admitted.append(waiting.key)
-                continue
-            misses[shape] = outcome
-            self._still_waiting(waiting, outcome, now)
-            if now - waiting.since > self.starvation_seconds:
-                break  # nothing behind a starving job jumps the queue
-        return admitted
+            misses[memo] = "" if isinstance(found, Placement) else found.message
+        return misses[memo] or None
 
-    def _admit(
-        self,
-        waiting: Waiting,
-        placement: Placement,
-        free: dict[str, dict[str, Decimal]],
-        now: float,
-    ) -> None:
-        del self.waiting[waiting.key]
-        requests = {
-            d.pod_name: d.requests for d in waiting.demands if d.pod_name in placement.nodes
-        }
-        self.reservations[waiting.key] = Reservation(
-            uid=waiting.uid,
-            nodes=dict(placement.nodes),
-            requests=requests,
-            since=now,
-            waited=now - waiting.since,
-        )
-        for node, taken in placement.reserved.items():
-            _add(free.setdefault(node, {}), taken, -1)
-        self.on_admit(now - waiting.since)
-        log.info(
-            "admitted %s/%s onto %d node(s) after %.2fs",
-            waiting.key[0],
-            waiting.key[1],
-            len(set(placement.nodes.values())),
-            now - waiting.since,
-            extra={"job": "/".join(waiting.key)},
-        )
-        self.on_admit_job(waiting.key)
-
-    def _still_waiting(self, waiting: Waiting, shortfall: Shortfall, now: float) -> None:
-        log.debug("%s/%s waits: %s", *waiting.key, shortfall.message)
-        if waiting.reported_reason == shortfall.message:
+    def _still_waiting(self, waiting: Waiting, kind: str, message: str, now: float) -> None:
+        log.debug("%s/%s waits (%s): %s", *waiting.key, kind, message)
+        if waiting.reported_reason == message and waiting.reported_kind == kind:
             return
         # The free counts in the message change with every pod; rewriting the status of every
-        # waiting job on each change would flood the apiserver, so refreshes are throttled.
+        # waiting job on each change would flood the apiserver, so refreshes are throttled (a new
+        # kind of obstacle is reported at once).
         stale = (
-            waiting.reported_at is None or now - waiting.reported_at >= self.reason_refresh_seconds
+            waiting.reported_at is None
+            or now - waiting.reported_at >= self.reason_refresh_seconds
+            or waiting.reported_kind != kind
         )
         if stale:
             waiting.reported_at = now
-            waiting.reported_reason = shortfall.message
+            waiting.reported_reason = message
+            waiting.reported_kind = kind
             self.on_reason(waiting.key)
+
+
+def _namespace_owners(teams: Mapping[str, TeamQuota]) -> dict[str, str]:
+    """Namespace -> the team owning it (the first by name when two claim it)."""
+    owner: dict[str, str] = {}
+    for name in sorted(teams):
+        for namespace in teams[name].namespaces:
+            owner.setdefault(namespace, name)
+    return owner
+
+
+def _place_extra(
+    demand: PodDemand,
+    placed: Mapping[str, str],
+    free: Mapping[str, Resources],
+    eligibility: MutableMapping[Signature, tuple[str, ...]],
+    views: Any,
+) -> str | None:
+    """A node for an optional (elastic) pod: one the gang uses, else any eligible one."""
+    signature = demand.signature
+    if signature not in eligibility:
+        eligibility[signature] = eligible_nodes(signature, views)
+    eligible = eligibility[signature]
+    used = sorted(set(placed.values()))
+    for node in [*used, *eligible]:
+        if node in eligible and _fits(free.get(node, {}), demand.requests):
+            return node
+    return None

@@ -1,7 +1,8 @@
 """Wiring: caches, the work queue, workers, the admitter, leader election and the metrics server.
 
 Event handlers only map objects to job keys and enqueue them (pods and Services by their
-``job-name`` label, nodes and pod capacity changes wake the admitter); workers run ``reconcile``
+``job-name`` label, nodes, pod capacity changes, PriorityClasses and TeamQuotas wake the
+admitter); workers run ``reconcile``
 with per-key exclusivity, retry failures with exponential backoff, honour ``requeue_after``
 timers, and a periodic resync re-queues every job as a safety net. Only the Lease holder runs any
 of it; a replica that loses the Lease exits so that it restarts clean.
@@ -23,6 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from torchgate.controller.admitter import Admitter, JobKey
 from torchgate.controller.leader import LeaderElector
 from torchgate.controller.metrics import ControllerMetrics
+from torchgate.controller.poolsource import PoolSource
 from torchgate.controller.queue import NORMAL, URGENT, ShutDown, WorkQueue
 from torchgate.controller.reconciler import Options, Reconciler, job_key_of_pod
 from torchgate.kube.client import KubeApi
@@ -34,6 +36,7 @@ from torchgate.kube.resources import (
     PRIORITY_CLASSES,
     PYTORCHJOBS,
     SERVICES,
+    TEAM_QUOTAS,
 )
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy
@@ -53,6 +56,8 @@ class ManagerOptions:
     resync_seconds: float = 300.0
     starvation_seconds: float = 300.0
     gang_backoff_seconds: float = 10.0
+    # How long to wait for the TeamQuota list at start (the CRD may not be installed).
+    quota_sync_seconds: float = 10.0
     options: Options = field(default_factory=Options)
 
 
@@ -71,16 +76,25 @@ class Manager:
         self.nodes = Informer(api, NODES)
         self.policy_objects = Informer(api, PLACEMENT_POLICIES)
         self.priority_classes = Informer(api, PRIORITY_CLASSES)
+        self.team_quotas = Informer(api, TEAM_QUOTAS)
         self.queue: WorkQueue[JobKey] = WorkQueue()
         self.metrics = ControllerMetrics(
             jobs=lambda: self.jobs.values(),
             queue_depth=lambda: len(self.queue),
             events_dropped=lambda: self.reconciler.events.dropped,
         )
+        self.pool = PoolSource(
+            api,
+            quotas=self.team_quotas,
+            policies=self.policies,
+            team_status=lambda: self.admitter.team_status,
+        )
         self.admitter = Admitter(
             on_admit_job=self.queue.add,
             on_reason=self.queue.add,
             on_admit=self.metrics.gang_wait.observe,
+            teams=self.pool.teams,
+            pool_settings=self.pool.settings,
             starvation_seconds=settings.starvation_seconds,
             backoff_base=settings.gang_backoff_seconds,
         )
@@ -92,6 +106,8 @@ class Manager:
             policies=self.policies,
             priority_of=self.priority_of,
             admitter=self.admitter,
+            preempts_of=self.preempts_of,
+            topology_of=self.pool.topology_of,
             metrics=self.metrics,
             options=settings.options,
         )
@@ -105,6 +121,7 @@ class Manager:
         self.nodes.add_handler(self.admitter.on_node)
         self.policy_objects.add_handler(lambda *_: self._requeue_all())
         self.priority_classes.add_handler(lambda *_: self.admitter.wake())
+        self.team_quotas.add_handler(lambda *_: self.admitter.wake())
 
     # ------------------------------------------------------------------ cache views
 
@@ -121,14 +138,24 @@ class Manager:
                 out.append(parsed)
         return out
 
-    def priority_of(self, class_name: str | None) -> int:
-        """The value of a PriorityClass (the global default's when unnamed, else 0)."""
+    def _priority_class(self, class_name: str | None) -> dict[str, Any] | None:
+        """The PriorityClass named (the global default when unnamed), if it exists."""
         for raw in self.priority_classes.values():
             name = (raw.get("metadata") or {}).get("name")
             if (class_name and name == class_name) or (not class_name and raw.get("globalDefault")):
-                value = raw.get("value")
-                return value if isinstance(value, int) else 0
-        return 0
+                return raw
+        return None
+
+    def priority_of(self, class_name: str | None) -> int:
+        """The value of a PriorityClass (the global default's when unnamed, else 0)."""
+        raw = self._priority_class(class_name)
+        value = raw.get("value") if raw is not None else 0
+        return value if isinstance(value, int) else 0
+
+    def preempts_of(self, class_name: str | None) -> bool:
+        """Whether jobs of the class may preempt: ``preemptionPolicy: Never`` waits."""
+        raw = self._priority_class(class_name)
+        return raw is None or raw.get("preemptionPolicy") != "Never"
 
     # ------------------------------------------------------------------ event handlers
 
@@ -168,6 +195,13 @@ class Manager:
                 group.create_task(informer.run())
             for informer in informers:
                 await informer.synced.wait()
+            group.create_task(self.team_quotas.run())
+            try:
+                await asyncio.wait_for(
+                    self.team_quotas.synced.wait(), self.settings.quota_sync_seconds
+                )
+            except TimeoutError:
+                log.warning("TeamQuotas not listed yet (is the CRD installed?); going on without")
             log.info(
                 "caches synced: %d jobs, %d pods, %d nodes",
                 len(self.jobs.store),
@@ -176,6 +210,7 @@ class Manager:
             )
             self._requeue_all()
             group.create_task(self.admitter.run())
+            group.create_task(self.pool.write_statuses())
             group.create_task(self._resync())
             group.create_task(self.reconciler.events.run())
             for _ in range(self.settings.workers):

@@ -37,6 +37,10 @@ class Observed:
         allow_clean_pod_policy_none: The admin policy lets finished jobs keep running pods.
         reservation: Pod name -> node the admitter reserved; ``None`` when not admitted.
         wait_reason: The admitter's latest shortfall message for this job, if any.
+        wait_kind: What it waits for (``Quota``, ``Capacity``, ``Topology``, ``Preempting``): the
+            reason of its ``Queued`` condition and Event.
+        preempted_by: ``namespace/name`` of the job whose admission chose this job's gang as a
+            victim, while the gang is being evicted.
         gpu_resource: The extended resource that counts as GPUs.
         finish_grace_seconds: How long the running pods of a succeeded job may take to end on
             their own before they are deleted (rule 6).
@@ -52,6 +56,8 @@ class Observed:
     allow_clean_pod_policy_none: bool = False
     reservation: Mapping[str, str] | None = None
     wait_reason: str | None = None
+    wait_kind: str | None = None
+    preempted_by: str | None = None
     gpu_resource: str = names.DEFAULT_GPU_RESOURCE
     finish_grace_seconds: float = 0.0
     demands_of: Callable[[JobSpec], tuple[PodDemand, ...]] = job_demands

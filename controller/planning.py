@@ -31,6 +31,11 @@ The rules, in order:
    finished are normally finishing too, and a pod deleted in its last second loses its
    ``Completed`` state and its logs (seen on a real kubelet: seed 003's Worker ends a few
    milliseconds after its Master).
+7. A gang the admitter chose as a preemption victim (``preempted_by``) loses all its pods at once
+   (each honouring its grace period), gets a ``Preempted`` condition and Event naming the
+   preemptor, and waits in the queue again; pods that fail while being evicted are not failures
+   of the job, so a preemption never counts against ``backoffLimit``. The condition turns
+   ``False`` when the gang is admitted again.
 
 Timers (deadline, TTL, gang schedule timeout) come back as ``requeue_after``, so they fire on time
 rather than whenever some other event happens to wake the job up. Events that announce a condition
@@ -69,6 +74,8 @@ DEFAULT_SCHEDULE_TIMEOUT_SECONDS: Final = 60
 FINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 MANAGING_VALUES: Final = frozenset({names.TRAINING_OPERATOR, names.CONTROLLER_NAME})
 REASON_NAME_CONFLICT: Final = "PodNameConflict"
+PREEMPTED: Final = "Preempted"
+REASON_READMITTED: Final = "Readmitted"
 
 
 # ------------------------------------------------------------------ plan
@@ -293,9 +300,18 @@ def _plan_active(draft: Draft, pods: GangPods) -> None:
     if _succeeded(draft.job, current):
         _finish(draft, pods, st.SUCCEEDED, st.REASON_SUCCEEDED, _success_message(draft), "Normal")
         return
-    failed = [pod for pod in current.values() if st.phase_of(pod) == "Failed"]
+    preemptor = draft.observed.preempted_by
+    if preemptor is not None:
+        _plan_preempted(draft, pods, preemptor)
+    failed = (
+        []
+        if preemptor is not None
+        else [pod for pod in current.values() if st.phase_of(pod) == "Failed"]
+    )
     if failed:
         _handle_failure(draft, pods, failed)
+    elif preemptor is not None and pods.live:
+        pass  # the eviction is under way
     elif pods.current_live:
         _plan_gang(draft, pods)
     else:
@@ -391,6 +407,21 @@ def _handle_failure(draft: Draft, pods: GangPods, failed: Sequence[Mapping[str, 
     _mark_queued(draft)
 
 
+def _plan_preempted(draft: Draft, pods: GangPods, preemptor: str) -> None:
+    """Evict the whole gang for ``preemptor`` (rule 7)."""
+    message = (
+        f"PyTorchJob {draft.job.name} was preempted by {preemptor}: its whole gang is deleted "
+        "and the job waits in the queue again"
+    )
+    if draft.set_condition(PREEMPTED, st.TRUE, PREEMPTED, message):
+        draft.transition("Warning", PREEMPTED, message)
+    if st.is_true(draft.conditions, st.RUNNING):
+        draft.set_condition(st.RUNNING, st.FALSE, PREEMPTED, message)
+    if pods.live:
+        _teardown(draft, pods)
+        _mark_queued(draft)
+
+
 def _restart_policy(job: JobSpec, replica_type: str) -> str:
     replica = job.replica(replica_type)
     return replica.restart_policy if replica is not None else names.DEFAULT_RESTART_POLICY
@@ -412,8 +443,9 @@ def _restart_if_running(draft: Draft, why: str) -> None:
 def _mark_queued(draft: Draft) -> None:
     """Show the admitter's latest shortfall while the job waits for its gang to fit."""
     reason = draft.observed.wait_reason
-    if reason is not None and draft.set_condition(st.QUEUED, st.TRUE, st.REASON_WAITING, reason):
-        draft.transition("Normal", st.REASON_WAITING, reason)
+    kind = draft.observed.wait_kind or st.REASON_WAITING
+    if reason is not None and draft.set_condition(st.QUEUED, st.TRUE, kind, reason):
+        draft.transition("Normal", kind, reason)
 
 
 def _mark_admitted(draft: Draft, pods: GangPods) -> None:
@@ -423,6 +455,9 @@ def _mark_admitted(draft: Draft, pods: GangPods) -> None:
     (``writepolicy`` may put that off).
     """
     draft.conditions = st.remove_condition(draft.conditions, st.QUEUED)
+    if st.is_true(draft.conditions, PREEMPTED):
+        message = f"PyTorchJob {draft.job.name} was admitted again after its preemption"
+        draft.set_condition(PREEMPTED, st.FALSE, REASON_READMITTED, message)
     if draft.start_time is None:
         created = [
             moment

@@ -172,6 +172,10 @@ class Reconciler:
         policies: Callable[[], Iterable[PlacementPolicy]],
         priority_of: Callable[[str | None], int],
         admitter: Admitter,
+        preempts_of: Callable[[str | None], bool] = lambda _: True,
+        topology_of: Callable[
+            [Mapping[str, str], PlacementPolicy], tuple[str | None, bool]
+        ] = lambda *_: (None, False),
         metrics: ControllerMetrics,
         options: Options,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -184,6 +188,8 @@ class Reconciler:
         self.services = services
         self.policies = policies
         self.priority_of = priority_of
+        self.preempts_of = preempts_of
+        self.topology_of = topology_of
         self.admitter = admitter
         self.metrics = metrics
         self.options = options
@@ -225,6 +231,8 @@ class Reconciler:
             allow_clean_pod_policy_none=policy.allow_clean_pod_policy_none,
             reservation=self.admitter.reservation_for(key, spec.uid),
             wait_reason=self.admitter.wait_reason(key),
+            wait_kind=self.admitter.wait_kind(key),
+            preempted_by=_joined(self.admitter.preempted_by(key)),
             gpu_resource=policy.gpu_resource,
             finish_grace_seconds=self.options.finish_grace_seconds,
             demands_of=self.demands.function_for(key, job),
@@ -297,14 +305,19 @@ class Reconciler:
         if decision.delete_pods:
             self.admitter.release(key)
         if decision.needs_admission:
+            priority_class = _priority_class(spec)
+            level, required = self.topology_of(spec.annotations, policy)
             self.admitter.request(
                 key,
                 uid=spec.uid,
                 demands=decision.demands,
                 min_count=spec.min_available,
-                priority=self.priority_of(_priority_class(spec)),
+                priority=self.priority_of(priority_class),
                 created=str((job.get("metadata") or {}).get("creationTimestamp") or ""),
                 gpu_resource=policy.gpu_resource,
+                preempts=self.preempts_of(priority_class),
+                topology_level=level,
+                topology_required=required,
             )
         else:
             status = decision.status if decision.status is not None else job.get("status")
@@ -498,6 +511,10 @@ class EventRecorder:
                 await self.api.request("POST", EVENTS.path(namespace), body=body)
             except ApiError as exc:
                 log.debug("could not record event %s: %s", body["reason"], exc)
+
+
+def _joined(key: JobKey | None) -> str | None:
+    return None if key is None else "/".join(key)
 
 
 def _priority_class(spec: JobSpec) -> str | None:
