@@ -3,9 +3,10 @@
 A control plane of its own, with an audit log, runs ``torchgate certs``, ``torchgate webhook``
 and ``torchgate controller`` under their ServiceAccounts (tokens from the TokenRequest API, RBAC
 from manifests/base) through a job's whole life: certificates made and renewed, caBundle patched,
-policies watched and reported on (one invalid, which makes an Event), a PyTorchJob admitted by the
-webhook, its gang created, restarted after a failure, finished, cleaned up and deleted by its TTL,
-and leadership taken and handed back. Then the audit log must show no 403 for those accounts, and
+policies watched and reported on (one invalid, which makes an Event), a TeamQuota watched by both
+and its status written by the controller, a PyTorchJob admitted by the webhook, its gang created,
+restarted after a failure, finished, cleaned up and deleted by its TTL, and leadership taken and
+handed back. Then the audit log must show no 403 for those accounts, and
 every granted (resource, verb) used at least once: a rule nobody exercised is excess. A request
 the controller is not granted is made on purpose first, to prove a 403 would be seen.
 """
@@ -309,6 +310,23 @@ def audit_log(audited: Cluster, tmp_path_factory: pytest.TempPathFactory) -> lis
                 .get("holderIdentity")
             ),
             what="the controller holding its Lease",
+        )
+
+        # A TeamQuota owning the job's namespace: the webhook reads it (quota ceiling), the
+        # controller reports the team's usage and validity in its status.
+        cluster.apply(
+            {
+                "apiVersion": "torchgate.io/v1alpha1",
+                "kind": "TeamQuota",
+                "metadata": {"name": "rbac-team"},
+                "spec": {"namespaces": [namespace], "nominalGPUs": 8},
+            }
+        )
+        cluster.wait_for(
+            lambda: (
+                condition_of(cluster.get("teamquota", "rbac-team"), "Valid").get("status") == "True"
+            ),
+            what="rbac-team Valid=True (status written by the controller)",
         )
 
         # A job through the webhook (defaults from rbac-valid) and the controller, to its end.
