@@ -39,7 +39,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
@@ -49,10 +49,11 @@ from torchgate.controller.eligibility import (
     PodDemand,
     Resources,
     Signature,
-    demand_requests,
     eligible_nodes,
     node_view,
 )
+from torchgate.controller.ledger import JobKey as JobKey
+from torchgate.controller.ledger import Ledger, PodKey, add, fits
 from torchgate.controller.placement import Placement, place_gang
 from torchgate.controller.quota import Admitted
 from torchgate.controller.sharing import Admit, Outcome, Pool, Preempt, Wait, WaitingGang, decide
@@ -62,10 +63,6 @@ from torchgate.pytorchjob.pool import PoolSettings, TeamQuota
 
 log = logging.getLogger("torchgate.controller.admitter")
 
-JobKey = tuple[str, str]
-PodKey = tuple[str, str]
-ZERO = Decimal(0)
-TERMINATED_PHASES: Final = frozenset({"Succeeded", "Failed"})
 KIND_PREEMPTING: Final = "Preempting"
 
 
@@ -129,89 +126,6 @@ class Hold:
     victim_pods: frozenset[PodKey]
 
 
-@dataclass(frozen=True, slots=True)
-class _Member:
-    """One of torchgate's pods, as the gang view of the ledger keeps it."""
-
-    job: JobKey
-    priority: int
-    created: float | None
-
-
-@dataclass(slots=True)
-class _Ledger:
-    """Requests of live pods per node, and torchgate's pods grouped by job."""
-
-    used: dict[str, dict[str, Decimal]] = field(default_factory=dict)
-    pods: dict[PodKey, tuple[str, Resources]] = field(default_factory=dict)
-    members: dict[PodKey, _Member] = field(default_factory=dict)
-    gangs: dict[JobKey, set[PodKey]] = field(default_factory=dict)
-
-    def update(self, key: PodKey, pod: Mapping[str, Any] | None) -> bool:
-        """Account for a pod's new state; return whether it freed capacity somewhere.
-
-        A new pod only takes capacity, so it can never let a waiting gang in; only a pod that
-        ended, went away or moved (bound elsewhere than planned) can.
-        """
-        before = self.pods.pop(key, None)
-        if before is not None:
-            _add(self.used.setdefault(before[0], {}), before[1], -1)
-            member = self.members.pop(key, None)
-            if member is not None:
-                gang = self.gangs.get(member.job)
-                if gang is not None:
-                    gang.discard(key)
-                    if not gang:
-                        del self.gangs[member.job]
-        after = _usage(pod) if pod is not None else None
-        if after is not None and pod is not None:
-            self.pods[key] = after
-            _add(self.used.setdefault(after[0], {}), after[1], 1)
-            member = _member_of(pod)
-            if member is not None:
-                self.members[key] = member
-                self.gangs.setdefault(member.job, set()).add(key)
-        return before is not None and before != after
-
-
-def _usage(pod: Mapping[str, Any]) -> tuple[str, Resources] | None:
-    status = pod.get("status") or {}
-    if status.get("phase") in TERMINATED_PHASES:
-        return None
-    spec = pod.get("spec") or {}
-    node = spec.get("nodeName")
-    if not node:
-        node = ((pod.get("metadata") or {}).get("annotations") or {}).get(
-            names.ANNOTATION_PLANNED_NODE
-        )
-    if not isinstance(node, str) or not node:
-        return None
-    return node, demand_requests(spec)
-
-
-def _member_of(pod: Mapping[str, Any]) -> _Member | None:
-    metadata = pod.get("metadata") or {}
-    labels = metadata.get("labels") or {}
-    job = labels.get(names.LABEL_JOB_NAME)
-    if labels.get(names.LABEL_OPERATOR_NAME) != names.OPERATOR_NAME or not isinstance(job, str):
-        return None
-    priority = (pod.get("spec") or {}).get("priority")
-    return _Member(
-        job=(str(metadata.get("namespace") or ""), job),
-        priority=priority if isinstance(priority, int) else 0,
-        created=pooling.epoch_seconds(metadata.get("creationTimestamp")),
-    )
-
-
-def _add(total: dict[str, Decimal], requests: Resources, sign: int) -> None:
-    for name, amount in requests.items():
-        total[name] = total.get(name, ZERO) + sign * amount
-
-
-def _fits(free: Resources, requests: Resources) -> bool:
-    return all(free.get(name, ZERO) >= amount for name, amount in requests.items() if amount > 0)
-
-
 class Admitter:
     """Waiting jobs, reservations, holds, and the admission cycle."""
 
@@ -242,7 +156,7 @@ class Admitter:
         self.clock = clock
         self.wall_clock = wall_clock
         self.nodes: dict[str, NodeView] = {}
-        self.ledger = _Ledger()
+        self.ledger = Ledger()
         self.waiting: dict[JobKey, Waiting] = {}
         self.reservations: dict[JobKey, Reservation] = {}
         self.holds: dict[JobKey, Hold] = {}
@@ -428,7 +342,7 @@ class Admitter:
         free: dict[str, dict[str, Decimal]] = {}
         for name, view in self.nodes.items():
             left = dict(view.allocatable)
-            _add(left, self.ledger.used.get(name, {}), -1)
+            add(left, self.ledger.used.get(name, {}), -1)
             free[name] = left
         settled: list[JobKey] = []
         for key, reservation in self.reservations.items():
@@ -438,7 +352,7 @@ class Admitter:
                     continue
                 unseen += 1
                 if node_name in free:
-                    _add(free[node_name], reservation.requests[pod], -1)
+                    add(free[node_name], reservation.requests[pod], -1)
             if not unseen:
                 settled.append(key)
         for key in settled:
@@ -446,7 +360,7 @@ class Admitter:
         for hold in self.holds.values():
             for pod, node_name in hold.reservation.nodes.items():
                 if node_name in free:
-                    _add(free[node_name], hold.reservation.requests[pod], -1)
+                    add(free[node_name], hold.reservation.requests[pod], -1)
         return free
 
     def cycle(self) -> list[JobKey]:
@@ -613,12 +527,12 @@ class Admitter:
         placed = dict(nodes)
         by_name = {d.pod_name: d for d in waiting.demands}
         for pod, node in placed.items():
-            _add(free.setdefault(node, {}), by_name[pod].requests, -1)
+            add(free.setdefault(node, {}), by_name[pod].requests, -1)
         for extra in waiting.demands[len(waiting.required()) :]:
             found = _place_extra(extra, placed, free, eligibility, self.nodes.values())
             if found is not None:
                 placed[extra.pod_name] = found
-                _add(free[found], extra.requests, -1)
+                add(free[found], extra.requests, -1)
         self.reservations[waiting.key] = Reservation(
             uid=waiting.uid,
             nodes=placed,
@@ -745,6 +659,6 @@ def _place_extra(
     eligible = eligibility[signature]
     used = sorted(set(placed.values()))
     for node in [*used, *eligible]:
-        if node in eligible and _fits(free.get(node, {}), demand.requests):
+        if node in eligible and fits(free.get(node, {}), demand.requests):
             return node
     return None

@@ -37,8 +37,9 @@ class Observed:
         allow_clean_pod_policy_none: The admin policy lets finished jobs keep running pods.
         reservation: Pod name -> node the admitter reserved; ``None`` when not admitted.
         wait_reason: The admitter's latest shortfall message for this job, if any.
-        wait_kind: What it waits for (``Quota``, ``Capacity``, ``Topology``, ``Preempting``): the
-            reason of its ``Queued`` condition and Event.
+        wait_kind: What it waits for (``Quota``, ``Capacity``, ``Topology``, ``Preempting``),
+            which names the reason of its ``Queued`` condition and Event (``WaitingForQuota``,
+            ``WaitingForResources``, ``WaitingForTopology``, ``WaitingForPreemption``).
         preempted_by: ``namespace/name`` of the job whose admission chose this job's gang as a
             victim, while the gang is being evicted.
         gpu_resource: The extended resource that counts as GPUs.

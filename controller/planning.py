@@ -75,6 +75,14 @@ FINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 MANAGING_VALUES: Final = frozenset({names.TRAINING_OPERATOR, names.CONTROLLER_NAME})
 REASON_NAME_CONFLICT: Final = "PodNameConflict"
 PREEMPTED: Final = "Preempted"
+# The admitter's wait kinds as condition and Event reasons; capacity keeps the reason it always
+# had, so existing alerts and scripts keep matching.
+WAIT_REASONS: Final = {
+    "Quota": "WaitingForQuota",
+    "Capacity": st.REASON_WAITING,
+    "Topology": "WaitingForTopology",
+    "Preempting": "WaitingForPreemption",
+}
 REASON_READMITTED: Final = "Readmitted"
 
 
@@ -443,7 +451,7 @@ def _restart_if_running(draft: Draft, why: str) -> None:
 def _mark_queued(draft: Draft) -> None:
     """Show the admitter's latest shortfall while the job waits for its gang to fit."""
     reason = draft.observed.wait_reason
-    kind = draft.observed.wait_kind or st.REASON_WAITING
+    kind = WAIT_REASONS.get(draft.observed.wait_kind or "Capacity", st.REASON_WAITING)
     if reason is not None and draft.set_condition(st.QUEUED, st.TRUE, kind, reason):
         draft.transition("Normal", kind, reason)
 

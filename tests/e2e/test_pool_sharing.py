@@ -190,7 +190,7 @@ def test_two_teams_sharing_a_pool_each_get_their_quota(cluster: Cluster, pool: P
             for index in range(4):
                 if running(cluster, namespace, f"{prefix}{index}"):
                     out[namespace].append(f"{prefix}{index}")
-                elif queued_reason(cluster, namespace, f"{prefix}{index}") != "Quota":
+                elif queued_reason(cluster, namespace, f"{prefix}{index}") != "WaitingForQuota":
                     return None
         return out
 
@@ -198,7 +198,7 @@ def test_two_teams_sharing_a_pool_each_get_their_quota(cluster: Cluster, pool: P
     assert len(result[vision]) == 2, result
     assert len(result[speech]) == 2, result
     waiting = [n for n in ("v0", "v1", "v2", "v3") if n not in result[vision]]
-    assert any(r == "Quota" for r, _ in reasons(cluster, vision, waiting[0]))
+    assert any(r == "WaitingForQuota" for r, _ in reasons(cluster, vision, waiting[0]))
     for team in (team_v, team_s):
         status = cluster.wait_for(
             lambda team=team: (s := quota_status(cluster, team)).get("waitingJobs") == 2 and s,
@@ -242,7 +242,7 @@ def test_a_team_borrows_idle_gpus_and_gives_them_back_by_preemption(
         cluster.wait_for(
             lambda: queued_reason(cluster, borrower, "b1"), timeout=20, what="b1 queued again"
         )
-        == "Quota"
+        == "WaitingForQuota"
     )
 
 
@@ -302,9 +302,10 @@ def test_a_protected_gang_is_not_preempted_before_its_minimum_run_time(
     (pod,) = wait_running(cluster, namespace, "long", 1)
     created = pod["metadata"]["creationTimestamp"]
     pool.job(namespace, "urgent", pods=1, gpus=8, priority_class=high)
-    cluster.wait_for(
+    reason = cluster.wait_for(
         lambda: queued_reason(cluster, namespace, "urgent"), timeout=20, what="urgent queued"
     )
+    assert reason == "WaitingForResources", "protected GPUs are not free capacity"
     time.sleep(5)
     assert running(cluster, namespace, "long"), "protected: still running"
     assert not live_pods(cluster, namespace, "urgent")

@@ -315,6 +315,24 @@ def test_the_preempted_condition_turns_false_when_admitted_again() -> None:
     assert conditions(world)["Preempted"] == ("False", "Readmitted")
 
 
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [
+        ("Quota", "WaitingForQuota"),
+        ("Capacity", "WaitingForResources"),
+        ("Topology", "WaitingForTopology"),
+        ("Preempting", "WaitingForPreemption"),
+        (None, "WaitingForResources"),
+    ],
+)
+def test_the_queued_reason_says_what_the_job_waits_for(kind: str | None, reason: str) -> None:
+    world = World(with_uid(gpu_job("demo", workers=1).build()))
+    result = world.plan(wait_reason="waiting", wait_kind=kind)
+    world.apply(result)
+    assert conditions(world)["Queued"] == ("True", reason)
+    assert reason in [e.reason for e in result.events]
+
+
 # ------------------------------------------------------------------ pooling (pure)
 
 
