@@ -382,7 +382,8 @@ class Admitter:
         wall = self.wall_clock()
         ready = [w for w in sorted(self.waiting.values(), key=Waiting.order) if w.not_before <= now]
         eligibility: MutableMapping[Signature, tuple[str, ...]] = {}
-        gangs = [self._gang(w, owner, levels, eligibility) for w in ready]
+        allowed_nodes: dict[frozenset[Signature], frozenset[str]] = {}
+        gangs = [self._gang(w, owner, levels, eligibility, allowed_nodes) for w in ready]
         running = self._holding(owner, wall)
         pool = Pool(
             topology=self._topology_for(levels),
@@ -447,16 +448,20 @@ class Admitter:
         owner: Mapping[str, str],
         levels: Sequence[str],
         eligibility: MutableMapping[Signature, tuple[str, ...]],
+        allowed_nodes: dict[frozenset[Signature], frozenset[str]],
     ) -> WaitingGang:
         requests, usage = waiting.requests_and_usage()
         required = waiting.required()
-        allowed: set[str] | None = None
-        for demand in required:
-            signature = demand.signature
-            if signature not in eligibility:
-                eligibility[signature] = eligible_nodes(signature, self.nodes.values())
-            nodes = eligibility[signature]
-            allowed = set(nodes) if allowed is None else allowed & set(nodes)
+        signatures = frozenset(demand.signature for demand in required)
+        allowed = allowed_nodes.get(signatures)
+        if allowed is None:  # hundreds of waiting gangs share a few distinct constraint sets
+            found: set[str] | None = None
+            for signature in signatures:
+                if signature not in eligibility:
+                    eligibility[signature] = eligible_nodes(signature, self.nodes.values())
+                nodes = eligibility[signature]
+                found = set(nodes) if found is None else found & set(nodes)
+            allowed = allowed_nodes[signatures] = frozenset(found or ())
         return WaitingGang(
             key=waiting.key,
             team=owner.get(waiting.key[0]),
@@ -468,7 +473,7 @@ class Admitter:
             shape=shape_of(
                 requests.values(),
                 one_per_node=any(d.host_ports for d in required),
-                allowed=allowed if allowed is not None else (),
+                allowed=allowed,
             ),
             topology=pooling.job_topology(
                 waiting.topology_level, waiting.topology_required, levels
