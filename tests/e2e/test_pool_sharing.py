@@ -206,6 +206,7 @@ def test_two_teams_sharing_a_pool_each_get_their_quota(cluster: Cluster, pool: P
             what=f"status of TeamQuota {team}",
         )
         assert (status["usedGPUs"], status["borrowedGPUs"], status["admittedJobs"]) == (16, 0, 2)
+        assert [(c["type"], c["status"]) for c in status["conditions"]] == [("Valid", "True")]
 
 
 def test_a_team_borrows_idle_gpus_and_gives_them_back_by_preemption(

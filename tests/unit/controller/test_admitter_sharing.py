@@ -7,6 +7,7 @@ holds, reasons) and on plans, never on call order.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -19,7 +20,11 @@ from tests.unit.controller.helpers import World, parse, with_uid
 from torchgate.controller import pooling
 from torchgate.controller.admitter import Admitter
 from torchgate.controller.eligibility import job_demands
+from torchgate.controller.poolsource import PoolSource
 from torchgate.controller.quota import Admitted
+from torchgate.kube.informer import Informer
+from torchgate.kube.resources import TEAM_QUOTAS
+from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.pytorchjob.pool import (
     GPUS,
     Limit,
@@ -390,3 +395,99 @@ def test_team_status_borrowed_is_used_beyond_nominal(
     assert status["usedGPUs"] == sum(gangs)
     assert status["borrowedGPUs"] == max(0, sum(gangs) - nominal)
     assert (status["admittedJobs"], status["waitingJobs"]) == (len(gangs), waiting)
+
+
+# ------------------------------------------------------------------ TeamQuota source and status
+
+
+class QuotaStatusApi:
+    """Records TeamQuota status patches (path -> the status sent)."""
+
+    def __init__(self) -> None:
+        self.patches: dict[str, list[dict[str, Any]]] = {}
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        assert method == "PATCH"
+        assert path.endswith("/status")
+        self.patches.setdefault(path, []).append(body["status"])
+        return body
+
+    async def watch(self, path: str, query: Mapping[str, str]) -> AsyncIterator[dict[str, Any]]:
+        for _ in ():
+            yield {}
+
+
+def quota_object(name: str, version: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "torchgate.io/v1alpha1",
+        "kind": "TeamQuota",
+        "metadata": {"name": name, "resourceVersion": version},
+        "spec": spec,
+    }
+
+
+def quota_source(
+    api: QuotaStatusApi, counters: dict[str, dict[str, int]], *objects: dict[str, Any]
+) -> PoolSource:
+    informer = Informer(api, TEAM_QUOTAS)  # type: ignore[arg-type]
+    for obj in objects:
+        informer.remember(obj)
+    return PoolSource(
+        api,  # type: ignore[arg-type]
+        quotas=informer,
+        policies=lambda: [],
+        team_status=lambda: counters,
+    )
+
+
+def test_a_namespace_claimed_twice_leaves_the_later_team_out_and_invalid() -> None:
+    source = quota_source(
+        QuotaStatusApi(),
+        {},
+        quota_object("a", "1", namespaces=["shared"], nominalGPUs=8),
+        quota_object("b", "1", namespaces=["shared"], nominalGPUs=8),
+        quota_object("c", "1", namespaces=["own"]),  # nominalGPUs missing
+    )
+    assert set(source.teams()) == {"a"}
+    report = source.report()
+    assert [str(e.path) for e in report["b"]] == ["spec.namespaces[0]"]
+    assert [str(e.path) for e in report["c"]] == ["spec.nominalGPUs"]
+
+
+async def test_team_status_is_written_once_per_change() -> None:
+    api = QuotaStatusApi()
+    counters = {"a": {"usedGPUs": 8, "borrowedGPUs": 0, "admittedJobs": 1, "waitingJobs": 2}}
+    source = quota_source(
+        api,
+        counters,
+        quota_object("a", "1", namespaces=["ns"], nominalGPUs=8),
+        quota_object("bad", "1", namespaces="ns2", nominalGPUs=8),
+    )
+    await source.write_once()
+    await source.write_once()
+    path = TEAM_QUOTAS.path(None, "a", "status")
+    (written,) = api.patches[path]
+    assert {k: v for k, v in written.items() if k != "conditions"} == counters["a"]
+    assert [(c["type"], c["status"]) for c in written["conditions"]] == [("Valid", "True")]
+    (bad,) = api.patches[TEAM_QUOTAS.path(None, "bad", "status")]
+    assert [(c["type"], c["status"]) for c in bad["conditions"]] == [("Valid", "False")]
+    counters["a"] = {**counters["a"], "waitingJobs": 1}
+    await source.write_once()
+    assert len(api.patches[path]) == 2
+
+
+def test_a_job_topology_request_is_named_by_its_policy_level() -> None:
+    source = quota_source(QuotaStatusApi(), {})
+    levels = TopologySettings(levels=("block", RACK), default_level="block")
+    chosen = PlacementPolicy(name="p", topology=levels)
+    assert source.topology_of({"torchgate.io/topology-required": RACK}, chosen) == (RACK, True)
+    assert source.topology_of({}, chosen) == ("block", False), "the policy's default, preferred"
+    assert source.topology_of({"torchgate.io/topology-required": "zone"}, chosen) == (None, False)
