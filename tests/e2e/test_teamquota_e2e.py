@@ -112,6 +112,15 @@ def test_the_apiserver_keeps_the_policy_sections_and_refuses_a_negative_quota(
     )
     assert status == 422, body
     assert [c["field"] for c in body["details"]["causes"]] == ["spec.nominalGPUs"]
+    # A null the parser reads as "absent" is pruned by the apiserver, not refused.
+    unlimited = team_quota(
+        f"e2e-null-{secrets.token_hex(3)}", ["x"], nominalGPUs=1, borrowingLimitGPUs=None
+    )
+    status, body = cluster.api_request(
+        "POST", "/apis/torchgate.io/v1alpha1/teamquotas?dryRun=All", unlimited
+    )
+    assert status == 201, body
+    assert "borrowingLimitGPUs" not in body["spec"]
 
 
 # ----------------------------------------------------------------------------- the webhook

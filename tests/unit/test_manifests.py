@@ -632,8 +632,8 @@ def conformance_errors(value: Any, schema: dict[str, Any], path: str = "") -> li
     """Where ``value`` breaks a structural schema (types, required, minimum), like the apiserver.
 
     Enough of OpenAPI v3 for torchgate's CRDs: ``type``, ``properties`` (unknown fields would be
-    pruned, not refused), ``items``, ``additionalProperties``, ``required``, ``minimum`` and
-    int-or-string.
+    pruned, not refused, and so would ``null`` values), ``items``, ``additionalProperties``,
+    ``required``, ``minimum`` and int-or-string.
     """
     if schema.get("x-kubernetes-int-or-string"):
         ok = isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
@@ -656,6 +656,8 @@ def conformance_errors(value: Any, schema: dict[str, Any], path: str = "") -> li
             f"{path}.{key}: required" for key in schema.get("required", ()) if key not in value
         ]
         for key, child in value.items():
+            if child is None:
+                continue  # the apiserver prunes a null of a non-nullable field before validating
             if key in schema.get("properties", {}):
                 errors += conformance_errors(child, schema["properties"][key], f"{path}.{key}")
             elif isinstance(schema.get("additionalProperties"), dict):
