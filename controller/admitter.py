@@ -21,9 +21,10 @@ gangs only. The admitter applies what it returns:
 Capacity is a ledger kept from the cluster-wide pod and node caches (allocatable minus the requests
 of every non-terminated pod on its node, or on its planned node before binding), updated per event
 rather than recomputed per cycle. The ledger also groups torchgate's pods by job, which gives the
-running gangs that quota counts and preemption may choose from: their priority as the job asked
-for admission, their start when this process admitted them (after a controller restart: the
-pods' ``spec.priority`` and the first pod's creation). Gangs whose pods are being created
+running gangs that quota counts and preemption may choose from: their priority as the job's
+reconcile reports it (``request``, ``note``), their start when this process admitted them (after
+a controller restart: the first pod's creation; until a job is reconciled, its pods'
+``spec.priority``). Gangs whose pods are being created
 (reservations, holds) count against quota but are never victims.
 
 Backfill: a job that does not fit does not block smaller jobs behind it, unless it has waited longer
@@ -250,6 +251,11 @@ class Admitter:
             not_before=self._retry_at.pop(key, 0.0),
         )
         self.wake()
+
+    def note(self, key: JobKey, *, priority: int, gpu_resource: str) -> None:
+        """What a running job counts as (its pods may carry no or an older priority)."""
+        self.priorities[key] = priority
+        self.gpu_resources[key] = gpu_resource
 
     def reservation_for(self, key: JobKey, uid: str) -> Mapping[str, str] | None:
         """Where the job's pods go, when capacity is reserved for it."""

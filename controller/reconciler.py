@@ -324,6 +324,12 @@ class Reconciler:
             if spec.run_policy.suspend or st.is_finished(st.conditions_of(status)):
                 self.admitter.cancel(key)
                 self.demands.forget(key)
+            else:  # a running gang: what it counts for quota and preemption
+                self.admitter.note(
+                    key,
+                    priority=self.priority_of(_priority_class(spec)),
+                    gpu_resource=policy.gpu_resource,
+                )
 
     # ------------------------------------------------------------------ applying a plan
 

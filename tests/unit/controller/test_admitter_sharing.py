@@ -197,6 +197,17 @@ def test_a_preemptor_holds_the_victims_nodes_until_their_pods_are_gone() -> None
     assert admitter.reservation_for(high, "uid-high") == {"high-master-0": "n0"}
 
 
+def test_a_running_gang_counts_with_the_priority_its_reconcile_reports() -> None:
+    admitter, _, _ = make([node("n0")])
+    admitter.on_pod(
+        "ADDED", gang_pod(("ns", "vip"), "vip-master-0", "n0", {"nvidia.com/gpu": 8}), None
+    )
+    admitter.note(("ns", "vip"), priority=500, gpu_resource="nvidia.com/gpu")
+    ask(admitter, job("mid").master(gpus=8).build(), priority=100)
+    admitter.cycle()
+    assert admitter.preempted_by(("ns", "vip")) is None, "its pods say 0, its job says 500"
+
+
 def test_preemption_policy_never_waits() -> None:
     admitter, _, _ = make([node("n0")])
     low = ask(admitter, job("low").master(gpus=8).build(), priority=1)
