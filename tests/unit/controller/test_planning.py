@@ -121,6 +121,19 @@ def test_reservation_creates_every_pod_pinned_and_the_master_service() -> None:
     assert not result.needs_admission
 
 
+def test_events_of_condition_changes_go_with_the_status_those_of_actions_with_the_actions() -> None:
+    world = demo_world()
+    first = world.plan(reservation=RESERVATION)
+    assert first.create_pods
+    announcing = {e.reason: e.announces_status for e in first.events}
+    assert announcing == {"PyTorchJobCreated": True, "GangAdmitted": False}
+    world.apply(first)
+    for name in ALL:
+        world.run(name, node=RESERVATION[name])
+    running = world.plan(reservation=RESERVATION)
+    assert [(e.reason, e.announces_status) for e in running.events] == [("PyTorchJobRunning", True)]
+
+
 def test_pods_are_never_created_without_a_reservation() -> None:
     world = admitted_world()
     del world.pods[W1]
