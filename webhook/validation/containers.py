@@ -24,6 +24,7 @@ from torchgate.webhook.validation.facts import (
     Findings,
     JobFacts,
     ReplicaFacts,
+    all_strings,
     at,
     count,
     not_found,
@@ -70,11 +71,8 @@ def argv_shape(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) 
         if not isinstance(raw, list):
             found.append(invalid(at(container.path, key), raw, "must be a list of strings"))
             continue
-        for item in raw:
-            if not isinstance(item, str):
-                break
-        else:
-            continue  # the usual case: every item is a string
+        if all_strings(raw):
+            continue  # the usual case
         found.extend(
             invalid(at(container.path, key, index), item, "must be a string (quote it)")
             for index, item in enumerate(raw)

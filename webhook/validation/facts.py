@@ -17,6 +17,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from itertools import repeat
 from typing import Any, Final, NamedTuple
 
 from torchgate.pytorchjob import gang, names
@@ -290,10 +291,14 @@ def _read_containers(
 def _string_items(raw: object) -> tuple[str, ...]:
     if not isinstance(raw, list):
         return ()
-    for item in raw:
-        if not isinstance(item, str):
-            return tuple(item for item in raw if isinstance(item, str))
-    return tuple(raw)  # the usual case, at C speed
+    if all_strings(raw):
+        return tuple(raw)
+    return tuple(item for item in raw if isinstance(item, str))
+
+
+def all_strings(items: list[Any]) -> bool:
+    """Whether every item is a string, checked at C speed (the usual case for argv lists)."""
+    return all(map(isinstance, items, repeat(str)))
 
 
 def _declared_volumes(volumes: object) -> frozenset[str] | None:
