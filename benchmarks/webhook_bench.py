@@ -256,6 +256,7 @@ def _baseline_app(kind: str, policy_file: Path) -> Any:
     async def naive_mutate(request: web.Request) -> web.Response:
         import jsonpatch
 
+        from torchgate.pytorchjob.fieldpath import render_warnings
         from torchgate.webhook.defaulting import default_job
         from torchgate.webhook.review import respond
 
@@ -269,7 +270,7 @@ def _baseline_app(kind: str, policy_file: Path) -> Any:
             review,
             allowed=True,
             patch=ops,
-            warnings=defaulted.warnings,
+            warnings=render_warnings(defaulted.warnings),
             errors=defaulted.errors,
             job=job,
         )

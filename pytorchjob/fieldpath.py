@@ -116,6 +116,23 @@ class FieldError:
         return f"{self.field}: {self.body()}"
 
 
+@dataclass(frozen=True, slots=True)
+class FieldWarning:
+    """A ``torchgate:`` warning about one field: admitted, but probably not what was meant."""
+
+    path: FieldPath
+    text: str
+
+    def render(self) -> str:
+        """The AdmissionReview warning string (``torchgate: <path>: <text>``)."""
+        return f"torchgate: {self.path}: {self.text}"
+
+
+def render_warnings(warnings: Iterable[FieldWarning]) -> tuple[str, ...]:
+    """The warning strings an AdmissionReview response (and ``torchgate check``) carries."""
+    return tuple(warning.render() for warning in warnings)
+
+
 def render_value(value: Any) -> str:
     """Render a bad value the way Kubernetes does: strings quoted, others as JSON."""
     if isinstance(value, str):

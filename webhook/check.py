@@ -24,7 +24,7 @@ from typing import Any, TextIO
 import yaml
 
 from torchgate.pytorchjob import names
-from torchgate.pytorchjob.fieldpath import FieldError
+from torchgate.pytorchjob.fieldpath import FieldError, render_warnings
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
 from torchgate.pytorchjob.pool import QUOTA_KIND, TeamQuota, parse_team_quota
 from torchgate.webhook.policysource import PolicyFileError, read_policy_files
@@ -197,7 +197,7 @@ class Result:
                 }
                 for e in self.evaluation.errors
             ],
-            "warnings": list(self.evaluation.warnings),
+            "warnings": list(render_warnings(self.evaluation.warnings)),
             "patch": self.evaluation.patch,
             "object": self.evaluation.object,
         }
@@ -230,7 +230,7 @@ def print_text(results: Sequence[Result], out: TextIO) -> None:
             at = f"{doc.source}:{line}: " if line else ""
             out.write(f"  error: {at}{error}\n")
         for warning in result.evaluation.warnings:
-            out.write(f"  warning: {warning}\n")
+            out.write(f"  warning: {warning.render()}\n")
         if result.evaluation.patch:
             out.write("  defaults applied:\n")
             for diff_line in _diff(doc.object, result.evaluation.object):

@@ -31,7 +31,7 @@ from torchgate.pytorchjob.affinity import (
     require,
     required_terms,
 )
-from torchgate.pytorchjob.fieldpath import FieldError, FieldPath, duplicate, invalid
+from torchgate.pytorchjob.fieldpath import FieldError, FieldPath, FieldWarning, duplicate, invalid
 from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.pytorchjob.spec import (
     as_int,
@@ -57,7 +57,7 @@ class Defaulted:
 
     object: Any
     patch: list[dict[str, Any]] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[FieldWarning] = field(default_factory=list)
     errors: list[FieldError] = field(default_factory=list)
 
 
@@ -119,10 +119,6 @@ def _pointer(tokens: tuple[Token, ...]) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def _field_text(tokens: tuple[Token, ...]) -> str:
-    return str(_path(tokens))
-
-
 def _path(tokens: Sequence[Token]) -> FieldPath:
     """The Kubernetes field path of a token path (map keys under replica specs print as [key])."""
     path = FieldPath()
@@ -181,8 +177,10 @@ def _positive(value: object) -> int | None:
     return number if number is not None and number > 0 else None
 
 
-def _restored_warning(key: str, value: Any) -> str:
-    return f"torchgate: spec.runPolicy.{key} kept at {value!r} from the stored job"
+def _restored_warning(key: str, value: Any) -> FieldWarning:
+    return FieldWarning(
+        FieldPath.root("spec", "runPolicy", key), f"kept at {value!r} from the stored job"
+    )
 
 
 class _JobDefaulter:
@@ -198,7 +196,7 @@ class _JobDefaulter:
         self.hosts = pinned_hosts(annotations)
 
     def warn(self, tokens: tuple[Token, ...], text: str) -> None:
-        self.result.warnings.append(f"torchgate: {_field_text(tokens)}: {text}")
+        self.result.warnings.append(FieldWarning(_path(tokens), text))
 
     def run(self) -> None:
         specs = self.job["spec"].get("pytorchReplicaSpecs")

@@ -22,10 +22,10 @@ from typing import Any
 import orjson
 
 from torchgate.pytorchjob import names
-from torchgate.pytorchjob.fieldpath import FieldError, dedupe
+from torchgate.pytorchjob.fieldpath import FieldError, FieldWarning, dedupe, render_warnings
 from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.webhook.defaulting import Defaulted, default_job
-from torchgate.webhook.validation import Team, render_warnings, validate_create, validate_update
+from torchgate.webhook.validation import Team, validate_create, validate_update
 
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
 PolicyLookup = Callable[[str], PlacementPolicy]
@@ -42,7 +42,7 @@ class Evaluation:
 
     allowed: bool
     errors: tuple[FieldError, ...]
-    warnings: tuple[str, ...]
+    warnings: tuple[FieldWarning, ...]
     patch: list[dict[str, Any]]
     object: Any
 
@@ -57,7 +57,7 @@ def evaluate(
     return Evaluation(
         allowed=not errors,
         errors=errors,
-        warnings=(*defaulted.warnings, *render_warnings(verdict.warnings)),
+        warnings=(*defaulted.warnings, *verdict.warnings),
         patch=defaulted.patch,
         object=defaulted.object,
     )
@@ -98,9 +98,10 @@ def mutate(review: Mapping[str, Any], policy_for: PolicyLookup) -> dict[str, Any
     policy = policy_for(_namespace(request))
     old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
     defaulted: Defaulted = default_job(job, policy, old=old)
+    warnings = render_warnings(defaulted.warnings)
     if defaulted.errors:
-        return respond(review, errors=defaulted.errors, warnings=defaulted.warnings, job=job)
-    return respond(review, allowed=True, patch=defaulted.patch, warnings=defaulted.warnings)
+        return respond(review, errors=defaulted.errors, warnings=warnings, job=job)
+    return respond(review, allowed=True, patch=defaulted.patch, warnings=warnings)
 
 
 def validate(

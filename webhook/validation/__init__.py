@@ -36,21 +36,26 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from torchgate.pytorchjob import names
-from torchgate.pytorchjob.fieldpath import FieldError, FieldPath, dedupe, invalid
+from torchgate.pytorchjob.fieldpath import (
+    FieldError,
+    FieldPath,
+    FieldWarning,
+    dedupe,
+    invalid,
+    render_warnings,
+)
 from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.pytorchjob.pool import ANNOTATION_TOPOLOGY_PREFERRED, ANNOTATION_TOPOLOGY_REQUIRED
 from torchgate.webhook.validation import containers, launch, metadata, pod, policy, sharing
 from torchgate.webhook.validation.facts import (
     OBJECT,
     ContainerFacts,
-    FieldWarning,
     Finding,
     Findings,
     JobFacts,
     ReplicaFacts,
     Team,
     read_job,
-    render_warnings,
 )
 from torchgate.webhook.validation.policy import immutable_field_errors
 

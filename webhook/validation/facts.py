@@ -21,7 +21,14 @@ from itertools import repeat
 from typing import Any, Final, NamedTuple
 
 from torchgate.pytorchjob import gang, names
-from torchgate.pytorchjob.fieldpath import ErrorType, FieldError, FieldPath, forbidden, invalid
+from torchgate.pytorchjob.fieldpath import (
+    ErrorType,
+    FieldError,
+    FieldPath,
+    FieldWarning,
+    forbidden,
+    invalid,
+)
 from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.pytorchjob.pool import TeamQuota
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
@@ -51,26 +58,9 @@ GENERATE_NAME_MAX: Final = names.DNS_LABEL_MAX - len(GENERATED_SUFFIX)
 _NOTHING_SAID: Final = CommandLine()
 
 
-@dataclass(frozen=True, slots=True)
-class FieldWarning:
-    """A ``torchgate:`` warning about one field: admitted, but probably not what was meant."""
-
-    path: FieldPath
-    text: str
-
-    def render(self) -> str:
-        """The AdmissionReview warning string (``torchgate: <path>: <text>``)."""
-        return f"torchgate: {self.path}: {self.text}"
-
-
 Finding = FieldError | FieldWarning
 Findings = Sequence[Finding]
 NONE: Final[Findings] = ()
-
-
-def render_warnings(warnings: Sequence[FieldWarning]) -> tuple[str, ...]:
-    """The warning strings an AdmissionReview response (and ``torchgate check``) carries."""
-    return tuple(warning.render() for warning in warnings)
 
 
 # ------------------------------------------------------------------ facts

@@ -15,6 +15,7 @@ from typing import Final
 from torchgate.pytorchjob import contract, gang
 from torchgate.pytorchjob.fieldpath import (
     FieldPath,
+    FieldWarning,
     duplicate,
     forbidden,
     invalid,
@@ -31,7 +32,6 @@ from torchgate.webhook.validation.facts import (
     NONE,
     OBJECT,
     ContainerFacts,
-    FieldWarning,
     Finding,
     Findings,
     JobFacts,

@@ -19,6 +19,7 @@ from typing import Any, Final
 from torchgate.pytorchjob import gang, names
 from torchgate.pytorchjob.fieldpath import (
     FieldError,
+    FieldWarning,
     forbidden,
     invalid,
     not_supported,
@@ -35,7 +36,6 @@ from torchgate.webhook.validation.facts import (
     RUN_POLICY,
     SCHEDULING,
     SPEC,
-    FieldWarning,
     Finding,
     Findings,
     JobFacts,

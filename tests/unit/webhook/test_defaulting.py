@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.builders import container, gpu_job, job, policy
-from torchgate.pytorchjob.fieldpath import ErrorType
+from torchgate.pytorchjob.fieldpath import ErrorType, render_warnings
 from torchgate.pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy, parse_policy
-from torchgate.webhook.defaulting import SHM_PATH, SHM_VOLUME, default_job
+from torchgate.webhook.defaulting import SHM_PATH, SHM_VOLUME, Defaulted, default_job
 
 MASTER = ("spec", "pytorchReplicaSpecs", "Master")
 WORKER = ("spec", "pytorchReplicaSpecs", "Worker")
@@ -40,12 +40,16 @@ def defaulted(raw: dict[str, Any], pol: PlacementPolicy = DEFAULT_POLICY, **kw: 
     return result
 
 
+def warned_paths(result: Defaulted) -> set[str]:
+    return {str(warning.path) for warning in result.warnings}
+
+
 def test_replica_keys_are_normalised_case_insensitively() -> None:
     raw = job().master(key="master").workers(2, key="WORKER").build()
     result = defaulted(raw)
     assert set(result.object["spec"]["pytorchReplicaSpecs"]) == {"Master", "Worker"}
     assert at(result.object, *WORKER, "replicas") == 2
-    assert any("renamed from 'master'" in w for w in result.warnings)
+    assert "spec.pytorchReplicaSpecs[Master]" in warned_paths(result)
 
 
 def test_two_spellings_of_one_replica_type_are_a_duplicate_error() -> None:
@@ -65,7 +69,7 @@ def test_replica_fields_default(field: str, expected: Any) -> None:
     raw = job().master(replicas=None, restart_policy=None).build()
     result = defaulted(raw)
     assert at(result.object, *MASTER, field) == expected
-    assert any(f"[Master].{field}: defaulted" in w for w in result.warnings)
+    assert f"spec.pytorchReplicaSpecs[Master].{field}" in warned_paths(result)
 
 
 def test_user_values_are_never_overridden() -> None:
@@ -306,7 +310,7 @@ def test_pinned_hosts_already_in_every_term_change_nothing() -> None:
     raw = job().master(pod_spec={"affinity": affinity}).hosts("h1").build()
     result = defaulted(raw)
     assert at(result.object, *MASTER, *POD, "affinity") == affinity
-    assert not any("pinned to hosts" in w for w in result.warnings)
+    assert "spec.pytorchReplicaSpecs[Master].template.spec.affinity" not in warned_paths(result)
 
 
 @pytest.mark.parametrize(
@@ -352,7 +356,7 @@ def test_pinned_hosts_conflicting_with_the_template_are_errors(
 def test_every_default_is_announced_with_the_torchgate_prefix() -> None:
     result = defaulted(gpu_job(workers=1).build())
     assert result.warnings
-    assert all(w.startswith("torchgate: ") for w in result.warnings)
+    assert all(w.startswith("torchgate: ") for w in render_warnings(result.warnings))
 
 
 def test_update_restores_only_run_policy_fields_the_old_object_had() -> None:
