@@ -86,9 +86,9 @@ def resources(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -
     raw = container.fields.get("resources")
     if raw is None:
         return NONE
-    path = at(container.path, "resources")
+    path = container.path  # paths below are built only for errors: most resources have none
     if not isinstance(raw, OBJECT):
-        return [invalid(path, raw, "must be an object with limits and requests")]
+        return [invalid(at(path, "resources"), raw, "must be an object with limits and requests")]
     gpu = job.policy.gpu_resource
     found: list[Finding] = []
     gpu_amounts: dict[str, Decimal] = {}
@@ -98,19 +98,25 @@ def resources(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -
             continue
         if not isinstance(values, OBJECT):
             found.append(
-                invalid(at(path, section), values, "must map resource names to quantities")
+                invalid(
+                    at(path, "resources", section), values, "must map resource names to quantities"
+                )
             )
             continue
         for name, value in values.items():
             amount = quantity(value)
             if amount is None:
                 found.append(
-                    invalid(at(path, section).key(str(name)), value, _quantity_detail(value))
+                    invalid(
+                        at(path, "resources", section).key(str(name)),
+                        value,
+                        _quantity_detail(value),
+                    )
                 )
             elif amount < 0:
                 found.append(
                     invalid(
-                        at(path, section).key(str(name)),
+                        at(path, "resources", section).key(str(name)),
                         value,
                         "must be greater than or equal to 0",
                     )
@@ -132,13 +138,13 @@ def _quantity_detail(value: object) -> str:
 
 
 def _gpu_quantities(
-    path: FieldPath, gpu: str, raw: Mapping[str, Any], amounts: Mapping[str, Decimal]
+    container_path: FieldPath, gpu: str, raw: Mapping[str, Any], amounts: Mapping[str, Decimal]
 ) -> Findings:
     for section, amount in amounts.items():
         if amount != amount.to_integral_value():
             return [
                 invalid(
-                    at(path, section).key(gpu),
+                    at(container_path, "resources", section).key(gpu),
                     raw[section][gpu],
                     "GPUs are whole devices: must be a whole number",
                 )
@@ -147,7 +153,7 @@ def _gpu_quantities(
     if limit is not None and request is not None and limit != request:
         return [
             invalid(
-                at(path, "requests").key(gpu),
+                at(container_path, "resources", "requests").key(gpu),
                 raw["requests"][gpu],
                 f"must equal limits[{gpu}] ({count(limit)}): GPUs cannot be overcommitted",
             )

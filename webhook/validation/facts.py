@@ -351,17 +351,17 @@ def placeholder_hint(value: object) -> str:
 
 
 def quantity(value: object) -> Decimal | None:
-    """``parse_quantity``, None when invalid; memoised for strings (templates repeat them)."""
-    if isinstance(value, str):
-        return _quantity_text(value)
+    """``parse_quantity``, None when invalid; memoised for strings and ints (templates repeat)."""
+    if isinstance(value, str) or type(value) is int:
+        return _memoised_quantity(value)
     try:
         return parse_quantity(value)
     except QuantityError:
         return None
 
 
-@functools.lru_cache(maxsize=512)
-def _quantity_text(value: str) -> Decimal | None:
+@functools.lru_cache(maxsize=512, typed=True)
+def _memoised_quantity(value: str | int) -> Decimal | None:
     try:
         return parse_quantity(value)
     except QuantityError:

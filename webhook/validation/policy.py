@@ -262,13 +262,11 @@ def gpu_budget(job: JobFacts) -> Findings:
     limit = job.policy.max_gpus_per_job
     if limit is None or not job.spec_readable:
         return NONE
-    parts: list[str] = []
-    total = Decimal(0)
-    for replica in job.known_replicas:
-        if replica.gpus > 0 and replica.pods:
-            total += replica.gpus * replica.pods
-            parts.append(f"{replica.key} {replica.pods}x{count(replica.gpus)}")
+    gpu_replicas = [r for r in job.known_replicas if r.gpus > 0 and r.pods]
+    total = sum((r.gpus * (r.pods or 0) for r in gpu_replicas), Decimal(0))
     if total > limit:
+        # The message's parts are built only for a refusal: most jobs are within the budget.
+        parts = [f"{r.key} {r.pods}x{count(r.gpus)}" for r in gpu_replicas]
         return [
             forbidden(
                 REPLICA_SPECS,
