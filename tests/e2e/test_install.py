@@ -177,6 +177,10 @@ def test_every_doc_step_is_followed_by_a_test() -> None:
     assert positions == sorted(positions), README_ORDER
 
 
+TORCHGATE_CRDS = ("placementpolicies.torchgate.io", "teamquotas.torchgate.io")
+"""The CRDs torchgate itself owns (the PyTorchJob CRD is optional)."""
+
+
 class DocRunner:
     """Runs doc steps in a scratch folder and remembers what it skipped."""
 
@@ -572,9 +576,9 @@ def test_install_with_kustomize_as_the_doc_says(installable: Cluster, sandbox: D
     assert cluster.get("placementpolicy", "research-h100") is not None
     doc.run("delete-crds")
     cluster.wait_for(
-        lambda: cluster.get("crd", "placementpolicies.torchgate.io") is None,
+        lambda: all(cluster.get("crd", name) is None for name in TORCHGATE_CRDS),
         timeout=60,
-        what="the CRD deleted",
+        what="torchgate's CRDs deleted",
     )
 
 
@@ -585,10 +589,11 @@ def test_install_with_helm_as_the_doc_says(installable: Cluster, sandbox: DocRun
     cluster, doc = installable, sandbox
     cluster.install_crds()  # the kustomize test may have deleted the PlacementPolicy CRD
     doc.run("check-crd")
-    doc.run("helm-1-adopt-crds")  # this cluster's CRD was applied with kubectl
-    crd = cluster.get("crd", "placementpolicies.torchgate.io")
-    assert crd is not None
-    assert crd["metadata"]["annotations"]["meta.helm.sh/release-name"] == "torchgate"
+    doc.run("helm-1-adopt-crds")  # this cluster's CRDs were applied with kubectl
+    for name in TORCHGATE_CRDS:
+        crd = cluster.get("crd", name)
+        assert crd is not None
+        assert crd["metadata"]["annotations"]["meta.helm.sh/release-name"] == "torchgate"
 
     installed = doc.run("helm-2-install")
     assert "STATUS: deployed" in installed.stdout
