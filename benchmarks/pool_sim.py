@@ -61,7 +61,7 @@ from torchgate.controller.topology import Topology, build_topology, shape_of
 from torchgate.pytorchjob.pool import GPUS, Limit, PreemptionSettings, TeamQuota
 
 GPU = "nvidia.com/gpu"
-RACK = "torchgate.io/rack"
+RACK = "topology.torchgate.io/rack"  # the dev cluster's label
 HOSTNAME = "kubernetes.io/hostname"
 LEVELS = (RACK, HOSTNAME)
 NODES_PER_RACK = 8
