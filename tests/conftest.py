@@ -13,6 +13,11 @@ import sys
 
 import pytest
 
+# Shared case helpers that assert: pytest rewrites their asserts too, for the same failure reports.
+pytest.register_assert_rewrite(
+    "tests.builders", "tests.unit.webhook.validationcases", "tests.unit.controlplane.planefiles"
+)
+
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Build or find helm before the first test when a selected test renders the chart."""
