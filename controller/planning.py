@@ -300,6 +300,7 @@ def _plan_active(draft: Draft, pods: GangPods) -> None:
     if not pods.expected:  # zero replicas: nothing to run, nothing will ever finish
         draft.replica_statuses = st.replica_statuses(draft.job, [])
         return
+    draft.start_time = draft.start_time or _gang_started_at(pods)
     if _deadline_passed(draft, pods):
         return
     for name in pods.stale_live:
@@ -456,23 +457,28 @@ def _mark_queued(draft: Draft) -> None:
         draft.transition("Normal", kind, reason)
 
 
-def _mark_admitted(draft: Draft, pods: GangPods) -> None:
-    """No longer queued; ``startTime`` is when the gang's first pod was created (or now).
+def _gang_started_at(pods: GangPods) -> str | None:
+    """When the current gang's first live pod was created (``None`` before any exists).
 
-    Taken from the pods rather than the clock, it does not depend on when the status is written
-    (``writepolicy`` may put that off).
+    ``startTime`` is taken from the pods rather than the clock, so it does not depend on when the
+    status is written (``writepolicy`` may put that off). ``_plan_active`` takes it before the
+    deadline is checked, so the deadline counts from the same moment in every plan.
     """
+    created = [
+        moment
+        for pod in pods.current_live.values()
+        if (moment := st.parse_time(metadata_of(pod).get("creationTimestamp"))) is not None
+    ]
+    return st.format_time(min(created)) if created else None
+
+
+def _mark_admitted(draft: Draft) -> None:
+    """No longer queued; ``startTime`` now if no pod told it earlier (``_gang_started_at``)."""
     draft.conditions = st.remove_condition(draft.conditions, st.QUEUED)
     if st.is_true(draft.conditions, PREEMPTED):
         message = f"PyTorchJob {draft.job.name} was admitted again after its preemption"
         draft.set_condition(PREEMPTED, st.FALSE, REASON_READMITTED, message)
-    if draft.start_time is None:
-        created = [
-            moment
-            for pod in pods.current_live.values()
-            if (moment := st.parse_time(metadata_of(pod).get("creationTimestamp"))) is not None
-        ]
-        draft.start_time = st.format_time(min(created) if created else draft.now)
+    draft.start_time = draft.start_time or st.format_time(draft.now)
 
 
 def _plan_admission(draft: Draft, pods: GangPods) -> None:
@@ -496,7 +502,7 @@ def _plan_admission(draft: Draft, pods: GangPods) -> None:
         _mark_queued(draft)
         return
     _create_missing(draft, pods, reservation)
-    _mark_admitted(draft, pods)
+    _mark_admitted(draft)
     nodes = sorted(set(reservation.values()))
     where = f" on {len(nodes)} node(s): {', '.join(nodes)}" if nodes else ""
     draft.event("Normal", "GangAdmitted", f"creating {len(draft.create_pods)} pods{where}")
@@ -569,7 +575,7 @@ def _plan_gang(draft: Draft, pods: GangPods) -> None:
         _create_missing(draft, pods, reservation)
     else:
         _create_missing_services(draft)
-    _mark_admitted(draft, pods)
+    _mark_admitted(draft)
     if _is_running(draft.job, live) and draft.set_condition(
         st.RUNNING, st.TRUE, st.REASON_RUNNING, _running_message(draft)
     ):

@@ -10,7 +10,8 @@ some seconds (progress waits while gangs are being created; counts alone at most
 status put off is not kept: the job is looked at again after the delay and planned afresh from
 the status written, so a plan never starts from a state the apiserver does not have. The Events
 that announce the put-off status go with it (the next plan derives them again); Events of the
-plan's actions are recorded with the actions.
+plan's actions are kept and recorded with the job's next status write, so Events and status go
+out together.
 
 Creates of deterministic names treat ``AlreadyExists`` as done and deletes treat ``NotFound`` as
 done, so running a plan twice is harmless. Every object the apiserver returns is written through to
@@ -199,6 +200,8 @@ class Reconciler:
         # Job -> (uid, when its planned status first differed from the written one).
         self.unwritten_since: dict[JobKey, tuple[str, float]] = {}
         self.written_at: dict[JobKey, float] = {}  # job -> when this process last wrote its status
+        # Job -> (uid, Events of actions whose plan's status was put off): sent with the next write.
+        self.unsent_events: dict[JobKey, tuple[str, tuple[Event, ...]]] = {}
         self.events = EventRecorder(api, clock=clock)
         self.demands = DemandMemo()
         # Deletes (which free GPUs) never queue behind creates.
@@ -214,6 +217,7 @@ class Reconciler:
             self.metrics.forget_job(key)
             self.unwritten_since.pop(key, None)
             self.written_at.pop(key, None)
+            self.unsent_events.pop(key, None)
             self.demands.forget(key)
             return None
         spec, errors = parse_job(job)
@@ -258,10 +262,16 @@ class Reconciler:
     def _schedule_status_write(
         self, key: JobKey, uid: str, job: Mapping[str, Any], decision: Plan
     ) -> Plan:
-        """The plan as applied now: its status and the Events announcing it may be put off."""
+        """The plan as applied now: its status and its Events may be put off.
+
+        A put-off status is planned again later, and so are the Events announcing it; the Events
+        of the plan's actions are kept and recorded with the job's next status write.
+        """
+        kept = self.unsent_events.pop(key, None)
+        earlier = kept[1] if kept is not None and kept[0] == uid else ()
         if decision.status is None:
             self.unwritten_since.pop(key, None)
-            return decision
+            return replace(decision, events=(*earlier, *decision.events)) if earlier else decision
         now = self.monotonic()
         first = self.unwritten_since.get(key)
         since = first[1] if first is not None and first[0] == uid else now
@@ -276,15 +286,13 @@ class Reconciler:
             current if isinstance(current, Mapping) else None, decision.status, facts
         )
         if delay <= 0:
-            return decision
+            return replace(decision, events=(*earlier, *decision.events)) if earlier else decision
         self.unwritten_since[key] = (uid, since)
+        actions = tuple(e for e in decision.events if not e.announces_status)
+        if earlier or actions:
+            self.unsent_events[key] = (uid, (*earlier, *actions))
         later = delay if decision.requeue_after is None else min(delay, decision.requeue_after)
-        return replace(
-            decision,
-            status=None,
-            events=tuple(e for e in decision.events if not e.announces_status),
-            requeue_after=later,
-        )
+        return replace(decision, status=None, events=(), requeue_after=later)
 
     def _tell_admitter(
         self,

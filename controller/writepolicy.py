@@ -119,12 +119,8 @@ class StatusWritePolicy:
         """Seconds until ``wanted`` should be written over ``written`` (0.0: now)."""
         if not is_progress(written, wanted):
             return 0.0
-        busy = self._busy_hold(facts)
-        if busy > 0:
-            return busy
-        if is_counts_only(written, wanted):
-            return self._counts_interval(facts)
-        return 0.0
+        counts = self._counts_interval(facts) if is_counts_only(written, wanted) else 0.0
+        return max(self._busy_hold(facts), counts)
 
     def _busy_hold(self, facts: WriteFacts) -> float:
         """Rule 2: what is left of the hold while creates are pending."""
