@@ -3,7 +3,8 @@
 A smoke test, not a performance test: nothing here looks at a makespan or a latency (the
 machines are noisy; the figures live in benchmarks/README.md). It proves the benchmark still
 starts its control plane and the real controller, runs a burst to completion with and without
-backfill, and writes the JSON fields the figures quote.
+backfill, a preemption round and its baseline, and two teams with and without TeamQuotas, and
+writes the JSON fields the figures quote.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
 
 
-def test_a_tiny_burst_runs_with_and_without_backfill(tmp_path: Path) -> None:
+def test_a_tiny_pool_benchmark_runs_every_scenario(tmp_path: Path) -> None:
     out = tmp_path / "pool.json"
     run = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "pool_bench.py"), "--only", "burst",
-         "--nodes", "4", "--jobs", "3", "--seconds", "2", "--rounds", "1", "--out", str(out)],
+        [sys.executable, str(REPO / "benchmarks" / "pool_bench.py"),
+         "--nodes", "16", "--jobs", "3", "--seconds", "2", "--rounds", "1",
+         "--urgent-pods", "8", "--preemption-rounds", "1",
+         "--team-jobs", "3", "--fair-seconds", "3", "--out", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
@@ -44,4 +47,17 @@ def test_a_tiny_burst_runs_with_and_without_backfill(tmp_path: Path) -> None:
     assert summary["no_backfill_makespan_over_backfill"]["rounds"] == [
         burst["no_backfill_makespan_over_backfill"]
     ]
-    assert set(report["rounds"]) == {"burst"}
+    assert set(report["rounds"]) == {"burst", "preemption", "fairness"}
+
+    (preemption,) = report["rounds"]["preemption"]
+    for label in ("preemption", "plain"):
+        assert preemption[label]["seconds_to_all_running"] > 0
+    assert preemption["preemption"]["victim_pods"] > 0
+    assert preemption["plain"]["victim_pods"] == 0
+    assert math.isfinite(report["summary"]["preemption"]["preemption_p99"])
+
+    (fairness,) = report["rounds"]["fairness"]
+    for label in ("quotas", "no_quotas"):
+        for team in ("a", "b"):
+            assert set(fairness[label][team]) == {"seconds_to_share", "seconds_to_90_percent"}
+    assert fairness["quotas"]["b"]["seconds_to_share"] is not None
