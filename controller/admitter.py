@@ -296,7 +296,8 @@ class Admitter:
         changed = self.waiting.pop(key, None) is not None
         changed |= self.reservations.pop(key, None) is not None
         changed |= self.holds.pop(key, None) is not None
-        self.evicting.pop(key, None)
+        if key not in self.ledger.gangs:  # a victim stays one while its pods hold their nodes
+            self.evicting.pop(key, None)
         self.gpu_resources.pop(key, None)
         self.priorities.pop(key, None)
         self.admitted_at.pop(key, None)

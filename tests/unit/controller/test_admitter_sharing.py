@@ -248,6 +248,41 @@ def test_a_victim_that_asks_again_is_queued_and_no_longer_evicting() -> None:
     assert low in admitter.waiting
 
 
+def test_a_victim_whose_job_is_gone_is_not_preempted_twice_onto_held_nodes() -> None:
+    """The pods of a deleted job still hold their nodes: the first preemptor's hold is kept.
+
+    The deleted job is cancelled on every event of its terminating pods; it must stay a victim
+    (not a candidate again), or a second preemptor is placed on nodes the first one holds, and
+    one of the two gangs cannot be bound (seen in the pool benchmark: 60 s schedule timeout).
+    """
+    admitter, _, clocks = make([node(f"n{i}") for i in range(4)])
+    clocks.wall = 1_800_000_000.0  # 2027: its pods (created 2026) have run for a while
+    gone = ("default", "gone")
+    for i in range(4):
+        pod = gang_pod(gone, f"gone-worker-{i}", f"n{i}", {"nvidia.com/gpu": 8})
+        admitter.on_pod("ADDED", pod, None)
+    admitter.cancel(gone)  # its job was deleted; its pods are terminating
+    first = ask(admitter, gpu_job("a", workers=1, gpus=8).build(), priority=100)
+    second = ask(
+        admitter,
+        gpu_job("b", workers=1, gpus=8).build(),
+        priority=100,
+        created="2026-01-02T00:00:00Z",
+    )
+    admitter.cycle()
+    assert admitter.preempted_by(gone) == first
+    admitter.cancel(gone)  # a pod event of the deleted job reconciles it again
+    admitter.cycle()
+    for i in range(4):
+        admitter.on_pod("DELETED", gang_pod(gone, f"gone-worker-{i}", f"n{i}", {}), None)
+    admitter.cycle()
+    admitter.cycle()
+    nodes = [admitter.reservation_for(key, f"uid-{key[1]}") for key in (first, second)]
+    assert all(nodes), "both gangs are admitted once the pods are gone"
+    held = [node_name for placed in nodes for node_name in (placed or {}).values()]
+    assert sorted(held) == ["n0", "n1", "n2", "n3"], "no node reserved twice"
+
+
 # ------------------------------------------------------------------ topology
 
 
