@@ -284,6 +284,60 @@ def test_a_high_priority_gang_preempts_whole_lower_priority_gangs(
     assert latency < 60
 
 
+def test_preempted_gangs_run_again_soon_after_their_preemptor_is_deleted(
+    cluster: Cluster, pool: Pool
+) -> None:
+    """The preemptor's pods, still there after its job is deleted, are not taken twice.
+
+    As the pool benchmark runs it: priorities from ``runPolicy.schedulingPolicy`` (pods carry
+    none), the preemptor deleted with its pods once it runs. Each victim must get nodes of its
+    own, not one another's, which would leave a gang unbound until the schedule timeout (60 s).
+    The overlap needs an interleaving of pod events: before the fix this failed in 2 of 5 runs;
+    ``test_a_victim_whose_job_is_gone_is_not_preempted_twice_onto_held_nodes`` (unit) always.
+    """
+    pool.nodes(16)
+    namespace = cluster.new_namespace("back")
+    low = pool.priority_class("low", 10)
+    high = pool.priority_class("high", 1000)
+
+    def gang(name: str, pods: int, priority_class: str) -> None:
+        pod_spec = {"nodeSelector": {"pool": pool.label}}
+        built = job(name, namespace).master(gpus=8, pod_spec=pod_spec)
+        if pods > 1:
+            built = built.workers(pods - 1, gpus=8, pod_spec=pod_spec)
+        create_job(cluster, built.scheduling(priorityClass=priority_class).build())
+
+    lows = [f"low{index}" for index in range(4)]
+    for name in lows:  # four gangs of four whole-node pods fill the pool
+        gang(name, 4, low)
+    for name in lows:
+        wait_running(cluster, namespace, name, 4)
+    for round_ in (1, 2):
+        urgent = f"urgent{round_}"
+        gang(urgent, 8, high)
+        wait_running(cluster, namespace, urgent, 8)
+        victims = [n for n in lows if is_true(get_job(cluster, namespace, n), "Preempted")]
+        assert len(victims) == 2, round_
+
+        cluster.api_request(
+            "DELETE", f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs/{urgent}"
+        )
+        cluster.api_request(
+            "DELETE",
+            f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0"
+            f"&labelSelector=training.kubeflow.org/job-name%3D{urgent}",
+        )
+        cluster.wait_for(
+            lambda: all(running(cluster, namespace, name) for name in lows),
+            timeout=30,
+            what=f"every low gang Running again after {urgent} is deleted",
+        )
+        nodes = [
+            p["spec"]["nodeName"] for name in lows for p in live_pods(cluster, namespace, name)
+        ]
+        assert len(set(nodes)) == 16, (round_, nodes)
+
+
 def test_a_protected_gang_is_not_preempted_before_its_minimum_run_time(
     cluster: Cluster, pool: Pool
 ) -> None:
