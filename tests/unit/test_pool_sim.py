@@ -1,4 +1,4 @@
-"""The pool-sharing simulation (``benchmarks/pool_sim.py``): its optimum and its bookkeeping.
+"""The pool-sharing simulation (``benchmarks/poolbench``): its optimum and its bookkeeping.
 
 The benchmark's figures are only as good as the optimum they are compared with and the
 simulation that drives the admission cycle, so both are tested here: the bin-packing search
@@ -18,8 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks import pool_sim
-from benchmarks.pool_sim import Job, min_bins, simulate
+from benchmarks.poolbench.optimum import first_fit_decreasing, lower_bound, min_bins
+from benchmarks.poolbench.sim_cli import main
+from benchmarks.poolbench.simulation import simulate
+from benchmarks.poolbench.stats import first_time_at_least
+from benchmarks.poolbench.workload import Job, halves
 
 # ------------------------------------------------------------------ the optimum
 
@@ -54,7 +57,7 @@ def test_min_bins_finds_the_fewest_bins(sizes: list[int], capacity: int, bins: i
 
 
 def test_first_fit_decreasing_is_beaten_where_it_is_not_optimal() -> None:
-    assert pool_sim.first_fit_decreasing([6, 5, 4, 4, 3, 2], 12) == 3
+    assert first_fit_decreasing([6, 5, 4, 4, 3, 2], 12) == 3
 
 
 def test_min_bins_refuses_an_item_larger_than_a_bin() -> None:
@@ -68,7 +71,7 @@ def test_min_bins_equals_brute_force(sizes: list[int], capacity: int) -> None:
     found = min_bins(sizes, capacity)
     assert found.proven
     assert found.count == brute_force_bins(sizes, capacity)
-    assert found.bound <= found.count <= pool_sim.first_fit_decreasing(sizes, capacity)
+    assert found.bound <= found.count <= first_fit_decreasing(sizes, capacity)
 
 
 # ------------------------------------------------------------------ the simulation
@@ -101,7 +104,7 @@ def test_every_gang_runs_once_whole_and_the_pool_is_never_oversubscribed(
         assert run.finished[job.key] - run.started[job.key] == job.seconds
     assert max_in_use(run.usage[None]) <= 8 * 8
     assert run.usage[None][-1][1] == 0
-    assert run.makespan >= pool_sim.lower_bound(jobs, nodes=8)
+    assert run.makespan >= lower_bound(jobs, nodes=8)
     assert run.gpu_seconds_done == sum(j.pods * j.seconds for j in jobs) * 8
     assert 0 < run.occupancy <= 1
     if len(set(seconds[: len(sizes)])) == 1:
@@ -132,20 +135,20 @@ def test_quotas_give_the_second_team_its_share_when_both_submit_at_once() -> Non
         Job("team-b", f"b-{i}", 2, 10.0, team="b") for i in range(2)
     ]
     share = 4 * 8 // 2
-    fair = simulate(jobs, nodes=4, gpus_per_node=8, teams=pool_sim.halves(32))
+    fair = simulate(jobs, nodes=4, gpus_per_node=8, teams=halves(32))
     first_come = simulate(jobs, nodes=4, gpus_per_node=8)
-    assert pool_sim.first_time_at_least(fair.usage["b"], share) == 0.0
+    assert first_time_at_least(fair.usage["b"], share) == 0.0
     # first come, first served: team a's four gangs run two by two before b gets anything
-    assert pool_sim.first_time_at_least(first_come.usage["b"], share) == 20.0
+    assert first_time_at_least(first_come.usage["b"], share) == 20.0
 
 
 def test_a_team_that_borrowed_the_pool_gives_back_the_share_when_the_owner_submits() -> None:
     jobs = [Job("team-a", f"a-{i}", 2, 10.0, team="a") for i in range(4)] + [
         Job("team-b", f"b-{i}", 2, 10.0, team="b", submit=5.0) for i in range(2)
     ]
-    run = simulate(jobs, nodes=4, gpus_per_node=8, teams=pool_sim.halves(32))
+    run = simulate(jobs, nodes=4, gpus_per_node=8, teams=halves(32))
     assert max_in_use(run.usage["a"]) == 32  # a borrowed b's idle half
-    assert pool_sim.first_time_at_least(run.usage["b"], 16) == 5.0  # reclaimed at once
+    assert first_time_at_least(run.usage["b"], 16) == 5.0  # reclaimed at once
     assert run.preemptions == 1
     assert run.gpu_seconds_held - run.gpu_seconds_done == 5.0 * 2 * 8  # the victim's lost work
     assert set(run.finished) == {job.key for job in jobs}
@@ -154,7 +157,7 @@ def test_a_team_that_borrowed_the_pool_gives_back_the_share_when_the_owner_submi
 def test_the_command_writes_the_figures_it_prints(tmp_path: Path) -> None:
     out = tmp_path / "sim.json"
     argv = ["--nodes", "8", "--jobs", "6", "--team-jobs", "3", "--rounds", "2", "--out", str(out)]
-    assert pool_sim.main(argv) == 0
+    assert main(argv) == 0
     result = json.loads(out.read_text())
     fixed = result["summary"]["burst_fixed_run_time"]
     assert fixed["optimum_proven_rounds"] == 2

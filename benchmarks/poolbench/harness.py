@@ -1,0 +1,232 @@
+"""The cluster harness of ``benchmarks/pool_bench.py`` (I/O): the plane, the controller, the pods.
+
+* ``prepare``: CRDs, the kwok GPU nodes and PriorityClasses, the namespaces, on a running plane.
+* ``controller``: the real ``torchgate controller`` process (as ``controller_bench.py`` starts
+  it) for the duration of a block, with the scenario's ``--starvation-seconds``.
+* ``Pods`` / ``watching``: one cluster-wide pod watch that stamps every pod's events with the
+  monotonic clock; the figures are computed from those stamps, not from polling.
+* ``submit`` / ``delete_job``: creating and deleting jobs through the apiserver.
+* ``until``: polling a condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from controller_bench import Api, bounded
+
+from torchgate.controlplane.cluster import ControlPlane
+from torchgate.controlplane.processes import terminate
+from torchgate.dev import free_port
+
+from .manifests import JOBS_API, pool_objects
+from .workload import pool_nodes
+
+REPO = Path(__file__).resolve().parents[2]
+SUBMIT_CONCURRENCY = 32
+
+
+class Pods:
+    """Every pod's event times (monotonic), from one cluster-wide watch.
+
+    ``running[ns]`` is the step series (time, pods Running and not being deleted) of a namespace,
+    ``allocated[ns]`` the same for pods that hold their GPUs (created, not ended, not gone).
+    """
+
+    def __init__(self, api: Api) -> None:
+        self.api = api
+        self.added: dict[tuple[str, str], float] = {}
+        self.started: dict[tuple[str, str], float] = {}  # first seen Running
+        self.succeeded: dict[tuple[str, str], float] = {}
+        self.deleting: dict[tuple[str, str], float] = {}
+        self.gone: dict[tuple[str, str], float] = {}
+        self.live: dict[str, set[str]] = {}
+        self.running: dict[str, list[tuple[float, int]]] = {}
+        self.present: dict[str, set[str]] = {}  # pods that hold GPUs: not ended, not gone
+        self.allocated: dict[str, list[tuple[float, int]]] = {}
+        self.ready = asyncio.Event()
+
+    def _update(self, event: dict[str, Any], now: float) -> None:
+        obj = event["object"]
+        meta = obj["metadata"]
+        key = (meta["namespace"], meta["name"])
+        self.added.setdefault(key, now)
+        phase = obj.get("status", {}).get("phase")
+        if phase == "Running":
+            self.started.setdefault(key, now)
+        if phase == "Succeeded":
+            self.succeeded.setdefault(key, now)
+        if meta.get("deletionTimestamp"):
+            self.deleting.setdefault(key, now)
+        if event["type"] == "DELETED":
+            self.gone.setdefault(key, now)
+        gone = event["type"] == "DELETED"
+        alive = phase == "Running" and not meta.get("deletionTimestamp") and not gone
+        self._step(self.live, self.running, key, alive, now)
+        holds = not gone and phase not in ("Succeeded", "Failed")
+        self._step(self.present, self.allocated, key, holds, now)
+
+    @staticmethod
+    def _step(
+        sets: dict[str, set[str]],
+        series: dict[str, list[tuple[float, int]]],
+        key: tuple[str, str],
+        member: bool,
+        now: float,
+    ) -> None:
+        members = sets.setdefault(key[0], set())
+        before = len(members)
+        (members.add if member else members.discard)(key[1])
+        if len(members) != before:
+            series.setdefault(key[0], [(0.0, 0)]).append((now, len(members)))
+
+    async def run(self) -> None:
+        version = ""
+        while True:
+            url = f"{self.api.server}/api/v1/pods?watch=true&allowWatchBookmarks=true"
+            if version:
+                url += f"&resourceVersion={version}"
+            timeout = aiohttp.ClientTimeout(total=None)
+            async with self.api.session.get(url, timeout=timeout) as response:
+                self.ready.set()
+                async for line in response.content:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event["type"] == "ERROR":
+                        version = ""
+                        break
+                    version = event["object"]["metadata"].get("resourceVersion", version)
+                    if event["type"] != "BOOKMARK":
+                        self._update(event, time.monotonic())
+
+    def count(self, namespace: str, prefix: str = "") -> int:
+        """Pods Running (not being deleted) in ``namespace`` now, named ``prefix...``."""
+        return sum(name.startswith(prefix) for name in self.live.get(namespace, ()))
+
+    def all_running(self, namespace: str, names: Sequence[str]) -> bool:
+        """Whether every pod named is Running now."""
+        live = self.live.get(namespace, set())
+        return all(name in live for name in names)
+
+
+@contextlib.asynccontextmanager
+async def watching(api: Api) -> AsyncIterator[Pods]:
+    """A running ``Pods`` watch for the duration of the block."""
+    pods = Pods(api)
+    task = asyncio.create_task(pods.run())
+    await pods.ready.wait()
+    try:
+        yield pods
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+
+async def until(condition: Any, within: float, what: str) -> float:
+    """Poll ``condition()`` every 50 ms; the monotonic time it held, or raise after ``within`` s."""
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {within:.0f} s")
+        await asyncio.sleep(0.05)
+    return time.monotonic()
+
+
+@contextlib.contextmanager
+def controller(plane: ControlPlane, log: Path, *, starvation_seconds: float) -> Any:
+    """The real controller process (as ``controller_bench.py`` starts it) for the block."""
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "torchgate",
+            "controller",
+            "--kubeconfig",
+            str(plane.kubeconfig),
+            "--manage-unowned",
+            "--no-leader-elect",
+            "--metrics-bind-address",
+            "127.0.0.1",
+            "--metrics-port",
+            str(free_port()),
+            "--log-level",
+            "WARNING",
+            "--finish-grace-seconds",
+            "0",
+            "--starvation-seconds",
+            str(starvation_seconds),
+        ],
+        stdout=log.open("a"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=REPO,
+    )
+    try:
+        yield process
+    finally:
+        terminate(process, grace=30)
+
+
+async def submit(api: Api, manifests: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Create the jobs (``SUBMIT_CONCURRENCY`` at once); job name -> when its create returned."""
+    done: dict[str, float] = {}
+
+    async def one(manifest: dict[str, Any]) -> None:
+        path = JOBS_API.format(namespace=manifest["metadata"]["namespace"])
+        status, body = await api.request("POST", path, manifest)
+        if status != 201:
+            raise RuntimeError(f"creating {manifest['metadata']['name']}: {status} {body}")
+        done[manifest["metadata"]["name"]] = time.monotonic()
+
+    await bounded([one(m) for m in manifests], SUBMIT_CONCURRENCY)
+    return done
+
+
+async def delete_job(api: Api, namespace: str, name: str) -> None:
+    """Delete a job and its pods at once (foreground deletion is not needed: pods by name)."""
+    await api.request("DELETE", JOBS_API.format(namespace=namespace) + f"/{name}")
+    await api.request(
+        "DELETE",
+        f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0"
+        f"&labelSelector=training.kubeflow.org/job-name%3D{name}",
+    )
+
+
+def plane_nodes(plane: ControlPlane) -> list[str]:
+    """The benchmark's node names (kept on the plane object by ``prepare``)."""
+    return list(getattr(plane, "bench_nodes", []))
+
+
+def prepare(plane: ControlPlane, *, nodes: int) -> None:
+    """CRDs, ``nodes`` Ready kwok GPU nodes, the PriorityClasses and the scenarios' namespaces."""
+    for path in sorted((REPO / "manifests" / "crds").glob("*.yaml")):
+        plane.kubectl("apply", "-f", str(path))
+    plane.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", "crd/pytorchjobs.kubeflow.org"
+    )
+    labelled = pool_nodes(nodes)
+    plane.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": pool_objects(labelled)}),
+    )
+    plane.kubectl("wait", "--for=condition=Ready", "--timeout=120s", "nodes", "--all")
+    plane.bench_nodes = [name for name, _ in labelled]  # type: ignore[attr-defined]
+    for namespace in ("burst", "preempt", "team-a", "team-b"):
+        plane.kubectl("create", "namespace", namespace)
+    while plane.kubectl("get", "sa", "default", "-n", "burst", check=False).returncode != 0:
+        time.sleep(0.2)
