@@ -28,7 +28,12 @@ Rules (each one function):
    topology domain of the preemptor's required level), the cheapest successful set wins: lowest
    highest-priority among its victims, then fewest victims, then fewest GPUs, then least run time.
    If all candidates together do not make room, no group can (the trial is monotone); a group is
-   abandoned as soon as it must take a victim of higher priority than the best set found.
+   abandoned as soon as it must take a victim of higher priority than the best set found, and
+   not searched at all when no set of its victims could cost less than that set.
+
+Cost: the pruning pass of rule 4 drops a run of victims with one trial when it can (usually
+the last gang added was enough on its own), which gives the same set as dropping them one by
+one because the trial is monotone.
 """
 
 from __future__ import annotations
@@ -142,12 +147,53 @@ def choose_victims(
             break
     if result is None:
         return None
-    for victim in reversed(victims[:-1]):
-        rest = [v for v in victims if v is not victim]
-        again = trial(rest)
+    pending = victims[-2::-1]  # the pruning pass tries these, newest addition first
+    while pending:
+        dropped, again = _longest_drop(victims, pending, trial)
         if again is not None:
-            victims, result = rest, again
+            gone = {id(v) for v in pending[:dropped]}
+            victims, result = [v for v in victims if id(v) not in gone], again
+        pending = pending[dropped + 1 :]  # ``pending[dropped]`` is still needed (if any)
     return Choice(tuple(victims), result)
+
+
+def _longest_drop(
+    victims: Sequence[Admitted],
+    pending: Sequence[Admitted],
+    trial: Callable[[Sequence[Admitted]], T | None],
+) -> tuple[int, T | None]:
+    """How many of ``pending`` in a row the pruning pass drops, and the trial's last answer.
+
+    The pass drops ``pending[0]``, then ``pending[1]``, ... while the preemptor still fits; as
+    ``trial`` is monotone, dropping the first ``m`` at once fits exactly when each of those steps
+    did, so the run is found by trying all first (the usual case: the last gang added was enough
+    on its own), then doubling and halving.
+    """
+
+    def fits_without(count: int) -> T | None:
+        gone = {id(v) for v in pending[:count]}
+        return trial([v for v in victims if id(v) not in gone])
+
+    answer = fits_without(len(pending))
+    if answer is not None:
+        return len(pending), answer
+    low, high, best = 0, len(pending), None  # dropping ``low`` fits, dropping ``high`` does not
+    size = 1
+    while size < high:
+        answer = fits_without(size)
+        if answer is None:
+            high = size
+            break
+        low, best = size, answer
+        size *= 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        answer = fits_without(middle)
+        if answer is None:
+            high = middle
+        else:
+            low, best = middle, answer
+    return low, best
 
 
 def cost(choice: Choice[T], now: float) -> tuple[int, int, int, float]:
@@ -176,13 +222,34 @@ def cheapest(
         if not group or marker in seen:
             continue
         seen.add(marker)
-        highest = None if best is None else cost(best, now)[0]
+        bound = None if best is None else cost(best, now)
+        if bound is not None and not _may_beat(group, bound, now):
+            continue
+        highest = None if bound is None else bound[0]
         choice = choose_victims(group, trial, highest=highest, allowed=allowed)
         if choice is None and number == 0:
             return None  # the first group holds every candidate: no subset can do better
         if choice is not None and (best is None or cost(choice, now) < cost(best, now)):
             best = choice
     return best
+
+
+def _may_beat(group: Sequence[Admitted], bound: tuple[int, int, int, float], now: float) -> bool:
+    """Whether some victim set of ``group`` could cost less than ``bound`` (rule 5).
+
+    The search only reaches the victims before the first of a priority above the best set's, so
+    with every one of those at the best set's priority and a best set of one gang, only a single
+    victim cheaper than that gang could win: without one, the group needs no trial at all.
+    """
+    priority, count = bound[0], bound[1]
+    reachable: list[Admitted] = []
+    for victim in group:
+        if victim.priority > priority:
+            break
+        reachable.append(victim)
+    if count > 1 or any(victim.priority < priority for victim in reachable):
+        return True
+    return any(cost(Choice((victim,), None), now) < bound for victim in reachable)
 
 
 def group_by_domain(

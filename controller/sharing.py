@@ -314,8 +314,10 @@ class _Trial:
             self.cycle.capacity.take(nodes, requests)
 
     def __call__(self, victims: Sequence[Admitted]) -> bool | None:
-        """``True`` when the gang fits with ``victims`` gone, else ``None``."""
-        self.hold(victims)
+        """``True`` when the gang fits with ``victims`` gone, else ``None``.
+
+        Quota is asked first: when it says no, the victims' pods need not be given back.
+        """
         if not victims:
             return None
         cycle, gang = self.cycle, self.gang
@@ -323,6 +325,7 @@ class _Trial:
         verdict = check_quota(self.team, gang.usage, usage, cycle.pool.teams)
         if not isinstance(verdict, Fits | Borrows):
             return None
+        self.hold(victims)
         return fits_topology(cycle.capacity, len(gang.pods), gang.shape, gang.topology) or None
 
     def place(self, victims: Sequence[Admitted]) -> TopologyPlacement | TopologyWait:

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
+from tests.unit.controller.test_preemption import reference_cheapest
 from torchgate.controller.quota import Admitted, usage_by_team
 from torchgate.controller.sharing import Admit, Outcome, Pool, Preempt, Wait, WaitingGang, decide
 from torchgate.controller.topology import build_topology, domains_spanned, shape_of
@@ -363,3 +365,15 @@ def test_after_any_cycle_every_gang_is_whole_capacity_and_quota_hold(
             assert usage.get(owner, {}).get(GPUS, 0) > nominal_x - largest
     nominal = sum(q.limits[GPUS].nominal for q in pool.teams.values())
     assert sum(u.get(GPUS, 0) for u in usage.values()) <= nominal
+
+
+@settings(max_examples=150, deadline=None)
+@given(scenarios())
+def test_a_cycle_decides_as_with_the_reference_victim_search(
+    scenario: tuple[Pool, list[WaitingGang], float],
+) -> None:
+    pool, gangs, now = scenario
+    optimised = decide(pool, gangs, now)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("torchgate.controller.sharing.cheapest", reference_cheapest)
+        assert decide(pool, gangs, now) == optimised
