@@ -157,6 +157,8 @@ class _Cycle:
     usage: dict[str, dict[str, int]]
     misses: dict[tuple[object, ...], Wait] = field(default_factory=dict)
     fresh: set[JobKey] = field(default_factory=set)  # admitted in this cycle: never victims
+    settled: list[Admitted] | None = None  # admitted before the cycle, not yet preempted in it
+    domains: dict[int, Callable[[str], str | None]] = field(default_factory=dict)  # per level
 
     def team(self, gang: WaitingGang) -> TeamQuota | None:
         return self.pool.teams.get(gang.team) if gang.team is not None else None
@@ -251,7 +253,9 @@ def _preempt(
 ) -> Preempt | None:
     pool = cycle.pool
     preemptor = Preemptor(gang.team, gang.priority, gang.preempts)
-    settled = [a for a in cycle.admitted if a.key not in cycle.fresh]
+    if cycle.settled is None:  # unchanged until a preemption: admissions only add fresh gangs
+        cycle.settled = [a for a in cycle.admitted if a.key not in cycle.fresh]
+    settled = cycle.settled
     ordered = candidates(preemptor, settled, pool.teams, cycle.usage, pool.preemption, cycle.now)
     if team is not None and within_nominal:
         reclaimable = reclaim_candidates(
@@ -281,7 +285,10 @@ def _preempt(
         groups = [ordered]
         level = gang.topology.level
         if gang.topology.required and level is not None and level < len(pool.topology.levels):
-            groups = group_by_domain(ordered, _domain_at(pool.topology, level))
+            lookup = cycle.domains.get(level)
+            if lookup is None:
+                lookup = cycle.domains[level] = _domain_at(pool.topology, level)
+            groups = group_by_domain(ordered, lookup)
         choice = cheapest(groups, trial, cycle.now, allowed=allowed)
         placed = trial.place(choice.victims) if choice is not None else None
     finally:
@@ -290,6 +297,7 @@ def _preempt(
         return None
     gone = {v.key for v in choice.victims}
     cycle.admitted = [a for a in cycle.admitted if a.key not in gone]
+    cycle.settled = None
     cycle.usage = without(cycle.usage, choice.victims)
     cycle.admit(gang, placed.nodes)
     return Preempt(gang.key, tuple(sorted(gone)), placed.nodes)
@@ -347,9 +355,8 @@ class _Trial:
 
 def _domain_at(topology: Topology, level: int) -> Callable[[str], str | None]:
     """Node name -> an id of its domain at ``level`` (``None`` without that label)."""
-
-    def lookup(node: str) -> str | None:
-        found = topology.domain_of(node, level)
-        return None if found is None else str(found)
-
-    return lookup
+    names = {
+        name: None if domain < 0 else str(domain)
+        for name, domain in zip(topology.node_names, topology.member[level], strict=True)
+    }
+    return names.get
