@@ -147,7 +147,14 @@ def test_layers_hold_torchgate_over_the_shared_base_and_no_pip(
     assert len(digests) == len(base["layers"]) + 1  # one RUN layer on top of the base
     top = {name.removeprefix("./").rstrip("/") for name in layers[-1]}
     assert "usr/local/bin/torchgate" in top
-    assert {"usr/local/bin/torchgate", f"{SITE}/torchgate/cli.py", f"{SITE}/webhook"} <= merged
+    assert {
+        "usr/local/bin/torchgate",
+        f"{SITE}/torchgate/cli.py",
+        f"{SITE}/torchgate/webhook",
+    } <= merged
+    # Nothing generic at the top of site-packages: the product's packages live under torchgate/.
+    for name in ("webhook", "controller", "certs", "pytorchjob"):
+        assert f"{SITE}/{name}" not in merged
     assert sorted(filter(_is_build_tool, merged)) == []
     assert f"{SITE}/pip" in productimage.merged_paths(layers[:-1])  # the base had it
     assert not any(path == "wheels" or path.startswith(("wheels/", "src/")) for path in merged)
