@@ -1,0 +1,115 @@
+"""Figures from samples: percentiles, deciles, write counts, the summary over rounds. Pure.
+
+Rules:
+- A percentile is the nearest-rank value of the sorted samples; no samples give NaN.
+- Write counts come from the apiserver's ``apiserver_request_total`` lines only (its ``/metrics``
+  is ~1.7 MB, scraped twice a second by a process that shares the rig's cores: only those lines
+  are split, instead of parsing every family), by ``"<verb> <resource>[/<subresource>]"``.
+- The summary gives the median over rounds and every round's value; every ratio pairs figures of
+  the same round (the VM's speed drifts).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any, Final
+
+WRITE_VERBS: Final = ("POST", "PUT", "PATCH", "DELETE")
+REQUEST_TOTAL: Final = "apiserver_request_total{"
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """The nearest-rank ``fraction`` percentile of ``values`` (NaN when empty)."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def deciles(times: Sequence[float]) -> list[float]:
+    """Seconds from the first of ``times`` (sorted) to each tenth of them."""
+    return [
+        round(times[min(len(times) - 1, len(times) * k // 10)] - times[0], 2) for k in range(1, 11)
+    ]
+
+
+def write_counts(metrics_text: str) -> dict[str, float]:
+    """The apiserver's write requests so far, by verb and resource, from its ``/metrics`` text."""
+    counts: dict[str, float] = {}
+    for line in metrics_text.splitlines():
+        if not line.startswith(REQUEST_TOTAL):
+            continue
+        labels_text, _, value = line.rpartition(" ")
+        inside = labels_text[len(REQUEST_TOTAL) : -1]
+        labels = dict(part.split("=", 1) for part in inside.split(","))
+        verb = labels.get("verb", "").strip('"')
+        if verb not in WRITE_VERBS:
+            continue
+        resource = labels.get("resource", "").strip('"')
+        sub = labels.get("subresource", "").strip('"')
+        key = f"{verb} {resource}{'/' + sub if sub else ''}"
+        counts[key] = counts.get(key, 0.0) + float(value)
+    return counts
+
+
+def writes_since(before: dict[str, float], after: dict[str, float], per: int) -> dict[str, float]:
+    """Write requests between two samples, per job or per pod, largest first."""
+    delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    rows = {k: round(v / per, 2) for k, v in delta.items() if v > 0}
+    return dict(sorted(rows.items(), key=lambda kv: -kv[1]))
+
+
+def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over rounds; every ratio pairs figures of the same round (the VM's speed drifts)."""
+
+    def over(path: tuple[str, ...]) -> dict[str, Any]:
+        values = []
+        for result in rounds:
+            value: Any = result
+            for part in path:
+                value = value[part]
+            values.append(value)
+        return {"median": statistics.median(values), "rounds": values}
+
+    summary: dict[str, Any] = {
+        "rounds": len(rounds),
+        "ratio_controller_to_plain": over(("ratio_controller_to_plain",)),
+        "ratio_controller_to_plain_with_job_submissions": over(
+            ("ratio_controller_to_plain_with_job_submissions",)
+        ),
+        "plain_pods_per_second": over(("baseline", "pods_per_second")),
+        "plain_with_submissions_pods_per_second": over(
+            ("baseline_with_job_submissions", "pods_per_second")
+        ),
+        "controller_first_wave_pods_per_second": over(("controller", "first_wave_pods_per_second")),
+        "controller_first_wave_jobs_per_second": over(("controller", "first_wave_jobs_per_second")),
+        "create_to_all_pods_first_wave_p50": over(
+            ("controller", "create_to_all_pods_first_wave_p50")
+        ),
+        "create_to_all_pods_first_wave_p99": over(
+            ("controller", "create_to_all_pods_first_wave_p99")
+        ),
+        "create_to_all_pods_all_jobs_p50": over(("controller", "create_to_all_pods_all_jobs_p50")),
+        "create_to_all_pods_all_jobs_p99": over(("controller", "create_to_all_pods_all_jobs_p99")),
+        "release_requested_p50": over(("controller", "release_requested_p50")),
+        "release_requested_p99": over(("controller", "release_requested_p99")),
+        "release_gone_p50": over(("controller", "release_gone_p50")),
+        "release_gone_p99": over(("controller", "release_gone_p99")),
+        "controller_peak_rss_mib": over(("controller", "controller_peak_rss_mib")),
+        "jobs_done": over(("controller", "jobs_done")),
+        "controller_creates_in_flight_first_wave": over(
+            ("controller", "controller_creates_first_wave", "in_flight_mean")
+        ),
+        "controller_creates_waiting_first_wave": over(
+            ("controller", "controller_creates_first_wave", "waiting_mean")
+        ),
+    }
+    ratio = summary["ratio_controller_to_plain_with_job_submissions"]["median"]
+    release_p99 = max(summary["release_requested_p99"]["rounds"])
+    summary["targets"] = {
+        "throughput_ratio_at_least_0_8": ratio >= 0.8,
+        "release_requested_p99_at_most_1s": release_p99 <= 1.0,
+    }
+    return summary
