@@ -7,7 +7,8 @@ pod-creation rate relative to a plain script depends on what else it asks of the
 (a Service, status patches, Events). This measures those requests one kind at a time, on an idle
 local control plane (no nodes: nothing schedules), as the apiserver's own CPU seconds
 (``/proc/PID/stat``) per request: ``--count`` requests of each kind, 32 at a time, bodies built
-by torchgate's own code (``build_pod``, ``build_service``, a training-operator-shaped status).
+by torchgate's own code (``build_pod``, ``build_service``, a training-operator-shaped status),
+sent through ``torchgate.kube.KubeClient``.
 
 Run: ``.venv/bin/python benchmarks/apiserver_costs.py [--count 400] [--out results.json]``.
 """
@@ -20,39 +21,49 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 # The script's folder is first on sys.path when it runs, so its sibling imports as a module.
-from controller_bench import REPO, Api, bounded, cpu_seconds, gang
+from controller_bench import REPO, bounded, connect, cpu_seconds, gang
 
 from torchgate.controller.pods import build_pod, build_service
 from torchgate.controller.status import format_time, replica_statuses, set_condition
 from torchgate.controlplane.binaries import ensure_binaries
 from torchgate.controlplane.cluster import ControlPlane
+from torchgate.kube.client import MERGE_PATCH, KubeClient
+from torchgate.kube.errors import ApiError
 from torchgate.pytorchjob.spec import JobSpec, parse_job
 
 NAMESPACE = "costs"
 CONCURRENCY = 32
 
 
-async def merge_patch(api: Api, path: str, body: Any) -> tuple[int, Any]:
-    headers = {"Content-Type": "application/merge-patch+json"}
-    async with api.session.patch(api.server + path, json=body, headers=headers) as response:
-        return response.status, await response.json(content_type=None)
+async def failure(call: Awaitable[Any]) -> int:
+    """0 if the call succeeded, else its HTTP status (every call runs; failures counted after).
+
+    An unreachable apiserver (status 0) is not a request that failed: it is raised.
+    """
+    try:
+        await call
+    except ApiError as exc:
+        if not exc.status:
+            raise
+        return exc.status
+    return 0
 
 
 async def measure(
-    api: Api, apiserver_pid: int, label: str, calls: list[Awaitable[tuple[int, Any]]]
+    apiserver_pid: int, label: str, calls: Sequence[Awaitable[Any]]
 ) -> dict[str, Any]:
     await asyncio.sleep(1.5)  # let the previous kind's watch fan-out settle
     cpu_before, started = cpu_seconds(apiserver_pid), time.monotonic()
-    results = await bounded(calls, CONCURRENCY)
+    results = await bounded([failure(c) for c in calls], CONCURRENCY)
     elapsed = time.monotonic() - started
     cpu = cpu_seconds(apiserver_pid) - cpu_before
-    failed = [status for status, _ in results if status >= 300]
+    failed = [status for status in results if status]
     if failed:
         raise RuntimeError(f"{label}: {len(failed)} requests failed, e.g. HTTP {failed[0]}")
     row = {
@@ -104,14 +115,15 @@ def event_about(job_name: str) -> dict[str, Any]:
 
 
 async def run(plane: ControlPlane, count: int) -> list[dict[str, Any]]:
-    api = Api(plane)
+    api: KubeClient = connect(plane)
     pid = plane.pids()["kube-apiserver"]
     jobs_path = f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/pytorchjobs"
     core_path = f"/api/v1/namespaces/{NAMESPACE}"
     rows = []
 
     async def post_all(label: str, path: str, bodies: list[dict[str, Any]]) -> None:
-        rows.append(await measure(api, pid, label, [api.request("POST", path, b) for b in bodies]))
+        calls = [api.request("POST", path, body=b) for b in bodies]
+        rows.append(await measure(pid, label, calls))
 
     try:
         names = [f"job-{i:04d}" for i in range(count)]
@@ -119,7 +131,7 @@ async def run(plane: ControlPlane, count: int) -> list[dict[str, Any]]:
         await post_all("POST pytorchjobs (1 Master + 7 Workers)", jobs_path, manifests)
         jobs: list[tuple[dict[str, Any], JobSpec]] = []
         for name in names:
-            raw = (await api.request("GET", f"{jobs_path}/{name}"))[1]
+            raw = await api.request("GET", f"{jobs_path}/{name}")
             spec, errors = parse_job(raw)
             if spec is None:
                 raise RuntimeError(f"{name}: {errors}")
@@ -132,14 +144,15 @@ async def run(plane: ControlPlane, count: int) -> list[dict[str, Any]]:
         await post_all("POST pods", f"{core_path}/pods", pods)
         for label, active in (("first", 0), ("second", 3)):  # the second changes the counts
             patches = [
-                merge_patch(
-                    api,
+                api.request(
+                    "PATCH",
                     f"{jobs_path}/{spec.name}/status",
-                    status_body(spec, active_workers=active),
+                    body=status_body(spec, active_workers=active),
+                    content_type=MERGE_PATCH,
                 )
                 for _, spec in jobs
             ]
-            rows.append(await measure(api, pid, f"PATCH pytorchjobs/status ({label})", patches))
+            rows.append(await measure(pid, f"PATCH pytorchjobs/status ({label})", patches))
         await post_all("POST events", f"{core_path}/events", [event_about(n) for n in names])
         services = [build_service(raw, spec, "Master", 0) for raw, spec in jobs]
         await post_all("POST services (headless, master)", f"{core_path}/services", services)

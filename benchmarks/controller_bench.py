@@ -38,14 +38,22 @@ if str(Path(__file__).resolve().parent) not in sys.path:
 
 from controllerbench import REPO
 from controllerbench.cli import main
-from controllerbench.cluster import bounded
-from controllerbench.legacy import Api, clear_namespace
+from controllerbench.cluster import bounded, clear_namespace, connect
 from controllerbench.sampling import cpu_seconds
 from controllerbench.stats import percentile
 from controllerbench.workload import gang
 
 # What pool_bench.py and apiserver_costs.py import from here.
-__all__ = ["REPO", "Api", "bounded", "clear_namespace", "cpu_seconds", "gang", "main", "percentile"]
+__all__ = [
+    "REPO",
+    "bounded",
+    "clear_namespace",
+    "connect",
+    "cpu_seconds",
+    "gang",
+    "main",
+    "percentile",
+]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,8 +9,6 @@
 * ``phases``: the plain script, the controller phase, one round, the whole run.
 * ``report``: the text lines printed after the run.
 * ``cli``: flags and ``main``.
-* ``legacy``: the ``(status, body)`` client ``pool_bench.py`` and ``apiserver_costs.py`` still
-  import from ``controller_bench``; the controller benchmark itself does not use it.
 
 ``benchmarks/controller_bench.py`` is the command; this package is run from it (its folder is then
 on ``sys.path``). Importing the package puts the checkout on ``sys.path`` too, for ``torchgate``.

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from controller_bench import Api, percentile
+from controller_bench import connect, percentile
 
 from torchgate.controlplane.binaries import ensure_binaries
 from torchgate.controlplane.cluster import ControlPlane
@@ -82,7 +82,7 @@ async def main_async(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     with plane:
         print(f"control plane ready in {plane.startup_seconds:.1f}s", file=sys.stderr)
         prepare(plane, nodes=args.nodes)
-        api = Api(plane)
+        api = connect(plane)
         results: dict[str, Any] = {}
         try:
             if "burst" in args.only:

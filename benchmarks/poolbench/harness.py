@@ -3,9 +3,10 @@
 * ``prepare``: CRDs, the kwok GPU nodes and PriorityClasses, the namespaces, on a running plane.
 * ``controller``: the real ``torchgate controller`` process (as ``controller_bench.py`` starts
   it) for the duration of a block, with the scenario's ``--starvation-seconds``.
-* ``Pods`` / ``watching``: one cluster-wide pod watch that stamps every pod's events with the
-  monotonic clock; the figures are computed from those stamps, not from polling.
-* ``submit`` / ``delete_job``: creating and deleting jobs through the apiserver.
+* ``Pods`` / ``watching``: one cluster-wide pod ``Informer`` (list, then watch; re-list on 410)
+  whose handler stamps every pod's events with the monotonic clock; the figures are computed
+  from those stamps, not from polling.
+* ``submit`` / ``delete_job``: creating and deleting jobs through the apiserver (``KubeClient``).
 * ``until``: polling a condition with a deadline.
 """
 
@@ -22,12 +23,15 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-from controller_bench import Api, bounded
+from controller_bench import bounded
 
 from torchgate.controlplane.cluster import ControlPlane
 from torchgate.controlplane.processes import terminate
 from torchgate.dev import free_port
+from torchgate.kube.client import KubeClient
+from torchgate.kube.errors import ApiError, NotFound
+from torchgate.kube.informer import Informer
+from torchgate.kube.resources import PODS
 
 from .manifests import JOBS_API, pool_objects
 from .workload import pool_nodes
@@ -43,8 +47,9 @@ class Pods:
     ``allocated[ns]`` the same for pods that hold their GPUs (created, not ended, not gone).
     """
 
-    def __init__(self, api: Api) -> None:
-        self.api = api
+    def __init__(self, api: KubeClient) -> None:
+        self.informer = Informer(api, PODS)
+        self.informer.add_handler(self._seen)
         self.added: dict[tuple[str, str], float] = {}
         self.started: dict[tuple[str, str], float] = {}  # first seen Running
         self.succeeded: dict[tuple[str, str], float] = {}
@@ -54,10 +59,12 @@ class Pods:
         self.running: dict[str, list[tuple[float, int]]] = {}
         self.present: dict[str, set[str]] = {}  # pods that hold GPUs: not ended, not gone
         self.allocated: dict[str, list[tuple[float, int]]] = {}
-        self.ready = asyncio.Event()
+        self.ready = self.informer.synced
 
-    def _update(self, event: dict[str, Any], now: float) -> None:
-        obj = event["object"]
+    def _seen(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        self._update(kind, obj, time.monotonic())
+
+    def _update(self, kind: str, obj: dict[str, Any], now: float) -> None:
         meta = obj["metadata"]
         key = (meta["namespace"], meta["name"])
         self.added.setdefault(key, now)
@@ -68,9 +75,9 @@ class Pods:
             self.succeeded.setdefault(key, now)
         if meta.get("deletionTimestamp"):
             self.deleting.setdefault(key, now)
-        if event["type"] == "DELETED":
+        gone = kind == "DELETED"
+        if gone:
             self.gone.setdefault(key, now)
-        gone = event["type"] == "DELETED"
         alive = phase == "Running" and not meta.get("deletionTimestamp") and not gone
         self._step(self.live, self.running, key, alive, now)
         holds = not gone and phase not in ("Succeeded", "Failed")
@@ -91,24 +98,8 @@ class Pods:
             series.setdefault(key[0], [(0.0, 0)]).append((now, len(members)))
 
     async def run(self) -> None:
-        version = ""
-        while True:
-            url = f"{self.api.server}/api/v1/pods?watch=true&allowWatchBookmarks=true"
-            if version:
-                url += f"&resourceVersion={version}"
-            timeout = aiohttp.ClientTimeout(total=None)
-            async with self.api.session.get(url, timeout=timeout) as response:
-                self.ready.set()
-                async for line in response.content:
-                    if not line.strip():
-                        continue
-                    event = json.loads(line)
-                    if event["type"] == "ERROR":
-                        version = ""
-                        break
-                    version = event["object"]["metadata"].get("resourceVersion", version)
-                    if event["type"] != "BOOKMARK":
-                        self._update(event, time.monotonic())
+        """List and watch until cancelled."""
+        await self.informer.run()
 
     def count(self, namespace: str, prefix: str = "") -> int:
         """Pods Running (not being deleted) in ``namespace`` now, named ``prefix...``."""
@@ -121,7 +112,7 @@ class Pods:
 
 
 @contextlib.asynccontextmanager
-async def watching(api: Api) -> AsyncIterator[Pods]:
+async def watching(api: KubeClient) -> AsyncIterator[Pods]:
     """A running ``Pods`` watch for the duration of the block."""
     pods = Pods(api)
     task = asyncio.create_task(pods.run())
@@ -180,28 +171,34 @@ def controller(plane: ControlPlane, log: Path, *, starvation_seconds: float) -> 
         terminate(process, grace=30)
 
 
-async def submit(api: Api, manifests: Sequence[dict[str, Any]]) -> dict[str, float]:
+async def submit(api: KubeClient, manifests: Sequence[dict[str, Any]]) -> dict[str, float]:
     """Create the jobs (``SUBMIT_CONCURRENCY`` at once); job name -> when its create returned."""
     done: dict[str, float] = {}
 
     async def one(manifest: dict[str, Any]) -> None:
         path = JOBS_API.format(namespace=manifest["metadata"]["namespace"])
-        status, body = await api.request("POST", path, manifest)
-        if status != 201:
-            raise RuntimeError(f"creating {manifest['metadata']['name']}: {status} {body}")
+        try:
+            await api.request("POST", path, body=manifest)
+        except ApiError as exc:
+            name = manifest["metadata"]["name"]
+            raise RuntimeError(f"creating {name}: {exc.status} {exc.body}") from exc
         done[manifest["metadata"]["name"]] = time.monotonic()
 
     await bounded([one(m) for m in manifests], SUBMIT_CONCURRENCY)
     return done
 
 
-async def delete_job(api: Api, namespace: str, name: str) -> None:
+async def delete_job(api: KubeClient, namespace: str, name: str) -> None:
     """Delete a job and its pods at once (foreground deletion is not needed: pods by name)."""
-    await api.request("DELETE", JOBS_API.format(namespace=namespace) + f"/{name}")
+    with contextlib.suppress(NotFound):
+        await api.request("DELETE", JOBS_API.format(namespace=namespace) + f"/{name}")
     await api.request(
         "DELETE",
-        f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0"
-        f"&labelSelector=training.kubeflow.org/job-name%3D{name}",
+        PODS.path(namespace),
+        query={
+            "gracePeriodSeconds": "0",
+            "labelSelector": f"training.kubeflow.org/job-name={name}",
+        },
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import sys
 import time
@@ -21,9 +22,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from controller_bench import Api, clear_namespace
+from controller_bench import clear_namespace
 
 from torchgate.controlplane.cluster import ControlPlane
+from torchgate.kube.client import KubeClient
+from torchgate.kube.errors import ApiError, NotFound
 
 from .harness import controller, delete_job, plane_nodes, submit, until, watching
 from .manifests import (
@@ -45,7 +48,7 @@ from .workload import Job, burst, two_teams
 
 
 async def burst_run(
-    api: Api, plane: ControlPlane, jobs: Sequence[Job], *, backfill: bool, log: Path
+    api: KubeClient, plane: ControlPlane, jobs: Sequence[Job], *, backfill: bool, log: Path
 ) -> dict[str, Any]:
     """One burst through the controller; makespan and occupancy."""
     namespace = jobs[0].namespace
@@ -79,7 +82,7 @@ async def burst_run(
 
 
 async def burst_round(
-    api: Api, plane: ControlPlane, args: argparse.Namespace, number: int, workdir: Path
+    api: KubeClient, plane: ControlPlane, args: argparse.Namespace, number: int, workdir: Path
 ) -> dict[str, Any]:
     """Benchmark 1, one round: the same burst with and without backfill, against the optimum."""
     nodes = len(plane_nodes(plane))
@@ -121,7 +124,7 @@ async def burst_round(
 
 
 async def preemption_rounds(
-    api: Api, plane: ControlPlane, args: argparse.Namespace, workdir: Path
+    api: KubeClient, plane: ControlPlane, args: argparse.Namespace, workdir: Path
 ) -> list[dict[str, Any]]:
     """Benchmark 2: high-priority gang submitted -> all its pods Running, with and without victims.
 
@@ -232,18 +235,18 @@ async def preemption_rounds(
 
 
 async def fairness_run(
-    api: Api, plane: ControlPlane, jobs: Sequence[Job], *, quotas: bool, log: Path
+    api: KubeClient, plane: ControlPlane, jobs: Sequence[Job], *, quotas: bool, log: Path
 ) -> dict[str, Any]:
     """Both teams' bursts at once; time until each team's Running pods hold its share."""
     nodes = len(plane_nodes(plane))
     share_pods = nodes // 2
     if quotas:
         for team in ("a", "b"):
-            status, body = await api.request(
-                "POST", QUOTA_API, team_quota(team, f"team-{team}", share_pods * GPUS_PER_NODE)
-            )
-            if status != 201:
-                raise RuntimeError(f"creating TeamQuota {team}: {status} {body}")
+            quota = team_quota(team, f"team-{team}", share_pods * GPUS_PER_NODE)
+            try:
+                await api.request("POST", QUOTA_API, body=quota)
+            except ApiError as exc:
+                raise RuntimeError(f"creating TeamQuota {team}: {exc.status} {exc.body}") from exc
     by_team = {"a": [j for j in jobs if j.team == "a"], "b": [j for j in jobs if j.team == "b"]}
     interleaved = [j for pair in zip(by_team["a"], by_team["b"], strict=True) for j in pair]
     manifests = [pytorchjob(j.name, j.namespace, j.pods, j.seconds) for j in interleaved]
@@ -283,12 +286,13 @@ async def fairness_run(
             await clear_namespace(api, f"team-{team}")
         if quotas:
             for team in ("a", "b"):
-                await api.request("DELETE", f"{QUOTA_API}/{team}")
+                with contextlib.suppress(NotFound):
+                    await api.request("DELETE", f"{QUOTA_API}/{team}")
     return result
 
 
 async def fairness_round(
-    api: Api, plane: ControlPlane, args: argparse.Namespace, number: int, workdir: Path
+    api: KubeClient, plane: ControlPlane, args: argparse.Namespace, number: int, workdir: Path
 ) -> dict[str, Any]:
     """Benchmark 4, one round: with TeamQuotas, and the same bursts without."""
     nodes = len(plane_nodes(plane))
