@@ -25,7 +25,10 @@ export GOTOOLCHAIN=local CGO_ENABLED=0 GOWORK=off GOFLAGS="-mod=readonly -trimpa
 log() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 have_version() {  # $1 binary, $2 expected substring of its --version output
-    [[ -x "$1" ]] && "$1" --version 2>/dev/null | grep -q -- "$2"
+    # The output is read whole, not piped into `grep -q`: grep exits at its first match, the
+    # binary may then die of SIGPIPE, and pipefail turned that into "not cached" (a needless rebuild).
+    local out
+    [[ -x "$1" ]] && out=$("$1" --version 2>/dev/null) && [[ $out == *"$2"* ]]
 }
 
 if ! command -v go >/dev/null; then
@@ -69,7 +72,7 @@ else
     log "etcd ${ETCD_VERSION}: cached"
 fi
 
-if ! [[ -x "$bin/kwok" ]] || ! "$bin/kwok" --version 2>/dev/null | grep -q "${KWOK_VERSION#v}"; then
+if ! have_version "$bin/kwok" "${KWOK_VERSION#v}"; then
     log "building kwok ${KWOK_VERSION}"
     t=$(date +%s)
     (cd "$here/kwok" && go build -ldflags "-s -w" -o "$bin/kwok" sigs.k8s.io/kwok/cmd/kwok)

@@ -10,7 +10,7 @@ packages=(
 )
 missing=()
 for package in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" \
+    [[ $(dpkg-query -W -f='${Status}' "$package" 2>/dev/null) == *"ok installed"* ]] \
         || missing+=("$package")
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
