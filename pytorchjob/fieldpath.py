@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,3 +181,19 @@ def dedupe(errors: Iterable[FieldError]) -> list[FieldError]:
             seen.add(marker)
             out.append(error)
     return out
+
+
+def object_header(raw: Mapping[str, Any], kind: str) -> tuple[str, list[FieldError]]:
+    """The ``metadata.name`` of a stored object (``""`` when missing) and the errors of its header.
+
+    The name must be a non-empty string; ``kind``, when present, must be ``kind``.
+    """
+    errors: list[FieldError] = []
+    metadata = raw.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    if not isinstance(name, str) or not name:
+        errors.append(required(FieldPath.root("metadata", "name"), "must be set"))
+        name = ""
+    if raw.get("kind") not in (None, kind):
+        errors.append(not_supported(FieldPath.root("kind"), raw.get("kind"), [kind]))
+    return name, errors

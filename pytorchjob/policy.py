@@ -20,7 +20,14 @@ from decimal import Decimal
 from typing import Any
 
 from torchgate.pytorchjob import names
-from torchgate.pytorchjob.fieldpath import FieldError, FieldPath, invalid, not_supported, required
+from torchgate.pytorchjob.fieldpath import (
+    FieldError,
+    FieldPath,
+    invalid,
+    not_supported,
+    object_header,
+    required,
+)
 from torchgate.pytorchjob.pool import PreemptionSettings, TopologySettings, parse_pool_settings
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
 from torchgate.pytorchjob.spec import as_int
@@ -95,14 +102,7 @@ def parse_policy(raw: object) -> tuple[PlacementPolicy | None, list[FieldError]]
     """Parse a PlacementPolicy object (as stored by the apiserver or read from a file)."""
     if not isinstance(raw, Mapping):
         return None, [invalid(FieldPath(), type(raw).__name__, "must be an object")]
-    errors: list[FieldError] = []
-    metadata = raw.get("metadata")
-    name = metadata.get("name") if isinstance(metadata, Mapping) else None
-    if not isinstance(name, str) or not name:
-        errors.append(required(FieldPath.root("metadata", "name"), "must be set"))
-        name = ""
-    if raw.get("kind") not in (None, names.POLICY_KIND):
-        errors.append(not_supported(FieldPath.root("kind"), raw.get("kind"), [names.POLICY_KIND]))
+    name, errors = object_header(raw, names.POLICY_KIND)
     spec = raw.get("spec", {})
     if spec is None:
         spec = {}

@@ -54,6 +54,7 @@ from torchgate.pytorchjob.fieldpath import (
     forbidden,
     invalid,
     not_supported,
+    object_header,
     required,
 )
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
@@ -231,14 +232,7 @@ def parse_team_quota(raw: object) -> tuple[TeamQuota | None, list[FieldError]]:
     """Parse a TeamQuota object (rule 1)."""
     if not isinstance(raw, Mapping):
         return None, [invalid(FieldPath(), type(raw).__name__, "must be an object")]
-    errors: list[FieldError] = []
-    metadata = raw.get("metadata")
-    name = metadata.get("name") if isinstance(metadata, Mapping) else None
-    if not isinstance(name, str) or not name:
-        errors.append(required(FieldPath.root("metadata", "name"), "must be set"))
-        name = ""
-    if raw.get("kind") not in (None, QUOTA_KIND):
-        errors.append(not_supported(FieldPath.root("kind"), raw.get("kind"), [QUOTA_KIND]))
+    name, errors = object_header(raw, QUOTA_KIND)
     spec = raw.get("spec")
     if not isinstance(spec, Mapping):
         return None, [*errors, invalid(_SPEC, spec, "must be an object")]
