@@ -57,6 +57,7 @@ from torchgate.controller.admissionbook import (
 )
 from torchgate.controller.admissionbook import JobKey as JobKey
 from torchgate.controller.eligibility import (
+    ZERO,
     NodeView,
     PodDemand,
     Resources,
@@ -67,7 +68,7 @@ from torchgate.controller.ledger import add, fits
 from torchgate.controller.placement import Placement, place_gang
 from torchgate.controller.sharing import Admit, Outcome, Pool, Preempt, Wait, WaitingGang, decide
 from torchgate.controller.topology import shape_of
-from torchgate.pytorchjob.pool import PoolSettings, TeamQuota
+from torchgate.pytorchjob.pool import GPUS, PoolSettings, TeamQuota
 
 log = logging.getLogger("torchgate.controller.admitter")
 
@@ -137,7 +138,10 @@ class Admitter(AdmissionBook):
         ready = [w for w in sorted(self.waiting.values(), key=Waiting.order) if w.not_before <= now]
         eligibility: MutableMapping[Signature, tuple[str, ...]] = {}
         allowed_nodes: dict[frozenset[Signature], frozenset[str]] = {}
-        gangs = [self._gang(w, owner, levels, eligibility, allowed_nodes) for w in ready]
+        without_gpus: dict[str, frozenset[str]] = {}
+        gangs = [
+            self._gang(w, owner, levels, eligibility, allowed_nodes, without_gpus) for w in ready
+        ]
         running = self.holding(owner, wall)
         pool = Pool(
             topology=self.topology_for(levels),
@@ -195,8 +199,18 @@ class Admitter(AdmissionBook):
         levels: Sequence[str],
         eligibility: MutableMapping[Signature, tuple[str, ...]],
         allowed_nodes: dict[frozenset[Signature], frozenset[str]],
+        without_gpus: dict[str, frozenset[str]],
     ) -> WaitingGang:
         requests, usage = waiting.requests_and_usage()
+        preferred: frozenset[str] | None = None
+        if not usage.get(GPUS):  # GPU-free gangs try the GPU-free nodes first (topology rule 0)
+            preferred = without_gpus.get(waiting.gpu_resource)
+            if preferred is None:
+                preferred = without_gpus[waiting.gpu_resource] = frozenset(
+                    view.name
+                    for view in self.nodes.values()
+                    if view.allocatable.get(waiting.gpu_resource, ZERO) <= ZERO
+                )
         required = waiting.required()
         signatures = frozenset(demand.signature for demand in required)
         allowed = allowed_nodes.get(signatures)
@@ -220,6 +234,7 @@ class Admitter(AdmissionBook):
                 requests.values(),
                 one_per_node=any(d.host_ports for d in required),
                 allowed=allowed,
+                preferred=preferred,
             ),
             topology=pooling.job_topology(
                 waiting.topology_level, waiting.topology_required, levels

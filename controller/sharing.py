@@ -354,9 +354,9 @@ class _Trial:
 
 
 def _domain_at(topology: Topology, level: int) -> Callable[[str], str | None]:
-    """Node name -> an id of its domain at ``level`` (``None`` without that label)."""
+    """Node name -> an id of its domain at ``level`` (``None`` for a node outside the topology)."""
     names = {
-        name: None if domain < 0 else str(domain)
+        name: str(domain)
         for name, domain in zip(topology.node_names, topology.member[level], strict=True)
     }
     return names.get

@@ -15,6 +15,10 @@ room (any pod fits a slot of the largest shape).
 
 Rules (each one function):
 
+0. ``place_topology``: a gang that asks for none of the pool's GPUs is offered the nodes without
+   GPUs first (``Shape.preferred``, chosen by the admitter) and goes to a GPU node only when it
+   fits nowhere else, so GPUs stay free for the gangs that need them (a CPU job on a GPU node
+   leaves its GPUs idle however tightly it packs the node's CPUs).
 1. ``slots_of``: a node's slots for a shape; a domain's slots are its nodes' sum.
 2. ``fitting_level``: the finest level with a domain whose slots hold the whole gang (a domain
    never has more slots than its parent, so the search descends only into domains that fit).
@@ -49,6 +53,7 @@ Units = Mapping[str, int]
 PodShape = tuple[tuple[str, int], ...]
 UNBOUNDED: Final = 1 << 40
 ROOT: Final = 0
+SOLE_PREFIX: Final = "/"  # key of a node's own domain at a level it has no label for
 
 WaitKind = Literal["Capacity", "Topology"]
 
@@ -58,12 +63,18 @@ class Shape:
     """What one slot must hold: the largest request per resource (milli-units), sorted.
 
     ``allowed`` names the nodes the gang's pods may use at all (node selector, affinity, taints:
-    ``placement.eligible_nodes``); ``None`` means every node of the topology.
+    ``placement.eligible_nodes``); ``None`` means every node of the topology. ``preferred`` names
+    the allowed nodes tried first (rule 0), ``None`` when there is no such preference.
     """
 
     pod: PodShape
     one_per_node: bool = False
     allowed: frozenset[str] | None = None
+    preferred: frozenset[str] | None = None
+
+    def narrowed(self) -> Shape:
+        """The same shape confined to its preferred nodes."""
+        return Shape(self.pod, self.one_per_node, self.preferred)
 
 
 def shape_of(
@@ -71,18 +82,27 @@ def shape_of(
     *,
     one_per_node: bool = False,
     allowed: Iterable[str] | None = None,
+    preferred: Iterable[str] | None = None,
 ) -> Shape:
-    """The slot shape of a gang: the largest positive request per resource over its pods."""
+    """The slot shape of a gang: the largest positive request per resource over its pods.
+
+    ``preferred`` (rule 0) is kept only where it narrows the choice: the allowed nodes among it,
+    when that is some but not all of them.
+    """
     largest: dict[str, int] = {}
     for pod in requests:
         for name, amount in pod.items():
             if amount > 0 and amount > largest.get(name, 0):
                 largest[name] = amount
-    return Shape(
-        tuple(sorted(largest.items())),
-        one_per_node,
-        None if allowed is None else frozenset(allowed),
-    )
+    permitted = None if allowed is None else frozenset(allowed)
+    first: frozenset[str] | None = None
+    if preferred is not None:
+        first = frozenset(preferred)
+        if permitted is not None:
+            first &= permitted
+        if not first or first == permitted:
+            first = None
+    return Shape(tuple(sorted(largest.items())), one_per_node, permitted, first)
 
 
 @dataclass(slots=True)
@@ -105,10 +125,10 @@ class Topology:
     by_level: tuple[tuple[int, ...], ...]
     ancestors: tuple[tuple[int, ...], ...]  # per node, its domains finest first, root last
     index: Mapping[str, int]  # node name -> position in ``node_names``
-    member: tuple[tuple[int, ...], ...]  # per level, per node: its domain there, or -1
+    member: tuple[tuple[int, ...], ...]  # per level, per node: its domain there
 
     def domain_of(self, node_name: str, level: int) -> int | None:
-        """The domain holding ``node_name`` at ``level``, ``None`` without that label."""
+        """The domain holding ``node_name`` at ``level``, ``None`` for an unknown node or level."""
         node = self.index.get(node_name)
         if node is None or not 0 <= level < len(self.levels):
             return None
@@ -120,7 +140,10 @@ class Topology:
         found = self.domains[domain]
         if found.level < 0:
             return "the pool"
-        return f"{self.levels[found.level]}={found.key[-1]}"
+        value = found.key[-1]
+        if value.startswith(SOLE_PREFIX):
+            return f"node {value.removeprefix(SOLE_PREFIX)}"  # a node outside this level's labels
+        return f"{self.levels[found.level]}={value}"
 
 
 def build_topology(
@@ -128,7 +151,8 @@ def build_topology(
 ) -> Topology:
     """The domain tree of ``nodes`` (name, labels) under ``levels``, coarsest first.
 
-    A node without the label of some level belongs to the domains of the coarser levels only.
+    A node without the label of some level is a domain of its own at that level and every finer
+    one (a CPU node outside the racks is still a candidate for a gang it holds whole).
     """
     domains: list[_Domain] = [_Domain((), -1, -1)]
     index: dict[tuple[str, ...], int] = {(): ROOT}
@@ -137,10 +161,13 @@ def build_topology(
     for node, labels in sorted(nodes, key=lambda item: item[0]):
         chain = [ROOT]
         key: tuple[str, ...] = ()
+        sole = False
         for level, label in enumerate(levels):
             value = labels.get(label)
-            if value is None:
-                break
+            if value is None or sole:
+                # A node without this level's label is a domain of its own here and below (one
+                # node is inside every switch above it); label values never hold "/".
+                sole, value = True, SOLE_PREFIX + node
             key = (*key, value)
             found = index.get(key)
             if found is None:
@@ -374,7 +401,24 @@ def place_topology(
     shape: Shape,
     request: TopologyRequest,
 ) -> TopologyPlacement | TopologyWait:
-    """Place the whole gang ``pods`` (rank order) by rules 2-5, or say why it waits (rule 6)."""
+    """Place the whole gang ``pods`` (rank order) by rules 0 and 2-5, or say why it waits (rule 6).
+
+    Rule 0: a shape with ``preferred`` nodes is placed there when it fits them whole (meeting its
+    topology preference too), and over all its allowed nodes otherwise.
+    """
+    if shape.preferred is not None:
+        first = _place(capacity, pods, shape.narrowed(), request)
+        if isinstance(first, TopologyPlacement) and first.preference_met:
+            return first
+    return _place(capacity, pods, shape, request)
+
+
+def _place(
+    capacity: Capacity,
+    pods: Sequence[str],
+    shape: Shape,
+    request: TopologyRequest,
+) -> TopologyPlacement | TopologyWait:
     topology = capacity.topology
     count = len(pods)
     node_slots = capacity.node_slots(shape)
@@ -417,12 +461,5 @@ def fits_topology(capacity: Capacity, count: int, shape: Shape, request: Topolog
 
 
 def domains_spanned(topology: Topology, nodes: Iterable[str], level: int) -> int:
-    """How many distinct domains of ``level`` the given nodes touch (for tests and status).
-
-    A node without the level's label counts as a domain of its own.
-    """
-    touched: set[int] = set()
-    for name in nodes:
-        found = topology.domain_of(name, level)
-        touched.add(found if found is not None else -1 - topology.index[name])
-    return len(touched)
+    """How many distinct domains of ``level`` the given nodes touch (for tests and status)."""
+    return len({topology.domain_of(name, level) for name in nodes})

@@ -25,7 +25,9 @@ from torchgate.controlplane.binaries import BIN_DIR_ENV, Binaries
 
 pytestmark = pytest.mark.e2e
 
-SEED_000 = REPO_ROOT.parent / "shared" / "seeds" / "manifests" / "000-pytorch-dist-mnist-nccl.yaml"
+SEEDS = REPO_ROOT.parent / "shared" / "seeds" / "manifests"
+SEED_000 = SEEDS / "000-pytorch-dist-mnist-nccl.yaml"
+SEED_003 = SEEDS / "003-torchrun-cpu.yaml"
 REPLICA_IMAGE = "spec.pytorchReplicaSpecs[{}].template.spec.containers[0].image"
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 REAL_NODE = ("registry", "containerd", "coredns", "kubelet")
@@ -153,12 +155,12 @@ def test_dev_up_serves_seed_000_through_the_webhook_and_down_leaves_nothing(
         assert pod["nodeSelector"] == {"pool": "a100"}, "placement from the dev policy"
 
     # The controller runs it: the whole gang lands in the a100 pool.
-    def bound_gang() -> list[Any] | None:
-        found = get("pods", "--selector", "training.kubeflow.org/job-name")["items"]
+    def bound_pods(job: str) -> list[Any] | None:
+        found = get("pods", "--selector", f"training.kubeflow.org/job-name={job}")["items"]
         bound = [p for p in found if p["spec"].get("nodeName")]
         return bound if len(bound) == 2 else None
 
-    pods = wait_until(bound_gang, timeout=30)
+    pods = wait_until(lambda: bound_pods("pytorch-dist-mnist-nccl"), timeout=30)
     assert pods, "the controller did not run seed 000"
     assert {p["spec"]["nodeName"].split("-")[0] for p in pods} == {"a100"}
 
@@ -172,6 +174,12 @@ def test_dev_up_serves_seed_000_through_the_webhook_and_down_leaves_nothing(
     ]
     (real_node,) = get("nodes", "--selector", "torchgate.io/real-node=true")["items"]
     assert real_node["metadata"]["labels"]["pool"] == "a100", "the real node joins the first pool"
+    # README's main job asks for no GPU: of its pool (fake GPU nodes in racks, and the real node
+    # without topology labels) it goes to the node that can run it.
+    assert kubectl("apply", "-f", str(SEED_003)).returncode == 0
+    cpu_pods = wait_until(lambda: bound_pods("torchrun-cpu"), timeout=30)
+    assert cpu_pods, "the controller did not place seed 003"
+    assert {p["spec"]["nodeName"] for p in cpu_pods} == {real_node["metadata"]["name"]}
     ready = [c for c in real_node["status"]["conditions"] if c["type"] == "Ready"]
     assert [c["status"] for c in ready] == ["True"]
     for kind, path in (("mutating", "/mutate"), ("validating", "/validate")):

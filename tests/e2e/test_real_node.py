@@ -25,6 +25,7 @@ import yaml
 
 from tests.e2e.conftest import REPO_ROOT, Cluster
 from tests.e2e.controller_process import get_job, is_true, job_pods
+from torchgate import devcluster
 from torchgate.controlplane.cluster import ControlPlane
 from torchgate.dev import DevCluster, UpOptions
 from torchgate.node.config import NodePaths
@@ -158,6 +159,51 @@ def test_seed_003_runs_verbatim_and_both_ranks_print_the_all_reduce(
         assert pod["status"]["phase"] == "Succeeded", name
         assert pod["spec"]["nodeName"] == real.node
         assert "result tensor([2])" in real.logs(namespace, name)
+
+
+def test_seed_003_lands_on_the_real_node_when_fake_gpu_nodes_with_topology_share_its_pool(
+    real: RealNodeCluster,
+) -> None:
+    """A GPU-free job goes to the real node, not to a fake GPU node of its pool.
+
+    This is ``torchgate dev up``'s shape: fake GPU nodes in racks beside the real node, which has
+    no topology labels; the seed must go to the node that can run it, and finish there.
+    """
+    namespace = real.new_namespace("cpu-beside-gpus")
+    fake = real.add_gpu_nodes(
+        2, f"gpu-{namespace}", labels={devcluster.BLOCK_LABEL: "b1", devcluster.RACK_LABEL: "r1"}
+    )
+    real.wait_for(
+        lambda: all(is_ready(real.get("node", name)) for name in fake), what="the fake nodes"
+    )
+    policy = f"topology-{namespace}"
+    real.apply(
+        {
+            "apiVersion": "torchgate.io/v1alpha1",
+            "kind": "PlacementPolicy",
+            "metadata": {"name": policy},
+            "spec": {
+                "namespaces": [namespace],
+                "topology": {"levels": list(devcluster.TOPOLOGY_LEVELS)},
+            },
+        }
+    )
+    try:
+        real.kubectl("apply", "--namespace", namespace, "-f", str(SEEDS / "003-torchrun-cpu.yaml"))
+
+        real.wait_job(namespace, "torchrun-cpu", "Succeeded")
+
+        pods = job_pods(real, namespace, "torchrun-cpu")
+        assert {p["spec"]["nodeName"] for p in pods} == {real.node}
+        for pod in pods:
+            assert "result tensor([2])" in real.logs(namespace, pod["metadata"]["name"])
+    finally:
+        real.kubectl("delete", "placementpolicy", policy, check=False)
+
+
+def is_ready(node: dict[str, Any] | None) -> bool:
+    conditions = (node or {}).get("status", {}).get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
 def test_seed_004_trains_verbatim_and_the_users_selector_finds_the_master(

@@ -224,7 +224,7 @@ class DevCluster:
             startup_timeout=options.timeout,
             real_node=options.real_node,
             # The real node joins the first pool, so the sample policy's nodeSelector sends
-            # CPU jobs there (they fit no fake GPU node better: it has no GPU to spare).
+            # CPU jobs there (admission offers a GPU-free gang the nodes without GPUs first).
             node_labels={"pool": options.pools[0].name} if options.pools else None,
         )
         self._report(f"starting the control plane in {self.layout.root}")

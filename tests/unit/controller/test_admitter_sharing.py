@@ -35,6 +35,7 @@ from torchgate.pytorchjob.pool import (
 )
 
 RACK = "topology.torchgate.io/rack"
+BLOCK = "topology.torchgate.io/block"
 
 
 class Clocks:
@@ -312,6 +313,30 @@ def test_a_required_rack_that_no_rack_holds_waits_for_topology() -> None:
     key = ask(admitter, gpu_job("t", workers=4, gpus=4).build(), topology=(RACK, True))
     admitter.cycle()
     assert admitter.wait_kind(key) == "Topology"
+
+
+@pytest.mark.parametrize("levels", [(), (BLOCK, RACK, "kubernetes.io/hostname")])
+def test_a_gang_without_gpus_goes_to_the_node_without_gpus(levels: tuple[str, ...]) -> None:
+    """``torchgate dev up``'s pool: racked GPU nodes and one unlabelled CPU node (the real one)."""
+    racked = [
+        node(f"{rack}-{index}", labels={BLOCK: "b1", RACK: rack})
+        for rack in ("r1", "r2")
+        for index in range(2)
+    ]
+    cpu_node = node("cpu-0", gpus=0, cpu="4")  # tighter in CPU than any GPU node, and GPU-free
+    settings = [PoolSettings(topology=TopologySettings(levels=levels))]
+    admitter, _, _ = make([*racked, cpu_node], settings=settings)
+    requests = {"cpu": "1"}
+    cpu_job = job("c").master(requests=requests).workers(1, requests=requests).build()
+    key = ask(admitter, cpu_job)
+    assert admitter.cycle() == [key]
+    assert set((admitter.reservation_for(key, "uid-c") or {}).values()) == {"cpu-0"}
+    # A GPU gang never goes there, and a second CPU gang that no longer fits it takes a GPU node.
+    gpu_key = ask(admitter, gpu_job("g", workers=1, gpus=1).build())
+    more = ask(admitter, job("d").master(requests={"cpu": "3"}).build())
+    assert set(admitter.cycle()) == {gpu_key, more}
+    assert "cpu-0" not in (admitter.reservation_for(gpu_key, "uid-g") or {}).values()
+    assert "cpu-0" not in (admitter.reservation_for(more, "uid-d") or {}).values()
 
 
 # ------------------------------------------------------------------ planning a preemption

@@ -10,6 +10,7 @@ from hypothesis import strategies as hs
 
 from torchgate.controller.topology import (
     Capacity,
+    Shape,
     Topology,
     TopologyPlacement,
     TopologyWait,
@@ -78,16 +79,28 @@ def rack_of(node: str) -> str:
 # ------------------------------------------------------------------ the tree and slots
 
 
-def test_domains_are_keyed_by_their_whole_path_and_unlabelled_nodes_stay_coarse() -> None:
+def test_domains_are_keyed_by_their_whole_path_and_an_unlabelled_node_is_its_own_domain() -> None:
     topology = build_topology(
         (BLOCK, RACK),
-        [("a", {BLOCK: "b1", RACK: "r1"}), ("b", {BLOCK: "b2", RACK: "r1"}), ("c", {BLOCK: "b1"})],
+        [
+            ("a", {BLOCK: "b1", RACK: "r1"}),
+            ("b", {BLOCK: "b2", RACK: "r1"}),
+            ("c", {BLOCK: "b1"}),
+            ("d", {RACK: "r1"}),  # no block: its own block and rack, the rack label is moot
+        ],
     )
-    assert [topology.domains[d].key for d in topology.by_level[1]] == [("b1", "r1"), ("b2", "r1")]
+    keys = [topology.domains[d].key for d in topology.by_level[1]]
+    assert keys == [("b1", "r1"), ("b2", "r1"), ("b1", "/c"), ("/d", "/d")]
     assert topology.domain_of("c", 0) == topology.domain_of("a", 0)
-    assert topology.domain_of("c", 1) is None
+    assert topology.domain_of("c", 1) not in (None, topology.domain_of("a", 1))
+    assert topology.domain_of("d", 0) not in (None, topology.domain_of("a", 0))
+    assert topology.domain_of("nowhere", 0) is None
     assert domains_spanned(topology, ["a", "b"], 1) == 2
     assert domains_spanned(topology, ["a", "c"], 0) == 1
+    assert domains_spanned(topology, ["a", "c"], 1) == 2
+    own = topology.domain_of("c", 1)
+    assert own is not None
+    assert topology.domain_name(own) == "node c"
 
 
 @pytest.mark.parametrize(
@@ -216,6 +229,63 @@ def test_with_host_ports_a_gang_takes_one_node_per_pod() -> None:
     assert len(set(placed.nodes.values())) == 2
 
 
+# ------------------------------------------------------------------ nodes outside the racks
+
+
+CPU_FREE = {"cpu": 4000, "pods": 100_000}
+
+
+def with_cpu_node(cpu: int) -> tuple[Topology, dict[str, dict[str, int]]]:
+    """The racks of ``LAYOUT`` with GPUs and plenty of CPU, plus node ``cpu-0`` with no labels."""
+    nodes = [*labelled(LAYOUT), ("cpu-0", {})]
+    free = {name: {**gpus(8), "cpu": 64_000} for name in TOPOLOGY.node_names}
+    free["cpu-0"] = {"cpu": cpu, "pods": 110_000}
+    return build_topology(LEVELS, nodes), free
+
+
+def test_a_node_without_topology_labels_is_a_candidate_like_any_domain() -> None:
+    topology, free = with_cpu_node(cpu=4000)
+    capacity = Capacity(topology, free)
+    # Two 1-CPU pods: cpu-0 has room for 4, every GPU node for 64; the tightest fit is cpu-0.
+    placed = place_topology(
+        capacity, pods(2), shape_of([{"cpu": 1000, "pods": 1000}]), TopologyRequest()
+    )
+    assert isinstance(placed, TopologyPlacement)
+    assert set(placed.nodes.values()) == {"cpu-0"}
+    assert placed.domain == "node cpu-0"
+
+
+def test_a_gang_without_gpus_takes_the_gpu_free_nodes_first_even_when_a_gpu_node_is_tighter() -> (
+    None
+):
+    topology, free = with_cpu_node(cpu=64_000)
+    free["h5"] = {**gpus(8), "cpu": 2000}  # the tightest node for two 1-CPU pods
+    cpu_pods = [{"cpu": 1000, "pods": 1000}]
+    plain = place_topology(Capacity(topology, free), pods(2), shape_of(cpu_pods), TopologyRequest())
+    assert isinstance(plain, TopologyPlacement)
+    assert set(plain.nodes.values()) == {"h5"}  # without the preference: tightest wins
+    shape = shape_of(cpu_pods, preferred=["cpu-0"])
+    placed = place_topology(Capacity(topology, free), pods(2), shape, TopologyRequest())
+    assert isinstance(placed, TopologyPlacement)
+    assert set(placed.nodes.values()) == {"cpu-0"}
+
+
+def test_a_gang_that_does_not_fit_the_preferred_nodes_goes_elsewhere_whole() -> None:
+    topology, free = with_cpu_node(cpu=1000)
+    shape = shape_of([{"cpu": 1000, "pods": 1000}], preferred=["cpu-0"])
+    placed = place_topology(Capacity(topology, free), pods(2), shape, TopologyRequest())
+    assert isinstance(placed, TopologyPlacement)
+    assert "cpu-0" not in placed.nodes.values()
+    assert len(set(placed.nodes.values())) == 1
+
+
+def test_a_preference_that_narrows_nothing_is_dropped() -> None:
+    assert shape_of([pod(1)], preferred=[]).preferred is None
+    assert shape_of([pod(1)], allowed=["h1", "h2"], preferred=["h1", "h2", "h3"]).preferred is None
+    assert shape_of([pod(1)], allowed=["h1", "h2"], preferred=["h2", "h3"]).preferred == {"h2"}
+    assert shape_of([pod(1)], allowed=["h1"], preferred=["h3"]).preferred is None
+
+
 # ------------------------------------------------------------------ properties
 
 
@@ -229,7 +299,11 @@ def pools(draw: hs.DrawFn) -> tuple[Topology, dict[str, dict[str, int]]]:
         }
         for b in range(blocks)
     }
-    topology = build_topology(LEVELS, labelled(layout))
+    nodes = labelled(layout)
+    # Some nodes outside the racks: no labels at all, or a block but no rack.
+    nodes += [(f"loose{i}", {}) for i in range(draw(hs.integers(0, 2)))]
+    nodes += [(f"b0loose{i}", {BLOCK: "b0"}) for i in range(draw(hs.integers(0, 1)))]
+    topology = build_topology(LEVELS, nodes)
     free = {name: gpus(draw(hs.sampled_from((0, 1, 2, 4, 6, 8)))) for name in topology.node_names}
     return topology, free
 
@@ -319,3 +393,25 @@ def test_slot_counts_kept_up_to_date_equal_counts_computed_afresh(
     now = {name: capacity.free[i] for i, name in enumerate(topology.node_names)}
     for shape in shapes:
         assert capacity.domain_slots(shape) == Capacity(topology, now).domain_slots(shape)
+
+
+@settings(max_examples=200, deadline=None)
+@given(pools(), hs.integers(1, 12), hs.sampled_from((1, 2, 8)), hs.data())
+def test_a_gang_goes_to_its_preferred_nodes_whenever_they_hold_it_and_else_as_if_none(
+    pool: tuple[Topology, dict[str, dict[str, int]]], count: int, per_pod: int, data: hs.DataObject
+) -> None:
+    topology, free = pool
+    preferred = data.draw(hs.sets(hs.sampled_from(topology.node_names)))
+    request = TopologyRequest()
+
+    def placed(shape: Shape) -> TopologyPlacement | TopologyWait:
+        return place_topology(Capacity(topology, free), pods(count), shape, request)
+
+    chosen = placed(shape_of([pod(per_pod)], preferred=preferred))
+    only_there = placed(shape_of([pod(per_pod)], allowed=preferred))
+    anywhere = placed(shape_of([pod(per_pod)]))
+    if isinstance(only_there, TopologyPlacement):
+        assert isinstance(chosen, TopologyPlacement)
+        assert chosen.nodes == only_there.nodes
+    else:
+        assert chosen == anywhere
