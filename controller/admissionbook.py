@@ -15,7 +15,11 @@ The rules this module owns:
   pod *events*) has seen every pod; only then is it dropped (``free``), so no moment exists when
   neither counts a pod. ``release`` drops it when the job's pods were deleted.
 - **Holds** (``Hold``): a preemptor's nodes, counted in full on top of the victims' pods still
-  there, so nothing else takes them; ``evicting`` maps each victim to its preemptor.
+  there, so nothing else takes them; ``evicting`` maps each victim to its preemptor. A hold is
+  given up when every victim pod left is stuck: still there ``stuck_seconds`` after the time its
+  deletion gave it (``deletionTimestamp``: the deletion plus its grace period), as on a lost node.
+  The preemptor then goes back to its place in the queue and is decided again without those
+  victims (they stay victims: neither counted nor chosen again while their pods are there).
 - **Backoff**: a gang torn down after a schedule timeout waits ``backoff_base * 2**(n-1)`` seconds
   (at most ``backoff_max``) before it is tried again, even if it asks again in between.
 - **Capacity** (``free``): allocatable minus the ledger's live pods, minus reservations not yet
@@ -109,6 +113,7 @@ class Hold:
     reservation: Reservation
     victims: tuple[JobKey, ...]
     victim_pods: frozenset[PodKey]
+    waiting: Waiting  # the preemptor's place in the queue, should the hold be given up
 
 
 class AdmissionBook:

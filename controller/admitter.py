@@ -64,7 +64,7 @@ from torchgate.controller.eligibility import (
     Signature,
     eligible_nodes,
 )
-from torchgate.controller.ledger import add, fits
+from torchgate.controller.ledger import PodKey, add, fits
 from torchgate.controller.placement import Placement, place_gang
 from torchgate.controller.sharing import Admit, Outcome, Pool, Preempt, Wait, WaitingGang, decide
 from torchgate.controller.topology import shape_of
@@ -90,6 +90,7 @@ class Admitter(AdmissionBook):
         backoff_base: float = 10.0,
         backoff_max: float = 600.0,
         reason_refresh_seconds: float = 30.0,
+        stuck_seconds: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -101,6 +102,7 @@ class Admitter(AdmissionBook):
         self.pool_settings = pool_settings
         self.starvation_seconds = starvation_seconds
         self.reason_refresh_seconds = reason_refresh_seconds
+        self.stuck_seconds = stuck_seconds
         self.wall_clock = wall_clock
         self.cycles = 0
 
@@ -297,6 +299,7 @@ class Admitter(AdmissionBook):
             ),
             victims=outcome.victims,
             victim_pods=pods,
+            waiting=waiting,
         )
         log.info(
             "%s/%s preempts %s",
@@ -311,10 +314,13 @@ class Admitter(AdmissionBook):
         self.on_reason(waiting.key)
 
     def _release_holds(self, now: float) -> list[JobKey]:
-        """Holds whose victims' pods are all gone become reservations."""
+        """Holds whose victims' pods are all gone become reservations; stuck ones are given up."""
         released = []
         for key, hold in list(self.holds.items()):
-            if any(pod in self.ledger.pods for pod in hold.victim_pods):
+            left = [pod for pod in hold.victim_pods if pod in self.ledger.pods]
+            if left:
+                if self._stuck(left):
+                    self._give_up(key, hold, left)
                 continue
             del self.holds[key]
             self.reservations[key] = hold.reservation
@@ -345,6 +351,32 @@ class Admitter(AdmissionBook):
             )
             misses[memo] = "" if isinstance(found, Placement) else found.message
         return misses[memo] or None
+
+    def _stuck(self, pods: Sequence[PodKey]) -> bool:
+        """Whether every pod was deleted and is still there ``stuck_seconds`` past its time."""
+        late = self.wall_clock() - self.stuck_seconds
+        for pod in pods:
+            member = self.ledger.members.get(pod)
+            if member is None or member.gone_by is None or member.gone_by > late:
+                return False
+        return True
+
+    def _give_up(self, key: JobKey, hold: Hold, stuck: Sequence[PodKey]) -> None:
+        """The victims' pods do not go away: the preemptor is decided again without them."""
+        del self.holds[key]
+        waiting = hold.waiting
+        waiting.reported_kind = waiting.reported_reason = waiting.reported_at = None
+        self.waiting[key] = waiting
+        log.warning(
+            "%s/%s: %d victim pod(s) still terminating %.0fs past their grace period (%s); "
+            "deciding again without them",
+            *key,
+            len(stuck),
+            self.stuck_seconds,
+            ", ".join(sorted("/".join(pod) for pod in stuck)[:5]),
+            extra={"job": "/".join(key)},
+        )
+        self.on_reason(key)
 
     def _still_waiting(self, waiting: Waiting, kind: str, message: str, now: float) -> None:
         log.debug("%s/%s waits (%s): %s", *waiting.key, kind, message)

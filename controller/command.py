@@ -73,6 +73,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="after waiting this long, a gang blocks smaller jobs queued behind it (default 300)",
     )
     parser.add_argument(
+        "--stuck-termination-seconds",
+        type=float,
+        default=60.0,
+        help="a preemptor stops waiting for victims whose pods are still there this long after "
+        "their grace period ended (a lost node) and is decided again without them (default 60)",
+    )
+    parser.add_argument(
         "--gang-backoff-seconds",
         type=float,
         default=10.0,
@@ -141,6 +148,7 @@ async def _main(args: argparse.Namespace) -> int:
         workers=args.workers,
         resync_seconds=args.resync_seconds,
         starvation_seconds=args.starvation_seconds,
+        stuck_termination_seconds=args.stuck_termination_seconds,
         gang_backoff_seconds=args.gang_backoff_seconds,
         options=Options(
             manage_unowned=args.manage_unowned,

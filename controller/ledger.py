@@ -31,6 +31,7 @@ class Member:
     job: JobKey
     priority: int
     created: float | None
+    gone_by: float | None = None  # deleted: when it should be gone (``deletionTimestamp``)
 
 
 @dataclass(slots=True)
@@ -97,6 +98,7 @@ def member_of(pod: Mapping[str, Any]) -> Member | None:
         job=(str(metadata.get("namespace") or ""), job),
         priority=priority if isinstance(priority, int) else 0,
         created=pooling.epoch_seconds(metadata.get("creationTimestamp")),
+        gone_by=pooling.epoch_seconds(metadata.get("deletionTimestamp")),
     )
 
 

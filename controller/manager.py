@@ -55,6 +55,7 @@ class ManagerOptions:
     urgent_workers: int = 4
     resync_seconds: float = 300.0
     starvation_seconds: float = 300.0
+    stuck_termination_seconds: float = 60.0
     gang_backoff_seconds: float = 10.0
     # How long to wait for the TeamQuota list at start (the CRD may not be installed).
     quota_sync_seconds: float = 10.0
@@ -96,6 +97,7 @@ class Manager:
             teams=self.pool.teams,
             pool_settings=self.pool.settings,
             starvation_seconds=settings.starvation_seconds,
+            stuck_seconds=settings.stuck_termination_seconds,
             backoff_base=settings.gang_backoff_seconds,
         )
         self.reconciler = Reconciler(

@@ -90,7 +90,7 @@ def protection(settings: Iterable[PreemptionSettings]) -> PreemptionSettings:
 
 
 def epoch_seconds(timestamp: object) -> float | None:
-    """An RFC 3339 ``creationTimestamp`` as seconds since the epoch, ``None`` when unreadable."""
+    """An RFC 3339 timestamp (``creationTimestamp``) as seconds since the epoch, else ``None``."""
     if not isinstance(timestamp, str) or not timestamp:
         return None
     try:

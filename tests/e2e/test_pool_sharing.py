@@ -8,6 +8,7 @@ their nodes, job conditions, Events, TeamQuota status; never logs.
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import Iterator
@@ -32,6 +33,7 @@ from tests.e2e.controller_process import (
 pytestmark = pytest.mark.e2e
 QUOTA_CRD = REPO_ROOT / "manifests" / "crds" / "torchgate.io_teamquotas.yaml"
 BLOCK, RACK = "topology.torchgate.io/block", "topology.torchgate.io/rack"
+STUCK_SECONDS = 2
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +44,12 @@ def controller(
     cluster.kubectl(
         "wait", "--for=condition=Established", "--timeout=60s", "crd/teamquotas.torchgate.io"
     )
-    process = ControllerProcess(cluster.kubeconfig, tmp_path_factory.mktemp("controller")).start()
+    process = ControllerProcess(
+        cluster.kubeconfig,
+        tmp_path_factory.mktemp("controller"),
+        "--stuck-termination-seconds",
+        str(STUCK_SECONDS),
+    ).start()
     yield process
     assert process.stop() == 0, process.log()
 
@@ -336,6 +343,53 @@ def test_preempted_gangs_run_again_soon_after_their_preemptor_is_deleted(
             p["spec"]["nodeName"] for name in lows for p in live_pods(cluster, namespace, name)
         ]
         assert len(set(nodes)) == 16, (round_, nodes)
+
+
+STUCK_FINALIZER = "e2e.torchgate.io/stuck"
+
+
+def test_a_preemptor_whose_victim_is_stuck_terminating_gives_up_its_hold(
+    cluster: Cluster, pool: Pool
+) -> None:
+    """A victim pod that never goes (its node lost) must not hold the preemptor forever.
+
+    The finalizer plays the lost node: the pod stays Terminating past its grace period. The
+    module's controller gives up such a hold after ``STUCK_SECONDS``; the preemptor is then
+    decided again and runs on a node that appeared meanwhile.
+    """
+    pool.nodes(1)
+    namespace = cluster.new_namespace("stuck")
+    low = pool.priority_class("low", 10)
+    high = pool.priority_class("high", 1000)
+    pool.job(namespace, "stuck", pods=1, gpus=8, priority_class=low, backoff_limit=0)
+    (victim,) = wait_running(cluster, namespace, "stuck", 1)
+    name = victim["metadata"]["name"]
+    finalizers = {"metadata": {"finalizers": [STUCK_FINALIZER]}}
+    cluster.kubectl(
+        "patch", "pod", name, "-n", namespace, "--type=merge", "-p", json.dumps(finalizers)
+    )
+    try:
+        pool.job(namespace, "urgent", pods=1, gpus=8, priority_class=high)
+        cluster.wait_for(
+            lambda: (
+                (cluster.get("pod", name, namespace) or {})
+                .get("metadata", {})
+                .get("deletionTimestamp")
+            ),
+            what="the victim pod to be deleted",
+        )
+        (spare,) = pool.nodes(1, prefix="-spare")
+
+        (pod,) = wait_running(cluster, namespace, "urgent", 1)
+
+        assert pod["spec"]["nodeName"] == spare
+        assert is_true(get_job(cluster, namespace, "stuck"), "Preempted")
+        assert cluster.get("pod", name, namespace) is not None, "the victim is still stuck"
+    finally:
+        cluster.kubectl(
+            "patch", "pod", name, "-n", namespace, "--type=json",
+            "-p", json.dumps([{"op": "remove", "path": "/metadata/finalizers"}]), check=False,
+        )  # fmt: skip
 
 
 def test_a_protected_gang_is_not_preempted_before_its_minimum_run_time(

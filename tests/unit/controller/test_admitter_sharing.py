@@ -8,6 +8,7 @@ holds, reasons) and on plans, never on call order.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -196,6 +197,50 @@ def test_a_preemptor_holds_the_victims_nodes_until_their_pods_are_gone() -> None
     admitter.on_pod("DELETED", gang_pod(low, "low-worker-0", "n0", {}), None)
     assert admitter.cycle() == [high]
     assert admitter.reservation_for(high, "uid-high") == {"high-master-0": "n0"}
+
+
+def deleted(pod: dict[str, Any], at: float) -> dict[str, Any]:
+    """``pod`` as the apiserver shows it once deleted: ``deletionTimestamp`` is when it must go."""
+    stamp = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    pod["metadata"]["deletionTimestamp"] = stamp
+    return pod
+
+
+@pytest.mark.parametrize("deletion_seen", [True, False])
+def test_a_hold_on_victims_stuck_terminating_is_given_up_after_their_grace_period(
+    deletion_seen: bool,
+) -> None:
+    """Victim pods on a lost node never go; the preemptor must not hold its nodes forever."""
+    admitter, woken, clocks = make([node("n0")])
+    low = ask(admitter, job("low").master(gpus=8).build(), priority=1)
+    admitter.cycle()
+    start(admitter, low)
+    high = ask(admitter, job("high").master(gpus=8).build(), priority=100)
+    admitter.cycle()
+    assert admitter.wait_kind(high) == "Preempting"
+    victim = gang_pod(low, "low-master-0", "n0", {"nvidia.com/gpu": 8})
+    if deletion_seen:  # deleted with a 30 s grace period; its node never confirms
+        admitter.on_pod("MODIFIED", deleted(victim, clocks.wall + 30), None)
+    admitter.on_node("ADDED", node("n1"), None)  # room elsewhere, while the hold waits
+
+    clocks.wall += 30 + admitter.stuck_seconds - 1
+    assert admitter.cycle() == []
+    assert admitter.wait_kind(high) == "Preempting", "within its grace period and the margin"
+    woken.clear()
+    clocks.wall += 2
+    admitted = admitter.cycle()
+
+    if not deletion_seen:  # a pod nobody deleted yet is not stuck: the hold stays
+        assert admitted == []
+        assert admitter.wait_kind(high) == "Preempting"
+        return
+    assert admitted == [high], "decided again, without the stuck victim"
+    assert admitter.reservation_for(high, "uid-high") == {"high-master-0": "n1"}
+    assert high in woken
+    assert admitter.preempted_by(low) == high, "the stuck gang stays a victim"
+    other = ask(admitter, job("other").master(gpus=8).build(), priority=100)
+    admitter.cycle()
+    assert admitter.wait_kind(other) == "Capacity", "the stuck pods still take n0"
 
 
 def test_a_running_gang_counts_with_the_priority_its_reconcile_reports() -> None:
