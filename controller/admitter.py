@@ -57,7 +57,6 @@ from torchgate.controller.admissionbook import (
 )
 from torchgate.controller.admissionbook import JobKey as JobKey
 from torchgate.controller.eligibility import (
-    ZERO,
     NodeView,
     PodDemand,
     Resources,
@@ -140,7 +139,7 @@ class Admitter(AdmissionBook):
         ready = [w for w in sorted(self.waiting.values(), key=Waiting.order) if w.not_before <= now]
         eligibility: MutableMapping[Signature, tuple[str, ...]] = {}
         allowed_nodes: dict[frozenset[Signature], frozenset[str]] = {}
-        without_gpus: dict[str, frozenset[str]] = {}
+        without_gpus: dict[tuple[str, bool], frozenset[str] | None] = {}
         gangs = [
             self._gang(w, owner, levels, eligibility, allowed_nodes, without_gpus) for w in ready
         ]
@@ -201,18 +200,18 @@ class Admitter(AdmissionBook):
         levels: Sequence[str],
         eligibility: MutableMapping[Signature, tuple[str, ...]],
         allowed_nodes: dict[frozenset[Signature], frozenset[str]],
-        without_gpus: dict[str, frozenset[str]],
+        without_gpus: dict[tuple[str, bool], frozenset[str] | None],
     ) -> WaitingGang:
         requests, usage = waiting.requests_and_usage()
-        preferred: frozenset[str] | None = None
-        if not usage.get(GPUS):  # GPU-free gangs try the GPU-free nodes first (topology rule 0)
-            preferred = without_gpus.get(waiting.gpu_resource)
-            if preferred is None:
-                preferred = without_gpus[waiting.gpu_resource] = frozenset(
-                    view.name
-                    for view in self.nodes.values()
-                    if view.allocatable.get(waiting.gpu_resource, ZERO) <= ZERO
-                )
+        asks_gpus = usage.get(GPUS, 0) > 0
+        preference = (waiting.gpu_resource, asks_gpus)
+        if preference not in without_gpus:  # the same few answers for every gang of a cycle
+            without_gpus[preference] = pooling.gpu_free_nodes(
+                usage,
+                waiting.gpu_resource,
+                ((view.name, view.allocatable) for view in self.nodes.values()),
+            )
+        preferred = without_gpus[preference]
         required = waiting.required()
         signatures = frozenset(demand.signature for demand in required)
         allowed = allowed_nodes.get(signatures)

@@ -20,6 +20,9 @@ Rules (each one function):
    a cycle never picks a gang whose pods are being created as a victim.
 5. ``team_statuses``: a TeamQuota's status: GPUs used and borrowed (over nominal), admitted and
    waiting jobs; ``quota_conditions``: ``Valid`` with the errors that left a team out.
+6. ``gpu_free_nodes``: the nodes a gang that asks for no GPU tries first (``topology`` rule 0):
+   those whose allocatable has none of the policy's GPU resource; ``None`` for a gang that asks
+   for GPUs (it has no such preference).
 """
 
 from __future__ import annotations
@@ -59,6 +62,15 @@ def quota_usage(requests: Iterable[Resources], gpu_resource: str) -> dict[str, i
             key = GPUS if name == gpu_resource else name
             total[key] = total.get(key, Decimal(0)) + amount
     return to_units(total)
+
+
+def gpu_free_nodes(
+    usage: Mapping[str, int], gpu_resource: str, nodes: Iterable[tuple[str, Resources]]
+) -> frozenset[str] | None:
+    """The nodes (name, allocatable) without GPUs, for a gang of quota ``usage`` (rule 6)."""
+    if usage.get(GPUS, 0) > 0:
+        return None
+    return frozenset(name for name, allocatable in nodes if allocatable.get(gpu_resource, 0) <= 0)
 
 
 def topology_levels(declared: Iterable[Sequence[str]]) -> tuple[str, ...]:

@@ -476,6 +476,26 @@ def test_quota_usage_counts_the_policy_gpu_resource_as_gpus() -> None:
     assert pooling.quota_usage(requests, "amd.com/gpu") == {GPUS: 4000, "cpu": 1000}
 
 
+@pytest.mark.parametrize(
+    ("usage", "expected"),
+    [
+        ({"cpu": 1000}, frozenset({"cpu-0", "other-gpus"})),  # GPUs of another kind do not count
+        ({GPUS: 1000, "cpu": 1000}, None),  # a GPU gang has no preference
+    ],
+)
+def test_gpu_free_nodes_are_those_without_the_policy_gpu_resource(
+    usage: dict[str, int], expected: frozenset[str] | None
+) -> None:
+    nodes = [
+        ("cpu-0", {"cpu": Decimal(4)}),
+        ("zero", {"cpu": Decimal(4), "amd.com/gpu": Decimal(0)}),
+        ("gpu-0", {"amd.com/gpu": Decimal(8)}),
+        ("other-gpus", {"nvidia.com/gpu": Decimal(8)}),
+    ]
+    found = pooling.gpu_free_nodes(usage, "amd.com/gpu", nodes)
+    assert found == (None if expected is None else expected | {"zero"})
+
+
 def test_protection_takes_the_strictest_policy_and_protects_held_gangs() -> None:
     merged = pooling.protection(
         [
