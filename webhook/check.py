@@ -16,10 +16,10 @@ import argparse
 import difflib
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 import yaml
 
@@ -30,6 +30,8 @@ from torchgate.pytorchjob.pool import QUOTA_KIND, TeamQuota, parse_team_quota
 from torchgate.webhook.policysource import PolicyFileError, read_policy_files
 from torchgate.webhook.review import Evaluation, evaluate
 from torchgate.webhook.validation.sharing import resolve_team
+
+Parsed = TypeVar("Parsed")
 
 
 class InputError(Exception):
@@ -97,34 +99,31 @@ def run(args: argparse.Namespace) -> int:
 
 def load_policies(paths: Sequence[Path]) -> list[PlacementPolicy]:
     """Parse ``--policy`` files; any invalid policy is an input error."""
-    try:
-        objects = read_policy_files(paths)
-    except PolicyFileError as exc:
-        raise InputError(str(exc)) from None
-    policies = []
-    for raw in objects:
-        policy, errors = parse_policy(raw)
-        if policy is None:
-            problems = "; ".join(str(e) for e in errors)
-            raise InputError(f"invalid PlacementPolicy in {[str(p) for p in paths]}: {problems}")
-        policies.append(policy)
-    return policies
+    return _load(paths, names.POLICY_KIND, parse_policy)
 
 
 def load_quotas(paths: Sequence[Path]) -> list[TeamQuota]:
     """Parse the TeamQuota documents of ``--policy`` files; any invalid one is an input error."""
+    return _load(paths, QUOTA_KIND, parse_team_quota)
+
+
+def _load(
+    paths: Sequence[Path],
+    kind: str,
+    parse: Callable[[object], tuple[Parsed | None, list[FieldError]]],
+) -> list[Parsed]:
     try:
-        objects = read_policy_files(paths, kinds=(QUOTA_KIND,))
+        objects = read_policy_files(paths, kinds=(kind,))
     except PolicyFileError as exc:
         raise InputError(str(exc)) from None
-    quotas = []
+    parsed = []
     for raw in objects:
-        quota, errors = parse_team_quota(raw)
-        if quota is None:
+        found, errors = parse(raw)
+        if found is None:
             problems = "; ".join(str(e) for e in errors)
-            raise InputError(f"invalid TeamQuota in {[str(p) for p in paths]}: {problems}")
-        quotas.append(quota)
-    return quotas
+            raise InputError(f"invalid {kind} in {[str(p) for p in paths]}: {problems}")
+        parsed.append(found)
+    return parsed
 
 
 def read_documents(path: str) -> Iterator[Document]:
