@@ -11,9 +11,10 @@ Rules:
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from typing import Any, Final
+
+from poolbench.stats import over as figure_over
 
 WRITE_VERBS: Final = ("POST", "PUT", "PATCH", "DELETE")
 REQUEST_TOTAL: Final = "apiserver_request_total{"
@@ -65,13 +66,7 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians over rounds; every ratio pairs figures of the same round (the VM's speed drifts)."""
 
     def over(path: tuple[str, ...]) -> dict[str, Any]:
-        values = []
-        for result in rounds:
-            value: Any = result
-            for part in path:
-                value = value[part]
-            values.append(value)
-        return {"median": statistics.median(values), "rounds": values}
+        return figure_over(rounds, *path)
 
     summary: dict[str, Any] = {
         "rounds": len(rounds),

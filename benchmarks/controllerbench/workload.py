@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from poolbench.manifests import POOL as POOL  # the pool both cluster benchmarks label
+from poolbench.manifests import pytorchjob
+
 from torchgate.controller.pods import build_pod
-from torchgate.controlplane import kwok
 from torchgate.pytorchjob.spec import parse_job
 
-POOL: Final = "bench"
 # The users' job submissions, the same in every phase; the pods' concurrency is --write-concurrency.
 SUBMIT_CONCURRENCY: Final = 32
 GANG_PODS: Final = 8
@@ -23,34 +24,7 @@ GANG_PODS: Final = 8
 
 def gang(name: str, namespace: str, run_seconds: int) -> dict[str, Any]:
     """1 Master + 7 Workers, 1 GPU each; the Master ends by itself (kwok) after run_seconds."""
-
-    def replica(replicas: int, annotations: dict[str, str]) -> dict[str, Any]:
-        container = {
-            "name": "pytorch",
-            "image": "docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727",
-            "resources": {"limits": {"nvidia.com/gpu": 1}},
-        }
-        return {
-            "replicas": replicas,
-            "restartPolicy": "OnFailure",
-            "template": {
-                "metadata": {"annotations": annotations},
-                "spec": {"nodeSelector": {"pool": POOL}, "containers": [container]},
-            },
-        }
-
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "runPolicy": {"cleanPodPolicy": "Running"},
-            "pytorchReplicaSpecs": {
-                "Master": replica(1, kwok.run_seconds_annotation(run_seconds)),
-                "Worker": replica(7, {}),
-            },
-        },
-    }
+    return pytorchjob(name, namespace, GANG_PODS, run_seconds, gpus_per_pod=1)
 
 
 def gang_pod_names(job: str) -> list[str]:

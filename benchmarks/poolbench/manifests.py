@@ -26,15 +26,24 @@ JOBS_API = "/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs"
 
 
 def pytorchjob(
-    name: str, namespace: str, pods: int, seconds: float, *, priority_class: str | None = None
+    name: str,
+    namespace: str,
+    pods: int,
+    seconds: float,
+    *,
+    priority_class: str | None = None,
+    gpus_per_pod: int = GPUS_PER_NODE,
 ) -> dict[str, Any]:
-    """A gang of ``pods`` whole-node pods; the Master ends by itself after ``seconds``."""
+    """A gang of ``pods`` pods, whole nodes by default; the Master ends by itself after ``seconds``.
+
+    The controller benchmark submits its gangs through this too (1 GPU per pod).
+    """
 
     def replica(replicas: int, annotations: dict[str, str]) -> dict[str, Any]:
         container = {
             "name": "pytorch",
             "image": "docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727",
-            "resources": {"limits": {"nvidia.com/gpu": GPUS_PER_NODE}},
+            "resources": {"limits": {"nvidia.com/gpu": gpus_per_pod}},
         }
         return {
             "replicas": replicas,
