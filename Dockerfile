@@ -20,10 +20,6 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 WORKDIR /src
 # Only what the wheel is made of (.dockerignore keeps the rest out of the context as well).
 COPY pyproject.toml README.md ./
-COPY pytorchjob/ pytorchjob/
-COPY webhook/ webhook/
-COPY controller/ controller/
-COPY certs/ certs/
 COPY torchgate/ torchgate/
 # `pip wheel .` builds torchgate's wheel and downloads a wheel for every dependency into /wheels.
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .

@@ -139,7 +139,7 @@ def _walk_with_function(tree: ast.Module, path: Path) -> Iterator[_Site]:
 
 
 def _source_files(package: str) -> list[Path]:
-    return sorted((REPO_ROOT / package).glob("*.py"))
+    return sorted((REPO_ROOT / "torchgate" / package).rglob("*.py"))
 
 
 def _parse(path: Path) -> ast.Module:

@@ -227,8 +227,8 @@ def test_a_new_call_site_changes_the_scan(tmp_path: Any, monkeypatch: pytest.Mon
     # The scan reads source files; a call added to a copy of the controller shows up in it.
     import shutil
 
-    package = tmp_path / "controller"
-    shutil.copytree(rm.REPO_ROOT / "controller", package)
+    package = tmp_path / "torchgate" / "controller"
+    shutil.copytree(rm.REPO_ROOT / "torchgate" / "controller", package)
     extra = package / "reconciler.py"
     extra.write_text(
         extra.read_text(encoding="utf-8")

@@ -25,9 +25,9 @@ def _context(root: Path) -> Path:
     files = {
         "pyproject.toml": "[project]\nname = 'torchgate'\n",
         "README.md": "# torchgate\n",
-        "webhook/server.py": "SERVER = 1\n",
+        "torchgate/webhook/server.py": "SERVER = 1\n",
         "torchgate/cli.py": "def main() -> int:\n    return 0\n",
-        "certs/authority.py": "CA = 1\n",
+        "torchgate/certs/authority.py": "CA = 1\n",
         "tests/test_x.py": "def test() -> None: ...\n",
         "docs/real-node.md": "notes\n",
     }
@@ -52,14 +52,14 @@ def _key(root: Path, *, base: str = BASE) -> str:
 @pytest.mark.parametrize(
     ("path", "text"),
     [
-        ("webhook/server.py", "SERVER = 2\n"),
+        ("torchgate/webhook/server.py", "SERVER = 2\n"),
         ("torchgate/cli.py", "def main() -> int:\n    return 1\n"),
         ("torchgate/new_module.py", "X = 1\n"),
-        ("certs/authority.py", "CA = 2\n"),
+        ("torchgate/certs/authority.py", "CA = 2\n"),
         ("pyproject.toml", "[project]\nname = 'torchgate'\nversion = '2'\n"),
         ("README.md", "# torchgate 2\n"),
         ("Dockerfile", "FROM scratch\n"),
-        (".dockerignore", "*\n!webhook/\n"),
+        (".dockerignore", "*\n!torchgate/webhook/\n"),
     ],
 )
 def test_the_key_changes_with_what_the_build_reads(tmp_path: Path, path: str, text: str) -> None:
@@ -78,9 +78,9 @@ def test_the_key_changes_with_what_the_build_reads(tmp_path: Path, path: str, te
         "tests/test_x.py",
         "docs/real-node.md",
         ".venv/lib/site.py",
-        "webhook/__pycache__/server.cpython-311.pyc",
-        "certs/ca.pem",
-        "certs/server.key",
+        "torchgate/webhook/__pycache__/server.cpython-311.pyc",
+        "torchgate/certs/ca.pem",
+        "torchgate/certs/server.key",
         "scratch.txt",
     ],
 )
