@@ -29,8 +29,8 @@ from typing import Any
 # The script's folder is first on sys.path when it runs, so its sibling imports as a module.
 from controller_bench import REPO, bounded, connect, cpu_seconds, gang
 
-from torchgate.controller.pods import build_pod, build_service
-from torchgate.controller.status import format_time, replica_statuses, set_condition
+from torchgate.controller.job.pods import build_pod, build_service
+from torchgate.controller.job.status import format_time, replica_statuses, set_condition
 from torchgate.controlplane.binaries import ensure_binaries
 from torchgate.controlplane.cluster import ControlPlane
 from torchgate.kube.client import MERGE_PATCH, KubeClient

@@ -2,7 +2,7 @@
 
 Why a simulation beside the cluster benchmark (``pool_bench.py``): on the local control plane a
 run takes minutes, its figures include the apiserver's and kwok's delays, and the 2-core machine
-makes them noisy. Here ``torchgate.controller.sharing.decide`` (the cycle the admitter runs:
+makes them noisy. Here ``torchgate.controller.admission.decide`` (the cycle the admitter runs:
 quota, topology placement, preemption) is driven by a deterministic discrete-event loop, so a
 burst of hundreds of gangs is decided in well under a second and every figure is exact: it says
 what the *decisions* are worth, the cluster run adds what the machinery costs.

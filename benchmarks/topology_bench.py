@@ -29,9 +29,9 @@ import statistics
 import time
 from collections.abc import Mapping
 
-from torchgate.controller.quota import Admitted
-from torchgate.controller.sharing import Admit, Pool, Preempt, Wait, WaitingGang, decide
-from torchgate.controller.topology import build_topology, shape_of
+from torchgate.controller.admission.decide import Admit, Pool, Preempt, Wait, WaitingGang, decide
+from torchgate.controller.admission.quota import Admitted
+from torchgate.controller.admission.topology import build_topology, shape_of
 from torchgate.pytorchjob.pool import GPUS, Limit, PreemptionSettings, TeamQuota, TopologyRequest
 
 GPU = "nvidia.com/gpu"

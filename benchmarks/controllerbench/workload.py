@@ -14,7 +14,7 @@ from typing import Any, Final
 from poolbench.manifests import POOL as POOL  # the pool both cluster benchmarks label
 from poolbench.manifests import pytorchjob
 
-from torchgate.controller.pods import build_pod
+from torchgate.controller.job.pods import build_pod
 from torchgate.pytorchjob.spec import parse_job
 
 # The users' job submissions, the same in every phase; the pods' concurrency is --write-concurrency.

@@ -4,7 +4,7 @@ Pure (no I/O; the simulation reads only the thread's CPU clock, as a figure):
 
 * ``workload``: gangs, bursts, two teams, the labelled pool: the same for both benchmarks.
 * ``optimum``: the lower bound and the exact optimum of a burst (bin packing).
-* ``simulation``: the discrete-event loop over ``torchgate.controller.sharing.decide``.
+* ``simulation``: the discrete-event loop over ``torchgate.controller.admission.decide.decide``.
 * ``stats``: medians over rounds, step series.
 * ``figures``: the simulation's figures per round and over rounds.
 * ``manifests``: the jobs, TeamQuotas, nodes and PriorityClasses the cluster run creates.

@@ -1,4 +1,4 @@
-"""The discrete-event simulation over ``torchgate.controller.sharing.decide`` (pure).
+"""The discrete-event simulation over ``torchgate.controller.admission.decide.decide`` (pure).
 
 At every instant something changes (a gang ends, a gang is submitted), a cycle runs over every
 waiting gang; ``Admit`` starts the gang at once and it ends ``seconds`` later; ``Preempt`` stops
@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from torchgate.controller.quota import Admitted
-from torchgate.controller.sharing import Pool, Preempt, Wait, WaitingGang, decide
-from torchgate.controller.topology import Topology, build_topology, shape_of
+from torchgate.controller.admission.decide import Pool, Preempt, Wait, WaitingGang, decide
+from torchgate.controller.admission.quota import Admitted
+from torchgate.controller.admission.topology import Topology, build_topology, shape_of
 from torchgate.pytorchjob.pool import GPUS, PreemptionSettings, TeamQuota
 
 from .workload import GPU, LEVELS, Job, pool_nodes

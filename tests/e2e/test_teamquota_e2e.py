@@ -68,7 +68,7 @@ def test_kubectl_get_teamquotas_prints_quota_usage_and_borrowing(cluster: Cluste
                 team_quota(speech, [f"{speech}-ns"], cohort="h100", nominalGPUs=32),
             ]
         )  # fmt: skip
-        # What the controller writes (controller/poolsource.py), written here by hand.
+        # What the controller writes (admission/poolsource.py), written here by hand.
         cluster.kubectl(
             "patch", "teamquota", vision, "--subresource=status", "--type=merge", "-p",
             '{"status": {"usedGPUs": 40, "borrowedGPUs": 8, "admittedJobs": 5, "waitingJobs": 2}}',

@@ -127,7 +127,7 @@ def test_teamquota_crd_types_every_field_the_parser_reads() -> None:
     resource = schema_node(schema, ".spec.resources[]")
     assert set(resource["properties"]) == {"name", "nominal", "borrowingLimit"}
     assert resource["properties"]["nominal"]["x-kubernetes-int-or-string"] is True
-    # The status fields the controller writes (controller/poolsource.py), and its conditions.
+    # The status fields the controller writes (admission/poolsource.py), and its conditions.
     status = schema_node(schema, ".status")["properties"]
     assert {"usedGPUs", "borrowedGPUs", "admittedJobs", "waitingJobs"} <= set(status)
     assert status["conditions"]["x-kubernetes-list-map-keys"] == ["type"]

@@ -39,7 +39,7 @@ CALLS: dict[tuple[str, str, str, str], str] = {
     ("controller", "torchgate.io", "teamquotas", "watch"): "informer",
     ("controller", "scheduling.k8s.io", "priorityclasses", "list"): "informer",
     ("controller", "scheduling.k8s.io", "priorityclasses", "watch"): "informer",
-    # controller/reconciler.py
+    # torchgate/controller/job/reconciler.py
     ("controller", "kubeflow.org", "pytorchjobs", "patch"): "restart-count annotation",
     ("controller", "kubeflow.org", "pytorchjobs", "delete"): "ttlSecondsAfterFinished",
     ("controller", "kubeflow.org", "pytorchjobs/status", "patch"): "status",
@@ -48,7 +48,7 @@ CALLS: dict[tuple[str, str, str, str], str] = {
     ("controller", "", "services", "create"): "_create(SERVICES)",
     ("controller", "", "services", "delete"): "_delete(SERVICES)",
     ("controller", "", "events", "create"): "_record",
-    # controller/poolsource.py
+    # torchgate/controller/admission/poolsource.py
     ("controller", "torchgate.io", "teamquotas/status", "patch"): "usage, borrowing, Valid",
     # controller/leader.py
     ("controller", "coordination.k8s.io", "leases", "get"): "acquire/renew/release",
@@ -229,7 +229,7 @@ def test_a_new_call_site_changes_the_scan(tmp_path: Any, monkeypatch: pytest.Mon
 
     package = tmp_path / "torchgate" / "controller"
     shutil.copytree(rm.REPO_ROOT / "torchgate" / "controller", package)
-    extra = package / "reconciler.py"
+    extra = package / "job" / "reconciler.py"
     extra.write_text(
         extra.read_text(encoding="utf-8")
         + "\n\nasync def _extra(api: KubeApi) -> None:\n"

@@ -9,8 +9,17 @@ planned on, restarts at gang level, and deletes the remaining pods the moment a 
 keeping the names, labels, env and status that users' images and tooling expect from the
 training-operator.
 
-Layout: the decisions live in pure modules with no I/O (``envvars``, ``pods``, ``placement``,
-``status``, ``planning``; the clock is a parameter) and a thin async shell (informers, work queue,
-admitter loop, reconciler, leader election) reads the cluster, calls ``planning.plan`` and applies
-the result.
+Layout, by concept (each subpackage: pure decisions with no I/O, the clock a parameter, and one
+async shell that reads the caches, calls them and applies the answer):
+
+- ``job``: one PyTorchJob's life: ``plan(observed) -> Plan`` and its rules (gang, finish), the
+  pods and env it builds, its status and when to write it; the shell is ``job.reconciler``.
+- ``admission``: which waiting gang gets the pool next: node filters, quota, preemption,
+  topology placement and the one cycle over them (``admission.decide``); the shell is
+  ``admission.admitter``, fed by the capacity ledger and the waiting queue.
+- the process, here at the top: ``command`` (flags), ``manager`` (informers, work queue, workers,
+  wiring), ``leader`` (the Lease), ``queue`` (the work queue) and ``metrics``.
+
+Imports run downwards only: the process > ``job`` > ``admission`` > ``metrics``/``queue``/
+``leader`` > ``torchgate.kube`` > ``torchgate.pytorchjob`` (import-linter enforces it).
 """

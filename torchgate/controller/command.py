@@ -17,9 +17,9 @@ import sys
 import uuid
 
 from torchgate import jsonlog
+from torchgate.controller.job.reconciler import Options
 from torchgate.controller.leader import LeaderElector
 from torchgate.controller.manager import ManagerOptions, run_as_leader
-from torchgate.controller.reconciler import Options
 from torchgate.kube.client import KubeClient
 
 log = logging.getLogger("torchgate.controller")

@@ -21,12 +21,13 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from torchgate.controller.admitter import Admitter, JobKey
+from torchgate.controller.admission.admitter import Admitter, JobKey
+from torchgate.controller.admission.poolsource import PoolSource
+from torchgate.controller.job import status as st
+from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
 from torchgate.controller.leader import LeaderElector
 from torchgate.controller.metrics import ControllerMetrics
-from torchgate.controller.poolsource import PoolSource
 from torchgate.controller.queue import NORMAL, URGENT, ShutDown, WorkQueue
-from torchgate.controller.reconciler import Options, Reconciler, job_key_of_pod
 from torchgate.kube.client import KubeApi
 from torchgate.kube.informer import Informer, key_of
 from torchgate.kube.resources import (
@@ -80,7 +81,7 @@ class Manager:
         self.team_quotas = Informer(api, TEAM_QUOTAS)
         self.queue: WorkQueue[JobKey] = WorkQueue()
         self.metrics = ControllerMetrics(
-            jobs=lambda: self.jobs.values(),
+            job_states=lambda: (st.state_of(job) for job in self.jobs.values()),
             queue_depth=lambda: len(self.queue),
             events_dropped=lambda: self.reconciler.events.dropped,
         )

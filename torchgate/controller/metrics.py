@@ -14,17 +14,12 @@ Besides the usual reconcile latency, queue depth and pod writes, two measure wha
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import datetime
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
-
-from torchgate.controller import status as st
-from torchgate.controller.planmodel import Observed, Plan
-from torchgate.pytorchjob.spec import gpu_count
 
 JobKey = tuple[str, str]
 
@@ -36,7 +31,7 @@ class ControllerMetrics:
         self,
         *,
         registry: CollectorRegistry | None = None,
-        jobs: Callable[[], Iterable[Mapping[str, Any]]] = lambda: (),
+        job_states: Callable[[], Iterable[str]] = lambda: (),
         queue_depth: Callable[[], int] = lambda: 0,
         events_dropped: Callable[[], int] = lambda: 0,
         clock: Callable[[], float] = time.monotonic,
@@ -86,32 +81,14 @@ class ControllerMetrics:
         )
         self._held: dict[JobKey, tuple[int, float]] = {}  # GPUs freed, when
         self._retired_gpu_seconds = 0.0
-        self.registry.register(_ScrapeTime(self, jobs, queue_depth, events_dropped))
+        self.registry.register(_ScrapeTime(self, job_states, queue_depth, events_dropped))
 
-    def observe_job(
-        self, key: JobKey, job: Mapping[str, Any], decision: Plan, observed: Observed, now: datetime
-    ) -> None:
-        """Account for a job's end when this plan is the one that releases its pods."""
-        if decision.status is None or key in self._held:
+    def record_release(self, key: JobKey, gpus: int, since_end: float | None) -> None:
+        """A job's end released ``gpus`` still held by running pods, ``since_end`` s after it."""
+        if key in self._held:
             return
-        conditions = decision.status.get("conditions") or []
-        if not st.is_finished(conditions) or st.is_finished(st.conditions_of(job.get("status"))):
-            return
-        deleting = set(decision.delete_pods)
-        gpus = 0
-        ended_at: datetime | None = None
-        for pod in observed.pods:
-            name = str((pod.get("metadata") or {}).get("name"))
-            if name in deleting and st.phase_of(pod) not in ("Succeeded", "Failed"):
-                spec = pod.get("spec") or {}
-                gpus += sum(
-                    gpu_count(c, observed.gpu_resource) for c in spec.get("containers") or []
-                )
-            finished = _finished_at(pod)
-            if finished is not None and (ended_at is None or finished > ended_at):
-                ended_at = finished
-        if ended_at is not None:
-            self.release_seconds.observe(max((now - ended_at).total_seconds(), 0.0))
+        if since_end is not None:
+            self.release_seconds.observe(max(since_end, 0.0))
         if gpus:
             self.released_gpus.inc(gpus)
             self._held[key] = (gpus, self.clock())
@@ -129,37 +106,24 @@ class ControllerMetrics:
         return self._retired_gpu_seconds + live
 
 
-def _finished_at(pod: Mapping[str, Any]) -> datetime | None:
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    latest: datetime | None = None
-    for container in statuses:
-        terminated = ((container or {}).get("state") or {}).get("terminated") or {}
-        moment = st.parse_time(terminated.get("finishedAt"))
-        if moment is not None and (latest is None or moment > latest):
-            latest = moment
-    return latest
-
-
 class _ScrapeTime(Collector):
     """Metrics computed from the caches when Prometheus scrapes."""
 
     def __init__(
         self,
         metrics: ControllerMetrics,
-        jobs: Callable[[], Iterable[Mapping[str, Any]]],
+        job_states: Callable[[], Iterable[str]],
         queue_depth: Callable[[], int],
         events_dropped: Callable[[], int],
     ) -> None:
         self.metrics = metrics
-        self.jobs = jobs
+        self.job_states = job_states
         self.queue_depth = queue_depth
         self.events_dropped = events_dropped
 
     def collect(self) -> Iterator[Any]:
         by_state: dict[str, int] = {}
-        for job in self.jobs():
-            conditions = st.conditions_of(job.get("status"))
-            state = str(conditions[-1].get("type")) if conditions else "New"
+        for state in self.job_states():
             by_state[state] = by_state.get(state, 0) + 1
         jobs = GaugeMetricFamily(
             "torchgate_controller_jobs", "PyTorchJobs by state (last condition).", labels=["state"]

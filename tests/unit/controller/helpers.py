@@ -15,11 +15,11 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from torchgate.controller.admitter import Admitter
-from torchgate.controller.eligibility import NodeView
-from torchgate.controller.planmodel import ANNOTATION_RESTARTS, Observed, Plan
-from torchgate.controller.planning import plan
-from torchgate.controller.status import format_time
+from torchgate.controller.admission.admitter import Admitter
+from torchgate.controller.admission.nodes import NodeView
+from torchgate.controller.job.model import ANNOTATION_RESTARTS, Observed, Plan
+from torchgate.controller.job.plan import plan
+from torchgate.controller.job.status import format_time
 from torchgate.pytorchjob.spec import JobSpec, parse_job
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)

@@ -1,0 +1,210 @@
+"""The admitter: ordering, backfill, starvation guard, reservations, the capacity ledger."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from tests.builders import gpu_job, job, node
+from tests.unit.controller.helpers import parse, with_uid
+from torchgate.controller.admission.admitter import Admitter
+from torchgate.controller.admission.nodes import job_demands
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(nodes: int = 1, gpus: int = 8, **kw: Any) -> tuple[Admitter, list[tuple[str, str]], Clock]:
+    changed: list[tuple[str, str]] = []
+    clock = Clock()
+    admitter = Admitter(
+        on_admit_job=changed.append,
+        on_reason=changed.append,
+        clock=clock,
+        **kw,
+    )
+    for index in range(nodes):
+        admitter.on_node("ADDED", node(f"n{index}", gpus=gpus), None)
+    return admitter, changed, clock
+
+
+def ask(
+    admitter: Admitter,
+    raw: dict[str, Any],
+    *,
+    priority: int = 0,
+    created: str = "2026-01-01T00:00:00Z",
+) -> tuple[str, str]:
+    spec = parse(with_uid(raw, uid=f"uid-{raw['metadata']['name']}"))
+    key = (spec.namespace, spec.name)
+    admitter.request(
+        key,
+        uid=spec.uid,
+        demands=job_demands(spec),
+        min_count=spec.min_available,
+        priority=priority,
+        created=created,
+        gpu_resource="nvidia.com/gpu",
+    )
+    return key
+
+
+def running_pod(name: str, node_name: str, gpus: int, namespace: str = "default") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "nodeName": node_name,
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def test_a_gang_that_fits_is_reserved_and_its_reconcile_is_woken() -> None:
+    admitter, changed, _ = make(nodes=1)
+    key = ask(admitter, gpu_job("a", workers=3).build())
+    assert admitter.cycle() == [key]
+    assert changed == [key]
+    reservation = admitter.reservation_for(key, "uid-a")
+    assert reservation is not None
+    assert set(reservation.values()) == {"n0"}
+    assert key not in admitter.waiting
+
+
+def test_reservations_hold_capacity_until_the_ledger_has_the_pods() -> None:
+    admitter, _, _ = make(nodes=1)
+    first = ask(admitter, gpu_job("a", workers=7).build())  # 8 GPUs: the whole node
+    admitter.cycle()
+    second = ask(admitter, gpu_job("b", workers=0).build())
+    assert admitter.cycle() == [], "the reserved GPUs must not be promised twice"
+    assert admitter.wait_reason(second) == "waiting for 1 nvidia.com/gpu in the cluster: 0 free"
+    reserved = admitter.reservation_for(first, "uid-a") or {}
+    # Half of the pods have been seen by the pod watch: the rest still count as reserved.
+    for pod in list(reserved)[:4]:
+        admitter.on_pod("ADDED", running_pod(pod, "n0", 1), None)
+    assert admitter.cycle() == []
+    assert admitter.reservation_for(first, "uid-a") is not None
+    for pod in list(reserved)[4:]:
+        admitter.on_pod("ADDED", running_pod(pod, "n0", 1), None)
+    assert admitter.cycle() == []
+    assert admitter.reservation_for(first, "uid-a") is None, (
+        "fully observed: the ledger counts them"
+    )
+    # One of them is deleted: its GPU is free again.
+    admitter.on_pod("DELETED", running_pod("a-worker-6", "n0", 1), None)
+    assert admitter.cycle() == [second]
+
+
+def test_higher_priority_then_older_jobs_go_first() -> None:
+    admitter, _, _ = make(nodes=1)
+    old = ask(admitter, job("old").master(gpus=8).build(), created="2026-01-01T00:00:00Z")
+    new = ask(admitter, job("new").master(gpus=8).build(), created="2026-01-02T00:00:00Z")
+    urgent = ask(
+        admitter,
+        job("urgent").master(gpus=8).build(),
+        priority=1000,
+        created="2026-01-03T00:00:00Z",
+    )
+    assert admitter.cycle() == [urgent]
+    assert old in admitter.waiting
+    assert new in admitter.waiting
+
+
+def test_small_jobs_backfill_behind_a_big_one_until_it_starves() -> None:
+    admitter, _, clock = make(nodes=1, starvation_seconds=60)
+    big = ask(admitter, job("big").master(gpus=16).build(), created="2026-01-01T00:00:00Z")
+    small = ask(admitter, job("small").master(gpus=1).build(), created="2026-01-02T00:00:00Z")
+    assert admitter.cycle() == [small], "a job that does not fit must not block one that does"
+    clock.now += 120
+    late = ask(admitter, job("late").master(gpus=1).build(), created="2026-01-03T00:00:00Z")
+    assert admitter.cycle() == [], "after starving, the big job blocks the queue behind it"
+    assert big in admitter.waiting
+    assert late in admitter.waiting
+
+
+def test_a_timed_out_gang_waits_out_its_backoff() -> None:
+    admitter, _, clock = make(nodes=1, backoff_base=10)
+    key = ask(admitter, job("slow").master(gpus=1).build())
+    admitter.cycle()
+    assert admitter.back_off(key) == 10
+    ask(admitter, job("slow").master(gpus=1).build())
+    assert admitter.cycle() == []
+    clock.now += 11
+    assert admitter.cycle() == [key]
+    assert admitter.back_off(key) == 20, "the backoff doubles"
+
+
+def test_the_wait_reason_refresh_is_throttled() -> None:
+    admitter, changed, clock = make(nodes=1, reason_refresh_seconds=30)
+    admitter.on_pod("ADDED", running_pod("other", "n0", 6), None)
+    key = ask(admitter, job("w").master(gpus=8).build())
+    admitter.cycle()
+    assert changed == [key]
+    assert admitter.wait_reason(key) == "waiting for 8 nvidia.com/gpu in the cluster: 2 free"
+    admitter.on_pod("MODIFIED", running_pod("other", "n0", 5), None)
+    admitter.cycle()
+    assert changed == [key], "a changed free count alone does not rewrite the status at once"
+    assert admitter.wait_reason(key) == "waiting for 8 nvidia.com/gpu in the cluster: 2 free", (
+        "planning sees the reported reason until the next refresh, so a reconcile woken by "
+        "anything else does not write the newer count either"
+    )
+    clock.now += 31
+    admitter.on_pod("MODIFIED", running_pod("other", "n0", 4), None)
+    admitter.cycle()
+    assert changed == [key, key]
+    assert admitter.wait_reason(key) == "waiting for 8 nvidia.com/gpu in the cluster: 4 free"
+
+
+def test_the_ledger_ignores_finished_pods_and_follows_moves() -> None:
+    admitter, _, _ = make(nodes=2)
+    admitter.on_pod("ADDED", running_pod("p", "n0", 8), None)
+    assert admitter.free()["n0"]["nvidia.com/gpu"] == 0
+    done = running_pod("p", "n0", 8)
+    done["status"]["phase"] = "Succeeded"
+    admitter.on_pod("MODIFIED", done, None)
+    assert admitter.free()["n0"]["nvidia.com/gpu"] == 8
+    planned = running_pod("q", "", 3)
+    planned["metadata"]["annotations"] = {"torchgate.io/planned-node": "n1"}
+    admitter.on_pod("ADDED", planned, None)
+    assert admitter.free()["n1"]["nvidia.com/gpu"] == 5, "a planned, unbound pod holds capacity"
+
+
+def test_cancel_forgets_a_job() -> None:
+    admitter, _, _ = make(nodes=1)
+    key = ask(admitter, job("gone").master(gpus=1).build())
+    admitter.cancel(key)
+    assert admitter.cycle() == []
+    assert admitter.wait_reason(key) is None
+
+
+async def test_only_freed_capacity_starts_a_cycle() -> None:
+    admitter, changed, _ = make(nodes=1)
+    admitter.on_pod("ADDED", running_pod("other", "n0", 8), None)
+    key = ask(admitter, job("w").master(gpus=8).build())
+    loop = asyncio.create_task(admitter.run(debounce=0, period=3600))
+    try:
+        await wait_until(lambda: key in changed)  # the request's cycle: it waits
+        cycles = admitter.cycles
+        admitter.on_pod("ADDED", running_pod("new", "n0", 0), None)
+        admitter.on_pod("MODIFIED", running_pod("other", "n0", 8), None)
+        await asyncio.sleep(0.05)
+        assert admitter.cycles == cycles, "a new or unchanged pod cannot make room"
+        done = running_pod("other", "n0", 8)
+        done["status"]["phase"] = "Succeeded"
+        admitter.on_pod("MODIFIED", done, None)
+        await wait_until(lambda: admitter.cycles > cycles)
+        assert key in admitter.reservations, "the freed GPUs went to the waiting job"
+    finally:
+        loop.cancel()
+
+
+async def wait_until(condition: Callable[[], bool]) -> None:
+    async with asyncio.timeout(2):
+        while not condition():  # noqa: ASYNC110 - polls state the admitter owns
+            await asyncio.sleep(0.005)

@@ -1,0 +1,629 @@
+"""The admitter's pool-sharing shell: quotas, holds while victims terminate, topology, statuses.
+
+And the planning side of a preemption (the victim's pods, condition, Event, restart count), and
+the pure conversions of ``pooling``. Assertions are on the admitter's state (reservations,
+holds, reasons) and on plans, never on call order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.builders import gpu_job, job, node
+from tests.unit.controller.helpers import World, parse, with_uid
+from torchgate.controller.admission import units as pooling
+from torchgate.controller.admission.admitter import Admitter
+from torchgate.controller.admission.nodes import job_demands
+from torchgate.controller.admission.poolsource import PoolSource
+from torchgate.controller.admission.quota import Admitted
+from torchgate.kube.informer import Informer
+from torchgate.kube.resources import TEAM_QUOTAS
+from torchgate.pytorchjob.policy import PlacementPolicy
+from torchgate.pytorchjob.pool import (
+    GPUS,
+    Limit,
+    PoolSettings,
+    PreemptionSettings,
+    TeamQuota,
+    TopologySettings,
+)
+
+RACK = "topology.torchgate.io/rack"
+BLOCK = "topology.torchgate.io/block"
+
+
+class Clocks:
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.wall = 1_000_000.0
+
+    def mono(self) -> float:
+        return self.now
+
+    def wall_clock(self) -> float:
+        return self.wall
+
+
+def make(
+    nodes: list[dict[str, Any]],
+    *,
+    teams: dict[str, TeamQuota] | None = None,
+    settings: list[PoolSettings] | None = None,
+) -> tuple[Admitter, list[tuple[str, str]], Clocks]:
+    woken: list[tuple[str, str]] = []
+    clocks = Clocks()
+    admitter = Admitter(
+        on_admit_job=woken.append,
+        on_reason=woken.append,
+        teams=lambda: teams or {},
+        pool_settings=lambda: settings or [],
+        clock=clocks.mono,
+        wall_clock=clocks.wall_clock,
+    )
+    for raw in nodes:
+        admitter.on_node("ADDED", raw, None)
+    return admitter, woken, clocks
+
+
+def ask(
+    admitter: Admitter,
+    raw: dict[str, Any],
+    *,
+    priority: int = 0,
+    preempts: bool = True,
+    topology: tuple[str | None, bool] = (None, False),
+    created: str = "2026-01-01T00:00:00Z",
+) -> tuple[str, str]:
+    spec = parse(with_uid(raw, uid=f"uid-{raw['metadata']['name']}"))
+    key = (spec.namespace, spec.name)
+    admitter.request(
+        key,
+        uid=spec.uid,
+        demands=job_demands(spec),
+        min_count=spec.min_available,
+        priority=priority,
+        created=created,
+        gpu_resource="nvidia.com/gpu",
+        preempts=preempts,
+        topology_level=topology[0],
+        topology_required=topology[1],
+    )
+    return key
+
+
+def start(admitter: Admitter, key: tuple[str, str], created: str = "2026-01-01T00:00:00Z") -> None:
+    """The reserved pods show up Running in the pod cache (as the reconciler creates them)."""
+    reservation = admitter.reservations[key]
+    for pod, node_name in reservation.nodes.items():
+        admitter.on_pod("ADDED", gang_pod(key, pod, node_name, reservation.requests[pod]), None)
+    admitter.free()  # the ledger has them: the reservation settles
+
+
+def gang_pod(
+    key: tuple[str, str], name: str, node_name: str, requests: Any, priority: int = 0
+) -> dict[str, Any]:
+    gpus = int(requests.get("nvidia.com/gpu", Decimal(0)))
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": key[0],
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "labels": {
+                "training.kubeflow.org/operator-name": "torchgate",
+                "training.kubeflow.org/job-name": key[1],
+            },
+        },
+        "spec": {
+            "nodeName": node_name,
+            "priority": priority,
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def team(name: str, namespace: str, nominal: int, borrowing: int | None = None) -> TeamQuota:
+    limit = Limit(nominal * 1000, None if borrowing is None else borrowing * 1000)
+    return TeamQuota(name=name, namespaces=(namespace,), limits={GPUS: limit}, cohort="c")
+
+
+def in_namespace(raw: dict[str, Any], namespace: str) -> dict[str, Any]:
+    raw["metadata"]["namespace"] = namespace
+    return raw
+
+
+# ------------------------------------------------------------------ quotas
+
+
+def test_a_team_over_its_quota_waits_for_quota_and_the_status_counts_it() -> None:
+    teams = {"a": team("a", "ns-a", 8, borrowing=0)}
+    admitter, _, _ = make([node("n0"), node("n1")], teams=teams)
+    first = ask(admitter, in_namespace(job("a1").master(gpus=8).build(), "ns-a"))
+    second = ask(
+        admitter,
+        in_namespace(job("a2").master(gpus=8).build(), "ns-a"),
+        created="2026-01-02T00:00:00Z",
+    )
+    assert admitter.cycle() == [first]
+    assert admitter.wait_kind(second) == "Quota"
+    assert admitter.team_status["a"] == {
+        "usedGPUs": 0,  # counted from the gangs holding capacity when the cycle began
+        "borrowedGPUs": 0,
+        "admittedJobs": 0,
+        "waitingJobs": 2,
+    }
+    admitter.cycle()
+    assert admitter.team_status["a"]["usedGPUs"] == 8
+    assert admitter.team_status["a"]["waitingJobs"] == 1
+
+
+def test_capacity_waits_keep_the_placement_shortfall_message() -> None:
+    admitter, _, _ = make([node("n0")])
+    admitter.on_pod("ADDED", gang_pod(("x", "other"), "o", "n0", {"nvidia.com/gpu": 6}), None)
+    key = ask(admitter, job("w").master(gpus=8).build())
+    admitter.cycle()
+    assert admitter.wait_kind(key) == "Capacity"
+    assert admitter.wait_reason(key) == "waiting for 8 nvidia.com/gpu in the cluster: 2 free"
+
+
+# ------------------------------------------------------------------ preemption
+
+
+def test_a_preemptor_holds_the_victims_nodes_until_their_pods_are_gone() -> None:
+    admitter, woken, _ = make([node("n0")])
+    low = ask(admitter, gpu_job("low", workers=1, gpus=4).build(), priority=1)
+    admitter.cycle()
+    start(admitter, low)
+    high = ask(admitter, job("high").master(gpus=8).build(), priority=100)
+    assert admitter.cycle() == []
+    assert admitter.preempted_by(low) == high
+    assert admitter.wait_kind(high) == "Preempting"
+    assert admitter.reservation_for(high, "uid-high") is None, "no pod next to the victims"
+    assert low in woken, "the victim's reconcile is woken to evict its gang"
+
+    other = ask(admitter, job("other").master(gpus=1).build(), priority=1000)
+    admitter.cycle()
+    assert admitter.wait_kind(other) == "Capacity", "a held node is taken by nobody else"
+
+    admitter.on_pod("DELETED", gang_pod(low, "low-master-0", "n0", {}), None)
+    assert admitter.cycle() == [], "one victim pod is still there"
+    admitter.on_pod("DELETED", gang_pod(low, "low-worker-0", "n0", {}), None)
+    assert admitter.cycle() == [high]
+    assert admitter.reservation_for(high, "uid-high") == {"high-master-0": "n0"}
+
+
+def deleted(pod: dict[str, Any], at: float) -> dict[str, Any]:
+    """``pod`` as the apiserver shows it once deleted: ``deletionTimestamp`` is when it must go."""
+    stamp = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    pod["metadata"]["deletionTimestamp"] = stamp
+    return pod
+
+
+@pytest.mark.parametrize("deletion_seen", [True, False])
+def test_a_hold_on_victims_stuck_terminating_is_given_up_after_their_grace_period(
+    deletion_seen: bool,
+) -> None:
+    """Victim pods on a lost node never go; the preemptor must not hold its nodes forever."""
+    admitter, woken, clocks = make([node("n0")])
+    low = ask(admitter, job("low").master(gpus=8).build(), priority=1)
+    admitter.cycle()
+    start(admitter, low)
+    high = ask(admitter, job("high").master(gpus=8).build(), priority=100)
+    admitter.cycle()
+    assert admitter.wait_kind(high) == "Preempting"
+    victim = gang_pod(low, "low-master-0", "n0", {"nvidia.com/gpu": 8})
+    if deletion_seen:  # deleted with a 30 s grace period; its node never confirms
+        admitter.on_pod("MODIFIED", deleted(victim, clocks.wall + 30), None)
+    admitter.on_node("ADDED", node("n1"), None)  # room elsewhere, while the hold waits
+
+    clocks.wall += 30 + admitter.stuck_seconds - 1
+    assert admitter.cycle() == []
+    assert admitter.wait_kind(high) == "Preempting", "within its grace period and the margin"
+    woken.clear()
+    clocks.wall += 2
+    admitted = admitter.cycle()
+
+    if not deletion_seen:  # a pod nobody deleted yet is not stuck: the hold stays
+        assert admitted == []
+        assert admitter.wait_kind(high) == "Preempting"
+        return
+    assert admitted == [high], "decided again, without the stuck victim"
+    assert admitter.reservation_for(high, "uid-high") == {"high-master-0": "n1"}
+    assert high in woken
+    assert admitter.preempted_by(low) == high, "the stuck gang stays a victim"
+    other = ask(admitter, job("other").master(gpus=8).build(), priority=100)
+    admitter.cycle()
+    assert admitter.wait_kind(other) == "Capacity", "the stuck pods still take n0"
+
+
+def test_a_running_gang_counts_with_the_priority_its_reconcile_reports() -> None:
+    admitter, _, _ = make([node("n0")])
+    admitter.on_pod(
+        "ADDED", gang_pod(("ns", "vip"), "vip-master-0", "n0", {"nvidia.com/gpu": 8}), None
+    )
+    admitter.note(("ns", "vip"), priority=500, gpu_resource="nvidia.com/gpu")
+    ask(admitter, job("mid").master(gpus=8).build(), priority=100)
+    admitter.cycle()
+    assert admitter.preempted_by(("ns", "vip")) is None, "its pods say 0, its job says 500"
+
+
+def test_preemption_policy_never_waits() -> None:
+    admitter, _, _ = make([node("n0")])
+    low = ask(admitter, job("low").master(gpus=8).build(), priority=1)
+    admitter.cycle()
+    start(admitter, low)
+    polite = ask(admitter, job("polite").master(gpus=8).build(), priority=100, preempts=False)
+    admitter.cycle()
+    assert admitter.preempted_by(low) is None
+    assert admitter.wait_kind(polite) == "Capacity"
+
+
+def test_a_gang_is_protected_for_its_minimum_run_time() -> None:
+    settings = [PoolSettings(preemption=PreemptionSettings(minimum_run_seconds=600))]
+    admitter, _, clocks = make([node("n0")], settings=settings)
+    low = ask(admitter, job("low").master(gpus=8).build(), priority=1)
+    admitter.cycle()
+    start(admitter, low)
+    high = ask(admitter, job("high").master(gpus=8).build(), priority=100)
+    clocks.wall += 599
+    admitter.cycle()
+    assert admitter.preempted_by(low) is None
+    clocks.wall += 2
+    admitter.cycle()
+    assert admitter.preempted_by(low) == high
+
+
+def test_a_victim_that_asks_again_is_queued_and_no_longer_evicting() -> None:
+    admitter, _, _ = make([node("n0")])
+    low = ask(admitter, job("low").master(gpus=8).build(), priority=1)
+    admitter.cycle()
+    start(admitter, low)
+    ask(admitter, job("high").master(gpus=8).build(), priority=100)
+    admitter.cycle()
+    admitter.on_pod("DELETED", gang_pod(low, "low-master-0", "n0", {}), None)
+    ask(admitter, job("low").master(gpus=8).build(), priority=1)
+    assert admitter.preempted_by(low) is None
+    admitter.cycle()
+    assert low in admitter.waiting
+
+
+def test_a_victim_whose_job_is_gone_is_not_preempted_twice_onto_held_nodes() -> None:
+    """The pods of a deleted job still hold their nodes: the first preemptor's hold is kept.
+
+    The deleted job is cancelled on every event of its terminating pods; it must stay a victim
+    (not a candidate again), or a second preemptor is placed on nodes the first one holds, and
+    one of the two gangs cannot be bound (seen in the pool benchmark: 60 s schedule timeout).
+    """
+    admitter, _, clocks = make([node(f"n{i}") for i in range(4)])
+    clocks.wall = 1_800_000_000.0  # 2027: its pods (created 2026) have run for a while
+    gone = ("default", "gone")
+    for i in range(4):
+        pod = gang_pod(gone, f"gone-worker-{i}", f"n{i}", {"nvidia.com/gpu": 8})
+        admitter.on_pod("ADDED", pod, None)
+    admitter.cancel(gone)  # its job was deleted; its pods are terminating
+    first = ask(admitter, gpu_job("a", workers=1, gpus=8).build(), priority=100)
+    second = ask(
+        admitter,
+        gpu_job("b", workers=1, gpus=8).build(),
+        priority=100,
+        created="2026-01-02T00:00:00Z",
+    )
+    admitter.cycle()
+    assert admitter.preempted_by(gone) == first
+    admitter.cancel(gone)  # a pod event of the deleted job reconciles it again
+    admitter.cycle()
+    for i in range(4):
+        admitter.on_pod("DELETED", gang_pod(gone, f"gone-worker-{i}", f"n{i}", {}), None)
+    admitter.cycle()
+    admitter.cycle()
+    nodes = [admitter.reservation_for(key, f"uid-{key[1]}") for key in (first, second)]
+    assert all(nodes), "both gangs are admitted once the pods are gone"
+    held = [node_name for placed in nodes for node_name in (placed or {}).values()]
+    assert sorted(held) == ["n0", "n1", "n2", "n3"], "no node reserved twice"
+
+
+# ------------------------------------------------------------------ topology
+
+
+def rack_nodes() -> list[dict[str, Any]]:
+    return [
+        node(f"{rack}-{index}", labels={RACK: rack}) for rack in ("r1", "r2") for index in range(2)
+    ]
+
+
+def test_a_required_rack_gets_one_rack_and_ranks_fill_nodes_in_order() -> None:
+    settings = [PoolSettings(topology=TopologySettings(levels=(RACK, "kubernetes.io/hostname")))]
+    admitter, _, _ = make(rack_nodes(), settings=settings)
+    admitter.on_pod("ADDED", gang_pod(("x", "y"), "filler", "r2-0", {"nvidia.com/gpu": 2}), None)
+    key = ask(admitter, gpu_job("t", workers=3, gpus=4).build(), topology=(RACK, True))
+    assert admitter.cycle() == [key]
+    nodes = admitter.reservation_for(key, "uid-t")
+    assert nodes is not None
+    ordered = [nodes[name] for name in ("t-master-0", "t-worker-0", "t-worker-1", "t-worker-2")]
+    assert {n.split("-")[0] for n in ordered} == {"r1"}, "the rack with room for all, tightest"
+    assert ordered[0] == ordered[1], "consecutive ranks share a node"
+    assert ordered[2] == ordered[3]
+
+
+def test_a_required_rack_that_no_rack_holds_waits_for_topology() -> None:
+    settings = [PoolSettings(topology=TopologySettings(levels=(RACK,)))]
+    admitter, _, _ = make(rack_nodes(), settings=settings)
+    key = ask(admitter, gpu_job("t", workers=4, gpus=4).build(), topology=(RACK, True))
+    admitter.cycle()
+    assert admitter.wait_kind(key) == "Topology"
+
+
+@pytest.mark.parametrize("levels", [(), (BLOCK, RACK, "kubernetes.io/hostname")])
+def test_a_gang_without_gpus_goes_to_the_node_without_gpus(levels: tuple[str, ...]) -> None:
+    """``torchgate dev up``'s pool: racked GPU nodes and one unlabelled CPU node (the real one)."""
+    racked = [
+        node(f"{rack}-{index}", labels={BLOCK: "b1", RACK: rack})
+        for rack in ("r1", "r2")
+        for index in range(2)
+    ]
+    cpu_node = node("cpu-0", gpus=0, cpu="4")  # tighter in CPU than any GPU node, and GPU-free
+    settings = [PoolSettings(topology=TopologySettings(levels=levels))]
+    admitter, _, _ = make([*racked, cpu_node], settings=settings)
+    requests = {"cpu": "1"}
+    cpu_job = job("c").master(requests=requests).workers(1, requests=requests).build()
+    key = ask(admitter, cpu_job)
+    assert admitter.cycle() == [key]
+    assert set((admitter.reservation_for(key, "uid-c") or {}).values()) == {"cpu-0"}
+    # A GPU gang never goes there, and a second CPU gang that no longer fits it takes a GPU node.
+    gpu_key = ask(admitter, gpu_job("g", workers=1, gpus=1).build())
+    more = ask(admitter, job("d").master(requests={"cpu": "3"}).build())
+    assert set(admitter.cycle()) == {gpu_key, more}
+    assert "cpu-0" not in (admitter.reservation_for(gpu_key, "uid-g") or {}).values()
+    assert "cpu-0" not in (admitter.reservation_for(more, "uid-d") or {}).values()
+
+
+# ------------------------------------------------------------------ planning a preemption
+
+
+def running_world() -> World:
+    world = World(with_uid(gpu_job("demo", workers=1).run_policy(backoffLimit=0).build()))
+    world.apply(world.plan())
+    reservation = {"demo-master-0": "n1", "demo-worker-0": "n1"}
+    world.apply(world.plan(reservation=reservation))
+    for name in world.pods:
+        world.run(name)
+    world.apply(world.plan(reservation=reservation))
+    return world
+
+
+def conditions(world: World) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in world.job_raw["status"]["conditions"]}
+
+
+def test_a_preempted_gang_loses_every_pod_and_is_told_by_whom() -> None:
+    world = running_world()
+    result = world.plan(preempted_by="team/urgent")
+    assert sorted(result.delete_pods) == ["demo-master-0", "demo-worker-0"]
+    events = [(e.reason, e.message) for e in result.events]
+    assert any(r == "Preempted" and "team/urgent" in m for r, m in events)
+    world.apply(result)
+    assert conditions(world)["Preempted"] == ("True", "Preempted")
+    assert conditions(world)["Running"][0] == "False"
+
+
+def test_pods_failing_while_evicted_do_not_count_against_the_backoff_limit() -> None:
+    world = running_world()
+    world.apply(world.plan(preempted_by="team/urgent"))
+    for name in list(world.pods):
+        world.finish_pod(name, "Failed", exit_code=143)
+    result = world.plan(preempted_by="team/urgent")
+    assert result.restarts is None
+    world.apply(result)
+    assert "Failed" not in conditions(world)
+    world.settle()
+    again = world.plan(preempted_by="team/urgent")
+    assert again.needs_admission, "back in the queue once its pods are gone"
+
+
+def test_the_preempted_condition_turns_false_when_admitted_again() -> None:
+    world = running_world()
+    world.apply(world.plan(preempted_by="team/urgent"))
+    world.settle()
+    world.apply(world.plan())
+    world.apply(world.plan(reservation={"demo-master-0": "n2", "demo-worker-0": "n2"}))
+    assert conditions(world)["Preempted"] == ("False", "Readmitted")
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [
+        ("Quota", "WaitingForQuota"),
+        ("Capacity", "WaitingForResources"),
+        ("Topology", "WaitingForTopology"),
+        ("Preempting", "WaitingForPreemption"),
+        (None, "WaitingForResources"),
+    ],
+)
+def test_the_queued_reason_says_what_the_job_waits_for(kind: str | None, reason: str) -> None:
+    world = World(with_uid(gpu_job("demo", workers=1).build()))
+    result = world.plan(wait_reason="waiting", wait_kind=kind)
+    world.apply(result)
+    assert conditions(world)["Queued"] == ("True", reason)
+    assert reason in [e.reason for e in result.events]
+
+
+# ------------------------------------------------------------------ pooling (pure)
+
+
+@pytest.mark.parametrize(
+    ("amounts", "capacity", "expected"),
+    [
+        ({"cpu": Decimal("0.0005")}, False, {"cpu": 1}),
+        ({"cpu": Decimal("0.0005")}, True, {"cpu": 0}),
+        ({"nvidia.com/gpu": Decimal(-2)}, True, {"nvidia.com/gpu": 0}),
+        ({"nvidia.com/gpu": Decimal(0)}, False, {}),
+    ],
+    ids=["request-rounds-up", "capacity-rounds-down", "negative-capacity", "zero-request"],
+)
+def test_to_units(amounts: dict[str, Decimal], capacity: bool, expected: dict[str, int]) -> None:
+    assert pooling.to_units(amounts, capacity=capacity) == expected
+
+
+def test_quota_usage_counts_the_policy_gpu_resource_as_gpus() -> None:
+    requests = [{"amd.com/gpu": Decimal(2), "cpu": Decimal(1)}, {"amd.com/gpu": Decimal(2)}]
+    assert pooling.quota_usage(requests, "amd.com/gpu") == {GPUS: 4000, "cpu": 1000}
+
+
+@pytest.mark.parametrize(
+    ("usage", "expected"),
+    [
+        ({"cpu": 1000}, frozenset({"cpu-0", "other-gpus"})),  # GPUs of another kind do not count
+        ({GPUS: 1000, "cpu": 1000}, None),  # a GPU gang has no preference
+    ],
+)
+def test_gpu_free_nodes_are_those_without_the_policy_gpu_resource(
+    usage: dict[str, int], expected: frozenset[str] | None
+) -> None:
+    nodes = [
+        ("cpu-0", {"cpu": Decimal(4)}),
+        ("zero", {"cpu": Decimal(4), "amd.com/gpu": Decimal(0)}),
+        ("gpu-0", {"amd.com/gpu": Decimal(8)}),
+        ("other-gpus", {"nvidia.com/gpu": Decimal(8)}),
+    ]
+    found = pooling.gpu_free_nodes(usage, "amd.com/gpu", nodes)
+    assert found == (None if expected is None else expected | {"zero"})
+
+
+def test_protection_takes_the_strictest_policy_and_protects_held_gangs() -> None:
+    merged = pooling.protection(
+        [
+            PreemptionSettings(minimum_run_seconds=60),
+            PreemptionSettings(minimum_run_seconds=10, never_preempt_priority=500),
+        ]
+    )
+    assert merged == PreemptionSettings(minimum_run_seconds=60, never_preempt_priority=500)
+    assert pooling.protection([]).protects(priority=pooling.HELD_PRIORITY, run_seconds=1e9)
+
+
+def test_job_topology_maps_a_level_name_into_the_cycle_levels() -> None:
+    levels = pooling.topology_levels([("block", "rack"), ("rack", "host")])
+    assert levels == ("block", "rack", "host")
+    assert pooling.job_topology("rack", True, levels).level == 1
+    assert pooling.job_topology("zone", True, levels).level is None
+
+
+@given(
+    nominal=st.integers(0, 64),
+    gangs=st.lists(st.integers(0, 16), max_size=8),
+    waiting=st.integers(0, 5),
+)
+def test_team_status_borrowed_is_used_beyond_nominal(
+    nominal: int, gangs: list[int], waiting: int
+) -> None:
+    teams = {"t": team("t", "ns", nominal)}
+    admitted = [
+        Admitted(key=("ns", f"j{i}"), team="t", priority=0, usage={GPUS: gpus * 1000})
+        for i, gpus in enumerate(gangs)
+    ]
+    status = pooling.team_statuses(teams, admitted, ["t"] * waiting + [None])["t"]
+    assert status["usedGPUs"] == sum(gangs)
+    assert status["borrowedGPUs"] == max(0, sum(gangs) - nominal)
+    assert (status["admittedJobs"], status["waitingJobs"]) == (len(gangs), waiting)
+
+
+# ------------------------------------------------------------------ TeamQuota source and status
+
+
+class QuotaStatusApi:
+    """Records TeamQuota status patches (path -> the status sent)."""
+
+    def __init__(self) -> None:
+        self.patches: dict[str, list[dict[str, Any]]] = {}
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        assert method == "PATCH"
+        assert path.endswith("/status")
+        self.patches.setdefault(path, []).append(body["status"])
+        return body
+
+    async def watch(self, path: str, query: Mapping[str, str]) -> AsyncIterator[dict[str, Any]]:
+        for _ in ():
+            yield {}
+
+
+def quota_object(name: str, version: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "torchgate.io/v1alpha1",
+        "kind": "TeamQuota",
+        "metadata": {"name": name, "resourceVersion": version},
+        "spec": spec,
+    }
+
+
+def quota_source(
+    api: QuotaStatusApi, counters: dict[str, dict[str, int]], *objects: dict[str, Any]
+) -> PoolSource:
+    informer = Informer(api, TEAM_QUOTAS)  # type: ignore[arg-type]
+    for obj in objects:
+        informer.remember(obj)
+    return PoolSource(
+        api,  # type: ignore[arg-type]
+        quotas=informer,
+        policies=lambda: [],
+        team_status=lambda: counters,
+    )
+
+
+def test_a_namespace_claimed_twice_leaves_the_later_team_out_and_invalid() -> None:
+    source = quota_source(
+        QuotaStatusApi(),
+        {},
+        quota_object("a", "1", namespaces=["shared"], nominalGPUs=8),
+        quota_object("b", "1", namespaces=["shared"], nominalGPUs=8),
+        quota_object("c", "1", namespaces=["own"]),  # nominalGPUs missing
+    )
+    assert set(source.teams()) == {"a"}
+    report = source.report()
+    assert [str(e.path) for e in report["b"]] == ["spec.namespaces[0]"]
+    assert [str(e.path) for e in report["c"]] == ["spec.nominalGPUs"]
+
+
+async def test_team_status_is_written_once_per_change() -> None:
+    api = QuotaStatusApi()
+    counters = {"a": {"usedGPUs": 8, "borrowedGPUs": 0, "admittedJobs": 1, "waitingJobs": 2}}
+    source = quota_source(
+        api,
+        counters,
+        quota_object("a", "1", namespaces=["ns"], nominalGPUs=8),
+        quota_object("bad", "1", namespaces="ns2", nominalGPUs=8),
+    )
+    await source.write_once()
+    await source.write_once()
+    path = TEAM_QUOTAS.path(None, "a", "status")
+    (written,) = api.patches[path]
+    assert {k: v for k, v in written.items() if k != "conditions"} == counters["a"]
+    assert [(c["type"], c["status"]) for c in written["conditions"]] == [("Valid", "True")]
+    (bad,) = api.patches[TEAM_QUOTAS.path(None, "bad", "status")]
+    assert [(c["type"], c["status"]) for c in bad["conditions"]] == [("Valid", "False")]
+    counters["a"] = {**counters["a"], "waitingJobs": 1}
+    await source.write_once()
+    assert len(api.patches[path]) == 2
+
+
+def test_a_job_topology_request_is_named_by_its_policy_level() -> None:
+    source = quota_source(QuotaStatusApi(), {})
+    levels = TopologySettings(levels=("block", RACK), default_level="block")
+    chosen = PlacementPolicy(name="p", topology=levels)
+    assert source.topology_of({"torchgate.io/topology-required": RACK}, chosen) == (RACK, True)
+    assert source.topology_of({}, chosen) == ("block", False), "the policy's default, preferred"
+    assert source.topology_of({"torchgate.io/topology-required": "zone"}, chosen) == (None, False)

@@ -1,0 +1,387 @@
+"""One pool-sharing admission cycle: quota, topology and preemption together, whole gangs only."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+
+from tests.unit.controller.admission.test_preemption import reference_cheapest
+from torchgate.controller.admission.decide import (
+    Admit,
+    Outcome,
+    Pool,
+    Preempt,
+    Wait,
+    WaitingGang,
+    decide,
+)
+from torchgate.controller.admission.quota import Admitted, usage_by_team
+from torchgate.controller.admission.topology import build_topology, domains_spanned, shape_of
+from torchgate.pytorchjob.pool import GPUS, Limit, PreemptionSettings, TeamQuota, TopologyRequest
+
+GPU = "nvidia.com/gpu"
+G = 1000
+RACK, HOST = "torchgate.io/rack", "kubernetes.io/hostname"
+LEVELS = (RACK, HOST)
+
+
+def node_free(gpus: int = 8) -> dict[str, int]:
+    return {GPU: gpus * G, "pods": 110 * G}
+
+
+def pod_requests(gpus: int) -> dict[str, int]:
+    return {GPU: gpus * G, "pods": G}
+
+
+def rack_nodes(racks: int, hosts: int) -> list[tuple[str, dict[str, str]]]:
+    return [
+        (f"r{r}h{h}", {RACK: f"r{r}", HOST: f"r{r}h{h}"})
+        for r in range(racks)
+        for h in range(hosts)
+    ]
+
+
+def waiting(
+    name: str,
+    *,
+    pods: int,
+    gpus: int = 8,
+    team: str | None = None,
+    priority: int = 0,
+    created: str = "2026-01-01T00:00:00Z",
+    topology: TopologyRequest | None = None,
+    preempts: bool = True,
+) -> WaitingGang:
+    names = tuple(f"{name}-{i}" for i in range(pods))
+    requests = {pod: pod_requests(gpus) for pod in names}
+    return WaitingGang(
+        key=(team or "ns", name),
+        team=team,
+        priority=priority,
+        created=created,
+        pods=names,
+        requests=requests,
+        usage={GPUS: pods * gpus * G},
+        shape=shape_of(requests.values()),
+        topology=topology or TopologyRequest(),
+        preempts=preempts,
+    )
+
+
+def running(
+    gang: WaitingGang, nodes: Sequence[str], *, at: float = 0.0
+) -> tuple[Admitted, dict[str, dict[str, int]]]:
+    """``gang`` admitted onto ``nodes`` (one pod each, in order)."""
+    placement = dict(zip(gang.pods, nodes, strict=True))
+    return (
+        Admitted(
+            key=gang.key,
+            team=gang.team,
+            priority=gang.priority,
+            usage=gang.usage,
+            admitted_at=at,
+            nodes=placement,
+            requests={pod: gang.requests[pod] for pod in placement},
+        ),
+        placement_requests(gang, placement),
+    )
+
+
+def placement_requests(
+    gang: WaitingGang, placement: Mapping[str, str]
+) -> dict[str, dict[str, int]]:
+    used: dict[str, dict[str, int]] = {}
+    for pod, node in placement.items():
+        for name, amount in gang.requests[pod].items():
+            used.setdefault(node, {})[name] = used.setdefault(node, {}).get(name, 0) + amount
+    return used
+
+
+def pool_with(
+    nodes: list[tuple[str, dict[str, str]]],
+    gangs: Sequence[tuple[WaitingGang, Sequence[str], float]] = (),
+    *,
+    teams: Sequence[TeamQuota] = (),
+    protection: PreemptionSettings | None = None,
+) -> Pool:
+    free = {name: node_free() for name, _ in nodes}
+    admitted: list[Admitted] = []
+    for gang, where, at in gangs:
+        record, used = running(gang, where, at=at)
+        admitted.append(record)
+        for node, amounts in used.items():
+            for name, amount in amounts.items():
+                free[node][name] -= amount
+    return Pool(
+        topology=build_topology(LEVELS, nodes),
+        free=free,
+        teams={t.name: t for t in teams},
+        admitted=admitted,
+        preemption=protection or PreemptionSettings(),
+    )
+
+
+def by_key(outcomes: list[Outcome]) -> dict[str, Outcome]:
+    return {outcome.key[1]: outcome for outcome in outcomes}
+
+
+def team(name: str, nominal: int, borrowing: int | None = None) -> TeamQuota:
+    limit = Limit(nominal * G, None if borrowing is None else borrowing * G)
+    return TeamQuota(name, (name,), {GPUS: limit})
+
+
+# ------------------------------------------------------------------ tables
+
+
+def test_two_teams_submitting_at_once_each_get_their_quota() -> None:
+    pool = pool_with(rack_nodes(1, 4), teams=[team("a", 16), team("b", 16)])
+    gangs = [
+        waiting("a1", pods=2, team="a", created="2026-01-01T00:00:01Z"),
+        waiting("a2", pods=2, team="a", created="2026-01-01T00:00:02Z"),
+        waiting("b1", pods=2, team="b", created="2026-01-01T00:00:03Z"),
+    ]
+    outcomes = by_key(decide(pool, gangs, now=0.0))
+    assert isinstance(outcomes["a1"], Admit)
+    assert isinstance(outcomes["b1"], Admit)  # b's own share is not lent to a's second job
+    assert isinstance(outcomes["a2"], Wait)
+
+
+def test_idle_quota_is_borrowed_and_taken_back_by_preempting_the_borrowed_gang() -> None:
+    nodes = rack_nodes(1, 4)
+    teams = [team("a", 16), team("b", 16)]
+    pool = pool_with(nodes, teams=teams)
+    borrowed = by_key(
+        decide(pool, [waiting("a1", pods=2, team="a"), waiting("a2", pods=2, team="a")], 0.0)
+    )
+    a2 = borrowed["a2"]
+    assert isinstance(a2, Admit)
+    assert a2.borrowed == {GPUS: 16 * G}
+    # a runs 32 GPUs on 16 of nominal; b wants its 16 back
+    pool = pool_with(
+        nodes,
+        [
+            (waiting("a1", pods=2, team="a"), ["r0h0", "r0h1"], 0.0),
+            (waiting("a2", pods=2, team="a"), ["r0h2", "r0h3"], 10.0),
+        ],
+        teams=teams,
+    )
+    outcome = by_key(decide(pool, [waiting("b1", pods=2, team="b")], now=100.0))["b1"]
+    assert isinstance(outcome, Preempt)
+    assert outcome.victims == (("a", "a2"),)  # the most recently admitted borrowed gang
+    assert sorted(outcome.nodes.values()) == ["r0h2", "r0h3"]
+
+
+def test_a_high_priority_gang_preempts_whole_lower_priority_gangs() -> None:
+    nodes = rack_nodes(2, 2)
+    pool = pool_with(
+        nodes,
+        [
+            (waiting("low-a", pods=2, priority=0), ["r0h0", "r0h1"], 0.0),
+            (waiting("low-b", pods=1, priority=0), ["r1h0"], 0.0),
+            (waiting("mid", pods=1, priority=50), ["r1h1"], 0.0),
+        ],
+    )
+    outcome = by_key(decide(pool, [waiting("urgent", pods=2, priority=100)], now=1.0))["urgent"]
+    assert isinstance(outcome, Preempt)
+    assert outcome.victims == (("ns", "low-a"),)  # one whole gang of the lowest priority
+    assert sorted(outcome.nodes.values()) == ["r0h0", "r0h1"]
+
+
+def test_a_protected_gang_is_not_preempted_before_its_minimum_run_time() -> None:
+    nodes = rack_nodes(1, 2)
+    gangs = [(waiting("low", pods=2), ["r0h0", "r0h1"], 0.0)]
+    protection = PreemptionSettings(minimum_run_seconds=600)
+    urgent = waiting("urgent", pods=2, priority=100)
+    early = by_key(decide(pool_with(nodes, gangs, protection=protection), [urgent], now=599.0))
+    assert isinstance(early["urgent"], Wait)
+    assert early["urgent"].kind == "Capacity"
+    late = by_key(decide(pool_with(nodes, gangs, protection=protection), [urgent], now=600.0))
+    assert isinstance(late["urgent"], Preempt)
+
+
+def test_never_preempt_priorities_and_policy_never_wait() -> None:
+    nodes = rack_nodes(1, 2)
+    gangs = [(waiting("vip", pods=2, priority=1000), ["r0h0", "r0h1"], 0.0)]
+    protected = pool_with(nodes, gangs, protection=PreemptionSettings(never_preempt_priority=1000))
+    assert isinstance(decide(protected, [waiting("urgent", pods=2, priority=2000)], 0.0)[0], Wait)
+    polite = waiting("polite", pods=2, priority=2000, preempts=False)
+    assert isinstance(decide(pool_with(nodes, gangs), [polite], 0.0)[0], Wait)
+
+
+def test_a_required_rack_lands_in_one_rack_with_ranks_contiguous() -> None:
+    nodes = rack_nodes(3, 4)
+    pool = pool_with(
+        nodes,
+        [
+            (waiting("x", pods=2), ["r0h0", "r0h1"], 0.0),
+            (waiting("y", pods=3), ["r1h0", "r1h1", "r1h2"], 0.0),
+        ],
+    )
+    gang = waiting("ranked", pods=4, gpus=4, topology=TopologyRequest(0, required=True))
+    outcome = decide(pool, [gang], 0.0)[0]
+    assert isinstance(outcome, Admit)
+    racks = [outcome.nodes[pod][:2] for pod in gang.pods]
+    assert racks == [racks[0]] * 4
+    assert racks[0] == "r0"  # the tightest rack that holds 4 pods of 4 GPUs (2 free nodes)
+    too_big = waiting("big", pods=5, topology=TopologyRequest(0, required=True))
+    outcome = decide(pool, [too_big], 0.0)[0]
+    assert isinstance(outcome, Wait)
+    assert outcome.kind == "Topology"
+
+
+def test_preemption_for_a_required_rack_takes_victims_in_one_rack() -> None:
+    nodes = rack_nodes(2, 2)
+    pool = pool_with(
+        nodes,
+        [
+            (waiting("r0-old", pods=1, priority=1), ["r0h0"], 0.0),
+            (waiting("r1-a", pods=1, priority=0), ["r1h0"], 0.0),
+            (waiting("r1-b", pods=1, priority=0), ["r1h1"], 0.0),
+            (waiting("r0-new", pods=1, priority=0), ["r0h1"], 5.0),
+        ],
+    )
+    gang = waiting("urgent", pods=2, priority=10, topology=TopologyRequest(0, required=True))
+    outcome = decide(pool, [gang], now=10.0)[0]
+    assert isinstance(outcome, Preempt)
+    assert sorted(outcome.victims) == [("ns", "r1-a"), ("ns", "r1-b")]  # priority 0 only
+    assert {node[:2] for node in outcome.nodes.values()} == {"r1"}
+
+
+def test_quota_reasons_are_reported() -> None:
+    pool = pool_with(rack_nodes(1, 4), teams=[team("a", 8, borrowing=0), team("b", 8)])
+    outcome = decide(pool, [waiting("a1", pods=2, team="a")], 0.0)[0]
+    assert isinstance(outcome, Wait)
+    assert outcome.kind == "Quota"
+
+
+# ------------------------------------------------------------------ properties
+
+
+@hs.composite
+def scenarios(draw: hs.DrawFn) -> tuple[Pool, list[WaitingGang], float]:
+    racks, hosts = draw(hs.integers(1, 3)), draw(hs.integers(1, 4))
+    nodes = rack_nodes(racks, hosts)
+    names = [name for name, _ in nodes]
+    teams = [
+        team("a", draw(hs.sampled_from((0, 8, 16, 32))), draw(hs.sampled_from((None, 0, 8)))),
+        team("b", draw(hs.sampled_from((0, 8, 16, 32))), draw(hs.sampled_from((None, 0, 8)))),
+    ]
+    protection = PreemptionSettings(
+        minimum_run_seconds=draw(hs.sampled_from((0, 100))),
+        never_preempt_priority=draw(hs.sampled_from((None, 2))),
+    )
+
+    def gangs(prefix: str, count: int, priorities: tuple[int, int]) -> list[WaitingGang]:
+        out = []
+        for i in range(count):
+            level = draw(hs.sampled_from((None, 0, 1)))
+            out.append(
+                waiting(
+                    f"{prefix}{i}",
+                    pods=draw(hs.integers(1, 4)),
+                    gpus=draw(hs.sampled_from((1, 2, 4, 8))),
+                    team=draw(hs.sampled_from((None, "a", "b"))),
+                    priority=draw(hs.integers(*priorities)),
+                    created=f"2026-01-01T00:00:{i:02d}Z",
+                    topology=TopologyRequest(
+                        level, draw(hs.booleans()) if level is not None else False
+                    ),
+                    preempts=draw(hs.sampled_from((True, True, True, False))),
+                )
+            )
+        return out
+
+    # a valid starting state: what a first cycle admitted from an empty pool
+    empty = pool_with(nodes, teams=teams, protection=protection)
+    first = gangs("old", draw(hs.integers(0, 10)), (0, 2))
+    admitted: list[tuple[WaitingGang, list[str], float]] = []
+    for gang, outcome in zip(
+        sorted(first, key=WaitingGang.order), decide(empty, first, 0.0), strict=True
+    ):
+        if isinstance(outcome, Admit):
+            admitted.append(
+                (gang, [outcome.nodes[p] for p in gang.pods], draw(hs.sampled_from((0.0, 50.0))))
+            )
+    pool = pool_with(nodes, admitted, teams=teams, protection=protection)
+    assert names
+    return pool, gangs("new", draw(hs.integers(1, 6)), (0, 4)), 100.0
+
+
+@settings(max_examples=250, deadline=None)
+@given(scenarios())
+def test_after_any_cycle_every_gang_is_whole_capacity_and_quota_hold(
+    scenario: tuple[Pool, list[WaitingGang], float],
+) -> None:
+    pool, gangs, now = scenario
+    outcomes = decide(pool, gangs, now)
+    waiting_by_key = {gang.key: gang for gang in gangs}
+    before = {gang.key: gang for gang in pool.admitted}
+    victims = [key for o in outcomes if isinstance(o, Preempt) for key in o.victims]
+    assert len(victims) == len(set(victims)), "a gang preempted twice"
+    started = {o.key for o in outcomes if isinstance(o, Admit | Preempt)}
+    assert not started & set(victims), "a gang admitted and preempted in the same cycle"
+    for key in victims:
+        victim, preemptor = (
+            before[key],
+            next(o for o in outcomes if isinstance(o, Preempt) and key in o.victims),
+        )
+        assert not pool.preemption.protects(
+            priority=victim.priority, run_seconds=now - victim.admitted_at
+        )
+        claimant = waiting_by_key[preemptor.key]
+        if victim.priority >= claimant.priority:  # only reclaim ignores priority
+            assert victim.team is not None
+            assert victim.team != claimant.team
+    # the world once the victims' pods are gone and the new gangs' pods are there
+    free = {name: dict(amounts) for name, amounts in pool.free.items()}
+    for key in victims:
+        for pod, node in (before[key].nodes or {}).items():
+            for name, amount in (before[key].requests or {})[pod].items():
+                free[node][name] += amount
+    after = [gang for key, gang in before.items() if key not in victims]
+    for outcome in outcomes:
+        if isinstance(outcome, Wait):
+            continue
+        gang = waiting_by_key[outcome.key]
+        assert sorted(outcome.nodes) == sorted(gang.pods), "a partial gang was placed"
+        for node, amounts in placement_requests(gang, outcome.nodes).items():
+            for name, amount in amounts.items():
+                free[node][name] -= amount
+        after.append(replace(running(gang, [outcome.nodes[p] for p in gang.pods])[0]))
+        level = gang.topology.level
+        if gang.topology.required and level is not None:
+            assert domains_spanned(pool.topology, outcome.nodes.values(), level) == 1
+    assert all(amount >= 0 for amounts in free.values() for amount in amounts.values())
+    usage = usage_by_team(after)
+    for name, quota in pool.teams.items():
+        limit = quota.limits[GPUS]
+        if limit.borrowing is not None:
+            assert usage.get(name, {}).get(GPUS, 0) <= limit.nominal + limit.borrowing
+    for key in victims:  # another team loses at most the one whole gang that crossed its nominal
+        victim = before[key]
+        claimant = waiting_by_key[
+            next(o for o in outcomes if isinstance(o, Preempt) and key in o.victims).key
+        ]
+        owner = victim.team
+        if owner is not None and owner in pool.teams and owner != claimant.team:
+            largest = max(before[k].usage[GPUS] for k in victims if before[k].team == owner)
+            nominal_x = pool.teams[owner].limits[GPUS].nominal
+            assert usage.get(owner, {}).get(GPUS, 0) > nominal_x - largest
+    nominal = sum(q.limits[GPUS].nominal for q in pool.teams.values())
+    assert sum(u.get(GPUS, 0) for u in usage.values()) <= nominal
+
+
+@settings(max_examples=150, deadline=None)
+@given(scenarios())
+def test_a_cycle_decides_as_with_the_reference_victim_search(
+    scenario: tuple[Pool, list[WaitingGang], float],
+) -> None:
+    pool, gangs, now = scenario
+    optimised = decide(pool, gangs, now)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("torchgate.controller.admission.decide.cheapest", reference_cheapest)
+        assert decide(pool, gangs, now) == optimised

@@ -1,0 +1,417 @@
+"""Topology-aware gang placement: tightest domain, fewest domains, ranks following topology."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+
+from torchgate.controller.admission.topology import (
+    Capacity,
+    Shape,
+    Topology,
+    TopologyPlacement,
+    TopologyWait,
+    build_topology,
+    domains_spanned,
+    fits_topology,
+    place_topology,
+    shape_of,
+    slots_of,
+)
+from torchgate.pytorchjob.pool import TopologyRequest
+
+GPU = "nvidia.com/gpu"
+BLOCK, RACK, HOST = "torchgate.io/block", "torchgate.io/rack", "kubernetes.io/hostname"
+LEVELS = (BLOCK, RACK, HOST)
+
+
+def labelled(layout: Mapping[str, Mapping[str, Sequence[str]]]) -> list[tuple[str, dict[str, str]]]:
+    """``{block: {rack: [host, ...]}}`` -> labelled nodes."""
+    return [
+        (host, {BLOCK: block, RACK: rack, HOST: host})
+        for block, racks in layout.items()
+        for rack, hosts in racks.items()
+        for host in hosts
+    ]
+
+
+def gpus(count: int) -> dict[str, int]:
+    return {GPU: count * 1000, "pods": 110_000}
+
+
+def pod(count: int) -> dict[str, int]:
+    return {GPU: count * 1000, "pods": 1000}
+
+
+def pods(n: int) -> tuple[str, ...]:
+    return tuple(f"job-{'master' if i == 0 else 'worker'}-{max(i - 1, 0)}" for i in range(n))
+
+
+def place(
+    topology: Topology,
+    free: Mapping[str, Mapping[str, int]],
+    count: int,
+    per_pod: int = 8,
+    request: TopologyRequest | None = None,
+) -> TopologyPlacement | TopologyWait:
+    capacity = Capacity(topology, free)
+    return place_topology(
+        capacity, pods(count), shape_of([pod(per_pod)]), request or TopologyRequest()
+    )
+
+
+# Two blocks; b1 has racks of 4 and 2 hosts, b2 one rack of 3.
+LAYOUT = {
+    "b1": {"r1": ["h1", "h2", "h3", "h4"], "r2": ["h5", "h6"]},
+    "b2": {"r3": ["h7", "h8", "h9"]},
+}
+TOPOLOGY = build_topology(LEVELS, labelled(LAYOUT))
+EMPTY = {name: gpus(8) for name in TOPOLOGY.node_names}
+
+
+def rack_of(node: str) -> str:
+    return next(rack for racks in LAYOUT.values() for rack, hosts in racks.items() if node in hosts)
+
+
+# ------------------------------------------------------------------ the tree and slots
+
+
+def test_domains_are_keyed_by_their_whole_path_and_an_unlabelled_node_is_its_own_domain() -> None:
+    topology = build_topology(
+        (BLOCK, RACK),
+        [
+            ("a", {BLOCK: "b1", RACK: "r1"}),
+            ("b", {BLOCK: "b2", RACK: "r1"}),
+            ("c", {BLOCK: "b1"}),
+            ("d", {RACK: "r1"}),  # no block: its own block and rack, the rack label is moot
+        ],
+    )
+    keys = [topology.domains[d].key for d in topology.by_level[1]]
+    assert keys == [("b1", "r1"), ("b2", "r1"), ("b1", "/c"), ("/d", "/d")]
+    assert topology.domain_of("c", 0) == topology.domain_of("a", 0)
+    assert topology.domain_of("c", 1) not in (None, topology.domain_of("a", 1))
+    assert topology.domain_of("d", 0) not in (None, topology.domain_of("a", 0))
+    assert topology.domain_of("nowhere", 0) is None
+    assert domains_spanned(topology, ["a", "b"], 1) == 2
+    assert domains_spanned(topology, ["a", "c"], 0) == 1
+    assert domains_spanned(topology, ["a", "c"], 1) == 2
+    own = topology.domain_of("c", 1)
+    assert own is not None
+    assert topology.domain_name(own) == "node c"
+
+
+@pytest.mark.parametrize(
+    ("free", "requests", "one_per_node", "slots"),
+    [
+        (gpus(8), [pod(2)], False, 4),
+        (gpus(7), [pod(2)], False, 3),
+        (gpus(8), [pod(2), pod(4)], False, 2),  # counted by the largest pod
+        (gpus(8), [pod(1)], True, 1),
+        ({GPU: 8000}, [pod(1)], False, 0),  # no pod slot left
+        (gpus(0), [pod(1)], False, 0),
+    ],
+    ids=["even", "remainder", "largest-pod", "host-ports", "no-pods-resource", "full"],
+)
+def test_slots_of_a_node(
+    free: dict[str, int], requests: list[dict[str, int]], one_per_node: bool, slots: int
+) -> None:
+    assert slots_of(free, shape_of(requests, one_per_node=one_per_node)) == slots
+
+
+# ------------------------------------------------------------------ choosing the domain
+
+
+def test_a_gang_that_fits_one_node_takes_the_tightest_node() -> None:
+    free = {**EMPTY, "h5": gpus(4), "h8": gpus(2)}
+    placed = place(TOPOLOGY, free, 2, per_pod=2)
+    assert isinstance(placed, TopologyPlacement)
+    assert set(placed.nodes.values()) == {"h5"}
+    assert placed.domain == f"{HOST}=h5"
+
+
+def test_a_gang_goes_to_the_rack_with_the_least_free_room_that_holds_it() -> None:
+    placed = place(TOPOLOGY, EMPTY, 3)
+    assert isinstance(placed, TopologyPlacement)
+    assert {rack_of(n) for n in placed.nodes.values()} == {"r3"}  # r3 (3 free) beats r1 (4)
+    assert placed.domain == f"{RACK}=r3"
+
+
+def test_equal_room_prefers_the_domain_with_fewer_nodes() -> None:
+    free = {**EMPTY, "h1": gpus(0), "h2": gpus(0), "h7": gpus(0)}
+    # r1 and r2 both have 2 free whole nodes, r3 too; r2 has 2 nodes, r1 4, r3 3.
+    placed = place(TOPOLOGY, free, 2)
+    assert isinstance(placed, TopologyPlacement)
+    assert {rack_of(n) for n in placed.nodes.values()} == {"r2"}
+
+
+def test_a_gang_larger_than_any_rack_stays_in_one_block_over_the_fewest_racks() -> None:
+    placed = place(TOPOLOGY, EMPTY, 5)
+    assert isinstance(placed, TopologyPlacement)
+    nodes = list(placed.nodes.values())
+    assert placed.domain == f"{BLOCK}=b1"
+    assert domains_spanned(TOPOLOGY, nodes, 1) == 2
+
+
+def test_ranks_follow_topology_consecutive_ranks_share_a_rack() -> None:
+    placed = place(TOPOLOGY, EMPTY, 6)
+    assert isinstance(placed, TopologyPlacement)
+    racks = [rack_of(placed.nodes[name]) for name in pods(6)]
+    assert racks == ["r1"] * 4 + ["r2"] * 2
+
+
+def test_pods_of_one_gang_pack_onto_nodes_before_spreading() -> None:
+    placed = place(TOPOLOGY, EMPTY, 8, per_pod=2)
+    assert isinstance(placed, TopologyPlacement)
+    hosts = [placed.nodes[name] for name in pods(8)]
+    assert len(set(hosts)) == 2
+    assert hosts[:4] == [hosts[0]] * 4
+    assert hosts[4:] == [hosts[4]] * 4
+
+
+# ------------------------------------------------------------------ required and preferred
+
+
+def test_a_required_rack_that_no_rack_holds_waits_for_topology() -> None:
+    placed = place(TOPOLOGY, EMPTY, 5, request=TopologyRequest(1, required=True))
+    assert isinstance(placed, TopologyWait)
+    assert placed.kind == "Topology"
+    assert not fits_topology(
+        Capacity(TOPOLOGY, EMPTY), 5, shape_of([pod(8)]), TopologyRequest(1, True)
+    )
+
+
+def test_a_preferred_rack_falls_back_to_the_block_and_says_so() -> None:
+    placed = place(TOPOLOGY, EMPTY, 5, request=TopologyRequest(1, required=False))
+    assert isinstance(placed, TopologyPlacement)
+    assert placed.level == 0
+    assert placed.preference_met is False
+
+
+def test_a_required_level_that_fits_is_met() -> None:
+    placed = place(TOPOLOGY, EMPTY, 4, request=TopologyRequest(1, required=True))
+    assert isinstance(placed, TopologyPlacement)
+    assert placed.preference_met is True
+    assert {rack_of(n) for n in placed.nodes.values()} == {"r1"}
+
+
+def test_a_full_pool_waits_for_capacity_whatever_the_request() -> None:
+    for request in (TopologyRequest(), TopologyRequest(1, True)):
+        placed = place(TOPOLOGY, EMPTY, 10, request=request)
+        assert isinstance(placed, TopologyWait)
+        assert placed.kind == "Capacity"
+
+
+def test_a_gang_spanning_blocks_uses_the_fewest_blocks() -> None:
+    placed = place(TOPOLOGY, EMPTY, 8)
+    assert isinstance(placed, TopologyPlacement)
+    assert placed.level == -1
+    assert domains_spanned(TOPOLOGY, placed.nodes.values(), 0) == 2
+
+
+def test_only_allowed_nodes_are_used() -> None:
+    capacity = Capacity(TOPOLOGY, EMPTY)
+    shape = shape_of([pod(8)], allowed=["h5", "h7", "h8"])
+    placed = place_topology(capacity, pods(3), shape, TopologyRequest())
+    assert isinstance(placed, TopologyPlacement)
+    assert set(placed.nodes.values()) == {"h5", "h7", "h8"}
+    assert isinstance(place_topology(capacity, pods(4), shape, TopologyRequest()), TopologyWait)
+
+
+def test_with_host_ports_a_gang_takes_one_node_per_pod() -> None:
+    capacity = Capacity(TOPOLOGY, EMPTY)
+    placed = place_topology(
+        capacity, pods(2), shape_of([pod(1)], one_per_node=True), TopologyRequest()
+    )
+    assert isinstance(placed, TopologyPlacement)
+    assert len(set(placed.nodes.values())) == 2
+
+
+# ------------------------------------------------------------------ nodes outside the racks
+
+
+CPU_FREE = {"cpu": 4000, "pods": 100_000}
+
+
+def with_cpu_node(cpu: int) -> tuple[Topology, dict[str, dict[str, int]]]:
+    """The racks of ``LAYOUT`` with GPUs and plenty of CPU, plus node ``cpu-0`` with no labels."""
+    nodes = [*labelled(LAYOUT), ("cpu-0", {})]
+    free = {name: {**gpus(8), "cpu": 64_000} for name in TOPOLOGY.node_names}
+    free["cpu-0"] = {"cpu": cpu, "pods": 110_000}
+    return build_topology(LEVELS, nodes), free
+
+
+def test_a_node_without_topology_labels_is_a_candidate_like_any_domain() -> None:
+    topology, free = with_cpu_node(cpu=4000)
+    capacity = Capacity(topology, free)
+    # Two 1-CPU pods: cpu-0 has room for 4, every GPU node for 64; the tightest fit is cpu-0.
+    placed = place_topology(
+        capacity, pods(2), shape_of([{"cpu": 1000, "pods": 1000}]), TopologyRequest()
+    )
+    assert isinstance(placed, TopologyPlacement)
+    assert set(placed.nodes.values()) == {"cpu-0"}
+    assert placed.domain == "node cpu-0"
+
+
+def test_a_gang_without_gpus_takes_the_gpu_free_nodes_first_even_when_a_gpu_node_is_tighter() -> (
+    None
+):
+    topology, free = with_cpu_node(cpu=64_000)
+    free["h5"] = {**gpus(8), "cpu": 2000}  # the tightest node for two 1-CPU pods
+    cpu_pods = [{"cpu": 1000, "pods": 1000}]
+    plain = place_topology(Capacity(topology, free), pods(2), shape_of(cpu_pods), TopologyRequest())
+    assert isinstance(plain, TopologyPlacement)
+    assert set(plain.nodes.values()) == {"h5"}  # without the preference: tightest wins
+    shape = shape_of(cpu_pods, preferred=["cpu-0"])
+    placed = place_topology(Capacity(topology, free), pods(2), shape, TopologyRequest())
+    assert isinstance(placed, TopologyPlacement)
+    assert set(placed.nodes.values()) == {"cpu-0"}
+
+
+def test_a_gang_that_does_not_fit_the_preferred_nodes_goes_elsewhere_whole() -> None:
+    topology, free = with_cpu_node(cpu=1000)
+    shape = shape_of([{"cpu": 1000, "pods": 1000}], preferred=["cpu-0"])
+    placed = place_topology(Capacity(topology, free), pods(2), shape, TopologyRequest())
+    assert isinstance(placed, TopologyPlacement)
+    assert "cpu-0" not in placed.nodes.values()
+    assert len(set(placed.nodes.values())) == 1
+
+
+def test_a_preference_that_narrows_nothing_is_dropped() -> None:
+    assert shape_of([pod(1)], preferred=[]).preferred is None
+    assert shape_of([pod(1)], allowed=["h1", "h2"], preferred=["h1", "h2", "h3"]).preferred is None
+    assert shape_of([pod(1)], allowed=["h1", "h2"], preferred=["h2", "h3"]).preferred == {"h2"}
+    assert shape_of([pod(1)], allowed=["h1"], preferred=["h3"]).preferred is None
+
+
+# ------------------------------------------------------------------ properties
+
+
+@hs.composite
+def pools(draw: hs.DrawFn) -> tuple[Topology, dict[str, dict[str, int]]]:
+    blocks = draw(hs.integers(1, 3))
+    layout = {
+        f"b{b}": {
+            f"b{b}r{r}": [f"b{b}r{r}h{h}" for h in range(draw(hs.integers(1, 4)))]
+            for r in range(draw(hs.integers(1, 3)))
+        }
+        for b in range(blocks)
+    }
+    nodes = labelled(layout)
+    # Some nodes outside the racks: no labels at all, or a block but no rack.
+    nodes += [(f"loose{i}", {}) for i in range(draw(hs.integers(0, 2)))]
+    nodes += [(f"b0loose{i}", {BLOCK: "b0"}) for i in range(draw(hs.integers(0, 1)))]
+    topology = build_topology(LEVELS, nodes)
+    free = {name: gpus(draw(hs.sampled_from((0, 1, 2, 4, 6, 8)))) for name in topology.node_names}
+    return topology, free
+
+
+def _fresh_slots(
+    topology: Topology, free: Mapping[str, Mapping[str, int]], per_pod: int
+) -> list[int]:
+    return Capacity(topology, free).domain_slots(shape_of([pod(per_pod)]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pools(),
+    hs.integers(1, 12),
+    hs.sampled_from((1, 2, 4, 8)),
+    hs.sampled_from((None, 0, 1, 2)),
+    hs.booleans(),
+)
+def test_placement_is_whole_within_capacity_and_never_spans_more_domains_than_needed(
+    pool: tuple[Topology, dict[str, dict[str, int]]],
+    count: int,
+    per_pod: int,
+    level: int | None,
+    required: bool,
+) -> None:
+    topology, free = pool
+    placed = place(topology, free, count, per_pod, TopologyRequest(level, required))
+    slots = _fresh_slots(topology, free, per_pod)
+    if isinstance(placed, TopologyWait):
+        assert slots[0] < count or (
+            required
+            and level is not None
+            and all(slots[d] < count for d in topology.by_level[level])
+        )
+        return
+    # all or nothing, and within every node's free capacity
+    assert sorted(placed.nodes) == sorted(pods(count))
+    used: dict[str, int] = {}
+    for node in placed.nodes.values():
+        used[node] = used.get(node, 0) + per_pod * 1000
+    assert all(used[node] <= free[node][GPU] for node in used)
+    for lvl in range(len(LEVELS)):
+        if any(slots[d] >= count for d in topology.by_level[lvl]):
+            # one domain of this level holds the gang, so the placement is inside one
+            assert domains_spanned(topology, placed.nodes.values(), lvl) == 1
+        elif lvl == 0:
+            # it must span blocks: as few as the roomiest blocks allow
+            room = sorted((slots[d] for d in topology.by_level[0]), reverse=True)
+            needed = next(i + 1 for i in range(len(room)) if sum(room[: i + 1]) >= count)
+            assert domains_spanned(topology, placed.nodes.values(), 0) == needed
+    if required and level is not None:
+        assert domains_spanned(topology, placed.nodes.values(), level) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(pools(), hs.integers(1, 12), hs.sampled_from((1, 2, 8)))
+def test_ranks_are_contiguous_in_every_domain(
+    pool: tuple[Topology, dict[str, dict[str, int]]], count: int, per_pod: int
+) -> None:
+    topology, free = pool
+    placed = place(topology, free, count, per_pod)
+    if isinstance(placed, TopologyWait):
+        return
+    for level in range(len(LEVELS)):
+        sequence = [topology.domain_of(placed.nodes[name], level) for name in pods(count)]
+        runs = [d for i, d in enumerate(sequence) if i == 0 or sequence[i - 1] != d]
+        assert len(runs) == len(set(runs)), f"ranks leave and re-enter a domain at level {level}"
+
+
+@settings(max_examples=200, deadline=None)
+@given(pools(), hs.lists(hs.tuples(hs.integers(0, 30), hs.sampled_from((1, 2, 4)), hs.booleans())))
+def test_slot_counts_kept_up_to_date_equal_counts_computed_afresh(
+    pool: tuple[Topology, dict[str, dict[str, int]]], moves: list[tuple[int, int, bool]]
+) -> None:
+    topology, free = pool
+    capacity = Capacity(topology, free)
+    shapes = [shape_of([pod(n)]) for n in (1, 2, 8)]
+    for shape in shapes:
+        capacity.domain_slots(shape)
+    for index, amount, give in moves:
+        node = topology.node_names[index % len(topology.node_names)]
+        change = ({"p": node}, {"p": pod(amount)})
+        if give:
+            capacity.give(*change)
+        else:
+            capacity.take(*change)
+    now = {name: capacity.free[i] for i, name in enumerate(topology.node_names)}
+    for shape in shapes:
+        assert capacity.domain_slots(shape) == Capacity(topology, now).domain_slots(shape)
+
+
+@settings(max_examples=200, deadline=None)
+@given(pools(), hs.integers(1, 12), hs.sampled_from((1, 2, 8)), hs.data())
+def test_a_gang_goes_to_its_preferred_nodes_whenever_they_hold_it_and_else_as_if_none(
+    pool: tuple[Topology, dict[str, dict[str, int]]], count: int, per_pod: int, data: hs.DataObject
+) -> None:
+    topology, free = pool
+    preferred = data.draw(hs.sets(hs.sampled_from(topology.node_names)))
+    request = TopologyRequest()
+
+    def placed(shape: Shape) -> TopologyPlacement | TopologyWait:
+        return place_topology(Capacity(topology, free), pods(count), shape, request)
+
+    chosen = placed(shape_of([pod(per_pod)], preferred=preferred))
+    only_there = placed(shape_of([pod(per_pod)], allowed=preferred))
+    anywhere = placed(shape_of([pod(per_pod)]))
+    if isinstance(only_there, TopologyPlacement):
+        assert isinstance(chosen, TopologyPlacement)
+        assert chosen.nodes == only_there.nodes
+    else:
+        assert chosen == anywhere

@@ -1,0 +1,549 @@
+"""``plan()``: admission, gang integrity, restarts, completion, cleanup, suspend, timers."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from tests.builders import JobBuilder, gpu_job, job
+from tests.unit.controller.helpers import NOW, World, is_quiet, parse, set_phase, with_uid
+from torchgate.controller.job.model import Observed, Plan
+from torchgate.controller.job.plan import plan
+from torchgate.controller.job.status import format_time
+
+MASTER, W0, W1 = "demo-master-0", "demo-worker-0", "demo-worker-1"
+ALL = (MASTER, W0, W1)
+RESERVATION = {MASTER: "n1", W0: "n1", W1: "n2"}
+
+
+def demo_world(builder: JobBuilder | None = None) -> World:
+    return World(with_uid((builder or gpu_job("demo", workers=2)).build()))
+
+
+def admitted_world(builder: JobBuilder | None = None) -> World:
+    """A job whose gang was admitted and created (pods Pending, unbound)."""
+    world = demo_world(builder)
+    world.apply(world.plan())
+    world.apply(world.plan(reservation=RESERVATION))
+    return world
+
+
+def running_world(builder: JobBuilder | None = None) -> World:
+    world = admitted_world(builder)
+    for name in world.pods:
+        world.run(name, node=RESERVATION.get(name, "n1"))
+    world.apply(world.plan(reservation=RESERVATION))
+    return world
+
+
+def condition(world_or_status: Any, kind: str) -> dict[str, Any] | None:
+    status = world_or_status.job_raw["status"] if isinstance(world_or_status, World) else None
+    status = status if status is not None else world_or_status
+    for item in status.get("conditions", []):
+        if item["type"] == kind:
+            found: dict[str, Any] = item
+            return found
+    return None
+
+
+def must(world_or_status: Any, kind: str) -> dict[str, Any]:
+    found = condition(world_or_status, kind)
+    assert found is not None, kind
+    return found
+
+
+def status_of(result: Plan) -> dict[str, Any]:
+    assert result.status is not None
+    return result.status
+
+
+def reasons(result: Plan) -> list[str]:
+    return [event.reason for event in result.events]
+
+
+# ------------------------------------------------------------------ nothing to do
+
+
+def test_a_job_being_deleted_gets_nothing() -> None:
+    world = running_world()
+    world.job_raw["metadata"]["deletionTimestamp"] = format_time(NOW)
+    assert world.plan() == Plan()
+
+
+def test_a_job_managed_by_another_controller_is_left_alone() -> None:
+    world = demo_world(gpu_job("demo").run_policy(managedBy="kueue.x-k8s.io/multikueue"))
+    assert world.plan() == Plan()
+
+
+# ------------------------------------------------------------------ admission
+
+
+def test_new_job_asks_for_admission_of_the_whole_gang() -> None:
+    result = demo_world().plan()
+    assert result.needs_admission
+    assert [d.pod_name for d in result.demands] == list(ALL)
+    assert not result.create_pods
+    assert result.status is not None
+    assert condition(result.status, "Created") is not None
+    assert reasons(result) == ["PyTorchJobCreated"]
+
+
+def test_waiting_job_shows_the_shortfall_as_queued() -> None:
+    world = demo_world()
+    first = world.plan(wait_reason="waiting for 3 nvidia.com/gpu in the cluster: 1 free")
+    assert "WaitingForResources" in reasons(first)
+    world.apply(first)
+    queued = condition(world, "Queued")
+    assert queued is not None
+    assert (queued["status"], queued["reason"]) == ("True", "WaitingForResources")
+    update = world.plan(wait_reason="waiting for 3 nvidia.com/gpu in the cluster: 2 free")
+    assert update.events == ()  # a new message is not a transition
+    assert update.status is not None
+    assert must(update.status, "Queued")["message"].endswith("2 free")
+
+
+def test_reservation_creates_every_pod_pinned_and_the_master_service() -> None:
+    world = demo_world()
+    world.apply(world.plan(wait_reason="waiting"))
+    result = world.plan(reservation=RESERVATION, wait_reason="waiting")
+    assert [p["metadata"]["name"] for p in result.create_pods] == list(ALL)
+    for pod in result.create_pods:
+        name = pod["metadata"]["name"]
+        assert pod["metadata"]["annotations"]["torchgate.io/planned-node"] == RESERVATION[name]
+        assert pod["metadata"]["annotations"]["torchgate.io/gang-attempt"] == "1"
+    assert [s["metadata"]["name"] for s in result.create_services] == [MASTER]
+    assert result.status is not None
+    assert condition(result.status, "Queued") is None
+    assert status_of(result)["startTime"] == format_time(NOW)
+    assert reasons(result) == ["GangAdmitted"]
+    assert not result.needs_admission
+
+
+def test_events_of_condition_changes_go_with_the_status_those_of_actions_with_the_actions() -> None:
+    world = demo_world()
+    first = world.plan(reservation=RESERVATION)
+    assert first.create_pods
+    announcing = {e.reason: e.announces_status for e in first.events}
+    assert announcing == {"PyTorchJobCreated": True, "GangAdmitted": False}
+    world.apply(first)
+    for name in ALL:
+        world.run(name, node=RESERVATION[name])
+    running = world.plan(reservation=RESERVATION)
+    assert [(e.reason, e.announces_status) for e in running.events] == [("PyTorchJobRunning", True)]
+
+
+def test_pods_are_never_created_without_a_reservation() -> None:
+    world = admitted_world()
+    del world.pods[W1]
+    result = world.plan()
+    assert not result.create_pods
+    assert sorted(result.delete_pods) == [MASTER, W0]
+    assert "GangIncomplete" in reasons(result)
+
+
+def test_an_interrupted_creation_is_completed_while_the_reservation_holds() -> None:
+    world = admitted_world()
+    del world.pods[W1]
+    result = world.plan(reservation=RESERVATION)
+    assert [p["metadata"]["name"] for p in result.create_pods] == [W1]
+    assert not result.delete_pods
+
+
+def test_a_terminating_gang_member_tears_the_gang_down() -> None:
+    world = running_world()
+    world.pods[W1] = set_phase(world.pods[W1], "Running", terminating=True)
+    result = world.plan(reservation=RESERVATION)
+    assert sorted(result.delete_pods) == [MASTER, W0]
+    assert not result.create_pods
+    assert condition(result.status, "Restarting") is not None
+
+
+def test_no_pod_is_created_while_old_pods_are_terminating() -> None:
+    world = running_world()
+    world.apply(Plan(delete_pods=ALL))
+    result = world.plan(reservation=RESERVATION)
+    assert not result.create_pods
+    assert not result.needs_admission
+    world.settle()
+    assert world.plan().needs_admission
+
+
+def test_stale_pods_of_an_older_attempt_are_deleted_not_adopted() -> None:
+    world = running_world()
+    world.job_raw["metadata"]["annotations"] = {"torchgate.io/restarts": "1"}
+    result = world.plan(reservation=RESERVATION)
+    assert sorted(result.delete_pods) == sorted(ALL)
+    assert not result.create_pods
+
+
+def test_pods_of_another_owner_are_never_touched_and_block_admission() -> None:
+    world = running_world()
+    world.pods[W1]["metadata"]["ownerReferences"][0]["uid"] = "someone-else"
+    world.apply(Plan(delete_pods=(MASTER, W0)))
+    world.settle()
+    result = world.plan(reservation=RESERVATION)
+    assert W1 not in result.delete_pods
+    assert not result.create_pods
+    assert not result.needs_admission
+    assert must(result.status, "Queued")["reason"] == "PodNameConflict"
+    assert "PodNameConflict" in reasons(result)
+    world.apply(result)
+    assert is_quiet(world.plan(reservation=RESERVATION))
+
+
+# ------------------------------------------------------------------ gang schedule timeout
+
+
+def test_unbound_gang_times_out_and_is_torn_down() -> None:
+    world = admitted_world()
+    world.tick(30)
+    waiting = world.plan(reservation=RESERVATION)
+    assert waiting.requeue_after == pytest.approx(30)
+    assert not waiting.gang_timed_out
+    world.tick(31)
+    result = world.plan(reservation=RESERVATION)
+    assert result.gang_timed_out
+    assert sorted(result.delete_pods) == sorted(ALL)
+    assert "GangScheduleTimeout" in reasons(result)
+
+
+def test_schedule_timeout_is_configurable_and_min_available_counts() -> None:
+    world = admitted_world(gpu_job("demo", workers=2).scheduling(scheduleTimeoutSeconds=600))
+    world.tick(120)
+    assert world.plan(reservation=RESERVATION).requeue_after == pytest.approx(480)
+    world = admitted_world(gpu_job("demo", workers=2).scheduling(minAvailable=2))
+    world.run(MASTER)
+    world.run(W0)
+    world.tick(3600)
+    result = world.plan(reservation=RESERVATION)
+    assert not result.gang_timed_out
+    assert result.requeue_after is None
+
+
+# ------------------------------------------------------------------ running
+
+
+def test_running_condition_when_the_master_runs() -> None:
+    world = admitted_world()
+    world.run(MASTER)
+    result = world.plan(reservation=RESERVATION)
+    assert must(result.status, "Running")["message"] == "PyTorchJob demo is running."
+    assert status_of(result)["replicaStatuses"]["Master"]["active"] == 1
+    assert status_of(result)["replicaStatuses"]["Worker"]["active"] == 0
+    assert reasons(result) == ["PyTorchJobRunning"]
+
+
+def test_worker_only_job_runs_when_any_worker_runs() -> None:
+    world = World(with_uid(job("solo").workers(2).build()))
+    world.apply(world.plan())
+    world.apply(world.plan(reservation={"solo-worker-0": "n1", "solo-worker-1": "n1"}))
+    world.run("solo-worker-1")
+    result = world.plan()
+    assert must(result.status, "Running")["message"] == "PyTorchJob default/solo is running."
+
+
+# ------------------------------------------------------------------ success and cleanup
+
+
+def succeeded_world(builder: JobBuilder | None = None) -> World:
+    world = running_world(builder)
+    world.finish_pod(MASTER, "Succeeded", exit_code=0)
+    world.pods[W1] = set_phase(world.pods[W1], "Pending")
+    return world
+
+
+def test_master_success_completes_the_job_and_frees_running_and_pending_pods() -> None:
+    world = succeeded_world()
+    result = world.plan()
+    succeeded = must(result.status, "Succeeded")
+    assert succeeded["reason"] == "PyTorchJobSucceeded"
+    assert succeeded["message"] == "PyTorchJob demo is successfully completed."
+    assert must(result.status, "Running")["status"] == "False"
+    assert status_of(result)["completionTime"] == format_time(NOW)
+    assert sorted(result.delete_pods) == [W0, W1]
+    assert result.delete_services == (MASTER,)
+    assert status_of(result)["replicaStatuses"]["Master"]["succeeded"] == 1
+    assert reasons(result) == ["PyTorchJobSucceeded"]
+
+
+def test_clean_pod_policy_all_deletes_every_pod() -> None:
+    world = succeeded_world(gpu_job("demo", workers=2).run_policy(cleanPodPolicy="All"))
+    assert sorted(world.plan().delete_pods) == sorted(ALL)
+
+
+def test_clean_pod_policy_none_keeps_pods_when_the_admin_allows_it() -> None:
+    world = succeeded_world(gpu_job("demo", workers=2).run_policy(cleanPodPolicy="None"))
+    result = world.plan(allow_clean_pod_policy_none=True)
+    assert not result.delete_pods
+    assert not result.delete_services
+    workers = status_of(result)["replicaStatuses"]["Worker"]
+    assert (workers["active"], workers["succeeded"]) == (0, 1)  # leftover active -> succeeded
+
+
+def test_clean_pod_policy_none_is_overridden_with_a_warning_when_not_allowed() -> None:
+    world = succeeded_world(gpu_job("demo", workers=2).run_policy(cleanPodPolicy="None"))
+    result = world.plan(allow_clean_pod_policy_none=False)
+    assert sorted(result.delete_pods) == [W0, W1]
+    warning = [e for e in result.events if e.reason == "CleanPodPolicyOverridden"]
+    assert warning[0].type == "Warning"
+
+
+def test_cleanup_of_a_finished_job_is_repeated_until_done() -> None:
+    world = succeeded_world()
+    world.apply(world.plan())
+    world.pods[W0]["metadata"].pop("deletionTimestamp")  # the delete was lost
+    result = world.plan()
+    assert result.delete_pods == (W0,)
+    assert result.status is None
+    assert result.events == ()
+
+
+def test_running_ranks_of_a_succeeded_job_get_the_finish_grace_and_pending_ones_go_at_once() -> (
+    None
+):
+    world = succeeded_world()
+    first = world.plan(finish_grace_seconds=5)
+    assert first.delete_pods == (W1,), "the pending Worker never started: deleted at once"
+    assert first.requeue_after == pytest.approx(5)
+    assert must(first.status, "Succeeded")["status"] == "True"
+    world.apply(first)
+    world.tick(2)
+    second = world.plan(finish_grace_seconds=5)
+    assert second.delete_pods == ()
+    assert second.requeue_after == pytest.approx(3)
+    world.tick(3)
+    assert world.plan(finish_grace_seconds=5).delete_pods == (W0,)
+
+
+def test_a_rank_that_ends_within_the_finish_grace_stays_completed() -> None:
+    world = succeeded_world()
+    world.apply(world.plan(finish_grace_seconds=5))
+    world.tick(1)
+    world.finish_pod(W0, "Succeeded", exit_code=0)
+    result = world.plan(finish_grace_seconds=5)
+    assert W0 not in result.delete_pods
+    assert result.requeue_after is None
+
+
+def test_a_ttl_shorter_than_the_finish_grace_waits_for_it() -> None:
+    world = succeeded_world(gpu_job("demo", workers=2).run_policy(ttlSecondsAfterFinished=0))
+    first = world.plan(finish_grace_seconds=5)
+    assert not first.delete_job
+    assert first.requeue_after == pytest.approx(5)
+    world.apply(first)
+    world.tick(5)
+    last = world.plan(finish_grace_seconds=5)
+    assert last.delete_job
+    assert last.delete_pods == (W0,)
+
+
+def test_the_running_ranks_of_a_failed_job_get_no_finish_grace() -> None:
+    world = running_world(gpu_job("demo", workers=2).run_policy(activeDeadlineSeconds=10))
+    world.tick(20)
+    result = world.plan(finish_grace_seconds=5)
+    assert must(result.status, "Failed")["reason"] == "DeadlineExceeded"
+    assert sorted(result.delete_pods) == sorted(ALL)
+
+
+@pytest.mark.parametrize(
+    ("elastic", "phases", "done"),
+    [
+        (False, ("Succeeded", "Running"), False),
+        (False, ("Succeeded", "Succeeded"), True),
+        (True, ("Succeeded", "Running"), True),
+    ],
+    ids=["one-of-two", "all", "elastic-any"],
+)
+def test_worker_only_success(elastic: bool, phases: tuple[str, str], done: bool) -> None:
+    builder = job("solo").workers(2)
+    world = World(with_uid((builder.elastic() if elastic else builder).build()))
+    reservation = {"solo-worker-0": "n1", "solo-worker-1": "n1"}
+    world.apply(world.plan())
+    world.apply(world.plan(reservation=reservation))
+    for name, phase in zip(("solo-worker-0", "solo-worker-1"), phases, strict=True):
+        world.pods[name] = set_phase(world.pods[name], phase, node="n1")
+    status = world.plan(reservation=reservation).status
+    succeeded = condition(status, "Succeeded") if status else None
+    assert (succeeded is not None) is done
+    if succeeded:
+        assert succeeded["message"] == "PyTorchJob default/solo successfully completed."
+
+
+# ------------------------------------------------------------------ failure and restarts
+
+
+@pytest.mark.parametrize(
+    ("restart_policy", "state", "restarts"),
+    [
+        ("Never", {"exit_code": 137}, False),
+        ("ExitCode", {"exit_code": 1}, False),
+        ("ExitCode", {"exit_code": 127}, False),
+        ("ExitCode", {"exit_code": 137}, True),
+        ("ExitCode", {"reason": "Evicted"}, True),
+        ("ExitCode", {}, True),
+        ("OnFailure", {"exit_code": 1}, True),
+        ("Always", {"exit_code": 2}, True),
+    ],
+    ids=[
+        "never",
+        "exitcode-1",
+        "exitcode-127",
+        "exitcode-137",
+        "evicted",
+        "no-terminated-state",
+        "onfailure",
+        "always",
+    ],
+)
+def test_failed_pod_fails_or_restarts_the_gang(
+    restart_policy: str, state: dict[str, Any], restarts: bool
+) -> None:
+    builder = (
+        job("demo").master(restart_policy=restart_policy).workers(2, restart_policy=restart_policy)
+    )
+    world = running_world(builder)
+    world.finish_pod(W1, "Failed", **state)
+    result = world.plan()
+    if restarts:
+        assert result.restarts == 1
+        assert sorted(result.delete_pods) == sorted(ALL)
+        restarting = must(result.status, "Restarting")
+        assert restarting["message"] == (
+            "PyTorchJob demo is restarting because 1 Worker replica(s) failed."
+        )
+        assert condition(result.status, "Failed") is None
+    else:
+        assert result.restarts is None
+        failed = must(result.status, "Failed")
+        assert failed["reason"] == "PyTorchJobFailed"
+        assert failed["message"] == "PyTorchJob demo is failed because 1 Worker replica(s) failed."
+        assert sorted(result.delete_pods) == [MASTER, W0]  # the failed pod stays for its logs
+
+
+def test_restart_is_readmitted_with_a_new_attempt() -> None:
+    world = running_world()
+    world.finish_pod(W0, "Failed", exit_code=137)
+    world.apply(world.plan())
+    world.settle()
+    readmit = world.plan()
+    assert readmit.needs_admission
+    created = world.plan(reservation=RESERVATION).create_pods
+    assert {p["metadata"]["annotations"]["torchgate.io/gang-attempt"] for p in created} == {"2"}
+
+
+def test_backoff_limit_fails_the_job() -> None:
+    world = running_world(gpu_job("demo", workers=2).run_policy(backoffLimit=2))
+    world.job_raw["metadata"]["annotations"] = {"torchgate.io/restarts": "2"}
+    for pod in world.pods.values():
+        pod["metadata"]["annotations"]["torchgate.io/gang-attempt"] = "3"
+    world.finish_pod(W0, "Failed", exit_code=137)
+    result = world.plan()
+    failed = must(result.status, "Failed")
+    assert failed["reason"] == "BackoffLimitExceeded"
+    assert failed["message"] == (
+        "Job demo has failed because it has reached the specified backoff limit"
+    )
+    assert result.restarts is None
+
+
+# ------------------------------------------------------------------ deadline and TTL
+
+
+def test_active_deadline_is_a_timer_then_fails_the_job() -> None:
+    world = running_world(gpu_job("demo", workers=2).run_policy(activeDeadlineSeconds=600))
+    world.tick(100)
+    assert world.plan().requeue_after == pytest.approx(500)
+    world.tick(500)
+    result = world.plan()
+    failed = must(result.status, "Failed")
+    assert failed["reason"] == "DeadlineExceeded"
+    assert sorted(result.delete_pods) == sorted(ALL)
+
+
+def test_ttl_after_finished_is_a_timer_then_deletes_the_job() -> None:
+    world = succeeded_world(gpu_job("demo", workers=2).run_policy(ttlSecondsAfterFinished=60))
+    first = world.plan()
+    assert first.requeue_after == pytest.approx(60)
+    world.apply(first)
+    world.tick(10)
+    assert world.plan().requeue_after == pytest.approx(50)
+    world.tick(50)
+    assert world.plan().delete_job
+
+
+# ------------------------------------------------------------------ suspend and resume
+
+
+def test_suspend_deletes_everything_and_resume_readmits() -> None:
+    world = running_world()
+    world.job_raw["spec"]["runPolicy"] = {"suspend": True}
+    suspended = world.plan()
+    assert sorted(suspended.delete_pods) == sorted(ALL)
+    assert suspended.delete_services == (MASTER,)
+    assert must(suspended.status, "Suspended")["reason"] == "PyTorchJobSuspended"
+    assert must(suspended.status, "Running")["status"] == "False"
+    assert status_of(suspended)["replicaStatuses"]["Master"]["active"] == 0
+    world.apply(suspended)
+    world.settle()
+    world.tick(60)
+    world.job_raw["spec"]["runPolicy"] = {"suspend": False}
+    resumed = world.plan()
+    assert must(resumed.status, "Suspended")["status"] == "False"
+    assert status_of(resumed)["startTime"] is None  # null: a merge patch removes it
+    assert resumed.needs_admission
+    world.apply(resumed)
+    assert "startTime" not in world.job_raw["status"]
+    admitted = world.plan(reservation=RESERVATION)
+    assert status_of(admitted)["startTime"] == format_time(NOW + timedelta(seconds=60))
+
+
+def test_the_deadline_restarts_after_resume() -> None:
+    world = running_world(gpu_job("demo", workers=2).run_policy(activeDeadlineSeconds=600))
+    world.job_raw["spec"]["runPolicy"]["suspend"] = True
+    world.apply(world.plan())
+    world.settle()
+    world.tick(3600)
+    world.job_raw["spec"]["runPolicy"]["suspend"] = False
+    world.apply(world.plan())
+    world.apply(world.plan(reservation=RESERVATION))
+    world.tick(100)
+    result = world.plan(reservation=RESERVATION)
+    assert must(world, "Suspended")["status"] == "False"
+    assert condition(world, "Failed") is None
+    assert result.requeue_after == pytest.approx(500)
+
+
+# ------------------------------------------------------------------ robustness
+
+
+def test_malformed_observed_state_does_not_crash() -> None:
+    raw = with_uid(gpu_job("demo", workers=2).build())
+    raw["status"] = {"conditions": "junk", "startTime": 5}
+    raw["metadata"]["annotations"] = {"torchgate.io/restarts": "²"}
+    junk: list[Any] = [None, "pod", {"metadata": None}, {"metadata": {"ownerReferences": "x"}}]
+    result = plan(Observed(job_raw=raw, job=parse(raw), now=NOW, pods=junk, services=junk))
+    assert result.needs_admission
+
+
+def test_zero_replica_job_is_not_admitted() -> None:
+    world = World(with_uid(job("empty").workers(0).build()))
+    result = world.plan(reservation={})
+    assert not result.needs_admission
+    assert not result.create_pods
+
+
+def test_full_lifecycle_is_quiet_between_transitions() -> None:
+    world = demo_world()
+    world.apply(world.plan())
+    assert is_quiet(world.plan())
+    world.apply(world.plan(reservation=RESERVATION))
+    assert is_quiet(world.plan(reservation=RESERVATION))
+    for name in ALL:
+        world.run(name)
+    world.apply(world.plan())
+    assert is_quiet(world.plan())
+    world.finish_pod(MASTER, "Succeeded", exit_code=0)
+    world.apply(world.plan())
+    assert is_quiet(world.plan())

@@ -1,0 +1,286 @@
+"""Property tests: ranks, idempotence of ``plan``, and safety of ``place_gang``."""
+
+from __future__ import annotations
+
+import copy
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hs
+
+from tests.builders import container, job, node
+from tests.unit.controller.helpers import NOW, World, env_of, free_of, is_quiet, parse, with_uid
+from torchgate.controller.admission.nodes import admits, node_view, pod_demand
+from torchgate.controller.admission.placement import Placement, Shortfall, place_gang
+from torchgate.controller.job.envvars import rendezvous_host
+from torchgate.controller.job.pods import build_pod, build_service
+from torchgate.controller.job.status import format_time
+from torchgate.pytorchjob import names
+
+GPU = "nvidia.com/gpu"
+
+
+# ------------------------------------------------------------------ job shapes
+
+
+@hs.composite
+def job_shapes(draw: hs.DrawFn, *, max_workers: int = 6) -> dict[str, Any]:
+    has_master = draw(hs.booleans())
+    workers = draw(hs.integers(0 if has_master else 1, max_workers))
+    builder = job("demo")
+    restart = draw(hs.sampled_from(names.RESTART_POLICIES))
+    gpus = draw(hs.integers(0, 4))
+    if has_master:
+        builder = builder.master(gpus=gpus or None, restart_policy=restart)
+    if workers or not has_master:
+        builder = builder.workers(workers, gpus=gpus or None, restart_policy=restart)
+    nproc = draw(hs.sampled_from([None, "auto", "2", "gpu"]))
+    if nproc is not None:
+        builder = builder.nproc(nproc)
+    if workers and draw(hs.booleans()):
+        builder = builder.elastic(minReplicas=1, maxReplicas=workers)
+    return with_uid(builder.build())
+
+
+@given(job_shapes())
+def test_ranks_are_exactly_0_to_n_minus_1_with_the_master_at_0(raw: dict[str, Any]) -> None:
+    spec = parse(raw)
+    ranks: dict[str, int] = {}
+    for replica in spec.replica_specs:
+        for index in range(replica.replicas):
+            pod = build_pod(
+                raw, spec, replica.replica_type, index, node=None, attempt=1, gpu_resource=GPU
+            )
+            env = env_of(pod)
+            names_in_env = [e["name"] for e in pod["spec"]["containers"][0]["env"]]
+            assert len(names_in_env) == len(set(names_in_env))
+            assert env["MASTER_ADDR"] == rendezvous_host(spec)
+            ranks[pod["metadata"]["name"]] = int(env["RANK"])
+    total = spec.total_replicas
+    assert sorted(ranks.values()) == list(range(total))
+    assert ranks[rendezvous_host(spec)] == 0
+
+
+# ------------------------------------------------------------------ idempotence of plan
+
+PHASES = ("Pending", "Running", "Succeeded", "Failed")
+CONDITIONS = ("Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "Queued")
+
+
+@hs.composite
+def worlds(draw: hs.DrawFn) -> tuple[World, dict[str, Any]]:
+    raw = draw(job_shapes(max_workers=3))
+    policy: dict[str, Any] = {
+        "cleanPodPolicy": draw(hs.sampled_from(names.CLEAN_POD_POLICIES)),
+        "suspend": draw(hs.integers(0, 3)) == 0,
+    }
+    for key, values in (
+        ("backoffLimit", [None, 0, 1, 3]),
+        ("ttlSecondsAfterFinished", [None, 0, 30]),
+        ("activeDeadlineSeconds", [None, 30, 600]),
+    ):
+        value = draw(hs.sampled_from(values))
+        if value is not None:
+            policy[key] = value
+    total = sum(r.get("replicas", 1) for r in raw["spec"]["pytorchReplicaSpecs"].values())
+    policy["schedulingPolicy"] = {
+        "minAvailable": draw(hs.integers(0, max(total, 0))),
+        "scheduleTimeoutSeconds": draw(hs.sampled_from([10, 60])),
+    }
+    raw["spec"]["runPolicy"] = policy
+    restarts = draw(hs.integers(0, 3))
+    raw["metadata"]["annotations"] = {"torchgate.io/restarts": str(restarts)}
+    raw["status"] = draw(statuses())
+    world = World(raw)
+    spec = parse(raw)
+    for replica in spec.replica_specs:
+        for index in range(replica.replicas + draw(hs.integers(0, 1))):
+            if draw(hs.booleans()):
+                continue
+            base = build_pod(
+                raw,
+                spec,
+                replica.replica_type,
+                index,
+                node=None,
+                attempt=draw(hs.sampled_from([restarts + 1, restarts])),
+                gpu_resource=GPU,
+            )
+            world.pods[base["metadata"]["name"]] = draw(pod_states(base))
+    if draw(hs.booleans()):
+        master_type, master_index = names.master_replica(spec.has_master)
+        if spec.replica(master_type) is not None:
+            service = build_service(raw, spec, master_type, master_index)
+            world.services[service["metadata"]["name"]] = service
+    options: dict[str, Any] = {
+        "allow_clean_pod_policy_none": draw(hs.booleans()),
+        "wait_reason": draw(hs.sampled_from([None, "waiting for 4 nvidia.com/gpu: 2 free"])),
+    }
+    if draw(hs.booleans()):
+        options["reservation"] = {
+            names.replica_name("demo", r.replica_type, i): f"n{i % 2}"
+            for r in spec.replica_specs
+            for i in range(r.replicas)
+        }
+    return world, options
+
+
+@hs.composite
+def statuses(draw: hs.DrawFn) -> dict[str, Any]:
+    status: dict[str, Any] = {"conditions": []}
+    for kind in draw(hs.lists(hs.sampled_from(CONDITIONS), unique=True, max_size=4)):
+        stamp = format_time(NOW - timedelta(seconds=draw(hs.integers(0, 100))))
+        status["conditions"].append(
+            {
+                "type": kind,
+                "status": draw(hs.sampled_from(["True", "False"])),
+                "reason": "Old",
+                "message": "old",
+                "lastUpdateTime": stamp,
+                "lastTransitionTime": stamp,
+            }
+        )
+    for key in ("startTime", "completionTime"):
+        if draw(hs.booleans()):
+            status[key] = format_time(NOW - timedelta(seconds=draw(hs.integers(0, 1000))))
+    return status
+
+
+@hs.composite
+def pod_states(draw: hs.DrawFn, base: dict[str, Any]) -> dict[str, Any]:
+    pod = copy.deepcopy(base)
+    phase = draw(hs.sampled_from(PHASES))
+    pod["status"] = {"phase": phase}
+    pod["metadata"]["creationTimestamp"] = format_time(
+        NOW - timedelta(seconds=draw(hs.integers(0, 120)))
+    )
+    if phase != "Pending" or draw(hs.booleans()):
+        pod["spec"]["nodeName"] = "n1"
+    if phase == "Failed":
+        code = draw(hs.sampled_from([None, 0, 1, 137]))
+        if code is not None:
+            pod["status"]["containerStatuses"] = [
+                {"name": "pytorch", "state": {"terminated": {"exitCode": code}}}
+            ]
+        elif draw(hs.booleans()):
+            pod["status"]["reason"] = "Evicted"
+    if draw(hs.integers(0, 4)) == 0:
+        pod["metadata"]["deletionTimestamp"] = format_time(NOW)
+    return pod
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(worlds())
+def test_planning_again_after_applying_a_plan_asks_for_nothing(
+    world_and_options: tuple[World, dict[str, Any]],
+) -> None:
+    world, options = world_and_options
+    world.apply(world.plan(**options))
+    again = world.plan(**options)
+    assert is_quiet(again), again
+
+
+# ------------------------------------------------------------------ place_gang safety
+
+
+@hs.composite
+def clusters(draw: hs.DrawFn) -> list[dict[str, Any]]:
+    raws = []
+    for i in range(draw(hs.integers(1, 8))):
+        raw = node(
+            f"n{i}",
+            gpus=draw(hs.integers(0, 8)),
+            cpu=str(draw(hs.integers(2, 64))),
+            labels={"pool": draw(hs.sampled_from(["a", "b"]))},
+            taints=(
+                [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]
+                if draw(hs.integers(0, 3)) == 0
+                else None
+            ),
+        )
+        ready = "True" if draw(hs.integers(0, 5)) else "False"
+        raw["status"]["conditions"] = [{"type": "Ready", "status": ready}]
+        raws.append(raw)
+    return raws
+
+
+@hs.composite
+def gangs(draw: hs.DrawFn) -> list[Any]:
+    demands = []
+    for i in range(draw(hs.integers(1, 8))):
+        pod_spec: dict[str, Any] = {}
+        if draw(hs.booleans()):
+            pod_spec["nodeSelector"] = {"pool": draw(hs.sampled_from(["a", "b"]))}
+        if draw(hs.booleans()):
+            pod_spec["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
+        if draw(hs.integers(0, 3)) == 0:
+            pod_spec["hostNetwork"] = True
+        requests = {"cpu": str(draw(hs.integers(1, 16)))}
+        gpus = draw(hs.integers(0, 8))
+        if gpus:
+            requests[GPU] = str(gpus)
+        main = {**container(requests=requests), "ports": [{"containerPort": 23456}]}
+        template = {"spec": {"containers": [main], **pod_spec}}
+        demands.append(pod_demand(f"p-{i}", template))
+    return demands
+
+
+@settings(max_examples=400, deadline=None)
+@given(clusters(), gangs(), hs.data())
+def test_place_gang_never_overcommits_and_is_all_or_nothing(
+    raw_nodes: list[dict[str, Any]], demands: list[Any], data: hs.DataObject
+) -> None:
+    nodes = [view for raw in raw_nodes if (view := node_view(raw)) is not None]
+    busy = [
+        {
+            "metadata": {"name": f"busy-{i}"},
+            "spec": {
+                "nodeName": f"n{i}",
+                "containers": [container(gpus=data.draw(hs.integers(0, 8)))],
+            },
+            "status": {"phase": "Running"},
+        }
+        for i in range(len(nodes))
+        if data.draw(hs.booleans())
+    ]
+    free = free_of(nodes, busy)
+    min_count = data.draw(hs.integers(0, len(demands)))
+    result = place_gang(demands, nodes, free, min_count=min_count)
+    by_name = {n.name: n for n in nodes}
+    required = demands[:min_count]
+    if isinstance(result, Placement):
+        assert all(d.pod_name in result.nodes for d in required)
+        used: dict[str, dict[str, Decimal]] = {}
+        ports_on: dict[str, set[tuple[str, int]]] = {}
+        for d in demands:
+            target = result.nodes.get(d.pod_name)
+            if target is None:
+                assert d.pod_name in result.unplaced
+                continue
+            assert admits(d.signature, by_name[target])
+            assert not (d.host_ports & ports_on.get(target, set())), "host port conflict"
+            ports_on.setdefault(target, set()).update(d.host_ports)
+            for resource, amount in d.requests.items():
+                used.setdefault(target, {}).setdefault(resource, Decimal(0))
+                used[target][resource] += amount
+        for target, totals in used.items():
+            for resource, amount in totals.items():
+                assert amount <= free[target].get(resource, Decimal(0)), (target, resource)
+        assert {k: dict(v) for k, v in result.reserved.items()} == used
+        return
+    assert isinstance(result, Shortfall)
+    eligible = {d.pod_name: [n for n in nodes if admits(d.signature, n)] for d in required}
+    if result.kind == "NoEligibleNode":
+        assert any(not found for found in eligible.values())
+    elif result.kind == "InsufficientCapacity":
+        union = {n.name for found in eligible.values() for n in found}
+        demanded: dict[str, Decimal] = {}
+        for d in required:
+            for resource, amount in d.requests.items():
+                demanded[resource] = demanded.get(resource, Decimal(0)) + amount
+        assert any(
+            amount > sum(max(free[n].get(r, Decimal(0)), Decimal(0)) for n in union)
+            for r, amount in demanded.items()
+        )

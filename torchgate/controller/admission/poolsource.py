@@ -1,0 +1,151 @@
+"""What the admission cycle learns from the cluster about sharing the pool, and TeamQuota status.
+
+The admitter asks for the valid TeamQuotas, the valid policies' ``preemption`` and ``topology``
+sections, and a job's topology request; this module answers from the caches, parsing each
+TeamQuota once per resourceVersion. It also writes what ``kubectl get teamquotas`` shows: each
+team's ``status`` (``usedGPUs``, ``borrowedGPUs``, ``admittedJobs``, ``waitingJobs`` and a
+``Valid`` condition), computed by the admitter's last cycle and written only when it changed, at
+most every ``period`` seconds, so a busy pool costs one status write per team and period.
+
+A TeamQuota that does not parse, or that claims a namespace another team (earlier by name)
+already owns, is left out; its ``Valid`` condition says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from torchgate.controller.admission import units as pooling
+from torchgate.kube.client import MERGE_PATCH, KubeApi
+from torchgate.kube.errors import ApiError
+from torchgate.kube.informer import Informer
+from torchgate.kube.resources import TEAM_QUOTAS
+from torchgate.pytorchjob.fieldpath import FieldError
+from torchgate.pytorchjob.policy import PlacementPolicy
+from torchgate.pytorchjob.pool import (
+    PoolSettings,
+    TeamQuota,
+    parse_team_quota,
+    topology_request,
+    validate_quota_set,
+)
+
+log = logging.getLogger("torchgate.controller.pool")
+
+
+def _marker(raw: Mapping[str, Any]) -> tuple[str, str]:
+    metadata = raw.get("metadata") or {}
+    return str(metadata.get("name")), str(metadata.get("resourceVersion"))
+
+
+class PoolSource:
+    """Parsed TeamQuotas and pool settings from the caches; TeamQuota status writes."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        quotas: Informer,
+        policies: Callable[[], Iterable[PlacementPolicy]],
+        team_status: Callable[[], Mapping[str, Mapping[str, int]]],
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.api = api
+        self.quotas = quotas
+        self.policies = policies
+        self.team_status = team_status
+        self.clock = clock
+        self._quotas: dict[tuple[str, str], tuple[TeamQuota | None, list[FieldError]]] = {}
+        self._written: dict[str, Any] = {}
+
+    def _parsed_quotas(self) -> dict[str, tuple[TeamQuota | None, list[FieldError]]]:
+        out = {}
+        for raw in self.quotas.values():
+            marker = _marker(raw)
+            if marker not in self._quotas:
+                self._quotas[marker] = parse_team_quota(raw)
+            out[marker[0]] = self._quotas[marker]
+        if len(self._quotas) > 2 * len(out) + 16:
+            self._quotas = {m: v for m, v in self._quotas.items() if m[0] in out}
+        return out
+
+    def report(self) -> dict[str, list[FieldError]]:
+        """TeamQuota name -> its errors (empty when valid)."""
+        parsed = self._parsed_quotas()
+        errors = {name: list(found[1]) for name, found in parsed.items()}
+        good = [found[0] for found in parsed.values() if found[0] is not None]
+        for name, clashes in validate_quota_set(good).items():
+            errors[name].extend(clashes)
+        return errors
+
+    def teams(self) -> dict[str, TeamQuota]:
+        """The valid TeamQuotas by name."""
+        errors = self.report()
+        parsed = self._parsed_quotas()
+        return {
+            name: quota
+            for name, (quota, _) in parsed.items()
+            if quota is not None and not errors[name]
+        }
+
+    def settings(self) -> list[PoolSettings]:
+        """The ``preemption`` and ``topology`` sections of every valid PlacementPolicy, by name."""
+        return [
+            PoolSettings(preemption=policy.preemption, topology=policy.topology)
+            for policy in sorted(self.policies(), key=lambda p: p.name)
+        ]
+
+    def topology_of(
+        self, annotations: Mapping[str, str], policy: PlacementPolicy
+    ) -> tuple[str | None, bool]:
+        """The level (label key) a job requires or prefers under its policy, and whether required.
+
+        A request the webhook would refuse (unknown level, both annotations) counts as none.
+        """
+        request, errors = topology_request(annotations, policy.topology)
+        if errors or request.level is None:
+            return None, False
+        return policy.topology.levels[request.level], request.required
+
+    async def write_statuses(self, *, period: float = 2.0) -> None:
+        """Write every TeamQuota's status when it changed (until cancelled)."""
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await self.write_once()
+            except ApiError as exc:
+                log.warning("could not write TeamQuota status: %s", exc)
+
+    async def write_once(self) -> None:
+        """One pass of ``write_statuses``."""
+        counters = self.team_status()
+        errors = self.report()
+        for name in sorted(errors):
+            status: dict[str, Any] = dict(counters.get(name) or _zero())
+            status["conditions"] = pooling.quota_conditions(errors[name])
+            if self._written.get(name) == status:
+                continue
+            now = self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+            body = {
+                **status,
+                "conditions": [
+                    {**condition, "lastTransitionTime": now} for condition in status["conditions"]
+                ],
+            }
+            await self.api.request(
+                "PATCH",
+                TEAM_QUOTAS.path(None, name, "status"),
+                body={"status": body},
+                content_type=MERGE_PATCH,
+            )
+            self._written[name] = status
+        for name in [n for n in self._written if n not in errors]:
+            del self._written[name]
+
+
+def _zero() -> dict[str, int]:
+    return {"usedGPUs": 0, "borrowedGPUs": 0, "admittedJobs": 0, "waitingJobs": 0}

@@ -1,0 +1,267 @@
+"""Whole-gang preemption by priority: which running gangs make room for an urgent one.
+
+Why whole gangs, and why decided here: a gang that loses one pod holds the GPUs of the others and
+computes nothing until it is restarted whole, so evicting single pods (the most persistent bug
+class of the peers: Volcano evicting pods of a gang, over-evicting, leaving gangs under their
+minimum) costs the victim everything and frees too little for the preemptor. torchgate's admitter
+already decides for whole gangs, so victims are chosen as whole gangs, and the preemptor's
+placement, computed with the victims gone, is returned so the caller reserves it while the
+victims terminate and nothing else takes those GPUs.
+
+Rules (each one function):
+
+1. ``may_preempt``: a preemptor whose PriorityClass has ``preemptionPolicy: Never`` preempts
+   nothing; otherwise it may preempt gangs of *lower* priority of its own team, of no team, or of
+   a team that is borrowing (over its nominal quota in any resource). A gang of a team within its
+   nominal quota is never preempted by another team: the quota is a guarantee. (Taking back lent
+   quota from a borrowing team, whatever the priorities, is ``quota.reclaim``.)
+2. ``is_protected``: the admin protects gangs that have run less than ``minimumRunSeconds`` and
+   gangs whose priority is at or above ``neverPreemptPriority``.
+3. ``victim_order``: candidates cheapest first: lowest priority, then the most recently admitted
+   (the least work lost), then by key for determinism.
+4. ``choose_victims``: add candidates in that order until the preemptor fits (the caller's
+   ``trial`` places it with the victims gone), then put back every victim it still fits without,
+   newest addition first: a small set, never a partial gang. ``None`` if all candidates are not
+   enough. A gang of another team is taken only while its team is still borrowing
+   (``quota.still_borrowing``).
+5. ``cheapest``: with candidates grouped (all candidates together first, then one group per
+   topology domain of the preemptor's required level), the cheapest successful set wins: lowest
+   highest-priority among its victims, then fewest victims, then fewest GPUs, then least run time.
+   If all candidates together do not make room, no group can (the trial is monotone); a group is
+   abandoned as soon as it must take a victim of higher priority than the best set found, and
+   not searched at all when no set of its victims could cost less than that set.
+
+Cost: the pruning pass of rule 4 drops a run of victims with one trial when it can (usually
+the last gang added was enough on its own), which gives the same set as dropping them one by
+one because the trial is monotone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from torchgate.controller.admission.quota import Admitted, borrowing_teams
+from torchgate.pytorchjob.pool import GPUS, PreemptionSettings, TeamQuota
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Preemptor:
+    """The waiting gang that wants room: its team, priority and PriorityClass policy."""
+
+    team: str | None
+    priority: int
+    preempts: bool = True  # False for ``preemptionPolicy: Never``
+
+
+@dataclass(frozen=True, slots=True)
+class Choice(Generic[T]):
+    """Victims (whole gangs) and what the preemptor gets once they are gone."""
+
+    victims: tuple[Admitted, ...]
+    result: T
+
+
+# ------------------------------------------------------------------ rules 1-3
+
+
+def may_preempt(
+    preemptor: Preemptor,
+    victim: Admitted,
+    teams: Mapping[str, TeamQuota],
+    borrowers: Container[str],
+) -> bool:
+    """Whether ``preemptor`` may evict ``victim`` by priority (rule 1).
+
+    ``borrowers`` are the teams over their nominal quota (``quota.borrowing_teams``).
+    """
+    if not preemptor.preempts or victim.priority >= preemptor.priority:
+        return False
+    if victim.team is None or victim.team == preemptor.team or victim.team not in teams:
+        return True
+    return victim.team in borrowers
+
+
+def is_protected(victim: Admitted, settings: PreemptionSettings, now: float) -> bool:
+    """Whether the admin protects ``victim`` from any preemption now (rule 2)."""
+    return settings.protects(priority=victim.priority, run_seconds=now - victim.admitted_at)
+
+
+def victim_order(victim: Admitted) -> tuple[int, float, tuple[str, str]]:
+    """Sort key, cheapest victim first (rule 3)."""
+    return victim.priority, -victim.admitted_at, victim.key
+
+
+def candidates(
+    preemptor: Preemptor,
+    admitted: Iterable[Admitted],
+    teams: Mapping[str, TeamQuota],
+    usage: Mapping[str, Mapping[str, int]],
+    settings: PreemptionSettings,
+    now: float,
+) -> list[Admitted]:
+    """The gangs ``preemptor`` may evict, cheapest first (rules 1-3)."""
+    if not preemptor.preempts:
+        return []
+    borrowers = borrowing_teams(teams, usage)
+    out = [
+        victim
+        for victim in admitted
+        if may_preempt(preemptor, victim, teams, borrowers)
+        and not is_protected(victim, settings, now)
+    ]
+    return sorted(out, key=victim_order)
+
+
+# ------------------------------------------------------------------ rules 4-5
+
+
+def choose_victims(
+    ordered: Sequence[Admitted],
+    trial: Callable[[Sequence[Admitted]], T | None],
+    *,
+    highest: int | None = None,
+    allowed: Callable[[Admitted, Sequence[Admitted]], bool] | None = None,
+) -> Choice[T] | None:
+    """A small set of whole gangs whose removal lets the preemptor fit (rule 4).
+
+    ``trial(victims)`` answers whether (and where) the preemptor fits once ``victims`` are gone;
+    it must be monotone (more victims never make it fit worse). With ``highest``, give up rather
+    than take a victim of a higher priority (the set would cost more than one already found).
+    ``allowed(victim, chosen)`` skips a candidate that may no longer be taken once ``chosen`` are
+    gone (``quota.still_borrowing``); dropping victims in the pruning pass never invalidates it.
+    """
+    victims: list[Admitted] = []
+    result: T | None = None
+    for victim in ordered:
+        if highest is not None and victim.priority > highest:
+            return None
+        if allowed is not None and not allowed(victim, victims):
+            continue
+        victims.append(victim)
+        result = trial(victims)
+        if result is not None:
+            break
+    if result is None:
+        return None
+    pending = victims[-2::-1]  # the pruning pass tries these, newest addition first
+    while pending:
+        dropped, again = _longest_drop(victims, pending, trial)
+        if again is not None:
+            gone = {id(v) for v in pending[:dropped]}
+            victims, result = [v for v in victims if id(v) not in gone], again
+        pending = pending[dropped + 1 :]  # ``pending[dropped]`` is still needed (if any)
+    return Choice(tuple(victims), result)
+
+
+def _longest_drop(
+    victims: Sequence[Admitted],
+    pending: Sequence[Admitted],
+    trial: Callable[[Sequence[Admitted]], T | None],
+) -> tuple[int, T | None]:
+    """How many of ``pending`` in a row the pruning pass drops, and the trial's last answer.
+
+    The pass drops ``pending[0]``, then ``pending[1]``, ... while the preemptor still fits; as
+    ``trial`` is monotone, dropping the first ``m`` at once fits exactly when each of those steps
+    did, so the run is found by trying all first (the usual case: the last gang added was enough
+    on its own), then doubling and halving.
+    """
+
+    def fits_without(count: int) -> T | None:
+        gone = {id(v) for v in pending[:count]}
+        return trial([v for v in victims if id(v) not in gone])
+
+    answer = fits_without(len(pending))
+    if answer is not None:
+        return len(pending), answer
+    low, high, best = 0, len(pending), None  # dropping ``low`` fits, dropping ``high`` does not
+    size = 1
+    while size < high:
+        answer = fits_without(size)
+        if answer is None:
+            high = size
+            break
+        low, best = size, answer
+        size *= 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        answer = fits_without(middle)
+        if answer is None:
+            high = middle
+        else:
+            low, best = middle, answer
+    return low, best
+
+
+def cost(choice: Choice[T], now: float) -> tuple[int, int, int, float]:
+    """How much a set of victims loses (rule 5): priority, gangs, GPUs, run seconds."""
+    victims = choice.victims
+    return (
+        max((v.priority for v in victims), default=-(2**63)),
+        len(victims),
+        sum(v.usage.get(GPUS, 0) for v in victims),
+        sum(now - v.admitted_at for v in victims),
+    )
+
+
+def cheapest(
+    groups: Iterable[Sequence[Admitted]],
+    trial: Callable[[Sequence[Admitted]], T | None],
+    now: float,
+    *,
+    allowed: Callable[[Admitted, Sequence[Admitted]], bool] | None = None,
+) -> Choice[T] | None:
+    """The cheapest successful victim set over candidate groups (rule 5)."""
+    best: Choice[T] | None = None
+    seen: set[tuple[tuple[str, str], ...]] = set()
+    for number, group in enumerate(groups):
+        marker = tuple(v.key for v in group)
+        if not group or marker in seen:
+            continue
+        seen.add(marker)
+        bound = None if best is None else cost(best, now)
+        if bound is not None and not _may_beat(group, bound, now):
+            continue
+        highest = None if bound is None else bound[0]
+        choice = choose_victims(group, trial, highest=highest, allowed=allowed)
+        if choice is None and number == 0:
+            return None  # the first group holds every candidate: no subset can do better
+        if choice is not None and (best is None or cost(choice, now) < cost(best, now)):
+            best = choice
+    return best
+
+
+def _may_beat(group: Sequence[Admitted], bound: tuple[int, int, int, float], now: float) -> bool:
+    """Whether some victim set of ``group`` could cost less than ``bound`` (rule 5).
+
+    The search only reaches the victims before the first of a priority above the best set's, so
+    with every one of those at the best set's priority and a best set of one gang, only a single
+    victim cheaper than that gang could win: without one, the group needs no trial at all.
+    """
+    priority, count = bound[0], bound[1]
+    reachable: list[Admitted] = []
+    for victim in group:
+        if victim.priority > priority:
+            break
+        reachable.append(victim)
+    if count > 1 or any(victim.priority < priority for victim in reachable):
+        return True
+    return any(cost(Choice((victim,), None), now) < bound for victim in reachable)
+
+
+def group_by_domain(
+    ordered: Sequence[Admitted], domain_of: Callable[[str], str | None]
+) -> list[list[Admitted]]:
+    """All candidates, then the candidates per domain they hold nodes in (order kept).
+
+    A victim spread over two racks appears in both groups: evicting it frees room in each.
+    """
+    groups: dict[str, list[Admitted]] = {}
+    for victim in ordered:
+        touched = {domain_of(node) for node in (victim.nodes or {}).values()}
+        for domain in sorted(d for d in touched if d is not None):
+            groups.setdefault(domain, []).append(victim)
+    return [list(ordered), *groups.values()]

@@ -1,0 +1,203 @@
+"""How a PyTorchJob ends: its final condition, the cleanup of its pods, and its TTL.
+
+Why a module of its own: ``planning.plan`` decides *whether* a job has ended (the Master succeeded,
+the deadline passed) and the gang rules (``gangplanning``) decide when a failure is permanent or
+the backoff limit is reached; what ending means is the same in every case and is kept here, pure,
+for every path that ends a job and for the plans of a job that has already ended.
+
+The rules this module owns (rules 2 and 6 of ``planning``):
+
+- ``finish``: the ``Succeeded`` or ``Failed`` condition with its Event, no longer ``Queued``,
+  ``completionTime``, the final replica counts (a succeeded job's active replicas count as
+  succeeded), then cleanup and TTL.
+- ``cleanup``: the pods ``cleanPodPolicy`` says must go (``None`` only where the admin policy
+  allows it, else as ``Running``; ``Running`` deletes Running and Pending pods, ``All`` every pod)
+  and the job's Services. Pending pods and every pod of a failed job go at once; the running pods
+  of a *succeeded* job after ``finish_grace_seconds``, because the other ranks of a job whose
+  Master just finished are normally finishing too, and a pod deleted in its last second loses its
+  ``Completed`` state and its logs.
+- ``plan_finished``: an ended job gets only cleanup (repeated until done) and its TTL.
+- TTL: the job is deleted ``ttlSecondsAfterFinished`` after it ended (a timer until then), never
+  inside the finish grace, since deleting the job takes its still-finishing pods with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from torchgate.controller.job import status as st
+from torchgate.controller.job.model import (
+    Draft,
+    EventType,
+    GangPods,
+    Observed,
+    Plan,
+    controlled_by,
+    name_of,
+)
+from torchgate.pytorchjob.spec import gpu_count
+
+FINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+
+
+def _effective_clean_policy(draft: Draft) -> str:
+    policy = draft.job.run_policy.clean_pod_policy
+    if policy == "None" and not draft.observed.allow_clean_pod_policy_none:
+        return "Running"
+    return policy
+
+
+def cleanup(draft: Draft, pods: GangPods) -> None:
+    """Delete what ``cleanPodPolicy`` says a finished job must not keep (rule 6)."""
+    policy = _effective_clean_policy(draft)
+    if policy == "None":
+        return
+    grace_left = _finish_grace_left(draft)
+    for pod in pods.live:
+        if policy != "All" and st.phase_of(pod) in FINAL_PHASES:
+            continue
+        if grace_left > 0 and st.phase_of(pod) == "Running":
+            continue
+        draft.delete_pod(name_of(pod))
+    if grace_left > 0 and any(st.phase_of(pod) == "Running" for pod in pods.live):
+        draft.timer(grace_left)
+    delete_services(draft)
+
+
+def _finish_grace_left(draft: Draft) -> float:
+    """Seconds the running pods of a succeeded job may still end on their own (else 0)."""
+    if draft.observed.finish_grace_seconds <= 0:
+        return 0.0
+    succeeded = st.find_condition(draft.conditions, st.SUCCEEDED)
+    if succeeded is None or succeeded.get("status") != st.TRUE:
+        return 0.0
+    finished = _finished_at(draft)
+    if finished is None:
+        return 0.0
+    grace = timedelta(seconds=draft.observed.finish_grace_seconds)
+    return max(0.0, (finished + grace - draft.now).total_seconds())
+
+
+def delete_services(draft: Draft) -> None:
+    """Delete the job's Services (those it controls that are not already going)."""
+    for service in _owned_services(draft):
+        if not st.is_terminating(service):
+            draft.delete_services.append(name_of(service))
+
+
+def _owned_services(draft: Draft) -> list[Mapping[str, Any]]:
+    uid = draft.job.uid
+    return [s for s in draft.observed.services if isinstance(s, Mapping) and controlled_by(s, uid)]
+
+
+def plan_finished(draft: Draft, pods: GangPods) -> None:
+    """An ended job: cleanup per ``cleanPodPolicy`` (until done) and its TTL (rule 2)."""
+    cleanup(draft, pods)
+    _plan_ttl(draft, pods)
+
+
+def _finished_at(draft: Draft) -> datetime | None:
+    completion = st.parse_time(draft.completion_time)
+    if completion is not None:
+        return completion
+    for kind in (st.SUCCEEDED, st.FAILED):
+        condition = st.find_condition(draft.conditions, kind)
+        if condition is not None and condition.get("status") == st.TRUE:
+            return st.parse_time(condition.get("lastTransitionTime"))
+    return None
+
+
+def _plan_ttl(draft: Draft, pods: GangPods) -> None:
+    """Delete the job ``ttlSecondsAfterFinished`` after it ended, never inside the finish grace.
+
+    Deleting the job deletes its pods (garbage collection), so a TTL shorter than the finish
+    grace would take the still-finishing ranks with it: it waits for the grace instead.
+    """
+    ttl = draft.job.run_policy.ttl_seconds_after_finished
+    finished = _finished_at(draft)
+    if ttl is None or ttl < 0 or finished is None or draft.job.run_policy.suspend:
+        return
+    remaining = (finished + timedelta(seconds=ttl) - draft.now).total_seconds()
+    grace_left = _finish_grace_left(draft)
+    if grace_left > 0 and any(st.phase_of(pod) == "Running" for pod in pods.live):
+        remaining = max(remaining, grace_left)
+    if remaining <= 0:
+        draft.delete_job = True
+    else:
+        draft.timer(remaining)
+
+
+def finish(
+    draft: Draft, pods: GangPods, kind: str, reason: str, message: str, event: EventType
+) -> None:
+    """End the job: condition, completionTime, final replica counts, cleanup, TTL."""
+    if not draft.set_condition(kind, st.TRUE, reason, message):
+        return
+    draft.transition(event, reason, message)
+    draft.conditions = st.remove_condition(draft.conditions, st.QUEUED)
+    draft.completion_time = draft.completion_time or st.format_time(draft.now)
+    policy = draft.job.run_policy.clean_pod_policy
+    if policy == "None" and not draft.observed.allow_clean_pod_policy_none:
+        draft.event(
+            "Warning",
+            "CleanPodPolicyOverridden",
+            "cleanPodPolicy None is not allowed by the placement policy: deleting the pods "
+            "that are still running or pending (as cleanPodPolicy Running) to release their "
+            "resources",
+        )
+    cleanup(draft, pods)
+    deleted = set(draft.delete_pods)
+    remaining = [
+        pod
+        for pod in pods.current.values()
+        if name_of(pod) not in deleted or st.phase_of(pod) in FINAL_PHASES
+    ]
+    counts = st.replica_statuses(draft.job, remaining)
+    if kind == st.SUCCEEDED:
+        for replica in counts.values():
+            replica["succeeded"] += replica["active"]
+            replica["active"] = 0
+    draft.replica_statuses = counts
+    _plan_ttl(draft, pods)
+
+
+def released_on_end(
+    job_raw: Mapping[str, Any], decision: Plan, observed: Observed, now: datetime
+) -> tuple[int, float | None] | None:
+    """What this plan releases when it is the one that ends the job, else ``None``.
+
+    The GPUs of the running pods it deletes (what the training-operator's ``cleanPodPolicy:
+    None`` would have kept), and the seconds from the job's end (the last container exit) to
+    now; both feed the controller's release metrics.
+    """
+    if decision.status is None:
+        return None
+    conditions = decision.status.get("conditions") or []
+    if not st.is_finished(conditions) or st.is_finished(st.conditions_of(job_raw.get("status"))):
+        return None
+    deleting = set(decision.delete_pods)
+    gpus = 0
+    ended_at: datetime | None = None
+    for pod in observed.pods:
+        name = str((pod.get("metadata") or {}).get("name"))
+        if name in deleting and st.phase_of(pod) not in ("Succeeded", "Failed"):
+            spec = pod.get("spec") or {}
+            gpus += sum(gpu_count(c, observed.gpu_resource) for c in spec.get("containers") or [])
+        finished = _containers_finished_at(pod)
+        if finished is not None and (ended_at is None or finished > ended_at):
+            ended_at = finished
+    since_end = None if ended_at is None else (now - ended_at).total_seconds()
+    return gpus, since_end
+
+
+def _containers_finished_at(pod: Mapping[str, Any]) -> datetime | None:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    latest: datetime | None = None
+    for container in statuses:
+        terminated = ((container or {}).get("state") or {}).get("terminated") or {}
+        moment = st.parse_time(terminated.get("finishedAt"))
+        if moment is not None and (latest is None or moment > latest):
+            latest = moment
+    return latest

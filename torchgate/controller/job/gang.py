@@ -1,0 +1,330 @@
+"""A running job as a gang: admission, queueing, failures, preemption and schedule timeout.
+
+Why a module of its own: once ``planning.plan`` has found a job that is neither ended nor
+suspended, the rest is about the gang as a unit: whether it may have pods at all (the admitter's
+reservation), when it must be torn down whole, and what its ``Queued``, ``Running``,
+``Restarting`` and ``Preempted`` conditions say. These rules share their helpers (teardown,
+queueing, admission marks) with each other and with nothing else, so they live together, pure.
+
+The rules this module owns (rules 4, 5 and 7 of ``planning``):
+
+- ``plan_admission``: no live pod of the current attempt: wait for stragglers, wait while another
+  owner's pods hold the gang's names (``PodNameConflict``), ask the admitter
+  (``needs_admission``), or create every missing pod and Service on its reserved node.
+- ``plan_gang``: a gang missing a member without a reservation to recreate it (or with a member
+  terminating) is deleted whole and queued again; a gang kube-scheduler did not bind within
+  ``scheduleTimeoutSeconds`` (default 60) is torn down (``gang_timed_out``, so the admitter backs it
+  off); otherwise missing pods and Services are created and ``Running`` is set once the
+  rendezvous replica runs.
+- ``handle_failure``: a failed pod that its restart policy does not retry ends the job; a
+  retryable failure restarts the whole gang, counted against ``backoffLimit``.
+- ``plan_preempted``: a preemption victim loses all its pods at once, gets a ``Preempted``
+  condition and Event naming the preemptor, and waits in the queue again; ``Preempted`` turns
+  ``False`` when the gang is admitted again.
+- Queueing: the ``Queued`` condition carries the admitter's throttled wait reason, with a reason
+  per wait kind (``WAIT_REASONS``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, Final
+
+from torchgate.controller.job import status as st
+from torchgate.controller.job.envvars import rendezvous_replica
+from torchgate.controller.job.finish import finish
+from torchgate.controller.job.model import (
+    Draft,
+    GangPods,
+    as_mapping,
+    controlled_by,
+    is_retryable,
+    metadata_of,
+    name_of,
+    pytorch_exit_code,
+    restarts_of,
+)
+from torchgate.controller.job.pods import build_pod, build_service, service_replicas
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.spec import JobSpec
+
+DEFAULT_SCHEDULE_TIMEOUT_SECONDS: Final = 60
+REASON_NAME_CONFLICT: Final = "PodNameConflict"
+PREEMPTED: Final = "Preempted"
+# The admitter's wait kinds as condition and Event reasons; capacity keeps the reason it always
+# had, so existing alerts and scripts keep matching.
+WAIT_REASONS: Final = {
+    "Quota": "WaitingForQuota",
+    "Capacity": st.REASON_WAITING,
+    "Topology": "WaitingForTopology",
+    "Preempting": "WaitingForPreemption",
+}
+REASON_READMITTED: Final = "Readmitted"
+
+
+def _running_message(draft: Draft) -> str:
+    job = draft.job
+    if job.has_master:
+        return f"PyTorchJob {job.name} is running."
+    return f"PyTorchJob {job.namespace}/{job.name} is running."
+
+
+def _replica_type_of(pods: GangPods, pod: Mapping[str, Any]) -> names.ReplicaType:
+    return pods.expected[name_of(pod)][0]
+
+
+def _failure_summary(pods: GangPods, failed: Sequence[Mapping[str, Any]]) -> tuple[int, str]:
+    """How many pods of the first failing replica type (Master before Worker) failed."""
+    types = [_replica_type_of(pods, pod) for pod in failed]
+    first = next(t for t in names.REPLICA_TYPES if t in types)
+    return types.count(first), first
+
+
+def _exit_events(draft: Draft, failed: Iterable[Mapping[str, Any]]) -> None:
+    for pod in failed:
+        code = pytorch_exit_code(pod)
+        detail = f"exited with code {code}" if code is not None else "failed"
+        reason = as_mapping(pod.get("status")).get("reason")
+        if isinstance(reason, str) and reason:
+            detail += f" ({reason})"
+        pod_name = f"{draft.job.namespace}.{name_of(pod)}"
+        draft.event("Warning", "ExitedWithCode", f"Pod: {pod_name} {detail}")
+
+
+def handle_failure(draft: Draft, pods: GangPods, failed: Sequence[Mapping[str, Any]]) -> None:
+    """Failed pods end the job (permanent, or backoff limit hit) or restart the gang (rule 5)."""
+    job = draft.job
+    count, replica_type = _failure_summary(pods, failed)
+    _exit_events(draft, failed)
+    permanent = [
+        pod
+        for pod in failed
+        if not is_retryable(_restart_policy(job, _replica_type_of(pods, pod)), pod)
+    ]
+    if permanent:
+        count, replica_type = _failure_summary(pods, permanent)
+        message = (
+            f"PyTorchJob {job.name} is failed because {count} {replica_type} replica(s) failed."
+        )
+        finish(draft, pods, st.FAILED, st.REASON_FAILED, message, "Warning")
+        return
+    restarts = restarts_of(job)
+    limit = job.run_policy.backoff_limit
+    if limit is not None and restarts >= limit:
+        message = f"Job {job.name} has failed because it has reached the specified backoff limit"
+        finish(draft, pods, st.FAILED, st.REASON_BACKOFF_LIMIT, message, "Warning")
+        return
+    message = (
+        f"PyTorchJob {job.name} is restarting because {count} {replica_type} replica(s) failed."
+    )
+    _teardown(draft, pods)
+    draft.restarts = restarts + 1
+    draft.set_condition(st.RESTARTING, st.TRUE, st.REASON_RESTARTING, message)
+    draft.event("Warning", st.REASON_RESTARTING, message)
+    _mark_queued(draft)
+
+
+def plan_preempted(draft: Draft, pods: GangPods, preemptor: str) -> None:
+    """Evict the whole gang for ``preemptor`` (rule 7)."""
+    message = (
+        f"PyTorchJob {draft.job.name} was preempted by {preemptor}: its whole gang is deleted "
+        "and the job waits in the queue again"
+    )
+    if draft.set_condition(PREEMPTED, st.TRUE, PREEMPTED, message):
+        draft.transition("Warning", PREEMPTED, message)
+    if st.is_true(draft.conditions, st.RUNNING):
+        draft.set_condition(st.RUNNING, st.FALSE, PREEMPTED, message)
+    if pods.live:
+        _teardown(draft, pods)
+        _mark_queued(draft)
+
+
+def _restart_policy(job: JobSpec, replica_type: str) -> str:
+    replica = job.replica(replica_type)
+    return replica.restart_policy if replica is not None else names.DEFAULT_RESTART_POLICY
+
+
+def _teardown(draft: Draft, pods: GangPods) -> None:
+    """Delete every live pod of the job (the gang is admitted again once they are gone)."""
+    for pod in pods.live:
+        draft.delete_pod(name_of(pod))
+
+
+def _restart_if_running(draft: Draft, why: str) -> None:
+    if st.is_true(draft.conditions, st.RUNNING):
+        message = f"PyTorchJob {draft.job.name} is restarting because {why}."
+        draft.set_condition(st.RESTARTING, st.TRUE, st.REASON_RESTARTING, message)
+        draft.transition("Warning", st.REASON_RESTARTING, message)
+
+
+def _mark_queued(draft: Draft) -> None:
+    """Show the admitter's latest shortfall while the job waits for its gang to fit."""
+    reason = draft.observed.wait_reason
+    kind = WAIT_REASONS.get(draft.observed.wait_kind or "Capacity", st.REASON_WAITING)
+    if reason is not None and draft.set_condition(st.QUEUED, st.TRUE, kind, reason):
+        draft.transition("Normal", kind, reason)
+
+
+def gang_started_at(pods: GangPods) -> str | None:
+    """When the current gang's first live pod was created (``None`` before any exists).
+
+    ``startTime`` is taken from the pods rather than the clock, so it does not depend on when the
+    status is written (``writepolicy`` may put that off). ``planning`` takes it before the
+    deadline is checked, so the deadline counts from the same moment in every plan.
+    """
+    created = [
+        moment
+        for pod in pods.current_live.values()
+        if (moment := st.parse_time(metadata_of(pod).get("creationTimestamp"))) is not None
+    ]
+    return st.format_time(min(created)) if created else None
+
+
+def _mark_admitted(draft: Draft) -> None:
+    """No longer queued; ``startTime`` now if no pod told it earlier (``gang_started_at``)."""
+    draft.conditions = st.remove_condition(draft.conditions, st.QUEUED)
+    if st.is_true(draft.conditions, PREEMPTED):
+        message = f"PyTorchJob {draft.job.name} was admitted again after its preemption"
+        draft.set_condition(PREEMPTED, st.FALSE, REASON_READMITTED, message)
+    draft.start_time = draft.start_time or st.format_time(draft.now)
+
+
+def plan_admission(draft: Draft, pods: GangPods) -> None:
+    """No live pod of the current attempt: wait for stragglers, ask for admission, or create."""
+    _restart_if_running(draft, "its pods are gone")
+    if pods.terminating or draft.delete_pods:
+        _mark_queued(draft)
+        return
+    foreign = _names_held_by_others(draft, pods)
+    if foreign:
+        message = (
+            f"waiting for pods {', '.join(foreign)}, which belong to another owner, to be "
+            "deleted: the gang needs their names"
+        )
+        if draft.set_condition(st.QUEUED, st.TRUE, REASON_NAME_CONFLICT, message):
+            draft.transition("Warning", REASON_NAME_CONFLICT, message)
+        return
+    reservation = draft.observed.reservation
+    if reservation is None:
+        draft.needs_admission = True
+        _mark_queued(draft)
+        return
+    _create_missing(draft, pods, reservation)
+    _mark_admitted(draft)
+    nodes = sorted(set(reservation.values()))
+    where = f" on {len(nodes)} node(s): {', '.join(nodes)}" if nodes else ""
+    draft.event("Normal", "GangAdmitted", f"creating {len(draft.create_pods)} pods{where}")
+
+
+def _names_held_by_others(draft: Draft, pods: GangPods) -> list[str]:
+    """Expected pod names taken by pods this job does not control."""
+    uid = draft.job.uid
+    return sorted(
+        name
+        for pod in draft.observed.pods
+        if isinstance(pod, Mapping)
+        and (name := name_of(pod)) in pods.expected
+        and not controlled_by(pod, uid)
+    )
+
+
+def _create_missing(draft: Draft, pods: GangPods, reservation: Mapping[str, str]) -> None:
+    """Create the pods and Services that do not exist yet (names held by nobody)."""
+    observed = draft.observed
+    taken = {name_of(pod) for pod in pods.owned} | {name_of(p) for p in observed.pods}
+    for name, (replica_type, index) in pods.expected.items():
+        if name in taken:
+            continue
+        draft.create_pods.append(
+            build_pod(
+                observed.job_raw,
+                draft.job,
+                replica_type,
+                index,
+                node=reservation.get(name),
+                attempt=pods.attempt,
+                gpu_resource=observed.gpu_resource,
+            )
+        )
+    _create_missing_services(draft)
+
+
+def _create_missing_services(draft: Draft) -> None:
+    observed = draft.observed
+    present = {name_of(service) for service in observed.services if isinstance(service, Mapping)}
+    for replica_type, index in service_replicas(draft.job):
+        if names.replica_name(draft.job.name, replica_type, index) not in present:
+            draft.create_services.append(
+                build_service(observed.job_raw, draft.job, replica_type, index)
+            )
+
+
+def plan_gang(draft: Draft, pods: GangPods) -> None:
+    """Live pods of the current attempt exist: complete, tear down, time out, or run."""
+    current = pods.current
+    live = pods.current_live
+    missing = [name for name in pods.expected if name not in live]
+    reservation = draft.observed.reservation
+    if missing and (reservation is None or any(name in current for name in missing)):
+        _teardown(draft, pods)
+        gone = ", ".join(missing)
+        draft.event(
+            "Warning",
+            "GangIncomplete",
+            f"deleting the incomplete gang (missing or terminating: {gone}); "
+            "it will be admitted again",
+        )
+        _restart_if_running(draft, f"pods {gone} are missing or terminating")
+        _mark_queued(draft)
+        return
+    if _gang_timed_out(draft, pods, live):
+        return
+    if missing and reservation is not None:
+        _create_missing(draft, pods, reservation)
+    else:
+        _create_missing_services(draft)
+    _mark_admitted(draft)
+    if _is_running(draft.job, live) and draft.set_condition(
+        st.RUNNING, st.TRUE, st.REASON_RUNNING, _running_message(draft)
+    ):
+        draft.transition("Normal", st.REASON_RUNNING, _running_message(draft))
+
+
+def _is_running(job: JobSpec, live: Mapping[str, Mapping[str, Any]]) -> bool:
+    """The Master pod is Running (worker-only jobs: any worker is)."""
+    replica_type, index = rendezvous_replica(job)
+    if replica_type == names.MASTER:
+        master = live.get(names.replica_name(job.name, replica_type, index))
+        return master is not None and st.phase_of(master) == "Running"
+    return any(st.phase_of(pod) == "Running" for pod in live.values())
+
+
+def _gang_timed_out(draft: Draft, pods: GangPods, live: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Tear the gang down if too few of its pods were bound to nodes in time."""
+    job = draft.job
+    bound = sum(1 for pod in live.values() if as_mapping(pod.get("spec")).get("nodeName"))
+    if bound >= job.min_available:
+        return False
+    timeout = job.run_policy.schedule_timeout_seconds
+    if timeout is None or timeout <= 0:
+        timeout = DEFAULT_SCHEDULE_TIMEOUT_SECONDS
+    created = [
+        st.parse_time(metadata_of(pod).get("creationTimestamp")) or draft.now
+        for pod in live.values()
+    ]
+    remaining = (min(created) + timedelta(seconds=timeout) - draft.now).total_seconds()
+    if remaining > 0:
+        draft.timer(remaining)
+        return False
+    _teardown(draft, pods)
+    draft.gang_timed_out = True
+    draft.event(
+        "Warning",
+        "GangScheduleTimeout",
+        f"only {bound} of the {job.min_available} required pods were scheduled within "
+        f"{timeout}s; deleting the gang, it will be admitted again",
+    )
+    _restart_if_running(draft, f"its gang could not be scheduled within {timeout}s")
+    _mark_queued(draft)
+    return True

@@ -1,0 +1,348 @@
+"""What ``plan()`` reads and returns, and the draft its rules build the answer in.
+
+``Observed`` is everything a plan may look at, ``Plan`` what it asks for, ``Event`` what it reports;
+the readers below interpret raw pods (ownership, gang attempt, exit code) the same way for every
+rule; ``Draft`` collects a plan's actions and the status it will leave behind, and ``GangPods``
+sorts a job's pods once (current attempt, stale, terminating). The rules themselves are in
+``planning``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final, Literal
+
+from torchgate.controller.admission.nodes import PodDemand, job_demands
+from torchgate.controller.job import status as st
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.spec import JobSpec, as_int, pytorch_container_name
+
+ANNOTATION_RESTARTS: Final = "torchgate.io/restarts"
+
+EventType = Literal["Normal", "Warning"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Observed:
+    """Everything ``plan`` may look at (the shell reads it; nothing here does I/O).
+
+    Attributes:
+        job_raw: The job as read (metadata with annotations and deletionTimestamp, status).
+        job: ``pytorchjob.spec.parse_job`` of it.
+        pods: The job's pods (filtered again here by controlling ownerReference uid).
+        services: The job's Services (same filter).
+        now: The clock, timezone-aware.
+        allow_clean_pod_policy_none: The admin policy lets finished jobs keep running pods.
+        reservation: Pod name -> node the admitter reserved; ``None`` when not admitted.
+        wait_reason: The admitter's latest shortfall message for this job, if any.
+        wait_kind: What it waits for (``Quota``, ``Capacity``, ``Topology``, ``Preempting``),
+            which names the reason of its ``Queued`` condition and Event (``WaitingForQuota``,
+            ``WaitingForResources``, ``WaitingForTopology``, ``WaitingForPreemption``).
+        preempted_by: ``namespace/name`` of the job whose admission chose this job's gang as a
+            victim, while the gang is being evicted.
+        gpu_resource: The extended resource that counts as GPUs.
+        finish_grace_seconds: How long the running pods of a succeeded job may take to end on
+            their own before they are deleted (rule 6).
+        demands_of: ``job_demands``, or a memo of it (the shell keeps one per job spec: parsing
+            every template's requests again on each reconcile of a waiting job is costly).
+    """
+
+    job_raw: Mapping[str, Any]
+    job: JobSpec
+    now: datetime
+    pods: Sequence[Mapping[str, Any]] = ()
+    services: Sequence[Mapping[str, Any]] = ()
+    allow_clean_pod_policy_none: bool = False
+    reservation: Mapping[str, str] | None = None
+    wait_reason: str | None = None
+    wait_kind: str | None = None
+    preempted_by: str | None = None
+    gpu_resource: str = names.DEFAULT_GPU_RESOURCE
+    finish_grace_seconds: float = 0.0
+    demands_of: Callable[[JobSpec], tuple[PodDemand, ...]] = job_demands
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A Kubernetes Event to record on the job.
+
+    ``announces_status`` marks an Event that reports a condition change of the plan's status
+    (``Created``, ``Running``, ``Queued``, ...): it belongs to that status and is recorded when the
+    status is written. Until then every plan derives the change, and its Event, again from the
+    written status. Other Events report an action of the plan (``GangAdmitted`` with its creates)
+    and are recorded with the action.
+    """
+
+    type: EventType
+    reason: str
+    message: str
+    announces_status: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What to do; the empty ``Plan()`` means "nothing".
+
+    Every part is idempotent to apply (deterministic names: AlreadyExists on create and NotFound
+    on delete mean "done"), in any order, and a crash between parts is repaired by the next plan.
+
+    Attributes:
+        status: The complete new ``status``, or ``None`` when unchanged. A time it drops
+            (``startTime`` on resume) is present as ``None``, so it works as the body of a JSON
+            merge patch (which removes it) as well as of a replace.
+        events: Events to record on the job; only emitted on transitions and actions.
+        create_services: Service manifests to create.
+        create_pods: Pod manifests to create.
+        delete_pods: Names of pods to delete.
+        delete_services: Names of Services to delete.
+        needs_admission: The job waits for the admitter to place ``demands`` all-or-nothing.
+        demands: The gang to place, Master first (only with ``needs_admission``).
+        restarts: New value of the job annotation ``torchgate.io/restarts``, or ``None``.
+        delete_job: ``ttlSecondsAfterFinished`` has passed: delete the job itself.
+        requeue_after: Seconds until a timer (deadline, TTL, gang schedule timeout) needs a look.
+        gang_timed_out: The gang was torn down because kube-scheduler did not bind enough of its
+            pods in time; the admitter should back off before placing it again.
+    """
+
+    status: dict[str, Any] | None = None
+    events: tuple[Event, ...] = ()
+    create_services: tuple[dict[str, Any], ...] = ()
+    create_pods: tuple[dict[str, Any], ...] = ()
+    delete_pods: tuple[str, ...] = ()
+    delete_services: tuple[str, ...] = ()
+    needs_admission: bool = False
+    demands: tuple[PodDemand, ...] = ()
+    restarts: int | None = None
+    delete_job: bool = False
+    requeue_after: float | None = None
+    gang_timed_out: bool = False
+
+
+# ------------------------------------------------------------------ reading the observed state
+
+
+def as_mapping(value: object) -> Mapping[str, Any]:
+    """``value`` when it is a mapping, else an empty one (raw objects may hold anything)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def metadata_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``metadata`` of a raw object (empty when malformed)."""
+    return as_mapping(obj.get("metadata"))
+
+
+def name_of(obj: Mapping[str, Any]) -> str:
+    """``metadata.name`` (``""`` when missing)."""
+    name = metadata_of(obj).get("name")
+    return name if isinstance(name, str) else ""
+
+
+def controlled_by(obj: Mapping[str, Any], uid: str) -> bool:
+    """Whether ``obj`` has a controlling ownerReference to ``uid`` (anything when ``uid`` is "")."""
+    if not uid:
+        return True
+    references = metadata_of(obj).get("ownerReferences")
+    if not isinstance(references, list):
+        return False
+    return any(
+        isinstance(ref, Mapping) and ref.get("uid") == uid and ref.get("controller") is True
+        for ref in references
+    )
+
+
+def _count(value: object) -> int | None:
+    """A non-negative decimal integer written as a string (annotations), else ``None``."""
+    if isinstance(value, str) and value.isascii() and value.isdecimal():
+        return int(value)
+    return None
+
+
+def restarts_of(job: JobSpec) -> int:
+    """Gang restarts so far (the ``torchgate.io/restarts`` annotation; malformed counts as 0)."""
+    return _count(job.annotations.get(ANNOTATION_RESTARTS)) or 0
+
+
+def attempt_of(pod: Mapping[str, Any]) -> int | None:
+    """The gang attempt that created ``pod`` (``None`` for pods torchgate did not create)."""
+    return _count(
+        as_mapping(metadata_of(pod).get("annotations")).get(names.ANNOTATION_GANG_ATTEMPT)
+    )
+
+
+def expected_pods(job: JobSpec) -> dict[str, tuple[names.ReplicaType, int]]:
+    """Pod name -> (replica type, index) for every replica of the job, Master first."""
+    return {
+        names.replica_name(job.name, spec.replica_type, index): (spec.replica_type, index)
+        for spec in job.replica_specs
+        for index in range(spec.replicas)
+    }
+
+
+def pytorch_exit_code(pod: Mapping[str, Any]) -> int | None:
+    """Exit code of the terminated ``pytorch`` container, ``None`` when it has none."""
+    statuses = as_mapping(pod.get("status")).get("containerStatuses")
+    if not isinstance(statuses, list):
+        return None
+    training = pytorch_container_name(as_mapping(pod.get("spec"))) or names.CONTAINER_NAME
+    for container in statuses:
+        if isinstance(container, Mapping) and container.get("name") == training:
+            terminated = as_mapping(as_mapping(container.get("state")).get("terminated"))
+            return as_int(terminated.get("exitCode"))
+    return None
+
+
+def is_retryable(restart_policy: str, pod: Mapping[str, Any]) -> bool:
+    """Whether a Failed pod should restart the gang (else the job fails for good).
+
+    ``ExitCode``: 1-127 is the program's own failure (permanent); 128 and above is a signal (OOM
+    kill 137, SIGTERM 143, ...) and retryable, as are an evicted pod and a pod whose container
+    never terminated on its own (node lost).
+    """
+    if restart_policy == "Never":
+        return False
+    if restart_policy != "ExitCode":
+        return True
+    if as_mapping(pod.get("status")).get("reason") == "Evicted":
+        return True
+    code = pytorch_exit_code(pod)
+    return code is None or not 1 <= code <= 127
+
+
+# ------------------------------------------------------------------ the draft
+
+
+@dataclass(slots=True)
+class Draft:
+    """The plan being built by ``planning``'s rules, with the status it will leave behind."""
+
+    observed: Observed
+    conditions: list[st.Condition]
+    start_time: str | None
+    completion_time: str | None
+    replica_statuses: dict[str, dict[str, Any]] | None = None
+    events: list[Event] = field(default_factory=list)
+    create_services: list[dict[str, Any]] = field(default_factory=list)
+    create_pods: list[dict[str, Any]] = field(default_factory=list)
+    delete_pods: list[str] = field(default_factory=list)
+    delete_services: list[str] = field(default_factory=list)
+    needs_admission: bool = False
+    restarts: int | None = None
+    delete_job: bool = False
+    timers: list[float] = field(default_factory=list)
+    gang_timed_out: bool = False
+
+    @property
+    def job(self) -> JobSpec:
+        """The parsed job."""
+        return self.observed.job
+
+    @property
+    def now(self) -> datetime:
+        """The clock of this plan."""
+        return self.observed.now
+
+    def set_condition(self, kind: str, status: str, reason: str, message: str) -> bool:
+        """Set a condition; True when its status or reason changed (a transition)."""
+        before = st.find_condition(self.conditions, kind)
+        self.conditions = st.set_condition(self.conditions, kind, status, reason, message, self.now)
+        after = st.find_condition(self.conditions, kind)
+        if after is None:
+            return False
+        if before is None:
+            return True
+        return (before.get("status"), before.get("reason")) != (
+            after.get("status"),
+            after.get("reason"),
+        )
+
+    def event(self, kind: EventType, reason: str, message: str) -> None:
+        """An Event reporting an action of this plan."""
+        self.events.append(Event(kind, reason, message))
+
+    def transition(self, kind: EventType, reason: str, message: str) -> None:
+        """An Event announcing a condition change of this plan's status."""
+        self.events.append(Event(kind, reason, message, announces_status=True))
+
+    def delete_pod(self, name: str) -> None:
+        """Ask for the pod's deletion (once)."""
+        if name and name not in self.delete_pods:
+            self.delete_pods.append(name)
+
+    def timer(self, seconds: float) -> None:
+        """Ask to be planned again in ``seconds`` (the earliest timer wins)."""
+        self.timers.append(max(seconds, 0.001))
+
+    def status(self) -> dict[str, Any] | None:
+        """The status this plan leaves behind, ``None`` when it is the one observed."""
+        old = as_mapping(self.observed.job_raw.get("status"))
+        new = dict(old)
+        new["conditions"] = self.conditions
+        if self.replica_statuses is not None:
+            new["replicaStatuses"] = self.replica_statuses
+        times = (("startTime", self.start_time), ("completionTime", self.completion_time))
+        for key, value in times:
+            if value is not None or new.get(key) is not None:
+                new[key] = value  # a dropped time becomes null, which a merge patch removes
+        return None if new == old else new
+
+    def finish(self) -> Plan:
+        """The plan."""
+        return Plan(
+            status=self.status(),
+            events=tuple(self.events),
+            create_services=tuple(self.create_services),
+            create_pods=tuple(self.create_pods),
+            delete_pods=tuple(self.delete_pods),
+            delete_services=tuple(self.delete_services),
+            needs_admission=self.needs_admission,
+            demands=self.observed.demands_of(self.job) if self.needs_admission else (),
+            restarts=self.restarts,
+            delete_job=self.delete_job,
+            requeue_after=min(self.timers) if self.timers else None,
+            gang_timed_out=self.gang_timed_out,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GangPods:
+    """The job's pods, sorted out once.
+
+    ``current`` are pods of the current gang attempt with an expected name (terminating ones
+    included); ``stale_live`` names live pods of an older attempt or an unexpected name.
+    """
+
+    owned: list[Mapping[str, Any]]
+    expected: dict[str, tuple[names.ReplicaType, int]]
+    attempt: int
+    live: list[Mapping[str, Any]]
+    terminating: list[Mapping[str, Any]]
+    current: dict[str, Mapping[str, Any]]
+    current_live: dict[str, Mapping[str, Any]]
+    stale_live: list[str]
+
+
+def sort_pods(observed: Observed) -> GangPods:
+    """The job's pods sorted out for the rules (see ``GangPods``)."""
+    job = observed.job
+    owned = [p for p in observed.pods if isinstance(p, Mapping) and controlled_by(p, job.uid)]
+    expected = expected_pods(job)
+    attempt = restarts_of(job) + 1
+    live: list[Mapping[str, Any]] = []
+    terminating: list[Mapping[str, Any]] = []
+    current: dict[str, Mapping[str, Any]] = {}
+    stale_live: list[str] = []
+    for pod in owned:
+        name = name_of(pod)
+        is_current = name in expected and attempt_of(pod) == attempt
+        if is_current:
+            current[name] = pod
+        if st.is_terminating(pod):
+            terminating.append(pod)
+            continue
+        live.append(pod)
+        if not is_current:
+            stale_live.append(name)
+    current_live = {n: p for n, p in current.items() if not st.is_terminating(p)}
+    return GangPods(owned, expected, attempt, live, terminating, current, current_live, stale_live)

@@ -1,0 +1,228 @@
+"""What the controller should do about one PyTorchJob now: ``plan(observed) -> Plan``.
+
+Why one pure function: reconciling is level-triggered (the shell re-reads the job, its pods and
+Services, never looks at which event woke it up) and must be idempotent, so the whole decision
+("given this state, what is missing, what must go, what is the status") is a function of the
+observed state and the clock. It is table-tested without a cluster, and a property test applies a
+plan to an in-memory world and checks that planning again asks for nothing more.
+
+The rules, in order:
+
+1. A job being deleted gets nothing (garbage collection removes its children). A job managed by
+   another controller (``runPolicy.managedBy``) is left alone.
+2. A finished job (``Succeeded``/``Failed``) only gets cleanup per ``cleanPodPolicy`` (repeated
+   until done) and its TTL (``delete_job``, or a timer).
+3. ``runPolicy.suspend`` deletes every pod and Service; resuming re-admits the job, and
+   ``startTime`` restarts at the next admission.
+4. Otherwise the job is a gang: no pod exists until the admitter reserved capacity for all of
+   them (``needs_admission`` with ``demands``; the pods are created only when ``reservation``
+   names their nodes). Anything that breaks a gang (a missing or terminating member without a
+   reservation to recreate it, a gang kube-scheduler could not bind in time) deletes the whole
+   gang so it is admitted again; a pod is never created next to a running partial gang.
+5. Pods run with ``restartPolicy: Never``; a failed pod restarts the whole gang (a collective
+   cannot take one restarted rank back), counted in the job annotation ``torchgate.io/restarts``
+   against ``backoffLimit``; each pod records its gang attempt, so stragglers of an older attempt
+   are deleted, never adopted.
+6. When the job ends (the Master succeeded, a permanent failure, the backoff limit, or
+   ``activeDeadlineSeconds`` measured from ``startTime``), its remaining pods are deleted per
+   ``cleanPodPolicy`` (``None`` only where the admin policy allows it), so GPUs go back to the
+   pool: pending pods and every pod of a failed job at once; the running pods of a *succeeded*
+   job after ``finish_grace_seconds``, because the other ranks of a job whose Master just
+   finished are normally finishing too, and a pod deleted in its last second loses its
+   ``Completed`` state and its logs (seen on a real kubelet: seed 003's Worker ends a few
+   milliseconds after its Master).
+7. A gang the admitter chose as a preemption victim (``preempted_by``) loses all its pods at once
+   (each honouring its grace period), gets a ``Preempted`` condition and Event naming the
+   preemptor, and waits in the queue again; pods that fail while being evicted are not failures
+   of the job, so a preemption never counts against ``backoffLimit``. The condition turns
+   ``False`` when the gang is admitted again.
+
+Where the rules live: this module holds ``plan`` itself with rules 1 and 3, and decides when an
+active job has succeeded or passed its deadline; ``finishing`` holds rules 2 and 6 (how a job
+ends: condition, cleanup, TTL), used by every path that ends a job; ``gangplanning`` holds rules
+4, 5 and 7 (admission, queueing, gang failures and restarts, preemption, schedule timeout). All
+three are pure.
+
+Timers (deadline, TTL, gang schedule timeout) come back as ``requeue_after``, so they fire on time
+rather than whenever some other event happens to wake the job up. Events that announce a condition
+change belong to the status (``Event.announces_status``): the reconciler records them when it
+writes that status, which ``writepolicy`` may put off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any, Final
+
+from torchgate.controller.job import status as st
+from torchgate.controller.job.envvars import rendezvous_replica
+from torchgate.controller.job.finish import delete_services, finish, plan_finished
+from torchgate.controller.job.gang import (
+    gang_started_at,
+    handle_failure,
+    plan_admission,
+    plan_gang,
+    plan_preempted,
+)
+from torchgate.controller.job.model import (
+    Draft,
+    GangPods,
+    Observed,
+    Plan,
+    as_mapping,
+    name_of,
+    sort_pods,
+)
+from torchgate.controller.job.model import pytorch_exit_code as pytorch_exit_code
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.spec import JobSpec
+
+MANAGING_VALUES: Final = frozenset({names.TRAINING_OPERATOR, names.CONTROLLER_NAME})
+
+
+# ------------------------------------------------------------------ plan
+
+
+def plan(observed: Observed) -> Plan:
+    """Decide what to do about one job; pure and idempotent (see the module docstring)."""
+    job = observed.job
+    if st.is_terminating(observed.job_raw):
+        return Plan()
+    if job.run_policy.managed_by is not None and job.run_policy.managed_by not in MANAGING_VALUES:
+        return Plan()
+    raw_status = observed.job_raw.get("status")
+    status = as_mapping(raw_status)
+    draft = Draft(
+        observed=observed,
+        conditions=st.conditions_of(status),
+        start_time=_text(status.get("startTime")),
+        completion_time=_text(status.get("completionTime")),
+    )
+    pods = sort_pods(observed)
+    if st.is_finished(draft.conditions):
+        plan_finished(draft, pods)
+    elif job.run_policy.suspend:
+        _plan_suspended(draft, pods)
+    else:
+        _plan_active(draft, pods)
+    return draft.finish()
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+# ------------------------------------------------------------------ suspended jobs
+
+
+def _plan_suspended(draft: Draft, pods: GangPods) -> None:
+    job = draft.job
+    _ensure_created(draft)
+    for pod in pods.live:
+        draft.delete_pod(name_of(pod))
+    delete_services(draft)
+    message = f"PyTorchJob {job.name} is suspended."
+    if st.find_condition(draft.conditions, st.RUNNING) or st.find_condition(
+        draft.conditions, st.RESTARTING
+    ):
+        draft.set_condition(st.RUNNING, st.FALSE, st.REASON_SUSPENDED, message)
+    draft.conditions = st.remove_condition(draft.conditions, st.QUEUED)
+    if draft.set_condition(st.SUSPENDED, st.TRUE, st.REASON_SUSPENDED, message):
+        draft.transition("Normal", st.REASON_SUSPENDED, message)
+    draft.replica_statuses = st.replica_statuses(job, [])
+
+
+# ------------------------------------------------------------------ active jobs
+
+
+def _ensure_created(draft: Draft) -> None:
+    if st.find_condition(draft.conditions, st.CREATED) is None:
+        message = f"PyTorchJob {draft.job.name} is created."
+        draft.set_condition(st.CREATED, st.TRUE, st.REASON_CREATED, message)
+        draft.transition("Normal", st.REASON_CREATED, message)
+
+
+def _resume_if_suspended(draft: Draft) -> None:
+    if st.is_true(draft.conditions, st.SUSPENDED):
+        message = f"PyTorchJob {draft.job.name} is resumed."
+        draft.set_condition(st.SUSPENDED, st.FALSE, st.REASON_RESUMED, message)
+        draft.transition("Normal", st.REASON_RESUMED, message)
+        draft.start_time = None
+
+
+def _deadline_passed(draft: Draft, pods: GangPods) -> bool:
+    deadline = draft.job.run_policy.active_deadline_seconds
+    started = st.parse_time(draft.start_time)
+    if deadline is None or started is None:
+        return False
+    remaining = (started + timedelta(seconds=deadline) - draft.now).total_seconds()
+    if remaining > 0:
+        draft.timer(remaining)
+        return False
+    message = (
+        f"Job {draft.job.name} has failed because it was active longer than specified deadline"
+    )
+    finish(draft, pods, st.FAILED, st.REASON_DEADLINE, message, "Warning")
+    return True
+
+
+def _plan_active(draft: Draft, pods: GangPods) -> None:
+    _ensure_created(draft)
+    _resume_if_suspended(draft)
+    if not pods.expected:  # zero replicas: nothing to run, nothing will ever finish
+        draft.replica_statuses = st.replica_statuses(draft.job, [])
+        return
+    draft.start_time = draft.start_time or gang_started_at(pods)
+    if _deadline_passed(draft, pods):
+        return
+    for name in pods.stale_live:
+        draft.delete_pod(name)
+    current = pods.current
+    if _succeeded(draft.job, current):
+        finish(draft, pods, st.SUCCEEDED, st.REASON_SUCCEEDED, _success_message(draft), "Normal")
+        return
+    preemptor = draft.observed.preempted_by
+    if preemptor is not None:
+        plan_preempted(draft, pods, preemptor)
+    failed = (
+        []
+        if preemptor is not None
+        else [pod for pod in current.values() if st.phase_of(pod) == "Failed"]
+    )
+    if failed:
+        handle_failure(draft, pods, failed)
+    elif preemptor is not None and pods.live:
+        pass  # the eviction is under way
+    elif pods.current_live:
+        plan_gang(draft, pods)
+    else:
+        plan_admission(draft, pods)
+    if draft.replica_statuses is None:
+        deleted = set(draft.delete_pods)
+        survivors = [pod for pod in pods.live if name_of(pod) not in deleted]
+        draft.replica_statuses = st.replica_statuses(draft.job, survivors)
+
+
+def _succeeded(job: JobSpec, current: Mapping[str, Mapping[str, Any]]) -> bool:
+    """The Master succeeded; worker-only: every worker (elastic: any worker) succeeded."""
+    if rendezvous_replica(job)[0] == names.MASTER:
+        master = current.get(names.replica_name(job.name, names.MASTER, 0))
+        return master is not None and st.phase_of(master) == "Succeeded"
+    workers = job.replica(names.WORKER)
+    if workers is None or workers.replicas == 0:
+        return False
+    phases = [
+        st.phase_of(current[name]) if name in current else ""
+        for name in (names.replica_name(job.name, names.WORKER, i) for i in range(workers.replicas))
+    ]
+    if job.elastic is not None:
+        return "Succeeded" in phases
+    return all(phase == "Succeeded" for phase in phases)
+
+
+def _success_message(draft: Draft) -> str:
+    job = draft.job
+    if job.has_master:
+        return f"PyTorchJob {job.name} is successfully completed."
+    return f"PyTorchJob {job.namespace}/{job.name} successfully completed."

@@ -1,0 +1,243 @@
+"""Replica Pods and rendezvous Services, built from a PyTorchJob's replica templates.
+
+Pods keep the training-operator's surface (names ``<job>-<master|worker>-<i>``, the
+``training.kubeflow.org/*`` labels, a controlling ownerReference so deleting the job
+garbage-collects them, the env contract of ``envvars``) and differ where torchgate's gang
+semantics need it:
+
+- ``restartPolicy: Never`` always. A distributed job cannot take one restarted rank back into a
+  running collective, so restarts happen at gang level (the planner deletes every pod and the
+  admitter places the gang again); a kubelet restarting one container in place would only leave
+  the other ranks hanging until their NCCL timeout.
+- A pod placed by the admitter carries a *required* node affinity to its planned node (AND-ed into
+  every existing ``nodeSelectorTerm``, since terms are OR-ed and the requirements of one term
+  AND-ed), plus the ``torchgate.io/planned-node`` annotation, so capacity reserved for the gang
+  is what the gang gets while kube-scheduler still checks everything else (volumes, ports, ...).
+  The pin is ``matchFields`` on ``metadata.name``, as the DaemonSet controller pins its pods: it
+  names the node the admitter planned on (the ``kubernetes.io/hostname`` label need not equal the
+  node's name), and kube-scheduler then evaluates that one node instead of the whole pool.
+- ``torchgate.io/gang-attempt`` records which gang attempt created the pod, so a pod left over
+  from an earlier attempt is recognisable and never mistaken for a member of the current gang.
+
+Services: the training-operator creates a headless Service per pod; nothing resolves workers by
+name, so torchgate creates one only for the rendezvous master (what ``MASTER_ADDR`` names), plus
+``<job>-worker-0`` for elastic jobs that have a Master and no ``rdzvHost``, because the torchrun
+rendezvous endpoint defaults to ``<job>-worker-0`` (without a Master, worker 0 *is* the rendezvous
+master and has its Service already). They are headless with ``publishNotReadyAddresses`` so the
+name resolves as soon as the pod has an IP, before any readiness probe passes: workers start
+connecting to the master while it is still starting up.
+
+Templates are never mutated: the builders copy each dict they change and reuse the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from torchgate.controller.job.envvars import (
+    container_ports,
+    merge_env,
+    rank_env,
+    rendezvous_replica,
+    valid_port,
+)
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.affinity import MATCH_FIELDS, require
+from torchgate.pytorchjob.spec import JobSpec, gpu_count, pod_spec_of, pytorch_container_index
+
+NODE_NAME_FIELD: Final = "metadata.name"  # the one node field a nodeSelectorTerm can match
+POD_RESTART_POLICY: Final = "Never"
+
+
+def owner_reference(job_raw: Mapping[str, Any], job: JobSpec) -> dict[str, Any]:
+    """The controlling ownerReference that makes the job's deletion remove its children."""
+    api_version = job_raw.get("apiVersion")
+    if not isinstance(api_version, str) or not api_version.startswith(names.GROUP + "/"):
+        api_version = names.API_VERSION
+    return {
+        "apiVersion": api_version,
+        "kind": names.KIND,
+        "name": job.name,
+        "uid": job.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def selector_labels(job: JobSpec, replica_type: str, index: int) -> dict[str, str]:
+    """Labels that select exactly one replica pod."""
+    return {
+        **names.job_selector(job.name),
+        names.LABEL_REPLICA_TYPE: replica_type.lower(),
+        names.LABEL_REPLICA_INDEX: str(index),
+    }
+
+
+def replica_labels(job: JobSpec, replica_type: str, index: int) -> dict[str, str]:
+    """Our labels for a replica pod or Service: the selector plus ``job-role`` on the master."""
+    labels = selector_labels(job, replica_type, index)
+    if (replica_type, index) == rendezvous_replica(job):
+        labels[names.LABEL_JOB_ROLE] = "master"
+    return labels
+
+
+def _template_metadata(template: Mapping[str, Any], key: str) -> dict[str, Any]:
+    metadata = template.get("metadata")
+    value = metadata.get(key) if isinstance(metadata, Mapping) else None
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def build_pod(
+    job_raw: Mapping[str, Any],
+    job: JobSpec,
+    replica_type: str,
+    index: int,
+    *,
+    node: str | None,
+    attempt: int,
+    gpu_resource: str,
+) -> dict[str, Any]:
+    """The Pod manifest of one replica.
+
+    Args:
+        job_raw: The job as read from the API (its ``apiVersion`` goes into the ownerReference).
+        job: The parsed job.
+        replica_type: ``Master`` or ``Worker``.
+        index: The replica index within its type.
+        node: The node the admitter reserved for this pod, or ``None`` for no pinning.
+        attempt: The gang attempt this pod belongs to.
+        gpu_resource: The extended resource that counts as GPUs (default ``PET_NPROC_PER_NODE``).
+
+    Raises:
+        ValueError: The job has no ``replica_type`` replica (a caller bug, not bad input).
+    """
+    replica = job.replica(replica_type)
+    if replica is None:
+        raise ValueError(f"job {job.name!r} has no {replica_type} replica")
+    template = replica.template
+    labels = _template_metadata(template, "labels")
+    labels.pop(names.LABEL_JOB_ROLE, None)  # ours: only the rendezvous master carries it
+    labels.update(replica_labels(job, replica_type, index))
+    annotations = _template_metadata(template, "annotations")
+    annotations[names.ANNOTATION_GANG_ATTEMPT] = str(attempt)
+    if node is not None:
+        annotations[names.ANNOTATION_PLANNED_NODE] = node
+    spec = dict(pod_spec_of(template))
+    spec["restartPolicy"] = POD_RESTART_POLICY
+    _inject_env(spec, job, replica_type, index, gpu_resource)
+    if node is not None:
+        spec["affinity"] = pin_to_node(spec.get("affinity"), node)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": names.replica_name(job.name, replica_type, index),
+            "namespace": job.namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [owner_reference(job_raw, job)],
+        },
+        "spec": spec,
+    }
+
+
+def _inject_env(
+    spec: dict[str, Any], job: JobSpec, replica_type: str, index: int, gpu_resource: str
+) -> None:
+    position = pytorch_container_index(spec)
+    if position is None:
+        return
+    containers = list(spec["containers"])
+    container = dict(containers[position])
+    ours = rank_env(job, replica_type, index, gpus_per_pod=gpu_count(container, gpu_resource))
+    container["env"] = merge_env(container.get("env"), ours)
+    containers[position] = container
+    spec["containers"] = containers
+
+
+def pin_to_node(affinity: object, node: str) -> dict[str, Any]:
+    """A copy of ``affinity`` whose required node affinity also demands the node named ``node``.
+
+    The requirement is ``matchFields``: ``metadata.name In [node]``, merged by
+    ``pytorchjob.affinity.require`` (the webhook pins hosts with the same function): AND-ed into
+    every ``nodeSelectorTerm``, a term with no requirements stays matching no node, and without
+    required terms one term is created.
+    """
+    pin = {"key": NODE_NAME_FIELD, "operator": "In", "values": [node]}
+    return require(affinity, pin, MATCH_FIELDS)
+
+
+def service_replicas(job: JobSpec) -> list[tuple[names.ReplicaType, int]]:
+    """The replicas that get a headless Service (see the module docstring for why only these)."""
+    master = rendezvous_replica(job)
+    wanted = [master]
+    elastic = job.elastic
+    workers = job.replica(names.WORKER)
+    if (
+        elastic is not None
+        and elastic.rdzv_host is None
+        and master[0] == names.MASTER
+        and workers is not None
+        and workers.replicas > 0
+    ):
+        wanted.append((names.WORKER, 0))
+    return wanted
+
+
+def service_ports(template: object) -> list[dict[str, Any]]:
+    """Ports for the named ports of the ``pytorch`` container (``pytorchjob-port`` at least)."""
+    ports: list[dict[str, Any]] = []
+    seen_names: set[str] = set()
+    seen_numbers: set[tuple[int, str]] = set()
+    for port in container_ports(template):
+        name = port.get("name")
+        number = valid_port(port.get("containerPort"))
+        protocol = port.get("protocol")
+        protocol = protocol if isinstance(protocol, str) and protocol else "TCP"
+        if not isinstance(name, str) or not name or number is None:
+            continue
+        if name in seen_names or (number, protocol) in seen_numbers:
+            continue
+        seen_names.add(name)
+        seen_numbers.add((number, protocol))
+        ports.append({"name": name, "port": number, "targetPort": number, "protocol": protocol})
+    if names.PORT_NAME not in seen_names and (names.DEFAULT_PORT, "TCP") not in seen_numbers:
+        ports.append(
+            {
+                "name": names.PORT_NAME,
+                "port": names.DEFAULT_PORT,
+                "targetPort": names.DEFAULT_PORT,
+                "protocol": "TCP",
+            }
+        )
+    return ports
+
+
+def build_service(
+    job_raw: Mapping[str, Any], job: JobSpec, replica_type: str, index: int
+) -> dict[str, Any]:
+    """The headless Service named like the replica pod, selecting exactly that pod.
+
+    Raises:
+        ValueError: The job has no ``replica_type`` replica (a caller bug, not bad input).
+    """
+    replica = job.replica(replica_type)
+    if replica is None:
+        raise ValueError(f"job {job.name!r} has no {replica_type} replica")
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": names.replica_name(job.name, replica_type, index),
+            "namespace": job.namespace,
+            "labels": replica_labels(job, replica_type, index),
+            "ownerReferences": [owner_reference(job_raw, job)],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": selector_labels(job, replica_type, index),
+            "ports": service_ports(replica.template),
+        },
+    }

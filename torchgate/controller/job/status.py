@@ -1,0 +1,224 @@
+"""PyTorchJob status with the training-operator's condition semantics, plus ``Queued``.
+
+Why copy the training-operator here: ``kubectl get pytorchjobs`` shows the *last* condition as the
+job's State, and dashboards, the Kubeflow SDK (``wait_for_job_conditions``), Kueue and users'
+scripts read the ``Created``/``Running``/``Restarting``/``Succeeded``/``Failed``/``Suspended``
+conditions with their ``PyTorchJob*`` reasons. So the rules are the same: a changed condition moves
+to the end of the list; ``Running`` and ``Restarting`` replace each other; ``Succeeded`` or
+``Failed`` turn ``Running`` to False; once ``Failed`` is True nothing changes any more.
+
+torchgate adds one condition, ``Queued`` (reason ``WaitingForResources``), present while the job
+waits for its whole gang to fit; its message is the admitter's shortfall ("waiting for 16
+nvidia.com/gpu in pool a100: 8 free"), so ``kubectl describe`` answers "why is my job not
+running?". It is removed, not set to False, once the job is admitted, so the State column goes
+back to the training-operator's vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.spec import JobSpec, canonical_replica_type
+
+CREATED: Final = "Created"
+RUNNING: Final = "Running"
+RESTARTING: Final = "Restarting"
+SUCCEEDED: Final = "Succeeded"
+FAILED: Final = "Failed"
+SUSPENDED: Final = "Suspended"
+QUEUED: Final = "Queued"
+
+REASON_CREATED: Final = "PyTorchJobCreated"
+REASON_RUNNING: Final = "PyTorchJobRunning"
+REASON_RESTARTING: Final = "PyTorchJobRestarting"
+REASON_SUCCEEDED: Final = "PyTorchJobSucceeded"
+REASON_FAILED: Final = "PyTorchJobFailed"
+REASON_SUSPENDED: Final = "PyTorchJobSuspended"
+REASON_RESUMED: Final = "PyTorchJobResumed"
+REASON_BACKOFF_LIMIT: Final = "BackoffLimitExceeded"
+REASON_DEADLINE: Final = "DeadlineExceeded"
+REASON_WAITING: Final = "WaitingForResources"
+
+TRUE: Final = "True"
+FALSE: Final = "False"
+
+Condition = dict[str, Any]
+
+
+def format_time(moment: datetime) -> str:
+    """RFC 3339 in UTC with a ``Z`` and whole seconds, as Kubernetes writes ``metav1.Time``."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: object) -> datetime | None:
+    """A timezone-aware datetime from an RFC 3339 string, ``None`` when absent or malformed."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def conditions_of(status: object) -> list[Condition]:
+    """Copies of the well-formed conditions of a raw status (entries with a string ``type``)."""
+    raw = status.get("conditions") if isinstance(status, Mapping) else None
+    if not isinstance(raw, list):
+        return []
+    return [dict(c) for c in raw if isinstance(c, Mapping) and isinstance(c.get("type"), str)]
+
+
+def find_condition(conditions: Iterable[Mapping[str, Any]], kind: str) -> Mapping[str, Any] | None:
+    """The condition of type ``kind``, if present."""
+    for condition in conditions:
+        if condition.get("type") == kind:
+            return condition
+    return None
+
+
+def is_true(conditions: Iterable[Mapping[str, Any]], kind: str) -> bool:
+    """Whether the condition of type ``kind`` is present with status True."""
+    condition = find_condition(conditions, kind)
+    return condition is not None and condition.get("status") == TRUE
+
+
+def is_finished(conditions: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether the job has Succeeded or Failed."""
+    listed = list(conditions)
+    return is_true(listed, SUCCEEDED) or is_true(listed, FAILED)
+
+
+def state_of(job: Mapping[str, Any]) -> str:
+    """A job's state as its last condition's type (``New`` before it has any)."""
+    conditions = conditions_of(job.get("status"))
+    return str(conditions[-1].get("type")) if conditions else "New"
+
+
+def _replaces(new_kind: str, old_kind: str) -> bool:
+    return new_kind == old_kind or {new_kind, old_kind} == {RUNNING, RESTARTING}
+
+
+def set_condition(
+    conditions: Sequence[Mapping[str, Any]],
+    kind: str,
+    status: str,
+    reason: str,
+    message: str,
+    now: datetime,
+) -> list[Condition]:
+    """The conditions after setting one, with the training-operator's rules.
+
+    Args:
+        conditions: The current conditions (not modified).
+        kind: Condition type.
+        status: ``"True"`` or ``"False"``.
+        reason: Machine-readable reason.
+        message: Human message.
+        now: The clock.
+
+    Returns:
+        New conditions: unchanged (same timestamps) when type, status, reason and message are the
+        same or the job has already Failed; the message and ``lastUpdateTime`` updated in place
+        when only the message differs; otherwise the condition moved to the end (keeping its
+        ``lastTransitionTime`` if the status is unchanged), ``Running``/``Restarting`` replacing
+        each other, and ``Running`` turned False when ``Succeeded``/``Failed`` becomes True.
+    """
+    current = [dict(c) for c in conditions]
+    if is_true(current, FAILED):
+        return current
+    stamp = format_time(now)
+    existing = find_condition(current, kind)
+    if existing is not None and (existing.get("status"), existing.get("reason")) == (
+        status,
+        reason,
+    ):
+        if existing.get("message") != message:
+            updated = {**existing, "message": message, "lastUpdateTime": stamp}
+            return [updated if c.get("type") == kind else c for c in current]
+        return current
+    same_status = existing is not None and existing.get("status") == status
+    transition = existing.get("lastTransitionTime", stamp) if same_status and existing else stamp
+    ends_run = kind in (SUCCEEDED, FAILED) and status == TRUE
+    kept: list[Condition] = []
+    for condition in current:
+        if _replaces(kind, condition["type"]):
+            continue
+        if ends_run and condition["type"] == RUNNING and condition.get("status") == TRUE:
+            condition = {
+                **condition,
+                "status": FALSE,
+                "lastUpdateTime": stamp,
+                "lastTransitionTime": stamp,
+            }
+        kept.append(condition)
+    kept.append(
+        {
+            "type": kind,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastUpdateTime": stamp,
+            "lastTransitionTime": transition,
+        }
+    )
+    return kept
+
+
+def remove_condition(conditions: Sequence[Mapping[str, Any]], kind: str) -> list[Condition]:
+    """The conditions without the one of type ``kind`` (used for ``Queued`` on admission)."""
+    return [dict(c) for c in conditions if c.get("type") != kind]
+
+
+def _labels(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    metadata = pod.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    return labels if isinstance(labels, Mapping) else {}
+
+
+def is_terminating(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod is being deleted (it has a ``deletionTimestamp``)."""
+    metadata = pod.get("metadata")
+    return isinstance(metadata, Mapping) and bool(metadata.get("deletionTimestamp"))
+
+
+def phase_of(pod: Mapping[str, Any]) -> str:
+    """``status.phase`` of a pod, ``""`` when missing."""
+    status = pod.get("status")
+    phase = status.get("phase") if isinstance(status, Mapping) else None
+    return phase if isinstance(phase, str) else ""
+
+
+def replica_statuses(job: JobSpec, pods: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``status.replicaStatuses``: per replica type, pods active, succeeded and failed.
+
+    ``active`` counts Running pods that are not being deleted; Pending pods are not counted (as in
+    the training-operator). ``selector`` is what the ``scale`` subresource and HPAs read.
+    """
+    statuses: dict[str, dict[str, Any]] = {
+        spec.replica_type: {
+            "active": 0,
+            "succeeded": 0,
+            "failed": 0,
+            "selector": names.replica_selector(job.name, spec.replica_type),
+        }
+        for spec in job.replica_specs
+    }
+    for pod in pods:
+        replica_type = canonical_replica_type(_labels(pod).get(names.LABEL_REPLICA_TYPE))
+        counts = statuses.get(replica_type) if replica_type is not None else None
+        if counts is None:
+            continue
+        phase = phase_of(pod)
+        if phase == "Running" and not is_terminating(pod):
+            counts["active"] += 1
+        elif phase == "Succeeded":
+            counts["succeeded"] += 1
+        elif phase == "Failed":
+            counts["failed"] += 1
+    return statuses
