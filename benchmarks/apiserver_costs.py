@@ -31,11 +31,11 @@ from controller_bench import REPO, bounded, connect, cpu_seconds, gang
 
 from torchgate.controller.job.pods import build_pod, build_service
 from torchgate.controller.job.status import format_time, replica_statuses, set_condition
-from torchgate.controlplane.binaries import ensure_binaries
-from torchgate.controlplane.cluster import ControlPlane
 from torchgate.kube.client import MERGE_PATCH, KubeClient
 from torchgate.kube.errors import ApiError
 from torchgate.pytorchjob.spec import JobSpec, parse_job
+from torchgate_dev.controlplane.binaries import ensure_binaries
+from torchgate_dev.controlplane.cluster import ControlPlane
 
 NAMESPACE = "costs"
 CONCURRENCY = 32

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs torchgate's e2e tests against a kind cluster, for machines with Docker and internet access
-# (CI uses the local control plane built from Go modules instead; see tools/controlplane/).
+# (CI uses the local control plane built from Go modules instead; see
+# dev/torchgate_dev/data/controlplane/).
 #
 # Creates the cluster, builds and loads the torchgate image, installs kwok in the cluster (fake
 # GPU nodes) with torchgate's pod stages, then runs `pytest -m e2e` with TORCHGATE_E2E_KUBECONFIG
@@ -11,8 +12,8 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-# shellcheck source=../tools/controlplane/versions.env
-source tools/controlplane/versions.env
+# shellcheck source=../dev/torchgate_dev/data/controlplane/versions.env
+source dev/torchgate_dev/data/controlplane/versions.env
 
 cluster=${KIND_CLUSTER_NAME:-torchgate-e2e}
 python=${PYTHON:-.venv/bin/python}
@@ -40,7 +41,7 @@ export KUBECONFIG=$kubeconfig
 kubectl apply -f "$kwok_release/kwok.yaml"
 kubectl wait --for=condition=Established --timeout=60s crd/stages.kwok.x-k8s.io
 kubectl apply -f "$kwok_release/stage-fast.yaml"
-"$python" -m torchgate.controlplane.kwok | kubectl apply -f -
+"$python" -m torchgate_dev.controlplane.kwok | kubectl apply -f -
 kubectl --namespace kube-system rollout status deployment/kwok-controller --timeout=180s
 
 TORCHGATE_E2E_KUBECONFIG=$kubeconfig "$python" -m pytest -m e2e "$@"

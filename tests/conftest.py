@@ -15,7 +15,7 @@ import pytest
 
 # Shared case helpers that assert: pytest rewrites their asserts too, for the same failure reports.
 pytest.register_assert_rewrite(
-    "tests.builders", "tests.unit.webhook.validationcases", "tests.unit.controlplane.planefiles"
+    "tests.builders", "tests.unit.webhook.validationcases", "tests.unit.dev.controlplane.planefiles"
 )
 
 

@@ -3,6 +3,17 @@
 Subcommand modules are imported only when used, so ``torchgate check`` starts without loading the
 Kubernetes client and ``torchgate webhook`` without the controller. Each module provides
 ``add_arguments(parser)`` and ``run(args) -> int`` (the process exit code).
+
+Rules:
+
+1. The product's commands are declared here (:data:`COMMANDS`); they are all there is in the
+   product's wheel and image.
+2. Other installed distributions add commands through the :data:`ENTRY_POINT_GROUP` entry points
+   (name -> module). Their help line is the distribution's summary, read from its metadata, so
+   listing them imports none of them. A product command is never replaced by one.
+3. A command that another distribution provides (:data:`PROVIDED_ELSEWHERE`), asked for while that
+   distribution is not installed, gets one line saying how to install it and exit code 2 (a usage
+   error), not argparse's list of choices.
 """
 
 from __future__ import annotations
@@ -10,11 +21,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
-from typing import Protocol, cast
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from typing import Final, Protocol, cast
 
 # name -> (module, one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {
+COMMANDS: Final[Mapping[str, tuple[str, str]]] = {
     "webhook": (
         "torchgate.webhook.command",
         "run the mutating and validating admission webhook (TLS)",
@@ -28,8 +41,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "torchgate.certs.command",
         "create or renew the webhook certificates; patch caBundle",
     ),
-    "dev": ("torchgate.dev", "start or stop a local control plane with fake GPU nodes"),
 }
+
+ENTRY_POINT_GROUP: Final = "torchgate.commands"
+"""Entry points of this group add commands: ``name = "package.module"``."""
+
+PROVIDED_ELSEWHERE: Final[Mapping[str, tuple[str, str]]] = {
+    "dev": ("torchgate-dev", "pip install torchgate-dev; in a checkout: pip install -e ./dev"),
+}
+"""name -> (the distribution that provides it, how to install that)."""
+
+EXIT_USAGE: Final = 2
 
 
 class Command(Protocol):
@@ -42,33 +64,76 @@ class Command(Protocol):
         """Run the subcommand and return the exit code."""
 
 
-def _load(name: str) -> Command:
-    return cast(Command, importlib.import_module(COMMANDS[name][0]))
+@dataclass(frozen=True, slots=True)
+class Subcommand:
+    """One command of ``torchgate``: its help line, and how to import its module."""
+
+    help: str
+    load: Callable[[], object]
+
+    def command(self) -> Command:
+        """The subcommand's module (imported now)."""
+        return cast(Command, self.load())
 
 
-def build_parser(selected: str | None) -> argparse.ArgumentParser:
+def _product_command(module: str, help_text: str) -> Subcommand:
+    return Subcommand(help_text, lambda: importlib.import_module(module))
+
+
+def _added_command(entry_point: EntryPoint) -> Subcommand:
+    distribution = entry_point.dist
+    summary = distribution.metadata["Summary"] if distribution is not None else None
+    return Subcommand(summary or f"from {entry_point.value}", entry_point.load)
+
+
+def available_commands() -> dict[str, Subcommand]:
+    """The product's commands, then those installed distributions add (rules 1 and 2)."""
+    commands = {name: _product_command(*declared) for name, declared in COMMANDS.items()}
+    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
+        commands.setdefault(entry_point.name, _added_command(entry_point))
+    return commands
+
+
+def build_parser(
+    selected: str | None, commands: Mapping[str, Subcommand] | None = None
+) -> argparse.ArgumentParser:
     """The top-level parser; only ``selected`` gets its flags loaded."""
+    known = available_commands() if commands is None else commands
     parser = argparse.ArgumentParser(
         prog="torchgate",
         description="Admission webhook, placement policies and gang controller for PyTorchJobs.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, (_, help_text) in COMMANDS.items():
+    for name, subcommand in known.items():
         if name == selected:
-            sub_parser = sub.add_parser(name, help=help_text, description=help_text)
-            _load(name).add_arguments(sub_parser)
+            sub_parser = sub.add_parser(name, help=subcommand.help, description=subcommand.help)
+            subcommand.command().add_arguments(sub_parser)
         else:
-            sub.add_parser(name, help=help_text, add_help=False)
+            sub.add_parser(name, help=subcommand.help, add_help=False)
     return parser
+
+
+def missing_command_message(name: str) -> str | None:
+    """One line on how to get ``name`` when another distribution provides it (rule 3), else None."""
+    if name not in PROVIDED_ELSEWHERE:
+        return None
+    distribution, install = PROVIDED_ELSEWHERE[name]
+    return f"torchgate: '{name}' comes with {distribution}, which is not installed ({install})"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``torchgate`` console script."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     selected = next((a for a in arguments if not a.startswith("-")), None)
-    parser = build_parser(selected if selected in COMMANDS else None)
+    commands = available_commands()
+    if selected is not None and selected not in commands:
+        message = missing_command_message(selected)
+        if message is not None:
+            print(message, file=sys.stderr)
+            return EXIT_USAGE
+    parser = build_parser(selected if selected in commands else None, commands)
     args = parser.parse_args(arguments)
-    return _load(args.command).run(args)
+    return commands[args.command].command().run(args)
 
 
 if __name__ == "__main__":

@@ -19,10 +19,10 @@ from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
 from controllerbench.stats import write_counts
-from torchgate.controlplane.cluster import ControlPlane
 from torchgate.kube.client import KubeClient
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import PODS, PYTORCHJOBS
+from torchgate_dev.controlplane.cluster import ControlPlane
 
 T = TypeVar("T")
 

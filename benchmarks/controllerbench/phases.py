@@ -33,13 +33,13 @@ from controllerbench.workload import (
     gang_pod_names,
     plain_pods,
 )
-from torchgate.controlplane import kwok
-from torchgate.controlplane.binaries import ensure_binaries
-from torchgate.controlplane.cluster import ControlPlane
-from torchgate.controlplane.processes import terminate
-from torchgate.dev import free_port
 from torchgate.kube.client import KubeClient
 from torchgate.kube.resources import PODS, PYTORCHJOBS
+from torchgate_dev.controlplane import kwok
+from torchgate_dev.controlplane.binaries import ensure_binaries
+from torchgate_dev.controlplane.cluster import ControlPlane
+from torchgate_dev.controlplane.processes import terminate
+from torchgate_dev.node.registry import free_port
 
 
 async def baseline(

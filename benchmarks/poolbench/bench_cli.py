@@ -21,8 +21,8 @@ from typing import Any
 
 from controller_bench import connect, percentile
 
-from torchgate.controlplane.binaries import ensure_binaries
-from torchgate.controlplane.cluster import ControlPlane
+from torchgate_dev.controlplane.binaries import ensure_binaries
+from torchgate_dev.controlplane.cluster import ControlPlane
 
 from .harness import REPO, prepare
 from .manifests import GPUS_PER_NODE

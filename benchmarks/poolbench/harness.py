@@ -25,13 +25,13 @@ from typing import Any
 
 from controller_bench import bounded
 
-from torchgate.controlplane.cluster import ControlPlane
-from torchgate.controlplane.processes import terminate
-from torchgate.dev import free_port
 from torchgate.kube.client import KubeClient
 from torchgate.kube.errors import ApiError, NotFound
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import PODS
+from torchgate_dev.controlplane.cluster import ControlPlane
+from torchgate_dev.controlplane.processes import terminate
+from torchgate_dev.node.registry import free_port
 
 from .manifests import JOBS_API, pool_objects
 from .workload import pool_nodes

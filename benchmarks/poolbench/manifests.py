@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from torchgate.controlplane import kwok
+from torchgate_dev.controlplane import kwok
 
 from .workload import HOSTNAME, RACK
 

@@ -24,9 +24,9 @@ from typing import Any
 
 from controller_bench import clear_namespace
 
-from torchgate.controlplane.cluster import ControlPlane
 from torchgate.kube.client import KubeClient
 from torchgate.kube.errors import ApiError, NotFound
+from torchgate_dev.controlplane.cluster import ControlPlane
 
 from .harness import controller, delete_job, plane_nodes, submit, until, watching
 from .manifests import (

@@ -28,9 +28,9 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from torchgate.controlplane import kwok
-from torchgate.controlplane.binaries import Binaries, BinariesUnavailable, ensure_binaries
-from torchgate.controlplane.cluster import ATTACH_ENV, ControlPlane, KubectlError
+from torchgate_dev.controlplane import kwok
+from torchgate_dev.controlplane.binaries import Binaries, BinariesUnavailable, ensure_binaries
+from torchgate_dev.controlplane.cluster import ATTACH_ENV, ControlPlane, KubectlError
 
 T = TypeVar("T")
 
@@ -64,7 +64,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         if any(item.get_closest_marker("real_node") for item in session.items):
             # The seed images' first build (debootstrap, torch's wheels) takes minutes; it runs
             # here, progress shown, so no test's timeout includes it. Later runs take seconds.
-            subprocess.run([sys.executable, "-m", "torchgate.node.images"], check=False)
+            subprocess.run([sys.executable, "-m", "torchgate_dev.node.images"], check=False)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e.conftest import Cluster
-from torchgate.controlplane.processes import terminate
+from torchgate_dev.controlplane.processes import terminate
 
 
 def free_port() -> int:

@@ -16,10 +16,10 @@ from typing import Any
 from tests import manifestset as ms
 from tests.e2e.conftest import Cluster
 from tests.helmtool import run_helm
-from torchgate.controlplane.binaries import Binaries
-from torchgate.controlplane.cluster import ControlPlane
-from torchgate.node.images import node_cache
-from torchgate.node.productimage import build_product_image
+from torchgate_dev.controlplane.binaries import Binaries
+from torchgate_dev.controlplane.cluster import ControlPlane
+from torchgate_dev.node.images import node_cache
+from torchgate_dev.node.productimage import build_product_image
 
 NAMESPACE = ms.NAMESPACE
 IMAGE = "registry.example.com/torchgate"

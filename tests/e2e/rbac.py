@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from tests.e2e.conftest import Cluster
-from torchgate.controlplane.cluster import KUBECTL_ENV
+from torchgate_dev.controlplane.cluster import KUBECTL_ENV
 
 BASE = Path(__file__).resolve().parents[2] / "manifests" / "base"
 BASE_NAMESPACE = "torchgate-system"

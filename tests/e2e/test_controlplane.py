@@ -20,10 +20,10 @@ import pytest
 
 from tests.builders import job, policy
 from tests.e2e.conftest import REPO_ROOT, Cluster, load_yaml
-from torchgate.controlplane import kwok
-from torchgate.controlplane.binaries import Binaries
-from torchgate.controlplane.cluster import ATTACH_ENV, ControlPlane, ControlPlaneError
 from torchgate.pytorchjob.policy import parse_policy
+from torchgate_dev.controlplane import kwok
+from torchgate_dev.controlplane.binaries import Binaries
+from torchgate_dev.controlplane.cluster import ATTACH_ENV, ControlPlane, ControlPlaneError
 
 pytestmark = pytest.mark.e2e
 
@@ -376,8 +376,8 @@ def _alive(pid: int) -> bool:
 OWNER_SCRIPT = """
 import sys, time
 from pathlib import Path
-from torchgate.controlplane.binaries import Binaries
-from torchgate.controlplane.cluster import ControlPlane
+from torchgate_dev.controlplane.binaries import Binaries
+from torchgate_dev.controlplane.cluster import ControlPlane
 
 plane = ControlPlane(binaries=Binaries.in_directory(Path(sys.argv[1]))).start()
 print(plane.workdir, flush=True)

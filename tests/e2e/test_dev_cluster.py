@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import REPO_ROOT
-from torchgate.controlplane.binaries import BIN_DIR_ENV, Binaries
+from torchgate_dev.controlplane.binaries import BIN_DIR_ENV, Binaries
 
 pytestmark = pytest.mark.e2e
 

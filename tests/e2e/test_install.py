@@ -52,7 +52,7 @@ from tests.e2e.installation import (
     rolled_out,
 )
 from tests.helmtool import helm_binary, run_helm
-from torchgate.controlplane.cluster import ATTACH_ENV
+from torchgate_dev.controlplane.cluster import ATTACH_ENV
 
 README = ms.REPO_ROOT / "README.md"
 INSTALL_DOCS = (README, ms.REPO_ROOT / "docs" / "operations.md")

@@ -43,8 +43,8 @@ from tests.e2e.installation import (
     installable_cluster,
     rolled_out,
 )
-from torchgate.controlplane.cluster import ATTACH_ENV
-from torchgate.node.config import NodePaths
+from torchgate_dev.controlplane.cluster import ATTACH_ENV
+from torchgate_dev.node.config import NodePaths
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_node, pytest.mark.timeout(600)]
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from torchgate.node import images, oci
-from torchgate.node.registry import REGISTRY_BINARY, Registry
+from torchgate_dev.node import images, oci
+from torchgate_dev.node.registry import REGISTRY_BINARY, Registry
 
 pytestmark = pytest.mark.e2e
 

@@ -4,7 +4,8 @@ Builds the image (or finds it: the tag is a digest of the build's inputs) in the
 pushes it to a registry on the node cache's registry storage, so only the first run on a machine
 builds: about 10 s, plus the Debian base layer's debootstrap (about 35 s) on a fresh cache. Then
 reads the manifest by tag and the config and layers by digest over the Registry HTTP API v2, and
-runs ``torchgate`` in a container of the pulled image.
+runs ``torchgate`` in a container of the pulled image. The image is the product alone: no module,
+data file or Go file of the dev tooling (torchgate-dev) is in it.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from torchgate.node import images, oci, productimage
-from torchgate.node.registry import REGISTRY_BINARY, Registry
+from torchgate_dev.node import images, oci, productimage
+from torchgate_dev.node.registry import REGISTRY_BINARY, Registry
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 
@@ -30,7 +31,7 @@ LAYER_TYPES = (oci.LAYER_MEDIA_TYPE, f"{oci.LAYER_MEDIA_TYPE}+gzip")  # containe
 
 
 def _host_state() -> dict[str, bool]:
-    """What buildah makes outside our folders unless told otherwise (torchgate.node.buildah)."""
+    """What buildah makes outside our folders unless told otherwise (torchgate_dev.node.buildah)."""
     return {
         "/var/lib/containers/storage": Path("/var/lib/containers/storage").exists(),
         "/etc/cni/net.d/cni.lock": Path("/etc/cni/net.d/cni.lock").exists(),
@@ -158,6 +159,39 @@ def test_layers_hold_torchgate_over_the_shared_base_and_no_pip(
     assert sorted(filter(_is_build_tool, merged)) == []
     assert f"{SITE}/pip" in productimage.merged_paths(layers[:-1])  # the base had it
     assert not any(path == "wheels" or path.startswith(("wheels/", "src/")) for path in merged)
+
+
+def test_the_image_carries_the_core_and_no_dev_tooling(
+    product: productimage.ProductImage, registry: Registry
+) -> None:
+    tag = product.reference.rsplit(":", 1)[1]
+    digests = [layer["digest"] for layer in _manifest(registry, "torchgate", tag)["layers"]]
+    merged = productimage.merged_paths(
+        _layer_names(registry, "torchgate", digest) for digest in digests
+    )
+    installed = sorted(path for path in merged if path.startswith(f"{SITE}/torchgate"))
+    dev_tooling = (
+        *(f"{SITE}/torchgate/{name}" for name in ("dev", "controlplane", "node", "data")),
+        *(f"{SITE}/torchgate/{name}.py" for name in ("devcluster", "resources")),
+        f"{SITE}/torchgate_dev",
+    )
+
+    assert f"{SITE}/torchgate/webhook/server.py" in installed
+    assert f"{SITE}/torchgate/controller/command.py" in installed
+    assert [path for path in installed if path.startswith(dev_tooling)] == []
+    assert [path for path in merged if path.endswith((".go", "/go.mod", "/go.sum"))] == []
+    assert [path for path in installed if path.endswith((".sh", ".yaml", ".env"))] == []
+    # The command itself knows the dev tooling lives elsewhere, and says so in one line.
+    answer = productimage.run_in_image(
+        product.reference,
+        ["sh", "-c", "torchgate dev up; echo exit $?"],
+        registry=registry.host,
+        cache=images.node_cache(),
+    )
+    lines = answer.strip().splitlines()  # the command's stdout, then its stderr
+    assert [line for line in lines if line.startswith("exit ")] == ["exit 2"]
+    (message,) = [line for line in lines if not line.startswith("exit ")]
+    assert "torchgate-dev" in message
 
 
 def test_a_second_build_is_skipped_and_dev_names_the_same_image(

@@ -40,9 +40,9 @@ from tests.e2e.controller_process import (
     live_pods,
 )
 from tests.e2e.rbac import BASE_NAMESPACE, base_rbac_objects, service_account_kubeconfig
-from torchgate.controlplane.binaries import Binaries
-from torchgate.controlplane.cluster import ControlPlane
-from torchgate.controlplane.processes import terminate
+from torchgate_dev.controlplane.binaries import Binaries
+from torchgate_dev.controlplane.cluster import ControlPlane
+from torchgate_dev.controlplane.processes import terminate
 
 # The first test also starts a control plane and runs the whole scenario.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]

@@ -25,10 +25,10 @@ import yaml
 
 from tests.e2e.conftest import REPO_ROOT, Cluster
 from tests.e2e.controller_process import get_job, is_true, job_pods
-from torchgate import devcluster
-from torchgate.controlplane.cluster import ControlPlane
-from torchgate.dev import DevCluster, UpOptions
-from torchgate.node.config import NodePaths
+from torchgate_dev import devcluster
+from torchgate_dev.cluster import DevCluster, UpOptions
+from torchgate_dev.controlplane.cluster import ControlPlane
+from torchgate_dev.node.config import NodePaths
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_node]
 

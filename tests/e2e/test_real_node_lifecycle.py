@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from torchgate.controlplane.cluster import ControlPlane
-from torchgate.node.config import NodeNetwork
+from torchgate_dev.controlplane.cluster import ControlPlane
+from torchgate_dev.node.config import NodeNetwork
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_node]
 
 STARTER = """
 import sys, time
 from pathlib import Path
-from torchgate.controlplane.cluster import ControlPlane
+from torchgate_dev.controlplane.cluster import ControlPlane
 ControlPlane(real_node=True, workdir=Path(sys.argv[1])).start()
 print("up", flush=True)
 time.sleep(600)

@@ -21,8 +21,9 @@ import pytest
 from tests.builders import job, policy
 from tests.e2e.conftest import Cluster
 from tests.e2e.test_webhook_e2e import LocalWebhook, causes, jobs_path
-from torchgate import dev
 from torchgate.pytorchjob.fieldpath import ErrorType
+from torchgate_dev.apiserver import wait_for_admission
+from torchgate_dev.state import DevError
 
 pytestmark = pytest.mark.e2e
 
@@ -137,8 +138,8 @@ def webhook(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
     try:
         server.register(ca_bundle)
         try:
-            dev.wait_for_admission(cluster.api_request, timeout=30)
-        except dev.DevError as error:
+            wait_for_admission(cluster.api_request, timeout=30)
+        except DevError as error:
             pytest.fail(str(error), pytrace=False)
         yield server
     finally:

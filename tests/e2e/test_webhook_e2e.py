@@ -26,9 +26,14 @@ import pytest
 
 from tests.builders import job, policy
 from tests.e2e.conftest import REPO_ROOT, Cluster, load_yaml
-from torchgate import dev, devcluster
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.fieldpath import ErrorType
+from torchgate_dev import devcluster
+from torchgate_dev.apiserver import wait_for_admission, webhook_ready
+from torchgate_dev.launch import webhook_command
+from torchgate_dev.node.registry import free_port
+from torchgate_dev.paths import CA_CERT
+from torchgate_dev.state import DevError
 
 pytestmark = pytest.mark.e2e
 
@@ -57,7 +62,7 @@ class LocalWebhook:
         self.cluster = cluster
         self.tls = workdir / "tls"
         self.log = workdir / "webhook.log"
-        self.port = dev.free_port()
+        self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -75,18 +80,16 @@ class LocalWebhook:
             check=False,
         )
         assert result.returncode == 0, result.stderr
-        return (self.tls / dev.CA_CERT).read_bytes()
+        return (self.tls / CA_CERT).read_bytes()
 
     def start(self) -> None:
-        argv = dev.webhook_command(
-            port=self.port, tls_dir=self.tls, kubeconfig=self.cluster.kubeconfig
-        )
+        argv = webhook_command(port=self.port, tls_dir=self.tls, kubeconfig=self.cluster.kubeconfig)
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
             )
         deadline = time.monotonic() + 60
-        while not dev.webhook_ready(self.port, self.tls / dev.CA_CERT):
+        while not webhook_ready(self.port, self.tls / CA_CERT):
             if self.process.poll() is not None:
                 pytest.fail(
                     f"torchgate webhook exited with {self.process.returncode}; see {self.log}"
@@ -130,8 +133,8 @@ def webhook(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
         server.register(ca_bundle)
         problem = None
         try:
-            dev.wait_for_admission(cluster.api_request, timeout=30)
-        except dev.DevError as error:
+            wait_for_admission(cluster.api_request, timeout=30)
+        except DevError as error:
             problem = str(error)
         if problem is not None:
             pytest.fail(problem, pytrace=False)

@@ -1,15 +1,20 @@
-"""The built wheel, installed in a fresh virtualenv outside the checkout, is a working torchgate.
+"""The built wheels, installed in fresh virtualenvs outside the checkout, are a working torchgate.
 
-What a user gets from ``pip install torchgate``: the wheel is built (``pip wheel --no-deps``) from
-a copy of the checkout's files that git does not ignore (so nothing generated, and no stale
-``build/`` folder, can slip in), installed with its dependencies from the package index into a
-virtualenv under the test's temp dir, and run from a working directory outside the checkout with
-nothing of the checkout on ``PYTHONPATH``. Checked:
+What a user gets from ``pip install torchgate`` (the product) and from adding ``torchgate-dev``:
+both wheels are built (``pip wheel --no-deps . ./dev``) from a copy of the checkout's files that
+git does not ignore (so nothing generated, and no stale ``build/`` folder, can slip in), installed
+with their dependencies from the package index into virtualenvs under the test's temp dir (one
+with the product alone, one with both), and run from a working directory outside the checkout
+with nothing of the checkout on ``PYTHONPATH``. Checked:
 
-- only ``torchgate`` lands at the top of site-packages (RECORD, top_level.txt, the folder);
-- ``torchgate check`` admits one seed manifest and refuses another, field by field;
-- ``torchgate dev up --no-real-node --no-seed-images`` starts a cluster that has both CRDs and the
-  sample PlacementPolicy, all read from the installed package data, with the control-plane
+- the product wheel puts only ``torchgate`` at the top of site-packages (RECORD, top_level.txt,
+  the folder) and carries no dev tooling: no ``dev``, ``controlplane`` or ``node`` module, no
+  package data, no Go files or build scripts;
+- ``torchgate check`` admits one seed manifest and refuses another, field by field, with only the
+  product installed, where ``torchgate dev`` is one line saying how to get it;
+- the dev wheel puts only ``torchgate_dev`` beside it, with its data files as real files;
+- ``torchgate dev up --no-real-node --no-seed-images`` starts a cluster that has the CRDs and the
+  dev PlacementPolicy, all read from the installed package data, with the control-plane
   binaries found by the installed build script in the cache the session's binaries live in
   (unchanged afterwards: nothing is rebuilt); ``torchgate dev down`` removes it again.
 """
@@ -30,7 +35,12 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import CRD_NAMES, REPO_ROOT
-from torchgate.controlplane.binaries import BIN_DIR_ENV, Binaries
+from torchgate_dev.controlplane.binaries import BIN_DIR_ENV, Binaries
+
+# What the product wheel must not carry: the dev tooling's modules and its data.
+DEV_MODULES = ("torchgate/dev/", "torchgate/controlplane/", "torchgate/node/", "torchgate_dev/")
+DEV_FILES = ("torchgate/devcluster.py", "torchgate/resources.py")
+DEV_DATA_SUFFIXES = (".go", "go.mod", "go.sum", ".sh", ".env", ".yaml")
 
 # The first test to use the installation also pays for building and installing it.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -38,8 +48,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 SEEDS = REPO_ROOT.parent / "shared" / "seeds" / "manifests"
 ADMITTED_SEED = SEEDS / "003-torchrun-cpu.yaml"
 REFUSED_SEED = SEEDS / "002-resnet50-nccl-rdma-16.yaml"
-SAMPLE_POLICY_NAME = "dev-a100"  # manifests/samples/dev-placementpolicy.yaml
+SAMPLE_POLICY_NAME = "dev-a100"  # dev/torchgate_dev/data/dev-placementpolicy.yaml
 INSTALL_TIMEOUT_SECONDS = 600
+PIP_WHEEL = (sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet")
 DEV_UP_TIMEOUT_SECONDS = 480
 
 
@@ -107,25 +118,7 @@ def installation_env(venv: Path) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="module")
-def installation(tmp_path_factory: pytest.TempPathFactory) -> Installation:
-    root = tmp_path_factory.mktemp("wheel-install")
-    assert not root.resolve().is_relative_to(REPO_ROOT.resolve())
-    source, wheels, venv, workdir = (root / n for n in ("source", "wheels", "venv", "work"))
-    workdir.mkdir()
-    copy_source_tree(source)
-    checked(
-        subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(wheels), "."],
-            cwd=source,
-            capture_output=True,
-            text=True,
-            timeout=INSTALL_TIMEOUT_SECONDS,
-            check=False,
-        )
-    )
-    (wheel,) = wheels.glob("torchgate-*.whl")
-    shutil.rmtree(source)  # nothing of the source tree stays reachable
+def make_venv(venv: Path, workdir: Path) -> Installation:
     checked(
         subprocess.run(
             [sys.executable, "-m", "venv", str(venv)],
@@ -135,17 +128,81 @@ def installation(tmp_path_factory: pytest.TempPathFactory) -> Installation:
             check=False,
         )
     )
-    installed = Installation(venv=venv, workdir=workdir, env=installation_env(venv))
+    return Installation(venv=venv, workdir=workdir, env=installation_env(venv))
+
+
+@dataclass(frozen=True, slots=True)
+class Wheels:
+    """The two wheels, built from a copy of the checkout that is gone again."""
+
+    product: Path
+    dev: Path
+    root: Path
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> Wheels:
+    root = tmp_path_factory.mktemp("wheel-install")
+    assert not root.resolve().is_relative_to(REPO_ROOT.resolve())
+    source, built = root / "source", root / "wheels"
+    copy_source_tree(source)
+    checked(
+        subprocess.run(
+            [*PIP_WHEEL, "-w", str(built), ".", "./dev"],
+            cwd=source,
+            capture_output=True,
+            text=True,
+            timeout=INSTALL_TIMEOUT_SECONDS,
+            check=False,
+        )
+    )
+    (product,) = built.glob("torchgate-*.whl")
+    (dev,) = built.glob("torchgate_dev-*.whl")
+    shutil.rmtree(source)  # nothing of the source tree stays reachable
+    return Wheels(product=product, dev=dev, root=root)
+
+
+@pytest.fixture(scope="module")
+def installation(wheels: Wheels) -> Installation:
+    """The product alone."""
+    workdir = wheels.root / "work"
+    workdir.mkdir()
+    installed = make_venv(wheels.root / "venv", workdir)
     # Dependencies come from the package index (through pip's cache).
-    checked(installed.run("pip", "install", "--quiet", str(wheel), timeout=INSTALL_TIMEOUT_SECONDS))
+    checked(
+        installed.run(
+            "pip", "install", "--quiet", str(wheels.product), timeout=INSTALL_TIMEOUT_SECONDS
+        )
+    )
     return installed
+
+
+@pytest.fixture(scope="module")
+def dev_installation(wheels: Wheels) -> Installation:
+    """The product and torchgate-dev."""
+    workdir = wheels.root / "dev-work"
+    workdir.mkdir()
+    installed = make_venv(wheels.root / "dev-venv", workdir)
+    checked(
+        installed.run(
+            *("pip", "install", "--quiet", str(wheels.product), str(wheels.dev)),
+            timeout=INSTALL_TIMEOUT_SECONDS,
+        )
+    )
+    return installed
+
+
+def recorded_files(installation: Installation, distribution: str) -> tuple[Path, list[str]]:
+    """A distribution's dist-info folder and the paths its RECORD lists."""
+    (dist_info,) = installation.site_packages.glob(f"{distribution}-*.dist-info")
+    recorded = [line.split(",")[0] for line in (dist_info / "RECORD").read_text().splitlines()]
+    return dist_info, recorded
 
 
 def test_the_wheel_installs_only_torchgate_at_the_top_of_site_packages(
     installation: Installation,
 ) -> None:
-    (dist_info,) = installation.site_packages.glob("torchgate-*.dist-info")
-    recorded = [line.split(",")[0] for line in (dist_info / "RECORD").read_text().splitlines()]
+    dist_info, recorded = recorded_files(installation, "torchgate")
     in_site_packages = {name.split("/")[0] for name in recorded if not name.startswith("../")}
 
     assert in_site_packages == {"torchgate", dist_info.name}
@@ -153,18 +210,64 @@ def test_the_wheel_installs_only_torchgate_at_the_top_of_site_packages(
     for generic in ("webhook", "controller", "certs", "pytorchjob"):
         assert not (installation.site_packages / generic).exists()
         assert f"torchgate/{generic}/__init__.py" in recorded
+    # No dev tooling: its modules, its data, Go files and build scripts are all elsewhere.
+    assert [name for name in recorded if name.startswith(DEV_MODULES)] == []
+    assert [name for name in recorded if name in DEV_FILES] == []
+    assert [name for name in recorded if name.endswith(DEV_DATA_SUFFIXES)] == []
+    assert [name for name in recorded if name.startswith("torchgate/data/")] == []
+    assert not (installation.site_packages / "torchgate_dev").exists()
     # The installed package is what runs, not the checkout (which is not on any path here).
     located = checked(
         installation.run(
-            "python",
-            "-c",
-            "import torchgate.webhook, torchgate.resources as r; "
-            "print(torchgate.webhook.__file__); print(r.CRD_DIR); print(r.SAMPLE_POLICY); "
-            "print(r.CONTROLPLANE_BUILD_SCRIPT)",
+            "python", "-c", "import torchgate.webhook; print(torchgate.webhook.__file__)"
         )
     ).stdout.split()
     for path in map(Path, located):
         assert path.is_relative_to(installation.site_packages), path
+        assert path.exists(), path
+        assert not path.is_symlink(), path
+
+
+def test_without_torchgate_dev_the_dev_command_says_how_to_get_it(
+    installation: Installation,
+) -> None:
+    dev = installation.run("torchgate", "dev", "up", "--no-real-node")
+    usage = installation.run("torchgate", "--help")
+
+    assert dev.returncode == 2
+    assert dev.stdout == ""
+    (line,) = dev.stderr.splitlines()
+    assert "torchgate-dev" in line
+    assert usage.returncode == 0, usage.stderr
+    assert " dev " not in usage.stdout
+    assert " check " in usage.stdout
+
+
+def test_the_dev_wheel_installs_torchgate_dev_with_its_data_beside_torchgate(
+    dev_installation: Installation,
+) -> None:
+    dist_info, recorded = recorded_files(dev_installation, "torchgate_dev")
+    in_site_packages = {name.split("/")[0] for name in recorded if not name.startswith("../")}
+    (entry_points,) = [
+        line for line in (dist_info / "entry_points.txt").read_text().splitlines() if "=" in line
+    ]
+
+    assert in_site_packages == {"torchgate_dev", dist_info.name}
+    assert entry_points.replace(" ", "") == "dev=torchgate_dev.command"
+    assert "torchgate_dev/data/controlplane/k8s/go.mod" in recorded
+    assert "torchgate_dev/data/node/coredns/main.go" in recorded
+    located = checked(
+        dev_installation.run(
+            "python",
+            "-c",
+            "import torchgate_dev.packagedata as r; "
+            "print(r.CRD_DIR); print(r.SAMPLE_POLICY); print(r.CONTROLPLANE_BUILD_SCRIPT); "
+            "print(r.NODE_BUILD_SCRIPT); print(r.PAUSE_SOURCE)",
+        )
+    ).stdout.split()
+    assert len(located) == 5
+    for path in map(Path, located):
+        assert path.is_relative_to(dev_installation.site_packages), path
         assert path.exists(), path
         assert not path.is_symlink(), path
 
@@ -185,10 +288,12 @@ def test_torchgate_check_runs_from_the_installed_wheel(installation: Installatio
 
 
 @pytest.fixture
-def dev_dir(installation: Installation, tmp_path: Path) -> Iterator[Path]:
+def dev_dir(dev_installation: Installation, tmp_path: Path) -> Iterator[Path]:
     root = (tmp_path / "dev").resolve()
     yield root
-    installation.run("torchgate", "dev", "down", "--dir", str(root))  # safety net; no-op if down
+    dev_installation.run(
+        "torchgate", "dev", "down", "--dir", str(root)
+    )  # safety net; no-op if down
 
 
 def file_times(binaries: Binaries) -> dict[str, int]:
@@ -200,9 +305,9 @@ def file_times(binaries: Binaries) -> dict[str, int]:
 
 
 def test_torchgate_dev_up_and_down_run_from_the_installed_wheel(
-    installation: Installation, dev_dir: Path, control_plane_binaries: Binaries
+    dev_installation: Installation, dev_dir: Path, control_plane_binaries: Binaries
 ) -> None:
-    env = dict(installation.env)
+    env = dict(dev_installation.env)
     binaries_dir = control_plane_binaries.kube_apiserver.parent
     if binaries_dir.parent.name == "bin":
         # The installed build script finds the session's binaries in their cache.
@@ -210,7 +315,7 @@ def test_torchgate_dev_up_and_down_run_from_the_installed_wheel(
     else:  # they come from a folder named by TORCHGATE_CONTROLPLANE_BIN, not from a build
         env[BIN_DIR_ENV] = str(binaries_dir)
     times_before = file_times(control_plane_binaries)
-    dev = replace(installation, env=env)
+    dev = replace(dev_installation, env=env)
 
     up = dev.run(
         *("torchgate", "dev", "up", "--dir", str(dev_dir), "--no-real-node", "--no-seed-images"),

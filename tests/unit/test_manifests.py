@@ -19,14 +19,15 @@ import yaml
 
 from tests import manifestset as ms
 from tests.helmtool import CHART
-from torchgate import devcluster
 from torchgate.cli import build_parser
 from torchgate.webhook.policysource import PolicyCache
 from torchgate.webhook.server import create_app
+from torchgate_dev import devcluster
 
 REPO_ROOT = ms.REPO_ROOT
 
-# Copies that kustomize/helm need inside their own folders -> the canonical file.
+# Copies that kustomize/helm need inside their own folders, and the CRDs torchgate-dev carries
+# as package data -> the canonical file.
 COPIES = {
     "manifests/base/crd-placementpolicies.yaml": (
         "manifests/crds/torchgate.io_placementpolicies.yaml"
@@ -45,6 +46,15 @@ COPIES = {
         "manifests/crds/kubeflow.org_pytorchjobs.yaml"
     ),
     "manifests/overlays/default/placementpolicy.yaml": "manifests/samples/placementpolicy.yaml",
+    # torchgate-dev's package data: the CRDs `torchgate dev up` applies.
+    **{
+        f"dev/torchgate_dev/data/crds/{name}": f"manifests/crds/{name}"
+        for name in (
+            "kubeflow.org_pytorchjobs.yaml",
+            "torchgate.io_placementpolicies.yaml",
+            "torchgate.io_teamquotas.yaml",
+        )
+    },
 }
 
 rendering = pytest.mark.parametrize("rendering_id", ms.RENDERING_IDS)
@@ -78,7 +88,7 @@ def test_every_yaml_file_parses() -> None:
 
 @pytest.mark.parametrize(("copy", "canonical"), sorted(COPIES.items()))
 def test_copies_equal_their_canonical_file(copy: str, canonical: str) -> None:
-    # kustomize and helm refuse files outside their folders; these copies must not drift.
+    # kustomize, helm and a wheel take no files from outside their folders; copies must not drift.
     copied = (REPO_ROOT / copy).read_text(encoding="utf-8")
     original = (REPO_ROOT / canonical).read_text(encoding="utf-8")
     assert copied == original, f"out of date: cp {canonical} {copy}"
@@ -176,7 +186,7 @@ def test_webhook_configurations_keep_the_admission_contract(rendering_id: str) -
 
 
 def test_webhook_configurations_match_the_shared_registration_contract() -> None:
-    # torchgate.devcluster builds the registration `torchgate dev` and the e2e tests use; the
+    # torchgate_dev.devcluster builds the registration `torchgate dev` and the e2e tests use; the
     # install must register the same webhooks (names, rules, policies), only behind a Service.
     endpoint = devcluster.ServiceEndpoint(ms.NAMESPACE, "torchgate-webhook", 443)
     expected = devcluster.webhook_configurations(

@@ -1,13 +1,13 @@
-"""The image and the wheel, which the install manifests run and `torchgate dev up` reads.
+"""The image and the two wheels: the product, which the install manifests run, and torchgate-dev.
 
-The Dockerfile lints clean and builds what the manifests run; the build context and the wheel
-carry exactly the committed files they are built from.
+The Dockerfile lints clean and builds what the manifests run, from the core alone; the build
+context and the wheels carry exactly the committed files they are built from; no package holds a
+link; torchgate-dev adds ``torchgate dev`` to the same release of torchgate.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -16,15 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import setuptools
 
 from tests import manifestset as ms
-from torchgate import resources
+from torchgate_dev import packagedata
 
 REPO_ROOT = ms.REPO_ROOT
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 DOCKERIGNORE = REPO_ROOT / ".dockerignore"
 HADOLINT = REPO_ROOT / ".venv" / "bin" / "hadolint"
 CANONICAL_CRDS = REPO_ROOT / "manifests" / "crds"
+DEV_PACKAGE = REPO_ROOT / "dev" / "torchgate_dev"
 
 
 # ------------------------------------------------------------------------------------ Dockerfile
@@ -120,19 +122,13 @@ def test_dockerignore_lets_in_exactly_what_the_wheel_is_built_from() -> None:
     assert entries[0] == "*", "allow-list: everything else stays out of the build context"
     allowed = {entry[1:].rstrip("/") for entry in entries if entry.startswith("!")}
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    # The product's top-level package folders (the wheel's packages are below them).
     packages = {
-        pattern.rstrip("*")
+        pattern.split(".")[0]
         for pattern in project["tool"]["setuptools"]["packages"]["find"]["include"]
     }
-    # The checkout's top-level folders that torchgate/ links in as torchgate.<name>.
-    linked = {
-        os.readlink(entry).removeprefix("../")
-        for pattern in packages
-        for entry in (REPO_ROOT / pattern).iterdir()
-        if entry.is_symlink()
-    }
     readme = project["project"]["readme"]
-    assert allowed == packages | linked | {"pyproject.toml", readme}
+    assert allowed == packages | {"pyproject.toml", readme}
     # The builder copies the same list (and nothing else) into its source tree.
     copied = {
         source.rstrip("/")
@@ -145,49 +141,76 @@ def test_dockerignore_lets_in_exactly_what_the_wheel_is_built_from() -> None:
     assert "**/*.pem" in entries
 
 
-# Committed files below the folders torchgate/data links that the wheel leaves out, and why.
-NOT_PACKAGE_DATA = {
-    "data/samples/placementpolicy.yaml": "the install sample; dev up installs the dev one",
-    "data/samples/teamquota.yaml": "the install sample; the dev TeamQuotas are in the dev policy",
-    "data/node/system-packages.sh": "installs Debian packages as root; a person runs it",
-}
+def git_files(*paths: str) -> list[str]:
+    """The committed files below ``paths`` (repository-relative), links included."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--", *paths],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    return list(filter(None, listed.split("\0")))
+
+
+def test_no_symlink_inside_the_packages() -> None:
+    staged = subprocess.run(
+        ["git", "ls-files", "-s", "-z", "--", "torchgate", "dev"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    entries = [entry.split(maxsplit=3) for entry in filter(None, staged.split("\0"))]
+
+    assert len(entries) > 100
+    assert [entry[3] for entry in entries if entry[0] == "120000"] == []
+    for package in (REPO_ROOT / "torchgate", DEV_PACKAGE):
+        assert not any(path.is_symlink() for path in package.rglob("*"))
+
+
+def test_the_product_wheel_is_built_from_the_core_packages_only() -> None:
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    found = setuptools.find_packages(
+        str(REPO_ROOT), include=project["tool"]["setuptools"]["packages"]["find"]["include"]
+    )
+
+    assert "torchgate" in found
+    assert "torchgate.webhook.validation" in found
+    assert all(name == "torchgate" or name.startswith("torchgate.") for name in found)
+    assert not {"torchgate.dev", "torchgate.controlplane", "torchgate.node"} & set(found)
+    assert project["tool"]["setuptools"]["package-data"] == {"*": ["py.typed"]}
+
+
+def test_torchgate_dev_requires_the_torchgate_of_the_same_release() -> None:
+    product = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    dev = tomllib.loads((DEV_PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8"))
+
+    assert f"torchgate=={product['project']['version']}" in dev["project"]["dependencies"]
+    assert dev["project"]["entry-points"]["torchgate.commands"] == {"dev": "torchgate_dev.command"}
 
 
 def test_the_wheel_carries_every_committed_file_dev_up_reads_or_builds_from() -> None:
-    package = REPO_ROOT / "torchgate"
-    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    project = tomllib.loads((DEV_PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8"))
     carried = {
-        path.relative_to(package).as_posix()
-        for pattern in project["tool"]["setuptools"]["package-data"]["torchgate"]
-        for path in package.glob(pattern)
+        path.relative_to(DEV_PACKAGE).as_posix()
+        for pattern in project["tool"]["setuptools"]["package-data"]["torchgate_dev"]
+        for path in DEV_PACKAGE.glob(pattern)
         if path.is_file()
     }
-    links = sorted((package / "data").iterdir())
-    assert all(link.is_symlink() for link in links), "torchgate/data only links real folders"
-    committed = set()
-    for link in links:
-        folder = (link.parent / os.readlink(link)).resolve().relative_to(REPO_ROOT)
-        listed = subprocess.run(
-            ["git", "ls-files", "-z", "--", folder.as_posix()],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            check=True,
-        ).stdout.decode()
-        committed |= {
-            f"data/{link.name}/{Path(name).relative_to(folder).as_posix()}"
-            for name in filter(None, listed.split("\0"))
-        }
+    data = (DEV_PACKAGE / packagedata.DATA).relative_to(REPO_ROOT)
+    committed = {
+        Path(name).relative_to(DEV_PACKAGE.relative_to(REPO_ROOT)).as_posix()
+        for name in git_files(data.as_posix())
+    }
 
-    assert carried == committed - set(NOT_PACKAGE_DATA)
-    assert set(NOT_PACKAGE_DATA) <= committed
+    assert {name for name in carried if name.startswith(f"{packagedata.DATA}/")} == committed
     named = [
-        *resources.CRD_DIR.glob("*.yaml"),
-        resources.SAMPLE_POLICY,
-        resources.CONTROLPLANE_BUILD_SCRIPT,
-        resources.NODE_BUILD_SCRIPT,
+        *packagedata.CRD_DIR.glob("*.yaml"),
+        packagedata.SAMPLE_POLICY,
+        packagedata.CONTROLPLANE_BUILD_SCRIPT,
+        packagedata.NODE_BUILD_SCRIPT,
     ]
     assert len(named) == 6  # three CRDs
-    assert {path.relative_to(package).as_posix() for path in named} <= carried
-    assert {path.name for path in resources.CRD_DIR.glob("*.yaml")} == {
+    assert {path.relative_to(DEV_PACKAGE).as_posix() for path in named} <= carried
+    assert {path.name for path in packagedata.CRD_DIR.glob("*.yaml")} == {
         path.name for path in CANONICAL_CRDS.glob("*.yaml")
     }

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests import manifestset as ms
-from torchgate import devcluster
+from torchgate_dev import devcluster, packagedata
 
 REPO_ROOT = ms.REPO_ROOT
 CANONICAL_CRDS = REPO_ROOT / "manifests" / "crds"
@@ -162,13 +162,13 @@ def test_policy_crd_types_the_preemption_and_topology_sections() -> None:
 
 
 @pytest.mark.parametrize(
-    "sample", ["teamquota.yaml", "dev-placementpolicy.yaml"], ids=lambda name: name
+    "sample", [SAMPLES / "teamquota.yaml", packagedata.SAMPLE_POLICY], ids=lambda path: path.name
 )
-def test_pool_sharing_samples_parse_cleanly_and_fit_their_crds(sample: str) -> None:
+def test_pool_sharing_samples_parse_cleanly_and_fit_their_crds(sample: Path) -> None:
     from torchgate.pytorchjob.policy import parse_policy
     from torchgate.pytorchjob.pool import parse_team_quota, validate_quota_set
 
-    documents = list(yaml.safe_load_all((SAMPLES / sample).read_text(encoding="utf-8")))
+    documents = list(yaml.safe_load_all(sample.read_text(encoding="utf-8")))
     quotas = []
     for document in documents:
         if document["kind"] == "TeamQuota":
@@ -185,7 +185,7 @@ def test_pool_sharing_samples_parse_cleanly_and_fit_their_crds(sample: str) -> N
 
 
 def test_dev_policy_lists_the_fake_pools_topology_levels() -> None:
-    documents = yaml.safe_load_all((SAMPLES / "dev-placementpolicy.yaml").read_text("utf-8"))
+    documents = yaml.safe_load_all(packagedata.SAMPLE_POLICY.read_text("utf-8"))
     (dev_policy,) = [d for d in documents if d["kind"] == "PlacementPolicy"]
     assert tuple(dev_policy["spec"]["topology"]["levels"]) == devcluster.TOPOLOGY_LEVELS
 

@@ -3,7 +3,7 @@
 #
 # Why from the Go module: the build machines reach the Go module proxy but no release download
 # site (get.helm.sh), so the tests that lint and render the chart build helm the same way as the
-# control-plane binaries (tools/controlplane/build.sh). The version is pinned once, by the require
+# control-plane binaries (dev/torchgate_dev/data/controlplane/build.sh). The version is pinned once, by the require
 # line in go.mod next to this script (go.sum pins every dependency); the cache key is derived from
 # it, so bumping go.mod rebuilds. helm v3.21.x declares `go 1.26.0` and k8s.io/* v0.36.x, which
 # matches Go 1.26 here and the v1.36 control plane.

@@ -1,7 +1,7 @@
 """Making certificates: CAs, serving and client certificates, and reading PEM material (pure).
 
 What :mod:`torchgate.certs.authority` decides (when to renew what) is built on these, and so is
-the local control plane's PKI (:mod:`torchgate.controlplane.pki`): one implementation of
+the local control plane's PKI (:mod:`torchgate_dev.controlplane.pki`): one implementation of
 "make a CA" and "issue a certificate" for everything torchgate needs.
 
 Rules every certificate made here keeps:

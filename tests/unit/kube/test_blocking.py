@@ -21,9 +21,9 @@ import pytest
 from aiohttp import web
 
 from torchgate.certs import issuing
-from torchgate.dev.apiserver import ApiClient
 from torchgate.kube import blocking
 from torchgate.kube.errors import Invalid, NotFound, ServerError
+from torchgate_dev.apiserver import ApiClient
 
 TOKEN = "dev-admin-token"
 

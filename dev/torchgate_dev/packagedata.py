@@ -1,0 +1,62 @@
+"""Files torchgate-dev carries beside its code, found the same way in a checkout and when installed.
+
+``torchgate dev up`` needs files that are not Python: the CRDs it applies, the PlacementPolicy it
+installs for the fake pools, and the build scripts and Go module files from which the control
+plane (kube-apiserver, controller-manager, scheduler, etcd, kwok, kubelet, kube-proxy) and the real
+node's own programs (CoreDNS, pause) are built. kwok's Stage YAMLs come out of that build.
+
+Where they live: in ``torchgate_dev/data/``, real files (no links), so a checkout, an editable
+install and an installed wheel read the same paths through :mod:`importlib.resources`; the wheel
+carries them as package data (``dev/pyproject.toml`` lists them). The CRDs are the one exception to
+"the file lives here": their canonical copies stay in ``manifests/crds``, where the kustomize base
+and the Helm chart take theirs from, and ``tests/unit/test_manifests.py`` keeps the copies here
+equal to them.
+
+Rule: the build scripts need real files on disk (``bash`` runs them and ``go`` builds in their
+folders), so a torchgate-dev imported from somewhere that is not a folder (a zip) has no data, and
+:func:`data_path` says so instead of returning a path that does not work.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from pathlib import Path
+from typing import Final
+
+PACKAGE: Final = "torchgate_dev"
+DATA: Final = "data"
+
+
+class ResourceUnavailable(Exception):
+    """torchgate-dev's data files are not on disk (imported from a zip)."""
+
+
+def data_path(*parts: str) -> Path:
+    """The path of ``torchgate_dev/data/<parts...>`` in this installation (it may not exist).
+
+    Raises:
+        ResourceUnavailable: torchgate-dev is not imported from a folder.
+    """
+    located = importlib.resources.files(PACKAGE).joinpath(DATA, *parts)
+    if not isinstance(located, Path):
+        raise ResourceUnavailable(
+            f"torchgate_dev is imported from {located!r}, not from a folder; its data files "
+            "(CRDs, build scripts) need an installation on disk"
+        )
+    return located
+
+
+CRD_DIR: Final = data_path("crds")
+"""The CRDs ``torchgate dev up`` applies (PyTorchJob, PlacementPolicy and TeamQuota)."""
+
+SAMPLE_POLICY: Final = data_path("dev-placementpolicy.yaml")
+"""The PlacementPolicy and TeamQuotas ``torchgate dev up`` installs unless told not to."""
+
+CONTROLPLANE_BUILD_SCRIPT: Final = data_path("controlplane", "build.sh")
+"""Builds (or finds cached) the control-plane binaries and kwok's Stage YAMLs."""
+
+NODE_BUILD_SCRIPT: Final = data_path("node", "build.sh")
+"""Builds (or finds cached) the real node's own binaries (CoreDNS)."""
+
+PAUSE_SOURCE: Final = data_path("node", "pause")
+"""The Go module of the pause program the real node's sandbox image is made of."""

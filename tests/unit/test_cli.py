@@ -1,0 +1,99 @@
+"""The ``torchgate`` command line finds commands other distributions add, and names missing ones.
+
+``dev`` is the one added command: torchgate-dev registers it in the ``torchgate.commands`` entry
+point group (the tests run with it installed); without it, ``torchgate dev`` is a one-line usage
+error that says how to install it. The wheel test checks the same with only the product installed.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+from importlib.metadata import EntryPoint
+
+import pytest
+
+from torchgate import cli
+from torchgate.webhook import check
+from torchgate_dev import command as dev_command
+
+PRODUCT_COMMANDS = ["webhook", "check", "controller", "certs"]
+
+
+def installed_only(*added: EntryPoint) -> object:
+    """A stand-in for ``entry_points`` that sees only ``added`` in the command group."""
+
+    def entry_points(*, group: str) -> list[EntryPoint]:
+        return list(added) if group == cli.ENTRY_POINT_GROUP else []
+
+    return entry_points
+
+
+def test_dev_comes_from_the_entry_point_torchgate_dev_registers() -> None:
+    commands = cli.available_commands()
+    summary = importlib.metadata.metadata("torchgate-dev")["Summary"]
+
+    assert list(commands) == [*PRODUCT_COMMANDS, "dev"]
+    assert commands["dev"].help == summary
+    assert commands["dev"].command() is dev_command
+
+
+def test_help_lists_the_added_command(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--help"])
+
+    assert exit_info.value.code == 0
+    listed = re.findall(r"^ {4}(\S+)", capsys.readouterr().out, flags=re.MULTILINE)
+    assert listed == [*PRODUCT_COMMANDS, "dev"]
+
+
+def test_without_torchgate_dev_dev_is_one_line_saying_how_to_get_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli, "entry_points", installed_only())
+
+    status = cli.main(["dev", "up", "--no-real-node"])
+
+    assert status == cli.EXIT_USAGE == 2
+    output = capsys.readouterr()
+    assert output.out == ""
+    (line,) = output.err.splitlines()
+    assert "torchgate-dev" in line
+    assert "pip install" in line
+    assert list(cli.available_commands()) == PRODUCT_COMMANDS
+
+
+def test_an_unknown_command_is_still_argparses_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli, "entry_points", installed_only())
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["sideways"])
+
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'sideways'" in capsys.readouterr().err
+
+
+def test_a_product_command_is_never_replaced_by_an_added_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    impostor = EntryPoint(name="check", value="torchgate_dev.command", group=cli.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(cli, "entry_points", installed_only(impostor))
+
+    commands = cli.available_commands()
+
+    assert list(commands) == PRODUCT_COMMANDS
+    assert commands["check"].command() is check
+
+
+def test_an_added_command_without_distribution_metadata_names_its_module(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    added = EntryPoint(name="extra", value="torchgate_dev.command", group=cli.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(cli, "entry_points", installed_only(added))
+
+    commands = cli.available_commands()
+
+    assert commands["extra"].help == "from torchgate_dev.command"
+    assert commands["extra"].command() is dev_command
