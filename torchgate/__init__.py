@@ -1,5 +1,7 @@
-"""The ``torchgate`` command line and the local development cluster.
+"""torchgate: the admission webhook, the gang controller, their certificates and the command line.
 
-This package is the composition root: it may import ``webhook``, ``controller`` and ``certs``;
-none of them imports it.
+This package is the product, and all the product's wheel and image hold. Its ``cli`` is the
+composition root: it may import ``webhook``, ``controller`` and ``certs``; none of them imports it.
+The local development cluster (``torchgate dev``) is another distribution, torchgate-dev, which
+imports this package; nothing here imports it (``lint-imports`` forbids it).
 """
