@@ -15,8 +15,8 @@ gangs only. The admitter applies what it returns:
   reconcile turns into the deletion of all its pods, a ``Preempted`` condition and Event; once no
   pod of any victim is left, the hold becomes a reservation.
 - ``Wait``: the reason (``Quota``, ``Capacity`` or ``Topology``) and its message are reported,
-  throttled, for the job's ``Queued`` condition. A capacity message is ``place_gang``'s shortfall
-  (it names the resource and the node filter that is short).
+  throttled, for the job's ``Queued`` condition. A capacity message names the resource that is
+  short and the node filter (``topology.Shortfall``), or the filter that leaves no node at all.
 
 What the cycle decides from is kept between cycles by ``AdmissionBook`` (``admissionbook.py``,
 which this class extends): the waiting jobs, reservations, holds, evictions and backoff, and the
@@ -43,8 +43,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from decimal import Decimal
-from typing import Any
 
 from torchgate.controller.admission import units as pooling
 from torchgate.controller.admission.book import KIND_PREEMPTING as KIND_PREEMPTING
@@ -65,16 +63,14 @@ from torchgate.controller.admission.decide import (
     WaitingGang,
     decide,
 )
-from torchgate.controller.admission.ledger import PodKey, add, fits
+from torchgate.controller.admission.ledger import PodKey
 from torchgate.controller.admission.nodes import (
-    NodeView,
-    PodDemand,
-    Resources,
     Signature,
     eligible_nodes,
+    no_eligible_node,
+    pool_of,
 )
-from torchgate.controller.admission.placement import Placement, place_gang
-from torchgate.controller.admission.topology import shape_of
+from torchgate.controller.admission.topology import OptionalPod, shape_of
 from torchgate.pytorchjob.pool import GPUS, PoolSettings, TeamQuota
 
 log = logging.getLogger("torchgate.controller.admission.admitter")
@@ -167,20 +163,15 @@ class Admitter(AdmissionBook):
         self.team_status = pooling.team_statuses(
             teams, running, (owner.get(key[0]) for key in self.waiting)
         )
-        misses: dict[object, str] = {}
-        views = list(self.nodes.values())
         for waiting in ready:
             outcome = outcomes[waiting.key]
             if isinstance(outcome, Admit):
-                self._admit(waiting, outcome.nodes, free, eligibility, now)
+                self._admit(waiting, outcome.nodes, now)
                 admitted.append(waiting.key)
             elif isinstance(outcome, Preempt):
                 self._preempt(waiting, outcome, now)
             else:
-                message = outcome.message
-                if outcome.kind == "Capacity":
-                    message = self._shortfall(waiting, views, free, eligibility, misses) or message
-                self._still_waiting(waiting, outcome.kind, message, now)
+                self._still_waiting(waiting, outcome, now)
         return admitted
 
     def _starving(
@@ -226,11 +217,19 @@ class Admitter(AdmissionBook):
         if allowed is None:  # hundreds of waiting gangs share a few distinct constraint sets
             found: set[str] | None = None
             for signature in signatures:
-                if signature not in eligibility:
-                    eligibility[signature] = eligible_nodes(signature, self.nodes.values())
-                nodes = eligibility[signature]
+                nodes = self._eligible(signature, eligibility)
                 found = set(nodes) if found is None else found & set(nodes)
             allowed = allowed_nodes[signatures] = frozenset(found or ())
+        blocked = next((d for d in required if not eligibility[d.signature]), None)
+        no_node = None if blocked is None else no_eligible_node(blocked, list(self.nodes.values()))
+        extras = tuple(
+            OptionalPod(
+                d.pod_name,
+                pooling.to_units(d.requests),
+                self._eligible(d.signature, eligibility),
+            )
+            for d in waiting.demands[len(required) :]
+        )
         return WaitingGang(
             key=waiting.key,
             team=owner.get(waiting.key[0]),
@@ -249,28 +248,26 @@ class Admitter(AdmissionBook):
                 waiting.topology_level, waiting.topology_required, levels
             ),
             preempts=waiting.preempts,
+            extras=extras,
+            where=pool_of(required[0]) if required else "in the cluster",
+            gpu_resource=waiting.gpu_resource,
+            no_node=no_node,
         )
+
+    def _eligible(
+        self, signature: Signature, eligibility: MutableMapping[Signature, tuple[str, ...]]
+    ) -> tuple[str, ...]:
+        """The nodes that admit ``signature`` (computed once per cycle)."""
+        if signature not in eligibility:
+            eligibility[signature] = eligible_nodes(signature, self.nodes.values())
+        return eligibility[signature]
 
     # ------------------------------------------------------------------ applying outcomes
 
-    def _admit(
-        self,
-        waiting: Waiting,
-        nodes: Mapping[str, str],
-        free: dict[str, dict[str, Decimal]],
-        eligibility: MutableMapping[Signature, tuple[str, ...]],
-        now: float,
-    ) -> None:
+    def _admit(self, waiting: Waiting, nodes: Mapping[str, str], now: float) -> None:
         del self.waiting[waiting.key]
         placed = dict(nodes)
         by_name = {d.pod_name: d for d in waiting.demands}
-        for pod, node in placed.items():
-            add(free.setdefault(node, {}), by_name[pod].requests, -1)
-        for extra in waiting.demands[len(waiting.required()) :]:
-            found = _place_extra(extra, placed, free, eligibility, self.nodes.values())
-            if found is not None:
-                placed[extra.pod_name] = found
-                add(free[found], extra.requests, -1)
         self.reservations[waiting.key] = Reservation(
             uid=waiting.uid,
             nodes=placed,
@@ -337,28 +334,6 @@ class Admitter(AdmissionBook):
             self.on_admit_job(key)
         return released
 
-    def _shortfall(
-        self,
-        waiting: Waiting,
-        views: Sequence[NodeView],
-        free: Mapping[str, Resources],
-        eligibility: MutableMapping[Signature, tuple[str, ...]],
-        misses: dict[object, str],
-    ) -> str | None:
-        """``place_gang``'s account of what is short (memoised by the gang's pods' shape)."""
-        memo = tuple((d.signature, tuple(sorted(d.requests.items()))) for d in waiting.required())
-        if memo not in misses:
-            found = place_gang(
-                waiting.required(),
-                views,
-                free,
-                min_count=waiting.min_count,
-                gpu_resource=waiting.gpu_resource,
-                eligibility_cache=eligibility,
-            )
-            misses[memo] = "" if isinstance(found, Placement) else found.message
-        return misses[memo] or None
-
     def _stuck(self, pods: Sequence[PodKey]) -> bool:
         """Whether every pod was deleted and is still there ``stuck_seconds`` past its time."""
         late = self.wall_clock() - self.stuck_seconds
@@ -385,39 +360,24 @@ class Admitter(AdmissionBook):
         )
         self.on_reason(key)
 
-    def _still_waiting(self, waiting: Waiting, kind: str, message: str, now: float) -> None:
-        log.debug("%s/%s waits (%s): %s", *waiting.key, kind, message)
-        if waiting.reported_reason == message and waiting.reported_kind == kind:
-            return
+    def _still_waiting(self, waiting: Waiting, outcome: Wait, now: float) -> None:
         # The free counts in the message change with every pod; rewriting the status of every
         # waiting job on each change would flood the apiserver, so refreshes are throttled (a new
-        # kind of obstacle is reported at once).
+        # kind of obstacle is reported at once). The message is phrased only when it may be
+        # reported: explaining a shortfall walks the gang's nodes.
+        kind = outcome.kind
         stale = (
             waiting.reported_at is None
             or now - waiting.reported_at >= self.reason_refresh_seconds
             or waiting.reported_kind != kind
         )
-        if stale:
-            waiting.reported_at = now
-            waiting.reported_reason = message
-            waiting.reported_kind = kind
-            self.on_reason(waiting.key)
-
-
-def _place_extra(
-    demand: PodDemand,
-    placed: Mapping[str, str],
-    free: Mapping[str, Resources],
-    eligibility: MutableMapping[Signature, tuple[str, ...]],
-    views: Any,
-) -> str | None:
-    """A node for an optional (elastic) pod: one the gang uses, else any eligible one."""
-    signature = demand.signature
-    if signature not in eligibility:
-        eligibility[signature] = eligible_nodes(signature, views)
-    eligible = eligibility[signature]
-    used = sorted(set(placed.values()))
-    for node in [*used, *eligible]:
-        if node in eligible and fits(free.get(node, {}), demand.requests):
-            return node
-    return None
+        if not stale:
+            return
+        message = outcome.message
+        log.debug("%s/%s waits (%s): %s", *waiting.key, kind, message)
+        if waiting.reported_reason == message and waiting.reported_kind == kind:
+            return
+        waiting.reported_at = now
+        waiting.reported_reason = message
+        waiting.reported_kind = kind
+        self.on_reason(waiting.key)

@@ -1,6 +1,6 @@
 """Which nodes a pod may run on: kube-scheduler's filters for what a pod template can say.
 
-torchgate places whole gangs itself (``placement``), so it must know, before any pod exists, which
+torchgate places whole gangs itself (``topology``), so it must know, before any pod exists, which
 nodes kube-scheduler would accept for each of them; a gang placed on a node the scheduler then
 refuses would hold its reservation until the schedule timeout. The rules mirror kube-scheduler's
 filters, one function each:
@@ -15,10 +15,11 @@ filters, one function each:
    only a preference), with Kubernetes' ``ToleratesTaint`` (``Toleration.tolerates``).
 
 Resources and host ports are not filters here: they depend on what else is on the node, which is
-the packing's business (``placement``). ``PodDemand`` carries both: a pod's requests (plus one
-``pods`` slot) and host ports, and the constraints above as a hashable ``signature``, so pods with
-equal constraints share one eligibility answer. ``exclusion_reason`` says which filter left no node,
-for the waiting job's condition.
+placement's business (``topology``: slots per node, one pod of a gang per node with host ports).
+``PodDemand`` carries both: a pod's requests (plus one ``pods`` slot) and host ports, and the
+constraints above as a hashable ``signature``, so pods with equal constraints share one
+eligibility answer. ``no_eligible_node`` says which filter left no node for a pod (its
+``exclusion_reason``), for the waiting job's condition.
 """
 
 from __future__ import annotations
@@ -358,6 +359,14 @@ def pool_of(demand: PodDemand) -> str:
     if demand.node_selector:
         return "in pool " + ",".join(f"{k}={v}" for k, v in demand.node_selector)
     return "in the cluster"
+
+
+def no_eligible_node(demand: PodDemand, nodes: Sequence[NodeView]) -> str:
+    """Why ``demand`` cannot be placed at all: where it may go and the filter that left nothing."""
+    return (
+        f"no eligible node {pool_of(demand)} for {demand.pod_name}: "
+        f"{exclusion_reason(demand, nodes)}"
+    )
 
 
 def exclusion_reason(demand: PodDemand, nodes: Sequence[NodeView]) -> str:
