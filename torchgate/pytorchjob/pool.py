@@ -32,19 +32,20 @@ Rules (each one function):
    ``never_admissible`` says why a job asking for more can never be admitted (the webhook
    refuses it).
 
-Amounts are integers in milli-units (``8`` GPUs are ``8000``), so the admission cycle does integer
-arithmetic only; ``to_milli`` rounds requests up and ``to_milli_floor`` rounds capacity down.
+6. ``quota_usage``: what pods count against their team: the sum of what each takes from its node
+   (``units.pod_units``), the policy's GPU resource under the quota key ``GPUS``.
+
+Amounts are integers in milli-units (``units``: ``8`` GPUs are ``8000``), so the admission cycle
+does integer arithmetic only.
 
 Parsing never raises: a malformed object yields field errors and is left out.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Final, Literal
 
 from torchgate.pytorchjob.fieldpath import (
@@ -59,6 +60,7 @@ from torchgate.pytorchjob.fieldpath import (
 )
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
 from torchgate.pytorchjob.spec import as_int
+from torchgate.pytorchjob.units import MILLI, Units, format_milli, request_units
 
 QUOTA_KIND: Final = "TeamQuota"
 QUOTA_PLURAL: Final = "teamquotas"
@@ -67,7 +69,6 @@ GPUS: Final = "gpus"  # the quota key for "whatever the job's policy counts as G
 ANNOTATION_TOPOLOGY_REQUIRED: Final = "torchgate.io/topology-required"
 ANNOTATION_TOPOLOGY_PREFERRED: Final = "torchgate.io/topology-preferred"
 TOPOLOGY_MODES: Final = ("Required", "Preferred")
-MILLI: Final = 1000
 
 _SPEC = FieldPath.root("spec")
 _ANNOTATIONS = FieldPath.root("metadata", "annotations")
@@ -139,25 +140,6 @@ class TopologyRequest:
     required: bool = False
 
 
-# ------------------------------------------------------------------ amounts
-
-
-def to_milli(amount: Decimal) -> int:
-    """A request in milli-units, rounded up (a request never shrinks)."""
-    return math.ceil(amount * MILLI)
-
-
-def to_milli_floor(amount: Decimal) -> int:
-    """A capacity in milli-units, rounded down (capacity never grows)."""
-    return math.floor(amount * MILLI)
-
-
-def format_milli(value: int) -> str:
-    """``8000`` -> ``8``, ``1500`` -> ``1.5``: an amount as people write it."""
-    whole, rest = divmod(value, MILLI)
-    return str(whole) if not rest else str(Decimal(value) / MILLI)
-
-
 # ------------------------------------------------------------------ rule 1: TeamQuota
 
 
@@ -170,7 +152,7 @@ def _quantity(value: object, path: FieldPath, errors: list[FieldError]) -> int |
     if amount < 0:
         errors.append(invalid(path, value, "must be a non-negative quantity"))
         return None
-    return to_milli(amount)
+    return request_units(amount)
 
 
 def _count(value: object, path: FieldPath, errors: list[FieldError]) -> int | None:
@@ -447,3 +429,16 @@ def never_admissible(
                 f"{team.cohort})"
             )
     return None
+
+
+# ------------------------------------------------------------------ rule 6: quota usage
+
+
+def quota_usage(requests: Iterable[Units], gpu_resource: str) -> dict[str, int]:
+    """What pods taking ``requests`` from their nodes count against quota (rule 6)."""
+    total: dict[str, int] = {}
+    for pod in requests:
+        for name, amount in pod.items():
+            key = GPUS if name == gpu_resource else name
+            total[key] = total.get(key, 0) + amount
+    return total

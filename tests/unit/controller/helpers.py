@@ -12,7 +12,6 @@ import copy
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 from torchgate.controller.admission.admitter import Admitter
@@ -170,5 +169,4 @@ def free_of(nodes: Iterable[NodeView], pods: Iterable[dict[str, Any]] = ()) -> d
     admitter.nodes = {node.name: node for node in nodes}
     for pod in pods:
         admitter.on_pod("ADDED", pod, None)
-    free: dict[str, dict[str, Decimal]] = admitter.free()
-    return free
+    return admitter.free()

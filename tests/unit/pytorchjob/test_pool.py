@@ -18,11 +18,11 @@ from torchgate.pytorchjob.pool import (
     TeamQuota,
     TopologyRequest,
     TopologySettings,
-    format_milli,
     never_admissible,
     parse_pool_settings,
     parse_team_quota,
     quota_ceiling,
+    quota_usage,
     team_of,
     topology_request,
     validate_quota_set,
@@ -290,9 +290,9 @@ def test_ceiling_is_nominal_plus_borrowing_within_the_cohort() -> None:
     assert refused[0] == GPUS
 
 
-@pytest.mark.parametrize(("value", "text"), [(8000, "8"), (1500, "1.5"), (0, "0"), (1, "0.001")])
-def test_format_milli(value: int, text: str) -> None:
-    assert format_milli(value) == text
+def test_quota_usage_counts_the_policy_gpu_resource_as_gpus() -> None:
+    requests = [{"amd.com/gpu": 2000, "cpu": 1000}, {"amd.com/gpu": 2000}]
+    assert quota_usage(requests, "amd.com/gpu") == {GPUS: 4000, "cpu": 1000}
 
 
 # ------------------------------------------------------------------ robustness

@@ -44,7 +44,6 @@ import logging
 import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 
-from torchgate.controller.admission import units as pooling
 from torchgate.controller.admission.book import KIND_PREEMPTING as KIND_PREEMPTING
 from torchgate.controller.admission.book import (
     AdmissionBook,
@@ -53,7 +52,6 @@ from torchgate.controller.admission.book import (
     Waiting,
     namespace_owners,
 )
-from torchgate.controller.admission.book import JobKey as JobKey
 from torchgate.controller.admission.decide import (
     Admit,
     Outcome,
@@ -70,12 +68,21 @@ from torchgate.controller.admission.nodes import (
     no_eligible_node,
     pool_of,
 )
-from torchgate.controller.admission.topology import OptionalPod, shape_of
+from torchgate.controller.admission.poolsource import team_statuses
+from torchgate.controller.admission.preemption import protection
+from torchgate.controller.admission.topology import (
+    OptionalPod,
+    gpu_free_nodes,
+    job_topology,
+    shape_of,
+    topology_levels,
+)
+from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.pool import GPUS, PoolSettings, TeamQuota
 
 log = logging.getLogger("torchgate.controller.admission.admitter")
 
-__all__ = ["KIND_PREEMPTING", "Admitter", "Hold", "JobKey", "Reservation", "Waiting"]
+__all__ = ["KIND_PREEMPTING", "Admitter", "Hold", "Reservation", "Waiting"]
 
 
 class Admitter(AdmissionBook):
@@ -133,11 +140,11 @@ class Admitter(AdmissionBook):
             if teams:  # what ``kubectl get teamquotas`` shows stays current
                 owner = namespace_owners(teams)
                 running = self.holding(owner, self.wall_clock())
-                self.team_status = pooling.team_statuses(teams, running, ())
+                self.team_status = team_statuses(teams, running, ())
             return admitted
         free = self.free()
         settings = self.pool_settings()
-        levels = pooling.topology_levels(s.topology.levels for s in settings)
+        levels = topology_levels(s.topology.levels for s in settings)
         owner = namespace_owners(teams)
         wall = self.wall_clock()
         ready = [w for w in sorted(self.waiting.values(), key=Waiting.order) if w.not_before <= now]
@@ -150,17 +157,17 @@ class Admitter(AdmissionBook):
         running = self.holding(owner, wall)
         pool = Pool(
             topology=self.topology_for(levels),
-            free={name: pooling.to_units(left, capacity=True) for name, left in free.items()},
+            free=free,
             teams=teams,
             admitted=running,
-            preemption=pooling.protection(s.preemption for s in settings),
+            preemption=protection(s.preemption for s in settings),
         )
         outcomes = {o.key: o for o in decide(pool, gangs, wall)}
         starving = self._starving(ready, outcomes, now)
         if starving is not None:  # nothing behind a starving job jumps the queue
             ready = ready[: starving + 1]
             outcomes = {o.key: o for o in decide(pool, gangs[: starving + 1], wall)}
-        self.team_status = pooling.team_statuses(
+        self.team_status = team_statuses(
             teams, running, (owner.get(key[0]) for key in self.waiting)
         )
         for waiting in ready:
@@ -201,17 +208,18 @@ class Admitter(AdmissionBook):
         allowed_nodes: dict[frozenset[Signature], frozenset[str]],
         without_gpus: dict[tuple[str, bool], frozenset[str] | None],
     ) -> WaitingGang:
-        requests, usage = waiting.requests_and_usage()
+        required = waiting.required()
+        requests = {d.pod_name: d.requests for d in required}
+        usage = waiting.quota_usage()
         asks_gpus = usage.get(GPUS, 0) > 0
         preference = (waiting.gpu_resource, asks_gpus)
         if preference not in without_gpus:  # the same few answers for every gang of a cycle
-            without_gpus[preference] = pooling.gpu_free_nodes(
+            without_gpus[preference] = gpu_free_nodes(
                 usage,
                 waiting.gpu_resource,
                 ((view.name, view.allocatable) for view in self.nodes.values()),
             )
         preferred = without_gpus[preference]
-        required = waiting.required()
         signatures = frozenset(demand.signature for demand in required)
         allowed = allowed_nodes.get(signatures)
         if allowed is None:  # hundreds of waiting gangs share a few distinct constraint sets
@@ -223,11 +231,7 @@ class Admitter(AdmissionBook):
         blocked = next((d for d in required if not eligibility[d.signature]), None)
         no_node = None if blocked is None else no_eligible_node(blocked, list(self.nodes.values()))
         extras = tuple(
-            OptionalPod(
-                d.pod_name,
-                pooling.to_units(d.requests),
-                self._eligible(d.signature, eligibility),
-            )
+            OptionalPod(d.pod_name, d.requests, self._eligible(d.signature, eligibility))
             for d in waiting.demands[len(required) :]
         )
         return WaitingGang(
@@ -244,9 +248,7 @@ class Admitter(AdmissionBook):
                 allowed=allowed,
                 preferred=preferred,
             ),
-            topology=pooling.job_topology(
-                waiting.topology_level, waiting.topology_required, levels
-            ),
+            topology=job_topology(waiting.topology_level, waiting.topology_required, levels),
             preempts=waiting.preempts,
             extras=extras,
             where=pool_of(required[0]) if required else "in the cluster",

@@ -23,9 +23,9 @@ The rules this module owns:
 - **Backoff**: a gang torn down after a schedule timeout waits ``backoff_base * 2**(n-1)`` seconds
   (at most ``backoff_max``) before it is tried again, even if it asks again in between.
 - **Capacity** (``free``): allocatable minus the ledger's live pods, minus reservations not yet
-  observed, minus holds.
+  observed, minus holds, in milli-units and never below zero.
 - **Gangs holding capacity** (``holding``): running gangs from the ledger (never victims) with the
-  priority their reconcile reports, reservations and holds at ``pooling.HELD_PRIORITY``; this is
+  priority their reconcile reports, reservations and holds at ``preemption.HELD_PRIORITY``; this is
   what quota counts and preemption may choose from.
 - **Wait reports** (``wait_reason``, ``wait_kind``): the throttled reason the cycle last reported,
   or ``Preempting`` while a hold waits for its victims.
@@ -38,17 +38,17 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any, Final
 
-from torchgate.controller.admission import units as pooling
-from torchgate.controller.admission.ledger import JobKey as JobKey
-from torchgate.controller.admission.ledger import Ledger, PodKey, add
-from torchgate.controller.admission.nodes import NodeView, PodDemand, Resources, node_view
+from torchgate.controller.admission.ledger import Ledger, PodKey
+from torchgate.controller.admission.nodes import NodeView, PodDemand, node_view
+from torchgate.controller.admission.preemption import HELD_PRIORITY
 from torchgate.controller.admission.quota import Admitted
 from torchgate.controller.admission.topology import Topology, build_topology
 from torchgate.pytorchjob import names
-from torchgate.pytorchjob.pool import TeamQuota
+from torchgate.pytorchjob.names import JobKey
+from torchgate.pytorchjob.pool import TeamQuota, quota_usage
+from torchgate.pytorchjob.units import Units, subtract
 
 log = logging.getLogger("torchgate.controller.admission.book")
 
@@ -74,7 +74,7 @@ class Waiting:
     reported_reason: str | None = None
     reported_kind: str | None = None
     reported_at: float | None = None
-    units: tuple[dict[str, dict[str, int]], dict[str, int]] | None = None
+    usage: dict[str, int] | None = None
 
     def order(self) -> tuple[int, str, str, str]:
         """Admission order: higher priority first, then older, then by name."""
@@ -84,15 +84,11 @@ class Waiting:
         """The pods that must be placed together (the gang's ``minAvailable``)."""
         return self.demands[: max(0, min(self.min_count, len(self.demands)))]
 
-    def requests_and_usage(self) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
-        """Required pods' requests and the gang's quota usage in milli-units (computed once)."""
-        if self.units is None:
-            required = self.required()
-            self.units = (
-                {d.pod_name: pooling.to_units(d.requests) for d in required},
-                pooling.quota_usage((d.requests for d in required), self.gpu_resource),
-            )
-        return self.units
+    def quota_usage(self) -> dict[str, int]:
+        """What the gang counts against its team's quota (computed once)."""
+        if self.usage is None:
+            self.usage = quota_usage((d.requests for d in self.required()), self.gpu_resource)
+        return self.usage
 
 
 @dataclass(slots=True)
@@ -101,7 +97,7 @@ class Reservation:
 
     uid: str
     nodes: Mapping[str, str]  # pod name -> node
-    requests: Mapping[str, Resources]  # pod name -> what it takes
+    requests: Mapping[str, Units]  # pod name -> what it takes
     since: float
     waited: float
 
@@ -210,7 +206,7 @@ class AdmissionBook:
             current.preempts = preempts
             current.topology_level = topology_level
             current.topology_required = topology_required
-            current.units = None
+            current.usage = None
             return
         self.waiting[key] = Waiting(
             key=key,
@@ -297,7 +293,7 @@ class AdmissionBook:
 
     # ------------------------------------------------------------------ what the books leave
 
-    def free(self) -> dict[str, dict[str, Decimal]]:
+    def free(self) -> dict[str, dict[str, int]]:
         """Free capacity per node: allocatable - live pods - reservations not yet observed - holds.
 
         A reserved pod counts through its reservation until the ledger (fed by pod *events*) has
@@ -306,10 +302,10 @@ class AdmissionBook:
         the next gang would be placed on GPUs kube-scheduler knows are taken. A hold counts in
         full (on top of the victims' pods still there), so nothing else takes its nodes.
         """
-        free: dict[str, dict[str, Decimal]] = {}
+        free: dict[str, dict[str, int]] = {}
         for name, view in self.nodes.items():
             left = dict(view.allocatable)
-            add(left, self.ledger.used.get(name, {}), -1)
+            subtract(left, self.ledger.used.get(name, {}))
             free[name] = left
         settled: list[JobKey] = []
         for key, reservation in self.reservations.items():
@@ -319,7 +315,7 @@ class AdmissionBook:
                     continue
                 unseen += 1
                 if node_name in free:
-                    add(free[node_name], reservation.requests[pod], -1)
+                    subtract(free[node_name], reservation.requests[pod])
             if not unseen:
                 settled.append(key)
         for key in settled:
@@ -327,8 +323,8 @@ class AdmissionBook:
         for hold in self.holds.values():
             for pod, node_name in hold.reservation.nodes.items():
                 if node_name in free:
-                    add(free[node_name], hold.reservation.requests[pod], -1)
-        return free
+                    subtract(free[node_name], hold.reservation.requests[pod])
+        return {name: {r: max(0, a) for r, a in left.items()} for name, left in free.items()}
 
     def topology_for(self, levels: tuple[str, ...]) -> Topology:
         """The domain tree of the nodes, rebuilt only when the nodes or the levels change."""
@@ -339,7 +335,7 @@ class AdmissionBook:
 
     def holding(self, owner: Mapping[str, str], wall: float) -> list[Admitted]:
         """Every gang holding capacity: running gangs, reservations and holds (never victims)."""
-        gangs: dict[JobKey, tuple[dict[str, str], dict[str, Resources], int, float]] = {}
+        gangs: dict[JobKey, tuple[dict[str, str], dict[str, Units], int, float]] = {}
         for job, pods in self.ledger.gangs.items():
             if job in self.evicting:
                 continue  # going away: neither counted nor chosen again
@@ -357,7 +353,7 @@ class AdmissionBook:
             nodes, requests, _, _ = gangs.get(job, ({}, {}, 0, wall))
             nodes = {**reservation.nodes, **nodes}
             requests = {**reservation.requests, **requests}
-            gangs[job] = (nodes, requests, pooling.HELD_PRIORITY, wall)
+            gangs[job] = (nodes, requests, HELD_PRIORITY, wall)
         out = []
         for job, (nodes, requests, priority, started) in sorted(gangs.items()):
             gpu = self.gpu_resources.get(job, names.DEFAULT_GPU_RESOURCE)
@@ -366,10 +362,10 @@ class AdmissionBook:
                     key=job,
                     team=owner.get(job[0]),
                     priority=priority,
-                    usage=pooling.quota_usage(requests.values(), gpu),
+                    usage=quota_usage(requests.values(), gpu),
                     admitted_at=started,
                     nodes=nodes,
-                    requests={pod: pooling.to_units(r) for pod, r in requests.items()},
+                    requests=requests,
                 )
             )
         return out

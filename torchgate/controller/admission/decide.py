@@ -50,10 +50,8 @@ from torchgate.controller.admission.quota import (
     Admitted,
     Borrows,
     Fits,
-    JobKey,
     QuotaWait,
     Reclaims,
-    Units,
     check_quota,
     reclaim_candidates,
     still_borrowing,
@@ -73,7 +71,9 @@ from torchgate.controller.admission.topology import (
     place_topology,
 )
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.pool import PreemptionSettings, TeamQuota, TopologyRequest
+from torchgate.pytorchjob.units import Units
 
 WaitKind = Literal["Quota", "Capacity", "Topology"]
 

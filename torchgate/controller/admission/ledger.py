@@ -11,16 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
+from datetime import datetime
 from typing import Any, Final
 
-from torchgate.controller.admission import units as pooling
-from torchgate.controller.admission.nodes import Resources, demand_requests
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.names import JobKey
+from torchgate.pytorchjob.units import Units, add, pod_units, subtract
 
-JobKey = tuple[str, str]
 PodKey = tuple[str, str]
-ZERO: Final = Decimal(0)
 TERMINATED_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 
@@ -38,8 +36,8 @@ class Member:
 class Ledger:
     """Requests of live pods per node, and torchgate's pods grouped by job."""
 
-    used: dict[str, dict[str, Decimal]] = field(default_factory=dict)
-    pods: dict[PodKey, tuple[str, Resources]] = field(default_factory=dict)
+    used: dict[str, dict[str, int]] = field(default_factory=dict)
+    pods: dict[PodKey, tuple[str, Units]] = field(default_factory=dict)
     members: dict[PodKey, Member] = field(default_factory=dict)
     gangs: dict[JobKey, set[PodKey]] = field(default_factory=dict)
 
@@ -51,7 +49,7 @@ class Ledger:
         """
         before = self.pods.pop(key, None)
         if before is not None:
-            add(self.used.setdefault(before[0], {}), before[1], -1)
+            subtract(self.used.setdefault(before[0], {}), before[1])
             member = self.members.pop(key, None)
             if member is not None:
                 gang = self.gangs.get(member.job)
@@ -62,7 +60,7 @@ class Ledger:
         after = pod_usage(pod) if pod is not None else None
         if after is not None and pod is not None:
             self.pods[key] = after
-            add(self.used.setdefault(after[0], {}), after[1], 1)
+            add(self.used.setdefault(after[0], {}), after[1])
             member = member_of(pod)
             if member is not None:
                 self.members[key] = member
@@ -70,7 +68,7 @@ class Ledger:
         return before is not None and before != after
 
 
-def pod_usage(pod: Mapping[str, Any]) -> tuple[str, Resources] | None:
+def pod_usage(pod: Mapping[str, Any]) -> tuple[str, Units] | None:
     """The node a pod takes capacity on and its requests; ``None`` when it takes none."""
     status = pod.get("status") or {}
     if status.get("phase") in TERMINATED_PHASES:
@@ -83,7 +81,7 @@ def pod_usage(pod: Mapping[str, Any]) -> tuple[str, Resources] | None:
         )
     if not isinstance(node, str) or not node:
         return None
-    return node, demand_requests(spec)
+    return node, pod_units(spec)
 
 
 def member_of(pod: Mapping[str, Any]) -> Member | None:
@@ -97,17 +95,16 @@ def member_of(pod: Mapping[str, Any]) -> Member | None:
     return Member(
         job=(str(metadata.get("namespace") or ""), job),
         priority=priority if isinstance(priority, int) else 0,
-        created=pooling.epoch_seconds(metadata.get("creationTimestamp")),
-        gone_by=pooling.epoch_seconds(metadata.get("deletionTimestamp")),
+        created=epoch_seconds(metadata.get("creationTimestamp")),
+        gone_by=epoch_seconds(metadata.get("deletionTimestamp")),
     )
 
 
-def add(total: dict[str, Decimal], requests: Resources, sign: int) -> None:
-    """Add (``sign`` 1) or subtract (-1) ``requests`` to ``total`` in place."""
-    for name, amount in requests.items():
-        total[name] = total.get(name, ZERO) + sign * amount
-
-
-def fits(free: Resources, requests: Resources) -> bool:
-    """Whether every positive request fits in ``free``."""
-    return all(free.get(name, ZERO) >= amount for name, amount in requests.items() if amount > 0)
+def epoch_seconds(timestamp: object) -> float | None:
+    """An RFC 3339 timestamp (``creationTimestamp``) as seconds since the epoch, else ``None``."""
+    if not isinstance(timestamp, str) or not timestamp:
+        return None
+    try:
+        return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

@@ -27,19 +27,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any, Final
 
 from torchgate.pytorchjob import names
-from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
-from torchgate.pytorchjob.spec import JobSpec, pinned_hosts, pod_requests, pod_spec_of
+from torchgate.pytorchjob.spec import JobSpec, pinned_hosts, pod_spec_of
+from torchgate.pytorchjob.units import Units, parse_capacity, pod_units
 
-ZERO: Final = Decimal(0)
-PODS: Final = "pods"
 BLOCKING_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
 _INTEGER = re.compile(r"^[+-]?[0-9]+$")
-
-Resources = Mapping[str, Decimal]
 
 
 # ------------------------------------------------------------------ constraint model
@@ -142,7 +137,7 @@ class NodeView:
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
-    allocatable: Resources = field(default_factory=dict)
+    allocatable: Units = field(default_factory=dict)  # milli-units, rounded down
     schedulable: bool = True
 
 
@@ -159,7 +154,7 @@ class PodDemand:
     """What one pod of a gang asks for and where it may go."""
 
     pod_name: str
-    requests: Resources
+    requests: Units  # ``units.pod_units``: milli-units, rounded up, plus one pod slot
     node_selector: tuple[tuple[str, str], ...] = ()
     affinity_terms: tuple[SelectorTerm, ...] | None = None  # None: no required node affinity
     tolerations: tuple[Toleration, ...] = ()
@@ -187,17 +182,6 @@ def _str(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
-def parse_resources(values: object) -> dict[str, Decimal]:
-    """A resource map from raw quantities; unparseable entries are skipped."""
-    out: dict[str, Decimal] = {}
-    for name, quantity in _mapping(values).items():
-        try:
-            out[str(name)] = parse_quantity(quantity)
-        except QuantityError:
-            continue
-    return out
-
-
 def node_view(raw: object) -> NodeView | None:
     """A ``NodeView`` from a raw Node, or ``None`` when it has no name."""
     node = _mapping(raw)
@@ -221,7 +205,7 @@ def node_view(raw: object) -> NodeView | None:
         name=name,
         labels=labels,
         taints=taints,
-        allocatable=parse_resources(status.get("allocatable")),
+        allocatable=parse_capacity(status.get("allocatable")),
         schedulable=ready and spec.get("unschedulable") is not True,
     )
 
@@ -286,20 +270,13 @@ def host_ports_of(pod_spec: Mapping[str, Any]) -> frozenset[tuple[str, int]]:
     return frozenset(ports)
 
 
-def demand_requests(pod_spec: Mapping[str, Any]) -> dict[str, Decimal]:
-    """What a pod takes from a node: its effective requests (zeros dropped) plus one pod slot."""
-    requests = {name: amount for name, amount in pod_requests(pod_spec).items() if amount > 0}
-    requests[PODS] = requests.get(PODS, ZERO) + 1
-    return requests
-
-
 def pod_demand(pod_name: str, template: object, *, hosts: Sequence[str] = ()) -> PodDemand:
     """The ``PodDemand`` of a pod built from ``template`` (``hosts``: the job's pinned hosts)."""
     pod_spec = pod_spec_of(template)
     selector = _mapping(pod_spec.get("nodeSelector"))
     return PodDemand(
         pod_name=pod_name,
-        requests=demand_requests(pod_spec),
+        requests=pod_units(pod_spec),
         node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),
         affinity_terms=required_affinity_terms(pod_spec),
         tolerations=tolerations_of(pod_spec),

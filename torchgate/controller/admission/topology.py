@@ -8,6 +8,10 @@ placement on 9,600 GPUs). The admin lists topology levels as node label keys, co
 is one combination of the values of levels ``0..k`` (rack ``r1`` of block ``b1`` is not rack ``r1``
 of block ``b2``), and the whole pool is the root above level 0.
 
+One cycle places over the levels of every valid policy, in the order they are first declared
+(``topology_levels``; one pool normally has one policy defining them); a job's request names a
+level by label key and is mapped into them (``job_topology``).
+
 Capacity is counted in *slots*: how many pods of the gang's shape fit on a node (every requested
 resource divided by the pod's request, at most one with host ports), summed up the tree. A gang of
 different pod shapes is counted by its largest request per resource, which never overstates the
@@ -16,9 +20,9 @@ room (any pod fits a slot of the largest shape).
 Rules (each one function):
 
 0. ``place_topology``: a gang that asks for none of the pool's GPUs is offered the nodes without
-   GPUs first (``Shape.preferred``, chosen by the admitter) and goes to a GPU node only when it
-   fits nowhere else, so GPUs stay free for the gangs that need them (a CPU job on a GPU node
-   leaves its GPUs idle however tightly it packs the node's CPUs).
+   GPUs first (``Shape.preferred``, ``gpu_free_nodes``) and goes to a GPU node only when it fits
+   nowhere else, so GPUs stay free for the gangs that need them (a CPU job on a GPU node leaves
+   its GPUs idle however tightly it packs the node's CPUs).
 1. ``slots_of``: a node's slots for a shape; a domain's slots are its nodes' sum.
 2. ``fitting_level``: the finest level with a domain whose slots hold the whole gang (a domain
    never has more slots than its parent, so the search descends only into domains that fit).
@@ -59,7 +63,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from torchgate.pytorchjob.pool import TopologyRequest
+from torchgate.pytorchjob.pool import GPUS, TopologyRequest
 from torchgate.pytorchjob.units import Units, fits, format_amount
 
 PodShape = tuple[tuple[str, int], ...]
@@ -115,6 +119,35 @@ def shape_of(
         if not first or first == permitted:
             first = None
     return Shape(tuple(sorted(largest.items())), one_per_node, permitted, first)
+
+
+def gpu_free_nodes(
+    usage: Units, gpu_resource: str, nodes: Iterable[tuple[str, Units]]
+) -> frozenset[str] | None:
+    """The nodes (name, allocatable) without GPUs for a gang of quota ``usage`` (rule 0).
+
+    ``None`` for a gang that asks for GPUs: it has no such preference.
+    """
+    if usage.get(GPUS, 0) > 0:
+        return None
+    return frozenset(name for name, allocatable in nodes if allocatable.get(gpu_resource, 0) <= 0)
+
+
+def topology_levels(declared: Iterable[Sequence[str]]) -> tuple[str, ...]:
+    """The cycle's topology levels: every policy's, in first-declared order."""
+    levels: list[str] = []
+    for policy_levels in declared:
+        for level in policy_levels:
+            if level not in levels:
+                levels.append(level)
+    return tuple(levels)
+
+
+def job_topology(level: str | None, required: bool, levels: Sequence[str]) -> TopologyRequest:
+    """A job's request (level named by label key) as an index into the cycle's levels."""
+    if level is None or level not in levels:
+        return TopologyRequest()
+    return TopologyRequest(list(levels).index(level), required)
 
 
 @dataclass(slots=True)

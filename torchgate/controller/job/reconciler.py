@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 from prometheus_client import Gauge
 
-from torchgate.controller.admission.admitter import Admitter, JobKey
+from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.nodes import PodDemand, job_demands
 from torchgate.controller.job import status as st
 from torchgate.controller.job.finish import released_on_end
@@ -46,6 +46,7 @@ from torchgate.kube.errors import AlreadyExists, ApiError, NotFound
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import EVENTS, PODS, PYTORCHJOBS, SERVICES
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.policy import PlacementPolicy, select_policy
 from torchgate.pytorchjob.spec import JobSpec, parse_job, pod_spec_of
 

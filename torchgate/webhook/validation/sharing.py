@@ -34,11 +34,11 @@ from torchgate.pytorchjob.pool import (
     GPUS,
     TeamQuota,
     never_admissible,
-    to_milli,
     topology_request,
     validate_quota_set,
 )
 from torchgate.pytorchjob.spec import parse_job, pod_requests, pod_spec_of
+from torchgate.pytorchjob.units import request_units
 from torchgate.webhook.validation.facts import NONE, OBJECT, REPLICA_SPECS, Findings, JobFacts, Team
 
 _TOPOLOGY_KEYS = (ANNOTATION_TOPOLOGY_REQUIRED, ANNOTATION_TOPOLOGY_PREFERRED)
@@ -95,7 +95,7 @@ def gang_usage(job: Mapping[str, object], gpu_resource: str, keys: Iterable[str]
         for key in wanted:
             amount = requests.get(gpu_resource if key == GPUS else key, Decimal(0))
             total[key] = total.get(key, Decimal(0)) + amount * pods
-    return {key: to_milli(amount) for key, amount in total.items()}
+    return {key: request_units(amount) for key, amount in total.items()}
 
 
 def team_quota(job: JobFacts) -> Findings:

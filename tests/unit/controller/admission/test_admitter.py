@@ -168,11 +168,11 @@ def test_the_ledger_ignores_finished_pods_and_follows_moves() -> None:
     done = running_pod("p", "n0", 8)
     done["status"]["phase"] = "Succeeded"
     admitter.on_pod("MODIFIED", done, None)
-    assert admitter.free()["n0"]["nvidia.com/gpu"] == 8
+    assert admitter.free()["n0"]["nvidia.com/gpu"] == 8000
     planned = running_pod("q", "", 3)
     planned["metadata"]["annotations"] = {"torchgate.io/planned-node": "n1"}
     admitter.on_pod("ADDED", planned, None)
-    assert admitter.free()["n1"]["nvidia.com/gpu"] == 5, "a planned, unbound pod holds capacity"
+    assert admitter.free()["n1"]["nvidia.com/gpu"] == 5000, "a planned, unbound pod holds capacity"
 
 
 def test_cancel_forgets_a_job() -> None:

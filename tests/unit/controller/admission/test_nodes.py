@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -69,8 +68,8 @@ def test_node_view_reads_allocatable_labels_taints() -> None:
     raw["status"]["allocatable"]["bogus"] = "lots"
     result = node_view(raw)
     assert result is not None
-    assert result.allocatable["cpu"] == Decimal("63.5")
-    assert result.allocatable[GPU] == 8
+    assert result.allocatable["cpu"] == 63_500
+    assert result.allocatable[GPU] == 8000
     assert "bogus" not in result.allocatable
     assert result.labels["pool"] == "a100"
     assert result.taints == (Taint("k", "", "NoSchedule"),)
@@ -127,10 +126,10 @@ def test_free_capacity_subtracts_bound_planned_and_terminating_pods() -> None:
         raw_pod("elsewhere", gpus=4, node_name="n9"),
     ]
     free = free_of(nodes, pods)
-    assert free["n1"][GPU] == 3
-    assert free["n1"]["pods"] == 108
-    assert free["n2"][GPU] == 7
-    assert free["n2"]["pods"] == 109
+    assert free["n1"][GPU] == 3000
+    assert free["n1"]["pods"] == 108_000
+    assert free["n2"][GPU] == 7000
+    assert free["n2"]["pods"] == 109_000
 
 
 # ------------------------------------------------------------------ matching rules
@@ -327,7 +326,7 @@ def test_job_demands_are_in_gang_order_with_a_pod_slot_each() -> None:
     raw = with_uid(job("demo").master(gpus=1).workers(2, gpus=2).build())
     demands = job_demands(parse(raw))
     assert [d.pod_name for d in demands] == ["demo-master-0", "demo-worker-0", "demo-worker-1"]
-    assert demands[1].requests == {GPU: Decimal(2), "pods": Decimal(1)}
+    assert demands[1].requests == {GPU: 2000, "pods": 1000}
 
 
 def test_host_ports_are_read_from_every_container() -> None:

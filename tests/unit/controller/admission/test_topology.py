@@ -20,12 +20,15 @@ from torchgate.controller.admission.topology import (
     domains_spanned,
     explain_shortfall,
     fits_topology,
+    gpu_free_nodes,
+    job_topology,
     place_extras,
     place_topology,
     shape_of,
     slots_of,
+    topology_levels,
 )
-from torchgate.pytorchjob.pool import TopologyRequest
+from torchgate.pytorchjob.pool import GPUS, TopologyRequest
 
 GPU = "nvidia.com/gpu"
 BLOCK, RACK, HOST = "torchgate.io/block", "torchgate.io/rack", "kubernetes.io/hostname"
@@ -288,6 +291,33 @@ def test_a_preference_that_narrows_nothing_is_dropped() -> None:
     assert shape_of([pod(1)], allowed=["h1", "h2"], preferred=["h1", "h2", "h3"]).preferred is None
     assert shape_of([pod(1)], allowed=["h1", "h2"], preferred=["h2", "h3"]).preferred == {"h2"}
     assert shape_of([pod(1)], allowed=["h1"], preferred=["h3"]).preferred is None
+
+
+def test_job_topology_maps_a_level_name_into_the_cycle_levels() -> None:
+    levels = topology_levels([("block", "rack"), ("rack", "host")])
+    assert levels == ("block", "rack", "host")
+    assert job_topology("rack", True, levels).level == 1
+    assert job_topology("zone", True, levels).level is None
+
+
+@pytest.mark.parametrize(
+    ("usage", "expected"),
+    [
+        ({"cpu": 1000}, frozenset({"cpu-0", "other-gpus"})),  # GPUs of another kind do not count
+        ({GPUS: 1000, "cpu": 1000}, None),  # a GPU gang has no preference
+    ],
+)
+def test_gpu_free_nodes_are_those_without_the_policy_gpu_resource(
+    usage: dict[str, int], expected: frozenset[str] | None
+) -> None:
+    nodes = [
+        ("cpu-0", {"cpu": 4000}),
+        ("zero", {"cpu": 4000, "amd.com/gpu": 0}),
+        ("gpu-0", {"amd.com/gpu": 8000}),
+        ("other-gpus", {"nvidia.com/gpu": 8000}),
+    ]
+    found = gpu_free_nodes(usage, "amd.com/gpu", nodes)
+    assert found == (None if expected is None else expected | {"zero"})
 
 
 # ------------------------------------------------------------------ what a capacity wait says
