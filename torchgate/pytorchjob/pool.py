@@ -34,6 +34,9 @@ Rules (each one function):
 
 6. ``quota_usage``: what pods count against their team: the sum of what each takes from its node
    (``units.pod_units``), the policy's GPU resource under the quota key ``GPUS``.
+7. ``admission_order``: waiting gangs are decided higher priority first, then older (RFC 3339
+   ``creationTimestamp`` sorts by time), then by namespace and name; the admitter's queue and
+   the cycle both sort by it, and a job's queue position is its place in this order.
 
 Amounts are integers in milli-units (``units``: ``8`` GPUs are ``8000``), so the admission cycle
 does integer arithmetic only.
@@ -58,6 +61,7 @@ from torchgate.pytorchjob.fieldpath import (
     object_header,
     required,
 )
+from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
 from torchgate.pytorchjob.spec import as_int
 from torchgate.pytorchjob.units import MILLI, Units, format_milli, request_units
@@ -442,3 +446,11 @@ def quota_usage(requests: Iterable[Units], gpu_resource: str) -> dict[str, int]:
             key = GPUS if name == gpu_resource else name
             total[key] = total.get(key, 0) + amount
     return total
+
+
+# ------------------------------------------------------------------ rule 7: admission order
+
+
+def admission_order(priority: int, created: str, key: JobKey) -> tuple[int, str, str, str]:
+    """Sort key of a waiting gang: higher priority first, then older, then by name (rule 7)."""
+    return -priority, created, key[0], key[1]

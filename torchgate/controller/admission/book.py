@@ -47,7 +47,7 @@ from torchgate.controller.admission.quota import Admitted
 from torchgate.controller.admission.topology import Topology, build_topology
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.names import JobKey
-from torchgate.pytorchjob.pool import TeamQuota, quota_usage
+from torchgate.pytorchjob.pool import TeamQuota, admission_order, quota_usage
 from torchgate.pytorchjob.units import Units, subtract
 
 log = logging.getLogger("torchgate.controller.admission.book")
@@ -77,8 +77,8 @@ class Waiting:
     usage: dict[str, int] | None = None
 
     def order(self) -> tuple[int, str, str, str]:
-        """Admission order: higher priority first, then older, then by name."""
-        return (-self.priority, self.created, self.key[0], self.key[1])
+        """Its place in the queue (``pool.admission_order``)."""
+        return admission_order(self.priority, self.created, self.key)
 
     def required(self) -> tuple[PodDemand, ...]:
         """The pods that must be placed together (the gang's ``minAvailable``)."""

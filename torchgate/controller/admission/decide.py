@@ -4,7 +4,8 @@ Why one function over the three rule modules: the order in which they are asked 
 team gets. ``decide`` is the cycle the admitter will run (it is pure: the admitter gathers the
 facts, calls it, and applies what it returns), and it keeps every decision whole-gang.
 
-Rules, per waiting gang in admission order (higher priority, then older, then by name):
+Rules, per waiting gang in admission order (``pool.admission_order``: higher priority, then
+older, then by name):
 
 1. Quota first (``quota.check_quota``): a gang over what its team may hold waits with reason
    ``Quota``, unless preemption (rule 3) frees quota for it. Gangs that would *borrow* are
@@ -72,7 +73,12 @@ from torchgate.controller.admission.topology import (
 )
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.names import JobKey
-from torchgate.pytorchjob.pool import PreemptionSettings, TeamQuota, TopologyRequest
+from torchgate.pytorchjob.pool import (
+    PreemptionSettings,
+    TeamQuota,
+    TopologyRequest,
+    admission_order,
+)
 from torchgate.pytorchjob.units import Units
 
 WaitKind = Literal["Quota", "Capacity", "Topology"]
@@ -114,9 +120,9 @@ class WaitingGang:
     gpu_resource: str = names.DEFAULT_GPU_RESOURCE
     no_node: str | None = None
 
-    def order(self) -> tuple[int, str, JobKey]:
-        """Admission order: higher priority first, then older, then by key."""
-        return -self.priority, self.created, self.key
+    def order(self) -> tuple[int, str, str, str]:
+        """Its place in the cycle (``pool.admission_order``)."""
+        return admission_order(self.priority, self.created, self.key)
 
 
 @dataclass(frozen=True, slots=True)
