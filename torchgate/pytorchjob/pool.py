@@ -3,9 +3,9 @@
 Why a module of its own, beside ``policy.py``: the webhook needs these facts (a job asking for more
 GPUs than its team could ever get is refused; a topology annotation naming no level is refused)
 and the controller needs the same facts to admit, borrow, reclaim, preempt and place, so they are
-declared once in the shared pure package. ``policy.py`` keeps the fields it had; the two new
-PlacementPolicy sections (``spec.preemption``, ``spec.topology``) are parsed here from the same raw
-object, and quotas live in their own small cluster-scoped object, ``TeamQuota``, so that
+declared once in the shared pure package. The PlacementPolicy's pool-sharing sections
+(``spec.preemption``, ``spec.topology``) are parsed here, from the raw object ``policy.py`` reads
+the rest of, and quotas live in their own small cluster-scoped object, ``TeamQuota``, so that
 ``kubectl get teamquotas`` prints one row per team with its quota, usage and borrowing (see
 docs/pool-sharing.md for why quotas are not a list inside the policy).
 
@@ -17,8 +17,11 @@ Rules (each one function):
    absent (absent: the team may borrow all idle quota of its cohort; 0: it never borrows);
    ``spec.resources[i]`` has a unique ``name`` other than the GPU resource, a non-negative
    ``nominal`` quantity and an optional non-negative ``borrowingLimit``.
-2. ``validate_quota_set``: a namespace belongs to at most one team; the later team (by name) is
-   the one reported.
+2. ``resolve_teams``: a namespace belongs to at most one team. Teams claim namespaces in name
+   order; a team listing a namespace an earlier team claimed is invalid (the error is at its
+   ``spec.namespaces[i]``) and left out with all its namespaces. The webhook (which team's quota
+   a job is checked against) and the controller (which team a gang counts for, the ``Valid``
+   condition) both ask this one function.
 3. ``parse_pool_settings``: ``spec.preemption.minimumRunSeconds`` is a non-negative integer,
    ``spec.preemption.neverPreemptPriority`` an integer (gangs at or above it are never
    preempted); ``spec.topology.levels`` is a list of distinct label keys, coarsest first;
@@ -251,13 +254,40 @@ def parse_team_quota(raw: object) -> tuple[TeamQuota | None, list[FieldError]]:
 # ------------------------------------------------------------------ rule 2: the set of quotas
 
 
-def validate_quota_set(quotas: Iterable[TeamQuota]) -> dict[str, list[FieldError]]:
-    """Team name -> errors across teams: a namespace owned twice is reported on the later team."""
-    owner: dict[str, str] = {}
+@dataclass(frozen=True, slots=True)
+class Teams:
+    """A set of TeamQuotas resolved (rule 2).
+
+    Attributes:
+        valid: The teams that own their namespaces, by name.
+        owners: Namespace -> the name of the valid team owning it.
+        errors: Team name -> why it is left out (only teams left out are keys).
+    """
+
+    valid: Mapping[str, TeamQuota]
+    owners: Mapping[str, str]
+    errors: Mapping[str, list[FieldError]]
+
+    def owner_of(self, namespace: str) -> TeamQuota | None:
+        """The team owning ``namespace``, ``None`` when no valid team does."""
+        name = self.owners.get(namespace)
+        return None if name is None else self.valid[name]
+
+    def cohort_of(self, team: TeamQuota) -> tuple[TeamQuota, ...]:
+        """The valid teams of ``team``'s cohort, itself included, by name."""
+        return tuple(
+            other for _, other in sorted(self.valid.items()) if other.cohort == team.cohort
+        )
+
+
+def resolve_teams(quotas: Iterable[TeamQuota]) -> Teams:
+    """Which teams are valid and which namespaces each owns (rule 2)."""
+    claimed: dict[str, str] = {}
     errors: dict[str, list[FieldError]] = {}
-    for quota in sorted(quotas, key=lambda q: q.name):
+    ordered = sorted(quotas, key=lambda q: q.name)
+    for quota in ordered:
         for index, namespace in enumerate(quota.namespaces):
-            first = owner.setdefault(namespace, quota.name)
+            first = claimed.setdefault(namespace, quota.name)
             if first != quota.name:
                 errors.setdefault(quota.name, []).append(
                     duplicate(
@@ -266,13 +296,9 @@ def validate_quota_set(quotas: Iterable[TeamQuota]) -> dict[str, list[FieldError
                         f"already owned by TeamQuota {first}",
                     )
                 )
-    return errors
-
-
-def team_of(quotas: Iterable[TeamQuota], namespace: str) -> TeamQuota | None:
-    """The team owning ``namespace`` (the first by name when the set is invalid), else ``None``."""
-    owners = [quota for quota in quotas if namespace in quota.namespaces]
-    return min(owners, key=lambda q: q.name) if owners else None
+    valid = {quota.name: quota for quota in ordered if quota.name not in errors}
+    owners = {namespace: team for namespace, team in claimed.items() if team in valid}
+    return Teams(valid=valid, owners=owners, errors=errors)
 
 
 # ------------------------------------------------------------------ rule 3: policy sections

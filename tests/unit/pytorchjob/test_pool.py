@@ -23,9 +23,8 @@ from torchgate.pytorchjob.pool import (
     parse_team_quota,
     quota_ceiling,
     quota_usage,
-    team_of,
+    resolve_teams,
     topology_request,
-    validate_quota_set,
 )
 
 INVALID = ErrorType.INVALID.value
@@ -127,12 +126,14 @@ def test_a_team_quota_without_spec_or_name_is_refused() -> None:
 def test_a_namespace_owned_by_two_teams_is_reported_on_the_later_team() -> None:
     a = TeamQuota("a", ("x", "y"), {GPUS: Limit(0)})
     b = TeamQuota("b", ("z", "y"), {GPUS: Limit(0)})
-    errors = validate_quota_set([b, a])
-    assert {name: pairs(found) for name, found in errors.items()} == {
+    teams = resolve_teams([b, a])
+    assert {name: pairs(found) for name, found in teams.errors.items()} == {
         "b": [(DUPLICATE, "spec.namespaces[1]")]
     }
-    assert team_of([b, a], "y") == a
-    assert team_of([b, a], "w") is None
+    assert teams.owner_of("y") == a
+    assert teams.owner_of("w") is None
+    assert teams.owner_of("z") is None, "a team left out owns none of its namespaces"
+    assert dict(teams.valid) == {"a": a}
 
 
 # ------------------------------------------------------------------ policy sections

@@ -50,7 +50,6 @@ from torchgate.controller.admission.book import (
     Hold,
     Reservation,
     Waiting,
-    namespace_owners,
 )
 from torchgate.controller.admission.decide import (
     Admit,
@@ -78,7 +77,7 @@ from torchgate.controller.admission.topology import (
     topology_levels,
 )
 from torchgate.pytorchjob.names import JobKey
-from torchgate.pytorchjob.pool import GPUS, PoolSettings, TeamQuota
+from torchgate.pytorchjob.pool import GPUS, PoolSettings, TeamQuota, resolve_teams
 
 log = logging.getLogger("torchgate.controller.admission.admitter")
 
@@ -135,17 +134,16 @@ class Admitter(AdmissionBook):
         self.cycles += 1
         now = self.clock()
         admitted = self._release_holds(now)
-        teams = self.teams()
+        resolved = resolve_teams(self.teams().values())
+        teams, owner = resolved.valid, resolved.owners
         if not self.waiting:
             if teams:  # what ``kubectl get teamquotas`` shows stays current
-                owner = namespace_owners(teams)
                 running = self.holding(owner, self.wall_clock())
                 self.team_status = team_statuses(teams, running, ())
             return admitted
         free = self.free()
         settings = self.pool_settings()
         levels = topology_levels(s.topology.levels for s in settings)
-        owner = namespace_owners(teams)
         wall = self.wall_clock()
         ready = [w for w in sorted(self.waiting.values(), key=Waiting.order) if w.not_before <= now]
         eligibility: MutableMapping[Signature, tuple[str, ...]] = {}

@@ -47,7 +47,7 @@ from torchgate.controller.admission.quota import Admitted
 from torchgate.controller.admission.topology import Topology, build_topology
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.names import JobKey
-from torchgate.pytorchjob.pool import TeamQuota, admission_order, quota_usage
+from torchgate.pytorchjob.pool import admission_order, quota_usage
 from torchgate.pytorchjob.units import Units, subtract
 
 log = logging.getLogger("torchgate.controller.admission.book")
@@ -369,12 +369,3 @@ class AdmissionBook:
                 )
             )
         return out
-
-
-def namespace_owners(teams: Mapping[str, TeamQuota]) -> dict[str, str]:
-    """Namespace -> the team owning it (the first by name when two claim it)."""
-    owner: dict[str, str] = {}
-    for name in sorted(teams):
-        for namespace in teams[name].namespaces:
-            owner.setdefault(namespace, name)
-    return owner

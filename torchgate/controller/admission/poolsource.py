@@ -8,7 +8,7 @@ team's ``status`` (``usedGPUs``, ``borrowedGPUs``, ``admittedJobs``, ``waitingJo
 most every ``period`` seconds, so a busy pool costs one status write per team and period.
 
 A TeamQuota that does not parse, or that claims a namespace another team (earlier by name)
-already owns, is left out; its ``Valid`` condition says why.
+already owns (``pool.resolve_teams``), is left out; its ``Valid`` condition says why.
 
 Rules (each one function):
 
@@ -39,8 +39,8 @@ from torchgate.pytorchjob.pool import (
     PoolSettings,
     TeamQuota,
     parse_team_quota,
+    resolve_teams,
     topology_request,
-    validate_quota_set,
 )
 from torchgate.pytorchjob.units import MILLI
 
@@ -88,19 +88,14 @@ class PoolSource:
         parsed = self._parsed_quotas()
         errors = {name: list(found[1]) for name, found in parsed.items()}
         good = [found[0] for found in parsed.values() if found[0] is not None]
-        for name, clashes in validate_quota_set(good).items():
+        for name, clashes in resolve_teams(good).errors.items():
             errors[name].extend(clashes)
         return errors
 
     def teams(self) -> dict[str, TeamQuota]:
-        """The valid TeamQuotas by name."""
-        errors = self.report()
+        """The valid TeamQuotas by name (``pool.resolve_teams`` of those that parse)."""
         parsed = self._parsed_quotas()
-        return {
-            name: quota
-            for name, (quota, _) in parsed.items()
-            if quota is not None and not errors[name]
-        }
+        return dict(resolve_teams(q for q, _ in parsed.values() if q is not None).valid)
 
     def settings(self) -> list[PoolSettings]:
         """The ``preemption`` and ``topology`` sections of every valid PlacementPolicy, by name."""

@@ -17,8 +17,9 @@ TeamQuota cache or ``torchgate check``'s ``--policy`` files):
    ``pool.quota_ceiling``; else ``FieldValueForbidden`` at ``spec.pytorchReplicaSpecs``. Without a
    TeamQuota owning the namespace no quota applies.
 
-``resolve_team`` picks the team of a namespace from a set of TeamQuotas: teams that break the set
-rule (a namespace owned twice, ``pool.validate_quota_set``) are left out, as malformed ones are.
+``resolve_team`` picks the team of a namespace from a set of TeamQuotas by ``pool.resolve_teams``,
+the rule the controller counts quota by: a team claiming a namespace another team owns is left
+out, as malformed ones are.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ from torchgate.pytorchjob.pool import (
     GPUS,
     TeamQuota,
     never_admissible,
+    resolve_teams,
     topology_request,
-    validate_quota_set,
 )
 from torchgate.pytorchjob.spec import parse_job, pod_requests, pod_spec_of
 from torchgate.pytorchjob.units import request_units
@@ -46,14 +47,9 @@ _TOPOLOGY_KEYS = (ANNOTATION_TOPOLOGY_REQUIRED, ANNOTATION_TOPOLOGY_PREFERRED)
 
 def resolve_team(quotas: Iterable[TeamQuota], namespace: str) -> Team | None:
     """The team owning ``namespace`` among the valid ``quotas``, with its cohort; else ``None``."""
-    teams = list(quotas)
-    broken = validate_quota_set(teams)
-    valid = sorted((q for q in teams if q.name not in broken), key=lambda q: q.name)
-    for quota in valid:
-        if namespace in quota.namespaces:
-            cohort = tuple(q for q in valid if q.cohort == quota.cohort)
-            return Team(quota=quota, cohort=cohort)
-    return None
+    teams = resolve_teams(quotas)
+    quota = teams.owner_of(namespace)
+    return None if quota is None else Team(quota=quota, cohort=teams.cohort_of(quota))
 
 
 # ------------------------------------------------------------------ rule 1
