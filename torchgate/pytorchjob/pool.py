@@ -36,7 +36,10 @@ Rules (each one function):
    refuses it).
 
 6. ``quota_usage``: what pods count against their team: the sum of what each takes from its node
-   (``units.pod_units``), the policy's GPU resource under the quota key ``GPUS``.
+   (``units.pod_units``), the policy's GPU resource under the quota key ``GPUS``. A job's gang
+   counts its first ``minAvailable`` pods in rank order, Master replicas first (``gang_usage``):
+   the webhook refuses a job whose gang exceeds what its team can ever hold, and the admitter
+   counts the same gang against the team's quota.
 7. ``admission_order``: waiting gangs are decided higher priority first, then older (RFC 3339
    ``creationTimestamp`` sorts by time), then by namespace and name; the admitter's queue and
    the cycle both sort by it, and a job's queue position is its place in this order.
@@ -66,8 +69,8 @@ from torchgate.pytorchjob.fieldpath import (
 )
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
-from torchgate.pytorchjob.spec import as_int
-from torchgate.pytorchjob.units import MILLI, Units, format_milli, request_units
+from torchgate.pytorchjob.spec import JobSpec, as_int, pod_spec_of
+from torchgate.pytorchjob.units import MILLI, Units, format_milli, pod_units, request_units
 
 QUOTA_KIND: Final = "TeamQuota"
 QUOTA_PLURAL: Final = "teamquotas"
@@ -472,6 +475,18 @@ def quota_usage(requests: Iterable[Units], gpu_resource: str) -> dict[str, int]:
             key = GPUS if name == gpu_resource else name
             total[key] = total.get(key, 0) + amount
     return total
+
+
+def gang_usage(job: JobSpec, gpu_resource: str) -> dict[str, int]:
+    """What ``job``'s gang counts against its team's quota (rule 6)."""
+    left = job.min_available
+    pods: list[Units] = []
+    for replica in job.replica_specs:  # Master, then Worker: rank order
+        count = min(left, replica.replicas)
+        if count > 0:
+            pods += [pod_units(pod_spec_of(replica.template))] * count
+            left -= count
+    return quota_usage(pods, gpu_resource)
 
 
 # ------------------------------------------------------------------ rule 7: admission order

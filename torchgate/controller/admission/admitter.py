@@ -208,7 +208,7 @@ class Admitter(AdmissionBook):
     ) -> WaitingGang:
         required = waiting.required()
         requests = {d.pod_name: d.requests for d in required}
-        usage = waiting.quota_usage()
+        usage = waiting.usage
         asks_gpus = usage.get(GPUS, 0) > 0
         preference = (waiting.gpu_resource, asks_gpus)
         if preference not in without_gpus:  # the same few answers for every gang of a cycle

@@ -63,6 +63,7 @@ class Waiting:
     uid: str
     demands: tuple[PodDemand, ...]
     min_count: int
+    usage: Units  # what the gang counts against its team's quota (``pool.gang_usage``)
     priority: int
     created: str
     gpu_resource: str
@@ -74,7 +75,6 @@ class Waiting:
     reported_reason: str | None = None
     reported_kind: str | None = None
     reported_at: float | None = None
-    usage: dict[str, int] | None = None
 
     def order(self) -> tuple[int, str, str, str]:
         """Its place in the queue (``pool.admission_order``)."""
@@ -83,12 +83,6 @@ class Waiting:
     def required(self) -> tuple[PodDemand, ...]:
         """The pods that must be placed together (the gang's ``minAvailable``)."""
         return self.demands[: max(0, min(self.min_count, len(self.demands)))]
-
-    def quota_usage(self) -> dict[str, int]:
-        """What the gang counts against its team's quota (computed once)."""
-        if self.usage is None:
-            self.usage = quota_usage((d.requests for d in self.required()), self.gpu_resource)
-        return self.usage
 
 
 @dataclass(slots=True)
@@ -182,6 +176,7 @@ class AdmissionBook:
         uid: str,
         demands: Sequence[PodDemand],
         min_count: int,
+        usage: Units,
         priority: int,
         created: str,
         gpu_resource: str,
@@ -202,17 +197,18 @@ class AdmissionBook:
         if current is not None and current.uid == uid:
             current.demands = tuple(demands)
             current.min_count = min_count
+            current.usage = usage
             current.priority = priority
             current.preempts = preempts
             current.topology_level = topology_level
             current.topology_required = topology_required
-            current.usage = None
             return
         self.waiting[key] = Waiting(
             key=key,
             uid=uid,
             demands=tuple(demands),
             min_count=min_count,
+            usage=usage,
             priority=priority,
             created=created,
             gpu_resource=gpu_resource,

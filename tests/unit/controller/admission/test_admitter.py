@@ -10,6 +10,7 @@ from tests.builders import container, gpu_job, job, node
 from tests.unit.controller.helpers import parse, with_uid
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.nodes import job_demands
+from torchgate.pytorchjob.pool import gang_usage
 
 
 class Clock:
@@ -48,6 +49,7 @@ def ask(
         uid=spec.uid,
         demands=job_demands(spec),
         min_count=spec.min_available,
+        usage=gang_usage(spec, "nvidia.com/gpu"),
         priority=priority,
         created=created,
         gpu_resource="nvidia.com/gpu",

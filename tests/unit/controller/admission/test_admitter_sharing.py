@@ -31,6 +31,7 @@ from torchgate.pytorchjob.pool import (
     PreemptionSettings,
     TeamQuota,
     TopologySettings,
+    gang_usage,
 )
 
 RACK = "topology.torchgate.io/rack"
@@ -86,6 +87,7 @@ def ask(
         uid=spec.uid,
         demands=job_demands(spec),
         min_count=spec.min_available,
+        usage=gang_usage(spec, "nvidia.com/gpu"),
         priority=priority,
         created=created,
         gpu_resource="nvidia.com/gpu",
