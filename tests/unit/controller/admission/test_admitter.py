@@ -76,7 +76,7 @@ def test_a_gang_that_fits_is_reserved_and_its_reconcile_is_woken() -> None:
     reservation = admitter.reservation_for(key, "uid-a")
     assert reservation is not None
     assert set(reservation.values()) == {"n0"}
-    assert key not in admitter.waiting
+    assert key not in admitter.queue.waiting
 
 
 def test_reservations_hold_capacity_until_the_ledger_has_the_pods() -> None:
@@ -114,8 +114,8 @@ def test_higher_priority_then_older_jobs_go_first() -> None:
         created="2026-01-03T00:00:00Z",
     )
     assert admitter.cycle() == [urgent]
-    assert old in admitter.waiting
-    assert new in admitter.waiting
+    assert old in admitter.queue.waiting
+    assert new in admitter.queue.waiting
 
 
 def test_small_jobs_backfill_behind_a_big_one_until_it_starves() -> None:
@@ -126,8 +126,8 @@ def test_small_jobs_backfill_behind_a_big_one_until_it_starves() -> None:
     clock.now += 120
     late = ask(admitter, job("late").master(gpus=1).build(), created="2026-01-03T00:00:00Z")
     assert admitter.cycle() == [], "after starving, the big job blocks the queue behind it"
-    assert big in admitter.waiting
-    assert late in admitter.waiting
+    assert big in admitter.queue.waiting
+    assert late in admitter.queue.waiting
 
 
 def test_a_timed_out_gang_waits_out_its_backoff() -> None:
@@ -201,7 +201,7 @@ async def test_only_freed_capacity_starts_a_cycle() -> None:
         done["status"]["phase"] = "Succeeded"
         admitter.on_pod("MODIFIED", done, None)
         await wait_until(lambda: admitter.cycles > cycles)
-        assert key in admitter.reservations, "the freed GPUs went to the waiting job"
+        assert key in admitter.ledger.reservations, "the freed GPUs went to the waiting job"
     finally:
         loop.cancel()
 

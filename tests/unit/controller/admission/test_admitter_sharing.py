@@ -100,7 +100,7 @@ def ask(
 
 def start(admitter: Admitter, key: tuple[str, str], created: str = "2026-01-01T00:00:00Z") -> None:
     """The reserved pods show up Running in the pod cache (as the reconciler creates them)."""
-    reservation = admitter.reservations[key]
+    reservation = admitter.ledger.reservations[key]
     for pod, node_name in reservation.nodes.items():
         gpus = reservation.requests[pod].get("nvidia.com/gpu", 0) // 1000
         admitter.on_pod("ADDED", gang_pod(key, pod, node_name, {"nvidia.com/gpu": gpus}), None)
@@ -292,7 +292,7 @@ def test_a_victim_that_asks_again_is_queued_and_no_longer_evicting() -> None:
     ask(admitter, job("low").master(gpus=8).build(), priority=1)
     assert admitter.preempted_by(low) is None
     admitter.cycle()
-    assert low in admitter.waiting
+    assert low in admitter.queue.waiting
 
 
 def test_a_victim_whose_job_is_gone_is_not_preempted_twice_onto_held_nodes() -> None:

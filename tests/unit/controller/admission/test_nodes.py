@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.builders import container, gpu_job, job, node
-from tests.unit.controller.helpers import free_of, parse, with_uid
+from tests.unit.controller.helpers import parse, with_uid
 from torchgate.controller.admission.nodes import (
     NodeView,
     PodDemand,
@@ -96,40 +96,6 @@ def test_node_schedulability(edit: Callable[[Any], Any], schedulable: bool) -> N
 @pytest.mark.parametrize("raw", [None, {}, {"metadata": {}}, "node"], ids=str)
 def test_node_without_name_is_skipped(raw: object) -> None:
     assert node_view(raw) is None
-
-
-def raw_pod(
-    name: str, *, gpus: int = 1, node_name: str | None = None, planned: str | None = None, **kw: Any
-) -> dict[str, Any]:
-    pod: dict[str, Any] = {
-        "metadata": {"name": name},
-        "spec": {"containers": [container(gpus=gpus)]},
-        "status": {"phase": kw.get("phase", "Running")},
-    }
-    if node_name:
-        pod["spec"]["nodeName"] = node_name
-    if planned:
-        pod["metadata"]["annotations"] = {"torchgate.io/planned-node": planned}
-    if kw.get("terminating"):
-        pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    return pod
-
-
-def test_free_capacity_subtracts_bound_planned_and_terminating_pods() -> None:
-    nodes = [view("n1"), view("n2")]
-    pods = [
-        raw_pod("bound", gpus=2, node_name="n1"),
-        raw_pod("planned", gpus=3, planned="n1", phase="Pending"),
-        raw_pod("terminating", gpus=1, node_name="n2", terminating=True),
-        raw_pod("done", gpus=4, node_name="n2", phase="Succeeded"),
-        raw_pod("failed", gpus=4, node_name="n2", phase="Failed"),
-        raw_pod("elsewhere", gpus=4, node_name="n9"),
-    ]
-    free = free_of(nodes, pods)
-    assert free["n1"][GPU] == 3000
-    assert free["n1"]["pods"] == 108_000
-    assert free["n2"][GPU] == 7000
-    assert free["n2"]["pods"] == 109_000
 
 
 # ------------------------------------------------------------------ matching rules
