@@ -34,7 +34,6 @@ Rules (each one function):
    borrowing limit, and never more than the sum of its cohort's nominal quotas;
    ``never_admissible`` says why a job asking for more can never be admitted (the webhook
    refuses it).
-
 6. ``quota_usage``: what pods count against their team: the sum of what each takes from its node
    (``units.pod_units``), the policy's GPU resource under the quota key ``GPUS``. A job's gang
    counts its first ``minAvailable`` pods in rank order, Master replicas first (``gang_usage``):

@@ -342,7 +342,9 @@ class Admitter:
                 found = set(nodes) if found is None else found & set(nodes)
             allowed = allowed_nodes[signatures] = frozenset(found or ())
         blocked = next((d for d in required if not eligibility[d.signature]), None)
-        views = list(self.ledger.nodes.values())
+        no_node = None
+        if blocked is not None:
+            no_node = no_eligible_node(blocked, list(self.ledger.nodes.values()))
         extras = tuple(
             OptionalPod(d.pod_name, d.requests, self._eligible(d.signature, eligibility))
             for d in waiting.demands[len(required) :]
@@ -366,7 +368,7 @@ class Admitter:
             extras=extras,
             where=pool_of(required[0]) if required else "in the cluster",
             gpu_resource=waiting.gpu_resource,
-            no_node=None if blocked is None else no_eligible_node(blocked, views),
+            no_node=no_node,
         )
 
     def _eligible(

@@ -278,9 +278,8 @@ def _decide_one(cycle: _Cycle, gang: WaitingGang, *, borrow: bool) -> Outcome | 
             nodes = cycle.admit(gang, placed.nodes, extras=True)
             borrowed = verdict.amount if isinstance(verdict, Borrows) else {}
             return Admit(gang.key, nodes, borrowed, placed.domain, placed.preference_met)
-        obstacle = Wait(gang.key, placed.kind, placed.message)
-        if placed.kind == "Capacity":
-            obstacle = Wait(gang.key, "Capacity", _shortfall(cycle, gang))
+        reason = _shortfall(cycle, gang) if placed.kind == "Capacity" else placed.message
+        obstacle = Wait(gang.key, placed.kind, reason)
     elif isinstance(verdict, QuotaWait):
         obstacle = Wait(gang.key, "Quota", verdict.message)
     else:
