@@ -13,7 +13,7 @@ GPUs), priorities 0, 100 and 1,000, randomly admitted over the last hour. The 10
 have the same mix of sizes and priorities; a third require a rack, a third prefer one. Fixed seed,
 so every round decides the same cycle.
 
-Measured: ``sharing.decide`` (builds the per-cycle capacity, decides every waiting gang: quota,
+Measured: ``admission.decide`` (builds the per-cycle capacity, decides every waiting gang: quota,
 placement, preemption), median and p90 over ``--rounds``; ``build_topology`` (done once per node
 set change, not per cycle) separately. Prints JSON; asserts nothing.
 

@@ -166,7 +166,7 @@ def test_policy_crd_types_the_preemption_and_topology_sections() -> None:
 )
 def test_pool_sharing_samples_parse_cleanly_and_fit_their_crds(sample: Path) -> None:
     from torchgate.pytorchjob.policy import parse_policy
-    from torchgate.pytorchjob.pool import parse_team_quota, validate_quota_set
+    from torchgate.pytorchjob.pool import parse_team_quota, resolve_teams
 
     documents = list(yaml.safe_load_all(sample.read_text(encoding="utf-8")))
     quotas = []
@@ -181,7 +181,7 @@ def test_pool_sharing_samples_parse_cleanly_and_fit_their_crds(sample: Path) -> 
         assert errors == []
         assert conformance_errors(document, schema) == []
     assert len(quotas) == 2, "a pair of teams"
-    assert validate_quota_set(q for q in quotas if q is not None) == {}
+    assert resolve_teams(q for q in quotas if q is not None).errors == {}
 
 
 def test_dev_policy_lists_the_fake_pools_topology_levels() -> None:

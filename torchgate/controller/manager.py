@@ -21,7 +21,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from torchgate.controller.admission.admitter import Admitter, JobKey
+from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.poolsource import PoolSource
 from torchgate.controller.job import status as st
 from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
@@ -40,6 +40,7 @@ from torchgate.kube.resources import (
     TEAM_QUOTAS,
 )
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy
 
 log = logging.getLogger("torchgate.controller")

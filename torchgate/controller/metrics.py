@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-JobKey = tuple[str, str]
+from torchgate.pytorchjob.names import JobKey
 
 
 class ControllerMetrics:

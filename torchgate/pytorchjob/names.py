@@ -23,6 +23,9 @@ POLICY_API_VERSION: Final = f"{POLICY_GROUP}/{POLICY_VERSION}"
 POLICY_KIND: Final = "PlacementPolicy"
 POLICY_PLURAL: Final = "placementpolicies"
 
+JobKey = tuple[str, str]
+"""A job as the controller keys it: ``(namespace, name)``."""
+
 ReplicaType = Literal["Master", "Worker"]
 MASTER: Final[ReplicaType] = "Master"
 WORKER: Final[ReplicaType] = "Worker"

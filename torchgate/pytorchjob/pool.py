@@ -3,9 +3,9 @@
 Why a module of its own, beside ``policy.py``: the webhook needs these facts (a job asking for more
 GPUs than its team could ever get is refused; a topology annotation naming no level is refused)
 and the controller needs the same facts to admit, borrow, reclaim, preempt and place, so they are
-declared once in the shared pure package. ``policy.py`` keeps the fields it had; the two new
-PlacementPolicy sections (``spec.preemption``, ``spec.topology``) are parsed here from the same raw
-object, and quotas live in their own small cluster-scoped object, ``TeamQuota``, so that
+declared once in the shared pure package. The PlacementPolicy's pool-sharing sections
+(``spec.preemption``, ``spec.topology``) are parsed here, from the raw object ``policy.py`` reads
+the rest of, and quotas live in their own small cluster-scoped object, ``TeamQuota``, so that
 ``kubectl get teamquotas`` prints one row per team with its quota, usage and borrowing (see
 docs/pool-sharing.md for why quotas are not a list inside the policy).
 
@@ -17,8 +17,11 @@ Rules (each one function):
    absent (absent: the team may borrow all idle quota of its cohort; 0: it never borrows);
    ``spec.resources[i]`` has a unique ``name`` other than the GPU resource, a non-negative
    ``nominal`` quantity and an optional non-negative ``borrowingLimit``.
-2. ``validate_quota_set``: a namespace belongs to at most one team; the later team (by name) is
-   the one reported.
+2. ``resolve_teams``: a namespace belongs to at most one team. Teams claim namespaces in name
+   order; a team listing a namespace an earlier team claimed is invalid (the error is at its
+   ``spec.namespaces[i]``) and left out with all its namespaces. The webhook (which team's quota
+   a job is checked against) and the controller (which team a gang counts for, the ``Valid``
+   condition) both ask this one function.
 3. ``parse_pool_settings``: ``spec.preemption.minimumRunSeconds`` is a non-negative integer,
    ``spec.preemption.neverPreemptPriority`` an integer (gangs at or above it are never
    preempted); ``spec.topology.levels`` is a list of distinct label keys, coarsest first;
@@ -31,20 +34,26 @@ Rules (each one function):
    borrowing limit, and never more than the sum of its cohort's nominal quotas;
    ``never_admissible`` says why a job asking for more can never be admitted (the webhook
    refuses it).
+6. ``quota_usage``: what pods count against their team: the sum of what each takes from its node
+   (``units.pod_units``), the policy's GPU resource under the quota key ``GPUS``. A job's gang
+   counts its first ``minAvailable`` pods in rank order, Master replicas first (``gang_usage``):
+   the webhook refuses a job whose gang exceeds what its team can ever hold, and the admitter
+   counts the same gang against the team's quota.
+7. ``admission_order``: waiting gangs are decided higher priority first, then older (RFC 3339
+   ``creationTimestamp`` sorts by time), then by namespace and name; the admitter's queue and
+   the cycle both sort by it, and a job's queue position is its place in this order.
 
-Amounts are integers in milli-units (``8`` GPUs are ``8000``), so the admission cycle does integer
-arithmetic only; ``to_milli`` rounds requests up and ``to_milli_floor`` rounds capacity down.
+Amounts are integers in milli-units (``units``: ``8`` GPUs are ``8000``), so the admission cycle
+does integer arithmetic only.
 
 Parsing never raises: a malformed object yields field errors and is left out.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Final, Literal
 
 from torchgate.pytorchjob.fieldpath import (
@@ -57,8 +66,10 @@ from torchgate.pytorchjob.fieldpath import (
     object_header,
     required,
 )
+from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
-from torchgate.pytorchjob.spec import as_int
+from torchgate.pytorchjob.spec import JobSpec, as_int, pod_spec_of
+from torchgate.pytorchjob.units import MILLI, Units, format_milli, pod_units, request_units
 
 QUOTA_KIND: Final = "TeamQuota"
 QUOTA_PLURAL: Final = "teamquotas"
@@ -67,7 +78,6 @@ GPUS: Final = "gpus"  # the quota key for "whatever the job's policy counts as G
 ANNOTATION_TOPOLOGY_REQUIRED: Final = "torchgate.io/topology-required"
 ANNOTATION_TOPOLOGY_PREFERRED: Final = "torchgate.io/topology-preferred"
 TOPOLOGY_MODES: Final = ("Required", "Preferred")
-MILLI: Final = 1000
 
 _SPEC = FieldPath.root("spec")
 _ANNOTATIONS = FieldPath.root("metadata", "annotations")
@@ -139,25 +149,6 @@ class TopologyRequest:
     required: bool = False
 
 
-# ------------------------------------------------------------------ amounts
-
-
-def to_milli(amount: Decimal) -> int:
-    """A request in milli-units, rounded up (a request never shrinks)."""
-    return math.ceil(amount * MILLI)
-
-
-def to_milli_floor(amount: Decimal) -> int:
-    """A capacity in milli-units, rounded down (capacity never grows)."""
-    return math.floor(amount * MILLI)
-
-
-def format_milli(value: int) -> str:
-    """``8000`` -> ``8``, ``1500`` -> ``1.5``: an amount as people write it."""
-    whole, rest = divmod(value, MILLI)
-    return str(whole) if not rest else str(Decimal(value) / MILLI)
-
-
 # ------------------------------------------------------------------ rule 1: TeamQuota
 
 
@@ -170,7 +161,7 @@ def _quantity(value: object, path: FieldPath, errors: list[FieldError]) -> int |
     if amount < 0:
         errors.append(invalid(path, value, "must be a non-negative quantity"))
         return None
-    return to_milli(amount)
+    return request_units(amount)
 
 
 def _count(value: object, path: FieldPath, errors: list[FieldError]) -> int | None:
@@ -265,13 +256,40 @@ def parse_team_quota(raw: object) -> tuple[TeamQuota | None, list[FieldError]]:
 # ------------------------------------------------------------------ rule 2: the set of quotas
 
 
-def validate_quota_set(quotas: Iterable[TeamQuota]) -> dict[str, list[FieldError]]:
-    """Team name -> errors across teams: a namespace owned twice is reported on the later team."""
-    owner: dict[str, str] = {}
+@dataclass(frozen=True, slots=True)
+class Teams:
+    """A set of TeamQuotas resolved (rule 2).
+
+    Attributes:
+        valid: The teams that own their namespaces, by name.
+        owners: Namespace -> the name of the valid team owning it.
+        errors: Team name -> why it is left out (only teams left out are keys).
+    """
+
+    valid: Mapping[str, TeamQuota]
+    owners: Mapping[str, str]
+    errors: Mapping[str, list[FieldError]]
+
+    def owner_of(self, namespace: str) -> TeamQuota | None:
+        """The team owning ``namespace``, ``None`` when no valid team does."""
+        name = self.owners.get(namespace)
+        return None if name is None else self.valid[name]
+
+    def cohort_of(self, team: TeamQuota) -> tuple[TeamQuota, ...]:
+        """The valid teams of ``team``'s cohort, itself included, by name."""
+        return tuple(
+            other for _, other in sorted(self.valid.items()) if other.cohort == team.cohort
+        )
+
+
+def resolve_teams(quotas: Iterable[TeamQuota]) -> Teams:
+    """Which teams are valid and which namespaces each owns (rule 2)."""
+    claimed: dict[str, str] = {}
     errors: dict[str, list[FieldError]] = {}
-    for quota in sorted(quotas, key=lambda q: q.name):
+    ordered = sorted(quotas, key=lambda q: q.name)
+    for quota in ordered:
         for index, namespace in enumerate(quota.namespaces):
-            first = owner.setdefault(namespace, quota.name)
+            first = claimed.setdefault(namespace, quota.name)
             if first != quota.name:
                 errors.setdefault(quota.name, []).append(
                     duplicate(
@@ -280,13 +298,9 @@ def validate_quota_set(quotas: Iterable[TeamQuota]) -> dict[str, list[FieldError
                         f"already owned by TeamQuota {first}",
                     )
                 )
-    return errors
-
-
-def team_of(quotas: Iterable[TeamQuota], namespace: str) -> TeamQuota | None:
-    """The team owning ``namespace`` (the first by name when the set is invalid), else ``None``."""
-    owners = [quota for quota in quotas if namespace in quota.namespaces]
-    return min(owners, key=lambda q: q.name) if owners else None
+    valid = {quota.name: quota for quota in ordered if quota.name not in errors}
+    owners = {namespace: team for namespace, team in claimed.items() if team in valid}
+    return Teams(valid=valid, owners=owners, errors=errors)
 
 
 # ------------------------------------------------------------------ rule 3: policy sections
@@ -447,3 +461,36 @@ def never_admissible(
                 f"{team.cohort})"
             )
     return None
+
+
+# ------------------------------------------------------------------ rule 6: quota usage
+
+
+def quota_usage(requests: Iterable[Units], gpu_resource: str) -> dict[str, int]:
+    """What pods taking ``requests`` from their nodes count against quota (rule 6)."""
+    total: dict[str, int] = {}
+    for pod in requests:
+        for name, amount in pod.items():
+            key = GPUS if name == gpu_resource else name
+            total[key] = total.get(key, 0) + amount
+    return total
+
+
+def gang_usage(job: JobSpec, gpu_resource: str) -> dict[str, int]:
+    """What ``job``'s gang counts against its team's quota (rule 6)."""
+    left = job.min_available
+    pods: list[Units] = []
+    for replica in job.replica_specs:  # Master, then Worker: rank order
+        count = min(left, replica.replicas)
+        if count > 0:
+            pods += [pod_units(pod_spec_of(replica.template))] * count
+            left -= count
+    return quota_usage(pods, gpu_resource)
+
+
+# ------------------------------------------------------------------ rule 7: admission order
+
+
+def admission_order(priority: int, created: str, key: JobKey) -> tuple[int, str, str, str]:
+    """Sort key of a waiting gang: higher priority first, then older, then by name (rule 7)."""
+    return -priority, created, key[0], key[1]

@@ -12,7 +12,6 @@ import copy
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 from torchgate.controller.admission.admitter import Admitter
@@ -167,8 +166,7 @@ def is_quiet(result: Plan) -> bool:
 def free_of(nodes: Iterable[NodeView], pods: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
     """Free capacity per node as the admitter counts it, with ``pods`` on the cluster."""
     admitter = Admitter(on_admit_job=lambda key: None, on_reason=lambda key: None)
-    admitter.nodes = {node.name: node for node in nodes}
+    admitter.ledger.nodes = {node.name: node for node in nodes}
     for pod in pods:
         admitter.on_pod("ADDED", pod, None)
-    free: dict[str, dict[str, Decimal]] = admitter.free()
-    return free
+    return admitter.free()

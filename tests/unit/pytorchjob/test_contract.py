@@ -6,13 +6,20 @@ refuse a reserved name or flag the controller overrides, when it refuses a defau
 README's table and the declaration disagree. For generated jobs they also fail when what the
 webhook stores and what the controller builds from it disagree on the gang size
 (``pytorchjob.gang``), on the node requirements (``pytorchjob.affinity``), on ``PET_NNODES``, or
-on which container is ``pytorch`` (``pytorchjob.spec.pytorch_container_index``).
+on which container is ``pytorch`` (``pytorchjob.spec.pytorch_container_index``). For pool
+sharing they fail when the webhook and the controller disagree on which team owns a namespace
+(``pool.resolve_teams``), on what a gang counts against its team's quota (``pool.gang_usage``),
+or when the admitter's queue and the admission cycle disagree on the admission order
+(``pool.admission_order``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import re
+from collections import Counter
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,18 +27,29 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.builders import container, gpu_job, job
+from tests.builders import container, gpu_job, job, node
 from tests.unit.controller.helpers import env_of, parse, with_uid
 from tests.unit.nodeselector import NODE_NAMES, Node, affinity_matches, nodes, term_lists
+from torchgate.controller.admission.admitter import Admitter
+from torchgate.controller.admission.decide import Pool, WaitingGang, decide
+from torchgate.controller.admission.nodes import job_demands
+from torchgate.controller.admission.poolsource import PoolSource
+from torchgate.controller.admission.topology import build_topology, shape_of
 from torchgate.controller.job.envvars import merge_env, rank_env
 from torchgate.controller.job.plan import pytorch_exit_code
 from torchgate.controller.job.pods import build_pod
+from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
+from torchgate.controller.metrics import ControllerMetrics
+from torchgate.kube.informer import Informer
+from torchgate.kube.resources import PODS, PYTORCHJOBS, SERVICES, TEAM_QUOTAS
 from torchgate.pytorchjob import affinity, contract, names
 from torchgate.pytorchjob.fieldpath import ErrorType
 from torchgate.pytorchjob.policy import DEFAULT_POLICY
+from torchgate.pytorchjob.pool import GPUS, parse_team_quota
 from torchgate.pytorchjob.spec import pytorch_container_index
 from torchgate.webhook.defaulting import default_job
-from torchgate.webhook.validation import validate_create
+from torchgate.webhook.policysource import PolicyCache
+from torchgate.webhook.validation import Team, validate_create
 
 README = Path(__file__).resolve().parents[3] / "README.md"
 
@@ -291,3 +309,259 @@ def test_the_controller_reads_the_exit_code_of_the_container_it_gave_the_env(
         ]
     }
     assert pytorch_exit_code(pod) == 7
+
+
+# ------------------------------------------------------------------ pool-sharing contracts
+#
+# The webhook refuses a job its team can never hold; the controller admits gangs against the
+# same teams and quotas. Both ask ``pool`` (``resolve_teams``, ``gang_usage``,
+# ``admission_order``); these tests drive each side through its own entry points (the webhook's
+# TeamQuota cache and validating rules; the controller's TeamQuota source, reconciler and
+# admitter) on the same inputs, so a side that grows its own copy with other answers fails.
+
+
+class _Api:
+    """An apiserver that accepts every write (TeamQuota status, job status, Services)."""
+
+    def __init__(self, job_raw: dict[str, Any] | None = None) -> None:
+        self.job = job_raw
+
+    async def request(self, method: str, path: str, **kw: Any) -> Any:
+        if method == "PATCH" and self.job is not None:
+            return self.job
+        return kw.get("body") or {}
+
+    async def watch(self, path: str, query: Mapping[str, str]) -> AsyncIterator[dict[str, Any]]:
+        for _ in ():
+            yield {}
+
+
+_NAMESPACES = ("n1", "n2", "n3")
+
+
+@st.composite
+def quota_objects(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """TeamQuotas that may claim each other's namespaces; some do not parse."""
+    objects = []
+    for name in draw(st.lists(st.sampled_from("abcde"), unique=True, max_size=5)):
+        spec: dict[str, Any] = {
+            "namespaces": draw(st.lists(st.sampled_from(_NAMESPACES), min_size=1, unique=True)),
+            "cohort": draw(st.sampled_from(("x", "y"))),
+        }
+        if draw(st.integers(0, 4)):  # one in five has no nominalGPUs: it does not parse
+            spec["nominalGPUs"] = 8
+        objects.append(
+            {
+                "apiVersion": "torchgate.io/v1alpha1",
+                "kind": "TeamQuota",
+                "metadata": {"name": name, "resourceVersion": "1"},
+                "spec": spec,
+            }
+        )
+    return objects
+
+
+def _controller_owner(objects: list[dict[str, Any]], namespace: str) -> str | None:
+    """The team whose TeamQuota status counts a job of ``namespace`` as waiting."""
+    api = _Api()
+    informer = Informer(api, TEAM_QUOTAS)  # type: ignore[arg-type]
+    for raw in objects:
+        informer.remember(raw)
+    source = PoolSource(
+        api,  # type: ignore[arg-type]
+        quotas=informer,
+        policies=lambda: [],
+        team_status=lambda: {},
+    )
+    admitter = Admitter(on_admit_job=lambda key: None, on_reason=lambda key: None)
+    admitter.teams = source.teams
+    spec = parse(with_uid(job("j", namespace).master(gpus=1).build()))
+    admitter.request(
+        (namespace, "j"),
+        uid=spec.uid,
+        demands=job_demands(spec),
+        min_count=spec.min_available,
+        usage={GPUS: 1000},
+        priority=0,
+        created="2026-01-01T00:00:00Z",
+        gpu_resource=_GPU,
+    )
+    admitter.cycle()  # no nodes: the job waits, and its team's status counts it
+    owners = [team for team, status in admitter.team_status.items() if status["waitingJobs"]]
+    assert len(owners) <= 1
+    return owners[0] if owners else None
+
+
+@settings(max_examples=80, deadline=None)
+@given(quota_objects())
+def test_webhook_and_controller_agree_on_which_team_owns_a_namespace(
+    objects: list[dict[str, Any]],
+) -> None:
+    cache = PolicyCache()
+    cache.replace_quotas(objects, "test")
+    for namespace in (*_NAMESPACES, "elsewhere"):
+        webhook = cache.team_for(namespace)
+        assert (webhook.quota.name if webhook else None) == _controller_owner(objects, namespace)
+
+
+@st.composite
+def gang_jobs(draw: st.DrawFn) -> dict[str, Any]:
+    """Jobs with GPUs and CPU per replica type, maybe elastic, maybe with a ``minAvailable``.
+
+    Every GPU replica asks the same GPUs per pod (the webhook refuses others); a Master may ask
+    none.
+    """
+    masters = draw(st.integers(0, 1))
+    workers = draw(st.integers(0 if masters else 1, 4))
+    gpus = draw(st.integers(1, 4))
+    builder = job("quota", "team-ns")
+
+    def resources() -> dict[str, Any]:
+        count = draw(st.sampled_from((gpus, None))) if masters and workers else gpus
+        return {
+            "gpus": count,
+            "requests": {"cpu": f"{draw(st.integers(1, 3000))}m"},
+            "args": ["--backend", "nccl" if count else "gloo"],
+        }
+
+    if masters:
+        builder.master(**resources())
+    if workers:
+        builder.workers(workers, **resources())
+        if draw(st.booleans()):
+            builder.elastic(minReplicas=draw(st.integers(1, workers)), maxReplicas=workers)
+    if draw(st.booleans()):
+        builder.scheduling(minAvailable=draw(st.integers(1, masters + workers)))
+    return builder.build()
+
+
+async def _waiting_usage(stored: dict[str, Any]) -> Mapping[str, int]:
+    """What the controller's reconciler asks the admitter to count for the job's gang."""
+    api = _Api(stored)
+    jobs, pods, services = (Informer(api, kind) for kind in (PYTORCHJOBS, PODS, SERVICES))  # type: ignore[arg-type]
+    pods.index_by(job_key_of_pod)
+    services.index_by(job_key_of_pod)
+    jobs.remember(stored)
+    admitter = Admitter(on_admit_job=lambda key: None, on_reason=lambda key: None)
+    reconciler = Reconciler(
+        api,  # type: ignore[arg-type]
+        jobs=jobs,
+        pods=pods,
+        services=services,
+        policies=lambda: (),
+        priority_of=lambda name: 0,
+        admitter=admitter,
+        metrics=ControllerMetrics(),
+        options=Options(manage_unowned=True),
+    )
+    key = (stored["metadata"]["namespace"], stored["metadata"]["name"])
+    await reconciler.reconcile(key)
+    return admitter.queue.waiting[key].usage
+
+
+def _running_usage(stored: dict[str, Any]) -> Mapping[str, int]:
+    """What the controller's ledger counts for the job's gang once its pods run."""
+    admitter = Admitter(on_admit_job=lambda key: None, on_reason=lambda key: None)
+    parsed = parse(stored)
+    for pod in pods_of(stored, None)[: parsed.min_available]:
+        pod["spec"]["nodeName"] = "n1"
+        pod["status"] = {"phase": "Running"}
+        admitter.on_pod("ADDED", pod, None)
+    (gang,) = admitter.ledger.holding({}, 0.0)
+    return gang.usage
+
+
+def _refused(stored: dict[str, Any], gpus: int, cpu_millis: int) -> bool:
+    """Whether the webhook refuses the job for a team that can hold at most this much."""
+    quota, errors = parse_team_quota(
+        {
+            "kind": "TeamQuota",
+            "metadata": {"name": "t"},
+            "spec": {
+                "namespaces": ["team-ns"],
+                "nominalGPUs": gpus,
+                "borrowingLimitGPUs": 0,
+                "resources": [{"name": "cpu", "nominal": f"{cpu_millis}m"}],
+            },
+        }
+    )
+    assert quota is not None, errors
+    verdict = validate_create(stored, DEFAULT_POLICY, team=Team(quota=quota, cohort=(quota,)))
+    field = "spec.pytorchReplicaSpecs"
+    return (ErrorType.FORBIDDEN, field) in [(e.type, e.field) for e in verdict.errors]
+
+
+@settings(max_examples=60, deadline=None)
+@given(gang_jobs())
+def test_webhook_and_controller_count_the_same_gang_against_quota(raw: dict[str, Any]) -> None:
+    stored = admitted(raw)
+    waiting = asyncio.run(_waiting_usage(stored))
+    assert _running_usage(stored) == waiting, "a gang counts the same waiting and running"
+    gpus, cpu = waiting.get(GPUS, 0), waiting.get("cpu", 0)
+    # The webhook holds the job within a team quota of exactly that much, and refuses it with a
+    # quota one GPU or one millicore smaller: it counted exactly what the controller counts.
+    assert not _refused(stored, gpus // 1000, cpu)
+    if gpus:
+        assert _refused(stored, gpus // 1000 - 1, cpu)
+    assert _refused(stored, gpus // 1000, cpu - 1)
+
+
+@st.composite
+def queued_jobs(draw: st.DrawFn) -> list[tuple[str, str, int, str]]:
+    """(namespace, name, priority, created) of waiting jobs, with ties on every key."""
+    keys = draw(
+        st.lists(
+            st.tuples(st.sampled_from(("a", "b")), st.sampled_from(("x", "y", "z"))),
+            min_size=1,
+            max_size=6,
+            unique=True,
+        )
+    )
+    stamps = ("2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z")
+    return [
+        (ns, name, draw(st.sampled_from((0, 5))), draw(st.sampled_from(stamps)))
+        for ns, name in keys
+    ]
+
+
+@settings(max_examples=100, deadline=None)
+@given(queued_jobs(), st.randoms())
+def test_the_admitter_queue_and_the_cycle_decide_in_the_same_order(
+    queued: list[tuple[str, str, int, str]], shuffler: Any
+) -> None:
+    admitter = Admitter(on_admit_job=lambda key: None, on_reason=lambda key: None)
+    admitter.on_node("ADDED", node("n0", gpus=8), None)
+    gangs = []
+    for namespace, name, priority, created in queued:
+        spec = parse(with_uid(job(name, namespace).master(gpus=8).build(), uid=name))
+        admitter.request(
+            (namespace, name),
+            uid=spec.uid,
+            demands=job_demands(spec),
+            min_count=1,
+            usage={GPUS: 8000},
+            priority=priority,
+            created=created,
+            gpu_resource=_GPU,
+        )
+        requests = {f"{name}-0": {_GPU: 8000, "pods": 1000}}
+        gangs.append(
+            WaitingGang(
+                key=(namespace, name),
+                team=None,
+                priority=priority,
+                created=created,
+                pods=tuple(requests),
+                requests=requests,
+                usage={GPUS: 8000},
+                shape=shape_of(requests.values()),
+            )
+        )
+    queue_order = [w.key for w in admitter.queue.ready(0.0)]
+    shuffler.shuffle(gangs)
+    topology = build_topology((), [("n0", {})])
+    pool = Pool(topology=topology, free={"n0": {_GPU: 8000, "pods": 110_000}})
+    cycle_order = [outcome.key for outcome in decide(pool, gangs, 0.0)]
+    assert queue_order == cycle_order
+    assert Counter(cycle_order) == Counter((ns, name) for ns, name, _, _ in queued)
+    assert admitter.cycle() == [queue_order[0]], "one node: the first in order gets it"

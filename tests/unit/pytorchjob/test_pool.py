@@ -18,14 +18,13 @@ from torchgate.pytorchjob.pool import (
     TeamQuota,
     TopologyRequest,
     TopologySettings,
-    format_milli,
     never_admissible,
     parse_pool_settings,
     parse_team_quota,
     quota_ceiling,
-    team_of,
+    quota_usage,
+    resolve_teams,
     topology_request,
-    validate_quota_set,
 )
 
 INVALID = ErrorType.INVALID.value
@@ -127,12 +126,14 @@ def test_a_team_quota_without_spec_or_name_is_refused() -> None:
 def test_a_namespace_owned_by_two_teams_is_reported_on_the_later_team() -> None:
     a = TeamQuota("a", ("x", "y"), {GPUS: Limit(0)})
     b = TeamQuota("b", ("z", "y"), {GPUS: Limit(0)})
-    errors = validate_quota_set([b, a])
-    assert {name: pairs(found) for name, found in errors.items()} == {
+    teams = resolve_teams([b, a])
+    assert {name: pairs(found) for name, found in teams.errors.items()} == {
         "b": [(DUPLICATE, "spec.namespaces[1]")]
     }
-    assert team_of([b, a], "y") == a
-    assert team_of([b, a], "w") is None
+    assert teams.owner_of("y") == a
+    assert teams.owner_of("w") is None
+    assert teams.owner_of("z") is None, "a team left out owns none of its namespaces"
+    assert dict(teams.valid) == {"a": a}
 
 
 # ------------------------------------------------------------------ policy sections
@@ -290,9 +291,9 @@ def test_ceiling_is_nominal_plus_borrowing_within_the_cohort() -> None:
     assert refused[0] == GPUS
 
 
-@pytest.mark.parametrize(("value", "text"), [(8000, "8"), (1500, "1.5"), (0, "0"), (1, "0.001")])
-def test_format_milli(value: int, text: str) -> None:
-    assert format_milli(value) == text
+def test_quota_usage_counts_the_policy_gpu_resource_as_gpus() -> None:
+    requests = [{"amd.com/gpu": 2000, "cpu": 1000}, {"amd.com/gpu": 2000}]
+    assert quota_usage(requests, "amd.com/gpu") == {GPUS: 4000, "cpu": 1000}
 
 
 # ------------------------------------------------------------------ robustness

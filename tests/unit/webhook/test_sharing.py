@@ -23,7 +23,8 @@ from tests.builders import container, job, policy
 from torchgate.cli import main
 from torchgate.pytorchjob.fieldpath import ErrorType
 from torchgate.pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy, parse_policy
-from torchgate.pytorchjob.pool import TeamQuota, parse_team_quota, quota_ceiling
+from torchgate.pytorchjob.pool import TeamQuota, gang_usage, parse_team_quota, quota_ceiling
+from torchgate.pytorchjob.spec import parse_job
 from torchgate.webhook.policysource import (
     ClusterPolicies,
     ClusterQuotas,
@@ -32,7 +33,7 @@ from torchgate.webhook.policysource import (
 )
 from torchgate.webhook.review import validate
 from torchgate.webhook.validation import Team, validate_create, validate_update
-from torchgate.webhook.validation.sharing import gang_usage, resolve_team
+from torchgate.webhook.validation.sharing import resolve_team
 
 REQUIRED = "torchgate.io/topology-required"
 PREFERRED = "torchgate.io/topology-preferred"
@@ -254,7 +255,9 @@ def test_refused_exactly_when_the_gang_exceeds_the_ceiling(
     )
     assert refused == (gang * gpus * 1000 > ceiling)
     if total:
-        assert gang_usage(raw, "nvidia.com/gpu", ["gpus"]).get("gpus", 0) == gang * gpus * 1000
+        spec, _ = parse_job(raw)
+        assert spec is not None
+        assert gang_usage(spec, "nvidia.com/gpu").get("gpus", 0) == gang * gpus * 1000
 
 
 def test_an_unchanged_spec_is_not_refused_again_on_update() -> None:

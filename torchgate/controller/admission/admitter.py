@@ -4,8 +4,8 @@ Reconcilers run concurrently, but capacity is global: two jobs each placed again
 GPUs would both be created and both wait forever (the partial-gang deadlock TO#1264 describes). So
 a job that needs pods only *asks* here; one admission cycle at a time gathers the facts (free
 capacity per node, the gangs holding capacity, team quotas, the policies' preemption and topology
-settings) and runs ``sharing.decide``, which admits, preempts or keeps waiting every gang, whole
-gangs only. The admitter applies what it returns:
+settings) and runs ``decide``, which admits, preempts or keeps waiting every gang, whole gangs
+only. The admitter applies what it returns:
 
 - ``Admit``: the gang's nodes are *reserved* until its pods show up in the pod cache; the job's
   own reconcile creates the pods from the reservation (pods in rank order on the nodes chosen in
@@ -13,27 +13,21 @@ gangs only. The admitter applies what it returns:
 - ``Preempt``: the preemptor's nodes are *held* (nothing else is placed on them) while the
   victims' pods terminate; each victim is marked as preempted (``preempted_by``), which its own
   reconcile turns into the deletion of all its pods, a ``Preempted`` condition and Event; once no
-  pod of any victim is left, the hold becomes a reservation.
+  pod of any victim is left, the hold becomes a reservation. A hold whose victims' pods are stuck
+  terminating is given up, and the preemptor decided again from its place in the queue.
 - ``Wait``: the reason (``Quota``, ``Capacity`` or ``Topology``) and its message are reported,
-  throttled, for the job's ``Queued`` condition. A capacity message is ``place_gang``'s shortfall
-  (it names the resource and the node filter that is short).
+  throttled, for the job's ``Queued`` condition (``Preempting`` while a hold waits).
 
-What the cycle decides from is kept between cycles by ``AdmissionBook`` (``admissionbook.py``,
-which this class extends): the waiting jobs, reservations, holds, evictions and backoff, and the
-capacity ledger kept from the cluster-wide pod and node caches (allocatable minus the requests
-of every non-terminated pod on its node, or on its planned node before binding), updated per event
-rather than recomputed per cycle. The ledger also groups torchgate's pods by job, which gives the
-running gangs that quota counts and preemption may choose from: their priority as the job's
-reconcile reports it (``request``, ``note``), their start when this process admitted them (after
-a controller restart: the first pod's creation; until a job is reconciled, its pods'
-``spec.priority``). Gangs whose pods are being created
-(reservations, holds) count against quota but are never victims. This module owns the cycle: the
-facts gathered per cycle, the call to ``sharing.decide``, backfill, and applying the outcomes.
+What the cycle decides from is kept between cycles by two parts the admitter *has*: the waiting
+queue (``waiting.WaitingQueue``: places, backoff, reports), fed by the reconcilers' requests,
+and the capacity ledger (``ledger.CapacityLedger``: nodes, live pods, reservations, holds,
+evictions, what is free), fed by the node and pod informers and by the cycle's outcomes. The
+admitter owns the cycle: the facts gathered per cycle, the call to ``decide``, backfill, and
+applying the outcomes to both parts, and it is the only part that logs or wakes anything.
 
 Backfill: a job that does not fit does not block smaller jobs behind it, unless it has waited longer
 than ``starvation_seconds`` for capacity or topology; from then on nothing behind it is admitted
-until it is, so a stream of small jobs cannot starve a large one. A gang that timed out waits out
-an exponential backoff.
+until it is, so a stream of small jobs cannot starve a large one.
 """
 
 from __future__ import annotations
@@ -43,19 +37,8 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from decimal import Decimal
-from typing import Any
+from typing import Any, Final
 
-from torchgate.controller.admission import units as pooling
-from torchgate.controller.admission.book import KIND_PREEMPTING as KIND_PREEMPTING
-from torchgate.controller.admission.book import (
-    AdmissionBook,
-    Hold,
-    Reservation,
-    Waiting,
-    namespace_owners,
-)
-from torchgate.controller.admission.book import JobKey as JobKey
 from torchgate.controller.admission.decide import (
     Admit,
     Outcome,
@@ -65,25 +48,35 @@ from torchgate.controller.admission.decide import (
     WaitingGang,
     decide,
 )
-from torchgate.controller.admission.ledger import PodKey, add, fits
+from torchgate.controller.admission.ledger import CapacityLedger, PodKey, Reservation
 from torchgate.controller.admission.nodes import (
-    NodeView,
     PodDemand,
-    Resources,
     Signature,
     eligible_nodes,
+    no_eligible_node,
+    pool_of,
 )
-from torchgate.controller.admission.placement import Placement, place_gang
-from torchgate.controller.admission.topology import shape_of
-from torchgate.pytorchjob.pool import GPUS, PoolSettings, TeamQuota
+from torchgate.controller.admission.poolsource import team_statuses
+from torchgate.controller.admission.preemption import protection
+from torchgate.controller.admission.topology import (
+    OptionalPod,
+    gpu_free_nodes,
+    job_topology,
+    shape_of,
+    topology_levels,
+)
+from torchgate.controller.admission.waiting import Waiting, WaitingQueue
+from torchgate.pytorchjob.names import JobKey
+from torchgate.pytorchjob.pool import GPUS, PoolSettings, TeamQuota, resolve_teams
+from torchgate.pytorchjob.units import Units
 
 log = logging.getLogger("torchgate.controller.admission.admitter")
 
-__all__ = ["KIND_PREEMPTING", "Admitter", "Hold", "JobKey", "Reservation", "Waiting"]
+KIND_PREEMPTING: Final = "Preempting"
 
 
-class Admitter(AdmissionBook):
-    """The admission cycle over the books of ``AdmissionBook``."""
+class Admitter:
+    """The admission cycle over a waiting queue and a capacity ledger."""
 
     def __init__(
         self,
@@ -101,17 +94,140 @@ class Admitter(AdmissionBook):
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        super().__init__(backoff_base=backoff_base, backoff_max=backoff_max, clock=clock)
+        self.queue = WaitingQueue(
+            backoff_base=backoff_base,
+            backoff_max=backoff_max,
+            refresh_seconds=reason_refresh_seconds,
+        )
+        self.ledger = CapacityLedger()
         self.on_admit_job = on_admit_job
         self.on_reason = on_reason
         self.on_admit = on_admit
         self.teams = teams
         self.pool_settings = pool_settings
         self.starvation_seconds = starvation_seconds
-        self.reason_refresh_seconds = reason_refresh_seconds
         self.stuck_seconds = stuck_seconds
+        self.clock = clock
         self.wall_clock = wall_clock
+        self.team_status: dict[str, dict[str, int]] = {}
         self.cycles = 0
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        """Ask for an admission cycle soon."""
+        self._wake.set()
+
+    # ------------------------------------------------------------------ cluster events
+
+    def on_node(self, kind: str, node: dict[str, Any], _: dict[str, Any] | None) -> None:
+        """Node informer handler."""
+        if self.ledger.on_node(kind, node):
+            self.wake()
+
+    def on_pod(self, kind: str, pod: dict[str, Any], _: dict[str, Any] | None) -> None:
+        """Pod informer handler (every pod of the cluster: they all use capacity).
+
+        Only freed capacity wakes a cycle: while a wave of gangs is created, thousands of new pods
+        would otherwise each start a cycle that can admit nothing.
+        """
+        metadata = pod.get("metadata") or {}
+        key = (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+        if self.ledger.on_pod(key, None if kind == "DELETED" else pod):
+            self.wake()
+
+    # ------------------------------------------------------------------ requests from reconcilers
+
+    def request(
+        self,
+        key: JobKey,
+        *,
+        uid: str,
+        demands: Sequence[PodDemand],
+        min_count: int,
+        usage: Units,
+        priority: int,
+        created: str,
+        gpu_resource: str,
+        preempts: bool = True,
+        topology_level: str | None = None,
+        topology_required: bool = False,
+    ) -> None:
+        """A job needs its gang placed (idempotent; keeps its place in the queue).
+
+        Asking again while capacity is reserved or held for it changes nothing.
+        """
+        if self.ledger.has_capacity_for(key, uid):
+            log.debug("%s/%s: admission asked while capacity is reserved or held", *key)
+            return
+        self.ledger.end_eviction(key)  # a preempted gang whose pods are gone queues again
+        self.ledger.note(key, priority=priority, gpu_resource=gpu_resource)
+        queued = self.queue.request(
+            key,
+            uid=uid,
+            demands=demands,
+            min_count=min_count,
+            usage=usage,
+            priority=priority,
+            created=created,
+            gpu_resource=gpu_resource,
+            preempts=preempts,
+            topology_level=topology_level,
+            topology_required=topology_required,
+            now=self.clock(),
+        )
+        if queued:
+            self.wake()
+
+    def note(self, key: JobKey, *, priority: int, gpu_resource: str) -> None:
+        """What a running job counts as (its pods may carry no or an older priority)."""
+        self.ledger.note(key, priority=priority, gpu_resource=gpu_resource)
+
+    def reservation_for(self, key: JobKey, uid: str) -> Mapping[str, str] | None:
+        """Where the job's pods go, when capacity is reserved for it."""
+        return self.ledger.reservation_for(key, uid)
+
+    def wait_reason(self, key: JobKey) -> str | None:
+        """Why the job waits, as last reported (the newest reason, at most every refresh).
+
+        Planning writes this into the job's status, so it must be the throttled message, not the
+        newest one: the job's own status writes wake its reconcile, and every waiting job would
+        otherwise rewrite its status each time the free count changes.
+        """
+        hold = self.ledger.holds.get(key)
+        if hold is not None:
+            victims = ", ".join("/".join(victim) for victim in hold.victims)
+            return f"preempting {victims}: waiting for their pods to terminate"
+        return self.queue.reason(key)
+
+    def wait_kind(self, key: JobKey) -> str | None:
+        """What the job waits for: ``Quota``, ``Capacity``, ``Topology`` or ``Preempting``."""
+        if key in self.ledger.holds:
+            return KIND_PREEMPTING
+        return self.queue.kind(key)
+
+    def preempted_by(self, key: JobKey) -> JobKey | None:
+        """The preemptor when the job's gang was chosen as a victim and is being evicted."""
+        return self.ledger.preempted_by(key)
+
+    def release(self, key: JobKey) -> None:
+        """Drop the job's reservation: its pods were deleted, so it no longer describes them."""
+        self.ledger.release(key)
+
+    def cancel(self, key: JobKey) -> None:
+        """The job is gone, finished, suspended or not ours: forget it."""
+        changed = self.queue.cancel(key)
+        changed |= self.ledger.forget(key)
+        if changed:
+            self.wake()
+
+    def back_off(self, key: JobKey) -> float:
+        """The job's gang was torn down after a timeout: make it wait before trying again."""
+        self.ledger.release(key)
+        return self.queue.back_off(key, self.clock())
+
+    def free(self) -> dict[str, dict[str, int]]:
+        """Free capacity per node (``CapacityLedger.free``)."""
+        return self.ledger.free()
 
     # ------------------------------------------------------------------ the cycle
 
@@ -131,56 +247,50 @@ class Admitter(AdmissionBook):
         """Decide every waiting gang once; return the jobs admitted (reservations made)."""
         self.cycles += 1
         now = self.clock()
-        admitted = self._release_holds(now)
-        teams = self.teams()
-        if not self.waiting:
+        admitted = self._settle_holds(now)
+        resolved = resolve_teams(self.teams().values())
+        teams, owner = resolved.valid, resolved.owners
+        if not self.queue.waiting:
             if teams:  # what ``kubectl get teamquotas`` shows stays current
-                owner = namespace_owners(teams)
-                running = self.holding(owner, self.wall_clock())
-                self.team_status = pooling.team_statuses(teams, running, ())
+                running = self.ledger.holding(owner, self.wall_clock())
+                self.team_status = team_statuses(teams, running, ())
             return admitted
-        free = self.free()
+        free = self.ledger.free()
         settings = self.pool_settings()
-        levels = pooling.topology_levels(s.topology.levels for s in settings)
-        owner = namespace_owners(teams)
+        levels = topology_levels(s.topology.levels for s in settings)
         wall = self.wall_clock()
-        ready = [w for w in sorted(self.waiting.values(), key=Waiting.order) if w.not_before <= now]
+        ready = self.queue.ready(now)
         eligibility: MutableMapping[Signature, tuple[str, ...]] = {}
         allowed_nodes: dict[frozenset[Signature], frozenset[str]] = {}
         without_gpus: dict[tuple[str, bool], frozenset[str] | None] = {}
         gangs = [
             self._gang(w, owner, levels, eligibility, allowed_nodes, without_gpus) for w in ready
         ]
-        running = self.holding(owner, wall)
+        running = self.ledger.holding(owner, wall)
         pool = Pool(
-            topology=self.topology_for(levels),
-            free={name: pooling.to_units(left, capacity=True) for name, left in free.items()},
+            topology=self.ledger.topology_for(levels),
+            free=free,
             teams=teams,
             admitted=running,
-            preemption=pooling.protection(s.preemption for s in settings),
+            preemption=protection(s.preemption for s in settings),
         )
         outcomes = {o.key: o for o in decide(pool, gangs, wall)}
         starving = self._starving(ready, outcomes, now)
         if starving is not None:  # nothing behind a starving job jumps the queue
             ready = ready[: starving + 1]
             outcomes = {o.key: o for o in decide(pool, gangs[: starving + 1], wall)}
-        self.team_status = pooling.team_statuses(
-            teams, running, (owner.get(key[0]) for key in self.waiting)
+        self.team_status = team_statuses(
+            teams, running, (owner.get(key[0]) for key in self.queue.waiting)
         )
-        misses: dict[object, str] = {}
-        views = list(self.nodes.values())
         for waiting in ready:
             outcome = outcomes[waiting.key]
             if isinstance(outcome, Admit):
-                self._admit(waiting, outcome.nodes, free, eligibility, now)
+                self._admit(waiting, outcome.nodes, now)
                 admitted.append(waiting.key)
             elif isinstance(outcome, Preempt):
                 self._preempt(waiting, outcome, now)
             else:
-                message = outcome.message
-                if outcome.kind == "Capacity":
-                    message = self._shortfall(waiting, views, free, eligibility, misses) or message
-                self._still_waiting(waiting, outcome.kind, message, now)
+                self._still_waiting(waiting, outcome, now)
         return admitted
 
     def _starving(
@@ -201,6 +311,7 @@ class Admitter(AdmissionBook):
         return None
 
     # ------------------------------------------------------------------ facts of a cycle
+
     def _gang(
         self,
         waiting: Waiting,
@@ -210,33 +321,40 @@ class Admitter(AdmissionBook):
         allowed_nodes: dict[frozenset[Signature], frozenset[str]],
         without_gpus: dict[tuple[str, bool], frozenset[str] | None],
     ) -> WaitingGang:
-        requests, usage = waiting.requests_and_usage()
+        required = waiting.required()
+        requests = {d.pod_name: d.requests for d in required}
+        usage = waiting.usage
         asks_gpus = usage.get(GPUS, 0) > 0
         preference = (waiting.gpu_resource, asks_gpus)
         if preference not in without_gpus:  # the same few answers for every gang of a cycle
-            without_gpus[preference] = pooling.gpu_free_nodes(
+            without_gpus[preference] = gpu_free_nodes(
                 usage,
                 waiting.gpu_resource,
-                ((view.name, view.allocatable) for view in self.nodes.values()),
+                ((view.name, view.allocatable) for view in self.ledger.nodes.values()),
             )
         preferred = without_gpus[preference]
-        required = waiting.required()
         signatures = frozenset(demand.signature for demand in required)
         allowed = allowed_nodes.get(signatures)
         if allowed is None:  # hundreds of waiting gangs share a few distinct constraint sets
             found: set[str] | None = None
             for signature in signatures:
-                if signature not in eligibility:
-                    eligibility[signature] = eligible_nodes(signature, self.nodes.values())
-                nodes = eligibility[signature]
+                nodes = self._eligible(signature, eligibility)
                 found = set(nodes) if found is None else found & set(nodes)
             allowed = allowed_nodes[signatures] = frozenset(found or ())
+        blocked = next((d for d in required if not eligibility[d.signature]), None)
+        no_node = None
+        if blocked is not None:
+            no_node = no_eligible_node(blocked, list(self.ledger.nodes.values()))
+        extras = tuple(
+            OptionalPod(d.pod_name, d.requests, self._eligible(d.signature, eligibility))
+            for d in waiting.demands[len(required) :]
+        )
         return WaitingGang(
             key=waiting.key,
             team=owner.get(waiting.key[0]),
             priority=waiting.priority,
             created=waiting.created,
-            pods=tuple(d.pod_name for d in required),
+            pods=tuple(requests),
             requests=requests,
             usage=usage,
             shape=shape_of(
@@ -245,69 +363,57 @@ class Admitter(AdmissionBook):
                 allowed=allowed,
                 preferred=preferred,
             ),
-            topology=pooling.job_topology(
-                waiting.topology_level, waiting.topology_required, levels
-            ),
+            topology=job_topology(waiting.topology_level, waiting.topology_required, levels),
             preempts=waiting.preempts,
+            extras=extras,
+            where=pool_of(required[0]) if required else "in the cluster",
+            gpu_resource=waiting.gpu_resource,
+            no_node=no_node,
         )
+
+    def _eligible(
+        self, signature: Signature, eligibility: MutableMapping[Signature, tuple[str, ...]]
+    ) -> tuple[str, ...]:
+        """The nodes that admit ``signature`` (computed once per cycle)."""
+        if signature not in eligibility:
+            eligibility[signature] = eligible_nodes(signature, self.ledger.nodes.values())
+        return eligibility[signature]
 
     # ------------------------------------------------------------------ applying outcomes
 
-    def _admit(
-        self,
-        waiting: Waiting,
-        nodes: Mapping[str, str],
-        free: dict[str, dict[str, Decimal]],
-        eligibility: MutableMapping[Signature, tuple[str, ...]],
-        now: float,
-    ) -> None:
-        del self.waiting[waiting.key]
-        placed = dict(nodes)
+    def _admit(self, waiting: Waiting, nodes: Mapping[str, str], now: float) -> None:
+        self.queue.take(waiting.key)
         by_name = {d.pod_name: d for d in waiting.demands}
-        for pod, node in placed.items():
-            add(free.setdefault(node, {}), by_name[pod].requests, -1)
-        for extra in waiting.demands[len(waiting.required()) :]:
-            found = _place_extra(extra, placed, free, eligibility, self.nodes.values())
-            if found is not None:
-                placed[extra.pod_name] = found
-                add(free[found], extra.requests, -1)
-        self.reservations[waiting.key] = Reservation(
+        reservation = Reservation(
             uid=waiting.uid,
-            nodes=placed,
-            requests={pod: by_name[pod].requests for pod in placed},
+            nodes=dict(nodes),
+            requests={pod: by_name[pod].requests for pod in nodes},
             since=now,
             waited=now - waiting.since,
         )
-        self.admitted_at[waiting.key] = self.wall_clock()
+        self.ledger.reserve(waiting.key, reservation, admitted_at=self.wall_clock())
         self.on_admit(now - waiting.since)
         log.info(
             "admitted %s/%s onto %d node(s) after %.2fs",
             waiting.key[0],
             waiting.key[1],
-            len(set(placed.values())),
+            len(set(nodes.values())),
             now - waiting.since,
             extra={"job": "/".join(waiting.key)},
         )
         self.on_admit_job(waiting.key)
 
     def _preempt(self, waiting: Waiting, outcome: Preempt, now: float) -> None:
-        del self.waiting[waiting.key]
+        self.queue.hold_place(waiting.key)
         by_name = {d.pod_name: d for d in waiting.demands}
-        pods = frozenset(
-            pod for victim in outcome.victims for pod in self.ledger.gangs.get(victim, ())
+        reservation = Reservation(
+            uid=waiting.uid,
+            nodes=dict(outcome.nodes),
+            requests={pod: by_name[pod].requests for pod in outcome.nodes},
+            since=now,
+            waited=now - waiting.since,
         )
-        self.holds[waiting.key] = Hold(
-            reservation=Reservation(
-                uid=waiting.uid,
-                nodes=dict(outcome.nodes),
-                requests={pod: by_name[pod].requests for pod in outcome.nodes},
-                since=now,
-                waited=now - waiting.since,
-            ),
-            victims=outcome.victims,
-            victim_pods=pods,
-            waiting=waiting,
-        )
+        self.ledger.hold(waiting.key, reservation, outcome.victims)
         log.info(
             "%s/%s preempts %s",
             *waiting.key,
@@ -315,65 +421,29 @@ class Admitter(AdmissionBook):
             extra={"job": "/".join(waiting.key)},
         )
         for victim in outcome.victims:
-            self.evicting[victim] = waiting.key
-            self.reservations.pop(victim, None)
             self.on_reason(victim)
         self.on_reason(waiting.key)
 
-    def _release_holds(self, now: float) -> list[JobKey]:
+    def _settle_holds(self, now: float) -> list[JobKey]:
         """Holds whose victims' pods are all gone become reservations; stuck ones are given up."""
-        released = []
-        for key, hold in list(self.holds.items()):
-            left = [pod for pod in hold.victim_pods if pod in self.ledger.pods]
+        settled = []
+        for key in list(self.ledger.holds):
+            left = self.ledger.victim_pods_left(key)
             if left:
-                if self._stuck(left):
-                    self._give_up(key, hold, left)
+                if self.ledger.stuck(left, late=self.wall_clock() - self.stuck_seconds):
+                    self._give_up(key, left)
                 continue
-            del self.holds[key]
-            self.reservations[key] = hold.reservation
-            self.admitted_at[key] = self.wall_clock()
-            self.on_admit(hold.reservation.waited + now - hold.reservation.since)
-            released.append(key)
+            reservation = self.ledger.settle(key, admitted_at=self.wall_clock())
+            self.queue.drop_place(key)
+            self.on_admit(reservation.waited + now - reservation.since)
+            settled.append(key)
             self.on_admit_job(key)
-        return released
+        return settled
 
-    def _shortfall(
-        self,
-        waiting: Waiting,
-        views: Sequence[NodeView],
-        free: Mapping[str, Resources],
-        eligibility: MutableMapping[Signature, tuple[str, ...]],
-        misses: dict[object, str],
-    ) -> str | None:
-        """``place_gang``'s account of what is short (memoised by the gang's pods' shape)."""
-        memo = tuple((d.signature, tuple(sorted(d.requests.items()))) for d in waiting.required())
-        if memo not in misses:
-            found = place_gang(
-                waiting.required(),
-                views,
-                free,
-                min_count=waiting.min_count,
-                gpu_resource=waiting.gpu_resource,
-                eligibility_cache=eligibility,
-            )
-            misses[memo] = "" if isinstance(found, Placement) else found.message
-        return misses[memo] or None
-
-    def _stuck(self, pods: Sequence[PodKey]) -> bool:
-        """Whether every pod was deleted and is still there ``stuck_seconds`` past its time."""
-        late = self.wall_clock() - self.stuck_seconds
-        for pod in pods:
-            member = self.ledger.members.get(pod)
-            if member is None or member.gone_by is None or member.gone_by > late:
-                return False
-        return True
-
-    def _give_up(self, key: JobKey, hold: Hold, stuck: Sequence[PodKey]) -> None:
+    def _give_up(self, key: JobKey, stuck: Sequence[PodKey]) -> None:
         """The victims' pods do not go away: the preemptor is decided again without them."""
-        del self.holds[key]
-        waiting = hold.waiting
-        waiting.reported_kind = waiting.reported_reason = waiting.reported_at = None
-        self.waiting[key] = waiting
+        self.ledger.give_up(key)
+        self.queue.restore_place(key)
         log.warning(
             "%s/%s: %d victim pod(s) still terminating %.0fs past their grace period (%s); "
             "deciding again without them",
@@ -385,39 +455,7 @@ class Admitter(AdmissionBook):
         )
         self.on_reason(key)
 
-    def _still_waiting(self, waiting: Waiting, kind: str, message: str, now: float) -> None:
-        log.debug("%s/%s waits (%s): %s", *waiting.key, kind, message)
-        if waiting.reported_reason == message and waiting.reported_kind == kind:
-            return
-        # The free counts in the message change with every pod; rewriting the status of every
-        # waiting job on each change would flood the apiserver, so refreshes are throttled (a new
-        # kind of obstacle is reported at once).
-        stale = (
-            waiting.reported_at is None
-            or now - waiting.reported_at >= self.reason_refresh_seconds
-            or waiting.reported_kind != kind
-        )
-        if stale:
-            waiting.reported_at = now
-            waiting.reported_reason = message
-            waiting.reported_kind = kind
+    def _still_waiting(self, waiting: Waiting, outcome: Wait, now: float) -> None:
+        if self.queue.report(waiting, outcome.kind, lambda: outcome.message, now):
+            log.debug("%s/%s waits (%s): %s", *waiting.key, outcome.kind, outcome.message)
             self.on_reason(waiting.key)
-
-
-def _place_extra(
-    demand: PodDemand,
-    placed: Mapping[str, str],
-    free: Mapping[str, Resources],
-    eligibility: MutableMapping[Signature, tuple[str, ...]],
-    views: Any,
-) -> str | None:
-    """A node for an optional (elastic) pod: one the gang uses, else any eligible one."""
-    signature = demand.signature
-    if signature not in eligibility:
-        eligibility[signature] = eligible_nodes(signature, views)
-    eligible = eligibility[signature]
-    used = sorted(set(placed.values()))
-    for node in [*used, *eligible]:
-        if node in eligible and fits(free.get(node, {}), demand.requests):
-            return node
-    return None

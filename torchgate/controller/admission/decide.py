@@ -4,14 +4,17 @@ Why one function over the three rule modules: the order in which they are asked 
 team gets. ``decide`` is the cycle the admitter will run (it is pure: the admitter gathers the
 facts, calls it, and applies what it returns), and it keeps every decision whole-gang.
 
-Rules, per waiting gang in admission order (higher priority, then older, then by name):
+Rules, per waiting gang in admission order (``pool.admission_order``: higher priority, then
+older, then by name):
 
 1. Quota first (``quota.check_quota``): a gang over what its team may hold waits with reason
    ``Quota``, unless preemption (rule 3) frees quota for it. Gangs that would *borrow* are
    decided after every gang that stays within its team's nominal quota (as Kueue orders them),
    so that a team's own share is never lent out in the same cycle in which the team needs it.
 2. Then placement (``topology.place_topology``) against the free capacity left by every gang
-   admitted before it in this cycle; a placed gang is admitted (``Admit``, with what it borrows).
+   admitted before it in this cycle; a placed gang is admitted (``Admit``, with what it borrows)
+   and its pods beyond ``minAvailable`` go where they fit (``topology.place_extras``), so every
+   later gang sees their room taken too.
 3. A gang that cannot be admitted tries preemption, whole gangs only: borrowed gangs of other
    teams when the gang is within its own nominal quota (reclaim, any priority), and lower-priority
    gangs it may preempt (``preemption.may_preempt``), neither protected by the admin. The victims
@@ -21,12 +24,15 @@ Rules, per waiting gang in admission order (higher priority, then older, then by
    to anyone else in this cycle (their pods are still there). A gang admitted in this cycle is
    never a victim in it.
 4. Otherwise it waits (``Wait``) with the reason of the first obstacle: ``Quota``, ``Capacity``
-   or ``Topology``.
+   or ``Topology``. A ``Capacity`` wait says what is short (``topology.Shortfall``), or why no
+   node may take one of its pods at all (``WaitingGang.no_node``).
 
 Within a cycle free capacity only shrinks and quota usage only grows, so a gang of the same team,
 shape, size, topology request and priority as one that already failed fails too and is answered
 from a memo (cleared when a preemption changes usage), which keeps a cycle over hundreds of
-identical waiting gangs cheap.
+identical waiting gangs cheap. Gangs answered from the memo share its reason, so their messages
+must be the same too: what a message names (nodes, GPU resource, the pod no node admits) is part
+of the memo's key.
 """
 
 from __future__ import annotations
@@ -45,10 +51,8 @@ from torchgate.controller.admission.quota import (
     Admitted,
     Borrows,
     Fits,
-    JobKey,
     QuotaWait,
     Reclaims,
-    Units,
     check_quota,
     reclaim_candidates,
     still_borrowing,
@@ -57,14 +61,25 @@ from torchgate.controller.admission.quota import (
 )
 from torchgate.controller.admission.topology import (
     Capacity,
+    OptionalPod,
     Shape,
+    Shortfall,
     Topology,
     TopologyPlacement,
     TopologyWait,
     fits_topology,
+    place_extras,
     place_topology,
 )
-from torchgate.pytorchjob.pool import PreemptionSettings, TeamQuota, TopologyRequest
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.names import JobKey
+from torchgate.pytorchjob.pool import (
+    PreemptionSettings,
+    TeamQuota,
+    TopologyRequest,
+    admission_order,
+)
+from torchgate.pytorchjob.units import Units
 
 WaitKind = Literal["Quota", "Capacity", "Topology"]
 
@@ -84,6 +99,10 @@ class WaitingGang:
         shape: ``topology.shape_of`` its pods' requests (and eligible nodes).
         topology: The level it requires or prefers.
         preempts: ``False`` when its PriorityClass has ``preemptionPolicy: Never``.
+        extras: Its pods beyond ``minAvailable`` (elastic workers), placed only where they fit.
+        where: How messages name the nodes its pods may use (``nodes.pool_of``).
+        gpu_resource: What its policy counts as GPUs (messages name it first).
+        no_node: Why no node may take one of its pods (``nodes.no_eligible_node``), if so.
     """
 
     key: JobKey
@@ -96,10 +115,14 @@ class WaitingGang:
     shape: Shape
     topology: TopologyRequest = field(default_factory=TopologyRequest)
     preempts: bool = True
+    extras: tuple[OptionalPod, ...] = ()
+    where: str = "in the cluster"
+    gpu_resource: str = names.DEFAULT_GPU_RESOURCE
+    no_node: str | None = None
 
-    def order(self) -> tuple[int, str, JobKey]:
-        """Admission order: higher priority first, then older, then by key."""
-        return -self.priority, self.created, self.key
+    def order(self) -> tuple[int, str, str, str]:
+        """Its place in the cycle (``pool.admission_order``)."""
+        return admission_order(self.priority, self.created, self.key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +170,12 @@ class Wait:
 
     key: JobKey
     kind: WaitKind
-    message: str
+    reason: str | Shortfall
+
+    @property
+    def message(self) -> str:
+        """What the job's ``Queued`` condition says (a ``Shortfall`` is phrased on first read)."""
+        return str(self.reason)
 
 
 Outcome = Admit | Preempt | Wait
@@ -168,8 +196,14 @@ class _Cycle:
     def team(self, gang: WaitingGang) -> TeamQuota | None:
         return self.pool.teams.get(gang.team) if gang.team is not None else None
 
-    def admit(self, gang: WaitingGang, nodes: Mapping[str, str]) -> None:
+    def admit(self, gang: WaitingGang, nodes: Mapping[str, str], *, extras: bool) -> dict[str, str]:
+        """Take the gang's room (and, with ``extras``, place its optional pods); where it went."""
         self.capacity.take(nodes, gang.requests)
+        placed, requests = dict(nodes), gang.requests
+        if extras and gang.extras:
+            one_per_node = gang.shape.one_per_node
+            placed |= place_extras(self.capacity, nodes, gang.extras, one_per_node=one_per_node)
+            requests = {**requests, **{pod.name: pod.requests for pod in gang.extras}}
         if gang.team is not None:
             usage = self.usage.setdefault(gang.team, {})
             for name, amount in gang.usage.items():
@@ -182,10 +216,11 @@ class _Cycle:
                 priority=gang.priority,
                 usage=gang.usage,
                 admitted_at=self.now,
-                nodes=dict(nodes),
-                requests={pod: gang.requests[pod] for pod in nodes},
+                nodes=placed,
+                requests={pod: requests[pod] for pod in placed},
             )
         )
+        return placed
 
 
 def decide(pool: Pool, waiting: Sequence[WaitingGang], now: float) -> list[Outcome]:
@@ -220,6 +255,9 @@ def _memo_key(gang: WaitingGang) -> tuple[object, ...]:
         gang.topology,
         gang.priority,
         gang.preempts,
+        gang.where,
+        gang.gpu_resource,
+        gang.no_node,
     )
 
 
@@ -228,7 +266,7 @@ def _decide_one(cycle: _Cycle, gang: WaitingGang, *, borrow: bool) -> Outcome | 
     memo = _memo_key(gang)
     missed = cycle.misses.get(memo)
     if missed is not None:
-        return Wait(gang.key, missed.kind, missed.message)
+        return Wait(gang.key, missed.kind, missed.reason)
     team = cycle.team(gang)
     verdict = check_quota(team, gang.usage, cycle.usage, cycle.pool.teams)
     if isinstance(verdict, Borrows) and not borrow:
@@ -237,10 +275,11 @@ def _decide_one(cycle: _Cycle, gang: WaitingGang, *, borrow: bool) -> Outcome | 
     if isinstance(verdict, Fits | Borrows):
         placed = place_topology(cycle.capacity, gang.pods, gang.shape, gang.topology)
         if isinstance(placed, TopologyPlacement):
-            cycle.admit(gang, placed.nodes)
+            nodes = cycle.admit(gang, placed.nodes, extras=True)
             borrowed = verdict.amount if isinstance(verdict, Borrows) else {}
-            return Admit(gang.key, placed.nodes, borrowed, placed.domain, placed.preference_met)
-        obstacle = Wait(gang.key, placed.kind, placed.message)
+            return Admit(gang.key, nodes, borrowed, placed.domain, placed.preference_met)
+        reason = _shortfall(cycle, gang) if placed.kind == "Capacity" else placed.message
+        obstacle = Wait(gang.key, placed.kind, reason)
     elif isinstance(verdict, QuotaWait):
         obstacle = Wait(gang.key, "Quota", verdict.message)
     else:
@@ -251,6 +290,19 @@ def _decide_one(cycle: _Cycle, gang: WaitingGang, *, borrow: bool) -> Outcome | 
         return preempted
     cycle.misses[memo] = obstacle
     return obstacle
+
+
+def _shortfall(cycle: _Cycle, gang: WaitingGang) -> str | Shortfall:
+    """What a ``Capacity`` wait tells the user (rule 4)."""
+    if gang.no_node is not None:
+        return gang.no_node
+    return Shortfall(
+        cycle.capacity,
+        gang.shape,
+        gang.requests.values(),
+        where=gang.where,
+        gpu_resource=gang.gpu_resource,
+    )
 
 
 def _preempt(
@@ -304,7 +356,7 @@ def _preempt(
     cycle.admitted = [a for a in cycle.admitted if a.key not in gone]
     cycle.settled = None
     cycle.usage = without(cycle.usage, choice.victims)
-    cycle.admit(gang, placed.nodes)
+    cycle.admit(gang, placed.nodes, extras=False)
     return Preempt(gang.key, tuple(sorted(gone)), placed.nodes)
 
 

@@ -1,26 +1,50 @@
-"""The capacity ledger: what live pods take per node, and torchgate's pods grouped by job.
+"""The capacity ledger: what holds capacity on each node, and what that leaves free.
 
-Kept from pod *events* (not recomputed per admission cycle), so a cycle costs O(nodes + waiting
-jobs) even with thousands of pods. A pod counts on its node (``spec.nodeName``, or the node the
-admitter planned, ``torchgate.io/planned-node``, before binding) until it is terminated or gone.
-torchgate's pods (labelled with the operator and job name) are also grouped by job: the running
-gangs that quota counts and preemption may choose from.
+Why a class apart from the waiting queue: it changes with the cluster (pod and node events) and
+with the cycle's outcomes (reservations, holds, evictions), never with a job's request; the
+admitter reads it for every cycle. It is kept from pod *events*, not recomputed per cycle, so a
+cycle costs O(nodes + waiting jobs) even with thousands of pods. Pure: callers pass the time.
+
+Rules:
+
+1. **Live pods** (``on_pod``): a pod counts on its node (``spec.nodeName``, or the node the
+   admitter planned, ``torchgate.io/planned-node``, before binding) until it is terminated or
+   gone. torchgate's pods (labelled with the operator and job name) are also grouped by job:
+   the running gangs quota counts and preemption may choose from. Only a pod that ended, went
+   away or moved frees capacity; a new pod never lets a waiting gang in.
+2. **Reservations** (``reserve``): capacity promised to an admitted gang until the ledger has
+   seen every pod of it; only then is it dropped (``free``), so no moment exists when neither
+   counts a pod. ``release`` drops it when the job's pods were deleted.
+3. **Holds** (``hold``): a preemptor's nodes, counted in full on top of the victims' pods still
+   there, so nothing else takes them; each victim maps to its preemptor (``preempted_by``) until
+   its pods are gone. A hold whose victims are all gone becomes a reservation (``settle``); one
+   whose victims' pods left are all stuck (``stuck``: still there ``stuck_seconds`` after the
+   time their deletion gave them, as on a lost node) is given up (``give_up``): the victims stay
+   victims (neither counted nor chosen again while their pods are there).
+4. **Capacity** (``free``): allocatable minus live pods, minus reservations not yet observed,
+   minus holds, in milli-units and never below zero.
+5. **Gangs holding capacity** (``holding``): running gangs (never victims) with the priority
+   their reconcile reports (``note``) and their admission time, reservations and holds at
+   ``preemption.HELD_PRIORITY``; quota counts them and preemption may choose from them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from decimal import Decimal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final
 
-from torchgate.controller.admission import units as pooling
-from torchgate.controller.admission.nodes import Resources, demand_requests
+from torchgate.controller.admission.nodes import NodeView, node_view
+from torchgate.controller.admission.preemption import HELD_PRIORITY
+from torchgate.controller.admission.quota import Admitted
+from torchgate.controller.admission.topology import Topology, build_topology
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.names import JobKey
+from torchgate.pytorchjob.pool import quota_usage
+from torchgate.pytorchjob.units import Units, add, pod_units, subtract
 
-JobKey = tuple[str, str]
 PodKey = tuple[str, str]
-ZERO: Final = Decimal(0)
 TERMINATED_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 
@@ -35,23 +59,63 @@ class Member:
 
 
 @dataclass(slots=True)
-class Ledger:
-    """Requests of live pods per node, and torchgate's pods grouped by job."""
+class Reservation:
+    """Capacity promised to a job whose pods are being created."""
 
-    used: dict[str, dict[str, Decimal]] = field(default_factory=dict)
-    pods: dict[PodKey, tuple[str, Resources]] = field(default_factory=dict)
-    members: dict[PodKey, Member] = field(default_factory=dict)
-    gangs: dict[JobKey, set[PodKey]] = field(default_factory=dict)
+    uid: str
+    nodes: Mapping[str, str]  # pod name -> node
+    requests: Mapping[str, Units]  # pod name -> what it takes
+    since: float
+    waited: float
 
-    def update(self, key: PodKey, pod: Mapping[str, Any] | None) -> bool:
-        """Account for a pod's new state; return whether it freed capacity somewhere.
 
-        A new pod only takes capacity, so it can never let a waiting gang in; only a pod that
-        ended, went away or moved (bound elsewhere than planned) can.
-        """
+@dataclass(slots=True)
+class Hold:
+    """Capacity kept for a preemptor while its victims' pods terminate."""
+
+    reservation: Reservation
+    victims: tuple[JobKey, ...]
+    victim_pods: frozenset[PodKey]
+
+
+class CapacityLedger:
+    """Nodes, live pods, reservations, holds and evictions; what they leave free."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeView] = {}
+        self.used: dict[str, dict[str, int]] = {}  # node -> what its live pods take
+        self.pods: dict[PodKey, tuple[str, Units]] = {}  # live pod -> (node, what it takes)
+        self.members: dict[PodKey, Member] = {}
+        self.gangs: dict[JobKey, set[PodKey]] = {}
+        self.reservations: dict[JobKey, Reservation] = {}
+        self.holds: dict[JobKey, Hold] = {}
+        self.evicting: dict[JobKey, JobKey] = {}  # victim -> its preemptor
+        self.gpu_resources: dict[JobKey, str] = {}
+        self.priorities: dict[JobKey, int] = {}  # as asked, for the gang once it runs
+        # When this process admitted the job (wall clock; pods' creation seconds after a restart).
+        self.admitted_at: dict[JobKey, float] = {}
+        self._topology: tuple[tuple[str, ...], Topology] | None = None
+
+    # ------------------------------------------------------------------ rule 1: the cluster
+
+    def on_node(self, kind: str, node: Mapping[str, Any]) -> bool:
+        """A node was added, changed or deleted; whether that changes what the cycle sees."""
+        name = str((node.get("metadata") or {}).get("name") or "")
+        if kind == "DELETED":
+            self.nodes.pop(name, None)
+        else:
+            view = node_view(node)
+            if view is None or self.nodes.get(name) == view:
+                return False
+            self.nodes[name] = view
+        self._topology = None
+        return True
+
+    def on_pod(self, key: PodKey, pod: Mapping[str, Any] | None) -> bool:
+        """Account for a pod's new state (``None``: gone); whether it freed capacity (rule 1)."""
         before = self.pods.pop(key, None)
         if before is not None:
-            add(self.used.setdefault(before[0], {}), before[1], -1)
+            subtract(self.used.setdefault(before[0], {}), before[1])
             member = self.members.pop(key, None)
             if member is not None:
                 gang = self.gangs.get(member.job)
@@ -62,15 +126,172 @@ class Ledger:
         after = pod_usage(pod) if pod is not None else None
         if after is not None and pod is not None:
             self.pods[key] = after
-            add(self.used.setdefault(after[0], {}), after[1], 1)
+            add(self.used.setdefault(after[0], {}), after[1])
             member = member_of(pod)
             if member is not None:
                 self.members[key] = member
                 self.gangs.setdefault(member.job, set()).add(key)
         return before is not None and before != after
 
+    def note(self, key: JobKey, *, priority: int, gpu_resource: str) -> None:
+        """What the job's gang counts as once it runs (its pods may carry no or an older one)."""
+        self.priorities[key] = priority
+        self.gpu_resources[key] = gpu_resource
 
-def pod_usage(pod: Mapping[str, Any]) -> tuple[str, Resources] | None:
+    # ------------------------------------------------------------------ rules 2-3: outcomes
+
+    def reserve(self, key: JobKey, reservation: Reservation, *, admitted_at: float) -> None:
+        """Promise the job's gang its nodes until the ledger has its pods (rule 2)."""
+        self.reservations[key] = reservation
+        self.admitted_at[key] = admitted_at
+
+    def reservation_for(self, key: JobKey, uid: str) -> Mapping[str, str] | None:
+        """Where the job's pods go, when capacity is reserved for it."""
+        reservation = self.reservations.get(key)
+        return reservation.nodes if reservation is not None and reservation.uid == uid else None
+
+    def has_capacity_for(self, key: JobKey, uid: str) -> bool:
+        """Whether capacity is reserved or held for this job (its uid)."""
+        reservation = self.reservations.get(key)
+        hold = self.holds.get(key)
+        return (reservation is not None and reservation.uid == uid) or (
+            hold is not None and hold.reservation.uid == uid
+        )
+
+    def release(self, key: JobKey) -> None:
+        """Drop the job's reservation: its pods were deleted, so it no longer describes them."""
+        self.reservations.pop(key, None)
+
+    def hold(self, key: JobKey, reservation: Reservation, victims: tuple[JobKey, ...]) -> None:
+        """Keep the preemptor's nodes while ``victims`` are evicted (rule 3)."""
+        pods = frozenset(pod for victim in victims for pod in self.gangs.get(victim, ()))
+        self.holds[key] = Hold(reservation=reservation, victims=victims, victim_pods=pods)
+        for victim in victims:
+            self.evicting[victim] = key
+            self.reservations.pop(victim, None)
+
+    def victim_pods_left(self, key: JobKey) -> list[PodKey]:
+        """The pods of the hold's victims that are still there."""
+        return [pod for pod in self.holds[key].victim_pods if pod in self.pods]
+
+    def stuck(self, pods: Sequence[PodKey], *, late: float) -> bool:
+        """Whether every pod was deleted and should have been gone by ``late`` (rule 3)."""
+        for pod in pods:
+            member = self.members.get(pod)
+            if member is None or member.gone_by is None or member.gone_by > late:
+                return False
+        return True
+
+    def settle(self, key: JobKey, *, admitted_at: float) -> Reservation:
+        """The hold's victims are gone: it becomes a reservation (rule 3)."""
+        reservation = self.holds.pop(key).reservation
+        self.reserve(key, reservation, admitted_at=admitted_at)
+        return reservation
+
+    def give_up(self, key: JobKey) -> None:
+        """Drop the hold; its victims stay victims while their pods are there (rule 3)."""
+        del self.holds[key]
+
+    def preempted_by(self, key: JobKey) -> JobKey | None:
+        """The preemptor when the job's gang was chosen as a victim and is being evicted."""
+        return self.evicting.get(key)
+
+    def end_eviction(self, key: JobKey) -> None:
+        """A victim asks again (its pods are gone): it is a job like any other."""
+        self.evicting.pop(key, None)
+
+    def forget(self, key: JobKey) -> bool:
+        """The job is gone, finished, suspended or not ours; whether it held capacity."""
+        changed = self.reservations.pop(key, None) is not None
+        changed |= self.holds.pop(key, None) is not None
+        if key not in self.gangs:  # a victim stays one while its pods hold their nodes
+            self.evicting.pop(key, None)
+        self.gpu_resources.pop(key, None)
+        self.priorities.pop(key, None)
+        self.admitted_at.pop(key, None)
+        return changed
+
+    # ------------------------------------------------------------------ rules 4-5: for the cycle
+
+    def free(self) -> dict[str, dict[str, int]]:
+        """Free capacity per node: allocatable - live pods - reservations not yet observed - holds.
+
+        A reserved pod counts through its reservation until the ledger (fed by pod *events*) has
+        it; only then is the reservation dropped. Releasing it when the pod merely exists in a
+        cache written through by the reconciler would leave a moment when neither counts it, and
+        the next gang would be placed on GPUs kube-scheduler knows are taken. A hold counts in
+        full (on top of the victims' pods still there), so nothing else takes its nodes.
+        """
+        free: dict[str, dict[str, int]] = {}
+        for name, view in self.nodes.items():
+            left = dict(view.allocatable)
+            subtract(left, self.used.get(name, {}))
+            free[name] = left
+        settled: list[JobKey] = []
+        for key, reservation in self.reservations.items():
+            unseen = 0
+            for pod, node_name in reservation.nodes.items():
+                if (key[0], pod) in self.pods:
+                    continue
+                unseen += 1
+                if node_name in free:
+                    subtract(free[node_name], reservation.requests[pod])
+            if not unseen:
+                settled.append(key)
+        for key in settled:
+            del self.reservations[key]
+        for hold in self.holds.values():
+            for pod, node_name in hold.reservation.nodes.items():
+                if node_name in free:
+                    subtract(free[node_name], hold.reservation.requests[pod])
+        return {name: {r: max(0, a) for r, a in left.items()} for name, left in free.items()}
+
+    def topology_for(self, levels: tuple[str, ...]) -> Topology:
+        """The domain tree of the nodes, rebuilt only when the nodes or the levels change."""
+        if self._topology is None or self._topology[0] != levels:
+            nodes = [(view.name, view.labels) for view in self.nodes.values()]
+            self._topology = (levels, build_topology(levels, nodes))
+        return self._topology[1]
+
+    def holding(self, owner: Mapping[str, str], wall: float) -> list[Admitted]:
+        """Every gang holding capacity: running gangs, reservations and holds (rule 5)."""
+        gangs: dict[JobKey, tuple[dict[str, str], dict[str, Units], int, float]] = {}
+        for job, pods in self.gangs.items():
+            if job in self.evicting:
+                continue  # going away: neither counted nor chosen again
+            members = [self.members[pod] for pod in pods]
+            created = [m.created for m in members if m.created is not None]
+            gangs[job] = (
+                {pod[1]: self.pods[pod][0] for pod in pods},
+                {pod[1]: self.pods[pod][1] for pod in pods},
+                self.priorities.get(job, max(m.priority for m in members)),
+                self.admitted_at.get(job, min(created) if created else 0.0),
+            )
+        held = [(k, r) for k, r in self.reservations.items()]
+        held += [(k, h.reservation) for k, h in self.holds.items()]
+        for job, reservation in held:
+            nodes, requests, _, _ = gangs.get(job, ({}, {}, 0, wall))
+            nodes = {**reservation.nodes, **nodes}
+            requests = {**reservation.requests, **requests}
+            gangs[job] = (nodes, requests, HELD_PRIORITY, wall)
+        out = []
+        for job, (nodes, requests, priority, started) in sorted(gangs.items()):
+            gpu = self.gpu_resources.get(job, names.DEFAULT_GPU_RESOURCE)
+            out.append(
+                Admitted(
+                    key=job,
+                    team=owner.get(job[0]),
+                    priority=priority,
+                    usage=quota_usage(requests.values(), gpu),
+                    admitted_at=started,
+                    nodes=nodes,
+                    requests=requests,
+                )
+            )
+        return out
+
+
+def pod_usage(pod: Mapping[str, Any]) -> tuple[str, Units] | None:
     """The node a pod takes capacity on and its requests; ``None`` when it takes none."""
     status = pod.get("status") or {}
     if status.get("phase") in TERMINATED_PHASES:
@@ -83,7 +304,7 @@ def pod_usage(pod: Mapping[str, Any]) -> tuple[str, Resources] | None:
         )
     if not isinstance(node, str) or not node:
         return None
-    return node, demand_requests(spec)
+    return node, pod_units(spec)
 
 
 def member_of(pod: Mapping[str, Any]) -> Member | None:
@@ -97,17 +318,16 @@ def member_of(pod: Mapping[str, Any]) -> Member | None:
     return Member(
         job=(str(metadata.get("namespace") or ""), job),
         priority=priority if isinstance(priority, int) else 0,
-        created=pooling.epoch_seconds(metadata.get("creationTimestamp")),
-        gone_by=pooling.epoch_seconds(metadata.get("deletionTimestamp")),
+        created=epoch_seconds(metadata.get("creationTimestamp")),
+        gone_by=epoch_seconds(metadata.get("deletionTimestamp")),
     )
 
 
-def add(total: dict[str, Decimal], requests: Resources, sign: int) -> None:
-    """Add (``sign`` 1) or subtract (-1) ``requests`` to ``total`` in place."""
-    for name, amount in requests.items():
-        total[name] = total.get(name, ZERO) + sign * amount
-
-
-def fits(free: Resources, requests: Resources) -> bool:
-    """Whether every positive request fits in ``free``."""
-    return all(free.get(name, ZERO) >= amount for name, amount in requests.items() if amount > 0)
+def epoch_seconds(timestamp: object) -> float | None:
+    """An RFC 3339 timestamp (``creationTimestamp``) as seconds since the epoch, else ``None``."""
+    if not isinstance(timestamp, str) or not timestamp:
+        return None
+    try:
+        return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

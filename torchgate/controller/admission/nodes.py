@@ -1,6 +1,6 @@
 """Which nodes a pod may run on: kube-scheduler's filters for what a pod template can say.
 
-torchgate places whole gangs itself (``placement``), so it must know, before any pod exists, which
+torchgate places whole gangs itself (``topology``), so it must know, before any pod exists, which
 nodes kube-scheduler would accept for each of them; a gang placed on a node the scheduler then
 refuses would hold its reservation until the schedule timeout. The rules mirror kube-scheduler's
 filters, one function each:
@@ -15,10 +15,11 @@ filters, one function each:
    only a preference), with Kubernetes' ``ToleratesTaint`` (``Toleration.tolerates``).
 
 Resources and host ports are not filters here: they depend on what else is on the node, which is
-the packing's business (``placement``). ``PodDemand`` carries both: a pod's requests (plus one
-``pods`` slot) and host ports, and the constraints above as a hashable ``signature``, so pods with
-equal constraints share one eligibility answer. ``exclusion_reason`` says which filter left no node,
-for the waiting job's condition.
+placement's business (``topology``: slots per node, one pod of a gang per node with host ports).
+``PodDemand`` carries both: a pod's requests (plus one ``pods`` slot) and host ports, and the
+constraints above as a hashable ``signature``, so pods with equal constraints share one
+eligibility answer. ``no_eligible_node`` says which filter left no node for a pod (its
+``exclusion_reason``), for the waiting job's condition.
 """
 
 from __future__ import annotations
@@ -26,19 +27,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any, Final
 
 from torchgate.pytorchjob import names
-from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
-from torchgate.pytorchjob.spec import JobSpec, pinned_hosts, pod_requests, pod_spec_of
+from torchgate.pytorchjob.spec import JobSpec, pinned_hosts, pod_spec_of
+from torchgate.pytorchjob.units import Units, parse_capacity, pod_units
 
-ZERO: Final = Decimal(0)
-PODS: Final = "pods"
 BLOCKING_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
 _INTEGER = re.compile(r"^[+-]?[0-9]+$")
-
-Resources = Mapping[str, Decimal]
 
 
 # ------------------------------------------------------------------ constraint model
@@ -141,7 +137,7 @@ class NodeView:
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
-    allocatable: Resources = field(default_factory=dict)
+    allocatable: Units = field(default_factory=dict)  # milli-units, rounded down
     schedulable: bool = True
 
 
@@ -158,7 +154,7 @@ class PodDemand:
     """What one pod of a gang asks for and where it may go."""
 
     pod_name: str
-    requests: Resources
+    requests: Units  # ``units.pod_units``: milli-units, rounded up, plus one pod slot
     node_selector: tuple[tuple[str, str], ...] = ()
     affinity_terms: tuple[SelectorTerm, ...] | None = None  # None: no required node affinity
     tolerations: tuple[Toleration, ...] = ()
@@ -186,17 +182,6 @@ def _str(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
-def parse_resources(values: object) -> dict[str, Decimal]:
-    """A resource map from raw quantities; unparseable entries are skipped."""
-    out: dict[str, Decimal] = {}
-    for name, quantity in _mapping(values).items():
-        try:
-            out[str(name)] = parse_quantity(quantity)
-        except QuantityError:
-            continue
-    return out
-
-
 def node_view(raw: object) -> NodeView | None:
     """A ``NodeView`` from a raw Node, or ``None`` when it has no name."""
     node = _mapping(raw)
@@ -220,7 +205,7 @@ def node_view(raw: object) -> NodeView | None:
         name=name,
         labels=labels,
         taints=taints,
-        allocatable=parse_resources(status.get("allocatable")),
+        allocatable=parse_capacity(status.get("allocatable")),
         schedulable=ready and spec.get("unschedulable") is not True,
     )
 
@@ -285,20 +270,13 @@ def host_ports_of(pod_spec: Mapping[str, Any]) -> frozenset[tuple[str, int]]:
     return frozenset(ports)
 
 
-def demand_requests(pod_spec: Mapping[str, Any]) -> dict[str, Decimal]:
-    """What a pod takes from a node: its effective requests (zeros dropped) plus one pod slot."""
-    requests = {name: amount for name, amount in pod_requests(pod_spec).items() if amount > 0}
-    requests[PODS] = requests.get(PODS, ZERO) + 1
-    return requests
-
-
 def pod_demand(pod_name: str, template: object, *, hosts: Sequence[str] = ()) -> PodDemand:
     """The ``PodDemand`` of a pod built from ``template`` (``hosts``: the job's pinned hosts)."""
     pod_spec = pod_spec_of(template)
     selector = _mapping(pod_spec.get("nodeSelector"))
     return PodDemand(
         pod_name=pod_name,
-        requests=demand_requests(pod_spec),
+        requests=pod_units(pod_spec),
         node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),
         affinity_terms=required_affinity_terms(pod_spec),
         tolerations=tolerations_of(pod_spec),
@@ -358,6 +336,14 @@ def pool_of(demand: PodDemand) -> str:
     if demand.node_selector:
         return "in pool " + ",".join(f"{k}={v}" for k, v in demand.node_selector)
     return "in the cluster"
+
+
+def no_eligible_node(demand: PodDemand, nodes: Sequence[NodeView]) -> str:
+    """Why ``demand`` cannot be placed at all: where it may go and the filter that left nothing."""
+    return (
+        f"no eligible node {pool_of(demand)} for {demand.pod_name}: "
+        f"{exclusion_reason(demand, nodes)}"
+    )
 
 
 def exclusion_reason(demand: PodDemand, nodes: Sequence[NodeView]) -> str:

@@ -8,18 +8,26 @@ team's ``status`` (``usedGPUs``, ``borrowedGPUs``, ``admittedJobs``, ``waitingJo
 most every ``period`` seconds, so a busy pool costs one status write per team and period.
 
 A TeamQuota that does not parse, or that claims a namespace another team (earlier by name)
-already owns, is left out; its ``Valid`` condition says why.
+already owns (``pool.resolve_teams``), is left out; its ``Valid`` condition says why.
+
+Rules (each one function):
+
+1. ``team_statuses``: a TeamQuota's counters: GPUs used and borrowed (over nominal, in whole
+   GPUs, rounded up) by its admitted gangs, its admitted and waiting jobs; teams without jobs
+   count zeros.
+2. ``quota_conditions``: ``Valid`` with the errors that left a team out (``True`` without).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from torchgate.controller.admission import units as pooling
+from torchgate.controller.admission.quota import Admitted
 from torchgate.kube.client import MERGE_PATCH, KubeApi
 from torchgate.kube.errors import ApiError
 from torchgate.kube.informer import Informer
@@ -27,12 +35,14 @@ from torchgate.kube.resources import TEAM_QUOTAS
 from torchgate.pytorchjob.fieldpath import FieldError
 from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.pytorchjob.pool import (
+    GPUS,
     PoolSettings,
     TeamQuota,
     parse_team_quota,
+    resolve_teams,
     topology_request,
-    validate_quota_set,
 )
+from torchgate.pytorchjob.units import MILLI
 
 log = logging.getLogger("torchgate.controller.pool")
 
@@ -78,19 +88,14 @@ class PoolSource:
         parsed = self._parsed_quotas()
         errors = {name: list(found[1]) for name, found in parsed.items()}
         good = [found[0] for found in parsed.values() if found[0] is not None]
-        for name, clashes in validate_quota_set(good).items():
+        for name, clashes in resolve_teams(good).errors.items():
             errors[name].extend(clashes)
         return errors
 
     def teams(self) -> dict[str, TeamQuota]:
-        """The valid TeamQuotas by name."""
-        errors = self.report()
+        """The valid TeamQuotas by name (``pool.resolve_teams`` of those that parse)."""
         parsed = self._parsed_quotas()
-        return {
-            name: quota
-            for name, (quota, _) in parsed.items()
-            if quota is not None and not errors[name]
-        }
+        return dict(resolve_teams(q for q, _ in parsed.values() if q is not None).valid)
 
     def settings(self) -> list[PoolSettings]:
         """The ``preemption`` and ``topology`` sections of every valid PlacementPolicy, by name."""
@@ -126,7 +131,7 @@ class PoolSource:
         errors = self.report()
         for name in sorted(errors):
             status: dict[str, Any] = dict(counters.get(name) or _zero())
-            status["conditions"] = pooling.quota_conditions(errors[name])
+            status["conditions"] = quota_conditions(errors[name])
             if self._written.get(name) == status:
                 continue
             now = self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -149,3 +154,34 @@ class PoolSource:
 
 def _zero() -> dict[str, int]:
     return {"usedGPUs": 0, "borrowedGPUs": 0, "admittedJobs": 0, "waitingJobs": 0}
+
+
+def team_statuses(
+    teams: Mapping[str, TeamQuota],
+    admitted: Iterable[Admitted],
+    waiting: Iterable[str | None],
+) -> dict[str, dict[str, int]]:
+    """Team name -> its status counters (rule 1)."""
+    out = {name: _zero() for name in teams}
+    used: dict[str, int] = {}
+    for gang in admitted:
+        if gang.team in out:
+            out[gang.team]["admittedJobs"] += 1
+            used[gang.team] = used.get(gang.team, 0) + gang.usage.get(GPUS, 0)
+    for team in waiting:
+        if team in out:
+            out[team]["waitingJobs"] += 1
+    for name, amount in used.items():
+        limit = teams[name].limits.get(GPUS)
+        nominal = limit.nominal if limit is not None else amount
+        out[name]["usedGPUs"] = math.ceil(amount / MILLI)
+        out[name]["borrowedGPUs"] = math.ceil(max(0, amount - nominal) / MILLI)
+    return out
+
+
+def quota_conditions(errors: Sequence[FieldError]) -> list[dict[str, Any]]:
+    """The ``Valid`` condition of a TeamQuota, without its transition time (rule 2)."""
+    if not errors:
+        return [{"type": "Valid", "status": "True", "reason": "Valid", "message": ""}]
+    message = "; ".join(str(error) for error in errors)
+    return [{"type": "Valid", "status": "False", "reason": "Invalid", "message": message[:1024]}]

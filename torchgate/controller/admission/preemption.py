@@ -14,7 +14,7 @@ Rules (each one function):
    nothing; otherwise it may preempt gangs of *lower* priority of its own team, of no team, or of
    a team that is borrowing (over its nominal quota in any resource). A gang of a team within its
    nominal quota is never preempted by another team: the quota is a guarantee. (Taking back lent
-   quota from a borrowing team, whatever the priorities, is ``quota.reclaim``.)
+   quota from a borrowing team, whatever the priorities, is ``quota.reclaim_candidates``.)
 2. ``is_protected``: the admin protects gangs that have run less than ``minimumRunSeconds`` and
    gangs whose priority is at or above ``neverPreemptPriority``.
 3. ``victim_order``: candidates cheapest first: lowest priority, then the most recently admitted
@@ -30,6 +30,10 @@ Rules (each one function):
    If all candidates together do not make room, no group can (the trial is monotone); a group is
    abandoned as soon as it must take a victim of higher priority than the best set found, and
    not searched at all when no set of its victims could cost less than that set.
+6. ``protection``: one pool-wide protection: the longest ``minimumRunSeconds`` and the lowest
+   ``neverPreemptPriority`` of the policies, and never above ``HELD_PRIORITY``, the priority the
+   admitter gives gangs that hold capacity without pods yet (reservations and holds), so that a
+   cycle never picks a gang whose pods are being created as a victim.
 
 Cost: the pruning pass of rule 4 drops a run of victims with one trial when it can (usually
 the last gang added was enough on its own), which gives the same set as dropping them one by
@@ -40,12 +44,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 from torchgate.controller.admission.quota import Admitted, borrowing_teams
 from torchgate.pytorchjob.pool import GPUS, PreemptionSettings, TeamQuota
 
 T = TypeVar("T")
+HELD_PRIORITY: Final = 1 << 62
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,3 +270,17 @@ def group_by_domain(
         for domain in sorted(d for d in touched if d is not None):
             groups.setdefault(domain, []).append(victim)
     return [list(ordered), *groups.values()]
+
+
+# ------------------------------------------------------------------ rule 6
+
+
+def protection(settings: Iterable[PreemptionSettings]) -> PreemptionSettings:
+    """The pool-wide protection of several policies, held gangs included (rule 6)."""
+    minimum = 0
+    never = HELD_PRIORITY
+    for one in settings:
+        minimum = max(minimum, one.minimum_run_seconds)
+        if one.never_preempt_priority is not None:
+            never = min(never, one.never_preempt_priority)
+    return PreemptionSettings(minimum_run_seconds=minimum, never_preempt_priority=never)

@@ -35,10 +35,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from torchgate.pytorchjob.pool import GPUS, TeamQuota, format_milli
+from torchgate.pytorchjob.names import JobKey
+from torchgate.pytorchjob.pool import GPUS, TeamQuota
+from torchgate.pytorchjob.units import Units, format_milli
 
-Units = Mapping[str, int]
-JobKey = tuple[str, str]
 UNITS: Final = {GPUS: "GPUs"}
 
 

@@ -8,6 +8,10 @@ placement on 9,600 GPUs). The admin lists topology levels as node label keys, co
 is one combination of the values of levels ``0..k`` (rack ``r1`` of block ``b1`` is not rack ``r1``
 of block ``b2``), and the whole pool is the root above level 0.
 
+One cycle places over the levels of every valid policy, in the order they are first declared
+(``topology_levels``; one pool normally has one policy defining them); a job's request names a
+level by label key and is mapped into them (``job_topology``).
+
 Capacity is counted in *slots*: how many pods of the gang's shape fit on a node (every requested
 resource divided by the pod's request, at most one with host ports), summed up the tree. A gang of
 different pod shapes is counted by its largest request per resource, which never overstates the
@@ -16,9 +20,9 @@ room (any pod fits a slot of the largest shape).
 Rules (each one function):
 
 0. ``place_topology``: a gang that asks for none of the pool's GPUs is offered the nodes without
-   GPUs first (``Shape.preferred``, chosen by the admitter) and goes to a GPU node only when it
-   fits nowhere else, so GPUs stay free for the gangs that need them (a CPU job on a GPU node
-   leaves its GPUs idle however tightly it packs the node's CPUs).
+   GPUs first (``Shape.preferred``, ``gpu_free_nodes``) and goes to a GPU node only when it fits
+   nowhere else, so GPUs stay free for the gangs that need them (a CPU job on a GPU node leaves
+   its GPUs idle however tightly it packs the node's CPUs).
 1. ``slots_of``: a node's slots for a shape; a domain's slots are its nodes' sum.
 2. ``fitting_level``: the finest level with a domain whose slots hold the whole gang (a domain
    never has more slots than its parent, so the search descends only into domains that fit).
@@ -34,22 +38,34 @@ Rules (each one function):
    ``Topology`` (when the pool as a whole has room) or ``Capacity`` (when it has not); a
    *preferred* level, or none, falls back to coarser levels and then to the whole pool, still
    over the fewest domains.
+7. ``explain_shortfall``: a ``Capacity`` wait names what is short on the gang's allowed nodes:
+   the first resource (its GPUs first, then other extended resources, cpu, memory, the rest,
+   ``pods`` last) the whole gang needs more of than those nodes have free together (``waiting for
+   16 nvidia.com/gpu in pool pool=a100: 8 free``); when every total suffices, the gang is
+   fragmented: with every node holding all the pods it has slots for, the first resource no node
+   has enough left of for one more pod (``... 8 free but fragmented: no node has 8
+   nvidia.com/gpu free``), or every resource ``at once`` when each is left somewhere.
+8. ``place_extras``: pods beyond the gang's ``minAvailable`` (elastic workers) go where they fit
+   once the gang is placed, taking their room from the same capacity: a node the gang already
+   uses (by name), else any allowed node (by name); with host ports only a node without a pod of
+   the gang. One that fits nowhere is left out (the job starts with fewer workers).
 
 Cost: a ``Capacity`` keeps each shape's slots per node and per domain for one admission cycle and
 brings them up to date only for the nodes whose capacity changed since that shape was last asked
 about (and their ancestors), so a cycle over 100 waiting gangs on 1,000 nodes does integer
-arithmetic on the few shapes it sees, not on every node per gang.
+arithmetic on the few shapes it sees, not on every node per gang. Explaining a shortfall (rule 7)
+walks every allowed node, so a ``Shortfall`` is phrased only when it is read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from torchgate.pytorchjob.pool import TopologyRequest
+from torchgate.pytorchjob.pool import GPUS, TopologyRequest
+from torchgate.pytorchjob.units import Units, fits, format_amount
 
-Units = Mapping[str, int]
 PodShape = tuple[tuple[str, int], ...]
 UNBOUNDED: Final = 1 << 40
 ROOT: Final = 0
@@ -63,7 +79,7 @@ class Shape:
     """What one slot must hold: the largest request per resource (milli-units), sorted.
 
     ``allowed`` names the nodes the gang's pods may use at all (node selector, affinity, taints:
-    ``placement.eligible_nodes``); ``None`` means every node of the topology. ``preferred`` names
+    ``nodes.eligible_nodes``); ``None`` means every node of the topology. ``preferred`` names
     the allowed nodes tried first (rule 0), ``None`` when there is no such preference.
     """
 
@@ -103,6 +119,35 @@ def shape_of(
         if not first or first == permitted:
             first = None
     return Shape(tuple(sorted(largest.items())), one_per_node, permitted, first)
+
+
+def gpu_free_nodes(
+    usage: Units, gpu_resource: str, nodes: Iterable[tuple[str, Units]]
+) -> frozenset[str] | None:
+    """The nodes (name, allocatable) without GPUs for a gang of quota ``usage`` (rule 0).
+
+    ``None`` for a gang that asks for GPUs: it has no such preference.
+    """
+    if usage.get(GPUS, 0) > 0:
+        return None
+    return frozenset(name for name, allocatable in nodes if allocatable.get(gpu_resource, 0) <= 0)
+
+
+def topology_levels(declared: Iterable[Sequence[str]]) -> tuple[str, ...]:
+    """The cycle's topology levels: every policy's, in first-declared order."""
+    levels: list[str] = []
+    for policy_levels in declared:
+        for level in policy_levels:
+            if level not in levels:
+                levels.append(level)
+    return tuple(levels)
+
+
+def job_topology(level: str | None, required: bool, levels: Sequence[str]) -> TopologyRequest:
+    """A job's request (level named by label key) as an index into the cycle's levels."""
+    if level is None or level not in levels:
+        return TopologyRequest()
+    return TopologyRequest(list(levels).index(level), required)
 
 
 @dataclass(slots=True)
@@ -257,6 +302,11 @@ class Capacity:
                         totals[domain] += slots
             found = self._domain_slots[shape] = totals
         return found
+
+    def free_for(self, shape: Shape) -> list[dict[str, int]]:
+        """The free capacity of each node ``shape`` may use."""
+        allowed, names = shape.allowed, self.topology.node_names
+        return [free for i, free in enumerate(self.free) if allowed is None or names[i] in allowed]
 
     def take(self, nodes: Mapping[str, str], requests: Mapping[str, Units]) -> None:
         """Subtract placed pods (pod -> node, pod -> requests)."""
@@ -463,3 +513,177 @@ def fits_topology(capacity: Capacity, count: int, shape: Shape, request: Topolog
 def domains_spanned(topology: Topology, nodes: Iterable[str], level: int) -> int:
     """How many distinct domains of ``level`` the given nodes touch (for tests and status)."""
     return len({topology.domain_of(name, level) for name in nodes})
+
+
+# ------------------------------------------------------------------ rule 7: what is short
+
+
+def resource_order(resources: Iterable[str], gpu_resource: str) -> list[str]:
+    """Resources in the order a shortfall names them: GPUs first, ``pods`` last (rule 7)."""
+
+    def rank(name: str) -> tuple[int, str]:
+        if name == gpu_resource:
+            return 0, name
+        if "/" in name:
+            return 1, name
+        if name == "cpu":
+            return 2, name
+        if name == "memory":
+            return 3, name
+        if name == "pods":
+            return 5, name
+        return 4, name
+
+    return sorted(set(resources), key=rank)
+
+
+def explain_shortfall(
+    free: Sequence[Units],
+    shape: Shape,
+    requests: Iterable[Units],
+    *,
+    where: str,
+    gpu_resource: str,
+) -> str:
+    """Why pods with ``requests`` (the gang) do not fit nodes with ``free`` capacity (rule 7).
+
+    ``free`` holds the allowed nodes of ``shape``; ``where`` names them for people (``in pool
+    pool=a100``, ``on hosts a,b``, ``in the cluster``).
+    """
+    wanted: dict[str, int] = {}
+    for pod in requests:
+        for name, amount in pod.items():
+            wanted[name] = wanted.get(name, 0) + amount
+    order = resource_order(wanted, gpu_resource)
+    if not order:
+        return f"waiting for room {where}"
+    have = {name: sum(max(0, node.get(name, 0)) for node in free) for name in order}
+    for name in order:
+        if wanted[name] > have[name]:
+            return (
+                f"waiting for {format_amount(name, wanted[name])} {name} {where}: "
+                f"{format_amount(name, have[name])} free"
+            )
+    slot = dict(shape.pod)
+    per_pod = [name for name in order if name in slot]
+    left: list[dict[str, int]] = []  # each node's free capacity once it holds all it has slots for
+    for node in free:
+        slots = slots_of(node, shape)
+        if not (shape.one_per_node and slots):  # with host ports a node takes one pod of the gang
+            left.append({name: node.get(name, 0) - slots * slot[name] for name in per_pod})
+    missing = [name for name in per_pod if all(node[name] < slot[name] for node in left)]
+    headline = missing[0] if missing and left else _scarcest(order, wanted, have)
+    head = (
+        f"waiting for {format_amount(headline, wanted[headline])} {headline} {where}: "
+        f"{format_amount(headline, have[headline])} free but fragmented"
+    )
+    if not left:
+        return f"{head}: its pods bind host ports, one per node, and no other node has room"
+    needs = missing[:1] if missing else per_pod
+    detail = " and ".join(f"{format_amount(name, slot[name])} {name}" for name in needs)
+    return f"{head}: no node has {detail} free" + ("" if missing else " at once")
+
+
+def _scarcest(order: Sequence[str], wanted: Units, have: Units) -> str:
+    """The resource the gang needs the largest share of (the first such in ``order``)."""
+    best, best_share = order[0], -1.0
+    for name in order:
+        share = wanted[name] / have[name] if have[name] > 0 else float("inf")
+        if share > best_share:
+            best, best_share = name, share
+    return best
+
+
+class Shortfall:
+    """``explain_shortfall`` of one gang on a cycle's capacity, phrased when first read (rule 7).
+
+    An admission cycle cannot afford to walk every allowed node for each gang that waits, and
+    the shell reads a wait's message at most once per status refresh, after the cycle: so the
+    amounts it shows are what the cycle left free.
+    """
+
+    __slots__ = ("_capacity", "_gpu_resource", "_requests", "_shape", "_text", "_where")
+
+    def __init__(
+        self,
+        capacity: Capacity,
+        shape: Shape,
+        requests: Collection[Units],
+        *,
+        where: str,
+        gpu_resource: str,
+    ) -> None:
+        self._capacity = capacity
+        self._shape = shape
+        self._requests = requests
+        self._where = where
+        self._gpu_resource = gpu_resource
+        self._text: str | None = None
+
+    def __eq__(self, other: object) -> bool:
+        """Two shortfalls are equal when they say the same."""
+        if not isinstance(other, Shortfall):
+            return NotImplemented
+        return str(self) == str(other)
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+    def __str__(self) -> str:
+        if self._text is None:
+            self._text = explain_shortfall(
+                self._capacity.free_for(self._shape),
+                self._shape,
+                self._requests,
+                where=self._where,
+                gpu_resource=self._gpu_resource,
+            )
+        return self._text
+
+
+# ------------------------------------------------------------------ rule 8: elastic extras
+
+
+@dataclass(frozen=True, slots=True)
+class OptionalPod:
+    """A pod beyond the gang's ``minAvailable`` (an elastic worker), placed only where it fits.
+
+    ``allowed`` lists the nodes it may use at all, by name (``nodes.eligible_nodes``); ``None``
+    means every node of the topology.
+    """
+
+    name: str
+    requests: Units
+    allowed: tuple[str, ...] | None = None
+
+
+def place_extras(
+    capacity: Capacity,
+    placed: Mapping[str, str],
+    extras: Sequence[OptionalPod],
+    *,
+    one_per_node: bool = False,
+) -> dict[str, str]:
+    """Pod -> node for the ``extras`` that fit beside the gang ``placed`` (rule 8).
+
+    Each one placed takes its room from ``capacity`` at once, so the next (and every later gang
+    of the cycle) sees it gone.
+    """
+    topology = capacity.topology
+    out: dict[str, str] = {}
+    for pod in extras:
+        gang_nodes = sorted({*placed.values(), *out.values()})
+        allowed = topology.node_names if pod.allowed is None else pod.allowed
+        permitted = None if pod.allowed is None else frozenset(pod.allowed)
+        candidates = allowed if one_per_node else [*gang_nodes, *allowed]
+        for node in candidates:
+            index = topology.index.get(node)
+            if index is None or (permitted is not None and node not in permitted):
+                continue
+            if one_per_node and node in gang_nodes:
+                continue
+            if fits(capacity.free[index], pod.requests):
+                capacity.take({pod.name: node}, {pod.name: pod.requests})
+                out[pod.name] = node
+                break
+    return out

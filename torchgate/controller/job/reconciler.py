@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 from prometheus_client import Gauge
 
-from torchgate.controller.admission.admitter import Admitter, JobKey
+from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.nodes import PodDemand, job_demands
 from torchgate.controller.job import status as st
 from torchgate.controller.job.finish import released_on_end
@@ -46,7 +46,9 @@ from torchgate.kube.errors import AlreadyExists, ApiError, NotFound
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import EVENTS, PODS, PYTORCHJOBS, SERVICES
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.policy import PlacementPolicy, select_policy
+from torchgate.pytorchjob.pool import gang_usage
 from torchgate.pytorchjob.spec import JobSpec, parse_job, pod_spec_of
 
 log = logging.getLogger("torchgate.controller")
@@ -323,6 +325,7 @@ class Reconciler:
                 uid=spec.uid,
                 demands=decision.demands,
                 min_count=spec.min_available,
+                usage=gang_usage(spec, policy.gpu_resource),
                 priority=self.priority_of(priority_class),
                 created=str((job.get("metadata") or {}).get("creationTimestamp") or ""),
                 gpu_resource=policy.gpu_resource,

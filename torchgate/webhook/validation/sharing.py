@@ -12,33 +12,31 @@ TeamQuota cache or ``torchgate check``'s ``--policy`` files):
 1. ``topology_annotations``: ``torchgate.io/topology-required`` / ``-preferred`` name one of the
    active policy's ``spec.topology.levels``, and not both (``pool.topology_request``), errors at
    ``metadata.annotations[<key>]``.
-2. ``team_quota``: the gang (the job's ``minAvailable`` pods in rank order, Master first, as the
-   controller admits it) uses no more of any resource its team has a quota for than
-   ``pool.quota_ceiling``; else ``FieldValueForbidden`` at ``spec.pytorchReplicaSpecs``. Without a
-   TeamQuota owning the namespace no quota applies.
+2. ``team_quota``: the gang's quota usage (``pool.gang_usage``: the job's ``minAvailable`` pods in
+   rank order, Master first, as the controller counts it) is no more of any resource its team
+   has a quota for than ``pool.quota_ceiling``; else ``FieldValueForbidden`` at
+   ``spec.pytorchReplicaSpecs``. Without a TeamQuota owning the namespace no quota applies.
 
-``resolve_team`` picks the team of a namespace from a set of TeamQuotas: teams that break the set
-rule (a namespace owned twice, ``pool.validate_quota_set``) are left out, as malformed ones are.
+``resolve_team`` picks the team of a namespace from a set of TeamQuotas by ``pool.resolve_teams``,
+the rule the controller counts quota by: a team claiming a namespace another team owns is left
+out, as malformed ones are.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from decimal import Decimal
+from collections.abc import Iterable
 
-from torchgate.pytorchjob import names
 from torchgate.pytorchjob.fieldpath import forbidden
 from torchgate.pytorchjob.pool import (
     ANNOTATION_TOPOLOGY_PREFERRED,
     ANNOTATION_TOPOLOGY_REQUIRED,
-    GPUS,
     TeamQuota,
+    gang_usage,
     never_admissible,
-    to_milli,
+    resolve_teams,
     topology_request,
-    validate_quota_set,
 )
-from torchgate.pytorchjob.spec import parse_job, pod_requests, pod_spec_of
+from torchgate.pytorchjob.spec import parse_job
 from torchgate.webhook.validation.facts import NONE, OBJECT, REPLICA_SPECS, Findings, JobFacts, Team
 
 _TOPOLOGY_KEYS = (ANNOTATION_TOPOLOGY_REQUIRED, ANNOTATION_TOPOLOGY_PREFERRED)
@@ -46,14 +44,9 @@ _TOPOLOGY_KEYS = (ANNOTATION_TOPOLOGY_REQUIRED, ANNOTATION_TOPOLOGY_PREFERRED)
 
 def resolve_team(quotas: Iterable[TeamQuota], namespace: str) -> Team | None:
     """The team owning ``namespace`` among the valid ``quotas``, with its cohort; else ``None``."""
-    teams = list(quotas)
-    broken = validate_quota_set(teams)
-    valid = sorted((q for q in teams if q.name not in broken), key=lambda q: q.name)
-    for quota in valid:
-        if namespace in quota.namespaces:
-            cohort = tuple(q for q in valid if q.cohort == quota.cohort)
-            return Team(quota=quota, cohort=cohort)
-    return None
+    teams = resolve_teams(quotas)
+    quota = teams.owner_of(namespace)
+    return None if quota is None else Team(quota=quota, cohort=teams.cohort_of(quota))
 
 
 # ------------------------------------------------------------------ rule 1
@@ -73,38 +66,15 @@ def topology_annotations(job: JobFacts) -> Findings:
 # ------------------------------------------------------------------ rule 2
 
 
-def gang_usage(job: Mapping[str, object], gpu_resource: str, keys: Iterable[str]) -> dict[str, int]:
-    """What the gang counts against quota, per quota key (milli-units); empty when unreadable.
-
-    The gang is the job's ``minAvailable`` pods in rank order (Master replicas, then Workers);
-    ``GPUS`` counts ``gpu_resource``, every other key the pod request of that resource.
-    """
-    spec, errors = parse_job(job)
-    if spec is None or errors:
-        return {}
-    wanted = set(keys)
-    left = spec.min_available
-    total: dict[str, Decimal] = {}
-    for replica_type in names.REPLICA_TYPES:
-        replica = spec.replica(replica_type)
-        if replica is None or left <= 0:
-            continue
-        pods = min(left, replica.replicas)
-        left -= pods
-        requests = pod_requests(pod_spec_of(replica.template))
-        for key in wanted:
-            amount = requests.get(gpu_resource if key == GPUS else key, Decimal(0))
-            total[key] = total.get(key, Decimal(0)) + amount * pods
-    return {key: to_milli(amount) for key, amount in total.items()}
-
-
 def team_quota(job: JobFacts) -> Findings:
     """The gang fits what its team could ever hold (``pool.never_admissible``)."""
     team = job.team
     if team is None or not job.spec_readable:
         return NONE
-    usage = gang_usage(job.raw, job.policy.gpu_resource, team.quota.limits)
-    found = never_admissible(team.quota, team.cohort, usage)
+    spec, errors = parse_job(job.raw)
+    if spec is None or errors:  # the spec rules report what is wrong with it
+        return NONE
+    found = never_admissible(team.quota, team.cohort, gang_usage(spec, job.policy.gpu_resource))
     if found is None:
         return NONE
     return [forbidden(REPLICA_SPECS, found[1])]

@@ -1,4 +1,4 @@
-"""The admitter: ordering, backfill, starvation guard, reservations, the capacity ledger."""
+"""The admitter: ordering, backfill, starvation, reservations, the ledger, what a wait says."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from tests.builders import gpu_job, job, node
+from tests.builders import container, gpu_job, job, node
 from tests.unit.controller.helpers import parse, with_uid
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.nodes import job_demands
+from torchgate.pytorchjob.pool import gang_usage
 
 
 class Clock:
@@ -48,6 +49,7 @@ def ask(
         uid=spec.uid,
         demands=job_demands(spec),
         min_count=spec.min_available,
+        usage=gang_usage(spec, "nvidia.com/gpu"),
         priority=priority,
         created=created,
         gpu_resource="nvidia.com/gpu",
@@ -74,7 +76,7 @@ def test_a_gang_that_fits_is_reserved_and_its_reconcile_is_woken() -> None:
     reservation = admitter.reservation_for(key, "uid-a")
     assert reservation is not None
     assert set(reservation.values()) == {"n0"}
-    assert key not in admitter.waiting
+    assert key not in admitter.queue.waiting
 
 
 def test_reservations_hold_capacity_until_the_ledger_has_the_pods() -> None:
@@ -112,8 +114,8 @@ def test_higher_priority_then_older_jobs_go_first() -> None:
         created="2026-01-03T00:00:00Z",
     )
     assert admitter.cycle() == [urgent]
-    assert old in admitter.waiting
-    assert new in admitter.waiting
+    assert old in admitter.queue.waiting
+    assert new in admitter.queue.waiting
 
 
 def test_small_jobs_backfill_behind_a_big_one_until_it_starves() -> None:
@@ -124,8 +126,8 @@ def test_small_jobs_backfill_behind_a_big_one_until_it_starves() -> None:
     clock.now += 120
     late = ask(admitter, job("late").master(gpus=1).build(), created="2026-01-03T00:00:00Z")
     assert admitter.cycle() == [], "after starving, the big job blocks the queue behind it"
-    assert big in admitter.waiting
-    assert late in admitter.waiting
+    assert big in admitter.queue.waiting
+    assert late in admitter.queue.waiting
 
 
 def test_a_timed_out_gang_waits_out_its_backoff() -> None:
@@ -168,11 +170,11 @@ def test_the_ledger_ignores_finished_pods_and_follows_moves() -> None:
     done = running_pod("p", "n0", 8)
     done["status"]["phase"] = "Succeeded"
     admitter.on_pod("MODIFIED", done, None)
-    assert admitter.free()["n0"]["nvidia.com/gpu"] == 8
+    assert admitter.free()["n0"]["nvidia.com/gpu"] == 8000
     planned = running_pod("q", "", 3)
     planned["metadata"]["annotations"] = {"torchgate.io/planned-node": "n1"}
     admitter.on_pod("ADDED", planned, None)
-    assert admitter.free()["n1"]["nvidia.com/gpu"] == 5, "a planned, unbound pod holds capacity"
+    assert admitter.free()["n1"]["nvidia.com/gpu"] == 5000, "a planned, unbound pod holds capacity"
 
 
 def test_cancel_forgets_a_job() -> None:
@@ -199,9 +201,123 @@ async def test_only_freed_capacity_starts_a_cycle() -> None:
         done["status"]["phase"] = "Succeeded"
         admitter.on_pod("MODIFIED", done, None)
         await wait_until(lambda: admitter.cycles > cycles)
-        assert key in admitter.reservations, "the freed GPUs went to the waiting job"
+        assert key in admitter.ledger.reservations, "the freed GPUs went to the waiting job"
     finally:
         loop.cancel()
+
+
+# ------------------------------------------------------------------ what a capacity wait says
+
+
+def with_nodes(*raws: dict[str, Any]) -> tuple[Admitter, list[tuple[str, str]], Clock]:
+    admitter, changed, clock = make(nodes=0)
+    for raw in raws:
+        admitter.on_node("ADDED", raw, None)
+    return admitter, changed, clock
+
+
+def test_total_shortfall_message_names_resource_pool_and_free() -> None:
+    admitter, _, _ = with_nodes(
+        node("a", labels={"pool": "a100"}), node("b"), node("c", labels={"pool": "a100"}, gpus=0)
+    )
+    selector = {"nodeSelector": {"pool": "a100"}}
+    key = ask(
+        admitter,
+        job("w").master(gpus=8, pod_spec=selector).workers(1, gpus=8, pod_spec=selector).build(),
+    )
+    admitter.cycle()
+    assert admitter.wait_kind(key) == "Capacity"
+    assert admitter.wait_reason(key) == "waiting for 16 nvidia.com/gpu in pool pool=a100: 8 free"
+
+
+def test_pinned_hosts_name_the_pool_in_the_capacity_message() -> None:
+    admitter, _, _ = with_nodes(node("h1", gpus=4), node("h2"), node("other"))
+    key = ask(admitter, gpu_job("demo", workers=1, gpus=8).hosts("h1", "h2").build())
+    admitter.cycle()
+    assert admitter.wait_reason(key) == "waiting for 16 nvidia.com/gpu on hosts h1,h2: 12 free"
+
+
+def test_a_resource_no_node_has_is_a_shortfall() -> None:
+    admitter, _, _ = with_nodes(node("a"))
+    key = ask(admitter, job("r").master(containers=[container(limits={"rdma/hca": 1})]).build())
+    admitter.cycle()
+    assert admitter.wait_reason(key) == "waiting for 1 rdma/hca in the cluster: 0 free"
+
+
+def test_fragmentation_is_reported_when_totals_suffice() -> None:
+    admitter, _, _ = with_nodes(node("a"), node("b"))
+    admitter.on_pod("ADDED", running_pod("x", "a", 4), None)
+    admitter.on_pod("ADDED", running_pod("y", "b", 4), None)
+    key = ask(admitter, job("f").master(gpus=8, requests={"cpu": "1"}).build())
+    admitter.cycle()
+    assert admitter.wait_kind(key) == "Capacity"
+    assert admitter.wait_reason(key) == (
+        "waiting for 8 nvidia.com/gpu in the cluster: 8 free but fragmented: "
+        "no node has 8 nvidia.com/gpu free"
+    )
+
+
+def test_a_gang_no_node_admits_is_told_which_filter_excludes_every_node() -> None:
+    admitter, _, _ = with_nodes(node("a"), node("b"))
+    selector = {"nodeSelector": {"pool": "h100"}}
+    key = ask(admitter, job("s").master(gpus=1, pod_spec=selector).build())
+    admitter.cycle()
+    assert admitter.wait_kind(key) == "Capacity"
+    assert admitter.wait_reason(key) == (
+        "no eligible node in pool pool=h100 for s-master-0: "
+        "no schedulable node has the labels pool=h100"
+    )
+
+
+def test_host_network_replicas_never_share_a_node() -> None:
+    raw = gpu_job("demo", workers=2, gpus=1).build()
+    for replica in raw["spec"]["pytorchReplicaSpecs"].values():
+        pod_spec = replica["template"]["spec"]
+        pod_spec["containers"][0]["ports"] = [{"name": "pytorchjob-port", "containerPort": 23456}]
+    admitter, _, _ = with_nodes(node("a"), node("b"), node("c"), node("d"))
+    key = ask(admitter, raw)
+    admitter.cycle()
+    assert set((admitter.reservation_for(key, "uid-demo") or {}).values()) == {"a"}
+    admitter.cancel(key)
+    for replica in raw["spec"]["pytorchReplicaSpecs"].values():
+        replica["template"]["spec"]["hostNetwork"] = True
+    key = ask(admitter, raw)
+    admitter.cycle()
+    spread = admitter.reservation_for(key, "uid-demo") or {}
+    assert sorted(spread.values()) == ["a", "b", "c"]
+
+
+# ------------------------------------------------------------------ elastic extras
+
+
+def test_optional_pods_are_placed_when_they_fit_and_left_out_otherwise() -> None:
+    admitter, _, _ = with_nodes(node("a", gpus=8))
+    elastic = job("e").workers(3, gpus=4).scheduling(minAvailable=2).build()
+    key = ask(admitter, elastic)
+    assert admitter.cycle() == [key]
+    assert admitter.reservation_for(key, "uid-e") == {"e-worker-0": "a", "e-worker-1": "a"}
+    roomy, _, _ = with_nodes(node("a", gpus=8), node("b", gpus=8))
+    key = ask(roomy, elastic)
+    assert roomy.cycle() == [key]
+    assert roomy.reservation_for(key, "uid-e") == {
+        "e-worker-0": "a",
+        "e-worker-1": "a",
+        "e-worker-2": "b",
+    }
+
+
+def test_elastic_extras_take_their_room_before_later_gangs_of_the_cycle() -> None:
+    """An extra placed once the cycle is over would land on GPUs a later gang was given."""
+    admitter, _, _ = with_nodes(node("a", gpus=8))
+    first = ask(
+        admitter,
+        job("e").workers(3, gpus=2).scheduling(minAvailable=2).build(),
+        created="2026-01-01T00:00:00Z",
+    )
+    later = ask(admitter, job("l").master(gpus=4).build(), created="2026-01-02T00:00:00Z")
+    assert admitter.cycle() == [first]
+    assert len(admitter.reservation_for(first, "uid-e") or {}) == 3
+    assert admitter.wait_kind(later) == "Capacity"
 
 
 async def wait_until(condition: Callable[[], bool]) -> None:

@@ -1,15 +1,14 @@
 """The admitter's pool-sharing shell: quotas, holds while victims terminate, topology, statuses.
 
 And the planning side of a preemption (the victim's pods, condition, Event, restart count), and
-the pure conversions of ``pooling``. Assertions are on the admitter's state (reservations,
-holds, reasons) and on plans, never on call order.
+the TeamQuota source and statuses. Assertions are on the admitter's state (reservations, holds,
+reasons) and on plans, never on call order.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
-from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -18,10 +17,9 @@ from hypothesis import strategies as st
 
 from tests.builders import gpu_job, job, node
 from tests.unit.controller.helpers import World, parse, with_uid
-from torchgate.controller.admission import units as pooling
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.nodes import job_demands
-from torchgate.controller.admission.poolsource import PoolSource
+from torchgate.controller.admission.poolsource import PoolSource, team_statuses
 from torchgate.controller.admission.quota import Admitted
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import TEAM_QUOTAS
@@ -33,6 +31,7 @@ from torchgate.pytorchjob.pool import (
     PreemptionSettings,
     TeamQuota,
     TopologySettings,
+    gang_usage,
 )
 
 RACK = "topology.torchgate.io/rack"
@@ -88,6 +87,7 @@ def ask(
         uid=spec.uid,
         demands=job_demands(spec),
         min_count=spec.min_available,
+        usage=gang_usage(spec, "nvidia.com/gpu"),
         priority=priority,
         created=created,
         gpu_resource="nvidia.com/gpu",
@@ -100,16 +100,17 @@ def ask(
 
 def start(admitter: Admitter, key: tuple[str, str], created: str = "2026-01-01T00:00:00Z") -> None:
     """The reserved pods show up Running in the pod cache (as the reconciler creates them)."""
-    reservation = admitter.reservations[key]
+    reservation = admitter.ledger.reservations[key]
     for pod, node_name in reservation.nodes.items():
-        admitter.on_pod("ADDED", gang_pod(key, pod, node_name, reservation.requests[pod]), None)
+        gpus = reservation.requests[pod].get("nvidia.com/gpu", 0) // 1000
+        admitter.on_pod("ADDED", gang_pod(key, pod, node_name, {"nvidia.com/gpu": gpus}), None)
     admitter.free()  # the ledger has them: the reservation settles
 
 
 def gang_pod(
     key: tuple[str, str], name: str, node_name: str, requests: Any, priority: int = 0
 ) -> dict[str, Any]:
-    gpus = int(requests.get("nvidia.com/gpu", Decimal(0)))
+    gpus = requests.get("nvidia.com/gpu", 0)
     return {
         "metadata": {
             "name": name,
@@ -291,7 +292,7 @@ def test_a_victim_that_asks_again_is_queued_and_no_longer_evicting() -> None:
     ask(admitter, job("low").master(gpus=8).build(), priority=1)
     assert admitter.preempted_by(low) is None
     admitter.cycle()
-    assert low in admitter.waiting
+    assert low in admitter.queue.waiting
 
 
 def test_a_victim_whose_job_is_gone_is_not_preempted_twice_onto_held_nodes() -> None:
@@ -454,64 +455,7 @@ def test_the_queued_reason_says_what_the_job_waits_for(kind: str | None, reason:
     assert reason in [e.reason for e in result.events]
 
 
-# ------------------------------------------------------------------ pooling (pure)
-
-
-@pytest.mark.parametrize(
-    ("amounts", "capacity", "expected"),
-    [
-        ({"cpu": Decimal("0.0005")}, False, {"cpu": 1}),
-        ({"cpu": Decimal("0.0005")}, True, {"cpu": 0}),
-        ({"nvidia.com/gpu": Decimal(-2)}, True, {"nvidia.com/gpu": 0}),
-        ({"nvidia.com/gpu": Decimal(0)}, False, {}),
-    ],
-    ids=["request-rounds-up", "capacity-rounds-down", "negative-capacity", "zero-request"],
-)
-def test_to_units(amounts: dict[str, Decimal], capacity: bool, expected: dict[str, int]) -> None:
-    assert pooling.to_units(amounts, capacity=capacity) == expected
-
-
-def test_quota_usage_counts_the_policy_gpu_resource_as_gpus() -> None:
-    requests = [{"amd.com/gpu": Decimal(2), "cpu": Decimal(1)}, {"amd.com/gpu": Decimal(2)}]
-    assert pooling.quota_usage(requests, "amd.com/gpu") == {GPUS: 4000, "cpu": 1000}
-
-
-@pytest.mark.parametrize(
-    ("usage", "expected"),
-    [
-        ({"cpu": 1000}, frozenset({"cpu-0", "other-gpus"})),  # GPUs of another kind do not count
-        ({GPUS: 1000, "cpu": 1000}, None),  # a GPU gang has no preference
-    ],
-)
-def test_gpu_free_nodes_are_those_without_the_policy_gpu_resource(
-    usage: dict[str, int], expected: frozenset[str] | None
-) -> None:
-    nodes = [
-        ("cpu-0", {"cpu": Decimal(4)}),
-        ("zero", {"cpu": Decimal(4), "amd.com/gpu": Decimal(0)}),
-        ("gpu-0", {"amd.com/gpu": Decimal(8)}),
-        ("other-gpus", {"nvidia.com/gpu": Decimal(8)}),
-    ]
-    found = pooling.gpu_free_nodes(usage, "amd.com/gpu", nodes)
-    assert found == (None if expected is None else expected | {"zero"})
-
-
-def test_protection_takes_the_strictest_policy_and_protects_held_gangs() -> None:
-    merged = pooling.protection(
-        [
-            PreemptionSettings(minimum_run_seconds=60),
-            PreemptionSettings(minimum_run_seconds=10, never_preempt_priority=500),
-        ]
-    )
-    assert merged == PreemptionSettings(minimum_run_seconds=60, never_preempt_priority=500)
-    assert pooling.protection([]).protects(priority=pooling.HELD_PRIORITY, run_seconds=1e9)
-
-
-def test_job_topology_maps_a_level_name_into_the_cycle_levels() -> None:
-    levels = pooling.topology_levels([("block", "rack"), ("rack", "host")])
-    assert levels == ("block", "rack", "host")
-    assert pooling.job_topology("rack", True, levels).level == 1
-    assert pooling.job_topology("zone", True, levels).level is None
+# ------------------------------------------------------------------ TeamQuota status (pure)
 
 
 @given(
@@ -527,7 +471,7 @@ def test_team_status_borrowed_is_used_beyond_nominal(
         Admitted(key=("ns", f"j{i}"), team="t", priority=0, usage={GPUS: gpus * 1000})
         for i, gpus in enumerate(gangs)
     ]
-    status = pooling.team_statuses(teams, admitted, ["t"] * waiting + [None])["t"]
+    status = team_statuses(teams, admitted, ["t"] * waiting + [None])["t"]
     assert status["usedGPUs"] == sum(gangs)
     assert status["borrowedGPUs"] == max(0, sum(gangs) - nominal)
     assert (status["admittedJobs"], status["waitingJobs"]) == (len(gangs), waiting)

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 from torchgate.controller.admission.preemption import (
+    HELD_PRIORITY,
     Choice,
     Preemptor,
     candidates,
@@ -19,6 +20,7 @@ from torchgate.controller.admission.preemption import (
     group_by_domain,
     is_protected,
     may_preempt,
+    protection,
     victim_order,
 )
 from torchgate.controller.admission.quota import Admitted
@@ -259,3 +261,14 @@ def test_the_search_chooses_what_the_reference_search_chooses(
             assert choose_victims(group, trial, highest=highest, allowed=limit) == reference_choose(
                 group, trial, highest=highest, allowed=limit
             )
+
+
+def test_protection_takes_the_strictest_policy_and_protects_held_gangs() -> None:
+    merged = protection(
+        [
+            PreemptionSettings(minimum_run_seconds=60),
+            PreemptionSettings(minimum_run_seconds=10, never_preempt_priority=500),
+        ]
+    )
+    assert merged == PreemptionSettings(minimum_run_seconds=60, never_preempt_priority=500)
+    assert protection([]).protects(priority=HELD_PRIORITY, run_seconds=1e9)

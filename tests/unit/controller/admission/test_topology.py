@@ -10,18 +10,25 @@ from hypothesis import strategies as hs
 
 from torchgate.controller.admission.topology import (
     Capacity,
+    OptionalPod,
     Shape,
+    Shortfall,
     Topology,
     TopologyPlacement,
     TopologyWait,
     build_topology,
     domains_spanned,
+    explain_shortfall,
     fits_topology,
+    gpu_free_nodes,
+    job_topology,
+    place_extras,
     place_topology,
     shape_of,
     slots_of,
+    topology_levels,
 )
-from torchgate.pytorchjob.pool import TopologyRequest
+from torchgate.pytorchjob.pool import GPUS, TopologyRequest
 
 GPU = "nvidia.com/gpu"
 BLOCK, RACK, HOST = "torchgate.io/block", "torchgate.io/rack", "kubernetes.io/hostname"
@@ -286,6 +293,109 @@ def test_a_preference_that_narrows_nothing_is_dropped() -> None:
     assert shape_of([pod(1)], allowed=["h1"], preferred=["h3"]).preferred is None
 
 
+def test_job_topology_maps_a_level_name_into_the_cycle_levels() -> None:
+    levels = topology_levels([("block", "rack"), ("rack", "host")])
+    assert levels == ("block", "rack", "host")
+    assert job_topology("rack", True, levels).level == 1
+    assert job_topology("zone", True, levels).level is None
+
+
+@pytest.mark.parametrize(
+    ("usage", "expected"),
+    [
+        ({"cpu": 1000}, frozenset({"cpu-0", "other-gpus"})),  # GPUs of another kind do not count
+        ({GPUS: 1000, "cpu": 1000}, None),  # a GPU gang has no preference
+    ],
+)
+def test_gpu_free_nodes_are_those_without_the_policy_gpu_resource(
+    usage: dict[str, int], expected: frozenset[str] | None
+) -> None:
+    nodes = [
+        ("cpu-0", {"cpu": 4000}),
+        ("zero", {"cpu": 4000, "amd.com/gpu": 0}),
+        ("gpu-0", {"amd.com/gpu": 8000}),
+        ("other-gpus", {"nvidia.com/gpu": 8000}),
+    ]
+    found = gpu_free_nodes(usage, "amd.com/gpu", nodes)
+    assert found == (None if expected is None else expected | {"zero"})
+
+
+# ------------------------------------------------------------------ what a capacity wait says
+
+
+def explain(free: Sequence[Mapping[str, int]], requests: list[dict[str, int]], **kw: bool) -> str:
+    shape = shape_of(requests, **kw)
+    return explain_shortfall(free, shape, requests, where="in the cluster", gpu_resource=GPU)
+
+
+def test_a_shortfall_names_the_first_resource_the_gang_needs_more_of_than_is_free() -> None:
+    requests = [{**pod(8), "cpu": 4000}, {**pod(8), "cpu": 4000}]
+    free = [{**gpus(8), "cpu": 2000}, {**gpus(4), "cpu": 2000}]
+    assert explain(free, requests) == "waiting for 16 nvidia.com/gpu in the cluster: 12 free"
+    roomy = [{**gpus(8), "cpu": 2000}, {**gpus(8), "cpu": 2000}]
+    assert explain(roomy, requests) == "waiting for 8 cpu in the cluster: 4 free"
+
+
+@pytest.mark.parametrize(
+    ("free", "requests", "one_per_node", "detail"),
+    [
+        ([gpus(4), gpus(4)], [pod(8)], False, "no node has 8 nvidia.com/gpu free"),
+        ([gpus(6), gpus(6)], [pod(4)] * 3, False, "no node has 4 nvidia.com/gpu free"),
+        (
+            [{**gpus(8), "cpu": 0}, {**gpus(0), "cpu": 8000}],
+            [{**pod(4), "cpu": 4000}],
+            False,
+            "no node has 4 nvidia.com/gpu and 4 cpu and 1 pods free at once",
+        ),
+        (
+            [gpus(8), gpus(8)],
+            [pod(1)] * 3,
+            True,
+            "its pods bind host ports, one per node, and no other node has room",
+        ),
+    ],
+    ids=["no-node-holds-a-pod", "room-left-after-filling", "not-at-once", "host-ports"],
+)
+def test_a_gang_that_fits_in_total_but_not_per_node_is_fragmented(
+    free: list[dict[str, int]], requests: list[dict[str, int]], one_per_node: bool, detail: str
+) -> None:
+    text = explain(free, requests, one_per_node=one_per_node)
+    assert " free but fragmented: " in text
+    assert text.endswith(detail)
+
+
+def test_a_capacity_wait_is_explained_from_the_capacity_when_read() -> None:
+    capacity = Capacity(TOPOLOGY, {**EMPTY, "h1": gpus(4)})
+    shape = shape_of([pod(8)], allowed=["h1", "h2"])
+    shortfall = Shortfall(capacity, shape, [pod(8)] * 3, where="on hosts h1,h2", gpu_resource=GPU)
+    capacity.take({"p": "h2"}, {"p": pod(8)})
+    assert str(shortfall) == "waiting for 24 nvidia.com/gpu on hosts h1,h2: 4 free"
+
+
+# ------------------------------------------------------------------ elastic extras
+
+
+def test_extras_go_to_the_gangs_nodes_first_then_to_allowed_nodes_by_name() -> None:
+    capacity = Capacity(TOPOLOGY, {**EMPTY, "h5": gpus(6)})
+    extras = [OptionalPod(f"x{i}", pod(2), ("h3", "h5", "h9")) for i in range(5)]
+    placed = place_extras(capacity, {"m": "h5"}, extras)
+    assert placed == {"x0": "h5", "x1": "h5", "x2": "h5", "x3": "h3", "x4": "h3"}
+    assert capacity.free[TOPOLOGY.index["h5"]][GPU] == 0, "their room is taken"
+
+
+def test_an_extra_that_fits_nowhere_is_left_out() -> None:
+    capacity = Capacity(TOPOLOGY, {name: gpus(2) for name in TOPOLOGY.node_names})
+    placed = place_extras(capacity, {"m": "h1"}, [OptionalPod("x", pod(4))])
+    assert placed == {}
+
+
+def test_extras_of_a_gang_with_host_ports_take_nodes_of_their_own() -> None:
+    capacity = Capacity(TOPOLOGY, EMPTY)
+    extras = [OptionalPod(f"x{i}", pod(1)) for i in range(2)]
+    placed = place_extras(capacity, {"m": "h1", "w": "h2"}, extras, one_per_node=True)
+    assert placed == {"x0": "h3", "x1": "h4"}
+
+
 # ------------------------------------------------------------------ properties
 
 
@@ -415,3 +525,28 @@ def test_a_gang_goes_to_its_preferred_nodes_whenever_they_hold_it_and_else_as_if
         assert chosen.nodes == only_there.nodes
     else:
         assert chosen == anywhere
+
+
+@settings(max_examples=200, deadline=None)
+@given(pools(), hs.integers(1, 12), hs.sampled_from((1, 2, 4, 8)), hs.booleans())
+def test_a_capacity_wait_names_a_resource_that_is_short_or_a_gang_that_is_fragmented(
+    pool: tuple[Topology, dict[str, dict[str, int]]], count: int, per_pod: int, one_per_node: bool
+) -> None:
+    topology, free = pool
+    shape = shape_of([pod(per_pod)], one_per_node=one_per_node)
+    capacity = Capacity(topology, free)
+    placed = place_topology(capacity, pods(count), shape, TopologyRequest())
+    if isinstance(placed, TopologyPlacement):
+        return
+    text = explain_shortfall(
+        capacity.free_for(shape), shape, [pod(per_pod)] * count, where="here", gpu_resource=GPU
+    )
+    wanted = {GPU: per_pod * count * 1000, "pods": count * 1000}
+    have = {name: sum(node.get(name, 0) for node in free.values()) for name in wanted}
+    short = [name for name in (GPU, "pods") if wanted[name] > have[name]]
+    if short:
+        assert text.startswith(f"waiting for {wanted[short[0]] // 1000} {short[0]} here: ")
+        assert "fragmented" not in text
+    else:
+        assert "free but fragmented" in text
+        assert sum(slots_of(node, shape) for node in free.values()) < count

@@ -1,19 +1,16 @@
-"""Property tests: ranks, idempotence of ``plan``, and safety of ``place_gang``."""
+"""Property tests: ranks and idempotence of ``plan``."""
 
 from __future__ import annotations
 
 import copy
 from datetime import timedelta
-from decimal import Decimal
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from tests.builders import container, job, node
-from tests.unit.controller.helpers import NOW, World, env_of, free_of, is_quiet, parse, with_uid
-from torchgate.controller.admission.nodes import admits, node_view, pod_demand
-from torchgate.controller.admission.placement import Placement, Shortfall, place_gang
+from tests.builders import job
+from tests.unit.controller.helpers import NOW, World, env_of, is_quiet, parse, with_uid
 from torchgate.controller.job.envvars import rendezvous_host
 from torchgate.controller.job.pods import build_pod, build_service
 from torchgate.controller.job.status import format_time
@@ -180,107 +177,3 @@ def test_planning_again_after_applying_a_plan_asks_for_nothing(
     world.apply(world.plan(**options))
     again = world.plan(**options)
     assert is_quiet(again), again
-
-
-# ------------------------------------------------------------------ place_gang safety
-
-
-@hs.composite
-def clusters(draw: hs.DrawFn) -> list[dict[str, Any]]:
-    raws = []
-    for i in range(draw(hs.integers(1, 8))):
-        raw = node(
-            f"n{i}",
-            gpus=draw(hs.integers(0, 8)),
-            cpu=str(draw(hs.integers(2, 64))),
-            labels={"pool": draw(hs.sampled_from(["a", "b"]))},
-            taints=(
-                [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]
-                if draw(hs.integers(0, 3)) == 0
-                else None
-            ),
-        )
-        ready = "True" if draw(hs.integers(0, 5)) else "False"
-        raw["status"]["conditions"] = [{"type": "Ready", "status": ready}]
-        raws.append(raw)
-    return raws
-
-
-@hs.composite
-def gangs(draw: hs.DrawFn) -> list[Any]:
-    demands = []
-    for i in range(draw(hs.integers(1, 8))):
-        pod_spec: dict[str, Any] = {}
-        if draw(hs.booleans()):
-            pod_spec["nodeSelector"] = {"pool": draw(hs.sampled_from(["a", "b"]))}
-        if draw(hs.booleans()):
-            pod_spec["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
-        if draw(hs.integers(0, 3)) == 0:
-            pod_spec["hostNetwork"] = True
-        requests = {"cpu": str(draw(hs.integers(1, 16)))}
-        gpus = draw(hs.integers(0, 8))
-        if gpus:
-            requests[GPU] = str(gpus)
-        main = {**container(requests=requests), "ports": [{"containerPort": 23456}]}
-        template = {"spec": {"containers": [main], **pod_spec}}
-        demands.append(pod_demand(f"p-{i}", template))
-    return demands
-
-
-@settings(max_examples=400, deadline=None)
-@given(clusters(), gangs(), hs.data())
-def test_place_gang_never_overcommits_and_is_all_or_nothing(
-    raw_nodes: list[dict[str, Any]], demands: list[Any], data: hs.DataObject
-) -> None:
-    nodes = [view for raw in raw_nodes if (view := node_view(raw)) is not None]
-    busy = [
-        {
-            "metadata": {"name": f"busy-{i}"},
-            "spec": {
-                "nodeName": f"n{i}",
-                "containers": [container(gpus=data.draw(hs.integers(0, 8)))],
-            },
-            "status": {"phase": "Running"},
-        }
-        for i in range(len(nodes))
-        if data.draw(hs.booleans())
-    ]
-    free = free_of(nodes, busy)
-    min_count = data.draw(hs.integers(0, len(demands)))
-    result = place_gang(demands, nodes, free, min_count=min_count)
-    by_name = {n.name: n for n in nodes}
-    required = demands[:min_count]
-    if isinstance(result, Placement):
-        assert all(d.pod_name in result.nodes for d in required)
-        used: dict[str, dict[str, Decimal]] = {}
-        ports_on: dict[str, set[tuple[str, int]]] = {}
-        for d in demands:
-            target = result.nodes.get(d.pod_name)
-            if target is None:
-                assert d.pod_name in result.unplaced
-                continue
-            assert admits(d.signature, by_name[target])
-            assert not (d.host_ports & ports_on.get(target, set())), "host port conflict"
-            ports_on.setdefault(target, set()).update(d.host_ports)
-            for resource, amount in d.requests.items():
-                used.setdefault(target, {}).setdefault(resource, Decimal(0))
-                used[target][resource] += amount
-        for target, totals in used.items():
-            for resource, amount in totals.items():
-                assert amount <= free[target].get(resource, Decimal(0)), (target, resource)
-        assert {k: dict(v) for k, v in result.reserved.items()} == used
-        return
-    assert isinstance(result, Shortfall)
-    eligible = {d.pod_name: [n for n in nodes if admits(d.signature, n)] for d in required}
-    if result.kind == "NoEligibleNode":
-        assert any(not found for found in eligible.values())
-    elif result.kind == "InsufficientCapacity":
-        union = {n.name for found in eligible.values() for n in found}
-        demanded: dict[str, Decimal] = {}
-        for d in required:
-            for resource, amount in d.requests.items():
-                demanded[resource] = demanded.get(resource, Decimal(0)) + amount
-        assert any(
-            amount > sum(max(free[n].get(r, Decimal(0)), Decimal(0)) for n in union)
-            for r, amount in demanded.items()
-        )

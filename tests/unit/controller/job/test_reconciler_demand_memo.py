@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
 from tests.builders import gpu_job
@@ -36,7 +35,7 @@ def test_an_edited_spec_gets_new_demands() -> None:
     demands(memo, with_uid(gpu_job(workers=3, gpus=2).build()))
     edited = demands(memo, with_uid(gpu_job(workers=1, gpus=4).build()))
     assert [d.pod_name for d in edited] == ["demo-master-0", "demo-worker-0"]
-    assert {d.requests[GPU] for d in edited} == {Decimal(4)}
+    assert {d.requests[GPU] for d in edited} == {4000}
 
 
 def test_pinned_hosts_annotation_is_part_of_the_key() -> None:

@@ -16,7 +16,8 @@ import pytest
 
 from tests.builders import gpu_job
 from tests.unit.controller.helpers import NOW, World, merge_patch, set_phase, with_uid
-from torchgate.controller.admission.admitter import Admitter, Reservation
+from torchgate.controller.admission.admitter import Admitter
+from torchgate.controller.admission.ledger import Reservation
 from torchgate.controller.job import status as st
 from torchgate.controller.job.model import Event
 from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
@@ -121,7 +122,7 @@ class Rig:
 
     def reserve(self) -> None:
         uid = self.world.job_raw["metadata"]["uid"]
-        self.admitter.reservations[KEY] = Reservation(uid, RESERVATION, {}, 0.0, 0.0)
+        self.admitter.ledger.reservations[KEY] = Reservation(uid, RESERVATION, {}, 0.0, 0.0)
 
     def master_succeeds(self) -> None:
         master = self.pods.get("default", MASTER)

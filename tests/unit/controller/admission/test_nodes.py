@@ -1,16 +1,15 @@
-"""Node eligibility, free capacity as the admitter counts it, and all-or-nothing gang placement."""
+"""Node eligibility (kube-scheduler's filters), what a pod asks of a node, free capacity."""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
-from decimal import Decimal
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from tests.builders import container, gpu_job, job, node
-from tests.unit.controller.helpers import free_of, parse, with_uid
+from tests.unit.controller.helpers import parse, with_uid
 from torchgate.controller.admission.nodes import (
     NodeView,
     PodDemand,
@@ -18,15 +17,11 @@ from torchgate.controller.admission.nodes import (
     SelectorTerm,
     Taint,
     Toleration,
+    eligible_nodes,
     job_demands,
+    no_eligible_node,
     node_view,
     pod_demand,
-)
-from torchgate.controller.admission.placement import (
-    Placement,
-    Shortfall,
-    format_quantity,
-    place_gang,
 )
 
 GPU = "nvidia.com/gpu"
@@ -56,21 +51,10 @@ def gang(count: int, gpus: int, **pod_spec: Any) -> list[PodDemand]:
     return [demand(f"p-{i}", gpus, **pod_spec) for i in range(count)]
 
 
-def place(
-    demands: Sequence[PodDemand],
-    nodes: list[NodeView],
-    *,
-    min_count: int | None = None,
-    pods: list[dict[str, Any]] | tuple[()] = (),
-) -> Placement | Shortfall:
-    free = free_of(nodes, pods)
-    count = len(demands) if min_count is None else min_count
-    return place_gang(demands, nodes, free, min_count=count)
-
-
-def placed(result: Placement | Shortfall) -> dict[str, str]:
-    assert isinstance(result, Placement), result
-    return dict(result.nodes)
+def eligible(demands: list[PodDemand], nodes: list[NodeView]) -> list[str]:
+    """The nodes every pod of ``demands`` may run on."""
+    found = [set(eligible_nodes(d.signature, nodes)) for d in demands]
+    return sorted(set.intersection(*found))
 
 
 # ------------------------------------------------------------------ nodes and capacity
@@ -84,8 +68,8 @@ def test_node_view_reads_allocatable_labels_taints() -> None:
     raw["status"]["allocatable"]["bogus"] = "lots"
     result = node_view(raw)
     assert result is not None
-    assert result.allocatable["cpu"] == Decimal("63.5")
-    assert result.allocatable[GPU] == 8
+    assert result.allocatable["cpu"] == 63_500
+    assert result.allocatable[GPU] == 8000
     assert "bogus" not in result.allocatable
     assert result.labels["pool"] == "a100"
     assert result.taints == (Taint("k", "", "NoSchedule"),)
@@ -112,40 +96,6 @@ def test_node_schedulability(edit: Callable[[Any], Any], schedulable: bool) -> N
 @pytest.mark.parametrize("raw", [None, {}, {"metadata": {}}, "node"], ids=str)
 def test_node_without_name_is_skipped(raw: object) -> None:
     assert node_view(raw) is None
-
-
-def raw_pod(
-    name: str, *, gpus: int = 1, node_name: str | None = None, planned: str | None = None, **kw: Any
-) -> dict[str, Any]:
-    pod: dict[str, Any] = {
-        "metadata": {"name": name},
-        "spec": {"containers": [container(gpus=gpus)]},
-        "status": {"phase": kw.get("phase", "Running")},
-    }
-    if node_name:
-        pod["spec"]["nodeName"] = node_name
-    if planned:
-        pod["metadata"]["annotations"] = {"torchgate.io/planned-node": planned}
-    if kw.get("terminating"):
-        pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    return pod
-
-
-def test_free_capacity_subtracts_bound_planned_and_terminating_pods() -> None:
-    nodes = [view("n1"), view("n2")]
-    pods = [
-        raw_pod("bound", gpus=2, node_name="n1"),
-        raw_pod("planned", gpus=3, planned="n1", phase="Pending"),
-        raw_pod("terminating", gpus=1, node_name="n2", terminating=True),
-        raw_pod("done", gpus=4, node_name="n2", phase="Succeeded"),
-        raw_pod("failed", gpus=4, node_name="n2", phase="Failed"),
-        raw_pod("elsewhere", gpus=4, node_name="n9"),
-    ]
-    free = free_of(nodes, pods)
-    assert free["n1"][GPU] == 3
-    assert free["n1"]["pods"] == 108
-    assert free["n2"][GPU] == 7
-    assert free["n2"]["pods"] == 109
 
 
 # ------------------------------------------------------------------ matching rules
@@ -243,13 +193,12 @@ def test_selector_terms(term: SelectorTerm, matches: bool) -> None:
     assert term.matches(node_labels) is matches
 
 
-# ------------------------------------------------------------------ eligibility in place_gang
+# ------------------------------------------------------------------ eligibility
 
 
 def test_node_selector_restricts_the_pool() -> None:
     nodes = [view("a1", labels={"pool": "a100"}), view("h1", labels={"pool": "h100"})]
-    result = place(gang(2, 4, nodeSelector={"pool": "h100"}), nodes)
-    assert placed(result) == {"p-0": "h1", "p-1": "h1"}
+    assert eligible(gang(2, 4, nodeSelector={"pool": "h100"}), nodes) == ["h1"]
 
 
 def test_required_affinity_terms_are_ored() -> None:
@@ -264,7 +213,7 @@ def test_required_affinity_terms_are_ored() -> None:
         }
     }
     nodes = [view("a"), view("b"), view("c")]
-    assert placed(place(gang(1, 1, affinity=affinity), nodes)) == {"p-0": "c"}
+    assert eligible(gang(1, 1, affinity=affinity), nodes) == ["c"]
 
 
 def test_untolerated_taints_exclude_nodes_prefer_no_schedule_does_not() -> None:
@@ -273,18 +222,17 @@ def test_untolerated_taints_exclude_nodes_prefer_no_schedule_does_not() -> None:
         view("b", taints=[{"key": "gone", "effect": "NoExecute"}]),
         view("c", taints=[{"key": "soft", "effect": "PreferNoSchedule"}]),
     ]
-    assert placed(place(gang(1, 8), nodes)) == {"p-0": "c"}
+    assert eligible(gang(1, 8), nodes) == ["c"]
     tolerating = gang(
         2, 8, tolerations=[{"key": "dedicated", "operator": "Equal", "value": "infer"}]
     )
-    assert sorted(placed(place(tolerating, nodes)).values()) == ["a", "c"]
+    assert eligible(tolerating, nodes) == ["a", "c"]
 
 
 def test_unschedulable_nodes_are_never_used() -> None:
     cordoned = node_view({**ready(node("a")), "spec": {"unschedulable": True}})
     assert cordoned is not None
-    result = place(gang(1, 1), [cordoned, view("b")])
-    assert placed(result) == {"p-0": "b"}
+    assert eligible(gang(1, 1), [cordoned, view("b")]) == ["b"]
 
 
 @pytest.mark.parametrize(
@@ -323,146 +271,28 @@ def test_unschedulable_nodes_are_never_used() -> None:
 def test_no_eligible_node_says_which_constraint_excludes_them(
     nodes: list[NodeView], pod_spec: dict[str, Any], reason: str
 ) -> None:
-    result = place([demand("demo-master-0", 1, **pod_spec)], nodes)
-    assert isinstance(result, Shortfall)
-    assert result.kind == "NoEligibleNode"
-    assert "demo-master-0" in result.message
-    assert reason in result.message
+    pod = demand("demo-master-0", 1, **pod_spec)
+    assert eligible_nodes(pod.signature, nodes) == ()
+    message = no_eligible_node(pod, nodes)
+    assert "demo-master-0" in message
+    assert reason in message
 
 
 def test_pinned_hosts_restrict_and_name_the_pool() -> None:
     raw = with_uid(gpu_job("demo", workers=1, gpus=8).hosts("h1", "h2").build())
-    demands = job_demands(parse(raw))
-    nodes = [view("h1", gpus=4), view("h2", gpus=8), view("other", gpus=8)]
-    result = place(demands, nodes)
-    assert isinstance(result, Shortfall)
-    assert result.message == "waiting for 16 nvidia.com/gpu on hosts h1,h2: 12 free"
+    demands = list(job_demands(parse(raw)))
     nodes_ok = [view("h1", gpus=8), view("h2", gpus=8), view("other", gpus=8)]
-    assert sorted(placed(place(demands, nodes_ok)).values()) == ["h1", "h2"]
-    missing = place(demands, [view("other")])
-    assert isinstance(missing, Shortfall)
-    assert "none of the pinned hosts is a schedulable node" in missing.message
-
-
-# ------------------------------------------------------------------ capacity and packing
-
-
-def test_total_shortfall_message_names_resource_pool_and_free() -> None:
-    nodes = [view("a", labels={"pool": "a100"}), view("b", gpus=8)]
-    nodes.append(view("c", labels={"pool": "a100"}, gpus=0))
-    result = place(gang(2, 8, nodeSelector={"pool": "a100"}), nodes)
-    assert isinstance(result, Shortfall)
-    assert result.kind == "InsufficientCapacity"
-    assert result.message == "waiting for 16 nvidia.com/gpu in pool pool=a100: 8 free"
-
-
-def test_a_resource_no_node_has_is_a_shortfall() -> None:
-    template = {"spec": {"containers": [container(limits={"rdma/hca": 1})]}}
-    result = place([pod_demand("p", template)], [view("a")])
-    assert isinstance(result, Shortfall)
-    assert result.message == "waiting for 1 rdma/hca in the cluster: 0 free"
-
-
-def test_fragmentation_is_reported_when_totals_suffice() -> None:
-    busy = [raw_pod("x", gpus=4, node_name="a"), raw_pod("y", gpus=4, node_name="b")]
-    result = place(gang(1, 8), [view("a"), view("b")], pods=busy)
-    assert isinstance(result, Shortfall)
-    assert result.kind == "Fragmented"
-    assert result.message == (
-        "waiting for 8 nvidia.com/gpu in the cluster: 8 free but fragmented: "
-        "no node has 8 nvidia.com/gpu free"
-    )
-
-
-def test_small_pods_pack_onto_one_node() -> None:
-    nodes = [view(f"n{i}") for i in range(4)]
-    result = place(gang(4, 2), nodes)
-    assert set(placed(result).values()) == {"n0"}
-
-
-def test_the_tightest_node_that_holds_the_whole_gang_is_chosen() -> None:
-    busy = [raw_pod("x", gpus=4, node_name="roomy"), raw_pod("y", gpus=2, node_name="tight")]
-    nodes = [view("roomy", gpus=16), view("tight", gpus=8), view("small", gpus=4)]
-    result = place(gang(3, 2), nodes, pods=busy)
-    assert set(placed(result).values()) == {"tight"}
-
-
-def test_large_gang_spreads_one_pod_per_node_in_name_order() -> None:
-    nodes = [view(f"n{i:02d}") for i in range(20)]
-    result = place(gang(16, 8), nodes)
-    assert placed(result) == {f"p-{i}": f"n{i:02d}" for i in range(16)}
-
-
-def test_largest_pods_are_placed_first() -> None:
-    busy = [raw_pod("x", gpus=4, node_name="a")]
-    nodes = [view("a", gpus=8), view("b", gpus=8)]
-    demands = [demand("master", 4), demand("worker", 8)]
-    assert placed(place(demands, nodes, pods=busy)) == {"master": "a", "worker": "b"}
-
-
-def test_placement_reports_what_it_reserves_per_node() -> None:
-    result = place(gang(2, 3), [view("a")])
-    assert isinstance(result, Placement)
-    assert result.reserved == {"a": {"cpu": Decimal(2), GPU: Decimal(6), "pods": Decimal(2)}}
-
-
-def test_optional_pods_are_placed_when_they_fit_and_left_out_otherwise() -> None:
-    nodes = [view("a", gpus=8)]
-    result = place(gang(3, 4), nodes, min_count=2)
-    assert isinstance(result, Placement)
-    assert dict(result.nodes) == {"p-0": "a", "p-1": "a"}
-    assert result.unplaced == ("p-2",)
-
-
-def test_required_pods_are_all_or_nothing() -> None:
-    nodes = [view("a", gpus=8)]
-    result = place(gang(3, 4), nodes, min_count=3)
-    assert isinstance(result, Shortfall)
-
-
-def test_eligibility_cache_is_filled_and_reused() -> None:
-    nodes = [view("a", labels={"pool": "x"}), view("b")]
-    demands = gang(1, 1, nodeSelector={"pool": "x"})
-    cache: dict[Any, tuple[str, ...]] = {}
-    free = free_of(nodes)
-    first = place_gang(demands, nodes, free, min_count=1, eligibility_cache=cache)
-    assert list(cache.values()) == [("a",)]
-    second = place_gang(demands, nodes, free, min_count=1, eligibility_cache=cache)
-    assert first == second
+    assert eligible(demands, nodes_ok) == ["h1", "h2"]
+    missing = no_eligible_node(demands[0], [view("other")])
+    assert missing.startswith("no eligible node on hosts h1,h2 for demo-master-0: ")
+    assert "none of the pinned hosts is a schedulable node" in missing
 
 
 def test_job_demands_are_in_gang_order_with_a_pod_slot_each() -> None:
     raw = with_uid(job("demo").master(gpus=1).workers(2, gpus=2).build())
     demands = job_demands(parse(raw))
     assert [d.pod_name for d in demands] == ["demo-master-0", "demo-worker-0", "demo-worker-1"]
-    assert demands[1].requests == {GPU: Decimal(2), "pods": Decimal(1)}
-
-
-@pytest.mark.parametrize(
-    ("resource", "amount", "text"),
-    [
-        (GPU, Decimal(16), "16"),
-        ("cpu", Decimal("0.5"), "500m"),
-        ("memory", Decimal(64 * 2**30), "64Gi"),
-        ("memory", Decimal(1000), "1000"),
-        ("cpu", Decimal("0.0001"), "0.0001"),
-    ],
-)
-def test_format_quantity(resource: str, amount: Decimal, text: str) -> None:
-    assert format_quantity(resource, amount) == text
-
-
-def test_host_network_replicas_never_share_a_node() -> None:
-    raw = with_uid(gpu_job("demo", workers=2, gpus=1).build())
-    for replica in raw["spec"]["pytorchReplicaSpecs"].values():
-        pod_spec = replica["template"]["spec"]
-        pod_spec["containers"][0]["ports"] = [{"name": "pytorchjob-port", "containerPort": 23456}]
-    nodes = [view("a"), view("b"), view("c"), view("d")]
-    assert set(placed(place(job_demands(parse(raw)), nodes)).values()) == {"a"}
-    for replica in raw["spec"]["pytorchReplicaSpecs"].values():
-        replica["template"]["spec"]["hostNetwork"] = True
-    spread = placed(place(job_demands(parse(raw)), nodes))
-    assert sorted(spread.values()) == ["a", "b", "c"]
+    assert demands[1].requests == {GPU: 2000, "pods": 1000}
 
 
 def test_host_ports_are_read_from_every_container() -> None:

@@ -1,0 +1,92 @@
+"""The waiting queue: places, admission order, backoff, held places and throttled reports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchgate.controller.admission.waiting import WaitingQueue
+
+GPU = {"gpus": 8000}
+
+
+def ask(queue: WaitingQueue, name: str, *, now: float = 0.0, **kw: Any) -> bool:
+    fields: dict[str, Any] = {
+        "uid": f"uid-{name}",
+        "demands": (),
+        "min_count": 1,
+        "usage": GPU,
+        "priority": 0,
+        "created": "2026-01-01T00:00:00Z",
+        "gpu_resource": "nvidia.com/gpu",
+        "preempts": True,
+        "topology_level": None,
+        "topology_required": False,
+        **kw,
+    }
+    return queue.request(("ns", name), now=now, **fields)
+
+
+def test_asking_again_keeps_the_place_and_takes_the_new_demands() -> None:
+    queue = WaitingQueue()
+    assert ask(queue, "a", now=1.0) is True
+    assert ask(queue, "a", now=5.0, priority=7, usage={"gpus": 4000}) is False
+    waiting = queue.waiting[("ns", "a")]
+    assert (waiting.since, waiting.priority, dict(waiting.usage)) == (1.0, 7, {"gpus": 4000})
+
+
+def test_a_recreated_job_starts_a_new_place() -> None:
+    queue = WaitingQueue()
+    ask(queue, "a", now=1.0)
+    assert ask(queue, "a", now=5.0, uid="uid-new") is True
+    assert queue.waiting[("ns", "a")].since == 5.0
+
+
+def test_ready_is_in_admission_order_without_the_jobs_backing_off() -> None:
+    queue = WaitingQueue(backoff_base=10)
+    ask(queue, "old", created="2026-01-01T00:00:00Z")
+    ask(queue, "new", created="2026-01-02T00:00:00Z")
+    ask(queue, "urgent", created="2026-01-03T00:00:00Z", priority=100)
+    ask(queue, "slow")
+    queue.back_off(("ns", "slow"), now=0.0)
+    assert [w.key[1] for w in queue.ready(now=5.0)] == ["urgent", "old", "new"]
+    assert [w.key[1] for w in queue.ready(now=10.0)] == ["urgent", "old", "slow", "new"]
+
+
+def test_backoff_doubles_up_to_its_maximum_and_outlives_the_next_request() -> None:
+    queue = WaitingQueue(backoff_base=10, backoff_max=25)
+    key = ("ns", "t")
+    assert [queue.back_off(key, now=0.0) for _ in range(3)] == [10.0, 20.0, 25.0]
+    ask(queue, "t", now=1.0)
+    assert queue.ready(now=24.0) == []
+    queue.cancel(key)
+    assert queue.back_off(key, now=0.0) == 10.0, "a cancelled job starts over"
+
+
+def test_a_held_place_is_restored_as_it_was_with_nothing_reported() -> None:
+    queue = WaitingQueue()
+    ask(queue, "p", now=3.0)
+    key = ("ns", "p")
+    assert queue.report(queue.waiting[key], "Capacity", lambda: "full", now=3.0)
+    queue.hold_place(key)
+    assert key not in queue.waiting
+    queue.restore_place(key)
+    assert queue.waiting[key].since == 3.0
+    assert (queue.reason(key), queue.kind(key)) == (None, None)
+
+
+def test_reports_change_at_once_for_a_new_kind_and_else_at_most_every_refresh() -> None:
+    queue = WaitingQueue(refresh_seconds=30)
+    ask(queue, "w")
+    waiting = queue.waiting[("ns", "w")]
+    phrased: list[str] = []
+
+    def says(text: str) -> Any:
+        return lambda: phrased.append(text) or text
+
+    assert queue.report(waiting, "Capacity", says("2 free"), now=0.0)
+    assert not queue.report(waiting, "Capacity", says("3 free"), now=10.0)
+    assert phrased == ["2 free"], "a message that cannot be reported is not phrased"
+    assert queue.report(waiting, "Quota", says("over quota"), now=11.0), "a new kind at once"
+    assert not queue.report(waiting, "Quota", says("over quota"), now=50.0), "nothing new"
+    assert queue.report(waiting, "Quota", says("still over"), now=51.0)
+    assert (queue.reason(waiting.key), queue.kind(waiting.key)) == ("still over", "Quota")

@@ -1,0 +1,203 @@
+"""The waiting queue: jobs whose gang asks for admission, their backoff, what they were told.
+
+Why apart from the capacity ledger: the queue changes when a reconcile asks (a job's place, its
+demands, its backoff) and the ledger when the cluster changes (pods and nodes); the admission
+cycle reads both and writes its outcomes back to each. Kueue keeps its queue cache and its
+scheduler cache apart for the same reason. The module is pure: callers pass the time.
+
+Rules:
+
+1. ``request``: a job asks once per reconcile (idempotent); it keeps its place in the queue
+   (``since``) as long as its uid is the same, with the demands, usage and priority it asked
+   with last. A new uid (the job was recreated) starts a new place.
+2. ``ready``: the jobs the cycle decides, in admission order (``pool.admission_order``), leaving
+   out those still backing off.
+3. ``back_off``: a gang torn down after a schedule timeout waits ``backoff_base * 2**(n-1)``
+   seconds (at most ``backoff_max``) before it is tried again, even if it asks again meanwhile.
+4. ``hold_place``: a preemptor whose nodes are held leaves the queue but keeps its place, so
+   ``restore_place`` puts it back where it was should the hold be given up.
+5. ``report``: what a waiting job is told (its wait kind and message) changes at once when the
+   kind changes, else at most every ``refresh_seconds``: the free counts in a message change
+   with every pod, and rewriting the status of every waiting job on each change would flood the
+   apiserver. The message is phrased only when it may be reported.
+6. ``cancel``: a job that is gone, finished, suspended or not ours is forgotten, with its
+   backoff.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from torchgate.controller.admission.nodes import PodDemand
+from torchgate.pytorchjob.names import JobKey
+from torchgate.pytorchjob.pool import admission_order
+from torchgate.pytorchjob.units import Units
+
+
+@dataclass(slots=True)
+class Waiting:
+    """A job whose gang is not placed yet."""
+
+    key: JobKey
+    uid: str
+    demands: tuple[PodDemand, ...]
+    min_count: int
+    usage: Units  # what the gang counts against its team's quota (``pool.gang_usage``)
+    priority: int
+    created: str
+    gpu_resource: str
+    since: float
+    preempts: bool = True
+    topology_level: str | None = None
+    topology_required: bool = False
+    not_before: float = 0.0
+    reported_reason: str | None = None
+    reported_kind: str | None = None
+    reported_at: float | None = None
+
+    def order(self) -> tuple[int, str, str, str]:
+        """Its place in the queue (``pool.admission_order``)."""
+        return admission_order(self.priority, self.created, self.key)
+
+    def required(self) -> tuple[PodDemand, ...]:
+        """The pods that must be placed together (the gang's ``minAvailable``)."""
+        return self.demands[: max(0, min(self.min_count, len(self.demands)))]
+
+
+class WaitingQueue:
+    """The jobs waiting for admission, and the places of preemptors whose nodes are held."""
+
+    def __init__(
+        self,
+        *,
+        backoff_base: float = 10.0,
+        backoff_max: float = 600.0,
+        refresh_seconds: float = 30.0,
+    ) -> None:
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.refresh_seconds = refresh_seconds
+        self.waiting: dict[JobKey, Waiting] = {}
+        self.held_places: dict[JobKey, Waiting] = {}  # preemptors while their nodes are held
+        self.timeouts: dict[JobKey, int] = {}
+        self._retry_at: dict[JobKey, float] = {}
+
+    # ------------------------------------------------------------------ rules 1-3
+
+    def request(
+        self,
+        key: JobKey,
+        *,
+        uid: str,
+        demands: Sequence[PodDemand],
+        min_count: int,
+        usage: Units,
+        priority: int,
+        created: str,
+        gpu_resource: str,
+        preempts: bool,
+        topology_level: str | None,
+        topology_required: bool,
+        now: float,
+    ) -> bool:
+        """Queue the job or update what it asks for (rule 1); whether it took a new place."""
+        current = self.waiting.get(key)
+        if current is not None and current.uid == uid:
+            current.demands = tuple(demands)
+            current.min_count = min_count
+            current.usage = usage
+            current.priority = priority
+            current.preempts = preempts
+            current.topology_level = topology_level
+            current.topology_required = topology_required
+            return False
+        self.waiting[key] = Waiting(
+            key=key,
+            uid=uid,
+            demands=tuple(demands),
+            min_count=min_count,
+            usage=usage,
+            priority=priority,
+            created=created,
+            gpu_resource=gpu_resource,
+            since=now,
+            preempts=preempts,
+            topology_level=topology_level,
+            topology_required=topology_required,
+            not_before=self._retry_at.pop(key, 0.0),
+        )
+        return True
+
+    def ready(self, now: float) -> list[Waiting]:
+        """The jobs to decide now, in admission order (rule 2)."""
+        ordered = sorted(self.waiting.values(), key=Waiting.order)
+        return [waiting for waiting in ordered if waiting.not_before <= now]
+
+    def back_off(self, key: JobKey, now: float) -> float:
+        """Make the job wait before it is tried again (rule 3); the delay."""
+        count = self.timeouts.get(key, 0) + 1
+        self.timeouts[key] = count
+        delay = float(min(self.backoff_base * 2.0 ** (count - 1), self.backoff_max))
+        waiting = self.waiting.get(key)
+        if waiting is not None:
+            waiting.not_before = now + delay
+        else:
+            self._retry_at[key] = now + delay
+        return delay
+
+    # ------------------------------------------------------------------ leaving the queue
+
+    def take(self, key: JobKey) -> Waiting:
+        """The job was admitted: it leaves the queue."""
+        return self.waiting.pop(key)
+
+    def hold_place(self, key: JobKey) -> None:
+        """The job preempts: it leaves the queue and keeps its place (rule 4)."""
+        self.held_places[key] = self.waiting.pop(key)
+
+    def restore_place(self, key: JobKey) -> None:
+        """The job's hold is given up: back to its place, told nothing yet (rule 4)."""
+        waiting = self.held_places.pop(key)
+        waiting.reported_kind = waiting.reported_reason = waiting.reported_at = None
+        self.waiting[key] = waiting
+
+    def drop_place(self, key: JobKey) -> None:
+        """The job's hold became a reservation: its place is no longer needed."""
+        self.held_places.pop(key, None)
+
+    def cancel(self, key: JobKey) -> bool:
+        """Forget the job (rule 6); whether it was waiting."""
+        self.held_places.pop(key, None)
+        self.timeouts.pop(key, None)
+        self._retry_at.pop(key, None)
+        return self.waiting.pop(key, None) is not None
+
+    # ------------------------------------------------------------------ rule 5
+
+    def report(self, waiting: Waiting, kind: str, message: Callable[[], str], now: float) -> bool:
+        """Record what the job waits for, throttled (rule 5); whether what it is told changed."""
+        stale = (
+            waiting.reported_at is None
+            or now - waiting.reported_at >= self.refresh_seconds
+            or waiting.reported_kind != kind
+        )
+        if not stale:
+            return False
+        text = message()
+        if waiting.reported_reason == text and waiting.reported_kind == kind:
+            return False
+        waiting.reported_at = now
+        waiting.reported_reason = text
+        waiting.reported_kind = kind
+        return True
+
+    def reason(self, key: JobKey) -> str | None:
+        """Why the job waits, as last reported."""
+        waiting = self.waiting.get(key)
+        return waiting.reported_reason if waiting is not None else None
+
+    def kind(self, key: JobKey) -> str | None:
+        """What the job waits for, as last reported: ``Quota``, ``Capacity`` or ``Topology``."""
+        waiting = self.waiting.get(key)
+        return waiting.reported_kind if waiting is not None else None
