@@ -180,14 +180,18 @@ def scheduler_command(binaries: Binaries, layout: Layout, ports: Ports) -> list[
 
 
 def kwok_command(binaries: Binaries, layout: Layout, ports: Ports) -> list[str]:
-    """Run kwok for nodes annotated ``kwok.x-k8s.io/node=fake`` only."""
+    """Run kwok for nodes annotated ``kwok.x-k8s.io/node=fake`` whose heartbeat is not stopped.
+
+    The label selector (:data:`kwok.NODE_LABEL_SELECTOR`) is applied by the apiserver to kwok's
+    node watch, so a node that gets the label leaves kwok's view as if deleted.
+    """
     return [
         str(binaries.kwok),
         f"--kubeconfig={layout.kubeconfig}",
         f"--config={layout.kwok_config}",
         "--manage-all-nodes=false",
         f"--manage-nodes-with-annotation-selector={kwok.NODE_SELECTOR_FLAG}",
-        "--manage-nodes-with-label-selector=",
+        f"--manage-nodes-with-label-selector={kwok.NODE_LABEL_SELECTOR}",
         "--node-lease-duration-seconds=40",
         f"--cidr={POD_CIDR}",
         f"--server-address=127.0.0.1:{ports.kwok}",
