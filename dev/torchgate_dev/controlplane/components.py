@@ -32,8 +32,15 @@ CONTROLLERS: Final = (
     "root-ca-certificate-publisher-controller",
     # The TaintNodesByCondition admission plugin gives every new node the
     # node.kubernetes.io/not-ready:NoSchedule taint; only this controller removes it once the
-    # node (kwok) reports Ready. Without it nothing ever schedules.
+    # node (kwok) reports Ready. Without it nothing ever schedules. It also turns a node that
+    # stops heartbeating Unknown and taints it node.kubernetes.io/unreachable:NoExecute.
     "node-lifecycle-controller",
+    # What a real cluster does to pods on sick and gone nodes, so torchgate meets it here too:
+    # evicting pods from nodes with NoExecute taints they do not tolerate (a health taint, or
+    # unreachable after the pods' default 300 s), and force-deleting the pods of deleted nodes
+    # and terminating pods on out-of-service nodes.
+    "taint-eviction-controller",
+    "pod-garbage-collector-controller",
 )
 
 REAL_NODE_CONTROLLERS: Final = (

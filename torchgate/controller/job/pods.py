@@ -161,18 +161,17 @@ def _inject_env(
     gpus = gpu_count(container, gpu_resource)
     ours = rank_env(job, replica_type, index, gpus_per_pod=gpus, attempt=attempt)
     container["env"] = merge_env(container.get("env"), ours)
-    container["ports"] = _attempt_ports(container.get("ports"), spec, attempt)
+    if isinstance(container.get("ports"), list):
+        container["ports"] = _attempt_ports(container["ports"], spec, attempt)
     containers[position] = container
     spec["containers"] = containers
 
 
-def _attempt_ports(ports: object, spec: Mapping[str, Any], attempt: int) -> object:
+def _attempt_ports(ports: list[Any], spec: Mapping[str, Any], attempt: int) -> list[Any]:
     """The container's ``ports`` with ``pytorchjob-port`` moved to the attempt's port.
 
     A ``hostPort`` equal to the declared port (``hostNetwork``) moves with it.
     """
-    if not isinstance(ports, list):
-        return ports
     moved: list[Any] = []
     for port in ports:
         declared = valid_port(port.get("containerPort")) if isinstance(port, Mapping) else None

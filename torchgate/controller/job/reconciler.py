@@ -373,7 +373,7 @@ class Reconciler:
                 delay,
                 extra={"job": "/".join(key)},
             )
-        if decision.delete_pods or decision.force_delete_pods:
+        if decision.delete_pods or decision.restart is not None:
             self.admitter.release(key)
         if decision.needs_admission:
             priority_class = _priority_class(spec)

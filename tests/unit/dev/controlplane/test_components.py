@@ -7,9 +7,26 @@ from pathlib import Path
 import pytest
 import yaml
 
-from torchgate_dev.controlplane.components import configuration_files
+from torchgate_dev.controlplane.binaries import Binaries
+from torchgate_dev.controlplane.components import (
+    configuration_files,
+    controller_manager_command,
+    kwok_command,
+)
 from torchgate_dev.controlplane.kubeconfig import read_kubeconfig
-from torchgate_dev.controlplane.layout import Layout
+from torchgate_dev.controlplane.layout import Layout, Ports
+
+PORTS = Ports(2379, 2380, 6443, 10257, 10259, 10247)
+
+
+def binaries_in(folder: Path) -> Binaries:
+    names = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kwok")
+    return Binaries(
+        *(folder / name for name in names),
+        kubelet=folder / "kubelet",
+        kube_proxy=folder / "kube-proxy",
+        stages_dir=folder / "stages",
+    )
 
 
 @pytest.mark.parametrize("audit", [False, True], ids=["no-audit", "audit"])
@@ -41,3 +58,20 @@ def test_configuration_files_give_each_component_its_file(tmp_path: Path, audit:
     assert scheduler["clientConnection"]["kubeconfig"] == str(layout.kubeconfig)
     kinds = [doc["kind"] for doc in yaml.safe_load_all(files[layout.kwok_config])]
     assert kinds == ["Stage", "KwokConfiguration"]
+
+
+def test_the_controller_manager_runs_what_a_cluster_does_to_pods_on_sick_nodes(
+    tmp_path: Path,
+) -> None:
+    command = controller_manager_command(binaries_in(tmp_path), Layout(tmp_path), PORTS)
+    controllers = next(a for a in command if a.startswith("--controllers=")).split("=")[1]
+    assert {
+        "node-lifecycle-controller",
+        "taint-eviction-controller",
+        "pod-garbage-collector-controller",
+    } <= set(controllers.split(","))
+
+
+def test_kwok_forgets_a_node_whose_heartbeat_is_stopped(tmp_path: Path) -> None:
+    command = kwok_command(binaries_in(tmp_path), Layout(tmp_path), PORTS)
+    assert "--manage-nodes-with-label-selector=torchgate.io/fake-heartbeat!=stopped" in command
