@@ -174,8 +174,9 @@ def plan_preempted(draft: Draft, pods: GangPods, preemptor: str) -> None:
         draft.set_condition(st.RUNNING, st.FALSE, PREEMPTED, message)
     if pods.current_live:
         _begin_attempt(draft, pods, Restart(dis.PREEMPTED))
-    if pods.live:
+    elif pods.live:  # an older attempt's pods, left from the eviction
         _teardown(draft, pods)
+    if pods.live:
         _mark_queued(draft)
 
 
