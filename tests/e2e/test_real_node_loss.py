@@ -196,6 +196,9 @@ def test_a_gang_on_a_frozen_kubelet_runs_again_elsewhere_and_its_old_ranks_canno
         what="the Worker to reach its Master",
     )
     old = {p["metadata"]["name"]: container_id(p) for p in first}
+    stale_ip = next(p for p in first if p["metadata"]["name"] == "fenced-worker-0")["status"][
+        "podIP"
+    ]
     stale_pid = task_pids(real)[old["fenced-worker-0"]]
     stale_env = environ_of(stale_pid)
     assert stale_env["MASTER_PORT"] == "23456"
@@ -243,11 +246,12 @@ def test_a_gang_on_a_frozen_kubelet_runs_again_elsewhere_and_its_old_ranks_canno
         )  # fmt: skip
         moved = time.time()
         refused = real.wait_for(
-            lambda: [d for d in dials(log, moved) if d[0] == address],
+            lambda: (found := [d for d in dials(log, moved) if d[0] == address])[3:] and found,
             timeout=30,
-            what="the stale rank to dial the new Master's address",
+            what="the stale rank to dial the new Master's address (4 times)",
         )
         assert {(port, result) for _, port, result in refused} == {(23456, "refused")}
+        assert stand_in.peers == [], "the stale rank dialed the new Master and never got in"
         reach = subprocess.run(
             [
                 "nsenter", "-t", str(stale_pid), "-n", sys.executable, "-c",
@@ -256,17 +260,24 @@ def test_a_gang_on_a_frozen_kubelet_runs_again_elsewhere_and_its_old_ranks_canno
             capture_output=True, text=True, check=False,
         )  # fmt: skip
         assert reach.returncode == 0, reach.stderr
-        assert stand_in.peers == [address], "only the probe from its netns, never the stale rank"
+        assert stand_in.peers == [stale_ip], "from the stale rank's network, the new port is open"
+        print(
+            f"stale rank: {len(refused)} dials of {address}:23456 refused; the stand-in on "
+            f"{address}:{new_port} reached from its network namespace"
+        )
     finally:
         os.kill(kubelet, signal.SIGCONT)
         if stand_in is not None:
             stand_in.close()
 
+    resumed = time.monotonic()
     real.wait_for(
         lambda: not set(old.values()) & set(task_pids(real)),
         timeout=60,
         what="the kubelet to kill the first attempt's containers",
     )
+    took = time.monotonic() - resumed
+    print(f"kubelet resumed: the first attempt's containers gone {took:.1f}s later")
     assert not Path(f"/proc/{stale_pid}").exists() or "Z" in proc_state(stale_pid)
     real.wait_for(lambda: node_ready(real)["status"] == "True", timeout=90, what="real-0 Ready")
     quiet_since = time.time()
