@@ -241,7 +241,8 @@ def _mark_admitted(draft: Draft) -> None:
 
 def plan_admission(draft: Draft, pods: GangPods) -> None:
     """No live pod of the current attempt: wait for stragglers, ask for admission, or create."""
-    if st.is_true(draft.conditions, st.RUNNING):  # its pods went while no controller watched
+    ended = st.is_true(draft.conditions, st.RUNNING)  # its pods went while no one watched
+    if ended:
         _begin_attempt(draft, pods, Restart(dis.GANG_INCOMPLETE))
     _restart_if_running(draft, "its pods are gone")
     if pods.terminating or draft.delete_pods:
@@ -256,7 +257,8 @@ def plan_admission(draft: Draft, pods: GangPods) -> None:
         if draft.set_condition(st.QUEUED, st.TRUE, REASON_NAME_CONFLICT, message):
             draft.transition("Warning", REASON_NAME_CONFLICT, message)
         return
-    reservation = draft.observed.reservation
+    # A reservation made while the ended attempt ran is not the new attempt's: ask again.
+    reservation = None if ended else draft.observed.reservation
     if reservation is None:
         draft.needs_admission = True
         _mark_queued(draft)
@@ -294,7 +296,7 @@ def _create_missing(draft: Draft, pods: GangPods, reservation: Mapping[str, str]
                 replica_type,
                 index,
                 node=reservation.get(name),
-                attempt=draft.attempt or pods.attempt,
+                attempt=pods.attempt,
                 gpu_resource=observed.gpu_resource,
             )
         )

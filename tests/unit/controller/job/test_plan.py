@@ -715,6 +715,7 @@ def test_a_gang_whose_pods_vanished_unseen_starts_a_new_attempt() -> None:
     world.pods.clear()
     result = world.plan(reservation=RESERVATION)
     assert result.restart == Restart("GangIncomplete")
-    assert {
-        p["metadata"]["annotations"]["torchgate.io/gang-attempt"] for p in result.create_pods
-    } == {"2"}
+    assert (result.attempt, result.needs_admission, result.create_pods) == (2, True, ())
+    world.apply(result)
+    created = world.plan(reservation=RESERVATION).create_pods
+    assert {p["metadata"]["annotations"]["torchgate.io/gang-attempt"] for p in created} == {"2"}
