@@ -33,7 +33,9 @@ from torchgate_dev.node.config import NodePaths
 pytestmark = [pytest.mark.e2e, pytest.mark.real_node]
 
 SEEDS = REPO_ROOT.parent / "shared" / "seeds" / "manifests"
+REALWORLD = REPO_ROOT.parent / "shared" / "realworld"
 DEMO_IMAGE = "pytorch-demo"
+DIST_MNIST_IMAGE = "kubeflow/pytorch-dist-mnist:latest"  # the upstream examples' name
 GPUS_ON_NODE = 4
 RDMA_ON_NODE = 4
 
@@ -237,6 +239,52 @@ def test_seed_004_trains_verbatim_and_the_users_selector_finds_the_master(
         assert "World Size: 2. Rank: 0" in log
     finally:
         real.kubectl("delete", "namespace", "kubeflow", "--wait=false", check=False)
+
+
+# README's walkthrough of seed 000 on the real node: the placeholder filled with the upstream
+# examples' image, gloo for nccl and no GPU (the node has no CUDA), two epochs.
+SEED_000_ON_CPU = (
+    "sed -e 's|<训练镜像>|kubeflow/pytorch-dist-mnist:latest|'"
+    """ -e 's|"nccl"]|"gloo", "--epochs", "2"]|' -e '/resources:/,/nvidia.com/d' $SEED"""
+)
+
+
+def test_the_upstream_mnist_example_trains_with_gloo_as_published_and_as_seed_000_says(
+    real: RealNodeCluster, gpu_node: None
+) -> None:
+    """The upstream examples' image, rebuilt locally, runs their arguments to ``Succeeded``.
+
+    The training-operator's gloo example as published (realworld 006: one GPU per replica,
+    ``--backend gloo``; the node advertises GPUs, nothing uses CUDA), and seed 000 edited as
+    README's walkthrough does it (``SEED_000_ON_CPU``).
+    """
+    namespace = real.new_namespace("mnist")
+    published = yaml.safe_load((REALWORLD / "006-to-mnist-gloo.yaml").read_text())
+    edited = subprocess.run(
+        ["sh", "-c", SEED_000_ON_CPU],
+        env={**os.environ, "SEED": str(SEEDS / "000-pytorch-dist-mnist-nccl.yaml")},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    seed_000 = yaml.safe_load(edited.stdout)
+    for manifest in (published, seed_000):
+        manifest["metadata"]["namespace"] = namespace
+        real.apply(manifest)
+
+    for name, epochs in (("pytorch-dist-mnist-gloo", 1), ("pytorch-dist-mnist-nccl", 2)):
+        real.wait_job(namespace, name, "Succeeded", timeout=420)
+        pods = job_pods(real, namespace, name)
+        assert {p["spec"]["nodeName"] for p in pods} == {real.node}
+        assert {p["spec"]["containers"][0]["image"] for p in pods} == {DIST_MNIST_IMAGE}
+        for pod in pods:
+            log = real.logs(namespace, pod["metadata"]["name"])
+            assert "Using distributed PyTorch with gloo backend" in log
+            assert f"Train Epoch: {epochs} [" in log
+            assert f"Train Epoch: {epochs + 1} [" not in log
+            accuracies = [float(line.split("=")[1]) for line in log.split() if "accuracy=" in line]
+            assert len(accuracies) == epochs
+            assert accuracies[-1] > 0.5, "well above chance (0.1) on the baked-in data set"
 
 
 # ----------------------------------------------------------------------------- env contract
