@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kubeflow.training import TrainingClient
 
 from tests.e2e.conftest import REPO_ROOT, Cluster
 from tests.e2e.controller_process import get_job, is_true, job_pods
@@ -575,3 +576,44 @@ def _terminated_at(real: RealNodeCluster, namespace: str, pod: str) -> float | N
     if statuses and "terminated" in statuses[0].get("state", {}):
         return time.time()
     return None
+
+
+# ----------------------------------------------------------------------------- the Training SDK
+
+
+def test_the_kubeflow_training_sdk_creates_waits_reads_lists_and_deletes_a_job(
+    real: RealNodeCluster,
+) -> None:
+    """``kubeflow-training`` 1.9.4's main calls, as its users make them, against torchgate.
+
+    ``create_job`` from a function (the SDK writes it into the container's command and runs it
+    with torchrun across a Master and a Worker), then wait, logs, pod names, list and delete.
+    The image is the local torch image: the SDK's default is not on this machine.
+    """
+    namespace = real.new_namespace("sdk")
+    client = TrainingClient(config_file=str(real.kubeconfig), namespace=namespace)
+
+    def train_func() -> None:
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        total = torch.tensor([dist.get_rank() + 1])
+        dist.all_reduce(total)
+        print(f"sdk rank {dist.get_rank()} of {dist.get_world_size()} sum {total.item()}")
+
+    client.create_job(name="sdk", train_func=train_func, num_workers=2, base_image=DEMO_IMAGE)
+    finished = client.wait_for_job_conditions("sdk", wait_timeout=300, polling_interval=1)
+
+    assert finished.metadata.name == "sdk"
+    assert client.is_job_succeeded("sdk")
+    assert sorted(client.get_job_pod_names("sdk")) == ["sdk-master-0", "sdk-worker-0"]
+    master_logs, _ = client.get_job_logs("sdk")
+    assert list(master_logs) == ["sdk-master-0"]
+    assert "sdk rank 0 of 2 sum 3" in master_logs["sdk-master-0"]
+    assert [job.metadata.name for job in client.list_jobs()] == ["sdk"]
+
+    client.delete_job("sdk")
+
+    real.wait_for(lambda: get_job(real, namespace, "sdk") is None, what="the job to be deleted")
+    assert client.list_jobs() == []
