@@ -259,6 +259,7 @@ def test_the_upstream_mnist_example_trains_with_gloo_as_published_and_as_seed_00
     ``--backend gloo``; the node advertises GPUs, nothing uses CUDA), and seed 000 edited as
     README's walkthrough does it (``SEED_000_ON_CPU``).
     """
+    assert SEED_000_ON_CPU in (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     namespace = real.new_namespace("mnist")
     published = yaml.safe_load((REALWORLD / "006-to-mnist-gloo.yaml").read_text())
     edited = subprocess.run(
