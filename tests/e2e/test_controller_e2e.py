@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.builders import container, job
+from tests.builders.job import container, job
 from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import (
     FINISH_GRACE_SECONDS,

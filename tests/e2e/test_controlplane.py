@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from tests.builders import job, policy
+from tests.builders.job import job
+from tests.builders.policy import policy
 from tests.e2e.conftest import REPO_ROOT, Cluster, load_yaml
 from torchgate.pytorchjob.policy import parse_policy
 from torchgate_dev.controlplane import kwok

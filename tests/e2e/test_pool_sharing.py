@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.builders import job, policy
+from tests.builders.job import job
+from tests.builders.policy import policy
+from tests.builders.team import team_quota
 from tests.e2e.conftest import REPO_ROOT, Cluster
 from tests.e2e.controller_process import (
     ControllerProcess,
@@ -73,19 +75,7 @@ class Pool:
 
     def team(self, name: str, namespaces: list[str], nominal: int, **spec: Any) -> str:
         full = f"{self.label}-{name}"
-        self.apply(
-            {
-                "apiVersion": "torchgate.io/v1alpha1",
-                "kind": "TeamQuota",
-                "metadata": {"name": full},
-                "spec": {
-                    "namespaces": namespaces,
-                    "cohort": self.label,
-                    "nominalGPUs": nominal,
-                    **spec,
-                },
-            }
-        )
+        self.apply(team_quota(full, namespaces, cohort=self.label, nominalGPUs=nominal, **spec))
         return full
 
     def priority_class(self, name: str, value: int, **fields: Any) -> str:

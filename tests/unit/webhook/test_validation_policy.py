@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from tests.builders import job
+from tests.builders.job import cpu_job, job
+from tests.builders.policy import parsed_policy
 from tests.unit.webhook.validationcases import (
     FORBIDDEN,
     HOSTS,
@@ -19,9 +20,7 @@ from tests.unit.webhook.validationcases import (
     Pairs,
     case,
     check,
-    cpu_job,
     master_container,
-    parsed,
     setting,
 )
 from torchgate.pytorchjob.policy import PlacementPolicy
@@ -29,11 +28,11 @@ from torchgate.pytorchjob.policy import PlacementPolicy
 # ---------------------------------------------------------------------- rule 7: policy
 
 
-DATA_PATHS = parsed("data", allowedHostPaths=["/dev/shm", "/data"])
-PRIVILEGED = parsed("priv", allowPrivileged=True)
-BUDGET = parsed("budget", maxGPUsPerJob=8)
-KEEP_PODS = parsed("keep", allowCleanPodPolicyNone=True)
-POOL = parsed("pool", nodeSelector={"pool": "gpu"})
+DATA_PATHS = parsed_policy("data", allowedHostPaths=["/dev/shm", "/data"])
+PRIVILEGED = parsed_policy("priv", allowPrivileged=True)
+BUDGET = parsed_policy("budget", maxGPUsPerJob=8)
+KEEP_PODS = parsed_policy("keep", allowCleanPodPolicyNone=True)
+POOL = parsed_policy("pool", nodeSelector={"pool": "gpu"})
 
 
 def host_path_job(*paths: str) -> dict[str, Any]:
