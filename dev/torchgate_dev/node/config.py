@@ -4,7 +4,7 @@ Why a real node at all: kwok shows pods ``Running`` but runs nothing, so the env
 the rendezvous Service, release of GPUs and whole-gang restarts were never seen in a real
 container. One kubelet on this machine, with containerd and runc from Debian, runs them for real.
 
-The rules these settings keep (each is a test in ``tests/unit/node/test_config.py``):
+The rules these settings keep (each is a test in ``tests/unit/torchgate_dev/node/test_config.py``):
 
 - **Nothing leaves this machine.** Pods sit on one Linux bridge with a private subnet, no masquerade
   and no default route: a pod reaches its peers, the node address (where cluster DNS and the

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.dev.controlplane.planefiles import (
+from tests.unit.torchgate_dev.controlplane.planefiles import (
     executable,
 )
 from torchgate_dev.controlplane.binaries import (

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.unit.dev.controlplane.planefiles import (
+from tests.unit.torchgate_dev.controlplane.planefiles import (
     start_ticks,
 )
 from torchgate_dev.controlplane.cluster import ControlPlane, ControlPlaneError
