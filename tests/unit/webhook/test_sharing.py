@@ -289,7 +289,7 @@ def test_the_cache_serves_teams_from_quota_objects_and_follows_changes() -> None
         ],
         "test",
     )
-    assert cache.quota_names == ["vision"]
+    assert cache.team_for("team-broken") is None
     assert pairs(cache.invalid_quotas["broken"]) == [(ErrorType.INVALID.value, "spec.nominalGPUs")]
     big = job("j", "team-vision").master(gpus=8).workers(2, gpus=8).build()
     answer = validate(review(big), cache.policy_for, cache.team_for)
@@ -315,7 +315,6 @@ def test_policy_files_carry_team_quotas(tmp_path: Path) -> None:
     cache = PolicyCache()
     FilePolicies(cache, [path]).load()
     assert cache.names == ["topo"]
-    assert cache.quota_names == ["vision"]
     owner = cache.team_for("team-vision")
     assert owner is not None
     assert owner.quota.name == "vision"

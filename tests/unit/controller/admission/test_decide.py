@@ -13,6 +13,7 @@ from tests.builders.gang import G, node_free, placement_requests, running, waiti
 from tests.builders.node import HOSTNAME, RACK, rack_nodes
 from tests.builders.team import parsed_team
 from tests.unit.controller.admission.test_preemption import reference_cheapest
+from tests.unit.controller.admission.test_topology import domains_spanned
 from torchgate.controller.admission.decide import (
     Admit,
     Outcome,
@@ -23,7 +24,7 @@ from torchgate.controller.admission.decide import (
     decide,
 )
 from torchgate.controller.admission.quota import Admitted, usage_by_team
-from torchgate.controller.admission.topology import build_topology, domains_spanned
+from torchgate.controller.admission.topology import build_topology
 from torchgate.pytorchjob.pool import GPUS, PreemptionSettings, TeamQuota, TopologyRequest
 
 LEVELS = (RACK, HOSTNAME)

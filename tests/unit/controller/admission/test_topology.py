@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -19,7 +19,6 @@ from torchgate.controller.admission.topology import (
     TopologyPlacement,
     TopologyWait,
     build_topology,
-    domains_spanned,
     explain_shortfall,
     fits_topology,
     gpu_free_nodes,
@@ -35,6 +34,11 @@ from torchgate.pytorchjob.pool import GPUS, TopologyRequest
 GPU = "nvidia.com/gpu"
 BLOCK, RACK, HOST = "torchgate.io/block", "torchgate.io/rack", "kubernetes.io/hostname"
 LEVELS = (BLOCK, RACK, HOST)
+
+
+def domains_spanned(topology: Topology, nodes: Iterable[str], level: int) -> int:
+    """How many distinct domains of ``level`` the given nodes touch."""
+    return len({topology.domain_of(name, level) for name in nodes})
 
 
 def pods(n: int) -> tuple[str, ...]:
