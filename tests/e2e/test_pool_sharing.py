@@ -289,8 +289,8 @@ def test_preempted_gangs_run_again_soon_after_their_preemptor_is_deleted(
     As the pool benchmark runs it: priorities from ``runPolicy.schedulingPolicy`` (pods carry
     none), the preemptor deleted with its pods once it runs. Each victim must get nodes of its
     own, not one another's, which would leave a gang unbound until the schedule timeout (60 s).
-    The overlap needs an interleaving of pod events: before the fix this failed in 2 of 5 runs;
-    ``test_a_victim_whose_job_is_gone_is_not_preempted_twice_onto_held_nodes`` (unit) always.
+    The overlap needs an interleaving of pod events, so this catches the fault in some runs only;
+    ``test_a_victim_whose_job_is_gone_is_not_preempted_twice_onto_held_nodes`` (unit) in every.
     """
     pool.nodes(16)
     namespace = cluster.new_namespace("back")

@@ -1,7 +1,7 @@
 """What the local real node's processes are told: containerd, CNI, kubelet and CoreDNS settings.
 
 Why a real node at all: kwok shows pods ``Running`` but runs nothing, so the env contract, DNS of
-the rendezvous Service, release of GPUs and whole-gang restarts were never seen in a real
+the rendezvous Service, release of GPUs and whole-gang restarts can only be seen in a real
 container. One kubelet on this machine, with containerd and runc from Debian, runs them for real.
 
 The rules these settings keep (each is a test in ``tests/unit/torchgate_dev/node/test_config.py``):

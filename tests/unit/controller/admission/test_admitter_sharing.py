@@ -233,7 +233,7 @@ def test_a_victim_whose_job_is_gone_is_not_preempted_twice_onto_held_nodes() -> 
 
     The deleted job is cancelled on every event of its terminating pods; it must stay a victim
     (not a candidate again), or a second preemptor is placed on nodes the first one holds, and
-    one of the two gangs cannot be bound (seen in the pool benchmark: 60 s schedule timeout).
+    one of the two gangs cannot be bound (it waits out the 60 s schedule timeout).
     """
     admitter, _, clocks = make([node(f"n{i}") for i in range(4)])
     clocks.wall = 1_800_000_000.0  # 2027: its pods (created 2026) have run for a while
