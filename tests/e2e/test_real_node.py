@@ -30,7 +30,7 @@ from torchgate_dev.cluster import DevCluster, UpOptions
 from torchgate_dev.controlplane.cluster import ControlPlane
 from torchgate_dev.node.config import NodePaths
 
-pytestmark = [pytest.mark.e2e, pytest.mark.real_node]
+pytestmark = [pytest.mark.e2e, pytest.mark.real_node, pytest.mark.all_versions]
 
 SEEDS = REPO_ROOT.parent / "shared" / "seeds" / "manifests"
 DEMO_IMAGE = "pytorch-demo"
