@@ -59,7 +59,8 @@ def pytest_report_header(config: pytest.Config) -> str:
         chosen = supported.select(environ=os.environ)
     except versions.UnsupportedVersion as error:
         return f"Kubernetes: {error}"
-    return f"Kubernetes: {chosen} (${versions.VERSION_ENV}; supported: {supported.describe()})"
+    source = f"from ${versions.VERSION_ENV}" if os.environ.get(versions.VERSION_ENV) else "default"
+    return f"Kubernetes: {chosen} ({source}; supported: {supported.describe()})"
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
