@@ -111,7 +111,6 @@ class ControlPlane:
         self,
         *,
         binaries: Binaries | None = None,
-        kubernetes_version: str | None = None,
         features: ClusterFeatures | None = None,
         workdir: Path | None = None,
         kubectl: str | None = None,
@@ -124,11 +123,9 @@ class ControlPlane:
         """Describe a control plane to start; nothing runs until :meth:`start`.
 
         Args:
-            binaries: The executables; default: :func:`ensure_binaries` of
-                ``kubernetes_version`` at start.
-            kubernetes_version: The Kubernetes version to build or find when ``binaries`` is
-                not given; default ``$TORCHGATE_KUBERNETES_VERSION``, else the default
-                supported one.
+            binaries: The executables (their Kubernetes version is the control plane's);
+                default: :func:`ensure_binaries` at start, of ``$TORCHGATE_KUBERNETES_VERSION``
+                or else the default supported version.
             features: Feature gates, runtime config and KCM controllers beyond the defaults
                 (e.g. ``GenericWorkload`` and ``scheduling.k8s.io/v1beta1`` on 1.37).
             workdir: Where state, keys and logs go. Default: a fresh temp dir that
@@ -147,7 +144,6 @@ class ControlPlane:
         self._audit = audit_log
         self._node = RealNode(name=node_name, labels=dict(node_labels or {})) if real_node else None
         self._binaries = binaries
-        self._requested_version = kubernetes_version
         self._features = features or ClusterFeatures()
         self._kubernetes_version: str | None = None
         self._requested_workdir = workdir
@@ -367,7 +363,7 @@ class ControlPlane:
             return self
         if self._processes:
             raise ControlPlaneError("control plane already started")
-        binaries = self._binaries or ensure_binaries(version=self._requested_version)
+        binaries = self._binaries or ensure_binaries()
         if self._requested_workdir is None:
             type(self).stop_orphans()
         layout = Layout(self._prepare_workdir())
