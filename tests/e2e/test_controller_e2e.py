@@ -32,7 +32,7 @@ from tests.e2e.controller_process import (
     live_pods,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.all_versions]
 SEEDS = Path(__file__).resolve().parents[2].parent / "shared" / "seeds" / "manifests"
 
 

@@ -29,10 +29,11 @@ from tests.e2e.conftest import REPO_ROOT, Cluster
 from tests.e2e.controller_process import get_job, is_true, job_pods
 from torchgate_dev import devcluster
 from torchgate_dev.cluster import DevCluster, UpOptions
+from torchgate_dev.controlplane import versions
 from torchgate_dev.controlplane.cluster import ControlPlane
 from torchgate_dev.node.config import NodePaths
 
-pytestmark = [pytest.mark.e2e, pytest.mark.real_node]
+pytestmark = [pytest.mark.e2e, pytest.mark.real_node, pytest.mark.all_versions]
 
 SEEDS = REPO_ROOT.parent / "shared" / "seeds" / "manifests"
 DEMO_IMAGE = "pytorch-demo"
@@ -133,6 +134,19 @@ SLEEP_UNTIL_SIGTERM = "trap 'echo got SIGTERM; exit 0' TERM; while true; do slee
 
 def sh(script: str) -> list[str]:
     return ["sh", "-c", script]
+
+
+# ----------------------------------------------------------------------------- the node
+
+
+def test_the_real_node_runs_the_kubelet_of_the_chosen_kubernetes_version(
+    real: RealNodeCluster,
+) -> None:
+    node = real.get("node", real.node)
+
+    assert node is not None
+    chosen = versions.supported().select(environ=os.environ)
+    assert node["status"]["nodeInfo"]["kubeletVersion"] == f"v{chosen}"
 
 
 # ----------------------------------------------------------------------------- the seeds

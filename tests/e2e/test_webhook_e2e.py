@@ -36,7 +36,7 @@ from torchgate_dev.node.registry import free_port
 from torchgate_dev.paths import CA_CERT
 from torchgate_dev.state import DevError
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.all_versions]
 
 SEEDS = REPO_ROOT.parent / "shared" / "seeds" / "manifests"
 JOBS = f"/apis/{names.API_VERSION}"

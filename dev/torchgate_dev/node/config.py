@@ -18,8 +18,9 @@ The rules these settings keep (each is a test in ``tests/unit/torchgate_dev/node
   (``pause``) image is ours.
 - **The kubelet runs on this machine's cgroup v1 hierarchy** (``failCgroupV1: false``, the cgroupfs
   driver that containerd 1.6 uses: containerd 1.x has no ``RuntimeConfig`` RPC, so the kubelet
-  falls back to its own ``cgroupDriver`` setting, which Kubernetes 1.36 still allows), never evicts
-  for disk, and never garbage-collects images (the torch images are expensive to pull again).
+  falls back to its own ``cgroupDriver`` setting, which Kubernetes 1.36 and 1.37 still allow),
+  never evicts for disk, and never garbage-collects images (the torch images are expensive to pull
+  again).
 - **Least privilege on the API**: the kubelet is ``system:node:<name>`` (Node authorizer), CoreDNS
   has its own identity with read-only access to what it serves.
 
