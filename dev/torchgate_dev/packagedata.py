@@ -56,6 +56,9 @@ SAMPLE_POLICY: Final = data_path("dev-placementpolicy.yaml")
 CONTROLPLANE_BUILD_SCRIPT: Final = data_path("controlplane", "build.sh")
 """Builds (or finds cached) the control-plane binaries and kwok's Stage YAMLs."""
 
+CONTROLPLANE_VERSIONS: Final = data_path("controlplane", "versions.env")
+"""The pinned versions: the supported Kubernetes versions (the default first), etcd and kwok."""
+
 NODE_BUILD_SCRIPT: Final = data_path("node", "build.sh")
 """Builds (or finds cached) the real node's own binaries (CoreDNS)."""
 

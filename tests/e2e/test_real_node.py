@@ -24,14 +24,17 @@ import pytest
 import yaml
 from kubeflow.training import TrainingClient
 
+from tests.builders.job import container, job
+from tests.builders.policy import policy
 from tests.e2e.conftest import REPO_ROOT, Cluster
 from tests.e2e.controller_process import get_job, is_true, job_pods
 from torchgate_dev import devcluster
 from torchgate_dev.cluster import DevCluster, UpOptions
+from torchgate_dev.controlplane import versions
 from torchgate_dev.controlplane.cluster import ControlPlane
 from torchgate_dev.node.config import NodePaths
 
-pytestmark = [pytest.mark.e2e, pytest.mark.real_node]
+pytestmark = [pytest.mark.e2e, pytest.mark.real_node, pytest.mark.all_versions]
 
 SEEDS = REPO_ROOT.parent / "shared" / "seeds" / "manifests"
 REALWORLD = REPO_ROOT.parent / "shared" / "realworld"
@@ -116,24 +119,15 @@ def demo_job(
     restart_policy: str = "OnFailure",
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    def replica(command: list[str], replicas: int) -> dict[str, Any]:
-        container: dict[str, Any] = {"name": "pytorch", "image": DEMO_IMAGE, "command": command}
-        container.update(extra or {})
-        return {
-            "replicas": replicas,
-            "restartPolicy": restart_policy,
-            "template": {"spec": {"containers": [container]}},
-        }
+    """The demo image running ``master`` (and ``workers`` Workers running ``worker``)."""
 
-    specs: dict[str, Any] = {"Master": replica(master, 1)}
+    def pytorch(command: list[str]) -> list[dict[str, Any]]:
+        return [{**container(image=DEMO_IMAGE, command=command), **(extra or {})}]
+
+    built = job(name, namespace).master(restart_policy=restart_policy, containers=pytorch(master))
     if worker is not None:
-        specs["Worker"] = replica(worker, workers)
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"pytorchReplicaSpecs": specs},
-    }
+        built.workers(workers, restart_policy=restart_policy, containers=pytorch(worker))
+    return built.build()
 
 
 # A shell that is PID 1 ignores SIGTERM unless it traps it (as does python without a handler):
@@ -143,6 +137,19 @@ SLEEP_UNTIL_SIGTERM = "trap 'echo got SIGTERM; exit 0' TERM; while true; do slee
 
 def sh(script: str) -> list[str]:
     return ["sh", "-c", script]
+
+
+# ----------------------------------------------------------------------------- the node
+
+
+def test_the_real_node_runs_the_kubelet_of_the_chosen_kubernetes_version(
+    real: RealNodeCluster,
+) -> None:
+    node = real.get("node", real.node)
+
+    assert node is not None
+    chosen = versions.supported().select(environ=os.environ)
+    assert node["status"]["nodeInfo"]["kubeletVersion"] == f"v{chosen}"
 
 
 # ----------------------------------------------------------------------------- the seeds
@@ -179,17 +186,13 @@ def test_seed_003_lands_on_the_real_node_when_fake_gpu_nodes_with_topology_share
     real.wait_for(
         lambda: all(is_ready(real.get("node", name)) for name in fake), what="the fake nodes"
     )
-    policy = f"topology-{namespace}"
+    topology_policy = f"topology-{namespace}"
     real.apply(
-        {
-            "apiVersion": "torchgate.io/v1alpha1",
-            "kind": "PlacementPolicy",
-            "metadata": {"name": policy},
-            "spec": {
-                "namespaces": [namespace],
-                "topology": {"levels": list(devcluster.TOPOLOGY_LEVELS)},
-            },
-        }
+        policy(
+            topology_policy,
+            namespaces=[namespace],
+            topology={"levels": list(devcluster.TOPOLOGY_LEVELS)},
+        )
     )
     try:
         real.kubectl("apply", "--namespace", namespace, "-f", str(SEEDS / "003-torchrun-cpu.yaml"))
@@ -201,7 +204,7 @@ def test_seed_003_lands_on_the_real_node_when_fake_gpu_nodes_with_topology_share
         for pod in pods:
             assert "result tensor([2])" in real.logs(namespace, pod["metadata"]["name"])
     finally:
-        real.kubectl("delete", "placementpolicy", policy, check=False)
+        real.kubectl("delete", "placementpolicy", topology_policy, check=False)
 
 
 def is_ready(node: dict[str, Any] | None) -> bool:
@@ -416,12 +419,7 @@ def test_a_worker_killed_by_sigkill_restarts_the_whole_gang_and_the_retry_succee
     marker.mkdir()
     marker.chmod(0o777)
     real.apply(
-        {
-            "apiVersion": "torchgate.io/v1alpha1",
-            "kind": "PlacementPolicy",
-            "metadata": {"name": f"allow-{namespace}"},
-            "spec": {"namespaces": [namespace], "allowedHostPaths": [str(tmp_path)]},
-        }
+        policy(f"allow-{namespace}", namespaces=[namespace], allowedHostPaths=[str(tmp_path)])
     )
     worker = (
         "if [ -e /attempts/first ]; then sleep 2; exit 0; fi; touch /attempts/first; "
@@ -486,12 +484,7 @@ def test_a_gpu_replica_sees_the_policys_shm_and_an_rdma_container_has_ipc_lock(
 ) -> None:
     namespace = real.new_namespace("gpu")
     real.apply(
-        {
-            "apiVersion": "torchgate.io/v1alpha1",
-            "kind": "PlacementPolicy",
-            "metadata": {"name": f"shm-{namespace}"},
-            "spec": {"namespaces": [namespace], "sharedMemory": {"sizeLimit": "256Mi"}},
-        }
+        policy(f"shm-{namespace}", namespaces=[namespace], sharedMemory={"sizeLimit": "256Mi"})
     )
     probe = (
         "import os\n"

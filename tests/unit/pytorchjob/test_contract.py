@@ -27,8 +27,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.builders import container, gpu_job, job, node
-from tests.unit.controller.helpers import World, env_of, parse, with_uid
+from tests.builders.job import container, gpu_job, job, parsed_job, with_uid
+from tests.builders.node import node
+from tests.builders.team import parsed_team, team_quota
+from tests.unit.controller.helpers import World, env_of
 from tests.unit.nodeselector import NODE_NAMES, Node, affinity_matches, nodes, term_lists
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.decide import Pool, WaitingGang, decide
@@ -46,7 +48,7 @@ from torchgate.kube.resources import PODS, PYTORCHJOBS, SERVICES, TEAM_QUOTAS
 from torchgate.pytorchjob import affinity, contract, names
 from torchgate.pytorchjob.fieldpath import ErrorType
 from torchgate.pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy
-from torchgate.pytorchjob.pool import GPUS, parse_team_quota
+from torchgate.pytorchjob.pool import GPUS
 from torchgate.pytorchjob.spec import pytorch_container_index
 from torchgate.webhook.defaulting import default_job
 from torchgate.webhook.policysource import PolicyCache
@@ -56,7 +58,7 @@ README = Path(__file__).resolve().parents[3] / "README.md"
 
 
 def injected_names(raw: Any) -> set[str]:
-    parsed = parse(with_uid(raw))
+    parsed = parsed_job(with_uid(raw))
     return {
         entry["name"]
         for replica, count in (("Master", 1), ("Worker", 2))
@@ -106,7 +108,7 @@ def test_a_default_the_user_sets_is_admitted_and_kept(name: str) -> None:
     ]
 
     assert validate_create(raw, DEFAULT_POLICY).allowed
-    ours = rank_env(parse(with_uid(raw)), "Master", 0, gpus_per_pod=0)
+    ours = rank_env(parsed_job(with_uid(raw)), "Master", 0, gpus_per_pod=0)
     merged = merge_env([{"name": name, "value": "0"}], ours)
     assert [e["value"] for e in merged if e["name"] == name] == ["0"]
 
@@ -183,7 +185,7 @@ def admitted(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def pods_of(stored: dict[str, Any], planned: str | None) -> list[dict[str, Any]]:
-    parsed = parse(stored)
+    parsed = parsed_job(stored)
     return [
         build_pod(
             stored, parsed, spec.replica_type, index, node=planned, attempt=0, gpu_resource=_GPU
@@ -201,9 +203,9 @@ def test_webhook_and_controller_agree_on_the_gang_size(
     raw, _, _ = case
     stored = admitted(raw)
     persisted = stored["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"]
-    assert parse(stored).min_available == persisted
+    assert parsed_job(stored).min_available == persisted
     # A job that bypassed the webhook (no minAvailable persisted) gets the same gang.
-    assert parse(with_uid(raw)).min_available == persisted
+    assert parsed_job(with_uid(raw)).min_available == persisted
 
 
 @settings(max_examples=150, deadline=None)
@@ -343,23 +345,17 @@ _NAMESPACES = ("n1", "n2", "n3")
 @st.composite
 def quota_objects(draw: st.DrawFn) -> list[dict[str, Any]]:
     """TeamQuotas that may claim each other's namespaces; some do not parse."""
-    objects = []
-    for name in draw(st.lists(st.sampled_from("abcde"), unique=True, max_size=5)):
-        spec: dict[str, Any] = {
-            "namespaces": draw(st.lists(st.sampled_from(_NAMESPACES), min_size=1, unique=True)),
-            "cohort": draw(st.sampled_from(("x", "y"))),
-        }
-        if draw(st.integers(0, 4)):  # one in five has no nominalGPUs: it does not parse
-            spec["nominalGPUs"] = 8
-        objects.append(
-            {
-                "apiVersion": "torchgate.io/v1alpha1",
-                "kind": "TeamQuota",
-                "metadata": {"name": name, "resourceVersion": "1"},
-                "spec": spec,
-            }
+    return [
+        team_quota(
+            name,
+            draw(st.lists(st.sampled_from(_NAMESPACES), min_size=1, unique=True)),
+            version="1",
+            cohort=draw(st.sampled_from(("x", "y"))),
+            # one in five has no nominalGPUs: it does not parse
+            nominalGPUs=8 if draw(st.integers(0, 4)) else None,
         )
-    return objects
+        for name in draw(st.lists(st.sampled_from("abcde"), unique=True, max_size=5))
+    ]
 
 
 def _controller_owner(objects: list[dict[str, Any]], namespace: str) -> str | None:
@@ -376,7 +372,7 @@ def _controller_owner(objects: list[dict[str, Any]], namespace: str) -> str | No
     )
     admitter = Admitter(on_admit_job=lambda key: None, on_reason=lambda key: None)
     admitter.teams = source.teams
-    spec = parse(with_uid(job("j", namespace).master(gpus=1).build()))
+    spec = parsed_job(with_uid(job("j", namespace).master(gpus=1).build()))
     admitter.request(
         (namespace, "j"),
         uid=spec.uid,
@@ -463,7 +459,7 @@ async def _waiting_usage(stored: dict[str, Any]) -> Mapping[str, int]:
 def _running_usage(stored: dict[str, Any]) -> Mapping[str, int]:
     """What the controller's ledger counts for the job's gang once its pods run."""
     admitter = Admitter(on_admit_job=lambda key: None, on_reason=lambda key: None)
-    parsed = parse(stored)
+    parsed = parsed_job(stored)
     for pod in pods_of(stored, None)[: parsed.min_available]:
         pod["spec"]["nodeName"] = "n1"
         pod["status"] = {"phase": "Running"}
@@ -474,19 +470,13 @@ def _running_usage(stored: dict[str, Any]) -> Mapping[str, int]:
 
 def _refused(stored: dict[str, Any], gpus: int, cpu_millis: int) -> bool:
     """Whether the webhook refuses the job for a team that can hold at most this much."""
-    quota, errors = parse_team_quota(
-        {
-            "kind": "TeamQuota",
-            "metadata": {"name": "t"},
-            "spec": {
-                "namespaces": ["team-ns"],
-                "nominalGPUs": gpus,
-                "borrowingLimitGPUs": 0,
-                "resources": [{"name": "cpu", "nominal": f"{cpu_millis}m"}],
-            },
-        }
+    quota = parsed_team(
+        "t",
+        gpus,
+        0,
+        namespaces=["team-ns"],
+        resources=[{"name": "cpu", "nominal": f"{cpu_millis}m"}],
     )
-    assert quota is not None, errors
     verdict = validate_create(stored, DEFAULT_POLICY, team=Team(quota=quota, cohort=(quota,)))
     field = "spec.pytorchReplicaSpecs"
     return (ErrorType.FORBIDDEN, field) in [(e.type, e.field) for e in verdict.errors]
@@ -534,7 +524,7 @@ def test_the_admitter_queue_and_the_cycle_decide_in_the_same_order(
     admitter.on_node("ADDED", node("n0", gpus=8), None)
     gangs = []
     for namespace, name, priority, created in queued:
-        spec = parse(with_uid(job(name, namespace).master(gpus=8).build(), uid=name))
+        spec = parsed_job(with_uid(job(name, namespace).master(gpus=8).build(), uid=name))
         admitter.request(
             (namespace, name),
             uid=spec.uid,
@@ -613,7 +603,7 @@ def running_pods_deleted_at_the_end(
     world = World(with_uid(stored))
     options: dict[str, Any] = {"gpu_resource": gpu_resource, "allow_clean_pod_policy_none": allow}
     world.apply(world.plan(**options))
-    expected = list(expected_pods(parse(world.job_raw)))
+    expected = list(expected_pods(parsed_job(world.job_raw)))
     world.apply(world.plan(reservation=dict.fromkeys(expected, "n1"), **options))
     for name in expected:
         world.run(name)

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.builders import container, gpu_job, job
+from tests.builders.job import container, cpu_job, gpu_job, job
+from tests.builders.policy import parsed_policy
 from tests.unit.webhook.validationcases import (
     FORBIDDEN,
     HOSTS,
@@ -21,10 +22,8 @@ from tests.unit.webhook.validationcases import (
     Pairs,
     case,
     check,
-    cpu_job,
     master_container,
     pairs,
-    parsed,
     setting,
 )
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy
@@ -34,13 +33,13 @@ from torchgate_dev import packagedata
 # ---------------------------------------------------------------------- rule 7: policy
 
 
-DATA_PATHS = parsed("data", allowedHostPaths=["/dev/shm", "/data"])
-PRIVILEGED = parsed("priv", allowPrivileged=True)
-BUDGET = parsed("budget", maxGPUsPerJob=8)
-KEEP_PODS = parsed("keep", allowCleanPodPolicyNone=True)
-OTHER_ACCELERATOR = parsed("amd", gpuResource="amd.com/gpu")
+DATA_PATHS = parsed_policy("data", allowedHostPaths=["/dev/shm", "/data"])
+PRIVILEGED = parsed_policy("priv", allowPrivileged=True)
+BUDGET = parsed_policy("budget", maxGPUsPerJob=8)
+KEEP_PODS = parsed_policy("keep", allowCleanPodPolicyNone=True)
+OTHER_ACCELERATOR = parsed_policy("amd", gpuResource="amd.com/gpu")
 GLOO = ["--backend", "gloo"]
-POOL = parsed("pool", nodeSelector={"pool": "gpu"})
+POOL = parsed_policy("pool", nodeSelector={"pool": "gpu"})
 
 
 def host_path_job(*paths: str) -> dict[str, Any]:

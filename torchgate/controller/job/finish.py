@@ -1,11 +1,11 @@
 """How a PyTorchJob ends: its final condition, the cleanup of its pods, and its TTL.
 
-Why a module of its own: ``planning.plan`` decides *whether* a job has ended (the Master succeeded,
-the deadline passed) and the gang rules (``gangplanning``) decide when a failure is permanent or
+Why a module of its own: ``plan.plan`` decides *whether* a job has ended (the Master succeeded,
+the deadline passed) and the gang rules (``gang``) decide when a failure is permanent or
 the backoff limit is reached; what ending means is the same in every case and is kept here, pure,
 for every path that ends a job and for the plans of a job that has already ended.
 
-The rules this module owns (rules 2 and 6 of ``planning``):
+The rules this module owns (rules 2 and 6 of ``plan``):
 
 - ``finish``: the ``Succeeded`` or ``Failed`` condition with its Event, no longer ``Queued``,
   ``completionTime``, the final replica counts (a succeeded job's active replicas count as
@@ -16,8 +16,8 @@ The rules this module owns (rules 2 and 6 of ``planning``):
   job's Services, which stay only while every replica's pods are kept. Pending pods and every
   pod of a failed job go at once; the running pods of a *succeeded* job after
   ``finish_grace_seconds``, because the other ranks of a job whose Master just finished are
-  normally finishing too, and a pod deleted in its last second loses its ``Completed`` state and
-  its logs.
+  normally finishing too (on a real kubelet a Worker ends milliseconds after its Master), and a
+  pod deleted in its last second loses its ``Completed`` state and its logs.
 - ``plan_finished``: an ended job gets only cleanup (repeated until done) and its TTL.
 - TTL: the job is deleted ``ttlSecondsAfterFinished`` after it ended (a timer until then), never
   inside the finish grace, since deleting the job takes its still-finishing pods with it.

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from tests.builders import JobBuilder, container, gpu_job, job
-from tests.unit.controller.helpers import NOW, World, is_quiet, parse, set_phase, with_uid
+from tests.builders.job import JobBuilder, container, gpu_job, job, parsed_job, with_uid
+from tests.builders.pod import set_phase
+from tests.unit.controller.helpers import NOW, World, is_quiet
 from torchgate.controller.job.model import Observed, Plan
 from torchgate.controller.job.plan import plan
 from torchgate.controller.job.status import format_time
@@ -153,7 +154,7 @@ def test_an_interrupted_creation_is_completed_while_the_reservation_holds() -> N
 
 def test_a_terminating_gang_member_tears_the_gang_down() -> None:
     world = running_world()
-    world.pods[W1] = set_phase(world.pods[W1], "Running", terminating=True)
+    world.pods[W1] = set_phase(world.pods[W1], "Running", deleted=NOW)
     result = world.plan(reservation=RESERVATION)
     assert sorted(result.delete_pods) == [MASTER, W0]
     assert not result.create_pods
@@ -571,7 +572,7 @@ def test_malformed_observed_state_does_not_crash() -> None:
     raw["status"] = {"conditions": "junk", "startTime": 5}
     raw["metadata"]["annotations"] = {"torchgate.io/restarts": "²"}
     junk: list[Any] = [None, "pod", {"metadata": None}, {"metadata": {"ownerReferences": "x"}}]
-    result = plan(Observed(job_raw=raw, job=parse(raw), now=NOW, pods=junk, services=junk))
+    result = plan(Observed(job_raw=raw, job=parsed_job(raw), now=NOW, pods=junk, services=junk))
     assert result.needs_admission
 
 
