@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders import container
+from tests.builders.job import container
 from torchgate.pytorchjob import cleanup
 
 GPU = "nvidia.com/gpu"
