@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders import job
+from tests.builders.job import job
 from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import (
     ControllerProcess,

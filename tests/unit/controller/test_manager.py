@@ -7,7 +7,8 @@ import copy
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from tests.builders import node
+from tests.builders.node import node
+from tests.builders.pod import pod
 from torchgate.controller.manager import Manager, ManagerOptions
 from torchgate.controller.queue import URGENT
 
@@ -31,21 +32,6 @@ class IdleApi:
             yield {}
 
 
-def gang_pod(job: str, name: str, node_name: str) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "team-a",
-            "labels": {
-                "training.kubeflow.org/operator-name": "torchgate",
-                "training.kubeflow.org/job-name": job,
-            },
-        },
-        "spec": {"nodeName": node_name, "containers": [{"name": "pytorch"}]},
-        "status": {"phase": "Running"},
-    }
-
-
 def taken(manager: Manager) -> set[tuple[str, str]]:
     """Every key the queue hands out now (urgent ones first)."""
 
@@ -62,8 +48,8 @@ def taken(manager: Manager) -> set[tuple[str, str]]:
 
 def manager_with_gangs() -> Manager:
     manager = Manager(IdleApi(), ManagerOptions())
-    for job, pod, where in (("a", "a-worker-0", "n1"), ("b", "b-worker-0", "n2")):
-        manager.admitter.on_pod("ADDED", gang_pod(job, pod, where), None)
+    for job, name, where in (("a", "a-worker-0", "n1"), ("b", "b-worker-0", "n2")):
+        manager.admitter.on_pod("ADDED", pod(name, gang=("team-a", job), node=where), None)
     return manager
 
 

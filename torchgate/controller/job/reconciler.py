@@ -6,7 +6,7 @@ between leaves pods of an old attempt, which the next plan deletes without count
 Services before pods (so the master's name resolves when the pods start); status last (it
 describes what was done). Pods on a lost node are deleted with no grace period (``plan`` rule 8).
 
-When the planned status is written is ``writepolicy.StatusWritePolicy``'s decision: now, or after
+When the planned status is written is ``writes.StatusWritePolicy``'s decision: now, or after
 some seconds (progress waits while gangs are being created; counts alone at most once a second). A
 status put off is not kept: the job is looked at again after the delay and planned afresh from
 the status written, so a plan never starts from a state the apiserver does not have. The Events

@@ -14,7 +14,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as hs
 
-from tests.builders import node
+from tests.builders.node import node
+from tests.builders.pod import (
+    deleted_with_grace,
+    disruption_target,
+    ended,
+    pod,
+    set_phase,
+    tolerating,
+)
 from tests.unit.controller.helpers import NOW
 from torchgate.controller.admission.nodes import Taint
 from torchgate.controller.job import disruption as dis
@@ -25,47 +33,28 @@ LOST_AFTER = 30.0
 GPU_HEALTH = Taint("nvidia.com/gpu-health", "unhealthy", "NoExecute")
 
 
-def pod(
+def member(
     name: str = "demo-worker-0",
     *,
     node_name: str | None = "a100-1",
     phase: str = "Running",
     tolerations: list[dict[str, Any]] | None = None,
     deleted_at: float | None = None,
-    grace: int = 30,
     ended_at: float | None = None,
     disrupted_at: float | None = None,
     reason: str | None = None,
 ) -> dict[str, Any]:
-    """A member; times are seconds relative to ``NOW``."""
-    raw: dict[str, Any] = {
-        "metadata": {"name": name, "annotations": {}},
-        "spec": {"containers": [{"name": "pytorch"}], "tolerations": tolerations or []},
-        "status": {"phase": phase, "conditions": []},
-    }
-    if node_name is not None:
-        raw["spec"]["nodeName"] = node_name
+    """A member of the gang; times are seconds relative to ``NOW``."""
+    raw = pod(name, node=node_name, phase=phase)
     if deleted_at is not None:
-        raw["metadata"]["deletionTimestamp"] = at(deleted_at + grace)
-        raw["metadata"]["deletionGracePeriodSeconds"] = grace
+        raw = deleted_with_grace(raw, at=NOW + timedelta(seconds=deleted_at))
     if ended_at is not None:
-        terminated = {"exitCode": 1, "finishedAt": at(ended_at)}
-        raw["status"]["containerStatuses"] = [
-            {"name": "pytorch", "state": {"terminated": terminated}}
-        ]
+        raw = ended(raw, at=at(ended_at))
     if disrupted_at is not None:
-        raw["status"]["conditions"].append(
-            {
-                "type": "DisruptionTarget",
-                "status": "True",
-                "reason": "EvictionByEvictionAPI",
-                "message": "Eviction API: evicting",
-                "lastTransitionTime": at(disrupted_at),
-            }
-        )
-    if reason is not None:
-        raw["status"]["reason"] = reason
-    return raw
+        raw = disruption_target(raw, at=at(disrupted_at))
+    if tolerations:
+        raw = tolerating(raw, *tolerations)
+    return set_phase(raw, phase, reason=reason) if reason is not None else raw
 
 
 def at(seconds: float) -> str:
@@ -120,15 +109,15 @@ def test_node_health_reads_readiness_and_only_no_execute_taints() -> None:
 @pytest.mark.parametrize(
     ("health", "member", "cause", "recheck"),
     [
-        (NodeHealth("a100-1"), pod(), None, None),
-        (not_ready("Unknown", since=-10), pod(), None, 20.0),
-        (not_ready("False", since=-29), pod(), None, 1.0),
-        (not_ready("Unknown", since=-30), pod(), "NodeLost", None),
-        (not_ready("False", since=-600), pod(), "NodeLost", None),
-        (dis.deleted_node("a100-1"), pod(), "NodeLost", None),
-        (dis.deleted_node("a100-1"), pod(phase="Succeeded"), None, None),
-        (not_ready("Unknown", since=-600), pod(phase="Failed", ended_at=-700), None, None),
-        (NodeHealth("a100-1", ready=""), pod(), None, None),
+        (NodeHealth("a100-1"), member(), None, None),
+        (not_ready("Unknown", since=-10), member(), None, 20.0),
+        (not_ready("False", since=-29), member(), None, 1.0),
+        (not_ready("Unknown", since=-30), member(), "NodeLost", None),
+        (not_ready("False", since=-600), member(), "NodeLost", None),
+        (dis.deleted_node("a100-1"), member(), "NodeLost", None),
+        (dis.deleted_node("a100-1"), member(phase="Succeeded"), None, None),
+        (not_ready("Unknown", since=-600), member(phase="Failed", ended_at=-700), None, None),
+        (NodeHealth("a100-1", ready=""), member(), None, None),
     ],
     ids=[
         "ready",
@@ -151,7 +140,7 @@ def test_a_node_not_ready_past_the_bound_or_deleted_is_lost(
 
 
 def test_the_lost_node_and_how_long_it_was_not_ready_are_named() -> None:
-    found = dis.find([pod()], nodes={"a100-1": not_ready(since=-45)}, now=NOW, lost_after=30)
+    found = dis.find([member()], nodes={"a100-1": not_ready(since=-45)}, now=NOW, lost_after=30)
     assert found.disruption is not None
     assert found.disruption.node == "a100-1"
     assert found.disruption.detail == (
@@ -160,9 +149,8 @@ def test_the_lost_node_and_how_long_it_was_not_ready_are_named() -> None:
 
 
 def test_an_unbound_member_is_judged_by_the_node_planned_for_it() -> None:
-    member = pod(node_name=None)
-    member["metadata"]["annotations"]["torchgate.io/planned-node"] = "a100-1"
-    assert one(member, dis.deleted_node("a100-1")).disruption is not None
+    unbound = pod("demo-worker-0", planned="a100-1")
+    assert one(unbound, dis.deleted_node("a100-1")).disruption is not None
 
 
 @pytest.mark.parametrize(
@@ -225,13 +213,13 @@ def test_an_untolerated_no_execute_taint_takes_the_member_at_once(
     cause: str | None,
     recheck: float | None,
 ) -> None:
-    found = one(pod(tolerations=tolerations), health)
+    found = one(member(tolerations=tolerations), health)
     assert (found.disruption.cause if found.disruption else None) == cause
     assert found.recheck_after == recheck
 
 
 def test_the_taint_is_named() -> None:
-    found = one(pod(), tainted())
+    found = one(member(), tainted())
     assert found.disruption is not None
     assert "nvidia.com/gpu-health=unhealthy:NoExecute" in found.disruption.detail
     assert found.disruption.node == "a100-1"
@@ -243,20 +231,20 @@ def test_the_taint_is_named() -> None:
 @pytest.mark.parametrize(
     ("member", "gone", "cause"),
     [
-        (pod(disrupted_at=-5), False, "PodDisrupted"),
-        (pod(phase="Failed", disrupted_at=-5, ended_at=-4), False, "PodDisrupted"),
-        (pod(phase="Failed", disrupted_at=-5, ended_at=-5), False, "PodDisrupted"),
-        (pod(phase="Failed", disrupted_at=-5, ended_at=-9), False, None),
-        (pod(phase="Succeeded", disrupted_at=-5), False, None),
-        (pod(phase="Failed", reason="Evicted"), False, "PodDisrupted"),
-        (pod(deleted_at=-5), False, "PodDeleted"),
-        (pod(phase="Failed", deleted_at=-5, ended_at=-3), False, "PodDeleted"),
-        (pod(phase="Failed", deleted_at=-5, ended_at=-20), False, None),
-        (pod(phase="Succeeded", deleted_at=-5), False, None),
-        (pod(), True, "PodDeleted"),
-        (pod(phase="Failed", ended_at=-5), True, None),
-        (pod(phase="Failed", ended_at=-5), False, None),
-        (pod(), False, None),
+        (member(disrupted_at=-5), False, "PodDisrupted"),
+        (member(phase="Failed", disrupted_at=-5, ended_at=-4), False, "PodDisrupted"),
+        (member(phase="Failed", disrupted_at=-5, ended_at=-5), False, "PodDisrupted"),
+        (member(phase="Failed", disrupted_at=-5, ended_at=-9), False, None),
+        (member(phase="Succeeded", disrupted_at=-5), False, None),
+        (member(phase="Failed", reason="Evicted"), False, "PodDisrupted"),
+        (member(deleted_at=-5), False, "PodDeleted"),
+        (member(phase="Failed", deleted_at=-5, ended_at=-3), False, "PodDeleted"),
+        (member(phase="Failed", deleted_at=-5, ended_at=-20), False, None),
+        (member(phase="Succeeded", deleted_at=-5), False, None),
+        (member(), True, "PodDeleted"),
+        (member(phase="Failed", ended_at=-5), True, None),
+        (member(phase="Failed", ended_at=-5), False, None),
+        (member(), False, None),
     ],
     ids=[
         "disruption-target",
@@ -283,7 +271,7 @@ def test_a_member_taken_before_it_ended_by_itself_is_disrupted(
 
 
 def test_the_disruption_target_reason_is_quoted() -> None:
-    found = one(pod(disrupted_at=-5))
+    found = one(member(disrupted_at=-5))
     assert found.disruption is not None
     assert found.disruption.detail == (
         "pod demo-worker-0 on a100-1 was disrupted (EvictionByEvictionAPI: Eviction API: evicting)"
@@ -295,10 +283,10 @@ def test_the_disruption_target_reason_is_quoted() -> None:
 
 def test_the_most_severe_cause_wins_and_names_every_member_it_hit() -> None:
     members = [
-        pod("demo-master-0", node_name="a100-0", deleted_at=-1),
-        pod("demo-worker-0", node_name="a100-1"),
-        pod("demo-worker-1", node_name="a100-1"),
-        pod("demo-worker-2", node_name="a100-2"),
+        member("demo-master-0", node_name="a100-0", deleted_at=-1),
+        member("demo-worker-0", node_name="a100-1"),
+        member("demo-worker-1", node_name="a100-1"),
+        member("demo-worker-2", node_name="a100-2"),
     ]
     nodes = {"a100-1": dis.deleted_node("a100-1"), "a100-2": not_ready(since=-5, name="a100-2")}
     found = dis.find(members, nodes=nodes, now=NOW, lost_after=LOST_AFTER)
@@ -311,9 +299,9 @@ def test_the_most_severe_cause_wins_and_names_every_member_it_hit() -> None:
 
 
 def test_a_member_that_went_away_is_judged_by_where_it_was() -> None:
-    last_seen = pod("demo-worker-1", deleted_at=-1)
+    last_seen = member("demo-worker-1", deleted_at=-1)
     found = dis.find(
-        [pod("demo-master-0", node_name="a100-0")],
+        [member("demo-master-0", node_name="a100-0")],
         [last_seen],
         nodes={"a100-1": tainted()},
         now=NOW,
@@ -324,7 +312,9 @@ def test_a_member_that_went_away_is_judged_by_where_it_was() -> None:
 
 
 def test_a_healthy_gang_has_no_disruption_and_the_earliest_recheck() -> None:
-    members = [pod("a", node_name="n1"), pod("b", node_name="n2"), pod("c", node_name="n3")]
+    members = [
+        member(name, node_name=node) for name, node in (("a", "n1"), ("b", "n2"), ("c", "n3"))
+    ]
     nodes = {
         "n1": not_ready(since=-25, name="n1"),
         "n2": tainted(added=-50, name="n2"),
@@ -346,11 +336,11 @@ NODE_STATES = {
     "tainted": tainted(name="n"),
 }
 MEMBER_STATES = {
-    "running": pod(),
-    "deleted": pod(deleted_at=-2),
-    "evicted": pod(disrupted_at=-2),
-    "failed": pod(phase="Failed", ended_at=-2),
-    "succeeded": pod(phase="Succeeded"),
+    "running": member(),
+    "deleted": member(deleted_at=-2),
+    "evicted": member(disrupted_at=-2),
+    "failed": member(phase="Failed", ended_at=-2),
+    "succeeded": member(phase="Succeeded"),
 }
 
 
@@ -362,10 +352,10 @@ def gangs(draw: hs.DrawFn) -> tuple[list[dict[str, Any]], dict[str, NodeHealth]]
     }
     members = []
     for index in range(draw(hs.integers(1, 5))):
-        member = copy.deepcopy(MEMBER_STATES[draw(hs.sampled_from(sorted(MEMBER_STATES)))])
-        member["metadata"]["name"] = f"demo-worker-{index}"
-        member["spec"]["nodeName"] = f"n{draw(hs.integers(0, 3))}"
-        members.append(member)
+        drawn = copy.deepcopy(MEMBER_STATES[draw(hs.sampled_from(sorted(MEMBER_STATES)))])
+        drawn["metadata"]["name"] = f"demo-worker-{index}"
+        drawn["spec"]["nodeName"] = f"n{draw(hs.integers(0, 3))}"
+        members.append(drawn)
     return members, nodes
 
 

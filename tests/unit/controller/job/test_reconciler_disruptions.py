@@ -11,8 +11,10 @@ import copy
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from tests.builders import gpu_job, node
-from tests.unit.controller.helpers import NOW, World, merge_patch, set_phase, with_uid
+from tests.builders.job import gpu_job, with_uid
+from tests.builders.node import node
+from tests.builders.pod import set_phase
+from tests.unit.controller.helpers import NOW, World, merge_patch
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
 from torchgate.controller.metrics import ControllerMetrics
@@ -147,7 +149,7 @@ async def test_a_member_that_vanished_is_judged_by_the_last_state_the_watch_repo
     )
     rig.nodes.remember(tainted)
     rig.pods.forget("default", W0)
-    rig.reconciler.on_pod("DELETED", set_phase(worker, "Running", terminating=True), None)
+    rig.reconciler.on_pod("DELETED", set_phase(worker, "Running", deleted=NOW), None)
 
     await rig.reconciler.reconcile(KEY)
 
