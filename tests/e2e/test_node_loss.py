@@ -78,6 +78,25 @@ def attempt_running(cluster: Cluster, namespace: str, attempt: int) -> list[dict
     return pods if ok else None
 
 
+def restarted_off(cluster: Cluster, namespace: str, node: str) -> list[dict[str, Any]] | None:
+    """Both pods Running in one later attempt, neither on ``node``, else None.
+
+    A later attempt, not the second: Kubernetes' taint-eviction controller deletes by pod name
+    (kubernetes/kubernetes#140639), so when it acts after torchgate placed the gang again it may
+    evict the new pod of the same name, which is one more (uncounted) restart.
+    """
+    pods = live_pods(cluster, namespace, "gang")
+    attempts = {p["metadata"]["annotations"]["torchgate.io/gang-attempt"] for p in pods}
+    ok = (
+        len(pods) == 2
+        and len(attempts) == 1
+        and attempts != {"1"}
+        and all(p["status"].get("phase") == "Running" for p in pods)
+        and node not in {p["spec"]["nodeName"] for p in pods}
+    )
+    return pods if ok else None
+
+
 def env_of(pod: dict[str, Any]) -> dict[str, str]:
     (pytorch,) = [c for c in pod["spec"]["containers"] if c["name"] == "pytorch"]
     return {e["name"]: e.get("value", "") for e in pytorch.get("env", [])}
@@ -162,13 +181,13 @@ def test_a_no_execute_health_taint_puts_the_gang_back_together_within_15_seconds
     tainted_at = time.monotonic()
     cluster.kubectl("taint", "node", sick, "nvidia.com/gpu-health=unhealthy:NoExecute")
     again = cluster.wait_for(
-        lambda: attempt_running(cluster, namespace, 2), timeout=30, what="the gang again"
+        lambda: restarted_off(cluster, namespace, sick), timeout=30, what="the gang again"
     )
     took = time.monotonic() - tainted_at
-    print(f"NoExecute taint on {sick}: gang Running again on healthy nodes after {took:.1f}s")
+    attempt = again[0]["metadata"]["annotations"]["torchgate.io/gang-attempt"]
+    print(f"NoExecute taint on {sick}: gang Running again elsewhere after {took:.1f}s ({attempt=})")
     assert took < 15
 
-    assert sick not in {p["spec"]["nodeName"] for p in again}
     stored = get_job(cluster, namespace, "gang")
     assert stored is not None
     assert not is_true(stored, "Failed"), dump(stored)
