@@ -5,7 +5,7 @@ cannot take one new rank back. When the member was taken by the infrastructure o
 the restart is not the job's failure: it must not spend ``backoffLimit``, and its cause and node
 are named (the ``Restarting`` condition, an Event, the restarts metric), so an admin sees what
 happened and a node's faults can be counted against it. ``find`` tells such a *disruption* from
-the program's own end, and ``lost`` says which pods torchgate may force-delete.
+the program's own end.
 
 Each member of the current gang attempt, a pod as it is now or as it was last seen before it went
 away, is judged by these rules in order; the first that applies is its disruption:
@@ -30,6 +30,7 @@ A member that finished, or whose training container ended by itself before it wa
 exit code first, an eviction after), is not disrupted: its end is the program's, which the
 failure rules of ``gang`` judge. ``find`` returns the gang's most severe disruption (rule order),
 with its node and the members it hit, so one lost node is one cause however many ranks it held.
+``until_lost`` says when a node counts as lost, for the force deletion of its pods.
 """
 
 from __future__ import annotations
@@ -227,17 +228,14 @@ def node_lost(
     pod: Mapping[str, Any], node: NodeHealth, *, now: datetime, lost_after: float
 ) -> Finding:
     """Rule 1: the member's node was deleted, or not Ready for ``lost_after`` seconds."""
-    if st.phase_of(pod) in _FINISHED:
+    remaining = until_lost(node, now=now, lost_after=lost_after)
+    if st.phase_of(pod) in _FINISHED or remaining is None:
         return NONE
-    if not node.exists:
-        return _found(NODE_LOST, node.name, pod, f"node {node.name} was deleted")
-    if node.ready in ("", st.TRUE):
-        return NONE
-    since = node.ready_since or now
-    remaining = (since + timedelta(seconds=lost_after) - now).total_seconds()
     if remaining > 0:
         return Finding(recheck_after=remaining)
-    for_how_long = _seconds((now - since).total_seconds())
+    if not node.exists:
+        return _found(NODE_LOST, node.name, pod, f"node {node.name} was deleted")
+    for_how_long = _seconds((now - (node.ready_since or now)).total_seconds())
     detail = f"node {node.name} is lost (Ready {node.ready} for {for_how_long})"
     return _found(NODE_LOST, node.name, pod, detail)
 
@@ -397,18 +395,17 @@ def _members(pods: Sequence[str]) -> str:
     return f"pod{'s' if len(pods) > 1 else ''} {', '.join(pods)}"
 
 
-def lost(node: NodeHealth | None, *, now: datetime, lost_after: float) -> bool:
-    """Whether a node counts as lost (rule 1): pods there are force-deleted, not awaited.
+def until_lost(node: NodeHealth | None, *, now: datetime, lost_after: float) -> float | None:
+    """Seconds until a node counts as lost by rule 1 (0: it does), ``None`` while Ready or unjudged.
 
-    No kubelet there will confirm a graceful deletion, so the pod would keep its name (and the
-    gang its place) until the node came back; a rank of it that still runs cannot join the new
-    attempt (``pytorchjob.contract``'s fence), and the node's kubelet kills it when it returns.
+    Pods going away on a lost node are force-deleted, not awaited: no kubelet there will confirm a
+    graceful deletion, so the pod would keep its name (and the gang its place) until the node came
+    back. A rank of it that still runs cannot join the new attempt (``pytorchjob.contract``'s
+    fence), and the node's kubelet kills it if it returns.
     """
-    if node is None:
-        return False
+    if node is None or (node.exists and node.ready in ("", st.TRUE)):
+        return None
     if not node.exists:
-        return True
-    if node.ready in ("", st.TRUE):
-        return False
+        return 0.0
     since = node.ready_since or now
-    return (now - since).total_seconds() >= lost_after
+    return max(0.0, (since + timedelta(seconds=lost_after) - now).total_seconds())

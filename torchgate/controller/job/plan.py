@@ -37,7 +37,7 @@ The rules, in order:
    ``False`` when the gang is admitted again.
 8. A pod that goes away on a lost node (one the disruption rules count as lost) is deleted
    with no grace period: no kubelet there would confirm a graceful deletion, and the gang's next
-   attempt needs its name (``disruption.lost`` says why that is safe).
+   attempt needs its name (``disruption.until_lost`` says why that is safe).
 
 Where the rules live: this module holds ``plan`` itself with rules 1 and 3, and decides when an
 active job has succeeded or passed its deadline; ``finish`` holds rules 2 and 6 (how a job
@@ -60,7 +60,7 @@ from datetime import timedelta
 from typing import Any, Final
 
 from torchgate.controller.job import status as st
-from torchgate.controller.job.disruption import lost, node_of
+from torchgate.controller.job.disruption import node_of, until_lost
 from torchgate.controller.job.envvars import rendezvous_replica
 from torchgate.controller.job.finish import delete_services, finish, plan_finished
 from torchgate.controller.job.gang import (
@@ -130,11 +130,11 @@ def _force_where_lost(draft: Draft, pods: GangPods) -> None:
             continue
         node = node_of(pod)
         health = observed.nodes.get(node) if node is not None else None
-        if lost(health, now=draft.now, lost_after=observed.node_lost_seconds):
+        remaining = until_lost(health, now=draft.now, lost_after=observed.node_lost_seconds)
+        if remaining == 0:
             draft.force_delete(name)
-        elif health is not None and health.ready not in ("", st.TRUE) and health.ready_since:
-            lost_at = health.ready_since + timedelta(seconds=observed.node_lost_seconds)
-            draft.timer((lost_at - draft.now).total_seconds())
+        elif remaining is not None:
+            draft.timer(remaining)
 
 
 def _text(value: object) -> str | None:

@@ -154,20 +154,20 @@ def test_an_unbound_member_is_judged_by_the_node_planned_for_it() -> None:
 
 
 @pytest.mark.parametrize(
-    ("health", "lost"),
+    ("health", "remaining"),
     [
-        (None, False),
-        (NodeHealth("a100-1"), False),
-        (not_ready(since=-29), False),
-        (not_ready(since=-30), True),
-        (dis.deleted_node("a100-1"), True),
+        (None, None),
+        (NodeHealth("a100-1"), None),
+        (not_ready(since=-29), 1.0),
+        (not_ready(since=-30), 0.0),
+        (dis.deleted_node("a100-1"), 0.0),
     ],
     ids=["not-judged", "ready", "within-the-bound", "at-the-bound", "deleted"],
 )
-def test_lost_says_which_nodes_pods_are_force_deleted_on(
-    health: NodeHealth | None, lost: bool
+def test_until_lost_says_when_pods_there_are_force_deleted(
+    health: NodeHealth | None, remaining: float | None
 ) -> None:
-    assert dis.lost(health, now=NOW, lost_after=LOST_AFTER) is lost
+    assert dis.until_lost(health, now=NOW, lost_after=LOST_AFTER) == remaining
 
 
 # ------------------------------------------------------------------ rule 2: NoExecute taints
