@@ -26,6 +26,7 @@ from aiohttp import web
 from torchgate import jsonlog
 from torchgate.kube.client import ConfigError, KubeClient
 from torchgate.webhook.policysource import (
+    ClusterClaims,
     ClusterPolicies,
     ClusterQuotas,
     FilePolicies,
@@ -144,5 +145,6 @@ async def _policy_source(
     if args.policy:
         log.warning("--policy files are ignored when watching the cluster's PlacementPolicies")
     tasks.append(asyncio.create_task(ClusterQuotas(cache, api).run()))
+    tasks.append(asyncio.create_task(ClusterClaims(cache, api).run()))
     tasks.append(asyncio.create_task(ClusterPolicies(cache, api).run()))
     return api

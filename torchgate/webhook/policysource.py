@@ -12,13 +12,17 @@ policies (the same files, or a second informer: ``ClusterQuotas``), so the valid
 refuse a job its team could never hold. A malformed TeamQuota is left out and logged; its status
 (``Valid`` condition, usage) is the controller's to write. The webhook is ready once both caches
 are filled.
+
+ResourceClaims, ResourceClaimTemplates and DeviceClasses (``ClusterClaims``) are cached too, so a
+job's claimed GPUs are counted as the controller counts them (``pytorchjob.devices``). Readiness
+does not wait for them: a cluster without ``resource.k8s.io/v1`` still admits jobs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,9 +30,18 @@ from typing import Any
 import yaml
 
 from torchgate.kube.client import MERGE_PATCH, KubeApi
+from torchgate.kube.dra import DraCaches
 from torchgate.kube.informer import Informer
-from torchgate.kube.resources import EVENTS, PLACEMENT_POLICIES, TEAM_QUOTAS
+from torchgate.kube.resources import (
+    DEVICE_CLASSES,
+    EVENTS,
+    PLACEMENT_POLICIES,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    TEAM_QUOTAS,
+)
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup
 from torchgate.pytorchjob.fieldpath import FieldError
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
 from torchgate.pytorchjob.pool import QUOTA_KIND, TeamQuota, parse_team_quota
@@ -53,6 +66,8 @@ class PolicyCache:
         # are not reported synced before it, so admission never starts without the quotas.
         self.quotas_synced = asyncio.Event()
         self.quotas_synced.set()
+        # What the webhook sees of DRA in a namespace (``ClusterClaims``); none without a cluster.
+        self.claims_for: Callable[[str], ClaimLookup] = lambda _: NO_CLAIMS
 
     def team_for(self, namespace: str) -> Team | None:
         """The TeamQuota owning ``namespace`` with its cohort, or ``None`` (no quota applies)."""
@@ -245,6 +260,29 @@ class ClusterQuotas:
             self.cache.remove_quota(_name_of(raw))
         else:
             self.cache.put_quota(raw, "cluster")
+
+
+class ClusterClaims:
+    """ResourceClaims, ResourceClaimTemplates and DeviceClasses, listed and watched (read only).
+
+    Admission does not wait for them: until they have listed, a template the webhook does not
+    see is reported as a warning, not refused (``validation.claims``).
+    """
+
+    def __init__(self, cache: PolicyCache, api: KubeApi) -> None:
+        self.caches = DraCaches(
+            claims=Informer(api, RESOURCE_CLAIMS),
+            templates=Informer(api, RESOURCE_CLAIM_TEMPLATES),
+            classes=Informer(api, DEVICE_CLASSES),
+        )
+        cache.claims_for = self.caches.view
+
+    async def run(self) -> None:
+        """Keep the caches in step with the cluster (cancel to stop)."""
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(self.caches.claims.run())
+            tasks.create_task(self.caches.templates.run())
+            tasks.create_task(self.caches.classes.run())
 
 
 class ClusterPolicies:

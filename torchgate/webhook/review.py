@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup
 from torchgate.pytorchjob.fieldpath import FieldError, FieldWarning, dedupe, render_warnings
 from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.webhook.defaulting import Defaulted, default_job
@@ -30,6 +31,7 @@ from torchgate.webhook.validation import Team, validate_create, validate_update
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
 PolicyLookup = Callable[[str], PlacementPolicy]
 TeamLookup = Callable[[str], Team | None]
+ClaimsLookup = Callable[[str], ClaimLookup]  # what the webhook sees of DRA in a namespace
 
 
 class BadReview(ValueError):
@@ -89,15 +91,19 @@ def parse_review(body: bytes) -> dict[str, Any]:
     return review
 
 
-def mutate(review: Mapping[str, Any], policy_for: PolicyLookup) -> dict[str, Any]:
+def mutate(
+    review: Mapping[str, Any], policy_for: PolicyLookup, claims_for: ClaimsLookup | None = None
+) -> dict[str, Any]:
     """Answer the mutating route: defaults as a JSON Patch plus ``torchgate:`` warnings."""
     request = review["request"]
     if not _is_ours(request) or request.get("operation") not in ("CREATE", "UPDATE"):
         return respond(review, allowed=True)
     job = request["object"]
-    policy = policy_for(_namespace(request))
+    namespace = _namespace(request)
+    policy = policy_for(namespace)
+    claims = claims_for(namespace) if claims_for is not None else NO_CLAIMS
     old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
-    defaulted: Defaulted = default_job(job, policy, old=old)
+    defaulted: Defaulted = default_job(job, policy, old=old, claims=claims)
     warnings = render_warnings(defaulted.warnings)
     if defaulted.errors:
         return respond(review, errors=defaulted.errors, warnings=warnings, job=job)
@@ -105,11 +111,15 @@ def mutate(review: Mapping[str, Any], policy_for: PolicyLookup) -> dict[str, Any
 
 
 def validate(
-    review: Mapping[str, Any], policy_for: PolicyLookup, team_for: TeamLookup | None = None
+    review: Mapping[str, Any],
+    policy_for: PolicyLookup,
+    team_for: TeamLookup | None = None,
+    claims_for: ClaimsLookup | None = None,
 ) -> dict[str, Any]:
     """Answer the validating route: allow, or deny with every field error.
 
-    ``team_for`` gives the TeamQuota owning a namespace (``None``: no quota applies there).
+    ``team_for`` gives the TeamQuota owning a namespace (``None``: no quota applies there);
+    ``claims_for`` what the webhook sees of DRA there (``None``: nothing).
     """
     request = review["request"]
     operation = request.get("operation")
@@ -119,10 +129,11 @@ def validate(
     namespace = _namespace(request)
     policy = policy_for(namespace)
     team = team_for(namespace) if team_for is not None else None
+    claims = claims_for(namespace) if claims_for is not None else NO_CLAIMS
     if operation == "CREATE":
-        verdict = validate_create(_without_server_filled_uid(job), policy, team=team)
+        verdict = validate_create(_without_server_filled_uid(job), policy, team=team, claims=claims)
     else:
-        verdict = validate_update(request["oldObject"], job, policy, team=team)
+        verdict = validate_update(request["oldObject"], job, policy, team=team, claims=claims)
     warnings = render_warnings(verdict.warnings)
     if verdict.errors:
         return respond(review, errors=verdict.errors, warnings=warnings, job=job)

@@ -127,13 +127,16 @@ class _Routes:
         self._timed = {route: metrics.latency.labels(route) for route in ("mutate", "validate")}
 
     async def mutate(self, request: web.Request) -> web.Response:
-        return await self._review(request, "mutate", mutate)
+        return await self._review(request, "mutate", self._mutate)
 
     async def validate(self, request: web.Request) -> web.Response:
         return await self._review(request, "validate", self._validate)
 
+    def _mutate(self, review: Mapping[str, Any], policy_for: PolicyLookup) -> dict[str, Any]:
+        return mutate(review, policy_for, self.cache.claims_for)
+
     def _validate(self, review: Mapping[str, Any], policy_for: PolicyLookup) -> dict[str, Any]:
-        return validate(review, policy_for, self.cache.team_for)
+        return validate(review, policy_for, self.cache.team_for, self.cache.claims_for)
 
     async def _review(self, request: web.Request, route: str, decide: Decision) -> web.Response:
         started = time.perf_counter()

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 from tests.builders.team import parsed_team, team_quota
+from torchgate.pytorchjob.devices import GpuSources
 from torchgate.pytorchjob.fieldpath import ErrorType
 from torchgate.pytorchjob.pool import (
     ANNOTATION_TOPOLOGY_PREFERRED,
@@ -287,7 +288,7 @@ def test_ceiling_is_nominal_plus_borrowing_within_the_cohort() -> None:
 
 def test_quota_usage_counts_the_policy_gpu_resource_as_gpus() -> None:
     requests = [{"amd.com/gpu": 2000, "cpu": 1000}, {"amd.com/gpu": 2000}]
-    assert quota_usage(requests, "amd.com/gpu") == {GPUS: 4000, "cpu": 1000}
+    assert quota_usage(requests, GpuSources("amd.com/gpu")) == {GPUS: 4000, "cpu": 1000}
 
 
 # ------------------------------------------------------------------ robustness

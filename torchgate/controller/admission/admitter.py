@@ -65,6 +65,7 @@ from torchgate.controller.admission.topology import (
     topology_levels,
 )
 from torchgate.controller.admission.waiting import Waiting, WaitingQueue
+from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.pool import GPUS, PoolSettings, TeamQuota, resolve_teams
 from torchgate.pytorchjob.units import Units
@@ -72,6 +73,9 @@ from torchgate.pytorchjob.units import Units
 log = logging.getLogger("torchgate.controller.admission.admitter")
 
 KIND_PREEMPTING: Final = "Preempting"
+
+# Free GPU devices per node and resource key, given what the ledger counts for a live pod.
+DeviceCapacity = Callable[[Callable[[PodKey], Units | None]], dict[str, dict[str, int]]]
 
 
 class Admitter:
@@ -92,13 +96,18 @@ class Admitter:
         stuck_seconds: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        claims_for: Callable[[str], ClaimLookup] = lambda _: NO_CLAIMS,
+        device_capacity: DeviceCapacity | None = None,
     ) -> None:
         self.queue = WaitingQueue(
             backoff_base=backoff_base,
             backoff_max=backoff_max,
             refresh_seconds=reason_refresh_seconds,
         )
-        self.ledger = CapacityLedger()
+        self.ledger = CapacityLedger(claims_for)
+        # Free GPU devices per node from ResourceSlices (``slices.free_devices``), given what the
+        # ledger counts per live pod; None: no DRA devices are counted.
+        self.device_capacity = device_capacity
         self.on_admit_job = on_admit_job
         self.on_reason = on_reason
         self.on_admit = on_admit
@@ -151,19 +160,21 @@ class Admitter:
         priority: int,
         created: str,
         gpu_resource: str,
+        gpus: GpuSources | None = None,
         preempts: bool = True,
         topology_level: str | None = None,
         topology_required: bool = False,
     ) -> None:
         """A job needs its gang placed (idempotent; keeps its place in the queue).
 
-        Asking again while capacity is reserved or held for it changes nothing.
+        Asking again while capacity is reserved or held for it changes nothing. ``gpus``: what
+        its policy counts as GPUs (default: ``gpu_resource`` only).
         """
         if self.ledger.has_capacity_for(key, uid):
             log.debug("%s/%s: admission asked while capacity is reserved or held", *key)
             return
         self.ledger.end_eviction(key)  # a preempted gang whose pods are gone queues again
-        self.ledger.note(key, priority=priority, gpu_resource=gpu_resource)
+        self.ledger.note(key, priority=priority, gpus=gpus or GpuSources(gpu_resource))
         queued = self.queue.request(
             key,
             uid=uid,
@@ -181,9 +192,11 @@ class Admitter:
         if queued:
             self.wake()
 
-    def note(self, key: JobKey, *, priority: int, gpu_resource: str) -> None:
+    def note(
+        self, key: JobKey, *, priority: int, gpu_resource: str, gpus: GpuSources | None = None
+    ) -> None:
         """What a running job counts as (its pods may carry no or an older priority)."""
-        self.ledger.note(key, priority=priority, gpu_resource=gpu_resource)
+        self.ledger.note(key, priority=priority, gpus=gpus or GpuSources(gpu_resource))
 
     def reservation_for(self, key: JobKey, uid: str) -> Mapping[str, str] | None:
         """Where the job's pods go, when capacity is reserved for it."""
@@ -249,6 +262,8 @@ class Admitter:
     def cycle(self) -> list[JobKey]:
         """Decide every waiting gang once; return the jobs admitted (reservations made)."""
         self.cycles += 1
+        if self.device_capacity is not None:
+            self.ledger.devices = self.device_capacity(self.ledger.units_of)
         now = self.clock()
         admitted = self._settle_holds(now)
         resolved = resolve_teams(self.teams().values())
@@ -333,7 +348,10 @@ class Admitter:
             without_gpus[preference] = gpu_free_nodes(
                 usage,
                 waiting.gpu_resource,
-                ((view.name, view.allocatable) for view in self.ledger.nodes.values()),
+                (
+                    (view.name, {**view.allocatable, **self.ledger.devices.get(view.name, {})})
+                    for view in self.ledger.nodes.values()
+                ),
             )
         preferred = without_gpus[preference]
         signatures = frozenset(demand.signature for demand in required)

@@ -21,16 +21,21 @@ Rules:
    whose victims' pods left are all stuck (``stuck``: still there ``stuck_seconds`` after the
    time their deletion gave them, as on a lost node) is given up (``give_up``): the victims stay
    victims (neither counted nor chosen again while their pods are there).
-4. **Capacity** (``free``): allocatable minus live pods, minus reservations not yet observed,
-   minus holds, in milli-units and never below zero.
+4. **Capacity** (``free``): allocatable plus free GPU devices (``devices``), minus live pods,
+   minus reservations not yet observed, minus holds, in milli-units and never below zero.
 5. **Gangs holding capacity** (``holding``): running gangs (never victims) with the priority
    their reconcile reports (``note``) and their admission time, reservations and holds at
    ``preemption.HELD_PRIORITY``; quota counts them and preemption may choose from them.
+6. **Claimed GPUs**: a torchgate pod's GPUs claimed through DRA (``units.pod_units`` with what
+   its job's policy counts as GPUs, ``note``) count on its node and against quota exactly as
+   when its gang waited, from the moment the pod is seen, allocated or not; so device capacity
+   (``devices``, from ResourceSlices: ``slices.free_devices``) does not take the devices of
+   claims whose pods' units count them (``units_of``) again, and nothing is counted twice.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -40,12 +45,14 @@ from torchgate.controller.admission.preemption import HELD_PRIORITY
 from torchgate.controller.admission.quota import Admitted
 from torchgate.controller.admission.topology import Topology, build_topology
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.pool import quota_usage
 from torchgate.pytorchjob.units import Units, add, pod_units, subtract
 
 PodKey = tuple[str, str]
 TERMINATED_PHASES: Final = frozenset({"Succeeded", "Failed"})
+_DEFAULT_GPUS: Final = GpuSources(names.DEFAULT_GPU_RESOURCE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +88,8 @@ class Hold:
 class CapacityLedger:
     """Nodes, live pods, reservations, holds and evictions; what they leave free."""
 
-    def __init__(self) -> None:
+    def __init__(self, claims_for: Callable[[str], ClaimLookup] = lambda _: NO_CLAIMS) -> None:
+        self.claims_for = claims_for  # what the controller sees of DRA in a namespace
         self.nodes: dict[str, NodeView] = {}
         self.used: dict[str, dict[str, int]] = {}  # node -> what its live pods take
         self.pods: dict[PodKey, tuple[str, Units]] = {}  # live pod -> (node, what it takes)
@@ -90,7 +98,11 @@ class CapacityLedger:
         self.reservations: dict[JobKey, Reservation] = {}
         self.holds: dict[JobKey, Hold] = {}
         self.evicting: dict[JobKey, JobKey] = {}  # victim -> its preemptor
-        self.gpu_resources: dict[JobKey, str] = {}
+        self.gpu_sources: dict[JobKey, GpuSources] = {}
+        # Live torchgate pods that name claims: their specs (recounted when ``note`` changes).
+        self.claim_specs: dict[PodKey, Mapping[str, Any]] = {}
+        # Node -> free GPU devices per resource key (``devices.free_devices``), set by the owner.
+        self.devices: dict[str, dict[str, int]] = {}
         self.priorities: dict[JobKey, int] = {}  # as asked, for the gang once it runs
         # When this process admitted the job (wall clock; pods' creation seconds after a restart).
         self.admitted_at: dict[JobKey, float] = {}
@@ -114,6 +126,7 @@ class CapacityLedger:
     def on_pod(self, key: PodKey, pod: Mapping[str, Any] | None) -> bool:
         """Account for a pod's new state (``None``: gone); whether it freed capacity (rule 1)."""
         before = self.pods.pop(key, None)
+        self.claim_specs.pop(key, None)
         if before is not None:
             subtract(self.used.setdefault(before[0], {}), before[1])
             member = self.members.pop(key, None)
@@ -125,13 +138,22 @@ class CapacityLedger:
                         del self.gangs[member.job]
         after = pod_usage(pod) if pod is not None else None
         if after is not None and pod is not None:
+            member = member_of(pod)
+            spec = pod.get("spec") or {}
+            if member is not None and spec.get("resourceClaims"):
+                self.claim_specs[key] = spec
+                after = (after[0], self._units_of(key, member.job))
             self.pods[key] = after
             add(self.used.setdefault(after[0], {}), after[1])
-            member = member_of(pod)
             if member is not None:
                 self.members[key] = member
                 self.gangs.setdefault(member.job, set()).add(key)
         return before is not None and before != after
+
+    def units_of(self, pod: PodKey) -> Units | None:
+        """What a live pod counts on its node (None: no live pod of that name)."""
+        held = self.pods.get(pod)
+        return None if held is None else held[1]
 
     def jobs_on(self, node: str) -> set[JobKey]:
         """The jobs with a live pod on ``node`` (bound there, or planned there before binding)."""
@@ -141,10 +163,22 @@ class CapacityLedger:
             if pod in self.pods and self.pods[pod][0] == node
         }
 
-    def note(self, key: JobKey, *, priority: int, gpu_resource: str) -> None:
+    def note(self, key: JobKey, *, priority: int, gpus: GpuSources) -> None:
         """What the job's gang counts as once it runs (its pods may carry no or an older one)."""
         self.priorities[key] = priority
-        self.gpu_resources[key] = gpu_resource
+        if self.gpu_sources.get(key) != gpus:
+            self.gpu_sources[key] = gpus
+            for pod in self.gangs.get(key, ()):
+                if pod in self.claim_specs and pod in self.pods:
+                    node, units = self.pods[pod]
+                    subtract(self.used.setdefault(node, {}), units)
+                    self.pods[pod] = (node, self._units_of(pod, key))
+                    add(self.used[node], self.pods[pod][1])
+
+    def _units_of(self, pod: PodKey, job: JobKey) -> Units:
+        """A pod's requests with its claimed GPUs (rule 6; none before its job is noted)."""
+        sources = self.gpu_sources.get(job)
+        return pod_units(self.claim_specs[pod], sources, self.claims_for(pod[0]))
 
     # ------------------------------------------------------------------ rules 2-3: outcomes
 
@@ -214,7 +248,7 @@ class CapacityLedger:
         changed |= self.holds.pop(key, None) is not None
         if key not in self.gangs:  # a victim stays one while its pods hold their nodes
             self.evicting.pop(key, None)
-        self.gpu_resources.pop(key, None)
+        self.gpu_sources.pop(key, None)
         self.priorities.pop(key, None)
         self.admitted_at.pop(key, None)
         return changed
@@ -233,6 +267,7 @@ class CapacityLedger:
         free: dict[str, dict[str, int]] = {}
         for name, view in self.nodes.items():
             left = dict(view.allocatable)
+            add(left, self.devices.get(name, {}))
             subtract(left, self.used.get(name, {}))
             free[name] = left
         settled: list[JobKey] = []
@@ -284,13 +319,13 @@ class CapacityLedger:
             gangs[job] = (nodes, requests, HELD_PRIORITY, wall)
         out = []
         for job, (nodes, requests, priority, started) in sorted(gangs.items()):
-            gpu = self.gpu_resources.get(job, names.DEFAULT_GPU_RESOURCE)
+            gpus = self.gpu_sources.get(job, _DEFAULT_GPUS)
             out.append(
                 Admitted(
                     key=job,
                     team=owner.get(job[0]),
                     priority=priority,
-                    usage=quota_usage(requests.values(), gpu),
+                    usage=quota_usage(requests.values(), gpus),
                     admitted_at=started,
                     nodes=nodes,
                     requests=requests,

@@ -297,7 +297,8 @@ def _create_missing(draft: Draft, pods: GangPods, reservation: Mapping[str, str]
                 index,
                 node=reservation.get(name),
                 attempt=pods.attempt,
-                gpu_resource=observed.gpu_resource,
+                gpus=observed.gpus,
+                claims=observed.claims,
             )
         )
     _create_missing_services(draft)

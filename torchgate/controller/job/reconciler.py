@@ -62,6 +62,7 @@ from torchgate.kube.errors import AlreadyExists, ApiError, NotFound
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import EVENTS, PODS, PYTORCHJOBS, SERVICES
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources, pod_claims
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.policy import PlacementPolicy, select_policy
 from torchgate.pytorchjob.pool import gang_usage
@@ -151,22 +152,35 @@ class DemandMemo:
         self._entries: dict[JobKey, tuple[bytes, tuple[PodDemand, ...]]] = {}
 
     def function_for(
-        self, key: JobKey, job_raw: Mapping[str, Any]
+        self,
+        key: JobKey,
+        job_raw: Mapping[str, Any],
+        gpus: GpuSources | None = None,
+        claims: ClaimLookup = NO_CLAIMS,
     ) -> Callable[[JobSpec], tuple[PodDemand, ...]]:
-        """A ``demands_of`` for ``plan``: this job's demands, reused while its spec is the same."""
+        """A ``demands_of`` for ``plan``: this job's demands, reused while its spec is the same.
+
+        The GPU sources and the claims the job's templates name are part of the marker: a
+        template created after the job changes its demands.
+        """
 
         def demands_of(spec: JobSpec) -> tuple[PodDemand, ...]:
             metadata = job_raw.get("metadata") or {}
             try:
                 marker = orjson.dumps(
-                    [metadata.get("uid"), metadata.get("annotations"), job_raw.get("spec")]
+                    [
+                        metadata.get("uid"),
+                        metadata.get("annotations"),
+                        job_raw.get("spec"),
+                        _claims_marker(spec, gpus, claims),
+                    ]
                 )
             except TypeError:  # not plain JSON (only hand-built objects): do not memoise
-                return job_demands(spec)
+                return job_demands(spec, gpus, claims)
             entry = self._entries.get(key)
             if entry is not None and entry[0] == marker:
                 return entry[1]
-            demands = job_demands(spec)
+            demands = job_demands(spec, gpus, claims)
             self._entries[key] = (marker, demands)
             return demands
 
@@ -178,6 +192,24 @@ class DemandMemo:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def _claims_marker(spec: JobSpec, gpus: GpuSources | None, claims: ClaimLookup) -> object:
+    """What a job's demands read besides its spec: GPU sources and the claims its pods name."""
+    if gpus is None or not gpus.counts_claims:
+        return None
+    named = sorted(
+        {
+            target
+            for r in spec.replica_specs
+            for target in pod_claims(pod_spec_of(r.template)).values()
+        }
+    )
+    return [
+        sorted(gpus.device_classes),
+        sorted(gpus.resources),
+        [[kind, name, claims.spec(kind, name)] for kind, name in named],
+    ]
 
 
 class Reconciler:
@@ -203,8 +235,10 @@ class Reconciler:
         monotonic: Callable[[], float] = time.monotonic,
         write_policy: StatusWritePolicy | None = None,
         nodes: Informer | None = None,
+        claims_for: Callable[[str], ClaimLookup] = lambda _: NO_CLAIMS,
     ) -> None:
         self.api = api
+        self.claims_for = claims_for  # what the controller sees of DRA in a namespace
         self.jobs = jobs
         self.pods = pods
         self.services = services
@@ -251,6 +285,8 @@ class Reconciler:
             await self._fail_validation(job, errors)
             return None
         policy = select_policy(self.policies(), namespace)
+        claims = self.claims_for(namespace)
+        gpus = policy.gpus(claims)
         pods = self.pods.indexed(key)
         departed = tuple(self.departed.get(key, {}).values())
         observed = Observed(
@@ -265,8 +301,10 @@ class Reconciler:
             wait_kind=self.admitter.wait_kind(key),
             preempted_by=_joined(self.admitter.preempted_by(key)),
             gpu_resource=policy.gpu_resource,
+            gpu_sources=gpus,
+            claims=claims,
             finish_grace_seconds=self.options.finish_grace_seconds,
-            demands_of=self.demands.function_for(key, job),
+            demands_of=self.demands.function_for(key, job, gpus, claims),
             departed=departed,
             nodes=self._nodes_under((*pods, *departed)),
             node_lost_seconds=self.options.node_lost_seconds,
@@ -285,7 +323,7 @@ class Reconciler:
             applied.requeue_after,
         )
         await self._apply(job, spec, applied)
-        self._tell_admitter(key, job, spec, decision, policy)
+        self._tell_admitter(key, job, spec, decision, policy, gpus, claims)
         released = released_on_end(job, applied, observed, self.clock())
         if released is not None:
             self.metrics.record_release(key, *released)
@@ -364,6 +402,8 @@ class Reconciler:
         spec: JobSpec,
         decision: Plan,
         policy: PlacementPolicy,
+        gpus: GpuSources,
+        claims: ClaimLookup,
     ) -> None:
         if decision.gang_timed_out:
             delay = self.admitter.back_off(key)
@@ -383,10 +423,11 @@ class Reconciler:
                 uid=spec.uid,
                 demands=decision.demands,
                 min_count=spec.min_available,
-                usage=gang_usage(spec, policy.gpu_resource),
+                usage=gang_usage(spec, gpus, claims),
                 priority=self.priority_of(priority_class),
                 created=str((job.get("metadata") or {}).get("creationTimestamp") or ""),
                 gpu_resource=policy.gpu_resource,
+                gpus=gpus,
                 preempts=self.preempts_of(priority_class),
                 topology_level=level,
                 topology_required=required,
@@ -402,6 +443,7 @@ class Reconciler:
                     key,
                     priority=self.priority_of(_priority_class(spec)),
                     gpu_resource=policy.gpu_resource,
+                    gpus=gpus,
                 )
 
     # ------------------------------------------------------------------ applying a plan

@@ -21,8 +21,8 @@ function of those facts (the job's, a replica's, a container's) returning its fi
 the report order: metadata, spec, then Master before Worker (each replica's fields, its pod
 template, its containers in index order, then its init containers), then unknown replica types.
 The rule families live in ``metadata``, ``policy`` (run, scheduling and elastic policy),
-``pod`` (replica spec, pod template and volumes), ``containers``, ``launch`` (command line and
-env) and ``sharing`` (topology annotations, the team's quota ceiling).
+``pod`` (replica spec, pod template and volumes), ``claims`` (DRA claims), ``containers``,
+``launch`` (command line and env) and ``sharing`` (topology annotations, the team's quota ceiling).
 
 Updates ratchet: when neither ``spec`` nor the pinned-hosts or topology annotations changed, only
 immutable fields are checked, so a job admitted under older rules stays updatable for labels and
@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup
 from torchgate.pytorchjob.fieldpath import (
     FieldError,
     FieldPath,
@@ -46,7 +47,15 @@ from torchgate.pytorchjob.fieldpath import (
 )
 from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.pytorchjob.pool import ANNOTATION_TOPOLOGY_PREFERRED, ANNOTATION_TOPOLOGY_REQUIRED
-from torchgate.webhook.validation import containers, launch, metadata, pod, policy, sharing
+from torchgate.webhook.validation import (
+    claims,
+    containers,
+    launch,
+    metadata,
+    pod,
+    policy,
+    sharing,
+)
 from torchgate.webhook.validation.facts import (
     OBJECT,
     ContainerFacts,
@@ -185,6 +194,11 @@ RULES: Final[tuple[JobRule, ...]] = (
             pod.pytorch_container,
             pod.node_selector,
             pod.volumes,
+            claims.container_claim_names,
+            claims.claim_sources,
+            claims.shared_claim,
+            claims.countable_gpus,
+            claims.gpus_asked_once,
             for_each_container("containers", *_CONTAINER_RULES),
             pod.init_containers_list,
             for_each_container("initContainers", *_CONTAINER_RULES),
@@ -198,10 +212,17 @@ RULES: Final[tuple[JobRule, ...]] = (
 
 
 def validate_create(
-    job: Mapping[str, Any], policy: PlacementPolicy, *, team: Team | None = None
+    job: Mapping[str, Any],
+    policy: PlacementPolicy,
+    *,
+    team: Team | None = None,
+    claims: ClaimLookup = NO_CLAIMS,
 ) -> Verdict:
-    """Validate a PyTorchJob being created under ``policy`` (and ``team``'s quota, if any)."""
-    return _verdict(job, policy, old=None, creating=True, team=team)
+    """Validate a PyTorchJob being created under ``policy`` (and ``team``'s quota, if any).
+
+    ``claims``: the ResourceClaims, templates and DeviceClasses the webhook sees in the namespace.
+    """
+    return _verdict(job, policy, old=None, creating=True, team=team, claims=claims)
 
 
 def validate_update(
@@ -210,11 +231,12 @@ def validate_update(
     policy: PlacementPolicy,
     *,
     team: Team | None = None,
+    claims: ClaimLookup = NO_CLAIMS,
 ) -> Verdict:
     """Validate an update from ``old`` to ``new``: immutables always, the rest only on change."""
     if _admission_inputs_unchanged(old, new):
         return Verdict(_deduplicated(immutable_field_errors(old, new)), ())
-    return _verdict(new, policy, old=old, creating=False, team=team)
+    return _verdict(new, policy, old=old, creating=False, team=team, claims=claims)
 
 
 def _verdict(
@@ -224,10 +246,11 @@ def _verdict(
     old: Mapping[str, Any] | None,
     creating: bool,
     team: Team | None,
+    claims: ClaimLookup,
 ) -> Verdict:
     if not isinstance(job, OBJECT):
         return Verdict((invalid(FieldPath(), None, "must be a PyTorchJob object"),), ())
-    facts = read_job(job, active_policy, old=old, creating=creating, team=team)
+    facts = read_job(job, active_policy, old=old, creating=creating, team=team, claims=claims)
     errors: list[FieldError] = []
     warnings: list[FieldWarning] = []
     for rule in RULES:

@@ -21,6 +21,13 @@ from itertools import repeat
 from typing import Any, Final, NamedTuple
 
 from torchgate.pytorchjob import gang, names
+from torchgate.pytorchjob.devices import (
+    NO_CLAIMS,
+    ClaimLookup,
+    GpuSources,
+    container_gpus,
+    pod_gpus,
+)
 from torchgate.pytorchjob.fieldpath import (
     ErrorType,
     FieldError,
@@ -32,7 +39,7 @@ from torchgate.pytorchjob.fieldpath import (
 from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.pytorchjob.pool import TeamQuota
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
-from torchgate.pytorchjob.spec import as_int, container_requests, pytorch_container_index
+from torchgate.pytorchjob.spec import as_int, pytorch_container_index
 from torchgate.webhook.arguments import CommandLine, scan_command_line
 from torchgate.webhook.imageref import unfilled_placeholder
 
@@ -95,7 +102,8 @@ class ReplicaFacts(NamedTuple):
     # Whether template and template.spec are objects (or absent), so pod rules can run.
     template_readable: bool
     pod_spec: Mapping[str, Any]
-    gpus: Decimal  # GPUs each pod of this replica requests
+    gpus: Decimal  # GPUs each pod of this replica holds (``devices.pod_gpus``)
+    gpus_known: bool  # False: a claimed GPU count only allocation knows (counted as 0 in ``gpus``)
     gpu_container: int | None
     training_container: int | None
     volumes: frozenset[str] | None  # declared volume names; None when ``volumes`` is unreadable
@@ -131,11 +139,18 @@ class JobFacts(NamedTuple):
     expected_nnodes: tuple[int, int] | None
     job_name: str | None
     team: Team | None = None  # None: no TeamQuota owns the namespace (no quota applies)
+    gpu_sources: GpuSources | None = None  # what counts as GPUs (``policy.gpus``)
+    claims: ClaimLookup = NO_CLAIMS  # the ResourceClaims and templates the webhook sees
 
     @property
     def spec_readable(self) -> bool:
         """Whether ``spec`` is an object (spec-level rules run only then)."""
         return isinstance(self.spec_raw, OBJECT)
+
+    @property
+    def gpus(self) -> GpuSources:
+        """What counts as GPUs for this job (``policy.gpus`` with the DeviceClasses seen)."""
+        return self.gpu_sources or self.policy.gpus(self.claims)
 
     @property
     def policy_label(self) -> str:
@@ -157,14 +172,16 @@ def read_job(
     old: Mapping[str, Any] | None,
     creating: bool,
     team: Team | None = None,
+    claims: ClaimLookup = NO_CLAIMS,
 ) -> JobFacts:
     """Read the facts of ``job`` (an object) once, for every rule."""
+    sources = policy.gpus(claims)
     spec_raw = job.get("spec")
     spec: Mapping[str, Any] = spec_raw if isinstance(spec_raw, OBJECT) else {}
     specs = spec.get("pytorchReplicaSpecs")
     replica_specs: Mapping[str, Any] = specs if isinstance(specs, OBJECT) else {}
     replicas = tuple(
-        _read_replica(str(key), raw, policy.gpu_resource) for key, raw in replica_specs.items()
+        _read_replica(str(key), raw, sources, claims) for key, raw in replica_specs.items()
     )
     known = tuple(
         replica
@@ -195,10 +212,12 @@ def read_job(
         expected_nnodes=_expected_nnodes(elastic_policy, known, total),
         job_name=_effective_job_name(metadata),
         team=team,
+        gpu_sources=sources,
+        claims=claims,
     )
 
 
-def _read_replica(key: str, raw: object, gpu_resource: str) -> ReplicaFacts:
+def _read_replica(key: str, raw: object, sources: GpuSources, claims: ClaimLookup) -> ReplicaFacts:
     path = REPLICA_SPECS.key(key)
     pod_path = at(path, "template", "spec")
     spec = raw if isinstance(raw, OBJECT) else None
@@ -215,7 +234,7 @@ def _read_replica(key: str, raw: object, gpu_resource: str) -> ReplicaFacts:
         )
         if isinstance(found, OBJECT):
             pod_spec = found
-    gpus = Decimal(0)
+    gpus = pod_gpus(pod_spec, sources, claims)
     gpu_container: int | None = None
     training = pytorch_container_index(pod_spec)
     containers = pod_spec.get("containers")
@@ -223,11 +242,9 @@ def _read_replica(key: str, raw: object, gpu_resource: str) -> ReplicaFacts:
         for index, container in enumerate(containers):
             if not isinstance(container, OBJECT):
                 continue
-            requested = container_requests(container, only=gpu_resource).get(gpu_resource)
-            if requested is not None and requested > 0:
-                gpus += requested
-                if gpu_container is None:
-                    gpu_container = index
+            if container_gpus(container, pod_spec, sources, claims) != 0:
+                gpu_container = index
+                break
     return ReplicaFacts(
         key=key,
         path=path,
@@ -236,7 +253,8 @@ def _read_replica(key: str, raw: object, gpu_resource: str) -> ReplicaFacts:
         pods=count,
         template_readable=readable,
         pod_spec=pod_spec,
-        gpus=gpus,
+        gpus=gpus or Decimal(0),
+        gpus_known=gpus is not None,
         gpu_container=gpu_container,
         training_container=training,
         volumes=_declared_volumes(pod_spec.get("volumes")),
