@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
+
 from tests.builders.claims import (
     GPU_CLASS,
     claim_refs,
@@ -31,9 +33,11 @@ from tests.unit.webhook.validationcases import (
     warned,
 )
 from torchgate.pytorchjob.devices import RESOURCE_CLAIM, RESOURCE_CLAIM_TEMPLATE, SeenClaims
-from torchgate.pytorchjob.policy import PlacementPolicy
+from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy
 from torchgate.webhook.defaulting import default_job
 from torchgate.webhook.validation import Team, Verdict, validate_create
+from torchgate_dev import packagedata
+from torchgate_dev.controlplane import kwok
 
 DRA = parsed_policy("dra", gpuDeviceClasses=[GPU_CLASS])
 NCCL = ["--backend", "nccl"]
@@ -161,3 +165,12 @@ def test_a_device_class_serving_the_gpu_resource_counts_without_being_listed() -
     assert pairs(verdict(claiming_job(2), policy, served)) == [
         (FORBIDDEN, "spec.pytorchReplicaSpecs")
     ]
+
+
+def test_the_dev_dra_policy_counts_the_dev_clusters_gpu_classes() -> None:
+    documents = yaml.safe_load_all(packagedata.SAMPLE_POLICY.read_text(encoding="utf-8"))
+    (raw,) = [d for d in documents if d["metadata"]["name"] == "dev-dra"]
+    parsed, errors = parse_policy(raw)
+    assert parsed is not None, errors
+    assert parsed.gpu_device_classes == (kwok.DRA_CLASS, kwok.DRA_EXTENDED_CLASS)
+    assert pairs(verdict(claiming_job(2), parsed, EIGHT)) == []
