@@ -52,8 +52,9 @@ def _clean_pod_policy_of(draft: Draft, pod_spec: Mapping[str, Any]) -> str:
     return cleanup_rules.clean_pod_policy_for(
         draft.job.run_policy.clean_pod_policy,
         pod_spec,
-        gpu_resource=draft.observed.gpu_resource,
+        gpus=draft.observed.gpus,
         allow_none=draft.observed.allow_clean_pod_policy_none,
+        claims=draft.observed.claims,
     )
 
 
@@ -62,8 +63,9 @@ def _replicas_not_kept(draft: Draft) -> tuple[str, ...]:
     return cleanup_rules.replicas_not_kept(
         draft.job.run_policy.clean_pod_policy,
         ((r.replica_type, pod_spec_of(r.template)) for r in draft.job.replica_specs if r.replicas),
-        gpu_resource=draft.observed.gpu_resource,
+        gpus=draft.observed.gpus,
         allow_none=draft.observed.allow_clean_pod_policy_none,
+        claims=draft.observed.claims,
     )
 
 
