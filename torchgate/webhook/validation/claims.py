@@ -165,15 +165,16 @@ def countable_gpus(job: JobFacts, replica: ReplicaFacts) -> Findings:
     found: list[Finding] = []
     declared = pod_claims(replica.pod_spec)
     for index, entry in _claim_entries(replica):
-        target = declared.get(entry.get("name"))  # type: ignore[arg-type]
+        name = entry.get("name")
+        target = declared.get(name) if isinstance(name, str) else None
         if target is None or claim_gpus(job.claims.spec(*target), job.gpus) is not None:
             continue
-        kind, name = target
+        kind, source = target
         found.append(
             invalid(
                 at(replica.pod_path, "resourceClaims", index, _SOURCE_FIELD[kind]),
-                name,
-                f"{kind} {quote(name)} asks a GPU DeviceClass for allocationMode All or "
+                source,
+                f"{kind} {quote(source)} asks a GPU DeviceClass for allocationMode All or "
                 "firstAvailable: torchgate counts GPUs before allocation (quota, maxGPUsPerJob, "
                 "placement) and needs exactly.count",
             )
