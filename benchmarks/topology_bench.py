@@ -43,7 +43,7 @@ from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.decide import Admit, Pool, Preempt, Wait, WaitingGang, decide
 from torchgate.controller.admission.nodes import PodDemand
 from torchgate.controller.admission.quota import Admitted, usage_by_team
-from torchgate.controller.admission.topology import build_topology, shape_of
+from torchgate.controller.admission.topology import Capacity, build_topology, shape_of
 from torchgate.pytorchjob.pool import (
     GPUS,
     Limit,
@@ -270,7 +270,8 @@ def _settle(
         started = {o.key: o for o in outcomes if not isinstance(o, Wait)}
         if not started:
             return replace(pool, teams=at_quota(pool.teams, pool.admitted)), gangs
-        free = {name: dict(units) for name, units in pool.free.items()}
+        topology = pool.topology
+        free = {name: dict(pool.capacity.free[i]) for i, name in enumerate(topology.node_names)}
         gone = {key for o in started.values() if isinstance(o, Preempt) for key in o.victims}
         admitted = [a for a in pool.admitted if a.key not in gone]
         for victim in pool.admitted:
@@ -291,7 +292,7 @@ def _settle(
                     gang.key, gang.team, gang.priority, gang.usage, 0.0, outcome.nodes, requests
                 )
             )
-        pool = replace(pool, free=free, admitted=admitted)
+        pool = replace(pool, capacity=Capacity(topology, free), admitted=admitted)
         gangs = [gang for gang in gangs if gang.key not in started]
         while len(gangs) < count:
             gangs.append(_waiting_gang(rng, drawn, teams_, priorities))
@@ -317,8 +318,7 @@ def build(
     admitted = fill(rng, free, names, quotas, priorities)
     gangs = [_waiting_gang(rng, i, list(quotas), priorities) for i in range(waiting)]
     pool = Pool(
-        topology=topology,
-        free=free,
+        capacity=Capacity(topology, free),
         teams=at_quota(quotas, admitted) if quota_full else quotas,
         admitted=admitted,
         preemption=PreemptionSettings(minimum_run_seconds=600),

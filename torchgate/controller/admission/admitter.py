@@ -58,6 +58,7 @@ from torchgate.controller.admission.nodes import (
 from torchgate.controller.admission.poolsource import team_statuses
 from torchgate.controller.admission.preemption import protection
 from torchgate.controller.admission.topology import (
+    Capacity,
     OptionalPod,
     gpu_free_nodes,
     job_topology,
@@ -267,8 +268,7 @@ class Admitter:
         ]
         running = self.ledger.holding(owner, wall)
         pool = Pool(
-            topology=self.ledger.topology_for(levels),
-            free=free,
+            capacity=Capacity(self.ledger.topology_for(levels), free),
             teams=teams,
             admitted=running,
             preemption=protection(s.preemption for s in settings),

@@ -59,6 +59,7 @@ walks every allowed node, so a ``Shortfall`` is phrased only when it is read.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
@@ -171,6 +172,8 @@ class Topology:
     ancestors: tuple[tuple[int, ...], ...]  # per node, its domains finest first, root last
     index: Mapping[str, int]  # node name -> position in ``node_names``
     member: tuple[tuple[int, ...], ...]  # per level, per node: its domain there
+    rank: tuple[int, ...]  # per domain: its place in its level by fewest nodes, then key (rule 3)
+    by_rank: tuple[tuple[int, ...], ...]  # per level: its domains in that order
 
     def domain_of(self, node_name: str, level: int) -> int | None:
         """The domain holding ``node_name`` at ``level``, ``None`` for an unknown node or level."""
@@ -233,6 +236,14 @@ def build_topology(
         tuple(next((d for d in chain if domains[d].level == level), -1) for chain in ancestors)
         for level in range(len(levels))
     )
+    by_rank = tuple(
+        tuple(sorted(level, key=lambda d: (domains[d].node_count, domains[d].key)))
+        for level in by_level
+    )
+    rank = [0] * len(domains)
+    for ranked in by_rank:
+        for position, domain in enumerate(ranked):
+            rank[domain] = position
     return Topology(
         levels=tuple(levels),
         node_names=tuple(names),
@@ -241,17 +252,19 @@ def build_topology(
         ancestors=tuple(ancestors),
         index={name: i for i, name in enumerate(names)},
         member=member,
+        rank=tuple(rank),
+        by_rank=by_rank,
     )
 
 
 # ------------------------------------------------------------------ rule 1: slots
 
 
-def slots_of(free: Units, shape: Shape) -> int:
-    """How many pods of ``shape`` fit on a node with ``free`` capacity (rule 1)."""
+def slots_of(free: Units, shape: Shape, plus: Units | None = None) -> int:
+    """How many pods of ``shape`` fit on a node with ``free`` (and ``plus``) capacity (rule 1)."""
     slots = UNBOUNDED
     for name, amount in shape.pod:
-        have = free.get(name, 0)
+        have = free.get(name, 0) if plus is None else free.get(name, 0) + plus.get(name, 0)
         if have < amount:
             return 0
         fits = have // amount
@@ -260,48 +273,172 @@ def slots_of(free: Units, shape: Shape) -> int:
     return min(slots, 1) if shape.one_per_node else slots
 
 
-class Capacity:
-    """Free capacity per node for one admission cycle, with slot counts cached per shape.
+class Slots:
+    """One shape's slot counts: per node, per domain, and per level by count (rules 1-3).
 
-    Changes are logged by node; a shape's cached slots catch up with the log only when that shape
-    is asked for, so taking capacity costs nothing for the shapes no later gang asks about.
+    ``values[level]`` lists the distinct positive slot counts of the level's domains, ascending;
+    ``masks[level][count]`` has bit ``rank`` set for each domain of that count (``Topology.rank``),
+    so the tightest domain holding ``n`` slots is the lowest bit of the first count ``>= n``.
     """
+
+    __slots__ = ("by_rank", "domains", "masks", "nodes", "seen", "values")
+
+    def __init__(
+        self,
+        by_rank: tuple[tuple[int, ...], ...],
+        nodes: list[int],
+        domains: list[int],
+        values: list[list[int]],
+        masks: list[dict[int, int]],
+        seen: int,
+    ) -> None:
+        self.by_rank = by_rank
+        self.nodes = nodes
+        self.domains = domains
+        self.values = values
+        self.masks = masks
+        self.seen = seen  # how much of its capacity's change log the counts reflect
+
+    def roomiest(self, level: int) -> int:
+        """The most slots of any domain of ``level`` (0 when none has any)."""
+        values = self.values[level]
+        return values[-1] if values else 0
+
+    def tightest(self, level: int, count: int) -> int | None:
+        """The domain of ``level`` with the fewest slots ``>= count``, then fewest nodes, key."""
+        values = self.values[level]
+        at = bisect_left(values, count)
+        if at == len(values):
+            return None
+        mask = self.masks[level][values[at]]
+        return self.by_rank[level][(mask & -mask).bit_length() - 1]
+
+    def copy(self, seen: int) -> Slots:
+        """A copy to change on its own (a fork's), having seen ``seen`` entries of its log."""
+        return Slots(
+            self.by_rank,
+            list(self.nodes),
+            list(self.domains),
+            [list(values) for values in self.values],
+            [dict(masks) for masks in self.masks],
+            seen,
+        )
+
+    def move(self, level: int, rank: int, before: int, after: int) -> None:
+        """A domain of ``level`` went from ``before`` to ``after`` slots."""
+        values, masks, bit = self.values[level], self.masks[level], 1 << rank
+        if before > 0:
+            left = masks[before] ^ bit
+            if left:
+                masks[before] = left
+            else:
+                del masks[before]
+                del values[bisect_left(values, before)]
+        if after > 0:
+            found = masks.get(after)
+            if found is None:
+                masks[after] = bit
+                insort(values, after)
+            else:
+                masks[after] = found | bit
+
+
+class Capacity:
+    """Free capacity per node, with slot counts per shape kept up to date as it changes.
+
+    Changes are logged by node; a shape's slot counts catch up with the log only when that shape
+    is asked about, so taking capacity costs nothing for the shapes no later gang asks about.
+
+    The admitter keeps one ``Capacity`` across cycles and tells it which nodes' free capacity
+    changed (``update``); each cycle decides on a ``fork``, a copy whose changes (gangs placed,
+    victims given back in a trial) never reach the original. A fork shares the original's
+    per-node capacity until it changes a node, and copies a shape's slot counts (flat lists, a
+    copy in C) the first time it asks about that shape, so a cycle costs what it places, not
+    what the pool holds. Slot counts of a shape the original has not seen are computed once on
+    the original (from its own capacity, which a cycle never changes) and kept for later cycles.
+    """
+
+    KEEP_UNUSED_FORKS: Final = 16  # a shape no fork asked about in this many forks is dropped
 
     def __init__(self, topology: Topology, free: Mapping[str, Units]) -> None:
         """Take a copy of ``free`` (node name -> milli-units); unknown nodes have nothing."""
         self.topology = topology
         self.free: list[dict[str, int]] = [dict(free.get(n) or {}) for n in topology.node_names]
-        self._node_slots: dict[Shape, list[int]] = {}
-        self._domain_slots: dict[Shape, list[int]] = {}
+        self._slots: dict[Shape, Slots] = {}
         self._changed: list[int] = []  # node indexes whose free capacity changed, in order
-        self._seen: dict[Shape, int] = {}  # how much of ``_changed`` each shape has caught up on
+        self._shared: set[int] | None = None  # after a fork: nodes whose dict is this one's own
+        self._origin: Capacity | None = None  # what a fork was taken from
+        self._forks = 0
+        self._used: dict[Shape, int] = {}  # shape -> the last fork that asked about it
+        self._last: tuple[Shape, Slots] | None = None  # the last shape asked about
 
-    def node_slots(self, shape: Shape) -> list[int]:
-        """Slots per node for ``shape`` (computed once per cycle, then kept up to date)."""
-        found = self._node_slots.get(shape)
-        if found is None:
-            allowed, names = shape.allowed, self.topology.node_names
-            found = self._node_slots[shape] = [
-                slots_of(free, shape) if allowed is None or names[i] in allowed else 0
-                for i, free in enumerate(self.free)
-            ]
-            self._seen[shape] = len(self._changed)
-        elif self._seen[shape] < len(self._changed):
+    # ------------------------------------------------------------------ the shell's side
+
+    def update(self, free: Mapping[str, Units]) -> None:
+        """Set the free capacity of the named nodes (unknown nodes are ignored)."""
+        index = self.topology.index
+        for name, units in free.items():
+            node = index.get(name)
+            if node is not None and self.free[node] != units:
+                self.free[node] = dict(units)
+                self._changed.append(node)
+
+    def fork(self) -> Capacity:
+        """A copy to decide one cycle on; what it changes never reaches this capacity."""
+        for shape, slots in self._slots.items():
+            self._catch_up(shape, slots)
+            slots.seen = 0
+        self._changed.clear()
+        self._forks += 1
+        for shape in [
+            s for s, at in self._used.items() if self._forks - at > self.KEEP_UNUSED_FORKS
+        ]:
+            del self._used[shape]
+            self._slots.pop(shape, None)
+        other = Capacity.__new__(Capacity)
+        other.topology = self.topology
+        other.free = list(self.free)
+        other._slots = {}
+        other._changed = []
+        other._shared = set()
+        other._origin = self
+        other._forks = 0
+        other._used = {}
+        other._last = None
+        self._shared = set()  # its dicts are the fork's too now: copy before writing
+        return other
+
+    # ------------------------------------------------------------------ slots
+
+    def slots(self, shape: Shape) -> Slots:
+        """``shape``'s slot counts, up to date (computed once, then kept up to date)."""
+        last = self._last
+        if last is not None and last[0] is shape:
+            found = last[1]
+        else:
+            known = self._slots.get(shape)
+            if known is None:
+                origin = self._origin
+                if origin is not None:
+                    origin._used[shape] = origin._forks
+                    known = origin.slots(shape).copy(seen=0)
+                else:
+                    self._used.setdefault(shape, self._forks)
+                    known = self._count(shape)
+                self._slots[shape] = known
+            found = known
+            self._last = (shape, found)
+        if found.seen < len(self._changed):
             self._catch_up(shape, found)
         return found
 
+    def node_slots(self, shape: Shape) -> list[int]:
+        """Slots per node for ``shape``."""
+        return self.slots(shape).nodes
+
     def domain_slots(self, shape: Shape) -> list[int]:
         """Slots per domain for ``shape`` (the sum over the domain's nodes)."""
-        per_node = self.node_slots(shape)
-        found = self._domain_slots.get(shape)
-        if found is None:
-            totals = [0] * len(self.topology.domains)
-            for node, slots in enumerate(per_node):
-                if slots:
-                    for domain in self.topology.ancestors[node]:
-                        totals[domain] += slots
-            found = self._domain_slots[shape] = totals
-        return found
+        return self.slots(shape).domains
 
     def free_for(self, shape: Shape) -> list[dict[str, int]]:
         """The free capacity of each node ``shape`` may use."""
@@ -317,59 +454,100 @@ class Capacity:
         self._adjust(nodes, requests, 1)
 
     def _adjust(self, nodes: Mapping[str, str], requests: Mapping[str, Units], sign: int) -> None:
-        index = self.topology.index
+        index, shared = self.topology.index, self._shared
         for pod, node_name in nodes.items():
             node = index.get(node_name)
             if node is None:
                 continue
             free = self.free[node]
+            if shared is not None and node not in shared:
+                free = self.free[node] = dict(free)
+                shared.add(node)
             for name, amount in (requests.get(pod) or {}).items():
                 free[name] = free.get(name, 0) + sign * amount
             self._changed.append(node)
 
-    def _catch_up(self, shape: Shape, per_node: list[int]) -> None:
-        totals = self._domain_slots.get(shape)
-        allowed, names, ancestors = shape.allowed, self.topology.node_names, self.topology.ancestors
-        for node in set(self._changed[self._seen[shape] :]):
+    def _count(self, shape: Shape) -> Slots:
+        topology = self.topology
+        allowed, names = shape.allowed, topology.node_names
+        nodes = [
+            slots_of(free, shape) if allowed is None or names[i] in allowed else 0
+            for i, free in enumerate(self.free)
+        ]
+        domains = [0] * len(topology.domains)
+        for node, count in enumerate(nodes):
+            if count:
+                for domain in topology.ancestors[node]:
+                    domains[domain] += count
+        values: list[list[int]] = []
+        masks: list[dict[int, int]] = []
+        for level in topology.by_level:
+            ranks: dict[int, list[int]] = {}
+            for domain in level:
+                if domains[domain]:
+                    ranks.setdefault(domains[domain], []).append(topology.rank[domain])
+            values.append(sorted(ranks))
+            masks.append({count: _mask(found, len(level)) for count, found in ranks.items()})
+        return Slots(topology.by_rank, nodes, domains, values, masks, len(self._changed))
+
+    def _catch_up(self, shape: Shape, slots: Slots) -> None:
+        topology = self.topology
+        allowed, names, ancestors = shape.allowed, topology.node_names, topology.ancestors
+        per_node, per_domain, free = slots.nodes, slots.domains, self.free
+        deltas: dict[int, int] = {}
+        for node in set(self._changed[slots.seen :]):
             if allowed is not None and names[node] not in allowed:
                 continue
-            after = slots_of(self.free[node], shape)
+            after = slots_of(free[node], shape)
             delta = after - per_node[node]
             if delta:
                 per_node[node] = after
-                if totals is not None:
-                    for domain in ancestors[node]:
-                        totals[domain] += delta
-        self._seen[shape] = len(self._changed)
+                for domain in ancestors[node]:
+                    deltas[domain] = deltas.get(domain, 0) + delta
+        domains, rank = topology.domains, topology.rank
+        for domain, delta in deltas.items():
+            if delta:
+                before = per_domain[domain]
+                per_domain[domain] = before + delta
+                level = domains[domain].level
+                if level >= 0:
+                    slots.move(level, rank[domain], before, before + delta)
+        slots.seen = len(self._changed)
+
+
+def _mask(ranks: Iterable[int], size: int) -> int:
+    """An int with bit ``r`` set for each of ``ranks`` (built in C, not bit by bit)."""
+    bits = bytearray((size + 7) // 8)
+    for r in ranks:
+        bits[r >> 3] |= 1 << (r & 7)
+    return int.from_bytes(bits, "little")
 
 
 # ------------------------------------------------------------------ rules 2-3: the domain
 
 
-def fitting_level(topology: Topology, slots: Sequence[int], count: int) -> tuple[int, list[int]]:
-    """The finest level with a domain holding ``count`` slots, and its fitting domains (rule 2).
+def fitting_level(slots: Slots, levels: int, count: int) -> int:
+    """The finest of ``levels`` levels with a domain holding ``count`` slots, else -1 (rule 2).
 
-    Returns ``(-1, [ROOT])`` when only the pool as a whole fits, ``(-1, [])`` when nothing does.
+    A domain never has more slots than its parent, so that is the finest level whose roomiest
+    domain holds them (-1: only the pool as a whole, which the caller has checked, does).
     """
-    if slots[ROOT] < count:
-        return -1, []
-    level, fitting = -1, [ROOT]
-    while True:
-        below = [
-            child
-            for domain in fitting
-            for child in topology.domains[domain].children
-            if slots[child] >= count
-        ]
-        if not below:
-            return level, fitting
-        level, fitting = level + 1, below
+    for level in range(levels - 1, -1, -1):
+        if slots.roomiest(level) >= count:
+            return level
+    return -1
 
 
-def best_domain(topology: Topology, slots: Sequence[int], candidates: Sequence[int]) -> int:
-    """The tightest candidate: fewest slots, then fewest nodes, then smallest key (rule 3)."""
-    domains = topology.domains
-    return min((slots[d], domains[d].node_count, domains[d].key, d) for d in candidates)[-1]
+def best_domain(slots: Slots, level: int, count: int) -> int:
+    """The tightest domain of ``level`` holding ``count`` slots, the pool at level -1 (rule 3).
+
+    Tightest: the fewest slots, then the fewest nodes, then the smallest key.
+    """
+    if level < 0:
+        return ROOT
+    found = slots.tightest(level, count)
+    assert found is not None, "fitting_level chose a level with room"
+    return found
 
 
 # ------------------------------------------------------------------ rule 4: inside the domain
@@ -471,26 +649,24 @@ def _place(
 ) -> TopologyPlacement | TopologyWait:
     topology = capacity.topology
     count = len(pods)
-    node_slots = capacity.node_slots(shape)
-    domain_slots = capacity.domain_slots(shape)
-    if domain_slots[ROOT] < count:
+    slots = capacity.slots(shape)
+    if slots.domains[ROOT] < count:
         return TopologyWait(
             "Capacity",
-            f"waiting for room for {count} pod(s): {domain_slots[ROOT]} fit in the pool now",
+            f"waiting for room for {count} pod(s): {slots.domains[ROOT]} fit in the pool now",
         )
-    level, fitting = fitting_level(topology, domain_slots, count)
+    level = fitting_level(slots, len(topology.levels), count)
     wanted = request.level
     if wanted is not None and wanted >= len(topology.levels):
         wanted = None
     if wanted is not None and request.required and level < wanted:
-        largest = max((domain_slots[d] for d in topology.by_level[wanted]), default=0)
         return TopologyWait(
             "Topology",
             f"waiting for one {topology.levels[wanted]} domain with room for {count} pod(s): "
-            f"the roomiest has room for {largest}",
+            f"the roomiest has room for {slots.roomiest(wanted)}",
         )
-    domain = best_domain(topology, domain_slots, fitting)
-    spread = distribute(topology, node_slots, domain_slots, domain, count)
+    domain = best_domain(slots, level, count)
+    spread = distribute(topology, slots.nodes, slots.domains, domain, count)
     return TopologyPlacement(
         nodes=assign_ranks(topology, pods, spread),
         domain=topology.domain_name(domain),
@@ -501,13 +677,13 @@ def _place(
 
 def fits_topology(capacity: Capacity, count: int, shape: Shape, request: TopologyRequest) -> bool:
     """Whether ``place_topology`` would place ``count`` pods (without computing where)."""
-    slots = capacity.domain_slots(shape)
-    if slots[ROOT] < count:
+    slots = capacity.slots(shape)
+    if slots.domains[ROOT] < count:
         return False
     wanted = request.level
     if not request.required or wanted is None or wanted >= len(capacity.topology.levels):
         return True
-    return any(slots[domain] >= count for domain in capacity.topology.by_level[wanted])
+    return slots.roomiest(wanted) >= count
 
 
 # ------------------------------------------------------------------ rule 7: what is short
