@@ -477,41 +477,46 @@ class _Reach:
         """Whether no set of group ``number``'s victims can make room.
 
         The first group, of every candidate, can make room only in a domain some candidate
-        holds pods in: one of the other groups' domains.
+        holds pods in: one of the other groups' domains (their reaches are counted together).
         """
         if self.level is None:
             return False
         group = self.groups[number]
         if group.domain is None:
             domains = [other.domain for other in self.groups[1:] if other.domain is not None]
-            return len(self.groups) > 1 and not any(map(self._reaches, domains))
+            if any(domain not in self.known for domain in domains):
+                self._count(group.victims, set(domains))
+            return not any(map(self._reaches, domains))
         return not any(map(self._reaches, group.touched))
 
     def _reaches(self, domain: str) -> bool:
-        found = self.known.get(domain)
-        if found is None:
-            found = self.known[domain] = self._count(domain)
-        return found >= len(self.gang.pods)
+        if domain not in self.known:
+            self._count(self.by_domain[domain].victims, {domain})
+        return self.known[domain] >= len(self.gang.pods)
 
-    def _count(self, domain: str) -> int:
+    def _count(self, victims: Sequence[Admitted], wanted: set[str]) -> None:
+        """Count the reach of the ``wanted`` domains from ``victims`` (all with pods there)."""
         capacity, shape, level = self.cycle.capacity, self.gang.shape, self.level
         assert level is not None
         topology = capacity.topology
-        member, inside = topology.member[level], int(domain)
+        member = topology.member[level]
+        inside = {int(domain) for domain in wanted}
         returned: dict[int, dict[str, int]] = {}
-        for victim in self.by_domain[domain].victims:
+        for victim in victims:
             for node, held in self.cycle.spread(victim):
-                if member[node] == inside:
+                if member[node] in inside:
                     extra = returned.setdefault(node, {})
                     for name, amount in held.items():
                         extra[name] = extra.get(name, 0) + amount
         slots = capacity.slots(shape)
-        total = slots.domains[inside]
+        reach = {domain: slots.domains[domain] for domain in inside}
         allowed, names = shape.allowed, topology.node_names
         for node, extra in returned.items():
             if allowed is None or names[node] in allowed:
-                total += slots_of(capacity.free[node], shape, extra) - slots.nodes[node]
-        return total
+                gained = slots_of(capacity.free[node], shape, extra) - slots.nodes[node]
+                reach[member[node]] += gained
+        for domain in wanted:
+            self.known[domain] = reach[int(domain)]
 
 
 def _required_level(topology: Topology, gang: WaitingGang) -> int | None:
@@ -613,23 +618,31 @@ class _Gains:
         """Count the slots the ``changed`` nodes (and their domains) gain now."""
         capacity, shape = self.capacity, self.shape
         topology = capacity.topology
-        allowed, names, domains = shape.allowed, topology.node_names, topology.domains
-        free, returned = capacity.free, self.returned
+        allowed, names, ancestors = shape.allowed, topology.node_names, topology.ancestors
+        free, returned, node_slots, gained = (
+            capacity.free,
+            self.returned,
+            self.node_slots,
+            self.gained,
+        )
+        deltas: dict[int, int] = {}
         for node in changed:
             if allowed is not None and names[node] not in allowed:
                 continue
-            gained = slots_of(free[node], shape, returned[node]) - self.node_slots[node]
-            delta = gained - self.gained.get(node, 0)
-            if not delta:
-                continue
-            self.gained[node] = gained
-            for domain in topology.ancestors[node]:
-                now = self.domain_gained[domain] = self.domain_gained.get(domain, 0) + delta
-                if domains[domain].level == self.level:
-                    if self.domain_slots[domain] + now >= self.count:
-                        self.reaching.add(domain)
-                    else:
-                        self.reaching.discard(domain)
+            now = slots_of(free[node], shape, returned[node]) - node_slots[node]
+            delta = now - gained.get(node, 0)
+            if delta:
+                gained[node] = now
+                for domain in ancestors[node]:
+                    deltas[domain] = deltas.get(domain, 0) + delta
+        domains, domain_gained, level = topology.domains, self.domain_gained, self.level
+        for domain, delta in deltas.items():
+            now = domain_gained[domain] = domain_gained.get(domain, 0) + delta
+            if level is not None and domains[domain].level == level:
+                if self.domain_slots[domain] + now >= self.count:
+                    self.reaching.add(domain)
+                else:
+                    self.reaching.discard(domain)
 
     def root(self) -> int:
         """The pool's slots with the gains."""
