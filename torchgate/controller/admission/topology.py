@@ -371,6 +371,12 @@ class Capacity:
         self._forks = 0
         self._used: dict[Shape, int] = {}  # shape -> the last fork that asked about it
         self._last: tuple[Shape, Slots] | None = None  # the last shape asked about
+        # ``have``: free totals per resource over every node (``None``) or a set of allowed
+        # nodes as of the last fork, with the nodes changed since then as they were.
+        self._sums: dict[frozenset[str] | None, dict[str, int]] = {None: _totals(self.free)}
+        self._was: dict[int, dict[str, int]] = {}
+        self._sums_used: dict[frozenset[str] | None, int] = {}  # set -> the last fork asking
+        self._memo: dict[object, object] = {}  # ``have`` and ``fragmentation``, per log length
 
     # ------------------------------------------------------------------ the shell's side
 
@@ -380,6 +386,10 @@ class Capacity:
         for name, units in free.items():
             node = index.get(name)
             if node is not None and self.free[node] != units:
+                for allowed, sums in self._sums.items():
+                    if allowed is None or name in allowed:
+                        _count_into(sums, self.free[node], -1)
+                        _count_into(sums, units, 1)
                 self.free[node] = dict(units)
                 self._changed.append(node)
 
@@ -405,6 +415,23 @@ class Capacity:
         other._forks = 0
         other._used = {}
         other._last = None
+        names = self.topology.node_names
+        for allowed, sums in self._sums.items():  # fold what changed since the last fork in
+            for node, was in self._was.items():
+                if allowed is None or names[node] in allowed:
+                    _count_into(sums, was, -1)
+                    _count_into(sums, self.free[node], 1)
+        self._was.clear()
+        self._memo.clear()
+        for allowed in [
+            a for a, at in self._sums_used.items() if self._forks - at > self.KEEP_UNUSED_FORKS
+        ]:
+            del self._sums_used[allowed]
+            self._sums.pop(allowed, None)
+        other._sums = {allowed: dict(sums) for allowed, sums in self._sums.items()}
+        other._was = {}
+        other._sums_used = {}
+        other._memo = {}
         self._shared = set()  # its dicts are the fork's too now: copy before writing
         return other
 
@@ -445,6 +472,52 @@ class Capacity:
         allowed, names = shape.allowed, self.topology.node_names
         return [free for i, free in enumerate(self.free) if allowed is None or names[i] in allowed]
 
+    def have(self, shape: Shape, resources: Iterable[str]) -> dict[str, int]:
+        """What the nodes ``shape`` may use have free in total, per resource (never below 0).
+
+        From the totals kept since the last fork, plus what changed since on the nodes this
+        capacity changed; a set of allowed nodes first asked about is counted on its nodes, and
+        from then on kept by the capacity forked from (until no fork asks for it a while).
+        """
+        allowed = shape.allowed
+        key = ("have", allowed, len(self._changed))
+        found = self._memo.get(key)
+        if not isinstance(found, dict):
+            sums = self._sums.get(allowed)
+            if sums is not None:
+                found = dict(sums)
+                names = self.topology.node_names
+                for node, was in self._was.items():
+                    if allowed is None or names[node] in allowed:
+                        _count_into(found, was, -1)
+                        _count_into(found, self.free[node], 1)
+            else:
+                found = _totals(self.free_for(shape))
+                if self._origin is not None:
+                    self._origin._keep_sums(allowed)
+            if self._origin is not None:
+                self._origin._sums_used[allowed] = self._origin._forks
+            self._memo[key] = found
+        return {name: found.get(name, 0) for name in resources}
+
+    def _keep_sums(self, allowed: frozenset[str] | None) -> None:
+        """Keep totals over ``allowed`` from now on, as of the last fork (``have``)."""
+        if allowed not in self._sums:
+            index, was = self.topology.index, self._was
+            nodes: Iterable[int] = range(len(self.free))
+            if allowed is not None:
+                nodes = (index[name] for name in allowed if name in index)
+            self._sums[allowed] = _totals(was.get(node, self.free[node]) for node in nodes)
+
+    def fragmentation(self, shape: Shape) -> tuple[frozenset[str], bool]:
+        """``fragmentation`` of the nodes ``shape`` may use, once per shape as they are now."""
+        key = ("fragmentation", shape, len(self._changed))
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = fragmentation(self.free_for(shape), shape)
+        assert isinstance(found, tuple)
+        return found
+
     def take(self, nodes: Mapping[str, str], requests: Mapping[str, Units]) -> None:
         """Subtract placed pods (pod -> node, pod -> requests)."""
         self._adjust(nodes, requests, -1)
@@ -460,7 +533,10 @@ class Capacity:
             if node is None:
                 continue
             free = self.free[node]
-            if shared is not None and node not in shared:
+            if shared is None:
+                self._sums.clear()  # changed in place: ``have`` counts on the nodes
+            elif node not in shared:
+                self._was[node] = free
                 free = self.free[node] = dict(free)
                 shared.add(node)
             for name, amount in (requests.get(pod) or {}).items():
@@ -513,6 +589,20 @@ class Capacity:
                 if level >= 0:
                     slots.move(level, rank[domain], before, before + delta)
         slots.seen = len(self._changed)
+
+
+def _totals(free: Iterable[Units]) -> dict[str, int]:
+    """Free capacity summed per resource over ``free`` (each node's never below zero)."""
+    totals: dict[str, int] = {}
+    for node in free:
+        _count_into(totals, node, 1)
+    return totals
+
+
+def _count_into(totals: dict[str, int], free: Units, sign: int) -> None:
+    for name, amount in free.items():
+        if amount > 0:
+            totals[name] = totals.get(name, 0) + sign * amount
 
 
 def _mask(ranks: Iterable[int], size: int) -> int:
@@ -721,34 +811,75 @@ def explain_shortfall(
     ``free`` holds the allowed nodes of ``shape``; ``where`` names them for people (``in pool
     pool=a100``, ``on hosts a,b``, ``in the cluster``).
     """
+    wanted = summed(requests)
+    order = resource_order(wanted, gpu_resource)
+    have = {name: sum(max(0, node.get(name, 0)) for node in free) for name in order}
+    return short_of(wanted, order, have, where) or fragmented(
+        *fragmentation(free, shape), shape, wanted, order, have, where
+    )
+
+
+def summed(requests: Iterable[Units]) -> dict[str, int]:
+    """What the whole gang asks for, per resource."""
     wanted: dict[str, int] = {}
     for pod in requests:
         for name, amount in pod.items():
             wanted[name] = wanted.get(name, 0) + amount
-    order = resource_order(wanted, gpu_resource)
+    return wanted
+
+
+def short_of(wanted: Units, order: Sequence[str], have: Units, where: str) -> str | None:
+    """Rule 7's first case: the first resource the gang needs more of than is free, if any."""
     if not order:
         return f"waiting for room {where}"
-    have = {name: sum(max(0, node.get(name, 0)) for node in free) for name in order}
     for name in order:
         if wanted[name] > have[name]:
             return (
                 f"waiting for {format_amount(name, wanted[name])} {name} {where}: "
                 f"{format_amount(name, have[name])} free"
             )
+    return None
+
+
+def fragmentation(free: Iterable[Units], shape: Shape) -> tuple[frozenset[str], bool]:
+    """What no node has left for one more pod once it holds all it has slots for (rule 7).
+
+    Returns those resources of the shape, and whether any node counts at all (with host ports a
+    node that takes a pod of the gang takes no other).
+    """
     slot = dict(shape.pod)
-    per_pod = [name for name in order if name in slot]
-    left: list[dict[str, int]] = []  # each node's free capacity once it holds all it has slots for
+    short = set(slot)
+    counted = False
     for node in free:
         slots = slots_of(node, shape)
-        if not (shape.one_per_node and slots):  # with host ports a node takes one pod of the gang
-            left.append({name: node.get(name, 0) - slots * slot[name] for name in per_pod})
-    missing = [name for name in per_pod if all(node[name] < slot[name] for node in left)]
-    headline = missing[0] if missing and left else _scarcest(order, wanted, have)
+        if shape.one_per_node and slots:
+            continue
+        counted = True
+        for name in list(short):
+            if node.get(name, 0) - slots * slot[name] >= slot[name]:
+                short.discard(name)
+    return frozenset(short), counted
+
+
+def fragmented(
+    short: frozenset[str],
+    counted: bool,
+    shape: Shape,
+    wanted: Units,
+    order: Sequence[str],
+    have: Units,
+    where: str,
+) -> str:
+    """Rule 7's second case, every total sufficing: what no node has enough left of."""
+    slot = dict(shape.pod)
+    per_pod = [name for name in order if name in slot]
+    missing = [name for name in per_pod if name in short]
+    headline = missing[0] if missing and counted else _scarcest(order, wanted, have)
     head = (
         f"waiting for {format_amount(headline, wanted[headline])} {headline} {where}: "
         f"{format_amount(headline, have[headline])} free but fragmented"
     )
-    if not left:
+    if not counted:
         return f"{head}: its pods bind host ports, one per node, and no other node has room"
     needs = missing[:1] if missing else per_pod
     detail = " and ".join(f"{format_amount(name, slot[name])} {name}" for name in needs)
@@ -770,7 +901,9 @@ class Shortfall:
 
     An admission cycle cannot afford to walk every allowed node for each gang that waits, and
     the shell reads a wait's message at most once per status refresh, after the cycle: so the
-    amounts it shows are what the cycle left free.
+    amounts it shows are what the cycle left free. The free totals come from the capacity
+    (``Capacity.have``); only a fragmented gang's message walks the allowed nodes, once per
+    shape on one capacity (``Capacity.fragmentation``).
     """
 
     __slots__ = ("_capacity", "_gpu_resource", "_requests", "_shape", "_text", "_where")
@@ -802,12 +935,12 @@ class Shortfall:
 
     def __str__(self) -> str:
         if self._text is None:
-            self._text = explain_shortfall(
-                self._capacity.free_for(self._shape),
-                self._shape,
-                self._requests,
-                where=self._where,
-                gpu_resource=self._gpu_resource,
+            capacity, shape = self._capacity, self._shape
+            wanted = summed(self._requests)
+            order = resource_order(wanted, self._gpu_resource)
+            have = capacity.have(shape, order)
+            self._text = short_of(wanted, order, have, self._where) or fragmented(
+                *capacity.fragmentation(shape), shape, wanted, order, have, self._where
             )
         return self._text
 

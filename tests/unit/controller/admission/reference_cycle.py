@@ -48,12 +48,12 @@ from torchgate.controller.admission.quota import (
 from torchgate.controller.admission.topology import (
     ROOT,
     Shape,
-    Shortfall,
     Topology,
     TopologyPlacement,
     TopologyWait,
     assign_ranks,
     distribute,
+    explain_shortfall,
     place_extras,
     slots_of,
 )
@@ -225,6 +225,23 @@ def candidates(
     return sorted(out, key=victim_order)
 
 
+class ReferenceShortfall:
+    """``explain_shortfall`` over every allowed node, phrased when read (as ``Shortfall`` was)."""
+
+    def __init__(self, capacity: ReferenceCapacity, gang: WaitingGang) -> None:
+        self.capacity, self.gang = capacity, gang
+
+    def __str__(self) -> str:
+        gang = self.gang
+        return explain_shortfall(
+            self.capacity.free_for(gang.shape),
+            gang.shape,
+            gang.requests.values(),
+            where=gang.where,
+            gpu_resource=gang.gpu_resource,
+        )
+
+
 # ------------------------------------------------------------------ the cycle
 
 
@@ -321,16 +338,10 @@ def _decide_one(cycle: _Cycle, gang: WaitingGang, *, borrow: bool) -> Outcome | 
             nodes = cycle.admit(gang, placed.nodes, extras=True)
             borrowed = verdict.amount if isinstance(verdict, Borrows) else {}
             return Admit(gang.key, nodes, borrowed, placed.domain, placed.preference_met)
-        reason: str | Shortfall = placed.message
+        reason: object = placed.message
         if placed.kind == "Capacity":
-            reason = gang.no_node or Shortfall(
-                cycle.capacity,  # type: ignore[arg-type]
-                gang.shape,
-                gang.requests.values(),
-                where=gang.where,
-                gpu_resource=gang.gpu_resource,
-            )
-        obstacle = Wait(gang.key, placed.kind, reason)
+            reason = gang.no_node or ReferenceShortfall(cycle.capacity, gang)
+        obstacle = Wait(gang.key, placed.kind, reason)  # type: ignore[arg-type]
     elif isinstance(verdict, QuotaWait):
         obstacle = Wait(gang.key, "Quota", verdict.message)
     else:
