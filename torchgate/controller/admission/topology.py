@@ -371,6 +371,8 @@ class Capacity:
         self._forks = 0
         self._used: dict[Shape, int] = {}  # shape -> the last fork that asked about it
         self._last: tuple[Shape, Slots] | None = None  # the last shape asked about
+        self._version = 0  # of the free capacity: bumps with each update and fork
+        self._forked_at = -1  # a fork's: its origin's version when it was taken
         # ``have``: free totals per resource over every node (``None``) or a set of allowed
         # nodes as of the last fork, with the nodes changed since then as they were.
         self._sums: dict[frozenset[str] | None, dict[str, int]] = {None: _totals(self.free)}
@@ -386,6 +388,7 @@ class Capacity:
         for name, units in free.items():
             node = index.get(name)
             if node is not None and self.free[node] != units:
+                self._version += 1
                 for allowed, sums in self._sums.items():
                     if allowed is None or name in allowed:
                         _count_into(sums, self.free[node], -1)
@@ -400,6 +403,7 @@ class Capacity:
             slots.seen = 0
         self._changed.clear()
         self._forks += 1
+        self._version += 1
         for shape in [
             s for s, at in self._used.items() if self._forks - at > self.KEEP_UNUSED_FORKS
         ]:
@@ -415,6 +419,8 @@ class Capacity:
         other._forks = 0
         other._used = {}
         other._last = None
+        other._version = 0
+        other._forked_at = self._version
         names = self.topology.node_names
         for allowed, sums in self._sums.items():  # fold what changed since the last fork in
             for node, was in self._was.items():
@@ -446,10 +452,10 @@ class Capacity:
             known = self._slots.get(shape)
             if known is None:
                 origin = self._origin
-                if origin is not None:
+                if origin is not None and origin._version == self._forked_at:
                     origin._used[shape] = origin._forks
                     known = origin.slots(shape).copy(seen=0)
-                else:
+                else:  # counted here: no origin, or it changed since (its counts are not ours)
                     self._used.setdefault(shape, self._forks)
                     known = self._count(shape)
                 self._slots[shape] = known
