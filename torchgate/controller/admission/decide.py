@@ -682,12 +682,8 @@ class _Trial:
     def place(self, victims: Sequence[Admitted]) -> TopologyPlacement | TopologyWait:
         """Where the gang goes once ``victims`` are gone."""
         capacity, gang = self.cycle.capacity, self.gang
-        for victim in victims:
-            capacity.give(victim.nodes or {}, victim.requests or {})
-        placed = place_topology(capacity, gang.pods, gang.shape, gang.topology)
-        for victim in victims:
-            capacity.take(victim.nodes or {}, victim.requests or {})
-        return placed
+        with capacity.lent([(victim.nodes or {}, victim.requests or {}) for victim in victims]):
+            return place_topology(capacity, gang.pods, gang.shape, gang.topology)
 
     def hold(self, victims: Sequence[Admitted]) -> None:
         """Count exactly ``victims``' pods as given back."""

@@ -113,11 +113,6 @@ def usage_by_team(admitted: Iterable[Admitted]) -> dict[str, dict[str, int]]:
     return usage
 
 
-def cohort_of(teams: Mapping[str, TeamQuota], team: TeamQuota) -> list[TeamQuota]:
-    """Every team of ``team``'s cohort, itself included, by name."""
-    return sorted((t for t in teams.values() if t.cohort == team.cohort), key=lambda t: t.name)
-
-
 # ------------------------------------------------------------------ rule 2
 
 
@@ -131,7 +126,7 @@ def check_quota(
     if team is None:
         return Fits()
     used = usage.get(team.name, {})
-    cohort = cohort_of(teams, team)
+    cohort = [t for t in teams.values() if t.cohort == team.cohort]
     borrowed: dict[str, int] = {}
     lent_out = False
     for resource, limit in team.limits.items():

@@ -60,7 +60,8 @@ walks every allowed node, so a ``Shortfall`` is phrased only when it is read.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -378,7 +379,8 @@ class Capacity:
         self._sums: dict[frozenset[str] | None, dict[str, int]] = {None: _totals(self.free)}
         self._was: dict[int, dict[str, int]] = {}
         self._sums_used: dict[frozenset[str] | None, int] = {}  # set -> the last fork asking
-        self._memo: dict[object, object] = {}  # ``have`` and ``fragmentation``, per log length
+        self._memo: dict[object, object] = {}  # ``have`` and ``fragmentation``, per edit count
+        self._edits = 0  # changes to the free capacity so far (never goes back)
 
     # ------------------------------------------------------------------ the shell's side
 
@@ -395,6 +397,7 @@ class Capacity:
                         _count_into(sums, units, 1)
                 self.free[node] = dict(units)
                 self._changed.append(node)
+                self._edits += 1
 
     def fork(self) -> Capacity:
         """A copy to decide one cycle on; what it changes never reaches this capacity."""
@@ -438,6 +441,7 @@ class Capacity:
         other._was = {}
         other._sums_used = {}
         other._memo = {}
+        other._edits = 0
         self._shared = set()  # its dicts are the fork's too now: copy before writing
         return other
 
@@ -486,7 +490,7 @@ class Capacity:
         from then on kept by the capacity forked from (until no fork asks for it a while).
         """
         allowed = shape.allowed
-        key = ("have", allowed, len(self._changed))
+        key = ("have", allowed, self._edits)
         found = self._memo.get(key)
         if not isinstance(found, dict):
             sums = self._sums.get(allowed)
@@ -517,7 +521,7 @@ class Capacity:
 
     def fragmentation(self, shape: Shape) -> tuple[frozenset[str], bool]:
         """``fragmentation`` of the nodes ``shape`` may use, once per shape as they are now."""
-        key = ("fragmentation", shape, len(self._changed))
+        key = ("fragmentation", shape, self._edits)
         found = self._memo.get(key)
         if found is None:
             found = self._memo[key] = fragmentation(self.free_for(shape), shape)
@@ -531,6 +535,27 @@ class Capacity:
     def give(self, nodes: Mapping[str, str], requests: Mapping[str, Units]) -> None:
         """Add back what pods held (preemption victims, or undoing a trial ``take``)."""
         self._adjust(nodes, requests, 1)
+
+    @contextmanager
+    def lent(self, pods: Sequence[tuple[Mapping[str, str], Mapping[str, Units]]]) -> Iterator[None]:
+        """Give ``pods`` (pod -> node, pod -> requests) back for a moment, then take them again.
+
+        What the slot counts learnt meanwhile is undone with them, so the moment costs the
+        shapes asked about during it, not every shape asked about later.
+        """
+        mark = len(self._changed)
+        for nodes, requests in pods:
+            self.give(nodes, requests)
+        try:
+            yield
+        finally:
+            for nodes, requests in pods:
+                self.take(nodes, requests)
+            for shape, slots in self._slots.items():
+                if slots.seen > mark:  # caught up with the loan: catch up with its return too
+                    self._catch_up(shape, slots)
+                    slots.seen = mark
+            del self._changed[mark:]
 
     def _adjust(self, nodes: Mapping[str, str], requests: Mapping[str, Units], sign: int) -> None:
         index, shared = self.topology.index, self._shared
@@ -548,6 +573,7 @@ class Capacity:
             for name, amount in (requests.get(pod) or {}).items():
                 free[name] = free.get(name, 0) + sign * amount
             self._changed.append(node)
+            self._edits += 1
 
     def _count(self, shape: Shape) -> Slots:
         topology = self.topology
