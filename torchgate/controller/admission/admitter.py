@@ -24,6 +24,12 @@ rules: the waiting queue (``waiting``), fed by the reconcilers' requests, and th
 the call to ``decide``, backfill, and applying the outcomes to both parts; it is the only part
 that logs or wakes anything.
 
+A cycle's facts grow with what changed, not with the pool: the capacity view (``Capacity``) is
+built once per node set and then updated with the nodes whose free capacity the ledger says may
+have changed (``changed_free``); node eligibility is read again only when a node changed
+(``nodes_version``); a waiting gang's facts only when it asked anew or what they came from
+changed; the ledger rebuilds only the running gangs that changed.
+
 Backfill: a job that does not fit does not block smaller jobs behind it, unless it has waited longer
 than ``starvation_seconds`` for capacity or topology; from then on nothing behind it is admitted
 until it is, so a stream of small jobs cannot starve a large one.

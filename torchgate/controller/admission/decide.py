@@ -27,12 +27,24 @@ older, then by name):
    or ``Topology``. A ``Capacity`` wait says what is short (``topology.Shortfall``), or why no
    node may take one of its pods at all (``WaitingGang.no_node``).
 
-Within a cycle free capacity only shrinks and quota usage only grows, so a gang of the same team,
-shape, size, topology request and priority as one that already failed fails too and is answered
-from a memo (cleared when a preemption changes usage), which keeps a cycle over hundreds of
-identical waiting gangs cheap. Gangs answered from the memo share its reason, so their messages
-must be the same too: what a message names (nodes, GPU resource, the pod no node admits) is part
-of the memo's key.
+Cost: a cycle grows with the gangs it decides and what it changes, not with the pool.
+
+- It decides on a fork of the capacity the admitter keeps (``Pool.capacity``, updated from
+  events), so it copies nothing per node; placement asks per-level slot indexes
+  (``topology.Capacity``) instead of walking the domains.
+- Within a cycle free capacity only shrinks and quota usage only grows, except through a
+  preemption, so a gang of the same team, shape, size, usage, topology request, priority and
+  policy as one that already failed fails too and is answered from a memo (cleared by a
+  preemption). Gangs answered from the memo share its reason, so their messages must be the same
+  too: what a message names (nodes, GPU resource, the pod no node admits) is part of its key.
+- Victim searches are decided per *kind* of preemptor (``_candidates``: team, priority, policy,
+  what it reclaims, which teams borrow how much), which shares one candidate list, built from an
+  index of the running gangs by team (``preemption.Candidates``) rather than a pass over all.
+  A search that found nothing answers for every later gang of its kind that needs at least as
+  much (``_Failures``); none runs when quota would not let the gang in even with every candidate
+  gone, or when no domain could hold it even then (``_Reach``: the first group, and each
+  domain's group); trials count what victims give back beside the capacity (``_Gains``). Each
+  shortcut answers exactly as the full search would: the trial is monotone in the victims.
 """
 
 from __future__ import annotations

@@ -38,7 +38,9 @@ Rules (each one function):
 
 Cost: the pruning pass of rule 4 drops a run of victims with one trial when it can (usually
 the last gang added was enough on its own), which gives the same set as dropping them one by
-one because the trial is monotone.
+one because the trial is monotone. Rules 1-3 are answered from an index of the running gangs by
+team, cheapest first (``Candidates``), built once per cycle: a preemptor's candidates are the
+heads of a few groups, merged, not a pass over every running gang.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ Rules (each one function):
    its GPUs idle however tightly it packs the node's CPUs).
 1. ``slots_of``: a node's slots for a shape; a domain's slots are its nodes' sum.
 2. ``fitting_level``: the finest level with a domain whose slots hold the whole gang (a domain
-   never has more slots than its parent, so the search descends only into domains that fit).
+   never has more slots than its parent, so it is the finest level whose roomiest domain does).
 3. ``best_domain``: among the fitting domains of that level, the one with the least free capacity
    (fewest slots), then the fewest nodes, then the smallest key: the tightest fit, so big domains
    stay whole for big gangs.
@@ -38,7 +38,8 @@ Rules (each one function):
    ``Topology`` (when the pool as a whole has room) or ``Capacity`` (when it has not); a
    *preferred* level, or none, falls back to coarser levels and then to the whole pool, still
    over the fewest domains.
-7. ``explain_shortfall``: a ``Capacity`` wait names what is short on the gang's allowed nodes:
+7. ``explain_shortfall`` (``short_of``, else ``fragmentation`` and ``fragmented``): a
+   ``Capacity`` wait names what is short on the gang's allowed nodes:
    the first resource (its GPUs first, then other extended resources, cpu, memory, the rest,
    ``pods`` last) the whole gang needs more of than those nodes have free together (``waiting for
    16 nvidia.com/gpu in pool pool=a100: 8 free``); when every total suffices, the gang is
@@ -50,11 +51,15 @@ Rules (each one function):
    uses (by name), else any allowed node (by name); with host ports only a node without a pod of
    the gang. One that fits nowhere is left out (the job starts with fewer workers).
 
-Cost: a ``Capacity`` keeps each shape's slots per node and per domain for one admission cycle and
-brings them up to date only for the nodes whose capacity changed since that shape was last asked
-about (and their ancestors), so a cycle over 100 waiting gangs on 1,000 nodes does integer
-arithmetic on the few shapes it sees, not on every node per gang. Explaining a shortfall (rule 7)
-walks every allowed node, so a ``Shortfall`` is phrased only when it is read.
+Cost: a ``Capacity`` is kept across admission cycles (the admitter updates the nodes whose free
+capacity changed) and keeps, per shape asked about, its slots per node and per domain and, per
+level, its domains by slot count (``Slots``); each shape's counts catch up only with the nodes
+changed since it was last asked about (and their ancestors). Rules 2 and 3 then look at the
+roomiest domain of each level and the first count that holds the gang, not at every domain, so
+a placement costs what it changes. A cycle decides on a ``fork`` that copies nothing per node
+until it changes one. Explaining a shortfall (rule 7) needs free totals, which the capacity
+keeps, and walks the allowed nodes only for a fragmented gang (once per shape per capacity); a
+``Shortfall`` is phrased only when it is read.
 """
 
 from __future__ import annotations
