@@ -322,6 +322,7 @@ def build(
         teams=at_quota(quotas, admitted) if quota_full else quotas,
         admitted=admitted,
         preemption=PreemptionSettings(minimum_run_seconds=600),
+        empty=Capacity(topology, dict.fromkeys(names, NODE)),
     )
     if quota_full:
         pool, gangs = _settle(rng, pool, gangs, priorities)

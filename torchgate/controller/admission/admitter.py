@@ -24,11 +24,11 @@ rules: the waiting queue (``waiting``), fed by the reconcilers' requests, and th
 the call to ``decide``, backfill, and applying the outcomes to both parts; it is the only part
 that logs or wakes anything.
 
-A cycle's facts grow with what changed, not with the pool: the capacity view (``Capacity``) is
-built once per node set and then updated with the nodes whose free capacity the ledger says may
-have changed (``changed_free``); node eligibility is read again only when a node changed
-(``nodes_version``); a waiting gang's facts only when it asked anew or what they came from
-changed; the ledger rebuilds only the running gangs that changed.
+A cycle's facts grow with what changed, not with the pool: the capacity view (``Capacity``, and
+the nodes' allocatable beside it) is built once per node set and then updated with the nodes
+whose free capacity the ledger says may have changed (``changed_free``); node eligibility is read
+again only when a node changed (``nodes_version``); a waiting gang's facts only when it asked
+anew or what they came from changed; the ledger rebuilds only the running gangs that changed.
 
 Backfill: a job that does not fit does not block smaller jobs behind it, unless it has waited longer
 than ``starvation_seconds`` for capacity or topology; from then on nothing behind it is admitted
@@ -124,6 +124,7 @@ class Admitter:
         # node eligibility, until a node changes; each waiting gang's facts, until it asks
         # anew or what they were read from changes.
         self._capacity: Capacity | None = None
+        self._empty: Capacity | None = None
         self._nodes = _NodeFacts(-1)
         self._gangs: dict[JobKey, tuple[tuple[object, ...], WaitingGang]] = {}
 
@@ -280,11 +281,13 @@ class Admitter:
         for key in self._gangs.keys() - {w.key for w in ready}:
             del self._gangs[key]
         running = self.ledger.holding(owner, wall)
+        capacity, empty = self._capacity_views(self.ledger.topology_for(levels), changed)
         pool = Pool(
-            capacity=self._capacity_view(self.ledger.topology_for(levels), changed),
+            capacity=capacity,
             teams=teams,
             admitted=running,
             preemption=protection(s.preemption for s in settings),
+            empty=empty,
         )
         outcomes = {o.key: o for o in decide(pool, gangs, wall)}
         starving = self._starving(ready, outcomes, now)
@@ -324,14 +327,23 @@ class Admitter:
 
     # ------------------------------------------------------------------ facts of a cycle
 
-    def _capacity_view(self, topology: Topology, changed: Mapping[str, Units]) -> Capacity:
-        """The capacity view: built once per node set, then updated with what changed."""
-        capacity = self._capacity
-        if capacity is None or capacity.topology is not topology:
+    def _capacity_views(
+        self, topology: Topology, changed: Mapping[str, Units]
+    ) -> tuple[Capacity, Capacity]:
+        """The capacity view and the nodes' allocatable (``Pool.empty``).
+
+        Built once per node set, then updated with the nodes that changed.
+        """
+        nodes = self.ledger.nodes
+        capacity, empty = self._capacity, self._empty
+        if capacity is None or empty is None or capacity.topology is not topology:
             capacity = self._capacity = Capacity(topology, self.ledger.free())
+            allocatable = {name: view.allocatable for name, view in nodes.items()}
+            empty = self._empty = Capacity(topology, allocatable)
         else:
             capacity.update(changed)
-        return capacity
+            empty.update({name: nodes[name].allocatable for name in changed})
+        return capacity, empty
 
     def _gang(
         self, waiting: Waiting, owner: Mapping[str, str], levels: Sequence[str]

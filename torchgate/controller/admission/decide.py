@@ -41,9 +41,10 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
   what it reclaims, which teams borrow how much), which shares one candidate list, built from an
   index of the running gangs by team (``preemption.Candidates``) rather than a pass over all.
   A search that found nothing answers for every later gang of its kind that needs at least as
-  much (``_Failures``); none runs when quota would not let the gang in even with every candidate
-  gone, or when no domain could hold it even then (``_Reach``: the first group, and each
-  domain's group); trials count what victims give back beside the capacity (``_Gains``). Each
+  much (``_Failures``); none runs when the gang would not fit the pool even empty
+  (``Pool.empty``), when quota would not let it in even with every candidate gone, or when no
+  domain could hold it even then (``_Reach``: the first group, and each domain's group); trials
+  count what victims give back beside the capacity (``_Gains``). Each
   shortcut answers exactly as the full search would: the trial is monotone in the victims.
 """
 
@@ -151,12 +152,16 @@ class Pool:
         teams: Team name -> quota.
         admitted: Gangs holding capacity now (for quota usage and as preemption candidates).
         preemption: The admin's protection settings.
+        empty: The same nodes with nothing on them (allocatable), when known: no set of
+            victims frees more than that (a node never holds more than it allocates), so a gang
+            it cannot hold searches for none.
     """
 
     capacity: Capacity
     teams: Mapping[str, TeamQuota] = field(default_factory=dict)
     admitted: Sequence[Admitted] = ()
     preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
+    empty: Capacity | None = None
 
     @property
     def topology(self) -> Topology:
@@ -337,6 +342,8 @@ def _preempt(
     cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None, *, within_nominal: bool
 ) -> Preempt | None:
     pool = cycle.pool
+    if _never_fits(pool, gang):
+        return None
     ordered, kind = _candidates(cycle, gang, team, within_nominal=within_nominal)
     if not ordered:
         return None
@@ -537,6 +544,15 @@ def _required_level(topology: Topology, gang: WaitingGang) -> int | None:
     if not gang.topology.required or level is None or level >= len(topology.levels):
         return None
     return level
+
+
+def _never_fits(pool: Pool, gang: WaitingGang) -> bool:
+    """Whether the gang would not fit even with every gang gone (``Pool.empty``)."""
+    if pool.empty is None:
+        return False
+    slots, count = pool.empty.slots(gang.shape), len(gang.pods)
+    level = _required_level(pool.topology, gang)
+    return slots.domains[ROOT] < count or (level is not None and slots.roomiest(level) < count)
 
 
 def _quota_with_all_gone(

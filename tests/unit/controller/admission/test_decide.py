@@ -199,6 +199,23 @@ def test_a_failed_victim_search_answers_for_larger_gangs_of_its_kind_not_smaller
     assert preempted.victims == (("ns", "low0"), ("ns", "low1"))
 
 
+def test_only_a_gang_the_empty_pool_cannot_hold_gives_up_searching_for_victims() -> None:
+    nodes = rack_nodes(2, 2)
+    running_gangs = [
+        (waiting(f"low-{node}", pods=1), [node], 0.0) for node in ("r0h0", "r0h1", "r1h0", "r1h1")
+    ]
+    full = pool_with(nodes, running_gangs)
+    pool = replace(full, empty=Capacity(full.topology, {name: node_free() for name, _ in nodes}))
+    rack = TopologyRequest(0, required=True)
+    fills_a_rack = waiting("two", pods=2, priority=5, topology=rack)
+    outcome = decide(pool, [fills_a_rack], now=1.0)[0]
+    assert isinstance(outcome, Preempt), "an empty rack holds it exactly"
+    assert outcome.victims == (("ns", "low-r0h0"), ("ns", "low-r0h1"))
+    too_big = waiting("three", pods=3, priority=5, topology=rack)
+    assert decide(pool, [too_big], now=1.0) == decide(full, [too_big], now=1.0)
+    assert isinstance(decide(pool, [too_big], now=1.0)[0], Wait)
+
+
 def test_quota_reasons_are_reported() -> None:
     pool = pool_with(
         rack_nodes(1, 4), teams=[parsed_team("a", 8, borrowing=0), parsed_team("b", 8)]
@@ -438,6 +455,9 @@ def crowded_scenarios(draw: hs.DrawFn) -> tuple[Pool, list[WaitingGang], float]:
         usage = usage_by_team(pool.admitted)
         held = {team: usage.get(team, {}).get(GPUS, 0) // G for team in quotas}
         pool = replace(pool, teams={team: parsed_team(team, held[team], 0) for team in quotas})
+    if draw(hs.booleans()):  # the admitter also says what the nodes allocate
+        empty = {name: node_free() for name in names}
+        pool = replace(pool, empty=Capacity(pool.topology, empty))
     return pool, gangs("new", draw(hs.integers(1, 20))), 100.0
 
 
