@@ -42,10 +42,11 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
   index of the running gangs by team (``preemption.Candidates``) rather than a pass over all.
   A search that found nothing answers for every later gang of its kind that needs at least as
   much (``_Failures``); none runs when the gang would not fit the pool even empty
-  (``Pool.empty``), when quota would not let it in even with every candidate gone, or when no
-  domain could hold it even then (``_Reach``: the first group, and each domain's group); trials
-  count what victims give back beside the capacity (``_Gains``). Each
-  shortcut answers exactly as the full search would: the trial is monotone in the victims.
+  (``Pool.empty``) or when quota would not let it in even with every candidate gone; a domain's
+  group is not searched when no domain it touches could hold the gang even with every candidate
+  there gone (``_Reach``); trials count what victims give back beside the capacity
+  (``_Gains``). Each shortcut answers exactly as the full search would: the trial is monotone in
+  the victims.
 """
 
 from __future__ import annotations
@@ -493,49 +494,42 @@ class _Reach:
         self.known = cycle.reach.setdefault(family, {})
 
     def hopeless(self, number: int) -> bool:
-        """Whether no set of group ``number``'s victims can make room.
+        """Whether no set of group ``number``'s victims can make room (never said of the first).
 
-        The first group, of every candidate, can make room only in a domain some candidate
-        holds pods in: one of the other groups' domains (their reaches are counted together).
+        The first group holds every candidate: if it cannot make room its own search finds so
+        (and ``Pool.empty`` answers for a gang no domain could ever hold).
         """
-        if self.level is None:
-            return False
         group = self.groups[number]
-        if group.domain is None:
-            domains = [other.domain for other in self.groups[1:] if other.domain is not None]
-            if any(domain not in self.known for domain in domains):
-                self._count(group.victims, set(domains))
-            return not any(map(self._reaches, domains))
+        if self.level is None or group.domain is None:
+            return False
         return not any(map(self._reaches, group.touched))
 
     def _reaches(self, domain: str) -> bool:
-        if domain not in self.known:
-            self._count(self.by_domain[domain].victims, {domain})
-        return self.known[domain] >= len(self.gang.pods)
+        found = self.known.get(domain)
+        if found is None:
+            found = self.known[domain] = self._count(domain)
+        return found >= len(self.gang.pods)
 
-    def _count(self, victims: Sequence[Admitted], wanted: set[str]) -> None:
-        """Count the reach of the ``wanted`` domains from ``victims`` (all with pods there)."""
+    def _count(self, domain: str) -> int:
+        """The domain's reach, from the candidates holding pods in it (its own group's)."""
         capacity, shape, level = self.cycle.capacity, self.gang.shape, self.level
         assert level is not None
         topology = capacity.topology
-        member = topology.member[level]
-        inside = {int(domain) for domain in wanted}
+        member, inside = topology.member[level], int(domain)
         returned: dict[int, dict[str, int]] = {}
-        for victim in victims:
+        for victim in self.by_domain[domain].victims:
             for node, held in self.cycle.spread(victim):
-                if member[node] in inside:
+                if member[node] == inside:
                     extra = returned.setdefault(node, {})
                     for name, amount in held.items():
                         extra[name] = extra.get(name, 0) + amount
         slots = capacity.slots(shape)
-        reach = {domain: slots.domains[domain] for domain in inside}
+        reach = slots.domains[inside]
         allowed, names = shape.allowed, topology.node_names
         for node, extra in returned.items():
             if allowed is None or names[node] in allowed:
-                gained = slots_of(capacity.free[node], shape, extra) - slots.nodes[node]
-                reach[member[node]] += gained
-        for domain in wanted:
-            self.known[domain] = reach[int(domain)]
+                reach += slots_of(capacity.free[node], shape, extra) - slots.nodes[node]
+        return reach
 
 
 def _required_level(topology: Topology, gang: WaitingGang) -> int | None:
