@@ -27,7 +27,9 @@ from torchgate.controller.job import status as st
 from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
 from torchgate.controller.leader import LeaderElector
 from torchgate.controller.metrics import ControllerMetrics
+from torchgate.controller.poolservice import PoolFacts, PoolServiceOptions, mark_leader, serve_pool
 from torchgate.controller.queue import NORMAL, URGENT, ShutDown, WorkQueue
+from torchgate.kube.access import AccessReviews
 from torchgate.kube.client import KubeApi
 from torchgate.kube.informer import Informer, key_of
 from torchgate.kube.resources import (
@@ -116,6 +118,7 @@ class Manager:
             options=settings.options,
         )
         self._parsed_policies: dict[tuple[str, str], PlacementPolicy | None] = {}
+        self.synced = asyncio.Event()  # the caches are filled (the pool service answers then)
         self.pods.index_by(job_key_of_pod)
         self.services.index_by(job_key_of_pod)
         self.jobs.add_handler(self._on_job)
@@ -160,6 +163,16 @@ class Manager:
         """Whether jobs of the class may preempt: ``preemptionPolicy: Never`` waits."""
         raw = self._priority_class(class_name)
         return raw is None or raw.get("preemptionPolicy") != "Never"
+
+    def pool_facts(self) -> PoolFacts:
+        """What the pool service reads (forecasts, one job's outlook, the pool view)."""
+        return PoolFacts(
+            snapshot=lambda candidate, gpu: self.admitter.snapshot(candidate, gpu_resource=gpu),
+            candidate=lambda job, since: self.reconciler.candidate(job, since=since),
+            policies=self.policies,
+            synced=self.synced.is_set,
+            clock=self.admitter.clock,
+        )
 
     # ------------------------------------------------------------------ event handlers
 
@@ -212,6 +225,7 @@ class Manager:
                 len(self.pods.store),
                 len(self.nodes.store),
             )
+            self.synced.set()
             self._requeue_all()
             group.create_task(self.admitter.run())
             group.create_task(self.pool.write_statuses())
@@ -288,15 +302,25 @@ async def run_as_leader(
     metrics_bind: str,
     metrics_port: int | None,
     stop: asyncio.Event,
+    pool_service: PoolServiceOptions | None = None,
 ) -> int:
-    """Serve metrics, wait for the Lease, run the manager until ``stop`` or the Lease is lost."""
+    """Serve metrics, wait for the Lease, run the manager until ``stop`` or the Lease is lost.
+
+    The pool service (when configured) is served by the leader only, from the moment it leads;
+    its pod carries the leader label meanwhile (``poolservice`` rule 4).
+    """
     manager = Manager(api, settings)
+    pod = pool_service.pod if pool_service is not None else None
+    if pod is not None:
+        await mark_leader(api, namespace=pod[0], pod=pod[1], leading=False)
     runner = (
         await serve_metrics(manager, manager.metrics, metrics_bind, metrics_port)
         if metrics_port is not None
         else None
     )
     lost = False
+    pool_runner: web.AppRunner | None = None
+    background: list[asyncio.Task[None]] = []
     try:
         if elector is not None:
             acquire = asyncio.create_task(elector.acquire())
@@ -306,6 +330,17 @@ async def run_as_leader(
                 acquire.cancel()
                 return 0
             stopping.cancel()
+        if pool_service is not None:
+            pool_runner = await serve_pool(
+                manager.pool_facts(),
+                AccessReviews(api),
+                bind=pool_service.bind,
+                port=pool_service.port,
+                tls=pool_service.tls.context,
+            )
+            background.append(asyncio.create_task(pool_service.tls.watch(60.0)))
+            if pod is not None:
+                await mark_leader(api, namespace=pod[0], pod=pod[1], leading=True)
         run = asyncio.create_task(manager.run())
         waiters = {run, asyncio.create_task(stop.wait())}
         if elector is not None:
@@ -321,6 +356,10 @@ async def run_as_leader(
             raise run.exception()  # type: ignore[misc]
     finally:
         manager.queue.shut_down()
+        for task in background:
+            task.cancel()
+        if pool_runner is not None:
+            await pool_runner.cleanup()
         if elector is not None and not lost:
             await elector.release()
         if runner is not None:

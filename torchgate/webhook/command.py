@@ -25,13 +25,14 @@ from aiohttp import web
 
 from torchgate import jsonlog
 from torchgate.kube.client import ConfigError, KubeClient
+from torchgate.serving import ReloadingTLS
 from torchgate.webhook.policysource import (
     ClusterPolicies,
     ClusterQuotas,
     FilePolicies,
     PolicyCache,
 )
-from torchgate.webhook.server import DRAINING, MAX_BODY_BYTES, Metrics, ReloadingTLS, create_app
+from torchgate.webhook.server import DRAINING, MAX_BODY_BYTES, Metrics, create_app
 
 log = logging.getLogger("torchgate.webhook")
 

@@ -11,20 +11,15 @@ the handler's start to the serialised answer, and the CPU time the process spent
 leaves out time the process waited for its core). ``benchmarks/webhook_bench.py`` reads it for
 exact server-side percentiles.
 
-TLS certificates are reloaded in place: ``SSLContext.load_cert_chain`` on the live context changes
-what *new* handshakes present, so a renewed Secret (mounted files change) never drops a connection
-or needs a restart; a half-written pair is ignored until it loads cleanly.
+TLS certificates are reloaded in place (``torchgate.serving.ReloadingTLS``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import ssl
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, Final
 
 import orjson
@@ -197,44 +192,3 @@ class _Routes:
             body=generate_latest(self.metrics.registry),
             headers={"Content-Type": CONTENT_TYPE_LATEST},
         )
-
-
-class ReloadingTLS:
-    """A server SSL context whose certificate follows the files on disk."""
-
-    def __init__(self, cert_file: Path, key_file: Path) -> None:
-        self.cert_file = cert_file
-        self.key_file = key_file
-        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
-        self._digest = ""
-        self.reload(initial=True)
-
-    def _read_digest(self) -> str:
-        digest = hashlib.sha256()
-        digest.update(self.cert_file.read_bytes())
-        digest.update(self.key_file.read_bytes())
-        return digest.hexdigest()
-
-    def reload(self, *, initial: bool = False) -> bool:
-        """Load the files if they changed; return whether a new certificate is in use."""
-        try:
-            digest = self._read_digest()
-            if digest == self._digest:
-                return False
-            self.context.load_cert_chain(self.cert_file, self.key_file)
-        except (OSError, ssl.SSLError) as exc:
-            if initial:
-                raise
-            log.warning("keeping the current TLS certificate; could not load the new one: %s", exc)
-            return False
-        self._digest = digest
-        if not initial:
-            log.info("reloaded the TLS certificate from %s", self.cert_file)
-        return True
-
-    async def watch(self, interval: float) -> None:
-        """Poll the files and reload on change."""
-        while True:
-            await asyncio.sleep(interval)
-            self.reload()
