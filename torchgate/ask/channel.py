@@ -97,7 +97,8 @@ class PoolChannel:
                     "--controller with a port-forward"
                 )
             service = f"https:{SERVICE_NAME}:{SERVICE_PORT_NAME}"
-            proxied = SERVICES.path(self.target.namespace, service, "proxy") + path
+            # ":" stays as is: RBAC's resourceNames and the proxy read the name unescaped.
+            proxied = f"{SERVICES.path(self.target.namespace)}/{service}/proxy{path}"
             return await self.api.request(method, proxied, body=body, headers={TOKEN_HEADER: token})
         except (Unauthorized, Forbidden) as exc:
             raise Unanswered(f"the controller refused: {exc.message}") from None

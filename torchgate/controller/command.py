@@ -23,7 +23,6 @@ from torchgate.controller.leader import LeaderElector
 from torchgate.controller.manager import ManagerOptions, run_as_leader
 from torchgate.controller.poolservice import PoolServiceOptions
 from torchgate.kube.client import KubeClient
-from torchgate.serving import ReloadingTLS
 
 log = logging.getLogger("torchgate.controller")
 
@@ -191,7 +190,8 @@ async def _main(args: argparse.Namespace) -> int:
         pool_service = PoolServiceOptions(
             bind=args.pool_service_bind_address,
             port=args.pool_service_port,
-            tls=ReloadingTLS(args.tls_cert_file, args.tls_private_key_file),
+            cert_file=args.tls_cert_file,
+            key_file=args.tls_private_key_file,
             pod=pod,
         )
     try:

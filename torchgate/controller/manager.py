@@ -27,9 +27,13 @@ from torchgate.controller.job import status as st
 from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
 from torchgate.controller.leader import LeaderElector
 from torchgate.controller.metrics import ControllerMetrics
-from torchgate.controller.poolservice import PoolFacts, PoolServiceOptions, mark_leader, serve_pool
+from torchgate.controller.poolservice import (
+    PoolFacts,
+    PoolServiceOptions,
+    mark_leader,
+    serve_when_ready,
+)
 from torchgate.controller.queue import NORMAL, URGENT, ShutDown, WorkQueue
-from torchgate.kube.access import AccessReviews
 from torchgate.kube.client import KubeApi
 from torchgate.kube.informer import Informer, key_of
 from torchgate.kube.resources import (
@@ -319,7 +323,6 @@ async def run_as_leader(
         else None
     )
     lost = False
-    pool_runner: web.AppRunner | None = None
     background: list[asyncio.Task[None]] = []
     try:
         if elector is not None:
@@ -331,16 +334,8 @@ async def run_as_leader(
                 return 0
             stopping.cancel()
         if pool_service is not None:
-            pool_runner = await serve_pool(
-                manager.pool_facts(),
-                AccessReviews(api),
-                bind=pool_service.bind,
-                port=pool_service.port,
-                tls=pool_service.tls.context,
-            )
-            background.append(asyncio.create_task(pool_service.tls.watch(60.0)))
-            if pod is not None:
-                await mark_leader(api, namespace=pod[0], pod=pod[1], leading=True)
+            serving = serve_when_ready(api, manager.pool_facts(), pool_service)
+            background.append(asyncio.create_task(serving))
         run = asyncio.create_task(manager.run())
         waiters = {run, asyncio.create_task(stop.wait())}
         if elector is not None:
@@ -358,8 +353,9 @@ async def run_as_leader(
         manager.queue.shut_down()
         for task in background:
             task.cancel()
-        if pool_runner is not None:
-            await pool_runner.cleanup()
+        for task in background:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
         if elector is not None and not lost:
             await elector.release()
         if runner is not None:

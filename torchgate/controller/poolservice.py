@@ -32,6 +32,9 @@ Rules:
    Service ``torchgate-controller`` selects: only the leader listens, and only its pod is an
    endpoint. A process clears the label from its pod before it stands for election, so a
    restarted former leader never stays an endpoint.
+5. The controller never waits for the pool service: it is served once its certificate can be
+   read (a Secret mounted as optional may come after the pod), and the certificate is reloaded
+   in place when the files change (``serving.ReloadingTLS``).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import ssl
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 import orjson
@@ -109,7 +113,8 @@ class PoolServiceOptions:
 
     bind: str
     port: int
-    tls: ReloadingTLS
+    cert_file: Path
+    key_file: Path
     pod: tuple[str, str] | None = None
 
 
@@ -117,8 +122,33 @@ def _json(body: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
 
 
-def _problem(status: int, message: str) -> web.Response:
-    return _json({"error": message}, status)
+_REASONS: Final = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    413: "RequestEntityTooLarge",
+    422: "Invalid",
+    503: "ServiceUnavailable",
+}
+
+
+def _problem(status: int, message: str, causes: Iterable[FieldError] = ()) -> web.Response:
+    """A refusal shaped like the apiserver's ``Status``, so clients read it the same way."""
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": message,
+        "reason": _REASONS.get(status, ""),
+        "code": status,
+    }
+    found = [
+        {"field": error.field, "reason": error.type.value, "message": error.body()}
+        for error in causes
+    ]
+    if found:
+        body["details"] = {"causes": found}
+    return _json(body, status)
 
 
 def gpu_resource_of(policies: Iterable[PlacementPolicy]) -> str:
@@ -202,10 +232,7 @@ class _Service:
             return refused
         candidate = self.facts.candidate(job, self.facts.clock())
         if isinstance(candidate, list):
-            return _json({"error": "the controller could not run this job", "causes": [
-                {"field": error.field, "reason": error.type.value, "message": error.body()}
-                for error in candidate
-            ]}, 422)  # fmt: skip
+            return _problem(422, "the controller could not run this job", candidate)
         snapshot, gang = self.facts.snapshot(candidate, self._gpu_resource())
         assert gang is not None  # a candidate was given
         return _json(forecast(snapshot, gang).to_json())
@@ -259,6 +286,36 @@ async def serve_pool(
     await web.TCPSite(runner, bind, port, ssl_context=tls).start()
     log.info("pool service on https://%s:%d", bind, port)
     return runner
+
+
+async def serve_when_ready(
+    api: KubeApi,
+    facts: PoolFacts,
+    options: PoolServiceOptions,
+    *,
+    retry_seconds: float = 10.0,
+    reload_seconds: float = 60.0,
+) -> None:
+    """Serve the pool service once its certificate can be read, then keep it current (rule 5).
+
+    Runs until cancelled; the runner is cleaned up then.
+    """
+    while True:
+        try:
+            tls = ReloadingTLS(options.cert_file, options.key_file)
+            break
+        except (OSError, ValueError) as exc:
+            log.warning("pool service not served yet: cannot load its certificate: %s", exc)
+            await asyncio.sleep(retry_seconds)
+    runner = await serve_pool(
+        facts, AccessReviews(api), bind=options.bind, port=options.port, tls=tls.context
+    )
+    try:
+        if options.pod is not None:
+            await mark_leader(api, namespace=options.pod[0], pod=options.pod[1], leading=True)
+        await tls.watch(reload_seconds)
+    finally:
+        await runner.cleanup()
 
 
 async def mark_leader(api: KubeApi, *, namespace: str, pod: str, leading: bool) -> None:

@@ -36,6 +36,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from torchgate.pytorchjob import names
+
 API_PREFIX: Final = "/v1"
 FORECAST_PATH: Final = f"{API_PREFIX}/forecast"
 JOBS_PATH: Final = f"{API_PREFIX}/jobs"
@@ -47,6 +49,7 @@ TOKEN_HEADER: Final = "X-Torchgate-Authorization"
 SERVICE_NAME: Final = "torchgate-controller"
 SERVICE_PORT_NAME: Final = "https"
 WARNING_PREFIX: Final = "torchgate: "
+HOSTNAME_DOMAIN: Final = f"{names.HOSTNAME_LABEL}="
 MAX_NAMED: Final = 6
 
 # The virtual resources the pool service asks SubjectAccessReviews about (RBAC grants them).
@@ -337,12 +340,17 @@ def wait_phrase(message: str) -> str:
     return f"will wait: {message}" if message else "will wait"
 
 
+def _names_a_group(domain: str) -> bool:
+    """Whether a domain says more than the node list: not the whole pool, not a single host."""
+    return bool(domain) and domain != "the pool" and not domain.startswith(HOSTNAME_DOMAIN)
+
+
 def forecast_warning(forecast: Forecast) -> str:
     """The admission warning for ``forecast`` (rule 2)."""
     if forecast.verdict == "Wait":
         return WARNING_PREFIX + wait_phrase(forecast.message)
     nodes = named(distinct_nodes(forecast.nodes))
-    where = f" ({forecast.domain})" if forecast.domain and forecast.domain != "the pool" else ""
+    where = f" ({forecast.domain})" if _names_a_group(forecast.domain) else ""
     if forecast.verdict == "Preempt":
         victims = named([gang.phrase() for gang in forecast.preempts], limit=3)
         return f"{WARNING_PREFIX}will preempt {victims}, then start on {nodes}{where}"

@@ -432,7 +432,7 @@ def pool_view(snapshot: Snapshot, *, head: int = QUEUE_HEAD) -> PoolView:
                 kind=kind,
                 reason=QUEUED_REASONS.get(kind, ""),
                 message=message,
-                waiting_seconds=job.waited,
+                waiting_seconds=round(job.waited, 3),
             )
         )
     return PoolView(
