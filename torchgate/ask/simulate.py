@@ -37,10 +37,10 @@ from torchgate.pytorchjob.outlook import (
     FORECAST_PATH,
     Forecast,
     MalformedAnswer,
-    distinct_nodes,
     forecast_from_json,
     forecast_warning,
     gpus_phrase,
+    names_a_group,
     place_phrase,
 )
 
@@ -211,9 +211,8 @@ def render(result: Simulation) -> list[str]:
         if forecast.nodes:
             pairs = [f"{pod} -> {node}" for pod, node in forecast.nodes.items()]
             lines.append(f"  nodes:    {', '.join(pairs)}")
-            if forecast.domain:
+            if names_a_group(forecast.domain):
                 lines.append(f"  domain:   {forecast.domain}")
-            lines.append(f"  on:       {len(distinct_nodes(forecast.nodes))} node(s)")
         if forecast.verdict != "Wait":
             victims = ", ".join(gang.phrase() for gang in forecast.preempts) or "nothing"
             lines.append(f"  preempts: {victims}")
@@ -229,5 +228,7 @@ def render(result: Simulation) -> list[str]:
             lines.append(f"  reason:   {forecast.reason}")
             if forecast.place is not None:
                 lines.append(f"  queue:    {place_phrase(forecast.place)}")
-    lines += [f"  warning: {warning}" for warning in result.warnings]
+    if result.warnings:
+        lines.append("  admission warnings:")
+        lines += [f"    {warning}" for warning in result.warnings]
     return lines

@@ -340,7 +340,7 @@ def wait_phrase(message: str) -> str:
     return f"will wait: {message}" if message else "will wait"
 
 
-def _names_a_group(domain: str) -> bool:
+def names_a_group(domain: str) -> bool:
     """Whether a domain says more than the node list: not the whole pool, not a single host."""
     return bool(domain) and domain != "the pool" and not domain.startswith(HOSTNAME_DOMAIN)
 
@@ -350,7 +350,7 @@ def forecast_warning(forecast: Forecast) -> str:
     if forecast.verdict == "Wait":
         return WARNING_PREFIX + wait_phrase(forecast.message)
     nodes = named(distinct_nodes(forecast.nodes))
-    where = f" ({forecast.domain})" if _names_a_group(forecast.domain) else ""
+    where = f" ({forecast.domain})" if names_a_group(forecast.domain) else ""
     if forecast.verdict == "Preempt":
         victims = named([gang.phrase() for gang in forecast.preempts], limit=3)
         return f"{WARNING_PREFIX}will preempt {victims}, then start on {nodes}{where}"
