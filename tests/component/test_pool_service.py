@@ -22,7 +22,7 @@ from tests.unit.controller.helpers import ask, candidate
 from torchgate.cli import main as torchgate
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.waiting import Waiting
-from torchgate.controller.poolservice import PoolFacts, create_pool_app, serve_pool
+from torchgate.controller.poolservice import AnswerBudget, PoolFacts, create_pool_app, serve_pool
 from torchgate.kube.access import AccessReviews
 from torchgate.kube.errors import ServerError
 from torchgate.pytorchjob.fieldpath import FieldError, FieldPath, invalid
@@ -280,3 +280,33 @@ async def test_it_serves_tls_only_with_the_certificate_torchgate_certs_made(
                     await plain.read()
     finally:
         await runner.cleanup()
+
+
+async def test_answers_past_their_share_of_the_controllers_time_are_refused_at_once(
+    apiserver: Apiserver, aiohttp_client: Any
+) -> None:
+    admitter = cluster()
+    budget = AnswerBudget(share=0.0, burst=1e-9)  # one answer, then nothing
+    app = create_pool_app(facts_of(admitter), AccessReviews(apiserver), budget)  # type: ignore[arg-type]
+    client = await aiohttp_client(app)
+
+    first = await client.get(POOL_PATH, headers=bearer("alice-token"))
+    second = await client.get(POOL_PATH, headers=bearer("alice-token"))
+
+    assert (first.status, second.status) == (200, 503)
+    assert "busy" in (await second.json())["message"]
+
+
+def test_the_budget_refills_at_its_share_up_to_its_burst() -> None:
+    now = [0.0]
+    budget = AnswerBudget(share=0.25, burst=1.0, clock=lambda: now[0])
+
+    budget.spend(1.5)
+    assert not budget.allows()
+    now[0] = 1.0  # refilled by 0.25 s
+    assert not budget.allows()
+    now[0] = 3.0  # by 0.75 s in all: 0.25 left
+    assert budget.allows()
+    now[0] = 100.0
+    budget.allows()
+    assert budget.level == 1.0

@@ -35,6 +35,11 @@ Rules:
 5. The controller never waits for the pool service: it is served once its certificate can be
    read (a Secret mounted as optional may come after the pod), and the certificate is reloaded
    in place when the files change (``serving.ReloadingTLS``).
+6. Answers get at most a share of the controller's time (``AnswerBudget``: each answer's CPU time
+   is taken from a bucket refilled at ``ANSWER_SHARE`` seconds per second, holding at most
+   ``ANSWER_BURST_SECONDS``): each one runs an admission cycle, and a wave of creates, each asking
+   for a forecast, must not slow the cycles and reconciles that place the jobs. An empty bucket
+   answers 503 at once; the webhook then adds no forecast.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -80,6 +86,8 @@ from torchgate.serving import ReloadingTLS
 log = logging.getLogger("torchgate.controller.poolservice")
 
 MAX_BODY_BYTES: Final = 3 * 1024 * 1024
+ANSWER_SHARE: Final = 0.25
+ANSWER_BURST_SECONDS: Final = 1.0
 LEADER_LABEL: Final = "torchgate.io/leader"
 UNNAMED_SUFFIX: Final = "-<generated>"
 
@@ -151,15 +159,49 @@ def _problem(status: int, message: str, causes: Iterable[FieldError] = ()) -> we
     return _json(body, status)
 
 
+class AnswerBudget:
+    """The share of the controller's CPU time answers may take (rule 6)."""
+
+    def __init__(
+        self,
+        *,
+        share: float = ANSWER_SHARE,
+        burst: float = ANSWER_BURST_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.share = share
+        self.burst = burst
+        self.clock = clock
+        self.level = burst
+        self._at = clock()
+
+    def _refill(self) -> None:
+        now = self.clock()
+        self.level = min(self.burst, self.level + (now - self._at) * self.share)
+        self._at = now
+
+    def allows(self) -> bool:
+        """Whether an answer may be computed now."""
+        self._refill()
+        return self.level > 0
+
+    def spend(self, seconds: float) -> None:
+        """Take what an answer cost."""
+        self._refill()
+        self.level -= seconds
+
+
 def gpu_resource_of(policies: Iterable[PlacementPolicy]) -> str:
     """The GPU resource most valid policies count (the built-in one without policies)."""
     counted = Counter(policy.gpu_resource for policy in policies)
     return counted.most_common(1)[0][0] if counted else names.DEFAULT_GPU_RESOURCE
 
 
-def create_pool_app(facts: PoolFacts, reviews: AccessReviews) -> web.Application:
+def create_pool_app(
+    facts: PoolFacts, reviews: AccessReviews, budget: AnswerBudget | None = None
+) -> web.Application:
     """The pool service's application (no TLS here; ``serve_pool`` adds it)."""
-    service = _Service(facts, reviews)
+    service = _Service(facts, reviews, budget or AnswerBudget())
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app.router.add_post(FORECAST_PATH, service.forecast)
     app.router.add_get(JOBS_PATH + "/{namespace}/{name}", service.job)
@@ -169,9 +211,20 @@ def create_pool_app(facts: PoolFacts, reviews: AccessReviews) -> web.Application
 
 
 class _Service:
-    def __init__(self, facts: PoolFacts, reviews: AccessReviews) -> None:
+    def __init__(self, facts: PoolFacts, reviews: AccessReviews, budget: AnswerBudget) -> None:
         self.facts = facts
         self.reviews = reviews
+        self.budget = budget
+
+    def _answer(self, compute: Callable[[], Any]) -> web.Response:
+        """``compute``'s JSON, within the budget (rule 6)."""
+        if not self.budget.allows():
+            return _problem(503, "the controller is busy: answers are over their share of its time")
+        started = time.thread_time()
+        try:
+            return _json(compute())
+        finally:
+            self.budget.spend(time.thread_time() - started)
 
     async def _caller(self, request: web.Request) -> User | web.Response:
         """Whose token the request carries, or the refusal (rule 1)."""
@@ -233,9 +286,13 @@ class _Service:
         candidate = self.facts.candidate(job, self.facts.clock())
         if isinstance(candidate, list):
             return _problem(422, "the controller could not run this job", candidate)
-        snapshot, gang = self.facts.snapshot(candidate, self._gpu_resource())
-        assert gang is not None  # a candidate was given
-        return _json(forecast(snapshot, gang).to_json())
+
+        def answer() -> Any:
+            snapshot, gang = self.facts.snapshot(candidate, self._gpu_resource())
+            assert gang is not None  # a candidate was given
+            return forecast(snapshot, gang).to_json()
+
+        return self._answer(answer)
 
     async def job(self, request: web.Request) -> web.Response:
         namespace, name = request.match_info["namespace"], request.match_info["name"]
@@ -245,15 +302,19 @@ class _Service:
         )
         if refused is not None:
             return refused
-        snapshot, _ = self.facts.snapshot(None, self._gpu_resource())
-        return _json(job_outlook(snapshot, (namespace, name)).to_json())
+        return self._answer(
+            lambda: job_outlook(
+                self.facts.snapshot(None, self._gpu_resource())[0], (namespace, name)
+            ).to_json()
+        )
 
     async def pool(self, request: web.Request) -> web.Response:
         refused = await self._allowed(request, Attributes("get", RBAC_GROUP, POOLS))
         if refused is not None:
             return refused
-        snapshot, _ = self.facts.snapshot(None, self._gpu_resource())
-        return _json(pool_view(snapshot).to_json())
+        return self._answer(
+            lambda: pool_view(self.facts.snapshot(None, self._gpu_resource())[0]).to_json()
+        )
 
     async def healthz(self, _: web.Request) -> web.Response:
         return web.Response(text="ok\n")
