@@ -15,8 +15,9 @@ same machine at the same moments:
 
 1. ``direct``: ``--requests`` validating reviews of a 2-pod, 16-GPU job CREATE (as the apiserver
    sends them: defaulted object, ``dryRun``), posted one at a time over kept-alive TLS
-   connections, alternating plain / forecasting. Client-side latency per server, and the
-   server-side time (``X-Torchgate-Server-Time``).
+   connections, alternating plain / forecasting, ``--rate`` per second per server (job creates
+   arrive far slower than the pool service's share of the controller allows). Client-side
+   latency per server, and the server-side time (``X-Torchgate-Server-Time``).
 2. ``apiserver``: ``--rounds`` blocks of ``--block`` server-side dry runs of the same job's
    creation through the apiserver (``POST ...?dryRun=All``: both webhook routes), the webhook
    configurations pointing at plain, then at forecasting, alternately (a probe waits until the
@@ -176,8 +177,16 @@ def review(job: dict[str, Any], index: int) -> bytes:
 # ------------------------------------------------------------------ phase 1: the webhooks
 
 
+async def pace(started_at: float, index: int, rate: float) -> None:
+    """Wait until request ``index`` is due at ``rate`` per second (no wait when behind)."""
+    due = started_at + index / rate
+    delay = due - time.perf_counter()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
 async def direct(
-    ports: dict[str, int], context: ssl.SSLContext, requests: int, warmup: int
+    ports: dict[str, int], context: ssl.SSLContext, requests: int, warmup: int, rate: float
 ) -> dict[str, Any]:
     bodies = [review(candidate(f"cand-{i}"), i) for i in range(64)]
     client: dict[str, list[float]] = {name: [] for name in ports}
@@ -244,7 +253,13 @@ async def dry_run(api: KubeClient, index: int) -> tuple[float, list[str]]:
 
 
 async def through_apiserver(
-    plane: ControlPlane, api: KubeClient, ports: dict[str, int], ca: bytes, rounds: int, block: int
+    plane: ControlPlane,
+    api: KubeClient,
+    ports: dict[str, int],
+    ca: bytes,
+    rounds: int,
+    block: int,
+    rate: float,
 ) -> dict[str, Any]:
     latencies: dict[str, list[float]] = {name: [] for name in ports}
     index = 0
@@ -261,7 +276,9 @@ async def through_apiserver(
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"the apiserver does not call {name}")
                 await asyncio.sleep(0.2)
-            for _ in range(block):
+            started_at = time.perf_counter()
+            for number in range(block):
+                await pace(started_at, number, rate)
                 seconds, _ = await dry_run(api, index)
                 index += 1
                 latencies[name].append(seconds)
@@ -333,11 +350,11 @@ async def measure(args: argparse.Namespace, plane: ControlPlane, work: Path) -> 
                 "loadavg_before": load,
             }
         }
-        results["direct"] = await direct(ports, context, args.requests, args.warmup)
+        results["direct"] = await direct(ports, context, args.requests, args.warmup, args.rate)
         if args.rounds:
             ca = (tls / "ca.crt").read_bytes()
             results["apiserver"] = await through_apiserver(
-                plane, api, ports, ca, args.rounds, args.block
+                plane, api, ports, ca, args.rounds, args.block, args.rate
             )
         results["forecast_outcomes"] = await counters(ports["forecasting"], context)
         results["setup"]["loadavg_after"] = os.getloadavg()
@@ -358,6 +375,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="apiserver phase (0: skip)")
     parser.add_argument("--block", type=int, default=150, help="dry runs per server per round")
     parser.add_argument("--settle", type=float, default=10.0, help="seconds after filling")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=10.0,
+        help="requests per second per server (the pool service answers within a CPU share)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="forecast-bench-") as scratch:

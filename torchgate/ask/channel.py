@@ -21,6 +21,7 @@ Rules:
 
 from __future__ import annotations
 
+import argparse
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -60,6 +61,25 @@ def target_from(
         url=chosen,
         ca_file=Path(ca) if ca else None,
         namespace=namespace or DEFAULT_NAMESPACE,
+    )
+
+
+def add_channel_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags every command that asks the controller shares."""
+    parser.add_argument("--kubeconfig", help="default: $KUBECONFIG, then ~/.kube/config")
+    parser.add_argument(
+        "--controller",
+        metavar="URL",
+        help="the pool service's URL (default $TORCHGATE_CONTROLLER, else through the "
+        "apiserver's proxy to the Service torchgate-controller)",
+    )
+    parser.add_argument(
+        "--controller-ca", metavar="FILE", help="CA of its certificate (with --controller)"
+    )
+    parser.add_argument(
+        "--controller-namespace",
+        metavar="NS",
+        help="namespace of the Service torchgate-controller (default torchgate-system)",
     )
 
 

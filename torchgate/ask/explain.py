@@ -18,32 +18,13 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from torchgate.ask.channel import PoolChannel, Unanswered, target_from
+from torchgate.ask.channel import PoolChannel, Unanswered, add_channel_arguments, target_from
 from torchgate.ask.explanation import Explanation, explain, render
 from torchgate.kube.client import ConfigError, KubeClient, current_namespace
 from torchgate.kube.errors import ApiError, NotFound
 from torchgate.kube.resources import EVENTS, PODS, PYTORCHJOBS
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.outlook import JOBS_PATH, MalformedAnswer, outlook_from_json
-
-
-def add_channel_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags every command that asks the controller shares."""
-    parser.add_argument("--kubeconfig", help="default: $KUBECONFIG, then ~/.kube/config")
-    parser.add_argument(
-        "--controller",
-        metavar="URL",
-        help="the pool service's URL (default $TORCHGATE_CONTROLLER, else through the "
-        "apiserver's proxy to the Service torchgate-controller)",
-    )
-    parser.add_argument(
-        "--controller-ca", metavar="FILE", help="CA of its certificate (with --controller)"
-    )
-    parser.add_argument(
-        "--controller-namespace",
-        metavar="NS",
-        help="namespace of the Service torchgate-controller (default torchgate-system)",
-    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -27,8 +27,7 @@ from typing import Any
 
 import yaml
 
-from torchgate.ask.channel import PoolChannel, Unanswered, target_from
-from torchgate.ask.explain import add_channel_arguments
+from torchgate.ask.channel import PoolChannel, Unanswered, add_channel_arguments, target_from
 from torchgate.kube.client import ConfigError, KubeClient, current_namespace
 from torchgate.kube.errors import AlreadyExists, ApiError, Invalid
 from torchgate.kube.resources import PYTORCHJOBS

@@ -365,13 +365,16 @@ class Reconciler:
         if spec is None:
             return errors
         policy = select_policy(self.policies(), spec.namespace)
+        terms = self._gang_terms(job, spec, policy)
+        if not terms["created"]:  # not stored yet: it would be the newest of its priority
+            terms["created"] = st.format_time(self.clock())
         return Waiting(
             key=(spec.namespace, spec.name),
             uid=spec.uid,
             demands=job_demands(spec),
             min_count=spec.min_available,
             since=since,
-            **self._gang_terms(job, spec, policy),
+            **terms,
         )
 
     # ------------------------------------------------------------------ applying a plan

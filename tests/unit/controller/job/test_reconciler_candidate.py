@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from tests.builders.job import gpu_job, with_uid
@@ -103,3 +104,14 @@ def test_a_job_the_controller_could_not_run_is_no_candidate() -> None:
 
     assert isinstance(answer, list)
     assert [error.field for error in answer] == ["spec.pytorchReplicaSpecs[Master].replicas"]
+
+
+def test_a_job_not_stored_yet_is_the_newest_of_its_priority() -> None:
+    raw = gpu_job("fresh").build()  # no creationTimestamp: never stored
+    reconciler = reconciler_for(raw, POLICY)
+    reconciler.clock = lambda: datetime(2026, 5, 1, 8, 0, 0, tzinfo=UTC)
+
+    asked = reconciler.candidate(raw, since=0.0)
+
+    assert isinstance(asked, Waiting)
+    assert asked.created == "2026-05-01T08:00:00Z"
