@@ -177,12 +177,20 @@ def review(job: dict[str, Any], index: int) -> bytes:
 # ------------------------------------------------------------------ phase 1: the webhooks
 
 
-async def pace(started_at: float, index: int, rate: float) -> None:
-    """Wait until request ``index`` is due at ``rate`` per second (no wait when behind)."""
-    due = started_at + index / rate
-    delay = due - time.perf_counter()
-    if delay > 0:
-        await asyncio.sleep(delay)
+class Pace:
+    """Requests at ``rate`` per second; after a stall the schedule restarts, never a burst."""
+
+    def __init__(self, rate: float) -> None:
+        self.interval = 1.0 / rate
+        self.due = time.perf_counter()
+
+    async def wait(self) -> None:
+        now = time.perf_counter()
+        if self.due > now:
+            await asyncio.sleep(self.due - now)
+            self.due += self.interval
+        else:
+            self.due = now + self.interval
 
 
 async def direct(
@@ -196,8 +204,11 @@ async def direct(
         name: aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context, limit=1))
         for name in ports
     }
+    answered: list[float] = []  # forecasting requests that got their forecast
+    pace = Pace(rate)
     try:
         for index in range(warmup + requests):
+            await pace.wait()
             for name in ("plain", "forecasting") if index % 2 else ("forecasting", "plain"):
                 started = time.perf_counter()
                 async with sessions[name].post(
@@ -213,7 +224,10 @@ async def direct(
                 client[name].append(elapsed)
                 server[name].append(float(timing))
                 warnings = answer["response"].get("warnings", [])
-                warned[name] += any("torchgate: will" in w for w in warnings)
+                forecast = any("torchgate: will" in w for w in warnings)
+                warned[name] += forecast
+                if forecast:
+                    answered.append(elapsed)
     finally:
         for session in sessions.values():
             await session.close()
@@ -225,8 +239,13 @@ async def direct(
         }
         for name in ports
     }
+    out["forecasting"]["client_with_forecast"] = percentiles(answered) if answered else {}
     out["added_client"] = added(out["plain"]["client"], out["forecasting"]["client"])
     out["added_server"] = added(out["plain"]["server"], out["forecasting"]["server"])
+    if answered:
+        out["added_client_with_forecast"] = added(
+            out["plain"]["client"], out["forecasting"]["client_with_forecast"]
+        )
     return out
 
 
@@ -276,9 +295,9 @@ async def through_apiserver(
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"the apiserver does not call {name}")
                 await asyncio.sleep(0.2)
-            started_at = time.perf_counter()
-            for number in range(block):
-                await pace(started_at, number, rate)
+            pace = Pace(rate)
+            for _ in range(block):
+                await pace.wait()
                 seconds, _ = await dry_run(api, index)
                 index += 1
                 latencies[name].append(seconds)
@@ -382,9 +401,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="requests per second per server (the pool service answers within a CPU share)",
     )
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--workdir", type=Path, help="keep the logs here (default: a temp dir)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="forecast-bench-") as scratch:
-        work = Path(scratch)
+        work = args.workdir or Path(scratch)
+        work.mkdir(parents=True, exist_ok=True)
         with ControlPlane(workdir=work / "plane") as plane:
             results = asyncio.run(measure(args, plane, work))
     text = json.dumps(results, indent=2)
