@@ -180,9 +180,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "images",
         parents=[common],
         help="build the seeds' images for the real node (waits for a build in progress)",
-        description="Build pytorch-demo and kubeflowkatib/pytorch-mnist from the seeds and "
-        "push them to the real node's registry; cached on their inputs, so a second run takes "
-        "seconds. Progress goes to stderr.",
+        description="Build pytorch-demo and kubeflowkatib/pytorch-mnist from the seeds, and "
+        "kubeflow/pytorch-dist-mnist (the upstream examples' image seeds 000 and 001 follow), "
+        "and push them to the real node's registry; cached on their inputs, so a second run "
+        "takes seconds. Progress goes to stderr.",
     )
     actions.add_parser(
         "status",

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kubeflow.training import TrainingClient
 
 from tests.builders.job import container, job
 from tests.builders.policy import policy
@@ -36,7 +37,9 @@ from torchgate_dev.node.config import NodePaths
 pytestmark = [pytest.mark.e2e, pytest.mark.real_node, pytest.mark.all_versions]
 
 SEEDS = REPO_ROOT.parent / "shared" / "seeds" / "manifests"
+REALWORLD = REPO_ROOT.parent / "shared" / "realworld"
 DEMO_IMAGE = "pytorch-demo"
+DIST_MNIST_IMAGE = "kubeflow/pytorch-dist-mnist:latest"  # the upstream examples' name
 GPUS_ON_NODE = 4
 RDMA_ON_NODE = 4
 
@@ -240,6 +243,53 @@ def test_seed_004_trains_verbatim_and_the_users_selector_finds_the_master(
         assert "World Size: 2. Rank: 0" in log
     finally:
         real.kubectl("delete", "namespace", "kubeflow", "--wait=false", check=False)
+
+
+# README's walkthrough of seed 000 on the real node: the placeholder filled with the upstream
+# examples' image, gloo for nccl and no GPU (the node has no CUDA), two epochs.
+SEED_000_ON_CPU = (
+    "sed -e 's|<训练镜像>|kubeflow/pytorch-dist-mnist:latest|'"
+    """ -e 's|"nccl"]|"gloo", "--epochs", "2"]|' -e '/resources:/,/nvidia.com/d' $SEED"""
+)
+
+
+def test_the_upstream_mnist_example_trains_with_gloo_as_published_and_as_seed_000_says(
+    real: RealNodeCluster, gpu_node: None
+) -> None:
+    """The upstream examples' image, rebuilt locally, runs their arguments to ``Succeeded``.
+
+    The training-operator's gloo example as published (realworld 006: one GPU per replica,
+    ``--backend gloo``; the node advertises GPUs, nothing uses CUDA), and seed 000 edited as
+    README's walkthrough does it (``SEED_000_ON_CPU``).
+    """
+    assert SEED_000_ON_CPU in (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    namespace = real.new_namespace("mnist")
+    published = yaml.safe_load((REALWORLD / "006-to-mnist-gloo.yaml").read_text())
+    edited = subprocess.run(
+        ["sh", "-c", SEED_000_ON_CPU],
+        env={**os.environ, "SEED": str(SEEDS / "000-pytorch-dist-mnist-nccl.yaml")},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    seed_000 = yaml.safe_load(edited.stdout)
+    for manifest in (published, seed_000):
+        manifest["metadata"]["namespace"] = namespace
+        real.apply(manifest)
+
+    for name, epochs in (("pytorch-dist-mnist-gloo", 1), ("pytorch-dist-mnist-nccl", 2)):
+        real.wait_job(namespace, name, "Succeeded", timeout=420)
+        pods = job_pods(real, namespace, name)
+        assert {p["spec"]["nodeName"] for p in pods} == {real.node}
+        assert {p["spec"]["containers"][0]["image"] for p in pods} == {DIST_MNIST_IMAGE}
+        for pod in pods:
+            log = real.logs(namespace, pod["metadata"]["name"])
+            assert "Using distributed PyTorch with gloo backend" in log
+            assert f"Train Epoch: {epochs} [" in log
+            assert f"Train Epoch: {epochs + 1} [" not in log
+            accuracies = [float(line.split("=")[1]) for line in log.split() if "accuracy=" in line]
+            assert len(accuracies) == epochs
+            assert accuracies[-1] > 0.5, "well above chance (0.1) on the baked-in data set"
 
 
 # ----------------------------------------------------------------------------- env contract
@@ -520,3 +570,44 @@ def _terminated_at(real: RealNodeCluster, namespace: str, pod: str) -> float | N
     if statuses and "terminated" in statuses[0].get("state", {}):
         return time.time()
     return None
+
+
+# ----------------------------------------------------------------------------- the Training SDK
+
+
+def test_the_kubeflow_training_sdk_creates_waits_reads_lists_and_deletes_a_job(
+    real: RealNodeCluster,
+) -> None:
+    """``kubeflow-training`` 1.9.4's main calls, as its users make them, against torchgate.
+
+    ``create_job`` from a function (the SDK writes it into the container's command and runs it
+    with torchrun across a Master and a Worker), then wait, logs, pod names, list and delete.
+    The image is the local torch image: the SDK's default is not on this machine.
+    """
+    namespace = real.new_namespace("sdk")
+    client = TrainingClient(config_file=str(real.kubeconfig), namespace=namespace)
+
+    def train_func() -> None:
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        total = torch.tensor([dist.get_rank() + 1])
+        dist.all_reduce(total)
+        print(f"sdk rank {dist.get_rank()} of {dist.get_world_size()} sum {total.item()}")
+
+    client.create_job(name="sdk", train_func=train_func, num_workers=2, base_image=DEMO_IMAGE)
+    finished = client.wait_for_job_conditions("sdk", wait_timeout=300, polling_interval=1)
+
+    assert finished.metadata.name == "sdk"
+    assert client.is_job_succeeded("sdk")
+    assert sorted(client.get_job_pod_names("sdk")) == ["sdk-master-0", "sdk-worker-0"]
+    master_logs, _ = client.get_job_logs("sdk")
+    assert list(master_logs) == ["sdk-master-0"]
+    assert "sdk rank 0 of 2 sum 3" in master_logs["sdk-master-0"]
+    assert [job.metadata.name for job in client.list_jobs()] == ["sdk"]
+
+    client.delete_job("sdk")
+
+    real.wait_for(lambda: get_job(real, namespace, "sdk") is None, what="the job to be deleted")
+    assert client.list_jobs() == []

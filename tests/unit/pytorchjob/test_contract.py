@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from tests.builders.job import container, gpu_job, job, parsed_job, with_uid
 from tests.builders.node import node
 from tests.builders.team import parsed_team, team_quota
-from tests.unit.controller.helpers import env_of
+from tests.unit.controller.helpers import World, env_of
 from tests.unit.nodeselector import NODE_NAMES, Node, affinity_matches, nodes, term_lists
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.decide import Pool, WaitingGang, decide
@@ -38,6 +38,7 @@ from torchgate.controller.admission.nodes import job_demands
 from torchgate.controller.admission.poolsource import PoolSource
 from torchgate.controller.admission.topology import build_topology, shape_of
 from torchgate.controller.job.envvars import merge_env, rank_env
+from torchgate.controller.job.model import expected_pods
 from torchgate.controller.job.plan import pytorch_exit_code
 from torchgate.controller.job.pods import build_pod
 from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
@@ -46,7 +47,7 @@ from torchgate.kube.informer import Informer
 from torchgate.kube.resources import PODS, PYTORCHJOBS, SERVICES, TEAM_QUOTAS
 from torchgate.pytorchjob import affinity, contract, names
 from torchgate.pytorchjob.fieldpath import ErrorType
-from torchgate.pytorchjob.policy import DEFAULT_POLICY
+from torchgate.pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy
 from torchgate.pytorchjob.pool import GPUS
 from torchgate.pytorchjob.spec import pytorch_container_index
 from torchgate.webhook.defaulting import default_job
@@ -555,3 +556,74 @@ def test_the_admitter_queue_and_the_cycle_decide_in_the_same_order(
     assert queue_order == cycle_order
     assert Counter(cycle_order) == Counter((ns, name) for ns, name, _, _ in queued)
     assert admitter.cycle() == [queue_order[0]], "one node: the first in order gets it"
+
+
+# ------------------------------------------------------------------ cleanPodPolicy None
+#
+# ``pytorchjob.cleanup`` decides which pods ``cleanPodPolicy: None`` keeps when a job ends. The
+# webhook refuses the job when some would not be kept; the controller, ending the same job under
+# the same policy, deletes exactly those that are still running. Each side through its own entry
+# point: the webhook's verdict, the controller's plan when the job ends with every pod running.
+
+_ACCELERATORS = ("nvidia.com/gpu", "amd.com/gpu")
+_GLOO = ["--backend", "gloo"]
+_DEADLINE = 60
+
+
+@st.composite
+def jobs_keeping_pods(draw: st.DrawFn) -> dict[str, Any]:
+    """Master + Workers, each replica's pods with or without some accelerator, ``None`` cleanup."""
+    gpus = draw(st.integers(1, 2))
+    builder = job("keep")
+    for replica in ("Master", "Worker"):
+        resource = draw(st.one_of(st.none(), st.sampled_from(_ACCELERATORS)))
+        in_init = resource is not None and draw(st.booleans())
+        pytorch = container(args=_GLOO, gpus=gpus if resource and not in_init else None)
+        if resource is not None:
+            pytorch["resources"] = {"limits": {resource: gpus}} if not in_init else {}
+        pod_spec: dict[str, Any] = {}
+        if in_init:
+            warm_up = container(name="warm-up", gpus=gpus, gpu_resource=str(resource))
+            pod_spec["initContainers"] = [warm_up]
+        if replica == "Master":
+            builder.master(containers=[pytorch], pod_spec=pod_spec)
+        else:
+            builder.workers(draw(st.integers(1, 3)), containers=[pytorch], pod_spec=pod_spec)
+    return builder.run_policy(cleanPodPolicy="None", activeDeadlineSeconds=_DEADLINE).build()
+
+
+def running_pods_deleted_at_the_end(
+    stored: dict[str, Any], *, gpu_resource: str, allow: bool
+) -> list[str]:
+    """The running pods the controller deletes when the job ends with every pod running.
+
+    It ends by its deadline, so no pod has finished on its own: whatever runs is kept or not
+    by ``cleanPodPolicy`` alone.
+    """
+    world = World(with_uid(stored))
+    options: dict[str, Any] = {"gpu_resource": gpu_resource, "allow_clean_pod_policy_none": allow}
+    world.apply(world.plan(**options))
+    expected = list(expected_pods(parsed_job(world.job_raw)))
+    world.apply(world.plan(reservation=dict.fromkeys(expected, "n1"), **options))
+    for name in expected:
+        world.run(name)
+    world.apply(world.plan(**options))
+    world.tick(_DEADLINE + 1)
+    return sorted(world.plan(**options).delete_pods)
+
+
+@settings(max_examples=120, deadline=None)
+@given(jobs_keeping_pods(), st.sampled_from(_ACCELERATORS), st.booleans())
+def test_the_webhook_refuses_cleanpodpolicy_none_exactly_where_the_controller_would_not_keep(
+    raw: dict[str, Any], gpu_resource: str, allow: bool
+) -> None:
+    policy = PlacementPolicy(name="p", gpu_resource=gpu_resource, allow_clean_pod_policy_none=allow)
+    stored = default_job(raw, policy).object
+    errors = validate_create(stored, policy).errors
+    refused = (ErrorType.FORBIDDEN, "spec.runPolicy.cleanPodPolicy") in [
+        (e.type, e.field) for e in errors
+    ]
+
+    deleted = running_pods_deleted_at_the_end(stored, gpu_resource=gpu_resource, allow=allow)
+
+    assert refused == bool(deleted), (refused, deleted)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Final
 
-from torchgate.pytorchjob import gang, names
+from torchgate.pytorchjob import cleanup, gang, names
 from torchgate.pytorchjob.fieldpath import (
     FieldError,
     FieldWarning,
@@ -200,7 +200,7 @@ def _elastic_bounds(elastic: Mapping[str, Any]) -> list[Finding]:
 
 
 def run_policy(job: JobFacts) -> Findings:
-    """``spec.runPolicy``: known fields and values, cleanPodPolicy None only if allowed."""
+    """``spec.runPolicy``: known fields and values; cleanPodPolicy None where it may keep pods."""
     run = job.spec.get("runPolicy") if job.spec_readable else None
     if run is None:
         return NONE
@@ -211,14 +211,8 @@ def run_policy(job: JobFacts) -> Findings:
     clean_path = RUN_POLICY.child("cleanPodPolicy")
     if clean is not None and clean not in names.CLEAN_POD_POLICIES:
         found.append(not_supported(clean_path, clean, names.CLEAN_POD_POLICIES))
-    elif clean == "None" and not job.policy.allow_clean_pod_policy_none:
-        found.append(
-            forbidden(
-                clean_path,
-                "pods would keep their GPUs after the job ends; "
-                f"{job.policy_label} does not allow cleanPodPolicy None (use Running or All)",
-            )
-        )
+    else:
+        found.extend(_pods_kept_with_accelerators(job, clean))
     for key in ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit"):
         found.extend(non_negative_field(run, key, RUN_POLICY))
     suspend = run.get("suspend")
@@ -229,6 +223,33 @@ def run_policy(job: JobFacts) -> Findings:
     if managed_by not in (None, "") and managed_by not in names.MANAGED_BY_VALUES:
         found.append(not_supported(MANAGED_BY, managed_by, names.MANAGED_BY_VALUES))
     return found
+
+
+def _pods_kept_with_accelerators(job: JobFacts, clean: object) -> Findings:
+    """``cleanPodPolicy: None`` only for replicas without accelerators, unless allowed.
+
+    ``pytorchjob.cleanup`` decides which replicas' pods ``None`` may keep; the controller cleans
+    up by the same rule, so what is refused here is exactly what it would not keep.
+    """
+    if clean != cleanup.KEEP:
+        return NONE
+    gpu_resource = job.policy.gpu_resource
+    refused = cleanup.replicas_not_kept(
+        cleanup.KEEP,
+        ((r.key, r.pod_spec) for r in job.known_replicas if r.pods != 0),
+        gpu_resource=gpu_resource,
+        allow_none=job.policy.allow_clean_pod_policy_none,
+    )
+    if not refused:
+        return NONE
+    return [
+        forbidden(
+            RUN_POLICY.child("cleanPodPolicy"),
+            f"{' and '.join(refused)} pods still running when the job ends would keep their "
+            f"{gpu_resource}; {job.policy_label} allows cleanPodPolicy None only for pods "
+            f"without {gpu_resource} (use Running or All)",
+        )
+    ]
 
 
 def scheduling_policy(job: JobFacts) -> Findings:
