@@ -31,6 +31,7 @@ KUSTOMIZATIONS: Mapping[str, Path] = {
     "overlays/default": MANIFESTS / "overlays" / "default",
     "overlays/with-pytorchjob-crd": MANIFESTS / "overlays" / "with-pytorchjob-crd",
     "overlays/cert-manager": MANIFESTS / "overlays" / "cert-manager",
+    "overlays/network-policy": MANIFESTS / "overlays" / "network-policy",
 }
 
 # Helm value sets, named after the kustomization each must render the same objects as.
@@ -44,6 +45,7 @@ CHART_VALUES: Mapping[str, tuple[str, ...]] = {
         "--set=controller.manageUnowned=true",
     ),
     "overlays/cert-manager": (SAMPLE, "--set=certManager.enabled=true"),
+    "overlays/network-policy": (SAMPLE, "--set=networkPolicy.enabled=true"),
 }
 
 # Labels and annotations only Helm adds (release bookkeeping); ignored when comparing.

@@ -4,11 +4,13 @@ A control plane of its own, with an audit log, runs ``torchgate certs``, ``torch
 and ``torchgate controller`` under their ServiceAccounts (tokens from the TokenRequest API, RBAC
 from manifests/base) through a job's whole life: certificates made and renewed, caBundle patched,
 policies watched and reported on (one invalid, which makes an Event), a TeamQuota watched by both
-and its status written by the controller, a PyTorchJob admitted by the webhook, its gang created,
-restarted after a failure, finished, cleaned up and deleted by its TTL, and leadership taken and
-handed back. Then the audit log must show no 403 for those accounts, and
-every granted (resource, verb) used at least once: a rule nobody exercised is excess. A request
-the controller is not granted is made on purpose first, to prove a 403 would be seen.
+and its status written by the controller, a PyTorchJob admitted by the webhook (which asks the
+controller's pool service for a forecast: the controller reviews the webhook's token and access),
+its gang created, restarted after a failure, finished, cleaned up and deleted by its TTL, and
+leadership taken (the leader labels its pod) and handed back. Then the audit log must show no
+403 for those accounts, and every granted (resource, verb) used at least once: a rule nobody
+exercised is excess. A request the controller is not granted is made on purpose first, to prove a
+403 would be seen.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 WEBHOOK_ACCOUNT = "torchgate-webhook"
 CONTROLLER_ACCOUNT = "torchgate-controller"
+CONTROLLER_POD = "torchgate-controller-0"
 SECRET = f"{BASE_NAMESPACE}/torchgate-webhook-tls"
 
 
@@ -155,6 +158,30 @@ def https_ok(url: str, ca_file: Path) -> bool:
         return False
 
 
+def stand_in_pod(name: str) -> dict[str, Any]:
+    """A pod in torchgate's namespace (restricted Pod Security) that never gets a node."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": BASE_NAMESPACE},
+        "spec": {
+            "nodeSelector": {"torchgate.io/nowhere": "true"},
+            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {
+                    "name": "controller",
+                    "image": "registry.invalid/torchgate:0",
+                    "securityContext": {
+                        "runAsUser": 65532,
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+        },
+    }
+
+
 def condition_of(obj: dict[str, Any] | None, kind: str) -> dict[str, Any]:
     for item in (obj or {}).get("status", {}).get("conditions", []):
         if item.get("type") == kind:
@@ -231,12 +258,15 @@ def audit_log(audited: Cluster, tmp_path_factory: pytest.TempPathFactory) -> lis
         assert stored is not None
         assert all(w["clientConfig"].get("caBundle") for w in stored["webhooks"])
 
+    pool_port = free_port()  # the controller's pool service, which the webhook asks
     webhook = Process(
         [
             "webhook", "--bind", "127.0.0.1", "--port", str(port),
             "--tls-cert-file", str(certs / "tls.crt"),
             "--tls-private-key-file", str(certs / "tls.key"),
             "--kubeconfig", str(webhook_kubeconfig), "--reload-interval", "1",
+            "--controller-url", f"https://127.0.0.1:{pool_port}",
+            "--controller-ca-file", str(certs / "ca.crt"),
         ],
         logs / "webhook.log",
     )  # fmt: skip
@@ -288,15 +318,20 @@ def audit_log(audited: Cluster, tmp_path_factory: pytest.TempPathFactory) -> lis
             what="an Event about rbac-invalid in default",
         )
 
+        # The pod the controller runs in (it labels it while leading): a stand-in, never run.
+        cluster.apply(stand_in_pod(CONTROLLER_POD))
         controller = ControllerProcess(
             controller_kubeconfig,
             logs,
-            "--leader-election-namespace",
-            BASE_NAMESPACE,
-            "--leader-election-id",
-            "torchgate-controller",
+            "--leader-election-namespace", BASE_NAMESPACE,
+            "--leader-election-id", "torchgate-controller",
+            "--pool-service-port", str(pool_port),
+            "--pool-service-bind-address", "127.0.0.1",
+            "--tls-cert-file", str(certs / "tls.crt"),
+            "--tls-private-key-file", str(certs / "tls.key"),
+            "--pod-name", CONTROLLER_POD,
             leader_elect=True,
-        ).start()
+        ).start()  # fmt: skip
         cluster.wait_for(
             lambda: (
                 (cluster.get("lease", "torchgate-controller", BASE_NAMESPACE) or {})
@@ -316,7 +351,19 @@ def audit_log(audited: Cluster, tmp_path_factory: pytest.TempPathFactory) -> lis
             what="rbac-team Valid=True (status written by the controller)",
         )
 
-        # A job through the webhook (defaults from rbac-valid) and the controller, to its end.
+        cluster.wait_for(
+            lambda: (
+                (cluster.get("pod", CONTROLLER_POD, BASE_NAMESPACE) or {})
+                .get("metadata", {})
+                .get("labels", {})
+                .get("torchgate.io/leader")
+                == "true"
+            ),
+            what="the leader's pod labelled for the Service torchgate-controller",
+        )
+
+        # A job through the webhook (defaults from rbac-valid, a forecast from the controller)
+        # and the controller, to its end.
         name = "audited"
         create_job(cluster, job(name, namespace).master(gpus=1).workers(1, gpus=1).build())
         admitted = get_job(cluster, namespace, name)

@@ -29,6 +29,12 @@ from torchgate.controller.job.disruption import node_health
 from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
 from torchgate.controller.leader import LeaderElector
 from torchgate.controller.metrics import ControllerMetrics
+from torchgate.controller.poolservice import (
+    PoolFacts,
+    PoolServiceOptions,
+    mark_leader,
+    serve_when_ready,
+)
 from torchgate.controller.queue import NORMAL, URGENT, ShutDown, WorkQueue
 from torchgate.kube.client import KubeApi
 from torchgate.kube.informer import Informer, key_of
@@ -119,6 +125,7 @@ class Manager:
             nodes=self.nodes,
         )
         self._parsed_policies: dict[tuple[str, str], PlacementPolicy | None] = {}
+        self.synced = asyncio.Event()  # the caches are filled (the pool service answers then)
         self.pods.index_by(job_key_of_pod)
         self.services.index_by(job_key_of_pod)
         self.jobs.add_handler(self._on_job)
@@ -165,6 +172,16 @@ class Manager:
         """Whether jobs of the class may preempt: ``preemptionPolicy: Never`` waits."""
         raw = self._priority_class(class_name)
         return raw is None or raw.get("preemptionPolicy") != "Never"
+
+    def pool_facts(self) -> PoolFacts:
+        """What the pool service reads (forecasts, one job's outlook, the pool view)."""
+        return PoolFacts(
+            snapshot=lambda candidate, gpu: self.admitter.snapshot(candidate, gpu_resource=gpu),
+            candidate=lambda job, since: self.reconciler.candidate(job, since=since),
+            policies=self.policies,
+            synced=self.synced.is_set,
+            clock=self.admitter.clock,
+        )
 
     # ------------------------------------------------------------------ event handlers
 
@@ -225,6 +242,7 @@ class Manager:
                 len(self.pods.store),
                 len(self.nodes.store),
             )
+            self.synced.set()
             self._requeue_all()
             group.create_task(self.admitter.run())
             group.create_task(self.pool.write_statuses())
@@ -301,15 +319,24 @@ async def run_as_leader(
     metrics_bind: str,
     metrics_port: int | None,
     stop: asyncio.Event,
+    pool_service: PoolServiceOptions | None = None,
 ) -> int:
-    """Serve metrics, wait for the Lease, run the manager until ``stop`` or the Lease is lost."""
+    """Serve metrics, wait for the Lease, run the manager until ``stop`` or the Lease is lost.
+
+    The pool service (when configured) is served by the leader only, from the moment it leads;
+    its pod carries the leader label meanwhile (``poolservice`` rule 4).
+    """
     manager = Manager(api, settings)
+    pod = pool_service.pod if pool_service is not None else None
+    if pod is not None:
+        await mark_leader(api, namespace=pod[0], pod=pod[1], leading=False)
     runner = (
         await serve_metrics(manager, manager.metrics, metrics_bind, metrics_port)
         if metrics_port is not None
         else None
     )
     lost = False
+    background: list[asyncio.Task[None]] = []
     try:
         if elector is not None:
             acquire = asyncio.create_task(elector.acquire())
@@ -319,6 +346,9 @@ async def run_as_leader(
                 acquire.cancel()
                 return 0
             stopping.cancel()
+        if pool_service is not None:
+            serving = serve_when_ready(api, manager.pool_facts(), pool_service)
+            background.append(asyncio.create_task(serving))
         run = asyncio.create_task(manager.run())
         waiters = {run, asyncio.create_task(stop.wait())}
         if elector is not None:
@@ -334,6 +364,11 @@ async def run_as_leader(
             raise run.exception()  # type: ignore[misc]
     finally:
         manager.queue.shut_down()
+        for task in background:
+            task.cancel()
+        for task in background:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
         if elector is not None and not lost:
             await elector.release()
         if runner is not None:

@@ -51,3 +51,7 @@ MUTATING_WEBHOOK_CONFIGURATIONS: Final = Resource(
 VALIDATING_WEBHOOK_CONFIGURATIONS: Final = Resource(
     "admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", namespaced=False
 )
+TOKEN_REVIEWS: Final = Resource("authentication.k8s.io", "v1", "tokenreviews", namespaced=False)
+SUBJECT_ACCESS_REVIEWS: Final = Resource(
+    "authorization.k8s.io", "v1", "subjectaccessreviews", namespaced=False
+)

@@ -54,6 +54,13 @@ from torchgate.controller.admission.decide import (
     WaitingGang,
     decide,
 )
+from torchgate.controller.admission.forecasting import (
+    HeldNodes,
+    QueuedJob,
+    Snapshot,
+    rank,
+    starving,
+)
 from torchgate.controller.admission.ledger import CapacityLedger, PodKey, Reservation
 from torchgate.controller.admission.nodes import (
     PodDemand,
@@ -74,7 +81,8 @@ from torchgate.controller.admission.topology import (
     topology_levels,
 )
 from torchgate.controller.admission.waiting import Waiting, WaitingQueue
-from torchgate.pytorchjob.names import JobKey
+from torchgate.pytorchjob.names import DEFAULT_GPU_RESOURCE, JobKey
+from torchgate.pytorchjob.outlook import Place, queued_message
 from torchgate.pytorchjob.pool import GPUS, PoolSettings, TeamQuota, resolve_teams
 from torchgate.pytorchjob.units import Units
 
@@ -274,33 +282,20 @@ class Admitter:
                 running = self.ledger.holding(owner, self.wall_clock())
                 self.team_status = team_statuses(teams, running, ())
             return admitted
-        changed = self.ledger.changed_free()
-        settings = self.pool_settings()
-        levels = topology_levels(s.topology.levels for s in settings)
         wall = self.wall_clock()
         ready = self.queue.ready(now)
-        if self._nodes.version != self.ledger.nodes_version:
-            self._nodes = _NodeFacts(self.ledger.nodes_version)
-        gangs = [self._gang(w, owner, levels) for w in ready]
+        pool, gangs, _ = self._facts(ready, teams, owner, wall)
         for key in self._gangs.keys() - {w.key for w in ready}:
             del self._gangs[key]
-        running = self.ledger.holding(owner, wall)
-        capacity, empty = self._capacity_views(self.ledger.topology_for(levels), changed)
-        pool = Pool(
-            capacity=capacity,
-            teams=teams,
-            admitted=running,
-            preemption=protection(s.preemption for s in settings),
-            empty=empty,
-        )
         outcomes = {o.key: o for o in decide(pool, gangs, wall)}
-        starving = self._starving(ready, outcomes, now)
-        if starving is not None:  # nothing behind a starving job jumps the queue
-            ready = ready[: starving + 1]
-            outcomes = {o.key: o for o in decide(pool, gangs[: starving + 1], wall)}
+        starved = self._starving(ready, outcomes, now)
+        if starved is not None:  # nothing behind a starving job jumps the queue
+            ready = ready[: starved + 1]
+            outcomes = {o.key: o for o in decide(pool, gangs[: starved + 1], wall)}
         self.team_status = team_statuses(
-            teams, running, (owner.get(key[0]) for key in self.queue.waiting)
+            teams, pool.admitted, (owner.get(key[0]) for key in self.queue.waiting)
         )
+        places = _Places(lambda: rank(self._queued(owner, now), teams))
         for waiting in ready:
             outcome = outcomes[waiting.key]
             if isinstance(outcome, Admit):
@@ -309,25 +304,62 @@ class Admitter:
             elif isinstance(outcome, Preempt):
                 self._preempt(waiting, outcome, now)
             else:
-                self._still_waiting(waiting, outcome, now)
+                self._still_waiting(waiting, outcome, now, places)
         return admitted
+
+    def snapshot(
+        self, candidate: Waiting | None = None, *, gpu_resource: str = DEFAULT_GPU_RESOURCE
+    ) -> tuple[Snapshot, WaitingGang | None]:
+        """The facts the next cycle would decide on, and ``candidate`` as a gang of it.
+
+        Changes nothing a cycle would not change first (the ledger drops reservations whose pods
+        it has all seen), so what ``forecasting`` answers from it is what the next cycle does.
+        """
+        now, wall = self.clock(), self.wall_clock()
+        resolved = resolve_teams(self.teams().values())
+        owner = resolved.owners
+        pool, gangs, extra = self._facts(
+            self.queue.ready(now), resolved.valid, owner, wall, candidate
+        )
+        holds = tuple(
+            HeldNodes(key, dict(hold.reservation.nodes), hold.victims)
+            for key, hold in sorted(self.ledger.holds.items())
+        )
+        snapshot = Snapshot(
+            pool=pool,
+            gangs=tuple(gangs),
+            queued=tuple(self._queued(owner, now)),
+            holds=holds,
+            nodes=tuple(self.ledger.nodes.values()),
+            gpu_resource=gpu_resource,
+            now=wall,
+            starvation_seconds=self.starvation_seconds,
+        )
+        return snapshot, extra
+
+    def _queued(self, owner: Mapping[str, str], now: float) -> list[QueuedJob]:
+        """Every queued job, in admission order (``forecasting.rank`` places them)."""
+        return [
+            QueuedJob(
+                key=waiting.key,
+                order=waiting.order(),
+                team=owner.get(waiting.key[0]),
+                usage=waiting.usage,
+                waited=now - waiting.since,
+                ready=waiting.not_before <= now,
+                kind=waiting.reported_kind,
+                message=waiting.reported_reason,
+            )
+            for waiting in sorted(self.queue.waiting.values(), key=Waiting.order)
+        ]
 
     def _starving(
         self, ready: Sequence[Waiting], outcomes: Mapping[JobKey, Outcome], now: float
     ) -> int | None:
         """Index of the first starving gang that waits for room while a later one goes ahead."""
-        for index, waiting in enumerate(ready):
-            outcome = outcomes[waiting.key]
-            if (
-                isinstance(outcome, Wait)
-                and outcome.kind != "Quota"
-                and now - waiting.since > self.starvation_seconds
-            ):
-                later = ready[index + 1 :]
-                if any(not isinstance(outcomes[w.key], Wait) for w in later):
-                    return index
-                return None
-        return None
+        waited = {waiting.key: now - waiting.since for waiting in ready}
+        keys = [waiting.key for waiting in ready]
+        return starving(keys, outcomes, waited, self.starvation_seconds)
 
     # ------------------------------------------------------------------ facts of a cycle
 
@@ -348,6 +380,34 @@ class Admitter:
             capacity.update(changed)
             empty.update({name: nodes[name].allocatable for name in changed})
         return capacity, empty
+
+    def _facts(
+        self,
+        ready: Sequence[Waiting],
+        teams: Mapping[str, TeamQuota],
+        owner: Mapping[str, str],
+        wall: float,
+        extra: Waiting | None = None,
+    ) -> tuple[Pool, list[WaitingGang], WaitingGang | None]:
+        """What ``decide`` gets: the pool, the ready gangs and ``extra`` as a gang.
+
+        ``extra`` (a forecast's candidate) is read afresh and not kept: it is in no queue.
+        """
+        changed = self.ledger.changed_free()
+        settings = self.pool_settings()
+        levels = topology_levels(s.topology.levels for s in settings)
+        if self._nodes.version != self.ledger.nodes_version:
+            self._nodes = _NodeFacts(self.ledger.nodes_version)
+        gangs = [self._gang(w, owner, levels) for w in ready]
+        capacity, empty = self._capacity_views(self.ledger.topology_for(levels), changed)
+        pool = Pool(
+            capacity=capacity,
+            teams=teams,
+            admitted=self.ledger.holding(owner, wall),
+            preemption=protection(s.preemption for s in settings),
+            empty=empty,
+        )
+        return pool, gangs, self._read_gang(extra, owner, levels) if extra is not None else None
 
     def _gang(
         self, waiting: Waiting, owner: Mapping[str, str], levels: Sequence[str]
@@ -512,8 +572,11 @@ class Admitter:
         )
         self.on_reason(key)
 
-    def _still_waiting(self, waiting: Waiting, outcome: Wait, now: float) -> None:
-        if self.queue.report(waiting, outcome.kind, lambda: outcome.message, now):
+    def _still_waiting(self, waiting: Waiting, outcome: Wait, now: float, places: _Places) -> None:
+        def message() -> str:
+            return queued_message(places.of(waiting.key), outcome.message)
+
+        if self.queue.report(waiting, outcome.kind, message, now):
             log.debug("%s/%s waits (%s): %s", *waiting.key, outcome.kind, outcome.message)
             self.on_reason(waiting.key)
 
@@ -531,3 +594,19 @@ class _NodeFacts:
     eligibility: dict[Signature, tuple[str, ...]] = field(default_factory=dict)
     allowed: dict[frozenset[Signature], frozenset[str]] = field(default_factory=dict)
     without_gpus: dict[tuple[str, bool], frozenset[str] | None] = field(default_factory=dict)
+
+
+class _Places:
+    """Every queued job's place (``forecasting.rank``), computed once per cycle when first asked.
+
+    Only a job whose report is due reads its place, and on most cycles none is.
+    """
+
+    def __init__(self, compute: Callable[[], Mapping[JobKey, Place]]) -> None:
+        self._compute = compute
+        self._places: Mapping[JobKey, Place] | None = None
+
+    def of(self, key: JobKey) -> Place | None:
+        if self._places is None:
+            self._places = self._compute()
+        return self._places.get(key)

@@ -28,11 +28,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 from torchgate.controller.admission.nodes import PodDemand
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.pool import admission_order
 from torchgate.pytorchjob.units import Units
+
+
+class GangTerms(TypedDict):
+    """What a job's gang asks for besides its pods (``request``'s keyword arguments)."""
+
+    usage: Units
+    priority: int
+    created: str
+    gpu_resource: str
+    preempts: bool
+    topology_level: str | None
+    topology_required: bool
 
 
 @dataclass(slots=True)

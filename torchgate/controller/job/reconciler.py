@@ -36,6 +36,7 @@ from prometheus_client import Gauge
 
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.nodes import PodDemand, job_demands
+from torchgate.controller.admission.waiting import GangTerms, Waiting
 from torchgate.controller.job import status as st
 from torchgate.controller.job.disruption import (
     DEFAULT_LOST_AFTER_SECONDS,
@@ -62,6 +63,7 @@ from torchgate.kube.errors import AlreadyExists, ApiError, NotFound
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import EVENTS, PODS, PYTORCHJOBS, SERVICES
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.fieldpath import FieldError
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.policy import PlacementPolicy, select_policy
 from torchgate.pytorchjob.pool import gang_usage
@@ -376,20 +378,12 @@ class Reconciler:
         if decision.delete_pods or decision.restart is not None:
             self.admitter.release(key)
         if decision.needs_admission:
-            priority_class = _priority_class(spec)
-            level, required = self.topology_of(spec.annotations, policy)
             self.admitter.request(
                 key,
                 uid=spec.uid,
                 demands=decision.demands,
                 min_count=spec.min_available,
-                usage=gang_usage(spec, policy.gpu_resource),
-                priority=self.priority_of(priority_class),
-                created=str((job.get("metadata") or {}).get("creationTimestamp") or ""),
-                gpu_resource=policy.gpu_resource,
-                preempts=self.preempts_of(priority_class),
-                topology_level=level,
-                topology_required=required,
+                **self._gang_terms(job, spec, policy),
             )
         else:
             status = decision.status if decision.status is not None else job.get("status")
@@ -403,6 +397,44 @@ class Reconciler:
                     priority=self.priority_of(_priority_class(spec)),
                     gpu_resource=policy.gpu_resource,
                 )
+
+    def _gang_terms(
+        self, job: Mapping[str, Any], spec: JobSpec, policy: PlacementPolicy
+    ) -> GangTerms:
+        """What a job's gang asks the admitter for besides its pods (quota, priority, topology)."""
+        priority_class = _priority_class(spec)
+        level, required = self.topology_of(spec.annotations, policy)
+        return GangTerms(
+            usage=gang_usage(spec, policy.gpu_resource),
+            priority=self.priority_of(priority_class),
+            created=str((job.get("metadata") or {}).get("creationTimestamp") or ""),
+            gpu_resource=policy.gpu_resource,
+            preempts=self.preempts_of(priority_class),
+            topology_level=level,
+            topology_required=required,
+        )
+
+    def candidate(self, job: Mapping[str, Any], *, since: float) -> Waiting | list[FieldError]:
+        """A job that is not (yet) ours as the admitter would queue it, or why it cannot be.
+
+        The same terms its reconcile would ask with, so a forecast decides the gang the
+        admitter will get.
+        """
+        spec, errors = parse_job(job)
+        if spec is None:
+            return errors
+        policy = select_policy(self.policies(), spec.namespace)
+        terms = self._gang_terms(job, spec, policy)
+        if not terms["created"]:  # not stored yet: it would be the newest of its priority
+            terms["created"] = st.format_time(self.clock())
+        return Waiting(
+            key=(spec.namespace, spec.name),
+            uid=spec.uid,
+            demands=job_demands(spec),
+            min_count=spec.min_available,
+            since=since,
+            **terms,
+        )
 
     # ------------------------------------------------------------------ applying a plan
 
