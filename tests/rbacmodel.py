@@ -11,7 +11,8 @@ automatically or stops the test with its file, function and line:
   namespace, a third ``path`` argument the subresource. A resource passed in as a
   parameter (``_create(PODS, ...)``) is resolved at the function's call sites; every
   ``Informer(api, RESOURCE, ...)`` needs list and watch (the import contracts keep any other
-  client stack out of the product).
+  client stack out of the product). ``RESOURCE.discovery_path()`` is API discovery, which the
+  default ``system:discovery`` ClusterRole lets every authenticated user read: no Role needed.
 
 Where a call goes (namespace, object name) is not in the code but in the flags the manifests pass
 (``--secret``, ``--webhook-config``, ``--leader-election-id``), so those are parsed with the
@@ -300,6 +301,8 @@ def _scan_raw(component: str, sites: Sequence[_Site], scan: CodeScan) -> None:
         path_node = _argument(call, 0 if func.attr == "watch" else 1, "path")
         if method is None or path_node is None:
             raise UnmappedCall(f"{site.where}: API call without a literal method or a path")
+        if _is_discovery(path_node):
+            continue  # API discovery: non-resource URLs every authenticated user may GET
         ref = _path_ref(path_node, site.defining)
         if ref is None and site.function.startswith("Informer."):
             continue  # the informer's own list/watch: accounted for at Informer(...) sites
@@ -347,6 +350,15 @@ def _delegated_files(package: str) -> list[Path]:
         if imported and path.exists():
             found.append(path)
     return found
+
+
+def _is_discovery(node: ast.AST) -> bool:
+    """``RESOURCE.discovery_path()``: granted by the default ``system:discovery`` ClusterRole."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "discovery_path"
+    )
 
 
 def scan_code(packages: Iterable[str] = PACKAGES) -> CodeScan:

@@ -48,6 +48,9 @@ CALLS: dict[tuple[str, str, str, str], str] = {
     ("controller", "", "services", "create"): "_create(SERVICES)",
     ("controller", "", "services", "delete"): "_delete(SERVICES)",
     ("controller", "", "events", "create"): "_record",
+    ("controller", "scheduling.k8s.io", "workloads", "create"): "_create_object(WORKLOADS)",
+    ("controller", "scheduling.k8s.io", "podgroups", "create"): "_create_object(POD_GROUPS)",
+    ("controller", "scheduling.k8s.io", "podgroups", "deletecollection"): "older attempts",
     # torchgate/controller/admission/poolsource.py
     ("controller", "torchgate.io", "teamquotas/status", "patch"): "usage, borrowing, Valid",
     # controller/poolservice.py (mark_leader) and kube/access.py (every caller of the pool service)

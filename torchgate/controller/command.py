@@ -97,6 +97,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="first wait before re-admitting a gang that was not bound in time; doubles, max 600",
     )
     parser.add_argument(
+        "--gang-objects",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="where the cluster serves scheduling.k8s.io/v1beta1 Workload and PodGroup "
+        "(GenericWorkload), create a Workload per job and a PodGroup per gang attempt and name it "
+        "in each pod's schedulingGroup, so kube-scheduler binds a gang all at once (default on)",
+    )
+    parser.add_argument(
         "--leader-elect",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -162,6 +170,25 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
+def manager_settings(args: argparse.Namespace) -> ManagerOptions:
+    """What the parsed flags ask of the manager and the reconciler."""
+    return ManagerOptions(
+        namespace=args.namespace,
+        workers=args.workers,
+        resync_seconds=args.resync_seconds,
+        starvation_seconds=args.starvation_seconds,
+        stuck_termination_seconds=args.stuck_termination_seconds,
+        gang_backoff_seconds=args.gang_backoff_seconds,
+        options=Options(
+            manage_unowned=args.manage_unowned,
+            write_concurrency=args.write_concurrency,
+            finish_grace_seconds=args.finish_grace_seconds,
+            node_lost_seconds=args.node_lost_seconds,
+            gang_objects=args.gang_objects,
+        ),
+    )
+
+
 async def _main(args: argparse.Namespace) -> int:
     try:
         api = await KubeClient.connect(args.kubeconfig)
@@ -179,20 +206,7 @@ async def _main(args: argparse.Namespace) -> int:
             name=args.leader_election_id,
             identity=f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
         )
-    settings = ManagerOptions(
-        namespace=args.namespace,
-        workers=args.workers,
-        resync_seconds=args.resync_seconds,
-        starvation_seconds=args.starvation_seconds,
-        stuck_termination_seconds=args.stuck_termination_seconds,
-        gang_backoff_seconds=args.gang_backoff_seconds,
-        options=Options(
-            manage_unowned=args.manage_unowned,
-            write_concurrency=args.write_concurrency,
-            finish_grace_seconds=args.finish_grace_seconds,
-            node_lost_seconds=args.node_lost_seconds,
-        ),
-    )
+    settings = manager_settings(args)
     pool_service = None
     if args.pool_service_port:
         pod = (args.leader_election_namespace, args.pod_name) if args.pod_name else None

@@ -5,7 +5,10 @@ Event handlers only map objects to job keys and enqueue them (pods and Services 
 nodes, pod capacity changes, PriorityClasses and TeamQuotas wake the admitter); workers run
 ``reconcile``
 with per-key exclusivity, retry failures with exponential backoff, honour ``requeue_after``
-timers, and a periodic resync re-queues every job as a safety net. Only the Lease holder runs any
+timers, and a periodic resync re-queues every job as a safety net. Whether the cluster serves
+Kubernetes' gang objects (Workload, PodGroup) is asked of API discovery before the first
+reconcile and again every ``gang_objects_recheck_seconds``, so turning the API on or off takes
+effect without a restart. Only the Lease holder runs any
 of it; a replica that loses the Lease exits so that it restarts clean.
 """
 
@@ -26,6 +29,7 @@ from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.poolsource import PoolSource
 from torchgate.controller.job import status as st
 from torchgate.controller.job.disruption import node_health
+from torchgate.controller.job.gangobjects import serves_gang_objects
 from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
 from torchgate.controller.leader import LeaderElector
 from torchgate.controller.metrics import ControllerMetrics
@@ -37,6 +41,7 @@ from torchgate.controller.poolservice import (
 )
 from torchgate.controller.queue import NORMAL, URGENT, ShutDown, WorkQueue
 from torchgate.kube.client import KubeApi
+from torchgate.kube.errors import ApiError, NotFound
 from torchgate.kube.informer import Informer, key_of
 from torchgate.kube.resources import (
     NODES,
@@ -46,12 +51,50 @@ from torchgate.kube.resources import (
     PYTORCHJOBS,
     SERVICES,
     TEAM_QUOTAS,
+    WORKLOADS,
 )
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy
 
 log = logging.getLogger("torchgate.controller")
+
+
+class GangObjectsDiscovery:
+    """Whether the cluster serves ``scheduling.k8s.io/v1beta1`` Workload and PodGroup.
+
+    A group version that is not served answers 404; any other error keeps the last answer (an
+    apiserver hiccup does not switch gangs between kinds of scheduling).
+    """
+
+    def __init__(self, api: KubeApi, recheck_seconds: float) -> None:
+        self.api = api
+        self.recheck_seconds = recheck_seconds
+        self.served = False
+
+    async def check(self) -> None:
+        """Ask discovery once."""
+        try:
+            discovery = await self.api.request("GET", WORKLOADS.discovery_path())
+        except NotFound:
+            discovery = None
+        except ApiError as exc:
+            log.warning("cannot tell whether %s is served: %s", WORKLOADS.discovery_path(), exc)
+            return
+        served = serves_gang_objects(discovery)
+        if served != self.served:
+            log.info(
+                "%s Workload and PodGroup %s",
+                WORKLOADS.discovery_path(),
+                "served: gangs get Kubernetes gang objects" if served else "not served",
+            )
+        self.served = served
+
+    async def run(self) -> None:
+        """Ask again every ``recheck_seconds`` until cancelled."""
+        while True:
+            await asyncio.sleep(self.recheck_seconds)
+            await self.check()
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +112,7 @@ class ManagerOptions:
     gang_backoff_seconds: float = 10.0
     # How long to wait for the TeamQuota list at start (the CRD may not be installed).
     quota_sync_seconds: float = 10.0
+    gang_objects_recheck_seconds: float = 30.0
     options: Options = field(default_factory=Options)
 
 
@@ -110,6 +154,7 @@ class Manager:
             stuck_seconds=settings.stuck_termination_seconds,
             backoff_base=settings.gang_backoff_seconds,
         )
+        self.gang_objects = GangObjectsDiscovery(api, settings.gang_objects_recheck_seconds)
         self.reconciler = Reconciler(
             api,
             jobs=self.jobs,
@@ -123,6 +168,7 @@ class Manager:
             metrics=self.metrics,
             options=settings.options,
             nodes=self.nodes,
+            gang_objects_served=lambda: self.gang_objects.served,
         )
         self._parsed_policies: dict[tuple[str, str], PlacementPolicy | None] = {}
         self.synced = asyncio.Event()  # the caches are filled (the pool service answers then)
@@ -242,6 +288,9 @@ class Manager:
                 len(self.pods.store),
                 len(self.nodes.store),
             )
+            if self.settings.options.gang_objects:
+                await self.gang_objects.check()
+                group.create_task(self.gang_objects.run())
             self.synced.set()
             self._requeue_all()
             group.create_task(self.admitter.run())
