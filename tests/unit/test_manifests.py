@@ -50,7 +50,10 @@ COPIES = {
     "manifests/overlays/default/placementpolicy.yaml": "manifests/samples/placementpolicy.yaml",
     **{
         f"{folder}/{name}": f"manifests/monitoring/{name}"
-        for folder in ("manifests/overlays/monitoring", "manifests/chart/torchgate/files/monitoring")
+        for folder in (
+            "manifests/overlays/monitoring",
+            "manifests/chart/torchgate/files/monitoring",
+        )
         for name in ("torchgate-dashboard.json", "torchgate.rules.yaml")
     },
     # torchgate-dev's package data: the CRDs `torchgate dev up` applies.
