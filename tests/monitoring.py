@@ -13,12 +13,34 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
+
+from torchgate.controller.metrics import ControllerMetrics
+from torchgate.webhook.server import Metrics as WebhookMetrics
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MONITORING = REPO_ROOT / "manifests" / "monitoring"
 DASHBOARD = MONITORING / "torchgate-dashboard.json"
 RULES = MONITORING / "torchgate.rules.yaml"
+
+# Declared on main by issue 22's disruption work (heal-core), not yet on every branch: a query
+# reading one is skipped, with this reason, only while the code does not declare it.
+ARRIVING: dict[str, str] = {
+    "torchgate_controller_gang_restarts_total": "gang_restarts_total{cause} comes with issue 22"
+}
+
+
+def declared() -> set[str]:
+    """Every sample name the controller and the webhook can expose."""
+    names: set[str] = set()
+    for registry in (ControllerMetrics().registry, WebhookMetrics().registry):
+        for family in registry.collect():
+            names.add(family.name)
+            suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
+            names.update(family.name + suffix for suffix in suffixes.get(family.type, ()))
+    return names
+
 
 # Grafana's variables in the queries, and what the tests put in their place.
 GRAFANA_VARIABLES = {"$__rate_interval": "1m"}
@@ -72,3 +94,10 @@ def alert_queries() -> list[Query]:
         for rule in group["rules"]
         if "alert" in rule
     ]
+
+
+def skip_until_declared(query: Query) -> None:
+    """Skip a query that reads only metrics of ``ARRIVING`` the code does not declare yet."""
+    missing = query.metric_names() - declared()
+    if missing and missing <= ARRIVING.keys():
+        pytest.skip("; ".join(ARRIVING[name] for name in sorted(missing)))

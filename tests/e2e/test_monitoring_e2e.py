@@ -34,7 +34,6 @@ from tests.e2e.controller_process import free_port, get_job, is_true, job_path
 from tests.e2e.test_forecast_e2e import Stack
 from tests.e2e.test_forecast_e2e import stack as stack  # the module-scoped fixture, shared
 from tests.e2e.test_pool_sharing import Pool, queued_reason, wait_running
-from tests.unit.test_monitoring import ARRIVING, declared
 from torchgate_dev.controlplane.processes import terminate
 from torchgate_dev.paths import CA_CERT
 
@@ -202,12 +201,6 @@ def series(prometheus: Prometheus, expr: str, timeout: float = 30) -> dict[str, 
         time.sleep(SCRAPE_SECONDS)
 
 
-def skip_until_declared(query: mon.Query) -> None:
-    missing = query.metric_names() - declared()
-    if missing and missing <= ARRIVING.keys():
-        pytest.skip("; ".join(ARRIVING[name] for name in sorted(missing)))
-
-
 def test_promtool_accepts_the_rule_file() -> None:
     checked = subprocess.run(
         [executable("promtool"), "check", "rules", str(mon.RULES)],
@@ -224,7 +217,7 @@ def test_promtool_accepts_the_rule_file() -> None:
 def test_every_dashboard_query_returns_series_while_a_workload_runs(
     prometheus: Prometheus, workload: Workload, query: mon.Query
 ) -> None:
-    skip_until_declared(query)
+    mon.skip_until_declared(query)
     answer = series(prometheus, query.expr)
 
     assert answer["status"] == "success", answer
@@ -258,7 +251,7 @@ def test_the_pool_panels_show_the_workloads_team_and_its_wait(
 def test_every_alert_expression_parses_and_reads_series_that_exist(
     prometheus: Prometheus, workload: Workload, query: mon.Query
 ) -> None:
-    skip_until_declared(query)
+    mon.skip_until_declared(query)
     answer = prometheus.query(query.expr)
     assert answer["status"] == "success", answer  # it parses and evaluates
 
