@@ -49,6 +49,10 @@ COMMANDS: Final[Mapping[str, tuple[str, str]]] = {
         "torchgate.ask.simulate",
         "would these jobs start now, where, whom would they preempt (dry run + forecast)",
     ),
+    "top": (
+        "torchgate.ask.top",
+        "the pool on one screen: teams, topology domains, unusable nodes, the queue's head",
+    ),
 }
 
 ENTRY_POINT_GROUP: Final = "torchgate.commands"

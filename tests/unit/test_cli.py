@@ -17,7 +17,7 @@ from torchgate import cli
 from torchgate.webhook import check
 from torchgate_dev import command as dev_command
 
-PRODUCT_COMMANDS = ["webhook", "check", "controller", "certs", "explain", "simulate"]
+PRODUCT_COMMANDS = ["webhook", "check", "controller", "certs", "explain", "simulate", "top"]
 
 
 def installed_only(*added: EntryPoint) -> object:

@@ -48,6 +48,14 @@ COPIES = {
         "manifests/crds/kubeflow.org_pytorchjobs.yaml"
     ),
     "manifests/overlays/default/placementpolicy.yaml": "manifests/samples/placementpolicy.yaml",
+    **{
+        f"{folder}/{name}": f"manifests/monitoring/{name}"
+        for folder in (
+            "manifests/overlays/monitoring",
+            "manifests/chart/torchgate/files/monitoring",
+        )
+        for name in ("torchgate-dashboard.json", "torchgate.rules.yaml")
+    },
     # torchgate-dev's package data: the CRDs `torchgate dev up` applies.
     **{
         f"dev/torchgate_dev/data/crds/{name}": f"manifests/crds/{name}"

@@ -32,7 +32,7 @@ from torchgate.controller.job.disruption import node_health
 from torchgate.controller.job.gangobjects import serves_gang_objects
 from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
 from torchgate.controller.leader import LeaderElector
-from torchgate.controller.metrics import ControllerMetrics
+from torchgate.controller.metrics import ControllerMetrics, TeamShare
 from torchgate.controller.poolservice import (
     PoolFacts,
     PoolServiceOptions,
@@ -56,6 +56,7 @@ from torchgate.kube.resources import (
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy
+from torchgate.pytorchjob.pool import GPUS
 
 log = logging.getLogger("torchgate.controller")
 
@@ -137,6 +138,8 @@ class Manager:
             job_states=lambda: (st.state_of(job) for job in self.jobs.values()),
             queue_depth=lambda: len(self.queue),
             events_dropped=lambda: self.reconciler.events.dropped,
+            waiting=lambda: self.admitter.demand(),
+            teams=self._team_shares,
         )
         self.pool = PoolSource(
             api,
@@ -186,6 +189,17 @@ class Manager:
         self.team_quotas.add_handler(lambda *_: self.admitter.wake())
 
     # ------------------------------------------------------------------ cache views
+
+    def _team_shares(self) -> list[TeamShare]:
+        """Each team's nominal GPUs and what the last admission cycle counted it using."""
+        teams = self.pool.teams()
+        shares = []
+        for name, status in sorted(self.admitter.team_status.items()):
+            limit = teams[name].limits.get(GPUS) if name in teams else None
+            nominal = limit.nominal / 1000 if limit is not None else 0.0
+            used, borrowed = status.get("usedGPUs", 0), status.get("borrowedGPUs", 0)
+            shares.append(TeamShare(name, nominal, used, borrowed))
+        return shares
 
     def policies(self) -> Iterable[PlacementPolicy]:
         """The valid PlacementPolicies (parsed once per resourceVersion)."""

@@ -525,14 +525,18 @@ class DomainView:
 
 @dataclass(frozen=True, slots=True)
 class NodeProblem:
-    """A node placement cannot use now, and why (``NotReady``, ``Cordoned``, ``Tainted ...``)."""
+    """A node placement cannot use now, why, and since when (RFC 3339, empty: not known).
+
+    Reasons: ``lost (Ready is Unknown)``, ``NotReady``, ``cordoned``, ``tainted key:NoSchedule``.
+    """
 
     node: str
     reason: str
+    since: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The wire form."""
-        return {"node": self.node, "reason": self.reason}
+        return {"node": self.node, "reason": self.reason, "since": self.since}
 
 
 @dataclass(frozen=True, slots=True)
@@ -631,6 +635,7 @@ def pool_from_json(raw: object) -> PoolView:
         NodeProblem(
             node=_text(node.get("node"), "pool.unusableNodes[].node"),
             reason=_text(node.get("reason"), "pool.unusableNodes[].reason"),
+            since=_text(node.get("since", ""), "pool.unusableNodes[].since"),
         )
         for node in (
             _mapping(n, "pool.unusableNodes[]")

@@ -104,7 +104,7 @@ def test_an_outlook_and_a_pool_view_read_back_as_they_were_written() -> None:
         gpu_resource="nvidia.com/gpu",
         teams=(TeamView("v", "c", 16 * G, None, 8 * G, 0, 0, 1, 2, 16 * G, 12.5),),
         domains=(DomainView("rack", "r1", 2, 16 * G, 8 * G, 8 * G),),
-        unusable_nodes=(NodeProblem("n9", "NotReady or cordoned"),),
+        unusable_nodes=(NodeProblem("n9", "NotReady", "2026-11-26T10:00:00Z"),),
         queue=(QueueEntry("ns/a", 1, "v", 7, 16 * G, "Quota", "WaitingForQuota", "m", 12.5),),
         waiting_jobs=1,
         total_gpus=16 * G,

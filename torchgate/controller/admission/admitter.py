@@ -80,7 +80,7 @@ from torchgate.controller.admission.topology import (
     shape_of,
     topology_levels,
 )
-from torchgate.controller.admission.waiting import Waiting, WaitingQueue
+from torchgate.controller.admission.waiting import Demand, Waiting, WaitingQueue, demand_by_team
 from torchgate.pytorchjob.names import DEFAULT_GPU_RESOURCE, JobKey
 from torchgate.pytorchjob.outlook import Place, queued_message
 from torchgate.pytorchjob.pool import GPUS, PoolSettings, TeamQuota, resolve_teams
@@ -336,6 +336,11 @@ class Admitter:
             starvation_seconds=self.starvation_seconds,
         )
         return snapshot, extra
+
+    def demand(self) -> list[Demand]:
+        """Who waits, per team and reason (``waiting.demand_by_team``; read at scrape time)."""
+        owner = resolve_teams(self.teams().values()).owners
+        return demand_by_team(self.queue.waiting.values(), owner, self.clock())
 
     def _queued(self, owner: Mapping[str, str], now: float) -> list[QueuedJob]:
         """Every queued job, in admission order (``forecasting.rank`` places them)."""

@@ -441,9 +441,9 @@ def pool_view(snapshot: Snapshot, *, head: int = QUEUE_HEAD) -> PoolView:
         teams=_team_views(snapshot),
         domains=_domain_views(pool.topology, allocatable, free),
         unusable_nodes=tuple(
-            NodeProblem(node.name, reason)
+            problem
             for node in sorted(snapshot.nodes, key=lambda n: n.name)
-            if (reason := _unusable(node)) is not None
+            if (problem := _unusable(node)) is not None
         ),
         queue=tuple(queue),
         waiting_jobs=len(snapshot.queued) + len(snapshot.holds),
@@ -529,8 +529,18 @@ def _domain_views(
     return tuple(out)
 
 
-def _unusable(node: NodeView) -> str | None:
+def _unusable(node: NodeView) -> NodeProblem | None:
+    """Why placement cannot use ``node`` and since when: lost, NotReady, cordoned or tainted."""
+    if node.ready == "Unknown":
+        return NodeProblem(node.name, "lost (Ready is Unknown)", node.ready_since)
+    if node.ready != "True":
+        return NodeProblem(node.name, "NotReady", node.ready_since)
+    tainted = [t for t in node.taints if t.effect in _NO_SCHEDULE]
     if not node.schedulable:
-        return "NotReady or cordoned"
-    tainted = [f"{t.key}:{t.effect}" for t in node.taints if t.effect in _NO_SCHEDULE]
-    return f"tainted {', '.join(tainted)}" if tainted else None
+        return NodeProblem(node.name, "cordoned")
+    if not tainted:
+        return None
+    since = min((t.added for t in tainted if t.added), default="")
+    return NodeProblem(
+        node.name, f"tainted {', '.join(f'{t.key}:{t.effect}' for t in tainted)}", since
+    )

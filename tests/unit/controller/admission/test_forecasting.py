@@ -379,3 +379,34 @@ def test_the_pool_view_counts_teams_domains_unusable_nodes_and_the_queue_head() 
         ("/".join(waiting), 1, "WaitingForQuota")
     ]
     assert (view.total_gpus, view.used_gpus) == (40 * G, 16 * G)
+
+
+def test_the_pool_view_says_why_and_since_when_each_unusable_node_is_unusable() -> None:
+    def with_ready(name: str, status: str) -> dict[str, Any]:
+        raw = node(name)
+        raw["status"]["conditions"] = [
+            {"type": "Ready", "status": status, "lastTransitionTime": "2026-11-26T10:00:00Z"}
+        ]
+        return raw
+
+    cordoned = node("cordoned")
+    cordoned["spec"]["unschedulable"] = True
+    evicting = node(
+        "evicting",
+        taints=[
+            {"key": "a", "effect": "NoSchedule"},
+            {"key": "b", "effect": "NoExecute", "timeAdded": "2026-11-26T11:00:00Z"},
+        ],
+    )
+    nodes = [node("fine"), with_ready("lost", "Unknown"), with_ready("sick", "False"), cordoned]
+    admitter, _ = make([*nodes, evicting])
+
+    snapshot, _ = admitter.snapshot()
+    view = pool_view(snapshot)
+
+    assert [(n.node, n.reason, n.since) for n in view.unusable_nodes] == [
+        ("cordoned", "cordoned", ""),
+        ("evicting", "tainted a:NoSchedule, b:NoExecute", "2026-11-26T11:00:00Z"),
+        ("lost", "lost (Ready is Unknown)", "2026-11-26T10:00:00Z"),
+        ("sick", "NotReady", "2026-11-26T10:00:00Z"),
+    ]
