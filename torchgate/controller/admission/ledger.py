@@ -23,19 +23,27 @@ Rules:
    victims (neither counted nor chosen again while their pods are there).
 4. **Capacity** (``free``): allocatable plus free GPU devices (``devices``), minus live pods,
    minus reservations not yet observed, minus holds, in milli-units and never below zero.
+   ``changed_free`` gives it only for the nodes it may have changed on since it was last asked (a
+   pod or node event there, a change of its free devices (``set_devices``) or of a claimed pod's
+   count (``recount_claims``), or a reservation or hold there now or then), so the admitter's
+   capacity view follows events, not the pool.
 5. **Gangs holding capacity** (``holding``): running gangs (never victims) with the priority
    their reconcile reports (``note``) and their admission time, reservations and holds at
-   ``preemption.HELD_PRIORITY``; quota counts them and preemption may choose from them.
+   ``preemption.HELD_PRIORITY``; quota counts them and preemption may choose from them. A running
+   gang's record is rebuilt only when its pods, priority, GPU sources, admission time or team
+   changed.
 6. **Claimed GPUs**: a torchgate pod's GPUs claimed through DRA (``units.pod_units`` with what
    its job's policy counts as GPUs, ``note``) count on its node and against quota exactly as
    when its gang waited, from the moment the pod is seen, allocated or not; so device capacity
    (``devices``, from ResourceSlices: ``slices.free_devices``) does not take the devices of
-   claims whose pods' units count them (``units_of``) again, and nothing is counted twice.
+   claims whose pods' units count them (``units_of``) again, and nothing is counted twice. When
+   the claims, templates or classes they are counted from change, ``recount_claims`` counts
+   them again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -107,20 +115,33 @@ class CapacityLedger:
         # When this process admitted the job (wall clock; pods' creation seconds after a restart).
         self.admitted_at: dict[JobKey, float] = {}
         self._topology: tuple[tuple[str, ...], Topology] | None = None
+        self.nodes_version = 0  # bumps whenever a node's view changes (what eligibility reads)
+        self.devices_version = 0  # bumps when which nodes have free devices of a key changes
+        self._dirty: set[str] = set()  # nodes with a pod or node event since ``changed_free``
+        self._claimed: set[str] = set()  # nodes reserved or held at the last ``changed_free``
+        self._running: dict[JobKey, tuple[str | None, Admitted]] = {}  # ``holding``'s, by job
+        self._stale: set[JobKey] = set()  # jobs whose ``_running`` record may be out of date
 
     # ------------------------------------------------------------------ rule 1: the cluster
 
     def on_node(self, kind: str, node: Mapping[str, Any]) -> bool:
         """A node was added, changed or deleted; whether that changes what the cycle sees."""
         name = str((node.get("metadata") or {}).get("name") or "")
+        before = self.nodes.get(name)
         if kind == "DELETED":
             self.nodes.pop(name, None)
         else:
             view = node_view(node)
-            if view is None or self.nodes.get(name) == view:
+            if view is None or before == view:
                 return False
             self.nodes[name] = view
+            if before is not None and before.labels == view.labels:
+                self.nodes_version += 1
+                self._dirty.add(name)
+                return True  # the same node set and labels: the domain tree stands
         self._topology = None
+        self.nodes_version += 1
+        self._dirty.add(name)
         return True
 
     def on_pod(self, key: PodKey, pod: Mapping[str, Any] | None) -> bool:
@@ -129,8 +150,10 @@ class CapacityLedger:
         self.claim_specs.pop(key, None)
         if before is not None:
             subtract(self.used.setdefault(before[0], {}), before[1])
+            self._dirty.add(before[0])
             member = self.members.pop(key, None)
             if member is not None:
+                self._stale.add(member.job)
                 gang = self.gangs.get(member.job)
                 if gang is not None:
                     gang.discard(key)
@@ -145,7 +168,9 @@ class CapacityLedger:
                 after = (after[0], self._units_of(key, member.job))
             self.pods[key] = after
             add(self.used.setdefault(after[0], {}), after[1])
+            self._dirty.add(after[0])
             if member is not None:
+                self._stale.add(member.job)
                 self.members[key] = member
                 self.gangs.setdefault(member.job, set()).add(key)
         return before is not None and before != after
@@ -169,16 +194,61 @@ class CapacityLedger:
         if self.gpu_sources.get(key) != gpus:
             self.gpu_sources[key] = gpus
             for pod in self.gangs.get(key, ()):
-                if pod in self.claim_specs and pod in self.pods:
-                    node, units = self.pods[pod]
-                    subtract(self.used.setdefault(node, {}), units)
-                    self.pods[pod] = (node, self._units_of(pod, key))
-                    add(self.used[node], self.pods[pod][1])
+                self._recount(pod, key)
+        self._stale.add(key)
 
     def _units_of(self, pod: PodKey, job: JobKey) -> Units:
         """A pod's requests with its claimed GPUs (rule 6; none before its job is noted)."""
         sources = self.gpu_sources.get(job)
         return pod_units(self.claim_specs[pod], sources, self.claims_for(pod[0]))
+
+    def _recount(self, pod: PodKey, job: JobKey) -> None:
+        """Count a claimed pod's units again; its node and gang changed if they differ."""
+        if pod not in self.claim_specs or pod not in self.pods:
+            return
+        node, units = self.pods[pod]
+        counted = self._units_of(pod, job)
+        if counted == units:
+            return
+        subtract(self.used.setdefault(node, {}), units)
+        self.pods[pod] = (node, counted)
+        add(self.used[node], counted)
+        self._dirty.add(node)
+        self._stale.add(job)
+
+    def recount_claims(self) -> None:
+        """Count every claimed pod again: its claims, templates or classes changed (rule 6)."""
+        for pod in list(self.claim_specs):
+            member = self.members.get(pod)
+            if member is not None:
+                self._recount(pod, member.job)
+
+    def set_devices(self, devices: Mapping[str, Mapping[str, int]]) -> bool:
+        """The nodes' free GPU devices (rule 4); whether any node's changed.
+
+        A node whose devices changed is reported by ``changed_free``; ``devices_version`` bumps
+        when a node gains or loses every device of a key (what ``topology.gpu_free_nodes`` reads),
+        so nothing read from the devices is kept past the change.
+        """
+        kept = {name: dict(units) for name, units in devices.items() if units}
+        changed = {
+            name
+            for name in self.devices.keys() | kept.keys()
+            if self.devices.get(name) != kept.get(name)
+        }
+        if not changed:
+            return False
+        if _with_devices(self.devices) != _with_devices(kept):
+            self.devices_version += 1
+        self.devices = kept
+        self._dirty |= changed
+        return True
+
+    def capacity_of(self, name: str) -> dict[str, int]:
+        """A node's allocatable with its free GPU devices (what an empty node could hold)."""
+        left = dict(self.nodes[name].allocatable)
+        add(left, self.devices.get(name, {}))
+        return left
 
     # ------------------------------------------------------------------ rules 2-3: outcomes
 
@@ -186,6 +256,7 @@ class CapacityLedger:
         """Promise the job's gang its nodes until the ledger has its pods (rule 2)."""
         self.reservations[key] = reservation
         self.admitted_at[key] = admitted_at
+        self._stale.add(key)
 
     def reservation_for(self, key: JobKey, uid: str) -> Mapping[str, str] | None:
         """Where the job's pods go, when capacity is reserved for it."""
@@ -203,14 +274,17 @@ class CapacityLedger:
     def release(self, key: JobKey) -> None:
         """Drop the job's reservation: its pods were deleted, so it no longer describes them."""
         self.reservations.pop(key, None)
+        self._stale.add(key)
 
     def hold(self, key: JobKey, reservation: Reservation, victims: tuple[JobKey, ...]) -> None:
         """Keep the preemptor's nodes while ``victims`` are evicted (rule 3)."""
         pods = frozenset(pod for victim in victims for pod in self.gangs.get(victim, ()))
         self.holds[key] = Hold(reservation=reservation, victims=victims, victim_pods=pods)
+        self._stale.add(key)
         for victim in victims:
             self.evicting[victim] = key
             self.reservations.pop(victim, None)
+            self._stale.add(victim)
 
     def victim_pods_left(self, key: JobKey) -> list[PodKey]:
         """The pods of the hold's victims that are still there."""
@@ -233,6 +307,7 @@ class CapacityLedger:
     def give_up(self, key: JobKey) -> None:
         """Drop the hold; its victims stay victims while their pods are there (rule 3)."""
         del self.holds[key]
+        self._stale.add(key)
 
     def preempted_by(self, key: JobKey) -> JobKey | None:
         """The preemptor when the job's gang was chosen as a victim and is being evicted."""
@@ -241,6 +316,7 @@ class CapacityLedger:
     def end_eviction(self, key: JobKey) -> None:
         """A victim asks again (its pods are gone): it is a job like any other."""
         self.evicting.pop(key, None)
+        self._stale.add(key)
 
     def forget(self, key: JobKey) -> bool:
         """The job is gone, finished, suspended or not ours; whether it held capacity."""
@@ -251,6 +327,7 @@ class CapacityLedger:
         self.gpu_sources.pop(key, None)
         self.priorities.pop(key, None)
         self.admitted_at.pop(key, None)
+        self._stale.add(key)
         return changed
 
     # ------------------------------------------------------------------ rules 4-5: for the cycle
@@ -264,10 +341,25 @@ class CapacityLedger:
         the next gang would be placed on GPUs kube-scheduler knows are taken. A hold counts in
         full (on top of the victims' pods still there), so nothing else takes its nodes.
         """
+        return self._free_of(self.nodes)
+
+    def changed_free(self) -> dict[str, dict[str, int]]:
+        """``free`` of the nodes it may differ on since the last call (rule 4).
+
+        Those are the nodes with a pod or node event since, and the nodes reservations and holds
+        claim now or claimed then (a reservation counts until its pods are seen, a hold until
+        it settles, and either may be dropped meanwhile).
+        """
+        claimed = {node for r in self.reservations.values() for node in r.nodes.values()}
+        claimed |= {node for h in self.holds.values() for node in h.reservation.nodes.values()}
+        names = self._dirty | claimed | self._claimed
+        self._dirty, self._claimed = set(), claimed
+        return self._free_of(name for name in names if name in self.nodes)
+
+    def _free_of(self, names: Iterable[str]) -> dict[str, dict[str, int]]:
         free: dict[str, dict[str, int]] = {}
-        for name, view in self.nodes.items():
-            left = dict(view.allocatable)
-            add(left, self.devices.get(name, {}))
+        for name in names:
+            left = self.capacity_of(name)
             subtract(left, self.used.get(name, {}))
             free[name] = left
         settled: list[JobKey] = []
@@ -283,6 +375,7 @@ class CapacityLedger:
                 settled.append(key)
         for key in settled:
             del self.reservations[key]
+            self._stale.add(key)
         for hold in self.holds.values():
             for pod, node_name in hold.reservation.nodes.items():
                 if node_name in free:
@@ -298,40 +391,76 @@ class CapacityLedger:
 
     def holding(self, owner: Mapping[str, str], wall: float) -> list[Admitted]:
         """Every gang holding capacity: running gangs, reservations and holds (rule 5)."""
-        gangs: dict[JobKey, tuple[dict[str, str], dict[str, Units], int, float]] = {}
-        for job, pods in self.gangs.items():
-            if job in self.evicting:
-                continue  # going away: neither counted nor chosen again
-            members = [self.members[pod] for pod in pods]
-            created = [m.created for m in members if m.created is not None]
-            gangs[job] = (
-                {pod[1]: self.pods[pod][0] for pod in pods},
-                {pod[1]: self.pods[pod][1] for pod in pods},
-                self.priorities.get(job, max(m.priority for m in members)),
-                self.admitted_at.get(job, min(created) if created else 0.0),
-            )
         held = [(k, r) for k, r in self.reservations.items()]
         held += [(k, h.reservation) for k, h in self.holds.items()]
+        claimed = {job for job, _ in held}
+        out: dict[JobKey, Admitted] = {}
+        for job in self.gangs:
+            if job in self.evicting:
+                continue  # going away: neither counted nor chosen again
+            if job not in claimed:
+                out[job] = self._running_gang(job, owner.get(job[0]))
+        merged: dict[JobKey, tuple[dict[str, str], dict[str, Units]]] = {}
         for job, reservation in held:
-            nodes, requests, _, _ = gangs.get(job, ({}, {}, 0, wall))
-            nodes = {**reservation.nodes, **nodes}
-            requests = {**reservation.requests, **requests}
-            gangs[job] = (nodes, requests, HELD_PRIORITY, wall)
-        out = []
-        for job, (nodes, requests, priority, started) in sorted(gangs.items()):
-            gpus = self.gpu_sources.get(job, _DEFAULT_GPUS)
-            out.append(
-                Admitted(
-                    key=job,
-                    team=owner.get(job[0]),
-                    priority=priority,
-                    usage=quota_usage(requests.values(), gpus),
-                    admitted_at=started,
-                    nodes=nodes,
-                    requests=requests,
-                )
-            )
-        return out
+            if job in merged:  # reserved and held: the later one on top of the earlier
+                nodes, requests = merged[job]
+            else:
+                pods = self.gangs.get(job, set()) if job not in self.evicting else set()
+                nodes = {pod[1]: self.pods[pod][0] for pod in pods}
+                requests = {pod[1]: self.pods[pod][1] for pod in pods}
+            nodes, requests = {**reservation.nodes, **nodes}, {**reservation.requests, **requests}
+            merged[job] = nodes, requests
+            out[job] = self._admitted(job, owner.get(job[0]), nodes, requests, HELD_PRIORITY, wall)
+        for job in self._stale - self.gangs.keys():
+            self._running.pop(job, None)
+        self._stale.clear()
+        return [out[job] for job in sorted(out)]
+
+    def _running_gang(self, job: JobKey, team: str | None) -> Admitted:
+        """A running gang's record, rebuilt only when it may have changed."""
+        known = self._running.get(job)
+        if known is not None and job not in self._stale and known[0] == team:
+            return known[1]
+        pods = self.gangs[job]
+        members = [self.members[pod] for pod in pods]
+        created = [m.created for m in members if m.created is not None]
+        record = self._admitted(
+            job,
+            team,
+            {pod[1]: self.pods[pod][0] for pod in pods},
+            {pod[1]: self.pods[pod][1] for pod in pods},
+            self.priorities.get(job, max(m.priority for m in members)),
+            self.admitted_at.get(job, min(created) if created else 0.0),
+        )
+        self._running[job] = (team, record)
+        return record
+
+    def _admitted(
+        self,
+        job: JobKey,
+        team: str | None,
+        nodes: dict[str, str],
+        requests: dict[str, Units],
+        priority: int,
+        started: float,
+    ) -> Admitted:
+        gpus = self.gpu_sources.get(job, _DEFAULT_GPUS)
+        return Admitted(
+            key=job,
+            team=team,
+            priority=priority,
+            usage=quota_usage(requests.values(), gpus),
+            admitted_at=started,
+            nodes=nodes,
+            requests=requests,
+        )
+
+
+def _with_devices(devices: Mapping[str, Mapping[str, int]]) -> frozenset[tuple[str, str]]:
+    """The (node, resource key) pairs with a free device."""
+    return frozenset(
+        (node, key) for node, units in devices.items() for key, n in units.items() if n > 0
+    )
 
 
 def pod_usage(pod: Mapping[str, Any]) -> tuple[str, Units] | None:
