@@ -81,6 +81,8 @@ CALLS: dict[tuple[str, str, str, str], str] = {
     ("webhook", "resource.k8s.io", "resourceclaims", "watch"): "informer",
     ("webhook", "resource.k8s.io", "resourceclaimtemplates", "list"): "informer",
     ("webhook", "resource.k8s.io", "resourceclaimtemplates", "watch"): "informer",
+    ("webhook", "resource.k8s.io", "resourceclaimtemplates", "get"): "one the caches miss",
+    ("webhook", "resource.k8s.io", "resourceclaims", "get"): "one the caches miss",
     ("webhook", "", "events", "create"): "invalid policy, namespace default",
     # certs/store.py
     ("certs", "", "secrets", "get"): "read_secret",

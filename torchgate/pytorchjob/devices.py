@@ -41,6 +41,11 @@ Rules (each one function):
    plus the GPUs of every pod-level claim (a claim's devices are allocated to the pod whether or
    not a container names it). What a pod takes from its node and quota is ``units.pod_units``:
    kube-scheduler's effective request, whose claimed part is this module's count too.
+6. ``unseen_sources``: the ResourceClaims and templates a job's pod templates name that a
+   lookup which has listed (``complete``) does not see. A cache may not have seen an object the
+   apiserver already has (``kubectl apply -f dir/`` creates the template and the job together),
+   so the webhook reads these live before it refuses one (``ConfirmedClaims`` answers with what
+   that read found).
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final, Protocol
 
-from torchgate.pytorchjob.spec import container_requests
+from torchgate.pytorchjob.spec import container_requests, pod_spec_of
 
 _OBJECT: Final = (dict, Mapping)
 
@@ -116,6 +121,29 @@ class SeenClaims:
 
 # A caller that watches no claims: it sees none, and cannot say that one does not exist.
 NO_CLAIMS: Final = SeenClaims(complete=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmedClaims:
+    """A cache's lookup with the objects it missed but a live read found (rule 6).
+
+    ``found``: claim specs by ``(kind, name)`` read from the apiserver; ``complete`` is false
+    when a live read could not answer (then an object neither sees is "not seen", not missing).
+    """
+
+    seen: ClaimLookup
+    found: Mapping[tuple[str, str], Mapping[str, Any]]
+    complete: bool
+
+    @property
+    def class_resources(self) -> Mapping[str, str | None]:
+        """The cache's DeviceClasses."""
+        return self.seen.class_resources
+
+    def spec(self, kind: str, name: str) -> Mapping[str, Any] | None:
+        """What the live read found, else what the cache holds."""
+        found = self.found.get((kind, name))
+        return found if found is not None else self.seen.spec(kind, name)
 
 
 def claim_spec_of(kind: str, raw: object) -> Mapping[str, Any] | None:
@@ -325,3 +353,24 @@ def pod_gpus(
         if isinstance(container, _OBJECT):
             claimed += _extended_gpus(container, sources)
     return claimed
+
+
+# ------------------------------------------------------------------ rule 6: not seen yet
+
+
+def unseen_sources(job: object, claims: ClaimLookup) -> list[tuple[str, str]]:
+    """The claim sources a job's pod templates name that a listed ``claims`` does not see (rule 6).
+
+    ``(kind, name)`` once each, in order; none before the lookup has listed.
+    """
+    if not claims.complete:
+        return []
+    spec = job.get("spec") if isinstance(job, _OBJECT) else None
+    replicas = spec.get("pytorchReplicaSpecs") if isinstance(spec, _OBJECT) else None
+    out: list[tuple[str, str]] = []
+    for replica in replicas.values() if isinstance(replicas, _OBJECT) else ():
+        template = replica.get("template") if isinstance(replica, _OBJECT) else None
+        for source in pod_claims(pod_spec_of(template)).values():
+            if source not in out and claims.spec(*source) is None:
+                out.append(source)
+    return out

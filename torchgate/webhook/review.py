@@ -99,7 +99,7 @@ def mutate(
     if not _is_ours(request) or request.get("operation") not in ("CREATE", "UPDATE"):
         return respond(review, allowed=True)
     job = request["object"]
-    namespace = _namespace(request)
+    namespace = namespace_of(request)
     policy = policy_for(namespace)
     claims = claims_for(namespace) if claims_for is not None else NO_CLAIMS
     old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
@@ -126,7 +126,7 @@ def validate(
     if not _is_ours(request) or operation not in ("CREATE", "UPDATE"):
         return respond(review, allowed=True)
     job = request["object"]
-    namespace = _namespace(request)
+    namespace = namespace_of(request)
     policy = policy_for(namespace)
     team = team_for(namespace) if team_for is not None else None
     claims = claims_for(namespace) if claims_for is not None else NO_CLAIMS
@@ -150,7 +150,7 @@ def forecast_subject(review: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     metadata = job.get("metadata")
     metadata = dict(metadata) if isinstance(metadata, Mapping) else {}
-    metadata["namespace"] = _namespace(request)
+    metadata["namespace"] = namespace_of(request)
     return {**job, "metadata": metadata}
 
 
@@ -238,7 +238,8 @@ def _is_ours(request: Mapping[str, Any]) -> bool:
     )
 
 
-def _namespace(request: Mapping[str, Any]) -> str:
+def namespace_of(request: Mapping[str, Any]) -> str:
+    """The namespace a review's object is in (``default`` when it names none)."""
     namespace = request.get("namespace")
     if isinstance(namespace, str) and namespace:
         return namespace

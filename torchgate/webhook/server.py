@@ -39,10 +39,12 @@ from torchgate.webhook.forecastclient import ForecastClient
 from torchgate.webhook.policysource import PolicyCache
 from torchgate.webhook.review import (
     BadReview,
+    ClaimsLookup,
     PolicyLookup,
     forecast_subject,
     internal_error,
     mutate,
+    namespace_of,
     parse_review,
     validate,
     with_warning,
@@ -53,7 +55,7 @@ log = logging.getLogger("torchgate.webhook")
 # controller-runtime's limit; an AdmissionReview carries the object and, on UPDATE, the old one.
 MAX_BODY_BYTES = 7 * 1024 * 1024
 SERVER_TIME_HEADER = "X-Torchgate-Server-Time"
-Decision = Callable[[Mapping[str, Any], PolicyLookup], dict[str, Any]]
+Decision = Callable[[Mapping[str, Any], PolicyLookup, ClaimsLookup], dict[str, Any]]
 
 
 class Metrics:
@@ -156,11 +158,21 @@ class _Routes:
     async def validate(self, request: web.Request) -> web.Response:
         return await self._review(request, "validate", self._validate, forecast=True)
 
-    def _mutate(self, review: Mapping[str, Any], policy_for: PolicyLookup) -> dict[str, Any]:
-        return mutate(review, policy_for, self.cache.claims_for)
+    def _mutate(
+        self, review: Mapping[str, Any], policy_for: PolicyLookup, claims_for: ClaimsLookup
+    ) -> dict[str, Any]:
+        return mutate(review, policy_for, claims_for)
 
-    def _validate(self, review: Mapping[str, Any], policy_for: PolicyLookup) -> dict[str, Any]:
-        return validate(review, policy_for, self.cache.team_for, self.cache.claims_for)
+    def _validate(
+        self, review: Mapping[str, Any], policy_for: PolicyLookup, claims_for: ClaimsLookup
+    ) -> dict[str, Any]:
+        return validate(review, policy_for, self.cache.team_for, claims_for)
+
+    async def _claims_for(self, review: Mapping[str, Any]) -> ClaimsLookup:
+        """What the review sees of DRA: the caches, and a live read of what they miss."""
+        request = review["request"]
+        claims = await self.cache.confirm_claims(namespace_of(request), request.get("object"))
+        return lambda namespace: claims
 
     async def _review(
         self, request: web.Request, route: str, decide: Decision, *, forecast: bool = False
@@ -177,7 +189,8 @@ class _Routes:
         if asked is not None:
             await asyncio.sleep(0)  # let the request go out before the rules take the CPU
         try:
-            answer = decide(review, self.cache.policy_for)
+            claims_for = await self._claims_for(review)
+            answer = decide(review, self.cache.policy_for, claims_for)
             outcome = "allowed" if answer["response"]["allowed"] else "denied"
         except Exception:
             uid = review["request"]["uid"]

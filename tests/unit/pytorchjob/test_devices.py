@@ -23,12 +23,15 @@ from torchgate.pytorchjob.devices import (
     NO_CLAIMS,
     RESOURCE_CLAIM,
     RESOURCE_CLAIM_TEMPLATE,
+    ConfirmedClaims,
     GpuSources,
+    SeenClaims,
     claim_gpus,
     container_gpus,
     gpu_sources,
     pod_gpus,
     request_gpus,
+    unseen_sources,
 )
 from torchgate.pytorchjob.fieldpath import ErrorType
 from torchgate.pytorchjob.policy import parse_policy
@@ -143,3 +146,31 @@ def test_the_policy_lists_gpu_device_classes() -> None:
     assert listed.gpus(EIGHT) == DRA
     _, errors = parse_policy(policy(gpuDeviceClasses=GPU_CLASS))
     assert [(e.type, e.field) for e in errors] == [(ErrorType.INVALID, "spec.gpuDeviceClasses")]
+
+
+def _job_claiming(*claims: tuple[str, str, str]) -> dict[str, Any]:
+    pod = {"template": {"spec": claiming_pod(*claims)}}
+    return {"spec": {"pytorchReplicaSpecs": {"Master": pod, "Worker": pod}}}
+
+
+def test_sources_a_listed_lookup_misses_are_named_once_in_order() -> None:
+    raw = _job_claiming(
+        ("a", RESOURCE_CLAIM_TEMPLATE, "missing"),
+        ("b", RESOURCE_CLAIM_TEMPLATE, "eight"),
+        ("c", RESOURCE_CLAIM, "gone"),
+    )
+    assert unseen_sources(raw, EIGHT) == [
+        (RESOURCE_CLAIM_TEMPLATE, "missing"),
+        (RESOURCE_CLAIM, "gone"),
+    ]
+    assert unseen_sources(raw, SeenClaims(complete=False)) == []  # not listed: none is missing
+
+
+def test_confirmed_claims_answer_with_what_the_live_read_found() -> None:
+    found = {(RESOURCE_CLAIM_TEMPLATE, "late"): {"devices": {"requests": []}}}
+    confirmed = ConfirmedClaims(EIGHT, found, complete=True)
+    assert confirmed.spec(RESOURCE_CLAIM_TEMPLATE, "late") == {"devices": {"requests": []}}
+    assert confirmed.spec(RESOURCE_CLAIM_TEMPLATE, "eight") == EIGHT.spec(
+        RESOURCE_CLAIM_TEMPLATE, "eight"
+    )
+    assert confirmed.spec(RESOURCE_CLAIM_TEMPLATE, "nowhere") is None

@@ -14,7 +14,8 @@ Rules (each one function):
    (``spec.resourceClaims[j].name``).
 2. ``claim_sources``: a pod-level claim names a ResourceClaimTemplate or ResourceClaim that exists
    in the job's namespace; when the webhook has not listed them yet (or does not watch them), a
-   warning says it could not check.
+   warning says it could not check. The lookup it is given has already read live what the
+   listed caches miss (``devices.unseen_sources``), so a miss here is a true absence.
 3. ``shared_claim``: a ResourceClaim (not a template) in a replica of more than one pod would be
    shared by all its pods and force them onto one node; only a template gives each pod its own.
 4. ``countable_gpus``: a claimed GPU count must be known before allocation (``exactly.count``):
