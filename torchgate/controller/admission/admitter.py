@@ -140,6 +140,7 @@ class Admitter:
         self.team_status: dict[str, dict[str, int]] = {}
         self.cycles = 0
         self._wake = asyncio.Event()
+        self._claims_changed = False  # claims, templates or classes changed since the last read
         # Kept between cycles (``cycle``): the capacity view, updated from the ledger's changes;
         # node eligibility, until a node changes; each waiting gang's facts, until it asks
         # anew or what they were read from changes.
@@ -162,10 +163,11 @@ class Admitter:
     def on_claims(self, kind: str, obj: dict[str, Any], _: dict[str, Any] | None) -> None:
         """Handler of the claim, template and DeviceClass informers: claimed pods count again.
 
-        What a claimed pod counts (``ledger`` rule 6) is read from these; the free devices are
-        read again by the next cycle (``set_devices``).
+        What a claimed pod counts (``ledger`` rule 6) is read from these: the next cycle counts
+        claimed pods again, once for every event since (a wave of pods makes a wave of claims),
+        then reads the free devices (``set_devices``).
         """
-        self.ledger.recount_claims()
+        self._claims_changed = True
         self.wake()
 
     def jobs_on(self, node: str) -> set[JobKey]:
@@ -396,11 +398,14 @@ class Admitter:
     # ------------------------------------------------------------------ facts of a cycle
 
     def _read_devices(self) -> None:
-        """Read the free GPU devices (ResourceSlices minus claims) afresh.
+        """Count claimed pods again if their claims changed; read the free GPU devices afresh.
 
         The ledger reports the nodes whose devices changed (``set_devices``), so the capacity
         view kept across cycles follows them.
         """
+        if self._claims_changed:
+            self._claims_changed = False
+            self.ledger.recount_claims()
         if self.device_capacity is not None:
             self.ledger.set_devices(self.device_capacity(self.ledger.units_of))
 
