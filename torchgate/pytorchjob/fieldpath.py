@@ -9,6 +9,7 @@ already know how to read those, and tests can compare ``(type, path)`` pairs ins
 from __future__ import annotations
 
 import enum
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -78,15 +79,23 @@ class FieldPath:
         return FieldPath((*self.segments, index), (*self.keyed, False))
 
     def __str__(self) -> str:
-        out: list[str] = []
-        for segment, is_key in zip(self.segments, self.keyed, strict=True):
-            if is_key or isinstance(segment, int):
-                out.append(f"[{segment}]")
-            elif out:
-                out.append(f".{segment}")
-            else:
-                out.append(segment)
-        return "".join(out)
+        return _render_path(self.segments, self.keyed)
+
+
+# Every review renders the paths of its warnings (the mutating route a dozen or more), and the
+# same few paths (Master/Worker, container 0, runPolicy fields) recur in every job of a shape:
+# rendering each distinct path once instead of once per warning is most of a warning's cost.
+@functools.lru_cache(maxsize=4096)
+def _render_path(segments: tuple[str | int, ...], keyed: tuple[bool, ...]) -> str:
+    out: list[str] = []
+    for segment, is_key in zip(segments, keyed, strict=True):
+        if is_key or isinstance(segment, int):
+            out.append(f"[{segment}]")
+        elif out:
+            out.append(f".{segment}")
+        else:
+            out.append(segment)
+    return "".join(out)
 
 
 @dataclass(frozen=True, slots=True)
