@@ -368,14 +368,24 @@ def container_requests(
         values = resources.get(section)
         if not isinstance(values, _OBJECT):
             continue
+        if only is not None:  # one lookup, not a walk of every resource
+            amount = _quantity_or_none(values.get(only))  # absent: None, not a quantity
+            if amount is not None:
+                out[only] = amount
+            continue
         for name, quantity in values.items():
-            if only is not None and name != only:
-                continue
             try:
                 out[str(name)] = parse_quantity(quantity)
             except QuantityError:
                 continue
     return out
+
+
+def _quantity_or_none(value: object) -> Decimal | None:
+    try:
+        return parse_quantity(value)
+    except QuantityError:
+        return None
 
 
 def pod_requests(pod_spec: Mapping[str, Any], *, only: str | None = None) -> dict[str, Decimal]:
@@ -394,7 +404,7 @@ def pod_requests(pod_spec: Mapping[str, Any], *, only: str | None = None) -> dic
             elif amount > total.get(name, Decimal(0)):
                 total[name] = amount
     overhead = pod_spec.get("overhead")
-    if isinstance(overhead, _OBJECT):
+    if overhead is not None and isinstance(overhead, _OBJECT):  # None: no ABC check
         for name, quantity in overhead.items():
             if only is not None and name != only:
                 continue

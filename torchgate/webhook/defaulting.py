@@ -83,9 +83,18 @@ class _Editor:
         if node is None:
             parent = self._writable(tokens[:-1])
             node = parent[tokens[-1]]
-            node = dict(node) if isinstance(node, _OBJECT) else list(node)
+            node = list(node) if isinstance(node, list) else dict(node)
             parent[tokens[-1]] = node
             self._copies[tokens] = node
+        return node
+
+    def get(self, tokens: tuple[Token, ...]) -> Any:
+        """The node at ``tokens`` in the edited tree (read only)."""
+        node = self._copies.get(tokens)
+        if node is None:
+            node = self.root
+            for token in tokens:
+                node = node[token]
         return node
 
     def set(self, parent: tuple[Token, ...], key: str, value: Any) -> None:
@@ -132,6 +141,69 @@ def _path(tokens: Sequence[Token]) -> FieldPath:
             path = path.child(token)
         previous = token
     return path
+
+
+_RUN_POLICY_REASONS: Final = {
+    "cleanPodPolicy": "pods still running when the job ends are deleted",
+    "managedBy": "the Kubeflow training-operator leaves this job alone",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _PolicyView:
+    """What defaulting derives from a policy alone, built once per policy, not per review."""
+
+    source: str  # how warnings and errors name the policy
+    node_selector: tuple[tuple[str, str], ...]  # sorted, the order the patch adds them in
+    rdma: frozenset[str]
+    shared_memory: str  # the size limit as the warning shows it
+    # (field, value, warning) of each run-policy default, in the order they are added.
+    run_policy: tuple[tuple[str, Any, str], ...]
+
+    @classmethod
+    def of(cls, policy: PlacementPolicy) -> _PolicyView:
+        """The view of ``policy``."""
+        defaults = policy.job_defaults
+        wanted: dict[str, Any] = {"cleanPodPolicy": defaults.clean_pod_policy}
+        if defaults.backoff_limit is not None:
+            wanted["backoffLimit"] = defaults.backoff_limit
+        if defaults.ttl_seconds_after_finished is not None:
+            wanted["ttlSecondsAfterFinished"] = defaults.ttl_seconds_after_finished
+        if defaults.managed_by is not None:
+            wanted["managedBy"] = defaults.managed_by
+        run_policy = []
+        for key, value in wanted.items():
+            reason = f" ({_RUN_POLICY_REASONS[key]})" if key in _RUN_POLICY_REASONS else ""
+            run_policy.append((key, value, f"defaulted to {value}{reason}"))
+        return cls(
+            source=f"PlacementPolicy {policy.name}",
+            node_selector=tuple(sorted(policy.node_selector.items())),
+            rdma=frozenset(policy.rdma_resources),
+            shared_memory=policy.shared_memory_size_limit or "no size limit",
+            run_policy=tuple(run_policy),
+        )
+
+
+# Views by policy identity (a policy holds dicts, so it has no hash): the webhook serves a few
+# policies for a long time, each replaced as a whole when its object changes.
+_VIEWS: dict[int, tuple[PlacementPolicy, _PolicyView]] = {}
+_VIEWS_KEPT: Final = 64
+
+
+def _view_of(policy: PlacementPolicy) -> _PolicyView:
+    entry = _VIEWS.get(id(policy))
+    if entry is None or entry[0] is not policy:  # holding the policy keeps its id unique
+        if len(_VIEWS) >= _VIEWS_KEPT:
+            _VIEWS.clear()
+        entry = (policy, _PolicyView.of(policy))
+        _VIEWS[id(policy)] = entry
+    return entry[1]
+
+
+@functools.lru_cache(maxsize=4096)
+def _warning(tokens: tuple[Token, ...], text: str) -> FieldWarning:
+    """The warning about the field at ``tokens`` (immutable, so one object serves every job)."""
+    return FieldWarning(_path(tokens), text)
 
 
 def default_job(
@@ -189,6 +261,7 @@ class _JobDefaulter:
     def __init__(self, editor: _Editor, policy: PlacementPolicy, result: Defaulted) -> None:
         self.editor = editor
         self.policy = policy
+        self.view = _view_of(policy)
         self.result = result
         self.job: dict[str, Any] = editor.root
         metadata = self.job.get("metadata")
@@ -196,7 +269,7 @@ class _JobDefaulter:
         self.hosts = pinned_hosts(annotations)
 
     def warn(self, tokens: tuple[Token, ...], text: str) -> None:
-        self.result.warnings.append(FieldWarning(_path(tokens), text))
+        self.result.warnings.append(_warning(tokens, text))
 
     def run(self) -> None:
         specs = self.job["spec"].get("pytorchReplicaSpecs")
@@ -229,7 +302,7 @@ class _JobDefaulter:
             self.warn((*parent, canonical), f"renamed from {key!r}")
 
     def _default_replica(self, at: tuple[Token, ...]) -> None:
-        replica = self._get(at)
+        replica = self.editor.get(at)
         if "replicas" not in replica:
             self.editor.set(at, "replicas", 1)
             self.warn((*at, "replicas"), "defaulted to 1")
@@ -240,7 +313,7 @@ class _JobDefaulter:
         if not isinstance(template, _OBJECT) or not isinstance(template.get("spec"), _OBJECT):
             return
         pod_at = (*at, "template", "spec")
-        pod_spec = self._get(pod_at)
+        pod_spec = self.editor.get(pod_at)
         containers = pod_spec.get("containers")
         if not isinstance(containers, list):
             return
@@ -256,7 +329,7 @@ class _JobDefaulter:
         self._default_placement(pod_at)
 
     def _default_port(self, at: tuple[Token, ...]) -> None:
-        ports = self._get(at).get("ports")
+        ports = self.editor.get(at).get("ports")
         port = {"name": names.PORT_NAME, "containerPort": names.DEFAULT_PORT}
         if ports is None:
             self.editor.set(at, "ports", [port])
@@ -270,12 +343,12 @@ class _JobDefaulter:
 
     def _default_shared_memory(self, pod_at: tuple[Token, ...], pytorch: int) -> None:
         container_at = (*pod_at, "containers", pytorch)
-        mounts = self._get(container_at).get("volumeMounts")
+        mounts = self.editor.get(container_at).get("volumeMounts")
         if mounts is not None and not isinstance(mounts, list):
             return
         if any(isinstance(m, _OBJECT) and m.get("mountPath") == SHM_PATH for m in mounts or []):
             return
-        volumes = self._get(pod_at).get("volumes")
+        volumes = self.editor.get(pod_at).get("volumes")
         if volumes is not None and not isinstance(volumes, list):
             return
         taken = {v.get("name") for v in volumes or [] if isinstance(v, _OBJECT)}
@@ -297,21 +370,21 @@ class _JobDefaulter:
             self.editor.set(container_at, "volumeMounts", [mount])
         else:
             self.editor.append((*container_at, "volumeMounts"), mount)
-        size = self.policy.shared_memory_size_limit or "no size limit"
+        size = self.view.shared_memory
         self.warn(container_at, f"mounted a memory-backed emptyDir at {SHM_PATH} ({size})")
 
     def _default_ipc_lock(self, at: tuple[Token, ...], container: Mapping[str, Any]) -> None:
         resources = container.get("resources")
         if not isinstance(resources, _OBJECT):
             return
-        wanted = [
-            name
-            for section in ("limits", "requests")
-            if isinstance(resources.get(section), _OBJECT)
-            for name in resources[section]
-            if name in self.policy.rdma_resources
-        ]
-        if not wanted:
+        rdma = self.view.rdma
+        wanted = None  # the first RDMA resource asked for, limits before requests
+        for section in ("limits", "requests"):
+            values = resources.get(section)
+            if isinstance(values, _OBJECT) and not rdma.isdisjoint(values):
+                wanted = next(name for name in values if name in rdma)
+                break
+        if wanted is None:
             return
         context = container.get("securityContext")
         if context is None:
@@ -332,23 +405,23 @@ class _JobDefaulter:
             return
         self.warn(
             (*at, "securityContext", "capabilities", "add"),
-            f"added {IPC_LOCK} for {wanted[0]} (RDMA needs locked memory)",
+            f"added {IPC_LOCK} for {wanted} (RDMA needs locked memory)",
         )
 
     # ------------------------------------------------------------------ placement
 
     def _default_placement(self, pod_at: tuple[Token, ...]) -> None:
-        pod_spec = self._get(pod_at)
-        source = f"PlacementPolicy {self.policy.name}"
+        pod_spec = self.editor.get(pod_at)
+        source = self.view.source
         selector = pod_spec.get("nodeSelector")
-        if self.policy.node_selector and (selector is None or isinstance(selector, _OBJECT)):
+        if self.view.node_selector and (selector is None or isinstance(selector, _OBJECT)):
             added = []
-            for key, value in sorted(self.policy.node_selector.items()):
+            for key, value in self.view.node_selector:
                 current = (selector or {}).get(key)
                 if current is None:
                     if selector is None:
                         self.editor.set(pod_at, "nodeSelector", {key: value})
-                        selector = self._get(pod_at)["nodeSelector"]
+                        selector = self.editor.get(pod_at)["nodeSelector"]
                     else:
                         self.editor.set((*pod_at, "nodeSelector"), key, value)
                     added.append(f"{key}={value}")
@@ -369,7 +442,7 @@ class _JobDefaulter:
     def _default_tolerations(self, pod_at: tuple[Token, ...], source: str) -> None:
         if not self.policy.tolerations:
             return
-        current = self._get(pod_at).get("tolerations")
+        current = self.editor.get(pod_at).get("tolerations")
         if current is not None and not isinstance(current, list):
             return
         missing = [dict(t) for t in self.policy.tolerations if t not in (current or [])]
@@ -383,7 +456,7 @@ class _JobDefaulter:
         self.warn((*pod_at, "tolerations"), f"added {len(missing)} from {source}")
 
     def _pin_hosts(self, pod_at: tuple[Token, ...]) -> None:
-        pod_spec = self._get(pod_at)
+        pod_spec = self.editor.get(pod_at)
         expression = {"key": names.HOSTNAME_LABEL, "operator": "In", "values": list(self.hosts)}
         origin = f"annotation {names.ANNOTATION_HOSTS}"
         selector = pod_spec.get("nodeSelector")
@@ -457,27 +530,14 @@ class _JobDefaulter:
         run_policy = spec.get("runPolicy")
         if run_policy is not None and not isinstance(run_policy, _OBJECT):
             return
-        defaults = self.policy.job_defaults
-        wanted: dict[str, Any] = {"cleanPodPolicy": defaults.clean_pod_policy}
-        if defaults.backoff_limit is not None:
-            wanted["backoffLimit"] = defaults.backoff_limit
-        if defaults.ttl_seconds_after_finished is not None:
-            wanted["ttlSecondsAfterFinished"] = defaults.ttl_seconds_after_finished
-        if defaults.managed_by is not None:
-            wanted["managedBy"] = defaults.managed_by
-        reasons = {
-            "cleanPodPolicy": "pods still running when the job ends are deleted",
-            "managedBy": "the Kubeflow training-operator leaves this job alone",
-        }
         if run_policy is None:
             self.editor.set(("spec",), "runPolicy", {})
             run_policy = {}
         at = ("spec", "runPolicy")
-        for key, value in wanted.items():
+        for key, value, text in self.view.run_policy:
             if key not in run_policy:
                 self.editor.set(at, key, value)
-                reason = f" ({reasons[key]})" if key in reasons else ""
-                self.warn((*at, key), f"defaulted to {value}{reason}")
+                self.warn((*at, key), text)
         self._default_scheduling(at, run_policy)
 
     def _default_scheduling(self, at: tuple[Token, ...], run_policy: Mapping[str, Any]) -> None:
@@ -521,16 +581,10 @@ class _JobDefaulter:
         elastic = self.job["spec"].get("elasticPolicy")
         workers = counts.get(names.WORKER, 0)
         bounds = None
-        if isinstance(elastic, _OBJECT) and names.WORKER in counts:
+        if elastic is not None and isinstance(elastic, _OBJECT) and names.WORKER in counts:
             low, high = (_positive(elastic.get(key)) for key in ("minReplicas", "maxReplicas"))
             bounds = gang.elastic_bounds(low, high, workers=workers)
         size = gang.default_gang_size(
             masters=counts.get(names.MASTER, 0), workers=workers, elastic=bounds
         )
         return size if 0 < size <= gang.MAX_COUNT else None  # else not storable: no default
-
-    def _get(self, tokens: Sequence[Token]) -> Any:
-        node: Any = self.job
-        for token in tokens:
-            node = node[token]
-        return node
