@@ -17,7 +17,7 @@ import base64
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -28,6 +28,8 @@ from torchgate.webhook.defaulting import Defaulted, default_job
 from torchgate.webhook.validation import Team, validate_create, validate_update
 
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
+# isinstance() tries the exact JSON type first; the ABC check alone is several times slower.
+_OBJECT: Final = (dict, Mapping)
 PolicyLookup = Callable[[str], PlacementPolicy]
 TeamLookup = Callable[[str], Team | None]
 
@@ -200,7 +202,7 @@ def internal_error(review: Mapping[str, Any], message: str) -> dict[str, Any]:
 def _is_ours(request: Mapping[str, Any]) -> bool:
     kind = request.get("kind")
     return (
-        isinstance(kind, Mapping)
+        isinstance(kind, _OBJECT)
         and kind.get("group") == names.GROUP
         and kind.get("kind") == names.KIND
     )
@@ -211,8 +213,8 @@ def _namespace(request: Mapping[str, Any]) -> str:
     if isinstance(namespace, str) and namespace:
         return namespace
     job = request.get("object")
-    metadata = job.get("metadata") if isinstance(job, Mapping) else None
-    value = metadata.get("namespace") if isinstance(metadata, Mapping) else None
+    metadata = job.get("metadata") if isinstance(job, _OBJECT) else None
+    value = metadata.get("namespace") if isinstance(metadata, _OBJECT) else None
     return value if isinstance(value, str) and value else "default"
 
 
@@ -223,7 +225,7 @@ def _without_server_filled_uid(job: Any) -> Any:
     object its uid before it calls validating admission, so on this route a uid is never the
     user's (and a user's would have been overwritten). ``torchgate check`` still reports one.
     """
-    metadata = job.get("metadata") if isinstance(job, Mapping) else None
-    if not isinstance(metadata, Mapping) or "uid" not in metadata:
+    metadata = job.get("metadata") if isinstance(job, _OBJECT) else None
+    if not isinstance(metadata, _OBJECT) or "uid" not in metadata:
         return job
     return {**job, "metadata": {k: v for k, v in metadata.items() if k != "uid"}}

@@ -175,7 +175,7 @@ def read_job(
     counts = [replica.pods for replica in known]
     total = gang.total_replicas(c for c in counts if c is not None) if None not in counts else None
     elastic = spec.get("elasticPolicy")
-    elastic_policy = elastic if isinstance(elastic, OBJECT) else None
+    elastic_policy = elastic if elastic is not None and isinstance(elastic, OBJECT) else None
     metadata = job.get("metadata")
     return JobFacts(
         raw=job,
@@ -401,6 +401,8 @@ def unknown_fields(
     hint: Callable[[str], str] | None = None,
 ) -> list[Finding]:
     """A ``Forbidden`` error for every key of ``section`` not in ``known``."""
+    if known.issuperset(section):
+        return []
     found: list[Finding] = []
     for key in section:
         if key not in known:
