@@ -9,10 +9,9 @@ already know how to read those, and tests can compare ``(type, path)`` pairs ins
 from __future__ import annotations
 
 import enum
-import functools
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -60,6 +59,7 @@ class FieldPath:
     segments: tuple[str | int, ...] = ()
     # True for segments that are map keys (rendered ``[k]``); parallel to ``segments``.
     keyed: tuple[bool, ...] = ()
+    _text: str | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def root(cls, *names: str) -> FieldPath:
@@ -79,14 +79,17 @@ class FieldPath:
         return FieldPath((*self.segments, index), (*self.keyed, False))
 
     def __str__(self) -> str:
-        return _render_path(self.segments, self.keyed)
+        # A path renders once: warnings and errors of every review print the same few paths
+        # (defaulting and the rules share their path objects), and rendering is most of the
+        # cost of a warning. The text is kept beside the fields; it takes no part in equality.
+        text = self._text
+        if text is None:
+            text = _render(self.segments, self.keyed)
+            object.__setattr__(self, "_text", text)
+        return text
 
 
-# Every review renders the paths of its warnings (the mutating route a dozen or more), and the
-# same few paths (Master/Worker, container 0, runPolicy fields) recur in every job of a shape:
-# rendering each distinct path once instead of once per warning is most of a warning's cost.
-@functools.lru_cache(maxsize=4096)
-def _render_path(segments: tuple[str | int, ...], keyed: tuple[bool, ...]) -> str:
+def _render(segments: tuple[str | int, ...], keyed: tuple[bool, ...]) -> str:
     out: list[str] = []
     for segment, is_key in zip(segments, keyed, strict=True):
         if is_key or isinstance(segment, int):
@@ -131,10 +134,15 @@ class FieldWarning:
 
     path: FieldPath
     text: str
+    _rendered: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def render(self) -> str:
         """The AdmissionReview warning string (``torchgate: <path>: <text>``)."""
-        return f"torchgate: {self.path}: {self.text}"
+        rendered = self._rendered  # kept, like a path's text: warnings are often shared
+        if rendered is None:
+            rendered = f"torchgate: {self.path}: {self.text}"
+            object.__setattr__(self, "_rendered", rendered)
+        return rendered
 
 
 def render_warnings(warnings: Iterable[FieldWarning]) -> tuple[str, ...]:
