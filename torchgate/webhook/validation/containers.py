@@ -19,6 +19,8 @@ from torchgate.webhook.imageref import image_reference_problem, is_lone_placehol
 from torchgate.webhook.validation.facts import (
     NONE,
     OBJECT,
+    MEMO_TYPES,
+    USABLE_QUANTITIES,
     ContainerFacts,
     Finding,
     Findings,
@@ -31,6 +33,7 @@ from torchgate.webhook.validation.facts import (
     placeholder_hint,
     quantity,
     quote,
+    remember_usable,
 )
 
 
@@ -104,24 +107,30 @@ def resources(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -
             )
             continue
         for name, value in values.items():
-            amount = quantity(value)
+            # The usual quantity was seen before, valid and not negative: one dict lookup.
+            amount = USABLE_QUANTITIES.get(value) if type(value) in MEMO_TYPES else None
             if amount is None:
-                found.append(
-                    invalid(
-                        at(path, "resources", section).key(str(name)),
-                        value,
-                        _quantity_detail(value),
+                amount = quantity(value)
+                if amount is None:
+                    found.append(
+                        invalid(
+                            at(path, "resources", section).key(str(name)),
+                            value,
+                            _quantity_detail(value),
+                        )
                     )
-                )
-            elif amount < 0:
-                found.append(
-                    invalid(
-                        at(path, "resources", section).key(str(name)),
-                        value,
-                        "must be greater than or equal to 0",
+                    continue
+                if amount < 0:
+                    found.append(
+                        invalid(
+                            at(path, "resources", section).key(str(name)),
+                            value,
+                            "must be greater than or equal to 0",
+                        )
                     )
-                )
-            elif name == gpu:
+                    continue
+                remember_usable(value, amount)
+            if name == gpu:
                 gpu_amounts[section] = amount
     if gpu_amounts:
         found.extend(_gpu_quantities(path, gpu, raw, gpu_amounts))

@@ -360,6 +360,19 @@ def quantity(value: object) -> Decimal | None:
         return None
 
 
+# Quantities (exact strings and ints: ``True`` would find ``1``) known to be valid and not
+# negative, with their amount: a rule's hot loop checks one with a single dict lookup.
+MEMO_TYPES: Final = frozenset({str, int})
+USABLE_QUANTITIES: dict[object, Decimal] = {}
+_USABLE_KEPT: Final = 4096
+
+
+def remember_usable(value: object, amount: Decimal) -> None:
+    """Remember that ``value`` (an exact str or int) is a usable quantity of ``amount``."""
+    if type(value) in MEMO_TYPES and len(USABLE_QUANTITIES) < _USABLE_KEPT:
+        USABLE_QUANTITIES[value] = amount
+
+
 @functools.lru_cache(maxsize=512, typed=True)
 def _memoised_quantity(value: str | int) -> Decimal | None:
     try:

@@ -203,16 +203,14 @@ def _host_path(job: JobFacts, pod_path: FieldPath, index: int, host_path: object
                 "must be an absolute path on the node",
             )
         ]
+    if job.policy.allows_host_path(location):
+        return NONE
     refusal = _host_path_refusal(job.policy, job.policy_label, location)
-    if refusal is not None:
-        return [forbidden(at(pod_path, "volumes", index, "hostPath"), refusal)]
-    return NONE
+    return [forbidden(at(pod_path, "volumes", index, "hostPath"), refusal)]
 
 
-def _host_path_refusal(policy: PlacementPolicy, label: str, location: str) -> str | None:
-    """Why the policy refuses a hostPath volume at ``location``; None when it allows it."""
-    if policy.allows_host_path(location):
-        return None
+def _host_path_refusal(policy: PlacementPolicy, label: str, location: str) -> str:
+    """Why the policy refuses a hostPath volume at ``location``."""
     allowed = ", ".join(policy.allowed_host_paths) or "none"
     if location.rstrip("/") == "/dev/shm":
         instead = "use an emptyDir with medium: Memory for /dev/shm"
