@@ -369,7 +369,8 @@ def container_requests(
         if not isinstance(values, _OBJECT):
             continue
         if only is not None:  # one lookup, not a walk of every resource
-            amount = _quantity_or_none(values.get(only))  # absent: None, not a quantity
+            value = values.get(only)
+            amount = None if value is None else _quantity_or_none(value)  # null: no quantity
             if amount is not None:
                 out[only] = amount
             continue

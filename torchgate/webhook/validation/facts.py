@@ -198,9 +198,22 @@ def read_job(
     )
 
 
-def _read_replica(key: str, raw: object, gpu_resource: str) -> ReplicaFacts:
+# A replica's paths and its containers' are the same in every review: built once per replica
+# type and container index (a path costs more to build than to look up), they also keep their
+# rendered text from one review to the next.
+@functools.lru_cache(maxsize=256)
+def _replica_paths(key: str) -> tuple[FieldPath, FieldPath]:
     path = REPLICA_SPECS.key(key)
-    pod_path = at(path, "template", "spec")
+    return path, at(path, "template", "spec")
+
+
+@functools.lru_cache(maxsize=1024)
+def _container_path(key: str, kind: str, index: int) -> FieldPath:
+    return at(_replica_paths(key)[1], kind, index)
+
+
+def _read_replica(key: str, raw: object, gpu_resource: str) -> ReplicaFacts:
+    path, pod_path = _replica_paths(key)
     spec = raw if isinstance(raw, OBJECT) else None
     count: int | None = 1
     readable = True
@@ -228,27 +241,25 @@ def _read_replica(key: str, raw: object, gpu_resource: str) -> ReplicaFacts:
                 gpus += requested
                 if gpu_container is None:
                     gpu_container = index
-    return ReplicaFacts(
-        key=key,
-        path=path,
-        pod_path=pod_path,
-        spec=spec,
-        pods=count,
-        template_readable=readable,
-        pod_spec=pod_spec,
-        gpus=gpus,
-        gpu_container=gpu_container,
-        training_container=training,
-        volumes=_declared_volumes(pod_spec.get("volumes")),
-        containers=_read_containers(pod_path, "containers", containers, training, gpu_container),
-        init_containers=_read_containers(
-            pod_path, "initContainers", pod_spec.get("initContainers"), None, None
-        ),
+    return ReplicaFacts(  # positional: a keyword call costs twice as much
+        key,
+        path,
+        pod_path,
+        spec,
+        count,
+        readable,
+        pod_spec,
+        gpus,
+        gpu_container,
+        training,
+        _declared_volumes(pod_spec.get("volumes")),
+        _read_containers(key, "containers", containers, training, gpu_container),
+        _read_containers(key, "initContainers", pod_spec.get("initContainers"), None, None),
     )
 
 
 def _read_containers(
-    pod_path: FieldPath,
+    replica: str,
     kind: str,
     entries: object,
     training: int | None,
@@ -266,7 +277,7 @@ def _read_containers(
                 line = scan(command, args)
         out.append(
             ContainerFacts(
-                at(pod_path, kind, index),
+                _container_path(replica, kind, index),
                 kind,
                 raw,
                 fields,
