@@ -13,13 +13,13 @@ followed by the validating route's checks on the defaulted object.
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
+import pybase64
 
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.fieldpath import FieldError, FieldWarning, dedupe, render_warnings
@@ -145,7 +145,8 @@ def respond(
     response: dict[str, Any] = {"uid": review["request"]["uid"], "allowed": allowed and not errors}
     if patch and response["allowed"]:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(_json_bytes(list(patch))).decode("ascii")
+        # pybase64: SIMD base64, an order of magnitude cheaper than binascii for a patch of KBs.
+        response["patch"] = pybase64.b64encode_as_string(_json_bytes(list(patch)))
     if errors:
         response["status"] = invalid_status(errors, job)
     elif status is not None:
