@@ -17,9 +17,9 @@ from typing import Any
 from torchgate.pytorchjob.fieldpath import FieldPath, forbidden, invalid, required
 from torchgate.webhook.imageref import image_reference_problem, is_lone_placeholder
 from torchgate.webhook.validation.facts import (
+    MEMO_TYPES,
     NONE,
     OBJECT,
-    MEMO_TYPES,
     USABLE_QUANTITIES,
     ContainerFacts,
     Finding,
