@@ -17,7 +17,6 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from itertools import repeat
 from typing import Any, Final, NamedTuple
 
 from torchgate.pytorchjob import gang, names
@@ -163,38 +162,47 @@ def read_job(
     spec: Mapping[str, Any] = spec_raw if isinstance(spec_raw, OBJECT) else {}
     specs = spec.get("pytorchReplicaSpecs")
     replica_specs: Mapping[str, Any] = specs if isinstance(specs, OBJECT) else {}
-    replicas = tuple(
-        _read_replica(str(key), raw, policy.gpu_resource) for key, raw in replica_specs.items()
-    )
+    gpu = policy.gpu_resource
+    replicas = tuple([_read_replica(str(key), raw, gpu) for key, raw in replica_specs.items()])
     known = tuple(
-        replica
-        for replica_type in names.REPLICA_TYPES
-        for replica in replicas
-        if replica.key == replica_type
+        [
+            replica
+            for replica_type in names.REPLICA_TYPES
+            for replica in replicas
+            if replica.key == replica_type
+        ]
     )
     counts = [replica.pods for replica in known]
-    total = gang.total_replicas(c for c in counts if c is not None) if None not in counts else None
+    total = None if None in counts else gang.total_replicas([c for c in counts if c is not None])
     elastic = spec.get("elasticPolicy")
     elastic_policy = elastic if elastic is not None and isinstance(elastic, OBJECT) else None
     metadata = job.get("metadata")
-    return JobFacts(
-        raw=job,
-        policy=policy,
-        old=old,
-        creating=creating,
-        metadata=metadata,
-        spec_raw=spec_raw,
-        spec=spec,
-        replica_specs=replica_specs,
-        replicas=replicas,
-        known_replicas=known,
-        total_replicas=total,
-        first_gpu_replica=next((r for r in known if r.gpus > 0), None),
-        nproc_per_node=gang.integer_nproc(spec.get("nprocPerNode")),
-        elastic=elastic_policy,
-        expected_nnodes=_expected_nnodes(elastic_policy, known, total),
-        job_name=_effective_job_name(metadata),
-        team=team,
+    first_gpu_replica = None
+    for replica in known:
+        if replica.gpus > 0:
+            first_gpu_replica = replica
+            break
+    return tuple.__new__(  # the fields in order, without NamedTuple's Python-level __new__
+        JobFacts,
+        (
+            job,  # raw
+            policy,
+            old,
+            creating,
+            metadata,
+            spec_raw,
+            spec,
+            replica_specs,
+            replicas,
+            known,  # known_replicas
+            total,  # total_replicas
+            first_gpu_replica,
+            gang.integer_nproc(spec.get("nprocPerNode")),  # nproc_per_node
+            elastic_policy,  # elastic
+            _expected_nnodes(elastic_policy, known, total),
+            _effective_job_name(metadata),  # job_name
+            team,
+        ),
     )
 
 
@@ -241,20 +249,23 @@ def _read_replica(key: str, raw: object, gpu_resource: str) -> ReplicaFacts:
                 gpus += requested
                 if gpu_container is None:
                     gpu_container = index
-    return ReplicaFacts(  # positional: a keyword call costs twice as much
-        key,
-        path,
-        pod_path,
-        spec,
-        count,
-        readable,
-        pod_spec,
-        gpus,
-        gpu_container,
-        training,
-        _declared_volumes(pod_spec.get("volumes")),
-        _read_containers(key, "containers", containers, training, gpu_container),
-        _read_containers(key, "initContainers", pod_spec.get("initContainers"), None, None),
+    return tuple.__new__(  # the fields in order, without NamedTuple's Python-level __new__
+        ReplicaFacts,
+        (
+            key,
+            path,
+            pod_path,
+            spec,
+            count,
+            readable,
+            pod_spec,
+            gpus,
+            gpu_container,
+            training,
+            _declared_volumes(pod_spec.get("volumes")),
+            _read_containers(key, "containers", containers, training, gpu_container),
+            _read_containers(key, "initContainers", pod_spec.get("initContainers"), None, None),
+        ),
     )
 
 
@@ -276,14 +287,17 @@ def _read_containers(
             if command or args:
                 line = scan(command, args)
         out.append(
-            ContainerFacts(
-                _container_path(replica, kind, index),
-                kind,
-                raw,
-                fields,
-                index == training,
-                index == gpu_container,
-                line,
+            tuple.__new__(  # the fields in order, without NamedTuple's Python-level __new__
+                ContainerFacts,
+                (
+                    _container_path(replica, kind, index),
+                    kind,
+                    raw,
+                    fields,
+                    index == training,
+                    index == gpu_container,
+                    line,
+                ),
             )
         )
     return tuple(out)
@@ -298,8 +312,14 @@ def _string_items(raw: object) -> tuple[str, ...]:
 
 
 def all_strings(items: list[Any]) -> bool:
-    """Whether every item is a string, checked at C speed (the usual case for argv lists)."""
-    return all(map(isinstance, items, repeat(str)))
+    """Whether every item is a JSON string (the usual case for argv lists).
+
+    A plain loop: for the few items of an argv it is cheaper than ``all(map(...))``.
+    """
+    for item in items:  # noqa: SIM110 - a generator in all() costs more than the loop
+        if type(item) is not str:
+            return False
+    return True
 
 
 def _declared_volumes(volumes: object) -> frozenset[str] | None:
@@ -307,11 +327,13 @@ def _declared_volumes(volumes: object) -> frozenset[str] | None:
         return frozenset()
     if not isinstance(volumes, list):
         return None
-    return frozenset(
-        volume["name"]
-        for volume in volumes
-        if isinstance(volume, OBJECT) and isinstance(volume.get("name"), str) and volume["name"]
-    )
+    declared = set()
+    for volume in volumes:
+        if isinstance(volume, OBJECT):
+            name = volume.get("name")
+            if isinstance(name, str) and name:
+                declared.add(name)
+    return frozenset(declared)
 
 
 def _expected_nnodes(
