@@ -140,6 +140,8 @@ def canonical_replica_type(key: object) -> names.ReplicaType | None:
 
 def as_int(value: object) -> int | None:
     """An integer from JSON (rejects booleans and non-integral numbers), else ``None``."""
+    if type(value) is int:
+        return value
     if isinstance(value, bool):
         return None
     if isinstance(value, int):

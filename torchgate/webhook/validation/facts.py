@@ -130,11 +130,7 @@ class JobFacts(NamedTuple):
     expected_nnodes: tuple[int, int] | None
     job_name: str | None
     team: Team | None = None  # None: no TeamQuota owns the namespace (no quota applies)
-
-    @property
-    def spec_readable(self) -> bool:
-        """Whether ``spec`` is an object (spec-level rules run only then)."""
-        return isinstance(self.spec_raw, OBJECT)
+    spec_readable: bool = False  # whether ``spec`` is an object (spec-level rules run only then)
 
     @property
     def policy_label(self) -> str:
@@ -202,6 +198,7 @@ def read_job(
             _expected_nnodes(elastic_policy, known, total),
             _effective_job_name(metadata),  # job_name
             team,
+            spec is spec_raw,  # spec_readable
         ),
     )
 
@@ -370,6 +367,8 @@ def _effective_job_name(metadata: object) -> str | None:
 
 def non_negative_int(value: object) -> int | None:
     """A non-negative JSON integer, else None."""
+    if type(value) is int:  # the usual case, without the call
+        return value if value >= 0 else None
     number = as_int(value)
     return number if number is not None and number >= 0 else None
 
@@ -460,7 +459,9 @@ def unknown_fields(
 def non_negative_field(section: Mapping[str, Any], key: str, path: FieldPath) -> list[Finding]:
     """An ``Invalid`` error when ``section[key]`` is set and not a non-negative integer."""
     raw = section.get(key)
-    if raw is not None and non_negative_int(raw) is None:
+    if raw is None or (type(raw) is int and raw >= 0):  # the usual cases, without a call
+        return []
+    if non_negative_int(raw) is None:
         detail = "must be a non-negative integer" + placeholder_hint(raw)
         return [invalid(path.child(key), raw, detail)]
     return []

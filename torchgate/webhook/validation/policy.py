@@ -111,7 +111,7 @@ def replica_specs_present(job: JobFacts) -> Findings:
 
 def nproc_per_node(job: JobFacts) -> Findings:
     """``spec.nprocPerNode`` is a keyword or a positive integer equal to the GPUs per pod."""
-    raw = job.spec.get("nprocPerNode") if job.spec_readable else None
+    raw = job.spec.get("nprocPerNode")  # spec is empty when it is not an object
     if raw is None or raw in _NPROC_KEYWORDS:
         return NONE
     if job.nproc_per_node is None:
@@ -132,7 +132,7 @@ def nproc_per_node(job: JobFacts) -> Findings:
 
 def elastic_policy(job: JobFacts) -> Findings:
     """``spec.elasticPolicy``: known fields, a Worker to scale, sane bounds and port."""
-    elastic = job.spec.get("elasticPolicy") if job.spec_readable else None
+    elastic = job.spec.get("elasticPolicy")
     if elastic is None:
         return NONE
     if not isinstance(elastic, OBJECT):
@@ -201,7 +201,7 @@ def _elastic_bounds(elastic: Mapping[str, Any]) -> list[Finding]:
 
 def run_policy(job: JobFacts) -> Findings:
     """``spec.runPolicy``: known fields and values, cleanPodPolicy None only if allowed."""
-    run = job.spec.get("runPolicy") if job.spec_readable else None
+    run = job.spec.get("runPolicy")
     if run is None:
         return NONE
     if not isinstance(run, OBJECT):
@@ -233,7 +233,7 @@ def run_policy(job: JobFacts) -> Findings:
 
 def scheduling_policy(job: JobFacts) -> Findings:
     """``spec.runPolicy.schedulingPolicy``: known fields, minAvailable within the gang."""
-    run = job.spec.get("runPolicy") if job.spec_readable else None
+    run = job.spec.get("runPolicy")
     scheduling = run.get("schedulingPolicy") if isinstance(run, OBJECT) else None
     if scheduling is None:
         return NONE
@@ -262,10 +262,13 @@ def gpu_budget(job: JobFacts) -> Findings:
     limit = job.policy.max_gpus_per_job
     if limit is None or not job.spec_readable:
         return NONE
-    gpu_replicas = [r for r in job.known_replicas if r.gpus > 0 and r.pods]
-    total = sum((r.gpus * (r.pods or 0) for r in gpu_replicas), Decimal(0))
+    total = Decimal(0)
+    for replica in job.known_replicas:
+        if replica.pods and replica.gpus > 0:
+            total += replica.gpus * replica.pods
     if total > limit:
         # The message's parts are built only for a refusal: most jobs are within the budget.
+        gpu_replicas = [r for r in job.known_replicas if r.gpus > 0 and r.pods]
         parts = [f"{r.key} {r.pods}x{count(r.gpus)}" for r in gpu_replicas]
         return [
             forbidden(
