@@ -277,8 +277,9 @@ class _JobDefaulter:
             self._normalise_keys(specs)
             specs = self.job["spec"]["pytorchReplicaSpecs"]
             for replica_type in names.REPLICA_TYPES:
-                if isinstance(specs.get(replica_type), _OBJECT):
-                    self._default_replica(("spec", "pytorchReplicaSpecs", replica_type))
+                replica = specs.get(replica_type)
+                if isinstance(replica, _OBJECT):
+                    self._default_replica(("spec", "pytorchReplicaSpecs", replica_type), replica)
         self._default_run_policy()
 
     # ------------------------------------------------------------------ replica specs
@@ -301,8 +302,10 @@ class _JobDefaulter:
             self.editor.move(parent, key, canonical)
             self.warn((*parent, canonical), f"renamed from {key!r}")
 
-    def _default_replica(self, at: tuple[Token, ...]) -> None:
-        replica = self.editor.get(at)
+    # A replica's defaults read the nodes as they were before its own writes, passed down: each
+    # default reads only fields no earlier default of the replica writes (``_pin_hosts``, which
+    # reads the node selector ``_default_placement`` may have written, reads through the editor).
+    def _default_replica(self, at: tuple[Token, ...], replica: Mapping[str, Any]) -> None:
         if "replicas" not in replica:
             self.editor.set(at, "replicas", 1)
             self.warn((*at, "replicas"), "defaulted to 1")
@@ -313,23 +316,23 @@ class _JobDefaulter:
         if not isinstance(template, _OBJECT) or not isinstance(template.get("spec"), _OBJECT):
             return
         pod_at = (*at, "template", "spec")
-        pod_spec = self.editor.get(pod_at)
+        pod_spec = template["spec"]
         containers = pod_spec.get("containers")
         if not isinstance(containers, list):
             return
         pytorch = pytorch_container_index(pod_spec)
         if pytorch is not None:
-            self._default_port((*pod_at, "containers", pytorch))
+            self._default_port((*pod_at, "containers", pytorch), containers[pytorch])
             gpu = self.policy.gpu_resource
             if pod_requests(pod_spec, only=gpu).get(gpu, 0) > 0:
-                self._default_shared_memory(pod_at, pytorch)
+                self._default_shared_memory(pod_at, pod_spec, pytorch, containers[pytorch])
         for index, container in enumerate(containers):
             if isinstance(container, _OBJECT):
                 self._default_ipc_lock((*pod_at, "containers", index), container)
-        self._default_placement(pod_at)
+        self._default_placement(pod_at, pod_spec)
 
-    def _default_port(self, at: tuple[Token, ...]) -> None:
-        ports = self.editor.get(at).get("ports")
+    def _default_port(self, at: tuple[Token, ...], container: Mapping[str, Any]) -> None:
+        ports = container.get("ports")
         port = {"name": names.PORT_NAME, "containerPort": names.DEFAULT_PORT}
         if ports is None:
             self.editor.set(at, "ports", [port])
@@ -341,14 +344,20 @@ class _JobDefaulter:
             return
         self.warn((*at, "ports"), f"added {names.PORT_NAME} {names.DEFAULT_PORT}")
 
-    def _default_shared_memory(self, pod_at: tuple[Token, ...], pytorch: int) -> None:
+    def _default_shared_memory(
+        self,
+        pod_at: tuple[Token, ...],
+        pod_spec: Mapping[str, Any],
+        pytorch: int,
+        container: Mapping[str, Any],
+    ) -> None:
         container_at = (*pod_at, "containers", pytorch)
-        mounts = self.editor.get(container_at).get("volumeMounts")
+        mounts = container.get("volumeMounts")
         if mounts is not None and not isinstance(mounts, list):
             return
         if any(isinstance(m, _OBJECT) and m.get("mountPath") == SHM_PATH for m in mounts or []):
             return
-        volumes = self.editor.get(pod_at).get("volumes")
+        volumes = pod_spec.get("volumes")
         if volumes is not None and not isinstance(volumes, list):
             return
         taken = {v.get("name") for v in volumes or [] if isinstance(v, _OBJECT)}
@@ -410,8 +419,7 @@ class _JobDefaulter:
 
     # ------------------------------------------------------------------ placement
 
-    def _default_placement(self, pod_at: tuple[Token, ...]) -> None:
-        pod_spec = self.editor.get(pod_at)
+    def _default_placement(self, pod_at: tuple[Token, ...], pod_spec: Mapping[str, Any]) -> None:
         source = self.view.source
         selector = pod_spec.get("nodeSelector")
         if self.view.node_selector and (selector is None or isinstance(selector, _OBJECT)):
@@ -420,8 +428,8 @@ class _JobDefaulter:
                 current = (selector or {}).get(key)
                 if current is None:
                     if selector is None:
-                        self.editor.set(pod_at, "nodeSelector", {key: value})
-                        selector = self.editor.get(pod_at)["nodeSelector"]
+                        selector = {key: value}
+                        self.editor.set(pod_at, "nodeSelector", selector)
                     else:
                         self.editor.set((*pod_at, "nodeSelector"), key, value)
                     added.append(f"{key}={value}")
@@ -435,14 +443,16 @@ class _JobDefaulter:
                     )
             if added:
                 self.warn((*pod_at, "nodeSelector"), f"added {', '.join(added)} from {source}")
-        self._default_tolerations(pod_at, source)
+        self._default_tolerations(pod_at, pod_spec, source)
         if self.hosts:
             self._pin_hosts(pod_at)
 
-    def _default_tolerations(self, pod_at: tuple[Token, ...], source: str) -> None:
+    def _default_tolerations(
+        self, pod_at: tuple[Token, ...], pod_spec: Mapping[str, Any], source: str
+    ) -> None:
         if not self.policy.tolerations:
             return
-        current = self.editor.get(pod_at).get("tolerations")
+        current = pod_spec.get("tolerations")
         if current is not None and not isinstance(current, list):
             return
         missing = [dict(t) for t in self.policy.tolerations if t not in (current or [])]
