@@ -211,7 +211,7 @@ def for_each_container(kind: str, *rules: ContainerRule | Reads[ContainerRule]) 
             if not isinstance(container.raw, OBJECT):
                 found.append(invalid(container.path, container.raw, "must be an object"))
                 continue
-            keys = tuple(container.fields)
+            keys = (*container.fields, *container.line.said)
             for rule in table.selected.get(keys) or table.select(keys):
                 result = rule(job, replica, container)
                 if result:
@@ -221,16 +221,16 @@ def for_each_container(kind: str, *rules: ContainerRule | Reads[ContainerRule]) 
     return each_container
 
 
-_ARGV: Final = ("command", "args")  # the launch rules read the command line they make
-
+# A container's section is its fields and, for the training container, the kinds of flags its
+# command line says (``CommandLine.said``): the launch rules read those.
 _CONTAINER_RULES: Final[tuple[ContainerRule | Reads[ContainerRule], ...]] = (
     containers.image,  # reports a missing image too
-    reads(containers.argv_shape, *_ARGV),
-    reads(launch.backend_flags, *_ARGV),
-    reads(launch.gpu_flags, *_ARGV),
-    reads(launch.stray_flags, *_ARGV),
-    reads(launch.nnodes_flags, *_ARGV),
-    reads(launch.nproc_flags, *_ARGV),
+    reads(containers.argv_shape, "command", "args"),
+    reads(launch.backend_flags, "backends"),
+    reads(launch.gpu_flags, "gpu_flags"),
+    reads(launch.stray_flags, "stray"),
+    reads(launch.nnodes_flags, "nnodes"),
+    reads(launch.nproc_flags, "nproc_per_node"),
     reads(launch.env, "env"),
     reads(containers.resources, "resources"),
     reads(containers.gpu_consistency, "resources"),  # a GPU container requests GPUs there
