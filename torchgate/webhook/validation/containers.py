@@ -66,6 +66,8 @@ def image(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Fi
 
 def argv_shape(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
     """``command`` and ``args`` are lists of strings (YAML turns ``8`` and ``true`` into others)."""
+    if container.argv_ok:  # the usual case, read with the facts
+        return NONE
     found: list[Finding] = []
     for key in ("command", "args"):
         raw = container.fields.get(key)

@@ -80,6 +80,7 @@ class ContainerFacts(NamedTuple):
     is_gpu_container: bool  # the first container of the replica that requests GPUs
     # What the command line says (flags, launcher); read for the training container only.
     line: CommandLine
+    argv_ok: bool  # ``command`` and ``args`` are each absent or a list of strings
 
 
 class ReplicaFacts(NamedTuple):
@@ -98,6 +99,9 @@ class ReplicaFacts(NamedTuple):
     gpu_container: int | None
     training_container: int | None
     volumes: frozenset[str] | None  # declared volume names; None when ``volumes`` is unreadable
+    # (index, hostPath) of each hostPath volume when every volume is an object with a unique
+    # name (then only these need a look); None when the volume rule must walk the list.
+    host_paths: tuple[tuple[int, object], ...] | None
     containers: tuple[ContainerFacts, ...]
     init_containers: tuple[ContainerFacts, ...]
 
@@ -259,7 +263,7 @@ def _read_replica(key: str, raw: object, gpu_resource: str) -> ReplicaFacts:
             gpus,
             gpu_container,
             training,
-            _declared_volumes(pod_spec.get("volumes")),
+            *_read_volumes(pod_spec.get("volumes")),
             _read_containers(key, "containers", containers, training, gpu_container),
             _read_containers(key, "initContainers", pod_spec.get("initContainers"), None, None),
         ),
@@ -278,9 +282,16 @@ def _read_containers(
     out: list[ContainerFacts] = []
     for index, raw in enumerate(entries):
         fields: Mapping[str, Any] = raw if isinstance(raw, OBJECT) else {}
+        command, args = fields.get("command"), fields.get("args")
+        argv_ok = (command is None or (type(command) is list and all_strings(command))) and (
+            args is None or (type(args) is list and all_strings(args))
+        )
         line = _NOTHING_SAID
         if index == training:
-            command, args = _string_items(fields.get("command")), _string_items(fields.get("args"))
+            if argv_ok:  # read once: what was checked above is what the line is made of
+                command, args = tuple(command or ()), tuple(args or ())
+            else:
+                command, args = _string_items(command), _string_items(args)
             if command or args:
                 line = scan(command, args)
         out.append(
@@ -294,6 +305,7 @@ def _read_containers(
                     index == training,
                     index == gpu_container,
                     line,
+                    argv_ok,
                 ),
             )
         )
@@ -319,18 +331,29 @@ def all_strings(items: list[Any]) -> bool:
     return True
 
 
-def _declared_volumes(volumes: object) -> frozenset[str] | None:
+def _read_volumes(
+    volumes: object,
+) -> tuple[frozenset[str] | None, tuple[tuple[int, object], ...] | None]:
+    """The declared volume names and, when the list is well formed, its hostPath volumes."""
     if volumes is None:
-        return frozenset()
+        return frozenset(), ()
     if not isinstance(volumes, list):
-        return None
+        return None, None
     declared = set()
-    for volume in volumes:
+    host_paths: list[tuple[int, object]] | None = []
+    for index, volume in enumerate(volumes):
         if isinstance(volume, OBJECT):
             name = volume.get("name")
+            if isinstance(name, str) and name and name not in declared:
+                declared.add(name)
+                host_path = volume.get("hostPath")
+                if host_path is not None and host_paths is not None:
+                    host_paths.append((index, host_path))
+                continue
             if isinstance(name, str) and name:
                 declared.add(name)
-    return frozenset(declared)
+        host_paths = None  # not an object, no name or a repeated one: the rule reports it
+    return frozenset(declared), None if host_paths is None else tuple(host_paths)
 
 
 def _expected_nnodes(

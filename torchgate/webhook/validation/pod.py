@@ -175,7 +175,12 @@ def volumes(job: JobFacts, replica: ReplicaFacts) -> Findings:
     path = replica.pod_path
     if not isinstance(declared, list):
         return [invalid(at(path, "volumes"), declared, "must be a list of volumes")]
-    found: list[Finding] = []
+    if replica.host_paths is not None:  # every volume well formed: only hostPaths to look at
+        found: list[Finding] = []
+        for index, host_path in replica.host_paths:
+            found.extend(_host_path(job, path, index, host_path))
+        return found
+    found = []
     seen: set[str] = set()
     for index, volume in enumerate(declared):
         if not isinstance(volume, OBJECT):
