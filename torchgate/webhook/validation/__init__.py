@@ -280,10 +280,20 @@ RULES: Final[tuple[JobRule, ...]] = (
 
 
 def validate_create(
-    job: Mapping[str, Any], policy: PlacementPolicy, *, team: Team | None = None
+    job: Mapping[str, Any],
+    policy: PlacementPolicy,
+    *,
+    team: Team | None = None,
+    uid_from_server: bool = False,
 ) -> Verdict:
-    """Validate a PyTorchJob being created under ``policy`` (and ``team``'s quota, if any)."""
-    return _verdict(job, policy, old=None, creating=True, team=team)
+    """Validate a PyTorchJob being created under ``policy`` (and ``team``'s quota, if any).
+
+    ``uid_from_server``: the apiserver set ``metadata.uid`` before asking (the validating
+    route), so a uid is not the user's and is not reported.
+    """
+    return _verdict(
+        job, policy, old=None, creating=True, team=team, uid_from_server=uid_from_server
+    )
 
 
 def validate_update(
@@ -306,10 +316,13 @@ def _verdict(
     old: Mapping[str, Any] | None,
     creating: bool,
     team: Team | None,
+    uid_from_server: bool = False,
 ) -> Verdict:
     if not isinstance(job, OBJECT):
         return Verdict((invalid(FieldPath(), None, "must be a PyTorchJob object"),), ())
-    facts = read_job(job, active_policy, old=old, creating=creating, team=team)
+    facts = read_job(
+        job, active_policy, old=old, creating=creating, team=team, uid_from_server=uid_from_server
+    )
     errors: list[FieldError] = []
     warnings: list[FieldWarning] = []
     for rule in RULES:

@@ -212,6 +212,14 @@ def volume_mounts(job: JobFacts, replica: ReplicaFacts, container: ContainerFact
             )
             continue
         target, name = mount.get("mountPath"), mount.get("name")
+        if (  # the usual mount, checked first
+            target
+            and name
+            and type(target) is str
+            and type(name) is str
+            and (declared is None or name in declared)
+        ):
+            continue
         target_ok = isinstance(target, str) and bool(target)
         name_ok = isinstance(name, str) and bool(name)
         if target_ok and name_ok and (declared is None or name in declared):

@@ -135,6 +135,8 @@ class JobFacts(NamedTuple):
     job_name: str | None
     team: Team | None = None  # None: no TeamQuota owns the namespace (no quota applies)
     spec_readable: bool = False  # whether ``spec`` is an object (spec-level rules run only then)
+    # The apiserver set ``metadata.uid`` before the validating webhook runs: it is not the user's.
+    uid_from_server: bool = False
 
     @property
     def policy_label(self) -> str:
@@ -156,6 +158,7 @@ def read_job(
     old: Mapping[str, Any] | None,
     creating: bool,
     team: Team | None = None,
+    uid_from_server: bool = False,
 ) -> JobFacts:
     """Read the facts of ``job`` (an object) once, for every rule."""
     spec_raw = job.get("spec")
@@ -203,6 +206,7 @@ def read_job(
             _effective_job_name(metadata),  # job_name
             team,
             spec is spec_raw,  # spec_readable
+            uid_from_server,
         ),
     )
 
