@@ -155,8 +155,11 @@ class _PolicyView:
 
     source: str  # how warnings and errors name the policy
     node_selector: tuple[tuple[str, str], ...]  # sorted, the order the patch adds them in
+    node_selector_added: str  # the warning when every one of them is added
+    tolerations_added: str  # the warning when every toleration is added
     rdma: frozenset[str]
-    shared_memory: str  # the size limit as the warning shows it
+    ipc_lock_added: dict[str, str]  # the warning, by the RDMA resource that asks for IPC_LOCK
+    shared_memory: str  # the warning for a /dev/shm volume
     # (field, value, warning) of each run-policy default, in the order they are added.
     run_policy: tuple[tuple[str, Any, str], ...]
 
@@ -175,13 +178,27 @@ class _PolicyView:
         for key, value in wanted.items():
             reason = f" ({_RUN_POLICY_REASONS[key]})" if key in _RUN_POLICY_REASONS else ""
             run_policy.append((key, value, f"defaulted to {value}{reason}"))
+        source = f"PlacementPolicy {policy.name}"
+        node_selector = tuple(sorted(policy.node_selector.items()))
+        size = policy.shared_memory_size_limit or "no size limit"
         return cls(
-            source=f"PlacementPolicy {policy.name}",
-            node_selector=tuple(sorted(policy.node_selector.items())),
+            source=source,
+            node_selector=node_selector,
+            node_selector_added=_added(", ".join(f"{k}={v}" for k, v in node_selector), source),
+            tolerations_added=_added(str(len(policy.tolerations)), source),
             rdma=frozenset(policy.rdma_resources),
-            shared_memory=policy.shared_memory_size_limit or "no size limit",
+            ipc_lock_added={name: _ipc_lock_added(name) for name in policy.rdma_resources},
+            shared_memory=f"mounted a memory-backed emptyDir at {SHM_PATH} ({size})",
             run_policy=tuple(run_policy),
         )
+
+
+def _added(what: str, source: str) -> str:
+    return f"added {what} from {source}"
+
+
+def _ipc_lock_added(resource: str) -> str:
+    return f"added {IPC_LOCK} for {resource} (RDMA needs locked memory)"
 
 
 # Views by policy identity (a policy holds dicts, so it has no hash): the webhook serves a few
@@ -337,8 +354,9 @@ class _JobDefaulter:
         if ports is None:
             self.editor.set(at, "ports", [port])
         elif isinstance(ports, list):
-            if any(isinstance(p, _OBJECT) and p.get("name") == names.PORT_NAME for p in ports):
-                return
+            for existing in ports:
+                if isinstance(existing, _OBJECT) and existing.get("name") == names.PORT_NAME:
+                    return
             self.editor.append((*at, "ports"), port)
         else:
             return
@@ -355,8 +373,9 @@ class _JobDefaulter:
         mounts = container.get("volumeMounts")
         if mounts is not None and not isinstance(mounts, list):
             return
-        if any(isinstance(m, _OBJECT) and m.get("mountPath") == SHM_PATH for m in mounts or []):
-            return
+        for mount in mounts or ():
+            if isinstance(mount, _OBJECT) and mount.get("mountPath") == SHM_PATH:
+                return
         volumes = pod_spec.get("volumes")
         if volumes is not None and not isinstance(volumes, list):
             return
@@ -379,8 +398,7 @@ class _JobDefaulter:
             self.editor.set(container_at, "volumeMounts", [mount])
         else:
             self.editor.append((*container_at, "volumeMounts"), mount)
-        size = self.view.shared_memory
-        self.warn(container_at, f"mounted a memory-backed emptyDir at {SHM_PATH} ({size})")
+        self.warn(container_at, self.view.shared_memory)
 
     def _default_ipc_lock(self, at: tuple[Token, ...], container: Mapping[str, Any]) -> None:
         resources = container.get("resources")
@@ -412,10 +430,7 @@ class _JobDefaulter:
             self.editor.append((*at, "securityContext", "capabilities", "add"), IPC_LOCK)
         else:
             return
-        self.warn(
-            (*at, "securityContext", "capabilities", "add"),
-            f"added {IPC_LOCK} for {wanted} (RDMA needs locked memory)",
-        )
+        self.warn((*at, "securityContext", "capabilities", "add"), self.view.ipc_lock_added[wanted])
 
     # ------------------------------------------------------------------ placement
 
@@ -441,8 +456,10 @@ class _JobDefaulter:
                             f"{source} places jobs of this namespace on {key}={value}",
                         )
                     )
-            if added:
-                self.warn((*pod_at, "nodeSelector"), f"added {', '.join(added)} from {source}")
+            if len(added) == len(self.view.node_selector):
+                self.warn((*pod_at, "nodeSelector"), self.view.node_selector_added)
+            elif added:
+                self.warn((*pod_at, "nodeSelector"), _added(", ".join(added), source))
         self._default_tolerations(pod_at, pod_spec, source)
         if self.hosts:
             self._pin_hosts(pod_at)
@@ -463,7 +480,10 @@ class _JobDefaulter:
         else:
             for toleration in missing:
                 self.editor.append((*pod_at, "tolerations"), toleration)
-        self.warn((*pod_at, "tolerations"), f"added {len(missing)} from {source}")
+        if len(missing) == len(self.policy.tolerations):
+            self.warn((*pod_at, "tolerations"), self.view.tolerations_added)
+        else:
+            self.warn((*pod_at, "tolerations"), _added(str(len(missing)), source))
 
     def _pin_hosts(self, pod_at: tuple[Token, ...]) -> None:
         pod_spec = self.editor.get(pod_at)
