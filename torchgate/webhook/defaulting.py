@@ -162,6 +162,7 @@ class _PolicyView:
     shared_memory: str  # the warning for a /dev/shm volume
     # (field, value, warning) of each run-policy default, in the order they are added.
     run_policy: tuple[tuple[str, Any, str], ...]
+    schedule_timeout: tuple[str, Any, str] | None  # the same for scheduleTimeoutSeconds
 
     @classmethod
     def of(cls, policy: PlacementPolicy) -> _PolicyView:
@@ -190,6 +191,13 @@ class _PolicyView:
             ipc_lock_added={name: _ipc_lock_added(name) for name in policy.rdma_resources},
             shared_memory=f"mounted a memory-backed emptyDir at {SHM_PATH} ({size})",
             run_policy=tuple(run_policy),
+            schedule_timeout=None
+            if defaults.schedule_timeout_seconds is None
+            else (
+                "scheduleTimeoutSeconds",
+                defaults.schedule_timeout_seconds,
+                f"defaulted to {defaults.schedule_timeout_seconds}",
+            ),
         )
 
 
@@ -304,6 +312,8 @@ class _JobDefaulter:
     def _normalise_keys(self, specs: Mapping[str, Any]) -> None:
         parent = ("spec", "pytorchReplicaSpecs")
         for key in list(specs):
+            if key in names.REPLICA_TYPES:  # already canonical: the usual case
+                continue
             canonical = canonical_replica_type(key)
             if canonical is None or canonical == key:
                 continue
@@ -574,25 +584,27 @@ class _JobDefaulter:
         scheduling = run_policy.get("schedulingPolicy")
         if scheduling is not None and not isinstance(scheduling, _OBJECT):
             return
-        wanted: dict[str, Any] = {}
-        minimum = self._gang_size()
-        if minimum is not None:
-            wanted["minAvailable"] = minimum
-        timeout = self.policy.job_defaults.schedule_timeout_seconds
-        if timeout is not None:
-            wanted["scheduleTimeoutSeconds"] = timeout
-        missing = {k: v for k, v in wanted.items() if k not in (scheduling or {})}
+        present = scheduling or {}
+        missing: list[tuple[str, Any, str]] = []  # (field, value, warning)
+        if "minAvailable" not in present:
+            minimum = self._gang_size()
+            if minimum is not None:
+                missing.append(
+                    ("minAvailable", minimum, f"defaulted to {minimum} (all-or-nothing)")
+                )
+        timeout = self.view.schedule_timeout
+        if timeout is not None and "scheduleTimeoutSeconds" not in present:
+            missing.append(timeout)
         if not missing:
             return
         scheduling_at = (*at, "schedulingPolicy")
         if scheduling is None:
-            self.editor.set(at, "schedulingPolicy", dict(missing))
+            self.editor.set(at, "schedulingPolicy", {key: value for key, value, _ in missing})
         else:
-            for key, value in missing.items():
+            for key, value, _ in missing:
                 self.editor.set(scheduling_at, key, value)
-        for key, value in missing.items():
-            note = " (all-or-nothing)" if key == "minAvailable" else ""
-            self.warn((*scheduling_at, key), f"defaulted to {value}{note}")
+        for key, _, text in missing:
+            self.warn((*scheduling_at, key), text)
 
     def _gang_size(self) -> int | None:
         """``gang.default_gang_size`` of the job; None when it is not a count the API stores."""
