@@ -147,7 +147,8 @@ class FieldWarning:
 
 def render_warnings(warnings: Iterable[FieldWarning]) -> tuple[str, ...]:
     """The warning strings an AdmissionReview response (and ``torchgate check``) carries."""
-    return tuple(warning.render() for warning in warnings)
+    # A warning rendered before (most are: they are shared) is read, not rendered again.
+    return tuple([w._rendered if w._rendered is not None else w.render() for w in warnings])
 
 
 def render_value(value: Any) -> str:

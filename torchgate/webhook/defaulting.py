@@ -44,6 +44,8 @@ from torchgate.pytorchjob.spec import (
 SHM_PATH = "/dev/shm"
 SHM_VOLUME = "torchgate-dshm"
 IPC_LOCK = "IPC_LOCK"
+_RESTART_POLICY_DEFAULTED: Final = f"defaulted to {names.DEFAULT_RESTART_POLICY}"
+_PORT_ADDED: Final = f"added {names.PORT_NAME} {names.DEFAULT_PORT}"
 _RESTORED_ON_UPDATE = ("cleanPodPolicy", "backoffLimit", "ttlSecondsAfterFinished", "managedBy")
 
 Token = str | int
@@ -99,7 +101,9 @@ class _Editor:
 
     def set(self, parent: tuple[Token, ...], key: str, value: Any) -> None:
         """Add or replace member ``key`` of the object at ``parent``."""
-        node = self._writable(parent)
+        node = self._copies.get(parent)  # the usual case: a container this editor made
+        if node is None:
+            node = self._writable(parent)
         if key in node:
             self._copies = {(): self.root}
         node[key] = value
@@ -107,7 +111,10 @@ class _Editor:
 
     def append(self, parent: tuple[Token, ...], value: Any) -> None:
         """Append ``value`` to the list at ``parent``."""
-        self._writable(parent).append(value)
+        node = self._copies.get(parent)
+        if node is None:
+            node = self._writable(parent)
+        node.append(value)
         self.ops.append({"op": "add", "path": _pointer((*parent, "-")), "value": value})
 
     def move(self, parent: tuple[Token, ...], source: str, target: str) -> None:
@@ -288,13 +295,11 @@ class _JobDefaulter:
         self.policy = policy
         self.view = _view_of(policy)
         self.result = result
+        self.warnings = result.warnings
         self.job: dict[str, Any] = editor.root
         metadata = self.job.get("metadata")
         annotations = metadata.get("annotations") if isinstance(metadata, _OBJECT) else None
         self.hosts = pinned_hosts(annotations)
-
-    def warn(self, tokens: tuple[Token, ...], text: str) -> None:
-        self.result.warnings.append(_warning(tokens, text))
 
     def run(self) -> None:
         specs = self.job["spec"].get("pytorchReplicaSpecs")
@@ -327,7 +332,7 @@ class _JobDefaulter:
                 )
                 continue
             self.editor.move(parent, key, canonical)
-            self.warn((*parent, canonical), f"renamed from {key!r}")
+            self.warnings.append(_warning((*parent, canonical), f"renamed from {key!r}"))
 
     # A replica's defaults read the nodes as they were before its own writes, passed down: each
     # default reads only fields no earlier default of the replica writes (``_pin_hosts``, which
@@ -335,10 +340,10 @@ class _JobDefaulter:
     def _default_replica(self, at: tuple[Token, ...], replica: Mapping[str, Any]) -> None:
         if "replicas" not in replica:
             self.editor.set(at, "replicas", 1)
-            self.warn((*at, "replicas"), "defaulted to 1")
+            self.warnings.append(_warning((*at, "replicas"), "defaulted to 1"))
         if "restartPolicy" not in replica:
             self.editor.set(at, "restartPolicy", names.DEFAULT_RESTART_POLICY)
-            self.warn((*at, "restartPolicy"), f"defaulted to {names.DEFAULT_RESTART_POLICY}")
+            self.warnings.append(_warning((*at, "restartPolicy"), _RESTART_POLICY_DEFAULTED))
         template = replica.get("template")
         if not isinstance(template, _OBJECT) or not isinstance(template.get("spec"), _OBJECT):
             return
@@ -370,7 +375,7 @@ class _JobDefaulter:
             self.editor.append((*at, "ports"), port)
         else:
             return
-        self.warn((*at, "ports"), f"added {names.PORT_NAME} {names.DEFAULT_PORT}")
+        self.warnings.append(_warning((*at, "ports"), _PORT_ADDED))
 
     def _default_shared_memory(
         self,
@@ -408,7 +413,7 @@ class _JobDefaulter:
             self.editor.set(container_at, "volumeMounts", [mount])
         else:
             self.editor.append((*container_at, "volumeMounts"), mount)
-        self.warn(container_at, self.view.shared_memory)
+        self.warnings.append(_warning(container_at, self.view.shared_memory))
 
     def _default_ipc_lock(self, at: tuple[Token, ...], container: Mapping[str, Any]) -> None:
         resources = container.get("resources")
@@ -440,7 +445,11 @@ class _JobDefaulter:
             self.editor.append((*at, "securityContext", "capabilities", "add"), IPC_LOCK)
         else:
             return
-        self.warn((*at, "securityContext", "capabilities", "add"), self.view.ipc_lock_added[wanted])
+        self.warnings.append(
+            _warning(
+                (*at, "securityContext", "capabilities", "add"), self.view.ipc_lock_added[wanted]
+            )
+        )
 
     # ------------------------------------------------------------------ placement
 
@@ -467,9 +476,13 @@ class _JobDefaulter:
                         )
                     )
             if len(added) == len(self.view.node_selector):
-                self.warn((*pod_at, "nodeSelector"), self.view.node_selector_added)
+                self.warnings.append(
+                    _warning((*pod_at, "nodeSelector"), self.view.node_selector_added)
+                )
             elif added:
-                self.warn((*pod_at, "nodeSelector"), _added(", ".join(added), source))
+                self.warnings.append(
+                    _warning((*pod_at, "nodeSelector"), _added(", ".join(added), source))
+                )
         self._default_tolerations(pod_at, pod_spec, source)
         if self.hosts:
             self._pin_hosts(pod_at)
@@ -491,9 +504,11 @@ class _JobDefaulter:
             for toleration in missing:
                 self.editor.append((*pod_at, "tolerations"), toleration)
         if len(missing) == len(self.policy.tolerations):
-            self.warn((*pod_at, "tolerations"), self.view.tolerations_added)
+            self.warnings.append(_warning((*pod_at, "tolerations"), self.view.tolerations_added))
         else:
-            self.warn((*pod_at, "tolerations"), _added(str(len(missing)), source))
+            self.warnings.append(
+                _warning((*pod_at, "tolerations"), _added(str(len(missing)), source))
+            )
 
     def _pin_hosts(self, pod_at: tuple[Token, ...]) -> None:
         pod_spec = self.editor.get(pod_at)
@@ -547,7 +562,9 @@ class _JobDefaulter:
         if required_terms(pinned) == terms:
             return
         self.editor.set(pod_at, "affinity", pinned)
-        self.warn((*pod_at, "affinity"), f"pinned to hosts {','.join(self.hosts)} ({origin})")
+        self.warnings.append(
+            _warning((*pod_at, "affinity"), f"pinned to hosts {','.join(self.hosts)} ({origin})")
+        )
 
     @staticmethod
     def _conflicting_host_requirement(term: object, expression: Mapping[str, Any]) -> object:
@@ -577,7 +594,7 @@ class _JobDefaulter:
         for key, value, text in self.view.run_policy:
             if key not in run_policy:
                 self.editor.set(at, key, value)
-                self.warn((*at, key), text)
+                self.warnings.append(_warning((*at, key), text))
         self._default_scheduling(at, run_policy)
 
     def _default_scheduling(self, at: tuple[Token, ...], run_policy: Mapping[str, Any]) -> None:
@@ -604,7 +621,7 @@ class _JobDefaulter:
             for key, value, _ in missing:
                 self.editor.set(scheduling_at, key, value)
         for key, _, text in missing:
-            self.warn((*scheduling_at, key), text)
+            self.warnings.append(_warning((*scheduling_at, key), text))
 
     def _gang_size(self) -> int | None:
         """``gang.default_gang_size`` of the job; None when it is not a count the API stores."""
