@@ -370,6 +370,8 @@ def container_requests(
             values = resources.get(section)
             if isinstance(values, _OBJECT):
                 value = values.get(only)
+                if type(value) is int:  # the usual GPU count, without the parsing calls
+                    return {only: Decimal(value)}
                 amount = None if value is None else _quantity_or_none(value)  # null: none
                 if amount is not None:
                     return {only: amount}

@@ -96,6 +96,8 @@ def spec_shape(job: JobFacts) -> Findings:
         return [required(REPLICA_SPECS, "must be required")]
     if not isinstance(spec, OBJECT):
         return [invalid(SPEC, spec, "must be an object")]
+    if _SPEC_FIELDS.issuperset(spec):  # the usual case, without a call
+        return NONE
     return unknown_fields(spec, SPEC, _SPEC_FIELDS, _unknown_spec_field_hint)
 
 
@@ -206,7 +208,11 @@ def run_policy(job: JobFacts) -> Findings:
         return NONE
     if not isinstance(run, OBJECT):
         return [invalid(RUN_POLICY, run, "must be an object")]
-    found = unknown_fields(run, RUN_POLICY, _RUN_POLICY_FIELDS)
+    found = (
+        []
+        if _RUN_POLICY_FIELDS.issuperset(run)
+        else unknown_fields(run, RUN_POLICY, _RUN_POLICY_FIELDS)
+    )
     clean = run.get("cleanPodPolicy")
     clean_path = RUN_POLICY.child("cleanPodPolicy")
     if clean is not None and clean not in names.CLEAN_POD_POLICIES:
@@ -220,7 +226,9 @@ def run_policy(job: JobFacts) -> Findings:
             )
         )
     for key in ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit"):
-        found.extend(non_negative_field(run, key, RUN_POLICY))
+        raw = run.get(key)
+        if raw is not None and (type(raw) is not int or raw < 0):  # else valid, without a call
+            found.extend(non_negative_field(run, key, RUN_POLICY))
     suspend = run.get("suspend")
     if suspend is not None and not isinstance(suspend, bool):
         found.append(invalid(RUN_POLICY.child("suspend"), suspend, "must be true or false"))
@@ -239,7 +247,11 @@ def scheduling_policy(job: JobFacts) -> Findings:
         return NONE
     if not isinstance(scheduling, OBJECT):
         return [invalid(SCHEDULING, scheduling, "must be an object")]
-    found = unknown_fields(scheduling, SCHEDULING, _SCHEDULING_FIELDS)
+    found = (
+        []
+        if _SCHEDULING_FIELDS.issuperset(scheduling)
+        else unknown_fields(scheduling, SCHEDULING, _SCHEDULING_FIELDS)
+    )
     raw = scheduling.get("minAvailable")
     if raw is not None:
         number = as_int(raw)
