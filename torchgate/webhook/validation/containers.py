@@ -134,9 +134,21 @@ def resources(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -
                 remember_usable(value, amount)
             if name == gpu:
                 gpu_amounts[section] = amount
-    if gpu_amounts:
+    if gpu_amounts and not _whole_and_equal(raw, gpu):
         found.extend(_gpu_quantities(path, gpu, raw, gpu_amounts))
     return found
+
+
+def _whole_and_equal(raw: Mapping[str, Any], gpu: str) -> bool:
+    """Whether the GPU counts are JSON integers, equal where both are given (the usual case)."""
+    limits, requests = raw.get("limits"), raw.get("requests")
+    limit = limits.get(gpu) if isinstance(limits, OBJECT) else None
+    request = requests.get(gpu) if isinstance(requests, OBJECT) else None
+    if limit is None:
+        return type(request) is int
+    if request is None:
+        return type(limit) is int
+    return type(limit) is int and limit == request and type(request) is int
 
 
 def _quantity_detail(value: object) -> str:

@@ -269,7 +269,9 @@ def _read_replica(key: str, raw: object, gpu_resource: str) -> ReplicaFacts:
             training,
             *_read_volumes(pod_spec.get("volumes")),
             _read_containers(key, "containers", containers, training, gpu_container),
-            _read_containers(key, "initContainers", pod_spec.get("initContainers"), None, None),
+            ()
+            if (init := pod_spec.get("initContainers")) is None
+            else _read_containers(key, "initContainers", init, None, None),
         ),
     )
 

@@ -46,6 +46,7 @@ from torchgate.webhook.validation.facts import (
 )
 
 _NPROC_KEYWORDS: Final = ("auto", "cpu", "gpu")
+_CLEAN_POD_POLICY: Final = RUN_POLICY.child("cleanPodPolicy")
 
 _SPEC_FIELDS: Final = frozenset(
     {"pytorchReplicaSpecs", "runPolicy", "elasticPolicy", "nprocPerNode"}
@@ -214,7 +215,7 @@ def run_policy(job: JobFacts) -> Findings:
         else unknown_fields(run, RUN_POLICY, _RUN_POLICY_FIELDS)
     )
     clean = run.get("cleanPodPolicy")
-    clean_path = RUN_POLICY.child("cleanPodPolicy")
+    clean_path = _CLEAN_POD_POLICY
     if clean is not None and clean not in names.CLEAN_POD_POLICIES:
         found.append(not_supported(clean_path, clean, names.CLEAN_POD_POLICIES))
     elif clean == "None" and not job.policy.allow_clean_pod_policy_none:
