@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final, NamedTuple
 
@@ -29,7 +29,7 @@ from torchgate.pytorchjob.fieldpath import (
     invalid,
 )
 from torchgate.pytorchjob.policy import PlacementPolicy
-from torchgate.pytorchjob.pool import TeamQuota
+from torchgate.pytorchjob.pool import TeamQuota, quota_ceilings
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
 from torchgate.pytorchjob.spec import as_int, container_requests, pytorch_container_index
 from torchgate.webhook.arguments import CommandLine, scan_command_line
@@ -108,10 +108,18 @@ class ReplicaFacts(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Team:
-    """The TeamQuota owning the job's namespace, and every team of its cohort (itself included)."""
+    """The TeamQuota owning the job's namespace, and every team of its cohort (itself included).
+
+    Its ceilings (``pool.quota_ceilings``) are summed over the cohort once, when the team is
+    built (the webhook caches a team per namespace), not on every review.
+    """
 
     quota: TeamQuota
     cohort: tuple[TeamQuota, ...]
+    ceilings: Mapping[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ceilings", quota_ceilings(self.quota, self.cohort))
 
 
 class JobFacts(NamedTuple):

@@ -77,7 +77,8 @@ def team_quota(job: JobFacts) -> Findings:
     spec, errors = parse_job(job.raw)
     if spec is None or errors:  # the spec rules report what is wrong with it
         return NONE
-    found = never_admissible(team.quota, team.cohort, gang_usage(spec, job.policy.gpu_resource))
+    usage = gang_usage(spec, job.policy.gpu_resource)
+    found = never_admissible(team.quota, team.cohort, usage, ceilings=team.ceilings)
     if found is None:
         return NONE
     return [forbidden(REPLICA_SPECS, found[1])]
