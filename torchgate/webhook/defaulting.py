@@ -394,7 +394,10 @@ class _JobDefaulter:
         volumes = pod_spec.get("volumes")
         if volumes is not None and not isinstance(volumes, list):
             return
-        taken = {v.get("name") for v in volumes or [] if isinstance(v, _OBJECT)}
+        taken = set()
+        for volume in volumes or ():
+            if isinstance(volume, _OBJECT):
+                taken.add(volume.get("name"))
         name = SHM_VOLUME
         suffix = 1
         while name in taken:
@@ -424,7 +427,10 @@ class _JobDefaulter:
         for section in ("limits", "requests"):
             values = resources.get(section)
             if isinstance(values, _OBJECT) and not rdma.isdisjoint(values):
-                wanted = next(name for name in values if name in rdma)
+                for name in values:
+                    if name in rdma:
+                        wanted = name
+                        break
                 break
         if wanted is None:
             return

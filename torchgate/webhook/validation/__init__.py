@@ -365,6 +365,8 @@ def _deduplicated(errors: list[FieldError]) -> tuple[FieldError, ...]:
     differently unless two distinct paths print alike (a map key "0" beside a list index 0),
     which these rules never produce for one field; so ``dedupe`` runs only on a collision.
     """
+    if not errors:
+        return ()
     # id(): error types are enum singletons, and Enum.__hash__ is a slow Python-level call.
     keys = {(id(e.type), e.path.segments, e.detail) for e in errors}
     return tuple(errors) if len(keys) == len(errors) else tuple(dedupe(errors))
