@@ -8,7 +8,7 @@ pod-creation rate relative to a plain script depends on what else it asks of the
 local control plane (no nodes: nothing schedules), as the apiserver's own CPU seconds
 (``/proc/PID/stat``) per request: ``--count`` requests of each kind, 32 at a time, bodies built
 by torchgate's own code (``build_pod``, ``build_service``, a training-operator-shaped status),
-sent through ``torchgate.kube.KubeClient``.
+sent through ``torchgate.kube.client.KubeClient``.
 
 Run: ``.venv/bin/python benchmarks/apiserver_costs.py [--count 400] [--out results.json]``.
 """

@@ -15,7 +15,9 @@ import pytest
 
 # Shared case helpers that assert: pytest rewrites their asserts too, for the same failure reports.
 pytest.register_assert_rewrite(
-    "tests.builders", "tests.unit.webhook.validationcases", "tests.unit.dev.controlplane.planefiles"
+    "tests.builders",
+    "tests.unit.webhook.validationcases",
+    "tests.unit.torchgate_dev.controlplane.planefiles",
 )
 
 

@@ -18,7 +18,7 @@ import json
 import uuid
 from typing import Any, Final
 
-from tests.builders import gpu_job
+from tests.builders.job import gpu_job
 from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.webhook.defaulting import default_job
 

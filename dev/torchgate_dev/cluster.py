@@ -14,7 +14,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -24,7 +24,7 @@ from torchgate_dev import devcluster, seeds
 from torchgate_dev.apiserver import ApiClient, controller_healthy, wait_for_admission, webhook_ready
 from torchgate_dev.controlplane import processes
 from torchgate_dev.controlplane.binaries import BinariesUnavailable, ensure_binaries
-from torchgate_dev.controlplane.cluster import ControlPlane, ControlPlaneError
+from torchgate_dev.controlplane.cluster import ClusterFeatures, ControlPlane, ControlPlaneError
 from torchgate_dev.controlplane.processes import ManagedProcess, is_alive, memory_kib
 from torchgate_dev.launch import (
     controller_command,
@@ -83,6 +83,9 @@ class UpOptions:
     """What ``up`` creates; the programmatic form of its flags."""
 
     pools: tuple[devcluster.NodePool, ...] = devcluster.DEFAULT_POOLS
+    kubernetes_version: str | None = None
+    """None: ``$TORCHGATE_KUBERNETES_VERSION``, else the default supported version."""
+    features: ClusterFeatures = field(default_factory=ClusterFeatures)
     controller: bool = True
     sample_policy: bool = True
     webhook_port: int = 0
@@ -175,6 +178,12 @@ class DevCluster:
     def _complete(
         self, health: Health, plane: ControlPlane, options: UpOptions, began: float
     ) -> DevState:
+        conflicts = settings_conflicts(plane.kubernetes_version, plane.features, options)
+        if conflicts:
+            raise DevError(
+                f"the dev cluster in {self.layout.root} runs with {'; '.join(conflicts)}; "
+                f"stop it first: torchgate dev down --dir {self.layout.root}"
+            )
         state = health.state or DevState(pools=tuple(pool.describe() for pool in options.pools))
         if (
             state.populated
@@ -213,12 +222,13 @@ class DevCluster:
                 raise DevError(f"{path} not found: torchgate-dev is installed without its data")
         self._report("building or finding the control-plane binaries")
         try:
-            binaries = ensure_binaries(progress=sys.stderr)
+            binaries = ensure_binaries(version=options.kubernetes_version, progress=sys.stderr)
         except BinariesUnavailable as error:
             remove_files(self.layout, keep_logs=True)  # leaves no empty DIR behind
             raise DevError(str(error)) from None
         plane = ControlPlane(
             binaries=binaries,
+            features=options.features,
             workdir=self.layout.root,
             startup_timeout=options.timeout,
             real_node=options.real_node,
@@ -235,7 +245,9 @@ class DevCluster:
             with concurrent.futures.ThreadPoolExecutor(max_workers=1) as worker:
                 certificates = worker.submit(make_certificates, self.layout.tls)
                 plane.start(detach=True)
-                self._report(f"control plane ready in {plane.startup_seconds or 0:.1f}s")
+                seconds = plane.startup_seconds or 0
+                version = plane.kubernetes_version or "(version unknown)"
+                self._report(f"control plane ready in {seconds:.1f}s: Kubernetes {version}")
                 self._populate(plane, options)
                 state = replace(state, populated=True)
                 state.save(self.layout.state)
@@ -445,7 +457,10 @@ class DevCluster:
         else:
             verdict = "running" if health.control_plane_running else "BROKEN"
             ready = "readyz ok" if health.apiserver_ready else "readyz failing"
-            lines.append(f"  control plane  {verdict}  {plane.server}  {ready}")
+            version = f"Kubernetes {plane.kubernetes_version or '(version unknown)'}"
+            lines.append(f"  control plane  {verdict}  {version}  {plane.server}  {ready}")
+            if plane.features:
+                lines.append(f"                 {plane.features.describe()}")
             lines.append(f"                 {names}  (logs {self.layout.control_plane.logs})")
         state = health.state or DevState()
         if state.pools:
@@ -492,6 +507,24 @@ class DevCluster:
                 f"(sum of per-process peaks {sum(p for _, p in memory) / 1024:.0f} MiB)"
             )
         return lines
+
+
+def settings_conflicts(
+    running_version: str | None, running_features: ClusterFeatures, options: UpOptions
+) -> list[str]:
+    """How ``options`` differ from a running control plane, in words; empty when they agree.
+
+    A running cluster is only completed with the version and features it runs with: both are
+    fixed when its processes start. Only what ``options`` ask for explicitly counts (no version
+    asked for, or no features, agrees with any).
+    """
+    conflicts = []
+    asked = options.kubernetes_version
+    if asked is not None and running_version is not None and asked != running_version:
+        conflicts.append(f"Kubernetes {running_version}, not {asked}")
+    if options.features and options.features != running_features:
+        conflicts.append(f"{running_features.describe()}, not {options.features.describe()}")
+    return conflicts
 
 
 def _load_documents(paths: Sequence[Path]) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from typing import Final
 
 from torchgate_dev import devcluster
 from torchgate_dev.cluster import DevCluster, UpOptions, report_to_stderr
+from torchgate_dev.controlplane import components, versions
 from torchgate_dev.paths import default_dir
 from torchgate_dev.state import DevError, DevState
 
@@ -36,6 +37,36 @@ def _port(value: str) -> int:
     if not value.isdigit() or not 0 <= int(value) <= 65535:
         raise argparse.ArgumentTypeError(f"{value!r} is not a port number (0 = any free port)")
     return int(value)
+
+
+def _kubernetes_version(value: str) -> str:
+    try:
+        return versions.supported().select(value)
+    except versions.UnsupportedVersion as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _feature_gates(value: str) -> dict[str, bool]:
+    try:
+        return components.parse_feature_gates(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _runtime_config(value: str) -> dict[str, str]:
+    try:
+        return components.parse_runtime_config(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _controllers(value: str) -> tuple[str, ...]:
+    names = tuple(filter(None, (name.strip() for name in value.split(","))))
+    try:
+        components.ClusterFeatures(controllers=names)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return names
 
 
 def _seconds(value: str) -> float:
@@ -74,6 +105,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_pool,
         help="a pool of fake GPU nodes NAME-0.. labelled pool=NAME (repeatable; "
         "default: a100=4x8 and t4=2x8)",
+    )
+    supported = versions.supported()
+    up.add_argument(
+        "--kubernetes-version",
+        metavar="VERSION",
+        type=_kubernetes_version,
+        default=None,
+        help=f"the control plane's Kubernetes version, one of {supported.describe()}; default "
+        f"${versions.VERSION_ENV}, else {supported.default} (built on first use, then cached)",
+    )
+    up.add_argument(
+        "--feature-gates",
+        metavar="NAME=BOOL,...",
+        type=_feature_gates,
+        default={},
+        help="feature gates for kube-apiserver, kube-controller-manager and kube-scheduler "
+        "(e.g. GenericWorkload=true)",
+    )
+    up.add_argument(
+        "--runtime-config",
+        metavar="GROUP/VERSION=BOOL,...",
+        type=_runtime_config,
+        default={},
+        help="API versions the apiserver serves beyond its defaults "
+        "(e.g. scheduling.k8s.io/v1beta1=true)",
+    )
+    up.add_argument(
+        "--kcm-controllers",
+        metavar="NAME,...",
+        type=_controllers,
+        default=(),
+        help="kube-controller-manager controllers to run beyond torchgate's set "
+        "(e.g. resourceclaim-controller)",
     )
     up.add_argument(
         "--no-controller", action="store_true", help="do not start torchgate controller"
@@ -115,9 +179,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "images",
         parents=[common],
         help="build the seeds' images for the real node (waits for a build in progress)",
-        description="Build pytorch-demo and kubeflowkatib/pytorch-mnist from the seeds and "
-        "push them to the real node's registry; cached on their inputs, so a second run takes "
-        "seconds. Progress goes to stderr.",
+        description="Build pytorch-demo and kubeflowkatib/pytorch-mnist from the seeds, and "
+        "kubeflow/pytorch-dist-mnist (the upstream examples' image seeds 000 and 001 follow), "
+        "and push them to the real node's registry; cached on their inputs, so a second run "
+        "takes seconds. Progress goes to stderr.",
     )
     actions.add_parser(
         "status",
@@ -152,14 +217,25 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
-def _run_up(dev: DevCluster, args: argparse.Namespace) -> int:
+def up_options(args: argparse.Namespace) -> UpOptions:
+    """What ``up``'s parsed flags ask for.
+
+    Raises:
+        DevError: The pools cannot be made (a name given twice).
+    """
     pools = tuple(args.pools) if args.pools else devcluster.DEFAULT_POOLS
     try:
         devcluster.pool_nodes(pools)
     except ValueError as error:
         raise DevError(str(error)) from None
-    options = UpOptions(
+    return UpOptions(
         pools=pools,
+        kubernetes_version=args.kubernetes_version,
+        features=components.ClusterFeatures(
+            feature_gates=args.feature_gates,
+            runtime_config=args.runtime_config,
+            controllers=args.kcm_controllers,
+        ),
         controller=not args.no_controller,
         sample_policy=not args.no_sample_policy,
         webhook_port=args.webhook_port,
@@ -167,6 +243,10 @@ def _run_up(dev: DevCluster, args: argparse.Namespace) -> int:
         real_node=not args.no_real_node,
         seed_images=not args.no_seed_images,
     )
+
+
+def _run_up(dev: DevCluster, args: argparse.Namespace) -> int:
+    options = up_options(args)
     dev.up(options)
     health = dev.health()
     for line in dev.describe(health):

@@ -1,9 +1,10 @@
 """Files torchgate-dev carries beside its code, found the same way in a checkout and when installed.
 
-``torchgate dev up`` needs files that are not Python: the CRDs it applies, the PlacementPolicy it
-installs for the fake pools, and the build scripts and Go module files from which the control
-plane (kube-apiserver, controller-manager, scheduler, etcd, kwok, kubelet, kube-proxy) and the real
-node's own programs (CoreDNS, pause) are built. kwok's Stage YAMLs come out of that build.
+``torchgate dev up`` needs files that are not part of its Python: the CRDs it applies, the
+PlacementPolicy it installs for the fake pools, the build scripts and Go module files from which
+the control plane (kube-apiserver, controller-manager, scheduler, etcd, kwok, kubelet, kube-proxy)
+and the real node's own programs (CoreDNS, pause) are built, and the training script its
+rebuild of the upstream examples' image runs. kwok's Stage YAMLs come out of that build.
 
 Where they live: in ``torchgate_dev/data/``, real files (no links), so a checkout, an editable
 install and an installed wheel read the same paths through :mod:`importlib.resources`; the wheel
@@ -55,8 +56,14 @@ SAMPLE_POLICY: Final = data_path("dev-placementpolicy.yaml")
 CONTROLPLANE_BUILD_SCRIPT: Final = data_path("controlplane", "build.sh")
 """Builds (or finds cached) the control-plane binaries and kwok's Stage YAMLs."""
 
+CONTROLPLANE_VERSIONS: Final = data_path("controlplane", "versions.env")
+"""The pinned versions: the supported Kubernetes versions (the default first), etcd and kwok."""
+
 NODE_BUILD_SCRIPT: Final = data_path("node", "build.sh")
 """Builds (or finds cached) the real node's own binaries (CoreDNS)."""
 
 PAUSE_SOURCE: Final = data_path("node", "pause")
 """The Go module of the pause program the real node's sandbox image is made of."""
+
+DIST_MNIST_SCRIPT: Final = data_path("node", "pytorch-dist-mnist", "mnist.py")
+"""The training script of the upstream examples' image ``kubeflow/pytorch-dist-mnist``."""

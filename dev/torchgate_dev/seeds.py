@@ -29,7 +29,8 @@ def start_build(layout: DevLayout, state: DevState, report: Callable[[str], None
         cwd=layout.root,
     )
     report(
-        "building the seed images (pytorch-demo, kubeflowkatib/pytorch-mnist) in the "
+        "building the seed images (pytorch-demo, kubeflowkatib/pytorch-mnist, "
+        "kubeflow/pytorch-dist-mnist) in the "
         f"background: first time several minutes, then seconds; progress in "
         f"{layout.images_log}; wait for them with: torchgate dev images"
     )

@@ -40,7 +40,7 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.builders import gpu_job, job
+from tests.builders.job import gpu_job, job
 from torchgate.webhook.policysource import PolicyCache
 from torchgate.webhook.server import MAX_BODY_BYTES, create_app
 

@@ -28,13 +28,16 @@ import jsonpatch
 import pytest
 import yaml
 
-from tests.builders import gpu_job, policy
+from tests.builders.job import gpu_job
+from tests.builders.policy import parsed_policy, policy
 from torchgate.cli import main as torchgate
-from torchgate.pytorchjob.policy import DEFAULT_POLICY, parse_policy
+from torchgate.pytorchjob.policy import DEFAULT_POLICY
 from torchgate.webhook.review import evaluate
 
 SEEDS = Path(__file__).resolve().parents[2].parent / "shared" / "seeds" / "manifests"
-POLICY = policy("gpu-pool", nodeSelector={"pool": "a100"}, sharedMemory={"sizeLimit": "8Gi"})
+ADMIN_SPEC = {"nodeSelector": {"pool": "a100"}, "sharedMemory": {"sizeLimit": "8Gi"}}
+POLICY = policy("gpu-pool", **ADMIN_SPEC)
+ADMIN_POLICY = parsed_policy("gpu-pool", **ADMIN_SPEC)
 
 
 def free_port() -> int:
@@ -147,11 +150,6 @@ async def post(server: Server, route: str, body: Any, **kw: Any) -> tuple[int, A
             return response.status, text
 
 
-def admin_policy() -> Any:
-    parsed, _ = parse_policy(POLICY)
-    return parsed
-
-
 def load_seed(name: str) -> dict[str, Any]:
     return yaml.safe_load((SEEDS / name).read_text())
 
@@ -169,7 +167,7 @@ async def test_mutate_returns_a_patch_that_gives_the_defaulted_job(server: Serve
     assert response["patchType"] == "JSONPatch"
     patch = json.loads(base64.b64decode(response["patch"]))
     patched = jsonpatch.apply_patch(copy.deepcopy(job), patch)
-    assert patched == evaluate(job, admin_policy()).object
+    assert patched == evaluate(job, ADMIN_POLICY).object
     worker = patched["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
     assert {"mountPath": "/dev/shm", "name": "torchgate-dshm"} in worker["containers"][0][
         "volumeMounts"
@@ -214,7 +212,7 @@ async def test_update_compares_with_the_real_old_object(server: Server) -> None:
 
 
 async def test_update_mutation_restores_lost_run_policy(server: Server) -> None:
-    old = evaluate(gpu_job().build(), admin_policy()).object
+    old = evaluate(gpu_job().build(), ADMIN_POLICY).object
     new = gpu_job().build()
     _, answer = await post(server, "/mutate", review(new, operation="UPDATE", old=old))
     patch = json.loads(base64.b64decode(answer["response"]["patch"]))

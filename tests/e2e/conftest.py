@@ -5,6 +5,9 @@ per session and installs torchgate's CRDs, or wraps the cluster named by
 ``TORCHGATE_E2E_KUBECONFIG``. Binaries are built (or found in the cache) right after collection,
 before any test's timeout starts, with the build's progress shown live.
 
+The Kubernetes version is ``$TORCHGATE_KUBERNETES_VERSION`` (default: the newest supported one);
+every control plane a session starts, the real node's included, runs it. The header names it.
+
 When the binaries cannot be had, e2e tests fail with the reason on CI (``CI=true``) and whenever
 Go is present but the build broke; only locally without Go do they skip.
 """
@@ -28,7 +31,7 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from torchgate_dev.controlplane import kwok
+from torchgate_dev.controlplane import kwok, versions
 from torchgate_dev.controlplane.binaries import Binaries, BinariesUnavailable, ensure_binaries
 from torchgate_dev.controlplane.cluster import ATTACH_ENV, ControlPlane, KubectlError
 
@@ -45,6 +48,19 @@ WORKDIR_ENV = "TORCHGATE_E2E_WORKDIR"
 
 _BINARIES = pytest.StashKey["Binaries | BinariesUnavailable"]()
 _SUMMARY = pytest.StashKey[list[str]]()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which Kubernetes the e2e tests run on."""
+    if os.environ.get(ATTACH_ENV):
+        return f"Kubernetes: the cluster of {ATTACH_ENV}"
+    supported = versions.supported()
+    try:
+        chosen = supported.select(environ=os.environ)
+    except versions.UnsupportedVersion as error:
+        return f"Kubernetes: {error}"
+    source = f"from ${versions.VERSION_ENV}" if os.environ.get(versions.VERSION_ENV) else "default"
+    return f"Kubernetes: {chosen} ({source}; supported: {supported.describe()})"
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -273,7 +289,8 @@ def _record_summary(config: pytest.Config, plane: ControlPlane) -> None:
     peaks = plane.peak_rss()
     memory = ", ".join(f"{name} {size / 2**20:.0f} MiB" for name, size in peaks.items())
     config.stash[_SUMMARY] = [
-        f"control plane: ready in {plane.startup_seconds:.1f}s; peak RSS {memory} "
+        f"control plane: Kubernetes {plane.kubernetes_version}, ready in "
+        f"{plane.startup_seconds:.1f}s; peak RSS {memory} "
         f"(total {sum(peaks.values()) / 2**20:.0f} MiB)"
     ]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.builders import job
+from tests.builders.job import job
 from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import (
     ControllerProcess,

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.builders import container, job
+from tests.builders.job import container, job
 from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import (
     FINISH_GRACE_SECONDS,
@@ -32,7 +32,7 @@ from tests.e2e.controller_process import (
     live_pods,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.all_versions]
 SEEDS = Path(__file__).resolve().parents[2].parent / "shared" / "seeds" / "manifests"
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -18,14 +19,20 @@ from typing import Any
 
 import pytest
 
-from tests.builders import job, policy
+from tests.builders.job import job
+from tests.builders.policy import policy
 from tests.e2e.conftest import REPO_ROOT, Cluster, load_yaml
 from torchgate.pytorchjob.policy import parse_policy
-from torchgate_dev.controlplane import kwok
+from torchgate_dev.controlplane import kwok, versions
 from torchgate_dev.controlplane.binaries import Binaries
-from torchgate_dev.controlplane.cluster import ATTACH_ENV, ControlPlane, ControlPlaneError
+from torchgate_dev.controlplane.cluster import (
+    ATTACH_ENV,
+    ClusterFeatures,
+    ControlPlane,
+    ControlPlaneError,
+)
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.all_versions]
 
 SAMPLE_POLICY = REPO_ROOT / "manifests" / "samples" / "placementpolicy.yaml"
 
@@ -333,6 +340,48 @@ def test_pytorchjob_scale_subresource_reads_worker_replicas(cluster: Cluster) ->
 
     assert status == 200
     assert scale["spec"]["replicas"] == 3
+
+
+# ----------------------------------------------------------------------------- versions, features
+
+# The Workload API of each supported minor (GenericWorkload): alpha in 1.36, beta in 1.37; off
+# by default in both.
+WORKLOAD_API = {"1.36": "scheduling.k8s.io/v1alpha2", "1.37": "scheduling.k8s.io/v1beta1"}
+
+
+@pytest.mark.skipif(bool(os.environ.get(ATTACH_ENV)), reason="an attached cluster has its own")
+def test_the_control_plane_runs_the_kubernetes_version_chosen_for_the_session(
+    cluster: Cluster,
+) -> None:
+    chosen = versions.supported().select(environ=os.environ)
+
+    reported = json.loads(cluster.kubectl("version", "--output=json").stdout)["serverVersion"]
+
+    assert reported["gitVersion"] == f"v{chosen}"
+    assert cluster.plane.kubernetes_version == chosen
+
+
+@pytest.mark.skipif(bool(os.environ.get(ATTACH_ENV)), reason="starts its own control plane")
+def test_features_turn_on_a_gate_and_an_api_version_the_defaults_leave_off(
+    cluster: Cluster, control_plane_binaries: Binaries, tmp_path: Path
+) -> None:
+    version = cluster.plane.kubernetes_version or ""
+    api = WORKLOAD_API[version.rpartition(".")[0]]
+    assert api not in cluster.kubectl("api-versions").stdout.split()
+    features = ClusterFeatures(
+        feature_gates={"GenericWorkload": True},
+        runtime_config={api: "true"},
+        controllers=("podgroup-protection-controller",),
+    )
+
+    with ControlPlane(
+        binaries=control_plane_binaries, features=features, workdir=tmp_path / "plane"
+    ) as plane:
+        served = plane.kubectl("api-versions").stdout.split()
+        metrics = plane.kubectl("get", "--raw=/metrics").stdout
+
+    assert api in served
+    assert re.search(r'kubernetes_feature_enabled\{name="GenericWorkload",stage="\w+"\} 1', metrics)
 
 
 # ----------------------------------------------------------------------------- lifecycle

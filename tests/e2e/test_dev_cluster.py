@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.e2e.conftest import REPO_ROOT
 from torchgate_dev.controlplane.binaries import BIN_DIR_ENV, Binaries
@@ -182,6 +183,23 @@ def test_dev_up_serves_seed_000_through_the_webhook_and_down_leaves_nothing(
     assert {p["spec"]["nodeName"] for p in cpu_pods} == {real_node["metadata"]["name"]}
     ready = [c for c in real_node["status"]["conditions"] if c["type"] == "Ready"]
     assert [c["status"] for c in ready] == ["True"]
+
+    # The training-operator's default cleanPodPolicy None, under the dev policy: a GPU-free job
+    # keeps its pods, a GPU job may not keep them.
+    def keeping_pods(manifest: Path) -> Path:
+        text = manifest.read_text(encoding="utf-8").replace("<训练镜像>", "pytorch-demo")
+        raw = yaml.safe_load(text)
+        raw["metadata"]["name"] += "-keep"
+        raw["spec"]["runPolicy"] = {"cleanPodPolicy": "None"}
+        written = dev_dir.parent / f"keep-{manifest.name}"
+        written.write_text(yaml.safe_dump(raw), encoding="utf-8")
+        return written
+
+    kept = kubectl("create", "--dry-run=server", "-f", str(keeping_pods(SEED_003)))
+    assert kept.returncode == 0, kept.stderr
+    not_kept = kubectl("create", "--dry-run=server", "-f", str(keeping_pods(SEED_000)))
+    assert not_kept.returncode != 0
+    assert "spec.runPolicy.cleanPodPolicy: Forbidden" in not_kept.stderr
     for kind, path in (("mutating", "/mutate"), ("validating", "/validate")):
         (webhook,) = get(f"{kind}webhookconfiguration", "torchgate")["webhooks"]
         assert webhook["clientConfig"]["url"].startswith("https://127.0.0.1:")

@@ -30,7 +30,8 @@ from pathlib import Path
 import pytest
 
 from tests import manifestset as ms
-from tests.builders import job
+from tests.builders.job import job
+from tests.builders.policy import policy
 from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import (
     ControllerProcess,
@@ -272,15 +273,11 @@ def run_seed_003_through_the_installed_torchgate(cluster: Cluster) -> None:
     """
     namespace = cluster.new_namespace("seed003")
     cluster.apply(
-        {
-            "apiVersion": "torchgate.io/v1alpha1",
-            "kind": "PlacementPolicy",
-            "metadata": {"name": f"run-{namespace}"},
-            "spec": {
-                "namespaces": [namespace],
-                "jobDefaults": {"managedBy": "torchgate.io/controller"},
-            },
-        }
+        policy(
+            f"run-{namespace}",
+            namespaces=[namespace],
+            jobDefaults={"managedBy": "torchgate.io/controller"},
+        )
     )
     try:
 
@@ -320,15 +317,11 @@ def make_a_waiting_job(cluster: Cluster) -> None:
         lambda: cluster.get("serviceaccount", "default", "my-namespace"), what="SA my-namespace"
     )
     cluster.apply(
-        {
-            "apiVersion": "torchgate.io/v1alpha1",
-            "kind": "PlacementPolicy",
-            "metadata": {"name": "run-my-namespace"},
-            "spec": {
-                "namespaces": ["my-namespace"],
-                "jobDefaults": {"managedBy": "torchgate.io/controller"},
-            },
-        }
+        policy(
+            "run-my-namespace",
+            namespaces=["my-namespace"],
+            jobDefaults={"managedBy": "torchgate.io/controller"},
+        )
     )
     raw = job("my-job", "my-namespace").master(gpus=8).workers(1, gpus=8).build()
 

@@ -32,7 +32,8 @@ from typing import Any
 
 import pytest
 
-from tests.builders import job
+from tests.builders.job import job
+from tests.builders.policy import policy
 from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import get_job, is_true, job_pods
 from tests.e2e.installation import (
@@ -93,48 +94,18 @@ def run_by_torchgate(cluster: Cluster, namespace: str) -> str:
     """A policy that makes the installed controller run this namespace's jobs; its name."""
     name = f"run-{namespace}"
     cluster.apply(
-        {
-            "apiVersion": "torchgate.io/v1alpha1",
-            "kind": "PlacementPolicy",
-            "metadata": {"name": name},
-            "spec": {
-                "namespaces": [namespace],
-                "jobDefaults": {"managedBy": "torchgate.io/controller"},
-            },
-        }
+        policy(name, namespaces=[namespace], jobDefaults={"managedBy": "torchgate.io/controller"})
     )
     return name
 
 
 def cpu_job(name: str, namespace: str, *, master: str, worker: str, workers: int) -> Any:
-    def replica(script: str, replicas: int) -> dict[str, Any]:
-        return {
-            "replicas": replicas,
-            "restartPolicy": "OnFailure",
-            "template": {
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "pytorch",
-                            "image": "pytorch-demo",
-                            "command": ["sh", "-c", script],
-                        }
-                    ]
-                }
-            },
-        }
+    """``pytorch-demo`` running the shell scripts ``master`` and ``worker``, no GPUs."""
 
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "pytorchReplicaSpecs": {
-                "Master": replica(master, 1),
-                "Worker": replica(worker, workers),
-            }
-        },
-    }
+    def sh(script: str) -> dict[str, Any]:
+        return {"image": "pytorch-demo", "command": ["sh", "-c", script]}
+
+    return job(name, namespace).master(**sh(master)).workers(workers, **sh(worker)).build()
 
 
 def submit(cluster: Cluster, obj: Any, *, dry_run: bool = False) -> tuple[int, Any]:

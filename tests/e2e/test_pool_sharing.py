@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.builders import job, policy
+from tests.builders.job import job
+from tests.builders.policy import policy
+from tests.builders.team import team_quota
 from tests.e2e.conftest import REPO_ROOT, Cluster
 from tests.e2e.controller_process import (
     ControllerProcess,
@@ -73,19 +75,7 @@ class Pool:
 
     def team(self, name: str, namespaces: list[str], nominal: int, **spec: Any) -> str:
         full = f"{self.label}-{name}"
-        self.apply(
-            {
-                "apiVersion": "torchgate.io/v1alpha1",
-                "kind": "TeamQuota",
-                "metadata": {"name": full},
-                "spec": {
-                    "namespaces": namespaces,
-                    "cohort": self.label,
-                    "nominalGPUs": nominal,
-                    **spec,
-                },
-            }
-        )
+        self.apply(team_quota(full, namespaces, cohort=self.label, nominalGPUs=nominal, **spec))
         return full
 
     def priority_class(self, name: str, value: int, **fields: Any) -> str:
@@ -299,8 +289,8 @@ def test_preempted_gangs_run_again_soon_after_their_preemptor_is_deleted(
     As the pool benchmark runs it: priorities from ``runPolicy.schedulingPolicy`` (pods carry
     none), the preemptor deleted with its pods once it runs. Each victim must get nodes of its
     own, not one another's, which would leave a gang unbound until the schedule timeout (60 s).
-    The overlap needs an interleaving of pod events: before the fix this failed in 2 of 5 runs;
-    ``test_a_victim_whose_job_is_gone_is_not_preempted_twice_onto_held_nodes`` (unit) always.
+    The overlap needs an interleaving of pod events, so this catches the fault in some runs only;
+    ``test_a_victim_whose_job_is_gone_is_not_preempted_twice_onto_held_nodes`` (unit) in every.
     """
     pool.nodes(16)
     namespace = cluster.new_namespace("back")

@@ -29,7 +29,9 @@ import pytest
 import yaml
 
 from tests import rbacmodel as rm
-from tests.builders import job
+from tests.builders.job import job
+from tests.builders.policy import policy
+from tests.builders.team import team_quota
 from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import (
     ControllerProcess,
@@ -249,29 +251,21 @@ def audit_log(audited: Cluster, tmp_path_factory: pytest.TempPathFactory) -> lis
         cluster.add_gpu_nodes(2, pool, gpus=8, labels={"pool": pool})
         cluster.apply(
             [
-                {
-                    "apiVersion": "torchgate.io/v1alpha1",
-                    "kind": "PlacementPolicy",
-                    "metadata": {"name": "rbac-valid"},
-                    "spec": {
-                        "namespaces": [namespace],
-                        "nodeSelector": {"pool": pool},
-                        "jobDefaults": {
-                            "managedBy": "torchgate.io/controller",
-                            "cleanPodPolicy": "All",
-                            "ttlSecondsAfterFinished": 0,
-                        },
+                policy(
+                    "rbac-valid",
+                    namespaces=[namespace],
+                    nodeSelector={"pool": pool},
+                    jobDefaults={
+                        "managedBy": "torchgate.io/controller",
+                        "cleanPodPolicy": "All",
+                        "ttlSecondsAfterFinished": 0,
                     },
-                },
-                {
-                    "apiVersion": "torchgate.io/v1alpha1",
-                    "kind": "PlacementPolicy",
-                    "metadata": {"name": "rbac-invalid"},
-                    "spec": {
-                        "namespaces": ["nowhere"],
-                        "tolerations": [{"key": "a", "operator": "Sometimes"}],
-                    },
-                },
+                ),
+                policy(
+                    "rbac-invalid",
+                    namespaces=["nowhere"],
+                    tolerations=[{"key": "a", "operator": "Sometimes"}],
+                ),
             ]
         )
         # The webhook patched both policies' status and made an Event for the invalid one.
@@ -314,14 +308,7 @@ def audit_log(audited: Cluster, tmp_path_factory: pytest.TempPathFactory) -> lis
 
         # A TeamQuota owning the job's namespace: the webhook reads it (quota ceiling), the
         # controller reports the team's usage and validity in its status.
-        cluster.apply(
-            {
-                "apiVersion": "torchgate.io/v1alpha1",
-                "kind": "TeamQuota",
-                "metadata": {"name": "rbac-team"},
-                "spec": {"namespaces": [namespace], "nominalGPUs": 8},
-            }
-        )
+        cluster.apply(team_quota("rbac-team", [namespace], nominalGPUs=8))
         cluster.wait_for(
             lambda: (
                 condition_of(cluster.get("teamquota", "rbac-team"), "Valid").get("status") == "True"

@@ -22,18 +22,24 @@ from typing import Any
 
 import pytest
 import yaml
+from kubeflow.training import TrainingClient
 
+from tests.builders.job import container, job
+from tests.builders.policy import policy
 from tests.e2e.conftest import REPO_ROOT, Cluster
 from tests.e2e.controller_process import get_job, is_true, job_pods
 from torchgate_dev import devcluster
 from torchgate_dev.cluster import DevCluster, UpOptions
+from torchgate_dev.controlplane import versions
 from torchgate_dev.controlplane.cluster import ControlPlane
 from torchgate_dev.node.config import NodePaths
 
-pytestmark = [pytest.mark.e2e, pytest.mark.real_node]
+pytestmark = [pytest.mark.e2e, pytest.mark.real_node, pytest.mark.all_versions]
 
 SEEDS = REPO_ROOT.parent / "shared" / "seeds" / "manifests"
+REALWORLD = REPO_ROOT.parent / "shared" / "realworld"
 DEMO_IMAGE = "pytorch-demo"
+DIST_MNIST_IMAGE = "kubeflow/pytorch-dist-mnist:latest"  # the upstream examples' name
 GPUS_ON_NODE = 4
 RDMA_ON_NODE = 4
 
@@ -113,24 +119,15 @@ def demo_job(
     restart_policy: str = "OnFailure",
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    def replica(command: list[str], replicas: int) -> dict[str, Any]:
-        container: dict[str, Any] = {"name": "pytorch", "image": DEMO_IMAGE, "command": command}
-        container.update(extra or {})
-        return {
-            "replicas": replicas,
-            "restartPolicy": restart_policy,
-            "template": {"spec": {"containers": [container]}},
-        }
+    """The demo image running ``master`` (and ``workers`` Workers running ``worker``)."""
 
-    specs: dict[str, Any] = {"Master": replica(master, 1)}
+    def pytorch(command: list[str]) -> list[dict[str, Any]]:
+        return [{**container(image=DEMO_IMAGE, command=command), **(extra or {})}]
+
+    built = job(name, namespace).master(restart_policy=restart_policy, containers=pytorch(master))
     if worker is not None:
-        specs["Worker"] = replica(worker, workers)
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"pytorchReplicaSpecs": specs},
-    }
+        built.workers(workers, restart_policy=restart_policy, containers=pytorch(worker))
+    return built.build()
 
 
 # A shell that is PID 1 ignores SIGTERM unless it traps it (as does python without a handler):
@@ -140,6 +137,19 @@ SLEEP_UNTIL_SIGTERM = "trap 'echo got SIGTERM; exit 0' TERM; while true; do slee
 
 def sh(script: str) -> list[str]:
     return ["sh", "-c", script]
+
+
+# ----------------------------------------------------------------------------- the node
+
+
+def test_the_real_node_runs_the_kubelet_of_the_chosen_kubernetes_version(
+    real: RealNodeCluster,
+) -> None:
+    node = real.get("node", real.node)
+
+    assert node is not None
+    chosen = versions.supported().select(environ=os.environ)
+    assert node["status"]["nodeInfo"]["kubeletVersion"] == f"v{chosen}"
 
 
 # ----------------------------------------------------------------------------- the seeds
@@ -176,17 +186,13 @@ def test_seed_003_lands_on_the_real_node_when_fake_gpu_nodes_with_topology_share
     real.wait_for(
         lambda: all(is_ready(real.get("node", name)) for name in fake), what="the fake nodes"
     )
-    policy = f"topology-{namespace}"
+    topology_policy = f"topology-{namespace}"
     real.apply(
-        {
-            "apiVersion": "torchgate.io/v1alpha1",
-            "kind": "PlacementPolicy",
-            "metadata": {"name": policy},
-            "spec": {
-                "namespaces": [namespace],
-                "topology": {"levels": list(devcluster.TOPOLOGY_LEVELS)},
-            },
-        }
+        policy(
+            topology_policy,
+            namespaces=[namespace],
+            topology={"levels": list(devcluster.TOPOLOGY_LEVELS)},
+        )
     )
     try:
         real.kubectl("apply", "--namespace", namespace, "-f", str(SEEDS / "003-torchrun-cpu.yaml"))
@@ -198,7 +204,7 @@ def test_seed_003_lands_on_the_real_node_when_fake_gpu_nodes_with_topology_share
         for pod in pods:
             assert "result tensor([2])" in real.logs(namespace, pod["metadata"]["name"])
     finally:
-        real.kubectl("delete", "placementpolicy", policy, check=False)
+        real.kubectl("delete", "placementpolicy", topology_policy, check=False)
 
 
 def is_ready(node: dict[str, Any] | None) -> bool:
@@ -237,6 +243,53 @@ def test_seed_004_trains_verbatim_and_the_users_selector_finds_the_master(
         assert "World Size: 2. Rank: 0" in log
     finally:
         real.kubectl("delete", "namespace", "kubeflow", "--wait=false", check=False)
+
+
+# README's walkthrough of seed 000 on the real node: the placeholder filled with the upstream
+# examples' image, gloo for nccl and no GPU (the node has no CUDA), two epochs.
+SEED_000_ON_CPU = (
+    "sed -e 's|<训练镜像>|kubeflow/pytorch-dist-mnist:latest|'"
+    """ -e 's|"nccl"]|"gloo", "--epochs", "2"]|' -e '/resources:/,/nvidia.com/d' $SEED"""
+)
+
+
+def test_the_upstream_mnist_example_trains_with_gloo_as_published_and_as_seed_000_says(
+    real: RealNodeCluster, gpu_node: None
+) -> None:
+    """The upstream examples' image, rebuilt locally, runs their arguments to ``Succeeded``.
+
+    The training-operator's gloo example as published (realworld 006: one GPU per replica,
+    ``--backend gloo``; the node advertises GPUs, nothing uses CUDA), and seed 000 edited as
+    README's walkthrough does it (``SEED_000_ON_CPU``).
+    """
+    assert SEED_000_ON_CPU in (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    namespace = real.new_namespace("mnist")
+    published = yaml.safe_load((REALWORLD / "006-to-mnist-gloo.yaml").read_text())
+    edited = subprocess.run(
+        ["sh", "-c", SEED_000_ON_CPU],
+        env={**os.environ, "SEED": str(SEEDS / "000-pytorch-dist-mnist-nccl.yaml")},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    seed_000 = yaml.safe_load(edited.stdout)
+    for manifest in (published, seed_000):
+        manifest["metadata"]["namespace"] = namespace
+        real.apply(manifest)
+
+    for name, epochs in (("pytorch-dist-mnist-gloo", 1), ("pytorch-dist-mnist-nccl", 2)):
+        real.wait_job(namespace, name, "Succeeded", timeout=420)
+        pods = job_pods(real, namespace, name)
+        assert {p["spec"]["nodeName"] for p in pods} == {real.node}
+        assert {p["spec"]["containers"][0]["image"] for p in pods} == {DIST_MNIST_IMAGE}
+        for pod in pods:
+            log = real.logs(namespace, pod["metadata"]["name"])
+            assert "Using distributed PyTorch with gloo backend" in log
+            assert f"Train Epoch: {epochs} [" in log
+            assert f"Train Epoch: {epochs + 1} [" not in log
+            accuracies = [float(line.split("=")[1]) for line in log.split() if "accuracy=" in line]
+            assert len(accuracies) == epochs
+            assert accuracies[-1] > 0.5, "well above chance (0.1) on the baked-in data set"
 
 
 # ----------------------------------------------------------------------------- env contract
@@ -366,12 +419,7 @@ def test_a_worker_killed_by_sigkill_restarts_the_whole_gang_and_the_retry_succee
     marker.mkdir()
     marker.chmod(0o777)
     real.apply(
-        {
-            "apiVersion": "torchgate.io/v1alpha1",
-            "kind": "PlacementPolicy",
-            "metadata": {"name": f"allow-{namespace}"},
-            "spec": {"namespaces": [namespace], "allowedHostPaths": [str(tmp_path)]},
-        }
+        policy(f"allow-{namespace}", namespaces=[namespace], allowedHostPaths=[str(tmp_path)])
     )
     worker = (
         "if [ -e /attempts/first ]; then sleep 2; exit 0; fi; touch /attempts/first; "
@@ -436,12 +484,7 @@ def test_a_gpu_replica_sees_the_policys_shm_and_an_rdma_container_has_ipc_lock(
 ) -> None:
     namespace = real.new_namespace("gpu")
     real.apply(
-        {
-            "apiVersion": "torchgate.io/v1alpha1",
-            "kind": "PlacementPolicy",
-            "metadata": {"name": f"shm-{namespace}"},
-            "spec": {"namespaces": [namespace], "sharedMemory": {"sizeLimit": "256Mi"}},
-        }
+        policy(f"shm-{namespace}", namespaces=[namespace], sharedMemory={"sizeLimit": "256Mi"})
     )
     probe = (
         "import os\n"
@@ -527,3 +570,44 @@ def _terminated_at(real: RealNodeCluster, namespace: str, pod: str) -> float | N
     if statuses and "terminated" in statuses[0].get("state", {}):
         return time.time()
     return None
+
+
+# ----------------------------------------------------------------------------- the Training SDK
+
+
+def test_the_kubeflow_training_sdk_creates_waits_reads_lists_and_deletes_a_job(
+    real: RealNodeCluster,
+) -> None:
+    """``kubeflow-training`` 1.9.4's main calls, as its users make them, against torchgate.
+
+    ``create_job`` from a function (the SDK writes it into the container's command and runs it
+    with torchrun across a Master and a Worker), then wait, logs, pod names, list and delete.
+    The image is the local torch image: the SDK's default is not on this machine.
+    """
+    namespace = real.new_namespace("sdk")
+    client = TrainingClient(config_file=str(real.kubeconfig), namespace=namespace)
+
+    def train_func() -> None:
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        total = torch.tensor([dist.get_rank() + 1])
+        dist.all_reduce(total)
+        print(f"sdk rank {dist.get_rank()} of {dist.get_world_size()} sum {total.item()}")
+
+    client.create_job(name="sdk", train_func=train_func, num_workers=2, base_image=DEMO_IMAGE)
+    finished = client.wait_for_job_conditions("sdk", wait_timeout=300, polling_interval=1)
+
+    assert finished.metadata.name == "sdk"
+    assert client.is_job_succeeded("sdk")
+    assert sorted(client.get_job_pod_names("sdk")) == ["sdk-master-0", "sdk-worker-0"]
+    master_logs, _ = client.get_job_logs("sdk")
+    assert list(master_logs) == ["sdk-master-0"]
+    assert "sdk rank 0 of 2 sum 3" in master_logs["sdk-master-0"]
+    assert [job.metadata.name for job in client.list_jobs()] == ["sdk"]
+
+    client.delete_job("sdk")
+
+    real.wait_for(lambda: get_job(real, namespace, "sdk") is None, what="the job to be deleted")
+    assert client.list_jobs() == []

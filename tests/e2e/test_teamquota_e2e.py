@@ -18,7 +18,9 @@ from typing import Any
 
 import pytest
 
-from tests.builders import job, policy
+from tests.builders.job import gpu_job
+from tests.builders.policy import policy
+from tests.builders.team import team_quota
 from tests.e2e.conftest import Cluster
 from tests.e2e.test_webhook_e2e import LocalWebhook, causes, jobs_path
 from torchgate.pytorchjob.fieldpath import ErrorType
@@ -31,23 +33,6 @@ FORBIDDEN = ErrorType.FORBIDDEN.value
 NOT_SUPPORTED = ErrorType.NOT_SUPPORTED.value
 REQUIRED_ANNOTATION = "torchgate.io/topology-required"
 LEVELS = ["topology.torchgate.io/block", "topology.torchgate.io/rack", "kubernetes.io/hostname"]
-
-
-def team_quota(name: str, namespaces: list[str], **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "torchgate.io/v1alpha1",
-        "kind": "TeamQuota",
-        "metadata": {"name": name},
-        "spec": {"namespaces": namespaces, **spec},
-    }
-
-
-def gpu_job(name: str, namespace: str, *, workers: int, gpus: int = 8) -> dict[str, Any]:
-    """A Master and ``workers`` Workers of ``gpus`` GPUs each (no Worker replica for 0)."""
-    builder = job(name, namespace).master(gpus=gpus, args=["--backend", "nccl"])
-    if workers:
-        builder.workers(workers, gpus=gpus, args=["--backend", "nccl"])
-    return builder.build()
 
 
 def dry_run(cluster: Cluster, obj: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -164,7 +149,7 @@ def test_the_webhook_refuses_what_a_team_can_never_hold_and_unknown_topology_lev
             ]
         )  # fmt: skip
         # 1 Master + 1 Worker of 8 GPUs: 16 > 8 nominal, and nobody in the cohort lends.
-        too_big = gpu_job("too-big", namespace, workers=1)
+        too_big = gpu_job("too-big", namespace=namespace, workers=1, gpus=8).build()
 
         def refused() -> dict[str, Any] | None:
             status, body = dry_run(cluster, too_big)
@@ -172,7 +157,7 @@ def test_the_webhook_refuses_what_a_team_can_never_hold_and_unknown_topology_lev
 
         body = cluster.wait_for(refused, timeout=15, what="the webhook to know the TeamQuota")
         assert causes(body) == {(FORBIDDEN, "spec.pytorchReplicaSpecs")}
-        fits = gpu_job("fits", namespace, workers=0)
+        fits = gpu_job("fits", namespace=namespace, workers=0, gpus=8).build()
         assert dry_run(cluster, fits)[0] == 201
 
         # A lender joins the cohort: the same job can now borrow, without a webhook restart.
@@ -183,12 +168,12 @@ def test_the_webhook_refuses_what_a_team_can_never_hold_and_unknown_topology_lev
         )
         assert time.monotonic() - began < 15
 
-        unknown = gpu_job("unknown-level", namespace, workers=0)
+        unknown = gpu_job("unknown-level", namespace=namespace, workers=0, gpus=8).build()
         unknown["metadata"]["annotations"] = {REQUIRED_ANNOTATION: "topology.torchgate.io/row"}
         status, body = dry_run(cluster, unknown)
         assert status == 422, body
         assert causes(body) == {(NOT_SUPPORTED, f"metadata.annotations[{REQUIRED_ANNOTATION}]")}
-        rack = gpu_job("rack", namespace, workers=0)
+        rack = gpu_job("rack", namespace=namespace, workers=0, gpus=8).build()
         rack["metadata"]["annotations"] = {REQUIRED_ANNOTATION: LEVELS[1]}
         assert dry_run(cluster, rack)[0] == 201
     finally:

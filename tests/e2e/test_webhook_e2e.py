@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from tests.builders import job, policy
+from tests.builders.job import gpu_job
+from tests.builders.policy import policy
 from tests.e2e.conftest import REPO_ROOT, Cluster, load_yaml
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.fieldpath import ErrorType
@@ -35,7 +36,7 @@ from torchgate_dev.node.registry import free_port
 from torchgate_dev.paths import CA_CERT
 from torchgate_dev.state import DevError
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.all_versions]
 
 SEEDS = REPO_ROOT.parent / "shared" / "seeds" / "manifests"
 JOBS = f"/apis/{names.API_VERSION}"
@@ -177,15 +178,6 @@ def shm_volume_name(stored: dict[str, Any], replica: str) -> str | None:
         if volumes.get(name, {}).get("emptyDir", {}).get("medium") == "Memory":
             return str(name)
     return None
-
-
-def valid_job(name: str, namespace: str) -> dict[str, Any]:
-    return (
-        job(name, namespace)
-        .master(gpus=1, args=["--backend", "nccl"])
-        .workers(1, gpus=1, args=["--backend", "nccl"])
-        .build()
-    )
 
 
 def apply(cluster: Cluster, obj: dict[str, Any]) -> subprocess.CompletedProcess[str]:
@@ -331,9 +323,9 @@ def test_writes_fail_while_the_webhook_is_down_and_pass_once_it_is_back(
     namespace = cluster.new_namespace("fail")
     webhook.stop()
     try:
-        refused = apply(cluster, valid_job("while-down", namespace))
+        refused = apply(cluster, gpu_job("while-down", namespace=namespace).build())
         status, body = cluster.api_request(
-            "POST", jobs_path(namespace), valid_job("while-down", namespace)
+            "POST", jobs_path(namespace), gpu_job("while-down", namespace=namespace).build()
         )
 
         assert refused.returncode != 0
@@ -342,7 +334,7 @@ def test_writes_fail_while_the_webhook_is_down_and_pass_once_it_is_back(
     finally:
         webhook.start()
 
-    accepted = apply(cluster, valid_job("while-down", namespace))
+    accepted = apply(cluster, gpu_job("while-down", namespace=namespace).build())
 
     assert accepted.returncode == 0, accepted.stderr
     stored = cluster.get("pytorchjob", "while-down", namespace)
@@ -372,7 +364,9 @@ def test_policy_created_in_the_cluster_steers_new_jobs_and_a_bad_one_is_reported
 
         def defaulted_selector() -> dict[str, Any] | None:
             status, body = cluster.api_request(
-                "POST", jobs_path(namespace) + "?dryRun=All", valid_job("probe", namespace)
+                "POST",
+                jobs_path(namespace) + "?dryRun=All",
+                gpu_job("probe", namespace=namespace).build(),
             )
             if status != 201:
                 return None
@@ -395,7 +389,7 @@ def test_policy_created_in_the_cluster_steers_new_jobs_and_a_bad_one_is_reported
         accepted = condition(cluster.get("placementpolicy", good["metadata"]["name"]), "Valid")
         assert accepted["status"] == "True"
 
-        result = apply(cluster, valid_job("steered", namespace))
+        result = apply(cluster, gpu_job("steered", namespace=namespace).build())
 
         assert result.returncode == 0, result.stderr
         stored = cluster.get("pytorchjob", "steered", namespace)
@@ -417,7 +411,7 @@ def test_update_of_managed_by_is_refused_and_a_label_change_is_not(
     cluster: Cluster, webhook: LocalWebhook
 ) -> None:
     namespace = cluster.new_namespace("update")
-    original = valid_job("owned", namespace)
+    original = gpu_job("owned", namespace=namespace).build()
     original["spec"]["runPolicy"] = {"managedBy": "kubeflow.org/training-operator"}
     assert apply(cluster, original).returncode == 0
     stored = cluster.get("pytorchjob", "owned", namespace)

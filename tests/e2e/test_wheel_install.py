@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import CRD_NAMES, REPO_ROOT
+from torchgate_dev.controlplane import versions
 from torchgate_dev.controlplane.binaries import BIN_DIR_ENV, Binaries
 
 # What the product wheel must not carry: the dev tooling's modules and its data.
@@ -254,7 +255,9 @@ def test_the_dev_wheel_installs_torchgate_dev_with_its_data_beside_torchgate(
 
     assert in_site_packages == {"torchgate_dev", dist_info.name}
     assert entry_points.replace(" ", "") == "dev=torchgate_dev.command"
-    assert "torchgate_dev/data/controlplane/k8s/go.mod" in recorded
+    for version in versions.supported().versions:
+        module = versions.wrapper_module(version)
+        assert f"torchgate_dev/data/controlplane/{module}/go.mod" in recorded
     assert "torchgate_dev/data/node/coredns/main.go" in recorded
     located = checked(
         dev_installation.run(

@@ -6,7 +6,7 @@
 # control-plane binaries (dev/torchgate_dev/data/controlplane/build.sh). The version is pinned once, by the require
 # line in go.mod next to this script (go.sum pins every dependency); the cache key is derived from
 # it, so bumping go.mod rebuilds. helm v3.21.x declares `go 1.26.0` and k8s.io/* v0.36.x, which
-# matches Go 1.26 here and the v1.36 control plane.
+# matches Go 1.26 here; its client talks to both supported control planes (1.36 and 1.37).
 #
 # Usage: tools/helm/build.sh
 #   Prints progress to stderr and, last, the path of the helm binary on stdout.

@@ -11,12 +11,12 @@ job's GPUs wait behind hundreds of routine ones. Keys are added to the ``URGENT`
 ended: GPUs may be released or a gang restarted) or the ``NORMAL`` lane; workers drain the urgent
 lane first, and some workers take only urgent keys. A key added to the urgent lane while it waits
 in the normal one moves up. (When a job's status is written is not the queue's business: see
-``writepolicy``.)
+``job.writes``.)
 
-Waking: each idle worker waits on a future of its own, and an add wakes one worker that may take
-the key's lane, not all of them. With one shared ``asyncio.Event`` every pod event resumed all ~36
-idle workers and all but one went back to sleep: at a few hundred pod events a second, that was a
-large share of the controller's CPU on a machine whose cores the apiserver needs.
+Waking: an add wakes exactly one idle worker that may take the key's lane, never all of them
+(each idle worker waits on a future of its own). Waking every idle worker for each of a few
+hundred pod events a second, to have all but one go back to sleep, would spend the CPU the
+apiserver on the same machine needs.
 """
 
 from __future__ import annotations

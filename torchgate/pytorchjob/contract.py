@@ -2,13 +2,12 @@
 
 Why one declaration: the controller injects these variables into the ``pytorch`` container, and
 the webhook refuses a job that sets them itself (or passes a command-line flag that would
-override them), quoting where the value comes from instead. Declared twice, the two drifted: the
-controller injected ``PYTHONUNBUFFERED`` while the webhook did not know it. Here each variable
-says where its value comes from, which flag spellings would override it, and whether it is
-*reserved* (the webhook refuses a user's entry, the controller's value always wins) or a *default*
-(a user's own entry is kept). ``tests/unit/test_contract.py`` checks that the controller emits
-exactly these names, that the webhook refuses exactly the reserved ones, and that README's table
-lists them.
+override them), quoting where the value comes from instead; both read this one list, so the
+webhook knows every variable the controller injects. Here each variable says where its value
+comes from, which flag spellings would override it, and whether it is *reserved* (the webhook
+refuses a user's entry, the controller's value always wins) or a *default* (a user's own entry is
+kept). ``tests/unit/pytorchjob/test_contract.py`` checks that the controller emits exactly these
+names, that the webhook refuses exactly the reserved ones, and that README's table lists them.
 """
 
 from __future__ import annotations

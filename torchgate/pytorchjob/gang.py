@@ -2,9 +2,9 @@
 
 The webhook defaults ``minAvailable`` and checks ``--nnodes``/``--nproc-per-node`` flags against
 what the controller will inject; the controller injects ``PET_NNODES``/``WORLD_SIZE`` and waits for
-``minAvailable`` pods to be placed together. Computed in two places, the answers drifted; every
-one of them is a function here, over plain numbers, so the webhook (which reads raw objects) and
-the controller (which reads ``spec.JobSpec``) ask the same question the same way.
+``minAvailable`` pods to be placed together. Every answer is one function here, over plain
+numbers, so the webhook (which reads raw objects) and the controller (which reads
+``spec.JobSpec``) ask the same question the same way and cannot disagree.
 
 Rules:
 

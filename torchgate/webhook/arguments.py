@@ -2,8 +2,8 @@
 
 Why scan command lines at all: the controller injects the rendezvous environment (``WORLD_SIZE``,
 ``RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` and torchrun's ``PET_*`` variables), and a flag on the
-command line silently wins over it. Seed 002's ``--world-size=16`` is the classic case: the job
-was sized by hand, the flag went stale, and training hung. Flags also reveal the process-group
+command line silently wins over it. A hand-written ``--world-size=16`` is the classic case: once
+the job is resized the flag is stale, and training hangs. Flags also reveal the process-group
 backend (``--backend nccl`` on a CPU-only replica cannot work) and torchrun's ``--nnodes`` /
 ``--nproc-per-node``, which must agree with the job's replica counts and GPUs.
 

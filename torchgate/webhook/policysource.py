@@ -93,11 +93,6 @@ class PolicyCache:
             self.put_quota(raw, source)
         self._team_by_namespace.clear()
 
-    @property
-    def quota_names(self) -> list[str]:
-        """Names of the valid TeamQuotas, sorted."""
-        return sorted(self._quotas)
-
     def policy_for(self, namespace: str) -> PlacementPolicy:
         """The policy that applies to jobs in ``namespace``."""
         policy = self._by_namespace.get(namespace)

@@ -1,16 +1,17 @@
 """Find or build the control-plane binaries (kube-apiserver, KCM, scheduler, etcd, kwok, kubelet).
 
 The build itself is a script, ``torchgate_dev/data/controlplane/build.sh``, because CI and people
-call it directly; it is idempotent and keyed on the pinned versions, so running it again costs
-about a second once the binaries are cached. The wheel carries the script and its Go module files
-as package data, so an installed torchgate-dev finds them through :mod:`torchgate_dev.packagedata`
-as a checkout does. This module only runs it, streams its progress, and turns its answer (the
-binary folder, printed last on stdout) into typed paths. A missing Go toolchain and a failed
-build are ordinary outcomes, reported as :class:`BinariesUnavailable` with a message meant for a
-person, never as a traceback.
+call it directly. It builds one supported Kubernetes version, its argument (which one is chosen by
+:mod:`~torchgate_dev.controlplane.versions`), is idempotent and keyed on the pinned versions, so
+each version is built once and running it again costs about a second. The wheel carries the
+script and its Go module files as package data, so an installed torchgate-dev finds them through
+:mod:`torchgate_dev.packagedata` as a checkout does. This module only runs it, streams its
+progress, and turns its answer (the binary folder, printed last on stdout) into typed paths. A
+missing Go toolchain, an unsupported version and a failed build are ordinary outcomes, reported
+as :class:`BinariesUnavailable` with a message meant for a person, never as a traceback.
 
-Run ``python -m torchgate_dev.controlplane.binaries`` to build (or find) them from a shell; it
-prints the binary folder.
+Run ``python -m torchgate_dev.controlplane.binaries [VERSION]`` to build (or find) them from a
+shell; it prints the binary folder.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Final, Self, TextIO
 
 from torchgate_dev import packagedata
+from torchgate_dev.controlplane import versions
 
 BIN_DIR_ENV = "TORCHGATE_CONTROLPLANE_BIN"
 """Use the binaries in this folder as they are; never run the build."""
@@ -97,6 +99,7 @@ class Binaries:
 
 def ensure_binaries(
     *,
+    version: str | None = None,
     progress: TextIO | None = None,
     script: Path = BUILD_SCRIPT,
     environ: Mapping[str, str] | None = None,
@@ -104,32 +107,45 @@ def ensure_binaries(
     """The binaries from ``$TORCHGATE_CONTROLPLANE_BIN``, or else from a (cached) build.
 
     Args:
+        version: The Kubernetes version to build; default ``$TORCHGATE_KUBERNETES_VERSION``,
+            else the default supported one. Ignored with ``$TORCHGATE_CONTROLPLANE_BIN``, whose
+            binaries are taken as they are.
         progress: Where the build's progress lines go; ``None`` lets the build write straight
             to this process's standard error.
         script: The build script.
         environ: Environment for the lookup and the build (default: ``os.environ``).
 
     Raises:
-        BinariesUnavailable: Go is missing, the build failed, or the folder is incomplete.
+        BinariesUnavailable: The version is not supported, Go is missing, the build failed, or
+            the folder is incomplete.
     """
     env = dict(os.environ if environ is None else environ)
     if env.get(BIN_DIR_ENV):
         return Binaries.in_directory(Path(env[BIN_DIR_ENV]))
-    return build_binaries(script=script, progress=progress, environ=env)
+    try:
+        chosen = versions.supported().select(version, environ=env)
+    except versions.UnsupportedVersion as error:
+        raise BinariesUnavailable(str(error)) from None
+    return build_binaries(version=chosen, script=script, progress=progress, environ=env)
 
 
 def build_binaries(
     *,
+    version: str | None = None,
     script: Path = BUILD_SCRIPT,
     progress: TextIO | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> Binaries:
-    """Run the build script (quick when cached) and return what it built.
+    """Run the build script for one Kubernetes version (quick when cached); what it built.
+
+    ``version`` None leaves the choice to the script: the default supported version.
 
     Raises:
         BinariesUnavailable: Go is missing, the script is missing, or the build failed.
     """
-    return Binaries.in_directory(run_build_script(script, progress=progress, environ=environ))
+    arguments = () if version is None else (version,)
+    folder = run_build_script(script, *arguments, progress=progress, environ=environ)
+    return Binaries.in_directory(folder)
 
 
 def ensure_coredns(
@@ -149,7 +165,7 @@ def ensure_coredns(
 
 def run_build_script(
     script: Path,
-    *,
+    *arguments: str,
     progress: TextIO | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> Path:
@@ -171,7 +187,7 @@ def run_build_script(
             f"build script {script} not found (this torchgate was built without its data files)"
         )
     with tempfile.TemporaryFile(mode="w+", encoding="utf-8") as stdout:
-        returncode, tail = _run_streaming(["bash", str(script)], stdout, progress, env)
+        returncode, tail = _run_streaming(["bash", str(script), *arguments], stdout, progress, env)
         stdout.seek(0)
         lines = stdout.read().splitlines()
     if returncode != 0:
@@ -203,10 +219,16 @@ def _run_streaming(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Build or find the binaries; print their folder. Exit 1 with a message when impossible."""
-    del argv  # no options
+    """Build or find the binaries of ``[VERSION]``; print their folder.
+
+    Exit 1 with a message when impossible, 2 for more than one argument.
+    """
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if len(arguments) > 1:
+        print("usage: python -m torchgate_dev.controlplane.binaries [VERSION]", file=sys.stderr)
+        return 2
     try:
-        binaries = ensure_binaries()
+        binaries = ensure_binaries(version=arguments[0] if arguments else None)
     except BinariesUnavailable as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -23,6 +23,9 @@ Lifecycle rules this module keeps:
   process, and the next start sweeps control planes whose owner is gone.
 - *Attach* mode wraps an existing cluster (``TORCHGATE_E2E_KUBECONFIG``, e.g. kind) behind the
   same interface and never starts or stops anything.
+- The Kubernetes version is chosen when the binaries are (a supported one, see
+  :mod:`~torchgate_dev.controlplane.versions`); what counts is what the apiserver reports once
+  ready, recorded as :attr:`ControlPlane.kubernetes_version` and in the state file.
 
 Linux only: process identity and memory figures come from ``/proc``.
 """
@@ -50,6 +53,7 @@ import yaml
 from torchgate_dev.controlplane import kwok, processes
 from torchgate_dev.controlplane.binaries import Binaries, ensure_binaries
 from torchgate_dev.controlplane.components import (
+    ClusterFeatures,
     apiserver_command,
     configuration_files,
     controller_manager_command,
@@ -70,6 +74,7 @@ from torchgate_dev.controlplane.supervision import (
     child_environment,
     http_ok,
     insecure_context,
+    server_version,
     stop_tiers,
     tail,
 )
@@ -79,6 +84,7 @@ __all__ = [
     "ATTACH_ENV",
     "KUBECTL_ENV",
     "REAL_NODE_NAME",
+    "ClusterFeatures",
     "ControlPlane",
     "ControlPlaneError",
     "KubectlError",
@@ -105,6 +111,7 @@ class ControlPlane:
         self,
         *,
         binaries: Binaries | None = None,
+        features: ClusterFeatures | None = None,
         workdir: Path | None = None,
         kubectl: str | None = None,
         startup_timeout: float = 120.0,
@@ -116,7 +123,11 @@ class ControlPlane:
         """Describe a control plane to start; nothing runs until :meth:`start`.
 
         Args:
-            binaries: The executables; default: :func:`ensure_binaries` at start.
+            binaries: The executables (their Kubernetes version is the control plane's);
+                default: :func:`ensure_binaries` at start, of ``$TORCHGATE_KUBERNETES_VERSION``
+                or else the default supported version.
+            features: Feature gates, runtime config and KCM controllers beyond the defaults
+                (e.g. ``GenericWorkload`` and ``scheduling.k8s.io/v1beta1`` on 1.37).
             workdir: Where state, keys and logs go. Default: a fresh temp dir that
                 :meth:`stop` removes. A given dir is kept (logs stay readable) but its
                 previous generated content is replaced at start.
@@ -133,6 +144,8 @@ class ControlPlane:
         self._audit = audit_log
         self._node = RealNode(name=node_name, labels=dict(node_labels or {})) if real_node else None
         self._binaries = binaries
+        self._features = features or ClusterFeatures()
+        self._kubernetes_version: str | None = None
         self._requested_workdir = workdir
         self._workdir: Path | None = None
         self._owns_workdir = False
@@ -204,6 +217,8 @@ class ControlPlane:
         plane._ca_file = state.ca_file
         plane._kubeconfig = state.kubeconfig
         plane._startup_seconds = state.startup_seconds
+        plane._kubernetes_version = state.kubernetes_version
+        plane._features = state.features
         plane._owns_workdir = state.owns_workdir
         plane._node = node
         plane._workdir = workdir
@@ -251,6 +266,16 @@ class ControlPlane:
     def workdir(self) -> Path:
         """Work dir (state, keys, logs; a scratch dir in attach mode)."""
         return self._require(self._workdir, "workdir")
+
+    @property
+    def kubernetes_version(self) -> str | None:
+        """The version the apiserver reported once ready (``1.37.2``); None before start."""
+        return self._kubernetes_version
+
+    @property
+    def features(self) -> ClusterFeatures:
+        """What this control plane turns on beyond the defaults."""
+        return self._features
 
     @property
     def startup_seconds(self) -> float | None:
@@ -331,6 +356,9 @@ class ControlPlane:
         began = time.monotonic()
         if self._attached:
             self.kubectl("get", "--raw=/readyz")
+            with contextlib.suppress(KubectlError, ValueError, KeyError, TypeError):
+                reported = json.loads(self.kubectl("get", "--raw=/version").stdout)["gitVersion"]
+                self._kubernetes_version = str(reported).removeprefix("v")
             self._startup_seconds = time.monotonic() - began
             return self
         if self._processes:
@@ -428,7 +456,12 @@ class ControlPlane:
         self._spawn(
             "kube-apiserver",
             apiserver_command(
-                binaries, layout, ports, audit=self._audit, real_node=node is not None
+                binaries,
+                layout,
+                ports,
+                audit=self._audit,
+                real_node=node is not None,
+                features=self._features,
             ),
             layout,
         )
@@ -437,12 +470,19 @@ class ControlPlane:
             {"kube-apiserver /readyz": lambda: http_ok(f"{self.server}/readyz", context=api)},
             deadline,
         )
+        self._kubernetes_version = server_version(self.server, api, self._token)
         self._spawn(
             "kube-controller-manager",
-            controller_manager_command(binaries, layout, ports, real_node=node is not None),
+            controller_manager_command(
+                binaries, layout, ports, real_node=node is not None, features=self._features
+            ),
             layout,
         )
-        self._spawn("kube-scheduler", scheduler_command(binaries, layout, ports), layout)
+        self._spawn(
+            "kube-scheduler",
+            scheduler_command(binaries, layout, ports, features=self._features),
+            layout,
+        )
         self._spawn("kwok", kwok_command(binaries, layout, ports), layout)
         insecure = insecure_context()
         default_account = f"{self.server}/api/v1/namespaces/default/serviceaccounts/default"
@@ -534,6 +574,8 @@ class ControlPlane:
             owns_workdir=self._owns_workdir,
             processes=tuple(self._processes),
             real_node=self._node.to_json() if self._node else None,
+            kubernetes_version=self._kubernetes_version,
+            features=self._features,
         ).save(layout.state)
 
     # ---------------------------------------------------------------- stop

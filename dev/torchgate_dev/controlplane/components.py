@@ -3,12 +3,18 @@
 Rules kept here: every component listens on loopback only (the apiserver on the node address when
 there is a real node, see :func:`apiserver_command`); the controller manager runs only the
 controllers torchgate relies on (:data:`CONTROLLERS`, plus :data:`REAL_NODE_CONTROLLERS` with a
-real node); nothing elects a leader (one of each per control plane).
+real node); nothing elects a leader (one of each per control plane). The same command lines serve
+every supported Kubernetes version (:mod:`~torchgate_dev.controlplane.versions`): none of the flags
+and controller names used here differs between them. What a caller turns on beyond that (feature
+gates, API versions, more KCM controllers, e.g. for DRA or ``GenericWorkload``) is a
+:class:`ClusterFeatures` parameter, never hard-coded here.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -47,6 +53,134 @@ REAL_NODE_CONTROLLERS: Final = (
 )
 
 
+_FEATURE_GATE: Final = re.compile(r"[A-Za-z][A-Za-z0-9]*")
+_API_VERSION: Final = re.compile(r"[a-z0-9.-]+(/[a-z0-9.-]+)?")
+_CONTROLLER: Final = re.compile(r"-?[a-z0-9-]+|\*")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterFeatures:
+    """What a control plane turns on beyond its defaults; empty by default.
+
+    ``feature_gates`` go to kube-apiserver, kube-controller-manager and kube-scheduler alike (a
+    gate such as ``GenericWorkload`` must agree among them); ``runtime_config`` enables API
+    versions on the apiserver (``{"scheduling.k8s.io/v1beta1": "true"}``); ``controllers`` adds
+    KCM controllers to :data:`CONTROLLERS` (``resourceclaim-controller`` for DRA claims made from
+    templates, ``podgroup-protection-controller`` for PodGroups).
+
+    Raises:
+        ValueError: A name the components would refuse (checked here so the message comes
+            before any process starts).
+    """
+
+    feature_gates: Mapping[str, bool] = field(default_factory=dict)
+    runtime_config: Mapping[str, str] = field(default_factory=dict)
+    controllers: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for gate in self.feature_gates:
+            if not _FEATURE_GATE.fullmatch(gate):
+                raise ValueError(f"{gate!r} is not a feature gate name (e.g. GenericWorkload)")
+        for api, value in self.runtime_config.items():
+            if not _API_VERSION.fullmatch(api) or not value or "," in value:
+                raise ValueError(
+                    f"{api}={value} is not a runtime-config entry "
+                    "(e.g. scheduling.k8s.io/v1beta1=true)"
+                )
+        for controller in self.controllers:
+            if not _CONTROLLER.fullmatch(controller):
+                raise ValueError(f"{controller!r} is not a KCM controller name")
+
+    def __bool__(self) -> bool:
+        """Whether anything is turned on beyond the defaults."""
+        return bool(self.feature_gates or self.runtime_config or self.controllers)
+
+    def describe(self) -> str:
+        """``feature gates A=true; runtime config g/v=true; controllers c`` (what is set)."""
+        parts = [
+            (
+                "feature gates",
+                ",".join(f"{k}={str(v).lower()}" for k, v in sorted(self.feature_gates.items())),
+            ),
+            (
+                "runtime config",
+                ",".join(f"{k}={v}" for k, v in sorted(self.runtime_config.items())),
+            ),
+            ("KCM controllers", ",".join(self.controllers)),
+        ]
+        return "; ".join(f"{what} {value}" for what, value in parts if value) or "none"
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form (for a state file)."""
+        return {
+            "feature_gates": dict(self.feature_gates),
+            "runtime_config": dict(self.runtime_config),
+            "controllers": list(self.controllers),
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> ClusterFeatures:
+        """Inverse of :meth:`to_json`; raises ValueError/TypeError/AttributeError on bad input."""
+        return cls(
+            feature_gates={str(k): bool(v) for k, v in raw.get("feature_gates", {}).items()},
+            runtime_config={str(k): str(v) for k, v in raw.get("runtime_config", {}).items()},
+            controllers=tuple(str(c) for c in raw.get("controllers", [])),
+        )
+
+    def feature_gate_flags(self) -> list[str]:
+        """``--feature-gates=A=true,B=false`` (sorted), or nothing."""
+        if not self.feature_gates:
+            return []
+        gates = ",".join(
+            f"{gate}={str(on).lower()}" for gate, on in sorted(self.feature_gates.items())
+        )
+        return [f"--feature-gates={gates}"]
+
+    def runtime_config_flags(self) -> list[str]:
+        """``--runtime-config=group/version=true,...`` (sorted), or nothing."""
+        if not self.runtime_config:
+            return []
+        entries = ",".join(f"{api}={value}" for api, value in sorted(self.runtime_config.items()))
+        return [f"--runtime-config={entries}"]
+
+
+def parse_feature_gates(text: str) -> dict[str, bool]:
+    """``A=true,B=false`` (the components' own flag syntax) as a mapping; blank: none.
+
+    Raises:
+        ValueError: An entry is not ``Name=true`` or ``Name=false``.
+    """
+    gates: dict[str, bool] = {}
+    for entry in filter(None, (part.strip() for part in text.split(","))):
+        gate, _, value = entry.partition("=")
+        if value.lower() not in ("true", "false") or not _FEATURE_GATE.fullmatch(gate):
+            raise ValueError(
+                f"{entry!r} is not Name=true or Name=false (e.g. GenericWorkload=true)"
+            )
+        gates[gate] = value.lower() == "true"
+    return gates
+
+
+def parse_runtime_config(text: str) -> dict[str, str]:
+    """``group/version=true,...`` (kube-apiserver's ``--runtime-config`` syntax); blank: none.
+
+    An entry without ``=`` means ``=true``, as for the apiserver.
+
+    Raises:
+        ValueError: An entry is not ``group/version[=value]``.
+    """
+    config: dict[str, str] = {}
+    for entry in filter(None, (part.strip() for part in text.split(","))):
+        api, equals, value = entry.partition("=")
+        value = value if equals else "true"
+        if not _API_VERSION.fullmatch(api) or not value:
+            raise ValueError(
+                f"{entry!r} is not group/version[=value] (e.g. scheduling.k8s.io/v1beta1=true)"
+            )
+        config[api] = value
+    return config
+
+
 def etcd_command(binaries: Binaries, layout: Layout, ports: Ports) -> list[str]:
     """Run etcd on loopback; ``--unsafe-no-fsync`` because the data is thrown away."""
     client = f"http://127.0.0.1:{ports.etcd_client}"
@@ -72,11 +206,13 @@ def apiserver_command(
     *,
     audit: bool = False,
     real_node: bool = False,
+    features: ClusterFeatures = ClusterFeatures(),
 ) -> list[str]:
     """kube-apiserver with token auth, Node+RBAC authorization and the default admission set.
 
     With ``audit``, every request is logged (at the Metadata level, see :func:`audit_policy`) to
     ``layout.audit_log``; tests read it to see which calls an identity made and their status.
+    ``features`` adds its feature gates and runtime config.
     """
     audit_flags = (
         [
@@ -124,6 +260,8 @@ def apiserver_command(
         "--allow-privileged=true",
         *audit_flags,
         *node_flags,
+        *features.feature_gate_flags(),
+        *features.runtime_config_flags(),
     ]
 
 
@@ -142,9 +280,16 @@ def audit_policy() -> dict[str, Any]:
 
 
 def controller_manager_command(
-    binaries: Binaries, layout: Layout, ports: Ports, *, real_node: bool = False
+    binaries: Binaries,
+    layout: Layout,
+    ports: Ports,
+    *,
+    real_node: bool = False,
+    features: ClusterFeatures = ClusterFeatures(),
 ) -> list[str]:
     """kube-controller-manager with the controllers in :data:`CONTROLLERS`.
+
+    ``features`` adds its controllers (each once) and feature gates.
 
     With a real node also the controllers of what can run there: EndpointSlices (cluster DNS
     answers a headless Service's name, the rendezvous master, from them; kube-proxy routes
@@ -152,7 +297,11 @@ def controller_manager_command(
     and PodDisruptionBudgets (torchgate installed in the cluster). Without a real node nothing
     reads slices, and every pod change of a wave would cost a slice write.
     """
-    controllers = [*CONTROLLERS, *(REAL_NODE_CONTROLLERS if real_node else ())]
+    controllers = list(
+        dict.fromkeys(
+            [*CONTROLLERS, *(REAL_NODE_CONTROLLERS if real_node else ()), *features.controllers]
+        )
+    )
     return [
         str(binaries.kube_controller_manager),
         f"--kubeconfig={layout.kubeconfig}",
@@ -166,16 +315,27 @@ def controller_manager_command(
         f"--root-ca-file={layout.ca_cert}",
         f"--service-account-private-key-file={layout.service_account_key}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
+        *features.feature_gate_flags(),
     ]
 
 
-def scheduler_command(binaries: Binaries, layout: Layout, ports: Ports) -> list[str]:
-    """kube-scheduler; its kubeconfig and ``leaderElect: false`` are in the config file."""
+def scheduler_command(
+    binaries: Binaries,
+    layout: Layout,
+    ports: Ports,
+    *,
+    features: ClusterFeatures = ClusterFeatures(),
+) -> list[str]:
+    """kube-scheduler; its kubeconfig and ``leaderElect: false`` are in the config file.
+
+    ``features`` adds its feature gates (the scheduler serves no API, so no runtime config).
+    """
     return [
         str(binaries.kube_scheduler),
         f"--config={layout.scheduler_config}",
         "--bind-address=127.0.0.1",
         f"--secure-port={ports.scheduler}",
+        *features.feature_gate_flags(),
     ]
 
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from torchgate_dev.controlplane import processes
+from torchgate_dev.controlplane.components import ClusterFeatures
 from torchgate_dev.controlplane.processes import ManagedProcess
 
 STATE_VERSION: Final = 1
@@ -35,6 +36,10 @@ class PlaneState:
     owns_workdir: bool
     processes: tuple[ManagedProcess, ...]
     real_node: Mapping[str, Any] | None
+    kubernetes_version: str | None = None
+    """What the apiserver reported once ready (``1.37.2``); None before, or when unknown."""
+    features: ClusterFeatures = field(default_factory=ClusterFeatures)
+    """What it was started with beyond the defaults."""
 
     def to_json(self) -> dict[str, Any]:
         """JSON form for the state file."""
@@ -51,6 +56,8 @@ class PlaneState:
             "owns_workdir": self.owns_workdir,
             "processes": [process.to_json() for process in self.processes],
             "real_node": dict(self.real_node) if self.real_node is not None else None,
+            "kubernetes_version": self.kubernetes_version,
+            "features": self.features.to_json(),
         }
 
     @classmethod
@@ -66,6 +73,7 @@ class PlaneState:
         seconds = raw["startup_seconds"]
         node = raw.get("real_node")
         owner = raw.get("owner")
+        version = raw.get("kubernetes_version")
         return cls(
             server=str(raw["server"]),
             token=str(raw["token"]),
@@ -77,6 +85,8 @@ class PlaneState:
             owns_workdir=bool(raw.get("owns_workdir", False)),
             processes=tuple(ManagedProcess.from_json(item) for item in raw["processes"]),
             real_node=node if isinstance(node, Mapping) else None,
+            kubernetes_version=version if isinstance(version, str) else None,
+            features=ClusterFeatures.from_json(raw.get("features") or {}),
         )
 
     def save(self, path: Path) -> None:

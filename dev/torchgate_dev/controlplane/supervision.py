@@ -117,6 +117,16 @@ def node_ready(url: str, context: ssl.SSLContext, token: str | None) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
+def server_version(server: str, context: ssl.SSLContext, token: str | None) -> str | None:
+    """The Kubernetes version an apiserver reports (``/version``), ``1.37.2``; None if unknown."""
+    try:
+        answer = blocking.get(f"{server}/version", tls=context, token=token)
+    except (ApiError, ValueError):
+        return None
+    version = answer.get("gitVersion") if isinstance(answer, dict) else None
+    return version.removeprefix("v") if isinstance(version, str) and version else None
+
+
 def http_ok(url: str, *, context: ssl.SSLContext | None = None, token: str | None = None) -> bool:
     """Whether ``url`` answers 200 (a bearer ``token`` if given)."""
     return blocking.probe(url, tls=context, token=token) == 200

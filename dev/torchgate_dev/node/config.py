@@ -1,10 +1,10 @@
 """What the local real node's processes are told: containerd, CNI, kubelet and CoreDNS settings.
 
 Why a real node at all: kwok shows pods ``Running`` but runs nothing, so the env contract, DNS of
-the rendezvous Service, release of GPUs and whole-gang restarts were never seen in a real
+the rendezvous Service, release of GPUs and whole-gang restarts can only be seen in a real
 container. One kubelet on this machine, with containerd and runc from Debian, runs them for real.
 
-The rules these settings keep (each is a test in ``tests/unit/node/test_config.py``):
+The rules these settings keep (each is a test in ``tests/unit/torchgate_dev/node/test_config.py``):
 
 - **Nothing leaves this machine.** Pods sit on one Linux bridge with a private subnet, no masquerade
   and no default route: a pod reaches its peers, the node address (where cluster DNS and the
@@ -18,8 +18,9 @@ The rules these settings keep (each is a test in ``tests/unit/node/test_config.p
   (``pause``) image is ours.
 - **The kubelet runs on this machine's cgroup v1 hierarchy** (``failCgroupV1: false``, the cgroupfs
   driver that containerd 1.6 uses: containerd 1.x has no ``RuntimeConfig`` RPC, so the kubelet
-  falls back to its own ``cgroupDriver`` setting, which Kubernetes 1.36 still allows), never evicts
-  for disk, and never garbage-collects images (the torch images are expensive to pull again).
+  falls back to its own ``cgroupDriver`` setting, which Kubernetes 1.36 and 1.37 still allow),
+  never evicts for disk, and never garbage-collects images (the torch images are expensive to pull
+  again).
 - **Least privilege on the API**: the kubelet is ``system:node:<name>`` (Node authorizer), CoreDNS
   has its own identity with read-only access to what it serves.
 

@@ -1,10 +1,11 @@
 """What the local node's images are made of: pinned wheels, layers and image specs (pure).
 
-The seed PyTorchJobs name ``pytorch-demo`` and ``docker.io/kubeflowkatib/pytorch-mnist``, and the
-kubelet needs a sandbox (``pause``) image; :mod:`torchgate_dev.node.images` builds these specs into
-layers and pushes them. A spec says only what goes in (a Debian root file system, pinned wheels,
-files, a Go program) and how the process runs; every layer is cached on exactly these inputs, so
-changing a pin or a file here rebuilds that layer and those above it.
+The seed PyTorchJobs name ``pytorch-demo`` and ``docker.io/kubeflowkatib/pytorch-mnist`` (and
+describe the upstream examples' ``kubeflow/pytorch-dist-mnist``), and the kubelet needs a sandbox
+(``pause``) image; :mod:`torchgate_dev.node.images` builds these specs into layers and pushes
+them. A spec says only what goes in (a Debian root file system, pinned wheels, files, a Go
+program) and how the process runs; every layer is cached on exactly these inputs, so changing a
+pin or a file here rebuilds that layer and those above it.
 
 The torch layer holds the smallest set of wheels that imports torch 2.15.0 (a CUDA build: its
 libraries' DT_NEEDED entries name CUDA libraries, so the dynamic linker needs them even on a CPU
@@ -24,7 +25,11 @@ from torchgate_dev.node import oci
 PAUSE_REFERENCE: Final = "registry.torchgate.local/pause:3.10"
 DEMO_REFERENCE: Final = "docker.io/library/pytorch-demo:latest"
 MNIST_REFERENCE: Final = "docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727"
+# The upstream examples' image (training-operator examples/pytorch/mnist, pytorch-operator's
+# examples/mnist that seeds 000 and 001 follow): `kubeflow/pytorch-dist-mnist:latest`.
+DIST_MNIST_REFERENCE: Final = "docker.io/kubeflow/pytorch-dist-mnist:latest"
 PAUSE_SOURCE: Final = packagedata.PAUSE_SOURCE
+DIST_MNIST_SCRIPT: Final = packagedata.DIST_MNIST_SCRIPT
 # Beside the checkout (dev/torchgate_dev/node/ is three folders below its top).
 SEEDS_DIR: Final = Path(__file__).resolve().parents[4] / "shared" / "seeds" / "manifests"
 
@@ -137,13 +142,23 @@ VISION_LAYER: Final = LayerSpec("torchvision", Wheels(VISION_WHEELS))
 
 
 def seed_images(seeds_dir: Path = SEEDS_DIR) -> tuple[ImageSpec, ...]:
-    """The images the seed manifests use, with their scripts read from ``seeds_dir``."""
+    """The images the seed manifests use or describe, with their scripts read from ``seeds_dir``.
+
+    Seeds 003 and 004 name theirs; seeds 000 and 001 leave the image to the reader and point at
+    the upstream example whose image is ``kubeflow/pytorch-dist-mnist`` (our script, from
+    ``packagedata``). Both MNIST images carry the same synthetic data set (``oci.synthetic_mnist``)
+    where their scripts' ``../data`` points, so they train without downloading anything.
+    """
     demo = (seeds_dir / "003-demo.py").read_bytes()
     mnist = (seeds_dir / "004-mnist.py").read_bytes()
-    data = oci.synthetic_fashion_mnist()
+    data = oci.synthetic_mnist()
     mnist_files = (
         ("opt/pytorch-mnist/mnist.py", mnist, 0o644),
         *((f"opt/data/FashionMNIST/raw/{name}", data[name], 0o644) for name in data),
+    )
+    dist_mnist_files = (
+        ("opt/mnist/src/mnist.py", DIST_MNIST_SCRIPT.read_bytes(), 0o644),
+        *((f"opt/mnist/data/MNIST/raw/{name}", data[name], 0o644) for name in data),
     )
     return (
         ImageSpec(
@@ -162,6 +177,22 @@ def seed_images(seeds_dir: Path = SEEDS_DIR) -> tuple[ImageSpec, ...]:
                 env=_IMAGE_ENV,
                 entrypoint=("python3", "/opt/pytorch-mnist/mnist.py"),
                 working_dir="/opt/pytorch-mnist",  # mnist.py reads "../data"
+            ),
+        ),
+        ImageSpec(
+            DIST_MNIST_REFERENCE,
+            (
+                BASE_LAYER,
+                TORCH_LAYER,
+                VISION_LAYER,
+                LayerSpec("pytorch-dist-mnist", Files(dist_mnist_files)),
+            ),
+            oci.RunConfig(
+                env=_IMAGE_ENV,
+                # The upstream image's layout: the script in /opt/mnist/src, run from there, so
+                # its "../data" is /opt/mnist/data; the job's args (--backend ...) follow.
+                entrypoint=("python3", "/opt/mnist/src/mnist.py"),
+                working_dir="/opt/mnist/src",
             ),
         ),
     )

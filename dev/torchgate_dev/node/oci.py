@@ -399,13 +399,14 @@ def keep_in_base_layer_entry(path: str, is_dir: bool) -> bool:
 
 IDX_IMAGES_MAGIC: Final = 2051
 IDX_LABELS_MAGIC: Final = 2049
-FASHION_MNIST_FILES: Final = (
+MNIST_FILES: Final = (
     "train-images-idx3-ubyte",
     "train-labels-idx1-ubyte",
     "t10k-images-idx3-ubyte",
     "t10k-labels-idx1-ubyte",
 )
-"""The raw files torchvision's ``FashionMNIST`` checks for (``raw/<name>``, uncompressed)."""
+"""The raw files torchvision's ``MNIST`` and ``FashionMNIST`` check for (``raw/<name>``,
+uncompressed): the two data sets share their file format and names."""
 
 
 def idx_images(images: Sequence[bytes], *, rows: int, cols: int) -> bytes:
@@ -497,19 +498,17 @@ def synthetic_split(count: int, *, seed: int) -> Split:
     return Split(tuple(images), bytes(labels))
 
 
-def synthetic_fashion_mnist(
-    *, train: int = 3000, test: int = 500, seed: int = 1
-) -> dict[str, bytes]:
-    """A FashionMNIST-shaped data set: the four raw IDX files by name (see FASHION_MNIST_FILES).
+def synthetic_mnist(*, train: int = 3000, test: int = 500, seed: int = 1) -> dict[str, bytes]:
+    """An MNIST-shaped data set: the four raw IDX files by name (see ``MNIST_FILES``).
 
     3,000 training images: with two ranks each trains on 1,500 (24 steps of 64), enough for the
-    seed's ``mnist.py`` to be well above chance after one epoch; CPU time stays a few seconds.
+    images' MNIST scripts to be well above chance after one epoch; CPU time stays a few seconds.
     """
     train_split = synthetic_split(train, seed=seed)
     test_split = synthetic_split(test, seed=seed + 1)
     return dict(
         zip(
-            FASHION_MNIST_FILES,
+            MNIST_FILES,
             (
                 idx_images(train_split.images, rows=_SIDE, cols=_SIDE),
                 idx_labels(train_split.labels),

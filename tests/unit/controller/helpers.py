@@ -1,9 +1,10 @@
-"""Shared helpers for the controller's unit tests: parsed jobs, pod states, an in-memory world.
+"""Shared helpers for the controller's unit tests: an in-memory world, and asking for admission.
 
 ``World`` is the tiny "apply the plan" simulator the idempotence tests use: it creates and deletes
 pods and Services, merge-patches the status (as the reconciler does) and stores the restarts
-annotation. Deleting a pod gives it a
-``deletionTimestamp`` (it stays until ``World.settle`` removes it), as graceful deletion does.
+annotation. Deleting a pod gives it a ``deletionTimestamp`` (it stays until ``World.settle``
+removes it), as graceful deletion does. ``ask`` and ``free_of`` drive the admitter as the
+reconciler and the pod informer do. The objects themselves come from ``tests.builders``.
 """
 
 from __future__ import annotations
@@ -14,30 +15,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from tests.builders.job import parsed_job, with_uid
+from tests.builders.pod import set_phase
 from torchgate.controller.admission.admitter import Admitter
-from torchgate.controller.admission.nodes import NodeView
+from torchgate.controller.admission.nodes import NodeView, job_demands
 from torchgate.controller.job.model import ANNOTATION_RESTARTS, Observed, Plan
 from torchgate.controller.job.plan import plan
 from torchgate.controller.job.status import format_time
-from torchgate.pytorchjob.spec import JobSpec, parse_job
+from torchgate.pytorchjob.pool import gang_usage
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
-UID = "0b0e1d2c-uid"
-
-
-def with_uid(raw: dict[str, Any], uid: str = UID) -> dict[str, Any]:
-    """The job with a ``metadata.uid`` (builders leave it out)."""
-    raw = copy.deepcopy(raw)
-    raw["metadata"]["uid"] = uid
-    return raw
-
-
-def parse(raw: dict[str, Any]) -> JobSpec:
-    """``parse_job`` that must succeed."""
-    spec, errors = parse_job(raw)
-    assert spec is not None, errors
-    assert not errors
-    return spec
 
 
 def env_of(pod: dict[str, Any], container: str = "pytorch") -> dict[str, str]:
@@ -46,34 +33,6 @@ def env_of(pod: dict[str, Any], container: str = "pytorch") -> dict[str, str]:
         if item["name"] == container:
             return {e["name"]: e.get("value", "") for e in item.get("env", [])}
     raise KeyError(container)
-
-
-def set_phase(
-    pod: dict[str, Any],
-    phase: str,
-    *,
-    node: str | None = None,
-    exit_code: int | None = None,
-    reason: str | None = None,
-    created: datetime | None = None,
-    terminating: bool = False,
-) -> dict[str, Any]:
-    """A copy of ``pod`` in the given state."""
-    pod = copy.deepcopy(pod)
-    pod.setdefault("status", {})["phase"] = phase
-    if node is not None:
-        pod["spec"]["nodeName"] = node
-    if exit_code is not None:
-        pod["status"]["containerStatuses"] = [
-            {"name": "pytorch", "state": {"terminated": {"exitCode": exit_code}}}
-        ]
-    if reason is not None:
-        pod["status"]["reason"] = reason
-    if created is not None:
-        pod["metadata"]["creationTimestamp"] = format_time(created)
-    if terminating:
-        pod["metadata"]["deletionTimestamp"] = format_time(NOW)
-    return pod
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -101,7 +60,7 @@ class World:
     def observed(self, **options: Any) -> Observed:
         return Observed(
             job_raw=self.job_raw,
-            job=parse(self.job_raw),
+            job=parsed_job(self.job_raw),
             now=self.now,
             pods=tuple(self.pods.values()),
             services=tuple(self.services.values()),
@@ -170,3 +129,31 @@ def free_of(nodes: Iterable[NodeView], pods: Iterable[dict[str, Any]] = ()) -> d
     for pod in pods:
         admitter.on_pod("ADDED", pod, None)
     return admitter.free()
+
+
+def ask(
+    admitter: Admitter,
+    raw: dict[str, Any],
+    *,
+    priority: int = 0,
+    preempts: bool = True,
+    topology: tuple[str | None, bool] = (None, False),
+    created: str = "2026-01-01T00:00:00Z",
+) -> tuple[str, str]:
+    """Ask for the job's admission as its reconcile does (uid ``uid-<name>``); its key."""
+    spec = parsed_job(with_uid(raw, uid=f"uid-{raw['metadata']['name']}"))
+    key = (spec.namespace, spec.name)
+    admitter.request(
+        key,
+        uid=spec.uid,
+        demands=job_demands(spec),
+        min_count=spec.min_available,
+        usage=gang_usage(spec, "nvidia.com/gpu"),
+        priority=priority,
+        created=created,
+        gpu_resource="nvidia.com/gpu",
+        preempts=preempts,
+        topology_level=topology[0],
+        topology_required=topology[1],
+    )
+    return key

@@ -1,16 +1,14 @@
 """The one informer, as the webhook's PlacementPolicy source uses it, and its bookmarks.
 
-A scripted API stands in for the apiserver: each list returns the next listing, each watch
-replays the next script and then ends (or raises), and writes are recorded.
+A scripted API (``scripted.ScriptedApi``) stands in for the apiserver.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from tests.builders import policy
+from tests.builders.policy import policy
+from tests.unit.kube.scripted import ScriptedApi, until
 from torchgate.kube.errors import Gone
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import PLACEMENT_POLICIES
@@ -23,55 +21,6 @@ BAD = policy("bad", priority="high")
 
 def versioned(obj: dict[str, Any], version: int) -> dict[str, Any]:
     return {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(version)}}
-
-
-class ScriptedApi:
-    """Lists in turn; watches replay scripts; every other call is recorded."""
-
-    def __init__(self, listings: list[list[dict[str, Any]]], watches: list[list[Any]]) -> None:
-        self.listings = listings
-        self.watches = watches
-        self.lists = 0
-        self.watch_queries: list[dict[str, str]] = []
-        self.writes: list[tuple[str, str, Any, str]] = []
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, str] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-    ) -> Any:
-        if method != "GET":
-            self.writes.append((method, path, body, content_type))
-            return body
-        items = self.listings[min(self.lists, len(self.listings) - 1)]
-        self.lists += 1
-        return {"metadata": {"resourceVersion": str(100 * self.lists)}, "items": items}
-
-    async def watch(self, path: str, query: Mapping[str, str]) -> AsyncIterator[dict[str, Any]]:
-        self.watch_queries.append(dict(query))
-        script = self.watches.pop(0) if self.watches else []
-        for step in script:
-            if isinstance(step, Exception):
-                raise step
-            yield step
-        if not self.watches:
-            await asyncio.sleep(3600)
-
-
-async def until(run: Callable[[], Any], predicate: Callable[[], bool]) -> None:
-    task = asyncio.create_task(run())
-    try:
-        for _ in range(300):
-            if predicate():
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError("condition not reached")
-    finally:
-        task.cancel()
 
 
 def test_the_bad_policy_is_bad() -> None:

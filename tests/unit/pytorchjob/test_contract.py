@@ -27,8 +27,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.builders import container, gpu_job, job, node
-from tests.unit.controller.helpers import env_of, parse, with_uid
+from tests.builders.job import container, gpu_job, job, parsed_job, with_uid
+from tests.builders.node import node
+from tests.builders.team import parsed_team, team_quota
+from tests.unit.controller.helpers import World, env_of
 from tests.unit.nodeselector import NODE_NAMES, Node, affinity_matches, nodes, term_lists
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.decide import Pool, WaitingGang, decide
@@ -36,6 +38,7 @@ from torchgate.controller.admission.nodes import job_demands
 from torchgate.controller.admission.poolsource import PoolSource
 from torchgate.controller.admission.topology import build_topology, shape_of
 from torchgate.controller.job.envvars import merge_env, rank_env
+from torchgate.controller.job.model import expected_pods
 from torchgate.controller.job.plan import pytorch_exit_code
 from torchgate.controller.job.pods import build_pod
 from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
@@ -44,8 +47,8 @@ from torchgate.kube.informer import Informer
 from torchgate.kube.resources import PODS, PYTORCHJOBS, SERVICES, TEAM_QUOTAS
 from torchgate.pytorchjob import affinity, contract, names
 from torchgate.pytorchjob.fieldpath import ErrorType
-from torchgate.pytorchjob.policy import DEFAULT_POLICY
-from torchgate.pytorchjob.pool import GPUS, parse_team_quota
+from torchgate.pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy
+from torchgate.pytorchjob.pool import GPUS
 from torchgate.pytorchjob.spec import pytorch_container_index
 from torchgate.webhook.defaulting import default_job
 from torchgate.webhook.policysource import PolicyCache
@@ -55,7 +58,7 @@ README = Path(__file__).resolve().parents[3] / "README.md"
 
 
 def injected_names(raw: Any) -> set[str]:
-    parsed = parse(with_uid(raw))
+    parsed = parsed_job(with_uid(raw))
     return {
         entry["name"]
         for replica, count in (("Master", 1), ("Worker", 2))
@@ -105,7 +108,7 @@ def test_a_default_the_user_sets_is_admitted_and_kept(name: str) -> None:
     ]
 
     assert validate_create(raw, DEFAULT_POLICY).allowed
-    ours = rank_env(parse(with_uid(raw)), "Master", 0, gpus_per_pod=0)
+    ours = rank_env(parsed_job(with_uid(raw)), "Master", 0, gpus_per_pod=0)
     merged = merge_env([{"name": name, "value": "0"}], ours)
     assert [e["value"] for e in merged if e["name"] == name] == ["0"]
 
@@ -182,7 +185,7 @@ def admitted(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def pods_of(stored: dict[str, Any], planned: str | None) -> list[dict[str, Any]]:
-    parsed = parse(stored)
+    parsed = parsed_job(stored)
     return [
         build_pod(
             stored, parsed, spec.replica_type, index, node=planned, attempt=0, gpu_resource=_GPU
@@ -200,9 +203,9 @@ def test_webhook_and_controller_agree_on_the_gang_size(
     raw, _, _ = case
     stored = admitted(raw)
     persisted = stored["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"]
-    assert parse(stored).min_available == persisted
+    assert parsed_job(stored).min_available == persisted
     # A job that bypassed the webhook (no minAvailable persisted) gets the same gang.
-    assert parse(with_uid(raw)).min_available == persisted
+    assert parsed_job(with_uid(raw)).min_available == persisted
 
 
 @settings(max_examples=150, deadline=None)
@@ -342,23 +345,17 @@ _NAMESPACES = ("n1", "n2", "n3")
 @st.composite
 def quota_objects(draw: st.DrawFn) -> list[dict[str, Any]]:
     """TeamQuotas that may claim each other's namespaces; some do not parse."""
-    objects = []
-    for name in draw(st.lists(st.sampled_from("abcde"), unique=True, max_size=5)):
-        spec: dict[str, Any] = {
-            "namespaces": draw(st.lists(st.sampled_from(_NAMESPACES), min_size=1, unique=True)),
-            "cohort": draw(st.sampled_from(("x", "y"))),
-        }
-        if draw(st.integers(0, 4)):  # one in five has no nominalGPUs: it does not parse
-            spec["nominalGPUs"] = 8
-        objects.append(
-            {
-                "apiVersion": "torchgate.io/v1alpha1",
-                "kind": "TeamQuota",
-                "metadata": {"name": name, "resourceVersion": "1"},
-                "spec": spec,
-            }
+    return [
+        team_quota(
+            name,
+            draw(st.lists(st.sampled_from(_NAMESPACES), min_size=1, unique=True)),
+            version="1",
+            cohort=draw(st.sampled_from(("x", "y"))),
+            # one in five has no nominalGPUs: it does not parse
+            nominalGPUs=8 if draw(st.integers(0, 4)) else None,
         )
-    return objects
+        for name in draw(st.lists(st.sampled_from("abcde"), unique=True, max_size=5))
+    ]
 
 
 def _controller_owner(objects: list[dict[str, Any]], namespace: str) -> str | None:
@@ -375,7 +372,7 @@ def _controller_owner(objects: list[dict[str, Any]], namespace: str) -> str | No
     )
     admitter = Admitter(on_admit_job=lambda key: None, on_reason=lambda key: None)
     admitter.teams = source.teams
-    spec = parse(with_uid(job("j", namespace).master(gpus=1).build()))
+    spec = parsed_job(with_uid(job("j", namespace).master(gpus=1).build()))
     admitter.request(
         (namespace, "j"),
         uid=spec.uid,
@@ -462,7 +459,7 @@ async def _waiting_usage(stored: dict[str, Any]) -> Mapping[str, int]:
 def _running_usage(stored: dict[str, Any]) -> Mapping[str, int]:
     """What the controller's ledger counts for the job's gang once its pods run."""
     admitter = Admitter(on_admit_job=lambda key: None, on_reason=lambda key: None)
-    parsed = parse(stored)
+    parsed = parsed_job(stored)
     for pod in pods_of(stored, None)[: parsed.min_available]:
         pod["spec"]["nodeName"] = "n1"
         pod["status"] = {"phase": "Running"}
@@ -473,19 +470,13 @@ def _running_usage(stored: dict[str, Any]) -> Mapping[str, int]:
 
 def _refused(stored: dict[str, Any], gpus: int, cpu_millis: int) -> bool:
     """Whether the webhook refuses the job for a team that can hold at most this much."""
-    quota, errors = parse_team_quota(
-        {
-            "kind": "TeamQuota",
-            "metadata": {"name": "t"},
-            "spec": {
-                "namespaces": ["team-ns"],
-                "nominalGPUs": gpus,
-                "borrowingLimitGPUs": 0,
-                "resources": [{"name": "cpu", "nominal": f"{cpu_millis}m"}],
-            },
-        }
+    quota = parsed_team(
+        "t",
+        gpus,
+        0,
+        namespaces=["team-ns"],
+        resources=[{"name": "cpu", "nominal": f"{cpu_millis}m"}],
     )
-    assert quota is not None, errors
     verdict = validate_create(stored, DEFAULT_POLICY, team=Team(quota=quota, cohort=(quota,)))
     field = "spec.pytorchReplicaSpecs"
     return (ErrorType.FORBIDDEN, field) in [(e.type, e.field) for e in verdict.errors]
@@ -533,7 +524,7 @@ def test_the_admitter_queue_and_the_cycle_decide_in_the_same_order(
     admitter.on_node("ADDED", node("n0", gpus=8), None)
     gangs = []
     for namespace, name, priority, created in queued:
-        spec = parse(with_uid(job(name, namespace).master(gpus=8).build(), uid=name))
+        spec = parsed_job(with_uid(job(name, namespace).master(gpus=8).build(), uid=name))
         admitter.request(
             (namespace, name),
             uid=spec.uid,
@@ -565,3 +556,74 @@ def test_the_admitter_queue_and_the_cycle_decide_in_the_same_order(
     assert queue_order == cycle_order
     assert Counter(cycle_order) == Counter((ns, name) for ns, name, _, _ in queued)
     assert admitter.cycle() == [queue_order[0]], "one node: the first in order gets it"
+
+
+# ------------------------------------------------------------------ cleanPodPolicy None
+#
+# ``pytorchjob.cleanup`` decides which pods ``cleanPodPolicy: None`` keeps when a job ends. The
+# webhook refuses the job when some would not be kept; the controller, ending the same job under
+# the same policy, deletes exactly those that are still running. Each side through its own entry
+# point: the webhook's verdict, the controller's plan when the job ends with every pod running.
+
+_ACCELERATORS = ("nvidia.com/gpu", "amd.com/gpu")
+_GLOO = ["--backend", "gloo"]
+_DEADLINE = 60
+
+
+@st.composite
+def jobs_keeping_pods(draw: st.DrawFn) -> dict[str, Any]:
+    """Master + Workers, each replica's pods with or without some accelerator, ``None`` cleanup."""
+    gpus = draw(st.integers(1, 2))
+    builder = job("keep")
+    for replica in ("Master", "Worker"):
+        resource = draw(st.one_of(st.none(), st.sampled_from(_ACCELERATORS)))
+        in_init = resource is not None and draw(st.booleans())
+        pytorch = container(args=_GLOO, gpus=gpus if resource and not in_init else None)
+        if resource is not None:
+            pytorch["resources"] = {"limits": {resource: gpus}} if not in_init else {}
+        pod_spec: dict[str, Any] = {}
+        if in_init:
+            warm_up = container(name="warm-up", gpus=gpus, gpu_resource=str(resource))
+            pod_spec["initContainers"] = [warm_up]
+        if replica == "Master":
+            builder.master(containers=[pytorch], pod_spec=pod_spec)
+        else:
+            builder.workers(draw(st.integers(1, 3)), containers=[pytorch], pod_spec=pod_spec)
+    return builder.run_policy(cleanPodPolicy="None", activeDeadlineSeconds=_DEADLINE).build()
+
+
+def running_pods_deleted_at_the_end(
+    stored: dict[str, Any], *, gpu_resource: str, allow: bool
+) -> list[str]:
+    """The running pods the controller deletes when the job ends with every pod running.
+
+    It ends by its deadline, so no pod has finished on its own: whatever runs is kept or not
+    by ``cleanPodPolicy`` alone.
+    """
+    world = World(with_uid(stored))
+    options: dict[str, Any] = {"gpu_resource": gpu_resource, "allow_clean_pod_policy_none": allow}
+    world.apply(world.plan(**options))
+    expected = list(expected_pods(parsed_job(world.job_raw)))
+    world.apply(world.plan(reservation=dict.fromkeys(expected, "n1"), **options))
+    for name in expected:
+        world.run(name)
+    world.apply(world.plan(**options))
+    world.tick(_DEADLINE + 1)
+    return sorted(world.plan(**options).delete_pods)
+
+
+@settings(max_examples=120, deadline=None)
+@given(jobs_keeping_pods(), st.sampled_from(_ACCELERATORS), st.booleans())
+def test_the_webhook_refuses_cleanpodpolicy_none_exactly_where_the_controller_would_not_keep(
+    raw: dict[str, Any], gpu_resource: str, allow: bool
+) -> None:
+    policy = PlacementPolicy(name="p", gpu_resource=gpu_resource, allow_clean_pod_policy_none=allow)
+    stored = default_job(raw, policy).object
+    errors = validate_create(stored, policy).errors
+    refused = (ErrorType.FORBIDDEN, "spec.runPolicy.cleanPodPolicy") in [
+        (e.type, e.field) for e in errors
+    ]
+
+    deleted = running_pods_deleted_at_the_end(stored, gpu_resource=gpu_resource, allow=allow)
+
+    assert refused == bool(deleted), (refused, deleted)

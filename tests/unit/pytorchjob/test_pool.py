@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
+from tests.builders.team import parsed_team, team_quota
 from torchgate.pytorchjob.fieldpath import ErrorType
 from torchgate.pytorchjob.pool import (
     ANNOTATION_TOPOLOGY_PREFERRED,
@@ -34,17 +35,8 @@ NOT_SUPPORTED = ErrorType.NOT_SUPPORTED.value
 DUPLICATE = ErrorType.DUPLICATE.value
 FORBIDDEN = ErrorType.FORBIDDEN.value
 LEVELS = ("torchgate.io/block", "torchgate.io/rack", "kubernetes.io/hostname")
-
-
-def quota(**spec: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {"namespaces": ["team-a"], "nominalGPUs": 8}
-    base.update(spec)
-    return {
-        "apiVersion": "torchgate.io/v1alpha1",
-        "kind": "TeamQuota",
-        "metadata": {"name": "a"},
-        "spec": {k: v for k, v in base.items() if v is not None},
-    }
+TEAM_A = {"namespaces": ["team-a"], "nominalGPUs": 8}  # team "a", valid as it stands
+QUOTA_A = team_quota("a", **TEAM_A)
 
 
 def pairs(errors: list[Any]) -> list[tuple[str, str]]:
@@ -56,7 +48,9 @@ def pairs(errors: list[Any]) -> list[tuple[str, str]]:
 
 def test_a_full_team_quota_parses_to_milli_units() -> None:
     parsed, errors = parse_team_quota(
-        quota(
+        team_quota(
+            "a",
+            **TEAM_A,
             cohort="h100",
             borrowingLimitGPUs=4,
             resources=[{"name": "cpu", "nominal": "500m", "borrowingLimit": 2}],
@@ -72,7 +66,7 @@ def test_a_full_team_quota_parses_to_milli_units() -> None:
 
 
 def test_defaults_cohort_default_and_no_borrowing_limit() -> None:
-    parsed, _ = parse_team_quota(quota())
+    parsed, _ = parse_team_quota(QUOTA_A)
     assert parsed is not None
     assert parsed.cohort == "default"
     assert parsed.limits == {GPUS: Limit(8000, None)}
@@ -111,7 +105,7 @@ def test_defaults_cohort_default_and_no_borrowing_limit() -> None:
 def test_a_malformed_team_quota_is_left_out_with_field_errors(
     spec: dict[str, Any], expected: list[tuple[str, str]]
 ) -> None:
-    parsed, errors = parse_team_quota(quota(**spec))
+    parsed, errors = parse_team_quota(team_quota("a", **{**TEAM_A, **spec}))
     assert parsed is None
     assert pairs(errors) == expected
 
@@ -121,12 +115,12 @@ def test_a_team_quota_without_spec_or_name_is_refused() -> None:
     assert parsed is None
     assert pairs(errors) == [(REQUIRED, "metadata.name"), (INVALID, "spec")]
     assert pairs(parse_team_quota([])[1]) == [(INVALID, "")]
-    assert pairs(parse_team_quota({**quota(), "kind": "Other"})[1]) == [(NOT_SUPPORTED, "kind")]
+    assert pairs(parse_team_quota({**QUOTA_A, "kind": "Other"})[1]) == [(NOT_SUPPORTED, "kind")]
 
 
 def test_a_namespace_owned_by_two_teams_is_reported_on_the_later_team() -> None:
-    a = TeamQuota("a", ("x", "y"), {GPUS: Limit(0)})
-    b = TeamQuota("b", ("z", "y"), {GPUS: Limit(0)})
+    a = parsed_team("a", 0, namespaces=["x", "y"])
+    b = parsed_team("b", 0, namespaces=["z", "y"])
     teams = resolve_teams([b, a])
     assert {name: pairs(found) for name, found in teams.errors.items()} == {
         "b": [(DUPLICATE, "spec.namespaces[1]")]
@@ -277,10 +271,10 @@ def test_bad_topology_annotations_are_refused_at_their_key(
 
 
 def test_ceiling_is_nominal_plus_borrowing_within_the_cohort() -> None:
-    a = TeamQuota("a", ("a",), {GPUS: Limit(8000, 4000)})
-    b = TeamQuota("b", ("b",), {GPUS: Limit(16000)})
-    c = TeamQuota("c", ("c",), {GPUS: Limit(2000)}, cohort="other")
-    unlimited = TeamQuota("u", ("u",), {GPUS: Limit(8000)})
+    a = parsed_team("a", 8, 4)
+    b = parsed_team("b", 16)
+    c = parsed_team("c", 2, cohort="other")
+    unlimited = parsed_team("u", 8)
     cohort = [a, b, c, unlimited]
     assert quota_ceiling(a, cohort, GPUS) == 12000
     assert quota_ceiling(unlimited, cohort, GPUS) == 32000  # a + b + itself

@@ -9,6 +9,7 @@ import jsonpatch
 import pytest
 import yaml
 
+from tests.builders.policy import policy
 from torchgate.cli import main
 
 SHARED = Path(__file__).resolve().parents[3].parent / "shared"
@@ -137,17 +138,11 @@ def test_unreadable_input_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: 
 def test_a_policy_file_changes_the_verdict(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    policy = {
-        "apiVersion": "torchgate.io/v1alpha1",
-        "kind": "PlacementPolicy",
-        "metadata": {"name": "hosts"},
-        "spec": {
-            "allowedHostPaths": ["/dev/shm", "/tmp", "/sys", "/mnt/lustre"],
-            "maxGPUsPerJob": 1,
-        },
-    }
+    hosts = policy(
+        "hosts", allowedHostPaths=["/dev/shm", "/tmp", "/sys", "/mnt/lustre"], maxGPUsPerJob=1
+    )
     policy_file = tmp_path / "policy.yaml"
-    policy_file.write_text(yaml.safe_dump(policy))
+    policy_file.write_text(yaml.safe_dump(hosts))
     code, out, _ = run(
         capsys,
         "-o",

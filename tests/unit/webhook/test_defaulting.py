@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.builders import container, gpu_job, job, policy
+from tests.builders.job import container, gpu_job, job
+from tests.builders.policy import parsed_policy
 from torchgate.pytorchjob.fieldpath import ErrorType, render_warnings
-from torchgate.pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy, parse_policy
+from torchgate.pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy
 from torchgate.webhook.defaulting import SHM_PATH, SHM_VOLUME, Defaulted, default_job
 
 MASTER = ("spec", "pytorchReplicaSpecs", "Master")
@@ -24,12 +25,6 @@ def at(obj: Any, *path: str | int) -> Any:
     for token in path:
         obj = obj[token]
     return obj
-
-
-def make_policy(**spec: Any) -> PlacementPolicy:
-    parsed, errors = parse_policy(policy("admin", **spec))
-    assert parsed is not None, errors
-    return parsed
 
 
 def defaulted(raw: dict[str, Any], pol: PlacementPolicy = DEFAULT_POLICY, **kw: Any) -> Any:
@@ -114,7 +109,7 @@ def test_port_goes_only_to_the_pytorch_container() -> None:
 
 def test_gpu_replicas_get_dev_shm_with_the_policy_size() -> None:
     raw = gpu_job(workers=2).build()
-    result = defaulted(raw, make_policy(sharedMemory={"sizeLimit": "16Gi"}))
+    result = defaulted(raw, parsed_policy("admin", sharedMemory={"sizeLimit": "16Gi"}))
     for replica in (MASTER, WORKER):
         pod = at(result.object, *replica, *POD)
         assert pod["volumes"] == [
@@ -175,20 +170,21 @@ def test_rdma_resource_list_comes_from_the_policy() -> None:
     c = container(limits={"vpc.amazonaws.com/efa": 4})
     raw = job().master(containers=[c]).build()
     assert "securityContext" not in at(defaulted(raw).object, *MASTER, *POD, "containers", 0)
-    efa = make_policy(rdmaResources=["vpc.amazonaws.com/efa"])
+    efa = parsed_policy("admin", rdmaResources=["vpc.amazonaws.com/efa"])
     context = at(defaulted(raw, efa).object, *MASTER, *POD, "containers", 0, "securityContext")
     assert context == {"capabilities": {"add": ["IPC_LOCK"]}}
 
 
 def test_run_policy_defaults_from_the_policy() -> None:
-    admin = make_policy(
+    admin = parsed_policy(
+        "admin",
         jobDefaults={
             "cleanPodPolicy": "All",
             "backoffLimit": 5,
             "ttlSecondsAfterFinished": 3600,
             "managedBy": "torchgate.io/controller",
             "scheduleTimeoutSeconds": 120,
-        }
+        },
     )
     raw = gpu_job(workers=3).build()
     run_policy = defaulted(raw, admin).object["spec"]["runPolicy"]
@@ -218,7 +214,7 @@ def test_elastic_gang_size_uses_the_elastic_minimum() -> None:
 
 def test_policy_node_selector_and_tolerations_go_into_every_template() -> None:
     toleration = {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
-    admin = make_policy(nodeSelector={"pool": "a100"}, tolerations=[toleration])
+    admin = parsed_policy("admin", nodeSelector={"pool": "a100"}, tolerations=[toleration])
     result = defaulted(gpu_job(workers=2).build(), admin)
     for replica in (MASTER, WORKER):
         pod = at(result.object, *replica, *POD)
@@ -228,7 +224,7 @@ def test_policy_node_selector_and_tolerations_go_into_every_template() -> None:
 
 
 def test_conflicting_node_selector_is_an_error_not_an_override() -> None:
-    admin = make_policy(nodeSelector={"pool": "a100"})
+    admin = parsed_policy("admin", nodeSelector={"pool": "a100"})
     raw = job().master(pod_spec={"nodeSelector": {"pool": "t4"}}).build()
     result = defaulted(raw, admin)
     assert [(e.type, e.field) for e in result.errors] == [
@@ -446,7 +442,9 @@ def mutated_jobs(draw: st.DrawFn) -> dict[str, Any]:
 @settings(max_examples=300, deadline=None)
 @given(mutated_jobs())
 def test_patch_always_reproduces_the_defaulted_object(raw: dict[str, Any]) -> None:
-    defaulted(raw, make_policy(nodeSelector={"pool": "a"}, sharedMemory={"sizeLimit": "1Gi"}))
+    defaulted(
+        raw, parsed_policy("admin", nodeSelector={"pool": "a"}, sharedMemory={"sizeLimit": "1Gi"})
+    )
 
 
 @pytest.mark.parametrize(

@@ -19,11 +19,13 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.builders import container, job, policy
+from tests.builders.job import container, job
+from tests.builders.policy import parsed_policy, policy
+from tests.builders.team import parsed_team, team_quota
 from torchgate.cli import main
 from torchgate.pytorchjob.fieldpath import ErrorType
 from torchgate.pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy, parse_policy
-from torchgate.pytorchjob.pool import TeamQuota, gang_usage, parse_team_quota, quota_ceiling
+from torchgate.pytorchjob.pool import gang_usage, quota_ceiling
 from torchgate.pytorchjob.spec import parse_job
 from torchgate.webhook.policysource import (
     ClusterPolicies,
@@ -39,29 +41,7 @@ REQUIRED = "torchgate.io/topology-required"
 PREFERRED = "torchgate.io/topology-preferred"
 LEVELS = ["topology.torchgate.io/block", "topology.torchgate.io/rack", "kubernetes.io/hostname"]
 REPLICA_SPECS = "spec.pytorchReplicaSpecs"
-
-
-def topology_policy(**topology: Any) -> PlacementPolicy:
-    parsed, errors = parse_policy(policy("topo", topology={"levels": LEVELS, **topology}))
-    assert errors == []
-    assert parsed is not None
-    return parsed
-
-
-def team_quota(name: str, namespaces: list[str], **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "torchgate.io/v1alpha1",
-        "kind": "TeamQuota",
-        "metadata": {"name": name},
-        "spec": {"namespaces": namespaces, **spec},
-    }
-
-
-def parsed_quota(name: str, namespaces: list[str], **spec: Any) -> TeamQuota:
-    quota, errors = parse_team_quota(team_quota(name, namespaces, **spec))
-    assert errors == [], errors
-    assert quota is not None
-    return quota
+TOPOLOGY_POLICY = parsed_policy("topo", topology={"levels": LEVELS})
 
 
 def pairs(errors: Any) -> list[tuple[str, str]]:
@@ -69,14 +49,10 @@ def pairs(errors: Any) -> list[tuple[str, str]]:
 
 
 # Two teams of one cohort: vision 16 + borrow 8 (ceiling 24); speech 16, no limit (ceiling 32).
-VISION = parsed_quota("vision", ["team-vision"], cohort="dev", nominalGPUs=16, borrowingLimitGPUs=8)
-SPEECH = parsed_quota("speech", ["team-speech"], cohort="dev", nominalGPUs=16)
-LONE = parsed_quota(
-    "lone",
-    ["team-lone"],
-    nominalGPUs=4,
-    borrowingLimitGPUs=0,
-    resources=[{"name": "cpu", "nominal": "10"}],
+VISION = parsed_team("vision", 16, 8, namespaces=["team-vision"], cohort="dev")
+SPEECH = parsed_team("speech", 16, namespaces=["team-speech"], cohort="dev")
+LONE = parsed_team(
+    "lone", 4, 0, namespaces=["team-lone"], resources=[{"name": "cpu", "nominal": "10"}]
 )
 QUOTAS = (VISION, SPEECH, LONE)
 
@@ -93,22 +69,29 @@ def team(namespace: str) -> Team:
 @pytest.mark.parametrize(
     ("annotations", "active", "expected"),
     [
-        ({REQUIRED: LEVELS[1]}, topology_policy(), []),
-        ({PREFERRED: LEVELS[2]}, topology_policy(), []),
-        ({}, topology_policy(defaultLevel=LEVELS[1], defaultMode="Required"), []),
+        ({REQUIRED: LEVELS[1]}, TOPOLOGY_POLICY, []),
+        ({PREFERRED: LEVELS[2]}, TOPOLOGY_POLICY, []),
+        (
+            {},
+            parsed_policy(
+                "topo",
+                topology={"levels": LEVELS, "defaultLevel": LEVELS[1], "defaultMode": "Required"},
+            ),
+            [],
+        ),
         (
             {REQUIRED: "topology.torchgate.io/row"},
-            topology_policy(),
+            TOPOLOGY_POLICY,
             [(ErrorType.NOT_SUPPORTED.value, f"metadata.annotations[{REQUIRED}]")],
         ),
         (
             {PREFERRED: "rack"},
-            topology_policy(),
+            TOPOLOGY_POLICY,
             [(ErrorType.NOT_SUPPORTED.value, f"metadata.annotations[{PREFERRED}]")],
         ),
         (
             {REQUIRED: LEVELS[0], PREFERRED: LEVELS[1]},
-            topology_policy(),
+            TOPOLOGY_POLICY,
             [(ErrorType.FORBIDDEN.value, f"metadata.annotations[{PREFERRED}]")],
         ),
         (
@@ -139,7 +122,7 @@ def test_topology_annotations(
 def test_a_topology_annotation_added_on_update_is_checked() -> None:
     old = job("demo").master(gpus=1).build()
     new = job("demo").master(gpus=1).annotate(REQUIRED, "row").build()
-    verdict = validate_update(old, new, topology_policy())
+    verdict = validate_update(old, new, TOPOLOGY_POLICY)
     assert pairs(verdict.errors) == [
         (ErrorType.NOT_SUPPORTED.value, f"metadata.annotations[{REQUIRED}]")
     ]
@@ -272,7 +255,7 @@ def test_an_unchanged_spec_is_not_refused_again_on_update() -> None:
 
 
 def test_resolve_team_leaves_out_a_team_that_claims_an_owned_namespace() -> None:
-    intruder = parsed_quota("zeta", ["team-vision", "team-zeta"], cohort="dev", nominalGPUs=64)
+    intruder = parsed_team("zeta", 64, namespaces=["team-vision", "team-zeta"], cohort="dev")
     found = resolve_team([*QUOTAS, intruder], "team-vision")
     assert found is not None
     assert found.quota.name == "vision"
@@ -306,7 +289,7 @@ def test_the_cache_serves_teams_from_quota_objects_and_follows_changes() -> None
         ],
         "test",
     )
-    assert cache.quota_names == ["vision"]
+    assert cache.team_for("team-broken") is None
     assert pairs(cache.invalid_quotas["broken"]) == [(ErrorType.INVALID.value, "spec.nominalGPUs")]
     big = job("j", "team-vision").master(gpus=8).workers(2, gpus=8).build()
     answer = validate(review(big), cache.policy_for, cache.team_for)
@@ -332,7 +315,6 @@ def test_policy_files_carry_team_quotas(tmp_path: Path) -> None:
     cache = PolicyCache()
     FilePolicies(cache, [path]).load()
     assert cache.names == ["topo"]
-    assert cache.quota_names == ["vision"]
     owner = cache.team_for("team-vision")
     assert owner is not None
     assert owner.quota.name == "vision"

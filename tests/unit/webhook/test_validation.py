@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from tests.builders import job
+from tests.builders.job import cpu_job, job
 from tests.unit.webhook.validationcases import (
     FORBIDDEN,
     HOSTS,
@@ -18,7 +18,6 @@ from tests.unit.webhook.validationcases import (
     NOT_SUPPORTED,
     SPECS,
     WC0,
-    cpu_job,
     pairs,
     setting,
     torchrun,

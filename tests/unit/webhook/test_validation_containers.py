@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders import container, job
+from tests.builders.job import container, job
 from tests.unit.webhook.validationcases import (
     FORBIDDEN,
     GPU,

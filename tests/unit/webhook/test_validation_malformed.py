@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.builders import container, job
+from tests.builders.job import container, cpu_job, job
 from tests.unit.webhook.validationcases import (
     DUPLICATE,
     INVALID,
@@ -21,7 +21,6 @@ from tests.unit.webhook.validationcases import (
     Pairs,
     case,
     check,
-    cpu_job,
     master_container,
     master_pod,
     setting,

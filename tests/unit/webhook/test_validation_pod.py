@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders import job
+from tests.builders.job import job
 from tests.unit.webhook.validationcases import (
     DUPLICATE,
     GPU,

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.builders import job
+from tests.builders.job import container, cpu_job, gpu_job, job
+from tests.builders.policy import parsed_policy
 from tests.unit.webhook.validationcases import (
     FORBIDDEN,
     HOSTS,
@@ -19,21 +22,24 @@ from tests.unit.webhook.validationcases import (
     Pairs,
     case,
     check,
-    cpu_job,
     master_container,
-    parsed,
+    pairs,
     setting,
 )
-from torchgate.pytorchjob.policy import PlacementPolicy
+from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy
+from torchgate.webhook.validation import validate_create
+from torchgate_dev import packagedata
 
 # ---------------------------------------------------------------------- rule 7: policy
 
 
-DATA_PATHS = parsed("data", allowedHostPaths=["/dev/shm", "/data"])
-PRIVILEGED = parsed("priv", allowPrivileged=True)
-BUDGET = parsed("budget", maxGPUsPerJob=8)
-KEEP_PODS = parsed("keep", allowCleanPodPolicyNone=True)
-POOL = parsed("pool", nodeSelector={"pool": "gpu"})
+DATA_PATHS = parsed_policy("data", allowedHostPaths=["/dev/shm", "/data"])
+PRIVILEGED = parsed_policy("priv", allowPrivileged=True)
+BUDGET = parsed_policy("budget", maxGPUsPerJob=8)
+KEEP_PODS = parsed_policy("keep", allowCleanPodPolicyNone=True)
+OTHER_ACCELERATOR = parsed_policy("amd", gpuResource="amd.com/gpu")
+GLOO = ["--backend", "gloo"]
+POOL = parsed_policy("pool", nodeSelector={"pool": "gpu"})
 
 
 def host_path_job(*paths: str) -> dict[str, Any]:
@@ -119,14 +125,57 @@ POLICY = [
     case("gpu-budget-met", job().master(gpus=4).workers(1, gpus=4).build(), [], BUDGET),
     case(
         "clean-pod-policy-none-refused",
-        cpu_job().run_policy(cleanPodPolicy="None").build(),
+        gpu_job(workers=2).run_policy(cleanPodPolicy="None").build(),
         [(FORBIDDEN, "spec.runPolicy.cleanPodPolicy")],
     ),
     case(
         "clean-pod-policy-none-allowed",
-        cpu_job().run_policy(cleanPodPolicy="None").build(),
+        gpu_job(workers=2).run_policy(cleanPodPolicy="None").build(),
         [],
         KEEP_PODS,
+    ),
+    case(
+        "clean-pod-policy-none-on-a-gpu-free-job",
+        cpu_job().run_policy(cleanPodPolicy="None").build(),
+        [],
+    ),
+    case(
+        "clean-pod-policy-none-with-gpus-on-the-workers-only",
+        job()
+        .master(args=GLOO)
+        .workers(2, gpus=1, args=GLOO)
+        .run_policy(cleanPodPolicy="None")
+        .build(),
+        [(FORBIDDEN, "spec.runPolicy.cleanPodPolicy")],
+    ),
+    case(
+        "clean-pod-policy-none-with-a-gpu-init-container",
+        job()
+        .master(pod_spec={"initContainers": [container(name="warm-up", gpus=1)]})
+        .workers(1)
+        .run_policy(cleanPodPolicy="None")
+        .build(),
+        [(FORBIDDEN, "spec.runPolicy.cleanPodPolicy")],
+    ),
+    case(
+        "clean-pod-policy-none-with-gpus-the-policy-does-not-name",
+        job()
+        .master(gpus=1, args=GLOO)
+        .workers(2, gpus=1, args=GLOO)
+        .run_policy(cleanPodPolicy="None")
+        .build(),
+        [],
+        OTHER_ACCELERATOR,
+    ),
+    case(
+        "clean-pod-policy-none-with-the-policys-own-accelerator",
+        job()
+        .master(gpus=1, gpu_resource="amd.com/gpu", args=GLOO)
+        .workers(1, args=GLOO)
+        .run_policy(cleanPodPolicy="None")
+        .build(),
+        [(FORBIDDEN, "spec.runPolicy.cleanPodPolicy")],
+        OTHER_ACCELERATOR,
     ),
     case(
         "node-selector-conflicts-with-policy",
@@ -146,3 +195,36 @@ POLICY = [
 @pytest.mark.parametrize(("raw", "active_policy", "expected"), POLICY)
 def test_policy_rules(raw: Any, active_policy: PlacementPolicy, expected: Pairs) -> None:
     check(raw, active_policy, expected)
+
+
+# ---------------------------------------------------------------------- the dev cluster's policy
+
+SEEDS = Path(__file__).resolve().parents[3].parent / "shared" / "seeds" / "manifests"
+
+
+def dev_policy() -> PlacementPolicy:
+    documents = yaml.safe_load_all(packagedata.SAMPLE_POLICY.read_text(encoding="utf-8"))
+    (raw,) = [d for d in documents if d["kind"] == "PlacementPolicy"]
+    result, errors = parse_policy(raw)
+    assert result is not None, errors
+    return result
+
+
+def keeping_pods(manifest: str, *, image: str | None = None) -> dict[str, Any]:
+    text = (SEEDS / manifest).read_text(encoding="utf-8")
+    raw: dict[str, Any] = yaml.safe_load(text.replace("<训练镜像>", image or "<训练镜像>"))
+    raw.setdefault("spec", {}).setdefault("runPolicy", {})["cleanPodPolicy"] = "None"
+    return raw
+
+
+def test_under_the_dev_policy_a_gpu_free_job_keeps_its_pods_and_a_gpu_job_may_not() -> None:
+    policy = dev_policy()
+    assert not policy.allow_clean_pod_policy_none
+
+    cpu = validate_create(keeping_pods("003-torchrun-cpu.yaml"), policy)
+    gpu = validate_create(
+        keeping_pods("000-pytorch-dist-mnist-nccl.yaml", image="pytorch-demo"), policy
+    )
+
+    assert cpu.allowed, cpu.errors
+    assert pairs(gpu) == [(FORBIDDEN, "spec.runPolicy.cleanPodPolicy")]

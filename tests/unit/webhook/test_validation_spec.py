@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders import container, job
+from tests.builders.job import container, cpu_job, job
 from tests.unit.webhook.validationcases import (
     FORBIDDEN,
     INVALID,
@@ -25,7 +25,6 @@ from tests.unit.webhook.validationcases import (
     W,
     case,
     check,
-    cpu_job,
     master_container,
     master_pod,
     removing,

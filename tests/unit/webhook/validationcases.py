@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from tests.builders import job, policy
+from tests.builders.policy import parsed_policy
 from torchgate.pytorchjob.fieldpath import ErrorType
-from torchgate.pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy, parse_policy
+from torchgate.pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy
 from torchgate.webhook.validation import Verdict, validate_create
 
 REQUIRED = ErrorType.REQUIRED
@@ -65,10 +65,6 @@ def removing(*path: Any) -> Edit:
     return edit
 
 
-def cpu_job(name: str = "demo", workers: int = 2) -> Any:
-    return job(name).master().workers(workers)
-
-
 def master_pod(*path: Any) -> tuple[Any, ...]:
     return ("spec", "pytorchReplicaSpecs", "Master", "template", "spec", *path)
 
@@ -97,11 +93,5 @@ def torchrun(*options: str) -> list[str]:
     return ["torchrun", *options, "train.py"]
 
 
-def parsed(name: str, **spec: Any) -> PlacementPolicy:
-    result, errors = parse_policy(policy(name, **spec))
-    assert result is not None, errors
-    return result
-
-
 VOLUME = {"name": "data", "emptyDir": {}}
-HOSTS = parsed("hosts", allowedHosts=["node-a", "node-b"])
+HOSTS = parsed_policy("hosts", allowedHosts=["node-a", "node-b"])

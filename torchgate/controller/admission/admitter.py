@@ -7,23 +7,22 @@ capacity per node, the gangs holding capacity, team quotas, the policies' preemp
 settings) and runs ``decide``, which admits, preempts or keeps waiting every gang, whole gangs
 only. The admitter applies what it returns:
 
-- ``Admit``: the gang's nodes are *reserved* until its pods show up in the pod cache; the job's
-  own reconcile creates the pods from the reservation (pods in rank order on the nodes chosen in
+- ``Admit``: the gang's nodes are reserved in the ledger (``ledger`` rule 2); the job's own
+  reconcile creates the pods from the reservation (pods in rank order on the nodes chosen in
   topology order, so consecutive ranks share a domain).
-- ``Preempt``: the preemptor's nodes are *held* (nothing else is placed on them) while the
-  victims' pods terminate; each victim is marked as preempted (``preempted_by``), which its own
-  reconcile turns into the deletion of all its pods, a ``Preempted`` condition and Event; once no
-  pod of any victim is left, the hold becomes a reservation. A hold whose victims' pods are stuck
-  terminating is given up, and the preemptor decided again from its place in the queue.
-- ``Wait``: the reason (``Quota``, ``Capacity`` or ``Topology``) and its message are reported,
-  throttled, for the job's ``Queued`` condition (``Preempting`` while a hold waits).
+- ``Preempt``: the preemptor's nodes are held and its victims marked (``ledger`` rule 3); each
+  victim's own reconcile turns the mark into the deletion of all its pods, a ``Preempted``
+  condition and Event. A hold settles into a reservation once the victims' pods are gone; one
+  given up puts the preemptor back in its place in the queue (``waiting`` rule 4).
+- ``Wait``: the reason (``Quota``, ``Capacity`` or ``Topology``) and its message go to the queue,
+  which reports them for the job's ``Queued`` condition (``waiting`` rule 5; ``Preempting``
+  while a hold waits).
 
-What the cycle decides from is kept between cycles by two parts the admitter *has*: the waiting
-queue (``waiting.WaitingQueue``: places, backoff, reports), fed by the reconcilers' requests,
-and the capacity ledger (``ledger.CapacityLedger``: nodes, live pods, reservations, holds,
-evictions, what is free), fed by the node and pod informers and by the cycle's outcomes. The
-admitter owns the cycle: the facts gathered per cycle, the call to ``decide``, backfill, and
-applying the outcomes to both parts, and it is the only part that logs or wakes anything.
+The admitter *has* the two parts that keep the cycle's facts between cycles, each with its own
+rules: the waiting queue (``waiting``), fed by the reconcilers' requests, and the capacity ledger
+(``ledger``), fed by the node and pod informers. It owns the cycle: the facts gathered per cycle,
+the call to ``decide``, backfill, and applying the outcomes to both parts; it is the only part
+that logs or wakes anything.
 
 Backfill: a job that does not fit does not block smaller jobs behind it, unless it has waited longer
 than ``starvation_seconds`` for capacity or topology; from then on nothing behind it is admitted

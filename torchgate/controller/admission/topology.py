@@ -510,11 +510,6 @@ def fits_topology(capacity: Capacity, count: int, shape: Shape, request: Topolog
     return any(slots[domain] >= count for domain in capacity.topology.by_level[wanted])
 
 
-def domains_spanned(topology: Topology, nodes: Iterable[str], level: int) -> int:
-    """How many distinct domains of ``level`` the given nodes touch (for tests and status)."""
-    return len({topology.domain_of(name, level) for name in nodes})
-
-
 # ------------------------------------------------------------------ rule 7: what is short
 
 

@@ -1,21 +1,23 @@
 """How a PyTorchJob ends: its final condition, the cleanup of its pods, and its TTL.
 
-Why a module of its own: ``planning.plan`` decides *whether* a job has ended (the Master succeeded,
-the deadline passed) and the gang rules (``gangplanning``) decide when a failure is permanent or
+Why a module of its own: ``plan.plan`` decides *whether* a job has ended (the Master succeeded,
+the deadline passed) and the gang rules (``gang``) decide when a failure is permanent or
 the backoff limit is reached; what ending means is the same in every case and is kept here, pure,
 for every path that ends a job and for the plans of a job that has already ended.
 
-The rules this module owns (rules 2 and 6 of ``planning``):
+The rules this module owns (rules 2 and 6 of ``plan``):
 
 - ``finish``: the ``Succeeded`` or ``Failed`` condition with its Event, no longer ``Queued``,
   ``completionTime``, the final replica counts (a succeeded job's active replicas count as
   succeeded), then cleanup and TTL.
-- ``cleanup``: the pods ``cleanPodPolicy`` says must go (``None`` only where the admin policy
-  allows it, else as ``Running``; ``Running`` deletes Running and Pending pods, ``All`` every pod)
-  and the job's Services. Pending pods and every pod of a failed job go at once; the running pods
-  of a *succeeded* job after ``finish_grace_seconds``, because the other ranks of a job whose
-  Master just finished are normally finishing too, and a pod deleted in its last second loses its
-  ``Completed`` state and its logs.
+- ``cleanup``: the pods ``cleanPodPolicy`` says must go (``None`` keeps a pod unless it holds
+  accelerators the admin policy does not let it keep, which it cleans up as ``Running``:
+  ``pytorchjob.cleanup``; ``Running`` deletes Running and Pending pods, ``All`` every pod) and the
+  job's Services, which stay only while every replica's pods are kept. Pending pods and every
+  pod of a failed job go at once; the running pods of a *succeeded* job after
+  ``finish_grace_seconds``, because the other ranks of a job whose Master just finished are
+  normally finishing too (on a real kubelet a Worker ends milliseconds after its Master), and a
+  pod deleted in its last second loses its ``Completed`` state and its logs.
 - ``plan_finished``: an ended job gets only cleanup (repeated until done) and its TTL.
 - TTL: the job is deleted ``ttlSecondsAfterFinished`` after it ended (a timer until then), never
   inside the finish grace, since deleting the job takes its still-finishing pods with it.
@@ -34,36 +36,66 @@ from torchgate.controller.job.model import (
     GangPods,
     Observed,
     Plan,
+    as_mapping,
     controlled_by,
     name_of,
 )
-from torchgate.pytorchjob.spec import gpu_count
+from torchgate.pytorchjob import cleanup as cleanup_rules
+from torchgate.pytorchjob.spec import gpu_count, pod_spec_of
 
 FINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 
-def _effective_clean_policy(draft: Draft) -> str:
-    policy = draft.job.run_policy.clean_pod_policy
-    if policy == "None" and not draft.observed.allow_clean_pod_policy_none:
-        return "Running"
-    return policy
+def _clean_pod_policy_of(draft: Draft, pod_spec: Mapping[str, Any]) -> str:
+    """How a pod (or a replica's pods) with this spec is cleaned up (``pytorchjob.cleanup``)."""
+    return cleanup_rules.clean_pod_policy_for(
+        draft.job.run_policy.clean_pod_policy,
+        pod_spec,
+        gpu_resource=draft.observed.gpu_resource,
+        allow_none=draft.observed.allow_clean_pod_policy_none,
+    )
+
+
+def _replicas_not_kept(draft: Draft) -> tuple[str, ...]:
+    """The replicas whose pods the job's ``cleanPodPolicy: None`` may not keep."""
+    return cleanup_rules.replicas_not_kept(
+        draft.job.run_policy.clean_pod_policy,
+        ((r.replica_type, pod_spec_of(r.template)) for r in draft.job.replica_specs if r.replicas),
+        gpu_resource=draft.observed.gpu_resource,
+        allow_none=draft.observed.allow_clean_pod_policy_none,
+    )
+
+
+def _keeps_every_pod(draft: Draft) -> bool:
+    """Whether ``cleanPodPolicy`` keeps the pods of every replica (``None``, allowed for all)."""
+    return all(
+        _clean_pod_policy_of(draft, pod_spec_of(replica.template)) == cleanup_rules.KEEP
+        for replica in draft.job.replica_specs
+    )
 
 
 def cleanup(draft: Draft, pods: GangPods) -> None:
-    """Delete what ``cleanPodPolicy`` says a finished job must not keep (rule 6)."""
-    policy = _effective_clean_policy(draft)
-    if policy == "None":
-        return
+    """Delete what ``cleanPodPolicy`` says a finished job must not keep (rule 6).
+
+    Each pod by its own spec: ``None`` keeps a pod unless it holds accelerators the placement
+    policy does not let it keep. The Services stay only while every replica's pods are kept.
+    """
     grace_left = _finish_grace_left(draft)
+    waiting_for_grace = False
     for pod in pods.live:
+        policy = _clean_pod_policy_of(draft, as_mapping(pod.get("spec")))
+        if policy == cleanup_rules.KEEP:
+            continue
         if policy != "All" and st.phase_of(pod) in FINAL_PHASES:
             continue
         if grace_left > 0 and st.phase_of(pod) == "Running":
+            waiting_for_grace = True
             continue
         draft.delete_pod(name_of(pod))
-    if grace_left > 0 and any(st.phase_of(pod) == "Running" for pod in pods.live):
+    if waiting_for_grace:
         draft.timer(grace_left)
-    delete_services(draft)
+    if not _keeps_every_pod(draft):
+        delete_services(draft)
 
 
 def _finish_grace_left(draft: Draft) -> float:
@@ -138,14 +170,15 @@ def finish(
     draft.transition(event, reason, message)
     draft.conditions = st.remove_condition(draft.conditions, st.QUEUED)
     draft.completion_time = draft.completion_time or st.format_time(draft.now)
-    policy = draft.job.run_policy.clean_pod_policy
-    if policy == "None" and not draft.observed.allow_clean_pod_policy_none:
+    not_kept = _replicas_not_kept(draft)
+    if not_kept:
+        gpu_resource = draft.observed.gpu_resource
         draft.event(
             "Warning",
             "CleanPodPolicyOverridden",
-            "cleanPodPolicy None is not allowed by the placement policy: deleting the pods "
-            "that are still running or pending (as cleanPodPolicy Running) to release their "
-            "resources",
+            f"cleanPodPolicy None is allowed by the placement policy only for pods without "
+            f"{gpu_resource}: deleting the {' and '.join(not_kept)} pods still running or "
+            f"pending (as cleanPodPolicy Running) to release their {gpu_resource}",
         )
     cleanup(draft, pods)
     deleted = set(draft.delete_pods)

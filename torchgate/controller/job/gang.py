@@ -1,12 +1,12 @@
 """A running job as a gang: admission, queueing, failures, preemption and schedule timeout.
 
-Why a module of its own: once ``planning.plan`` has found a job that is neither ended nor
+Why a module of its own: once ``plan.plan`` has found a job that is neither ended nor
 suspended, the rest is about the gang as a unit: whether it may have pods at all (the admitter's
 reservation), when it must be torn down whole, and what its ``Queued``, ``Running``,
 ``Restarting`` and ``Preempted`` conditions say. These rules share their helpers (teardown,
 queueing, admission marks) with each other and with nothing else, so they live together, pure.
 
-The rules this module owns (rules 4, 5 and 7 of ``planning``):
+The rules this module owns (rules 4, 5 and 7 of ``plan``):
 
 - ``plan_admission``: no live pod of the current attempt: wait for stragglers, wait while another
   owner's pods hold the gang's names (``PodNameConflict``), ask the admitter
@@ -170,7 +170,7 @@ def gang_started_at(pods: GangPods) -> str | None:
     """When the current gang's first live pod was created (``None`` before any exists).
 
     ``startTime`` is taken from the pods rather than the clock, so it does not depend on when the
-    status is written (``writepolicy`` may put that off). ``planning`` takes it before the
+    status is written (``writes`` may put that off). ``plan`` takes it before the
     deadline is checked, so the deadline counts from the same moment in every plan.
     """
     created = [

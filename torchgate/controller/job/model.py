@@ -4,7 +4,7 @@
 the readers below interpret raw pods (ownership, gang attempt, exit code) the same way for every
 rule; ``Draft`` collects a plan's actions and the status it will leave behind, and ``GangPods``
 sorts a job's pods once (current attempt, stale, terminating). The rules themselves are in
-``planning``.
+``plan``, ``gang`` and ``finish``.
 """
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ def is_retryable(restart_policy: str, pod: Mapping[str, Any]) -> bool:
 
 @dataclass(slots=True)
 class Draft:
-    """The plan being built by ``planning``'s rules, with the status it will leave behind."""
+    """The plan being built by ``plan``'s rules, with the status it will leave behind."""
 
     observed: Observed
     conditions: list[st.Condition]

@@ -25,12 +25,8 @@ The rules, in order:
    are deleted, never adopted.
 6. When the job ends (the Master succeeded, a permanent failure, the backoff limit, or
    ``activeDeadlineSeconds`` measured from ``startTime``), its remaining pods are deleted per
-   ``cleanPodPolicy`` (``None`` only where the admin policy allows it), so GPUs go back to the
-   pool: pending pods and every pod of a failed job at once; the running pods of a *succeeded*
-   job after ``finish_grace_seconds``, because the other ranks of a job whose Master just
-   finished are normally finishing too, and a pod deleted in its last second loses its
-   ``Completed`` state and its logs (seen on a real kubelet: seed 003's Worker ends a few
-   milliseconds after its Master).
+   ``cleanPodPolicy``, so GPUs go back to the pool; the running ranks of a succeeded job get a
+   short grace to finish first (``finish`` says when each pod goes, and why).
 7. A gang the admitter chose as a preemption victim (``preempted_by``) loses all its pods at once
    (each honouring its grace period), gets a ``Preempted`` condition and Event naming the
    preemptor, and waits in the queue again; pods that fail while being evicted are not failures
@@ -38,15 +34,15 @@ The rules, in order:
    ``False`` when the gang is admitted again.
 
 Where the rules live: this module holds ``plan`` itself with rules 1 and 3, and decides when an
-active job has succeeded or passed its deadline; ``finishing`` holds rules 2 and 6 (how a job
-ends: condition, cleanup, TTL), used by every path that ends a job; ``gangplanning`` holds rules
+active job has succeeded or passed its deadline; ``finish`` holds rules 2 and 6 (how a job
+ends: condition, cleanup, TTL), used by every path that ends a job; ``gang`` holds rules
 4, 5 and 7 (admission, queueing, gang failures and restarts, preemption, schedule timeout). All
 three are pure.
 
 Timers (deadline, TTL, gang schedule timeout) come back as ``requeue_after``, so they fire on time
 rather than whenever some other event happens to wake the job up. Events that announce a condition
 change belong to the status (``Event.announces_status``): the reconciler records them when it
-writes that status, which ``writepolicy`` may put off.
+writes that status, which ``writes.StatusWritePolicy`` may put off.
 """
 
 from __future__ import annotations

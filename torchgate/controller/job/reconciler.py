@@ -5,7 +5,7 @@ the restart count is persisted before the failed gang is deleted (a crash in bet
 an old attempt, which the next plan deletes without counting twice); Services before pods (so the
 master's name resolves when the pods start); status last (it describes what was done).
 
-When the planned status is written is ``writepolicy.StatusWritePolicy``'s decision: now, or after
+When the planned status is written is ``writes.StatusWritePolicy``'s decision: now, or after
 some seconds (progress waits while gangs are being created; counts alone at most once a second). A
 status put off is not kept: the job is looked at again after the delay and planned afresh from
 the status written, so a plan never starts from a state the apiserver does not have. The Events

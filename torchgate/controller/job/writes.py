@@ -108,11 +108,6 @@ class StatusWritePolicy:
     busy_hold_seconds: float = BUSY_HOLD_SECONDS
     counts_interval_seconds: float = COUNTS_INTERVAL_SECONDS
 
-    @property
-    def longest_hold(self) -> float:
-        """No status waits longer than this (from when it was first wanted or last written)."""
-        return max(self.busy_hold_seconds, self.counts_interval_seconds, 0.0)
-
     def delay(
         self, written: Mapping[str, Any] | None, wanted: Mapping[str, Any], facts: WriteFacts
     ) -> float:

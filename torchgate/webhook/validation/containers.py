@@ -40,8 +40,8 @@ from torchgate.webhook.validation.facts import (
 def image(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
     """``image`` is a reference the kubelet can pull, not a placeholder.
 
-    A lone ``<...>`` placeholder (seed 000's ``<训练镜像>``, "training image") gets its own message:
-    the user was told to replace it and did not, so the message says what to put there.
+    A lone ``<...>`` placeholder (a template's ``<训练镜像>``, "training image") gets its own
+    message: the user was told to replace it and did not, so the message says what to put there.
     """
     value = container.fields.get("image")
     if isinstance(value, str) and value and image_reference_problem(value) is None:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Final
 
-from torchgate.pytorchjob import gang, names
+from torchgate.pytorchjob import cleanup, gang, names
 from torchgate.pytorchjob.fieldpath import (
     FieldError,
     FieldWarning,
@@ -203,7 +203,7 @@ def _elastic_bounds(elastic: Mapping[str, Any]) -> list[Finding]:
 
 
 def run_policy(job: JobFacts) -> Findings:
-    """``spec.runPolicy``: known fields and values, cleanPodPolicy None only if allowed."""
+    """``spec.runPolicy``: known fields and values; cleanPodPolicy None where it may keep pods."""
     run = job.spec.get("runPolicy")
     if run is None:
         return NONE
@@ -218,14 +218,8 @@ def run_policy(job: JobFacts) -> Findings:
     clean_path = _CLEAN_POD_POLICY
     if clean is not None and clean not in names.CLEAN_POD_POLICIES:
         found.append(not_supported(clean_path, clean, names.CLEAN_POD_POLICIES))
-    elif clean == "None" and not job.policy.allow_clean_pod_policy_none:
-        found.append(
-            forbidden(
-                clean_path,
-                "pods would keep their GPUs after the job ends; "
-                f"{job.policy_label} does not allow cleanPodPolicy None (use Running or All)",
-            )
-        )
+    elif clean == cleanup.KEEP:
+        found.extend(_pods_kept_with_accelerators(job))
     for key in ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit"):
         raw = run.get(key)
         if raw is not None and (type(raw) is not int or raw < 0):  # else valid, without a call
@@ -238,6 +232,31 @@ def run_policy(job: JobFacts) -> Findings:
     if managed_by not in (None, "") and managed_by not in names.MANAGED_BY_VALUES:
         found.append(not_supported(MANAGED_BY, managed_by, names.MANAGED_BY_VALUES))
     return found
+
+
+def _pods_kept_with_accelerators(job: JobFacts) -> Findings:
+    """``cleanPodPolicy: None`` only for replicas without accelerators, unless allowed.
+
+    ``pytorchjob.cleanup`` decides which replicas' pods ``None`` may keep; the controller cleans
+    up by the same rule, so what is refused here is exactly what it would not keep.
+    """
+    gpu_resource = job.policy.gpu_resource
+    refused = cleanup.replicas_not_kept(
+        cleanup.KEEP,
+        ((r.key, r.pod_spec) for r in job.known_replicas if r.pods != 0),
+        gpu_resource=gpu_resource,
+        allow_none=job.policy.allow_clean_pod_policy_none,
+    )
+    if not refused:
+        return NONE
+    return [
+        forbidden(
+            _CLEAN_POD_POLICY,
+            f"{' and '.join(refused)} pods still running when the job ends would keep their "
+            f"{gpu_resource}; {job.policy_label} allows cleanPodPolicy None only for pods "
+            f"without {gpu_resource} (use Running or All)",
+        )
+    ]
 
 
 def scheduling_policy(job: JobFacts) -> Findings:

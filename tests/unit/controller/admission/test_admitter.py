@@ -6,11 +6,11 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from tests.builders import container, gpu_job, job, node
-from tests.unit.controller.helpers import parse, with_uid
+from tests.builders.job import container, gpu_job, job
+from tests.builders.node import node
+from tests.builders.pod import pod
+from tests.unit.controller.helpers import ask
 from torchgate.controller.admission.admitter import Admitter
-from torchgate.controller.admission.nodes import job_demands
-from torchgate.pytorchjob.pool import gang_usage
 
 
 class Clock:
@@ -35,39 +35,6 @@ def make(nodes: int = 1, gpus: int = 8, **kw: Any) -> tuple[Admitter, list[tuple
     return admitter, changed, clock
 
 
-def ask(
-    admitter: Admitter,
-    raw: dict[str, Any],
-    *,
-    priority: int = 0,
-    created: str = "2026-01-01T00:00:00Z",
-) -> tuple[str, str]:
-    spec = parse(with_uid(raw, uid=f"uid-{raw['metadata']['name']}"))
-    key = (spec.namespace, spec.name)
-    admitter.request(
-        key,
-        uid=spec.uid,
-        demands=job_demands(spec),
-        min_count=spec.min_available,
-        usage=gang_usage(spec, "nvidia.com/gpu"),
-        priority=priority,
-        created=created,
-        gpu_resource="nvidia.com/gpu",
-    )
-    return key
-
-
-def running_pod(name: str, node_name: str, gpus: int, namespace: str = "default") -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "nodeName": node_name,
-            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}],
-        },
-        "status": {"phase": "Running"},
-    }
-
-
 def test_a_gang_that_fits_is_reserved_and_its_reconcile_is_woken() -> None:
     admitter, changed, _ = make(nodes=1)
     key = ask(admitter, gpu_job("a", workers=3).build())
@@ -88,18 +55,18 @@ def test_reservations_hold_capacity_until_the_ledger_has_the_pods() -> None:
     assert admitter.wait_reason(second) == "waiting for 1 nvidia.com/gpu in the cluster: 0 free"
     reserved = admitter.reservation_for(first, "uid-a") or {}
     # Half of the pods have been seen by the pod watch: the rest still count as reserved.
-    for pod in list(reserved)[:4]:
-        admitter.on_pod("ADDED", running_pod(pod, "n0", 1), None)
+    for name in list(reserved)[:4]:
+        admitter.on_pod("ADDED", pod(name, node="n0", gpus=1), None)
     assert admitter.cycle() == []
     assert admitter.reservation_for(first, "uid-a") is not None
-    for pod in list(reserved)[4:]:
-        admitter.on_pod("ADDED", running_pod(pod, "n0", 1), None)
+    for name in list(reserved)[4:]:
+        admitter.on_pod("ADDED", pod(name, node="n0", gpus=1), None)
     assert admitter.cycle() == []
     assert admitter.reservation_for(first, "uid-a") is None, (
         "fully observed: the ledger counts them"
     )
     # One of them is deleted: its GPU is free again.
-    admitter.on_pod("DELETED", running_pod("a-worker-6", "n0", 1), None)
+    admitter.on_pod("DELETED", pod("a-worker-6", node="n0", gpus=1), None)
     assert admitter.cycle() == [second]
 
 
@@ -144,12 +111,12 @@ def test_a_timed_out_gang_waits_out_its_backoff() -> None:
 
 def test_the_wait_reason_refresh_is_throttled() -> None:
     admitter, changed, clock = make(nodes=1, reason_refresh_seconds=30)
-    admitter.on_pod("ADDED", running_pod("other", "n0", 6), None)
+    admitter.on_pod("ADDED", pod("other", node="n0", gpus=6), None)
     key = ask(admitter, job("w").master(gpus=8).build())
     admitter.cycle()
     assert changed == [key]
     assert admitter.wait_reason(key) == "waiting for 8 nvidia.com/gpu in the cluster: 2 free"
-    admitter.on_pod("MODIFIED", running_pod("other", "n0", 5), None)
+    admitter.on_pod("MODIFIED", pod("other", node="n0", gpus=5), None)
     admitter.cycle()
     assert changed == [key], "a changed free count alone does not rewrite the status at once"
     assert admitter.wait_reason(key) == "waiting for 8 nvidia.com/gpu in the cluster: 2 free", (
@@ -157,7 +124,7 @@ def test_the_wait_reason_refresh_is_throttled() -> None:
         "anything else does not write the newer count either"
     )
     clock.now += 31
-    admitter.on_pod("MODIFIED", running_pod("other", "n0", 4), None)
+    admitter.on_pod("MODIFIED", pod("other", node="n0", gpus=4), None)
     admitter.cycle()
     assert changed == [key, key]
     assert admitter.wait_reason(key) == "waiting for 8 nvidia.com/gpu in the cluster: 4 free"
@@ -165,14 +132,13 @@ def test_the_wait_reason_refresh_is_throttled() -> None:
 
 def test_the_ledger_ignores_finished_pods_and_follows_moves() -> None:
     admitter, _, _ = make(nodes=2)
-    admitter.on_pod("ADDED", running_pod("p", "n0", 8), None)
+    admitter.on_pod("ADDED", pod("p", node="n0", gpus=8), None)
     assert admitter.free()["n0"]["nvidia.com/gpu"] == 0
-    done = running_pod("p", "n0", 8)
+    done = pod("p", node="n0", gpus=8)
     done["status"]["phase"] = "Succeeded"
     admitter.on_pod("MODIFIED", done, None)
     assert admitter.free()["n0"]["nvidia.com/gpu"] == 8000
-    planned = running_pod("q", "", 3)
-    planned["metadata"]["annotations"] = {"torchgate.io/planned-node": "n1"}
+    planned = pod("q", node="", planned="n1", gpus=3)
     admitter.on_pod("ADDED", planned, None)
     assert admitter.free()["n1"]["nvidia.com/gpu"] == 5000, "a planned, unbound pod holds capacity"
 
@@ -187,17 +153,17 @@ def test_cancel_forgets_a_job() -> None:
 
 async def test_only_freed_capacity_starts_a_cycle() -> None:
     admitter, changed, _ = make(nodes=1)
-    admitter.on_pod("ADDED", running_pod("other", "n0", 8), None)
+    admitter.on_pod("ADDED", pod("other", node="n0", gpus=8), None)
     key = ask(admitter, job("w").master(gpus=8).build())
     loop = asyncio.create_task(admitter.run(debounce=0, period=3600))
     try:
         await wait_until(lambda: key in changed)  # the request's cycle: it waits
         cycles = admitter.cycles
-        admitter.on_pod("ADDED", running_pod("new", "n0", 0), None)
-        admitter.on_pod("MODIFIED", running_pod("other", "n0", 8), None)
+        admitter.on_pod("ADDED", pod("new", node="n0", gpus=0), None)
+        admitter.on_pod("MODIFIED", pod("other", node="n0", gpus=8), None)
         await asyncio.sleep(0.05)
         assert admitter.cycles == cycles, "a new or unchanged pod cannot make room"
-        done = running_pod("other", "n0", 8)
+        done = pod("other", node="n0", gpus=8)
         done["status"]["phase"] = "Succeeded"
         admitter.on_pod("MODIFIED", done, None)
         await wait_until(lambda: admitter.cycles > cycles)
@@ -246,8 +212,8 @@ def test_a_resource_no_node_has_is_a_shortfall() -> None:
 
 def test_fragmentation_is_reported_when_totals_suffice() -> None:
     admitter, _, _ = with_nodes(node("a"), node("b"))
-    admitter.on_pod("ADDED", running_pod("x", "a", 4), None)
-    admitter.on_pod("ADDED", running_pod("y", "b", 4), None)
+    admitter.on_pod("ADDED", pod("x", node="a", gpus=4), None)
+    admitter.on_pod("ADDED", pod("y", node="b", gpus=4), None)
     key = ask(admitter, job("f").master(gpus=8, requests={"cpu": "1"}).build())
     admitter.cycle()
     assert admitter.wait_kind(key) == "Capacity"

@@ -8,34 +8,30 @@ reasons) and on plans, never on call order.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.builders import gpu_job, job, node
-from tests.unit.controller.helpers import World, parse, with_uid
+from tests.builders.gang import admitted
+from tests.builders.job import gpu_job, job, with_uid
+from tests.builders.node import BLOCK, HOSTNAME, RACK, labelled, node, rack_nodes
+from tests.builders.pod import deletion_stamp, pod
+from tests.builders.policy import parsed_policy, pool_settings
+from tests.builders.team import parsed_team, team_quota
+from tests.unit.controller.helpers import World, ask
 from torchgate.controller.admission.admitter import Admitter
-from torchgate.controller.admission.nodes import job_demands
 from torchgate.controller.admission.poolsource import PoolSource, team_statuses
-from torchgate.controller.admission.quota import Admitted
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import TEAM_QUOTAS
-from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.pytorchjob.pool import (
-    GPUS,
-    Limit,
     PoolSettings,
-    PreemptionSettings,
     TeamQuota,
-    TopologySettings,
-    gang_usage,
 )
 
-RACK = "topology.torchgate.io/rack"
-BLOCK = "topology.torchgate.io/block"
+# Two racks of two nodes, r1-0 r1-1 r2-0 r2-1.
+RACKED = [node(name, labels=labels) for name, labels in rack_nodes(2, 2, first=1, separator="-")]
 
 
 class Clocks:
@@ -71,68 +67,13 @@ def make(
     return admitter, woken, clocks
 
 
-def ask(
-    admitter: Admitter,
-    raw: dict[str, Any],
-    *,
-    priority: int = 0,
-    preempts: bool = True,
-    topology: tuple[str | None, bool] = (None, False),
-    created: str = "2026-01-01T00:00:00Z",
-) -> tuple[str, str]:
-    spec = parse(with_uid(raw, uid=f"uid-{raw['metadata']['name']}"))
-    key = (spec.namespace, spec.name)
-    admitter.request(
-        key,
-        uid=spec.uid,
-        demands=job_demands(spec),
-        min_count=spec.min_available,
-        usage=gang_usage(spec, "nvidia.com/gpu"),
-        priority=priority,
-        created=created,
-        gpu_resource="nvidia.com/gpu",
-        preempts=preempts,
-        topology_level=topology[0],
-        topology_required=topology[1],
-    )
-    return key
-
-
 def start(admitter: Admitter, key: tuple[str, str], created: str = "2026-01-01T00:00:00Z") -> None:
     """The reserved pods show up Running in the pod cache (as the reconciler creates them)."""
     reservation = admitter.ledger.reservations[key]
-    for pod, node_name in reservation.nodes.items():
-        gpus = reservation.requests[pod].get("nvidia.com/gpu", 0) // 1000
-        admitter.on_pod("ADDED", gang_pod(key, pod, node_name, {"nvidia.com/gpu": gpus}), None)
+    for name, node_name in reservation.nodes.items():
+        gpus = reservation.requests[name].get("nvidia.com/gpu", 0) // 1000
+        admitter.on_pod("ADDED", pod(name, gang=key, node=node_name, gpus=gpus), None)
     admitter.free()  # the ledger has them: the reservation settles
-
-
-def gang_pod(
-    key: tuple[str, str], name: str, node_name: str, requests: Any, priority: int = 0
-) -> dict[str, Any]:
-    gpus = requests.get("nvidia.com/gpu", 0)
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": key[0],
-            "creationTimestamp": "2026-01-01T00:00:00Z",
-            "labels": {
-                "training.kubeflow.org/operator-name": "torchgate",
-                "training.kubeflow.org/job-name": key[1],
-            },
-        },
-        "spec": {
-            "nodeName": node_name,
-            "priority": priority,
-            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}],
-        },
-        "status": {"phase": "Running"},
-    }
-
-
-def team(name: str, namespace: str, nominal: int, borrowing: int | None = None) -> TeamQuota:
-    limit = Limit(nominal * 1000, None if borrowing is None else borrowing * 1000)
-    return TeamQuota(name=name, namespaces=(namespace,), limits={GPUS: limit}, cohort="c")
 
 
 def in_namespace(raw: dict[str, Any], namespace: str) -> dict[str, Any]:
@@ -144,7 +85,7 @@ def in_namespace(raw: dict[str, Any], namespace: str) -> dict[str, Any]:
 
 
 def test_a_team_over_its_quota_waits_for_quota_and_the_status_counts_it() -> None:
-    teams = {"a": team("a", "ns-a", 8, borrowing=0)}
+    teams = {"a": parsed_team("a", 8, borrowing=0, namespaces=["ns-a"])}
     admitter, _, _ = make([node("n0"), node("n1")], teams=teams)
     first = ask(admitter, in_namespace(job("a1").master(gpus=8).build(), "ns-a"))
     second = ask(
@@ -167,7 +108,7 @@ def test_a_team_over_its_quota_waits_for_quota_and_the_status_counts_it() -> Non
 
 def test_capacity_waits_keep_the_placement_shortfall_message() -> None:
     admitter, _, _ = make([node("n0")])
-    admitter.on_pod("ADDED", gang_pod(("x", "other"), "o", "n0", {"nvidia.com/gpu": 6}), None)
+    admitter.on_pod("ADDED", pod("o", gang=("x", "other"), node="n0", gpus=6), None)
     key = ask(admitter, job("w").master(gpus=8).build())
     admitter.cycle()
     assert admitter.wait_kind(key) == "Capacity"
@@ -193,18 +134,11 @@ def test_a_preemptor_holds_the_victims_nodes_until_their_pods_are_gone() -> None
     admitter.cycle()
     assert admitter.wait_kind(other) == "Capacity", "a held node is taken by nobody else"
 
-    admitter.on_pod("DELETED", gang_pod(low, "low-master-0", "n0", {}), None)
+    admitter.on_pod("DELETED", pod("low-master-0", gang=low, node="n0", gpus=0), None)
     assert admitter.cycle() == [], "one victim pod is still there"
-    admitter.on_pod("DELETED", gang_pod(low, "low-worker-0", "n0", {}), None)
+    admitter.on_pod("DELETED", pod("low-worker-0", gang=low, node="n0", gpus=0), None)
     assert admitter.cycle() == [high]
     assert admitter.reservation_for(high, "uid-high") == {"high-master-0": "n0"}
-
-
-def deleted(pod: dict[str, Any], at: float) -> dict[str, Any]:
-    """``pod`` as the apiserver shows it once deleted: ``deletionTimestamp`` is when it must go."""
-    stamp = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    pod["metadata"]["deletionTimestamp"] = stamp
-    return pod
 
 
 @pytest.mark.parametrize("deletion_seen", [True, False])
@@ -219,9 +153,10 @@ def test_a_hold_on_victims_stuck_terminating_is_given_up_after_their_grace_perio
     high = ask(admitter, job("high").master(gpus=8).build(), priority=100)
     admitter.cycle()
     assert admitter.wait_kind(high) == "Preempting"
-    victim = gang_pod(low, "low-master-0", "n0", {"nvidia.com/gpu": 8})
+    victim = pod("low-master-0", gang=low, node="n0", gpus=8)
     if deletion_seen:  # deleted with a 30 s grace period; its node never confirms
-        admitter.on_pod("MODIFIED", deleted(victim, clocks.wall + 30), None)
+        victim["metadata"]["deletionTimestamp"] = deletion_stamp(clocks.wall + 30)
+        admitter.on_pod("MODIFIED", victim, None)
     admitter.on_node("ADDED", node("n1"), None)  # room elsewhere, while the hold waits
 
     clocks.wall += 30 + admitter.stuck_seconds - 1
@@ -246,9 +181,7 @@ def test_a_hold_on_victims_stuck_terminating_is_given_up_after_their_grace_perio
 
 def test_a_running_gang_counts_with_the_priority_its_reconcile_reports() -> None:
     admitter, _, _ = make([node("n0")])
-    admitter.on_pod(
-        "ADDED", gang_pod(("ns", "vip"), "vip-master-0", "n0", {"nvidia.com/gpu": 8}), None
-    )
+    admitter.on_pod("ADDED", pod("vip-master-0", gang=("ns", "vip"), node="n0", gpus=8), None)
     admitter.note(("ns", "vip"), priority=500, gpu_resource="nvidia.com/gpu")
     ask(admitter, job("mid").master(gpus=8).build(), priority=100)
     admitter.cycle()
@@ -267,7 +200,7 @@ def test_preemption_policy_never_waits() -> None:
 
 
 def test_a_gang_is_protected_for_its_minimum_run_time() -> None:
-    settings = [PoolSettings(preemption=PreemptionSettings(minimum_run_seconds=600))]
+    settings = [pool_settings(preemption={"minimumRunSeconds": 600})]
     admitter, _, clocks = make([node("n0")], settings=settings)
     low = ask(admitter, job("low").master(gpus=8).build(), priority=1)
     admitter.cycle()
@@ -288,7 +221,7 @@ def test_a_victim_that_asks_again_is_queued_and_no_longer_evicting() -> None:
     start(admitter, low)
     ask(admitter, job("high").master(gpus=8).build(), priority=100)
     admitter.cycle()
-    admitter.on_pod("DELETED", gang_pod(low, "low-master-0", "n0", {}), None)
+    admitter.on_pod("DELETED", pod("low-master-0", gang=low, node="n0", gpus=0), None)
     ask(admitter, job("low").master(gpus=8).build(), priority=1)
     assert admitter.preempted_by(low) is None
     admitter.cycle()
@@ -300,14 +233,13 @@ def test_a_victim_whose_job_is_gone_is_not_preempted_twice_onto_held_nodes() -> 
 
     The deleted job is cancelled on every event of its terminating pods; it must stay a victim
     (not a candidate again), or a second preemptor is placed on nodes the first one holds, and
-    one of the two gangs cannot be bound (seen in the pool benchmark: 60 s schedule timeout).
+    one of the two gangs cannot be bound (it waits out the 60 s schedule timeout).
     """
     admitter, _, clocks = make([node(f"n{i}") for i in range(4)])
     clocks.wall = 1_800_000_000.0  # 2027: its pods (created 2026) have run for a while
     gone = ("default", "gone")
     for i in range(4):
-        pod = gang_pod(gone, f"gone-worker-{i}", f"n{i}", {"nvidia.com/gpu": 8})
-        admitter.on_pod("ADDED", pod, None)
+        admitter.on_pod("ADDED", pod(f"gone-worker-{i}", gang=gone, node=f"n{i}", gpus=8), None)
     admitter.cancel(gone)  # its job was deleted; its pods are terminating
     first = ask(admitter, gpu_job("a", workers=1, gpus=8).build(), priority=100)
     second = ask(
@@ -321,7 +253,7 @@ def test_a_victim_whose_job_is_gone_is_not_preempted_twice_onto_held_nodes() -> 
     admitter.cancel(gone)  # a pod event of the deleted job reconciles it again
     admitter.cycle()
     for i in range(4):
-        admitter.on_pod("DELETED", gang_pod(gone, f"gone-worker-{i}", f"n{i}", {}), None)
+        admitter.on_pod("DELETED", pod(f"gone-worker-{i}", gang=gone, node=f"n{i}", gpus=0), None)
     admitter.cycle()
     admitter.cycle()
     nodes = [admitter.reservation_for(key, f"uid-{key[1]}") for key in (first, second)]
@@ -333,16 +265,10 @@ def test_a_victim_whose_job_is_gone_is_not_preempted_twice_onto_held_nodes() -> 
 # ------------------------------------------------------------------ topology
 
 
-def rack_nodes() -> list[dict[str, Any]]:
-    return [
-        node(f"{rack}-{index}", labels={RACK: rack}) for rack in ("r1", "r2") for index in range(2)
-    ]
-
-
 def test_a_required_rack_gets_one_rack_and_ranks_fill_nodes_in_order() -> None:
-    settings = [PoolSettings(topology=TopologySettings(levels=(RACK, "kubernetes.io/hostname")))]
-    admitter, _, _ = make(rack_nodes(), settings=settings)
-    admitter.on_pod("ADDED", gang_pod(("x", "y"), "filler", "r2-0", {"nvidia.com/gpu": 2}), None)
+    settings = [pool_settings(topology={"levels": [RACK, HOSTNAME]})]
+    admitter, _, _ = make(RACKED, settings=settings)
+    admitter.on_pod("ADDED", pod("filler", gang=("x", "y"), node="r2-0", gpus=2), None)
     key = ask(admitter, gpu_job("t", workers=3, gpus=4).build(), topology=(RACK, True))
     assert admitter.cycle() == [key]
     nodes = admitter.reservation_for(key, "uid-t")
@@ -354,8 +280,8 @@ def test_a_required_rack_gets_one_rack_and_ranks_fill_nodes_in_order() -> None:
 
 
 def test_a_required_rack_that_no_rack_holds_waits_for_topology() -> None:
-    settings = [PoolSettings(topology=TopologySettings(levels=(RACK,)))]
-    admitter, _, _ = make(rack_nodes(), settings=settings)
+    settings = [pool_settings(topology={"levels": [RACK]})]
+    admitter, _, _ = make(RACKED, settings=settings)
     key = ask(admitter, gpu_job("t", workers=4, gpus=4).build(), topology=(RACK, True))
     admitter.cycle()
     assert admitter.wait_kind(key) == "Topology"
@@ -365,12 +291,13 @@ def test_a_required_rack_that_no_rack_holds_waits_for_topology() -> None:
 def test_a_gang_without_gpus_goes_to_the_node_without_gpus(levels: tuple[str, ...]) -> None:
     """``torchgate dev up``'s pool: racked GPU nodes and one unlabelled CPU node (the real one)."""
     racked = [
-        node(f"{rack}-{index}", labels={BLOCK: "b1", RACK: rack})
-        for rack in ("r1", "r2")
-        for index in range(2)
+        node(name, labels=labels)
+        for name, labels in labelled(
+            {"b1": {"r1": ["r1-0", "r1-1"], "r2": ["r2-0", "r2-1"]}}, (BLOCK, RACK)
+        )
     ]
     cpu_node = node("cpu-0", gpus=0, cpu="4")  # tighter in CPU than any GPU node, and GPU-free
-    settings = [PoolSettings(topology=TopologySettings(levels=levels))]
+    settings = [pool_settings(topology={"levels": list(levels)})]
     admitter, _, _ = make([*racked, cpu_node], settings=settings)
     requests = {"cpu": "1"}
     cpu_job = job("c").master(requests=requests).workers(1, requests=requests).build()
@@ -466,12 +393,9 @@ def test_the_queued_reason_says_what_the_job_waits_for(kind: str | None, reason:
 def test_team_status_borrowed_is_used_beyond_nominal(
     nominal: int, gangs: list[int], waiting: int
 ) -> None:
-    teams = {"t": team("t", "ns", nominal)}
-    admitted = [
-        Admitted(key=("ns", f"j{i}"), team="t", priority=0, usage={GPUS: gpus * 1000})
-        for i, gpus in enumerate(gangs)
-    ]
-    status = team_statuses(teams, admitted, ["t"] * waiting + [None])["t"]
+    teams = {"t": parsed_team("t", nominal, namespaces=["ns"])}
+    holding = [admitted(f"j{i}", gpus, team="t") for i, gpus in enumerate(gangs)]
+    status = team_statuses(teams, holding, ["t"] * waiting + [None])["t"]
     assert status["usedGPUs"] == sum(gangs)
     assert status["borrowedGPUs"] == max(0, sum(gangs) - nominal)
     assert (status["admittedJobs"], status["waitingJobs"]) == (len(gangs), waiting)
@@ -505,15 +429,6 @@ class QuotaStatusApi:
             yield {}
 
 
-def quota_object(name: str, version: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "torchgate.io/v1alpha1",
-        "kind": "TeamQuota",
-        "metadata": {"name": name, "resourceVersion": version},
-        "spec": spec,
-    }
-
-
 def quota_source(
     api: QuotaStatusApi, counters: dict[str, dict[str, int]], *objects: dict[str, Any]
 ) -> PoolSource:
@@ -532,9 +447,9 @@ def test_a_namespace_claimed_twice_leaves_the_later_team_out_and_invalid() -> No
     source = quota_source(
         QuotaStatusApi(),
         {},
-        quota_object("a", "1", namespaces=["shared"], nominalGPUs=8),
-        quota_object("b", "1", namespaces=["shared"], nominalGPUs=8),
-        quota_object("c", "1", namespaces=["own"]),  # nominalGPUs missing
+        team_quota("a", version="1", namespaces=["shared"], nominalGPUs=8),
+        team_quota("b", version="1", namespaces=["shared"], nominalGPUs=8),
+        team_quota("c", version="1", namespaces=["own"]),  # nominalGPUs missing
     )
     assert set(source.teams()) == {"a"}
     report = source.report()
@@ -548,8 +463,8 @@ async def test_team_status_is_written_once_per_change() -> None:
     source = quota_source(
         api,
         counters,
-        quota_object("a", "1", namespaces=["ns"], nominalGPUs=8),
-        quota_object("bad", "1", namespaces="ns2", nominalGPUs=8),
+        team_quota("a", version="1", namespaces=["ns"], nominalGPUs=8),
+        team_quota("bad", version="1", namespaces="ns2", nominalGPUs=8),
     )
     await source.write_once()
     await source.write_once()
@@ -566,8 +481,7 @@ async def test_team_status_is_written_once_per_change() -> None:
 
 def test_a_job_topology_request_is_named_by_its_policy_level() -> None:
     source = quota_source(QuotaStatusApi(), {})
-    levels = TopologySettings(levels=("block", RACK), default_level="block")
-    chosen = PlacementPolicy(name="p", topology=levels)
+    chosen = parsed_policy("p", topology={"levels": ["block", RACK], "defaultLevel": "block"})
     assert source.topology_of({"torchgate.io/topology-required": RACK}, chosen) == (RACK, True)
     assert source.topology_of({}, chosen) == ("block", False), "the policy's default, preferred"
     assert source.topology_of({"torchgate.io/topology-required": "zone"}, chosen) == (None, False)

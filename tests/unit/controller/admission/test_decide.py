@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
+from tests.builders.gang import G, node_free, placement_requests, running, waiting
+from tests.builders.node import HOSTNAME, RACK, rack_nodes
+from tests.builders.team import parsed_team
 from tests.unit.controller.admission.test_preemption import reference_cheapest
+from tests.unit.controller.admission.test_topology import domains_spanned
 from torchgate.controller.admission.decide import (
     Admit,
     Outcome,
@@ -20,85 +24,10 @@ from torchgate.controller.admission.decide import (
     decide,
 )
 from torchgate.controller.admission.quota import Admitted, usage_by_team
-from torchgate.controller.admission.topology import build_topology, domains_spanned, shape_of
-from torchgate.pytorchjob.pool import GPUS, Limit, PreemptionSettings, TeamQuota, TopologyRequest
+from torchgate.controller.admission.topology import build_topology
+from torchgate.pytorchjob.pool import GPUS, PreemptionSettings, TeamQuota, TopologyRequest
 
-GPU = "nvidia.com/gpu"
-G = 1000
-RACK, HOST = "torchgate.io/rack", "kubernetes.io/hostname"
-LEVELS = (RACK, HOST)
-
-
-def node_free(gpus: int = 8) -> dict[str, int]:
-    return {GPU: gpus * G, "pods": 110 * G}
-
-
-def pod_requests(gpus: int) -> dict[str, int]:
-    return {GPU: gpus * G, "pods": G}
-
-
-def rack_nodes(racks: int, hosts: int) -> list[tuple[str, dict[str, str]]]:
-    return [
-        (f"r{r}h{h}", {RACK: f"r{r}", HOST: f"r{r}h{h}"})
-        for r in range(racks)
-        for h in range(hosts)
-    ]
-
-
-def waiting(
-    name: str,
-    *,
-    pods: int,
-    gpus: int = 8,
-    team: str | None = None,
-    priority: int = 0,
-    created: str = "2026-01-01T00:00:00Z",
-    topology: TopologyRequest | None = None,
-    preempts: bool = True,
-) -> WaitingGang:
-    names = tuple(f"{name}-{i}" for i in range(pods))
-    requests = {pod: pod_requests(gpus) for pod in names}
-    return WaitingGang(
-        key=(team or "ns", name),
-        team=team,
-        priority=priority,
-        created=created,
-        pods=names,
-        requests=requests,
-        usage={GPUS: pods * gpus * G},
-        shape=shape_of(requests.values()),
-        topology=topology or TopologyRequest(),
-        preempts=preempts,
-    )
-
-
-def running(
-    gang: WaitingGang, nodes: Sequence[str], *, at: float = 0.0
-) -> tuple[Admitted, dict[str, dict[str, int]]]:
-    """``gang`` admitted onto ``nodes`` (one pod each, in order)."""
-    placement = dict(zip(gang.pods, nodes, strict=True))
-    return (
-        Admitted(
-            key=gang.key,
-            team=gang.team,
-            priority=gang.priority,
-            usage=gang.usage,
-            admitted_at=at,
-            nodes=placement,
-            requests={pod: gang.requests[pod] for pod in placement},
-        ),
-        placement_requests(gang, placement),
-    )
-
-
-def placement_requests(
-    gang: WaitingGang, placement: Mapping[str, str]
-) -> dict[str, dict[str, int]]:
-    used: dict[str, dict[str, int]] = {}
-    for pod, node in placement.items():
-        for name, amount in gang.requests[pod].items():
-            used.setdefault(node, {})[name] = used.setdefault(node, {}).get(name, 0) + amount
-    return used
+LEVELS = (RACK, HOSTNAME)
 
 
 def pool_with(
@@ -129,16 +58,11 @@ def by_key(outcomes: list[Outcome]) -> dict[str, Outcome]:
     return {outcome.key[1]: outcome for outcome in outcomes}
 
 
-def team(name: str, nominal: int, borrowing: int | None = None) -> TeamQuota:
-    limit = Limit(nominal * G, None if borrowing is None else borrowing * G)
-    return TeamQuota(name, (name,), {GPUS: limit})
-
-
 # ------------------------------------------------------------------ tables
 
 
 def test_two_teams_submitting_at_once_each_get_their_quota() -> None:
-    pool = pool_with(rack_nodes(1, 4), teams=[team("a", 16), team("b", 16)])
+    pool = pool_with(rack_nodes(1, 4), teams=[parsed_team("a", 16), parsed_team("b", 16)])
     gangs = [
         waiting("a1", pods=2, team="a", created="2026-01-01T00:00:01Z"),
         waiting("a2", pods=2, team="a", created="2026-01-01T00:00:02Z"),
@@ -152,7 +76,7 @@ def test_two_teams_submitting_at_once_each_get_their_quota() -> None:
 
 def test_idle_quota_is_borrowed_and_taken_back_by_preempting_the_borrowed_gang() -> None:
     nodes = rack_nodes(1, 4)
-    teams = [team("a", 16), team("b", 16)]
+    teams = [parsed_team("a", 16), parsed_team("b", 16)]
     pool = pool_with(nodes, teams=teams)
     borrowed = by_key(
         decide(pool, [waiting("a1", pods=2, team="a"), waiting("a2", pods=2, team="a")], 0.0)
@@ -252,7 +176,9 @@ def test_preemption_for_a_required_rack_takes_victims_in_one_rack() -> None:
 
 
 def test_quota_reasons_are_reported() -> None:
-    pool = pool_with(rack_nodes(1, 4), teams=[team("a", 8, borrowing=0), team("b", 8)])
+    pool = pool_with(
+        rack_nodes(1, 4), teams=[parsed_team("a", 8, borrowing=0), parsed_team("b", 8)]
+    )
     outcome = decide(pool, [waiting("a1", pods=2, team="a")], 0.0)[0]
     assert isinstance(outcome, Wait)
     assert outcome.kind == "Quota"
@@ -267,8 +193,12 @@ def scenarios(draw: hs.DrawFn) -> tuple[Pool, list[WaitingGang], float]:
     nodes = rack_nodes(racks, hosts)
     names = [name for name, _ in nodes]
     teams = [
-        team("a", draw(hs.sampled_from((0, 8, 16, 32))), draw(hs.sampled_from((None, 0, 8)))),
-        team("b", draw(hs.sampled_from((0, 8, 16, 32))), draw(hs.sampled_from((None, 0, 8)))),
+        parsed_team(
+            "a", draw(hs.sampled_from((0, 8, 16, 32))), draw(hs.sampled_from((None, 0, 8)))
+        ),
+        parsed_team(
+            "b", draw(hs.sampled_from((0, 8, 16, 32))), draw(hs.sampled_from((None, 0, 8)))
+        ),
     ]
     protection = PreemptionSettings(
         minimum_run_seconds=draw(hs.sampled_from((0, 100))),

@@ -2,62 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from tests.builders import container, node
+from tests.builders.node import node, parsed_node
+from tests.builders.pod import pod
 from tests.unit.controller.helpers import free_of
 from torchgate.controller.admission.ledger import CapacityLedger, Reservation
-from torchgate.controller.admission.nodes import NodeView, node_view
 
 GPU = "nvidia.com/gpu"
 
 
-def view(name: str, **kw: Any) -> NodeView:
-    result = node_view(node(name, **kw))
-    assert result is not None
-    return result
-
-
-def raw_pod(
-    name: str, *, gpus: int = 1, node_name: str | None = None, planned: str | None = None, **kw: Any
-) -> dict[str, Any]:
-    pod: dict[str, Any] = {
-        "metadata": {"name": name},
-        "spec": {"containers": [container(gpus=gpus)]},
-        "status": {"phase": kw.get("phase", "Running")},
-    }
-    if node_name:
-        pod["spec"]["nodeName"] = node_name
-    if planned:
-        pod["metadata"]["annotations"] = {"torchgate.io/planned-node": planned}
-    if kw.get("terminating"):
-        pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    return pod
-
-
-def gang_pod(job: str, name: str, node_name: str, *, deleted: str | None = None) -> dict[str, Any]:
-    pod = raw_pod(name, gpus=4, node_name=node_name)
-    pod["metadata"].update(
-        namespace="ns",
-        labels={
-            "training.kubeflow.org/operator-name": "torchgate",
-            "training.kubeflow.org/job-name": job,
-        },
-    )
-    if deleted:
-        pod["metadata"]["deletionTimestamp"] = deleted
-    return pod
-
-
 def test_free_capacity_subtracts_bound_planned_and_terminating_pods() -> None:
-    nodes = [view("n1"), view("n2")]
+    nodes = [parsed_node("n1"), parsed_node("n2")]
     pods = [
-        raw_pod("bound", gpus=2, node_name="n1"),
-        raw_pod("planned", gpus=3, planned="n1", phase="Pending"),
-        raw_pod("terminating", gpus=1, node_name="n2", terminating=True),
-        raw_pod("done", gpus=4, node_name="n2", phase="Succeeded"),
-        raw_pod("failed", gpus=4, node_name="n2", phase="Failed"),
-        raw_pod("elsewhere", gpus=4, node_name="n9"),
+        pod("bound", gpus=2, node="n1"),
+        pod("planned", gpus=3, planned="n1", phase="Pending"),
+        pod("terminating", gpus=1, node="n2", deleted="2026-01-01T00:00:00Z"),
+        pod("done", gpus=4, node="n2", phase="Succeeded"),
+        pod("failed", gpus=4, node="n2", phase="Failed"),
+        pod("elsewhere", gpus=4, node="n9"),
     ]
     free = free_of(nodes, pods)
     assert free["n1"][GPU] == 3000
@@ -69,7 +30,7 @@ def test_free_capacity_subtracts_bound_planned_and_terminating_pods() -> None:
 def test_free_capacity_is_never_negative() -> None:
     ledger = CapacityLedger()
     ledger.on_node("ADDED", node("n1", gpus=2))
-    ledger.on_pod(("ns", "big"), raw_pod("big", gpus=4, node_name="n1"))
+    ledger.on_pod(("ns", "big"), pod("big", gpus=4, node="n1"))
     assert ledger.free()["n1"][GPU] == 0
 
 
@@ -78,7 +39,7 @@ def held_ledger() -> CapacityLedger:
     ledger = CapacityLedger()
     ledger.on_node("ADDED", node("n1"))
     for name in ("low-0", "low-1"):
-        ledger.on_pod(("ns", name), gang_pod("low", name, "n1"))
+        ledger.on_pod(("ns", name), pod(name, gang=("ns", "low"), node="n1", gpus=4))
     reservation = Reservation("uid-high", {"high-0": "n1"}, {"high-0": {GPU: 8000}}, 0.0, 0.0)
     ledger.hold(("ns", "high"), reservation, (("ns", "low"),))
     return ledger
@@ -105,10 +66,14 @@ def test_a_hold_settles_into_a_reservation_once_the_victims_pods_are_gone() -> N
 def test_victim_pods_are_stuck_only_when_all_are_past_their_deletion_time() -> None:
     ledger = held_ledger()
     deleted = "2026-01-01T00:00:00Z"  # 1767225600
-    ledger.on_pod(("ns", "low-0"), gang_pod("low", "low-0", "n1", deleted=deleted))
+    ledger.on_pod(
+        ("ns", "low-0"), pod("low-0", gang=("ns", "low"), node="n1", gpus=4, deleted=deleted)
+    )
     left = ledger.victim_pods_left(("ns", "high"))
     assert not ledger.stuck(left, late=2e9), "low-1 was never deleted"
-    ledger.on_pod(("ns", "low-1"), gang_pod("low", "low-1", "n1", deleted=deleted))
+    ledger.on_pod(
+        ("ns", "low-1"), pod("low-1", gang=("ns", "low"), node="n1", gpus=4, deleted=deleted)
+    )
     assert not ledger.stuck(left, late=1767225599.0)
     assert ledger.stuck(left, late=1767225600.0)
 

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from tests.builders import container, gpu_job, job, node
-from tests.unit.controller.helpers import parse, with_uid
+from tests.builders.gang import demand, gang_demands
+from tests.builders.job import container, gpu_job, job, parsed_job, with_uid
+from tests.builders.node import node, parsed_node
 from torchgate.controller.admission.nodes import (
     NodeView,
     PodDemand,
@@ -31,24 +32,6 @@ def ready(raw: dict[str, Any], *, status: str = "True") -> dict[str, Any]:
     raw = copy.deepcopy(raw)
     raw["status"]["conditions"] = [{"type": "Ready", "status": status}]
     return raw
-
-
-def view(name: str, **kw: Any) -> NodeView:
-    result = node_view(ready(node(name, **kw)))
-    assert result is not None
-    return result
-
-
-def demand(name: str, gpus: int = 0, cpu: str = "1", **pod_spec: Any) -> PodDemand:
-    resources: dict[str, Any] = {"cpu": cpu}
-    if gpus:
-        resources[GPU] = gpus
-    template = {"spec": {"containers": [container(requests=resources)], **pod_spec}}
-    return pod_demand(name, template)
-
-
-def gang(count: int, gpus: int, **pod_spec: Any) -> list[PodDemand]:
-    return [demand(f"p-{i}", gpus, **pod_spec) for i in range(count)]
 
 
 def eligible(demands: list[PodDemand], nodes: list[NodeView]) -> list[str]:
@@ -197,8 +180,8 @@ def test_selector_terms(term: SelectorTerm, matches: bool) -> None:
 
 
 def test_node_selector_restricts_the_pool() -> None:
-    nodes = [view("a1", labels={"pool": "a100"}), view("h1", labels={"pool": "h100"})]
-    assert eligible(gang(2, 4, nodeSelector={"pool": "h100"}), nodes) == ["h1"]
+    nodes = [parsed_node("a1", labels={"pool": "a100"}), parsed_node("h1", labels={"pool": "h100"})]
+    assert eligible(gang_demands(2, 4, nodeSelector={"pool": "h100"}), nodes) == ["h1"]
 
 
 def test_required_affinity_terms_are_ored() -> None:
@@ -212,18 +195,18 @@ def test_required_affinity_terms_are_ored() -> None:
             }
         }
     }
-    nodes = [view("a"), view("b"), view("c")]
-    assert eligible(gang(1, 1, affinity=affinity), nodes) == ["c"]
+    nodes = [parsed_node("a"), parsed_node("b"), parsed_node("c")]
+    assert eligible(gang_demands(1, 1, affinity=affinity), nodes) == ["c"]
 
 
 def test_untolerated_taints_exclude_nodes_prefer_no_schedule_does_not() -> None:
     nodes = [
-        view("a", taints=[{"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]),
-        view("b", taints=[{"key": "gone", "effect": "NoExecute"}]),
-        view("c", taints=[{"key": "soft", "effect": "PreferNoSchedule"}]),
+        parsed_node("a", taints=[{"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]),
+        parsed_node("b", taints=[{"key": "gone", "effect": "NoExecute"}]),
+        parsed_node("c", taints=[{"key": "soft", "effect": "PreferNoSchedule"}]),
     ]
-    assert eligible(gang(1, 8), nodes) == ["c"]
-    tolerating = gang(
+    assert eligible(gang_demands(1, 8), nodes) == ["c"]
+    tolerating = gang_demands(
         2, 8, tolerations=[{"key": "dedicated", "operator": "Equal", "value": "infer"}]
     )
     assert eligible(tolerating, nodes) == ["a", "c"]
@@ -232,7 +215,7 @@ def test_untolerated_taints_exclude_nodes_prefer_no_schedule_does_not() -> None:
 def test_unschedulable_nodes_are_never_used() -> None:
     cordoned = node_view({**ready(node("a")), "spec": {"unschedulable": True}})
     assert cordoned is not None
-    assert eligible(gang(1, 1), [cordoned, view("b")]) == ["b"]
+    assert eligible(gang_demands(1, 1), [cordoned, parsed_node("b")]) == ["b"]
 
 
 @pytest.mark.parametrize(
@@ -280,17 +263,17 @@ def test_no_eligible_node_says_which_constraint_excludes_them(
 
 def test_pinned_hosts_restrict_and_name_the_pool() -> None:
     raw = with_uid(gpu_job("demo", workers=1, gpus=8).hosts("h1", "h2").build())
-    demands = list(job_demands(parse(raw)))
-    nodes_ok = [view("h1", gpus=8), view("h2", gpus=8), view("other", gpus=8)]
+    demands = list(job_demands(parsed_job(raw)))
+    nodes_ok = [parsed_node("h1", gpus=8), parsed_node("h2", gpus=8), parsed_node("other", gpus=8)]
     assert eligible(demands, nodes_ok) == ["h1", "h2"]
-    missing = no_eligible_node(demands[0], [view("other")])
+    missing = no_eligible_node(demands[0], [parsed_node("other")])
     assert missing.startswith("no eligible node on hosts h1,h2 for demo-master-0: ")
     assert "none of the pinned hosts is a schedulable node" in missing
 
 
 def test_job_demands_are_in_gang_order_with_a_pod_slot_each() -> None:
     raw = with_uid(job("demo").master(gpus=1).workers(2, gpus=2).build())
-    demands = job_demands(parse(raw))
+    demands = job_demands(parsed_job(raw))
     assert [d.pod_name for d in demands] == ["demo-master-0", "demo-worker-0", "demo-worker-1"]
     assert demands[1].requests == {GPU: 2000, "pods": 1000}
 

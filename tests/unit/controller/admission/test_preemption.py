@@ -9,6 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
+from tests.builders.gang import G, admitted
+from tests.builders.team import parsed_team
 from torchgate.controller.admission.preemption import (
     HELD_PRIORITY,
     Choice,
@@ -24,45 +26,22 @@ from torchgate.controller.admission.preemption import (
     victim_order,
 )
 from torchgate.controller.admission.quota import Admitted
-from torchgate.pytorchjob.pool import GPUS, Limit, PreemptionSettings, TeamQuota
+from torchgate.pytorchjob.pool import GPUS, PreemptionSettings
 
-G = 1000
 T = TypeVar("T")
-TEAMS = {
-    "a": TeamQuota("a", ("a",), {GPUS: Limit(8 * G)}),
-    "b": TeamQuota("b", ("b",), {GPUS: Limit(8 * G)}),
-}
-
-
-def gang(
-    name: str,
-    gpus: int,
-    *,
-    team: str | None = None,
-    priority: int = 0,
-    at: float = 0.0,
-    nodes: dict[str, str] | None = None,
-) -> Admitted:
-    return Admitted(
-        key=("ns", name),
-        team=team,
-        priority=priority,
-        usage={GPUS: gpus * G},
-        admitted_at=at,
-        nodes=nodes,
-    )
+TEAMS = {"a": parsed_team("a", 8), "b": parsed_team("b", 8)}
 
 
 @pytest.mark.parametrize(
     ("preemptor", "victim", "borrowers", "allowed"),
     [
-        (Preemptor(None, 10), gang("v", 8, priority=5), set(), True),
-        (Preemptor(None, 10, preempts=False), gang("v", 8, priority=5), set(), False),
-        (Preemptor(None, 5), gang("v", 8, priority=5), set(), False),
-        (Preemptor("a", 10), gang("v", 8, team="a", priority=5), set(), True),
-        (Preemptor("a", 10), gang("v", 8, team="b", priority=5), set(), False),
-        (Preemptor("a", 10), gang("v", 8, team="b", priority=5), {"b"}, True),
-        (Preemptor("a", 10), gang("v", 8, team="gone", priority=5), set(), True),
+        (Preemptor(None, 10), admitted("v", 8, priority=5), set(), True),
+        (Preemptor(None, 10, preempts=False), admitted("v", 8, priority=5), set(), False),
+        (Preemptor(None, 5), admitted("v", 8, priority=5), set(), False),
+        (Preemptor("a", 10), admitted("v", 8, team="a", priority=5), set(), True),
+        (Preemptor("a", 10), admitted("v", 8, team="b", priority=5), set(), False),
+        (Preemptor("a", 10), admitted("v", 8, team="b", priority=5), {"b"}, True),
+        (Preemptor("a", 10), admitted("v", 8, team="gone", priority=5), set(), True),
     ],
     ids=[
         "lower-priority",
@@ -82,18 +61,18 @@ def test_who_may_be_preempted(
 
 def test_protection_by_minimum_run_time_and_priority() -> None:
     protection = PreemptionSettings(minimum_run_seconds=600, never_preempt_priority=100)
-    assert is_protected(gang("young", 8, at=1000.0), protection, now=1500.0)
-    assert not is_protected(gang("old", 8, at=0.0), protection, now=1500.0)
-    assert is_protected(gang("vip", 8, priority=100, at=0.0), protection, now=1500.0)
+    assert is_protected(admitted("young", 8, at=1000.0), protection, now=1500.0)
+    assert not is_protected(admitted("old", 8, at=0.0), protection, now=1500.0)
+    assert is_protected(admitted("vip", 8, priority=100, at=0.0), protection, now=1500.0)
 
 
 def test_candidates_are_ordered_cheapest_first_and_exclude_protected() -> None:
     running = [
-        gang("old-low", 8, priority=0, at=0.0),
-        gang("new-low", 8, priority=0, at=500.0),
-        gang("mid", 8, priority=5, at=0.0),
-        gang("young", 8, priority=0, at=1400.0),
-        gang("equal", 8, priority=10, at=0.0),
+        admitted("old-low", 8, priority=0, at=0.0),
+        admitted("new-low", 8, priority=0, at=500.0),
+        admitted("mid", 8, priority=5, at=0.0),
+        admitted("young", 8, priority=0, at=1400.0),
+        admitted("equal", 8, priority=10, at=0.0),
     ]
     found = candidates(
         Preemptor(None, 10), running, TEAMS, {}, PreemptionSettings(minimum_run_seconds=600), 1500.0
@@ -111,7 +90,7 @@ def freed_at_least(need: int) -> Callable[[Sequence[Admitted]], int | None]:
 
 
 def test_greedy_then_pruned_a_small_set_of_whole_gangs() -> None:
-    ordered = [gang("s1", 2), gang("s2", 2), gang("big", 8)]
+    ordered = [admitted("s1", 2), admitted("s2", 2), admitted("big", 8)]
     choice = choose_victims(ordered, freed_at_least(8))
     assert choice is not None
     assert [v.key[1] for v in choice.victims] == ["big"]
@@ -119,13 +98,13 @@ def test_greedy_then_pruned_a_small_set_of_whole_gangs() -> None:
 
 
 def test_a_victim_of_higher_priority_than_the_best_set_ends_the_search() -> None:
-    ordered = [gang("low", 4, priority=1), gang("high", 4, priority=9)]
+    ordered = [admitted("low", 4, priority=1), admitted("high", 4, priority=9)]
     assert choose_victims(ordered, freed_at_least(8), highest=5) is None
 
 
 def test_the_cheapest_group_wins() -> None:
-    everything = [gang("low", 4, priority=1), gang("high", 8, priority=9)]
-    rack = [gang("mid", 8, priority=3)]
+    everything = [admitted("low", 4, priority=1), admitted("high", 8, priority=9)]
+    rack = [admitted("mid", 8, priority=3)]
     best = cheapest([[*everything, *rack], rack], freed_at_least(8), now=0.0)
     assert isinstance(best, Choice)
     assert [v.key[1] for v in best.victims] == ["mid"]
@@ -133,8 +112,8 @@ def test_the_cheapest_group_wins() -> None:
 
 
 def test_group_by_domain_puts_a_gang_in_every_domain_it_touches() -> None:
-    spread = gang("spread", 16, nodes={"p0": "r1-h1", "p1": "r2-h1"})
-    local = gang("local", 8, nodes={"p0": "r1-h2"})
+    spread = admitted("spread", 16, nodes={"p0": "r1-h1", "p1": "r2-h1"})
+    local = admitted("local", 8, nodes={"p0": "r1-h2"})
     groups = group_by_domain([spread, local], lambda node: node.split("-")[0])
     assert [[v.key[1] for v in g] for g in groups] == [
         ["spread", "local"],
@@ -209,7 +188,7 @@ def searches(
     for i in range(count):
         racks = draw(hs.lists(hs.sampled_from("xyz"), min_size=1, max_size=2, unique=True))
         pool.append(
-            gang(
+            admitted(
                 f"g{i}",
                 draw(hs.sampled_from((1, 2, 4, 8, 16))),
                 team=draw(hs.sampled_from((None, "a", "b"))),

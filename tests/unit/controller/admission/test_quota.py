@@ -8,6 +8,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as hs
 
+from tests.builders.gang import G, admitted
+from tests.builders.team import parsed_team
 from torchgate.controller.admission.preemption import choose_victims
 from torchgate.controller.admission.quota import (
     Admitted,
@@ -23,33 +25,12 @@ from torchgate.controller.admission.quota import (
     usage_by_team,
     without,
 )
-from torchgate.pytorchjob.pool import GPUS, Limit, TeamQuota
+from torchgate.pytorchjob.pool import GPUS, TeamQuota
 
-G = 1000  # one GPU in milli-units
-
-
-def team(name: str, nominal: int, borrowing: int | None = None, cohort: str = "c") -> TeamQuota:
-    return TeamQuota(
-        name,
-        (name,),
-        {GPUS: Limit(nominal * G, None if borrowing is None else borrowing * G)},
-        cohort,
-    )
-
-
-def gang(
-    team_name: str | None, gpus: int, *, priority: int = 0, at: float = 0.0, name: str = ""
-) -> Admitted:
-    return Admitted(
-        key=(team_name or "none", name or f"{team_name}-{gpus}-{priority}-{at}"),
-        team=team_name,
-        priority=priority,
-        usage={GPUS: gpus * G},
-        admitted_at=at,
-    )
-
-
-TEAMS = {t.name: t for t in (team("a", 8, 4), team("b", 8), team("c", 8, cohort="other"))}
+TEAMS = {
+    t.name: t
+    for t in (parsed_team("a", 8, 4), parsed_team("b", 8), parsed_team("c", 8, cohort="other"))
+}
 
 
 def reclaim(
@@ -81,13 +62,15 @@ def verdict(team_name: str | None, gpus: int, running: list[Admitted]) -> Verdic
     [
         (None, 64, [], Fits()),
         ("a", 8, [], Fits()),
-        ("a", 4, [gang("a", 4)], Fits()),
-        ("a", 4, [gang("a", 8)], Borrows({GPUS: 4 * G})),
+        ("a", 4, [admitted("a-4", 4, team="a")], Fits()),
+        ("a", 4, [admitted("a-8", 8, team="a")], Borrows({GPUS: 4 * G})),
         ("b", 16, [], Borrows({GPUS: 8 * G})),  # no borrowing limit: all of a's idle quota
-        ("c", 8, [gang("c", 1)], None),  # c's cohort has nobody to lend
-        ("a", 5, [gang("a", 8)], None),  # over the borrowing limit
-        ("b", 8, [gang("b", 8), gang("a", 4)], None),  # a's idle quota is only 4
-        ("a", 4, [gang("a", 4), gang("b", 12)], Reclaims()),  # a's own share is lent to b
+        ("c", 8, [admitted("c-1", 1, team="c")], None),  # c's cohort has nobody to lend
+        ("a", 5, [admitted("a-8", 8, team="a")], None),  # over the borrowing limit
+        # a's idle quota is only 4
+        ("b", 8, [admitted("b-8", 8, team="b"), admitted("a-4", 4, team="a")], None),
+        # a's own share is lent to b
+        ("a", 4, [admitted("a-4", 4, team="a"), admitted("b-12", 12, team="b")], Reclaims()),
     ],
     ids=[
         "no-team",
@@ -118,10 +101,10 @@ def test_resources_without_a_quota_are_not_limited() -> None:
 
 def test_reclaim_takes_the_cheapest_borrowed_gangs_only_as_many_as_needed() -> None:
     running = [
-        gang("a", 4),
-        gang("b", 8, priority=5, at=1.0, name="b-own"),
-        gang("b", 2, priority=0, at=2.0, name="b-old"),
-        gang("b", 2, priority=0, at=3.0, name="b-new"),
+        admitted("a-4", 4, team="a"),
+        admitted("b-own", 8, team="b", priority=5, at=1.0),
+        admitted("b-old", 2, team="b", priority=0, at=2.0),
+        admitted("b-new", 2, team="b", priority=0, at=3.0),
     ]
     usage = usage_by_team(running)
     claimant = TEAMS["a"]
@@ -136,7 +119,7 @@ def test_reclaim_takes_the_cheapest_borrowed_gangs_only_as_many_as_needed() -> N
 
 
 def test_reclaim_skips_protected_gangs_and_may_fail() -> None:
-    running = [gang("a", 4), gang("b", 12, name="b-big")]
+    running = [admitted("a-4", 4, team="a"), admitted("b-big", 12, team="b")]
     usage = usage_by_team(running)
     claimant = TEAMS["a"]
     ordered = reclaim_candidates(
@@ -147,7 +130,11 @@ def test_reclaim_skips_protected_gangs_and_may_fail() -> None:
 
 
 def test_a_team_within_its_nominal_is_never_a_reclaim_candidate() -> None:
-    running = [gang("b", 8), gang("a", 8), gang("a", 2, name="a-borrowed")]
+    running = [
+        admitted("b-8", 8, team="b"),
+        admitted("a-8-0-0.0", 8, team="a"),
+        admitted("a-borrowed", 2, team="a"),
+    ]
     usage = usage_by_team(running)
     ordered = reclaim_candidates(
         TEAMS["b"], {GPUS: 2 * G}, running, usage, TEAMS, protected=lambda _: False
@@ -169,7 +156,7 @@ def cohorts(draw: hs.DrawFn) -> tuple[dict[str, TeamQuota], list[Admitted]]:
     """Teams of one cohort and a valid state: gangs admitted one by one only when quota allowed."""
     count = draw(hs.integers(1, 4))
     teams = {
-        f"t{i}": team(
+        f"t{i}": parsed_team(
             f"t{i}", draw(hs.integers(0, 16)), draw(hs.one_of(hs.none(), hs.integers(0, 8)))
         )
         for i in range(count)
@@ -178,8 +165,8 @@ def cohorts(draw: hs.DrawFn) -> tuple[dict[str, TeamQuota], list[Admitted]]:
     for index in range(draw(hs.integers(0, 12))):
         name = draw(hs.sampled_from(sorted(teams)))
         size = draw(hs.sampled_from((1, 2, 4, 8)))
-        candidate = gang(
-            name, size, priority=draw(hs.integers(0, 2)), at=float(index), name=f"g{index}"
+        candidate = admitted(
+            f"g{index}", size, team=name, priority=draw(hs.integers(0, 2)), at=float(index)
         )
         found = check_quota(teams[name], candidate.usage, usage_by_team(running), teams)
         if isinstance(found, Fits | Borrows):
@@ -206,7 +193,7 @@ def test_quota_is_never_exceeded_except_by_borrowing_within_its_limit(
     teams, running = state
     _within_limits(teams, running)
     name = sorted(teams)[which % len(teams)]
-    new = gang(name, size, name="new")
+    new = admitted("new", size, team=name)
     found = check_quota(teams[name], new.usage, usage_by_team(running), teams)
     if isinstance(found, Fits | Borrows):
         after = [*running, new]

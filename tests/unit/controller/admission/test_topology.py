@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
+from tests.builders.gang import node_free, pod_requests
+from tests.builders.node import labelled
 from torchgate.controller.admission.topology import (
     Capacity,
     OptionalPod,
@@ -17,7 +19,6 @@ from torchgate.controller.admission.topology import (
     TopologyPlacement,
     TopologyWait,
     build_topology,
-    domains_spanned,
     explain_shortfall,
     fits_topology,
     gpu_free_nodes,
@@ -35,22 +36,9 @@ BLOCK, RACK, HOST = "torchgate.io/block", "torchgate.io/rack", "kubernetes.io/ho
 LEVELS = (BLOCK, RACK, HOST)
 
 
-def labelled(layout: Mapping[str, Mapping[str, Sequence[str]]]) -> list[tuple[str, dict[str, str]]]:
-    """``{block: {rack: [host, ...]}}`` -> labelled nodes."""
-    return [
-        (host, {BLOCK: block, RACK: rack, HOST: host})
-        for block, racks in layout.items()
-        for rack, hosts in racks.items()
-        for host in hosts
-    ]
-
-
-def gpus(count: int) -> dict[str, int]:
-    return {GPU: count * 1000, "pods": 110_000}
-
-
-def pod(count: int) -> dict[str, int]:
-    return {GPU: count * 1000, "pods": 1000}
+def domains_spanned(topology: Topology, nodes: Iterable[str], level: int) -> int:
+    """How many distinct domains of ``level`` the given nodes touch."""
+    return len({topology.domain_of(name, level) for name in nodes})
 
 
 def pods(n: int) -> tuple[str, ...]:
@@ -66,7 +54,7 @@ def place(
 ) -> TopologyPlacement | TopologyWait:
     capacity = Capacity(topology, free)
     return place_topology(
-        capacity, pods(count), shape_of([pod(per_pod)]), request or TopologyRequest()
+        capacity, pods(count), shape_of([pod_requests(per_pod)]), request or TopologyRequest()
     )
 
 
@@ -75,8 +63,8 @@ LAYOUT = {
     "b1": {"r1": ["h1", "h2", "h3", "h4"], "r2": ["h5", "h6"]},
     "b2": {"r3": ["h7", "h8", "h9"]},
 }
-TOPOLOGY = build_topology(LEVELS, labelled(LAYOUT))
-EMPTY = {name: gpus(8) for name in TOPOLOGY.node_names}
+TOPOLOGY = build_topology(LEVELS, labelled(LAYOUT, (BLOCK, RACK)))
+EMPTY = {name: node_free(8) for name in TOPOLOGY.node_names}
 
 
 def rack_of(node: str) -> str:
@@ -113,12 +101,12 @@ def test_domains_are_keyed_by_their_whole_path_and_an_unlabelled_node_is_its_own
 @pytest.mark.parametrize(
     ("free", "requests", "one_per_node", "slots"),
     [
-        (gpus(8), [pod(2)], False, 4),
-        (gpus(7), [pod(2)], False, 3),
-        (gpus(8), [pod(2), pod(4)], False, 2),  # counted by the largest pod
-        (gpus(8), [pod(1)], True, 1),
-        ({GPU: 8000}, [pod(1)], False, 0),  # no pod slot left
-        (gpus(0), [pod(1)], False, 0),
+        (node_free(8), [pod_requests(2)], False, 4),
+        (node_free(7), [pod_requests(2)], False, 3),
+        (node_free(8), [pod_requests(2), pod_requests(4)], False, 2),  # counted by the largest pod
+        (node_free(8), [pod_requests(1)], True, 1),
+        ({GPU: 8000}, [pod_requests(1)], False, 0),  # no pod slot left
+        (node_free(0), [pod_requests(1)], False, 0),
     ],
     ids=["even", "remainder", "largest-pod", "host-ports", "no-pods-resource", "full"],
 )
@@ -132,7 +120,7 @@ def test_slots_of_a_node(
 
 
 def test_a_gang_that_fits_one_node_takes_the_tightest_node() -> None:
-    free = {**EMPTY, "h5": gpus(4), "h8": gpus(2)}
+    free = {**EMPTY, "h5": node_free(4), "h8": node_free(2)}
     placed = place(TOPOLOGY, free, 2, per_pod=2)
     assert isinstance(placed, TopologyPlacement)
     assert set(placed.nodes.values()) == {"h5"}
@@ -147,7 +135,7 @@ def test_a_gang_goes_to_the_rack_with_the_least_free_room_that_holds_it() -> Non
 
 
 def test_equal_room_prefers_the_domain_with_fewer_nodes() -> None:
-    free = {**EMPTY, "h1": gpus(0), "h2": gpus(0), "h7": gpus(0)}
+    free = {**EMPTY, "h1": node_free(0), "h2": node_free(0), "h7": node_free(0)}
     # r1 and r2 both have 2 free whole nodes, r3 too; r2 has 2 nodes, r1 4, r3 3.
     placed = place(TOPOLOGY, free, 2)
     assert isinstance(placed, TopologyPlacement)
@@ -186,7 +174,7 @@ def test_a_required_rack_that_no_rack_holds_waits_for_topology() -> None:
     assert isinstance(placed, TopologyWait)
     assert placed.kind == "Topology"
     assert not fits_topology(
-        Capacity(TOPOLOGY, EMPTY), 5, shape_of([pod(8)]), TopologyRequest(1, True)
+        Capacity(TOPOLOGY, EMPTY), 5, shape_of([pod_requests(8)]), TopologyRequest(1, True)
     )
 
 
@@ -220,7 +208,7 @@ def test_a_gang_spanning_blocks_uses_the_fewest_blocks() -> None:
 
 def test_only_allowed_nodes_are_used() -> None:
     capacity = Capacity(TOPOLOGY, EMPTY)
-    shape = shape_of([pod(8)], allowed=["h5", "h7", "h8"])
+    shape = shape_of([pod_requests(8)], allowed=["h5", "h7", "h8"])
     placed = place_topology(capacity, pods(3), shape, TopologyRequest())
     assert isinstance(placed, TopologyPlacement)
     assert set(placed.nodes.values()) == {"h5", "h7", "h8"}
@@ -230,7 +218,7 @@ def test_only_allowed_nodes_are_used() -> None:
 def test_with_host_ports_a_gang_takes_one_node_per_pod() -> None:
     capacity = Capacity(TOPOLOGY, EMPTY)
     placed = place_topology(
-        capacity, pods(2), shape_of([pod(1)], one_per_node=True), TopologyRequest()
+        capacity, pods(2), shape_of([pod_requests(1)], one_per_node=True), TopologyRequest()
     )
     assert isinstance(placed, TopologyPlacement)
     assert len(set(placed.nodes.values())) == 2
@@ -244,8 +232,8 @@ CPU_FREE = {"cpu": 4000, "pods": 100_000}
 
 def with_cpu_node(cpu: int) -> tuple[Topology, dict[str, dict[str, int]]]:
     """The racks of ``LAYOUT`` with GPUs and plenty of CPU, plus node ``cpu-0`` with no labels."""
-    nodes = [*labelled(LAYOUT), ("cpu-0", {})]
-    free = {name: {**gpus(8), "cpu": 64_000} for name in TOPOLOGY.node_names}
+    nodes = [*labelled(LAYOUT, (BLOCK, RACK)), ("cpu-0", {})]
+    free = {name: {**node_free(8), "cpu": 64_000} for name in TOPOLOGY.node_names}
     free["cpu-0"] = {"cpu": cpu, "pods": 110_000}
     return build_topology(LEVELS, nodes), free
 
@@ -266,7 +254,7 @@ def test_a_gang_without_gpus_takes_the_gpu_free_nodes_first_even_when_a_gpu_node
     None
 ):
     topology, free = with_cpu_node(cpu=64_000)
-    free["h5"] = {**gpus(8), "cpu": 2000}  # the tightest node for two 1-CPU pods
+    free["h5"] = {**node_free(8), "cpu": 2000}  # the tightest node for two 1-CPU pods
     cpu_pods = [{"cpu": 1000, "pods": 1000}]
     plain = place_topology(Capacity(topology, free), pods(2), shape_of(cpu_pods), TopologyRequest())
     assert isinstance(plain, TopologyPlacement)
@@ -287,10 +275,15 @@ def test_a_gang_that_does_not_fit_the_preferred_nodes_goes_elsewhere_whole() -> 
 
 
 def test_a_preference_that_narrows_nothing_is_dropped() -> None:
-    assert shape_of([pod(1)], preferred=[]).preferred is None
-    assert shape_of([pod(1)], allowed=["h1", "h2"], preferred=["h1", "h2", "h3"]).preferred is None
-    assert shape_of([pod(1)], allowed=["h1", "h2"], preferred=["h2", "h3"]).preferred == {"h2"}
-    assert shape_of([pod(1)], allowed=["h1"], preferred=["h3"]).preferred is None
+    assert shape_of([pod_requests(1)], preferred=[]).preferred is None
+    assert (
+        shape_of([pod_requests(1)], allowed=["h1", "h2"], preferred=["h1", "h2", "h3"]).preferred
+        is None
+    )
+    assert shape_of([pod_requests(1)], allowed=["h1", "h2"], preferred=["h2", "h3"]).preferred == {
+        "h2"
+    }
+    assert shape_of([pod_requests(1)], allowed=["h1"], preferred=["h3"]).preferred is None
 
 
 def test_job_topology_maps_a_level_name_into_the_cycle_levels() -> None:
@@ -329,27 +322,37 @@ def explain(free: Sequence[Mapping[str, int]], requests: list[dict[str, int]], *
 
 
 def test_a_shortfall_names_the_first_resource_the_gang_needs_more_of_than_is_free() -> None:
-    requests = [{**pod(8), "cpu": 4000}, {**pod(8), "cpu": 4000}]
-    free = [{**gpus(8), "cpu": 2000}, {**gpus(4), "cpu": 2000}]
+    requests = [{**pod_requests(8), "cpu": 4000}, {**pod_requests(8), "cpu": 4000}]
+    free = [{**node_free(8), "cpu": 2000}, {**node_free(4), "cpu": 2000}]
     assert explain(free, requests) == "waiting for 16 nvidia.com/gpu in the cluster: 12 free"
-    roomy = [{**gpus(8), "cpu": 2000}, {**gpus(8), "cpu": 2000}]
+    roomy = [{**node_free(8), "cpu": 2000}, {**node_free(8), "cpu": 2000}]
     assert explain(roomy, requests) == "waiting for 8 cpu in the cluster: 4 free"
 
 
 @pytest.mark.parametrize(
     ("free", "requests", "one_per_node", "detail"),
     [
-        ([gpus(4), gpus(4)], [pod(8)], False, "no node has 8 nvidia.com/gpu free"),
-        ([gpus(6), gpus(6)], [pod(4)] * 3, False, "no node has 4 nvidia.com/gpu free"),
         (
-            [{**gpus(8), "cpu": 0}, {**gpus(0), "cpu": 8000}],
-            [{**pod(4), "cpu": 4000}],
+            [node_free(4), node_free(4)],
+            [pod_requests(8)],
+            False,
+            "no node has 8 nvidia.com/gpu free",
+        ),
+        (
+            [node_free(6), node_free(6)],
+            [pod_requests(4)] * 3,
+            False,
+            "no node has 4 nvidia.com/gpu free",
+        ),
+        (
+            [{**node_free(8), "cpu": 0}, {**node_free(0), "cpu": 8000}],
+            [{**pod_requests(4), "cpu": 4000}],
             False,
             "no node has 4 nvidia.com/gpu and 4 cpu and 1 pods free at once",
         ),
         (
-            [gpus(8), gpus(8)],
-            [pod(1)] * 3,
+            [node_free(8), node_free(8)],
+            [pod_requests(1)] * 3,
             True,
             "its pods bind host ports, one per node, and no other node has room",
         ),
@@ -365,10 +368,12 @@ def test_a_gang_that_fits_in_total_but_not_per_node_is_fragmented(
 
 
 def test_a_capacity_wait_is_explained_from_the_capacity_when_read() -> None:
-    capacity = Capacity(TOPOLOGY, {**EMPTY, "h1": gpus(4)})
-    shape = shape_of([pod(8)], allowed=["h1", "h2"])
-    shortfall = Shortfall(capacity, shape, [pod(8)] * 3, where="on hosts h1,h2", gpu_resource=GPU)
-    capacity.take({"p": "h2"}, {"p": pod(8)})
+    capacity = Capacity(TOPOLOGY, {**EMPTY, "h1": node_free(4)})
+    shape = shape_of([pod_requests(8)], allowed=["h1", "h2"])
+    shortfall = Shortfall(
+        capacity, shape, [pod_requests(8)] * 3, where="on hosts h1,h2", gpu_resource=GPU
+    )
+    capacity.take({"p": "h2"}, {"p": pod_requests(8)})
     assert str(shortfall) == "waiting for 24 nvidia.com/gpu on hosts h1,h2: 4 free"
 
 
@@ -376,22 +381,22 @@ def test_a_capacity_wait_is_explained_from_the_capacity_when_read() -> None:
 
 
 def test_extras_go_to_the_gangs_nodes_first_then_to_allowed_nodes_by_name() -> None:
-    capacity = Capacity(TOPOLOGY, {**EMPTY, "h5": gpus(6)})
-    extras = [OptionalPod(f"x{i}", pod(2), ("h3", "h5", "h9")) for i in range(5)]
+    capacity = Capacity(TOPOLOGY, {**EMPTY, "h5": node_free(6)})
+    extras = [OptionalPod(f"x{i}", pod_requests(2), ("h3", "h5", "h9")) for i in range(5)]
     placed = place_extras(capacity, {"m": "h5"}, extras)
     assert placed == {"x0": "h5", "x1": "h5", "x2": "h5", "x3": "h3", "x4": "h3"}
     assert capacity.free[TOPOLOGY.index["h5"]][GPU] == 0, "their room is taken"
 
 
 def test_an_extra_that_fits_nowhere_is_left_out() -> None:
-    capacity = Capacity(TOPOLOGY, {name: gpus(2) for name in TOPOLOGY.node_names})
-    placed = place_extras(capacity, {"m": "h1"}, [OptionalPod("x", pod(4))])
+    capacity = Capacity(TOPOLOGY, {name: node_free(2) for name in TOPOLOGY.node_names})
+    placed = place_extras(capacity, {"m": "h1"}, [OptionalPod("x", pod_requests(4))])
     assert placed == {}
 
 
 def test_extras_of_a_gang_with_host_ports_take_nodes_of_their_own() -> None:
     capacity = Capacity(TOPOLOGY, EMPTY)
-    extras = [OptionalPod(f"x{i}", pod(1)) for i in range(2)]
+    extras = [OptionalPod(f"x{i}", pod_requests(1)) for i in range(2)]
     placed = place_extras(capacity, {"m": "h1", "w": "h2"}, extras, one_per_node=True)
     assert placed == {"x0": "h3", "x1": "h4"}
 
@@ -409,19 +414,21 @@ def pools(draw: hs.DrawFn) -> tuple[Topology, dict[str, dict[str, int]]]:
         }
         for b in range(blocks)
     }
-    nodes = labelled(layout)
+    nodes = labelled(layout, (BLOCK, RACK))
     # Some nodes outside the racks: no labels at all, or a block but no rack.
     nodes += [(f"loose{i}", {}) for i in range(draw(hs.integers(0, 2)))]
     nodes += [(f"b0loose{i}", {BLOCK: "b0"}) for i in range(draw(hs.integers(0, 1)))]
     topology = build_topology(LEVELS, nodes)
-    free = {name: gpus(draw(hs.sampled_from((0, 1, 2, 4, 6, 8)))) for name in topology.node_names}
+    free = {
+        name: node_free(draw(hs.sampled_from((0, 1, 2, 4, 6, 8)))) for name in topology.node_names
+    }
     return topology, free
 
 
 def _fresh_slots(
     topology: Topology, free: Mapping[str, Mapping[str, int]], per_pod: int
 ) -> list[int]:
-    return Capacity(topology, free).domain_slots(shape_of([pod(per_pod)]))
+    return Capacity(topology, free).domain_slots(shape_of([pod_requests(per_pod)]))
 
 
 @settings(max_examples=300, deadline=None)
@@ -490,12 +497,12 @@ def test_slot_counts_kept_up_to_date_equal_counts_computed_afresh(
 ) -> None:
     topology, free = pool
     capacity = Capacity(topology, free)
-    shapes = [shape_of([pod(n)]) for n in (1, 2, 8)]
+    shapes = [shape_of([pod_requests(n)]) for n in (1, 2, 8)]
     for shape in shapes:
         capacity.domain_slots(shape)
     for index, amount, give in moves:
         node = topology.node_names[index % len(topology.node_names)]
-        change = ({"p": node}, {"p": pod(amount)})
+        change = ({"p": node}, {"p": pod_requests(amount)})
         if give:
             capacity.give(*change)
         else:
@@ -517,9 +524,9 @@ def test_a_gang_goes_to_its_preferred_nodes_whenever_they_hold_it_and_else_as_if
     def placed(shape: Shape) -> TopologyPlacement | TopologyWait:
         return place_topology(Capacity(topology, free), pods(count), shape, request)
 
-    chosen = placed(shape_of([pod(per_pod)], preferred=preferred))
-    only_there = placed(shape_of([pod(per_pod)], allowed=preferred))
-    anywhere = placed(shape_of([pod(per_pod)]))
+    chosen = placed(shape_of([pod_requests(per_pod)], preferred=preferred))
+    only_there = placed(shape_of([pod_requests(per_pod)], allowed=preferred))
+    anywhere = placed(shape_of([pod_requests(per_pod)]))
     if isinstance(only_there, TopologyPlacement):
         assert isinstance(chosen, TopologyPlacement)
         assert chosen.nodes == only_there.nodes
@@ -533,13 +540,17 @@ def test_a_capacity_wait_names_a_resource_that_is_short_or_a_gang_that_is_fragme
     pool: tuple[Topology, dict[str, dict[str, int]]], count: int, per_pod: int, one_per_node: bool
 ) -> None:
     topology, free = pool
-    shape = shape_of([pod(per_pod)], one_per_node=one_per_node)
+    shape = shape_of([pod_requests(per_pod)], one_per_node=one_per_node)
     capacity = Capacity(topology, free)
     placed = place_topology(capacity, pods(count), shape, TopologyRequest())
     if isinstance(placed, TopologyPlacement):
         return
     text = explain_shortfall(
-        capacity.free_for(shape), shape, [pod(per_pod)] * count, where="here", gpu_resource=GPU
+        capacity.free_for(shape),
+        shape,
+        [pod_requests(per_pod)] * count,
+        where="here",
+        gpu_resource=GPU,
     )
     wanted = {GPU: per_pod * count * 1000, "pods": count * 1000}
     have = {name: sum(node.get(name, 0) for node in free.values()) for name in wanted}

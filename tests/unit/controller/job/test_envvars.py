@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders import gpu_job, job
-from tests.unit.controller.helpers import UID, parse, with_uid
+from tests.builders.job import UID, gpu_job, job, parsed_job, with_uid
 from torchgate.controller.job.envvars import merge_env, rank_env
 
 
@@ -20,7 +19,7 @@ def master_workers() -> dict[str, Any]:
 
 
 def test_master_and_two_workers_master_env() -> None:
-    spec = parse(master_workers())
+    spec = parsed_job(master_workers())
     assert rank_env(spec, "Master", 0, gpus_per_pod=2) == env(
         [
             ("PYTHONUNBUFFERED", "1"),
@@ -38,7 +37,7 @@ def test_master_and_two_workers_master_env() -> None:
 
 
 def test_master_and_two_workers_worker_ranks_follow_the_master() -> None:
-    spec = parse(master_workers())
+    spec = parsed_job(master_workers())
     worker1 = dict((e["name"], e["value"]) for e in rank_env(spec, "Worker", 1, gpus_per_pod=2))
     assert worker1["RANK"] == "2"
     assert worker1["PET_NODE_RANK"] == "2"
@@ -46,7 +45,7 @@ def test_master_and_two_workers_worker_ranks_follow_the_master() -> None:
 
 
 def test_worker_only_job_uses_worker_zero_as_master() -> None:
-    spec = parse(with_uid(job("solo").workers(3).build()))
+    spec = parsed_job(with_uid(job("solo").workers(3).build()))
     assert rank_env(spec, "Worker", 2, gpus_per_pod=0) == env(
         [
             ("PYTHONUNBUFFERED", "1"),
@@ -67,7 +66,7 @@ def test_master_port_comes_from_the_masters_named_port() -> None:
     raw = with_uid(gpu_job("demo", workers=1).build())
     master = raw["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
     master["ports"] = [{"name": "pytorchjob-port", "containerPort": 29500}]
-    values = {e["name"]: e["value"] for e in rank_env(parse(raw), "Worker", 0, gpus_per_pod=1)}
+    values = {e["name"]: e["value"] for e in rank_env(parsed_job(raw), "Worker", 0, gpus_per_pod=1)}
     assert (values["MASTER_PORT"], values["PET_MASTER_PORT"]) == ("29500", "29500")
 
 
@@ -83,7 +82,7 @@ def test_elastic_with_master() -> None:
         )
         .build()
     )
-    assert rank_env(parse(raw), "Worker", 0, gpus_per_pod=1) == env(
+    assert rank_env(parsed_job(raw), "Worker", 0, gpus_per_pod=1) == env(
         [
             ("PYTHONUNBUFFERED", "1"),
             ("MASTER_ADDR", "el-master-0"),
@@ -106,7 +105,7 @@ def test_elastic_with_master() -> None:
 
 def test_elastic_worker_only_defaults() -> None:
     raw = with_uid(job("el").workers(2, gpus=4).elastic().build())
-    assert rank_env(parse(raw), "Worker", 1, gpus_per_pod=4) == env(
+    assert rank_env(parsed_job(raw), "Worker", 1, gpus_per_pod=4) == env(
         [
             ("PYTHONUNBUFFERED", "1"),
             ("MASTER_ADDR", "el-worker-0"),
@@ -138,7 +137,7 @@ def test_elastic_rendezvous_settings_are_honoured() -> None:
         )
         .build()
     )
-    values = {e["name"]: e["value"] for e in rank_env(parse(raw), "Worker", 0, gpus_per_pod=0)}
+    values = {e["name"]: e["value"] for e in rank_env(parsed_job(raw), "Worker", 0, gpus_per_pod=0)}
     assert values["PET_RDZV_BACKEND"] == "etcd-v2"
     assert values["PET_RDZV_ENDPOINT"] == "etcd.svc:2379"
     assert values["PET_RDZV_ID"] == "run-7"
@@ -151,7 +150,7 @@ def test_elastic_endpoint_port_defaults_to_the_workers_named_port() -> None:
     raw = with_uid(gpu_job("el", workers=2).elastic().build())
     worker = raw["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     worker["ports"] = [{"name": "pytorchjob-port", "containerPort": 30000}]
-    values = {e["name"]: e["value"] for e in rank_env(parse(raw), "Master", 0, gpus_per_pod=1)}
+    values = {e["name"]: e["value"] for e in rank_env(parsed_job(raw), "Master", 0, gpus_per_pod=1)}
     assert values["PET_RDZV_ENDPOINT"] == "el-worker-0:30000"
     assert values["MASTER_PORT"] == "23456"
 
@@ -173,7 +172,7 @@ def test_nproc_per_node(nproc: str | None, gpus: int, world_size: str, pet_nproc
         builder = builder.nproc(nproc)
     values = {
         e["name"]: e["value"]
-        for e in rank_env(parse(with_uid(builder.build())), "Worker", 0, gpus_per_pod=gpus)
+        for e in rank_env(parsed_job(with_uid(builder.build())), "Worker", 0, gpus_per_pod=gpus)
     }
     assert values["WORLD_SIZE"] == world_size
     assert values["PET_NPROC_PER_NODE"] == pet_nproc

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from tests.builders import JobBuilder, gpu_job, job
-from tests.unit.controller.helpers import NOW, World, is_quiet, parse, set_phase, with_uid
+from tests.builders.job import JobBuilder, container, gpu_job, job, parsed_job, with_uid
+from tests.builders.pod import set_phase
+from tests.unit.controller.helpers import NOW, World, is_quiet
 from torchgate.controller.job.model import Observed, Plan
 from torchgate.controller.job.plan import plan
 from torchgate.controller.job.status import format_time
@@ -153,7 +154,7 @@ def test_an_interrupted_creation_is_completed_while_the_reservation_holds() -> N
 
 def test_a_terminating_gang_member_tears_the_gang_down() -> None:
     world = running_world()
-    world.pods[W1] = set_phase(world.pods[W1], "Running", terminating=True)
+    world.pods[W1] = set_phase(world.pods[W1], "Running", deleted=NOW)
     result = world.plan(reservation=RESERVATION)
     assert sorted(result.delete_pods) == [MASTER, W0]
     assert not result.create_pods
@@ -288,6 +289,54 @@ def test_clean_pod_policy_none_is_overridden_with_a_warning_when_not_allowed() -
     assert sorted(result.delete_pods) == [W0, W1]
     warning = [e for e in result.events if e.reason == "CleanPodPolicyOverridden"]
     assert warning[0].type == "Warning"
+
+
+def test_clean_pod_policy_none_keeps_the_pods_of_a_gpu_free_job_without_the_admins_leave() -> None:
+    world = succeeded_world(job("demo").master().workers(2).run_policy(cleanPodPolicy="None"))
+    result = world.plan(allow_clean_pod_policy_none=False)
+    assert not result.delete_pods
+    assert not result.delete_services
+    assert "CleanPodPolicyOverridden" not in reasons(result)
+
+
+def test_clean_pod_policy_none_keeps_gpu_free_pods_and_frees_the_gpu_ones_when_not_allowed() -> (
+    None
+):
+    gloo = ["--backend", "gloo"]
+    builder = (
+        job("demo")
+        .master(restart_policy="Never", args=gloo)
+        .workers(2, gpus=1, restart_policy="Never", args=gloo)
+        .run_policy(cleanPodPolicy="None")
+    )
+    world = running_world(builder)
+    world.finish_pod(W1, "Failed", exit_code=1)  # the job fails; its Master is still running
+    result = world.plan(allow_clean_pod_policy_none=False)
+    assert must(result.status, "Failed")["status"] == "True"
+    assert result.delete_pods == (W0,)
+    assert result.delete_services == (MASTER,)
+    assert "CleanPodPolicyOverridden" in reasons(result)
+
+
+@pytest.mark.parametrize(
+    ("gpu_resource", "kept"),
+    [("nvidia.com/gpu", False), ("amd.com/gpu", True)],
+    ids=["the-policys-gpus", "a-resource-the-policy-does-not-name"],
+)
+def test_clean_pod_policy_none_frees_only_the_accelerators_the_policy_names(
+    gpu_resource: str, kept: bool
+) -> None:
+    world = succeeded_world(gpu_job("demo", workers=2).run_policy(cleanPodPolicy="None"))
+    result = world.plan(allow_clean_pod_policy_none=False, gpu_resource=gpu_resource)
+    assert sorted(result.delete_pods) == ([] if kept else [W0, W1])
+
+
+def test_clean_pod_policy_none_frees_a_pod_whose_init_container_holds_a_gpu() -> None:
+    warm_up = {"initContainers": [container(name="warm-up", gpus=1)]}
+    builder = job("demo").master().workers(2, pod_spec=warm_up).run_policy(cleanPodPolicy="None")
+    world = succeeded_world(builder)
+    result = world.plan(allow_clean_pod_policy_none=False)
+    assert sorted(result.delete_pods) == [W0, W1]
 
 
 def test_cleanup_of_a_finished_job_is_repeated_until_done() -> None:
@@ -523,7 +572,7 @@ def test_malformed_observed_state_does_not_crash() -> None:
     raw["status"] = {"conditions": "junk", "startTime": 5}
     raw["metadata"]["annotations"] = {"torchgate.io/restarts": "²"}
     junk: list[Any] = [None, "pod", {"metadata": None}, {"metadata": {"ownerReferences": "x"}}]
-    result = plan(Observed(job_raw=raw, job=parse(raw), now=NOW, pods=junk, services=junk))
+    result = plan(Observed(job_raw=raw, job=parsed_job(raw), now=NOW, pods=junk, services=junk))
     assert result.needs_admission
 
 

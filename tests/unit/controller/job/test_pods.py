@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.builders import JobBuilder, container, gpu_job, job
-from tests.unit.controller.helpers import UID, env_of, parse, with_uid
+from tests.builders.job import UID, JobBuilder, container, gpu_job, job, parsed_job, with_uid
+from tests.unit.controller.helpers import env_of
 from torchgate.controller.admission.nodes import node_view, required_affinity_terms
 from torchgate.controller.job.pods import build_pod, build_service, pin_to_node, service_replicas
 
@@ -30,7 +30,7 @@ def pod_of(
 ) -> dict[str, Any]:
     options: dict[str, Any] = {"node": None, "attempt": 1, "gpu_resource": "nvidia.com/gpu"}
     options.update(kw)
-    return build_pod(raw, parse(raw), replica_type, index, **options)
+    return build_pod(raw, parsed_job(raw), replica_type, index, **options)
 
 
 def test_pod_identity_labels_and_owner() -> None:
@@ -198,7 +198,7 @@ def test_service_is_headless_and_selects_exactly_its_pod() -> None:
         {"name": "metrics", "containerPort": 9090, "protocol": "TCP"},
         {"containerPort": 7000},  # unnamed ports are not published
     ]
-    service = build_service(raw, parse(raw), "Master", 0)
+    service = build_service(raw, parsed_job(raw), "Master", 0)
     assert service["metadata"]["name"] == "demo-master-0"
     assert service["metadata"]["ownerReferences"][0]["uid"] == UID
     assert service["spec"]["clusterIP"] == "None"
@@ -217,7 +217,7 @@ def test_service_is_headless_and_selects_exactly_its_pod() -> None:
 
 def test_service_always_publishes_the_rendezvous_port() -> None:
     raw = with_uid(gpu_job("demo", workers=1).build())
-    ports = build_service(raw, parse(raw), "Master", 0)["spec"]["ports"]
+    ports = build_service(raw, parsed_job(raw), "Master", 0)["spec"]["ports"]
     assert ports == [
         {"name": "pytorchjob-port", "port": 23456, "targetPort": 23456, "protocol": "TCP"}
     ]
@@ -235,7 +235,7 @@ def test_service_always_publishes_the_rendezvous_port() -> None:
     ids=["master", "worker-only", "elastic-worker-only", "elastic-master", "elastic-rdzv-host"],
 )
 def test_which_replicas_get_a_service(builder: JobBuilder, expected: list[tuple[str, int]]) -> None:
-    assert service_replicas(parse(with_uid(builder.build()))) == expected
+    assert service_replicas(parsed_job(with_uid(builder.build()))) == expected
 
 
 def test_node_pin_selects_the_node_by_name_even_when_its_hostname_label_differs() -> None:

@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from tests.builders import job
-from tests.unit.controller.helpers import NOW, World, env_of, is_quiet, parse, with_uid
+from tests.builders.job import job, parsed_job, with_uid
+from tests.unit.controller.helpers import NOW, World, env_of, is_quiet
 from torchgate.controller.job.envvars import rendezvous_host
 from torchgate.controller.job.pods import build_pod, build_service
 from torchgate.controller.job.status import format_time
@@ -43,7 +43,7 @@ def job_shapes(draw: hs.DrawFn, *, max_workers: int = 6) -> dict[str, Any]:
 
 @given(job_shapes())
 def test_ranks_are_exactly_0_to_n_minus_1_with_the_master_at_0(raw: dict[str, Any]) -> None:
-    spec = parse(raw)
+    spec = parsed_job(raw)
     ranks: dict[str, int] = {}
     for replica in spec.replica_specs:
         for index in range(replica.replicas):
@@ -91,7 +91,7 @@ def worlds(draw: hs.DrawFn) -> tuple[World, dict[str, Any]]:
     raw["metadata"]["annotations"] = {"torchgate.io/restarts": str(restarts)}
     raw["status"] = draw(statuses())
     world = World(raw)
-    spec = parse(raw)
+    spec = parsed_job(raw)
     for replica in spec.replica_specs:
         for index in range(replica.replicas + draw(hs.integers(0, 1))):
             if draw(hs.booleans()):

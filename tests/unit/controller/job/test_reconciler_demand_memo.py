@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.builders import gpu_job
-from tests.unit.controller.helpers import NOW, parse, with_uid
+from tests.builders.job import gpu_job, parsed_job, with_uid
+from tests.unit.controller.helpers import NOW
 from torchgate.controller.admission.nodes import PodDemand, job_demands
 from torchgate.controller.job.model import Observed
 from torchgate.controller.job.plan import plan
@@ -17,7 +17,7 @@ GPU = "nvidia.com/gpu"
 
 
 def demands(memo: DemandMemo, raw: dict[str, Any]) -> tuple[PodDemand, ...]:
-    return memo.function_for(KEY, raw)(parse(raw))
+    return memo.function_for(KEY, raw)(parsed_job(raw))
 
 
 def test_same_spec_reuses_the_demands_it_computed() -> None:
@@ -27,7 +27,7 @@ def test_same_spec_reuses_the_demands_it_computed() -> None:
     # A status write or resync hands the reconciler a new dict with the same spec.
     again = demands(memo, with_uid(gpu_job(workers=3, gpus=2).build()))
     assert again is first
-    assert first == job_demands(parse(raw))
+    assert first == job_demands(parsed_job(raw))
 
 
 def test_an_edited_spec_gets_new_demands() -> None:
@@ -64,7 +64,7 @@ def test_an_object_that_is_not_plain_json_is_computed_without_memoising() -> Non
     memo = DemandMemo()
     raw = with_uid(gpu_job().build())
     raw["spec"]["odd"] = {1: "a non-string key"}  # only hand-built objects can hold this
-    assert demands(memo, raw) == job_demands(parse(raw))
+    assert demands(memo, raw) == job_demands(parsed_job(raw))
     assert len(memo) == 0
 
 
@@ -76,7 +76,7 @@ def test_plan_takes_its_demands_from_the_given_function() -> None:
         asked.append(spec.name)
         return job_demands(spec)
 
-    decision = plan(Observed(job_raw=raw, job=parse(raw), now=NOW, demands_of=demands_of))
+    decision = plan(Observed(job_raw=raw, job=parsed_job(raw), now=NOW, demands_of=demands_of))
     assert decision.needs_admission
     assert asked == ["demo"]
-    assert decision.demands == job_demands(parse(raw))
+    assert decision.demands == job_demands(parsed_job(raw))

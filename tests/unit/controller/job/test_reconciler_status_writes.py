@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from tests.builders import gpu_job
-from tests.unit.controller.helpers import NOW, World, merge_patch, set_phase, with_uid
+from tests.builders.job import gpu_job, with_uid
+from tests.builders.pod import set_phase
+from tests.unit.controller.helpers import NOW, World, merge_patch
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.ledger import Reservation
 from torchgate.controller.job import status as st

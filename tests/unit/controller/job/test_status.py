@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from tests.builders import job
-from tests.unit.controller.helpers import NOW, parse, with_uid
+from tests.builders.job import job, parsed_job, with_uid
+from tests.builders.pod import pod
+from tests.unit.controller.helpers import NOW
 from torchgate.controller.job import status as st
 
 LATER = NOW + timedelta(minutes=5)
@@ -127,25 +128,16 @@ def test_parse_time_rejects_garbage(value: object) -> None:
     assert st.parse_time(value) is None
 
 
-def pod(replica_type: str, phase: str, *, terminating: bool = False) -> dict[str, Any]:
-    metadata: dict[str, Any] = {
-        "labels": {"training.kubeflow.org/replica-type": replica_type.lower()}
-    }
-    if terminating:
-        metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    return {"metadata": metadata, "status": {"phase": phase}}
-
-
 def test_replica_statuses_count_phases_per_type() -> None:
-    spec = parse(with_uid(job("demo").master().workers(4).build()))
+    spec = parsed_job(with_uid(job("demo").master().workers(4).build()))
     pods = [
-        pod("Master", "Running"),
-        pod("Worker", "Running"),
-        pod("Worker", "Running", terminating=True),
-        pod("Worker", "Pending"),
-        pod("Worker", "Succeeded"),
-        pod("Worker", "Failed"),
-        pod("Ps", "Running"),
+        pod("demo-master-0", replica_type="Master"),
+        pod("demo-worker-0", replica_type="Worker"),
+        pod("demo-worker-1", replica_type="Worker", deleted="2026-01-01T00:00:00Z"),
+        pod("demo-worker-2", replica_type="Worker", phase="Pending"),
+        pod("demo-worker-3", replica_type="Worker", phase="Succeeded"),
+        pod("demo-worker-4", replica_type="Worker", phase="Failed"),
+        pod("demo-ps-0", replica_type="Ps"),
         {"metadata": None},
     ]
     assert st.replica_statuses(spec, pods) == {

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.dev.controlplane.planefiles import (
+from tests.unit.torchgate_dev.controlplane.planefiles import (
     executable,
 )
 from torchgate_dev.controlplane.binaries import (
@@ -18,6 +18,7 @@ from torchgate_dev.controlplane.binaries import (
     build_binaries,
     ensure_binaries,
 )
+from torchgate_dev.controlplane.versions import VERSION_ENV
 
 # ----------------------------------------------------------------------------- binaries
 
@@ -102,3 +103,47 @@ def test_binary_folder_from_the_environment_skips_the_build(tmp_path: Path) -> N
     )
 
     assert binaries.etcd == folder / "etcd"
+
+
+# ----------------------------------------------------------------------------- versions
+
+
+def version_echoing_script(tmp_path: Path) -> Path:
+    """A build script that builds "nothing" into a folder named after its argument."""
+    bin_root = tmp_path / "bin"
+    for version in ("1.37.2", "1.36.3"):
+        build_dir(bin_root.parent / f"bin-{version}")
+    return executable(tmp_path / "build.sh", f'echo "{bin_root}-$1"\n')
+
+
+@pytest.mark.parametrize(
+    ("version", "environ", "built"),
+    [
+        (None, {}, "1.37.2"),
+        (None, {VERSION_ENV: "1.36.3"}, "1.36.3"),
+        ("v1.36.3", {VERSION_ENV: "1.37.2"}, "1.36.3"),
+    ],
+    ids=["default", "environment", "argument"],
+)
+def test_the_build_is_asked_for_the_chosen_version(
+    tmp_path: Path, version: str | None, environ: dict[str, str], built: str
+) -> None:
+    script = version_echoing_script(tmp_path)
+
+    binaries = ensure_binaries(
+        version=version,
+        script=script,
+        progress=io.StringIO(),
+        environ={"PATH": path_with_go(tmp_path), **environ},
+    )
+
+    assert binaries.kube_apiserver.parent == tmp_path / f"bin-{built}"
+
+
+def test_an_unsupported_version_is_refused_before_any_build(tmp_path: Path) -> None:
+    with pytest.raises(BinariesUnavailable, match=r"supported: 1\.37\.2 \(default\), 1\.36\.3"):
+        ensure_binaries(
+            version="1.35.0",
+            script=tmp_path / "no-such-script.sh",
+            environ={"PATH": path_with_go(tmp_path)},
+        )

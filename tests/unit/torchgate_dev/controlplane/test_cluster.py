@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.unit.dev.controlplane.planefiles import (
+from tests.unit.torchgate_dev.controlplane.planefiles import (
     executable,
     start_ticks,
 )

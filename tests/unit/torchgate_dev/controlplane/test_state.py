@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.unit.dev.controlplane.planefiles import (
+from tests.unit.torchgate_dev.controlplane.planefiles import (
     start_ticks,
 )
-from torchgate_dev.controlplane.cluster import ControlPlane, ControlPlaneError
+from torchgate_dev.controlplane.cluster import ClusterFeatures, ControlPlane, ControlPlaneError
 from torchgate_dev.controlplane.processes import ManagedProcess
 from torchgate_dev.controlplane.state import PlaneState, orphaned
 
@@ -108,3 +108,32 @@ def test_a_recorded_control_plane_is_an_orphan_only_when_its_owner_is_gone(
         raw = {**raw, "owner": owners[raw["owner"]]}
 
     assert orphaned(raw) is orphan
+
+
+def test_the_kubernetes_version_and_features_round_trip_and_older_files_lack_them() -> None:
+    features = ClusterFeatures(
+        feature_gates={"GenericWorkload": True, "DRAExtendedResource": False},
+        runtime_config={"scheduling.k8s.io/v1beta1": "true"},
+        controllers=("podgroup-protection-controller",),
+    )
+    state = PlaneState(
+        server="https://127.0.0.1:6443",
+        token="t",
+        ca_file=Path("/w/pki/ca.crt"),
+        kubeconfig=Path("/w/kubeconfig"),
+        startup_seconds=4.2,
+        detached=True,
+        owner=None,
+        owns_workdir=False,
+        processes=(),
+        real_node=None,
+        kubernetes_version="1.37.2",
+        features=features,
+    )
+    raw = json.loads(json.dumps(state.to_json()))
+
+    assert PlaneState.from_json(raw) == state
+    older = {k: v for k, v in raw.items() if k not in ("kubernetes_version", "features")}
+    assert PlaneState.from_json(older) == dataclasses.replace(
+        state, kubernetes_version=None, features=ClusterFeatures()
+    )

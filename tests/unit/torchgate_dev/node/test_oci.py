@@ -305,10 +305,10 @@ def test_idx_images_of_the_wrong_size_are_refused() -> None:
         oci.idx_images([bytes(4), bytes(5)], rows=2, cols=2)
 
 
-def test_synthetic_fashion_mnist_has_the_files_torchvision_reads() -> None:
-    files = oci.synthetic_fashion_mnist(train=200, test=50, seed=3)
+def test_synthetic_mnist_has_the_files_torchvision_reads() -> None:
+    files = oci.synthetic_mnist(train=200, test=50, seed=3)
 
-    assert tuple(files) == oci.FASHION_MNIST_FILES
+    assert tuple(files) == oci.MNIST_FILES
     shapes = {name: _read_idx(data)[1] for name, data in files.items()}
     assert shapes == {
         "train-images-idx3-ubyte": (200, 28, 28),
@@ -319,8 +319,8 @@ def test_synthetic_fashion_mnist_has_the_files_torchvision_reads() -> None:
     train_labels = _read_idx(files["train-labels-idx1-ubyte"])[2]
     assert sorted(set(train_labels)) == list(range(10))
     assert all(train_labels.count(label) == 20 for label in range(10))
-    assert files == oci.synthetic_fashion_mnist(train=200, test=50, seed=3)
-    assert files != oci.synthetic_fashion_mnist(train=200, test=50, seed=4)
+    assert files == oci.synthetic_mnist(train=200, test=50, seed=3)
+    assert files != oci.synthetic_mnist(train=200, test=50, seed=4)
 
 
 def test_synthetic_data_is_learnable_by_a_nearest_class_mean_classifier() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import base64
 import ipaddress
 import json
@@ -18,7 +19,9 @@ from torchgate import cli
 from torchgate.certs import store
 from torchgate_dev import devcluster, packagedata
 from torchgate_dev.apiserver import wait_for_admission
-from torchgate_dev.command import EXIT_NOT_FOUND
+from torchgate_dev.cluster import UpOptions, settings_conflicts
+from torchgate_dev.command import EXIT_NOT_FOUND, up_options
+from torchgate_dev.controlplane.components import ClusterFeatures
 from torchgate_dev.controlplane.layout import Layout
 from torchgate_dev.controlplane.processes import ManagedProcess, is_alive
 from torchgate_dev.devcluster import NodePool, ServiceEndpoint
@@ -392,6 +395,76 @@ def test_a_pool_given_twice_is_one_line_error(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "d").exists()
+
+
+def parse_dev(*args: str) -> argparse.Namespace:
+    return cli.build_parser("dev").parse_args(["dev", *args])
+
+
+def test_kubernetes_version_flag_picks_a_supported_version_and_features_pass_through() -> None:
+    args = parse_dev(
+        "up",
+        "--kubernetes-version",
+        "v1.36.3",
+        "--feature-gates",
+        "GenericWorkload=true",
+        "--runtime-config",
+        "scheduling.k8s.io/v1alpha2=true",
+        "--kcm-controllers",
+        "resourceclaim-controller,podgroup-protection-controller",
+    )
+
+    options = up_options(args)
+
+    assert options.kubernetes_version == "1.36.3"
+    assert options.features == ClusterFeatures(
+        feature_gates={"GenericWorkload": True},
+        runtime_config={"scheduling.k8s.io/v1alpha2": "true"},
+        controllers=("resourceclaim-controller", "podgroup-protection-controller"),
+    )
+
+
+def test_without_the_flag_the_version_is_left_to_the_environment_or_the_default() -> None:
+    options = up_options(parse_dev("up"))
+
+    assert options.kubernetes_version is None
+    assert options.features == ClusterFeatures()
+
+
+def test_an_unsupported_kubernetes_version_is_a_usage_error_naming_the_supported_ones(
+    tmp_path: Path,
+) -> None:
+    result = run_dev("up", "--dir", str(tmp_path / "d"), "--kubernetes-version", "1.35.0")
+
+    assert result.returncode == 2
+    assert "supported: 1.37.2 (default), 1.36.3" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize(
+    ("asked", "running", "conflicts"),
+    [
+        (UpOptions(), ("1.36.3", ClusterFeatures()), []),
+        (UpOptions(kubernetes_version="1.36.3"), ("1.36.3", ClusterFeatures()), []),
+        (
+            UpOptions(kubernetes_version="1.37.2"),
+            ("1.36.3", ClusterFeatures()),
+            ["Kubernetes 1.36.3, not 1.37.2"],
+        ),
+        (
+            UpOptions(features=ClusterFeatures(feature_gates={"GenericWorkload": True})),
+            ("1.37.2", ClusterFeatures()),
+            ["none, not feature gates GenericWorkload=true"],
+        ),
+        (UpOptions(), ("1.37.2", ClusterFeatures(feature_gates={"GenericWorkload": True})), []),
+    ],
+    ids=["nothing-asked", "same-version", "other-version", "other-features", "features-kept"],
+)
+def test_a_running_cluster_is_completed_only_with_the_settings_it_runs_with(
+    asked: UpOptions, running: tuple[str, ClusterFeatures], conflicts: list[str]
+) -> None:
+    assert settings_conflicts(*running, asked) == conflicts
 
 
 def test_status_and_down_without_a_cluster(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.dev.controlplane.planefiles import fake_stage
+from tests.unit.torchgate_dev.controlplane.planefiles import fake_stage
 from torchgate_dev.controlplane import kwok
 
 

@@ -1,14 +1,20 @@
-"""Fluent builders for PyTorchJobs, pods and nodes used across the test suite.
+"""PyTorchJobs: the raw object ``kubectl`` sends, its containers, and the parsed ``JobSpec``.
 
 ``job("demo").master(gpus=1).workers(3, gpus=1).build()`` returns a plain dict shaped exactly like
 what ``kubectl`` sends, so tests exercise the same raw objects the webhook and controller see.
-Every builder method returns ``self``; ``build()`` returns a fresh deep copy each call.
+Every builder method returns ``self``; ``build()`` returns a fresh deep copy each call. The
+controller reads jobs the apiserver stored, which carry a ``metadata.uid`` (``with_uid``), and its
+pure core takes them parsed (``parsed_job``, through the product's own parser).
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any, Self
+from typing import Any, Final, Self
+
+from torchgate.pytorchjob.spec import JobSpec, parse_job
+
+UID: Final = "0b0e1d2c-uid"
 
 
 def container(
@@ -57,52 +63,34 @@ class JobBuilder:
             "spec": {"pytorchReplicaSpecs": {}},
         }
 
-    def _replica(
+    def replica(
         self,
         key: str,
-        replicas: int | None,
-        restart_policy: str | None,
-        containers: list[dict[str, Any]],
-        pod_spec: dict[str, Any] | None,
+        replicas: int | None = 1,
+        *,
+        restart_policy: str | None = "OnFailure",
+        containers: list[dict[str, Any]] | None = None,
+        pod_spec: dict[str, Any] | None = None,
+        **container_args: Any,
     ) -> Self:
+        """Add a replica with one ``pytorch`` container (or the given containers)."""
         entry: dict[str, Any] = {}
         if replicas is not None:
             entry["replicas"] = replicas
         if restart_policy is not None:
             entry["restartPolicy"] = restart_policy
-        entry["template"] = {"spec": {**(pod_spec or {}), "containers": containers}}
+        pod = {**(pod_spec or {}), "containers": containers or [container(**container_args)]}
+        entry["template"] = {"spec": pod}
         self._job["spec"]["pytorchReplicaSpecs"][key] = entry
         return self
 
-    def master(
-        self,
-        *,
-        key: str = "Master",
-        replicas: int | None = 1,
-        restart_policy: str | None = "OnFailure",
-        containers: list[dict[str, Any]] | None = None,
-        pod_spec: dict[str, Any] | None = None,
-        **container_args: Any,
-    ) -> Self:
-        """Add a Master replica with one ``pytorch`` container (or the given containers)."""
-        return self._replica(
-            key, replicas, restart_policy, containers or [container(**container_args)], pod_spec
-        )
+    def master(self, *, key: str = "Master", replicas: int | None = 1, **replica: Any) -> Self:
+        """Add a Master replica (``replica``'s options)."""
+        return self.replica(key, replicas, **replica)
 
-    def workers(
-        self,
-        replicas: int | None = 1,
-        *,
-        key: str = "Worker",
-        restart_policy: str | None = "OnFailure",
-        containers: list[dict[str, Any]] | None = None,
-        pod_spec: dict[str, Any] | None = None,
-        **container_args: Any,
-    ) -> Self:
-        """Add a Worker replica with one ``pytorch`` container (or the given containers)."""
-        return self._replica(
-            key, replicas, restart_policy, containers or [container(**container_args)], pod_spec
-        )
+    def workers(self, replicas: int | None = 1, *, key: str = "Worker", **replica: Any) -> Self:
+        """Add a Worker replica (``replica``'s options)."""
+        return self.replica(key, replicas, **replica)
 
     def nproc(self, value: str) -> Self:
         """Set ``spec.nprocPerNode``."""
@@ -149,52 +137,31 @@ def job(name: str = "demo", namespace: str | None = "default") -> JobBuilder:
     return JobBuilder(name, namespace)
 
 
-def gpu_job(name: str = "demo", *, workers: int = 1, gpus: int = 1) -> JobBuilder:
-    """Master + ``workers`` Workers, ``gpus`` GPUs each, nccl: the common GPU shape."""
-    return (
-        job(name)
-        .master(gpus=gpus, args=["--backend", "nccl"])
-        .workers(workers, gpus=gpus, args=["--backend", "nccl"])
-    )
+def gpu_job(
+    name: str = "demo", *, namespace: str | None = "default", workers: int = 1, gpus: int = 1
+) -> JobBuilder:
+    """Master + ``workers`` Workers (no Worker replica for 0), ``gpus`` GPUs each, nccl."""
+    built = job(name, namespace).master(gpus=gpus, args=["--backend", "nccl"])
+    if workers:
+        built.workers(workers, gpus=gpus, args=["--backend", "nccl"])
+    return built
 
 
-def node(
-    name: str,
-    *,
-    gpus: int = 8,
-    cpu: str = "64",
-    memory: str = "512Gi",
-    labels: dict[str, str] | None = None,
-    taints: list[dict[str, str]] | None = None,
-    extra: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """A Node object as kwok fakes them (GPU capacity in status)."""
-    capacity = {"cpu": cpu, "memory": memory, "pods": "110", "nvidia.com/gpu": str(gpus)}
-    capacity.update(extra or {})
-    out: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {"kubernetes.io/hostname": name, **(labels or {})},
-        },
-        "spec": {},
-        "status": {
-            "capacity": dict(capacity),
-            "allocatable": dict(capacity),
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
-    if taints:
-        out["spec"]["taints"] = taints
-    return out
+def cpu_job(name: str = "demo", workers: int = 2) -> JobBuilder:
+    """Master + ``workers`` Workers without GPUs: the smallest valid distributed job."""
+    return job(name).master().workers(workers)
 
 
-def policy(name: str = "p", **spec: Any) -> dict[str, Any]:
-    """A PlacementPolicy object with the given spec fields."""
-    return {
-        "apiVersion": "torchgate.io/v1alpha1",
-        "kind": "PlacementPolicy",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
+def with_uid(raw: dict[str, Any], uid: str = UID) -> dict[str, Any]:
+    """A copy of the job with a ``metadata.uid``, as the apiserver stores it."""
+    raw = copy.deepcopy(raw)
+    raw["metadata"]["uid"] = uid
+    return raw
+
+
+def parsed_job(raw: dict[str, Any]) -> JobSpec:
+    """The parsed job (``parse_job``, which must accept it)."""
+    spec, errors = parse_job(raw)
+    assert spec is not None, errors
+    assert not errors
+    return spec

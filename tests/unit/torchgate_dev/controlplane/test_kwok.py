@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.unit.dev.controlplane.planefiles import (
+from tests.unit.torchgate_dev.controlplane.planefiles import (
     fake_stage,
 )
 from torchgate_dev.controlplane import kwok

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.dev.controlplane.planefiles import (
+from tests.unit.torchgate_dev.controlplane.planefiles import (
     POLICY_CRD,
     PYTORCHJOB_CRD,
     SAMPLE_POLICY,

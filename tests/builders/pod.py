@@ -1,0 +1,99 @@
+"""Pods as the apiserver returns them: bound or planned, in a phase, terminating, of a gang.
+
+``pod`` builds one from scratch (one ``pytorch`` container; ``gpus`` in its limits, as users
+write them); ``set_phase`` moves a pod the controller planned into a later state, as the kubelet
+and the scheduler would.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from tests.builders.job import container
+from torchgate.controller.job.status import format_time
+
+# Spelled out rather than imported: the code under test must agree with these, not define them.
+LABEL_OPERATOR: Final = "training.kubeflow.org/operator-name"
+LABEL_JOB_NAME: Final = "training.kubeflow.org/job-name"
+LABEL_REPLICA_TYPE: Final = "training.kubeflow.org/replica-type"
+ANNOTATION_PLANNED_NODE: Final = "torchgate.io/planned-node"
+
+
+def pod(
+    name: str,
+    *,
+    gang: tuple[str, str] | None = None,
+    namespace: str = "default",
+    replica_type: str | None = None,
+    node: str | None = None,
+    gpus: int | None = None,
+    phase: str = "Running",
+    priority: int | None = None,
+    created: str = "2026-01-01T00:00:00Z",
+    deleted: str | None = None,
+    planned: str | None = None,
+    version: int | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A pod; of ``gang`` (a job's namespace and name), labelled as torchgate labels its pods.
+
+    ``node`` is where it is bound (``spec.nodeName``), ``planned`` the node torchgate pinned it
+    to before binding; ``deleted`` is its ``deletionTimestamp`` (it is terminating).
+    """
+    all_labels = dict(labels or {})
+    if gang is not None:
+        namespace, job = gang
+        all_labels |= {LABEL_OPERATOR: "torchgate", LABEL_JOB_NAME: job}
+    if replica_type is not None:
+        all_labels[LABEL_REPLICA_TYPE] = replica_type.lower()
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": all_labels}
+    optional_metadata = {
+        "creationTimestamp": created,
+        "deletionTimestamp": deleted,
+        "resourceVersion": None if version is None else str(version),
+    }
+    metadata |= {key: value for key, value in optional_metadata.items() if value is not None}
+    if planned is not None:
+        metadata["annotations"] = {ANNOTATION_PLANNED_NODE: planned}
+    spec: dict[str, Any] = {"containers": [container(gpus=gpus)]}
+    if node is not None:
+        spec["nodeName"] = node
+    if priority is not None:
+        spec["priority"] = priority
+    return {"metadata": metadata, "spec": spec, "status": {"phase": phase}}
+
+
+def set_phase(
+    pod: dict[str, Any],
+    phase: str,
+    *,
+    node: str | None = None,
+    exit_code: int | None = None,
+    reason: str | None = None,
+    created: datetime | None = None,
+    deleted: datetime | None = None,
+) -> dict[str, Any]:
+    """A copy of ``pod`` in the given state (``deleted``: terminating since then)."""
+    pod = copy.deepcopy(pod)
+    pod.setdefault("status", {})["phase"] = phase
+    if node is not None:
+        pod["spec"]["nodeName"] = node
+    if exit_code is not None:
+        pod["status"]["containerStatuses"] = [
+            {"name": "pytorch", "state": {"terminated": {"exitCode": exit_code}}}
+        ]
+    if reason is not None:
+        pod["status"]["reason"] = reason
+    if created is not None:
+        pod["metadata"]["creationTimestamp"] = format_time(created)
+    if deleted is not None:
+        pod["metadata"]["deletionTimestamp"] = format_time(deleted)
+    return pod
+
+
+def deletion_stamp(at: float) -> str:
+    """A ``deletionTimestamp`` for ``at`` seconds since the epoch (the apiserver's format)."""
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
