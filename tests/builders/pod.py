@@ -2,14 +2,16 @@
 
 ``pod`` builds one from scratch (one ``pytorch`` container; ``gpus`` in its limits, as users
 write them); ``set_phase`` moves a pod the controller planned into a later state, as the kubelet
-and the scheduler would.
+and the scheduler would; ``ended``, ``disruption_target``, ``deleted_with_grace`` and
+``tolerating`` give it what the disruption rules read (when its container ended, Kubernetes'
+``DisruptionTarget`` condition, a graceful deletion, tolerations).
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from tests.builders.job import container
@@ -97,3 +99,46 @@ def set_phase(
 def deletion_stamp(at: float) -> str:
     """A ``deletionTimestamp`` for ``at`` seconds since the epoch (the apiserver's format)."""
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ended(pod: dict[str, Any], *, at: str, exit_code: int = 1) -> dict[str, Any]:
+    """A copy of ``pod`` whose ``pytorch`` container terminated at ``at`` with ``exit_code``."""
+    pod = copy.deepcopy(pod)
+    terminated = {"exitCode": exit_code, "finishedAt": at}
+    pod["status"]["containerStatuses"] = [{"name": "pytorch", "state": {"terminated": terminated}}]
+    return pod
+
+
+def disruption_target(
+    pod: dict[str, Any],
+    *,
+    at: str,
+    reason: str = "EvictionByEvictionAPI",
+    message: str = "Eviction API: evicting",
+) -> dict[str, Any]:
+    """A copy of ``pod`` with Kubernetes' ``DisruptionTarget`` condition, set at ``at``."""
+    pod = copy.deepcopy(pod)
+    condition = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": at,
+    }
+    pod["status"].setdefault("conditions", []).append(condition)
+    return pod
+
+
+def deleted_with_grace(pod: dict[str, Any], *, at: datetime, grace: int = 30) -> dict[str, Any]:
+    """A copy of ``pod`` whose graceful deletion was asked for at ``at`` (``grace`` seconds)."""
+    pod = copy.deepcopy(pod)
+    pod["metadata"]["deletionTimestamp"] = format_time(at + timedelta(seconds=grace))
+    pod["metadata"]["deletionGracePeriodSeconds"] = grace
+    return pod
+
+
+def tolerating(pod: dict[str, Any], *tolerations: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``pod`` with these tolerations."""
+    pod = copy.deepcopy(pod)
+    pod["spec"]["tolerations"] = [dict(t) for t in tolerations]
+    return pod

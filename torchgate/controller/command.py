@@ -80,6 +80,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "their grace period ended (a lost node) and is decided again without them (default 60)",
     )
     parser.add_argument(
+        "--node-lost-seconds",
+        type=float,
+        default=30.0,
+        help="a node holding a gang's pods that stays NotReady or Unknown this long (on top of "
+        "the node-monitor grace period after which Kubernetes marks it Unknown), or is deleted, "
+        "is lost: the whole gang is placed again on healthy nodes and the lost node's pods are "
+        "force-deleted (default 30)",
+    )
+    parser.add_argument(
         "--gang-backoff-seconds",
         type=float,
         default=10.0,
@@ -112,12 +121,11 @@ def run(args: argparse.Namespace) -> int:
             name = flag.replace("_", "-")
             print(f"torchgate controller: --{name} must be at least 1", file=sys.stderr)
             return 2
-    if not 0 <= args.finish_grace_seconds <= 3600:
-        print(
-            "torchgate controller: --finish-grace-seconds must be between 0 and 3600",
-            file=sys.stderr,
-        )
-        return 2
+    for flag in ("finish_grace_seconds", "node_lost_seconds"):
+        if not 0 <= getattr(args, flag) <= 3600:
+            name = flag.replace("_", "-")
+            print(f"torchgate controller: --{name} must be between 0 and 3600", file=sys.stderr)
+            return 2
     tune_garbage_collector()
     try:
         return asyncio.run(_main(args))
@@ -154,6 +162,7 @@ async def _main(args: argparse.Namespace) -> int:
             manage_unowned=args.manage_unowned,
             write_concurrency=args.write_concurrency,
             finish_grace_seconds=args.finish_grace_seconds,
+            node_lost_seconds=args.node_lost_seconds,
         ),
     )
     try:

@@ -1,8 +1,9 @@
 """Wiring: caches, the work queue, workers, the admitter, leader election and the metrics server.
 
 Event handlers only map objects to job keys and enqueue them (pods and Services by their
-``job-name`` label, nodes, pod capacity changes, PriorityClasses and TeamQuotas wake the
-admitter); workers run ``reconcile``
+``job-name`` label, the jobs with pods on a node whose readiness or ``NoExecute`` taints changed;
+nodes, pod capacity changes, PriorityClasses and TeamQuotas wake the admitter); workers run
+``reconcile``
 with per-key exclusivity, retry failures with exponential backoff, honour ``requeue_after``
 timers, and a periodic resync re-queues every job as a safety net. Only the Lease holder runs any
 of it; a replica that loses the Lease exits so that it restarts clean.
@@ -24,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.poolsource import PoolSource
 from torchgate.controller.job import status as st
+from torchgate.controller.job.disruption import node_health
 from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
 from torchgate.controller.leader import LeaderElector
 from torchgate.controller.metrics import ControllerMetrics
@@ -114,6 +116,7 @@ class Manager:
             topology_of=self.pool.topology_of,
             metrics=self.metrics,
             options=settings.options,
+            nodes=self.nodes,
         )
         self._parsed_policies: dict[tuple[str, str], PlacementPolicy | None] = {}
         self.pods.index_by(job_key_of_pod)
@@ -121,8 +124,10 @@ class Manager:
         self.jobs.add_handler(self._on_job)
         self.pods.add_handler(self._on_pod)
         self.pods.add_handler(self.admitter.on_pod)
+        self.pods.add_handler(self.reconciler.on_pod)
         self.services.add_handler(self._on_pod)
         self.nodes.add_handler(self.admitter.on_node)
+        self.nodes.add_handler(self._on_node)
         self.policy_objects.add_handler(lambda *_: self._requeue_all())
         self.priority_classes.add_handler(lambda *_: self.admitter.wake())
         self.team_quotas.add_handler(lambda *_: self.admitter.wake())
@@ -177,6 +182,14 @@ class Manager:
         # A pod that ended may end its job (release the gang's GPUs) or restart the gang.
         ended = kind == "DELETED" or phase in ("Succeeded", "Failed")
         self.queue.add(key, URGENT if ended else NORMAL)
+
+    def _on_node(self, kind: str, node: dict[str, Any], old: dict[str, Any] | None) -> None:
+        """A node lost, tainted ``NoExecute``, deleted or back: its jobs look at it again."""
+        if kind != "DELETED" and old is not None and node_health(node) == node_health(old):
+            return
+        name = str((node.get("metadata") or {}).get("name") or "")
+        for key in self.admitter.jobs_on(name):
+            self.queue.add(key, URGENT)
 
     def _requeue_all(self) -> None:
         for job in self.jobs.values():

@@ -1,8 +1,13 @@
 """The controller's Prometheus metrics, on a registry of its own.
 
-Besides the usual reconcile latency, queue depth and pod writes, two measure what torchgate is for:
+Besides reconcile latency, queue depth and pod writes, three measure what torchgate is for:
 
 - ``torchgate_controller_gang_wait_seconds``: how long gangs waited for capacity before admission.
+- ``torchgate_controller_gang_restarts_total{cause}``: whole-gang restarts by cause
+  (``job.disruption.Cause``): ``ContainerFailed`` is the program's own failure, the only one
+  ``backoffLimit`` counts; ``NodeLost``, ``NodeTainted``, ``PodDisrupted``, ``PodDeleted`` are the
+  infrastructure's or someone else's, ``Preempted``, ``ScheduleTimeout`` and ``GangIncomplete``
+  torchgate's own.
 - ``torchgate_controller_released_gpus_total`` and
   ``torchgate_controller_gpu_seconds_released_total``: GPUs torchgate freed by deleting
   still-running pods the moment a job ended, and the GPU-seconds returned to the pool since then:
@@ -60,6 +65,12 @@ class ControllerMetrics:
             "Pod and Service creates and deletes: in_flight at the apiserver, or waiting for one "
             "of the write-concurrency slots.",
             ["write", "state"],
+            registry=self.registry,
+        )
+        self.gang_restarts = Counter(
+            "torchgate_controller_gang_restarts_total",
+            "Whole-gang restarts by cause (only ContainerFailed counts against backoffLimit).",
+            ["cause"],
             registry=self.registry,
         )
         self.gang_wait = Histogram(

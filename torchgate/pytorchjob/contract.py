@@ -8,10 +8,29 @@ comes from, which flag spellings would override it, and whether it is *reserved*
 refuses a user's entry, the controller's value always wins) or a *default* (a user's own entry is
 kept). ``tests/unit/pytorchjob/test_contract.py`` checks that the controller emits exactly these
 names, that the webhook refuses exactly the reserved ones, and that README's table lists them.
+
+The contract also fences gang attempts. A gang is restarted whole on new pods of the same names
+(``<job>-master-0`` stays ``MASTER_ADDR``), and a rank of the old attempt may still run on a
+node torchgate gave up on (a lost node whose pods were force-deleted). It must never join the new
+attempt's rendezvous, so each attempt's rendezvous differs in what the old rank holds in its env:
+
+- the port: attempt *k* listens on ``rendezvous_port(declared, k)``, the declared
+  ``pytorchjob-port`` for the first attempt and the next of ``RENDEZVOUS_PORTS`` ports for each
+  later one, so an old rank dials a port nothing listens on in the new master (connection
+  refused); this fences ``init_process_group("env://")``, torchrun's static rendezvous and
+  torchrun's c10d rendezvous on one of the job's own pods alike;
+- the run id of an elastic rendezvous: ``rendezvous_id(id, k)``, so an old torchrun agent that
+  re-joins an external rendezvous (``rdzvHost``: etcd, a c10d store elsewhere), where the port
+  cannot change, joins a round of its own.
+
+Attempt *k*'s port is reused by attempt *k* + ``RENDEZVOUS_PORTS``: a stale rank would have to
+outlive that many later attempts of its job. The flags that would pin these values
+(``--master-port``, ``--rdzv-endpoint``, ``--rdzv-id``) are refused like the variables.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Final
 
@@ -39,7 +58,10 @@ class Variable:
     elastic: bool | None = None
 
 
-_PORT_SOURCE: Final = f"from the {names.PORT_NAME} container port (default {names.DEFAULT_PORT})"
+_PORT_SOURCE: Final = (
+    f"from the {names.PORT_NAME} container port (default {names.DEFAULT_PORT}), a new one for "
+    "each gang attempt"
+)
 
 PYTHONUNBUFFERED: Final = "PYTHONUNBUFFERED"
 MASTER_ADDR: Final = "MASTER_ADDR"
@@ -90,7 +112,12 @@ VARIABLES: Final = (
         flags=("--rdzv-endpoint", "--rdzv_endpoint"),
         elastic=True,
     ),
-    Variable(PET_RDZV_ID, "from spec.elasticPolicy.rdzvId; set that instead", elastic=True),
+    Variable(
+        PET_RDZV_ID,
+        "from spec.elasticPolicy.rdzvId and the gang attempt; set rdzvId instead",
+        flags=("--rdzv-id", "--rdzv_id"),
+        elastic=True,
+    ),
     Variable(PET_RDZV_CONF, "from spec.elasticPolicy.rdzvConf; set that instead", elastic=True),
     Variable(
         PET_MAX_RESTARTS, "from spec.elasticPolicy.maxRestarts; set that instead", elastic=True
@@ -107,3 +134,33 @@ DEFAULTS: Final = NAMES - RESERVED
 SOURCES: Final = {variable.name: variable.source for variable in VARIABLES}
 STRAY_FLAGS: Final = {flag: variable.name for variable in VARIABLES for flag in variable.flags}
 """Command-line flag spelling -> the variable the controller injects instead."""
+
+
+# ------------------------------------------------------------------ fencing gang attempts
+
+RENDEZVOUS_PORTS: Final = 16
+"""How many ports a job's gang attempts take turns on for their rendezvous."""
+MAX_PORT: Final = 65535
+
+
+def rendezvous_port(declared: int, attempt: int, *, taken: Collection[int] = ()) -> int:
+    """The port gang attempt ``attempt`` (1, 2, ...) listens on for its rendezvous.
+
+    The candidates are ``RENDEZVOUS_PORTS`` ports: ``declared`` first, then upwards (downwards
+    from ``declared`` once the port range ends), skipping the ports the pod declares for
+    something else (``taken``: its containers share one network namespace). Attempt 1 gets
+    ``declared``, so a job that never restarts sees exactly the port it declared.
+    """
+    candidates = [declared]
+    for step in (1, -1):
+        port = declared + step
+        while len(candidates) < RENDEZVOUS_PORTS and 0 < port <= MAX_PORT:
+            if port not in taken:
+                candidates.append(port)
+            port += step
+    return candidates[(max(attempt, 1) - 1) % len(candidates)]
+
+
+def rendezvous_id(base: str, attempt: int) -> str:
+    """``PET_RDZV_ID`` of gang attempt ``attempt``: ``base``, then ``<base>-<attempt>``."""
+    return base if attempt <= 1 else f"{base}-{attempt}"

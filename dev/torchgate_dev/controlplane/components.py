@@ -38,8 +38,15 @@ CONTROLLERS: Final = (
     "root-ca-certificate-publisher-controller",
     # The TaintNodesByCondition admission plugin gives every new node the
     # node.kubernetes.io/not-ready:NoSchedule taint; only this controller removes it once the
-    # node (kwok) reports Ready. Without it nothing ever schedules.
+    # node (kwok) reports Ready. Without it nothing ever schedules. It also turns a node that
+    # stops heartbeating Unknown and taints it node.kubernetes.io/unreachable:NoExecute.
     "node-lifecycle-controller",
+    # What a real cluster does to pods on sick and gone nodes, so torchgate meets it here too:
+    # evicting pods from nodes with NoExecute taints they do not tolerate (a health taint, or
+    # unreachable after the pods' default 300 s), and force-deleting the pods of deleted nodes
+    # and terminating pods on out-of-service nodes.
+    "taint-eviction-controller",
+    "pod-garbage-collector-controller",
 )
 
 REAL_NODE_CONTROLLERS: Final = (
@@ -340,14 +347,18 @@ def scheduler_command(
 
 
 def kwok_command(binaries: Binaries, layout: Layout, ports: Ports) -> list[str]:
-    """Run kwok for nodes annotated ``kwok.x-k8s.io/node=fake`` only."""
+    """Run kwok for nodes annotated ``kwok.x-k8s.io/node=fake`` whose heartbeat is not stopped.
+
+    The label selector (:data:`kwok.NODE_LABEL_SELECTOR`) is applied by the apiserver to kwok's
+    node watch, so a node that gets the label leaves kwok's view as if deleted.
+    """
     return [
         str(binaries.kwok),
         f"--kubeconfig={layout.kubeconfig}",
         f"--config={layout.kwok_config}",
         "--manage-all-nodes=false",
         f"--manage-nodes-with-annotation-selector={kwok.NODE_SELECTOR_FLAG}",
-        "--manage-nodes-with-label-selector=",
+        f"--manage-nodes-with-label-selector={kwok.NODE_LABEL_SELECTOR}",
         "--node-lease-duration-seconds=40",
         f"--cidr={POD_CIDR}",
         f"--server-address=127.0.0.1:{ports.kwok}",

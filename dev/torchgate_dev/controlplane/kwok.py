@@ -16,6 +16,15 @@ torchgate's stages, driven by pod annotations:
   code: the pod ends by itself with exit code 0, s seconds after its ``status.startTime``. The
   deadline is absolute, so later updates to the pod do not restart the clock.
 
+And one node label:
+
+- ``torchgate.io/fake-heartbeat: "stopped"`` on a fake node: kwok forgets the node (it manages only
+  nodes without it, :data:`NODE_LABEL_SELECTOR`, a selector the apiserver applies to kwok's watch,
+  so adding the label reads to kwok as the node's deletion). Its Lease and Ready condition go
+  stale and its pods are left as they are, deletions unconfirmed: a node whose kubelet is cut off.
+  The controller manager marks it ``Unknown`` after its node-monitor grace period. Removing the
+  label hands the node back to kwok, which makes it Ready again.
+
 kwok picks one stage at random when several match a pod, so the selectors are written to be
 mutually exclusive, and every jq key must evaluate without error on any pod (an error makes kwok
 skip all stages for that pod): hence the ``// ""`` fallbacks.
@@ -40,6 +49,9 @@ STAGE_API_VERSION: Final = "kwok.x-k8s.io/v1alpha1"
 NODE_ANNOTATION: Final = "kwok.x-k8s.io/node"
 NODE_ANNOTATION_VALUE: Final = "fake"
 NODE_SELECTOR_FLAG: Final = f"{NODE_ANNOTATION}={NODE_ANNOTATION_VALUE}"
+LABEL_FAKE_HEARTBEAT: Final = "torchgate.io/fake-heartbeat"
+HEARTBEAT_STOPPED: Final = "stopped"
+NODE_LABEL_SELECTOR: Final = f"{LABEL_FAKE_HEARTBEAT}!={HEARTBEAT_STOPPED}"
 ANNOTATION_FAKE_EXIT_CODE: Final = "torchgate.io/fake-exit-code"
 ANNOTATION_FAKE_RUN_SECONDS: Final = "torchgate.io/fake-run-seconds"
 RDMA_RESOURCE: Final = "rdma/hca"

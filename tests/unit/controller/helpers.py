@@ -1,10 +1,11 @@
 """Shared helpers for the controller's unit tests: an in-memory world, and asking for admission.
 
 ``World`` is the tiny "apply the plan" simulator the idempotence tests use: it creates and deletes
-pods and Services, merge-patches the status (as the reconciler does) and stores the restarts
-annotation. Deleting a pod gives it a ``deletionTimestamp`` (it stays until ``World.settle``
-removes it), as graceful deletion does. ``ask`` and ``free_of`` drive the admitter as the
-reconciler and the pod informer do. The objects themselves come from ``tests.builders``.
+pods and Services, merge-patches the status (as the reconciler does) and stores the restarts and
+gang attempt annotations. Deleting a pod gives it a ``deletionTimestamp`` (it stays until
+``World.settle`` removes it), as graceful deletion does; a forced deletion removes it at once.
+``ask`` and ``free_of`` drive the admitter as the reconciler and the pod informer do. The objects
+themselves come from ``tests.builders``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from tests.builders.job import parsed_job, with_uid
 from tests.builders.pod import set_phase
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.nodes import NodeView, job_demands
-from torchgate.controller.job.model import ANNOTATION_RESTARTS, Observed, Plan
+from torchgate.controller.job.model import ANNOTATION_ATTEMPT, ANNOTATION_RESTARTS, Observed, Plan
 from torchgate.controller.job.plan import plan
 from torchgate.controller.job.status import format_time
 from torchgate.pytorchjob.pool import gang_usage
@@ -75,6 +76,8 @@ class World:
         for name in result.delete_pods:
             if name in self.pods:
                 self.pods[name]["metadata"]["deletionTimestamp"] = stamp
+        for name in result.force_delete_pods:
+            self.pods.pop(name, None)
         for name in result.delete_services:
             self.services.pop(name, None)
         for manifest in result.create_pods:
@@ -87,9 +90,11 @@ class World:
         if result.status is not None:
             status = self.job_raw.setdefault("status", {})
             self.job_raw["status"] = merge_patch(status, copy.deepcopy(result.status))
+        annotations = self.job_raw["metadata"].setdefault("annotations", {})
         if result.restarts is not None:
-            annotations = self.job_raw["metadata"].setdefault("annotations", {})
             annotations[ANNOTATION_RESTARTS] = str(result.restarts)
+        if result.attempt is not None:
+            annotations[ANNOTATION_ATTEMPT] = str(result.attempt)
         if result.delete_job:
             self.job_raw["metadata"]["deletionTimestamp"] = stamp
 
@@ -116,8 +121,10 @@ def is_quiet(result: Plan) -> bool:
         and not result.create_pods
         and not result.create_services
         and not result.delete_pods
+        and not result.force_delete_pods
         and not result.delete_services
         and result.restarts is None
+        and result.attempt is None
         and not result.delete_job
     )
 

@@ -49,3 +49,12 @@ def test_the_controller_process_runs_the_cycle_collector_rarely() -> None:
     # The cluster is unreachable: the command ends with 1, after it set up its process.
     assert main(["controller", "--kubeconfig", "/nonexistent"]) == 1
     assert first_generation_collections_during(100_000) <= 5
+
+
+@pytest.mark.parametrize("value", ["-1", "3601"])
+def test_a_node_lost_bound_outside_its_range_is_refused(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["controller", "--kubeconfig", "/nonexistent", "--node-lost-seconds", value]
+    assert main(argv) == 2
+    assert "--node-lost-seconds must be between 0 and 3600" in capsys.readouterr().err

@@ -3,8 +3,9 @@
 ``pytorchjob.contract`` declares every injected variable; these tests fail when the controller
 injects a name it does not declare (or never injects a declared one), when the webhook does not
 refuse a reserved name or flag the controller overrides, when it refuses a default, or when
-README's table and the declaration disagree. For generated jobs they also fail when what the
-webhook stores and what the controller builds from it disagree on the gang size
+README's table and the declaration disagree, or when in some gang attempt the rendezvous pod
+listens elsewhere than every pod's ``MASTER_PORT`` says. For generated jobs they also fail when
+what the webhook stores and what the controller builds from it disagree on the gang size
 (``pytorchjob.gang``), on the node requirements (``pytorchjob.affinity``), on ``PET_NNODES``, or
 on which container is ``pytorch`` (``pytorchjob.spec.pytorch_container_index``). For pool
 sharing they fail when the webhook and the controller disagree on which team owns a namespace
@@ -184,15 +185,94 @@ def admitted(raw: dict[str, Any]) -> dict[str, Any]:
     return with_uid(result.object)
 
 
-def pods_of(stored: dict[str, Any], planned: str | None) -> list[dict[str, Any]]:
+def pods_of(stored: dict[str, Any], planned: str | None, attempt: int = 0) -> list[dict[str, Any]]:
     parsed = parsed_job(stored)
     return [
         build_pod(
-            stored, parsed, spec.replica_type, index, node=planned, attempt=0, gpu_resource=_GPU
+            stored,
+            parsed,
+            spec.replica_type,
+            index,
+            node=planned,
+            attempt=attempt,
+            gpu_resource=_GPU,
         )
         for spec in parsed.replica_specs
         for index in range(spec.replicas)
     ]
+
+
+# ------------------------------------------------------------------ fencing gang attempts
+
+
+@pytest.mark.parametrize(
+    ("declared", "attempt", "taken", "port"),
+    [
+        (23456, 1, (), 23456),
+        (23456, 2, (), 23457),
+        (23456, contract.RENDEZVOUS_PORTS, (), 23456 + contract.RENDEZVOUS_PORTS - 1),
+        (23456, contract.RENDEZVOUS_PORTS + 1, (), 23456),
+        (23456, 2, (23457, 23458), 23459),
+        (23456, 1, (23456,), 23456),
+        (65535, 2, (), 65534),
+        (65534, 3, (), 65533),
+    ],
+    ids=[
+        "first-attempt-declared",
+        "second-attempt-next",
+        "last-of-the-window",
+        "window-wraps",
+        "declared-ports-skipped",
+        "first-attempt-always-declared",
+        "downwards-at-the-top",
+        "up-then-down",
+    ],
+)
+def test_each_attempt_has_its_rendezvous_port(
+    declared: int, attempt: int, taken: tuple[int, ...], port: int
+) -> None:
+    assert contract.rendezvous_port(declared, attempt, taken=taken) == port
+
+
+@given(
+    st.integers(1, 65535),
+    st.frozensets(st.integers(1, 65535), max_size=20),
+)
+def test_attempts_of_one_window_never_share_a_port_nor_take_a_declared_one(
+    declared: int, taken: frozenset[int]
+) -> None:
+    window = range(1, contract.RENDEZVOUS_PORTS + 1)
+    ports = [contract.rendezvous_port(declared, k, taken=taken) for k in window]
+    assert ports[0] == declared
+    assert len(set(ports)) == len(ports)
+    assert all(0 < port <= contract.MAX_PORT and port not in taken for port in ports[1:])
+
+
+@settings(max_examples=100, deadline=None)
+@given(agreeing_jobs(), st.integers(1, 40))
+def test_every_pods_master_port_is_where_the_rendezvous_pod_listens_in_every_attempt(
+    case: tuple[dict[str, Any], str | None, list[str]], attempt: int
+) -> None:
+    raw, planned, _ = case
+    stored = admitted(raw)
+    pods = pods_of(stored, planned, attempt=attempt)
+    master = next(p for p in pods if p["metadata"]["labels"].get(names.LABEL_JOB_ROLE))
+    index = pytorch_container_index(master["spec"])
+    assert index is not None
+    declared = {
+        port["name"]: port["containerPort"]
+        for port in master["spec"]["containers"][index].get("ports", [])
+    }
+    for pod in pods:
+        assert env_of(pod, pod_training_container(pod))["MASTER_PORT"] == str(
+            declared[names.PORT_NAME]
+        )
+
+
+def pod_training_container(pod: dict[str, Any]) -> str:
+    index = pytorch_container_index(pod["spec"])
+    assert index is not None
+    return str(pod["spec"]["containers"][index]["name"])
 
 
 @settings(max_examples=150, deadline=None)

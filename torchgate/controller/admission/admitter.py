@@ -123,6 +123,10 @@ class Admitter:
         if self.ledger.on_node(kind, node):
             self.wake()
 
+    def jobs_on(self, node: str) -> set[JobKey]:
+        """The jobs with a live pod on ``node`` (``CapacityLedger.jobs_on``)."""
+        return self.ledger.jobs_on(node)
+
     def on_pod(self, kind: str, pod: dict[str, Any], _: dict[str, Any] | None) -> None:
         """Pod informer handler (every pod of the cluster: they all use capacity).
 

@@ -133,6 +133,14 @@ class CapacityLedger:
                 self.gangs.setdefault(member.job, set()).add(key)
         return before is not None and before != after
 
+    def jobs_on(self, node: str) -> set[JobKey]:
+        """The jobs with a live pod on ``node`` (bound there, or planned there before binding)."""
+        return {
+            member.job
+            for pod, member in self.members.items()
+            if pod in self.pods and self.pods[pod][0] == node
+        }
+
     def note(self, key: JobKey, *, priority: int, gpu_resource: str) -> None:
         """What the job's gang counts as once it runs (its pods may carry no or an older one)."""
         self.priorities[key] = priority

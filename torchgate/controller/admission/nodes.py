@@ -55,12 +55,17 @@ class Taint:
 
 @dataclass(frozen=True, slots=True)
 class Toleration:
-    """A pod toleration (``operator`` empty means ``Equal``)."""
+    """A pod toleration (``operator`` empty means ``Equal``).
+
+    ``seconds`` (``tolerationSeconds``) bounds how long a ``NoExecute`` taint is tolerated once
+    added; placement ignores it, as kube-scheduler does (``job.disruption`` counts it).
+    """
 
     key: str = ""
     operator: str = "Equal"
     value: str = ""
     effect: str = ""
+    seconds: int | None = None
 
     def tolerates(self, taint: Taint) -> bool:
         """Kubernetes' ``Toleration.ToleratesTaint``: empty key with ``Exists`` matches all."""
@@ -244,10 +249,15 @@ def tolerations_of(pod_spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
             _str(t.get("operator")) or "Equal",
             _str(t.get("value")),
             _str(t.get("effect")),
+            _seconds(t.get("tolerationSeconds")),
         )
         for t in _list(pod_spec.get("tolerations"))
         if isinstance(t, Mapping)
     )
+
+
+def _seconds(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def host_ports_of(pod_spec: Mapping[str, Any]) -> frozenset[tuple[str, int]]:

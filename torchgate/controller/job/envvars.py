@@ -18,6 +18,9 @@ are sound and fix the known defects:
 - Our variables replace same-named user entries instead of being appended next to them (with two
   ``RANK`` entries, which one wins is up to the kubelet), and are injected into the ``pytorch``
   container only, never into sidecars.
+- Each gang attempt gets its own rendezvous port and elastic run id (``contract.rendezvous_port``,
+  ``contract.rendezvous_id``), so a rank left over from an earlier attempt cannot join it; the
+  first attempt gets exactly what the job declares.
 """
 
 from __future__ import annotations
@@ -26,7 +29,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from torchgate.pytorchjob import contract, gang, names
-from torchgate.pytorchjob.spec import JobSpec, as_int, pod_spec_of, pytorch_container_index
+from torchgate.pytorchjob.spec import (
+    JobSpec,
+    as_int,
+    containers_of,
+    pod_spec_of,
+    pytorch_container_index,
+)
 
 EnvVar = dict[str, str]
 
@@ -64,17 +73,46 @@ def container_ports(template: object) -> list[Mapping[str, Any]]:
     return [port for port in ports if isinstance(port, Mapping)]
 
 
+def other_ports(template: object) -> frozenset[int]:
+    """Ports the pod declares besides ``pytorchjob-port``: no attempt's rendezvous may take them.
+
+    Every container counts (init containers too: a sidecar runs beside the training), since the
+    containers of a pod share one network namespace.
+    """
+    pod_spec = pod_spec_of(template)
+    taken: set[int] = set()
+    for key in ("initContainers", "containers"):
+        for container in containers_of(pod_spec, key):
+            ports = container.get("ports")
+            for port in ports if isinstance(ports, list) else []:
+                if isinstance(port, Mapping) and port.get("name") != names.PORT_NAME:
+                    number = valid_port(port.get("containerPort"))
+                    if number is not None:
+                        taken.add(number)
+    return frozenset(taken)
+
+
+def attempt_port(template: object, declared: int | None, attempt: int) -> int:
+    """The port gang attempt ``attempt`` uses in place of ``declared`` (default 23456)."""
+    port = declared if declared is not None else names.DEFAULT_PORT
+    return contract.rendezvous_port(port, attempt, taken=other_ports(template))
+
+
 def valid_port(value: object) -> int | None:
     """A TCP/UDP port number from JSON, or ``None`` when it is not one."""
     number = as_int(value)
     return number if number is not None and 0 < number < 65536 else None
 
 
-def master_port(job: JobSpec) -> int:
-    """``pytorchjob-port`` of the rendezvous master's replica, default 23456."""
+def master_port(job: JobSpec, attempt: int = 1) -> int:
+    """The rendezvous master's port in gang attempt ``attempt``.
+
+    The ``pytorchjob-port`` of its replica (default 23456) in the first attempt, then the
+    attempt's own (``contract.rendezvous_port``).
+    """
     replica = job.replica(rendezvous_replica(job)[0])
-    port = named_port(replica.template) if replica is not None else None
-    return port if port is not None else names.DEFAULT_PORT
+    template = replica.template if replica is not None else None
+    return attempt_port(template, named_port(template), attempt)
 
 
 def node_rank(job: JobSpec, replica_type: str, index: int) -> int:
@@ -96,20 +134,29 @@ def nproc_per_node(job: JobSpec, gpus_per_pod: int) -> str:
     return str(gpus_per_pod) if gpus_per_pod > 0 else "1"
 
 
-def rdzv_endpoint(job: JobSpec) -> str:
-    """``<rdzvHost or <job>-worker-0>:<rdzvPort or Worker's pytorchjob-port or 23456>``."""
+def rdzv_endpoint(job: JobSpec, attempt: int = 1) -> str:
+    """``<rdzvHost or <job>-worker-0>:<rdzvPort or Worker's pytorchjob-port or 23456>``.
+
+    When the endpoint is the job's own worker 0 (no ``rdzvHost``), its port is the attempt's
+    (``contract.rendezvous_port``); an endpoint elsewhere keeps its port, and the attempt's run
+    id (``PET_RDZV_ID``) fences it instead.
+    """
     elastic = job.elastic
     host = elastic.rdzv_host if elastic is not None else None
     port = elastic.rdzv_port if elastic is not None else None
-    if host is None:
-        host = names.replica_name(job.name, names.WORKER, 0)
+    workers = job.replica(names.WORKER)
+    template = workers.template if workers is not None else None
     if port is None:
-        workers = job.replica(names.WORKER)
-        port = named_port(workers.template) if workers is not None else None
-    return f"{host}:{port if port is not None else names.DEFAULT_PORT}"
+        port = named_port(template)
+    if host is not None:
+        return f"{host}:{port if port is not None else names.DEFAULT_PORT}"
+    host = names.replica_name(job.name, names.WORKER, 0)
+    return f"{host}:{attempt_port(template, port, attempt)}"
 
 
-def rank_env(job: JobSpec, replica_type: str, index: int, *, gpus_per_pod: int) -> list[EnvVar]:
+def rank_env(
+    job: JobSpec, replica_type: str, index: int, *, gpus_per_pod: int, attempt: int = 1
+) -> list[EnvVar]:
     """The variables torchgate injects into the ``pytorch`` container of one replica pod.
 
     Args:
@@ -117,6 +164,7 @@ def rank_env(job: JobSpec, replica_type: str, index: int, *, gpus_per_pod: int) 
         replica_type: ``Master`` or ``Worker``.
         index: The replica index within its type.
         gpus_per_pod: GPUs the ``pytorch`` container requests (the ``PET_NPROC_PER_NODE`` default).
+        attempt: The gang attempt the pod belongs to (its rendezvous port and run id).
 
     Returns:
         ``[{"name": ..., "value": ...}]`` in a fixed order.
@@ -124,7 +172,7 @@ def rank_env(job: JobSpec, replica_type: str, index: int, *, gpus_per_pod: int) 
     rank = str(node_rank(job, replica_type, index))
     total = job.total_replicas
     master_addr = rendezvous_host(job)
-    port = str(master_port(job))
+    port = str(master_port(job, attempt))
     env: list[tuple[str, str]] = [
         (contract.PYTHONUNBUFFERED, "1"),
         (contract.MASTER_ADDR, master_addr),
@@ -143,20 +191,20 @@ def rank_env(job: JobSpec, replica_type: str, index: int, *, gpus_per_pod: int) 
     env.append((contract.PET_NNODES, nnodes))
     env.append((contract.PET_NPROC_PER_NODE, nproc_per_node(job, gpus_per_pod)))
     if job.elastic is not None:
-        env.extend(_elastic_env(job))
+        env.extend(_elastic_env(job, attempt))
     return [{"name": name, "value": value} for name, value in env]
 
 
-def _elastic_env(job: JobSpec) -> list[tuple[str, str]]:
+def _elastic_env(job: JobSpec, attempt: int) -> list[tuple[str, str]]:
     elastic = job.elastic
     assert elastic is not None
     env = [
         (contract.PET_RDZV_BACKEND, elastic.rdzv_backend or DEFAULT_RDZV_BACKEND),
-        (contract.PET_RDZV_ENDPOINT, rdzv_endpoint(job)),
+        (contract.PET_RDZV_ENDPOINT, rdzv_endpoint(job, attempt)),
     ]
     rdzv_id = elastic.rdzv_id or job.uid or job.name
     if rdzv_id:
-        env.append((contract.PET_RDZV_ID, rdzv_id))
+        env.append((contract.PET_RDZV_ID, contract.rendezvous_id(rdzv_id, attempt)))
     if elastic.rdzv_conf:
         env.append((contract.PET_RDZV_CONF, ",".join(f"{k}={v}" for k, v in elastic.rdzv_conf)))
     if elastic.max_restarts is not None:

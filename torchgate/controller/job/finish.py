@@ -210,7 +210,7 @@ def released_on_end(
     conditions = decision.status.get("conditions") or []
     if not st.is_finished(conditions) or st.is_finished(st.conditions_of(job_raw.get("status"))):
         return None
-    deleting = set(decision.delete_pods)
+    deleting = {*decision.delete_pods, *decision.force_delete_pods}
     gpus = 0
     ended_at: datetime | None = None
     for pod in observed.pods:

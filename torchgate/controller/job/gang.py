@@ -18,6 +18,15 @@ The rules this module owns (rules 4, 5 and 7 of ``plan``):
   rendezvous replica runs.
 - ``handle_failure``: a failed pod that its restart policy does not retry ends the job; a
   retryable failure restarts the whole gang, counted against ``backoffLimit``.
+- ``plan_disrupted``: a member taken by its node or by someone else (``disruption.find``:
+  a lost node, an untolerated ``NoExecute`` taint, an eviction, a deletion) restarts the whole
+  gang at once, whatever the restart policy, without counting against ``backoffLimit``, with a
+  ``Restarting`` condition and an Event whose reason is the cause and whose message names the
+  node. A disruption outranks failures seen with it: ranks fail when a peer is taken from them.
+- Every restart (failure, disruption, preemption, schedule timeout, a gang found incomplete)
+  moves the job to a new gang attempt (``torchgate.io/gang-attempt``) in the plan that tears the
+  gang down: the old pods become stale at once, so a restart is decided once, and the next gang
+  gets a rendezvous the old ranks cannot join (``pytorchjob.contract``).
 - ``plan_preempted``: a preemption victim loses all its pods at once, gets a ``Preempted``
   condition and Event naming the preemptor, and waits in the queue again; ``Preempted`` turns
   ``False`` when the gang is admitted again.
@@ -31,12 +40,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Final
 
+from torchgate.controller.job import disruption as dis
 from torchgate.controller.job import status as st
 from torchgate.controller.job.envvars import rendezvous_replica
 from torchgate.controller.job.finish import finish
 from torchgate.controller.job.model import (
     Draft,
     GangPods,
+    Restart,
     as_mapping,
     controlled_by,
     is_retryable,
@@ -118,10 +129,36 @@ def handle_failure(draft: Draft, pods: GangPods, failed: Sequence[Mapping[str, A
     message = (
         f"PyTorchJob {job.name} is restarting because {count} {replica_type} replica(s) failed."
     )
-    _teardown(draft, pods)
-    draft.restarts = restarts + 1
+    _begin_attempt(draft, pods, Restart(dis.CONTAINER_FAILED, counted=True))
     draft.set_condition(st.RESTARTING, st.TRUE, st.REASON_RESTARTING, message)
     draft.event("Warning", st.REASON_RESTARTING, message)
+    _mark_queued(draft)
+
+
+def find_disruption(draft: Draft, pods: GangPods) -> dis.Disruption | None:
+    """The current gang's disruption, if any; a timer for a rule that may apply later."""
+    observed = draft.observed
+    finding = dis.find(
+        pods.current.values(),
+        pods.departed,
+        nodes=observed.nodes,
+        now=draft.now,
+        lost_after=observed.node_lost_seconds,
+    )
+    if finding.recheck_after is not None:
+        draft.timer(finding.recheck_after)
+    return finding.disruption
+
+
+def plan_disrupted(draft: Draft, pods: GangPods, disruption: dis.Disruption) -> None:
+    """Restart the whole gang for a disruption, not counted against ``backoffLimit``."""
+    message = (
+        f"PyTorchJob {draft.job.name} is restarting because {disruption.detail}: the whole gang "
+        "is placed again, not counted against backoffLimit"
+    )
+    _begin_attempt(draft, pods, Restart(disruption.cause, disruption.node))
+    draft.set_condition(st.RESTARTING, st.TRUE, disruption.cause, message)
+    draft.event("Warning", disruption.cause, message)
     _mark_queued(draft)
 
 
@@ -135,8 +172,11 @@ def plan_preempted(draft: Draft, pods: GangPods, preemptor: str) -> None:
         draft.transition("Warning", PREEMPTED, message)
     if st.is_true(draft.conditions, st.RUNNING):
         draft.set_condition(st.RUNNING, st.FALSE, PREEMPTED, message)
-    if pods.live:
+    if pods.current_live:
+        _begin_attempt(draft, pods, Restart(dis.PREEMPTED))
+    elif pods.live:  # an older attempt's pods, left from the eviction
         _teardown(draft, pods)
+    if pods.live:
         _mark_queued(draft)
 
 
@@ -149,6 +189,15 @@ def _teardown(draft: Draft, pods: GangPods) -> None:
     """Delete every live pod of the job (the gang is admitted again once they are gone)."""
     for pod in pods.live:
         draft.delete_pod(name_of(pod))
+
+
+def _begin_attempt(draft: Draft, pods: GangPods, restart: Restart) -> None:
+    """Tear the gang down and move the job to its next attempt, for ``restart``'s cause."""
+    _teardown(draft, pods)
+    draft.attempt = pods.attempt + 1
+    if restart.counted:
+        draft.restarts = restarts_of(draft.job) + 1
+    draft.restart = restart
 
 
 def _restart_if_running(draft: Draft, why: str) -> None:
@@ -192,6 +241,9 @@ def _mark_admitted(draft: Draft) -> None:
 
 def plan_admission(draft: Draft, pods: GangPods) -> None:
     """No live pod of the current attempt: wait for stragglers, ask for admission, or create."""
+    ended = st.is_true(draft.conditions, st.RUNNING)  # its pods went while no one watched
+    if ended:
+        _begin_attempt(draft, pods, Restart(dis.GANG_INCOMPLETE))
     _restart_if_running(draft, "its pods are gone")
     if pods.terminating or draft.delete_pods:
         _mark_queued(draft)
@@ -205,7 +257,8 @@ def plan_admission(draft: Draft, pods: GangPods) -> None:
         if draft.set_condition(st.QUEUED, st.TRUE, REASON_NAME_CONFLICT, message):
             draft.transition("Warning", REASON_NAME_CONFLICT, message)
         return
-    reservation = draft.observed.reservation
+    # A reservation made while the ended attempt ran is not the new attempt's: ask again.
+    reservation = None if ended else draft.observed.reservation
     if reservation is None:
         draft.needs_admission = True
         _mark_queued(draft)
@@ -267,7 +320,7 @@ def plan_gang(draft: Draft, pods: GangPods) -> None:
     missing = [name for name in pods.expected if name not in live]
     reservation = draft.observed.reservation
     if missing and (reservation is None or any(name in current for name in missing)):
-        _teardown(draft, pods)
+        _begin_attempt(draft, pods, Restart(dis.GANG_INCOMPLETE))
         gone = ", ".join(missing)
         draft.event(
             "Warning",
@@ -317,7 +370,7 @@ def _gang_timed_out(draft: Draft, pods: GangPods, live: Mapping[str, Mapping[str
     if remaining > 0:
         draft.timer(remaining)
         return False
-    _teardown(draft, pods)
+    _begin_attempt(draft, pods, Restart(dis.SCHEDULE_TIMEOUT))
     draft.gang_timed_out = True
     draft.event(
         "Warning",

@@ -16,10 +16,13 @@ from typing import Any, Final, Literal
 
 from torchgate.controller.admission.nodes import PodDemand, job_demands
 from torchgate.controller.job import status as st
+from torchgate.controller.job.disruption import DEFAULT_LOST_AFTER_SECONDS, Cause, NodeHealth
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.spec import JobSpec, as_int, pytorch_container_name
 
 ANNOTATION_RESTARTS: Final = "torchgate.io/restarts"
+# The job's current gang attempt; its pods carry the attempt that created them under the same key.
+ANNOTATION_ATTEMPT: Final = names.ANNOTATION_GANG_ATTEMPT
 
 EventType = Literal["Normal", "Warning"]
 
@@ -47,6 +50,11 @@ class Observed:
             their own before they are deleted (rule 6).
         demands_of: ``job_demands``, or a memo of it (the shell keeps one per job spec: parsing
             every template's requests again on each reconcile of a waiting job is costly).
+        departed: The last state of each of the job's pods this controller saw go away (the
+            disruption rules judge a member that vanished by it).
+        nodes: The nodes the job's pods are (or were) on, as the node cache has them; a node the
+            cache no longer has is present as deleted, a node not listed is not judged.
+        node_lost_seconds: How long a node may stay not Ready before its pods count as lost.
     """
 
     job_raw: Mapping[str, Any]
@@ -62,6 +70,22 @@ class Observed:
     gpu_resource: str = names.DEFAULT_GPU_RESOURCE
     finish_grace_seconds: float = 0.0
     demands_of: Callable[[JobSpec], tuple[PodDemand, ...]] = job_demands
+    departed: Sequence[Mapping[str, Any]] = ()
+    nodes: Mapping[str, NodeHealth] = field(default_factory=dict)
+    node_lost_seconds: float = DEFAULT_LOST_AFTER_SECONDS
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """Why a plan restarts the gang: the cause, the node it happened on, whether it counts.
+
+    Only ``ContainerFailed`` counts against ``backoffLimit``; the node is known for the
+    disruptions that happen on one (``job.disruption``).
+    """
+
+    cause: Cause
+    node: str | None = None
+    counted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +124,11 @@ class Plan:
         needs_admission: The job waits for the admitter to place ``demands`` all-or-nothing.
         demands: The gang to place, Master first (only with ``needs_admission``).
         restarts: New value of the job annotation ``torchgate.io/restarts``, or ``None``.
+        attempt: New value of the job annotation ``torchgate.io/gang-attempt``, or ``None``:
+            every restart moves the job to a new attempt (with its own rendezvous fence).
+        restart: Why this plan restarts the gang, when it does.
+        force_delete_pods: Names of pods to delete at once (grace period 0): they are on a lost
+            node, whose kubelet would never confirm a graceful deletion.
         delete_job: ``ttlSecondsAfterFinished`` has passed: delete the job itself.
         requeue_after: Seconds until a timer (deadline, TTL, gang schedule timeout) needs a look.
         gang_timed_out: The gang was torn down because kube-scheduler did not bind enough of its
@@ -115,6 +144,9 @@ class Plan:
     needs_admission: bool = False
     demands: tuple[PodDemand, ...] = ()
     restarts: int | None = None
+    attempt: int | None = None
+    restart: Restart | None = None
+    force_delete_pods: tuple[str, ...] = ()
     delete_job: bool = False
     requeue_after: float | None = None
     gang_timed_out: bool = False
@@ -164,6 +196,12 @@ def restarts_of(job: JobSpec) -> int:
     return _count(job.annotations.get(ANNOTATION_RESTARTS)) or 0
 
 
+def current_attempt(annotations: Mapping[str, Any]) -> int:
+    """The job's gang attempt: its ``torchgate.io/gang-attempt``, else (older jobs) restarts + 1."""
+    attempt = _count(annotations.get(ANNOTATION_ATTEMPT))
+    return attempt if attempt else (_count(annotations.get(ANNOTATION_RESTARTS)) or 0) + 1
+
+
 def attempt_of(pod: Mapping[str, Any]) -> int | None:
     """The gang attempt that created ``pod`` (``None`` for pods torchgate did not create)."""
     return _count(
@@ -197,14 +235,13 @@ def is_retryable(restart_policy: str, pod: Mapping[str, Any]) -> bool:
     """Whether a Failed pod should restart the gang (else the job fails for good).
 
     ``ExitCode``: 1-127 is the program's own failure (permanent); 128 and above is a signal (OOM
-    kill 137, SIGTERM 143, ...) and retryable, as are an evicted pod and a pod whose container
-    never terminated on its own (node lost).
+    kill 137, SIGTERM 143, ...) and retryable, as is a pod whose container never terminated (it
+    failed before it started). Pods that were evicted or deleted are disruptions, not failures,
+    and never come here (``job.disruption``).
     """
     if restart_policy == "Never":
         return False
     if restart_policy != "ExitCode":
-        return True
-    if as_mapping(pod.get("status")).get("reason") == "Evicted":
         return True
     code = pytorch_exit_code(pod)
     return code is None or not 1 <= code <= 127
@@ -229,6 +266,9 @@ class Draft:
     delete_services: list[str] = field(default_factory=list)
     needs_admission: bool = False
     restarts: int | None = None
+    attempt: int | None = None
+    restart: Restart | None = None
+    force_delete_pods: list[str] = field(default_factory=list)
     delete_job: bool = False
     timers: list[float] = field(default_factory=list)
     gang_timed_out: bool = False
@@ -267,8 +307,15 @@ class Draft:
 
     def delete_pod(self, name: str) -> None:
         """Ask for the pod's deletion (once)."""
-        if name and name not in self.delete_pods:
+        if name and name not in self.delete_pods and name not in self.force_delete_pods:
             self.delete_pods.append(name)
+
+    def force_delete(self, name: str) -> None:
+        """Ask for the pod's deletion without a grace period (once), instead of a graceful one."""
+        if name in self.delete_pods:
+            self.delete_pods.remove(name)
+        if name and name not in self.force_delete_pods:
+            self.force_delete_pods.append(name)
 
     def timer(self, seconds: float) -> None:
         """Ask to be planned again in ``seconds`` (the earliest timer wins)."""
@@ -299,6 +346,9 @@ class Draft:
             needs_admission=self.needs_admission,
             demands=self.observed.demands_of(self.job) if self.needs_admission else (),
             restarts=self.restarts,
+            attempt=self.attempt,
+            restart=self.restart,
+            force_delete_pods=tuple(self.force_delete_pods),
             delete_job=self.delete_job,
             requeue_after=min(self.timers) if self.timers else None,
             gang_timed_out=self.gang_timed_out,
@@ -310,7 +360,8 @@ class GangPods:
     """The job's pods, sorted out once.
 
     ``current`` are pods of the current gang attempt with an expected name (terminating ones
-    included); ``stale_live`` names live pods of an older attempt or an unexpected name.
+    included); ``stale_live`` names live pods of an older attempt or an unexpected name;
+    ``departed`` are the last states of current members that went away.
     """
 
     owned: list[Mapping[str, Any]]
@@ -321,6 +372,7 @@ class GangPods:
     current: dict[str, Mapping[str, Any]]
     current_live: dict[str, Mapping[str, Any]]
     stale_live: list[str]
+    departed: list[Mapping[str, Any]]
 
 
 def sort_pods(observed: Observed) -> GangPods:
@@ -328,7 +380,7 @@ def sort_pods(observed: Observed) -> GangPods:
     job = observed.job
     owned = [p for p in observed.pods if isinstance(p, Mapping) and controlled_by(p, job.uid)]
     expected = expected_pods(job)
-    attempt = restarts_of(job) + 1
+    attempt = current_attempt(job.annotations)
     live: list[Mapping[str, Any]] = []
     terminating: list[Mapping[str, Any]] = []
     current: dict[str, Mapping[str, Any]] = {}
@@ -345,4 +397,14 @@ def sort_pods(observed: Observed) -> GangPods:
         if not is_current:
             stale_live.append(name)
     current_live = {n: p for n, p in current.items() if not st.is_terminating(p)}
-    return GangPods(owned, expected, attempt, live, terminating, current, current_live, stale_live)
+    departed = [
+        pod
+        for pod in observed.departed
+        if controlled_by(pod, job.uid)
+        and (name := name_of(pod)) in expected
+        and name not in current
+        and attempt_of(pod) == attempt
+    ]
+    return GangPods(
+        owned, expected, attempt, live, terminating, current, current_live, stale_live, departed
+    )

@@ -21,8 +21,11 @@ The rules, in order:
    gang so it is admitted again; a pod is never created next to a running partial gang.
 5. Pods run with ``restartPolicy: Never``; a failed pod restarts the whole gang (a collective
    cannot take one restarted rank back), counted in the job annotation ``torchgate.io/restarts``
-   against ``backoffLimit``; each pod records its gang attempt, so stragglers of an older attempt
-   are deleted, never adopted.
+   against ``backoffLimit``. A member taken by its node or by someone else (a lost node, an
+   untolerated ``NoExecute`` taint, an eviction, a deletion: ``disruption``) restarts the gang
+   too, without counting. Every restart moves the job to its next gang attempt
+   (``torchgate.io/gang-attempt``); each pod records its attempt, so stragglers of an older
+   attempt are deleted, never adopted, and cannot join the new attempt's rendezvous.
 6. When the job ends (the Master succeeded, a permanent failure, the backoff limit, or
    ``activeDeadlineSeconds`` measured from ``startTime``), its remaining pods are deleted per
    ``cleanPodPolicy``, so GPUs go back to the pool; the running ranks of a succeeded job get a
@@ -32,14 +35,19 @@ The rules, in order:
    preemptor, and waits in the queue again; pods that fail while being evicted are not failures
    of the job, so a preemption never counts against ``backoffLimit``. The condition turns
    ``False`` when the gang is admitted again.
+8. A pod that goes away on a lost node (one the disruption rules count as lost) is deleted
+   with no grace period: no kubelet there would confirm a graceful deletion, and the gang's next
+   attempt needs its name (``disruption.until_lost`` says why that is safe).
 
 Where the rules live: this module holds ``plan`` itself with rules 1 and 3, and decides when an
 active job has succeeded or passed its deadline; ``finish`` holds rules 2 and 6 (how a job
 ends: condition, cleanup, TTL), used by every path that ends a job; ``gang`` holds rules
 4, 5 and 7 (admission, queueing, gang failures and restarts, preemption, schedule timeout). All
-three are pure.
+three are pure. ``disruption`` judges what took a member (rule 5) and which nodes are lost; this
+module applies rule 8 last, to whatever the other rules delete.
 
-Timers (deadline, TTL, gang schedule timeout) come back as ``requeue_after``, so they fire on time
+Timers (deadline, TTL, gang schedule timeout, a node until it counts as lost, a taint's
+toleration until it runs out) come back as ``requeue_after``, so they fire on time
 rather than whenever some other event happens to wake the job up. Events that announce a condition
 change belong to the status (``Event.announces_status``): the reconciler records them when it
 writes that status, which ``writes.StatusWritePolicy`` may put off.
@@ -52,12 +60,15 @@ from datetime import timedelta
 from typing import Any, Final
 
 from torchgate.controller.job import status as st
+from torchgate.controller.job.disruption import node_of, until_lost
 from torchgate.controller.job.envvars import rendezvous_replica
 from torchgate.controller.job.finish import delete_services, finish, plan_finished
 from torchgate.controller.job.gang import (
+    find_disruption,
     gang_started_at,
     handle_failure,
     plan_admission,
+    plan_disrupted,
     plan_gang,
     plan_preempted,
 )
@@ -102,7 +113,28 @@ def plan(observed: Observed) -> Plan:
         _plan_suspended(draft, pods)
     else:
         _plan_active(draft, pods)
+    _force_where_lost(draft, pods)
     return draft.finish()
+
+
+def _force_where_lost(draft: Draft, pods: GangPods) -> None:
+    """Pods going away on a lost node are deleted at once (rule 8); a timer until it counts.
+
+    Every pod of the job this plan deletes, or that is terminating already (deleted by anyone).
+    """
+    observed = draft.observed
+    deleting = set(draft.delete_pods)
+    for pod in pods.owned:
+        name = name_of(pod)
+        if name not in deleting and not st.is_terminating(pod):
+            continue
+        node = node_of(pod)
+        health = observed.nodes.get(node) if node is not None else None
+        remaining = until_lost(health, now=draft.now, lost_after=observed.node_lost_seconds)
+        if remaining == 0:
+            draft.force_delete(name)
+        elif remaining is not None:
+            draft.timer(remaining)
 
 
 def _text(value: object) -> str | None:
@@ -179,17 +211,16 @@ def _plan_active(draft: Draft, pods: GangPods) -> None:
         finish(draft, pods, st.SUCCEEDED, st.REASON_SUCCEEDED, _success_message(draft), "Normal")
         return
     preemptor = draft.observed.preempted_by
+    disruption = find_disruption(draft, pods) if preemptor is None else None
+    failed = [pod for pod in current.values() if st.phase_of(pod) == "Failed"]
     if preemptor is not None:
         plan_preempted(draft, pods, preemptor)
-    failed = (
-        []
-        if preemptor is not None
-        else [pod for pod in current.values() if st.phase_of(pod) == "Failed"]
-    )
-    if failed:
+        if not pods.live:
+            plan_admission(draft, pods)
+    elif disruption is not None:
+        plan_disrupted(draft, pods, disruption)
+    elif failed:
         handle_failure(draft, pods, failed)
-    elif preemptor is not None and pods.live:
-        pass  # the eviction is under way
     elif pods.current_live:
         plan_gang(draft, pods)
     else:

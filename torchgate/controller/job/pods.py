@@ -18,6 +18,8 @@ semantics need it:
   node's name), and kube-scheduler then evaluates that one node instead of the whole pool.
 - ``torchgate.io/gang-attempt`` records which gang attempt created the pod, so a pod left over
   from an earlier attempt is recognisable and never mistaken for a member of the current gang.
+  The ``pytorchjob-port`` it declares is the attempt's rendezvous port (``envvars``'s
+  ``MASTER_PORT``), so a NetworkPolicy that names the port follows it from attempt to attempt.
 
 Services: the training-operator creates a headless Service per pod; nothing resolves workers by
 name, so torchgate creates one only for the rendezvous master (what ``MASTER_ADDR`` names), plus
@@ -36,6 +38,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from torchgate.controller.job.envvars import (
+    attempt_port,
     container_ports,
     merge_env,
     rank_env,
@@ -125,7 +128,7 @@ def build_pod(
         annotations[names.ANNOTATION_PLANNED_NODE] = node
     spec = dict(pod_spec_of(template))
     spec["restartPolicy"] = POD_RESTART_POLICY
-    _inject_env(spec, job, replica_type, index, gpu_resource)
+    _inject_env(spec, job, replica_type, index, gpu_resource, attempt)
     if node is not None:
         spec["affinity"] = pin_to_node(spec.get("affinity"), node)
     return {
@@ -143,17 +146,44 @@ def build_pod(
 
 
 def _inject_env(
-    spec: dict[str, Any], job: JobSpec, replica_type: str, index: int, gpu_resource: str
+    spec: dict[str, Any],
+    job: JobSpec,
+    replica_type: str,
+    index: int,
+    gpu_resource: str,
+    attempt: int,
 ) -> None:
     position = pytorch_container_index(spec)
     if position is None:
         return
     containers = list(spec["containers"])
     container = dict(containers[position])
-    ours = rank_env(job, replica_type, index, gpus_per_pod=gpu_count(container, gpu_resource))
+    gpus = gpu_count(container, gpu_resource)
+    ours = rank_env(job, replica_type, index, gpus_per_pod=gpus, attempt=attempt)
     container["env"] = merge_env(container.get("env"), ours)
+    if isinstance(container.get("ports"), list):
+        container["ports"] = _attempt_ports(container["ports"], spec, attempt)
     containers[position] = container
     spec["containers"] = containers
+
+
+def _attempt_ports(ports: list[Any], spec: Mapping[str, Any], attempt: int) -> list[Any]:
+    """The container's ``ports`` with ``pytorchjob-port`` moved to the attempt's port.
+
+    A ``hostPort`` equal to the declared port (``hostNetwork``) moves with it.
+    """
+    moved: list[Any] = []
+    for port in ports:
+        declared = valid_port(port.get("containerPort")) if isinstance(port, Mapping) else None
+        if not isinstance(port, Mapping) or port.get("name") != names.PORT_NAME or not declared:
+            moved.append(port)
+            continue
+        number = attempt_port({"spec": spec}, declared, attempt)
+        entry = {**port, "containerPort": number}
+        if valid_port(port.get("hostPort")) == declared:
+            entry["hostPort"] = number
+        moved.append(entry)
+    return moved
 
 
 def pin_to_node(affinity: object, node: str) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """``reconcile(key)``: read the job and its pods from the caches, ``plan``, apply — nothing else.
 
 This is the only place that sequences I/O for a job. The order of writes matters for crash safety:
-the restart count is persisted before the failed gang is deleted (a crash in between leaves pods of
-an old attempt, which the next plan deletes without counting twice); Services before pods (so the
-master's name resolves when the pods start); status last (it describes what was done).
+the restart count and the new gang attempt are persisted before the gang is deleted (a crash in
+between leaves pods of an old attempt, which the next plan deletes without counting twice);
+Services before pods (so the master's name resolves when the pods start); status last (it
+describes what was done). Pods on a lost node are deleted with no grace period (``plan`` rule 8).
 
 When the planned status is written is ``writes.StatusWritePolicy``'s decision: now, or after
 some seconds (progress waits while gangs are being created; counts alone at most once a second). A
@@ -36,8 +37,23 @@ from prometheus_client import Gauge
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.nodes import PodDemand, job_demands
 from torchgate.controller.job import status as st
+from torchgate.controller.job.disruption import (
+    DEFAULT_LOST_AFTER_SECONDS,
+    NodeHealth,
+    deleted_node,
+    node_health,
+    node_of,
+)
 from torchgate.controller.job.finish import released_on_end
-from torchgate.controller.job.model import ANNOTATION_RESTARTS, Event, Observed, Plan
+from torchgate.controller.job.model import (
+    ANNOTATION_ATTEMPT,
+    ANNOTATION_RESTARTS,
+    Event,
+    Observed,
+    Plan,
+    attempt_of,
+    current_attempt,
+)
 from torchgate.controller.job.plan import plan
 from torchgate.controller.job.writes import StatusWritePolicy, WriteFacts
 from torchgate.controller.metrics import ControllerMetrics
@@ -62,6 +78,7 @@ class Options:
     manage_unowned: bool = False
     write_concurrency: int = 32
     finish_grace_seconds: float = 5.0
+    node_lost_seconds: float = DEFAULT_LOST_AFTER_SECONDS
 
 
 class WriteSlots:
@@ -185,11 +202,13 @@ class Reconciler:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
         write_policy: StatusWritePolicy | None = None,
+        nodes: Informer | None = None,
     ) -> None:
         self.api = api
         self.jobs = jobs
         self.pods = pods
         self.services = services
+        self.nodes = nodes  # None: no node is judged (lost, tainted)
         self.policies = policies
         self.priority_of = priority_of
         self.preempts_of = preempts_of
@@ -207,6 +226,8 @@ class Reconciler:
         self.unsent_events: dict[JobKey, tuple[str, tuple[Event, ...]]] = {}
         self.events = EventRecorder(api, clock=clock)
         self.demands = DemandMemo()
+        # Job -> pod name -> the pod as last seen before it went away (``on_pod``).
+        self.departed: dict[JobKey, dict[str, dict[str, Any]]] = {}
         # Deletes (which free GPUs) never queue behind creates.
         self.creates = WriteSlots(options.write_concurrency, metrics.api_writes, "create")
         self.deletes = WriteSlots(options.write_concurrency, metrics.api_writes, "delete")
@@ -222,6 +243,7 @@ class Reconciler:
             self.written_at.pop(key, None)
             self.unsent_events.pop(key, None)
             self.demands.forget(key)
+            self.departed.pop(key, None)
             return None
         spec, errors = parse_job(job)
         if spec is None:
@@ -229,11 +251,13 @@ class Reconciler:
             await self._fail_validation(job, errors)
             return None
         policy = select_policy(self.policies(), namespace)
+        pods = self.pods.indexed(key)
+        departed = tuple(self.departed.get(key, {}).values())
         observed = Observed(
             job_raw=job,
             job=spec,
             now=self.clock(),
-            pods=self.pods.indexed(key),
+            pods=pods,
             services=self.services.indexed(key),
             allow_clean_pod_policy_none=policy.allow_clean_pod_policy_none,
             reservation=self.admitter.reservation_for(key, spec.uid),
@@ -243,6 +267,9 @@ class Reconciler:
             gpu_resource=policy.gpu_resource,
             finish_grace_seconds=self.options.finish_grace_seconds,
             demands_of=self.demands.function_for(key, job),
+            departed=departed,
+            nodes=self._nodes_under((*pods, *departed)),
+            node_lost_seconds=self.options.node_lost_seconds,
         )
         decision = plan(observed)
         applied = self._schedule_status_write(key, spec.uid, job, decision)
@@ -263,6 +290,37 @@ class Reconciler:
         if released is not None:
             self.metrics.record_release(key, *released)
         return applied.requeue_after
+
+    def on_pod(self, kind: str, pod: dict[str, Any], _: dict[str, Any] | None) -> None:
+        """Pod informer handler: keep the last state of each of a job's pods that went away.
+
+        A member that vanishes before its job is reconciled (evicted and confirmed within
+        milliseconds, force-deleted) is still judged by where it was and what took it.
+        """
+        key = job_key_of_pod(pod)
+        job = self.jobs.get(*key) if kind == "DELETED" and key is not None else None
+        if job is None or key is None or st.is_finished(st.conditions_of(job.get("status"))):
+            return
+        attempt = current_attempt((job.get("metadata") or {}).get("annotations") or {})
+        name = (pod.get("metadata") or {}).get("name")
+        if isinstance(name, str) and attempt_of(pod) == attempt:  # else ours, torn down
+            kept = self.departed.setdefault(key, {})
+            for other in [n for n, p in kept.items() if attempt_of(p) != attempt]:
+                del kept[other]
+            kept[name] = pod
+
+    def _nodes_under(self, pods: Iterable[Mapping[str, Any]]) -> dict[str, NodeHealth]:
+        """The health of the nodes ``pods`` are (or were) on; a node not cached is deleted."""
+        if self.nodes is None:
+            return {}
+        health: dict[str, NodeHealth] = {}
+        for pod in pods:
+            name = node_of(pod)
+            if name is None or name in health:
+                continue
+            raw = self.nodes.get("", name)
+            health[name] = node_health(raw) if raw is not None else deleted_node(name)
+        return health
 
     def _schedule_status_write(
         self, key: JobKey, uid: str, job: Mapping[str, Any], decision: Plan
@@ -315,7 +373,7 @@ class Reconciler:
                 delay,
                 extra={"job": "/".join(key)},
             )
-        if decision.delete_pods:
+        if decision.delete_pods or decision.restart is not None:
             self.admitter.release(key)
         if decision.needs_admission:
             priority_class = _priority_class(spec)
@@ -338,6 +396,7 @@ class Reconciler:
             if spec.run_policy.suspend or st.is_finished(st.conditions_of(status)):
                 self.admitter.cancel(key)
                 self.demands.forget(key)
+                self.departed.pop(key, None)
             else:  # a running gang: what it counts for quota and preemption
                 self.admitter.note(
                     key,
@@ -349,18 +408,34 @@ class Reconciler:
 
     async def _apply(self, job: Mapping[str, Any], spec: JobSpec, decision: Plan) -> None:
         namespace, name = spec.namespace, spec.name
-        if decision.restarts is not None:
+        annotations = {
+            key: str(value)
+            for key, value in (
+                (ANNOTATION_RESTARTS, decision.restarts),
+                (ANNOTATION_ATTEMPT, decision.attempt),
+            )
+            if value is not None
+        }
+        if annotations:
             patched = await self.api.request(
                 "PATCH",
                 PYTORCHJOBS.path(namespace, name),
-                body={"metadata": {"annotations": {ANNOTATION_RESTARTS: str(decision.restarts)}}},
+                body={"metadata": {"annotations": annotations}},
                 content_type=MERGE_PATCH,
             )
             self.jobs.remember(patched)
+        if decision.restart is not None:
+            self.metrics.gang_restarts.labels(decision.restart.cause).inc()
         await self._gather(self._create(SERVICES, namespace, s) for s in decision.create_services)
         await self._gather(self._create(PODS, namespace, p) for p in decision.create_pods)
         await self._gather(
-            self._delete(PODS, self.pods, namespace, n) for n in decision.delete_pods
+            [
+                *(self._delete(PODS, self.pods, namespace, n) for n in decision.delete_pods),
+                *(
+                    self._delete(PODS, self.pods, namespace, n, force=True)
+                    for n in decision.force_delete_pods
+                ),
+            ]
         )
         await self._gather(
             self._delete(SERVICES, self.services, namespace, n) for n in decision.delete_services
@@ -402,10 +477,16 @@ class Reconciler:
         if resource is PODS:
             self.metrics.pods_created.inc()
 
-    async def _delete(self, resource: Any, cache: Informer, namespace: str, name: str) -> None:
+    async def _delete(
+        self, resource: Any, cache: Informer, namespace: str, name: str, *, force: bool = False
+    ) -> None:
+        """Delete one object; ``force``: with no grace period (a pod on a lost node)."""
+        query = {"gracePeriodSeconds": "0"} if force else None
         async with self.deletes.take():
             try:
-                deleted = await self.api.request("DELETE", resource.path(namespace, name))
+                deleted = await self.api.request(
+                    "DELETE", resource.path(namespace, name), query=query
+                )
             except NotFound:
                 cache.forget(namespace, name)
                 return

@@ -23,6 +23,8 @@ from torchgate.controller.admission.nodes import (
     no_eligible_node,
     node_view,
     pod_demand,
+    tolerates_all,
+    tolerations_of,
 )
 
 GPU = "nvidia.com/gpu"
@@ -292,3 +294,14 @@ def test_host_ports_are_read_from_every_container() -> None:
     assert pod_demand("p", template).host_ports == {("UDP", 9000), ("TCP", 23456)}
     no_host = {"spec": {"containers": [{"name": "s", "ports": [{"containerPort": 23456}]}]}}
     assert pod_demand("p", no_host).host_ports == frozenset()
+
+
+def test_a_toleration_for_a_while_still_admits_the_node_as_kube_scheduler_does() -> None:
+    spec = {
+        "tolerations": [
+            {"key": "gone", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}
+        ]
+    }
+    (toleration,) = tolerations_of(spec)
+    assert toleration == Toleration("gone", "Exists", "", "NoExecute", seconds=60)
+    assert tolerates_all([toleration], [Taint("gone", "", "NoExecute")])

@@ -220,3 +220,43 @@ def test_merge_env_does_not_mutate_its_inputs() -> None:
     merged[0]["value"] = "changed"
     assert user == [{"name": "RANK", "value": "9"}]
     assert ours == env([("RANK", "0")])
+
+
+# ------------------------------------------------------------------ fencing gang attempts
+
+
+def values_of(raw: dict[str, Any], replica: str, index: int, attempt: int) -> dict[str, str]:
+    entries = rank_env(parsed_job(raw), replica, index, gpus_per_pod=0, attempt=attempt)
+    return {e["name"]: e["value"] for e in entries}
+
+
+@pytest.mark.parametrize(("attempt", "port"), [(1, "23456"), (2, "23457"), (17, "23456")])
+def test_each_attempt_gets_its_own_master_port(attempt: int, port: str) -> None:
+    values = values_of(master_workers(), "Worker", 1, attempt)
+    assert (values["MASTER_PORT"], values["PET_MASTER_PORT"]) == (port, port)
+
+
+def test_an_attempt_never_takes_a_port_the_master_pod_declares_for_something_else() -> None:
+    raw = master_workers()
+    master = raw["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    master["containers"][0]["ports"] = [
+        {"name": "pytorchjob-port", "containerPort": 23456},
+        {"name": "metrics", "containerPort": 23457},
+    ]
+    master["initContainers"] = [{"name": "proxy", "ports": [{"containerPort": 23458}]}]
+    assert values_of(raw, "Worker", 0, 2)["MASTER_PORT"] == "23459"
+
+
+def test_an_elastic_rendezvous_on_the_jobs_own_worker_moves_port_and_run_id() -> None:
+    raw = with_uid(gpu_job("el", workers=2).elastic(rdzvId="run-7").build())
+    values = values_of(raw, "Worker", 0, 3)
+    assert values["PET_RDZV_ENDPOINT"] == "el-worker-0:23458"
+    assert values["PET_RDZV_ID"] == "run-7-3"
+    assert values_of(raw, "Worker", 0, 1)["PET_RDZV_ID"] == "run-7"
+
+
+def test_an_elastic_rendezvous_elsewhere_keeps_its_port_and_is_fenced_by_the_run_id() -> None:
+    raw = with_uid(job("el").workers(2).elastic(rdzvHost="etcd.svc", rdzvPort=2379).build())
+    values = values_of(raw, "Worker", 0, 2)
+    assert values["PET_RDZV_ENDPOINT"] == "etcd.svc:2379"
+    assert values["PET_RDZV_ID"] == f"{UID}-2"

@@ -1,4 +1,4 @@
-"""``plan()``: admission, gang integrity, restarts, completion, cleanup, suspend, timers."""
+"""``plan()``: admission, gang integrity, restarts and disruptions, completion, cleanup, timers."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ from typing import Any
 import pytest
 
 from tests.builders.job import JobBuilder, container, gpu_job, job, parsed_job, with_uid
+from tests.builders.node import node
 from tests.builders.pod import set_phase
-from tests.unit.controller.helpers import NOW, World, is_quiet
-from torchgate.controller.job.model import Observed, Plan
+from tests.unit.controller.helpers import NOW, World, env_of, is_quiet
+from torchgate.controller.admission.nodes import Taint
+from torchgate.controller.job.disruption import NodeHealth, TimedTaint, deleted_node, node_health
+from torchgate.controller.job.model import Observed, Plan, Restart
 from torchgate.controller.job.plan import plan
 from torchgate.controller.job.status import format_time
 
@@ -430,7 +433,6 @@ def test_worker_only_success(elastic: bool, phases: tuple[str, str], done: bool)
         ("ExitCode", {"exit_code": 1}, False),
         ("ExitCode", {"exit_code": 127}, False),
         ("ExitCode", {"exit_code": 137}, True),
-        ("ExitCode", {"reason": "Evicted"}, True),
         ("ExitCode", {}, True),
         ("OnFailure", {"exit_code": 1}, True),
         ("Always", {"exit_code": 2}, True),
@@ -440,7 +442,6 @@ def test_worker_only_success(elastic: bool, phases: tuple[str, str], done: bool)
         "exitcode-1",
         "exitcode-127",
         "exitcode-137",
-        "evicted",
         "no-terminated-state",
         "onfailure",
         "always",
@@ -596,3 +597,167 @@ def test_full_lifecycle_is_quiet_between_transitions() -> None:
     world.finish_pod(MASTER, "Succeeded", exit_code=0)
     world.apply(world.plan())
     assert is_quiet(world.plan())
+
+
+# ------------------------------------------------------------------ disruptions and lost nodes
+
+
+def lost_node(name: str = "n2", *, for_seconds: float = 45) -> dict[str, NodeHealth]:
+    since = NOW - timedelta(seconds=for_seconds)
+    return {name: NodeHealth(name, ready="Unknown", ready_since=since)}
+
+
+def gpu_health_taint(name: str = "n2") -> dict[str, NodeHealth]:
+    taint = Taint("nvidia.com/gpu-health", "unhealthy", "NoExecute")
+    return {name: NodeHealth(name, no_execute=(TimedTaint(taint, NOW),))}
+
+
+def test_a_lost_node_restarts_the_whole_gang_uncounted_and_force_deletes_its_pods() -> None:
+    world = running_world(gpu_job("demo", workers=2).run_policy(backoffLimit=0))
+    result = world.plan(nodes=lost_node("n2"), node_lost_seconds=30)
+    assert result.force_delete_pods == (W1,), "no kubelet on n2 would confirm a deletion"
+    assert sorted(result.delete_pods) == [MASTER, W0]
+    assert result.restarts is None
+    assert result.attempt == 2
+    assert result.restart == Restart("NodeLost", "n2")
+    restarting = must(result.status, "Restarting")
+    assert restarting["reason"] == "NodeLost"
+    assert "node n2 is lost (Ready Unknown for 45s)" in restarting["message"]
+    assert "not counted against backoffLimit" in restarting["message"]
+    assert condition(result.status, "Failed") is None
+    assert [(e.type, e.reason) for e in result.events] == [("Warning", "NodeLost")]
+    assert "n2" in result.events[0].message
+
+
+def test_a_node_not_ready_within_the_bound_is_waited_for_then_lost() -> None:
+    world = running_world()
+    waiting = world.plan(nodes=lost_node("n2", for_seconds=10), node_lost_seconds=30)
+    assert is_quiet(waiting)
+    assert waiting.requeue_after == pytest.approx(20)
+    world.tick(20)
+    lost = world.plan(nodes=lost_node("n2", for_seconds=30), node_lost_seconds=30)
+    assert lost.restart == Restart("NodeLost", "n2")
+
+
+def test_a_deleted_node_is_lost_at_once() -> None:
+    world = running_world()
+    result = world.plan(nodes={"n2": deleted_node("n2")})
+    assert result.restart == Restart("NodeLost", "n2")
+    assert result.force_delete_pods == (W1,)
+
+
+def test_an_untolerated_no_execute_taint_replaces_the_gang_at_once_naming_the_taint() -> None:
+    world = running_world(gpu_job("demo", workers=2).run_policy(backoffLimit=0))
+    result = world.plan(nodes=gpu_health_taint("n2"))
+    assert result.restart == Restart("NodeTainted", "n2")
+    assert sorted(result.delete_pods) == sorted(ALL), "the kubelet there confirms deletions"
+    assert not result.force_delete_pods
+    assert result.restarts is None
+    assert (
+        "nvidia.com/gpu-health=unhealthy:NoExecute" in must(result.status, "Restarting")["message"]
+    )
+    assert [e.reason for e in result.events] == ["NodeTainted"]
+
+
+def test_a_no_schedule_taint_leaves_a_running_gang_alone() -> None:
+    world = running_world()
+    raw = node("n2", taints=[{"key": "nvidia.com/gpu-health", "effect": "NoSchedule"}])
+    assert is_quiet(world.plan(nodes={"n2": node_health(raw)}))
+
+
+@pytest.mark.parametrize("restart_policy", ["Never", "ExitCode", "OnFailure"])
+def test_an_evicted_pod_restarts_the_gang_uncounted_whatever_the_restart_policy(
+    restart_policy: str,
+) -> None:
+    builder = (
+        job("demo").master(restart_policy=restart_policy).workers(2, restart_policy=restart_policy)
+    )
+    world = running_world(builder.run_policy(backoffLimit=0))
+    world.finish_pod(W1, "Failed", exit_code=137, reason="Evicted")
+    result = world.plan()
+    assert result.restart == Restart("PodDisrupted", "n2")
+    assert result.restarts is None
+    assert condition(result.status, "Failed") is None
+    assert result.attempt == 2
+
+
+def test_a_pod_deleted_by_someone_else_is_a_disruption_even_when_it_then_fails() -> None:
+    world = running_world(gpu_job("demo", workers=2).run_policy(backoffLimit=0))
+    world.pods[W1] = set_phase(world.pods[W1], "Failed", exit_code=143, deleted=NOW)
+    result = world.plan()
+    assert result.restart == Restart("PodDeleted", "n2")
+    assert result.restarts is None
+    assert condition(result.status, "Failed") is None
+
+
+def test_a_disruption_outranks_the_failures_it_causes_in_the_other_ranks() -> None:
+    world = running_world(gpu_job("demo", workers=2).run_policy(backoffLimit=0))
+    world.finish_pod(MASTER, "Failed", exit_code=1)  # its peer on n2 went away under it
+    result = world.plan(nodes=gpu_health_taint("n2"))
+    assert result.restart == Restart("NodeTainted", "n2")
+    assert result.restarts is None
+
+
+def test_a_containers_own_failure_still_counts_against_the_backoff_limit() -> None:
+    world = running_world(gpu_job("demo", workers=2).run_policy(backoffLimit=0))
+    world.finish_pod(W0, "Failed", exit_code=1)
+    result = world.plan(nodes={"n1": NodeHealth("n1"), "n2": NodeHealth("n2")})
+    assert must(result.status, "Failed")["reason"] == "BackoffLimitExceeded"
+    world = running_world(gpu_job("demo", workers=2).run_policy(backoffLimit=1))
+    world.finish_pod(W0, "Failed", exit_code=1)
+    restarted = world.plan()
+    assert (restarted.restarts, restarted.attempt) == (1, 2)
+    assert restarted.restart == Restart("ContainerFailed", counted=True)
+
+
+def test_a_member_that_vanished_is_judged_by_its_last_state() -> None:
+    world = running_world()
+    last_seen = set_phase(world.pods.pop(W1), "Running", deleted=NOW)
+    result = world.plan(departed=[last_seen], nodes=gpu_health_taint("n2"))
+    assert result.restart == Restart("NodeTainted", "n2")
+    assert sorted(result.delete_pods) == [MASTER, W0]
+
+
+def test_every_restart_begins_a_new_attempt_whose_pods_get_a_new_rendezvous_port() -> None:
+    world = running_world()
+    world.apply(world.plan(nodes=lost_node("n2")))
+    world.settle()
+    assert world.job_raw["metadata"]["annotations"]["torchgate.io/gang-attempt"] == "2"
+    assert is_quiet(world.plan(nodes=lost_node("n2")))
+    created = world.plan(reservation={MASTER: "n1", W0: "n1", W1: "n3"}).create_pods
+    assert {p["metadata"]["annotations"]["torchgate.io/gang-attempt"] for p in created} == {"2"}
+    assert {env_of(p)["MASTER_PORT"] for p in created} == {"23457"}
+
+
+def test_preemption_and_a_schedule_timeout_begin_new_attempts_uncounted() -> None:
+    world = running_world()
+    preempted = world.plan(preempted_by="team-b/urgent")
+    assert (preempted.attempt, preempted.restarts) == (2, None)
+    assert preempted.restart == Restart("Preempted")
+    world.apply(preempted)
+    assert world.plan(preempted_by="team-b/urgent").attempt is None, "decided once"
+    world = admitted_world()
+    world.tick(61)
+    timed_out = world.plan(reservation=RESERVATION)
+    assert (timed_out.attempt, timed_out.restart) == (2, Restart("ScheduleTimeout"))
+
+
+def test_pods_already_terminating_on_a_lost_node_are_force_deleted_in_any_state() -> None:
+    world = succeeded_world()
+    world.apply(world.plan())
+    assert "deletionTimestamp" in world.pods[W1]["metadata"]
+    world.pods[W1]["spec"]["nodeName"] = "n2"
+    result = world.plan(nodes=lost_node("n2"))
+    assert result.force_delete_pods == (W1,)
+    assert not result.delete_pods
+
+
+def test_a_gang_whose_pods_vanished_unseen_starts_a_new_attempt() -> None:
+    world = running_world()
+    world.pods.clear()
+    result = world.plan(reservation=RESERVATION)
+    assert result.restart == Restart("GangIncomplete")
+    assert (result.attempt, result.needs_admission, result.create_pods) == (2, True, ())
+    world.apply(result)
+    created = world.plan(reservation=RESERVATION).create_pods
+    assert {p["metadata"]["annotations"]["torchgate.io/gang-attempt"] for p in created} == {"2"}

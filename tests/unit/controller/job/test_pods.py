@@ -252,3 +252,19 @@ def test_node_pin_selects_the_node_by_name_even_when_its_hostname_label_differs(
     assert terms is not None
     matching = [n.name for n in nodes if n is not None and any(t.matches(n) for t in terms)]
     assert matching == ["gpu-7"]
+
+
+def test_the_pod_declares_its_attempts_rendezvous_port_and_a_host_port_moves_with_it() -> None:
+    raw = demo(hostNetwork=True)
+    spec = raw["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    spec["containers"][0]["ports"] = [
+        {"name": "pytorchjob-port", "containerPort": 23456, "hostPort": 23456},
+        {"name": "metrics", "containerPort": 9090},
+    ]
+    pod = pod_of(raw, "Master", 0, attempt=2)
+    assert pod["spec"]["containers"][0]["ports"] == [
+        {"name": "pytorchjob-port", "containerPort": 23457, "hostPort": 23457},
+        {"name": "metrics", "containerPort": 9090},
+    ]
+    assert env_of(pod)["MASTER_PORT"] == "23457"
+    assert spec["containers"][0]["ports"][0]["containerPort"] == 23456, "template untouched"

@@ -1,4 +1,4 @@
-"""Property tests: ranks and idempotence of ``plan``."""
+"""Property tests: ranks and idempotence of ``plan`` (healthy, sick, lost and deleted nodes)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from hypothesis import strategies as hs
 
 from tests.builders.job import job, parsed_job, with_uid
 from tests.unit.controller.helpers import NOW, World, env_of, is_quiet
+from torchgate.controller.admission.nodes import Taint
+from torchgate.controller.job.disruption import NodeHealth, TimedTaint, deleted_node
 from torchgate.controller.job.envvars import rendezvous_host
 from torchgate.controller.job.pods import build_pod, build_service
 from torchgate.controller.job.status import format_time
@@ -63,6 +65,13 @@ def test_ranks_are_exactly_0_to_n_minus_1_with_the_master_at_0(raw: dict[str, An
 # ------------------------------------------------------------------ idempotence of plan
 
 PHASES = ("Pending", "Running", "Succeeded", "Failed")
+NODE_STATES = (
+    NodeHealth("n1"),
+    NodeHealth("n1", ready="Unknown", ready_since=NOW - timedelta(seconds=5)),
+    NodeHealth("n1", ready="Unknown", ready_since=NOW - timedelta(seconds=300)),
+    deleted_node("n1"),
+    NodeHealth("n1", no_execute=(TimedTaint(Taint("gpu-health", "", "NoExecute"), NOW),)),
+)
 CONDITIONS = ("Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "Queued")
 
 
@@ -114,10 +123,13 @@ def worlds(draw: hs.DrawFn) -> tuple[World, dict[str, Any]]:
     options: dict[str, Any] = {
         "allow_clean_pod_policy_none": draw(hs.booleans()),
         "wait_reason": draw(hs.sampled_from([None, "waiting for 4 nvidia.com/gpu: 2 free"])),
+        "nodes": {"n1": draw(hs.sampled_from(NODE_STATES))},
     }
+    # The admitter reserves only nodes that are Ready and do not taint the pods away.
+    usable = ("n0", "n1") if options["nodes"]["n1"] == NODE_STATES[0] else ("n0",)
     if draw(hs.booleans()):
         options["reservation"] = {
-            names.replica_name("demo", r.replica_type, i): f"n{i % 2}"
+            names.replica_name("demo", r.replica_type, i): usable[i % len(usable)]
             for r in spec.replica_specs
             for i in range(r.replicas)
         }
@@ -174,6 +186,11 @@ def test_planning_again_after_applying_a_plan_asks_for_nothing(
     world_and_options: tuple[World, dict[str, Any]],
 ) -> None:
     world, options = world_and_options
-    world.apply(world.plan(**options))
+    first = world.plan(**options)
+    world.apply(first)
+    if first.restart:
+        options.pop("reservation", None)  # a restart's reconcile releases it (Admitter.release)
+    if first.force_delete_pods:  # gone at once: the next plan may act on their absence
+        world.apply(world.plan(**options))
     again = world.plan(**options)
     assert is_quiet(again), again

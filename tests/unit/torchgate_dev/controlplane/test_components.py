@@ -16,6 +16,7 @@ from torchgate_dev.controlplane.components import (
     apiserver_command,
     configuration_files,
     controller_manager_command,
+    kwok_command,
     parse_feature_gates,
     parse_runtime_config,
     scheduler_command,
@@ -169,3 +170,28 @@ def test_features_describe_what_is_set() -> None:
         "feature gates GenericWorkload=true; KCM controllers resourceclaim-controller"
     )
     assert ClusterFeatures().describe() == "none"
+
+
+def test_the_controller_manager_runs_what_a_cluster_does_to_pods_on_sick_nodes(
+    tmp_path: Path,
+) -> None:
+    (controllers,) = flag(command_lines(ClusterFeatures(), tmp_path)["kcm"], "controllers")
+
+    assert {
+        "node-lifecycle-controller",
+        "taint-eviction-controller",
+        "pod-garbage-collector-controller",
+    } <= set(controllers.split(","))
+
+
+def test_kwok_forgets_a_node_whose_heartbeat_is_stopped(tmp_path: Path) -> None:
+    binaries = Binaries.in_directory(build_dir(tmp_path / "bin"))
+    ports = Ports(
+        etcd_client=1, etcd_peer=2, apiserver=3, controller_manager=4, scheduler=5, kwok=6
+    )
+
+    argv = kwok_command(binaries, Layout(tmp_path / "plane"), ports)
+
+    assert flag(argv, "manage-nodes-with-label-selector") == [
+        "torchgate.io/fake-heartbeat!=stopped"
+    ]

@@ -1,0 +1,227 @@
+"""A pool that heals itself, on kwok: lost nodes and health taints, neither spending backoffLimit.
+
+The control plane runs what a real one runs for this (the node lifecycle, taint-eviction and pod
+garbage collection controllers). A fake node *stops heartbeating* when it gets the label
+``torchgate.io/fake-heartbeat=stopped``: kwok forgets it, so its Lease and Ready condition go
+stale and nothing confirms the deletion of its pods, as with a node cut off from the control
+plane. The controller runs with ``--node-lost-seconds 5`` (the node-monitor grace period of the
+controller manager stays Kubernetes' default, 50 s). Every gang is 8-GPU pods with
+``backoffLimit: 0``, in a pool of its own; assertions read pods, the job, its Events and the
+controller's metrics, never logs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from tests.builders.job import job
+from tests.e2e.conftest import Cluster
+from tests.e2e.controller_process import (
+    ControllerProcess,
+    condition,
+    create_job,
+    dump,
+    events_of,
+    get_job,
+    is_true,
+    job_pods,
+    live_pods,
+)
+from torchgate_dev.controlplane import kwok
+
+pytestmark = pytest.mark.e2e
+
+NODE_LOST_SECONDS = 5
+STOPPED = f"{kwok.LABEL_FAKE_HEARTBEAT}={kwok.HEARTBEAT_STOPPED}"
+
+
+@pytest.fixture(scope="module")
+def controller(
+    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControllerProcess]:
+    process = ControllerProcess(
+        cluster.kubeconfig,
+        tmp_path_factory.mktemp("controller"),
+        "--node-lost-seconds",
+        str(NODE_LOST_SECONDS),
+    ).start()
+    yield process
+    assert process.stop() == 0, process.log()
+
+
+def gang(cluster: Cluster, namespace: str, pool: str) -> list[dict[str, Any]]:
+    """A Master and a Worker of 8 GPUs each in ``pool``, ``backoffLimit: 0``, both Running."""
+    raw = (
+        job("gang", namespace)
+        .master(gpus=8, pod_spec={"nodeSelector": {"pool": pool}})
+        .workers(1, gpus=8, pod_spec={"nodeSelector": {"pool": pool}})
+        .run_policy(backoffLimit=0)
+        .build()
+    )
+    create_job(cluster, raw)
+    return cluster.wait_for(lambda: attempt_running(cluster, namespace, 1), what="the gang Running")
+
+
+def attempt_running(cluster: Cluster, namespace: str, attempt: int) -> list[dict[str, Any]] | None:
+    """Both pods of the gang when both are Running in gang attempt ``attempt``, else None."""
+    pods = live_pods(cluster, namespace, "gang")
+    ok = len(pods) == 2 and all(
+        p["status"].get("phase") == "Running"
+        and p["metadata"]["annotations"]["torchgate.io/gang-attempt"] == str(attempt)
+        for p in pods
+    )
+    return pods if ok else None
+
+
+def restarted_off(cluster: Cluster, namespace: str, node: str) -> list[dict[str, Any]] | None:
+    """Both pods Running in one later attempt, neither on ``node``, else None.
+
+    A later attempt, not the second: Kubernetes' taint-eviction controller deletes by pod name
+    (kubernetes/kubernetes#140639), so when it acts after torchgate placed the gang again it may
+    evict the new pod of the same name, which is one more (uncounted) restart.
+    """
+    pods = live_pods(cluster, namespace, "gang")
+    attempts = {p["metadata"]["annotations"]["torchgate.io/gang-attempt"] for p in pods}
+    ok = (
+        len(pods) == 2
+        and len(attempts) == 1
+        and attempts != {"1"}
+        and all(p["status"].get("phase") == "Running" for p in pods)
+        and node not in {p["spec"]["nodeName"] for p in pods}
+    )
+    return pods if ok else None
+
+
+def env_of(pod: dict[str, Any]) -> dict[str, str]:
+    (pytorch,) = [c for c in pod["spec"]["containers"] if c["name"] == "pytorch"]
+    return {e["name"]: e.get("value", "") for e in pytorch.get("env", [])}
+
+
+def ready_condition(cluster: Cluster, node: str) -> dict[str, Any]:
+    found = cluster.get("node", node)
+    assert found is not None
+    (ready,) = [c for c in found["status"]["conditions"] if c["type"] == "Ready"]
+    return dict(ready)
+
+
+def gang_restarts(controller: ControllerProcess, cause: str) -> float:
+    prefix = f'torchgate_controller_gang_restarts_total{{cause="{cause}"}} '
+    lines = [line for line in controller.metrics().splitlines() if line.startswith(prefix)]
+    return float(lines[0].removeprefix(prefix)) if lines else 0.0
+
+
+def test_a_gang_on_a_node_that_stops_heartbeating_runs_again_whole_elsewhere(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    namespace = cluster.new_namespace("lost")
+    pool = f"lost-{namespace[-6:]}"
+    cluster.add_gpu_nodes(3, pool, labels={"pool": pool})
+    first = gang(cluster, namespace, pool)
+    worker = next(p for p in first if p["metadata"]["name"] == "gang-worker-0")
+    lost = worker["spec"]["nodeName"]
+    old_port = int(env_of(worker)["MASTER_PORT"])
+
+    cluster.kubectl("label", "node", lost, STOPPED)
+    try:
+        unknown = cluster.wait_for(
+            lambda: (ready := ready_condition(cluster, lost))["status"] != "True" and ready,
+            timeout=120,
+            what=f"{lost} to stop being Ready",
+        )
+        again = cluster.wait_for(
+            lambda: attempt_running(cluster, namespace, 2), timeout=90, what="the gang again"
+        )
+        since = (
+            datetime.now(UTC) - datetime.fromisoformat(unknown["lastTransitionTime"])
+        ).total_seconds()
+        print(f"node {lost} {unknown['status']}: gang Running again {since:.1f}s later")
+        assert since < 90
+
+        assert lost not in {p["spec"]["nodeName"] for p in again}
+        assert {p["metadata"]["name"] for p in again} == {"gang-master-0", "gang-worker-0"}
+        assert {env_of(p)["MASTER_PORT"] for p in again} == {str(old_port + 1)}
+        stored = get_job(cluster, namespace, "gang")
+        assert stored is not None
+        assert not is_true(stored, "Failed"), dump(stored)
+        assert "torchgate.io/restarts" not in stored["metadata"].get("annotations", {})
+        restarting = condition(stored, "Restarting")
+        running = condition(stored, "Running")
+        assert (restarting or running) is not None, dump(stored)
+        events = [e for e in events_of(cluster, namespace, "gang") if e["reason"] == "NodeLost"]
+        assert events, [e["reason"] for e in events_of(cluster, namespace, "gang")]
+        assert lost in events[0]["message"]
+        assert gang_restarts(controller, "NodeLost") >= 1
+        # Force-deleted: nothing of the first attempt is left waiting for the lost node's kubelet.
+        assert {p["metadata"]["uid"] for p in job_pods(cluster, namespace, "gang")}.isdisjoint(
+            p["metadata"]["uid"] for p in first
+        )
+    finally:
+        cluster.kubectl("label", "node", lost, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
+    cluster.wait_for(
+        lambda: ready_condition(cluster, lost)["status"] == "True", what=f"{lost} Ready again"
+    )
+    time.sleep(2)  # the node is back: still nothing of the first attempt, the gang untouched
+    assert attempt_running(cluster, namespace, 2) is not None
+
+
+def test_a_no_execute_health_taint_puts_the_gang_back_together_within_15_seconds(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    namespace = cluster.new_namespace("taint")
+    pool = f"taint-{namespace[-6:]}"
+    cluster.add_gpu_nodes(3, pool, labels={"pool": pool})
+    first = gang(cluster, namespace, pool)
+    sick = next(p for p in first if p["metadata"]["name"] == "gang-worker-0")["spec"]["nodeName"]
+
+    tainted_at = time.monotonic()
+    cluster.kubectl("taint", "node", sick, "nvidia.com/gpu-health=unhealthy:NoExecute")
+    again = cluster.wait_for(
+        lambda: restarted_off(cluster, namespace, sick), timeout=30, what="the gang again"
+    )
+    took = time.monotonic() - tainted_at
+    attempt = again[0]["metadata"]["annotations"]["torchgate.io/gang-attempt"]
+    print(f"NoExecute taint on {sick}: gang Running again elsewhere after {took:.1f}s ({attempt=})")
+    assert took < 15
+
+    stored = get_job(cluster, namespace, "gang")
+    assert stored is not None
+    assert not is_true(stored, "Failed"), dump(stored)
+    assert "torchgate.io/restarts" not in stored["metadata"].get("annotations", {})
+    events = [e for e in events_of(cluster, namespace, "gang") if e["reason"] == "NodeTainted"]
+    assert events, [e["reason"] for e in events_of(cluster, namespace, "gang")]
+    assert "nvidia.com/gpu-health" in events[0]["message"]
+    assert sick in events[0]["message"]
+    assert gang_restarts(controller, "NodeTainted") >= 1
+
+
+def test_a_no_schedule_taint_keeps_new_gangs_off_and_leaves_running_ones_alone(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    namespace = cluster.new_namespace("cordon")
+    pool = f"ns-{namespace[-6:]}"
+    cluster.add_gpu_nodes(2, pool, labels={"pool": pool})
+    half = {"nodeSelector": {"pool": pool}}
+    create_job(cluster, job("first", namespace).master(gpus=4, pod_spec=half).build())
+    (running,) = cluster.wait_for(
+        lambda: [p for p in live_pods(cluster, namespace, "first") if p["spec"].get("nodeName")],
+        what="the first gang bound",
+    )
+    busy = running["spec"]["nodeName"]
+
+    cluster.kubectl("taint", "node", busy, "nvidia.com/gpu-health=degraded:NoSchedule")
+    create_job(cluster, job("second", namespace).master(gpus=4, pod_spec=half).build())
+    (placed,) = cluster.wait_for(
+        lambda: [p for p in live_pods(cluster, namespace, "second") if p["spec"].get("nodeName")],
+        what="the second gang bound",
+    )
+
+    assert placed["spec"]["nodeName"] != busy, "4 GPUs were free there, but it is tainted"
+    time.sleep(2)
+    (still,) = live_pods(cluster, namespace, "first")
+    assert still["metadata"]["uid"] == running["metadata"]["uid"]
+    assert not [e for e in events_of(cluster, namespace, "first") if e["reason"] == "NodeTainted"]

@@ -1,0 +1,385 @@
+"""``disruption``: what took a gang's member, and which nodes count as lost.
+
+Each rule is table-tested on one member; ``find`` on whole gangs, and a property test checks that
+the gang's cause is always the most severe of its members' and lists every member it hit.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as hs
+
+from tests.builders.node import node
+from tests.builders.pod import (
+    deleted_with_grace,
+    disruption_target,
+    ended,
+    pod,
+    set_phase,
+    tolerating,
+)
+from tests.unit.controller.helpers import NOW
+from torchgate.controller.admission.nodes import Taint
+from torchgate.controller.job import disruption as dis
+from torchgate.controller.job.disruption import NodeHealth, TimedTaint
+from torchgate.controller.job.status import format_time
+
+LOST_AFTER = 30.0
+GPU_HEALTH = Taint("nvidia.com/gpu-health", "unhealthy", "NoExecute")
+
+
+def member(
+    name: str = "demo-worker-0",
+    *,
+    node_name: str | None = "a100-1",
+    phase: str = "Running",
+    tolerations: list[dict[str, Any]] | None = None,
+    deleted_at: float | None = None,
+    ended_at: float | None = None,
+    disrupted_at: float | None = None,
+    reason: str | None = None,
+) -> dict[str, Any]:
+    """A member of the gang; times are seconds relative to ``NOW``."""
+    raw = pod(name, node=node_name, phase=phase)
+    if deleted_at is not None:
+        raw = deleted_with_grace(raw, at=NOW + timedelta(seconds=deleted_at))
+    if ended_at is not None:
+        raw = ended(raw, at=at(ended_at))
+    if disrupted_at is not None:
+        raw = disruption_target(raw, at=at(disrupted_at))
+    if tolerations:
+        raw = tolerating(raw, *tolerations)
+    return set_phase(raw, phase, reason=reason) if reason is not None else raw
+
+
+def at(seconds: float) -> str:
+    return format_time(NOW + timedelta(seconds=seconds))
+
+
+def not_ready(status: str = "Unknown", since: float = -10, name: str = "a100-1") -> NodeHealth:
+    return NodeHealth(name, ready=status, ready_since=NOW + timedelta(seconds=since))
+
+
+def tainted(
+    taint: Taint = GPU_HEALTH, added: float | None = -5, name: str = "a100-1"
+) -> NodeHealth:
+    when = None if added is None else NOW + timedelta(seconds=added)
+    return NodeHealth(name, no_execute=(TimedTaint(taint, when),))
+
+
+def one(
+    member: dict[str, Any], health: NodeHealth | None = None, *, gone: bool = False
+) -> dis.Finding:
+    nodes = {health.name: health} if health is not None else {}
+    return dis.judge(member, gone=gone, nodes=nodes, now=NOW, lost_after=LOST_AFTER)
+
+
+# ------------------------------------------------------------------ reading nodes
+
+
+def test_node_health_reads_readiness_and_only_no_execute_taints() -> None:
+    raw = node(
+        "a100-1",
+        taints=[
+            {"key": "nvidia.com/gpu-health", "value": "unhealthy", "effect": "NoExecute",
+             "timeAdded": at(-5)},
+            {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
+        ],
+    )  # fmt: skip
+    raw["status"]["conditions"] = [
+        {"type": "Ready", "status": "Unknown", "lastTransitionTime": at(-12)}
+    ]
+    health = dis.node_health(raw)
+    assert health == NodeHealth(
+        "a100-1",
+        ready="Unknown",
+        ready_since=NOW - timedelta(seconds=12),
+        no_execute=(TimedTaint(GPU_HEALTH, NOW - timedelta(seconds=5)),),
+    )
+
+
+# ------------------------------------------------------------------ rule 1: lost nodes
+
+
+@pytest.mark.parametrize(
+    ("health", "member", "cause", "recheck"),
+    [
+        (NodeHealth("a100-1"), member(), None, None),
+        (not_ready("Unknown", since=-10), member(), None, 20.0),
+        (not_ready("False", since=-29), member(), None, 1.0),
+        (not_ready("Unknown", since=-30), member(), "NodeLost", None),
+        (not_ready("False", since=-600), member(), "NodeLost", None),
+        (dis.deleted_node("a100-1"), member(), "NodeLost", None),
+        (dis.deleted_node("a100-1"), member(phase="Succeeded"), None, None),
+        (not_ready("Unknown", since=-600), member(phase="Failed", ended_at=-700), None, None),
+        (NodeHealth("a100-1", ready=""), member(), None, None),
+    ],
+    ids=[
+        "ready",
+        "unknown-within-the-bound",
+        "not-ready-within-the-bound",
+        "unknown-at-the-bound",
+        "not-ready-long",
+        "deleted",
+        "finished-before",
+        "failed-before",
+        "no-ready-condition",
+    ],
+)
+def test_a_node_not_ready_past_the_bound_or_deleted_is_lost(
+    health: NodeHealth, member: dict[str, Any], cause: str | None, recheck: float | None
+) -> None:
+    found = one(member, health)
+    assert (found.disruption.cause if found.disruption else None) == cause
+    assert found.recheck_after == recheck
+
+
+def test_the_lost_node_and_how_long_it_was_not_ready_are_named() -> None:
+    found = dis.find([member()], nodes={"a100-1": not_ready(since=-45)}, now=NOW, lost_after=30)
+    assert found.disruption is not None
+    assert found.disruption.node == "a100-1"
+    assert found.disruption.detail == (
+        "node a100-1 is lost (Ready Unknown for 45s) (pod demo-worker-0)"
+    )
+
+
+def test_an_unbound_member_is_judged_by_the_node_planned_for_it() -> None:
+    unbound = pod("demo-worker-0", planned="a100-1")
+    assert one(unbound, dis.deleted_node("a100-1")).disruption is not None
+
+
+@pytest.mark.parametrize(
+    ("health", "remaining"),
+    [
+        (None, None),
+        (NodeHealth("a100-1"), None),
+        (not_ready(since=-29), 1.0),
+        (not_ready(since=-30), 0.0),
+        (dis.deleted_node("a100-1"), 0.0),
+    ],
+    ids=["not-judged", "ready", "within-the-bound", "at-the-bound", "deleted"],
+)
+def test_until_lost_says_when_pods_there_are_force_deleted(
+    health: NodeHealth | None, remaining: float | None
+) -> None:
+    assert dis.until_lost(health, now=NOW, lost_after=LOST_AFTER) == remaining
+
+
+# ------------------------------------------------------------------ rule 2: NoExecute taints
+
+
+def toleration(seconds: int | None = None, **fields: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"key": "nvidia.com/gpu-health", "operator": "Exists", **fields}
+    if seconds is not None:
+        out["tolerationSeconds"] = seconds
+    return out
+
+
+@pytest.mark.parametrize(
+    ("tolerations", "health", "cause", "recheck"),
+    [
+        ([], tainted(), "NodeTainted", None),
+        ([toleration()], tainted(), None, None),
+        ([toleration(effect="NoSchedule")], tainted(), "NodeTainted", None),
+        ([toleration(60)], tainted(added=-30), None, 30.0),
+        ([toleration(60)], tainted(added=-60), "NodeTainted", None),
+        ([toleration(60), toleration(10)], tainted(added=-30), "NodeTainted", None),
+        ([toleration(60), toleration()], tainted(added=-3600), None, None),
+        ([toleration(0)], tainted(), "NodeTainted", None),
+        ([toleration(60)], tainted(added=None), None, None),
+        ([], NodeHealth("a100-1"), None, None),
+    ],
+    ids=[
+        "untolerated",
+        "tolerated-for-ever",
+        "tolerated-for-another-effect",
+        "tolerated-for-a-while",
+        "toleration-ran-out",
+        "the-shortest-toleration-counts",
+        "one-toleration-without-seconds-is-for-ever",
+        "zero-seconds",
+        "added-at-an-unknown-time",
+        "no-taint",
+    ],
+)
+def test_an_untolerated_no_execute_taint_takes_the_member_at_once(
+    tolerations: list[dict[str, Any]],
+    health: NodeHealth,
+    cause: str | None,
+    recheck: float | None,
+) -> None:
+    found = one(member(tolerations=tolerations), health)
+    assert (found.disruption.cause if found.disruption else None) == cause
+    assert found.recheck_after == recheck
+
+
+def test_the_taint_is_named() -> None:
+    found = one(member(), tainted())
+    assert found.disruption is not None
+    assert "nvidia.com/gpu-health=unhealthy:NoExecute" in found.disruption.detail
+    assert found.disruption.node == "a100-1"
+
+
+# ------------------------------------------------------------------ rules 3 and 4: pods taken
+
+
+@pytest.mark.parametrize(
+    ("member", "gone", "cause"),
+    [
+        (member(disrupted_at=-5), False, "PodDisrupted"),
+        (member(phase="Failed", disrupted_at=-5, ended_at=-4), False, "PodDisrupted"),
+        (member(phase="Failed", disrupted_at=-5, ended_at=-5), False, "PodDisrupted"),
+        (member(phase="Failed", disrupted_at=-5, ended_at=-9), False, None),
+        (member(phase="Succeeded", disrupted_at=-5), False, None),
+        (member(phase="Failed", reason="Evicted"), False, "PodDisrupted"),
+        (member(deleted_at=-5), False, "PodDeleted"),
+        (member(phase="Failed", deleted_at=-5, ended_at=-3), False, "PodDeleted"),
+        (member(phase="Failed", deleted_at=-5, ended_at=-20), False, None),
+        (member(phase="Succeeded", deleted_at=-5), False, None),
+        (member(), True, "PodDeleted"),
+        (member(phase="Failed", ended_at=-5), True, None),
+        (member(phase="Failed", ended_at=-5), False, None),
+        (member(), False, None),
+    ],
+    ids=[
+        "disruption-target",
+        "failed-after-the-disruption",
+        "failed-in-the-same-second",
+        "failed-before-the-disruption",
+        "succeeded",
+        "evicted-by-the-kubelet",
+        "deleted-by-someone",
+        "failed-after-the-deletion",
+        "failed-before-the-deletion",
+        "succeeded-then-deleted",
+        "gone",
+        "failed-then-gone",
+        "failed-by-itself",
+        "running",
+    ],
+)
+def test_a_member_taken_before_it_ended_by_itself_is_disrupted(
+    member: dict[str, Any], gone: bool, cause: str | None
+) -> None:
+    found = one(member, gone=gone)
+    assert (found.disruption.cause if found.disruption else None) == cause
+
+
+def test_the_disruption_target_reason_is_quoted() -> None:
+    found = one(member(disrupted_at=-5))
+    assert found.disruption is not None
+    assert found.disruption.detail == (
+        "pod demo-worker-0 on a100-1 was disrupted (EvictionByEvictionAPI: Eviction API: evicting)"
+    )
+
+
+# ------------------------------------------------------------------ the gang
+
+
+def test_the_most_severe_cause_wins_and_names_every_member_it_hit() -> None:
+    members = [
+        member("demo-master-0", node_name="a100-0", deleted_at=-1),
+        member("demo-worker-0", node_name="a100-1"),
+        member("demo-worker-1", node_name="a100-1"),
+        member("demo-worker-2", node_name="a100-2"),
+    ]
+    nodes = {"a100-1": dis.deleted_node("a100-1"), "a100-2": not_ready(since=-5, name="a100-2")}
+    found = dis.find(members, nodes=nodes, now=NOW, lost_after=LOST_AFTER)
+    assert found.disruption == dis.Disruption(
+        "NodeLost",
+        "a100-1",
+        ("demo-worker-0", "demo-worker-1"),
+        "node a100-1 was deleted (pods demo-worker-0, demo-worker-1)",
+    )
+
+
+def test_a_member_that_went_away_is_judged_by_where_it_was() -> None:
+    last_seen = member("demo-worker-1", deleted_at=-1)
+    found = dis.find(
+        [member("demo-master-0", node_name="a100-0")],
+        [last_seen],
+        nodes={"a100-1": tainted()},
+        now=NOW,
+        lost_after=LOST_AFTER,
+    )
+    assert found.disruption is not None
+    assert (found.disruption.cause, found.disruption.node) == ("NodeTainted", "a100-1")
+
+
+def test_a_healthy_gang_has_no_disruption_and_the_earliest_recheck() -> None:
+    members = [
+        member(name, node_name=node) for name, node in (("a", "n1"), ("b", "n2"), ("c", "n3"))
+    ]
+    nodes = {
+        "n1": not_ready(since=-25, name="n1"),
+        "n2": tainted(added=-50, name="n2"),
+        "n3": NodeHealth("n3"),
+    }
+    members[1]["spec"]["tolerations"] = [toleration(60)]
+    found = dis.find(members, nodes=nodes, now=NOW, lost_after=LOST_AFTER)
+    assert found == dis.Finding(recheck_after=5.0)
+
+
+# ------------------------------------------------------------------ property
+
+
+NODE_STATES = {
+    "ready": NodeHealth("n"),
+    "deleted": dis.deleted_node("n"),
+    "lost": not_ready(since=-100, name="n"),
+    "unready": not_ready(since=-1, name="n"),
+    "tainted": tainted(name="n"),
+}
+MEMBER_STATES = {
+    "running": member(),
+    "deleted": member(deleted_at=-2),
+    "evicted": member(disrupted_at=-2),
+    "failed": member(phase="Failed", ended_at=-2),
+    "succeeded": member(phase="Succeeded"),
+}
+
+
+@hs.composite
+def gangs(draw: hs.DrawFn) -> tuple[list[dict[str, Any]], dict[str, NodeHealth]]:
+    nodes = {
+        f"n{i}": NodeHealth(**{**_fields(NODE_STATES[state]), "name": f"n{i}"})
+        for i, state in enumerate(draw(hs.lists(hs.sampled_from(sorted(NODE_STATES)), max_size=3)))
+    }
+    members = []
+    for index in range(draw(hs.integers(1, 5))):
+        drawn = copy.deepcopy(MEMBER_STATES[draw(hs.sampled_from(sorted(MEMBER_STATES)))])
+        drawn["metadata"]["name"] = f"demo-worker-{index}"
+        drawn["spec"]["nodeName"] = f"n{draw(hs.integers(0, 3))}"
+        members.append(drawn)
+    return members, nodes
+
+
+def _fields(health: NodeHealth) -> dict[str, Any]:
+    return {field: getattr(health, field) for field in NodeHealth.__slots__}
+
+
+@given(gangs())
+def test_the_gangs_cause_is_its_most_severe_members_and_lists_all_it_hit(
+    gang: tuple[list[dict[str, Any]], dict[str, NodeHealth]],
+) -> None:
+    members, nodes = gang
+    judged = {m["metadata"]["name"]: one_of(m, nodes) for m in members}
+    hits = {name: d for name, d in judged.items() if d is not None}
+    found = dis.find(members, nodes=nodes, now=NOW, lost_after=LOST_AFTER).disruption
+    if not hits:
+        assert found is None
+        return
+    assert found is not None
+    assert found.cause == min((d.cause for d in hits.values()), key=dis.SEVERITY.index)
+    assert set(found.pods) == {
+        name for name, d in hits.items() if (d.cause, d.node) == (found.cause, found.node)
+    }
+
+
+def one_of(member: dict[str, Any], nodes: dict[str, NodeHealth]) -> dis.Disruption | None:
+    return dis.judge(member, gone=False, nodes=nodes, now=NOW, lost_after=LOST_AFTER).disruption

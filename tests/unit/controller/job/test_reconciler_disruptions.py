@@ -1,0 +1,174 @@
+"""The reconciler's side of a disruption: what reaches the apiserver, in what order, and counts.
+
+A reconciler over caches holding one running gang, a node cache, and an API that records every
+request (patches answered as the apiserver would). Each test asserts the requests sent, the job
+stored afterwards and the restarts metric.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from tests.builders.job import gpu_job, with_uid
+from tests.builders.node import node
+from tests.builders.pod import set_phase
+from tests.unit.controller.helpers import NOW, World, merge_patch
+from torchgate.controller.admission.admitter import Admitter
+from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
+from torchgate.controller.metrics import ControllerMetrics
+from torchgate.kube.informer import Informer
+from torchgate.kube.resources import NODES, PODS, PYTORCHJOBS, SERVICES
+
+MASTER, W0 = "demo-master-0", "demo-worker-0"
+RESERVATION = {MASTER: "a100-0", W0: "a100-1"}
+KEY = ("default", "demo")
+
+
+class RecordingApi:
+    """Records every request; answers job patches with the patched job, deletes with nothing."""
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        self.job = job
+        self.requests: list[tuple[str, str, dict[str, str], Any]] = []
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        self.requests.append((method, path, dict(query or {}), copy.deepcopy(body)))
+        if method == "PATCH" and "/pytorchjobs/" in path:
+            self.job = merge_patch(self.job, copy.deepcopy(body))
+            version = int(self.job["metadata"].get("resourceVersion", "1")) + 1
+            self.job["metadata"]["resourceVersion"] = str(version)
+            return copy.deepcopy(self.job)
+        return {} if method == "DELETE" else body
+
+    async def watch(self, path: str, query: Mapping[str, str]) -> AsyncIterator[dict[str, Any]]:
+        for _ in ():
+            yield {}
+
+    def deletes(self) -> dict[str, dict[str, str]]:
+        """Pod name -> query of its DELETE."""
+        return {
+            path.rsplit("/", 1)[1]: query
+            for method, path, query, _ in self.requests
+            if method == "DELETE" and "/pods/" in path
+        }
+
+
+class Rig:
+    """One running gang (Master on a100-0, Worker on a100-1) and the nodes' cache."""
+
+    def __init__(self, *, backoff_limit: int = 0) -> None:
+        builder = gpu_job("demo", workers=1).run_policy(backoffLimit=backoff_limit)
+        world = World(with_uid(builder.build()))
+        world.apply(world.plan())
+        world.apply(world.plan(reservation=RESERVATION))
+        world.job_raw["metadata"]["resourceVersion"] = "1"
+        self.api = RecordingApi(copy.deepcopy(world.job_raw))
+        self.jobs = Informer(self.api, PYTORCHJOBS)
+        self.jobs.remember(copy.deepcopy(world.job_raw))
+        self.pods = Informer(self.api, PODS)
+        self.pods.index_by(job_key_of_pod)
+        for name, pod in world.pods.items():
+            self.pods.remember(set_phase(pod, "Running", node=RESERVATION[name]))
+        services = Informer(self.api, SERVICES)
+        services.index_by(job_key_of_pod)
+        self.nodes = Informer(self.api, NODES)
+        for name in ("a100-0", "a100-1"):
+            self.nodes.remember(node(name))
+        self.metrics = ControllerMetrics()
+        self.reconciler = Reconciler(
+            self.api,
+            jobs=self.jobs,
+            pods=self.pods,
+            services=services,
+            policies=lambda: (),
+            priority_of=lambda name: 0,
+            admitter=Admitter(on_admit_job=lambda key: None, on_reason=lambda key: None),
+            metrics=self.metrics,
+            options=Options(manage_unowned=True, node_lost_seconds=30),
+            clock=lambda: NOW,
+            nodes=self.nodes,
+        )
+
+    def restarts(self, cause: str) -> float | None:
+        return self.metrics.registry.get_sample_value(
+            "torchgate_controller_gang_restarts_total", {"cause": cause}
+        )
+
+
+async def test_a_deleted_node_force_deletes_its_pods_after_moving_the_job_to_a_new_attempt() -> (
+    None
+):
+    rig = Rig()
+    rig.nodes.forget("", "a100-1")
+
+    await rig.reconciler.reconcile(KEY)
+
+    deletes = rig.api.deletes()
+    assert deletes == {MASTER: {}, W0: {"gracePeriodSeconds": "0"}}
+    methods = [(method, path.rsplit("/", 1)[1]) for method, path, _, _ in rig.api.requests]
+    assert methods.index(("PATCH", "demo")) < methods.index(("DELETE", W0))
+    annotations = rig.api.job["metadata"]["annotations"]
+    assert annotations["torchgate.io/gang-attempt"] == "2"
+    assert "torchgate.io/restarts" not in annotations
+    assert rig.restarts("NodeLost") == 1
+    restarting = [c for c in rig.api.job["status"]["conditions"] if c["type"] == "Restarting"]
+    assert restarting[0]["reason"] == "NodeLost"
+    assert "a100-1 was deleted" in restarting[0]["message"]
+
+
+async def test_a_node_not_ready_is_looked_at_again_when_it_would_count_as_lost() -> None:
+    rig = Rig()
+    sick = node("a100-1")
+    sick["status"]["conditions"] = [
+        {"type": "Ready", "status": "Unknown", "lastTransitionTime": "2026-03-01T11:59:50Z"}
+    ]
+    rig.nodes.remember(sick)
+
+    assert await rig.reconciler.reconcile(KEY) == 20
+    assert rig.api.deletes() == {}
+    assert rig.restarts("NodeLost") is None
+
+
+async def test_a_member_that_vanished_is_judged_by_the_last_state_the_watch_reported() -> None:
+    rig = Rig()
+    worker = rig.pods.get("default", W0)
+    assert worker is not None
+    tainted = node(
+        "a100-1",
+        taints=[{"key": "nvidia.com/gpu-health", "value": "unhealthy", "effect": "NoExecute"}],
+    )
+    rig.nodes.remember(tainted)
+    rig.pods.forget("default", W0)
+    rig.reconciler.on_pod("DELETED", set_phase(worker, "Running", deleted=NOW), None)
+
+    await rig.reconciler.reconcile(KEY)
+
+    assert rig.restarts("NodeTainted") == 1
+    assert set(rig.api.deletes()) == {MASTER}
+
+
+async def test_a_containers_own_failure_counts_as_a_failure() -> None:
+    rig = Rig(backoff_limit=3)
+    worker = rig.pods.get("default", W0)
+    assert worker is not None
+    rig.pods.remember(set_phase(worker, "Failed", exit_code=1))
+
+    await rig.reconciler.reconcile(KEY)
+
+    annotations = rig.api.job["metadata"]["annotations"]
+    assert (annotations["torchgate.io/restarts"], annotations["torchgate.io/gang-attempt"]) == (
+        "1",
+        "2",
+    )
+    assert rig.restarts("ContainerFailed") == 1
+    assert all(query == {} for query in rig.api.deletes().values())

@@ -1,0 +1,79 @@
+"""The manager's wiring: which jobs a node event sends back to their reconcile."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from tests.builders.node import node
+from tests.builders.pod import pod
+from torchgate.controller.manager import Manager, ManagerOptions
+from torchgate.controller.queue import URGENT
+
+
+class IdleApi:
+    """An apiserver that is never asked anything in these tests."""
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        raise AssertionError(f"unexpected {method} {path}")
+
+    async def watch(self, path: str, query: Mapping[str, str]) -> AsyncIterator[dict[str, Any]]:
+        for _ in ():
+            yield {}
+
+
+def taken(manager: Manager) -> set[tuple[str, str]]:
+    """Every key the queue hands out now (urgent ones first)."""
+
+    async def drain() -> set[tuple[str, str]]:
+        keys = set()
+        while len(manager.queue):
+            key = await manager.queue.get(URGENT)
+            manager.queue.done(key)
+            keys.add(key)
+        return keys
+
+    return asyncio.run(drain())
+
+
+def manager_with_gangs() -> Manager:
+    manager = Manager(IdleApi(), ManagerOptions())
+    for job, name, where in (("a", "a-worker-0", "n1"), ("b", "b-worker-0", "n2")):
+        manager.admitter.on_pod("ADDED", pod(name, gang=("team-a", job), node=where), None)
+    return manager
+
+
+def test_a_node_that_turns_not_ready_sends_the_jobs_with_pods_there_back_to_reconcile() -> None:
+    manager = manager_with_gangs()
+    ready = node("n1")
+    lost = copy.deepcopy(ready)
+    lost["status"]["conditions"] = [
+        {"type": "Ready", "status": "Unknown", "lastTransitionTime": "2026-03-01T12:00:00Z"}
+    ]
+    manager._on_node("MODIFIED", lost, ready)
+    assert taken(manager) == {("team-a", "a")}
+
+
+def test_a_tainted_or_deleted_node_does_too_and_a_heartbeat_does_not() -> None:
+    manager = manager_with_gangs()
+    before = node("n2")
+    heartbeat = copy.deepcopy(before)
+    heartbeat["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-03-01T12:00:10Z"
+    manager._on_node("MODIFIED", heartbeat, before)
+    assert taken(manager) == set()
+    tainted = copy.deepcopy(before)
+    tainted["spec"]["taints"] = [{"key": "nvidia.com/gpu-health", "effect": "NoExecute"}]
+    manager._on_node("MODIFIED", tainted, before)
+    assert taken(manager) == {("team-a", "b")}
+    manager._on_node("DELETED", before, before)
+    assert taken(manager) == {("team-a", "b")}

@@ -1,0 +1,411 @@
+"""Why a gang restarts when no program in it failed: its node was lost or tainted, a pod was taken.
+
+A gang is torn down and placed again whole as soon as one member cannot go on, since a collective
+cannot take one new rank back. When the member was taken by the infrastructure or by someone else,
+the restart is not the job's failure: it must not spend ``backoffLimit``, and its cause and node
+are named (the ``Restarting`` condition, an Event, the restarts metric), so an admin sees what
+happened and a node's faults can be counted against it. ``find`` tells such a *disruption* from
+the program's own end.
+
+Each member of the current gang attempt, a pod as it is now or as it was last seen before it went
+away, is judged by these rules in order; the first that applies is its disruption:
+
+1. ``node_lost``: the member has not finished, and its node (bound, or planned before binding)
+   was deleted, or its ``Ready`` condition has not been True for ``lost_after`` seconds. The
+   node lifecycle controller turns ``Ready`` to ``Unknown`` only after its own node-monitor grace
+   period without a heartbeat, so the bound comes on top of that. Until the bound: look again then.
+2. ``node_tainted``: the member has not finished, and its node has a ``NoExecute`` taint the member
+   does not tolerate, or tolerates for ``tolerationSeconds`` that have run out since the taint's
+   ``timeAdded`` (what the taint-eviction controller evicts for, one pod at a time, which would
+   leave a partial gang holding its GPUs). Until they run out: look again then.
+3. ``pod_disrupted``: the member carries Kubernetes' ``DisruptionTarget`` condition (an eviction
+   through the Eviction API, kube-scheduler's preemption, the taint-eviction controller, pod
+   garbage collection, the kubelet's node-pressure eviction or shutdown) or was evicted by the
+   kubelet, no later than its training container ended by itself.
+4. ``pod_deleted``: the member was deleted, or went away, no later than its training container
+   ended by itself. torchgate deletes members of the current attempt only while moving the job to
+   a new attempt (or ending or suspending it), so a deleted member was deleted by someone else.
+
+A member that finished, or whose training container ended by itself before it was disrupted (an
+exit code first, an eviction after), is not disrupted: its end is the program's, which the
+failure rules of ``gang`` judge. ``find`` returns the gang's most severe disruption (rule order),
+with its node and the members it hit, so one lost node is one cause however many ranks it held.
+``until_lost`` says when a node counts as lost, for the force deletion of its pods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final, Literal
+
+from torchgate.controller.admission.nodes import Taint, Toleration, tolerations_of
+from torchgate.controller.job import status as st
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.spec import pytorch_container_name
+
+Cause = Literal[
+    "ContainerFailed",
+    "NodeLost",
+    "NodeTainted",
+    "PodDisrupted",
+    "PodDeleted",
+    "GangIncomplete",
+    "Preempted",
+    "ScheduleTimeout",
+]
+"""Why a gang restarted: the program failed (the only cause ``backoffLimit`` counts); one of the
+disruptions here; a member missing for no known reason (gone while no controller watched, or a
+creation cut short); torchgate's own preemption; or kube-scheduler did not bind the gang in time."""
+CONTAINER_FAILED: Final[Cause] = "ContainerFailed"
+NODE_LOST: Final[Cause] = "NodeLost"
+NODE_TAINTED: Final[Cause] = "NodeTainted"
+POD_DISRUPTED: Final[Cause] = "PodDisrupted"
+POD_DELETED: Final[Cause] = "PodDeleted"
+GANG_INCOMPLETE: Final[Cause] = "GangIncomplete"
+PREEMPTED: Final[Cause] = "Preempted"
+SCHEDULE_TIMEOUT: Final[Cause] = "ScheduleTimeout"
+SEVERITY: Final[tuple[Cause, ...]] = (NODE_LOST, NODE_TAINTED, POD_DISRUPTED, POD_DELETED)
+
+DEFAULT_LOST_AFTER_SECONDS: Final = 30.0
+DISRUPTION_TARGET: Final = "DisruptionTarget"
+_FINISHED: Final = frozenset({"Succeeded", "Failed"})
+
+
+# ------------------------------------------------------------------ what is judged
+
+
+@dataclass(frozen=True, slots=True)
+class TimedTaint:
+    """A ``NoExecute`` taint and when it was added (``None``: unknown)."""
+
+    taint: Taint
+    added: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHealth:
+    """What the rules know of one node.
+
+    Attributes:
+        name: The node.
+        exists: False when the node is gone from the cluster (deleted).
+        ready: Its ``Ready`` condition's status (``""`` when it has none: not judged).
+        ready_since: When that status began (``lastTransitionTime``).
+        no_execute: Its ``NoExecute`` taints.
+    """
+
+    name: str
+    exists: bool = True
+    ready: str = st.TRUE
+    ready_since: datetime | None = None
+    no_execute: tuple[TimedTaint, ...] = ()
+
+
+def deleted_node(name: str) -> NodeHealth:
+    """A node the cluster no longer has."""
+    return NodeHealth(name=name, exists=False)
+
+
+def node_health(raw: Mapping[str, Any]) -> NodeHealth:
+    """A ``NodeHealth`` from a raw Node (its name, ``Ready`` condition and ``NoExecute`` taints)."""
+    metadata = _mapping(raw.get("metadata"))
+    spec = _mapping(raw.get("spec"))
+    ready = next(
+        (
+            c
+            for c in st.conditions_of(raw.get("status"))
+            if c.get("type") == "Ready" and isinstance(c.get("status"), str)
+        ),
+        None,
+    )
+    taints = tuple(
+        TimedTaint(
+            Taint(_text(t.get("key")), _text(t.get("value")), "NoExecute"),
+            st.parse_time(t.get("timeAdded")),
+        )
+        for t in _list(spec.get("taints"))
+        if isinstance(t, Mapping) and t.get("effect") == "NoExecute"
+    )
+    return NodeHealth(
+        name=_text(metadata.get("name")),
+        ready=str(ready.get("status")) if ready is not None else "",
+        ready_since=st.parse_time(ready.get("lastTransitionTime")) if ready is not None else None,
+        no_execute=taints,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Disruption:
+    """What took a gang's members: the cause, the node, the members, in words.
+
+    ``detail`` completes "the gang restarts because ...", naming the node and the cause.
+    """
+
+    cause: Cause
+    node: str | None
+    pods: tuple[str, ...]
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A judgement: the disruption, if any, and when a rule that does not apply yet may apply."""
+
+    disruption: Disruption | None = None
+    recheck_after: float | None = None
+
+
+NONE: Final = Finding()
+
+
+# ------------------------------------------------------------------ reading pods
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def pod_name(pod: Mapping[str, Any]) -> str:
+    """``metadata.name`` of a pod."""
+    return _text(_mapping(pod.get("metadata")).get("name"))
+
+
+def node_of(pod: Mapping[str, Any]) -> str | None:
+    """The node a pod is bound to, or the one torchgate planned for it before binding."""
+    bound = _mapping(pod.get("spec")).get("nodeName")
+    if isinstance(bound, str) and bound:
+        return bound
+    planned = _mapping(_mapping(pod.get("metadata")).get("annotations")).get(
+        names.ANNOTATION_PLANNED_NODE
+    )
+    return planned if isinstance(planned, str) and planned else None
+
+
+def _ended_by_itself_at(pod: Mapping[str, Any]) -> datetime | None:
+    """When the training container terminated (``finishedAt``), if it did."""
+    training = pytorch_container_name(_mapping(pod.get("spec"))) or names.CONTAINER_NAME
+    for container in _list(_mapping(pod.get("status")).get("containerStatuses")):
+        if isinstance(container, Mapping) and container.get("name") == training:
+            terminated = _mapping(_mapping(container.get("state")).get("terminated"))
+            return st.parse_time(terminated.get("finishedAt"))
+    return None
+
+
+def _ended_before(pod: Mapping[str, Any], moment: datetime | None) -> bool:
+    """Whether the training container ended by itself before ``moment`` (whole seconds)."""
+    ended = _ended_by_itself_at(pod)
+    return ended is not None and moment is not None and ended < moment
+
+
+def _deletion_requested_at(pod: Mapping[str, Any]) -> datetime | None:
+    """When the pod's deletion was asked for: ``deletionTimestamp`` minus its grace period."""
+    metadata = _mapping(pod.get("metadata"))
+    deadline = st.parse_time(metadata.get("deletionTimestamp"))
+    grace = metadata.get("deletionGracePeriodSeconds")
+    if deadline is None or not isinstance(grace, int) or isinstance(grace, bool):
+        return deadline
+    return deadline - timedelta(seconds=grace)
+
+
+def _seconds(value: float) -> str:
+    return f"{max(value, 0.0):.0f}s"
+
+
+# ------------------------------------------------------------------ the rules, one member each
+
+
+def node_lost(
+    pod: Mapping[str, Any], node: NodeHealth, *, now: datetime, lost_after: float
+) -> Finding:
+    """Rule 1: the member's node was deleted, or not Ready for ``lost_after`` seconds."""
+    remaining = until_lost(node, now=now, lost_after=lost_after)
+    if st.phase_of(pod) in _FINISHED or remaining is None:
+        return NONE
+    if remaining > 0:
+        return Finding(recheck_after=remaining)
+    if not node.exists:
+        return _found(NODE_LOST, node.name, pod, f"node {node.name} was deleted")
+    for_how_long = _seconds((now - (node.ready_since or now)).total_seconds())
+    detail = f"node {node.name} is lost (Ready {node.ready} for {for_how_long})"
+    return _found(NODE_LOST, node.name, pod, detail)
+
+
+def node_tainted(pod: Mapping[str, Any], node: NodeHealth, *, now: datetime) -> Finding:
+    """Rule 2: a ``NoExecute`` taint of the member's node it does not tolerate (any longer)."""
+    if st.phase_of(pod) in _FINISHED or not node.no_execute:
+        return NONE
+    tolerations = tolerations_of(_mapping(pod.get("spec")))
+    recheck: float | None = None
+    for timed in node.no_execute:
+        matching = [t for t in tolerations if t.tolerates(timed.taint)]
+        left = _toleration_left(matching, timed, now)
+        if left is None:
+            continue
+        if left <= 0:
+            why = "does not tolerate" if not matching else "tolerated only for a while"
+            detail = f"node {node.name} has the taint {timed.taint}, which {pod_name(pod)} {why}"
+            return _found(NODE_TAINTED, node.name, pod, detail)
+        recheck = left if recheck is None else min(recheck, left)
+    return Finding(recheck_after=recheck)
+
+
+def _toleration_left(
+    matching: Sequence[Toleration], timed: TimedTaint, now: datetime
+) -> float | None:
+    """Seconds until the taint evicts (``<= 0``: now), ``None`` when it never does.
+
+    As the taint-eviction controller counts: no matching toleration evicts at once; one without
+    ``tolerationSeconds`` tolerates for ever; else the shortest one counts, from ``timeAdded``
+    (unknown: the taint-eviction controller's own eviction will show instead, rule 3).
+    """
+    if not matching:
+        return 0.0
+    seconds = [t.seconds for t in matching]
+    if any(s is None for s in seconds):
+        return None
+    shortest = min(s for s in seconds if s is not None)
+    if shortest <= 0:
+        return 0.0
+    if timed.added is None:
+        return None
+    return (timed.added + timedelta(seconds=shortest) - now).total_seconds()
+
+
+def pod_disrupted(pod: Mapping[str, Any], node: str | None) -> Finding:
+    """Rule 3: Kubernetes marked the member ``DisruptionTarget``, or the kubelet evicted it."""
+    if st.phase_of(pod) == "Succeeded":
+        return NONE
+    condition = next(
+        (
+            c
+            for c in st.conditions_of(pod.get("status"))
+            if c.get("type") == DISRUPTION_TARGET and c.get("status") == st.TRUE
+        ),
+        None,
+    )
+    if condition is not None:
+        if _ended_before(pod, st.parse_time(condition.get("lastTransitionTime"))):
+            return NONE
+        said = (_text(condition.get("reason")), _text(condition.get("message")))
+        why = ": ".join(part for part in said if part)
+        return _found(POD_DISRUPTED, node, pod, _where(pod, node, f"was disrupted ({why})"))
+    if _text(_mapping(pod.get("status")).get("reason")) == "Evicted":
+        return _found(POD_DISRUPTED, node, pod, _where(pod, node, "was evicted by its kubelet"))
+    return NONE
+
+
+def pod_deleted(pod: Mapping[str, Any], node: str | None, *, gone: bool) -> Finding:
+    """Rule 4: someone deleted the member (``gone``: it went away) before it ended by itself."""
+    if st.phase_of(pod) == "Succeeded":
+        return NONE
+    requested = _deletion_requested_at(pod)
+    if requested is None and not gone:
+        return NONE
+    if requested is None and st.phase_of(pod) == "Failed":
+        return NONE  # it failed, then went away: its end is the program's
+    if _ended_before(pod, requested):
+        return NONE
+    return _found(POD_DELETED, node, pod, _where(pod, node, "was deleted"))
+
+
+def _where(pod: Mapping[str, Any], node: str | None, what: str) -> str:
+    on = f" on {node}" if node else ""
+    return f"pod {pod_name(pod)}{on} {what}"
+
+
+def _found(cause: Cause, node: str | None, pod: Mapping[str, Any], detail: str) -> Finding:
+    return Finding(Disruption(cause, node, (pod_name(pod),), detail))
+
+
+# ------------------------------------------------------------------ the gang
+
+
+def judge(
+    pod: Mapping[str, Any],
+    *,
+    gone: bool,
+    nodes: Mapping[str, NodeHealth],
+    now: datetime,
+    lost_after: float,
+) -> Finding:
+    """The first rule that applies to one member (``gone``: its last state, before it went)."""
+    name = node_of(pod)
+    health = nodes.get(name) if name is not None else None
+    recheck: list[float] = []
+    judged: list[Finding] = []
+    if health is not None:
+        judged.append(node_lost(pod, health, now=now, lost_after=lost_after))
+        judged.append(node_tainted(pod, health, now=now))
+    judged.append(pod_disrupted(pod, name))
+    judged.append(pod_deleted(pod, name, gone=gone))
+    for finding in judged:
+        if finding.disruption is not None:
+            return finding
+        if finding.recheck_after is not None:
+            recheck.append(finding.recheck_after)
+    return Finding(recheck_after=min(recheck) if recheck else None)
+
+
+def find(
+    present: Iterable[Mapping[str, Any]],
+    departed: Iterable[Mapping[str, Any]] = (),
+    *,
+    nodes: Mapping[str, NodeHealth],
+    now: datetime,
+    lost_after: float = DEFAULT_LOST_AFTER_SECONDS,
+) -> Finding:
+    """The gang's disruption: the most severe of its members', with every member it hit.
+
+    Args:
+        present: The members of the current attempt as they are now.
+        departed: The last states of members of the current attempt that went away.
+        nodes: The nodes the members are (or were) on; a node not listed is not judged.
+        now: The clock.
+        lost_after: Seconds a node may stay not Ready before it counts as lost (rule 1).
+    """
+    findings = [
+        judge(pod, gone=gone, nodes=nodes, now=now, lost_after=lost_after)
+        for pods, gone in ((present, False), (departed, True))
+        for pod in pods
+    ]
+    hits = [f.disruption for f in findings if f.disruption is not None]
+    if not hits:
+        waits = [f.recheck_after for f in findings if f.recheck_after is not None]
+        return Finding(recheck_after=min(waits) if waits else None)
+    worst = min(hits, key=lambda d: SEVERITY.index(d.cause))
+    same = [d for d in hits if (d.cause, d.node) == (worst.cause, worst.node)]
+    members = tuple(sorted({pod for d in same for pod in d.pods}))
+    detail = worst.detail
+    if worst.cause in (NODE_LOST, NODE_TAINTED):
+        detail += f" ({_members(members)})"
+    return Finding(Disruption(worst.cause, worst.node, members, detail))
+
+
+def _members(pods: Sequence[str]) -> str:
+    return f"pod{'s' if len(pods) > 1 else ''} {', '.join(pods)}"
+
+
+def until_lost(node: NodeHealth | None, *, now: datetime, lost_after: float) -> float | None:
+    """Seconds until a node counts as lost by rule 1 (0: it does), ``None`` while Ready or unjudged.
+
+    Pods going away on a lost node are force-deleted, not awaited: no kubelet there will confirm a
+    graceful deletion, so the pod would keep its name (and the gang its place) until the node came
+    back. A rank of it that still runs cannot join the new attempt (``pytorchjob.contract``'s
+    fence), and the node's kubelet kills it if it returns.
+    """
+    if node is None or (node.exists and node.ready in ("", st.TRUE)):
+        return None
+    if not node.exists:
+        return 0.0
+    since = node.ready_since or now
+    return max(0.0, (since + timedelta(seconds=lost_after) - now).total_seconds())
