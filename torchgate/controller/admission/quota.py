@@ -113,11 +113,6 @@ def usage_by_team(admitted: Iterable[Admitted]) -> dict[str, dict[str, int]]:
     return usage
 
 
-def cohort_of(teams: Mapping[str, TeamQuota], team: TeamQuota) -> list[TeamQuota]:
-    """Every team of ``team``'s cohort, itself included, by name."""
-    return sorted((t for t in teams.values() if t.cohort == team.cohort), key=lambda t: t.name)
-
-
 # ------------------------------------------------------------------ rule 2
 
 
@@ -131,7 +126,7 @@ def check_quota(
     if team is None:
         return Fits()
     used = usage.get(team.name, {})
-    cohort = cohort_of(teams, team)
+    cohort = [t for t in teams.values() if t.cohort == team.cohort]
     borrowed: dict[str, int] = {}
     lent_out = False
     for resource, limit in team.limits.items():
@@ -199,19 +194,37 @@ def reclaim_candidates(
     protected: Callable[[Admitted], bool],
 ) -> list[Admitted]:
     """Borrowed gangs ``team`` may take its quota back from, cheapest first (rule 3)."""
-    needed = [r for r, amount in gang_usage.items() if amount > 0 and r in team.limits]
-    lenders = {
-        name: t for name, t in teams.items() if t.cohort == team.cohort and name != team.name
-    }
-    borrowers = borrowing_teams(lenders, usage, needed)
+    needed = needed_resources(team, gang_usage)
+    borrowers = reclaimable_teams(team, needed, usage, teams)
     out = [
         gang
         for gang in admitted
-        if gang.team in borrowers
-        and any(gang.usage.get(r, 0) > 0 for r in needed)
-        and not protected(gang)
+        if gang.team in borrowers and uses_any(gang, needed) and not protected(gang)
     ]
     return sorted(out, key=lambda g: (g.priority, -g.admitted_at, g.key))
+
+
+def needed_resources(team: TeamQuota, gang_usage: Units) -> tuple[str, ...]:
+    """The quota resources a gang of ``team`` asks for (what reclaim may take back, rule 3)."""
+    return tuple(r for r, amount in gang_usage.items() if amount > 0 and r in team.limits)
+
+
+def reclaimable_teams(
+    team: TeamQuota,
+    needed: Iterable[str],
+    usage: Mapping[str, Units],
+    teams: Mapping[str, TeamQuota],
+) -> frozenset[str]:
+    """The other teams of ``team``'s cohort borrowing any of ``needed`` (rule 3)."""
+    lenders = {
+        name: t for name, t in teams.items() if t.cohort == team.cohort and name != team.name
+    }
+    return borrowing_teams(lenders, usage, needed)
+
+
+def uses_any(gang: Admitted, resources: Iterable[str]) -> bool:
+    """Whether ``gang`` holds quota of any of ``resources`` (reclaiming it gives some back)."""
+    return any(gang.usage.get(r, 0) > 0 for r in resources)
 
 
 # ------------------------------------------------------------------ rule 4

@@ -143,6 +143,25 @@ def test_the_ledger_ignores_finished_pods_and_follows_moves() -> None:
     assert admitter.free()["n1"]["nvidia.com/gpu"] == 5000, "a planned, unbound pod holds capacity"
 
 
+def test_each_cycle_sees_what_changed_since_the_last_on_nodes_pods_and_reservations() -> None:
+    admitter, _, _ = make(nodes=2, gpus=8)
+    admitter.on_node("ADDED", node("n2", gpus=0), None)
+    for name, where in (("x", "n0"), ("y", "n1")):
+        admitter.on_pod("ADDED", pod(name, node=where, gpus=8), None)
+    first = ask(admitter, job("first").master(gpus=8).build())
+    assert admitter.cycle() == []
+    admitter.on_node("MODIFIED", node("n2", gpus=8), None)  # the same labels, now with GPUs
+    assert admitter.cycle() == [first]
+    second = ask(admitter, job("second").master(gpus=8).build())
+    assert admitter.cycle() == [], "n2 is reserved for the first"
+    admitter.release(first)  # its pods were deleted before they were seen
+    assert admitter.cycle() == [second]
+    third = ask(admitter, job("third").master(gpus=8).build())
+    admitter.on_pod("DELETED", pod("x", node="n0", gpus=8), None)
+    assert admitter.cycle() == [third]
+    assert set((admitter.reservation_for(third, "uid-third") or {}).values()) == {"n0"}
+
+
 def test_cancel_forgets_a_job() -> None:
     admitter, _, _ = make(nodes=1)
     key = ask(admitter, job("gone").master(gpus=1).build())
