@@ -14,6 +14,7 @@ left out, so one bad object cannot take admission down.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -76,12 +77,18 @@ class PlacementPolicy:
 
     def allows_host_path(self, path: str) -> bool:
         """Whether a hostPath volume at ``path`` is under one of the allowed prefixes."""
-        normalised = "/" + path.strip("/")
-        for prefix in self.allowed_host_paths:
-            root = "/" + prefix.strip("/")
-            if root == "/" or normalised == root or normalised.startswith(root + "/"):
-                return True
-        return False
+        return _under_a_prefix(self.allowed_host_paths, path)
+
+
+# Every review asks about the same few paths of the same policy: decide each pair once.
+@functools.lru_cache(maxsize=1024)
+def _under_a_prefix(prefixes: tuple[str, ...], path: str) -> bool:
+    normalised = "/" + path.strip("/")
+    for prefix in prefixes:
+        root = "/" + prefix.strip("/")
+        if root == "/" or normalised == root or normalised.startswith(root + "/"):
+            return True
+    return False
 
 
 DEFAULT_POLICY = PlacementPolicy(builtin=True)

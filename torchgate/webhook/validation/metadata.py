@@ -130,7 +130,7 @@ def create_only_fields(job: JobFacts) -> Findings:
     found: list[Finding] = []
     metadata = job.metadata
     if isinstance(metadata, OBJECT):
-        for key in ("resourceVersion", "uid"):
+        for key in ("resourceVersion",) if job.uid_from_server else ("resourceVersion", "uid"):
             if metadata.get(key) not in (None, ""):
                 found.append(
                     forbidden(
