@@ -50,6 +50,8 @@ CALLS: dict[tuple[str, str, str, str], str] = {
     ("controller", "", "events", "create"): "_record",
     # torchgate/controller/admission/poolsource.py
     ("controller", "torchgate.io", "teamquotas/status", "patch"): "usage, borrowing, Valid",
+    # torchgate/controller/quarantine/keeper.py
+    ("controller", "", "nodes", "patch"): "quarantine taint and labels",
     # controller/leader.py
     ("controller", "coordination.k8s.io", "leases", "get"): "acquire/renew/release",
     ("controller", "coordination.k8s.io", "leases", "create"): "first acquire",

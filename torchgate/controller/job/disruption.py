@@ -25,6 +25,17 @@ away, is judged by these rules in order; the first that applies is its disruptio
 4. ``pod_deleted``: the member was deleted, or went away, no later than its training container
    ended by itself. torchgate deletes members of the current attempt only while moving the job to
    a new attempt (or ending or suspending it), so a deleted member was deleted by someone else.
+5. ``pod_stuck``: the member is bound to a node and still ``Pending`` ``stuck_after`` seconds
+   after it was scheduled, with a container waiting to be created or pulled
+   (``ContainerCreating``: no sandbox, no network from the CNI plugin, volumes not mounted;
+   ``ErrImagePull``/``ImagePullBackOff``) or no container status at all. Its node failed to
+   start it: the gang goes elsewhere. Until the bound: look again then. (``PodInitializing``
+   and ``CreateContainerConfigError`` are the job's own: its init containers, its missing
+   Secret.)
+
+``NODE_FAULTS`` are the causes that count against the node they happened on for quarantine
+(``controller.quarantine``): a lost node, a health taint, an eviction by Kubernetes, a stuck pod.
+A deletion by someone is not the node's fault.
 
 A member that finished, or whose training container ended by itself before it was disrupted (an
 exit code first, an eviction after), is not disrupted: its end is the program's, which the
@@ -54,6 +65,7 @@ Cause = Literal[
     "GangIncomplete",
     "Preempted",
     "ScheduleTimeout",
+    "PodStuck",
 ]
 """Why a gang restarted: the program failed (the only cause ``backoffLimit`` counts); one of the
 disruptions here; a member missing for no known reason (gone while no controller watched, or a
@@ -66,9 +78,22 @@ POD_DELETED: Final[Cause] = "PodDeleted"
 GANG_INCOMPLETE: Final[Cause] = "GangIncomplete"
 PREEMPTED: Final[Cause] = "Preempted"
 SCHEDULE_TIMEOUT: Final[Cause] = "ScheduleTimeout"
-SEVERITY: Final[tuple[Cause, ...]] = (NODE_LOST, NODE_TAINTED, POD_DISRUPTED, POD_DELETED)
+POD_STUCK: Final[Cause] = "PodStuck"
+SEVERITY: Final[tuple[Cause, ...]] = (
+    NODE_LOST,
+    NODE_TAINTED,
+    POD_DISRUPTED,
+    POD_DELETED,
+    POD_STUCK,
+)
+NODE_FAULTS: Final[frozenset[Cause]] = frozenset(
+    {NODE_LOST, NODE_TAINTED, POD_DISRUPTED, POD_STUCK}
+)
 
 DEFAULT_LOST_AFTER_SECONDS: Final = 30.0
+DEFAULT_STUCK_AFTER_SECONDS: Final = 600.0
+# Waiting reasons of a container its node could not create or pull (rule 5).
+STUCK_REASONS: Final = frozenset({"ContainerCreating", "ErrImagePull", "ImagePullBackOff"})
 DISRUPTION_TARGET: Final = "DisruptionTarget"
 _FINISHED: Final = frozenset({"Succeeded", "Failed"})
 
@@ -318,6 +343,47 @@ def pod_deleted(pod: Mapping[str, Any], node: str | None, *, gone: bool) -> Find
     return _found(POD_DELETED, node, pod, _where(pod, node, "was deleted"))
 
 
+def pod_stuck(
+    pod: Mapping[str, Any], node: str | None, *, now: datetime, stuck_after: float
+) -> Finding:
+    """Rule 5: bound and still waiting for its containers ``stuck_after`` s after scheduling."""
+    spec = _mapping(pod.get("spec"))
+    if st.phase_of(pod) != "Pending" or not spec.get("nodeName") or st.is_terminating(pod):
+        return NONE
+    waiting = _waiting_reasons(pod)
+    if waiting is not None and not waiting & STUCK_REASONS:
+        return NONE
+    scheduled = next(
+        (
+            st.parse_time(c.get("lastTransitionTime"))
+            for c in st.conditions_of(pod.get("status"))
+            if c.get("type") == "PodScheduled" and c.get("status") == st.TRUE
+        ),
+        None,
+    ) or st.parse_time(_mapping(pod.get("metadata")).get("creationTimestamp"))
+    since = scheduled or now
+    left = (since + timedelta(seconds=stuck_after) - now).total_seconds()
+    if left > 0:
+        return Finding(recheck_after=left)
+    what = ", ".join(sorted(waiting)) if waiting else "no container status"
+    detail = _where(pod, node, f"did not start within {_seconds(stuck_after)} ({what})")
+    return _found(POD_STUCK, node, pod, detail)
+
+
+def _waiting_reasons(pod: Mapping[str, Any]) -> set[str] | None:
+    """Why its containers wait (``None``: the kubelet reported none of them yet)."""
+    statuses = [
+        c
+        for c in _list(_mapping(pod.get("status")).get("containerStatuses"))
+        if isinstance(c, Mapping)
+    ]
+    if not statuses:
+        return None
+    return {
+        _text(_mapping(_mapping(c.get("state")).get("waiting")).get("reason")) for c in statuses
+    } - {""}
+
+
 def _where(pod: Mapping[str, Any], node: str | None, what: str) -> str:
     on = f" on {node}" if node else ""
     return f"pod {pod_name(pod)}{on} {what}"
@@ -337,6 +403,7 @@ def judge(
     nodes: Mapping[str, NodeHealth],
     now: datetime,
     lost_after: float,
+    stuck_after: float = DEFAULT_STUCK_AFTER_SECONDS,
 ) -> Finding:
     """The first rule that applies to one member (``gone``: its last state, before it went)."""
     name = node_of(pod)
@@ -348,6 +415,8 @@ def judge(
         judged.append(node_tainted(pod, health, now=now))
     judged.append(pod_disrupted(pod, name))
     judged.append(pod_deleted(pod, name, gone=gone))
+    if not gone:
+        judged.append(pod_stuck(pod, name, now=now, stuck_after=stuck_after))
     for finding in judged:
         if finding.disruption is not None:
             return finding
@@ -363,6 +432,7 @@ def find(
     nodes: Mapping[str, NodeHealth],
     now: datetime,
     lost_after: float = DEFAULT_LOST_AFTER_SECONDS,
+    stuck_after: float = DEFAULT_STUCK_AFTER_SECONDS,
 ) -> Finding:
     """The gang's disruption: the most severe of its members', with every member it hit.
 
@@ -372,9 +442,10 @@ def find(
         nodes: The nodes the members are (or were) on; a node not listed is not judged.
         now: The clock.
         lost_after: Seconds a node may stay not Ready before it counts as lost (rule 1).
+        stuck_after: Seconds a bound pod may wait for its containers (rule 5).
     """
     findings = [
-        judge(pod, gone=gone, nodes=nodes, now=now, lost_after=lost_after)
+        judge(pod, gone=gone, nodes=nodes, now=now, lost_after=lost_after, stuck_after=stuck_after)
         for pods, gone in ((present, False), (departed, True))
         for pod in pods
     ]

@@ -19,7 +19,8 @@ The rules this module owns (rules 4, 5 and 7 of ``plan``):
 - ``handle_failure``: a failed pod that its restart policy does not retry ends the job; a
   retryable failure restarts the whole gang, counted against ``backoffLimit``.
 - ``plan_disrupted``: a member taken by its node or by someone else (``disruption.find``:
-  a lost node, an untolerated ``NoExecute`` taint, an eviction, a deletion) restarts the whole
+  a lost node, an untolerated ``NoExecute`` taint, an eviction, a deletion, a pod its node
+  could not start) restarts the whole
   gang at once, whatever the restart policy, without counting against ``backoffLimit``, with a
   ``Restarting`` condition and an Event whose reason is the cause and whose message names the
   node. A disruption outranks failures seen with it: ranks fail when a peer is taken from them.
@@ -144,6 +145,7 @@ def find_disruption(draft: Draft, pods: GangPods) -> dis.Disruption | None:
         nodes=observed.nodes,
         now=draft.now,
         lost_after=observed.node_lost_seconds,
+        stuck_after=observed.stuck_pod_seconds,
     )
     if finding.recheck_after is not None:
         draft.timer(finding.recheck_after)

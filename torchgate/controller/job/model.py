@@ -16,7 +16,12 @@ from typing import Any, Final, Literal
 
 from torchgate.controller.admission.nodes import PodDemand, job_demands
 from torchgate.controller.job import status as st
-from torchgate.controller.job.disruption import DEFAULT_LOST_AFTER_SECONDS, Cause, NodeHealth
+from torchgate.controller.job.disruption import (
+    DEFAULT_LOST_AFTER_SECONDS,
+    DEFAULT_STUCK_AFTER_SECONDS,
+    Cause,
+    NodeHealth,
+)
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.spec import JobSpec, as_int, pytorch_container_name
 
@@ -55,6 +60,8 @@ class Observed:
         nodes: The nodes the job's pods are (or were) on, as the node cache has them; a node the
             cache no longer has is present as deleted, a node not listed is not judged.
         node_lost_seconds: How long a node may stay not Ready before its pods count as lost.
+        stuck_pod_seconds: How long a bound pod may wait for its containers to start before it
+            counts as stuck on its node (the job's policy's ``quarantine.stuckPodSeconds``).
     """
 
     job_raw: Mapping[str, Any]
@@ -73,6 +80,7 @@ class Observed:
     departed: Sequence[Mapping[str, Any]] = ()
     nodes: Mapping[str, NodeHealth] = field(default_factory=dict)
     node_lost_seconds: float = DEFAULT_LOST_AFTER_SECONDS
+    stuck_pod_seconds: float = DEFAULT_STUCK_AFTER_SECONDS
 
 
 @dataclass(frozen=True, slots=True)

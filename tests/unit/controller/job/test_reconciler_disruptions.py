@@ -18,8 +18,10 @@ from tests.unit.controller.helpers import NOW, World, merge_patch
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
 from torchgate.controller.metrics import ControllerMetrics
+from torchgate.controller.quarantine.rules import Fault
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import NODES, PODS, PYTORCHJOBS, SERVICES
+from torchgate.pytorchjob.policy import QuarantineSettings
 
 MASTER, W0 = "demo-master-0", "demo-worker-0"
 RESERVATION = {MASTER: "a100-0", W0: "a100-1"}
@@ -85,6 +87,7 @@ class Rig:
         for name in ("a100-0", "a100-1"):
             self.nodes.remember(node(name))
         self.metrics = ControllerMetrics()
+        self.faults: list[tuple[Fault, QuarantineSettings]] = []
         self.reconciler = Reconciler(
             self.api,
             jobs=self.jobs,
@@ -97,6 +100,7 @@ class Rig:
             options=Options(manage_unowned=True, node_lost_seconds=30),
             clock=lambda: NOW,
             nodes=self.nodes,
+            node_faults=lambda fault, settings: self.faults.append((fault, settings)),
         )
 
     def restarts(self, cause: str) -> float | None:
@@ -172,3 +176,52 @@ async def test_a_containers_own_failure_counts_as_a_failure() -> None:
     )
     assert rig.restarts("ContainerFailed") == 1
     assert all(query == {} for query in rig.api.deletes().values())
+
+
+def stuck_on(rig: Rig, name: str, *, scheduled: str) -> None:
+    pod = rig.pods.get("default", name)
+    assert pod is not None
+    pending = set_phase(pod, "Pending")
+    pending["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled}
+    ]
+    pending["status"]["containerStatuses"] = [
+        {"name": "pytorch", "state": {"waiting": {"reason": "ContainerCreating"}}}
+    ]
+    rig.pods.remember(pending)
+
+
+async def test_a_pod_its_node_cannot_start_restarts_the_gang_uncounted_and_blames_the_node() -> (
+    None
+):
+    rig = Rig()
+    stuck_on(rig, W0, scheduled="2026-03-01T11:49:59Z")  # 601 s ago: past the default bound
+
+    await rig.reconciler.reconcile(KEY)
+
+    annotations = rig.api.job["metadata"]["annotations"]
+    assert annotations["torchgate.io/gang-attempt"] == "2"
+    assert "torchgate.io/restarts" not in annotations
+    assert rig.restarts("PodStuck") == 1
+    assert rig.faults == [
+        (Fault("a100-1", "PodStuck", NOW, KEY), QuarantineSettings()),
+    ]
+
+
+async def test_a_pod_still_within_its_bound_is_looked_at_again_then_and_blames_nobody() -> None:
+    rig = Rig()
+    stuck_on(rig, W0, scheduled="2026-03-01T11:59:00Z")  # 60 s ago
+
+    assert await rig.reconciler.reconcile(KEY) == 540
+    assert rig.faults == []
+
+
+async def test_a_containers_own_failure_is_not_its_nodes_fault() -> None:
+    rig = Rig(backoff_limit=3)
+    worker = rig.pods.get("default", W0)
+    assert worker is not None
+    rig.pods.remember(set_phase(worker, "Failed", exit_code=1))
+
+    await rig.reconciler.reconcile(KEY)
+
+    assert rig.faults == []
