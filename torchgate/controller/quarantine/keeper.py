@@ -69,6 +69,9 @@ class QuarantineKeeper:
         )
         self._faults[fault.node] = counted
         quarantine = rules.due(counted, now=now, settings=settings)
+        node = self.nodes.get("", fault.node)
+        if node is not None and rules.quarantine_of(node).tainted:
+            return  # quarantined already: its cooldown is not extended
         if quarantine is not None:
             self._due[fault.node] = (quarantine, counted)
             self._faults.pop(fault.node, None)  # a quarantine starts the count afresh

@@ -175,3 +175,17 @@ async def test_a_conflicting_patch_is_retried_on_the_next_pass_from_the_fresh_no
 
     await rig.keeper.converge()
     assert quarantined(rig, "a100-1")
+
+
+async def test_faults_on_a_quarantined_node_do_not_quarantine_it_again() -> None:
+    rig = Rig()
+    rig.fault("one")
+    rig.fault("two")
+    await rig.keeper.converge()
+    until = rig.labels("a100-1")[UNTIL]
+    rig.now = NOW + timedelta(seconds=60)
+    rig.fault("three")
+    rig.fault("four")
+    await rig.keeper.converge()
+    assert rig.labels("a100-1")[UNTIL] == until
+    assert rig.counter.labels("PodStuck")._value.get() == 1
