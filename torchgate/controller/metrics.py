@@ -4,9 +4,10 @@ Besides reconcile latency, queue depth and pod writes, three measure what torchg
 
 - ``torchgate_controller_gang_wait_seconds``: how long gangs waited for capacity before admission.
 - ``torchgate_controller_gang_restarts_total{cause}``: whole-gang restarts by cause
-  (``job.disruption.Cause``): ``ContainerFailed`` is the program's own failure, the only one
-  ``backoffLimit`` counts; ``NodeLost``, ``NodeTainted``, ``PodDisrupted``, ``PodDeleted`` are the
-  infrastructure's or someone else's, ``Preempted``, ``ScheduleTimeout`` and ``GangIncomplete``
+  (``job.disruption.Cause``): ``ContainerFailed`` is the program's own failure and ``Hang`` a
+  Master that made no progress for its deadline, the two ``backoffLimit`` counts; ``NodeLost``,
+  ``NodeTainted``, ``PodDisrupted``, ``PodDeleted``, ``PodStuck`` are the infrastructure's or
+  someone else's, ``Preempted``, ``ScheduleTimeout`` and ``GangIncomplete``
   torchgate's own.
 - ``torchgate_controller_quarantined_nodes`` and
   ``torchgate_controller_node_quarantines_total{cause}``: nodes kept out of new placements now,
@@ -73,7 +74,8 @@ class ControllerMetrics:
         )
         self.gang_restarts = Counter(
             "torchgate_controller_gang_restarts_total",
-            "Whole-gang restarts by cause (only ContainerFailed counts against backoffLimit).",
+            "Whole-gang restarts by cause (only ContainerFailed and Hang count against "
+            "backoffLimit).",
             ["cause"],
             registry=self.registry,
         )

@@ -6,7 +6,8 @@ A policy says where jobs of some namespaces go (``nodeSelector``, ``tolerations`
 defaults the webhook persists, (parsed by ``pool.parse_pool_settings``) what preemption may not
 touch and which node labels are topology levels, and when a node where the policy's gangs keep
 failing for reasons outside the job is quarantined (``spec.quarantine``: the faults of a job
-count with its own policy's thresholds, so one pool's admins decide for their nodes). Exactly one
+count with its own policy's thresholds, so one pool's admins decide for their nodes), and the
+progress deadline of its jobs (``spec.progressDeadlineSeconds``, see ``progress``). Exactly one
 policy applies to a job: the matching one with the highest ``priority`` (ties broken by name, so
 the choice never depends on list order), or the built-in default when none matches.
 
@@ -31,6 +32,7 @@ from torchgate.pytorchjob.fieldpath import (
     required,
 )
 from torchgate.pytorchjob.pool import PreemptionSettings, TopologySettings, parse_pool_settings
+from torchgate.pytorchjob.progress import parse_deadline
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
 from torchgate.pytorchjob.spec import as_int
 
@@ -86,6 +88,7 @@ class PlacementPolicy:
     preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
     topology: TopologySettings = field(default_factory=TopologySettings)
     quarantine: QuarantineSettings = field(default_factory=QuarantineSettings)
+    progress_deadline_seconds: int | None = None
     builtin: bool = False
 
     def matches(self, namespace: str) -> bool:
@@ -183,6 +186,7 @@ def parse_policy(raw: object) -> tuple[PlacementPolicy | None, list[FieldError]]
         preemption=sharing.preemption,
         topology=sharing.topology,
         quarantine=_parse_quarantine(spec.get("quarantine"), errors),
+        progress_deadline_seconds=_parse_progress_deadline(spec, errors),
     )
     return (None, errors) if errors else (policy, [])
 
@@ -317,3 +321,15 @@ def _parse_quarantine(value: object, errors: list[FieldError]) -> QuarantineSett
         cooldown_seconds=positive("cooldownSeconds", base.cooldown_seconds),
         stuck_pod_seconds=positive("stuckPodSeconds", base.stuck_pod_seconds),
     )
+
+
+def _parse_progress_deadline(spec: Mapping[str, Any], errors: list[FieldError]) -> int | None:
+    """``spec.progressDeadlineSeconds``: a positive integer, the hang deadline of its jobs."""
+    value = spec.get("progressDeadlineSeconds")
+    if value is None:
+        return None
+    seconds = parse_deadline(value) if not isinstance(value, str) else None
+    if seconds is None:
+        path = _SPEC.child("progressDeadlineSeconds")
+        errors.append(invalid(path, value, "must be a positive integer"))
+    return seconds

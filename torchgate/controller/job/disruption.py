@@ -66,10 +66,12 @@ Cause = Literal[
     "Preempted",
     "ScheduleTimeout",
     "PodStuck",
+    "Hang",
 ]
-"""Why a gang restarted: the program failed (the only cause ``backoffLimit`` counts); one of the
-disruptions here; a member missing for no known reason (gone while no controller watched, or a
-creation cut short); torchgate's own preemption; or kube-scheduler did not bind the gang in time."""
+"""Why a gang restarted: the program failed, or its Master made no progress for its deadline (a
+hang, ``pytorchjob.progress``), the two causes ``backoffLimit`` counts; one of the disruptions
+here; a member missing for no known reason (gone while no controller watched, or a creation cut
+short); torchgate's own preemption; or kube-scheduler did not bind the gang in time."""
 CONTAINER_FAILED: Final[Cause] = "ContainerFailed"
 NODE_LOST: Final[Cause] = "NodeLost"
 NODE_TAINTED: Final[Cause] = "NodeTainted"
@@ -79,6 +81,7 @@ GANG_INCOMPLETE: Final[Cause] = "GangIncomplete"
 PREEMPTED: Final[Cause] = "Preempted"
 SCHEDULE_TIMEOUT: Final[Cause] = "ScheduleTimeout"
 POD_STUCK: Final[Cause] = "PodStuck"
+HANG: Final[Cause] = "Hang"
 SEVERITY: Final[tuple[Cause, ...]] = (
     NODE_LOST,
     NODE_TAINTED,

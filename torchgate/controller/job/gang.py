@@ -17,7 +17,9 @@ The rules this module owns (rules 4, 5 and 7 of ``plan``):
   off); otherwise missing pods and Services are created and ``Running`` is set once the
   rendezvous replica runs.
 - ``handle_failure``: a failed pod that its restart policy does not retry ends the job; a
-  retryable failure restarts the whole gang, counted against ``backoffLimit``.
+  retryable failure restarts the whole gang, counted against ``backoffLimit``. A Master the
+  progress probe ended (``pytorchjob.progress``) restarts it as a ``Hang``, counted too: a hang is
+  usually the job's own (a deadlock, a stuck collective, a dead data loader).
 - ``plan_disrupted``: a member taken by its node or by someone else (``disruption.find``:
   a lost node, an untolerated ``NoExecute`` taint, an eviction, a deletion, a pod its node
   could not start) restarts the whole
@@ -51,6 +53,7 @@ from torchgate.controller.job.model import (
     Restart,
     as_mapping,
     controlled_by,
+    ended_hung,
     is_retryable,
     metadata_of,
     name_of,
@@ -127,12 +130,23 @@ def handle_failure(draft: Draft, pods: GangPods, failed: Sequence[Mapping[str, A
         message = f"Job {job.name} has failed because it has reached the specified backoff limit"
         finish(draft, pods, st.FAILED, st.REASON_BACKOFF_LIMIT, message, "Warning")
         return
-    message = (
-        f"PyTorchJob {job.name} is restarting because {count} {replica_type} replica(s) failed."
-    )
-    _begin_attempt(draft, pods, Restart(dis.CONTAINER_FAILED, counted=True))
-    draft.set_condition(st.RESTARTING, st.TRUE, st.REASON_RESTARTING, message)
-    draft.event("Warning", st.REASON_RESTARTING, message)
+    hung = [name_of(pod) for pod in failed if ended_hung(pod)]
+    if hung:
+        deadline = draft.observed.progress_deadline_seconds
+        message = (
+            f"PyTorchJob {job.name} is restarting because {', '.join(hung)} made no progress for "
+            f"its progress deadline ({deadline}s): a hang, counted against backoffLimit."
+        )
+        reason: str = dis.HANG
+    else:
+        message = (
+            f"PyTorchJob {job.name} is restarting because {count} {replica_type} replica(s) failed."
+        )
+        reason = st.REASON_RESTARTING
+    cause = dis.HANG if hung else dis.CONTAINER_FAILED
+    _begin_attempt(draft, pods, Restart(cause, counted=True))
+    draft.set_condition(st.RESTARTING, st.TRUE, reason, message)
+    draft.event("Warning", reason, message)
     _mark_queued(draft)
 
 
@@ -300,6 +314,7 @@ def _create_missing(draft: Draft, pods: GangPods, reservation: Mapping[str, str]
                 node=reservation.get(name),
                 attempt=pods.attempt,
                 gpu_resource=observed.gpu_resource,
+                progress_deadline=observed.progress_deadline_seconds,
             )
         )
     _create_missing_services(draft)

@@ -22,7 +22,7 @@ from torchgate.controller.job.disruption import (
     Cause,
     NodeHealth,
 )
-from torchgate.pytorchjob import names
+from torchgate.pytorchjob import names, progress
 from torchgate.pytorchjob.spec import JobSpec, as_int, pytorch_container_name
 
 ANNOTATION_RESTARTS: Final = "torchgate.io/restarts"
@@ -60,6 +60,8 @@ class Observed:
         nodes: The nodes the job's pods are (or were) on, as the node cache has them; a node the
             cache no longer has is present as deleted, a node not listed is not judged.
         node_lost_seconds: How long a node may stay not Ready before its pods count as lost.
+        progress_deadline_seconds: The job's progress deadline (``pytorchjob.progress``), if any:
+            its rendezvous replica is created with the probe that ends it when it hangs.
         stuck_pod_seconds: How long a bound pod may wait for its containers to start before it
             counts as stuck on its node (the job's policy's ``quarantine.stuckPodSeconds``).
     """
@@ -81,13 +83,14 @@ class Observed:
     nodes: Mapping[str, NodeHealth] = field(default_factory=dict)
     node_lost_seconds: float = DEFAULT_LOST_AFTER_SECONDS
     stuck_pod_seconds: float = DEFAULT_STUCK_AFTER_SECONDS
+    progress_deadline_seconds: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Restart:
     """Why a plan restarts the gang: the cause, the node it happened on, whether it counts.
 
-    Only ``ContainerFailed`` counts against ``backoffLimit``; the node is known for the
+    Only ``ContainerFailed`` and ``Hang`` count against ``backoffLimit``; the node is known for the
     disruptions that happen on one (``job.disruption``).
     """
 
@@ -226,17 +229,26 @@ def expected_pods(job: JobSpec) -> dict[str, tuple[names.ReplicaType, int]]:
     }
 
 
-def pytorch_exit_code(pod: Mapping[str, Any]) -> int | None:
-    """Exit code of the terminated ``pytorch`` container, ``None`` when it has none."""
+def _pytorch_terminated(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The ``terminated`` state of the ``pytorch`` container (empty when it has none)."""
     statuses = as_mapping(pod.get("status")).get("containerStatuses")
     if not isinstance(statuses, list):
-        return None
+        return {}
     training = pytorch_container_name(as_mapping(pod.get("spec"))) or names.CONTAINER_NAME
     for container in statuses:
         if isinstance(container, Mapping) and container.get("name") == training:
-            terminated = as_mapping(as_mapping(container.get("state")).get("terminated"))
-            return as_int(terminated.get("exitCode"))
-    return None
+            return as_mapping(as_mapping(container.get("state")).get("terminated"))
+    return {}
+
+
+def pytorch_exit_code(pod: Mapping[str, Any]) -> int | None:
+    """Exit code of the terminated ``pytorch`` container, ``None`` when it has none."""
+    return as_int(_pytorch_terminated(pod).get("exitCode"))
+
+
+def ended_hung(pod: Mapping[str, Any]) -> bool:
+    """The ``pytorch`` container was ended by the progress probe (``pytorchjob.progress``)."""
+    return progress.is_hang(_pytorch_terminated(pod).get("message"))
 
 
 def is_retryable(restart_policy: str, pod: Mapping[str, Any]) -> bool:

@@ -68,6 +68,7 @@ from torchgate.pytorchjob import names
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.policy import PlacementPolicy, QuarantineSettings, select_policy
 from torchgate.pytorchjob.pool import gang_usage
+from torchgate.pytorchjob.progress import progress_deadline
 from torchgate.pytorchjob.spec import JobSpec, parse_job, pod_spec_of
 
 log = logging.getLogger("torchgate.controller")
@@ -276,6 +277,9 @@ class Reconciler:
             nodes=self._nodes_under((*pods, *departed)),
             node_lost_seconds=self.options.node_lost_seconds,
             stuck_pod_seconds=policy.quarantine.stuck_pod_seconds,
+            progress_deadline_seconds=progress_deadline(
+                spec.annotations, policy.progress_deadline_seconds
+            ),
         )
         decision = plan(observed)
         applied = self._schedule_status_write(key, spec.uid, job, decision)

@@ -225,3 +225,41 @@ async def test_a_containers_own_failure_is_not_its_nodes_fault() -> None:
     await rig.reconciler.reconcile(KEY)
 
     assert rig.faults == []
+
+
+def hung(rig: Rig) -> None:
+    master = rig.pods.get("default", MASTER)
+    assert master is not None
+    failed = set_phase(master, "Failed")
+    message = "torchgate: no progress for 95s (progress deadline 90s): /tmp/torchgate-progress"
+    failed["status"]["containerStatuses"] = [
+        {"name": "pytorch", "state": {"terminated": {"exitCode": 137, "message": message}}}
+    ]
+    rig.pods.remember(failed)
+
+
+async def test_a_master_ended_by_the_progress_probe_restarts_the_gang_as_a_counted_hang() -> None:
+    rig = Rig(backoff_limit=3)
+    hung(rig)
+
+    await rig.reconciler.reconcile(KEY)
+
+    annotations = rig.api.job["metadata"]["annotations"]
+    assert annotations["torchgate.io/restarts"] == "1"
+    assert annotations["torchgate.io/gang-attempt"] == "2"
+    assert rig.restarts("Hang") == 1
+    assert rig.restarts("ContainerFailed") is None
+    restarting = [c for c in rig.api.job["status"]["conditions"] if c["type"] == "Restarting"]
+    assert restarting[0]["reason"] == "Hang"
+    assert rig.faults == []
+
+
+async def test_a_hang_past_the_backoff_limit_fails_the_job() -> None:
+    rig = Rig(backoff_limit=0)
+    hung(rig)
+
+    await rig.reconciler.reconcile(KEY)
+
+    failed = [c for c in rig.api.job["status"]["conditions"] if c["type"] == "Failed"]
+    assert failed[0]["status"] == "True"
+    assert failed[0]["reason"] == "BackoffLimitExceeded"

@@ -151,6 +151,7 @@ POLICY_FIELDS = {
     "preemption": ".spec.preemption",
     "topology": ".spec.topology",
     "quarantine": ".spec.quarantine",
+    "progress_deadline_seconds": ".spec.progressDeadlineSeconds",
 }
 QUARANTINE_FIELDS = {
     "faults": "faults",
