@@ -547,7 +547,7 @@ class Reconciler:
 
 
 class EventRecorder:
-    """core/v1 Events on jobs, sent in the background and best effort.
+    """core/v1 Events on jobs (and on Nodes, for quarantine), sent in the background, best effort.
 
     Like client-go's event broadcaster: recording never blocks a reconcile, a few senders share
     the apiserver with the writes that matter, and when thousands of jobs change at once the
