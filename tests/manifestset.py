@@ -31,6 +31,8 @@ KUSTOMIZATIONS: Mapping[str, Path] = {
     "overlays/default": MANIFESTS / "overlays" / "default",
     "overlays/with-pytorchjob-crd": MANIFESTS / "overlays" / "with-pytorchjob-crd",
     "overlays/cert-manager": MANIFESTS / "overlays" / "cert-manager",
+    "overlays/network-policy": MANIFESTS / "overlays" / "network-policy",
+    "overlays/monitoring": MANIFESTS / "overlays" / "monitoring",
 }
 
 # Helm value sets, named after the kustomization each must render the same objects as.
@@ -44,6 +46,13 @@ CHART_VALUES: Mapping[str, tuple[str, ...]] = {
         "--set=controller.manageUnowned=true",
     ),
     "overlays/cert-manager": (SAMPLE, "--set=certManager.enabled=true"),
+    "overlays/network-policy": (SAMPLE, "--set=networkPolicy.enabled=true"),
+    "overlays/monitoring": (
+        SAMPLE,
+        "--set=monitoring.dashboard=true",
+        "--set=monitoring.ruleConfigMap=true",
+        "--set=monitoring.prometheusRule=true",
+    ),
 }
 
 # Labels and annotations only Helm adds (release bookkeeping); ignored when comparing.

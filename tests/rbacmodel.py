@@ -11,7 +11,8 @@ automatically or stops the test with its file, function and line:
   namespace, a third ``path`` argument the subresource. A resource passed in as a
   parameter (``_create(PODS, ...)``) is resolved at the function's call sites; every
   ``Informer(api, RESOURCE, ...)`` needs list and watch (the import contracts keep any other
-  client stack out of the product).
+  client stack out of the product). ``RESOURCE.discovery_path()`` is API discovery, which the
+  default ``system:discovery`` ClusterRole lets every authenticated user read: no Role needed.
 
 Where a call goes (namespace, object name) is not in the code but in the flags the manifests pass
 (``--secret``, ``--webhook-config``, ``--leader-election-id``), so those are parsed with the
@@ -47,6 +48,23 @@ ADMISSION_ONLY: Mapping[tuple[str, str, str, str], str] = {
     ("controller", "kubeflow.org", "pytorchjobs/finalizers", "update"): (
         "OwnerReferencesPermissionEnforcement admission checks it when the controller creates "
         "pods and Services whose ownerReference sets blockOwnerDeletion"
+    ),
+    ("webhook", "torchgate.io", "forecasts", "create"): (
+        "the controller's pool service asks a SubjectAccessReview whether the caller may have a "
+        "forecast (a virtual resource: no API call is made with it)"
+    ),
+}
+
+# Modules of the access layer that make API calls on behalf of the packages importing them
+# (the pool service's TokenReview and SubjectAccessReview): their calls count for those packages.
+DELEGATES: Mapping[str, str] = {"torchgate.kube.access": "kube/access.py"}
+
+# Bindings to users rather than to torchgate's ServiceAccounts, on purpose (the model leaves them
+# out; tests/unit/test_rbac.py checks what they grant).
+USER_BINDINGS: Mapping[tuple[str, str], str] = {
+    ("RoleBinding", "torchgate-controller-proxy"): (
+        "every authenticated user may reach the controller's pool service through the "
+        "apiserver's Service proxy; the pool service checks each request itself"
     ),
 }
 
@@ -283,6 +301,8 @@ def _scan_raw(component: str, sites: Sequence[_Site], scan: CodeScan) -> None:
         path_node = _argument(call, 0 if func.attr == "watch" else 1, "path")
         if method is None or path_node is None:
             raise UnmappedCall(f"{site.where}: API call without a literal method or a path")
+        if _is_discovery(path_node):
+            continue  # API discovery: non-resource URLs every authenticated user may GET
         ref = _path_ref(path_node, site.defining)
         if ref is None and site.function.startswith("Informer."):
             continue  # the informer's own list/watch: accounted for at Informer(...) sites
@@ -318,11 +338,34 @@ def _scan_raw(component: str, sites: Sequence[_Site], scan: CodeScan) -> None:
             need(argument.id, verb, ref.sub, caller)
 
 
+def _delegated_files(package: str) -> list[Path]:
+    """The access layer's modules (``DELEGATES``) the package imports; they call for it."""
+    found: list[Path] = []
+    for module, relative in DELEGATES.items():
+        path = REPO_ROOT / "torchgate" / relative
+        imported = any(
+            f"from {module} import" in source.read_text(encoding="utf-8")
+            for source in _source_files(package)
+        )
+        if imported and path.exists():
+            found.append(path)
+    return found
+
+
+def _is_discovery(node: ast.AST) -> bool:
+    """``RESOURCE.discovery_path()``: granted by the default ``system:discovery`` ClusterRole."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "discovery_path"
+    )
+
+
 def scan_code(packages: Iterable[str] = PACKAGES) -> CodeScan:
     """Every API call site in the packages, as abstract needs (see :class:`CodeScan`)."""
     scan = CodeScan()
     for package in packages:
-        for path in _source_files(package):
+        for path in [*_source_files(package), *_delegated_files(package)]:
             tree = _parse(path)
             sites = list(_walk_with_function(tree, path))
             _scan_raw(package, sites, scan)
@@ -382,6 +425,8 @@ def _fixed_place(
         return args.leader_election_namespace, (name,)
     if deployed.component == "certs" and key == "SECRETS":
         return args.secret.namespace, (args.secret.name if verb in NAMED_VERBS else None,)
+    if deployed.component == "controller" and key == "PODS" and verb == "patch":
+        return args.leader_election_namespace, (None,)  # its own pod: the leader label
     return ANY_NAMESPACE, (None,)
 
 
@@ -395,6 +440,9 @@ def needs(objects: Sequence[Mapping[str, Any]], scan: CodeScan | None = None) ->
                 continue
             leases = component == "controller" and resource.split("/")[0] == "leases"
             if leases and not deployed.args.leader_elect:
+                continue
+            own_pod = component == "controller" and (resource, verb) == ("pods", "patch")
+            if own_pod and not deployed.args.pod_name:
                 continue
             namespace, names = _fixed_place(deployed, hint, resource, verb)
             for name in names:
@@ -429,6 +477,8 @@ def grants(objects: Sequence[Mapping[str, Any]]) -> list[Grant]:
         if kind not in ("RoleBinding", "ClusterRoleBinding"):
             continue
         namespace = obj["metadata"].get("namespace") if kind == "RoleBinding" else None
+        if (kind, obj["metadata"]["name"]) in USER_BINDINGS:
+            continue
         ref = obj["roleRef"]
         role_namespace = namespace if ref["kind"] == "Role" else None
         role = roles.get((ref["kind"], role_namespace, ref["name"]))

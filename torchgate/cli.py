@@ -41,6 +41,18 @@ COMMANDS: Final[Mapping[str, tuple[str, str]]] = {
         "torchgate.certs.command",
         "create or renew the webhook certificates; patch caBundle",
     ),
+    "explain": (
+        "torchgate.ask.explain",
+        "why a PyTorchJob waits (its place in the queue), or where and since when it runs",
+    ),
+    "simulate": (
+        "torchgate.ask.simulate",
+        "would these jobs start now, where, whom would they preempt (dry run + forecast)",
+    ),
+    "top": (
+        "torchgate.ask.top",
+        "the pool on one screen: teams, topology domains, unusable nodes, the queue's head",
+    ),
 }
 
 ENTRY_POINT_GROUP: Final = "torchgate.commands"
@@ -122,7 +134,11 @@ def missing_command_message(name: str) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``torchgate`` console script."""
+    """Entry point of the ``torchgate`` console script (and of ``kubectl-torchgate``).
+
+    Installed as ``kubectl-torchgate`` too, so ``kubectl torchgate explain JOB`` works: kubectl
+    runs the plugin named after its first argument with the arguments that follow.
+    """
     arguments = list(sys.argv[1:] if argv is None else argv)
     selected = next((a for a in arguments if not a.startswith("-")), None)
     commands = available_commands()

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 
 from torchgate.controller.admission.decide import Pool, Preempt, Wait, WaitingGang, decide
 from torchgate.controller.admission.quota import Admitted
-from torchgate.controller.admission.topology import Topology, build_topology, shape_of
+from torchgate.controller.admission.topology import Capacity, Topology, build_topology, shape_of
 from torchgate.pytorchjob.pool import GPUS, PreemptionSettings, TeamQuota
 
 from .workload import GPU, LEVELS, Job, pool_nodes
@@ -141,8 +141,7 @@ def simulate(
         while again:
             again = False
             pool = Pool(
-                topology=topology,
-                free=free,
+                capacity=Capacity(topology, free),
                 teams=teams or {},
                 admitted=[_admitted(r, gpus_per_node) for r in running.values()],
                 preemption=preemption or PreemptionSettings(),

@@ -109,7 +109,7 @@ def serve_baseline(argv: Sequence[str]) -> int:
 
     from aiohttp import web
 
-    from torchgate.webhook.server import ReloadingTLS
+    from torchgate.serving import ReloadingTLS
 
     parser = argparse.ArgumentParser(prog="webhook_bench.py _serve")
     parser.add_argument("kind", choices=["bare", "naive"])

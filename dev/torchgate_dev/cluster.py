@@ -313,6 +313,8 @@ class DevCluster:
         the state (``controller_error``) and reported, and everything else stays up.
         """
         kubeconfig = self.layout.kubeconfig
+        if not state.pool_port:  # one port for good: a restarted webhook still finds it
+            state = replace(state, pool_port=free_port())
         if webhook:
             if state.webhook is not None:
                 stop_process(state.webhook.process)
@@ -324,7 +326,12 @@ class DevCluster:
             self._report(f"starting the webhook on https://127.0.0.1:{port}")
             process = spawn(
                 WEBHOOK,
-                webhook_command(port=port, tls_dir=self.layout.tls, kubeconfig=kubeconfig),
+                webhook_command(
+                    port=port,
+                    tls_dir=self.layout.tls,
+                    kubeconfig=kubeconfig,
+                    controller_port=state.pool_port if options.controller else 0,
+                ),
                 self.layout.webhook_log,
                 cwd=self.layout.root,
             )
@@ -334,11 +341,21 @@ class DevCluster:
             # Started now, so its start-up overlaps the webhook's (it does not need the webhook).
             if state.controller is not None:
                 stop_process(state.controller.process)
-            self._report("starting the controller (--manage-unowned)")
+            self._report(
+                "starting the controller (--manage-unowned; pool service on "
+                f"https://127.0.0.1:{state.pool_port})"
+            )
             metrics_port = free_port()
+            if ca_bundle is None:
+                make_certificates(self.layout.tls)  # the pool service serves the same pair
             process = spawn(
                 CONTROLLER,
-                controller_command(kubeconfig=kubeconfig, metrics_port=metrics_port),
+                controller_command(
+                    kubeconfig=kubeconfig,
+                    metrics_port=metrics_port,
+                    pool_port=state.pool_port,
+                    tls_dir=self.layout.tls,
+                ),
                 self.layout.controller_log,
                 cwd=self.layout.root,
             )
@@ -444,6 +461,17 @@ class DevCluster:
 
     # ---------------------------------------------------------------- status
 
+    def exports(self, health: Health) -> str:
+        """The shell line that points kubectl (and ``torchgate explain``/``simulate``) here."""
+        state = health.state or DevState()
+        line = f"export KUBECONFIG={self.layout.kubeconfig}"
+        if state.controller is not None and state.pool_port:
+            line += (
+                f" TORCHGATE_CONTROLLER=https://127.0.0.1:{state.pool_port}"
+                f" TORCHGATE_CONTROLLER_CA={self.layout.tls / CA_CERT}"
+            )
+        return line
+
     def describe(self, health: Health) -> list[str]:
         """Human lines on what runs, with PIDs, endpoints, readiness and memory."""
         lines: list[str] = []
@@ -498,6 +526,11 @@ class DevCluster:
                 f"metrics http://127.0.0.1:{controller.port}/metrics  {ready}  "
                 f"(log {self.layout.controller_log})"
             )
+            if state.pool_port:
+                lines.append(
+                    f"                 pool service https://127.0.0.1:{state.pool_port} "
+                    "(forecasts, torchgate explain/simulate)"
+                )
         processes = [p for p, _ in health.control_plane_processes]
         processes += [product.process for product in state.products()]
         memory = [memory_kib(process) for process in processes]

@@ -1,6 +1,7 @@
 """``torchgate dev`` on the command line: flags, actions, exit codes and what goes to stdout.
 
-Progress and summaries go to stderr; stdout gets only the ``export KUBECONFIG=...`` line. Exit
+Progress and summaries go to stderr; stdout gets only the ``export KUBECONFIG=...`` line (with
+``TORCHGATE_CONTROLLER`` and its CA for ``torchgate explain`` and ``simulate``). Exit
 codes: 0 success; 1 failure (a message, never a traceback); 2 usage error; ``status`` answers
 :data:`EXIT_NOT_FOUND` when there is no dev cluster and 1 when part of it is down.
 """
@@ -252,7 +253,7 @@ def _run_up(dev: DevCluster, args: argparse.Namespace) -> int:
     for line in dev.describe(health):
         print(line, file=sys.stderr)
     print(f"  stop it with: torchgate dev down --dir {dev.layout.root}", file=sys.stderr)
-    print(f"export KUBECONFIG={dev.layout.kubeconfig}", flush=True)
+    print(dev.exports(health), flush=True)
     return 0
 
 
@@ -289,7 +290,7 @@ def _run_status(dev: DevCluster) -> int:
     for line in dev.describe(health):
         print(line, file=sys.stderr)
     if health.control_plane_running:
-        print(f"export KUBECONFIG={dev.layout.kubeconfig}", flush=True)
+        print(dev.exports(health), flush=True)
     return 0 if up else 1
 
 

@@ -17,7 +17,7 @@ from typing import Final
 
 from torchgate_dev.controlplane import processes
 from torchgate_dev.controlplane.processes import ManagedProcess
-from torchgate_dev.paths import PACKAGE_ROOT, TLS_CERT, TLS_KEY
+from torchgate_dev.paths import CA_CERT, PACKAGE_ROOT, TLS_CERT, TLS_KEY
 from torchgate_dev.state import DevError
 
 _STOP_GRACE_SECONDS: Final = 10.0
@@ -50,8 +50,22 @@ def log_tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
     return processes.log_tail(path, lines)
 
 
-def webhook_command(*, port: int, tls_dir: Path, kubeconfig: Path) -> list[str]:
-    """``torchgate webhook`` on loopback, watching the cluster's PlacementPolicies."""
+def webhook_command(
+    *, port: int, tls_dir: Path, kubeconfig: Path, controller_port: int = 0
+) -> list[str]:
+    """``torchgate webhook`` on loopback, watching the cluster's PlacementPolicies.
+
+    With ``controller_port``, it asks the controller's pool service there for forecasts,
+    trusting the CA in ``tls_dir`` (the controller serves a certificate of the same CA).
+    """
+    forecasts = (
+        [
+            "--controller-url", f"https://127.0.0.1:{controller_port}",
+            "--controller-ca-file", str(tls_dir / CA_CERT),
+        ]
+        if controller_port
+        else []
+    )  # fmt: skip
     return [
         sys.executable, "-m", "torchgate", "webhook",
         "--bind", "127.0.0.1",
@@ -59,15 +73,30 @@ def webhook_command(*, port: int, tls_dir: Path, kubeconfig: Path) -> list[str]:
         "--tls-cert-file", str(tls_dir / TLS_CERT),
         "--tls-private-key-file", str(tls_dir / TLS_KEY),
         "--kubeconfig", str(kubeconfig),
+        *forecasts,
     ]  # fmt: skip
 
 
-def controller_command(*, kubeconfig: Path, metrics_port: int) -> list[str]:
+def controller_command(
+    *, kubeconfig: Path, metrics_port: int, pool_port: int = 0, tls_dir: Path | None = None
+) -> list[str]:
     """``torchgate controller`` for every namespace, running jobs that name no other manager.
 
     No leader election: ``dev`` runs exactly one controller per cluster (its state file says
-    which), and a Lease left by a killed controller would only delay the next one.
+    which), and a Lease left by a killed controller would only delay the next one. With
+    ``pool_port`` it serves the pool service on loopback with the certificate in ``tls_dir``
+    (the webhook's: it names 127.0.0.1).
     """
+    pool = (
+        [
+            "--pool-service-port", str(pool_port),
+            "--pool-service-bind-address", "127.0.0.1",
+            "--tls-cert-file", str(tls_dir / TLS_CERT),
+            "--tls-private-key-file", str(tls_dir / TLS_KEY),
+        ]
+        if pool_port and tls_dir is not None
+        else []
+    )  # fmt: skip
     return [
         sys.executable, "-m", "torchgate", "controller",
         "--kubeconfig", str(kubeconfig),
@@ -75,6 +104,7 @@ def controller_command(*, kubeconfig: Path, metrics_port: int) -> list[str]:
         "--no-leader-elect",
         "--metrics-bind-address", "127.0.0.1",
         "--metrics-port", str(metrics_port),
+        *pool,
     ]  # fmt: skip
 
 

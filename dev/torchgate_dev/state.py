@@ -59,6 +59,7 @@ class DevState:
     pools: tuple[str, ...] = ()
     populated: bool = False
     started_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+    pool_port: int = 0  # the controller's pool service (the webhook asks it for forecasts)
 
     def products(self) -> list[Product]:
         """The recorded product processes, controller first (it is stopped first)."""
@@ -75,6 +76,7 @@ class DevState:
             "pools": list(self.pools),
             "populated": self.populated,
             "started_at": self.started_at,
+            "pool_port": self.pool_port,
         }
 
     @classmethod
@@ -104,6 +106,7 @@ class DevState:
                 pools=tuple(str(pool) for pool in raw.get("pools", [])),
                 populated=bool(raw.get("populated", False)),
                 started_at=str(raw.get("started_at", "")),
+                pool_port=int(raw.get("pool_port", 0)),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as error:
             raise DevError(f"unreadable dev state {path}: {error}") from None

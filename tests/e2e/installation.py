@@ -3,12 +3,16 @@
 ``installable_cluster`` is a local control plane with the real node, both CRDs, and torchgate's
 image built from the repository's Dockerfile (cached on its inputs) in the node's registry, tagged
 as README's ``registry.example.com/torchgate:0.1.0`` and ``:0.1.1`` (containerd mirrors
-``registry.example.com`` to that registry). The helpers read the installed objects.
+``registry.example.com`` to that registry). The node's containerd store outlives runs and the
+manifests pull ``IfNotPresent``, so containerd's records of those two tags (another checkout's
+build, pulled by an earlier run) are removed once the image is built: the pods run this build.
+The helpers read the installed objects.
 """
 
 from __future__ import annotations
 
 import contextlib
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,11 +22,15 @@ from tests.e2e.conftest import Cluster
 from tests.helmtool import run_helm
 from torchgate_dev.controlplane.binaries import Binaries
 from torchgate_dev.controlplane.cluster import ControlPlane
+from torchgate_dev.controlplane.layout import Layout
+from torchgate_dev.controlplane.realnode import RealNode
+from torchgate_dev.node.config import NodePaths
 from torchgate_dev.node.images import node_cache
 from torchgate_dev.node.productimage import build_product_image
 
 NAMESPACE = ms.NAMESPACE
 IMAGE = "registry.example.com/torchgate"
+README_TAGS = ("0.1.0", "0.1.1")
 
 
 @contextlib.contextmanager
@@ -35,11 +43,25 @@ def installable_cluster(binaries: Binaries, workdir: Path) -> Iterator[Cluster]:
             registry=plane.registry,
             cache=node_cache(),
             report=lambda line: print(f"image: {line}"),
-            tags=("dev", "0.1.0", "0.1.1"),
+            tags=("dev", *README_TAGS),
         )
+        forget_pulled_readme_tags(binaries, workdir)
         helper = Cluster(plane)
         helper.install_crds()
         yield helper
+
+
+def forget_pulled_readme_tags(binaries: Binaries, workdir: Path) -> None:
+    """Remove containerd's records of README's tags: the kubelet pulls them from the registry."""
+    ctr = RealNode.find_binaries(binaries).ctr
+    socket = NodePaths(work=Layout(workdir).node, cache=node_cache()).containerd_socket
+    tags = [f"{IMAGE}:{tag}" for tag in README_TAGS]
+    subprocess.run(
+        [str(ctr), "--address", str(socket), "-n", "k8s.io", "images", "rm", *tags],
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
 
 
 def deployment(cluster: Cluster, name: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ Assertions read the cluster's state (pods, their node, env, conditions, Events),
 from __future__ import annotations
 
 import copy
+import re
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -178,7 +179,10 @@ def test_big_gang_waits_with_a_reason_and_starts_at_once_when_gpus_are_released(
         what="big queued",
     )
     assert queued["status"] == "True"
-    assert queued["message"] == f"waiting for 16 nvidia.com/gpu in pool pool={label}: 8 free"
+    # Its place in the queue (other modules' jobs may wait too), then what it waits for.
+    place, reason = queued["message"].split(": ", 1)
+    assert re.fullmatch(r"#\d+ of \d+ in the pool, (nothing|.+\)) ahead", place), place
+    assert reason == f"waiting for 16 nvidia.com/gpu in pool pool={label}: 8 free"
     reasons = {e["reason"]: e["message"] for e in events_of(cluster, namespace, "big")}
     assert reasons["WaitingForResources"] == queued["message"]
     assert job_pods(cluster, namespace, "big") == [], "no pod of a gang that does not fit"

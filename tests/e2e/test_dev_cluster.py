@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -111,7 +112,13 @@ def test_dev_up_serves_seed_000_through_the_webhook_and_down_leaves_nothing(
     up = torchgate_dev("up", "--dir", str(dev_dir), "--no-seed-images", env=dev_env)
 
     assert up.returncode == 0, up.stderr
-    assert up.stdout.splitlines() == [f"export KUBECONFIG={dev_dir / 'kubeconfig'}"]
+    (exports,) = up.stdout.splitlines()
+    assert re.fullmatch(
+        rf"export KUBECONFIG={dev_dir / 'kubeconfig'} "
+        rf"TORCHGATE_CONTROLLER=https://127\.0\.0\.1:\d+ "
+        rf"TORCHGATE_CONTROLLER_CA={dev_dir / 'tls'}/ca\.crt",
+        exports,
+    ), exports
     processes = recorded_processes(dev_dir)
     assert set(processes) >= {*CONTROL_PLANE, *REAL_NODE, "webhook"}
     assert still_running(processes) == list(processes)
@@ -142,6 +149,7 @@ def test_dev_up_serves_seed_000_through_the_webhook_and_down_leaves_nothing(
     applied = kubectl("apply", "-f", str(seed))
 
     assert applied.returncode == 0, applied.stderr
+    assert "Warning: torchgate: will start now on a100-" in applied.stderr, "the forecast"
     stored = get("pytorchjob", "pytorch-dist-mnist-nccl")
     assert stored["spec"]["runPolicy"]["managedBy"] == "torchgate.io/controller"
     assert stored["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"

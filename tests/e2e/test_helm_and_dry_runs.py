@@ -2,10 +2,11 @@
 
 - ``helm lint`` passes for the chart's value combinations (no cluster needed).
 - Every kustomization and chart rendering passes ``kubectl apply --server-side --dry-run=server``
-  against the e2e cluster with no warning (Pod Security "restricted" included). cert-manager is
-  not installed there, so minimal stand-in CRDs for ``Certificate`` and ``Issuer``
-  (``cert-manager.io/v1``, any content accepted) let those objects be dry-run too: their kind,
-  scope and namespace are checked, cert-manager's own schema is not.
+  against the e2e cluster with no warning (Pod Security "restricted" included). cert-manager and
+  the Prometheus operator are not installed there, so minimal stand-in CRDs for ``Certificate``
+  and ``Issuer`` (``cert-manager.io/v1``) and ``PrometheusRule`` (``monitoring.coreos.com/v1``),
+  any content accepted, let those objects be dry-run too: their kind, scope and namespace are
+  checked, their owners' schemas are not.
 
 Installing for real, as README.md says, is test_install.py (collected after this module, as
 these tests were when they lived there).
@@ -26,13 +27,13 @@ from tests.e2e.installation import (
 )
 from tests.helmtool import CHART, run_helm
 
-CERT_MANAGER_STAND_INS = [
+STAND_INS = [
     {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.cert-manager.io"},
+        "metadata": {"name": f"{plural}.{group}"},
         "spec": {
-            "group": "cert-manager.io",
+            "group": group,
             "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural},
             "scope": "Namespaced",
             "versions": [
@@ -50,8 +51,13 @@ CERT_MANAGER_STAND_INS = [
             ],
         },
     }
-    for kind, plural in (("Certificate", "certificates"), ("Issuer", "issuers"))
+    for group, kind, plural in (
+        ("cert-manager.io", "Certificate", "certificates"),
+        ("cert-manager.io", "Issuer", "issuers"),
+        ("monitoring.coreos.com", "PrometheusRule", "prometheusrules"),
+    )
 ]
+STAND_IN_NAMES = [crd["metadata"]["name"] for crd in STAND_INS]
 
 
 # --------------------------------------------------------------------------------- helm lint
@@ -64,8 +70,13 @@ CERT_MANAGER_STAND_INS = [
         ["--set=crds.pytorchJob=true", "--set=controller.manageUnowned=true"],
         ["--set=certManager.enabled=true"],
         ["--set=webhook.replicas=1", "--set=namespace.create=false"],
+        [
+            "--set=monitoring.dashboard=true",
+            "--set=monitoring.ruleConfigMap=true",
+            "--set=monitoring.prometheusRule=true",
+        ],
     ],
-    ids=["default", "with-pytorchjob-crd", "cert-manager", "single-replica"],
+    ids=["default", "with-pytorchjob-crd", "cert-manager", "single-replica", "monitoring"],
 )
 def test_helm_lint_passes(values: list[str]) -> None:
     result = run_helm("lint", "--strict", str(CHART), *values)
@@ -84,21 +95,18 @@ def test_helm_lint_catches_bad_values() -> None:
 
 
 @pytest.fixture(scope="module")
-def cert_manager_stand_ins(cluster: Cluster) -> Iterator[None]:
-    """Minimal cert-manager.io/v1 Certificate and Issuer CRDs (see the module docstring)."""
-    existing = cluster.get("crd", "certificates.cert-manager.io")
-    if existing is None:
-        cluster.apply(CERT_MANAGER_STAND_INS)
+def stand_in_crds(cluster: Cluster) -> Iterator[None]:
+    """Minimal CRDs for cert-manager's and the Prometheus operator's kinds (module docstring)."""
+    missing = [name for name in STAND_IN_NAMES if cluster.get("crd", name) is None]
+    if missing:
+        cluster.apply([crd for crd in STAND_INS if crd["metadata"]["name"] in missing])
         cluster.kubectl(
             "wait", "--for=condition=Established", "--timeout=60s",
-            "crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io",
+            *(f"crd/{name}" for name in missing),
         )  # fmt: skip
     yield
-    if existing is None:
-        cluster.kubectl(
-            "delete", "crd", "certificates.cert-manager.io", "issuers.cert-manager.io",
-            "--ignore-not-found",
-        )  # fmt: skip
+    if missing:
+        cluster.kubectl("delete", "crd", *missing, "--ignore-not-found")
 
 
 @pytest.fixture
@@ -128,7 +136,7 @@ def system_namespace(cluster: Cluster) -> Iterator[None]:
 @pytest.mark.e2e
 @pytest.mark.parametrize("rendering_id", ms.RENDERING_IDS)
 def test_rendering_applies_cleanly_as_a_server_dry_run(
-    cluster: Cluster, system_namespace: None, cert_manager_stand_ins: None, rendering_id: str
+    cluster: Cluster, system_namespace: None, stand_in_crds: None, rendering_id: str
 ) -> None:
     objects = ms.render(rendering_id)
     result = cluster.kubectl(

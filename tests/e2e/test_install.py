@@ -375,6 +375,24 @@ def test_install_with_kustomize_as_the_doc_says(installable: Cluster, sandbox: D
     admitted = doc.run("check-admission")
     assert "pytorchjob.kubeflow.org/torchgate-probe created (server dry run)" in admitted.stdout
     assert "Warning: torchgate:" in admitted.stderr
+    # And the webhook asks the leading controller for a forecast through the Service
+    # torchgate-controller (TLS with the webhook's CA, its token reviewed by the controller),
+    # once the controller leads and has read its certificate from the (optional) Secret.
+    leader = cluster.wait_for(
+        lambda: [
+            p["metadata"]["name"]
+            for p in component_pods(cluster, "controller")
+            if p["metadata"].get("labels", {}).get("torchgate.io/leader") == "true"
+        ],
+        timeout=120,
+        what="the leading controller's pod labelled for its Service",
+    )
+    assert leader == [holder.split("_")[0]]
+    cluster.wait_for(
+        lambda: "Warning: torchgate: will " in doc.run("check-admission").stderr,
+        timeout=180,
+        what="a forecast in the admission warnings",
+    )
 
     listed = doc.run("troubleshoot-webhook")
     assert re.search(r"^torchgate-webhook\s+2/2\s", listed.stdout, re.MULTILINE), listed.stdout

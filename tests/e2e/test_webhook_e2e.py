@@ -59,11 +59,12 @@ _WARNING = re.compile(r"^Warning: torchgate: (?P<field>[^:\s]+): ", re.MULTILINE
 class LocalWebhook:
     """``torchgate webhook`` as a subprocess on loopback, stoppable and restartable."""
 
-    def __init__(self, cluster: Cluster, workdir: Path) -> None:
+    def __init__(self, cluster: Cluster, workdir: Path, *, controller_port: int = 0) -> None:
         self.cluster = cluster
         self.tls = workdir / "tls"
         self.log = workdir / "webhook.log"
         self.port = free_port()
+        self.controller_port = controller_port  # asks a controller there for forecasts
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -84,7 +85,12 @@ class LocalWebhook:
         return (self.tls / CA_CERT).read_bytes()
 
     def start(self) -> None:
-        argv = webhook_command(port=self.port, tls_dir=self.tls, kubeconfig=self.cluster.kubeconfig)
+        argv = webhook_command(
+            port=self.port,
+            tls_dir=self.tls,
+            kubeconfig=self.cluster.kubeconfig,
+            controller_port=self.controller_port,
+        )
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT

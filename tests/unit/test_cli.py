@@ -17,7 +17,7 @@ from torchgate import cli
 from torchgate.webhook import check
 from torchgate_dev import command as dev_command
 
-PRODUCT_COMMANDS = ["webhook", "check", "controller", "certs"]
+PRODUCT_COMMANDS = ["webhook", "check", "controller", "certs", "explain", "simulate", "top"]
 
 
 def installed_only(*added: EntryPoint) -> object:
@@ -97,3 +97,12 @@ def test_an_added_command_without_distribution_metadata_names_its_module(
 
     assert commands["extra"].help == "from torchgate_dev.command"
     assert commands["extra"].command() is dev_command
+
+
+def test_the_product_installs_a_kubectl_plugin_that_is_the_same_command() -> None:
+    from importlib.metadata import entry_points
+
+    scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
+
+    # kubectl runs `kubectl-torchgate explain JOB` for `kubectl torchgate explain JOB`.
+    assert scripts["kubectl-torchgate"] == scripts["torchgate"] == "torchgate.cli:main"

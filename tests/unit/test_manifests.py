@@ -18,8 +18,10 @@ import pytest
 import yaml
 
 from tests import manifestset as ms
-from tests.helmtool import CHART
+from tests.helmtool import CHART, helm_template
 from torchgate.cli import build_parser
+from torchgate.controller.poolservice import LEADER_LABEL
+from torchgate.pytorchjob.outlook import SERVICE_PORT_NAME
 from torchgate.webhook.policysource import PolicyCache
 from torchgate.webhook.server import create_app
 from torchgate_dev import devcluster
@@ -46,6 +48,14 @@ COPIES = {
         "manifests/crds/kubeflow.org_pytorchjobs.yaml"
     ),
     "manifests/overlays/default/placementpolicy.yaml": "manifests/samples/placementpolicy.yaml",
+    **{
+        f"{folder}/{name}": f"manifests/monitoring/{name}"
+        for folder in (
+            "manifests/overlays/monitoring",
+            "manifests/chart/torchgate/files/monitoring",
+        )
+        for name in ("torchgate-dashboard.json", "torchgate.rules.yaml")
+    },
     # torchgate-dev's package data: the CRDs `torchgate dev up` applies.
     **{
         f"dev/torchgate_dev/data/crds/{name}": f"manifests/crds/{name}"
@@ -297,10 +307,98 @@ def test_controller_elects_a_leader_in_its_own_namespace(rendering_id: str) -> N
     assert args.leader_elect is True
     assert args.leader_election_namespace == deployment["metadata"]["namespace"] == ms.NAMESPACE
     assert args.metrics_port == 8080
-    assert {p["containerPort"] for p in container["ports"]} == {8080}
+    assert {p["containerPort"] for p in container["ports"]} == {8080, 8443}
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     unowned = rendering_id.endswith("with-pytorchjob-crd")
     assert args.manage_unowned is unowned
+
+
+@rendering
+def test_the_webhook_reaches_the_leaders_pool_service_over_tls_it_can_verify(
+    rendering_id: str,
+) -> None:
+    objects = ms.render(rendering_id)
+    service = ms.find(objects, "Service", "torchgate-controller")
+    controller = ms.find(objects, "Deployment", "torchgate-controller")["spec"]["template"]
+    webhook = ms.find(objects, "Deployment", "torchgate-webhook")["spec"]["template"]["spec"]
+    (container,) = controller["spec"]["containers"]
+    env = {item["name"]: item for item in container["env"]}
+    args = build_parser("controller").parse_args(
+        [
+            a.replace("$(POD_NAMESPACE)", ms.NAMESPACE).replace("$(POD_NAME)", "pod-0")
+            for a in container["args"]
+        ]
+    )
+    # The Service selects the controller's pods that carry the leader label, on the pool port.
+    selector = service["spec"]["selector"]
+    assert selector.pop(LEADER_LABEL) == "true"
+    assert selector.items() <= controller["metadata"]["labels"].items()
+    (port,) = service["spec"]["ports"]
+    assert (port["name"], port["port"], port["targetPort"]) == (SERVICE_PORT_NAME, 443, "https")
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["https"] == args.pool_service_port == 8443
+    assert args.pod_name == "pod-0"
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    # The controller serves the webhook's certificate: its key and certificate, not the CA's key.
+    volumes = {v["name"]: v for v in controller["spec"]["volumes"]}
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/tls"]
+    assert mount["readOnly"] is True
+    secret = volumes[mount["name"]]["secret"]
+    assert secret["optional"] is True
+    assert [item["key"] for item in secret["items"]] == ["tls.crt", "tls.key"]
+    webhook_volumes = {v["name"]: v for v in webhook["volumes"]}
+    if rendering_id.endswith("cert-manager"):
+        assert secret["secretName"] == webhook_volumes["tls"]["secret"]["secretName"]
+        certificate = ms.find(objects, "Certificate", "torchgate-webhook")
+        names = certificate["spec"]["dnsNames"]
+    else:
+        (init,) = webhook["initContainers"]
+        certs = build_parser("certs").parse_args(init["args"])
+        assert secret["secretName"] == certs.secret.name
+        names = certs.dns
+    host = f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
+    assert host in names
+    (serving,) = [c for c in webhook["containers"] if c["name"] == "webhook"]
+    webhook_args = build_parser("webhook").parse_args(serving["args"])
+    assert webhook_args.controller_url == f"https://{host}"
+    assert webhook_args.controller_ca_file == webhook_args.tls_cert_file.parent / "ca.crt"
+
+
+@pytest.mark.parametrize(
+    "rendering_id", [r for r in ms.RENDERING_IDS if r.endswith("network-policy")]
+)
+def test_the_network_policy_lets_only_the_webhook_reach_the_pool_service(
+    rendering_id: str,
+) -> None:
+    objects = ms.render(rendering_id)
+    policy = ms.find(objects, "NetworkPolicy", "torchgate-controller")
+    controller = ms.find(objects, "Deployment", "torchgate-controller")["spec"]["template"]
+    webhook = ms.find(objects, "Deployment", "torchgate-webhook")["spec"]["template"]
+    selected = policy["spec"]["podSelector"]["matchLabels"]
+    assert selected.items() <= controller["metadata"]["labels"].items()
+    pool, metrics = policy["spec"]["ingress"]
+    (source,) = pool["from"]
+    assert source["podSelector"]["matchLabels"].items() <= webhook["metadata"]["labels"].items()
+    assert (
+        not source["podSelector"]["matchLabels"].items() <= controller["metadata"]["labels"].items()
+    )
+    assert pool["ports"] == [{"port": "https", "protocol": "TCP"}]
+    assert metrics == {"ports": [{"port": "metrics", "protocol": "TCP"}]}
+
+
+def test_the_chart_lets_the_apiservers_addresses_through_when_told() -> None:
+    objects = ms.parse_documents(
+        helm_template(
+            ["--set=networkPolicy.enabled=true", "--set=networkPolicy.apiserverCIDRs={10.0.0.0/28}"]
+        )
+    )
+    policy = ms.find(objects, "NetworkPolicy", "torchgate-controller")
+    apiserver = policy["spec"]["ingress"][1]
+    assert apiserver == {
+        "from": [{"ipBlock": {"cidr": "10.0.0.0/28"}}],
+        "ports": [{"port": "https", "protocol": "TCP"}],
+    }
+    assert not any(o["kind"] == "NetworkPolicy" for o in ms.render("helm:base"))
 
 
 # ------------------------------------------------------------------------------ certificates

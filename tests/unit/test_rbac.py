@@ -48,10 +48,17 @@ CALLS: dict[tuple[str, str, str, str], str] = {
     ("controller", "", "services", "create"): "_create(SERVICES)",
     ("controller", "", "services", "delete"): "_delete(SERVICES)",
     ("controller", "", "events", "create"): "_record",
+    ("controller", "scheduling.k8s.io", "workloads", "create"): "_create_object(WORKLOADS)",
+    ("controller", "scheduling.k8s.io", "podgroups", "create"): "_create_object(POD_GROUPS)",
+    ("controller", "scheduling.k8s.io", "podgroups", "deletecollection"): "older attempts",
     # torchgate/controller/admission/poolsource.py
     ("controller", "torchgate.io", "teamquotas/status", "patch"): "usage, borrowing, Valid",
     # torchgate/controller/quarantine/keeper.py
     ("controller", "", "nodes", "patch"): "quarantine taint and labels",
+    # controller/poolservice.py (mark_leader) and kube/access.py (every caller of the pool service)
+    ("controller", "", "pods", "patch"): "the leader label on its own pod",
+    ("controller", "authentication.k8s.io", "tokenreviews", "create"): "whose token",
+    ("controller", "authorization.k8s.io", "subjectaccessreviews", "create"): "may they",
     # controller/leader.py
     ("controller", "coordination.k8s.io", "leases", "get"): "acquire/renew/release",
     ("controller", "coordination.k8s.io", "leases", "create"): "first acquire",
@@ -138,6 +145,8 @@ def violations(objects: list[ms.Obj], scan: rm.CodeScan) -> list[str]:
         if obj["kind"] in ("Role", "ClusterRole") and rm.has_wildcard(obj):
             problems.append(f"wildcard in {obj['kind']} {obj['metadata']['name']}")
         if obj["kind"] in ("RoleBinding", "ClusterRoleBinding"):
+            if (obj["kind"], obj["metadata"]["name"]) in rm.USER_BINDINGS:
+                continue
             for subject in obj.get("subjects", []):
                 if subject["kind"] != "ServiceAccount" or subject["namespace"] != ms.NAMESPACE:
                     problems.append(f"{obj['kind']} {obj['metadata']['name']} binds {subject}")
@@ -242,3 +251,46 @@ def test_a_new_call_site_changes_the_scan(tmp_path: Any, monkeypatch: pytest.Mon
     monkeypatch.setattr(rm, "REPO_ROOT", tmp_path)
     scanned = {call[:4] for call in rm.scan_code(["controller"]).calls}
     assert ("controller", "", "nodes", "get") in scanned
+
+
+def test_users_may_only_reach_the_pool_services_port_through_the_proxy() -> None:
+    for rendering_id in ms.RENDERING_IDS:
+        objects = ms.render(rendering_id)
+        binding = ms.find(objects, "RoleBinding", "torchgate-controller-proxy")
+        assert binding["subjects"] == [
+            {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Group",
+                "name": "system:authenticated",
+            }
+        ]
+        role = ms.find(objects, "Role", binding["roleRef"]["name"])
+        assert role["metadata"]["namespace"] == ms.NAMESPACE
+        assert role["rules"] == [
+            {
+                "apiGroups": [""],
+                "resources": ["services/proxy"],
+                "resourceNames": ["https:torchgate-controller:https"],
+                "verbs": ["get", "create"],
+            }
+        ]
+
+
+def test_forecasts_are_for_whoever_may_edit_a_namespace_and_the_pool_view_is_bound_by_admins() -> (
+    None
+):
+    objects = ms.kustomize("base")
+    forecasts = ms.find(objects, "ClusterRole", "torchgate-forecasts")
+    labels = forecasts["metadata"]["labels"]
+    assert labels["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    assert labels["rbac.authorization.k8s.io/aggregate-to-admin"] == "true"
+    viewer = ms.find(objects, "ClusterRole", "torchgate-pool-viewer")
+    assert viewer["rules"] == [
+        {"apiGroups": ["torchgate.io"], "resources": ["pools"], "verbs": ["get"]}
+    ]
+    bound = {
+        obj["roleRef"]["name"]
+        for obj in objects
+        if obj["kind"] in ("RoleBinding", "ClusterRoleBinding")
+    }
+    assert "torchgate-pool-viewer" not in bound

@@ -15,11 +15,16 @@ async shell that reads the caches, calls them and applies the answer):
 - ``job``: one PyTorchJob's life: ``plan(observed) -> Plan`` and its rules (gang, finish), the
   pods and env it builds, its status and when to write it; the shell is ``job.reconciler``.
 - ``admission``: which waiting gang gets the pool next: node filters, quota, preemption,
-  topology placement and the one cycle over them (``admission.decide``); the shell is
+  topology placement and the one cycle over them (``admission.decide``), and what that cycle
+  would do, asked without acting (``admission.forecasting``); the shell is
   ``admission.admitter``, fed by the capacity ledger and the waiting queue.
+- ``poolservice``: the leader's HTTPS answers from the admitter's snapshot (forecasts for the
+  webhook, one job's outlook for ``torchgate explain``, the pool view), each caller checked by
+  TokenReview and SubjectAccessReview.
 - the process, here at the top: ``command`` (flags), ``manager`` (informers, work queue, workers,
   wiring), ``leader`` (the Lease), ``queue`` (the work queue) and ``metrics``.
 
-Imports run downwards only: the process > ``job`` > ``admission`` > ``metrics``/``queue``/
-``leader`` > ``torchgate.kube`` > ``torchgate.pytorchjob`` (import-linter enforces it).
+Imports run downwards only: the process > ``job``/``poolservice`` > ``admission`` >
+``metrics``/``queue``/``leader`` > ``torchgate.kube`` > ``torchgate.pytorchjob`` (import-linter
+enforces it).
 """

@@ -15,11 +15,13 @@ import signal
 import socket
 import sys
 import uuid
+from pathlib import Path
 
 from torchgate import jsonlog
 from torchgate.controller.job.reconciler import Options
 from torchgate.controller.leader import LeaderElector
 from torchgate.controller.manager import ManagerOptions, run_as_leader
+from torchgate.controller.poolservice import PoolServiceOptions
 from torchgate.kube.client import KubeClient
 
 log = logging.getLogger("torchgate.controller")
@@ -95,6 +97,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="first wait before re-admitting a gang that was not bound in time; doubles, max 600",
     )
     parser.add_argument(
+        "--gang-objects",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="where the cluster serves scheduling.k8s.io/v1beta1 Workload and PodGroup "
+        "(GenericWorkload), create a Workload per job and a PodGroup per gang attempt and name it "
+        "in each pod's schedulingGroup, so kube-scheduler binds a gang all at once (default on)",
+    )
+    parser.add_argument(
         "--leader-elect",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -106,6 +116,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="namespace of the Lease (default $POD_NAMESPACE or 'default')",
     )
     parser.add_argument("--leader-election-id", default="torchgate-controller")
+    pool = parser.add_argument_group(
+        "pool service (forecasts for the webhook, explain, simulate and top; TLS, leader only)"
+    )
+    pool.add_argument(
+        "--pool-service-port",
+        type=int,
+        default=0,
+        help="HTTPS port of the pool service (default 0: not served)",
+    )
+    pool.add_argument("--pool-service-bind-address", default="0.0.0.0")
+    pool.add_argument("--tls-cert-file", type=Path, help="the pool service's certificate")
+    pool.add_argument("--tls-private-key-file", type=Path, help="its key")
+    pool.add_argument(
+        "--pod-name",
+        default=os.environ.get("POD_NAME") or None,
+        help="this controller's pod (default $POD_NAME), labelled torchgate.io/leader=true while "
+        "it leads, so the Service torchgate-controller routes to the leader; needs "
+        "$POD_NAMESPACE or --leader-election-namespace",
+    )
     parser.add_argument("--metrics-bind-address", default="0.0.0.0")
     parser.add_argument(
         "--metrics-port", type=int, default=8080, help="plain HTTP /metrics /healthz; 0 disables"
@@ -126,12 +155,38 @@ def run(args: argparse.Namespace) -> int:
             name = flag.replace("_", "-")
             print(f"torchgate controller: --{name} must be between 0 and 3600", file=sys.stderr)
             return 2
+    if args.pool_service_port and (args.tls_cert_file is None or args.tls_private_key_file is None):
+        print(
+            "torchgate controller: --pool-service-port needs --tls-cert-file and "
+            "--tls-private-key-file",
+            file=sys.stderr,
+        )
+        return 2
     tune_garbage_collector()
     try:
         return asyncio.run(_main(args))
     except (OSError, ValueError) as exc:
         print(f"torchgate controller: {exc}", file=sys.stderr)
         return 1
+
+
+def manager_settings(args: argparse.Namespace) -> ManagerOptions:
+    """What the parsed flags ask of the manager and the reconciler."""
+    return ManagerOptions(
+        namespace=args.namespace,
+        workers=args.workers,
+        resync_seconds=args.resync_seconds,
+        starvation_seconds=args.starvation_seconds,
+        stuck_termination_seconds=args.stuck_termination_seconds,
+        gang_backoff_seconds=args.gang_backoff_seconds,
+        options=Options(
+            manage_unowned=args.manage_unowned,
+            write_concurrency=args.write_concurrency,
+            finish_grace_seconds=args.finish_grace_seconds,
+            node_lost_seconds=args.node_lost_seconds,
+            gang_objects=args.gang_objects,
+        ),
+    )
 
 
 async def _main(args: argparse.Namespace) -> int:
@@ -151,20 +206,17 @@ async def _main(args: argparse.Namespace) -> int:
             name=args.leader_election_id,
             identity=f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
         )
-    settings = ManagerOptions(
-        namespace=args.namespace,
-        workers=args.workers,
-        resync_seconds=args.resync_seconds,
-        starvation_seconds=args.starvation_seconds,
-        stuck_termination_seconds=args.stuck_termination_seconds,
-        gang_backoff_seconds=args.gang_backoff_seconds,
-        options=Options(
-            manage_unowned=args.manage_unowned,
-            write_concurrency=args.write_concurrency,
-            finish_grace_seconds=args.finish_grace_seconds,
-            node_lost_seconds=args.node_lost_seconds,
-        ),
-    )
+    settings = manager_settings(args)
+    pool_service = None
+    if args.pool_service_port:
+        pod = (args.leader_election_namespace, args.pod_name) if args.pod_name else None
+        pool_service = PoolServiceOptions(
+            bind=args.pool_service_bind_address,
+            port=args.pool_service_port,
+            cert_file=args.tls_cert_file,
+            key_file=args.tls_private_key_file,
+            pod=pod,
+        )
     try:
         return await run_as_leader(
             api,
@@ -173,6 +225,7 @@ async def _main(args: argparse.Namespace) -> int:
             metrics_bind=args.metrics_bind_address,
             metrics_port=args.metrics_port or None,
             stop=stop,
+            pool_service=pool_service,
         )
     finally:
         await api.close()

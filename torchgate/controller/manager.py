@@ -6,7 +6,10 @@ nodes, pod capacity changes, PriorityClasses and TeamQuotas wake the admitter; a
 quarantine wakes the quarantine keeper, which the reconciler tells of nodes' faults); workers run
 ``reconcile``
 with per-key exclusivity, retry failures with exponential backoff, honour ``requeue_after``
-timers, and a periodic resync re-queues every job as a safety net. Only the Lease holder runs any
+timers, and a periodic resync re-queues every job as a safety net. Whether the cluster serves
+Kubernetes' gang objects (Workload, PodGroup) is asked of API discovery before the first
+reconcile and again every ``gang_objects_recheck_seconds``, so turning the API on or off takes
+effect without a restart. Only the Lease holder runs any
 of it; a replica that loses the Lease exits so that it restarts clean.
 """
 
@@ -27,13 +30,21 @@ from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.poolsource import PoolSource
 from torchgate.controller.job import status as st
 from torchgate.controller.job.disruption import node_health
+from torchgate.controller.job.gangobjects import serves_gang_objects
 from torchgate.controller.job.model import Event, EventType
 from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
 from torchgate.controller.leader import LeaderElector
-from torchgate.controller.metrics import ControllerMetrics
+from torchgate.controller.metrics import ControllerMetrics, TeamShare
+from torchgate.controller.poolservice import (
+    PoolFacts,
+    PoolServiceOptions,
+    mark_leader,
+    serve_when_ready,
+)
 from torchgate.controller.quarantine.keeper import QuarantineKeeper
 from torchgate.controller.queue import NORMAL, URGENT, ShutDown, WorkQueue
 from torchgate.kube.client import KubeApi
+from torchgate.kube.errors import ApiError, NotFound
 from torchgate.kube.informer import Informer, key_of
 from torchgate.kube.resources import (
     NODES,
@@ -43,12 +54,51 @@ from torchgate.kube.resources import (
     PYTORCHJOBS,
     SERVICES,
     TEAM_QUOTAS,
+    WORKLOADS,
 )
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy
+from torchgate.pytorchjob.pool import GPUS
 
 log = logging.getLogger("torchgate.controller")
+
+
+class GangObjectsDiscovery:
+    """Whether the cluster serves ``scheduling.k8s.io/v1beta1`` Workload and PodGroup.
+
+    A group version that is not served answers 404; any other error keeps the last answer (an
+    apiserver hiccup does not switch gangs between kinds of scheduling).
+    """
+
+    def __init__(self, api: KubeApi, recheck_seconds: float) -> None:
+        self.api = api
+        self.recheck_seconds = recheck_seconds
+        self.served = False
+
+    async def check(self) -> None:
+        """Ask discovery once."""
+        try:
+            discovery = await self.api.request("GET", WORKLOADS.discovery_path())
+        except NotFound:
+            discovery = None
+        except ApiError as exc:
+            log.warning("cannot tell whether %s is served: %s", WORKLOADS.discovery_path(), exc)
+            return
+        served = serves_gang_objects(discovery)
+        if served != self.served:
+            log.info(
+                "%s Workload and PodGroup %s",
+                WORKLOADS.discovery_path(),
+                "served: gangs get Kubernetes gang objects" if served else "not served",
+            )
+        self.served = served
+
+    async def run(self) -> None:
+        """Ask again every ``recheck_seconds`` until cancelled."""
+        while True:
+            await asyncio.sleep(self.recheck_seconds)
+            await self.check()
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +116,7 @@ class ManagerOptions:
     gang_backoff_seconds: float = 10.0
     # How long to wait for the TeamQuota list at start (the CRD may not be installed).
     quota_sync_seconds: float = 10.0
+    gang_objects_recheck_seconds: float = 30.0
     options: Options = field(default_factory=Options)
 
 
@@ -91,6 +142,8 @@ class Manager:
             queue_depth=lambda: len(self.queue),
             events_dropped=lambda: self.reconciler.events.dropped,
             quarantined_nodes=lambda: self.quarantine.quarantined(),
+            waiting=lambda: self.admitter.demand(),
+            teams=self._team_shares,
         )
         self.quarantine = QuarantineKeeper(
             api,
@@ -114,6 +167,7 @@ class Manager:
             stuck_seconds=settings.stuck_termination_seconds,
             backoff_base=settings.gang_backoff_seconds,
         )
+        self.gang_objects = GangObjectsDiscovery(api, settings.gang_objects_recheck_seconds)
         self.reconciler = Reconciler(
             api,
             jobs=self.jobs,
@@ -128,8 +182,10 @@ class Manager:
             options=settings.options,
             nodes=self.nodes,
             node_faults=self.quarantine.record,
+            gang_objects_served=lambda: self.gang_objects.served,
         )
         self._parsed_policies: dict[tuple[str, str], PlacementPolicy | None] = {}
+        self.synced = asyncio.Event()  # the caches are filled (the pool service answers then)
         self.pods.index_by(job_key_of_pod)
         self.services.index_by(job_key_of_pod)
         self.jobs.add_handler(self._on_job)
@@ -145,6 +201,17 @@ class Manager:
         self.team_quotas.add_handler(lambda *_: self.admitter.wake())
 
     # ------------------------------------------------------------------ cache views
+
+    def _team_shares(self) -> list[TeamShare]:
+        """Each team's nominal GPUs and what the last admission cycle counted it using."""
+        teams = self.pool.teams()
+        shares = []
+        for name, status in sorted(self.admitter.team_status.items()):
+            limit = teams[name].limits.get(GPUS) if name in teams else None
+            nominal = limit.nominal / 1000 if limit is not None else 0.0
+            used, borrowed = status.get("usedGPUs", 0), status.get("borrowedGPUs", 0)
+            shares.append(TeamShare(name, nominal, used, borrowed))
+        return shares
 
     def policies(self) -> Iterable[PlacementPolicy]:
         """The valid PlacementPolicies (parsed once per resourceVersion)."""
@@ -177,6 +244,16 @@ class Manager:
         """Whether jobs of the class may preempt: ``preemptionPolicy: Never`` waits."""
         raw = self._priority_class(class_name)
         return raw is None or raw.get("preemptionPolicy") != "Never"
+
+    def pool_facts(self) -> PoolFacts:
+        """What the pool service reads (forecasts, one job's outlook, the pool view)."""
+        return PoolFacts(
+            snapshot=lambda candidate, gpu: self.admitter.snapshot(candidate, gpu_resource=gpu),
+            candidate=lambda job, since: self.reconciler.candidate(job, since=since),
+            policies=self.policies,
+            synced=self.synced.is_set,
+            clock=self.admitter.clock,
+        )
 
     # ------------------------------------------------------------------ event handlers
 
@@ -249,6 +326,10 @@ class Manager:
                 len(self.pods.store),
                 len(self.nodes.store),
             )
+            if self.settings.options.gang_objects:
+                await self.gang_objects.check()
+                group.create_task(self.gang_objects.run())
+            self.synced.set()
             self._requeue_all()
             group.create_task(self.admitter.run())
             group.create_task(self.pool.write_statuses())
@@ -326,15 +407,24 @@ async def run_as_leader(
     metrics_bind: str,
     metrics_port: int | None,
     stop: asyncio.Event,
+    pool_service: PoolServiceOptions | None = None,
 ) -> int:
-    """Serve metrics, wait for the Lease, run the manager until ``stop`` or the Lease is lost."""
+    """Serve metrics, wait for the Lease, run the manager until ``stop`` or the Lease is lost.
+
+    The pool service (when configured) is served by the leader only, from the moment it leads;
+    its pod carries the leader label meanwhile (``poolservice`` rule 4).
+    """
     manager = Manager(api, settings)
+    pod = pool_service.pod if pool_service is not None else None
+    if pod is not None:
+        await mark_leader(api, namespace=pod[0], pod=pod[1], leading=False)
     runner = (
         await serve_metrics(manager, manager.metrics, metrics_bind, metrics_port)
         if metrics_port is not None
         else None
     )
     lost = False
+    background: list[asyncio.Task[None]] = []
     try:
         if elector is not None:
             acquire = asyncio.create_task(elector.acquire())
@@ -344,6 +434,9 @@ async def run_as_leader(
                 acquire.cancel()
                 return 0
             stopping.cancel()
+        if pool_service is not None:
+            serving = serve_when_ready(api, manager.pool_facts(), pool_service)
+            background.append(asyncio.create_task(serving))
         run = asyncio.create_task(manager.run())
         waiters = {run, asyncio.create_task(stop.wait())}
         if elector is not None:
@@ -359,6 +452,11 @@ async def run_as_leader(
             raise run.exception()  # type: ignore[misc]
     finally:
         manager.queue.shut_down()
+        for task in background:
+            task.cancel()
+        for task in background:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
         if elector is not None and not lost:
             await elector.release()
         if runner is not None:

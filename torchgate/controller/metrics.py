@@ -18,19 +18,60 @@ Besides reconcile latency, queue depth and pod writes, three measure what torchg
   what the training-operator's default (``cleanPodPolicy: None``) would have kept occupied until
   someone deleted the job. The second grows while such a finished job still exists and stops when
   it is deleted, as the operator's pods would have gone with it.
+
+The pool's dashboards read, at scrape time, from the admission cycle's own state (no extra work
+between scrapes): per team and ``Queued`` reason, ``torchgate_controller_waiting_jobs``,
+``torchgate_controller_waiting_gpus`` and ``torchgate_controller_longest_wait_seconds``; per
+team, ``torchgate_controller_team_quota_gpus``, ``torchgate_controller_team_used_gpus`` and
+``torchgate_controller_team_borrowed_gpus``. A namespace no team owns counts under ``team=""``.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from torchgate.pytorchjob.names import JobKey
+
+
+class WaitingDemand(Protocol):
+    """The jobs of one team waiting for one reason (``admission.waiting.Demand``)."""
+
+    @property
+    def team(self) -> str:
+        """The owning team, ``""`` for none."""
+
+    @property
+    def reason(self) -> str:
+        """The ``Queued`` reason."""
+
+    @property
+    def jobs(self) -> int:
+        """How many wait."""
+
+    @property
+    def gpus(self) -> int:
+        """The GPUs they ask for, in milli-units."""
+
+    @property
+    def longest_wait(self) -> float:
+        """Seconds the longest waiter has waited."""
+
+
+@dataclass(frozen=True, slots=True)
+class TeamShare:
+    """One team's GPUs: its nominal quota, what its admitted gangs use, what of that is borrowed."""
+
+    team: str
+    quota: float
+    used: float
+    borrowed: float
 
 
 class ControllerMetrics:
@@ -44,6 +85,8 @@ class ControllerMetrics:
         queue_depth: Callable[[], int] = lambda: 0,
         events_dropped: Callable[[], int] = lambda: 0,
         quarantined_nodes: Callable[[], int] = lambda: 0,
+        waiting: Callable[[], Iterable[WaitingDemand]] = lambda: (),
+        teams: Callable[[], Iterable[TeamShare]] = lambda: (),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.registry = registry or CollectorRegistry()
@@ -107,6 +150,7 @@ class ControllerMetrics:
         self.registry.register(
             _ScrapeTime(self, job_states, queue_depth, events_dropped, quarantined_nodes)
         )
+        self.registry.register(_PoolGauges(waiting, teams))
 
     def record_release(self, key: JobKey, gpus: int, since_end: float | None) -> None:
         """A job's end released ``gpus`` still held by running pods, ``since_end`` s after it."""
@@ -178,3 +222,55 @@ class _ScrapeTime(Collector):
             "GPU-seconds returned to the pool by deleting running pods when jobs ended.",
             value=self.metrics.gpu_seconds_released(),
         )
+
+
+class _PoolGauges(Collector):
+    """Who waits and who uses what, from the admission cycle's state at scrape time."""
+
+    def __init__(
+        self,
+        waiting: Callable[[], Iterable[WaitingDemand]],
+        teams: Callable[[], Iterable[TeamShare]],
+    ) -> None:
+        self.waiting = waiting
+        self.teams = teams
+
+    def collect(self) -> Iterator[Any]:
+        labels = ["team", "reason"]
+        jobs = GaugeMetricFamily(
+            "torchgate_controller_waiting_jobs", "Jobs waiting, by team and reason.", labels=labels
+        )
+        gpus = GaugeMetricFamily(
+            "torchgate_controller_waiting_gpus",
+            "GPUs the waiting jobs count against their team, by team and reason.",
+            labels=labels,
+        )
+        longest = GaugeMetricFamily(
+            "torchgate_controller_longest_wait_seconds",
+            "How long the longest-waiting job has waited, by team and reason.",
+            labels=labels,
+        )
+        for demand in self.waiting():
+            key = [demand.team, demand.reason]
+            jobs.add_metric(key, demand.jobs)
+            gpus.add_metric(key, demand.gpus / 1000)
+            longest.add_metric(key, demand.longest_wait)
+        yield from (jobs, gpus, longest)
+        quota = GaugeMetricFamily(
+            "torchgate_controller_team_quota_gpus", "A team's nominal GPUs.", labels=["team"]
+        )
+        used = GaugeMetricFamily(
+            "torchgate_controller_team_used_gpus",
+            "GPUs a team's admitted gangs use (borrowed ones included).",
+            labels=["team"],
+        )
+        borrowed = GaugeMetricFamily(
+            "torchgate_controller_team_borrowed_gpus",
+            "GPUs a team uses beyond its nominal quota.",
+            labels=["team"],
+        )
+        for share in self.teams():
+            quota.add_metric([share.team], share.quota)
+            used.add_metric([share.team], share.used)
+            borrowed.add_metric([share.team], share.borrowed)
+        yield from (quota, used, borrowed)

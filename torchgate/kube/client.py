@@ -39,6 +39,7 @@ import orjson
 from torchgate.kube.errors import decode_error, status_error, unreachable
 
 JSON = "application/json"
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
@@ -167,8 +168,9 @@ class KubeClient:
         body: Any,
         content_type: str,
         deadline: aiohttp.ClientTimeout | float,
+        extra_headers: Mapping[str, str] | None = None,
     ) -> aiohttp.ClientResponse:
-        headers = {"Accept": JSON}
+        headers = {"Accept": JSON, **(extra_headers or {})}
         payload: bytes | None = None
         if body is not None:
             headers["Content-Type"] = content_type
@@ -199,15 +201,23 @@ class KubeClient:
         query: Mapping[str, str] | None = None,
         body: Any = None,
         content_type: str = JSON,
+        headers: Mapping[str, str] | None = None,
+        warnings: list[str] | None = None,
     ) -> Any:
-        """One call; returns the decoded JSON body; raises ``ApiError`` subclasses."""
-        response = await self._send(method, path, query, body, content_type, self.timeout)
+        """One call; returns the decoded JSON body; raises ``ApiError`` subclasses.
+
+        ``headers`` are sent besides the credentials; ``warnings`` collects the texts of the
+        answer's ``Warning`` headers (admission warnings, deprecations).
+        """
+        response = await self._send(method, path, query, body, content_type, self.timeout, headers)
         try:
             data = await response.read()
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise unreachable(method, path, exc) from exc
         finally:
             response.release()
+        if warnings is not None:
+            warnings.extend(warning_text(value) for value in response.headers.getall("Warning", ()))
         if 200 <= response.status < 300:
             return orjson.loads(data) if data else None
         raise decode_error(response.status, data, method, path)
@@ -248,6 +258,48 @@ class KubeClient:
             raise unreachable("WATCH", path, str(exc) or "watch stream broke") from exc
         finally:
             response.release()
+
+
+def warning_text(header: str) -> str:
+    """The text of a ``Warning: 299 - "text"`` header value (RFC 7234), unquoted."""
+    parts = header.split(" ", 2)
+    if len(parts) == 3 and parts[2].startswith('"'):
+        text = parts[2]
+        closing = text.rfind('"')
+        if closing > 0:
+            return text[1:closing].replace('\\"', '"').replace("\\\\", "\\")
+    return header
+
+
+def current_namespace(kubeconfig: str | None = None) -> str:
+    """The namespace of the kubeconfig's current context (kubectl's default ``-n``).
+
+    In a pod without a kubeconfig, the pod's own namespace; ``default`` when nothing says.
+    """
+    import yaml
+
+    if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ:
+        try:
+            return Path(SERVICE_ACCOUNT_NAMESPACE).read_text().strip() or "default"
+        except OSError:
+            pass
+    files = kubeconfig or os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+    documents = []
+    for part in files.split(os.pathsep):
+        try:
+            loaded = yaml.safe_load(Path(part).read_text()) if part else None
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(loaded, Mapping):
+            documents.append(loaded)
+    current = next((d["current-context"] for d in documents if d.get("current-context")), None)
+    for document in documents:
+        for entry in document.get("contexts") or ():
+            if isinstance(entry, Mapping) and entry.get("name") == current:
+                context = entry.get("context")
+                namespace = context.get("namespace") if isinstance(context, Mapping) else None
+                return str(namespace) if namespace else "default"
+    return "default"
 
 
 def _session(tls: ssl.SSLContext | None, pool_size: int) -> aiohttp.ClientSession:

@@ -32,6 +32,10 @@ class Resource:
             base += f"/{sub}"
         return base
 
+    def discovery_path(self) -> str:
+        """The path whose APIResourceList says which resources the group version serves."""
+        return "/api/v1" if not self.group else f"/apis/{self.group}/{self.version}"
+
 
 PODS: Final = Resource("", "v1", "pods")
 SERVICES: Final = Resource("", "v1", "services")
@@ -44,10 +48,17 @@ PLACEMENT_POLICIES: Final = Resource(
 )
 TEAM_QUOTAS: Final = Resource("torchgate.io", "v1alpha1", "teamquotas", namespaced=False)
 PRIORITY_CLASSES: Final = Resource("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False)
+# Kubernetes' gang objects (GenericWorkload; beta in 1.37): see controller/job/gangobjects.py.
+WORKLOADS: Final = Resource("scheduling.k8s.io", "v1beta1", "workloads")
+POD_GROUPS: Final = Resource("scheduling.k8s.io", "v1beta1", "podgroups")
 LEASES: Final = Resource("coordination.k8s.io", "v1", "leases")
 MUTATING_WEBHOOK_CONFIGURATIONS: Final = Resource(
     "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", namespaced=False
 )
 VALIDATING_WEBHOOK_CONFIGURATIONS: Final = Resource(
     "admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", namespaced=False
+)
+TOKEN_REVIEWS: Final = Resource("authentication.k8s.io", "v1", "tokenreviews", namespaced=False)
+SUBJECT_ACCESS_REVIEWS: Final = Resource(
+    "authorization.k8s.io", "v1", "subjectaccessreviews", namespaced=False
 )

@@ -25,13 +25,15 @@ from aiohttp import web
 
 from torchgate import jsonlog
 from torchgate.kube.client import ConfigError, KubeClient
+from torchgate.serving import ReloadingTLS
+from torchgate.webhook.forecastclient import DEFAULT_TIMEOUT_SECONDS, ForecastClient
 from torchgate.webhook.policysource import (
     ClusterPolicies,
     ClusterQuotas,
     FilePolicies,
     PolicyCache,
 )
-from torchgate.webhook.server import DRAINING, MAX_BODY_BYTES, Metrics, ReloadingTLS, create_app
+from torchgate.webhook.server import DRAINING, MAX_BODY_BYTES, Metrics, create_app
 
 log = logging.getLogger("torchgate.webhook")
 
@@ -65,6 +67,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="after SIGTERM keep answering this long (readyz 503) while the pod leaves its "
         "Service's endpoints, then stop (default 0; the manifests set 5)",
     )
+    forecast = parser.add_argument_group(
+        "forecasts (one warning per created job saying what the controller would do with it)"
+    )
+    forecast.add_argument(
+        "--controller-url",
+        help="the controller's pool service, e.g. https://torchgate-controller.torchgate-system.svc"
+        " (default: no forecasts); asked with this process's cluster credentials",
+    )
+    forecast.add_argument(
+        "--controller-ca-file",
+        type=Path,
+        help="CA that signed the pool service's certificate (re-read when it changes)",
+    )
+    forecast.add_argument(
+        "--forecast-timeout-seconds",
+        type=float,
+        default=DEFAULT_TIMEOUT_SECONDS,
+        help="admission goes on without a forecast after this long (default %(default)s)",
+    )
     jsonlog.add_arguments(parser)
 
 
@@ -88,12 +109,17 @@ async def _serve(args: argparse.Namespace, tls: ReloadingTLS) -> None:
     cache = PolicyCache()
     tasks: list[asyncio.Task[None]] = []
     api = await _policy_source(args, cache, tasks)
+    metrics = Metrics()
+    forecasts = _forecast_client(args, api, metrics)
+    if forecasts is not None:
+        tasks.append(asyncio.create_task(forecasts.watch_ca()))
     app = create_app(
         cache,
-        metrics=Metrics(),
+        metrics=metrics,
         max_body_bytes=args.max_body_bytes,
         # Benchmarks only: X-Torchgate-Server-Time on every review response.
         server_timing=os.environ.get("TORCHGATE_SERVER_TIMING") == "1",
+        forecasts=forecasts,
     )
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
@@ -119,8 +145,38 @@ async def _serve(args: argparse.Namespace, tls: ReloadingTLS) -> None:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await runner.cleanup()
+        if forecasts is not None:
+            await forecasts.close()
         if api is not None:
             await api.close()
+
+
+def _forecast_client(
+    args: argparse.Namespace, api: KubeClient | None, metrics: Metrics
+) -> ForecastClient | None:
+    """The client of the controller's pool service, when one is named and credentials exist."""
+    if not args.controller_url:
+        return None
+    if api is None:
+        log.warning(
+            "no forecasts: --controller-url needs cluster credentials (--kubeconfig, or the "
+            "pod's ServiceAccount) to authenticate to the controller"
+        )
+        return None
+    credentials = api.authorize
+
+    async def authorize(headers: dict[str, str]) -> None:
+        if credentials is not None:
+            await credentials(headers)
+
+    log.info("forecasts from %s", args.controller_url)
+    return ForecastClient(
+        args.controller_url,
+        authorize=authorize,
+        ca_file=args.controller_ca_file,
+        timeout=args.forecast_timeout_seconds,
+        observe=metrics.observe_forecast,
+    )
 
 
 async def _policy_source(

@@ -129,6 +129,27 @@ def validate(
     return respond(review, allowed=True, warnings=warnings)
 
 
+def forecast_subject(review: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The job a forecast is asked for: a PyTorchJob being created, with its namespace set."""
+    request = review["request"]
+    if not _is_ours(request) or request.get("operation") != "CREATE":
+        return None
+    job = request.get("object")
+    if not isinstance(job, Mapping):
+        return None
+    metadata = job.get("metadata")
+    metadata = dict(metadata) if isinstance(metadata, Mapping) else {}
+    metadata["namespace"] = _namespace(request)
+    return {**job, "metadata": metadata}
+
+
+def with_warning(answer: dict[str, Any], warning: str) -> dict[str, Any]:
+    """``answer`` (an AdmissionReview response) with one more warning, last."""
+    response = answer["response"]
+    response["warnings"] = [*response.get("warnings", ()), warning]
+    return answer
+
+
 def respond(
     review: Mapping[str, Any],
     *,

@@ -1,9 +1,10 @@
 """The aiohttp server around the pure review functions: routes, limits, TLS and metrics.
 
-Routes: ``POST /mutate`` and ``POST /validate`` (AdmissionReview v1), ``GET /healthz`` (the process
-serves), ``GET /readyz`` (policies are loaded, so decisions are the admin's, not the built-in
-default's), ``GET /metrics`` (Prometheus text). The app factory takes its dependencies; there is no
-global state besides the Prometheus registry passed in.
+Routes: ``POST /mutate`` and ``POST /validate`` (AdmissionReview v1; the validating route adds
+the controller's forecast to an allowed CREATE when a ``ForecastClient`` is given), ``GET
+/healthz`` (the process serves), ``GET /readyz`` (policies are loaded, so decisions are the
+admin's, not the built-in default's), ``GET /metrics`` (Prometheus text). The app factory takes
+its dependencies; there is no global state besides the Prometheus registry passed in.
 
 With ``server_timing`` (off by default; ``TORCHGATE_SERVER_TIMING=1`` for ``torchgate webhook``)
 every review response carries ``X-Torchgate-Server-Time: <seconds> cpu=<seconds>``: the time from
@@ -11,20 +12,15 @@ the handler's start to the serialised answer, and the CPU time the process spent
 leaves out time the process waited for its core). ``benchmarks/webhook_bench.py`` reads it for
 exact server-side percentiles.
 
-TLS certificates are reloaded in place: ``SSLContext.load_cert_chain`` on the live context changes
-what *new* handshakes present, so a renewed Secret (mounted files change) never drops a connection
-or needs a restart; a half-written pair is ignored until it loads cleanly.
+TLS certificates are reloaded in place (``torchgate.serving.ReloadingTLS``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import ssl
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, Final
 
 import orjson
@@ -38,14 +34,18 @@ from prometheus_client import (
     generate_latest,
 )
 
+from torchgate.pytorchjob.outlook import Forecast, forecast_warning
+from torchgate.webhook.forecastclient import ForecastClient
 from torchgate.webhook.policysource import PolicyCache
 from torchgate.webhook.review import (
     BadReview,
     PolicyLookup,
+    forecast_subject,
     internal_error,
     mutate,
     parse_review,
     validate,
+    with_warning,
 )
 
 log = logging.getLogger("torchgate.webhook")
@@ -80,6 +80,23 @@ class Metrics:
             ["valid"],
             registry=self.registry,
         )
+        self.forecasts = Counter(
+            "torchgate_webhook_forecasts_total",
+            "Forecasts asked of the controller, by outcome (answered, timeout, refused, error).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.forecast_latency = Histogram(
+            "torchgate_webhook_forecast_seconds",
+            "Time the validating route waited for the controller's forecast.",
+            buckets=(0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5),
+            registry=self.registry,
+        )
+
+    def observe_forecast(self, outcome: str, seconds: float) -> None:
+        """Count one forecast (``ForecastClient``'s ``observe``)."""
+        self.forecasts.labels(outcome).inc()
+        self.forecast_latency.observe(seconds)
 
 
 DRAINING: Final = web.AppKey("draining", asyncio.Event)
@@ -92,14 +109,20 @@ def create_app(
     metrics: Metrics | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
     server_timing: bool = False,
+    forecasts: ForecastClient | None = None,
 ) -> web.Application:
-    """The webhook application (no TLS here; see ``serve``)."""
+    """The webhook application (no TLS here; see ``serve``).
+
+    With ``forecasts``, the validating route adds the controller's forecast to an allowed CREATE
+    as one more warning (``forecastclient``: never blocking, never failing a review).
+    """
     metrics = metrics or Metrics()
     # aiohttp would answer 413 for an oversize body; we check the size ourselves to answer 400.
     app = web.Application(client_max_size=max_body_bytes + 1)
     draining = asyncio.Event()
     app[DRAINING] = draining
     routes = _Routes(cache, metrics, max_body_bytes, server_timing=server_timing)
+    routes.forecasts = forecasts
     routes.draining = draining
     app.router.add_post("/mutate", routes.mutate)
     app.router.add_post("/validate", routes.validate)
@@ -118,6 +141,7 @@ class _Routes:
         self.max_body_bytes = max_body_bytes
         self.server_timing = server_timing
         self.draining = asyncio.Event()
+        self.forecasts: ForecastClient | None = None
         # labels() takes a lock and builds a key on every call: resolve the children once.
         self._counted = {
             (route, outcome): metrics.reviews.labels(route, outcome)
@@ -130,12 +154,14 @@ class _Routes:
         return await self._review(request, "mutate", mutate)
 
     async def validate(self, request: web.Request) -> web.Response:
-        return await self._review(request, "validate", self._validate)
+        return await self._review(request, "validate", self._validate, forecast=True)
 
     def _validate(self, review: Mapping[str, Any], policy_for: PolicyLookup) -> dict[str, Any]:
         return validate(review, policy_for, self.cache.team_for)
 
-    async def _review(self, request: web.Request, route: str, decide: Decision) -> web.Response:
+    async def _review(
+        self, request: web.Request, route: str, decide: Decision, *, forecast: bool = False
+    ) -> web.Response:
         started = time.perf_counter()
         cpu_started = time.thread_time() if self.server_timing else 0.0
         try:
@@ -144,6 +170,9 @@ class _Routes:
         except BadReview as exc:
             self._counted[route, "bad_request"].inc()
             return web.Response(status=400, text=f"bad AdmissionReview: {exc}\n")
+        asked = self._ask_forecast(review) if forecast else None
+        if asked is not None:
+            await asyncio.sleep(0)  # let the request go out before the rules take the CPU
         try:
             answer = decide(review, self.cache.policy_for)
             outcome = "allowed" if answer["response"]["allowed"] else "denied"
@@ -154,6 +183,8 @@ class _Routes:
             )
             answer = internal_error(review, f"torchgate webhook internal error (uid {uid})")
             outcome = "error"
+        if asked is not None:
+            answer = await self._add_forecast(answer, asked, allowed=outcome == "allowed")
         payload = orjson.dumps(answer)
         elapsed = time.perf_counter() - started
         cpu = time.thread_time() - cpu_started if self.server_timing else 0.0
@@ -166,6 +197,26 @@ class _Routes:
                 headers={SERVER_TIME_HEADER: f"{elapsed:.7f} cpu={cpu:.7f}"},
             )
         return web.Response(body=payload, content_type="application/json")
+
+    def _ask_forecast(self, review: Mapping[str, Any]) -> asyncio.Task[Forecast | None] | None:
+        """Ask the controller at once, so the answer comes while the rules run."""
+        job = forecast_subject(review) if self.forecasts is not None else None
+        if self.forecasts is None or job is None:
+            return None
+        return asyncio.create_task(self.forecasts.forecast(job))
+
+    async def _add_forecast(
+        self, answer: dict[str, Any], asked: asyncio.Task[Forecast | None], *, allowed: bool
+    ) -> dict[str, Any]:
+        if not allowed:
+            asked.cancel()
+            return answer
+        try:
+            found = await asked  # bounded by the client's timeout; None on any failure
+            return answer if found is None else with_warning(answer, forecast_warning(found))
+        except Exception:  # a forecast never fails a review
+            log.exception("forecast dropped")
+            return answer
 
     async def _body(self, request: web.Request) -> bytes:
         if request.content_type != "application/json":
@@ -197,44 +248,3 @@ class _Routes:
             body=generate_latest(self.metrics.registry),
             headers={"Content-Type": CONTENT_TYPE_LATEST},
         )
-
-
-class ReloadingTLS:
-    """A server SSL context whose certificate follows the files on disk."""
-
-    def __init__(self, cert_file: Path, key_file: Path) -> None:
-        self.cert_file = cert_file
-        self.key_file = key_file
-        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
-        self._digest = ""
-        self.reload(initial=True)
-
-    def _read_digest(self) -> str:
-        digest = hashlib.sha256()
-        digest.update(self.cert_file.read_bytes())
-        digest.update(self.key_file.read_bytes())
-        return digest.hexdigest()
-
-    def reload(self, *, initial: bool = False) -> bool:
-        """Load the files if they changed; return whether a new certificate is in use."""
-        try:
-            digest = self._read_digest()
-            if digest == self._digest:
-                return False
-            self.context.load_cert_chain(self.cert_file, self.key_file)
-        except (OSError, ssl.SSLError) as exc:
-            if initial:
-                raise
-            log.warning("keeping the current TLS certificate; could not load the new one: %s", exc)
-            return False
-        self._digest = digest
-        if not initial:
-            log.info("reloaded the TLS certificate from %s", self.cert_file)
-        return True
-
-    async def watch(self, interval: float) -> None:
-        """Poll the files and reload on change."""
-        while True:
-            await asyncio.sleep(interval)
-            self.reload()

@@ -20,6 +20,7 @@ from tests.builders.job import parsed_job, with_uid
 from tests.builders.pod import set_phase
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.nodes import NodeView, job_demands
+from torchgate.controller.admission.waiting import Waiting
 from torchgate.controller.job.model import ANNOTATION_ATTEMPT, ANNOTATION_RESTARTS, Observed, Plan
 from torchgate.controller.job.plan import plan
 from torchgate.controller.job.status import format_time
@@ -164,3 +165,30 @@ def ask(
         topology_required=topology[1],
     )
     return key
+
+
+def candidate(
+    raw: dict[str, Any],
+    *,
+    priority: int = 0,
+    preempts: bool = True,
+    topology: tuple[str | None, bool] = (None, False),
+    created: str = "2026-06-01T00:00:00Z",
+    since: float = 0.0,
+) -> Waiting:
+    """A job not asked for yet, as a forecast sees it (the terms ``ask`` would ask with)."""
+    spec = parsed_job(with_uid(raw, uid=f"uid-{raw['metadata']['name']}"))
+    return Waiting(
+        key=(spec.namespace, spec.name),
+        uid=spec.uid,
+        demands=job_demands(spec),
+        min_count=spec.min_available,
+        usage=gang_usage(spec, "nvidia.com/gpu"),
+        priority=priority,
+        created=created,
+        gpu_resource="nvidia.com/gpu",
+        since=since,
+        preempts=preempts,
+        topology_level=topology[0],
+        topology_required=topology[1],
+    )

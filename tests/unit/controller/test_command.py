@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import gc
 from collections.abc import Iterator
 
 import pytest
 
 from torchgate.cli import main
+from torchgate.controller.command import add_arguments, manager_settings
 
 
 @pytest.mark.parametrize("flag", ["--workers", "--write-concurrency"])
@@ -58,3 +60,18 @@ def test_a_node_lost_bound_outside_its_range_is_refused(
     argv = ["controller", "--kubeconfig", "/nonexistent", "--node-lost-seconds", value]
     assert main(argv) == 2
     assert "--node-lost-seconds must be between 0 and 3600" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "gang_objects"),
+    [([], True), (["--gang-objects"], True), (["--no-gang-objects"], False)],
+)
+def test_gang_objects_are_on_unless_the_flag_turns_them_off(
+    flags: list[str], gang_objects: bool
+) -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+
+    settings = manager_settings(parser.parse_args(flags))
+
+    assert settings.options.gang_objects is gang_objects

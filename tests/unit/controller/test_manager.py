@@ -1,4 +1,4 @@
-"""The manager's wiring: which jobs a node event sends back to their reconcile."""
+"""The manager's wiring: which jobs a node event sends back to their reconcile; discovery."""
 
 from __future__ import annotations
 
@@ -7,10 +7,13 @@ import copy
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import pytest
+
 from tests.builders.node import node
 from tests.builders.pod import pod
-from torchgate.controller.manager import Manager, ManagerOptions
+from torchgate.controller.manager import GangObjectsDiscovery, Manager, ManagerOptions
 from torchgate.controller.queue import URGENT
+from torchgate.kube.errors import ApiError, NotFound
 
 
 class IdleApi:
@@ -77,3 +80,73 @@ def test_a_tainted_or_deleted_node_does_too_and_a_heartbeat_does_not() -> None:
     assert taken(manager) == {("team-a", "b")}
     manager._on_node("DELETED", before, before)
     assert taken(manager) == {("team-a", "b")}
+
+
+class DiscoveryApi:
+    """Answers discovery of ``scheduling.k8s.io/v1beta1`` with each of ``answers`` in turn."""
+
+    def __init__(self, *answers: Any) -> None:
+        self.answers = list(answers)
+        self.paths: list[str] = []
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        self.paths.append(path)
+        answer = self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    async def watch(self, path: str, query: Mapping[str, str]) -> AsyncIterator[dict[str, Any]]:
+        for _ in ():
+            yield {}
+
+
+SERVED = {"resources": [{"name": "workloads"}, {"name": "podgroups"}, {"name": "podgroups/status"}]}
+DISCOVERY = "/apis/scheduling.k8s.io/v1beta1"
+
+
+def not_found() -> NotFound:
+    return NotFound(404, "NotFound", "the server could not find the requested resource", "GET", "")
+
+
+def served_after_each_check(*answers: Any) -> list[bool]:
+    api = DiscoveryApi(*answers)
+    discovery = GangObjectsDiscovery(api, recheck_seconds=30)
+
+    async def checks() -> list[bool]:
+        seen = []
+        for _ in answers:
+            await discovery.check()
+            seen.append(discovery.served)
+        return seen
+
+    seen = asyncio.run(checks())
+    assert set(api.paths) == {DISCOVERY}
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("answers", "served"),
+    [
+        ((SERVED,), [True]),
+        ((not_found(),), [False]),
+        (({"resources": [{"name": "priorityclasses"}]},), [False]),
+        ((not_found(), SERVED), [False, True]),  # the API turned on while running
+        ((SERVED, not_found()), [True, False]),  # and off again
+        # An apiserver hiccup keeps the last answer.
+        ((SERVED, ApiError(503, "ServiceUnavailable", "try later", "GET", "")), [True, True]),
+    ],
+    ids=["served", "not-served", "other-resources", "turned-on", "turned-off", "error-keeps"],
+)
+def test_discovery_says_whether_gang_objects_are_served_and_follows_changes(
+    answers: tuple[Any, ...], served: list[bool]
+) -> None:
+    assert served_after_each_check(*answers) == served

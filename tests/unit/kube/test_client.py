@@ -17,9 +17,15 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from multidict import CIMultiDict
 
 from torchgate.certs.authority import issue_serving_cert, make_ca
-from torchgate.kube.client import KubeClient, proxy_from_environment
+from torchgate.kube.client import (
+    KubeClient,
+    current_namespace,
+    proxy_from_environment,
+    warning_text,
+)
 from torchgate.kube.errors import AlreadyExists, Gone, NotFound
 from torchgate.kube.resources import PODS
 
@@ -31,6 +37,7 @@ class FakeApiserver:
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, str, str | None, Any]] = []
+        self.extra: list[str | None] = []  # the X-Torchgate-Authorization header of each request
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -41,6 +48,7 @@ class FakeApiserver:
     async def _record(self, request: web.Request) -> Any:
         body = await request.json() if request.can_read_body else None
         self.seen.append((request.method, request.path, request.headers.get("Authorization"), body))
+        self.extra.append(request.headers.get("X-Torchgate-Authorization"))
         return body
 
     async def pods(self, request: web.Request) -> web.StreamResponse:
@@ -48,8 +56,10 @@ class FakeApiserver:
         if request.method == "POST":
             if body["metadata"]["name"] == "taken":
                 return status(409, "AlreadyExists", 'pods "taken" already exists')
+            warnings = [("Warning", '299 - "torchgate: will start now on n1"'),
+                        ("Warning", '299 - "a \\"quoted\\" word"')]  # fmt: skip
             return web.json_response({**body, "metadata": {**body["metadata"], "uid": "u1"}},
-                                     status=201)  # fmt: skip
+                                     status=201, headers=CIMultiDict(warnings))  # fmt: skip
         if request.query.get("watch") == "true":
             response = web.StreamResponse()
             await response.prepare(request)
@@ -209,3 +219,48 @@ def test_the_proxy_comes_from_the_environment_once(monkeypatch: pytest.MonkeyPat
     assert proxy_from_environment("https://10.0.0.1:6443") is None
     assert proxy_from_environment("https://kubernetes.default.svc:443") is None
     assert proxy_from_environment("https://api.example.com:6443") == "http://proxy.corp:3128"
+
+
+async def test_extra_headers_go_out_and_warning_headers_come_back(
+    apiserver: tuple[FakeApiserver, Path],
+) -> None:
+    fake, kubeconfig = apiserver
+    client = await KubeClient.connect(str(kubeconfig))
+    warnings: list[str] = []
+    try:
+        await client.request(
+            "POST",
+            PODS.path("ns"),
+            body={"metadata": {"name": "p"}},
+            headers={"X-Torchgate-Authorization": "Bearer t"},
+            warnings=warnings,
+        )
+    finally:
+        await client.close()
+
+    assert fake.extra == ["Bearer t"]
+    assert fake.seen[0][2] == f"Bearer {TOKEN}", "the credentials still go as they always do"
+    assert warnings == ["torchgate: will start now on n1", 'a "quoted" word']
+
+
+def test_a_warning_that_is_not_rfc_7234_is_kept_as_it_came() -> None:
+    assert warning_text("just text") == "just text"
+
+
+def test_the_default_namespace_is_the_current_contexts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    config = {
+        "current-context": "work",
+        "contexts": [
+            {"name": "home", "context": {"namespace": "mine"}},
+            {"name": "work", "context": {"namespace": "team-vision"}},
+        ],
+    }
+    (tmp_path / "a").write_text(json.dumps({"contexts": []}))
+    (tmp_path / "b").write_text(json.dumps(config))
+    monkeypatch.setenv("KUBECONFIG", f"{tmp_path / 'a'}:{tmp_path / 'b'}")
+
+    assert current_namespace() == "team-vision"
+    assert current_namespace(str(tmp_path / "a")) == "default"

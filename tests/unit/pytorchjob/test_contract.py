@@ -37,7 +37,7 @@ from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.decide import Pool, WaitingGang, decide
 from torchgate.controller.admission.nodes import job_demands
 from torchgate.controller.admission.poolsource import PoolSource
-from torchgate.controller.admission.topology import build_topology, shape_of
+from torchgate.controller.admission.topology import Capacity, build_topology, shape_of
 from torchgate.controller.job.envvars import merge_env, rank_env
 from torchgate.controller.job.model import expected_pods
 from torchgate.controller.job.plan import pytorch_exit_code
@@ -631,7 +631,7 @@ def test_the_admitter_queue_and_the_cycle_decide_in_the_same_order(
     queue_order = [w.key for w in admitter.queue.ready(0.0)]
     shuffler.shuffle(gangs)
     topology = build_topology((), [("n0", {})])
-    pool = Pool(topology=topology, free={"n0": {_GPU: 8000, "pods": 110_000}})
+    pool = Pool(capacity=Capacity(topology, {"n0": {_GPU: 8000, "pods": 110_000}}))
     cycle_order = [outcome.key for outcome in decide(pool, gangs, 0.0)]
     assert queue_order == cycle_order
     assert Counter(cycle_order) == Counter((ns, name) for ns, name, _, _ in queued)

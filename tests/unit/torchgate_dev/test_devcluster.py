@@ -529,3 +529,36 @@ def test_the_dev_samples_team_quotas_have_an_apply_path() -> None:
 def test_apply_path_refuses_what_dev_does_not_make(obj: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="not a kind torchgate dev makes"):
         devcluster.apply_path(obj)
+
+
+def test_the_dev_webhook_asks_the_dev_controllers_pool_service_with_the_ca_it_serves() -> None:
+    webhook_argv = webhook_command(
+        port=1, tls_dir=Path("/t"), kubeconfig=Path("/k"), controller_port=3
+    )
+    controller_argv = controller_command(
+        kubeconfig=Path("/k"), metrics_port=2, pool_port=3, tls_dir=Path("/t")
+    )
+
+    webhook = cli.build_parser("webhook").parse_args(webhook_argv[3:])
+    controller = cli.build_parser("controller").parse_args(controller_argv[3:])
+
+    assert webhook.controller_url == "https://127.0.0.1:3"
+    assert webhook.controller_ca_file == Path("/t/ca.crt")
+    assert (controller.pool_service_port, controller.pool_service_bind_address) == (3, "127.0.0.1")
+    assert controller.tls_cert_file == webhook.tls_cert_file == Path("/t/tls.crt")
+    assert (
+        cli.build_parser("controller")
+        .parse_args(controller_command(kubeconfig=Path("/k"), metrics_port=2)[3:])
+        .pool_service_port
+        == 0
+    ), "no pool service unless asked"
+
+
+def test_the_pool_port_survives_the_state_file(tmp_path: Path) -> None:
+    state = DevState(pool_port=4242)
+    state.save(tmp_path / "dev.json")
+
+    loaded = DevState.load(tmp_path / "dev.json")
+
+    assert loaded is not None
+    assert loaded.pool_port == 4242

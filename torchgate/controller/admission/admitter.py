@@ -24,6 +24,12 @@ rules: the waiting queue (``waiting``), fed by the reconcilers' requests, and th
 the call to ``decide``, backfill, and applying the outcomes to both parts; it is the only part
 that logs or wakes anything.
 
+A cycle's facts grow with what changed, not with the pool: the capacity view (``Capacity``, and
+the nodes' allocatable beside it) is built once per node set and then updated with the nodes
+whose free capacity the ledger says may have changed (``changed_free``); node eligibility is read
+again only when a node changed (``nodes_version``); a waiting gang's facts only when it asked
+anew or what they came from changed; the ledger rebuilds only the running gangs that changed.
+
 Backfill: a job that does not fit does not block smaller jobs behind it, unless it has waited longer
 than ``starvation_seconds`` for capacity or topology; from then on nothing behind it is admitted
 until it is, so a stream of small jobs cannot starve a large one.
@@ -35,7 +41,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from torchgate.controller.admission.decide import (
@@ -46,6 +53,13 @@ from torchgate.controller.admission.decide import (
     Wait,
     WaitingGang,
     decide,
+)
+from torchgate.controller.admission.forecasting import (
+    HeldNodes,
+    QueuedJob,
+    Snapshot,
+    rank,
+    starving,
 )
 from torchgate.controller.admission.ledger import CapacityLedger, PodKey, Reservation
 from torchgate.controller.admission.nodes import (
@@ -58,14 +72,17 @@ from torchgate.controller.admission.nodes import (
 from torchgate.controller.admission.poolsource import team_statuses
 from torchgate.controller.admission.preemption import protection
 from torchgate.controller.admission.topology import (
+    Capacity,
     OptionalPod,
+    Topology,
     gpu_free_nodes,
     job_topology,
     shape_of,
     topology_levels,
 )
-from torchgate.controller.admission.waiting import Waiting, WaitingQueue
-from torchgate.pytorchjob.names import JobKey
+from torchgate.controller.admission.waiting import Demand, Waiting, WaitingQueue, demand_by_team
+from torchgate.pytorchjob.names import DEFAULT_GPU_RESOURCE, JobKey
+from torchgate.pytorchjob.outlook import Place, queued_message
 from torchgate.pytorchjob.pool import GPUS, PoolSettings, TeamQuota, resolve_teams
 from torchgate.pytorchjob.units import Units
 
@@ -111,6 +128,13 @@ class Admitter:
         self.team_status: dict[str, dict[str, int]] = {}
         self.cycles = 0
         self._wake = asyncio.Event()
+        # Kept between cycles (``cycle``): the capacity view, updated from the ledger's changes;
+        # node eligibility, until a node changes; each waiting gang's facts, until it asks
+        # anew or what they were read from changes.
+        self._capacity: Capacity | None = None
+        self._empty: Capacity | None = None
+        self._nodes = _NodeFacts(-1)
+        self._gangs: dict[JobKey, tuple[tuple[object, ...], WaitingGang]] = {}
 
     def wake(self) -> None:
         """Ask for an admission cycle soon."""
@@ -258,33 +282,20 @@ class Admitter:
                 running = self.ledger.holding(owner, self.wall_clock())
                 self.team_status = team_statuses(teams, running, ())
             return admitted
-        free = self.ledger.free()
-        settings = self.pool_settings()
-        levels = topology_levels(s.topology.levels for s in settings)
         wall = self.wall_clock()
         ready = self.queue.ready(now)
-        eligibility: MutableMapping[Signature, tuple[str, ...]] = {}
-        allowed_nodes: dict[frozenset[Signature], frozenset[str]] = {}
-        without_gpus: dict[tuple[str, bool], frozenset[str] | None] = {}
-        gangs = [
-            self._gang(w, owner, levels, eligibility, allowed_nodes, without_gpus) for w in ready
-        ]
-        running = self.ledger.holding(owner, wall)
-        pool = Pool(
-            topology=self.ledger.topology_for(levels),
-            free=free,
-            teams=teams,
-            admitted=running,
-            preemption=protection(s.preemption for s in settings),
-        )
+        pool, gangs, _ = self._facts(ready, teams, owner, wall)
+        for key in self._gangs.keys() - {w.key for w in ready}:
+            del self._gangs[key]
         outcomes = {o.key: o for o in decide(pool, gangs, wall)}
-        starving = self._starving(ready, outcomes, now)
-        if starving is not None:  # nothing behind a starving job jumps the queue
-            ready = ready[: starving + 1]
-            outcomes = {o.key: o for o in decide(pool, gangs[: starving + 1], wall)}
+        starved = self._starving(ready, outcomes, now)
+        if starved is not None:  # nothing behind a starving job jumps the queue
+            ready = ready[: starved + 1]
+            outcomes = {o.key: o for o in decide(pool, gangs[: starved + 1], wall)}
         self.team_status = team_statuses(
-            teams, running, (owner.get(key[0]) for key in self.queue.waiting)
+            teams, pool.admitted, (owner.get(key[0]) for key in self.queue.waiting)
         )
+        places = _Places(lambda: rank(self._queued(owner, now), teams))
         for waiting in ready:
             outcome = outcomes[waiting.key]
             if isinstance(outcome, Admit):
@@ -293,63 +304,172 @@ class Admitter:
             elif isinstance(outcome, Preempt):
                 self._preempt(waiting, outcome, now)
             else:
-                self._still_waiting(waiting, outcome, now)
+                self._still_waiting(waiting, outcome, now, places)
         return admitted
+
+    def snapshot(
+        self, candidate: Waiting | None = None, *, gpu_resource: str = DEFAULT_GPU_RESOURCE
+    ) -> tuple[Snapshot, WaitingGang | None]:
+        """The facts the next cycle would decide on, and ``candidate`` as a gang of it.
+
+        Changes nothing a cycle would not change first (the ledger drops reservations whose pods
+        it has all seen), so what ``forecasting`` answers from it is what the next cycle does.
+        """
+        now, wall = self.clock(), self.wall_clock()
+        resolved = resolve_teams(self.teams().values())
+        owner = resolved.owners
+        pool, gangs, extra = self._facts(
+            self.queue.ready(now), resolved.valid, owner, wall, candidate
+        )
+        holds = tuple(
+            HeldNodes(key, dict(hold.reservation.nodes), hold.victims)
+            for key, hold in sorted(self.ledger.holds.items())
+        )
+        snapshot = Snapshot(
+            pool=pool,
+            gangs=tuple(gangs),
+            queued=tuple(self._queued(owner, now)),
+            holds=holds,
+            nodes=tuple(self.ledger.nodes.values()),
+            gpu_resource=gpu_resource,
+            now=wall,
+            starvation_seconds=self.starvation_seconds,
+        )
+        return snapshot, extra
+
+    def demand(self) -> list[Demand]:
+        """Who waits, per team and reason (``waiting.demand_by_team``; read at scrape time)."""
+        owner = resolve_teams(self.teams().values()).owners
+        return demand_by_team(self.queue.waiting.values(), owner, self.clock())
+
+    def _queued(self, owner: Mapping[str, str], now: float) -> list[QueuedJob]:
+        """Every queued job, in admission order (``forecasting.rank`` places them)."""
+        return [
+            QueuedJob(
+                key=waiting.key,
+                order=waiting.order(),
+                team=owner.get(waiting.key[0]),
+                usage=waiting.usage,
+                waited=now - waiting.since,
+                ready=waiting.not_before <= now,
+                kind=waiting.reported_kind,
+                message=waiting.reported_reason,
+            )
+            for waiting in sorted(self.queue.waiting.values(), key=Waiting.order)
+        ]
 
     def _starving(
         self, ready: Sequence[Waiting], outcomes: Mapping[JobKey, Outcome], now: float
     ) -> int | None:
         """Index of the first starving gang that waits for room while a later one goes ahead."""
-        for index, waiting in enumerate(ready):
-            outcome = outcomes[waiting.key]
-            if (
-                isinstance(outcome, Wait)
-                and outcome.kind != "Quota"
-                and now - waiting.since > self.starvation_seconds
-            ):
-                later = ready[index + 1 :]
-                if any(not isinstance(outcomes[w.key], Wait) for w in later):
-                    return index
-                return None
-        return None
+        waited = {waiting.key: now - waiting.since for waiting in ready}
+        keys = [waiting.key for waiting in ready]
+        return starving(keys, outcomes, waited, self.starvation_seconds)
 
     # ------------------------------------------------------------------ facts of a cycle
 
-    def _gang(
+    def _capacity_views(
+        self, topology: Topology, changed: Mapping[str, Units]
+    ) -> tuple[Capacity, Capacity]:
+        """The capacity view and the nodes' allocatable (``Pool.empty``).
+
+        Built once per node set, then updated with the nodes that changed.
+        """
+        nodes = self.ledger.nodes
+        capacity, empty = self._capacity, self._empty
+        if capacity is None or empty is None or capacity.topology is not topology:
+            capacity = self._capacity = Capacity(topology, self.ledger.free())
+            allocatable = {name: view.allocatable for name, view in nodes.items()}
+            empty = self._empty = Capacity(topology, allocatable)
+        else:
+            capacity.update(changed)
+            empty.update({name: nodes[name].allocatable for name in changed})
+        return capacity, empty
+
+    def _facts(
         self,
-        waiting: Waiting,
+        ready: Sequence[Waiting],
+        teams: Mapping[str, TeamQuota],
         owner: Mapping[str, str],
-        levels: Sequence[str],
-        eligibility: MutableMapping[Signature, tuple[str, ...]],
-        allowed_nodes: dict[frozenset[Signature], frozenset[str]],
-        without_gpus: dict[tuple[str, bool], frozenset[str] | None],
+        wall: float,
+        extra: Waiting | None = None,
+    ) -> tuple[Pool, list[WaitingGang], WaitingGang | None]:
+        """What ``decide`` gets: the pool, the ready gangs and ``extra`` as a gang.
+
+        ``extra`` (a forecast's candidate) is read afresh and not kept: it is in no queue.
+        """
+        changed = self.ledger.changed_free()
+        settings = self.pool_settings()
+        levels = topology_levels(s.topology.levels for s in settings)
+        if self._nodes.version != self.ledger.nodes_version:
+            self._nodes = _NodeFacts(self.ledger.nodes_version)
+        gangs = [self._gang(w, owner, levels) for w in ready]
+        capacity, empty = self._capacity_views(self.ledger.topology_for(levels), changed)
+        pool = Pool(
+            capacity=capacity,
+            teams=teams,
+            admitted=self.ledger.holding(owner, wall),
+            preemption=protection(s.preemption for s in settings),
+            empty=empty,
+        )
+        return pool, gangs, self._read_gang(extra, owner, levels) if extra is not None else None
+
+    def _gang(
+        self, waiting: Waiting, owner: Mapping[str, str], levels: Sequence[str]
     ) -> WaitingGang:
+        """The gang's facts for ``decide``, read again only when what they come from changed."""
+        source = (
+            waiting.uid,
+            waiting.demands,
+            waiting.min_count,
+            waiting.usage,
+            waiting.priority,
+            waiting.created,
+            waiting.gpu_resource,
+            waiting.preempts,
+            waiting.topology_level,
+            waiting.topology_required,
+            owner.get(waiting.key[0]),
+            tuple(levels),
+            self._nodes.version,
+        )
+        known = self._gangs.get(waiting.key)
+        if known is not None and known[0] == source:
+            return known[1]
+        gang = self._read_gang(waiting, owner, levels)
+        self._gangs[waiting.key] = (source, gang)
+        return gang
+
+    def _read_gang(
+        self, waiting: Waiting, owner: Mapping[str, str], levels: Sequence[str]
+    ) -> WaitingGang:
+        facts = self._nodes
         required = waiting.required()
         requests = {d.pod_name: d.requests for d in required}
         usage = waiting.usage
         asks_gpus = usage.get(GPUS, 0) > 0
         preference = (waiting.gpu_resource, asks_gpus)
-        if preference not in without_gpus:  # the same few answers for every gang of a cycle
-            without_gpus[preference] = gpu_free_nodes(
+        if preference not in facts.without_gpus:  # the same few answers for every gang
+            facts.without_gpus[preference] = gpu_free_nodes(
                 usage,
                 waiting.gpu_resource,
                 ((view.name, view.allocatable) for view in self.ledger.nodes.values()),
             )
-        preferred = without_gpus[preference]
+        preferred = facts.without_gpus[preference]
         signatures = frozenset(demand.signature for demand in required)
-        allowed = allowed_nodes.get(signatures)
+        allowed = facts.allowed.get(signatures)
         if allowed is None:  # hundreds of waiting gangs share a few distinct constraint sets
             found: set[str] | None = None
             for signature in signatures:
-                nodes = self._eligible(signature, eligibility)
+                nodes = self._eligible(signature)
                 found = set(nodes) if found is None else found & set(nodes)
-            allowed = allowed_nodes[signatures] = frozenset(found or ())
-        blocked = next((d for d in required if not eligibility[d.signature]), None)
+            allowed = facts.allowed[signatures] = frozenset(found or ())
+        blocked = next((d for d in required if not facts.eligibility[d.signature]), None)
         no_node = None
         if blocked is not None:
             no_node = no_eligible_node(blocked, list(self.ledger.nodes.values()))
         extras = tuple(
-            OptionalPod(d.pod_name, d.requests, self._eligible(d.signature, eligibility))
+            OptionalPod(d.pod_name, d.requests, self._eligible(d.signature))
             for d in waiting.demands[len(required) :]
         )
         return WaitingGang(
@@ -374,10 +494,9 @@ class Admitter:
             no_node=no_node,
         )
 
-    def _eligible(
-        self, signature: Signature, eligibility: MutableMapping[Signature, tuple[str, ...]]
-    ) -> tuple[str, ...]:
-        """The nodes that admit ``signature`` (computed once per cycle)."""
+    def _eligible(self, signature: Signature) -> tuple[str, ...]:
+        """The nodes that admit ``signature`` (computed once until a node changes)."""
+        eligibility = self._nodes.eligibility
         if signature not in eligibility:
             eligibility[signature] = eligible_nodes(signature, self.ledger.nodes.values())
         return eligibility[signature]
@@ -458,7 +577,41 @@ class Admitter:
         )
         self.on_reason(key)
 
-    def _still_waiting(self, waiting: Waiting, outcome: Wait, now: float) -> None:
-        if self.queue.report(waiting, outcome.kind, lambda: outcome.message, now):
+    def _still_waiting(self, waiting: Waiting, outcome: Wait, now: float, places: _Places) -> None:
+        def message() -> str:
+            return queued_message(places.of(waiting.key), outcome.message)
+
+        if self.queue.report(waiting, outcome.kind, message, now):
             log.debug("%s/%s waits (%s): %s", *waiting.key, outcome.kind, outcome.message)
             self.on_reason(waiting.key)
+
+
+@dataclass(slots=True)
+class _NodeFacts:
+    """What the admitter reads from the nodes for waiting gangs, kept while no node changes.
+
+    ``version`` is the ledger's ``nodes_version`` it was read at; per constraint signature the
+    eligible nodes, per set of signatures the nodes all of them admit, and per (GPU resource,
+    asks for GPUs) the nodes without GPUs (``topology.gpu_free_nodes``).
+    """
+
+    version: int
+    eligibility: dict[Signature, tuple[str, ...]] = field(default_factory=dict)
+    allowed: dict[frozenset[Signature], frozenset[str]] = field(default_factory=dict)
+    without_gpus: dict[tuple[str, bool], frozenset[str] | None] = field(default_factory=dict)
+
+
+class _Places:
+    """Every queued job's place (``forecasting.rank``), computed once per cycle when first asked.
+
+    Only a job whose report is due reads its place, and on most cycles none is.
+    """
+
+    def __init__(self, compute: Callable[[], Mapping[JobKey, Place]]) -> None:
+        self._compute = compute
+        self._places: Mapping[JobKey, Place] | None = None
+
+    def of(self, key: JobKey) -> Place | None:
+        if self._places is None:
+            self._places = self._compute()
+        return self._places.get(key)

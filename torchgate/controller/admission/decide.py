@@ -27,12 +27,26 @@ older, then by name):
    or ``Topology``. A ``Capacity`` wait says what is short (``topology.Shortfall``), or why no
    node may take one of its pods at all (``WaitingGang.no_node``).
 
-Within a cycle free capacity only shrinks and quota usage only grows, so a gang of the same team,
-shape, size, topology request and priority as one that already failed fails too and is answered
-from a memo (cleared when a preemption changes usage), which keeps a cycle over hundreds of
-identical waiting gangs cheap. Gangs answered from the memo share its reason, so their messages
-must be the same too: what a message names (nodes, GPU resource, the pod no node admits) is part
-of the memo's key.
+Cost: a cycle grows with the gangs it decides and what it changes, not with the pool.
+
+- It decides on a fork of the capacity the admitter keeps (``Pool.capacity``, updated from
+  events), so it copies nothing per node; placement asks per-level slot indexes
+  (``topology.Capacity``) instead of walking the domains.
+- Within a cycle free capacity only shrinks and quota usage only grows, except through a
+  preemption, so a gang of the same team, shape, size, usage, topology request, priority and
+  policy as one that already failed fails too and is answered from a memo (cleared by a
+  preemption). Gangs answered from the memo share its reason, so their messages must be the same
+  too: what a message names (nodes, GPU resource, the pod no node admits) is part of its key.
+- Victim searches are decided per *kind* of preemptor (``_candidates``: team, priority, policy,
+  what it reclaims, which teams borrow how much), which shares one candidate list, built from an
+  index of the running gangs by team (``preemption.Candidates``) rather than a pass over all.
+  A search that found nothing answers for every later gang of its kind that needs at least as
+  much (``_Failures``); none runs when the gang would not fit the pool even empty
+  (``Pool.empty``) or when quota would not let it in even with every candidate gone; a domain's
+  group is not searched when no domain it touches could hold the gang even with every candidate
+  there gone (``_Reach``); trials count what victims give back beside the capacity
+  (``_Gains``). Each shortcut answers exactly as the full search would: the trial is monotone in
+  the victims.
 """
 
 from __future__ import annotations
@@ -42,10 +56,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from torchgate.controller.admission.preemption import (
+    Candidates,
     Preemptor,
-    candidates,
     cheapest,
-    group_by_domain,
+    domain_groups,
 )
 from torchgate.controller.admission.quota import (
     Admitted,
@@ -53,13 +67,16 @@ from torchgate.controller.admission.quota import (
     Fits,
     QuotaWait,
     Reclaims,
+    borrowing,
+    borrowing_teams,
     check_quota,
-    reclaim_candidates,
-    still_borrowing,
+    needed_resources,
+    reclaimable_teams,
     usage_by_team,
     without,
 )
 from torchgate.controller.admission.topology import (
+    ROOT,
     Capacity,
     OptionalPod,
     Shape,
@@ -67,9 +84,9 @@ from torchgate.controller.admission.topology import (
     Topology,
     TopologyPlacement,
     TopologyWait,
-    fits_topology,
     place_extras,
     place_topology,
+    slots_of,
 )
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.names import JobKey
@@ -130,18 +147,27 @@ class Pool:
     """The facts of one cycle.
 
     Attributes:
-        topology: ``topology.build_topology`` of the pool's nodes.
-        free: Node -> free capacity (allocatable minus live pods and reservations, milli-units).
+        capacity: Free capacity per node (allocatable minus live pods and reservations) over
+            ``topology.build_topology`` of the pool's nodes; the cycle decides on a fork of it
+            and leaves it as it was, so the admitter keeps one across cycles.
         teams: Team name -> quota.
         admitted: Gangs holding capacity now (for quota usage and as preemption candidates).
         preemption: The admin's protection settings.
+        empty: The same nodes with nothing on them (allocatable), when known: no set of
+            victims frees more than that (a node never holds more than it allocates), so a gang
+            it cannot hold searches for none.
     """
 
-    topology: Topology
-    free: Mapping[str, Units]
+    capacity: Capacity
     teams: Mapping[str, TeamQuota] = field(default_factory=dict)
     admitted: Sequence[Admitted] = ()
     preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
+    empty: Capacity | None = None
+
+    @property
+    def topology(self) -> Topology:
+        """The domain tree of the pool's nodes."""
+        return self.capacity.topology
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,40 +212,49 @@ class _Cycle:
     pool: Pool
     now: float
     capacity: Capacity
-    admitted: list[Admitted]
     usage: dict[str, dict[str, int]]
     misses: dict[tuple[object, ...], Wait] = field(default_factory=dict)
-    fresh: set[JobKey] = field(default_factory=set)  # admitted in this cycle: never victims
-    settled: list[Admitted] | None = None  # admitted before the cycle, not yet preempted in it
-    domains: dict[int, Callable[[str], str | None]] = field(default_factory=dict)  # per level
+    # The gangs admitted before the cycle and not preempted in it, indexed as candidates (a gang
+    # admitted in this cycle is never a victim in it). Until the next preemption (``_settle``):
+    # candidate lists per kind of preemptor, victim groups per list and level, and victim
+    # searches that failed per kind of preemptor (``_Failures``).
+    settled: Candidates | None = None
+    ordered: dict[tuple[object, ...], list[Admitted]] = field(default_factory=dict)
+    groups: dict[tuple[int, int], list[_Group]] = field(default_factory=dict)
+    failed: dict[tuple[object, ...], _Failures] = field(default_factory=dict)
+    reach: dict[tuple[object, ...], dict[str, int]] = field(default_factory=dict)  # ``_Reach``
+    domains: dict[int, dict[JobKey, frozenset[str]]] = field(default_factory=dict)  # per level
+    spreads: dict[JobKey, list[tuple[int, Units]]] = field(default_factory=dict)  # ``spread``
 
     def team(self, gang: WaitingGang) -> TeamQuota | None:
         return self.pool.teams.get(gang.team) if gang.team is not None else None
 
+    def spread(self, victim: Admitted) -> list[tuple[int, Units]]:
+        """Node index -> what the victim's pods there take, summed (kept for the cycle)."""
+        found = self.spreads.get(victim.key)
+        if found is None:
+            index, requests = self.capacity.topology.index, victim.requests or {}
+            per_node: dict[int, dict[str, int]] = {}
+            for pod, node_name in (victim.nodes or {}).items():
+                node = index.get(node_name)
+                if node is not None:
+                    held = per_node.setdefault(node, {})
+                    for name, amount in (requests.get(pod) or {}).items():
+                        held[name] = held.get(name, 0) + amount
+            found = self.spreads[victim.key] = list(per_node.items())
+        return found
+
     def admit(self, gang: WaitingGang, nodes: Mapping[str, str], *, extras: bool) -> dict[str, str]:
         """Take the gang's room (and, with ``extras``, place its optional pods); where it went."""
         self.capacity.take(nodes, gang.requests)
-        placed, requests = dict(nodes), gang.requests
+        placed = dict(nodes)
         if extras and gang.extras:
             one_per_node = gang.shape.one_per_node
             placed |= place_extras(self.capacity, nodes, gang.extras, one_per_node=one_per_node)
-            requests = {**requests, **{pod.name: pod.requests for pod in gang.extras}}
         if gang.team is not None:
             usage = self.usage.setdefault(gang.team, {})
             for name, amount in gang.usage.items():
                 usage[name] = usage.get(name, 0) + amount
-        self.fresh.add(gang.key)
-        self.admitted.append(
-            Admitted(
-                key=gang.key,
-                team=gang.team,
-                priority=gang.priority,
-                usage=gang.usage,
-                admitted_at=self.now,
-                nodes=placed,
-                requests={pod: requests[pod] for pod in placed},
-            )
-        )
         return placed
 
 
@@ -228,8 +263,7 @@ def decide(pool: Pool, waiting: Sequence[WaitingGang], now: float) -> list[Outco
     cycle = _Cycle(
         pool=pool,
         now=now,
-        capacity=Capacity(pool.topology, pool.free),
-        admitted=list(pool.admitted),
+        capacity=pool.capacity.fork(),
         usage=usage_by_team(pool.admitted),
     )
     ordered = sorted(waiting, key=WaitingGang.order)
@@ -309,111 +343,402 @@ def _preempt(
     cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None, *, within_nominal: bool
 ) -> Preempt | None:
     pool = cycle.pool
-    preemptor = Preemptor(gang.team, gang.priority, gang.preempts)
-    if cycle.settled is None:  # unchanged until a preemption: admissions only add fresh gangs
-        cycle.settled = [a for a in cycle.admitted if a.key not in cycle.fresh]
-    settled = cycle.settled
-    ordered = candidates(preemptor, settled, pool.teams, cycle.usage, pool.preemption, cycle.now)
-    if team is not None and within_nominal:
-        reclaimable = reclaim_candidates(
-            team,
-            gang.usage,
-            settled,
-            cycle.usage,
-            pool.teams,
-            protected=lambda v: pool.preemption.protects(
-                priority=v.priority, run_seconds=cycle.now - v.admitted_at
-            ),
-        )
-        chosen = {v.key for v in reclaimable}
-        ordered = reclaimable + [v for v in ordered if v.key not in chosen]
+    if _never_fits(pool, gang):
+        return None
+    ordered, kind = _candidates(cycle, gang, team, within_nominal=within_nominal)
     if not ordered:
         return None
+    failures = cycle.failed.setdefault(kind, _Failures())
+    if failures.covers(gang):
+        return None  # a gang needing no more than this one found no victims (rule 3)
+    if not _quota_with_all_gone(cycle, gang, team, ordered):
+        failures.add(gang)
+        return None
+    groups = _groups(cycle, gang, ordered)
+    reach = _Reach(cycle, gang, groups, kind)
 
     usage_now = cycle.usage
 
     def allowed(victim: Admitted, chosen: Sequence[Admitted]) -> bool:
         if victim.team is None or victim.team == gang.team or victim.team not in pool.teams:
             return True
-        return still_borrowing(victim, chosen, usage_now, pool.teams)
+        return _still_borrowing(victim, chosen, usage_now, pool.teams)
 
     trial = _Trial(cycle, gang, team)
-    try:
-        groups = [ordered]
-        level = gang.topology.level
-        if gang.topology.required and level is not None and level < len(pool.topology.levels):
-            lookup = cycle.domains.get(level)
-            if lookup is None:
-                lookup = cycle.domains[level] = _domain_at(pool.topology, level)
-            groups = group_by_domain(ordered, lookup)
-        choice = cheapest(groups, trial, cycle.now, allowed=allowed)
-        placed = trial.place(choice.victims) if choice is not None else None
-    finally:
-        trial.hold(())
-    if choice is None or not isinstance(placed, TopologyPlacement):
+    choice = cheapest(
+        [group.victims for group in groups],
+        trial,
+        cycle.now,
+        allowed=allowed,
+        hopeless=reach.hopeless,
+    )
+    if choice is None:
+        failures.add(gang)
+        return None
+    placed = trial.place(choice.victims)
+    if not isinstance(placed, TopologyPlacement):
         return None
     gone = {v.key for v in choice.victims}
-    cycle.admitted = [a for a in cycle.admitted if a.key not in gone]
-    cycle.settled = None
     cycle.usage = without(cycle.usage, choice.victims)
+    _settle(cycle, choice.victims)
     cycle.admit(gang, placed.nodes, extras=False)
     return Preempt(gang.key, tuple(sorted(gone)), placed.nodes)
 
 
+def _settle(cycle: _Cycle, victims: Sequence[Admitted]) -> None:
+    """``victims`` were preempted: forget what was derived from the candidates they were among."""
+    assert cycle.settled is not None, "victims come from the candidates"
+    cycle.settled.remove(victims)
+    cycle.ordered.clear()
+    cycle.groups.clear()
+    cycle.failed.clear()
+
+
+def _candidates(
+    cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None, *, within_nominal: bool
+) -> tuple[list[Admitted], tuple[object, ...]]:
+    """The gang's victim candidates, reclaimable first (rule 3), and what they depend on.
+
+    The list depends only on the preemptor's team, priority and policy, on whether it reclaims
+    (and what), and on which teams borrow, how much: gangs of those teams may be taken only
+    while their team still borrows. Gangs alike in all that share one list (and one record of
+    failed searches) until the next preemption.
+    """
+    pool = cycle.pool
+    if cycle.settled is None:
+        cycle.settled = Candidates(pool.admitted, pool.teams, pool.preemption, cycle.now)
+    borrowers = borrowing_teams(pool.teams, cycle.usage)
+    needed = needed_resources(team, gang.usage) if team is not None and within_nominal else None
+    kind: tuple[object, ...] = (
+        gang.team,
+        gang.priority,
+        gang.preempts,
+        needed,
+        tuple(sorted((name, tuple(sorted(cycle.usage[name].items()))) for name in borrowers)),
+    )
+    found = cycle.ordered.get(kind)
+    if found is None:
+        preemptor = Preemptor(gang.team, gang.priority, gang.preempts)
+        found = cycle.settled.of(preemptor, borrowers)
+        if team is not None and needed is not None:
+            reclaimable = cycle.settled.reclaimable(
+                reclaimable_teams(team, needed, cycle.usage, pool.teams), needed
+            )
+            chosen = {v.key for v in reclaimable}
+            found = reclaimable + [v for v in found if v.key not in chosen]
+        cycle.ordered[kind] = found
+    return found, kind
+
+
+def _groups(cycle: _Cycle, gang: WaitingGang, ordered: list[Admitted]) -> list[_Group]:
+    """All candidates, then per domain of the gang's required level (``group_by_domain``)."""
+    topology = cycle.pool.topology
+    level = _required_level(topology, gang)
+    if level is None:
+        return [_Group(ordered, None, frozenset())]
+    memo = (id(ordered), level)
+    found = cycle.groups.get(memo)
+    if found is None:
+        known = cycle.domains.setdefault(level, {})
+        domain_of = _domain_at(topology, level)
+
+        def domains_of(victim: Admitted) -> frozenset[str]:
+            found = known.get(victim.key)
+            if found is None:
+                touched = {domain_of(node) for node in (victim.nodes or {}).values()}
+                found = known[victim.key] = frozenset(d for d in touched if d is not None)
+            return found
+
+        found = [_Group(ordered, None, frozenset())]
+        for domain, victims in domain_groups(ordered, domains_of).items():
+            touched = frozenset[str]().union(*map(domains_of, victims))
+            found.append(_Group(victims, domain, touched))
+        cycle.groups[memo] = found
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    """Candidates to search together: all of them, or those holding pods in one ``domain``.
+
+    ``touched`` names the domains of the required level the group's victims hold pods in.
+    """
+
+    victims: list[Admitted]
+    domain: str | None
+    touched: frozenset[str]
+
+
+class _Reach:
+    """Whether a group of victims can make room at all: ``cheapest``'s ``hopeless`` bound.
+
+    A domain's *reach* is its slots for the gang's shape once every candidate holding pods in
+    it is gone: no set of victims gives it more (the trial is monotone). A domain group can make
+    room only in the domains its victims hold pods in; if none of them reaches the gang's size,
+    it is not searched. A reach is counted when first asked, from the domain's own group, and
+    stays an upper bound for the rest of the cycle for preemptors of the same kind (same
+    candidates): free capacity only shrinks, and preempted gangs only leave the candidates.
+    """
+
+    def __init__(
+        self, cycle: _Cycle, gang: WaitingGang, groups: list[_Group], kind: tuple[object, ...]
+    ) -> None:
+        self.cycle, self.gang, self.groups = cycle, gang, groups
+        capacity, shape, count = cycle.capacity, gang.shape, len(gang.pods)
+        self.level = _required_level(cycle.pool.topology, gang)
+        if self.level is not None and capacity.slots(shape).roomiest(self.level) >= count:
+            self.level = None  # a domain of the level holds the gang already: any group may do
+        self.by_domain = {group.domain: group for group in groups if group.domain is not None}
+        borrowers = tuple(name for name, _ in kind[-1])  # type: ignore[attr-defined]
+        family = (*kind[:-1], borrowers, shape, self.level)
+        self.known = cycle.reach.setdefault(family, {})
+
+    def hopeless(self, number: int) -> bool:
+        """Whether no set of group ``number``'s victims can make room (never said of the first).
+
+        The first group holds every candidate: if it cannot make room its own search finds so
+        (and ``Pool.empty`` answers for a gang no domain could ever hold).
+        """
+        group = self.groups[number]
+        if self.level is None or group.domain is None:
+            return False
+        return not any(map(self._reaches, group.touched))
+
+    def _reaches(self, domain: str) -> bool:
+        found = self.known.get(domain)
+        if found is None:
+            found = self.known[domain] = self._count(domain)
+        return found >= len(self.gang.pods)
+
+    def _count(self, domain: str) -> int:
+        """The domain's reach, from the candidates holding pods in it (its own group's)."""
+        capacity, shape, level = self.cycle.capacity, self.gang.shape, self.level
+        assert level is not None
+        topology = capacity.topology
+        member, inside = topology.member[level], int(domain)
+        returned: dict[int, dict[str, int]] = {}
+        for victim in self.by_domain[domain].victims:
+            for node, held in self.cycle.spread(victim):
+                if member[node] == inside:
+                    extra = returned.setdefault(node, {})
+                    for name, amount in held.items():
+                        extra[name] = extra.get(name, 0) + amount
+        slots = capacity.slots(shape)
+        reach = slots.domains[inside]
+        allowed, names = shape.allowed, topology.node_names
+        for node, extra in returned.items():
+            if allowed is None or names[node] in allowed:
+                reach += slots_of(capacity.free[node], shape, extra) - slots.nodes[node]
+        return reach
+
+
+def _required_level(topology: Topology, gang: WaitingGang) -> int | None:
+    """The level the gang requires one domain of, if any (and if the pool has it)."""
+    level = gang.topology.level
+    if not gang.topology.required or level is None or level >= len(topology.levels):
+        return None
+    return level
+
+
+def _never_fits(pool: Pool, gang: WaitingGang) -> bool:
+    """Whether the gang would not fit even with every gang gone (``Pool.empty``)."""
+    if pool.empty is None:
+        return False
+    slots, count = pool.empty.slots(gang.shape), len(gang.pods)
+    level = _required_level(pool.topology, gang)
+    return slots.domains[ROOT] < count or (level is not None and slots.roomiest(level) < count)
+
+
+def _quota_with_all_gone(
+    cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None, ordered: Sequence[Admitted]
+) -> bool:
+    """Whether quota lets the gang in with every candidate gone (else no victims can help)."""
+    verdict = check_quota(team, gang.usage, without(cycle.usage, ordered), cycle.pool.teams)
+    return isinstance(verdict, Fits | Borrows)
+
+
+def _still_borrowing(
+    victim: Admitted,
+    chosen: Sequence[Admitted],
+    usage: Mapping[str, Units],
+    teams: Mapping[str, TeamQuota],
+) -> bool:
+    """``quota.still_borrowing``, counting only the chosen gangs of the victim's own team."""
+    assert victim.team is not None
+    left = dict(usage.get(victim.team, {}))
+    for gang in chosen:
+        if gang.team == victim.team:
+            for name, amount in gang.usage.items():
+                left[name] = left.get(name, 0) - amount
+    return borrowing(teams[victim.team], left, teams[victim.team].limits)
+
+
+class _Failures:
+    """Victim searches that found nothing, for one kind of preemptor (``_candidates``).
+
+    Until the next preemption, free capacity only shrinks and quota usage only grows (the
+    candidates and what their teams borrow are part of the kind), and a gang needing more of
+    everything (more pods of the same shape and topology request, at least the same quota)
+    never fits where a smaller one does not (the trial is monotone), so a search that failed
+    answers for every gang that needs at least as much.
+    """
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[Shape, TopologyRequest], list[tuple[int, Units]]] = {}
+
+    def add(self, gang: WaitingGang) -> None:
+        self._seen.setdefault((gang.shape, gang.topology), []).append((len(gang.pods), gang.usage))
+
+    def covers(self, gang: WaitingGang) -> bool:
+        count, usage = len(gang.pods), gang.usage
+        return any(
+            count >= failed_count
+            and all(usage.get(name, 0) >= amount for name, amount in failed_usage.items())
+            for failed_count, failed_usage in self._seen.get((gang.shape, gang.topology), ())
+        )
+
+
+class _Gains:
+    """Slots of the gang's shape that nodes and domains gain when victims' pods are given back.
+
+    Kept beside the cycle's capacity, which stays as it is: per node what the victims' pods
+    return, and the slots that gains the node and its domains; for a required level, the
+    domains of that level that then hold the whole gang (``reaching``). ``level`` is ``None``
+    when the gang requires none, or when a domain of it holds the gang already.
+    """
+
+    def __init__(
+        self,
+        capacity: Capacity,
+        gang: WaitingGang,
+        level: int | None,
+        spread: Callable[[Admitted], list[tuple[int, Units]]],
+    ) -> None:
+        self.capacity, self.shape, self.count = capacity, gang.shape, len(gang.pods)
+        self.spread = spread
+        slots = capacity.slots(gang.shape)
+        self.node_slots, self.domain_slots = slots.nodes, slots.domains
+        if level is not None and slots.roomiest(level) >= self.count:
+            level = None
+        self.level = level
+        self.returned: dict[int, dict[str, int]] = {}  # node -> what the victims' pods return
+        self.gained: dict[int, int] = {}  # node -> slots it gains
+        self.domain_gained: dict[int, int] = {}  # domain -> slots it gains
+        self.reaching: set[int] = set()  # domains of ``level`` that hold the gang with the gains
+
+    def move(self, victim: Admitted, sign: int, changed: set[int]) -> None:
+        """Give back (``sign`` 1) or take again (-1) the victim's pods; note the nodes."""
+        for node, held in self.spread(victim):
+            returned = self.returned.setdefault(node, {})
+            for name, amount in held.items():
+                returned[name] = returned.get(name, 0) + sign * amount
+            changed.add(node)
+
+    def settle(self, changed: set[int]) -> None:
+        """Count the slots the ``changed`` nodes (and their domains) gain now."""
+        capacity, shape = self.capacity, self.shape
+        topology = capacity.topology
+        allowed, names, ancestors = shape.allowed, topology.node_names, topology.ancestors
+        free, returned, node_slots, gained = (
+            capacity.free,
+            self.returned,
+            self.node_slots,
+            self.gained,
+        )
+        deltas: dict[int, int] = {}
+        for node in changed:
+            if allowed is not None and names[node] not in allowed:
+                continue
+            now = slots_of(free[node], shape, returned[node]) - node_slots[node]
+            delta = now - gained.get(node, 0)
+            if delta:
+                gained[node] = now
+                for domain in ancestors[node]:
+                    deltas[domain] = deltas.get(domain, 0) + delta
+        domains, domain_gained, level = topology.domains, self.domain_gained, self.level
+        for domain, delta in deltas.items():
+            now = domain_gained[domain] = domain_gained.get(domain, 0) + delta
+            if level is not None and domains[domain].level == level:
+                if self.domain_slots[domain] + now >= self.count:
+                    self.reaching.add(domain)
+                else:
+                    self.reaching.discard(domain)
+
+    def root(self) -> int:
+        """The pool's slots with the gains."""
+        return self.domain_slots[ROOT] + self.domain_gained.get(ROOT, 0)
+
+    def fits_level(self) -> bool:
+        """Whether a domain of the required level holds the gang with the gains."""
+        return self.level is None or bool(self.reaching)
+
+
 class _Trial:
-    """Whether the gang fits with some victims gone; victims' pods are given back incrementally.
+    """Whether the gang fits with some victims gone, the cycle's capacity left as it is.
 
     Successive calls differ by a victim or two (greedy growth, then pruning), so only the
-    difference is given back or taken again; ``hold(())`` restores the cycle's capacity.
+    difference is counted again (``_Gains``, and the quota usage the victims free).
     """
 
     def __init__(self, cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None) -> None:
         self.cycle, self.gang, self.team = cycle, gang, team
+        level = _required_level(cycle.pool.topology, gang)
+        self.gains = _Gains(cycle.capacity, gang, level, cycle.spread)
+        self.held: list[Admitted] = []  # ``given`` in the order last asked for
         self.given: dict[JobKey, Admitted] = {}
-
-    def _move(self, victim: Admitted, *, give: bool) -> None:
-        nodes, requests = victim.nodes or {}, victim.requests or {}
-        if give:
-            self.cycle.capacity.give(nodes, requests)
-        else:
-            self.cycle.capacity.take(nodes, requests)
+        self.usage = {name: dict(amounts) for name, amounts in cycle.usage.items()}
 
     def __call__(self, victims: Sequence[Admitted]) -> bool | None:
-        """``True`` when the gang fits with ``victims`` gone, else ``None``.
-
-        Quota is asked first: when it says no, the victims' pods need not be given back.
-        """
+        """``True`` when the gang fits with ``victims`` gone, else ``None``."""
         if not victims:
             return None
-        cycle, gang = self.cycle, self.gang
-        usage = without(cycle.usage, victims)
-        verdict = check_quota(self.team, gang.usage, usage, cycle.pool.teams)
+        self.hold(victims)
+        verdict = check_quota(self.team, self.gang.usage, self.usage, self.cycle.pool.teams)
         if not isinstance(verdict, Fits | Borrows):
             return None
-        self.hold(victims)
-        return fits_topology(cycle.capacity, len(gang.pods), gang.shape, gang.topology) or None
+        gains = self.gains
+        return (gains.root() >= gains.count and gains.fits_level()) or None
 
     def place(self, victims: Sequence[Admitted]) -> TopologyPlacement | TopologyWait:
         """Where the gang goes once ``victims`` are gone."""
-        self.hold(victims)
-        gang = self.gang
-        return place_topology(self.cycle.capacity, gang.pods, gang.shape, gang.topology)
+        capacity, gang = self.cycle.capacity, self.gang
+        with capacity.lent([(victim.nodes or {}, victim.requests or {}) for victim in victims]):
+            return place_topology(capacity, gang.pods, gang.shape, gang.topology)
 
     def hold(self, victims: Sequence[Admitted]) -> None:
-        """Make exactly ``victims``' pods given back (the rest of the cycle's capacity as is)."""
-        wanted = {victim.key: victim for victim in victims}
-        for key in [k for k in self.given if k not in wanted]:
-            self._move(self.given.pop(key), give=False)
-        for key, victim in wanted.items():
-            if key not in self.given:
-                self.given[key] = victim
-                self._move(victim, give=True)
+        """Count exactly ``victims``' pods as given back."""
+        changed: set[int] = set()
+        held = self.held
+        if len(victims) == len(held) + 1 and held == victims[:-1]:  # the greedy adds one
+            self.given[victims[-1].key] = victims[-1]
+            self._move(victims[-1], 1, changed)
+        else:
+            wanted = {victim.key: victim for victim in victims}
+            for key in [k for k in self.given if k not in wanted]:
+                self._move(self.given.pop(key), -1, changed)
+            for key, victim in wanted.items():
+                if key not in self.given:
+                    self.given[key] = victim
+                    self._move(victim, 1, changed)
+        self.held = list(victims)
+        self.gains.settle(changed)
+
+    def _move(self, victim: Admitted, sign: int, changed: set[int]) -> None:
+        self.gains.move(victim, sign, changed)
+        if victim.team is not None:
+            used = self.usage.setdefault(victim.team, {})
+            for name, amount in victim.usage.items():
+                used[name] = used.get(name, 0) - sign * amount
 
 
 def _domain_at(topology: Topology, level: int) -> Callable[[str], str | None]:
     """Node name -> an id of its domain at ``level`` (``None`` for a node outside the topology)."""
-    names = {
-        name: str(domain)
-        for name, domain in zip(topology.node_names, topology.member[level], strict=True)
-    }
-    return names.get
+    index, member = topology.index, topology.member[level]
+
+    def domain(name: str) -> str | None:
+        node = index.get(name)
+        return None if node is None else str(member[node])
+
+    return domain

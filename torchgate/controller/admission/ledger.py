@@ -22,15 +22,18 @@ Rules:
    time their deletion gave them, as on a lost node) is given up (``give_up``): the victims stay
    victims (neither counted nor chosen again while their pods are there).
 4. **Capacity** (``free``): allocatable minus live pods, minus reservations not yet observed,
-   minus holds, in milli-units and never below zero.
+   minus holds, in milli-units and never below zero. ``changed_free`` gives it only for the nodes
+   it may have changed on since it was last asked (a pod or node event there, or a reservation
+   or hold there now or then), so the admitter's capacity view follows events, not the pool.
 5. **Gangs holding capacity** (``holding``): running gangs (never victims) with the priority
    their reconcile reports (``note``) and their admission time, reservations and holds at
-   ``preemption.HELD_PRIORITY``; quota counts them and preemption may choose from them.
+   ``preemption.HELD_PRIORITY``; quota counts them and preemption may choose from them. A running
+   gang's record is rebuilt only when its pods, priority, admission time or team changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -95,20 +98,32 @@ class CapacityLedger:
         # When this process admitted the job (wall clock; pods' creation seconds after a restart).
         self.admitted_at: dict[JobKey, float] = {}
         self._topology: tuple[tuple[str, ...], Topology] | None = None
+        self.nodes_version = 0  # bumps whenever a node's view changes (what eligibility reads)
+        self._dirty: set[str] = set()  # nodes with a pod or node event since ``changed_free``
+        self._claimed: set[str] = set()  # nodes reserved or held at the last ``changed_free``
+        self._running: dict[JobKey, tuple[str | None, Admitted]] = {}  # ``holding``'s, by job
+        self._stale: set[JobKey] = set()  # jobs whose ``_running`` record may be out of date
 
     # ------------------------------------------------------------------ rule 1: the cluster
 
     def on_node(self, kind: str, node: Mapping[str, Any]) -> bool:
         """A node was added, changed or deleted; whether that changes what the cycle sees."""
         name = str((node.get("metadata") or {}).get("name") or "")
+        before = self.nodes.get(name)
         if kind == "DELETED":
             self.nodes.pop(name, None)
         else:
             view = node_view(node)
-            if view is None or self.nodes.get(name) == view:
+            if view is None or before == view:
                 return False
             self.nodes[name] = view
+            if before is not None and before.labels == view.labels:
+                self.nodes_version += 1
+                self._dirty.add(name)
+                return True  # the same node set and labels: the domain tree stands
         self._topology = None
+        self.nodes_version += 1
+        self._dirty.add(name)
         return True
 
     def on_pod(self, key: PodKey, pod: Mapping[str, Any] | None) -> bool:
@@ -116,8 +131,10 @@ class CapacityLedger:
         before = self.pods.pop(key, None)
         if before is not None:
             subtract(self.used.setdefault(before[0], {}), before[1])
+            self._dirty.add(before[0])
             member = self.members.pop(key, None)
             if member is not None:
+                self._stale.add(member.job)
                 gang = self.gangs.get(member.job)
                 if gang is not None:
                     gang.discard(key)
@@ -127,8 +144,10 @@ class CapacityLedger:
         if after is not None and pod is not None:
             self.pods[key] = after
             add(self.used.setdefault(after[0], {}), after[1])
+            self._dirty.add(after[0])
             member = member_of(pod)
             if member is not None:
+                self._stale.add(member.job)
                 self.members[key] = member
                 self.gangs.setdefault(member.job, set()).add(key)
         return before is not None and before != after
@@ -145,6 +164,7 @@ class CapacityLedger:
         """What the job's gang counts as once it runs (its pods may carry no or an older one)."""
         self.priorities[key] = priority
         self.gpu_resources[key] = gpu_resource
+        self._stale.add(key)
 
     # ------------------------------------------------------------------ rules 2-3: outcomes
 
@@ -152,6 +172,7 @@ class CapacityLedger:
         """Promise the job's gang its nodes until the ledger has its pods (rule 2)."""
         self.reservations[key] = reservation
         self.admitted_at[key] = admitted_at
+        self._stale.add(key)
 
     def reservation_for(self, key: JobKey, uid: str) -> Mapping[str, str] | None:
         """Where the job's pods go, when capacity is reserved for it."""
@@ -169,14 +190,17 @@ class CapacityLedger:
     def release(self, key: JobKey) -> None:
         """Drop the job's reservation: its pods were deleted, so it no longer describes them."""
         self.reservations.pop(key, None)
+        self._stale.add(key)
 
     def hold(self, key: JobKey, reservation: Reservation, victims: tuple[JobKey, ...]) -> None:
         """Keep the preemptor's nodes while ``victims`` are evicted (rule 3)."""
         pods = frozenset(pod for victim in victims for pod in self.gangs.get(victim, ()))
         self.holds[key] = Hold(reservation=reservation, victims=victims, victim_pods=pods)
+        self._stale.add(key)
         for victim in victims:
             self.evicting[victim] = key
             self.reservations.pop(victim, None)
+            self._stale.add(victim)
 
     def victim_pods_left(self, key: JobKey) -> list[PodKey]:
         """The pods of the hold's victims that are still there."""
@@ -199,6 +223,7 @@ class CapacityLedger:
     def give_up(self, key: JobKey) -> None:
         """Drop the hold; its victims stay victims while their pods are there (rule 3)."""
         del self.holds[key]
+        self._stale.add(key)
 
     def preempted_by(self, key: JobKey) -> JobKey | None:
         """The preemptor when the job's gang was chosen as a victim and is being evicted."""
@@ -207,6 +232,7 @@ class CapacityLedger:
     def end_eviction(self, key: JobKey) -> None:
         """A victim asks again (its pods are gone): it is a job like any other."""
         self.evicting.pop(key, None)
+        self._stale.add(key)
 
     def forget(self, key: JobKey) -> bool:
         """The job is gone, finished, suspended or not ours; whether it held capacity."""
@@ -217,6 +243,7 @@ class CapacityLedger:
         self.gpu_resources.pop(key, None)
         self.priorities.pop(key, None)
         self.admitted_at.pop(key, None)
+        self._stale.add(key)
         return changed
 
     # ------------------------------------------------------------------ rules 4-5: for the cycle
@@ -230,9 +257,25 @@ class CapacityLedger:
         the next gang would be placed on GPUs kube-scheduler knows are taken. A hold counts in
         full (on top of the victims' pods still there), so nothing else takes its nodes.
         """
+        return self._free_of(self.nodes)
+
+    def changed_free(self) -> dict[str, dict[str, int]]:
+        """``free`` of the nodes it may differ on since the last call (rule 4).
+
+        Those are the nodes with a pod or node event since, and the nodes reservations and holds
+        claim now or claimed then (a reservation counts until its pods are seen, a hold until
+        it settles, and either may be dropped meanwhile).
+        """
+        claimed = {node for r in self.reservations.values() for node in r.nodes.values()}
+        claimed |= {node for h in self.holds.values() for node in h.reservation.nodes.values()}
+        names = self._dirty | claimed | self._claimed
+        self._dirty, self._claimed = set(), claimed
+        return self._free_of(name for name in names if name in self.nodes)
+
+    def _free_of(self, names: Iterable[str]) -> dict[str, dict[str, int]]:
         free: dict[str, dict[str, int]] = {}
-        for name, view in self.nodes.items():
-            left = dict(view.allocatable)
+        for name in names:
+            left = dict(self.nodes[name].allocatable)
             subtract(left, self.used.get(name, {}))
             free[name] = left
         settled: list[JobKey] = []
@@ -248,6 +291,7 @@ class CapacityLedger:
                 settled.append(key)
         for key in settled:
             del self.reservations[key]
+            self._stale.add(key)
         for hold in self.holds.values():
             for pod, node_name in hold.reservation.nodes.items():
                 if node_name in free:
@@ -263,40 +307,69 @@ class CapacityLedger:
 
     def holding(self, owner: Mapping[str, str], wall: float) -> list[Admitted]:
         """Every gang holding capacity: running gangs, reservations and holds (rule 5)."""
-        gangs: dict[JobKey, tuple[dict[str, str], dict[str, Units], int, float]] = {}
-        for job, pods in self.gangs.items():
-            if job in self.evicting:
-                continue  # going away: neither counted nor chosen again
-            members = [self.members[pod] for pod in pods]
-            created = [m.created for m in members if m.created is not None]
-            gangs[job] = (
-                {pod[1]: self.pods[pod][0] for pod in pods},
-                {pod[1]: self.pods[pod][1] for pod in pods},
-                self.priorities.get(job, max(m.priority for m in members)),
-                self.admitted_at.get(job, min(created) if created else 0.0),
-            )
         held = [(k, r) for k, r in self.reservations.items()]
         held += [(k, h.reservation) for k, h in self.holds.items()]
+        claimed = {job for job, _ in held}
+        out: dict[JobKey, Admitted] = {}
+        for job in self.gangs:
+            if job in self.evicting:
+                continue  # going away: neither counted nor chosen again
+            if job not in claimed:
+                out[job] = self._running_gang(job, owner.get(job[0]))
+        merged: dict[JobKey, tuple[dict[str, str], dict[str, Units]]] = {}
         for job, reservation in held:
-            nodes, requests, _, _ = gangs.get(job, ({}, {}, 0, wall))
-            nodes = {**reservation.nodes, **nodes}
-            requests = {**reservation.requests, **requests}
-            gangs[job] = (nodes, requests, HELD_PRIORITY, wall)
-        out = []
-        for job, (nodes, requests, priority, started) in sorted(gangs.items()):
-            gpu = self.gpu_resources.get(job, names.DEFAULT_GPU_RESOURCE)
-            out.append(
-                Admitted(
-                    key=job,
-                    team=owner.get(job[0]),
-                    priority=priority,
-                    usage=quota_usage(requests.values(), gpu),
-                    admitted_at=started,
-                    nodes=nodes,
-                    requests=requests,
-                )
-            )
-        return out
+            if job in merged:  # reserved and held: the later one on top of the earlier
+                nodes, requests = merged[job]
+            else:
+                pods = self.gangs.get(job, set()) if job not in self.evicting else set()
+                nodes = {pod[1]: self.pods[pod][0] for pod in pods}
+                requests = {pod[1]: self.pods[pod][1] for pod in pods}
+            nodes, requests = {**reservation.nodes, **nodes}, {**reservation.requests, **requests}
+            merged[job] = nodes, requests
+            out[job] = self._admitted(job, owner.get(job[0]), nodes, requests, HELD_PRIORITY, wall)
+        for job in self._stale - self.gangs.keys():
+            self._running.pop(job, None)
+        self._stale.clear()
+        return [out[job] for job in sorted(out)]
+
+    def _running_gang(self, job: JobKey, team: str | None) -> Admitted:
+        """A running gang's record, rebuilt only when it may have changed."""
+        known = self._running.get(job)
+        if known is not None and job not in self._stale and known[0] == team:
+            return known[1]
+        pods = self.gangs[job]
+        members = [self.members[pod] for pod in pods]
+        created = [m.created for m in members if m.created is not None]
+        record = self._admitted(
+            job,
+            team,
+            {pod[1]: self.pods[pod][0] for pod in pods},
+            {pod[1]: self.pods[pod][1] for pod in pods},
+            self.priorities.get(job, max(m.priority for m in members)),
+            self.admitted_at.get(job, min(created) if created else 0.0),
+        )
+        self._running[job] = (team, record)
+        return record
+
+    def _admitted(
+        self,
+        job: JobKey,
+        team: str | None,
+        nodes: dict[str, str],
+        requests: dict[str, Units],
+        priority: int,
+        started: float,
+    ) -> Admitted:
+        gpu = self.gpu_resources.get(job, names.DEFAULT_GPU_RESOURCE)
+        return Admitted(
+            key=job,
+            team=team,
+            priority=priority,
+            usage=quota_usage(requests.values(), gpu),
+            admitted_at=started,
+            nodes=nodes,
+            requests=requests,
+        )
 
 
 def pod_usage(pod: Mapping[str, Any]) -> tuple[str, Units] | None:

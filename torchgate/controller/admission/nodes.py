@@ -47,6 +47,7 @@ class Taint:
     key: str
     value: str
     effect: str
+    added: str = ""  # ``timeAdded`` (RFC 3339; Kubernetes sets it on NoExecute taints only)
 
     def __str__(self) -> str:
         value = f"={self.value}" if self.value else ""
@@ -144,6 +145,8 @@ class NodeView:
     taints: tuple[Taint, ...] = ()
     allocatable: Units = field(default_factory=dict)  # milli-units, rounded down
     schedulable: bool = True
+    ready: str = "True"  # the Ready condition's status: True, False (NotReady), Unknown (lost)
+    ready_since: str = ""  # that condition's lastTransitionTime
 
 
 Signature = tuple[
@@ -198,20 +201,32 @@ def node_view(raw: object) -> NodeView | None:
     status = _mapping(node.get("status"))
     labels = {k: v for k, v in _mapping(metadata.get("labels")).items() if isinstance(v, str)}
     taints = tuple(
-        Taint(_str(t.get("key")), _str(t.get("value")), _str(t.get("effect")))
+        Taint(
+            _str(t.get("key")),
+            _str(t.get("value")),
+            _str(t.get("effect")),
+            _str(t.get("timeAdded")),
+        )
         for t in _list(spec.get("taints"))
         if isinstance(t, Mapping)
     )
-    ready = any(
-        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
-        for c in _list(status.get("conditions"))
+    condition = next(
+        (
+            c
+            for c in _list(status.get("conditions"))
+            if isinstance(c, Mapping) and c.get("type") == "Ready"
+        ),
+        {},
     )
+    ready = _str(condition.get("status")) or "Unknown"
     return NodeView(
         name=name,
         labels=labels,
         taints=taints,
         allocatable=parse_capacity(status.get("allocatable")),
-        schedulable=ready and spec.get("unschedulable") is not True,
+        schedulable=ready == "True" and spec.get("unschedulable") is not True,
+        ready=ready,
+        ready_since=_str(condition.get("lastTransitionTime")),
     )
 
 

@@ -29,7 +29,8 @@ Rules (each one function):
    highest-priority among its victims, then fewest victims, then fewest GPUs, then least run time.
    If all candidates together do not make room, no group can (the trial is monotone); a group is
    abandoned as soon as it must take a victim of higher priority than the best set found, and
-   not searched at all when no set of its victims could cost less than that set.
+   not searched at all when no set of its victims could cost less than that set, or when the
+   caller can tell that even all its victims together would not make room.
 6. ``protection``: one pool-wide protection: the longest ``minimumRunSeconds`` and the lowest
    ``neverPreemptPriority`` of the policies, and never above ``HELD_PRIORITY``, the priority the
    admitter gives gangs that hold capacity without pods yet (reservations and holds), so that a
@@ -37,16 +38,20 @@ Rules (each one function):
 
 Cost: the pruning pass of rule 4 drops a run of victims with one trial when it can (usually
 the last gang added was enough on its own), which gives the same set as dropping them one by
-one because the trial is monotone.
+one because the trial is monotone. Rules 1-3 are answered from an index of the running gangs by
+team, cheapest first (``Candidates``), built once per cycle: a preemptor's candidates are the
+heads of a few groups, merged, not a pass over every running gang.
 """
 
 from __future__ import annotations
 
+import heapq
+from bisect import bisect_left
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 
-from torchgate.controller.admission.quota import Admitted, borrowing_teams
+from torchgate.controller.admission.quota import Admitted, borrowing_teams, uses_any
 from torchgate.pytorchjob.pool import GPUS, PreemptionSettings, TeamQuota
 
 T = TypeVar("T")
@@ -109,16 +114,66 @@ def candidates(
     now: float,
 ) -> list[Admitted]:
     """The gangs ``preemptor`` may evict, cheapest first (rules 1-3)."""
-    if not preemptor.preempts:
-        return []
-    borrowers = borrowing_teams(teams, usage)
-    out = [
-        victim
-        for victim in admitted
-        if may_preempt(preemptor, victim, teams, borrowers)
-        and not is_protected(victim, settings, now)
-    ]
-    return sorted(out, key=victim_order)
+    return Candidates(admitted, teams, settings, now).of(preemptor, borrowing_teams(teams, usage))
+
+
+class Candidates:
+    """Rules 1-3 over one set of running gangs, answered per preemptor without a pass over all.
+
+    The gangs the admin does not protect (rule 2) are grouped once by team, each group cheapest
+    first (rule 3); a gang of no team, or of a team without a quota, goes to the group of no
+    team. A preemptor's candidates are then the lower-priority head of each group it may take
+    from (rule 1: its own team's, no team's, and borrowing teams'), merged cheapest first, and
+    reclaim's (``quota`` rule 3) those of the borrowing teams' groups that hold what it needs.
+    """
+
+    def __init__(
+        self,
+        admitted: Iterable[Admitted],
+        teams: Mapping[str, TeamQuota],
+        settings: PreemptionSettings,
+        now: float,
+    ) -> None:
+        groups: dict[str | None, list[Admitted]] = {}
+        for victim in admitted:
+            if not is_protected(victim, settings, now):
+                team = victim.team if victim.team in teams else None
+                groups.setdefault(team, []).append(victim)
+        for group in groups.values():
+            group.sort(key=victim_order)
+        self.groups = groups
+        self._priorities = {team: [v.priority for v in group] for team, group in groups.items()}
+
+    def remove(self, gone: Iterable[Admitted]) -> None:
+        """Forget gangs that were preempted."""
+        for victim in gone:
+            team = victim.team if victim.team in self.groups else None
+            group = self.groups.get(team, [])
+            at = next((i for i, v in enumerate(group) if v is victim), None)
+            if at is not None:
+                del group[at]
+                del self._priorities[team][at]
+
+    def of(self, preemptor: Preemptor, borrowers: Iterable[str]) -> list[Admitted]:
+        """``candidates`` for ``preemptor``, ``borrowers`` being the teams over nominal."""
+        if not preemptor.preempts:
+            return []
+        teams = {None, preemptor.team, *borrowers}
+        heads = [
+            self.groups[team][: bisect_left(self._priorities[team], preemptor.priority)]
+            for team in teams
+            if team in self.groups
+        ]
+        return list(heapq.merge(*heads, key=victim_order))
+
+    def reclaimable(self, borrowers: Iterable[str], needed: Sequence[str]) -> list[Admitted]:
+        """``quota.reclaim_candidates``: gangs of ``borrowers`` that hold some of ``needed``."""
+        heads = [
+            [victim for victim in self.groups[team] if uses_any(victim, needed)]
+            for team in borrowers
+            if team in self.groups
+        ]
+        return list(heapq.merge(*heads, key=victim_order))
 
 
 # ------------------------------------------------------------------ rules 4-5
@@ -218,24 +273,36 @@ def cheapest(
     now: float,
     *,
     allowed: Callable[[Admitted, Sequence[Admitted]], bool] | None = None,
+    hopeless: Callable[[int], bool] | None = None,
 ) -> Choice[T] | None:
-    """The cheapest successful victim set over candidate groups (rule 5)."""
+    """The cheapest successful victim set over candidate groups (rule 5).
+
+    ``hopeless(number)`` says that no set of the victims of group ``number`` can make room
+    (the caller's bound); such a group is not searched, and a hopeless first group ends it.
+    """
     best: Choice[T] | None = None
+    bound: tuple[int, int, int, float] | None = None  # the cost of ``best``
     seen: set[tuple[tuple[str, str], ...]] = set()
     for number, group in enumerate(groups):
         marker = tuple(v.key for v in group)
         if not group or marker in seen:
             continue
         seen.add(marker)
-        bound = None if best is None else cost(best, now)
         if bound is not None and not _may_beat(group, bound, now):
+            continue
+        if hopeless is not None and hopeless(number):
+            if number == 0:
+                return None
             continue
         highest = None if bound is None else bound[0]
         choice = choose_victims(group, trial, highest=highest, allowed=allowed)
-        if choice is None and number == 0:
-            return None  # the first group holds every candidate: no subset can do better
-        if choice is not None and (best is None or cost(choice, now) < cost(best, now)):
-            best = choice
+        if choice is None:
+            if number == 0:
+                return None  # the first group holds every candidate: no subset can do better
+            continue
+        found = cost(choice, now)
+        if bound is None or found < bound:
+            best, bound = choice, found
     return best
 
 
@@ -264,12 +331,23 @@ def group_by_domain(
 
     A victim spread over two racks appears in both groups: evicting it frees room in each.
     """
+
+    def domains_of(victim: Admitted) -> set[str]:
+        touched = {domain_of(node) for node in (victim.nodes or {}).values()}
+        return {domain for domain in touched if domain is not None}
+
+    return [list(ordered), *domain_groups(ordered, domains_of).values()]
+
+
+def domain_groups(
+    ordered: Sequence[Admitted], domains_of: Callable[[Admitted], Iterable[str]]
+) -> dict[str, list[Admitted]]:
+    """Domain -> the candidates holding nodes in it (``domains_of``), as ``group_by_domain``."""
     groups: dict[str, list[Admitted]] = {}
     for victim in ordered:
-        touched = {domain_of(node) for node in (victim.nodes or {}).values()}
-        for domain in sorted(d for d in touched if d is not None):
+        for domain in sorted(domains_of(victim)):
             groups.setdefault(domain, []).append(victim)
-    return [list(ordered), *groups.values()]
+    return groups
 
 
 # ------------------------------------------------------------------ rule 6

@@ -18,7 +18,9 @@ Rules (each one function; amounts are milli-units per quota key, ``pool.GPUS`` f
    and in every case the cohort's usage plus the gang stays within the sum of the cohort's nominal
    quotas (one can only borrow what someone else leaves idle). Verdicts: ``Fits`` (within
    nominal), ``Borrows``, ``Reclaims`` (within nominal, but the cohort's idle quota is lent out:
-   take it back), or ``QuotaWait`` with a message saying which limit it hits.
+   take it back), or ``QuotaWait`` with a message saying which limit it hits, with the team's
+   used and nominal amounts (``team vision is at its quota (16/16 GPUs; may borrow 0 more); the
+   job needs 8 GPUs``).
 3. ``reclaim_candidates``: only gangs of *other* teams of the cohort that are borrowing (usage over
    nominal in a resource the claimant needs) can be reclaimed, lowest priority first, then the most
    recently admitted (the least work lost); admin protection (``minimumRunSeconds``,
@@ -101,6 +103,11 @@ def _amount(resource: str, value: int) -> str:
     return f"{format_milli(value)} {UNITS.get(resource, resource)}"
 
 
+def _share(resource: str, used: int, nominal: int) -> str:
+    """``16/16 GPUs``: what a team uses of its nominal quota."""
+    return f"{format_milli(used)}/{format_milli(nominal)} {UNITS.get(resource, resource)}"
+
+
 # ------------------------------------------------------------------ rule 1
 
 
@@ -111,11 +118,6 @@ def usage_by_team(admitted: Iterable[Admitted]) -> dict[str, dict[str, int]]:
         if gang.team is not None:
             _add(usage.setdefault(gang.team, {}), gang.usage)
     return usage
-
-
-def cohort_of(teams: Mapping[str, TeamQuota], team: TeamQuota) -> list[TeamQuota]:
-    """Every team of ``team``'s cohort, itself included, by name."""
-    return sorted((t for t in teams.values() if t.cohort == team.cohort), key=lambda t: t.name)
 
 
 # ------------------------------------------------------------------ rule 2
@@ -131,7 +133,7 @@ def check_quota(
     if team is None:
         return Fits()
     used = usage.get(team.name, {})
-    cohort = cohort_of(teams, team)
+    cohort = [t for t in teams.values() if t.cohort == team.cohort]
     borrowed: dict[str, int] = {}
     lent_out = False
     for resource, limit in team.limits.items():
@@ -141,11 +143,12 @@ def check_quota(
         after = used.get(resource, 0) + want
         ceiling = None if limit.borrowing is None else limit.nominal + limit.borrowing
         if ceiling is not None and after > ceiling:
+            held = used.get(resource, 0)
+            room = max(0, ceiling - max(held, limit.nominal))
+            share = f"{_share(resource, held, limit.nominal)}; may borrow {format_milli(room)} more"
+            state = "is at its quota" if held >= limit.nominal else "is within its quota"
             return QuotaWait(
-                f"team {team.name} uses {_amount(resource, used.get(resource, 0))} of "
-                f"{_amount(resource, limit.nominal)} nominal (borrowing limit "
-                f"{_amount(resource, limit.borrowing or 0)}); the job needs "
-                f"{_amount(resource, want)}"
+                f"team {team.name} {state} ({share}); the job needs {_amount(resource, want)}"
             )
         pool_nominal = sum(t.limits[resource].nominal for t in cohort if resource in t.limits)
         pool_used = sum(usage.get(t.name, {}).get(resource, 0) for t in cohort)
@@ -156,8 +159,8 @@ def check_quota(
                 idle = max(0, pool_nominal - pool_used)
                 return QuotaWait(
                     f"team {team.name} would borrow {_amount(resource, after - limit.nominal)} "
-                    f"over its nominal {_amount(resource, limit.nominal)}; cohort "
-                    f"{team.cohort} has {_amount(resource, idle)} idle"
+                    f"over its quota ({_share(resource, used.get(resource, 0), limit.nominal)}); "
+                    f"cohort {team.cohort} has {_amount(resource, idle)} idle"
                 )
             lent_out = True
     if lent_out:
@@ -199,19 +202,37 @@ def reclaim_candidates(
     protected: Callable[[Admitted], bool],
 ) -> list[Admitted]:
     """Borrowed gangs ``team`` may take its quota back from, cheapest first (rule 3)."""
-    needed = [r for r, amount in gang_usage.items() if amount > 0 and r in team.limits]
-    lenders = {
-        name: t for name, t in teams.items() if t.cohort == team.cohort and name != team.name
-    }
-    borrowers = borrowing_teams(lenders, usage, needed)
+    needed = needed_resources(team, gang_usage)
+    borrowers = reclaimable_teams(team, needed, usage, teams)
     out = [
         gang
         for gang in admitted
-        if gang.team in borrowers
-        and any(gang.usage.get(r, 0) > 0 for r in needed)
-        and not protected(gang)
+        if gang.team in borrowers and uses_any(gang, needed) and not protected(gang)
     ]
     return sorted(out, key=lambda g: (g.priority, -g.admitted_at, g.key))
+
+
+def needed_resources(team: TeamQuota, gang_usage: Units) -> tuple[str, ...]:
+    """The quota resources a gang of ``team`` asks for (what reclaim may take back, rule 3)."""
+    return tuple(r for r, amount in gang_usage.items() if amount > 0 and r in team.limits)
+
+
+def reclaimable_teams(
+    team: TeamQuota,
+    needed: Iterable[str],
+    usage: Mapping[str, Units],
+    teams: Mapping[str, TeamQuota],
+) -> frozenset[str]:
+    """The other teams of ``team``'s cohort borrowing any of ``needed`` (rule 3)."""
+    lenders = {
+        name: t for name, t in teams.items() if t.cohort == team.cohort and name != team.name
+    }
+    return borrowing_teams(lenders, usage, needed)
+
+
+def uses_any(gang: Admitted, resources: Iterable[str]) -> bool:
+    """Whether ``gang`` holds quota of any of ``resources`` (reclaiming it gives some back)."""
+    return any(gang.usage.get(r, 0) > 0 for r in resources)
 
 
 # ------------------------------------------------------------------ rule 4

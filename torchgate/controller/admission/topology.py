@@ -25,7 +25,7 @@ Rules (each one function):
    its GPUs idle however tightly it packs the node's CPUs).
 1. ``slots_of``: a node's slots for a shape; a domain's slots are its nodes' sum.
 2. ``fitting_level``: the finest level with a domain whose slots hold the whole gang (a domain
-   never has more slots than its parent, so the search descends only into domains that fit).
+   never has more slots than its parent, so it is the finest level whose roomiest domain does).
 3. ``best_domain``: among the fitting domains of that level, the one with the least free capacity
    (fewest slots), then the fewest nodes, then the smallest key: the tightest fit, so big domains
    stay whole for big gangs.
@@ -38,7 +38,8 @@ Rules (each one function):
    ``Topology`` (when the pool as a whole has room) or ``Capacity`` (when it has not); a
    *preferred* level, or none, falls back to coarser levels and then to the whole pool, still
    over the fewest domains.
-7. ``explain_shortfall``: a ``Capacity`` wait names what is short on the gang's allowed nodes:
+7. ``explain_shortfall`` (``short_of``, else ``fragmentation`` and ``fragmented``): a
+   ``Capacity`` wait names what is short on the gang's allowed nodes:
    the first resource (its GPUs first, then other extended resources, cpu, memory, the rest,
    ``pods`` last) the whole gang needs more of than those nodes have free together (``waiting for
    16 nvidia.com/gpu in pool pool=a100: 8 free``); when every total suffices, the gang is
@@ -50,16 +51,22 @@ Rules (each one function):
    uses (by name), else any allowed node (by name); with host ports only a node without a pod of
    the gang. One that fits nowhere is left out (the job starts with fewer workers).
 
-Cost: a ``Capacity`` keeps each shape's slots per node and per domain for one admission cycle and
-brings them up to date only for the nodes whose capacity changed since that shape was last asked
-about (and their ancestors), so a cycle over 100 waiting gangs on 1,000 nodes does integer
-arithmetic on the few shapes it sees, not on every node per gang. Explaining a shortfall (rule 7)
-walks every allowed node, so a ``Shortfall`` is phrased only when it is read.
+Cost: a ``Capacity`` is kept across admission cycles (the admitter updates the nodes whose free
+capacity changed) and keeps, per shape asked about, its slots per node and per domain and, per
+level, its domains by slot count (``Slots``); each shape's counts catch up only with the nodes
+changed since it was last asked about (and their ancestors). Rules 2 and 3 then look at the
+roomiest domain of each level and the first count that holds the gang, not at every domain, so
+a placement costs what it changes. A cycle decides on a ``fork`` that copies nothing per node
+until it changes one. Explaining a shortfall (rule 7) needs free totals, which the capacity
+keeps, and walks the allowed nodes only for a fragmented gang (once per shape per capacity); a
+``Shortfall`` is phrased only when it is read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from bisect import bisect_left, insort
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -171,6 +178,8 @@ class Topology:
     ancestors: tuple[tuple[int, ...], ...]  # per node, its domains finest first, root last
     index: Mapping[str, int]  # node name -> position in ``node_names``
     member: tuple[tuple[int, ...], ...]  # per level, per node: its domain there
+    rank: tuple[int, ...]  # per domain: its place in its level by fewest nodes, then key (rule 3)
+    by_rank: tuple[tuple[int, ...], ...]  # per level: its domains in that order
 
     def domain_of(self, node_name: str, level: int) -> int | None:
         """The domain holding ``node_name`` at ``level``, ``None`` for an unknown node or level."""
@@ -233,6 +242,14 @@ def build_topology(
         tuple(next((d for d in chain if domains[d].level == level), -1) for chain in ancestors)
         for level in range(len(levels))
     )
+    by_rank = tuple(
+        tuple(sorted(level, key=lambda d: (domains[d].node_count, domains[d].key)))
+        for level in by_level
+    )
+    rank = [0] * len(domains)
+    for ranked in by_rank:
+        for position, domain in enumerate(ranked):
+            rank[domain] = position
     return Topology(
         levels=tuple(levels),
         node_names=tuple(names),
@@ -241,17 +258,19 @@ def build_topology(
         ancestors=tuple(ancestors),
         index={name: i for i, name in enumerate(names)},
         member=member,
+        rank=tuple(rank),
+        by_rank=by_rank,
     )
 
 
 # ------------------------------------------------------------------ rule 1: slots
 
 
-def slots_of(free: Units, shape: Shape) -> int:
-    """How many pods of ``shape`` fit on a node with ``free`` capacity (rule 1)."""
+def slots_of(free: Units, shape: Shape, plus: Units | None = None) -> int:
+    """How many pods of ``shape`` fit on a node with ``free`` (and ``plus``) capacity (rule 1)."""
     slots = UNBOUNDED
     for name, amount in shape.pod:
-        have = free.get(name, 0)
+        have = free.get(name, 0) if plus is None else free.get(name, 0) + plus.get(name, 0)
         if have < amount:
             return 0
         fits = have // amount
@@ -260,53 +279,259 @@ def slots_of(free: Units, shape: Shape) -> int:
     return min(slots, 1) if shape.one_per_node else slots
 
 
-class Capacity:
-    """Free capacity per node for one admission cycle, with slot counts cached per shape.
+class Slots:
+    """One shape's slot counts: per node, per domain, and per level by count (rules 1-3).
 
-    Changes are logged by node; a shape's cached slots catch up with the log only when that shape
-    is asked for, so taking capacity costs nothing for the shapes no later gang asks about.
+    ``values[level]`` lists the distinct positive slot counts of the level's domains, ascending;
+    ``masks[level][count]`` has bit ``rank`` set for each domain of that count (``Topology.rank``),
+    so the tightest domain holding ``n`` slots is the lowest bit of the first count ``>= n``.
     """
+
+    __slots__ = ("by_rank", "domains", "masks", "nodes", "seen", "values")
+
+    def __init__(
+        self,
+        by_rank: tuple[tuple[int, ...], ...],
+        nodes: list[int],
+        domains: list[int],
+        values: list[list[int]],
+        masks: list[dict[int, int]],
+        seen: int,
+    ) -> None:
+        self.by_rank = by_rank
+        self.nodes = nodes
+        self.domains = domains
+        self.values = values
+        self.masks = masks
+        self.seen = seen  # how much of its capacity's change log the counts reflect
+
+    def roomiest(self, level: int) -> int:
+        """The most slots of any domain of ``level`` (0 when none has any)."""
+        values = self.values[level]
+        return values[-1] if values else 0
+
+    def tightest(self, level: int, count: int) -> int | None:
+        """The domain of ``level`` with the fewest slots ``>= count``, then fewest nodes, key."""
+        values = self.values[level]
+        at = bisect_left(values, count)
+        if at == len(values):
+            return None
+        mask = self.masks[level][values[at]]
+        return self.by_rank[level][(mask & -mask).bit_length() - 1]
+
+    def copy(self, seen: int) -> Slots:
+        """A copy to change on its own (a fork's), having seen ``seen`` entries of its log."""
+        return Slots(
+            self.by_rank,
+            list(self.nodes),
+            list(self.domains),
+            [list(values) for values in self.values],
+            [dict(masks) for masks in self.masks],
+            seen,
+        )
+
+    def move(self, level: int, rank: int, before: int, after: int) -> None:
+        """A domain of ``level`` went from ``before`` to ``after`` slots."""
+        values, masks, bit = self.values[level], self.masks[level], 1 << rank
+        if before > 0:
+            left = masks[before] ^ bit
+            if left:
+                masks[before] = left
+            else:
+                del masks[before]
+                del values[bisect_left(values, before)]
+        if after > 0:
+            found = masks.get(after)
+            if found is None:
+                masks[after] = bit
+                insort(values, after)
+            else:
+                masks[after] = found | bit
+
+
+class Capacity:
+    """Free capacity per node, with slot counts per shape kept up to date as it changes.
+
+    Changes are logged by node; a shape's slot counts catch up with the log only when that shape
+    is asked about, so taking capacity costs nothing for the shapes no later gang asks about.
+
+    The admitter keeps one ``Capacity`` across cycles and tells it which nodes' free capacity
+    changed (``update``); each cycle decides on a ``fork``, a copy whose changes (gangs placed,
+    victims given back in a trial) never reach the original. A fork shares the original's
+    per-node capacity until it changes a node, and copies a shape's slot counts (flat lists, a
+    copy in C) the first time it asks about that shape, so a cycle costs what it places, not
+    what the pool holds. Slot counts of a shape the original has not seen are computed once on
+    the original (from its own capacity, which a cycle never changes) and kept for later cycles.
+    """
+
+    KEEP_UNUSED_FORKS: Final = 16  # a shape no fork asked about in this many forks is dropped
 
     def __init__(self, topology: Topology, free: Mapping[str, Units]) -> None:
         """Take a copy of ``free`` (node name -> milli-units); unknown nodes have nothing."""
         self.topology = topology
         self.free: list[dict[str, int]] = [dict(free.get(n) or {}) for n in topology.node_names]
-        self._node_slots: dict[Shape, list[int]] = {}
-        self._domain_slots: dict[Shape, list[int]] = {}
+        self._slots: dict[Shape, Slots] = {}
         self._changed: list[int] = []  # node indexes whose free capacity changed, in order
-        self._seen: dict[Shape, int] = {}  # how much of ``_changed`` each shape has caught up on
+        self._shared: set[int] | None = None  # after a fork: nodes whose dict is this one's own
+        self._origin: Capacity | None = None  # what a fork was taken from
+        self._forks = 0
+        self._used: dict[Shape, int] = {}  # shape -> the last fork that asked about it
+        self._last: tuple[Shape, Slots] | None = None  # the last shape asked about
+        self._version = 0  # of the free capacity: bumps with each update and fork
+        self._forked_at = -1  # a fork's: its origin's version when it was taken
+        # ``have``: free totals per resource over every node (``None``) or a set of allowed
+        # nodes as of the last fork, with the nodes changed since then as they were.
+        self._sums: dict[frozenset[str] | None, dict[str, int]] = {None: _totals(self.free)}
+        self._was: dict[int, dict[str, int]] = {}
+        self._sums_used: dict[frozenset[str] | None, int] = {}  # set -> the last fork asking
+        self._memo: dict[object, object] = {}  # ``have`` and ``fragmentation``, per edit count
+        self._edits = 0  # changes to the free capacity so far (never goes back)
 
-    def node_slots(self, shape: Shape) -> list[int]:
-        """Slots per node for ``shape`` (computed once per cycle, then kept up to date)."""
-        found = self._node_slots.get(shape)
-        if found is None:
-            allowed, names = shape.allowed, self.topology.node_names
-            found = self._node_slots[shape] = [
-                slots_of(free, shape) if allowed is None or names[i] in allowed else 0
-                for i, free in enumerate(self.free)
-            ]
-            self._seen[shape] = len(self._changed)
-        elif self._seen[shape] < len(self._changed):
+    # ------------------------------------------------------------------ the shell's side
+
+    def update(self, free: Mapping[str, Units]) -> None:
+        """Set the free capacity of the named nodes (unknown nodes are ignored)."""
+        index = self.topology.index
+        for name, units in free.items():
+            node = index.get(name)
+            if node is not None and self.free[node] != units:
+                self._version += 1
+                for allowed, sums in self._sums.items():
+                    if allowed is None or name in allowed:
+                        _count_into(sums, self.free[node], -1)
+                        _count_into(sums, units, 1)
+                self.free[node] = dict(units)
+                self._changed.append(node)
+                self._edits += 1
+
+    def fork(self) -> Capacity:
+        """A copy to decide one cycle on; what it changes never reaches this capacity."""
+        for shape, slots in self._slots.items():
+            self._catch_up(shape, slots)
+            slots.seen = 0
+        self._changed.clear()
+        self._forks += 1
+        self._version += 1
+        for shape in [
+            s for s, at in self._used.items() if self._forks - at > self.KEEP_UNUSED_FORKS
+        ]:
+            del self._used[shape]
+            self._slots.pop(shape, None)
+        other = Capacity.__new__(Capacity)
+        other.topology = self.topology
+        other.free = list(self.free)
+        other._slots = {}
+        other._changed = []
+        other._shared = set()
+        other._origin = self
+        other._forks = 0
+        other._used = {}
+        other._last = None
+        other._version = 0
+        other._forked_at = self._version
+        names = self.topology.node_names
+        for allowed, sums in self._sums.items():  # fold what changed since the last fork in
+            for node, was in self._was.items():
+                if allowed is None or names[node] in allowed:
+                    _count_into(sums, was, -1)
+                    _count_into(sums, self.free[node], 1)
+        self._was.clear()
+        self._memo.clear()
+        for allowed in [
+            a for a, at in self._sums_used.items() if self._forks - at > self.KEEP_UNUSED_FORKS
+        ]:
+            del self._sums_used[allowed]
+            self._sums.pop(allowed, None)
+        other._sums = {allowed: dict(sums) for allowed, sums in self._sums.items()}
+        other._was = {}
+        other._sums_used = {}
+        other._memo = {}
+        other._edits = 0
+        self._shared = set()  # its dicts are the fork's too now: copy before writing
+        return other
+
+    # ------------------------------------------------------------------ slots
+
+    def slots(self, shape: Shape) -> Slots:
+        """``shape``'s slot counts, up to date (computed once, then kept up to date)."""
+        last = self._last
+        if last is not None and last[0] is shape:
+            found = last[1]
+        else:
+            known = self._slots.get(shape)
+            if known is None:
+                origin = self._origin
+                if origin is not None and origin._version == self._forked_at:
+                    origin._used[shape] = origin._forks
+                    known = origin.slots(shape).copy(seen=0)
+                else:  # counted here: no origin, or it changed since (its counts are not ours)
+                    self._used.setdefault(shape, self._forks)
+                    known = self._count(shape)
+                self._slots[shape] = known
+            found = known
+            self._last = (shape, found)
+        if found.seen < len(self._changed):
             self._catch_up(shape, found)
         return found
 
+    def node_slots(self, shape: Shape) -> list[int]:
+        """Slots per node for ``shape``."""
+        return self.slots(shape).nodes
+
     def domain_slots(self, shape: Shape) -> list[int]:
         """Slots per domain for ``shape`` (the sum over the domain's nodes)."""
-        per_node = self.node_slots(shape)
-        found = self._domain_slots.get(shape)
-        if found is None:
-            totals = [0] * len(self.topology.domains)
-            for node, slots in enumerate(per_node):
-                if slots:
-                    for domain in self.topology.ancestors[node]:
-                        totals[domain] += slots
-            found = self._domain_slots[shape] = totals
-        return found
+        return self.slots(shape).domains
 
     def free_for(self, shape: Shape) -> list[dict[str, int]]:
         """The free capacity of each node ``shape`` may use."""
         allowed, names = shape.allowed, self.topology.node_names
         return [free for i, free in enumerate(self.free) if allowed is None or names[i] in allowed]
+
+    def have(self, shape: Shape, resources: Iterable[str]) -> dict[str, int]:
+        """What the nodes ``shape`` may use have free in total, per resource (never below 0).
+
+        From the totals kept since the last fork, plus what changed since on the nodes this
+        capacity changed; a set of allowed nodes first asked about is counted on its nodes, and
+        from then on kept by the capacity forked from (until no fork asks for it a while).
+        """
+        allowed = shape.allowed
+        key = ("have", allowed, self._edits)
+        found = self._memo.get(key)
+        if not isinstance(found, dict):
+            sums = self._sums.get(allowed)
+            if sums is not None:
+                found = dict(sums)
+                names = self.topology.node_names
+                for node, was in self._was.items():
+                    if allowed is None or names[node] in allowed:
+                        _count_into(found, was, -1)
+                        _count_into(found, self.free[node], 1)
+            else:
+                found = _totals(self.free_for(shape))
+                if self._origin is not None:
+                    self._origin._keep_sums(allowed)
+            if self._origin is not None:
+                self._origin._sums_used[allowed] = self._origin._forks
+            self._memo[key] = found
+        return {name: found.get(name, 0) for name in resources}
+
+    def _keep_sums(self, allowed: frozenset[str] | None) -> None:
+        """Keep totals over ``allowed`` from now on, as of the last fork (``have``)."""
+        if allowed not in self._sums:
+            index, was = self.topology.index, self._was
+            nodes: Iterable[int] = range(len(self.free))
+            if allowed is not None:
+                nodes = (index[name] for name in allowed if name in index)
+            self._sums[allowed] = _totals(was.get(node, self.free[node]) for node in nodes)
+
+    def fragmentation(self, shape: Shape) -> tuple[frozenset[str], bool]:
+        """``fragmentation`` of the nodes ``shape`` may use, once per shape as they are now."""
+        key = ("fragmentation", shape, self._edits)
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = fragmentation(self.free_for(shape), shape)
+        assert isinstance(found, tuple)
+        return found
 
     def take(self, nodes: Mapping[str, str], requests: Mapping[str, Units]) -> None:
         """Subtract placed pods (pod -> node, pod -> requests)."""
@@ -316,60 +541,140 @@ class Capacity:
         """Add back what pods held (preemption victims, or undoing a trial ``take``)."""
         self._adjust(nodes, requests, 1)
 
+    @contextmanager
+    def lent(self, pods: Sequence[tuple[Mapping[str, str], Mapping[str, Units]]]) -> Iterator[None]:
+        """Give ``pods`` (pod -> node, pod -> requests) back for a moment, then take them again.
+
+        What the slot counts learnt meanwhile is undone with them, so the moment costs the
+        shapes asked about during it, not every shape asked about later.
+        """
+        mark = len(self._changed)
+        for nodes, requests in pods:
+            self.give(nodes, requests)
+        try:
+            yield
+        finally:
+            for nodes, requests in pods:
+                self.take(nodes, requests)
+            for shape, slots in self._slots.items():
+                if slots.seen > mark:  # caught up with the loan: catch up with its return too
+                    self._catch_up(shape, slots)
+                    slots.seen = mark
+            del self._changed[mark:]
+
     def _adjust(self, nodes: Mapping[str, str], requests: Mapping[str, Units], sign: int) -> None:
-        index = self.topology.index
+        index, shared = self.topology.index, self._shared
         for pod, node_name in nodes.items():
             node = index.get(node_name)
             if node is None:
                 continue
             free = self.free[node]
+            if shared is None:
+                self._sums.clear()  # changed in place: ``have`` counts on the nodes
+            elif node not in shared:
+                self._was[node] = free
+                free = self.free[node] = dict(free)
+                shared.add(node)
             for name, amount in (requests.get(pod) or {}).items():
                 free[name] = free.get(name, 0) + sign * amount
             self._changed.append(node)
+            self._edits += 1
 
-    def _catch_up(self, shape: Shape, per_node: list[int]) -> None:
-        totals = self._domain_slots.get(shape)
-        allowed, names, ancestors = shape.allowed, self.topology.node_names, self.topology.ancestors
-        for node in set(self._changed[self._seen[shape] :]):
+    def _count(self, shape: Shape) -> Slots:
+        topology = self.topology
+        allowed, names = shape.allowed, topology.node_names
+        nodes = [
+            slots_of(free, shape) if allowed is None or names[i] in allowed else 0
+            for i, free in enumerate(self.free)
+        ]
+        domains = [0] * len(topology.domains)
+        for node, count in enumerate(nodes):
+            if count:
+                for domain in topology.ancestors[node]:
+                    domains[domain] += count
+        values: list[list[int]] = []
+        masks: list[dict[int, int]] = []
+        for level in topology.by_level:
+            ranks: dict[int, list[int]] = {}
+            for domain in level:
+                if domains[domain]:
+                    ranks.setdefault(domains[domain], []).append(topology.rank[domain])
+            values.append(sorted(ranks))
+            masks.append({count: _mask(found, len(level)) for count, found in ranks.items()})
+        return Slots(topology.by_rank, nodes, domains, values, masks, len(self._changed))
+
+    def _catch_up(self, shape: Shape, slots: Slots) -> None:
+        topology = self.topology
+        allowed, names, ancestors = shape.allowed, topology.node_names, topology.ancestors
+        per_node, per_domain, free = slots.nodes, slots.domains, self.free
+        deltas: dict[int, int] = {}
+        for node in set(self._changed[slots.seen :]):
             if allowed is not None and names[node] not in allowed:
                 continue
-            after = slots_of(self.free[node], shape)
+            after = slots_of(free[node], shape)
             delta = after - per_node[node]
             if delta:
                 per_node[node] = after
-                if totals is not None:
-                    for domain in ancestors[node]:
-                        totals[domain] += delta
-        self._seen[shape] = len(self._changed)
+                for domain in ancestors[node]:
+                    deltas[domain] = deltas.get(domain, 0) + delta
+        domains, rank = topology.domains, topology.rank
+        for domain, delta in deltas.items():
+            if delta:
+                before = per_domain[domain]
+                per_domain[domain] = before + delta
+                level = domains[domain].level
+                if level >= 0:
+                    slots.move(level, rank[domain], before, before + delta)
+        slots.seen = len(self._changed)
+
+
+def _totals(free: Iterable[Units]) -> dict[str, int]:
+    """Free capacity summed per resource over ``free`` (each node's never below zero)."""
+    totals: dict[str, int] = {}
+    for node in free:
+        _count_into(totals, node, 1)
+    return totals
+
+
+def _count_into(totals: dict[str, int], free: Units, sign: int) -> None:
+    for name, amount in free.items():
+        if amount > 0:
+            totals[name] = totals.get(name, 0) + sign * amount
+
+
+def _mask(ranks: Iterable[int], size: int) -> int:
+    """An int with bit ``r`` set for each of ``ranks`` (built in C, not bit by bit)."""
+    bits = bytearray((size + 7) // 8)
+    for r in ranks:
+        bits[r >> 3] |= 1 << (r & 7)
+    return int.from_bytes(bits, "little")
 
 
 # ------------------------------------------------------------------ rules 2-3: the domain
 
 
-def fitting_level(topology: Topology, slots: Sequence[int], count: int) -> tuple[int, list[int]]:
-    """The finest level with a domain holding ``count`` slots, and its fitting domains (rule 2).
+def fitting_level(slots: Slots, levels: int, count: int) -> int:
+    """The finest of ``levels`` levels with a domain holding ``count`` slots, else -1 (rule 2).
 
-    Returns ``(-1, [ROOT])`` when only the pool as a whole fits, ``(-1, [])`` when nothing does.
+    A domain never has more slots than its parent, so that is the finest level whose roomiest
+    domain holds them (-1: only the pool as a whole, which the caller has checked, does).
     """
-    if slots[ROOT] < count:
-        return -1, []
-    level, fitting = -1, [ROOT]
-    while True:
-        below = [
-            child
-            for domain in fitting
-            for child in topology.domains[domain].children
-            if slots[child] >= count
-        ]
-        if not below:
-            return level, fitting
-        level, fitting = level + 1, below
+    for level in range(levels - 1, -1, -1):
+        if slots.roomiest(level) >= count:
+            return level
+    return -1
 
 
-def best_domain(topology: Topology, slots: Sequence[int], candidates: Sequence[int]) -> int:
-    """The tightest candidate: fewest slots, then fewest nodes, then smallest key (rule 3)."""
-    domains = topology.domains
-    return min((slots[d], domains[d].node_count, domains[d].key, d) for d in candidates)[-1]
+def best_domain(slots: Slots, level: int, count: int) -> int:
+    """The tightest domain of ``level`` holding ``count`` slots, the pool at level -1 (rule 3).
+
+    Tightest: the fewest slots, then the fewest nodes, then the smallest key.
+    """
+    if level < 0:
+        return ROOT
+    found = slots.tightest(level, count)
+    assert found is not None, "fitting_level chose a level with room"
+    return found
 
 
 # ------------------------------------------------------------------ rule 4: inside the domain
@@ -471,26 +776,24 @@ def _place(
 ) -> TopologyPlacement | TopologyWait:
     topology = capacity.topology
     count = len(pods)
-    node_slots = capacity.node_slots(shape)
-    domain_slots = capacity.domain_slots(shape)
-    if domain_slots[ROOT] < count:
+    slots = capacity.slots(shape)
+    if slots.domains[ROOT] < count:
         return TopologyWait(
             "Capacity",
-            f"waiting for room for {count} pod(s): {domain_slots[ROOT]} fit in the pool now",
+            f"waiting for room for {count} pod(s): {slots.domains[ROOT]} fit in the pool now",
         )
-    level, fitting = fitting_level(topology, domain_slots, count)
+    level = fitting_level(slots, len(topology.levels), count)
     wanted = request.level
     if wanted is not None and wanted >= len(topology.levels):
         wanted = None
     if wanted is not None and request.required and level < wanted:
-        largest = max((domain_slots[d] for d in topology.by_level[wanted]), default=0)
         return TopologyWait(
             "Topology",
             f"waiting for one {topology.levels[wanted]} domain with room for {count} pod(s): "
-            f"the roomiest has room for {largest}",
+            f"the roomiest has room for {slots.roomiest(wanted)}",
         )
-    domain = best_domain(topology, domain_slots, fitting)
-    spread = distribute(topology, node_slots, domain_slots, domain, count)
+    domain = best_domain(slots, level, count)
+    spread = distribute(topology, slots.nodes, slots.domains, domain, count)
     return TopologyPlacement(
         nodes=assign_ranks(topology, pods, spread),
         domain=topology.domain_name(domain),
@@ -501,13 +804,13 @@ def _place(
 
 def fits_topology(capacity: Capacity, count: int, shape: Shape, request: TopologyRequest) -> bool:
     """Whether ``place_topology`` would place ``count`` pods (without computing where)."""
-    slots = capacity.domain_slots(shape)
-    if slots[ROOT] < count:
+    slots = capacity.slots(shape)
+    if slots.domains[ROOT] < count:
         return False
     wanted = request.level
     if not request.required or wanted is None or wanted >= len(capacity.topology.levels):
         return True
-    return any(slots[domain] >= count for domain in capacity.topology.by_level[wanted])
+    return slots.roomiest(wanted) >= count
 
 
 # ------------------------------------------------------------------ rule 7: what is short
@@ -545,34 +848,75 @@ def explain_shortfall(
     ``free`` holds the allowed nodes of ``shape``; ``where`` names them for people (``in pool
     pool=a100``, ``on hosts a,b``, ``in the cluster``).
     """
+    wanted = summed(requests)
+    order = resource_order(wanted, gpu_resource)
+    have = {name: sum(max(0, node.get(name, 0)) for node in free) for name in order}
+    return short_of(wanted, order, have, where) or fragmented(
+        *fragmentation(free, shape), shape, wanted, order, have, where
+    )
+
+
+def summed(requests: Iterable[Units]) -> dict[str, int]:
+    """What the whole gang asks for, per resource."""
     wanted: dict[str, int] = {}
     for pod in requests:
         for name, amount in pod.items():
             wanted[name] = wanted.get(name, 0) + amount
-    order = resource_order(wanted, gpu_resource)
+    return wanted
+
+
+def short_of(wanted: Units, order: Sequence[str], have: Units, where: str) -> str | None:
+    """Rule 7's first case: the first resource the gang needs more of than is free, if any."""
     if not order:
         return f"waiting for room {where}"
-    have = {name: sum(max(0, node.get(name, 0)) for node in free) for name in order}
     for name in order:
         if wanted[name] > have[name]:
             return (
                 f"waiting for {format_amount(name, wanted[name])} {name} {where}: "
                 f"{format_amount(name, have[name])} free"
             )
+    return None
+
+
+def fragmentation(free: Iterable[Units], shape: Shape) -> tuple[frozenset[str], bool]:
+    """What no node has left for one more pod once it holds all it has slots for (rule 7).
+
+    Returns those resources of the shape, and whether any node counts at all (with host ports a
+    node that takes a pod of the gang takes no other).
+    """
     slot = dict(shape.pod)
-    per_pod = [name for name in order if name in slot]
-    left: list[dict[str, int]] = []  # each node's free capacity once it holds all it has slots for
+    short = set(slot)
+    counted = False
     for node in free:
         slots = slots_of(node, shape)
-        if not (shape.one_per_node and slots):  # with host ports a node takes one pod of the gang
-            left.append({name: node.get(name, 0) - slots * slot[name] for name in per_pod})
-    missing = [name for name in per_pod if all(node[name] < slot[name] for node in left)]
-    headline = missing[0] if missing and left else _scarcest(order, wanted, have)
+        if shape.one_per_node and slots:
+            continue
+        counted = True
+        for name in list(short):
+            if node.get(name, 0) - slots * slot[name] >= slot[name]:
+                short.discard(name)
+    return frozenset(short), counted
+
+
+def fragmented(
+    short: frozenset[str],
+    counted: bool,
+    shape: Shape,
+    wanted: Units,
+    order: Sequence[str],
+    have: Units,
+    where: str,
+) -> str:
+    """Rule 7's second case, every total sufficing: what no node has enough left of."""
+    slot = dict(shape.pod)
+    per_pod = [name for name in order if name in slot]
+    missing = [name for name in per_pod if name in short]
+    headline = missing[0] if missing and counted else _scarcest(order, wanted, have)
     head = (
         f"waiting for {format_amount(headline, wanted[headline])} {headline} {where}: "
         f"{format_amount(headline, have[headline])} free but fragmented"
     )
-    if not left:
+    if not counted:
         return f"{head}: its pods bind host ports, one per node, and no other node has room"
     needs = missing[:1] if missing else per_pod
     detail = " and ".join(f"{format_amount(name, slot[name])} {name}" for name in needs)
@@ -594,7 +938,9 @@ class Shortfall:
 
     An admission cycle cannot afford to walk every allowed node for each gang that waits, and
     the shell reads a wait's message at most once per status refresh, after the cycle: so the
-    amounts it shows are what the cycle left free.
+    amounts it shows are what the cycle left free. The free totals come from the capacity
+    (``Capacity.have``); only a fragmented gang's message walks the allowed nodes, once per
+    shape on one capacity (``Capacity.fragmentation``).
     """
 
     __slots__ = ("_capacity", "_gpu_resource", "_requests", "_shape", "_text", "_where")
@@ -626,12 +972,12 @@ class Shortfall:
 
     def __str__(self) -> str:
         if self._text is None:
-            self._text = explain_shortfall(
-                self._capacity.free_for(self._shape),
-                self._shape,
-                self._requests,
-                where=self._where,
-                gpu_resource=self._gpu_resource,
+            capacity, shape = self._capacity, self._shape
+            wanted = summed(self._requests)
+            order = resource_order(wanted, self._gpu_resource)
+            have = capacity.have(shape, order)
+            self._text = short_of(wanted, order, have, self._where) or fragmented(
+                *capacity.fragmentation(shape), shape, wanted, order, have, self._where
             )
         return self._text
 

@@ -22,17 +22,36 @@ Rules:
    apiserver. The message is phrased only when it may be reported.
 6. ``cancel``: a job that is gone, finished, suspended or not ours is forgotten, with its
    backoff.
+7. ``demand_by_team``: per team and ``Queued`` reason, how many jobs wait, the GPUs they count
+   against their team, and the longest wait (the controller's metrics). A job of a namespace no
+   team owns counts under team ``""``; one not decided yet under ``UNDECIDED``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final, TypedDict
 
 from torchgate.controller.admission.nodes import PodDemand
 from torchgate.pytorchjob.names import JobKey
-from torchgate.pytorchjob.pool import admission_order
+from torchgate.pytorchjob.outlook import QUEUED_REASONS
+from torchgate.pytorchjob.pool import GPUS, admission_order
 from torchgate.pytorchjob.units import Units
+
+UNDECIDED: Final = "Undecided"
+
+
+class GangTerms(TypedDict):
+    """What a job's gang asks for besides its pods (``request``'s keyword arguments)."""
+
+    usage: Units
+    priority: int
+    created: str
+    gpu_resource: str
+    preempts: bool
+    topology_level: str | None
+    topology_required: bool
 
 
 @dataclass(slots=True)
@@ -201,3 +220,34 @@ class WaitingQueue:
         """What the job waits for, as last reported: ``Quota``, ``Capacity`` or ``Topology``."""
         waiting = self.waiting.get(key)
         return waiting.reported_kind if waiting is not None else None
+
+
+# ------------------------------------------------------------------ rule 7: demand by team
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """The jobs of one team waiting for one reason (GPUs in milli-units)."""
+
+    team: str
+    reason: str
+    jobs: int
+    gpus: int
+    longest_wait: float
+
+
+def demand_by_team(
+    waiting: Iterable[Waiting], owner: Mapping[str, str], now: float
+) -> list[Demand]:
+    """Waiting jobs, GPUs and the longest wait per (team, reason), sorted (rule 7)."""
+    totals: dict[tuple[str, str], tuple[int, int, float]] = {}
+    for job in waiting:
+        team = owner.get(job.key[0], "")
+        reason = QUEUED_REASONS.get(job.reported_kind or "", UNDECIDED)
+        jobs, gpus, longest = totals.get((team, reason), (0, 0, 0.0))
+        totals[(team, reason)] = (
+            jobs + 1,
+            gpus + job.usage.get(GPUS, 0),
+            max(longest, now - job.since),
+        )
+    return [Demand(team, reason, *counts) for (team, reason), counts in sorted(totals.items())]

@@ -62,19 +62,14 @@ from torchgate.controller.job.model import (
 )
 from torchgate.controller.job.pods import build_pod, build_service, service_replicas
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.outlook import QUEUED_REASONS
 from torchgate.pytorchjob.spec import JobSpec
 
 DEFAULT_SCHEDULE_TIMEOUT_SECONDS: Final = 60
 REASON_NAME_CONFLICT: Final = "PodNameConflict"
 PREEMPTED: Final = "Preempted"
-# The admitter's wait kinds as condition and Event reasons; capacity keeps the reason it always
-# had, so existing alerts and scripts keep matching.
-WAIT_REASONS: Final = {
-    "Quota": "WaitingForQuota",
-    "Capacity": st.REASON_WAITING,
-    "Topology": "WaitingForTopology",
-    "Preempting": "WaitingForPreemption",
-}
+# The admitter's wait kinds as condition and Event reasons (declared with explain's answers).
+WAIT_REASONS: Final = QUEUED_REASONS
 REASON_READMITTED: Final = "Readmitted"
 
 

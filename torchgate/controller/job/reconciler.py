@@ -15,6 +15,10 @@ that announce the put-off status go with it (the next plan derives them again); 
 plan's actions are kept and recorded with the job's next status write, so Events and status go
 out together.
 
+Where the cluster serves Kubernetes' gang objects and the flag allows them (``gang_objects``),
+the job's Workload and its attempt's PodGroup are created before the attempt's pods, and each pod
+names the PodGroup (``gangobjects``); the PodGroups of older attempts are deleted with them.
+
 Creates of deterministic names treat ``AlreadyExists`` as done and deletes treat ``NotFound`` as
 done, so running a plan twice is harmless. Every object the apiserver returns is written through to
 the cache at once, so the next reconcile does not act on state we already changed.
@@ -27,7 +31,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -37,6 +41,7 @@ from prometheus_client import Gauge
 
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.nodes import PodDemand, job_demands
+from torchgate.controller.admission.waiting import GangTerms, Waiting
 from torchgate.controller.job import status as st
 from torchgate.controller.job.disruption import (
     DEFAULT_LOST_AFTER_SECONDS,
@@ -47,6 +52,13 @@ from torchgate.controller.job.disruption import (
     node_of,
 )
 from torchgate.controller.job.finish import released_on_end
+from torchgate.controller.job.gangobjects import (
+    in_pod_group,
+    pod_group_for,
+    pod_group_name,
+    stale_pod_groups_selector,
+    workload_for,
+)
 from torchgate.controller.job.model import (
     ANNOTATION_ATTEMPT,
     ANNOTATION_RESTARTS,
@@ -63,8 +75,9 @@ from torchgate.controller.quarantine.rules import Fault
 from torchgate.kube.client import MERGE_PATCH, KubeApi
 from torchgate.kube.errors import AlreadyExists, ApiError, NotFound
 from torchgate.kube.informer import Informer
-from torchgate.kube.resources import EVENTS, PODS, PYTORCHJOBS, SERVICES
+from torchgate.kube.resources import EVENTS, POD_GROUPS, PODS, PYTORCHJOBS, SERVICES, WORKLOADS
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.fieldpath import FieldError
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.policy import PlacementPolicy, QuarantineSettings, select_policy
 from torchgate.pytorchjob.pool import gang_usage
@@ -83,6 +96,8 @@ class Options:
     write_concurrency: int = 32
     finish_grace_seconds: float = 5.0
     node_lost_seconds: float = DEFAULT_LOST_AFTER_SECONDS
+    # Workload and PodGroups for each job where the cluster serves them (``gangobjects``).
+    gang_objects: bool = True
 
 
 class WriteSlots:
@@ -208,6 +223,7 @@ class Reconciler:
         write_policy: StatusWritePolicy | None = None,
         nodes: Informer | None = None,
         node_faults: Callable[[Fault, QuarantineSettings], None] = lambda *_: None,
+        gang_objects_served: Callable[[], bool] = lambda: False,
     ) -> None:
         self.api = api
         self.jobs = jobs
@@ -216,6 +232,9 @@ class Reconciler:
         self.nodes = nodes  # None: no node is judged (lost, tainted)
         self.node_faults = node_faults  # a restart's fault of its node, for quarantine
         self.policies = policies
+        self.gang_objects_served = gang_objects_served
+        # Job -> (uid, attempt) whose Workload and PodGroup exist (created or found).
+        self.gang_objects_made: dict[JobKey, tuple[str, int]] = {}
         self.priority_of = priority_of
         self.preempts_of = preempts_of
         self.topology_of = topology_of
@@ -250,6 +269,7 @@ class Reconciler:
             self.unsent_events.pop(key, None)
             self.demands.forget(key)
             self.departed.pop(key, None)
+            self.gang_objects_made.pop(key, None)
             return None
         spec, errors = parse_job(job)
         if spec is None:
@@ -390,20 +410,12 @@ class Reconciler:
         if decision.delete_pods or decision.restart is not None:
             self.admitter.release(key)
         if decision.needs_admission:
-            priority_class = _priority_class(spec)
-            level, required = self.topology_of(spec.annotations, policy)
             self.admitter.request(
                 key,
                 uid=spec.uid,
                 demands=decision.demands,
                 min_count=spec.min_available,
-                usage=gang_usage(spec, policy.gpu_resource),
-                priority=self.priority_of(priority_class),
-                created=str((job.get("metadata") or {}).get("creationTimestamp") or ""),
-                gpu_resource=policy.gpu_resource,
-                preempts=self.preempts_of(priority_class),
-                topology_level=level,
-                topology_required=required,
+                **self._gang_terms(job, spec, policy),
             )
         else:
             status = decision.status if decision.status is not None else job.get("status")
@@ -417,6 +429,44 @@ class Reconciler:
                     priority=self.priority_of(_priority_class(spec)),
                     gpu_resource=policy.gpu_resource,
                 )
+
+    def _gang_terms(
+        self, job: Mapping[str, Any], spec: JobSpec, policy: PlacementPolicy
+    ) -> GangTerms:
+        """What a job's gang asks the admitter for besides its pods (quota, priority, topology)."""
+        priority_class = _priority_class(spec)
+        level, required = self.topology_of(spec.annotations, policy)
+        return GangTerms(
+            usage=gang_usage(spec, policy.gpu_resource),
+            priority=self.priority_of(priority_class),
+            created=str((job.get("metadata") or {}).get("creationTimestamp") or ""),
+            gpu_resource=policy.gpu_resource,
+            preempts=self.preempts_of(priority_class),
+            topology_level=level,
+            topology_required=required,
+        )
+
+    def candidate(self, job: Mapping[str, Any], *, since: float) -> Waiting | list[FieldError]:
+        """A job that is not (yet) ours as the admitter would queue it, or why it cannot be.
+
+        The same terms its reconcile would ask with, so a forecast decides the gang the
+        admitter will get.
+        """
+        spec, errors = parse_job(job)
+        if spec is None:
+            return errors
+        policy = select_policy(self.policies(), spec.namespace)
+        terms = self._gang_terms(job, spec, policy)
+        if not terms["created"]:  # not stored yet: it would be the newest of its priority
+            terms["created"] = st.format_time(self.clock())
+        return Waiting(
+            key=(spec.namespace, spec.name),
+            uid=spec.uid,
+            demands=job_demands(spec),
+            min_count=spec.min_available,
+            since=since,
+            **terms,
+        )
 
     # ------------------------------------------------------------------ applying a plan
 
@@ -441,7 +491,10 @@ class Reconciler:
         if decision.restart is not None:
             self.metrics.gang_restarts.labels(decision.restart.cause).inc()
         await self._gather(self._create(SERVICES, namespace, s) for s in decision.create_services)
-        await self._gather(self._create(PODS, namespace, p) for p in decision.create_pods)
+        create_pods: Sequence[dict[str, Any]] = decision.create_pods
+        if create_pods and self.options.gang_objects and self.gang_objects_served():
+            create_pods = await self._in_pod_groups(job, spec, create_pods)
+        await self._gather(self._create(PODS, namespace, p) for p in create_pods)
         await self._gather(
             [
                 *(self._delete(PODS, self.pods, namespace, n) for n in decision.delete_pods),
@@ -473,6 +526,45 @@ class Reconciler:
                 )
             except NotFound:
                 pass
+
+    async def _in_pod_groups(
+        self, job: Mapping[str, Any], spec: JobSpec, pods: Sequence[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """``pods``, each naming its attempt's PodGroup, once the Workload and PodGroup exist.
+
+        The first time a job's attempt creates pods, the Workload and the PodGroup are created
+        (existing ones are kept: they are immutable where it matters) and the PodGroups of older
+        attempts deleted, so kube-scheduler never counts a torn-down gang towards the new one.
+        """
+        key = (spec.namespace, spec.name)
+        # The attempt the plan built the pods for (a restart moves the job's annotation with them).
+        attempt = attempt_of(pods[0]) or current_attempt(spec.annotations)
+        if self.gang_objects_made.get(key) != (spec.uid, attempt):
+            priority_class = _priority_class(spec)
+            await self._create_object(
+                WORKLOADS, workload_for(job, spec, priority_class=priority_class)
+            )
+            await self._create_object(
+                POD_GROUPS, pod_group_for(job, spec, attempt, priority_class=priority_class)
+            )
+            if attempt > 1:
+                with contextlib.suppress(NotFound):
+                    await self.api.request(
+                        "DELETE",
+                        POD_GROUPS.path(spec.namespace),
+                        query={"labelSelector": stale_pod_groups_selector(spec, attempt)},
+                    )
+            self.gang_objects_made[key] = (spec.uid, attempt)
+        group = pod_group_name(spec, attempt)
+        return [in_pod_group(pod, group) for pod in pods]
+
+    async def _create_object(self, resource: Any, body: dict[str, Any]) -> None:
+        """Create an object no cache keeps; one that exists already is taken as it is."""
+        async with self.creates.take():
+            with contextlib.suppress(AlreadyExists):
+                await self.api.request(
+                    "POST", resource.path(body["metadata"]["namespace"]), body=body
+                )
 
     async def _gather(self, calls: Iterable[Awaitable[None]]) -> None:
         results = await asyncio.gather(*calls, return_exceptions=True)

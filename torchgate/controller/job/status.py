@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.outlook import REASON_WAITING_FOR_RESOURCES
 from torchgate.pytorchjob.spec import JobSpec, canonical_replica_type
 
 CREATED: Final = "Created"
@@ -40,7 +41,7 @@ REASON_SUSPENDED: Final = "PyTorchJobSuspended"
 REASON_RESUMED: Final = "PyTorchJobResumed"
 REASON_BACKOFF_LIMIT: Final = "BackoffLimitExceeded"
 REASON_DEADLINE: Final = "DeadlineExceeded"
-REASON_WAITING: Final = "WaitingForResources"
+REASON_WAITING: Final = REASON_WAITING_FOR_RESOURCES
 
 TRUE: Final = "True"
 FALSE: Final = "False"

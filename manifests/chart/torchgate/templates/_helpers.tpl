@@ -61,6 +61,7 @@ capabilities:
 - --secret={{ include "torchgate.namespace" . }}/torchgate-webhook-tls
 - --webhook-config=torchgate
 - --out-dir=/tls
+- --dns=torchgate-controller.{{ include "torchgate.namespace" . }}.svc
 {{- end -}}
 
 {{- define "torchgate.certsResources" -}}

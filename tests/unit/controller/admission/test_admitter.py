@@ -12,6 +12,8 @@ from tests.builders.pod import pod
 from tests.unit.controller.helpers import ask
 from torchgate.controller.admission.admitter import Admitter
 
+ALONE = "#1 of 1 in the pool, nothing ahead: "  # the place a lone waiting job is told
+
 
 class Clock:
     def __init__(self) -> None:
@@ -52,7 +54,10 @@ def test_reservations_hold_capacity_until_the_ledger_has_the_pods() -> None:
     admitter.cycle()
     second = ask(admitter, gpu_job("b", workers=0).build())
     assert admitter.cycle() == [], "the reserved GPUs must not be promised twice"
-    assert admitter.wait_reason(second) == "waiting for 1 nvidia.com/gpu in the cluster: 0 free"
+    assert (
+        admitter.wait_reason(second)
+        == ALONE + "waiting for 1 nvidia.com/gpu in the cluster: 0 free"
+    )
     reserved = admitter.reservation_for(first, "uid-a") or {}
     # Half of the pods have been seen by the pod watch: the rest still count as reserved.
     for name in list(reserved)[:4]:
@@ -115,11 +120,15 @@ def test_the_wait_reason_refresh_is_throttled() -> None:
     key = ask(admitter, job("w").master(gpus=8).build())
     admitter.cycle()
     assert changed == [key]
-    assert admitter.wait_reason(key) == "waiting for 8 nvidia.com/gpu in the cluster: 2 free"
+    assert (
+        admitter.wait_reason(key) == ALONE + "waiting for 8 nvidia.com/gpu in the cluster: 2 free"
+    )
     admitter.on_pod("MODIFIED", pod("other", node="n0", gpus=5), None)
     admitter.cycle()
     assert changed == [key], "a changed free count alone does not rewrite the status at once"
-    assert admitter.wait_reason(key) == "waiting for 8 nvidia.com/gpu in the cluster: 2 free", (
+    assert (
+        admitter.wait_reason(key) == ALONE + "waiting for 8 nvidia.com/gpu in the cluster: 2 free"
+    ), (
         "planning sees the reported reason until the next refresh, so a reconcile woken by "
         "anything else does not write the newer count either"
     )
@@ -127,7 +136,9 @@ def test_the_wait_reason_refresh_is_throttled() -> None:
     admitter.on_pod("MODIFIED", pod("other", node="n0", gpus=4), None)
     admitter.cycle()
     assert changed == [key, key]
-    assert admitter.wait_reason(key) == "waiting for 8 nvidia.com/gpu in the cluster: 4 free"
+    assert (
+        admitter.wait_reason(key) == ALONE + "waiting for 8 nvidia.com/gpu in the cluster: 4 free"
+    )
 
 
 def test_the_ledger_ignores_finished_pods_and_follows_moves() -> None:
@@ -141,6 +152,25 @@ def test_the_ledger_ignores_finished_pods_and_follows_moves() -> None:
     planned = pod("q", node="", planned="n1", gpus=3)
     admitter.on_pod("ADDED", planned, None)
     assert admitter.free()["n1"]["nvidia.com/gpu"] == 5000, "a planned, unbound pod holds capacity"
+
+
+def test_each_cycle_sees_what_changed_since_the_last_on_nodes_pods_and_reservations() -> None:
+    admitter, _, _ = make(nodes=2, gpus=8)
+    admitter.on_node("ADDED", node("n2", gpus=0), None)
+    for name, where in (("x", "n0"), ("y", "n1")):
+        admitter.on_pod("ADDED", pod(name, node=where, gpus=8), None)
+    first = ask(admitter, job("first").master(gpus=8).build())
+    assert admitter.cycle() == []
+    admitter.on_node("MODIFIED", node("n2", gpus=8), None)  # the same labels, now with GPUs
+    assert admitter.cycle() == [first]
+    second = ask(admitter, job("second").master(gpus=8).build())
+    assert admitter.cycle() == [], "n2 is reserved for the first"
+    admitter.release(first)  # its pods were deleted before they were seen
+    assert admitter.cycle() == [second]
+    third = ask(admitter, job("third").master(gpus=8).build())
+    admitter.on_pod("DELETED", pod("x", node="n0", gpus=8), None)
+    assert admitter.cycle() == [third]
+    assert set((admitter.reservation_for(third, "uid-third") or {}).values()) == {"n0"}
 
 
 def test_cancel_forgets_a_job() -> None:
@@ -193,21 +223,26 @@ def test_total_shortfall_message_names_resource_pool_and_free() -> None:
     )
     admitter.cycle()
     assert admitter.wait_kind(key) == "Capacity"
-    assert admitter.wait_reason(key) == "waiting for 16 nvidia.com/gpu in pool pool=a100: 8 free"
+    assert (
+        admitter.wait_reason(key)
+        == ALONE + "waiting for 16 nvidia.com/gpu in pool pool=a100: 8 free"
+    )
 
 
 def test_pinned_hosts_name_the_pool_in_the_capacity_message() -> None:
     admitter, _, _ = with_nodes(node("h1", gpus=4), node("h2"), node("other"))
     key = ask(admitter, gpu_job("demo", workers=1, gpus=8).hosts("h1", "h2").build())
     admitter.cycle()
-    assert admitter.wait_reason(key) == "waiting for 16 nvidia.com/gpu on hosts h1,h2: 12 free"
+    assert (
+        admitter.wait_reason(key) == ALONE + "waiting for 16 nvidia.com/gpu on hosts h1,h2: 12 free"
+    )
 
 
 def test_a_resource_no_node_has_is_a_shortfall() -> None:
     admitter, _, _ = with_nodes(node("a"))
     key = ask(admitter, job("r").master(containers=[container(limits={"rdma/hca": 1})]).build())
     admitter.cycle()
-    assert admitter.wait_reason(key) == "waiting for 1 rdma/hca in the cluster: 0 free"
+    assert admitter.wait_reason(key) == ALONE + "waiting for 1 rdma/hca in the cluster: 0 free"
 
 
 def test_fragmentation_is_reported_when_totals_suffice() -> None:
@@ -218,7 +253,7 @@ def test_fragmentation_is_reported_when_totals_suffice() -> None:
     admitter.cycle()
     assert admitter.wait_kind(key) == "Capacity"
     assert admitter.wait_reason(key) == (
-        "waiting for 8 nvidia.com/gpu in the cluster: 8 free but fragmented: "
+        ALONE + "waiting for 8 nvidia.com/gpu in the cluster: 8 free but fragmented: "
         "no node has 8 nvidia.com/gpu free"
     )
 
@@ -230,7 +265,7 @@ def test_a_gang_no_node_admits_is_told_which_filter_excludes_every_node() -> Non
     admitter.cycle()
     assert admitter.wait_kind(key) == "Capacity"
     assert admitter.wait_reason(key) == (
-        "no eligible node in pool pool=h100 for s-master-0: "
+        ALONE + "no eligible node in pool pool=h100 for s-master-0: "
         "no schedulable node has the labels pool=h100"
     )
 

@@ -30,6 +30,8 @@ from torchgate.pytorchjob.pool import (
     TeamQuota,
 )
 
+ALONE = "#1 of 1 in the pool, nothing ahead: "  # the place a lone waiting job is told
+
 # Two racks of two nodes, r1-0 r1-1 r2-0 r2-1.
 RACKED = [node(name, labels=labels) for name, labels in rack_nodes(2, 2, first=1, separator="-")]
 
@@ -112,7 +114,9 @@ def test_capacity_waits_keep_the_placement_shortfall_message() -> None:
     key = ask(admitter, job("w").master(gpus=8).build())
     admitter.cycle()
     assert admitter.wait_kind(key) == "Capacity"
-    assert admitter.wait_reason(key) == "waiting for 8 nvidia.com/gpu in the cluster: 2 free"
+    assert (
+        admitter.wait_reason(key) == ALONE + "waiting for 8 nvidia.com/gpu in the cluster: 2 free"
+    )
 
 
 # ------------------------------------------------------------------ preemption

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import NamedTuple
 
 import pytest
 from hypothesis import given, settings
@@ -12,6 +13,7 @@ from hypothesis import strategies as hs
 from tests.builders.gang import G, node_free, placement_requests, running, waiting
 from tests.builders.node import HOSTNAME, RACK, rack_nodes
 from tests.builders.team import parsed_team
+from tests.unit.controller.admission.reference_cycle import reference_decide
 from tests.unit.controller.admission.test_preemption import reference_cheapest
 from tests.unit.controller.admission.test_topology import domains_spanned
 from torchgate.controller.admission.decide import (
@@ -24,7 +26,7 @@ from torchgate.controller.admission.decide import (
     decide,
 )
 from torchgate.controller.admission.quota import Admitted, usage_by_team
-from torchgate.controller.admission.topology import build_topology
+from torchgate.controller.admission.topology import Capacity, build_topology
 from torchgate.pytorchjob.pool import GPUS, PreemptionSettings, TeamQuota, TopologyRequest
 
 LEVELS = (RACK, HOSTNAME)
@@ -46,8 +48,7 @@ def pool_with(
             for name, amount in amounts.items():
                 free[node][name] -= amount
     return Pool(
-        topology=build_topology(LEVELS, nodes),
-        free=free,
+        capacity=Capacity(build_topology(LEVELS, nodes), free),
         teams={t.name: t for t in teams},
         admitted=admitted,
         preemption=protection or PreemptionSettings(),
@@ -175,6 +176,46 @@ def test_preemption_for_a_required_rack_takes_victims_in_one_rack() -> None:
     assert {node[:2] for node in outcome.nodes.values()} == {"r1"}
 
 
+def test_a_failed_victim_search_answers_for_larger_gangs_of_its_kind_not_smaller_ones() -> None:
+    nodes = rack_nodes(1, 3)
+    pool = pool_with(
+        nodes,
+        [
+            (waiting("low0", pods=1), ["r0h0"], 0.0),
+            (waiting("low1", pods=1), ["r0h1"], 0.0),
+            (waiting("vip", pods=1, priority=5), ["r0h2"], 0.0),
+        ],
+    )
+    gangs = [
+        waiting(name, pods=pods, priority=2, created=f"2026-01-01T00:00:0{i}Z")
+        for i, (name, pods) in enumerate([("three", 3), ("four", 4), ("two", 2)])
+    ]
+    outcomes = by_key(decide(pool, gangs, now=1.0))
+    assert isinstance(outcomes["three"], Wait)  # low0 and low1 free two nodes, not three
+    assert isinstance(outcomes["four"], Wait)
+    assert outcomes["four"].kind == "Capacity"
+    preempted = outcomes["two"]
+    assert isinstance(preempted, Preempt), "a smaller gang of the kind still searches"
+    assert preempted.victims == (("ns", "low0"), ("ns", "low1"))
+
+
+def test_only_a_gang_the_empty_pool_cannot_hold_gives_up_searching_for_victims() -> None:
+    nodes = rack_nodes(2, 2)
+    running_gangs = [
+        (waiting(f"low-{node}", pods=1), [node], 0.0) for node in ("r0h0", "r0h1", "r1h0", "r1h1")
+    ]
+    full = pool_with(nodes, running_gangs)
+    pool = replace(full, empty=Capacity(full.topology, {name: node_free() for name, _ in nodes}))
+    rack = TopologyRequest(0, required=True)
+    fills_a_rack = waiting("two", pods=2, priority=5, topology=rack)
+    outcome = decide(pool, [fills_a_rack], now=1.0)[0]
+    assert isinstance(outcome, Preempt), "an empty rack holds it exactly"
+    assert outcome.victims == (("ns", "low-r0h0"), ("ns", "low-r0h1"))
+    too_big = waiting("three", pods=3, priority=5, topology=rack)
+    assert decide(pool, [too_big], now=1.0) == decide(full, [too_big], now=1.0)
+    assert isinstance(decide(pool, [too_big], now=1.0)[0], Wait)
+
+
 def test_quota_reasons_are_reported() -> None:
     pool = pool_with(
         rack_nodes(1, 4), teams=[parsed_team("a", 8, borrowing=0), parsed_team("b", 8)]
@@ -267,7 +308,7 @@ def test_after_any_cycle_every_gang_is_whole_capacity_and_quota_hold(
             assert victim.team is not None
             assert victim.team != claimant.team
     # the world once the victims' pods are gone and the new gangs' pods are there
-    free = {name: dict(amounts) for name, amounts in pool.free.items()}
+    free = {name: dict(pool.capacity.free[i]) for i, name in enumerate(pool.topology.node_names)}
     for key in victims:
         for pod, node in (before[key].nodes or {}).items():
             for name, amount in (before[key].requests or {})[pod].items():
@@ -315,3 +356,129 @@ def test_a_cycle_decides_as_with_the_reference_victim_search(
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("torchgate.controller.admission.decide.cheapest", reference_cheapest)
         assert decide(pool, gangs, now) == optimised
+
+
+# ------------------------------------------------------------------ against the cycle as it was
+
+
+def materialised(outcomes: list[Outcome]) -> list[Outcome]:
+    """The outcomes with every wait's reason phrased now (a ``Shortfall`` reads the capacity)."""
+    return [
+        replace(outcome, reason=str(outcome.reason)) if isinstance(outcome, Wait) else outcome
+        for outcome in outcomes
+    ]
+
+
+class Template(NamedTuple):
+    """What the waiting gangs of one kind share (all but their size and name)."""
+
+    gpus: int
+    team: str | None
+    priority: int
+    topology: TopologyRequest
+    preempts: bool
+    allowed: frozenset[str] | None
+    where: str
+
+
+@hs.composite
+def crowded_scenarios(draw: hs.DrawFn) -> tuple[Pool, list[WaitingGang], float]:
+    """Pools with many alike waiting gangs, teams near or at their quota, mixed priorities.
+
+    The gangs are drawn from a few templates (team, priority, pod shape, topology request,
+    allowed nodes, policy, where messages say they may go) with sizes of their own, so gangs
+    fall into kinds whose victim searches fail alike; running gangs of every team and priority
+    are victims.
+    """
+    racks, hosts = draw(hs.integers(1, 3)), draw(hs.integers(2, 5))
+    nodes = rack_nodes(racks, hosts)
+    names = [name for name, _ in nodes]
+    quotas = {
+        team: (draw(hs.sampled_from((0, 8, 16, 24))), draw(hs.sampled_from((None, 0, 8))))
+        for team in ("a", "b", "c")
+    }
+    teams = [parsed_team(team, nominal, limit) for team, (nominal, limit) in quotas.items()]
+    protection = PreemptionSettings(minimum_run_seconds=draw(hs.sampled_from((0, 100))))
+    templates = draw(
+        hs.lists(
+            hs.builds(
+                Template,
+                gpus=hs.sampled_from((2, 4, 8)),
+                team=hs.sampled_from((None, "a", "b", "c")),
+                priority=hs.sampled_from((0, 1, 2)),
+                topology=hs.sampled_from(
+                    (TopologyRequest(), TopologyRequest(0, True), TopologyRequest(0, False))
+                ),
+                preempts=hs.sampled_from((True, True, False)),
+                allowed=hs.sampled_from((None, None, frozenset(names[: len(names) // 2 + 1]))),
+                where=hs.sampled_from(("in the cluster", "in pool p=a")),
+            ),
+            min_size=1,
+            max_size=4,
+        )
+    )
+
+    def gangs(prefix: str, count: int) -> list[WaitingGang]:
+        out = []
+        for i in range(count):
+            kind = draw(hs.sampled_from(templates))
+            made = waiting(
+                f"{prefix}{i}",
+                pods=draw(hs.integers(1, 5)),
+                gpus=kind.gpus,
+                team=kind.team,
+                priority=kind.priority,
+                created=f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}Z",
+                topology=kind.topology,
+                preempts=kind.preempts,
+            )
+            if kind.allowed is not None:
+                made = replace(made, shape=replace(made.shape, allowed=kind.allowed))
+            out.append(replace(made, where=kind.where))
+        return out
+
+    # a valid starting state: what a first cycle admitted from an empty pool, priorities redrawn
+    empty = pool_with(nodes, teams=teams, protection=protection)
+    first = gangs("old", draw(hs.integers(0, 16)))
+    admitted: list[tuple[WaitingGang, list[str], float]] = []
+    for old, outcome in zip(
+        sorted(first, key=WaitingGang.order), decide(empty, first, 0.0), strict=True
+    ):
+        if isinstance(outcome, Admit):
+            priority = draw(hs.sampled_from((0, 1, 2)))
+            where = [outcome.nodes[p] for p in old.pods]
+            admitted.append(
+                (replace(old, priority=priority), where, draw(hs.sampled_from((0.0, 50.0))))
+            )
+    pool = pool_with(nodes, admitted, teams=teams, protection=protection)
+    if draw(hs.booleans()):  # every team at its quota: nominal is what it holds, no borrowing
+        usage = usage_by_team(pool.admitted)
+        held = {team: usage.get(team, {}).get(GPUS, 0) // G for team in quotas}
+        pool = replace(pool, teams={team: parsed_team(team, held[team], 0) for team in quotas})
+    if draw(hs.booleans()):  # the admitter also says what the nodes allocate
+        empty = {name: node_free() for name in names}
+        pool = replace(pool, empty=Capacity(pool.topology, empty))
+    return pool, gangs("new", draw(hs.integers(1, 20))), 100.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(crowded_scenarios())
+def test_a_cycle_decides_as_the_cycle_before_it_was_made_incremental(
+    scenario: tuple[Pool, list[WaitingGang], float],
+) -> None:
+    pool, gangs, now = scenario
+    expected = materialised(reference_decide(pool, gangs, now))
+    assert materialised(decide(pool, gangs, now)) == expected
+    # the pool's capacity is as it was, so a second cycle on it (its slot counts kept) agrees
+    assert materialised(decide(pool, gangs, now)) == expected
+
+
+@settings(max_examples=150, deadline=None)
+@given(scenarios())
+def test_a_cycle_decides_as_the_cycle_before_it_was_made_incremental_on_any_pool(
+    scenario: tuple[Pool, list[WaitingGang], float],
+) -> None:
+    pool, gangs, now = scenario
+    assert materialised(decide(pool, gangs, now)) == materialised(
+        reference_decide(pool, gangs, now)
+    )

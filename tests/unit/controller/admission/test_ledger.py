@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import copy
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as hs
+
 from tests.builders.node import node, parsed_node
 from tests.builders.pod import pod
 from tests.unit.controller.helpers import free_of
@@ -86,3 +91,64 @@ def test_a_forgotten_victim_stays_one_while_its_pods_hold_their_nodes() -> None:
         ledger.on_pod(("ns", name), None)
     ledger.forget(("ns", "low"))
     assert ledger.preempted_by(("ns", "low")) is None
+
+
+# ------------------------------------------------------------------ followed by events
+
+# One event of the ledger's life: (what, which job or node, which node, GPUs).
+events = hs.lists(
+    hs.tuples(
+        hs.sampled_from(
+            ("node", "pod", "pod-gone", "reserve", "release", "hold", "settle", "note", "forget")
+        ),
+        hs.integers(0, 3),
+        hs.integers(0, 3),
+        hs.sampled_from((1, 2, 4, 8)),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(events)
+@example([("pod", 0, 0, 1), ("note", 0, 0, 8)])  # a running gang's priority changes
+@example([("reserve", 0, 1, 8), ("pod", 0, 1, 8), ("pod-gone", 0, 1, 8)])  # seen, then gone
+def test_free_capacity_kept_from_its_changes_and_gang_records_equal_those_read_afresh(
+    steps: list[tuple[str, int, int, int]],
+) -> None:
+    ledger = CapacityLedger()
+    for name in ("n0", "n1", "n2"):
+        ledger.on_node("ADDED", node(name))
+    kept = ledger.free()
+    ledger.changed_free()
+    for what, job, where, gpus in steps:
+        key, node_name = ("ns", f"j{job}"), f"n{where}"
+        if what == "node":
+            ledger.on_node("ADDED", node(node_name, gpus=gpus))
+        elif what == "pod":
+            name = f"j{job}-{where % 2}"
+            ledger.on_pod(("ns", name), pod(name, gang=key, node=node_name, gpus=gpus))
+        elif what == "pod-gone":
+            ledger.on_pod(("ns", f"j{job}-{where % 2}"), None)
+        elif what in ("reserve", "hold"):
+            reservation = Reservation(
+                f"uid-{job}", {f"j{job}-0": node_name}, {f"j{job}-0": {GPU: gpus * 1000}}, 0, 0
+            )
+            if what == "reserve":
+                ledger.reserve(key, reservation, admitted_at=1.0)
+            else:
+                ledger.hold(key, reservation, (("ns", f"j{(job + 1) % 4}"),))
+        elif what == "release":
+            ledger.release(key)
+        elif what == "settle" and key in ledger.holds:
+            ledger.settle(key, admitted_at=2.0)
+        elif what == "note":
+            ledger.note(key, priority=gpus, gpu_resource=GPU)
+        elif what == "forget":
+            ledger.forget(key)
+        kept |= ledger.changed_free()
+        fresh = copy.deepcopy(ledger)
+        fresh._running.clear()  # the records read afresh
+        assert kept == ledger.free()
+        owner = {"ns": "team"}
+        assert ledger.holding(owner, 9.0) == fresh.holding(owner, 9.0)

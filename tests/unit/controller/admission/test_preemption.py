@@ -160,8 +160,12 @@ def reference_cheapest(
     now: float,
     *,
     allowed: Callable[[Admitted, Sequence[Admitted]], bool] | None = None,
+    hopeless: Callable[[int], bool] | None = None,
 ) -> Choice[T] | None:
-    """Rule 5 as first written: every group searched, no bound on what a group could cost."""
+    """Rule 5 as first written: every group searched, no bound on what a group could cost.
+
+    ``hopeless`` is ignored: a group no set of whose victims makes room finds nothing anyway.
+    """
     best: Choice[T] | None = None
     seen: set[tuple[tuple[str, str], ...]] = set()
     for number, group in enumerate(groups):

@@ -561,3 +561,105 @@ def test_a_capacity_wait_names_a_resource_that_is_short_or_a_gang_that_is_fragme
     else:
         assert "free but fragmented" in text
         assert sum(slots_of(node, shape) for node in free.values()) < count
+
+
+# ------------------------------------------------------------------ a capacity kept across cycles
+
+
+def brute_force_tightest(
+    topology: Topology, slots: Sequence[int], level: int, count: int
+) -> int | None:
+    """Rule 3 by scanning: fewest slots >= count, then fewest nodes, then smallest key."""
+    domains = topology.domains
+    fitting = [d for d in topology.by_level[level] if slots[d] >= count]
+    if not fitting:
+        return None
+    return min(fitting, key=lambda d: (slots[d], domains[d].node_count, domains[d].key))
+
+
+def brute_force_totals(free: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for node in free:
+        for name, amount in node.items():
+            totals[name] = totals.get(name, 0) + max(0, amount)
+    return totals
+
+
+# one step of a capacity's life: the shell sets a node's free capacity, or a fork takes or gives
+# a pod there, or a new fork is taken (the previous one is then only read)
+steps = hs.lists(
+    hs.tuples(
+        hs.sampled_from(("update", "take", "give", "fork")),
+        hs.integers(0, 30),
+        hs.sampled_from((0, 1, 2, 4, 6, 8)),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(pools(), steps, hs.data())
+def test_a_capacity_kept_across_cycles_and_its_forks_count_as_capacities_made_afresh(
+    pool: tuple[Topology, dict[str, dict[str, int]]],
+    moves: list[tuple[str, int, int]],
+    data: hs.DataObject,
+) -> None:
+    topology, free = pool
+    names = topology.node_names
+    allowed = frozenset(data.draw(hs.sets(hs.sampled_from(names), min_size=1)))
+    shapes = [shape_of([pod_requests(n)], allowed=a) for n in (1, 2, 8) for a in (None, allowed)]
+    base = Capacity(topology, free)
+    truth = {name: dict(amounts) for name, amounts in free.items()}  # what the shell knows
+    fork = base.fork()
+    for shape in shapes[::2]:
+        fork.slots(shape)  # some shapes known before the changes, some only after
+    forks: list[tuple[Capacity, dict[str, dict[str, int]]]] = []
+    for step, index, gpus in moves:
+        node = names[index % len(names)]
+        if step == "update":
+            truth[node] = node_free(gpus)
+            base.update({node: truth[node]})
+        elif step == "fork":
+            forks.append((fork, {n: dict(fork.free[i]) for i, n in enumerate(names)}))
+            fork = base.fork()
+        else:
+            change = ({"p": node}, {"p": pod_requests(gpus)})
+            if step == "take":
+                fork.take(*change)
+            else:
+                fork.give(*change)
+    seen = {n: fork.free[i] for i, n in enumerate(names)}
+    for capacity, now in [*forks, (fork, seen), (base, truth)]:
+        fresh = Capacity(topology, now)
+        assert [capacity.free[i] for i in range(len(names))] == [now[n] for n in names]
+        for shape in shapes:
+            slots = capacity.slots(shape)
+            assert slots.nodes == fresh.node_slots(shape)
+            assert slots.domains == fresh.domain_slots(shape)
+            for level in range(len(topology.levels)):
+                roomiest = max((slots.domains[d] for d in topology.by_level[level]), default=0)
+                assert slots.roomiest(level) == roomiest
+                for count in (1, 2, 5):
+                    expected = brute_force_tightest(topology, slots.domains, level, count)
+                    assert slots.tightest(level, count) == expected
+            totals = brute_force_totals(fresh.free_for(shape))
+            assert capacity.have(shape, [GPU, "pods"]) == {
+                GPU: totals.get(GPU, 0),
+                "pods": totals.get("pods", 0),
+            }
+
+
+def test_a_fork_never_changes_the_original_and_keeps_what_it_saw() -> None:
+    base = Capacity(TOPOLOGY, EMPTY)
+    shape = shape_of([pod_requests(8)])
+    fork = base.fork()
+    placed = place_topology(fork, pods(4), shape, TopologyRequest(1, True))
+    assert isinstance(placed, TopologyPlacement)
+    fork.take(placed.nodes, {pod: pod_requests(8) for pod in placed.nodes})
+    assert fork.slots(shape).domains[0] == 5
+    assert base.slots(shape).domains[0] == 9, "the pool is whole for the next cycle"
+    untouched = next(n for n in TOPOLOGY.node_names if n not in placed.nodes.values())
+    base.update({untouched: node_free(0)})
+    assert fork.free[TOPOLOGY.index[untouched]] == EMPTY[untouched], "the fork keeps what it saw"
+    assert fork.have(shape, [GPU]) == {GPU: 5 * 8000}
+    assert base.fork().slots(shape).domains[0] == 8

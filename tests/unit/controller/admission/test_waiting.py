@@ -4,9 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchgate.controller.admission.waiting import WaitingQueue
+from torchgate.controller.admission.waiting import UNDECIDED, WaitingQueue, demand_by_team
 
 GPU = {"gpus": 8000}
+GANG: dict[str, Any] = {
+    "demands": (),
+    "min_count": 1,
+    "usage": GPU,
+    "priority": 0,
+    "created": "2026-01-01T00:00:00Z",
+    "gpu_resource": "nvidia.com/gpu",
+    "preempts": True,
+    "topology_level": None,
+    "topology_required": False,
+}
 
 
 def ask(queue: WaitingQueue, name: str, *, now: float = 0.0, **kw: Any) -> bool:
@@ -90,3 +101,22 @@ def test_reports_change_at_once_for_a_new_kind_and_else_at_most_every_refresh() 
     assert not queue.report(waiting, "Quota", says("over quota"), now=50.0), "nothing new"
     assert queue.report(waiting, "Quota", says("still over"), now=51.0)
     assert (queue.reason(waiting.key), queue.kind(waiting.key)) == ("still over", "Quota")
+
+
+def test_demand_by_team_counts_jobs_gpus_and_the_longest_wait_per_team_and_reason() -> None:
+    queue = WaitingQueue()
+    ask(queue, "a", now=10.0)
+    ask(queue, "b", now=40.0, usage={"gpus": 4000})
+    queue.waiting[("ns", "a")].reported_kind = "Quota"
+    queue.waiting[("ns", "b")].reported_kind = "Quota"
+    ask(queue, "c", now=50.0)  # not decided yet
+    queue.request(("other", "d"), now=20.0, **{**GANG, "uid": "uid-d"})
+    queue.waiting[("other", "d")].reported_kind = "Topology"
+
+    demand = demand_by_team(queue.waiting.values(), {"ns": "vision"}, now=100.0)
+
+    assert [(d.team, d.reason, d.jobs, d.gpus, d.longest_wait) for d in demand] == [
+        ("", "WaitingForTopology", 1, 8000, 80.0),
+        ("vision", UNDECIDED, 1, 8000, 50.0),
+        ("vision", "WaitingForQuota", 2, 12000, 90.0),
+    ]

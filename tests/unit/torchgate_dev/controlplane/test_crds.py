@@ -117,10 +117,17 @@ def test_pytorchjob_crd_subresources_and_columns_match_upstream() -> None:
         "statusReplicasPath": ".status.replicaStatuses.Worker.active",
         "labelSelectorPath": ".status.replicaStatuses.Worker.selector",
     }
-    columns = {column["name"]: column["jsonPath"] for column in version["additionalPrinterColumns"]}
-    assert columns == {
+    columns = version["additionalPrinterColumns"]
+    shown = {c["name"]: c["jsonPath"] for c in columns if not c.get("priority")}
+    assert shown == {
         "State": ".status.conditions[-1:].type",
         "Age": ".metadata.creationTimestamp",
+    }
+    # torchgate's own columns only with -o wide, read from the Queued condition (no new field).
+    wide = {c["name"]: c["jsonPath"] for c in columns if c.get("priority") == 1}
+    assert wide == {
+        "Waiting-For": '.status.conditions[?(@.type=="Queued")].reason',
+        "Queue": '.status.conditions[?(@.type=="Queued")].message',
     }
     status = node_at(schema_of(load(PYTORCHJOB_CRD)), ".status.replicaStatuses[*]")
     assert set(status["properties"]) == {

@@ -1,0 +1,312 @@
+"""The controller's pool service: who may ask what, and the answers, over the real aiohttp app.
+
+The apiserver is a fake that answers TokenReviews and SubjectAccessReviews from tables and
+records what it was asked; the facts come from a real admitter. One test serves the app over
+TLS with a certificate made by ``torchgate certs``, as the controller does.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestClient
+
+from tests.builders.job import gpu_job, job
+from tests.builders.node import node
+from tests.unit.controller.helpers import ask, candidate
+from torchgate.cli import main as torchgate
+from torchgate.controller.admission.admitter import Admitter
+from torchgate.controller.admission.waiting import Waiting
+from torchgate.controller.poolservice import AnswerBudget, PoolFacts, create_pool_app, serve_pool
+from torchgate.kube.access import AccessReviews
+from torchgate.kube.errors import ServerError
+from torchgate.pytorchjob.fieldpath import FieldError, FieldPath, invalid
+from torchgate.pytorchjob.outlook import (
+    FORECAST_PATH,
+    JOBS_PATH,
+    POOL_PATH,
+    TOKEN_HEADER,
+    forecast_from_json,
+    outlook_from_json,
+    pool_from_json,
+)
+
+WEBHOOK = "system:serviceaccount:torchgate-system:torchgate-webhook"
+ALICE = "alice"
+
+
+class Apiserver:
+    """TokenReview and SubjectAccessReview from tables; every review kept."""
+
+    def __init__(self, allowed: Iterable[tuple[str, str, str, str]]) -> None:
+        self.tokens = {"webhook-token": WEBHOOK, "alice-token": ALICE}
+        self.allowed = set(allowed)  # (user, verb, resource, namespace)
+        self.reviews: list[dict[str, Any]] = []
+        self.down = False
+
+    async def request(self, method: str, path: str, **kw: Any) -> Any:
+        if self.down:
+            raise ServerError(0, "Unreachable", "refused", method, path)
+        body = kw["body"]
+        self.reviews.append(body)
+        if body["kind"] == "TokenReview":
+            user = self.tokens.get(body["spec"]["token"])
+            if user is None:
+                return {"status": {"authenticated": False}}
+            return {"status": {"authenticated": True, "user": {"username": user, "groups": []}}}
+        spec, attributes = body["spec"], body["spec"]["resourceAttributes"]
+        asked = (
+            spec["user"],
+            attributes["verb"],
+            attributes["resource"],
+            attributes.get("namespace", ""),
+        )
+        return {"status": {"allowed": asked in self.allowed}}
+
+    async def watch(self, path: str, query: Mapping[str, str]) -> AsyncIterator[dict[str, Any]]:
+        for _ in ():
+            yield {}
+
+    def kinds(self) -> list[str]:
+        return [review["kind"] for review in self.reviews]
+
+
+def cluster() -> Admitter:
+    admitter = Admitter(on_admit_job=lambda key: None, on_reason=lambda key: None)
+    for index in range(2):
+        admitter.on_node("ADDED", node(f"n{index}"), None)
+    return admitter
+
+
+def facts_of(admitter: Admitter, *, synced: bool = True) -> PoolFacts:
+    def make_candidate(raw: Mapping[str, Any], since: float) -> Waiting | list[FieldError]:
+        replicas = raw["spec"]["pytorchReplicaSpecs"]["Master"].get("replicas", 1)
+        if not isinstance(replicas, int):
+            path = FieldPath.root("spec", "pytorchReplicaSpecs").key("Master").child("replicas")
+            return [invalid(path, replicas, "must be an integer")]
+        return candidate(dict(raw), since=since)
+
+    return PoolFacts(
+        snapshot=lambda extra, gpu: admitter.snapshot(extra, gpu_resource=gpu),
+        candidate=make_candidate,
+        policies=lambda: (),
+        synced=lambda: synced,
+        clock=admitter.clock,
+    )
+
+
+@pytest.fixture
+def apiserver() -> Apiserver:
+    return Apiserver(
+        {
+            (WEBHOOK, "create", "forecasts", "team-a"),
+            (ALICE, "get", "pytorchjobs", "team-a"),
+            (ALICE, "get", "pools", ""),
+        }
+    )
+
+
+@pytest.fixture
+async def client(apiserver: Apiserver, aiohttp_client: Any) -> TestClient[Any, Any]:
+    admitter = cluster()
+    key = ask(admitter, gpu_job("running", namespace="team-a", workers=1, gpus=8).build())
+    admitter.cycle()
+    assert admitter.ledger.reservations[key]
+    app = create_pool_app(facts_of(admitter), AccessReviews(apiserver))  # type: ignore[arg-type]
+    return await aiohttp_client(app)  # type: ignore[no-any-return]
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def test_the_webhook_gets_a_forecast_for_a_job_in_a_namespace_it_may_ask_about(
+    client: TestClient[Any, Any], apiserver: Apiserver
+) -> None:
+    body = {"job": job("next", "team-a").master(gpus=8).build()}
+
+    response = await client.post(FORECAST_PATH, json=body, headers=bearer("webhook-token"))
+
+    assert response.status == 200
+    told = forecast_from_json(await response.json())
+    assert told.verdict == "Wait"
+    assert told.message == "waiting for 8 nvidia.com/gpu in the cluster: 0 free"
+    sar = apiserver.reviews[-1]["spec"]
+    assert sar["user"] == WEBHOOK
+    assert sar["resourceAttributes"] == {
+        "verb": "create",
+        "group": "torchgate.io",
+        "resource": "forecasts",
+        "namespace": "team-a",
+    }
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [({}, 401), (bearer("forged"), 401), (bearer("alice-token"), 403)],
+    ids=["no-token", "unknown-token", "not-allowed"],
+)
+async def test_callers_without_a_token_rbac_accepts_get_nothing(
+    client: TestClient[Any, Any], headers: dict[str, str], status: int
+) -> None:
+    body = {"job": job("next", "team-a").master(gpus=8).build()}
+
+    response = await client.post(FORECAST_PATH, json=body, headers=headers)
+
+    assert response.status == status
+    answer = await response.json()
+    assert answer["code"] == status
+    assert "verdict" not in answer
+
+
+async def test_a_token_through_the_apiservers_proxy_header_counts_as_the_callers(
+    client: TestClient[Any, Any],
+) -> None:
+    response = await client.get(
+        f"{JOBS_PATH}/team-a/running", headers={TOKEN_HEADER: "Bearer alice-token"}
+    )
+
+    assert response.status == 200
+    outlook = outlook_from_json(await response.json())
+    assert outlook.known
+    assert set(outlook.nodes.values()) == {"n0", "n1"}
+
+
+async def test_a_job_in_a_namespace_one_may_not_read_is_not_explained(
+    client: TestClient[Any, Any],
+) -> None:
+    response = await client.get(f"{JOBS_PATH}/team-b/running", headers=bearer("alice-token"))
+
+    assert response.status == 403
+
+
+async def test_the_pool_view_needs_get_on_pools(client: TestClient[Any, Any]) -> None:
+    allowed = await client.get(POOL_PATH, headers=bearer("alice-token"))
+    refused = await client.get(POOL_PATH, headers=bearer("webhook-token"))
+
+    assert allowed.status == 200
+    assert pool_from_json(await allowed.json()).total_gpus == 16_000
+    assert refused.status == 403
+
+
+async def test_reviews_are_cached_so_each_admission_costs_the_apiserver_nothing(
+    client: TestClient[Any, Any], apiserver: Apiserver
+) -> None:
+    body = {"job": job("next", "team-a").master(gpus=1).build()}
+    for _ in range(5):
+        response = await client.post(FORECAST_PATH, json=body, headers=bearer("webhook-token"))
+        assert response.status == 200
+
+    assert apiserver.kinds() == ["TokenReview", "SubjectAccessReview"]
+
+
+async def test_an_apiserver_that_does_not_answer_the_review_gives_503(
+    client: TestClient[Any, Any], apiserver: Apiserver
+) -> None:
+    apiserver.down = True
+
+    response = await client.get(POOL_PATH, headers=bearer("alice-token"))
+
+    assert response.status == 503
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [(b"not json", 400), (b'{"job": 3}', 400), (b'{"nojob": {}}', 400)],
+    ids=["not-json", "job-not-an-object", "no-job"],
+)
+async def test_a_body_that_is_not_a_job_is_a_bad_request(
+    client: TestClient[Any, Any], body: bytes, status: int
+) -> None:
+    response = await client.post(FORECAST_PATH, data=body, headers=bearer("webhook-token"))
+
+    assert response.status == status
+
+
+async def test_a_job_the_controller_could_not_run_gets_its_field_errors(
+    client: TestClient[Any, Any],
+) -> None:
+    broken = job("broken", "team-a").master(gpus=1).build()
+    broken["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = "two"
+
+    response = await client.post(
+        FORECAST_PATH, json={"job": broken}, headers=bearer("webhook-token")
+    )
+
+    assert response.status == 422
+    causes = (await response.json())["details"]["causes"]
+    assert [cause["field"] for cause in causes] == ["spec.pytorchReplicaSpecs[Master].replicas"]
+
+
+async def test_before_the_caches_are_synced_it_answers_503(
+    apiserver: Apiserver, aiohttp_client: Any
+) -> None:
+    app = create_pool_app(facts_of(cluster(), synced=False), AccessReviews(apiserver))  # type: ignore[arg-type]
+    client = await aiohttp_client(app)
+
+    response = await client.get(POOL_PATH, headers=bearer("alice-token"))
+
+    assert response.status == 503
+
+
+async def test_it_serves_tls_only_with_the_certificate_torchgate_certs_made(
+    apiserver: Apiserver, tmp_path: Path, unused_tcp_port: int
+) -> None:
+    assert torchgate(["certs", "--out-dir", str(tmp_path), "--ip", "127.0.0.1"]) == 0
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    runner = await serve_pool(
+        facts_of(cluster()),
+        AccessReviews(apiserver),  # type: ignore[arg-type]
+        bind="127.0.0.1",
+        port=unused_tcp_port,
+        tls=context,
+    )
+    trusting = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    try:
+        async with aiohttp.ClientSession() as session:
+            url = f"127.0.0.1:{unused_tcp_port}{POOL_PATH}"
+            async with session.get(
+                f"https://{url}", ssl=trusting, headers=bearer("alice-token")
+            ) as ok:
+                assert ok.status == 200
+            with pytest.raises(aiohttp.ClientError):
+                async with session.get(f"http://{url}") as plain:
+                    await plain.read()
+    finally:
+        await runner.cleanup()
+
+
+async def test_answers_past_their_share_of_the_controllers_time_are_refused_at_once(
+    apiserver: Apiserver, aiohttp_client: Any
+) -> None:
+    admitter = cluster()
+    budget = AnswerBudget(share=0.0, burst=1e-9)  # one answer, then nothing
+    app = create_pool_app(facts_of(admitter), AccessReviews(apiserver), budget)  # type: ignore[arg-type]
+    client = await aiohttp_client(app)
+
+    first = await client.get(POOL_PATH, headers=bearer("alice-token"))
+    second = await client.get(POOL_PATH, headers=bearer("alice-token"))
+
+    assert (first.status, second.status) == (200, 503)
+    assert "busy" in (await second.json())["message"]
+
+
+def test_the_budget_refills_at_its_share_up_to_its_burst() -> None:
+    now = [0.0]
+    budget = AnswerBudget(share=0.25, burst=1.0, clock=lambda: now[0])
+
+    budget.spend(1.5)
+    assert not budget.allows()
+    now[0] = 1.0  # refilled by 0.25 s
+    assert not budget.allows()
+    now[0] = 3.0  # by 0.75 s in all: 0.25 left
+    assert budget.allows()
+    now[0] = 100.0
+    budget.allows()
+    assert budget.level == 1.0

@@ -1,0 +1,305 @@
+"""Telling people what will happen, on the real control plane: forecasts, explain, simulate.
+
+``torchgate controller`` (a subprocess, serving its pool service over TLS with a certificate from
+``torchgate certs``) and ``torchgate webhook`` (a subprocess asking that pool service for
+forecasts, registered with ``failurePolicy: Fail``) run against the local apiserver and kwok
+nodes of a pool label of each test's own. The commands run as a user would run them
+(``torchgate explain``/``simulate``, ``kubectl torchgate ...`` and ``kubectl apply
+--dry-run=server``), with the cluster's kubeconfig and the pool service's address; assertions
+read their output and the cluster. The last test stops the controller: admission goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.conftest import Cluster
+from tests.e2e.controller_process import (
+    ControllerProcess,
+    free_port,
+    get_job,
+    is_true,
+)
+from tests.e2e.test_pool_sharing import QUOTA_CRD, Pool, queued_reason, running, wait_running
+from tests.e2e.test_webhook_e2e import LocalWebhook
+from torchgate_dev.apiserver import wait_for_admission
+from torchgate_dev.paths import CA_CERT, TLS_CERT, TLS_KEY
+from torchgate_dev.state import DevError
+
+pytestmark = pytest.mark.e2e
+BIN = Path(sys.executable).parent
+
+
+class Stack:
+    """The controller with its pool service and the webhook that asks it."""
+
+    def __init__(self, controller: ControllerProcess, webhook: LocalWebhook, pool_port: int):
+        self.controller = controller
+        self.webhook = webhook
+        self.url = f"https://127.0.0.1:{pool_port}"
+        self.ca = webhook.tls / CA_CERT
+
+    def env(self, cluster: Cluster) -> dict[str, str]:
+        """A user's environment: the cluster's kubeconfig, the pool service and its CA."""
+        return {
+            **{k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"},
+            "KUBECONFIG": str(cluster.kubeconfig),
+            "TORCHGATE_CONTROLLER": self.url,
+            "TORCHGATE_CONTROLLER_CA": str(self.ca),
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+
+
+@pytest.fixture(scope="module")
+def stack(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    if cluster.plane.attached:
+        pytest.skip("the webhook runs on this machine's loopback; an attached cluster cannot")
+    cluster.kubectl("apply", "-f", str(QUOTA_CRD))
+    pool_port = free_port()
+    workdir = tmp_path_factory.mktemp("forecast")
+    webhook = LocalWebhook(cluster, workdir, controller_port=pool_port)
+    ca_bundle = webhook.make_certificates()
+    controller = ControllerProcess(
+        cluster.kubeconfig,
+        workdir,
+        "--pool-service-port", str(pool_port),
+        "--pool-service-bind-address", "127.0.0.1",
+        "--tls-cert-file", str(webhook.tls / TLS_CERT),
+        "--tls-private-key-file", str(webhook.tls / TLS_KEY),
+    ).start()  # fmt: skip
+    webhook.start()
+    try:
+        webhook.register(ca_bundle)
+        try:
+            wait_for_admission(cluster.api_request, timeout=30)
+        except DevError as error:
+            pytest.fail(str(error), pytrace=False)
+        yield Stack(controller, webhook, pool_port)
+    finally:
+        webhook.unregister()
+        webhook.stop()
+        if controller.process is not None and controller.process.poll() is None:
+            controller.stop()
+
+
+@pytest.fixture
+def pool(cluster: Cluster, stack: Stack) -> Iterator[Pool]:
+    made = Pool(cluster)
+    yield made
+    made.clean_up()
+
+
+def torchgate(
+    stack: Stack, cluster: Cluster, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "torchgate", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=stack.env(cluster),
+        check=False,
+    )
+
+
+def manifest(pool: Pool, namespace: str, name: str, *, pods: int, gpus: int, **extra: Any) -> str:
+    """The job ``Pool.job`` would create, as YAML to apply or simulate."""
+    pod_spec: dict[str, Any] = {"nodeSelector": {"pool": pool.label}}
+    if "priority_class" in extra:
+        pod_spec["priorityClassName"] = extra["priority_class"]
+
+    def replica(count: int) -> dict[str, Any]:
+        container = {
+            "name": "pytorch",
+            "image": "registry.invalid/train:1",
+            "resources": {"limits": {"nvidia.com/gpu": gpus}},
+        }
+        return {"replicas": count, "template": {"spec": {"containers": [container], **pod_spec}}}
+
+    specs = {"Master": replica(1)}
+    if pods > 1:
+        specs["Worker"] = replica(pods - 1)
+    return yaml.safe_dump(
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"pytorchReplicaSpecs": specs},
+        }
+    )
+
+
+# ------------------------------------------------------------------ explain
+
+
+def test_a_job_waiting_for_its_teams_quota_is_explained_with_its_place_and_the_teams_numbers(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    pool.nodes(2)
+    namespace = cluster.new_namespace("vision")
+    pool.team("vision", [namespace], 8, borrowingLimitGPUs=0)
+    pool.job(namespace, "first", pods=1, gpus=8)
+    wait_running(cluster, namespace, "first", 1)
+    pool.job(namespace, "second", pods=1, gpus=8)
+    cluster.wait_for(
+        lambda: queued_reason(cluster, namespace, "second") == "WaitingForQuota",
+        what="second waiting for quota",
+    )
+
+    result = torchgate(stack, cluster, "explain", "second", "-n", namespace, "-o", "json")
+
+    assert result.returncode == 0, result.stderr
+    told = json.loads(result.stdout)
+    assert (told["state"], told["reason"]) == ("Waiting", "WaitingForQuota")
+    # First of its team; in the pool, after whatever other modules left waiting.
+    assert told["queue"]["team"]["position"] == 1
+    assert told["position"] == told["queue"]["pool"]["position"] >= 1
+    assert "8/8 GPUs" in told["message"], told["message"]
+    assert told["mustEnd"][0]["job"] == f"{namespace}/first"
+    assert told["controller"] == "answered"
+
+    plugin = subprocess.run(
+        ["kubectl", "torchgate", "explain", "first", "-n", namespace],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=stack.env(cluster),
+        check=False,
+    )
+    assert plugin.returncode == 0, plugin.stderr
+    assert plugin.stdout.startswith(f"PyTorchJob {namespace}/first: Running")
+    assert f"{pool.label}-" in plugin.stdout  # its node
+
+    wide = cluster.kubectl("get", "pytorchjobs", "-n", namespace, "-o", "wide").stdout
+    (row,) = [line for line in wide.splitlines() if line.startswith("second ")]
+    assert "WaitingForQuota" in row
+    assert re.search(r"#\d+ of \d+ in the pool \(team \S+ #1 of 1", row), row
+    assert "8/8 GPUs" in row
+
+
+# ------------------------------------------------------------------ the forecast at admission
+
+
+def test_a_server_dry_run_of_a_job_that_cannot_fit_warns_why_and_creates_nothing(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    pool.nodes(2)
+    namespace = cluster.new_namespace("big")
+
+    result = cluster.kubectl(
+        "apply",
+        "--dry-run=server",
+        "-f",
+        "-",
+        input=manifest(pool, namespace, "too-big", pods=3, gpus=8),
+    )
+
+    forecasts = [line for line in result.stderr.splitlines() if "torchgate: will" in line]
+    assert forecasts == [
+        f"Warning: torchgate: will wait for 24 nvidia.com/gpu in pool pool={pool.label}: 16 free"
+    ], result.stderr
+    assert "(server dry run)" in result.stdout
+    assert get_job(cluster, namespace, "too-big") is None
+
+
+# ------------------------------------------------------------------ simulate
+
+
+def test_simulate_names_the_nodes_of_a_job_that_fits(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    nodes = pool.nodes(2)
+    namespace = cluster.new_namespace("fits")
+
+    result = torchgate(
+        stack, cluster, "simulate", "-f", "-", "-o", "json",
+        stdin=manifest(pool, namespace, "fits", pods=2, gpus=8),
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stderr
+    told = json.loads(result.stdout)
+    assert (told["allowed"], told["startsNow"], told["preempts"]) == (True, True, [])
+    assert sorted(told["nodes"]) == ["fits-master-0", "fits-worker-0"]
+    assert sorted(told["nodes"].values()) == sorted(nodes)
+    assert get_job(cluster, namespace, "fits") is None, "a simulation creates nothing"
+
+
+def test_simulate_names_the_gangs_a_high_priority_job_would_preempt_and_it_preempts_those(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    pool.nodes(3)
+    namespace = cluster.new_namespace("urgent")
+    low = pool.priority_class("low", 1)
+    middle = pool.priority_class("middle", 5)
+    high = pool.priority_class("high", 1000)
+    for name, klass in (("low-a", low), ("low-b", low), ("middle", middle)):
+        pool.job(namespace, name, pods=1, gpus=8, priority_class=klass)
+    for name in ("low-a", "low-b", "middle"):
+        wait_running(cluster, namespace, name, 1)
+
+    result = torchgate(
+        stack, cluster, "simulate", "-f", "-", "-o", "json",
+        stdin=manifest(pool, namespace, "urgent", pods=2, gpus=8, priority_class=high),
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stderr
+    told = json.loads(result.stdout)
+    assert told["startsNow"] is False
+    assert told["reason"] == "WaitingForPreemption"
+    assert told["preempts"] == [f"{namespace}/low-a", f"{namespace}/low-b"]
+
+    pool.job(namespace, "urgent", pods=2, gpus=8, priority_class=high)
+    wait_running(cluster, namespace, "urgent", 2)
+    preempted = {
+        name for name in ("low-a", "low-b", "middle")
+        if is_true(get_job(cluster, namespace, name), "Preempted")
+    }  # fmt: skip
+    assert preempted == {"low-a", "low-b"}
+    assert running(cluster, namespace, "middle")
+
+
+# ------------------------------------------------------------------ without the controller
+
+
+def test_with_the_controller_down_admission_defaults_and_refuses_as_before(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    pool.nodes(1)
+    namespace = cluster.new_namespace("down")
+    assert stack.controller.stop() == 0
+
+    started = time.monotonic()
+    allowed = cluster.kubectl(
+        "apply", "--dry-run=server", "-f", "-",
+        input=manifest(pool, namespace, "fine", pods=1, gpus=8),
+    )  # fmt: skip
+    took = time.monotonic() - started
+    bad = yaml.safe_load(manifest(pool, namespace, "stray", pods=1, gpus=8))
+    bad["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["args"] = [
+        "--world-size=16"
+    ]
+    status, refused = cluster.api_request(
+        "POST", f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs?dryRun=All", bad
+    )
+
+    assert "(server dry run)" in allowed.stdout
+    assert "defaulted" in allowed.stderr, "the defaults are announced as before"
+    assert "torchgate: will" not in allowed.stderr, "no forecast without the controller"
+    assert took < 10
+    assert status == 422, refused
+    fields = [cause["field"] for cause in refused["details"]["causes"]]
+    assert fields == ["spec.pytorchReplicaSpecs[Master].template.spec.containers[0].args"]
+    explained = torchgate(stack, cluster, "explain", "nothing-here", "-n", namespace)
+    assert explained.returncode == 1

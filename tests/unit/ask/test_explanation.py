@@ -1,0 +1,175 @@
+"""``torchgate explain``'s rules: state, reason and place from the job and the controller's view."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from tests.builders.pod import pod
+from torchgate.ask.explanation import explain, render, restarts_of, state_of
+from torchgate.pytorchjob.outlook import Gang, JobOutlook, Place, queued_message
+
+NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+G = 1000
+PLACE = Place(pool=2, pool_size=3, team="vision", team_position=1, team_size=1, ahead_jobs=1,
+              ahead_gpus=16 * G)  # fmt: skip
+QUOTA = "team vision is at its quota (16/16 GPUs; may borrow 0 more); the job needs 8 GPUs"
+
+
+def condition(
+    kind: str, status: str = "True", reason: str = "", message: str = ""
+) -> dict[str, Any]:
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": "2026-03-01T11:50:00Z",
+    }
+
+
+def a_job(*conditions: dict[str, Any], **annotations: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "big", "namespace": "team-vision", "annotations": annotations},
+        "spec": {"runPolicy": {}},
+        "status": {"conditions": list(conditions)},
+    }
+
+
+WAITING = a_job(
+    condition("Created", reason="PyTorchJobCreated"),
+    condition("Queued", reason="WaitingForQuota", message=queued_message(PLACE, QUOTA)),
+)
+
+
+@pytest.mark.parametrize(
+    ("conditions", "state"),
+    [
+        ([], "Waiting"),
+        ([condition("Created"), condition("Queued")], "Waiting"),
+        ([condition("Created"), condition("Running")], "Running"),
+        ([condition("Running", "False"), condition("Restarting")], "Waiting"),
+        ([condition("Running", "False"), condition("Succeeded")], "Finished"),
+        ([condition("Failed")], "Finished"),
+    ],
+    ids=["new", "queued", "running", "restarting", "succeeded", "failed"],
+)
+def test_the_state_is_waiting_running_or_finished(
+    conditions: list[dict[str, Any]], state: str
+) -> None:
+    assert state_of(a_job(*conditions)) == state
+
+
+def test_a_waiting_job_takes_the_live_reason_place_and_what_must_end_from_the_controller() -> None:
+    outlook = JobOutlook(
+        job="team-vision/big",
+        known=True,
+        waiting=True,
+        kind="Quota",
+        reason="WaitingForQuota",
+        message=QUOTA,
+        place=PLACE,
+        must_end=(Gang("team-vision/small", 8 * G, 0, "vision"),),
+    )
+
+    explained = explain(WAITING, outlook=outlook)
+
+    body = explained.to_json()
+    assert (body["state"], body["reason"], body["position"], body["message"]) == (
+        "Waiting",
+        "WaitingForQuota",
+        2,
+        QUOTA,
+    )
+    assert body["nodes"] == {}
+    assert [gang["job"] for gang in body["mustEnd"]] == ["team-vision/small"]
+    text = render(explained, NOW)
+    assert text[0] == "PyTorchJob team-vision/big: Waiting (WaitingForQuota)"
+    assert any("#2 of 3 in the pool" in line for line in text)
+    assert any("team-vision/small (8 GPUs, priority 0) would have to end" in line for line in text)
+
+
+def test_without_the_controller_the_place_is_read_from_the_queued_condition() -> None:
+    explained = explain(WAITING, outlook=None, unanswered="the controller did not answer")
+
+    assert (explained.state, explained.reason, explained.position) == (
+        "Waiting",
+        "WaitingForQuota",
+        2,
+    )
+    assert explained.message == QUOTA
+    assert explained.to_json()["controller"] == "the controller did not answer"
+    assert render(explained, NOW)[-1] == "  (live view unavailable: the controller did not answer)"
+
+
+def test_a_running_job_names_its_pods_nodes_in_rank_order_and_its_domains() -> None:
+    running = a_job(condition("Created"), condition("Running", reason="PyTorchJobRunning"))
+    pods = [
+        pod("big-worker-1", node="a100-3", labels={"training.kubeflow.org/replica-type": "worker",
+            "training.kubeflow.org/replica-index": "1"}),
+        pod("big-master-0", node="a100-0", labels={"training.kubeflow.org/replica-type": "master",
+            "training.kubeflow.org/replica-index": "0"}),
+        pod("big-worker-0", node="a100-1", labels={"training.kubeflow.org/replica-type": "worker",
+            "training.kubeflow.org/replica-index": "0"}),
+        pod("old", node="a100-9", deleted="2026-03-01T11:00:00Z"),
+    ]  # fmt: skip
+    outlook = JobOutlook(job="team-vision/big", known=True, domains=("rack=r0",))
+
+    explained = explain(running, outlook=outlook, pods=pods)
+
+    assert explained.state == "Running"
+    assert list(explained.nodes.items()) == [
+        ("big-master-0", "a100-0"),
+        ("big-worker-0", "a100-1"),
+        ("big-worker-1", "a100-3"),
+    ]
+    assert explained.domains == ("rack=r0",)
+    assert explained.since == "2026-03-01T11:50:00Z"
+    assert "since 2026-03-01T11:50:00Z (10m ago)" in "\n".join(render(explained, NOW))
+
+
+def test_restarts_come_from_the_jobs_events_once_each_with_their_cause() -> None:
+    def event(reason: str, message: str, at: str) -> dict[str, str]:
+        return {"reason": reason, "message": message, "lastTimestamp": f"2026-03-01T{at}Z"}
+
+    events = [
+        event("NodeLost", "node a100-1 lost", "11:40:00"),
+        event("GangAdmitted", "creating 2 pods", "11:41:00"),
+        event("PyTorchJobRestarting", "exit 1", "11:30:00"),
+        event("PyTorchJobRestarting", "exit 1", "11:30:00"),
+    ]
+    running = a_job(condition("Running"), **{"torchgate.io/restarts": "1"})
+
+    explained = explain(running, outlook=None, events=events)
+
+    assert [(r.cause, r.at) for r in restarts_of(events)] == [
+        ("PyTorchJobRestarting", "2026-03-01T11:30:00Z"),
+        ("NodeLost", "2026-03-01T11:40:00Z"),
+    ]
+    assert explained.to_json()["restarts"]["counted"] == 1
+    assert "  restarts: 2 (1 counted against backoffLimit)" in render(explained, NOW)
+
+
+def test_a_finished_job_says_how_it_ended() -> None:
+    done = a_job(condition("Running", "False"), condition("Succeeded", message="it succeeded."))
+
+    explained = explain(done, outlook=None)
+
+    assert (explained.state, explained.reason, explained.message) == (
+        "Finished",
+        "",
+        "it succeeded.",
+    )
+    assert explained.position is None
+
+
+def test_a_suspended_job_waits_for_no_reason_but_its_spec() -> None:
+    suspended = a_job(condition("Suspended"))
+    suspended["spec"]["runPolicy"]["suspend"] = True
+
+    explained = explain(suspended, outlook=JobOutlook(job="team-vision/big"))
+
+    assert (explained.state, explained.reason) == ("Waiting", "")
+    assert "suspend" in explained.message

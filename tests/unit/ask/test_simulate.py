@@ -1,0 +1,146 @@
+"""``torchgate simulate``: a dry run through admission, then the controller's forecast."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from torchgate.ask.channel import Unanswered
+from torchgate.ask.simulate import Simulation, read_jobs, render, simulate
+from torchgate.kube.errors import AlreadyExists, Invalid
+from torchgate.pytorchjob.outlook import Forecast, Gang, Place
+
+G = 1000
+JOB = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "j"}, "spec": {}}
+
+
+class Apiserver:
+    """Answers the dry run as told; keeps what it was sent."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error = error
+        self.sent: list[tuple[str, dict[str, str], Any]] = []
+
+    async def request(self, method: str, path: str, **kw: Any) -> Any:
+        self.sent.append((path, dict(kw.get("query") or {}), kw.get("body")))
+        if self.error is not None:
+            raise self.error
+        kw["warnings"].extend(["torchgate: defaulted", "torchgate: will start now on n1"])
+        return {**kw["body"], "status": {}}
+
+
+class Controller:
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.asked: list[Any] = []
+
+    async def post(self, path: str, body: Any) -> Any:
+        self.asked.append((path, body))
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+async def test_the_dry_run_result_is_what_the_controller_is_asked_about() -> None:
+    apiserver = Apiserver()
+    controller = Controller(Forecast("Start", nodes={"j-master-0": "n1"}).to_json())
+
+    result = await simulate(apiserver, controller, JOB, "team-a")  # type: ignore[arg-type]
+
+    ((path, query, sent),) = apiserver.sent
+    assert path == "/apis/kubeflow.org/v1/namespaces/team-a/pytorchjobs"
+    assert query["dryRun"] == "All"
+    assert sent["metadata"] == {"name": "j", "namespace": "team-a"}
+    ((_, asked),) = controller.asked
+    assert asked == {"job": {**sent, "status": {}}}
+    body = result.to_json()
+    assert (body["allowed"], body["startsNow"], body["nodes"], body["preempts"]) == (
+        True,
+        True,
+        {"j-master-0": "n1"},
+        [],
+    )
+    assert body["warnings"] == ["torchgate: defaulted"], "the forecast is not repeated"
+
+
+async def test_a_refusal_lists_the_causes_the_apiserver_passed_on() -> None:
+    causes = [{"field": "spec.x", "reason": "FieldValueInvalid", "message": "bad"}]
+    refusal = Invalid(422, "Invalid", "m", "POST", "/p", body={"details": {"causes": causes}})
+
+    result = await simulate(Apiserver(refusal), Controller(None), JOB, "ns")  # type: ignore[arg-type]
+
+    assert result.allowed is False
+    assert result.to_json()["errors"] == causes
+    assert render(result)[0] == "ns/j: refused"
+
+
+async def test_a_job_that_exists_is_pointed_at_explain() -> None:
+    exists = AlreadyExists(409, "AlreadyExists", "exists", "POST", "/p")
+
+    result = await simulate(Apiserver(exists), Controller(None), JOB, "ns")  # type: ignore[arg-type]
+
+    assert [error["reason"] for error in result.errors] == ["AlreadyExists"]
+
+
+async def test_without_the_controller_the_admission_verdict_still_stands() -> None:
+    unanswered = Unanswered("the controller's pool service did not answer")
+
+    result = await simulate(Apiserver(), Controller(unanswered), JOB, "ns")  # type: ignore[arg-type]
+
+    body = result.to_json()
+    assert (body["allowed"], body["startsNow"], body["controller"]) == (
+        True,
+        None,
+        "the controller's pool service did not answer",
+    )
+
+
+def test_the_text_says_where_whom_and_what_it_borrows() -> None:
+    start = Simulation(
+        "ns/j",
+        allowed=True,
+        forecast=Forecast("Start", nodes={"j-master-0": "n1"}, domain="rack=r1",
+                          borrows={"gpus": 8 * G}, cohort="h100"),
+    )  # fmt: skip
+    preempt = Simulation(
+        "ns/u",
+        allowed=True,
+        forecast=Forecast(
+            "Preempt", nodes={"u-master-0": "n2"}, preempts=(Gang("ns/l", 8 * G, 1),)
+        ),
+    )
+    wait = Simulation(
+        "ns/w",
+        allowed=True,
+        forecast=Forecast(
+            "Wait",
+            reason="WaitingForQuota",
+            message="m",
+            place=Place(2, 3, ahead_jobs=1, ahead_gpus=8 * G),
+        ),
+    )
+
+    assert render(start) == [
+        "ns/j: allowed; will start now on n1 (rack=r1); borrows 8 GPUs of cohort h100's idle quota",
+        "  nodes:    j-master-0 -> n1",
+        "  domain:   rack=r1",
+        "  preempts: nothing",
+        "  borrows:  8 GPUs of cohort h100's idle quota",
+    ]
+    assert "  preempts: ns/l (8 GPUs, priority 1)" in render(preempt)
+    assert render(wait)[1:] == [
+        "  reason:   WaitingForQuota",
+        "  queue:    #2 of 3 in the pool, 1 job (8 GPUs) ahead",
+    ]
+
+
+def test_only_the_pytorchjobs_of_a_file_are_simulated(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.yaml"
+    path.write_text("kind: ConfigMap\n---\nkind: PyTorchJob\nmetadata: {name: a}\n---\n")
+
+    assert read_jobs(str(path)) == [{"kind": "PyTorchJob", "metadata": {"name": "a"}}]
+    path.write_text("kind: [unclosed")
+    with pytest.raises(ValueError, match="not valid YAML"):
+        read_jobs(str(path))

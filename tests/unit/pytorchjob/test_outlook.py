@@ -1,0 +1,227 @@
+"""The pool service's answers: the wire format both sides read, the warning, the place phrase.
+
+Agreement tests: what the controller builds (``forecasting``) is what the webhook and the command
+line parse back (``*_from_json``), and the reason a forecast or an outlook gives for a wait kind
+is the reason the controller writes into the job's ``Queued`` condition for it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.builders.job import gpu_job, job
+from tests.builders.node import node
+from tests.builders.team import parsed_team
+from tests.unit.controller.helpers import World, ask, candidate
+from torchgate.controller.admission.admitter import Admitter
+from torchgate.controller.admission.forecasting import forecast, job_outlook, pool_view
+from torchgate.controller.job import status as st
+from torchgate.pytorchjob.outlook import (
+    QUEUED_REASONS,
+    DomainView,
+    Forecast,
+    Gang,
+    JobOutlook,
+    MalformedAnswer,
+    NodeProblem,
+    Place,
+    PoolView,
+    QueueEntry,
+    TeamView,
+    forecast_from_json,
+    forecast_warning,
+    outlook_from_json,
+    place_phrase,
+    pool_from_json,
+    queued_message,
+)
+
+G = 1000
+PLACE = Place(
+    pool=3,
+    pool_size=7,
+    team="vision",
+    team_position=1,
+    team_size=2,
+    cohort="h100",
+    cohort_position=2,
+    cohort_size=4,
+    ahead_jobs=2,
+    ahead_gpus=24 * G,
+)
+
+
+def admitter_with(nodes: int, teams: dict[str, Any] | None = None) -> Admitter:
+    admitter = Admitter(
+        on_admit_job=lambda key: None, on_reason=lambda key: None, teams=lambda: teams or {}
+    )
+    for index in range(nodes):
+        admitter.on_node("ADDED", node(f"n{index}"), None)
+    return admitter
+
+
+# ------------------------------------------------------------------ the wire format
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        Forecast("Start", nodes={"a-master-0": "n0"}, domain="rack=r1", borrows={"gpus": 8 * G}),
+        Forecast(
+            "Preempt",
+            nodes={"a-master-0": "n0"},
+            preempts=(Gang("ns/low", 8 * G, 100, "speech"), Gang("ns/low2", 500, -3)),
+            reason="WaitingForPreemption",
+        ),
+        Forecast("Wait", reason="WaitingForQuota", message="m", place=PLACE, team="v", cohort="c"),
+    ],
+    ids=["start", "preempt", "wait"],
+)
+def test_a_forecast_reads_back_as_it_was_written(answer: Forecast) -> None:
+    assert forecast_from_json(answer.to_json()) == answer
+
+
+def test_an_outlook_and_a_pool_view_read_back_as_they_were_written() -> None:
+    outlook = JobOutlook(
+        job="ns/a",
+        known=True,
+        waiting=True,
+        kind="Quota",
+        reason="WaitingForQuota",
+        message="m",
+        place=PLACE,
+        must_end=(Gang("ns/b", 4 * G, 0),),
+        nodes={"a-master-0": "n1"},
+        domains=("rack=r1",),
+        admitted_at="2026-01-01T00:00:00Z",
+        team="vision",
+        priority=7,
+        gpus=16 * G,
+    )
+    view = PoolView(
+        gpu_resource="nvidia.com/gpu",
+        teams=(TeamView("v", "c", 16 * G, None, 8 * G, 0, 0, 1, 2, 16 * G, 12.5),),
+        domains=(DomainView("rack", "r1", 2, 16 * G, 8 * G, 8 * G),),
+        unusable_nodes=(NodeProblem("n9", "NotReady", "2026-11-26T10:00:00Z"),),
+        queue=(QueueEntry("ns/a", 1, "v", 7, 16 * G, "Quota", "WaitingForQuota", "m", 12.5),),
+        waiting_jobs=1,
+        total_gpus=16 * G,
+        used_gpus=8 * G,
+    )
+
+    assert outlook_from_json(outlook.to_json()) == outlook
+    assert pool_from_json(view.to_json()) == view
+
+
+def test_what_the_controller_builds_is_what_the_readers_parse() -> None:
+    teams = {"vision": parsed_team("vision", 8, 0, namespaces=["team-vision"])}
+    admitter = admitter_with(2, teams)
+    running = ask(admitter, gpu_job("run", namespace="team-vision", workers=0, gpus=8).build())
+    admitter.cycle()
+    waiting = ask(admitter, job("wait", "team-vision").master(gpus=8).build())
+    admitter.cycle()
+    snapshot, gang = admitter.snapshot(candidate(job("new").master(gpus=8).build()))
+    assert gang is not None
+
+    built = [forecast(snapshot, gang), job_outlook(snapshot, waiting), pool_view(snapshot)]
+    readers = [forecast_from_json, outlook_from_json, pool_from_json]
+
+    for answer, read in zip(built, readers, strict=True):
+        assert read(answer.to_json()) == answer
+    assert job_outlook(snapshot, running).known
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [None, [], {"verdict": "Maybe"}, {"verdict": "Start", "nodes": {"p": 3}}],
+    ids=["null", "list", "unknown-verdict", "node-not-a-string"],
+)
+def test_an_answer_of_another_shape_is_malformed(raw: Any) -> None:
+    with pytest.raises(MalformedAnswer):
+        forecast_from_json(raw)
+
+
+# ------------------------------------------------------------------ the reasons agree
+
+
+@pytest.mark.parametrize("kind", sorted(QUEUED_REASONS))
+def test_the_reason_for_a_wait_kind_is_the_queued_condition_the_controller_writes(
+    kind: str,
+) -> None:
+    world = World(job("demo").master(gpus=1).build())
+
+    result = world.plan(wait_reason="waiting", wait_kind=kind)
+
+    assert result.status is not None
+    queued = st.find_condition(result.status["conditions"], st.QUEUED)
+    assert queued is not None
+    assert queued["reason"] == QUEUED_REASONS[kind]
+
+
+# ------------------------------------------------------------------ words
+
+
+def test_the_warning_says_where_it_starts_what_it_borrows_and_whom_it_preempts() -> None:
+    start = Forecast(
+        "Start",
+        nodes={"a-master-0": "a100-0", "a-worker-0": "a100-0", "a-worker-1": "a100-1"},
+        domain="topology.torchgate.io/rack=r1",
+        borrows={"gpus": 8 * G},
+        cohort="h100",
+    )
+    assert forecast_warning(start) == (
+        "torchgate: will start now on a100-0, a100-1 (topology.torchgate.io/rack=r1); "
+        "borrows 8 GPUs of cohort h100's idle quota"
+    )
+    alone = Forecast("Start", nodes={"a": "n1"}, domain="kubernetes.io/hostname=n1")
+    assert forecast_warning(alone) == "torchgate: will start now on n1"
+    preempt = Forecast(
+        "Preempt",
+        nodes={"a": "n1", "b": "n2"},
+        preempts=(Gang("team-speech/low-3", 8 * G, 100),),
+        domain="the pool",
+    )
+    assert forecast_warning(preempt) == (
+        "torchgate: will preempt team-speech/low-3 (8 GPUs, priority 100), then start on n1, n2"
+    )
+
+
+@pytest.mark.parametrize(
+    ("message", "warning"),
+    [
+        (
+            "waiting for 16 nvidia.com/gpu in pool pool=a100: 8 free",
+            "torchgate: will wait for 16 nvidia.com/gpu in pool pool=a100: 8 free",
+        ),
+        (
+            "team vision is at its quota (16/16 GPUs; may borrow 0 more); the job needs 8 GPUs",
+            "torchgate: will wait: team vision is at its quota (16/16 GPUs; may borrow 0 more); "
+            "the job needs 8 GPUs",
+        ),
+    ],
+    ids=["capacity", "quota"],
+)
+def test_a_wait_warning_reads_as_a_sentence(message: str, warning: str) -> None:
+    assert forecast_warning(Forecast("Wait", message=message)) == warning
+
+
+def test_long_lists_are_cut_so_the_apiserver_keeps_the_warning_whole() -> None:
+    nodes = {f"p{i}": f"node-{i}" for i in range(40)}
+    victims = tuple(Gang(f"ns/victim-{i}", G, 0) for i in range(10))
+
+    warning = forecast_warning(Forecast("Preempt", nodes=nodes, preempts=victims))
+
+    assert "and 34 more" in warning
+    assert "and 7 more" in warning
+    assert len(warning) < 256
+
+
+def test_the_place_reads_first_then_the_reason() -> None:
+    assert place_phrase(PLACE) == (
+        "#3 of 7 in the pool (team vision #1 of 2, cohort h100 #2 of 4), 2 jobs (24 GPUs) ahead"
+    )
+    assert queued_message(PLACE, "why").endswith("ahead: why")
+    assert queued_message(None, "why") == "why"
+    assert place_phrase(Place(pool=1, pool_size=1)) == "#1 of 1 in the pool, nothing ahead"

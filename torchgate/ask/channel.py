@@ -1,0 +1,145 @@
+"""How a command line reaches the controller's pool service, with the user's own credentials.
+
+Why not a port of its own: the pool service runs in the cluster behind the Service
+``torchgate-controller`` (its endpoint is the leader), so the command goes where ``kubectl`` goes,
+the apiserver, which proxies to the Service (``services/proxy``); the apiserver authenticates the
+user and RBAC says who may use the proxy. The pool service then checks the user again
+(TokenReview and SubjectAccessReview) because the apiserver strips ``Authorization`` before
+proxying: the user's bearer token travels in ``X-Torchgate-Authorization`` instead.
+
+Rules:
+
+1. ``--controller URL`` (or ``$TORCHGATE_CONTROLLER``) talks to the pool service directly (a
+   controller outside the cluster, as ``torchgate dev up`` runs it; or a port-forward), trusting
+   ``--controller-ca`` (``$TORCHGATE_CONTROLLER_CA``); otherwise the apiserver's proxy to
+   ``<namespace>/torchgate-controller`` (``--controller-namespace``, default torchgate-system).
+2. Credentials are the kubeconfig's (or the pod's ServiceAccount). A kubeconfig that
+   authenticates with a client certificate has no token to pass on: the command says so.
+3. Any failure is a ``Unanswered`` with one line for a person; commands go on without the
+   controller's answer where they can (explain falls back to the job's own status).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from torchgate.kube.client import KubeClient
+from torchgate.kube.errors import ApiError, Forbidden, Unauthorized
+from torchgate.kube.resources import SERVICES
+from torchgate.pytorchjob.outlook import SERVICE_NAME, SERVICE_PORT_NAME, TOKEN_HEADER
+
+CONTROLLER_ENV: Final = "TORCHGATE_CONTROLLER"
+CONTROLLER_CA_ENV: Final = "TORCHGATE_CONTROLLER_CA"
+DEFAULT_NAMESPACE: Final = "torchgate-system"
+
+
+class Unanswered(Exception):
+    """The pool service could not be asked, or refused; the message is one line for a person."""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where the pool service is: a URL (direct) or the Service in ``namespace`` (proxied)."""
+
+    url: str | None = None
+    ca_file: Path | None = None
+    namespace: str = DEFAULT_NAMESPACE
+
+
+def target_from(
+    url: str | None, ca_file: str | None, namespace: str | None, environ: Mapping[str, str]
+) -> Target:
+    """The target from flags, then the environment (rule 1)."""
+    chosen = url or environ.get(CONTROLLER_ENV) or None
+    ca = ca_file or environ.get(CONTROLLER_CA_ENV) or None
+    return Target(
+        url=chosen,
+        ca_file=Path(ca) if ca else None,
+        namespace=namespace or DEFAULT_NAMESPACE,
+    )
+
+
+def add_channel_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags every command that asks the controller shares."""
+    parser.add_argument("--kubeconfig", help="default: $KUBECONFIG, then ~/.kube/config")
+    parser.add_argument(
+        "--controller",
+        metavar="URL",
+        help="the pool service's URL (default $TORCHGATE_CONTROLLER, else through the "
+        "apiserver's proxy to the Service torchgate-controller)",
+    )
+    parser.add_argument(
+        "--controller-ca", metavar="FILE", help="CA of its certificate (with --controller)"
+    )
+    parser.add_argument(
+        "--controller-namespace",
+        metavar="NS",
+        help="namespace of the Service torchgate-controller (default torchgate-system)",
+    )
+
+
+class PoolChannel:
+    """Requests to the pool service over the user's cluster client (see the module docstring)."""
+
+    def __init__(self, api: KubeClient, target: Target) -> None:
+        self.api = api
+        self.target = target
+        self._direct: KubeClient | None = None
+
+    async def get(self, path: str) -> Any:
+        """GET ``path`` of the pool service; ``Unanswered`` on any failure."""
+        return await self._call("GET", path, None)
+
+    async def post(self, path: str, body: Any) -> Any:
+        """POST ``body`` to ``path`` of the pool service; ``Unanswered`` on any failure."""
+        return await self._call("POST", path, body)
+
+    async def _call(self, method: str, path: str, body: Any) -> Any:
+        try:
+            if self.target.url is not None:
+                return await self._client().request(method, path, body=body)
+            credentials: dict[str, str] = {}
+            if self.api.authorize is not None:
+                await self.api.authorize(credentials)
+            token = next(
+                (value for key, value in credentials.items() if key.lower() == "authorization"),
+                None,
+            )
+            if not token:
+                raise Unanswered(
+                    "the kubeconfig has no bearer token to show the controller (client "
+                    "certificates cannot pass the apiserver's proxy); use a token, or "
+                    "--controller with a port-forward"
+                )
+            service = f"https:{SERVICE_NAME}:{SERVICE_PORT_NAME}"
+            # ":" stays as is: RBAC's resourceNames and the proxy read the name unescaped.
+            proxied = f"{SERVICES.path(self.target.namespace)}/{service}/proxy{path}"
+            return await self.api.request(method, proxied, body=body, headers={TOKEN_HEADER: token})
+        except (Unauthorized, Forbidden) as exc:
+            raise Unanswered(f"the controller refused: {exc.message}") from None
+        except ApiError as exc:
+            where = self.target.url or f"{self.target.namespace}/{SERVICE_NAME}"
+            detail = exc.message if exc.status else f"unreachable ({exc.message})"
+            raise Unanswered(
+                f"the controller's pool service ({where}) did not answer: {detail}"
+            ) from None
+
+    def _client(self) -> KubeClient:
+        if self._direct is None:
+            assert self.target.url is not None
+            context = ssl.create_default_context(
+                cafile=str(self.target.ca_file) if self.target.ca_file else None
+            )
+            self._direct = KubeClient.for_server(self.target.url, tls=context, timeout=10.0)
+            self._direct.authorize = self.api.authorize
+        return self._direct
+
+    async def close(self) -> None:
+        """Close the direct connection (the cluster client is the caller's)."""
+        if self._direct is not None:
+            await self._direct.close()

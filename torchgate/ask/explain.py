@@ -1,0 +1,103 @@
+"""``torchgate explain JOB``: why a PyTorchJob waits, or where and since when it runs.
+
+Reads the job, its pods and its Events with the user's own credentials, asks the controller's
+pool service for its live outlook (``channel``), and prints ``explanation.render`` (``-o json``:
+``Explanation.to_json``). When the controller does not answer, the job's own status says what it
+last wrote, and the output says the live view is missing. Exit codes: 0 explained, 1 no such job,
+2 the cluster cannot be reached or read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from torchgate.ask.channel import PoolChannel, Unanswered, add_channel_arguments, target_from
+from torchgate.ask.explanation import Explanation, explain, render
+from torchgate.kube.client import ConfigError, KubeClient, current_namespace
+from torchgate.kube.errors import ApiError, NotFound
+from torchgate.kube.resources import EVENTS, PODS, PYTORCHJOBS
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.outlook import JOBS_PATH, MalformedAnswer, outlook_from_json
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare ``torchgate explain`` flags."""
+    parser.add_argument("job", metavar="JOB", help="the PyTorchJob's name")
+    parser.add_argument("-n", "--namespace", help="its namespace (default: the context's)")
+    parser.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    add_channel_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Explain the job; print it; return the exit code."""
+    try:
+        return asyncio.run(_run(args))
+    except (ConfigError, ApiError) as exc:
+        print(f"torchgate explain: {exc}", file=sys.stderr)
+        return 2
+
+
+async def _run(args: argparse.Namespace) -> int:
+    namespace = args.namespace or current_namespace(args.kubeconfig)
+    api = await KubeClient.connect(args.kubeconfig)
+    channel = PoolChannel(
+        api, target_from(args.controller, args.controller_ca, args.controller_namespace, os.environ)
+    )
+    try:
+        try:
+            job = await api.request("GET", PYTORCHJOBS.path(namespace, args.job))
+        except NotFound:
+            print(
+                f"torchgate explain: {names.KIND} {namespace}/{args.job} not found", file=sys.stderr
+            )
+            return 1
+        explanation = await gather(api, channel, job)
+    finally:
+        await channel.close()
+        await api.close()
+    if args.output == "json":
+        json.dump(explanation.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        for line in render(explanation, datetime.now(UTC)):
+            print(line)
+    return 0
+
+
+async def gather(api: KubeClient, channel: PoolChannel, job: Mapping[str, Any]) -> Explanation:
+    """The job's pods, Events and the controller's outlook, explained."""
+    metadata = job.get("metadata") or {}
+    namespace, name = str(metadata.get("namespace")), str(metadata.get("name"))
+    selector = ",".join(f"{k}={v}" for k, v in names.job_selector(name).items())
+    fields = f"involvedObject.name={name},involvedObject.kind={names.KIND}"
+
+    async def outlook() -> tuple[Any, str | None]:
+        try:
+            raw = await channel.get(
+                f"{JOBS_PATH}/{namespace}/{name}"
+            )  # DNS names: nothing to quote
+            return outlook_from_json(raw), None
+        except Unanswered as exc:
+            return None, str(exc)
+        except MalformedAnswer as exc:
+            return None, f"the controller's answer was malformed: {exc}"
+
+    pods, events, (seen, unanswered) = await asyncio.gather(
+        api.request("GET", PODS.path(namespace), query={"labelSelector": selector}),
+        api.request("GET", EVENTS.path(namespace), query={"fieldSelector": fields}),
+        outlook(),
+    )
+    return explain(
+        job,
+        outlook=seen,
+        pods=list((pods or {}).get("items") or []),
+        events=list((events or {}).get("items") or []),
+        unanswered=unanswered,
+    )

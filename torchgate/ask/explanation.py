@@ -1,0 +1,355 @@
+"""One job explained: its state, why, its place in the queue, where it runs, what it went through.
+
+Why pure and apart from the command: the facts come from two places, the job as the apiserver
+has it (conditions, annotations, its pods, its Events) and the controller's live outlook
+(``outlook.JobOutlook``: the reason now, the place, what must end), which may be missing when the
+controller does not answer. How they combine is a set of rules worth testing with plain data.
+
+Rules (each one function):
+
+1. ``state_of``: ``Finished`` once ``Succeeded`` or ``Failed`` is True; ``Running`` while
+   ``Running`` is True and the job is not ``Queued``; otherwise ``Waiting`` (queued, restarting,
+   suspended, or not yet seen by the controller).
+2. ``explain``: a waiting job's reason is its ``Queued`` reason and its message the controller's
+   live one (the condition's, rewritten at most every 30 s, when the controller does not
+   answer); its position is its place in the pool's admission order (from the outlook, else from
+   the place the condition's message starts with, else ``None``). A running job's nodes are its
+   pods' nodes (the outlook's while its pods are being created); a finished job's message is
+   its final condition's.
+3. ``restarts_of``: the restarts its Events tell, newest last, each with its cause (the Event's
+   reason: ``PyTorchJobRestarting``, ``Preempted``, ``GangIncomplete``, ``GangScheduleTimeout``, or
+   a disruption's cause such as ``NodeLost``) and message, once each; and how many counted
+   against ``backoffLimit`` (the ``torchgate.io/restarts`` annotation). Events expire (an hour by
+   default), so older restarts are only counted.
+4. ``render``: the text a person reads, one fact per line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final, Literal
+
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.outlook import (
+    Gang,
+    JobOutlook,
+    Place,
+    gpus_phrase,
+    named,
+    place_phrase,
+)
+
+State = Literal["Waiting", "Running", "Finished"]
+RESTART_REASONS: Final = frozenset(
+    {
+        "PyTorchJobRestarting",
+        "Preempted",
+        "GangIncomplete",
+        "GangScheduleTimeout",
+        "ContainerFailed",
+        "NodeLost",
+        "NodeTainted",
+        "PodDisrupted",
+        "PodDeleted",
+    }
+)
+ANNOTATION_RESTARTS: Final = "torchgate.io/restarts"
+# A Queued message as the controller writes it: "<place>: <reason>" (``outlook.queued_message``).
+_WRITTEN = re.compile(r"^(#(\d+) of \d+ in the pool.*?(?:nothing ahead|\) ahead)): (.*)$", re.S)
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """One restart an Event tells of."""
+
+    at: str
+    cause: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        """The ``-o json`` form."""
+        return {"at": self.at, "cause": self.cause, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """What ``torchgate explain`` says about one job."""
+
+    job: str
+    state: State
+    reason: str
+    message: str
+    position: int | None = None
+    place: Place | None = None
+    must_end: tuple[Gang, ...] = ()
+    preempting: tuple[str, ...] = ()
+    starts_next_cycle: bool = False
+    nodes: Mapping[str, str] = field(default_factory=dict)
+    domains: tuple[str, ...] = ()
+    since: str | None = None
+    restarts: tuple[Restart, ...] = ()
+    counted_restarts: int = 0
+    live: bool = True
+    unanswered: str | None = None
+    written_place: str | None = None  # the place as last written to its status (no live view)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``-o json`` form (``state``, ``reason``, ``position``, ``message``, ``nodes``...)."""
+        return {
+            "job": self.job,
+            "state": self.state,
+            "reason": self.reason,
+            "position": self.position,
+            "message": self.message,
+            "nodes": dict(self.nodes),
+            "domains": list(self.domains),
+            "since": self.since,
+            "queue": None if self.place is None else self.place.to_json(),
+            "mustEnd": [gang.to_json() for gang in self.must_end],
+            "preempting": list(self.preempting),
+            "startsNextCycle": self.starts_next_cycle,
+            "restarts": {
+                "counted": self.counted_restarts,
+                "events": [restart.to_json() for restart in self.restarts],
+            },
+            "live": self.live,
+            "controller": self.unanswered or "answered",
+        }
+
+
+def _conditions(job: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    status = job.get("status")
+    raw = status.get("conditions") if isinstance(status, Mapping) else None
+    return [c for c in raw if isinstance(c, Mapping)] if isinstance(raw, list) else []
+
+
+def _true(conditions: Iterable[Mapping[str, Any]], kind: str) -> Mapping[str, Any] | None:
+    for condition in conditions:
+        if condition.get("type") == kind and condition.get("status") == "True":
+            return condition
+    return None
+
+
+def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    metadata = obj.get("metadata")
+    return metadata if isinstance(metadata, Mapping) else {}
+
+
+# ------------------------------------------------------------------ rule 1
+
+
+def state_of(job: Mapping[str, Any]) -> State:
+    """``Waiting``, ``Running`` or ``Finished`` (rule 1)."""
+    conditions = _conditions(job)
+    if _true(conditions, "Succeeded") or _true(conditions, "Failed"):
+        return "Finished"
+    if _true(conditions, "Running") and not _true(conditions, "Queued"):
+        return "Running"
+    return "Waiting"
+
+
+# ------------------------------------------------------------------ rule 3
+
+
+def restarts_of(events: Iterable[Mapping[str, Any]]) -> tuple[Restart, ...]:
+    """The restarts the job's Events tell, oldest first, each once (rule 3)."""
+    seen: dict[tuple[str, str], Restart] = {}
+    for event in events:
+        reason = event.get("reason")
+        if reason not in RESTART_REASONS or not isinstance(reason, str):
+            continue
+        at = str(event.get("lastTimestamp") or event.get("eventTime") or "")
+        message = str(event.get("message") or "")
+        seen.setdefault((at, reason), Restart(at, reason, message))
+    return tuple(sorted(seen.values(), key=lambda restart: restart.at))
+
+
+def counted_restarts(job: Mapping[str, Any]) -> int:
+    """Restarts counted against ``backoffLimit`` (the controller's annotation)."""
+    annotations = _metadata(job).get("annotations")
+    value = annotations.get(ANNOTATION_RESTARTS) if isinstance(annotations, Mapping) else None
+    try:
+        return int(value) if value is not None else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+# ------------------------------------------------------------------ rule 2
+
+
+def explain(
+    job: Mapping[str, Any],
+    *,
+    outlook: JobOutlook | None,
+    pods: Sequence[Mapping[str, Any]] = (),
+    events: Sequence[Mapping[str, Any]] = (),
+    unanswered: str | None = None,
+) -> Explanation:
+    """Combine the job, its pods and Events and the controller's outlook (rule 2)."""
+    metadata = _metadata(job)
+    common: dict[str, Any] = {
+        "job": f"{metadata.get('namespace')}/{metadata.get('name')}",
+        "state": state_of(job),
+        "restarts": restarts_of(events),
+        "counted_restarts": counted_restarts(job),
+        "live": outlook is not None,
+        "unanswered": unanswered,
+        "domains": outlook.domains if outlook is not None else (),
+    }
+    conditions = _conditions(job)
+    if common["state"] == "Finished":
+        final = _true(conditions, "Succeeded") or _true(conditions, "Failed") or {}
+        status = job.get("status")
+        finished = status.get("completionTime") if isinstance(status, Mapping) else None
+        return Explanation(
+            reason="",
+            message=str(final.get("message") or ""),
+            since=str(finished) if finished else None,
+            **common,
+        )
+    if common["state"] == "Running":
+        running = _true(conditions, "Running") or {}
+        nodes = _pod_nodes(pods) or (dict(outlook.nodes) if outlook is not None else {})
+        return Explanation(
+            reason="",
+            message=f"running on {len(set(nodes.values()))} node(s)",
+            nodes=nodes,
+            since=str(running.get("lastTransitionTime") or "") or None,
+            **common,
+        )
+    return _waiting(job, _true(conditions, "Queued"), outlook, common)
+
+
+def _waiting(
+    job: Mapping[str, Any],
+    queued: Mapping[str, Any] | None,
+    outlook: JobOutlook | None,
+    common: dict[str, Any],
+) -> Explanation:
+    """A job that is not running: the live outlook first, its own status otherwise (rule 2)."""
+    since = str(queued.get("lastTransitionTime") or "") or None if queued is not None else None
+    message = str(queued.get("message") or "") if queued is not None else ""
+    reason = str(queued.get("reason") or "") if queued is not None else ""
+    if outlook is not None and outlook.known and outlook.waiting:
+        return Explanation(
+            reason=outlook.reason or reason,
+            message=outlook.message,
+            position=outlook.place.pool if outlook.place is not None else None,
+            place=outlook.place,
+            must_end=outlook.must_end,
+            preempting=outlook.preempting,
+            starts_next_cycle=outlook.starts_next_cycle,
+            nodes=dict(outlook.nodes),
+            since=since,
+            **common,
+        )
+    if outlook is not None and outlook.known and outlook.nodes:  # admitted, pods on their way
+        return Explanation(
+            reason="",
+            message="admitted: its pods are being created",
+            nodes=dict(outlook.nodes),
+            since=since,
+            **common,
+        )
+    if _spec_suspended(job):
+        return Explanation(reason="", message="suspended (spec.runPolicy.suspend)", **common)
+    written = _WRITTEN.match(message)
+    return Explanation(
+        reason=reason,
+        message=(written.group(3) if written else message) or "not admitted yet",
+        position=int(written.group(2)) if written else None,
+        written_place=written.group(1) if written else None,
+        since=since,
+        **common,
+    )
+
+
+def _spec_suspended(job: Mapping[str, Any]) -> bool:
+    spec = job.get("spec")
+    run_policy = spec.get("runPolicy") if isinstance(spec, Mapping) else None
+    return isinstance(run_policy, Mapping) and run_policy.get("suspend") is True
+
+
+def _pod_nodes(pods: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Pod -> node of the job's live pods, in rank order (Master, then Workers by index)."""
+    found: list[tuple[tuple[int, int], str, str]] = []
+    for pod in pods:
+        metadata = _metadata(pod)
+        spec = pod.get("spec")
+        node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+        if metadata.get("deletionTimestamp") or not isinstance(node, str) or not node:
+            continue
+        raw_labels = metadata.get("labels")
+        labels: Mapping[str, Any] = raw_labels if isinstance(raw_labels, Mapping) else {}
+        role = str(labels.get(names.LABEL_REPLICA_TYPE) or "").lower()
+        try:
+            index = int(labels.get(names.LABEL_REPLICA_INDEX) or 0)
+        except (TypeError, ValueError):
+            index = 0
+        found.append(((0 if role == "master" else 1, index), str(metadata.get("name")), node))
+    return {name: node for _, name, node in sorted(found)}
+
+
+# ------------------------------------------------------------------ rule 4
+
+
+def _ago(moment: str | None, now: datetime) -> str:
+    if not moment:
+        return ""
+    try:
+        then = datetime.fromisoformat(moment.replace("Z", "+00:00"))
+    except ValueError:
+        return moment
+    seconds = max(0, int((now - then).total_seconds()))
+    if seconds < 120:
+        span = f"{seconds}s"
+    elif seconds < 7200:
+        span = f"{seconds // 60}m"
+    else:
+        span = f"{seconds // 3600}h{seconds % 3600 // 60}m"
+    return f"{moment} ({span} ago)"
+
+
+def render(explanation: Explanation, now: datetime) -> list[str]:
+    """The lines ``torchgate explain`` prints (rule 4)."""
+    e = explanation
+    reason = f" ({e.reason})" if e.reason else ""
+    lines = [f"{names.KIND} {e.job}: {e.state}{reason}"]
+    if e.message:
+        lines.append(f"  {e.message}")
+    if e.place is not None:
+        lines.append(f"  queue:    {place_phrase(e.place)}")
+    elif e.written_place is not None:
+        lines.append(f"  queue:    {e.written_place} (as last written to its status)")
+    if e.starts_next_cycle:
+        lines.append("  to start: nothing; the next admission cycle admits it")
+    elif e.preempting:
+        lines.append(f"  to start: {named(list(e.preempting))} must terminate (preempted for it)")
+    elif e.must_end:
+        gangs = named([gang.phrase() for gang in e.must_end], limit=4)
+        total = sum(gang.gpus for gang in e.must_end)
+        gpus = f" ({gpus_phrase(total)} in all)" if len(e.must_end) > 1 else ""
+        lines.append(f"  to start: {gangs} would have to end or be preempted{gpus}")
+    elif e.state == "Waiting" and e.live and e.place is not None:
+        lines.append("  to start: no running job's end alone lets it start; it waits for its turn")
+    if e.nodes:
+        pairs = [f"{node} ({pod})" for pod, node in e.nodes.items()]
+        lines.append(f"  nodes:    {named(pairs, limit=8)}")
+    if e.domains:
+        lines.append(f"  domains:  {', '.join(e.domains)}")
+    if e.since:
+        label = {"Running": "running", "Finished": "finished", "Waiting": "waiting"}[e.state]
+        lines.append(f"  {label + ':':<9} since {_ago(e.since, now)}")
+    if e.restarts or e.counted_restarts:
+        lines.append(
+            f"  restarts: {max(len(e.restarts), e.counted_restarts)} "
+            f"({e.counted_restarts} counted against backoffLimit)"
+        )
+        for restart in e.restarts[-5:]:
+            lines.append(f"    {restart.at} {restart.cause}: {restart.message}")
+    if e.unanswered:
+        lines.append(f"  (live view unavailable: {e.unanswered})")
+    return lines

@@ -1,0 +1,158 @@
+"""The pool on one screen (``torchgate top``): the pool view as fixed-width text tables.
+
+Why pure and apart from the command: what fits where is a set of rules worth testing with plain
+data (a ``PoolView`` and a width), and the command only fetches, clears and repeats.
+
+Invariants: every line is at most ``width`` characters (a person's terminal never wraps it) when
+a width is given, and no line carries an escape sequence (the command adds those, on a TTY only).
+
+Rules (each one function):
+
+1. ``duration``: a span as ``45s``, ``5m12s``, ``2h03m``, ``3d04h`` (two units at most).
+2. ``table``: columns as wide as their widest cell, two spaces apart; numbers right-aligned; the
+   last column takes what is left of the width and is cut with ``…``.
+3. ``render``: a title line with the pool's totals, then per team quota (nominal), used,
+   borrowed, lent, running and waiting jobs, the waiting jobs' GPUs and the longest wait; per
+   topology domain GPUs used and free; the nodes placement cannot use, why and since when; the
+   head of the queue, each job's reason under it, indented, with the controller's words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Final
+
+from torchgate.pytorchjob.outlook import PoolView
+
+ELLIPSIS: Final = "…"
+
+
+def duration(seconds: float) -> str:
+    """A span for a person, two units at most (rule 1)."""
+    total = max(0, int(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def _cut(text: str, room: int) -> str:
+    if room <= 0:
+        return ""
+    return text if len(text) <= room else text[: room - 1] + ELLIPSIS
+
+
+def table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    numeric: frozenset[int] = frozenset(),
+    width: int | None = None,
+) -> list[str]:
+    """Rows under their headers, two spaces apart, cut to ``width`` (rule 2)."""
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            cell.rjust(widths[i]) if i in numeric else cell.ljust(widths[i])
+            for i, cell in enumerate(cells[:-1])
+        ]
+        lead = "  ".join(parts) + ("  " if parts else "")
+        last = cells[-1].rjust(widths[-1]) if len(cells) - 1 in numeric else cells[-1]
+        if width is not None:
+            last = _cut(last, width - len(lead))
+            lead = lead[:width]
+        return (lead + last).rstrip()
+
+    return [line(headers), *(line(row) for row in rows)]
+
+
+def _amount(milli: int) -> str:
+    whole, rest = divmod(milli, 1000)
+    return str(whole) if not rest else f"{milli / 1000:g}"
+
+
+def _since(moment: str, now: datetime) -> str:
+    if not moment:
+        return ""
+    try:
+        then = datetime.fromisoformat(moment.replace("Z", "+00:00"))
+    except ValueError:
+        return moment
+    return f"{then.strftime('%H:%M:%S')} ({duration((now - then).total_seconds())} ago)"
+
+
+def render(view: PoolView, now: datetime, *, width: int | None = None) -> list[str]:
+    """The lines of one screen of ``torchgate top`` (rule 3)."""
+    free = view.total_gpus - view.used_gpus
+    title = (
+        f"torchgate top  {now.strftime('%Y-%m-%d %H:%M:%S %Z')}  {view.gpu_resource}: "
+        f"{_amount(view.used_gpus)} of {_amount(view.total_gpus)} used, {_amount(free)} free; "
+        f"waiting jobs: {view.waiting_jobs}"
+    )
+    lines = [_cut(title, width) if width is not None else title, ""]
+    if view.teams:
+        rows = [
+            [
+                team.name,
+                team.cohort,
+                _amount(team.nominal),
+                _amount(team.used),
+                _amount(team.borrowed),
+                _amount(team.lent),
+                str(team.admitted_jobs),
+                str(team.waiting_jobs),
+                _amount(team.waiting_gpus),
+                "" if team.longest_wait_seconds is None else duration(team.longest_wait_seconds),
+            ]
+            for team in view.teams
+        ]
+        headers = ["TEAM", "COHORT", "QUOTA", "USED", "BORROWED", "LENT", "RUNNING", "WAITING"]
+        headers += ["WAIT GPUS", "LONGEST WAIT"]
+        lines += table(headers, rows, numeric=frozenset(range(2, 9)), width=width)
+    else:
+        lines.append("no TeamQuotas: every namespace shares the pool")
+    if view.domains:
+        rows = [
+            [d.level, d.name, str(d.nodes), _amount(d.gpus), _amount(d.used), _amount(d.free)]
+            for d in view.domains
+        ]
+        lines += ["", *table(["LEVEL", "DOMAIN", "NODES", "GPUS", "USED", "FREE"], rows,
+                             numeric=frozenset({2, 3, 4, 5}), width=width)]  # fmt: skip
+    lines.append("")
+    if view.unusable_nodes:
+        rows = [[n.node, _since(n.since, now), n.reason] for n in view.unusable_nodes]
+        lines += table(["UNUSABLE NODE", "SINCE", "WHY"], rows, width=width)
+    else:
+        lines.append("every node is usable")
+    lines.append("")
+    if view.queue:
+        rows = [
+            [
+                str(entry.position),
+                entry.job,
+                entry.team or "",
+                _amount(entry.gpus),
+                str(entry.priority),
+                duration(entry.waiting_seconds),
+                entry.reason or "-",
+            ]
+            for entry in view.queue
+        ]
+        shown = f"QUEUE (first {len(view.queue)} of {view.waiting_jobs})"
+        header, *entries = table(["#", shown, "TEAM", "GPUS", "PRIO", "WAITED", "REASON"], rows,
+                                 numeric=frozenset({0, 3, 4, 5}), width=width)  # fmt: skip
+        lines.append(header)
+        for line, entry in zip(entries, view.queue, strict=True):
+            why = f"   {entry.message}"
+            lines += [line, _cut(why, width) if width is not None else why]
+    else:
+        lines.append("no job is waiting")
+    return lines

@@ -1,0 +1,233 @@
+"""``torchgate simulate -f job.yaml``: would this job start now, where, and whom would it preempt?
+
+For each PyTorchJob in the files: a server-side dry run of its creation (the apiserver runs the
+webhook's defaulting and validation, and every other admission step, and stores nothing; the
+user needs no more rights than to submit the job), then the controller's forecast for the object
+the dry run returned, from the leader's live snapshot (``POST /v1/forecast``). The forecast is
+what the next admission cycle would do if the job arrived now; nothing is reserved for it.
+
+Output: per job, allowed or the refusal's causes, the admission warnings, then whether it starts
+now, on which nodes (pod -> node) and domain, whom it preempts, what quota it borrows, or why it
+would wait and its place in the queue. ``-o json``: one object per job (``allowed``,
+``startsNow``, ``nodes``, ``preempts``, ``reason``, ...), a list when the files hold several.
+Exit codes: 0 every job allowed, 1 any refused, 2 unreadable input or an unreachable cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from torchgate.ask.channel import PoolChannel, Unanswered, add_channel_arguments, target_from
+from torchgate.kube.client import ConfigError, KubeClient, current_namespace
+from torchgate.kube.errors import AlreadyExists, ApiError, Invalid
+from torchgate.kube.resources import PYTORCHJOBS
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.outlook import (
+    FORECAST_PATH,
+    Forecast,
+    MalformedAnswer,
+    forecast_from_json,
+    forecast_warning,
+    gpus_phrase,
+    names_a_group,
+    place_phrase,
+)
+
+FIELD_MANAGER = "torchgate-simulate"
+
+
+@dataclass(frozen=True, slots=True)
+class Simulation:
+    """One job's dry run and forecast."""
+
+    job: str
+    allowed: bool
+    errors: tuple[Mapping[str, str], ...] = ()
+    warnings: tuple[str, ...] = ()
+    forecast: Forecast | None = None
+    unanswered: str | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``-o json`` form."""
+        found = self.forecast
+        return {
+            "job": self.job,
+            "allowed": self.allowed,
+            "errors": [dict(error) for error in self.errors],
+            "warnings": list(self.warnings),
+            "startsNow": found.starts_now if found is not None else None,
+            "verdict": found.verdict if found is not None else None,
+            "nodes": dict(found.nodes) if found is not None else {},
+            "domain": found.domain if found is not None else "",
+            "preempts": [gang.job for gang in found.preempts] if found is not None else [],
+            "forecast": found.to_json() if found is not None else None,
+            "reason": found.reason if found is not None else "",
+            "message": found.message if found is not None else "",
+            "controller": self.unanswered or "answered",
+        }
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare ``torchgate simulate`` flags."""
+    parser.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="YAML or JSON with PyTorchJobs (repeatable; - = stdin)",
+    )
+    parser.add_argument("-n", "--namespace", help="for jobs that name none (default: context's)")
+    parser.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    add_channel_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Simulate every job of the files; print; return the exit code."""
+    try:
+        jobs = [job for path in args.filename for job in read_jobs(path)]
+    except ValueError as exc:
+        print(f"torchgate simulate: {exc}", file=sys.stderr)
+        return 2
+    if not jobs:
+        print("torchgate simulate: no PyTorchJob in the input", file=sys.stderr)
+        return 2
+    try:
+        results = asyncio.run(_simulate_all(args, jobs))
+    except (ConfigError, ApiError) as exc:
+        print(f"torchgate simulate: {exc}", file=sys.stderr)
+        return 2
+    if args.output == "json":
+        shown: Any = results[0].to_json() if len(results) == 1 else [r.to_json() for r in results]
+        json.dump(shown, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        for result in results:
+            for line in render(result):
+                print(line)
+    return 0 if all(result.allowed for result in results) else 1
+
+
+def read_jobs(path: str) -> list[dict[str, Any]]:
+    """The PyTorchJob documents of a file (``-``: stdin); ``ValueError`` when unreadable."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        documents = list(yaml.safe_load_all(text))
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from None
+    return [d for d in documents if isinstance(d, dict) and d.get("kind") == names.KIND]
+
+
+async def _simulate_all(
+    args: argparse.Namespace, jobs: Sequence[dict[str, Any]]
+) -> list[Simulation]:
+    default_namespace = args.namespace or current_namespace(args.kubeconfig)
+    api = await KubeClient.connect(args.kubeconfig)
+    target = target_from(args.controller, args.controller_ca, args.controller_namespace, os.environ)
+    channel = PoolChannel(api, target)
+    try:
+        return [await simulate(api, channel, job, default_namespace) for job in jobs]
+    finally:
+        await channel.close()
+        await api.close()
+
+
+async def simulate(
+    api: KubeClient, channel: PoolChannel, job: Mapping[str, Any], default_namespace: str
+) -> Simulation:
+    """Dry-run the job's creation, then ask the controller about the object that would be."""
+    metadata = dict(job.get("metadata") or {})
+    namespace = str(metadata.get("namespace") or default_namespace)
+    metadata["namespace"] = namespace
+    key = f"{namespace}/{metadata.get('name') or metadata.get('generateName') or ''}"
+    warnings: list[str] = []
+    try:
+        created = await api.request(
+            "POST",
+            PYTORCHJOBS.path(namespace),
+            query={"dryRun": "All", "fieldManager": FIELD_MANAGER},
+            body={**job, "metadata": metadata},
+            warnings=warnings,
+        )
+    except Invalid as exc:
+        causes = (exc.body.get("details") or {}).get("causes") or []
+        errors = tuple(
+            {"field": str(c.get("field", "")), "reason": str(c.get("reason", "")),
+             "message": str(c.get("message", ""))}
+            for c in causes if isinstance(c, Mapping)
+        ) or ({"field": "", "reason": exc.reason, "message": exc.message},)  # fmt: skip
+        return Simulation(key, allowed=False, errors=errors, warnings=tuple(warnings))
+    except AlreadyExists:
+        return Simulation(
+            key,
+            allowed=False,
+            errors=(
+                {
+                    "field": "metadata.name",
+                    "reason": "AlreadyExists",
+                    "message": "a job of this name exists: `torchgate explain` tells about it",
+                },
+            ),
+        )
+    try:
+        forecast = forecast_from_json(await channel.post(FORECAST_PATH, {"job": created}))
+    except (Unanswered, MalformedAnswer) as exc:
+        return Simulation(key, allowed=True, warnings=tuple(warnings), unanswered=str(exc))
+    own = forecast_warning(forecast)
+    return Simulation(
+        key,
+        allowed=True,
+        warnings=tuple(w for w in warnings if w != own),
+        forecast=forecast,
+    )
+
+
+def render(result: Simulation) -> list[str]:
+    """The lines a person reads for one job."""
+    if not result.allowed:
+        lines = [f"{result.job}: refused"]
+        lines += [f"  error: {e['field']}: {e['message']}" for e in result.errors]
+        lines += [f"  warning: {warning}" for warning in result.warnings]
+        return lines
+    forecast = result.forecast
+    if forecast is None:
+        lines = [f"{result.job}: allowed; no forecast ({result.unanswered})"]
+    else:
+        lines = [f"{result.job}: allowed; {forecast_warning(forecast).split(': ', 1)[1]}"]
+        if forecast.nodes:
+            pairs = [f"{pod} -> {node}" for pod, node in forecast.nodes.items()]
+            lines.append(f"  nodes:    {', '.join(pairs)}")
+            if names_a_group(forecast.domain):
+                lines.append(f"  domain:   {forecast.domain}")
+        if forecast.verdict != "Wait":
+            victims = ", ".join(gang.phrase() for gang in forecast.preempts) or "nothing"
+            lines.append(f"  preempts: {victims}")
+        borrowed = forecast.borrows.get("gpus", 0)
+        if forecast.verdict == "Start":
+            cohort = f"cohort {forecast.cohort}'s idle quota" if forecast.cohort else "idle quota"
+            lines.append(
+                f"  borrows:  {gpus_phrase(borrowed)} of {cohort}"
+                if borrowed
+                else "  borrows:  nothing"
+            )
+        if forecast.verdict == "Wait":
+            lines.append(f"  reason:   {forecast.reason}")
+            if forecast.place is not None:
+                lines.append(f"  queue:    {place_phrase(forecast.place)}")
+    if result.warnings:
+        lines.append("  admission warnings:")
+        lines += [f"    {warning}" for warning in result.warnings]
+    return lines
