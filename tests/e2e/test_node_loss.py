@@ -348,3 +348,52 @@ def test_a_node_that_fails_every_sandbox_is_quarantined_and_clearing_returns_it_
         assert metric(controller, "torchgate_controller_quarantined_nodes") == 0
     finally:
         cluster.kubectl("delete", "placementpolicy", name, "--ignore-not-found")
+
+
+def test_a_job_whose_image_exists_nowhere_fails_on_its_backoff_limit_and_quarantines_nothing(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    """Every pod of the job waits in ImagePullBackOff on whatever node it lands (kwok's stage).
+
+    The first stuck pull is a fault of its node (uncounted restart), every later one the job's:
+    with ``backoffLimit: 1`` the job restarts once more, counted, then fails. The policy would
+    quarantine a node after 2 faults, which a job that blamed a node on every attempt would reach.
+    """
+    namespace = cluster.new_namespace("pull")
+    pool = f"pull-{namespace[-6:]}"
+    nodes = cluster.add_gpu_nodes(2, pool, labels={"pool": pool})
+    name = f"{pool}-quarantine"
+    settings = {"faults": 2, "stuckPodSeconds": 5, "windowSeconds": 600, "cooldownSeconds": 3600}
+    cluster.apply(policy(name, namespaces=[namespace], quarantine=settings))
+    try:
+
+        def image_never_pulls(raw: dict[str, Any]) -> None:
+            template = raw["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
+            template["metadata"] = {"annotations": kwok.image_pull_failure_annotation()}
+
+        typo = (
+            job("typo", namespace)
+            .master(gpus=8, pod_spec={"nodeSelector": {"pool": pool}})
+            .run_policy(backoffLimit=1)
+            .edit(image_never_pulls)
+        )
+        create_job(cluster, typo.build())
+
+        def failed() -> dict[str, Any] | None:
+            stored = get_job(cluster, namespace, "typo")
+            return stored if stored is not None and is_true(stored, "Failed") else None
+
+        stored = cluster.wait_for(failed, timeout=110, what="typo Failed")
+        ended = condition(stored, "Failed")
+        assert ended is not None
+        assert ended["reason"] == "BackoffLimitExceeded", dump(stored)
+        annotations = stored["metadata"]["annotations"]
+        assert annotations["torchgate.io/restarts"] == "1"
+        assert annotations["torchgate.io/image-pull-stuck"] in nodes
+        reasons = [e["reason"] for e in events_of(cluster, namespace, "typo")]
+        assert reasons.count("PodStuck") == 1
+        assert "ImagePullFailed" in reasons
+        assert all(quarantine_taint(cluster, n) is None for n in nodes)
+        assert gang_restarts(controller, "ImagePullFailed") >= 1
+    finally:
+        cluster.kubectl("delete", "placementpolicy", name, "--ignore-not-found")

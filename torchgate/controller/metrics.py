@@ -4,8 +4,9 @@ Besides reconcile latency, queue depth and pod writes, three measure what torchg
 
 - ``torchgate_controller_gang_wait_seconds``: how long gangs waited for capacity before admission.
 - ``torchgate_controller_gang_restarts_total{cause}``: whole-gang restarts by cause
-  (``job.disruption.Cause``): ``ContainerFailed`` is the program's own failure and ``Hang`` a
-  Master that made no progress for its deadline, the two ``backoffLimit`` counts; ``NodeLost``,
+  (``job.disruption.Cause``): ``ContainerFailed`` is the program's own failure, ``Hang`` a
+  Master that made no progress for its deadline and ``ImagePullFailed`` an image the job's pods
+  could not pull a second time, the three ``backoffLimit`` counts; ``NodeLost``,
   ``NodeTainted``, ``PodDisrupted``, ``PodDeleted``, ``PodStuck`` are the infrastructure's or
   someone else's, ``Preempted``, ``ScheduleTimeout`` and ``GangIncomplete``
   torchgate's own.
@@ -117,8 +118,8 @@ class ControllerMetrics:
         )
         self.gang_restarts = Counter(
             "torchgate_controller_gang_restarts_total",
-            "Whole-gang restarts by cause (only ContainerFailed and Hang count against "
-            "backoffLimit).",
+            "Whole-gang restarts by cause (only ContainerFailed, Hang and ImagePullFailed count "
+            "against backoffLimit).",
             ["cause"],
             registry=self.registry,
         )

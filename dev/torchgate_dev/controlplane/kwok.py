@@ -22,6 +22,8 @@ torchgate's stages, driven by pod annotations:
   see only the pod, not its node, so the fault is named on the pod; the upstream pod-ready stage
   is given a selector that leaves such pods alone, since kwok picks at random among stages that
   match.)
+- ``torchgate.io/fake-image-pull-failure: "true"`` on a pod: the same on every node, with every
+  container waiting in ``ImagePullBackOff``, as for an image that exists in no registry.
 
 And one node label:
 
@@ -63,6 +65,7 @@ NODE_LABEL_SELECTOR: Final = f"{LABEL_FAKE_HEARTBEAT}!={HEARTBEAT_STOPPED}"
 ANNOTATION_FAKE_EXIT_CODE: Final = "torchgate.io/fake-exit-code"
 ANNOTATION_FAKE_RUN_SECONDS: Final = "torchgate.io/fake-run-seconds"
 ANNOTATION_FAKE_SANDBOX_FAILURE_NODE: Final = "torchgate.io/fake-sandbox-failure-node"
+ANNOTATION_FAKE_IMAGE_PULL_FAILURE: Final = "torchgate.io/fake-image-pull-failure"
 RDMA_RESOURCE: Final = "rdma/hca"
 
 UPSTREAM_STAGE_FILES: Final = (
@@ -89,9 +92,12 @@ _HAS_VALID_EXIT_CODE = f'{_annotation(ANNOTATION_FAKE_EXIT_CODE)} | test("{_EXIT
 _HAS_VALID_RUN_SECONDS = (
     f'{_annotation(ANNOTATION_FAKE_RUN_SECONDS)} | test("{_RUN_SECONDS_PATTERN}")'
 )
-# Bound to the node its annotation names (false when unbound or without the annotation).
+# Bound to the node its annotation names, or bound anywhere with an image that never pulls
+# (false when unbound or without either annotation).
 _SANDBOX_FAILS_HERE = (
-    f'{_annotation(ANNOTATION_FAKE_SANDBOX_FAILURE_NODE)} == (.spec.nodeName // "-")'
+    f'({_annotation(ANNOTATION_FAKE_SANDBOX_FAILURE_NODE)} == (.spec.nodeName // "-"))'
+    f' or ({_annotation(ANNOTATION_FAKE_IMAGE_PULL_FAILURE)} == "true"'
+    ' and (.spec.nodeName // "") != "")'
 )
 # An RFC 3339 time, which kwok turns into "delay until then". startTime is set by pod-ready.
 _RUN_DEADLINE = (
@@ -170,18 +176,24 @@ def _pod_stage(
     }
 
 
-_SANDBOX_FAILURE_TEMPLATE = """\
+_SANDBOX_FAILURE_TEMPLATE = f"""\
+{{{{ $pull := index .metadata.annotations "{ANNOTATION_FAKE_IMAGE_PULL_FAILURE}" }}}}
 containerStatuses:
-{{ range .spec.containers }}
-- image: {{ .image | Quote }}
-  name: {{ .name | Quote }}
+{{{{ range .spec.containers }}}}
+- image: {{{{ .image | Quote }}}}
+  name: {{{{ .name | Quote }}}}
   ready: false
   restartCount: 0
   started: false
   state:
     waiting:
+{{{{ if $pull }}}}
+      reason: ImagePullBackOff
+      message: Back-off pulling image {{{{ .image | Quote }}}}
+{{{{ else }}}}
       reason: ContainerCreating
-{{ end }}
+{{{{ end }}}}
+{{{{ end }}}}
 phase: Pending
 """
 
@@ -391,6 +403,11 @@ def gpu_node(
 def sandbox_failure_annotation(node: str) -> dict[str, str]:
     """The annotation that makes kwok leave a pod stuck in ContainerCreating on ``node``."""
     return {ANNOTATION_FAKE_SANDBOX_FAILURE_NODE: node}
+
+
+def image_pull_failure_annotation() -> dict[str, str]:
+    """The annotation that makes kwok leave a pod waiting for an image that never pulls."""
+    return {ANNOTATION_FAKE_IMAGE_PULL_FAILURE: "true"}
 
 
 def exit_code_annotation(exit_code: int) -> dict[str, str]:

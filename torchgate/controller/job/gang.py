@@ -26,6 +26,8 @@ The rules this module owns (rules 4, 5 and 7 of ``plan``):
   gang at once, whatever the restart policy, without counting against ``backoffLimit``, with a
   ``Restarting`` condition and an Event whose reason is the cause and whose message names the
   node. A disruption outranks failures seen with it: ranks fail when a peer is taken from them.
+  A stuck image pull after the job's first one is the job's fault (``disruption`` rule 6):
+  ``ImagePullFailed``, counted against ``backoffLimit`` like a failure.
 - Every restart (failure, disruption, preemption, schedule timeout, a gang found incomplete)
   moves the job to a new gang attempt (``torchgate.io/gang-attempt``) in the plan that tears the
   gang down: the old pods become stale at once, so a restart is decided once, and the next gang
@@ -54,6 +56,7 @@ from torchgate.controller.job.model import (
     as_mapping,
     controlled_by,
     ended_hung,
+    image_pull_stuck_on,
     is_retryable,
     metadata_of,
     name_of,
@@ -162,12 +165,45 @@ def find_disruption(draft: Draft, pods: GangPods) -> dis.Disruption | None:
 
 
 def plan_disrupted(draft: Draft, pods: GangPods, disruption: dis.Disruption) -> None:
-    """Restart the whole gang for a disruption, not counted against ``backoffLimit``."""
+    """Restart the whole gang for a disruption, not counted against ``backoffLimit``.
+
+    A stuck image pull is judged by ``disruption.blame_image_pull``: the job's first one is a
+    disruption like the others (and is remembered on the job), a later one is the job's fault.
+    """
+    stuck_before_on = image_pull_stuck_on(draft.job)
+    disruption = dis.blame_image_pull(disruption, stuck_before_on=stuck_before_on)
+    if disruption.cause in dis.COUNTED:
+        _plan_job_fault(draft, pods, disruption)
+        return
+    if disruption.image_pull and stuck_before_on is None:
+        draft.image_pull_stuck = disruption.node or ""
     message = (
         f"PyTorchJob {draft.job.name} is restarting because {disruption.detail}: the whole gang "
         "is placed again, not counted against backoffLimit"
     )
     _begin_attempt(draft, pods, Restart(disruption.cause, disruption.node))
+    draft.set_condition(st.RESTARTING, st.TRUE, disruption.cause, message)
+    draft.event("Warning", disruption.cause, message)
+    _mark_queued(draft)
+
+
+def _plan_job_fault(draft: Draft, pods: GangPods, disruption: dis.Disruption) -> None:
+    """A disruption that is the job's fault: a restart counted against ``backoffLimit``."""
+    job = draft.job
+    limit = job.run_policy.backoff_limit
+    if limit is not None and restarts_of(job) >= limit:
+        message = (
+            f"Job {job.name} has failed because it has reached the specified backoff limit "
+            f"({disruption.cause}: {disruption.detail})"
+        )
+        draft.event("Warning", disruption.cause, message)
+        finish(draft, pods, st.FAILED, st.REASON_BACKOFF_LIMIT, message, "Warning")
+        return
+    message = (
+        f"PyTorchJob {job.name} is restarting because {disruption.detail}: counted against "
+        "backoffLimit"
+    )
+    _begin_attempt(draft, pods, Restart(disruption.cause, disruption.node, counted=True))
     draft.set_condition(st.RESTARTING, st.TRUE, disruption.cause, message)
     draft.event("Warning", disruption.cause, message)
     _mark_queued(draft)

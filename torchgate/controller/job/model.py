@@ -28,6 +28,8 @@ from torchgate.pytorchjob.spec import JobSpec, as_int, pytorch_container_name
 ANNOTATION_RESTARTS: Final = "torchgate.io/restarts"
 # The job's current gang attempt; its pods carry the attempt that created them under the same key.
 ANNOTATION_ATTEMPT: Final = names.ANNOTATION_GANG_ATTEMPT
+# The node of the job's first stuck image pull (``disruption`` rule 6: later ones are the job's).
+ANNOTATION_IMAGE_PULL_STUCK: Final = "torchgate.io/image-pull-stuck"
 
 EventType = Literal["Normal", "Warning"]
 
@@ -90,8 +92,9 @@ class Observed:
 class Restart:
     """Why a plan restarts the gang: the cause, the node it happened on, whether it counts.
 
-    Only ``ContainerFailed`` and ``Hang`` count against ``backoffLimit``; the node is known for the
-    disruptions that happen on one (``job.disruption``).
+    Only ``ContainerFailed``, ``Hang`` and ``ImagePullFailed`` count against ``backoffLimit``
+    (``disruption.COUNTED``); the node is known for the disruptions that happen on one
+    (``job.disruption``).
     """
 
     cause: Cause
@@ -137,6 +140,8 @@ class Plan:
         restarts: New value of the job annotation ``torchgate.io/restarts``, or ``None``.
         attempt: New value of the job annotation ``torchgate.io/gang-attempt``, or ``None``:
             every restart moves the job to a new attempt (with its own rendezvous fence).
+        image_pull_stuck: New value of the job annotation ``torchgate.io/image-pull-stuck``
+            (the node of its first stuck image pull), or ``None``.
         restart: Why this plan restarts the gang, when it does.
         force_delete_pods: Names of pods to delete at once (grace period 0): they are on a lost
             node, whose kubelet would never confirm a graceful deletion.
@@ -156,6 +161,7 @@ class Plan:
     demands: tuple[PodDemand, ...] = ()
     restarts: int | None = None
     attempt: int | None = None
+    image_pull_stuck: str | None = None
     restart: Restart | None = None
     force_delete_pods: tuple[str, ...] = ()
     delete_job: bool = False
@@ -205,6 +211,12 @@ def _count(value: object) -> int | None:
 def restarts_of(job: JobSpec) -> int:
     """Gang restarts so far (the ``torchgate.io/restarts`` annotation; malformed counts as 0)."""
     return _count(job.annotations.get(ANNOTATION_RESTARTS)) or 0
+
+
+def image_pull_stuck_on(job: JobSpec) -> str | None:
+    """The node of the job's first stuck image pull (``None``: it has had none)."""
+    value = job.annotations.get(ANNOTATION_IMAGE_PULL_STUCK)
+    return value if isinstance(value, str) else None
 
 
 def current_attempt(annotations: Mapping[str, Any]) -> int:
@@ -287,6 +299,7 @@ class Draft:
     needs_admission: bool = False
     restarts: int | None = None
     attempt: int | None = None
+    image_pull_stuck: str | None = None
     restart: Restart | None = None
     force_delete_pods: list[str] = field(default_factory=list)
     delete_job: bool = False
@@ -367,6 +380,7 @@ class Draft:
             demands=self.observed.demands_of(self.job) if self.needs_admission else (),
             restarts=self.restarts,
             attempt=self.attempt,
+            image_pull_stuck=self.image_pull_stuck,
             restart=self.restart,
             force_delete_pods=tuple(self.force_delete_pods),
             delete_job=self.delete_job,

@@ -61,6 +61,7 @@ from torchgate.controller.job.gangobjects import (
 )
 from torchgate.controller.job.model import (
     ANNOTATION_ATTEMPT,
+    ANNOTATION_IMAGE_PULL_STUCK,
     ANNOTATION_RESTARTS,
     Event,
     Observed,
@@ -477,6 +478,7 @@ class Reconciler:
             for key, value in (
                 (ANNOTATION_RESTARTS, decision.restarts),
                 (ANNOTATION_ATTEMPT, decision.attempt),
+                (ANNOTATION_IMAGE_PULL_STUCK, decision.image_pull_stuck),
             )
             if value is not None
         }

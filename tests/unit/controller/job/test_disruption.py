@@ -384,6 +384,52 @@ def test_a_stuck_pod_is_a_fault_of_its_node_and_a_deletion_is_not() -> None:
     assert not {"PodDeleted", "ContainerFailed", "Preempted"} & dis.NODE_FAULTS
 
 
+# ------------------------------------------------------------------ rule 6: whose image pull
+
+
+def stuck_disruption(reason: str) -> dis.Disruption:
+    found = stuck(waiting(reason))
+    assert found.disruption is not None
+    return found.disruption
+
+
+@pytest.mark.parametrize(
+    ("reason", "stuck_before_on", "cause"),
+    [
+        pytest.param("ImagePullBackOff", None, "PodStuck", id="first-image-pull-is-the-nodes"),
+        pytest.param("ErrImagePull", None, "PodStuck", id="first-pull-error-is-the-nodes"),
+        pytest.param("ImagePullBackOff", "a100-0", "ImagePullFailed", id="again-elsewhere"),
+        pytest.param("ErrImagePull", "a100-1", "ImagePullFailed", id="again-on-the-same-node"),
+        pytest.param("ImagePullBackOff", "", "ImagePullFailed", id="again-node-unknown"),
+        pytest.param("ContainerCreating", "a100-0", "PodStuck", id="a-sandbox-is-the-nodes"),
+    ],
+)
+def test_a_stuck_image_pull_is_the_nodes_once_and_the_jobs_after(
+    reason: str, stuck_before_on: str | None, cause: str
+) -> None:
+    blamed = dis.blame_image_pull(stuck_disruption(reason), stuck_before_on=stuck_before_on)
+    assert (blamed.cause, blamed.node, blamed.pods) == (cause, "a100-1", ("demo-worker-0",))
+    assert (blamed.cause in dis.NODE_FAULTS) == (cause == "PodStuck")
+    assert (blamed.cause in dis.COUNTED) == (cause == "ImagePullFailed")
+
+
+def test_a_gang_stuck_pulling_on_one_member_is_an_image_pull() -> None:
+    creating = waiting("ContainerCreating")
+    pulling = copy.deepcopy(waiting("ImagePullBackOff"))
+    pulling["metadata"]["name"] = "demo-master-0"
+    found = dis.find(
+        [creating, pulling], nodes={}, now=NOW, lost_after=LOST_AFTER, stuck_after=STUCK_AFTER
+    )
+    assert found.disruption is not None
+    assert found.disruption.image_pull
+    assert not stuck_disruption("ContainerCreating").image_pull
+
+
+def test_only_the_programs_failures_a_hang_and_a_repeated_image_pull_spend_backoff() -> None:
+    assert {"ContainerFailed", "Hang", "ImagePullFailed"} == dis.COUNTED
+    assert not dis.COUNTED & dis.NODE_FAULTS
+
+
 # ------------------------------------------------------------------ property
 
 

@@ -68,12 +68,15 @@ class RecordingApi:
 class Rig:
     """One running gang (Master on a100-0, Worker on a100-1) and the nodes' cache."""
 
-    def __init__(self, *, backoff_limit: int = 0) -> None:
+    def __init__(
+        self, *, backoff_limit: int = 0, annotations: Mapping[str, str] | None = None
+    ) -> None:
         builder = gpu_job("demo", workers=1).run_policy(backoffLimit=backoff_limit)
         world = World(with_uid(builder.build()))
         world.apply(world.plan())
         world.apply(world.plan(reservation=RESERVATION))
         world.job_raw["metadata"]["resourceVersion"] = "1"
+        world.job_raw["metadata"].setdefault("annotations", {}).update(annotations or {})
         self.api = RecordingApi(copy.deepcopy(world.job_raw))
         self.jobs = Informer(self.api, PYTORCHJOBS)
         self.jobs.remember(copy.deepcopy(world.job_raw))
@@ -178,7 +181,7 @@ async def test_a_containers_own_failure_counts_as_a_failure() -> None:
     assert all(query == {} for query in rig.api.deletes().values())
 
 
-def stuck_on(rig: Rig, name: str, *, scheduled: str) -> None:
+def stuck_on(rig: Rig, name: str, *, scheduled: str, reason: str = "ContainerCreating") -> None:
     pod = rig.pods.get("default", name)
     assert pod is not None
     pending = set_phase(pod, "Pending")
@@ -186,7 +189,7 @@ def stuck_on(rig: Rig, name: str, *, scheduled: str) -> None:
         {"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled}
     ]
     pending["status"]["containerStatuses"] = [
-        {"name": "pytorch", "state": {"waiting": {"reason": "ContainerCreating"}}}
+        {"name": "pytorch", "state": {"waiting": {"reason": reason}}}
     ]
     rig.pods.remember(pending)
 
@@ -263,3 +266,62 @@ async def test_a_hang_past_the_backoff_limit_fails_the_job() -> None:
     failed = [c for c in rig.api.job["status"]["conditions"] if c["type"] == "Failed"]
     assert failed[0]["status"] == "True"
     assert failed[0]["reason"] == "BackoffLimitExceeded"
+
+
+# ------------------------------------------------------------------ images that never pull
+
+PAST_THE_BOUND = "2026-03-01T11:49:59Z"  # 601 s ago: past the default stuckPodSeconds
+PULLED_BEFORE_ON = {"torchgate.io/image-pull-stuck": "a100-0"}
+
+
+async def test_a_first_stuck_image_pull_blames_the_node_and_is_remembered_on_the_job() -> None:
+    rig = Rig()
+    stuck_on(rig, W0, scheduled=PAST_THE_BOUND, reason="ImagePullBackOff")
+
+    await rig.reconciler.reconcile(KEY)
+
+    annotations = rig.api.job["metadata"]["annotations"]
+    assert annotations["torchgate.io/image-pull-stuck"] == "a100-1"
+    assert annotations["torchgate.io/gang-attempt"] == "2"
+    assert "torchgate.io/restarts" not in annotations
+    assert rig.restarts("PodStuck") == 1
+    assert rig.faults == [(Fault("a100-1", "PodStuck", NOW, KEY), QuarantineSettings())]
+
+
+async def test_a_later_stuck_image_pull_spends_backoff_and_blames_no_node() -> None:
+    rig = Rig(backoff_limit=2, annotations=PULLED_BEFORE_ON)
+    stuck_on(rig, W0, scheduled=PAST_THE_BOUND, reason="ErrImagePull")
+
+    await rig.reconciler.reconcile(KEY)
+
+    annotations = rig.api.job["metadata"]["annotations"]
+    assert annotations["torchgate.io/restarts"] == "1"
+    assert annotations["torchgate.io/gang-attempt"] == "2"
+    assert annotations["torchgate.io/image-pull-stuck"] == "a100-0"
+    assert rig.restarts("ImagePullFailed") == 1
+    assert rig.restarts("PodStuck") is None
+    restarting = [c for c in rig.api.job["status"]["conditions"] if c["type"] == "Restarting"]
+    assert restarting[0]["reason"] == "ImagePullFailed"
+    assert rig.faults == []
+
+
+async def test_a_later_stuck_image_pull_past_the_backoff_limit_fails_the_job() -> None:
+    rig = Rig(backoff_limit=0, annotations=PULLED_BEFORE_ON)
+    stuck_on(rig, W0, scheduled=PAST_THE_BOUND, reason="ImagePullBackOff")
+
+    await rig.reconciler.reconcile(KEY)
+
+    failed = [c for c in rig.api.job["status"]["conditions"] if c["type"] == "Failed"]
+    assert (failed[0]["status"], failed[0]["reason"]) == ("True", "BackoffLimitExceeded")
+    assert "ImagePullFailed" in failed[0]["message"]
+    assert rig.faults == []
+
+
+async def test_a_stuck_sandbox_after_a_stuck_image_pull_is_still_the_nodes() -> None:
+    rig = Rig(annotations=PULLED_BEFORE_ON)
+    stuck_on(rig, W0, scheduled=PAST_THE_BOUND, reason="ContainerCreating")
+
+    await rig.reconciler.reconcile(KEY)
+
+    assert "torchgate.io/restarts" not in rig.api.job["metadata"]["annotations"]
+    assert rig.faults == [(Fault("a100-1", "PodStuck", NOW, KEY), QuarantineSettings())]

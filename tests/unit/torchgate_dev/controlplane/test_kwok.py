@@ -100,6 +100,17 @@ def test_pods_whose_sandbox_fails_on_their_node_are_never_made_ready(stages_dir:
     assert "reason: ContainerCreating" in template
 
 
+def test_pods_whose_image_never_pulls_wait_for_it_on_every_node() -> None:
+    (stage,) = [
+        s for s in kwok.torchgate_stages() if s["metadata"]["name"] == kwok.SANDBOX_FAILURE_STAGE
+    ]
+    (fails_here,) = [key for key in selector_keys(stage) if "fake-image-pull-failure" in key]
+    assert kwok.ANNOTATION_FAKE_SANDBOX_FAILURE_NODE in fails_here  # one stage, either fault
+    assert kwok.image_pull_failure_annotation() == {kwok.ANNOTATION_FAKE_IMAGE_PULL_FAILURE: "true"}
+    template = stage["spec"]["steps"][0]["patch"]["template"]
+    assert "reason: ImagePullBackOff" in template
+
+
 @pytest.mark.parametrize(
     "extra",
     [
