@@ -3,10 +3,13 @@
 A policy says where jobs of some namespaces go (``nodeSelector``, ``tolerations``,
 ``allowedHosts``), what they may use (``maxGPUsPerJob``, ``allowedHostPaths``, ``allowPrivileged``,
 ``allowCleanPodPolicyNone``), which resources count as GPUs and RDMA devices, which run-policy
-defaults the webhook persists, and (parsed by ``pool.parse_pool_settings``) what preemption may
-not touch and which node labels are topology levels. Exactly one policy applies to a job: the
-matching one with the highest ``priority`` (ties broken by name, so the choice never depends on
-list order), or the built-in default when none matches.
+defaults the webhook persists, (parsed by ``pool.parse_pool_settings``) what preemption may not
+touch and which node labels are topology levels, and when a node where the policy's gangs keep
+failing for reasons outside the job is quarantined (``spec.quarantine``: the faults of a job
+count with its own policy's thresholds, so one pool's admins decide for their nodes), and the
+progress deadline of its jobs (``spec.progressDeadlineSeconds``, see ``progress``). Exactly one
+policy applies to a job: the matching one with the highest ``priority`` (ties broken by name, so
+the choice never depends on list order), or the built-in default when none matches.
 
 Parsing never raises: a malformed policy yields field errors (reported by whoever loaded it) and is
 left out, so one bad object cannot take admission down.
@@ -30,6 +33,7 @@ from torchgate.pytorchjob.fieldpath import (
     required,
 )
 from torchgate.pytorchjob.pool import PreemptionSettings, TopologySettings, parse_pool_settings
+from torchgate.pytorchjob.progress import parse_deadline
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
 from torchgate.pytorchjob.spec import as_int
 
@@ -47,6 +51,21 @@ class JobDefaults:
     ttl_seconds_after_finished: int | None = None
     managed_by: str | None = None
     schedule_timeout_seconds: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineSettings:
+    """When a node where gangs keep failing for reasons outside the job is set aside.
+
+    ``faults`` infrastructure faults on one node within ``window_seconds`` quarantine it for
+    ``cooldown_seconds`` (``faults: 0`` never quarantines); a pod bound to a node that has not
+    started its containers after ``stuck_pod_seconds`` is such a fault (``PodStuck``).
+    """
+
+    faults: int = 3
+    window_seconds: int = 1800
+    cooldown_seconds: int = 3600
+    stuck_pod_seconds: int = 600
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +88,8 @@ class PlacementPolicy:
     job_defaults: JobDefaults = field(default_factory=JobDefaults)
     preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
     topology: TopologySettings = field(default_factory=TopologySettings)
+    quarantine: QuarantineSettings = field(default_factory=QuarantineSettings)
+    progress_deadline_seconds: int | None = None
     builtin: bool = False
 
     def matches(self, namespace: str) -> bool:
@@ -171,6 +192,8 @@ def parse_policy(raw: object) -> tuple[PlacementPolicy | None, list[FieldError]]
         job_defaults=_parse_job_defaults(spec.get("jobDefaults"), errors),
         preemption=sharing.preemption,
         topology=sharing.topology,
+        quarantine=_parse_quarantine(spec.get("quarantine"), errors),
+        progress_deadline_seconds=_parse_progress_deadline(spec, errors),
     )
     return (None, errors) if errors else (policy, [])
 
@@ -276,3 +299,44 @@ def _parse_job_defaults(value: object, errors: list[FieldError]) -> JobDefaults:
         managed_by=managed_by,
         schedule_timeout_seconds=_non_negative_int(value, "scheduleTimeoutSeconds", path, errors),
     )
+
+
+def _parse_quarantine(value: object, errors: list[FieldError]) -> QuarantineSettings:
+    """``spec.quarantine``: non-negative ``faults``, positive seconds; absent fields default."""
+    path = _SPEC.child("quarantine")
+    base = QuarantineSettings()
+    if value is None:
+        return base
+    if not isinstance(value, Mapping):
+        errors.append(invalid(path, value, "must be an object"))
+        return base
+    faults = _non_negative_int(value, "faults", path, errors)
+
+    def positive(key: str, default: int) -> int:
+        raw = value.get(key)
+        if raw is None:
+            return default
+        number = as_int(raw)
+        if number is None or number <= 0:
+            errors.append(invalid(path.child(key), raw, "must be a positive integer"))
+            return default
+        return number
+
+    return QuarantineSettings(
+        faults=base.faults if faults is None else faults,
+        window_seconds=positive("windowSeconds", base.window_seconds),
+        cooldown_seconds=positive("cooldownSeconds", base.cooldown_seconds),
+        stuck_pod_seconds=positive("stuckPodSeconds", base.stuck_pod_seconds),
+    )
+
+
+def _parse_progress_deadline(spec: Mapping[str, Any], errors: list[FieldError]) -> int | None:
+    """``spec.progressDeadlineSeconds``: a positive integer, the hang deadline of its jobs."""
+    value = spec.get("progressDeadlineSeconds")
+    if value is None:
+        return None
+    seconds = parse_deadline(value) if not isinstance(value, str) else None
+    if seconds is None:
+        path = _SPEC.child("progressDeadlineSeconds")
+        errors.append(invalid(path, value, "must be a positive integer"))
+    return seconds

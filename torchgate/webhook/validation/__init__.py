@@ -24,9 +24,9 @@ The rule families live in ``metadata``, ``policy`` (run, scheduling and elastic 
 ``pod`` (replica spec, pod template and volumes), ``containers``, ``launch`` (command line and
 env) and ``sharing`` (topology annotations, the team's quota ceiling).
 
-Updates ratchet: when neither ``spec`` nor the pinned-hosts or topology annotations changed, only
-immutable fields are checked, so a job admitted under older rules stays updatable for labels and
-finalizers.
+Updates ratchet: when neither ``spec`` nor the pinned-hosts, progress or topology annotations
+changed, only immutable fields are checked, so a job admitted under older rules stays updatable
+for labels and finalizers.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from torchgate.pytorchjob.fieldpath import (
 )
 from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.pytorchjob.pool import ANNOTATION_TOPOLOGY_PREFERRED, ANNOTATION_TOPOLOGY_REQUIRED
+from torchgate.pytorchjob.progress import ANNOTATION_PROGRESS_DEADLINE
 from torchgate.webhook.validation import containers, launch, metadata, pod, policy, sharing
 from torchgate.webhook.validation.facts import (
     OBJECT,
@@ -244,6 +245,7 @@ RULES: Final[tuple[JobRule, ...]] = (
     metadata.metadata_is_object,
     metadata.name,
     metadata.pinned_hosts_annotation,
+    metadata.progress_deadline_annotation,
     sharing.topology_annotations,
     metadata.create_only_fields,
     in_spec(
@@ -344,13 +346,14 @@ def _admission_inputs_unchanged(old: object, new: object) -> bool:
 
 _CHECKED_ANNOTATIONS: Final = (
     names.ANNOTATION_HOSTS,
+    ANNOTATION_PROGRESS_DEADLINE,
     ANNOTATION_TOPOLOGY_REQUIRED,
     ANNOTATION_TOPOLOGY_PREFERRED,
 )
 
 
 def _checked_annotations(job: Mapping[str, Any]) -> tuple[object, ...]:
-    """The annotations rules check (pinned hosts, topology): a change to one re-validates."""
+    """The annotations rules check (hosts, progress, topology): a change to one re-validates."""
     meta = job.get("metadata")
     annotations = meta.get("annotations") if isinstance(meta, OBJECT) else None
     if not isinstance(annotations, OBJECT):
