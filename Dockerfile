@@ -3,8 +3,8 @@
 # Two stages, so the runtime image holds no compiler, no build backend and no source tree:
 #   builder  builds the torchgate wheel and collects wheels of every dependency;
 #   runtime  installs those wheels offline (--no-index), then drops pip itself.
-# All of torchgate's dependencies (aiohttp, cryptography, orjson, PyYAML, ...) publish manylinux
-# wheels for CPython 3.11, so the slim base needs no build tools in either stage.
+# All of torchgate's dependencies (aiohttp, cryptography, orjson, pybase64, PyYAML, ...) publish
+# manylinux wheels for CPython 3.11, so the slim base needs no build tools in either stage.
 #
 # The runtime runs as an unprivileged numeric user (65532, "nonroot" by convention, so
 # `runAsNonRoot` can be verified without /etc/passwd) and never writes to its root filesystem:

@@ -2,6 +2,8 @@
 
 ``main`` is the shell: it makes the certificates in a temporary folder, runs the phases, prints
 the tables and writes the JSON. ``webhook_bench.py _serve {bare|naive} ...`` serves a baseline.
+It ends with the target line (``stats.target_line``) and exits 1 when a route is below the
+target; a ``--quick`` run prints the line but is not judged (too few requests for a ratio).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from webhookbench import POLICY_FILE, ROUTES, SERVERS
 from webhookbench.phases import Bench
 from webhookbench.processes import make_certs
 from webhookbench.report import document, render
+from webhookbench.stats import target_line
 
 FULL_RATES: Final = (250, 500, 1000, 2000, 3000, 4000, 6000, 8000, 12000)
 QUICK_RATES: Final = (100, 400)
@@ -144,4 +147,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2) + "\n")
         print(f"\nwrote {args.out}")
-    return 0
+    line, passed = target_line(report["summary"])
+    if args.quick:  # a few hundred requests per phase: too few to judge a ratio by
+        print(f"{line} (quick run: not judged)")
+        return 0
+    print(line)
+    return 0 if passed else 1

@@ -11,6 +11,9 @@ Rules:
 * Ratios to bare pair each round with bare's run of the same round and take the median over
   rounds; the targets are torchgate at >= 0.40 of bare (throughput and CPU capacity) and a
   server-side p99 <= 2 ms at 1,000 reviews/s (wall clock and CPU time).
+* The run is judged by its target line (``target_line``): torchgate's throughput on every route
+  at least ``TARGET_VS_BARE`` of bare's (median over rounds). A route without a ratio (bare or
+  torchgate not run) is not judged.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ import collections
 import dataclasses
 import statistics
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
+
+TARGET_VS_BARE: Final = 0.40
 
 
 @dataclasses.dataclass
@@ -119,10 +124,34 @@ def summarise(rates: list[dict[str, Any]], maxima: list[dict[str, Any]]) -> dict
         p99 = entry.get("at_1000_rps", {}).get("server_p99_ms")
         cpu_p99 = entry.get("at_1000_rps", {}).get("server_cpu_p99_ms")
         targets[route] = {
-            "throughput_vs_bare_at_least_0.40": None if ratio is None else ratio >= 0.40,
-            "cpu_capacity_vs_bare_at_least_0.40": None if cpu_ratio is None else cpu_ratio >= 0.40,
+            "throughput_vs_bare_at_least_0.40": None if ratio is None else ratio >= TARGET_VS_BARE,
+            "cpu_capacity_vs_bare_at_least_0.40": (
+                None if cpu_ratio is None else cpu_ratio >= TARGET_VS_BARE
+            ),
             "server_p99_at_1000_rps_at_most_2ms": None if p99 is None else p99 <= 2.0,
             "server_cpu_p99_at_1000_rps_at_most_2ms": None if cpu_p99 is None else cpu_p99 <= 2.0,
         }
     summary["targets"] = targets
     return summary
+
+
+def target_line(summary: dict[str, Any]) -> tuple[str, bool]:
+    """The line a run ends with, and whether it passes.
+
+    Each route's torchgate throughput as a share of bare's (median over rounds) must be at
+    least ``TARGET_VS_BARE``; ``FAIL`` marks a route below it.
+    """
+    parts: list[str] = []
+    passed = True
+    for route, entry in sorted(summary.get("torchgate", {}).items()):
+        ratio = entry.get("max_rps_vs_bare")
+        if ratio is None:
+            parts.append(f"{route} n/a")
+            continue
+        ok = ratio >= TARGET_VS_BARE
+        passed = passed and ok
+        parts.append(f"{route} {ratio:.2f} {'PASS' if ok else 'FAIL'}")
+    text = f"TARGET torchgate throughput >= {TARGET_VS_BARE:.2f} of bare (median over rounds): " + (
+        ", ".join(parts) or "n/a"
+    )
+    return text, passed

@@ -2,8 +2,8 @@
 
 A smoke test, not a performance test: the machines are shared and noisy, so nothing here looks at
 a latency or a throughput. It only proves that the benchmark still starts all three servers
-(bare, naive, torchgate) over TLS, that each answers both routes with a real decision, and that
-the JSON report has the shape the README documents.
+(bare, naive, torchgate) over TLS, that each answers both routes with a real decision, that
+the JSON report has the shape the README documents, and that the run ends with its target line.
 """
 
 from __future__ import annotations
@@ -65,3 +65,11 @@ def test_quick_benchmark_writes_results_for_all_three_servers(tmp_path: Path) ->
     for name in SERVERS:
         assert set(report["summary"][name]) == ROUTES
     assert set(report["summary"]["targets"]) == ROUTES
+
+    # The run ends with its target line, a PASS or FAIL per route (a quick run is not judged).
+    target = run.stdout.strip().splitlines()[-1]
+    assert target.startswith("TARGET "), target
+    assert target.endswith("(quick run: not judged)"), target
+    for route in ROUTES:
+        assert f"{route} " in target, target
+    assert target.count("PASS") + target.count("FAIL") == len(ROUTES), target

@@ -150,8 +150,13 @@ def workload(cluster: Cluster, stack: Stack, prometheus: Prometheus) -> Iterator
         team = pool.team("vision", [namespace], 8, borrowingLimitGPUs=0)
         pool.job(namespace, "done", pods=2, gpus=1)
         pool.job(namespace, "flaky", pods=2, gpus=1, backoff_limit=3)
+        # steady holds 2 of the 8 GPUs throughout, so big (8) waits for quota however flaky's
+        # restart and the admission cycles interleave (a restarting gang leaves the queue until
+        # its old pods are gone, and big would fit the quota in that gap).
+        pool.job(namespace, "steady", pods=2, gpus=1)
         wait_running(cluster, namespace, "done", 2)
         wait_running(cluster, namespace, "flaky", 2)
+        wait_running(cluster, namespace, "steady", 2)
         pool.job(namespace, "big", pods=1, gpus=8)
         cluster.wait_for(
             lambda: queued_reason(cluster, namespace, "big") == "WaitingForQuota",
@@ -228,7 +233,7 @@ def test_the_pool_panels_show_the_workloads_team_and_its_wait(
 ) -> None:
     team = f'team="{workload.team}"'
     queries = {
-        f"torchgate_controller_team_used_gpus{{{team}}}": [2.0],  # flaky's 2 pods
+        f"torchgate_controller_team_used_gpus{{{team}}}": [4.0],  # flaky's and steady's pods
         f"torchgate_controller_team_quota_gpus{{{team}}}": [8.0],
         f'torchgate_controller_waiting_gpus{{{team},reason="WaitingForQuota"}}': [8.0],  # big
         f'torchgate_controller_waiting_jobs{{{team},reason="WaitingForQuota"}}': [1.0],

@@ -1,4 +1,4 @@
-"""A pool that heals itself, on kwok: lost nodes and health taints, neither spending backoffLimit.
+"""A pool that heals itself, on kwok: lost nodes, health taints, quarantine of a failing node.
 
 The control plane runs what a real one runs for this (the node lifecycle, taint-eviction and pod
 garbage collection controllers). A fake node *stops heartbeating* when it gets the label
@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.builders.job import job
+from tests.builders.policy import policy
 from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import (
     ControllerProcess,
@@ -225,3 +226,174 @@ def test_a_no_schedule_taint_keeps_new_gangs_off_and_leaves_running_ones_alone(
     (still,) = live_pods(cluster, namespace, "first")
     assert still["metadata"]["uid"] == running["metadata"]["uid"]
     assert not [e for e in events_of(cluster, namespace, "first") if e["reason"] == "NodeTainted"]
+
+
+# ------------------------------------------------------------------ quarantine
+
+QUARANTINE = "torchgate.io/quarantine"
+QUARANTINE_UNTIL = "torchgate.io/quarantine-until"
+
+
+def metric(controller: ControllerProcess, sample: str) -> float:
+    """The value of one sample (``name{labels}``) of the controller's metrics, 0 when absent."""
+    lines = [line for line in controller.metrics().splitlines() if line.startswith(sample + " ")]
+    return float(lines[0].rsplit(" ", 1)[1]) if lines else 0.0
+
+
+def quarantine_taint(cluster: Cluster, name: str) -> dict[str, Any] | None:
+    found = cluster.get("node", name)
+    assert found is not None
+    taints = found["spec"].get("taints") or []
+    return next((t for t in taints if t["key"] == QUARANTINE), None)
+
+
+def running_on(cluster: Cluster, namespace: str, name: str) -> str | None:
+    """The node of the job's only pod once it is Running, else None."""
+    pods = live_pods(cluster, namespace, name)
+    if len(pods) == 1 and pods[0]["status"].get("phase") == "Running":
+        return str(pods[0]["spec"]["nodeName"])
+    return None
+
+
+def node_events(cluster: Cluster, name: str) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in cluster.list_objects("events", "default")
+        if e["involvedObject"].get("kind") == "Node" and e["involvedObject"].get("name") == name
+    ]
+
+
+def test_a_node_that_fails_every_sandbox_is_quarantined_and_clearing_returns_it_to_use(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    """The failing job's pods stay in ContainerCreating on ``bad`` (kwok's sandbox-failure stage).
+
+    ``good`` is busy at first, so without quarantine every attempt would land on ``bad`` again;
+    the policy quarantines after 2 stuck pods, 5 s each.
+    """
+    namespace = cluster.new_namespace("quar")
+    pool = f"quar-{namespace[-6:]}"
+    bad, good = cluster.add_gpu_nodes(2, pool, labels={"pool": pool})
+    name = f"{pool}-quarantine"
+    settings = {"faults": 2, "stuckPodSeconds": 5, "windowSeconds": 600, "cooldownSeconds": 3600}
+    cluster.apply(policy(name, namespaces=[namespace], quarantine=settings))
+    on_pool = {"nodeSelector": {"pool": pool}}
+    try:
+        blocker = job("blocker", namespace).master(
+            gpus=8, pod_spec={"nodeSelector": {"kubernetes.io/hostname": good}}
+        )
+        create_job(cluster, blocker.build())
+        cluster.wait_for(lambda: running_on(cluster, namespace, "blocker"), what="the blocker")
+
+        def fail_sandboxes_on_bad(raw: dict[str, Any]) -> None:
+            template = raw["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
+            template["metadata"] = {"annotations": kwok.sandbox_failure_annotation(bad)}
+
+        failing = (
+            job("failing", namespace)
+            .master(gpus=8, pod_spec=on_pool)
+            .run_policy(backoffLimit=0)
+            .edit(fail_sandboxes_on_bad)
+        )
+        create_job(cluster, failing.build())
+        taint = cluster.wait_for(
+            lambda: quarantine_taint(cluster, bad), timeout=120, what=f"{bad} quarantined"
+        )
+        assert taint == {"key": QUARANTINE, "value": "PodStuck", "effect": "NoSchedule"}
+        shown = cluster.kubectl(
+            "get", "node", bad, "--no-headers", "-L", f"{QUARANTINE},{QUARANTINE_UNTIL}"
+        ).stdout
+        print(shown.strip())
+        labels = cluster.get("node", bad)["metadata"]["labels"]  # type: ignore[index]
+        assert labels[QUARANTINE] == "PodStuck"
+        assert labels[QUARANTINE] in shown
+        assert labels[QUARANTINE_UNTIL] in shown
+        assert quarantine_taint(cluster, good) is None
+        assert metric(controller, "torchgate_controller_quarantined_nodes") == 1
+        quarantines = 'torchgate_controller_node_quarantines_total{cause="PodStuck"}'
+        assert metric(controller, quarantines) >= 1
+        assert gang_restarts(controller, "PodStuck") >= 2
+        reasons = [e["reason"] for e in events_of(cluster, namespace, "failing")]
+        assert "PodStuck" in reasons
+        assert "NodeQuarantined" in reasons
+        cluster.wait_for(
+            lambda: any(e["reason"] == "NodeQuarantined" for e in node_events(cluster, bad)),
+            what=f"the Event on {bad}",
+        )
+        stored = get_job(cluster, namespace, "failing")
+        assert stored is not None
+        assert not is_true(stored, "Failed"), dump(stored)
+        assert "torchgate.io/restarts" not in stored["metadata"].get("annotations", {})
+
+        # The next gang goes elsewhere: once the good node is free, the failing job runs there.
+        cluster.kubectl("delete", "pytorchjob", "blocker", "--namespace", namespace)
+        placed = cluster.wait_for(
+            lambda: running_on(cluster, namespace, "failing"), timeout=60, what="failing again"
+        )
+        assert placed == good
+
+        # A gang that fits only on the quarantined node waits; clearing it returns the node.
+        create_job(cluster, job("next", namespace).master(gpus=8, pod_spec=on_pool).build())
+        time.sleep(5)
+        assert live_pods(cluster, namespace, "next") == []
+        cluster.kubectl("taint", "nodes", bad, f"{QUARANTINE}-")
+        placed = cluster.wait_for(
+            lambda: running_on(cluster, namespace, "next"), timeout=60, what="next on the node"
+        )
+        assert placed == bad
+        cluster.wait_for(
+            lambda: QUARANTINE_UNTIL not in cluster.get("node", bad)["metadata"]["labels"],  # type: ignore[index]
+            what="the quarantine labels tidied",
+        )
+        assert metric(controller, "torchgate_controller_quarantined_nodes") == 0
+    finally:
+        cluster.kubectl("delete", "placementpolicy", name, "--ignore-not-found")
+
+
+def test_a_job_whose_image_exists_nowhere_fails_on_its_backoff_limit_and_quarantines_nothing(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    """Every pod of the job waits in ImagePullBackOff on whatever node it lands (kwok's stage).
+
+    The first stuck pull is a fault of its node (uncounted restart), every later one the job's:
+    with ``backoffLimit: 1`` the job restarts once more, counted, then fails. The policy would
+    quarantine a node after 2 faults, which a job that blamed a node on every attempt would reach.
+    """
+    namespace = cluster.new_namespace("pull")
+    pool = f"pull-{namespace[-6:]}"
+    nodes = cluster.add_gpu_nodes(2, pool, labels={"pool": pool})
+    name = f"{pool}-quarantine"
+    settings = {"faults": 2, "stuckPodSeconds": 5, "windowSeconds": 600, "cooldownSeconds": 3600}
+    cluster.apply(policy(name, namespaces=[namespace], quarantine=settings))
+    try:
+
+        def image_never_pulls(raw: dict[str, Any]) -> None:
+            template = raw["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
+            template["metadata"] = {"annotations": kwok.image_pull_failure_annotation()}
+
+        typo = (
+            job("typo", namespace)
+            .master(gpus=8, pod_spec={"nodeSelector": {"pool": pool}})
+            .run_policy(backoffLimit=1)
+            .edit(image_never_pulls)
+        )
+        create_job(cluster, typo.build())
+
+        def failed() -> dict[str, Any] | None:
+            stored = get_job(cluster, namespace, "typo")
+            return stored if stored is not None and is_true(stored, "Failed") else None
+
+        stored = cluster.wait_for(failed, timeout=110, what="typo Failed")
+        ended = condition(stored, "Failed")
+        assert ended is not None
+        assert ended["reason"] == "BackoffLimitExceeded", dump(stored)
+        annotations = stored["metadata"]["annotations"]
+        assert annotations["torchgate.io/restarts"] == "1"
+        assert annotations["torchgate.io/image-pull-stuck"] in nodes
+        reasons = [e["reason"] for e in events_of(cluster, namespace, "typo")]
+        assert reasons.count("PodStuck") == 1
+        assert "ImagePullFailed" in reasons
+        assert all(quarantine_taint(cluster, n) is None for n in nodes)
+        assert gang_restarts(controller, "ImagePullFailed") >= 1
+    finally:
+        cluster.kubectl("delete", "placementpolicy", name, "--ignore-not-found")

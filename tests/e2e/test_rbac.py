@@ -6,7 +6,8 @@ from manifests/base) through a job's whole life: certificates made and renewed, 
 policies watched and reported on (one invalid, which makes an Event), a TeamQuota watched by both
 and its status written by the controller, a PyTorchJob admitted by the webhook (which asks the
 controller's pool service for a forecast: the controller reviews the webhook's token and access),
-its gang created, restarted after a failure, finished, cleaned up and deleted by its TTL, and
+its gang created, restarted after a failure, finished, cleaned up and deleted by its TTL, a job
+whose image never pulls quarantining its first node (the controller patches the Node), and
 leadership taken (the leader labels its pod) and handed back. On Kubernetes 1.37 the control plane
 runs with ``GenericWorkload`` on, so the gang gets its Workload and PodGroups (and the restart
 deletes the first attempt's). Then the audit log must show no 403 for those accounts, and every
@@ -47,7 +48,7 @@ from tests.e2e.controller_process import (
 )
 from tests.e2e.rbac import BASE_NAMESPACE, base_rbac_objects, service_account_kubeconfig
 from torchgate.pytorchjob.devices import RESOURCE_CLAIM, RESOURCE_CLAIM_TEMPLATE
-from torchgate_dev.controlplane import versions
+from torchgate_dev.controlplane import kwok, versions
 from torchgate_dev.controlplane.binaries import Binaries
 from torchgate_dev.controlplane.cluster import ClusterFeatures, ControlPlane
 from torchgate_dev.controlplane.processes import terminate
@@ -345,6 +346,7 @@ def audit_log(audited: Cluster, tmp_path_factory: pytest.TempPathFactory) -> lis
                         "cleanPodPolicy": "All",
                         "ttlSecondsAfterFinished": 0,
                     },
+                    quarantine={"faults": 1, "stuckPodSeconds": 5},
                 ),
                 policy(
                     "rbac-invalid",
@@ -477,6 +479,29 @@ def audit_log(audited: Cluster, tmp_path_factory: pytest.TempPathFactory) -> lis
             what="the finished job cleaned up and deleted (ttlSecondsAfterFinished 0)",
         )
         assert not live_pods(cluster, namespace, name)
+
+        # A job whose image never pulls: its first stuck pod quarantines its node (faults: 1,
+        # the controller patches the Node), its second ends it (backoffLimit 0), then TTL.
+        def image_never_pulls(raw: dict[str, Any]) -> None:
+            template = raw["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
+            template["metadata"] = {"annotations": kwok.image_pull_failure_annotation()}
+
+        typo = job("typo", namespace).master(gpus=1).run_policy(backoffLimit=0)
+        create_job(cluster, typo.edit(image_never_pulls).build())
+        cluster.wait_for(
+            lambda: any(
+                t.get("key") == "torchgate.io/quarantine"
+                for n in cluster.list_objects("node")
+                for t in n["spec"].get("taints") or []
+            ),
+            timeout=60,
+            what="a node quarantined (patched by the controller)",
+        )
+        cluster.wait_for(
+            lambda: get_job(cluster, namespace, "typo") is None,
+            timeout=60,
+            what="the job with a missing image failed and deleted",
+        )
     except BaseException:
         print(webhook.log()[-4000:], controller.log()[-4000:] if controller else "")
         raise

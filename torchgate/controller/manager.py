@@ -2,7 +2,8 @@
 
 Event handlers only map objects to job keys and enqueue them (pods and Services by their
 ``job-name`` label, the jobs with pods on a node whose readiness or ``NoExecute`` taints changed;
-nodes, pod capacity changes, PriorityClasses and TeamQuotas wake the admitter); workers run
+nodes, pod capacity changes, PriorityClasses and TeamQuotas wake the admitter; a node's
+quarantine wakes the quarantine keeper, which the reconciler tells of nodes' faults); workers run
 ``reconcile``
 with per-key exclusivity, retry failures with exponential backoff, honour ``requeue_after``
 timers, and a periodic resync re-queues every job as a safety net. Whether the cluster serves
@@ -20,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -31,6 +32,7 @@ from torchgate.controller.admission.slices import driver_keys, free_devices
 from torchgate.controller.job import status as st
 from torchgate.controller.job.disruption import node_health
 from torchgate.controller.job.gangobjects import serves_gang_objects
+from torchgate.controller.job.model import Event, EventType
 from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
 from torchgate.controller.leader import LeaderElector
 from torchgate.controller.metrics import ControllerMetrics, TeamShare
@@ -40,6 +42,7 @@ from torchgate.controller.poolservice import (
     mark_leader,
     serve_when_ready,
 )
+from torchgate.controller.quarantine.keeper import QuarantineKeeper
 from torchgate.controller.queue import NORMAL, URGENT, ShutDown, WorkQueue
 from torchgate.kube.client import KubeApi
 from torchgate.kube.dra import DraCaches
@@ -152,8 +155,15 @@ class Manager:
             job_states=lambda: (st.state_of(job) for job in self.jobs.values()),
             queue_depth=lambda: len(self.queue),
             events_dropped=lambda: self.reconciler.events.dropped,
+            quarantined_nodes=lambda: self.quarantine.quarantined(),
             waiting=lambda: self.admitter.demand(),
             teams=self._team_shares,
+        )
+        self.quarantine = QuarantineKeeper(
+            api,
+            nodes=self.nodes,
+            quarantines=self.metrics.node_quarantines,
+            record_event=self._record_event,
         )
         self.pool = PoolSource(
             api,
@@ -188,6 +198,7 @@ class Manager:
             options=settings.options,
             nodes=self.nodes,
             claims_for=self.dra.view,
+            node_faults=self.quarantine.record,
             gang_objects_served=lambda: self.gang_objects.served,
         )
         self._parsed_policies: dict[tuple[str, str], PlacementPolicy | None] = {}
@@ -201,6 +212,7 @@ class Manager:
         self.services.add_handler(self._on_pod)
         self.nodes.add_handler(self.admitter.on_node)
         self.nodes.add_handler(self._on_node)
+        self.nodes.add_handler(self.quarantine.on_node)
         self.policy_objects.add_handler(lambda *_: self._requeue_all())
         self.priority_classes.add_handler(lambda *_: self.admitter.wake())
         self.team_quotas.add_handler(lambda *_: self.admitter.wake())
@@ -308,6 +320,18 @@ class Manager:
         for key in self.admitter.jobs_on(name):
             self.queue.add(key, URGENT)
 
+    def _record_event(
+        self, about: Mapping[str, Any] | JobKey, type_: str, reason: str, message: str
+    ) -> None:
+        """An Event from the quarantine keeper: on a Node, or on a job (by key, if it exists)."""
+        event = Event(cast(EventType, type_), reason, message)
+        if isinstance(about, tuple):
+            job = self.jobs.get(*about)
+            if job is not None:
+                self.reconciler.events.record(job, event)
+        else:
+            self.reconciler.events.record_on_node(about, event)
+
     def _requeue_all(self) -> None:
         for job in self.jobs.values():
             self.queue.add(key_of(job))
@@ -361,6 +385,7 @@ class Manager:
             group.create_task(self.pool.write_statuses())
             group.create_task(self._resync())
             group.create_task(self.reconciler.events.run())
+            group.create_task(self.quarantine.run())
             for _ in range(self.settings.workers):
                 group.create_task(self._worker(NORMAL))
             for _ in range(self.settings.urgent_workers):

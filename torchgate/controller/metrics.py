@@ -4,10 +4,15 @@ Besides reconcile latency, queue depth and pod writes, three measure what torchg
 
 - ``torchgate_controller_gang_wait_seconds``: how long gangs waited for capacity before admission.
 - ``torchgate_controller_gang_restarts_total{cause}``: whole-gang restarts by cause
-  (``job.disruption.Cause``): ``ContainerFailed`` is the program's own failure, the only one
-  ``backoffLimit`` counts; ``NodeLost``, ``NodeTainted``, ``PodDisrupted``, ``PodDeleted`` are the
-  infrastructure's or someone else's, ``Preempted``, ``ScheduleTimeout`` and ``GangIncomplete``
+  (``job.disruption.Cause``): ``ContainerFailed`` is the program's own failure, ``Hang`` a
+  Master that made no progress for its deadline and ``ImagePullFailed`` an image the job's pods
+  could not pull a second time, the three ``backoffLimit`` counts; ``NodeLost``,
+  ``NodeTainted``, ``PodDisrupted``, ``PodDeleted``, ``PodStuck`` are the infrastructure's or
+  someone else's, ``Preempted``, ``ScheduleTimeout`` and ``GangIncomplete``
   torchgate's own.
+- ``torchgate_controller_quarantined_nodes`` and
+  ``torchgate_controller_node_quarantines_total{cause}``: nodes kept out of new placements now,
+  and quarantines set so far by the cause most of their faults had (``controller.quarantine``).
 - ``torchgate_controller_released_gpus_total`` and
   ``torchgate_controller_gpu_seconds_released_total``: GPUs torchgate freed by deleting
   still-running pods the moment a job ended, and the GPU-seconds returned to the pool since then:
@@ -80,6 +85,7 @@ class ControllerMetrics:
         job_states: Callable[[], Iterable[str]] = lambda: (),
         queue_depth: Callable[[], int] = lambda: 0,
         events_dropped: Callable[[], int] = lambda: 0,
+        quarantined_nodes: Callable[[], int] = lambda: 0,
         waiting: Callable[[], Iterable[WaitingDemand]] = lambda: (),
         teams: Callable[[], Iterable[TeamShare]] = lambda: (),
         clock: Callable[[], float] = time.monotonic,
@@ -112,7 +118,14 @@ class ControllerMetrics:
         )
         self.gang_restarts = Counter(
             "torchgate_controller_gang_restarts_total",
-            "Whole-gang restarts by cause (only ContainerFailed counts against backoffLimit).",
+            "Whole-gang restarts by cause (only ContainerFailed, Hang and ImagePullFailed count "
+            "against backoffLimit).",
+            ["cause"],
+            registry=self.registry,
+        )
+        self.node_quarantines = Counter(
+            "torchgate_controller_node_quarantines_total",
+            "Nodes quarantined, by the cause most of their counted faults had.",
             ["cause"],
             registry=self.registry,
         )
@@ -135,7 +148,9 @@ class ControllerMetrics:
         )
         self._held: dict[JobKey, tuple[int, float]] = {}  # GPUs freed, when
         self._retired_gpu_seconds = 0.0
-        self.registry.register(_ScrapeTime(self, job_states, queue_depth, events_dropped))
+        self.registry.register(
+            _ScrapeTime(self, job_states, queue_depth, events_dropped, quarantined_nodes)
+        )
         self.registry.register(_PoolGauges(waiting, teams))
 
     def record_release(self, key: JobKey, gpus: int, since_end: float | None) -> None:
@@ -170,8 +185,10 @@ class _ScrapeTime(Collector):
         job_states: Callable[[], Iterable[str]],
         queue_depth: Callable[[], int],
         events_dropped: Callable[[], int],
+        quarantined_nodes: Callable[[], int],
     ) -> None:
         self.metrics = metrics
+        self.quarantined_nodes = quarantined_nodes
         self.job_states = job_states
         self.queue_depth = queue_depth
         self.events_dropped = events_dropped
@@ -190,6 +207,11 @@ class _ScrapeTime(Collector):
             "torchgate_controller_queue_depth",
             "Jobs queued for reconcile.",
             value=self.queue_depth(),
+        )
+        yield GaugeMetricFamily(
+            "torchgate_controller_quarantined_nodes",
+            "Nodes carrying torchgate's quarantine taint.",
+            value=self.quarantined_nodes(),
         )
         yield CounterMetricFamily(
             "torchgate_controller_events_dropped",

@@ -50,6 +50,7 @@ Rules (each one function):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -58,6 +59,7 @@ from typing import Any, Final, Protocol
 from torchgate.pytorchjob.spec import container_requests, pod_spec_of
 
 _OBJECT: Final = (dict, Mapping)
+_ZERO: Final = Decimal(0)
 
 RESOURCE_CLAIM: Final = "ResourceClaim"
 RESOURCE_CLAIM_TEMPLATE: Final = "ResourceClaimTemplate"
@@ -169,12 +171,18 @@ def gpu_sources(
     """
     listed = frozenset(gpu_device_classes)
     if not listed:
-        return GpuSources(gpu_resource)
+        return plain_sources(gpu_resource)
     known = class_resources or {}
     classes = listed | {name for name, resource in known.items() if resource == gpu_resource}
     keys = {c: known.get(c) or gpu_resource for c in sorted(classes)}
     extended = frozenset(keys.values()) - {gpu_resource}
     return GpuSources(gpu_resource, extended, keys)
+
+
+@functools.lru_cache(maxsize=64)
+def plain_sources(gpu_resource: str) -> GpuSources:
+    """``gpu_sources`` of a policy without ``gpuDeviceClasses``: built once per resource name."""
+    return GpuSources(gpu_resource)
 
 
 # ------------------------------------------------------------------ rules 2-3: claims
@@ -275,6 +283,8 @@ def container_claims(container: Mapping[str, Any]) -> list[tuple[str, str | None
 
 
 def _extended_gpus(container: Mapping[str, Any], sources: GpuSources) -> Decimal:
+    if not sources.extended:  # the usual policy: one lookup (an integer count parses nothing)
+        return container_requests(container, only=sources.resource).get(sources.resource, _ZERO)
     total = Decimal(0)
     for resource in sorted(sources.resources):  # usually one: parse nothing else
         total += container_requests(container, only=resource).get(resource, Decimal(0))
@@ -345,7 +355,7 @@ def pod_gpus(
     pod_spec: Mapping[str, Any], sources: GpuSources, claims: ClaimLookup = NO_CLAIMS
 ) -> Decimal | None:
     """GPUs a pod holds: its effective extended request plus every pod-level claim (rule 5)."""
-    claimed = pod_claimed_gpus(pod_spec, sources, claims)
+    claimed = pod_claimed_gpus(pod_spec, sources, claims) if sources.counts_claims else _ZERO
     if claimed is None:
         return None
     containers = pod_spec.get("containers")
@@ -353,6 +363,36 @@ def pod_gpus(
         if isinstance(container, _OBJECT):
             claimed += _extended_gpus(container, sources)
     return claimed
+
+
+def replica_gpus(
+    pod_spec: Mapping[str, Any], sources: GpuSources, claims: ClaimLookup = NO_CLAIMS
+) -> tuple[Decimal | None, int | None]:
+    """``pod_gpus`` and the index of the first container with GPUs (``container_gpus`` not 0).
+
+    One walk of the containers when no claim can count (the usual policy): the webhook reads
+    this for every replica of every review.
+    """
+    containers = pod_spec.get("containers")
+    entries = containers if isinstance(containers, list) else ()
+    first: int | None = None
+    if not sources.counts_claims:
+        total = _ZERO
+        for index, container in enumerate(entries):
+            if isinstance(container, _OBJECT):
+                amount = _extended_gpus(container, sources)
+                if amount != 0:
+                    total += amount
+                    if first is None:
+                        first = index
+        return total, first
+    for index, container in enumerate(entries):
+        if not isinstance(container, _OBJECT):
+            continue
+        if container_gpus(container, pod_spec, sources, claims) != 0:  # unknown (None) too
+            first = index
+            break
+    return pod_gpus(pod_spec, sources, claims), first
 
 
 # ------------------------------------------------------------------ rule 6: not seen yet

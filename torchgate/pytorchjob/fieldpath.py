@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -59,6 +59,7 @@ class FieldPath:
     segments: tuple[str | int, ...] = ()
     # True for segments that are map keys (rendered ``[k]``); parallel to ``segments``.
     keyed: tuple[bool, ...] = ()
+    _text: str | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def root(cls, *names: str) -> FieldPath:
@@ -78,15 +79,26 @@ class FieldPath:
         return FieldPath((*self.segments, index), (*self.keyed, False))
 
     def __str__(self) -> str:
-        out: list[str] = []
-        for segment, is_key in zip(self.segments, self.keyed, strict=True):
-            if is_key or isinstance(segment, int):
-                out.append(f"[{segment}]")
-            elif out:
-                out.append(f".{segment}")
-            else:
-                out.append(segment)
-        return "".join(out)
+        # A path renders once: warnings and errors of every review print the same few paths
+        # (defaulting and the rules share their path objects), and rendering is most of the
+        # cost of a warning. The text is kept beside the fields; it takes no part in equality.
+        text = self._text
+        if text is None:
+            text = _render(self.segments, self.keyed)
+            object.__setattr__(self, "_text", text)
+        return text
+
+
+def _render(segments: tuple[str | int, ...], keyed: tuple[bool, ...]) -> str:
+    out: list[str] = []
+    for segment, is_key in zip(segments, keyed, strict=True):
+        if is_key or isinstance(segment, int):
+            out.append(f"[{segment}]")
+        elif out:
+            out.append(f".{segment}")
+        else:
+            out.append(segment)
+    return "".join(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,15 +134,21 @@ class FieldWarning:
 
     path: FieldPath
     text: str
+    _rendered: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def render(self) -> str:
         """The AdmissionReview warning string (``torchgate: <path>: <text>``)."""
-        return f"torchgate: {self.path}: {self.text}"
+        rendered = self._rendered  # kept, like a path's text: warnings are often shared
+        if rendered is None:
+            rendered = f"torchgate: {self.path}: {self.text}"
+            object.__setattr__(self, "_rendered", rendered)
+        return rendered
 
 
 def render_warnings(warnings: Iterable[FieldWarning]) -> tuple[str, ...]:
     """The warning strings an AdmissionReview response (and ``torchgate check``) carries."""
-    return tuple(warning.render() for warning in warnings)
+    # A warning rendered before (most are: they are shared) is read, not rendered again.
+    return tuple([w._rendered if w._rendered is not None else w.render() for w in warnings])
 
 
 def render_value(value: Any) -> str:

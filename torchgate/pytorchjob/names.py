@@ -63,6 +63,13 @@ ANNOTATION_HOSTS: Final = "torchgate.io/hosts"
 ANNOTATION_PLANNED_NODE: Final = "torchgate.io/planned-node"
 ANNOTATION_GANG_ATTEMPT: Final = "torchgate.io/gang-attempt"
 
+# A quarantined node: a NoSchedule taint (kube-scheduler and torchgate's placement both honour
+# it; its value is the cause) and labels that ``kubectl get nodes -L`` shows: the cause and the
+# end of the cooldown in ISO 8601 basic format (``20261126T193000Z``, a valid label value).
+TAINT_QUARANTINE: Final = "torchgate.io/quarantine"
+LABEL_QUARANTINE: Final = TAINT_QUARANTINE
+LABEL_QUARANTINE_UNTIL: Final = "torchgate.io/quarantine-until"
+
 DNS_LABEL_MAX: Final = 63
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -3,9 +3,12 @@
 A policy says where jobs of some namespaces go (``nodeSelector``, ``tolerations``,
 ``allowedHosts``), what they may use (``maxGPUsPerJob``, ``allowedHostPaths``, ``allowPrivileged``,
 ``allowCleanPodPolicyNone``), which resources and DeviceClasses (``gpuDeviceClasses``) count as
-GPUs and which resources as RDMA devices, which run-policy
-defaults the webhook persists, and (parsed by ``pool.parse_pool_settings``) what preemption may
-not touch and which node labels are topology levels. Exactly one policy applies to a job: the
+GPUs and which resources as RDMA devices, which run-policy defaults the webhook persists, (parsed
+by ``pool.parse_pool_settings``) what preemption may not touch and which node labels are topology
+levels, and when a node where the policy's gangs keep failing for reasons outside the job is
+quarantined (``spec.quarantine``: the faults of a job count with its own policy's thresholds, so
+one pool's admins decide for their nodes), and the progress deadline of its jobs
+(``spec.progressDeadlineSeconds``, see ``progress``). Exactly one policy applies to a job: the
 matching one with the highest ``priority`` (ties broken by name, so the choice never depends on
 list order), or the built-in default when none matches.
 
@@ -15,13 +18,14 @@ left out, so one bad object cannot take admission down.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from torchgate.pytorchjob import names
-from torchgate.pytorchjob.devices import ClaimLookup, GpuSources, gpu_sources
+from torchgate.pytorchjob.devices import ClaimLookup, GpuSources, gpu_sources, plain_sources
 from torchgate.pytorchjob.fieldpath import (
     FieldError,
     FieldPath,
@@ -31,6 +35,7 @@ from torchgate.pytorchjob.fieldpath import (
     required,
 )
 from torchgate.pytorchjob.pool import PreemptionSettings, TopologySettings, parse_pool_settings
+from torchgate.pytorchjob.progress import parse_deadline
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
 from torchgate.pytorchjob.spec import as_int
 
@@ -48,6 +53,21 @@ class JobDefaults:
     ttl_seconds_after_finished: int | None = None
     managed_by: str | None = None
     schedule_timeout_seconds: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineSettings:
+    """When a node where gangs keep failing for reasons outside the job is set aside.
+
+    ``faults`` infrastructure faults on one node within ``window_seconds`` quarantine it for
+    ``cooldown_seconds`` (``faults: 0`` never quarantines); a pod bound to a node that has not
+    started its containers after ``stuck_pod_seconds`` is such a fault (``PodStuck``).
+    """
+
+    faults: int = 3
+    window_seconds: int = 1800
+    cooldown_seconds: int = 3600
+    stuck_pod_seconds: int = 600
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +92,8 @@ class PlacementPolicy:
     job_defaults: JobDefaults = field(default_factory=JobDefaults)
     preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
     topology: TopologySettings = field(default_factory=TopologySettings)
+    quarantine: QuarantineSettings = field(default_factory=QuarantineSettings)
+    progress_deadline_seconds: int | None = None
     builtin: bool = False
 
     def matches(self, namespace: str) -> bool:
@@ -84,18 +106,26 @@ class PlacementPolicy:
         ``seen``: what the caller sees of DRA (its DeviceClasses' ``extendedResourceName``); read
         only when the policy lists ``gpuDeviceClasses``.
         """
-        if not self.gpu_device_classes or seen is None:
+        if not self.gpu_device_classes:  # the usual policy: no lookup, no new object
+            return plain_sources(self.gpu_resource)
+        if seen is None:
             return gpu_sources(self.gpu_resource, self.gpu_device_classes)
         return gpu_sources(self.gpu_resource, self.gpu_device_classes, seen.class_resources)
 
     def allows_host_path(self, path: str) -> bool:
         """Whether a hostPath volume at ``path`` is under one of the allowed prefixes."""
-        normalised = "/" + path.strip("/")
-        for prefix in self.allowed_host_paths:
-            root = "/" + prefix.strip("/")
-            if root == "/" or normalised == root or normalised.startswith(root + "/"):
-                return True
-        return False
+        return _under_a_prefix(self.allowed_host_paths, path)
+
+
+# Every review asks about the same few paths of the same policy: decide each pair once.
+@functools.lru_cache(maxsize=1024)
+def _under_a_prefix(prefixes: tuple[str, ...], path: str) -> bool:
+    normalised = "/" + path.strip("/")
+    for prefix in prefixes:
+        root = "/" + prefix.strip("/")
+        if root == "/" or normalised == root or normalised.startswith(root + "/"):
+            return True
+    return False
 
 
 DEFAULT_POLICY = PlacementPolicy(builtin=True)
@@ -179,6 +209,8 @@ def parse_policy(raw: object) -> tuple[PlacementPolicy | None, list[FieldError]]
         job_defaults=_parse_job_defaults(spec.get("jobDefaults"), errors),
         preemption=sharing.preemption,
         topology=sharing.topology,
+        quarantine=_parse_quarantine(spec.get("quarantine"), errors),
+        progress_deadline_seconds=_parse_progress_deadline(spec, errors),
     )
     return (None, errors) if errors else (policy, [])
 
@@ -284,3 +316,44 @@ def _parse_job_defaults(value: object, errors: list[FieldError]) -> JobDefaults:
         managed_by=managed_by,
         schedule_timeout_seconds=_non_negative_int(value, "scheduleTimeoutSeconds", path, errors),
     )
+
+
+def _parse_quarantine(value: object, errors: list[FieldError]) -> QuarantineSettings:
+    """``spec.quarantine``: non-negative ``faults``, positive seconds; absent fields default."""
+    path = _SPEC.child("quarantine")
+    base = QuarantineSettings()
+    if value is None:
+        return base
+    if not isinstance(value, Mapping):
+        errors.append(invalid(path, value, "must be an object"))
+        return base
+    faults = _non_negative_int(value, "faults", path, errors)
+
+    def positive(key: str, default: int) -> int:
+        raw = value.get(key)
+        if raw is None:
+            return default
+        number = as_int(raw)
+        if number is None or number <= 0:
+            errors.append(invalid(path.child(key), raw, "must be a positive integer"))
+            return default
+        return number
+
+    return QuarantineSettings(
+        faults=base.faults if faults is None else faults,
+        window_seconds=positive("windowSeconds", base.window_seconds),
+        cooldown_seconds=positive("cooldownSeconds", base.cooldown_seconds),
+        stuck_pod_seconds=positive("stuckPodSeconds", base.stuck_pod_seconds),
+    )
+
+
+def _parse_progress_deadline(spec: Mapping[str, Any], errors: list[FieldError]) -> int | None:
+    """``spec.progressDeadlineSeconds``: a positive integer, the hang deadline of its jobs."""
+    value = spec.get("progressDeadlineSeconds")
+    if value is None:
+        return None
+    seconds = parse_deadline(value) if not isinstance(value, str) else None
+    if seconds is None:
+        path = _SPEC.child("progressDeadlineSeconds")
+        errors.append(invalid(path, value, "must be a positive integer"))
+    return seconds

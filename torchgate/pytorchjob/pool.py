@@ -31,7 +31,8 @@ Rules (each one function):
    ``torchgate.io/topology-preferred`` (not both) naming one of the levels; without either, the
    policy's default level and mode apply; without a default, the gang is only packed tightly.
 5. ``quota_ceiling``: the most a team can ever hold of one resource: its nominal plus its
-   borrowing limit, and never more than the sum of its cohort's nominal quotas;
+   borrowing limit, and never more than the sum of its cohort's nominal quotas
+   (``quota_ceilings``: every resource of a team at once, to keep);
    ``never_admissible`` says why a job asking for more can never be admitted (the webhook
    refuses it).
 6. ``quota_usage``: what pods count against their team: the sum of what each takes from its node
@@ -449,13 +450,33 @@ def quota_ceiling(team: TeamQuota, cohort: Iterable[TeamQuota], resource: str) -
     return min(pool, limit.nominal + limit.borrowing)
 
 
-def never_admissible(
-    team: TeamQuota, cohort: Iterable[TeamQuota], usage: Mapping[str, int]
-) -> tuple[str, str] | None:
-    """``(resource, message)`` when a gang using ``usage`` exceeds its team's ceiling (rule 5)."""
+def quota_ceilings(team: TeamQuota, cohort: Iterable[TeamQuota]) -> dict[str, int]:
+    """``quota_ceiling`` of every resource ``team`` has a quota for (rule 5)."""
     teams = list(cohort)
-    for resource, want in usage.items():
+    ceilings: dict[str, int] = {}
+    for resource in team.limits:
         ceiling = quota_ceiling(team, teams, resource)
+        if ceiling is not None:
+            ceilings[resource] = ceiling
+    return ceilings
+
+
+def never_admissible(
+    team: TeamQuota,
+    cohort: Iterable[TeamQuota],
+    usage: Mapping[str, int],
+    *,
+    ceilings: Mapping[str, int] | None = None,
+) -> tuple[str, str] | None:
+    """``(resource, message)`` when a gang using ``usage`` exceeds its team's ceiling (rule 5).
+
+    ``ceilings``: ``quota_ceilings(team, cohort)``, when the caller keeps them (the webhook
+    keeps them with the team it caches per namespace, instead of summing the cohort per review).
+    """
+    if ceilings is None:
+        ceilings = quota_ceilings(team, cohort)
+    for resource, want in usage.items():
+        ceiling = ceilings.get(resource)
         if ceiling is not None and want > ceiling:
             unit = "GPUs" if resource == GPUS else resource
             return resource, (

@@ -140,6 +140,8 @@ def canonical_replica_type(key: object) -> names.ReplicaType | None:
 
 def as_int(value: object) -> int | None:
     """An integer from JSON (rejects booleans and non-integral numbers), else ``None``."""
+    if type(value) is int:
+        return value
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -363,19 +365,38 @@ def container_requests(
     resources = container.get("resources")
     if not isinstance(resources, _OBJECT):
         return {}
+    if only is not None:  # one lookup per section, not a walk of every resource
+        for section in ("requests", "limits"):  # the first usable amount wins
+            values = resources.get(section)
+            if isinstance(values, _OBJECT):
+                value = values.get(only)
+                if type(value) is int:  # the usual GPU count, without the parsing calls
+                    return {only: Decimal(value)}
+                amount = None if value is None else _quantity_or_none(value)  # null: none
+                if amount is not None:
+                    return {only: amount}
+        return {}
     out: dict[str, Decimal] = {}
     for section in ("limits", "requests"):  # requests win where both are given
         values = resources.get(section)
         if not isinstance(values, _OBJECT):
             continue
         for name, quantity in values.items():
-            if only is not None and name != only:
-                continue
             try:
                 out[str(name)] = parse_quantity(quantity)
             except QuantityError:
                 continue
     return out
+
+
+_ZERO: Final = Decimal(0)
+
+
+def _quantity_or_none(value: object) -> Decimal | None:
+    try:
+        return parse_quantity(value)
+    except QuantityError:
+        return None
 
 
 def pod_requests(pod_spec: Mapping[str, Any], *, only: str | None = None) -> dict[str, Decimal]:
@@ -384,22 +405,26 @@ def pod_requests(pod_spec: Mapping[str, Any], *, only: str | None = None) -> dic
     ``only`` limits the answer to one resource, as for ``container_requests``.
     """
     total: dict[str, Decimal] = {}
-    for container in containers_of(pod_spec):
-        for name, amount in container_requests(container, only=only).items():
-            total[name] = total.get(name, Decimal(0)) + amount
-    for init in containers_of(pod_spec, "initContainers"):
-        for name, amount in container_requests(init, only=only).items():
-            if init.get("restartPolicy") == "Always":  # sidecar: runs beside the containers
-                total[name] = total.get(name, Decimal(0)) + amount
-            elif amount > total.get(name, Decimal(0)):
-                total[name] = amount
+    containers = pod_spec.get("containers")
+    if isinstance(containers, list):
+        for container in containers:
+            if isinstance(container, _OBJECT):
+                for name, amount in container_requests(container, only=only).items():
+                    total[name] = total.get(name, _ZERO) + amount
+    if "initContainers" in pod_spec:
+        for init in containers_of(pod_spec, "initContainers"):
+            for name, amount in container_requests(init, only=only).items():
+                if init.get("restartPolicy") == "Always":  # sidecar: runs beside the containers
+                    total[name] = total.get(name, _ZERO) + amount
+                elif amount > total.get(name, _ZERO):
+                    total[name] = amount
     overhead = pod_spec.get("overhead")
-    if isinstance(overhead, _OBJECT):
+    if overhead is not None and isinstance(overhead, _OBJECT):  # None: no ABC check
         for name, quantity in overhead.items():
             if only is not None and name != only:
                 continue
             try:
-                total[str(name)] = total.get(str(name), Decimal(0)) + parse_quantity(quantity)
+                total[str(name)] = total.get(str(name), _ZERO) + parse_quantity(quantity)
             except QuantityError:
                 continue
     return total

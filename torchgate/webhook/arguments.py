@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Literal, NamedTuple
 
 from torchgate.pytorchjob import contract
@@ -142,6 +142,12 @@ class CommandLine:
     uses_launcher: bool = False
     # Framework flags that may ask for GPUs (``--gpus``, ``--accelerator``, ``--device``...).
     gpu_flags: tuple[FlagUse, ...] = ()
+    # The names of the flag kinds above that the line has: a rule about one kind runs only then.
+    said: tuple[str, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        kinds = ("backends", "stray", "nnodes", "nproc_per_node", "gpu_flags")
+        object.__setattr__(self, "said", tuple(kind for kind in kinds if getattr(self, kind)))
 
 
 _NOTHING_FOUND: Final = CommandLine()

@@ -44,6 +44,8 @@ from torchgate.pytorchjob.spec import (
 SHM_PATH = "/dev/shm"
 SHM_VOLUME = "torchgate-dshm"
 IPC_LOCK = "IPC_LOCK"
+_RESTART_POLICY_DEFAULTED: Final = f"defaulted to {names.DEFAULT_RESTART_POLICY}"
+_PORT_ADDED: Final = f"added {names.PORT_NAME} {names.DEFAULT_PORT}"
 _RESTORED_ON_UPDATE = ("cleanPodPolicy", "backoffLimit", "ttlSecondsAfterFinished", "managedBy")
 
 Token = str | int
@@ -83,14 +85,25 @@ class _Editor:
         if node is None:
             parent = self._writable(tokens[:-1])
             node = parent[tokens[-1]]
-            node = dict(node) if isinstance(node, _OBJECT) else list(node)
+            node = list(node) if isinstance(node, list) else dict(node)
             parent[tokens[-1]] = node
             self._copies[tokens] = node
         return node
 
+    def get(self, tokens: tuple[Token, ...]) -> Any:
+        """The node at ``tokens`` in the edited tree (read only)."""
+        node = self._copies.get(tokens)
+        if node is None:
+            node = self.root
+            for token in tokens:
+                node = node[token]
+        return node
+
     def set(self, parent: tuple[Token, ...], key: str, value: Any) -> None:
         """Add or replace member ``key`` of the object at ``parent``."""
-        node = self._writable(parent)
+        node = self._copies.get(parent)  # the usual case: a container this editor made
+        if node is None:
+            node = self._writable(parent)
         if key in node:
             self._copies = {(): self.root}
         node[key] = value
@@ -98,7 +111,10 @@ class _Editor:
 
     def append(self, parent: tuple[Token, ...], value: Any) -> None:
         """Append ``value`` to the list at ``parent``."""
-        self._writable(parent).append(value)
+        node = self._copies.get(parent)
+        if node is None:
+            node = self._writable(parent)
+        node.append(value)
         self.ops.append({"op": "add", "path": _pointer((*parent, "-")), "value": value})
 
     def move(self, parent: tuple[Token, ...], source: str, target: str) -> None:
@@ -132,6 +148,94 @@ def _path(tokens: Sequence[Token]) -> FieldPath:
             path = path.child(token)
         previous = token
     return path
+
+
+_RUN_POLICY_REASONS: Final = {
+    "cleanPodPolicy": "pods still running when the job ends are deleted",
+    "managedBy": "the Kubeflow training-operator leaves this job alone",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _PolicyView:
+    """What defaulting derives from a policy alone, built once per policy, not per review."""
+
+    source: str  # how warnings and errors name the policy
+    node_selector: tuple[tuple[str, str], ...]  # sorted, the order the patch adds them in
+    node_selector_added: str  # the warning when every one of them is added
+    tolerations_added: str  # the warning when every toleration is added
+    rdma: frozenset[str]
+    ipc_lock_added: dict[str, str]  # the warning, by the RDMA resource that asks for IPC_LOCK
+    shared_memory: str  # the warning for a /dev/shm volume
+    # (field, value, warning) of each run-policy default, in the order they are added.
+    run_policy: tuple[tuple[str, Any, str], ...]
+    schedule_timeout: tuple[str, Any, str] | None  # the same for scheduleTimeoutSeconds
+
+    @classmethod
+    def of(cls, policy: PlacementPolicy) -> _PolicyView:
+        """The view of ``policy``."""
+        defaults = policy.job_defaults
+        wanted: dict[str, Any] = {"cleanPodPolicy": defaults.clean_pod_policy}
+        if defaults.backoff_limit is not None:
+            wanted["backoffLimit"] = defaults.backoff_limit
+        if defaults.ttl_seconds_after_finished is not None:
+            wanted["ttlSecondsAfterFinished"] = defaults.ttl_seconds_after_finished
+        if defaults.managed_by is not None:
+            wanted["managedBy"] = defaults.managed_by
+        run_policy = []
+        for key, value in wanted.items():
+            reason = f" ({_RUN_POLICY_REASONS[key]})" if key in _RUN_POLICY_REASONS else ""
+            run_policy.append((key, value, f"defaulted to {value}{reason}"))
+        source = f"PlacementPolicy {policy.name}"
+        node_selector = tuple(sorted(policy.node_selector.items()))
+        size = policy.shared_memory_size_limit or "no size limit"
+        return cls(
+            source=source,
+            node_selector=node_selector,
+            node_selector_added=_added(", ".join(f"{k}={v}" for k, v in node_selector), source),
+            tolerations_added=_added(str(len(policy.tolerations)), source),
+            rdma=frozenset(policy.rdma_resources),
+            ipc_lock_added={name: _ipc_lock_added(name) for name in policy.rdma_resources},
+            shared_memory=f"mounted a memory-backed emptyDir at {SHM_PATH} ({size})",
+            run_policy=tuple(run_policy),
+            schedule_timeout=None
+            if defaults.schedule_timeout_seconds is None
+            else (
+                "scheduleTimeoutSeconds",
+                defaults.schedule_timeout_seconds,
+                f"defaulted to {defaults.schedule_timeout_seconds}",
+            ),
+        )
+
+
+def _added(what: str, source: str) -> str:
+    return f"added {what} from {source}"
+
+
+def _ipc_lock_added(resource: str) -> str:
+    return f"added {IPC_LOCK} for {resource} (RDMA needs locked memory)"
+
+
+# Views by policy identity (a policy holds dicts, so it has no hash): the webhook serves a few
+# policies for a long time, each replaced as a whole when its object changes.
+_VIEWS: dict[int, tuple[PlacementPolicy, _PolicyView]] = {}
+_VIEWS_KEPT: Final = 64
+
+
+def _view_of(policy: PlacementPolicy) -> _PolicyView:
+    entry = _VIEWS.get(id(policy))
+    if entry is None or entry[0] is not policy:  # holding the policy keeps its id unique
+        if len(_VIEWS) >= _VIEWS_KEPT:
+            _VIEWS.clear()
+        entry = (policy, _PolicyView.of(policy))
+        _VIEWS[id(policy)] = entry
+    return entry[1]
+
+
+@functools.lru_cache(maxsize=4096)
+def _warning(tokens: tuple[Token, ...], text: str) -> FieldWarning:
+    """The warning about the field at ``tokens`` (immutable, so one object serves every job)."""
+    return FieldWarning(_path(tokens), text)
 
 
 def default_job(
@@ -200,14 +304,13 @@ class _JobDefaulter:
         self.policy = policy
         self.claims = claims
         self.gpus = policy.gpus(claims)
+        self.view = _view_of(policy)
         self.result = result
+        self.warnings = result.warnings
         self.job: dict[str, Any] = editor.root
         metadata = self.job.get("metadata")
         annotations = metadata.get("annotations") if isinstance(metadata, _OBJECT) else None
         self.hosts = pinned_hosts(annotations)
-
-    def warn(self, tokens: tuple[Token, ...], text: str) -> None:
-        self.result.warnings.append(FieldWarning(_path(tokens), text))
 
     def run(self) -> None:
         specs = self.job["spec"].get("pytorchReplicaSpecs")
@@ -215,8 +318,9 @@ class _JobDefaulter:
             self._normalise_keys(specs)
             specs = self.job["spec"]["pytorchReplicaSpecs"]
             for replica_type in names.REPLICA_TYPES:
-                if isinstance(specs.get(replica_type), _OBJECT):
-                    self._default_replica(("spec", "pytorchReplicaSpecs", replica_type))
+                replica = specs.get(replica_type)
+                if isinstance(replica, _OBJECT):
+                    self._default_replica(("spec", "pytorchReplicaSpecs", replica_type), replica)
         self._default_run_policy()
 
     # ------------------------------------------------------------------ replica specs
@@ -224,6 +328,8 @@ class _JobDefaulter:
     def _normalise_keys(self, specs: Mapping[str, Any]) -> None:
         parent = ("spec", "pytorchReplicaSpecs")
         for key in list(specs):
+            if key in names.REPLICA_TYPES:  # already canonical: the usual case
+                continue
             canonical = canonical_replica_type(key)
             if canonical is None or canonical == key:
                 continue
@@ -237,58 +343,71 @@ class _JobDefaulter:
                 )
                 continue
             self.editor.move(parent, key, canonical)
-            self.warn((*parent, canonical), f"renamed from {key!r}")
+            self.warnings.append(_warning((*parent, canonical), f"renamed from {key!r}"))
 
-    def _default_replica(self, at: tuple[Token, ...]) -> None:
-        replica = self._get(at)
+    # A replica's defaults read the nodes as they were before its own writes, passed down: each
+    # default reads only fields no earlier default of the replica writes (``_pin_hosts``, which
+    # reads the node selector ``_default_placement`` may have written, reads through the editor).
+    def _default_replica(self, at: tuple[Token, ...], replica: Mapping[str, Any]) -> None:
         if "replicas" not in replica:
             self.editor.set(at, "replicas", 1)
-            self.warn((*at, "replicas"), "defaulted to 1")
+            self.warnings.append(_warning((*at, "replicas"), "defaulted to 1"))
         if "restartPolicy" not in replica:
             self.editor.set(at, "restartPolicy", names.DEFAULT_RESTART_POLICY)
-            self.warn((*at, "restartPolicy"), f"defaulted to {names.DEFAULT_RESTART_POLICY}")
+            self.warnings.append(_warning((*at, "restartPolicy"), _RESTART_POLICY_DEFAULTED))
         template = replica.get("template")
         if not isinstance(template, _OBJECT) or not isinstance(template.get("spec"), _OBJECT):
             return
         pod_at = (*at, "template", "spec")
-        pod_spec = self._get(pod_at)
+        pod_spec = template["spec"]
         containers = pod_spec.get("containers")
         if not isinstance(containers, list):
             return
         pytorch = pytorch_container_index(pod_spec)
         if pytorch is not None:
-            self._default_port((*pod_at, "containers", pytorch))
+            self._default_port((*pod_at, "containers", pytorch), containers[pytorch])
             if pod_gpus(pod_spec, self.gpus, self.claims) != 0:
-                self._default_shared_memory(pod_at, pytorch)
+                self._default_shared_memory(pod_at, pod_spec, pytorch, containers[pytorch])
         for index, container in enumerate(containers):
             if isinstance(container, _OBJECT):
                 self._default_ipc_lock((*pod_at, "containers", index), container)
-        self._default_placement(pod_at)
+        self._default_placement(pod_at, pod_spec)
 
-    def _default_port(self, at: tuple[Token, ...]) -> None:
-        ports = self._get(at).get("ports")
+    def _default_port(self, at: tuple[Token, ...], container: Mapping[str, Any]) -> None:
+        ports = container.get("ports")
         port = {"name": names.PORT_NAME, "containerPort": names.DEFAULT_PORT}
         if ports is None:
             self.editor.set(at, "ports", [port])
         elif isinstance(ports, list):
-            if any(isinstance(p, _OBJECT) and p.get("name") == names.PORT_NAME for p in ports):
-                return
+            for existing in ports:
+                if isinstance(existing, _OBJECT) and existing.get("name") == names.PORT_NAME:
+                    return
             self.editor.append((*at, "ports"), port)
         else:
             return
-        self.warn((*at, "ports"), f"added {names.PORT_NAME} {names.DEFAULT_PORT}")
+        self.warnings.append(_warning((*at, "ports"), _PORT_ADDED))
 
-    def _default_shared_memory(self, pod_at: tuple[Token, ...], pytorch: int) -> None:
+    def _default_shared_memory(
+        self,
+        pod_at: tuple[Token, ...],
+        pod_spec: Mapping[str, Any],
+        pytorch: int,
+        container: Mapping[str, Any],
+    ) -> None:
         container_at = (*pod_at, "containers", pytorch)
-        mounts = self._get(container_at).get("volumeMounts")
+        mounts = container.get("volumeMounts")
         if mounts is not None and not isinstance(mounts, list):
             return
-        if any(isinstance(m, _OBJECT) and m.get("mountPath") == SHM_PATH for m in mounts or []):
-            return
-        volumes = self._get(pod_at).get("volumes")
+        for mount in mounts or ():
+            if isinstance(mount, _OBJECT) and mount.get("mountPath") == SHM_PATH:
+                return
+        volumes = pod_spec.get("volumes")
         if volumes is not None and not isinstance(volumes, list):
             return
-        taken = {v.get("name") for v in volumes or [] if isinstance(v, _OBJECT)}
+        taken = set()
+        for volume in volumes or ():
+            if isinstance(volume, _OBJECT):
+                taken.add(volume.get("name"))
         name = SHM_VOLUME
         suffix = 1
         while name in taken:
@@ -307,21 +426,23 @@ class _JobDefaulter:
             self.editor.set(container_at, "volumeMounts", [mount])
         else:
             self.editor.append((*container_at, "volumeMounts"), mount)
-        size = self.policy.shared_memory_size_limit or "no size limit"
-        self.warn(container_at, f"mounted a memory-backed emptyDir at {SHM_PATH} ({size})")
+        self.warnings.append(_warning(container_at, self.view.shared_memory))
 
     def _default_ipc_lock(self, at: tuple[Token, ...], container: Mapping[str, Any]) -> None:
         resources = container.get("resources")
         if not isinstance(resources, _OBJECT):
             return
-        wanted = [
-            name
-            for section in ("limits", "requests")
-            if isinstance(resources.get(section), _OBJECT)
-            for name in resources[section]
-            if name in self.policy.rdma_resources
-        ]
-        if not wanted:
+        rdma = self.view.rdma
+        wanted = None  # the first RDMA resource asked for, limits before requests
+        for section in ("limits", "requests"):
+            values = resources.get(section)
+            if isinstance(values, _OBJECT) and not rdma.isdisjoint(values):
+                for name in values:
+                    if name in rdma:
+                        wanted = name
+                        break
+                break
+        if wanted is None:
             return
         context = container.get("securityContext")
         if context is None:
@@ -340,25 +461,25 @@ class _JobDefaulter:
             self.editor.append((*at, "securityContext", "capabilities", "add"), IPC_LOCK)
         else:
             return
-        self.warn(
-            (*at, "securityContext", "capabilities", "add"),
-            f"added {IPC_LOCK} for {wanted[0]} (RDMA needs locked memory)",
+        self.warnings.append(
+            _warning(
+                (*at, "securityContext", "capabilities", "add"), self.view.ipc_lock_added[wanted]
+            )
         )
 
     # ------------------------------------------------------------------ placement
 
-    def _default_placement(self, pod_at: tuple[Token, ...]) -> None:
-        pod_spec = self._get(pod_at)
-        source = f"PlacementPolicy {self.policy.name}"
+    def _default_placement(self, pod_at: tuple[Token, ...], pod_spec: Mapping[str, Any]) -> None:
+        source = self.view.source
         selector = pod_spec.get("nodeSelector")
-        if self.policy.node_selector and (selector is None or isinstance(selector, _OBJECT)):
+        if self.view.node_selector and (selector is None or isinstance(selector, _OBJECT)):
             added = []
-            for key, value in sorted(self.policy.node_selector.items()):
+            for key, value in self.view.node_selector:
                 current = (selector or {}).get(key)
                 if current is None:
                     if selector is None:
-                        self.editor.set(pod_at, "nodeSelector", {key: value})
-                        selector = self._get(pod_at)["nodeSelector"]
+                        selector = {key: value}
+                        self.editor.set(pod_at, "nodeSelector", selector)
                     else:
                         self.editor.set((*pod_at, "nodeSelector"), key, value)
                     added.append(f"{key}={value}")
@@ -370,16 +491,24 @@ class _JobDefaulter:
                             f"{source} places jobs of this namespace on {key}={value}",
                         )
                     )
-            if added:
-                self.warn((*pod_at, "nodeSelector"), f"added {', '.join(added)} from {source}")
-        self._default_tolerations(pod_at, source)
+            if len(added) == len(self.view.node_selector):
+                self.warnings.append(
+                    _warning((*pod_at, "nodeSelector"), self.view.node_selector_added)
+                )
+            elif added:
+                self.warnings.append(
+                    _warning((*pod_at, "nodeSelector"), _added(", ".join(added), source))
+                )
+        self._default_tolerations(pod_at, pod_spec, source)
         if self.hosts:
             self._pin_hosts(pod_at)
 
-    def _default_tolerations(self, pod_at: tuple[Token, ...], source: str) -> None:
+    def _default_tolerations(
+        self, pod_at: tuple[Token, ...], pod_spec: Mapping[str, Any], source: str
+    ) -> None:
         if not self.policy.tolerations:
             return
-        current = self._get(pod_at).get("tolerations")
+        current = pod_spec.get("tolerations")
         if current is not None and not isinstance(current, list):
             return
         missing = [dict(t) for t in self.policy.tolerations if t not in (current or [])]
@@ -390,10 +519,15 @@ class _JobDefaulter:
         else:
             for toleration in missing:
                 self.editor.append((*pod_at, "tolerations"), toleration)
-        self.warn((*pod_at, "tolerations"), f"added {len(missing)} from {source}")
+        if len(missing) == len(self.policy.tolerations):
+            self.warnings.append(_warning((*pod_at, "tolerations"), self.view.tolerations_added))
+        else:
+            self.warnings.append(
+                _warning((*pod_at, "tolerations"), _added(str(len(missing)), source))
+            )
 
     def _pin_hosts(self, pod_at: tuple[Token, ...]) -> None:
-        pod_spec = self._get(pod_at)
+        pod_spec = self.editor.get(pod_at)
         expression = {"key": names.HOSTNAME_LABEL, "operator": "In", "values": list(self.hosts)}
         origin = f"annotation {names.ANNOTATION_HOSTS}"
         selector = pod_spec.get("nodeSelector")
@@ -444,7 +578,9 @@ class _JobDefaulter:
         if required_terms(pinned) == terms:
             return
         self.editor.set(pod_at, "affinity", pinned)
-        self.warn((*pod_at, "affinity"), f"pinned to hosts {','.join(self.hosts)} ({origin})")
+        self.warnings.append(
+            _warning((*pod_at, "affinity"), f"pinned to hosts {','.join(self.hosts)} ({origin})")
+        )
 
     @staticmethod
     def _conflicting_host_requirement(term: object, expression: Mapping[str, Any]) -> object:
@@ -467,52 +603,41 @@ class _JobDefaulter:
         run_policy = spec.get("runPolicy")
         if run_policy is not None and not isinstance(run_policy, _OBJECT):
             return
-        defaults = self.policy.job_defaults
-        wanted: dict[str, Any] = {"cleanPodPolicy": defaults.clean_pod_policy}
-        if defaults.backoff_limit is not None:
-            wanted["backoffLimit"] = defaults.backoff_limit
-        if defaults.ttl_seconds_after_finished is not None:
-            wanted["ttlSecondsAfterFinished"] = defaults.ttl_seconds_after_finished
-        if defaults.managed_by is not None:
-            wanted["managedBy"] = defaults.managed_by
-        reasons = {
-            "cleanPodPolicy": "pods still running when the job ends are deleted",
-            "managedBy": "the Kubeflow training-operator leaves this job alone",
-        }
         if run_policy is None:
             self.editor.set(("spec",), "runPolicy", {})
             run_policy = {}
         at = ("spec", "runPolicy")
-        for key, value in wanted.items():
+        for key, value, text in self.view.run_policy:
             if key not in run_policy:
                 self.editor.set(at, key, value)
-                reason = f" ({reasons[key]})" if key in reasons else ""
-                self.warn((*at, key), f"defaulted to {value}{reason}")
+                self.warnings.append(_warning((*at, key), text))
         self._default_scheduling(at, run_policy)
 
     def _default_scheduling(self, at: tuple[Token, ...], run_policy: Mapping[str, Any]) -> None:
         scheduling = run_policy.get("schedulingPolicy")
         if scheduling is not None and not isinstance(scheduling, _OBJECT):
             return
-        wanted: dict[str, Any] = {}
-        minimum = self._gang_size()
-        if minimum is not None:
-            wanted["minAvailable"] = minimum
-        timeout = self.policy.job_defaults.schedule_timeout_seconds
-        if timeout is not None:
-            wanted["scheduleTimeoutSeconds"] = timeout
-        missing = {k: v for k, v in wanted.items() if k not in (scheduling or {})}
+        present = scheduling or {}
+        missing: list[tuple[str, Any, str]] = []  # (field, value, warning)
+        if "minAvailable" not in present:
+            minimum = self._gang_size()
+            if minimum is not None:
+                missing.append(
+                    ("minAvailable", minimum, f"defaulted to {minimum} (all-or-nothing)")
+                )
+        timeout = self.view.schedule_timeout
+        if timeout is not None and "scheduleTimeoutSeconds" not in present:
+            missing.append(timeout)
         if not missing:
             return
         scheduling_at = (*at, "schedulingPolicy")
         if scheduling is None:
-            self.editor.set(at, "schedulingPolicy", dict(missing))
+            self.editor.set(at, "schedulingPolicy", {key: value for key, value, _ in missing})
         else:
-            for key, value in missing.items():
+            for key, value, _ in missing:
                 self.editor.set(scheduling_at, key, value)
-        for key, value in missing.items():
-            note = " (all-or-nothing)" if key == "minAvailable" else ""
-            self.warn((*scheduling_at, key), f"defaulted to {value}{note}")
+        for key, _, text in missing:
+            self.warnings.append(_warning((*scheduling_at, key), text))
 
     def _gang_size(self) -> int | None:
         """``gang.default_gang_size`` of the job; None when it is not a count the API stores."""
@@ -531,16 +656,10 @@ class _JobDefaulter:
         elastic = self.job["spec"].get("elasticPolicy")
         workers = counts.get(names.WORKER, 0)
         bounds = None
-        if isinstance(elastic, _OBJECT) and names.WORKER in counts:
+        if elastic is not None and isinstance(elastic, _OBJECT) and names.WORKER in counts:
             low, high = (_positive(elastic.get(key)) for key in ("minReplicas", "maxReplicas"))
             bounds = gang.elastic_bounds(low, high, workers=workers)
         size = gang.default_gang_size(
             masters=counts.get(names.MASTER, 0), workers=workers, elastic=bounds
         )
         return size if 0 < size <= gang.MAX_COUNT else None  # else not storable: no default
-
-    def _get(self, tokens: Sequence[Token]) -> Any:
-        node: Any = self.job
-        for token in tokens:
-            node = node[token]
-        return node

@@ -13,13 +13,13 @@ followed by the validating route's checks on the defaulted object.
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import orjson
+import pybase64
 
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup
@@ -29,6 +29,8 @@ from torchgate.webhook.defaulting import Defaulted, default_job
 from torchgate.webhook.validation import Team, validate_create, validate_update
 
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
+# isinstance() tries the exact JSON type first; the ABC check alone is several times slower.
+_OBJECT: Final = (dict, Mapping)
 PolicyLookup = Callable[[str], PlacementPolicy]
 TeamLookup = Callable[[str], Team | None]
 ClaimsLookup = Callable[[str], ClaimLookup]  # what the webhook sees of DRA in a namespace
@@ -131,7 +133,9 @@ def validate(
     team = team_for(namespace) if team_for is not None else None
     claims = claims_for(namespace) if claims_for is not None else NO_CLAIMS
     if operation == "CREATE":
-        verdict = validate_create(_without_server_filled_uid(job), policy, team=team, claims=claims)
+        # The generic registry's BeforeCreate (FillObjectMetaSystemFields) gives every new object
+        # its uid before validating admission: on this route a uid is never the user's.
+        verdict = validate_create(job, policy, team=team, uid_from_server=True, claims=claims)
     else:
         verdict = validate_update(request["oldObject"], job, policy, team=team, claims=claims)
     warnings = render_warnings(verdict.warnings)
@@ -175,7 +179,8 @@ def respond(
     response: dict[str, Any] = {"uid": review["request"]["uid"], "allowed": allowed and not errors}
     if patch and response["allowed"]:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(_json_bytes(list(patch))).decode("ascii")
+        # pybase64: SIMD base64, an order of magnitude cheaper than binascii for a patch of KBs.
+        response["patch"] = pybase64.b64encode_as_string(_json_bytes(list(patch)))
     if errors:
         response["status"] = invalid_status(errors, job)
     elif status is not None:
@@ -232,7 +237,7 @@ def internal_error(review: Mapping[str, Any], message: str) -> dict[str, Any]:
 def _is_ours(request: Mapping[str, Any]) -> bool:
     kind = request.get("kind")
     return (
-        isinstance(kind, Mapping)
+        isinstance(kind, _OBJECT)
         and kind.get("group") == names.GROUP
         and kind.get("kind") == names.KIND
     )
@@ -244,19 +249,6 @@ def namespace_of(request: Mapping[str, Any]) -> str:
     if isinstance(namespace, str) and namespace:
         return namespace
     job = request.get("object")
-    metadata = job.get("metadata") if isinstance(job, Mapping) else None
-    value = metadata.get("namespace") if isinstance(metadata, Mapping) else None
+    metadata = job.get("metadata") if isinstance(job, _OBJECT) else None
+    value = metadata.get("namespace") if isinstance(metadata, _OBJECT) else None
     return value if isinstance(value, str) and value else "default"
-
-
-def _without_server_filled_uid(job: Any) -> Any:
-    """The job without ``metadata.uid``, which the apiserver sets before validating webhooks run.
-
-    The generic registry's ``BeforeCreate`` (``FillObjectMetaSystemFields``) gives every new
-    object its uid before it calls validating admission, so on this route a uid is never the
-    user's (and a user's would have been overwritten). ``torchgate check`` still reports one.
-    """
-    metadata = job.get("metadata") if isinstance(job, Mapping) else None
-    if not isinstance(metadata, Mapping) or "uid" not in metadata:
-        return job
-    return {**job, "metadata": {k: v for k, v in metadata.items() if k != "uid"}}

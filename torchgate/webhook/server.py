@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import orjson
@@ -56,6 +56,8 @@ log = logging.getLogger("torchgate.webhook")
 MAX_BODY_BYTES = 7 * 1024 * 1024
 SERVER_TIME_HEADER = "X-Torchgate-Server-Time"
 Decision = Callable[[Mapping[str, Any], PolicyLookup, ClaimsLookup], dict[str, Any]]
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+_OUTCOMES: Final = ("allowed", "denied", "error", "bad_request")
 
 
 class Metrics:
@@ -148,20 +150,13 @@ class _Routes:
         self._counted = {
             (route, outcome): metrics.reviews.labels(route, outcome)
             for route in ("mutate", "validate")
-            for outcome in ("allowed", "denied", "error", "bad_request")
+            for outcome in _OUTCOMES
         }
         self._timed = {route: metrics.latency.labels(route) for route in ("mutate", "validate")}
 
-    async def mutate(self, request: web.Request) -> web.Response:
-        return await self._review(request, "mutate", self._mutate)
-
-    async def validate(self, request: web.Request) -> web.Response:
-        return await self._review(request, "validate", self._validate, forecast=True)
-
-    def _mutate(
-        self, review: Mapping[str, Any], policy_for: PolicyLookup, claims_for: ClaimsLookup
-    ) -> dict[str, Any]:
-        return mutate(review, policy_for, claims_for)
+        # One coroutine per review: each handler is the review itself, not a call into it.
+        self.mutate = self._handler("mutate", mutate)
+        self.validate = self._handler("validate", self._validate, forecast=True)
 
     def _validate(
         self, review: Mapping[str, Any], policy_for: PolicyLookup, claims_for: ClaimsLookup
@@ -174,45 +169,53 @@ class _Routes:
         claims = await self.cache.confirm_claims(namespace_of(request), request.get("object"))
         return lambda namespace: claims
 
-    async def _review(
-        self, request: web.Request, route: str, decide: Decision, *, forecast: bool = False
-    ) -> web.Response:
-        started = time.perf_counter()
-        cpu_started = time.thread_time() if self.server_timing else 0.0
-        try:
-            body = await self._body(request)
-            review = parse_review(body)
-        except BadReview as exc:
-            self._counted[route, "bad_request"].inc()
-            return web.Response(status=400, text=f"bad AdmissionReview: {exc}\n")
-        asked = self._ask_forecast(review) if forecast else None
-        if asked is not None:
-            await asyncio.sleep(0)  # let the request go out before the rules take the CPU
-        try:
-            claims_for = await self._claims_for(review)
-            answer = decide(review, self.cache.policy_for, claims_for)
-            outcome = "allowed" if answer["response"]["allowed"] else "denied"
-        except Exception:
-            uid = review["request"]["uid"]
-            log.exception(
-                "internal error while answering %s review uid=%s", route, uid, extra={"uid": uid}
-            )
-            answer = internal_error(review, f"torchgate webhook internal error (uid {uid})")
-            outcome = "error"
-        if asked is not None:
-            answer = await self._add_forecast(answer, asked, allowed=outcome == "allowed")
-        payload = orjson.dumps(answer)
-        elapsed = time.perf_counter() - started
-        cpu = time.thread_time() - cpu_started if self.server_timing else 0.0
-        self._counted[route, outcome].inc()
-        self._timed[route].observe(elapsed)
-        if self.server_timing:
-            return web.Response(
-                body=payload,
-                content_type="application/json",
-                headers={SERVER_TIME_HEADER: f"{elapsed:.7f} cpu={cpu:.7f}"},
-            )
-        return web.Response(body=payload, content_type="application/json")
+    def _handler(self, route: str, decide: Decision, *, forecast: bool = False) -> Handler:
+        counted = {outcome: self._counted[route, outcome] for outcome in _OUTCOMES}
+        timed = self._timed[route]
+        server_timing = self.server_timing
+
+        async def answer_review(request: web.Request) -> web.Response:
+            started = time.perf_counter()
+            cpu_started = time.thread_time() if server_timing else 0.0
+            try:
+                body = await self._body(request)
+                review = parse_review(body)
+            except BadReview as exc:
+                counted["bad_request"].inc()
+                return web.Response(status=400, text=f"bad AdmissionReview: {exc}\n")
+            asked = self._ask_forecast(review) if forecast else None
+            if asked is not None:
+                await asyncio.sleep(0)  # let the request go out before the rules take the CPU
+            try:
+                claims_for = await self._claims_for(review)
+                answer = decide(review, self.cache.policy_for, claims_for)
+                outcome = "allowed" if answer["response"]["allowed"] else "denied"
+            except Exception:
+                uid = review["request"]["uid"]
+                log.exception(
+                    "internal error while answering %s review uid=%s",
+                    route,
+                    uid,
+                    extra={"uid": uid},
+                )
+                answer = internal_error(review, f"torchgate webhook internal error (uid {uid})")
+                outcome = "error"
+            if asked is not None:
+                answer = await self._add_forecast(answer, asked, allowed=outcome == "allowed")
+            payload = orjson.dumps(answer)
+            elapsed = time.perf_counter() - started
+            counted[outcome].inc()
+            timed.observe(elapsed)
+            if server_timing:
+                cpu = time.thread_time() - cpu_started
+                return web.Response(
+                    body=payload,
+                    content_type="application/json",
+                    headers={SERVER_TIME_HEADER: f"{elapsed:.7f} cpu={cpu:.7f}"},
+                )
+            return web.Response(body=payload, content_type="application/json")
+
+        return answer_review
 
     def _ask_forecast(self, review: Mapping[str, Any]) -> asyncio.Task[Forecast | None] | None:
         """Ask the controller at once, so the answer comes while the rules run."""
@@ -237,7 +240,8 @@ class _Routes:
     async def _body(self, request: web.Request) -> bytes:
         if request.content_type != "application/json":
             raise BadReview(f"Content-Type must be application/json, not {request.content_type!r}")
-        if request.content_length is not None and request.content_length > self.max_body_bytes:
+        length = request.content_length
+        if length is not None and length > self.max_body_bytes:
             raise BadReview(f"body larger than {self.max_body_bytes} bytes")
         try:
             body = await request.read()

@@ -23,6 +23,15 @@ other (no kubelet plugin prepares devices). The DeviceClass ``gpu.nvidia.com`` s
 devices for claims; ``gpu-extended.nvidia.com`` selects the same devices for pods that ask for the
 extended resource ``example.com/gpu`` (KEP-5004).
 
+- ``torchgate.io/fake-sandbox-failure-node: "<node>"`` on a pod: while the pod is bound to that
+  node, kwok never starts it. It stays ``Pending`` with every container waiting in
+  ``ContainerCreating``, as under a kubelet whose CNI plugin fails every pod sandbox. (kwok's stages
+  see only the pod, not its node, so the fault is named on the pod; the upstream pod-ready stage
+  is given a selector that leaves such pods alone, since kwok picks at random among stages that
+  match.)
+- ``torchgate.io/fake-image-pull-failure: "true"`` on a pod: the same on every node, with every
+  container waiting in ``ImagePullBackOff``, as for an image that exists in no registry.
+
 And one node label:
 
 - ``torchgate.io/fake-heartbeat: "stopped"`` on a fake node: kwok forgets the node (it manages only
@@ -43,6 +52,7 @@ the Stage YAMLs. ``python -m torchgate_dev.controlplane.kwok [STAGES_DIR]`` prin
 
 from __future__ import annotations
 
+import copy
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -61,6 +71,8 @@ HEARTBEAT_STOPPED: Final = "stopped"
 NODE_LABEL_SELECTOR: Final = f"{LABEL_FAKE_HEARTBEAT}!={HEARTBEAT_STOPPED}"
 ANNOTATION_FAKE_EXIT_CODE: Final = "torchgate.io/fake-exit-code"
 ANNOTATION_FAKE_RUN_SECONDS: Final = "torchgate.io/fake-run-seconds"
+ANNOTATION_FAKE_SANDBOX_FAILURE_NODE: Final = "torchgate.io/fake-sandbox-failure-node"
+ANNOTATION_FAKE_IMAGE_PULL_FAILURE: Final = "torchgate.io/fake-image-pull-failure"
 RDMA_RESOURCE: Final = "rdma/hca"
 DRA_DRIVER: Final = "gpu.nvidia.com"
 DRA_CLASS: Final = DRA_DRIVER
@@ -75,6 +87,8 @@ UPSTREAM_STAGE_FILES: Final = (
 )
 EXIT_STAGE: Final = "torchgate-pod-exit"
 RUN_SECONDS_STAGE: Final = "torchgate-pod-run-seconds"
+SANDBOX_FAILURE_STAGE: Final = "torchgate-pod-sandbox-failure"
+POD_READY_STAGE: Final = "pod-ready"
 
 _EXIT_CODE_PATTERN = "^(0|[1-9][0-9]?|1[0-9]{2}|2[0-4][0-9]|25[0-5])$"
 _RUN_SECONDS_PATTERN = "^[0-9]+$"
@@ -88,6 +102,13 @@ def _annotation(key: str) -> str:
 _HAS_VALID_EXIT_CODE = f'{_annotation(ANNOTATION_FAKE_EXIT_CODE)} | test("{_EXIT_CODE_PATTERN}")'
 _HAS_VALID_RUN_SECONDS = (
     f'{_annotation(ANNOTATION_FAKE_RUN_SECONDS)} | test("{_RUN_SECONDS_PATTERN}")'
+)
+# Bound to the node its annotation names, or bound anywhere with an image that never pulls
+# (false when unbound or without either annotation).
+_SANDBOX_FAILS_HERE = (
+    f'({_annotation(ANNOTATION_FAKE_SANDBOX_FAILURE_NODE)} == (.spec.nodeName // "-"))'
+    f' or ({_annotation(ANNOTATION_FAKE_IMAGE_PULL_FAILURE)} == "true"'
+    ' and (.spec.nodeName // "") != "")'
 )
 # An RFC 3339 time, which kwok turns into "delay until then". startTime is set by pod-ready.
 _RUN_DEADLINE = (
@@ -166,8 +187,78 @@ def _pod_stage(
     }
 
 
+_SANDBOX_FAILURE_TEMPLATE = f"""\
+{{{{ $pull := index .metadata.annotations "{ANNOTATION_FAKE_IMAGE_PULL_FAILURE}" }}}}
+containerStatuses:
+{{{{ range .spec.containers }}}}
+- image: {{{{ .image | Quote }}}}
+  name: {{{{ .name | Quote }}}}
+  ready: false
+  restartCount: 0
+  started: false
+  state:
+    waiting:
+{{{{ if $pull }}}}
+      reason: ImagePullBackOff
+      message: Back-off pulling image {{{{ .image | Quote }}}}
+{{{{ else }}}}
+      reason: ContainerCreating
+{{{{ end }}}}
+{{{{ end }}}}
+phase: Pending
+"""
+
+
+def _sandbox_failure_stage() -> dict[str, Any]:
+    """Pending pods bound where their annotation says: containers wait in ContainerCreating.
+
+    Played once per pod: the patch gives it container statuses, which the selector excludes.
+    """
+    return {
+        "apiVersion": STAGE_API_VERSION,
+        "kind": "Stage",
+        "metadata": {"name": SANDBOX_FAILURE_STAGE},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+            "selector": {
+                "matchExpressions": [
+                    _jq(".metadata.deletionTimestamp", "DoesNotExist"),
+                    _jq(".status.phase", "In", ["Pending"]),
+                    _jq(_SANDBOX_FAILS_HERE, "In", ["true"]),
+                    _jq(".status.containerStatuses", "DoesNotExist"),
+                ]
+            },
+            "steps": [
+                {
+                    "patch": {
+                        "subresource": "status",
+                        "root": "status",
+                        "template": _SANDBOX_FAILURE_TEMPLATE,
+                    }
+                }
+            ],
+        },
+    }
+
+
+def _leave_failing_sandboxes(stage: dict[str, Any]) -> dict[str, Any]:
+    """The upstream pod-ready stage, made to skip pods whose sandbox fails on their node.
+
+    Written in the form the stage's other requirements use (``key`` directly, or under ``jq``).
+    """
+    metadata = stage.get("metadata")
+    if not isinstance(metadata, Mapping) or metadata.get("name") != POD_READY_STAGE:
+        return stage
+    stage = copy.deepcopy(stage)
+    selector = stage.setdefault("spec", {}).setdefault("selector", {})
+    expressions = selector.setdefault("matchExpressions", [])
+    skip = _jq(_SANDBOX_FAILS_HERE, "NotIn", ["true"])
+    expressions.append(skip if any("jq" in e for e in expressions) else skip["jq"])
+    return stage
+
+
 def torchgate_stages() -> list[dict[str, Any]]:
-    """The pod stages torchgate adds: finish on a fake exit code, or after fake run seconds."""
+    """Torchgate's pod stages: end on a fake exit code or after run seconds; fail sandboxes."""
     exit_code = f'index .metadata.annotations "{ANNOTATION_FAKE_EXIT_CODE}"'
     return [
         _pod_stage(
@@ -188,6 +279,7 @@ def torchgate_stages() -> list[dict[str, Any]]:
                 "durationFrom": {"jq": {"expression": _RUN_DEADLINE}},
             },
         ),
+        _sandbox_failure_stage(),
     ]
 
 
@@ -197,7 +289,7 @@ def stage_documents(upstream: Iterable[Mapping[str, Any]]) -> list[dict[str, Any
     Raises:
         ValueError: A document is not a Stage, or two stages share a name.
     """
-    documents = [dict(doc) for doc in upstream] + torchgate_stages()
+    documents = [_leave_failing_sandboxes(dict(doc)) for doc in upstream] + torchgate_stages()
     seen: set[str] = set()
     for index, document in enumerate(documents):
         if document.get("kind") != "Stage" or document.get("apiVersion") != STAGE_API_VERSION:
@@ -378,6 +470,16 @@ def dra_device_classes() -> list[dict[str, Any]]:
             "spec": {"selectors": selectors, "extendedResourceName": DRA_EXTENDED_RESOURCE},
         },
     ]
+
+
+def sandbox_failure_annotation(node: str) -> dict[str, str]:
+    """The annotation that makes kwok leave a pod stuck in ContainerCreating on ``node``."""
+    return {ANNOTATION_FAKE_SANDBOX_FAILURE_NODE: node}
+
+
+def image_pull_failure_annotation() -> dict[str, str]:
+    """The annotation that makes kwok leave a pod waiting for an image that never pulls."""
+    return {ANNOTATION_FAKE_IMAGE_PULL_FAILURE: "true"}
 
 
 def exit_code_annotation(exit_code: int) -> dict[str, str]:

@@ -30,6 +30,7 @@ from torchgate.pytorchjob.devices import (
     container_gpus,
     gpu_sources,
     pod_gpus,
+    replica_gpus,
     request_gpus,
     unseen_sources,
 )
@@ -129,6 +130,33 @@ def test_extended_and_claimed_gpus_add_up() -> None:
     pod = _pod()
     pod["containers"][0]["resources"]["limits"] = {GPU: 2}
     assert pod_gpus(pod, DRA, EIGHT) == Decimal(10)
+
+
+@pytest.mark.parametrize(
+    ("sources", "claims"),
+    [(GpuSources(GPU), NO_CLAIMS), (DRA, EIGHT), (DRA, NO_CLAIMS)],
+    ids=["plain", "claims-seen", "claims-unseen"],
+)
+def test_replica_gpus_is_pod_gpus_and_the_first_container_with_gpus(
+    sources: GpuSources, claims: SeenClaims
+) -> None:
+    sidecar = container(name="sidecar")
+    extended = container(name="ext", gpus=2)
+    pod = _pod()
+    pod["containers"] = [sidecar, "not an object", extended, *pod["containers"]]
+    first = next(
+        index
+        for index, entry in enumerate(pod["containers"])
+        if isinstance(entry, dict) and container_gpus(entry, pod, sources, claims) != 0
+    )
+    assert replica_gpus(pod, sources, claims) == (pod_gpus(pod, sources, claims), first)
+    assert replica_gpus({"containers": [sidecar]}, sources, claims) == (0, None)
+
+
+def test_replica_gpus_of_an_unknown_claimed_count_is_unknown() -> None:
+    pod = _pod("all")
+    all_devices = seen(claim_template("all", device_request(mode="All")))
+    assert replica_gpus(pod, DRA, all_devices) == (None, 0)
 
 
 def test_pod_units_weigh_claimed_gpus_under_the_gpu_resource() -> None:

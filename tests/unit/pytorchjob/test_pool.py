@@ -24,6 +24,7 @@ from torchgate.pytorchjob.pool import (
     parse_pool_settings,
     parse_team_quota,
     quota_ceiling,
+    quota_ceilings,
     quota_usage,
     resolve_teams,
     topology_request,
@@ -284,6 +285,20 @@ def test_ceiling_is_nominal_plus_borrowing_within_the_cohort() -> None:
     refused = never_admissible(a, cohort, {GPUS: 13000})
     assert refused is not None
     assert refused[0] == GPUS
+
+
+def test_kept_ceilings_are_the_ceilings_of_every_resource_with_a_quota() -> None:
+    a = TeamQuota("a", ("a",), {GPUS: Limit(8000, 4000), "cpu": Limit(64000)})
+    b = TeamQuota("b", ("b",), {GPUS: Limit(16000)})
+    cohort = [a, b]
+    ceilings = quota_ceilings(a, cohort)
+    assert ceilings == {GPUS: 12000, "cpu": 64000}
+    assert ceilings == {r: quota_ceiling(a, cohort, r) for r in a.limits}
+    for usage in ({GPUS: 12000}, {GPUS: 13000}, {"cpu": 65000, GPUS: 1000}, {"memory": 1}):
+        assert never_admissible(a, cohort, usage, ceilings=ceilings) == never_admissible(
+            a, cohort, usage
+        )
+    assert never_admissible(a, cohort, {GPUS: 13000}, ceilings=ceilings) is not None
 
 
 def test_quota_usage_counts_the_policy_gpu_resource_as_gpus() -> None:

@@ -25,6 +25,35 @@ away, is judged by these rules in order; the first that applies is its disruptio
 4. ``pod_deleted``: the member was deleted, or went away, no later than its training container
    ended by itself. torchgate deletes members of the current attempt only while moving the job to
    a new attempt (or ending or suspending it), so a deleted member was deleted by someone else.
+5. ``pod_stuck``: the member is bound to a node and still ``Pending`` ``stuck_after`` seconds
+   after it was scheduled, with a container waiting to be created or pulled
+   (``ContainerCreating``: no sandbox, no network from the CNI plugin, volumes not mounted;
+   ``ErrImagePull``/``ImagePullBackOff``) or no container status at all. Its node failed to
+   start it: the gang goes elsewhere. Until the bound: look again then. (``PodInitializing``
+   and ``CreateContainerConfigError`` are the job's own: its init containers, its missing
+   Secret.)
+
+One rule then judges whose fault a stuck image pull is, once per gang restart:
+
+6. ``blame_image_pull``: a stuck disruption whose members wait to pull an image
+   (``ErrImagePull``/``ImagePullBackOff``) is the node's the first time in the job's life (a
+   ``PodStuck`` fault of that node, ``backoffLimit`` not spent) and the job's every later time,
+   on whatever node: cause ``ImagePullFailed``, counted against ``backoffLimit``, no fault of the
+   node. The job remembers its first one in the annotation ``torchgate.io/image-pull-stuck`` (the
+   node's name), written with the restart it caused. An image that exists nowhere (a typo, a
+   private registry without a pull secret) fails the same way on every node; without this rule
+   each attempt would restart uncounted for ever and add a fault to one more node until the pool
+   were quarantined. With it a job adds at most one image-pull fault to one node, and restarts at
+   most ``backoffLimit + 1`` times on image pulls. A later attempt on the *same* node is the job's
+   too: counting it against the node again would let one job quarantine a node alone (and,
+   with ``faults: 0``, restart for ever). A node whose registry mirror or disk is really broken
+   still gets every other job's first fault, which is what quarantines it.
+
+``NODE_FAULTS`` are the causes that count against the node they happened on for quarantine
+(``controller.quarantine``): a lost node, a health taint, an eviction by Kubernetes, a stuck pod.
+A deletion by someone is not the node's fault, nor is ``ImagePullFailed`` (rule 6).
+``COUNTED`` are the causes that spend ``backoffLimit``: the program's own failure, a hang, an
+image the job's pods could not pull a second time.
 
 A member that finished, or whose training container ended by itself before it was disrupted (an
 exit code first, an eviction after), is not disrupted: its end is the program's, which the
@@ -36,7 +65,7 @@ with its node and the members it hit, so one lost node is one cause however many
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
@@ -54,10 +83,15 @@ Cause = Literal[
     "GangIncomplete",
     "Preempted",
     "ScheduleTimeout",
+    "PodStuck",
+    "Hang",
+    "ImagePullFailed",
 ]
-"""Why a gang restarted: the program failed (the only cause ``backoffLimit`` counts); one of the
-disruptions here; a member missing for no known reason (gone while no controller watched, or a
-creation cut short); torchgate's own preemption; or kube-scheduler did not bind the gang in time."""
+"""Why a gang restarted: the program failed, its Master made no progress for its deadline (a
+hang, ``pytorchjob.progress``), or its image could not be pulled a second time (rule 6), the
+causes ``backoffLimit`` counts; one of the disruptions here; a member missing for no known reason
+(gone while no controller watched, or a creation cut short); torchgate's own preemption; or
+kube-scheduler did not bind the gang in time."""
 CONTAINER_FAILED: Final[Cause] = "ContainerFailed"
 NODE_LOST: Final[Cause] = "NodeLost"
 NODE_TAINTED: Final[Cause] = "NodeTainted"
@@ -66,9 +100,26 @@ POD_DELETED: Final[Cause] = "PodDeleted"
 GANG_INCOMPLETE: Final[Cause] = "GangIncomplete"
 PREEMPTED: Final[Cause] = "Preempted"
 SCHEDULE_TIMEOUT: Final[Cause] = "ScheduleTimeout"
-SEVERITY: Final[tuple[Cause, ...]] = (NODE_LOST, NODE_TAINTED, POD_DISRUPTED, POD_DELETED)
+POD_STUCK: Final[Cause] = "PodStuck"
+HANG: Final[Cause] = "Hang"
+IMAGE_PULL_FAILED: Final[Cause] = "ImagePullFailed"
+SEVERITY: Final[tuple[Cause, ...]] = (
+    NODE_LOST,
+    NODE_TAINTED,
+    POD_DISRUPTED,
+    POD_DELETED,
+    POD_STUCK,
+)
+NODE_FAULTS: Final[frozenset[Cause]] = frozenset(
+    {NODE_LOST, NODE_TAINTED, POD_DISRUPTED, POD_STUCK}
+)
+COUNTED: Final[frozenset[Cause]] = frozenset({CONTAINER_FAILED, HANG, IMAGE_PULL_FAILED})
 
 DEFAULT_LOST_AFTER_SECONDS: Final = 30.0
+DEFAULT_STUCK_AFTER_SECONDS: Final = 600.0
+# Waiting reasons of a container its node could not create or pull (rule 5).
+IMAGE_PULL_REASONS: Final = frozenset({"ErrImagePull", "ImagePullBackOff"})
+STUCK_REASONS: Final = frozenset({"ContainerCreating"}) | IMAGE_PULL_REASONS
 DISRUPTION_TARGET: Final = "DisruptionTarget"
 _FINISHED: Final = frozenset({"Succeeded", "Failed"})
 
@@ -140,13 +191,15 @@ def node_health(raw: Mapping[str, Any]) -> NodeHealth:
 class Disruption:
     """What took a gang's members: the cause, the node, the members, in words.
 
-    ``detail`` completes "the gang restarts because ...", naming the node and the cause.
+    ``detail`` completes "the gang restarts because ...", naming the node and the cause;
+    ``image_pull`` marks a stuck member waiting to pull an image (rule 6 judges whose fault).
     """
 
     cause: Cause
     node: str | None
     pods: tuple[str, ...]
     detail: str
+    image_pull: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +371,48 @@ def pod_deleted(pod: Mapping[str, Any], node: str | None, *, gone: bool) -> Find
     return _found(POD_DELETED, node, pod, _where(pod, node, "was deleted"))
 
 
+def pod_stuck(
+    pod: Mapping[str, Any], node: str | None, *, now: datetime, stuck_after: float
+) -> Finding:
+    """Rule 5: bound and still waiting for its containers ``stuck_after`` s after scheduling."""
+    spec = _mapping(pod.get("spec"))
+    if st.phase_of(pod) != "Pending" or not spec.get("nodeName") or st.is_terminating(pod):
+        return NONE
+    waiting = _waiting_reasons(pod)
+    if waiting is not None and not waiting & STUCK_REASONS:
+        return NONE
+    scheduled = next(
+        (
+            st.parse_time(c.get("lastTransitionTime"))
+            for c in st.conditions_of(pod.get("status"))
+            if c.get("type") == "PodScheduled" and c.get("status") == st.TRUE
+        ),
+        None,
+    ) or st.parse_time(_mapping(pod.get("metadata")).get("creationTimestamp"))
+    since = scheduled or now
+    left = (since + timedelta(seconds=stuck_after) - now).total_seconds()
+    if left > 0:
+        return Finding(recheck_after=left)
+    what = ", ".join(sorted(waiting)) if waiting else "no container status"
+    detail = _where(pod, node, f"did not start within {_seconds(stuck_after)} ({what})")
+    pulling = bool(waiting and waiting & IMAGE_PULL_REASONS)
+    return Finding(Disruption(POD_STUCK, node, (pod_name(pod),), detail, image_pull=pulling))
+
+
+def _waiting_reasons(pod: Mapping[str, Any]) -> set[str] | None:
+    """Why its containers wait (``None``: the kubelet reported none of them yet)."""
+    statuses = [
+        c
+        for c in _list(_mapping(pod.get("status")).get("containerStatuses"))
+        if isinstance(c, Mapping)
+    ]
+    if not statuses:
+        return None
+    return {
+        _text(_mapping(_mapping(c.get("state")).get("waiting")).get("reason")) for c in statuses
+    } - {""}
+
+
 def _where(pod: Mapping[str, Any], node: str | None, what: str) -> str:
     on = f" on {node}" if node else ""
     return f"pod {pod_name(pod)}{on} {what}"
@@ -337,6 +432,7 @@ def judge(
     nodes: Mapping[str, NodeHealth],
     now: datetime,
     lost_after: float,
+    stuck_after: float = DEFAULT_STUCK_AFTER_SECONDS,
 ) -> Finding:
     """The first rule that applies to one member (``gone``: its last state, before it went)."""
     name = node_of(pod)
@@ -348,6 +444,8 @@ def judge(
         judged.append(node_tainted(pod, health, now=now))
     judged.append(pod_disrupted(pod, name))
     judged.append(pod_deleted(pod, name, gone=gone))
+    if not gone:
+        judged.append(pod_stuck(pod, name, now=now, stuck_after=stuck_after))
     for finding in judged:
         if finding.disruption is not None:
             return finding
@@ -363,6 +461,7 @@ def find(
     nodes: Mapping[str, NodeHealth],
     now: datetime,
     lost_after: float = DEFAULT_LOST_AFTER_SECONDS,
+    stuck_after: float = DEFAULT_STUCK_AFTER_SECONDS,
 ) -> Finding:
     """The gang's disruption: the most severe of its members', with every member it hit.
 
@@ -372,9 +471,10 @@ def find(
         nodes: The nodes the members are (or were) on; a node not listed is not judged.
         now: The clock.
         lost_after: Seconds a node may stay not Ready before it counts as lost (rule 1).
+        stuck_after: Seconds a bound pod may wait for its containers (rule 5).
     """
     findings = [
-        judge(pod, gone=gone, nodes=nodes, now=now, lost_after=lost_after)
+        judge(pod, gone=gone, nodes=nodes, now=now, lost_after=lost_after, stuck_after=stuck_after)
         for pods, gone in ((present, False), (departed, True))
         for pod in pods
     ]
@@ -388,7 +488,24 @@ def find(
     detail = worst.detail
     if worst.cause in (NODE_LOST, NODE_TAINTED):
         detail += f" ({_members(members)})"
-    return Finding(Disruption(worst.cause, worst.node, members, detail))
+    image_pull = any(d.image_pull for d in same)
+    return Finding(Disruption(worst.cause, worst.node, members, detail, image_pull=image_pull))
+
+
+def blame_image_pull(disruption: Disruption, *, stuck_before_on: str | None) -> Disruption:
+    """Rule 6: a stuck image pull is the node's the job's first time, the job's every later one.
+
+    ``stuck_before_on`` is the node of the job's first stuck image pull (its
+    ``torchgate.io/image-pull-stuck`` annotation), ``None`` when it has had none.
+    """
+    if not disruption.image_pull or stuck_before_on is None:
+        return disruption
+    first = stuck_before_on or "a node"
+    detail = (
+        f"{disruption.detail}, and an earlier attempt could not pull its image either (on "
+        f"{first}): the image is the job's fault, not the node's"
+    )
+    return replace(disruption, cause=IMAGE_PULL_FAILED, detail=detail)
 
 
 def _members(pods: Sequence[str]) -> str:

@@ -17,12 +17,17 @@ The rules this module owns (rules 4, 5 and 7 of ``plan``):
   off); otherwise missing pods and Services are created and ``Running`` is set once the
   rendezvous replica runs.
 - ``handle_failure``: a failed pod that its restart policy does not retry ends the job; a
-  retryable failure restarts the whole gang, counted against ``backoffLimit``.
+  retryable failure restarts the whole gang, counted against ``backoffLimit``. A Master the
+  progress probe ended (``pytorchjob.progress``) restarts it as a ``Hang``, counted too: a hang is
+  usually the job's own (a deadlock, a stuck collective, a dead data loader).
 - ``plan_disrupted``: a member taken by its node or by someone else (``disruption.find``:
-  a lost node, an untolerated ``NoExecute`` taint, an eviction, a deletion) restarts the whole
+  a lost node, an untolerated ``NoExecute`` taint, an eviction, a deletion, a pod its node
+  could not start) restarts the whole
   gang at once, whatever the restart policy, without counting against ``backoffLimit``, with a
   ``Restarting`` condition and an Event whose reason is the cause and whose message names the
   node. A disruption outranks failures seen with it: ranks fail when a peer is taken from them.
+  A stuck image pull after the job's first one is the job's fault (``disruption`` rule 6):
+  ``ImagePullFailed``, counted against ``backoffLimit`` like a failure.
 - Every restart (failure, disruption, preemption, schedule timeout, a gang found incomplete)
   moves the job to a new gang attempt (``torchgate.io/gang-attempt``) in the plan that tears the
   gang down: the old pods become stale at once, so a restart is decided once, and the next gang
@@ -50,6 +55,8 @@ from torchgate.controller.job.model import (
     Restart,
     as_mapping,
     controlled_by,
+    ended_hung,
+    image_pull_stuck_on,
     is_retryable,
     metadata_of,
     name_of,
@@ -121,12 +128,23 @@ def handle_failure(draft: Draft, pods: GangPods, failed: Sequence[Mapping[str, A
         message = f"Job {job.name} has failed because it has reached the specified backoff limit"
         finish(draft, pods, st.FAILED, st.REASON_BACKOFF_LIMIT, message, "Warning")
         return
-    message = (
-        f"PyTorchJob {job.name} is restarting because {count} {replica_type} replica(s) failed."
-    )
-    _begin_attempt(draft, pods, Restart(dis.CONTAINER_FAILED, counted=True))
-    draft.set_condition(st.RESTARTING, st.TRUE, st.REASON_RESTARTING, message)
-    draft.event("Warning", st.REASON_RESTARTING, message)
+    hung = [name_of(pod) for pod in failed if ended_hung(pod)]
+    if hung:
+        deadline = draft.observed.progress_deadline_seconds
+        message = (
+            f"PyTorchJob {job.name} is restarting because {', '.join(hung)} made no progress for "
+            f"its progress deadline ({deadline}s): a hang, counted against backoffLimit."
+        )
+        reason: str = dis.HANG
+    else:
+        message = (
+            f"PyTorchJob {job.name} is restarting because {count} {replica_type} replica(s) failed."
+        )
+        reason = st.REASON_RESTARTING
+    cause = dis.HANG if hung else dis.CONTAINER_FAILED
+    _begin_attempt(draft, pods, Restart(cause, counted=True))
+    draft.set_condition(st.RESTARTING, st.TRUE, reason, message)
+    draft.event("Warning", reason, message)
     _mark_queued(draft)
 
 
@@ -139,6 +157,7 @@ def find_disruption(draft: Draft, pods: GangPods) -> dis.Disruption | None:
         nodes=observed.nodes,
         now=draft.now,
         lost_after=observed.node_lost_seconds,
+        stuck_after=observed.stuck_pod_seconds,
     )
     if finding.recheck_after is not None:
         draft.timer(finding.recheck_after)
@@ -146,12 +165,45 @@ def find_disruption(draft: Draft, pods: GangPods) -> dis.Disruption | None:
 
 
 def plan_disrupted(draft: Draft, pods: GangPods, disruption: dis.Disruption) -> None:
-    """Restart the whole gang for a disruption, not counted against ``backoffLimit``."""
+    """Restart the whole gang for a disruption, not counted against ``backoffLimit``.
+
+    A stuck image pull is judged by ``disruption.blame_image_pull``: the job's first one is a
+    disruption like the others (and is remembered on the job), a later one is the job's fault.
+    """
+    stuck_before_on = image_pull_stuck_on(draft.job)
+    disruption = dis.blame_image_pull(disruption, stuck_before_on=stuck_before_on)
+    if disruption.cause in dis.COUNTED:
+        _plan_job_fault(draft, pods, disruption)
+        return
+    if disruption.image_pull and stuck_before_on is None:
+        draft.image_pull_stuck = disruption.node or ""
     message = (
         f"PyTorchJob {draft.job.name} is restarting because {disruption.detail}: the whole gang "
         "is placed again, not counted against backoffLimit"
     )
     _begin_attempt(draft, pods, Restart(disruption.cause, disruption.node))
+    draft.set_condition(st.RESTARTING, st.TRUE, disruption.cause, message)
+    draft.event("Warning", disruption.cause, message)
+    _mark_queued(draft)
+
+
+def _plan_job_fault(draft: Draft, pods: GangPods, disruption: dis.Disruption) -> None:
+    """A disruption that is the job's fault: a restart counted against ``backoffLimit``."""
+    job = draft.job
+    limit = job.run_policy.backoff_limit
+    if limit is not None and restarts_of(job) >= limit:
+        message = (
+            f"Job {job.name} has failed because it has reached the specified backoff limit "
+            f"({disruption.cause}: {disruption.detail})"
+        )
+        draft.event("Warning", disruption.cause, message)
+        finish(draft, pods, st.FAILED, st.REASON_BACKOFF_LIMIT, message, "Warning")
+        return
+    message = (
+        f"PyTorchJob {job.name} is restarting because {disruption.detail}: counted against "
+        "backoffLimit"
+    )
+    _begin_attempt(draft, pods, Restart(disruption.cause, disruption.node, counted=True))
     draft.set_condition(st.RESTARTING, st.TRUE, disruption.cause, message)
     draft.event("Warning", disruption.cause, message)
     _mark_queued(draft)
@@ -294,6 +346,7 @@ def _create_missing(draft: Draft, pods: GangPods, reservation: Mapping[str, str]
                 attempt=pods.attempt,
                 gpus=observed.gpus,
                 claims=observed.claims,
+                progress_deadline=observed.progress_deadline_seconds,
             )
         )
     _create_missing_services(draft)

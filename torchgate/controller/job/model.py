@@ -16,14 +16,21 @@ from typing import Any, Final, Literal
 
 from torchgate.controller.admission.nodes import PodDemand, job_demands
 from torchgate.controller.job import status as st
-from torchgate.controller.job.disruption import DEFAULT_LOST_AFTER_SECONDS, Cause, NodeHealth
-from torchgate.pytorchjob import names
+from torchgate.controller.job.disruption import (
+    DEFAULT_LOST_AFTER_SECONDS,
+    DEFAULT_STUCK_AFTER_SECONDS,
+    Cause,
+    NodeHealth,
+)
+from torchgate.pytorchjob import names, progress
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources
 from torchgate.pytorchjob.spec import JobSpec, as_int, pytorch_container_name
 
 ANNOTATION_RESTARTS: Final = "torchgate.io/restarts"
 # The job's current gang attempt; its pods carry the attempt that created them under the same key.
 ANNOTATION_ATTEMPT: Final = names.ANNOTATION_GANG_ATTEMPT
+# The node of the job's first stuck image pull (``disruption`` rule 6: later ones are the job's).
+ANNOTATION_IMAGE_PULL_STUCK: Final = "torchgate.io/image-pull-stuck"
 
 EventType = Literal["Normal", "Warning"]
 
@@ -59,6 +66,10 @@ class Observed:
         nodes: The nodes the job's pods are (or were) on, as the node cache has them; a node the
             cache no longer has is present as deleted, a node not listed is not judged.
         node_lost_seconds: How long a node may stay not Ready before its pods count as lost.
+        progress_deadline_seconds: The job's progress deadline (``pytorchjob.progress``), if any:
+            its rendezvous replica is created with the probe that ends it when it hangs.
+        stuck_pod_seconds: How long a bound pod may wait for its containers to start before it
+            counts as stuck on its node (the job's policy's ``quarantine.stuckPodSeconds``).
     """
 
     job_raw: Mapping[str, Any]
@@ -79,6 +90,8 @@ class Observed:
     departed: Sequence[Mapping[str, Any]] = ()
     nodes: Mapping[str, NodeHealth] = field(default_factory=dict)
     node_lost_seconds: float = DEFAULT_LOST_AFTER_SECONDS
+    stuck_pod_seconds: float = DEFAULT_STUCK_AFTER_SECONDS
+    progress_deadline_seconds: int | None = None
 
     @property
     def gpus(self) -> GpuSources:
@@ -90,8 +103,9 @@ class Observed:
 class Restart:
     """Why a plan restarts the gang: the cause, the node it happened on, whether it counts.
 
-    Only ``ContainerFailed`` counts against ``backoffLimit``; the node is known for the
-    disruptions that happen on one (``job.disruption``).
+    Only ``ContainerFailed``, ``Hang`` and ``ImagePullFailed`` count against ``backoffLimit``
+    (``disruption.COUNTED``); the node is known for the disruptions that happen on one
+    (``job.disruption``).
     """
 
     cause: Cause
@@ -137,6 +151,8 @@ class Plan:
         restarts: New value of the job annotation ``torchgate.io/restarts``, or ``None``.
         attempt: New value of the job annotation ``torchgate.io/gang-attempt``, or ``None``:
             every restart moves the job to a new attempt (with its own rendezvous fence).
+        image_pull_stuck: New value of the job annotation ``torchgate.io/image-pull-stuck``
+            (the node of its first stuck image pull), or ``None``.
         restart: Why this plan restarts the gang, when it does.
         force_delete_pods: Names of pods to delete at once (grace period 0): they are on a lost
             node, whose kubelet would never confirm a graceful deletion.
@@ -156,6 +172,7 @@ class Plan:
     demands: tuple[PodDemand, ...] = ()
     restarts: int | None = None
     attempt: int | None = None
+    image_pull_stuck: str | None = None
     restart: Restart | None = None
     force_delete_pods: tuple[str, ...] = ()
     delete_job: bool = False
@@ -207,6 +224,12 @@ def restarts_of(job: JobSpec) -> int:
     return _count(job.annotations.get(ANNOTATION_RESTARTS)) or 0
 
 
+def image_pull_stuck_on(job: JobSpec) -> str | None:
+    """The node of the job's first stuck image pull (``None``: it has had none)."""
+    value = job.annotations.get(ANNOTATION_IMAGE_PULL_STUCK)
+    return value if isinstance(value, str) else None
+
+
 def current_attempt(annotations: Mapping[str, Any]) -> int:
     """The job's gang attempt: its ``torchgate.io/gang-attempt``, else (older jobs) restarts + 1."""
     attempt = _count(annotations.get(ANNOTATION_ATTEMPT))
@@ -229,17 +252,26 @@ def expected_pods(job: JobSpec) -> dict[str, tuple[names.ReplicaType, int]]:
     }
 
 
-def pytorch_exit_code(pod: Mapping[str, Any]) -> int | None:
-    """Exit code of the terminated ``pytorch`` container, ``None`` when it has none."""
+def _pytorch_terminated(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The ``terminated`` state of the ``pytorch`` container (empty when it has none)."""
     statuses = as_mapping(pod.get("status")).get("containerStatuses")
     if not isinstance(statuses, list):
-        return None
+        return {}
     training = pytorch_container_name(as_mapping(pod.get("spec"))) or names.CONTAINER_NAME
     for container in statuses:
         if isinstance(container, Mapping) and container.get("name") == training:
-            terminated = as_mapping(as_mapping(container.get("state")).get("terminated"))
-            return as_int(terminated.get("exitCode"))
-    return None
+            return as_mapping(as_mapping(container.get("state")).get("terminated"))
+    return {}
+
+
+def pytorch_exit_code(pod: Mapping[str, Any]) -> int | None:
+    """Exit code of the terminated ``pytorch`` container, ``None`` when it has none."""
+    return as_int(_pytorch_terminated(pod).get("exitCode"))
+
+
+def ended_hung(pod: Mapping[str, Any]) -> bool:
+    """The ``pytorch`` container was ended by the progress probe (``pytorchjob.progress``)."""
+    return progress.is_hang(_pytorch_terminated(pod).get("message"))
 
 
 def is_retryable(restart_policy: str, pod: Mapping[str, Any]) -> bool:
@@ -278,6 +310,7 @@ class Draft:
     needs_admission: bool = False
     restarts: int | None = None
     attempt: int | None = None
+    image_pull_stuck: str | None = None
     restart: Restart | None = None
     force_delete_pods: list[str] = field(default_factory=list)
     delete_job: bool = False
@@ -358,6 +391,7 @@ class Draft:
             demands=self.observed.demands_of(self.job) if self.needs_admission else (),
             restarts=self.restarts,
             attempt=self.attempt,
+            image_pull_stuck=self.image_pull_stuck,
             restart=self.restart,
             force_delete_pods=tuple(self.force_delete_pods),
             delete_job=self.delete_job,

@@ -22,10 +22,11 @@ The rules, in order:
 5. Pods run with ``restartPolicy: Never``; a failed pod restarts the whole gang (a collective
    cannot take one restarted rank back), counted in the job annotation ``torchgate.io/restarts``
    against ``backoffLimit``. A member taken by its node or by someone else (a lost node, an
-   untolerated ``NoExecute`` taint, an eviction, a deletion: ``disruption``) restarts the gang
-   too, without counting. Every restart moves the job to its next gang attempt
-   (``torchgate.io/gang-attempt``); each pod records its attempt, so stragglers of an older
-   attempt are deleted, never adopted, and cannot join the new attempt's rendezvous.
+   untolerated ``NoExecute`` taint, an eviction, a deletion, a pod its node could not start:
+   ``disruption``) restarts the gang too, without counting. Every restart moves the job to its
+   next gang attempt (``torchgate.io/gang-attempt``); each pod records its attempt, so
+   stragglers of an older attempt are deleted, never adopted, and cannot join the new
+   attempt's rendezvous.
 6. When the job ends (the Master succeeded, a permanent failure, the backoff limit, or
    ``activeDeadlineSeconds`` measured from ``startTime``), its remaining pods are deleted per
    ``cleanPodPolicy``, so GPUs go back to the pool; the running ranks of a succeeded job get a

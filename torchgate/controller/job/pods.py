@@ -16,6 +16,9 @@ semantics need it:
   The pin is ``matchFields`` on ``metadata.name``, as the DaemonSet controller pins its pods: it
   names the node the admitter planned on (the ``kubernetes.io/hostname`` label need not equal the
   node's name), and kube-scheduler then evaluates that one node instead of the whole pool.
+- With a progress deadline (``pytorchjob.progress``), the rendezvous replica's ``pytorch``
+  container gets ``TORCHGATE_PROGRESS_FILE`` and an exec liveness probe on that file's age, so
+  the kubelet ends a hung Master and the controller restarts the gang as a hang.
 - ``torchgate.io/gang-attempt`` records which gang attempt created the pod, so a pod left over
   from an earlier attempt is recognisable and never mistaken for a member of the current gang.
   The ``pytorchjob-port`` it declares is the attempt's rendezvous port (``envvars``'s
@@ -45,7 +48,7 @@ from torchgate.controller.job.envvars import (
     rendezvous_replica,
     valid_port,
 )
-from torchgate.pytorchjob import names
+from torchgate.pytorchjob import names, progress
 from torchgate.pytorchjob.affinity import MATCH_FIELDS, require
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources, container_gpus
 from torchgate.pytorchjob.spec import JobSpec, pod_spec_of, pytorch_container_index
@@ -102,6 +105,7 @@ def build_pod(
     attempt: int,
     gpus: GpuSources | str,
     claims: ClaimLookup = NO_CLAIMS,
+    progress_deadline: int | None = None,
 ) -> dict[str, Any]:
     """The Pod manifest of one replica.
 
@@ -115,6 +119,8 @@ def build_pod(
         gpus: What counts as GPUs (``devices``; a name: that extended resource only): the
             training container's GPUs are the default ``PET_NPROC_PER_NODE``.
         claims: The ResourceClaims and templates the controller sees in the job's namespace.
+        progress_deadline: The job's progress deadline in seconds (``pytorchjob.progress``): the
+            rendezvous replica's ``pytorch`` container gets the progress file and its probe.
 
     Raises:
         ValueError: The job has no ``replica_type`` replica (a caller bug, not bad input).
@@ -134,6 +140,8 @@ def build_pod(
     spec["restartPolicy"] = POD_RESTART_POLICY
     sources = GpuSources(gpus) if isinstance(gpus, str) else gpus
     _inject_env(spec, job, replica_type, index, sources, claims, attempt)
+    if progress_deadline is not None and (replica_type, index) == rendezvous_replica(job):
+        _watch_progress(spec, progress_deadline)
     if node is not None:
         spec["affinity"] = pin_to_node(spec.get("affinity"), node)
     return {
@@ -169,6 +177,29 @@ def _inject_env(
     container["env"] = merge_env(container.get("env"), ours)
     if isinstance(container.get("ports"), list):
         container["ports"] = _attempt_ports(container["ports"], spec, attempt)
+    containers[position] = container
+    spec["containers"] = containers
+
+
+def _watch_progress(spec: dict[str, Any], deadline: int) -> None:
+    """Give the training container the progress file's path and the probe that checks it.
+
+    A liveness probe of the user's own is kept (no hang detection for that container), and so
+    is a path the user gave the variable (the probe reads the variable).
+    """
+    position = pytorch_container_index(spec)
+    if position is None:
+        return
+    containers = list(spec["containers"])
+    container = dict(containers[position])
+    if container.get("livenessProbe") is not None:
+        return
+    given = container.get("env")
+    env: list[Any] = given if isinstance(given, list) else []
+    if not any(isinstance(e, Mapping) and e.get("name") == progress.PROGRESS_FILE_ENV for e in env):
+        path = {"name": progress.PROGRESS_FILE_ENV, "value": progress.PROGRESS_FILE}
+        container["env"] = [path, *env]
+    container["livenessProbe"] = progress.liveness_probe(deadline)
     containers[position] = container
     spec["containers"] = containers
 

@@ -4,7 +4,8 @@ This is the only place that sequences I/O for a job. The order of writes matters
 the restart count and the new gang attempt are persisted before the gang is deleted (a crash in
 between leaves pods of an old attempt, which the next plan deletes without counting twice);
 Services before pods (so the master's name resolves when the pods start); status last (it
-describes what was done). Pods on a lost node are deleted with no grace period (``plan`` rule 8).
+describes what was done). Pods on a lost node are deleted with no grace period (``plan`` rule
+8). A restart whose cause is its node's fault is reported to the quarantine keeper once applied.
 
 When the planned status is written is ``writes.StatusWritePolicy``'s decision: now, or after
 some seconds (progress waits while gangs are being created; counts alone at most once a second). A
@@ -44,6 +45,7 @@ from torchgate.controller.admission.waiting import GangTerms, Waiting
 from torchgate.controller.job import status as st
 from torchgate.controller.job.disruption import (
     DEFAULT_LOST_AFTER_SECONDS,
+    NODE_FAULTS,
     NodeHealth,
     deleted_node,
     node_health,
@@ -59,6 +61,7 @@ from torchgate.controller.job.gangobjects import (
 )
 from torchgate.controller.job.model import (
     ANNOTATION_ATTEMPT,
+    ANNOTATION_IMAGE_PULL_STUCK,
     ANNOTATION_RESTARTS,
     Event,
     Observed,
@@ -69,6 +72,7 @@ from torchgate.controller.job.model import (
 from torchgate.controller.job.plan import plan
 from torchgate.controller.job.writes import StatusWritePolicy, WriteFacts
 from torchgate.controller.metrics import ControllerMetrics
+from torchgate.controller.quarantine.rules import Fault
 from torchgate.kube.client import MERGE_PATCH, KubeApi
 from torchgate.kube.errors import AlreadyExists, ApiError, NotFound
 from torchgate.kube.informer import Informer
@@ -77,8 +81,9 @@ from torchgate.pytorchjob import names
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources, pod_claims
 from torchgate.pytorchjob.fieldpath import FieldError
 from torchgate.pytorchjob.names import JobKey
-from torchgate.pytorchjob.policy import PlacementPolicy, select_policy
+from torchgate.pytorchjob.policy import PlacementPolicy, QuarantineSettings, select_policy
 from torchgate.pytorchjob.pool import gang_usage
+from torchgate.pytorchjob.progress import progress_deadline
 from torchgate.pytorchjob.spec import JobSpec, parse_job, pod_spec_of
 
 log = logging.getLogger("torchgate.controller")
@@ -251,6 +256,7 @@ class Reconciler:
         write_policy: StatusWritePolicy | None = None,
         nodes: Informer | None = None,
         claims_for: Callable[[str], ClaimLookup] = lambda _: NO_CLAIMS,
+        node_faults: Callable[[Fault, QuarantineSettings], None] = lambda *_: None,
         gang_objects_served: Callable[[], bool] = lambda: False,
     ) -> None:
         self.api = api
@@ -259,6 +265,7 @@ class Reconciler:
         self.pods = pods
         self.services = services
         self.nodes = nodes  # None: no node is judged (lost, tainted)
+        self.node_faults = node_faults  # a restart's fault of its node, for quarantine
         self.policies = policies
         self.gang_objects_served = gang_objects_served
         # Job -> (uid, attempt) whose Workload and PodGroup exist (created or found).
@@ -328,6 +335,10 @@ class Reconciler:
             departed=departed,
             nodes=self._nodes_under((*pods, *departed)),
             node_lost_seconds=self.options.node_lost_seconds,
+            stuck_pod_seconds=policy.quarantine.stuck_pod_seconds,
+            progress_deadline_seconds=progress_deadline(
+                spec.annotations, policy.progress_deadline_seconds
+            ),
         )
         decision = plan(observed)
         applied = self._schedule_status_write(key, spec.uid, job, decision)
@@ -343,6 +354,10 @@ class Reconciler:
             applied.requeue_after,
         )
         await self._apply(job, spec, applied)
+        restart = applied.restart
+        if restart is not None and restart.node is not None and restart.cause in NODE_FAULTS:
+            fault = Fault(restart.node, restart.cause, observed.now, key)
+            self.node_faults(fault, policy.quarantine)
         self._tell_admitter(key, job, spec, decision, policy, gpus, claims)
         released = released_on_end(job, applied, observed, self.clock())
         if released is not None:
@@ -512,6 +527,7 @@ class Reconciler:
             for key, value in (
                 (ANNOTATION_RESTARTS, decision.restarts),
                 (ANNOTATION_ATTEMPT, decision.attempt),
+                (ANNOTATION_IMAGE_PULL_STUCK, decision.image_pull_stuck),
             )
             if value is not None
         }
@@ -674,7 +690,7 @@ class Reconciler:
 
 
 class EventRecorder:
-    """core/v1 Events on jobs, sent in the background and best effort.
+    """core/v1 Events on jobs (and on Nodes, for quarantine), sent in the background, best effort.
 
     Like client-go's event broadcaster: recording never blocks a reconcile, a few senders share
     the apiserver with the writes that matter, and when thousands of jobs change at once the
@@ -701,30 +717,46 @@ class EventRecorder:
         """Log the event and queue it for the apiserver."""
         metadata = job.get("metadata") or {}
         namespace = str(metadata.get("namespace") or "default")
-        job_key = f"{namespace}/{metadata.get('name')}"
+        involved = {
+            "apiVersion": names.API_VERSION,
+            "kind": names.KIND,
+            "name": metadata.get("name"),
+            "namespace": namespace,
+            "uid": metadata.get("uid"),
+            "resourceVersion": metadata.get("resourceVersion"),
+        }
+        self._queue(f"{namespace}/{metadata.get('name')}", namespace, involved, event)
+
+    def record_on_node(self, node: Mapping[str, Any], event: Event) -> None:
+        """An Event about a Node (in ``default``, where Kubernetes puts node Events)."""
+        metadata = node.get("metadata") or {}
+        involved = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": metadata.get("name"),
+            "uid": metadata.get("uid"),
+        }
+        self._queue(f"node/{metadata.get('name')}", "default", involved, event)
+
+    def _queue(
+        self, subject: str, namespace: str, involved: Mapping[str, Any], event: Event
+    ) -> None:
         level = logging.WARNING if event.type == "Warning" else logging.INFO
         log.log(
             level,
             "%s: %s: %s",
-            job_key,
+            subject,
             event.reason,
             event.message,
-            extra={"job": job_key, "reason": event.reason},
+            extra={"job": subject, "reason": event.reason},
         )
         now = st.format_time(self.clock())
         body = {
             "metadata": {
-                "name": f"{metadata.get('name')}.{secrets.token_hex(8)}",
+                "name": f"{involved.get('name')}.{secrets.token_hex(8)}",
                 "namespace": namespace,
             },
-            "involvedObject": {
-                "apiVersion": names.API_VERSION,
-                "kind": names.KIND,
-                "name": metadata.get("name"),
-                "namespace": namespace,
-                "uid": metadata.get("uid"),
-                "resourceVersion": metadata.get("resourceVersion"),
-            },
+            "involvedObject": dict(involved),
             "reason": event.reason,
             "message": event.message[:1024],
             "type": event.type,

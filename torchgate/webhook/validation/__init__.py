@@ -24,16 +24,16 @@ The rule families live in ``metadata``, ``policy`` (run, scheduling and elastic 
 ``pod`` (replica spec, pod template and volumes), ``claims`` (DRA claims), ``containers``,
 ``launch`` (command line and env) and ``sharing`` (topology annotations, the team's quota ceiling).
 
-Updates ratchet: when neither ``spec`` nor the pinned-hosts or topology annotations changed, only
-immutable fields are checked, so a job admitted under older rules stays updatable for labels and
-finalizers.
+Updates ratchet: when neither ``spec`` nor the pinned-hosts, progress or topology annotations
+changed, only immutable fields are checked, so a job admitted under older rules stays updatable
+for labels and finalizers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup
@@ -47,6 +47,7 @@ from torchgate.pytorchjob.fieldpath import (
 )
 from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.pytorchjob.pool import ANNOTATION_TOPOLOGY_PREFERRED, ANNOTATION_TOPOLOGY_REQUIRED
+from torchgate.pytorchjob.progress import ANNOTATION_PROGRESS_DEADLINE
 from torchgate.webhook.validation import (
     claims,
     containers,
@@ -101,6 +102,74 @@ class Verdict:
 
 # ------------------------------------------------------------------ composition
 
+R = TypeVar("R", JobRule, ReplicaRule, ContainerRule)
+
+
+@dataclass(frozen=True, slots=True)
+class Reads(Generic[R]):
+    """A rule with the fields of its section it reads: it runs only when one is present.
+
+    A rule whose section is absent costs nothing, not even a call: a rule added for a rarely
+    used field (``elasticPolicy``, ``initContainers``) leaves every other job's review as it was.
+    A field present with a ``null`` value counts as present; the rule reports or ignores it.
+    """
+
+    rule: R
+    fields: frozenset[str]
+
+
+def reads(rule: R, *fields: str) -> Reads[R]:
+    """``rule``, run only when its section has one of ``fields``."""
+    return Reads(rule, frozenset(fields))
+
+
+class _Table(Generic[R]):
+    """Rules in report order, each run always or only when a field it reads is present.
+
+    The selection is memoised by the section's keys in order (``selected``): sections of a kind
+    mostly list the same keys, and a tuple of them is cheaper to build and look up than a set.
+    """
+
+    def __init__(self, rules: tuple[R | Reads[R], ...]) -> None:
+        self._entries: tuple[tuple[R, frozenset[str] | None], ...] = tuple(
+            (entry.rule, entry.fields) if isinstance(entry, Reads) else (entry, None)
+            for entry in rules
+        )
+        self.fields: frozenset[str] = frozenset().union(
+            *(f for _, f in self._entries if f is not None)
+        )
+        self.selected: dict[tuple[str, ...], tuple[R, ...]] = {}
+
+    def select(self, keys: tuple[str, ...]) -> tuple[R, ...]:
+        """The rules that run on a section with ``keys``, in order (memoised in ``selected``)."""
+        present = self.fields.intersection(keys)
+        selected = tuple(
+            rule for rule, fields in self._entries if fields is None or fields & present
+        )
+        if len(self.selected) >= _SELECTIONS_KEPT:
+            self.selected.clear()
+        self.selected[keys] = selected
+        return selected
+
+
+_SELECTIONS_KEPT: Final = 1024
+
+
+def in_spec(*rules: JobRule | Reads[JobRule]) -> JobRule:
+    """Apply ``rules``, in order, to the job; a ``Reads`` rule when ``spec`` has its field."""
+    table = _Table(rules)
+
+    def spec_rules(job: JobFacts) -> Findings:
+        found: list[Finding] = []
+        keys = tuple(job.spec)
+        for rule in table.selected.get(keys) or table.select(keys):
+            result = rule(job)
+            if result:  # most rules find nothing; skip the extend
+                found.extend(result)
+        return found
+
+    return spec_rules
+
 
 def for_each_replica(*rules: ReplicaRule) -> JobRule:
     """Apply ``rules``, in order, to Master then Worker."""
@@ -110,21 +179,26 @@ def for_each_replica(*rules: ReplicaRule) -> JobRule:
         for replica in job.known_replicas:
             for rule in rules:
                 result = rule(job, replica)
-                if result:  # most rules find nothing; skip the extend
+                if result:
                     found.extend(result)
         return found
 
     return each_replica
 
 
-def when_template_readable(*rules: ReplicaRule) -> ReplicaRule:
-    """Apply ``rules`` only when the replica spec, its template and pod spec are objects."""
+def when_template_readable(*rules: ReplicaRule | Reads[ReplicaRule]) -> ReplicaRule:
+    """Apply ``rules`` only when the replica spec, its template and pod spec are objects.
+
+    A ``Reads`` rule runs when the pod spec has its field.
+    """
+    table = _Table(rules)
 
     def pod_template(job: JobFacts, replica: ReplicaFacts) -> Findings:
         if replica.spec is None or not replica.template_readable:
             return ()
         found: list[Finding] = []
-        for rule in rules:
+        keys = tuple(replica.pod_spec)
+        for rule in table.selected.get(keys) or table.select(keys):
             result = rule(job, replica)
             if result:
                 found.extend(result)
@@ -133,8 +207,12 @@ def when_template_readable(*rules: ReplicaRule) -> ReplicaRule:
     return pod_template
 
 
-def for_each_container(kind: str, *rules: ContainerRule) -> ReplicaRule:
-    """Apply ``rules`` to every entry of ``kind``; an entry that is not an object is an error."""
+def for_each_container(kind: str, *rules: ContainerRule | Reads[ContainerRule]) -> ReplicaRule:
+    """Apply ``rules`` to every entry of ``kind``; an entry that is not an object is an error.
+
+    A ``Reads`` rule runs on a container that has its field.
+    """
+    table = _Table(rules)
 
     def each_container(job: JobFacts, replica: ReplicaFacts) -> Findings:
         entries = replica.containers if kind == "containers" else replica.init_containers
@@ -143,7 +221,8 @@ def for_each_container(kind: str, *rules: ContainerRule) -> ReplicaRule:
             if not isinstance(container.raw, OBJECT):
                 found.append(invalid(container.path, container.raw, "must be an object"))
                 continue
-            for rule in rules:
+            keys = (*container.fields, *container.line.said)
+            for rule in table.selected.get(keys) or table.select(keys):
                 result = rule(job, replica, container)
                 if result:
                     found.extend(result)
@@ -152,20 +231,22 @@ def for_each_container(kind: str, *rules: ContainerRule) -> ReplicaRule:
     return each_container
 
 
-_CONTAINER_RULES: Final[tuple[ContainerRule, ...]] = (
-    containers.image,
-    containers.argv_shape,
-    launch.backend_flags,
-    launch.gpu_flags,
-    launch.stray_flags,
-    launch.nnodes_flags,
-    launch.nproc_flags,
-    launch.env,
-    containers.resources,
-    containers.gpu_consistency,
-    launch.gpu_peers,
-    containers.volume_mounts,
-    containers.privileged,
+# A container's section is its fields and, for the training container, the kinds of flags its
+# command line says (``CommandLine.said``): the launch rules read those.
+_CONTAINER_RULES: Final[tuple[ContainerRule | Reads[ContainerRule], ...]] = (
+    containers.image,  # reports a missing image too
+    reads(containers.argv_shape, "command", "args"),
+    reads(launch.backend_flags, "backends"),
+    reads(launch.gpu_flags, "gpu_flags"),
+    reads(launch.stray_flags, "stray"),
+    reads(launch.nnodes_flags, "nnodes"),
+    reads(launch.nproc_flags, "nproc_per_node"),
+    reads(launch.env, "env"),
+    reads(containers.resources, "resources"),
+    reads(containers.gpu_consistency, "resources"),  # a GPU container requests GPUs there
+    launch.gpu_peers,  # fires on a container without GPUs
+    reads(containers.volume_mounts, "volumeMounts"),
+    reads(containers.privileged, "securityContext"),
 )
 
 # The one ordered list of rules: its order is the order errors and warnings are reported in.
@@ -173,17 +254,20 @@ RULES: Final[tuple[JobRule, ...]] = (
     metadata.metadata_is_object,
     metadata.name,
     metadata.pinned_hosts_annotation,
+    metadata.progress_deadline_annotation,
     sharing.topology_annotations,
     metadata.create_only_fields,
-    policy.spec_shape,
-    policy.replica_specs_present,
-    policy.nproc_per_node,
-    policy.elastic_policy,
-    policy.run_policy,
-    policy.scheduling_policy,
-    policy.gpu_budget,
-    sharing.team_quota,
-    policy.immutable_fields,
+    in_spec(
+        policy.spec_shape,
+        policy.replica_specs_present,
+        reads(policy.nproc_per_node, "nprocPerNode"),
+        reads(policy.elastic_policy, "elasticPolicy"),
+        reads(policy.run_policy, "runPolicy"),
+        reads(policy.scheduling_policy, "runPolicy"),
+        policy.gpu_budget,
+        sharing.team_quota,
+        policy.immutable_fields,
+    ),
     for_each_replica(
         pod.replica_spec_present,
         pod.replica_fields,
@@ -191,17 +275,17 @@ RULES: Final[tuple[JobRule, ...]] = (
         pod.restart_policy,
         pod.template_shape,
         when_template_readable(
-            pod.pytorch_container,
-            pod.node_selector,
-            pod.volumes,
-            claims.container_claim_names,
-            claims.claim_sources,
-            claims.shared_claim,
-            claims.countable_gpus,
-            claims.gpus_asked_once,
+            pod.pytorch_container,  # reports missing containers too
+            reads(pod.node_selector, "nodeSelector"),
+            reads(pod.volumes, "volumes"),
+            claims.container_claim_names,  # a container may name a claim the pod lacks
+            reads(claims.claim_sources, "resourceClaims"),
+            reads(claims.shared_claim, "resourceClaims"),
+            reads(claims.countable_gpus, "resourceClaims"),  # only a claim's count is unknown
+            reads(claims.gpus_asked_once, "resourceClaims"),
             for_each_container("containers", *_CONTAINER_RULES),
-            pod.init_containers_list,
-            for_each_container("initContainers", *_CONTAINER_RULES),
+            reads(pod.init_containers_list, "initContainers"),
+            reads(for_each_container("initContainers", *_CONTAINER_RULES), "initContainers"),
         ),
     ),
     pod.unknown_replica_types,
@@ -216,13 +300,24 @@ def validate_create(
     policy: PlacementPolicy,
     *,
     team: Team | None = None,
+    uid_from_server: bool = False,
     claims: ClaimLookup = NO_CLAIMS,
 ) -> Verdict:
     """Validate a PyTorchJob being created under ``policy`` (and ``team``'s quota, if any).
 
-    ``claims``: the ResourceClaims, templates and DeviceClasses the webhook sees in the namespace.
+    ``uid_from_server``: the apiserver set ``metadata.uid`` before asking (the validating
+    route), so a uid is not the user's and is not reported. ``claims``: the ResourceClaims,
+    templates and DeviceClasses the webhook sees in the namespace.
     """
-    return _verdict(job, policy, old=None, creating=True, team=team, claims=claims)
+    return _verdict(
+        job,
+        policy,
+        old=None,
+        creating=True,
+        team=team,
+        uid_from_server=uid_from_server,
+        claims=claims,
+    )
 
 
 def validate_update(
@@ -247,10 +342,19 @@ def _verdict(
     creating: bool,
     team: Team | None,
     claims: ClaimLookup,
+    uid_from_server: bool = False,
 ) -> Verdict:
     if not isinstance(job, OBJECT):
         return Verdict((invalid(FieldPath(), None, "must be a PyTorchJob object"),), ())
-    facts = read_job(job, active_policy, old=old, creating=creating, team=team, claims=claims)
+    facts = read_job(
+        job,
+        active_policy,
+        old=old,
+        creating=creating,
+        team=team,
+        uid_from_server=uid_from_server,
+        claims=claims,
+    )
     errors: list[FieldError] = []
     warnings: list[FieldWarning] = []
     for rule in RULES:
@@ -272,13 +376,14 @@ def _admission_inputs_unchanged(old: object, new: object) -> bool:
 
 _CHECKED_ANNOTATIONS: Final = (
     names.ANNOTATION_HOSTS,
+    ANNOTATION_PROGRESS_DEADLINE,
     ANNOTATION_TOPOLOGY_REQUIRED,
     ANNOTATION_TOPOLOGY_PREFERRED,
 )
 
 
 def _checked_annotations(job: Mapping[str, Any]) -> tuple[object, ...]:
-    """The annotations rules check (pinned hosts, topology): a change to one re-validates."""
+    """The annotations rules check (hosts, progress, topology): a change to one re-validates."""
     meta = job.get("metadata")
     annotations = meta.get("annotations") if isinstance(meta, OBJECT) else None
     if not isinstance(annotations, OBJECT):
@@ -293,6 +398,8 @@ def _deduplicated(errors: list[FieldError]) -> tuple[FieldError, ...]:
     differently unless two distinct paths print alike (a map key "0" beside a list index 0),
     which these rules never produce for one field; so ``dedupe`` runs only on a collision.
     """
+    if not errors:
+        return ()
     # id(): error types are enum singletons, and Enum.__hash__ is a slow Python-level call.
     keys = {(id(e.type), e.path.segments, e.detail) for e in errors}
     return tuple(errors) if len(keys) == len(errors) else tuple(dedupe(errors))

@@ -17,8 +17,10 @@ from typing import Any
 from torchgate.pytorchjob.fieldpath import FieldPath, forbidden, invalid, required
 from torchgate.webhook.imageref import image_reference_problem, is_lone_placeholder
 from torchgate.webhook.validation.facts import (
+    MEMO_TYPES,
     NONE,
     OBJECT,
+    USABLE_QUANTITIES,
     ContainerFacts,
     Finding,
     Findings,
@@ -31,6 +33,7 @@ from torchgate.webhook.validation.facts import (
     placeholder_hint,
     quantity,
     quote,
+    remember_usable,
 )
 
 
@@ -63,6 +66,8 @@ def image(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Fi
 
 def argv_shape(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
     """``command`` and ``args`` are lists of strings (YAML turns ``8`` and ``true`` into others)."""
+    if container.argv_ok:  # the usual case, read with the facts
+        return NONE
     found: list[Finding] = []
     for key in ("command", "args"):
         raw = container.fields.get(key)
@@ -104,28 +109,46 @@ def resources(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -
             )
             continue
         for name, value in values.items():
-            amount = quantity(value)
+            # The usual quantity was seen before, valid and not negative: one dict lookup.
+            amount = USABLE_QUANTITIES.get(value) if type(value) in MEMO_TYPES else None
             if amount is None:
-                found.append(
-                    invalid(
-                        at(path, "resources", section).key(str(name)),
-                        value,
-                        _quantity_detail(value),
+                amount = quantity(value)
+                if amount is None:
+                    found.append(
+                        invalid(
+                            at(path, "resources", section).key(str(name)),
+                            value,
+                            _quantity_detail(value),
+                        )
                     )
-                )
-            elif amount < 0:
-                found.append(
-                    invalid(
-                        at(path, "resources", section).key(str(name)),
-                        value,
-                        "must be greater than or equal to 0",
+                    continue
+                if amount < 0:
+                    found.append(
+                        invalid(
+                            at(path, "resources", section).key(str(name)),
+                            value,
+                            "must be greater than or equal to 0",
+                        )
                     )
-                )
-            elif name == gpu:
+                    continue
+                remember_usable(value, amount)
+            if name == gpu:
                 gpu_amounts[section] = amount
-    if gpu_amounts:
+    if gpu_amounts and not _whole_and_equal(raw, gpu):
         found.extend(_gpu_quantities(path, gpu, raw, gpu_amounts))
     return found
+
+
+def _whole_and_equal(raw: Mapping[str, Any], gpu: str) -> bool:
+    """Whether the GPU counts are JSON integers, equal where both are given (the usual case)."""
+    limits, requests = raw.get("limits"), raw.get("requests")
+    limit = limits.get(gpu) if isinstance(limits, OBJECT) else None
+    request = requests.get(gpu) if isinstance(requests, OBJECT) else None
+    if limit is None:
+        return type(request) is int
+    if request is None:
+        return type(limit) is int
+    return type(limit) is int and limit == request and type(request) is int
 
 
 def _quantity_detail(value: object) -> str:
@@ -201,6 +224,14 @@ def volume_mounts(job: JobFacts, replica: ReplicaFacts, container: ContainerFact
             )
             continue
         target, name = mount.get("mountPath"), mount.get("name")
+        if (  # the usual mount, checked first
+            target
+            and name
+            and type(target) is str
+            and type(name) is str
+            and (declared is None or name in declared)
+        ):
+            continue
         target_ok = isinstance(target, str) and bool(target)
         name_ok = isinstance(name, str) and bool(name)
         if target_ok and name_ok and (declared is None or name in declared):

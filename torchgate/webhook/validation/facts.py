@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
-from itertools import repeat
 from typing import Any, Final, NamedTuple
 
 from torchgate.pytorchjob import gang, names
@@ -25,8 +24,7 @@ from torchgate.pytorchjob.devices import (
     NO_CLAIMS,
     ClaimLookup,
     GpuSources,
-    container_gpus,
-    pod_gpus,
+    replica_gpus,
 )
 from torchgate.pytorchjob.fieldpath import (
     ErrorType,
@@ -37,7 +35,7 @@ from torchgate.pytorchjob.fieldpath import (
     invalid,
 )
 from torchgate.pytorchjob.policy import PlacementPolicy
-from torchgate.pytorchjob.pool import TeamQuota
+from torchgate.pytorchjob.pool import TeamQuota, quota_ceilings
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
 from torchgate.pytorchjob.spec import as_int, pytorch_container_index
 from torchgate.webhook.arguments import CommandLine, scan_command_line
@@ -45,6 +43,7 @@ from torchgate.webhook.imageref import unfilled_placeholder
 
 # isinstance() tries the exact JSON type first; the ABC check is several times slower.
 OBJECT: Final = (dict, Mapping)
+_ZERO: Final = Decimal(0)
 
 METADATA: Final = FieldPath.root("metadata")
 NAME: Final = METADATA.child("name")
@@ -88,6 +87,7 @@ class ContainerFacts(NamedTuple):
     is_gpu_container: bool  # the first container of the replica that requests GPUs
     # What the command line says (flags, launcher); read for the training container only.
     line: CommandLine
+    argv_ok: bool  # ``command`` and ``args`` are each absent or a list of strings
 
 
 class ReplicaFacts(NamedTuple):
@@ -107,16 +107,27 @@ class ReplicaFacts(NamedTuple):
     gpu_container: int | None
     training_container: int | None
     volumes: frozenset[str] | None  # declared volume names; None when ``volumes`` is unreadable
+    # (index, hostPath) of each hostPath volume when every volume is an object with a unique
+    # name (then only these need a look); None when the volume rule must walk the list.
+    host_paths: tuple[tuple[int, object], ...] | None
     containers: tuple[ContainerFacts, ...]
     init_containers: tuple[ContainerFacts, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Team:
-    """The TeamQuota owning the job's namespace, and every team of its cohort (itself included)."""
+    """The TeamQuota owning the job's namespace, and every team of its cohort (itself included).
+
+    Its ceilings (``pool.quota_ceilings``) are summed over the cohort once, when the team is
+    built (the webhook caches a team per namespace), not on every review.
+    """
 
     quota: TeamQuota
     cohort: tuple[TeamQuota, ...]
+    ceilings: Mapping[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ceilings", quota_ceilings(self.quota, self.cohort))
 
 
 class JobFacts(NamedTuple):
@@ -139,13 +150,11 @@ class JobFacts(NamedTuple):
     expected_nnodes: tuple[int, int] | None
     job_name: str | None
     team: Team | None = None  # None: no TeamQuota owns the namespace (no quota applies)
+    spec_readable: bool = False  # whether ``spec`` is an object (spec-level rules run only then)
+    # The apiserver set ``metadata.uid`` before the validating webhook runs: it is not the user's.
+    uid_from_server: bool = False
     gpu_sources: GpuSources | None = None  # what counts as GPUs (``policy.gpus``)
     claims: ClaimLookup = NO_CLAIMS  # the ResourceClaims and templates the webhook sees
-
-    @property
-    def spec_readable(self) -> bool:
-        """Whether ``spec`` is an object (spec-level rules run only then)."""
-        return isinstance(self.spec_raw, OBJECT)
 
     @property
     def gpus(self) -> GpuSources:
@@ -172,6 +181,7 @@ def read_job(
     old: Mapping[str, Any] | None,
     creating: bool,
     team: Team | None = None,
+    uid_from_server: bool = False,
     claims: ClaimLookup = NO_CLAIMS,
 ) -> JobFacts:
     """Read the facts of ``job`` (an object) once, for every rule."""
@@ -181,45 +191,70 @@ def read_job(
     specs = spec.get("pytorchReplicaSpecs")
     replica_specs: Mapping[str, Any] = specs if isinstance(specs, OBJECT) else {}
     replicas = tuple(
-        _read_replica(str(key), raw, sources, claims) for key, raw in replica_specs.items()
+        [_read_replica(str(key), raw, sources, claims) for key, raw in replica_specs.items()]
     )
     known = tuple(
-        replica
-        for replica_type in names.REPLICA_TYPES
-        for replica in replicas
-        if replica.key == replica_type
+        [
+            replica
+            for replica_type in names.REPLICA_TYPES
+            for replica in replicas
+            if replica.key == replica_type
+        ]
     )
     counts = [replica.pods for replica in known]
-    total = gang.total_replicas(c for c in counts if c is not None) if None not in counts else None
+    total = None if None in counts else gang.total_replicas([c for c in counts if c is not None])
     elastic = spec.get("elasticPolicy")
-    elastic_policy = elastic if isinstance(elastic, OBJECT) else None
+    elastic_policy = elastic if elastic is not None and isinstance(elastic, OBJECT) else None
     metadata = job.get("metadata")
-    return JobFacts(
-        raw=job,
-        policy=policy,
-        old=old,
-        creating=creating,
-        metadata=metadata,
-        spec_raw=spec_raw,
-        spec=spec,
-        replica_specs=replica_specs,
-        replicas=replicas,
-        known_replicas=known,
-        total_replicas=total,
-        first_gpu_replica=next((r for r in known if r.gpus > 0), None),
-        nproc_per_node=gang.integer_nproc(spec.get("nprocPerNode")),
-        elastic=elastic_policy,
-        expected_nnodes=_expected_nnodes(elastic_policy, known, total),
-        job_name=_effective_job_name(metadata),
-        team=team,
-        gpu_sources=sources,
-        claims=claims,
+    first_gpu_replica = None
+    for replica in known:
+        if replica.gpus > 0:
+            first_gpu_replica = replica
+            break
+    return tuple.__new__(  # the fields in order, without NamedTuple's Python-level __new__
+        JobFacts,
+        (
+            job,  # raw
+            policy,
+            old,
+            creating,
+            metadata,
+            spec_raw,
+            spec,
+            replica_specs,
+            replicas,
+            known,  # known_replicas
+            total,  # total_replicas
+            first_gpu_replica,
+            gang.integer_nproc(spec.get("nprocPerNode")),  # nproc_per_node
+            elastic_policy,  # elastic
+            _expected_nnodes(elastic_policy, known, total),
+            _effective_job_name(metadata),  # job_name
+            team,
+            spec is spec_raw,  # spec_readable
+            uid_from_server,
+            sources,  # gpu_sources
+            claims,
+        ),
     )
+
+
+# A replica's paths and its containers' are the same in every review: built once per replica
+# type and container index (a path costs more to build than to look up), they also keep their
+# rendered text from one review to the next.
+@functools.lru_cache(maxsize=256)
+def _replica_paths(key: str) -> tuple[FieldPath, FieldPath]:
+    path = REPLICA_SPECS.key(key)
+    return path, at(path, "template", "spec")
+
+
+@functools.lru_cache(maxsize=1024)
+def _container_path(key: str, kind: str, index: int) -> FieldPath:
+    return at(_replica_paths(key)[1], kind, index)
 
 
 def _read_replica(key: str, raw: object, sources: GpuSources, claims: ClaimLookup) -> ReplicaFacts:
-    path = REPLICA_SPECS.key(key)
-    pod_path = at(path, "template", "spec")
+    path, pod_path = _replica_paths(key)
     spec = raw if isinstance(raw, OBJECT) else None
     count: int | None = 1
     readable = True
@@ -234,39 +269,34 @@ def _read_replica(key: str, raw: object, sources: GpuSources, claims: ClaimLooku
         )
         if isinstance(found, OBJECT):
             pod_spec = found
-    gpus = pod_gpus(pod_spec, sources, claims)
-    gpu_container: int | None = None
+    gpus, gpu_container = replica_gpus(pod_spec, sources, claims)
     training = pytorch_container_index(pod_spec)
     containers = pod_spec.get("containers")
-    if isinstance(containers, list):
-        for index, container in enumerate(containers):
-            if not isinstance(container, OBJECT):
-                continue
-            if container_gpus(container, pod_spec, sources, claims) != 0:
-                gpu_container = index
-                break
-    return ReplicaFacts(
-        key=key,
-        path=path,
-        pod_path=pod_path,
-        spec=spec,
-        pods=count,
-        template_readable=readable,
-        pod_spec=pod_spec,
-        gpus=gpus or Decimal(0),
-        gpus_known=gpus is not None,
-        gpu_container=gpu_container,
-        training_container=training,
-        volumes=_declared_volumes(pod_spec.get("volumes")),
-        containers=_read_containers(pod_path, "containers", containers, training, gpu_container),
-        init_containers=_read_containers(
-            pod_path, "initContainers", pod_spec.get("initContainers"), None, None
+    return tuple.__new__(  # the fields in order, without NamedTuple's Python-level __new__
+        ReplicaFacts,
+        (
+            key,
+            path,
+            pod_path,
+            spec,
+            count,
+            readable,
+            pod_spec,
+            gpus or _ZERO,
+            gpus is not None,  # gpus_known
+            gpu_container,
+            training,
+            *_read_volumes(pod_spec.get("volumes")),
+            _read_containers(key, "containers", containers, training, gpu_container),
+            ()
+            if (init := pod_spec.get("initContainers")) is None
+            else _read_containers(key, "initContainers", init, None, None),
         ),
     )
 
 
 def _read_containers(
-    pod_path: FieldPath,
+    replica: str,
     kind: str,
     entries: object,
     training: int | None,
@@ -277,20 +307,31 @@ def _read_containers(
     out: list[ContainerFacts] = []
     for index, raw in enumerate(entries):
         fields: Mapping[str, Any] = raw if isinstance(raw, OBJECT) else {}
+        command, args = fields.get("command"), fields.get("args")
+        argv_ok = (command is None or (type(command) is list and all_strings(command))) and (
+            args is None or (type(args) is list and all_strings(args))
+        )
         line = _NOTHING_SAID
         if index == training:
-            command, args = _string_items(fields.get("command")), _string_items(fields.get("args"))
+            if argv_ok:  # read once: what was checked above is what the line is made of
+                command, args = tuple(command or ()), tuple(args or ())
+            else:
+                command, args = _string_items(command), _string_items(args)
             if command or args:
                 line = scan(command, args)
         out.append(
-            ContainerFacts(
-                at(pod_path, kind, index),
-                kind,
-                raw,
-                fields,
-                index == training,
-                index == gpu_container,
-                line,
+            tuple.__new__(  # the fields in order, without NamedTuple's Python-level __new__
+                ContainerFacts,
+                (
+                    _container_path(replica, kind, index),
+                    kind,
+                    raw,
+                    fields,
+                    index == training,
+                    index == gpu_container,
+                    line,
+                    argv_ok,
+                ),
             )
         )
     return tuple(out)
@@ -305,20 +346,39 @@ def _string_items(raw: object) -> tuple[str, ...]:
 
 
 def all_strings(items: list[Any]) -> bool:
-    """Whether every item is a string, checked at C speed (the usual case for argv lists)."""
-    return all(map(isinstance, items, repeat(str)))
+    """Whether every item is a JSON string (the usual case for argv lists).
+
+    A plain loop: for the few items of an argv it is cheaper than ``all(map(...))``.
+    """
+    for item in items:  # noqa: SIM110 - a generator in all() costs more than the loop
+        if type(item) is not str:
+            return False
+    return True
 
 
-def _declared_volumes(volumes: object) -> frozenset[str] | None:
+def _read_volumes(
+    volumes: object,
+) -> tuple[frozenset[str] | None, tuple[tuple[int, object], ...] | None]:
+    """The declared volume names and, when the list is well formed, its hostPath volumes."""
     if volumes is None:
-        return frozenset()
+        return frozenset(), ()
     if not isinstance(volumes, list):
-        return None
-    return frozenset(
-        volume["name"]
-        for volume in volumes
-        if isinstance(volume, OBJECT) and isinstance(volume.get("name"), str) and volume["name"]
-    )
+        return None, None
+    declared = set()
+    host_paths: list[tuple[int, object]] | None = []
+    for index, volume in enumerate(volumes):
+        if isinstance(volume, OBJECT):
+            name = volume.get("name")
+            if isinstance(name, str) and name and name not in declared:
+                declared.add(name)
+                host_path = volume.get("hostPath")
+                if host_path is not None and host_paths is not None:
+                    host_paths.append((index, host_path))
+                continue
+            if isinstance(name, str) and name:
+                declared.add(name)
+        host_paths = None  # not an object, no name or a repeated one: the rule reports it
+    return frozenset(declared), None if host_paths is None else tuple(host_paths)
 
 
 def _expected_nnodes(
@@ -355,6 +415,8 @@ def _effective_job_name(metadata: object) -> str | None:
 
 def non_negative_int(value: object) -> int | None:
     """A non-negative JSON integer, else None."""
+    if type(value) is int:  # the usual case, without the call
+        return value if value >= 0 else None
     number = as_int(value)
     return number if number is not None and number >= 0 else None
 
@@ -376,6 +438,19 @@ def quantity(value: object) -> Decimal | None:
         return parse_quantity(value)
     except QuantityError:
         return None
+
+
+# Quantities (exact strings and ints: ``True`` would find ``1``) known to be valid and not
+# negative, with their amount: a rule's hot loop checks one with a single dict lookup.
+MEMO_TYPES: Final = frozenset({str, int})
+USABLE_QUANTITIES: dict[object, Decimal] = {}
+_USABLE_KEPT: Final = 4096
+
+
+def remember_usable(value: object, amount: Decimal) -> None:
+    """Remember that ``value`` (an exact str or int) is a usable quantity of ``amount``."""
+    if type(value) in MEMO_TYPES and len(USABLE_QUANTITIES) < _USABLE_KEPT:
+        USABLE_QUANTITIES[value] = amount
 
 
 @functools.lru_cache(maxsize=512, typed=True)
@@ -419,6 +494,8 @@ def unknown_fields(
     hint: Callable[[str], str] | None = None,
 ) -> list[Finding]:
     """A ``Forbidden`` error for every key of ``section`` not in ``known``."""
+    if known.issuperset(section):
+        return []
     found: list[Finding] = []
     for key in section:
         if key not in known:
@@ -430,7 +507,9 @@ def unknown_fields(
 def non_negative_field(section: Mapping[str, Any], key: str, path: FieldPath) -> list[Finding]:
     """An ``Invalid`` error when ``section[key]`` is set and not a non-negative integer."""
     raw = section.get(key)
-    if raw is not None and non_negative_int(raw) is None:
+    if raw is None or (type(raw) is int and raw >= 0):  # the usual cases, without a call
+        return []
+    if non_negative_int(raw) is None:
         detail = "must be a non-negative integer" + placeholder_hint(raw)
         return [invalid(path.child(key), raw, detail)]
     return []

@@ -278,6 +278,7 @@ def env(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Find
         where = at(container.path, "env")
         return [invalid(where, entries, "must be a list of {name, value} entries")]
     path = container.path  # paths below are built only for errors: most entries have none
+    training = container.is_training
     found: list[Finding] = []
     seen: dict[str, int] = {}
     for index, entry in enumerate(entries):
@@ -299,7 +300,7 @@ def env(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Find
             found.append(
                 invalid(at(path, "env", index, "value"), value, "must be a string (quote it)")
             )
-        if container.is_training and name in _INJECTED_ENV:
+        if training and name in _INJECTED_ENV:
             found.append(
                 forbidden(
                     at(path, "env", index, "name"),

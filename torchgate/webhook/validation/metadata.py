@@ -1,4 +1,4 @@
-"""Metadata rules: the job's name, the pinned-hosts annotation, and create-only fields.
+"""Metadata rules: the job's name, the pinned-hosts and progress annotations, create-only fields.
 
 Why the name is checked here and not left to the apiserver: the controller derives pod and
 Service names from it (``<job>-worker-<i>``), and those must be DNS-1035 labels of at most 63
@@ -18,6 +18,7 @@ from torchgate.pytorchjob.fieldpath import (
     not_supported,
     required,
 )
+from torchgate.pytorchjob.progress import ANNOTATION_PROGRESS_DEADLINE, parse_deadline
 from torchgate.pytorchjob.spec import pinned_hosts
 from torchgate.webhook.validation.facts import (
     ANNOTATIONS,
@@ -92,6 +93,19 @@ def _derived_name_length(job: JobFacts, job_name: str, *, generated: bool) -> Fi
     return [FieldError(ErrorType.TOO_LONG, NAME, detail, job_name)]
 
 
+def progress_deadline_annotation(job: JobFacts) -> Findings:
+    """``torchgate.io/progress-deadline-seconds`` is a positive whole number of seconds."""
+    metadata = job.metadata
+    annotations = metadata.get("annotations") if isinstance(metadata, OBJECT) else None
+    if not isinstance(annotations, OBJECT) or ANNOTATION_PROGRESS_DEADLINE not in annotations:
+        return NONE
+    value = annotations[ANNOTATION_PROGRESS_DEADLINE]
+    if parse_deadline(value) is None or not isinstance(value, str):
+        path = ANNOTATIONS.key(ANNOTATION_PROGRESS_DEADLINE)
+        return [invalid(path, value, "must be a positive whole number of seconds")]
+    return NONE
+
+
 def pinned_hosts_annotation(job: JobFacts) -> Findings:
     """``torchgate.io/hosts`` lists node names, each allowed by the policy."""
     metadata = job.metadata
@@ -130,7 +144,7 @@ def create_only_fields(job: JobFacts) -> Findings:
     found: list[Finding] = []
     metadata = job.metadata
     if isinstance(metadata, OBJECT):
-        for key in ("resourceVersion", "uid"):
+        for key in ("resourceVersion",) if job.uid_from_server else ("resourceVersion", "uid"):
             if metadata.get(key) not in (None, ""):
                 found.append(
                     forbidden(

@@ -90,6 +90,8 @@ def replica_fields(job: JobFacts, replica: ReplicaFacts) -> Findings:
     """No unknown fields in a replica spec (with a hint where a misplaced one belongs)."""
     if replica.spec is None:
         return NONE
+    if _REPLICA_FIELDS.issuperset(replica.spec):  # the usual case, without a call
+        return NONE
     return unknown_fields(replica.spec, replica.path, _REPLICA_FIELDS, _unknown_replica_field_hint)
 
 
@@ -175,7 +177,12 @@ def volumes(job: JobFacts, replica: ReplicaFacts) -> Findings:
     path = replica.pod_path
     if not isinstance(declared, list):
         return [invalid(at(path, "volumes"), declared, "must be a list of volumes")]
-    found: list[Finding] = []
+    if replica.host_paths is not None:  # every volume well formed: only hostPaths to look at
+        found: list[Finding] = []
+        for index, host_path in replica.host_paths:
+            found.extend(_host_path(job, path, index, host_path))
+        return found
+    found = []
     seen: set[str] = set()
     for index, volume in enumerate(declared):
         if not isinstance(volume, OBJECT):
@@ -203,16 +210,14 @@ def _host_path(job: JobFacts, pod_path: FieldPath, index: int, host_path: object
                 "must be an absolute path on the node",
             )
         ]
+    if job.policy.allows_host_path(location):
+        return NONE
     refusal = _host_path_refusal(job.policy, job.policy_label, location)
-    if refusal is not None:
-        return [forbidden(at(pod_path, "volumes", index, "hostPath"), refusal)]
-    return NONE
+    return [forbidden(at(pod_path, "volumes", index, "hostPath"), refusal)]
 
 
-def _host_path_refusal(policy: PlacementPolicy, label: str, location: str) -> str | None:
-    """Why the policy refuses a hostPath volume at ``location``; None when it allows it."""
-    if policy.allows_host_path(location):
-        return None
+def _host_path_refusal(policy: PlacementPolicy, label: str, location: str) -> str:
+    """Why the policy refuses a hostPath volume at ``location``."""
     allowed = ", ".join(policy.allowed_host_paths) or "none"
     if location.rstrip("/") == "/dev/shm":
         instead = "use an emptyDir with medium: Memory for /dev/shm"

@@ -46,6 +46,7 @@ from torchgate.webhook.validation.facts import (
 )
 
 _NPROC_KEYWORDS: Final = ("auto", "cpu", "gpu")
+_CLEAN_POD_POLICY: Final = RUN_POLICY.child("cleanPodPolicy")
 
 _SPEC_FIELDS: Final = frozenset(
     {"pytorchReplicaSpecs", "runPolicy", "elasticPolicy", "nprocPerNode"}
@@ -96,6 +97,8 @@ def spec_shape(job: JobFacts) -> Findings:
         return [required(REPLICA_SPECS, "must be required")]
     if not isinstance(spec, OBJECT):
         return [invalid(SPEC, spec, "must be an object")]
+    if _SPEC_FIELDS.issuperset(spec):  # the usual case, without a call
+        return NONE
     return unknown_fields(spec, SPEC, _SPEC_FIELDS, _unknown_spec_field_hint)
 
 
@@ -111,7 +114,7 @@ def replica_specs_present(job: JobFacts) -> Findings:
 
 def nproc_per_node(job: JobFacts) -> Findings:
     """``spec.nprocPerNode`` is a keyword or a positive integer equal to the GPUs per pod."""
-    raw = job.spec.get("nprocPerNode") if job.spec_readable else None
+    raw = job.spec.get("nprocPerNode")  # spec is empty when it is not an object
     if raw is None or raw in _NPROC_KEYWORDS:
         return NONE
     if job.nproc_per_node is None:
@@ -132,7 +135,7 @@ def nproc_per_node(job: JobFacts) -> Findings:
 
 def elastic_policy(job: JobFacts) -> Findings:
     """``spec.elasticPolicy``: known fields, a Worker to scale, sane bounds and port."""
-    elastic = job.spec.get("elasticPolicy") if job.spec_readable else None
+    elastic = job.spec.get("elasticPolicy")
     if elastic is None:
         return NONE
     if not isinstance(elastic, OBJECT):
@@ -201,20 +204,26 @@ def _elastic_bounds(elastic: Mapping[str, Any]) -> list[Finding]:
 
 def run_policy(job: JobFacts) -> Findings:
     """``spec.runPolicy``: known fields and values; cleanPodPolicy None where it may keep pods."""
-    run = job.spec.get("runPolicy") if job.spec_readable else None
+    run = job.spec.get("runPolicy")
     if run is None:
         return NONE
     if not isinstance(run, OBJECT):
         return [invalid(RUN_POLICY, run, "must be an object")]
-    found = unknown_fields(run, RUN_POLICY, _RUN_POLICY_FIELDS)
+    found = (
+        []
+        if _RUN_POLICY_FIELDS.issuperset(run)
+        else unknown_fields(run, RUN_POLICY, _RUN_POLICY_FIELDS)
+    )
     clean = run.get("cleanPodPolicy")
-    clean_path = RUN_POLICY.child("cleanPodPolicy")
+    clean_path = _CLEAN_POD_POLICY
     if clean is not None and clean not in names.CLEAN_POD_POLICIES:
         found.append(not_supported(clean_path, clean, names.CLEAN_POD_POLICIES))
-    else:
-        found.extend(_pods_kept_with_accelerators(job, clean))
+    elif clean == cleanup.KEEP:
+        found.extend(_pods_kept_with_accelerators(job))
     for key in ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit"):
-        found.extend(non_negative_field(run, key, RUN_POLICY))
+        raw = run.get(key)
+        if raw is not None and (type(raw) is not int or raw < 0):  # else valid, without a call
+            found.extend(non_negative_field(run, key, RUN_POLICY))
     suspend = run.get("suspend")
     if suspend is not None and not isinstance(suspend, bool):
         found.append(invalid(RUN_POLICY.child("suspend"), suspend, "must be true or false"))
@@ -225,14 +234,12 @@ def run_policy(job: JobFacts) -> Findings:
     return found
 
 
-def _pods_kept_with_accelerators(job: JobFacts, clean: object) -> Findings:
+def _pods_kept_with_accelerators(job: JobFacts) -> Findings:
     """``cleanPodPolicy: None`` only for replicas without accelerators, unless allowed.
 
     ``pytorchjob.cleanup`` decides which replicas' pods ``None`` may keep; the controller cleans
     up by the same rule, so what is refused here is exactly what it would not keep.
     """
-    if clean != cleanup.KEEP:
-        return NONE
     gpu_resource = job.policy.gpu_resource
     refused = cleanup.replicas_not_kept(
         cleanup.KEEP,
@@ -245,7 +252,7 @@ def _pods_kept_with_accelerators(job: JobFacts, clean: object) -> Findings:
         return NONE
     return [
         forbidden(
-            RUN_POLICY.child("cleanPodPolicy"),
+            _CLEAN_POD_POLICY,
             f"{' and '.join(refused)} pods still running when the job ends would keep their "
             f"{gpu_resource}; {job.policy_label} allows cleanPodPolicy None only for pods "
             f"without {gpu_resource} (use Running or All)",
@@ -255,13 +262,17 @@ def _pods_kept_with_accelerators(job: JobFacts, clean: object) -> Findings:
 
 def scheduling_policy(job: JobFacts) -> Findings:
     """``spec.runPolicy.schedulingPolicy``: known fields, minAvailable within the gang."""
-    run = job.spec.get("runPolicy") if job.spec_readable else None
+    run = job.spec.get("runPolicy")
     scheduling = run.get("schedulingPolicy") if isinstance(run, OBJECT) else None
     if scheduling is None:
         return NONE
     if not isinstance(scheduling, OBJECT):
         return [invalid(SCHEDULING, scheduling, "must be an object")]
-    found = unknown_fields(scheduling, SCHEDULING, _SCHEDULING_FIELDS)
+    found = (
+        []
+        if _SCHEDULING_FIELDS.issuperset(scheduling)
+        else unknown_fields(scheduling, SCHEDULING, _SCHEDULING_FIELDS)
+    )
     raw = scheduling.get("minAvailable")
     if raw is not None:
         number = as_int(raw)
@@ -284,10 +295,13 @@ def gpu_budget(job: JobFacts) -> Findings:
     limit = job.policy.max_gpus_per_job
     if limit is None or not job.spec_readable:
         return NONE
-    gpu_replicas = [r for r in job.known_replicas if r.gpus > 0 and r.pods]
-    total = sum((r.gpus * (r.pods or 0) for r in gpu_replicas), Decimal(0))
+    total = Decimal(0)
+    for replica in job.known_replicas:
+        if replica.pods and replica.gpus > 0:
+            total += replica.gpus * replica.pods
     if total > limit:
         # The message's parts are built only for a refusal: most jobs are within the budget.
+        gpu_replicas = [r for r in job.known_replicas if r.gpus > 0 and r.pods]
         parts = [f"{r.key} {r.pods}x{count(r.gpus)}" for r in gpu_replicas]
         return [
             forbidden(

@@ -56,7 +56,10 @@ def topology_annotations(job: JobFacts) -> Findings:
     """Topology annotations name one of the policy's levels, and only one is set."""
     metadata = job.metadata
     annotations = metadata.get("annotations") if isinstance(metadata, OBJECT) else None
-    if not isinstance(annotations, OBJECT) or not any(k in annotations for k in _TOPOLOGY_KEYS):
+    if not isinstance(annotations, OBJECT) or (
+        ANNOTATION_TOPOLOGY_REQUIRED not in annotations
+        and ANNOTATION_TOPOLOGY_PREFERRED not in annotations
+    ):
         return NONE
     given = {key: str(annotations[key]) for key in _TOPOLOGY_KEYS if key in annotations}
     _, errors = topology_request(given, job.policy.topology)
@@ -74,7 +77,8 @@ def team_quota(job: JobFacts) -> Findings:
     spec, errors = parse_job(job.raw)
     if spec is None or errors:  # the spec rules report what is wrong with it
         return NONE
-    found = never_admissible(team.quota, team.cohort, gang_usage(spec, job.gpus, job.claims))
+    usage = gang_usage(spec, job.gpus, job.claims)
+    found = never_admissible(team.quota, team.cohort, usage, ceilings=team.ceilings)
     if found is None:
         return NONE
     return [forbidden(REPLICA_SPECS, found[1])]

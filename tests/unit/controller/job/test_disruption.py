@@ -325,6 +325,111 @@ def test_a_healthy_gang_has_no_disruption_and_the_earliest_recheck() -> None:
     assert found == dis.Finding(recheck_after=5.0)
 
 
+# ------------------------------------------------------------------ rule 5: stuck on its node
+
+STUCK_AFTER = 60.0
+
+
+def waiting(
+    reason: str | None, *, scheduled: float = -120, node_name: str | None = "a100-1"
+) -> dict[str, Any]:
+    """A Pending member scheduled ``scheduled`` s ago whose container waits for ``reason``."""
+    raw = pod("demo-worker-0", node=node_name, phase="Pending")
+    raw["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": at(scheduled)}
+    ]
+    if reason is not None:
+        raw["status"]["containerStatuses"] = [
+            {"name": "pytorch", "state": {"waiting": {"reason": reason}}}
+        ]
+    return raw
+
+
+def stuck(member: dict[str, Any]) -> dis.Finding:
+    return dis.judge(
+        member, gone=False, nodes={}, now=NOW, lost_after=LOST_AFTER, stuck_after=STUCK_AFTER
+    )
+
+
+@pytest.mark.parametrize(
+    ("member", "expected"),
+    [
+        pytest.param(waiting("ContainerCreating"), "PodStuck", id="no-sandbox-past-the-bound"),
+        pytest.param(waiting("ImagePullBackOff"), "PodStuck", id="image-pull-past-the-bound"),
+        pytest.param(waiting("ErrImagePull"), "PodStuck", id="image-pull-error"),
+        pytest.param(waiting(None), "PodStuck", id="no-container-status-at-all"),
+        pytest.param(waiting("PodInitializing"), None, id="init-containers-are-the-jobs"),
+        pytest.param(waiting("CreateContainerConfigError"), None, id="missing-secret-is-the-jobs"),
+        pytest.param(waiting("ContainerCreating", node_name=None), None, id="not-bound"),
+        pytest.param(member(), None, id="running"),
+    ],
+)
+def test_a_bound_member_whose_node_does_not_start_it_is_stuck(
+    member: dict[str, Any], expected: str | None
+) -> None:
+    found = stuck(member)
+    assert (found.disruption.cause if found.disruption else None) == expected
+
+
+def test_a_member_is_stuck_only_after_the_bound_and_is_looked_at_then() -> None:
+    assert stuck(waiting("ContainerCreating", scheduled=-20)) == dis.Finding(recheck_after=40.0)
+    found = stuck(waiting("ContainerCreating", scheduled=-60))
+    assert found.disruption is not None
+    assert (found.disruption.node, found.disruption.pods) == ("a100-1", ("demo-worker-0",))
+
+
+def test_a_stuck_pod_is_a_fault_of_its_node_and_a_deletion_is_not() -> None:
+    assert "PodStuck" in dis.NODE_FAULTS
+    assert {"NodeLost", "NodeTainted", "PodDisrupted"} <= dis.NODE_FAULTS
+    assert not {"PodDeleted", "ContainerFailed", "Preempted"} & dis.NODE_FAULTS
+
+
+# ------------------------------------------------------------------ rule 6: whose image pull
+
+
+def stuck_disruption(reason: str) -> dis.Disruption:
+    found = stuck(waiting(reason))
+    assert found.disruption is not None
+    return found.disruption
+
+
+@pytest.mark.parametrize(
+    ("reason", "stuck_before_on", "cause"),
+    [
+        pytest.param("ImagePullBackOff", None, "PodStuck", id="first-image-pull-is-the-nodes"),
+        pytest.param("ErrImagePull", None, "PodStuck", id="first-pull-error-is-the-nodes"),
+        pytest.param("ImagePullBackOff", "a100-0", "ImagePullFailed", id="again-elsewhere"),
+        pytest.param("ErrImagePull", "a100-1", "ImagePullFailed", id="again-on-the-same-node"),
+        pytest.param("ImagePullBackOff", "", "ImagePullFailed", id="again-node-unknown"),
+        pytest.param("ContainerCreating", "a100-0", "PodStuck", id="a-sandbox-is-the-nodes"),
+    ],
+)
+def test_a_stuck_image_pull_is_the_nodes_once_and_the_jobs_after(
+    reason: str, stuck_before_on: str | None, cause: str
+) -> None:
+    blamed = dis.blame_image_pull(stuck_disruption(reason), stuck_before_on=stuck_before_on)
+    assert (blamed.cause, blamed.node, blamed.pods) == (cause, "a100-1", ("demo-worker-0",))
+    assert (blamed.cause in dis.NODE_FAULTS) == (cause == "PodStuck")
+    assert (blamed.cause in dis.COUNTED) == (cause == "ImagePullFailed")
+
+
+def test_a_gang_stuck_pulling_on_one_member_is_an_image_pull() -> None:
+    creating = waiting("ContainerCreating")
+    pulling = copy.deepcopy(waiting("ImagePullBackOff"))
+    pulling["metadata"]["name"] = "demo-master-0"
+    found = dis.find(
+        [creating, pulling], nodes={}, now=NOW, lost_after=LOST_AFTER, stuck_after=STUCK_AFTER
+    )
+    assert found.disruption is not None
+    assert found.disruption.image_pull
+    assert not stuck_disruption("ContainerCreating").image_pull
+
+
+def test_only_the_programs_failures_a_hang_and_a_repeated_image_pull_spend_backoff() -> None:
+    assert {"ContainerFailed", "Hang", "ImagePullFailed"} == dis.COUNTED
+    assert not dis.COUNTED & dis.NODE_FAULTS
+
+
 # ------------------------------------------------------------------ property
 
 

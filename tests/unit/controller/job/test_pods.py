@@ -11,6 +11,7 @@ from tests.builders.job import UID, JobBuilder, container, gpu_job, job, parsed_
 from tests.unit.controller.helpers import env_of
 from torchgate.controller.admission.nodes import node_view, required_affinity_terms
 from torchgate.controller.job.pods import build_pod, build_service, pin_to_node, service_replicas
+from torchgate.pytorchjob import progress
 
 NODE_PIN = {"key": "metadata.name", "operator": "In", "values": ["gpu-7"]}
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -268,3 +269,42 @@ def test_the_pod_declares_its_attempts_rendezvous_port_and_a_host_port_moves_wit
     ]
     assert env_of(pod)["MASTER_PORT"] == "23457"
     assert spec["containers"][0]["ports"][0]["containerPort"] == 23456, "template untouched"
+
+
+# ------------------------------------------------------------------ the progress probe
+
+PROGRESS_ENV = "TORCHGATE_PROGRESS_FILE"  # spelled out: the contract must agree with the test
+
+
+def pytorch_of(pod: dict[str, Any]) -> dict[str, Any]:
+    (found,) = [c for c in pod["spec"]["containers"] if c["name"] == "pytorch"]
+    return dict(found)
+
+
+def test_with_a_deadline_the_master_gets_the_progress_file_and_its_probe() -> None:
+    master = pytorch_of(pod_of(demo(), "Master", 0, progress_deadline=90))
+    assert env_of({"spec": {"containers": [master]}})[PROGRESS_ENV] == progress.PROGRESS_FILE
+    probe = master["livenessProbe"]
+    assert probe == progress.liveness_probe(90)
+    assert PROGRESS_ENV in probe["exec"]["command"][2]
+
+
+def test_workers_and_jobs_without_a_deadline_get_no_probe() -> None:
+    worker = pytorch_of(pod_of(demo(), "Worker", 0, progress_deadline=90))
+    master = pytorch_of(pod_of(demo(), "Master", 0))
+    for container_spec in (worker, master):
+        assert "livenessProbe" not in container_spec
+        assert PROGRESS_ENV not in env_of({"spec": {"containers": [container_spec]}})
+
+
+def test_the_users_own_probe_and_progress_path_are_kept() -> None:
+    own_probe = {"httpGet": {"path": "/healthz", "port": 8080}}
+    raw = with_uid(job().master().workers(1).build())
+    master = raw["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    master["livenessProbe"] = own_probe
+    assert pytorch_of(pod_of(raw, "Master", 0, progress_deadline=90))["livenessProbe"] == own_probe
+
+    raw = with_uid(job().master(env={PROGRESS_ENV: "/ckpt/progress"}).workers(1).build())
+    ours = pytorch_of(pod_of(raw, "Master", 0, progress_deadline=90))
+    assert env_of({"spec": {"containers": [ours]}})[PROGRESS_ENV] == "/ckpt/progress"
+    assert ours["livenessProbe"] == progress.liveness_probe(90)

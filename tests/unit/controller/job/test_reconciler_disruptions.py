@@ -18,8 +18,10 @@ from tests.unit.controller.helpers import NOW, World, merge_patch
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
 from torchgate.controller.metrics import ControllerMetrics
+from torchgate.controller.quarantine.rules import Fault
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import NODES, PODS, PYTORCHJOBS, SERVICES
+from torchgate.pytorchjob.policy import QuarantineSettings
 
 MASTER, W0 = "demo-master-0", "demo-worker-0"
 RESERVATION = {MASTER: "a100-0", W0: "a100-1"}
@@ -66,12 +68,15 @@ class RecordingApi:
 class Rig:
     """One running gang (Master on a100-0, Worker on a100-1) and the nodes' cache."""
 
-    def __init__(self, *, backoff_limit: int = 0) -> None:
+    def __init__(
+        self, *, backoff_limit: int = 0, annotations: Mapping[str, str] | None = None
+    ) -> None:
         builder = gpu_job("demo", workers=1).run_policy(backoffLimit=backoff_limit)
         world = World(with_uid(builder.build()))
         world.apply(world.plan())
         world.apply(world.plan(reservation=RESERVATION))
         world.job_raw["metadata"]["resourceVersion"] = "1"
+        world.job_raw["metadata"].setdefault("annotations", {}).update(annotations or {})
         self.api = RecordingApi(copy.deepcopy(world.job_raw))
         self.jobs = Informer(self.api, PYTORCHJOBS)
         self.jobs.remember(copy.deepcopy(world.job_raw))
@@ -85,6 +90,7 @@ class Rig:
         for name in ("a100-0", "a100-1"):
             self.nodes.remember(node(name))
         self.metrics = ControllerMetrics()
+        self.faults: list[tuple[Fault, QuarantineSettings]] = []
         self.reconciler = Reconciler(
             self.api,
             jobs=self.jobs,
@@ -97,6 +103,7 @@ class Rig:
             options=Options(manage_unowned=True, node_lost_seconds=30),
             clock=lambda: NOW,
             nodes=self.nodes,
+            node_faults=lambda fault, settings: self.faults.append((fault, settings)),
         )
 
     def restarts(self, cause: str) -> float | None:
@@ -172,3 +179,149 @@ async def test_a_containers_own_failure_counts_as_a_failure() -> None:
     )
     assert rig.restarts("ContainerFailed") == 1
     assert all(query == {} for query in rig.api.deletes().values())
+
+
+def stuck_on(rig: Rig, name: str, *, scheduled: str, reason: str = "ContainerCreating") -> None:
+    pod = rig.pods.get("default", name)
+    assert pod is not None
+    pending = set_phase(pod, "Pending")
+    pending["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled}
+    ]
+    pending["status"]["containerStatuses"] = [
+        {"name": "pytorch", "state": {"waiting": {"reason": reason}}}
+    ]
+    rig.pods.remember(pending)
+
+
+async def test_a_pod_its_node_cannot_start_restarts_the_gang_uncounted_and_blames_the_node() -> (
+    None
+):
+    rig = Rig()
+    stuck_on(rig, W0, scheduled="2026-03-01T11:49:59Z")  # 601 s ago: past the default bound
+
+    await rig.reconciler.reconcile(KEY)
+
+    annotations = rig.api.job["metadata"]["annotations"]
+    assert annotations["torchgate.io/gang-attempt"] == "2"
+    assert "torchgate.io/restarts" not in annotations
+    assert rig.restarts("PodStuck") == 1
+    assert rig.faults == [
+        (Fault("a100-1", "PodStuck", NOW, KEY), QuarantineSettings()),
+    ]
+
+
+async def test_a_pod_still_within_its_bound_is_looked_at_again_then_and_blames_nobody() -> None:
+    rig = Rig()
+    stuck_on(rig, W0, scheduled="2026-03-01T11:59:00Z")  # 60 s ago
+
+    assert await rig.reconciler.reconcile(KEY) == 540
+    assert rig.faults == []
+
+
+async def test_a_containers_own_failure_is_not_its_nodes_fault() -> None:
+    rig = Rig(backoff_limit=3)
+    worker = rig.pods.get("default", W0)
+    assert worker is not None
+    rig.pods.remember(set_phase(worker, "Failed", exit_code=1))
+
+    await rig.reconciler.reconcile(KEY)
+
+    assert rig.faults == []
+
+
+def hung(rig: Rig) -> None:
+    master = rig.pods.get("default", MASTER)
+    assert master is not None
+    failed = set_phase(master, "Failed")
+    message = "torchgate: no progress for 95s (progress deadline 90s): /tmp/torchgate-progress"
+    failed["status"]["containerStatuses"] = [
+        {"name": "pytorch", "state": {"terminated": {"exitCode": 137, "message": message}}}
+    ]
+    rig.pods.remember(failed)
+
+
+async def test_a_master_ended_by_the_progress_probe_restarts_the_gang_as_a_counted_hang() -> None:
+    rig = Rig(backoff_limit=3)
+    hung(rig)
+
+    await rig.reconciler.reconcile(KEY)
+
+    annotations = rig.api.job["metadata"]["annotations"]
+    assert annotations["torchgate.io/restarts"] == "1"
+    assert annotations["torchgate.io/gang-attempt"] == "2"
+    assert rig.restarts("Hang") == 1
+    assert rig.restarts("ContainerFailed") is None
+    restarting = [c for c in rig.api.job["status"]["conditions"] if c["type"] == "Restarting"]
+    assert restarting[0]["reason"] == "Hang"
+    assert rig.faults == []
+
+
+async def test_a_hang_past_the_backoff_limit_fails_the_job() -> None:
+    rig = Rig(backoff_limit=0)
+    hung(rig)
+
+    await rig.reconciler.reconcile(KEY)
+
+    failed = [c for c in rig.api.job["status"]["conditions"] if c["type"] == "Failed"]
+    assert failed[0]["status"] == "True"
+    assert failed[0]["reason"] == "BackoffLimitExceeded"
+
+
+# ------------------------------------------------------------------ images that never pull
+
+PAST_THE_BOUND = "2026-03-01T11:49:59Z"  # 601 s ago: past the default stuckPodSeconds
+PULLED_BEFORE_ON = {"torchgate.io/image-pull-stuck": "a100-0"}
+
+
+async def test_a_first_stuck_image_pull_blames_the_node_and_is_remembered_on_the_job() -> None:
+    rig = Rig()
+    stuck_on(rig, W0, scheduled=PAST_THE_BOUND, reason="ImagePullBackOff")
+
+    await rig.reconciler.reconcile(KEY)
+
+    annotations = rig.api.job["metadata"]["annotations"]
+    assert annotations["torchgate.io/image-pull-stuck"] == "a100-1"
+    assert annotations["torchgate.io/gang-attempt"] == "2"
+    assert "torchgate.io/restarts" not in annotations
+    assert rig.restarts("PodStuck") == 1
+    assert rig.faults == [(Fault("a100-1", "PodStuck", NOW, KEY), QuarantineSettings())]
+
+
+async def test_a_later_stuck_image_pull_spends_backoff_and_blames_no_node() -> None:
+    rig = Rig(backoff_limit=2, annotations=PULLED_BEFORE_ON)
+    stuck_on(rig, W0, scheduled=PAST_THE_BOUND, reason="ErrImagePull")
+
+    await rig.reconciler.reconcile(KEY)
+
+    annotations = rig.api.job["metadata"]["annotations"]
+    assert annotations["torchgate.io/restarts"] == "1"
+    assert annotations["torchgate.io/gang-attempt"] == "2"
+    assert annotations["torchgate.io/image-pull-stuck"] == "a100-0"
+    assert rig.restarts("ImagePullFailed") == 1
+    assert rig.restarts("PodStuck") is None
+    restarting = [c for c in rig.api.job["status"]["conditions"] if c["type"] == "Restarting"]
+    assert restarting[0]["reason"] == "ImagePullFailed"
+    assert rig.faults == []
+
+
+async def test_a_later_stuck_image_pull_past_the_backoff_limit_fails_the_job() -> None:
+    rig = Rig(backoff_limit=0, annotations=PULLED_BEFORE_ON)
+    stuck_on(rig, W0, scheduled=PAST_THE_BOUND, reason="ImagePullBackOff")
+
+    await rig.reconciler.reconcile(KEY)
+
+    failed = [c for c in rig.api.job["status"]["conditions"] if c["type"] == "Failed"]
+    assert (failed[0]["status"], failed[0]["reason"]) == ("True", "BackoffLimitExceeded")
+    assert "ImagePullFailed" in failed[0]["message"]
+    assert rig.faults == []
+
+
+async def test_a_stuck_sandbox_after_a_stuck_image_pull_is_still_the_nodes() -> None:
+    rig = Rig(annotations=PULLED_BEFORE_ON)
+    stuck_on(rig, W0, scheduled=PAST_THE_BOUND, reason="ContainerCreating")
+
+    await rig.reconciler.reconcile(KEY)
+
+    assert "torchgate.io/restarts" not in rig.api.job["metadata"]["annotations"]
+    assert rig.faults == [(Fault("a100-1", "PodStuck", NOW, KEY), QuarantineSettings())]

@@ -15,7 +15,12 @@ from tests.unit.torchgate_dev.controlplane.planefiles import (
     SAMPLE_POLICY,
     load,
 )
-from torchgate.pytorchjob.policy import JobDefaults, PlacementPolicy, parse_policy
+from torchgate.pytorchjob.policy import (
+    JobDefaults,
+    PlacementPolicy,
+    QuarantineSettings,
+    parse_policy,
+)
 
 # ----------------------------------------------------------------------------- CRDs
 
@@ -153,6 +158,14 @@ POLICY_FIELDS = {
     "job_defaults": ".spec.jobDefaults",
     "preemption": ".spec.preemption",
     "topology": ".spec.topology",
+    "quarantine": ".spec.quarantine",
+    "progress_deadline_seconds": ".spec.progressDeadlineSeconds",
+}
+QUARANTINE_FIELDS = {
+    "faults": "faults",
+    "window_seconds": "windowSeconds",
+    "cooldown_seconds": "cooldownSeconds",
+    "stuck_pod_seconds": "stuckPodSeconds",
 }
 JOB_DEFAULT_FIELDS = {
     "clean_pod_policy": "cleanPodPolicy",
@@ -174,6 +187,11 @@ def test_policy_crd_has_a_field_for_every_policy_attribute() -> None:
         node_at(schema, path)
     job_defaults = node_at(schema, ".spec.jobDefaults")["properties"]
     assert set(job_defaults) == set(JOB_DEFAULT_FIELDS.values())
+    assert {f.name for f in dataclasses.fields(QuarantineSettings)} == set(QUARANTINE_FIELDS)
+    quarantine = node_at(schema, ".spec.quarantine")["properties"]
+    assert {k: v["type"] for k, v in quarantine.items()} == dict.fromkeys(
+        QUARANTINE_FIELDS.values(), "integer"
+    )
     assert set(node_at(schema, ".spec")["properties"]) == {
         path.split(".")[2] for path in POLICY_FIELDS.values()
     }

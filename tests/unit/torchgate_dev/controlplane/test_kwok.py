@@ -27,7 +27,11 @@ def selector_keys(stage: dict[str, Any]) -> dict[str, tuple[str, tuple[str, ...]
 
 
 def test_torchgate_stages_act_only_on_running_pods_not_being_deleted() -> None:
-    for stage in kwok.torchgate_stages():
+    ending = [
+        s for s in kwok.torchgate_stages() if s["metadata"]["name"] != kwok.SANDBOX_FAILURE_STAGE
+    ]
+    assert len(ending) == 2
+    for stage in ending:
         keys = selector_keys(stage)
         assert stage["spec"]["resourceRef"] == {"apiGroup": "v1", "kind": "Pod"}
         assert keys[".metadata.deletionTimestamp"] == ("DoesNotExist", ())
@@ -76,8 +80,35 @@ def test_stage_set_is_upstream_then_torchgate_and_round_trips_as_yaml(stages_dir
         "pod-delete",
         kwok.EXIT_STAGE,
         kwok.RUN_SECONDS_STAGE,
+        kwok.SANDBOX_FAILURE_STAGE,
     ]
     assert documents[4:] == kwok.torchgate_stages()
+
+
+def test_pods_whose_sandbox_fails_on_their_node_are_never_made_ready(stages_dir: Path) -> None:
+    documents = {
+        d["metadata"]["name"]: d for d in yaml.safe_load_all(kwok.render_stages(stages_dir))
+    }
+    failing = selector_keys(documents[kwok.SANDBOX_FAILURE_STAGE])
+    (fails_here,) = [key for key in failing if kwok.ANNOTATION_FAKE_SANDBOX_FAILURE_NODE in key]
+    assert failing[fails_here] == ("In", ("true",))
+    assert failing[".status.phase"] == ("In", ("Pending",))
+    assert failing[".status.containerStatuses"] == ("DoesNotExist", ())  # played once per pod
+    ready = documents["pod-ready"]["spec"]["selector"]["matchExpressions"]
+    assert {"key": fails_here, "operator": "NotIn", "values": ["true"]} in ready
+    template = documents[kwok.SANDBOX_FAILURE_STAGE]["spec"]["steps"][0]["patch"]["template"]
+    assert "reason: ContainerCreating" in template
+
+
+def test_pods_whose_image_never_pulls_wait_for_it_on_every_node() -> None:
+    (stage,) = [
+        s for s in kwok.torchgate_stages() if s["metadata"]["name"] == kwok.SANDBOX_FAILURE_STAGE
+    ]
+    (fails_here,) = [key for key in selector_keys(stage) if "fake-image-pull-failure" in key]
+    assert kwok.ANNOTATION_FAKE_SANDBOX_FAILURE_NODE in fails_here  # one stage, either fault
+    assert kwok.image_pull_failure_annotation() == {kwok.ANNOTATION_FAKE_IMAGE_PULL_FAILURE: "true"}
+    template = stage["spec"]["steps"][0]["patch"]["template"]
+    assert "reason: ImagePullBackOff" in template
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,191 @@
+"""The quarantine keeper against an API that stores Nodes as the apiserver would.
+
+Merge patches are applied to the stored Node and refused with 409 when they carry a stale
+``resourceVersion``; assertions read the stored Nodes, the Events recorded and the metrics.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncIterator, Mapping
+from datetime import timedelta
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter
+
+from tests.builders.node import node
+from tests.unit.controller.helpers import NOW, merge_patch
+from torchgate.controller.quarantine.keeper import QuarantineKeeper
+from torchgate.controller.quarantine.rules import Fault
+from torchgate.kube.errors import Conflict
+from torchgate.kube.informer import Informer
+from torchgate.kube.resources import NODES
+from torchgate.pytorchjob.policy import QuarantineSettings
+
+TAINT = "torchgate.io/quarantine"
+UNTIL = "torchgate.io/quarantine-until"
+SETTINGS = QuarantineSettings(faults=2, window_seconds=600, cooldown_seconds=300)
+
+
+class NodeApi:
+    """Nodes by name; PATCH merges, with optimistic concurrency on ``resourceVersion``."""
+
+    def __init__(self, *names: str) -> None:
+        self.stored = {
+            name: {**node(name), "metadata": {"name": name, "resourceVersion": "1"}}
+            for name in names
+        }
+        self.conflicts = 0
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        assert method == "PATCH"
+        name = path.rsplit("/", 1)[1]
+        current = self.stored[name]
+        if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            self.conflicts += 1
+            raise Conflict(409, "Conflict", "the object has been modified", method, path)
+        patched = merge_patch(copy.deepcopy(current), copy.deepcopy(body))
+        patched["metadata"]["resourceVersion"] = str(
+            int(current["metadata"]["resourceVersion"]) + 1
+        )
+        self.stored[name] = patched
+        return copy.deepcopy(patched)
+
+    async def watch(self, path: str, query: Mapping[str, str]) -> AsyncIterator[dict[str, Any]]:
+        for _ in ():
+            yield {}
+
+
+class Rig:
+    def __init__(self) -> None:
+        self.api = NodeApi("a100-0", "a100-1")
+        self.nodes = Informer(self.api, NODES)
+        for raw in self.api.stored.values():
+            self.nodes.remember(copy.deepcopy(raw))
+        self.now = NOW
+        self.events: list[tuple[str, str, str]] = []
+        self.counter = Counter("q", "q", ["cause"], registry=CollectorRegistry())
+        self.keeper = QuarantineKeeper(
+            self.api,  # type: ignore[arg-type]
+            nodes=self.nodes,
+            quarantines=self.counter,
+            record_event=self.record,
+            clock=lambda: self.now,
+        )
+
+    def record(self, about: Any, type_: str, reason: str, message: str) -> None:
+        subject = "/".join(about) if isinstance(about, tuple) else about["metadata"]["name"]
+        self.events.append((subject, reason, message))
+
+    def fault(self, job: str, node_name: str = "a100-1", cause: str = "PodStuck") -> None:
+        self.keeper.record(Fault(node_name, cause, self.now, ("team", job)), SETTINGS)
+
+    def taints(self, name: str) -> list[dict[str, Any]]:
+        return list(self.api.stored[name]["spec"].get("taints", []))
+
+    def labels(self, name: str) -> dict[str, str]:
+        return dict(self.api.stored[name]["metadata"].get("labels", {}))
+
+
+def quarantined(rig: Rig, name: str) -> bool:
+    return any(t["key"] == TAINT for t in rig.taints(name))
+
+
+async def test_a_node_is_quarantined_at_the_threshold_with_events_and_a_count() -> None:
+    rig = Rig()
+    rig.fault("one")
+    assert await rig.keeper.converge() is None
+    assert not quarantined(rig, "a100-1")
+
+    rig.fault("two")
+    assert await rig.keeper.converge() == 300
+    assert rig.taints("a100-1") == [{"key": TAINT, "value": "PodStuck", "effect": "NoSchedule"}]
+    assert rig.labels("a100-1")[UNTIL] == "20260301T120500Z"
+    assert not quarantined(rig, "a100-0")
+    assert rig.keeper.quarantined() == 1
+    assert [(s, r) for s, r, _ in rig.events] == [
+        ("a100-1", "NodeQuarantined"),
+        ("team/one", "NodeQuarantined"),
+        ("team/two", "NodeQuarantined"),
+    ]
+    assert "kubectl taint nodes a100-1 torchgate.io/quarantine-" in rig.events[0][2]
+    assert rig.counter.labels("PodStuck")._value.get() == 1
+
+
+async def test_faults_on_different_nodes_or_outside_the_window_do_not_add_up() -> None:
+    rig = Rig()
+    rig.fault("one", node_name="a100-0")
+    rig.fault("two", node_name="a100-1")
+    rig.now = NOW + timedelta(seconds=601)
+    rig.fault("three", node_name="a100-1")
+    await rig.keeper.converge()
+    assert rig.keeper.quarantined() == 0
+
+
+async def test_the_quarantine_is_lifted_when_the_cooldown_ends() -> None:
+    rig = Rig()
+    rig.fault("one")
+    rig.fault("two")
+    await rig.keeper.converge()
+    rig.now = NOW + timedelta(seconds=300)
+
+    assert await rig.keeper.converge() is None
+
+    assert rig.taints("a100-1") == []
+    assert TAINT not in rig.labels("a100-1")
+    assert UNTIL not in rig.labels("a100-1")
+    assert rig.events[-1][:2] == ("a100-1", "NodeQuarantineLifted")
+
+
+async def test_an_admin_clears_by_removing_the_taint_and_the_count_starts_afresh() -> None:
+    rig = Rig()
+    rig.fault("one")
+    rig.fault("two")
+    await rig.keeper.converge()
+    cleared = copy.deepcopy(rig.api.stored["a100-1"])
+    cleared["spec"]["taints"] = []
+    cleared["metadata"]["resourceVersion"] = "9"
+    rig.api.stored["a100-1"] = cleared  # kubectl taint nodes a100-1 torchgate.io/quarantine-
+    rig.nodes.remember(copy.deepcopy(cleared))
+
+    await rig.keeper.converge()
+    assert rig.labels("a100-1") == {}
+    rig.fault("three")
+    await rig.keeper.converge()
+    assert not quarantined(rig, "a100-1")
+
+
+async def test_a_conflicting_patch_is_retried_on_the_next_pass_from_the_fresh_node() -> None:
+    rig = Rig()
+    rig.api.stored["a100-1"]["metadata"]["resourceVersion"] = "2"  # changed since cached
+    rig.fault("one")
+    rig.fault("two")
+    assert await rig.keeper.converge() == 5.0
+    assert rig.api.conflicts == 1
+    assert not quarantined(rig, "a100-1")
+    rig.nodes.remember(copy.deepcopy(rig.api.stored["a100-1"]))  # the watch catches up
+
+    await rig.keeper.converge()
+    assert quarantined(rig, "a100-1")
+
+
+async def test_faults_on_a_quarantined_node_do_not_quarantine_it_again() -> None:
+    rig = Rig()
+    rig.fault("one")
+    rig.fault("two")
+    await rig.keeper.converge()
+    until = rig.labels("a100-1")[UNTIL]
+    rig.now = NOW + timedelta(seconds=60)
+    rig.fault("three")
+    rig.fault("four")
+    await rig.keeper.converge()
+    assert rig.labels("a100-1")[UNTIL] == until
+    assert rig.counter.labels("PodStuck")._value.get() == 1

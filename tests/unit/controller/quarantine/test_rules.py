@@ -1,0 +1,177 @@
+"""``quarantine.rules``: counting a node's faults, when it is quarantined, lifted or tidied.
+
+Table tests per rule, a property test of the sliding window, and the patches applied to a Node
+(as a JSON merge patch would) to show what ``kubectl`` then sees.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as hs
+
+from tests.builders.node import node
+from tests.unit.controller.helpers import NOW
+from torchgate.controller.quarantine import rules
+from torchgate.controller.quarantine.rules import Fault, NodeQuarantine, Quarantine
+from torchgate.pytorchjob.policy import QuarantineSettings
+
+# Spelled out rather than imported: the code under test must agree with these.
+TAINT = "torchgate.io/quarantine"
+UNTIL = "torchgate.io/quarantine-until"
+SETTINGS = QuarantineSettings(faults=3, window_seconds=600, cooldown_seconds=1800)
+
+
+def fault(ago: float, cause: str = "PodStuck", node_name: str = "a100-1") -> Fault:
+    return Fault(node_name, cause, NOW - timedelta(seconds=ago), ("team", f"job-{ago:g}"))
+
+
+@pytest.mark.parametrize(
+    ("ages", "expected"),
+    [
+        pytest.param([], 0, id="none"),
+        pytest.param([10, 20, 599], 3, id="all-inside-the-window"),
+        pytest.param([10, 600, 900], 1, id="the-window-is-open-at-its-start"),
+    ],
+)
+def test_recent_counts_only_faults_inside_the_sliding_window(
+    ages: list[float], expected: int
+) -> None:
+    counted = rules.recent([fault(a) for a in ages], now=NOW, window_seconds=600)
+    assert len(counted) == expected
+    assert list(counted) == sorted(counted, key=lambda f: f.at)
+
+
+@pytest.mark.parametrize(
+    ("faults", "settings", "expected"),
+    [
+        pytest.param([fault(5), fault(10)], SETTINGS, None, id="below-the-threshold"),
+        pytest.param(
+            [fault(5), fault(10), fault(15)],
+            SETTINGS,
+            Quarantine("PodStuck", NOW + timedelta(seconds=1800)),
+            id="at-the-threshold",
+        ),
+        pytest.param(
+            [fault(5), fault(10), fault(700)], SETTINGS, None, id="one-is-out-of-the-window"
+        ),
+        pytest.param(
+            [fault(5, "NodeLost"), fault(10, "PodStuck"), fault(15, "PodStuck")],
+            SETTINGS,
+            Quarantine("PodStuck", NOW + timedelta(seconds=1800)),
+            id="the-cause-most-faults-had",
+        ),
+        pytest.param(
+            [fault(5, "NodeLost"), fault(10, "PodStuck")],
+            QuarantineSettings(faults=2, window_seconds=600, cooldown_seconds=60),
+            Quarantine("NodeLost", NOW + timedelta(seconds=60)),
+            id="ties-go-to-the-latest",
+        ),
+        pytest.param(
+            [fault(1), fault(2), fault(3), fault(4)],
+            QuarantineSettings(faults=0),
+            None,
+            id="zero-faults-never-quarantines",
+        ),
+    ],
+)
+def test_due_quarantines_at_the_threshold_for_the_cooldown(
+    faults: list[Fault], settings: QuarantineSettings, expected: Quarantine | None
+) -> None:
+    assert rules.due(faults, now=NOW, settings=settings) == expected
+
+
+@given(hs.lists(hs.floats(min_value=0, max_value=2000), max_size=12))
+def test_a_quarantine_is_due_exactly_when_enough_faults_are_recent(ages: list[float]) -> None:
+    inside = sum(1 for a in ages if a < SETTINGS.window_seconds)
+    found = rules.due([fault(a) for a in ages], now=NOW, settings=SETTINGS)
+    assert (found is not None) == (inside >= SETTINGS.faults)
+
+
+def apply_merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386, as the apiserver applies ``application/merge-patch+json``."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = apply_merge_patch(out.get(key), value)
+    return out
+
+
+OTHER_TAINT = {"key": "nvidia.com/gpu-health", "value": "unhealthy", "effect": "NoSchedule"}
+
+
+def tainted_node() -> dict[str, Any]:
+    raw = node("a100-1", gpus=8, taints=[dict(OTHER_TAINT)])
+    raw["metadata"]["resourceVersion"] = "41"
+    return raw
+
+
+def test_a_quarantine_is_a_no_schedule_taint_and_two_labels_others_kept() -> None:
+    raw = tainted_node()
+    until = NOW + timedelta(seconds=1800)
+    patch = rules.quarantine_patch(raw, Quarantine("PodStuck", until))
+    assert patch["metadata"]["resourceVersion"] == "41"
+    after = apply_merge_patch(raw, patch)
+    assert after["spec"]["taints"] == [
+        OTHER_TAINT,
+        {"key": TAINT, "value": "PodStuck", "effect": "NoSchedule"},
+    ]
+    assert after["metadata"]["labels"][TAINT] == "PodStuck"
+    assert after["metadata"]["labels"][UNTIL] == "20260301T123000Z"
+    assert rules.quarantine_of(after) == NodeQuarantine(True, "PodStuck", until, labelled=True)
+
+
+def test_a_release_removes_the_taint_and_labels_only() -> None:
+    raw = tainted_node()
+    quarantined = apply_merge_patch(raw, rules.quarantine_patch(raw, Quarantine("NodeLost", NOW)))
+    released = apply_merge_patch(quarantined, rules.release_patch(quarantined))
+    assert released["spec"]["taints"] == [OTHER_TAINT]
+    assert TAINT not in released["metadata"]["labels"]
+    assert UNTIL not in released["metadata"]["labels"]
+    assert rules.quarantine_of(released) == NodeQuarantine()
+
+
+@pytest.mark.parametrize(
+    ("state", "expected"),
+    [
+        pytest.param(NodeQuarantine(), (None, None), id="never-quarantined"),
+        pytest.param(
+            NodeQuarantine(True, "PodStuck", NOW + timedelta(seconds=90), labelled=True),
+            (None, 90.0),
+            id="cooling-down",
+        ),
+        pytest.param(
+            NodeQuarantine(True, "PodStuck", NOW - timedelta(seconds=1), labelled=True),
+            ("lift", None),
+            id="cooldown-over",
+        ),
+        pytest.param(
+            NodeQuarantine(False, "PodStuck", NOW + timedelta(seconds=90), labelled=True),
+            ("tidy", None),
+            id="cleared-by-an-admin",
+        ),
+        pytest.param(NodeQuarantine(True, "manual"), (None, None), id="a-hand-made-taint"),
+    ],
+)
+def test_next_step_lifts_after_the_cooldown_and_tidies_a_cleared_node(
+    state: NodeQuarantine, expected: tuple[str | None, float | None]
+) -> None:
+    assert rules.next_step(state, now=NOW) == expected
+
+
+@pytest.mark.parametrize("value", ["", "2026-03-01T12:30:00Z", "20261399T000000Z", None])
+def test_a_malformed_until_label_reads_as_unknown(value: object) -> None:
+    assert rules.parse_until(value) is None
+
+
+def test_until_round_trips_through_a_label_value() -> None:
+    value = rules.format_until(NOW)
+    assert value == "20260301T120000Z"
+    assert rules.parse_until(value) == NOW

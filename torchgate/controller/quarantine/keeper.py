@@ -1,0 +1,156 @@
+"""The shell of quarantine: remember faults, patch nodes, lift cooldowns, tidy cleared nodes.
+
+The reconciler reports every gang restart whose cause counts against its node
+(``job.disruption.NODE_FAULTS``) with the thresholds of the job's policy; ``rules.due`` decides,
+and one loop here applies: it quarantines the nodes due, lifts the quarantines whose cooldown has
+ended and tidies the labels of nodes an admin cleared, then sleeps until the next cooldown ends or
+something changes. Each quarantine and lift is an Event on the Node; a quarantine is also an Event
+on each job whose faults counted, and counted in ``torchgate_controller_node_quarantines_total``.
+Patches that fail (a conflict with another writer of the node's taints, an apiserver error) are
+retried on the next pass; the node cache, not this object, says what is quarantined.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from prometheus_client import Counter
+
+from torchgate.controller.quarantine import rules
+from torchgate.kube.client import MERGE_PATCH, KubeApi
+from torchgate.kube.errors import ApiError
+from torchgate.kube.informer import Informer
+from torchgate.kube.resources import NODES
+from torchgate.pytorchjob import names
+from torchgate.pytorchjob.names import JobKey
+from torchgate.pytorchjob.policy import QuarantineSettings
+
+log = logging.getLogger("torchgate.controller.quarantine")
+REASON_QUARANTINED: Final = "NodeQuarantined"
+REASON_LIFTED: Final = "NodeQuarantineLifted"
+RETRY_SECONDS: Final = 5.0
+# An Event: the object it is about (a Node, or a job by key), its type, reason and message.
+EventSink = Callable[[Mapping[str, Any] | JobKey, str, str, str], None]
+
+
+class QuarantineKeeper:
+    """Faults per node in memory, quarantines on the Nodes."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        nodes: Informer,
+        quarantines: Counter,
+        record_event: EventSink,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.api = api
+        self.nodes = nodes
+        self.quarantines = quarantines
+        self.record_event = record_event
+        self.clock = clock
+        self._faults: dict[str, tuple[rules.Fault, ...]] = {}
+        self._due: dict[str, tuple[rules.Quarantine, tuple[rules.Fault, ...]]] = {}
+        self._wake = asyncio.Event()
+
+    def record(self, fault: rules.Fault, settings: QuarantineSettings) -> None:
+        """A gang restarted for a fault of ``fault.node``; quarantine it when ``settings`` say."""
+        now = self.clock()
+        counted = rules.recent(
+            (*self._faults.get(fault.node, ()), fault),
+            now=now,
+            window_seconds=settings.window_seconds,
+        )
+        self._faults[fault.node] = counted
+        quarantine = rules.due(counted, now=now, settings=settings)
+        node = self.nodes.get("", fault.node)
+        if node is not None and rules.quarantine_of(node).tainted:
+            return  # quarantined already: its cooldown is not extended
+        if quarantine is not None:
+            self._due[fault.node] = (quarantine, counted)
+            self._faults.pop(fault.node, None)  # a quarantine starts the count afresh
+            self._wake.set()
+
+    def on_node(self, kind: str, node: dict[str, Any], old: dict[str, Any] | None) -> None:
+        """Node informer handler: a change of a node's quarantine wakes the loop."""
+        if old is None or rules.quarantine_of(node) != rules.quarantine_of(old):
+            self._wake.set()
+
+    def quarantined(self) -> int:
+        """How many nodes carry the quarantine taint now."""
+        return sum(1 for node in self.nodes.values() if rules.quarantine_of(node).tainted)
+
+    async def run(self) -> None:
+        """Apply quarantines, lifts and tidying until cancelled."""
+        while True:
+            self._wake.clear()
+            sleep = await self.converge()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), sleep)
+
+    async def converge(self) -> float | None:
+        """One look at every node; the seconds until the next one needs looking at."""
+        now = self.clock()
+        waits: list[float] = []
+        for name, (quarantine, faults) in list(self._due.items()):
+            node = self.nodes.get("", name)
+            if node is None:
+                del self._due[name]
+            elif await self._patch(name, rules.quarantine_patch(node, quarantine)):
+                del self._due[name]
+                self._announce(node, quarantine, faults)
+            else:
+                waits.append(RETRY_SECONDS)
+        for node in list(self.nodes.values()):
+            name = str((node.get("metadata") or {}).get("name") or "")
+            state = rules.quarantine_of(node)
+            step, left = rules.next_step(state, now=now)
+            if left is not None:
+                waits.append(left)
+            if step is None or name in self._due:
+                continue
+            if not await self._patch(name, rules.release_patch(node)):
+                waits.append(RETRY_SECONDS)
+            elif step == "lift":
+                message = f"node {name}: the quarantine ({state.cause}) ended after its cooldown"
+                self.record_event(node, "Normal", REASON_LIFTED, message)
+            else:
+                self._faults.pop(name, None)  # cleared by an admin: start counting afresh
+                log.info("node %s: quarantine cleared by hand; labels removed", name)
+        return min(waits) if waits else None
+
+    async def _patch(self, name: str, body: Mapping[str, Any]) -> bool:
+        try:
+            patched = await self.api.request(
+                "PATCH", NODES.path(None, name), body=dict(body), content_type=MERGE_PATCH
+            )
+        except ApiError as exc:
+            log.warning("node %s: quarantine patch failed (%s); retrying", name, exc)
+            return False
+        if isinstance(patched, dict):
+            self.nodes.remember(patched)
+        return True
+
+    def _announce(
+        self,
+        node: Mapping[str, Any],
+        quarantine: rules.Quarantine,
+        faults: tuple[rules.Fault, ...],
+    ) -> None:
+        name = str((node.get("metadata") or {}).get("name") or "")
+        causes = ", ".join(sorted({f.cause for f in faults}))
+        message = (
+            f"node {name} is quarantined until {rules.format_until(quarantine.until)} after "
+            f"{len(faults)} infrastructure faults ({causes}): no new gang is placed on it; "
+            f"clear with: kubectl taint nodes {name} {names.TAINT_QUARANTINE}-"
+        )
+        self.quarantines.labels(quarantine.cause).inc()
+        self.record_event(node, "Warning", REASON_QUARANTINED, message)
+        for job in sorted({f.job for f in faults}):
+            self.record_event(job, "Warning", REASON_QUARANTINED, message)
