@@ -90,7 +90,7 @@ class GpuSources:
     @property
     def counts_claims(self) -> bool:
         """Whether any claim can count GPUs (the policy lists ``gpuDeviceClasses``)."""
-        return bool(self.device_classes)
+        return bool(self.class_keys)
 
 
 class ClaimLookup(Protocol):
@@ -376,11 +376,12 @@ def replica_gpus(
     containers = pod_spec.get("containers")
     entries = containers if isinstance(containers, list) else ()
     first: int | None = None
-    if not sources.counts_claims:
+    if not sources.counts_claims:  # then no class names an extended resource either
+        resource = sources.resource
         total = _ZERO
         for index, container in enumerate(entries):
             if isinstance(container, _OBJECT):
-                amount = _extended_gpus(container, sources)
+                amount = container_requests(container, only=resource).get(resource, _ZERO)
                 if amount != 0:
                     total += amount
                     if first is None:

@@ -85,15 +85,19 @@ def _namespace(job: JobFacts) -> str:
 
 def container_claim_names(job: JobFacts, replica: ReplicaFacts) -> Findings:
     """Every ``resources.claims[i].name`` names an entry of ``spec.resourceClaims`` (rule 1)."""
-    declared = {
-        entry["name"] for _, entry in _claim_entries(replica) if isinstance(entry.get("name"), str)
-    }
     found: list[Finding] = []
+    declared: set[object] | None = None  # read at the first container that names claims
     for container in (*replica.containers, *replica.init_containers):
         resources = container.fields.get("resources")
         claims = resources.get("claims") if isinstance(resources, OBJECT) else None
         if not isinstance(claims, list):
             continue
+        if declared is None:
+            declared = {
+                entry["name"]
+                for _, entry in _claim_entries(replica)
+                if isinstance(entry.get("name"), str)
+            }
         for index, claim in enumerate(claims):
             name = claim.get("name") if isinstance(claim, OBJECT) else None
             if name not in declared:
