@@ -520,9 +520,8 @@ class ControlPlane:
 
         etcd keeps the cluster's state; every client must ride through, as through an apiserver
         upgrade. ``timeout`` bounds the wait for ``/readyz`` (its caches refill from etcd). A
-        real control plane's components are supervised (the kubelet restarts a static pod that
-        exits); this one's are not, so a component that exited while the apiserver was away is
-        started again here, the same way, once the apiserver is ready.
+        component that exited while the apiserver was away is started again once it is ready
+        (:meth:`restart_exited`).
 
         Returns:
             The components that had exited and were started again (usually none).
@@ -549,6 +548,16 @@ class ControlPlane:
                     f"kube-apiserver did not come back; last lines of its log:\n{tail(apiserver)}"
                 )
             time.sleep(_POLL_SECONDS)
+        return self.restart_exited()
+
+    def restart_exited(self) -> list[str]:
+        """Start again, the same way, every component that exited; their names.
+
+        What a real control plane's supervisor does (the kubelet restarts a static pod that
+        exits). kube-scheduler, for one, exits on purpose when it finds its cache inconsistent
+        with the apiserver, which an apiserver restart in the middle of its binds can cause.
+        """
+        layout = Layout(self.workdir)
         exited = [p for p in self._processes if processes.exit_status(p) is not None]
         for process in exited:
             processes.reap(process)
