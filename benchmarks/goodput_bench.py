@@ -38,7 +38,7 @@ from goodputbench.model import (
     summarise,
     time_compression,
 )
-from goodputbench.run import REPO, main_async
+from goodputbench.run import NODE_MONITOR_GRACE_SECONDS, REPO, main_async
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -54,6 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.interval <= 0 or args.minutes <= 0:
         parser.error("--minutes and --interval must be positive")
+    if args.repair <= NODE_MONITOR_GRACE_SECONDS + args.node_lost_seconds:
+        parser.error("--repair must outlast the detection bound (50 s + --node-lost-seconds)")
     with tempfile.TemporaryDirectory(prefix="tg-goodput-bench-") as tmp:
         raw = asyncio.run(main_async(args, Path(tmp)))
     gpus = POOL_NODES * GPUS_PER_NODE

@@ -28,7 +28,7 @@ def test_a_tiny_goodput_benchmark_fails_nodes_and_sees_the_gangs_whole_again(
     out = tmp_path / "goodput.json"
     run = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "goodput_bench.py"),
-         "--minutes", "1", "--interval", "30", "--repair", "20",
+         "--minutes", "1", "--interval", "30", "--repair", "90",
          "--node-lost-seconds", "5", "--recovery-timeout", "240", "--out", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=840, check=False,
     )  # fmt: skip
