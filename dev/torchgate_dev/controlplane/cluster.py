@@ -466,8 +466,11 @@ class ControlPlane:
             ),
             layout,
         )
-        self._wait_for_apiserver(layout, deadline)
         api = ssl.create_default_context(cafile=str(layout.ca_cert))
+        self._wait_until(
+            {"kube-apiserver /readyz": lambda: http_ok(f"{self.server}/readyz", context=api)},
+            deadline,
+        )
         self._kubernetes_version = server_version(self.server, api, self._token)
         self._spawn(
             "kube-controller-manager",
@@ -507,13 +510,6 @@ class ControlPlane:
                 apply=lambda manifest: self.kubectl("apply", "-f", "-", input=manifest),
             )
             node.start(node_binaries, layout, server=self.server, token=self._token, hooks=hooks)
-
-    def _wait_for_apiserver(self, layout: Layout, deadline: float) -> None:
-        api = ssl.create_default_context(cafile=str(layout.ca_cert))
-        self._wait_until(
-            {"kube-apiserver /readyz": lambda: http_ok(f"{self.server}/readyz", context=api)},
-            deadline,
-        )
 
     def restart_apiserver(self, *, down_seconds: float = 0.0, timeout: float = 300.0) -> list[str]:
         """Stop kube-apiserver (SIGTERM, then SIGKILL), wait ``down_seconds``, start it again.
