@@ -136,8 +136,13 @@ async def until(condition: Any, within: float, what: str) -> float:
 
 
 @contextlib.contextmanager
-def controller(plane: ControlPlane, log: Path, *, starvation_seconds: float) -> Any:
-    """The real controller process (as ``controller_bench.py`` starts it) for the block."""
+def controller(
+    plane: ControlPlane, log: Path, *, starvation_seconds: float, extra: Sequence[str] = ()
+) -> Any:
+    """The real controller process (as ``controller_bench.py`` starts it) for the block.
+
+    ``extra``: more flags, after the benchmark's own.
+    """
     env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
     process = subprocess.Popen(
         [
@@ -159,6 +164,7 @@ def controller(plane: ControlPlane, log: Path, *, starvation_seconds: float) -> 
             "0",
             "--starvation-seconds",
             str(starvation_seconds),
+            *extra,
         ],
         stdout=log.open("a"),
         stderr=subprocess.STDOUT,

@@ -32,7 +32,7 @@ from tests.e2e.controller_process import (
     is_true,
 )
 from tests.e2e.test_pool_sharing import QUOTA_CRD, Pool, queued_reason, running, wait_running
-from tests.e2e.test_webhook_e2e import LocalWebhook
+from tests.e2e.webhook_process import LocalWebhook
 from torchgate_dev.apiserver import wait_for_admission
 from torchgate_dev.paths import CA_CERT, TLS_CERT, TLS_KEY
 from torchgate_dev.state import DevError

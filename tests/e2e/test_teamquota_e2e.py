@@ -22,7 +22,8 @@ from tests.builders.job import gpu_job
 from tests.builders.policy import policy
 from tests.builders.team import team_quota
 from tests.e2e.conftest import Cluster
-from tests.e2e.test_webhook_e2e import LocalWebhook, causes, jobs_path
+from tests.e2e.test_webhook_e2e import causes, jobs_path
+from tests.e2e.webhook_process import LocalWebhook
 from torchgate.pytorchjob.fieldpath import ErrorType
 from torchgate_dev.apiserver import wait_for_admission
 from torchgate_dev.state import DevError

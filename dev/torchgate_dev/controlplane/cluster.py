@@ -158,6 +158,7 @@ class ControlPlane:
         self._kubeconfig: Path | None = None
         self._startup_seconds: float | None = None
         self._attached = False
+        self._commands: dict[str, tuple[str, ...]] = {}
         self._atexit_registered = False
         self._guarding = False
 
@@ -510,6 +511,56 @@ class ControlPlane:
             )
             node.start(node_binaries, layout, server=self.server, token=self._token, hooks=hooks)
 
+    def restart_apiserver(self, *, down_seconds: float = 0.0, timeout: float = 300.0) -> list[str]:
+        """Stop kube-apiserver (SIGTERM, then SIGKILL), wait ``down_seconds``, start it again.
+
+        etcd keeps the cluster's state; every client must ride through, as through an apiserver
+        upgrade. ``timeout`` bounds the wait for ``/readyz`` (its caches refill from etcd). A
+        component that exited while the apiserver was away is started again once it is ready
+        (:meth:`restart_exited`).
+
+        Returns:
+            The components that had exited and were started again (usually none).
+
+        Raises:
+            ControlPlaneError: Not a control plane started by this object, or the apiserver
+                did not come back within ``timeout`` seconds.
+        """
+        found = [p for p in self._processes if p.name == "kube-apiserver"]
+        if self._attached or len(found) != 1 or "kube-apiserver" not in self._commands:
+            raise ControlPlaneError("only a control plane started here can restart its apiserver")
+        layout = Layout(self.workdir)
+        self._stop_group(found)
+        processes.reap(found[0])
+        self._processes.remove(found[0])
+        time.sleep(down_seconds)
+        self._spawn("kube-apiserver", self._commands["kube-apiserver"], layout)
+        (apiserver,) = [p for p in self._processes if p.name == "kube-apiserver"]
+        api = ssl.create_default_context(cafile=str(layout.ca_cert))
+        deadline = time.monotonic() + timeout
+        while not http_ok(f"{self.server}/readyz", context=api):
+            if processes.exit_status(apiserver) is not None or time.monotonic() > deadline:
+                raise ControlPlaneError(
+                    f"kube-apiserver did not come back; last lines of its log:\n{tail(apiserver)}"
+                )
+            time.sleep(_POLL_SECONDS)
+        return self.restart_exited()
+
+    def restart_exited(self) -> list[str]:
+        """Start again, the same way, every component that exited; their names.
+
+        What a real control plane's supervisor does (the kubelet restarts a static pod that
+        exits). kube-scheduler, for one, exits on purpose when it finds its cache inconsistent
+        with the apiserver, which an apiserver restart in the middle of its binds can cause.
+        """
+        layout = Layout(self.workdir)
+        exited = [p for p in self._processes if processes.exit_status(p) is not None]
+        for process in exited:
+            processes.reap(process)
+            self._processes.remove(process)
+            self._spawn(process.name, self._commands[process.name], layout)
+        return [process.name for process in exited]
+
     def _write_configuration(self, binaries: Binaries, layout: Layout) -> None:
         write_pki(layout)
         try:
@@ -529,6 +580,7 @@ class ControlPlane:
 
     def _spawn(self, name: str, argv: Sequence[str], layout: Layout) -> None:
         log_path = layout.logs / f"{name}.log"
+        self._commands[name] = tuple(argv)
         self._processes.append(
             processes.spawn(name, argv, log_path, cwd=layout.root, env=child_environment())
         )
