@@ -138,8 +138,7 @@ async def run(plane: ControlPlane, count: int) -> list[dict[str, Any]]:
             jobs.append((raw, spec))
         gpu = "nvidia.com/gpu"
         pods = [
-            build_pod(raw, spec, "Worker", 0, node=None, attempt=1, gpu_resource=gpu)
-            for raw, spec in jobs
+            build_pod(raw, spec, "Worker", 0, node=None, attempt=1, gpus=gpu) for raw, spec in jobs
         ]
         await post_all("POST pods", f"{core_path}/pods", pods)
         for label, active in (("first", 0), ("second", 3)):  # the second changes the counts

@@ -289,7 +289,7 @@ class DevCluster:
         nodes = devcluster.pool_nodes(options.pools)
         self._report(f"creating {len(nodes)} fake GPU nodes and installing the CRDs")
         crds = _load_documents(sorted(CRD_DIR.glob("*.yaml")))
-        for obj in [*nodes, *crds]:
+        for obj in [*nodes, *crds, *devcluster.pool_devices(options.pools)]:
             api.apply(obj)
         api.wait_for_condition(crds, "Established", timeout=60)
         if options.sample_policy:

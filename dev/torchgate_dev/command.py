@@ -101,11 +101,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument(
         "--pool",
         dest="pools",
-        metavar="NAME=COUNT[xGPUS]",
+        metavar="NAME=COUNT[xGPUS][:dra]",
         action="append",
         type=_pool,
-        help="a pool of fake GPU nodes NAME-0.. labelled pool=NAME (repeatable; "
-        "default: a100=4x8 and t4=2x8)",
+        help="a pool of fake GPU nodes NAME-0.. labelled pool=NAME, ':dra' for GPUs published "
+        "in ResourceSlices (repeatable; default: a100=4x8, t4=2x8 and dra=2x8:dra)",
     )
     supported = versions.supported()
     up.add_argument(
@@ -146,7 +146,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument(
         "--no-sample-policy",
         action="store_true",
-        help="do not install the dev PlacementPolicy (dev-placementpolicy.yaml, 2 TeamQuotas)",
+        help="do not install the dev PlacementPolicies and TeamQuotas "
+        "(dev-placementpolicy.yaml: dev-a100, dev-dra, 2 TeamQuotas)",
     )
     up.add_argument(
         "--webhook-port", type=_port, default=0, help="the webhook's port (default: a free one)"

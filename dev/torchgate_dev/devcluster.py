@@ -49,7 +49,7 @@ PROBE_STRAY_ARGUMENT: Final = "--world-size=2"
 _PROBE_IMAGE: Final = "registry.invalid/torchgate/probe:1"
 
 _DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_POOL_SPEC = re.compile(r"(?P<name>[^=]+)=(?P<count>[0-9]+)(?:x(?P<gpus>[0-9]+))?")
+_POOL_SPEC = re.compile(r"(?P<name>[^=]+)=(?P<count>[0-9]+)(?:x(?P<gpus>[0-9]+))?(?P<dra>:dra)?")
 _MAX_POOL_NODES: Final = 500
 _MAX_NODE_GPUS: Final = 64
 
@@ -227,6 +227,8 @@ def validation_seen(status: int, body: Mapping[str, Any]) -> bool:
 # The cluster-scoped kinds a dev cluster creates, by (apiVersion, kind): their collection path.
 _COLLECTIONS: Final = {
     ("v1", "Node"): "/api/v1/nodes",
+    ("resource.k8s.io/v1", "DeviceClass"): "/apis/resource.k8s.io/v1/deviceclasses",
+    ("resource.k8s.io/v1", "ResourceSlice"): "/apis/resource.k8s.io/v1/resourceslices",
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): (
         "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
     ),
@@ -272,6 +274,9 @@ def object_path(obj: Mapping[str, Any]) -> str:
 class NodePool:
     """``count`` fake nodes ``<name>-<i>`` labelled ``pool=<name>``, ``gpus`` GPUs each.
 
+    ``dra``: the GPUs are not in the nodes' allocatable but published in ResourceSlices for
+    Dynamic Resource Allocation (``kwok.dra_node``, ``kwok.gpu_resource_slice``).
+
     Each node also carries its topology: ``RACK_LABEL`` ``<name>-r<i // NODES_PER_RACK>`` and
     ``BLOCK_LABEL`` ``<name>-b<rack // RACKS_PER_BLOCK>`` (``kubernetes.io/hostname`` is its name).
     """
@@ -279,6 +284,7 @@ class NodePool:
     name: str
     count: int
     gpus: int = 8
+    dra: bool = False
 
     def __post_init__(self) -> None:
         if not _DNS_1123_LABEL.fullmatch(self.name) or len(self.name) > 50:
@@ -304,16 +310,23 @@ class NodePool:
         }
 
     def describe(self) -> str:
-        """``a100-0..3 (pool=a100, 8 GPUs each)``."""
+        """``a100-0..3 (pool=a100, 8 GPUs each)``; ``, through DRA`` for a DRA pool."""
         last = f"..{self.count - 1}" if self.count > 1 else ""
-        return f"{self.name}-0{last} ({POOL_LABEL}={self.name}, {self.gpus} GPUs each)"
+        how = ", through DRA" if self.dra else ""
+        return f"{self.name}-0{last} ({POOL_LABEL}={self.name}, {self.gpus} GPUs each{how})"
 
 
-DEFAULT_POOLS: Final = (NodePool("a100", 4, 8), NodePool("t4", 2, 8))
+DEFAULT_POOLS: Final = (
+    NodePool("a100", 4, 8),
+    NodePool("t4", 2, 8),
+    NodePool("dra", 2, 8, dra=True),
+)
 
 
 def parse_pool(text: str) -> NodePool:
     """``NAME=COUNT`` or ``NAME=COUNTxGPUS`` (default 8 GPUs), e.g. ``a100=4x8``.
+
+    ``:dra`` after it for GPUs through Dynamic Resource Allocation (``dra=2x8:dra``).
 
     Raises:
         ValueError: The text does not have that form or a value is out of range.
@@ -322,7 +335,12 @@ def parse_pool(text: str) -> NodePool:
     if match is None:
         raise ValueError(f"{text!r} is not NAME=COUNT or NAME=COUNTxGPUS (e.g. a100=4x8)")
     gpus = match.group("gpus")
-    return NodePool(match.group("name"), int(match.group("count")), int(gpus) if gpus else 8)
+    return NodePool(
+        match.group("name"),
+        int(match.group("count")),
+        int(gpus) if gpus else 8,
+        dra=match.group("dra") is not None,
+    )
 
 
 def pool_nodes(pools: Sequence[NodePool]) -> list[dict[str, Any]]:
@@ -337,12 +355,21 @@ def pool_nodes(pools: Sequence[NodePool]) -> list[dict[str, Any]]:
         if pool.name in seen:
             raise ValueError(f"pool {pool.name!r} is given twice")
         seen.add(pool.name)
-        nodes += [
-            kwok.gpu_node(
-                node,
-                gpus=pool.gpus,
-                labels={POOL_LABEL: pool.name, **pool.topology_labels(index)},
-            )
-            for index, node in enumerate(pool.node_names)
-        ]
+        for index, node in enumerate(pool.node_names):
+            labels = {POOL_LABEL: pool.name, **pool.topology_labels(index)}
+            if pool.dra:
+                nodes.append(kwok.dra_node(node, labels=labels))
+            else:
+                nodes.append(kwok.gpu_node(node, gpus=pool.gpus, labels=labels))
     return nodes
+
+
+def pool_devices(pools: Sequence[NodePool]) -> list[dict[str, Any]]:
+    """The DeviceClasses and ResourceSlices of the DRA pools (nothing without one)."""
+    slices = [
+        kwok.gpu_resource_slice(node, pool.gpus)
+        for pool in pools
+        if pool.dra
+        for node in pool.node_names
+    ]
+    return [*kwok.dra_device_classes(), *slices] if slices else []

@@ -177,10 +177,17 @@ def test_dev_up_serves_seed_000_through_the_webhook_and_down_leaves_nothing(
         (n["metadata"]["name"], n["metadata"]["labels"]["pool"], n["status"]["allocatable"])
         for n in get("nodes", "--selector", "pool,!torchgate.io/real-node")["items"]
     )
-    assert [(name, pool, allocatable["nvidia.com/gpu"]) for name, pool, allocatable in nodes] == [
+    gpus = [(name, pool, allocatable.get("nvidia.com/gpu")) for name, pool, allocatable in nodes]
+    assert gpus == [
         *((f"a100-{i}", "a100", "8") for i in range(4)),
+        # The DRA pool: no GPU in allocatable, 8 published per node in a ResourceSlice.
+        *((f"dra-{i}", "dra", None) for i in range(2)),
         *((f"t4-{i}", "t4", "8") for i in range(2)),
     ]
+    published = {
+        s["spec"]["nodeName"]: len(s["spec"]["devices"]) for s in get("resourceslices")["items"]
+    }
+    assert published == {"dra-0": 8, "dra-1": 8}
     (real_node,) = get("nodes", "--selector", "torchgate.io/real-node=true")["items"]
     assert real_node["metadata"]["labels"]["pool"] == "a100", "the real node joins the first pool"
     # README's main job asks for no GPU: of its pool (fake GPU nodes in racks, and the real node

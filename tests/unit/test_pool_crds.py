@@ -186,7 +186,7 @@ def test_pool_sharing_samples_parse_cleanly_and_fit_their_crds(sample: Path) -> 
 
 def test_dev_policy_lists_the_fake_pools_topology_levels() -> None:
     documents = yaml.safe_load_all(packagedata.SAMPLE_POLICY.read_text("utf-8"))
-    (dev_policy,) = [d for d in documents if d["kind"] == "PlacementPolicy"]
+    (dev_policy,) = [d for d in documents if d["metadata"]["name"] == "dev-a100"]
     assert tuple(dev_policy["spec"]["topology"]["levels"]) == devcluster.TOPOLOGY_LEVELS
 
 

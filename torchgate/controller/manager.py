@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -28,6 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.poolsource import PoolSource
+from torchgate.controller.admission.slices import driver_keys, free_devices
 from torchgate.controller.job import status as st
 from torchgate.controller.job.disruption import node_health
 from torchgate.controller.job.gangobjects import serves_gang_objects
@@ -44,14 +45,19 @@ from torchgate.controller.poolservice import (
 from torchgate.controller.quarantine.keeper import QuarantineKeeper
 from torchgate.controller.queue import NORMAL, URGENT, ShutDown, WorkQueue
 from torchgate.kube.client import KubeApi
+from torchgate.kube.dra import DraCaches
 from torchgate.kube.errors import ApiError, NotFound
 from torchgate.kube.informer import Informer, key_of
 from torchgate.kube.resources import (
+    DEVICE_CLASSES,
     NODES,
     PLACEMENT_POLICIES,
     PODS,
     PRIORITY_CLASSES,
     PYTORCHJOBS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
     SERVICES,
     TEAM_QUOTAS,
     WORKLOADS,
@@ -136,6 +142,14 @@ class Manager:
         self.policy_objects = Informer(api, PLACEMENT_POLICIES)
         self.priority_classes = Informer(api, PRIORITY_CLASSES)
         self.team_quotas = Informer(api, TEAM_QUOTAS)
+        # What a job's claims ask for (``pytorchjob.devices``): the same caches as the webhook's.
+        self.dra = DraCaches(
+            claims=Informer(api, RESOURCE_CLAIMS),
+            templates=Informer(api, RESOURCE_CLAIM_TEMPLATES),
+            classes=Informer(api, DEVICE_CLASSES),
+        )
+        # GPU capacity of DRA nodes (``admission.slices``): devices per node and pool.
+        self.slices = Informer(api, RESOURCE_SLICES)
         self.queue: WorkQueue[JobKey] = WorkQueue()
         self.metrics = ControllerMetrics(
             job_states=lambda: (st.state_of(job) for job in self.jobs.values()),
@@ -166,6 +180,8 @@ class Manager:
             starvation_seconds=settings.starvation_seconds,
             stuck_seconds=settings.stuck_termination_seconds,
             backoff_base=settings.gang_backoff_seconds,
+            claims_for=self.dra.view,
+            device_capacity=self.device_capacity,
         )
         self.gang_objects = GangObjectsDiscovery(api, settings.gang_objects_recheck_seconds)
         self.reconciler = Reconciler(
@@ -181,6 +197,7 @@ class Manager:
             metrics=self.metrics,
             options=settings.options,
             nodes=self.nodes,
+            claims_for=self.dra.view,
             node_faults=self.quarantine.record,
             gang_objects_served=lambda: self.gang_objects.served,
         )
@@ -199,8 +216,31 @@ class Manager:
         self.policy_objects.add_handler(lambda *_: self._requeue_all())
         self.priority_classes.add_handler(lambda *_: self.admitter.wake())
         self.team_quotas.add_handler(lambda *_: self.admitter.wake())
+        # A template or DeviceClass changes what waiting jobs claim (claims are per pod: too many
+        # to requeue on, and a job names one only when shared, which the webhook refuses).
+        self.dra.templates.add_handler(lambda *_: self._requeue_all())
+        self.dra.classes.add_handler(lambda *_: self._requeue_all())
+        # What claimed pods count comes from claims, templates and classes (``ledger`` rule 6);
+        # free devices from slices and claims are read again by the next cycle.
+        for counted in (self.dra.claims, self.dra.templates, self.dra.classes):
+            counted.add_handler(self.admitter.on_claims)
+        self.slices.add_handler(lambda *_: self.admitter.wake())
 
     # ------------------------------------------------------------------ cache views
+
+    def device_capacity(
+        self, counted: Callable[[tuple[str, str]], Mapping[str, int] | None]
+    ) -> dict[str, dict[str, int]]:
+        """Free GPU devices per node, of the DeviceClasses some policy counts as GPUs."""
+        seen = self.dra.view("")
+        keys: dict[str, str] = {}
+        for policy in self.policies():
+            for name, key in policy.gpus(seen).class_keys.items():
+                keys.setdefault(name, key)
+        if not keys:
+            return {}
+        drivers = driver_keys(self.dra.classes.values(), keys)
+        return free_devices(self.slices.values(), self.dra.claims.values(), drivers, counted)
 
     def _team_shares(self) -> list[TeamShare]:
         """Each team's nominal GPUs and what the last admission cycle counted it using."""
@@ -314,12 +354,22 @@ class Manager:
             for informer in informers:
                 await informer.synced.wait()
             group.create_task(self.team_quotas.run())
+            dra = (self.dra.claims, self.dra.templates, self.dra.classes, self.slices)
+            for informer in dra:
+                group.create_task(informer.run())
             try:
                 await asyncio.wait_for(
                     self.team_quotas.synced.wait(), self.settings.quota_sync_seconds
                 )
             except TimeoutError:
                 log.warning("TeamQuotas not listed yet (is the CRD installed?); going on without")
+            try:  # claimed GPUs are counted from these: plan no gang before they are listed
+                await asyncio.wait_for(
+                    asyncio.gather(*(informer.synced.wait() for informer in dra)),
+                    self.settings.quota_sync_seconds,
+                )
+            except TimeoutError:
+                log.warning("resource.k8s.io/v1 not listed yet; claimed GPUs count once it is")
             log.info(
                 "caches synced: %d jobs, %d pods, %d nodes",
                 len(self.jobs.store),

@@ -58,6 +58,11 @@ MUTATING_WEBHOOK_CONFIGURATIONS: Final = Resource(
 VALIDATING_WEBHOOK_CONFIGURATIONS: Final = Resource(
     "admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", namespaced=False
 )
+# Dynamic Resource Allocation (resource.k8s.io/v1, GA since Kubernetes 1.34)
+RESOURCE_CLAIMS: Final = Resource("resource.k8s.io", "v1", "resourceclaims")
+RESOURCE_CLAIM_TEMPLATES: Final = Resource("resource.k8s.io", "v1", "resourceclaimtemplates")
+DEVICE_CLASSES: Final = Resource("resource.k8s.io", "v1", "deviceclasses", namespaced=False)
+RESOURCE_SLICES: Final = Resource("resource.k8s.io", "v1", "resourceslices", namespaced=False)
 TOKEN_REVIEWS: Final = Resource("authentication.k8s.io", "v1", "tokenreviews", namespaced=False)
 SUBJECT_ACCESS_REVIEWS: Final = Resource(
     "authorization.k8s.io", "v1", "subjectaccessreviews", namespaced=False

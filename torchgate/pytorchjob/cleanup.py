@@ -16,9 +16,10 @@ names (its ``gpuResource``); the webhook says which replicas those are, and ever
 
 Rules:
 
-1. ``holds_accelerators``: a pod (or a replica's pod template) holds accelerators when its
-   effective request of the policy's GPU resource is above zero: what kube-scheduler reserves on
-   its node for it (containers, init containers, overhead; a limit stands for a missing request).
+1. ``holds_accelerators``: a pod (or a replica's pod template) holds accelerators when what it
+   takes from its node (``units.pod_units``: kube-scheduler's effective request, containers,
+   init containers, overhead, a limit standing for a missing request, plus the GPUs its claims
+   ask for, ``pytorchjob.devices``) has some of what the policy counts as GPUs.
 2. ``clean_pod_policy_for``: a pod is cleaned up as its job's ``cleanPodPolicy`` says, except that
    ``None`` acts as ``Running`` for a pod that holds accelerators when the policy does not allow
    ``None``. Every other value is kept as written.
@@ -37,7 +38,9 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any, Final
 
+from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources
 from torchgate.pytorchjob.spec import pod_requests
+from torchgate.pytorchjob.units import pod_units
 
 KEEP: Final = "None"
 """The ``cleanPodPolicy`` that keeps every pod (the training-operator's default)."""
@@ -45,19 +48,33 @@ INSTEAD_OF_KEEP: Final = "Running"
 """What ``None`` acts as where rule 2 does not allow it: running and pending pods go."""
 
 
-def holds_accelerators(pod_spec: Mapping[str, Any], *, gpu_resource: str) -> bool:
-    """Rule 1: whether a pod with this spec holds some of ``gpu_resource`` on its node."""
-    return pod_requests(pod_spec, only=gpu_resource).get(gpu_resource, Decimal(0)) > 0
+def holds_accelerators(
+    pod_spec: Mapping[str, Any], *, gpus: GpuSources | str, claims: ClaimLookup = NO_CLAIMS
+) -> bool:
+    """Rule 1: whether a pod with this spec holds GPUs (``gpus``; a name: that resource)."""
+    sources = GpuSources(gpus) if isinstance(gpus, str) else gpus
+    if sources.counts_claims:
+        taken = pod_units(pod_spec, sources, claims)
+        return any(taken.get(resource, 0) > 0 for resource in sources.resources)
+    return any(
+        pod_requests(pod_spec, only=resource).get(resource, Decimal(0)) > 0
+        for resource in sources.resources
+    )
 
 
 def clean_pod_policy_for(
-    clean_pod_policy: str, pod_spec: Mapping[str, Any], *, gpu_resource: str, allow_none: bool
+    clean_pod_policy: str,
+    pod_spec: Mapping[str, Any],
+    *,
+    gpus: GpuSources | str,
+    allow_none: bool,
+    claims: ClaimLookup = NO_CLAIMS,
 ) -> str:
     """Rule 2: how a pod with this spec is cleaned up when its job ends."""
     if (
         clean_pod_policy == KEEP
         and not allow_none
-        and holds_accelerators(pod_spec, gpu_resource=gpu_resource)
+        and holds_accelerators(pod_spec, gpus=gpus, claims=claims)
     ):
         return INSTEAD_OF_KEEP
     return clean_pod_policy
@@ -67,8 +84,9 @@ def replicas_not_kept(
     clean_pod_policy: str,
     pod_specs: Iterable[tuple[str, Mapping[str, Any]]],
     *,
-    gpu_resource: str,
+    gpus: GpuSources | str,
     allow_none: bool,
+    claims: ClaimLookup = NO_CLAIMS,
 ) -> tuple[str, ...]:
     """Rule 3: the replicas, of ``(replica, pod spec)`` pairs, whose pods ``None`` cannot keep."""
     if clean_pod_policy != KEEP:
@@ -77,7 +95,7 @@ def replicas_not_kept(
         replica
         for replica, pod_spec in pod_specs
         if clean_pod_policy_for(
-            clean_pod_policy, pod_spec, gpu_resource=gpu_resource, allow_none=allow_none
+            clean_pod_policy, pod_spec, gpus=gpus, allow_none=allow_none, claims=claims
         )
         != KEEP
     )

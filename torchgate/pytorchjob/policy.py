@@ -2,14 +2,15 @@
 
 A policy says where jobs of some namespaces go (``nodeSelector``, ``tolerations``,
 ``allowedHosts``), what they may use (``maxGPUsPerJob``, ``allowedHostPaths``, ``allowPrivileged``,
-``allowCleanPodPolicyNone``), which resources count as GPUs and RDMA devices, which run-policy
-defaults the webhook persists, (parsed by ``pool.parse_pool_settings``) what preemption may not
-touch and which node labels are topology levels, and when a node where the policy's gangs keep
-failing for reasons outside the job is quarantined (``spec.quarantine``: the faults of a job
-count with its own policy's thresholds, so one pool's admins decide for their nodes), and the
-progress deadline of its jobs (``spec.progressDeadlineSeconds``, see ``progress``). Exactly one
-policy applies to a job: the matching one with the highest ``priority`` (ties broken by name, so
-the choice never depends on list order), or the built-in default when none matches.
+``allowCleanPodPolicyNone``), which resources and DeviceClasses (``gpuDeviceClasses``) count as
+GPUs and which resources as RDMA devices, which run-policy defaults the webhook persists, (parsed
+by ``pool.parse_pool_settings``) what preemption may not touch and which node labels are topology
+levels, and when a node where the policy's gangs keep failing for reasons outside the job is
+quarantined (``spec.quarantine``: the faults of a job count with its own policy's thresholds, so
+one pool's admins decide for their nodes), and the progress deadline of its jobs
+(``spec.progressDeadlineSeconds``, see ``progress``). Exactly one policy applies to a job: the
+matching one with the highest ``priority`` (ties broken by name, so the choice never depends on
+list order), or the built-in default when none matches.
 
 Parsing never raises: a malformed policy yields field errors (reported by whoever loaded it) and is
 left out, so one bad object cannot take admission down.
@@ -24,6 +25,7 @@ from decimal import Decimal
 from typing import Any
 
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.devices import ClaimLookup, GpuSources, gpu_sources, plain_sources
 from torchgate.pytorchjob.fieldpath import (
     FieldError,
     FieldPath,
@@ -80,6 +82,8 @@ class PlacementPolicy:
     allowed_hosts: tuple[str, ...] = ()
     max_gpus_per_job: int | None = None
     gpu_resource: str = names.DEFAULT_GPU_RESOURCE
+    # DeviceClasses whose devices are GPUs (Dynamic Resource Allocation); unset: claims count none
+    gpu_device_classes: tuple[str, ...] = ()
     rdma_resources: tuple[str, ...] = ("rdma/hca",)
     shared_memory_size_limit: str | None = None
     allowed_host_paths: tuple[str, ...] = ()
@@ -95,6 +99,18 @@ class PlacementPolicy:
     def matches(self, namespace: str) -> bool:
         """Whether this policy applies to jobs in ``namespace`` (no list = every namespace)."""
         return not self.namespaces or namespace in self.namespaces
+
+    def gpus(self, seen: ClaimLookup | None = None) -> GpuSources:
+        """What counts as GPUs under this policy (``devices.gpu_sources``).
+
+        ``seen``: what the caller sees of DRA (its DeviceClasses' ``extendedResourceName``); read
+        only when the policy lists ``gpuDeviceClasses``.
+        """
+        if not self.gpu_device_classes:  # the usual policy: no lookup, no new object
+            return plain_sources(self.gpu_resource)
+        if seen is None:
+            return gpu_sources(self.gpu_resource, self.gpu_device_classes)
+        return gpu_sources(self.gpu_resource, self.gpu_device_classes, seen.class_resources)
 
     def allows_host_path(self, path: str) -> bool:
         """Whether a hostPath volume at ``path`` is under one of the allowed prefixes."""
@@ -184,6 +200,7 @@ def parse_policy(raw: object) -> tuple[PlacementPolicy | None, list[FieldError]]
         allowed_hosts=strings("allowedHosts"),
         max_gpus_per_job=_non_negative_int(spec, "maxGPUsPerJob", _SPEC, errors),
         gpu_resource=gpu_resource,
+        gpu_device_classes=strings("gpuDeviceClasses"),
         rdma_resources=rdma,
         shared_memory_size_limit=size_limit,
         allowed_host_paths=allowed_paths,

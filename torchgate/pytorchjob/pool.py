@@ -36,7 +36,9 @@ Rules (each one function):
    ``never_admissible`` says why a job asking for more can never be admitted (the webhook
    refuses it).
 6. ``quota_usage``: what pods count against their team: the sum of what each takes from its node
-   (``units.pod_units``), the policy's GPU resource under the quota key ``GPUS``. A job's gang
+   (``units.pod_units``), whatever the policy counts as GPUs (``devices.GpuSources``: its GPU
+   resource, extended resources its GPU DeviceClasses serve, claimed GPUs) under the quota key
+   ``GPUS``. A job's gang
    counts its first ``minAvailable`` pods in rank order, Master replicas first (``gang_usage``):
    the webhook refuses a job whose gang exceeds what its team can ever hold, and the admitter
    counts the same gang against the team's quota.
@@ -57,6 +59,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
+from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources
 from torchgate.pytorchjob.fieldpath import (
     FieldError,
     FieldPath,
@@ -487,26 +490,27 @@ def never_admissible(
 # ------------------------------------------------------------------ rule 6: quota usage
 
 
-def quota_usage(requests: Iterable[Units], gpu_resource: str) -> dict[str, int]:
+def quota_usage(requests: Iterable[Units], gpus: GpuSources) -> dict[str, int]:
     """What pods taking ``requests`` from their nodes count against quota (rule 6)."""
     total: dict[str, int] = {}
+    gpu_names = gpus.resources
     for pod in requests:
         for name, amount in pod.items():
-            key = GPUS if name == gpu_resource else name
+            key = GPUS if name in gpu_names else name
             total[key] = total.get(key, 0) + amount
     return total
 
 
-def gang_usage(job: JobSpec, gpu_resource: str) -> dict[str, int]:
+def gang_usage(job: JobSpec, gpus: GpuSources, claims: ClaimLookup = NO_CLAIMS) -> dict[str, int]:
     """What ``job``'s gang counts against its team's quota (rule 6)."""
     left = job.min_available
     pods: list[Units] = []
     for replica in job.replica_specs:  # Master, then Worker: rank order
         count = min(left, replica.replicas)
         if count > 0:
-            pods += [pod_units(pod_spec_of(replica.template))] * count
+            pods += [pod_units(pod_spec_of(replica.template), gpus, claims)] * count
             left -= count
-    return quota_usage(pods, gpu_resource)
+    return quota_usage(pods, gpus)
 
 
 # ------------------------------------------------------------------ rule 7: admission order

@@ -430,12 +430,6 @@ def pod_requests(pod_spec: Mapping[str, Any], *, only: str | None = None) -> dic
     return total
 
 
-def gpu_count(container: Mapping[str, Any], gpu_resource: str) -> int:
-    """Whole GPUs a container requests (0 when none or unparseable)."""
-    amount = container_requests(container).get(gpu_resource, Decimal(0))
-    return int(amount) if amount > 0 else 0
-
-
 def pinned_hosts(annotations: object) -> list[str]:
     """Hosts from the ``torchgate.io/hosts`` annotation, in order, without blanks or repeats."""
     if not isinstance(annotations, _OBJECT):

@@ -19,7 +19,10 @@ Rules (each one function):
    down (and at least zero) as a capacity; ``to_units`` converts a map of them (a request map
    drops amounts that are not positive).
 2. ``pod_units``: what a pod takes from its node: its effective requests (``spec.pod_requests``)
-   plus one ``pods`` slot, as kube-scheduler counts them.
+   plus one ``pods`` slot, as kube-scheduler counts them, plus the GPUs its claims ask for
+   (``devices.pod_claimed_by_key``) under the resource key of their DeviceClass (its
+   ``extendedResourceName``, else the policy's GPU resource), so a claimed GPU weighs as much as
+   a requested one (a count only allocation knows weighs nothing: the webhook refuses it).
 3. ``add`` / ``subtract``: amounts summed per resource, in place.
 4. ``fits``: requests fit in free capacity when every requested amount is at most what is free.
 5. ``format_amount``: an amount as a quantity is written for its resource (``16``, ``500m``,
@@ -34,6 +37,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Final
 
+from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources, pod_claimed_by_key
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
 from torchgate.pytorchjob.spec import pod_requests
 
@@ -88,10 +92,17 @@ def parse_capacity(values: object) -> dict[str, int]:
 # ------------------------------------------------------------------ rule 2: a pod
 
 
-def pod_units(pod_spec: Mapping[str, Any]) -> dict[str, int]:
-    """What a pod takes from its node: its effective requests plus one pod slot (rule 2)."""
+def pod_units(
+    pod_spec: Mapping[str, Any],
+    gpus: GpuSources | None = None,
+    claims: ClaimLookup = NO_CLAIMS,
+) -> dict[str, int]:
+    """What a pod takes: effective requests, one pod slot, and its claimed GPUs (rule 2)."""
     requests = to_units(pod_requests(pod_spec))
     requests[PODS] = requests.get(PODS, 0) + MILLI
+    if gpus is not None and gpus.counts_claims:
+        for key, count in pod_claimed_by_key(pod_spec, gpus, claims).items():
+            requests[key] = requests.get(key, 0) + count * MILLI
     return requests
 
 

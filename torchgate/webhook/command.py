@@ -28,6 +28,7 @@ from torchgate.kube.client import ConfigError, KubeClient
 from torchgate.serving import ReloadingTLS
 from torchgate.webhook.forecastclient import DEFAULT_TIMEOUT_SECONDS, ForecastClient
 from torchgate.webhook.policysource import (
+    ClusterClaims,
     ClusterPolicies,
     ClusterQuotas,
     FilePolicies,
@@ -200,5 +201,6 @@ async def _policy_source(
     if args.policy:
         log.warning("--policy files are ignored when watching the cluster's PlacementPolicies")
     tasks.append(asyncio.create_task(ClusterQuotas(cache, api).run()))
+    tasks.append(asyncio.create_task(ClusterClaims(cache, api).run()))
     tasks.append(asyncio.create_task(ClusterPolicies(cache, api).run()))
     return api

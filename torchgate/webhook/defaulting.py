@@ -31,13 +31,13 @@ from torchgate.pytorchjob.affinity import (
     require,
     required_terms,
 )
+from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, pod_gpus
 from torchgate.pytorchjob.fieldpath import FieldError, FieldPath, FieldWarning, duplicate, invalid
 from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.pytorchjob.spec import (
     as_int,
     canonical_replica_type,
     pinned_hosts,
-    pod_requests,
     pytorch_container_index,
 )
 
@@ -239,15 +239,22 @@ def _warning(tokens: tuple[Token, ...], text: str) -> FieldWarning:
 
 
 def default_job(
-    job: Any, policy: PlacementPolicy, *, old: Mapping[str, Any] | None = None
+    job: Any,
+    policy: PlacementPolicy,
+    *,
+    old: Mapping[str, Any] | None = None,
+    claims: ClaimLookup = NO_CLAIMS,
 ) -> Defaulted:
-    """Default a PyTorchJob for CREATE (``old`` is None) or UPDATE; never mutates ``job``."""
+    """Default a PyTorchJob for CREATE (``old`` is None) or UPDATE; never mutates ``job``.
+
+    ``claims``: what the webhook sees of DRA in the namespace (claimed GPUs get ``/dev/shm``).
+    """
     if not isinstance(job, _OBJECT) or not isinstance(job.get("spec"), _OBJECT):
         return Defaulted(job)  # nothing to default; validation reports the shape
     editor = _Editor(job)
     result = Defaulted(editor.root)
     if old is None:
-        _JobDefaulter(editor, policy, result).run()
+        _JobDefaulter(editor, policy, result, claims).run()
     else:
         _restore_run_policy(editor, old, result)
     result.object = editor.root
@@ -290,9 +297,13 @@ def _restored_warning(key: str, value: Any) -> FieldWarning:
 class _JobDefaulter:
     """The CREATE defaults, in a fixed order (replica specs, templates, run policy)."""
 
-    def __init__(self, editor: _Editor, policy: PlacementPolicy, result: Defaulted) -> None:
+    def __init__(
+        self, editor: _Editor, policy: PlacementPolicy, result: Defaulted, claims: ClaimLookup
+    ) -> None:
         self.editor = editor
         self.policy = policy
+        self.claims = claims
+        self.gpus = policy.gpus(claims)
         self.view = _view_of(policy)
         self.result = result
         self.warnings = result.warnings
@@ -355,8 +366,7 @@ class _JobDefaulter:
         pytorch = pytorch_container_index(pod_spec)
         if pytorch is not None:
             self._default_port((*pod_at, "containers", pytorch), containers[pytorch])
-            gpu = self.policy.gpu_resource
-            if pod_requests(pod_spec, only=gpu).get(gpu, 0) > 0:
+            if pod_gpus(pod_spec, self.gpus, self.claims) != 0:
                 self._default_shared_memory(pod_at, pod_spec, pytorch, containers[pytorch])
         for index, container in enumerate(containers):
             if isinstance(container, _OBJECT):

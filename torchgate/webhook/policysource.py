@@ -12,13 +12,21 @@ policies (the same files, or a second informer: ``ClusterQuotas``), so the valid
 refuse a job its team could never hold. A malformed TeamQuota is left out and logged; its status
 (``Valid`` condition, usage) is the controller's to write. The webhook is ready once both caches
 are filled.
+
+ResourceClaims, ResourceClaimTemplates and DeviceClasses (``ClusterClaims``) are cached too, so a
+job's claimed GPUs are counted as the controller counts them (``pytorchjob.devices``). Readiness
+does not wait for them: a cluster without ``resource.k8s.io/v1`` still admits jobs. A claim or
+template the listed caches do not see is read once live before a review is decided
+(``ClusterClaims.confirm``): ``kubectl apply -f dir/`` creates a template and its job together,
+and the job's review may come before the template's watch event, so only a template the
+apiserver does not have either is refused.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,9 +34,26 @@ from typing import Any
 import yaml
 
 from torchgate.kube.client import MERGE_PATCH, KubeApi
+from torchgate.kube.dra import DraCaches
+from torchgate.kube.errors import ApiError, NotFound
 from torchgate.kube.informer import Informer
-from torchgate.kube.resources import EVENTS, PLACEMENT_POLICIES, TEAM_QUOTAS
+from torchgate.kube.resources import (
+    DEVICE_CLASSES,
+    EVENTS,
+    PLACEMENT_POLICIES,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    TEAM_QUOTAS,
+)
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.devices import (
+    NO_CLAIMS,
+    RESOURCE_CLAIM_TEMPLATE,
+    ClaimLookup,
+    ConfirmedClaims,
+    claim_spec_of,
+    unseen_sources,
+)
 from torchgate.pytorchjob.fieldpath import FieldError
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
 from torchgate.pytorchjob.pool import QUOTA_KIND, TeamQuota, parse_team_quota
@@ -53,6 +78,13 @@ class PolicyCache:
         # are not reported synced before it, so admission never starts without the quotas.
         self.quotas_synced = asyncio.Event()
         self.quotas_synced.set()
+        # What the webhook sees of DRA in a namespace (``ClusterClaims``); none without a cluster.
+        self.claims_for: Callable[[str], ClaimLookup] = lambda _: NO_CLAIMS
+        # What a review sees of DRA: ``claims_for`` plus live reads of what it misses.
+        self.confirm_claims: Callable[[str, object], Awaitable[ClaimLookup]] = self._cached_claims
+
+    async def _cached_claims(self, namespace: str, job: object) -> ClaimLookup:
+        return self.claims_for(namespace)
 
     def team_for(self, namespace: str) -> Team | None:
         """The TeamQuota owning ``namespace`` with its cohort, or ``None`` (no quota applies)."""
@@ -245,6 +277,63 @@ class ClusterQuotas:
             self.cache.remove_quota(_name_of(raw))
         else:
             self.cache.put_quota(raw, "cluster")
+
+
+class ClusterClaims:
+    """ResourceClaims, ResourceClaimTemplates and DeviceClasses, listed and watched (read only).
+
+    Admission does not wait for them: until they have listed, a template the webhook does not
+    see is reported as a warning, not refused (``validation.claims``).
+    """
+
+    def __init__(self, cache: PolicyCache, api: KubeApi) -> None:
+        self.caches = DraCaches(
+            claims=Informer(api, RESOURCE_CLAIMS),
+            templates=Informer(api, RESOURCE_CLAIM_TEMPLATES),
+            classes=Informer(api, DEVICE_CLASSES),
+        )
+        self.api = api
+        cache.claims_for = self.caches.view
+        cache.confirm_claims = self.confirm
+
+    async def confirm(self, namespace: str, job: object) -> ClaimLookup:
+        """What ``job`` in ``namespace`` sees, with one live GET of each source the caches miss.
+
+        Only once the caches have listed (before, a miss is "not seen yet" and warned about, not
+        refused). A GET answered 404 leaves the object missing; any other failure makes the
+        lookup incomplete, so the review warns rather than refuses on a cache that may be behind.
+        """
+        seen = self.caches.view(namespace)
+        missing = unseen_sources(job, seen)
+        if not missing:
+            return seen
+        found: dict[tuple[str, str], Mapping[str, Any]] = {}
+        complete = True
+        for kind, name in missing:
+            try:
+                raw = await self._read(kind, namespace, name)
+            except NotFound:
+                continue
+            except ApiError as exc:
+                log.warning("could not read %s %s/%s: %s", kind, namespace, name, exc)
+                complete = False
+                continue
+            spec = claim_spec_of(kind, raw)
+            if spec is not None:
+                found[kind, name] = spec
+        return ConfirmedClaims(seen, found, complete)
+
+    async def _read(self, kind: str, namespace: str, name: str) -> Any:
+        if kind == RESOURCE_CLAIM_TEMPLATE:
+            return await self.api.request("GET", RESOURCE_CLAIM_TEMPLATES.path(namespace, name))
+        return await self.api.request("GET", RESOURCE_CLAIMS.path(namespace, name))
+
+    async def run(self) -> None:
+        """Keep the caches in step with the cluster (cancel to stop)."""
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(self.caches.claims.run())
+            tasks.create_task(self.caches.templates.run())
+            tasks.create_task(self.caches.classes.run())
 
 
 class ClusterPolicies:

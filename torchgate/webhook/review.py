@@ -22,6 +22,7 @@ import orjson
 import pybase64
 
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup
 from torchgate.pytorchjob.fieldpath import FieldError, FieldWarning, dedupe, render_warnings
 from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.webhook.defaulting import Defaulted, default_job
@@ -32,6 +33,7 @@ ADMISSION_API_VERSION = "admission.k8s.io/v1"
 _OBJECT: Final = (dict, Mapping)
 PolicyLookup = Callable[[str], PlacementPolicy]
 TeamLookup = Callable[[str], Team | None]
+ClaimsLookup = Callable[[str], ClaimLookup]  # what the webhook sees of DRA in a namespace
 
 
 class BadReview(ValueError):
@@ -91,15 +93,19 @@ def parse_review(body: bytes) -> dict[str, Any]:
     return review
 
 
-def mutate(review: Mapping[str, Any], policy_for: PolicyLookup) -> dict[str, Any]:
+def mutate(
+    review: Mapping[str, Any], policy_for: PolicyLookup, claims_for: ClaimsLookup | None = None
+) -> dict[str, Any]:
     """Answer the mutating route: defaults as a JSON Patch plus ``torchgate:`` warnings."""
     request = review["request"]
     if not _is_ours(request) or request.get("operation") not in ("CREATE", "UPDATE"):
         return respond(review, allowed=True)
     job = request["object"]
-    policy = policy_for(_namespace(request))
+    namespace = namespace_of(request)
+    policy = policy_for(namespace)
+    claims = claims_for(namespace) if claims_for is not None else NO_CLAIMS
     old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
-    defaulted: Defaulted = default_job(job, policy, old=old)
+    defaulted: Defaulted = default_job(job, policy, old=old, claims=claims)
     warnings = render_warnings(defaulted.warnings)
     if defaulted.errors:
         return respond(review, errors=defaulted.errors, warnings=warnings, job=job)
@@ -107,26 +113,31 @@ def mutate(review: Mapping[str, Any], policy_for: PolicyLookup) -> dict[str, Any
 
 
 def validate(
-    review: Mapping[str, Any], policy_for: PolicyLookup, team_for: TeamLookup | None = None
+    review: Mapping[str, Any],
+    policy_for: PolicyLookup,
+    team_for: TeamLookup | None = None,
+    claims_for: ClaimsLookup | None = None,
 ) -> dict[str, Any]:
     """Answer the validating route: allow, or deny with every field error.
 
-    ``team_for`` gives the TeamQuota owning a namespace (``None``: no quota applies there).
+    ``team_for`` gives the TeamQuota owning a namespace (``None``: no quota applies there);
+    ``claims_for`` what the webhook sees of DRA there (``None``: nothing).
     """
     request = review["request"]
     operation = request.get("operation")
     if not _is_ours(request) or operation not in ("CREATE", "UPDATE"):
         return respond(review, allowed=True)
     job = request["object"]
-    namespace = _namespace(request)
+    namespace = namespace_of(request)
     policy = policy_for(namespace)
     team = team_for(namespace) if team_for is not None else None
+    claims = claims_for(namespace) if claims_for is not None else NO_CLAIMS
     if operation == "CREATE":
         # The generic registry's BeforeCreate (FillObjectMetaSystemFields) gives every new object
         # its uid before validating admission: on this route a uid is never the user's.
-        verdict = validate_create(job, policy, team=team, uid_from_server=True)
+        verdict = validate_create(job, policy, team=team, uid_from_server=True, claims=claims)
     else:
-        verdict = validate_update(request["oldObject"], job, policy, team=team)
+        verdict = validate_update(request["oldObject"], job, policy, team=team, claims=claims)
     warnings = render_warnings(verdict.warnings)
     if verdict.errors:
         return respond(review, errors=verdict.errors, warnings=warnings, job=job)
@@ -143,7 +154,7 @@ def forecast_subject(review: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     metadata = job.get("metadata")
     metadata = dict(metadata) if isinstance(metadata, Mapping) else {}
-    metadata["namespace"] = _namespace(request)
+    metadata["namespace"] = namespace_of(request)
     return {**job, "metadata": metadata}
 
 
@@ -232,7 +243,8 @@ def _is_ours(request: Mapping[str, Any]) -> bool:
     )
 
 
-def _namespace(request: Mapping[str, Any]) -> str:
+def namespace_of(request: Mapping[str, Any]) -> str:
+    """The namespace a review's object is in (``default`` when it names none)."""
     namespace = request.get("namespace")
     if isinstance(namespace, str) and namespace:
         return namespace

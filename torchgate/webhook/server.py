@@ -39,10 +39,12 @@ from torchgate.webhook.forecastclient import ForecastClient
 from torchgate.webhook.policysource import PolicyCache
 from torchgate.webhook.review import (
     BadReview,
+    ClaimsLookup,
     PolicyLookup,
     forecast_subject,
     internal_error,
     mutate,
+    namespace_of,
     parse_review,
     validate,
     with_warning,
@@ -53,7 +55,7 @@ log = logging.getLogger("torchgate.webhook")
 # controller-runtime's limit; an AdmissionReview carries the object and, on UPDATE, the old one.
 MAX_BODY_BYTES = 7 * 1024 * 1024
 SERVER_TIME_HEADER = "X-Torchgate-Server-Time"
-Decision = Callable[[Mapping[str, Any], PolicyLookup], dict[str, Any]]
+Decision = Callable[[Mapping[str, Any], PolicyLookup, ClaimsLookup], dict[str, Any]]
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 _OUTCOMES: Final = ("allowed", "denied", "error", "bad_request")
 
@@ -156,8 +158,16 @@ class _Routes:
         self.mutate = self._handler("mutate", mutate)
         self.validate = self._handler("validate", self._validate, forecast=True)
 
-    def _validate(self, review: Mapping[str, Any], policy_for: PolicyLookup) -> dict[str, Any]:
-        return validate(review, policy_for, self.cache.team_for)
+    def _validate(
+        self, review: Mapping[str, Any], policy_for: PolicyLookup, claims_for: ClaimsLookup
+    ) -> dict[str, Any]:
+        return validate(review, policy_for, self.cache.team_for, claims_for)
+
+    async def _claims_for(self, review: Mapping[str, Any]) -> ClaimsLookup:
+        """What the review sees of DRA: the caches, and a live read of what they miss."""
+        request = review["request"]
+        claims = await self.cache.confirm_claims(namespace_of(request), request.get("object"))
+        return lambda namespace: claims
 
     def _handler(self, route: str, decide: Decision, *, forecast: bool = False) -> Handler:
         counted = {outcome: self._counted[route, outcome] for outcome in _OUTCOMES}
@@ -177,7 +187,8 @@ class _Routes:
             if asked is not None:
                 await asyncio.sleep(0)  # let the request go out before the rules take the CPU
             try:
-                answer = decide(review, self.cache.policy_for)
+                claims_for = await self._claims_for(review)
+                answer = decide(review, self.cache.policy_for, claims_for)
                 outcome = "allowed" if answer["response"]["allowed"] else "denied"
             except Exception:
                 uid = review["request"]["uid"]

@@ -47,6 +47,10 @@ CONTROLLERS: Final = (
     # and terminating pods on out-of-service nodes.
     "taint-eviction-controller",
     "pod-garbage-collector-controller",
+    # Dynamic Resource Allocation: creates a pod's ResourceClaims from the ResourceClaimTemplates
+    # it names (and removes them with the pod); without it a pod claiming GPUs through a template
+    # never schedules. Its name in kube-controller-manager is "resourceclaim-controller".
+    "resourceclaim-controller",
 )
 
 REAL_NODE_CONTROLLERS: Final = (

@@ -16,6 +16,13 @@ torchgate's stages, driven by pod annotations:
   code: the pod ends by itself with exit code 0, s seconds after its ``status.startTime``. The
   deadline is absolute, so later updates to the pod do not restart the clock.
 
+DRA nodes (``dra_node``, ``gpu_resource_slice``, ``dra_device_classes``): a node whose GPUs are
+not in its allocatable but published in a ResourceSlice (``resource.k8s.io/v1``) by the driver
+``gpu.nvidia.com``, for kube-scheduler to allocate to ResourceClaims; kwok runs the pods like any
+other (no kubelet plugin prepares devices). The DeviceClass ``gpu.nvidia.com`` selects those
+devices for claims; ``gpu-extended.nvidia.com`` selects the same devices for pods that ask for the
+extended resource ``example.com/gpu`` (KEP-5004).
+
 - ``torchgate.io/fake-sandbox-failure-node: "<node>"`` on a pod: while the pod is bound to that
   node, kwok never starts it. It stays ``Pending`` with every container waiting in
   ``ContainerCreating``, as under a kubelet whose CNI plugin fails every pod sandbox. (kwok's stages
@@ -67,6 +74,10 @@ ANNOTATION_FAKE_RUN_SECONDS: Final = "torchgate.io/fake-run-seconds"
 ANNOTATION_FAKE_SANDBOX_FAILURE_NODE: Final = "torchgate.io/fake-sandbox-failure-node"
 ANNOTATION_FAKE_IMAGE_PULL_FAILURE: Final = "torchgate.io/fake-image-pull-failure"
 RDMA_RESOURCE: Final = "rdma/hca"
+DRA_DRIVER: Final = "gpu.nvidia.com"
+DRA_CLASS: Final = DRA_DRIVER
+DRA_EXTENDED_CLASS: Final = "gpu-extended.nvidia.com"
+DRA_EXTENDED_RESOURCE: Final = "example.com/gpu"
 
 UPSTREAM_STAGE_FILES: Final = (
     "node-initialize.yaml",
@@ -398,6 +409,67 @@ def gpu_node(
     if taints:
         node["spec"]["taints"] = [dict(taint) for taint in taints]
     return node
+
+
+def dra_node(
+    name: str,
+    *,
+    labels: Mapping[str, str] | None = None,
+    taints: Sequence[Mapping[str, str]] = (),
+) -> dict[str, Any]:
+    """A kwok node whose GPUs are published by DRA (``gpu_resource_slice``), none in allocatable."""
+    node = gpu_node(name, gpus=0, labels=labels, taints=taints)
+    for section in ("capacity", "allocatable"):
+        del node["status"][section][names.DEFAULT_GPU_RESOURCE]
+    return node
+
+
+def gpu_resource_slice(
+    node: str, devices: int = 8, *, taints: Mapping[int, Sequence[Mapping[str, str]]] | None = None
+) -> dict[str, Any]:
+    """The ResourceSlice of ``node``'s GPUs ``gpu-0``..: one pool per node, generation 1.
+
+    ``taints``: device index -> its device taints (``{"key", "effect"}``, KEP-5055).
+    """
+    entries: list[dict[str, Any]] = []
+    for index in range(devices):
+        device: dict[str, Any] = {
+            "name": f"gpu-{index}",
+            "attributes": {"index": {"int": index}},
+        }
+        if taints and index in taints:
+            device["taints"] = [dict(taint) for taint in taints[index]]
+        entries.append(device)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{DRA_DRIVER}"},
+        "spec": {
+            "driver": DRA_DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": entries,
+        },
+    }
+
+
+def dra_device_classes() -> list[dict[str, Any]]:
+    """The DeviceClasses of the DRA GPUs: for claims, and for ``example.com/gpu`` requests."""
+    selectors = [{"cel": {"expression": f'device.driver == "{DRA_DRIVER}"'}}]
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": DRA_CLASS},
+            "spec": {"selectors": selectors},
+        },
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": DRA_EXTENDED_CLASS},
+            "spec": {"selectors": selectors, "extendedResourceName": DRA_EXTENDED_RESOURCE},
+        },
+    ]
 
 
 def sandbox_failure_annotation(node: str) -> dict[str, str]:

@@ -24,6 +24,7 @@ from torchgate.controller.admission.waiting import Waiting
 from torchgate.controller.job.model import ANNOTATION_ATTEMPT, ANNOTATION_RESTARTS, Observed, Plan
 from torchgate.controller.job.plan import plan
 from torchgate.controller.job.status import format_time
+from torchgate.pytorchjob.devices import GpuSources
 from torchgate.pytorchjob.pool import gang_usage
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -156,7 +157,7 @@ def ask(
         uid=spec.uid,
         demands=job_demands(spec),
         min_count=spec.min_available,
-        usage=gang_usage(spec, "nvidia.com/gpu"),
+        usage=gang_usage(spec, GpuSources("nvidia.com/gpu")),
         priority=priority,
         created=created,
         gpu_resource="nvidia.com/gpu",
@@ -183,7 +184,7 @@ def candidate(
         uid=spec.uid,
         demands=job_demands(spec),
         min_count=spec.min_available,
-        usage=gang_usage(spec, "nvidia.com/gpu"),
+        usage=gang_usage(spec, GpuSources("nvidia.com/gpu")),
         priority=priority,
         created=created,
         gpu_resource="nvidia.com/gpu",

@@ -6,8 +6,18 @@ from typing import Any
 
 import pytest
 
+from tests.builders.claims import (
+    GPU_CLASS,
+    claim_refs,
+    claim_template,
+    claiming_pod,
+    device_request,
+    seen,
+)
 from tests.builders.job import container
 from torchgate.pytorchjob import cleanup
+from torchgate.pytorchjob.devices import RESOURCE_CLAIM_TEMPLATE
+from torchgate.pytorchjob.policy import PlacementPolicy
 
 GPU = "nvidia.com/gpu"
 
@@ -46,7 +56,7 @@ def pod(*containers: dict[str, Any], **spec: Any) -> dict[str, Any]:
 def test_a_pod_holds_accelerators_when_the_scheduler_reserves_some_for_it(
     pod_spec: dict[str, Any], holds: bool
 ) -> None:
-    assert cleanup.holds_accelerators(pod_spec, gpu_resource=GPU) is holds
+    assert cleanup.holds_accelerators(pod_spec, gpus=GPU) is holds
 
 
 @pytest.mark.parametrize(
@@ -73,7 +83,7 @@ def test_none_acts_as_running_only_for_pods_with_accelerators_the_policy_does_no
 ) -> None:
     pod_spec = pod(container(gpus=gpus or None))
     assert (
-        cleanup.clean_pod_policy_for(declared, pod_spec, gpu_resource=GPU, allow_none=allow_none)
+        cleanup.clean_pod_policy_for(declared, pod_spec, gpus=GPU, allow_none=allow_none)
         == effective
     )
 
@@ -84,9 +94,20 @@ def test_the_replicas_not_kept_are_those_with_accelerators_in_the_order_given() 
         ("Master", pod(container())),
         ("Extra", pod(container(gpus=2))),
     ]
-    assert cleanup.replicas_not_kept("None", specs, gpu_resource=GPU, allow_none=False) == (
+    assert cleanup.replicas_not_kept("None", specs, gpus=GPU, allow_none=False) == (
         "Worker",
         "Extra",
     )
-    assert cleanup.replicas_not_kept("None", specs, gpu_resource=GPU, allow_none=True) == ()
-    assert cleanup.replicas_not_kept("Running", specs, gpu_resource=GPU, allow_none=False) == ()
+    assert cleanup.replicas_not_kept("None", specs, gpus=GPU, allow_none=True) == ()
+    assert cleanup.replicas_not_kept("Running", specs, gpus=GPU, allow_none=False) == ()
+
+
+def test_a_pod_claiming_gpus_holds_accelerators_when_the_policy_counts_claims() -> None:
+    claims = seen(claim_template("eight", device_request(count=8)))
+    pod_spec = {
+        **claiming_pod(("gpus", RESOURCE_CLAIM_TEMPLATE, "eight")),
+        "containers": [{"name": "pytorch", "resources": claim_refs("gpus")}],
+    }
+    dra = PlacementPolicy(gpu_device_classes=(GPU_CLASS,)).gpus(claims)
+    assert cleanup.holds_accelerators(pod_spec, gpus=dra, claims=claims)
+    assert not cleanup.holds_accelerators(pod_spec, gpus=GPU, claims=claims)

@@ -11,7 +11,9 @@ on which container is ``pytorch`` (``pytorchjob.spec.pytorch_container_index``).
 sharing they fail when the webhook and the controller disagree on which team owns a namespace
 (``pool.resolve_teams``), on what a gang counts against its team's quota (``pool.gang_usage``),
 or when the admitter's queue and the admission cycle disagree on the admission order
-(``pool.admission_order``).
+(``pool.admission_order``). For GPUs claimed through Dynamic Resource Allocation they fail when the
+webhook (``maxGPUsPerJob``) and the controller (quota usage waiting and running, demands,
+``PET_NPROC_PER_NODE``) count a job's claimed GPUs differently (``pytorchjob.devices``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import copy
 import re
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.builders.claims import (
+    GPU_CLASS,
+    claim_refs,
+    claim_template,
+    claiming_pod,
+    device_request,
+    seen,
+)
 from tests.builders.job import container, gpu_job, job, parsed_job, with_uid
 from tests.builders.node import node
 from tests.builders.team import parsed_team, team_quota
@@ -47,6 +58,7 @@ from torchgate.controller.metrics import ControllerMetrics
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import PODS, PYTORCHJOBS, SERVICES, TEAM_QUOTAS
 from torchgate.pytorchjob import affinity, contract, names
+from torchgate.pytorchjob.devices import RESOURCE_CLAIM_TEMPLATE, SeenClaims
 from torchgate.pytorchjob.fieldpath import ErrorType
 from torchgate.pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy
 from torchgate.pytorchjob.pool import GPUS
@@ -195,7 +207,7 @@ def pods_of(stored: dict[str, Any], planned: str | None, attempt: int = 0) -> li
             index,
             node=planned,
             attempt=attempt,
-            gpu_resource=_GPU,
+            gpus=_GPU,
         )
         for spec in parsed.replica_specs
         for index in range(spec.replicas)
@@ -707,3 +719,106 @@ def test_the_webhook_refuses_cleanpodpolicy_none_exactly_where_the_controller_wo
     deleted = running_pods_deleted_at_the_end(stored, gpu_resource=gpu_resource, allow=allow)
 
     assert refused == bool(deleted), (refused, deleted)
+
+
+# ------------------------------------------------------------------ claimed GPUs (DRA)
+#
+# ``pytorchjob.devices`` is the one GPU count. The webhook counts a job's claimed GPUs for
+# ``maxGPUsPerJob`` (and quota, nccl, ``/dev/shm``, ``nprocPerNode``); the controller for the
+# gang's quota usage (waiting and running), its placement demands and ``PET_NPROC_PER_NODE``.
+# Each side through its own entry points, on generated jobs whose pods claim GPUs through
+# ResourceClaimTemplates: a side that counts claims its own way fails.
+
+_DRA_POLICY = PlacementPolicy(name="dra", gpu_device_classes=(GPU_CLASS,))
+
+
+@st.composite
+def claiming_jobs(draw: st.DrawFn) -> tuple[dict[str, Any], SeenClaims, int]:
+    """(job, the templates it names, GPUs per pod): Workers (and maybe a Master) claiming GPUs."""
+    gpus = draw(st.integers(1, 8))
+    split = draw(st.integers(0, gpus - 1))  # two requests in one template, or one
+    requests = [device_request("a", count=gpus - split)]
+    if split:
+        requests.append(device_request("b", count=split))
+    other = device_request("nic", device_class="nic.example.com", count=draw(st.integers(1, 2)))
+    template = claim_template("gpus", *requests, other, namespace="team-ns")
+    builder = job("dra", "team-ns")
+
+    def pod() -> dict[str, Any]:
+        pytorch = container(args=["--backend", "nccl"])
+        pytorch["resources"] = claim_refs("gpus")
+        return {
+            "containers": [pytorch],
+            "pod_spec": claiming_pod(("gpus", RESOURCE_CLAIM_TEMPLATE, "gpus")),
+        }
+
+    if draw(st.booleans()):
+        builder.master(**pod())
+    builder.workers(draw(st.integers(1, 3)), **pod())
+    return builder.build(), seen(template), gpus
+
+
+async def _claimed_usage(stored: dict[str, Any], claims: SeenClaims) -> Any:
+    """What the reconciler asks the admitter for: the gang's quota usage and demands."""
+    api = _Api(stored)
+    jobs, pods, services = (Informer(api, kind) for kind in (PYTORCHJOBS, PODS, SERVICES))  # type: ignore[arg-type]
+    pods.index_by(job_key_of_pod)
+    services.index_by(job_key_of_pod)
+    jobs.remember(stored)
+    admitter = Admitter(on_admit_job=lambda key: None, on_reason=lambda key: None)
+    reconciler = Reconciler(
+        api,  # type: ignore[arg-type]
+        jobs=jobs,
+        pods=pods,
+        services=services,
+        policies=lambda: (_DRA_POLICY,),
+        priority_of=lambda name: 0,
+        admitter=admitter,
+        metrics=ControllerMetrics(),
+        options=Options(manage_unowned=True),
+        claims_for=lambda namespace: claims,
+    )
+    key = (stored["metadata"]["namespace"], stored["metadata"]["name"])
+    await reconciler.reconcile(key)
+    return admitter.queue.waiting[key]
+
+
+@settings(max_examples=40, deadline=None)
+@given(claiming_jobs())
+def test_webhook_and_controller_count_the_same_claimed_gpus(
+    generated: tuple[dict[str, Any], SeenClaims, int],
+) -> None:
+    raw, claims, per_pod = generated
+    defaulted = default_job(raw, _DRA_POLICY, claims=claims)
+    assert validate_create(defaulted.object, _DRA_POLICY, claims=claims).allowed
+    stored = with_uid(defaulted.object)
+    parsed = parsed_job(stored)
+    total = per_pod * parsed.total_replicas
+    # The webhook: maxGPUsPerJob holds exactly the job's claimed GPUs.
+    for limit, allowed in ((total, True), (total - 1, False)):
+        capped = replace(_DRA_POLICY, max_gpus_per_job=limit)
+        assert validate_create(defaulted.object, capped, claims=claims).allowed is allowed
+    # The controller: the gang's quota usage and every pod's demand, while it waits...
+    waiting = asyncio.run(_claimed_usage(stored, claims))
+    assert waiting.usage[GPUS] == total * 1000
+    assert {d.requests[_GPU] for d in waiting.demands} == {per_pod * 1000}
+    # ... the pods it builds (PET_NPROC_PER_NODE) and what they count once they run.
+    sources = _DRA_POLICY.gpus(claims)
+    admitter = Admitter(
+        on_admit_job=lambda key: None, on_reason=lambda key: None, claims_for=lambda ns: claims
+    )
+    admitter.note(("team-ns", "dra"), priority=0, gpu_resource=_GPU, gpus=sources)
+    built = [
+        build_pod(
+            stored, parsed, r.replica_type, i, node=None, attempt=0, gpus=sources, claims=claims
+        )
+        for r in parsed.replica_specs
+        for i in range(r.replicas)
+    ]
+    for index, pod in enumerate(built):
+        assert env_of(pod)[contract.PET_NPROC_PER_NODE] == str(per_pod)
+        pod["spec"]["nodeName"] = f"n{index}"
+        pod["status"] = {"phase": "Running"}
+        admitter.on_pod("ADDED", pod, None)
+    (gang,) = admitter.ledger.holding({}, 0.0)
+    assert gang.usage[GPUS] == total * 1000

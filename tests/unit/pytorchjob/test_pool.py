@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 from tests.builders.team import parsed_team, team_quota
+from torchgate.pytorchjob.devices import GpuSources
 from torchgate.pytorchjob.fieldpath import ErrorType
 from torchgate.pytorchjob.pool import (
     ANNOTATION_TOPOLOGY_PREFERRED,
@@ -302,7 +303,7 @@ def test_kept_ceilings_are_the_ceilings_of_every_resource_with_a_quota() -> None
 
 def test_quota_usage_counts_the_policy_gpu_resource_as_gpus() -> None:
     requests = [{"amd.com/gpu": 2000, "cpu": 1000}, {"amd.com/gpu": 2000}]
-    assert quota_usage(requests, "amd.com/gpu") == {GPUS: 4000, "cpu": 1000}
+    assert quota_usage(requests, GpuSources("amd.com/gpu")) == {GPUS: 4000, "cpu": 1000}
 
 
 # ------------------------------------------------------------------ robustness

@@ -110,7 +110,7 @@ def test_the_webhook_checks_the_annotation_the_controller_reads() -> None:
     deadline = progress.progress_deadline(spec.annotations, None)
     assert deadline == 90
     pod = build_pod(
-        raw, spec, "Master", 0, node=None, attempt=1, gpu_resource="nvidia.com/gpu",
+        raw, spec, "Master", 0, node=None, attempt=1, gpus="nvidia.com/gpu",
         progress_deadline=deadline,
     )  # fmt: skip
     (pytorch,) = pod["spec"]["containers"]

@@ -151,7 +151,8 @@ def test_bad_pool_specs_are_refused(text: str) -> None:
 
 
 def test_pool_nodes_are_named_labelled_and_sized() -> None:
-    nodes = devcluster.pool_nodes(devcluster.DEFAULT_POOLS)
+    # The default DRA pool's nodes (the last two) list no GPU: see the DRA test below.
+    nodes = devcluster.pool_nodes(devcluster.DEFAULT_POOLS)[:-2]
 
     assert [
         (n["metadata"]["name"], n["metadata"]["labels"]["pool"], n["status"]["allocatable"])
@@ -166,6 +167,24 @@ def test_pool_nodes_are_named_labelled_and_sized() -> None:
     ]
     assert all(n["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake" for n in nodes)
     assert devcluster.DEFAULT_POOLS[0].describe() == "a100-0..3 (pool=a100, 8 GPUs each)"
+
+
+def test_the_dra_pool_publishes_its_gpus_in_resource_slices() -> None:
+    pools = [NodePool("a", 1), NodePool("dra", 2, 4, dra=True)]
+    nodes = devcluster.pool_nodes(pools)
+    assert [("nvidia.com/gpu" in n["status"]["allocatable"]) for n in nodes] == [True, False, False]
+    devices = devcluster.pool_devices(pools)
+    classes = [o["metadata"]["name"] for o in devices if o["kind"] == "DeviceClass"]
+    assert classes == ["gpu.nvidia.com", "gpu-extended.nvidia.com"]
+    slices = {
+        o["spec"]["nodeName"]: len(o["spec"]["devices"])
+        for o in devices
+        if o["kind"] == "ResourceSlice"
+    }
+    assert slices == {"dra-0": 4, "dra-1": 4}
+    assert devcluster.pool_devices([NodePool("a", 1)]) == []
+    assert devcluster.parse_pool("dra=2x4:dra") == NodePool("dra", 2, 4, dra=True)
+    assert devcluster.DEFAULT_POOLS[2].describe() == "dra-0..1 (pool=dra, 8 GPUs each, through DRA)"
 
 
 def test_pool_nodes_carry_block_rack_and_hostname_topology() -> None:

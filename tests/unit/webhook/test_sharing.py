@@ -23,6 +23,7 @@ from tests.builders.job import container, job
 from tests.builders.policy import parsed_policy, policy
 from tests.builders.team import parsed_team, team_quota
 from torchgate.cli import main
+from torchgate.pytorchjob.devices import GpuSources
 from torchgate.pytorchjob.fieldpath import ErrorType
 from torchgate.pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy, parse_policy
 from torchgate.pytorchjob.pool import gang_usage, quota_ceiling
@@ -240,7 +241,7 @@ def test_refused_exactly_when_the_gang_exceeds_the_ceiling(
     if total:
         spec, _ = parse_job(raw)
         assert spec is not None
-        assert gang_usage(spec, "nvidia.com/gpu").get("gpus", 0) == gang * gpus * 1000
+        assert gang_usage(spec, GpuSources("nvidia.com/gpu")).get("gpus", 0) == gang * gpus * 1000
 
 
 def test_an_unchanged_spec_is_not_refused_again_on_update() -> None:

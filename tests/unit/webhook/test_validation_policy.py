@@ -204,7 +204,11 @@ SEEDS = Path(__file__).resolve().parents[3].parent / "shared" / "seeds" / "manif
 
 def dev_policy() -> PlacementPolicy:
     documents = yaml.safe_load_all(packagedata.SAMPLE_POLICY.read_text(encoding="utf-8"))
-    (raw,) = [d for d in documents if d["kind"] == "PlacementPolicy"]
+    (raw,) = [
+        d
+        for d in documents
+        if d["kind"] == "PlacementPolicy" and d["metadata"]["name"] == "dev-a100"
+    ]
     result, errors = parse_policy(raw)
     assert result is not None, errors
     return result

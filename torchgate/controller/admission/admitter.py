@@ -26,9 +26,12 @@ that logs or wakes anything.
 
 A cycle's facts grow with what changed, not with the pool: the capacity view (``Capacity``, and
 the nodes' allocatable beside it) is built once per node set and then updated with the nodes
-whose free capacity the ledger says may have changed (``changed_free``); node eligibility is read
-again only when a node changed (``nodes_version``); a waiting gang's facts only when it asked
-anew or what they came from changed; the ledger rebuilds only the running gangs that changed.
+whose free capacity the ledger says may have changed (``changed_free``: pod and node events, and
+the nodes whose free GPU devices from ResourceSlices and claims changed, ``set_devices``, read at
+the start of every cycle); node eligibility is read again only when a node changed
+(``nodes_version``) or a node gained or lost its devices (``devices_version``); a waiting gang's
+facts only when it asked anew or what they came from changed; the ledger rebuilds only the
+running gangs that changed.
 
 Backfill: a job that does not fit does not block smaller jobs behind it, unless it has waited longer
 than ``starvation_seconds`` for capacity or topology; from then on nothing behind it is admitted
@@ -81,6 +84,7 @@ from torchgate.controller.admission.topology import (
     topology_levels,
 )
 from torchgate.controller.admission.waiting import Demand, Waiting, WaitingQueue, demand_by_team
+from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources
 from torchgate.pytorchjob.names import DEFAULT_GPU_RESOURCE, JobKey
 from torchgate.pytorchjob.outlook import Place, queued_message
 from torchgate.pytorchjob.pool import GPUS, PoolSettings, TeamQuota, resolve_teams
@@ -89,6 +93,9 @@ from torchgate.pytorchjob.units import Units
 log = logging.getLogger("torchgate.controller.admission.admitter")
 
 KIND_PREEMPTING: Final = "Preempting"
+
+# Free GPU devices per node and resource key, given what the ledger counts for a live pod.
+DeviceCapacity = Callable[[Callable[[PodKey], Units | None]], dict[str, dict[str, int]]]
 
 
 class Admitter:
@@ -109,13 +116,18 @@ class Admitter:
         stuck_seconds: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        claims_for: Callable[[str], ClaimLookup] = lambda _: NO_CLAIMS,
+        device_capacity: DeviceCapacity | None = None,
     ) -> None:
         self.queue = WaitingQueue(
             backoff_base=backoff_base,
             backoff_max=backoff_max,
             refresh_seconds=reason_refresh_seconds,
         )
-        self.ledger = CapacityLedger()
+        self.ledger = CapacityLedger(claims_for)
+        # Free GPU devices per node from ResourceSlices (``slices.free_devices``), given what the
+        # ledger counts per live pod; None: no DRA devices are counted.
+        self.device_capacity = device_capacity
         self.on_admit_job = on_admit_job
         self.on_reason = on_reason
         self.on_admit = on_admit
@@ -128,12 +140,13 @@ class Admitter:
         self.team_status: dict[str, dict[str, int]] = {}
         self.cycles = 0
         self._wake = asyncio.Event()
+        self._claims_changed = False  # claims, templates or classes changed since the last read
         # Kept between cycles (``cycle``): the capacity view, updated from the ledger's changes;
         # node eligibility, until a node changes; each waiting gang's facts, until it asks
         # anew or what they were read from changes.
         self._capacity: Capacity | None = None
         self._empty: Capacity | None = None
-        self._nodes = _NodeFacts(-1)
+        self._nodes = _NodeFacts((-1, -1))
         self._gangs: dict[JobKey, tuple[tuple[object, ...], WaitingGang]] = {}
 
     def wake(self) -> None:
@@ -146,6 +159,16 @@ class Admitter:
         """Node informer handler."""
         if self.ledger.on_node(kind, node):
             self.wake()
+
+    def on_claims(self, kind: str, obj: dict[str, Any], _: dict[str, Any] | None) -> None:
+        """Handler of the claim, template and DeviceClass informers: claimed pods count again.
+
+        What a claimed pod counts (``ledger`` rule 6) is read from these: the next cycle counts
+        claimed pods again, once for every event since (a wave of pods makes a wave of claims),
+        then reads the free devices (``set_devices``).
+        """
+        self._claims_changed = True
+        self.wake()
 
     def jobs_on(self, node: str) -> set[JobKey]:
         """The jobs with a live pod on ``node`` (``CapacityLedger.jobs_on``)."""
@@ -175,19 +198,21 @@ class Admitter:
         priority: int,
         created: str,
         gpu_resource: str,
+        gpus: GpuSources | None = None,
         preempts: bool = True,
         topology_level: str | None = None,
         topology_required: bool = False,
     ) -> None:
         """A job needs its gang placed (idempotent; keeps its place in the queue).
 
-        Asking again while capacity is reserved or held for it changes nothing.
+        Asking again while capacity is reserved or held for it changes nothing. ``gpus``: what
+        its policy counts as GPUs (default: ``gpu_resource`` only).
         """
         if self.ledger.has_capacity_for(key, uid):
             log.debug("%s/%s: admission asked while capacity is reserved or held", *key)
             return
         self.ledger.end_eviction(key)  # a preempted gang whose pods are gone queues again
-        self.ledger.note(key, priority=priority, gpu_resource=gpu_resource)
+        self.ledger.note(key, priority=priority, gpus=gpus or GpuSources(gpu_resource))
         queued = self.queue.request(
             key,
             uid=uid,
@@ -205,9 +230,11 @@ class Admitter:
         if queued:
             self.wake()
 
-    def note(self, key: JobKey, *, priority: int, gpu_resource: str) -> None:
+    def note(
+        self, key: JobKey, *, priority: int, gpu_resource: str, gpus: GpuSources | None = None
+    ) -> None:
         """What a running job counts as (its pods may carry no or an older priority)."""
-        self.ledger.note(key, priority=priority, gpu_resource=gpu_resource)
+        self.ledger.note(key, priority=priority, gpus=gpus or GpuSources(gpu_resource))
 
     def reservation_for(self, key: JobKey, uid: str) -> Mapping[str, str] | None:
         """Where the job's pods go, when capacity is reserved for it."""
@@ -273,6 +300,7 @@ class Admitter:
     def cycle(self) -> list[JobKey]:
         """Decide every waiting gang once; return the jobs admitted (reservations made)."""
         self.cycles += 1
+        self._read_devices()
         now = self.clock()
         admitted = self._settle_holds(now)
         resolved = resolve_teams(self.teams().values())
@@ -315,6 +343,7 @@ class Admitter:
         Changes nothing a cycle would not change first (the ledger drops reservations whose pods
         it has all seen), so what ``forecasting`` answers from it is what the next cycle does.
         """
+        self._read_devices()
         now, wall = self.clock(), self.wall_clock()
         resolved = resolve_teams(self.teams().values())
         owner = resolved.owners
@@ -368,6 +397,18 @@ class Admitter:
 
     # ------------------------------------------------------------------ facts of a cycle
 
+    def _read_devices(self) -> None:
+        """Count claimed pods again if their claims changed; read the free GPU devices afresh.
+
+        The ledger reports the nodes whose devices changed (``set_devices``), so the capacity
+        view kept across cycles follows them.
+        """
+        if self._claims_changed:
+            self._claims_changed = False
+            self.ledger.recount_claims()
+        if self.device_capacity is not None:
+            self.ledger.set_devices(self.device_capacity(self.ledger.units_of))
+
     def _capacity_views(
         self, topology: Topology, changed: Mapping[str, Units]
     ) -> tuple[Capacity, Capacity]:
@@ -379,11 +420,11 @@ class Admitter:
         capacity, empty = self._capacity, self._empty
         if capacity is None or empty is None or capacity.topology is not topology:
             capacity = self._capacity = Capacity(topology, self.ledger.free())
-            allocatable = {name: view.allocatable for name, view in nodes.items()}
+            allocatable = {name: self.ledger.capacity_of(name) for name in nodes}
             empty = self._empty = Capacity(topology, allocatable)
         else:
             capacity.update(changed)
-            empty.update({name: nodes[name].allocatable for name in changed})
+            empty.update({name: self.ledger.capacity_of(name) for name in changed})
         return capacity, empty
 
     def _facts(
@@ -401,8 +442,9 @@ class Admitter:
         changed = self.ledger.changed_free()
         settings = self.pool_settings()
         levels = topology_levels(s.topology.levels for s in settings)
-        if self._nodes.version != self.ledger.nodes_version:
-            self._nodes = _NodeFacts(self.ledger.nodes_version)
+        version = (self.ledger.nodes_version, self.ledger.devices_version)
+        if self._nodes.version != version:
+            self._nodes = _NodeFacts(version)
         gangs = [self._gang(w, owner, levels) for w in ready]
         capacity, empty = self._capacity_views(self.ledger.topology_for(levels), changed)
         pool = Pool(
@@ -453,7 +495,7 @@ class Admitter:
             facts.without_gpus[preference] = gpu_free_nodes(
                 usage,
                 waiting.gpu_resource,
-                ((view.name, view.allocatable) for view in self.ledger.nodes.values()),
+                ((name, self.ledger.capacity_of(name)) for name in self.ledger.nodes),
             )
         preferred = facts.without_gpus[preference]
         signatures = frozenset(demand.signature for demand in required)
@@ -590,12 +632,12 @@ class Admitter:
 class _NodeFacts:
     """What the admitter reads from the nodes for waiting gangs, kept while no node changes.
 
-    ``version`` is the ledger's ``nodes_version`` it was read at; per constraint signature the
-    eligible nodes, per set of signatures the nodes all of them admit, and per (GPU resource,
-    asks for GPUs) the nodes without GPUs (``topology.gpu_free_nodes``).
+    ``version`` is the ledger's ``nodes_version`` and ``devices_version`` it was read at; per
+    constraint signature the eligible nodes, per set of signatures the nodes all of them admit,
+    and per (GPU resource, asks for GPUs) the nodes without GPUs (``topology.gpu_free_nodes``).
     """
 
-    version: int
+    version: tuple[int, int]
     eligibility: dict[Signature, tuple[str, ...]] = field(default_factory=dict)
     allowed: dict[frozenset[Signature], frozenset[str]] = field(default_factory=dict)
     without_gpus: dict[tuple[str, bool], frozenset[str] | None] = field(default_factory=dict)

@@ -21,19 +21,29 @@ Rules:
    whose victims' pods left are all stuck (``stuck``: still there ``stuck_seconds`` after the
    time their deletion gave them, as on a lost node) is given up (``give_up``): the victims stay
    victims (neither counted nor chosen again while their pods are there).
-4. **Capacity** (``free``): allocatable minus live pods, minus reservations not yet observed,
-   minus holds, in milli-units and never below zero. ``changed_free`` gives it only for the nodes
-   it may have changed on since it was last asked (a pod or node event there, or a reservation
-   or hold there now or then), so the admitter's capacity view follows events, not the pool.
+4. **Capacity** (``free``): allocatable plus free GPU devices (``devices``), minus live pods,
+   minus reservations not yet observed, minus holds, in milli-units and never below zero.
+   ``changed_free`` gives it only for the nodes it may have changed on since it was last asked (a
+   pod or node event there, a change of its free devices (``set_devices``) or of a claimed pod's
+   count (``recount_claims``), or a reservation or hold there now or then), so the admitter's
+   capacity view follows events, not the pool.
 5. **Gangs holding capacity** (``holding``): running gangs (never victims) with the priority
    their reconcile reports (``note``) and their admission time, reservations and holds at
    ``preemption.HELD_PRIORITY``; quota counts them and preemption may choose from them. A running
-   gang's record is rebuilt only when its pods, priority, admission time or team changed.
+   gang's record is rebuilt only when its pods, priority, GPU sources, admission time or team
+   changed.
+6. **Claimed GPUs**: a torchgate pod's GPUs claimed through DRA (``units.pod_units`` with what
+   its job's policy counts as GPUs, ``note``) count on its node and against quota exactly as
+   when its gang waited, from the moment the pod is seen, allocated or not; so device capacity
+   (``devices``, from ResourceSlices: ``slices.free_devices``) does not take the devices of
+   claims whose pods' units count them (``units_of``) again, and nothing is counted twice. When
+   the claims, templates or classes they are counted from change, ``recount_claims`` counts
+   them again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -43,12 +53,14 @@ from torchgate.controller.admission.preemption import HELD_PRIORITY
 from torchgate.controller.admission.quota import Admitted
 from torchgate.controller.admission.topology import Topology, build_topology
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.pool import quota_usage
 from torchgate.pytorchjob.units import Units, add, pod_units, subtract
 
 PodKey = tuple[str, str]
 TERMINATED_PHASES: Final = frozenset({"Succeeded", "Failed"})
+_DEFAULT_GPUS: Final = GpuSources(names.DEFAULT_GPU_RESOURCE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +96,8 @@ class Hold:
 class CapacityLedger:
     """Nodes, live pods, reservations, holds and evictions; what they leave free."""
 
-    def __init__(self) -> None:
+    def __init__(self, claims_for: Callable[[str], ClaimLookup] = lambda _: NO_CLAIMS) -> None:
+        self.claims_for = claims_for  # what the controller sees of DRA in a namespace
         self.nodes: dict[str, NodeView] = {}
         self.used: dict[str, dict[str, int]] = {}  # node -> what its live pods take
         self.pods: dict[PodKey, tuple[str, Units]] = {}  # live pod -> (node, what it takes)
@@ -93,12 +106,17 @@ class CapacityLedger:
         self.reservations: dict[JobKey, Reservation] = {}
         self.holds: dict[JobKey, Hold] = {}
         self.evicting: dict[JobKey, JobKey] = {}  # victim -> its preemptor
-        self.gpu_resources: dict[JobKey, str] = {}
+        self.gpu_sources: dict[JobKey, GpuSources] = {}
+        # Live torchgate pods that name claims: their specs (recounted when ``note`` changes).
+        self.claim_specs: dict[PodKey, Mapping[str, Any]] = {}
+        # Node -> free GPU devices per resource key (``devices.free_devices``), set by the owner.
+        self.devices: dict[str, dict[str, int]] = {}
         self.priorities: dict[JobKey, int] = {}  # as asked, for the gang once it runs
         # When this process admitted the job (wall clock; pods' creation seconds after a restart).
         self.admitted_at: dict[JobKey, float] = {}
         self._topology: tuple[tuple[str, ...], Topology] | None = None
         self.nodes_version = 0  # bumps whenever a node's view changes (what eligibility reads)
+        self.devices_version = 0  # bumps when which nodes have free devices of a key changes
         self._dirty: set[str] = set()  # nodes with a pod or node event since ``changed_free``
         self._claimed: set[str] = set()  # nodes reserved or held at the last ``changed_free``
         self._running: dict[JobKey, tuple[str | None, Admitted]] = {}  # ``holding``'s, by job
@@ -129,6 +147,7 @@ class CapacityLedger:
     def on_pod(self, key: PodKey, pod: Mapping[str, Any] | None) -> bool:
         """Account for a pod's new state (``None``: gone); whether it freed capacity (rule 1)."""
         before = self.pods.pop(key, None)
+        self.claim_specs.pop(key, None)
         if before is not None:
             subtract(self.used.setdefault(before[0], {}), before[1])
             self._dirty.add(before[0])
@@ -142,15 +161,24 @@ class CapacityLedger:
                         del self.gangs[member.job]
         after = pod_usage(pod) if pod is not None else None
         if after is not None and pod is not None:
+            member = member_of(pod)
+            spec = pod.get("spec") or {}
+            if member is not None and spec.get("resourceClaims"):
+                self.claim_specs[key] = spec
+                after = (after[0], self._units_of(key, member.job))
             self.pods[key] = after
             add(self.used.setdefault(after[0], {}), after[1])
             self._dirty.add(after[0])
-            member = member_of(pod)
             if member is not None:
                 self._stale.add(member.job)
                 self.members[key] = member
                 self.gangs.setdefault(member.job, set()).add(key)
         return before is not None and before != after
+
+    def units_of(self, pod: PodKey) -> Units | None:
+        """What a live pod counts on its node (None: no live pod of that name)."""
+        held = self.pods.get(pod)
+        return None if held is None else held[1]
 
     def jobs_on(self, node: str) -> set[JobKey]:
         """The jobs with a live pod on ``node`` (bound there, or planned there before binding)."""
@@ -160,11 +188,67 @@ class CapacityLedger:
             if pod in self.pods and self.pods[pod][0] == node
         }
 
-    def note(self, key: JobKey, *, priority: int, gpu_resource: str) -> None:
+    def note(self, key: JobKey, *, priority: int, gpus: GpuSources) -> None:
         """What the job's gang counts as once it runs (its pods may carry no or an older one)."""
         self.priorities[key] = priority
-        self.gpu_resources[key] = gpu_resource
+        if self.gpu_sources.get(key) != gpus:
+            self.gpu_sources[key] = gpus
+            for pod in self.gangs.get(key, ()):
+                self._recount(pod, key)
         self._stale.add(key)
+
+    def _units_of(self, pod: PodKey, job: JobKey) -> Units:
+        """A pod's requests with its claimed GPUs (rule 6; none before its job is noted)."""
+        sources = self.gpu_sources.get(job)
+        return pod_units(self.claim_specs[pod], sources, self.claims_for(pod[0]))
+
+    def _recount(self, pod: PodKey, job: JobKey) -> None:
+        """Count a claimed pod's units again; its node and gang changed if they differ."""
+        if pod not in self.claim_specs or pod not in self.pods:
+            return
+        node, units = self.pods[pod]
+        counted = self._units_of(pod, job)
+        if counted == units:
+            return
+        subtract(self.used.setdefault(node, {}), units)
+        self.pods[pod] = (node, counted)
+        add(self.used[node], counted)
+        self._dirty.add(node)
+        self._stale.add(job)
+
+    def recount_claims(self) -> None:
+        """Count every claimed pod again: its claims, templates or classes changed (rule 6)."""
+        for pod in list(self.claim_specs):
+            member = self.members.get(pod)
+            if member is not None:
+                self._recount(pod, member.job)
+
+    def set_devices(self, devices: Mapping[str, Mapping[str, int]]) -> bool:
+        """The nodes' free GPU devices (rule 4); whether any node's changed.
+
+        A node whose devices changed is reported by ``changed_free``; ``devices_version`` bumps
+        when a node gains or loses every device of a key (what ``topology.gpu_free_nodes`` reads),
+        so nothing read from the devices is kept past the change.
+        """
+        kept = {name: dict(units) for name, units in devices.items() if units}
+        changed = {
+            name
+            for name in self.devices.keys() | kept.keys()
+            if self.devices.get(name) != kept.get(name)
+        }
+        if not changed:
+            return False
+        if _with_devices(self.devices) != _with_devices(kept):
+            self.devices_version += 1
+        self.devices = kept
+        self._dirty |= changed
+        return True
+
+    def capacity_of(self, name: str) -> dict[str, int]:
+        """A node's allocatable with its free GPU devices (what an empty node could hold)."""
+        left = dict(self.nodes[name].allocatable)
+        add(left, self.devices.get(name, {}))
+        return left
 
     # ------------------------------------------------------------------ rules 2-3: outcomes
 
@@ -240,7 +324,7 @@ class CapacityLedger:
         changed |= self.holds.pop(key, None) is not None
         if key not in self.gangs:  # a victim stays one while its pods hold their nodes
             self.evicting.pop(key, None)
-        self.gpu_resources.pop(key, None)
+        self.gpu_sources.pop(key, None)
         self.priorities.pop(key, None)
         self.admitted_at.pop(key, None)
         self._stale.add(key)
@@ -275,7 +359,7 @@ class CapacityLedger:
     def _free_of(self, names: Iterable[str]) -> dict[str, dict[str, int]]:
         free: dict[str, dict[str, int]] = {}
         for name in names:
-            left = dict(self.nodes[name].allocatable)
+            left = self.capacity_of(name)
             subtract(left, self.used.get(name, {}))
             free[name] = left
         settled: list[JobKey] = []
@@ -360,16 +444,23 @@ class CapacityLedger:
         priority: int,
         started: float,
     ) -> Admitted:
-        gpu = self.gpu_resources.get(job, names.DEFAULT_GPU_RESOURCE)
+        gpus = self.gpu_sources.get(job, _DEFAULT_GPUS)
         return Admitted(
             key=job,
             team=team,
             priority=priority,
-            usage=quota_usage(requests.values(), gpu),
+            usage=quota_usage(requests.values(), gpus),
             admitted_at=started,
             nodes=nodes,
             requests=requests,
         )
+
+
+def _with_devices(devices: Mapping[str, Mapping[str, int]]) -> frozenset[tuple[str, str]]:
+    """The (node, resource key) pairs with a free device."""
+    return frozenset(
+        (node, key) for node, units in devices.items() for key, n in units.items() if n > 0
+    )
 
 
 def pod_usage(pod: Mapping[str, Any]) -> tuple[str, Units] | None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources
 from torchgate.pytorchjob.spec import JobSpec, pinned_hosts, pod_spec_of
 from torchgate.pytorchjob.units import Units, parse_capacity, pod_units
 
@@ -295,13 +296,24 @@ def host_ports_of(pod_spec: Mapping[str, Any]) -> frozenset[tuple[str, int]]:
     return frozenset(ports)
 
 
-def pod_demand(pod_name: str, template: object, *, hosts: Sequence[str] = ()) -> PodDemand:
-    """The ``PodDemand`` of a pod built from ``template`` (``hosts``: the job's pinned hosts)."""
+def pod_demand(
+    pod_name: str,
+    template: object,
+    *,
+    hosts: Sequence[str] = (),
+    gpus: GpuSources | None = None,
+    claims: ClaimLookup = NO_CLAIMS,
+) -> PodDemand:
+    """The ``PodDemand`` of a pod built from ``template`` (``hosts``: the job's pinned hosts).
+
+    ``gpus`` and ``claims``: what counts as GPUs and the claims the controller sees, so claimed
+    GPUs are demanded like requested ones (``units.pod_units``).
+    """
     pod_spec = pod_spec_of(template)
     selector = _mapping(pod_spec.get("nodeSelector"))
     return PodDemand(
         pod_name=pod_name,
-        requests=pod_units(pod_spec),
+        requests=pod_units(pod_spec, gpus, claims),
         node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),
         affinity_terms=required_affinity_terms(pod_spec),
         tolerations=tolerations_of(pod_spec),
@@ -310,12 +322,18 @@ def pod_demand(pod_name: str, template: object, *, hosts: Sequence[str] = ()) ->
     )
 
 
-def job_demands(job: JobSpec) -> tuple[PodDemand, ...]:
+def job_demands(
+    job: JobSpec, gpus: GpuSources | None = None, claims: ClaimLookup = NO_CLAIMS
+) -> tuple[PodDemand, ...]:
     """Demands of every pod of a job, in gang order: Master, then Workers by index."""
     hosts = pinned_hosts(job.annotations)
     return tuple(
         pod_demand(
-            names.replica_name(job.name, spec.replica_type, index), spec.template, hosts=hosts
+            names.replica_name(job.name, spec.replica_type, index),
+            spec.template,
+            hosts=hosts,
+            gpus=gpus,
+            claims=claims,
         )
         for spec in job.replica_specs
         for index in range(spec.replicas)

@@ -41,7 +41,8 @@ from torchgate.controller.job.model import (
     name_of,
 )
 from torchgate.pytorchjob import cleanup as cleanup_rules
-from torchgate.pytorchjob.spec import gpu_count, pod_spec_of
+from torchgate.pytorchjob.devices import pod_gpus
+from torchgate.pytorchjob.spec import pod_spec_of
 
 FINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
@@ -51,8 +52,9 @@ def _clean_pod_policy_of(draft: Draft, pod_spec: Mapping[str, Any]) -> str:
     return cleanup_rules.clean_pod_policy_for(
         draft.job.run_policy.clean_pod_policy,
         pod_spec,
-        gpu_resource=draft.observed.gpu_resource,
+        gpus=draft.observed.gpus,
         allow_none=draft.observed.allow_clean_pod_policy_none,
+        claims=draft.observed.claims,
     )
 
 
@@ -61,8 +63,9 @@ def _replicas_not_kept(draft: Draft) -> tuple[str, ...]:
     return cleanup_rules.replicas_not_kept(
         draft.job.run_policy.clean_pod_policy,
         ((r.replica_type, pod_spec_of(r.template)) for r in draft.job.replica_specs if r.replicas),
-        gpu_resource=draft.observed.gpu_resource,
+        gpus=draft.observed.gpus,
         allow_none=draft.observed.allow_clean_pod_policy_none,
+        claims=draft.observed.claims,
     )
 
 
@@ -217,7 +220,7 @@ def released_on_end(
         name = str((pod.get("metadata") or {}).get("name"))
         if name in deleting and st.phase_of(pod) not in ("Succeeded", "Failed"):
             spec = pod.get("spec") or {}
-            gpus += sum(gpu_count(c, observed.gpu_resource) for c in spec.get("containers") or [])
+            gpus += int(pod_gpus(spec, observed.gpus, observed.claims) or 0)
         finished = _containers_finished_at(pod)
         if finished is not None and (ended_at is None or finished > ended_at):
             ended_at = finished

@@ -344,7 +344,8 @@ def _create_missing(draft: Draft, pods: GangPods, reservation: Mapping[str, str]
                 index,
                 node=reservation.get(name),
                 attempt=pods.attempt,
-                gpu_resource=observed.gpu_resource,
+                gpus=observed.gpus,
+                claims=observed.claims,
                 progress_deadline=observed.progress_deadline_seconds,
             )
         )

@@ -23,6 +23,7 @@ from torchgate.controller.job.disruption import (
     NodeHealth,
 )
 from torchgate.pytorchjob import names, progress
+from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources
 from torchgate.pytorchjob.spec import JobSpec, as_int, pytorch_container_name
 
 ANNOTATION_RESTARTS: Final = "torchgate.io/restarts"
@@ -53,6 +54,9 @@ class Observed:
         preempted_by: ``namespace/name`` of the job whose admission chose this job's gang as a
             victim, while the gang is being evicted.
         gpu_resource: The extended resource that counts as GPUs.
+        gpu_sources: Everything that counts as GPUs (``policy.gpus``); None: ``gpu_resource`` only.
+        claims: The ResourceClaims, templates and DeviceClasses the controller sees in the
+            job's namespace (claimed GPUs set ``PET_NPROC_PER_NODE``).
         finish_grace_seconds: How long the running pods of a succeeded job may take to end on
             their own before they are deleted (rule 6).
         demands_of: ``job_demands``, or a memo of it (the shell keeps one per job spec: parsing
@@ -79,6 +83,8 @@ class Observed:
     wait_kind: str | None = None
     preempted_by: str | None = None
     gpu_resource: str = names.DEFAULT_GPU_RESOURCE
+    gpu_sources: GpuSources | None = None
+    claims: ClaimLookup = NO_CLAIMS
     finish_grace_seconds: float = 0.0
     demands_of: Callable[[JobSpec], tuple[PodDemand, ...]] = job_demands
     departed: Sequence[Mapping[str, Any]] = ()
@@ -86,6 +92,11 @@ class Observed:
     node_lost_seconds: float = DEFAULT_LOST_AFTER_SECONDS
     stuck_pod_seconds: float = DEFAULT_STUCK_AFTER_SECONDS
     progress_deadline_seconds: int | None = None
+
+    @property
+    def gpus(self) -> GpuSources:
+        """What counts as GPUs for this job."""
+        return self.gpu_sources or GpuSources(self.gpu_resource)
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,7 +50,8 @@ from torchgate.controller.job.envvars import (
 )
 from torchgate.pytorchjob import names, progress
 from torchgate.pytorchjob.affinity import MATCH_FIELDS, require
-from torchgate.pytorchjob.spec import JobSpec, gpu_count, pod_spec_of, pytorch_container_index
+from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources, container_gpus
+from torchgate.pytorchjob.spec import JobSpec, pod_spec_of, pytorch_container_index
 
 NODE_NAME_FIELD: Final = "metadata.name"  # the one node field a nodeSelectorTerm can match
 POD_RESTART_POLICY: Final = "Never"
@@ -102,7 +103,8 @@ def build_pod(
     *,
     node: str | None,
     attempt: int,
-    gpu_resource: str,
+    gpus: GpuSources | str,
+    claims: ClaimLookup = NO_CLAIMS,
     progress_deadline: int | None = None,
 ) -> dict[str, Any]:
     """The Pod manifest of one replica.
@@ -114,7 +116,9 @@ def build_pod(
         index: The replica index within its type.
         node: The node the admitter reserved for this pod, or ``None`` for no pinning.
         attempt: The gang attempt this pod belongs to.
-        gpu_resource: The extended resource that counts as GPUs (default ``PET_NPROC_PER_NODE``).
+        gpus: What counts as GPUs (``devices``; a name: that extended resource only): the
+            training container's GPUs are the default ``PET_NPROC_PER_NODE``.
+        claims: The ResourceClaims and templates the controller sees in the job's namespace.
         progress_deadline: The job's progress deadline in seconds (``pytorchjob.progress``): the
             rendezvous replica's ``pytorch`` container gets the progress file and its probe.
 
@@ -134,7 +138,8 @@ def build_pod(
         annotations[names.ANNOTATION_PLANNED_NODE] = node
     spec = dict(pod_spec_of(template))
     spec["restartPolicy"] = POD_RESTART_POLICY
-    _inject_env(spec, job, replica_type, index, gpu_resource, attempt)
+    sources = GpuSources(gpus) if isinstance(gpus, str) else gpus
+    _inject_env(spec, job, replica_type, index, sources, claims, attempt)
     if progress_deadline is not None and (replica_type, index) == rendezvous_replica(job):
         _watch_progress(spec, progress_deadline)
     if node is not None:
@@ -158,7 +163,8 @@ def _inject_env(
     job: JobSpec,
     replica_type: str,
     index: int,
-    gpu_resource: str,
+    gpus: GpuSources,
+    claims: ClaimLookup,
     attempt: int,
 ) -> None:
     position = pytorch_container_index(spec)
@@ -166,8 +172,8 @@ def _inject_env(
         return
     containers = list(spec["containers"])
     container = dict(containers[position])
-    gpus = gpu_count(container, gpu_resource)
-    ours = rank_env(job, replica_type, index, gpus_per_pod=gpus, attempt=attempt)
+    count = container_gpus(container, spec, gpus, claims) or 0
+    ours = rank_env(job, replica_type, index, gpus_per_pod=int(count), attempt=attempt)
     container["env"] = merge_env(container.get("env"), ours)
     if isinstance(container.get("ports"), list):
         container["ports"] = _attempt_ports(container["ports"], spec, attempt)

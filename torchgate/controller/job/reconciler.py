@@ -78,6 +78,7 @@ from torchgate.kube.errors import AlreadyExists, ApiError, NotFound
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import EVENTS, POD_GROUPS, PODS, PYTORCHJOBS, SERVICES, WORKLOADS
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources, pod_claims
 from torchgate.pytorchjob.fieldpath import FieldError
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.policy import PlacementPolicy, QuarantineSettings, select_policy
@@ -171,22 +172,35 @@ class DemandMemo:
         self._entries: dict[JobKey, tuple[bytes, tuple[PodDemand, ...]]] = {}
 
     def function_for(
-        self, key: JobKey, job_raw: Mapping[str, Any]
+        self,
+        key: JobKey,
+        job_raw: Mapping[str, Any],
+        gpus: GpuSources | None = None,
+        claims: ClaimLookup = NO_CLAIMS,
     ) -> Callable[[JobSpec], tuple[PodDemand, ...]]:
-        """A ``demands_of`` for ``plan``: this job's demands, reused while its spec is the same."""
+        """A ``demands_of`` for ``plan``: this job's demands, reused while its spec is the same.
+
+        The GPU sources and the claims the job's templates name are part of the marker: a
+        template created after the job changes its demands.
+        """
 
         def demands_of(spec: JobSpec) -> tuple[PodDemand, ...]:
             metadata = job_raw.get("metadata") or {}
             try:
                 marker = orjson.dumps(
-                    [metadata.get("uid"), metadata.get("annotations"), job_raw.get("spec")]
+                    [
+                        metadata.get("uid"),
+                        metadata.get("annotations"),
+                        job_raw.get("spec"),
+                        _claims_marker(spec, gpus, claims),
+                    ]
                 )
             except TypeError:  # not plain JSON (only hand-built objects): do not memoise
-                return job_demands(spec)
+                return job_demands(spec, gpus, claims)
             entry = self._entries.get(key)
             if entry is not None and entry[0] == marker:
                 return entry[1]
-            demands = job_demands(spec)
+            demands = job_demands(spec, gpus, claims)
             self._entries[key] = (marker, demands)
             return demands
 
@@ -198,6 +212,24 @@ class DemandMemo:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def _claims_marker(spec: JobSpec, gpus: GpuSources | None, claims: ClaimLookup) -> object:
+    """What a job's demands read besides its spec: GPU sources and the claims its pods name."""
+    if gpus is None or not gpus.counts_claims:
+        return None
+    named = sorted(
+        {
+            target
+            for r in spec.replica_specs
+            for target in pod_claims(pod_spec_of(r.template)).values()
+        }
+    )
+    return [
+        sorted(gpus.device_classes),
+        sorted(gpus.resources),
+        [[kind, name, claims.spec(kind, name)] for kind, name in named],
+    ]
 
 
 class Reconciler:
@@ -223,10 +255,12 @@ class Reconciler:
         monotonic: Callable[[], float] = time.monotonic,
         write_policy: StatusWritePolicy | None = None,
         nodes: Informer | None = None,
+        claims_for: Callable[[str], ClaimLookup] = lambda _: NO_CLAIMS,
         node_faults: Callable[[Fault, QuarantineSettings], None] = lambda *_: None,
         gang_objects_served: Callable[[], bool] = lambda: False,
     ) -> None:
         self.api = api
+        self.claims_for = claims_for  # what the controller sees of DRA in a namespace
         self.jobs = jobs
         self.pods = pods
         self.services = services
@@ -278,6 +312,8 @@ class Reconciler:
             await self._fail_validation(job, errors)
             return None
         policy = select_policy(self.policies(), namespace)
+        claims = self.claims_for(namespace)
+        gpus = policy.gpus(claims)
         pods = self.pods.indexed(key)
         departed = tuple(self.departed.get(key, {}).values())
         observed = Observed(
@@ -292,8 +328,10 @@ class Reconciler:
             wait_kind=self.admitter.wait_kind(key),
             preempted_by=_joined(self.admitter.preempted_by(key)),
             gpu_resource=policy.gpu_resource,
+            gpu_sources=gpus,
+            claims=claims,
             finish_grace_seconds=self.options.finish_grace_seconds,
-            demands_of=self.demands.function_for(key, job),
+            demands_of=self.demands.function_for(key, job, gpus, claims),
             departed=departed,
             nodes=self._nodes_under((*pods, *departed)),
             node_lost_seconds=self.options.node_lost_seconds,
@@ -320,7 +358,7 @@ class Reconciler:
         if restart is not None and restart.node is not None and restart.cause in NODE_FAULTS:
             fault = Fault(restart.node, restart.cause, observed.now, key)
             self.node_faults(fault, policy.quarantine)
-        self._tell_admitter(key, job, spec, decision, policy)
+        self._tell_admitter(key, job, spec, decision, policy, gpus, claims)
         released = released_on_end(job, applied, observed, self.clock())
         if released is not None:
             self.metrics.record_release(key, *released)
@@ -399,6 +437,8 @@ class Reconciler:
         spec: JobSpec,
         decision: Plan,
         policy: PlacementPolicy,
+        gpus: GpuSources,
+        claims: ClaimLookup,
     ) -> None:
         if decision.gang_timed_out:
             delay = self.admitter.back_off(key)
@@ -416,7 +456,8 @@ class Reconciler:
                 uid=spec.uid,
                 demands=decision.demands,
                 min_count=spec.min_available,
-                **self._gang_terms(job, spec, policy),
+                gpus=gpus,
+                **self._gang_terms(job, spec, policy, gpus, claims),
             )
         else:
             status = decision.status if decision.status is not None else job.get("status")
@@ -429,16 +470,22 @@ class Reconciler:
                     key,
                     priority=self.priority_of(_priority_class(spec)),
                     gpu_resource=policy.gpu_resource,
+                    gpus=gpus,
                 )
 
     def _gang_terms(
-        self, job: Mapping[str, Any], spec: JobSpec, policy: PlacementPolicy
+        self,
+        job: Mapping[str, Any],
+        spec: JobSpec,
+        policy: PlacementPolicy,
+        gpus: GpuSources,
+        claims: ClaimLookup,
     ) -> GangTerms:
         """What a job's gang asks the admitter for besides its pods (quota, priority, topology)."""
         priority_class = _priority_class(spec)
         level, required = self.topology_of(spec.annotations, policy)
         return GangTerms(
-            usage=gang_usage(spec, policy.gpu_resource),
+            usage=gang_usage(spec, gpus, claims),
             priority=self.priority_of(priority_class),
             created=str((job.get("metadata") or {}).get("creationTimestamp") or ""),
             gpu_resource=policy.gpu_resource,
@@ -457,13 +504,15 @@ class Reconciler:
         if spec is None:
             return errors
         policy = select_policy(self.policies(), spec.namespace)
-        terms = self._gang_terms(job, spec, policy)
+        claims = self.claims_for(spec.namespace)
+        gpus = policy.gpus(claims)
+        terms = self._gang_terms(job, spec, policy, gpus, claims)
         if not terms["created"]:  # not stored yet: it would be the newest of its priority
             terms["created"] = st.format_time(self.clock())
         return Waiting(
             key=(spec.namespace, spec.name),
             uid=spec.uid,
-            demands=job_demands(spec),
+            demands=job_demands(spec, gpus, claims),
             min_count=spec.min_available,
             since=since,
             **terms,

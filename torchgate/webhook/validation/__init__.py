@@ -21,8 +21,8 @@ function of those facts (the job's, a replica's, a container's) returning its fi
 the report order: metadata, spec, then Master before Worker (each replica's fields, its pod
 template, its containers in index order, then its init containers), then unknown replica types.
 The rule families live in ``metadata``, ``policy`` (run, scheduling and elastic policy),
-``pod`` (replica spec, pod template and volumes), ``containers``, ``launch`` (command line and
-env) and ``sharing`` (topology annotations, the team's quota ceiling).
+``pod`` (replica spec, pod template and volumes), ``claims`` (DRA claims), ``containers``,
+``launch`` (command line and env) and ``sharing`` (topology annotations, the team's quota ceiling).
 
 Updates ratchet: when neither ``spec`` nor the pinned-hosts, progress or topology annotations
 changed, only immutable fields are checked, so a job admitted under older rules stays updatable
@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup
 from torchgate.pytorchjob.fieldpath import (
     FieldError,
     FieldPath,
@@ -47,7 +48,15 @@ from torchgate.pytorchjob.fieldpath import (
 from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.pytorchjob.pool import ANNOTATION_TOPOLOGY_PREFERRED, ANNOTATION_TOPOLOGY_REQUIRED
 from torchgate.pytorchjob.progress import ANNOTATION_PROGRESS_DEADLINE
-from torchgate.webhook.validation import containers, launch, metadata, pod, policy, sharing
+from torchgate.webhook.validation import (
+    claims,
+    containers,
+    launch,
+    metadata,
+    pod,
+    policy,
+    sharing,
+)
 from torchgate.webhook.validation.facts import (
     OBJECT,
     ContainerFacts,
@@ -269,6 +278,11 @@ RULES: Final[tuple[JobRule, ...]] = (
             pod.pytorch_container,  # reports missing containers too
             reads(pod.node_selector, "nodeSelector"),
             reads(pod.volumes, "volumes"),
+            claims.container_claim_names,  # a container may name a claim the pod lacks
+            reads(claims.claim_sources, "resourceClaims"),
+            reads(claims.shared_claim, "resourceClaims"),
+            reads(claims.countable_gpus, "resourceClaims"),  # only a claim's count is unknown
+            reads(claims.gpus_asked_once, "resourceClaims"),
             for_each_container("containers", *_CONTAINER_RULES),
             reads(pod.init_containers_list, "initContainers"),
             reads(for_each_container("initContainers", *_CONTAINER_RULES), "initContainers"),
@@ -287,14 +301,22 @@ def validate_create(
     *,
     team: Team | None = None,
     uid_from_server: bool = False,
+    claims: ClaimLookup = NO_CLAIMS,
 ) -> Verdict:
     """Validate a PyTorchJob being created under ``policy`` (and ``team``'s quota, if any).
 
     ``uid_from_server``: the apiserver set ``metadata.uid`` before asking (the validating
-    route), so a uid is not the user's and is not reported.
+    route), so a uid is not the user's and is not reported. ``claims``: the ResourceClaims,
+    templates and DeviceClasses the webhook sees in the namespace.
     """
     return _verdict(
-        job, policy, old=None, creating=True, team=team, uid_from_server=uid_from_server
+        job,
+        policy,
+        old=None,
+        creating=True,
+        team=team,
+        uid_from_server=uid_from_server,
+        claims=claims,
     )
 
 
@@ -304,11 +326,12 @@ def validate_update(
     policy: PlacementPolicy,
     *,
     team: Team | None = None,
+    claims: ClaimLookup = NO_CLAIMS,
 ) -> Verdict:
     """Validate an update from ``old`` to ``new``: immutables always, the rest only on change."""
     if _admission_inputs_unchanged(old, new):
         return Verdict(_deduplicated(immutable_field_errors(old, new)), ())
-    return _verdict(new, policy, old=old, creating=False, team=team)
+    return _verdict(new, policy, old=old, creating=False, team=team, claims=claims)
 
 
 def _verdict(
@@ -318,12 +341,19 @@ def _verdict(
     old: Mapping[str, Any] | None,
     creating: bool,
     team: Team | None,
+    claims: ClaimLookup,
     uid_from_server: bool = False,
 ) -> Verdict:
     if not isinstance(job, OBJECT):
         return Verdict((invalid(FieldPath(), None, "must be a PyTorchJob object"),), ())
     facts = read_job(
-        job, active_policy, old=old, creating=creating, team=team, uid_from_server=uid_from_server
+        job,
+        active_policy,
+        old=old,
+        creating=creating,
+        team=team,
+        uid_from_server=uid_from_server,
+        claims=claims,
     )
     errors: list[FieldError] = []
     warnings: list[FieldWarning] = []

@@ -20,6 +20,12 @@ from decimal import Decimal
 from typing import Any, Final, NamedTuple
 
 from torchgate.pytorchjob import gang, names
+from torchgate.pytorchjob.devices import (
+    NO_CLAIMS,
+    ClaimLookup,
+    GpuSources,
+    replica_gpus,
+)
 from torchgate.pytorchjob.fieldpath import (
     ErrorType,
     FieldError,
@@ -31,12 +37,13 @@ from torchgate.pytorchjob.fieldpath import (
 from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.pytorchjob.pool import TeamQuota, quota_ceilings
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
-from torchgate.pytorchjob.spec import as_int, container_requests, pytorch_container_index
+from torchgate.pytorchjob.spec import as_int, pytorch_container_index
 from torchgate.webhook.arguments import CommandLine, scan_command_line
 from torchgate.webhook.imageref import unfilled_placeholder
 
 # isinstance() tries the exact JSON type first; the ABC check is several times slower.
 OBJECT: Final = (dict, Mapping)
+_ZERO: Final = Decimal(0)
 
 METADATA: Final = FieldPath.root("metadata")
 NAME: Final = METADATA.child("name")
@@ -95,7 +102,8 @@ class ReplicaFacts(NamedTuple):
     # Whether template and template.spec are objects (or absent), so pod rules can run.
     template_readable: bool
     pod_spec: Mapping[str, Any]
-    gpus: Decimal  # GPUs each pod of this replica requests
+    gpus: Decimal  # GPUs each pod of this replica holds (``devices.pod_gpus``)
+    gpus_known: bool  # False: a claimed GPU count only allocation knows (counted as 0 in ``gpus``)
     gpu_container: int | None
     training_container: int | None
     volumes: frozenset[str] | None  # declared volume names; None when ``volumes`` is unreadable
@@ -145,6 +153,13 @@ class JobFacts(NamedTuple):
     spec_readable: bool = False  # whether ``spec`` is an object (spec-level rules run only then)
     # The apiserver set ``metadata.uid`` before the validating webhook runs: it is not the user's.
     uid_from_server: bool = False
+    gpu_sources: GpuSources | None = None  # what counts as GPUs (``policy.gpus``)
+    claims: ClaimLookup = NO_CLAIMS  # the ResourceClaims and templates the webhook sees
+
+    @property
+    def gpus(self) -> GpuSources:
+        """What counts as GPUs for this job (``policy.gpus`` with the DeviceClasses seen)."""
+        return self.gpu_sources or self.policy.gpus(self.claims)
 
     @property
     def policy_label(self) -> str:
@@ -167,14 +182,17 @@ def read_job(
     creating: bool,
     team: Team | None = None,
     uid_from_server: bool = False,
+    claims: ClaimLookup = NO_CLAIMS,
 ) -> JobFacts:
     """Read the facts of ``job`` (an object) once, for every rule."""
+    sources = policy.gpus(claims)
     spec_raw = job.get("spec")
     spec: Mapping[str, Any] = spec_raw if isinstance(spec_raw, OBJECT) else {}
     specs = spec.get("pytorchReplicaSpecs")
     replica_specs: Mapping[str, Any] = specs if isinstance(specs, OBJECT) else {}
-    gpu = policy.gpu_resource
-    replicas = tuple([_read_replica(str(key), raw, gpu) for key, raw in replica_specs.items()])
+    replicas = tuple(
+        [_read_replica(str(key), raw, sources, claims) for key, raw in replica_specs.items()]
+    )
     known = tuple(
         [
             replica
@@ -215,6 +233,8 @@ def read_job(
             team,
             spec is spec_raw,  # spec_readable
             uid_from_server,
+            sources,  # gpu_sources
+            claims,
         ),
     )
 
@@ -233,7 +253,7 @@ def _container_path(key: str, kind: str, index: int) -> FieldPath:
     return at(_replica_paths(key)[1], kind, index)
 
 
-def _read_replica(key: str, raw: object, gpu_resource: str) -> ReplicaFacts:
+def _read_replica(key: str, raw: object, sources: GpuSources, claims: ClaimLookup) -> ReplicaFacts:
     path, pod_path = _replica_paths(key)
     spec = raw if isinstance(raw, OBJECT) else None
     count: int | None = 1
@@ -249,19 +269,9 @@ def _read_replica(key: str, raw: object, gpu_resource: str) -> ReplicaFacts:
         )
         if isinstance(found, OBJECT):
             pod_spec = found
-    gpus = Decimal(0)
-    gpu_container: int | None = None
+    gpus, gpu_container = replica_gpus(pod_spec, sources, claims)
     training = pytorch_container_index(pod_spec)
     containers = pod_spec.get("containers")
-    if isinstance(containers, list):
-        for index, container in enumerate(containers):
-            if not isinstance(container, OBJECT):
-                continue
-            requested = container_requests(container, only=gpu_resource).get(gpu_resource)
-            if requested is not None and requested > 0:
-                gpus += requested
-                if gpu_container is None:
-                    gpu_container = index
     return tuple.__new__(  # the fields in order, without NamedTuple's Python-level __new__
         ReplicaFacts,
         (
@@ -272,7 +282,8 @@ def _read_replica(key: str, raw: object, gpu_resource: str) -> ReplicaFacts:
             count,
             readable,
             pod_spec,
-            gpus,
+            gpus or _ZERO,
+            gpus is not None,  # gpus_known
             gpu_container,
             training,
             *_read_volumes(pod_spec.get("volumes")),

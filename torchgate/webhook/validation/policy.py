@@ -244,8 +244,9 @@ def _pods_kept_with_accelerators(job: JobFacts) -> Findings:
     refused = cleanup.replicas_not_kept(
         cleanup.KEEP,
         ((r.key, r.pod_spec) for r in job.known_replicas if r.pods != 0),
-        gpu_resource=gpu_resource,
+        gpus=job.gpus,
         allow_none=job.policy.allow_clean_pod_policy_none,
+        claims=job.claims,
     )
     if not refused:
         return NONE

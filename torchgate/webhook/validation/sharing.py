@@ -77,7 +77,7 @@ def team_quota(job: JobFacts) -> Findings:
     spec, errors = parse_job(job.raw)
     if spec is None or errors:  # the spec rules report what is wrong with it
         return NONE
-    usage = gang_usage(spec, job.policy.gpu_resource)
+    usage = gang_usage(spec, job.gpus, job.claims)
     found = never_admissible(team.quota, team.cohort, usage, ceilings=team.ceilings)
     if found is None:
         return NONE

@@ -11,6 +11,7 @@ from tests.builders.node import node, parsed_node
 from tests.builders.pod import pod
 from tests.unit.controller.helpers import free_of
 from torchgate.controller.admission.ledger import CapacityLedger, Reservation
+from torchgate.pytorchjob.devices import GpuSources
 
 GPU = "nvidia.com/gpu"
 
@@ -143,7 +144,7 @@ def test_free_capacity_kept_from_its_changes_and_gang_records_equal_those_read_a
         elif what == "settle" and key in ledger.holds:
             ledger.settle(key, admitted_at=2.0)
         elif what == "note":
-            ledger.note(key, priority=gpus, gpu_resource=GPU)
+            ledger.note(key, priority=gpus, gpus=GpuSources(GPU))
         elif what == "forget":
             ledger.forget(key)
         kept |= ledger.changed_free()

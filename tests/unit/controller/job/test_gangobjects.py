@@ -117,7 +117,7 @@ def test_a_pod_names_its_pod_group_and_the_input_is_left_alone(
 ) -> None:
     raw = with_uid(job("demo").master(pod_spec=pod_spec).workers(1, pod_spec=pod_spec).build())
     spec = parsed_job(raw)
-    pod = build_pod(raw, spec, "Worker", 0, node=None, attempt=2, gpu_resource="nvidia.com/gpu")
+    pod = build_pod(raw, spec, "Worker", 0, node=None, attempt=2, gpus="nvidia.com/gpu")
     before = copy.deepcopy(pod)
 
     grouped = in_pod_group(pod, pod_group_name(spec, 2))

@@ -29,7 +29,7 @@ def demo(**pod_spec: Any) -> dict[str, Any]:
 def pod_of(
     raw: dict[str, Any], replica_type: str = "Worker", index: int = 1, **kw: Any
 ) -> dict[str, Any]:
-    options: dict[str, Any] = {"node": None, "attempt": 1, "gpu_resource": "nvidia.com/gpu"}
+    options: dict[str, Any] = {"node": None, "attempt": 1, "gpus": "nvidia.com/gpu"}
     options.update(kw)
     return build_pod(raw, parsed_job(raw), replica_type, index, **options)
 

@@ -49,9 +49,7 @@ def test_ranks_are_exactly_0_to_n_minus_1_with_the_master_at_0(raw: dict[str, An
     ranks: dict[str, int] = {}
     for replica in spec.replica_specs:
         for index in range(replica.replicas):
-            pod = build_pod(
-                raw, spec, replica.replica_type, index, node=None, attempt=1, gpu_resource=GPU
-            )
+            pod = build_pod(raw, spec, replica.replica_type, index, node=None, attempt=1, gpus=GPU)
             env = env_of(pod)
             names_in_env = [e["name"] for e in pod["spec"]["containers"][0]["env"]]
             assert len(names_in_env) == len(set(names_in_env))
@@ -112,7 +110,7 @@ def worlds(draw: hs.DrawFn) -> tuple[World, dict[str, Any]]:
                 index,
                 node=None,
                 attempt=draw(hs.sampled_from([restarts + 1, restarts])),
-                gpu_resource=GPU,
+                gpus=GPU,
             )
             world.pods[base["metadata"]["name"]] = draw(pod_states(base))
     if draw(hs.booleans()):

@@ -95,11 +95,14 @@ def test_runtime_config_reaches_the_apiserver_only(tmp_path: Path) -> None:
 
 
 def test_extra_controllers_join_torchgates_set_once(tmp_path: Path) -> None:
-    features = ClusterFeatures(controllers=("resourceclaim-controller", "namespace-controller"))
+    # resourceclaim-controller is in torchgate's set (DRA claims from templates).
+    features = ClusterFeatures(
+        controllers=("podgroup-protection-controller", "namespace-controller")
+    )
 
     (controllers,) = flag(command_lines(features, tmp_path)["kcm"], "controllers")
 
-    assert controllers.split(",") == [*CONTROLLERS, "resourceclaim-controller"]
+    assert controllers.split(",") == [*CONTROLLERS, "podgroup-protection-controller"]
 
 
 def test_without_features_no_gate_or_runtime_config_is_passed(tmp_path: Path) -> None:

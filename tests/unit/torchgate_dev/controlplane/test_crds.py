@@ -149,6 +149,7 @@ POLICY_FIELDS = {
     "allowed_hosts": ".spec.allowedHosts",
     "max_gpus_per_job": ".spec.maxGPUsPerJob",
     "gpu_resource": ".spec.gpuResource",
+    "gpu_device_classes": ".spec.gpuDeviceClasses",
     "rdma_resources": ".spec.rdmaResources",
     "shared_memory_size_limit": ".spec.sharedMemory.sizeLimit",
     "allowed_host_paths": ".spec.allowedHostPaths",
