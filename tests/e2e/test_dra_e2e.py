@@ -5,7 +5,9 @@ Each test gets its own namespace, a PlacementPolicy for it (its own node pool, `
 each are published in a ResourceSlice (``torchgate_dev.controlplane.kwok``). kube-scheduler
 allocates the claims (the KCM's ``resourceclaim-controller`` makes them from the templates);
 torchgate counts the claimed GPUs (webhook and controller) and plans nodes from the slices.
-Assertions read the cluster's state: the stored job, pods and their nodes, conditions.
+A TeamQuota owning a test's namespace (in a cohort of its own) counts the same claimed GPUs.
+Assertions read the cluster's state: the stored job, pods and their nodes, conditions, the
+TeamQuota's status.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pytest
 from tests.builders.claims import claim_refs, claim_template, claiming_pod, device_request
 from tests.builders.job import container, job
 from tests.builders.policy import policy
+from tests.builders.team import team_quota
 from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import ControllerProcess, condition, get_job, live_pods
 from tests.e2e.test_webhook_e2e import LocalWebhook, causes
@@ -107,6 +110,23 @@ def pool(cluster: Cluster, torchgate: ControllerProcess) -> Iterator[DraPool]:
     created.clean_up()
 
 
+@pytest.fixture
+def team(cluster: Cluster, torchgate: ControllerProcess) -> Iterator[tuple[DraPool, str]]:
+    """A DRA pool whose namespace a TeamQuota of 8 GPUs owns, alone in its cohort.
+
+    ``maxGPUsPerJob`` (32) is above anything the test asks for, so only the quota refuses.
+    """
+    created = DraPool(cluster, 2, max_gpus=32)
+    name = f"{created.name}-team"
+    cluster.apply(
+        team_quota(name, [created.namespace], cohort=created.name, nominalGPUs=8,
+                   borrowingLimitGPUs=0)
+    )  # fmt: skip
+    yield created, name
+    created.clean_up()
+    cluster.kubectl("delete", "teamquota", name, "--ignore-not-found", check=False)
+
+
 def claiming_job(name: str, namespace: str, workers: int) -> dict[str, Any]:
     """Workers whose pods each claim 8 GPUs through the ResourceClaimTemplate ``eight``."""
     pytorch = container(args=NCCL)
@@ -126,6 +146,23 @@ def create(cluster: Cluster, raw: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     return cluster.api_request(
         "POST", f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs", raw
     )
+
+
+def dry_run(cluster: Cluster, raw: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    namespace = raw["metadata"]["namespace"]
+    return cluster.api_request(
+        "POST", f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs?dryRun=All", raw
+    )
+
+
+def quota_status(cluster: Cluster, name: str) -> dict[str, Any]:
+    found = cluster.get("teamquota", name)
+    return dict((found or {}).get("status") or {})
+
+
+def queued_reason(cluster: Cluster, namespace: str, name: str) -> str | None:
+    found = condition(get_job(cluster, namespace, name), "Queued")
+    return found["reason"] if found and found.get("status") == "True" else None
 
 
 def running_nodes(cluster: Cluster, namespace: str, name: str, count: int) -> list[str] | None:
@@ -199,3 +236,51 @@ def test_a_device_taint_keeps_gangs_off_its_node(cluster: Cluster, pool: DraPool
     )
     assert f"waiting for 8 {GPU}" in message, message
     assert live_pods(cluster, pool.namespace, "two") == []
+
+
+@pytest.mark.parametrize("build", [claiming_job, extended_job], ids=["template", "kep-5004"])
+def test_a_team_quota_counts_claimed_gpus_in_the_webhook_and_the_controller(
+    cluster: Cluster, team: tuple[DraPool, str], build: Any
+) -> None:
+    pool, quota = team
+    for node in pool.nodes:
+        pool.publish(node)  # 16 GPUs: room for both gangs below, so only the quota holds one back
+    # The controller has read the TeamQuota (it writes its status) before any job exists.
+    cluster.wait_for(
+        lambda: quota_status(cluster, quota).get("conditions"),
+        timeout=20,
+        what=f"the controller to report on TeamQuota {quota}",
+    )
+
+    # The webhook: two Workers claim 16 GPUs, more than the team can ever hold (8, no
+    # borrowing), though within maxGPUsPerJob.
+    def refused() -> dict[str, Any] | None:
+        status, body = dry_run(cluster, build("never", pool.namespace, 2))
+        return body if status == 422 else None
+
+    body = cluster.wait_for(refused, timeout=15, what="the webhook to know the TeamQuota")
+    assert causes(body) == {(FORBIDDEN, "spec.pytorchReplicaSpecs")}
+
+    # The controller: one Worker's 8 claimed GPUs are the team's whole quota...
+    status, body = create(cluster, build("holds", pool.namespace, 1))
+    assert status == 201, body
+    cluster.wait_for(
+        lambda: running_nodes(cluster, pool.namespace, "holds", 1),
+        timeout=45,
+        what="the first gang running",
+    )
+    used = cluster.wait_for(
+        lambda: quota_status(cluster, quota).get("usedGPUs"),
+        timeout=20,
+        what=f"TeamQuota {quota} to count the running gang",
+    )
+    assert used == 8
+    # ... so a second gang waits for quota, though a DRA node with 8 free GPUs is left.
+    status, body = create(cluster, build("waits", pool.namespace, 1))
+    assert status == 201, body
+    cluster.wait_for(
+        lambda: queued_reason(cluster, pool.namespace, "waits") == "WaitingForQuota",
+        timeout=20,
+        what="the second gang to wait for quota",
+    )
+    assert live_pods(cluster, pool.namespace, "waits") == []
