@@ -49,7 +49,7 @@ def plain_pods(namespace: str, gangs: int) -> list[dict[str, Any]]:
                     i,
                     node=f"n{index:03d}",  # pinned like the controller's: a gang per node
                     attempt=1,
-                    gpu_resource="nvidia.com/gpu",
+                    gpus="nvidia.com/gpu",
                 )
                 pod["metadata"].pop("ownerReferences", None)
                 pods.append(pod)

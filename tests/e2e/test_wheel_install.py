@@ -49,7 +49,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 SEEDS = REPO_ROOT.parent / "shared" / "seeds" / "manifests"
 ADMITTED_SEED = SEEDS / "003-torchrun-cpu.yaml"
 REFUSED_SEED = SEEDS / "002-resnet50-nccl-rdma-16.yaml"
-SAMPLE_POLICY_NAME = "dev-a100"  # dev/torchgate_dev/data/dev-placementpolicy.yaml
+SAMPLE_POLICY_NAMES = ["dev-a100", "dev-dra"]  # dev/torchgate_dev/data/dev-placementpolicy.yaml
 INSTALL_TIMEOUT_SECONDS = 600
 PIP_WHEEL = (sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet")
 DEV_UP_TIMEOUT_SECONDS = 480
@@ -342,7 +342,7 @@ def test_torchgate_dev_up_and_down_run_from_the_installed_wheel(
     crds = {item["metadata"]["name"] for item in get("crd")["items"]}
     assert crds >= set(CRD_NAMES)
     policies = get("placementpolicies.torchgate.io")["items"]
-    assert [p["metadata"]["name"] for p in policies] == [SAMPLE_POLICY_NAME]
+    assert sorted(p["metadata"]["name"] for p in policies) == SAMPLE_POLICY_NAMES
     assert policies[0]["spec"]["nodeSelector"] == {"pool": "a100"}
 
     down = dev.run("torchgate", "dev", "down", "--dir", str(dev_dir))
