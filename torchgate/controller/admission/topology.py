@@ -60,6 +60,10 @@ a placement costs what it changes. A cycle decides on a ``fork`` that copies not
 until it changes one. Explaining a shortfall (rule 7) needs free totals, which the capacity
 keeps, and walks the allowed nodes only for a fragmented gang (once per shape per capacity); a
 ``Shortfall`` is phrased only when it is read.
+
+One module, though long: the rules and the ``Capacity`` they read are one concern (where a gang's
+pods go, and why not), and the capacity's kept counts are correct only together with the rules
+that read them; splitting them would put one invariant in two files.
 """
 
 from __future__ import annotations
