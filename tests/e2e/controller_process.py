@@ -92,7 +92,7 @@ class ControllerProcess:
 
     def stop(self) -> int:
         assert self.process is not None
-        code = terminate(self.process, grace=15)
+        code = terminate(self.process, grace=30)  # a pod's default terminationGracePeriodSeconds
         self._log.close()
         return code
 
