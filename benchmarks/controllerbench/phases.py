@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -22,20 +21,27 @@ from pathlib import Path
 from typing import Any
 
 from controllerbench import REPO
-from controllerbench.cluster import PodWatch, apiserver_writes, bounded, clear_namespace, connect
+from controllerbench.cluster import (
+    PodWatch,
+    apiserver_writes,
+    bounded,
+    clear_namespace,
+    connect,
+    create_nodes,
+    wait_nodes_ready,
+)
 from controllerbench.sampling import RigSampler, cpu_seconds
 from controllerbench.stats import deciles, percentile, summarise, writes_since
 from controllerbench.workload import (
     GANG_PODS,
-    POOL,
     SUBMIT_CONCURRENCY,
     gang,
     gang_pod_names,
     plain_pods,
+    pool_nodes,
 )
 from torchgate.kube.client import KubeClient
 from torchgate.kube.resources import PODS, PYTORCHJOBS
-from torchgate_dev.controlplane import kwok
 from torchgate_dev.controlplane.binaries import ensure_binaries
 from torchgate_dev.controlplane.cluster import ControlPlane
 from torchgate_dev.controlplane.processes import terminate
@@ -315,25 +321,24 @@ async def one_round(
     }
 
 
-def prepare(plane: ControlPlane, nodes: int) -> None:
-    """The CRDs, ``nodes`` kwok nodes of 8 GPUs in the pool, and the two namespaces."""
+async def prepare(api: KubeClient, plane: ControlPlane, nodes: int) -> float:
+    """The CRDs, ``nodes`` kwok nodes of 8 GPUs in the pool, and the two namespaces.
+
+    Returns the seconds until every node was Ready (the deadline grows with the node count:
+    kwok readies about a hundred nodes a second here).
+    """
     for path in sorted((REPO / "manifests" / "crds").glob("*.yaml")):
         plane.kubectl("apply", "-f", str(path))
     plane.kubectl(
         "wait", "--for=condition=Established", "--timeout=60s", "crd/pytorchjobs.kubeflow.org"
     )
-    items = [kwok.gpu_node(f"n{i:03d}", gpus=8, labels={"pool": POOL}) for i in range(nodes)]
-    plane.kubectl(
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
-    )
-    plane.kubectl("wait", "--for=condition=Ready", "--timeout=120s", "nodes", "--all")
+    await create_nodes(api, pool_nodes(nodes))
+    ready_seconds = await wait_nodes_ready(api, nodes, within=120 + nodes / 10)
     for namespace in ("baseline", "bench"):
         plane.kubectl("create", "namespace", namespace)
     while plane.kubectl("get", "sa", "default", "-n", "bench", check=False).returncode != 0:
-        time.sleep(0.2)
+        await asyncio.sleep(0.2)
+    return ready_seconds
 
 
 async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -341,8 +346,8 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     plane = ControlPlane(binaries=ensure_binaries(), workdir=workdir / "plane")
     with plane:
         print(f"control plane ready in {plane.startup_seconds:.1f}s", file=sys.stderr)
-        prepare(plane, args.nodes)
         async with connect(plane) as api:
+            await prepare(api, plane, args.nodes)
             rounds = [
                 await one_round(api, plane, args, workdir, number)
                 for number in range(1, args.rounds + 1)

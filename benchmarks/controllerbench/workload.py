@@ -16,6 +16,7 @@ from poolbench.manifests import pytorchjob
 
 from torchgate.controller.job.pods import build_pod
 from torchgate.pytorchjob.spec import parse_job
+from torchgate_dev.controlplane import kwok
 
 # The users' job submissions, the same in every phase; the pods' concurrency is --write-concurrency.
 SUBMIT_CONCURRENCY: Final = 32
@@ -47,10 +48,20 @@ def plain_pods(namespace: str, gangs: int) -> list[dict[str, Any]]:
                     spec,
                     replica.replica_type,
                     i,
-                    node=f"n{index:03d}",  # pinned like the controller's: a gang per node
+                    node=node_name(index),  # pinned like the controller's: a gang per node
                     attempt=1,
                     gpus="nvidia.com/gpu",
                 )
                 pod["metadata"].pop("ownerReferences", None)
                 pods.append(pod)
     return pods
+
+
+def node_name(index: int) -> str:
+    """The pool's node ``index``: the plain script pins gang ``index`` to it."""
+    return f"n{index:03d}"
+
+
+def pool_nodes(count: int) -> list[dict[str, Any]]:
+    """``count`` kwok nodes of 8 GPUs, labelled into the benchmark's pool."""
+    return [kwok.gpu_node(node_name(i), gpus=8, labels={"pool": POOL}) for i in range(count)]

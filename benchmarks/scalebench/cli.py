@@ -1,0 +1,74 @@
+"""Flags and ``main`` of ``benchmarks/scale_bench.py``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+from pathlib import Path
+
+from scalebench import REPO
+from scalebench.phases import run_size
+from scalebench.plots import plot_all
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command's flags."""
+    flags = argparse.ArgumentParser(description="Scale benchmark: the controller at fleet size.")
+    flags.add_argument("--nodes", default="1000", help="comma-separated sizes, e.g. 1000,2000")
+    flags.add_argument("--minutes", type=float, default=2.0, help="the steady stream's length")
+    flags.add_argument("--load", type=float, default=0.5, help="share of GPUs the stream asks")
+    flags.add_argument("--run-seconds", type=int, default=20, help="stream gangs' shortest run")
+    flags.add_argument("--spread", type=int, default=40, help="stream run times vary this much")
+    flags.add_argument("--burst-run-seconds", type=int, default=20)
+    flags.add_argument("--burst-spread", type=int, default=10)
+    flags.add_argument("--write-concurrency", type=int, default=32)
+    flags.add_argument("--webhook-rate", type=float, default=20.0, help="probe reviews a second")
+    flags.add_argument("--webhook-seconds", type=float, default=20.0, help="idle probe length")
+    flags.add_argument("--controller-settle", type=float, default=5.0)
+    flags.add_argument("--drain-timeout", type=float, default=300.0)
+    flags.add_argument("--seed", type=int, default=23)
+    flags.add_argument("--out-dir", type=Path, default=REPO / "bench-results" / "scale")
+    flags.add_argument(
+        "--plots-dir", type=Path, default=None, help="where the PNGs go (default: --out-dir)"
+    )
+    flags.add_argument(
+        "--plot-only", action="store_true", help="redraw the PNGs from --out-dir's JSON"
+    )
+    return flags
+
+
+def main() -> int:
+    """Run each size, write ``scale-<nodes>.json`` and redraw the PNGs after each."""
+    flags = parser()
+    args = flags.parse_args()
+    sizes = [int(n) for n in args.nodes.split(",") if n]
+    if any(n < 1 for n in sizes) or args.minutes <= 0 or not 0 < args.load <= 1:
+        flags.error("sizes must be positive, --minutes > 0, 0 < --load <= 1")
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    plots = args.plots_dir or args.out_dir
+    if not args.plot_only:
+        for nodes in sizes:
+            with tempfile.TemporaryDirectory(prefix="tg-scale-") as tmp:
+                result = asyncio.run(run_size(args, nodes, Path(tmp)))
+            path = args.out_dir / f"scale-{nodes}.json"
+            path.write_text(json.dumps(result, indent=2))
+            print(summary_line(result, path))
+    made = plot_all(sorted(args.out_dir.glob("scale-*.json")), plots)
+    print("plots: " + ", ".join(str(p) for p in made))
+    return 0
+
+
+def summary_line(result: dict[str, object], path: Path) -> str:
+    """One line per size: the figures the target is judged on."""
+    doc: dict[str, dict[str, dict[str, float]]] = result  # type: ignore[assignment]
+    burst, stream = doc["controller"]["burst"], doc["controller"]["stream"]
+    ratio = result["ratio_controller_to_plain"]
+    return (
+        f"{doc['setup']['nodes']} nodes: plain {doc['plain']['pods_per_second']:.0f} pods/s, "
+        f"controller {burst['pods_per_second']:.0f} pods/s (ratio {ratio:.2f}, target 0.8 "
+        f"{'MET' if isinstance(ratio, float) and ratio >= 0.8 else 'NOT MET'}); stream admission "
+        f"p50/p99 {stream['admission_p50_seconds']:.2f}/{stream['admission_p99_seconds']:.2f} s,"
+        f" release p99 {stream['release_gone_p99_seconds']:.2f} s -> {path}"
+    )
