@@ -17,8 +17,16 @@ def parser() -> argparse.ArgumentParser:
     """The command's flags."""
     flags = argparse.ArgumentParser(description="Scale benchmark: the controller at fleet size.")
     flags.add_argument("--nodes", default="1000", help="comma-separated sizes, e.g. 1000,2000")
+    flags.add_argument(
+        "--burst-gangs",
+        type=int,
+        default=0,
+        help="gangs of 8 one-GPU pods in the burst and the plain script (default: one per node)",
+    )
     flags.add_argument("--minutes", type=float, default=2.0, help="the steady stream's length")
-    flags.add_argument("--load", type=float, default=0.5, help="share of GPUs the stream asks")
+    flags.add_argument(
+        "--load", type=float, default=0.5, help="share of the burst's GPUs the stream keeps busy"
+    )
     flags.add_argument("--run-seconds", type=int, default=20, help="stream gangs' shortest run")
     flags.add_argument("--spread", type=int, default=40, help="stream run times vary this much")
     flags.add_argument("--burst-run-seconds", type=int, default=20)
@@ -46,6 +54,8 @@ def main() -> int:
     sizes = [int(n) for n in args.nodes.split(",") if n]
     if any(n < 1 for n in sizes) or args.minutes <= 0 or not 0 < args.load <= 1:
         flags.error("sizes must be positive, --minutes > 0, 0 < --load <= 1")
+    if args.burst_gangs < 0 or any(args.burst_gangs > n for n in sizes):
+        flags.error("--burst-gangs must be between 0 (one per node) and the smallest size")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     plots = args.plots_dir or args.out_dir
     if not args.plot_only:

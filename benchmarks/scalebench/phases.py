@@ -3,14 +3,17 @@
 Rules:
 - Each size gets its own control plane (cached binaries) and ``nodes`` kwok nodes of 8 GPUs.
 - Idle webhook figures are taken first, on the cluster with nodes and nothing else.
-- The plain script (``controllerbench``'s baseline) creates the burst's pods: ``nodes`` gangs of
-  8 one-GPU pods, a gang pinned per node, ``--write-concurrency`` creates at once; its rate is
-  taken between the first and the last pod the watch sees. The pods are then deleted.
+- The plain script (``controllerbench``'s baseline) creates the burst's pods: ``--burst-gangs``
+  gangs of 8 one-GPU pods (default: one per node, every GPU), a gang pinned per node,
+  ``--write-concurrency`` creates at once; its rate is taken between the first and the last pod
+  the watch sees. The pods are then deleted. The same burst at every size separates what the
+  node count costs from what the pod count costs, and bounds a size's wall time.
 - The controller phase runs the real ``torchgate controller`` through two parts, one after the
-  other: the **burst** (the same ``nodes`` gangs submitted at once: every GPU asked for; its
+  other: the **burst** (the plain script's gangs as PyTorchJobs, submitted at once; its
   pod-create rate is the one compared with the plain script's) and, once every burst job has
   ended and its pods are gone, the **steady stream** of mixed gangs (``scalebench.workload``) for
-  ``--minutes``; then every stream job is waited for.
+  ``--minutes``, at the rate that keeps ``--load`` of the burst's GPUs busy (the same arrival
+  rate at every size with the same burst); then every stream job is waited for.
 - A job is *admitted* when all its pods are bound (``spec.nodeName`` set), *released* when its
   Master has succeeded and all its other pods are gone; both are measured from the watch.
 - The webhook probe runs through the burst and the stream; its idle figures are the reference.
@@ -158,7 +161,7 @@ async def stream(api: KubeClient, schedule: list[Arrival], submitted: dict[str, 
 
 
 async def controller_phase(
-    api: KubeClient, plane: ControlPlane, args: argparse.Namespace, nodes: int, work: Path,
+    api: KubeClient, plane: ControlPlane, args: argparse.Namespace, gangs: int, work: Path,
     probe_port: int, probe_context: Any,
 ) -> dict[str, Any]:  # fmt: skip
     """The burst, then the steady stream, through the real controller."""
@@ -191,10 +194,10 @@ async def controller_phase(
         sampling = asyncio.create_task(sampler.run())
 
         # -- the burst: every GPU asked for at once
-        print(f"  burst: {nodes} gangs of 8 pods", file=sys.stderr)
+        print(f"  burst: {gangs} gangs of 8 pods", file=sys.stderr)
         probe = Probe(probe_port, probe_context, args.webhook_rate)
         probe_task = asyncio.create_task(probe.run())
-        burst = {f"b-{i:05d}": gang_pod_names(f"b-{i:05d}") for i in range(nodes)}
+        burst = {f"b-{i:05d}": gang_pod_names(f"b-{i:05d}") for i in range(gangs)}
         submitted: dict[str, float] = {}
         cpu_start = cpu_seconds(controller.pid)
 
@@ -205,7 +208,7 @@ async def controller_phase(
 
         burst_started = time.monotonic()
         await bounded([submit_burst(i, n) for i, n in enumerate(burst)], SUBMIT_CONCURRENCY)
-        await wait_done(watch, burst, args.drain_timeout + nodes / 5, "burst")
+        await wait_done(watch, burst, args.drain_timeout + gangs / 5, "burst")
         burst_seconds = time.monotonic() - burst_started
         cpu_burst = cpu_seconds(controller.pid) - cpu_start
         probe.stop()
@@ -215,7 +218,7 @@ async def controller_phase(
         rate = len(burst_pods) / (burst_pods[-1] - burst_pods[0])
         peak_time, peak_rss, peak_held = max(memory, key=lambda sample: (sample[2], sample[1]))
         burst_figures = {
-            "jobs": nodes,
+            "jobs": gangs,
             "pods": len(burst_pods),
             "pods_per_second": rate,
             "deciles_seconds": deciles(burst_pods),
@@ -240,7 +243,7 @@ async def controller_phase(
         del peak_time
 
         # -- the steady stream
-        gpus = nodes * 8
+        gpus = gangs * 8
         rate_gangs = arrival_rate(gpus, args.load, args.run_seconds, args.spread)
         schedule = arrivals(
             rate=rate_gangs, seconds=args.minutes * 60, run_seconds=args.run_seconds,
@@ -306,14 +309,15 @@ async def run_size(args: argparse.Namespace, nodes: int, work: Path) -> dict[str
                 idle = await measure_idle(port, context, args.webhook_rate, args.webhook_seconds)
                 print(f"size {nodes}: webhook idle p99 {idle['server_p99_ms']} ms (server)",
                       file=sys.stderr)  # fmt: skip
+                gangs = args.burst_gangs or nodes
                 plain = await baseline(
-                    api, "baseline", nodes, plane.pids(), write_concurrency=args.write_concurrency
+                    api, "baseline", gangs, plane.pids(), write_concurrency=args.write_concurrency
                 )
                 print(f"  plain script {plain['pods_per_second']:.0f} pods/s", file=sys.stderr)
                 phase_seconds["plain"] = time.monotonic() - mark
                 mark = time.monotonic()
                 await asyncio.sleep(5)
-                ctrl = await controller_phase(api, plane, args, nodes, work, port, context)
+                ctrl = await controller_phase(api, plane, args, gangs, work, port, context)
                 phase_seconds["controller"] = time.monotonic() - mark
                 print(f"  controller burst {ctrl['burst']['pods_per_second']:.0f} pods/s",
                       file=sys.stderr)  # fmt: skip
@@ -325,6 +329,7 @@ async def run_size(args: argparse.Namespace, nodes: int, work: Path) -> dict[str
         "setup": {
             "nodes": nodes,
             "gpus_per_node": 8,
+            "burst_gangs": gangs,
             "write_concurrency": args.write_concurrency,
             "minutes": args.minutes,
             "load": args.load,

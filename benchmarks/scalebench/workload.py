@@ -3,7 +3,7 @@
 Rules:
 - Gang shapes are drawn uniformly from ``SHAPES`` (pods x GPUs per pod): single pods, whole-node
   gangs of 2 to 16 nodes, and one 8-pod gang of 1-GPU pods sharing a node.
-- Arrivals are a Poisson stream (exponential gaps, seeded): the rate keeps ``load`` of the pool's
+- Arrivals are a Poisson stream (exponential gaps, seeded): the rate keeps ``load`` of ``gpus``
   GPUs busy on average, ``load * gpus / (mean gang GPUs * mean run seconds)`` gangs a second.
 - Run times are uniform in ``[run_seconds, run_seconds + spread]`` (kwok ends the Master then).
 """
