@@ -37,6 +37,9 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
   policy as one that already failed fails too and is answered from a memo (cleared by a
   preemption). Gangs answered from the memo share its reason, so their messages must be the same
   too: what a message names (nodes, GPU resource, the pod no node admits) is part of its key.
+  A gang that quota keeps out even with every candidate victim gone answers, until the usage
+  by team changes, for every gang of the same team, usage, priority and policy whatever its
+  shape (``_beyond_quota``: the busy pool's common case, every team at its quota).
 - Victim searches are decided per *kind* of preemptor (``_candidates``: team, priority, policy,
   what it reclaims, which teams borrow how much), which shares one candidate list, built from an
   index of the running gangs by team (``preemption.Candidates``) rather than a pass over all.
@@ -214,6 +217,9 @@ class _Cycle:
     capacity: Capacity
     usage: dict[str, dict[str, int]]
     misses: dict[tuple[object, ...], Wait] = field(default_factory=dict)
+    # ``_beyond_quota``: (team, usage, priority, policy) -> the Quota wait's message, until the
+    # usage by team changes (a gang admitted or preempted for)
+    beyond_quota: dict[tuple[object, ...], str] = field(default_factory=dict)
     # The gangs admitted before the cycle and not preempted in it, indexed as candidates (a gang
     # admitted in this cycle is never a victim in it). Until the next preemption (``_settle``):
     # candidate lists per kind of preemptor, victim groups per list and level, and victim
@@ -255,6 +261,7 @@ class _Cycle:
             usage = self.usage.setdefault(gang.team, {})
             for name, amount in gang.usage.items():
                 usage[name] = usage.get(name, 0) + amount
+            self.beyond_quota.clear()
         return placed
 
 
@@ -301,6 +308,10 @@ def _decide_one(cycle: _Cycle, gang: WaitingGang, *, borrow: bool) -> Outcome | 
     missed = cycle.misses.get(memo)
     if missed is not None:
         return Wait(gang.key, missed.kind, missed.reason)
+    by_quota = memo[0], memo[3], gang.priority, gang.preempts  # team, usage, priority, policy
+    beyond = cycle.beyond_quota.get(by_quota)
+    if beyond is not None:
+        return Wait(gang.key, "Quota", beyond)
     team = cycle.team(gang)
     verdict = check_quota(team, gang.usage, cycle.usage, cycle.pool.teams)
     if isinstance(verdict, Borrows) and not borrow:
@@ -316,6 +327,10 @@ def _decide_one(cycle: _Cycle, gang: WaitingGang, *, borrow: bool) -> Outcome | 
         obstacle = Wait(gang.key, placed.kind, reason)
     elif isinstance(verdict, QuotaWait):
         obstacle = Wait(gang.key, "Quota", verdict.message)
+        if _beyond_quota(cycle, gang, team):
+            cycle.beyond_quota[by_quota] = verdict.message
+            cycle.misses[memo] = obstacle
+            return obstacle
     else:
         obstacle = Wait(gang.key, "Quota", "waiting for borrowed quota to be returned")
     preempted = _preempt(cycle, gang, team, within_nominal=isinstance(verdict, Fits | Reclaims))
@@ -324,6 +339,16 @@ def _decide_one(cycle: _Cycle, gang: WaitingGang, *, borrow: bool) -> Outcome | 
         return preempted
     cycle.misses[memo] = obstacle
     return obstacle
+
+
+def _beyond_quota(cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None) -> bool:
+    """Whether quota keeps the gang out even with every candidate victim gone (rule 1).
+
+    That depends only on its team, usage, priority and policy and on the usage by team, so it
+    answers for every gang alike in those, whatever its shape, until the usage changes.
+    """
+    ordered, _ = _candidates(cycle, gang, team, within_nominal=False)
+    return not ordered or not _quota_with_all_gone(cycle, gang, team, ordered)
 
 
 def _shortfall(cycle: _Cycle, gang: WaitingGang) -> str | Shortfall:
@@ -380,6 +405,7 @@ def _preempt(
         return None
     gone = {v.key for v in choice.victims}
     cycle.usage = without(cycle.usage, choice.victims)
+    cycle.beyond_quota.clear()
     _settle(cycle, choice.victims)
     cycle.admit(gang, placed.nodes, extras=False)
     return Preempt(gang.key, tuple(sorted(gone)), placed.nodes)
