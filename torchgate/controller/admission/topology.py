@@ -756,7 +756,12 @@ def distribute(
     domain: int,
     count: int,
 ) -> list[tuple[int, int]]:
-    """``(node index, pods)`` pairs for ``count`` pods in ``domain``, depth-first (rule 4)."""
+    """``(node index, pods)`` pairs for ``count`` pods in ``domain``, depth-first (rule 4).
+
+    The children with room are sorted tightest first (slots, nodes, domains before nodes, key),
+    so the tightest child holding what remains is the first one not taken from where the slots
+    reach it.
+    """
     found = topology.domains[domain]
     units: list[tuple[int, int, int, tuple[str, ...], bool, int]] = []
     for child in found.children:
@@ -766,19 +771,27 @@ def distribute(
     for node in found.nodes:
         if node_slots[node]:
             units.append((node_slots[node], 1, 1, (topology.node_names[node],), False, node))
+    units.sort()
     out: list[tuple[int, int]] = []
     remaining = count
-    roomiest = sorted(units, key=lambda u: (-u[0], u[1], u[2], u[3]))
-    taken: set[tuple[bool, int]] = set()
+    taken: set[int] = set()  # positions in ``units``
+    roomiest: list[int] | None = None
     while remaining > 0:
-        holding = [u for u in units if u[0] >= remaining and (u[4], u[5]) not in taken]
-        if holding:
-            unit = min(holding)  # tightest: slots, nodes, domains before nodes, key
-            share = remaining
+        at = bisect_left(units, (remaining,))
+        while at in taken:
+            at += 1
+        if at < len(units):
+            share = remaining  # the tightest child holding the rest
         else:
-            unit = next(u for u in roomiest if (u[4], u[5]) not in taken)
-            share = unit[0]
-        taken.add((unit[4], unit[5]))
+            if roomiest is None:
+                roomiest = sorted(
+                    range(len(units)),
+                    key=lambda i: (-units[i][0], units[i][1], units[i][2], units[i][3]),
+                )
+            at = next(i for i in roomiest if i not in taken)
+            share = units[at][0]
+        taken.add(at)
+        unit = units[at]
         if unit[4]:
             out.extend(distribute(topology, node_slots, domain_slots, unit[5], share))
         else:
