@@ -721,11 +721,11 @@ class _Trial:
         if not victims:
             return None
         self.hold(victims)
-        verdict = check_quota(self.team, self.gang.usage, self.usage, self.cycle.pool.teams)
-        if not isinstance(verdict, Fits | Borrows):
-            return None
         gains = self.gains
-        return (gains.root() >= gains.count and gains.fits_level()) or None
+        if gains.root() < gains.count or not gains.fits_level():
+            return None  # no room (asked first: it is counted already, quota is not)
+        verdict = check_quota(self.team, self.gang.usage, self.usage, self.cycle.pool.teams)
+        return isinstance(verdict, Fits | Borrows) or None
 
     def place(self, victims: Sequence[Admitted]) -> TopologyPlacement | TopologyWait:
         """Where the gang goes once ``victims`` are gone."""
