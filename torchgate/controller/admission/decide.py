@@ -226,6 +226,7 @@ class _Cycle:
     # searches that failed per kind of preemptor (``_Failures``).
     settled: Candidates | None = None
     ordered: dict[tuple[object, ...], list[Admitted]] = field(default_factory=dict)
+    held: dict[int, dict[str, dict[str, int]]] = field(default_factory=dict)  # per list: usage
     groups: dict[tuple[int, int], list[_Group]] = field(default_factory=dict)
     failed: dict[tuple[object, ...], _Failures] = field(default_factory=dict)
     reach: dict[tuple[object, ...], dict[str, int]] = field(default_factory=dict)  # ``_Reach``
@@ -416,6 +417,7 @@ def _settle(cycle: _Cycle, victims: Sequence[Admitted]) -> None:
     assert cycle.settled is not None, "victims come from the candidates"
     cycle.settled.remove(victims)
     cycle.ordered.clear()
+    cycle.held.clear()
     cycle.groups.clear()
     cycle.failed.clear()
 
@@ -576,10 +578,21 @@ def _never_fits(pool: Pool, gang: WaitingGang) -> bool:
 
 
 def _quota_with_all_gone(
-    cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None, ordered: Sequence[Admitted]
+    cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None, ordered: list[Admitted]
 ) -> bool:
-    """Whether quota lets the gang in with every candidate gone (else no victims can help)."""
-    verdict = check_quota(team, gang.usage, without(cycle.usage, ordered), cycle.pool.teams)
+    """Whether quota lets the gang in with every candidate gone (else no victims can help).
+
+    What the candidates hold is summed per team once per candidate list.
+    """
+    held = cycle.held.get(id(ordered))
+    if held is None:
+        held = cycle.held[id(ordered)] = usage_by_team(ordered)
+    left = {name: dict(values) for name, values in cycle.usage.items()}
+    for name, values in held.items():
+        used = left.setdefault(name, {})
+        for resource, amount in values.items():
+            used[resource] = used.get(resource, 0) - amount
+    verdict = check_quota(team, gang.usage, left, cycle.pool.teams)
     return isinstance(verdict, Fits | Borrows)
 
 
