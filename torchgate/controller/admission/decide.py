@@ -642,10 +642,10 @@ class _Failures:
 class _Gains:
     """Slots of the gang's shape that nodes and domains gain when victims' pods are given back.
 
-    Kept beside the cycle's capacity, which stays as it is: per node what the victims' pods
-    return, and the slots that gains the node and its domains; for a required level, the
-    domains of that level that then hold the whole gang (``reaching``). ``level`` is ``None``
-    when the gang requires none, or when a domain of it holds the gang already.
+    Kept beside the cycle's capacity, which stays as it is: per node its free capacity with the
+    victims' pods given back, and the slots that gains the node and its domains; for a required
+    level, the domains of that level that then hold the whole gang (``reaching``). ``level`` is
+    ``None`` when the gang requires none, or when a domain of it holds the gang already.
     """
 
     def __init__(
@@ -662,17 +662,20 @@ class _Gains:
         if level is not None and slots.roomiest(level) >= self.count:
             level = None
         self.level = level
-        self.returned: dict[int, dict[str, int]] = {}  # node -> what the victims' pods return
+        self.with_victims: dict[int, dict[str, int]] = {}  # node -> free with the pods back
         self.gained: dict[int, int] = {}  # node -> slots it gains
         self.domain_gained: dict[int, int] = {}  # domain -> slots it gains
         self.reaching: set[int] = set()  # domains of ``level`` that hold the gang with the gains
 
     def move(self, victim: Admitted, sign: int, changed: set[int]) -> None:
         """Give back (``sign`` 1) or take again (-1) the victim's pods; note the nodes."""
+        with_victims, free = self.with_victims, self.capacity.free
         for node, held in self.spread(victim):
-            returned = self.returned.setdefault(node, {})
+            have = with_victims.get(node)
+            if have is None:
+                have = with_victims[node] = dict(free[node])
             for name, amount in held.items():
-                returned[name] = returned.get(name, 0) + sign * amount
+                have[name] = have.get(name, 0) + sign * amount
             changed.add(node)
 
     def settle(self, changed: set[int]) -> None:
@@ -680,17 +683,12 @@ class _Gains:
         capacity, shape = self.capacity, self.shape
         topology = capacity.topology
         allowed, names, ancestors = shape.allowed, topology.node_names, topology.ancestors
-        free, returned, node_slots, gained = (
-            capacity.free,
-            self.returned,
-            self.node_slots,
-            self.gained,
-        )
+        with_victims, node_slots, gained = self.with_victims, self.node_slots, self.gained
         deltas: dict[int, int] = {}
         for node in changed:
             if allowed is not None and names[node] not in allowed:
                 continue
-            now = slots_of(free[node], shape, returned[node]) - node_slots[node]
+            now = slots_of(with_victims[node], shape) - node_slots[node]
             delta = now - gained.get(node, 0)
             if delta:
                 gained[node] = now

@@ -297,7 +297,7 @@ def cheapest(
         if marker in seen:
             continue
         seen.add(marker)
-        if bound is not None and (least, number) > bound:
+        if bound is not None and least is not None and (least, number) > bound:
             continue  # no set of this group could cost less than ``best``
         if hopeless is not None and hopeless(number):
             if number == 0:
@@ -317,8 +317,10 @@ def cheapest(
 
 def _search_order(
     groups: Sequence[Sequence[Admitted]], now: float
-) -> list[tuple[int, tuple[int, int, int, float]]]:
+) -> list[tuple[int, tuple[int, int, int, float] | None]]:
     """The non-empty groups to search, in order, each with the least its sets could cost.
+
+    The first one searched needs no such bound (``None``): nothing is found before it.
 
     The first group comes first (if it finds nothing, no group can). When every group is
     ordered by priority, the others follow by that least cost (``floor``), so the best set is
@@ -327,10 +329,13 @@ def _search_order(
     does not change the winner. Otherwise (reclaimable gangs of any priority listed first) a
     group's answer depends on the best set found before it, so they keep their order.
     """
-    floors = [(number, floor(group, now)) for number, group in enumerate(groups) if group]
+    present = [number for number, group in enumerate(groups) if group]
+    if not present:
+        return []
+    rest = [(floor(groups[number], now), number) for number in present[1:]]
     if all(_by_priority(group) for group in groups):
-        floors[1:] = sorted(floors[1:], key=lambda item: (item[1], item[0]))
-    return floors
+        rest.sort()
+    return [(present[0], None), *((number, least) for least, number in rest)]
 
 
 def _by_priority(group: Sequence[Admitted]) -> bool:
@@ -340,14 +345,12 @@ def _by_priority(group: Sequence[Admitted]) -> bool:
 def floor(group: Sequence[Admitted], now: float) -> tuple[int, int, int, float]:
     """The least any victim set of ``group`` could cost (rule 5): its cheapest gang alone.
 
-    A set holds a victim of at least the group's lowest priority, so at best it is one gang of
-    that priority.
+    A set holds a victim of at least the group's lowest priority and at least one gang, so it
+    costs no less than the cheapest gang of that priority alone.
     """
-    lowest = min(victim.priority for victim in group)
     return min(
-        (lowest, 1, victim.usage.get(GPUS, 0), now - victim.admitted_at)
+        (victim.priority, 1, victim.usage.get(GPUS, 0), now - victim.admitted_at)
         for victim in group
-        if victim.priority == lowest
     )
 
 
