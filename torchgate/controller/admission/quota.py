@@ -116,7 +116,11 @@ def usage_by_team(admitted: Iterable[Admitted]) -> dict[str, dict[str, int]]:
     usage: dict[str, dict[str, int]] = {}
     for gang in admitted:
         if gang.team is not None:
-            _add(usage.setdefault(gang.team, {}), gang.usage)
+            total = usage.get(gang.team)
+            if total is None:
+                total = usage[gang.team] = {}
+            for name, amount in gang.usage.items():
+                total[name] = total.get(name, 0) + amount
     return usage
 
 
