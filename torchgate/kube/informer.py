@@ -8,6 +8,11 @@ events, so a handler never misses a deletion. Handlers only enqueue keys; the ca
 
 This is the one list-and-watch loop of torchgate: the controller's caches and the webhook's
 PlacementPolicy source are both informers.
+
+Every object is projected as it arrives (listed, watched or written through): the cache holds
+only the fields readers decide on (``pytorchjob.projection``; pods and Nodes by their kind,
+anything else without ``managedFields``), so the whole object is never kept and every handler
+sees the projected one.
 """
 
 from __future__ import annotations
@@ -19,13 +24,18 @@ from typing import Any
 
 from torchgate.kube.client import KubeApi
 from torchgate.kube.errors import ApiError, Gone
-from torchgate.kube.resources import Resource
+from torchgate.kube.resources import NODES, PODS, Resource
+from torchgate.pytorchjob.projection import project_node, project_pod, without_managed_fields
 
 log = logging.getLogger("torchgate.kube.informer")
 
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
 Handler = Callable[[str, dict[str, Any], dict[str, Any] | None], None]
 IndexFunction = Callable[[Mapping[str, Any]], Key | None]
+Projection = Callable[[Mapping[str, Any]], dict[str, Any]]
+
+# What each kind's cache keeps (``pytorchjob.projection``); other kinds lose only managedFields.
+PROJECTIONS: dict[Resource, Projection] = {PODS: project_pod, NODES: project_node}
 
 
 def key_of(obj: Mapping[str, Any]) -> Key:
@@ -45,8 +55,11 @@ class Informer:
         namespace: str | None = None,
         label_selector: str | None = None,
         watch_timeout: int = 300,
+        project: Projection | None = None,
     ) -> None:
+        """``project``: what the cache keeps of each object (default: by kind, ``PROJECTIONS``)."""
         self.api = api
+        self.project = project or PROJECTIONS.get(resource, without_managed_fields)
         self.resource = resource
         self.namespace = namespace
         self.label_selector = label_selector
@@ -102,8 +115,9 @@ class Informer:
         if tombstone is not None and not _newer(obj, {"metadata": {"resourceVersion": tombstone}}):
             return
         self._index_remove(key, old)
-        self.store[key] = _trim(obj)
-        self._index_add(key, obj)
+        kept = self.project(obj)
+        self.store[key] = kept
+        self._index_add(key, kept)
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop an object the apiserver just said is gone."""
@@ -151,7 +165,7 @@ class Informer:
 
     async def _list(self, path: str) -> str:
         listing = await self.api.request("GET", path, query=self._query())
-        fresh = {key_of(item): _trim(item) for item in listing.get("items") or []}
+        fresh = {key_of(item): self.project(item) for item in listing.get("items") or []}
         kind = self.resource.plural
         previous = self.store
         snapshot = {"metadata": {"resourceVersion": listing["metadata"]["resourceVersion"]}}
@@ -198,7 +212,7 @@ class Informer:
             old = self.store.get(key)
             if kind == "MODIFIED" and old is not None and _newer(old, obj):
                 continue  # we already hold a newer copy written through by the reconciler
-            obj = _trim(obj)
+            obj = self.project(obj)
             if kind == "DELETED":
                 self.store.pop(key, None)
                 self._index_remove(key, old)
@@ -233,14 +247,6 @@ def _newer(held: Mapping[str, Any], incoming: Mapping[str, Any]) -> bool:
     """
     mine, theirs = _version(held), _version(incoming)
     return mine.isdigit() and theirs.isdigit() and int(mine) > int(theirs)
-
-
-def _trim(obj: dict[str, Any]) -> dict[str, Any]:
-    """Drop ``managedFields``: a large share of every object and never read here."""
-    metadata = obj.get("metadata")
-    if isinstance(metadata, dict) and "managedFields" in metadata:
-        obj = {**obj, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
-    return obj
 
 
 def _version(obj: Mapping[str, Any]) -> str:
