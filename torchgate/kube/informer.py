@@ -12,7 +12,8 @@ PlacementPolicy source are both informers.
 Every object is projected as it arrives (listed, watched or written through): the cache holds
 only the fields readers decide on (``pytorchjob.projection``; pods and Nodes by their kind,
 anything else without ``managedFields``), so the whole object is never kept and every handler
-sees the projected one.
+sees the projected one. Lists are read in pages, each projected before the next is asked for, so
+a list of every pod of the cluster never holds more than one page of whole pods.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class Informer:
         label_selector: str | None = None,
         watch_timeout: int = 300,
         project: Projection | None = None,
+        page_size: int = 500,
     ) -> None:
         """``project``: what the cache keeps of each object (default: by kind, ``PROJECTIONS``)."""
         self.api = api
@@ -64,6 +66,7 @@ class Informer:
         self.namespace = namespace
         self.label_selector = label_selector
         self.watch_timeout = watch_timeout
+        self.page_size = page_size
         self.store: dict[Key, dict[str, Any]] = {}
         self.handlers: list[Handler] = []
         self.synced = asyncio.Event()
@@ -164,11 +167,10 @@ class Informer:
                 backoff = min(backoff * 2, 30.0)
 
     async def _list(self, path: str) -> str:
-        listing = await self.api.request("GET", path, query=self._query())
-        fresh = {key_of(item): self.project(item) for item in listing.get("items") or []}
+        fresh, version = await self._list_pages(path)
         kind = self.resource.plural
         previous = self.store
-        snapshot = {"metadata": {"resourceVersion": listing["metadata"]["resourceVersion"]}}
+        snapshot = {"metadata": {"resourceVersion": version}}
         for key, held in previous.items():
             # Written through after the list's snapshot (a pod the reconciler just created): keep
             # it; the watch that follows confirms or deletes it. Dropping it would make a gang
@@ -191,7 +193,27 @@ class Informer:
                 self._emit("DELETED", old, old)
         self.synced.set()
         log.debug("%s: listed %d", kind, len(fresh))
-        return str(listing["metadata"]["resourceVersion"])
+        return version
+
+    async def _list_pages(self, path: str) -> tuple[dict[Key, dict[str, Any]], str]:
+        """Every object, projected page by page, and the list's resourceVersion.
+
+        Pages of ``page_size`` (``limit`` and ``continue``, as client-go's reflector lists): only
+        one page of whole objects is ever decoded at once, and each apiserver call stays short.
+        All pages come from the first page's snapshot; a continue token that expired answers
+        410 Gone, and ``run`` lists again from the start.
+        """
+        fresh: dict[Key, dict[str, Any]] = {}
+        query = {**self._query(), "limit": str(self.page_size)}
+        while True:
+            listing = await self.api.request("GET", path, query=query)
+            for item in listing.get("items") or []:
+                fresh[key_of(item)] = self.project(item)
+            metadata = listing.get("metadata") or {}
+            token = metadata.get("continue")
+            if not token:
+                return fresh, str(metadata["resourceVersion"])
+            query = {**self._query(), "limit": str(self.page_size), "continue": str(token)}
 
     async def _watch(self, path: str, version: str) -> str:
         query = {
