@@ -398,6 +398,7 @@ def main() -> int:
     if args.before is not None:
         trees = {"before": args.before.resolve(), "after": REPO}
     rows: list[dict[str, Any]] = []
+    load_before = os.getloadavg()
     sizes = {name: _python(source, "sizes") for name, source in trees.items()}
     for name, numbers in sizes.items():
         print(
@@ -428,8 +429,16 @@ def main() -> int:
                     rows.append(row)
                     print(json.dumps(row), flush=True)
             file.unlink()
+    meta = {
+        "python": sys.version.split()[0],
+        "trees": {name: str(source) for name, source in trees.items()},
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+    }
+    print(f"load average {load_before[0]:.1f} before, {meta['load_average_after'][0]:.1f} after")
     if args.out is not None:
-        args.out.write_text(json.dumps({"sizes": sizes, "rows": rows}, indent=2) + "\n")
+        report = {"meta": meta, "sizes": sizes, "rows": rows}
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
     return 0
 
 
