@@ -408,9 +408,9 @@ def main() -> int:
         )
     work = Path(tempfile.mkdtemp(prefix="controller-memory-"))
     for count in (int(s) for s in args.sizes.split(",")):
+        file = work / f"{count}.jsonl"
+        _python(REPO, f"prepare:{count}:-:{file}")  # the same pods for every tree and path
         for path in args.paths.split(","):
-            file = work / f"{count}.jsonl"
-            _python(REPO, f"prepare:{count}:{path}:{file}")  # the same pods for every tree
             for round_ in range(args.rounds):
                 for name, source in trees.items():  # interleaved: before and after back to back
                     traced = _python(source, f"traced:{file}:{path}")
@@ -428,7 +428,7 @@ def main() -> int:
                     assert traced["pods"] == rss["pods"] == count, (traced, rss)
                     rows.append(row)
                     print(json.dumps(row), flush=True)
-            file.unlink()
+        file.unlink()
     meta = {
         "python": sys.version.split()[0],
         "trees": {name: str(source) for name, source in trees.items()},
