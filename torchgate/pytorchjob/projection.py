@@ -14,11 +14,11 @@ Invariants:
   not copied), so a reader gets the same answer from the projected object as from the whole one
   for every field listed here.
 - A projected object is never sent back to the apiserver: the controller writes pods only by
-  creating the manifests it builds and deleting by name, and Nodes only by merge patches of the
-  fields it read (taints, labels) with their ``resourceVersion``.
+  creating the manifests it builds, deleting by name and labelling its own pod, and Nodes only by
+  merge patches of the fields it read (taints, labels) with their ``resourceVersion``.
 - A projection is idempotent: projecting a projected object gives an equal object.
 - Adding a reader of a field not kept here means adding the field here; the agreement test
-  (``tests/unit/pytorchjob/test_projection.py``) calls every reader on whole and projected pods.
+  (``tests/unit/controller/test_projection.py``) calls every reader on whole and projected pods.
 
 Rules (each one function):
 
