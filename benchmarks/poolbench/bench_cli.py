@@ -25,8 +25,9 @@ from torchgate_dev.controlplane.binaries import ensure_binaries
 from torchgate_dev.controlplane.cluster import ControlPlane
 
 from .harness import REPO, prepare
+from .latency import STEPS
 from .manifests import GPUS_PER_NODE
-from .scenarios import burst_round, fairness_round, preemption_rounds
+from .scenarios import burst_round, fairness_round, knavigator_round, preemption_rounds
 from .stats import over
 
 DESCRIPTION = "Pool-sharing benchmarks on the local control plane: the real controller, kwok nodes."
@@ -52,6 +53,16 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
         summary["burst"]["no_backfill_makespan_over_backfill"] = over(
             rows, "no_backfill_makespan_over_backfill"
         )
+        summary["burst"]["latency"] = _latency(rows)
+    if "knavigator" in results:
+        rows = results["knavigator"]
+        summary["knavigator"] = {
+            f"{label}_{name}": over(rows, label, name)
+            for label in ("backfill", "no_backfill")
+            for name in ("makespan", "optimum_over_makespan", "simulated_makespan", "occupancy")
+        }
+        summary["knavigator"]["optimal_makespan"] = over(rows, "optimal_makespan")
+        summary["knavigator"]["latency"] = _latency(rows)
     if "preemption" in results:
         rows = results["preemption"]
         seconds = {
@@ -76,6 +87,14 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
+def _latency(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per run label and step, the rounds' medians of the per-gang median seconds."""
+    return {
+        label: {step: over(rows, label, "latency", step, "median") for step in STEPS}
+        for label in ("backfill", "no_backfill")
+    }
+
+
 async def main_async(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """Start a plane, prepare the pool, run the scenarios in ``args.only``; the JSON document."""
     plane = ControlPlane(binaries=ensure_binaries(), workdir=workdir / "plane")
@@ -88,6 +107,11 @@ async def main_async(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             if "burst" in args.only:
                 results["burst"] = [
                     await burst_round(api, plane, args, number, workdir)
+                    for number in range(1, args.rounds + 1)
+                ]
+            if "knavigator" in args.only:
+                results["knavigator"] = [
+                    await knavigator_round(api, plane, args, number, workdir)
                     for number in range(1, args.rounds + 1)
                 ]
             if "preemption" in args.only:
@@ -114,6 +138,7 @@ async def main_async(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "preemption_rounds": args.preemption_rounds,
             "team_jobs": args.team_jobs,
             "fair_seconds": args.fair_seconds,
+            "knavigator_seconds": args.knavigator_seconds,
             "rounds": args.rounds,
             "seed": args.seed,
             "commit": subprocess.run(
@@ -135,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default="burst,preemption,fairness",
-        help="comma-separated scenarios: burst, preemption, fairness",
+        help="comma-separated scenarios: burst, preemption, fairness, knavigator",
     )
     parser.add_argument("--nodes", type=int, default=32)
     parser.add_argument("--jobs", type=int, default=24, help="gangs in the burst")
@@ -145,13 +170,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--preemption-rounds", type=int, default=10)
     parser.add_argument("--team-jobs", type=int, default=12, help="gangs per team")
     parser.add_argument("--fair-seconds", type=float, default=60.0, help="team gangs' run time")
+    parser.add_argument(
+        "--knavigator-seconds", type=float, default=30.0, help="knavigator's pods' run time"
+    )
     parser.add_argument("--seed", type=int, default=16)
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "pool.json")
     args = parser.parse_args(argv)
     args.only = {part.strip() for part in args.only.split(",") if part.strip()}
-    unknown = args.only - {"burst", "preemption", "fairness"}
+    unknown = args.only - {"burst", "preemption", "fairness", "knavigator"}
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
+    if args.nodes < 32 and "knavigator" in args.only:
+        parser.error("knavigator's workload needs 32 nodes (its largest gang)")
     if args.nodes < 16 and "preemption" in args.only:
         parser.error("the preemption scenario needs at least 16 nodes (two low gangs of 8 free)")
     if "preemption" in args.only and args.urgent_pods > args.nodes // 2:
