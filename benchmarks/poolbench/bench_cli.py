@@ -139,6 +139,7 @@ async def main_async(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "team_jobs": args.team_jobs,
             "fair_seconds": args.fair_seconds,
             "knavigator_seconds": args.knavigator_seconds,
+            "deadline_margin": args.deadline_margin,
             "rounds": args.rounds,
             "seed": args.seed,
             "commit": subprocess.run(
@@ -173,10 +174,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--knavigator-seconds", type=float, default=30.0, help="knavigator's pods' run time"
     )
+    parser.add_argument(
+        "--deadline-margin",
+        type=float,
+        default=10.0,
+        help="burst and knavigator gangs' activeDeadlineSeconds = run time + this (default 10);"
+        " negative: no deadline (the cycle then knows no gang's end and reserves nothing)",
+    )
     parser.add_argument("--seed", type=int, default=16)
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "pool.json")
     args = parser.parse_args(argv)
     args.only = {part.strip() for part in args.only.split(",") if part.strip()}
+    if args.deadline_margin < 0:
+        args.deadline_margin = None
     unknown = args.only - {"burst", "preemption", "fairness", "knavigator"}
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")

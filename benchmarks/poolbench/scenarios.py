@@ -65,11 +65,24 @@ LOG_ADMISSIONS = ("--log-level", "INFO", "--log-format", "json")
 
 
 async def burst_run(
-    api: KubeClient, plane: ControlPlane, jobs: Sequence[Job], *, backfill: bool, log: Path
+    api: KubeClient,
+    plane: ControlPlane,
+    jobs: Sequence[Job],
+    *,
+    backfill: bool,
+    log: Path,
+    deadline_margin: float | None = None,
 ) -> dict[str, Any]:
-    """One burst through the controller; makespan and occupancy."""
+    """One burst through the controller; makespan and occupancy.
+
+    ``deadline_margin``: every job's ``activeDeadlineSeconds`` is its run time plus this (the
+    cycle's reservation for the head gang needs the running gangs' ends); ``None``: no deadline.
+    """
     namespace = jobs[0].namespace
-    manifests = [pytorchjob(j.name, namespace, j.pods, j.seconds) for j in jobs]
+    manifests = [
+        pytorchjob(j.name, namespace, j.pods, j.seconds, deadline_margin=deadline_margin)
+        for j in jobs
+    ]
     masters = [(namespace, f"{j.name}-master-0") for j in jobs]
     work = sum(j.pods * j.seconds for j in jobs) * GPUS_PER_NODE
     pool_gpus = len(plane_nodes(plane)) * GPUS_PER_NODE
@@ -116,13 +129,20 @@ async def burst_round(
     }
     for label, backfill in (("backfill", True), ("no_backfill", False)):
         print(f"round {number}: burst of {len(jobs)} gangs, {label}", file=sys.stderr)
-        sim = simulate(jobs, nodes=nodes, gpus_per_node=GPUS_PER_NODE, backfill=backfill)
+        sim = simulate(
+            jobs,
+            nodes=nodes,
+            gpus_per_node=GPUS_PER_NODE,
+            backfill=backfill,
+            deadlines=args.deadline_margin is not None,
+        )
         real = await burst_run(
             api,
             plane,
             jobs,
             backfill=backfill,
             log=workdir / f"controller-burst-{number}-{label}.log",
+            deadline_margin=args.deadline_margin,
         )
         real["simulated_makespan"] = sim.makespan
         real["makespan_over_optimum"] = round(real["makespan"] / optimum, 4)
@@ -157,9 +177,20 @@ async def knavigator_round(
     }
     for label, backfill in (("backfill", True), ("no_backfill", False)):
         print(f"round {number}: knavigator's {len(jobs)} gangs, {label}", file=sys.stderr)
-        sim = simulate(jobs, nodes=nodes, gpus_per_node=GPUS_PER_NODE, backfill=backfill)
+        sim = simulate(
+            jobs,
+            nodes=nodes,
+            gpus_per_node=GPUS_PER_NODE,
+            backfill=backfill,
+            deadlines=args.deadline_margin is not None,
+        )
         real = await burst_run(
-            api, plane, jobs, backfill=backfill, log=workdir / f"controller-kn-{number}-{label}.log"
+            api,
+            plane,
+            jobs,
+            backfill=backfill,
+            log=workdir / f"controller-kn-{number}-{label}.log",
+            deadline_margin=args.deadline_margin,
         )
         real["simulated_makespan"] = sim.makespan
         real["optimum_over_makespan"] = round(optimum / real["makespan"], 4)
