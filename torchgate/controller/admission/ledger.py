@@ -29,9 +29,11 @@ Rules:
    capacity view follows events, not the pool.
 5. **Gangs holding capacity** (``holding``): running gangs (never victims) with the priority
    their reconcile reports (``note``) and their admission time, reservations and holds at
-   ``preemption.HELD_PRIORITY``; quota counts them and preemption may choose from them. A running
-   gang's record is rebuilt only when its pods, priority, GPU sources, admission time or team
-   changed.
+   ``preemption.HELD_PRIORITY``; quota counts them and preemption may choose from them. A gang
+   whose job has a deadline also carries when it has ended at the latest (``ends_by``, from
+   ``note`` or ``reserve``), kept until its last pod is gone even after its job is forgotten
+   (a finished job's Workers are still being deleted). A running gang's record is rebuilt only
+   when its pods, priority, GPU sources, admission time or team changed.
 6. **Claimed GPUs**: a torchgate pod's GPUs claimed through DRA (``units.pod_units`` with what
    its job's policy counts as GPUs, ``note``) count on its node and against quota exactly as
    when its gang waited, from the moment the pod is seen, allocated or not; so device capacity
@@ -162,6 +164,8 @@ class CapacityLedger:
                     gang.discard(key)
                     if not gang:
                         del self.gangs[member.job]
+                        if member.job not in self.priorities:  # forgotten: no gang to end
+                            self.ends_by.pop(member.job, None)
         after = pod_usage(pod) if pod is not None else None
         if after is not None and pod is not None:
             member = member_of(pod)
@@ -346,7 +350,8 @@ class CapacityLedger:
         self.gpu_sources.pop(key, None)
         self.priorities.pop(key, None)
         self.admitted_at.pop(key, None)
-        self.ends_by.pop(key, None)
+        if key not in self.gangs:  # a finished gang's pods still going keep their deadline
+            self.ends_by.pop(key, None)
         self._stale.add(key)
         return changed
 
