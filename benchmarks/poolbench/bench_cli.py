@@ -40,7 +40,7 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
         rows = results["burst"]
         summary["burst"] = {
             f"{label}_{name}": over(rows, label, name)
-            for label in ("backfill", "no_backfill")
+            for label in _labels(rows)
             for name in (
                 "makespan",
                 "occupancy",
@@ -50,15 +50,16 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
             )
         }
         summary["burst"]["optimal_makespan"] = over(rows, "optimal_makespan")
-        summary["burst"]["no_backfill_makespan_over_backfill"] = over(
-            rows, "no_backfill_makespan_over_backfill"
-        )
+        if "no_backfill_makespan_over_backfill" in rows[0]:
+            summary["burst"]["no_backfill_makespan_over_backfill"] = over(
+                rows, "no_backfill_makespan_over_backfill"
+            )
         summary["burst"]["latency"] = _latency(rows)
     if "knavigator" in results:
         rows = results["knavigator"]
         summary["knavigator"] = {
             f"{label}_{name}": over(rows, label, name)
-            for label in ("backfill", "no_backfill")
+            for label in _labels(rows)
             for name in ("makespan", "optimum_over_makespan", "simulated_makespan", "occupancy")
         }
         summary["knavigator"]["optimal_makespan"] = over(rows, "optimal_makespan")
@@ -91,8 +92,13 @@ def _latency(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Per run label and step, the rounds' medians of the per-gang median seconds."""
     return {
         label: {step: over(rows, label, "latency", step, "median") for step in STEPS}
-        for label in ("backfill", "no_backfill")
+        for label in _labels(rows)
     }
+
+
+def _labels(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The burst runs the rounds made (``--modes``)."""
+    return [label for label in ("backfill", "no_backfill") if rows and label in rows[0]]
 
 
 async def main_async(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -175,6 +181,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--knavigator-seconds", type=float, default=30.0, help="knavigator's pods' run time"
     )
     parser.add_argument(
+        "--modes",
+        default="backfill,no_backfill",
+        help="burst and knavigator runs per round: backfill, no_backfill (comma-separated)",
+    )
+    parser.add_argument(
         "--deadline-margin",
         type=float,
         default=10.0,
@@ -185,6 +196,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "pool.json")
     args = parser.parse_args(argv)
     args.only = {part.strip() for part in args.only.split(",") if part.strip()}
+    args.modes = {part.strip() for part in args.modes.split(",") if part.strip()}
+    if not args.modes or args.modes - {"backfill", "no_backfill"}:
+        parser.error("--modes: backfill and/or no_backfill")
     if args.deadline_margin < 0:
         args.deadline_margin = None
     unknown = args.only - {"burst", "preemption", "fairness", "knavigator"}

@@ -127,7 +127,7 @@ async def burst_round(
         "optimum_proven": bins.proven,
         "lower_bound_makespan": lower_bound(jobs, nodes=nodes),
     }
-    for label, backfill in (("backfill", True), ("no_backfill", False)):
+    for label, backfill in modes(args):
         print(f"round {number}: burst of {len(jobs)} gangs, {label}", file=sys.stderr)
         sim = simulate(
             jobs,
@@ -153,10 +153,18 @@ async def burst_round(
             f" simulated {sim.makespan:.0f}s)",
             file=sys.stderr,
         )
-    result["no_backfill_makespan_over_backfill"] = round(
-        result["no_backfill"]["makespan"] / result["backfill"]["makespan"], 4
-    )
+    if "no_backfill" in result and "backfill" in result:
+        result["no_backfill_makespan_over_backfill"] = round(
+            result["no_backfill"]["makespan"] / result["backfill"]["makespan"], 4
+        )
     return result
+
+
+def modes(args: argparse.Namespace) -> list[tuple[str, bool]]:
+    """The burst runs ``--modes`` asks for: (label, with backfill)."""
+    return [
+        (label, label == "backfill") for label in ("backfill", "no_backfill") if label in args.modes
+    ]
 
 
 async def knavigator_round(
@@ -175,7 +183,7 @@ async def knavigator_round(
         "optimal_makespan": optimum,
         "optimum_proven": bins.proven,
     }
-    for label, backfill in (("backfill", True), ("no_backfill", False)):
+    for label, backfill in modes(args):
         print(f"round {number}: knavigator's {len(jobs)} gangs, {label}", file=sys.stderr)
         sim = simulate(
             jobs,
