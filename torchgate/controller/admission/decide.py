@@ -26,9 +26,10 @@ older, then by name):
 4. Otherwise it waits (``Wait``) with the reason of the first obstacle: ``Quota``, ``Capacity``
    or ``Topology``. A ``Capacity`` wait says what is short (``topology.Shortfall``), or why no
    node may take one of its pods at all (``WaitingGang.no_node``).
-5. Backfill never delays the head: the first gang that waits for room gets the nodes it can have
-   at the earliest time gangs with a known end free them, and later gangs use those nodes only
-   when they end before then (``backfill``, every decision above goes through it).
+5. Backfill never delays the head of the queue: each of the first gangs that wait for room gets
+   the nodes it can have at the earliest time gangs with a known end free them, and later gangs
+   use those nodes only when they end before then (``backfill``; every decision above goes
+   through it).
 
 Cost: a cycle grows with the gangs it decides and what it changes, not with the pool.
 
@@ -59,7 +60,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from torchgate.controller.admission.backfill import HeadReservation
+from torchgate.controller.admission.backfill import Reservations
 from torchgate.controller.admission.preemption import (
     Candidates,
     Preemptor,
@@ -276,14 +277,14 @@ def decide(pool: Pool, waiting: Sequence[WaitingGang], now: float) -> list[Outco
     )
     ordered = sorted(waiting, key=WaitingGang.order)
     outcomes: dict[JobKey, Outcome] = {}
-    head = HeadReservation(cycle.capacity, pool.admitted, now)  # rule 5
+    reservations = Reservations(cycle.capacity, pool.admitted, now)  # rule 5
     for gang in ordered:
-        first = head.decide(gang, lambda g: _decide_one(cycle, g, borrow=False))
+        first = reservations.decide(gang, lambda g: _decide_one(cycle, g, borrow=False))
         if first is not None:
             outcomes[gang.key] = first
     for gang in ordered:
         if gang.key not in outcomes:
-            outcomes[gang.key] = head.decide(
+            outcomes[gang.key] = reservations.decide(
                 gang, lambda g: _decide_one(cycle, g, borrow=True)
             ) or Wait(gang.key, "Quota", "waiting for quota")
     return [outcomes[gang.key] for gang in ordered]

@@ -55,6 +55,11 @@ def usual_pool(*, old_ends: float | None = 130.0) -> Pool:
     )
 
 
+def ending_of(pool: Pool) -> list[Admitted]:
+    """The running gangs with a known end, in order of it (what ``Reservations`` passes)."""
+    return sorted((a for a in pool.admitted if a.ends_by is not None), key=lambda a: a.ends_by or 0)
+
+
 def limited(name: str, pods: int, run_limit: float | None) -> WaitingGang:
     return replace(waiting(name, pods=pods, created="2026-01-01T00:00:01Z"), run_limit=run_limit)
 
@@ -112,7 +117,7 @@ def test_gangs_not_needing_the_reserved_nodes_are_admitted_beside_them() -> None
 
 def test_the_head_is_the_first_gang_waiting_for_room_and_gets_the_earliest_time() -> None:
     pool = usual_pool()
-    reservation = reserve(pool.capacity.fork(), HEAD, pool.admitted)
+    reservation = reserve(pool.capacity.fork(), HEAD, ending_of(pool))
     assert reservation is not None
     assert reservation.at == 130.0
     assert reservation.nodes == frozenset(NAMES[0:4] + NAMES[6:8])
@@ -126,7 +131,7 @@ def test_a_head_that_fits_only_when_gangs_without_an_end_leave_reserves_nothing(
         ]
     )
     huge = waiting("huge", pods=8)
-    assert reserve(pool.capacity.fork(), huge, pool.admitted) is None
+    assert reserve(pool.capacity.fork(), huge, ending_of(pool)) is None
     outcomes = decide(pool, [huge, limited("long", 2, None)], NOW)
     assert [type(o) for o in outcomes] == [Wait, Admit]  # backfill as without a reservation
 
@@ -159,7 +164,7 @@ def test_backfill_never_delays_the_head_gang(
     )
     head = waiting("head", pods=head_size)
     gangs = [limited(f"b-{i}", size, run_limit) for i, (size, run_limit) in enumerate(behind)]
-    reservation = reserve(pool.capacity.fork(), head, pool.admitted)
+    reservation = reserve(pool.capacity.fork(), head, ending_of(pool))
     outcomes = decide(pool, [head, *gangs], NOW)
     assert isinstance(outcomes[0], Wait)
     if reservation is None:
@@ -179,3 +184,15 @@ def test_backfill_never_delays_the_head_gang(
                 later.take(outcome.nodes, gang.requests)
     placed = place_topology(later, head.pods, head.shape, head.topology)
     assert isinstance(placed, TopologyPlacement)
+
+
+def test_the_second_waiting_gangs_nodes_are_kept_too() -> None:
+    # "old" holds 6 nodes until 130 s, 2 are free. The head and the gang behind it (4 pods
+    # each) fill the pool at 130 s between them; a gang with no known end gets neither's nodes.
+    pool = pool_of([(waiting("old", pods=6), NAMES[0:6], 130.0)])
+    first, second = waiting("first", pods=4), waiting("second", pods=4)
+    behind = limited("long", 1, None)
+    outcomes = decide(pool, [first, second, behind], NOW)
+    assert [type(o) for o in outcomes] == [Wait, Wait, Wait]
+    outcomes = decide(pool, [first, second, limited("short", 1, 20.0)], NOW)
+    assert [type(o) for o in outcomes] == [Wait, Wait, Admit]
