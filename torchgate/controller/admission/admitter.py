@@ -33,9 +33,11 @@ the start of every cycle); node eligibility is read again only when a node chang
 facts only when it asked anew or what they came from changed; the ledger rebuilds only the
 running gangs that changed.
 
-Backfill: a job that does not fit does not block smaller jobs behind it, unless it has waited longer
-than ``starvation_seconds`` for capacity or topology; from then on nothing behind it is admitted
-until it is, so a stream of small jobs cannot starve a large one.
+Backfill: a job that does not fit does not block smaller jobs behind it, except on the nodes the
+cycle reserves for the first waiting gangs from the running gangs' deadlines (``backfill``: only
+gangs whose own deadline ends before then may use those), and unless it has waited longer than
+``starvation_seconds`` for capacity or topology; from then on nothing behind it is admitted until
+it is, so a stream of small jobs cannot starve a large one whose nodes no deadline promises.
 """
 
 from __future__ import annotations
