@@ -26,6 +26,10 @@ older, then by name):
 4. Otherwise it waits (``Wait``) with the reason of the first obstacle: ``Quota``, ``Capacity``
    or ``Topology``. A ``Capacity`` wait says what is short (``topology.Shortfall``), or why no
    node may take one of its pods at all (``WaitingGang.no_node``).
+5. Backfill never delays the head of the queue: each of the first gangs that wait for room gets
+   the nodes it can have at the earliest time gangs with a known end free them, and later gangs
+   use those nodes only when they end before then (``backfill``; every decision above goes
+   through it).
 
 Cost: a cycle grows with the gangs it decides and what it changes, not with the pool.
 
@@ -34,12 +38,13 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
   (``topology.Capacity``) instead of walking the domains.
 - Within a cycle free capacity only shrinks and quota usage only grows, except through a
   preemption, so a gang of the same team, shape, size, usage, topology request, priority and
-  policy as one that already failed fails too and is answered from a memo (cleared by a
-  preemption). Gangs answered from the memo share its reason, so their messages must be the same
-  too: what a message names (nodes, GPU resource, the pod no node admits) is part of its key.
-  A gang that quota keeps out even with every candidate victim gone answers, until the usage
-  by team changes, for every gang of the same team, usage, priority and policy whatever its
-  shape (``_beyond_quota``: the busy pool's common case, every team at its quota).
+  policy (and run limit: ``backfill`` rule 4) as one that already failed fails too and is
+  answered from a memo (cleared by a preemption). Gangs answered from the memo share its
+  reason, so their messages must be the same too: what a message names (nodes, GPU resource,
+  the pod no node admits) is part of its key. A gang that quota keeps out even with every
+  candidate victim gone answers, until the usage by team changes, for every gang of the same
+  team, usage, priority and policy whatever its shape (``_beyond_quota``: the busy pool's
+  common case, every team at its quota).
 - Victim searches are decided per *kind* of preemptor (``_candidates``: team, priority, policy,
   what it reclaims, which teams borrow how much), which shares one candidate list, built from an
   index of the running gangs by team (``preemption.Candidates``) rather than a pass over all.
@@ -58,6 +63,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from torchgate.controller.admission.backfill import Reservations
 from torchgate.controller.admission.preemption import (
     Candidates,
     Preemptor,
@@ -123,6 +129,8 @@ class WaitingGang:
         where: How messages name the nodes its pods may use (``nodes.pool_of``).
         gpu_resource: What its policy counts as GPUs (messages name it first).
         no_node: Why no node may take one of its pods (``nodes.no_eligible_node``), if so.
+        run_limit: Seconds it may run once started (``runPolicy.activeDeadlineSeconds``), if
+            set: whether it may backfill before the head gang (``backfill`` rule 4).
     """
 
     key: JobKey
@@ -139,6 +147,7 @@ class WaitingGang:
     where: str = "in the cluster"
     gpu_resource: str = names.DEFAULT_GPU_RESOURCE
     no_node: str | None = None
+    run_limit: float | None = None
 
     def order(self) -> tuple[int, str, str, str]:
         """Its place in the cycle (``pool.admission_order``)."""
@@ -276,15 +285,16 @@ def decide(pool: Pool, waiting: Sequence[WaitingGang], now: float) -> list[Outco
     )
     ordered = sorted(waiting, key=WaitingGang.order)
     outcomes: dict[JobKey, Outcome] = {}
+    reservations = Reservations(cycle.capacity, pool.admitted, now)  # rule 5
     for gang in ordered:
-        first = _decide_one(cycle, gang, borrow=False)
+        first = reservations.decide(gang, lambda g: _decide_one(cycle, g, borrow=False))
         if first is not None:
             outcomes[gang.key] = first
     for gang in ordered:
         if gang.key not in outcomes:
-            outcomes[gang.key] = _decide_one(cycle, gang, borrow=True) or Wait(
-                gang.key, "Quota", "waiting for quota"
-            )
+            outcomes[gang.key] = reservations.decide(
+                gang, lambda g: _decide_one(cycle, g, borrow=True)
+            ) or Wait(gang.key, "Quota", "waiting for quota")
     return [outcomes[gang.key] for gang in ordered]
 
 
@@ -300,6 +310,7 @@ def _memo_key(gang: WaitingGang) -> tuple[object, ...]:
         gang.where,
         gang.gpu_resource,
         gang.no_node,
+        gang.run_limit,  # whether it may use the head's reserved nodes (``backfill`` rule 4)
     )
 
 

@@ -56,6 +56,8 @@ class Admitted:
         admitted_at: When it was admitted (seconds on the clock the caller uses for ``now``).
         nodes: Pod name -> node (for preemption: what removing it frees).
         requests: Pod name -> what the pod takes from its node (milli-units).
+        ends_by: When it has ended at the latest (same clock as ``admitted_at``), when its job
+            has a deadline (``runPolicy.activeDeadlineSeconds``): ``backfill`` rule 2.
     """
 
     key: JobKey
@@ -65,6 +67,7 @@ class Admitted:
     admitted_at: float = 0.0
     nodes: Mapping[str, str] | None = None
     requests: Mapping[str, Units] | None = None
+    ends_by: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
