@@ -25,8 +25,9 @@ from torchgate_dev.controlplane.binaries import ensure_binaries
 from torchgate_dev.controlplane.cluster import ControlPlane
 
 from .harness import REPO, prepare
+from .latency import STEPS
 from .manifests import GPUS_PER_NODE
-from .scenarios import burst_round, fairness_round, preemption_rounds
+from .scenarios import burst_round, fairness_round, knavigator_round, preemption_rounds
 from .stats import over
 
 DESCRIPTION = "Pool-sharing benchmarks on the local control plane: the real controller, kwok nodes."
@@ -39,7 +40,7 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
         rows = results["burst"]
         summary["burst"] = {
             f"{label}_{name}": over(rows, label, name)
-            for label in ("backfill", "no_backfill")
+            for label in _labels(rows)
             for name in (
                 "makespan",
                 "occupancy",
@@ -49,9 +50,20 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
             )
         }
         summary["burst"]["optimal_makespan"] = over(rows, "optimal_makespan")
-        summary["burst"]["no_backfill_makespan_over_backfill"] = over(
-            rows, "no_backfill_makespan_over_backfill"
-        )
+        if "no_backfill_makespan_over_backfill" in rows[0]:
+            summary["burst"]["no_backfill_makespan_over_backfill"] = over(
+                rows, "no_backfill_makespan_over_backfill"
+            )
+        summary["burst"]["latency"] = _latency(rows)
+    if "knavigator" in results:
+        rows = results["knavigator"]
+        summary["knavigator"] = {
+            f"{label}_{name}": over(rows, label, name)
+            for label in _labels(rows)
+            for name in ("makespan", "optimum_over_makespan", "simulated_makespan", "occupancy")
+        }
+        summary["knavigator"]["optimal_makespan"] = over(rows, "optimal_makespan")
+        summary["knavigator"]["latency"] = _latency(rows)
     if "preemption" in results:
         rows = results["preemption"]
         seconds = {
@@ -76,6 +88,19 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
+def _latency(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per run label and step, the rounds' medians of the per-gang median seconds."""
+    return {
+        label: {step: over(rows, label, "latency", step, "median") for step in STEPS}
+        for label in _labels(rows)
+    }
+
+
+def _labels(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The burst runs the rounds made (``--modes``)."""
+    return [label for label in ("backfill", "no_backfill") if rows and label in rows[0]]
+
+
 async def main_async(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """Start a plane, prepare the pool, run the scenarios in ``args.only``; the JSON document."""
     plane = ControlPlane(binaries=ensure_binaries(), workdir=workdir / "plane")
@@ -88,6 +113,11 @@ async def main_async(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             if "burst" in args.only:
                 results["burst"] = [
                     await burst_round(api, plane, args, number, workdir)
+                    for number in range(1, args.rounds + 1)
+                ]
+            if "knavigator" in args.only:
+                results["knavigator"] = [
+                    await knavigator_round(api, plane, args, number, workdir)
                     for number in range(1, args.rounds + 1)
                 ]
             if "preemption" in args.only:
@@ -114,6 +144,8 @@ async def main_async(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "preemption_rounds": args.preemption_rounds,
             "team_jobs": args.team_jobs,
             "fair_seconds": args.fair_seconds,
+            "knavigator_seconds": args.knavigator_seconds,
+            "deadline_margin": args.deadline_margin,
             "rounds": args.rounds,
             "seed": args.seed,
             "commit": subprocess.run(
@@ -135,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default="burst,preemption,fairness",
-        help="comma-separated scenarios: burst, preemption, fairness",
+        help="comma-separated scenarios: burst, preemption, fairness, knavigator",
     )
     parser.add_argument("--nodes", type=int, default=32)
     parser.add_argument("--jobs", type=int, default=24, help="gangs in the burst")
@@ -145,13 +177,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--preemption-rounds", type=int, default=10)
     parser.add_argument("--team-jobs", type=int, default=12, help="gangs per team")
     parser.add_argument("--fair-seconds", type=float, default=60.0, help="team gangs' run time")
+    parser.add_argument(
+        "--knavigator-seconds", type=float, default=30.0, help="knavigator's pods' run time"
+    )
+    parser.add_argument(
+        "--modes",
+        default="backfill,no_backfill",
+        help="burst and knavigator runs per round: backfill, no_backfill (comma-separated)",
+    )
+    parser.add_argument(
+        "--deadline-margin",
+        type=float,
+        default=10.0,
+        help="burst and knavigator gangs' activeDeadlineSeconds = run time + this (default 10);"
+        " negative: no deadline (the cycle then knows no gang's end and reserves nothing)",
+    )
     parser.add_argument("--seed", type=int, default=16)
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "pool.json")
     args = parser.parse_args(argv)
     args.only = {part.strip() for part in args.only.split(",") if part.strip()}
-    unknown = args.only - {"burst", "preemption", "fairness"}
+    args.modes = {part.strip() for part in args.modes.split(",") if part.strip()}
+    if not args.modes or args.modes - {"backfill", "no_backfill"}:
+        parser.error("--modes: backfill and/or no_backfill")
+    if args.deadline_margin < 0:
+        args.deadline_margin = None
+    unknown = args.only - {"burst", "preemption", "fairness", "knavigator"}
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
+    if args.nodes < 32 and "knavigator" in args.only:
+        parser.error("knavigator's workload needs 32 nodes (its largest gang)")
     if args.nodes < 16 and "preemption" in args.only:
         parser.error("the preemption scenario needs at least 16 nodes (two low gangs of 8 free)")
     if "preemption" in args.only and args.urgent_pods > args.nodes // 2:

@@ -6,6 +6,7 @@
 * ``Pods`` / ``watching``: one cluster-wide pod ``Informer`` (list, then watch; re-list on 410)
   whose handler stamps every pod's events with the monotonic clock; the figures are computed
   from those stamps, not from polling.
+* ``admitted_times``: when the controller admitted each job, from its JSON log (``latency``).
 * ``submit`` / ``delete_job``: creating and deleting jobs through the apiserver (``KubeClient``).
 * ``until``: polling a condition with a deadline.
 """
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from torchgate_dev.controlplane.cluster import ControlPlane
 from torchgate_dev.controlplane.processes import terminate
 from torchgate_dev.node.registry import free_port
 
+from .latency import PodTimes
 from .manifests import JOBS_API, pool_objects
 from .workload import pool_nodes
 
@@ -51,6 +54,9 @@ class Pods:
         self.informer = Informer(api, PODS)
         self.informer.add_handler(self._seen)
         self.added: dict[tuple[str, str], float] = {}
+        self.node: dict[tuple[str, str], str] = {}
+        self.bound: dict[tuple[str, str], float] = {}  # first seen with a node
+        self.ended: dict[tuple[str, str], float] = {}  # first seen Succeeded or Failed
         self.started: dict[tuple[str, str], float] = {}  # first seen Running
         self.succeeded: dict[tuple[str, str], float] = {}
         self.deleting: dict[tuple[str, str], float] = {}
@@ -69,6 +75,12 @@ class Pods:
         key = (meta["namespace"], meta["name"])
         self.added.setdefault(key, now)
         phase = obj.get("status", {}).get("phase")
+        node = obj.get("spec", {}).get("nodeName")
+        if node:
+            self.node.setdefault(key, node)
+            self.bound.setdefault(key, now)
+        if phase in ("Succeeded", "Failed"):
+            self.ended.setdefault(key, now)
         if phase == "Running":
             self.started.setdefault(key, now)
         if phase == "Succeeded":
@@ -96,6 +108,24 @@ class Pods:
         (members.add if member else members.discard)(key[1])
         if len(members) != before:
             series.setdefault(key[0], [(0.0, 0)]).append((now, len(members)))
+
+    def times(self, namespace: str) -> list[PodTimes]:
+        """Every pod of ``namespace`` the watch saw, with its event times (``latency``)."""
+        return [
+            PodTimes(
+                job=key[1].rsplit("-", 2)[0],
+                name=key[1],
+                node=self.node.get(key),
+                added=added,
+                bound=self.bound.get(key),
+                started=self.started.get(key),
+                ended=self.ended.get(key),
+                deleting=self.deleting.get(key),
+                gone=self.gone.get(key),
+            )
+            for key, added in self.added.items()
+            if key[0] == namespace
+        ]
 
     async def run(self) -> None:
         """List and watch until cancelled."""
@@ -206,6 +236,24 @@ async def delete_job(api: KubeClient, namespace: str, name: str) -> None:
             "labelSelector": f"training.kubeflow.org/job-name={name}",
         },
     )
+
+
+def admitted_times(log: Path) -> dict[str, float]:
+    """Job name -> when the controller admitted it, on the monotonic clock, from its JSON log.
+
+    The log must come from ``--log-level INFO --log-format json``; wall-clock times are moved
+    onto the monotonic clock by the offset between the two clocks now.
+    """
+    offset = time.time() - time.monotonic()
+    admitted: dict[str, float] = {}
+    for line in log.read_text().splitlines():
+        if not line.startswith("{"):
+            continue
+        entry = json.loads(line)
+        if str(entry.get("msg", "")).startswith("admitted ") and "job" in entry:
+            when = datetime.fromisoformat(entry["time"]).timestamp() - offset
+            admitted.setdefault(str(entry["job"]).split("/", 1)[1], when)
+    return admitted
 
 
 def plane_nodes(plane: ControlPlane) -> list[str]:

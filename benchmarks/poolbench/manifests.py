@@ -33,10 +33,14 @@ def pytorchjob(
     *,
     priority_class: str | None = None,
     gpus_per_pod: int = GPUS_PER_NODE,
+    deadline_margin: float | None = None,
 ) -> dict[str, Any]:
     """A gang of ``pods`` pods, whole nodes by default; the Master ends by itself after ``seconds``.
 
-    The controller benchmark submits its gangs through this too (1 GPU per pod).
+    ``deadline_margin``: when given, ``runPolicy.activeDeadlineSeconds`` is ``seconds`` plus it,
+    so the admission cycle knows when the gang has ended at the latest (its backfill reserves
+    the head gang's nodes from then). The controller benchmark submits its gangs through this
+    too (1 GPU per pod).
     """
 
     def replica(replicas: int, annotations: dict[str, str]) -> dict[str, Any]:
@@ -57,6 +61,8 @@ def pytorchjob(
     run_policy: dict[str, Any] = {"cleanPodPolicy": "Running"}
     if priority_class is not None:
         run_policy["schedulingPolicy"] = {"priorityClass": priority_class}
+    if deadline_margin is not None:
+        run_policy["activeDeadlineSeconds"] = int(seconds + deadline_margin)
     replicas = {"Master": replica(1, kwok.run_seconds_annotation(int(seconds)))}
     if pods > 1:
         replicas["Worker"] = replica(pods - 1, {})

@@ -6,6 +6,11 @@
 2. ``preemption``: the pool kept full of ``bench-low`` gangs of 8 pods; a ``bench-high`` gang
    submitted with preemption, then the same gang onto a free half (the baseline).
 4. ``fairness``: two teams' bursts at once, with TeamQuotas of half the pool each and without.
+5. ``knavigator``: NVIDIA knavigator's gang burst (``workload.knavigator``), with backfill and
+   without, against its optimum (270 s at 30 s a pod) and the simulation.
+
+Bursts also report where the live loop loses time between a gang's end and the next gang
+Running (``latency``), from the watch's times and the controller's ``admitted`` log lines.
 
 Every figure is computed from the pod watch's own event times (``harness.Pods``).
 """
@@ -28,7 +33,16 @@ from torchgate.kube.client import KubeClient
 from torchgate.kube.errors import ApiError, NotFound
 from torchgate_dev.controlplane.cluster import ControlPlane
 
-from .harness import controller, delete_job, plane_nodes, submit, until, watching
+from .harness import (
+    admitted_times,
+    controller,
+    delete_job,
+    plane_nodes,
+    submit,
+    until,
+    watching,
+)
+from .latency import breakdown, gang_chains
 from .manifests import (
     GPUS_PER_NODE,
     HIGH,
@@ -42,23 +56,39 @@ from .manifests import (
 from .optimum import lower_bound, min_bins
 from .simulation import simulate
 from .stats import integral
-from .workload import Job, burst, two_teams
+from .workload import Job, burst, knavigator, two_teams
+
+# The controller's ``admitted`` lines with their times, for the latency breakdown.
+LOG_ADMISSIONS = ("--log-level", "INFO", "--log-format", "json")
 
 # ------------------------------------------------------------------ 1: burst
 
 
 async def burst_run(
-    api: KubeClient, plane: ControlPlane, jobs: Sequence[Job], *, backfill: bool, log: Path
+    api: KubeClient,
+    plane: ControlPlane,
+    jobs: Sequence[Job],
+    *,
+    backfill: bool,
+    log: Path,
+    deadline_margin: float | None = None,
 ) -> dict[str, Any]:
-    """One burst through the controller; makespan and occupancy."""
+    """One burst through the controller; makespan and occupancy.
+
+    ``deadline_margin``: every job's ``activeDeadlineSeconds`` is its run time plus this (the
+    cycle's reservation for the head gang needs the running gangs' ends); ``None``: no deadline.
+    """
     namespace = jobs[0].namespace
-    manifests = [pytorchjob(j.name, namespace, j.pods, j.seconds) for j in jobs]
+    manifests = [
+        pytorchjob(j.name, namespace, j.pods, j.seconds, deadline_margin=deadline_margin)
+        for j in jobs
+    ]
     masters = [(namespace, f"{j.name}-master-0") for j in jobs]
     work = sum(j.pods * j.seconds for j in jobs) * GPUS_PER_NODE
     pool_gpus = len(plane_nodes(plane)) * GPUS_PER_NODE
     starvation = NO_STARVATION if backfill else 0
     async with watching(api) as pods:
-        with controller(plane, log, starvation_seconds=starvation):
+        with controller(plane, log, starvation_seconds=starvation, extra=LOG_ADMISSIONS):
             await asyncio.sleep(3)  # let it list and watch
             started = time.monotonic()
             await submit(api, manifests)
@@ -71,6 +101,7 @@ async def burst_run(
             end = max(pods.succeeded[m] for m in masters)
         held = integral(pods.allocated.get(namespace, []), started, end) * GPUS_PER_NODE
         first_running = [pods.started[m] - started for m in masters if m in pods.started]
+        chains = gang_chains(pods.times(namespace), admitted_times(log))
     await clear_namespace(api, namespace)
     makespan = end - started
     return {
@@ -78,6 +109,7 @@ async def burst_run(
         "occupancy": round(work / (pool_gpus * makespan), 4),
         "allocated_occupancy": round(held / (pool_gpus * makespan), 4),
         "mean_wait": round(statistics.fmean(first_running), 2),
+        "latency": breakdown(chains),
     }
 
 
@@ -95,15 +127,22 @@ async def burst_round(
         "optimum_proven": bins.proven,
         "lower_bound_makespan": lower_bound(jobs, nodes=nodes),
     }
-    for label, backfill in (("backfill", True), ("no_backfill", False)):
+    for label, backfill in modes(args):
         print(f"round {number}: burst of {len(jobs)} gangs, {label}", file=sys.stderr)
-        sim = simulate(jobs, nodes=nodes, gpus_per_node=GPUS_PER_NODE, backfill=backfill)
+        sim = simulate(
+            jobs,
+            nodes=nodes,
+            gpus_per_node=GPUS_PER_NODE,
+            backfill=backfill,
+            deadlines=args.deadline_margin is not None,
+        )
         real = await burst_run(
             api,
             plane,
             jobs,
             backfill=backfill,
             log=workdir / f"controller-burst-{number}-{label}.log",
+            deadline_margin=args.deadline_margin,
         )
         real["simulated_makespan"] = sim.makespan
         real["makespan_over_optimum"] = round(real["makespan"] / optimum, 4)
@@ -114,9 +153,62 @@ async def burst_round(
             f" simulated {sim.makespan:.0f}s)",
             file=sys.stderr,
         )
-    result["no_backfill_makespan_over_backfill"] = round(
-        result["no_backfill"]["makespan"] / result["backfill"]["makespan"], 4
-    )
+    if "no_backfill" in result and "backfill" in result:
+        result["no_backfill_makespan_over_backfill"] = round(
+            result["no_backfill"]["makespan"] / result["backfill"]["makespan"], 4
+        )
+    return result
+
+
+def modes(args: argparse.Namespace) -> list[tuple[str, bool]]:
+    """The burst runs ``--modes`` asks for: (label, with backfill)."""
+    return [
+        (label, label == "backfill") for label in ("backfill", "no_backfill") if label in args.modes
+    ]
+
+
+async def knavigator_round(
+    api: KubeClient, plane: ControlPlane, args: argparse.Namespace, number: int, workdir: Path
+) -> dict[str, Any]:
+    """Benchmark 5, one round: knavigator's gang burst with and without backfill.
+
+    Its optimum is exact (equal run times): 9 bins of 32 nodes, 270 s at 30 s a pod.
+    """
+    nodes = len(plane_nodes(plane))
+    jobs = knavigator(seconds=args.knavigator_seconds)
+    bins = min_bins([j.pods for j in jobs], nodes)
+    optimum = bins.count * args.knavigator_seconds
+    result: dict[str, Any] = {
+        "pods": sum(j.pods for j in jobs),
+        "optimal_makespan": optimum,
+        "optimum_proven": bins.proven,
+    }
+    for label, backfill in modes(args):
+        print(f"round {number}: knavigator's {len(jobs)} gangs, {label}", file=sys.stderr)
+        sim = simulate(
+            jobs,
+            nodes=nodes,
+            gpus_per_node=GPUS_PER_NODE,
+            backfill=backfill,
+            deadlines=args.deadline_margin is not None,
+        )
+        real = await burst_run(
+            api,
+            plane,
+            jobs,
+            backfill=backfill,
+            log=workdir / f"controller-kn-{number}-{label}.log",
+            deadline_margin=args.deadline_margin,
+        )
+        real["simulated_makespan"] = sim.makespan
+        real["optimum_over_makespan"] = round(optimum / real["makespan"], 4)
+        real["makespan_over_optimum"] = round(real["makespan"] / optimum, 4)
+        result[label] = real
+        print(
+            f"  makespan {real['makespan']:.1f}s = {optimum / real['makespan']:.3f} of the"
+            f" optimum {optimum:.0f}s (simulated {sim.makespan:.0f}s); latency {real['latency']}",
+            file=sys.stderr,
+        )
     return result
 
 

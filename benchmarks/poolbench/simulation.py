@@ -64,7 +64,7 @@ def created(submit: float) -> str:
     return (EPOCH + timedelta(seconds=int(submit))).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _gang(job: Job, gpus_per_node: int) -> WaitingGang:
+def _gang(job: Job, gpus_per_node: int, *, deadlines: bool = False) -> WaitingGang:
     pods = (f"{job.name}-master-0", *(f"{job.name}-worker-{i}" for i in range(job.pods - 1)))
     requests = {pod: {GPU: gpus_per_node * 1000} for pod in pods}
     return WaitingGang(
@@ -76,6 +76,7 @@ def _gang(job: Job, gpus_per_node: int) -> WaitingGang:
         requests=requests,
         usage={GPUS: len(pods) * gpus_per_node * 1000},
         shape=shape_of(requests.values()),
+        run_limit=job.seconds if deadlines else None,
     )
 
 
@@ -87,13 +88,18 @@ def simulate(
     backfill: bool = True,
     teams: Mapping[str, TeamQuota] | None = None,
     preemption: PreemptionSettings | None = None,
+    deadlines: bool = False,
 ) -> Outcome:
-    """Run ``jobs`` through the admission cycle until every one has finished (module docstring)."""
+    """Run ``jobs`` through the admission cycle until every one has finished (module docstring).
+
+    ``deadlines``: every gang's run time is known to the cycle (as a job's
+    ``activeDeadlineSeconds``), so its backfill reserves the head gang's nodes.
+    """
     labelled = pool_nodes(nodes)
     topology: Topology = build_topology(LEVELS, labelled)
     free = {name: {GPU: gpus_per_node * 1000} for name, _ in labelled}
     per_pod = gpus_per_node * 1000
-    gangs = {job.key: _gang(job, gpus_per_node) for job in jobs}
+    gangs = {job.key: _gang(job, gpus_per_node, deadlines=deadlines) for job in jobs}
     by_key = {job.key: job for job in jobs}
     arrivals = sorted(jobs, key=lambda j: (j.submit, j.key))
     waiting: dict[tuple[str, str], Job] = {}
@@ -143,7 +149,7 @@ def simulate(
             pool = Pool(
                 capacity=Capacity(topology, free),
                 teams=teams or {},
-                admitted=[_admitted(r, gpus_per_node) for r in running.values()],
+                admitted=[_admitted(r, gpus_per_node, deadlines) for r in running.values()],
                 preemption=preemption or PreemptionSettings(),
             )
             started_cpu = time.thread_time()
@@ -186,7 +192,7 @@ def simulate(
     return result
 
 
-def _admitted(run: _Running, gpus_per_node: int) -> Admitted:
+def _admitted(run: _Running, gpus_per_node: int, deadlines: bool) -> Admitted:
     return Admitted(
         key=run.job.key,
         team=run.job.team,
@@ -195,4 +201,5 @@ def _admitted(run: _Running, gpus_per_node: int) -> Admitted:
         admitted_at=run.start,
         nodes=run.nodes,
         requests={pod: {GPU: gpus_per_node * 1000} for pod in run.nodes},
+        ends_by=run.end if deadlines else None,
     )

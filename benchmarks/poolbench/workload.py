@@ -3,8 +3,9 @@
 A gang is ``pods`` whole-node pods that run ``seconds`` once admitted. Sizes are log-uniform in
 ``1..largest`` (as many 1-2 pod gangs as 16-32 pod ones, per octave), so a burst has many small
 gangs and a few large ones; every workload is a function of its seed, so the simulation and the
-cluster run see the same gangs. The pool is ``count`` nodes in racks of ``NODES_PER_RACK``,
-labelled as the dev cluster labels them.
+cluster run see the same gangs; ``knavigator`` is NVIDIA knavigator's fixed gang burst (53 jobs
+of 1-32 replicas), the one workload not drawn from a seed. The pool is ``count`` nodes in racks of
+``NODES_PER_RACK``, labelled as the dev cluster labels them.
 """
 
 from __future__ import annotations
@@ -67,6 +68,25 @@ def burst(
         run = seconds + (round(rng.uniform(0, spread)) if spread else 0)
         out.append(Job(namespace, f"{prefix}-{index:03d}", size, float(run), team=team))
     return out
+
+
+# NVIDIA knavigator's gang-scheduling workload (resources/benchmarks/gang-scheduling/workflows,
+# the SubmitObj tasks in order): (how many jobs, replicas each). 53 jobs, 288 whole-node pods:
+# on 32 nodes nine waves of exactly 32 in submission order, so the optimum with 30 s pods is 270 s.
+KNAVIGATOR_TASKS: tuple[tuple[int, int], ...] = (
+    (1, 32), (2, 16), (3, 10), (1, 2), (4, 8), (5, 6), (2, 1), (6, 5), (1, 2),
+    (7, 4), (1, 2), (2, 1), (8, 4), (9, 3), (1, 5),
+)  # fmt: skip
+
+
+def knavigator(*, seconds: float = 30.0, namespace: str = "burst") -> list[Job]:
+    """The knavigator gang burst in submission order, named so that name order is that order.
+
+    The apiserver stamps creation in whole seconds, so the admission order among jobs created in
+    the same second is by name: ``kn-000`` ... ``kn-052``.
+    """
+    sizes = [replicas for count, replicas in KNAVIGATOR_TASKS for _ in range(count)]
+    return [Job(namespace, f"kn-{i:03d}", size, seconds) for i, size in enumerate(sizes)]
 
 
 def two_teams(

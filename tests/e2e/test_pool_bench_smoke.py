@@ -61,3 +61,29 @@ def test_a_tiny_pool_benchmark_runs_every_scenario(tmp_path: Path) -> None:
         for team in ("a", "b"):
             assert set(fairness[label][team]) == {"seconds_to_share", "seconds_to_90_percent"}
     assert fairness["quotas"]["b"]["seconds_to_share"] is not None
+
+
+def test_knavigators_burst_runs_and_reports_where_the_live_loop_loses_time(tmp_path: Path) -> None:
+    out = tmp_path / "pool.json"
+    run = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "pool_bench.py"),
+         "--only", "knavigator", "--nodes", "32", "--knavigator-seconds", "2",
+         "--rounds", "1", "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+    report = json.loads(out.read_text())
+    (round_,) = report["rounds"]["knavigator"]
+    assert (round_["pods"], round_["optimal_makespan"], round_["optimum_proven"]) == (288, 18, True)
+    for label in ("backfill", "no_backfill"):
+        figures = round_[label]
+        assert figures["optimum_over_makespan"] > 0
+        latency = figures["latency"]
+        # every gang but the first waits for a gang before it to end (nine waves of 32 nodes)
+        assert latency["gangs"] >= 8
+        for step in ("master_end_to_delete", "gone_to_admitted", "bound_to_running", "total"):
+            assert latency[step]["median"] is not None
+    assert report["summary"]["knavigator"]["backfill_makespan"]["rounds"] == [
+        round_["backfill"]["makespan"]
+    ]

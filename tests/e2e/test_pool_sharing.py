@@ -31,6 +31,7 @@ from tests.e2e.controller_process import (
     is_true,
     live_pods,
 )
+from torchgate_dev.controlplane import kwok
 
 pytestmark = pytest.mark.e2e
 QUOTA_CRD = REPO_ROOT / "manifests" / "crds" / "torchgate.io_teamquotas.yaml"
@@ -245,6 +246,44 @@ def test_a_team_borrows_idle_gpus_and_gives_them_back_by_preemption(
 
 
 # ------------------------------------------------------------------ priority
+
+
+# ------------------------------------------------------------------ backfill
+
+
+def test_backfill_never_delays_the_head_gang(cluster: Cluster, pool: Pool) -> None:
+    # Behind a head gang waiting for a running gang with a deadline, only a gang sure to end
+    # before that deadline uses the free node; one with no known end waits behind the head.
+    pool.nodes(3)
+    namespace = cluster.new_namespace("fill")
+    pod_spec = {"nodeSelector": {"pool": pool.label}}
+
+    def gang(name: str, pods: int, *, deadline: int | None, run_seconds: int | None) -> None:
+        built = job(name, namespace).master(gpus=8, pod_spec=pod_spec)
+        if pods > 1:
+            built = built.workers(pods - 1, gpus=8, pod_spec=pod_spec)
+        if deadline is not None:
+            built = built.run_policy(activeDeadlineSeconds=deadline)
+        raw = built.build()
+        if run_seconds is not None:
+            master = raw["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
+            master["metadata"] = {"annotations": kwok.run_seconds_annotation(run_seconds)}
+        create_job(cluster, raw)
+
+    gang("old", 2, deadline=60, run_seconds=15)
+    wait_running(cluster, namespace, "old", 2)
+    gang("a-head", 3, deadline=None, run_seconds=None)  # needs old's nodes and the free one
+    gang("b-long", 1, deadline=None, run_seconds=None)  # no known end: never into the gap
+    gang("c-short", 1, deadline=20, run_seconds=2)  # ends long before old's deadline
+    cluster.wait_for(
+        lambda: is_true(get_job(cluster, namespace, "c-short"), "Succeeded"),
+        timeout=60,
+        what="c-short ran in the gap and succeeded",
+    )
+    assert live_pods(cluster, namespace, "b-long") == []
+    pods = wait_running(cluster, namespace, "a-head", 3)  # once old ends, not after b-long
+    assert len({p["spec"]["nodeName"] for p in pods}) == 3
+    assert live_pods(cluster, namespace, "b-long") == []
 
 
 def test_a_high_priority_gang_preempts_whole_lower_priority_gangs(

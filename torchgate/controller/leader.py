@@ -91,17 +91,27 @@ class LeaderElector:
                 return
 
     async def release(self) -> None:
-        """Give the Lease up (on clean shutdown) so a successor need not wait for it to expire."""
+        """Give the Lease up (on clean shutdown) so a successor need not wait for it to expire.
+
+        Bounded by ``renew_deadline``: a shutdown must finish within the pod's grace period even
+        when the apiserver does not answer, and a Lease not given up only costs the successor
+        ``lease_duration``.
+        """
         if not self.is_leader:
             return
+        self.is_leader = False
         try:
-            lease = await self.api.request("GET", LEASES.path(self.namespace, self.name))
-            if lease.get("spec", {}).get("holderIdentity") == self.identity:
-                lease["spec"]["holderIdentity"] = None
-                await self.api.request("PUT", LEASES.path(self.namespace, self.name), body=lease)
+            await asyncio.wait_for(self._give_up_lease(), timeout=self.renew_deadline)
+        except TimeoutError:
+            log.warning("could not release the lease within %.0f s", self.renew_deadline)
         except ApiError as exc:
             log.warning("could not release the lease: %s", exc)
-        self.is_leader = False
+
+    async def _give_up_lease(self) -> None:
+        lease = await self.api.request("GET", LEASES.path(self.namespace, self.name))
+        if lease.get("spec", {}).get("holderIdentity") == self.identity:
+            lease["spec"]["holderIdentity"] = None
+            await self.api.request("PUT", LEASES.path(self.namespace, self.name), body=lease)
 
     async def _try_acquire_or_renew(self) -> bool:
         loop = asyncio.get_running_loop()

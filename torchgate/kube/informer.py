@@ -8,6 +8,12 @@ events, so a handler never misses a deletion. Handlers only enqueue keys; the ca
 
 This is the one list-and-watch loop of torchgate: the controller's caches and the webhook's
 PlacementPolicy source are both informers.
+
+Every object is projected as it arrives (listed, watched or written through): the cache holds
+only the fields readers decide on (``pytorchjob.projection``; pods and Nodes by their kind,
+anything else without ``managedFields``), so the whole object is never kept and every handler
+sees the projected one. Lists are read in pages, each projected before the next is asked for, so
+a list of every pod of the cluster never holds more than one page of whole pods.
 """
 
 from __future__ import annotations
@@ -19,13 +25,18 @@ from typing import Any
 
 from torchgate.kube.client import KubeApi
 from torchgate.kube.errors import ApiError, Gone
-from torchgate.kube.resources import Resource
+from torchgate.kube.resources import NODES, PODS, Resource
+from torchgate.pytorchjob.projection import project_node, project_pod, without_managed_fields
 
 log = logging.getLogger("torchgate.kube.informer")
 
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
 Handler = Callable[[str, dict[str, Any], dict[str, Any] | None], None]
 IndexFunction = Callable[[Mapping[str, Any]], Key | None]
+Projection = Callable[[Mapping[str, Any]], dict[str, Any]]
+
+# What each kind's cache keeps (``pytorchjob.projection``); other kinds lose only managedFields.
+PROJECTIONS: dict[Resource, Projection] = {PODS: project_pod, NODES: project_node}
 
 
 def key_of(obj: Mapping[str, Any]) -> Key:
@@ -45,12 +56,17 @@ class Informer:
         namespace: str | None = None,
         label_selector: str | None = None,
         watch_timeout: int = 300,
+        project: Projection | None = None,
+        page_size: int = 500,
     ) -> None:
+        """``project``: what the cache keeps of each object (default: by kind, ``PROJECTIONS``)."""
         self.api = api
+        self.project = project or PROJECTIONS.get(resource, without_managed_fields)
         self.resource = resource
         self.namespace = namespace
         self.label_selector = label_selector
         self.watch_timeout = watch_timeout
+        self.page_size = page_size
         self.store: dict[Key, dict[str, Any]] = {}
         self.handlers: list[Handler] = []
         self.synced = asyncio.Event()
@@ -102,8 +118,9 @@ class Informer:
         if tombstone is not None and not _newer(obj, {"metadata": {"resourceVersion": tombstone}}):
             return
         self._index_remove(key, old)
-        self.store[key] = _trim(obj)
-        self._index_add(key, obj)
+        kept = self.project(obj)
+        self.store[key] = kept
+        self._index_add(key, kept)
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop an object the apiserver just said is gone."""
@@ -150,11 +167,10 @@ class Informer:
                 backoff = min(backoff * 2, 30.0)
 
     async def _list(self, path: str) -> str:
-        listing = await self.api.request("GET", path, query=self._query())
-        fresh = {key_of(item): _trim(item) for item in listing.get("items") or []}
+        fresh, version = await self._list_pages(path)
         kind = self.resource.plural
         previous = self.store
-        snapshot = {"metadata": {"resourceVersion": listing["metadata"]["resourceVersion"]}}
+        snapshot = {"metadata": {"resourceVersion": version}}
         for key, held in previous.items():
             # Written through after the list's snapshot (a pod the reconciler just created): keep
             # it; the watch that follows confirms or deletes it. Dropping it would make a gang
@@ -177,7 +193,27 @@ class Informer:
                 self._emit("DELETED", old, old)
         self.synced.set()
         log.debug("%s: listed %d", kind, len(fresh))
-        return str(listing["metadata"]["resourceVersion"])
+        return version
+
+    async def _list_pages(self, path: str) -> tuple[dict[Key, dict[str, Any]], str]:
+        """Every object, projected page by page, and the list's resourceVersion.
+
+        Pages of ``page_size`` (``limit`` and ``continue``, as client-go's reflector lists): only
+        one page of whole objects is ever decoded at once, and each apiserver call stays short.
+        All pages come from the first page's snapshot; a continue token that expired answers
+        410 Gone, and ``run`` lists again from the start.
+        """
+        fresh: dict[Key, dict[str, Any]] = {}
+        query = {**self._query(), "limit": str(self.page_size)}
+        while True:
+            listing = await self.api.request("GET", path, query=query)
+            for item in listing.get("items") or []:
+                fresh[key_of(item)] = self.project(item)
+            metadata = listing.get("metadata") or {}
+            token = metadata.get("continue")
+            if not token:
+                return fresh, str(metadata["resourceVersion"])
+            query = {**self._query(), "limit": str(self.page_size), "continue": str(token)}
 
     async def _watch(self, path: str, version: str) -> str:
         query = {
@@ -198,7 +234,7 @@ class Informer:
             old = self.store.get(key)
             if kind == "MODIFIED" and old is not None and _newer(old, obj):
                 continue  # we already hold a newer copy written through by the reconciler
-            obj = _trim(obj)
+            obj = self.project(obj)
             if kind == "DELETED":
                 self.store.pop(key, None)
                 self._index_remove(key, old)
@@ -233,14 +269,6 @@ def _newer(held: Mapping[str, Any], incoming: Mapping[str, Any]) -> bool:
     """
     mine, theirs = _version(held), _version(incoming)
     return mine.isdigit() and theirs.isdigit() and int(mine) > int(theirs)
-
-
-def _trim(obj: dict[str, Any]) -> dict[str, Any]:
-    """Drop ``managedFields``: a large share of every object and never read here."""
-    metadata = obj.get("metadata")
-    if isinstance(metadata, dict) and "managedFields" in metadata:
-        obj = {**obj, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
-    return obj
 
 
 def _version(obj: Mapping[str, Any]) -> str:

@@ -57,6 +57,7 @@ from torchgate.pytorchjob.devices import (
 from torchgate.pytorchjob.fieldpath import FieldError
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
 from torchgate.pytorchjob.pool import QUOTA_KIND, TeamQuota, parse_team_quota
+from torchgate.pytorchjob.projection import project_claim_spec
 from torchgate.webhook.validation import Team
 from torchgate.webhook.validation.sharing import resolve_team
 
@@ -288,7 +289,8 @@ class ClusterClaims:
 
     def __init__(self, cache: PolicyCache, api: KubeApi) -> None:
         self.caches = DraCaches(
-            claims=Informer(api, RESOURCE_CLAIMS),
+            # Admission reads a claim's spec only; allocations and consumers are not kept.
+            claims=Informer(api, RESOURCE_CLAIMS, project=project_claim_spec),
             templates=Informer(api, RESOURCE_CLAIM_TEMPLATES),
             classes=Informer(api, DEVICE_CLASSES),
         )

@@ -18,11 +18,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchmarks.poolbench.latency import PodTimes, breakdown, gang_chains
 from benchmarks.poolbench.optimum import first_fit_decreasing, lower_bound, min_bins
 from benchmarks.poolbench.sim_cli import main
 from benchmarks.poolbench.simulation import simulate
 from benchmarks.poolbench.stats import first_time_at_least
-from benchmarks.poolbench.workload import Job, halves
+from benchmarks.poolbench.workload import Job, halves, knavigator
 
 # ------------------------------------------------------------------ the optimum
 
@@ -171,3 +172,46 @@ def test_the_command_writes_the_figures_it_prints(tmp_path: Path) -> None:
         "fairness_at_once",
         "fairness_b_while_a_borrows",
     }
+
+
+# ------------------------------------------------------------------ knavigator's workload
+
+
+def test_knavigators_burst_is_53_gangs_whose_optimum_is_nine_full_waves() -> None:
+    jobs = knavigator(seconds=30.0)
+    sizes = [job.pods for job in jobs]
+    assert (len(jobs), sum(sizes), min(sizes), max(sizes)) == (53, 288, 1, 32)
+    bins = min_bins(sizes, 32)
+    assert (bins.count, bins.proven) == (9, True)  # 9 x 30 s = knavigator's 270 s
+    assert [job.name for job in jobs] == sorted(job.name for job in jobs)  # name order = order
+
+
+def test_the_admission_cycle_alone_runs_knavigators_burst_in_its_optimum() -> None:
+    jobs = knavigator(seconds=30.0)
+    assert simulate(jobs, nodes=32, gpus_per_node=8, backfill=False).makespan == 270.0
+
+
+# ------------------------------------------------------------------ the live loop's latency
+
+
+def test_a_gang_on_freed_nodes_gets_each_step_from_its_predecessors_end_to_running() -> None:
+    # "old" (Master on n1, Worker on n2) ends; its Worker is deleted; "new" takes both nodes.
+    pods = [
+        PodTimes("old", "old-master-0", "n1", 0.0, 0.1, 0.5, ended=30.0, gone=30.5),
+        PodTimes("old", "old-worker-0", "n2", 0.0, 0.1, 0.5, deleting=30.2, gone=30.4),
+        PodTimes("new", "new-master-0", "n1", 30.7, 30.8, 31.0),
+        PodTimes("new", "new-worker-0", "n2", 30.75, 30.9, 31.2),
+    ]
+    chains = gang_chains(pods, {"new": 30.5, "old": 0.0})
+    assert set(chains) == {"new"}  # "old" started on empty nodes: no chain
+    assert chains["new"] == {
+        "master_end_to_delete": 0.2,
+        "delete_to_gone": 0.2,
+        "gone_to_admitted": 0.1,
+        "admitted_to_created": 0.25,
+        "created_to_bound": 0.15,
+        "bound_to_running": 0.3,
+        "total": 1.2,
+    }
+    summary = breakdown(chains)
+    assert (summary["gangs"], summary["total"]["median"]) == (1, 1.2)

@@ -164,6 +164,7 @@ def ask(
         preempts=preempts,
         topology_level=topology[0],
         topology_required=topology[1],
+        run_limit=spec.run_policy.active_deadline_seconds,
     )
     return key
 

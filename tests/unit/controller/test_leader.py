@@ -160,3 +160,19 @@ async def test_a_released_lease_is_taken_at_once() -> None:
     assert loop.time() - began < 0.5, "no need to wait for the lease to expire"
     assert store.lease is not None
     assert store.lease["spec"]["holderIdentity"] == "b"
+
+
+async def test_a_release_the_apiserver_never_answers_ends_within_the_renew_deadline() -> None:
+    store = LeaseStore()
+    leader, leader_api = candidate(store, "a")
+    await leader.acquire()
+    leader_api.hang.set()
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+
+    await asyncio.wait_for(leader.release(), timeout=5)
+
+    assert loop.time() - began <= TIMINGS["renew_deadline"] + 0.25
+    assert not leader.is_leader
+    assert store.lease is not None
+    assert store.lease["spec"]["holderIdentity"] == "a", "the Lease simply expires"

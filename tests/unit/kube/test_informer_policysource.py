@@ -1,4 +1,4 @@
-"""The one informer, as the webhook's PlacementPolicy source uses it, and its bookmarks.
+"""The one informer, as the webhook's PlacementPolicy and claim sources use it, and its bookmarks.
 
 A scripted API (``scripted.ScriptedApi``) stands in for the apiserver.
 """
@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.builders.claims import allocated_claim, device_request, resource_claim
 from tests.builders.policy import policy
 from tests.unit.kube.scripted import ScriptedApi, until
 from torchgate.kube.errors import Gone
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import PLACEMENT_POLICIES
+from torchgate.pytorchjob.devices import RESOURCE_CLAIM
 from torchgate.pytorchjob.policy import DEFAULT_POLICY, parse_policy
-from torchgate.webhook.policysource import ClusterPolicies, PolicyCache
+from torchgate.webhook.policysource import ClusterClaims, ClusterPolicies, PolicyCache
 
 GOOD = policy("good", priority=5)
 BAD = policy("bad", priority="high")
@@ -87,3 +89,15 @@ async def test_a_bookmark_moves_the_next_watch_to_its_resource_version() -> None
     assert first["allowWatchBookmarks"] == "true"
     assert second["resourceVersion"] == "777"
     assert api.lists == 1  # a stream that ends is re-watched, not re-listed
+
+
+async def test_the_webhook_keeps_of_each_claim_its_spec_only() -> None:
+    claim = resource_claim("gpus", device_request("gpu", count=8))
+    claim["status"] = allocated_claim("pool-a", 0, 1, owner="p-0")["status"]
+    claim["status"]["reservedFor"] = [{"resource": "pods", "name": f"p-{i}"} for i in range(8)]
+    claims = ClusterClaims(PolicyCache(), ScriptedApi([[claim]], []))  # type: ignore[arg-type]
+    await until(claims.run, claims.caches.claims.synced.is_set)
+    kept = claims.caches.claims.get("default", "gpus")
+    assert kept is not None
+    assert "status" not in kept
+    assert claims.caches.view("default").spec(RESOURCE_CLAIM, "gpus") == claim["spec"]

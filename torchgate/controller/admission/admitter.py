@@ -33,9 +33,11 @@ the start of every cycle); node eligibility is read again only when a node chang
 facts only when it asked anew or what they came from changed; the ledger rebuilds only the
 running gangs that changed.
 
-Backfill: a job that does not fit does not block smaller jobs behind it, unless it has waited longer
-than ``starvation_seconds`` for capacity or topology; from then on nothing behind it is admitted
-until it is, so a stream of small jobs cannot starve a large one.
+Backfill: a job that does not fit does not block smaller jobs behind it, except on the nodes the
+cycle reserves for the first waiting gangs from the running gangs' deadlines (``backfill``: only
+gangs whose own deadline ends before then may use those), and unless it has waited longer than
+``starvation_seconds`` for capacity or topology; from then on nothing behind it is admitted until
+it is, so a stream of small jobs cannot starve a large one whose nodes no deadline promises.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from torchgate.controller.admission.backfill import START_SLACK_SECONDS
 from torchgate.controller.admission.decide import (
     Admit,
     Outcome,
@@ -202,6 +205,7 @@ class Admitter:
         preempts: bool = True,
         topology_level: str | None = None,
         topology_required: bool = False,
+        run_limit: float | None = None,
     ) -> None:
         """A job needs its gang placed (idempotent; keeps its place in the queue).
 
@@ -226,15 +230,27 @@ class Admitter:
             topology_level=topology_level,
             topology_required=topology_required,
             now=self.clock(),
+            run_limit=run_limit,
         )
         if queued:
             self.wake()
 
     def note(
-        self, key: JobKey, *, priority: int, gpu_resource: str, gpus: GpuSources | None = None
+        self,
+        key: JobKey,
+        *,
+        priority: int,
+        gpu_resource: str,
+        gpus: GpuSources | None = None,
+        ends_by: float | None = None,
     ) -> None:
-        """What a running job counts as (its pods may carry no or an older priority)."""
-        self.ledger.note(key, priority=priority, gpus=gpus or GpuSources(gpu_resource))
+        """What a running job counts as (its pods may carry no or an older priority).
+
+        ``ends_by``: when it has ended at the latest (wall clock), when it has a deadline.
+        """
+        self.ledger.note(
+            key, priority=priority, gpus=gpus or GpuSources(gpu_resource), ends_by=ends_by
+        )
 
     def reservation_for(self, key: JobKey, uid: str) -> Mapping[str, str] | None:
         """Where the job's pods go, when capacity is reserved for it."""
@@ -471,6 +487,7 @@ class Admitter:
             waiting.preempts,
             waiting.topology_level,
             waiting.topology_required,
+            waiting.run_limit,
             owner.get(waiting.key[0]),
             tuple(levels),
             self._nodes.version,
@@ -534,6 +551,7 @@ class Admitter:
             where=pool_of(required[0]) if required else "in the cluster",
             gpu_resource=waiting.gpu_resource,
             no_node=no_node,
+            run_limit=waiting.run_limit,
         )
 
     def _eligible(self, signature: Signature) -> tuple[str, ...]:
@@ -555,7 +573,11 @@ class Admitter:
             since=now,
             waited=now - waiting.since,
         )
-        self.ledger.reserve(waiting.key, reservation, admitted_at=self.wall_clock())
+        wall = self.wall_clock()
+        ends_by = None  # until its reconcile notes the deadline from the job's startTime
+        if waiting.run_limit is not None:
+            ends_by = wall + waiting.run_limit + START_SLACK_SECONDS
+        self.ledger.reserve(waiting.key, reservation, admitted_at=wall, ends_by=ends_by)
         self.on_admit(now - waiting.since)
         log.info(
             "admitted %s/%s onto %d node(s) after %.2fs",

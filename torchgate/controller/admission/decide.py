@@ -26,6 +26,10 @@ older, then by name):
 4. Otherwise it waits (``Wait``) with the reason of the first obstacle: ``Quota``, ``Capacity``
    or ``Topology``. A ``Capacity`` wait says what is short (``topology.Shortfall``), or why no
    node may take one of its pods at all (``WaitingGang.no_node``).
+5. Backfill never delays the head of the queue: each of the first gangs that wait for room gets
+   the nodes it can have at the earliest time gangs with a known end free them, and later gangs
+   use those nodes only when they end before then (``backfill``; every decision above goes
+   through it).
 
 Cost: a cycle grows with the gangs it decides and what it changes, not with the pool.
 
@@ -34,9 +38,13 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
   (``topology.Capacity``) instead of walking the domains.
 - Within a cycle free capacity only shrinks and quota usage only grows, except through a
   preemption, so a gang of the same team, shape, size, usage, topology request, priority and
-  policy as one that already failed fails too and is answered from a memo (cleared by a
-  preemption). Gangs answered from the memo share its reason, so their messages must be the same
-  too: what a message names (nodes, GPU resource, the pod no node admits) is part of its key.
+  policy (and run limit: ``backfill`` rule 4) as one that already failed fails too and is
+  answered from a memo (cleared by a preemption). Gangs answered from the memo share its
+  reason, so their messages must be the same too: what a message names (nodes, GPU resource,
+  the pod no node admits) is part of its key. A gang that quota keeps out even with every
+  candidate victim gone answers, until the usage by team changes, for every gang of the same
+  team, usage, priority and policy whatever its shape (``_beyond_quota``: the busy pool's
+  common case, every team at its quota).
 - Victim searches are decided per *kind* of preemptor (``_candidates``: team, priority, policy,
   what it reclaims, which teams borrow how much), which shares one candidate list, built from an
   index of the running gangs by team (``preemption.Candidates``) rather than a pass over all.
@@ -55,6 +63,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from torchgate.controller.admission.backfill import Reservations
 from torchgate.controller.admission.preemption import (
     Candidates,
     Preemptor,
@@ -120,6 +129,8 @@ class WaitingGang:
         where: How messages name the nodes its pods may use (``nodes.pool_of``).
         gpu_resource: What its policy counts as GPUs (messages name it first).
         no_node: Why no node may take one of its pods (``nodes.no_eligible_node``), if so.
+        run_limit: Seconds it may run once started (``runPolicy.activeDeadlineSeconds``), if
+            set: whether it may backfill before the head gang (``backfill`` rule 4).
     """
 
     key: JobKey
@@ -136,6 +147,7 @@ class WaitingGang:
     where: str = "in the cluster"
     gpu_resource: str = names.DEFAULT_GPU_RESOURCE
     no_node: str | None = None
+    run_limit: float | None = None
 
     def order(self) -> tuple[int, str, str, str]:
         """Its place in the cycle (``pool.admission_order``)."""
@@ -214,12 +226,16 @@ class _Cycle:
     capacity: Capacity
     usage: dict[str, dict[str, int]]
     misses: dict[tuple[object, ...], Wait] = field(default_factory=dict)
+    # ``_beyond_quota``: (team, usage, priority, policy) -> the Quota wait's message, until the
+    # usage by team changes (a gang admitted or preempted for)
+    beyond_quota: dict[tuple[object, ...], str] = field(default_factory=dict)
     # The gangs admitted before the cycle and not preempted in it, indexed as candidates (a gang
     # admitted in this cycle is never a victim in it). Until the next preemption (``_settle``):
     # candidate lists per kind of preemptor, victim groups per list and level, and victim
     # searches that failed per kind of preemptor (``_Failures``).
     settled: Candidates | None = None
     ordered: dict[tuple[object, ...], list[Admitted]] = field(default_factory=dict)
+    held: dict[int, dict[str, dict[str, int]]] = field(default_factory=dict)  # per list: usage
     groups: dict[tuple[int, int], list[_Group]] = field(default_factory=dict)
     failed: dict[tuple[object, ...], _Failures] = field(default_factory=dict)
     reach: dict[tuple[object, ...], dict[str, int]] = field(default_factory=dict)  # ``_Reach``
@@ -255,6 +271,7 @@ class _Cycle:
             usage = self.usage.setdefault(gang.team, {})
             for name, amount in gang.usage.items():
                 usage[name] = usage.get(name, 0) + amount
+            self.beyond_quota.clear()
         return placed
 
 
@@ -268,15 +285,16 @@ def decide(pool: Pool, waiting: Sequence[WaitingGang], now: float) -> list[Outco
     )
     ordered = sorted(waiting, key=WaitingGang.order)
     outcomes: dict[JobKey, Outcome] = {}
+    reservations = Reservations(cycle.capacity, pool.admitted, now)  # rule 5
     for gang in ordered:
-        first = _decide_one(cycle, gang, borrow=False)
+        first = reservations.decide(gang, lambda g: _decide_one(cycle, g, borrow=False))
         if first is not None:
             outcomes[gang.key] = first
     for gang in ordered:
         if gang.key not in outcomes:
-            outcomes[gang.key] = _decide_one(cycle, gang, borrow=True) or Wait(
-                gang.key, "Quota", "waiting for quota"
-            )
+            outcomes[gang.key] = reservations.decide(
+                gang, lambda g: _decide_one(cycle, g, borrow=True)
+            ) or Wait(gang.key, "Quota", "waiting for quota")
     return [outcomes[gang.key] for gang in ordered]
 
 
@@ -292,6 +310,7 @@ def _memo_key(gang: WaitingGang) -> tuple[object, ...]:
         gang.where,
         gang.gpu_resource,
         gang.no_node,
+        gang.run_limit,  # whether it may use the head's reserved nodes (``backfill`` rule 4)
     )
 
 
@@ -301,6 +320,10 @@ def _decide_one(cycle: _Cycle, gang: WaitingGang, *, borrow: bool) -> Outcome | 
     missed = cycle.misses.get(memo)
     if missed is not None:
         return Wait(gang.key, missed.kind, missed.reason)
+    by_quota = memo[0], memo[3], gang.priority, gang.preempts  # team, usage, priority, policy
+    beyond = cycle.beyond_quota.get(by_quota)
+    if beyond is not None:
+        return Wait(gang.key, "Quota", beyond)
     team = cycle.team(gang)
     verdict = check_quota(team, gang.usage, cycle.usage, cycle.pool.teams)
     if isinstance(verdict, Borrows) and not borrow:
@@ -316,6 +339,10 @@ def _decide_one(cycle: _Cycle, gang: WaitingGang, *, borrow: bool) -> Outcome | 
         obstacle = Wait(gang.key, placed.kind, reason)
     elif isinstance(verdict, QuotaWait):
         obstacle = Wait(gang.key, "Quota", verdict.message)
+        if _beyond_quota(cycle, gang, team):
+            cycle.beyond_quota[by_quota] = verdict.message
+            cycle.misses[memo] = obstacle
+            return obstacle
     else:
         obstacle = Wait(gang.key, "Quota", "waiting for borrowed quota to be returned")
     preempted = _preempt(cycle, gang, team, within_nominal=isinstance(verdict, Fits | Reclaims))
@@ -324,6 +351,16 @@ def _decide_one(cycle: _Cycle, gang: WaitingGang, *, borrow: bool) -> Outcome | 
         return preempted
     cycle.misses[memo] = obstacle
     return obstacle
+
+
+def _beyond_quota(cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None) -> bool:
+    """Whether quota keeps the gang out even with every candidate victim gone (rule 1).
+
+    That depends only on its team, usage, priority and policy and on the usage by team, so it
+    answers for every gang alike in those, whatever its shape, until the usage changes.
+    """
+    ordered, _ = _candidates(cycle, gang, team, within_nominal=False)
+    return not ordered or not _quota_with_all_gone(cycle, gang, team, ordered)
 
 
 def _shortfall(cycle: _Cycle, gang: WaitingGang) -> str | Shortfall:
@@ -380,6 +417,7 @@ def _preempt(
         return None
     gone = {v.key for v in choice.victims}
     cycle.usage = without(cycle.usage, choice.victims)
+    cycle.beyond_quota.clear()
     _settle(cycle, choice.victims)
     cycle.admit(gang, placed.nodes, extras=False)
     return Preempt(gang.key, tuple(sorted(gone)), placed.nodes)
@@ -390,6 +428,7 @@ def _settle(cycle: _Cycle, victims: Sequence[Admitted]) -> None:
     assert cycle.settled is not None, "victims come from the candidates"
     cycle.settled.remove(victims)
     cycle.ordered.clear()
+    cycle.held.clear()
     cycle.groups.clear()
     cycle.failed.clear()
 
@@ -550,10 +589,21 @@ def _never_fits(pool: Pool, gang: WaitingGang) -> bool:
 
 
 def _quota_with_all_gone(
-    cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None, ordered: Sequence[Admitted]
+    cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None, ordered: list[Admitted]
 ) -> bool:
-    """Whether quota lets the gang in with every candidate gone (else no victims can help)."""
-    verdict = check_quota(team, gang.usage, without(cycle.usage, ordered), cycle.pool.teams)
+    """Whether quota lets the gang in with every candidate gone (else no victims can help).
+
+    What the candidates hold is summed per team once per candidate list.
+    """
+    held = cycle.held.get(id(ordered))
+    if held is None:
+        held = cycle.held[id(ordered)] = usage_by_team(ordered)
+    left = {name: dict(values) for name, values in cycle.usage.items()}
+    for name, values in held.items():
+        used = left.setdefault(name, {})
+        for resource, amount in values.items():
+            used[resource] = used.get(resource, 0) - amount
+    verdict = check_quota(team, gang.usage, left, cycle.pool.teams)
     return isinstance(verdict, Fits | Borrows)
 
 
@@ -603,10 +653,10 @@ class _Failures:
 class _Gains:
     """Slots of the gang's shape that nodes and domains gain when victims' pods are given back.
 
-    Kept beside the cycle's capacity, which stays as it is: per node what the victims' pods
-    return, and the slots that gains the node and its domains; for a required level, the
-    domains of that level that then hold the whole gang (``reaching``). ``level`` is ``None``
-    when the gang requires none, or when a domain of it holds the gang already.
+    Kept beside the cycle's capacity, which stays as it is: per node its free capacity with the
+    victims' pods given back, and the slots that gains the node and its domains; for a required
+    level, the domains of that level that then hold the whole gang (``reaching``). ``level`` is
+    ``None`` when the gang requires none, or when a domain of it holds the gang already.
     """
 
     def __init__(
@@ -623,17 +673,20 @@ class _Gains:
         if level is not None and slots.roomiest(level) >= self.count:
             level = None
         self.level = level
-        self.returned: dict[int, dict[str, int]] = {}  # node -> what the victims' pods return
+        self.with_victims: dict[int, dict[str, int]] = {}  # node -> free with the pods back
         self.gained: dict[int, int] = {}  # node -> slots it gains
         self.domain_gained: dict[int, int] = {}  # domain -> slots it gains
         self.reaching: set[int] = set()  # domains of ``level`` that hold the gang with the gains
 
     def move(self, victim: Admitted, sign: int, changed: set[int]) -> None:
         """Give back (``sign`` 1) or take again (-1) the victim's pods; note the nodes."""
+        with_victims, free = self.with_victims, self.capacity.free
         for node, held in self.spread(victim):
-            returned = self.returned.setdefault(node, {})
+            have = with_victims.get(node)
+            if have is None:
+                have = with_victims[node] = dict(free[node])
             for name, amount in held.items():
-                returned[name] = returned.get(name, 0) + sign * amount
+                have[name] = have.get(name, 0) + sign * amount
             changed.add(node)
 
     def settle(self, changed: set[int]) -> None:
@@ -641,17 +694,12 @@ class _Gains:
         capacity, shape = self.capacity, self.shape
         topology = capacity.topology
         allowed, names, ancestors = shape.allowed, topology.node_names, topology.ancestors
-        free, returned, node_slots, gained = (
-            capacity.free,
-            self.returned,
-            self.node_slots,
-            self.gained,
-        )
+        with_victims, node_slots, gained = self.with_victims, self.node_slots, self.gained
         deltas: dict[int, int] = {}
         for node in changed:
             if allowed is not None and names[node] not in allowed:
                 continue
-            now = slots_of(free[node], shape, returned[node]) - node_slots[node]
+            now = slots_of(with_victims[node], shape) - node_slots[node]
             delta = now - gained.get(node, 0)
             if delta:
                 gained[node] = now
@@ -695,11 +743,11 @@ class _Trial:
         if not victims:
             return None
         self.hold(victims)
-        verdict = check_quota(self.team, self.gang.usage, self.usage, self.cycle.pool.teams)
-        if not isinstance(verdict, Fits | Borrows):
-            return None
         gains = self.gains
-        return (gains.root() >= gains.count and gains.fits_level()) or None
+        if gains.root() < gains.count or not gains.fits_level():
+            return None  # no room (asked first: it is counted already, quota is not)
+        verdict = check_quota(self.team, self.gang.usage, self.usage, self.cycle.pool.teams)
+        return isinstance(verdict, Fits | Borrows) or None
 
     def place(self, victims: Sequence[Admitted]) -> TopologyPlacement | TopologyWait:
         """Where the gang goes once ``victims`` are gone."""

@@ -29,9 +29,11 @@ Rules:
    capacity view follows events, not the pool.
 5. **Gangs holding capacity** (``holding``): running gangs (never victims) with the priority
    their reconcile reports (``note``) and their admission time, reservations and holds at
-   ``preemption.HELD_PRIORITY``; quota counts them and preemption may choose from them. A running
-   gang's record is rebuilt only when its pods, priority, GPU sources, admission time or team
-   changed.
+   ``preemption.HELD_PRIORITY``; quota counts them and preemption may choose from them. A gang
+   whose job has a deadline also carries when it has ended at the latest (``ends_by``, from
+   ``note`` or ``reserve``), kept until its last pod is gone even after its job is forgotten
+   (a finished job's Workers are still being deleted). A running gang's record is rebuilt only
+   when its pods, priority, GPU sources, admission time or team changed.
 6. **Claimed GPUs**: a torchgate pod's GPUs claimed through DRA (``units.pod_units`` with what
    its job's policy counts as GPUs, ``note``) count on its node and against quota exactly as
    when its gang waited, from the moment the pod is seen, allocated or not; so device capacity
@@ -114,6 +116,9 @@ class CapacityLedger:
         self.priorities: dict[JobKey, int] = {}  # as asked, for the gang once it runs
         # When this process admitted the job (wall clock; pods' creation seconds after a restart).
         self.admitted_at: dict[JobKey, float] = {}
+        # When the job has ended at the latest (wall clock), when it has a deadline: the gang's
+        # ``Admitted.ends_by`` (``backfill`` rule 2).
+        self.ends_by: dict[JobKey, float] = {}
         self._topology: tuple[tuple[str, ...], Topology] | None = None
         self.nodes_version = 0  # bumps whenever a node's view changes (what eligibility reads)
         self.devices_version = 0  # bumps when which nodes have free devices of a key changes
@@ -159,6 +164,8 @@ class CapacityLedger:
                     gang.discard(key)
                     if not gang:
                         del self.gangs[member.job]
+                        if member.job not in self.priorities:  # forgotten: no gang to end
+                            self.ends_by.pop(member.job, None)
         after = pod_usage(pod) if pod is not None else None
         if after is not None and pod is not None:
             member = member_of(pod)
@@ -188,9 +195,16 @@ class CapacityLedger:
             if pod in self.pods and self.pods[pod][0] == node
         }
 
-    def note(self, key: JobKey, *, priority: int, gpus: GpuSources) -> None:
-        """What the job's gang counts as once it runs (its pods may carry no or an older one)."""
+    def note(
+        self, key: JobKey, *, priority: int, gpus: GpuSources, ends_by: float | None = None
+    ) -> None:
+        """What the job's gang counts as once it runs (its pods may carry no or an older one).
+
+        ``ends_by``: when it has ended at the latest, if known (else what ``reserve`` set stays).
+        """
         self.priorities[key] = priority
+        if ends_by is not None:
+            self.ends_by[key] = ends_by
         if self.gpu_sources.get(key) != gpus:
             self.gpu_sources[key] = gpus
             for pod in self.gangs.get(key, ()):
@@ -252,10 +266,19 @@ class CapacityLedger:
 
     # ------------------------------------------------------------------ rules 2-3: outcomes
 
-    def reserve(self, key: JobKey, reservation: Reservation, *, admitted_at: float) -> None:
+    def reserve(
+        self,
+        key: JobKey,
+        reservation: Reservation,
+        *,
+        admitted_at: float,
+        ends_by: float | None = None,
+    ) -> None:
         """Promise the job's gang its nodes until the ledger has its pods (rule 2)."""
         self.reservations[key] = reservation
         self.admitted_at[key] = admitted_at
+        if ends_by is not None:
+            self.ends_by[key] = ends_by
         self._stale.add(key)
 
     def reservation_for(self, key: JobKey, uid: str) -> Mapping[str, str] | None:
@@ -327,6 +350,8 @@ class CapacityLedger:
         self.gpu_sources.pop(key, None)
         self.priorities.pop(key, None)
         self.admitted_at.pop(key, None)
+        if key not in self.gangs:  # a finished gang's pods still going keep their deadline
+            self.ends_by.pop(key, None)
         self._stale.add(key)
         return changed
 
@@ -453,6 +478,7 @@ class CapacityLedger:
             admitted_at=started,
             nodes=nodes,
             requests=requests,
+            ends_by=self.ends_by.get(job),
         )
 
 

@@ -29,8 +29,9 @@ Rules (each one function):
    highest-priority among its victims, then fewest victims, then fewest GPUs, then least run time.
    If all candidates together do not make room, no group can (the trial is monotone); a group is
    abandoned as soon as it must take a victim of higher priority than the best set found, and
-   not searched at all when no set of its victims could cost less than that set, or when the
-   caller can tell that even all its victims together would not make room.
+   not searched at all when no set of its victims could cost less than that set (``floor``: its
+   cheapest gang alone), or when the caller can tell that even all its victims together would
+   not make room. On a tie the earlier group's set wins.
 6. ``protection``: one pool-wide protection: the longest ``minimumRunSeconds`` and the lowest
    ``neverPreemptPriority`` of the policies, and never above ``HELD_PRIORITY``, the priority the
    admitter gives gangs that hold capacity without pods yet (reservations and holds), so that a
@@ -40,7 +41,10 @@ Cost: the pruning pass of rule 4 drops a run of victims with one trial when it c
 the last gang added was enough on its own), which gives the same set as dropping them one by
 one because the trial is monotone. Rules 1-3 are answered from an index of the running gangs by
 team, cheapest first (``Candidates``), built once per cycle: a preemptor's candidates are the
-heads of a few groups, merged, not a pass over every running gang.
+heads of a few groups, merged, not a pass over every running gang. Rule 5 searches the groups
+after the first by their ``floor``, cheapest first, when each group is ordered by priority (then
+a group's answer does not depend on the best set found before it), so the best set is found
+early and most groups are skipped by their floor.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ import heapq
 from bisect import bisect_left
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Final, Generic, TypeVar
 
 from torchgate.controller.admission.quota import Admitted, borrowing_teams, uses_any
@@ -277,51 +282,76 @@ def cheapest(
 ) -> Choice[T] | None:
     """The cheapest successful victim set over candidate groups (rule 5).
 
-    ``hopeless(number)`` says that no set of the victims of group ``number`` can make room
-    (the caller's bound); such a group is not searched, and a hopeless first group ends it.
+    The winner is the set of least ``cost``, the earliest group's on a tie. ``hopeless(number)``
+    says that no set of the victims of group ``number`` can make room (the caller's bound);
+    such a group is not searched, and a hopeless first group ends it.
     """
+    listed = list(groups)
+    order = _search_order(listed, now)
     best: Choice[T] | None = None
-    bound: tuple[int, int, int, float] | None = None  # the cost of ``best``
+    bound: tuple[tuple[int, int, int, float], int] | None = None  # ``best``'s cost and group
     seen: set[tuple[tuple[str, str], ...]] = set()
-    for number, group in enumerate(groups):
+    for number, least in order:
+        group = listed[number]
         marker = tuple(v.key for v in group)
-        if not group or marker in seen:
+        if marker in seen:
             continue
         seen.add(marker)
-        if bound is not None and not _may_beat(group, bound, now):
-            continue
+        if bound is not None and least is not None and (least, number) > bound:
+            continue  # no set of this group could cost less than ``best``
         if hopeless is not None and hopeless(number):
             if number == 0:
                 return None
             continue
-        highest = None if bound is None else bound[0]
+        highest = None if bound is None else bound[0][0]
         choice = choose_victims(group, trial, highest=highest, allowed=allowed)
         if choice is None:
             if number == 0:
                 return None  # the first group holds every candidate: no subset can do better
             continue
-        found = cost(choice, now)
+        found = (cost(choice, now), number)
         if bound is None or found < bound:
             best, bound = choice, found
     return best
 
 
-def _may_beat(group: Sequence[Admitted], bound: tuple[int, int, int, float], now: float) -> bool:
-    """Whether some victim set of ``group`` could cost less than ``bound`` (rule 5).
+def _search_order(
+    groups: Sequence[Sequence[Admitted]], now: float
+) -> list[tuple[int, tuple[int, int, int, float] | None]]:
+    """The non-empty groups to search, in order, each with the least its sets could cost.
 
-    The search only reaches the victims before the first of a priority above the best set's, so
-    with every one of those at the best set's priority and a best set of one gang, only a single
-    victim cheaper than that gang could win: without one, the group needs no trial at all.
+    The first one searched needs no such bound (``None``): nothing is found before it.
+
+    The first group comes first (if it finds nothing, no group can). When every group is
+    ordered by priority, the others follow by that least cost (``floor``), so the best set is
+    found early and the groups after it are skipped: a group then yields its greedy set, or
+    nothing only when that set would cost more than the best one already found, so the order
+    does not change the winner. Otherwise (reclaimable gangs of any priority listed first) a
+    group's answer depends on the best set found before it, so they keep their order.
     """
-    priority, count = bound[0], bound[1]
-    reachable: list[Admitted] = []
-    for victim in group:
-        if victim.priority > priority:
-            break
-        reachable.append(victim)
-    if count > 1 or any(victim.priority < priority for victim in reachable):
-        return True
-    return any(cost(Choice((victim,), None), now) < bound for victim in reachable)
+    present = [number for number, group in enumerate(groups) if group]
+    if not present:
+        return []
+    rest = [(floor(groups[number], now), number) for number in present[1:]]
+    if all(_by_priority(group) for group in groups):
+        rest.sort()
+    return [(present[0], None), *((number, least) for least, number in rest)]
+
+
+def _by_priority(group: Sequence[Admitted]) -> bool:
+    return all(a.priority <= b.priority for a, b in pairwise(group))
+
+
+def floor(group: Sequence[Admitted], now: float) -> tuple[int, int, int, float]:
+    """The least any victim set of ``group`` could cost (rule 5): its cheapest gang alone.
+
+    A set holds a victim of at least the group's lowest priority and at least one gang, so it
+    costs no less than the cheapest gang of that priority alone.
+    """
+    return min(
+        (victim.priority, 1, victim.usage.get(GPUS, 0), now - victim.admitted_at)
+        for victim in group
+    )
 
 
 def group_by_domain(

@@ -56,6 +56,8 @@ class Admitted:
         admitted_at: When it was admitted (seconds on the clock the caller uses for ``now``).
         nodes: Pod name -> node (for preemption: what removing it frees).
         requests: Pod name -> what the pod takes from its node (milli-units).
+        ends_by: When it has ended at the latest (same clock as ``admitted_at``), when its job
+            has a deadline (``runPolicy.activeDeadlineSeconds``): ``backfill`` rule 2.
     """
 
     key: JobKey
@@ -65,6 +67,7 @@ class Admitted:
     admitted_at: float = 0.0
     nodes: Mapping[str, str] | None = None
     requests: Mapping[str, Units] | None = None
+    ends_by: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +119,11 @@ def usage_by_team(admitted: Iterable[Admitted]) -> dict[str, dict[str, int]]:
     usage: dict[str, dict[str, int]] = {}
     for gang in admitted:
         if gang.team is not None:
-            _add(usage.setdefault(gang.team, {}), gang.usage)
+            total = usage.get(gang.team)
+            if total is None:
+                total = usage[gang.team] = {}
+            for name, amount in gang.usage.items():
+                total[name] = total.get(name, 0) + amount
     return usage
 
 

@@ -58,7 +58,8 @@ changed since it was last asked about (and their ancestors). Rules 2 and 3 then 
 roomiest domain of each level and the first count that holds the gang, not at every domain, so
 a placement costs what it changes. A cycle decides on a ``fork`` that copies nothing per node
 until it changes one. Explaining a shortfall (rule 7) needs free totals, which the capacity
-keeps, and walks the allowed nodes only for a fragmented gang (once per shape per capacity); a
+keeps, and for a fragmented gang what each allowed node has to spare (``spare_of``), which is
+counted once per shape and then kept with the shape's slot counts from fork to fork; a
 ``Shortfall`` is phrased only when it is read.
 
 One module, though long: the rules and the ``Capacity`` they read are one concern (where a gang's
@@ -289,9 +290,14 @@ class Slots:
     ``values[level]`` lists the distinct positive slot counts of the level's domains, ascending;
     ``masks[level][count]`` has bit ``rank`` set for each domain of that count (``Topology.rank``),
     so the tightest domain holding ``n`` slots is the lowest bit of the first count ``>= n``.
+
+    Once its fragmentation is asked about (rule 7), it also keeps each node's ``spare_of`` in
+    ``spare`` and, per resource of the shape, how many nodes have that resource to spare
+    (``spare_counts``; the last entry counts the nodes that count at all), kept up to date with
+    the slots.
     """
 
-    __slots__ = ("by_rank", "domains", "masks", "nodes", "seen", "values")
+    __slots__ = ("by_rank", "domains", "masks", "nodes", "seen", "spare", "spare_counts", "values")
 
     def __init__(
         self,
@@ -308,6 +314,8 @@ class Slots:
         self.values = values
         self.masks = masks
         self.seen = seen  # how much of its capacity's change log the counts reflect
+        self.spare: list[int] | None = None
+        self.spare_counts: list[int] = []
 
     def roomiest(self, level: int) -> int:
         """The most slots of any domain of ``level`` (0 when none has any)."""
@@ -325,7 +333,7 @@ class Slots:
 
     def copy(self, seen: int) -> Slots:
         """A copy to change on its own (a fork's), having seen ``seen`` entries of its log."""
-        return Slots(
+        copied = Slots(
             self.by_rank,
             list(self.nodes),
             list(self.domains),
@@ -333,6 +341,31 @@ class Slots:
             [dict(masks) for masks in self.masks],
             seen,
         )
+        copied.take_spare(self)
+        return copied
+
+    def take_spare(self, other: Slots) -> None:
+        """Copy ``other``'s spare resources per node (rule 7), if it keeps them."""
+        if other.spare is not None:
+            self.spare, self.spare_counts = list(other.spare), list(other.spare_counts)
+
+    def set_spare(self, node: int, bits: int) -> None:
+        """The node now has ``bits`` to spare (``spare_of``)."""
+        assert self.spare is not None
+        counts, was = self.spare_counts, self.spare[node]
+        if was != bits:
+            self.spare[node] = bits
+            for i in range(len(counts) - 1):
+                counts[i] += (bits >> i & 1 if bits >= 0 else 0) - (was >> i & 1 if was >= 0 else 0)
+            counts[-1] += (bits >= 0) - (was >= 0)
+
+    def fragmentation(self, shape: Shape) -> tuple[frozenset[str], bool]:
+        """``fragmentation`` from the kept spare counts."""
+        counts = self.spare_counts
+        short = frozenset(
+            name for (name, _), count in zip(shape.pod, counts, strict=False) if not count
+        )
+        return short, counts[-1] > 0
 
     def move(self, level: int, rank: int, before: int, after: int) -> None:
         """A domain of ``level`` went from ``before`` to ``after`` slots."""
@@ -388,7 +421,7 @@ class Capacity:
         self._sums: dict[frozenset[str] | None, dict[str, int]] = {None: _totals(self.free)}
         self._was: dict[int, dict[str, int]] = {}
         self._sums_used: dict[frozenset[str] | None, int] = {}  # set -> the last fork asking
-        self._memo: dict[object, object] = {}  # ``have`` and ``fragmentation``, per edit count
+        self._memo: dict[object, object] = {}  # ``have``, per edit count
         self._edits = 0  # changes to the free capacity so far (never goes back)
 
     # ------------------------------------------------------------------ the shell's side
@@ -529,13 +562,42 @@ class Capacity:
             self._sums[allowed] = _totals(was.get(node, self.free[node]) for node in nodes)
 
     def fragmentation(self, shape: Shape) -> tuple[frozenset[str], bool]:
-        """``fragmentation`` of the nodes ``shape`` may use, once per shape as they are now."""
-        key = ("fragmentation", shape, self._edits)
-        found = self._memo.get(key)
-        if found is None:
-            found = self._memo[key] = fragmentation(self.free_for(shape), shape)
-        assert isinstance(found, tuple)
-        return found
+        """``fragmentation`` of the nodes ``shape`` may use, as they are now.
+
+        Counted once per shape, on the capacity forked from when it has not changed since,
+        then kept with the shape's slot counts (``Slots.spare``) from fork to fork.
+        """
+        slots = self.slots(shape)
+        if slots.spare is None:
+            origin = self._origin
+            if origin is not None and origin._version == self._forked_at:
+                kept = origin.slots(shape)
+                if kept.spare is None:
+                    origin._count_spare(shape, kept)
+                slots.take_spare(kept)
+                self._recount_spare(shape, slots, set(self._changed[: slots.seen]))
+            else:
+                self._count_spare(shape, slots)
+        return slots.fragmentation(shape)
+
+    def _count_spare(self, shape: Shape, slots: Slots) -> None:
+        allowed, names = shape.allowed, self.topology.node_names
+        slots.spare = [
+            spare_of(free, shape, slots.nodes[i]) if allowed is None or names[i] in allowed else -1
+            for i, free in enumerate(self.free)
+        ]
+        slots.spare_counts = [0] * (len(shape.pod) + 1)
+        for bits in slots.spare:
+            if bits >= 0:
+                for i in range(len(shape.pod)):
+                    slots.spare_counts[i] += bits >> i & 1
+                slots.spare_counts[-1] += 1
+
+    def _recount_spare(self, shape: Shape, slots: Slots, nodes: Iterable[int]) -> None:
+        allowed, names, free = shape.allowed, self.topology.node_names, self.free
+        for node in nodes:
+            if allowed is None or names[node] in allowed:
+                slots.set_spare(node, spare_of(free[node], shape, slots.nodes[node]))
 
     def take(self, nodes: Mapping[str, str], requests: Mapping[str, Units]) -> None:
         """Subtract placed pods (pod -> node, pod -> requests)."""
@@ -612,10 +674,13 @@ class Capacity:
         allowed, names, ancestors = shape.allowed, topology.node_names, topology.ancestors
         per_node, per_domain, free = slots.nodes, slots.domains, self.free
         deltas: dict[int, int] = {}
+        spare = slots.spare
         for node in set(self._changed[slots.seen :]):
             if allowed is not None and names[node] not in allowed:
                 continue
             after = slots_of(free[node], shape)
+            if spare is not None:
+                slots.set_spare(node, spare_of(free[node], shape, after))
             delta = after - per_node[node]
             if delta:
                 per_node[node] = after
@@ -691,7 +756,12 @@ def distribute(
     domain: int,
     count: int,
 ) -> list[tuple[int, int]]:
-    """``(node index, pods)`` pairs for ``count`` pods in ``domain``, depth-first (rule 4)."""
+    """``(node index, pods)`` pairs for ``count`` pods in ``domain``, depth-first (rule 4).
+
+    The children with room are sorted tightest first (slots, nodes, domains before nodes, key),
+    so the tightest child holding what remains is the first one not taken from where the slots
+    reach it.
+    """
     found = topology.domains[domain]
     units: list[tuple[int, int, int, tuple[str, ...], bool, int]] = []
     for child in found.children:
@@ -701,19 +771,27 @@ def distribute(
     for node in found.nodes:
         if node_slots[node]:
             units.append((node_slots[node], 1, 1, (topology.node_names[node],), False, node))
+    units.sort()
     out: list[tuple[int, int]] = []
     remaining = count
-    roomiest = sorted(units, key=lambda u: (-u[0], u[1], u[2], u[3]))
-    taken: set[tuple[bool, int]] = set()
+    taken: set[int] = set()  # positions in ``units``
+    roomiest: list[int] | None = None
     while remaining > 0:
-        holding = [u for u in units if u[0] >= remaining and (u[4], u[5]) not in taken]
-        if holding:
-            unit = min(holding)  # tightest: slots, nodes, domains before nodes, key
-            share = remaining
+        at = bisect_left(units, (remaining,))
+        while at in taken:
+            at += 1
+        if at < len(units):
+            share = remaining  # the tightest child holding the rest
         else:
-            unit = next(u for u in roomiest if (u[4], u[5]) not in taken)
-            share = unit[0]
-        taken.add((unit[4], unit[5]))
+            if roomiest is None:
+                roomiest = sorted(
+                    range(len(units)),
+                    key=lambda i: (-units[i][0], units[i][1], units[i][2], units[i][3]),
+                )
+            at = next(i for i in roomiest if i not in taken)
+            share = units[at][0]
+        taken.add(at)
+        unit = units[at]
         if unit[4]:
             out.extend(distribute(topology, node_slots, domain_slots, unit[5], share))
         else:
@@ -888,18 +966,28 @@ def fragmentation(free: Iterable[Units], shape: Shape) -> tuple[frozenset[str], 
     Returns those resources of the shape, and whether any node counts at all (with host ports a
     node that takes a pod of the gang takes no other).
     """
-    slot = dict(shape.pod)
-    short = set(slot)
-    counted = False
+    spared, counted = 0, False
     for node in free:
-        slots = slots_of(node, shape)
-        if shape.one_per_node and slots:
-            continue
-        counted = True
-        for name in list(short):
-            if node.get(name, 0) - slots * slot[name] >= slot[name]:
-                short.discard(name)
-    return frozenset(short), counted
+        bits = spare_of(node, shape, slots_of(node, shape))
+        if bits >= 0:
+            spared, counted = spared | bits, True
+    return frozenset(name for i, (name, _) in enumerate(shape.pod) if not spared >> i & 1), counted
+
+
+def spare_of(free: Units, shape: Shape, slots: int) -> int:
+    """What one node has to spare once it holds the ``slots`` pods it has room for (rule 7).
+
+    Bit ``i`` is set when it has the ``i``-th resource of ``shape.pod`` left for one more pod;
+    -1 when the node does not count (with host ports, a node with a slot takes a pod of the
+    gang and no other).
+    """
+    if shape.one_per_node and slots:
+        return -1
+    bits = 0
+    for i, (name, amount) in enumerate(shape.pod):
+        if free.get(name, 0) - slots * amount >= amount:
+            bits |= 1 << i
+    return bits
 
 
 def fragmented(
@@ -943,8 +1031,8 @@ class Shortfall:
     An admission cycle cannot afford to walk every allowed node for each gang that waits, and
     the shell reads a wait's message at most once per status refresh, after the cycle: so the
     amounts it shows are what the cycle left free. The free totals come from the capacity
-    (``Capacity.have``); only a fragmented gang's message walks the allowed nodes, once per
-    shape on one capacity (``Capacity.fragmentation``).
+    (``Capacity.have``), and a fragmented gang's spare resources from the counts it keeps per
+    shape (``Capacity.fragmentation``).
     """
 
     __slots__ = ("_capacity", "_gpu_resource", "_requests", "_shape", "_text", "_where")

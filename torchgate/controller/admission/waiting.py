@@ -52,6 +52,7 @@ class GangTerms(TypedDict):
     preempts: bool
     topology_level: str | None
     topology_required: bool
+    run_limit: float | None  # runPolicy.activeDeadlineSeconds (``backfill`` rule 4)
 
 
 @dataclass(slots=True)
@@ -70,6 +71,7 @@ class Waiting:
     preempts: bool = True
     topology_level: str | None = None
     topology_required: bool = False
+    run_limit: float | None = None  # seconds it may run once started, if it has a deadline
     not_before: float = 0.0
     reported_reason: str | None = None
     reported_kind: str | None = None
@@ -119,6 +121,7 @@ class WaitingQueue:
         topology_level: str | None,
         topology_required: bool,
         now: float,
+        run_limit: float | None = None,
     ) -> bool:
         """Queue the job or update what it asks for (rule 1); whether it took a new place."""
         current = self.waiting.get(key)
@@ -130,6 +133,7 @@ class WaitingQueue:
             current.preempts = preempts
             current.topology_level = topology_level
             current.topology_required = topology_required
+            current.run_limit = run_limit
             return False
         self.waiting[key] = Waiting(
             key=key,
@@ -144,6 +148,7 @@ class WaitingQueue:
             preempts=preempts,
             topology_level=topology_level,
             topology_required=topology_required,
+            run_limit=run_limit,
             not_before=self._retry_at.pop(key, 0.0),
         )
         return True

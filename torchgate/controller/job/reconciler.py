@@ -471,6 +471,7 @@ class Reconciler:
                     priority=self.priority_of(_priority_class(spec)),
                     gpu_resource=policy.gpu_resource,
                     gpus=gpus,
+                    ends_by=_ends_by(spec, status),
                 )
 
     def _gang_terms(
@@ -492,6 +493,7 @@ class Reconciler:
             preempts=self.preempts_of(priority_class),
             topology_level=level,
             topology_required=required,
+            run_limit=_run_limit(spec),
         )
 
     def candidate(self, job: Mapping[str, Any], *, since: float) -> Waiting | list[FieldError]:
@@ -799,3 +801,16 @@ def _priority_class(spec: JobSpec) -> str | None:
         if isinstance(value, str) and value:
             return value
     return None
+
+
+def _run_limit(spec: JobSpec) -> float | None:
+    """Seconds the job may run once started (``runPolicy.activeDeadlineSeconds``), if set."""
+    deadline = spec.run_policy.active_deadline_seconds
+    return float(deadline) if deadline is not None else None
+
+
+def _ends_by(spec: JobSpec, status: Mapping[str, Any] | None) -> float | None:
+    """When a started job has ended at the latest: its ``startTime`` plus its deadline (plan)."""
+    limit = _run_limit(spec)
+    started = st.parse_time((status or {}).get("startTime"))
+    return started.timestamp() + limit if limit is not None and started is not None else None

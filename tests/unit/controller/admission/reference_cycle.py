@@ -6,9 +6,9 @@ descending the domain tree and the tightest domain by scanning it, candidate vic
 every admitted gang for each preemptor, and a victim search whose trials give the victims' pods
 back to the cycle's capacity. Only the cycle's memo of failed gangs (same team, shape, size,
 usage, topology request, priority, policy and message) answers for a gang without searching.
-The pure rules the optimised cycle still shares unchanged (quota verdicts, slots of a node,
-spreading inside a domain, rank order, shortfall text, extras, the victim search order) are
-imported; what the optimisation replaced is spelled out here.
+The pure rules the optimised cycle still shares unchanged (quota verdicts, slots of a node, rank
+order, shortfall text, extras, the victim search order) are imported; what the optimisation
+replaced (spreading inside a domain among them) is spelled out here.
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ from torchgate.controller.admission.topology import (
     TopologyPlacement,
     TopologyWait,
     assign_ranks,
-    distribute,
     explain_shortfall,
     place_extras,
     slots_of,
@@ -174,13 +173,51 @@ def _place(
         )
     domains = topology.domains
     domain = min((domain_slots[d], domains[d].node_count, domains[d].key, d) for d in fitting)[-1]
-    spread = distribute(topology, node_slots, domain_slots, domain, count)
+    spread = _distribute(topology, node_slots, domain_slots, domain, count)
     return TopologyPlacement(
         nodes=assign_ranks(topology, pods, spread),
         domain=topology.domain_name(domain),
         level=level,
         preference_met=wanted is None or level >= wanted,
     )
+
+
+def _distribute(
+    topology: Topology,
+    node_slots: Sequence[int],
+    domain_slots: Sequence[int],
+    domain: int,
+    count: int,
+) -> list[tuple[int, int]]:
+    """``topology.distribute`` as first written: every child filtered again for each share."""
+    found = topology.domains[domain]
+    units: list[tuple[int, int, int, tuple[str, ...], bool, int]] = []
+    for child in found.children:
+        if domain_slots[child]:
+            d = topology.domains[child]
+            units.append((domain_slots[child], d.node_count, 0, d.key, True, child))
+    for node in found.nodes:
+        if node_slots[node]:
+            units.append((node_slots[node], 1, 1, (topology.node_names[node],), False, node))
+    out: list[tuple[int, int]] = []
+    remaining = count
+    roomiest = sorted(units, key=lambda u: (-u[0], u[1], u[2], u[3]))
+    taken: set[tuple[bool, int]] = set()
+    while remaining > 0:
+        holding = [u for u in units if u[0] >= remaining and (u[4], u[5]) not in taken]
+        if holding:
+            unit = min(holding)  # tightest: slots, nodes, domains before nodes, key
+            share = remaining
+        else:
+            unit = next(u for u in roomiest if (u[4], u[5]) not in taken)
+            share = unit[0]
+        taken.add((unit[4], unit[5]))
+        if unit[4]:
+            out.extend(_distribute(topology, node_slots, domain_slots, unit[5], share))
+        else:
+            out.append((unit[5], share))
+        remaining -= share
+    return out
 
 
 def place_topology(

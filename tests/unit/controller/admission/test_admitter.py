@@ -102,6 +102,25 @@ def test_small_jobs_backfill_behind_a_big_one_until_it_starves() -> None:
     assert late in admitter.queue.waiting
 
 
+def test_backfill_keeps_off_the_nodes_the_head_gets_when_a_gang_with_a_deadline_ends() -> None:
+    wall = 1_000.0
+    admitter, _, _ = make(nodes=3, starvation_seconds=10**9, wall_clock=lambda: wall)
+    old = ("default", "old")  # 2 nodes, ends by 30 s from now (its startTime + deadline)
+    for index in range(2):
+        admitter.on_pod("ADDED", pod(f"old-{index}", gang=old, node=f"n{index}", gpus=8), None)
+    admitter.note(old, priority=0, gpu_resource="nvidia.com/gpu", ends_by=wall + 30)
+    head = ask(admitter, gpu_job("head", workers=2, gpus=8).build(), created="2026-01-01T00:00:00Z")
+    long = ask(admitter, gpu_job("long", workers=0, gpus=8).build(), created="2026-01-01T00:00:01Z")
+    short = ask(
+        admitter,
+        gpu_job("short", workers=0, gpus=8).run_policy(activeDeadlineSeconds=20).build(),
+        created="2026-01-01T00:00:02Z",
+    )
+    # the head (3 nodes) starts when old ends; only a gang sure to be gone by then may use n2
+    assert admitter.cycle() == [short]
+    assert {head, long} <= admitter.queue.waiting.keys()
+
+
 def test_a_timed_out_gang_waits_out_its_backoff() -> None:
     admitter, _, clock = make(nodes=1, backoff_base=10)
     key = ask(admitter, job("slow").master(gpus=1).build())

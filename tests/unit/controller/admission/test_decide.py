@@ -216,6 +216,26 @@ def test_only_a_gang_the_empty_pool_cannot_hold_gives_up_searching_for_victims()
     assert isinstance(decide(pool, [too_big], now=1.0)[0], Wait)
 
 
+def test_gangs_alike_but_for_shape_that_quota_keeps_out_wait_alike_until_usage_changes() -> None:
+    pool = pool_with(rack_nodes(1, 4), teams=[parsed_team("a", 8), parsed_team("b", 16)])
+    gangs = [
+        waiting("wide", pods=4, gpus=8, team="a", created="2026-01-01T00:00:01Z"),
+        waiting("narrow", pods=8, gpus=4, team="a", created="2026-01-01T00:00:02Z"),
+        waiting("b1", pods=1, gpus=8, team="b", created="2026-01-01T00:00:03Z"),
+        waiting("narrow-after", pods=8, gpus=4, team="a", created="2026-01-01T00:00:04Z"),
+    ]
+    outcomes = by_key(decide(pool, gangs, 0.0))
+    wide, narrow, after = outcomes["wide"], outcomes["narrow"], outcomes["narrow-after"]
+    assert isinstance(wide, Wait)
+    assert isinstance(narrow, Wait)
+    assert isinstance(after, Wait)
+    assert (wide.kind, narrow.kind, after.kind) == ("Quota", "Quota", "Quota")
+    assert narrow.message == wide.message
+    assert isinstance(outcomes["b1"], Admit)
+    assert after.message != wide.message, "b1 took some of the cohort's idle quota"
+    assert after.message == by_key(decide(pool, gangs[2:], 0.0))["narrow-after"].message
+
+
 def test_quota_reasons_are_reported() -> None:
     pool = pool_with(
         rack_nodes(1, 4), teams=[parsed_team("a", 8, borrowing=0), parsed_team("b", 8)]

@@ -153,3 +153,19 @@ def test_free_capacity_kept_from_its_changes_and_gang_records_equal_those_read_a
         assert kept == ledger.free()
         owner = {"ns": "team"}
         assert ledger.holding(owner, 9.0) == fresh.holding(owner, 9.0)
+
+
+def test_a_gangs_deadline_outlives_its_job_until_its_last_pod_is_gone() -> None:
+    ledger = CapacityLedger()
+    ledger.on_node("ADDED", node("n1", gpus=8))
+    job = ("ns", "done")
+    for name in ("done-master-0", "done-worker-0"):
+        ledger.on_pod(("ns", name), pod(name, gang=job, gpus=4, node="n1"))
+    ledger.note(job, priority=0, gpus=GpuSources(GPU), ends_by=130.0)
+    assert [a.ends_by for a in ledger.holding({}, 0.0)] == [130.0]
+    ledger.forget(job)  # finished: its Worker is still being deleted
+    ledger.on_pod(("ns", "done-master-0"), None)
+    assert [a.ends_by for a in ledger.holding({}, 0.0)] == [130.0]
+    ledger.on_pod(("ns", "done-worker-0"), None)
+    assert ledger.holding({}, 0.0) == []
+    assert job not in ledger.ends_by

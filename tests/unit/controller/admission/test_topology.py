@@ -21,6 +21,7 @@ from torchgate.controller.admission.topology import (
     build_topology,
     explain_shortfall,
     fits_topology,
+    fragmentation,
     gpu_free_nodes,
     job_topology,
     place_extras,
@@ -647,6 +648,64 @@ def test_a_capacity_kept_across_cycles_and_its_forks_count_as_capacities_made_af
                 GPU: totals.get(GPU, 0),
                 "pods": totals.get("pods", 0),
             }
+
+
+@settings(max_examples=200, deadline=None)
+@given(pools(), steps, hs.data())
+def test_fragmentation_kept_across_cycles_and_forks_is_fragmentation_counted_afresh(
+    pool: tuple[Topology, dict[str, dict[str, int]]],
+    moves: list[tuple[str, int, int]],
+    data: hs.DataObject,
+) -> None:
+    topology, free = pool
+    names = topology.node_names
+    allowed = frozenset(data.draw(hs.sets(hs.sampled_from(names), min_size=1)))
+    shapes = [
+        shape_of([pod_requests(n)], allowed=a, one_per_node=ports)
+        for n in (1, 2, 8)
+        for a in (None, allowed)
+        for ports in (False, True)
+    ]
+    base = Capacity(topology, free)
+    fork = base.fork()
+    for shape in shapes[::3]:
+        fork.fragmentation(shape)  # some shapes asked about before the changes, some only after
+    for step, index, gpus in moves:
+        node = names[index % len(names)]
+        if step == "update":
+            base.update({node: node_free(gpus)})
+        elif step == "fork":
+            fork = base.fork()
+            fork.fragmentation(shapes[index % len(shapes)])
+        else:
+            change = ({"p": node}, {"p": pod_requests(gpus)})
+            if step == "take":
+                fork.take(*change)
+            else:
+                fork.give(*change)
+    for capacity in (fork, base):
+        for shape in shapes:
+            expected = plain_fragmentation(capacity.free_for(shape), shape)
+            assert fragmentation(capacity.free_for(shape), shape) == expected
+            assert capacity.fragmentation(shape) == expected
+
+
+def plain_fragmentation(
+    free: Iterable[Mapping[str, int]], shape: Shape
+) -> tuple[frozenset[str], bool]:
+    """Rule 7's fragmentation node by node, as first written."""
+    slot = dict(shape.pod)
+    short = set(slot)
+    counted = False
+    for node in free:
+        slots = slots_of(node, shape)
+        if shape.one_per_node and slots:
+            continue
+        counted = True
+        for name in list(short):
+            if node.get(name, 0) - slots * slot[name] >= slot[name]:
+                short.discard(name)
+    return frozenset(short), counted
 
 
 def test_a_fork_never_changes_the_original_and_keeps_what_it_saw() -> None:
