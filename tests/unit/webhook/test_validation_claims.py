@@ -186,9 +186,7 @@ def test_a_claim_shared_by_a_worker_is_forbidden_when_the_master_has_the_same_te
         "pod_spec": claiming_pod(("gpus", RESOURCE_CLAIM, "shared")),
     }
     raw = job("dra").master(**template).workers(2, **template).build()
-    assert (
-        raw["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
-        == (raw["spec"]["pytorchReplicaSpecs"]["Worker"]["template"])
-    )
+    specs = raw["spec"]["pytorchReplicaSpecs"]
+    assert specs["Master"]["template"] == specs["Worker"]["template"]
     field = f"{WPOD}.resourceClaims[0].resourceClaimName"
     assert pairs(verdict(raw, claims=claims)) == [(FORBIDDEN, field)]

@@ -157,7 +157,7 @@ def test_gpu_rules(raw: Any, active_policy: PlacementPolicy, expected: Pairs) ->
 
 
 def test_master_and_worker_with_one_faulty_template_each_report_it() -> None:
-    # Equal pod specs share nothing but the template: a finding is reported at both replicas.
+    # One template for both replicas: its finding is reported at each of them.
     faulty = [container(image="registry.example.com/train:${TAG}", gpus=1)]
     raw = job().master(containers=faulty).workers(3, containers=faulty).build()
     check(raw, DEFAULT_POLICY, [(INVALID, f"{MC0}.image"), (INVALID, f"{WC0}.image")])
