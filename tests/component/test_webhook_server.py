@@ -260,6 +260,15 @@ async def test_malformed_requests_get_400(server: Server, body: bytes, headers: 
     assert answer.startswith("bad AdmissionReview")
 
 
+async def test_json_with_parameters_is_a_json_body(server: Server) -> None:
+    sent = review(gpu_job().build(), operation="DELETE")
+    body = json.dumps(sent).encode()
+    headers = {"Content-Type": "Application/JSON; charset=utf-8"}
+    status, answer = await post(server, "/validate", body, headers=headers)
+    assert status == 200
+    assert answer["response"] == {"uid": sent["request"]["uid"], "allowed": True}
+
+
 def test_oversize_body_gets_400_before_it_is_read(server: Server) -> None:
     connection = http.client.HTTPSConnection(
         "127.0.0.1", server.port, context=server.ssl_context(), timeout=10

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import orjson
-from aiohttp import web
+from aiohttp import hdrs, web
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -58,6 +58,7 @@ SERVER_TIME_HEADER = "X-Torchgate-Server-Time"
 Decision = Callable[[Mapping[str, Any], PolicyLookup, ClaimsLookup], dict[str, Any]]
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 _OUTCOMES: Final = ("allowed", "denied", "error", "bad_request")
+_JSON: Final = "application/json"
 
 
 class Metrics:
@@ -238,7 +239,9 @@ class _Routes:
             return answer
 
     async def _body(self, request: web.Request) -> bytes:
-        if request.content_type != "application/json":
+        # The apiserver sends exactly "application/json": only another header is parsed.
+        raw_type = request.headers.get(hdrs.CONTENT_TYPE)
+        if raw_type != _JSON and request.content_type != _JSON:
             raise BadReview(f"Content-Type must be application/json, not {request.content_type!r}")
         length = request.content_length
         if length is not None and length > self.max_body_bytes:

@@ -174,3 +174,19 @@ def test_the_dev_dra_policy_counts_the_dev_clusters_gpu_classes() -> None:
     assert parsed is not None, errors
     assert parsed.gpu_device_classes == (kwok.DRA_CLASS, kwok.DRA_EXTENDED_CLASS)
     assert pairs(verdict(claiming_job(2), parsed, EIGHT)) == []
+
+
+def test_a_claim_shared_by_a_worker_is_forbidden_when_the_master_has_the_same_template() -> None:
+    # The Master's one pod may hold the claim; the Worker's two pods of the same template may not.
+    claims = seen(resource_claim("shared", device_request(count=8)))
+    pytorch = container(args=NCCL)
+    pytorch.setdefault("resources", {}).update(claim_refs("gpus"))
+    template = {
+        "containers": [pytorch],
+        "pod_spec": claiming_pod(("gpus", RESOURCE_CLAIM, "shared")),
+    }
+    raw = job("dra").master(**template).workers(2, **template).build()
+    specs = raw["spec"]["pytorchReplicaSpecs"]
+    assert specs["Master"]["template"] == specs["Worker"]["template"]
+    field = f"{WPOD}.resourceClaims[0].resourceClaimName"
+    assert pairs(verdict(raw, claims=claims)) == [(FORBIDDEN, field)]

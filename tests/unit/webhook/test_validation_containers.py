@@ -154,3 +154,10 @@ def test_a_cpu_replica_beside_gpus_with_gloo_is_warned_at_its_resources() -> Non
 @pytest.mark.parametrize(("raw", "active_policy", "expected"), GPUS)
 def test_gpu_rules(raw: Any, active_policy: PlacementPolicy, expected: Pairs) -> None:
     check(raw, active_policy, expected)
+
+
+def test_master_and_worker_with_one_faulty_template_each_report_it() -> None:
+    # One template for both replicas: its finding is reported at each of them.
+    faulty = [container(image="registry.example.com/train:${TAG}", gpus=1)]
+    raw = job().master(containers=faulty).workers(3, containers=faulty).build()
+    check(raw, DEFAULT_POLICY, [(INVALID, f"{MC0}.image"), (INVALID, f"{WC0}.image")])

@@ -153,6 +153,8 @@ class _Table(Generic[R]):
 
 
 _SELECTIONS_KEPT: Final = 1024
+# Pod-spec fields whose rules read the replica's pod count (a claim shared by every pod).
+_POD_COUNT_READERS: Final = frozenset({"resourceClaims"})
 
 
 def in_spec(*rules: JobRule | Reads[JobRule]) -> JobRule:
@@ -190,18 +192,31 @@ def when_template_readable(*rules: ReplicaRule | Reads[ReplicaRule]) -> ReplicaR
     """Apply ``rules`` only when the replica spec, its template and pod spec are objects.
 
     A ``Reads`` rule runs when the pod spec has its field.
+
+    Invariant the rules keep: what they find is a function of the pod spec, the job and the
+    policy; a replica's type appears only in paths and messages, and its pod count is read only
+    by rules of ``resourceClaims``. So a replica whose pod spec equals one that already found
+    nothing in this review (Master and Worker usually share one template) finds nothing either,
+    and is not walked again; with ``resourceClaims`` the rules always run.
     """
     table = _Table(rules)
 
     def pod_template(job: JobFacts, replica: ReplicaFacts) -> Findings:
         if replica.spec is None or not replica.template_readable:
             return ()
+        pod_spec = replica.pod_spec
+        clean = job.clean_pod_specs
+        count_free = _POD_COUNT_READERS.isdisjoint(pod_spec)
+        if clean and count_free and pod_spec in clean:  # identity, then ``==`` (C-level, cheap)
+            return ()
         found: list[Finding] = []
-        keys = tuple(replica.pod_spec)
+        keys = tuple(pod_spec)
         for rule in table.selected.get(keys) or table.select(keys):
             result = rule(job, replica)
             if result:
                 found.extend(result)
+        if not found and count_free:
+            clean.append(pod_spec)
         return found
 
     return pod_template

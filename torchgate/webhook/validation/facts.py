@@ -149,6 +149,9 @@ class JobFacts(NamedTuple):
     elastic: Mapping[str, Any] | None
     expected_nnodes: tuple[int, int] | None
     job_name: str | None
+    # Pod specs of this review whose pod-template rules found nothing, filled as the rules run
+    # (``when_template_readable``): a later replica with an equal pod spec finds nothing either.
+    clean_pod_specs: list[Mapping[str, Any]]
     team: Team | None = None  # None: no TeamQuota owns the namespace (no quota applies)
     spec_readable: bool = False  # whether ``spec`` is an object (spec-level rules run only then)
     # The apiserver set ``metadata.uid`` before the validating webhook runs: it is not the user's.
@@ -230,6 +233,7 @@ def read_job(
             elastic_policy,  # elastic
             _expected_nnodes(elastic_policy, known, total),
             _effective_job_name(metadata),  # job_name
+            [],  # clean_pod_specs
             team,
             spec is spec_raw,  # spec_readable
             uid_from_server,
