@@ -25,6 +25,7 @@ from typing import Any
 import aiohttp
 from controllerbench.stats import percentile
 from poolbench.manifests import pytorchjob
+from webhookbench.workload import build_review
 
 from torchgate_dev.controlplane.cluster import ControlPlane
 
@@ -72,22 +73,7 @@ def review(index: int) -> bytes:
     """A validating review of a 2-pod, 16-GPU job CREATE, with its own uid."""
     job = pytorchjob(f"probe-{index}", "bench", 2, 60)
     job["metadata"] |= {"uid": f"job-{index}", "creationTimestamp": "2026-01-01T00:00:00Z"}
-    body = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": f"review-{index}",
-            "kind": {"group": "kubeflow.org", "version": "v1", "kind": "PyTorchJob"},
-            "resource": {"group": "kubeflow.org", "version": "v1", "resource": "pytorchjobs"},
-            "namespace": "bench",
-            "operation": "CREATE",
-            "userInfo": {"username": "bench"},
-            "object": job,
-            "oldObject": None,
-            "dryRun": False,
-        },
-    }
-    return json.dumps(body).encode()
+    return json.dumps(build_review(job, f"review-{index}")).encode()
 
 
 class Probe:
