@@ -44,13 +44,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 from torchgate.controller.admission.quota import Admitted
-from torchgate.controller.admission.topology import Capacity, TopologyPlacement, place_topology
-
-if TYPE_CHECKING:
-    from torchgate.controller.admission.decide import Outcome, WaitingGang
+from torchgate.controller.admission.topology import (
+    Capacity,
+    Shape,
+    TopologyPlacement,
+    place_topology,
+)
+from torchgate.pytorchjob.pool import TopologyRequest
 
 # Seconds between a gang's admission and the start its deadline counts from (pods created,
 # bound and started), with room to spare: rule 4 asks a backfilled gang to end this much earlier.
@@ -58,6 +61,38 @@ START_SLACK_SECONDS = 5.0
 # Rule 1: how many waiting gangs of a cycle get a reservation (each costs up to one placement
 # per distinct end of the running gangs).
 MAX_RESERVATIONS = 8
+
+
+class WaitingGang(Protocol):
+    """What these rules read of a waiting gang.
+
+    ``decide.WaitingGang`` is one; naming it here instead keeps this module, which ``decide``
+    calls, from depending on ``decide`` in turn.
+    """
+
+    @property
+    def pods(self) -> tuple[str, ...]:
+        """Pod names in rank order."""
+
+    @property
+    def shape(self) -> Shape:
+        """What one pod needs of a node."""
+
+    @property
+    def topology(self) -> TopologyRequest:
+        """The level it requires or prefers."""
+
+    @property
+    def no_node(self) -> str | None:
+        """Why no node may take one of its pods, if so."""
+
+    @property
+    def run_limit(self) -> float | None:
+        """Seconds it may run once started, if known (rule 4)."""
+
+
+GangT = TypeVar("GangT", bound=WaitingGang)
+OutcomeT = TypeVar("OutcomeT")
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,9 +156,7 @@ class Reservations:
         self._nodes: dict[str, str] = {}
         self._held: dict[str, dict[str, int]] = {}
 
-    def decide(
-        self, gang: WaitingGang, decide_one: Callable[[WaitingGang], Outcome | None]
-    ) -> Outcome | None:
+    def decide(self, gang: GangT, decide_one: Callable[[GangT], OutcomeT]) -> OutcomeT:
         """``decide_one(gang)`` under rules 3 and 4; then rules 1 and 2 if the gang waits."""
         if self.made and gang.run_limit is not None and self._ends_in_time(gang.run_limit):
             self.capacity.give(self._nodes, self._held)  # rule 4
@@ -175,7 +208,7 @@ class Reservations:
                 held[key] = held.get(key, 0) + amount
 
 
-def _waits_for_room(gang: WaitingGang, outcome: Outcome | None) -> bool:
+def _waits_for_room(gang: WaitingGang, outcome: object) -> bool:
     """Rule 1: the gang waits for room (capacity or topology), and some node may take it."""
     kind = getattr(outcome, "kind", None)
     return kind in ("Capacity", "Topology") and gang.no_node is None
