@@ -30,6 +30,9 @@ older, then by name):
    the nodes it can have at the earliest time gangs with a known end free them, and later gangs
    use those nodes only when they end before then (``backfill``; every decision above goes
    through it).
+6. When the first waiting gangs run equally long and not all of them fit, the ones that fill the
+   free room best start and the others wait (``packing``): the head always starts. The cycle is
+   decided again without that choice when a chosen gang is not admitted after all.
 
 Cost: a cycle grows with the gangs it decides and what it changes, not with the pool.
 
@@ -64,6 +67,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from torchgate.controller.admission.backfill import Reservations
+from torchgate.controller.admission.packing import HELD_BACK, PACKING_WINDOW, held_back
 from torchgate.controller.admission.preemption import (
     Candidates,
     Preemptor,
@@ -277,16 +281,32 @@ class _Cycle:
 
 def decide(pool: Pool, waiting: Sequence[WaitingGang], now: float) -> list[Outcome]:
     """One admission cycle (see the module docstring); outcomes in admission order."""
+    ordered = sorted(waiting, key=WaitingGang.order)
+    held = held_back(pool.capacity, ordered)  # rule 6
+    if held:
+        outcomes = _decide(pool, ordered, now, held)
+        chosen = (gang.key for gang in ordered[:PACKING_WINDOW] if gang.key not in held)
+        if all(isinstance(outcomes[key], Admit) for key in chosen):
+            return [outcomes[gang.key] for gang in ordered]
+    outcomes = _decide(pool, ordered, now, frozenset())
+    return [outcomes[gang.key] for gang in ordered]
+
+
+def _decide(
+    pool: Pool, ordered: Sequence[WaitingGang], now: float, held: frozenset[JobKey]
+) -> dict[JobKey, Outcome]:
+    """Rules 1-5 over ``ordered`` (admission order), the ``held`` gangs waiting (rule 6)."""
     cycle = _Cycle(
         pool=pool,
         now=now,
         capacity=pool.capacity.fork(),
         usage=usage_by_team(pool.admitted),
     )
-    ordered = sorted(waiting, key=WaitingGang.order)
-    outcomes: dict[JobKey, Outcome] = {}
+    outcomes: dict[JobKey, Outcome] = {key: Wait(key, "Capacity", HELD_BACK) for key in held}
     reservations = Reservations(cycle.capacity, pool.admitted, now)  # rule 5
     for gang in ordered:
+        if gang.key in held:
+            continue
         first = reservations.decide(gang, lambda g: _decide_one(cycle, g, borrow=False))
         if first is not None:
             outcomes[gang.key] = first
@@ -295,7 +315,7 @@ def decide(pool: Pool, waiting: Sequence[WaitingGang], now: float) -> list[Outco
             outcomes[gang.key] = reservations.decide(
                 gang, lambda g: _decide_one(cycle, g, borrow=True)
             ) or Wait(gang.key, "Quota", "waiting for quota")
-    return [outcomes[gang.key] for gang in ordered]
+    return outcomes
 
 
 def _memo_key(gang: WaitingGang) -> tuple[object, ...]:

@@ -1,0 +1,141 @@
+"""Filling a freed wave (``admission.packing``), through ``decide``.
+
+The pool: 8 whole-node hosts in one rack, all free. Gangs are named in admission order
+(``g0`` is the head); with a run limit they end together, so ``decide`` packs the first of them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import replace
+from unittest.mock import patch
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+
+from tests.builders.gang import node_free, waiting
+from tests.builders.node import HOSTNAME, RACK, rack_nodes
+from torchgate.controller.admission.decide import Admit, Pool, Wait, WaitingGang, decide
+from torchgate.controller.admission.packing import HELD_BACK, PACKING_WINDOW, choose
+from torchgate.controller.admission.topology import Capacity, build_topology
+
+LEVELS = (RACK, HOSTNAME)
+NODES = rack_nodes(1, 8)
+
+
+def empty_pool(nodes: int = 8) -> Pool:
+    hosts = NODES if nodes == 8 else rack_nodes(1, nodes)
+    free = {name: node_free() for name, _ in hosts}
+    return Pool(capacity=Capacity(build_topology(LEVELS, hosts), free))
+
+
+def gangs(sizes: Sequence[int], run_limit: float | None = 30.0) -> list[WaitingGang]:
+    return [
+        replace(
+            waiting(f"g{i}", pods=size, created=f"2026-01-01T00:00:{i:02d}Z"), run_limit=run_limit
+        )
+        for i, size in enumerate(sizes)
+    ]
+
+
+def started(outcomes: Sequence[object]) -> set[str]:
+    return {o.key[1] for o in outcomes if isinstance(o, Admit)}
+
+
+@pytest.mark.parametrize(
+    ("sizes", "expected"),
+    [
+        # first fit would start g0 and g1 (6 of 8 nodes); g0 and g2 fill all 8
+        ([3, 3, 5], {"g0", "g2"}),
+        # equal fills: the larger gangs first
+        ([2, 1, 1, 4, 6], {"g0", "g4"}),
+        # first fit fills the pool already: the same choice
+        ([4, 4, 4], {"g0", "g1"}),
+        # the head always starts, even when a fuller wave leaves it out
+        ([1, 8], {"g0"}),
+    ],
+    ids=["fuller", "larger-first", "first-fit-full", "head-kept"],
+)
+def test_the_gangs_that_fill_the_freed_room_best_start(
+    sizes: list[int], expected: set[str]
+) -> None:
+    outcomes = decide(empty_pool(), gangs(sizes), 0.0)
+    assert started(outcomes) == expected
+
+
+def test_a_held_back_gang_waits_for_capacity_and_says_why() -> None:
+    outcomes = decide(empty_pool(), gangs([3, 3, 5]), 0.0)
+    assert outcomes[1] == Wait(("ns", "g1"), "Capacity", HELD_BACK)
+
+
+@pytest.mark.parametrize(
+    "window",
+    [
+        gangs([3, 3, 5], run_limit=None),  # no known end: first fit
+        [*gangs([3, 3]), gangs([0, 0, 5], run_limit=60.0)[2]],  # not ending together
+        gangs([9, 3, 5]),  # the head does not fit: its reservation decides (backfill)
+    ],
+    ids=["no-run-limit", "different-run-limits", "head-too-big"],
+)
+def test_first_fit_decides_when_the_window_is_not_one_wave(window: list[WaitingGang]) -> None:
+    with patch("torchgate.controller.admission.decide.held_back", return_value=frozenset()):
+        first_fit = decide(empty_pool(), window, 0.0)
+    assert decide(empty_pool(), window, 0.0) == first_fit
+
+
+def test_gangs_past_the_window_are_decided_by_first_fit() -> None:
+    sizes = [1] * PACKING_WINDOW + [1]
+    outcomes = decide(empty_pool(), gangs([7, *sizes]), 0.0)
+    assert started(outcomes) == {"g0", "g1"}
+
+
+def brute_force(room: int, sizes: Sequence[int]) -> frozenset[int]:
+    best: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    rest = range(1, len(sizes))
+    for count in range(len(sizes)):
+        for subset in itertools.combinations(rest, count):
+            indexes = (0, *subset)
+            fill = sum(sizes[i] for i in indexes)
+            if fill > room:
+                continue
+            key = (-fill, *sorted(-sizes[i] for i in indexes))
+            candidate = (key, indexes)
+            if best is None or candidate < best:
+                best = candidate
+    assert best is not None
+    return frozenset(best[1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(hs.lists(hs.integers(1, 12), min_size=1, max_size=9), hs.integers(12, 30))
+def test_the_choice_is_the_fullest_then_largest_subset_with_the_head(
+    sizes: list[int], room: int
+) -> None:
+    chosen = choose(room, sizes)
+    expected = brute_force(room, sizes)
+    assert 0 in chosen
+    assert sum(sizes[i] for i in chosen) == sum(sizes[i] for i in expected)
+    assert sorted((sizes[i] for i in chosen), reverse=True) == sorted(
+        (sizes[i] for i in expected), reverse=True
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    hs.lists(hs.integers(1, 8), min_size=1, max_size=PACKING_WINDOW + 4),
+    hs.integers(4, 16),
+)
+def test_packing_never_delays_the_head_nor_starts_fewer_pods_than_first_fit(
+    sizes: list[int], nodes: int
+) -> None:
+    pool, window = empty_pool(nodes), gangs(sizes)
+    packed = decide(pool, window, 0.0)
+    with patch("torchgate.controller.admission.decide.held_back", return_value=frozenset()):
+        first_fit = decide(pool, window, 0.0)
+    assert isinstance(packed[0], Admit) == isinstance(first_fit[0], Admit)
+    pods = {g.key: len(g.pods) for g in window}
+    assert sum(pods[o.key] for o in packed if isinstance(o, Admit)) >= sum(
+        pods[o.key] for o in first_fit if isinstance(o, Admit)
+    )
