@@ -75,6 +75,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="after waiting this long, a gang blocks smaller jobs queued behind it (default 300)",
     )
     parser.add_argument(
+        "--arrival-settle-seconds",
+        type=float,
+        default=0.25,
+        help="an admission cycle woken by newly queued jobs waits until none has been queued "
+        "for this long (at most 4 times as long), so jobs submitted together are decided "
+        "together; 0: decide at once (default 0.25)",
+    )
+    parser.add_argument(
         "--stuck-termination-seconds",
         type=float,
         default=60.0,
@@ -177,6 +185,7 @@ def manager_settings(args: argparse.Namespace) -> ManagerOptions:
         workers=args.workers,
         resync_seconds=args.resync_seconds,
         starvation_seconds=args.starvation_seconds,
+        arrival_settle_seconds=args.arrival_settle_seconds,
         stuck_termination_seconds=args.stuck_termination_seconds,
         gang_backoff_seconds=args.gang_backoff_seconds,
         options=Options(

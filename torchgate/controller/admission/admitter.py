@@ -121,6 +121,7 @@ class Admitter:
         wall_clock: Callable[[], float] = time.time,
         claims_for: Callable[[str], ClaimLookup] = lambda _: NO_CLAIMS,
         device_capacity: DeviceCapacity | None = None,
+        arrival_settle_seconds: float = 0.0,
     ) -> None:
         self.queue = WaitingQueue(
             backoff_base=backoff_base,
@@ -138,6 +139,10 @@ class Admitter:
         self.pool_settings = pool_settings
         self.starvation_seconds = starvation_seconds
         self.stuck_seconds = stuck_seconds
+        # A cycle woken while jobs are being queued waits until none has been queued for this
+        # long (``_settle_arrivals``), so jobs submitted together are decided together.
+        self.arrival_settle_seconds = arrival_settle_seconds
+        self._last_arrival = float("-inf")
         self.clock = clock
         self.wall_clock = wall_clock
         self.team_status: dict[str, dict[str, int]] = {}
@@ -233,6 +238,7 @@ class Admitter:
             run_limit=run_limit,
         )
         if queued:
+            self._last_arrival = self.clock()
             self.wake()
 
     def note(
@@ -307,11 +313,28 @@ class Admitter:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=period)
             await asyncio.sleep(debounce)
+            await self._settle_arrivals()
             self._wake.clear()
             try:
                 self.cycle()
             except Exception:
                 log.exception("admission cycle failed")
+
+    async def _settle_arrivals(self) -> None:
+        """Wait until no job was queued for ``arrival_settle_seconds``, at most 4 times that.
+
+        A burst of jobs reaches the controller over a second or so, in no particular order; a
+        cycle run on the first few would give the room to whichever came first, not to the
+        head of the queue nor to the gangs that fill it best (``packing``).
+        """
+        settle = self.arrival_settle_seconds
+        limit = self.clock() + 4 * settle
+        while True:
+            now = self.clock()
+            until = min(self._last_arrival + settle, limit)
+            if now >= until:
+                return
+            await asyncio.sleep(until - now)
 
     def cycle(self) -> list[JobKey]:
         """Decide every waiting gang once; return the jobs admitted (reservations made)."""

@@ -344,3 +344,21 @@ async def wait_until(condition: Callable[[], bool]) -> None:
     async with asyncio.timeout(2):
         while not condition():  # noqa: ASYNC110 - polls state the admitter owns
             await asyncio.sleep(0.005)
+
+
+async def test_jobs_queued_together_are_decided_together() -> None:
+    admitter = Admitter(
+        on_admit_job=lambda key: None, on_reason=lambda key: None, arrival_settle_seconds=0.2
+    )
+    admitter.on_node("ADDED", node("n0", gpus=8), None)
+    loop = asyncio.create_task(admitter.run(debounce=0, period=3600))
+    try:
+        # the head of the queue reaches the controller a moment after a later job
+        later = ask(admitter, job("later").master(gpus=8).build(), created="2026-01-02T00:00:00Z")
+        await asyncio.sleep(0.05)
+        head = ask(admitter, job("head").master(gpus=8).build(), created="2026-01-01T00:00:00Z")
+        await wait_until(lambda: admitter.cycles > 0)
+        assert head in admitter.ledger.reservations
+        assert later in admitter.queue.waiting
+    finally:
+        loop.cancel()
