@@ -110,6 +110,13 @@ async def burst_run(
         "allocated_occupancy": round(held / (pool_gpus * makespan), 4),
         "mean_wait": round(statistics.fmean(first_running), 2),
         "latency": breakdown(chains),
+        # per gang: seconds from the submission to its Master Running (``simulated_started``
+        # beside it), to find where the cluster's order first leaves the simulation's
+        "started": {
+            m[1].removesuffix("-master-0"): round(pods.started[m] - started, 2)
+            for m in masters
+            if m in pods.started
+        },
     }
 
 
@@ -217,6 +224,7 @@ async def _measured_run(
         api, plane, jobs, backfill=backfill, log=log, deadline_margin=args.deadline_margin
     )
     real["simulated_makespan"] = sim.makespan
+    real["simulated_started"] = {key[1]: at for key, at in sim.started.items()}
     real["makespan_over_optimum"] = round(real["makespan"] / optimum, 4)
     real["makespan_over_simulated"] = round(real["makespan"] / sim.makespan, 4)
     real["optimum_over_makespan"] = round(optimum / real["makespan"], 4)
