@@ -9,11 +9,18 @@ outcomes are applied only up to the first gang that waits (what the admitter doe
 going is a change too, so a cycle that preempted runs again at once. Creation timestamps have
 whole-second resolution, as the apiserver's. The only clock read is the thread's CPU time spent
 in ``decide``, reported as a figure.
+
+``end_spread`` models the live loop's uneven ends: each gang ends up to that many seconds after
+its run time (the same draw for the same gang and start), as on the cluster, where kwok ends a
+Master at its whole-second start time plus the run time, so the gangs of one wave free their
+nodes a second or so apart and the cycles in between see part of the wave. A gang's deadline
+(``deadlines``) covers it: run time plus ``end_spread``.
 """
 
 from __future__ import annotations
 
 import heapq
+import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -64,7 +71,9 @@ def created(submit: float) -> str:
     return (EPOCH + timedelta(seconds=int(submit))).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _gang(job: Job, gpus_per_node: int, *, deadlines: bool = False) -> WaitingGang:
+def _gang(
+    job: Job, gpus_per_node: int, *, deadlines: bool = False, end_spread: float = 0.0
+) -> WaitingGang:
     pods = (f"{job.name}-master-0", *(f"{job.name}-worker-{i}" for i in range(job.pods - 1)))
     requests = {pod: {GPU: gpus_per_node * 1000} for pod in pods}
     return WaitingGang(
@@ -76,7 +85,7 @@ def _gang(job: Job, gpus_per_node: int, *, deadlines: bool = False) -> WaitingGa
         requests=requests,
         usage={GPUS: len(pods) * gpus_per_node * 1000},
         shape=shape_of(requests.values()),
-        run_limit=job.seconds if deadlines else None,
+        run_limit=job.seconds + end_spread if deadlines else None,
     )
 
 
@@ -89,6 +98,7 @@ def simulate(
     teams: Mapping[str, TeamQuota] | None = None,
     preemption: PreemptionSettings | None = None,
     deadlines: bool = False,
+    end_spread: float = 0.0,
 ) -> Outcome:
     """Run ``jobs`` through the admission cycle until every one has finished (module docstring).
 
@@ -99,7 +109,10 @@ def simulate(
     topology: Topology = build_topology(LEVELS, labelled)
     free = {name: {GPU: gpus_per_node * 1000} for name, _ in labelled}
     per_pod = gpus_per_node * 1000
-    gangs = {job.key: _gang(job, gpus_per_node, deadlines=deadlines) for job in jobs}
+    gangs = {
+        job.key: _gang(job, gpus_per_node, deadlines=deadlines, end_spread=end_spread)
+        for job in jobs
+    }
     by_key = {job.key: job for job in jobs}
     arrivals = sorted(jobs, key=lambda j: (j.submit, j.key))
     waiting: dict[tuple[str, str], Job] = {}
@@ -123,9 +136,10 @@ def simulate(
     def start(job: Job, placed: Mapping[str, str], now: float) -> None:
         for node in placed.values():
             free[node][GPU] -= per_pod
-        running[job.key] = _Running(job, dict(placed), now, now + job.seconds)
+        late = random.Random(f"{job.key}@{now}").uniform(0, end_spread) if end_spread else 0.0
+        running[job.key] = _Running(job, dict(placed), now, now + job.seconds + late)
         result.started.setdefault(job.key, now)
-        heapq.heappush(ends, (now + job.seconds, job.key))
+        heapq.heappush(ends, (now + job.seconds + late, job.key))
         del waiting[job.key]
         record(now, job.team, job.pods * gpus_per_node)
 
@@ -149,7 +163,9 @@ def simulate(
             pool = Pool(
                 capacity=Capacity(topology, free),
                 teams=teams or {},
-                admitted=[_admitted(r, gpus_per_node, deadlines) for r in running.values()],
+                admitted=[
+                    _admitted(r, gpus_per_node, deadlines, end_spread) for r in running.values()
+                ],
                 preemption=preemption or PreemptionSettings(),
             )
             started_cpu = time.thread_time()
@@ -192,7 +208,7 @@ def simulate(
     return result
 
 
-def _admitted(run: _Running, gpus_per_node: int, deadlines: bool) -> Admitted:
+def _admitted(run: _Running, gpus_per_node: int, deadlines: bool, end_spread: float) -> Admitted:
     return Admitted(
         key=run.job.key,
         team=run.job.team,
@@ -201,5 +217,5 @@ def _admitted(run: _Running, gpus_per_node: int, deadlines: bool) -> Admitted:
         admitted_at=run.start,
         nodes=run.nodes,
         requests={pod: {GPU: gpus_per_node * 1000} for pod in run.nodes},
-        ends_by=run.end if deadlines else None,
+        ends_by=run.start + run.job.seconds + end_spread if deadlines else None,
     )

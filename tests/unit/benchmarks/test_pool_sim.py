@@ -215,3 +215,15 @@ def test_a_gang_on_freed_nodes_gets_each_step_from_its_predecessors_end_to_runni
     }
     summary = breakdown(chains)
     assert (summary["gangs"], summary["total"]["median"]) == (1, 1.2)
+
+
+def test_uneven_ends_delay_every_gang_by_at_most_the_spread_and_keep_the_pool_whole() -> None:
+    jobs = jobs_of([6, 4, 2, 4, 3, 5])
+    even = simulate(jobs, nodes=8, gpus_per_node=8, deadlines=True)
+    uneven = simulate(jobs, nodes=8, gpus_per_node=8, deadlines=True, end_spread=1.0)
+    assert set(uneven.finished) == {job.key for job in jobs}
+    for job in jobs:
+        assert 0 <= uneven.finished[job.key] - uneven.started[job.key] - job.seconds <= 1.0
+    assert max_in_use(uneven.usage[None]) <= 8 * 8
+    assert uneven.makespan > even.makespan
+    assert uneven.gpu_seconds_done == even.gpu_seconds_done
