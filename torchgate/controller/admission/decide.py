@@ -32,7 +32,9 @@ older, then by name):
    through it).
 6. When the first waiting gangs run equally long and not all of them fit, the ones that fill the
    free room best start and the others wait (``packing``): the head always starts. The cycle is
-   decided again without that choice when a chosen gang is not admitted after all.
+   decided again without that choice when a chosen gang is not admitted after all. When the
+   admitter allows it (``Pool.hold_waves``), every gang waits while part of a freed wave of such
+   gangs still runs, so the wave is packed whole.
 
 Cost: a cycle grows with the gangs it decides and what it changes, not with the pool.
 
@@ -67,7 +69,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from torchgate.controller.admission.backfill import Reservations
-from torchgate.controller.admission.packing import HELD_BACK, PACKING_WINDOW, held_back
+from torchgate.controller.admission.packing import (
+    HELD_BACK,
+    PACKING_WINDOW,
+    WAVE_HELD,
+    held_back,
+    wave_freeing,
+)
 from torchgate.controller.admission.preemption import (
     Candidates,
     Preemptor,
@@ -172,6 +180,8 @@ class Pool:
         empty: The same nodes with nothing on them (allocatable), when known: no set of
             victims frees more than that (a node never holds more than it allocates), so a gang
             it cannot hold searches for none.
+        hold_waves: Whether every gang may wait for the rest of a freed wave (rule 6,
+            ``packing.wave_freeing``); the admitter allows it for a bounded time.
     """
 
     capacity: Capacity
@@ -179,6 +189,7 @@ class Pool:
     admitted: Sequence[Admitted] = ()
     preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
     empty: Capacity | None = None
+    hold_waves: bool = False
 
     @property
     def topology(self) -> Topology:
@@ -282,6 +293,10 @@ class _Cycle:
 def decide(pool: Pool, waiting: Sequence[WaitingGang], now: float) -> list[Outcome]:
     """One admission cycle (see the module docstring); outcomes in admission order."""
     ordered = sorted(waiting, key=WaitingGang.order)
+    if pool.hold_waves:  # rule 6
+        ends = (gang.ends_by for gang in pool.admitted if gang.ends_by is not None)
+        if wave_freeing(pool.capacity, ordered, ends, now):
+            return [Wait(gang.key, "Capacity", WAVE_HELD) for gang in ordered]
     held = held_back(pool.capacity, ordered)  # rule 6
     if held:
         outcomes = _decide(pool, ordered, now, held)

@@ -26,6 +26,13 @@ Rules, applied once per cycle by ``decide`` before it decides any gang (``held_b
 5. The gangs of the window not chosen are *held back*: they wait this cycle (``Capacity``,
    ``HELD_BACK``) without being decided or given a reservation, and are decided afresh by the
    next cycle.
+6. A wave is decided once it has freed (``wave_freeing``, only when the admitter asks it, for a
+   bounded time): while the first waiting gangs are alike (rule 1's shape and run limit), some
+   room is free and a running gang is due to end (its ``ends_by``) within half that run limit,
+   every gang waits (``WAVE_HELD``). On a cluster the gangs of one wave end a second or so
+   apart; a cycle on the part freed so far would fill it with whatever fits and strand the large
+   gangs the whole wave would take (the burst simulation with ends spread over 1 s: 1.09 x its
+   optimum without, 1.04 x with).
 
 Invariants: the head is never held back (rule 3), and it fits (rule 1), so it starts when first
 fit would have started it. Counting slots is exact for whole-node pods; where it is not (a
@@ -36,7 +43,7 @@ gangs of the window than first fit would because of this rule.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from torchgate.controller.admission.topology import ROOT, Capacity, OptionalPod, Shape
@@ -47,6 +54,8 @@ from torchgate.pytorchjob.names import JobKey
 PACKING_WINDOW = 12
 # Rule 5: what a held-back gang's Queued condition says.
 HELD_BACK = "waiting: the free room is filled better by other gangs among the first in the queue"
+# Rule 6: what every gang's Queued condition says while a freed wave is awaited.
+WAVE_HELD = "waiting for the rest of a freed wave: gangs as long as the first waiting ones end now"
 
 
 class WaitingGang(Protocol):
@@ -86,6 +95,21 @@ def held_back(capacity: Capacity, ordered: Sequence[WaitingGang]) -> frozenset[J
     if picked + _first_fit(room - picked, later) < _first_fit(room, sizes + later):  # rule 4
         return frozenset()
     return frozenset(gang.key for i, gang in enumerate(window) if i not in chosen)
+
+
+def wave_freeing(
+    capacity: Capacity, ordered: Sequence[WaitingGang], ends: Iterable[float], now: float
+) -> bool:
+    """Rule 6: whether part of a freed wave is still running (``ends``: the known ends)."""
+    if len(ordered) < 2:
+        return False
+    head = ordered[0]
+    window = ordered[:PACKING_WINDOW]
+    if head.run_limit is None or not all(_alike(gang, head) for gang in window):
+        return False
+    if capacity.slots(head.shape).domains[ROOT] == 0:
+        return False
+    return any(end < now + head.run_limit / 2 for end in ends)
 
 
 def choose(room: int, sizes: Sequence[int]) -> frozenset[int]:

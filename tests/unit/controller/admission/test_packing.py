@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from tests.builders.gang import node_free, waiting
+from tests.builders.gang import node_free, running, waiting
 from tests.builders.node import HOSTNAME, RACK, rack_nodes
 from torchgate.controller.admission.decide import Admit, Pool, Wait, WaitingGang, decide
-from torchgate.controller.admission.packing import HELD_BACK, PACKING_WINDOW, choose
+from torchgate.controller.admission.packing import HELD_BACK, PACKING_WINDOW, WAVE_HELD, choose
 from torchgate.controller.admission.topology import Capacity, build_topology
 
 LEVELS = (RACK, HOSTNAME)
@@ -139,3 +139,30 @@ def test_packing_never_delays_the_head_nor_starts_fewer_pods_than_first_fit(
     assert sum(pods[o.key] for o in packed if isinstance(o, Admit)) >= sum(
         pods[o.key] for o in first_fit if isinstance(o, Admit)
     )
+
+
+def due_pool(ends_by: float) -> Pool:
+    """4 of the 8 nodes free; a gang of the same wave still runs on the other 4."""
+    free = {name: node_free() for name, _ in NODES}
+    record, used = running(waiting("old", pods=4), [name for name, _ in NODES[:4]], at=0.0)
+    for node_name, amounts in used.items():
+        for name, amount in amounts.items():
+            free[node_name][name] -= amount
+    capacity = Capacity(build_topology(LEVELS, NODES), free)
+    return Pool(capacity=capacity, admitted=[replace(record, ends_by=ends_by)], hold_waves=True)
+
+
+@pytest.mark.parametrize(
+    ("ends_by", "held"),
+    [(5.0, True), (14.9, True), (15.0, False), (100.0, False)],
+    ids=["due-now", "due-within-half-a-run", "due-at-half-a-run", "later"],
+)
+def test_every_gang_waits_while_part_of_a_freed_wave_still_runs(ends_by: float, held: bool) -> None:
+    outcomes = decide(due_pool(ends_by), gangs([2, 2, 6]), 0.0)
+    assert all(o == Wait(o.key, "Capacity", WAVE_HELD) for o in outcomes) == held
+    assert started(outcomes) == (set() if held else {"g0", "g1"})
+
+
+def test_without_the_admitters_leave_nothing_waits_for_a_wave() -> None:
+    pool = replace(due_pool(5.0), hold_waves=False)
+    assert started(decide(pool, gangs([2, 2, 6]), 0.0)) == {"g0", "g1"}
