@@ -83,6 +83,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "together; 0: decide at once (default 0.25)",
     )
     parser.add_argument(
+        "--wave-hold-seconds",
+        type=float,
+        default=0.0,
+        help="when the first waiting gangs share one shape and one run limit "
+        "(activeDeadlineSeconds) and gangs are due to end within half of it, admission waits "
+        "up to this long for that wave to free whole, so it is packed whole and not on its "
+        "first nodes; the head gang starts that much later at most; 0: off (default 0)",
+    )
+    parser.add_argument(
         "--stuck-termination-seconds",
         type=float,
         default=60.0,
@@ -186,6 +195,7 @@ def manager_settings(args: argparse.Namespace) -> ManagerOptions:
         resync_seconds=args.resync_seconds,
         starvation_seconds=args.starvation_seconds,
         arrival_settle_seconds=args.arrival_settle_seconds,
+        wave_hold_seconds=args.wave_hold_seconds,
         stuck_termination_seconds=args.stuck_termination_seconds,
         gang_backoff_seconds=args.gang_backoff_seconds,
         options=Options(

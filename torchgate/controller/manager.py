@@ -119,6 +119,7 @@ class ManagerOptions:
     resync_seconds: float = 300.0
     starvation_seconds: float = 300.0
     arrival_settle_seconds: float = 0.25
+    wave_hold_seconds: float = 0.0
     stuck_termination_seconds: float = 60.0
     gang_backoff_seconds: float = 10.0
     # How long to wait for the TeamQuota list at start (the CRD may not be installed).
@@ -184,6 +185,7 @@ class Manager:
             claims_for=self.dra.view,
             device_capacity=self.device_capacity,
             arrival_settle_seconds=settings.arrival_settle_seconds,
+            wave_hold_seconds=settings.wave_hold_seconds,
         )
         self.gang_objects = GangObjectsDiscovery(api, settings.gang_objects_recheck_seconds)
         self.reconciler = Reconciler(

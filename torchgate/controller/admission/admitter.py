@@ -46,8 +46,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from torchgate.controller.admission.backfill import START_SLACK_SECONDS
@@ -75,6 +75,7 @@ from torchgate.controller.admission.nodes import (
     no_eligible_node,
     pool_of,
 )
+from torchgate.controller.admission.packing import WAVE_HELD
 from torchgate.controller.admission.poolsource import team_statuses
 from torchgate.controller.admission.preemption import protection
 from torchgate.controller.admission.topology import (
@@ -122,6 +123,7 @@ class Admitter:
         claims_for: Callable[[str], ClaimLookup] = lambda _: NO_CLAIMS,
         device_capacity: DeviceCapacity | None = None,
         arrival_settle_seconds: float = 0.0,
+        wave_hold_seconds: float = 0.0,
     ) -> None:
         self.queue = WaitingQueue(
             backoff_base=backoff_base,
@@ -143,6 +145,9 @@ class Admitter:
         # long (``_settle_arrivals``), so jobs submitted together are decided together.
         self.arrival_settle_seconds = arrival_settle_seconds
         self._last_arrival = float("-inf")
+        # Cycles may wait for the rest of a freed wave (``packing`` rule 6) this long in a row.
+        self.wave_hold_seconds = wave_hold_seconds
+        self._wave_held_since: float | None = None
         self.clock = clock
         self.wall_clock = wall_clock
         self.team_status: dict[str, dict[str, int]] = {}
@@ -354,7 +359,13 @@ class Admitter:
         pool, gangs, _ = self._facts(ready, teams, owner, wall)
         for key in self._gangs.keys() - {w.key for w in ready}:
             del self._gangs[key]
+        held_since = self._wave_held_since
+        if self.wave_hold_seconds > 0 and (
+            held_since is None or now - held_since < self.wave_hold_seconds
+        ):
+            pool = replace(pool, hold_waves=True)
         outcomes = {o.key: o for o in decide(pool, gangs, wall)}
+        self._note_wave_hold(outcomes.values(), now)
         starved = self._starving(ready, outcomes, now)
         if starved is not None:  # nothing behind a starving job jumps the queue
             ready = ready[: starved + 1]
@@ -373,6 +384,16 @@ class Admitter:
             else:
                 self._still_waiting(waiting, outcome, now, places)
         return admitted
+
+    def _note_wave_hold(self, outcomes: Iterable[Outcome], now: float) -> None:
+        """Start or end the bound on waiting for a freed wave; cycle again when it runs out."""
+        if not any(isinstance(o, Wait) and o.reason == WAVE_HELD for o in outcomes):
+            self._wave_held_since = None
+            return
+        if self._wave_held_since is None:
+            self._wave_held_since = now
+            with contextlib.suppress(RuntimeError):  # no event loop: cycles are driven by hand
+                asyncio.get_running_loop().call_later(self.wave_hold_seconds, self.wake)
 
     def snapshot(
         self, candidate: Waiting | None = None, *, gpu_resource: str = DEFAULT_GPU_RESOURCE

@@ -11,6 +11,7 @@ from tests.builders.node import node
 from tests.builders.pod import pod
 from tests.unit.controller.helpers import ask
 from torchgate.controller.admission.admitter import Admitter
+from torchgate.controller.admission.packing import WAVE_HELD
 
 ALONE = "#1 of 1 in the pool, nothing ahead: "  # the place a lone waiting job is told
 
@@ -362,3 +363,28 @@ async def test_jobs_queued_together_are_decided_together() -> None:
         assert later in admitter.queue.waiting
     finally:
         loop.cancel()
+
+
+def test_a_freed_wave_is_awaited_for_at_most_the_wave_hold() -> None:
+    wall = 1_000.0
+    admitter, _, clock = make(
+        nodes=2, starvation_seconds=10**9, wall_clock=lambda: wall, wave_hold_seconds=2.0
+    )
+    old = ("default", "old")  # the part of the wave still running on n1, due in 5 s
+    admitter.on_pod("ADDED", pod("old-0", gang=old, node="n1", gpus=8), None)
+    admitter.note(old, priority=0, gpu_resource="nvidia.com/gpu", ends_by=wall + 5)
+    alike = {"activeDeadlineSeconds": 30}
+    first = ask(
+        admitter,
+        gpu_job("first", workers=0, gpus=8).run_policy(**alike).build(),
+        created="2026-01-01T00:00:00Z",
+    )
+    ask(
+        admitter,
+        gpu_job("second", workers=1, gpus=8).run_policy(**alike).build(),
+        created="2026-01-01T00:00:01Z",
+    )
+    assert admitter.cycle() == [], "n0 is free, but the rest of its wave is due"
+    assert WAVE_HELD in (admitter.wait_reason(first) or "")
+    clock.now += 2.5
+    assert admitter.cycle() == [first], "the hold is bounded: the head starts"
