@@ -146,6 +146,7 @@ async def main_async(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "fair_seconds": args.fair_seconds,
             "knavigator_seconds": args.knavigator_seconds,
             "deadline_margin": args.deadline_margin,
+            "wave_hold_seconds": args.wave_hold_seconds,
             "rounds": args.rounds,
             "seed": args.seed,
             "commit": subprocess.run(
@@ -191,6 +192,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=10.0,
         help="burst and knavigator gangs' activeDeadlineSeconds = run time + this (default 10);"
         " negative: no deadline (the cycle then knows no gang's end and reserves nothing)",
+    )
+    parser.add_argument(
+        "--wave-hold-seconds",
+        type=float,
+        default=2.0,
+        help="the controller's --wave-hold-seconds in burst and knavigator runs (default 2;"
+        " 0: off, the controller's default)",
     )
     parser.add_argument("--seed", type=int, default=16)
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "pool.json")

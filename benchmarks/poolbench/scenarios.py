@@ -72,11 +72,13 @@ async def burst_run(
     backfill: bool,
     log: Path,
     deadline_margin: float | None = None,
+    wave_hold_seconds: float = 0.0,
 ) -> dict[str, Any]:
     """One burst through the controller; makespan and occupancy.
 
     ``deadline_margin``: every job's ``activeDeadlineSeconds`` is its run time plus this (the
     cycle's reservation for the head gang needs the running gangs' ends); ``None``: no deadline.
+    ``wave_hold_seconds``: the controller's ``--wave-hold-seconds``.
     """
     namespace = jobs[0].namespace
     manifests = [
@@ -88,7 +90,8 @@ async def burst_run(
     pool_gpus = len(plane_nodes(plane)) * GPUS_PER_NODE
     starvation = NO_STARVATION if backfill else 0
     async with watching(api) as pods:
-        with controller(plane, log, starvation_seconds=starvation, extra=LOG_ADMISSIONS):
+        hold = ("--wave-hold-seconds", str(wave_hold_seconds))
+        with controller(plane, log, starvation_seconds=starvation, extra=(*LOG_ADMISSIONS, *hold)):
             await asyncio.sleep(3)  # let it list and watch
             started = time.monotonic()
             await submit(api, manifests)
@@ -218,10 +221,21 @@ async def _measured_run(
     """One burst run on the cluster beside its simulation, with the makespan against both."""
     deadlines = args.deadline_margin is not None
     sim = simulate(
-        jobs, nodes=nodes, gpus_per_node=GPUS_PER_NODE, backfill=backfill, deadlines=deadlines
+        jobs,
+        nodes=nodes,
+        gpus_per_node=GPUS_PER_NODE,
+        backfill=backfill,
+        deadlines=deadlines,
+        hold_waves=args.wave_hold_seconds > 0,
     )
     real = await burst_run(
-        api, plane, jobs, backfill=backfill, log=log, deadline_margin=args.deadline_margin
+        api,
+        plane,
+        jobs,
+        backfill=backfill,
+        log=log,
+        deadline_margin=args.deadline_margin,
+        wave_hold_seconds=args.wave_hold_seconds,
     )
     real["simulated_makespan"] = sim.makespan
     real["simulated_started"] = {key[1]: at for key, at in sim.started.items()}

@@ -99,11 +99,14 @@ def simulate(
     preemption: PreemptionSettings | None = None,
     deadlines: bool = False,
     end_spread: float = 0.0,
+    hold_waves: bool = False,
 ) -> Outcome:
     """Run ``jobs`` through the admission cycle until every one has finished (module docstring).
 
     ``deadlines``: every gang's run time is known to the cycle (as a job's
-    ``activeDeadlineSeconds``), so its backfill reserves the head gang's nodes.
+    ``activeDeadlineSeconds``), so its backfill reserves the head gang's nodes. ``hold_waves``:
+    the cycle waits for the rest of a freed wave (``Pool.hold_waves``; the admitter bounds the
+    wait in time, the simulation's ends are at most ``end_spread`` apart).
     """
     labelled = pool_nodes(nodes)
     topology: Topology = build_topology(LEVELS, labelled)
@@ -167,6 +170,7 @@ def simulate(
                     _admitted(r, gpus_per_node, deadlines, end_spread) for r in running.values()
                 ],
                 preemption=preemption or PreemptionSettings(),
+                hold_waves=hold_waves,
             )
             started_cpu = time.thread_time()
             outcomes = decide(pool, [gangs[key] for key in waiting], now)
