@@ -59,7 +59,7 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -242,6 +242,7 @@ class _Cycle:
     domains: dict[int, dict[JobKey, frozenset[str]]] = field(default_factory=dict)  # per level
     spreads: dict[JobKey, list[tuple[int, Units]]] = field(default_factory=dict)  # ``spread``
     crowded: frozenset[int] | None = None  # ``crowding``
+    own_gains: _KeptGains = field(default_factory=lambda: _KeptGains())
 
     def team(self, gang: WaitingGang) -> TeamQuota | None:
         return self.pool.teams.get(gang.team) if gang.team is not None else None
@@ -285,6 +286,7 @@ class _Cycle:
         if extras and gang.extras:
             one_per_node = gang.shape.one_per_node
             placed |= place_extras(self.capacity, nodes, gang.extras, one_per_node=one_per_node)
+        self.own_gains.changed(self.capacity.topology.index.get(name) for name in placed.values())
         if gang.team is not None:
             usage = self.usage.setdefault(gang.team, {})
             for name, amount in gang.usage.items():
@@ -688,9 +690,10 @@ class _Gains:
         level: int | None,
         spread: Callable[[Admitted], list[tuple[int, Units]]],
         crowded: Container[int],
+        kept: _KeptGains,
     ) -> None:
         self.capacity, self.shape, self.count = capacity, gang.shape, len(gang.pods)
-        self.spread, self.crowded = spread, crowded
+        self.spread, self.crowded, self.kept = spread, crowded, kept
         slots = capacity.slots(gang.shape)
         self.node_slots, self.domain_slots = slots.nodes, slots.domains
         if level is not None and slots.roomiest(level) >= self.count:
@@ -709,7 +712,12 @@ class _Gains:
         """Give back (``sign`` 1) or take again (-1) the victim's pods; note crowded nodes."""
         own = self.own.get(victim.key)
         if own is None:
-            own = self.own[victim.key] = self._own(victim)
+            kept = (victim.key, self.shape, self.level)
+            own = self.kept.get(kept, self.spread(victim))
+            if own is None:
+                own = self._own(victim)
+                self.kept.put(kept, own)
+            self.own[victim.key] = own
         self.root_gained += sign * own.root
         for domain, slots in own.domains:
             self._domain(domain, sign * slots)
@@ -774,6 +782,44 @@ class _Gains:
         return self.level is None or bool(self.reaching)
 
 
+class _KeptGains:
+    """Victims' own gains (``_Gains``) kept from search to search within a cycle.
+
+    A victim's own gain for a shape and level depends only on the free capacity of the nodes it
+    holds pods on, which changes only where the cycle places a gang (``changed``); a kept gain
+    is used again while none of its nodes changed since it was counted.
+    """
+
+    __slots__ = ("_changed_at", "_edits", "_kept")
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[object, ...], tuple[int, _OwnGain]] = {}
+        self._changed_at: dict[int | None, int] = {}  # node -> the edit that last changed it
+        self._edits = 0
+
+    def changed(self, nodes: Iterable[int | None]) -> None:
+        """The cycle placed pods on ``nodes`` (``None``: a node outside the topology)."""
+        self._edits += 1
+        self._changed_at.update(dict.fromkeys(nodes, self._edits))
+
+    def get(self, key: tuple[object, ...], spread: list[tuple[int, Units]]) -> _OwnGain | None:
+        """The gain kept for ``key`` if none of the victim's nodes (``spread``) changed since."""
+        found = self._kept.get(key)
+        if found is None:
+            return None
+        at, own = found
+        if at != self._edits:
+            changed_at = self._changed_at
+            if any(changed_at.get(node, 0) > at for node, _ in spread):
+                return None
+            self._kept[key] = (self._edits, own)
+        return own
+
+    def put(self, key: tuple[object, ...], own: _OwnGain) -> None:
+        """Keep ``own``, counted on the capacity as it is now."""
+        self._kept[key] = (self._edits, own)
+
+
 @dataclass(frozen=True, slots=True)
 class _OwnGain:
     """What one victim alone frees (``_Gains``).
@@ -797,7 +843,9 @@ class _Trial:
     def __init__(self, cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None) -> None:
         self.cycle, self.gang, self.team = cycle, gang, team
         level = _required_level(cycle.pool.topology, gang)
-        self.gains = _Gains(cycle.capacity, gang, level, cycle.spread, cycle.crowding())
+        self.gains = _Gains(
+            cycle.capacity, gang, level, cycle.spread, cycle.crowding(), cycle.own_gains
+        )
         self.held: list[Admitted] = []  # ``given`` in the order last asked for
         self.given: dict[JobKey, Admitted] = {}
         self.usage = {name: dict(amounts) for name, amounts in cycle.usage.items()}
