@@ -703,6 +703,7 @@ class _Gains:
         self.member = None if level is None else topology.member[level]
         self.own: dict[JobKey, _OwnGain] = {}  # per victim, counted when first given back
         self.with_victims: dict[int, dict[str, int]] = {}  # crowded node -> free, pods back
+        # (of the shape's resources only: the slots count nothing else)
         self.gained: dict[int, int] = {}  # crowded node -> slots it gains
         self.root_gained = 0  # slots the pool gains
         self.domain_gained: dict[int, int] = {}  # domain of ``level`` -> slots it gains
@@ -725,9 +726,12 @@ class _Gains:
         for node, held in own.crowded:
             have = with_victims.get(node)
             if have is None:
-                have = with_victims[node] = dict(free[node])
-            for name, amount in held.items():
-                have[name] = have.get(name, 0) + sign * amount
+                node_free = free[node]
+                have = with_victims[node] = {
+                    name: node_free.get(name, 0) for name, _ in self.shape.pod
+                }
+            for name, amount in held:
+                have[name] += sign * amount
             changed.add(node)
 
     def _own(self, victim: Admitted) -> _OwnGain:
@@ -742,7 +746,7 @@ class _Gains:
             if allowed is not None and names[node] not in allowed:
                 continue
             if node in crowded_nodes:
-                crowded.append((node, held))
+                crowded.append((node, tuple((name, held.get(name, 0)) for name, _ in shape.pod)))
                 continue
             gain = slots_of(free[node], shape, held) - node_slots[node]
             if gain:
@@ -830,7 +834,7 @@ class _OwnGain:
 
     root: int
     domains: tuple[tuple[int, int], ...]
-    crowded: tuple[tuple[int, Units], ...]
+    crowded: tuple[tuple[int, tuple[tuple[str, int], ...]], ...]  # node, what it takes of the shape
 
 
 class _Trial:

@@ -369,19 +369,20 @@ class Slots:
 
     def move(self, level: int, rank: int, before: int, after: int) -> None:
         """A domain of ``level`` went from ``before`` to ``after`` slots."""
-        values, masks, bit = self.values[level], self.masks[level], 1 << rank
+        masks, bit = self.masks[level], 1 << rank
         if before > 0:
             left = masks[before] ^ bit
             if left:
                 masks[before] = left
             else:
                 del masks[before]
+                values = self.values[level]
                 del values[bisect_left(values, before)]
         if after > 0:
             found = masks.get(after)
             if found is None:
                 masks[after] = bit
-                insort(values, after)
+                insort(self.values[level], after)
             else:
                 masks[after] = found | bit
 
@@ -686,14 +687,14 @@ class Capacity:
                 per_node[node] = after
                 for domain in ancestors[node]:
                     deltas[domain] = deltas.get(domain, 0) + delta
-        domains, rank = topology.domains, topology.rank
+        domains, rank, move = topology.domains, topology.rank, slots.move
         for domain, delta in deltas.items():
             if delta:
                 before = per_domain[domain]
                 per_domain[domain] = before + delta
                 level = domains[domain].level
                 if level >= 0:
-                    slots.move(level, rank[domain], before, before + delta)
+                    move(level, rank[domain], before, before + delta)
         slots.seen = len(self._changed)
 
 
