@@ -199,6 +199,22 @@ def test_a_failed_victim_search_answers_for_larger_gangs_of_its_kind_not_smaller
     assert preempted.victims == (("ns", "low0"), ("ns", "low1"))
 
 
+def test_two_victims_sharing_a_node_free_together_what_neither_frees_alone() -> None:
+    nodes = rack_nodes(1, 2)
+    pool = pool_with(
+        nodes,
+        [
+            (waiting("left", pods=1, gpus=4, priority=0), ["r0h0"], 0.0),
+            (waiting("right", pods=1, gpus=4, priority=0), ["r0h0"], 0.0),
+            (waiting("busy", pods=1, gpus=8, priority=1), ["r0h1"], 0.0),
+        ],
+    )
+    outcome = by_key(decide(pool, [waiting("urgent", pods=1, priority=10)], now=1.0))["urgent"]
+    assert isinstance(outcome, Preempt)
+    assert outcome.victims == (("ns", "left"), ("ns", "right"))  # lower priority than "busy"
+    assert list(outcome.nodes.values()) == ["r0h0"]
+
+
 def test_a_gang_placed_beside_a_victim_shrinks_what_a_later_search_gains_from_it() -> None:
     # A first search counts what evicting "half" would free on r0h0 (one 8-GPU slot); a gang
     # then takes r0h0's spare half, so evicting "half" frees no 8-GPU slot any more and the
