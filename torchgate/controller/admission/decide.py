@@ -55,6 +55,10 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
   there gone (``_Reach``); trials count what victims give back beside the capacity
   (``_Gains``). Each shortcut answers exactly as the full search would: the trial is monotone in
   the victims.
+- A trial moves no pods: on a node only one candidate holds pods on, a victim frees the same
+  slots whatever else is evicted, so each victim's own gain (for the pool and per domain of the
+  required level) is counted once and kept while the cycle places nothing on its nodes
+  (``_KeptGains``); only nodes several candidates share are summed per node (``_Gains``).
 """
 
 from __future__ import annotations
