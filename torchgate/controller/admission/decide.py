@@ -63,7 +63,7 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -246,7 +246,7 @@ class _Cycle:
     domains: dict[int, dict[JobKey, frozenset[str]]] = field(default_factory=dict)  # per level
     spreads: dict[JobKey, list[tuple[int, Units]]] = field(default_factory=dict)  # ``spread``
     crowded: frozenset[int] | None = None  # ``crowding``
-    own_gains: _KeptGains = field(default_factory=lambda: _KeptGains())
+    own_gains: _KeptGains | None = None  # ``kept_gains``
 
     def team(self, gang: WaitingGang) -> TeamQuota | None:
         return self.pool.teams.get(gang.team) if gang.team is not None else None
@@ -283,6 +283,12 @@ class _Cycle:
             self.crowded = frozenset(index[name] for name in crowded if name in index)
         return self.crowded
 
+    def kept_gains(self) -> _KeptGains:
+        """Victims' own gains kept for the cycle (``_KeptGains``)."""
+        if self.own_gains is None:
+            self.own_gains = _KeptGains(self.capacity)
+        return self.own_gains
+
     def admit(self, gang: WaitingGang, nodes: Mapping[str, str], *, extras: bool) -> dict[str, str]:
         """Take the gang's room (and, with ``extras``, place its optional pods); where it went."""
         self.capacity.take(nodes, gang.requests)
@@ -290,7 +296,6 @@ class _Cycle:
         if extras and gang.extras:
             one_per_node = gang.shape.one_per_node
             placed |= place_extras(self.capacity, nodes, gang.extras, one_per_node=one_per_node)
-        self.own_gains.changed(self.capacity.topology.index.get(name) for name in placed.values())
         if gang.team is not None:
             usage = self.usage.setdefault(gang.team, {})
             for name, amount in gang.usage.items():
@@ -794,21 +799,16 @@ class _KeptGains:
     """Victims' own gains (``_Gains``) kept from search to search within a cycle.
 
     A victim's own gain for a shape and level depends only on the free capacity of the nodes it
-    holds pods on, which changes only where the cycle places a gang (``changed``); a kept gain
-    is used again while none of its nodes changed since it was counted.
+    holds pods on; a kept gain is used again while none of its nodes changed since it was
+    counted (``Capacity.changed_since``: gangs placed, and backfill's reserved room withheld or
+    given back, all change the cycle's capacity).
     """
 
-    __slots__ = ("_changed_at", "_edits", "_kept")
+    __slots__ = ("_capacity", "_kept")
 
-    def __init__(self) -> None:
+    def __init__(self, capacity: Capacity) -> None:
+        self._capacity = capacity
         self._kept: dict[tuple[object, ...], tuple[int, _OwnGain]] = {}
-        self._changed_at: dict[int | None, int] = {}  # node -> the edit that last changed it
-        self._edits = 0
-
-    def changed(self, nodes: Iterable[int | None]) -> None:
-        """The cycle placed pods on ``nodes`` (``None``: a node outside the topology)."""
-        self._edits += 1
-        self._changed_at.update(dict.fromkeys(nodes, self._edits))
 
     def get(self, key: tuple[object, ...], spread: list[tuple[int, Units]]) -> _OwnGain | None:
         """The gain kept for ``key`` if none of the victim's nodes (``spread``) changed since."""
@@ -816,16 +816,16 @@ class _KeptGains:
         if found is None:
             return None
         at, own = found
-        if at != self._edits:
-            changed_at = self._changed_at
-            if any(changed_at.get(node, 0) > at for node, _ in spread):
+        edits = self._capacity.edits
+        if at != edits:
+            if self._capacity.changed_since((node for node, _ in spread), at):
                 return None
-            self._kept[key] = (self._edits, own)
+            self._kept[key] = (edits, own)
         return own
 
     def put(self, key: tuple[object, ...], own: _OwnGain) -> None:
         """Keep ``own``, counted on the capacity as it is now."""
-        self._kept[key] = (self._edits, own)
+        self._kept[key] = (self._capacity.edits, own)
 
 
 @dataclass(frozen=True, slots=True)
@@ -852,7 +852,7 @@ class _Trial:
         self.cycle, self.gang, self.team = cycle, gang, team
         level = _required_level(cycle.pool.topology, gang)
         self.gains = _Gains(
-            cycle.capacity, gang, level, cycle.spread, cycle.crowding(), cycle.own_gains
+            cycle.capacity, gang, level, cycle.spread, cycle.crowding(), cycle.kept_gains()
         )
         self.held: list[Admitted] = []  # ``given`` in the order last asked for
         self.given: dict[JobKey, Admitted] = {}

@@ -424,6 +424,7 @@ class Capacity:
         self._sums_used: dict[frozenset[str] | None, int] = {}  # set -> the last fork asking
         self._memo: dict[object, object] = {}  # ``have``, per edit count
         self._edits = 0  # changes to the free capacity so far (never goes back)
+        self._edited: dict[int, int] = {}  # node -> ``_edits`` when it last changed (``since``)
 
     # ------------------------------------------------------------------ the shell's side
 
@@ -441,6 +442,7 @@ class Capacity:
                 self.free[node] = dict(units)
                 self._changed.append(node)
                 self._edits += 1
+                self._edited[node] = self._edits
 
     def fork(self) -> Capacity:
         """A copy to decide one cycle on; what it changes never reaches this capacity."""
@@ -485,8 +487,19 @@ class Capacity:
         other._sums_used = {}
         other._memo = {}
         other._edits = 0
+        other._edited = {}
         self._shared = set()  # its dicts are the fork's too now: copy before writing
         return other
+
+    @property
+    def edits(self) -> int:
+        """How many changes its free capacity has had so far (it never goes back)."""
+        return self._edits
+
+    def changed_since(self, nodes: Iterable[int], edits: int) -> bool:
+        """Whether any of ``nodes`` (indexes) changed after its first ``edits`` changes."""
+        edited = self._edited
+        return any(edited.get(node, 0) > edits for node in nodes)
 
     # ------------------------------------------------------------------ slots
 
@@ -646,6 +659,7 @@ class Capacity:
                 free[name] = free.get(name, 0) + sign * amount
             self._changed.append(node)
             self._edits += 1
+            self._edited[node] = self._edits
 
     def _count(self, shape: Shape) -> Slots:
         topology = self.topology

@@ -243,6 +243,30 @@ def test_a_gang_placed_beside_a_victim_shrinks_what_a_later_search_gains_from_it
     assert sorted(two.nodes.values()) == ["r0h1", "r0h2"]
 
 
+def test_room_withheld_for_a_reservation_shrinks_what_a_later_search_gains_from_a_victim() -> None:
+    # "four" searches first (no victims make room for it) and then reserves every node for when
+    # the ending gangs are gone, which withholds r0h0's spare half: evicting "half" then frees no
+    # 8-GPU slot, so "one" must take "whole".
+    nodes = rack_nodes(1, 3)
+    pool = pool_with(
+        nodes,
+        [
+            (waiting("half", pods=1, gpus=4, priority=0), ["r0h0"], 0.0),
+            (waiting("whole", pods=1, gpus=8, priority=1), ["r0h1"], 0.0),
+            (waiting("kept", pods=1, gpus=8, priority=20), ["r0h2"], 0.0),
+        ],
+    )
+    ends = {"half": 100.0, "whole": 200.0, "kept": 300.0}
+    pool = replace(pool, admitted=[replace(a, ends_by=ends[a.key[1]]) for a in pool.admitted])
+    gangs = [waiting("four", pods=3, priority=10), waiting("one", pods=1, priority=3)]
+    outcomes = by_key(decide(pool, gangs, now=1.0))
+    assert isinstance(outcomes["four"], Wait)
+    one = outcomes["one"]
+    assert isinstance(one, Preempt)
+    assert one.victims == (("ns", "whole"),)
+    assert list(one.nodes.values()) == ["r0h1"]
+
+
 def test_only_a_gang_the_empty_pool_cannot_hold_gives_up_searching_for_victims() -> None:
     nodes = rack_nodes(2, 2)
     running_gangs = [
