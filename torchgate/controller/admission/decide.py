@@ -57,8 +57,8 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
   the victims.
 - A trial moves no pods: on a node only one candidate holds pods on, a victim frees the same
   slots whatever else is evicted, so each victim's own gain (for the pool and per domain of the
-  required level) is counted once and kept while the cycle places nothing on its nodes
-  (``_KeptGains``); only nodes several candidates share are summed per node (``_Gains``).
+  required level) is counted once and kept while the cycle's capacity on its nodes does not
+  change (``_KeptGains``); only nodes several candidates share are summed per node (``_Gains``).
 """
 
 from __future__ import annotations
@@ -683,9 +683,9 @@ class _Gains:
     """Slots of the gang's shape that the pool and domains gain when victims' pods are given back.
 
     Kept beside the cycle's capacity, which stays as it is. A node that only one candidate holds
-    pods on (``_Cycle.crowded`` says which nodes more than one does) gains, while that victim is
+    pods on (``_Cycle.crowding`` says which nodes more than one does) gains, while that victim is
     given back, exactly what that victim alone frees there: its *own* gain, which depends on
-    nothing else in the set, so it is counted once per search and added or taken away as one
+    nothing else in the set, so it is counted once (``_KeptGains``) and added or taken away as one
     number for the pool and one per domain of the required level. Only on a crowded node are the
     given-back pods summed per node and its slots counted again. For a required level, the
     domains of that level that then hold the whole gang are ``reaching``. ``level`` is ``None``
