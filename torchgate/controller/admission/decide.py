@@ -60,11 +60,15 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
   there gone (``_Reach``); trials count what victims give back beside the capacity
   (``_Gains``). Each shortcut answers exactly as the full search would: the trial is monotone in
   the victims.
+- A trial moves no pods: on a node only one candidate holds pods on, a victim frees the same
+  slots whatever else is evicted, so each victim's own gain (for the pool and per domain of the
+  required level) is counted once and kept while the cycle's capacity on its nodes does not
+  change (``_KeptGains``); only nodes several candidates share are summed per node (``_Gains``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -256,6 +260,8 @@ class _Cycle:
     reach: dict[tuple[object, ...], dict[str, int]] = field(default_factory=dict)  # ``_Reach``
     domains: dict[int, dict[JobKey, frozenset[str]]] = field(default_factory=dict)  # per level
     spreads: dict[JobKey, list[tuple[int, Units]]] = field(default_factory=dict)  # ``spread``
+    crowded: frozenset[int] | None = None  # ``crowding``
+    own_gains: _KeptGains | None = None  # ``kept_gains``
 
     def team(self, gang: WaitingGang) -> TeamQuota | None:
         return self.pool.teams.get(gang.team) if gang.team is not None else None
@@ -274,6 +280,29 @@ class _Cycle:
                         held[name] = held.get(name, 0) + amount
             found = self.spreads[victim.key] = list(per_node.items())
         return found
+
+    def crowding(self) -> frozenset[int]:
+        """Node indexes that more than one candidate victim holds pods on (counted once).
+
+        The candidates only lose gangs during the cycle, so this stays a superset of the nodes
+        shared by the victims of any trial (``_Gains``).
+        """
+        if self.crowded is None:
+            assert self.settled is not None, "asked for during a victim search"
+            index, seen, crowded = self.capacity.topology.index, set[str](), set[str]()
+            for group in self.settled.groups.values():
+                for victim in group:
+                    mine = set((victim.nodes or {}).values())
+                    crowded |= seen & mine
+                    seen |= mine
+            self.crowded = frozenset(index[name] for name in crowded if name in index)
+        return self.crowded
+
+    def kept_gains(self) -> _KeptGains:
+        """Victims' own gains kept for the cycle (``_KeptGains``)."""
+        if self.own_gains is None:
+            self.own_gains = _KeptGains(self.capacity)
+        return self.own_gains
 
     def admit(self, gang: WaitingGang, nodes: Mapping[str, str], *, extras: bool) -> dict[str, str]:
         """Take the gang's room (and, with ``extras``, place its optional pods); where it went."""
@@ -686,12 +715,16 @@ class _Failures:
 
 
 class _Gains:
-    """Slots of the gang's shape that nodes and domains gain when victims' pods are given back.
+    """Slots of the gang's shape that the pool and domains gain when victims' pods are given back.
 
-    Kept beside the cycle's capacity, which stays as it is: per node its free capacity with the
-    victims' pods given back, and the slots that gains the node and its domains; for a required
-    level, the domains of that level that then hold the whole gang (``reaching``). ``level`` is
-    ``None`` when the gang requires none, or when a domain of it holds the gang already.
+    Kept beside the cycle's capacity, which stays as it is. A node that only one candidate holds
+    pods on (``_Cycle.crowding`` says which nodes more than one does) gains, while that victim is
+    given back, exactly what that victim alone frees there: its *own* gain, which depends on
+    nothing else in the set, so it is counted once (``_KeptGains``) and added or taken away as one
+    number for the pool and one per domain of the required level. Only on a crowded node are the
+    given-back pods summed per node and its slots counted again. For a required level, the
+    domains of that level that then hold the whole gang are ``reaching``. ``level`` is ``None``
+    when the gang requires none, or when a domain of it holds the gang already.
     """
 
     def __init__(
@@ -700,62 +733,147 @@ class _Gains:
         gang: WaitingGang,
         level: int | None,
         spread: Callable[[Admitted], list[tuple[int, Units]]],
+        crowded: Container[int],
+        kept: _KeptGains,
     ) -> None:
         self.capacity, self.shape, self.count = capacity, gang.shape, len(gang.pods)
-        self.spread = spread
+        self.spread, self.crowded, self.kept = spread, crowded, kept
         slots = capacity.slots(gang.shape)
         self.node_slots, self.domain_slots = slots.nodes, slots.domains
         if level is not None and slots.roomiest(level) >= self.count:
             level = None
         self.level = level
-        self.with_victims: dict[int, dict[str, int]] = {}  # node -> free with the pods back
-        self.gained: dict[int, int] = {}  # node -> slots it gains
-        self.domain_gained: dict[int, int] = {}  # domain -> slots it gains
+        topology = capacity.topology
+        self.member = None if level is None else topology.member[level]
+        self.own: dict[JobKey, _OwnGain] = {}  # per victim, counted when first given back
+        self.with_victims: dict[int, dict[str, int]] = {}  # crowded node -> free, pods back
+        # (of the shape's resources only: the slots count nothing else)
+        self.gained: dict[int, int] = {}  # crowded node -> slots it gains
+        self.root_gained = 0  # slots the pool gains
+        self.domain_gained: dict[int, int] = {}  # domain of ``level`` -> slots it gains
         self.reaching: set[int] = set()  # domains of ``level`` that hold the gang with the gains
 
     def move(self, victim: Admitted, sign: int, changed: set[int]) -> None:
-        """Give back (``sign`` 1) or take again (-1) the victim's pods; note the nodes."""
+        """Give back (``sign`` 1) or take again (-1) the victim's pods; note crowded nodes."""
+        own = self.own.get(victim.key)
+        if own is None:
+            kept = (victim.key, self.shape, self.level)
+            own = self.kept.get(kept, self.spread(victim))
+            if own is None:
+                own = self._own(victim)
+                self.kept.put(kept, own)
+            self.own[victim.key] = own
+        self.root_gained += sign * own.root
+        for domain, slots in own.domains:
+            self._domain(domain, sign * slots)
         with_victims, free = self.with_victims, self.capacity.free
-        for node, held in self.spread(victim):
+        for node, held in own.crowded:
             have = with_victims.get(node)
             if have is None:
-                have = with_victims[node] = dict(free[node])
-            for name, amount in held.items():
-                have[name] = have.get(name, 0) + sign * amount
+                node_free = free[node]
+                have = with_victims[node] = {
+                    name: node_free.get(name, 0) for name, _ in self.shape.pod
+                }
+            for name, amount in held:
+                have[name] += sign * amount
             changed.add(node)
 
-    def settle(self, changed: set[int]) -> None:
-        """Count the slots the ``changed`` nodes (and their domains) gain now."""
-        capacity, shape = self.capacity, self.shape
-        topology = capacity.topology
-        allowed, names, ancestors = shape.allowed, topology.node_names, topology.ancestors
-        with_victims, node_slots, gained = self.with_victims, self.node_slots, self.gained
-        deltas: dict[int, int] = {}
-        for node in changed:
+    def _own(self, victim: Admitted) -> _OwnGain:
+        """What the victim alone frees on the nodes no other candidate holds pods on."""
+        shape, free, node_slots = self.shape, self.capacity.free, self.node_slots
+        member = self.member
+        allowed, names = shape.allowed, self.capacity.topology.node_names
+        crowded_nodes, crowded = self.crowded, []
+        root = 0
+        domains: dict[int, int] = {}
+        for node, held in self.spread(victim):
             if allowed is not None and names[node] not in allowed:
                 continue
+            if node in crowded_nodes:
+                crowded.append((node, tuple((name, held.get(name, 0)) for name, _ in shape.pod)))
+                continue
+            gain = slots_of(free[node], shape, held) - node_slots[node]
+            if gain:
+                root += gain
+                if member is not None:
+                    domain = member[node]
+                    domains[domain] = domains.get(domain, 0) + gain
+        return _OwnGain(root, tuple(domains.items()), tuple(crowded))
+
+    def _domain(self, domain: int, delta: int) -> None:
+        if delta:
+            now = self.domain_gained[domain] = self.domain_gained.get(domain, 0) + delta
+            if self.domain_slots[domain] + now >= self.count:
+                self.reaching.add(domain)
+            else:
+                self.reaching.discard(domain)
+
+    def settle(self, changed: set[int]) -> None:
+        """Count the slots the ``changed`` crowded nodes (and their domains) gain now."""
+        shape, member = self.shape, self.member
+        with_victims, node_slots, gained = self.with_victims, self.node_slots, self.gained
+        for node in changed:
             now = slots_of(with_victims[node], shape) - node_slots[node]
             delta = now - gained.get(node, 0)
             if delta:
                 gained[node] = now
-                for domain in ancestors[node]:
-                    deltas[domain] = deltas.get(domain, 0) + delta
-        domains, domain_gained, level = topology.domains, self.domain_gained, self.level
-        for domain, delta in deltas.items():
-            now = domain_gained[domain] = domain_gained.get(domain, 0) + delta
-            if level is not None and domains[domain].level == level:
-                if self.domain_slots[domain] + now >= self.count:
-                    self.reaching.add(domain)
-                else:
-                    self.reaching.discard(domain)
+                self.root_gained += delta
+                if member is not None:
+                    self._domain(member[node], delta)
 
     def root(self) -> int:
         """The pool's slots with the gains."""
-        return self.domain_slots[ROOT] + self.domain_gained.get(ROOT, 0)
+        return self.domain_slots[ROOT] + self.root_gained
 
     def fits_level(self) -> bool:
         """Whether a domain of the required level holds the gang with the gains."""
         return self.level is None or bool(self.reaching)
+
+
+class _KeptGains:
+    """Victims' own gains (``_Gains``) kept from search to search within a cycle.
+
+    A victim's own gain for a shape and level depends only on the free capacity of the nodes it
+    holds pods on; a kept gain is used again while none of its nodes changed since it was
+    counted (``Capacity.changed_since``: gangs placed, and backfill's reserved room withheld or
+    given back, all change the cycle's capacity).
+    """
+
+    __slots__ = ("_capacity", "_kept")
+
+    def __init__(self, capacity: Capacity) -> None:
+        self._capacity = capacity
+        self._kept: dict[tuple[object, ...], tuple[int, _OwnGain]] = {}
+
+    def get(self, key: tuple[object, ...], spread: list[tuple[int, Units]]) -> _OwnGain | None:
+        """The gain kept for ``key`` if none of the victim's nodes (``spread``) changed since."""
+        found = self._kept.get(key)
+        if found is None:
+            return None
+        at, own = found
+        edits = self._capacity.edits
+        if at != edits:
+            if self._capacity.changed_since((node for node, _ in spread), at):
+                return None
+            self._kept[key] = (edits, own)
+        return own
+
+    def put(self, key: tuple[object, ...], own: _OwnGain) -> None:
+        """Keep ``own``, counted on the capacity as it is now."""
+        self._kept[key] = (self._capacity.edits, own)
+
+
+@dataclass(frozen=True, slots=True)
+class _OwnGain:
+    """What one victim alone frees (``_Gains``).
+
+    Slots for the pool and per domain of the required level from the nodes only it holds pods
+    on, and its pods on crowded nodes (counted there with the other victims given back).
+    """
+
+    root: int
+    domains: tuple[tuple[int, int], ...]
+    crowded: tuple[tuple[int, tuple[tuple[str, int], ...]], ...]  # node, what it takes of the shape
 
 
 class _Trial:
@@ -768,7 +886,9 @@ class _Trial:
     def __init__(self, cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None) -> None:
         self.cycle, self.gang, self.team = cycle, gang, team
         level = _required_level(cycle.pool.topology, gang)
-        self.gains = _Gains(cycle.capacity, gang, level, cycle.spread)
+        self.gains = _Gains(
+            cycle.capacity, gang, level, cycle.spread, cycle.crowding(), cycle.kept_gains()
+        )
         self.held: list[Admitted] = []  # ``given`` in the order last asked for
         self.given: dict[JobKey, Admitted] = {}
         self.usage = {name: dict(amounts) for name, amounts in cycle.usage.items()}

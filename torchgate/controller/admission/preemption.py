@@ -293,16 +293,16 @@ def cheapest(
     seen: set[tuple[tuple[str, str], ...]] = set()
     for number, least in order:
         group = listed[number]
+        if bound is not None and least is not None and (least, number) > bound:
+            continue  # no set of this group could cost less than ``best`` (nor could its twins)
+        if hopeless is not None and hopeless(number):
+            if number == 0:
+                return None
+            continue  # its twins (the same victims) are hopeless too
         marker = tuple(v.key for v in group)
         if marker in seen:
             continue
         seen.add(marker)
-        if bound is not None and least is not None and (least, number) > bound:
-            continue  # no set of this group could cost less than ``best``
-        if hopeless is not None and hopeless(number):
-            if number == 0:
-                return None
-            continue
         highest = None if bound is None else bound[0][0]
         choice = choose_victims(group, trial, highest=highest, allowed=allowed)
         if choice is None:

@@ -369,19 +369,20 @@ class Slots:
 
     def move(self, level: int, rank: int, before: int, after: int) -> None:
         """A domain of ``level`` went from ``before`` to ``after`` slots."""
-        values, masks, bit = self.values[level], self.masks[level], 1 << rank
+        masks, bit = self.masks[level], 1 << rank
         if before > 0:
             left = masks[before] ^ bit
             if left:
                 masks[before] = left
             else:
                 del masks[before]
+                values = self.values[level]
                 del values[bisect_left(values, before)]
         if after > 0:
             found = masks.get(after)
             if found is None:
                 masks[after] = bit
-                insort(values, after)
+                insort(self.values[level], after)
             else:
                 masks[after] = found | bit
 
@@ -423,6 +424,7 @@ class Capacity:
         self._sums_used: dict[frozenset[str] | None, int] = {}  # set -> the last fork asking
         self._memo: dict[object, object] = {}  # ``have``, per edit count
         self._edits = 0  # changes to the free capacity so far (never goes back)
+        self._edited: dict[int, int] = {}  # node -> ``_edits`` when it last changed (``since``)
 
     # ------------------------------------------------------------------ the shell's side
 
@@ -440,6 +442,7 @@ class Capacity:
                 self.free[node] = dict(units)
                 self._changed.append(node)
                 self._edits += 1
+                self._edited[node] = self._edits
 
     def fork(self) -> Capacity:
         """A copy to decide one cycle on; what it changes never reaches this capacity."""
@@ -484,8 +487,19 @@ class Capacity:
         other._sums_used = {}
         other._memo = {}
         other._edits = 0
+        other._edited = {}
         self._shared = set()  # its dicts are the fork's too now: copy before writing
         return other
+
+    @property
+    def edits(self) -> int:
+        """How many changes its free capacity has had so far (it never goes back)."""
+        return self._edits
+
+    def changed_since(self, nodes: Iterable[int], edits: int) -> bool:
+        """Whether any of ``nodes`` (indexes) changed after its first ``edits`` changes."""
+        edited = self._edited
+        return any(edited.get(node, 0) > edits for node in nodes)
 
     # ------------------------------------------------------------------ slots
 
@@ -645,6 +659,7 @@ class Capacity:
                 free[name] = free.get(name, 0) + sign * amount
             self._changed.append(node)
             self._edits += 1
+            self._edited[node] = self._edits
 
     def _count(self, shape: Shape) -> Slots:
         topology = self.topology
@@ -686,14 +701,14 @@ class Capacity:
                 per_node[node] = after
                 for domain in ancestors[node]:
                     deltas[domain] = deltas.get(domain, 0) + delta
-        domains, rank = topology.domains, topology.rank
+        domains, rank, move = topology.domains, topology.rank, slots.move
         for domain, delta in deltas.items():
             if delta:
                 before = per_domain[domain]
                 per_domain[domain] = before + delta
                 level = domains[domain].level
                 if level >= 0:
-                    slots.move(level, rank[domain], before, before + delta)
+                    move(level, rank[domain], before, before + delta)
         slots.seen = len(self._changed)
 
 

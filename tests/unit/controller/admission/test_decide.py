@@ -199,6 +199,74 @@ def test_a_failed_victim_search_answers_for_larger_gangs_of_its_kind_not_smaller
     assert preempted.victims == (("ns", "low0"), ("ns", "low1"))
 
 
+def test_two_victims_sharing_a_node_free_together_what_neither_frees_alone() -> None:
+    nodes = rack_nodes(1, 2)
+    pool = pool_with(
+        nodes,
+        [
+            (waiting("left", pods=1, gpus=4, priority=0), ["r0h0"], 0.0),
+            (waiting("right", pods=1, gpus=4, priority=0), ["r0h0"], 0.0),
+            (waiting("busy", pods=1, gpus=8, priority=1), ["r0h1"], 0.0),
+        ],
+    )
+    outcome = by_key(decide(pool, [waiting("urgent", pods=1, priority=10)], now=1.0))["urgent"]
+    assert isinstance(outcome, Preempt)
+    assert outcome.victims == (("ns", "left"), ("ns", "right"))  # lower priority than "busy"
+    assert list(outcome.nodes.values()) == ["r0h0"]
+
+
+def test_a_gang_placed_beside_a_victim_shrinks_what_a_later_search_gains_from_it() -> None:
+    # A first search counts what evicting "half" would free on r0h0 (one 8-GPU slot); a gang
+    # then takes r0h0's spare half, so evicting "half" frees no 8-GPU slot any more and the
+    # later gang must take "whole" instead.
+    nodes = rack_nodes(1, 3)
+    pool = pool_with(
+        nodes,
+        [
+            (waiting("half", pods=1, gpus=4, priority=0), ["r0h0"], 0.0),
+            (waiting("whole", pods=1, gpus=8, priority=1), ["r0h2"], 0.0),
+        ],
+    )
+    gangs = [
+        waiting("four", pods=4, priority=10),  # no victims make room for four: a failed search
+        waiting("small", pods=1, gpus=4, priority=5),  # r0h0's spare half, the tightest fit
+        waiting("two", pods=2, priority=3),
+    ]
+    outcomes = by_key(decide(pool, gangs, now=1.0))
+    assert isinstance(outcomes["four"], Wait)
+    small = outcomes["small"]
+    assert isinstance(small, Admit)
+    assert list(small.nodes.values()) == ["r0h0"]
+    two = outcomes["two"]
+    assert isinstance(two, Preempt)
+    assert two.victims == (("ns", "whole"),)
+    assert sorted(two.nodes.values()) == ["r0h1", "r0h2"]
+
+
+def test_room_withheld_for_a_reservation_shrinks_what_a_later_search_gains_from_a_victim() -> None:
+    # "four" searches first (no victims make room for it) and then reserves every node for when
+    # the ending gangs are gone, which withholds r0h0's spare half: evicting "half" then frees no
+    # 8-GPU slot, so "one" must take "whole".
+    nodes = rack_nodes(1, 3)
+    pool = pool_with(
+        nodes,
+        [
+            (waiting("half", pods=1, gpus=4, priority=0), ["r0h0"], 0.0),
+            (waiting("whole", pods=1, gpus=8, priority=1), ["r0h1"], 0.0),
+            (waiting("kept", pods=1, gpus=8, priority=20), ["r0h2"], 0.0),
+        ],
+    )
+    ends = {"half": 100.0, "whole": 200.0, "kept": 300.0}
+    pool = replace(pool, admitted=[replace(a, ends_by=ends[a.key[1]]) for a in pool.admitted])
+    gangs = [waiting("four", pods=3, priority=10), waiting("one", pods=1, priority=3)]
+    outcomes = by_key(decide(pool, gangs, now=1.0))
+    assert isinstance(outcomes["four"], Wait)
+    one = outcomes["one"]
+    assert isinstance(one, Preempt)
+    assert one.victims == (("ns", "whole"),)
+    assert list(one.nodes.values()) == ["r0h1"]
+
+
 def test_only_a_gang_the_empty_pool_cannot_hold_gives_up_searching_for_victims() -> None:
     nodes = rack_nodes(2, 2)
     running_gangs = [
