@@ -23,13 +23,21 @@ def parser() -> argparse.ArgumentParser:
         default=0,
         help="gangs of 8 one-GPU pods in the burst and the plain script (default: one per node)",
     )
+    flags.add_argument(
+        "--rounds", type=int, default=1, help="plain and controller bursts, alternately"
+    )
     flags.add_argument("--minutes", type=float, default=2.0, help="the steady stream's length")
     flags.add_argument(
         "--load", type=float, default=0.5, help="share of the burst's GPUs the stream keeps busy"
     )
     flags.add_argument("--run-seconds", type=int, default=20, help="stream gangs' shortest run")
     flags.add_argument("--spread", type=int, default=40, help="stream run times vary this much")
-    flags.add_argument("--burst-run-seconds", type=int, default=20)
+    flags.add_argument(
+        "--burst-run-seconds",
+        type=int,
+        default=0,
+        help="burst jobs' shortest run (default: twice the plain script's create seconds)",
+    )
     flags.add_argument("--burst-spread", type=int, default=10)
     flags.add_argument("--write-concurrency", type=int, default=32)
     flags.add_argument("--webhook-rate", type=float, default=20.0, help="probe reviews a second")
@@ -54,6 +62,8 @@ def main() -> int:
     sizes = [int(n) for n in args.nodes.split(",") if n]
     if any(n < 1 for n in sizes) or args.minutes <= 0 or not 0 < args.load <= 1:
         flags.error("sizes must be positive, --minutes > 0, 0 < --load <= 1")
+    if args.rounds < 1 or args.burst_run_seconds < 0 or args.burst_spread < 1:
+        flags.error("--rounds and --burst-spread must be at least 1, --burst-run-seconds >= 0")
     if args.burst_gangs < 0 or any(args.burst_gangs > n for n in sizes):
         flags.error("--burst-gangs must be between 0 (one per node) and the smallest size")
     args.out_dir.mkdir(parents=True, exist_ok=True)
@@ -75,9 +85,11 @@ def summary_line(result: dict[str, object], path: Path) -> str:
     doc: dict[str, dict[str, dict[str, float]]] = result  # type: ignore[assignment]
     burst, stream = doc["controller"]["burst"], doc["controller"]["stream"]
     ratio = result["ratio_controller_to_plain"]
+    low, high = result["ratio_min"], result["ratio_max"]
     return (
         f"{doc['setup']['nodes']} nodes: plain {doc['plain']['pods_per_second']:.0f} pods/s, "
-        f"controller {burst['pods_per_second']:.0f} pods/s (ratio {ratio:.2f}, target 0.8 "
+        f"controller {burst['pods_per_second']:.0f} pods/s (medians; ratio {ratio:.2f}, "
+        f"{low:.2f}-{high:.2f} over adjacent pairs, target 0.8 "
         f"{'MET' if isinstance(ratio, float) and ratio >= 0.8 else 'NOT MET'}); stream admission "
         f"p50/p99 {stream['admission_p50_seconds']:.2f}/{stream['admission_p99_seconds']:.2f} s,"
         f" release p99 {stream['release_gone_p99_seconds']:.2f} s -> {path}"

@@ -1,25 +1,41 @@
-"""One pool size: nodes, the plain script, the controller's burst, then a steady stream.
+"""One pool size: nodes, then rounds of the plain script and the controller's burst, then a stream.
 
 Rules:
 - Each size gets its own control plane (cached binaries) and ``nodes`` kwok nodes of 8 GPUs.
 - Idle webhook figures are taken first, on the cluster with nodes and nothing else.
-- The plain script (``controllerbench``'s baseline) creates the burst's pods: ``--burst-gangs``
-  gangs of 8 one-GPU pods (default: one per node, every GPU), a gang pinned per node,
-  ``--write-concurrency`` creates at once; its rate is taken between the first and the last pod
-  the watch sees. The pods are then deleted. The same burst at every size separates what the
-  node count costs from what the pod count costs, and bounds a size's wall time.
-- The controller phase runs the real ``torchgate controller`` through two parts, one after the
-  other: the **burst** (the plain script's gangs as PyTorchJobs, submitted at once; its
-  pod-create rate is the one compared with the plain script's) and, once every burst job has
-  ended and its pods are gone, the **steady stream** of mixed gangs (``scalebench.workload``) for
-  ``--minutes``, at the rate that keeps ``--load`` of the burst's GPUs busy (the same arrival
-  rate at every size with the same burst); then every stream job is waited for.
+- **Rounds, alternating.** ``--rounds`` times: the plain script's burst, then the controller's
+  burst, each on an empty namespace. The machine is shared, so the two are measured alternately
+  (plain, controller, plain, controller, ...) and each controller burst is compared with the
+  plain bursts next to it: the ratio of each adjacent pair (plain 1 / controller 1, controller 1 /
+  plain 2, ...) is taken, and the size's ratio is the median of those; the spread is their range.
+  Each window records the machine's busy share, the rig processes' cores, the cores the rest of
+  the machine took (``other_cores``: busy cores minus the rig's) and the load average at its end.
+- **The same pods.** The plain script (``controllerbench``'s baseline) creates ``--burst-gangs``
+  gangs of 8 one-GPU pods (default: one per node, every GPU) built by torchgate's ``build_pod``,
+  each pinned by required node affinity to one node (``spec.nodeName`` unset: kube-scheduler
+  binds every pod, as it binds the controller's pods, pinned the same way to the admitter's
+  node), ``--write-concurrency`` creates at once; its rate is taken between the first and the
+  last pod the watch sees. The pods are then deleted. The same burst at every size separates
+  what the node count costs from what the pod count costs, and bounds a size's wall time.
+- **No release inside the create window.** The controller's burst is the plain script's gangs as
+  PyTorchJobs, submitted at once, to the real ``torchgate controller`` (started for the round,
+  stopped after it); its pod-create rate is the one compared. Its jobs run
+  ``--burst-run-seconds`` (default: twice the first plain burst's create seconds, at least 20 s),
+  so no burst job ends and has its pods deleted before the last burst pod is created unless the
+  controller is below half the plain script's rate (``jobs_ended_in_window`` counts them; the
+  plain script deletes nothing in its window either). The burst's release is still measured as
+  its jobs end; the round waits until every burst job is done.
+- The last round's controller then runs the **steady stream** of mixed gangs
+  (``scalebench.workload``) for ``--minutes``, at the rate that keeps ``--load`` of the burst's
+  GPUs busy (the same arrival rate at every size with the same burst); then every stream job is
+  waited for.
 - A job is *admitted* when all its pods are bound (``spec.nodeName`` set), *released* when its
   Master has succeeded and all its other pods are gone; both are measured from the watch.
-- The webhook probe runs through the burst and the stream; its idle figures are the reference.
+- The webhook probe runs through the last burst and the stream; its idle figures are the reference.
 - The controller's RSS (``VmRSS``) is sampled twice a second with the number of pods then in the
   namespace; per 1,000 pods is (RSS at the most pods held - RSS before any job) / thousands of pods
-  held. CPU per 1,000 pods is its CPU seconds in a part / thousands of pods created in it.
+  held. CPU per 1,000 pods is its CPU seconds in a part / thousands of pods created in it. The
+  burst's figures other than the rates and ratios are the last round's.
 """
 
 from __future__ import annotations
@@ -27,6 +43,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -160,18 +177,37 @@ async def stream(api: KubeClient, schedule: list[Arrival], submitted: dict[str, 
     return time.monotonic() - started
 
 
+def window_load(sampler: RigSampler, start: float, end: float) -> dict[str, Any]:
+    """How busy the machine was in a window, and how much of it the rig's processes took."""
+    busy = sampler.cpu_busy(start, end)
+    cores = sampler.process_cpu_share(start, end)
+    nproc = os.cpu_count() or 1
+    return {
+        "machine_cpu_busy": busy,
+        "cpu_cores_by_process": cores,
+        "other_cores": round(busy * nproc - sum(cores.values()), 2),
+        "loadavg_end": os.getloadavg(),
+    }
+
+
+def ended_in_window(watch: BindWatch, jobs: dict[str, list[str]], end: float) -> int:
+    """Jobs of ``jobs`` whose Master had succeeded by ``end`` (their release deletes follow)."""
+    return sum(1 for names in jobs.values() if watch.succeeded.get(names[0], end + 1) <= end)
+
+
 async def controller_phase(
     api: KubeClient, plane: ControlPlane, args: argparse.Namespace, gangs: int, work: Path,
-    probe_port: int, probe_context: Any,
+    probe_port: int, probe_context: Any, *, number: int, burst_run_seconds: int,
+    with_stream: bool,
 ) -> dict[str, Any]:  # fmt: skip
-    """The burst, then the steady stream, through the real controller."""
+    """One round's burst through a fresh controller; the steady stream after it when asked."""
     watch = BindWatch(api, NAMESPACE)
     watch_task = asyncio.create_task(watch.run())
     await watch.ready.wait()
     metrics_port = free_port()
     controller = start_controller(
         plane, metrics_port=metrics_port, write_concurrency=args.write_concurrency,
-        log=work / "controller.log",
+        log=work / f"controller-{number}.log",
     )  # fmt: skip
     memory: list[tuple[float, int, int]] = []  # (time, RSS bytes, pods held)
     stop_memory = asyncio.Event()
@@ -181,6 +217,7 @@ async def controller_phase(
             memory.append((time.monotonic(), rss_bytes(controller.pid), watch.held()))
             await asyncio.sleep(0.5)
 
+    steady_figures: dict[str, Any] | None = None
     try:
         await asyncio.sleep(args.controller_settle)  # it lists nodes and watches
         rss_idle = rss_bytes(controller.pid)
@@ -194,33 +231,37 @@ async def controller_phase(
         sampling = asyncio.create_task(sampler.run())
 
         # -- the burst: every GPU asked for at once
-        print(f"  burst: {gangs} gangs of 8 pods", file=sys.stderr)
+        print(f"  round {number}: controller burst, {gangs} gangs of 8 pods running "
+              f"{burst_run_seconds} s", file=sys.stderr)  # fmt: skip
         probe = Probe(probe_port, probe_context, args.webhook_rate)
         probe_task = asyncio.create_task(probe.run())
-        burst = {f"b-{i:05d}": gang_pod_names(f"b-{i:05d}") for i in range(gangs)}
+        burst = {f"b{number}-{i:05d}": gang_pod_names(f"b{number}-{i:05d}") for i in range(gangs)}
         submitted: dict[str, float] = {}
         cpu_start = cpu_seconds(controller.pid)
 
         async def submit_burst(index: int, name: str) -> None:
-            manifest = gang(name, NAMESPACE, args.burst_run_seconds + index % args.burst_spread)
+            manifest = gang(name, NAMESPACE, burst_run_seconds + index % args.burst_spread)
             await api.request("POST", PYTORCHJOBS.path(NAMESPACE), body=manifest)
             submitted[name] = time.monotonic()
 
         burst_started = time.monotonic()
         await bounded([submit_burst(i, n) for i, n in enumerate(burst)], SUBMIT_CONCURRENCY)
-        await wait_done(watch, burst, args.drain_timeout + gangs / 5, "burst")
+        await wait_done(watch, burst, args.drain_timeout + gangs / 5 + burst_run_seconds, "burst")
         burst_seconds = time.monotonic() - burst_started
         cpu_burst = cpu_seconds(controller.pid) - cpu_start
         probe.stop()
         await probe_task
         burst_pods = sorted(watch.added[p] for names in burst.values() for p in names
                             if p in watch.added)  # fmt: skip
-        rate = len(burst_pods) / (burst_pods[-1] - burst_pods[0])
+        first, last = burst_pods[0], burst_pods[-1]
+        rate = len(burst_pods) / (last - first)
         peak_time, peak_rss, peak_held = max(memory, key=lambda sample: (sample[2], sample[1]))
         burst_figures = {
             "jobs": gangs,
             "pods": len(burst_pods),
             "pods_per_second": rate,
+            "run_seconds": burst_run_seconds,
+            "jobs_ended_in_window": ended_in_window(watch, burst, last),
             "deciles_seconds": deciles(burst_pods),
             "seconds": burst_seconds,
             "controller_cpu_seconds": cpu_burst,
@@ -231,53 +272,17 @@ async def controller_phase(
             "controller_rss_mib_per_1000_pods": (peak_rss - rss_idle) / 2**20 / (peak_held / 1000),
             "controller_peak_rss_mib": max(rss for _, rss, _ in memory) / 2**20,
             "webhook": probe.figures(),
-            "machine_cpu_busy": sampler.cpu_busy(burst_pods[0], burst_pods[-1]),
-            "cpu_cores_by_process": sampler.process_cpu_share(burst_pods[0], burst_pods[-1]),
-            "apiserver_writes_per_second": sampler.per_second(burst_pods[0], burst_pods[-1]),
-            "apiserver_writes_per_pod": sampler.writes_by_kind(
-                burst_pods[0], burst_pods[-1], len(burst_pods)
-            ),
-            "controller_creates": sampler.creates_in_window(burst_pods[0], burst_pods[-1]),
+            **window_load(sampler, first, last),
+            "apiserver_writes_per_second": sampler.per_second(first, last),
+            "apiserver_writes_per_pod": sampler.writes_by_kind(first, last, len(burst_pods)),
+            "controller_creates": sampler.creates_in_window(first, last),
             **job_figures(watch, submitted, burst),
         }
         del peak_time
 
-        # -- the steady stream
-        gpus = gangs * 8
-        rate_gangs = arrival_rate(gpus, args.load, args.run_seconds, args.spread)
-        schedule = arrivals(
-            rate=rate_gangs, seconds=args.minutes * 60, run_seconds=args.run_seconds,
-            spread=args.spread, seed=args.seed,
-        )  # fmt: skip
-        print(f"  stream: {len(schedule)} gangs over {args.minutes} min "
-              f"({rate_gangs:.2f}/s)", file=sys.stderr)  # fmt: skip
-        steady = {a.name: pod_names(a.name, a.pods) for a in schedule}
-        probe = Probe(probe_port, probe_context, args.webhook_rate)
-        probe_task = asyncio.create_task(probe.run())
-        cpu_start = cpu_seconds(controller.pid)
-        stream_started = time.monotonic()
-        submit_seconds = await stream(api, schedule, submitted)
-        stream_ended = time.monotonic()
-        probe.stop()
-        await probe_task
-        await wait_done(watch, steady, args.drain_timeout, "stream")
-        cpu_stream = cpu_seconds(controller.pid) - cpu_start
-        stream_pods = sum(len(names) for names in steady.values())
-        steady_figures = {
-            "gangs_per_second": rate_gangs,
-            "load": args.load,
-            "pods": stream_pods,
-            "submit_seconds": submit_seconds,
-            "pods_per_second_created": stream_pods / max(submit_seconds, 1e-9),
-            "controller_cpu_seconds": cpu_stream,
-            "controller_cpu_seconds_per_1000_pods": cpu_stream / max(stream_pods / 1000, 1e-9),
-            "controller_cpu_share_of_one_core": cpu_stream / (time.monotonic() - stream_started),
-            "webhook": probe.figures(),
-            "machine_cpu_busy": sampler.cpu_busy(stream_started, stream_ended),
-            "cpu_cores_by_process": sampler.process_cpu_share(stream_started, stream_ended),
-            "apiserver_writes_per_second": sampler.per_second(stream_started, stream_ended),
-            **job_figures(watch, submitted, steady),
-        }
+        if with_stream:
+            steady_figures = await steady_part(api, args, gangs, watch, sampler, controller.pid,
+                                               probe_port, probe_context, submitted)  # fmt: skip
         sampling.cancel()
         stop_memory.set()
         await memory_task
@@ -290,9 +295,86 @@ async def controller_phase(
     return {"burst": burst_figures, "stream": steady_figures, "timeline": timeline}
 
 
+async def steady_part(
+    api: KubeClient, args: argparse.Namespace, gangs: int, watch: BindWatch, sampler: RigSampler,
+    controller_pid: int, probe_port: int, probe_context: Any, submitted: dict[str, float],
+) -> dict[str, Any]:  # fmt: skip
+    """The steady Poisson stream through the running controller, waited out."""
+    gpus = gangs * 8
+    rate_gangs = arrival_rate(gpus, args.load, args.run_seconds, args.spread)
+    schedule = arrivals(
+        rate=rate_gangs, seconds=args.minutes * 60, run_seconds=args.run_seconds,
+        spread=args.spread, seed=args.seed,
+    )  # fmt: skip
+    print(f"  stream: {len(schedule)} gangs over {args.minutes} min "
+          f"({rate_gangs:.2f}/s)", file=sys.stderr)  # fmt: skip
+    steady = {a.name: pod_names(a.name, a.pods) for a in schedule}
+    probe = Probe(probe_port, probe_context, args.webhook_rate)
+    probe_task = asyncio.create_task(probe.run())
+    cpu_start = cpu_seconds(controller_pid)
+    stream_started = time.monotonic()
+    submit_seconds = await stream(api, schedule, submitted)
+    stream_ended = time.monotonic()
+    probe.stop()
+    await probe_task
+    await wait_done(watch, steady, args.drain_timeout, "stream")
+    cpu_stream = cpu_seconds(controller_pid) - cpu_start
+    stream_pods = sum(len(names) for names in steady.values())
+    return {
+        "gangs_per_second": rate_gangs,
+        "load": args.load,
+        "pods": stream_pods,
+        "submit_seconds": submit_seconds,
+        "pods_per_second_created": stream_pods / max(submit_seconds, 1e-9),
+        "controller_cpu_seconds": cpu_stream,
+        "controller_cpu_seconds_per_1000_pods": cpu_stream / max(stream_pods / 1000, 1e-9),
+        "controller_cpu_share_of_one_core": cpu_stream / (time.monotonic() - stream_started),
+        "webhook": probe.figures(),
+        **window_load(sampler, stream_started, stream_ended),
+        "apiserver_writes_per_second": sampler.per_second(stream_started, stream_ended),
+        **job_figures(watch, submitted, steady),
+    }
+
+
+async def plain_burst(
+    api: KubeClient, plane: ControlPlane, args: argparse.Namespace, gangs: int,
+    probe_port: int, probe_context: Any,
+) -> dict[str, Any]:  # fmt: skip
+    """The plain script's burst, the webhook probed through it as through the controller's."""
+    probe = Probe(probe_port, probe_context, args.webhook_rate)
+    probe_task = asyncio.create_task(probe.run())
+    try:
+        plain = await baseline(
+            api, "baseline", gangs, plane.pids(), write_concurrency=args.write_concurrency
+        )
+    finally:
+        probe.stop()
+        await probe_task
+    plain["webhook"] = probe.figures()
+    nproc = os.cpu_count() or 1
+    cores = plain["cpu_cores_by_process"]
+    plain["other_cores"] = round(plain["machine_cpu_busy"] * nproc - sum(cores.values()), 2)
+    plain["loadavg_end"] = os.getloadavg()
+    return plain
+
+
+def adjacent_ratios(plain: list[float], controller: list[float]) -> list[float]:
+    """Controller over plain for each adjacent pair of the alternating sequence p1 c1 p2 c2 ...
+
+    Controller ``i`` is compared with plain ``i`` (just before it) and plain ``i + 1`` (just
+    after it, when there is one).
+    """
+    ratios = []
+    for i, rate in enumerate(controller):
+        ratios.append(rate / plain[i])
+        if i + 1 < len(plain):
+            ratios.append(rate / plain[i + 1])
+    return ratios
+
+
 async def run_size(args: argparse.Namespace, nodes: int, work: Path) -> dict[str, Any]:
     """One size from a fresh control plane; the JSON document of it."""
-    phase_seconds: dict[str, float] = {}
+    phase_seconds: dict[str, float] = {"plain": 0.0, "controller": 0.0}
     started = time.monotonic()
     plane = ControlPlane(binaries=ensure_binaries(), workdir=work / "plane")
     with plane:
@@ -305,44 +387,81 @@ async def run_size(args: argparse.Namespace, nodes: int, work: Path) -> dict[str
             webhook = start_webhook(plane, work / "tls", port, work / "webhook.log")
             try:
                 await wait_ready(f"https://127.0.0.1:{port}/readyz", context)
-                mark = time.monotonic()
                 idle = await measure_idle(port, context, args.webhook_rate, args.webhook_seconds)
                 print(f"size {nodes}: webhook idle p99 {idle['server_p99_ms']} ms (server)",
                       file=sys.stderr)  # fmt: skip
                 gangs = args.burst_gangs or nodes
-                plain = await baseline(
-                    api, "baseline", gangs, plane.pids(), write_concurrency=args.write_concurrency
-                )
-                print(f"  plain script {plain['pods_per_second']:.0f} pods/s", file=sys.stderr)
-                phase_seconds["plain"] = time.monotonic() - mark
-                mark = time.monotonic()
-                await asyncio.sleep(5)
-                ctrl = await controller_phase(api, plane, args, gangs, work, port, context)
-                phase_seconds["controller"] = time.monotonic() - mark
-                print(f"  controller burst {ctrl['burst']['pods_per_second']:.0f} pods/s",
-                      file=sys.stderr)  # fmt: skip
-                await clear_namespace(api, NAMESPACE)
+                plains: list[dict[str, Any]] = []
+                bursts: list[dict[str, Any]] = []
+                burst_run_seconds = args.burst_run_seconds
+                for number in range(1, args.rounds + 1):
+                    mark = time.monotonic()
+                    plain = await plain_burst(api, plane, args, gangs, port, context)
+                    plains.append(plain)
+                    print(f"  round {number}: plain script {plain['pods_per_second']:.0f} pods/s",
+                          file=sys.stderr)  # fmt: skip
+                    phase_seconds["plain"] += time.monotonic() - mark
+                    if not burst_run_seconds:
+                        created = plain["deciles_seconds"][-1]
+                        burst_run_seconds = max(20, round(2 * created))
+                    mark = time.monotonic()
+                    await asyncio.sleep(5)
+                    ctrl = await controller_phase(
+                        api, plane, args, gangs, work, port, context, number=number,
+                        burst_run_seconds=burst_run_seconds, with_stream=number == args.rounds,
+                    )  # fmt: skip
+                    bursts.append(ctrl["burst"])
+                    phase_seconds["controller"] += time.monotonic() - mark
+                    burst_rate = ctrl["burst"]["pods_per_second"]
+                    print(f"  round {number}: controller burst {burst_rate:.0f} pods/s",
+                          file=sys.stderr)  # fmt: skip
+                    await clear_namespace(api, NAMESPACE)
+                    await asyncio.sleep(5)
             finally:
                 terminate(webhook, grace=10)
     phase_seconds["total"] = time.monotonic() - started
+    plain_rates = [p["pods_per_second"] for p in plains]
+    burst_rates = [b["pods_per_second"] for b in bursts]
+    ratios = adjacent_ratios(plain_rates, burst_rates)
+    rounds = [
+        {
+            "plain_pods_per_second": p["pods_per_second"],
+            "controller_pods_per_second": b["pods_per_second"],
+            "plain_load": {k: p[k] for k in ("machine_cpu_busy", "other_cores", "loadavg_end")},
+            "controller_load": {
+                k: b[k] for k in ("machine_cpu_busy", "other_cores", "loadavg_end")
+            },
+            "plain_apiserver_cores": p["cpu_cores_by_process"].get("kube-apiserver"),
+            "controller_apiserver_cores": b["cpu_cores_by_process"].get("kube-apiserver"),
+            "controller_jobs_ended_in_window": b["jobs_ended_in_window"],
+        }
+        for p, b in zip(plains, bursts, strict=True)
+    ]
+    plain_doc = {**plains[-1], "pods_per_second": statistics.median(plain_rates)}
+    burst_doc = {**bursts[-1], "pods_per_second": statistics.median(burst_rates)}
     return {
         "setup": {
             "nodes": nodes,
             "gpus_per_node": 8,
             "burst_gangs": gangs,
             "write_concurrency": args.write_concurrency,
+            "rounds": args.rounds,
             "minutes": args.minutes,
             "load": args.load,
             "run_seconds": args.run_seconds,
             "spread": args.spread,
-            "burst_run_seconds": args.burst_run_seconds,
+            "burst_run_seconds": burst_run_seconds,
             "seed": args.seed,
             "loadavg_end": os.getloadavg(),
             "nproc": os.cpu_count(),
         },
         "seconds": phase_seconds,
-        "plain": plain,
-        "controller": ctrl,
-        "ratio_controller_to_plain": ctrl["burst"]["pods_per_second"] / plain["pods_per_second"],
+        "plain": plain_doc,
+        "controller": {**ctrl, "burst": burst_doc},
+        "rounds": rounds,
+        "ratios_adjacent": ratios,
+        "ratio_controller_to_plain": statistics.median(ratios),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
         "webhook_idle": idle,
     }

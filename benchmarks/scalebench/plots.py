@@ -38,10 +38,12 @@ def summary_plot(docs: Sequence[dict[str, Any]], out: Path) -> Path:
     rate.plot(nodes, [0.8 * d["plain"]["pods_per_second"] for d in docs], ":", color="grey",
               label="0.8 x plain")  # fmt: skip
     for n, d in zip(nodes, docs, strict=True):
-        rate.annotate(f"{d['ratio_controller_to_plain']:.2f}",
+        spread = f" ({d['ratio_min']:.2f}-{d['ratio_max']:.2f})" if "ratio_min" in d else ""
+        rate.annotate(f"{d['ratio_controller_to_plain']:.2f}{spread}",
                       (n, d["controller"]["burst"]["pods_per_second"]),
                       textcoords="offset points", xytext=(4, 6))  # fmt: skip
-    rate.set(title="Pod creates/s in the burst (ratio to plain)", xlabel="nodes", ylabel="pods/s")
+    rate.set(title="Pod creates/s in the burst, medians (ratio to plain)", xlabel="nodes",
+             ylabel="pods/s")  # fmt: skip
     rate.set_ylim(bottom=0)
     rate.legend()
 

@@ -387,10 +387,8 @@ def plan_gang(draft: Draft, pods: GangPods) -> None:
     else:
         _create_missing_services(draft)
     _mark_admitted(draft)
-    if _is_running(draft.job, live) and draft.set_condition(
-        st.RUNNING, st.TRUE, st.REASON_RUNNING, _running_message(draft)
-    ):
-        draft.transition("Normal", st.REASON_RUNNING, _running_message(draft))
+    if _is_running(draft.job, live):
+        draft.set_condition(st.RUNNING, st.TRUE, st.REASON_RUNNING, _running_message(draft))
 
 
 def _is_running(job: JobSpec, live: Mapping[str, Mapping[str, Any]]) -> bool:

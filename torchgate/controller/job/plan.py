@@ -52,6 +52,12 @@ toleration until it runs out) come back as ``requeue_after``, so they fire on ti
 rather than whenever some other event happens to wake the job up. Events that announce a condition
 change belong to the status (``Event.announces_status``): the reconciler records them when it
 writes that status, which ``writes.StatusWritePolicy`` may put off.
+
+Events go only with news a user acts on or must be told of: an admission and where
+(``GangAdmitted``), a restart, a preemption, a wait, an ending, a warning. ``Created`` and
+``Running`` are conditions only, as the Kubeflow training-operator sets them (it records no Event
+for either): the status carries them, and each Event is one more apiserver write per job, paid
+while the job's gang is being created.
 """
 
 from __future__ import annotations
@@ -169,7 +175,6 @@ def _ensure_created(draft: Draft) -> None:
     if st.find_condition(draft.conditions, st.CREATED) is None:
         message = f"PyTorchJob {draft.job.name} is created."
         draft.set_condition(st.CREATED, st.TRUE, st.REASON_CREATED, message)
-        draft.transition("Normal", st.REASON_CREATED, message)
 
 
 def _resume_if_suspended(draft: Draft) -> None:
