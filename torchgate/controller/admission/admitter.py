@@ -323,8 +323,8 @@ class Admitter:
         teams, owner = resolved.valid, resolved.owners
         if not self.queue.waiting:
             if teams:  # what ``kubectl get teamquotas`` shows stays current
-                running = self.ledger.holding(owner, self.wall_clock())
-                self.team_status = team_statuses(teams, running, ())
+                totals = self.ledger.team_totals(owner, self.wall_clock())
+                self.team_status = team_statuses(teams, totals, ())
             return admitted
         wall = self.wall_clock()
         ready = self.queue.ready(now)
@@ -337,7 +337,9 @@ class Admitter:
             ready = ready[: starved + 1]
             outcomes = {o.key: o for o in decide(pool, gangs[: starved + 1], wall)}
         self.team_status = team_statuses(
-            teams, pool.admitted, (owner.get(key[0]) for key in self.queue.waiting)
+            teams,
+            self.ledger.team_totals(owner, wall),
+            (owner.get(key[0]) for key in self.queue.waiting),
         )
         places = _Places(lambda: rank(self._queued(owner, now), teams))
         for waiting in ready:
