@@ -151,6 +151,8 @@ class Admitter:
         self._empty: Capacity | None = None
         self._nodes = _NodeFacts((-1, -1))
         self._gangs: dict[JobKey, tuple[tuple[object, ...], WaitingGang]] = {}
+        # Every queued job's place, with what it was ranked from (``_ranked``).
+        self._ranking: tuple[tuple[object, ...], Mapping[JobKey, Place]] | None = None
 
     def wake(self) -> None:
         """Ask for an admission cycle soon."""
@@ -341,7 +343,7 @@ class Admitter:
             self.ledger.team_totals(owner, wall),
             (owner.get(key[0]) for key in self.queue.waiting),
         )
-        places = _Places(lambda: rank(self._queued(owner, now), teams))
+        places = _Places(lambda: self._ranked(owner, teams, now))
         for waiting in ready:
             outcome = outcomes[waiting.key]
             if isinstance(outcome, Admit):
@@ -402,8 +404,21 @@ class Admitter:
                 kind=waiting.reported_kind,
                 message=waiting.reported_reason,
             )
-            for waiting in sorted(self.queue.waiting.values(), key=Waiting.order)
+            for waiting in self.queue.ordered()
         ]
+
+    def _ranked(
+        self, owner: Mapping[str, str], teams: Mapping[str, TeamQuota], now: float
+    ) -> Mapping[JobKey, Place]:
+        """Every queued job's place (``forecasting.rank``), kept while what it reads stands.
+
+        A place reads the queue's order and its jobs' usage (``WaitingQueue.version``), the
+        jobs' teams and the teams' cohorts: nothing a cycle that admits nothing changes.
+        """
+        basis = (self.queue.version, dict(owner), dict(teams))
+        if self._ranking is None or self._ranking[0] != basis:
+            self._ranking = (basis, rank(self._queued(owner, now), teams))
+        return self._ranking[1]
 
     def _starving(
         self, ready: Sequence[Waiting], outcomes: Mapping[JobKey, Outcome], now: float
@@ -668,7 +683,7 @@ class _NodeFacts:
 
 
 class _Places:
-    """Every queued job's place (``forecasting.rank``), computed once per cycle when first asked.
+    """Every queued job's place (``Admitter._ranked``), asked for once per cycle when first read.
 
     Only a job whose report is due reads its place, and on most cycles none is.
     """
