@@ -30,8 +30,11 @@ whose free capacity the ledger says may have changed (``changed_free``: pod and 
 the nodes whose free GPU devices from ResourceSlices and claims changed, ``set_devices``, read at
 the start of every cycle); node eligibility is read again only when a node changed
 (``nodes_version``) or a node gained or lost its devices (``devices_version``); a waiting gang's
-facts only when it asked anew or what they came from changed; the ledger rebuilds only the
-running gangs that changed.
+facts only when it asked anew or what they came from changed, and the ready gangs are the last
+cycle's while the queue (``WaitingQueue.version``), the owners and the nodes stand; the ledger
+keeps the running gangs and their totals by team from events (``ledger`` rule 5); the queued
+jobs' places (``forecasting.rank``) are ranked again only when a report reads them and the
+queue, the owners or the teams changed since.
 
 Backfill: a job that does not fit does not block smaller jobs behind it, except on the nodes the
 cycle reserves for the first waiting gangs from the running gangs' deadlines (``backfill``: only
@@ -151,6 +154,9 @@ class Admitter:
         self._empty: Capacity | None = None
         self._nodes = _NodeFacts((-1, -1))
         self._gangs: dict[JobKey, tuple[tuple[object, ...], WaitingGang]] = {}
+        # The ready gangs' facts, with what they were read from (``_gangs_of``).
+        self._ready_gangs: tuple[tuple[object, ...], list[JobKey], tuple[WaitingGang, ...]] | None
+        self._ready_gangs = None
         # Every queued job's place, with what it was ranked from (``_ranked``).
         self._ranking: tuple[tuple[object, ...], Mapping[JobKey, Place]] | None = None
 
@@ -331,8 +337,6 @@ class Admitter:
         wall = self.wall_clock()
         ready = self.queue.ready(now)
         pool, gangs, _ = self._facts(ready, teams, owner, wall)
-        for key in self._gangs.keys() - {w.key for w in ready}:
-            del self._gangs[key]
         outcomes = {o.key: o for o in decide(pool, gangs, wall)}
         starved = self._starving(ready, outcomes, now)
         if starved is not None:  # nothing behind a starving job jumps the queue
@@ -424,9 +428,11 @@ class Admitter:
         self, ready: Sequence[Waiting], outcomes: Mapping[JobKey, Outcome], now: float
     ) -> int | None:
         """Index of the first starving gang that waits for room while a later one goes ahead."""
+        bound = self.starvation_seconds
+        if not any(now - waiting.since > bound for waiting in ready):
+            return None  # none has waited long enough to starve
         waited = {waiting.key: now - waiting.since for waiting in ready}
-        keys = [waiting.key for waiting in ready]
-        return starving(keys, outcomes, waited, self.starvation_seconds)
+        return starving([waiting.key for waiting in ready], outcomes, waited, bound)
 
     # ------------------------------------------------------------------ facts of a cycle
 
@@ -478,7 +484,7 @@ class Admitter:
         version = (self.ledger.nodes_version, self.ledger.devices_version)
         if self._nodes.version != version:
             self._nodes = _NodeFacts(version)
-        gangs = [self._gang(w, owner, levels) for w in ready]
+        gangs = self._gangs_of(ready, owner, levels)
         capacity, empty = self._capacity_views(self.ledger.topology_for(levels), changed)
         pool = Pool(
             capacity=capacity,
@@ -488,6 +494,21 @@ class Admitter:
             empty=empty,
         )
         return pool, gangs, self._read_gang(extra, owner, levels) if extra is not None else None
+
+    def _gangs_of(
+        self, ready: Sequence[Waiting], owner: Mapping[str, str], levels: Sequence[str]
+    ) -> list[WaitingGang]:
+        """The ready gangs' facts: the last cycle's while the queue, owners and nodes stand."""
+        basis = (self.queue.version, dict(owner), tuple(levels), self._nodes.version)
+        keys = [waiting.key for waiting in ready]
+        kept = self._ready_gangs
+        if kept is not None and kept[0] == basis and kept[1] == keys:
+            return list(kept[2])
+        for key in self._gangs.keys() - set(keys):
+            del self._gangs[key]
+        gangs = [self._gang(waiting, owner, levels) for waiting in ready]
+        self._ready_gangs = (basis, keys, tuple(gangs))
+        return gangs
 
     def _gang(
         self, waiting: Waiting, owner: Mapping[str, str], levels: Sequence[str]

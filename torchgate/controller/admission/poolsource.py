@@ -168,10 +168,10 @@ def team_statuses(
     out = {name: _zero() for name in teams}
     totals = admitted if isinstance(admitted, TeamTotals) else TeamTotals.of(admitted)
     used: dict[str, int] = {}
-    for team, count in totals.gangs.items():
-        if team in out:
-            out[team]["admittedJobs"] = count
-            used[team] = totals.usage[team].get(GPUS, 0)
+    for name, count in totals.gangs.items():
+        if name in out:
+            out[name]["admittedJobs"] = count
+            used[name] = totals.usage[name].get(GPUS, 0)
     for team in waiting:
         if team in out:
             out[team]["waitingJobs"] += 1

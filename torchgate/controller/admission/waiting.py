@@ -12,8 +12,8 @@ Rules:
    with last. A new uid (the job was recreated) starts a new place.
 2. ``ready``: the jobs the cycle decides, in admission order (``pool.admission_order``), leaving
    out those still backing off. The order (``ordered``) is kept until a job joins or leaves the
-   queue or its priority or usage changes; ``version`` counts those changes, so what is read
-   from the order (``forecasting.rank``) is kept as long as it stands.
+   queue or asks with anything changed; ``version`` counts those changes, so what is read from
+   the queue (``forecasting.rank``, the gangs' facts) is kept as long as it stands.
 3. ``back_off``: a gang torn down after a schedule timeout waits ``backoff_base * 2**(n-1)``
    seconds (at most ``backoff_max``) before it is tried again, even if it asks again meanwhile.
 4. ``hold_place``: a preemptor whose nodes are held leaves the queue but keeps its place, so
@@ -105,7 +105,7 @@ class WaitingQueue:
         self.held_places: dict[JobKey, Waiting] = {}  # preemptors while their nodes are held
         self.timeouts: dict[JobKey, int] = {}
         self._retry_at: dict[JobKey, float] = {}
-        self.version = 0  # bumps when the order or a queued job's usage may have changed
+        self.version = 0  # bumps when a job joins or leaves or asks with anything changed
         self._ordered: list[Waiting] | None = None  # ``waiting`` in admission order
 
     def _changed(self) -> None:
@@ -134,7 +134,26 @@ class WaitingQueue:
         """Queue the job or update what it asks for (rule 1); whether it took a new place."""
         current = self.waiting.get(key)
         if current is not None and current.uid == uid:
-            if current.priority != priority or current.usage != usage:
+            asked = (
+                tuple(demands),
+                min_count,
+                usage,
+                priority,
+                preempts,
+                topology_level,
+                topology_required,
+                run_limit,
+            )
+            if asked != (
+                current.demands,
+                current.min_count,
+                current.usage,
+                current.priority,
+                current.preempts,
+                current.topology_level,
+                current.topology_required,
+                current.run_limit,
+            ):
                 self._changed()
             current.demands = tuple(demands)
             current.min_count = min_count

@@ -137,3 +137,13 @@ def test_the_order_follows_a_new_priority_and_jobs_joining_and_leaving() -> None
     queue.restore_place(("ns", "c"))
     queue.cancel(("ns", "a"))
     assert [w.key[1] for w in queue.ordered()] == ["c"]
+
+
+def test_asking_again_unchanged_keeps_what_was_read_from_the_queue() -> None:
+    queue = WaitingQueue()
+    ask(queue, "a")
+    version = queue.version
+    ask(queue, "a")
+    assert queue.version == version, "a reconcile asking again changes nothing"
+    ask(queue, "a", min_count=2)
+    assert queue.version > version, "new terms are read again"
