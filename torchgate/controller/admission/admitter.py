@@ -30,8 +30,11 @@ whose free capacity the ledger says may have changed (``changed_free``: pod and 
 the nodes whose free GPU devices from ResourceSlices and claims changed, ``set_devices``, read at
 the start of every cycle); node eligibility is read again only when a node changed
 (``nodes_version``) or a node gained or lost its devices (``devices_version``); a waiting gang's
-facts only when it asked anew or what they came from changed; the ledger rebuilds only the
-running gangs that changed.
+facts only when it asked anew or what they came from changed, and the ready gangs are the last
+cycle's while the queue (``WaitingQueue.version``), the owners and the nodes stand; the ledger
+keeps the running gangs and their totals by team from events (``ledger`` rule 5); the queued
+jobs' places (``forecasting.rank``) are ranked again only when a report reads them and the
+queue, the owners or the teams changed since.
 
 Backfill: a job that does not fit does not block smaller jobs behind it, except on the nodes the
 cycle reserves for the first waiting gangs from the running gangs' deadlines (``backfill``: only
@@ -161,6 +164,11 @@ class Admitter:
         self._empty: Capacity | None = None
         self._nodes = _NodeFacts((-1, -1))
         self._gangs: dict[JobKey, tuple[tuple[object, ...], WaitingGang]] = {}
+        # The ready gangs' facts, with what they were read from (``_gangs_of``).
+        self._ready_gangs: tuple[tuple[object, ...], list[JobKey], tuple[WaitingGang, ...]] | None
+        self._ready_gangs = None
+        # Every queued job's place, with what it was ranked from (``_ranked``).
+        self._ranking: tuple[tuple[object, ...], Mapping[JobKey, Place]] | None = None
 
     def wake(self) -> None:
         """Ask for an admission cycle soon."""
@@ -351,14 +359,12 @@ class Admitter:
         teams, owner = resolved.valid, resolved.owners
         if not self.queue.waiting:
             if teams:  # what ``kubectl get teamquotas`` shows stays current
-                running = self.ledger.holding(owner, self.wall_clock())
-                self.team_status = team_statuses(teams, running, ())
+                totals = self.ledger.team_totals(owner, self.wall_clock())
+                self.team_status = team_statuses(teams, totals, ())
             return admitted
         wall = self.wall_clock()
         ready = self.queue.ready(now)
         pool, gangs, _ = self._facts(ready, teams, owner, wall)
-        for key in self._gangs.keys() - {w.key for w in ready}:
-            del self._gangs[key]
         held_since = self._wave_held_since
         if self.wave_hold_seconds > 0 and (
             held_since is None or now - held_since < self.wave_hold_seconds
@@ -371,9 +377,11 @@ class Admitter:
             ready = ready[: starved + 1]
             outcomes = {o.key: o for o in decide(pool, gangs[: starved + 1], wall)}
         self.team_status = team_statuses(
-            teams, pool.admitted, (owner.get(key[0]) for key in self.queue.waiting)
+            teams,
+            self.ledger.team_totals(owner, wall),
+            (owner.get(key[0]) for key in self.queue.waiting),
         )
-        places = _Places(lambda: rank(self._queued(owner, now), teams))
+        places = _Places(lambda: self._ranked(owner, teams, now))
         for waiting in ready:
             outcome = outcomes[waiting.key]
             if isinstance(outcome, Admit):
@@ -444,16 +452,31 @@ class Admitter:
                 kind=waiting.reported_kind,
                 message=waiting.reported_reason,
             )
-            for waiting in sorted(self.queue.waiting.values(), key=Waiting.order)
+            for waiting in self.queue.ordered()
         ]
+
+    def _ranked(
+        self, owner: Mapping[str, str], teams: Mapping[str, TeamQuota], now: float
+    ) -> Mapping[JobKey, Place]:
+        """Every queued job's place (``forecasting.rank``), kept while what it reads stands.
+
+        A place reads the queue's order and its jobs' usage (``WaitingQueue.version``), the
+        jobs' teams and the teams' cohorts: nothing a cycle that admits nothing changes.
+        """
+        basis = (self.queue.version, dict(owner), dict(teams))
+        if self._ranking is None or self._ranking[0] != basis:
+            self._ranking = (basis, rank(self._queued(owner, now), teams))
+        return self._ranking[1]
 
     def _starving(
         self, ready: Sequence[Waiting], outcomes: Mapping[JobKey, Outcome], now: float
     ) -> int | None:
         """Index of the first starving gang that waits for room while a later one goes ahead."""
+        bound = self.starvation_seconds
+        if not any(now - waiting.since > bound for waiting in ready):
+            return None  # none has waited long enough to starve
         waited = {waiting.key: now - waiting.since for waiting in ready}
-        keys = [waiting.key for waiting in ready]
-        return starving(keys, outcomes, waited, self.starvation_seconds)
+        return starving([waiting.key for waiting in ready], outcomes, waited, bound)
 
     # ------------------------------------------------------------------ facts of a cycle
 
@@ -505,7 +528,7 @@ class Admitter:
         version = (self.ledger.nodes_version, self.ledger.devices_version)
         if self._nodes.version != version:
             self._nodes = _NodeFacts(version)
-        gangs = [self._gang(w, owner, levels) for w in ready]
+        gangs = self._gangs_of(ready, owner, levels)
         capacity, empty = self._capacity_views(self.ledger.topology_for(levels), changed)
         pool = Pool(
             capacity=capacity,
@@ -515,6 +538,21 @@ class Admitter:
             empty=empty,
         )
         return pool, gangs, self._read_gang(extra, owner, levels) if extra is not None else None
+
+    def _gangs_of(
+        self, ready: Sequence[Waiting], owner: Mapping[str, str], levels: Sequence[str]
+    ) -> list[WaitingGang]:
+        """The ready gangs' facts: the last cycle's while the queue, owners and nodes stand."""
+        basis = (self.queue.version, dict(owner), tuple(levels), self._nodes.version)
+        keys = [waiting.key for waiting in ready]
+        kept = self._ready_gangs
+        if kept is not None and kept[0] == basis and kept[1] == keys:
+            return list(kept[2])
+        for key in self._gangs.keys() - set(keys):
+            del self._gangs[key]
+        gangs = [self._gang(waiting, owner, levels) for waiting in ready]
+        self._ready_gangs = (basis, keys, tuple(gangs))
+        return gangs
 
     def _gang(
         self, waiting: Waiting, owner: Mapping[str, str], levels: Sequence[str]
@@ -710,7 +748,7 @@ class _NodeFacts:
 
 
 class _Places:
-    """Every queued job's place (``forecasting.rank``), computed once per cycle when first asked.
+    """Every queued job's place (``Admitter._ranked``), asked for once per cycle when first read.
 
     Only a job whose report is due reads its place, and on most cycles none is.
     """

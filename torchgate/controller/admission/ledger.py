@@ -3,7 +3,7 @@
 Why a class apart from the waiting queue: it changes with the cluster (pod and node events) and
 with the cycle's outcomes (reservations, holds, evictions), never with a job's request; the
 admitter reads it for every cycle. It is kept from pod *events*, not recomputed per cycle, so a
-cycle costs O(nodes + waiting jobs) even with thousands of pods. Pure: callers pass the time.
+cycle costs what changed since the last, not what the pool holds. Pure: callers pass the time.
 
 Rules:
 
@@ -32,8 +32,10 @@ Rules:
    ``preemption.HELD_PRIORITY``; quota counts them and preemption may choose from them. A gang
    whose job has a deadline also carries when it has ended at the latest (``ends_by``, from
    ``note`` or ``reserve``), kept until its last pod is gone even after its job is forgotten
-   (a finished job's Workers are still being deleted). A running gang's record is rebuilt only
-   when its pods, priority, GPU sources, admission time or team changed.
+   (a finished job's Workers are still being deleted). The running gangs' records, in order of
+   their keys, and their totals by team (``team_totals``: ``quota.TeamTotals``) are kept from
+   the events: a record is read again only when its pods, priority, GPU sources, admission time,
+   reservation, hold, eviction or team changed, so a cycle costs what changed, not the pool.
 6. **Claimed GPUs**: a torchgate pod's GPUs claimed through DRA (``units.pod_units`` with what
    its job's policy counts as GPUs, ``note``) count on its node and against quota exactly as
    when its gang waited, from the moment the pod is seen, allocated or not; so device capacity
@@ -45,6 +47,8 @@ Rules:
 
 from __future__ import annotations
 
+import heapq
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -52,7 +56,7 @@ from typing import Any, Final
 
 from torchgate.controller.admission.nodes import NodeView, node_view
 from torchgate.controller.admission.preemption import HELD_PRIORITY
-from torchgate.controller.admission.quota import Admitted
+from torchgate.controller.admission.quota import Admitted, TeamTotals
 from torchgate.controller.admission.topology import Topology, build_topology
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources
@@ -124,8 +128,15 @@ class CapacityLedger:
         self.devices_version = 0  # bumps when which nodes have free devices of a key changes
         self._dirty: set[str] = set()  # nodes with a pod or node event since ``changed_free``
         self._claimed: set[str] = set()  # nodes reserved or held at the last ``changed_free``
-        self._running: dict[JobKey, tuple[str | None, Admitted]] = {}  # ``holding``'s, by job
-        self._stale: set[JobKey] = set()  # jobs whose ``_running`` record may be out of date
+        # Rule 5, kept from the events: the running gangs' records by job, their keys in order
+        # (``_order``, with the records beside them in ``_records``) and their totals by team,
+        # as of the owners last asked with (``_owner``; other owners: every record is read again).
+        self._running: dict[JobKey, Admitted] = {}
+        self._order: list[JobKey] = []
+        self._records: list[Admitted] = []
+        self._totals = TeamTotals()
+        self._owner: dict[str, str] | None = None
+        self._stale: set[JobKey] = set()  # jobs whose running record may be out of date
 
     # ------------------------------------------------------------------ rule 1: the cluster
 
@@ -415,17 +426,27 @@ class CapacityLedger:
         return self._topology[1]
 
     def holding(self, owner: Mapping[str, str], wall: float) -> list[Admitted]:
-        """Every gang holding capacity: running gangs, reservations and holds (rule 5)."""
+        """Every gang holding capacity, by key: running gangs, reservations and holds (rule 5)."""
+        self._catch_up(owner)
+        held = self._held(owner, wall)
+        if not held:
+            return list(self._records)
+        return list(heapq.merge(self._records, held, key=_by_key))
+
+    def team_totals(self, owner: Mapping[str, str], wall: float) -> TeamTotals:
+        """``quota.TeamTotals`` of ``holding``, without a pass over the running gangs (rule 5)."""
+        self._catch_up(owner)
+        totals = self._totals.copy()
+        for gang in self._held(owner, wall):
+            totals.add(gang)
+        return totals
+
+    def _held(self, owner: Mapping[str, str], wall: float) -> list[Admitted]:
+        """The reserved and held gangs' records, by key, with their pods seen so far."""
         held = [(k, r) for k, r in self.reservations.items()]
         held += [(k, h.reservation) for k, h in self.holds.items()]
-        claimed = {job for job, _ in held}
-        out: dict[JobKey, Admitted] = {}
-        for job in self.gangs:
-            if job in self.evicting:
-                continue  # going away: neither counted nor chosen again
-            if job not in claimed:
-                out[job] = self._running_gang(job, owner.get(job[0]))
         merged: dict[JobKey, tuple[dict[str, str], dict[str, Units]]] = {}
+        out: dict[JobKey, Admitted] = {}
         for job, reservation in held:
             if job in merged:  # reserved and held: the later one on top of the earlier
                 nodes, requests = merged[job]
@@ -436,20 +457,42 @@ class CapacityLedger:
             nodes, requests = {**reservation.nodes, **nodes}, {**reservation.requests, **requests}
             merged[job] = nodes, requests
             out[job] = self._admitted(job, owner.get(job[0]), nodes, requests, HELD_PRIORITY, wall)
-        for job in self._stale - self.gangs.keys():
-            self._running.pop(job, None)
-        self._stale.clear()
         return [out[job] for job in sorted(out)]
 
+    def _catch_up(self, owner: Mapping[str, str]) -> None:
+        """Read again the running records of the jobs changed since (all, for other owners)."""
+        if owner != self._owner:
+            self._owner = dict(owner)
+            self._stale |= self._running.keys() | self.gangs.keys()
+        for job in self._stale:
+            self._drop_running(job)
+            running = job in self.gangs and job not in self.evicting  # victims: going away
+            if running and job not in self.reservations and job not in self.holds:
+                self._add_running(self._running_gang(job, owner.get(job[0])))
+        self._stale.clear()
+
+    def _add_running(self, record: Admitted) -> None:
+        at = bisect_left(self._order, record.key)
+        self._order.insert(at, record.key)
+        self._records.insert(at, record)
+        self._running[record.key] = record
+        self._totals.add(record)
+
+    def _drop_running(self, job: JobKey) -> None:
+        record = self._running.pop(job, None)
+        if record is None:
+            return
+        at = bisect_left(self._order, job)
+        del self._order[at]
+        del self._records[at]
+        self._totals.add(record, -1)
+
     def _running_gang(self, job: JobKey, team: str | None) -> Admitted:
-        """A running gang's record, rebuilt only when it may have changed."""
-        known = self._running.get(job)
-        if known is not None and job not in self._stale and known[0] == team:
-            return known[1]
+        """A running gang's record, read from its pods and what its job noted."""
         pods = self.gangs[job]
         members = [self.members[pod] for pod in pods]
         created = [m.created for m in members if m.created is not None]
-        record = self._admitted(
+        return self._admitted(
             job,
             team,
             {pod[1]: self.pods[pod][0] for pod in pods},
@@ -457,8 +500,6 @@ class CapacityLedger:
             self.priorities.get(job, max(m.priority for m in members)),
             self.admitted_at.get(job, min(created) if created else 0.0),
         )
-        self._running[job] = (team, record)
-        return record
 
     def _admitted(
         self,
@@ -480,6 +521,10 @@ class CapacityLedger:
             requests=requests,
             ends_by=self.ends_by.get(job),
         )
+
+
+def _by_key(gang: Admitted) -> JobKey:
+    return gang.key
 
 
 def _with_devices(devices: Mapping[str, Mapping[str, int]]) -> frozenset[tuple[str, str]]:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from torchgate.controller.admission.quota import Admitted
+from torchgate.controller.admission.quota import Admitted, TeamTotals
 from torchgate.kube.client import MERGE_PATCH, KubeApi
 from torchgate.kube.errors import ApiError
 from torchgate.kube.informer import Informer
@@ -158,16 +158,20 @@ def _zero() -> dict[str, int]:
 
 def team_statuses(
     teams: Mapping[str, TeamQuota],
-    admitted: Iterable[Admitted],
+    admitted: Iterable[Admitted] | TeamTotals,
     waiting: Iterable[str | None],
 ) -> dict[str, dict[str, int]]:
-    """Team name -> its status counters (rule 1)."""
+    """Team name -> its status counters (rule 1).
+
+    ``admitted``: the gangs holding capacity, or their totals by team as the ledger keeps them.
+    """
     out = {name: _zero() for name in teams}
+    totals = admitted if isinstance(admitted, TeamTotals) else TeamTotals.of(admitted)
     used: dict[str, int] = {}
-    for gang in admitted:
-        if gang.team in out:
-            out[gang.team]["admittedJobs"] += 1
-            used[gang.team] = used.get(gang.team, 0) + gang.usage.get(GPUS, 0)
+    for name, count in totals.gangs.items():
+        if name in out:
+            out[name]["admittedJobs"] = count
+            used[name] = totals.usage[name].get(GPUS, 0)
     for team in waiting:
         if team in out:
             out[team]["waitingJobs"] += 1

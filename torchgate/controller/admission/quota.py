@@ -11,7 +11,9 @@ Quota is accounting, not placement: a gang within quota may still wait for free 
 Rules (each one function; amounts are milli-units per quota key, ``pool.GPUS`` for GPUs):
 
 1. ``usage_by_team``: a team uses the sum of its admitted gangs' quota usage (running, or reserved
-   for pods being created; a gang of a namespace no team owns uses no quota).
+   for pods being created; a gang of a namespace no team owns uses no quota). ``TeamTotals`` keeps
+   the same sums, with each team's number of gangs, as gangs come and go (``add``), so a caller
+   that follows the gangs by events never sums them all again.
 2. ``check_quota``: a gang of a team fits its *nominal* quota when the team's usage plus the gang
    stays within nominal for every resource the team has a quota for; beyond nominal, it may borrow
    while usage plus the gang stays within nominal plus ``borrowingLimit`` (no limit: any amount);
@@ -34,7 +36,7 @@ Rules (each one function; amounts are milli-units per quota key, ``pool.GPUS`` f
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from torchgate.pytorchjob.names import JobKey
@@ -125,6 +127,43 @@ def usage_by_team(admitted: Iterable[Admitted]) -> dict[str, dict[str, int]]:
             for name, amount in gang.usage.items():
                 total[name] = total.get(name, 0) + amount
     return usage
+
+
+@dataclass(slots=True)
+class TeamTotals:
+    """Per team, its gangs' summed quota usage (``usage_by_team``) and their number (rule 1).
+
+    Invariant: equal to ``TeamTotals.of`` the gangs added and not taken away; a team whose last
+    gang was taken away has no entry.
+    """
+
+    usage: dict[str, dict[str, int]] = field(default_factory=dict)
+    gangs: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, admitted: Iterable[Admitted]) -> TeamTotals:
+        """The totals of ``admitted``."""
+        totals = cls()
+        for gang in admitted:
+            totals.add(gang)
+        return totals
+
+    def add(self, gang: Admitted, sign: int = 1) -> None:
+        """Count ``gang`` in (``sign`` 1) or take it away again (-1)."""
+        team = gang.team
+        if team is None:
+            return
+        count = self.gangs.get(team, 0) + sign
+        if count <= 0:
+            self.gangs.pop(team, None)
+            self.usage.pop(team, None)
+            return
+        self.gangs[team] = count
+        _add(self.usage.setdefault(team, {}), gang.usage, sign)
+
+    def copy(self) -> TeamTotals:
+        """An independent copy."""
+        return TeamTotals({team: dict(used) for team, used in self.usage.items()}, dict(self.gangs))
 
 
 # ------------------------------------------------------------------ rule 2

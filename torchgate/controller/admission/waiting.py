@@ -11,7 +11,9 @@ Rules:
    (``since``) as long as its uid is the same, with the demands, usage and priority it asked
    with last. A new uid (the job was recreated) starts a new place.
 2. ``ready``: the jobs the cycle decides, in admission order (``pool.admission_order``), leaving
-   out those still backing off.
+   out those still backing off. The order (``ordered``) is kept until a job joins or leaves the
+   queue or asks with anything changed; ``version`` counts those changes, so what is read from
+   the queue (``forecasting.rank``, the gangs' facts) is kept as long as it stands.
 3. ``back_off``: a gang torn down after a schedule timeout waits ``backoff_base * 2**(n-1)``
    seconds (at most ``backoff_max``) before it is tried again, even if it asks again meanwhile.
 4. ``hold_place``: a preemptor whose nodes are held leaves the queue but keeps its place, so
@@ -103,6 +105,12 @@ class WaitingQueue:
         self.held_places: dict[JobKey, Waiting] = {}  # preemptors while their nodes are held
         self.timeouts: dict[JobKey, int] = {}
         self._retry_at: dict[JobKey, float] = {}
+        self.version = 0  # bumps when a job joins or leaves or asks with anything changed
+        self._ordered: list[Waiting] | None = None  # ``waiting`` in admission order
+
+    def _changed(self) -> None:
+        self.version += 1
+        self._ordered = None
 
     # ------------------------------------------------------------------ rules 1-3
 
@@ -126,6 +134,27 @@ class WaitingQueue:
         """Queue the job or update what it asks for (rule 1); whether it took a new place."""
         current = self.waiting.get(key)
         if current is not None and current.uid == uid:
+            asked = (
+                tuple(demands),
+                min_count,
+                usage,
+                priority,
+                preempts,
+                topology_level,
+                topology_required,
+                run_limit,
+            )
+            if asked != (
+                current.demands,
+                current.min_count,
+                current.usage,
+                current.priority,
+                current.preempts,
+                current.topology_level,
+                current.topology_required,
+                current.run_limit,
+            ):
+                self._changed()
             current.demands = tuple(demands)
             current.min_count = min_count
             current.usage = usage
@@ -151,12 +180,18 @@ class WaitingQueue:
             run_limit=run_limit,
             not_before=self._retry_at.pop(key, 0.0),
         )
+        self._changed()
         return True
+
+    def ordered(self) -> list[Waiting]:
+        """Every queued job in admission order, backing off or not (rule 2; do not change it)."""
+        if self._ordered is None:
+            self._ordered = sorted(self.waiting.values(), key=Waiting.order)
+        return self._ordered
 
     def ready(self, now: float) -> list[Waiting]:
         """The jobs to decide now, in admission order (rule 2)."""
-        ordered = sorted(self.waiting.values(), key=Waiting.order)
-        return [waiting for waiting in ordered if waiting.not_before <= now]
+        return [waiting for waiting in self.ordered() if waiting.not_before <= now]
 
     def back_off(self, key: JobKey, now: float) -> float:
         """Make the job wait before it is tried again (rule 3); the delay."""
@@ -174,17 +209,20 @@ class WaitingQueue:
 
     def take(self, key: JobKey) -> Waiting:
         """The job was admitted: it leaves the queue."""
+        self._changed()
         return self.waiting.pop(key)
 
     def hold_place(self, key: JobKey) -> None:
         """The job preempts: it leaves the queue and keeps its place (rule 4)."""
         self.held_places[key] = self.waiting.pop(key)
+        self._changed()
 
     def restore_place(self, key: JobKey) -> None:
         """The job's hold is given up: back to its place, told nothing yet (rule 4)."""
         waiting = self.held_places.pop(key)
         waiting.reported_kind = waiting.reported_reason = waiting.reported_at = None
         self.waiting[key] = waiting
+        self._changed()
 
     def drop_place(self, key: JobKey) -> None:
         """The job's hold became a reservation: its place is no longer needed."""
@@ -195,7 +233,10 @@ class WaitingQueue:
         self.held_places.pop(key, None)
         self.timeouts.pop(key, None)
         self._retry_at.pop(key, None)
-        return self.waiting.pop(key, None) is not None
+        if self.waiting.pop(key, None) is None:
+            return False
+        self._changed()
+        return True
 
     # ------------------------------------------------------------------ rule 5
 

@@ -388,3 +388,24 @@ def test_a_freed_wave_is_awaited_for_at_most_the_wave_hold() -> None:
     assert WAVE_HELD in (admitter.wait_reason(first) or "")
     clock.now += 2.5
     assert admitter.cycle() == [first], "the hold is bounded: the head starts"
+
+
+def test_a_waiting_jobs_place_follows_the_queue_between_cycles() -> None:
+    """Places are kept across cycles while the queue stands, and read again when it changes."""
+    admitter, _, clock = make(nodes=1, reason_refresh_seconds=30)
+    admitter.on_pod("ADDED", pod("other", node="n0", gpus=6), None)
+    key = ask(admitter, job("w").master(gpus=8).build())
+    admitter.cycle()
+    assert (admitter.wait_reason(key) or "").startswith(ALONE)
+    urgent = ask(admitter, job("urgent").master(gpus=8).build(), priority=10)
+    clock.now += 31
+    admitter.cycle()
+    assert (admitter.wait_reason(key) or "").startswith("#2 of 2 in the pool")
+    assert (admitter.wait_reason(urgent) or "").startswith("#1 of 2 in the pool")
+    admitter.cancel(urgent)
+    clock.now += 31
+    admitter.on_pod("MODIFIED", pod("other", node="n0", gpus=5), None)
+    admitter.cycle()
+    assert (
+        admitter.wait_reason(key) == ALONE + "waiting for 8 nvidia.com/gpu in the cluster: 3 free"
+    )

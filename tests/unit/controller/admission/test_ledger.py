@@ -11,6 +11,7 @@ from tests.builders.node import node, parsed_node
 from tests.builders.pod import pod
 from tests.unit.controller.helpers import free_of
 from torchgate.controller.admission.ledger import CapacityLedger, Reservation
+from torchgate.controller.admission.quota import TeamTotals
 from torchgate.pytorchjob.devices import GpuSources
 
 GPU = "nvidia.com/gpu"
@@ -149,10 +150,11 @@ def test_free_capacity_kept_from_its_changes_and_gang_records_equal_those_read_a
             ledger.forget(key)
         kept |= ledger.changed_free()
         fresh = copy.deepcopy(ledger)
-        fresh._running.clear()  # the records read afresh
+        fresh._owner = None  # the records read afresh (as for owners never asked with)
         assert kept == ledger.free()
         owner = {"ns": "team"}
         assert ledger.holding(owner, 9.0) == fresh.holding(owner, 9.0)
+        assert ledger.team_totals(owner, 9.0) == TeamTotals.of(fresh.holding(owner, 9.0))
 
 
 def test_a_gangs_deadline_outlives_its_job_until_its_last_pod_is_gone() -> None:
@@ -169,3 +171,18 @@ def test_a_gangs_deadline_outlives_its_job_until_its_last_pod_is_gone() -> None:
     ledger.on_pod(("ns", "done-worker-0"), None)
     assert ledger.holding({}, 0.0) == []
     assert job not in ledger.ends_by
+
+
+def test_running_gangs_follow_their_namespaces_team_and_leave_its_totals_with_their_pods() -> None:
+    ledger = CapacityLedger()
+    ledger.on_node("ADDED", node("n1", gpus=8))
+    for job, gpus in (("a", 2), ("b", 4)):
+        ledger.on_pod(("ns", f"{job}-0"), pod(f"{job}-0", gang=("ns", job), node="n1", gpus=gpus))
+    assert [a.team for a in ledger.holding({"ns": "red"}, 0.0)] == ["red", "red"]
+    red = ledger.team_totals({"ns": "red"}, 0.0)
+    assert (red.usage["red"]["gpus"], red.gangs) == (6000, {"red": 2})
+    assert [a.team for a in ledger.holding({"ns": "blue"}, 0.0)] == ["blue", "blue"]
+    ledger.on_pod(("ns", "a-0"), None)
+    blue = ledger.team_totals({"ns": "blue"}, 0.0)
+    assert (blue.usage["blue"]["gpus"], blue.gangs) == (4000, {"blue": 1})
+    assert [a.key for a in ledger.holding({"ns": "blue"}, 0.0)] == [("ns", "b")]

@@ -120,3 +120,30 @@ def test_demand_by_team_counts_jobs_gpus_and_the_longest_wait_per_team_and_reaso
         ("vision", UNDECIDED, 1, 8000, 50.0),
         ("vision", "WaitingForQuota", 2, 12000, 90.0),
     ]
+
+
+def test_the_order_follows_a_new_priority_and_jobs_joining_and_leaving() -> None:
+    queue = WaitingQueue()
+    ask(queue, "a", created="2026-01-01T00:00:00Z")
+    ask(queue, "b", created="2026-01-02T00:00:00Z")
+    assert [w.key[1] for w in queue.ready(0.0)] == ["a", "b"]
+    ask(queue, "b", created="2026-01-02T00:00:00Z", priority=10)
+    assert [w.key[1] for w in queue.ready(0.0)] == ["b", "a"]
+    ask(queue, "c", priority=20)
+    queue.take(("ns", "b"))
+    assert [w.key[1] for w in queue.ordered()] == ["c", "a"]
+    queue.hold_place(("ns", "c"))
+    assert [w.key[1] for w in queue.ordered()] == ["a"]
+    queue.restore_place(("ns", "c"))
+    queue.cancel(("ns", "a"))
+    assert [w.key[1] for w in queue.ordered()] == ["c"]
+
+
+def test_asking_again_unchanged_keeps_what_was_read_from_the_queue() -> None:
+    queue = WaitingQueue()
+    ask(queue, "a")
+    version = queue.version
+    ask(queue, "a")
+    assert queue.version == version, "a reconcile asking again changes nothing"
+    ask(queue, "a", min_count=2)
+    assert queue.version > version, "new terms are read again"
