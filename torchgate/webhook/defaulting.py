@@ -26,6 +26,7 @@ object had and the new one lost (``kubectl replace`` with the original manifest)
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -112,7 +113,8 @@ class _Patch:
 def _apply(source: Any, ops: list[dict[str, Any]]) -> Any:
     """``source`` with ``ops`` (``_Patch``'s) applied, copying only the containers they write.
 
-    A value an operation adds is shared by the result and the operation; a later write below it
+    A value an operation adds is shared by the result and the operation (a value two operations
+    add is copied for the second, so the result has no shared parts); a later write below it
     copies it first, so recorded values never change.
     """
     if not ops:
@@ -122,6 +124,7 @@ def _apply(source: Any, ops: list[dict[str, Any]]) -> Any:
     # the same container because containers are only replaced by a first write, by an ``add``
     # over an existing member or by ``move``, and the last two forget every path.
     copies: dict[tuple[str, ...], Any] = {(): root}
+    added: set[int] = set()
 
     def writable(tokens: tuple[str, ...]) -> Any:
         node = copies.get(tokens)
@@ -141,12 +144,17 @@ def _apply(source: Any, ops: list[dict[str, Any]]) -> Any:
             *_, source_key = _tokens(op["from"])
             node[key] = node.pop(source_key)
             copies = {(): root}
-        elif type(node) is list:
-            node.append(op["value"])  # the patch appends to lists only ("-")
+            continue
+        value = op["value"]
+        if id(value) in added:
+            value = copy.deepcopy(value)
+        added.add(id(value))
+        if type(node) is list:
+            node.append(value)  # the patch appends to lists only ("-")
         else:
             if key in node:
                 copies = {(): root}
-            node[key] = op["value"]
+            node[key] = value
     return root
 
 
@@ -323,6 +331,20 @@ def _restored_warning(key: str, value: Any) -> FieldWarning:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _PodDefaults:
+    """What defaulting a pod spec wrote and warned (with no error), to replay on an equal one.
+
+    Master and Worker usually share one pod template: the second is given the first one's
+    operations and warnings at its own paths instead of being defaulted again.
+    """
+
+    pod_spec: Mapping[str, Any]
+    pod_at: tuple[Token, ...]
+    ops: list[dict[str, Any]]
+    warnings: list[FieldWarning]
+
+
 class _JobDefaulter:
     """The CREATE defaults, in a fixed order (replica specs, templates, run policy)."""
 
@@ -344,6 +366,7 @@ class _JobDefaulter:
         self.job = job
         # The replica specs as the patch leaves their keys (``_normalise_keys`` renames some).
         self.specs: Mapping[str, Any] | None = None
+        self.pod_defaults: list[_PodDefaults] = []
         metadata = self.job.get("metadata")
         annotations = metadata.get("annotations") if isinstance(metadata, _OBJECT) else None
         self.hosts = pinned_hosts(annotations)
@@ -403,6 +426,40 @@ class _JobDefaulter:
         containers = pod_spec.get("containers")
         if not isinstance(containers, list):
             return
+        for earlier in self.pod_defaults:
+            if earlier.pod_spec == pod_spec:  # identity, then ``==`` (C-level, cheap)
+                self._replay(earlier, pod_at)
+                return
+        ops, warnings, errors = len(self.editor.ops), len(self.warnings), len(self.result.errors)
+        self._default_pod(pod_at, pod_spec, containers)
+        if len(self.result.errors) == errors:
+            recorded = _PodDefaults(
+                pod_spec, pod_at, self.editor.ops[ops:], self.warnings[warnings:]
+            )
+            self.pod_defaults.append(recorded)
+
+    def _replay(self, earlier: _PodDefaults, pod_at: tuple[Token, ...]) -> None:
+        """Give the pod spec at ``pod_at`` the defaults ``earlier`` (an equal one) received."""
+        old_prefix = _pointer(earlier.pod_at)
+        new_prefix = _pointer(pod_at)
+        cut = len(old_prefix)
+        # An operation's value is never changed, so both operations may hold the same value.
+        self.editor.ops.extend(
+            [{**op, "path": new_prefix + op["path"][cut:]} for op in earlier.ops]
+        )
+        depth = len(earlier.pod_at)
+        self.warnings.extend(
+            [_warning((*pod_at, *w.path.segments[depth:]), w.text) for w in earlier.warnings]
+        )
+
+    def _default_pod(
+        self, pod_at: tuple[Token, ...], pod_spec: Mapping[str, Any], containers: list[Any]
+    ) -> None:
+        """The defaults of a pod spec.
+
+        What they write and warn is a function of the pod spec and of the job's policy, claims
+        and pinned hosts, never of the replica: ``_replay`` relies on it.
+        """
         pytorch = pytorch_container_index(pod_spec)
         if pytorch is not None:
             self._default_port((*pod_at, "containers", pytorch), containers[pytorch])
