@@ -79,7 +79,10 @@ class Defaulted:
 
     @property
     def object(self) -> Any:
-        """The defaulted object: the input with ``patch`` applied (never the input itself)."""
+        """The defaulted object: a copy of the input with ``patch`` applied.
+
+        The input itself when it is not a job to default (not an object, or no ``spec``).
+        """
         if self._object is _UNBUILT:
             self._object = _apply(self.source, self.patch)
         return self._object
@@ -298,7 +301,7 @@ def default_job(
 
 
 def _restore_run_policy(
-    job: Mapping[str, Any], editor: _Patch, old: Mapping[str, Any], result: Defaulted
+    job: Mapping[str, Any], patch: _Patch, old: Mapping[str, Any], result: Defaulted
 ) -> None:
     old_spec = old.get("spec")
     old_policy = old_spec.get("runPolicy") if isinstance(old_spec, _OBJECT) else None
@@ -309,14 +312,14 @@ def _restore_run_policy(
     if run_policy is None:
         restored = {k: old_policy[k] for k in _RESTORED_ON_UPDATE if k in old_policy}
         if restored:
-            editor.set(("spec",), "runPolicy", restored)
+            patch.set(("spec",), "runPolicy", restored)
             result.warnings.extend(_restored_warning(k, v) for k, v in restored.items())
         return
     if not isinstance(run_policy, _OBJECT):
         return
     for key in _RESTORED_ON_UPDATE:
         if key in old_policy and key not in run_policy:
-            editor.set(("spec", "runPolicy"), key, old_policy[key])
+            patch.set(("spec", "runPolicy"), key, old_policy[key])
             result.warnings.append(_restored_warning(key, old_policy[key]))
 
 
@@ -351,12 +354,12 @@ class _JobDefaulter:
     def __init__(
         self,
         job: Mapping[str, Any],
-        editor: _Patch,
+        patch: _Patch,
         policy: PlacementPolicy,
         result: Defaulted,
         claims: ClaimLookup,
     ) -> None:
-        self.editor = editor
+        self.patch = patch
         self.policy = policy
         self.claims = claims
         self.gpus = policy.gpus(claims)
@@ -402,7 +405,7 @@ class _JobDefaulter:
                     )
                 )
                 continue
-            self.editor.move(parent, key, canonical)
+            self.patch.move(parent, key, canonical)
             renamed = dict(renamed)
             renamed[canonical] = renamed.pop(key)
             self.warnings.append(_warning((*parent, canonical), f"renamed from {key!r}"))
@@ -413,10 +416,10 @@ class _JobDefaulter:
     # ``_default_placement`` leaves it).
     def _default_replica(self, at: tuple[Token, ...], replica: Mapping[str, Any]) -> None:
         if "replicas" not in replica:
-            self.editor.set(at, "replicas", 1)
+            self.patch.set(at, "replicas", 1)
             self.warnings.append(_warning((*at, "replicas"), "defaulted to 1"))
         if "restartPolicy" not in replica:
-            self.editor.set(at, "restartPolicy", names.DEFAULT_RESTART_POLICY)
+            self.patch.set(at, "restartPolicy", names.DEFAULT_RESTART_POLICY)
             self.warnings.append(_warning((*at, "restartPolicy"), _RESTART_POLICY_DEFAULTED))
         template = replica.get("template")
         if not isinstance(template, _OBJECT) or not isinstance(template.get("spec"), _OBJECT):
@@ -430,11 +433,11 @@ class _JobDefaulter:
             if earlier.pod_spec == pod_spec:  # identity, then ``==`` (C-level, cheap)
                 self._replay(earlier, pod_at)
                 return
-        ops, warnings, errors = len(self.editor.ops), len(self.warnings), len(self.result.errors)
+        ops, warnings, errors = len(self.patch.ops), len(self.warnings), len(self.result.errors)
         self._default_pod(pod_at, pod_spec, containers)
         if len(self.result.errors) == errors:
             recorded = _PodDefaults(
-                pod_spec, pod_at, self.editor.ops[ops:], self.warnings[warnings:]
+                pod_spec, pod_at, self.patch.ops[ops:], self.warnings[warnings:]
             )
             self.pod_defaults.append(recorded)
 
@@ -444,9 +447,7 @@ class _JobDefaulter:
         new_prefix = _pointer(pod_at)
         cut = len(old_prefix)
         # An operation's value is never changed, so both operations may hold the same value.
-        self.editor.ops.extend(
-            [{**op, "path": new_prefix + op["path"][cut:]} for op in earlier.ops]
-        )
+        self.patch.ops.extend([{**op, "path": new_prefix + op["path"][cut:]} for op in earlier.ops])
         depth = len(earlier.pod_at)
         self.warnings.extend(
             [_warning((*pod_at, *w.path.segments[depth:]), w.text) for w in earlier.warnings]
@@ -474,12 +475,12 @@ class _JobDefaulter:
         ports = container.get("ports")
         port = {"name": names.PORT_NAME, "containerPort": names.DEFAULT_PORT}
         if ports is None:
-            self.editor.set(at, "ports", [port])
+            self.patch.set(at, "ports", [port])
         elif isinstance(ports, list):
             for existing in ports:
                 if isinstance(existing, _OBJECT) and existing.get("name") == names.PORT_NAME:
                     return
-            self.editor.append((*at, "ports"), port)
+            self.patch.append((*at, "ports"), port)
         else:
             return
         self.warnings.append(_warning((*at, "ports"), _PORT_ADDED))
@@ -515,14 +516,14 @@ class _JobDefaulter:
             empty_dir["sizeLimit"] = self.policy.shared_memory_size_limit
         volume = {"name": name, "emptyDir": empty_dir}
         if volumes is None:
-            self.editor.set(pod_at, "volumes", [volume])
+            self.patch.set(pod_at, "volumes", [volume])
         else:
-            self.editor.append((*pod_at, "volumes"), volume)
+            self.patch.append((*pod_at, "volumes"), volume)
         mount = {"name": name, "mountPath": SHM_PATH}
         if mounts is None:
-            self.editor.set(container_at, "volumeMounts", [mount])
+            self.patch.set(container_at, "volumeMounts", [mount])
         else:
-            self.editor.append((*container_at, "volumeMounts"), mount)
+            self.patch.append((*container_at, "volumeMounts"), mount)
         self.warnings.append(_warning(container_at, self.view.shared_memory))
 
     def _default_ipc_lock(self, at: tuple[Token, ...], container: Mapping[str, Any]) -> None:
@@ -543,19 +544,19 @@ class _JobDefaulter:
             return
         context = container.get("securityContext")
         if context is None:
-            self.editor.set(at, "securityContext", {"capabilities": {"add": [IPC_LOCK]}})
+            self.patch.set(at, "securityContext", {"capabilities": {"add": [IPC_LOCK]}})
         elif not isinstance(context, _OBJECT):
             return
         elif context.get("capabilities") is None:
-            self.editor.set((*at, "securityContext"), "capabilities", {"add": [IPC_LOCK]})
+            self.patch.set((*at, "securityContext"), "capabilities", {"add": [IPC_LOCK]})
         elif not isinstance(context["capabilities"], _OBJECT):
             return
         elif context["capabilities"].get("add") is None:
-            self.editor.set((*at, "securityContext", "capabilities"), "add", [IPC_LOCK])
+            self.patch.set((*at, "securityContext", "capabilities"), "add", [IPC_LOCK])
         elif isinstance(context["capabilities"]["add"], list):
             if IPC_LOCK in context["capabilities"]["add"]:
                 return
-            self.editor.append((*at, "securityContext", "capabilities", "add"), IPC_LOCK)
+            self.patch.append((*at, "securityContext", "capabilities", "add"), IPC_LOCK)
         else:
             return
         self.warnings.append(
@@ -572,14 +573,14 @@ class _JobDefaulter:
         wanted = self.view.node_selector
         if wanted and selector is None:
             selector = dict(wanted)  # the operation's value: never changed afterwards
-            self.editor.set(pod_at, "nodeSelector", selector)
+            self.patch.set(pod_at, "nodeSelector", selector)
             self.warnings.append(_warning((*pod_at, "nodeSelector"), self.view.node_selector_added))
         elif wanted and isinstance(selector, _OBJECT):
             added = []
             for key, value in wanted:
                 current = selector.get(key)
                 if current is None:
-                    self.editor.set((*pod_at, "nodeSelector"), key, value)
+                    self.patch.set((*pod_at, "nodeSelector"), key, value)
                     added.append((key, value))
                 elif current != value:
                     self.result.errors.append(
@@ -613,10 +614,10 @@ class _JobDefaulter:
         if not missing:
             return
         if current is None:
-            self.editor.set(pod_at, "tolerations", missing)
+            self.patch.set(pod_at, "tolerations", missing)
         else:
             for toleration in missing:
-                self.editor.append((*pod_at, "tolerations"), toleration)
+                self.patch.append((*pod_at, "tolerations"), toleration)
         if len(missing) == len(self.policy.tolerations):
             self.warnings.append(_warning((*pod_at, "tolerations"), self.view.tolerations_added))
         else:
@@ -676,7 +677,7 @@ class _JobDefaulter:
         pinned = require(affinity, expression, MATCH_EXPRESSIONS)
         if required_terms(pinned) == terms:
             return
-        self.editor.set(pod_at, "affinity", pinned)
+        self.patch.set(pod_at, "affinity", pinned)
         self.warnings.append(
             _warning((*pod_at, "affinity"), f"pinned to hosts {','.join(self.hosts)} ({origin})")
         )
@@ -712,11 +713,11 @@ class _JobDefaulter:
             if scheduling:
                 created["schedulingPolicy"] = {key: value for key, value, _ in scheduling}
                 self._warn_scheduling(at, scheduling)
-            self.editor.set(("spec",), "runPolicy", created)
+            self.patch.set(("spec",), "runPolicy", created)
             return
         for key, value, text in self.view.run_policy:
             if key not in run_policy:
-                self.editor.set(at, key, value)
+                self.patch.set(at, key, value)
                 self.warnings.append(_warning((*at, key), text))
         self._default_scheduling(at, run_policy)
 
@@ -728,10 +729,10 @@ class _JobDefaulter:
         if not missing:
             return
         if scheduling is None:
-            self.editor.set(at, "schedulingPolicy", {key: value for key, value, _ in missing})
+            self.patch.set(at, "schedulingPolicy", {key: value for key, value, _ in missing})
         else:
             for key, value, _ in missing:
-                self.editor.set((*at, "schedulingPolicy"), key, value)
+                self.patch.set((*at, "schedulingPolicy"), key, value)
         self._warn_scheduling(at, missing)
 
     def _missing_scheduling(
