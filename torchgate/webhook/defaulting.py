@@ -7,9 +7,16 @@ policy and the placement, and every change is announced as a ``torchgate:`` warn
 
 Why build the patch while defaulting instead of diffing a defaulted deep copy: the webhook's budget
 is a couple of milliseconds for a 16-replica job, and deep-copy + ``jsonpatch.make_patch`` costs
-most of it. ``_Editor`` copies only the containers along the paths it writes (the rest of the result
-shares the input's objects, which are never mutated) and records one RFC 6902 operation per write,
-so applying ``patch`` to the input gives exactly ``object``.
+most of it. Defaulting only records one RFC 6902 operation per write (``_Patch``) and reads the
+input, which is never mutated; the defaulted ``object`` is built from the input and the patch only
+when asked for (the mutating route sends the patch and never asks). Building it copies only the
+containers along the paths the patch writes; the rest shares the input's objects. So applying
+``patch`` to the input gives exactly ``object``, by construction.
+
+Invariant that makes reading the input enough: no default reads a field an earlier default of the
+same job wrote, except through what the defaulter keeps itself (the replica specs after renaming,
+a pod's node selector after placement). A field created with several defaults is written as one
+operation (a missing ``runPolicy`` is added whole).
 
 Rules: operate on the raw object and never drop fields we do not model; never silently override a
 value the user set (a conflict with the admin's placement policy is returned as an error instead).
@@ -19,6 +26,7 @@ object had and the new one lost (``kubectl replace`` with the original manifest)
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,78 +61,108 @@ Token = str | int
 _OBJECT: Final = (dict, Mapping)
 
 
+_UNBUILT: Final = object()
+
+
 @dataclass(slots=True)
 class Defaulted:
-    """The result of defaulting: the new object, the patch from the input to it, and why."""
+    """The result of defaulting: the patch from the input to the defaulted object, and why.
 
-    object: Any
+    ``object`` (the input with ``patch`` applied) is built on first access.
+    """
+
+    source: Any
     patch: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[FieldWarning] = field(default_factory=list)
     errors: list[FieldError] = field(default_factory=list)
+    _object: Any = field(default=_UNBUILT, init=False, repr=False, compare=False)
+
+    @property
+    def object(self) -> Any:
+        """The defaulted object: a copy of the input with ``patch`` applied.
+
+        The input itself when it is not a job to default (not an object, or no ``spec``).
+        """
+        if self._object is _UNBUILT:
+            self._object = _apply(self.source, self.patch)
+        return self._object
 
 
-class _Editor:
-    """Copy-on-write editing of a JSON tree that records the JSON Patch of every write.
+class _Patch:
+    """The JSON Patch of a job's defaults, one RFC 6902 operation per write.
 
-    A value handed to ``set``/``append`` is shared by the tree and the recorded operation, and
-    is not "owned": a later write below it copies it first, so recorded values never change.
+    A value handed to ``set``/``append`` belongs to the operation from then on: it is never
+    changed afterwards (a later default writing below it is a mistake; build the value whole).
     """
 
-    def __init__(self, source: Any) -> None:
-        self.root = dict(source) if isinstance(source, _OBJECT) else source
-        # The containers this editor made, by path: only these are written in place. Anything
-        # else in the tree (the input's, or a value recorded in an operation) is copied on the
-        # first write below it. A path keeps naming the same container because containers are
-        # only replaced by a first write, by ``set`` over an existing member or by ``move``, and
-        # the last two forget every path.
-        self._copies: dict[tuple[Token, ...], Any] = {(): self.root}
+    def __init__(self) -> None:
         self.ops: list[dict[str, Any]] = []
-
-    def _writable(self, tokens: tuple[Token, ...]) -> Any:
-        node = self._copies.get(tokens)
-        if node is None:
-            parent = self._writable(tokens[:-1])
-            node = parent[tokens[-1]]
-            node = list(node) if isinstance(node, list) else dict(node)
-            parent[tokens[-1]] = node
-            self._copies[tokens] = node
-        return node
-
-    def get(self, tokens: tuple[Token, ...]) -> Any:
-        """The node at ``tokens`` in the edited tree (read only)."""
-        node = self._copies.get(tokens)
-        if node is None:
-            node = self.root
-            for token in tokens:
-                node = node[token]
-        return node
 
     def set(self, parent: tuple[Token, ...], key: str, value: Any) -> None:
         """Add or replace member ``key`` of the object at ``parent``."""
-        node = self._copies.get(parent)  # the usual case: a container this editor made
-        if node is None:
-            node = self._writable(parent)
-        if key in node:
-            self._copies = {(): self.root}
-        node[key] = value
         self.ops.append({"op": "add", "path": _pointer((*parent, key)), "value": value})
 
     def append(self, parent: tuple[Token, ...], value: Any) -> None:
         """Append ``value`` to the list at ``parent``."""
-        node = self._copies.get(parent)
-        if node is None:
-            node = self._writable(parent)
-        node.append(value)
         self.ops.append({"op": "add", "path": _pointer((*parent, "-")), "value": value})
 
     def move(self, parent: tuple[Token, ...], source: str, target: str) -> None:
         """Rename member ``source`` of the object at ``parent`` to ``target``."""
-        node = self._writable(parent)
-        node[target] = node.pop(source)
-        self._copies = {(): self.root}
         self.ops.append(
             {"op": "move", "from": _pointer((*parent, source)), "path": _pointer((*parent, target))}
         )
+
+
+def _apply(source: Any, ops: list[dict[str, Any]]) -> Any:
+    """``source`` with ``ops`` (``_Patch``'s) applied, copying only the containers they write.
+
+    A value an operation adds is shared by the result and the operation (a value two operations
+    add is copied for the second, so the result has no shared parts); a later write below it
+    copies it first, so recorded values never change.
+    """
+    if not ops:
+        return dict(source) if isinstance(source, _OBJECT) else source
+    root = dict(source)
+    # The containers made here, by path: only these are written in place. A path keeps naming
+    # the same container because containers are only replaced by a first write, by an ``add``
+    # over an existing member or by ``move``, and the last two forget every path.
+    copies: dict[tuple[str, ...], Any] = {(): root}
+    added: set[int] = set()
+
+    def writable(tokens: tuple[str, ...]) -> Any:
+        node = copies.get(tokens)
+        if node is None:
+            parent = writable(tokens[:-1])
+            key: str | int = int(tokens[-1]) if type(parent) is list else tokens[-1]
+            node = parent[key]
+            node = list(node) if isinstance(node, list) else dict(node)
+            parent[key] = node
+            copies[tokens] = node
+        return node
+
+    for op in ops:
+        *parent, key = _tokens(op["path"])
+        node = writable(tuple(parent))
+        if op["op"] == "move":
+            *_, source_key = _tokens(op["from"])
+            node[key] = node.pop(source_key)
+            copies = {(): root}
+            continue
+        value = op["value"]
+        if id(value) in added:
+            value = copy.deepcopy(value)
+        added.add(id(value))
+        if type(node) is list:
+            node.append(value)  # the patch appends to lists only ("-")
+        else:
+            if key in node:
+                copies = {(): root}
+            node[key] = value
+    return root
+
+
+def _tokens(pointer: str) -> list[str]:
+    return [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:]]
 
 
 # The same few paths recur in every job of a shape (Master/Worker, container 0, ...): rendering
@@ -250,36 +288,38 @@ def default_job(
     ``claims``: what the webhook sees of DRA in the namespace (claimed GPUs get ``/dev/shm``).
     """
     if not isinstance(job, _OBJECT) or not isinstance(job.get("spec"), _OBJECT):
-        return Defaulted(job)  # nothing to default; validation reports the shape
-    editor = _Editor(job)
-    result = Defaulted(editor.root)
+        result = Defaulted(job)  # nothing to default; validation reports the shape
+        result._object = job
+        return result
+    patch = _Patch()
+    result = Defaulted(job, patch.ops)
     if old is None:
-        _JobDefaulter(editor, policy, result, claims).run()
+        _JobDefaulter(job, patch, policy, result, claims).run()
     else:
-        _restore_run_policy(editor, old, result)
-    result.object = editor.root
-    result.patch = editor.ops
+        _restore_run_policy(job, patch, old, result)
     return result
 
 
-def _restore_run_policy(editor: _Editor, old: Mapping[str, Any], result: Defaulted) -> None:
+def _restore_run_policy(
+    job: Mapping[str, Any], patch: _Patch, old: Mapping[str, Any], result: Defaulted
+) -> None:
     old_spec = old.get("spec")
     old_policy = old_spec.get("runPolicy") if isinstance(old_spec, _OBJECT) else None
     if not isinstance(old_policy, _OBJECT):
         return
-    spec = editor.root["spec"]
+    spec = job["spec"]
     run_policy = spec.get("runPolicy")
     if run_policy is None:
         restored = {k: old_policy[k] for k in _RESTORED_ON_UPDATE if k in old_policy}
         if restored:
-            editor.set(("spec",), "runPolicy", restored)
+            patch.set(("spec",), "runPolicy", restored)
             result.warnings.extend(_restored_warning(k, v) for k, v in restored.items())
         return
     if not isinstance(run_policy, _OBJECT):
         return
     for key in _RESTORED_ON_UPDATE:
         if key in old_policy and key not in run_policy:
-            editor.set(("spec", "runPolicy"), key, old_policy[key])
+            patch.set(("spec", "runPolicy"), key, old_policy[key])
             result.warnings.append(_restored_warning(key, old_policy[key]))
 
 
@@ -294,20 +334,42 @@ def _restored_warning(key: str, value: Any) -> FieldWarning:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _PodDefaults:
+    """What defaulting a pod spec wrote and warned (with no error), to replay on an equal one.
+
+    Master and Worker usually share one pod template: the second is given the first one's
+    operations and warnings at its own paths instead of being defaulted again.
+    """
+
+    pod_spec: Mapping[str, Any]
+    pod_at: tuple[Token, ...]
+    ops: list[dict[str, Any]]
+    warnings: list[FieldWarning]
+
+
 class _JobDefaulter:
     """The CREATE defaults, in a fixed order (replica specs, templates, run policy)."""
 
     def __init__(
-        self, editor: _Editor, policy: PlacementPolicy, result: Defaulted, claims: ClaimLookup
+        self,
+        job: Mapping[str, Any],
+        patch: _Patch,
+        policy: PlacementPolicy,
+        result: Defaulted,
+        claims: ClaimLookup,
     ) -> None:
-        self.editor = editor
+        self.patch = patch
         self.policy = policy
         self.claims = claims
         self.gpus = policy.gpus(claims)
         self.view = _view_of(policy)
         self.result = result
         self.warnings = result.warnings
-        self.job: dict[str, Any] = editor.root
+        self.job = job
+        # The replica specs as the patch leaves their keys (``_normalise_keys`` renames some).
+        self.specs: Mapping[str, Any] | None = None
+        self.pod_defaults: list[_PodDefaults] = []
         metadata = self.job.get("metadata")
         annotations = metadata.get("annotations") if isinstance(metadata, _OBJECT) else None
         self.hosts = pinned_hosts(annotations)
@@ -315,8 +377,7 @@ class _JobDefaulter:
     def run(self) -> None:
         specs = self.job["spec"].get("pytorchReplicaSpecs")
         if isinstance(specs, _OBJECT):
-            self._normalise_keys(specs)
-            specs = self.job["spec"]["pytorchReplicaSpecs"]
+            self.specs = specs = self._normalise_keys(specs)
             for replica_type in names.REPLICA_TYPES:
                 replica = specs.get(replica_type)
                 if isinstance(replica, _OBJECT):
@@ -325,15 +386,17 @@ class _JobDefaulter:
 
     # ------------------------------------------------------------------ replica specs
 
-    def _normalise_keys(self, specs: Mapping[str, Any]) -> None:
+    def _normalise_keys(self, specs: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Rename replica types to their canonical spelling; return the specs as renamed."""
         parent = ("spec", "pytorchReplicaSpecs")
+        renamed = specs
         for key in list(specs):
             if key in names.REPLICA_TYPES:  # already canonical: the usual case
                 continue
             canonical = canonical_replica_type(key)
             if canonical is None or canonical == key:
                 continue
-            if canonical in specs:
+            if canonical in renamed:
                 self.result.errors.append(
                     duplicate(
                         _path((*parent, key)),
@@ -342,18 +405,21 @@ class _JobDefaulter:
                     )
                 )
                 continue
-            self.editor.move(parent, key, canonical)
+            self.patch.move(parent, key, canonical)
+            renamed = dict(renamed)
+            renamed[canonical] = renamed.pop(key)
             self.warnings.append(_warning((*parent, canonical), f"renamed from {key!r}"))
+        return renamed
 
-    # A replica's defaults read the nodes as they were before its own writes, passed down: each
-    # default reads only fields no earlier default of the replica writes (``_pin_hosts``, which
-    # reads the node selector ``_default_placement`` may have written, reads through the editor).
+    # A replica's defaults read the input's nodes: each default reads only fields no earlier
+    # default of the replica writes (``_pin_hosts`` is given the node selector as
+    # ``_default_placement`` leaves it).
     def _default_replica(self, at: tuple[Token, ...], replica: Mapping[str, Any]) -> None:
         if "replicas" not in replica:
-            self.editor.set(at, "replicas", 1)
+            self.patch.set(at, "replicas", 1)
             self.warnings.append(_warning((*at, "replicas"), "defaulted to 1"))
         if "restartPolicy" not in replica:
-            self.editor.set(at, "restartPolicy", names.DEFAULT_RESTART_POLICY)
+            self.patch.set(at, "restartPolicy", names.DEFAULT_RESTART_POLICY)
             self.warnings.append(_warning((*at, "restartPolicy"), _RESTART_POLICY_DEFAULTED))
         template = replica.get("template")
         if not isinstance(template, _OBJECT) or not isinstance(template.get("spec"), _OBJECT):
@@ -363,6 +429,38 @@ class _JobDefaulter:
         containers = pod_spec.get("containers")
         if not isinstance(containers, list):
             return
+        for earlier in self.pod_defaults:
+            if earlier.pod_spec == pod_spec:  # identity, then ``==`` (C-level, cheap)
+                self._replay(earlier, pod_at)
+                return
+        ops, warnings, errors = len(self.patch.ops), len(self.warnings), len(self.result.errors)
+        self._default_pod(pod_at, pod_spec, containers)
+        if len(self.result.errors) == errors:
+            recorded = _PodDefaults(
+                pod_spec, pod_at, self.patch.ops[ops:], self.warnings[warnings:]
+            )
+            self.pod_defaults.append(recorded)
+
+    def _replay(self, earlier: _PodDefaults, pod_at: tuple[Token, ...]) -> None:
+        """Give the pod spec at ``pod_at`` the defaults ``earlier`` (an equal one) received."""
+        old_prefix = _pointer(earlier.pod_at)
+        new_prefix = _pointer(pod_at)
+        cut = len(old_prefix)
+        # An operation's value is never changed, so both operations may hold the same value.
+        self.patch.ops.extend([{**op, "path": new_prefix + op["path"][cut:]} for op in earlier.ops])
+        depth = len(earlier.pod_at)
+        self.warnings.extend(
+            [_warning((*pod_at, *w.path.segments[depth:]), w.text) for w in earlier.warnings]
+        )
+
+    def _default_pod(
+        self, pod_at: tuple[Token, ...], pod_spec: Mapping[str, Any], containers: list[Any]
+    ) -> None:
+        """The defaults of a pod spec.
+
+        What they write and warn is a function of the pod spec and of the job's policy, claims
+        and pinned hosts, never of the replica: ``_replay`` relies on it.
+        """
         pytorch = pytorch_container_index(pod_spec)
         if pytorch is not None:
             self._default_port((*pod_at, "containers", pytorch), containers[pytorch])
@@ -377,12 +475,12 @@ class _JobDefaulter:
         ports = container.get("ports")
         port = {"name": names.PORT_NAME, "containerPort": names.DEFAULT_PORT}
         if ports is None:
-            self.editor.set(at, "ports", [port])
+            self.patch.set(at, "ports", [port])
         elif isinstance(ports, list):
             for existing in ports:
                 if isinstance(existing, _OBJECT) and existing.get("name") == names.PORT_NAME:
                     return
-            self.editor.append((*at, "ports"), port)
+            self.patch.append((*at, "ports"), port)
         else:
             return
         self.warnings.append(_warning((*at, "ports"), _PORT_ADDED))
@@ -418,14 +516,14 @@ class _JobDefaulter:
             empty_dir["sizeLimit"] = self.policy.shared_memory_size_limit
         volume = {"name": name, "emptyDir": empty_dir}
         if volumes is None:
-            self.editor.set(pod_at, "volumes", [volume])
+            self.patch.set(pod_at, "volumes", [volume])
         else:
-            self.editor.append((*pod_at, "volumes"), volume)
+            self.patch.append((*pod_at, "volumes"), volume)
         mount = {"name": name, "mountPath": SHM_PATH}
         if mounts is None:
-            self.editor.set(container_at, "volumeMounts", [mount])
+            self.patch.set(container_at, "volumeMounts", [mount])
         else:
-            self.editor.append((*container_at, "volumeMounts"), mount)
+            self.patch.append((*container_at, "volumeMounts"), mount)
         self.warnings.append(_warning(container_at, self.view.shared_memory))
 
     def _default_ipc_lock(self, at: tuple[Token, ...], container: Mapping[str, Any]) -> None:
@@ -446,19 +544,19 @@ class _JobDefaulter:
             return
         context = container.get("securityContext")
         if context is None:
-            self.editor.set(at, "securityContext", {"capabilities": {"add": [IPC_LOCK]}})
+            self.patch.set(at, "securityContext", {"capabilities": {"add": [IPC_LOCK]}})
         elif not isinstance(context, _OBJECT):
             return
         elif context.get("capabilities") is None:
-            self.editor.set((*at, "securityContext"), "capabilities", {"add": [IPC_LOCK]})
+            self.patch.set((*at, "securityContext"), "capabilities", {"add": [IPC_LOCK]})
         elif not isinstance(context["capabilities"], _OBJECT):
             return
         elif context["capabilities"].get("add") is None:
-            self.editor.set((*at, "securityContext", "capabilities"), "add", [IPC_LOCK])
+            self.patch.set((*at, "securityContext", "capabilities"), "add", [IPC_LOCK])
         elif isinstance(context["capabilities"]["add"], list):
             if IPC_LOCK in context["capabilities"]["add"]:
                 return
-            self.editor.append((*at, "securityContext", "capabilities", "add"), IPC_LOCK)
+            self.patch.append((*at, "securityContext", "capabilities", "add"), IPC_LOCK)
         else:
             return
         self.warnings.append(
@@ -472,17 +570,18 @@ class _JobDefaulter:
     def _default_placement(self, pod_at: tuple[Token, ...], pod_spec: Mapping[str, Any]) -> None:
         source = self.view.source
         selector = pod_spec.get("nodeSelector")
-        if self.view.node_selector and (selector is None or isinstance(selector, _OBJECT)):
+        wanted = self.view.node_selector
+        if wanted and selector is None:
+            selector = dict(wanted)  # the operation's value: never changed afterwards
+            self.patch.set(pod_at, "nodeSelector", selector)
+            self.warnings.append(_warning((*pod_at, "nodeSelector"), self.view.node_selector_added))
+        elif wanted and isinstance(selector, _OBJECT):
             added = []
-            for key, value in self.view.node_selector:
-                current = (selector or {}).get(key)
+            for key, value in wanted:
+                current = selector.get(key)
                 if current is None:
-                    if selector is None:
-                        selector = {key: value}
-                        self.editor.set(pod_at, "nodeSelector", selector)
-                    else:
-                        self.editor.set((*pod_at, "nodeSelector"), key, value)
-                    added.append(f"{key}={value}")
+                    self.patch.set((*pod_at, "nodeSelector"), key, value)
+                    added.append((key, value))
                 elif current != value:
                     self.result.errors.append(
                         invalid(
@@ -491,17 +590,17 @@ class _JobDefaulter:
                             f"{source} places jobs of this namespace on {key}={value}",
                         )
                     )
-            if len(added) == len(self.view.node_selector):
-                self.warnings.append(
-                    _warning((*pod_at, "nodeSelector"), self.view.node_selector_added)
+            if added:
+                text = (
+                    self.view.node_selector_added
+                    if len(added) == len(wanted)
+                    else _added(", ".join(f"{k}={v}" for k, v in added), source)
                 )
-            elif added:
-                self.warnings.append(
-                    _warning((*pod_at, "nodeSelector"), _added(", ".join(added), source))
-                )
+                self.warnings.append(_warning((*pod_at, "nodeSelector"), text))
+                selector = {**selector, **dict(added)}
         self._default_tolerations(pod_at, pod_spec, source)
         if self.hosts:
-            self._pin_hosts(pod_at)
+            self._pin_hosts(pod_at, pod_spec, selector)
 
     def _default_tolerations(
         self, pod_at: tuple[Token, ...], pod_spec: Mapping[str, Any], source: str
@@ -515,10 +614,10 @@ class _JobDefaulter:
         if not missing:
             return
         if current is None:
-            self.editor.set(pod_at, "tolerations", missing)
+            self.patch.set(pod_at, "tolerations", missing)
         else:
             for toleration in missing:
-                self.editor.append((*pod_at, "tolerations"), toleration)
+                self.patch.append((*pod_at, "tolerations"), toleration)
         if len(missing) == len(self.policy.tolerations):
             self.warnings.append(_warning((*pod_at, "tolerations"), self.view.tolerations_added))
         else:
@@ -526,11 +625,12 @@ class _JobDefaulter:
                 _warning((*pod_at, "tolerations"), _added(str(len(missing)), source))
             )
 
-    def _pin_hosts(self, pod_at: tuple[Token, ...]) -> None:
-        pod_spec = self.editor.get(pod_at)
+    def _pin_hosts(
+        self, pod_at: tuple[Token, ...], pod_spec: Mapping[str, Any], selector: object
+    ) -> None:
+        """Require the pinned hosts; ``selector`` is the node selector after placement."""
         expression = {"key": names.HOSTNAME_LABEL, "operator": "In", "values": list(self.hosts)}
         origin = f"annotation {names.ANNOTATION_HOSTS}"
-        selector = pod_spec.get("nodeSelector")
         pinned_by_selector = (
             selector.get(names.HOSTNAME_LABEL) if isinstance(selector, _OBJECT) else None
         )
@@ -577,7 +677,7 @@ class _JobDefaulter:
         pinned = require(affinity, expression, MATCH_EXPRESSIONS)
         if required_terms(pinned) == terms:
             return
-        self.editor.set(pod_at, "affinity", pinned)
+        self.patch.set(pod_at, "affinity", pinned)
         self.warnings.append(
             _warning((*pod_at, "affinity"), f"pinned to hosts {','.join(self.hosts)} ({origin})")
         )
@@ -603,13 +703,21 @@ class _JobDefaulter:
         run_policy = spec.get("runPolicy")
         if run_policy is not None and not isinstance(run_policy, _OBJECT):
             return
-        if run_policy is None:
-            self.editor.set(("spec",), "runPolicy", {})
-            run_policy = {}
         at = ("spec", "runPolicy")
+        if run_policy is None:  # added whole, as one operation
+            created: dict[str, Any] = {}
+            for key, value, text in self.view.run_policy:
+                created[key] = value
+                self.warnings.append(_warning((*at, key), text))
+            scheduling = self._missing_scheduling(None)
+            if scheduling:
+                created["schedulingPolicy"] = {key: value for key, value, _ in scheduling}
+                self._warn_scheduling(at, scheduling)
+            self.patch.set(("spec",), "runPolicy", created)
+            return
         for key, value, text in self.view.run_policy:
             if key not in run_policy:
-                self.editor.set(at, key, value)
+                self.patch.set(at, key, value)
                 self.warnings.append(_warning((*at, key), text))
         self._default_scheduling(at, run_policy)
 
@@ -617,8 +725,22 @@ class _JobDefaulter:
         scheduling = run_policy.get("schedulingPolicy")
         if scheduling is not None and not isinstance(scheduling, _OBJECT):
             return
+        missing = self._missing_scheduling(scheduling)
+        if not missing:
+            return
+        if scheduling is None:
+            self.patch.set(at, "schedulingPolicy", {key: value for key, value, _ in missing})
+        else:
+            for key, value, _ in missing:
+                self.patch.set((*at, "schedulingPolicy"), key, value)
+        self._warn_scheduling(at, missing)
+
+    def _missing_scheduling(
+        self, scheduling: Mapping[str, Any] | None
+    ) -> list[tuple[str, Any, str]]:
+        """(field, value, warning) of each scheduling-policy default ``scheduling`` lacks."""
         present = scheduling or {}
-        missing: list[tuple[str, Any, str]] = []  # (field, value, warning)
+        missing: list[tuple[str, Any, str]] = []
         if "minAvailable" not in present:
             minimum = self._gang_size()
             if minimum is not None:
@@ -628,21 +750,17 @@ class _JobDefaulter:
         timeout = self.view.schedule_timeout
         if timeout is not None and "scheduleTimeoutSeconds" not in present:
             missing.append(timeout)
-        if not missing:
-            return
+        return missing
+
+    def _warn_scheduling(self, at: tuple[Token, ...], added: list[tuple[str, Any, str]]) -> None:
         scheduling_at = (*at, "schedulingPolicy")
-        if scheduling is None:
-            self.editor.set(at, "schedulingPolicy", {key: value for key, value, _ in missing})
-        else:
-            for key, value, _ in missing:
-                self.editor.set(scheduling_at, key, value)
-        for key, _, text in missing:
+        for key, _, text in added:
             self.warnings.append(_warning((*scheduling_at, key), text))
 
     def _gang_size(self) -> int | None:
         """``gang.default_gang_size`` of the job; None when it is not a count the API stores."""
-        specs = self.job["spec"].get("pytorchReplicaSpecs")
-        if not isinstance(specs, _OBJECT):
+        specs = self.specs
+        if specs is None:
             return None
         counts: dict[str, int] = {}
         for replica_type in names.REPLICA_TYPES:

@@ -164,16 +164,12 @@ class _Routes:
     ) -> dict[str, Any]:
         return validate(review, policy_for, self.cache.team_for, claims_for)
 
-    async def _claims_for(self, review: Mapping[str, Any]) -> ClaimsLookup:
-        """What the review sees of DRA: the caches, and a live read of what they miss."""
-        request = review["request"]
-        claims = await self.cache.confirm_claims(namespace_of(request), request.get("object"))
-        return lambda namespace: claims
-
     def _handler(self, route: str, decide: Decision, *, forecast: bool = False) -> Handler:
         counted = {outcome: self._counted[route, outcome] for outcome in _OUTCOMES}
         timed = self._timed[route]
         server_timing = self.server_timing
+        cache = self.cache
+        policy_for = cache.policy_for
 
         async def answer_review(request: web.Request) -> web.Response:
             started = time.perf_counter()
@@ -188,8 +184,10 @@ class _Routes:
             if asked is not None:
                 await asyncio.sleep(0)  # let the request go out before the rules take the CPU
             try:
-                claims_for = await self._claims_for(review)
-                answer = decide(review, self.cache.policy_for, claims_for)
+                # What the review sees of DRA: the caches, and a live read of what they miss.
+                asking = review["request"]
+                claims = await cache.confirm_claims(namespace_of(asking), asking.get("object"))
+                answer = decide(review, policy_for, lambda _: claims)
                 outcome = "allowed" if answer["response"]["allowed"] else "denied"
             except Exception:
                 uid = review["request"]["uid"]

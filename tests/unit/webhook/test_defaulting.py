@@ -223,6 +223,45 @@ def test_policy_node_selector_and_tolerations_go_into_every_template() -> None:
     assert defaulted(result.object, admin).patch == []
 
 
+def test_a_missing_section_is_added_whole_in_one_operation() -> None:
+    admin = parsed_policy("admin", nodeSelector={"pool": "a100", "zone": "b"})
+    result = defaulted(job().master().build(), admin)
+    added = [op["path"] for op in result.patch]
+    assert added.count("/spec/runPolicy") == 1
+    assert not [path for path in added if path.startswith("/spec/runPolicy/")]
+    selector = "/spec/pytorchReplicaSpecs/Master/template/spec/nodeSelector"
+    assert [path for path in added if path.startswith(selector)] == [selector]
+    assert at(result.object, *MASTER, *POD, "nodeSelector") == {"pool": "a100", "zone": "b"}
+    assert set(result.object["spec"]["runPolicy"]) >= {"cleanPodPolicy", "schedulingPolicy"}
+
+
+def test_the_defaulted_object_is_built_on_demand_without_touching_the_input() -> None:
+    raw = gpu_job(workers=2).build()
+    result = default_job(raw, DEFAULT_POLICY)
+    built = result.object
+    assert built is result.object, "built once"
+    assert built is not raw
+    assert built["spec"] is not raw["spec"]
+    assert "runPolicy" not in raw["spec"]
+    assert "runPolicy" in built["spec"]
+
+
+def test_replicas_with_one_pod_spec_get_equal_defaults_and_no_shared_parts() -> None:
+    toleration = {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
+    admin = parsed_policy("admin", nodeSelector={"pool": "a100"}, tolerations=[toleration])
+    result = defaulted(gpu_job(workers=2).build(), admin)
+    master = at(result.object, *MASTER, *POD)
+    worker = at(result.object, *WORKER, *POD)
+    assert master == worker
+    assert master["nodeSelector"] is not worker["nodeSelector"]
+    assert master["tolerations"] is not worker["tolerations"]
+    assert master["volumes"][-1] is not worker["volumes"][-1]
+    paths = warned_paths(result)
+    for replica in ("Master", "Worker"):
+        pod = f"spec.pytorchReplicaSpecs[{replica}].template.spec"
+        assert {f"{pod}.nodeSelector", f"{pod}.tolerations", f"{pod}.containers[0]"} <= paths
+
+
 def test_conflicting_node_selector_is_an_error_not_an_override() -> None:
     admin = parsed_policy("admin", nodeSelector={"pool": "a100"})
     raw = job().master(pod_spec={"nodeSelector": {"pool": "t4"}}).build()
