@@ -46,10 +46,12 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
   policy (and run limit: ``backfill`` rule 4) as one that already failed fails too and is
   answered from a memo (cleared by a preemption). Gangs answered from the memo share its
   reason, so their messages must be the same too: what a message names (nodes, GPU resource,
-  the pod no node admits) is part of its key. A gang that quota keeps out even with every
-  candidate victim gone answers, until the usage by team changes, for every gang of the same
-  team, usage, priority and policy whatever its shape (``_beyond_quota``: the busy pool's
-  common case, every team at its quota).
+  the pod no node admits) is part of its key. A Quota wait's message names the team's usage and
+  the cohort's idle quota, which change with every gang admitted, so Quota waits are memoised
+  apart (``quota_misses``) and forgotten with each admission. A gang that quota keeps out even
+  with every candidate victim gone answers, until the usage by team changes, for every gang of
+  the same team, usage, priority and policy whatever its shape (``_beyond_quota``: the busy
+  pool's common case, every team at its quota).
 - Victim searches are decided per *kind* of preemptor (``_candidates``: team, priority, policy,
   what it reclaims, which teams borrow how much), which shares one candidate list, built from an
   index of the running gangs by team (``preemption.Candidates``) rather than a pass over all.
@@ -245,6 +247,8 @@ class _Cycle:
     capacity: Capacity
     usage: dict[str, dict[str, int]]
     misses: dict[tuple[object, ...], Wait] = field(default_factory=dict)
+    # The Quota waits of ``misses``' memo, until the usage by team changes (their messages name it)
+    quota_misses: dict[tuple[object, ...], Wait] = field(default_factory=dict)
     # ``_beyond_quota``: (team, usage, priority, policy) -> the Quota wait's message, until the
     # usage by team changes (a gang admitted or preempted for)
     beyond_quota: dict[tuple[object, ...], str] = field(default_factory=dict)
@@ -316,6 +320,7 @@ class _Cycle:
             for name, amount in gang.usage.items():
                 usage[name] = usage.get(name, 0) + amount
             self.beyond_quota.clear()
+            self.quota_misses.clear()
         return placed
 
 
@@ -381,7 +386,7 @@ def _memo_key(gang: WaitingGang) -> tuple[object, ...]:
 def _decide_one(cycle: _Cycle, gang: WaitingGang, *, borrow: bool) -> Outcome | None:
     """The gang's outcome; ``None`` when it would borrow and ``borrow`` is off (rule 1)."""
     memo = _memo_key(gang)
-    missed = cycle.misses.get(memo)
+    missed = cycle.misses.get(memo) or cycle.quota_misses.get(memo)
     if missed is not None:
         return Wait(gang.key, missed.kind, missed.reason)
     by_quota = memo[0], memo[3], gang.priority, gang.preempts  # team, usage, priority, policy
@@ -405,15 +410,16 @@ def _decide_one(cycle: _Cycle, gang: WaitingGang, *, borrow: bool) -> Outcome | 
         obstacle = Wait(gang.key, "Quota", verdict.message)
         if _beyond_quota(cycle, gang, team):
             cycle.beyond_quota[by_quota] = verdict.message
-            cycle.misses[memo] = obstacle
+            cycle.quota_misses[memo] = obstacle
             return obstacle
     else:
         obstacle = Wait(gang.key, "Quota", "waiting for borrowed quota to be returned")
     preempted = _preempt(cycle, gang, team, within_nominal=isinstance(verdict, Fits | Reclaims))
     if preempted is not None:
         cycle.misses.clear()
+        cycle.quota_misses.clear()
         return preempted
-    cycle.misses[memo] = obstacle
+    (cycle.quota_misses if obstacle.kind == "Quota" else cycle.misses)[memo] = obstacle
     return obstacle
 
 

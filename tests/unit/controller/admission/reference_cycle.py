@@ -5,7 +5,8 @@ free capacity every cycle, slot counts caught up per shape, the finest fitting l
 descending the domain tree and the tightest domain by scanning it, candidate victims filtered from
 every admitted gang for each preemptor, and a victim search whose trials give the victims' pods
 back to the cycle's capacity. Only the cycle's memo of failed gangs (same team, shape, size,
-usage, topology request, priority, policy and message) answers for a gang without searching.
+usage, topology request, priority, policy and message; a Quota wait only until the next gang is
+admitted, as its message names the usage) answers for a gang without searching.
 The pure rules the optimised cycle still shares unchanged (quota verdicts, slots of a node, rank
 order, shortfall text, extras, the victim search order) are imported; what the optimisation
 replaced (spreading inside a domain among them) is spelled out here.
@@ -290,6 +291,7 @@ class _Cycle:
     admitted: list[Admitted]
     usage: dict[str, dict[str, int]]
     misses: dict[tuple[object, ...], Wait] = field(default_factory=dict)
+    quota_misses: dict[tuple[object, ...], Wait] = field(default_factory=dict)
     fresh: set[JobKey] = field(default_factory=set)
 
     def admit(self, gang: WaitingGang, nodes: Mapping[str, str], *, extras: bool) -> dict[str, str]:
@@ -308,6 +310,7 @@ class _Cycle:
             usage = self.usage.setdefault(gang.team, {})
             for name, amount in gang.usage.items():
                 usage[name] = usage.get(name, 0) + amount
+            self.quota_misses.clear()  # a Quota wait's message names the usage
         self.fresh.add(gang.key)
         self.admitted.append(
             Admitted(
@@ -361,7 +364,7 @@ def _decide_one(cycle: _Cycle, gang: WaitingGang, *, borrow: bool) -> Outcome | 
         gang.gpu_resource,
         gang.no_node,
     )
-    missed = cycle.misses.get(memo)
+    missed = cycle.misses.get(memo) or cycle.quota_misses.get(memo)
     if missed is not None:
         return Wait(gang.key, missed.kind, missed.reason)
     team = cycle.pool.teams.get(gang.team) if gang.team is not None else None
@@ -386,8 +389,9 @@ def _decide_one(cycle: _Cycle, gang: WaitingGang, *, borrow: bool) -> Outcome | 
     preempted = _preempt(cycle, gang, team, within_nominal=isinstance(verdict, Fits | Reclaims))
     if preempted is not None:
         cycle.misses.clear()
+        cycle.quota_misses.clear()
         return preempted
-    cycle.misses[memo] = obstacle
+    (cycle.quota_misses if obstacle.kind == "Quota" else cycle.misses)[memo] = obstacle
     return obstacle
 
 

@@ -304,6 +304,23 @@ def test_gangs_alike_but_for_shape_that_quota_keeps_out_wait_alike_until_usage_c
     assert after.message == by_key(decide(pool, gangs[2:], 0.0))["narrow-after"].message
 
 
+def test_a_quota_wait_after_an_admission_names_the_usage_after_it() -> None:
+    pool = pool_with(rack_nodes(1, 4), teams=[parsed_team("a", 0), parsed_team("b", 8)])
+    gangs = [
+        waiting("b-wide", pods=2, gpus=8, team="b", created="2026-01-01T00:00:01Z"),
+        waiting("b-one", pods=1, gpus=8, team="b", created="2026-01-01T00:00:02Z"),
+        waiting("b-wide-after", pods=2, gpus=8, team="b", created="2026-01-01T00:00:03Z"),
+    ]
+    outcomes = by_key(decide(pool, gangs, 0.0))
+    first, after = outcomes["b-wide"], outcomes["b-wide-after"]
+    assert isinstance(first, Wait)
+    assert isinstance(after, Wait)
+    assert (first.kind, after.kind) == ("Quota", "Quota")
+    assert isinstance(outcomes["b-one"], Admit)
+    assert after.message == by_key(decide(pool, gangs[1:], 0.0))["b-wide-after"].message
+    assert after.message != first.message, "b-one took the team's quota between them"
+
+
 def test_quota_reasons_are_reported() -> None:
     pool = pool_with(
         rack_nodes(1, 4), teams=[parsed_team("a", 8, borrowing=0), parsed_team("b", 8)]
