@@ -101,15 +101,14 @@ def wave_freeing(
     capacity: Capacity, ordered: Sequence[WaitingGang], ends: Iterable[float], now: float
 ) -> bool:
     """Rule 6: whether part of a freed wave is still running (``ends``: the known ends)."""
-    if len(ordered) < 2:
+    window = _alike_window(ordered)
+    if window is None:
         return False
-    head = ordered[0]
-    window = ordered[:PACKING_WINDOW]
-    if head.run_limit is None or not all(_alike(gang, head) for gang in window):
+    head = window[0]
+    limit = head.run_limit
+    if limit is None or capacity.slots(head.shape).domains[ROOT] == 0:
         return False
-    if capacity.slots(head.shape).domains[ROOT] == 0:
-        return False
-    return any(end < now + head.run_limit / 2 for end in ends)
+    return any(end < now + limit / 2 for end in ends)
 
 
 def choose(room: int, sizes: Sequence[int]) -> frozenset[int]:
@@ -135,14 +134,23 @@ def choose(room: int, sizes: Sequence[int]) -> frozenset[int]:
 
 def _window(capacity: Capacity, ordered: Sequence[WaitingGang]) -> Sequence[WaitingGang] | None:
     """Rule 1: the first gangs to pack, or ``None`` when first fit decides this cycle."""
+    window = _alike_window(ordered)
+    if window is None:
+        return None
+    head = window[0]
+    room = capacity.slots(head.shape).domains[ROOT]
+    if len(head.pods) > room or sum(len(gang.pods) for gang in window) <= room:
+        return None
+    return window
+
+
+def _alike_window(ordered: Sequence[WaitingGang]) -> Sequence[WaitingGang] | None:
+    """Rules 1 and 6: the first ``PACKING_WINDOW`` gangs when they are alike, else ``None``."""
     if len(ordered) < 2:
         return None
     head = ordered[0]
     window = ordered[:PACKING_WINDOW]
     if head.run_limit is None or not all(_alike(gang, head) for gang in window):
-        return None
-    room = capacity.slots(head.shape).domains[ROOT]
-    if len(head.pods) > room or sum(len(gang.pods) for gang in window) <= room:
         return None
     return window
 
