@@ -197,8 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--wave-hold-seconds",
         type=float,
         default=2.0,
-        help="the controller's --wave-hold-seconds in burst and knavigator runs (default 2;"
-        " 0: off, the controller's default)",
+        help="the controller's --wave-hold-seconds in burst and knavigator runs (default 2,"
+        " the controller's default; 0: off)",
     )
     parser.add_argument("--seed", type=int, default=16)
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "pool.json")

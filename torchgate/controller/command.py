@@ -85,11 +85,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--wave-hold-seconds",
         type=float,
-        default=0.0,
+        default=2.0,
         help="when the first waiting gangs share one shape and one run limit "
         "(activeDeadlineSeconds) and gangs are due to end within half of it, admission waits "
         "up to this long for that wave to free whole, so it is packed whole and not on its "
-        "first nodes; the head gang starts that much later at most; 0: off (default 0)",
+        "first nodes; the head gang starts that much later at most; 0: off (default 2)",
     )
     parser.add_argument(
         "--stuck-termination-seconds",

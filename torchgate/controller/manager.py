@@ -119,7 +119,7 @@ class ManagerOptions:
     resync_seconds: float = 300.0
     starvation_seconds: float = 300.0
     arrival_settle_seconds: float = 0.25
-    wave_hold_seconds: float = 0.0
+    wave_hold_seconds: float = 2.0
     stuck_termination_seconds: float = 60.0
     gang_backoff_seconds: float = 10.0
     # How long to wait for the TeamQuota list at start (the CRD may not be installed).
