@@ -65,6 +65,7 @@ from torchgate.webhook.validation.facts import (
     JobFacts,
     ReplicaFacts,
     Team,
+    read_in_full,
     read_job,
 )
 from torchgate.webhook.validation.policy import immutable_field_errors
@@ -209,6 +210,7 @@ def when_template_readable(*rules: ReplicaRule | Reads[ReplicaRule]) -> ReplicaR
         count_free = _POD_COUNT_READERS.isdisjoint(pod_spec)
         if clean and count_free and pod_spec in clean:  # identity, then ``==`` (C-level, cheap)
             return ()
+        replica = read_in_full(replica, job)  # the rules report at this replica's own paths
         found: list[Finding] = []
         keys = tuple(pod_spec)
         for rule in table.selected.get(keys) or table.select(keys):

@@ -101,6 +101,7 @@ class ReplicaFacts(NamedTuple):
     pods: int | None
     # Whether template and template.spec are objects (or absent), so pod rules can run.
     template_readable: bool
+    # For a replica read ``like`` an earlier one, that one's object (an equal value).
     pod_spec: Mapping[str, Any]
     gpus: Decimal  # GPUs each pod of this replica holds (``devices.pod_gpus``)
     gpus_known: bool  # False: a claimed GPU count only allocation knows (counted as 0 in ``gpus``)
@@ -112,6 +113,10 @@ class ReplicaFacts(NamedTuple):
     host_paths: tuple[tuple[int, object], ...] | None
     containers: tuple[ContainerFacts, ...]
     init_containers: tuple[ContainerFacts, ...]
+    # The earlier replica whose pod spec equals this one's: then every fact read from the pod
+    # spec is that one's, its container paths too, and ``read_in_full`` reads this replica
+    # alone before a rule reports at one of its paths (``when_template_readable``).
+    like: ReplicaFacts | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,9 +198,7 @@ def read_job(
     spec: Mapping[str, Any] = spec_raw if isinstance(spec_raw, OBJECT) else {}
     specs = spec.get("pytorchReplicaSpecs")
     replica_specs: Mapping[str, Any] = specs if isinstance(specs, OBJECT) else {}
-    replicas = tuple(
-        [_read_replica(str(key), raw, sources, claims) for key, raw in replica_specs.items()]
-    )
+    replicas = _read_replicas(replica_specs, sources, claims)
     known = tuple(
         [
             replica
@@ -257,7 +260,35 @@ def _container_path(key: str, kind: str, index: int) -> FieldPath:
     return at(_replica_paths(key)[1], kind, index)
 
 
-def _read_replica(key: str, raw: object, sources: GpuSources, claims: ClaimLookup) -> ReplicaFacts:
+def _read_replicas(
+    replica_specs: Mapping[str, Any], sources: GpuSources, claims: ClaimLookup
+) -> tuple[ReplicaFacts, ...]:
+    """Every replica's facts; a pod spec equal to an earlier replica's is not read again.
+
+    Master and Worker mostly share one template: the Worker's pod facts are the Master's
+    (``ReplicaFacts.like``), at the cost of one C-level ``==`` of the two pod specs.
+    """
+    read: list[ReplicaFacts] = []
+    for key, raw in replica_specs.items():
+        replica = _read_replica(str(key), raw, sources, claims, read)
+        read.append(replica)
+    return tuple(read)
+
+
+def read_in_full(replica: ReplicaFacts, job: JobFacts) -> ReplicaFacts:
+    """``replica`` with its own pod facts (paths included), when it was read ``like`` another."""
+    if replica.like is None:
+        return replica
+    return _read_replica(replica.key, replica.spec, job.gpus, job.claims, ())
+
+
+def _read_replica(
+    key: str,
+    raw: object,
+    sources: GpuSources,
+    claims: ClaimLookup,
+    earlier: Sequence[ReplicaFacts],
+) -> ReplicaFacts:
     path, pod_path = _replica_paths(key)
     spec = raw if isinstance(raw, OBJECT) else None
     count: int | None = 1
@@ -273,6 +304,13 @@ def _read_replica(key: str, raw: object, sources: GpuSources, claims: ClaimLooku
         )
         if isinstance(found, OBJECT):
             pod_spec = found
+    if pod_spec:
+        for other in earlier:
+            if other.pod_spec == pod_spec:  # C-level, far cheaper than reading it again
+                return tuple.__new__(  # pod_spec ... init_containers: the earlier one's
+                    ReplicaFacts,
+                    (key, path, pod_path, spec, count, readable, *other[6:15], other.like or other),
+                )
     gpus, gpu_container = replica_gpus(pod_spec, sources, claims)
     training = pytorch_container_index(pod_spec)
     containers = pod_spec.get("containers")
@@ -295,6 +333,7 @@ def _read_replica(key: str, raw: object, sources: GpuSources, claims: ClaimLooku
             ()
             if (init := pod_spec.get("initContainers")) is None
             else _read_containers(key, "initContainers", init, None, None),
+            None,  # like
         ),
     )
 
