@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from tests.builders.job import cpu_job, job
+from tests.builders.job import cpu_job, gpu_job, job
 from tests.unit.webhook.validationcases import (
     FORBIDDEN,
     HOSTS,
@@ -25,6 +25,7 @@ from tests.unit.webhook.validationcases import (
 )
 from torchgate.pytorchjob.policy import DEFAULT_POLICY
 from torchgate.webhook.validation import validate_create, validate_update
+from torchgate.webhook.validation.facts import read_in_full, read_job
 
 
 def test_a_plain_job_is_allowed_without_warnings() -> None:
@@ -148,3 +149,25 @@ def test_update_from_a_malformed_old_object_validates_the_new_one() -> None:
     new = job().master(args=["--rank=0"]).workers(1).build()
     new["metadata"]["resourceVersion"] = "7"  # normal on UPDATE: not the create-only rule
     assert pairs(validate_update(None, new, DEFAULT_POLICY)) == [(FORBIDDEN, f"{MC0}.args")]  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------- reading the facts
+
+
+def test_a_worker_with_the_masters_pod_spec_is_read_like_the_master() -> None:
+    raw = gpu_job("shared", workers=3, gpus=4).build()
+    master, worker = read_job(raw, DEFAULT_POLICY, old=None, creating=True).known_replicas
+    assert worker.like is master
+    assert worker.pod_spec is master.pod_spec  # the clean-template skip is an identity test
+    assert (worker.pods, worker.gpus, worker.containers) == (3, 4, master.containers)
+    own = read_in_full(worker, read_job(raw, DEFAULT_POLICY, old=None, creating=True))
+    assert own.like is None
+    assert str(own.containers[0].path) == f"{SPECS}[Worker].template.spec.containers[0]"
+
+
+def test_a_worker_with_its_own_pod_spec_is_read_alone() -> None:
+    raw = gpu_job("apart", workers=3, gpus=4).build()
+    raw["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["priorityClassName"] = "low"
+    master, worker = read_job(raw, DEFAULT_POLICY, old=None, creating=True).known_replicas
+    assert worker.like is None
+    assert worker.pod_spec is not master.pod_spec
