@@ -70,6 +70,7 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
 
 from __future__ import annotations
 
+from bisect import insort
 from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -563,8 +564,9 @@ def _groups(cycle: _Cycle, gang: WaitingGang, listed: _CandidateList) -> list[_G
             return found
 
         found = [listed.everyone]
+        ordered = listed.victims.by_priority or None
         for domain, victims in domain_groups(listed.victims, domains_of).items():
-            found.append(_Group.of(victims, domain, known, cycle.now))
+            found.append(_Group.of(victims, domain, known, cycle.now, by_priority=ordered))
         listed.groups[level] = found
     return found
 
@@ -587,10 +589,12 @@ class _Group:
         domain: str | None,
         known: Mapping[JobKey, frozenset[str]],
         now: float,
+        *,
+        by_priority: bool | None = None,
     ) -> _Group:
         """The group of ``victims`` (``known``: each victim's domains of the level)."""
         touched = frozenset[str]().union(*(known[victim.key] for victim in victims))
-        return cls(Group(victims, now), domain, touched)
+        return cls(Group(victims, now, by_priority=by_priority), domain, touched)
 
 
 class _CandidateList:
@@ -605,25 +609,24 @@ class _CandidateList:
     preempted gangs held pods in change, and the order is restored by that key.
     """
 
-    __slots__ = ("_everyone", "_held", "groups", "members", "now", "seen", "victims")
+    __slots__ = ("_held", "_rank", "everyone", "groups", "members", "now", "seen", "victims")
 
     def __init__(self, victims: list[Admitted], now: float, seen: int) -> None:
-        self.victims, self.now, self.seen = victims, now, seen
-        self.members = {victim.key for victim in victims}
+        self.now, self.seen = now, seen
+        self.victims = Group(victims, now)
+        self.everyone = _Group(self.victims, None, frozenset())  # the group of them all
+        self._rank = {victim.key: number for number, victim in enumerate(victims)}
+        self.members = set(self._rank)
         self._held: dict[str, dict[str, int]] | None = None
-        self._everyone: _Group | None = None
         self.groups: dict[int, list[_Group]] = {}  # per required level (``_groups``)
 
     @property
-    def everyone(self) -> _Group:
-        """The group of all the candidates."""
-        if self._everyone is None:
-            self._everyone = _Group(Group(self.victims, self.now), None, frozenset())
-        return self._everyone
-
-    @property
     def held(self) -> dict[str, dict[str, int]]:
-        """What the candidates hold, per team (``quota.usage_by_team``)."""
+        """What the candidates hold, per team (``quota.usage_by_team``).
+
+        Kept through preemptions, a team's resource may be counted at 0 where none of its
+        candidates holds it any more (``quota.check_quota`` reads it as absent).
+        """
         if self._held is None:
             self._held = usage_by_team(self.victims)
         return self._held
@@ -637,26 +640,37 @@ class _CandidateList:
         if not dropped:
             return
         self.members -= dropped
-        self.victims = [victim for victim in self.victims if victim.key not in dropped]
-        self._held = self._everyone = None
+        left, held = [], self._held
+        for victim in self.victims:
+            if victim.key not in dropped:
+                left.append(victim)
+            elif held is not None and victim.team is not None:
+                used = held[victim.team]
+                for name, amount in victim.usage.items():
+                    used[name] -= amount
+        self.victims = Group(left, self.now, by_priority=self.victims.by_priority or None)
+        self.everyone = _Group(self.victims, None, frozenset())
         for level, groups in self.groups.items():
             self.groups[level] = self._regroup(groups, dropped, known[level])
 
     def _regroup(
         self, groups: list[_Group], dropped: set[JobKey], known: Mapping[JobKey, frozenset[str]]
     ) -> list[_Group]:
+        """The domain groups without ``dropped``: only their domains' groups change."""
         changed = frozenset[str]().union(*(known[key] for key in dropped))
-        kept: list[_Group] = []
+        kept = [group for group in groups[1:] if group.domain not in changed]
+        ordered = self.victims.by_priority or None
         for group in groups[1:]:
-            if group.domain not in changed:
-                kept.append(group)
-                continue
-            left = [victim for victim in group.victims if victim.key not in dropped]
-            if left:
-                kept.append(_Group.of(left, group.domain, known, self.now))
-        place = {victim.key: number for number, victim in enumerate(self.victims)}
-        kept.sort(key=lambda group: (place[group.victims[0].key], group.domain))
+            if group.domain in changed:
+                left = [victim for victim in group.victims if victim.key not in dropped]
+                if left:
+                    again = _Group.of(left, group.domain, known, self.now, by_priority=ordered)
+                    insort(kept, again, key=self._place)
         return [self.everyone, *kept]
+
+    def _place(self, group: _Group) -> tuple[int, str | None]:
+        """Where ``domain_groups`` puts a group: its first gang's place in the list, its domain."""
+        return self._rank[group.victims[0].key], group.domain
 
 
 class _Reach:

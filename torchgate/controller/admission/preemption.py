@@ -62,7 +62,6 @@ from torchgate.pytorchjob.pool import GPUS, PreemptionSettings, TeamQuota
 T = TypeVar("T")
 HELD_PRIORITY: Final = 1 << 62
 Cost = tuple[int, int, int, float]  # ``cost``: priority, gangs, GPUs, run seconds
-_NO_FLOOR: Final[Cost] = (0, 0, 0, 0.0)  # an empty ``Group``'s (never searched)
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,16 +343,28 @@ def _search_order(
 class Group(list[Admitted]):
     """Candidates searched together, with what ``cheapest`` asks of them counted once.
 
-    For a caller that keeps its groups from search to search (the groups never change once
-    built): the group's ``floor`` at ``now`` and whether it is ordered by priority.
+    For a caller that keeps its groups from search to search (a group never changes once
+    built): whether it is ordered by priority (``by_priority``, which a caller that knows may
+    pass: any part of an ordered group is ordered) and its ``floor`` at ``now``, counted when
+    first asked.
     """
 
-    __slots__ = ("by_priority", "floor")
+    __slots__ = ("_floor", "_now", "by_priority")
 
-    def __init__(self, victims: Iterable[Admitted], now: float) -> None:
+    def __init__(
+        self, victims: Iterable[Admitted], now: float, *, by_priority: bool | None = None
+    ) -> None:
         super().__init__(victims)
-        self.floor = floor(self, now) if self else _NO_FLOOR
-        self.by_priority = ordered_by_priority(self)
+        self._now = now
+        self._floor: Cost | None = None
+        self.by_priority = ordered_by_priority(self) if by_priority is None else by_priority
+
+    @property
+    def floor(self) -> Cost:
+        """``floor`` of the group (not empty)."""
+        if self._floor is None:
+            self._floor = floor(self, self._now)
+        return self._floor
 
 
 def _floor_of(group: Sequence[Admitted], now: float) -> Cost:
