@@ -262,6 +262,7 @@ class _Cycle:
     # preemptor (``_Failures``).
     settled: Candidates | None = None
     lists: dict[tuple[object, ...], _CandidateList] = field(default_factory=dict)
+    kinds: dict[tuple[object, ...], _CandidateList] = field(default_factory=dict)  # the same
     gone: list[JobKey] = field(default_factory=list)
     failed: dict[tuple[object, ...], _Failures] = field(default_factory=dict)
     reach: dict[tuple[object, ...], dict[str, int]] = field(default_factory=dict)  # ``_Reach``
@@ -519,29 +520,28 @@ def _candidates(
         cycle.settled = Candidates(pool.admitted, pool.teams, pool.preemption, cycle.now)
     borrowers = borrowing_teams(pool.teams, cycle.usage)
     needed = needed_resources(team, gang.usage) if team is not None and within_nominal else None
-    lenders = (
-        reclaimable_teams(team, needed, cycle.usage, pool.teams)
-        if team is not None and needed is not None
-        else None
-    )
     by_team = tuple(sorted((name, tuple(sorted(cycle.usage[name].items()))) for name in borrowers))
     kind: tuple[object, ...] = (gang.team, gang.priority, gang.preempts, needed, by_team)
-    same_list = (
-        *kind[:-1],
-        tuple(name for name, _ in by_team),
-        None if lenders is None else tuple(sorted(lenders)),
-    )
-    listed = cycle.lists.get(same_list)
+    listed = cycle.kinds.get(kind)
     if listed is None:
-        preemptor = Preemptor(gang.team, gang.priority, gang.preempts)
-        found = cycle.settled.of(preemptor, borrowers)
-        if lenders is not None and needed is not None:
-            reclaimable = cycle.settled.reclaimable(lenders, needed)
-            chosen = {v.key for v in reclaimable}
-            found = reclaimable + [v for v in found if v.key not in chosen]
-        listed = cycle.lists[same_list] = _CandidateList(found, cycle.now, len(cycle.gone))
-    else:
-        listed.catch_up(cycle.gone, cycle.domains)
+        # the teams it reclaims from borrow what it needs: a function of the kind too
+        lenders = (
+            reclaimable_teams(team, needed, cycle.usage, pool.teams)
+            if team is not None and needed is not None
+            else None
+        )
+        same_list = (*kind[:-1], borrowers, lenders)
+        listed = cycle.lists.get(same_list)
+        if listed is None:
+            preemptor = Preemptor(gang.team, gang.priority, gang.preempts)
+            found = cycle.settled.of(preemptor, borrowers)
+            if lenders is not None and needed is not None:
+                reclaimable = cycle.settled.reclaimable(lenders, needed)
+                chosen = {v.key for v in reclaimable}
+                found = reclaimable + [v for v in found if v.key not in chosen]
+            listed = cycle.lists[same_list] = _CandidateList(found, cycle.now, len(cycle.gone))
+        cycle.kinds[kind] = listed
+    listed.catch_up(cycle.gone, cycle.domains)
     return listed, kind
 
 
@@ -845,6 +845,10 @@ class _Gains:
         topology = capacity.topology
         self.member = None if level is None else topology.member[level]
         self.own: dict[JobKey, _OwnGain] = {}  # per victim, counted when first given back
+        self.clear()
+
+    def clear(self) -> None:
+        """Count no victim as given back (what each one frees alone stays known)."""
         self.with_victims: dict[int, dict[str, int]] = {}  # crowded node -> free, pods back
         # (of the shape's resources only: the slots count nothing else)
         self.gained: dict[int, int] = {}  # crowded node -> slots it gains
@@ -992,6 +996,12 @@ class _Trial:
         self.given: dict[JobKey, Admitted] = {}
         self.usage = {name: dict(amounts) for name, amounts in cycle.usage.items()}
 
+    def _clear(self) -> None:
+        """Count no victim as given back."""
+        self.gains.clear()
+        self.given = {}
+        self.usage = {name: dict(amounts) for name, amounts in self.cycle.usage.items()}
+
     def __call__(self, victims: Sequence[Admitted]) -> bool | None:
         """``True`` when the gang fits with ``victims`` gone, else ``None``."""
         if not victims:
@@ -1018,7 +1028,11 @@ class _Trial:
             self._move(victims[-1], 1, changed)
         else:
             wanted = {victim.key: victim for victim in victims}
-            for key in [k for k in self.given if k not in wanted]:
+            leaving = [key for key in self.given if key not in wanted]
+            if len(leaving) > len(wanted):  # fewer moves from nothing given back (the pruning)
+                self._clear()
+                leaving = []
+            for key in leaving:
                 self._move(self.given.pop(key), -1, changed)
             for key, victim in wanted.items():
                 if key not in self.given:
