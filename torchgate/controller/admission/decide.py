@@ -55,6 +55,9 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
 - Victim searches are decided per *kind* of preemptor (``_candidates``: team, priority, policy,
   what it reclaims, which teams borrow how much), which shares one candidate list, built from an
   index of the running gangs by team (``preemption.Candidates``) rather than a pass over all.
+  A list, its victim groups per required level (with their floors) and what its gangs hold per
+  team are kept through the cycle's preemptions: a preemption drops its victims from them, and
+  only the groups of the domains the victims held pods in are built again (``_CandidateList``).
   A search that found nothing answers for every later gang of its kind that needs at least as
   much (``_Failures``); none runs when the gang would not fit the pool even empty
   (``Pool.empty``) or when quota would not let it in even with every candidate gone; a domain's
@@ -513,7 +516,8 @@ def _candidates(
     The list depends only on the preemptor's team, priority and policy, on whether it reclaims
     (what, from which teams), and on which teams borrow: gangs alike in all that share one list,
     kept through the cycle's preemptions (``_CandidateList``). Failed searches (``_Failures``)
-    depend on how much those teams borrow too, which is part of the returned kind.
+    depend on how much those teams borrow too, which is part of the returned kind; the teams it
+    reclaims from are a function of the kind, so a list is found by its kind first.
     """
     pool = cycle.pool
     if cycle.settled is None:
@@ -524,7 +528,6 @@ def _candidates(
     kind: tuple[object, ...] = (gang.team, gang.priority, gang.preempts, needed, by_team)
     listed = cycle.kinds.get(kind)
     if listed is None:
-        # the teams it reclaims from borrow what it needs: a function of the kind too
         lenders = (
             reclaimable_teams(team, needed, cycle.usage, pool.teams)
             if team is not None and needed is not None
@@ -983,7 +986,9 @@ class _Trial:
     """Whether the gang fits with some victims gone, the cycle's capacity left as it is.
 
     Successive calls differ by a victim or two (greedy growth, then pruning), so only the
-    difference is counted again (``_Gains``, and the quota usage the victims free).
+    difference is counted again (``_Gains``, and the quota usage the victims free); a call that
+    would take back more victims than it gives back counts from none given back instead (the
+    pruning pass's first try, the last gang added alone).
     """
 
     def __init__(self, cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None) -> None:
