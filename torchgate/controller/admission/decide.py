@@ -55,6 +55,9 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
 - Victim searches are decided per *kind* of preemptor (``_candidates``: team, priority, policy,
   what it reclaims, which teams borrow how much), which shares one candidate list, built from an
   index of the running gangs by team (``preemption.Candidates``) rather than a pass over all.
+  A list, its victim groups per required level (with their floors) and what its gangs hold per
+  team are kept through the cycle's preemptions: a preemption drops its victims from them, and
+  only the groups of the domains the victims held pods in are built again (``_CandidateList``).
   A search that found nothing answers for every later gang of its kind that needs at least as
   much (``_Failures``); none runs when the gang would not fit the pool even empty
   (``Pool.empty``) or when quota would not let it in even with every candidate gone; a domain's
@@ -70,6 +73,7 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
 
 from __future__ import annotations
 
+from bisect import insort
 from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -84,6 +88,7 @@ from torchgate.controller.admission.packing import (
 )
 from torchgate.controller.admission.preemption import (
     Candidates,
+    Group,
     Preemptor,
     cheapest,
     domain_groups,
@@ -253,13 +258,15 @@ class _Cycle:
     # usage by team changes (a gang admitted or preempted for)
     beyond_quota: dict[tuple[object, ...], str] = field(default_factory=dict)
     # The gangs admitted before the cycle and not preempted in it, indexed as candidates (a gang
-    # admitted in this cycle is never a victim in it). Until the next preemption (``_settle``):
-    # candidate lists per kind of preemptor, victim groups per list and level, and victim
-    # searches that failed per kind of preemptor (``_Failures``).
+    # admitted in this cycle is never a victim in it); candidate lists per kind of preemptor
+    # with what is derived from them, kept through preemptions (``_CandidateList``), and the
+    # victims preempted so far, in order (the lists catch up with them when next asked for).
+    # Until the next preemption (``_settle``): victim searches that failed per kind of
+    # preemptor (``_Failures``).
     settled: Candidates | None = None
-    ordered: dict[tuple[object, ...], list[Admitted]] = field(default_factory=dict)
-    held: dict[int, dict[str, dict[str, int]]] = field(default_factory=dict)  # per list: usage
-    groups: dict[tuple[int, int], list[_Group]] = field(default_factory=dict)
+    lists: dict[tuple[object, ...], _CandidateList] = field(default_factory=dict)
+    kinds: dict[tuple[object, ...], _CandidateList] = field(default_factory=dict)  # the same
+    gone: list[JobKey] = field(default_factory=list)
     failed: dict[tuple[object, ...], _Failures] = field(default_factory=dict)
     reach: dict[tuple[object, ...], dict[str, int]] = field(default_factory=dict)  # ``_Reach``
     domains: dict[int, dict[JobKey, frozenset[str]]] = field(default_factory=dict)  # per level
@@ -429,8 +436,8 @@ def _beyond_quota(cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None) -> b
     That depends only on its team, usage, priority and policy and on the usage by team, so it
     answers for every gang alike in those, whatever its shape, until the usage changes.
     """
-    ordered, _ = _candidates(cycle, gang, team, within_nominal=False)
-    return not ordered or not _quota_with_all_gone(cycle, gang, team, ordered)
+    listed, _ = _candidates(cycle, gang, team, within_nominal=False)
+    return not listed.victims or not _quota_with_all_gone(cycle, gang, team, listed)
 
 
 def _shortfall(cycle: _Cycle, gang: WaitingGang) -> str | Shortfall:
@@ -452,16 +459,16 @@ def _preempt(
     pool = cycle.pool
     if _never_fits(pool, gang):
         return None
-    ordered, kind = _candidates(cycle, gang, team, within_nominal=within_nominal)
-    if not ordered:
+    listed, kind = _candidates(cycle, gang, team, within_nominal=within_nominal)
+    if not listed.victims:
         return None
     failures = cycle.failed.setdefault(kind, _Failures())
     if failures.covers(gang):
         return None  # a gang needing no more than this one found no victims (rule 3)
-    if not _quota_with_all_gone(cycle, gang, team, ordered):
+    if not _quota_with_all_gone(cycle, gang, team, listed):
         failures.add(gang)
         return None
-    groups = _groups(cycle, gang, ordered)
+    groups = _groups(cycle, gang, listed)
     reach = _Reach(cycle, gang, groups, kind)
 
     usage_now = cycle.usage
@@ -494,59 +501,60 @@ def _preempt(
 
 
 def _settle(cycle: _Cycle, victims: Sequence[Admitted]) -> None:
-    """``victims`` were preempted: forget what was derived from the candidates they were among."""
+    """``victims`` were preempted: drop them from the candidates; forget failed searches."""
     assert cycle.settled is not None, "victims come from the candidates"
     cycle.settled.remove(victims)
-    cycle.ordered.clear()
-    cycle.held.clear()
-    cycle.groups.clear()
+    cycle.gone.extend(victim.key for victim in victims)
     cycle.failed.clear()
 
 
 def _candidates(
     cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None, *, within_nominal: bool
-) -> tuple[list[Admitted], tuple[object, ...]]:
-    """The gang's victim candidates, reclaimable first (rule 3), and what they depend on.
+) -> tuple[_CandidateList, tuple[object, ...]]:
+    """The gang's victim candidates, reclaimable first (rule 3), and what searches depend on.
 
     The list depends only on the preemptor's team, priority and policy, on whether it reclaims
-    (and what), and on which teams borrow, how much: gangs of those teams may be taken only
-    while their team still borrows. Gangs alike in all that share one list (and one record of
-    failed searches) until the next preemption.
+    (what, from which teams), and on which teams borrow: gangs alike in all that share one list,
+    kept through the cycle's preemptions (``_CandidateList``). Failed searches (``_Failures``)
+    depend on how much those teams borrow too, which is part of the returned kind; the teams it
+    reclaims from are a function of the kind, so a list is found by its kind first.
     """
     pool = cycle.pool
     if cycle.settled is None:
         cycle.settled = Candidates(pool.admitted, pool.teams, pool.preemption, cycle.now)
     borrowers = borrowing_teams(pool.teams, cycle.usage)
     needed = needed_resources(team, gang.usage) if team is not None and within_nominal else None
-    kind: tuple[object, ...] = (
-        gang.team,
-        gang.priority,
-        gang.preempts,
-        needed,
-        tuple(sorted((name, tuple(sorted(cycle.usage[name].items()))) for name in borrowers)),
-    )
-    found = cycle.ordered.get(kind)
-    if found is None:
-        preemptor = Preemptor(gang.team, gang.priority, gang.preempts)
-        found = cycle.settled.of(preemptor, borrowers)
-        if team is not None and needed is not None:
-            reclaimable = cycle.settled.reclaimable(
-                reclaimable_teams(team, needed, cycle.usage, pool.teams), needed
-            )
-            chosen = {v.key for v in reclaimable}
-            found = reclaimable + [v for v in found if v.key not in chosen]
-        cycle.ordered[kind] = found
-    return found, kind
+    by_team = tuple(sorted((name, tuple(sorted(cycle.usage[name].items()))) for name in borrowers))
+    kind: tuple[object, ...] = (gang.team, gang.priority, gang.preempts, needed, by_team)
+    listed = cycle.kinds.get(kind)
+    if listed is None:
+        lenders = (
+            reclaimable_teams(team, needed, cycle.usage, pool.teams)
+            if team is not None and needed is not None
+            else None
+        )
+        same_list = (*kind[:-1], borrowers, lenders)
+        listed = cycle.lists.get(same_list)
+        if listed is None:
+            preemptor = Preemptor(gang.team, gang.priority, gang.preempts)
+            found = cycle.settled.of(preemptor, borrowers)
+            if lenders is not None and needed is not None:
+                reclaimable = cycle.settled.reclaimable(lenders, needed)
+                chosen = {v.key for v in reclaimable}
+                found = reclaimable + [v for v in found if v.key not in chosen]
+            listed = cycle.lists[same_list] = _CandidateList(found, cycle.now, len(cycle.gone))
+        cycle.kinds[kind] = listed
+    listed.catch_up(cycle.gone, cycle.domains)
+    return listed, kind
 
 
-def _groups(cycle: _Cycle, gang: WaitingGang, ordered: list[Admitted]) -> list[_Group]:
+def _groups(cycle: _Cycle, gang: WaitingGang, listed: _CandidateList) -> list[_Group]:
     """All candidates, then per domain of the gang's required level (``group_by_domain``)."""
     topology = cycle.pool.topology
     level = _required_level(topology, gang)
     if level is None:
-        return [_Group(ordered, None, frozenset())]
-    memo = (id(ordered), level)
-    found = cycle.groups.get(memo)
+        return [listed.everyone]
+    found = listed.groups.get(level)
     if found is None:
         known = cycle.domains.setdefault(level, {})
         domain_of = _domain_at(topology, level)
@@ -558,11 +566,11 @@ def _groups(cycle: _Cycle, gang: WaitingGang, ordered: list[Admitted]) -> list[_
                 found = known[victim.key] = frozenset(d for d in touched if d is not None)
             return found
 
-        found = [_Group(ordered, None, frozenset())]
-        for domain, victims in domain_groups(ordered, domains_of).items():
-            touched = frozenset[str]().union(*map(domains_of, victims))
-            found.append(_Group(victims, domain, touched))
-        cycle.groups[memo] = found
+        found = [listed.everyone]
+        ordered = listed.victims.by_priority or None
+        for domain, victims in domain_groups(listed.victims, domains_of).items():
+            found.append(_Group.of(victims, domain, known, cycle.now, by_priority=ordered))
+        listed.groups[level] = found
     return found
 
 
@@ -573,9 +581,99 @@ class _Group:
     ``touched`` names the domains of the required level the group's victims hold pods in.
     """
 
-    victims: list[Admitted]
+    victims: Group
     domain: str | None
     touched: frozenset[str]
+
+    @classmethod
+    def of(
+        cls,
+        victims: list[Admitted],
+        domain: str | None,
+        known: Mapping[JobKey, frozenset[str]],
+        now: float,
+        *,
+        by_priority: bool | None = None,
+    ) -> _Group:
+        """The group of ``victims`` (``known``: each victim's domains of the level)."""
+        touched = frozenset[str]().union(*(known[victim.key] for victim in victims))
+        return cls(Group(victims, now, by_priority=by_priority), domain, touched)
+
+
+class _CandidateList:
+    """One kind of preemptor's candidates (``_candidates``), kept through the cycle's preemptions.
+
+    Invariant: after ``catch_up``, ``victims``, ``held`` and ``groups`` are exactly what they
+    would be if built anew from the candidates left. A list is the merged, cheapest-first heads
+    of the candidates' per-team groups (reclaimable gangs first), so removing preempted gangs
+    from it keeps the rest in order; a domain group is its list's gangs holding pods in the
+    domain, in list order, and the groups are ordered by their first gang's place in the list,
+    then by domain (``preemption.domain_groups``), so only the groups of the domains the
+    preempted gangs held pods in change, and the order is restored by that key.
+    """
+
+    __slots__ = ("_held", "_rank", "everyone", "groups", "members", "now", "seen", "victims")
+
+    def __init__(self, victims: list[Admitted], now: float, seen: int) -> None:
+        self.now, self.seen = now, seen
+        self.victims = Group(victims, now)
+        self.everyone = _Group(self.victims, None, frozenset())  # the group of them all
+        self._rank = {victim.key: number for number, victim in enumerate(victims)}
+        self.members = set(self._rank)
+        self._held: dict[str, dict[str, int]] | None = None
+        self.groups: dict[int, list[_Group]] = {}  # per required level (``_groups``)
+
+    @property
+    def held(self) -> dict[str, dict[str, int]]:
+        """What the candidates hold, per team (``quota.usage_by_team``).
+
+        Kept through preemptions, a team's resource may be counted at 0 where none of its
+        candidates holds it any more (``quota.check_quota`` reads it as absent).
+        """
+        if self._held is None:
+            self._held = usage_by_team(self.victims)
+        return self._held
+
+    def catch_up(
+        self, gone: Sequence[JobKey], known: Mapping[int, Mapping[JobKey, frozenset[str]]]
+    ) -> None:
+        """Drop the candidates preempted since last asked (``gone[seen:]``, in order)."""
+        dropped = self.members.intersection(gone[self.seen :])
+        self.seen = len(gone)
+        if not dropped:
+            return
+        self.members -= dropped
+        left, held = [], self._held
+        for victim in self.victims:
+            if victim.key not in dropped:
+                left.append(victim)
+            elif held is not None and victim.team is not None:
+                used = held[victim.team]
+                for name, amount in victim.usage.items():
+                    used[name] -= amount
+        self.victims = Group(left, self.now, by_priority=self.victims.by_priority or None)
+        self.everyone = _Group(self.victims, None, frozenset())
+        for level, groups in self.groups.items():
+            self.groups[level] = self._regroup(groups, dropped, known[level])
+
+    def _regroup(
+        self, groups: list[_Group], dropped: set[JobKey], known: Mapping[JobKey, frozenset[str]]
+    ) -> list[_Group]:
+        """The domain groups without ``dropped``: only their domains' groups change."""
+        changed = frozenset[str]().union(*(known[key] for key in dropped))
+        kept = [group for group in groups[1:] if group.domain not in changed]
+        ordered = self.victims.by_priority or None
+        for group in groups[1:]:
+            if group.domain in changed:
+                left = [victim for victim in group.victims if victim.key not in dropped]
+                if left:
+                    again = _Group.of(left, group.domain, known, self.now, by_priority=ordered)
+                    insort(kept, again, key=self._place)
+        return [self.everyone, *kept]
+
+    def _place(self, group: _Group) -> tuple[int, str | None]:
+        """Where ``domain_groups`` puts a group: its first gang's place in the list, its domain."""
+        return self._rank[group.victims[0].key], group.domain
 
 
 class _Reach:
@@ -659,15 +757,13 @@ def _never_fits(pool: Pool, gang: WaitingGang) -> bool:
 
 
 def _quota_with_all_gone(
-    cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None, ordered: list[Admitted]
+    cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None, listed: _CandidateList
 ) -> bool:
     """Whether quota lets the gang in with every candidate gone (else no victims can help).
 
-    What the candidates hold is summed per team once per candidate list.
+    What the candidates hold is summed per team once per candidate list (``_CandidateList``).
     """
-    held = cycle.held.get(id(ordered))
-    if held is None:
-        held = cycle.held[id(ordered)] = usage_by_team(ordered)
+    held = listed.held
     left = {name: dict(values) for name, values in cycle.usage.items()}
     for name, values in held.items():
         used = left.setdefault(name, {})
@@ -752,6 +848,10 @@ class _Gains:
         topology = capacity.topology
         self.member = None if level is None else topology.member[level]
         self.own: dict[JobKey, _OwnGain] = {}  # per victim, counted when first given back
+        self.clear()
+
+    def clear(self) -> None:
+        """Count no victim as given back (what each one frees alone stays known)."""
         self.with_victims: dict[int, dict[str, int]] = {}  # crowded node -> free, pods back
         # (of the shape's resources only: the slots count nothing else)
         self.gained: dict[int, int] = {}  # crowded node -> slots it gains
@@ -886,7 +986,9 @@ class _Trial:
     """Whether the gang fits with some victims gone, the cycle's capacity left as it is.
 
     Successive calls differ by a victim or two (greedy growth, then pruning), so only the
-    difference is counted again (``_Gains``, and the quota usage the victims free).
+    difference is counted again (``_Gains``, and the quota usage the victims free); a call that
+    would take back more victims than it gives back counts from none given back instead (the
+    pruning pass's first try, the last gang added alone).
     """
 
     def __init__(self, cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None) -> None:
@@ -898,6 +1000,12 @@ class _Trial:
         self.held: list[Admitted] = []  # ``given`` in the order last asked for
         self.given: dict[JobKey, Admitted] = {}
         self.usage = {name: dict(amounts) for name, amounts in cycle.usage.items()}
+
+    def _clear(self) -> None:
+        """Count no victim as given back."""
+        self.gains.clear()
+        self.given = {}
+        self.usage = {name: dict(amounts) for name, amounts in self.cycle.usage.items()}
 
     def __call__(self, victims: Sequence[Admitted]) -> bool | None:
         """``True`` when the gang fits with ``victims`` gone, else ``None``."""
@@ -925,7 +1033,11 @@ class _Trial:
             self._move(victims[-1], 1, changed)
         else:
             wanted = {victim.key: victim for victim in victims}
-            for key in [k for k in self.given if k not in wanted]:
+            leaving = [key for key in self.given if key not in wanted]
+            if len(leaving) > len(wanted):  # fewer moves from nothing given back (the pruning)
+                self._clear()
+                leaving = []
+            for key in leaving:
                 self._move(self.given.pop(key), -1, changed)
             for key, victim in wanted.items():
                 if key not in self.given:

@@ -61,6 +61,7 @@ from torchgate.pytorchjob.pool import GPUS, PreemptionSettings, TeamQuota
 
 T = TypeVar("T")
 HELD_PRIORITY: Final = 1 << 62
+Cost = tuple[int, int, int, float]  # ``cost``: priority, gangs, GPUs, run seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,7 +262,7 @@ def _longest_drop(
     return low, best
 
 
-def cost(choice: Choice[T], now: float) -> tuple[int, int, int, float]:
+def cost(choice: Choice[T], now: float) -> Cost:
     """How much a set of victims loses (rule 5): priority, gangs, GPUs, run seconds."""
     victims = choice.victims
     return (
@@ -284,12 +285,13 @@ def cheapest(
 
     The winner is the set of least ``cost``, the earliest group's on a tie. ``hopeless(number)``
     says that no set of the victims of group ``number`` can make room (the caller's bound);
-    such a group is not searched, and a hopeless first group ends it.
+    such a group is not searched, and a hopeless first group ends it. A caller that keeps its
+    groups passes them as ``Group``, so that what it knows of each is not counted again.
     """
     listed = list(groups)
     order = _search_order(listed, now)
     best: Choice[T] | None = None
-    bound: tuple[tuple[int, int, int, float], int] | None = None  # ``best``'s cost and group
+    bound: tuple[Cost, int] | None = None  # ``best``'s cost and group
     seen: set[tuple[tuple[str, str], ...]] = set()
     for number, least in order:
         group = listed[number]
@@ -317,7 +319,7 @@ def cheapest(
 
 def _search_order(
     groups: Sequence[Sequence[Admitted]], now: float
-) -> list[tuple[int, tuple[int, int, int, float] | None]]:
+) -> list[tuple[int, Cost | None]]:
     """The non-empty groups to search, in order, each with the least its sets could cost.
 
     The first one searched needs no such bound (``None``): nothing is found before it.
@@ -332,17 +334,53 @@ def _search_order(
     present = [number for number, group in enumerate(groups) if group]
     if not present:
         return []
-    rest = [(floor(groups[number], now), number) for number in present[1:]]
+    rest = [(_floor_of(groups[number], now), number) for number in present[1:]]
     if all(_by_priority(group) for group in groups):
         rest.sort()
     return [(present[0], None), *((number, least) for least, number in rest)]
 
 
+class Group(list[Admitted]):
+    """Candidates searched together, with what ``cheapest`` asks of them counted once.
+
+    For a caller that keeps its groups from search to search (a group never changes once
+    built): whether it is ordered by priority (``by_priority``, which a caller that knows may
+    pass: any part of an ordered group is ordered) and its ``floor`` at ``now``, counted when
+    first asked.
+    """
+
+    __slots__ = ("_floor", "_now", "by_priority")
+
+    def __init__(
+        self, victims: Iterable[Admitted], now: float, *, by_priority: bool | None = None
+    ) -> None:
+        super().__init__(victims)
+        self._now = now
+        self._floor: Cost | None = None
+        self.by_priority = ordered_by_priority(self) if by_priority is None else by_priority
+
+    @property
+    def floor(self) -> Cost:
+        """``floor`` of the group (not empty)."""
+        if self._floor is None:
+            self._floor = floor(self, self._now)
+        return self._floor
+
+
+def _floor_of(group: Sequence[Admitted], now: float) -> Cost:
+    return group.floor if isinstance(group, Group) else floor(group, now)
+
+
 def _by_priority(group: Sequence[Admitted]) -> bool:
+    return group.by_priority if isinstance(group, Group) else ordered_by_priority(group)
+
+
+def ordered_by_priority(group: Sequence[Admitted]) -> bool:
+    """Whether ``group`` lists its gangs by priority, lowest first."""
     return all(a.priority <= b.priority for a, b in pairwise(group))
 
 
-def floor(group: Sequence[Admitted], now: float) -> tuple[int, int, int, float]:
+def floor(group: Sequence[Admitted], now: float) -> Cost:
     """The least any victim set of ``group`` could cost (rule 5): its cheapest gang alone.
 
     A set holds a victim of at least the group's lowest priority and at least one gang, so it

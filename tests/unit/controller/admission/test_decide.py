@@ -16,6 +16,7 @@ from tests.builders.team import parsed_team
 from tests.unit.controller.admission.reference_cycle import reference_decide
 from tests.unit.controller.admission.test_preemption import reference_cheapest
 from tests.unit.controller.admission.test_topology import domains_spanned
+from torchgate.controller.admission import decide as decide_module
 from torchgate.controller.admission.decide import (
     Admit,
     Outcome,
@@ -587,3 +588,73 @@ def test_a_cycle_decides_as_the_cycle_before_it_was_made_incremental_on_any_pool
     assert materialised(decide(pool, gangs, now)) == materialised(
         reference_decide(pool, gangs, now)
     )
+
+
+@settings(max_examples=300, deadline=None)
+@given(crowded_scenarios())
+def test_candidate_lists_kept_through_preemptions_decide_as_lists_built_anew_after_each(
+    scenario: tuple[Pool, list[WaitingGang], float],
+) -> None:
+    pool, gangs, now = scenario
+    kept = materialised(decide(pool, gangs, now))
+    settle = decide_module._settle
+
+    def settle_and_forget(cycle: decide_module._Cycle, victims: Sequence[Admitted]) -> None:
+        settle(cycle, victims)
+        cycle.lists.clear()
+        cycle.kinds.clear()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(decide_module, "_settle", settle_and_forget)
+        assert materialised(decide(pool, gangs, now)) == kept
+
+
+@settings(max_examples=300, deadline=None)
+@given(crowded_scenarios())
+def test_a_kept_candidate_list_groups_and_sums_its_gangs_as_one_built_anew_from_them(
+    scenario: tuple[Pool, list[WaitingGang], float],
+) -> None:
+    pool, gangs, now = scenario
+    groups, sums = decide_module._groups, decide_module._quota_with_all_gone
+
+    def counted(held: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+        """What each team holds, a resource held at 0 as none (``check_quota`` reads it so)."""
+        kept = {
+            name: {r: amount for r, amount in units.items() if amount}
+            for name, units in held.items()
+        }
+        return {name: units for name, units in kept.items() if units}
+
+    def described(found: list[decide_module._Group]) -> list[tuple[object, ...]]:
+        return [
+            (
+                g.domain,
+                [v.key for v in g.victims],
+                g.touched,
+                g.victims.floor,
+                g.victims.by_priority,
+            )
+            for g in found
+        ]
+
+    def checked_groups(
+        cycle: decide_module._Cycle, gang: WaitingGang, listed: decide_module._CandidateList
+    ) -> list[decide_module._Group]:
+        anew = decide_module._CandidateList(list(listed.victims), cycle.now, len(cycle.gone))
+        found = groups(cycle, gang, listed)
+        assert described(found) == described(groups(cycle, gang, anew))
+        return found
+
+    def checked_sums(
+        cycle: decide_module._Cycle,
+        gang: WaitingGang,
+        team: TeamQuota | None,
+        listed: decide_module._CandidateList,
+    ) -> bool:
+        assert counted(listed.held) == counted(usage_by_team(listed.victims))
+        return sums(cycle, gang, team, listed)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(decide_module, "_groups", checked_groups)
+        patch.setattr(decide_module, "_quota_with_all_gone", checked_sums)
+        decide(pool, gangs, now)
