@@ -94,6 +94,7 @@ from torchgate.controller.admission.quota import (
     Fits,
     QuotaWait,
     Reclaims,
+    TeamTotals,
     borrowing,
     borrowing_teams,
     check_quota,
@@ -182,6 +183,9 @@ class Pool:
             and leaves it as it was, so the admitter keeps one across cycles.
         teams: Team name -> quota.
         admitted: Gangs holding capacity now (for quota usage and as preemption candidates).
+        totals: ``quota.TeamTotals`` of ``admitted``, when the caller keeps them (the admitter's
+            ledger does, from events), so the cycle does not sum every running gang's usage;
+            ``None``: summed from ``admitted``. Invariant: equal to ``TeamTotals.of(admitted)``.
         preemption: The admin's protection settings.
         empty: The same nodes with nothing on them (allocatable), when known: no set of
             victims frees more than that (a node never holds more than it allocates), so a gang
@@ -193,6 +197,7 @@ class Pool:
     capacity: Capacity
     teams: Mapping[str, TeamQuota] = field(default_factory=dict)
     admitted: Sequence[Admitted] = ()
+    totals: TeamTotals | None = None
     preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
     empty: Capacity | None = None
     hold_waves: bool = False
@@ -349,7 +354,7 @@ def _decide(
         pool=pool,
         now=now,
         capacity=pool.capacity.fork(),
-        usage=usage_by_team(pool.admitted),
+        usage=_usage_by_team(pool),
     )
     outcomes: dict[JobKey, Outcome] = {key: Wait(key, "Capacity", HELD_BACK) for key in held}
     reservations = Reservations(cycle.capacity, pool.admitted, now)  # rule 5
@@ -365,6 +370,13 @@ def _decide(
                 gang, lambda g: _decide_one(cycle, g, borrow=True)
             ) or Wait(gang.key, "Quota", "waiting for quota")
     return outcomes
+
+
+def _usage_by_team(pool: Pool) -> dict[str, dict[str, int]]:
+    """What each team's admitted gangs hold (rule 1): the kept totals' copy when given."""
+    if pool.totals is None:
+        return usage_by_team(pool.admitted)
+    return {team: dict(used) for team, used in pool.totals.usage.items()}
 
 
 def _memo_key(gang: WaitingGang) -> tuple[object, ...]:
