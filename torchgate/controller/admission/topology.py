@@ -804,9 +804,9 @@ def distribute(
     key) or, at the finest level, nodes of its own (their index orders them by name); a domain of
     one node puts every pod on it.
     """
-    sole = topology.sole[domain]
-    if sole >= 0:
-        return [(sole, count)]
+    sole = topology.sole
+    if sole[domain] >= 0:
+        return [(sole[domain], count)]
     found = topology.domains[domain]
     units: list[tuple[int, int, int]]  # (slots, order among siblings, child domain or node)
     if found.children:
@@ -819,7 +819,8 @@ def distribute(
     out: list[tuple[int, int]] = []
     remaining = count
     taken: set[int] = set()  # positions in ``units``
-    roomiest: list[int] | None = None
+    roomiest: list[int] = []  # positions, roomiest first, once no child holds the rest
+    next_roomiest = 0  # ``roomiest`` before it are taken (taken stays taken)
     while remaining > 0:
         at = bisect_left(units, (remaining,))
         while at in taken:
@@ -827,15 +828,20 @@ def distribute(
         if at < len(units):
             share = remaining  # the tightest child holding the rest
         else:
-            if roomiest is None:
+            if not roomiest:
                 roomiest = sorted(range(len(units)), key=lambda i: (-units[i][0], units[i][1]))
-            at = next(i for i in roomiest if i not in taken)
+            while roomiest[next_roomiest] in taken:
+                next_roomiest += 1
+            at = roomiest[next_roomiest]
             share = units[at][0]
         taken.add(at)
-        if nested:
-            out.extend(distribute(topology, node_slots, domain_slots, units[at][2], share))
+        child = units[at][2]
+        if not nested:
+            out.append((child, share))
+        elif sole[child] >= 0:
+            out.append((sole[child], share))
         else:
-            out.append((units[at][2], share))
+            out.extend(distribute(topology, node_slots, domain_slots, child, share))
         remaining -= share
     return out
 
