@@ -411,6 +411,26 @@ class Capacity:
 
     KEEP_UNUSED_FORKS: Final = 16  # a shape no fork asked about in this many forks is dropped
 
+    __slots__ = (
+        "_changed",
+        "_edited",
+        "_edits",
+        "_forked_at",
+        "_forks",
+        "_last",
+        "_memo",
+        "_origin",
+        "_shared",
+        "_slots",
+        "_sums",
+        "_sums_used",
+        "_used",
+        "_version",
+        "_was",
+        "free",
+        "topology",
+    )
+
     def __init__(self, topology: Topology, free: Mapping[str, Units]) -> None:
         """Take a copy of ``free`` (node name -> milli-units); unknown nodes have nothing."""
         self.topology = topology
