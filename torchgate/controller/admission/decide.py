@@ -40,7 +40,9 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
 
 - It decides on a fork of the capacity the admitter keeps (``Pool.capacity``, updated from
   events), so it copies nothing per node; placement asks per-level slot indexes
-  (``topology.Capacity``) instead of walking the domains.
+  (``topology.Capacity``) instead of walking the domains. The usage by team it starts from is
+  the totals the admitter's ledger keeps from events (``Pool.totals``), not a sum over every
+  running gang.
 - Within a cycle free capacity only shrinks and quota usage only grows, except through a
   preemption, so a gang of the same team, shape, size, usage, topology request, priority and
   policy (and run limit: ``backfill`` rule 4) as one that already failed fails too and is
