@@ -256,11 +256,11 @@ def build_topology(
     for ranked in by_rank:
         for position, domain in enumerate(ranked):
             rank[domain] = position
-    sole = [-1] * len(domains)
-    for node, chain in enumerate(ancestors):
-        for domain in chain:
+    only_node = [-1] * len(domains)
+    for position, its_domains in enumerate(ancestors):
+        for domain in its_domains:
             if domains[domain].node_count == 1:
-                sole[domain] = node
+                only_node[domain] = position
     return Topology(
         levels=tuple(levels),
         node_names=tuple(names),
@@ -271,7 +271,7 @@ def build_topology(
         member=member,
         rank=tuple(rank),
         by_rank=by_rank,
-        sole=tuple(sole),
+        sole=tuple(only_node),
     )
 
 
