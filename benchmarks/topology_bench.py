@@ -42,7 +42,7 @@ from typing import Any
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.decide import Admit, Pool, Preempt, Wait, WaitingGang, decide
 from torchgate.controller.admission.nodes import PodDemand
-from torchgate.controller.admission.quota import Admitted, usage_by_team
+from torchgate.controller.admission.quota import Admitted, TeamTotals, usage_by_team
 from torchgate.controller.admission.topology import Capacity, build_topology, shape_of
 from torchgate.pytorchjob.pool import (
     GPUS,
@@ -326,7 +326,8 @@ def build(
     )
     if quota_full:
         pool, gangs = _settle(rng, pool, gangs, priorities)
-    return pool, gangs, labelled
+    # As the admitter gives them: the running gangs' totals by team kept apart (its ledger's).
+    return replace(pool, totals=TeamTotals.of(pool.admitted)), gangs, labelled
 
 
 def summary(outcomes: Sequence[Admit | Preempt | Wait]) -> Mapping[str, int]:

@@ -376,9 +376,10 @@ class Admitter:
         if starved is not None:  # nothing behind a starving job jumps the queue
             ready = ready[: starved + 1]
             outcomes = {o.key: o for o in decide(pool, gangs[: starved + 1], wall)}
+        assert pool.totals is not None, "the facts carry the ledger's totals"
         self.team_status = team_statuses(
             teams,
-            self.ledger.team_totals(owner, wall),
+            pool.totals,
             (owner.get(key[0]) for key in self.queue.waiting),
         )
         places = _Places(lambda: self._ranked(owner, teams, now))
@@ -534,6 +535,7 @@ class Admitter:
             capacity=capacity,
             teams=teams,
             admitted=self.ledger.holding(owner, wall),
+            totals=self.ledger.team_totals(owner, wall),
             preemption=protection(s.preemption for s in settings),
             empty=empty,
         )

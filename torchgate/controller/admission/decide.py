@@ -40,7 +40,9 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
 
 - It decides on a fork of the capacity the admitter keeps (``Pool.capacity``, updated from
   events), so it copies nothing per node; placement asks per-level slot indexes
-  (``topology.Capacity``) instead of walking the domains.
+  (``topology.Capacity``) instead of walking the domains. The usage by team it starts from is
+  the totals the admitter's ledger keeps from events (``Pool.totals``), not a sum over every
+  running gang.
 - Within a cycle free capacity only shrinks and quota usage only grows, except through a
   preemption, so a gang of the same team, shape, size, usage, topology request, priority and
   policy (and run limit: ``backfill`` rule 4) as one that already failed fails too and is
@@ -99,6 +101,7 @@ from torchgate.controller.admission.quota import (
     Fits,
     QuotaWait,
     Reclaims,
+    TeamTotals,
     borrowing,
     borrowing_teams,
     check_quota,
@@ -187,6 +190,9 @@ class Pool:
             and leaves it as it was, so the admitter keeps one across cycles.
         teams: Team name -> quota.
         admitted: Gangs holding capacity now (for quota usage and as preemption candidates).
+        totals: ``quota.TeamTotals`` of ``admitted``, when the caller keeps them (the admitter's
+            ledger does, from events), so the cycle does not sum every running gang's usage;
+            ``None``: summed from ``admitted``. Invariant: equal to ``TeamTotals.of(admitted)``.
         preemption: The admin's protection settings.
         empty: The same nodes with nothing on them (allocatable), when known: no set of
             victims frees more than that (a node never holds more than it allocates), so a gang
@@ -198,6 +204,7 @@ class Pool:
     capacity: Capacity
     teams: Mapping[str, TeamQuota] = field(default_factory=dict)
     admitted: Sequence[Admitted] = ()
+    totals: TeamTotals | None = None
     preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
     empty: Capacity | None = None
     hold_waves: bool = False
@@ -356,7 +363,7 @@ def _decide(
         pool=pool,
         now=now,
         capacity=pool.capacity.fork(),
-        usage=usage_by_team(pool.admitted),
+        usage=_usage_by_team(pool),
     )
     outcomes: dict[JobKey, Outcome] = {key: Wait(key, "Capacity", HELD_BACK) for key in held}
     reservations = Reservations(cycle.capacity, pool.admitted, now)  # rule 5
@@ -372,6 +379,13 @@ def _decide(
                 gang, lambda g: _decide_one(cycle, g, borrow=True)
             ) or Wait(gang.key, "Quota", "waiting for quota")
     return outcomes
+
+
+def _usage_by_team(pool: Pool) -> dict[str, dict[str, int]]:
+    """What each team's admitted gangs hold (rule 1): the kept totals' copy when given."""
+    if pool.totals is None:
+        return usage_by_team(pool.admitted)
+    return {team: dict(used) for team, used in pool.totals.usage.items()}
 
 
 def _memo_key(gang: WaitingGang) -> tuple[object, ...]:

@@ -185,6 +185,7 @@ class Topology:
     member: tuple[tuple[int, ...], ...]  # per level, per node: its domain there
     rank: tuple[int, ...]  # per domain: its place in its level by fewest nodes, then key (rule 3)
     by_rank: tuple[tuple[int, ...], ...]  # per level: its domains in that order
+    sole: tuple[int, ...]  # per domain: its only node when it has one node, else -1
 
     def domain_of(self, node_name: str, level: int) -> int | None:
         """The domain holding ``node_name`` at ``level``, ``None`` for an unknown node or level."""
@@ -255,6 +256,11 @@ def build_topology(
     for ranked in by_rank:
         for position, domain in enumerate(ranked):
             rank[domain] = position
+    only_node = [-1] * len(domains)
+    for position, its_domains in enumerate(ancestors):
+        for domain in its_domains:
+            if domains[domain].node_count == 1:
+                only_node[domain] = position
     return Topology(
         levels=tuple(levels),
         node_names=tuple(names),
@@ -265,6 +271,7 @@ def build_topology(
         member=member,
         rank=tuple(rank),
         by_rank=by_rank,
+        sole=tuple(only_node),
     )
 
 
@@ -403,6 +410,26 @@ class Capacity:
     """
 
     KEEP_UNUSED_FORKS: Final = 16  # a shape no fork asked about in this many forks is dropped
+
+    __slots__ = (
+        "_changed",
+        "_edited",
+        "_edits",
+        "_forked_at",
+        "_forks",
+        "_last",
+        "_memo",
+        "_origin",
+        "_shared",
+        "_slots",
+        "_sums",
+        "_sums_used",
+        "_used",
+        "_version",
+        "_was",
+        "free",
+        "topology",
+    )
 
     def __init__(self, topology: Topology, free: Mapping[str, Units]) -> None:
         """Take a copy of ``free`` (node name -> milli-units); unknown nodes have nothing."""
@@ -643,23 +670,25 @@ class Capacity:
             del self._changed[mark:]
 
     def _adjust(self, nodes: Mapping[str, str], requests: Mapping[str, Units], sign: int) -> None:
-        index, shared = self.topology.index, self._shared
+        index, shared, all_free = self.topology.index, self._shared, self.free
+        changed, edited, edits = self._changed, self._edited, self._edits
         for pod, node_name in nodes.items():
             node = index.get(node_name)
             if node is None:
                 continue
-            free = self.free[node]
+            free = all_free[node]
             if shared is None:
                 self._sums.clear()  # changed in place: ``have`` counts on the nodes
             elif node not in shared:
                 self._was[node] = free
-                free = self.free[node] = dict(free)
+                free = all_free[node] = dict(free)
                 shared.add(node)
             for name, amount in (requests.get(pod) or {}).items():
                 free[name] = free.get(name, 0) + sign * amount
-            self._changed.append(node)
-            self._edits += 1
-            self._edited[node] = self._edits
+            changed.append(node)
+            edits += 1
+            edited[node] = edits
+        self._edits = edits
 
     def _count(self, shape: Shape) -> Slots:
         topology = self.topology
@@ -685,17 +714,33 @@ class Capacity:
         return Slots(topology.by_rank, nodes, domains, values, masks, len(self._changed))
 
     def _catch_up(self, shape: Shape, slots: Slots) -> None:
-        topology = self.topology
+        """Count ``shape``'s slots again on the nodes changed since ``slots`` last looked.
+
+        Rule 1 is counted inline (``slots_of`` once per changed node and shape is the bulk of a
+        busy cycle's placing); each domain's count moves once by its nodes' summed change.
+        """
+        topology, changed = self.topology, self._changed
         allowed, names, ancestors = shape.allowed, topology.node_names, topology.ancestors
         per_node, per_domain, free = slots.nodes, slots.domains, self.free
+        pod, one_per_node, spare = shape.pod, shape.one_per_node, slots.spare
+        fresh = changed[slots.seen :]
         deltas: dict[int, int] = {}
-        spare = slots.spare
-        for node in set(self._changed[slots.seen :]):
+        for node in set(fresh) if len(fresh) > 1 else fresh:
             if allowed is not None and names[node] not in allowed:
                 continue
-            after = slots_of(free[node], shape)
+            have = free[node]
+            after = UNBOUNDED
+            for name, amount in pod:
+                fit = have.get(name, 0) // amount
+                if fit < after:
+                    after = fit
+                    if fit <= 0:
+                        after = 0
+                        break
+            if one_per_node and after:
+                after = 1
             if spare is not None:
-                slots.set_spare(node, spare_of(free[node], shape, after))
+                slots.set_spare(node, spare_of(have, shape, after))
             delta = after - per_node[node]
             if delta:
                 per_node[node] = after
@@ -709,7 +754,7 @@ class Capacity:
                 level = domains[domain].level
                 if level >= 0:
                     move(level, rank[domain], before, before + delta)
-        slots.seen = len(self._changed)
+        slots.seen = len(changed)
 
 
 def _totals(free: Iterable[Units]) -> dict[str, int]:
@@ -773,24 +818,29 @@ def distribute(
 ) -> list[tuple[int, int]]:
     """``(node index, pods)`` pairs for ``count`` pods in ``domain``, depth-first (rule 4).
 
-    The children with room are sorted tightest first (slots, nodes, domains before nodes, key),
-    so the tightest child holding what remains is the first one not taken from where the slots
-    reach it.
+    The children with room are sorted tightest first (slots, nodes, key), so the tightest child
+    holding what remains is the first one not taken from where the slots reach it. A domain has
+    either child domains (all of the next level, so ``Topology.rank`` orders them by nodes, then
+    key) or, at the finest level, nodes of its own (their index orders them by name); a domain of
+    one node puts every pod on it.
     """
+    sole = topology.sole
+    if sole[domain] >= 0:
+        return [(sole[domain], count)]
     found = topology.domains[domain]
-    units: list[tuple[int, int, int, tuple[str, ...], bool, int]] = []
-    for child in found.children:
-        if domain_slots[child]:
-            d = topology.domains[child]
-            units.append((domain_slots[child], d.node_count, 0, d.key, True, child))
-    for node in found.nodes:
-        if node_slots[node]:
-            units.append((node_slots[node], 1, 1, (topology.node_names[node],), False, node))
+    units: list[tuple[int, int, int]]  # (slots, order among siblings, child domain or node)
+    if found.children:
+        rank = topology.rank
+        units = [(domain_slots[c], rank[c], c) for c in found.children if domain_slots[c]]
+    else:
+        units = [(node_slots[n], n, n) for n in found.nodes if node_slots[n]]
     units.sort()
+    nested = bool(found.children)
     out: list[tuple[int, int]] = []
     remaining = count
     taken: set[int] = set()  # positions in ``units``
-    roomiest: list[int] | None = None
+    roomiest: list[int] = []  # positions, roomiest first, once no child holds the rest
+    next_roomiest = 0  # ``roomiest`` before it are taken (taken stays taken)
     while remaining > 0:
         at = bisect_left(units, (remaining,))
         while at in taken:
@@ -798,19 +848,20 @@ def distribute(
         if at < len(units):
             share = remaining  # the tightest child holding the rest
         else:
-            if roomiest is None:
-                roomiest = sorted(
-                    range(len(units)),
-                    key=lambda i: (-units[i][0], units[i][1], units[i][2], units[i][3]),
-                )
-            at = next(i for i in roomiest if i not in taken)
+            if not roomiest:
+                roomiest = sorted(range(len(units)), key=lambda i: (-units[i][0], units[i][1]))
+            while roomiest[next_roomiest] in taken:
+                next_roomiest += 1
+            at = roomiest[next_roomiest]
             share = units[at][0]
         taken.add(at)
-        unit = units[at]
-        if unit[4]:
-            out.extend(distribute(topology, node_slots, domain_slots, unit[5], share))
+        child = units[at][2]
+        if not nested:
+            out.append((child, share))
+        elif sole[child] >= 0:
+            out.append((sole[child], share))
         else:
-            out.append((unit[5], share))
+            out.extend(distribute(topology, node_slots, domain_slots, child, share))
         remaining -= share
     return out
 

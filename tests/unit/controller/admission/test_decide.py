@@ -26,7 +26,7 @@ from torchgate.controller.admission.decide import (
     WaitingGang,
     decide,
 )
-from torchgate.controller.admission.quota import Admitted, usage_by_team
+from torchgate.controller.admission.quota import Admitted, TeamTotals, usage_by_team
 from torchgate.controller.admission.topology import Capacity, build_topology
 from torchgate.pytorchjob.pool import GPUS, PreemptionSettings, TeamQuota, TopologyRequest
 
@@ -320,6 +320,16 @@ def test_a_quota_wait_after_an_admission_names_the_usage_after_it() -> None:
     assert isinstance(outcomes["b-one"], Admit)
     assert after.message == by_key(decide(pool, gangs[1:], 0.0))["b-wide-after"].message
     assert after.message != first.message, "b-one took the team's quota between them"
+
+
+def test_quota_usage_is_read_from_the_kept_team_totals_when_given() -> None:
+    pool = pool_with(rack_nodes(1, 4), teams=[parsed_team("a", 8, borrowing=0)])
+    held = Admitted(("ns", "elsewhere"), "a", 0, {GPUS: 8000}, 0.0)
+    kept = replace(pool, totals=TeamTotals.of([held]))
+    assert isinstance(decide(pool, [waiting("a1", pods=1, team="a")], 0.0)[0], Admit)
+    outcome = decide(kept, [waiting("a1", pods=1, team="a")], 0.0)[0]
+    assert isinstance(outcome, Wait)
+    assert outcome.kind == "Quota"
 
 
 def test_quota_reasons_are_reported() -> None:
@@ -658,3 +668,13 @@ def test_a_kept_candidate_list_groups_and_sums_its_gangs_as_one_built_anew_from_
         patch.setattr(decide_module, "_groups", checked_groups)
         patch.setattr(decide_module, "_quota_with_all_gone", checked_sums)
         decide(pool, gangs, now)
+
+
+@settings(max_examples=100, deadline=None)
+@given(scenarios())
+def test_a_cycle_given_the_kept_team_totals_decides_as_one_summing_the_running_gangs(
+    scenario: tuple[Pool, list[WaitingGang], float],
+) -> None:
+    pool, gangs, now = scenario
+    kept = replace(pool, totals=TeamTotals.of(pool.admitted))
+    assert materialised(decide(kept, gangs, now)) == materialised(decide(pool, gangs, now))
