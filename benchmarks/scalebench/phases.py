@@ -34,7 +34,8 @@ Rules:
 - The webhook probe runs through the last burst and the stream; its idle figures are the reference.
 - With ``--apiserver-profile-seconds``, a CPU profile of the apiserver (its ``/debug/pprof``) is
   taken inside every burst, plain and controller, starting a few seconds after the burst starts
-  (while its pods are being created), and saved as ``apiserver-<nodes>-<plain|controller>-<round>
+  (3 s for the plain script, 8 s for the controller, whose jobs are submitted first: while the
+  pods are being created), and saved as ``apiserver-<nodes>-<plain|controller>-<round>
   .pprof`` in ``--out-dir``: where the apiserver's time goes in each, for ``go tool pprof``.
 - The controller's RSS (``VmRSS``) is sampled twice a second with the number of pods then in the
   namespace; per 1,000 pods is (RSS at the most pods held - RSS before any job) / thousands of pods
@@ -270,6 +271,7 @@ async def controller_phase(
             profile_apiserver(
                 api, args.apiserver_profile_seconds,
                 args.out_dir / f"apiserver-{nodes}-controller-{number}.pprof",
+                delay=8.0,  # the jobs are submitted first; their pods follow
             )
         )  # fmt: skip
         await bounded([submit_burst(i, n) for i, n in enumerate(burst)], SUBMIT_CONCURRENCY)
