@@ -1,14 +1,24 @@
-"""What each kind of write the controller makes costs the apiserver, in CPU time per request.
+"""What each kind of request the controller makes costs the apiserver, in CPU time per request.
 
 A benchmark, not a test: it prints figures and writes them as JSON; it asserts nothing.
 
 Why: on the controller benchmark's 2-core rig the apiserver is the bottleneck, so the controller's
 pod-creation rate relative to a plain script depends on what else it asks of the apiserver per job
-(a Service, status patches, Events). This measures those requests one kind at a time, on an idle
-local control plane (no nodes: nothing schedules), as the apiserver's own CPU seconds
-(``/proc/PID/stat``) per request: ``--count`` requests of each kind, 32 at a time, bodies built
-by torchgate's own code (``build_pod``, ``build_service``, a training-operator-shaped status),
-sent through ``torchgate.kube.client.KubeClient``.
+(a Service, status patches, Events, its watches, the admission webhook's calls). This measures
+those one kind at a time, on an idle local control plane (no nodes, and the pods gated: nothing
+schedules), as the apiserver's own CPU seconds (``/proc/PID/stat``) per request, and
+kube-controller-manager's (owner references are its garbage collector's work): ``--count``
+requests of each kind, 32 at a time, bodies built by torchgate's own code (``build_pod``,
+``build_service``, a training-operator-shaped status), sent through
+``torchgate.kube.client.KubeClient``.
+
+Priced apart, each against the row it differs from by one thing:
+- pods with and without ``ownerReferences`` (the controller's pods name their job; the plain
+  script's name nothing);
+- pods created while ``--watchers`` more JSON watches of every pod are open, as the controller's
+  informer is: the difference per watcher is what one more watcher costs per pod event;
+- PyTorchJob creates with the real ``torchgate webhook`` registered for them (mutating and
+  validating, as ``torchgate_dev.devcluster`` registers it), against the same creates without.
 
 Run: ``.venv/bin/python benchmarks/apiserver_costs.py [--count 400] [--out results.json]``.
 """
@@ -18,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -28,6 +39,7 @@ from typing import Any
 
 # The script's folder is first on sys.path when it runs, so its sibling imports as a module.
 from controller_bench import REPO, bounded, connect, cpu_seconds, gang
+from scalebench.webhookprobe import certificates, start_webhook, wait_ready
 
 from torchgate.controller.job.pods import build_pod, build_service
 from torchgate.controller.job.status import format_time, replica_statuses, set_condition
@@ -36,6 +48,9 @@ from torchgate.kube.errors import ApiError
 from torchgate.pytorchjob.spec import JobSpec, parse_job
 from torchgate_dev.controlplane.binaries import ensure_binaries
 from torchgate_dev.controlplane.cluster import ControlPlane
+from torchgate_dev.controlplane.processes import terminate
+from torchgate_dev.devcluster import webhook_configurations
+from torchgate_dev.node.registry import free_port
 
 NAMESPACE = "costs"
 CONCURRENCY = 32
@@ -56,28 +71,68 @@ async def failure(call: Awaitable[Any]) -> int:
 
 
 async def measure(
-    apiserver_pid: int, label: str, calls: Sequence[Awaitable[Any]]
+    pids: dict[str, int], label: str, calls: Sequence[Awaitable[Any]]
 ) -> dict[str, Any]:
+    """Send ``calls``; the apiserver's (and every other ``pids``' process's) CPU ms per call.
+
+    The window ends 1.5 s after the last answer, so the watch fan-out and the garbage collector's
+    work of the last calls are inside it.
+    """
     await asyncio.sleep(1.5)  # let the previous kind's watch fan-out settle
-    cpu_before, started = cpu_seconds(apiserver_pid), time.monotonic()
+    before, started = cpu_by_process(pids), time.monotonic()
     results = await bounded([failure(c) for c in calls], CONCURRENCY)
     elapsed = time.monotonic() - started
-    cpu = cpu_seconds(apiserver_pid) - cpu_before
+    await asyncio.sleep(1.5)
+    after = cpu_by_process(pids)
     failed = [status for status in results if status]
     if failed:
         raise RuntimeError(f"{label}: {len(failed)} requests failed, e.g. HTTP {failed[0]}")
-    row = {
+    row: dict[str, Any] = {
         "request": label,
         "count": len(calls),
         "per_second": len(calls) / elapsed,
-        "apiserver_cpu_ms_each": 1000 * cpu / len(calls),
+        "apiserver_cpu_ms_each": 1000
+        * (after["kube-apiserver"] - before["kube-apiserver"])
+        / len(calls),
+        "cpu_ms_each_by_process": {
+            name: round(1000 * (after[name] - before[name]) / len(calls), 3)
+            for name in after
+            if name in before
+        },
     }
+    others = ", ".join(
+        f"{name} {ms:.2f}"
+        for name, ms in row["cpu_ms_each_by_process"].items()
+        if name != "kube-apiserver"
+    )
     print(
-        f"{label:34s} {row['per_second']:6.0f}/s"
-        f"  apiserver CPU {row['apiserver_cpu_ms_each']:5.2f} ms each",
+        f"{label:48s} {row['per_second']:6.0f}/s"
+        f"  apiserver CPU {row['apiserver_cpu_ms_each']:5.2f} ms each ({others})",
         file=sys.stderr,
     )
     return row
+
+
+def cpu_by_process(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds so far of each process of ``pids`` still running."""
+    seconds = {}
+    for name, pid in pids.items():
+        try:
+            seconds[name] = cpu_seconds(pid)
+        except OSError:
+            continue
+    return seconds
+
+
+async def drain(api: KubeClient, path: str) -> None:
+    """Watch ``path`` from now on and discard every event (a watcher like the controller's)."""
+    listing = await api.request("GET", path, query={"limit": "1"})
+    version = str(listing["metadata"]["resourceVersion"])
+    while True:
+        query = {"resourceVersion": version, "allowWatchBookmarks": "true", "timeoutSeconds": "300"}
+        async for event in api.watch(path, query):
+            metadata = (event.get("object") or {}).get("metadata") or {}
+            version = str(metadata.get("resourceVersion") or version)
 
 
 def status_body(job: JobSpec, *, active_workers: int) -> dict[str, Any]:
@@ -114,16 +169,19 @@ def event_about(job_name: str) -> dict[str, Any]:
     }
 
 
-async def run(plane: ControlPlane, count: int) -> list[dict[str, Any]]:
+async def run(plane: ControlPlane, count: int, watchers: int, work: Path) -> list[dict[str, Any]]:
     api: KubeClient = connect(plane)
-    pid = plane.pids()["kube-apiserver"]
+    watching: KubeClient = connect(plane)
+    pids = plane.pids()
     jobs_path = f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/pytorchjobs"
     core_path = f"/api/v1/namespaces/{NAMESPACE}"
     rows = []
 
-    async def post_all(label: str, path: str, bodies: list[dict[str, Any]]) -> None:
+    async def post_all(
+        label: str, path: str, bodies: list[dict[str, Any]], processes: dict[str, int] = pids
+    ) -> None:
         calls = [api.request("POST", path, body=b) for b in bodies]
-        rows.append(await measure(pid, label, calls))
+        rows.append(await measure(processes, label, calls))
 
     try:
         names = [f"job-{i:04d}" for i in range(count)]
@@ -137,10 +195,32 @@ async def run(plane: ControlPlane, count: int) -> list[dict[str, Any]]:
                 raise RuntimeError(f"{name}: {errors}")
             jobs.append((raw, spec))
         gpu = "nvidia.com/gpu"
-        pods = [
-            build_pod(raw, spec, "Worker", 0, node=None, attempt=1, gpus=gpu) for raw, spec in jobs
-        ]
-        await post_all("POST pods", f"{core_path}/pods", pods)
+
+        def pods(index: int, *, owned: bool) -> list[dict[str, Any]]:
+            built = []
+            for raw, spec in jobs:
+                pod = build_pod(raw, spec, "Worker", index, node=None, attempt=1, gpus=gpu)
+                # No node exists: kube-scheduler would retry every pod and patch its status
+                # inside the later rows' windows. A gated pod is left alone.
+                pod["spec"]["schedulingGates"] = [{"name": "costs.torchgate.io/hold"}]
+                if not owned:
+                    pod["metadata"].pop("ownerReferences", None)
+                built.append(pod)
+            return built
+
+        await post_all("POST pods", f"{core_path}/pods", pods(0, owned=True))
+        await post_all(
+            "POST pods without ownerReferences", f"{core_path}/pods", pods(1, owned=False)
+        )
+        tasks = [asyncio.create_task(drain(watching, "/api/v1/pods")) for _ in range(watchers)]
+        try:
+            await post_all(
+                f"POST pods, {watchers} more pod watchers", f"{core_path}/pods", pods(2, owned=True)
+            )
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
         for label, active in (("first", 0), ("second", 3)):  # the second changes the counts
             patches = [
                 api.request(
@@ -151,18 +231,54 @@ async def run(plane: ControlPlane, count: int) -> list[dict[str, Any]]:
                 )
                 for _, spec in jobs
             ]
-            rows.append(await measure(pid, f"PATCH pytorchjobs/status ({label})", patches))
+            rows.append(await measure(pids, f"PATCH pytorchjobs/status ({label})", patches))
         await post_all("POST events", f"{core_path}/events", [event_about(n) for n in names])
         services = [build_service(raw, spec, "Master", 0) for raw, spec in jobs]
         await post_all("POST services (headless, master)", f"{core_path}/services", services)
+        webhook = await register_webhook(plane, api, work)
+        try:
+            manifests = [gang(f"hooked-{i:04d}", NAMESPACE, 5) for i in range(count)]
+            await post_all(
+                "POST pytorchjobs through the webhook",
+                jobs_path,
+                manifests,
+                processes={**pids, "torchgate webhook": webhook.pid},
+            )
+        finally:
+            terminate(webhook, grace=10)
     finally:
         await api.close()
+        await watching.close()
     return rows
+
+
+async def register_webhook(
+    plane: ControlPlane, api: KubeClient, work: Path
+) -> subprocess.Popen[bytes]:
+    """The real ``torchgate webhook`` on loopback, registered for PyTorchJobs; its process."""
+    tls = work / "tls"
+    context = certificates(tls)
+    port = free_port()
+    webhook = start_webhook(plane, tls, port, work / "webhook.log")
+    await wait_ready(f"https://127.0.0.1:{port}/readyz", context)
+    configurations = webhook_configurations(
+        f"https://127.0.0.1:{port}", ca_bundle=(tls / "ca.crt").read_bytes()
+    )
+    for configuration in configurations:
+        plural = configuration["kind"].lower() + "s"
+        await api.request(
+            "POST", f"/apis/admissionregistration.k8s.io/v1/{plural}", body=configuration
+        )
+    await asyncio.sleep(2)  # the apiserver picks up new webhook configurations within a second
+    return webhook
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=400, help="requests of each kind")
+    parser.add_argument(
+        "--watchers", type=int, default=8, help="more watches of every pod, to price one apart"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "apiserver.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tg-costs-") as tmp:
@@ -181,9 +297,11 @@ def main() -> int:
                 plane.kubectl("get", "sa", "default", "-n", NAMESPACE, check=False).returncode != 0
             ):
                 time.sleep(0.2)
-            rows = asyncio.run(run(plane, args.count))
+            rows = asyncio.run(run(plane, args.count, args.watchers, Path(tmp)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"count": args.count, "rows": rows}, indent=2))
+    args.out.write_text(
+        json.dumps({"count": args.count, "watchers": args.watchers, "rows": rows}, indent=2)
+    )
     print(f"written to {args.out}")
     return 0
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
-from controllerbench.stats import write_counts
+from controllerbench.stats import request_counts, write_counts
 from torchgate.kube.client import KubeClient
 from torchgate.kube.errors import NotFound
 from torchgate.kube.informer import Informer
@@ -83,9 +83,14 @@ async def metrics_text(client: KubeClient) -> str:
         return await response.text()
 
 
+async def apiserver_requests(api: KubeClient) -> dict[str, float]:
+    """The apiserver's own count of requests so far by verb and resource, and of watch events."""
+    return request_counts(await metrics_text(api))
+
+
 async def apiserver_writes(api: KubeClient) -> dict[str, float]:
     """The apiserver's own count of write requests so far, by verb and resource."""
-    return write_counts(await metrics_text(api))
+    return write_counts(await apiserver_requests(api))
 
 
 async def bounded(calls: Sequence[Awaitable[T]], limit: int) -> list[T]:

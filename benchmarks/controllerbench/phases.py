@@ -105,6 +105,9 @@ async def baseline(
         "apiserver_writes_per_pod_in_window": rate_sampler.writes_by_kind(
             times[0], times[-1], len(pods)
         ),
+        "apiserver_reads_per_pod_in_window": rate_sampler.reads_by_kind(
+            times[0], times[-1], len(pods)
+        ),
         "machine_cpu_busy": rate_sampler.cpu_busy(times[0], times[-1]),
         "cpu_cores_by_process": rate_sampler.process_cpu_share(times[0], times[-1]),
     }

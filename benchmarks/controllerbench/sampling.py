@@ -1,7 +1,8 @@
-"""What the rig does while a rate is taken: apiserver writes, the controller's creates, CPU.
+"""What the rig does while a rate is taken: apiserver requests, the controller's creates, CPU.
 
 Rules:
-- Twice a second: the apiserver's write count, the machine's busy CPU ticks (``/proc/stat``) and
+- Twice a second: the apiserver's request and watch-event counts (writes are the POST, PUT,
+  PATCH and DELETE among them), the machine's busy CPU ticks (``/proc/stat``) and
   each process's CPU seconds (``/proc/PID/stat``; a process that has exited is skipped).
 - With the controller's ``/metrics`` (loopback, no apiserver token) also its creates in flight at
   the apiserver and waiting for a slot (``torchgate_controller_api_writes``); a scrape that fails
@@ -21,8 +22,8 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from controllerbench.cluster import apiserver_writes, metrics_text
-from controllerbench.stats import writes_since
+from controllerbench.cluster import apiserver_requests, metrics_text
+from controllerbench.stats import read_counts, write_counts, writes_since
 from torchgate.kube.client import KubeClient
 from torchgate.kube.errors import ApiError
 
@@ -57,7 +58,8 @@ class RigSampler:
         self.pids = pids
         self.controller_metrics = controller_metrics
         self.creates: list[tuple[float, float, float]] = []  # (time, in flight, waiting)
-        self.writes: list[tuple[float, dict[str, float]]] = []  # (time, writes so far by kind)
+        # (time, requests and watch events so far by kind)
+        self.requests: list[tuple[float, dict[str, float]]] = []
         self.cpu: list[tuple[float, float, float]] = []  # (time, busy ticks, all ticks)
         self.process_cpu: list[tuple[float, dict[str, float]]] = []  # (time, CPU s by process)
 
@@ -68,9 +70,9 @@ class RigSampler:
         )
         try:
             while True:
-                writes = await apiserver_writes(self.api)
+                requests = await apiserver_requests(self.api)
                 now = time.monotonic()
-                self.writes.append((now, writes))
+                self.requests.append((now, requests))
                 self.cpu.append((now, *machine_cpu_ticks()))
                 self.process_cpu.append((now, processes_cpu_seconds(self.pids)))
                 if controller is not None:
@@ -109,7 +111,7 @@ class RigSampler:
 
     def per_second(self, start: float, end: float) -> float:
         """Writes per second between two monotonic times (nearest samples inside the window)."""
-        inside = [(t, sum(w.values())) for t, w in self.writes if start <= t <= end]
+        inside = [(t, sum(write_counts(r).values())) for t, r in self.requests if start <= t <= end]
         if len(inside) < 2:
             return float("nan")
         (t0, n0), (t1, n1) = inside[0], inside[-1]
@@ -117,10 +119,21 @@ class RigSampler:
 
     def writes_by_kind(self, start: float, end: float, per: int) -> dict[str, float]:
         """Writes by verb and resource between two monotonic times, per job or per pod."""
-        inside = [(t, w) for t, w in self.writes if start <= t <= end]
+        inside = [r for t, r in self.requests if start <= t <= end]
         if len(inside) < 2:
             return {}
-        return writes_since(inside[0][1], inside[-1][1], per)
+        return writes_since(write_counts(inside[0]), write_counts(inside[-1]), per)
+
+    def reads_by_kind(self, start: float, end: float, per: int) -> dict[str, float]:
+        """Reads (GET, LIST, WATCH) and watch events sent, by kind, between two monotonic times.
+
+        Per job or per pod, like :meth:`writes_by_kind`; ``watch events Pod`` counts each pod
+        event once per watcher it was sent to, ``watch bytes Pod`` their encoded bytes.
+        """
+        inside = [r for t, r in self.requests if start <= t <= end]
+        if len(inside) < 2:
+            return {}
+        return writes_since(read_counts(inside[0]), read_counts(inside[-1]), per)
 
     def cpu_busy(self, start: float, end: float) -> float:
         """Share of all cores busy between two monotonic times (1.0: every core saturated)."""

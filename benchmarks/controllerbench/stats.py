@@ -2,9 +2,11 @@
 
 Rules:
 - A percentile is the nearest-rank value of the sorted samples; no samples give NaN.
-- Write counts come from the apiserver's ``apiserver_request_total`` lines only (its ``/metrics``
-  is ~1.7 MB, scraped twice a second by a process that shares the rig's cores: only those lines
-  are split, instead of parsing every family), by ``"<verb> <resource>[/<subresource>]"``.
+- Request counts come from the apiserver's ``apiserver_request_total`` lines, watch events from
+  ``apiserver_watch_events_total`` and ``apiserver_watch_events_sizes_sum`` (its ``/metrics`` is
+  ~1.7 MB, scraped twice a second by a process that shares the rig's cores: only those lines are
+  split, instead of parsing every family), by ``"<verb> <resource>[/<subresource>]"``; writes
+  are the POST, PUT, PATCH and DELETE among them.
 - The summary gives the median over rounds and every round's value; every ratio pairs figures of
   the same round (the VM's speed drifts).
 """
@@ -18,6 +20,8 @@ from poolbench.stats import over as figure_over
 
 WRITE_VERBS: Final = ("POST", "PUT", "PATCH", "DELETE")
 REQUEST_TOTAL: Final = "apiserver_request_total{"
+WATCH_EVENTS: Final = "apiserver_watch_events_total{"
+WATCH_BYTES: Final = "apiserver_watch_events_sizes_sum{"
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:
@@ -36,23 +40,47 @@ def deciles(times: Sequence[float]) -> list[float]:
     ]
 
 
-def write_counts(metrics_text: str) -> dict[str, float]:
-    """The apiserver's write requests so far, by verb and resource, from its ``/metrics`` text."""
+def request_counts(metrics_text: str) -> dict[str, float]:
+    """Every request the apiserver served so far, and every watch event it sent, from ``/metrics``.
+
+    Requests by ``"<verb> <resource>[/<subresource>]"`` (GET, LIST and WATCH too), watch events
+    as ``"watch events <Kind>"`` (``apiserver_watch_events_total`` counts an event once per
+    watcher it is sent to) and their encoded bytes as ``"watch bytes <Kind>"``.
+    """
     counts: dict[str, float] = {}
     for line in metrics_text.splitlines():
-        if not line.startswith(REQUEST_TOTAL):
+        if line.startswith(REQUEST_TOTAL):
+            labels, value = _labels_and_value(line, REQUEST_TOTAL)
+            resource = labels.get("resource", "")
+            sub = labels.get("subresource", "")
+            key = f"{labels.get('verb', '')} {resource}{'/' + sub if sub else ''}"
+        elif line.startswith(WATCH_EVENTS):
+            labels, value = _labels_and_value(line, WATCH_EVENTS)
+            key = f"watch events {labels.get('kind', labels.get('resource', ''))}"
+        elif line.startswith(WATCH_BYTES):
+            labels, value = _labels_and_value(line, WATCH_BYTES)
+            key = f"watch bytes {labels.get('kind', labels.get('resource', ''))}"
+        else:
             continue
-        labels_text, _, value = line.rpartition(" ")
-        inside = labels_text[len(REQUEST_TOTAL) : -1]
-        labels = dict(part.split("=", 1) for part in inside.split(","))
-        verb = labels.get("verb", "").strip('"')
-        if verb not in WRITE_VERBS:
-            continue
-        resource = labels.get("resource", "").strip('"')
-        sub = labels.get("subresource", "").strip('"')
-        key = f"{verb} {resource}{'/' + sub if sub else ''}"
-        counts[key] = counts.get(key, 0.0) + float(value)
+        counts[key] = counts.get(key, 0.0) + value
     return counts
+
+
+def _labels_and_value(line: str, prefix: str) -> tuple[dict[str, str], float]:
+    labels_text, _, value = line.rpartition(" ")
+    inside = labels_text[len(prefix) : -1]
+    pairs = (part.split("=", 1) for part in inside.split(",") if "=" in part)
+    return {name: text.strip('"') for name, text in pairs}, float(value)
+
+
+def write_counts(counts: dict[str, float]) -> dict[str, float]:
+    """The write requests of :func:`request_counts`' figures (POST, PUT, PATCH, DELETE)."""
+    return {k: v for k, v in counts.items() if k.split(" ", 1)[0] in WRITE_VERBS}
+
+
+def read_counts(counts: dict[str, float]) -> dict[str, float]:
+    """Everything of :func:`request_counts`' figures but the writes: reads and watch events."""
+    return {k: v for k, v in counts.items() if k.split(" ", 1)[0] not in WRITE_VERBS}
 
 
 def writes_since(before: dict[str, float], after: dict[str, float], per: int) -> dict[str, float]:

@@ -43,6 +43,13 @@ def parser() -> argparse.ArgumentParser:
     flags.add_argument("--webhook-rate", type=float, default=20.0, help="probe reviews a second")
     flags.add_argument("--webhook-seconds", type=float, default=20.0, help="idle probe length")
     flags.add_argument("--controller-settle", type=float, default=5.0)
+    flags.add_argument(
+        "--apiserver-profile-seconds",
+        type=float,
+        default=0.0,
+        help="a CPU profile of the apiserver this long inside every burst, saved in --out-dir"
+        " (go tool pprof reads it; default 0: none)",
+    )
     flags.add_argument("--drain-timeout", type=float, default=300.0)
     flags.add_argument("--seed", type=int, default=23)
     flags.add_argument("--out-dir", type=Path, default=REPO / "bench-results" / "scale")

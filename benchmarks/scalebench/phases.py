@@ -32,6 +32,11 @@ Rules:
 - A job is *admitted* when all its pods are bound (``spec.nodeName`` set), *released* when its
   Master has succeeded and all its other pods are gone; both are measured from the watch.
 - The webhook probe runs through the last burst and the stream; its idle figures are the reference.
+- With ``--apiserver-profile-seconds``, a CPU profile of the apiserver (its ``/debug/pprof``) is
+  taken inside every burst, plain and controller, starting a few seconds after the burst starts
+  (3 s for the plain script, 8 s for the controller, whose jobs are submitted first: while the
+  pods are being created), and saved as ``apiserver-<nodes>-<plain|controller>-<round>
+  .pprof`` in ``--out-dir``: where the apiserver's time goes in each, for ``go tool pprof``.
 - The controller's RSS (``VmRSS``) is sampled twice a second with the number of pods then in the
   namespace; per 1,000 pods is (RSS at the most pods held - RSS before any job) / thousands of pods
   held. CPU per 1,000 pods is its CPU seconds in a part / thousands of pods created in it. The
@@ -177,6 +182,23 @@ async def stream(api: KubeClient, schedule: list[Arrival], submitted: dict[str, 
     return time.monotonic() - started
 
 
+async def profile_apiserver(
+    api: KubeClient, seconds: float, path: Path, *, delay: float = 3.0
+) -> None:
+    """After ``delay`` seconds, the apiserver's CPU profile of ``seconds`` written to ``path``."""
+    if seconds <= 0:
+        return
+    await asyncio.sleep(delay)
+    headers: dict[str, str] = {}
+    if api.authorize is not None:
+        await api.authorize(headers)
+    url = f"{api.host}/debug/pprof/profile"
+    params = {"seconds": str(round(seconds))}
+    async with api.session.get(url, headers=headers, params=params) as response:
+        response.raise_for_status()
+        path.write_bytes(await response.read())
+
+
 def window_load(sampler: RigSampler, start: float, end: float) -> dict[str, Any]:
     """How busy the machine was in a window, and how much of it the rig's processes took."""
     busy = sampler.cpu_busy(start, end)
@@ -198,7 +220,7 @@ def ended_in_window(watch: BindWatch, jobs: dict[str, list[str]], end: float) ->
 async def controller_phase(
     api: KubeClient, plane: ControlPlane, args: argparse.Namespace, gangs: int, work: Path,
     probe_port: int, probe_context: Any, *, number: int, burst_run_seconds: int,
-    with_stream: bool,
+    with_stream: bool, nodes: int,
 ) -> dict[str, Any]:  # fmt: skip
     """One round's burst through a fresh controller; the steady stream after it when asked."""
     watch = BindWatch(api, NAMESPACE)
@@ -245,9 +267,17 @@ async def controller_phase(
             submitted[name] = time.monotonic()
 
         burst_started = time.monotonic()
+        profile = asyncio.create_task(
+            profile_apiserver(
+                api, args.apiserver_profile_seconds,
+                args.out_dir / f"apiserver-{nodes}-controller-{number}.pprof",
+                delay=8.0,  # the jobs are submitted first; their pods follow
+            )
+        )  # fmt: skip
         await bounded([submit_burst(i, n) for i, n in enumerate(burst)], SUBMIT_CONCURRENCY)
         await wait_done(watch, burst, args.drain_timeout + gangs / 5 + burst_run_seconds, "burst")
         burst_seconds = time.monotonic() - burst_started
+        await profile
         cpu_burst = cpu_seconds(controller.pid) - cpu_start
         probe.stop()
         await probe_task
@@ -275,6 +305,7 @@ async def controller_phase(
             **window_load(sampler, first, last),
             "apiserver_writes_per_second": sampler.per_second(first, last),
             "apiserver_writes_per_pod": sampler.writes_by_kind(first, last, len(burst_pods)),
+            "apiserver_reads_per_pod": sampler.reads_by_kind(first, last, len(burst_pods)),
             "controller_creates": sampler.creates_in_window(first, last),
             **job_figures(watch, submitted, burst),
         }
@@ -338,11 +369,17 @@ async def steady_part(
 
 async def plain_burst(
     api: KubeClient, plane: ControlPlane, args: argparse.Namespace, gangs: int,
-    probe_port: int, probe_context: Any,
+    probe_port: int, probe_context: Any, *, number: int, nodes: int,
 ) -> dict[str, Any]:  # fmt: skip
     """The plain script's burst, the webhook probed through it as through the controller's."""
     probe = Probe(probe_port, probe_context, args.webhook_rate)
     probe_task = asyncio.create_task(probe.run())
+    profile = asyncio.create_task(
+        profile_apiserver(
+            api, args.apiserver_profile_seconds,
+            args.out_dir / f"apiserver-{nodes}-plain-{number}.pprof",
+        )
+    )  # fmt: skip
     try:
         plain = await baseline(
             api, "baseline", gangs, plane.pids(), write_concurrency=args.write_concurrency
@@ -350,6 +387,7 @@ async def plain_burst(
     finally:
         probe.stop()
         await probe_task
+        await profile
     plain["webhook"] = probe.figures()
     nproc = os.cpu_count() or 1
     cores = plain["cpu_cores_by_process"]
@@ -396,7 +434,9 @@ async def run_size(args: argparse.Namespace, nodes: int, work: Path) -> dict[str
                 burst_run_seconds = args.burst_run_seconds
                 for number in range(1, args.rounds + 1):
                     mark = time.monotonic()
-                    plain = await plain_burst(api, plane, args, gangs, port, context)
+                    plain = await plain_burst(
+                        api, plane, args, gangs, port, context, number=number, nodes=nodes
+                    )
                     plains.append(plain)
                     print(f"  round {number}: plain script {plain['pods_per_second']:.0f} pods/s",
                           file=sys.stderr)  # fmt: skip
@@ -409,6 +449,7 @@ async def run_size(args: argparse.Namespace, nodes: int, work: Path) -> dict[str
                     ctrl = await controller_phase(
                         api, plane, args, gangs, work, port, context, number=number,
                         burst_run_seconds=burst_run_seconds, with_stream=number == args.rounds,
+                        nodes=nodes,
                     )  # fmt: skip
                     bursts.append(ctrl["burst"])
                     phase_seconds["controller"] += time.monotonic() - mark

@@ -10,7 +10,10 @@ The rules this module owns (rules 4, 5 and 7 of ``plan``):
 
 - ``plan_admission``: no live pod of the current attempt: wait for stragglers, wait while another
   owner's pods hold the gang's names (``PodNameConflict``), ask the admitter
-  (``needs_admission``), or create every missing pod and Service on its reserved node.
+  (``needs_admission``), or create every missing pod and Service on its reserved node. A job
+  that asks the admitter gets its missing Services at once: a Service holds no capacity, and
+  made while the job waits it is no longer a write between the admission and the gang's pods
+  (the reconciler creates a plan's Services before its pods), nor inside a wave of pod creates.
 - ``plan_gang``: a gang missing a member without a reservation to recreate it (or with a member
   terminating) is deleted whole and queued again; a gang kube-scheduler did not bind within
   ``scheduleTimeoutSeconds`` (default 60) is torn down (``gang_timed_out``, so the admitter backs it
@@ -308,6 +311,7 @@ def plan_admission(draft: Draft, pods: GangPods) -> None:
     reservation = None if ended else draft.observed.reservation
     if reservation is None:
         draft.needs_admission = True
+        _create_missing_services(draft)
         _mark_queued(draft)
         return
     _create_missing(draft, pods, reservation)

@@ -108,9 +108,20 @@ def test_waiting_job_shows_the_shortfall_as_queued() -> None:
     assert must(update.status, "Queued")["message"].endswith("2 free")
 
 
+def test_a_waiting_job_gets_its_master_service_before_admission() -> None:
+    world = demo_world()
+    waiting = world.plan(wait_reason="waiting")
+    assert waiting.needs_admission
+    assert waiting.create_pods == ()
+    assert [s["metadata"]["name"] for s in waiting.create_services] == [MASTER]
+    world.apply(waiting)
+    admitted = world.plan(reservation=RESERVATION, wait_reason="waiting")
+    assert [p["metadata"]["name"] for p in admitted.create_pods] == list(ALL)
+    assert admitted.create_services == ()  # made while the job waited
+
+
 def test_reservation_creates_every_pod_pinned_and_the_master_service() -> None:
     world = demo_world()
-    world.apply(world.plan(wait_reason="waiting"))
     result = world.plan(reservation=RESERVATION, wait_reason="waiting")
     assert [p["metadata"]["name"] for p in result.create_pods] == list(ALL)
     for pod in result.create_pods:
