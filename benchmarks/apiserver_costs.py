@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 # The script's folder is first on sys.path when it runs, so its sibling imports as a module.
-from controller_bench import REPO, bounded, connect, cpu_seconds, gang
+from controller_bench import REPO, bounded, connect, gang
+from controllerbench.sampling import processes_cpu_seconds
 from scalebench.webhookprobe import certificates, start_webhook, wait_ready
 
 from torchgate.controller.job.pods import build_pod, build_service
@@ -79,11 +80,11 @@ async def measure(
     work of the last calls are inside it.
     """
     await asyncio.sleep(1.5)  # let the previous kind's watch fan-out settle
-    before, started = cpu_by_process(pids), time.monotonic()
+    before, started = processes_cpu_seconds(pids), time.monotonic()
     results = await bounded([failure(c) for c in calls], CONCURRENCY)
     elapsed = time.monotonic() - started
     await asyncio.sleep(1.5)
-    after = cpu_by_process(pids)
+    after = processes_cpu_seconds(pids)
     failed = [status for status in results if status]
     if failed:
         raise RuntimeError(f"{label}: {len(failed)} requests failed, e.g. HTTP {failed[0]}")
@@ -111,17 +112,6 @@ async def measure(
         file=sys.stderr,
     )
     return row
-
-
-def cpu_by_process(pids: dict[str, int]) -> dict[str, float]:
-    """CPU seconds so far of each process of ``pids`` still running."""
-    seconds = {}
-    for name, pid in pids.items():
-        try:
-            seconds[name] = cpu_seconds(pid)
-        except OSError:
-            continue
-    return seconds
 
 
 async def drain(api: KubeClient, path: str) -> None:
