@@ -119,6 +119,12 @@ class ReplicaFacts(NamedTuple):
     like: ReplicaFacts | None = None
 
 
+# The facts a replica reads from its pod spec (``pod_spec`` through ``init_containers``): what a
+# replica read ``like`` an earlier one takes from it.
+_POD_SPEC_FACTS_FROM: Final = ReplicaFacts._fields.index("pod_spec")
+_POD_SPEC_FACTS_TO: Final = ReplicaFacts._fields.index("like")
+
+
 @dataclass(frozen=True, slots=True)
 class Team:
     """The TeamQuota owning the job's namespace, and every team of its cohort (itself included).
@@ -307,9 +313,18 @@ def _read_replica(
     if pod_spec:
         for other in earlier:
             if other.pod_spec == pod_spec:  # C-level, far cheaper than reading it again
-                return tuple.__new__(  # pod_spec ... init_containers: the earlier one's
+                return tuple.__new__(  # the pod-spec facts: the earlier one's
                     ReplicaFacts,
-                    (key, path, pod_path, spec, count, readable, *other[6:15], other.like or other),
+                    (
+                        key,
+                        path,
+                        pod_path,
+                        spec,
+                        count,
+                        readable,
+                        *other[_POD_SPEC_FACTS_FROM:_POD_SPEC_FACTS_TO],
+                        other.like or other,
+                    ),
                 )
     gpus, gpu_container = replica_gpus(pod_spec, sources, claims)
     training = pytorch_container_index(pod_spec)
