@@ -35,12 +35,13 @@ from torchgate.pytorchjob import names
 from torchgate_dev.controlplane import kwok
 from torchgate_dev.controlplane.binaries import ensure_binaries
 from torchgate_dev.controlplane.cluster import ControlPlane
+from torchgate_dev.controlplane.components import KUBELET_LEASES
 
 from .model import GPUS_PER_NODE, POOL_NODES, Failure, gang_names
 
 NAMESPACE = "goodput"
-NODE_MONITOR_GRACE_SECONDS = 50.0
-"""kube-controller-manager's default ``--node-monitor-grace-period`` (the plane keeps it)."""
+NODE_MONITOR_GRACE_SECONDS = float(KUBELET_LEASES.grace_seconds)
+"""kube-controller-manager's ``--node-monitor-grace-period`` on the plane this benchmark starts."""
 RUN_FOREVER = 10**7
 JOB_LABEL = "training.kubeflow.org/job-name"
 

@@ -50,6 +50,14 @@ def parser() -> argparse.ArgumentParser:
         help="a CPU profile of the apiserver this long inside every burst, saved in --out-dir"
         " (go tool pprof reads it; default 0: none)",
     )
+    flags.add_argument(
+        "--node-lease-seconds",
+        type=int,
+        default=40,
+        help="kwok nodes' Lease duration (default 40, the kubelet's); kwok renews every quarter"
+        " of it, so a longer lease halves or quarters its writes, and kube-controller-manager"
+        " waits 1.25 times it before calling a silent node Unknown",
+    )
     flags.add_argument("--drain-timeout", type=float, default=300.0)
     flags.add_argument("--seed", type=int, default=23)
     flags.add_argument("--out-dir", type=Path, default=REPO / "bench-results" / "scale")
@@ -71,6 +79,8 @@ def main() -> int:
         flags.error("sizes must be positive, --minutes > 0, 0 < --load <= 1")
     if args.rounds < 1 or args.burst_run_seconds < 0 or args.burst_spread < 1:
         flags.error("--rounds and --burst-spread must be at least 1, --burst-run-seconds >= 0")
+    if args.node_lease_seconds < 4:
+        flags.error("--node-lease-seconds must be at least 4 (kwok renews every quarter of it)")
     if args.burst_gangs < 0 or any(args.burst_gangs > n for n in sizes):
         flags.error("--burst-gangs must be between 0 (one per node) and the smallest size")
     args.out_dir.mkdir(parents=True, exist_ok=True)

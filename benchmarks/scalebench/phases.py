@@ -67,6 +67,7 @@ from torchgate.kube.client import KubeClient
 from torchgate.kube.resources import PYTORCHJOBS
 from torchgate_dev.controlplane.binaries import ensure_binaries
 from torchgate_dev.controlplane.cluster import ControlPlane
+from torchgate_dev.controlplane.components import NodeLeases
 from torchgate_dev.controlplane.processes import terminate
 from torchgate_dev.node.registry import free_port
 
@@ -414,7 +415,11 @@ async def run_size(args: argparse.Namespace, nodes: int, work: Path) -> dict[str
     """One size from a fresh control plane; the JSON document of it."""
     phase_seconds: dict[str, float] = {"plain": 0.0, "controller": 0.0}
     started = time.monotonic()
-    plane = ControlPlane(binaries=ensure_binaries(), workdir=work / "plane")
+    plane = ControlPlane(
+        binaries=ensure_binaries(),
+        workdir=work / "plane",
+        leases=NodeLeases(duration_seconds=args.node_lease_seconds),
+    )
     with plane:
         phase_seconds["control_plane"] = time.monotonic() - started
         async with connect(plane) as api:
@@ -493,6 +498,7 @@ async def run_size(args: argparse.Namespace, nodes: int, work: Path) -> dict[str
             "spread": args.spread,
             "burst_run_seconds": burst_run_seconds,
             "seed": args.seed,
+            "node_lease_seconds": args.node_lease_seconds,
             "loadavg_end": os.getloadavg(),
             "nproc": os.cpu_count(),
         },

@@ -53,7 +53,9 @@ import yaml
 from torchgate_dev.controlplane import kwok, processes
 from torchgate_dev.controlplane.binaries import Binaries, ensure_binaries
 from torchgate_dev.controlplane.components import (
+    KUBELET_LEASES,
     ClusterFeatures,
+    NodeLeases,
     apiserver_command,
     configuration_files,
     controller_manager_command,
@@ -119,6 +121,7 @@ class ControlPlane:
         real_node: bool = False,
         node_name: str = REAL_NODE_NAME,
         node_labels: Mapping[str, str] | None = None,
+        leases: NodeLeases = KUBELET_LEASES,
     ) -> None:
         """Describe a control plane to start; nothing runs until :meth:`start`.
 
@@ -140,11 +143,14 @@ class ControlPlane:
             node_name: The real node's name (and ``kubernetes.io/hostname``).
             node_labels: Extra labels of the real node (it always has
                 ``torchgate.io/real-node=true``).
+            leases: How long the kwok nodes' Leases last (and so when kube-controller-manager
+                marks a silent node ``Unknown``); a scale rig lengthens them.
         """
         self._audit = audit_log
         self._node = RealNode(name=node_name, labels=dict(node_labels or {})) if real_node else None
         self._binaries = binaries
         self._features = features or ClusterFeatures()
+        self._leases = leases
         self._kubernetes_version: str | None = None
         self._requested_workdir = workdir
         self._workdir: Path | None = None
@@ -475,7 +481,12 @@ class ControlPlane:
         self._spawn(
             "kube-controller-manager",
             controller_manager_command(
-                binaries, layout, ports, real_node=node is not None, features=self._features
+                binaries,
+                layout,
+                ports,
+                real_node=node is not None,
+                features=self._features,
+                leases=self._leases,
             ),
             layout,
         )
@@ -484,7 +495,7 @@ class ControlPlane:
             scheduler_command(binaries, layout, ports, features=self._features),
             layout,
         )
-        self._spawn("kwok", kwok_command(binaries, layout, ports), layout)
+        self._spawn("kwok", kwok_command(binaries, layout, ports, self._leases), layout)
         insecure = insecure_context()
         default_account = f"{self.server}/api/v1/namespaces/default/serviceaccounts/default"
         self._wait_until(

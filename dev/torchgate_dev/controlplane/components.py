@@ -70,6 +70,40 @@ _CONTROLLER: Final = re.compile(r"-?[a-z0-9-]+|\*")
 
 
 @dataclass(frozen=True, slots=True)
+class NodeLeases:
+    """How long a kwok node's Lease lasts, and so when kube-controller-manager calls it lost.
+
+    kwok renews each node's Lease every quarter of its duration, as a kubelet does, so the rig's
+    lease writes grow with its nodes: 500 a second at 5,000 nodes with the kubelet's 40 s. On a
+    2-core machine simulating thousands of nodes, kwok falls behind under a burst of pods and
+    nodes go ``NotReady`` though nothing failed (then torchgate rightly restarts the gangs on
+    them). A scale rig gives them a longer lease; every other plane keeps the kubelet's 40 s,
+    which the node-loss tests and the goodput benchmark time against.
+
+    kube-controller-manager's node-monitor grace period keeps the kubelet default's ratio to the
+    lease, 1.25 (50 s for 40 s, its default since Kubernetes 1.32).
+
+    Raises:
+        ValueError: A duration under 4 s (kwok renews every quarter: at least once a second).
+    """
+
+    duration_seconds: int = 40
+
+    def __post_init__(self) -> None:
+        if self.duration_seconds < 4:
+            raise ValueError(f"a node lease of {self.duration_seconds} s is under 4 s")
+
+    @property
+    def grace_seconds(self) -> int:
+        """kube-controller-manager's ``--node-monitor-grace-period``, in seconds."""
+        return self.duration_seconds * 5 // 4
+
+
+KUBELET_LEASES: Final = NodeLeases()
+"""The kubelet's defaults: a 40 s Lease, Unknown after 50 s (every plane but a scale rig's)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterFeatures:
     """What a control plane turns on beyond its defaults; empty by default.
 
@@ -297,10 +331,12 @@ def controller_manager_command(
     *,
     real_node: bool = False,
     features: ClusterFeatures = ClusterFeatures(),
+    leases: NodeLeases = KUBELET_LEASES,
 ) -> list[str]:
     """kube-controller-manager with the controllers in :data:`CONTROLLERS`.
 
-    ``features`` adds its controllers (each once) and feature gates.
+    ``features`` adds its controllers (each once) and feature gates; ``leases`` sets the
+    node-monitor grace period after which a node that stopped renewing is ``Unknown``.
 
     With a real node also the controllers of what can run there: EndpointSlices (cluster DNS
     answers a headless Service's name, the rendezvous master, from them; kube-proxy routes
@@ -323,6 +359,7 @@ def controller_manager_command(
         "--kube-api-qps=500",
         "--kube-api-burst=1000",
         f"--controllers={','.join(controllers)}",
+        f"--node-monitor-grace-period={leases.grace_seconds}s",
         f"--root-ca-file={layout.ca_cert}",
         f"--service-account-private-key-file={layout.service_account_key}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
@@ -350,8 +387,12 @@ def scheduler_command(
     ]
 
 
-def kwok_command(binaries: Binaries, layout: Layout, ports: Ports) -> list[str]:
+def kwok_command(
+    binaries: Binaries, layout: Layout, ports: Ports, leases: NodeLeases = KUBELET_LEASES
+) -> list[str]:
     """Run kwok for nodes annotated ``kwok.x-k8s.io/node=fake`` whose heartbeat is not stopped.
+
+    Its nodes' Leases last ``leases.duration_seconds``.
 
     The label selector (:data:`kwok.NODE_LABEL_SELECTOR`) is applied by the apiserver to kwok's
     node watch, so a node that gets the label leaves kwok's view as if deleted.
@@ -363,7 +404,7 @@ def kwok_command(binaries: Binaries, layout: Layout, ports: Ports) -> list[str]:
         "--manage-all-nodes=false",
         f"--manage-nodes-with-annotation-selector={kwok.NODE_SELECTOR_FLAG}",
         f"--manage-nodes-with-label-selector={kwok.NODE_LABEL_SELECTOR}",
-        "--node-lease-duration-seconds=40",
+        f"--node-lease-duration-seconds={leases.duration_seconds}",
         f"--cidr={POD_CIDR}",
         f"--server-address=127.0.0.1:{ports.kwok}",
     ]

@@ -13,6 +13,7 @@ from torchgate_dev.controlplane.binaries import Binaries
 from torchgate_dev.controlplane.components import (
     CONTROLLERS,
     ClusterFeatures,
+    NodeLeases,
     apiserver_command,
     configuration_files,
     controller_manager_command,
@@ -57,6 +58,31 @@ def test_configuration_files_give_each_component_its_file(tmp_path: Path, audit:
 
 
 # ----------------------------------------------------------------------------- features
+
+
+def test_node_leases_set_kwok_renewals_and_the_node_monitor_grace_period(tmp_path: Path) -> None:
+    binaries = Binaries.in_directory(build_dir(tmp_path / "bin"))
+    layout = Layout(tmp_path / "plane")
+    ports = Ports(
+        etcd_client=1, etcd_peer=2, apiserver=3, controller_manager=4, scheduler=5, kwok=6
+    )
+
+    default_kwok = kwok_command(binaries, layout, ports)
+    default_kcm = controller_manager_command(binaries, layout, ports)
+    scale_kwok = kwok_command(binaries, layout, ports, NodeLeases(duration_seconds=160))
+    scale_kcm = controller_manager_command(
+        binaries, layout, ports, leases=NodeLeases(duration_seconds=160)
+    )
+
+    assert flag(default_kwok, "node-lease-duration-seconds") == ["40"]
+    assert flag(default_kcm, "node-monitor-grace-period") == ["50s"]
+    assert flag(scale_kwok, "node-lease-duration-seconds") == ["160"]
+    assert flag(scale_kcm, "node-monitor-grace-period") == ["200s"]
+
+
+def test_a_node_lease_kwok_cannot_renew_each_second_is_refused() -> None:
+    with pytest.raises(ValueError, match="under 4 s"):
+        NodeLeases(duration_seconds=3)
 
 
 def command_lines(features: ClusterFeatures, tmp_path: Path) -> dict[str, list[str]]:
