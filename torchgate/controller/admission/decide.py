@@ -92,8 +92,10 @@ from torchgate.controller.admission.preemption import (
     Candidates,
     Group,
     Preemptor,
+    SearchOrder,
     cheapest,
     domain_groups,
+    search_order,
 )
 from torchgate.controller.admission.quota import (
     Admitted,
@@ -280,6 +282,7 @@ class _Cycle:
     spreads: dict[JobKey, list[tuple[int, Units]]] = field(default_factory=dict)  # ``spread``
     crowded: frozenset[int] | None = None  # ``crowding``
     own_gains: _KeptGains | None = None  # ``kept_gains``
+    borrowed: _Borrowed | None = None  # ``borrowing``, until the usage by team changes
 
     def team(self, gang: WaitingGang) -> TeamQuota | None:
         return self.pool.teams.get(gang.team) if gang.team is not None else None
@@ -316,6 +319,16 @@ class _Cycle:
             self.crowded = frozenset(index[name] for name in crowded if name in index)
         return self.crowded
 
+    def borrowing(self) -> _Borrowed:
+        """The teams over their nominal quota and what they hold, for the usage by team now."""
+        if self.borrowed is None:
+            borrowers = borrowing_teams(self.pool.teams, self.usage)
+            held = tuple(
+                sorted((name, tuple(sorted(self.usage[name].items()))) for name in borrowers)
+            )
+            self.borrowed = _Borrowed(borrowers, held)
+        return self.borrowed
+
     def kept_gains(self) -> _KeptGains:
         """Victims' own gains kept for the cycle (``_KeptGains``)."""
         if self.own_gains is None:
@@ -335,7 +348,16 @@ class _Cycle:
                 usage[name] = usage.get(name, 0) + amount
             self.beyond_quota.clear()
             self.quota_misses.clear()
+            self.borrowed = None
         return placed
+
+
+@dataclass(frozen=True, slots=True)
+class _Borrowed:
+    """The teams over their nominal quota (``quota.borrowing_teams``), and what each holds."""
+
+    teams: frozenset[str]
+    held: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]  # sorted by team, then resource
 
 
 def decide(pool: Pool, waiting: Sequence[WaitingGang], now: float) -> list[Outcome]:
@@ -493,12 +515,9 @@ def _preempt(
         return _still_borrowing(victim, chosen, usage_now, pool.teams)
 
     trial = _Trial(cycle, gang, team)
+    victims, order = listed.search(_required_level(pool.topology, gang), groups)
     choice = cheapest(
-        [group.victims for group in groups],
-        trial,
-        cycle.now,
-        allowed=allowed,
-        hopeless=reach.hopeless,
+        victims, trial, cycle.now, allowed=allowed, hopeless=reach.hopeless, order=order
     )
     if choice is None:
         failures.add(gang)
@@ -509,6 +528,7 @@ def _preempt(
     gone = {v.key for v in choice.victims}
     cycle.usage = without(cycle.usage, choice.victims)
     cycle.beyond_quota.clear()
+    cycle.borrowed = None
     _settle(cycle, choice.victims)
     cycle.admit(gang, placed.nodes, extras=False)
     return Preempt(gang.key, tuple(sorted(gone)), placed.nodes)
@@ -536,10 +556,10 @@ def _candidates(
     pool = cycle.pool
     if cycle.settled is None:
         cycle.settled = Candidates(pool.admitted, pool.teams, pool.preemption, cycle.now)
-    borrowers = borrowing_teams(pool.teams, cycle.usage)
+    borrowed = cycle.borrowing()
+    borrowers = borrowed.teams
     needed = needed_resources(team, gang.usage) if team is not None and within_nominal else None
-    by_team = tuple(sorted((name, tuple(sorted(cycle.usage[name].items()))) for name in borrowers))
-    kind: tuple[object, ...] = (gang.team, gang.priority, gang.preempts, needed, by_team)
+    kind: tuple[object, ...] = (gang.team, gang.priority, gang.preempts, needed, borrowed.held)
     listed = cycle.kinds.get(kind)
     if listed is None:
         lenders = (
@@ -567,7 +587,7 @@ def _groups(cycle: _Cycle, gang: WaitingGang, listed: _CandidateList) -> list[_G
     topology = cycle.pool.topology
     level = _required_level(topology, gang)
     if level is None:
-        return [listed.everyone]
+        return listed.alone
     found = listed.groups.get(level)
     if found is None:
         known = cycle.domains.setdefault(level, {})
@@ -626,16 +646,30 @@ class _CandidateList:
     preempted gangs held pods in change, and the order is restored by that key.
     """
 
-    __slots__ = ("_held", "_rank", "everyone", "groups", "members", "now", "seen", "victims")
+    __slots__ = (
+        "_held",
+        "_rank",
+        "_searched",
+        "alone",
+        "everyone",
+        "groups",
+        "members",
+        "now",
+        "seen",
+        "victims",
+    )
 
     def __init__(self, victims: list[Admitted], now: float, seen: int) -> None:
         self.now, self.seen = now, seen
         self.victims = Group(victims, now)
         self.everyone = _Group(self.victims, None, frozenset())  # the group of them all
+        self.alone = [self.everyone]  # the groups of a gang that requires no level
         self._rank = {victim.key: number for number, victim in enumerate(victims)}
         self.members = set(self._rank)
         self._held: dict[str, dict[str, int]] | None = None
         self.groups: dict[int, list[_Group]] = {}  # per required level (``_groups``)
+        # ``search``: the groups last searched, their victims and ``preemption.search_order``
+        self._searched: dict[int | None, tuple[list[_Group], list[Group], SearchOrder]] = {}
 
     @property
     def held(self) -> dict[str, dict[str, int]]:
@@ -647,6 +681,17 @@ class _CandidateList:
         if self._held is None:
             self._held = usage_by_team(self.victims)
         return self._held
+
+    def search(self, level: int | None, groups: list[_Group]) -> tuple[list[Group], SearchOrder]:
+        """The victims of ``groups`` (``_groups`` of this list for ``level``), and their order.
+
+        Kept while the same groups are searched again (their floors and order do not change).
+        """
+        searched = self._searched.get(level)
+        if searched is None or searched[0] is not groups:
+            victims = [group.victims for group in groups]
+            searched = self._searched[level] = (groups, victims, search_order(victims, self.now))
+        return searched[1], searched[2]
 
     def catch_up(
         self, gone: Sequence[JobKey], known: Mapping[int, Mapping[JobKey, frozenset[str]]]
@@ -667,6 +712,7 @@ class _CandidateList:
                     used[name] -= amount
         self.victims = Group(left, self.now, by_priority=self.victims.by_priority or None)
         self.everyone = _Group(self.victims, None, frozenset())
+        self.alone = [self.everyone]
         for level, groups in self.groups.items():
             self.groups[level] = self._regroup(groups, dropped, known[level])
 
@@ -1000,9 +1046,9 @@ class _Trial:
     """Whether the gang fits with some victims gone, the cycle's capacity left as it is.
 
     Successive calls differ by a victim or two (greedy growth, then pruning), so only the
-    difference is counted again (``_Gains``, and the quota usage the victims free); a call that
-    would take back more victims than it gives back counts from none given back instead (the
-    pruning pass's first try, the last gang added alone).
+    difference is counted again (``_Gains``, and the quota the victims free: ``_QuotaRoom``); a
+    call that would take back more victims than it gives back counts from none given back
+    instead (the pruning pass's first try, the last gang added alone).
     """
 
     def __init__(self, cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None) -> None:
@@ -1013,13 +1059,13 @@ class _Trial:
         )
         self.held: list[Admitted] = []  # ``given`` in the order last asked for
         self.given: dict[JobKey, Admitted] = {}
-        self.usage = {name: dict(amounts) for name, amounts in cycle.usage.items()}
+        self.quota = _QuotaRoom(team, gang.usage, cycle.usage, cycle.pool.teams)
 
     def _clear(self) -> None:
         """Count no victim as given back."""
         self.gains.clear()
         self.given = {}
-        self.usage = {name: dict(amounts) for name, amounts in self.cycle.usage.items()}
+        self.quota.clear()
 
     def __call__(self, victims: Sequence[Admitted]) -> bool | None:
         """``True`` when the gang fits with ``victims`` gone, else ``None``."""
@@ -1029,8 +1075,11 @@ class _Trial:
         gains = self.gains
         if gains.root() < gains.count or not gains.fits_level():
             return None  # no room (asked first: it is counted already, quota is not)
-        verdict = check_quota(self.team, self.gang.usage, self.usage, self.cycle.pool.teams)
-        return isinstance(verdict, Fits | Borrows) or None
+        return self.quota_fits() or None
+
+    def quota_fits(self) -> bool:
+        """Whether quota lets the gang in with the victims given back gone (rule 1)."""
+        return self.quota.fits()
 
     def place(self, victims: Sequence[Admitted]) -> TopologyPlacement | TopologyWait:
         """Where the gang goes once ``victims`` are gone."""
@@ -1062,10 +1111,80 @@ class _Trial:
 
     def _move(self, victim: Admitted, sign: int, changed: set[int]) -> None:
         self.gains.move(victim, sign, changed)
-        if victim.team is not None:
-            used = self.usage.setdefault(victim.team, {})
-            for name, amount in victim.usage.items():
-                used[name] = used.get(name, 0) - sign * amount
+        self.quota.move(victim, sign)
+
+
+class _QuotaRoom:
+    """Whether quota lets the gang in once victims are gone, from what they free summed.
+
+    ``quota.check_quota`` answers ``Fits`` or ``Borrows`` exactly when, for every resource the
+    gang asks for that its team has a limit on, the team stays within its borrowing ceiling and
+    its cohort within its nominal total. Victims only take usage away, so per such resource the
+    victims of the gang's team must free at least what the team would hold beyond its ceiling,
+    and the victims of its cohort's teams at least what the cohort would use beyond its nominal
+    total: two sums against two thresholds fixed when the search starts, instead of the usage
+    by team copied and checked again per trial. A gang of no team always fits.
+    """
+
+    __slots__ = ("_cohort", "_freed_cohort", "_freed_team", "_needs", "_team")
+
+    def __init__(
+        self,
+        team: TeamQuota | None,
+        gang_usage: Units,
+        usage: Mapping[str, Units],
+        teams: Mapping[str, TeamQuota],
+    ) -> None:
+        # resource -> what the team's victims, and the cohort's, must free (``None``: nothing)
+        self._needs: list[tuple[str, int | None, int]] = []
+        self._team = None if team is None else team.name
+        self._cohort: frozenset[str] = frozenset()
+        if team is not None:
+            cohort = [t for t in teams.values() if t.cohort == team.cohort]
+            self._cohort = frozenset(t.name for t in cohort)
+            used = usage.get(team.name, {})
+            for resource, limit in team.limits.items():
+                want = gang_usage.get(resource, 0)
+                if want <= 0:
+                    continue
+                after = used.get(resource, 0) + want
+                ceiling = None if limit.borrowing is None else limit.nominal + limit.borrowing
+                nominal = sum(t.limits[resource].nominal for t in cohort if resource in t.limits)
+                pooled = sum(usage.get(t.name, {}).get(resource, 0) for t in cohort)
+                team_need = None if ceiling is None else after - ceiling
+                self._needs.append((resource, team_need, pooled + want - nominal))
+        self._freed_team: dict[str, int] = {}
+        self._freed_cohort: dict[str, int] = {}
+
+    def clear(self) -> None:
+        """Count no victim as gone."""
+        self._freed_team, self._freed_cohort = {}, {}
+
+    def move(self, victim: Admitted, sign: int) -> None:
+        """Count the victim as gone (``sign`` 1) or back again (-1)."""
+        team = victim.team
+        if team is None or not self._needs:
+            return
+        cohort = self._freed_cohort if team in self._cohort else None
+        mine = self._freed_team if team == self._team else None
+        if cohort is None and mine is None:
+            return
+        usage = victim.usage
+        for resource, _, _ in self._needs:
+            amount = sign * usage.get(resource, 0)
+            if cohort is not None:
+                cohort[resource] = cohort.get(resource, 0) + amount
+            if mine is not None:
+                mine[resource] = mine.get(resource, 0) + amount
+
+    def fits(self) -> bool:
+        """``check_quota`` says ``Fits`` or ``Borrows`` with the victims counted as gone."""
+        team, cohort = self._freed_team, self._freed_cohort
+        return all(
+            (team_need is None or team.get(resource, 0) >= team_need)
+            and cohort.get(resource, 0) >= cohort_need
+            for resource, team_need, cohort_need in self._needs
+        )
 
 
 def _domain_at(topology: Topology, level: int) -> Callable[[str], str | None]:
