@@ -505,7 +505,8 @@ def _preempt(
         failures.add(gang)
         return None
     groups = _groups(cycle, gang, listed)
-    reach = _Reach(cycle, gang, groups, kind)
+    search = listed.search(_required_level(pool.topology, gang), groups)
+    reach = _Reach(cycle, gang, search, kind)
 
     usage_now = cycle.usage
 
@@ -515,9 +516,13 @@ def _preempt(
         return _still_borrowing(victim, chosen, usage_now, pool.teams)
 
     trial = _Trial(cycle, gang, team)
-    victims, order = listed.search(_required_level(pool.topology, gang), groups)
     choice = cheapest(
-        victims, trial, cycle.now, allowed=allowed, hopeless=reach.hopeless, order=order
+        search.victims,
+        trial,
+        cycle.now,
+        allowed=allowed,
+        hopeless=reach.hopeless,
+        order=search.order,
     )
     if choice is None:
         failures.add(gang)
@@ -669,7 +674,7 @@ class _CandidateList:
         self._held: dict[str, dict[str, int]] | None = None
         self.groups: dict[int, list[_Group]] = {}  # per required level (``_groups``)
         # ``search``: the groups last searched, their victims and ``preemption.search_order``
-        self._searched: dict[int | None, tuple[list[_Group], list[Group], SearchOrder]] = {}
+        self._searched: dict[int | None, _Search] = {}
 
     @property
     def held(self) -> dict[str, dict[str, int]]:
@@ -682,16 +687,15 @@ class _CandidateList:
             self._held = usage_by_team(self.victims)
         return self._held
 
-    def search(self, level: int | None, groups: list[_Group]) -> tuple[list[Group], SearchOrder]:
-        """The victims of ``groups`` (``_groups`` of this list for ``level``), and their order.
+    def search(self, level: int | None, groups: list[_Group]) -> _Search:
+        """``groups`` (``_groups`` of this list for ``level``) as a search reads them.
 
         Kept while the same groups are searched again (their floors and order do not change).
         """
-        searched = self._searched.get(level)
-        if searched is None or searched[0] is not groups:
-            victims = [group.victims for group in groups]
-            searched = self._searched[level] = (groups, victims, search_order(victims, self.now))
-        return searched[1], searched[2]
+        found = self._searched.get(level)
+        if found is None or found.groups is not groups:
+            found = self._searched[level] = _Search.of(groups, self.now)
+        return found
 
     def catch_up(
         self, gone: Sequence[JobKey], known: Mapping[int, Mapping[JobKey, frozenset[str]]]
@@ -736,6 +740,22 @@ class _CandidateList:
         return self._rank[group.victims[0].key], group.domain
 
 
+@dataclass(frozen=True, slots=True)
+class _Search:
+    """A candidate list's groups for one required level, as a victim search reads them."""
+
+    groups: list[_Group]
+    victims: list[Group]  # each group's
+    order: SearchOrder  # ``preemption.search_order`` of ``victims``
+    by_domain: dict[str, _Group]
+
+    @classmethod
+    def of(cls, groups: list[_Group], now: float) -> _Search:
+        victims = [group.victims for group in groups]
+        by_domain = {group.domain: group for group in groups if group.domain is not None}
+        return cls(groups, victims, search_order(victims, now), by_domain)
+
+
 class _Reach:
     """Whether a group of victims can make room at all: ``cheapest``'s ``hopeless`` bound.
 
@@ -748,14 +768,14 @@ class _Reach:
     """
 
     def __init__(
-        self, cycle: _Cycle, gang: WaitingGang, groups: list[_Group], kind: tuple[object, ...]
+        self, cycle: _Cycle, gang: WaitingGang, search: _Search, kind: tuple[object, ...]
     ) -> None:
-        self.cycle, self.gang, self.groups = cycle, gang, groups
+        self.cycle, self.gang, self.groups = cycle, gang, search.groups
         capacity, shape, count = cycle.capacity, gang.shape, len(gang.pods)
         self.level = _required_level(cycle.pool.topology, gang)
         if self.level is not None and capacity.slots(shape).roomiest(self.level) >= count:
             self.level = None  # a domain of the level holds the gang already: any group may do
-        self.by_domain = {group.domain: group for group in groups if group.domain is not None}
+        self.by_domain = search.by_domain
         borrowers = tuple(name for name, _ in kind[-1])  # type: ignore[attr-defined]
         family = (*kind[:-1], borrowers, shape, self.level)
         self.known = cycle.reach.setdefault(family, {})
@@ -908,6 +928,7 @@ class _Gains:
         topology = capacity.topology
         self.member = None if level is None else topology.member[level]
         self.own: dict[JobKey, _OwnGain] = {}  # per victim, counted when first given back
+        self.kept_here = kept.table(gang.shape, level)
         self.clear()
 
     def clear(self) -> None:
@@ -923,15 +944,20 @@ class _Gains:
         """Give back (``sign`` 1) or take again (-1) the victim's pods; note crowded nodes."""
         own = self.own.get(victim.key)
         if own is None:
-            kept = (victim.key, self.shape, self.level)
-            own = self.kept.get(kept, self.spread(victim))
+            own = self.kept.get(self.kept_here, victim.key)
             if own is None:
                 own = self._own(victim)
-                self.kept.put(kept, own)
+                self.kept.put(self.kept_here, victim.key, own)
             self.own[victim.key] = own
         self.root_gained += sign * own.root
-        for domain, slots in own.domains:
-            self._domain(domain, sign * slots)
+        if own.domains:
+            gained, slots_now, count = self.domain_gained, self.domain_slots, self.count
+            for domain, slots in own.domains:
+                now = gained[domain] = gained.get(domain, 0) + sign * slots
+                if slots_now[domain] + now >= count:
+                    self.reaching.add(domain)
+                else:
+                    self.reaching.discard(domain)
         with_victims, free = self.with_victims, self.capacity.free
         for node, held in own.crowded:
             have = with_victims.get(node)
@@ -952,7 +978,8 @@ class _Gains:
         crowded_nodes, crowded = self.crowded, []
         root = 0
         domains: dict[int, int] = {}
-        for node, held in self.spread(victim):
+        spread = self.spread(victim)
+        for node, held in spread:
             if allowed is not None and names[node] not in allowed:
                 continue
             if node in crowded_nodes:
@@ -964,7 +991,8 @@ class _Gains:
                 if member is not None:
                     domain = member[node]
                     domains[domain] = domains.get(domain, 0) + gain
-        return _OwnGain(root, tuple(domains.items()), tuple(crowded))
+        nodes = tuple(node for node, _ in spread)
+        return _OwnGain(root, tuple(domains.items()), tuple(crowded), nodes)
 
     def _domain(self, domain: int, delta: int) -> None:
         if delta:
@@ -1005,28 +1033,35 @@ class _KeptGains:
     given back, all change the cycle's capacity).
     """
 
-    __slots__ = ("_capacity", "_kept")
+    __slots__ = ("_capacity", "_tables")
 
     def __init__(self, capacity: Capacity) -> None:
         self._capacity = capacity
-        self._kept: dict[tuple[object, ...], tuple[int, _OwnGain]] = {}
+        self._tables: dict[tuple[Shape, int | None], _GainTable] = {}
 
-    def get(self, key: tuple[object, ...], spread: list[tuple[int, Units]]) -> _OwnGain | None:
-        """The gain kept for ``key`` if none of the victim's nodes (``spread``) changed since."""
-        found = self._kept.get(key)
+    def table(self, shape: Shape, level: int | None) -> _GainTable:
+        """The gains kept for one shape and required level (``None``: none), by victim."""
+        found = self._tables.get((shape, level))
+        if found is None:
+            found = self._tables[shape, level] = {}
+        return found
+
+    def get(self, table: _GainTable, victim: JobKey) -> _OwnGain | None:
+        """The victim's gain kept in ``table`` if none of its nodes changed since it was counted."""
+        found = table.get(victim)
         if found is None:
             return None
         at, own = found
         edits = self._capacity.edits
         if at != edits:
-            if self._capacity.changed_since((node for node, _ in spread), at):
+            if self._capacity.changed_since(own.nodes, at):
                 return None
-            self._kept[key] = (edits, own)
+            table[victim] = (edits, own)
         return own
 
-    def put(self, key: tuple[object, ...], own: _OwnGain) -> None:
-        """Keep ``own``, counted on the capacity as it is now."""
-        self._kept[key] = (self._capacity.edits, own)
+    def put(self, table: _GainTable, victim: JobKey, own: _OwnGain) -> None:
+        """Keep ``own`` in ``table``, counted on the capacity as it is now."""
+        table[victim] = (self._capacity.edits, own)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1040,6 +1075,10 @@ class _OwnGain:
     root: int
     domains: tuple[tuple[int, int], ...]
     crowded: tuple[tuple[int, tuple[tuple[str, int], ...]], ...]  # node, what it takes of the shape
+    nodes: tuple[int, ...]  # every node it holds pods on (what the gain was counted from)
+
+
+_GainTable = dict[JobKey, tuple[int, _OwnGain]]  # victim -> capacity edits when counted, gain
 
 
 class _Trial:

@@ -52,7 +52,6 @@ its groups keeps their floors (``Group``) and their order (``search_order``) too
 
 from __future__ import annotations
 
-import heapq
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -169,20 +168,25 @@ class Candidates:
             return []
         teams = {None, preemptor.team, *borrowers}
         heads = [
-            self.groups[team][: bisect_left(self._priorities[team], preemptor.priority)]
+            victim
             for team in teams
             if team in self.groups
+            for victim in self.groups[team][
+                : bisect_left(self._priorities[team], preemptor.priority)
+            ]
         ]
-        return list(heapq.merge(*heads, key=victim_order))
+        return sorted(heads, key=victim_order)  # stable: as a merge of the teams' runs
 
     def reclaimable(self, borrowers: Iterable[str], needed: Sequence[str]) -> list[Admitted]:
         """``quota.reclaim_candidates``: gangs of ``borrowers`` that hold some of ``needed``."""
         heads = [
-            [victim for victim in self.groups[team] if uses_any(victim, needed)]
+            victim
             for team in borrowers
             if team in self.groups
+            for victim in self.groups[team]
+            if uses_any(victim, needed)
         ]
-        return list(heapq.merge(*heads, key=victim_order))
+        return sorted(heads, key=victim_order)
 
 
 # ------------------------------------------------------------------ rules 4-5
