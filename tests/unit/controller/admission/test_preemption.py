@@ -164,10 +164,12 @@ def reference_cheapest(
     *,
     allowed: Callable[[Admitted, Sequence[Admitted]], bool] | None = None,
     hopeless: Callable[[int], bool] | None = None,
+    order: object = None,
 ) -> Choice[T] | None:
     """Rule 5 as first written: every group searched, no bound on what a group could cost.
 
-    ``hopeless`` is ignored: a group no set of whose victims makes room finds nothing anyway.
+    ``hopeless`` is ignored: a group no set of whose victims makes room finds nothing anyway;
+    so is ``order``: every group is searched in its own order.
     """
     best: Choice[T] | None = None
     seen: set[tuple[tuple[str, str], ...]] = set()
