@@ -57,9 +57,11 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
 - Victim searches are decided per *kind* of preemptor (``_candidates``: team, priority, policy,
   what it reclaims, which teams borrow how much), which shares one candidate list, built from an
   index of the running gangs by team (``preemption.Candidates``) rather than a pass over all.
-  A list, its victim groups per required level (with their floors) and what its gangs hold per
-  team are kept through the cycle's preemptions: a preemption drops its victims from them, and
-  only the groups of the domains the victims held pods in are built again (``_CandidateList``).
+  A list, its victim groups per required level (with their floors, their search order and an
+  index of them by domain: ``_Search``) and what its gangs hold per team are kept through the
+  cycle's preemptions: a preemption drops its victims from them, and only the groups of the
+  domains the victims held pods in are built again (``_CandidateList``). Which teams borrow, and
+  how much, is kept until the usage by team changes (``_Cycle.borrowing``).
   A search that found nothing answers for every later gang of its kind that needs at least as
   much (``_Failures``); none runs when the gang would not fit the pool even empty
   (``Pool.empty``) or when quota would not let it in even with every candidate gone; a domain's
@@ -71,6 +73,9 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
   slots whatever else is evicted, so each victim's own gain (for the pool and per domain of the
   required level) is counted once and kept while the cycle's capacity on its nodes does not
   change (``_KeptGains``); only nodes several candidates share are summed per node (``_Gains``).
+  Nor does it copy the usage by team: quota lets the gang in exactly when the victims of its
+  team and of its cohort free at least two amounts per resource fixed when the search starts
+  (``_QuotaRoom``), so a trial adds a victim's usage to two sums.
 """
 
 from __future__ import annotations
@@ -843,14 +848,10 @@ def _quota_with_all_gone(
 
     What the candidates hold is summed per team once per candidate list (``_CandidateList``).
     """
-    held = listed.held
-    left = {name: dict(values) for name, values in cycle.usage.items()}
-    for name, values in held.items():
-        used = left.setdefault(name, {})
-        for resource, amount in values.items():
-            used[resource] = used.get(resource, 0) - amount
-    verdict = check_quota(team, gang.usage, left, cycle.pool.teams)
-    return isinstance(verdict, Fits | Borrows)
+    room = _QuotaRoom(team, gang.usage, cycle.usage, cycle.pool.teams)
+    for name, held in listed.held.items():
+        room.free(name, held, 1)
+    return room.fits()
 
 
 def _still_borrowing(
@@ -1201,14 +1202,17 @@ class _QuotaRoom:
 
     def move(self, victim: Admitted, sign: int) -> None:
         """Count the victim as gone (``sign`` 1) or back again (-1)."""
-        team = victim.team
-        if team is None or not self._needs:
+        if victim.team is not None:
+            self.free(victim.team, victim.usage, sign)
+
+    def free(self, team: str, usage: Units, sign: int) -> None:
+        """Count ``usage`` of ``team`` as freed (``sign`` 1) or held again (-1)."""
+        if not self._needs:
             return
         cohort = self._freed_cohort if team in self._cohort else None
         mine = self._freed_team if team == self._team else None
         if cohort is None and mine is None:
             return
-        usage = victim.usage
         for resource, _, _ in self._needs:
             amount = sign * usage.get(resource, 0)
             if cohort is not None:

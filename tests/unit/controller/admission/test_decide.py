@@ -705,6 +705,17 @@ def _quota_checked_again(trial: decide_module._Trial) -> bool:
     return isinstance(verdict, Fits | Borrows)
 
 
+def _quota_with_all_gone_checked_again(
+    cycle: decide_module._Cycle,
+    gang: WaitingGang,
+    team: TeamQuota | None,
+    listed: decide_module._CandidateList,
+) -> bool:
+    """Whether ``check_quota`` lets the gang in on the usage without every candidate."""
+    verdict = check_quota(team, gang.usage, without(cycle.usage, listed.victims), cycle.pool.teams)
+    return isinstance(verdict, Fits | Borrows)
+
+
 _borrowing, _search = decide_module._Cycle.borrowing, decide_module._CandidateList.search
 
 
@@ -722,6 +733,11 @@ def _search_ordered_again(
 
 SHORTCUTS = {
     "quota-from-sums": (decide_module._Trial, "quota_fits", _quota_checked_again),
+    "quota-with-all-gone-from-sums": (
+        decide_module,
+        "_quota_with_all_gone",
+        _quota_with_all_gone_checked_again,
+    ),
     "borrowers-kept": (decide_module._Cycle, "borrowing", _borrowing_counted_again),
     "search-order-kept": (decide_module._CandidateList, "search", _search_ordered_again),
     "group-gives-up": (preemption_module, "_give_up_at", lambda *_: None),
