@@ -386,7 +386,7 @@ def search_order(groups: Sequence[Sequence[Admitted]], now: float) -> SearchOrde
     present = [number for number, group in enumerate(groups) if group]
     if not present:
         return SearchOrder([], by_floor=False)
-    rest = [(_floors_of(groups[number], now)[0], number) for number in present[1:]]
+    rest = [(_floor_of(groups[number], now), number) for number in present[1:]]
     by_floor = all(_by_priority(group) for group in groups)
     if by_floor:
         rest.sort()
@@ -398,24 +398,28 @@ class Group(list[Admitted]):
 
     For a caller that keeps its groups from search to search (a group never changes once
     built): whether it is ordered by priority (``by_priority``, which a caller that knows may
-    pass: any part of an ordered group is ordered) and its ``floors`` at ``now``, counted when
-    first asked.
+    pass: any part of an ordered group is ordered), its floor and its ``floors`` at ``now``,
+    each counted when first asked (most groups are only ordered by their floor, never searched).
     """
 
-    __slots__ = ("_floors", "_now", "by_priority")
+    __slots__ = ("_floor", "_floors", "_now", "by_priority")
 
     def __init__(
         self, victims: Iterable[Admitted], now: float, *, by_priority: bool | None = None
     ) -> None:
         super().__init__(victims)
         self._now = now
+        self._floor: Cost | None = None
         self._floors: list[Cost] | None = None
         self.by_priority = ordered_by_priority(self) if by_priority is None else by_priority
 
     @property
     def floor(self) -> Cost:
-        """``floor`` of the group (not empty)."""
-        return self.floors[0]
+        """The least any victim set of the group could cost: its cheapest gang alone (not empty)."""
+        if self._floor is None:
+            now = self._now
+            self._floor = min(_alone(victim, now) for victim in self)
+        return self._floor
 
     @property
     def floors(self) -> list[Cost]:
@@ -423,6 +427,10 @@ class Group(list[Admitted]):
         if self._floors is None:
             self._floors = floors(self, self._now)
         return self._floors
+
+
+def _floor_of(group: Sequence[Admitted], now: float) -> Cost:
+    return group.floor if isinstance(group, Group) else min(_alone(v, now) for v in group)
 
 
 def _floors_of(group: Sequence[Admitted], now: float) -> list[Cost]:
