@@ -109,7 +109,6 @@ from torchgate.controller.admission.quota import (
     QuotaWait,
     Reclaims,
     TeamTotals,
-    borrowing,
     borrowing_teams,
     check_quota,
     needed_resources,
@@ -293,17 +292,29 @@ class _Cycle:
         return self.pool.teams.get(gang.team) if gang.team is not None else None
 
     def spread(self, victim: Admitted) -> list[tuple[int, Units]]:
-        """Node index -> what the victim's pods there take, summed (kept for the cycle)."""
+        """Node index -> what the victim's pods there take, summed (kept for the cycle).
+
+        A node with one of its pods holds that pod's requests as they are (read, never changed).
+        """
         found = self.spreads.get(victim.key)
         if found is None:
             index, requests = self.capacity.topology.index, victim.requests or {}
-            per_node: dict[int, dict[str, int]] = {}
+            per_node: dict[int, Units] = {}
+            sums: dict[int, dict[str, int]] = {}  # nodes holding several of its pods
             for pod, node_name in (victim.nodes or {}).items():
                 node = index.get(node_name)
-                if node is not None:
-                    held = per_node.setdefault(node, {})
-                    for name, amount in (requests.get(pod) or {}).items():
-                        held[name] = held.get(name, 0) + amount
+                if node is None:
+                    continue
+                asked = requests.get(pod) or {}
+                held = per_node.get(node)
+                if held is None:
+                    per_node[node] = asked
+                    continue
+                total = sums.get(node)
+                if total is None:
+                    total = per_node[node] = sums[node] = dict(held)
+                for name, amount in asked.items():
+                    total[name] = total.get(name, 0) + amount
             found = self.spreads[victim.key] = list(per_node.items())
         return found
 
@@ -862,12 +873,12 @@ def _still_borrowing(
 ) -> bool:
     """``quota.still_borrowing``, counting only the chosen gangs of the victim's own team."""
     assert victim.team is not None
-    left = dict(usage.get(victim.team, {}))
-    for gang in chosen:
-        if gang.team == victim.team:
-            for name, amount in gang.usage.items():
-                left[name] = left.get(name, 0) - amount
-    return borrowing(teams[victim.team], left, teams[victim.team].limits)
+    team, used = teams[victim.team], usage.get(victim.team, {})
+    mine = [gang.usage for gang in chosen if gang.team == victim.team]
+    return any(
+        used.get(resource, 0) - sum(gang.get(resource, 0) for gang in mine) > limit.nominal
+        for resource, limit in team.limits.items()
+    )
 
 
 class _Failures:
