@@ -57,9 +57,11 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
 - Victim searches are decided per *kind* of preemptor (``_candidates``: team, priority, policy,
   what it reclaims, which teams borrow how much), which shares one candidate list, built from an
   index of the running gangs by team (``preemption.Candidates``) rather than a pass over all.
-  A list, its victim groups per required level (with their floors) and what its gangs hold per
-  team are kept through the cycle's preemptions: a preemption drops its victims from them, and
-  only the groups of the domains the victims held pods in are built again (``_CandidateList``).
+  A list, its victim groups per required level (with their floors, their search order and an
+  index of them by domain: ``_Search``) and what its gangs hold per team are kept through the
+  cycle's preemptions: a preemption drops its victims from them, and only the groups of the
+  domains the victims held pods in are built again (``_CandidateList``). Which teams borrow, and
+  how much, is kept until the usage by team changes (``_Cycle.borrowing``).
   A search that found nothing answers for every later gang of its kind that needs at least as
   much (``_Failures``); none runs when the gang would not fit the pool even empty
   (``Pool.empty``) or when quota would not let it in even with every candidate gone; a domain's
@@ -71,6 +73,9 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
   slots whatever else is evicted, so each victim's own gain (for the pool and per domain of the
   required level) is counted once and kept while the cycle's capacity on its nodes does not
   change (``_KeptGains``); only nodes several candidates share are summed per node (``_Gains``).
+  Nor does it copy the usage by team: quota lets the gang in exactly when the victims of its
+  team and of its cohort free at least two amounts per resource fixed when the search starts
+  (``_QuotaRoom``), so a trial adds a victim's usage to two sums.
 """
 
 from __future__ import annotations
@@ -92,8 +97,10 @@ from torchgate.controller.admission.preemption import (
     Candidates,
     Group,
     Preemptor,
+    SearchOrder,
     cheapest,
     domain_groups,
+    search_order,
 )
 from torchgate.controller.admission.quota import (
     Admitted,
@@ -102,7 +109,6 @@ from torchgate.controller.admission.quota import (
     QuotaWait,
     Reclaims,
     TeamTotals,
-    borrowing,
     borrowing_teams,
     check_quota,
     needed_resources,
@@ -280,22 +286,35 @@ class _Cycle:
     spreads: dict[JobKey, list[tuple[int, Units]]] = field(default_factory=dict)  # ``spread``
     crowded: frozenset[int] | None = None  # ``crowding``
     own_gains: _KeptGains | None = None  # ``kept_gains``
+    borrowed: _Borrowed | None = None  # ``borrowing``, until the usage by team changes
 
     def team(self, gang: WaitingGang) -> TeamQuota | None:
         return self.pool.teams.get(gang.team) if gang.team is not None else None
 
     def spread(self, victim: Admitted) -> list[tuple[int, Units]]:
-        """Node index -> what the victim's pods there take, summed (kept for the cycle)."""
+        """Node index -> what the victim's pods there take, summed (kept for the cycle).
+
+        A node with one of its pods holds that pod's requests as they are (read, never changed).
+        """
         found = self.spreads.get(victim.key)
         if found is None:
             index, requests = self.capacity.topology.index, victim.requests or {}
-            per_node: dict[int, dict[str, int]] = {}
+            per_node: dict[int, Units] = {}
+            sums: dict[int, dict[str, int]] = {}  # nodes holding several of its pods
             for pod, node_name in (victim.nodes or {}).items():
                 node = index.get(node_name)
-                if node is not None:
-                    held = per_node.setdefault(node, {})
-                    for name, amount in (requests.get(pod) or {}).items():
-                        held[name] = held.get(name, 0) + amount
+                if node is None:
+                    continue
+                asked = requests.get(pod) or {}
+                held = per_node.get(node)
+                if held is None:
+                    per_node[node] = asked
+                    continue
+                total = sums.get(node)
+                if total is None:
+                    total = per_node[node] = sums[node] = dict(held)
+                for name, amount in asked.items():
+                    total[name] = total.get(name, 0) + amount
             found = self.spreads[victim.key] = list(per_node.items())
         return found
 
@@ -316,6 +335,16 @@ class _Cycle:
             self.crowded = frozenset(index[name] for name in crowded if name in index)
         return self.crowded
 
+    def borrowing(self) -> _Borrowed:
+        """The teams over their nominal quota and what they hold, for the usage by team now."""
+        if self.borrowed is None:
+            borrowers = borrowing_teams(self.pool.teams, self.usage)
+            held = tuple(
+                sorted((name, tuple(sorted(self.usage[name].items()))) for name in borrowers)
+            )
+            self.borrowed = _Borrowed(borrowers, held)
+        return self.borrowed
+
     def kept_gains(self) -> _KeptGains:
         """Victims' own gains kept for the cycle (``_KeptGains``)."""
         if self.own_gains is None:
@@ -335,7 +364,16 @@ class _Cycle:
                 usage[name] = usage.get(name, 0) + amount
             self.beyond_quota.clear()
             self.quota_misses.clear()
+            self.borrowed = None
         return placed
+
+
+@dataclass(frozen=True, slots=True)
+class _Borrowed:
+    """The teams over their nominal quota (``quota.borrowing_teams``), and what each holds."""
+
+    teams: frozenset[str]
+    held: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]  # sorted by team, then resource
 
 
 def decide(pool: Pool, waiting: Sequence[WaitingGang], now: float) -> list[Outcome]:
@@ -483,7 +521,8 @@ def _preempt(
         failures.add(gang)
         return None
     groups = _groups(cycle, gang, listed)
-    reach = _Reach(cycle, gang, groups, kind)
+    search = listed.search(_required_level(pool.topology, gang), groups)
+    reach = _Reach(cycle, gang, search, kind)
 
     usage_now = cycle.usage
 
@@ -494,11 +533,12 @@ def _preempt(
 
     trial = _Trial(cycle, gang, team)
     choice = cheapest(
-        [group.victims for group in groups],
+        search.victims,
         trial,
         cycle.now,
         allowed=allowed,
         hopeless=reach.hopeless,
+        order=search.order,
     )
     if choice is None:
         failures.add(gang)
@@ -509,6 +549,7 @@ def _preempt(
     gone = {v.key for v in choice.victims}
     cycle.usage = without(cycle.usage, choice.victims)
     cycle.beyond_quota.clear()
+    cycle.borrowed = None
     _settle(cycle, choice.victims)
     cycle.admit(gang, placed.nodes, extras=False)
     return Preempt(gang.key, tuple(sorted(gone)), placed.nodes)
@@ -536,10 +577,10 @@ def _candidates(
     pool = cycle.pool
     if cycle.settled is None:
         cycle.settled = Candidates(pool.admitted, pool.teams, pool.preemption, cycle.now)
-    borrowers = borrowing_teams(pool.teams, cycle.usage)
+    borrowed = cycle.borrowing()
+    borrowers = borrowed.teams
     needed = needed_resources(team, gang.usage) if team is not None and within_nominal else None
-    by_team = tuple(sorted((name, tuple(sorted(cycle.usage[name].items()))) for name in borrowers))
-    kind: tuple[object, ...] = (gang.team, gang.priority, gang.preempts, needed, by_team)
+    kind: tuple[object, ...] = (gang.team, gang.priority, gang.preempts, needed, borrowed.held)
     listed = cycle.kinds.get(kind)
     if listed is None:
         lenders = (
@@ -567,7 +608,7 @@ def _groups(cycle: _Cycle, gang: WaitingGang, listed: _CandidateList) -> list[_G
     topology = cycle.pool.topology
     level = _required_level(topology, gang)
     if level is None:
-        return [listed.everyone]
+        return listed.alone
     found = listed.groups.get(level)
     if found is None:
         known = cycle.domains.setdefault(level, {})
@@ -626,16 +667,30 @@ class _CandidateList:
     preempted gangs held pods in change, and the order is restored by that key.
     """
 
-    __slots__ = ("_held", "_rank", "everyone", "groups", "members", "now", "seen", "victims")
+    __slots__ = (
+        "_held",
+        "_rank",
+        "_searched",
+        "alone",
+        "everyone",
+        "groups",
+        "members",
+        "now",
+        "seen",
+        "victims",
+    )
 
     def __init__(self, victims: list[Admitted], now: float, seen: int) -> None:
         self.now, self.seen = now, seen
         self.victims = Group(victims, now)
         self.everyone = _Group(self.victims, None, frozenset())  # the group of them all
+        self.alone = [self.everyone]  # the groups of a gang that requires no level
         self._rank = {victim.key: number for number, victim in enumerate(victims)}
         self.members = set(self._rank)
         self._held: dict[str, dict[str, int]] | None = None
         self.groups: dict[int, list[_Group]] = {}  # per required level (``_groups``)
+        # ``search``: the groups last searched, their victims and ``preemption.search_order``
+        self._searched: dict[int | None, _Search] = {}
 
     @property
     def held(self) -> dict[str, dict[str, int]]:
@@ -647,6 +702,16 @@ class _CandidateList:
         if self._held is None:
             self._held = usage_by_team(self.victims)
         return self._held
+
+    def search(self, level: int | None, groups: list[_Group]) -> _Search:
+        """``groups`` (``_groups`` of this list for ``level``) as a search reads them.
+
+        Kept while the same groups are searched again (their floors and order do not change).
+        """
+        found = self._searched.get(level)
+        if found is None or found.groups is not groups:
+            found = self._searched[level] = _Search.of(groups, self.now)
+        return found
 
     def catch_up(
         self, gone: Sequence[JobKey], known: Mapping[int, Mapping[JobKey, frozenset[str]]]
@@ -667,6 +732,7 @@ class _CandidateList:
                     used[name] -= amount
         self.victims = Group(left, self.now, by_priority=self.victims.by_priority or None)
         self.everyone = _Group(self.victims, None, frozenset())
+        self.alone = [self.everyone]
         for level, groups in self.groups.items():
             self.groups[level] = self._regroup(groups, dropped, known[level])
 
@@ -690,6 +756,22 @@ class _CandidateList:
         return self._rank[group.victims[0].key], group.domain
 
 
+@dataclass(frozen=True, slots=True)
+class _Search:
+    """A candidate list's groups for one required level, as a victim search reads them."""
+
+    groups: list[_Group]
+    victims: list[Group]  # each group's
+    order: SearchOrder  # ``preemption.search_order`` of ``victims``
+    by_domain: dict[str, _Group]
+
+    @classmethod
+    def of(cls, groups: list[_Group], now: float) -> _Search:
+        victims = [group.victims for group in groups]
+        by_domain = {group.domain: group for group in groups if group.domain is not None}
+        return cls(groups, victims, search_order(victims, now), by_domain)
+
+
 class _Reach:
     """Whether a group of victims can make room at all: ``cheapest``'s ``hopeless`` bound.
 
@@ -702,14 +784,14 @@ class _Reach:
     """
 
     def __init__(
-        self, cycle: _Cycle, gang: WaitingGang, groups: list[_Group], kind: tuple[object, ...]
+        self, cycle: _Cycle, gang: WaitingGang, search: _Search, kind: tuple[object, ...]
     ) -> None:
-        self.cycle, self.gang, self.groups = cycle, gang, groups
+        self.cycle, self.gang, self.groups = cycle, gang, search.groups
         capacity, shape, count = cycle.capacity, gang.shape, len(gang.pods)
         self.level = _required_level(cycle.pool.topology, gang)
         if self.level is not None and capacity.slots(shape).roomiest(self.level) >= count:
             self.level = None  # a domain of the level holds the gang already: any group may do
-        self.by_domain = {group.domain: group for group in groups if group.domain is not None}
+        self.by_domain = search.by_domain
         borrowers = tuple(name for name, _ in kind[-1])  # type: ignore[attr-defined]
         family = (*kind[:-1], borrowers, shape, self.level)
         self.known = cycle.reach.setdefault(family, {})
@@ -777,14 +859,10 @@ def _quota_with_all_gone(
 
     What the candidates hold is summed per team once per candidate list (``_CandidateList``).
     """
-    held = listed.held
-    left = {name: dict(values) for name, values in cycle.usage.items()}
-    for name, values in held.items():
-        used = left.setdefault(name, {})
-        for resource, amount in values.items():
-            used[resource] = used.get(resource, 0) - amount
-    verdict = check_quota(team, gang.usage, left, cycle.pool.teams)
-    return isinstance(verdict, Fits | Borrows)
+    room = _QuotaRoom(team, gang.usage, cycle.usage, cycle.pool.teams)
+    for name, held in listed.held.items():
+        room.free(name, held, 1)
+    return room.fits()
 
 
 def _still_borrowing(
@@ -795,12 +873,12 @@ def _still_borrowing(
 ) -> bool:
     """``quota.still_borrowing``, counting only the chosen gangs of the victim's own team."""
     assert victim.team is not None
-    left = dict(usage.get(victim.team, {}))
-    for gang in chosen:
-        if gang.team == victim.team:
-            for name, amount in gang.usage.items():
-                left[name] = left.get(name, 0) - amount
-    return borrowing(teams[victim.team], left, teams[victim.team].limits)
+    team, used = teams[victim.team], usage.get(victim.team, {})
+    mine = [gang.usage for gang in chosen if gang.team == victim.team]
+    return any(
+        used.get(resource, 0) - sum(gang.get(resource, 0) for gang in mine) > limit.nominal
+        for resource, limit in team.limits.items()
+    )
 
 
 class _Failures:
@@ -862,6 +940,7 @@ class _Gains:
         topology = capacity.topology
         self.member = None if level is None else topology.member[level]
         self.own: dict[JobKey, _OwnGain] = {}  # per victim, counted when first given back
+        self.kept_here = kept.table(gang.shape, level)
         self.clear()
 
     def clear(self) -> None:
@@ -877,15 +956,20 @@ class _Gains:
         """Give back (``sign`` 1) or take again (-1) the victim's pods; note crowded nodes."""
         own = self.own.get(victim.key)
         if own is None:
-            kept = (victim.key, self.shape, self.level)
-            own = self.kept.get(kept, self.spread(victim))
+            own = self.kept.get(self.kept_here, victim.key)
             if own is None:
                 own = self._own(victim)
-                self.kept.put(kept, own)
+                self.kept.put(self.kept_here, victim.key, own)
             self.own[victim.key] = own
         self.root_gained += sign * own.root
-        for domain, slots in own.domains:
-            self._domain(domain, sign * slots)
+        if own.domains:
+            gained, slots_now, count = self.domain_gained, self.domain_slots, self.count
+            for domain, slots in own.domains:
+                now = gained[domain] = gained.get(domain, 0) + sign * slots
+                if slots_now[domain] + now >= count:
+                    self.reaching.add(domain)
+                else:
+                    self.reaching.discard(domain)
         with_victims, free = self.with_victims, self.capacity.free
         for node, held in own.crowded:
             have = with_victims.get(node)
@@ -906,7 +990,8 @@ class _Gains:
         crowded_nodes, crowded = self.crowded, []
         root = 0
         domains: dict[int, int] = {}
-        for node, held in self.spread(victim):
+        spread = self.spread(victim)
+        for node, held in spread:
             if allowed is not None and names[node] not in allowed:
                 continue
             if node in crowded_nodes:
@@ -918,7 +1003,8 @@ class _Gains:
                 if member is not None:
                     domain = member[node]
                     domains[domain] = domains.get(domain, 0) + gain
-        return _OwnGain(root, tuple(domains.items()), tuple(crowded))
+        nodes = tuple(node for node, _ in spread)
+        return _OwnGain(root, tuple(domains.items()), tuple(crowded), nodes)
 
     def _domain(self, domain: int, delta: int) -> None:
         if delta:
@@ -959,28 +1045,35 @@ class _KeptGains:
     given back, all change the cycle's capacity).
     """
 
-    __slots__ = ("_capacity", "_kept")
+    __slots__ = ("_capacity", "_tables")
 
     def __init__(self, capacity: Capacity) -> None:
         self._capacity = capacity
-        self._kept: dict[tuple[object, ...], tuple[int, _OwnGain]] = {}
+        self._tables: dict[tuple[Shape, int | None], _GainTable] = {}
 
-    def get(self, key: tuple[object, ...], spread: list[tuple[int, Units]]) -> _OwnGain | None:
-        """The gain kept for ``key`` if none of the victim's nodes (``spread``) changed since."""
-        found = self._kept.get(key)
+    def table(self, shape: Shape, level: int | None) -> _GainTable:
+        """The gains kept for one shape and required level (``None``: none), by victim."""
+        found = self._tables.get((shape, level))
+        if found is None:
+            found = self._tables[shape, level] = {}
+        return found
+
+    def get(self, table: _GainTable, victim: JobKey) -> _OwnGain | None:
+        """The victim's gain kept in ``table`` if none of its nodes changed since it was counted."""
+        found = table.get(victim)
         if found is None:
             return None
         at, own = found
         edits = self._capacity.edits
         if at != edits:
-            if self._capacity.changed_since((node for node, _ in spread), at):
+            if self._capacity.changed_since(own.nodes, at):
                 return None
-            self._kept[key] = (edits, own)
+            table[victim] = (edits, own)
         return own
 
-    def put(self, key: tuple[object, ...], own: _OwnGain) -> None:
-        """Keep ``own``, counted on the capacity as it is now."""
-        self._kept[key] = (self._capacity.edits, own)
+    def put(self, table: _GainTable, victim: JobKey, own: _OwnGain) -> None:
+        """Keep ``own`` in ``table``, counted on the capacity as it is now."""
+        table[victim] = (self._capacity.edits, own)
 
 
 @dataclass(frozen=True, slots=True)
@@ -994,15 +1087,19 @@ class _OwnGain:
     root: int
     domains: tuple[tuple[int, int], ...]
     crowded: tuple[tuple[int, tuple[tuple[str, int], ...]], ...]  # node, what it takes of the shape
+    nodes: tuple[int, ...]  # every node it holds pods on (what the gain was counted from)
+
+
+_GainTable = dict[JobKey, tuple[int, _OwnGain]]  # victim -> capacity edits when counted, gain
 
 
 class _Trial:
     """Whether the gang fits with some victims gone, the cycle's capacity left as it is.
 
     Successive calls differ by a victim or two (greedy growth, then pruning), so only the
-    difference is counted again (``_Gains``, and the quota usage the victims free); a call that
-    would take back more victims than it gives back counts from none given back instead (the
-    pruning pass's first try, the last gang added alone).
+    difference is counted again (``_Gains``, and the quota the victims free: ``_QuotaRoom``); a
+    call that would take back more victims than it gives back counts from none given back
+    instead (the pruning pass's first try, the last gang added alone).
     """
 
     def __init__(self, cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None) -> None:
@@ -1013,13 +1110,13 @@ class _Trial:
         )
         self.held: list[Admitted] = []  # ``given`` in the order last asked for
         self.given: dict[JobKey, Admitted] = {}
-        self.usage = {name: dict(amounts) for name, amounts in cycle.usage.items()}
+        self.quota = _QuotaRoom(team, gang.usage, cycle.usage, cycle.pool.teams)
 
     def _clear(self) -> None:
         """Count no victim as given back."""
         self.gains.clear()
         self.given = {}
-        self.usage = {name: dict(amounts) for name, amounts in self.cycle.usage.items()}
+        self.quota.clear()
 
     def __call__(self, victims: Sequence[Admitted]) -> bool | None:
         """``True`` when the gang fits with ``victims`` gone, else ``None``."""
@@ -1029,8 +1126,11 @@ class _Trial:
         gains = self.gains
         if gains.root() < gains.count or not gains.fits_level():
             return None  # no room (asked first: it is counted already, quota is not)
-        verdict = check_quota(self.team, self.gang.usage, self.usage, self.cycle.pool.teams)
-        return isinstance(verdict, Fits | Borrows) or None
+        return self.quota_fits() or None
+
+    def quota_fits(self) -> bool:
+        """Whether quota lets the gang in with the victims given back gone (rule 1)."""
+        return self.quota.fits()
 
     def place(self, victims: Sequence[Admitted]) -> TopologyPlacement | TopologyWait:
         """Where the gang goes once ``victims`` are gone."""
@@ -1062,10 +1162,83 @@ class _Trial:
 
     def _move(self, victim: Admitted, sign: int, changed: set[int]) -> None:
         self.gains.move(victim, sign, changed)
+        self.quota.move(victim, sign)
+
+
+class _QuotaRoom:
+    """Whether quota lets the gang in once victims are gone, from what they free summed.
+
+    ``quota.check_quota`` answers ``Fits`` or ``Borrows`` exactly when, for every resource the
+    gang asks for that its team has a limit on, the team stays within its borrowing ceiling and
+    its cohort within its nominal total. Victims only take usage away, so per such resource the
+    victims of the gang's team must free at least what the team would hold beyond its ceiling,
+    and the victims of its cohort's teams at least what the cohort would use beyond its nominal
+    total: two sums against two thresholds fixed when the search starts, instead of the usage
+    by team copied and checked again per trial. A gang of no team always fits.
+    """
+
+    __slots__ = ("_cohort", "_freed_cohort", "_freed_team", "_needs", "_team")
+
+    def __init__(
+        self,
+        team: TeamQuota | None,
+        gang_usage: Units,
+        usage: Mapping[str, Units],
+        teams: Mapping[str, TeamQuota],
+    ) -> None:
+        # resource -> what the team's victims, and the cohort's, must free (``None``: nothing)
+        self._needs: list[tuple[str, int | None, int]] = []
+        self._team = None if team is None else team.name
+        self._cohort: frozenset[str] = frozenset()
+        if team is not None:
+            cohort = [t for t in teams.values() if t.cohort == team.cohort]
+            self._cohort = frozenset(t.name for t in cohort)
+            used = usage.get(team.name, {})
+            for resource, limit in team.limits.items():
+                want = gang_usage.get(resource, 0)
+                if want <= 0:
+                    continue
+                after = used.get(resource, 0) + want
+                ceiling = None if limit.borrowing is None else limit.nominal + limit.borrowing
+                nominal = sum(t.limits[resource].nominal for t in cohort if resource in t.limits)
+                pooled = sum(usage.get(t.name, {}).get(resource, 0) for t in cohort)
+                team_need = None if ceiling is None else after - ceiling
+                self._needs.append((resource, team_need, pooled + want - nominal))
+        self._freed_team: dict[str, int] = {}
+        self._freed_cohort: dict[str, int] = {}
+
+    def clear(self) -> None:
+        """Count no victim as gone."""
+        self._freed_team, self._freed_cohort = {}, {}
+
+    def move(self, victim: Admitted, sign: int) -> None:
+        """Count the victim as gone (``sign`` 1) or back again (-1)."""
         if victim.team is not None:
-            used = self.usage.setdefault(victim.team, {})
-            for name, amount in victim.usage.items():
-                used[name] = used.get(name, 0) - sign * amount
+            self.free(victim.team, victim.usage, sign)
+
+    def free(self, team: str, usage: Units, sign: int) -> None:
+        """Count ``usage`` of ``team`` as freed (``sign`` 1) or held again (-1)."""
+        if not self._needs:
+            return
+        cohort = self._freed_cohort if team in self._cohort else None
+        mine = self._freed_team if team == self._team else None
+        if cohort is None and mine is None:
+            return
+        for resource, _, _ in self._needs:
+            amount = sign * usage.get(resource, 0)
+            if cohort is not None:
+                cohort[resource] = cohort.get(resource, 0) + amount
+            if mine is not None:
+                mine[resource] = mine.get(resource, 0) + amount
+
+    def fits(self) -> bool:
+        """``check_quota`` says ``Fits`` or ``Borrows`` with the victims counted as gone."""
+        team, cohort = self._freed_team, self._freed_cohort
+        return all(
+            (team_need is None or team.get(resource, 0) >= team_need)
+            and cohort.get(resource, 0) >= cohort_need
+            for resource, team_need, cohort_need in self._needs
+        )
 
 
 def _domain_at(topology: Topology, level: int) -> Callable[[str], str | None]:

@@ -28,10 +28,12 @@ Rules (each one function):
    topology domain of the preemptor's required level), the cheapest successful set wins: lowest
    highest-priority among its victims, then fewest victims, then fewest GPUs, then least run time.
    If all candidates together do not make room, no group can (the trial is monotone); a group is
-   abandoned as soon as it must take a victim of higher priority than the best set found, and
-   not searched at all when no set of its victims could cost less than that set (``floor``: its
-   cheapest gang alone), or when the caller can tell that even all its victims together would
-   not make room. On a tie the earlier group's set wins.
+   abandoned as soon as it must take a victim of higher priority than the best set found, or
+   when every victim left in it costs more alone than that set (a set costs no less than the
+   victim it is completed with: ``floors``), and not searched at all when no set of its victims
+   could cost less than that set (its *floor*: its cheapest gang alone), or when the caller can
+   tell that even all its victims together would not make room. On a tie the earlier group's
+   set wins.
 6. ``protection``: one pool-wide protection: the longest ``minimumRunSeconds`` and the lowest
    ``neverPreemptPriority`` of the policies, and never above ``HELD_PRIORITY``, the priority the
    admitter gives gangs that hold capacity without pods yet (reservations and holds), so that a
@@ -42,15 +44,15 @@ the last gang added was enough on its own), which gives the same set as dropping
 one because the trial is monotone. Rules 1-3 are answered from an index of the running gangs by
 team, cheapest first (``Candidates``), built once per cycle: a preemptor's candidates are the
 heads of a few groups, merged, not a pass over every running gang. Rule 5 searches the groups
-after the first by their ``floor``, cheapest first, when each group is ordered by priority (then
+after the first by their floor, cheapest first, when each group is ordered by priority (then
 a group's answer does not depend on the best set found before it), so the best set is found
-early and most groups are skipped by their floor.
+early and the search ends at the first group whose floor does not beat it. A caller that keeps
+its groups keeps their floors (``Group``) and their order (``search_order``) too.
 """
 
 from __future__ import annotations
 
-import heapq
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -166,20 +168,25 @@ class Candidates:
             return []
         teams = {None, preemptor.team, *borrowers}
         heads = [
-            self.groups[team][: bisect_left(self._priorities[team], preemptor.priority)]
+            victim
             for team in teams
             if team in self.groups
+            for victim in self.groups[team][
+                : bisect_left(self._priorities[team], preemptor.priority)
+            ]
         ]
-        return list(heapq.merge(*heads, key=victim_order))
+        return sorted(heads, key=victim_order)  # stable: as a merge of the teams' runs
 
     def reclaimable(self, borrowers: Iterable[str], needed: Sequence[str]) -> list[Admitted]:
         """``quota.reclaim_candidates``: gangs of ``borrowers`` that hold some of ``needed``."""
         heads = [
-            [victim for victim in self.groups[team] if uses_any(victim, needed)]
+            victim
             for team in borrowers
             if team in self.groups
+            for victim in self.groups[team]
+            if uses_any(victim, needed)
         ]
-        return list(heapq.merge(*heads, key=victim_order))
+        return sorted(heads, key=victim_order)
 
 
 # ------------------------------------------------------------------ rules 4-5
@@ -191,19 +198,24 @@ def choose_victims(
     *,
     highest: int | None = None,
     allowed: Callable[[Admitted, Sequence[Admitted]], bool] | None = None,
+    give_up_at: int | None = None,
 ) -> Choice[T] | None:
     """A small set of whole gangs whose removal lets the preemptor fit (rule 4).
 
     ``trial(victims)`` answers whether (and where) the preemptor fits once ``victims`` are gone;
     it must be monotone (more victims never make it fit worse). With ``highest``, give up rather
     than take a victim of a higher priority (the set would cost more than one already found).
+    With ``give_up_at``, give up rather than take the victim at that position of ``ordered`` or
+    a later one (``cheapest``: no set it would end with could cost less than one already found).
     ``allowed(victim, chosen)`` skips a candidate that may no longer be taken once ``chosen`` are
     gone (``quota.still_borrowing``); dropping victims in the pruning pass never invalidates it.
     """
     victims: list[Admitted] = []
     result: T | None = None
-    for victim in ordered:
+    for position, victim in enumerate(ordered):
         if highest is not None and victim.priority > highest:
+            return None
+        if position == give_up_at:
             return None
         if allowed is not None and not allowed(victim, victims):
             continue
@@ -280,23 +292,37 @@ def cheapest(
     *,
     allowed: Callable[[Admitted, Sequence[Admitted]], bool] | None = None,
     hopeless: Callable[[int], bool] | None = None,
+    order: SearchOrder | None = None,
 ) -> Choice[T] | None:
     """The cheapest successful victim set over candidate groups (rule 5).
 
     The winner is the set of least ``cost``, the earliest group's on a tie. ``hopeless(number)``
     says that no set of the victims of group ``number`` can make room (the caller's bound);
     such a group is not searched, and a hopeless first group ends it. A caller that keeps its
-    groups passes them as ``Group``, so that what it knows of each is not counted again.
+    groups passes them as ``Group``, and their ``search_order`` as ``order``, so that what it
+    knows of them is not counted again.
+
+    Bound: a set costs no less than the victim it was completed with alone (the one the greedy
+    pass of rule 4 added last, which the pruning pass keeps), so once a best set is found, a
+    group's search gives up where every victim left costs more alone (``floors``), a group whose
+    floor does not beat it is skipped whole and, when the groups are searched by floor, so is
+    every group after it.
     """
     listed = list(groups)
-    order = _search_order(listed, now)
+    if order is None:
+        order = search_order(listed, now)
     best: Choice[T] | None = None
     bound: tuple[Cost, int] | None = None  # ``best``'s cost and group
     seen: set[tuple[tuple[str, str], ...]] = set()
-    for number, least in order:
+    for number, least in order.steps:
         group = listed[number]
-        if bound is not None and least is not None and (least, number) > bound:
-            continue  # no set of this group could cost less than ``best`` (nor could its twins)
+        give_up_at: int | None = None
+        if bound is not None and least is not None:
+            if (least, number) > bound:
+                if order.by_floor:
+                    break  # so does every later group's floor (nor could its twins)
+                continue  # no set of this group could cost less than ``best``
+            give_up_at = _give_up_at(group, now, number, bound)
         if hopeless is not None and hopeless(number):
             if number == 0:
                 return None
@@ -306,7 +332,9 @@ def cheapest(
             continue
         seen.add(marker)
         highest = None if bound is None else bound[0][0]
-        choice = choose_victims(group, trial, highest=highest, allowed=allowed)
+        choice = choose_victims(
+            group, trial, highest=highest, allowed=allowed, give_up_at=give_up_at
+        )
         if choice is None:
             if number == 0:
                 return None  # the first group holds every candidate: no subset can do better
@@ -317,12 +345,36 @@ def cheapest(
     return best
 
 
-def _search_order(
-    groups: Sequence[Sequence[Admitted]], now: float
-) -> list[tuple[int, Cost | None]]:
-    """The non-empty groups to search, in order, each with the least its sets could cost.
+def _give_up_at(
+    group: Sequence[Admitted], now: float, number: int, bound: tuple[Cost, int]
+) -> int | None:
+    """The first position from which no set of group ``number`` beats ``bound`` (or none).
 
-    The first one searched needs no such bound (``None``): nothing is found before it.
+    A set completed with the victim at position ``i`` costs no less than the least ``floor``
+    of the victims from ``i`` on (non-decreasing in ``i``), and beats ``bound`` only with a
+    lower cost, or the same cost in an earlier group.
+    """
+    floors = _floors_of(group, now)
+    least, best_number = bound
+    found = (bisect_right if number < best_number else bisect_left)(floors, least)
+    return found if found < len(floors) else None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchOrder:
+    """The groups ``cheapest`` searches, in order (``search_order``).
+
+    ``steps``: each non-empty group's number with the least its sets could cost (its floor;
+    ``None`` for the first one searched: nothing is found before it). ``by_floor``: whether the
+    steps after the first go by that least cost, then number.
+    """
+
+    steps: list[tuple[int, Cost | None]]
+    by_floor: bool
+
+
+def search_order(groups: Sequence[Sequence[Admitted]], now: float) -> SearchOrder:
+    """The non-empty groups to search, in order, each with the least its sets could cost.
 
     The first group comes first (if it finds nothing, no group can). When every group is
     ordered by priority, the others follow by that least cost (``floor``), so the best set is
@@ -333,11 +385,12 @@ def _search_order(
     """
     present = [number for number, group in enumerate(groups) if group]
     if not present:
-        return []
+        return SearchOrder([], by_floor=False)
     rest = [(_floor_of(groups[number], now), number) for number in present[1:]]
-    if all(_by_priority(group) for group in groups):
+    by_floor = all(_by_priority(group) for group in groups)
+    if by_floor:
         rest.sort()
-    return [(present[0], None), *((number, least) for least, number in rest)]
+    return SearchOrder([(present[0], None), *((n, least) for least, n in rest)], by_floor)
 
 
 class Group(list[Admitted]):
@@ -345,11 +398,11 @@ class Group(list[Admitted]):
 
     For a caller that keeps its groups from search to search (a group never changes once
     built): whether it is ordered by priority (``by_priority``, which a caller that knows may
-    pass: any part of an ordered group is ordered) and its ``floor`` at ``now``, counted when
-    first asked.
+    pass: any part of an ordered group is ordered), its floor and its ``floors`` at ``now``,
+    each counted when first asked (most groups are only ordered by their floor, never searched).
     """
 
-    __slots__ = ("_floor", "_now", "by_priority")
+    __slots__ = ("_floor", "_floors", "_now", "by_priority")
 
     def __init__(
         self, victims: Iterable[Admitted], now: float, *, by_priority: bool | None = None
@@ -357,18 +410,31 @@ class Group(list[Admitted]):
         super().__init__(victims)
         self._now = now
         self._floor: Cost | None = None
+        self._floors: list[Cost] | None = None
         self.by_priority = ordered_by_priority(self) if by_priority is None else by_priority
 
     @property
     def floor(self) -> Cost:
-        """``floor`` of the group (not empty)."""
+        """The least any victim set of the group could cost: its cheapest gang alone (not empty)."""
         if self._floor is None:
-            self._floor = floor(self, self._now)
+            now = self._now
+            self._floor = min(_alone(victim, now) for victim in self)
         return self._floor
+
+    @property
+    def floors(self) -> list[Cost]:
+        """``floors`` of the group (not empty)."""
+        if self._floors is None:
+            self._floors = floors(self, self._now)
+        return self._floors
 
 
 def _floor_of(group: Sequence[Admitted], now: float) -> Cost:
-    return group.floor if isinstance(group, Group) else floor(group, now)
+    return group.floor if isinstance(group, Group) else min(_alone(v, now) for v in group)
+
+
+def _floors_of(group: Sequence[Admitted], now: float) -> list[Cost]:
+    return group.floors if isinstance(group, Group) else floors(group, now)
 
 
 def _by_priority(group: Sequence[Admitted]) -> bool:
@@ -380,16 +446,28 @@ def ordered_by_priority(group: Sequence[Admitted]) -> bool:
     return all(a.priority <= b.priority for a, b in pairwise(group))
 
 
-def floor(group: Sequence[Admitted], now: float) -> Cost:
-    """The least any victim set of ``group`` could cost (rule 5): its cheapest gang alone.
+def floors(group: Sequence[Admitted], now: float) -> list[Cost]:
+    """Per position of ``group``: the least a set completed with a victim from there on costs.
 
-    A set holds a victim of at least the group's lowest priority and at least one gang, so it
-    costs no less than the cheapest gang of that priority alone.
+    A set costs no less than the victim it was completed with (rule 4's last addition, which
+    stays) alone: a set of more gangs costs more at the same highest priority. So no victim
+    set of ``group`` costs less than its cheapest gang alone, its *floor* (the first entry);
+    the entries never decrease.
     """
-    return min(
-        (victim.priority, 1, victim.usage.get(GPUS, 0), now - victim.admitted_at)
-        for victim in group
-    )
+    out: list[Cost] = []
+    least: Cost | None = None
+    for victim in reversed(group):
+        alone = _alone(victim, now)
+        if least is None or alone < least:
+            least = alone
+        out.append(least)
+    out.reverse()
+    return out
+
+
+def _alone(victim: Admitted, now: float) -> Cost:
+    """What the victim costs as a set of its own (``cost``)."""
+    return victim.priority, 1, victim.usage.get(GPUS, 0), now - victim.admitted_at
 
 
 def group_by_domain(

@@ -17,6 +17,7 @@ from tests.unit.controller.admission.reference_cycle import reference_decide
 from tests.unit.controller.admission.test_preemption import reference_cheapest
 from tests.unit.controller.admission.test_topology import domains_spanned
 from torchgate.controller.admission import decide as decide_module
+from torchgate.controller.admission import preemption as preemption_module
 from torchgate.controller.admission.decide import (
     Admit,
     Outcome,
@@ -26,9 +27,23 @@ from torchgate.controller.admission.decide import (
     WaitingGang,
     decide,
 )
-from torchgate.controller.admission.quota import Admitted, TeamTotals, usage_by_team
+from torchgate.controller.admission.quota import (
+    Admitted,
+    Borrows,
+    Fits,
+    TeamTotals,
+    check_quota,
+    usage_by_team,
+    without,
+)
 from torchgate.controller.admission.topology import Capacity, build_topology
-from torchgate.pytorchjob.pool import GPUS, PreemptionSettings, TeamQuota, TopologyRequest
+from torchgate.pytorchjob.pool import (
+    GPUS,
+    Limit,
+    PreemptionSettings,
+    TeamQuota,
+    TopologyRequest,
+)
 
 LEVELS = (RACK, HOSTNAME)
 
@@ -678,3 +693,133 @@ def test_a_cycle_given_the_kept_team_totals_decides_as_one_summing_the_running_g
     pool, gangs, now = scenario
     kept = replace(pool, totals=TeamTotals.of(pool.admitted))
     assert materialised(decide(kept, gangs, now)) == materialised(decide(pool, gangs, now))
+
+
+# ------------------------------------------------------------------ each shortcut against none
+
+
+def _quota_checked_again(trial: decide_module._Trial) -> bool:
+    """A trial's quota answer from ``check_quota`` on the usage without its victims."""
+    usage = without(trial.cycle.usage, trial.given.values())
+    verdict = check_quota(trial.team, trial.gang.usage, usage, trial.cycle.pool.teams)
+    return isinstance(verdict, Fits | Borrows)
+
+
+def _quota_with_all_gone_checked_again(
+    cycle: decide_module._Cycle,
+    gang: WaitingGang,
+    team: TeamQuota | None,
+    listed: decide_module._CandidateList,
+) -> bool:
+    """Whether ``check_quota`` lets the gang in on the usage without every candidate."""
+    verdict = check_quota(team, gang.usage, without(cycle.usage, listed.victims), cycle.pool.teams)
+    return isinstance(verdict, Fits | Borrows)
+
+
+_borrowing, _search = decide_module._Cycle.borrowing, decide_module._CandidateList.search
+
+
+def _borrowing_counted_again(cycle: decide_module._Cycle) -> object:
+    cycle.borrowed = None
+    return _borrowing(cycle)
+
+
+def _search_ordered_again(
+    listed: decide_module._CandidateList, level: int | None, groups: list[decide_module._Group]
+) -> object:
+    listed._searched.clear()
+    return _search(listed, level, groups)
+
+
+SHORTCUTS = {
+    "quota-from-sums": (decide_module._Trial, "quota_fits", _quota_checked_again),
+    "quota-with-all-gone-from-sums": (
+        decide_module,
+        "_quota_with_all_gone",
+        _quota_with_all_gone_checked_again,
+    ),
+    "borrowers-kept": (decide_module._Cycle, "borrowing", _borrowing_counted_again),
+    "search-order-kept": (decide_module._CandidateList, "search", _search_ordered_again),
+    "group-gives-up": (preemption_module, "_give_up_at", lambda *_: None),
+}
+
+
+@pytest.mark.parametrize("shortcut", sorted(SHORTCUTS))
+@settings(max_examples=150, deadline=None)
+@given(scenario=crowded_scenarios())
+def test_a_cycle_decides_as_one_without_each_preemption_shortcut(
+    shortcut: str, scenario: tuple[Pool, list[WaitingGang], float]
+) -> None:
+    pool, gangs, now = scenario
+    kept = materialised(decide(pool, gangs, now))
+    owner, name, without_it = SHORTCUTS[shortcut]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(owner, name, without_it)
+        assert materialised(decide(pool, gangs, now)) == kept
+
+
+@hs.composite
+def quota_trials(
+    draw: hs.DrawFn,
+) -> tuple[
+    TeamQuota | None,
+    dict[str, int],
+    dict[str, dict[str, int]],
+    dict[str, TeamQuota],
+    list[Admitted],
+]:
+    """A gang's team and usage, the usage by team, the teams (two cohorts), and victims."""
+    resources = (GPUS, "cpu")
+    amounts = hs.integers(0, 6).map(lambda n: n * G)
+    teams = {
+        name: TeamQuota(
+            name,
+            (name,),
+            {
+                resource: Limit(draw(amounts), draw(hs.none() | amounts))
+                for resource in draw(hs.sets(hs.sampled_from(resources), min_size=1))
+            },
+            draw(hs.sampled_from(("x", "y"))),
+        )
+        for name in ("a", "b", "c")
+    }
+    usage = {
+        name: {resource: draw(amounts) for resource in resources}
+        for name in draw(hs.sets(hs.sampled_from(("a", "b", "c", "other"))))
+    }
+    victims = [
+        Admitted(
+            key=("ns", f"v{i}"),
+            team=draw(hs.sampled_from((None, "a", "b", "c", "other"))),
+            priority=0,
+            usage={resource: draw(amounts) for resource in resources},
+            admitted_at=0.0,
+        )
+        for i in range(draw(hs.integers(0, 4)))
+    ]
+    team = draw(hs.sampled_from((None, "a", "b", "c")))
+    gang_usage = {resource: draw(amounts) for resource in resources}
+    return None if team is None else teams[team], gang_usage, usage, teams, victims
+
+
+@settings(max_examples=400, deadline=None)
+@given(quota_trials())
+def test_quota_room_summed_over_victims_answers_as_check_quota_without_them(
+    trial: tuple[
+        TeamQuota | None,
+        dict[str, int],
+        dict[str, dict[str, int]],
+        dict[str, TeamQuota],
+        list[Admitted],
+    ],
+) -> None:
+    team, gang_usage, usage, teams, victims = trial
+    room = decide_module._QuotaRoom(team, gang_usage, usage, teams)
+    for victim in victims:
+        room.move(victim, 1)
+    verdict = check_quota(team, gang_usage, without(usage, victims), teams)
+    assert room.fits() == isinstance(verdict, Fits | Borrows)
+    for victim in victims[1:]:  # taken back again
+        room.move(victim, -1)
+    verdict = check_quota(team, gang_usage, without(usage, victims[:1]), teams)
+    assert room.fits() == isinstance(verdict, Fits | Borrows)

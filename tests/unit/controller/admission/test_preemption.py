@@ -11,9 +11,11 @@ from hypothesis import strategies as hs
 
 from tests.builders.gang import G, admitted
 from tests.builders.team import parsed_team
+from torchgate.controller.admission import preemption as preemption_module
 from torchgate.controller.admission.preemption import (
     HELD_PRIORITY,
     Choice,
+    Group,
     Preemptor,
     candidates,
     cheapest,
@@ -23,6 +25,7 @@ from torchgate.controller.admission.preemption import (
     is_protected,
     may_preempt,
     protection,
+    search_order,
     victim_order,
 )
 from torchgate.controller.admission.quota import Admitted
@@ -161,10 +164,12 @@ def reference_cheapest(
     *,
     allowed: Callable[[Admitted, Sequence[Admitted]], bool] | None = None,
     hopeless: Callable[[int], bool] | None = None,
+    order: object = None,
 ) -> Choice[T] | None:
     """Rule 5 as first written: every group searched, no bound on what a group could cost.
 
-    ``hopeless`` is ignored: a group no set of whose victims makes room finds nothing anyway.
+    ``hopeless`` is ignored: a group no set of whose victims makes room finds nothing anyway;
+    so is ``order``: every group is searched in its own order.
     """
     best: Choice[T] | None = None
     seen: set[tuple[tuple[str, str], ...]] = set()
@@ -244,6 +249,48 @@ def test_the_search_chooses_what_the_reference_search_chooses(
             assert choose_victims(group, trial, highest=highest, allowed=limit) == reference_choose(
                 group, trial, highest=highest, allowed=limit
             )
+
+
+@settings(max_examples=300, deadline=None)
+@given(searches(), hs.booleans())
+def test_kept_groups_and_their_kept_order_choose_what_the_reference_search_chooses(
+    search: tuple[list[list[Admitted]], Callable[[Sequence[Admitted]], frozenset[str] | None], Any],
+    limit_teams: bool,
+) -> None:
+    groups, trial, allowed = search
+    limit = allowed if limit_teams else None
+    kept = [Group(group, 30.0) for group in groups]
+    order = search_order(kept, 30.0)
+    assert cheapest(kept, trial, 30.0, allowed=limit, order=order) == reference_cheapest(
+        groups, trial, 30.0, allowed=limit
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(searches(), hs.booleans(), hs.integers(0, 3), hs.integers(1, 3), hs.integers(0, 40))
+def test_a_group_gives_up_only_where_no_set_it_finds_could_beat_the_best_one(
+    search: tuple[list[list[Admitted]], Callable[[Sequence[Admitted]], frozenset[str] | None], Any],
+    limit_teams: bool,
+    priority: int,
+    gangs: int,
+    gpus: int,
+) -> None:
+    """A search bounded by the best set so far finds the unbounded set, or one that loses to it."""
+    groups, trial, allowed = search
+    limit = allowed if limit_teams else None
+    best: preemption_module.Cost = (priority, gangs, gpus * G, 20.0)
+    for number, group in enumerate(groups):
+        if not group:
+            continue
+        for best_number in (number - 1, number + 1):
+            bound = (best, best_number)
+            give_up_at = preemption_module._give_up_at(group, 30.0, number, bound)
+            bounded = choose_victims(group, trial, allowed=limit, give_up_at=give_up_at)
+            unbounded = choose_victims(group, trial, allowed=limit)
+            if bounded is None and unbounded is not None:
+                assert (cost(unbounded, 30.0), number) > bound
+            else:
+                assert bounded == unbounded
 
 
 def test_protection_takes_the_strictest_policy_and_protects_held_gangs() -> None:
