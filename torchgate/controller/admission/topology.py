@@ -402,9 +402,10 @@ class Capacity:
 
     One exception keeps a moment's loan cheap: while pods are lent back (``lent``, a preemption
     trying where its gang would go with the victims gone), only the shapes asked about during
-    the loan are recounted on its nodes, and counted again when it ends; the loan's nodes get
-    back the very capacity they had, so the other shapes' counts stay true throughout. Nothing
-    but placement (``slots`` and what reads ``free``) may use a capacity during a loan.
+    the loan are recounted on its nodes, and counted again when it ends; the shapes not asked
+    keep their counts of before the loan, true again when it ends, since the loan's nodes get
+    back the very capacity they had. Nothing but placement (``slots`` and what reads ``free``)
+    may use a capacity during a loan.
 
     The admitter keeps one ``Capacity`` across cycles and tells it which nodes' free capacity
     changed (``update``); each cycle decides on a ``fork``, a copy whose changes (gangs placed,
