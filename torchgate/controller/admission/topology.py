@@ -53,14 +53,15 @@ Rules (each one function):
 
 Cost: a ``Capacity`` is kept across admission cycles (the admitter updates the nodes whose free
 capacity changed) and keeps, per shape asked about, its slots per node and per domain and, per
-level, its domains by slot count (``Slots``); each shape's counts catch up only with the nodes
-changed since it was last asked about (and their ancestors). Rules 2 and 3 then look at the
-roomiest domain of each level and the first count that holds the gang, not at every domain, so
-a placement costs what it changes. A cycle decides on a ``fork`` that copies nothing per node
-until it changes one. Explaining a shortfall (rule 7) needs free totals, which the capacity
-keeps, and for a fragmented gang what each allowed node has to spare (``spare_of``), which is
-counted once per shape and then kept with the shape's slot counts from fork to fork; a
-``Shortfall`` is phrased only when it is read.
+level, its domains by slot count (``Slots``), current at all times: a change recounts the nodes
+it touches (and moves their ancestors' counts), once, for each shape counted, where it happens
+(a pod taken from a node without a slot leaves it without one, so that node is skipped). Rules
+2 and 3 then look at the roomiest domain of each level and the first count that holds the gang,
+not at every domain, so a placement costs what it changes. A cycle decides on a ``fork`` that
+copies nothing per node until it changes one. Explaining a shortfall (rule 7) needs free
+totals, which the capacity keeps, and for a fragmented gang what each allowed node has to spare
+(``spare_of``), which is counted once per shape and then kept with the shape's slot counts from
+fork to fork; a ``Shortfall`` is phrased only when it is read.
 
 One module, though long: the rules and the ``Capacity`` they read are one concern (where a gang's
 pods go, and why not), and the capacity's kept counts are correct only together with the rules
@@ -304,7 +305,7 @@ class Slots:
     the slots.
     """
 
-    __slots__ = ("by_rank", "domains", "masks", "nodes", "seen", "spare", "spare_counts", "values")
+    __slots__ = ("by_rank", "domains", "masks", "nodes", "spare", "spare_counts", "values")
 
     def __init__(
         self,
@@ -313,14 +314,12 @@ class Slots:
         domains: list[int],
         values: list[list[int]],
         masks: list[dict[int, int]],
-        seen: int,
     ) -> None:
         self.by_rank = by_rank
         self.nodes = nodes
         self.domains = domains
         self.values = values
         self.masks = masks
-        self.seen = seen  # how much of its capacity's change log the counts reflect
         self.spare: list[int] | None = None
         self.spare_counts: list[int] = []
 
@@ -338,15 +337,14 @@ class Slots:
         mask = self.masks[level][values[at]]
         return self.by_rank[level][(mask & -mask).bit_length() - 1]
 
-    def copy(self, seen: int) -> Slots:
-        """A copy to change on its own (a fork's), having seen ``seen`` entries of its log."""
+    def copy(self) -> Slots:
+        """A copy to change on its own (a fork's)."""
         copied = Slots(
             self.by_rank,
             list(self.nodes),
             list(self.domains),
             [list(values) for values in self.values],
             [dict(masks) for masks in self.masks],
-            seen,
         )
         copied.take_spare(self)
         return copied
@@ -397,33 +395,44 @@ class Slots:
 class Capacity:
     """Free capacity per node, with slot counts per shape kept up to date as it changes.
 
-    Changes are logged by node; a shape's slot counts catch up with the log only when that shape
-    is asked about, so taking capacity costs nothing for the shapes no later gang asks about.
+    Invariant: every shape's kept counts (``Slots``) equal counts made afresh from ``free``. A
+    change recounts its nodes, once per change and where it happens, for the shapes this
+    capacity has counted (``_recount``): taking or giving back pods (``take``, ``give``) and the
+    shell's updates (``update``). A placement then reads counts that are already current.
+
+    One exception keeps a moment's loan cheap: while pods are lent back (``lent``, a preemption
+    trying where its gang would go with the victims gone), only the shapes asked about during
+    the loan are recounted on its nodes, and counted again when it ends; the shapes not asked
+    keep their counts of before the loan, true again when it ends, since the loan's nodes get
+    back the very capacity they had. Nothing but placement (``slots`` and what reads ``free``)
+    may use a capacity during a loan.
 
     The admitter keeps one ``Capacity`` across cycles and tells it which nodes' free capacity
     changed (``update``); each cycle decides on a ``fork``, a copy whose changes (gangs placed,
     victims given back in a trial) never reach the original. A fork shares the original's
     per-node capacity until it changes a node, and copies a shape's slot counts (flat lists, a
-    copy in C) the first time it asks about that shape, so a cycle costs what it places, not
-    what the pool holds. Slot counts of a shape the original has not seen are computed once on
-    the original (from its own capacity, which a cycle never changes) and kept for later cycles.
+    copy in C) the first time it asks about that shape, then recounts the nodes it changed
+    before that, so a cycle costs what it places, not what the pool holds. Slot counts of a
+    shape the original has not seen are computed once on the original (from its own capacity,
+    which a cycle never changes) and kept for later cycles.
     """
 
     KEEP_UNUSED_FORKS: Final = 16  # a shape no fork asked about in this many forks is dropped
 
     __slots__ = (
-        "_changed",
         "_edited",
         "_edits",
         "_forked_at",
         "_forks",
         "_last",
+        "_loan",
         "_memo",
         "_origin",
         "_shared",
         "_slots",
         "_sums",
         "_sums_used",
+        "_touched",
         "_used",
         "_version",
         "_was",
@@ -435,8 +444,9 @@ class Capacity:
         """Take a copy of ``free`` (node name -> milli-units); unknown nodes have nothing."""
         self.topology = topology
         self.free: list[dict[str, int]] = [dict(free.get(n) or {}) for n in topology.node_names]
-        self._slots: dict[Shape, Slots] = {}
-        self._changed: list[int] = []  # node indexes whose free capacity changed, in order
+        self._slots: dict[Shape, Slots] = {}  # every shape counted, kept current
+        self._touched: set[int] = set()  # a fork's: nodes it changed (a shape first asked later)
+        self._loan: _Loan | None = None  # pods lent back for a moment (``lent``)
         self._shared: set[int] | None = None  # after a fork: nodes whose dict is this one's own
         self._origin: Capacity | None = None  # what a fork was taken from
         self._forks = 0
@@ -457,7 +467,9 @@ class Capacity:
 
     def update(self, free: Mapping[str, Units]) -> None:
         """Set the free capacity of the named nodes (unknown nodes are ignored)."""
+        assert self._loan is None, "nothing but placement uses a capacity during a loan"
         index = self.topology.index
+        changed: dict[int, None] = {}
         for name, units in free.items():
             node = index.get(name)
             if node is not None and self.free[node] != units:
@@ -467,18 +479,21 @@ class Capacity:
                         _count_into(sums, self.free[node], -1)
                         _count_into(sums, units, 1)
                 self.free[node] = dict(units)
-                self._changed.append(node)
+                changed[node] = None
                 self._edits += 1
                 self._edited[node] = self._edits
+        if changed:
+            if self._origin is not None:
+                self._touched.update(changed)
+            for shape, slots in self._slots.items():
+                self._recount(shape, slots, changed, taken=False)
 
     def fork(self) -> Capacity:
         """A copy to decide one cycle on; what it changes never reaches this capacity."""
-        for shape, slots in self._slots.items():
-            self._catch_up(shape, slots)
-            slots.seen = 0
-        self._changed.clear()
+        assert self._loan is None, "nothing but placement uses a capacity during a loan"
         self._forks += 1
         self._version += 1
+        self._last = None
         for shape in [
             s for s, at in self._used.items() if self._forks - at > self.KEEP_UNUSED_FORKS
         ]:
@@ -488,7 +503,8 @@ class Capacity:
         other.topology = self.topology
         other.free = list(self.free)
         other._slots = {}
-        other._changed = []
+        other._touched = set()
+        other._loan = None
         other._shared = set()
         other._origin = self
         other._forks = 0
@@ -531,26 +547,37 @@ class Capacity:
     # ------------------------------------------------------------------ slots
 
     def slots(self, shape: Shape) -> Slots:
-        """``shape``'s slot counts, up to date (computed once, then kept up to date)."""
+        """``shape``'s slot counts, current (computed once, then kept current)."""
         last = self._last
         if last is not None and last[0] is shape:
             found = last[1]
         else:
             known = self._slots.get(shape)
             if known is None:
-                origin = self._origin
-                if origin is not None and origin._version == self._forked_at:
-                    origin._used[shape] = origin._forks
-                    known = origin.slots(shape).copy(seen=0)
-                else:  # counted here: no origin, or it changed since (its counts are not ours)
-                    self._used.setdefault(shape, self._forks)
-                    known = self._count(shape)
-                self._slots[shape] = known
+                known = self._slots[shape] = self._first_count(shape)
             found = known
             self._last = (shape, found)
-        if found.seen < len(self._changed):
-            self._catch_up(shape, found)
+        loan = self._loan
+        if loan is not None and shape not in loan.asked:
+            loan.asked.append(shape)
+            self._recount(shape, found, loan.saved, taken=False)
         return found
+
+    def _first_count(self, shape: Shape) -> Slots:
+        """A shape's counts when first asked about: the origin's and what this fork changed.
+
+        Counted here when there is no origin, or it changed since the fork (its counts are not
+        ours then).
+        """
+        origin = self._origin
+        if origin is None or origin._version != self._forked_at:
+            self._used.setdefault(shape, self._forks)
+            return self._count(shape)
+        origin._used[shape] = origin._forks
+        copied = origin.slots(shape).copy()
+        if self._touched:
+            self._recount(shape, copied, self._touched, taken=False)
+        return copied
 
     def node_slots(self, shape: Shape) -> list[int]:
         """Slots per node for ``shape``."""
@@ -572,6 +599,7 @@ class Capacity:
         capacity changed; a set of allowed nodes first asked about is counted on its nodes, and
         from then on kept by the capacity forked from (until no fork asks for it a while).
         """
+        assert self._loan is None, "nothing but placement uses a capacity during a loan"
         allowed = shape.allowed
         key = ("have", allowed, self._edits)
         found = self._memo.get(key)
@@ -608,6 +636,7 @@ class Capacity:
         Counted once per shape, on the capacity forked from when it has not changed since,
         then kept with the shape's slot counts (``Slots.spare``) from fork to fork.
         """
+        assert self._loan is None, "nothing but placement uses a capacity during a loan"
         slots = self.slots(shape)
         if slots.spare is None:
             origin = self._origin
@@ -616,7 +645,7 @@ class Capacity:
                 if kept.spare is None:
                     origin._count_spare(shape, kept)
                 slots.take_spare(kept)
-                self._recount_spare(shape, slots, set(self._changed[: slots.seen]))
+                self._recount_spare(shape, slots, self._touched)
             else:
                 self._count_spare(shape, slots)
         return slots.fragmentation(shape)
@@ -641,7 +670,7 @@ class Capacity:
                 slots.set_spare(node, spare_of(free[node], shape, slots.nodes[node]))
 
     def take(self, nodes: Mapping[str, str], requests: Mapping[str, Units]) -> None:
-        """Subtract placed pods (pod -> node, pod -> requests)."""
+        """Subtract placed pods (pod -> node, pod -> requests; requests are never negative)."""
         self._adjust(nodes, requests, -1)
 
     def give(self, nodes: Mapping[str, str], requests: Mapping[str, Units]) -> None:
@@ -652,26 +681,54 @@ class Capacity:
     def lent(self, pods: Sequence[tuple[Mapping[str, str], Mapping[str, Units]]]) -> Iterator[None]:
         """Give ``pods`` (pod -> node, pod -> requests) back for a moment, then take them again.
 
-        What the slot counts learnt meanwhile is undone with them, so the moment costs the
-        shapes asked about during it, not every shape asked about later.
+        Each node of the loan gets a dict of its own with the pods given back, and its very
+        dict again after; only the shapes asked about meanwhile are recounted on the loan's
+        nodes, then again after, so the moment costs the shapes it asks about, not every
+        shape counted. The loan's nodes count as changed at both ends (``changed_since``).
         """
-        mark = len(self._changed)
+        assert self._loan is None, "one loan at a time"
+        index, free = self.topology.index, self.free
+        loaned: dict[int, dict[str, int]] = {}
         for nodes, requests in pods:
-            self.give(nodes, requests)
+            for pod, node_name in nodes.items():
+                node = index.get(node_name)
+                if node is None:
+                    continue
+                have = loaned.get(node)
+                if have is None:
+                    have = loaned[node] = dict(free[node])
+                for name, amount in (requests.get(pod) or {}).items():
+                    have[name] = have.get(name, 0) + amount
+        saved = {node: free[node] for node in loaned}
+        loan = self._loan = _Loan(saved)
+        self._mark(saved)
+        for node, have in loaned.items():
+            free[node] = have
         try:
             yield
         finally:
-            for nodes, requests in pods:
-                self.take(nodes, requests)
-            for shape, slots in self._slots.items():
-                if slots.seen > mark:  # caught up with the loan: catch up with its return too
-                    self._catch_up(shape, slots)
-                    slots.seen = mark
-            del self._changed[mark:]
+            for node, was in saved.items():
+                free[node] = was
+            self._loan = None
+            self._mark(saved)
+            for shape in loan.asked:
+                known = self._slots.get(shape)
+                if known is not None:
+                    self._recount(shape, known, saved, taken=True)
+
+    def _mark(self, nodes: Iterable[int]) -> None:
+        """``nodes`` changed (``edits``, ``changed_since``)."""
+        edits, edited = self._edits, self._edited
+        for node in nodes:
+            edits += 1
+            edited[node] = edits
+        self._edits = edits
 
     def _adjust(self, nodes: Mapping[str, str], requests: Mapping[str, Units], sign: int) -> None:
+        assert self._loan is None, "nothing but placement uses a capacity during a loan"
         index, shared, all_free = self.topology.index, self._shared, self.free
-        changed, edited, edits = self._changed, self._edited, self._edits
+        changed: dict[int, None] = {}
+        edited, edits = self._edited, self._edits
         for pod, node_name in nodes.items():
             node = index.get(node_name)
             if node is None:
@@ -685,10 +742,15 @@ class Capacity:
                 shared.add(node)
             for name, amount in (requests.get(pod) or {}).items():
                 free[name] = free.get(name, 0) + sign * amount
-            changed.append(node)
+            changed[node] = None
             edits += 1
             edited[node] = edits
         self._edits = edits
+        if changed:
+            if self._origin is not None:
+                self._touched.update(changed)
+            for shape, slots in self._slots.items():
+                self._recount(shape, slots, changed, taken=sign < 0)
 
     def _count(self, shape: Shape) -> Slots:
         topology = self.topology
@@ -711,21 +773,26 @@ class Capacity:
                     ranks.setdefault(domains[domain], []).append(topology.rank[domain])
             values.append(sorted(ranks))
             masks.append({count: _mask(found, len(level)) for count, found in ranks.items()})
-        return Slots(topology.by_rank, nodes, domains, values, masks, len(self._changed))
+        return Slots(topology.by_rank, nodes, domains, values, masks)
 
-    def _catch_up(self, shape: Shape, slots: Slots) -> None:
-        """Count ``shape``'s slots again on the nodes changed since ``slots`` last looked.
+    def _recount(self, shape: Shape, slots: Slots, nodes: Iterable[int], *, taken: bool) -> None:
+        """Count ``shape``'s slots again on ``nodes`` (distinct), whose free capacity changed.
 
-        Rule 1 is counted inline (``slots_of`` once per changed node and shape is the bulk of a
-        busy cycle's placing); each domain's count moves once by its nodes' summed change.
+        ``taken``: the nodes only lost capacity, so a node without a slot has none still (unless
+        its spare resources are kept: they change). Rule 1 is counted inline (``slots_of`` once
+        per changed node and shape is the bulk of a busy cycle's placing); each domain's count
+        moves once by its nodes' summed change.
         """
-        topology, changed = self.topology, self._changed
+        topology = self.topology
         allowed, names, ancestors = shape.allowed, topology.node_names, topology.ancestors
         per_node, per_domain, free = slots.nodes, slots.domains, self.free
         pod, one_per_node, spare = shape.pod, shape.one_per_node, slots.spare
-        fresh = changed[slots.seen :]
+        skip_empty = taken and spare is None
         deltas: dict[int, int] = {}
-        for node in set(fresh) if len(fresh) > 1 else fresh:
+        for node in nodes:
+            before = per_node[node]
+            if skip_empty and not before:
+                continue
             if allowed is not None and names[node] not in allowed:
                 continue
             have = free[node]
@@ -741,7 +808,7 @@ class Capacity:
                 after = 1
             if spare is not None:
                 slots.set_spare(node, spare_of(have, shape, after))
-            delta = after - per_node[node]
+            delta = after - before
             if delta:
                 per_node[node] = after
                 for domain in ancestors[node]:
@@ -754,7 +821,20 @@ class Capacity:
                 level = domains[domain].level
                 if level >= 0:
                     move(level, rank[domain], before, before + delta)
-        slots.seen = len(changed)
+
+
+class _Loan:
+    """Pods lent back for a moment (``Capacity.lent``).
+
+    ``saved``: each loan node's own free capacity, put back when the loan ends; ``asked``: the
+    shapes recounted on the loan's nodes meanwhile (recounted again when it ends).
+    """
+
+    __slots__ = ("asked", "saved")
+
+    def __init__(self, saved: dict[int, dict[str, int]]) -> None:
+        self.saved = saved
+        self.asked: list[Shape] = []
 
 
 def _totals(free: Iterable[Units]) -> dict[str, int]:

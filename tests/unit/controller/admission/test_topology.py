@@ -722,3 +722,80 @@ def test_a_fork_never_changes_the_original_and_keeps_what_it_saw() -> None:
     assert fork.free[TOPOLOGY.index[untouched]] == EMPTY[untouched], "the fork keeps what it saw"
     assert fork.have(shape, [GPU]) == {GPU: 5 * 8000}
     assert base.fork().slots(shape).domains[0] == 8
+
+
+# one step of a fork's life within a cycle: it takes or gives a pod, lends pods back for a moment
+# (asking about some shapes meanwhile), or asks about a shape (counted from then on)
+cycle_steps = hs.lists(
+    hs.tuples(
+        hs.sampled_from(("take", "give", "lend", "ask", "update-and-fork")),
+        hs.lists(hs.tuples(hs.integers(0, 30), hs.sampled_from((0, 1, 2, 4, 8))), max_size=4),
+        hs.integers(0, 11),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(pools(), cycle_steps, hs.data())
+def test_slot_counts_kept_through_takes_gives_and_loans_equal_counts_made_afresh(
+    pool: tuple[Topology, dict[str, dict[str, int]]],
+    moves: list[tuple[str, list[tuple[int, int]], int]],
+    data: hs.DataObject,
+) -> None:
+    """Every change recounts the shapes counted so far; a loan only those asked during it."""
+    topology, free = pool
+    names = topology.node_names
+    allowed = frozenset(data.draw(hs.sets(hs.sampled_from(names), min_size=1)))
+    shapes = [
+        shape_of([pod_requests(n)], allowed=a, one_per_node=ports)
+        for n in (1, 2, 8)
+        for a in (None, allowed)
+        for ports in (False, True)
+    ]
+    base = Capacity(topology, free)
+    fork = base.fork()
+
+    def assert_afresh(capacity: Capacity, asked: Sequence[Shape]) -> None:
+        fresh = Capacity(topology, {n: capacity.free[i] for i, n in enumerate(names)})
+        for shape in asked:
+            slots = capacity.slots(shape)
+            assert slots.nodes == fresh.node_slots(shape)
+            assert slots.domains == fresh.domain_slots(shape)
+            for level in range(len(topology.levels)):
+                for count in (1, 2, 5):
+                    expected = brute_force_tightest(topology, slots.domains, level, count)
+                    assert slots.tightest(level, count) == expected
+
+    for step, changes, which in moves:
+        pods_at = {f"p{i}": names[index % len(names)] for i, (index, _) in enumerate(changes)}
+        requests = {f"p{i}": pod_requests(gpus) for i, (_, gpus) in enumerate(changes)}
+        if step == "take":
+            fork.take(pods_at, requests)
+        elif step == "give":
+            fork.give(pods_at, requests)
+        elif step == "ask":
+            fork.slots(shapes[which])
+            fork.fragmentation(shapes[(which + 5) % len(shapes)])
+        elif step == "update-and-fork":
+            updates = zip(pods_at.values(), changes, strict=True)
+            base.update({name: node_free(gpus) for name, (_, gpus) in updates})
+            fork = base.fork()
+            fork.slots(shapes[which])
+        else:
+            before = [dict(node) for node in fork.free]
+            expected = [dict(node) for node in fork.free]
+            for pod, node_name in pods_at.items():
+                lent_to = expected[topology.index[node_name]]
+                for name, amount in requests[pod].items():
+                    lent_to[name] = lent_to.get(name, 0) + amount
+            with fork.lent([(pods_at, requests)]):
+                assert [dict(node) for node in fork.free] == expected
+                assert_afresh(fork, shapes[which : which + 2])  # the others are not asked
+            assert [dict(node) for node in fork.free] == before, "a loan leaves nothing behind"
+    for capacity in (fork, base):
+        assert_afresh(capacity, shapes)
+        for shape in shapes:
+            assert capacity.fragmentation(shape) == plain_fragmentation(
+                capacity.free_for(shape), shape
+            )
