@@ -22,14 +22,21 @@ Measured per case: the cycle as the admitter runs it (``admission.decide`` over 
 given), CPU and wall time, median and p90 over ``--rounds``; ``build_topology`` (done once per
 node set change, not per cycle) separately. Prints JSON; asserts nothing.
 
+``--gc controller`` runs the cycles under the controller process's garbage-collector thresholds
+(``controller.command.GC_THRESHOLDS``) instead of CPython's defaults, which every figure so far
+kept. The JSON's ``build`` says which: the thresholds, and whether the cycle's modules ran
+compiled by mypyc (their ``__file__`` is an extension module) or interpreted.
+
     .venv/bin/python benchmarks/topology_bench.py                       # every case
     .venv/bin/python benchmarks/topology_bench.py --cases 1000x100 --rounds 50
     .venv/bin/python benchmarks/topology_bench.py --cases 10000x1000-at-quota --rounds 5
+    .venv/bin/python benchmarks/topology_bench.py --gc controller   # the controller's GC
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import statistics
@@ -39,6 +46,9 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from torchgate.controller import command
+from torchgate.controller.admission import decide as decide_module
+from torchgate.controller.admission import topology as topology_module
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.decide import Admit, Pool, Preempt, Wait, WaitingGang, decide
 from torchgate.controller.admission.nodes import PodDemand
@@ -531,6 +541,17 @@ def run_case(
     }
 
 
+def build_info(gc_setting: str) -> dict[str, object]:
+    """How the cycle ran: compiled or interpreted (its modules' files) and the GC thresholds."""
+    files = {module.__name__: module.__file__ or "" for module in (decide_module, topology_module)}
+    return {
+        "compiled": all(not name.endswith(".py") for name in files.values()),
+        "module_files": files,
+        "gc": gc_setting,
+        "gc_thresholds": list(gc.get_threshold()),
+    }
+
+
 def main() -> None:
     """Run the chosen cases and print their figures as JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -552,7 +573,15 @@ def main() -> None:
         action="store_true",
         help="also measure the admitter's whole cycle (facts gathered from its ledger and queue)",
     )
+    parser.add_argument(
+        "--gc",
+        choices=("cpython", "controller"),
+        default="cpython",
+        help="garbage-collector thresholds: CPython's defaults (default) or the controller's",
+    )
     args = parser.parse_args()
+    if args.gc == "controller":
+        gc.set_threshold(*command.GC_THRESHOLDS)
     by_name = {case.name: case for case in CASES}
     chosen = []
     for name in args.cases.split(","):
@@ -571,7 +600,8 @@ def main() -> None:
         )
         for case in chosen
     }
-    print(json.dumps({"seed": args.seed, "levels": len(LEVELS), "cases": results}, indent=2))
+    report = {"seed": args.seed, "levels": len(LEVELS), "build": build_info(args.gc)}
+    print(json.dumps(report | {"cases": results}, indent=2))
 
 
 if __name__ == "__main__":
