@@ -219,17 +219,25 @@ class _Routes:
         server_timing = self.server_timing
         cache = self.cache
         policy_for = cache.policy_for
+        max_body_bytes = self.max_body_bytes
+        too_large = f"body larger than {max_body_bytes} bytes"
 
         async def answer_review(request: web.Request) -> web.Response:
             started = time.perf_counter()
             cpu_started = time.thread_time() if server_timing else 0.0
             try:
-                body = await self._body(request)
+                self._check_headers(request)
+                try:
+                    body = await request.read()
+                except web.HTTPRequestEntityTooLarge:
+                    raise BadReview(too_large) from None
+                if len(body) > max_body_bytes:
+                    raise BadReview(too_large)
                 review = parse_review(body)
             except BadReview as exc:
                 answered["bad_request"] += 1
                 return web.Response(status=400, text=f"bad AdmissionReview: {exc}\n")
-            asked = self._ask_forecast(review) if forecast else None
+            asked = self._ask_forecast(review) if forecast and self.forecasts is not None else None
             if asked is not None:
                 await asyncio.sleep(0)  # let the request go out before the rules take the CPU
             try:
@@ -285,7 +293,8 @@ class _Routes:
             log.exception("forecast dropped")
             return answer
 
-    async def _body(self, request: web.Request) -> bytes:
+    def _check_headers(self, request: web.Request) -> None:
+        """Refuse a body that is not JSON, or announced larger than the limit, before reading it."""
         # The apiserver sends exactly "application/json": only another header is parsed.
         raw_type = request.headers.get(hdrs.CONTENT_TYPE)
         if raw_type != _JSON and request.content_type != _JSON:
@@ -293,13 +302,6 @@ class _Routes:
         length = request.content_length
         if length is not None and length > self.max_body_bytes:
             raise BadReview(f"body larger than {self.max_body_bytes} bytes")
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise BadReview(f"body larger than {self.max_body_bytes} bytes") from None
-        if len(body) > self.max_body_bytes:
-            raise BadReview(f"body larger than {self.max_body_bytes} bytes")
-        return body
 
     async def healthz(self, _: web.Request) -> web.Response:
         return web.Response(text="ok\n")
