@@ -80,6 +80,14 @@ def replica_name(job_name: str, replica_type: str, index: int) -> str:
     return f"{job_name}-{replica_type.lower()}-{index}".replace("/", "-")
 
 
+def replica_name_length(job_name: str, replica_type: str, index: int) -> int:
+    """``len(replica_name(job_name, replica_type, index))``, without building the name.
+
+    For the replica types (``Master``, ``Worker``: ASCII, so lower-casing keeps their length).
+    """
+    return len(job_name) + len(replica_type) + len(str(index)) + 2
+
+
 def master_replica(has_master: bool) -> tuple[ReplicaType, int]:
     """Which replica is the rendezvous master: Master 0, or Worker 0 in worker-only jobs."""
     return (MASTER, 0) if has_master else (WORKER, 0)

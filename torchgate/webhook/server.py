@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from bisect import bisect_left
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, Final
 
 import orjson
@@ -33,6 +34,8 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.samples import Sample
 
 from torchgate.pytorchjob.outlook import Forecast, forecast_warning
 from torchgate.webhook.forecastclient import ForecastClient
@@ -57,8 +60,72 @@ MAX_BODY_BYTES = 7 * 1024 * 1024
 SERVER_TIME_HEADER = "X-Torchgate-Server-Time"
 Decision = Callable[[Mapping[str, Any], PolicyLookup, ClaimsLookup], dict[str, Any]]
 Handler = Callable[[web.Request], Awaitable[web.Response]]
+_ROUTES: Final = ("mutate", "validate")
 _OUTCOMES: Final = ("allowed", "denied", "error", "bad_request")
 _JSON: Final = "application/json"
+REVIEW_SECONDS_BUCKETS: Final = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5)
+
+
+class RouteTally:
+    """One route's reviews: answers by outcome, and the latency histogram's buckets and sum.
+
+    Plain numbers: the reviews are answered on the event loop's one thread, so nothing races.
+    """
+
+    def __init__(self) -> None:
+        self.answered: dict[str, int] = dict.fromkeys(_OUTCOMES, 0)
+        # buckets[i]: reviews that took at most REVIEW_SECONDS_BUCKETS[i] and more than the
+        # bound before it; the last one those that took longer than every bound.
+        self.buckets: list[int] = [0] * (len(REVIEW_SECONDS_BUCKETS) + 1)
+        self.seconds = 0.0
+
+    def observe(self, seconds: float) -> None:
+        """Count one answered review's latency (its outcome is counted in ``answered``)."""
+        self.buckets[bisect_left(REVIEW_SECONDS_BUCKETS, seconds)] += 1
+        self.seconds += seconds
+
+
+class ReviewTally:
+    """The per-review metrics, counted as plain numbers and turned into metrics when scraped.
+
+    ``torchgate_webhook_reviews_total`` (by route and outcome) and
+    ``torchgate_webhook_review_seconds`` (by route) expose what a labelled Counter and
+    Histogram expose by default, ``_created`` samples included. Why not those: their children
+    take a lock and make several Python calls per observation, about 13,700 instructions per
+    review (callgrind); here a review costs two increments and a ``bisect``, about 2,300.
+    """
+
+    def __init__(self) -> None:
+        self.routes = {route: RouteTally() for route in _ROUTES}
+        self.created = time.time()
+
+    def collect(self) -> Iterator[Metric]:
+        """The two metric families (prometheus_client's custom-collector protocol)."""
+        reviews = CounterMetricFamily(
+            "torchgate_webhook_reviews",
+            "AdmissionReviews answered, by route and outcome.",
+            labels=["route", "outcome"],
+        )
+        latency = HistogramMetricFamily(
+            "torchgate_webhook_review_seconds",
+            "Time to answer an AdmissionReview (server side), by route.",
+            labels=["route"],
+        )
+        bounds = [*(repr(bound) for bound in REVIEW_SECONDS_BUCKETS), "+Inf"]
+        for route, tally in self.routes.items():
+            for outcome, answered in tally.answered.items():
+                reviews.add_metric([route, outcome], answered, created=self.created)
+            running = 0
+            cumulative: list[tuple[str, float]] = []
+            for bound, observed in zip(bounds, tally.buckets, strict=True):
+                running += observed
+                cumulative.append((bound, running))
+            latency.add_metric([route], cumulative, tally.seconds)
+            latency.samples.append(
+                Sample("torchgate_webhook_review_seconds_created", {"route": route}, self.created)
+            )
+        yield reviews
+        yield latency
 
 
 class Metrics:
@@ -66,19 +133,8 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        self.reviews = Counter(
-            "torchgate_webhook_reviews_total",
-            "AdmissionReviews answered, by route and outcome.",
-            ["route", "outcome"],
-            registry=self.registry,
-        )
-        self.latency = Histogram(
-            "torchgate_webhook_review_seconds",
-            "Time to answer an AdmissionReview (server side), by route.",
-            ["route"],
-            buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
-            registry=self.registry,
-        )
+        self.reviews = ReviewTally()
+        self.registry.register(self.reviews)
         self.policies = Gauge(
             "torchgate_webhook_policies",
             "PlacementPolicies in the cache, by validity.",
@@ -147,14 +203,6 @@ class _Routes:
         self.server_timing = server_timing
         self.draining = asyncio.Event()
         self.forecasts: ForecastClient | None = None
-        # labels() takes a lock and builds a key on every call: resolve the children once.
-        self._counted = {
-            (route, outcome): metrics.reviews.labels(route, outcome)
-            for route in ("mutate", "validate")
-            for outcome in _OUTCOMES
-        }
-        self._timed = {route: metrics.latency.labels(route) for route in ("mutate", "validate")}
-
         # One coroutine per review: each handler is the review itself, not a call into it.
         self.mutate = self._handler("mutate", mutate)
         self.validate = self._handler("validate", self._validate, forecast=True)
@@ -165,22 +213,30 @@ class _Routes:
         return validate(review, policy_for, self.cache.team_for, claims_for)
 
     def _handler(self, route: str, decide: Decision, *, forecast: bool = False) -> Handler:
-        counted = {outcome: self._counted[route, outcome] for outcome in _OUTCOMES}
-        timed = self._timed[route]
+        tally = self.metrics.reviews.routes[route]
+        answered = tally.answered
         server_timing = self.server_timing
         cache = self.cache
         policy_for = cache.policy_for
+        max_body_bytes = self.max_body_bytes
+        too_large = f"body larger than {max_body_bytes} bytes"
 
         async def answer_review(request: web.Request) -> web.Response:
             started = time.perf_counter()
             cpu_started = time.thread_time() if server_timing else 0.0
             try:
-                body = await self._body(request)
+                self._check_headers(request)
+                try:
+                    body = await request.read()
+                except web.HTTPRequestEntityTooLarge:
+                    raise BadReview(too_large) from None
+                if len(body) > max_body_bytes:
+                    raise BadReview(too_large)
                 review = parse_review(body)
             except BadReview as exc:
-                counted["bad_request"].inc()
+                answered["bad_request"] += 1
                 return web.Response(status=400, text=f"bad AdmissionReview: {exc}\n")
-            asked = self._ask_forecast(review) if forecast else None
+            asked = self._ask_forecast(review) if forecast and self.forecasts is not None else None
             if asked is not None:
                 await asyncio.sleep(0)  # let the request go out before the rules take the CPU
             try:
@@ -203,8 +259,8 @@ class _Routes:
                 answer = await self._add_forecast(answer, asked, allowed=outcome == "allowed")
             payload = orjson.dumps(answer)
             elapsed = time.perf_counter() - started
-            counted[outcome].inc()
-            timed.observe(elapsed)
+            answered[outcome] += 1
+            tally.observe(elapsed)
             if server_timing:
                 cpu = time.thread_time() - cpu_started
                 return web.Response(
@@ -236,7 +292,8 @@ class _Routes:
             log.exception("forecast dropped")
             return answer
 
-    async def _body(self, request: web.Request) -> bytes:
+    def _check_headers(self, request: web.Request) -> None:
+        """Refuse a body that is not JSON, or announced larger than the limit, before reading it."""
         # The apiserver sends exactly "application/json": only another header is parsed.
         raw_type = request.headers.get(hdrs.CONTENT_TYPE)
         if raw_type != _JSON and request.content_type != _JSON:
@@ -244,13 +301,6 @@ class _Routes:
         length = request.content_length
         if length is not None and length > self.max_body_bytes:
             raise BadReview(f"body larger than {self.max_body_bytes} bytes")
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise BadReview(f"body larger than {self.max_body_bytes} bytes") from None
-        if len(body) > self.max_body_bytes:
-            raise BadReview(f"body larger than {self.max_body_bytes} bytes")
-        return body
 
     async def healthz(self, _: web.Request) -> web.Response:
         return web.Response(text="ok\n")

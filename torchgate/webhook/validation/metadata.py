@@ -71,16 +71,19 @@ def name(job: JobFacts) -> Findings:
 
 
 def _derived_name_length(job: JobFacts, job_name: str, *, generated: bool) -> Findings:
-    longest = ""
+    # Lengths only: the longest name is built when it is too long (most names are not).
+    most, longest_slot = 0, ("", 0)
     for replica in job.known_replicas:
         highest = (replica.pods or 1) - 1
         if replica.key == names.WORKER and job.expected_nnodes and job.elastic is not None:
             highest = max(highest, job.expected_nnodes[1] - 1)
-        derived = names.replica_name(job_name, replica.key, max(highest, 0))
-        if len(derived) > len(longest):
-            longest = derived
-    if len(longest) <= names.DNS_LABEL_MAX:
+        index = max(highest, 0)
+        length = names.replica_name_length(job_name, replica.key, index)
+        if length > most:
+            most, longest_slot = length, (replica.key, index)
+    if most <= names.DNS_LABEL_MAX:
         return NONE
+    longest = names.replica_name(job_name, *longest_slot)
     room = names.DNS_LABEL_MAX - (len(longest) - len(job_name))
     if generated:
         limit = f"keep generateName at most {room - len(GENERATED_SUFFIX)} characters"
