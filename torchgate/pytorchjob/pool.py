@@ -103,6 +103,11 @@ class Limit:
     nominal: int
     borrowing: int | None = None
 
+    @property
+    def ceiling(self) -> int | None:
+        """The most the team may hold: nominal plus ``borrowing`` (``None``: no limit)."""
+        return None if self.borrowing is None else self.nominal + self.borrowing
+
 
 @dataclass(frozen=True, slots=True)
 class TeamQuota:
@@ -445,9 +450,7 @@ def quota_ceiling(team: TeamQuota, cohort: Iterable[TeamQuota], resource: str) -
         if other.cohort == team.cohort and resource in other.limits and other.name != team.name
     )
     pool += limit.nominal
-    if limit.borrowing is None:
-        return pool
-    return min(pool, limit.nominal + limit.borrowing)
+    return pool if limit.ceiling is None else min(pool, limit.ceiling)
 
 
 def quota_ceilings(team: TeamQuota, cohort: Iterable[TeamQuota]) -> dict[str, int]:

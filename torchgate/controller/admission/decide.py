@@ -111,6 +111,7 @@ from torchgate.controller.admission.quota import (
     TeamTotals,
     borrowing_teams,
     check_quota,
+    cohort_totals,
     needed_resources,
     reclaimable_teams,
     usage_by_team,
@@ -1199,10 +1200,8 @@ class _QuotaRoom:
                 if want <= 0:
                     continue
                 after = used.get(resource, 0) + want
-                ceiling = None if limit.borrowing is None else limit.nominal + limit.borrowing
-                nominal = sum(t.limits[resource].nominal for t in cohort if resource in t.limits)
-                pooled = sum(usage.get(t.name, {}).get(resource, 0) for t in cohort)
-                team_need = None if ceiling is None else after - ceiling
+                nominal, pooled = cohort_totals(cohort, resource, usage)
+                team_need = None if limit.ceiling is None else after - limit.ceiling
                 self._needs.append((resource, team_need, pooled + want - nominal))
         self._freed_team: dict[str, int] = {}
         self._freed_cohort: dict[str, int] = {}

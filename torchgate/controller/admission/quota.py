@@ -187,7 +187,7 @@ def check_quota(
         if want <= 0:
             continue
         after = used.get(resource, 0) + want
-        ceiling = None if limit.borrowing is None else limit.nominal + limit.borrowing
+        ceiling = limit.ceiling
         if ceiling is not None and after > ceiling:
             held = used.get(resource, 0)
             room = max(0, ceiling - max(held, limit.nominal))
@@ -196,8 +196,7 @@ def check_quota(
             return QuotaWait(
                 f"team {team.name} {state} ({share}); the job needs {_amount(resource, want)}"
             )
-        pool_nominal = sum(t.limits[resource].nominal for t in cohort if resource in t.limits)
-        pool_used = sum(usage.get(t.name, {}).get(resource, 0) for t in cohort)
+        pool_nominal, pool_used = cohort_totals(cohort, resource, usage)
         if after > limit.nominal:
             borrowed[resource] = after - limit.nominal
         if pool_used + want > pool_nominal:
@@ -212,6 +211,15 @@ def check_quota(
     if lent_out:
         return Reclaims()
     return Borrows(borrowed) if borrowed else Fits()
+
+
+def cohort_totals(
+    cohort: Iterable[TeamQuota], resource: str, usage: Mapping[str, Units]
+) -> tuple[int, int]:
+    """The cohort's nominal quota of ``resource`` (what it may use together) and its usage."""
+    teams = list(cohort)
+    nominal = sum(t.limits[resource].nominal for t in teams if resource in t.limits)
+    return nominal, sum(usage.get(t.name, {}).get(resource, 0) for t in teams)
 
 
 # ------------------------------------------------------------------ rule 3
