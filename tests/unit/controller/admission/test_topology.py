@@ -650,6 +650,17 @@ def test_a_capacity_kept_across_cycles_and_its_forks_count_as_capacities_made_af
             }
 
 
+def mixed_shapes(names: Sequence[str], data: hs.DataObject) -> list[Shape]:
+    """One to eight GPUs a pod, anywhere or on a drawn set of nodes, with and without host ports."""
+    allowed = frozenset(data.draw(hs.sets(hs.sampled_from(names), min_size=1)))
+    return [
+        shape_of([pod_requests(n)], allowed=a, one_per_node=ports)
+        for n in (1, 2, 8)
+        for a in (None, allowed)
+        for ports in (False, True)
+    ]
+
+
 @settings(max_examples=200, deadline=None)
 @given(pools(), steps, hs.data())
 def test_fragmentation_kept_across_cycles_and_forks_is_fragmentation_counted_afresh(
@@ -659,13 +670,7 @@ def test_fragmentation_kept_across_cycles_and_forks_is_fragmentation_counted_afr
 ) -> None:
     topology, free = pool
     names = topology.node_names
-    allowed = frozenset(data.draw(hs.sets(hs.sampled_from(names), min_size=1)))
-    shapes = [
-        shape_of([pod_requests(n)], allowed=a, one_per_node=ports)
-        for n in (1, 2, 8)
-        for a in (None, allowed)
-        for ports in (False, True)
-    ]
+    shapes = mixed_shapes(names, data)
     base = Capacity(topology, free)
     fork = base.fork()
     for shape in shapes[::3]:
@@ -746,13 +751,7 @@ def test_slot_counts_kept_through_takes_gives_and_loans_equal_counts_made_afresh
     """Every change recounts the shapes counted so far; a loan only those asked during it."""
     topology, free = pool
     names = topology.node_names
-    allowed = frozenset(data.draw(hs.sets(hs.sampled_from(names), min_size=1)))
-    shapes = [
-        shape_of([pod_requests(n)], allowed=a, one_per_node=ports)
-        for n in (1, 2, 8)
-        for a in (None, allowed)
-        for ports in (False, True)
-    ]
+    shapes = mixed_shapes(names, data)
     base = Capacity(topology, free)
     fork = base.fork()
 
