@@ -204,6 +204,7 @@ class Manager:
             claims_for=self.dra.view,
             node_faults=self.quarantine.record,
             gang_objects_served=lambda: self.gang_objects.served,
+            requeue=self.queue.add,
         )
         self._parsed_policies: dict[tuple[str, str], PlacementPolicy | None] = {}
         self.synced = asyncio.Event()  # the caches are filled (the pool service answers then)

@@ -107,13 +107,17 @@ class WriteSlots:
 
     The gauge tells an operator (and the benchmark) whether the controller or the apiserver is the
     limit: writes *waiting* for a slot while every slot is *in flight* mean the controller has
-    more to send than the apiserver takes.
+    more to send than the apiserver takes. ``on_idle`` is called each time the last pending write
+    ends (the status writes held while creates were pending go out then).
     """
 
-    def __init__(self, size: int, gauge: Gauge, write: str) -> None:
+    def __init__(
+        self, size: int, gauge: Gauge, write: str, on_idle: Callable[[], None] = lambda: None
+    ) -> None:
         self._semaphore = asyncio.Semaphore(size)
         self._waiting = gauge.labels(write, "waiting")
         self._in_flight = gauge.labels(write, "in_flight")
+        self._on_idle = on_idle
         self.pending = 0  # waiting + in flight
 
     @contextlib.asynccontextmanager
@@ -134,6 +138,8 @@ class WriteSlots:
                 self._semaphore.release()
         finally:
             self.pending -= 1
+            if not self.pending:
+                self._on_idle()
 
 
 def is_ours(job: Mapping[str, Any], options: Options) -> bool:
@@ -258,8 +264,10 @@ class Reconciler:
         claims_for: Callable[[str], ClaimLookup] = lambda _: NO_CLAIMS,
         node_faults: Callable[[Fault, QuarantineSettings], None] = lambda *_: None,
         gang_objects_served: Callable[[], bool] = lambda: False,
+        requeue: Callable[[JobKey], None] = lambda _: None,
     ) -> None:
         self.api = api
+        self.requeue = requeue  # looks at a job again soon (the manager's work queue)
         self.claims_for = claims_for  # what the controller sees of DRA in a namespace
         self.jobs = jobs
         self.pods = pods
@@ -281,6 +289,8 @@ class Reconciler:
         self.write_policy = write_policy if write_policy is not None else StatusWritePolicy()
         # Job -> (uid, when its planned status first differed from the written one).
         self.unwritten_since: dict[JobKey, tuple[str, float]] = {}
+        # Jobs whose status was put off while creates were pending: looked at again once none is.
+        self.held_for_creates: set[JobKey] = set()
         self.written_at: dict[JobKey, float] = {}  # job -> when this process last wrote its status
         # Job -> (uid, Events of actions whose plan's status was put off): sent with the next write.
         self.unsent_events: dict[JobKey, tuple[str, tuple[Event, ...]]] = {}
@@ -289,7 +299,9 @@ class Reconciler:
         # Job -> pod name -> the pod as last seen before it went away (``on_pod``).
         self.departed: dict[JobKey, dict[str, dict[str, Any]]] = {}
         # Deletes (which free GPUs) never queue behind creates.
-        self.creates = WriteSlots(options.write_concurrency, metrics.api_writes, "create")
+        self.creates = WriteSlots(
+            options.write_concurrency, metrics.api_writes, "create", self._creates_done
+        )
         self.deletes = WriteSlots(options.write_concurrency, metrics.api_writes, "delete")
 
     async def reconcile(self, key: JobKey) -> float | None:
@@ -300,6 +312,7 @@ class Reconciler:
             self.admitter.cancel(key)
             self.metrics.forget_job(key)
             self.unwritten_since.pop(key, None)
+            self.held_for_creates.discard(key)
             self.written_at.pop(key, None)
             self.unsent_events.pop(key, None)
             self.demands.forget(key)
@@ -424,11 +437,19 @@ class Reconciler:
         if delay <= 0:
             return replace(decision, events=(*earlier, *decision.events)) if earlier else decision
         self.unwritten_since[key] = (uid, since)
+        if facts.creates_pending:
+            self.held_for_creates.add(key)
         actions = tuple(e for e in decision.events if not e.announces_status)
         if earlier or actions:
             self.unsent_events[key] = (uid, (*earlier, *actions))
         later = delay if decision.requeue_after is None else min(delay, decision.requeue_after)
         return replace(decision, status=None, events=(), requeue_after=later)
+
+    def _creates_done(self) -> None:
+        """No create is pending: the statuses held for them are planned (and written) now."""
+        held, self.held_for_creates = self.held_for_creates, set()
+        for key in held:
+            self.requeue(key)
 
     def _tell_admitter(
         self,

@@ -23,9 +23,11 @@ The rules, in order (the first that applies decides):
    ``Restarting``, ``Succeeded``, ``Failed``, ``Suspended``, ``Running`` turning False,
    ``completionTime``, a ``startTime`` changed or dropped, anything this module does not know.
    Users, tools and the job's own timers wait for it.
-2. **While creates are pending, progress waits** until it has been pending ``busy_hold_seconds``:
-   the apiserver's time goes to the pods of admitted gangs first, and the job's changes of those
-   seconds (``Created``, ``Queued`` or ``startTime``, ``Running``, counts) become one write.
+2. **While creates are pending, progress waits** until it has been pending ``busy_hold_seconds``
+   (the reconciler looks at the job again as soon as no create is pending, so the wait ends with
+   the wave): the apiserver's time goes to the pods of admitted gangs first, and the job's
+   changes of those seconds (``Created``, ``Queued`` or ``startTime``, ``Running``, counts)
+   become one write.
 3. **Counts alone are written at most once per** ``counts_interval_seconds``: a gang's pods turn
    Running one by one, and each would rewrite the job's ``replicaStatuses``.
 4. Otherwise the status is written now: on a quiet cluster a condition shows up at once.
@@ -45,9 +47,11 @@ from typing import Any, Final
 
 from torchgate.controller.job import status as st
 
-# A wave of 200 gangs (1,600 pods) takes the local benchmark's apiserver 10-20 s to create: the
-# statuses of the jobs that arrive with it (most of them waiting) go out after it, not inside it.
-BUSY_HOLD_SECONDS: Final = 20.0
+# A wave of 500 gangs (4,000 pods) takes the scale benchmark's apiserver 30-35 s to create on
+# 5,000 nodes (docs/scale.md): the statuses of the jobs that arrive with it (most of them waiting)
+# go out after it, not inside it. A hold shorter than the wave ends inside it and lets every held
+# status out at once, each patch costing the apiserver two pod creates.
+BUSY_HOLD_SECONDS: Final = 60.0
 # A gang's pods turn Running within a second or so of each other: one counts write for them.
 COUNTS_INTERVAL_SECONDS: Final = 1.0
 PROGRESS_FIELDS: Final = frozenset({"conditions", "replicaStatuses", "startTime"})

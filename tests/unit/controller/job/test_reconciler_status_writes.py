@@ -100,6 +100,7 @@ class Rig:
         self.now = NOW
         self.seconds = 0.0
         self.admitter = Admitter(on_admit_job=lambda key: None, on_reason=lambda key: None)
+        self.requeued: list[tuple[str, str]] = []  # the jobs the reconciler asked to look at again
         self.reconciler = Reconciler(
             self.api,
             jobs=self.jobs,
@@ -113,6 +114,7 @@ class Rig:
             clock=lambda: self.now,
             monotonic=lambda: self.seconds,
             write_policy=POLICY,
+            requeue=self.requeued.append,
         )
         self.events = Events()
         self.reconciler.events = self.events  # type: ignore[assignment]
@@ -194,6 +196,18 @@ async def test_held_progress_is_written_once_the_creates_are_done() -> None:
     assert len(rig.api.patches) == 1
     # Planned afresh when written; startTime is when the gang's pods were created all the same.
     assert rig.stored_status()["startTime"] == st.format_time(NOW)
+
+
+async def test_held_progress_goes_out_when_the_last_pending_create_ends_not_at_the_hold() -> None:
+    rig = Rig()
+    async with rig.reconciler.creates.take():  # another gang's create is in flight
+        assert await rig.reconciler.reconcile(KEY) == pytest.approx(POLICY.busy_hold_seconds)
+        rig.tick(3)
+    # The wave's creates are done 3 s into a 10 s hold: the job is looked at again now.
+    while rig.requeued:
+        await rig.reconciler.reconcile(rig.requeued.pop())
+    assert len(rig.api.patches) == 1
+    assert types(rig.stored_status()) == [(st.CREATED, "True"), (st.RUNNING, "True")]
 
 
 async def test_news_is_written_at_once_while_creates_are_pending() -> None:
