@@ -196,6 +196,7 @@ class Topology:
     domains: tuple[_Domain, ...]
     by_level: tuple[tuple[int, ...], ...]
     ancestors: tuple[tuple[int, ...], ...]  # per node, its domains finest first, root last
+    below_root: tuple[tuple[int, ...], ...]  # per node, its domains finest first, without the root
     index: Mapping[str, int]  # node name -> position in ``node_names``
     member: tuple[tuple[int, ...], ...]  # per level, per node: its domain there
     rank: tuple[int, ...]  # per domain: its place in its level by fewest nodes, then key (rule 3)
@@ -283,6 +284,7 @@ def build_topology(
         domains=tuple(domains),
         by_level=by_level,
         ancestors=tuple(ancestors),
+        below_root=tuple(chain[:-1] for chain in ancestors),
         index={name: i for i, name in enumerate(names)},
         member=member,
         rank=tuple(rank),
@@ -389,7 +391,7 @@ class Slots:
         return short, counts[-1] > 0
 
     def shift(self, deltas: Mapping[int, int], topology: Topology) -> None:
-        """Each domain of ``deltas`` has that many more slots (fewer, when negative).
+        """Each domain of ``deltas`` (below the root) has that many more slots (fewer if negative).
 
         One call per change for all its domains (a cycle moves thousands of domain counts).
         """
@@ -401,8 +403,6 @@ class Slots:
             before = per_domain[domain]
             after = per_domain[domain] = before + delta
             level = level_of[domain]
-            if level < 0:
-                continue
             masks, bit = all_masks[level], 1 << rank[domain]
             if before > 0:
                 left = masks[before] ^ bit
@@ -813,11 +813,12 @@ class Capacity:
         moves once by its nodes' summed change.
         """
         topology = self.topology
-        allowed, names, ancestors = shape.allowed, topology.node_names, topology.ancestors
+        allowed, names, below_root = shape.allowed, topology.node_names, topology.below_root
         per_node, free = slots.nodes, self.free
         pod, one_per_node, spare = shape.pod, shape.one_per_node, slots.spare
         skip_empty = taken and spare is None
         deltas: dict[int, int] = {}
+        pool_delta = 0
         for node in nodes:
             before = per_node[node]
             if skip_empty and not before:
@@ -840,8 +841,11 @@ class Capacity:
             delta = after - before
             if delta:
                 per_node[node] = after
-                for domain in ancestors[node]:
+                pool_delta += delta
+                for domain in below_root[node]:
                     deltas[domain] = deltas.get(domain, 0) + delta
+        if pool_delta:
+            slots.domains[ROOT] += pool_delta
         if deltas:
             slots.shift(deltas, topology)
 
@@ -976,7 +980,8 @@ def assign_ranks(
     topology: Topology, pods: Sequence[str], spread: Sequence[tuple[int, int]]
 ) -> dict[str, str]:
     """Pod name -> node: pods in rank order fill the spread in its depth-first order (rule 5)."""
-    nodes = [topology.node_names[node] for node, count in spread for _ in range(count)]
+    names = topology.node_names
+    nodes = [names[node] for node, count in spread for _ in range(count)]
     return dict(zip(pods, nodes, strict=False))
 
 
