@@ -100,6 +100,20 @@ class Shape:
     one_per_node: bool = False
     allowed: frozenset[str] | None = None
     preferred: frozenset[str] | None = None
+    # A cycle hashes every waiting gang's shape several times (memo keys, kept slot counts): the
+    # hash of the fields above, taken once. Never pickled (``__reduce__``): string hashes differ
+    # from process to process.
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        fields = (self.pod, self.one_per_node, self.allowed, self.preferred)
+        object.__setattr__(self, "_hash", hash(fields))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[Shape], tuple[object, ...]]:
+        return Shape, (self.pod, self.one_per_node, self.allowed, self.preferred)
 
     def narrowed(self) -> Shape:
         """The same shape confined to its preferred nodes."""
@@ -182,11 +196,13 @@ class Topology:
     domains: tuple[_Domain, ...]
     by_level: tuple[tuple[int, ...], ...]
     ancestors: tuple[tuple[int, ...], ...]  # per node, its domains finest first, root last
+    below_root: tuple[tuple[int, ...], ...]  # per node, its domains finest first, without the root
     index: Mapping[str, int]  # node name -> position in ``node_names``
     member: tuple[tuple[int, ...], ...]  # per level, per node: its domain there
     rank: tuple[int, ...]  # per domain: its place in its level by fewest nodes, then key (rule 3)
     by_rank: tuple[tuple[int, ...], ...]  # per level: its domains in that order
     sole: tuple[int, ...]  # per domain: its only node when it has one node, else -1
+    level_of: tuple[int, ...]  # per domain: its level (-1 for the root)
 
     def domain_of(self, node_name: str, level: int) -> int | None:
         """The domain holding ``node_name`` at ``level``, ``None`` for an unknown node or level."""
@@ -268,11 +284,13 @@ def build_topology(
         domains=tuple(domains),
         by_level=by_level,
         ancestors=tuple(ancestors),
+        below_root=tuple(chain[:-1] for chain in ancestors),
         index={name: i for i, name in enumerate(names)},
         member=member,
         rank=tuple(rank),
         by_rank=by_rank,
         sole=tuple(only_node),
+        level_of=tuple(domain.level for domain in domains),
     )
 
 
@@ -372,24 +390,35 @@ class Slots:
         )
         return short, counts[-1] > 0
 
-    def move(self, level: int, rank: int, before: int, after: int) -> None:
-        """A domain of ``level`` went from ``before`` to ``after`` slots."""
-        masks, bit = self.masks[level], 1 << rank
-        if before > 0:
-            left = masks[before] ^ bit
-            if left:
-                masks[before] = left
-            else:
-                del masks[before]
-                values = self.values[level]
-                del values[bisect_left(values, before)]
-        if after > 0:
-            found = masks.get(after)
-            if found is None:
-                masks[after] = bit
-                insort(self.values[level], after)
-            else:
-                masks[after] = found | bit
+    def shift(self, deltas: Mapping[int, int], topology: Topology) -> None:
+        """Each domain of ``deltas`` (below the root) has that many more slots (fewer if negative).
+
+        One call per change for all its domains (a cycle moves thousands of domain counts).
+        """
+        per_domain, all_values, all_masks = self.domains, self.values, self.masks
+        level_of, rank = topology.level_of, topology.rank
+        for domain, delta in deltas.items():
+            if not delta:
+                continue
+            before = per_domain[domain]
+            after = per_domain[domain] = before + delta
+            level = level_of[domain]
+            masks, bit = all_masks[level], 1 << rank[domain]
+            if before > 0:
+                left = masks[before] ^ bit
+                if left:
+                    masks[before] = left
+                else:
+                    del masks[before]
+                    values = all_values[level]
+                    del values[bisect_left(values, before)]
+            if after > 0:
+                found = masks.get(after)
+                if found is None:
+                    masks[after] = bit
+                    insort(all_values[level], after)
+                else:
+                    masks[after] = found | bit
 
 
 class Capacity:
@@ -784,11 +813,12 @@ class Capacity:
         moves once by its nodes' summed change.
         """
         topology = self.topology
-        allowed, names, ancestors = shape.allowed, topology.node_names, topology.ancestors
-        per_node, per_domain, free = slots.nodes, slots.domains, self.free
+        allowed, names, below_root = shape.allowed, topology.node_names, topology.below_root
+        per_node, free = slots.nodes, self.free
         pod, one_per_node, spare = shape.pod, shape.one_per_node, slots.spare
         skip_empty = taken and spare is None
         deltas: dict[int, int] = {}
+        pool_delta = 0
         for node in nodes:
             before = per_node[node]
             if skip_empty and not before:
@@ -811,16 +841,13 @@ class Capacity:
             delta = after - before
             if delta:
                 per_node[node] = after
-                for domain in ancestors[node]:
+                pool_delta += delta
+                for domain in below_root[node]:
                     deltas[domain] = deltas.get(domain, 0) + delta
-        domains, rank, move = topology.domains, topology.rank, slots.move
-        for domain, delta in deltas.items():
-            if delta:
-                before = per_domain[domain]
-                per_domain[domain] = before + delta
-                level = domains[domain].level
-                if level >= 0:
-                    move(level, rank[domain], before, before + delta)
+        if pool_delta:
+            slots.domains[ROOT] += pool_delta
+        if deltas:
+            slots.shift(deltas, topology)
 
 
 class _Loan:
@@ -953,7 +980,8 @@ def assign_ranks(
     topology: Topology, pods: Sequence[str], spread: Sequence[tuple[int, int]]
 ) -> dict[str, str]:
     """Pod name -> node: pods in rank order fill the spread in its depth-first order (rule 5)."""
-    nodes = [topology.node_names[node] for node, count in spread for _ in range(count)]
+    names = topology.node_names
+    nodes = [names[node] for node, count in spread for _ in range(count)]
     return dict(zip(pods, nodes, strict=False))
 
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import pickle
+import subprocess
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 
 import pytest
@@ -115,6 +119,29 @@ def test_slots_of_a_node(
     free: dict[str, int], requests: list[dict[str, int]], one_per_node: bool, slots: int
 ) -> None:
     assert slots_of(free, shape_of(requests, one_per_node=one_per_node)) == slots
+
+
+def test_a_shape_unpickled_in_another_process_is_the_same_key_as_one_made_there() -> None:
+    # A shape keeps its hash once taken; string hashes differ from process to process.
+    made = "Shape(((GPU, 2000), ('pods', 1000)), False, frozenset({'h1', 'h2'}))"
+    script = (
+        "import pickle, sys\n"
+        "from torchgate.controller.admission.topology import Shape\n"
+        f"GPU = {GPU!r}\n"
+        "unpickled = pickle.loads(sys.stdin.buffer.read())\n"
+        f"print({{{made}: 'found'}}.get(unpickled))\n"
+    )
+    shape = Shape(((GPU, 2000), ("pods", 1000)), False, frozenset({"h1", "h2"}))
+    for seed in ("1", "2"):
+        result = subprocess.run(
+            [sys.executable, "-c", script],
+            input=pickle.dumps(shape),
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            check=True,
+            timeout=60,
+        )
+        assert result.stdout.decode().strip() == "found"
 
 
 # ------------------------------------------------------------------ choosing the domain
