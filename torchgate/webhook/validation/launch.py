@@ -47,6 +47,9 @@ _VISIBLE_DEVICES: Final = "NVIDIA_VISIBLE_DEVICES"
 
 # Where each reserved injected variable's value comes from (and what to set instead, if anything).
 _INJECTED_ENV: Final = {name: contract.SOURCES[name] for name in contract.RESERVED}
+# Names an env entry's checks look at more closely (``env``): every other name, set once to a
+# string, passes them all.
+_SPECIAL_ENV: Final = frozenset({*_INJECTED_ENV, _VISIBLE_DEVICES})
 
 
 def _injected_source(job: JobFacts, variable: str) -> str:
@@ -283,6 +286,17 @@ def env(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Find
     found: list[Finding] = []
     seen: dict[str, int] = {}
     for index, entry in enumerate(entries):
+        if type(entry) is dict:  # the usual entry, passed in one test; else the checks below
+            name = entry.get("name")
+            if (
+                type(name) is str
+                and name
+                and name not in seen
+                and name not in _SPECIAL_ENV
+                and type(entry.get("value", "")) is str
+            ):
+                seen[name] = index
+                continue
         if not isinstance(entry, OBJECT):
             found.append(invalid(at(path, "env", index), entry, "must be an object with a name"))
             continue
