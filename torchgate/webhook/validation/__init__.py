@@ -419,7 +419,14 @@ def _verdict(
                 warnings.append(finding)
             else:
                 errors.append(finding)  # type: ignore[arg-type]
+    if not errors and not warnings:
+        return _NOTHING_FOUND
     return Verdict(_deduplicated(errors), tuple(dict.fromkeys(warnings)))
+
+
+# The usual verdict, shared: building a frozen dataclass costs a slow ``object.__setattr__`` per
+# field.
+_NOTHING_FOUND: Final = Verdict((), ())
 
 
 def _admission_inputs_unchanged(old: object, new: object) -> bool:
