@@ -188,5 +188,6 @@ def test_an_annotation_rule_runs_only_when_its_annotation_is_present() -> None:
         return len(rules(read_job(raw, DEFAULT_POLICY, old=None, creating=True)))
 
     assert found({"owner": "alice"}) == 0
+    assert found(None) == 0
     assert found({"owner": "alice", "example.com/checked": None}) == 1
     assert found(["example.com/checked"]) == 1  # not an object: every rule runs and reports it

@@ -179,16 +179,18 @@ def in_spec(*rules: JobRule | Reads[JobRule]) -> JobRule:
 def in_annotations(*rules: JobRule | Reads[JobRule]) -> JobRule:
     """Apply ``rules``, in order; a ``Reads`` rule when ``metadata.annotations`` has its key.
 
-    When ``metadata`` or its ``annotations`` is not an object (or ``annotations`` is absent),
-    every rule runs: each reports or ignores that itself.
+    Without annotations (or without a ``metadata`` object) none runs: each finds nothing then.
+    When ``annotations`` is not an object, every rule runs: each reports or ignores that itself.
     """
     table = _Table(rules)
     every = table.every
 
     def annotation_rules(job: JobFacts) -> Findings:
         metadata = job.metadata
-        annotations = metadata.get("annotations") if type(metadata) is dict else None
-        if type(annotations) is dict:
+        annotations = metadata.get("annotations") if isinstance(metadata, OBJECT) else None
+        if annotations is None:
+            return NONE
+        if isinstance(annotations, OBJECT):
             keys = tuple(annotations)
             selected = table.selected.get(keys)
             if selected is None:
