@@ -382,7 +382,7 @@ def replica_gpus(
         for index, container in enumerate(entries):
             if isinstance(container, _OBJECT):
                 amount = container_requests(container, only=resource).get(resource, _ZERO)
-                if amount != 0:
+                if amount != _ZERO:  # a Decimal: no int converted per comparison
                     total += amount
                     if first is None:
                         first = index

@@ -23,9 +23,10 @@ from tests.unit.webhook.validationcases import (
     torchrun,
     warned,
 )
+from torchgate.pytorchjob.fieldpath import FieldPath, forbidden
 from torchgate.pytorchjob.policy import DEFAULT_POLICY
-from torchgate.webhook.validation import validate_create, validate_update
-from torchgate.webhook.validation.facts import read_in_full, read_job
+from torchgate.webhook.validation import in_annotations, reads, validate_create, validate_update
+from torchgate.webhook.validation.facts import Findings, JobFacts, read_in_full, read_job
 
 
 def test_a_plain_job_is_allowed_without_warnings() -> None:
@@ -171,3 +172,22 @@ def test_a_worker_with_its_own_pod_spec_is_read_alone() -> None:
     master, worker = read_job(raw, DEFAULT_POLICY, old=None, creating=True).known_replicas
     assert worker.like is None
     assert worker.pod_spec is not master.pod_spec
+
+
+# ---------------------------------------------------------------------- composition
+
+
+def test_an_annotation_rule_runs_only_when_its_annotation_is_present() -> None:
+    def refuses(job: JobFacts) -> Findings:
+        return [forbidden(FieldPath.root("metadata"), "ran")]
+
+    rules = in_annotations(reads(refuses, "example.com/checked"))
+
+    def found(annotations: object) -> int:
+        raw = cpu_job().edit(setting("metadata", "annotations", annotations)).build()
+        return len(rules(read_job(raw, DEFAULT_POLICY, old=None, creating=True)))
+
+    assert found({"owner": "alice"}) == 0
+    assert found(None) == 0
+    assert found({"owner": "alice", "example.com/checked": None}) == 1
+    assert found(["example.com/checked"]) == 1  # not an object: every rule runs and reports it

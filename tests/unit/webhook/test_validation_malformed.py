@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tests.builders.job import container, cpu_job, job
 from tests.unit.webhook.validationcases import (
     DUPLICATE,
+    FORBIDDEN,
     INVALID,
     MC0,
     MPOD,
@@ -98,6 +99,29 @@ MALFORMED = [
         "env-value-number",
         cpu_job().edit(setting(*master_container("env"), [{"name": "A", "value": 1}])).build(),
         [(INVALID, f"{MC0}.env[0].value")],
+    ),
+    case(
+        "env-clean-entries-around-bad-ones",
+        cpu_job()
+        .edit(
+            setting(
+                *master_container("env"),
+                [
+                    {"name": "A", "value": "1"},
+                    {"name": "A", "value": "2"},
+                    {"name": "B", "value": None},
+                    {"name": "C", "value": 3},
+                    {"name": "D", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "RANK", "value": "0"},
+                ],
+            )
+        )
+        .build(),
+        [
+            (DUPLICATE, f"{MC0}.env[1].name"),
+            (INVALID, f"{MC0}.env[3].value"),
+            (FORBIDDEN, f"{MC0}.env[5].name"),
+        ],
     ),
     case(
         "resources-string",

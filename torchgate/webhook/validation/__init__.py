@@ -58,6 +58,7 @@ from torchgate.webhook.validation import (
     sharing,
 )
 from torchgate.webhook.validation.facts import (
+    NONE,
     OBJECT,
     ContainerFacts,
     Finding,
@@ -136,6 +137,7 @@ class _Table(Generic[R]):
             (entry.rule, entry.fields) if isinstance(entry, Reads) else (entry, None)
             for entry in rules
         )
+        self.every: tuple[R, ...] = tuple(rule for rule, _ in self._entries)
         self.fields: frozenset[str] = frozenset().union(
             *(f for _, f in self._entries if f is not None)
         )
@@ -172,6 +174,39 @@ def in_spec(*rules: JobRule | Reads[JobRule]) -> JobRule:
         return found
 
     return spec_rules
+
+
+def in_annotations(*rules: JobRule | Reads[JobRule]) -> JobRule:
+    """Apply ``rules``, in order; a ``Reads`` rule when ``metadata.annotations`` has its key.
+
+    Without annotations (or without a ``metadata`` object) none runs: each finds nothing then.
+    When ``annotations`` is not an object, every rule runs: each reports or ignores that itself.
+    """
+    table = _Table(rules)
+    every = table.every
+
+    def annotation_rules(job: JobFacts) -> Findings:
+        metadata = job.metadata
+        annotations = metadata.get("annotations") if isinstance(metadata, OBJECT) else None
+        if annotations is None:
+            return NONE
+        if isinstance(annotations, OBJECT):
+            keys = tuple(annotations)
+            selected = table.selected.get(keys)
+            if selected is None:
+                selected = table.select(keys)
+            if not selected:  # the usual job: none of the annotations the rules read
+                return NONE
+        else:
+            selected = every
+        found: list[Finding] = []
+        for rule in selected:
+            result = rule(job)
+            if result:
+                found.extend(result)
+        return found
+
+    return annotation_rules
 
 
 def for_each_replica(*rules: ReplicaRule) -> JobRule:
@@ -270,9 +305,15 @@ _CONTAINER_RULES: Final[tuple[ContainerRule | Reads[ContainerRule], ...]] = (
 RULES: Final[tuple[JobRule, ...]] = (
     metadata.metadata_is_object,
     metadata.name,
-    metadata.pinned_hosts_annotation,
-    metadata.progress_deadline_annotation,
-    sharing.topology_annotations,
+    in_annotations(
+        reads(metadata.pinned_hosts_annotation, names.ANNOTATION_HOSTS),
+        reads(metadata.progress_deadline_annotation, ANNOTATION_PROGRESS_DEADLINE),
+        reads(
+            sharing.topology_annotations,
+            ANNOTATION_TOPOLOGY_REQUIRED,
+            ANNOTATION_TOPOLOGY_PREFERRED,
+        ),
+    ),
     metadata.create_only_fields,
     in_spec(
         policy.spec_shape,
@@ -380,7 +421,14 @@ def _verdict(
                 warnings.append(finding)
             else:
                 errors.append(finding)  # type: ignore[arg-type]
+    if not errors and not warnings:
+        return _NOTHING_FOUND
     return Verdict(_deduplicated(errors), tuple(dict.fromkeys(warnings)))
+
+
+# The usual verdict, shared: building a frozen dataclass costs a slow ``object.__setattr__`` per
+# field.
+_NOTHING_FOUND: Final = Verdict((), ())
 
 
 def _admission_inputs_unchanged(old: object, new: object) -> bool:

@@ -31,6 +31,7 @@ from torchgate.webhook.arguments import (
 from torchgate.webhook.validation.facts import (
     NONE,
     OBJECT,
+    ZERO,
     ContainerFacts,
     Finding,
     Findings,
@@ -46,6 +47,9 @@ _VISIBLE_DEVICES: Final = "NVIDIA_VISIBLE_DEVICES"
 
 # Where each reserved injected variable's value comes from (and what to set instead, if anything).
 _INJECTED_ENV: Final = {name: contract.SOURCES[name] for name in contract.RESERVED}
+# Names an env entry's checks look at more closely (``env``): every other name, set once to a
+# string, passes them all.
+_SPECIAL_ENV: Final = frozenset({*_INJECTED_ENV, _VISIBLE_DEVICES})
 
 
 def _injected_source(job: JobFacts, variable: str) -> str:
@@ -63,7 +67,7 @@ def backend_flags(job: JobFacts, replica: ReplicaFacts, container: ContainerFact
     found: list[Finding] = []
     for use in container.line.backends:
         backend = (use.value or "").lower()
-        if backend == "nccl" and replica.gpus == 0:
+        if backend == "nccl" and replica.gpus == ZERO:
             found.append(
                 invalid(
                     at(container.path, use.field),
@@ -72,7 +76,7 @@ def backend_flags(job: JobFacts, replica: ReplicaFacts, container: ContainerFact
                     "CPU-only replicas or request GPUs",
                 )
             )
-        elif backend == "gloo" and replica.gpus > 0:
+        elif backend == "gloo" and replica.gpus > ZERO:
             found.append(
                 FieldWarning(
                     at(container.path, use.field),
@@ -85,7 +89,7 @@ def backend_flags(job: JobFacts, replica: ReplicaFacts, container: ContainerFact
 
 def gpu_flags(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
     """Framework flags that ask for GPUs (``--gpus 2``, ``--accelerator gpu``) need GPUs."""
-    if replica.gpus > 0 or not container.line.gpu_flags:
+    if replica.gpus > ZERO or not container.line.gpu_flags:
         return NONE
     gpu = job.policy.gpu_resource
     return [
@@ -108,7 +112,7 @@ def gpu_peers(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -
     warning. A replica whose own command line says nccl is already refused at that argument.
     """
     first = job.first_gpu_replica
-    if first is None or replica.gpus > 0 or not container.is_training:
+    if first is None or replica.gpus > ZERO or not container.is_training:
         return NONE
     own = _stated_backends(container)
     if "nccl" in own:
@@ -230,7 +234,7 @@ def _nproc_flag(
             where, use.written, _unparseable_flag(use, "auto, cpu, gpu, xpu or an integer")
         )
     gpu = job.policy.gpu_resource
-    if replica.gpus > 0 and processes != replica.gpus:
+    if replica.gpus > ZERO and processes != replica.gpus:
         return invalid(
             where,
             use.written,
@@ -244,7 +248,7 @@ def _nproc_flag(
             f"differs from spec.nprocPerNode ({job.nproc_per_node}), which the "
             "torchgate controller passes to torchrun as PET_NPROC_PER_NODE",
         )
-    if replica.gpus > 0:
+    if replica.gpus > ZERO:
         return FieldWarning(
             where,
             f"{use.written} repeats the {count(replica.gpus)} {gpu} each pod requests, "
@@ -282,6 +286,17 @@ def env(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Find
     found: list[Finding] = []
     seen: dict[str, int] = {}
     for index, entry in enumerate(entries):
+        if type(entry) is dict:  # the usual entry, passed in one test; else the checks below
+            name = entry.get("name")
+            if (
+                type(name) is str
+                and name
+                and name not in seen
+                and name not in _SPECIAL_ENV
+                and type(entry.get("value", "")) is str
+            ):
+                seen[name] = index
+                continue
         if not isinstance(entry, OBJECT):
             found.append(invalid(at(path, "env", index), entry, "must be an object with a name"))
             continue
@@ -308,7 +323,7 @@ def env(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Find
                     f"{_injected_source(job, name)}; remove it from env",
                 )
             )
-        if name == _VISIBLE_DEVICES and replica.gpus == 0:
+        if name == _VISIBLE_DEVICES and replica.gpus == ZERO:
             found.extend(_visible_devices(job, at(path, "env", index), value))
     return found
 

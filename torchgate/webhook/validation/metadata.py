@@ -72,15 +72,18 @@ def name(job: JobFacts) -> Findings:
 
 def _derived_name_length(job: JobFacts, job_name: str, *, generated: bool) -> Findings:
     # Lengths only: the longest name is built when it is too long (most names are not).
+    # Indexes are never negative: pods are a count or None, and elastic bounds at least 1.
+    nnodes = job.expected_nnodes
+    elastic_highest = nnodes[1] - 1 if nnodes and job.elastic is not None else 0
     most, longest_slot = 0, ("", 0)
     for replica in job.known_replicas:
-        highest = (replica.pods or 1) - 1
-        if replica.key == names.WORKER and job.expected_nnodes and job.elastic is not None:
-            highest = max(highest, job.expected_nnodes[1] - 1)
-        index = max(highest, 0)
-        length = names.replica_name_length(job_name, replica.key, index)
+        key = replica.key
+        index = (replica.pods or 1) - 1
+        if index < elastic_highest and key == names.WORKER:
+            index = elastic_highest
+        length = names.replica_name_length(job_name, key, index)
         if length > most:
-            most, longest_slot = length, (replica.key, index)
+            most, longest_slot = length, (key, index)
     if most <= names.DNS_LABEL_MAX:
         return NONE
     longest = names.replica_name(job_name, *longest_slot)

@@ -13,7 +13,6 @@ update, as upstream: another controller may already own the job.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from decimal import Decimal
 from typing import Any, Final
 
 from torchgate.pytorchjob import cleanup, gang, names
@@ -36,6 +35,7 @@ from torchgate.webhook.validation.facts import (
     RUN_POLICY,
     SCHEDULING,
     SPEC,
+    ZERO,
     Finding,
     Findings,
     JobFacts,
@@ -295,13 +295,13 @@ def gpu_budget(job: JobFacts) -> Findings:
     limit = job.policy.max_gpus_per_job
     if limit is None or not job.spec_readable:
         return NONE
-    total = Decimal(0)
+    total = ZERO
     for replica in job.known_replicas:
-        if replica.pods and replica.gpus > 0:
+        if replica.pods and replica.gpus > ZERO:
             total += replica.gpus * replica.pods
     if total > limit:
         # The message's parts are built only for a refusal: most jobs are within the budget.
-        gpu_replicas = [r for r in job.known_replicas if r.gpus > 0 and r.pods]
+        gpu_replicas = [r for r in job.known_replicas if r.gpus > ZERO and r.pods]
         parts = [f"{r.key} {r.pods}x{count(r.gpus)}" for r in gpu_replicas]
         return [
             forbidden(
