@@ -217,9 +217,15 @@ def cohort_totals(
     cohort: Iterable[TeamQuota], resource: str, usage: Mapping[str, Units]
 ) -> tuple[int, int]:
     """The cohort's nominal quota of ``resource`` (what it may use together) and its usage."""
-    teams = list(cohort)
-    nominal = sum(t.limits[resource].nominal for t in teams if resource in t.limits)
-    return nominal, sum(usage.get(t.name, {}).get(resource, 0) for t in teams)
+    nominal = used = 0
+    for member in cohort:
+        limit = member.limits.get(resource)
+        if limit is not None:
+            nominal += limit.nominal
+        held = usage.get(member.name)
+        if held:
+            used += held.get(resource, 0)
+    return nominal, used
 
 
 # ------------------------------------------------------------------ rule 3
