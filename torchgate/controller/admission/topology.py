@@ -955,8 +955,8 @@ def distribute(
         if at < len(units):
             share = remaining  # the tightest child holding the rest
         else:
-            if not roomiest:
-                roomiest = sorted(range(len(units)), key=lambda i: (-units[i][0], units[i][1]))
+            if not roomiest:  # ``units`` ascend by (slots, order): a stable sort by slots alone
+                roomiest = sorted(range(len(units)), key=[-u[0] for u in units].__getitem__)
             while roomiest[next_roomiest] in taken:
                 next_roomiest += 1
             at = roomiest[next_roomiest]
@@ -981,6 +981,8 @@ def assign_ranks(
 ) -> dict[str, str]:
     """Pod name -> node: pods in rank order fill the spread in its depth-first order (rule 5)."""
     names = topology.node_names
+    if len(spread) == len(pods):  # a pod per node (whole-node pods, or one per node)
+        return dict(zip(pods, [names[node] for node, _ in spread], strict=True))
     nodes = [names[node] for node, count in spread for _ in range(count)]
     return dict(zip(pods, nodes, strict=False))
 
