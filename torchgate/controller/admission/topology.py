@@ -769,8 +769,14 @@ class Capacity:
                 self._was[node] = free
                 free = all_free[node] = dict(free)
                 shared.add(node)
-            for name, amount in (requests.get(pod) or {}).items():
-                free[name] = free.get(name, 0) + sign * amount
+            asked = requests.get(pod)
+            if asked:
+                if sign < 0:
+                    for name, amount in asked.items():
+                        free[name] = free.get(name, 0) - amount
+                else:
+                    for name, amount in asked.items():
+                        free[name] = free.get(name, 0) + amount
             changed[node] = None
             edits += 1
             edited[node] = edits
