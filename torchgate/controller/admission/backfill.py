@@ -158,6 +158,8 @@ class Reservations:
 
     def decide(self, gang: GangT, decide_one: Callable[[GangT], OutcomeT]) -> OutcomeT:
         """``decide_one(gang)`` under rules 3 and 4; then rules 1 and 2 if the gang waits."""
+        if not self._ending_gangs():
+            return decide_one(gang)  # no running gang has a known end: nothing to reserve
         if self.made and gang.run_limit is not None and self._ends_in_time(gang.run_limit):
             self.capacity.give(self._nodes, self._held)  # rule 4
             self._nodes, self._held = {}, {}

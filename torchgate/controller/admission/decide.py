@@ -406,17 +406,24 @@ def _decide(
     )
     outcomes: dict[JobKey, Outcome] = {key: Wait(key, "Capacity", HELD_BACK) for key in held}
     reservations = Reservations(cycle.capacity, pool.admitted, now)  # rule 5
+
+    def within(gang: WaitingGang) -> Outcome | None:
+        return _decide_one(cycle, gang, borrow=False)
+
+    def borrowing(gang: WaitingGang) -> Outcome | None:
+        return _decide_one(cycle, gang, borrow=True)
+
     for gang in ordered:
         if gang.key in held:
             continue
-        first = reservations.decide(gang, lambda g: _decide_one(cycle, g, borrow=False))
+        first = reservations.decide(gang, within)
         if first is not None:
             outcomes[gang.key] = first
     for gang in ordered:
         if gang.key not in outcomes:
-            outcomes[gang.key] = reservations.decide(
-                gang, lambda g: _decide_one(cycle, g, borrow=True)
-            ) or Wait(gang.key, "Quota", "waiting for quota")
+            outcomes[gang.key] = reservations.decide(gang, borrowing) or Wait(
+                gang.key, "Quota", "waiting for quota"
+            )
     return outcomes
 
 
