@@ -435,12 +435,18 @@ def _usage_by_team(pool: Pool) -> dict[str, dict[str, int]]:
 
 
 def _memo_key(gang: WaitingGang) -> tuple[object, ...]:
+    """What a gang's memoised outcome depends on (rule 1's memo, ``_decide_one``).
+
+    The topology request goes in as its fields: a tuple of plain values hashes and compares in
+    C, and the memo is looked up several times per gang.
+    """
     return (
         gang.team,
         gang.shape,
         len(gang.pods),
         tuple(sorted(gang.usage.items())),
-        gang.topology,
+        gang.topology.level,
+        gang.topology.required,
         gang.priority,
         gang.preempts,
         gang.where,
@@ -453,7 +459,10 @@ def _memo_key(gang: WaitingGang) -> tuple[object, ...]:
 def _decide_one(cycle: _Cycle, gang: WaitingGang, *, borrow: bool) -> Outcome | None:
     """The gang's outcome; ``None`` when it would borrow and ``borrow`` is off (rule 1)."""
     memo = _memo_key(gang)
-    missed = cycle.misses.get(memo) or cycle.quota_misses.get(memo)
+    # each lookup hashes the key: an empty memo (the common case) is not asked
+    missed = cycle.misses.get(memo) if cycle.misses else None
+    if missed is None and cycle.quota_misses:
+        missed = cycle.quota_misses.get(memo)
     if missed is not None:
         return Wait(gang.key, missed.kind, missed.reason)
     by_quota = memo[0], memo[3], gang.priority, gang.preempts  # team, usage, priority, policy
