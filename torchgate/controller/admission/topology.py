@@ -300,13 +300,20 @@ def build_topology(
 def slots_of(free: Units, shape: Shape, plus: Units | None = None) -> int:
     """How many pods of ``shape`` fit on a node with ``free`` (and ``plus``) capacity (rule 1)."""
     slots = UNBOUNDED
-    for name, amount in shape.pod:
-        have = free.get(name, 0) if plus is None else free.get(name, 0) + plus.get(name, 0)
-        if have < amount:
-            return 0
-        fits = have // amount
-        if fits < slots:
-            slots = fits
+    if plus is None:
+        for name, amount in shape.pod:
+            fits = free.get(name, 0) // amount
+            if fits < slots:
+                if fits <= 0:
+                    return 0
+                slots = fits
+    else:
+        for name, amount in shape.pod:
+            fits = (free.get(name, 0) + plus.get(name, 0)) // amount
+            if fits < slots:
+                if fits <= 0:
+                    return 0
+                slots = fits
     return min(slots, 1) if shape.one_per_node else slots
 
 
