@@ -141,6 +141,8 @@ class Reservations:
 
     Withholding is done on the cycle's own capacity: each reserved node's free room is taken as
     if by a pod named ``RESERVED_POD_PREFIX + node``, and given back around a gang of rule 4.
+    When no running gang has a known end, nothing can be reserved (rule 2) and each gang is
+    decided as it is, at no cost per gang beyond that.
     """
 
     RESERVED_POD_PREFIX = "reserved/"
