@@ -942,7 +942,8 @@ def distribute(
     holding what remains is the first one not taken from where the slots reach it. A domain has
     either child domains (all of the next level, so ``Topology.rank`` orders them by nodes, then
     key) or, at the finest level, nodes of its own (their index orders them by name); a domain of
-    one node puts every pod on it.
+    one node puts every pod on it. When every child has the same room, both choices are the
+    first child not taken, so the children fill in order without searching.
     """
     sole = topology.sole
     if sole[domain] >= 0:
@@ -955,9 +956,18 @@ def distribute(
     else:
         units = [(node_slots[n], n, n) for n in found.nodes if node_slots[n]]
     units.sort()
-    nested = bool(found.children)
-    out: list[tuple[int, int]] = []
+    chosen: list[tuple[int, int]] = []  # (child domain or node, pods)
     remaining = count
+    if units[0][0] == units[-1][0]:
+        # Every child has the same room (whole-node pods: one slot a node), so the tightest
+        # child holding the rest and the roomiest child are both the first one not taken.
+        each = units[0][0]
+        for _, _, child in units:
+            share = each if remaining > each else remaining
+            chosen.append((child, share))
+            remaining -= share
+            if not remaining:
+                break
     taken: set[int] = set()  # positions in ``units``
     roomiest: list[int] = []  # positions, roomiest first, once no child holds the rest
     next_roomiest = 0  # ``roomiest`` before it are taken (taken stays taken)
@@ -975,14 +985,16 @@ def distribute(
             at = roomiest[next_roomiest]
             share = units[at][0]
         taken.add(at)
-        child = units[at][2]
-        if not nested:
-            out.append((child, share))
-        elif sole[child] >= 0:
+        chosen.append((units[at][2], share))
+        remaining -= share
+    if not found.children:
+        return chosen
+    out: list[tuple[int, int]] = []
+    for child, share in chosen:
+        if sole[child] >= 0:
             out.append((sole[child], share))
         else:
             out.extend(distribute(topology, node_slots, domain_slots, child, share))
-        remaining -= share
     return out
 
 
