@@ -96,6 +96,7 @@ from torchgate.controller.admission.packing import (
 from torchgate.controller.admission.preemption import (
     Candidates,
     Group,
+    Lack,
     Preemptor,
     SearchOrder,
     cheapest,
@@ -286,6 +287,9 @@ class _Cycle:
     domains: dict[int, dict[JobKey, frozenset[str]]] = field(default_factory=dict)  # per level
     spreads: dict[JobKey, list[tuple[int, Units]]] = field(default_factory=dict)  # ``spread``
     crowded: frozenset[int] | None = None  # ``crowding``
+    # ``crowded_load``: crowded node -> the candidates holding pods on it, then what they hold
+    holders: dict[int, list[Admitted]] = field(default_factory=dict)
+    loads: dict[int, Units] = field(default_factory=dict)
     own_gains: _KeptGains | None = None  # ``kept_gains``
     borrowed: _Borrowed | None = None  # ``borrowing``, until the usage by team changes
 
@@ -328,13 +332,35 @@ class _Cycle:
         if self.crowded is None:
             assert self.settled is not None, "asked for during a victim search"
             index, seen, crowded = self.capacity.topology.index, set[str](), set[str]()
-            for group in self.settled.groups.values():
-                for victim in group:
-                    mine = set((victim.nodes or {}).values())
-                    crowded |= seen & mine
-                    seen |= mine
-            self.crowded = frozenset(index[name] for name in crowded if name in index)
+            everyone = [victim for group in self.settled.groups.values() for victim in group]
+            for victim in everyone:
+                mine = set((victim.nodes or {}).values())
+                crowded |= seen & mine
+                seen |= mine
+            holders = self.holders
+            for victim in everyone:
+                for name in crowded.intersection((victim.nodes or {}).values()):
+                    if name in index:
+                        holders.setdefault(index[name], []).append(victim)
+            self.crowded = frozenset(holders)
         return self.crowded
+
+    def crowded_load(self, node: int) -> Units:
+        """What every candidate (``crowding``'s) holds on a crowded node, summed (kept).
+
+        The candidates only lose gangs during the cycle and their pods stay on the nodes, so
+        no trial gives back more there than this.
+        """
+        found = self.loads.get(node)
+        if found is None:
+            total: dict[str, int] = {}
+            for victim in self.holders[node]:
+                for at, held in self.spread(victim):
+                    if at == node:
+                        for name, amount in held.items():
+                            total[name] = total.get(name, 0) + amount
+            found = self.loads[node] = total
+        return found
 
     def borrowing(self) -> _Borrowed:
         """The teams over their nominal quota and what they hold, for the usage by team now."""
@@ -540,6 +566,7 @@ def _preempt(
         allowed=allowed,
         hopeless=reach.hopeless,
         order=search.order,
+        lack=trial.lack(),
     )
     if choice is None:
         failures.add(gang)
@@ -920,6 +947,11 @@ class _Gains:
     given-back pods summed per node and its slots counted again. For a required level, the
     domains of that level that then hold the whole gang are ``reaching``. ``level`` is ``None``
     when the gang requires none, or when a domain of it holds the gang already.
+
+    A victim's ``most`` bounds what it can add to the pool's slots in any set: its own gain,
+    plus, per crowded node it holds pods on, what that node gains with every candidate's pods
+    there given back (``crowded_load``). Each crowded node a set touches gains no more than
+    that, so a set's gain is at most its victims' ``most`` summed (``preemption.Lack``).
     """
 
     def __init__(
@@ -929,10 +961,12 @@ class _Gains:
         level: int | None,
         spread: Callable[[Admitted], list[tuple[int, Units]]],
         crowded: Container[int],
+        crowded_load: Callable[[int], Units],
         kept: _KeptGains,
     ) -> None:
         self.capacity, self.shape, self.count = capacity, gang.shape, len(gang.pods)
         self.spread, self.crowded, self.kept = spread, crowded, kept
+        self.crowded_load = crowded_load
         slots = capacity.slots(gang.shape)
         self.node_slots, self.domain_slots = slots.nodes, slots.domains
         if level is not None and slots.roomiest(level) >= self.count:
@@ -953,8 +987,8 @@ class _Gains:
         self.domain_gained: dict[int, int] = {}  # domain of ``level`` -> slots it gains
         self.reaching: set[int] = set()  # domains of ``level`` that hold the gang with the gains
 
-    def move(self, victim: Admitted, sign: int, changed: set[int]) -> None:
-        """Give back (``sign`` 1) or take again (-1) the victim's pods; note crowded nodes."""
+    def own_gain(self, victim: Admitted) -> _OwnGain:
+        """What the victim alone frees (counted once per search, or kept: ``_KeptGains``)."""
         own = self.own.get(victim.key)
         if own is None:
             own = self.kept.get(self.kept_here, victim.key)
@@ -962,6 +996,19 @@ class _Gains:
                 own = self._own(victim)
                 self.kept.put(self.kept_here, victim.key, own)
             self.own[victim.key] = own
+        return own
+
+    def most(self, victim: Admitted) -> int:
+        """At most how many slots the victim adds to the pool's in any set (``_OwnGain.most``)."""
+        return self.own_gain(victim).most
+
+    def missing(self) -> int:
+        """How many slots the pool lacks for the gang with no victim given back."""
+        return self.count - self.domain_slots[ROOT]
+
+    def move(self, victim: Admitted, sign: int, changed: set[int]) -> None:
+        """Give back (``sign`` 1) or take again (-1) the victim's pods; note crowded nodes."""
+        own = self.own.get(victim.key) or self.own_gain(victim)
         self.root_gained += sign * own.root
         if own.domains:
             gained, slots_now, count = self.domain_gained, self.domain_slots, self.count
@@ -989,7 +1036,7 @@ class _Gains:
         member = self.member
         allowed, names = shape.allowed, self.capacity.topology.node_names
         crowded_nodes, crowded = self.crowded, []
-        root = 0
+        root = most = 0
         domains: dict[int, int] = {}
         spread = self.spread(victim)
         for node, held in spread:
@@ -997,6 +1044,8 @@ class _Gains:
                 continue
             if node in crowded_nodes:
                 crowded.append((node, tuple((name, held.get(name, 0)) for name, _ in shape.pod)))
+                load = self.crowded_load(node)
+                most += slots_of(free[node], shape, load) - node_slots[node]
                 continue
             gain = slots_of(free[node], shape, held) - node_slots[node]
             if gain:
@@ -1005,7 +1054,7 @@ class _Gains:
                     domain = member[node]
                     domains[domain] = domains.get(domain, 0) + gain
         nodes = tuple(node for node, _ in spread)
-        return _OwnGain(root, tuple(domains.items()), tuple(crowded), nodes)
+        return _OwnGain(root, tuple(domains.items()), tuple(crowded), nodes, root + most)
 
     def _domain(self, domain: int, delta: int) -> None:
         if delta:
@@ -1089,6 +1138,7 @@ class _OwnGain:
     domains: tuple[tuple[int, int], ...]
     crowded: tuple[tuple[int, tuple[tuple[str, int], ...]], ...]  # node, what it takes of the shape
     nodes: tuple[int, ...]  # every node it holds pods on (what the gain was counted from)
+    most: int  # ``root`` plus what its crowded nodes gain at most (``_Gains``)
 
 
 _GainTable = dict[JobKey, tuple[int, _OwnGain]]  # victim -> capacity edits when counted, gain
@@ -1107,7 +1157,13 @@ class _Trial:
         self.cycle, self.gang, self.team = cycle, gang, team
         level = _required_level(cycle.pool.topology, gang)
         self.gains = _Gains(
-            cycle.capacity, gang, level, cycle.spread, cycle.crowding(), cycle.kept_gains()
+            cycle.capacity,
+            gang,
+            level,
+            cycle.spread,
+            cycle.crowding(),
+            cycle.crowded_load,
+            cycle.kept_gains(),
         )
         self.held: list[Admitted] = []  # ``given`` in the order last asked for
         self.given: dict[JobKey, Admitted] = {}
@@ -1133,6 +1189,14 @@ class _Trial:
         """Whether quota lets the gang in with the victims given back gone (rule 1)."""
         return self.quota.fits()
 
+    def lack(self) -> Lack | None:
+        """The pool's slots the gang lacks, and the most each victim adds (``preemption.Lack``).
+
+        ``None`` when the pool has the slots already (no set is ruled out by them).
+        """
+        missing = self.gains.missing()
+        return Lack(missing, self.gains.most) if missing > 0 else None
+
     def place(self, victims: Sequence[Admitted]) -> TopologyPlacement | TopologyWait:
         """Where the gang goes once ``victims`` are gone."""
         capacity, gang = self.cycle.capacity, self.gang
@@ -1143,9 +1207,10 @@ class _Trial:
         """Count exactly ``victims``' pods as given back."""
         changed: set[int] = set()
         held = self.held
-        if len(victims) == len(held) + 1 and held == victims[:-1]:  # the greedy adds one
-            self.given[victims[-1].key] = victims[-1]
-            self._move(victims[-1], 1, changed)
+        if len(victims) > len(held) and held == victims[: len(held)]:  # the greedy adds some
+            for victim in victims[len(held) :]:
+                self.given[victim.key] = victim
+                self._move(victim, 1, changed)
         else:
             wanted = {victim.key: victim for victim in victims}
             leaving = [key for key in self.given if key not in wanted]

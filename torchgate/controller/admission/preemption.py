@@ -23,7 +23,9 @@ Rules (each one function):
    ``trial`` places it with the victims gone), then put back every victim it still fits without,
    newest addition first: a small set, never a partial gang. ``None`` if all candidates are not
    enough. A gang of another team is taken only while its team is still borrowing
-   (``quota.still_borrowing``).
+   (``quota.still_borrowing``). Victims added while what they could give at most, summed, is
+   less than what the preemptor lacks (``Lack``, the caller's bound) are added without a trial:
+   such a set cannot make room, so the trial would say no.
 5. ``cheapest``: with candidates grouped (all candidates together first, then one group per
    topology domain of the preemptor's required level), the cheapest successful set wins: lowest
    highest-priority among its victims, then fewest victims, then fewest GPUs, then least run time.
@@ -39,9 +41,11 @@ Rules (each one function):
    admitter gives gangs that hold capacity without pods yet (reservations and holds), so that a
    cycle never picks a gang whose pods are being created as a victim.
 
-Cost: the pruning pass of rule 4 drops a run of victims with one trial when it can (usually
-the last gang added was enough on its own), which gives the same set as dropping them one by
-one because the trial is monotone. Rules 1-3 are answered from an index of the running gangs by
+Cost: the greedy pass of rule 4 tries no set the caller's ``Lack`` rules out (most of a busy
+pool's greedy trials: a whole-node gang needs many small victims before the pool has room), and
+the pruning pass drops a run of victims with one trial when it can (usually the last gang added
+was enough on its own), which gives the same set as dropping them one by one because the trial
+is monotone. Rules 1-3 are answered from an index of the running gangs by
 team, cheapest first (``Candidates``), built once per cycle: a preemptor's candidates are the
 heads of a few groups, merged, not a pass over every running gang. Rule 5 searches the groups
 after the first by their floor, cheapest first, when each group is ordered by priority (then
@@ -81,6 +85,20 @@ class Choice(Generic[T]):
 
     victims: tuple[Admitted, ...]
     result: T
+
+
+@dataclass(frozen=True, slots=True)
+class Lack:
+    """What the preemptor lacks, and the most each victim could give towards it (rule 4).
+
+    ``missing``: how many units (the caller's: slots of the preemptor's shape) it lacks;
+    ``most(victim)``: at most how many the victim gives, whatever else is gone, such that what a
+    set gives is never more than its victims' ``most`` summed. A set whose sum is below
+    ``missing`` cannot make room.
+    """
+
+    missing: int
+    most: Callable[[Admitted], int]
 
 
 # ------------------------------------------------------------------ rules 1-3
@@ -199,6 +217,7 @@ def choose_victims(
     highest: int | None = None,
     allowed: Callable[[Admitted, Sequence[Admitted]], bool] | None = None,
     give_up_at: int | None = None,
+    lack: Lack | None = None,
 ) -> Choice[T] | None:
     """A small set of whole gangs whose removal lets the preemptor fit (rule 4).
 
@@ -209,9 +228,11 @@ def choose_victims(
     a later one (``cheapest``: no set it would end with could cost less than one already found).
     ``allowed(victim, chosen)`` skips a candidate that may no longer be taken once ``chosen`` are
     gone (``quota.still_borrowing``); dropping victims in the pruning pass never invalidates it.
+    With ``lack``, a set that cannot give what the preemptor lacks is not tried.
     """
     victims: list[Admitted] = []
     result: T | None = None
+    short, most = (0, None) if lack is None else (lack.missing, lack.most)
     for position, victim in enumerate(ordered):
         if highest is not None and victim.priority > highest:
             return None
@@ -220,6 +241,10 @@ def choose_victims(
         if allowed is not None and not allowed(victim, victims):
             continue
         victims.append(victim)
+        if short > 0 and most is not None:
+            short -= most(victim)
+            if short > 0:
+                continue  # these victims cannot make room: the trial would say no
         result = trial(victims)
         if result is not None:
             break
@@ -293,12 +318,14 @@ def cheapest(
     allowed: Callable[[Admitted, Sequence[Admitted]], bool] | None = None,
     hopeless: Callable[[int], bool] | None = None,
     order: SearchOrder | None = None,
+    lack: Lack | None = None,
 ) -> Choice[T] | None:
     """The cheapest successful victim set over candidate groups (rule 5).
 
     The winner is the set of least ``cost``, the earliest group's on a tie. ``hopeless(number)``
     says that no set of the victims of group ``number`` can make room (the caller's bound);
-    such a group is not searched, and a hopeless first group ends it. A caller that keeps its
+    such a group is not searched, and a hopeless first group ends it. ``lack`` is passed to
+    each group's ``choose_victims``. A caller that keeps its
     groups passes them as ``Group``, and their ``search_order`` as ``order``, so that what it
     knows of them is not counted again.
 
@@ -333,7 +360,7 @@ def cheapest(
         seen.add(marker)
         highest = None if bound is None else bound[0][0]
         choice = choose_victims(
-            group, trial, highest=highest, allowed=allowed, give_up_at=give_up_at
+            group, trial, highest=highest, allowed=allowed, give_up_at=give_up_at, lack=lack
         )
         if choice is None:
             if number == 0:
