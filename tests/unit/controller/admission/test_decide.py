@@ -623,6 +623,29 @@ def test_a_cycle_decides_as_the_cycle_before_it_was_made_incremental_on_any_pool
 
 @settings(max_examples=300, deadline=None)
 @given(crowded_scenarios())
+def test_no_trial_gains_the_pool_more_slots_than_its_victims_most_summed(
+    scenario: tuple[Pool, list[WaitingGang], float],
+) -> None:
+    """``_Gains.most`` bounds every victim set's gain, so no set it rules out could fit."""
+    pool, gangs, now = scenario
+    call = decide_module._Trial.__call__
+    seen: list[tuple[int, int]] = []
+
+    def checked(trial: decide_module._Trial, victims: Sequence[Admitted]) -> bool | None:
+        answer = call(trial, victims)
+        if victims:
+            gains = trial.gains
+            seen.append((gains.root_gained, sum(gains.most(victim) for victim in victims)))
+        return answer
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(decide_module._Trial, "__call__", checked)
+        decide(pool, gangs, now)
+    assert all(gained <= most for gained, most in seen)
+
+
+@settings(max_examples=300, deadline=None)
+@given(crowded_scenarios())
 def test_candidate_lists_kept_through_preemptions_decide_as_lists_built_anew_after_each(
     scenario: tuple[Pool, list[WaitingGang], float],
 ) -> None:
@@ -747,6 +770,7 @@ SHORTCUTS = {
     "borrowers-kept": (decide_module._Cycle, "borrowing", _borrowing_counted_again),
     "search-order-kept": (decide_module._CandidateList, "search", _search_ordered_again),
     "group-gives-up": (preemption_module, "_give_up_at", lambda *_: None),
+    "greedy-tries-no-short-set": (decide_module._Trial, "lack", lambda _: None),
 }
 
 
