@@ -738,7 +738,8 @@ class _CandidateList:
         """
         found = self._searched.get(level)
         if found is None or found.groups is not groups:
-            found = self._searched[level] = _Search.of(groups, self.now)
+            ordered = self.victims.by_priority  # then so is every group of its gangs
+            found = self._searched[level] = _Search.of(groups, self.now, by_priority=ordered)
         return found
 
     def catch_up(
@@ -794,10 +795,12 @@ class _Search:
     by_domain: dict[str, _Group]
 
     @classmethod
-    def of(cls, groups: list[_Group], now: float) -> _Search:
+    def of(cls, groups: list[_Group], now: float, *, by_priority: bool = False) -> _Search:
+        """``by_priority``: every group is known to list its gangs by priority."""
         victims = [group.victims for group in groups]
         by_domain = {group.domain: group for group in groups if group.domain is not None}
-        return cls(groups, victims, search_order(victims, now), by_domain)
+        order = search_order(victims, now, by_priority=by_priority)
+        return cls(groups, victims, order, by_domain)
 
 
 class _Reach:

@@ -60,6 +60,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from operator import attrgetter
 from typing import Final, Generic, TypeVar
 
 from torchgate.controller.admission.quota import Admitted, borrowing_teams, uses_any
@@ -67,6 +68,7 @@ from torchgate.pytorchjob.pool import GPUS, PreemptionSettings, TeamQuota
 
 T = TypeVar("T")
 HELD_PRIORITY: Final = 1 << 62
+_KEY: Final = attrgetter("key")  # a gang's key
 Cost = tuple[int, int, int, float]  # ``cost``: priority, gangs, GPUs, run seconds
 
 
@@ -354,7 +356,7 @@ def cheapest(
             if number == 0:
                 return None
             continue  # its twins (the same victims) are hopeless too
-        marker = tuple(v.key for v in group)
+        marker = _marker_of(group)
         if marker in seen:
             continue
         seen.add(marker)
@@ -400,7 +402,9 @@ class SearchOrder:
     by_floor: bool
 
 
-def search_order(groups: Sequence[Sequence[Admitted]], now: float) -> SearchOrder:
+def search_order(
+    groups: Sequence[Sequence[Admitted]], now: float, *, by_priority: bool = False
+) -> SearchOrder:
     """The non-empty groups to search, in order, each with the least its sets could cost.
 
     The first group comes first (if it finds nothing, no group can). When every group is
@@ -409,12 +413,13 @@ def search_order(groups: Sequence[Sequence[Admitted]], now: float) -> SearchOrde
     nothing only when that set would cost more than the best one already found, so the order
     does not change the winner. Otherwise (reclaimable gangs of any priority listed first) a
     group's answer depends on the best set found before it, so they keep their order.
+    ``by_priority``: the caller knows every group is ordered by priority.
     """
     present = [number for number, group in enumerate(groups) if group]
     if not present:
         return SearchOrder([], by_floor=False)
     rest = [(_floor_of(groups[number], now), number) for number in present[1:]]
-    by_floor = all(_by_priority(group) for group in groups)
+    by_floor = by_priority or all(_by_priority(group) for group in groups)
     if by_floor:
         rest.sort()
     return SearchOrder([(present[0], None), *((n, least) for least, n in rest)], by_floor)
@@ -429,7 +434,7 @@ class Group(list[Admitted]):
     each counted when first asked (most groups are only ordered by their floor, never searched).
     """
 
-    __slots__ = ("_floor", "_floors", "_now", "by_priority")
+    __slots__ = ("_floor", "_floors", "_marker", "_now", "by_priority")
 
     def __init__(
         self, victims: Iterable[Admitted], now: float, *, by_priority: bool | None = None
@@ -438,6 +443,7 @@ class Group(list[Admitted]):
         self._now = now
         self._floor: Cost | None = None
         self._floors: list[Cost] | None = None
+        self._marker: tuple[tuple[str, str], ...] | None = None
         self.by_priority = ordered_by_priority(self) if by_priority is None else by_priority
 
     @property
@@ -454,6 +460,17 @@ class Group(list[Admitted]):
         if self._floors is None:
             self._floors = floors(self, self._now)
         return self._floors
+
+    @property
+    def marker(self) -> tuple[tuple[str, str], ...]:
+        """Its gangs' keys, in order: ``cheapest`` searches twin groups once."""
+        if self._marker is None:
+            self._marker = tuple(map(_KEY, self))
+        return self._marker
+
+
+def _marker_of(group: Sequence[Admitted]) -> tuple[tuple[str, str], ...]:
+    return group.marker if isinstance(group, Group) else tuple(map(_KEY, group))
 
 
 def _floor_of(group: Sequence[Admitted], now: float) -> Cost:
