@@ -69,10 +69,13 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
   there gone (``_Reach``); trials count what victims give back beside the capacity
   (``_Gains``). Each shortcut answers exactly as the full search would: the trial is monotone in
   the victims.
-- A trial moves no pods: on a node only one candidate holds pods on, a victim frees the same
-  slots whatever else is evicted, so each victim's own gain (for the pool and per domain of the
-  required level) is counted once and kept while the cycle's capacity on its nodes does not
-  change (``_KeptGains``); only nodes several candidates share are summed per node (``_Gains``).
+- A trial moves no pods: on a node only one gang of the search's candidate list holds pods on,
+  a victim frees the same slots whatever else is evicted, so each victim's own gain (for the
+  pool and per domain of the required level) is counted once per list and kept while the
+  cycle's capacity on its nodes does not change (``_KeptGains``); only nodes several of the
+  list's gangs share are summed per node (``_Gains``, ``_Crowding``). The greedy pass tries no
+  set whose victims' own gains, plus what their shared nodes could gain at most, fall short of
+  the slots the pool lacks (``preemption.Lack``).
   Nor does it copy the usage by team: quota lets the gang in exactly when the victims of its
   team and of its cohort free at least two amounts per resource fixed when the search starts
   (``_QuotaRoom``), so a trial adds a victim's usage to two sums.
@@ -81,7 +84,7 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
 from __future__ import annotations
 
 from bisect import insort
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -286,10 +289,6 @@ class _Cycle:
     reach: dict[tuple[object, ...], dict[str, int]] = field(default_factory=dict)  # ``_Reach``
     domains: dict[int, dict[JobKey, frozenset[str]]] = field(default_factory=dict)  # per level
     spreads: dict[JobKey, list[tuple[int, Units]]] = field(default_factory=dict)  # ``spread``
-    crowded: frozenset[int] | None = None  # ``crowding``
-    # ``crowded_load``: crowded node -> the candidates holding pods on it, then what they hold
-    holders: dict[int, list[Admitted]] = field(default_factory=dict)
-    loads: dict[int, Units] = field(default_factory=dict)
     own_gains: _KeptGains | None = None  # ``kept_gains``
     borrowed: _Borrowed | None = None  # ``borrowing``, until the usage by team changes
 
@@ -321,45 +320,6 @@ class _Cycle:
                 for name, amount in asked.items():
                     total[name] = total.get(name, 0) + amount
             found = self.spreads[victim.key] = list(per_node.items())
-        return found
-
-    def crowding(self) -> frozenset[int]:
-        """Node indexes that more than one candidate victim holds pods on (counted once).
-
-        The candidates only lose gangs during the cycle, so this stays a superset of the nodes
-        shared by the victims of any trial (``_Gains``).
-        """
-        if self.crowded is None:
-            assert self.settled is not None, "asked for during a victim search"
-            index, seen, crowded = self.capacity.topology.index, set[str](), set[str]()
-            everyone = [victim for group in self.settled.groups.values() for victim in group]
-            for victim in everyone:
-                mine = set((victim.nodes or {}).values())
-                crowded |= seen & mine
-                seen |= mine
-            holders = self.holders
-            for victim in everyone:
-                for name in crowded.intersection((victim.nodes or {}).values()):
-                    if name in index:
-                        holders.setdefault(index[name], []).append(victim)
-            self.crowded = frozenset(holders)
-        return self.crowded
-
-    def crowded_load(self, node: int) -> Units:
-        """What every candidate (``crowding``'s) holds on a crowded node, summed (kept).
-
-        The candidates only lose gangs during the cycle and their pods stay on the nodes, so
-        no trial gives back more there than this.
-        """
-        found = self.loads.get(node)
-        if found is None:
-            total: dict[str, int] = {}
-            for victim in self.holders[node]:
-                for at, held in self.spread(victim):
-                    if at == node:
-                        for name, amount in held.items():
-                            total[name] = total.get(name, 0) + amount
-            found = self.loads[node] = total
         return found
 
     def borrowing(self) -> _Borrowed:
@@ -558,7 +518,7 @@ def _preempt(
             return True
         return _still_borrowing(victim, chosen, usage_now, pool.teams)
 
-    trial = _Trial(cycle, gang, team)
+    trial = _Trial(cycle, gang, team, listed)
     choice = cheapest(
         search.victims,
         trial,
@@ -696,6 +656,7 @@ class _CandidateList:
     """
 
     __slots__ = (
+        "_crowding",
         "_held",
         "_rank",
         "_searched",
@@ -719,6 +680,13 @@ class _CandidateList:
         self.groups: dict[int, list[_Group]] = {}  # per required level (``_groups``)
         # ``search``: the groups last searched, their victims and ``preemption.search_order``
         self._searched: dict[int | None, _Search] = {}
+        self._crowding: _Crowding | None = None
+
+    def crowding(self, cycle: _Cycle) -> _Crowding:
+        """The nodes its gangs share (``_Crowding``), counted from its gangs when first asked."""
+        if self._crowding is None:
+            self._crowding = _Crowding(self.victims, cycle.capacity.topology.index, cycle.spread)
+        return self._crowding
 
     @property
     def held(self) -> dict[str, dict[str, int]]:
@@ -801,6 +769,52 @@ class _Search:
         by_domain = {group.domain: group for group in groups if group.domain is not None}
         order = search_order(victims, now, by_priority=by_priority)
         return cls(groups, victims, order, by_domain)
+
+
+class _Crowding:
+    """The nodes more than one of a candidate list's gangs hold pods on, and what they hold there.
+
+    Counted from the list's gangs when first asked. The list only loses gangs during the cycle,
+    and a preempted gang's pods stay on its nodes (the cycle's capacity is left as it is), so
+    ``nodes`` stays a superset of the nodes shared by the victims of any trial of the list's
+    searches, and a node's ``load`` at least what any such trial gives back there.
+    """
+
+    __slots__ = ("_holders", "_loads", "_spread", "nodes")
+
+    def __init__(
+        self,
+        victims: Sequence[Admitted],
+        index: Mapping[str, int],
+        spread: Callable[[Admitted], list[tuple[int, Units]]],
+    ) -> None:
+        seen, shared = set[str](), set[str]()
+        for victim in victims:
+            mine = set((victim.nodes or {}).values())
+            shared |= seen & mine
+            seen |= mine
+        holders: dict[int, list[Admitted]] = {}
+        if shared:
+            for victim in victims:
+                for name in shared.intersection((victim.nodes or {}).values()):
+                    if name in index:
+                        holders.setdefault(index[name], []).append(victim)
+        self.nodes = frozenset(holders)
+        self._holders, self._spread = holders, spread
+        self._loads: dict[int, Units] = {}
+
+    def load(self, node: int) -> Units:
+        """What the gangs sharing ``node`` hold on it, summed (kept)."""
+        found = self._loads.get(node)
+        if found is None:
+            total: dict[str, int] = {}
+            for victim in self._holders[node]:
+                for at, held in self._spread(victim):
+                    if at == node:
+                        for name, amount in held.items():
+                            total[name] = total.get(name, 0) + amount
+            found = self._loads[node] = total
+        return found
 
 
 class _Reach:
@@ -942,18 +956,19 @@ class _Failures:
 class _Gains:
     """Slots of the gang's shape that the pool and domains gain when victims' pods are given back.
 
-    Kept beside the cycle's capacity, which stays as it is. A node that only one candidate holds
-    pods on (``_Cycle.crowding`` says which nodes more than one does) gains, while that victim is
-    given back, exactly what that victim alone frees there: its *own* gain, which depends on
-    nothing else in the set, so it is counted once (``_KeptGains``) and added or taken away as one
-    number for the pool and one per domain of the required level. Only on a crowded node are the
-    given-back pods summed per node and its slots counted again. For a required level, the
+    Kept beside the cycle's capacity, which stays as it is. A node that only one of the search's
+    candidates (its candidate list's) holds pods on (``_Crowding`` says which nodes more than one
+    does) gains, while that victim is given back, exactly what that victim alone frees there: its
+    *own* gain, which depends on nothing else in the set, so it is counted once (``_KeptGains``,
+    per candidate list) and added or taken away as one number for the pool and one per domain of
+    the required level. Only on a crowded node are the given-back pods summed per node and its
+    slots counted again. For a required level, the
     domains of that level that then hold the whole gang are ``reaching``. ``level`` is ``None``
     when the gang requires none, or when a domain of it holds the gang already.
 
     A victim's ``most`` bounds what it can add to the pool's slots in any set: its own gain,
     plus, per crowded node it holds pods on, what that node gains with every candidate's pods
-    there given back (``crowded_load``). Each crowded node a set touches gains no more than
+    there given back (``_Crowding.load``). Each crowded node a set touches gains no more than
     that, so a set's gain is at most its victims' ``most`` summed (``preemption.Lack``).
     """
 
@@ -963,13 +978,12 @@ class _Gains:
         gang: WaitingGang,
         level: int | None,
         spread: Callable[[Admitted], list[tuple[int, Units]]],
-        crowded: Container[int],
-        crowded_load: Callable[[int], Units],
+        crowding: _Crowding,
         kept: _KeptGains,
     ) -> None:
         self.capacity, self.shape, self.count = capacity, gang.shape, len(gang.pods)
-        self.spread, self.crowded, self.kept = spread, crowded, kept
-        self.crowded_load = crowded_load
+        self.spread, self.crowded, self.kept = spread, crowding.nodes, kept
+        self.crowded_load = crowding.load
         slots = capacity.slots(gang.shape)
         self.node_slots, self.domain_slots = slots.nodes, slots.domains
         if level is not None and slots.roomiest(level) >= self.count:
@@ -978,7 +992,7 @@ class _Gains:
         topology = capacity.topology
         self.member = None if level is None else topology.member[level]
         self.own: dict[JobKey, _OwnGain] = {}  # per victim, counted when first given back
-        self.kept_here = kept.table(gang.shape, level)
+        self.kept_here = kept.table(gang.shape, level, crowding)
         self.clear()
 
     def clear(self) -> None:
@@ -1092,23 +1106,24 @@ class _Gains:
 class _KeptGains:
     """Victims' own gains (``_Gains``) kept from search to search within a cycle.
 
-    A victim's own gain for a shape and level depends only on the free capacity of the nodes it
-    holds pods on; a kept gain is used again while none of its nodes changed since it was
-    counted (``Capacity.changed_since``: gangs placed, and backfill's reserved room withheld or
-    given back, all change the cycle's capacity).
+    A victim's own gain for a shape and level, among the gangs of one candidate list (which
+    nodes are crowded: ``_Crowding``), depends only on the free capacity of the nodes it holds
+    pods on; a kept gain is used again while none of its nodes changed since it was counted
+    (``Capacity.changed_since``: gangs placed, and backfill's reserved room withheld or given
+    back, all change the cycle's capacity).
     """
 
     __slots__ = ("_capacity", "_tables")
 
     def __init__(self, capacity: Capacity) -> None:
         self._capacity = capacity
-        self._tables: dict[tuple[Shape, int | None], _GainTable] = {}
+        self._tables: dict[tuple[Shape, int | None, _Crowding], _GainTable] = {}
 
-    def table(self, shape: Shape, level: int | None) -> _GainTable:
-        """The gains kept for one shape and required level (``None``: none), by victim."""
-        found = self._tables.get((shape, level))
+    def table(self, shape: Shape, level: int | None, crowding: _Crowding) -> _GainTable:
+        """The gains kept for a shape, required level (``None``: none) and crowding, by victim."""
+        found = self._tables.get((shape, level, crowding))
         if found is None:
-            found = self._tables[shape, level] = {}
+            found = self._tables[shape, level, crowding] = {}
         return found
 
     def get(self, table: _GainTable, victim: JobKey) -> _OwnGain | None:
@@ -1156,18 +1171,13 @@ class _Trial:
     instead (the pruning pass's first try, the last gang added alone).
     """
 
-    def __init__(self, cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None) -> None:
+    def __init__(
+        self, cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None, listed: _CandidateList
+    ) -> None:
         self.cycle, self.gang, self.team = cycle, gang, team
         level = _required_level(cycle.pool.topology, gang)
-        self.gains = _Gains(
-            cycle.capacity,
-            gang,
-            level,
-            cycle.spread,
-            cycle.crowding(),
-            cycle.crowded_load,
-            cycle.kept_gains(),
-        )
+        crowding = listed.crowding(cycle)
+        self.gains = _Gains(cycle.capacity, gang, level, cycle.spread, crowding, cycle.kept_gains())
         self.held: list[Admitted] = []  # ``given`` in the order last asked for
         self.given: dict[JobKey, Admitted] = {}
         self.quota = _QuotaRoom(team, gang.usage, cycle.usage, cycle.pool.teams)
