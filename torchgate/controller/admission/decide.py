@@ -60,7 +60,9 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
   A list, its victim groups per required level (with their floors, their search order and an
   index of them by domain: ``_Search``) and what its gangs hold per team are kept through the
   cycle's preemptions: a preemption drops its victims from them, and only the groups of the
-  domains the victims held pods in are built again (``_CandidateList``). Which teams borrow, and
+  domains the victims held pods in are built again and put back in place, in the groups' order
+  and in their order by floor (``_CandidateList``, ``_Search``), so a search's order is read,
+  as far as the search goes, without every group's floor sorted again. Which teams borrow, and
   how much, is kept until the usage by team changes (``_Cycle.borrowing``).
   A search that found nothing answers for every later gang of its kind that needs at least as
   much (``_Failures``); none runs when the gang would not fit the pool even empty
@@ -83,10 +85,11 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
 
 from __future__ import annotations
 
-from bisect import insort
-from collections.abc import Callable, Mapping, Sequence
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from operator import attrgetter
+from typing import Final, Literal
 
 from torchgate.controller.admission.backfill import Reservations
 from torchgate.controller.admission.packing import (
@@ -98,13 +101,13 @@ from torchgate.controller.admission.packing import (
 )
 from torchgate.controller.admission.preemption import (
     Candidates,
+    Cost,
     Group,
     Lack,
     Preemptor,
     SearchOrder,
     cheapest,
     domain_groups,
-    search_order,
 )
 from torchgate.controller.admission.quota import (
     Admitted,
@@ -525,7 +528,7 @@ def _preempt(
         cycle.now,
         allowed=allowed,
         hopeless=reach.hopeless,
-        order=search.order,
+        order=search.order(),
         lack=trial.lack(),
     )
     if choice is None:
@@ -612,7 +615,9 @@ def _groups(cycle: _Cycle, gang: WaitingGang, listed: _CandidateList) -> list[_G
         found = [listed.everyone]
         ordered = listed.victims.by_priority or None
         for domain, victims in domain_groups(listed.victims, domains_of).items():
-            found.append(_Group.of(victims, domain, known, cycle.now, by_priority=ordered))
+            found.append(
+                _Group.of(victims, domain, known, cycle.now, listed.rank, by_priority=ordered)
+            )
         listed.groups[level] = found
     return found
 
@@ -621,26 +626,35 @@ def _groups(cycle: _Cycle, gang: WaitingGang, listed: _CandidateList) -> list[_G
 class _Group:
     """Candidates to search together: all of them, or those holding pods in one ``domain``.
 
-    ``touched`` names the domains of the required level the group's victims hold pods in.
+    ``touched`` names the domains of the required level the group's victims hold pods in;
+    ``place`` is where ``preemption.domain_groups`` puts it: its first gang's place in the
+    candidate list, then its domain (the group of them all comes first).
     """
 
     victims: Group
     domain: str | None
     touched: frozenset[str]
+    place: tuple[int, str | None] = (-1, None)
 
     @classmethod
     def of(
         cls,
         victims: list[Admitted],
-        domain: str | None,
+        domain: str,
         known: Mapping[JobKey, frozenset[str]],
         now: float,
+        rank: Mapping[JobKey, int],
         *,
         by_priority: bool | None = None,
     ) -> _Group:
-        """The group of ``victims`` (``known``: each victim's domains of the level)."""
+        """The group of ``victims`` in ``domain``.
+
+        ``known``: each victim's domains of the level; ``rank``: each candidate's place in the
+        list.
+        """
         touched = frozenset[str]().union(*(known[victim.key] for victim in victims))
-        return cls(Group(victims, now, by_priority=by_priority), domain, touched)
+        group = Group(victims, now, by_priority=by_priority)
+        return cls(group, domain, touched, (rank[victims[0].key], domain))
 
 
 class _CandidateList:
@@ -658,13 +672,13 @@ class _CandidateList:
     __slots__ = (
         "_crowding",
         "_held",
-        "_rank",
         "_searched",
         "alone",
         "everyone",
         "groups",
         "members",
         "now",
+        "rank",
         "seen",
         "victims",
     )
@@ -674,8 +688,8 @@ class _CandidateList:
         self.victims = Group(victims, now)
         self.everyone = _Group(self.victims, None, frozenset())  # the group of them all
         self.alone = [self.everyone]  # the groups of a gang that requires no level
-        self._rank = {victim.key: number for number, victim in enumerate(victims)}
-        self.members = set(self._rank)
+        self.rank = {victim.key: number for number, victim in enumerate(victims)}  # kept
+        self.members = set(self.rank)
         self._held: dict[str, dict[str, int]] | None = None
         self.groups: dict[int, list[_Group]] = {}  # per required level (``_groups``)
         # ``search``: the groups last searched, their victims and ``preemption.search_order``
@@ -702,12 +716,13 @@ class _CandidateList:
     def search(self, level: int | None, groups: list[_Group]) -> _Search:
         """``groups`` (``_groups`` of this list for ``level``) as a search reads them.
 
-        Kept while the same groups are searched again (their floors and order do not change).
+        Kept, and kept up to date through preemptions (``catch_up``), while the same groups
+        are searched again.
         """
         found = self._searched.get(level)
         if found is None or found.groups is not groups:
             ordered = self.victims.by_priority  # then so is every group of its gangs
-            found = self._searched[level] = _Search.of(groups, self.now, by_priority=ordered)
+            found = self._searched[level] = _Search(groups, ordered)
         return found
 
     def catch_up(
@@ -727,48 +742,125 @@ class _CandidateList:
                 used = held[victim.team]
                 for name, amount in victim.usage.items():
                     used[name] -= amount
-        self.victims = Group(left, self.now, by_priority=self.victims.by_priority or None)
+        ordered = self.victims.by_priority
+        self.victims = Group(left, self.now, by_priority=ordered or None)
+        if self.victims.by_priority != ordered:
+            self._searched.clear()  # now ordered by priority: searched by floor from now on
         self.everyone = _Group(self.victims, None, frozenset())
         self.alone = [self.everyone]
         for level, groups in self.groups.items():
-            self.groups[level] = self._regroup(groups, dropped, known[level])
+            self._regroup(level, groups, dropped, known[level])
 
     def _regroup(
-        self, groups: list[_Group], dropped: set[JobKey], known: Mapping[JobKey, frozenset[str]]
-    ) -> list[_Group]:
-        """The domain groups without ``dropped``: only their domains' groups change."""
-        changed = frozenset[str]().union(*(known[key] for key in dropped))
-        kept = [group for group in groups[1:] if group.domain not in changed]
+        self,
+        level: int,
+        groups: list[_Group],
+        dropped: set[JobKey],
+        known: Mapping[JobKey, frozenset[str]],
+    ) -> None:
+        """Drop ``dropped`` from the level's groups (and from its kept search, if any).
+
+        Only the groups of their domains change: each is taken out and, if any gang is left,
+        put back in its place.
+        """
+        search = self._searched.get(level)
+        if search is not None and search.groups is not groups:
+            search = None
+        by_domain = (
+            search.by_domain
+            if search is not None
+            else {group.domain: group for group in groups if group.domain is not None}
+        )
         ordered = self.victims.by_priority or None
-        for group in groups[1:]:
-            if group.domain in changed:
-                left = [victim for victim in group.victims if victim.key not in dropped]
-                if left:
-                    again = _Group.of(left, group.domain, known, self.now, by_priority=ordered)
-                    insort(kept, again, key=self._place)
-        return [self.everyone, *kept]
+        for domain in frozenset[str]().union(*(known[key] for key in dropped)):
+            group = by_domain.get(domain)
+            if group is None:
+                continue
+            if search is not None:
+                search.drop(group)
+            else:
+                del groups[bisect_left(groups, group.place, lo=1, key=_PLACE)]
+            left = [victim for victim in group.victims if victim.key not in dropped]
+            if left:
+                again = _Group.of(left, domain, known, self.now, self.rank, by_priority=ordered)
+                if search is not None:
+                    search.add(again)
+                else:
+                    insort(groups, again, lo=1, key=_PLACE)
+        groups[0] = self.everyone
+        if search is not None:
+            search.victims[0] = self.everyone.victims
 
-    def _place(self, group: _Group) -> tuple[int, str | None]:
-        """Where ``domain_groups`` puts a group: its first gang's place in the list, its domain."""
-        return self._rank[group.victims[0].key], group.domain
+
+_PLACE: Final = attrgetter("place")  # where a ``_Group`` goes in its list's groups
 
 
-@dataclass(frozen=True, slots=True)
 class _Search:
-    """A candidate list's groups for one required level, as a victim search reads them."""
+    """A candidate list's groups for one required level, as a victim search reads them.
 
-    groups: list[_Group]
-    victims: list[Group]  # each group's
-    order: SearchOrder  # ``preemption.search_order`` of ``victims``
-    by_domain: dict[str, _Group]
+    ``groups`` (all candidates first, then the domain groups in ``place`` order: the order of
+    ``preemption.domain_groups``), each group's ``victims`` and an index ``by_domain`` are kept
+    up to date through preemptions, a group taken out or put in place at a time (``drop``,
+    ``add``), and so are the domain groups ranked by (floor, place) when every group is ordered
+    by priority (``by_floor``): ``order`` then yields ``preemption.search_order``'s steps as
+    ``cheapest`` reads them, each group's number found when it is reached, instead of every
+    group's floor counted and sorted after each preemption.
+    """
 
-    @classmethod
-    def of(cls, groups: list[_Group], now: float, *, by_priority: bool = False) -> _Search:
-        """``by_priority``: every group is known to list its gangs by priority."""
-        victims = [group.victims for group in groups]
-        by_domain = {group.domain: group for group in groups if group.domain is not None}
-        order = search_order(victims, now, by_priority=by_priority)
-        return cls(groups, victims, order, by_domain)
+    __slots__ = ("_ranked", "by_domain", "by_floor", "groups", "victims")
+
+    def __init__(self, groups: list[_Group], by_floor: bool) -> None:
+        self.groups, self.by_floor = groups, by_floor
+        self.victims = [group.victims for group in groups]
+        self.by_domain = {group.domain: group for group in groups if group.domain is not None}
+        # (floor, place, group) of every domain group, ascending (when ``by_floor``)
+        self._ranked: list[tuple[Cost, tuple[int, str | None], _Group]] = []
+        if by_floor:
+            self._ranked = sorted(
+                ((group.victims.floor, group.place, group) for group in groups[1:]),
+                key=_rank_key,
+            )
+
+    def order(self) -> SearchOrder:
+        """``preemption.search_order`` of ``victims``, its steps counted as they are read."""
+        return SearchOrder(self._steps(), self.by_floor)
+
+    def _steps(self) -> Iterator[tuple[int, Cost | None]]:
+        yield 0, None
+        groups = self.groups
+        if self.by_floor:
+            for least, at, _ in self._ranked:
+                yield bisect_left(groups, at, lo=1, key=_PLACE), least
+        else:
+            for number in range(1, len(groups)):
+                yield number, groups[number].victims.floor
+
+    def drop(self, group: _Group) -> None:
+        """Take a domain group out."""
+        at = group.place
+        number = bisect_left(self.groups, at, lo=1, key=_PLACE)
+        del self.groups[number], self.victims[number]
+        assert group.domain is not None, "the group of all candidates stays"
+        del self.by_domain[group.domain]
+        if self.by_floor:
+            del self._ranked[bisect_left(self._ranked, (group.victims.floor, at), key=_rank_key)]
+
+    def add(self, group: _Group) -> None:
+        """Put a domain group in its place."""
+        at = group.place
+        number = bisect_left(self.groups, at, lo=1, key=_PLACE)
+        self.groups.insert(number, group)
+        self.victims.insert(number, group.victims)
+        assert group.domain is not None, "the group of all candidates stays"
+        self.by_domain[group.domain] = group
+        if self.by_floor:
+            insort(self._ranked, (group.victims.floor, at, group), key=_rank_key)
+
+
+def _rank_key(
+    entry: tuple[Cost, tuple[int, str | None], _Group],
+) -> tuple[Cost, tuple[int, str | None]]:
+    return entry[0], entry[1]
 
 
 class _Crowding:

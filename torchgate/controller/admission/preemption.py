@@ -394,11 +394,12 @@ class SearchOrder:
     """The groups ``cheapest`` searches, in order (``search_order``).
 
     ``steps``: each non-empty group's number with the least its sets could cost (its floor;
-    ``None`` for the first one searched: nothing is found before it). ``by_floor``: whether the
-    steps after the first go by that least cost, then number.
+    ``None`` for the first one searched: nothing is found before it), read once, in order (a
+    caller that keeps its groups may yield them as ``cheapest`` reads them: it stops early).
+    ``by_floor``: whether the steps after the first go by that least cost, then number.
     """
 
-    steps: list[tuple[int, Cost | None]]
+    steps: Iterable[tuple[int, Cost | None]]
     by_floor: bool
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from tests.builders.gang import G, node_free, placement_requests, running, waiting
+from tests.builders.gang import G, admitted, node_free, placement_requests, running, waiting
 from tests.builders.node import HOSTNAME, RACK, rack_nodes
 from tests.builders.team import parsed_team
 from tests.unit.controller.admission.reference_cycle import reference_decide
@@ -712,6 +712,89 @@ def test_a_kept_candidate_list_groups_and_sums_its_gangs_as_one_built_anew_from_
         patch.setattr(decide_module, "_groups", checked_groups)
         patch.setattr(decide_module, "_quota_with_all_gone", checked_sums)
         decide(pool, gangs, now)
+
+
+@settings(max_examples=300, deadline=None)
+@given(crowded_scenarios())
+def test_a_search_kept_through_preemptions_reads_its_groups_as_one_built_anew(
+    scenario: tuple[Pool, list[WaitingGang], float],
+) -> None:
+    """The kept groups, their index by domain and their search order, against ``search_order``."""
+    pool, gangs, now = scenario
+    search = decide_module._CandidateList.search
+
+    def checked(
+        listed: decide_module._CandidateList, level: int | None, groups: list[decide_module._Group]
+    ) -> decide_module._Search:
+        found = search(listed, level, groups)
+        victims = [group.victims for group in groups]
+        assert found.victims == victims
+        assert found.by_domain == {g.domain: g for g in groups if g.domain is not None}
+        anew = preemption_module.search_order(victims, listed.now)
+        order = found.order()
+        assert (list(order.steps), order.by_floor) == (list(anew.steps), anew.by_floor)
+        return found
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(decide_module._CandidateList, "search", checked)
+        decide(pool, gangs, now)
+
+
+@settings(max_examples=300, deadline=None)
+@given(hs.data())
+def test_a_kept_search_drops_preempted_gangs_as_one_built_anew_from_the_gangs_left(
+    data: hs.DataObject,
+) -> None:
+    """Groups, their index and search order after ``catch_up``, against the gangs left's."""
+    victims = [
+        admitted(
+            f"g{i}",
+            data.draw(hs.sampled_from((1, 2, 4, 8))),
+            priority=data.draw(hs.integers(0, 3)),
+            at=data.draw(hs.sampled_from((0.0, 10.0, 20.0))),
+            nodes={
+                f"p{j}": f"{rack}-h{j}"
+                for j, rack in enumerate(
+                    data.draw(hs.lists(hs.sampled_from("pqrstu"), min_size=1, max_size=2))
+                )
+            },
+        )
+        for i in range(data.draw(hs.integers(1, 14)))
+    ]
+    if data.draw(hs.booleans()):  # a list by priority (else reclaimable gangs lead it)
+        victims.sort(key=preemption_module.victim_order)
+    known = {v.key: frozenset(n.split("-")[0] for n in (v.nodes or {}).values()) for v in victims}
+
+    def built(listed: decide_module._CandidateList) -> list[decide_module._Group]:
+        ordered = listed.victims.by_priority or None
+        found = [listed.everyone]
+        for domain, members in preemption_module.domain_groups(
+            listed.victims, lambda victim: known[victim.key]
+        ).items():
+            found.append(
+                decide_module._Group.of(
+                    members, domain, known, 30.0, listed.rank, by_priority=ordered
+                )
+            )
+        return found
+
+    listed = decide_module._CandidateList(victims, 30.0, 0)
+    listed.groups[0] = built(listed)
+    listed.search(0, listed.groups[0])
+    gone: list[tuple[str, str]] = []
+    while listed.victims and data.draw(hs.booleans()):
+        left = [victim.key for victim in listed.victims]
+        gone += data.draw(hs.lists(hs.sampled_from(left), min_size=1, max_size=3, unique=True))
+        listed.catch_up(gone, {0: known})
+        search, anew = listed.search(0, listed.groups[0]), built(listed)
+        assert listed.groups[0] == anew
+        assert search.victims == [group.victims for group in anew]
+        assert search.by_domain == {g.domain: g for g in anew if g.domain is not None}
+        if not listed.victims:
+            break  # a list without gangs is never searched
+        order = search.order()
+        fresh = preemption_module.search_order(search.victims, 30.0)
+        assert (list(order.steps), order.by_floor) == (list(fresh.steps), fresh.by_floor)
 
 
 @settings(max_examples=100, deadline=None)
