@@ -1074,8 +1074,8 @@ class _Gains:
         kept: _KeptGains,
     ) -> None:
         self.capacity, self.shape, self.count = capacity, gang.shape, len(gang.pods)
-        self.spread, self.crowded, self.kept = spread, crowding.nodes, kept
-        self.crowded_load = crowding.load
+        self.spread, self.crowding, self.kept = spread, crowding, kept
+        self.crowded, self.crowded_load = crowding.nodes, crowding.load
         slots = capacity.slots(gang.shape)
         self.node_slots, self.domain_slots = slots.nodes, slots.domains
         if level is not None and slots.roomiest(level) >= self.count:
@@ -1084,7 +1084,7 @@ class _Gains:
         topology = capacity.topology
         self.member = None if level is None else topology.member[level]
         self.own: dict[JobKey, _OwnGain] = {}  # per victim, counted when first given back
-        self.kept_here = kept.table(gang.shape, level, crowding)
+        self.kept_here = kept.table(gang.shape, level)
         self.clear()
 
     def clear(self) -> None:
@@ -1100,10 +1100,10 @@ class _Gains:
         """What the victim alone frees (counted once per search, or kept: ``_KeptGains``)."""
         own = self.own.get(victim.key)
         if own is None:
-            own = self.kept.get(self.kept_here, victim.key)
+            own = self.kept.get(self.kept_here, victim.key, self.crowding)
             if own is None:
                 own = self._own(victim)
-                self.kept.put(self.kept_here, victim.key, own)
+                self.kept.put(self.kept_here, victim.key, own, self.crowding)
             self.own[victim.key] = own
         return own
 
@@ -1202,38 +1202,46 @@ class _KeptGains:
     nodes are crowded: ``_Crowding``), depends only on the free capacity of the nodes it holds
     pods on; a kept gain is used again while none of its nodes changed since it was counted
     (``Capacity.changed_since``: gangs placed, and backfill's reserved room withheld or given
-    back, all change the cycle's capacity).
+    back, all change the cycle's capacity). A gain counted with none of the victim's nodes
+    crowded is the same for any list that crowds none of them either, so it serves every such
+    list; another is used again only for the list it was counted for.
     """
 
     __slots__ = ("_capacity", "_tables")
 
     def __init__(self, capacity: Capacity) -> None:
         self._capacity = capacity
-        self._tables: dict[tuple[Shape, int | None, _Crowding], _GainTable] = {}
+        self._tables: dict[tuple[Shape, int | None], _GainTable] = {}
 
-    def table(self, shape: Shape, level: int | None, crowding: _Crowding) -> _GainTable:
-        """The gains kept for a shape, required level (``None``: none) and crowding, by victim."""
-        found = self._tables.get((shape, level, crowding))
+    def table(self, shape: Shape, level: int | None) -> _GainTable:
+        """The gains kept for a shape and required level (``None``: none), by victim."""
+        found = self._tables.get((shape, level))
         if found is None:
-            found = self._tables[shape, level, crowding] = {}
+            found = self._tables[shape, level] = {}
         return found
 
-    def get(self, table: _GainTable, victim: JobKey) -> _OwnGain | None:
-        """The victim's gain kept in ``table`` if none of its nodes changed since it was counted."""
+    def get(self, table: _GainTable, victim: JobKey, crowding: _Crowding) -> _OwnGain | None:
+        """The victim's gain kept in ``table`` for ``crowding``, if still exact.
+
+        That is, if none of its nodes changed since it was counted, and it was counted for
+        ``crowding`` or with none of its nodes crowded, as none are in ``crowding``.
+        """
         found = table.get(victim)
         if found is None:
             return None
-        at, own = found
+        at, own, counted = found
+        if counted is not crowding and (own.crowded or not crowding.nodes.isdisjoint(own.nodes)):
+            return None
         edits = self._capacity.edits
         if at != edits:
             if self._capacity.changed_since(own.nodes, at):
                 return None
-            table[victim] = (edits, own)
+            table[victim] = (edits, own, counted)
         return own
 
-    def put(self, table: _GainTable, victim: JobKey, own: _OwnGain) -> None:
-        """Keep ``own`` in ``table``, counted on the capacity as it is now."""
-        table[victim] = (self._capacity.edits, own)
+    def put(self, table: _GainTable, victim: JobKey, own: _OwnGain, crowding: _Crowding) -> None:
+        """Keep ``own``, counted for ``crowding`` on the capacity as it is now, in ``table``."""
+        table[victim] = (self._capacity.edits, own, crowding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1251,7 +1259,8 @@ class _OwnGain:
     most: int  # ``root`` plus what its crowded nodes gain at most (``_Gains``)
 
 
-_GainTable = dict[JobKey, tuple[int, _OwnGain]]  # victim -> capacity edits when counted, gain
+# victim -> capacity edits when counted, the gain, the crowding it was counted for
+_GainTable = dict[JobKey, tuple[int, _OwnGain, _Crowding]]
 
 
 class _Trial:

@@ -283,6 +283,32 @@ def test_room_withheld_for_a_reservation_shrinks_what_a_later_search_gains_from_
     assert list(one.nodes.values()) == ["r0h1"]
 
 
+def test_a_gain_counted_for_one_candidate_list_is_not_used_where_another_shares_its_node() -> None:
+    # Team a's gang may take only "half-none" on r0h0 (team b is within its quota): alone there
+    # it frees half a node, no 8-GPU slot, and the search fails. Team b's gang may also take
+    # its own "half-b" beside it: for that list r0h0 is shared, and both together free it.
+    nodes = rack_nodes(1, 2)
+    pool = pool_with(
+        nodes,
+        [
+            (waiting("half-none", pods=1, gpus=4, priority=0), ["r0h0"], 0.0),
+            (waiting("half-b", pods=1, gpus=4, team="b", priority=0), ["r0h0"], 0.0),
+            (waiting("busy", pods=1, gpus=8, priority=20), ["r0h1"], 0.0),
+        ],
+        teams=[parsed_team("a", 16), parsed_team("b", 16)],
+    )
+    gangs = [
+        waiting("first", pods=1, team="a", priority=10, created="2026-01-01T00:00:00Z"),
+        waiting("second", pods=1, team="b", priority=10, created="2026-01-01T00:01:00Z"),
+    ]
+    outcomes = by_key(decide(pool, gangs, now=1.0))
+    assert isinstance(outcomes["first"], Wait)
+    second = outcomes["second"]
+    assert isinstance(second, Preempt)
+    assert second.victims == (("b", "half-b"), ("ns", "half-none"))
+    assert list(second.nodes.values()) == ["r0h0"]
+
+
 def test_only_a_gang_the_empty_pool_cannot_hold_gives_up_searching_for_victims() -> None:
     nodes = rack_nodes(2, 2)
     running_gangs = [
