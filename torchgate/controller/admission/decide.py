@@ -293,6 +293,7 @@ class _Cycle:
     domains: dict[int, dict[JobKey, frozenset[str]]] = field(default_factory=dict)  # per level
     spreads: dict[JobKey, list[tuple[int, Units]]] = field(default_factory=dict)  # ``spread``
     own_gains: _KeptGains | None = None  # ``kept_gains``
+    shared: dict[JobKey, tuple[int, ...]] | None = None  # ``sharing``
     borrowed: _Borrowed | None = None  # ``borrowing``, until the usage by team changes
 
     def team(self, gang: WaitingGang) -> TeamQuota | None:
@@ -324,6 +325,29 @@ class _Cycle:
                     total[name] = total.get(name, 0) + amount
             found = self.spreads[victim.key] = list(per_node.items())
         return found
+
+    def sharing(self) -> dict[JobKey, tuple[int, ...]]:
+        """Per candidate, the node indexes it shares with another candidate (counted once).
+
+        Two gangs of a candidate list share a node only if two candidates do (``_Crowding``).
+        """
+        if self.shared is None:
+            assert self.settled is not None, "asked for during a victim search"
+            index, seen, shared = self.capacity.topology.index, set[str](), set[str]()
+            everyone = [victim for group in self.settled.groups.values() for victim in group]
+            for victim in everyone:
+                mine = set((victim.nodes or {}).values())
+                shared |= seen & mine
+                seen |= mine
+            self.shared = {}
+            if shared:
+                for victim in everyone:
+                    names = shared.intersection((victim.nodes or {}).values())
+                    if names:
+                        self.shared[victim.key] = tuple(
+                            index[name] for name in sorted(names) if name in index
+                        )
+        return self.shared
 
     def borrowing(self) -> _Borrowed:
         """The teams over their nominal quota and what they hold, for the usage by team now."""
@@ -699,7 +723,7 @@ class _CandidateList:
     def crowding(self, cycle: _Cycle) -> _Crowding:
         """The nodes its gangs share (``_Crowding``), counted from its gangs when first asked."""
         if self._crowding is None:
-            self._crowding = _Crowding(self.victims, cycle.capacity.topology.index, cycle.spread)
+            self._crowding = _Crowding(self.victims, cycle.sharing(), cycle.spread)
         return self._crowding
 
     @property
@@ -813,13 +837,10 @@ class _Search:
         self.groups, self.by_floor = groups, by_floor
         self.victims = [group.victims for group in groups]
         self.by_domain = {group.domain: group for group in groups if group.domain is not None}
-        # (floor, place, group) of every domain group, ascending (when ``by_floor``)
-        self._ranked: list[tuple[Cost, tuple[int, str | None], _Group]] = []
+        # (floor, place) of every domain group, ascending (when ``by_floor``)
+        self._ranked: list[tuple[Cost, tuple[int, str | None]]] = []
         if by_floor:
-            self._ranked = sorted(
-                ((group.victims.floor, group.place, group) for group in groups[1:]),
-                key=_rank_key,
-            )
+            self._ranked = sorted((group.victims.floor, group.place) for group in groups[1:])
 
     def order(self) -> SearchOrder:
         """``preemption.search_order`` of ``victims``, its steps counted as they are read."""
@@ -829,7 +850,7 @@ class _Search:
         yield 0, None
         groups = self.groups
         if self.by_floor:
-            for least, at, _ in self._ranked:
+            for least, at in self._ranked:
                 yield bisect_left(groups, at, lo=1, key=_PLACE), least
         else:
             for number in range(1, len(groups)):
@@ -843,7 +864,7 @@ class _Search:
         assert group.domain is not None, "the group of all candidates stays"
         del self.by_domain[group.domain]
         if self.by_floor:
-            del self._ranked[bisect_left(self._ranked, (group.victims.floor, at), key=_rank_key)]
+            del self._ranked[bisect_left(self._ranked, (group.victims.floor, at))]
 
     def add(self, group: _Group) -> None:
         """Put a domain group in its place."""
@@ -854,13 +875,7 @@ class _Search:
         assert group.domain is not None, "the group of all candidates stays"
         self.by_domain[group.domain] = group
         if self.by_floor:
-            insort(self._ranked, (group.victims.floor, at, group), key=_rank_key)
-
-
-def _rank_key(
-    entry: tuple[Cost, tuple[int, str | None], _Group],
-) -> tuple[Cost, tuple[int, str | None]]:
-    return entry[0], entry[1]
+            insort(self._ranked, (group.victims.floor, at))
 
 
 class _Crowding:
@@ -877,20 +892,15 @@ class _Crowding:
     def __init__(
         self,
         victims: Sequence[Admitted],
-        index: Mapping[str, int],
+        sharing: Mapping[JobKey, tuple[int, ...]],
         spread: Callable[[Admitted], list[tuple[int, Units]]],
     ) -> None:
-        seen, shared = set[str](), set[str]()
+        """``sharing``: per candidate of the cycle, the nodes it shares with another one."""
+        found: dict[int, list[Admitted]] = {}
         for victim in victims:
-            mine = set((victim.nodes or {}).values())
-            shared |= seen & mine
-            seen |= mine
-        holders: dict[int, list[Admitted]] = {}
-        if shared:
-            for victim in victims:
-                for name in shared.intersection((victim.nodes or {}).values()):
-                    if name in index:
-                        holders.setdefault(index[name], []).append(victim)
+            for node in sharing.get(victim.key, ()):
+                found.setdefault(node, []).append(victim)
+        holders = {node: gangs for node, gangs in found.items() if len(gangs) > 1}
         self.nodes = frozenset(holders)
         self._holders, self._spread = holders, spread
         self._loads: dict[int, Units] = {}
@@ -1109,7 +1119,7 @@ class _Gains:
 
     def most(self, victim: Admitted) -> int:
         """At most how many slots the victim adds to the pool's in any set (``_OwnGain.most``)."""
-        return self.own_gain(victim).most
+        return (self.own.get(victim.key) or self.own_gain(victim)).most
 
     def missing(self) -> int:
         """How many slots the pool lacks for the gang with no victim given back."""
