@@ -293,7 +293,6 @@ class _Cycle:
     domains: dict[int, dict[JobKey, frozenset[str]]] = field(default_factory=dict)  # per level
     spreads: dict[JobKey, list[tuple[int, Units]]] = field(default_factory=dict)  # ``spread``
     own_gains: _KeptGains | None = None  # ``kept_gains``
-    shared: dict[JobKey, tuple[int, ...]] | None = None  # ``sharing``
     borrowed: _Borrowed | None = None  # ``borrowing``, until the usage by team changes
 
     def team(self, gang: WaitingGang) -> TeamQuota | None:
@@ -325,29 +324,6 @@ class _Cycle:
                     total[name] = total.get(name, 0) + amount
             found = self.spreads[victim.key] = list(per_node.items())
         return found
-
-    def sharing(self) -> dict[JobKey, tuple[int, ...]]:
-        """Per candidate, the node indexes it shares with another candidate (counted once).
-
-        Two gangs of a candidate list share a node only if two candidates do (``_Crowding``).
-        """
-        if self.shared is None:
-            assert self.settled is not None, "asked for during a victim search"
-            index, seen, shared = self.capacity.topology.index, set[str](), set[str]()
-            everyone = [victim for group in self.settled.groups.values() for victim in group]
-            for victim in everyone:
-                mine = set((victim.nodes or {}).values())
-                shared |= seen & mine
-                seen |= mine
-            self.shared = {}
-            if shared:
-                for victim in everyone:
-                    names = shared.intersection((victim.nodes or {}).values())
-                    if names:
-                        self.shared[victim.key] = tuple(
-                            index[name] for name in sorted(names) if name in index
-                        )
-        return self.shared
 
     def borrowing(self) -> _Borrowed:
         """The teams over their nominal quota and what they hold, for the usage by team now."""
@@ -723,7 +699,7 @@ class _CandidateList:
     def crowding(self, cycle: _Cycle) -> _Crowding:
         """The nodes its gangs share (``_Crowding``), counted from its gangs when first asked."""
         if self._crowding is None:
-            self._crowding = _Crowding(self.victims, cycle.sharing(), cycle.spread)
+            self._crowding = _Crowding(self.victims, cycle.capacity.topology.index, cycle.spread)
         return self._crowding
 
     @property
@@ -892,15 +868,20 @@ class _Crowding:
     def __init__(
         self,
         victims: Sequence[Admitted],
-        sharing: Mapping[JobKey, tuple[int, ...]],
+        index: Mapping[str, int],
         spread: Callable[[Admitted], list[tuple[int, Units]]],
     ) -> None:
-        """``sharing``: per candidate of the cycle, the nodes it shares with another one."""
-        found: dict[int, list[Admitted]] = {}
+        seen, shared = set[str](), set[str]()
         for victim in victims:
-            for node in sharing.get(victim.key, ()):
-                found.setdefault(node, []).append(victim)
-        holders = {node: gangs for node, gangs in found.items() if len(gangs) > 1}
+            mine = set((victim.nodes or {}).values())
+            shared |= seen & mine
+            seen |= mine
+        holders: dict[int, list[Admitted]] = {}
+        if shared:
+            for victim in victims:
+                for name in shared.intersection((victim.nodes or {}).values()):
+                    if name in index:
+                        holders.setdefault(index[name], []).append(victim)
         self.nodes = frozenset(holders)
         self._holders, self._spread = holders, spread
         self._loads: dict[int, Units] = {}
