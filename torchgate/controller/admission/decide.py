@@ -60,7 +60,9 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
   A list, its victim groups per required level (with their floors, their search order and an
   index of them by domain: ``_Search``) and what its gangs hold per team are kept through the
   cycle's preemptions: a preemption drops its victims from them, and only the groups of the
-  domains the victims held pods in are built again (``_CandidateList``). Which teams borrow, and
+  domains the victims held pods in are built again and put back in place, in the groups' order
+  and in their order by floor (``_CandidateList``, ``_Search``), so a search's order is read,
+  as far as the search goes, without every group's floor sorted again. Which teams borrow, and
   how much, is kept until the usage by team changes (``_Cycle.borrowing``).
   A search that found nothing answers for every later gang of its kind that needs at least as
   much (``_Failures``); none runs when the gang would not fit the pool even empty
@@ -69,10 +71,13 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
   there gone (``_Reach``); trials count what victims give back beside the capacity
   (``_Gains``). Each shortcut answers exactly as the full search would: the trial is monotone in
   the victims.
-- A trial moves no pods: on a node only one candidate holds pods on, a victim frees the same
-  slots whatever else is evicted, so each victim's own gain (for the pool and per domain of the
-  required level) is counted once and kept while the cycle's capacity on its nodes does not
-  change (``_KeptGains``); only nodes several candidates share are summed per node (``_Gains``).
+- A trial moves no pods: on a node only one gang of the search's candidate list holds pods on,
+  a victim frees the same slots whatever else is evicted, so each victim's own gain (for the
+  pool and per domain of the required level) is counted once per list and kept while the
+  cycle's capacity on its nodes does not change (``_KeptGains``); only nodes several of the
+  list's gangs share are summed per node (``_Gains``, ``_Crowding``). The greedy pass tries no
+  set whose victims' own gains, plus what their shared nodes could gain at most, fall short of
+  the slots the pool lacks (``preemption.Lack``).
   Nor does it copy the usage by team: quota lets the gang in exactly when the victims of its
   team and of its cohort free at least two amounts per resource fixed when the search starts
   (``_QuotaRoom``), so a trial adds a victim's usage to two sums.
@@ -80,10 +85,11 @@ Cost: a cycle grows with the gangs it decides and what it changes, not with the 
 
 from __future__ import annotations
 
-from bisect import insort
-from collections.abc import Callable, Container, Mapping, Sequence
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from operator import attrgetter
+from typing import Final, Literal
 
 from torchgate.controller.admission.backfill import Reservations
 from torchgate.controller.admission.packing import (
@@ -95,12 +101,13 @@ from torchgate.controller.admission.packing import (
 )
 from torchgate.controller.admission.preemption import (
     Candidates,
+    Cost,
     Group,
+    Lack,
     Preemptor,
     SearchOrder,
     cheapest,
     domain_groups,
-    search_order,
 )
 from torchgate.controller.admission.quota import (
     Admitted,
@@ -285,7 +292,6 @@ class _Cycle:
     reach: dict[tuple[object, ...], dict[str, int]] = field(default_factory=dict)  # ``_Reach``
     domains: dict[int, dict[JobKey, frozenset[str]]] = field(default_factory=dict)  # per level
     spreads: dict[JobKey, list[tuple[int, Units]]] = field(default_factory=dict)  # ``spread``
-    crowded: frozenset[int] | None = None  # ``crowding``
     own_gains: _KeptGains | None = None  # ``kept_gains``
     borrowed: _Borrowed | None = None  # ``borrowing``, until the usage by team changes
 
@@ -318,23 +324,6 @@ class _Cycle:
                     total[name] = total.get(name, 0) + amount
             found = self.spreads[victim.key] = list(per_node.items())
         return found
-
-    def crowding(self) -> frozenset[int]:
-        """Node indexes that more than one candidate victim holds pods on (counted once).
-
-        The candidates only lose gangs during the cycle, so this stays a superset of the nodes
-        shared by the victims of any trial (``_Gains``).
-        """
-        if self.crowded is None:
-            assert self.settled is not None, "asked for during a victim search"
-            index, seen, crowded = self.capacity.topology.index, set[str](), set[str]()
-            for group in self.settled.groups.values():
-                for victim in group:
-                    mine = set((victim.nodes or {}).values())
-                    crowded |= seen & mine
-                    seen |= mine
-            self.crowded = frozenset(index[name] for name in crowded if name in index)
-        return self.crowded
 
     def borrowing(self) -> _Borrowed:
         """The teams over their nominal quota and what they hold, for the usage by team now."""
@@ -548,14 +537,15 @@ def _preempt(
             return True
         return _still_borrowing(victim, chosen, usage_now, pool.teams)
 
-    trial = _Trial(cycle, gang, team)
+    trial = _Trial(cycle, gang, team, listed)
     choice = cheapest(
         search.victims,
         trial,
         cycle.now,
         allowed=allowed,
         hopeless=reach.hopeless,
-        order=search.order,
+        order=search.order(),
+        lack=trial.lack(),
     )
     if choice is None:
         failures.add(gang)
@@ -641,7 +631,9 @@ def _groups(cycle: _Cycle, gang: WaitingGang, listed: _CandidateList) -> list[_G
         found = [listed.everyone]
         ordered = listed.victims.by_priority or None
         for domain, victims in domain_groups(listed.victims, domains_of).items():
-            found.append(_Group.of(victims, domain, known, cycle.now, by_priority=ordered))
+            found.append(
+                _Group.of(victims, domain, known, cycle.now, listed.rank, by_priority=ordered)
+            )
         listed.groups[level] = found
     return found
 
@@ -650,26 +642,35 @@ def _groups(cycle: _Cycle, gang: WaitingGang, listed: _CandidateList) -> list[_G
 class _Group:
     """Candidates to search together: all of them, or those holding pods in one ``domain``.
 
-    ``touched`` names the domains of the required level the group's victims hold pods in.
+    ``touched`` names the domains of the required level the group's victims hold pods in;
+    ``place`` is where ``preemption.domain_groups`` puts it: its first gang's place in the
+    candidate list, then its domain (the group of them all comes first).
     """
 
     victims: Group
     domain: str | None
     touched: frozenset[str]
+    place: tuple[int, str | None] = (-1, None)
 
     @classmethod
     def of(
         cls,
         victims: list[Admitted],
-        domain: str | None,
+        domain: str,
         known: Mapping[JobKey, frozenset[str]],
         now: float,
+        rank: Mapping[JobKey, int],
         *,
         by_priority: bool | None = None,
     ) -> _Group:
-        """The group of ``victims`` (``known``: each victim's domains of the level)."""
+        """The group of ``victims`` in ``domain``.
+
+        ``known``: each victim's domains of the level; ``rank``: each candidate's place in the
+        list.
+        """
         touched = frozenset[str]().union(*(known[victim.key] for victim in victims))
-        return cls(Group(victims, now, by_priority=by_priority), domain, touched)
+        group = Group(victims, now, by_priority=by_priority)
+        return cls(group, domain, touched, (rank[victims[0].key], domain))
 
 
 class _CandidateList:
@@ -685,14 +686,15 @@ class _CandidateList:
     """
 
     __slots__ = (
+        "_crowding",
         "_held",
-        "_rank",
         "_searched",
         "alone",
         "everyone",
         "groups",
         "members",
         "now",
+        "rank",
         "seen",
         "victims",
     )
@@ -702,12 +704,19 @@ class _CandidateList:
         self.victims = Group(victims, now)
         self.everyone = _Group(self.victims, None, frozenset())  # the group of them all
         self.alone = [self.everyone]  # the groups of a gang that requires no level
-        self._rank = {victim.key: number for number, victim in enumerate(victims)}
-        self.members = set(self._rank)
+        self.rank = {victim.key: number for number, victim in enumerate(victims)}  # kept
+        self.members = set(self.rank)
         self._held: dict[str, dict[str, int]] | None = None
         self.groups: dict[int, list[_Group]] = {}  # per required level (``_groups``)
         # ``search``: the groups last searched, their victims and ``preemption.search_order``
         self._searched: dict[int | None, _Search] = {}
+        self._crowding: _Crowding | None = None
+
+    def crowding(self, cycle: _Cycle) -> _Crowding:
+        """The nodes its gangs share (``_Crowding``), counted from its gangs when first asked."""
+        if self._crowding is None:
+            self._crowding = _Crowding(self.victims, cycle.capacity.topology.index, cycle.spread)
+        return self._crowding
 
     @property
     def held(self) -> dict[str, dict[str, int]]:
@@ -723,11 +732,13 @@ class _CandidateList:
     def search(self, level: int | None, groups: list[_Group]) -> _Search:
         """``groups`` (``_groups`` of this list for ``level``) as a search reads them.
 
-        Kept while the same groups are searched again (their floors and order do not change).
+        Kept, and kept up to date through preemptions (``catch_up``), while the same groups
+        are searched again.
         """
         found = self._searched.get(level)
         if found is None or found.groups is not groups:
-            found = self._searched[level] = _Search.of(groups, self.now)
+            ordered = self.victims.by_priority  # then so is every group of its gangs
+            found = self._searched[level] = _Search(groups, ordered)
         return found
 
     def catch_up(
@@ -747,46 +758,162 @@ class _CandidateList:
                 used = held[victim.team]
                 for name, amount in victim.usage.items():
                     used[name] -= amount
-        self.victims = Group(left, self.now, by_priority=self.victims.by_priority or None)
+        ordered = self.victims.by_priority
+        self.victims = Group(left, self.now, by_priority=ordered or None)
+        if self.victims.by_priority != ordered:
+            self._searched.clear()  # now ordered by priority: searched by floor from now on
         self.everyone = _Group(self.victims, None, frozenset())
         self.alone = [self.everyone]
         for level, groups in self.groups.items():
-            self.groups[level] = self._regroup(groups, dropped, known[level])
+            self._regroup(level, groups, dropped, known[level])
 
     def _regroup(
-        self, groups: list[_Group], dropped: set[JobKey], known: Mapping[JobKey, frozenset[str]]
-    ) -> list[_Group]:
-        """The domain groups without ``dropped``: only their domains' groups change."""
-        changed = frozenset[str]().union(*(known[key] for key in dropped))
-        kept = [group for group in groups[1:] if group.domain not in changed]
+        self,
+        level: int,
+        groups: list[_Group],
+        dropped: set[JobKey],
+        known: Mapping[JobKey, frozenset[str]],
+    ) -> None:
+        """Drop ``dropped`` from the level's groups (and from its kept search, if any).
+
+        Only the groups of their domains change: each is taken out and, if any gang is left,
+        put back in its place.
+        """
+        search = self._searched.get(level)
+        if search is not None and search.groups is not groups:
+            search = None
+        by_domain = (
+            search.by_domain
+            if search is not None
+            else {group.domain: group for group in groups if group.domain is not None}
+        )
         ordered = self.victims.by_priority or None
-        for group in groups[1:]:
-            if group.domain in changed:
-                left = [victim for victim in group.victims if victim.key not in dropped]
-                if left:
-                    again = _Group.of(left, group.domain, known, self.now, by_priority=ordered)
-                    insort(kept, again, key=self._place)
-        return [self.everyone, *kept]
+        for domain in frozenset[str]().union(*(known[key] for key in dropped)):
+            group = by_domain.get(domain)
+            if group is None:
+                continue
+            if search is not None:
+                search.drop(group)
+            else:
+                del groups[bisect_left(groups, group.place, lo=1, key=_PLACE)]
+            left = [victim for victim in group.victims if victim.key not in dropped]
+            if left:
+                again = _Group.of(left, domain, known, self.now, self.rank, by_priority=ordered)
+                if search is not None:
+                    search.add(again)
+                else:
+                    insort(groups, again, lo=1, key=_PLACE)
+        groups[0] = self.everyone
+        if search is not None:
+            search.victims[0] = self.everyone.victims
 
-    def _place(self, group: _Group) -> tuple[int, str | None]:
-        """Where ``domain_groups`` puts a group: its first gang's place in the list, its domain."""
-        return self._rank[group.victims[0].key], group.domain
+
+_PLACE: Final = attrgetter("place")  # where a ``_Group`` goes in its list's groups
 
 
-@dataclass(frozen=True, slots=True)
 class _Search:
-    """A candidate list's groups for one required level, as a victim search reads them."""
+    """A candidate list's groups for one required level, as a victim search reads them.
 
-    groups: list[_Group]
-    victims: list[Group]  # each group's
-    order: SearchOrder  # ``preemption.search_order`` of ``victims``
-    by_domain: dict[str, _Group]
+    ``groups`` (all candidates first, then the domain groups in ``place`` order: the order of
+    ``preemption.domain_groups``), each group's ``victims`` and an index ``by_domain`` are kept
+    up to date through preemptions, a group taken out or put in place at a time (``drop``,
+    ``add``), and so are the domain groups ranked by (floor, place) when every group is ordered
+    by priority (``by_floor``): ``order`` then yields ``preemption.search_order``'s steps as
+    ``cheapest`` reads them, each group's number found when it is reached, instead of every
+    group's floor counted and sorted after each preemption.
+    """
 
-    @classmethod
-    def of(cls, groups: list[_Group], now: float) -> _Search:
-        victims = [group.victims for group in groups]
-        by_domain = {group.domain: group for group in groups if group.domain is not None}
-        return cls(groups, victims, search_order(victims, now), by_domain)
+    __slots__ = ("_ranked", "by_domain", "by_floor", "groups", "victims")
+
+    def __init__(self, groups: list[_Group], by_floor: bool) -> None:
+        self.groups, self.by_floor = groups, by_floor
+        self.victims = [group.victims for group in groups]
+        self.by_domain = {group.domain: group for group in groups if group.domain is not None}
+        # (floor, place) of every domain group, ascending (when ``by_floor``)
+        self._ranked: list[tuple[Cost, tuple[int, str | None]]] = []
+        if by_floor:
+            self._ranked = sorted((group.victims.floor, group.place) for group in groups[1:])
+
+    def order(self) -> SearchOrder:
+        """``preemption.search_order`` of ``victims``, its steps counted as they are read."""
+        return SearchOrder(self._steps(), self.by_floor)
+
+    def _steps(self) -> Iterator[tuple[int, Cost | None]]:
+        yield 0, None
+        groups = self.groups
+        if self.by_floor:
+            for least, at in self._ranked:
+                yield bisect_left(groups, at, lo=1, key=_PLACE), least
+        else:
+            for number in range(1, len(groups)):
+                yield number, groups[number].victims.floor
+
+    def drop(self, group: _Group) -> None:
+        """Take a domain group out."""
+        at = group.place
+        number = bisect_left(self.groups, at, lo=1, key=_PLACE)
+        del self.groups[number], self.victims[number]
+        assert group.domain is not None, "the group of all candidates stays"
+        del self.by_domain[group.domain]
+        if self.by_floor:
+            del self._ranked[bisect_left(self._ranked, (group.victims.floor, at))]
+
+    def add(self, group: _Group) -> None:
+        """Put a domain group in its place."""
+        at = group.place
+        number = bisect_left(self.groups, at, lo=1, key=_PLACE)
+        self.groups.insert(number, group)
+        self.victims.insert(number, group.victims)
+        assert group.domain is not None, "the group of all candidates stays"
+        self.by_domain[group.domain] = group
+        if self.by_floor:
+            insort(self._ranked, (group.victims.floor, at))
+
+
+class _Crowding:
+    """The nodes more than one of a candidate list's gangs hold pods on, and what they hold there.
+
+    Counted from the list's gangs when first asked. The list only loses gangs during the cycle,
+    and a preempted gang's pods stay on its nodes (the cycle's capacity is left as it is), so
+    ``nodes`` stays a superset of the nodes shared by the victims of any trial of the list's
+    searches, and a node's ``load`` at least what any such trial gives back there.
+    """
+
+    __slots__ = ("_holders", "_loads", "_spread", "nodes")
+
+    def __init__(
+        self,
+        victims: Sequence[Admitted],
+        index: Mapping[str, int],
+        spread: Callable[[Admitted], list[tuple[int, Units]]],
+    ) -> None:
+        seen, shared = set[str](), set[str]()
+        for victim in victims:
+            mine = set((victim.nodes or {}).values())
+            shared |= seen & mine
+            seen |= mine
+        holders: dict[int, list[Admitted]] = {}
+        if shared:
+            for victim in victims:
+                for name in shared.intersection((victim.nodes or {}).values()):
+                    if name in index:
+                        holders.setdefault(index[name], []).append(victim)
+        self.nodes = frozenset(holders)
+        self._holders, self._spread = holders, spread
+        self._loads: dict[int, Units] = {}
+
+    def load(self, node: int) -> Units:
+        """What the gangs sharing ``node`` hold on it, summed (kept)."""
+        found = self._loads.get(node)
+        if found is None:
+            total: dict[str, int] = {}
+            for victim in self._holders[node]:
+                for at, held in self._spread(victim):
+                    if at == node:
+                        for name, amount in held.items():
+                            total[name] = total.get(name, 0) + amount
+            found = self._loads[node] = total
+        return found
 
 
 class _Reach:
@@ -928,14 +1055,20 @@ class _Failures:
 class _Gains:
     """Slots of the gang's shape that the pool and domains gain when victims' pods are given back.
 
-    Kept beside the cycle's capacity, which stays as it is. A node that only one candidate holds
-    pods on (``_Cycle.crowding`` says which nodes more than one does) gains, while that victim is
-    given back, exactly what that victim alone frees there: its *own* gain, which depends on
-    nothing else in the set, so it is counted once (``_KeptGains``) and added or taken away as one
-    number for the pool and one per domain of the required level. Only on a crowded node are the
-    given-back pods summed per node and its slots counted again. For a required level, the
+    Kept beside the cycle's capacity, which stays as it is. A node that only one of the search's
+    candidates (its candidate list's) holds pods on (``_Crowding`` says which nodes more than one
+    does) gains, while that victim is given back, exactly what that victim alone frees there: its
+    *own* gain, which depends on nothing else in the set, so it is counted once (``_KeptGains``,
+    per candidate list) and added or taken away as one number for the pool and one per domain of
+    the required level. Only on a crowded node are the given-back pods summed per node and its
+    slots counted again. For a required level, the
     domains of that level that then hold the whole gang are ``reaching``. ``level`` is ``None``
     when the gang requires none, or when a domain of it holds the gang already.
+
+    A victim's ``most`` bounds what it can add to the pool's slots in any set: its own gain,
+    plus, per crowded node it holds pods on, what that node gains with every candidate's pods
+    there given back (``_Crowding.load``). Each crowded node a set touches gains no more than
+    that, so a set's gain is at most its victims' ``most`` summed (``preemption.Lack``).
     """
 
     def __init__(
@@ -944,11 +1077,12 @@ class _Gains:
         gang: WaitingGang,
         level: int | None,
         spread: Callable[[Admitted], list[tuple[int, Units]]],
-        crowded: Container[int],
+        crowding: _Crowding,
         kept: _KeptGains,
     ) -> None:
         self.capacity, self.shape, self.count = capacity, gang.shape, len(gang.pods)
-        self.spread, self.crowded, self.kept = spread, crowded, kept
+        self.spread, self.crowding, self.kept = spread, crowding, kept
+        self.crowded, self.crowded_load = crowding.nodes, crowding.load
         slots = capacity.slots(gang.shape)
         self.node_slots, self.domain_slots = slots.nodes, slots.domains
         if level is not None and slots.roomiest(level) >= self.count:
@@ -969,15 +1103,28 @@ class _Gains:
         self.domain_gained: dict[int, int] = {}  # domain of ``level`` -> slots it gains
         self.reaching: set[int] = set()  # domains of ``level`` that hold the gang with the gains
 
-    def move(self, victim: Admitted, sign: int, changed: set[int]) -> None:
-        """Give back (``sign`` 1) or take again (-1) the victim's pods; note crowded nodes."""
+    def own_gain(self, victim: Admitted) -> _OwnGain:
+        """What the victim alone frees (counted once per search, or kept: ``_KeptGains``)."""
         own = self.own.get(victim.key)
         if own is None:
-            own = self.kept.get(self.kept_here, victim.key)
+            own = self.kept.get(self.kept_here, victim.key, self.crowding)
             if own is None:
                 own = self._own(victim)
-                self.kept.put(self.kept_here, victim.key, own)
+                self.kept.put(self.kept_here, victim.key, own, self.crowding)
             self.own[victim.key] = own
+        return own
+
+    def most(self, victim: Admitted) -> int:
+        """At most how many slots the victim adds to the pool's in any set (``_OwnGain.most``)."""
+        return (self.own.get(victim.key) or self.own_gain(victim)).most
+
+    def missing(self) -> int:
+        """How many slots the pool lacks for the gang with no victim given back."""
+        return self.count - self.domain_slots[ROOT]
+
+    def move(self, victim: Admitted, sign: int, changed: set[int]) -> None:
+        """Give back (``sign`` 1) or take again (-1) the victim's pods; note crowded nodes."""
+        own = self.own.get(victim.key) or self.own_gain(victim)
         self.root_gained += sign * own.root
         if own.domains:
             gained, slots_now, count = self.domain_gained, self.domain_slots, self.count
@@ -1005,7 +1152,7 @@ class _Gains:
         member = self.member
         allowed, names = shape.allowed, self.capacity.topology.node_names
         crowded_nodes, crowded = self.crowded, []
-        root = 0
+        root = most = 0
         domains: dict[int, int] = {}
         spread = self.spread(victim)
         for node, held in spread:
@@ -1013,6 +1160,8 @@ class _Gains:
                 continue
             if node in crowded_nodes:
                 crowded.append((node, tuple((name, held.get(name, 0)) for name, _ in shape.pod)))
+                load = self.crowded_load(node)
+                most += slots_of(free[node], shape, load) - node_slots[node]
                 continue
             gain = slots_of(free[node], shape, held) - node_slots[node]
             if gain:
@@ -1021,7 +1170,7 @@ class _Gains:
                     domain = member[node]
                     domains[domain] = domains.get(domain, 0) + gain
         nodes = tuple(node for node, _ in spread)
-        return _OwnGain(root, tuple(domains.items()), tuple(crowded), nodes)
+        return _OwnGain(root, tuple(domains.items()), tuple(crowded), nodes, root + most)
 
     def _domain(self, domain: int, delta: int) -> None:
         if delta:
@@ -1056,10 +1205,13 @@ class _Gains:
 class _KeptGains:
     """Victims' own gains (``_Gains``) kept from search to search within a cycle.
 
-    A victim's own gain for a shape and level depends only on the free capacity of the nodes it
-    holds pods on; a kept gain is used again while none of its nodes changed since it was
-    counted (``Capacity.changed_since``: gangs placed, and backfill's reserved room withheld or
-    given back, all change the cycle's capacity).
+    A victim's own gain for a shape and level, among the gangs of one candidate list (which
+    nodes are crowded: ``_Crowding``), depends only on the free capacity of the nodes it holds
+    pods on; a kept gain is used again while none of its nodes changed since it was counted
+    (``Capacity.changed_since``: gangs placed, and backfill's reserved room withheld or given
+    back, all change the cycle's capacity). A gain counted with none of the victim's nodes
+    crowded is the same for any list that crowds none of them either, so it serves every such
+    list; another is used again only for the list it was counted for.
     """
 
     __slots__ = ("_capacity", "_tables")
@@ -1069,28 +1221,34 @@ class _KeptGains:
         self._tables: dict[tuple[Shape, int | None], _GainTable] = {}
 
     def table(self, shape: Shape, level: int | None) -> _GainTable:
-        """The gains kept for one shape and required level (``None``: none), by victim."""
+        """The gains kept for a shape and required level (``None``: none), by victim."""
         found = self._tables.get((shape, level))
         if found is None:
             found = self._tables[shape, level] = {}
         return found
 
-    def get(self, table: _GainTable, victim: JobKey) -> _OwnGain | None:
-        """The victim's gain kept in ``table`` if none of its nodes changed since it was counted."""
+    def get(self, table: _GainTable, victim: JobKey, crowding: _Crowding) -> _OwnGain | None:
+        """The victim's gain kept in ``table`` for ``crowding``, if still exact.
+
+        That is, if none of its nodes changed since it was counted, and it was counted for
+        ``crowding`` or with none of its nodes crowded, as none are in ``crowding``.
+        """
         found = table.get(victim)
         if found is None:
             return None
-        at, own = found
+        at, own, counted = found
+        if counted is not crowding and (own.crowded or not crowding.nodes.isdisjoint(own.nodes)):
+            return None
         edits = self._capacity.edits
         if at != edits:
             if self._capacity.changed_since(own.nodes, at):
                 return None
-            table[victim] = (edits, own)
+            table[victim] = (edits, own, counted)
         return own
 
-    def put(self, table: _GainTable, victim: JobKey, own: _OwnGain) -> None:
-        """Keep ``own`` in ``table``, counted on the capacity as it is now."""
-        table[victim] = (self._capacity.edits, own)
+    def put(self, table: _GainTable, victim: JobKey, own: _OwnGain, crowding: _Crowding) -> None:
+        """Keep ``own``, counted for ``crowding`` on the capacity as it is now, in ``table``."""
+        table[victim] = (self._capacity.edits, own, crowding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1105,9 +1263,11 @@ class _OwnGain:
     domains: tuple[tuple[int, int], ...]
     crowded: tuple[tuple[int, tuple[tuple[str, int], ...]], ...]  # node, what it takes of the shape
     nodes: tuple[int, ...]  # every node it holds pods on (what the gain was counted from)
+    most: int  # ``root`` plus what its crowded nodes gain at most (``_Gains``)
 
 
-_GainTable = dict[JobKey, tuple[int, _OwnGain]]  # victim -> capacity edits when counted, gain
+# victim -> capacity edits when counted, the gain, the crowding it was counted for
+_GainTable = dict[JobKey, tuple[int, _OwnGain, _Crowding]]
 
 
 class _Trial:
@@ -1119,12 +1279,13 @@ class _Trial:
     instead (the pruning pass's first try, the last gang added alone).
     """
 
-    def __init__(self, cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None) -> None:
+    def __init__(
+        self, cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None, listed: _CandidateList
+    ) -> None:
         self.cycle, self.gang, self.team = cycle, gang, team
         level = _required_level(cycle.pool.topology, gang)
-        self.gains = _Gains(
-            cycle.capacity, gang, level, cycle.spread, cycle.crowding(), cycle.kept_gains()
-        )
+        crowding = listed.crowding(cycle)
+        self.gains = _Gains(cycle.capacity, gang, level, cycle.spread, crowding, cycle.kept_gains())
         self.held: list[Admitted] = []  # ``given`` in the order last asked for
         self.given: dict[JobKey, Admitted] = {}
         self.quota = _QuotaRoom(team, gang.usage, cycle.usage, cycle.pool.teams)
@@ -1149,6 +1310,14 @@ class _Trial:
         """Whether quota lets the gang in with the victims given back gone (rule 1)."""
         return self.quota.fits()
 
+    def lack(self) -> Lack | None:
+        """The pool's slots the gang lacks, and the most each victim adds (``preemption.Lack``).
+
+        ``None`` when the pool has the slots already (no set is ruled out by them).
+        """
+        missing = self.gains.missing()
+        return Lack(missing, self.gains.most) if missing > 0 else None
+
     def place(self, victims: Sequence[Admitted]) -> TopologyPlacement | TopologyWait:
         """Where the gang goes once ``victims`` are gone."""
         capacity, gang = self.cycle.capacity, self.gang
@@ -1159,9 +1328,10 @@ class _Trial:
         """Count exactly ``victims``' pods as given back."""
         changed: set[int] = set()
         held = self.held
-        if len(victims) == len(held) + 1 and held == victims[:-1]:  # the greedy adds one
-            self.given[victims[-1].key] = victims[-1]
-            self._move(victims[-1], 1, changed)
+        if len(victims) > len(held) and held == victims[: len(held)]:  # the greedy adds some
+            for victim in victims[len(held) :]:
+                self.given[victim.key] = victim
+                self._move(victim, 1, changed)
         else:
             wanted = {victim.key: victim for victim in victims}
             leaving = [key for key in self.given if key not in wanted]

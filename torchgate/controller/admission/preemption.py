@@ -23,7 +23,9 @@ Rules (each one function):
    ``trial`` places it with the victims gone), then put back every victim it still fits without,
    newest addition first: a small set, never a partial gang. ``None`` if all candidates are not
    enough. A gang of another team is taken only while its team is still borrowing
-   (``quota.still_borrowing``).
+   (``quota.still_borrowing``). Victims added while what they could give at most, summed, is
+   less than what the preemptor lacks (``Lack``, the caller's bound) are added without a trial:
+   such a set cannot make room, so the trial would say no.
 5. ``cheapest``: with candidates grouped (all candidates together first, then one group per
    topology domain of the preemptor's required level), the cheapest successful set wins: lowest
    highest-priority among its victims, then fewest victims, then fewest GPUs, then least run time.
@@ -39,9 +41,11 @@ Rules (each one function):
    admitter gives gangs that hold capacity without pods yet (reservations and holds), so that a
    cycle never picks a gang whose pods are being created as a victim.
 
-Cost: the pruning pass of rule 4 drops a run of victims with one trial when it can (usually
-the last gang added was enough on its own), which gives the same set as dropping them one by
-one because the trial is monotone. Rules 1-3 are answered from an index of the running gangs by
+Cost: the greedy pass of rule 4 tries no set the caller's ``Lack`` rules out (most of a busy
+pool's greedy trials: a whole-node gang needs many small victims before the pool has room), and
+the pruning pass drops a run of victims with one trial when it can (usually the last gang added
+was enough on its own), which gives the same set as dropping them one by one because the trial
+is monotone. Rules 1-3 are answered from an index of the running gangs by
 team, cheapest first (``Candidates``), built once per cycle: a preemptor's candidates are the
 heads of a few groups, merged, not a pass over every running gang. Rule 5 searches the groups
 after the first by their floor, cheapest first, when each group is ordered by priority (then
@@ -56,6 +60,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from operator import attrgetter
 from typing import Final, Generic, TypeVar
 
 from torchgate.controller.admission.quota import Admitted, borrowing_teams, uses_any
@@ -63,6 +68,7 @@ from torchgate.pytorchjob.pool import GPUS, PreemptionSettings, TeamQuota
 
 T = TypeVar("T")
 HELD_PRIORITY: Final = 1 << 62
+_KEY: Final = attrgetter("key")  # a gang's key
 Cost = tuple[int, int, int, float]  # ``cost``: priority, gangs, GPUs, run seconds
 
 
@@ -81,6 +87,20 @@ class Choice(Generic[T]):
 
     victims: tuple[Admitted, ...]
     result: T
+
+
+@dataclass(frozen=True, slots=True)
+class Lack:
+    """What the preemptor lacks, and the most each victim could give towards it (rule 4).
+
+    ``missing``: how many units (the caller's: slots of the preemptor's shape) it lacks;
+    ``most(victim)``: at most how many the victim gives, whatever else is gone, such that what a
+    set gives is never more than its victims' ``most`` summed. A set whose sum is below
+    ``missing`` cannot make room.
+    """
+
+    missing: int
+    most: Callable[[Admitted], int]
 
 
 # ------------------------------------------------------------------ rules 1-3
@@ -199,6 +219,7 @@ def choose_victims(
     highest: int | None = None,
     allowed: Callable[[Admitted, Sequence[Admitted]], bool] | None = None,
     give_up_at: int | None = None,
+    lack: Lack | None = None,
 ) -> Choice[T] | None:
     """A small set of whole gangs whose removal lets the preemptor fit (rule 4).
 
@@ -209,9 +230,11 @@ def choose_victims(
     a later one (``cheapest``: no set it would end with could cost less than one already found).
     ``allowed(victim, chosen)`` skips a candidate that may no longer be taken once ``chosen`` are
     gone (``quota.still_borrowing``); dropping victims in the pruning pass never invalidates it.
+    With ``lack``, a set that cannot give what the preemptor lacks is not tried.
     """
     victims: list[Admitted] = []
     result: T | None = None
+    short, most = (0, None) if lack is None else (lack.missing, lack.most)
     for position, victim in enumerate(ordered):
         if highest is not None and victim.priority > highest:
             return None
@@ -220,6 +243,10 @@ def choose_victims(
         if allowed is not None and not allowed(victim, victims):
             continue
         victims.append(victim)
+        if short > 0 and most is not None:
+            short -= most(victim)
+            if short > 0:
+                continue  # these victims cannot make room: the trial would say no
         result = trial(victims)
         if result is not None:
             break
@@ -293,12 +320,14 @@ def cheapest(
     allowed: Callable[[Admitted, Sequence[Admitted]], bool] | None = None,
     hopeless: Callable[[int], bool] | None = None,
     order: SearchOrder | None = None,
+    lack: Lack | None = None,
 ) -> Choice[T] | None:
     """The cheapest successful victim set over candidate groups (rule 5).
 
     The winner is the set of least ``cost``, the earliest group's on a tie. ``hopeless(number)``
     says that no set of the victims of group ``number`` can make room (the caller's bound);
-    such a group is not searched, and a hopeless first group ends it. A caller that keeps its
+    such a group is not searched, and a hopeless first group ends it. ``lack`` is passed to
+    each group's ``choose_victims``. A caller that keeps its
     groups passes them as ``Group``, and their ``search_order`` as ``order``, so that what it
     knows of them is not counted again.
 
@@ -327,13 +356,13 @@ def cheapest(
             if number == 0:
                 return None
             continue  # its twins (the same victims) are hopeless too
-        marker = tuple(v.key for v in group)
+        marker = _marker_of(group)
         if marker in seen:
             continue
         seen.add(marker)
         highest = None if bound is None else bound[0][0]
         choice = choose_victims(
-            group, trial, highest=highest, allowed=allowed, give_up_at=give_up_at
+            group, trial, highest=highest, allowed=allowed, give_up_at=give_up_at, lack=lack
         )
         if choice is None:
             if number == 0:
@@ -365,15 +394,18 @@ class SearchOrder:
     """The groups ``cheapest`` searches, in order (``search_order``).
 
     ``steps``: each non-empty group's number with the least its sets could cost (its floor;
-    ``None`` for the first one searched: nothing is found before it). ``by_floor``: whether the
-    steps after the first go by that least cost, then number.
+    ``None`` for the first one searched: nothing is found before it), read once, in order (a
+    caller that keeps its groups may yield them as ``cheapest`` reads them: it stops early).
+    ``by_floor``: whether the steps after the first go by that least cost, then number.
     """
 
-    steps: list[tuple[int, Cost | None]]
+    steps: Iterable[tuple[int, Cost | None]]
     by_floor: bool
 
 
-def search_order(groups: Sequence[Sequence[Admitted]], now: float) -> SearchOrder:
+def search_order(
+    groups: Sequence[Sequence[Admitted]], now: float, *, by_priority: bool = False
+) -> SearchOrder:
     """The non-empty groups to search, in order, each with the least its sets could cost.
 
     The first group comes first (if it finds nothing, no group can). When every group is
@@ -382,12 +414,13 @@ def search_order(groups: Sequence[Sequence[Admitted]], now: float) -> SearchOrde
     nothing only when that set would cost more than the best one already found, so the order
     does not change the winner. Otherwise (reclaimable gangs of any priority listed first) a
     group's answer depends on the best set found before it, so they keep their order.
+    ``by_priority``: the caller knows every group is ordered by priority.
     """
     present = [number for number, group in enumerate(groups) if group]
     if not present:
         return SearchOrder([], by_floor=False)
     rest = [(_floor_of(groups[number], now), number) for number in present[1:]]
-    by_floor = all(_by_priority(group) for group in groups)
+    by_floor = by_priority or all(_by_priority(group) for group in groups)
     if by_floor:
         rest.sort()
     return SearchOrder([(present[0], None), *((n, least) for least, n in rest)], by_floor)
@@ -402,7 +435,7 @@ class Group(list[Admitted]):
     each counted when first asked (most groups are only ordered by their floor, never searched).
     """
 
-    __slots__ = ("_floor", "_floors", "_now", "by_priority")
+    __slots__ = ("_floor", "_floors", "_marker", "_now", "by_priority")
 
     def __init__(
         self, victims: Iterable[Admitted], now: float, *, by_priority: bool | None = None
@@ -411,6 +444,7 @@ class Group(list[Admitted]):
         self._now = now
         self._floor: Cost | None = None
         self._floors: list[Cost] | None = None
+        self._marker: tuple[tuple[str, str], ...] | None = None
         self.by_priority = ordered_by_priority(self) if by_priority is None else by_priority
 
     @property
@@ -427,6 +461,17 @@ class Group(list[Admitted]):
         if self._floors is None:
             self._floors = floors(self, self._now)
         return self._floors
+
+    @property
+    def marker(self) -> tuple[tuple[str, str], ...]:
+        """Its gangs' keys, in order: ``cheapest`` searches twin groups once."""
+        if self._marker is None:
+            self._marker = tuple(map(_KEY, self))
+        return self._marker
+
+
+def _marker_of(group: Sequence[Admitted]) -> tuple[tuple[str, str], ...]:
+    return group.marker if isinstance(group, Group) else tuple(map(_KEY, group))
 
 
 def _floor_of(group: Sequence[Admitted], now: float) -> Cost:

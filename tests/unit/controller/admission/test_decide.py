@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from tests.builders.gang import G, node_free, placement_requests, running, waiting
+from tests.builders.gang import G, admitted, node_free, placement_requests, running, waiting
 from tests.builders.node import HOSTNAME, RACK, rack_nodes
 from tests.builders.team import parsed_team
 from tests.unit.controller.admission.reference_cycle import reference_decide
@@ -281,6 +281,32 @@ def test_room_withheld_for_a_reservation_shrinks_what_a_later_search_gains_from_
     assert isinstance(one, Preempt)
     assert one.victims == (("ns", "whole"),)
     assert list(one.nodes.values()) == ["r0h1"]
+
+
+def test_a_gain_counted_for_one_candidate_list_is_not_used_where_another_shares_its_node() -> None:
+    # Team a's gang may take only "half-none" on r0h0 (team b is within its quota): alone there
+    # it frees half a node, no 8-GPU slot, and the search fails. Team b's gang may also take
+    # its own "half-b" beside it: for that list r0h0 is shared, and both together free it.
+    nodes = rack_nodes(1, 2)
+    pool = pool_with(
+        nodes,
+        [
+            (waiting("half-none", pods=1, gpus=4, priority=0), ["r0h0"], 0.0),
+            (waiting("half-b", pods=1, gpus=4, team="b", priority=0), ["r0h0"], 0.0),
+            (waiting("busy", pods=1, gpus=8, priority=20), ["r0h1"], 0.0),
+        ],
+        teams=[parsed_team("a", 16), parsed_team("b", 16)],
+    )
+    gangs = [
+        waiting("first", pods=1, team="a", priority=10, created="2026-01-01T00:00:00Z"),
+        waiting("second", pods=1, team="b", priority=10, created="2026-01-01T00:01:00Z"),
+    ]
+    outcomes = by_key(decide(pool, gangs, now=1.0))
+    assert isinstance(outcomes["first"], Wait)
+    second = outcomes["second"]
+    assert isinstance(second, Preempt)
+    assert second.victims == (("b", "half-b"), ("ns", "half-none"))
+    assert list(second.nodes.values()) == ["r0h0"]
 
 
 def test_only_a_gang_the_empty_pool_cannot_hold_gives_up_searching_for_victims() -> None:
@@ -623,6 +649,29 @@ def test_a_cycle_decides_as_the_cycle_before_it_was_made_incremental_on_any_pool
 
 @settings(max_examples=300, deadline=None)
 @given(crowded_scenarios())
+def test_no_trial_gains_the_pool_more_slots_than_its_victims_most_summed(
+    scenario: tuple[Pool, list[WaitingGang], float],
+) -> None:
+    """``_Gains.most`` bounds every victim set's gain, so no set it rules out could fit."""
+    pool, gangs, now = scenario
+    call = decide_module._Trial.__call__
+    seen: list[tuple[int, int]] = []
+
+    def checked(trial: decide_module._Trial, victims: Sequence[Admitted]) -> bool | None:
+        answer = call(trial, victims)
+        if victims:
+            gains = trial.gains
+            seen.append((gains.root_gained, sum(gains.most(victim) for victim in victims)))
+        return answer
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(decide_module._Trial, "__call__", checked)
+        decide(pool, gangs, now)
+    assert all(gained <= most for gained, most in seen)
+
+
+@settings(max_examples=300, deadline=None)
+@given(crowded_scenarios())
 def test_candidate_lists_kept_through_preemptions_decide_as_lists_built_anew_after_each(
     scenario: tuple[Pool, list[WaitingGang], float],
 ) -> None:
@@ -691,6 +740,89 @@ def test_a_kept_candidate_list_groups_and_sums_its_gangs_as_one_built_anew_from_
         decide(pool, gangs, now)
 
 
+@settings(max_examples=300, deadline=None)
+@given(crowded_scenarios())
+def test_a_search_kept_through_preemptions_reads_its_groups_as_one_built_anew(
+    scenario: tuple[Pool, list[WaitingGang], float],
+) -> None:
+    """The kept groups, their index by domain and their search order, against ``search_order``."""
+    pool, gangs, now = scenario
+    search = decide_module._CandidateList.search
+
+    def checked(
+        listed: decide_module._CandidateList, level: int | None, groups: list[decide_module._Group]
+    ) -> decide_module._Search:
+        found = search(listed, level, groups)
+        victims = [group.victims for group in groups]
+        assert found.victims == victims
+        assert found.by_domain == {g.domain: g for g in groups if g.domain is not None}
+        anew = preemption_module.search_order(victims, listed.now)
+        order = found.order()
+        assert (list(order.steps), order.by_floor) == (list(anew.steps), anew.by_floor)
+        return found
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(decide_module._CandidateList, "search", checked)
+        decide(pool, gangs, now)
+
+
+@settings(max_examples=300, deadline=None)
+@given(hs.data())
+def test_a_kept_search_drops_preempted_gangs_as_one_built_anew_from_the_gangs_left(
+    data: hs.DataObject,
+) -> None:
+    """Groups, their index and search order after ``catch_up``, against the gangs left's."""
+    victims = [
+        admitted(
+            f"g{i}",
+            data.draw(hs.sampled_from((1, 2, 4, 8))),
+            priority=data.draw(hs.integers(0, 3)),
+            at=data.draw(hs.sampled_from((0.0, 10.0, 20.0))),
+            nodes={
+                f"p{j}": f"{rack}-h{j}"
+                for j, rack in enumerate(
+                    data.draw(hs.lists(hs.sampled_from("pqrstu"), min_size=1, max_size=2))
+                )
+            },
+        )
+        for i in range(data.draw(hs.integers(1, 14)))
+    ]
+    if data.draw(hs.booleans()):  # a list by priority (else reclaimable gangs lead it)
+        victims.sort(key=preemption_module.victim_order)
+    known = {v.key: frozenset(n.split("-")[0] for n in (v.nodes or {}).values()) for v in victims}
+
+    def built(listed: decide_module._CandidateList) -> list[decide_module._Group]:
+        ordered = listed.victims.by_priority or None
+        found = [listed.everyone]
+        for domain, members in preemption_module.domain_groups(
+            listed.victims, lambda victim: known[victim.key]
+        ).items():
+            found.append(
+                decide_module._Group.of(
+                    members, domain, known, 30.0, listed.rank, by_priority=ordered
+                )
+            )
+        return found
+
+    listed = decide_module._CandidateList(victims, 30.0, 0)
+    listed.groups[0] = built(listed)
+    listed.search(0, listed.groups[0])
+    gone: list[tuple[str, str]] = []
+    while listed.victims and data.draw(hs.booleans()):
+        left = [victim.key for victim in listed.victims]
+        gone += data.draw(hs.lists(hs.sampled_from(left), min_size=1, max_size=3, unique=True))
+        listed.catch_up(gone, {0: known})
+        search, anew = listed.search(0, listed.groups[0]), built(listed)
+        assert listed.groups[0] == anew
+        assert search.victims == [group.victims for group in anew]
+        assert search.by_domain == {g.domain: g for g in anew if g.domain is not None}
+        if not listed.victims:
+            break  # a list without gangs is never searched
+        order = search.order()
+        fresh = preemption_module.search_order(search.victims, 30.0)
+        assert (list(order.steps), order.by_floor) == (list(fresh.steps), fresh.by_floor)
+
+
 @settings(max_examples=100, deadline=None)
 @given(scenarios())
 def test_a_cycle_given_the_kept_team_totals_decides_as_one_summing_the_running_gangs(
@@ -747,6 +879,7 @@ SHORTCUTS = {
     "borrowers-kept": (decide_module._Cycle, "borrowing", _borrowing_counted_again),
     "search-order-kept": (decide_module._CandidateList, "search", _search_ordered_again),
     "group-gives-up": (preemption_module, "_give_up_at", lambda *_: None),
+    "greedy-tries-no-short-set": (decide_module._Trial, "lack", lambda _: None),
 }
 
 

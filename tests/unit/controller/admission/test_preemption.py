@@ -16,6 +16,7 @@ from torchgate.controller.admission.preemption import (
     HELD_PRIORITY,
     Choice,
     Group,
+    Lack,
     Preemptor,
     candidates,
     cheapest,
@@ -165,11 +166,13 @@ def reference_cheapest(
     allowed: Callable[[Admitted, Sequence[Admitted]], bool] | None = None,
     hopeless: Callable[[int], bool] | None = None,
     order: object = None,
+    lack: object = None,
 ) -> Choice[T] | None:
     """Rule 5 as first written: every group searched, no bound on what a group could cost.
 
     ``hopeless`` is ignored: a group no set of whose victims makes room finds nothing anyway;
-    so is ``order``: every group is searched in its own order.
+    so is ``order``: every group is searched in its own order; and so is ``lack``: every set
+    is tried.
     """
     best: Choice[T] | None = None
     seen: set[tuple[tuple[str, str], ...]] = set()
@@ -188,10 +191,10 @@ def reference_cheapest(
 
 
 @hs.composite
-def searches(
+def searches_and_needs(
     draw: hs.DrawFn,
-) -> tuple[list[list[Admitted]], Callable[[Sequence[Admitted]], frozenset[str] | None], Any]:
-    """Candidate groups (all, then per rack), a monotone rack-aware trial and a team limit."""
+) -> tuple[list[list[Admitted]], Callable[[Sequence[Admitted]], frozenset[str] | None], Any, int]:
+    """``searches``, and the GPUs its trial needs freed (in the pool, or in one rack)."""
     count = draw(hs.integers(0, 12))
     pool: list[Admitted] = []
     for i in range(count):
@@ -230,7 +233,14 @@ def searches(
             return True
         return sum(v.usage[GPUS] for v in chosen if v.team == "a") < quota * G
 
-    return groups, trial, allowed
+    return groups, trial, allowed, need
+
+
+def searches() -> hs.SearchStrategy[
+    tuple[list[list[Admitted]], Callable[[Sequence[Admitted]], frozenset[str] | None], Any]
+]:
+    """Candidate groups (all, then per rack), a monotone rack-aware trial and a team limit."""
+    return searches_and_needs().map(lambda search: search[:3])
 
 
 @settings(max_examples=400, deadline=None)
@@ -302,3 +312,26 @@ def test_protection_takes_the_strictest_policy_and_protects_held_gangs() -> None
     )
     assert merged == PreemptionSettings(minimum_run_seconds=60, never_preempt_priority=500)
     assert protection([]).protects(priority=HELD_PRIORITY, run_seconds=1e9)
+
+
+@settings(max_examples=400, deadline=None)
+@given(searches_and_needs(), hs.booleans(), hs.integers(0, 8))
+def test_a_search_that_tries_no_set_short_of_what_is_lacking_chooses_as_the_reference(
+    search: tuple[
+        list[list[Admitted]], Callable[[Sequence[Admitted]], frozenset[str] | None], Any, int
+    ],
+    limit_teams: bool,
+    slack: int,
+) -> None:
+    """A set freeing fewer GPUs than needed never fits (a rack frees no more than the set)."""
+    groups, trial, allowed, need = search
+    limit = allowed if limit_teams else None
+    lack = Lack(need - slack * G, lambda victim: victim.usage[GPUS])
+    assert cheapest(groups, trial, 30.0, allowed=limit, lack=lack) == reference_cheapest(
+        groups, trial, 30.0, allowed=limit
+    )
+    for group in groups:
+        for highest in (None, 0, 1, 2):
+            assert choose_victims(
+                group, trial, highest=highest, allowed=limit, lack=lack
+            ) == reference_choose(group, trial, highest=highest, allowed=limit)
