@@ -99,7 +99,7 @@ def mutate(
     """Answer the mutating route: defaults as a JSON Patch plus ``torchgate:`` warnings."""
     request = review["request"]
     if not _is_ours(request) or request.get("operation") not in ("CREATE", "UPDATE"):
-        return respond(review, allowed=True)
+        return allowed_answer(review)
     job = request["object"]
     namespace = namespace_of(request)
     policy = policy_for(namespace)
@@ -126,7 +126,7 @@ def validate(
     request = review["request"]
     operation = request.get("operation")
     if not _is_ours(request) or operation not in ("CREATE", "UPDATE"):
-        return respond(review, allowed=True)
+        return allowed_answer(review)
     job = request["object"]
     namespace = namespace_of(request)
     policy = policy_for(namespace)
@@ -138,10 +138,21 @@ def validate(
         verdict = validate_create(job, policy, team=team, uid_from_server=True, claims=claims)
     else:
         verdict = validate_update(request["oldObject"], job, policy, team=team, claims=claims)
-    warnings = render_warnings(verdict.warnings)
     if verdict.errors:
+        warnings = render_warnings(verdict.warnings)
         return respond(review, errors=verdict.errors, warnings=warnings, job=job)
-    return respond(review, allowed=True, warnings=warnings)
+    if not verdict.warnings:  # the usual answer
+        return allowed_answer(review)
+    return respond(review, allowed=True, warnings=render_warnings(verdict.warnings))
+
+
+def allowed_answer(review: Mapping[str, Any]) -> dict[str, Any]:
+    """``respond(review, allowed=True)``: the plain allowed answer, built directly."""
+    return {
+        "apiVersion": review["apiVersion"],
+        "kind": review["kind"],
+        "response": {"uid": review["request"]["uid"], "allowed": True},
+    }
 
 
 def forecast_subject(review: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -212,6 +212,25 @@ def volume_mounts(job: JobFacts, replica: ReplicaFacts, container: ContainerFact
     if not isinstance(mounts, list):
         return [invalid(at(path, "volumeMounts"), mounts, "must be a list of volume mounts")]
     declared = replica.volumes
+    # The usual list passes in one loop: objects naming a declared volume and a mount path.
+    # Anything else is looked at mount by mount below. A JSON value without ``get`` is not an
+    # object.
+    try:
+        for mount in mounts:
+            target, name = mount.get("mountPath"), mount.get("name")
+            if (
+                target
+                and name
+                and type(target) is str
+                and type(name) is str
+                and (declared is None or name in declared)
+            ):
+                continue
+            break
+        else:
+            return NONE
+    except AttributeError:
+        pass
     found: list[Finding] = []
     for index, mount in enumerate(mounts):
         if not isinstance(mount, OBJECT):
@@ -224,14 +243,6 @@ def volume_mounts(job: JobFacts, replica: ReplicaFacts, container: ContainerFact
             )
             continue
         target, name = mount.get("mountPath"), mount.get("name")
-        if (  # the usual mount, checked first
-            target
-            and name
-            and type(target) is str
-            and type(name) is str
-            and (declared is None or name in declared)
-        ):
-            continue
         target_ok = isinstance(target, str) and bool(target)
         name_ok = isinstance(name, str) and bool(name)
         if target_ok and name_ok and (declared is None or name in declared):

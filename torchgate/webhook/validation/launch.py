@@ -281,22 +281,32 @@ def env(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Find
     if not isinstance(entries, list):
         where = at(container.path, "env")
         return [invalid(where, entries, "must be a list of {name, value} entries")]
+    # The usual list passes in one loop: objects with a string name seen once, not reserved or
+    # NVIDIA_VISIBLE_DEVICES, and a string (or absent) value. Anything else is looked at entry by
+    # entry below. A JSON value without ``get`` is not an object.
+    named: set[str] = set()
+    try:
+        for entry in entries:
+            name = entry.get("name")
+            if (
+                type(name) is str
+                and name
+                and name not in named
+                and name not in _SPECIAL_ENV
+                and type(entry.get("value", "")) is str
+            ):
+                named.add(name)
+                continue
+            break
+        else:
+            return NONE
+    except AttributeError:
+        pass
     path = container.path  # paths below are built only for errors: most entries have none
     training = container.is_training
     found: list[Finding] = []
     seen: dict[str, int] = {}
     for index, entry in enumerate(entries):
-        if type(entry) is dict:  # the usual entry, passed in one test; else the checks below
-            name = entry.get("name")
-            if (
-                type(name) is str
-                and name
-                and name not in seen
-                and name not in _SPECIAL_ENV
-                and type(entry.get("value", "")) is str
-            ):
-                seen[name] = index
-                continue
         if not isinstance(entry, OBJECT):
             found.append(invalid(at(path, "env", index), entry, "must be an object with a name"))
             continue

@@ -36,6 +36,8 @@ from torchgate.webhook.validation.facts import (
 )
 
 _HOST_NAME_MAX = 253
+# ``-worker-`` and ``-master-``: what a derived name adds to the job name before the index.
+_LONGEST_INFIX = max(len(replica_type) for replica_type in names.REPLICA_TYPES) + 2
 
 
 def metadata_is_object(job: JobFacts) -> Findings:
@@ -75,6 +77,13 @@ def _derived_name_length(job: JobFacts, job_name: str, *, generated: bool) -> Fi
     # Indexes are never negative: pods are a count or None, and elastic bounds at least 1.
     nnodes = job.expected_nnodes
     elastic_highest = nnodes[1] - 1 if nnodes and job.elastic is not None else 0
+    total = job.total_replicas
+    if (
+        total is not None
+        and len(job_name) + _LONGEST_INFIX + len(str(max(total, elastic_highest)))
+        <= names.DNS_LABEL_MAX
+    ):
+        return NONE  # even the longest type with an index past every pod fits (the usual job)
     most, longest_slot = 0, ("", 0)
     for replica in job.known_replicas:
         key = replica.key

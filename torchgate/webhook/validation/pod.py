@@ -97,6 +97,9 @@ def replica_fields(job: JobFacts, replica: ReplicaFacts) -> Findings:
 
 def replica_count(job: JobFacts, replica: ReplicaFacts) -> Findings:
     """``replicas`` is a count: exactly 1 for Master, at least 1 for Worker."""
+    pods = replica.pods
+    if pods == 1 or (pods is not None and pods > 1 and replica.key != names.MASTER):
+        return NONE  # the usual counts (an absent ``replicas`` reads as 1), without a lookup
     raw = replica.spec.get("replicas") if replica.spec is not None else None
     if raw is None:
         return NONE
@@ -120,7 +123,7 @@ def restart_policy(job: JobFacts, replica: ReplicaFacts) -> Findings:
 
 def template_shape(job: JobFacts, replica: ReplicaFacts) -> Findings:
     """``template`` and ``template.spec`` are objects (the pod rules need them)."""
-    if replica.spec is None:
+    if replica.spec is None or replica.template_readable:  # read with the facts: the usual case
         return NONE
     template = replica.spec.get("template")
     if template is not None and not isinstance(template, OBJECT):

@@ -274,9 +274,9 @@ def scheduling_policy(job: JobFacts) -> Findings:
         else unknown_fields(scheduling, SCHEDULING, _SCHEDULING_FIELDS)
     )
     raw = scheduling.get("minAvailable")
-    if raw is not None:
-        number = as_int(raw)
-        total = job.total_replicas
+    total = job.total_replicas
+    if raw is not None and not (type(raw) is int and total is not None and 1 <= raw <= total):
+        number = as_int(raw)  # the usual count passed above, without the calls
         if number is None or not gang.is_min_available(number, total=total):
             upper = f"the job's {total} replicas" if total is not None else "the job's replicas"
             found.append(
@@ -286,7 +286,9 @@ def scheduling_policy(job: JobFacts) -> Findings:
                     f"must be an integer between 1 and {upper}",
                 )
             )
-    found.extend(non_negative_field(scheduling, "scheduleTimeoutSeconds", SCHEDULING))
+    timeout = scheduling.get("scheduleTimeoutSeconds")
+    if timeout is not None and (type(timeout) is not int or timeout < 0):  # else valid
+        found.extend(non_negative_field(scheduling, "scheduleTimeoutSeconds", SCHEDULING))
     return found
 
 
