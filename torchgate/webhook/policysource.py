@@ -81,9 +81,11 @@ class PolicyCache:
         self.quotas_synced.set()
         # What the webhook sees of DRA in a namespace (``ClusterClaims``); none without a cluster.
         self.claims_for: Callable[[str], ClaimLookup] = lambda _: NO_CLAIMS
-        # What a review sees of DRA: ``claims_for`` plus live reads of what it misses; None
-        # without a cluster to read from (then ``claims_for`` is all a review sees).
-        self.confirm_claims: Callable[[str, object], Awaitable[ClaimLookup]] | None = None
+        # What a review sees of DRA: ``claims_for`` plus live reads of what it misses.
+        self.confirm_claims: Callable[[str, object], Awaitable[ClaimLookup]] = self._cached_claims
+
+    async def _cached_claims(self, namespace: str, job: object) -> ClaimLookup:
+        return self.claims_for(namespace)
 
     def team_for(self, namespace: str) -> Team | None:
         """The TeamQuota owning ``namespace`` with its cohort, or ``None`` (no quota applies)."""
