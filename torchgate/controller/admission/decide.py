@@ -879,8 +879,8 @@ class _Crowding:
     searches, and a node's ``load`` at least what any such trial gives back there.
 
     It holds nothing of the cycle (``load`` is handed the cycle's ``spread``): a reference back
-    to the cycle that keeps its lists would make every cycle's state garbage only the cyclic
-    collector frees, and the collector's passes cost the next cycles more than the searches.
+    to the cycle, which keeps the lists, would close a reference cycle and leave every cycle's
+    state to the cyclic garbage collector instead of reference counting.
     """
 
     __slots__ = ("_holders", "_loads", "nodes")
