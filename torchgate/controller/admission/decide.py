@@ -715,7 +715,7 @@ class _CandidateList:
     def crowding(self, cycle: _Cycle) -> _Crowding:
         """The nodes its gangs share (``_Crowding``), counted from its gangs when first asked."""
         if self._crowding is None:
-            self._crowding = _Crowding(self.victims, cycle.capacity.topology.index, cycle.spread)
+            self._crowding = _Crowding(self.victims, cycle.capacity.topology.index)
         return self._crowding
 
     @property
@@ -877,16 +877,15 @@ class _Crowding:
     and a preempted gang's pods stay on its nodes (the cycle's capacity is left as it is), so
     ``nodes`` stays a superset of the nodes shared by the victims of any trial of the list's
     searches, and a node's ``load`` at least what any such trial gives back there.
+
+    It holds nothing of the cycle (``load`` is handed the cycle's ``spread``): a reference back
+    to the cycle, which keeps the lists, would close a reference cycle and leave every cycle's
+    state to the cyclic garbage collector instead of reference counting.
     """
 
-    __slots__ = ("_holders", "_loads", "_spread", "nodes")
+    __slots__ = ("_holders", "_loads", "nodes")
 
-    def __init__(
-        self,
-        victims: Sequence[Admitted],
-        index: Mapping[str, int],
-        spread: Callable[[Admitted], list[tuple[int, Units]]],
-    ) -> None:
+    def __init__(self, victims: Sequence[Admitted], index: Mapping[str, int]) -> None:
         seen, shared = set[str](), set[str]()
         for victim in victims:
             mine = set((victim.nodes or {}).values())
@@ -899,16 +898,16 @@ class _Crowding:
                     if name in index:
                         holders.setdefault(index[name], []).append(victim)
         self.nodes = frozenset(holders)
-        self._holders, self._spread = holders, spread
+        self._holders = holders
         self._loads: dict[int, Units] = {}
 
-    def load(self, node: int) -> Units:
-        """What the gangs sharing ``node`` hold on it, summed (kept)."""
+    def load(self, node: int, spread: Callable[[Admitted], list[tuple[int, Units]]]) -> Units:
+        """What the gangs sharing ``node`` hold on it, summed (kept); ``spread``: the cycle's."""
         found = self._loads.get(node)
         if found is None:
             total: dict[str, int] = {}
             for victim in self._holders[node]:
-                for at, held in self._spread(victim):
+                for at, held in spread(victim):
                     if at == node:
                         for name, amount in held.items():
                             total[name] = total.get(name, 0) + amount
@@ -1160,7 +1159,7 @@ class _Gains:
                 continue
             if node in crowded_nodes:
                 crowded.append((node, tuple((name, held.get(name, 0)) for name, _ in shape.pod)))
-                load = self.crowded_load(node)
+                load = self.crowded_load(node, self.spread)
                 most += slots_of(free[node], shape, load) - node_slots[node]
                 continue
             gain = slots_of(free[node], shape, held) - node_slots[node]

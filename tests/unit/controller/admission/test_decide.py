@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import NamedTuple
@@ -307,6 +308,35 @@ def test_a_gain_counted_for_one_candidate_list_is_not_used_where_another_shares_
     assert isinstance(second, Preempt)
     assert second.victims == (("b", "half-b"), ("ns", "half-none"))
     assert list(second.nodes.values()) == ["r0h0"]
+
+
+def test_a_cycle_leaves_no_garbage_only_the_cyclic_collector_frees() -> None:
+    # Team b's list shares r0h0 (its nodes' loads are counted): the cycle's state must still
+    # be freed by reference counting when the cycle ends, or the collector's passes over it
+    # cost the cycles after it.
+    nodes = rack_nodes(1, 2)
+    pool = pool_with(
+        nodes,
+        [
+            (waiting("half-none", pods=1, gpus=4, priority=0), ["r0h0"], 0.0),
+            (waiting("half-b", pods=1, gpus=4, team="b", priority=0), ["r0h0"], 0.0),
+            (waiting("busy", pods=1, gpus=8, priority=20), ["r0h1"], 0.0),
+        ],
+        teams=[parsed_team("a", 16), parsed_team("b", 16)],
+    )
+    gangs = [
+        waiting("first", pods=1, team="a", priority=10, created="2026-01-01T00:00:00Z"),
+        waiting("second", pods=1, team="b", priority=10, created="2026-01-01T00:01:00Z"),
+    ]
+    gc.collect()
+    gc.disable()
+    try:
+        outcomes = by_key(decide(pool, gangs, now=1.0))
+        unreachable = gc.collect()
+    finally:
+        gc.enable()
+    assert isinstance(outcomes["second"], Preempt)
+    assert unreachable == 0
 
 
 def test_only_a_gang_the_empty_pool_cannot_hold_gives_up_searching_for_victims() -> None:
