@@ -284,10 +284,12 @@ def test_room_withheld_for_a_reservation_shrinks_what_a_later_search_gains_from_
     assert list(one.nodes.values()) == ["r0h1"]
 
 
-def test_a_gain_counted_for_one_candidate_list_is_not_used_where_another_shares_its_node() -> None:
-    # Team a's gang may take only "half-none" on r0h0 (team b is within its quota): alone there
-    # it frees half a node, no 8-GPU slot, and the search fails. Team b's gang may also take
-    # its own "half-b" beside it: for that list r0h0 is shared, and both together free it.
+def _shared_node_case() -> tuple[Pool, list[WaitingGang]]:
+    """The pool and queue of the shared-node tests.
+
+    Two half-node gangs on r0h0 (team b's and a teamless one), a busy r0h1; a's and b's
+    priority-10 gangs wait, so b's candidate list shares r0h0 and a's does not.
+    """
     nodes = rack_nodes(1, 2)
     pool = pool_with(
         nodes,
@@ -302,6 +304,14 @@ def test_a_gain_counted_for_one_candidate_list_is_not_used_where_another_shares_
         waiting("first", pods=1, team="a", priority=10, created="2026-01-01T00:00:00Z"),
         waiting("second", pods=1, team="b", priority=10, created="2026-01-01T00:01:00Z"),
     ]
+    return pool, gangs
+
+
+def test_a_gain_counted_for_one_candidate_list_is_not_used_where_another_shares_its_node() -> None:
+    # Team a's gang may take only "half-none" on r0h0 (team b is within its quota): alone there
+    # it frees half a node, no 8-GPU slot, and the search fails. Team b's gang may also take
+    # its own "half-b" beside it: for that list r0h0 is shared, and both together free it.
+    pool, gangs = _shared_node_case()
     outcomes = by_key(decide(pool, gangs, now=1.0))
     assert isinstance(outcomes["first"], Wait)
     second = outcomes["second"]
@@ -314,20 +324,7 @@ def test_a_cycle_leaves_no_garbage_only_the_cyclic_collector_frees() -> None:
     # Team b's list shares r0h0 (its nodes' loads are counted): the cycle's state must still
     # be freed by reference counting when the cycle ends, or the collector's passes over it
     # cost the cycles after it.
-    nodes = rack_nodes(1, 2)
-    pool = pool_with(
-        nodes,
-        [
-            (waiting("half-none", pods=1, gpus=4, priority=0), ["r0h0"], 0.0),
-            (waiting("half-b", pods=1, gpus=4, team="b", priority=0), ["r0h0"], 0.0),
-            (waiting("busy", pods=1, gpus=8, priority=20), ["r0h1"], 0.0),
-        ],
-        teams=[parsed_team("a", 16), parsed_team("b", 16)],
-    )
-    gangs = [
-        waiting("first", pods=1, team="a", priority=10, created="2026-01-01T00:00:00Z"),
-        waiting("second", pods=1, team="b", priority=10, created="2026-01-01T00:01:00Z"),
-    ]
+    pool, gangs = _shared_node_case()
     gc.collect()
     gc.disable()
     try:
