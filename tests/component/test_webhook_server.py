@@ -346,6 +346,70 @@ async def test_after_sigterm_it_answers_reviews_for_the_shutdown_delay_then_exit
         draining.stop()
 
 
+def test_while_draining_each_answer_closes_its_connection(tmp_path: Path) -> None:
+    """The apiserver keeps connections to a leaving pod: each must end with an answer, not idle."""
+    make_certs(tmp_path)
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(yaml.safe_dump(POLICY))
+    draining = Server(tmp_path, policy_file, "--shutdown-delay-seconds", "5")
+    body = json.dumps(review(load_seed("003-torchrun-cpu.yaml"))).encode()
+    try:
+        for route in ("/validate", "/mutate"):
+            head, closed = answer_on_a_kept_connection(draining, route, body)
+            assert head.startswith(b"HTTP/1.1 200"), route
+            assert not closed, f"{route}: the server closed a kept connection before draining"
+        draining.process.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+
+        for route in ("/validate", "/mutate"):
+            head, closed = answer_on_a_kept_connection(draining, route, body)
+            assert head.startswith(b"HTTP/1.1 200"), route
+            assert b"connection: close" in head.lower().split(b"\r\n"), route
+            assert closed, f"{route}: the server kept the connection after a draining answer"
+        head, closed = answer_on_a_kept_connection(draining, "/validate", b"{")
+        assert head.startswith(b"HTTP/1.1 400")
+        assert closed
+        assert draining.process.wait(timeout=15) == 0
+    finally:
+        draining.process.kill()
+        draining.stop()
+
+
+def answer_on_a_kept_connection(server: Server, route: str, body: bytes) -> tuple[bytes, bool]:
+    """Whether the server closes a keep-alive TLS connection after answering ``body`` on it.
+
+    Returns the answer's head and ``True`` when EOF followed within a second.
+    """
+    request = (
+        f"POST {route} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    with (
+        socket.create_connection(("127.0.0.1", server.port), timeout=10) as plain,
+        server.ssl_context().wrap_socket(plain, server_hostname="127.0.0.1") as tls,
+    ):
+        tls.sendall(request + body)
+        received = b""
+        while b"\r\n\r\n" not in received:
+            received += tls.recv(65536)
+        head, _, rest = received.partition(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        while len(rest) < length:
+            rest += tls.recv(65536)
+        tls.settimeout(1.0)
+        try:
+            closed = tls.recv(1) == b""
+        except TimeoutError:
+            closed = False
+        except (ssl.SSLError, ConnectionResetError):
+            closed = True
+        return head, closed
+
+
 async def get(server: Server, route: str) -> tuple[int, str]:
     async with (
         aiohttp.ClientSession() as session,

@@ -161,7 +161,15 @@ class Metrics:
 
 
 DRAINING: Final = web.AppKey("draining", asyncio.Event)
-"""Set once the server was told to stop: ``/readyz`` answers 503, reviews are still answered."""
+"""Set once the server was told to stop: ``/readyz`` answers 503, reviews are still answered.
+
+While draining, every review's answer closes its connection (``Connection: close``). The
+apiserver keeps HTTP/1.1 connections to the webhook's Service and reuses them after the pod has
+left the endpoints (kube-proxy keeps an established connection on its pod); a connection the
+server closes while idle races the apiserver's next request on it, which then fails with "use of
+closed network connection" and, under ``failurePolicy: Fail``, fails a user's ``kubectl apply``.
+A connection closed by the answer itself cannot race: the apiserver reads ``close`` and dials
+again, through the Service, to a pod that is staying."""
 
 
 def create_app(
@@ -182,9 +190,8 @@ def create_app(
     app = web.Application(client_max_size=max_body_bytes + 1)
     draining = asyncio.Event()
     app[DRAINING] = draining
-    routes = _Routes(cache, metrics, max_body_bytes, server_timing=server_timing)
+    routes = _Routes(cache, metrics, max_body_bytes, server_timing=server_timing, draining=draining)
     routes.forecasts = forecasts
-    routes.draining = draining
     app.router.add_post("/mutate", routes.mutate)
     app.router.add_post("/validate", routes.validate)
     app.router.add_get("/healthz", routes.healthz)
@@ -195,13 +202,19 @@ def create_app(
 
 class _Routes:
     def __init__(
-        self, cache: PolicyCache, metrics: Metrics, max_body_bytes: int, *, server_timing: bool
+        self,
+        cache: PolicyCache,
+        metrics: Metrics,
+        max_body_bytes: int,
+        *,
+        server_timing: bool,
+        draining: asyncio.Event,
     ) -> None:
         self.cache = cache
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.server_timing = server_timing
-        self.draining = asyncio.Event()
+        self.draining = draining
         self.forecasts: ForecastClient | None = None
         # One coroutine per review: each handler is the review itself, not a call into it.
         self.mutate = self._handler("mutate", mutate)
@@ -220,6 +233,7 @@ class _Routes:
         policy_for = cache.policy_for
         max_body_bytes = self.max_body_bytes
         too_large = f"body larger than {max_body_bytes} bytes"
+        draining = self.draining
 
         async def answer_review(request: web.Request) -> web.Response:
             started = time.perf_counter()
@@ -235,7 +249,10 @@ class _Routes:
                 review = parse_review(body)
             except BadReview as exc:
                 answered["bad_request"] += 1
-                return web.Response(status=400, text=f"bad AdmissionReview: {exc}\n")
+                refused = web.Response(status=400, text=f"bad AdmissionReview: {exc}\n")
+                if draining.is_set():
+                    refused.force_close()  # see DRAINING
+                return refused
             asked = self._ask_forecast(review) if forecast and self.forecasts is not None else None
             if asked is not None:
                 await asyncio.sleep(0)  # let the request go out before the rules take the CPU
@@ -263,12 +280,16 @@ class _Routes:
             tally.observe(elapsed)
             if server_timing:
                 cpu = time.thread_time() - cpu_started
-                return web.Response(
+                response = web.Response(
                     body=payload,
                     content_type="application/json",
                     headers={SERVER_TIME_HEADER: f"{elapsed:.7f} cpu={cpu:.7f}"},
                 )
-            return web.Response(body=payload, content_type="application/json")
+            else:
+                response = web.Response(body=payload, content_type="application/json")
+            if draining.is_set():
+                response.force_close()  # see DRAINING
+            return response
 
         return answer_review
 
