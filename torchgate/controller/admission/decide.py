@@ -242,11 +242,15 @@ class Admit:
 
 @dataclass(frozen=True, slots=True)
 class Preempt:
-    """Evict ``victims`` (whole gangs) and reserve ``nodes`` for the preemptor meanwhile."""
+    """Evict ``victims`` (whole gangs) and reserve ``nodes`` for the preemptor meanwhile.
+
+    ``domain`` is the smallest topology domain holding ``nodes``, as ``Admit``'s.
+    """
 
     key: JobKey
     victims: tuple[JobKey, ...]
     nodes: Mapping[str, str]
+    domain: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -559,7 +563,7 @@ def _preempt(
     cycle.borrowed = None
     _settle(cycle, choice.victims)
     cycle.admit(gang, placed.nodes, extras=False)
-    return Preempt(gang.key, tuple(sorted(gone)), placed.nodes)
+    return Preempt(gang.key, tuple(sorted(gone)), placed.nodes, placed.domain)
 
 
 def _settle(cycle: _Cycle, victims: Sequence[Admitted]) -> None:

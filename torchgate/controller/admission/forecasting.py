@@ -269,6 +269,7 @@ def forecast(snapshot: Snapshot, candidate: WaitingGang) -> Forecast:
         return Forecast(
             verdict="Preempt",
             nodes=dict(outcome.nodes),
+            domain=outcome.domain,
             preempts=victims,
             reason=QUEUED_REASONS[PREEMPTING],
             message=f"preempting {', '.join(v.job for v in victims)}",

@@ -464,4 +464,4 @@ def _preempt(
     cycle.admitted = [a for a in cycle.admitted if a.key not in gone]
     cycle.usage = without(cycle.usage, choice.victims)
     cycle.admit(gang, placed.nodes, extras=False)
-    return Preempt(gang.key, tuple(sorted(gone)), placed.nodes)
+    return Preempt(gang.key, tuple(sorted(gone)), placed.nodes, placed.domain)

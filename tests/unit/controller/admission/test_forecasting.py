@@ -24,7 +24,7 @@ from torchgate.controller.admission.forecasting import (
     pool_view,
     rank,
 )
-from torchgate.pytorchjob.outlook import place_phrase
+from torchgate.pytorchjob.outlook import forecast_warning, place_phrase
 from torchgate.pytorchjob.pool import GPUS, PoolSettings, TeamQuota
 
 G = 1000  # milli-units per GPU
@@ -145,6 +145,27 @@ def test_a_high_priority_job_is_forecast_to_preempt_exactly_the_gangs_the_cycle_
     admitter.cycle()
     assert admitter.ledger.holds[urgent].victims == (lows[0], lows[1])
     assert dict(admitter.ledger.holds[urgent].reservation.nodes) == dict(told.nodes)
+
+
+def test_a_forecast_preemption_names_the_domain_its_nodes_share() -> None:
+    admitter, _ = make(racked(), settings=[TOPOLOGY])
+    for index in range(4):
+        low = ask(admitter, job(f"low{index}").master(gpus=8).build(), priority=index)
+        admitter.cycle()
+        run(admitter, low)
+    raw = gpu_job("urgent", workers=1, gpus=8).build()
+
+    snapshot, gang = admitter.snapshot(candidate(raw, priority=100))
+    assert gang is not None
+    told = forecast(snapshot, gang)
+
+    assert told.verdict == "Preempt"
+    racks = {{"h1": "r1", "h2": "r1", "h3": "r2", "h4": "r2"}[node] for node in told.nodes.values()}
+    assert len(told.nodes) == 2
+    assert len(racks) == 1
+    (rack,) = racks
+    assert told.domain == f"{RACK}={rack}"
+    assert f"({RACK}={rack})" in forecast_warning(told)
 
 
 def test_a_job_over_its_teams_quota_is_forecast_to_wait_with_the_teams_numbers() -> None:
