@@ -54,6 +54,8 @@ from torchgate.controller.admission.decide import Admit, Pool, Preempt, Wait, Wa
 from torchgate.controller.admission.nodes import PodDemand
 from torchgate.controller.admission.quota import Admitted, TeamTotals, usage_by_team
 from torchgate.controller.admission.topology import Capacity, build_topology, shape_of
+from torchgate.controller.admission.waiting import GangRequest
+from torchgate.pytorchjob.devices import GpuSources
 from torchgate.pytorchjob.pool import (
     GPUS,
     Limit,
@@ -469,15 +471,17 @@ def admitter_for(
         level = gang.topology.level
         admitter.request(
             gang.key,
-            uid=f"uid-{gang.key[1]}",
-            demands=[PodDemand(pod, gang.requests[pod]) for pod in gang.pods],
-            min_count=len(gang.pods),
-            usage=gang.usage,
-            priority=gang.priority,
-            created=gang.created,
-            gpu_resource=GPU,
-            topology_level=None if level is None else LEVELS[level],
-            topology_required=gang.topology.required,
+            GangRequest(
+                uid=f"uid-{gang.key[1]}",
+                demands=tuple(PodDemand(pod, gang.requests[pod]) for pod in gang.pods),
+                min_count=len(gang.pods),
+                usage=gang.usage,
+                priority=gang.priority,
+                created=gang.created,
+                gpus=GpuSources(GPU),
+                topology_level=None if level is None else LEVELS[level],
+                topology_required=gang.topology.required,
+            ),
         )
     return admitter, gangs
 

@@ -20,7 +20,7 @@ from tests.builders.job import parsed_job, with_uid
 from tests.builders.pod import set_phase
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.nodes import NodeView, job_demands
-from torchgate.controller.admission.waiting import Waiting
+from torchgate.controller.admission.waiting import GangRequest, Waiting
 from torchgate.controller.job.model import ANNOTATION_ATTEMPT, ANNOTATION_RESTARTS, Observed, Plan
 from torchgate.controller.job.plan import plan
 from torchgate.controller.job.status import format_time
@@ -140,6 +140,33 @@ def free_of(nodes: Iterable[NodeView], pods: Iterable[dict[str, Any]] = ()) -> d
     return admitter.free()
 
 
+def gang_request(
+    raw: dict[str, Any],
+    *,
+    priority: int = 0,
+    preempts: bool = True,
+    topology: tuple[str | None, bool] = (None, False),
+    created: str = "2026-01-01T00:00:00Z",
+) -> tuple[tuple[str, str], GangRequest]:
+    """The job's key and what its reconcile asks admission for (uid ``uid-<name>``)."""
+    spec = parsed_job(with_uid(raw, uid=f"uid-{raw['metadata']['name']}"))
+    gpus = GpuSources("nvidia.com/gpu")
+    request = GangRequest(
+        uid=spec.uid,
+        demands=job_demands(spec),
+        min_count=spec.min_available,
+        usage=gang_usage(spec, gpus),
+        priority=priority,
+        created=created,
+        gpus=gpus,
+        preempts=preempts,
+        topology_level=topology[0],
+        topology_required=topology[1],
+        run_limit=spec.run_policy.active_deadline_seconds,
+    )
+    return (spec.namespace, spec.name), request
+
+
 def ask(
     admitter: Admitter,
     raw: dict[str, Any],
@@ -150,22 +177,10 @@ def ask(
     created: str = "2026-01-01T00:00:00Z",
 ) -> tuple[str, str]:
     """Ask for the job's admission as its reconcile does (uid ``uid-<name>``); its key."""
-    spec = parsed_job(with_uid(raw, uid=f"uid-{raw['metadata']['name']}"))
-    key = (spec.namespace, spec.name)
-    admitter.request(
-        key,
-        uid=spec.uid,
-        demands=job_demands(spec),
-        min_count=spec.min_available,
-        usage=gang_usage(spec, GpuSources("nvidia.com/gpu")),
-        priority=priority,
-        created=created,
-        gpu_resource="nvidia.com/gpu",
-        preempts=preempts,
-        topology_level=topology[0],
-        topology_required=topology[1],
-        run_limit=spec.run_policy.active_deadline_seconds,
+    key, request = gang_request(
+        raw, priority=priority, preempts=preempts, topology=topology, created=created
     )
+    admitter.request(key, request)
     return key
 
 
@@ -179,18 +194,7 @@ def candidate(
     since: float = 0.0,
 ) -> Waiting:
     """A job not asked for yet, as a forecast sees it (the terms ``ask`` would ask with)."""
-    spec = parsed_job(with_uid(raw, uid=f"uid-{raw['metadata']['name']}"))
-    return Waiting(
-        key=(spec.namespace, spec.name),
-        uid=spec.uid,
-        demands=job_demands(spec),
-        min_count=spec.min_available,
-        usage=gang_usage(spec, GpuSources("nvidia.com/gpu")),
-        priority=priority,
-        created=created,
-        gpu_resource="nvidia.com/gpu",
-        since=since,
-        preempts=preempts,
-        topology_level=topology[0],
-        topology_required=topology[1],
+    key, request = gang_request(
+        raw, priority=priority, preempts=preempts, topology=topology, created=created
     )
+    return Waiting(key=key, request=request, since=since)

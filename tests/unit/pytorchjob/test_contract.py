@@ -49,6 +49,7 @@ from torchgate.controller.admission.decide import Pool, WaitingGang, decide
 from torchgate.controller.admission.nodes import job_demands
 from torchgate.controller.admission.poolsource import PoolSource
 from torchgate.controller.admission.topology import Capacity, build_topology, shape_of
+from torchgate.controller.admission.waiting import GangRequest
 from torchgate.controller.job.envvars import merge_env, rank_env
 from torchgate.controller.job.model import expected_pods
 from torchgate.controller.job.plan import pytorch_exit_code
@@ -58,7 +59,7 @@ from torchgate.controller.metrics import ControllerMetrics
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import PODS, PYTORCHJOBS, SERVICES, TEAM_QUOTAS
 from torchgate.pytorchjob import affinity, contract, names
-from torchgate.pytorchjob.devices import RESOURCE_CLAIM_TEMPLATE, SeenClaims
+from torchgate.pytorchjob.devices import RESOURCE_CLAIM_TEMPLATE, GpuSources, SeenClaims
 from torchgate.pytorchjob.fieldpath import ErrorType
 from torchgate.pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy
 from torchgate.pytorchjob.pool import GPUS
@@ -467,13 +468,15 @@ def _controller_owner(objects: list[dict[str, Any]], namespace: str) -> str | No
     spec = parsed_job(with_uid(job("j", namespace).master(gpus=1).build()))
     admitter.request(
         (namespace, "j"),
-        uid=spec.uid,
-        demands=job_demands(spec),
-        min_count=spec.min_available,
-        usage={GPUS: 1000},
-        priority=0,
-        created="2026-01-01T00:00:00Z",
-        gpu_resource=_GPU,
+        GangRequest(
+            uid=spec.uid,
+            demands=job_demands(spec),
+            min_count=spec.min_available,
+            usage={GPUS: 1000},
+            priority=0,
+            created="2026-01-01T00:00:00Z",
+            gpus=GpuSources(_GPU),
+        ),
     )
     admitter.cycle()  # no nodes: the job waits, and its team's status counts it
     owners = [team for team, status in admitter.team_status.items() if status["waitingJobs"]]
@@ -545,7 +548,7 @@ async def _waiting_usage(stored: dict[str, Any]) -> Mapping[str, int]:
     )
     key = (stored["metadata"]["namespace"], stored["metadata"]["name"])
     await reconciler.reconcile(key)
-    return admitter.queue.waiting[key].usage
+    return admitter.queue.waiting[key].request.usage
 
 
 def _running_usage(stored: dict[str, Any]) -> Mapping[str, int]:
@@ -619,13 +622,15 @@ def test_the_admitter_queue_and_the_cycle_decide_in_the_same_order(
         spec = parsed_job(with_uid(job(name, namespace).master(gpus=8).build(), uid=name))
         admitter.request(
             (namespace, name),
-            uid=spec.uid,
-            demands=job_demands(spec),
-            min_count=1,
-            usage={GPUS: 8000},
-            priority=priority,
-            created=created,
-            gpu_resource=_GPU,
+            GangRequest(
+                uid=spec.uid,
+                demands=job_demands(spec),
+                min_count=1,
+                usage={GPUS: 8000},
+                priority=priority,
+                created=created,
+                gpus=GpuSources(_GPU),
+            ),
         )
         requests = {f"{name}-0": {_GPU: 8000, "pods": 1000}}
         gangs.append(
@@ -780,7 +785,7 @@ async def _claimed_usage(stored: dict[str, Any], claims: SeenClaims) -> Any:
     )
     key = (stored["metadata"]["namespace"], stored["metadata"]["name"])
     await reconciler.reconcile(key)
-    return admitter.queue.waiting[key]
+    return admitter.queue.waiting[key].request
 
 
 @settings(max_examples=40, deadline=None)

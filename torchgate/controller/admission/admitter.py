@@ -72,7 +72,6 @@ from torchgate.controller.admission.forecasting import (
 )
 from torchgate.controller.admission.ledger import CapacityLedger, PodKey, Reservation
 from torchgate.controller.admission.nodes import (
-    PodDemand,
     Signature,
     eligible_nodes,
     no_eligible_node,
@@ -90,7 +89,13 @@ from torchgate.controller.admission.topology import (
     shape_of,
     topology_levels,
 )
-from torchgate.controller.admission.waiting import Demand, Waiting, WaitingQueue, demand_by_team
+from torchgate.controller.admission.waiting import (
+    Demand,
+    GangRequest,
+    Waiting,
+    WaitingQueue,
+    demand_by_team,
+)
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources
 from torchgate.pytorchjob.names import DEFAULT_GPU_RESOURCE, JobKey
 from torchgate.pytorchjob.outlook import Place, queued_message
@@ -208,49 +213,17 @@ class Admitter:
 
     # ------------------------------------------------------------------ requests from reconcilers
 
-    def request(
-        self,
-        key: JobKey,
-        *,
-        uid: str,
-        demands: Sequence[PodDemand],
-        min_count: int,
-        usage: Units,
-        priority: int,
-        created: str,
-        gpu_resource: str,
-        gpus: GpuSources | None = None,
-        preempts: bool = True,
-        topology_level: str | None = None,
-        topology_required: bool = False,
-        run_limit: float | None = None,
-    ) -> None:
+    def request(self, key: JobKey, request: GangRequest) -> None:
         """A job needs its gang placed (idempotent; keeps its place in the queue).
 
-        Asking again while capacity is reserved or held for it changes nothing. ``gpus``: what
-        its policy counts as GPUs (default: ``gpu_resource`` only).
+        Asking again while capacity is reserved or held for it changes nothing.
         """
-        if self.ledger.has_capacity_for(key, uid):
+        if self.ledger.has_capacity_for(key, request.uid):
             log.debug("%s/%s: admission asked while capacity is reserved or held", *key)
             return
         self.ledger.end_eviction(key)  # a preempted gang whose pods are gone queues again
-        self.ledger.note(key, priority=priority, gpus=gpus or GpuSources(gpu_resource))
-        queued = self.queue.request(
-            key,
-            uid=uid,
-            demands=demands,
-            min_count=min_count,
-            usage=usage,
-            priority=priority,
-            created=created,
-            gpu_resource=gpu_resource,
-            preempts=preempts,
-            topology_level=topology_level,
-            topology_required=topology_required,
-            now=self.clock(),
-            run_limit=run_limit,
-        )
-        if queued:
+        self.ledger.note(key, priority=request.priority, gpus=request.gpus)
+        if self.queue.request(key, request, now=self.clock()):
             self._last_arrival = self.clock()
             self.wake()
 
@@ -447,7 +420,7 @@ class Admitter:
                 key=waiting.key,
                 order=waiting.order(),
                 team=owner.get(waiting.key[0]),
-                usage=waiting.usage,
+                usage=waiting.request.usage,
                 waited=now - waiting.since,
                 ready=waiting.not_before <= now,
                 kind=waiting.reported_kind,
@@ -560,22 +533,7 @@ class Admitter:
         self, waiting: Waiting, owner: Mapping[str, str], levels: Sequence[str]
     ) -> WaitingGang:
         """The gang's facts for ``decide``, read again only when what they come from changed."""
-        source = (
-            waiting.uid,
-            waiting.demands,
-            waiting.min_count,
-            waiting.usage,
-            waiting.priority,
-            waiting.created,
-            waiting.gpu_resource,
-            waiting.preempts,
-            waiting.topology_level,
-            waiting.topology_required,
-            waiting.run_limit,
-            owner.get(waiting.key[0]),
-            tuple(levels),
-            self._nodes.version,
-        )
+        source = (waiting.request, owner.get(waiting.key[0]), tuple(levels), self._nodes.version)
         known = self._gangs.get(waiting.key)
         if known is not None and known[0] == source:
             return known[1]
@@ -587,15 +545,16 @@ class Admitter:
         self, waiting: Waiting, owner: Mapping[str, str], levels: Sequence[str]
     ) -> WaitingGang:
         facts = self._nodes
+        asked = waiting.request
         required = waiting.required()
         requests = {d.pod_name: d.requests for d in required}
-        usage = waiting.usage
+        usage = asked.usage
         asks_gpus = usage.get(GPUS, 0) > 0
-        preference = (waiting.gpu_resource, asks_gpus)
+        preference = (asked.gpu_resource, asks_gpus)
         if preference not in facts.without_gpus:  # the same few answers for every gang
             facts.without_gpus[preference] = gpu_free_nodes(
                 usage,
-                waiting.gpu_resource,
+                asked.gpu_resource,
                 ((name, self.ledger.capacity_of(name)) for name in self.ledger.nodes),
             )
         preferred = facts.without_gpus[preference]
@@ -613,13 +572,13 @@ class Admitter:
             no_node = no_eligible_node(blocked, list(self.ledger.nodes.values()))
         extras = tuple(
             OptionalPod(d.pod_name, d.requests, self._eligible(d.signature))
-            for d in waiting.demands[len(required) :]
+            for d in asked.demands[len(required) :]
         )
         return WaitingGang(
             key=waiting.key,
             team=owner.get(waiting.key[0]),
-            priority=waiting.priority,
-            created=waiting.created,
+            priority=asked.priority,
+            created=asked.created,
             pods=tuple(requests),
             requests=requests,
             usage=usage,
@@ -629,13 +588,13 @@ class Admitter:
                 allowed=allowed,
                 preferred=preferred,
             ),
-            topology=job_topology(waiting.topology_level, waiting.topology_required, levels),
-            preempts=waiting.preempts,
+            topology=job_topology(asked.topology_level, asked.topology_required, levels),
+            preempts=asked.preempts,
             extras=extras,
             where=pool_of(required[0]) if required else "in the cluster",
-            gpu_resource=waiting.gpu_resource,
+            gpu_resource=asked.gpu_resource,
             no_node=no_node,
-            run_limit=waiting.run_limit,
+            run_limit=asked.run_limit,
         )
 
     def _eligible(self, signature: Signature) -> tuple[str, ...]:
@@ -649,9 +608,9 @@ class Admitter:
 
     def _admit(self, waiting: Waiting, nodes: Mapping[str, str], now: float) -> None:
         self.queue.take(waiting.key)
-        by_name = {d.pod_name: d for d in waiting.demands}
+        by_name = {d.pod_name: d for d in waiting.request.demands}
         reservation = Reservation(
-            uid=waiting.uid,
+            uid=waiting.request.uid,
             nodes=dict(nodes),
             requests={pod: by_name[pod].requests for pod in nodes},
             since=now,
@@ -659,8 +618,8 @@ class Admitter:
         )
         wall = self.wall_clock()
         ends_by = None  # until its reconcile notes the deadline from the job's startTime
-        if waiting.run_limit is not None:
-            ends_by = wall + waiting.run_limit + START_SLACK_SECONDS
+        if waiting.request.run_limit is not None:
+            ends_by = wall + waiting.request.run_limit + START_SLACK_SECONDS
         self.ledger.reserve(waiting.key, reservation, admitted_at=wall, ends_by=ends_by)
         self.on_admit(now - waiting.since)
         log.info(
@@ -675,9 +634,9 @@ class Admitter:
 
     def _preempt(self, waiting: Waiting, outcome: Preempt, now: float) -> None:
         self.queue.hold_place(waiting.key)
-        by_name = {d.pod_name: d for d in waiting.demands}
+        by_name = {d.pod_name: d for d in waiting.request.demands}
         reservation = Reservation(
-            uid=waiting.uid,
+            uid=waiting.request.uid,
             nodes=dict(outcome.nodes),
             requests={pod: by_name[pod].requests for pod in outcome.nodes},
             since=now,

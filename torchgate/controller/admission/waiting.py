@@ -7,9 +7,10 @@ scheduler cache apart for the same reason. The module is pure: callers pass the 
 
 Rules:
 
-1. ``request``: a job asks once per reconcile (idempotent); it keeps its place in the queue
-   (``since``) as long as its uid is the same, with the demands, usage and priority it asked
-   with last. A new uid (the job was recreated) starts a new place.
+1. ``request``: a job asks once per reconcile (idempotent) with a ``GangRequest``; it keeps its
+   place in the queue (``since``, and the ``created`` and GPU sources it first asked with) as
+   long as its uid is the same, with the demands, usage and priority it asked with last. A new
+   uid (the job was recreated) starts a new place.
 2. ``ready``: the jobs the cycle decides, in admission order (``pool.admission_order``), leaving
    out those still backing off. The order (``ordered``) is kept until a job joins or leaves the
    queue or asks with anything changed; ``version`` counts those changes, so what is read from
@@ -31,11 +32,12 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Final, TypedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Final
 
 from torchgate.controller.admission.nodes import PodDemand
+from torchgate.pytorchjob.devices import GpuSources
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.outlook import QUEUED_REASONS
 from torchgate.pytorchjob.pool import GPUS, admission_order
@@ -44,36 +46,35 @@ from torchgate.pytorchjob.units import Units
 UNDECIDED: Final = "Undecided"
 
 
-class GangTerms(TypedDict):
-    """What a job's gang asks for besides its pods (``request``'s keyword arguments)."""
+@dataclass(frozen=True, slots=True)
+class GangRequest:
+    """What a job asks of admission for its gang: built by its reconcile, queued as asked."""
 
-    usage: Units
-    priority: int
-    created: str
-    gpu_resource: str
-    preempts: bool
-    topology_level: str | None
-    topology_required: bool
-    run_limit: float | None  # runPolicy.activeDeadlineSeconds (``backfill`` rule 4)
-
-
-@dataclass(slots=True)
-class Waiting:
-    """A job whose gang is not placed yet."""
-
-    key: JobKey
     uid: str
-    demands: tuple[PodDemand, ...]
+    demands: tuple[PodDemand, ...]  # Master first; the first ``min_count`` are the gang
     min_count: int
     usage: Units  # what the gang counts against its team's quota (``pool.gang_usage``)
     priority: int
     created: str
-    gpu_resource: str
-    since: float
+    gpus: GpuSources  # what its policy counts as GPUs
     preempts: bool = True
     topology_level: str | None = None
     topology_required: bool = False
-    run_limit: float | None = None  # seconds it may run once started, if it has a deadline
+    run_limit: float | None = None  # runPolicy.activeDeadlineSeconds (``backfill`` rule 4)
+
+    @property
+    def gpu_resource(self) -> str:
+        """Its policy's ``gpuResource``."""
+        return self.gpus.resource
+
+
+@dataclass(slots=True)
+class Waiting:
+    """A job whose gang is not placed yet: what it asked (``request``) and its place."""
+
+    key: JobKey
+    request: GangRequest
+    since: float
     not_before: float = 0.0
     reported_reason: str | None = None
     reported_kind: str | None = None
@@ -81,11 +82,12 @@ class Waiting:
 
     def order(self) -> tuple[int, str, str, str]:
         """Its place in the queue (``pool.admission_order``)."""
-        return admission_order(self.priority, self.created, self.key)
+        return admission_order(self.request.priority, self.request.created, self.key)
 
     def required(self) -> tuple[PodDemand, ...]:
         """The pods that must be placed together (the gang's ``minAvailable``)."""
-        return self.demands[: max(0, min(self.min_count, len(self.demands)))]
+        demands, min_count = self.request.demands, self.request.min_count
+        return demands[: max(0, min(min_count, len(demands)))]
 
 
 class WaitingQueue:
@@ -114,71 +116,18 @@ class WaitingQueue:
 
     # ------------------------------------------------------------------ rules 1-3
 
-    def request(
-        self,
-        key: JobKey,
-        *,
-        uid: str,
-        demands: Sequence[PodDemand],
-        min_count: int,
-        usage: Units,
-        priority: int,
-        created: str,
-        gpu_resource: str,
-        preempts: bool,
-        topology_level: str | None,
-        topology_required: bool,
-        now: float,
-        run_limit: float | None = None,
-    ) -> bool:
+    def request(self, key: JobKey, request: GangRequest, *, now: float) -> bool:
         """Queue the job or update what it asks for (rule 1); whether it took a new place."""
         current = self.waiting.get(key)
-        if current is not None and current.uid == uid:
-            asked = (
-                tuple(demands),
-                min_count,
-                usage,
-                priority,
-                preempts,
-                topology_level,
-                topology_required,
-                run_limit,
-            )
-            if asked != (
-                current.demands,
-                current.min_count,
-                current.usage,
-                current.priority,
-                current.preempts,
-                current.topology_level,
-                current.topology_required,
-                current.run_limit,
-            ):
+        if current is not None and current.request.uid == request.uid:
+            kept = current.request
+            asked = replace(request, created=kept.created, gpus=kept.gpus)
+            if asked != kept:
                 self._changed()
-            current.demands = tuple(demands)
-            current.min_count = min_count
-            current.usage = usage
-            current.priority = priority
-            current.preempts = preempts
-            current.topology_level = topology_level
-            current.topology_required = topology_required
-            current.run_limit = run_limit
+            current.request = asked
             return False
         self.waiting[key] = Waiting(
-            key=key,
-            uid=uid,
-            demands=tuple(demands),
-            min_count=min_count,
-            usage=usage,
-            priority=priority,
-            created=created,
-            gpu_resource=gpu_resource,
-            since=now,
-            preempts=preempts,
-            topology_level=topology_level,
-            topology_required=topology_required,
-            run_limit=run_limit,
-            not_before=self._retry_at.pop(key, 0.0),
+            key=key, request=request, since=now, not_before=self._retry_at.pop(key, 0.0)
         )
         self._changed()
         return True
@@ -293,7 +242,7 @@ def demand_by_team(
         jobs, gpus, longest = totals.get((team, reason), (0, 0, 0.0))
         totals[(team, reason)] = (
             jobs + 1,
-            gpus + job.usage.get(GPUS, 0),
+            gpus + job.request.usage.get(GPUS, 0),
             max(longest, now - job.since),
         )
     return [Demand(team, reason, *counts) for (team, reason), counts in sorted(totals.items())]

@@ -41,7 +41,7 @@ from prometheus_client import Gauge
 
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.nodes import PodDemand, job_demands
-from torchgate.controller.admission.waiting import GangTerms, Waiting
+from torchgate.controller.admission.waiting import GangRequest, Waiting
 from torchgate.controller.job import status as st
 from torchgate.controller.job.disruption import (
     DEFAULT_LOST_AFTER_SECONDS,
@@ -472,14 +472,8 @@ class Reconciler:
         if decision.delete_pods or decision.restart is not None:
             self.admitter.release(key)
         if decision.needs_admission:
-            self.admitter.request(
-                key,
-                uid=spec.uid,
-                demands=decision.demands,
-                min_count=spec.min_available,
-                gpus=gpus,
-                **self._gang_terms(job, spec, policy, gpus, claims),
-            )
+            request = self._gang_request(job, spec, policy, gpus, claims, decision.demands)
+            self.admitter.request(key, request)
         else:
             status = decision.status if decision.status is not None else job.get("status")
             if spec.run_policy.suspend or st.is_finished(st.conditions_of(status)):
@@ -495,22 +489,26 @@ class Reconciler:
                     ends_by=_ends_by(spec, status),
                 )
 
-    def _gang_terms(
+    def _gang_request(
         self,
         job: Mapping[str, Any],
         spec: JobSpec,
         policy: PlacementPolicy,
         gpus: GpuSources,
         claims: ClaimLookup,
-    ) -> GangTerms:
-        """What a job's gang asks the admitter for besides its pods (quota, priority, topology)."""
+        demands: tuple[PodDemand, ...],
+    ) -> GangRequest:
+        """What a job's gang asks the admitter for: its pods, quota, priority and topology."""
         priority_class = _priority_class(spec)
         level, required = self.topology_of(spec.annotations, policy)
-        return GangTerms(
+        return GangRequest(
+            uid=spec.uid,
+            demands=demands,
+            min_count=spec.min_available,
             usage=gang_usage(spec, gpus, claims),
             priority=self.priority_of(priority_class),
             created=str((job.get("metadata") or {}).get("creationTimestamp") or ""),
-            gpu_resource=policy.gpu_resource,
+            gpus=gpus,
             preempts=self.preempts_of(priority_class),
             topology_level=level,
             topology_required=required,
@@ -520,7 +518,7 @@ class Reconciler:
     def candidate(self, job: Mapping[str, Any], *, since: float) -> Waiting | list[FieldError]:
         """A job that is not (yet) ours as the admitter would queue it, or why it cannot be.
 
-        The same terms its reconcile would ask with, so a forecast decides the gang the
+        The same request its reconcile would ask with, so a forecast decides the gang the
         admitter will get.
         """
         spec, errors = parse_job(job)
@@ -529,17 +527,11 @@ class Reconciler:
         policy = select_policy(self.policies(), spec.namespace)
         claims = self.claims_for(spec.namespace)
         gpus = policy.gpus(claims)
-        terms = self._gang_terms(job, spec, policy, gpus, claims)
-        if not terms["created"]:  # not stored yet: it would be the newest of its priority
-            terms["created"] = st.format_time(self.clock())
-        return Waiting(
-            key=(spec.namespace, spec.name),
-            uid=spec.uid,
-            demands=job_demands(spec, gpus, claims),
-            min_count=spec.min_available,
-            since=since,
-            **terms,
-        )
+        demands = job_demands(spec, gpus, claims)
+        request = self._gang_request(job, spec, policy, gpus, claims, demands)
+        if not request.created:  # not stored yet: it would be the newest of its priority
+            request = replace(request, created=st.format_time(self.clock()))
+        return Waiting(key=(spec.namespace, spec.name), request=request, since=since)
 
     # ------------------------------------------------------------------ applying a plan
 

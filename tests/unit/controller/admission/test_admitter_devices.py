@@ -25,8 +25,9 @@ from tests.builders.node import node
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.nodes import job_demands
 from torchgate.controller.admission.slices import free_devices
+from torchgate.controller.admission.waiting import GangRequest
 from torchgate.pytorchjob import names
-from torchgate.pytorchjob.devices import RESOURCE_CLAIM_TEMPLATE, ClaimLookup
+from torchgate.pytorchjob.devices import RESOURCE_CLAIM_TEMPLATE, ClaimLookup, GpuSources
 from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.pytorchjob.pool import gang_usage
 
@@ -63,20 +64,22 @@ def admitter_with(
     return admitter
 
 
-def ask(admitter: Admitter, raw: dict[str, Any]) -> tuple[str, str]:
+def gang_request(raw: dict[str, Any], sources: GpuSources, claims: ClaimLookup) -> GangRequest:
     spec = parsed_job(with_uid(raw, uid=f"uid-{raw['metadata']['name']}"))
-    key = (spec.namespace, spec.name)
-    admitter.request(
-        key,
+    return GangRequest(
         uid=spec.uid,
-        demands=job_demands(spec, SOURCES, CLAIMS),
+        demands=job_demands(spec, sources, claims),
         min_count=spec.min_available,
-        usage=gang_usage(spec, SOURCES, CLAIMS),
+        usage=gang_usage(spec, sources, claims),
         priority=0,
         created="2026-01-01T00:00:00Z",
-        gpu_resource=GPU,
-        gpus=SOURCES,
+        gpus=sources,
     )
+
+
+def ask(admitter: Admitter, raw: dict[str, Any]) -> tuple[str, str]:
+    key = (raw["metadata"]["namespace"], raw["metadata"]["name"])
+    admitter.request(key, gang_request(raw, SOURCES, CLAIMS))
     return key
 
 
@@ -219,17 +222,6 @@ def test_a_waiting_gang_asking_anew_after_its_template_changed_is_decided_on_the
     key = ask(admitter, dra_job("a", 2))
     assert admitter.cycle() == []  # 16 GPUs of 12: its facts are kept
     four = seen(claim_template("eight", device_request(count=4)))  # the template now asks 4
-    spec = parsed_job(with_uid(dra_job("a", 2), uid="uid-a"))
-    sources = POLICY.gpus(four)
-    admitter.request(  # its reconcile (requeued by the template's change) asks anew
-        key,
-        uid=spec.uid,
-        demands=job_demands(spec, sources, four),
-        min_count=spec.min_available,
-        usage=gang_usage(spec, sources, four),
-        priority=0,
-        created="2026-01-01T00:00:00Z",
-        gpu_resource=GPU,
-        gpus=sources,
-    )
+    # its reconcile (requeued by the template's change) asks anew
+    admitter.request(key, gang_request(dra_job("a", 2), POLICY.gpus(four), four))
     assert admitter.cycle() == [key]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import replace
-from unittest.mock import patch
 
 import pytest
 from hypothesis import given, settings
@@ -17,7 +16,7 @@ from hypothesis import strategies as hs
 
 from tests.builders.gang import node_free, running, waiting
 from tests.builders.node import HOSTNAME, RACK, rack_nodes
-from torchgate.controller.admission.decide import Admit, Pool, Wait, WaitingGang, decide
+from torchgate.controller.admission.decide import Admit, Outcome, Pool, Wait, WaitingGang, decide
 from torchgate.controller.admission.packing import HELD_BACK, PACKING_WINDOW, WAVE_HELD, choose
 from torchgate.controller.admission.topology import Capacity, build_topology
 
@@ -42,6 +41,16 @@ def gangs(sizes: Sequence[int], run_limit: float | None = 30.0) -> list[WaitingG
 
 def started(outcomes: Sequence[object]) -> set[str]:
     return {o.key[1] for o in outcomes if isinstance(o, Admit)}
+
+
+def decided_first_fit(pool: Pool, window: Sequence[WaitingGang]) -> list[Outcome]:
+    """What first fit decides: the same gangs with no known end, so none is held back (rule 1).
+
+    With no running gang due to end the pool has no reservation (``backfill``), so nothing else
+    reads a run limit.
+    """
+    assert not pool.admitted
+    return decide(pool, [replace(gang, run_limit=None) for gang in window], 0.0)
 
 
 @pytest.mark.parametrize(
@@ -71,18 +80,21 @@ def test_a_held_back_gang_waits_for_capacity_and_says_why() -> None:
 
 
 @pytest.mark.parametrize(
-    "window",
+    ("window", "first_fits"),
     [
-        gangs([3, 3, 5], run_limit=None),  # no known end: first fit
-        [*gangs([3, 3]), gangs([0, 0, 5], run_limit=60.0)[2]],  # not ending together
-        gangs([9, 3, 5]),  # the head does not fit: its reservation decides (backfill)
+        (gangs([3, 3, 5], run_limit=None), {"g0", "g1"}),  # no known end: first fit
+        ([*gangs([3, 3]), gangs([0, 0, 5], run_limit=60.0)[2]], {"g0", "g1"}),  # not together
+        # the head does not fit: its reservation decides (backfill)
+        (gangs([9, 3, 5]), {"g1", "g2"}),
     ],
     ids=["no-run-limit", "different-run-limits", "head-too-big"],
 )
-def test_first_fit_decides_when_the_window_is_not_one_wave(window: list[WaitingGang]) -> None:
-    with patch("torchgate.controller.admission.decide.held_back", return_value=frozenset()):
-        first_fit = decide(empty_pool(), window, 0.0)
+def test_first_fit_decides_when_the_window_is_not_one_wave(
+    window: list[WaitingGang], first_fits: set[str]
+) -> None:
+    first_fit = decided_first_fit(empty_pool(), window)
     assert decide(empty_pool(), window, 0.0) == first_fit
+    assert started(first_fit) == first_fits
 
 
 def test_gangs_past_the_window_are_decided_by_first_fit() -> None:
@@ -132,8 +144,7 @@ def test_packing_never_delays_the_head_nor_starts_fewer_pods_than_first_fit(
 ) -> None:
     pool, window = empty_pool(nodes), gangs(sizes)
     packed = decide(pool, window, 0.0)
-    with patch("torchgate.controller.admission.decide.held_back", return_value=frozenset()):
-        first_fit = decide(pool, window, 0.0)
+    first_fit = decided_first_fit(pool, window)
     assert isinstance(packed[0], Admit) == isinstance(first_fit[0], Admit)
     pods = {g.key: len(g.pods) for g in window}
     assert sum(pods[o.key] for o in packed if isinstance(o, Admit)) >= sum(

@@ -4,23 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchgate.controller.admission.waiting import UNDECIDED, WaitingQueue, demand_by_team
+from torchgate.controller.admission.waiting import (
+    UNDECIDED,
+    GangRequest,
+    WaitingQueue,
+    demand_by_team,
+)
+from torchgate.pytorchjob.devices import GpuSources
 
 GPU = {"gpus": 8000}
-GANG: dict[str, Any] = {
-    "demands": (),
-    "min_count": 1,
-    "usage": GPU,
-    "priority": 0,
-    "created": "2026-01-01T00:00:00Z",
-    "gpu_resource": "nvidia.com/gpu",
-    "preempts": True,
-    "topology_level": None,
-    "topology_required": False,
-}
 
 
-def ask(queue: WaitingQueue, name: str, *, now: float = 0.0, **kw: Any) -> bool:
+def ask(
+    queue: WaitingQueue, name: str, *, now: float = 0.0, namespace: str = "ns", **kw: Any
+) -> bool:
     fields: dict[str, Any] = {
         "uid": f"uid-{name}",
         "demands": (),
@@ -28,13 +25,10 @@ def ask(queue: WaitingQueue, name: str, *, now: float = 0.0, **kw: Any) -> bool:
         "usage": GPU,
         "priority": 0,
         "created": "2026-01-01T00:00:00Z",
-        "gpu_resource": "nvidia.com/gpu",
-        "preempts": True,
-        "topology_level": None,
-        "topology_required": False,
+        "gpus": GpuSources("nvidia.com/gpu"),
         **kw,
     }
-    return queue.request(("ns", name), now=now, **fields)
+    return queue.request((namespace, name), GangRequest(**fields), now=now)
 
 
 def test_asking_again_keeps_the_place_and_takes_the_new_demands() -> None:
@@ -42,7 +36,8 @@ def test_asking_again_keeps_the_place_and_takes_the_new_demands() -> None:
     assert ask(queue, "a", now=1.0) is True
     assert ask(queue, "a", now=5.0, priority=7, usage={"gpus": 4000}) is False
     waiting = queue.waiting[("ns", "a")]
-    assert (waiting.since, waiting.priority, dict(waiting.usage)) == (1.0, 7, {"gpus": 4000})
+    asked = waiting.request
+    assert (waiting.since, asked.priority, dict(asked.usage)) == (1.0, 7, {"gpus": 4000})
 
 
 def test_a_recreated_job_starts_a_new_place() -> None:
@@ -110,7 +105,7 @@ def test_demand_by_team_counts_jobs_gpus_and_the_longest_wait_per_team_and_reaso
     queue.waiting[("ns", "a")].reported_kind = "Quota"
     queue.waiting[("ns", "b")].reported_kind = "Quota"
     ask(queue, "c", now=50.0)  # not decided yet
-    queue.request(("other", "d"), now=20.0, **{**GANG, "uid": "uid-d"})
+    ask(queue, "d", namespace="other", now=20.0)
     queue.waiting[("other", "d")].reported_kind = "Topology"
 
     demand = demand_by_team(queue.waiting.values(), {"ns": "vision"}, now=100.0)

@@ -58,18 +58,19 @@ def reconciler_for(stored: dict[str, Any], policy: PlacementPolicy) -> Reconcile
 
 
 def terms(waiting: Waiting) -> tuple[Any, ...]:
+    asked = waiting.request
     return (
         waiting.key,
-        waiting.uid,
-        waiting.demands,
-        waiting.min_count,
-        dict(waiting.usage),
-        waiting.priority,
-        waiting.created,
-        waiting.gpu_resource,
-        waiting.preempts,
-        waiting.topology_level,
-        waiting.topology_required,
+        asked.uid,
+        asked.demands,
+        asked.min_count,
+        dict(asked.usage),
+        asked.priority,
+        asked.created,
+        asked.gpu_resource,
+        asked.preempts,
+        asked.topology_level,
+        asked.topology_required,
     )
 
 
@@ -88,7 +89,8 @@ async def test_the_candidate_asks_what_the_reconcile_asks() -> None:
 
     assert isinstance(asked, Waiting)
     assert terms(asked) == terms(queued)
-    assert (asked.priority, asked.gpu_resource, asked.topology_required) == (
+    request = asked.request
+    assert (request.priority, request.gpu_resource, request.topology_required) == (
         1000,
         "example.com/gpu",
         True,
@@ -114,4 +116,4 @@ def test_a_job_not_stored_yet_is_the_newest_of_its_priority() -> None:
     asked = reconciler.candidate(raw, since=0.0)
 
     assert isinstance(asked, Waiting)
-    assert asked.created == "2026-05-01T08:00:00Z"
+    assert asked.request.created == "2026-05-01T08:00:00Z"
