@@ -103,6 +103,15 @@ def test_gangs_past_the_window_are_decided_by_first_fit() -> None:
     assert started(outcomes) == {"g0", "g1"}
 
 
+def test_a_choice_that_would_leave_a_later_gang_out_is_dropped_for_first_fit() -> None:
+    # 10 nodes. The window's fullest choice is g0 + g2 (9 of 10; g3-g11 never fit), which leaves
+    # no room for g12 past the window; first fit starts g0, g1 and g12 and fills all 10 (rule 4).
+    window = gangs([1, 5, 8, *[11] * (PACKING_WINDOW - 3), 4])
+    first_fit = decided_first_fit(empty_pool(10), window)
+    assert started(first_fit) == {"g0", "g1", f"g{PACKING_WINDOW}"}
+    assert decide(empty_pool(10), window, 0.0) == first_fit
+
+
 def brute_force(room: int, sizes: Sequence[int]) -> frozenset[int]:
     best: tuple[tuple[int, ...], tuple[int, ...]] | None = None
     rest = range(1, len(sizes))
