@@ -50,6 +50,9 @@ SERVICE_NAME: Final = "torchgate-controller"
 SERVICE_PORT_NAME: Final = "https"
 WARNING_PREFIX: Final = "torchgate: "
 HOSTNAME_DOMAIN: Final = f"{names.HOSTNAME_LABEL}="
+NODE_DOMAIN: Final = "node "
+"""How a node's own domain is named at a level it has no label for (``topology.domain_name``):
+``node real-0``."""
 MAX_NAMED: Final = 6
 
 # The virtual resources the pool service asks SubjectAccessReviews about (RBAC grants them).
@@ -342,7 +345,12 @@ def wait_phrase(message: str) -> str:
 
 def names_a_group(domain: str) -> bool:
     """Whether a domain says more than the node list: not the whole pool, not a single host."""
-    return bool(domain) and domain != "the pool" and not domain.startswith(HOSTNAME_DOMAIN)
+    return (
+        bool(domain)
+        and domain != "the pool"
+        and not domain.startswith(HOSTNAME_DOMAIN)
+        and not domain.startswith(NODE_DOMAIN)
+    )
 
 
 def forecast_warning(forecast: Forecast) -> str:

@@ -17,6 +17,7 @@ from tests.builders.team import parsed_team
 from tests.unit.controller.helpers import World, ask, candidate
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.forecasting import forecast, job_outlook, pool_view
+from torchgate.controller.admission.topology import build_topology
 from torchgate.controller.job import status as st
 from torchgate.pytorchjob.outlook import (
     QUEUED_REASONS,
@@ -177,6 +178,8 @@ def test_the_warning_says_where_it_starts_what_it_borrows_and_whom_it_preempts()
     )
     alone = Forecast("Start", nodes={"a": "n1"}, domain="kubernetes.io/hostname=n1")
     assert forecast_warning(alone) == "torchgate: will start now on n1"
+    unlabelled = Forecast("Start", nodes={"a": "real-0"}, domain=sole_node_domain("real-0"))
+    assert forecast_warning(unlabelled) == "torchgate: will start now on real-0"
     preempt = Forecast(
         "Preempt",
         nodes={"a": "n1", "b": "n2"},
@@ -186,6 +189,14 @@ def test_the_warning_says_where_it_starts_what_it_borrows_and_whom_it_preempts()
     assert forecast_warning(preempt) == (
         "torchgate: will preempt team-speech/low-3 (8 GPUs, priority 100), then start on n1, n2"
     )
+
+
+def sole_node_domain(node: str) -> str:
+    """How the controller names ``node``'s own domain when it has no label for a level."""
+    topology = build_topology(["topology.torchgate.io/rack"], [(node, {})])
+    (level,) = topology.by_rank
+    (domain,) = level
+    return topology.domain_name(domain)
 
 
 @pytest.mark.parametrize(

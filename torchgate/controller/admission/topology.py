@@ -76,6 +76,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
+from torchgate.pytorchjob.outlook import NODE_DOMAIN
 from torchgate.pytorchjob.pool import GPUS, TopologyRequest
 from torchgate.pytorchjob.units import Units, fits, format_amount
 
@@ -219,7 +220,8 @@ class Topology:
             return "the pool"
         value = found.key[-1]
         if value.startswith(SOLE_PREFIX):
-            return f"node {value.removeprefix(SOLE_PREFIX)}"  # a node outside this level's labels
+            # a node outside this level's labels
+            return NODE_DOMAIN + value.removeprefix(SOLE_PREFIX)
         return f"{self.levels[found.level]}={value}"
 
 
