@@ -159,5 +159,21 @@ def events_of(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any
     return list(body["items"])
 
 
+def events_once(
+    cluster: Cluster, namespace: str, name: str, *reasons: str, timeout: float = 30
+) -> list[dict[str, Any]]:
+    """``name``'s events once each of ``reasons`` is among them.
+
+    The controller records an Event after the change it reports (pods deleted, status written),
+    so a test that has just seen the change may read the events a moment before it lands.
+    """
+
+    def found() -> list[dict[str, Any]] | None:
+        events = events_of(cluster, namespace, name)
+        return events if set(reasons) <= {e["reason"] for e in events} else None
+
+    return cluster.wait_for(found, timeout=timeout, what=f"events {', '.join(reasons)} of {name}")
+
+
 def dump(obj: Any) -> str:
     return json.dumps(obj, indent=1, sort_keys=True)[:4000]

@@ -26,7 +26,7 @@ from tests.e2e.controller_process import (
     condition,
     create_job,
     dump,
-    events_of,
+    events_once,
     get_job,
     is_true,
     job_pods,
@@ -183,7 +183,8 @@ def test_big_gang_waits_with_a_reason_and_starts_at_once_when_gpus_are_released(
     place, reason = queued["message"].split(": ", 1)
     assert re.fullmatch(r"#\d+ of \d+ in the pool, (nothing|.+\)) ahead", place), place
     assert reason == f"waiting for 16 nvidia.com/gpu in pool pool={label}: 8 free"
-    reasons = {e["reason"]: e["message"] for e in events_of(cluster, namespace, "big")}
+    events = events_once(cluster, namespace, "big", "WaitingForResources")
+    reasons = {e["reason"]: e["message"] for e in events}
     assert reasons["WaitingForResources"] == queued["message"]
     assert job_pods(cluster, namespace, "big") == [], "no pod of a gang that does not fit"
 
@@ -248,8 +249,7 @@ def test_gang_not_bound_in_time_is_torn_down_and_requeued(
         timeout=20,
         what="the unbound gang torn down",
     )
-    reasons = [e["reason"] for e in events_of(cluster, namespace, "stuck")]
-    assert "GangScheduleTimeout" in reasons
+    assert events_once(cluster, namespace, "stuck", "GangScheduleTimeout")
     second = cluster.wait_for(
         lambda: live_pods(cluster, namespace, "stuck"), timeout=30, what="the gang re-admitted"
     )
@@ -288,7 +288,7 @@ def test_exit_code_137_restarts_the_whole_gang_and_exit_code_1_fails_the_job(
     restarted = get_job(cluster, namespace, "ec")
     assert restarted["metadata"]["annotations"]["torchgate.io/restarts"] == "1"
     assert condition(restarted, "Restarting") is not None or is_true(restarted, "Running")
-    assert any(e["reason"] == "PyTorchJobRestarting" for e in events_of(cluster, namespace, "ec"))
+    assert events_once(cluster, namespace, "ec", "PyTorchJobRestarting")
 
     cluster.finish_pod(namespace, "ec-worker-0", 1)
     failed = cluster.wait_for(

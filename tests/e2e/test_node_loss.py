@@ -28,6 +28,7 @@ from tests.e2e.controller_process import (
     create_job,
     dump,
     events_of,
+    events_once,
     get_job,
     is_true,
     job_pods,
@@ -153,8 +154,11 @@ def test_a_gang_on_a_node_that_stops_heartbeating_runs_again_whole_elsewhere(
         restarting = condition(stored, "Restarting")
         running = condition(stored, "Running")
         assert (restarting or running) is not None, dump(stored)
-        events = [e for e in events_of(cluster, namespace, "gang") if e["reason"] == "NodeLost"]
-        assert events, [e["reason"] for e in events_of(cluster, namespace, "gang")]
+        events = [
+            e
+            for e in events_once(cluster, namespace, "gang", "NodeLost")
+            if e["reason"] == "NodeLost"
+        ]
         assert lost in events[0]["message"]
         assert gang_restarts(controller, "NodeLost") >= 1
         # Force-deleted: nothing of the first attempt is left waiting for the lost node's kubelet.
@@ -193,8 +197,11 @@ def test_a_no_execute_health_taint_puts_the_gang_back_together_within_15_seconds
     assert stored is not None
     assert not is_true(stored, "Failed"), dump(stored)
     assert "torchgate.io/restarts" not in stored["metadata"].get("annotations", {})
-    events = [e for e in events_of(cluster, namespace, "gang") if e["reason"] == "NodeTainted"]
-    assert events, [e["reason"] for e in events_of(cluster, namespace, "gang")]
+    events = [
+        e
+        for e in events_once(cluster, namespace, "gang", "NodeTainted")
+        if e["reason"] == "NodeTainted"
+    ]
     assert "nvidia.com/gpu-health" in events[0]["message"]
     assert sick in events[0]["message"]
     assert gang_restarts(controller, "NodeTainted") >= 1
@@ -313,7 +320,8 @@ def test_a_node_that_fails_every_sandbox_is_quarantined_and_clearing_returns_it_
         quarantines = 'torchgate_controller_node_quarantines_total{cause="PodStuck"}'
         assert metric(controller, quarantines) >= 1
         assert gang_restarts(controller, "PodStuck") >= 2
-        reasons = [e["reason"] for e in events_of(cluster, namespace, "failing")]
+        events = events_once(cluster, namespace, "failing", "PodStuck", "NodeQuarantined")
+        reasons = [e["reason"] for e in events]
         assert "PodStuck" in reasons
         assert "NodeQuarantined" in reasons
         cluster.wait_for(
@@ -390,7 +398,8 @@ def test_a_job_whose_image_exists_nowhere_fails_on_its_backoff_limit_and_quarant
         annotations = stored["metadata"]["annotations"]
         assert annotations["torchgate.io/restarts"] == "1"
         assert annotations["torchgate.io/image-pull-stuck"] in nodes
-        reasons = [e["reason"] for e in events_of(cluster, namespace, "typo")]
+        events = events_once(cluster, namespace, "typo", "PodStuck", "ImagePullFailed")
+        reasons = [e["reason"] for e in events]
         assert reasons.count("PodStuck") == 1
         assert "ImagePullFailed" in reasons
         assert all(quarantine_taint(cluster, n) is None for n in nodes)
