@@ -812,7 +812,7 @@ def test_webhook_and_controller_count_the_same_claimed_gpus(
     admitter = Admitter(
         on_admit_job=lambda key: None, on_reason=lambda key: None, claims_for=lambda ns: claims
     )
-    admitter.note(("team-ns", "dra"), priority=0, gpu_resource=_GPU, gpus=sources)
+    admitter.note(("team-ns", "dra"), priority=0, gpus=sources)
     built = [
         build_pod(
             stored, parsed, r.replica_type, i, node=None, attempt=0, gpus=sources, claims=claims

@@ -232,17 +232,15 @@ class Admitter:
         key: JobKey,
         *,
         priority: int,
-        gpu_resource: str,
-        gpus: GpuSources | None = None,
+        gpus: GpuSources,
         ends_by: float | None = None,
     ) -> None:
         """What a running job counts as (its pods may carry no or an older priority).
 
-        ``ends_by``: when it has ended at the latest (wall clock), when it has a deadline.
+        ``gpus``: what its policy counts as GPUs; ``ends_by``: when it has ended at the latest
+        (wall clock), when it has a deadline.
         """
-        self.ledger.note(
-            key, priority=priority, gpus=gpus or GpuSources(gpu_resource), ends_by=ends_by
-        )
+        self.ledger.note(key, priority=priority, gpus=gpus, ends_by=ends_by)
 
     def reservation_for(self, key: JobKey, uid: str) -> Mapping[str, str] | None:
         """Where the job's pods go, when capacity is reserved for it."""

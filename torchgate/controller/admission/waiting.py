@@ -8,9 +8,10 @@ scheduler cache apart for the same reason. The module is pure: callers pass the 
 Rules:
 
 1. ``request``: a job asks once per reconcile (idempotent) with a ``GangRequest``; it keeps its
-   place in the queue (``since``, and the ``created`` and GPU sources it first asked with) as
-   long as its uid is the same, with the demands, usage and priority it asked with last. A new
-   uid (the job was recreated) starts a new place.
+   place in the queue (``since``, and the ``created`` it first asked with) as long as its uid
+   is the same, with everything else as it asked last (demands, usage, priority, and the GPU
+   sources of its policy: an admin who changes a policy's ``gpuResource`` changes what its
+   waiting jobs count as GPUs). A new uid (the job was recreated) starts a new place.
 2. ``ready``: the jobs the cycle decides, in admission order (``pool.admission_order``), leaving
    out those still backing off. The order (``ordered``) is kept until a job joins or leaves the
    queue or asks with anything changed; ``version`` counts those changes, so what is read from
@@ -121,7 +122,7 @@ class WaitingQueue:
         current = self.waiting.get(key)
         if current is not None and current.request.uid == request.uid:
             kept = current.request
-            asked = replace(request, created=kept.created, gpus=kept.gpus)
+            asked = replace(request, created=kept.created)
             if asked != kept:
                 self._changed()
             current.request = asked

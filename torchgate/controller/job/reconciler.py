@@ -484,7 +484,6 @@ class Reconciler:
                 self.admitter.note(
                     key,
                     priority=self.priority_of(_priority_class(spec)),
-                    gpu_resource=policy.gpu_resource,
                     gpus=gpus,
                     ends_by=_ends_by(spec, status),
                 )

@@ -12,6 +12,7 @@ from tests.builders.pod import pod
 from tests.unit.controller.helpers import ask
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.packing import WAVE_HELD
+from torchgate.pytorchjob.devices import GpuSources
 
 ALONE = "#1 of 1 in the pool, nothing ahead: "  # the place a lone waiting job is told
 
@@ -109,7 +110,7 @@ def test_backfill_keeps_off_the_nodes_the_head_gets_when_a_gang_with_a_deadline_
     old = ("default", "old")  # 2 nodes, ends by 30 s from now (its startTime + deadline)
     for index in range(2):
         admitter.on_pod("ADDED", pod(f"old-{index}", gang=old, node=f"n{index}", gpus=8), None)
-    admitter.note(old, priority=0, gpu_resource="nvidia.com/gpu", ends_by=wall + 30)
+    admitter.note(old, priority=0, gpus=GpuSources("nvidia.com/gpu"), ends_by=wall + 30)
     head = ask(admitter, gpu_job("head", workers=2, gpus=8).build(), created="2026-01-01T00:00:00Z")
     long = ask(admitter, gpu_job("long", workers=0, gpus=8).build(), created="2026-01-01T00:00:01Z")
     short = ask(
@@ -372,7 +373,7 @@ def test_a_freed_wave_is_awaited_for_at_most_the_wave_hold() -> None:
     )
     old = ("default", "old")  # the part of the wave still running on n1, due in 5 s
     admitter.on_pod("ADDED", pod("old-0", gang=old, node="n1", gpus=8), None)
-    admitter.note(old, priority=0, gpu_resource="nvidia.com/gpu", ends_by=wall + 5)
+    admitter.note(old, priority=0, gpus=GpuSources("nvidia.com/gpu"), ends_by=wall + 5)
     alike = {"activeDeadlineSeconds": 30}
     first = ask(
         admitter,

@@ -143,7 +143,7 @@ def running_pod(name: str, node_name: str) -> dict[str, Any]:
 def test_a_running_pods_claimed_gpus_count_once() -> None:
     claims = [allocated_claim("dra-0", *range(8), owner="a-worker-0")]
     admitter = admitter_with([resource_slice("dra-0", 16)], claims)
-    admitter.note(("default", "a"), priority=0, gpu_resource=GPU, gpus=SOURCES)
+    admitter.note(("default", "a"), priority=0, gpus=SOURCES)
     admitter.on_pod("ADDED", running_pod("a-worker-0", "dra-0"), None)
     admitter.cycle()
     assert admitter.ledger.free()["dra-0"][GPU] == 8000
@@ -202,7 +202,7 @@ def test_claims_seen_after_a_running_pod_count_its_gpus_from_then_on() -> None:
     admitter = admitter_with(
         [resource_slice("dra-0", 16)], claims, claims_for=lambda namespace: seen_now[0]
     )
-    admitter.note(("default", "a"), priority=0, gpu_resource=GPU, gpus=SOURCES)
+    admitter.note(("default", "a"), priority=0, gpus=SOURCES)
     admitter.on_pod("ADDED", running_pod("a-worker-0", "dra-0"), None)
     admitter.cycle()
     (gang,) = admitter.ledger.holding({}, 0.0)

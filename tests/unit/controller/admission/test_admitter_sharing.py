@@ -25,6 +25,7 @@ from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.poolsource import PoolSource, team_statuses
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import TEAM_QUOTAS
+from torchgate.pytorchjob.devices import GpuSources
 from torchgate.pytorchjob.pool import (
     PoolSettings,
     TeamQuota,
@@ -186,7 +187,7 @@ def test_a_hold_on_victims_stuck_terminating_is_given_up_after_their_grace_perio
 def test_a_running_gang_counts_with_the_priority_its_reconcile_reports() -> None:
     admitter, _, _ = make([node("n0")])
     admitter.on_pod("ADDED", pod("vip-master-0", gang=("ns", "vip"), node="n0", gpus=8), None)
-    admitter.note(("ns", "vip"), priority=500, gpu_resource="nvidia.com/gpu")
+    admitter.note(("ns", "vip"), priority=500, gpus=GpuSources("nvidia.com/gpu"))
     ask(admitter, job("mid").master(gpus=8).build(), priority=100)
     admitter.cycle()
     assert admitter.preempted_by(("ns", "vip")) is None, "its pods say 0, its job says 500"

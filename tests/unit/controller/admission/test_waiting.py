@@ -142,3 +142,13 @@ def test_asking_again_unchanged_keeps_what_was_read_from_the_queue() -> None:
     assert queue.version == version, "a reconcile asking again changes nothing"
     ask(queue, "a", min_count=2)
     assert queue.version > version, "new terms are read again"
+
+
+def test_asking_again_with_a_changed_gpu_resource_counts_with_the_new_one() -> None:
+    queue = WaitingQueue()
+    ask(queue, "a", now=1.0)
+    version = queue.version
+    ask(queue, "a", now=5.0, gpus=GpuSources("example.com/accel"))
+    waiting = queue.waiting[("ns", "a")]
+    assert (waiting.since, waiting.request.gpu_resource) == (1.0, "example.com/accel")
+    assert queue.version > version, "what it counts as GPUs is read again"
