@@ -14,12 +14,17 @@ Rules:
 3. A command that another distribution provides (:data:`PROVIDED_ELSEWHERE`), asked for while that
    distribution is not installed, gets one line saying how to install it and exit code 2 (a usage
    error), not argparse's list of choices.
+4. Output read by a reader that stops early (``torchgate check ... | head``) ends the command
+   quietly, as SIGPIPE ends ``cat``: no traceback, exit code :data:`EXIT_BROKEN_PIPE`, which no
+   command uses for a verdict (0, 1 and 2 keep their meaning).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -64,6 +69,8 @@ PROVIDED_ELSEWHERE: Final[Mapping[str, tuple[str, str]]] = {
 """name -> (the distribution that provides it, how to install that)."""
 
 EXIT_USAGE: Final = 2
+EXIT_BROKEN_PIPE: Final = 128 + signal.SIGPIPE
+"""What a shell reports for a process SIGPIPE ended (rule 4)."""
 
 
 class Command(Protocol):
@@ -149,7 +156,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
     parser = build_parser(selected if selected in commands else None, commands)
     args = parser.parse_args(arguments)
-    return commands[args.command].command().run(args)
+    try:
+        code = commands[args.command].command().run(args)
+        sys.stdout.flush()  # here, not at interpreter exit, where a closed pipe prints a traceback
+    except BrokenPipeError:
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
+    return code
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush meets no closed pipe (rule 4)."""
+    try:
+        descriptor = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a file (a test's capture): nothing is flushed at exit
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, descriptor)
+    os.close(devnull)
 
 
 if __name__ == "__main__":
