@@ -132,9 +132,7 @@ class PoolChannel:
     def _client(self) -> KubeClient:
         if self._direct is None:
             assert self.target.url is not None
-            context = ssl.create_default_context(
-                cafile=str(self.target.ca_file) if self.target.ca_file else None
-            )
+            context = _trusting(self.target.ca_file)
             self._direct = KubeClient.for_server(self.target.url, tls=context, timeout=10.0)
             self._direct.authorize = self.api.authorize
         return self._direct
@@ -143,3 +141,20 @@ class PoolChannel:
         """Close the direct connection (the cluster client is the caller's)."""
         if self._direct is not None:
             await self._direct.close()
+
+
+def _trusting(ca_file: Path | None) -> ssl.SSLContext:
+    """A client context trusting ``ca_file``, else the system's CAs.
+
+    A file that cannot be read or holds no PEM certificate is an ``Unanswered`` naming the flag
+    and the file (rule 3), not a traceback.
+    """
+    if ca_file is None:
+        return ssl.create_default_context()
+    try:
+        return ssl.create_default_context(cafile=str(ca_file))
+    except ssl.SSLError:
+        problem = "no PEM certificate in it"
+    except OSError as exc:
+        problem = f"cannot read: {exc.strerror}"
+    raise Unanswered(f"--controller-ca {ca_file}: {problem}")
