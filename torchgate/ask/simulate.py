@@ -32,6 +32,7 @@ from torchgate.kube.client import ConfigError, KubeClient, current_namespace
 from torchgate.kube.errors import AlreadyExists, ApiError, Invalid
 from torchgate.kube.resources import PYTORCHJOBS
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.manifests import yaml_problem
 from torchgate.pytorchjob.outlook import (
     FORECAST_PATH,
     Forecast,
@@ -121,13 +122,16 @@ def run(args: argparse.Namespace) -> int:
 
 def read_jobs(path: str) -> list[dict[str, Any]]:
     """The PyTorchJob documents of a file (``-``: stdin); ``ValueError`` when unreadable."""
+    source = "<stdin>" if path == "-" else path
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
         documents = list(yaml.safe_load_all(text))
     except OSError as exc:
-        raise ValueError(f"{path}: cannot read: {exc.strerror}") from None
+        raise ValueError(f"{source}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{source}: not UTF-8 text") from None
     except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from None
+        raise ValueError(yaml_problem(source, exc)) from None
     return [d for d in documents if isinstance(d, dict) and d.get("kind") == names.KIND]
 
 

@@ -25,6 +25,7 @@ import yaml
 
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.fieldpath import FieldError, render_warnings
+from torchgate.pytorchjob.manifests import yaml_problem
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
 from torchgate.pytorchjob.pool import QUOTA_KIND, TeamQuota, parse_team_quota
 from torchgate.webhook.policysource import PolicyFileError, read_policy_files
@@ -139,21 +140,10 @@ def read_documents(path: str) -> Iterator[Document]:
         nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
         objects = list(yaml.safe_load_all(text))
     except yaml.YAMLError as exc:
-        raise InputError(_yaml_error(source, exc)) from None
+        raise InputError(yaml_problem(source, exc)) from None
     for index, (node, obj) in enumerate(zip(nodes, objects, strict=False)):
         if isinstance(obj, dict) and obj.get("kind") == names.KIND:
             yield Document(source, index, obj, node)
-
-
-def _yaml_error(source: str, exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
-    if context and context_mark is not None and context_mark is not mark:
-        problem = f"{problem} ({context} at line {context_mark.line + 1})"
-    if mark is None:
-        return f"{source}: not valid YAML: {problem}"
-    return f"{source}:{mark.line + 1}:{mark.column + 1}: not valid YAML: {problem}"
 
 
 @dataclass(frozen=True, slots=True)
