@@ -32,7 +32,11 @@ from torchgate.kube.client import ConfigError, KubeClient, current_namespace
 from torchgate.kube.errors import AlreadyExists, ApiError, Invalid
 from torchgate.kube.resources import PYTORCHJOBS
 from torchgate.pytorchjob import names
-from torchgate.pytorchjob.manifests import yaml_problem
+from torchgate.pytorchjob.manifests import (
+    misspelled_kind,
+    misspelled_kind_problem,
+    yaml_problem,
+)
 from torchgate.pytorchjob.outlook import (
     FORECAST_PATH,
     Forecast,
@@ -132,6 +136,10 @@ def read_jobs(path: str) -> list[dict[str, Any]]:
         raise ValueError(f"{source}: not UTF-8 text") from None
     except yaml.YAMLError as exc:
         raise ValueError(yaml_problem(source, exc)) from None
+    for index, document in enumerate(documents):
+        misspelled = misspelled_kind(document)
+        if misspelled is not None:
+            raise ValueError(misspelled_kind_problem(f"{source}[{index}]", misspelled))
     return [d for d in documents if isinstance(d, dict) and d.get("kind") == names.KIND]
 
 

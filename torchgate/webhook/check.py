@@ -4,7 +4,10 @@ It runs exactly what ``kubectl apply`` would meet (``review.evaluate``: the muta
 defaults, then the validating route's rules on the defaulted object), so a CI pipeline or a user
 can see a denial before submitting. Non-PyTorchJob documents in a file are skipped. Exit codes: 0
 when every job is allowed, 1 when any is denied, 2 when an input cannot be read or parsed (a
-message with the file and line, never a traceback).
+message with the file and line, never a traceback), when a document spells the kind PyTorchJob
+otherwise (``pytorchjob.manifests``), and when the inputs hold no PyTorchJob at all (an empty
+file, stdin from a templating step that failed, the wrong file): "0 checked" would read as a
+pass.
 
 Text output points each error at the line of the manifest it concerns (the YAML node tree is kept
 for that) and shows what defaulting changed as a unified diff.
@@ -25,7 +28,11 @@ import yaml
 
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.fieldpath import FieldError, render_warnings
-from torchgate.pytorchjob.manifests import yaml_problem
+from torchgate.pytorchjob.manifests import (
+    misspelled_kind,
+    misspelled_kind_problem,
+    yaml_problem,
+)
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
 from torchgate.pytorchjob.pool import QUOTA_KIND, TeamQuota, parse_team_quota
 from torchgate.webhook.policysource import PolicyFileError, read_policy_files
@@ -78,7 +85,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         policies = load_policies(args.policy)
         quotas = load_quotas(args.policy)
-        documents = [doc for path in args.files for doc in read_documents(path)]
+        skipped: list[str] = []
+        documents = [doc for path in args.files for doc in read_documents(path, skipped)]
+        if not documents:
+            raise InputError(nothing_to_check(skipped))
     except InputError as exc:
         print(f"torchgate check: {exc}", file=sys.stderr)
         return 2
@@ -127,8 +137,8 @@ def _load(
     return parsed
 
 
-def read_documents(path: str) -> Iterator[Document]:
-    """The PyTorchJob documents of a file (``-`` reads stdin)."""
+def read_documents(path: str, skipped: list[str]) -> Iterator[Document]:
+    """The PyTorchJob documents of a file (``-`` reads stdin); the others go to ``skipped``."""
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -142,8 +152,30 @@ def read_documents(path: str) -> Iterator[Document]:
     except yaml.YAMLError as exc:
         raise InputError(yaml_problem(source, exc)) from None
     for index, (node, obj) in enumerate(zip(nodes, objects, strict=False)):
+        misspelled = misspelled_kind(obj)
+        if misspelled is not None:
+            raise InputError(misspelled_kind_problem(f"{source}[{index}]", misspelled))
         if isinstance(obj, dict) and obj.get("kind") == names.KIND:
             yield Document(source, index, obj, node)
+        else:
+            skipped.append(f"{source}[{index}] {_kind_of(obj)}")
+
+
+def _kind_of(obj: object) -> str:
+    kind = obj.get("kind") if isinstance(obj, dict) else None
+    if isinstance(kind, str) and kind:
+        return kind
+    return "(empty)" if obj is None else "(no kind)"
+
+
+def nothing_to_check(skipped: Sequence[str]) -> str:
+    """Why an input without a PyTorchJob is bad input: what was skipped, the first few named."""
+    if not skipped:
+        return "no PyTorchJob in the input: it is empty"
+    named = ", ".join(skipped[:3]) + (f" and {len(skipped) - 3} more" if len(skipped) > 3 else "")
+    return (
+        f"no PyTorchJob in the input: {len(skipped)} document(s) of other kinds skipped ({named})"
+    )
 
 
 @dataclass(frozen=True, slots=True)

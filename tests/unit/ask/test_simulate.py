@@ -164,3 +164,13 @@ def test_a_file_that_does_not_parse_is_one_line_naming_the_file_and_where(
     assert main(["simulate", "-f", str(path)]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"torchgate simulate: {path}{said}")
+
+
+def test_a_pytorchjob_kind_spelled_otherwise_is_not_skipped_without_a_word(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "jobs.yaml"
+    path.write_text("kind: PyTorchJob\nmetadata: {name: a}\n---\nkind: PytorchJob\n")
+
+    with pytest.raises(ValueError, match=r"jobs.yaml\[1\]: kind 'PytorchJob' is not PyTorchJob"):
+        read_jobs(str(path))

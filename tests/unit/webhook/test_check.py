@@ -164,3 +164,55 @@ def test_an_invalid_policy_file_is_bad_input(
     code, _, err = run(capsys, "--policy", str(policy_file), str(SEEDS / "003-torchrun-cpu.yaml"))
     assert code == 2
     assert "spec.priority" in err
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ("", "no PyTorchJob in the input: it is empty"),
+        (
+            "apiVersion: v1\nkind: ConfigMap\n---\nkind: List\nitems: []\n",
+            "no PyTorchJob in the input: 2 document(s) of other kinds skipped"
+            " ({path}[0] ConfigMap, {path}[1] List)",
+        ),
+    ],
+    ids=["empty", "other-kinds-only"],
+)
+def test_an_input_without_any_pytorchjob_is_bad_input_not_a_pass(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str, said: str
+) -> None:
+    path = tmp_path / "rendered.yaml"
+    path.write_text(content)
+
+    code, out, err = run(capsys, str(path))
+
+    assert code == 2
+    assert out == ""
+    assert err.splitlines() == [f"torchgate check: {said.format(path=path)}"]
+
+
+def test_one_pytorchjob_among_other_kinds_is_enough(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    other = tmp_path / "configmap.yaml"
+    other.write_text("apiVersion: v1\nkind: ConfigMap\n")
+
+    code, _, _ = run(capsys, str(other), str(SEEDS / "003-torchrun-cpu.yaml"))
+
+    assert code == 0
+
+
+@pytest.mark.parametrize("kind", ["PytorchJob", "pytorchjob"])
+def test_a_pytorchjob_kind_spelled_otherwise_is_bad_input_naming_the_document(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, kind: str
+) -> None:
+    source = (SEEDS / "003-torchrun-cpu.yaml").read_text()
+    path = tmp_path / "jobs.yaml"
+    path.write_text(f"{source}\n---\n{source.replace('kind: PyTorchJob', f'kind: {kind}')}")
+
+    code, _, err = run(capsys, str(path))
+
+    assert code == 2
+    assert err.splitlines() == [
+        f"torchgate check: {path}[1]: kind {kind!r} is not PyTorchJob (kinds are case-sensitive)"
+    ]
