@@ -83,6 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Check the files; print the report; return 0 (allowed), 1 (denied) or 2 (bad input)."""
     try:
+        require_policy_documents(args.policy)
         policies = load_policies(args.policy)
         quotas = load_quotas(args.policy)
         skipped: list[str] = []
@@ -106,6 +107,23 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_text(results, sys.stdout)
     return 0 if all(r.evaluation.allowed for r in results) else 1
+
+
+def require_policy_documents(paths: Sequence[Path]) -> None:
+    """Each ``--policy`` file holds a PlacementPolicy or a TeamQuota; else it is an input error.
+
+    A file without either (a job passed as the policy, a misspelled kind) would otherwise leave
+    the built-in policy in force without a word, and the verdict would not be the one asked for.
+    """
+    for path in paths:
+        try:
+            found = read_policy_files([path], kinds=(names.POLICY_KIND, QUOTA_KIND))
+        except PolicyFileError as exc:
+            raise InputError(str(exc)) from None
+        if not found:
+            raise InputError(
+                f"{path}: no {names.POLICY_KIND} or {QUOTA_KIND} in it (--policy reads those)"
+            )
 
 
 def load_policies(paths: Sequence[Path]) -> list[PlacementPolicy]:

@@ -216,3 +216,30 @@ def test_a_pytorchjob_kind_spelled_otherwise_is_bad_input_naming_the_document(
     assert err.splitlines() == [
         f"torchgate check: {path}[1]: kind {kind!r} is not PyTorchJob (kinds are case-sensitive)"
     ]
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"", "{path}: no PlacementPolicy or TeamQuota in it (--policy reads those)"),
+        (
+            b"kind: Placementpolicy\nmetadata: {name: p}\nspec: {maxGPUsPerJob: 1}\n",
+            "{path}: no PlacementPolicy or TeamQuota in it (--policy reads those)",
+        ),
+        (b"\xff\xfe", "{path}: not UTF-8 text"),
+        (b"kind: PlacementPolicy\nspec: [1\n", "{path}:3:1: not valid YAML: expected ',' or ']'"),
+    ],
+    ids=["empty", "no-policy-kind", "not-utf-8", "not-yaml"],
+)
+def test_a_policy_file_that_gives_no_policy_is_bad_input_naming_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: bytes, said: str
+) -> None:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_bytes(content)
+
+    code, out, err = run(capsys, "--policy", str(policy_file), str(SEEDS / "003-torchrun-cpu.yaml"))
+
+    assert code == 2
+    assert out == ""
+    (line,) = err.splitlines()
+    assert line.startswith(f"torchgate check: {said.format(path=policy_file)}")
