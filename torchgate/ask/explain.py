@@ -39,6 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", "--namespace", help="its namespace (default: the context's)")
     parser.add_argument("-o", "--output", choices=["text", "json"], default="text")
     add_channel_arguments(parser)
+    parser.epilog = (
+        "exit codes: 0 explained (from the job's status alone when the controller does not "
+        "answer), 1 no such job, 2 a usage error or the cluster cannot be reached"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

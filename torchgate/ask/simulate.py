@@ -96,6 +96,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", "--namespace", help="for jobs that name none (default: context's)")
     parser.add_argument("-o", "--output", choices=["text", "json"], default="text")
     add_channel_arguments(parser)
+    parser.epilog = (
+        "exit codes: 0 every job allowed, 1 any refused, 2 bad input (unreadable, not YAML, no "
+        "PyTorchJob) or the cluster cannot be reached"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -47,6 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --watch (default 2)",
     )
     add_channel_arguments(parser)
+    parser.epilog = "exit codes: 0 shown, 2 the controller did not answer (without --watch)"
 
 
 def _positive_seconds(text: str) -> float:

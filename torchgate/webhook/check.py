@@ -77,7 +77,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="default",
         help="namespace for jobs that do not name one (selects the policy; default 'default')",
     )
-    parser.add_argument("-o", "--output", choices=["text", "yaml", "json"], default="text")
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=["text", "yaml", "json"],
+        default="text",
+        help="text (default): verdicts, errors with their line, the defaults as a diff; yaml or "
+        "json: the same as data",
+    )
+    parser.epilog = (
+        "exit codes: 0 every job allowed, 1 any denied, 2 bad input (unreadable, not YAML, a "
+        "kind spelled otherwise than PyTorchJob, no PyTorchJob at all, or a --policy file "
+        "without a policy)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
