@@ -17,6 +17,8 @@ Rules:
 4. Output read by a reader that stops early (``torchgate check ... | head``) ends the command
    quietly, as SIGPIPE ends ``cat``: no traceback, exit code :data:`EXIT_BROKEN_PIPE`, which no
    command uses for a verdict (0, 1 and 2 keep their meaning).
+5. A usage error of a selected command (a flag it does not know) shows that command's usage,
+   exit code 2.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
-from typing import Final, Protocol, cast
+from typing import Final, NoReturn, Protocol, cast
 
 # name -> (module, one-line help)
 COMMANDS: Final[Mapping[str, tuple[str, str]]] = {
@@ -113,12 +115,28 @@ def available_commands() -> dict[str, Subcommand]:
     return commands
 
 
+class _TopLevelParser(argparse.ArgumentParser):
+    """``torchgate``'s parser: its errors, once a command is selected, are that command's (rule 5).
+
+    argparse hands the flags a command does not know up to the top level, which would answer
+    ``usage: torchgate [-h] COMMAND ...`` for ``torchgate check -x``.
+    """
+
+    command_parser: argparse.ArgumentParser | None = None
+
+    def error(self, message: str) -> NoReturn:
+        """Report ``message`` with the selected command's usage, else with the top level's."""
+        if self.command_parser is not None:
+            self.command_parser.error(message)
+        super().error(message)
+
+
 def build_parser(
     selected: str | None, commands: Mapping[str, Subcommand] | None = None
 ) -> argparse.ArgumentParser:
     """The top-level parser; only ``selected`` gets its flags loaded."""
     known = available_commands() if commands is None else commands
-    parser = argparse.ArgumentParser(
+    parser = _TopLevelParser(
         prog="torchgate",
         description="Admission webhook, placement policies and gang controller for PyTorchJobs.",
     )
@@ -127,6 +145,7 @@ def build_parser(
         if name == selected:
             sub_parser = sub.add_parser(name, help=subcommand.help, description=subcommand.help)
             subcommand.command().add_arguments(sub_parser)
+            parser.command_parser = sub_parser
         else:
             sub.add_parser(name, help=subcommand.help, add_help=False)
     return parser

@@ -146,3 +146,18 @@ def test_a_broken_pipe_in_any_command_is_the_same_quiet_exit(
     monkeypatch.setattr(sys, "stdout", ClosedPipe())
 
     assert cli.main(["check", "-o", "json", str(manifest)]) == cli.EXIT_BROKEN_PIPE
+
+
+@pytest.mark.parametrize(
+    "arguments", [["check", "--bogus", "job.yaml"], ["--bogus", "check", "job.yaml"]]
+)
+def test_a_flag_the_command_does_not_know_is_that_commands_usage_error(
+    capsys: pytest.CaptureFixture[str], arguments: list[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(arguments)
+
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: torchgate check ")
+    assert err.splitlines()[-1] == "torchgate check: error: unrecognized arguments: --bogus"

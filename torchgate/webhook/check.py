@@ -73,6 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ),
     )
     parser.add_argument(
+        "-n",
         "--namespace",
         default="default",
         help="namespace for jobs that do not name one (selects the policy; default 'default')",

@@ -243,3 +243,26 @@ def test_a_policy_file_that_gives_no_policy_is_bad_input_naming_it(
     assert out == ""
     (line,) = err.splitlines()
     assert line.startswith(f"torchgate check: {said.format(path=policy_file)}")
+
+
+@pytest.mark.parametrize("flag", ["-n", "--namespace"])
+def test_the_namespace_of_jobs_that_name_none_selects_the_policy(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flag: str
+) -> None:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(
+        yaml.safe_dump(policy("tight", namespaces=["team-vision"], maxGPUsPerJob=1))
+    )
+    job = seed_000_with_image(tmp_path)
+    assert "namespace" not in yaml.safe_load(job.read_text())["metadata"]
+
+    elsewhere, _, _ = run(capsys, "--policy", str(policy_file), str(job))
+    code, out, _ = run(
+        capsys, "-o", "json", "--policy", str(policy_file), flag, "team-vision", str(job)
+    )
+
+    assert elsewhere == 0
+    assert code == 1
+    assert [e["field"] for e in json.loads(out)["results"][0]["errors"]] == [
+        "spec.pytorchReplicaSpecs"
+    ]
