@@ -19,6 +19,8 @@ Rules:
    command uses for a verdict (0, 1 and 2 keep their meaning).
 5. A usage error of a selected command (a flag it does not know) shows that command's usage,
    exit code 2.
+6. Ctrl-C ends a command quietly with :data:`EXIT_INTERRUPTED`, as SIGINT ends ``cat``, unless the
+   command handles it itself (``top --watch`` ends with 0, the servers shut down gracefully).
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ PROVIDED_ELSEWHERE: Final[Mapping[str, tuple[str, str]]] = {
 EXIT_USAGE: Final = 2
 EXIT_BROKEN_PIPE: Final = 128 + signal.SIGPIPE
 """What a shell reports for a process SIGPIPE ended (rule 4)."""
+EXIT_INTERRUPTED: Final = 128 + signal.SIGINT
+"""What a shell reports for a process SIGINT ended (rule 6)."""
 
 
 class Command(Protocol):
@@ -181,6 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         _discard_stdout()
         return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
     return code
 
 

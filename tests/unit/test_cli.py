@@ -161,3 +161,16 @@ def test_a_flag_the_command_does_not_know_is_that_commands_usage_error(
     err = capsys.readouterr().err
     assert err.startswith("usage: torchgate check ")
     assert err.splitlines()[-1] == "torchgate check: error: unrecognized arguments: --bogus"
+
+
+def test_ctrl_c_ends_a_command_quietly_with_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    class Typing(io.StringIO):
+        def read(self, size: int | None = -1) -> str:
+            raise KeyboardInterrupt  # Ctrl-C while `torchgate check -` waits for stdin
+
+    monkeypatch.setattr(sys, "stdin", Typing())
+
+    assert cli.main(["check", "-"]) == cli.EXIT_INTERRUPTED == 130
+    assert capsys.readouterr().err == ""
