@@ -17,6 +17,8 @@ Rules:
    authenticates with a client certificate has no token to pass on: the command says so.
 3. Any failure is a ``Unanswered`` with one line for a person; commands go on without the
    controller's answer where they can (explain falls back to the job's own status).
+4. When the cluster itself cannot be asked (no kubeconfig, no apiserver answering), the
+   command's one line says so in those words (:func:`cluster_problem`), never ``HTTP 0``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from torchgate.kube.client import KubeClient
+from torchgate.kube.client import ConfigError, KubeClient
 from torchgate.kube.errors import ApiError, Forbidden, Unauthorized
 from torchgate.kube.resources import SERVICES
 from torchgate.pytorchjob.outlook import SERVICE_NAME, SERVICE_PORT_NAME, TOKEN_HEADER
@@ -81,6 +83,13 @@ def add_channel_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NS",
         help="namespace of the Service torchgate-controller (default torchgate-system)",
     )
+
+
+def cluster_problem(exc: ConfigError | ApiError) -> str:
+    """One line for a person on why the cluster could not be asked (rule 4)."""
+    if isinstance(exc, ApiError) and exc.status == 0:
+        return f"cannot reach the cluster ({exc.method} {exc.path}): {exc.message}"
+    return str(exc)
 
 
 class PoolChannel:

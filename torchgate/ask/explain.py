@@ -22,7 +22,13 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from torchgate.ask.channel import PoolChannel, Unanswered, add_channel_arguments, target_from
+from torchgate.ask.channel import (
+    PoolChannel,
+    Unanswered,
+    add_channel_arguments,
+    cluster_problem,
+    target_from,
+)
 from torchgate.ask.explanation import Explanation, explain, render
 from torchgate.kube.client import ConfigError, KubeClient, current_namespace
 from torchgate.kube.errors import ApiError, NotFound
@@ -55,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(_run(args, written_namespace, name))
     except (ConfigError, ApiError) as exc:
-        print(f"torchgate explain: {exc}", file=sys.stderr)
+        print(f"torchgate explain: {cluster_problem(exc)}", file=sys.stderr)
         return 2
 
 

@@ -27,7 +27,13 @@ from typing import Any
 
 import yaml
 
-from torchgate.ask.channel import PoolChannel, Unanswered, add_channel_arguments, target_from
+from torchgate.ask.channel import (
+    PoolChannel,
+    Unanswered,
+    add_channel_arguments,
+    cluster_problem,
+    target_from,
+)
 from torchgate.kube.client import ConfigError, KubeClient, current_namespace
 from torchgate.kube.errors import AlreadyExists, ApiError, Invalid
 from torchgate.kube.resources import PYTORCHJOBS
@@ -115,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         results = asyncio.run(_simulate_all(args, jobs))
     except (ConfigError, ApiError) as exc:
-        print(f"torchgate simulate: {exc}", file=sys.stderr)
+        print(f"torchgate simulate: {cluster_problem(exc)}", file=sys.stderr)
         return 2
     if args.output == "json":
         shown: Any = results[0].to_json() if len(results) == 1 else [r.to_json() for r in results]

@@ -27,7 +27,13 @@ import sys
 from datetime import UTC, datetime
 from typing import TextIO
 
-from torchgate.ask.channel import PoolChannel, Unanswered, add_channel_arguments, target_from
+from torchgate.ask.channel import (
+    PoolChannel,
+    Unanswered,
+    add_channel_arguments,
+    cluster_problem,
+    target_from,
+)
 from torchgate.ask.poolscreen import render
 from torchgate.kube.client import ConfigError, KubeClient
 from torchgate.kube.errors import ApiError
@@ -68,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 0
     except (ConfigError, ApiError) as exc:
-        print(f"torchgate top: {exc}", file=sys.stderr)
+        print(f"torchgate top: {cluster_problem(exc)}", file=sys.stderr)
         return 2
 
 

@@ -9,7 +9,7 @@ import pytest
 from torchgate.ask import explain
 from torchgate.ask.channel import Unanswered
 from torchgate.cli import main
-from torchgate.kube.errors import NotFound
+from torchgate.kube.errors import NotFound, unreachable
 
 JOBS = "/apis/kubeflow.org/v1/namespaces/{}/pytorchjobs/{}"
 
@@ -94,3 +94,24 @@ def test_a_job_that_cannot_name_one_is_a_usage_error_asking_nothing(
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"torchgate explain: {said}")
     assert apiserver.asked == []
+
+
+def test_a_cluster_that_does_not_answer_is_one_line_saying_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    class Gone(Apiserver):
+        async def request(self, method: str, path: str, **kw: Any) -> Any:
+            raise unreachable(method, path, "Cannot connect to host 127.0.0.1:1")
+
+    async def connect(kubeconfig: str | None) -> Gone:
+        return Gone()
+
+    monkeypatch.setattr(explain.KubeClient, "connect", connect)
+    monkeypatch.setattr(explain, "current_namespace", lambda kubeconfig: "default")
+
+    assert main(["explain", "more"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        f"torchgate explain: cannot reach the cluster (GET {JOBS.format('default', 'more')}): "
+        "Cannot connect to host 127.0.0.1:1"
+    )
