@@ -274,7 +274,8 @@ def print_text(results: Sequence[Result], out: TextIO) -> None:
     for result in results:
         doc = result.document
         where = f"{doc.source}[{doc.index}]"
-        target = f"{result.namespace}/{result.name}" if result.namespace else result.name
+        name = result.name or "(no name)"
+        target = f"{result.namespace}/{name}" if result.namespace else name
         verdict = "allowed" if result.evaluation.allowed else "DENIED"
         out.write(f"{where} {names.KIND} {target}: {verdict}\n")
         for error in result.evaluation.errors:

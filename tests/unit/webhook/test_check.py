@@ -266,3 +266,15 @@ def test_the_namespace_of_jobs_that_name_none_selects_the_policy(
     assert [e["field"] for e in json.loads(out)["results"][0]["errors"]] == [
         "spec.pytorchReplicaSpecs"
     ]
+
+
+def test_a_job_without_a_name_is_shown_as_having_none(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text("kind: PyTorchJob\nmetadata: {namespace: team-vision}\n")
+
+    code, out, _ = run(capsys, str(path))
+
+    assert code == 1
+    assert out.splitlines()[0] == f"{path}[0] PyTorchJob team-vision/(no name): DENIED"
