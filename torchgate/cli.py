@@ -14,17 +14,26 @@ Rules:
 3. A command that another distribution provides (:data:`PROVIDED_ELSEWHERE`), asked for while that
    distribution is not installed, gets one line saying how to install it and exit code 2 (a usage
    error), not argparse's list of choices.
+4. Output read by a reader that stops early (``torchgate check ... | head``) ends the command
+   quietly, as SIGPIPE ends ``cat``: no traceback, exit code :data:`EXIT_BROKEN_PIPE`, which no
+   command uses for a verdict (0, 1 and 2 keep their meaning).
+5. A usage error of a selected command (a flag it does not know) shows that command's usage,
+   exit code 2.
+6. Ctrl-C ends a command quietly with :data:`EXIT_INTERRUPTED`, as SIGINT ends ``cat``, unless the
+   command handles it itself (``top --watch`` ends with 0, the servers shut down gracefully).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
-from typing import Final, Protocol, cast
+from typing import Final, NoReturn, Protocol, cast
 
 # name -> (module, one-line help)
 COMMANDS: Final[Mapping[str, tuple[str, str]]] = {
@@ -64,6 +73,10 @@ PROVIDED_ELSEWHERE: Final[Mapping[str, tuple[str, str]]] = {
 """name -> (the distribution that provides it, how to install that)."""
 
 EXIT_USAGE: Final = 2
+EXIT_BROKEN_PIPE: Final = 128 + signal.SIGPIPE
+"""What a shell reports for a process SIGPIPE ended (rule 4)."""
+EXIT_INTERRUPTED: Final = 128 + signal.SIGINT
+"""What a shell reports for a process SIGINT ended (rule 6)."""
 
 
 class Command(Protocol):
@@ -106,12 +119,28 @@ def available_commands() -> dict[str, Subcommand]:
     return commands
 
 
+class _TopLevelParser(argparse.ArgumentParser):
+    """``torchgate``'s parser: its errors, once a command is selected, are that command's (rule 5).
+
+    argparse hands the flags a command does not know up to the top level, which would answer
+    ``usage: torchgate [-h] COMMAND ...`` for ``torchgate check -x``.
+    """
+
+    command_parser: argparse.ArgumentParser | None = None
+
+    def error(self, message: str) -> NoReturn:
+        """Report ``message`` with the selected command's usage, else with the top level's."""
+        if self.command_parser is not None:
+            self.command_parser.error(message)
+        super().error(message)
+
+
 def build_parser(
     selected: str | None, commands: Mapping[str, Subcommand] | None = None
 ) -> argparse.ArgumentParser:
     """The top-level parser; only ``selected`` gets its flags loaded."""
     known = available_commands() if commands is None else commands
-    parser = argparse.ArgumentParser(
+    parser = _TopLevelParser(
         prog="torchgate",
         description="Admission webhook, placement policies and gang controller for PyTorchJobs.",
     )
@@ -120,6 +149,7 @@ def build_parser(
         if name == selected:
             sub_parser = sub.add_parser(name, help=subcommand.help, description=subcommand.help)
             subcommand.command().add_arguments(sub_parser)
+            parser.command_parser = sub_parser
         else:
             sub.add_parser(name, help=subcommand.help, add_help=False)
     return parser
@@ -149,7 +179,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
     parser = build_parser(selected if selected in commands else None, commands)
     args = parser.parse_args(arguments)
-    return commands[args.command].command().run(args)
+    try:
+        code = commands[args.command].command().run(args)
+        sys.stdout.flush()  # here, not at interpreter exit, where a closed pipe prints a traceback
+    except BrokenPipeError:
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    return code
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush meets no closed pipe (rule 4)."""
+    try:
+        descriptor = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a file (a test's capture): nothing is flushed at exit
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, descriptor)
+    os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -8,15 +8,25 @@ error that says how to install it. The wheel test checks the same with only the 
 from __future__ import annotations
 
 import importlib.metadata
+import io
 import re
+import subprocess
+import sys
 from importlib.metadata import EntryPoint
+from pathlib import Path
 
 import pytest
+import yaml
 
+from tests.builders.job import job
 from torchgate import cli
 from torchgate.webhook import check
 from torchgate_dev import command as dev_command
 
+REFUSED_SEED = (
+    Path(__file__).resolve().parents[2].parent
+    / "shared/seeds/manifests/002-resnet50-nccl-rdma-16.yaml"
+)
 PRODUCT_COMMANDS = ["webhook", "check", "controller", "certs", "explain", "simulate", "top"]
 
 
@@ -106,3 +116,61 @@ def test_the_product_installs_a_kubectl_plugin_that_is_the_same_command() -> Non
 
     # kubectl runs `kubectl-torchgate explain JOB` for `kubectl torchgate explain JOB`.
     assert scripts["kubectl-torchgate"] == scripts["torchgate"] == "torchgate.cli:main"
+
+
+def test_a_reader_that_stops_early_ends_the_command_without_a_traceback() -> None:
+    with subprocess.Popen(
+        [sys.executable, "-m", "torchgate", "check", str(REFUSED_SEED)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as process:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        process.stdout.close()  # `| head -0`: the reader is gone before the first line
+        stderr = process.stderr.read().decode()
+        code = process.wait(timeout=60)
+
+    assert code == cli.EXIT_BROKEN_PIPE == 141
+    assert stderr == ""
+
+
+def test_a_broken_pipe_in_any_command_is_the_same_quiet_exit(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    class ClosedPipe(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(yaml.safe_dump(job("j").master().build()))
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+
+    assert cli.main(["check", "-o", "json", str(manifest)]) == cli.EXIT_BROKEN_PIPE
+
+
+@pytest.mark.parametrize(
+    "arguments", [["check", "--bogus", "job.yaml"], ["--bogus", "check", "job.yaml"]]
+)
+def test_a_flag_the_command_does_not_know_is_that_commands_usage_error(
+    capsys: pytest.CaptureFixture[str], arguments: list[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(arguments)
+
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: torchgate check ")
+    assert err.splitlines()[-1] == "torchgate check: error: unrecognized arguments: --bogus"
+
+
+def test_ctrl_c_ends_a_command_quietly_with_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    class Typing(io.StringIO):
+        def read(self, size: int | None = -1) -> str:
+            raise KeyboardInterrupt  # Ctrl-C while `torchgate check -` waits for stdin
+
+    monkeypatch.setattr(sys, "stdin", Typing())
+
+    assert cli.main(["check", "-"]) == cli.EXIT_INTERRUPTED == 130
+    assert capsys.readouterr().err == ""

@@ -17,6 +17,8 @@ Rules:
    authenticates with a client certificate has no token to pass on: the command says so.
 3. Any failure is a ``Unanswered`` with one line for a person; commands go on without the
    controller's answer where they can (explain falls back to the job's own status).
+4. When the cluster itself cannot be asked (no kubeconfig, no apiserver answering), the
+   command's one line says so in those words (:func:`cluster_problem`), never ``HTTP 0``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from torchgate.kube.client import KubeClient
+from torchgate.kube.client import ConfigError, KubeClient
 from torchgate.kube.errors import ApiError, Forbidden, Unauthorized
 from torchgate.kube.resources import SERVICES
 from torchgate.pytorchjob.outlook import SERVICE_NAME, SERVICE_PORT_NAME, TOKEN_HEADER
@@ -83,6 +85,13 @@ def add_channel_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def cluster_problem(exc: ConfigError | ApiError) -> str:
+    """One line for a person on why the cluster could not be asked (rule 4)."""
+    if isinstance(exc, ApiError) and exc.status == 0:
+        return f"cannot reach the cluster ({exc.method} {exc.path}): {exc.message}"
+    return str(exc)
+
+
 class PoolChannel:
     """Requests to the pool service over the user's cluster client (see the module docstring)."""
 
@@ -132,9 +141,7 @@ class PoolChannel:
     def _client(self) -> KubeClient:
         if self._direct is None:
             assert self.target.url is not None
-            context = ssl.create_default_context(
-                cafile=str(self.target.ca_file) if self.target.ca_file else None
-            )
+            context = _trusting(self.target.ca_file)
             self._direct = KubeClient.for_server(self.target.url, tls=context, timeout=10.0)
             self._direct.authorize = self.api.authorize
         return self._direct
@@ -143,3 +150,20 @@ class PoolChannel:
         """Close the direct connection (the cluster client is the caller's)."""
         if self._direct is not None:
             await self._direct.close()
+
+
+def _trusting(ca_file: Path | None) -> ssl.SSLContext:
+    """A client context trusting ``ca_file``, else the system's CAs.
+
+    A file that cannot be read or holds no PEM certificate is an ``Unanswered`` naming the flag
+    and the file (rule 3), not a traceback.
+    """
+    if ca_file is None:
+        return ssl.create_default_context()
+    try:
+        return ssl.create_default_context(cafile=str(ca_file))
+    except ssl.SSLError:
+        problem = "no PEM certificate in it"
+    except OSError as exc:
+        problem = f"cannot read: {exc.strerror}"
+    raise Unanswered(f"--controller-ca {ca_file}: {problem}")

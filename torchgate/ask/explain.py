@@ -4,7 +4,11 @@ Reads the job, its pods and its Events with the user's own credentials, asks the
 pool service for its live outlook (``channel``), and prints ``explanation.render`` (``-o json``:
 ``Explanation.to_json``). When the controller does not answer, the job's own status says what it
 last wrote, and the output says the live view is missing. Exit codes: 0 explained, 1 no such job,
-2 the cluster cannot be reached or read.
+2 a usage error or the cluster cannot be reached or read.
+
+``JOB`` is a name, or ``NAMESPACE/NAME`` as ``top``, ``simulate`` and ``explain`` itself print a
+job, so a job can be pasted from their output; ``-n`` that names another namespace is a usage
+error, not a lookup of a job that cannot exist.
 """
 
 from __future__ import annotations
@@ -18,7 +22,13 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from torchgate.ask.channel import PoolChannel, Unanswered, add_channel_arguments, target_from
+from torchgate.ask.channel import (
+    PoolChannel,
+    Unanswered,
+    add_channel_arguments,
+    cluster_problem,
+    target_from,
+)
 from torchgate.ask.explanation import Explanation, explain, render
 from torchgate.kube.client import ConfigError, KubeClient, current_namespace
 from torchgate.kube.errors import ApiError, NotFound
@@ -29,34 +39,59 @@ from torchgate.pytorchjob.outlook import JOBS_PATH, MalformedAnswer, outlook_fro
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare ``torchgate explain`` flags."""
-    parser.add_argument("job", metavar="JOB", help="the PyTorchJob's name")
+    parser.add_argument(
+        "job", metavar="JOB", help="the PyTorchJob's name, or NAMESPACE/NAME as top prints it"
+    )
     parser.add_argument("-n", "--namespace", help="its namespace (default: the context's)")
     parser.add_argument("-o", "--output", choices=["text", "json"], default="text")
     add_channel_arguments(parser)
+    parser.epilog = (
+        "exit codes: 0 explained (from the job's status alone when the controller does not "
+        "answer), 1 no such job, 2 a usage error or the cluster cannot be reached"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Explain the job; print it; return the exit code."""
     try:
-        return asyncio.run(_run(args))
-    except (ConfigError, ApiError) as exc:
+        written_namespace, name = job_key(args.job, args.namespace)
+    except ValueError as exc:
         print(f"torchgate explain: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_run(args, written_namespace, name))
+    except (ConfigError, ApiError) as exc:
+        print(f"torchgate explain: {cluster_problem(exc)}", file=sys.stderr)
         return 2
 
 
-async def _run(args: argparse.Namespace) -> int:
-    namespace = args.namespace or current_namespace(args.kubeconfig)
+def job_key(job: str, namespace: str | None) -> tuple[str | None, str]:
+    """(namespace, name) of ``JOB``: a name, or ``NAMESPACE/NAME``; ``ValueError`` otherwise.
+
+    The namespace is ``None`` when neither ``JOB`` nor ``-n`` names one (the context's applies).
+    """
+    parts = job.split("/")
+    if len(parts) == 1 and job:
+        return namespace, job
+    if len(parts) != 2 or not all(parts):
+        raise ValueError(f"JOB is a name or NAMESPACE/NAME, not {job!r}")
+    written, name = parts
+    if namespace is not None and namespace != written:
+        raise ValueError(f"-n {namespace} contradicts the namespace of {job}")
+    return written, name
+
+
+async def _run(args: argparse.Namespace, written_namespace: str | None, name: str) -> int:
+    namespace = written_namespace or current_namespace(args.kubeconfig)
     api = await KubeClient.connect(args.kubeconfig)
     channel = PoolChannel(
         api, target_from(args.controller, args.controller_ca, args.controller_namespace, os.environ)
     )
     try:
         try:
-            job = await api.request("GET", PYTORCHJOBS.path(namespace, args.job))
+            job = await api.request("GET", PYTORCHJOBS.path(namespace, name))
         except NotFound:
-            print(
-                f"torchgate explain: {names.KIND} {namespace}/{args.job} not found", file=sys.stderr
-            )
+            print(f"torchgate explain: {names.KIND} {namespace}/{name} not found", file=sys.stderr)
             return 1
         explanation = await gather(api, channel, job)
     finally:

@@ -27,11 +27,22 @@ from typing import Any
 
 import yaml
 
-from torchgate.ask.channel import PoolChannel, Unanswered, add_channel_arguments, target_from
+from torchgate.ask.channel import (
+    PoolChannel,
+    Unanswered,
+    add_channel_arguments,
+    cluster_problem,
+    target_from,
+)
 from torchgate.kube.client import ConfigError, KubeClient, current_namespace
 from torchgate.kube.errors import AlreadyExists, ApiError, Invalid
 from torchgate.kube.resources import PYTORCHJOBS
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.manifests import (
+    misspelled_kind,
+    misspelled_kind_problem,
+    yaml_problem,
+)
 from torchgate.pytorchjob.outlook import (
     FORECAST_PATH,
     Forecast,
@@ -91,6 +102,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", "--namespace", help="for jobs that name none (default: context's)")
     parser.add_argument("-o", "--output", choices=["text", "json"], default="text")
     add_channel_arguments(parser)
+    parser.epilog = (
+        "exit codes: 0 every job allowed, 1 any refused, 2 bad input (unreadable, not YAML, no "
+        "PyTorchJob) or the cluster cannot be reached"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -106,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         results = asyncio.run(_simulate_all(args, jobs))
     except (ConfigError, ApiError) as exc:
-        print(f"torchgate simulate: {exc}", file=sys.stderr)
+        print(f"torchgate simulate: {cluster_problem(exc)}", file=sys.stderr)
         return 2
     if args.output == "json":
         shown: Any = results[0].to_json() if len(results) == 1 else [r.to_json() for r in results]
@@ -121,13 +136,20 @@ def run(args: argparse.Namespace) -> int:
 
 def read_jobs(path: str) -> list[dict[str, Any]]:
     """The PyTorchJob documents of a file (``-``: stdin); ``ValueError`` when unreadable."""
+    source = "<stdin>" if path == "-" else path
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
         documents = list(yaml.safe_load_all(text))
     except OSError as exc:
-        raise ValueError(f"{path}: cannot read: {exc.strerror}") from None
+        raise ValueError(f"{source}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{source}: not UTF-8 text") from None
     except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from None
+        raise ValueError(yaml_problem(source, exc)) from None
+    for index, document in enumerate(documents):
+        misspelled = misspelled_kind(document)
+        if misspelled is not None:
+            raise ValueError(misspelled_kind_problem(f"{source}[{index}]", misspelled))
     return [d for d in documents if isinstance(d, dict) and d.get("kind") == names.KIND]
 
 

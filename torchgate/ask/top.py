@@ -12,7 +12,7 @@ Rules:
 1. On a terminal the screen is cut to its width and, with ``--watch``, redrawn in place every
    ``--interval`` seconds (cursor home, clear); anywhere else (a pipe, a file) the output is plain
    text, never cut, with no escape sequence, and ``--watch`` prints one screen after another,
-   separated by a blank line.
+   separated by a blank line. The interval is more than 0 seconds (a usage error otherwise).
 2. When the controller does not answer, one line says why on stderr: exit 2 (with ``--watch``
    the screen says so and the next refresh tries again).
 """
@@ -27,7 +27,13 @@ import sys
 from datetime import UTC, datetime
 from typing import TextIO
 
-from torchgate.ask.channel import PoolChannel, Unanswered, add_channel_arguments, target_from
+from torchgate.ask.channel import (
+    PoolChannel,
+    Unanswered,
+    add_channel_arguments,
+    cluster_problem,
+    target_from,
+)
 from torchgate.ask.poolscreen import render
 from torchgate.kube.client import ConfigError, KubeClient
 from torchgate.kube.errors import ApiError
@@ -40,9 +46,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare ``torchgate top`` flags."""
     parser.add_argument("-w", "--watch", action="store_true", help="refresh until interrupted")
     parser.add_argument(
-        "--interval", type=float, default=2.0, metavar="SECONDS", help="with --watch (default 2)"
+        "--interval",
+        type=_positive_seconds,
+        default=2.0,
+        metavar="SECONDS",
+        help="with --watch (default 2)",
     )
     add_channel_arguments(parser)
+    parser.epilog = "exit codes: 0 shown, 2 the controller did not answer (without --watch)"
+
+
+def _positive_seconds(text: str) -> float:
+    """``--interval``: seconds above 0 (0 or less would ask the controller in a tight loop)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not seconds > 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds: {text!r}")
+    return seconds
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 0
     except (ConfigError, ApiError) as exc:
-        print(f"torchgate top: {exc}", file=sys.stderr)
+        print(f"torchgate top: {cluster_problem(exc)}", file=sys.stderr)
         return 2
 
 

@@ -67,7 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(and stay Completed, with their logs) before they are deleted; pending pods and the "
         "pods of a failed job go at once (default 5)",
     )
-    parser.add_argument("--resync-seconds", type=float, default=300.0)
+    parser.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=300.0,
+        help="every job is reconciled again this often, events or not (default 300)",
+    )
     parser.add_argument(
         "--starvation-seconds",
         type=float,
@@ -132,7 +137,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("POD_NAMESPACE", "default"),
         help="namespace of the Lease (default $POD_NAMESPACE or 'default')",
     )
-    parser.add_argument("--leader-election-id", default="torchgate-controller")
+    parser.add_argument(
+        "--leader-election-id",
+        default="torchgate-controller",
+        help="name of the Lease (default torchgate-controller)",
+    )
     pool = parser.add_argument_group(
         "pool service (forecasts for the webhook, explain, simulate and top; TLS, leader only)"
     )
@@ -142,7 +151,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="HTTPS port of the pool service (default 0: not served)",
     )
-    pool.add_argument("--pool-service-bind-address", default="0.0.0.0")
+    pool.add_argument(
+        "--pool-service-bind-address", default="0.0.0.0", help="address to listen on (default all)"
+    )
     pool.add_argument("--tls-cert-file", type=Path, help="the pool service's certificate")
     pool.add_argument("--tls-private-key-file", type=Path, help="its key")
     pool.add_argument(
@@ -152,7 +163,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "it leads, so the Service torchgate-controller routes to the leader; needs "
         "$POD_NAMESPACE or --leader-election-namespace",
     )
-    parser.add_argument("--metrics-bind-address", default="0.0.0.0")
+    parser.add_argument(
+        "--metrics-bind-address", default="0.0.0.0", help="address of --metrics-port (default all)"
+    )
     parser.add_argument(
         "--metrics-port", type=int, default=8080, help="plain HTTP /metrics /healthz; 0 disables"
     )

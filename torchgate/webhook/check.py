@@ -4,7 +4,10 @@ It runs exactly what ``kubectl apply`` would meet (``review.evaluate``: the muta
 defaults, then the validating route's rules on the defaulted object), so a CI pipeline or a user
 can see a denial before submitting. Non-PyTorchJob documents in a file are skipped. Exit codes: 0
 when every job is allowed, 1 when any is denied, 2 when an input cannot be read or parsed (a
-message with the file and line, never a traceback).
+message with the file and line, never a traceback), when a document spells the kind PyTorchJob
+otherwise (``pytorchjob.manifests``), and when the inputs hold no PyTorchJob at all (an empty
+file, stdin from a templating step that failed, the wrong file): "0 checked" would read as a
+pass.
 
 Text output points each error at the line of the manifest it concerns (the YAML node tree is kept
 for that) and shows what defaulting changed as a unified diff.
@@ -25,6 +28,11 @@ import yaml
 
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.fieldpath import FieldError, render_warnings
+from torchgate.pytorchjob.manifests import (
+    misspelled_kind,
+    misspelled_kind_problem,
+    yaml_problem,
+)
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
 from torchgate.pytorchjob.pool import QUOTA_KIND, TeamQuota, parse_team_quota
 from torchgate.webhook.policysource import PolicyFileError, read_policy_files
@@ -65,19 +73,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ),
     )
     parser.add_argument(
+        "-n",
         "--namespace",
         default="default",
         help="namespace for jobs that do not name one (selects the policy; default 'default')",
     )
-    parser.add_argument("-o", "--output", choices=["text", "yaml", "json"], default="text")
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=["text", "yaml", "json"],
+        default="text",
+        help="text (default): verdicts, errors with their line, the defaults as a diff; yaml or "
+        "json: the same as data",
+    )
+    parser.epilog = (
+        "exit codes: 0 every job allowed, 1 any denied, 2 bad input (unreadable, not YAML, a "
+        "kind spelled otherwise than PyTorchJob, no PyTorchJob at all, or a --policy file "
+        "without a policy)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Check the files; print the report; return 0 (allowed), 1 (denied) or 2 (bad input)."""
     try:
+        require_policy_documents(args.policy)
         policies = load_policies(args.policy)
         quotas = load_quotas(args.policy)
-        documents = [doc for path in args.files for doc in read_documents(path)]
+        skipped: list[str] = []
+        documents = [doc for path in args.files for doc in read_documents(path, skipped)]
+        if not documents:
+            raise InputError(nothing_to_check(skipped))
     except InputError as exc:
         print(f"torchgate check: {exc}", file=sys.stderr)
         return 2
@@ -95,6 +120,23 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_text(results, sys.stdout)
     return 0 if all(r.evaluation.allowed for r in results) else 1
+
+
+def require_policy_documents(paths: Sequence[Path]) -> None:
+    """Each ``--policy`` file holds a PlacementPolicy or a TeamQuota; else it is an input error.
+
+    A file without either (a job passed as the policy, a misspelled kind) would otherwise leave
+    the built-in policy in force without a word, and the verdict would not be the one asked for.
+    """
+    for path in paths:
+        try:
+            found = read_policy_files([path], kinds=(names.POLICY_KIND, QUOTA_KIND))
+        except PolicyFileError as exc:
+            raise InputError(str(exc)) from None
+        if not found:
+            raise InputError(
+                f"{path}: no {names.POLICY_KIND} or {QUOTA_KIND} in it (--policy reads those)"
+            )
 
 
 def load_policies(paths: Sequence[Path]) -> list[PlacementPolicy]:
@@ -126,8 +168,8 @@ def _load(
     return parsed
 
 
-def read_documents(path: str) -> Iterator[Document]:
-    """The PyTorchJob documents of a file (``-`` reads stdin)."""
+def read_documents(path: str, skipped: list[str]) -> Iterator[Document]:
+    """The PyTorchJob documents of a file (``-`` reads stdin); the others go to ``skipped``."""
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -139,21 +181,32 @@ def read_documents(path: str) -> Iterator[Document]:
         nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
         objects = list(yaml.safe_load_all(text))
     except yaml.YAMLError as exc:
-        raise InputError(_yaml_error(source, exc)) from None
+        raise InputError(yaml_problem(source, exc)) from None
     for index, (node, obj) in enumerate(zip(nodes, objects, strict=False)):
+        misspelled = misspelled_kind(obj)
+        if misspelled is not None:
+            raise InputError(misspelled_kind_problem(f"{source}[{index}]", misspelled))
         if isinstance(obj, dict) and obj.get("kind") == names.KIND:
             yield Document(source, index, obj, node)
+        else:
+            skipped.append(f"{source}[{index}] {_kind_of(obj)}")
 
 
-def _yaml_error(source: str, exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
-    if context and context_mark is not None and context_mark is not mark:
-        problem = f"{problem} ({context} at line {context_mark.line + 1})"
-    if mark is None:
-        return f"{source}: not valid YAML: {problem}"
-    return f"{source}:{mark.line + 1}:{mark.column + 1}: not valid YAML: {problem}"
+def _kind_of(obj: object) -> str:
+    kind = obj.get("kind") if isinstance(obj, dict) else None
+    if isinstance(kind, str) and kind:
+        return kind
+    return "(empty)" if obj is None else "(no kind)"
+
+
+def nothing_to_check(skipped: Sequence[str]) -> str:
+    """Why an input without a PyTorchJob is bad input: what was skipped, the first few named."""
+    if not skipped:
+        return "no PyTorchJob in the input: it is empty"
+    named = ", ".join(skipped[:3]) + (f" and {len(skipped) - 3} more" if len(skipped) > 3 else "")
+    return (
+        f"no PyTorchJob in the input: {len(skipped)} document(s) of other kinds skipped ({named})"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +274,8 @@ def print_text(results: Sequence[Result], out: TextIO) -> None:
     for result in results:
         doc = result.document
         where = f"{doc.source}[{doc.index}]"
-        target = f"{result.namespace}/{result.name}" if result.namespace else result.name
+        name = result.name or "(no name)"
+        target = f"{result.namespace}/{name}" if result.namespace else name
         verdict = "allowed" if result.evaluation.allowed else "DENIED"
         out.write(f"{where} {names.KIND} {target}: {verdict}\n")
         for error in result.evaluation.errors:

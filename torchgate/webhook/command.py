@@ -60,7 +60,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=10.0,
         help="seconds between checks of the certificate and policy files (default 10)",
     )
-    parser.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES)
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=MAX_BODY_BYTES,
+        help="a larger review is answered HTTP 400 (default 7 MiB, as controller-runtime)",
+    )
     parser.add_argument(
         "--shutdown-delay-seconds",
         type=float,

@@ -55,6 +55,7 @@ from torchgate.pytorchjob.devices import (
     unseen_sources,
 )
 from torchgate.pytorchjob.fieldpath import FieldError
+from torchgate.pytorchjob.manifests import yaml_problem
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
 from torchgate.pytorchjob.pool import QUOTA_KIND, TeamQuota, parse_team_quota
 from torchgate.pytorchjob.projection import project_claim_spec
@@ -180,7 +181,7 @@ def _name_of(raw: Mapping[str, Any]) -> str:
 
 
 class PolicyFileError(ValueError):
-    """A policy file that cannot be read or parsed as YAML."""
+    """A policy file that cannot be read, is not UTF-8 or not YAML."""
 
 
 def read_policy_files(
@@ -193,10 +194,10 @@ def read_policy_files(
             documents = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
         except OSError as exc:
             raise PolicyFileError(f"{path}: cannot read: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise PolicyFileError(f"{path}: not UTF-8 text") from None
         except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f":{mark.line + 1}" if mark is not None else ""
-            raise PolicyFileError(f"{path}{where}: not valid YAML") from None
+            raise PolicyFileError(yaml_problem(str(path), exc)) from None
         for document in documents:
             if isinstance(document, dict) and document.get("kind") in kinds:
                 objects.append(document)

@@ -76,3 +76,25 @@ async def test_failures_become_one_line_for_a_person(error: Exception, said: str
 
     with pytest.raises(Unanswered, match=said):
         await channel.get("/v1/pool")
+
+
+@pytest.mark.parametrize(
+    ("ca_file", "said"),
+    [
+        ("missing.crt", "cannot read: No such file or directory"),
+        (".", "cannot read: Is a directory"),
+        ("not-a-certificate.crt", "no PEM certificate in it"),
+    ],
+    ids=["missing", "directory", "not-pem"],
+)
+async def test_a_controller_ca_that_cannot_be_used_is_one_line_naming_the_file(
+    tmp_path: Path, ca_file: str, said: str
+) -> None:
+    (tmp_path / "not-a-certificate.crt").write_text("kind: PyTorchJob\n")
+    path = tmp_path / ca_file
+    channel = PoolChannel(UserClient(), Target("https://127.0.0.1:1", path))  # type: ignore[arg-type]
+
+    with pytest.raises(Unanswered) as unanswered:
+        await channel.get("/v1/pool")
+
+    assert str(unanswered.value) == f"--controller-ca {path}: {said}"

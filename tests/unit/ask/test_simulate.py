@@ -9,6 +9,7 @@ import pytest
 
 from torchgate.ask.channel import Unanswered
 from torchgate.ask.simulate import Simulation, read_jobs, render, simulate
+from torchgate.cli import main
 from torchgate.kube.errors import AlreadyExists, Invalid
 from torchgate.pytorchjob.outlook import Forecast, Gang, Place
 
@@ -143,4 +144,33 @@ def test_only_the_pytorchjobs_of_a_file_are_simulated(tmp_path: Path) -> None:
     assert read_jobs(str(path)) == [{"kind": "PyTorchJob", "metadata": {"name": "a"}}]
     path.write_text("kind: [unclosed")
     with pytest.raises(ValueError, match="not valid YAML"):
+        read_jobs(str(path))
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"kind: PyTorchJob\nspec: [unclosed\n", ":3:1: not valid YAML: expected ',' or ']'"),
+        (b"\xff\xfe kind: PyTorchJob\n", ": not UTF-8 text"),
+    ],
+    ids=["unclosed-flow", "not-utf-8"],
+)
+def test_a_file_that_does_not_parse_is_one_line_naming_the_file_and_where(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, said: str
+) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_bytes(content)
+
+    assert main(["simulate", "-f", str(path)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"torchgate simulate: {path}{said}")
+
+
+def test_a_pytorchjob_kind_spelled_otherwise_is_not_skipped_without_a_word(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "jobs.yaml"
+    path.write_text("kind: PyTorchJob\nmetadata: {name: a}\n---\nkind: PytorchJob\n")
+
+    with pytest.raises(ValueError, match=r"jobs.yaml\[1\]: kind 'PytorchJob' is not PyTorchJob"):
         read_jobs(str(path))

@@ -11,6 +11,7 @@ import pytest
 
 from torchgate.ask import top
 from torchgate.ask.channel import Unanswered
+from torchgate.cli import main
 from torchgate.pytorchjob.outlook import PoolView, QueueEntry
 
 LONG = "team vision is at its quota (16/16 GPUs; may borrow 8 more); " + "x" * 120
@@ -108,3 +109,14 @@ def test_once_without_an_answer_says_why_and_exits_2(
 
     assert code == 2
     assert "torchgate top: nobody home" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("interval", ["0", "-1", "nan", "soon"])
+def test_an_interval_that_is_not_a_positive_number_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], interval: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["top", "--watch", "--interval", interval])
+
+    assert exit_info.value.code == 2
+    assert "argument --interval" in capsys.readouterr().err.splitlines()[-1]

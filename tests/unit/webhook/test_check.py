@@ -164,3 +164,117 @@ def test_an_invalid_policy_file_is_bad_input(
     code, _, err = run(capsys, "--policy", str(policy_file), str(SEEDS / "003-torchrun-cpu.yaml"))
     assert code == 2
     assert "spec.priority" in err
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ("", "no PyTorchJob in the input: it is empty"),
+        (
+            "apiVersion: v1\nkind: ConfigMap\n---\nkind: List\nitems: []\n",
+            "no PyTorchJob in the input: 2 document(s) of other kinds skipped"
+            " ({path}[0] ConfigMap, {path}[1] List)",
+        ),
+    ],
+    ids=["empty", "other-kinds-only"],
+)
+def test_an_input_without_any_pytorchjob_is_bad_input_not_a_pass(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str, said: str
+) -> None:
+    path = tmp_path / "rendered.yaml"
+    path.write_text(content)
+
+    code, out, err = run(capsys, str(path))
+
+    assert code == 2
+    assert out == ""
+    assert err.splitlines() == [f"torchgate check: {said.format(path=path)}"]
+
+
+def test_one_pytorchjob_among_other_kinds_is_enough(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    other = tmp_path / "configmap.yaml"
+    other.write_text("apiVersion: v1\nkind: ConfigMap\n")
+
+    code, _, _ = run(capsys, str(other), str(SEEDS / "003-torchrun-cpu.yaml"))
+
+    assert code == 0
+
+
+@pytest.mark.parametrize("kind", ["PytorchJob", "pytorchjob"])
+def test_a_pytorchjob_kind_spelled_otherwise_is_bad_input_naming_the_document(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, kind: str
+) -> None:
+    source = (SEEDS / "003-torchrun-cpu.yaml").read_text()
+    path = tmp_path / "jobs.yaml"
+    path.write_text(f"{source}\n---\n{source.replace('kind: PyTorchJob', f'kind: {kind}')}")
+
+    code, _, err = run(capsys, str(path))
+
+    assert code == 2
+    assert err.splitlines() == [
+        f"torchgate check: {path}[1]: kind {kind!r} is not PyTorchJob (kinds are case-sensitive)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"", "{path}: no PlacementPolicy or TeamQuota in it (--policy reads those)"),
+        (
+            b"kind: Placementpolicy\nmetadata: {name: p}\nspec: {maxGPUsPerJob: 1}\n",
+            "{path}: no PlacementPolicy or TeamQuota in it (--policy reads those)",
+        ),
+        (b"\xff\xfe", "{path}: not UTF-8 text"),
+        (b"kind: PlacementPolicy\nspec: [1\n", "{path}:3:1: not valid YAML: expected ',' or ']'"),
+    ],
+    ids=["empty", "no-policy-kind", "not-utf-8", "not-yaml"],
+)
+def test_a_policy_file_that_gives_no_policy_is_bad_input_naming_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: bytes, said: str
+) -> None:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_bytes(content)
+
+    code, out, err = run(capsys, "--policy", str(policy_file), str(SEEDS / "003-torchrun-cpu.yaml"))
+
+    assert code == 2
+    assert out == ""
+    (line,) = err.splitlines()
+    assert line.startswith(f"torchgate check: {said.format(path=policy_file)}")
+
+
+@pytest.mark.parametrize("flag", ["-n", "--namespace"])
+def test_the_namespace_of_jobs_that_name_none_selects_the_policy(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flag: str
+) -> None:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(
+        yaml.safe_dump(policy("tight", namespaces=["team-vision"], maxGPUsPerJob=1))
+    )
+    job = seed_000_with_image(tmp_path)
+    assert "namespace" not in yaml.safe_load(job.read_text())["metadata"]
+
+    elsewhere, _, _ = run(capsys, "--policy", str(policy_file), str(job))
+    code, out, _ = run(
+        capsys, "-o", "json", "--policy", str(policy_file), flag, "team-vision", str(job)
+    )
+
+    assert elsewhere == 0
+    assert code == 1
+    assert [e["field"] for e in json.loads(out)["results"][0]["errors"]] == [
+        "spec.pytorchReplicaSpecs"
+    ]
+
+
+def test_a_job_without_a_name_is_shown_as_having_none(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text("kind: PyTorchJob\nmetadata: {namespace: team-vision}\n")
+
+    code, out, _ = run(capsys, str(path))
+
+    assert code == 1
+    assert out.splitlines()[0] == f"{path}[0] PyTorchJob team-vision/(no name): DENIED"
