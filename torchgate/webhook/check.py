@@ -30,6 +30,7 @@ from torchgate.pytorchjob.pool import QUOTA_KIND, TeamQuota, parse_team_quota
 from torchgate.webhook.policysource import PolicyFileError, read_policy_files
 from torchgate.webhook.review import Evaluation, evaluate
 from torchgate.webhook.validation.sharing import resolve_team
+from torchgate.webhook.yamlinput import load_documents
 
 Parsed = TypeVar("Parsed")
 
@@ -136,11 +137,10 @@ def read_documents(path: str) -> Iterator[Document]:
         raise InputError(f"{path}: not UTF-8 text") from None
     source = "<stdin>" if path == "-" else path
     try:
-        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
-        objects = list(yaml.safe_load_all(text))
+        documents = load_documents(text)
     except yaml.YAMLError as exc:
         raise InputError(_yaml_error(source, exc)) from None
-    for index, (node, obj) in enumerate(zip(nodes, objects, strict=False)):
+    for index, (node, obj) in enumerate(documents):
         if isinstance(obj, dict) and obj.get("kind") == names.KIND:
             yield Document(source, index, obj, node)
 
