@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.builders.job import container, cpu_job, job
+from tests.builders.policy import parsed_policy
 from tests.unit.webhook.validationcases import (
     DUPLICATE,
     FORBIDDEN,
@@ -210,6 +211,18 @@ MALFORMED = [
         "suspend-string",
         cpu_job().run_policy(suspend="yes").build(),
         [(INVALID, "spec.runPolicy.suspend")],
+    ),
+    case(  # found by fuzzing: Python converts at most 4300 digits, and the webhook crashed
+        "gpu-count-of-5000-digits",
+        job().master(gpus="9" * 5000).build(),
+        [(FORBIDDEN, "spec.pytorchReplicaSpecs")],
+        parsed_policy("small", maxGPUsPerJob=8),
+    ),
+    case(
+        "gpu-count-beyond-the-decimal-exponent",
+        job().master(gpus="1e1000000").build(),
+        [(FORBIDDEN, "spec.pytorchReplicaSpecs")],
+        parsed_policy("small", maxGPUsPerJob=8),
     ),
     case(
         "rdzv-port-out-of-range",
