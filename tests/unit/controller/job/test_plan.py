@@ -520,6 +520,15 @@ def test_active_deadline_is_a_timer_then_fails_the_job() -> None:
     assert sorted(result.delete_pods) == sorted(ALL)
 
 
+def test_the_largest_active_deadline_the_api_stores_is_a_timer() -> None:
+    # found by fuzzing: an int64 deadline ends after the year 9999, and planning raised
+    world = running_world(gpu_job("demo", workers=2).run_policy(activeDeadlineSeconds=2**63 - 1))
+    world.tick(100)
+    result = world.plan()
+    assert result.requeue_after == pytest.approx(2**63 - 1 - 100)
+    assert result.status is None or condition(result.status, "Failed") is None
+
+
 def test_ttl_after_finished_is_a_timer_then_deletes_the_job() -> None:
     world = succeeded_world(gpu_job("demo", workers=2).run_policy(ttlSecondsAfterFinished=60))
     first = world.plan()
