@@ -31,6 +31,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
+from torchgate.pytorchjob.digits import parse_integer
+
 Bounds = tuple[int, int]
 
 MAX_COUNT: Final = 2**31 - 1
@@ -91,7 +93,7 @@ def integer_nproc(value: object) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, str):
-        number = int(value) if value.isascii() and value.isdigit() else 0
+        number = parse_integer(value) or 0
     elif isinstance(value, int):
         number = value
     elif isinstance(value, float) and value.is_integer():

@@ -28,9 +28,12 @@ from tests.unit.webhook.validationcases import (
     setting,
 )
 from torchgate.pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy
+from torchgate.pytorchjob.progress import ANNOTATION_PROGRESS_DEADLINE
 from torchgate.webhook.validation import validate_create
 
 # ---------------------------------------------------------------------- malformed input
+
+BIG = "9" * 5000  # digits
 
 MALFORMED = [
     case(
@@ -223,6 +226,26 @@ MALFORMED = [
         job().master(gpus="1e1000000").build(),
         [(FORBIDDEN, "spec.pytorchReplicaSpecs")],
         parsed_policy("small", maxGPUsPerJob=8),
+    ),
+    case(  # Python turns at most 4300 digits into an int: these crashed the webhook
+        "nproc-of-5000-digits",
+        cpu_job().nproc(BIG).build(),
+        [(INVALID, "spec.nprocPerNode")],
+    ),
+    case(
+        "progress-deadline-of-5000-digits",
+        cpu_job().annotate(ANNOTATION_PROGRESS_DEADLINE, BIG).build(),
+        [(INVALID, f"metadata.annotations[{ANNOTATION_PROGRESS_DEADLINE}]")],
+    ),
+    case(
+        "nnodes-of-5000-digits",
+        job().master(command=["torchrun", f"--nnodes={BIG}", "t.py"]).workers(1).build(),
+        [(INVALID, f"{MC0}.command")],
+    ),
+    case(
+        "gpus-flag-of-5000-digits",
+        job().master(args=["--gpus", BIG]).workers(1).build(),
+        [(INVALID, f"{MC0}.args")],
     ),
     case(
         "rdzv-port-out-of-range",
