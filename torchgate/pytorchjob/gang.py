@@ -8,6 +8,8 @@ numbers, so the webhook (which reads raw objects) and the controller (which read
 
 Rules:
 
+- Replica counts: at most ``MAX_REPLICAS`` pods of one replica type (webhook and controller
+  alike refuse more).
 - Total replicas: the sum of the replica counts (Master and Worker).
 - Elastic bounds ``(minReplicas, maxReplicas)``: an unset bound copies the other; both unset are
   the Worker count (the training-operator's ``setElasticPolicy``).
@@ -29,10 +31,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
+from torchgate.pytorchjob.digits import parse_integer
+
 Bounds = tuple[int, int]
 
 MAX_COUNT: Final = 2**31 - 1
 """Replica counts and ``minAvailable`` are int32 in the API: a larger number is not a count."""
+
+MAX_REPLICAS: Final = 100_000
+"""Most pods of one replica type: Kubernetes' own limit for index-addressed pods (an Indexed Job's
+``completions`` and ``parallelism``), far beyond any gang a cluster can place. The controller
+names, plans and demands every pod of a job on each reconcile, so an int32 count (2,147,483,647
+workers pass the CRD schema) would stall it for hours and exhaust its memory."""
 
 
 def total_replicas(counts: Iterable[int]) -> int:
@@ -83,7 +93,7 @@ def integer_nproc(value: object) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, str):
-        number = int(value) if value.isascii() and value.isdigit() else 0
+        number = parse_integer(value) or 0
     elif isinstance(value, int):
         number = value
     elif isinstance(value, float) and value.is_integer():

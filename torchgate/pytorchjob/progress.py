@@ -29,6 +29,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from torchgate.pytorchjob.digits import parse_integer
+
 ANNOTATION_PROGRESS_DEADLINE: Final = "torchgate.io/progress-deadline-seconds"
 PROGRESS_FILE_ENV: Final = "TORCHGATE_PROGRESS_FILE"
 PROGRESS_FILE: Final = "/tmp/torchgate-progress"
@@ -43,9 +45,9 @@ def parse_deadline(value: object) -> int | None:
         return None
     if isinstance(value, int):
         return value if value > 0 else None
-    if isinstance(value, str) and value.isascii() and value.isdigit():
-        number = int(value)
-        return number if number > 0 else None
+    if isinstance(value, str):
+        number = parse_integer(value)
+        return number if number is not None and number > 0 else None
     return None
 
 

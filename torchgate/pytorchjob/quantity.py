@@ -4,13 +4,17 @@ Why not a library: the asyncio Kubernetes client ships no quantity parser, and b
 torchgate need one that agrees with the apiserver: the webhook refuses what the apiserver would
 refuse (``$GPU_PER_NODE`` is not a quantity) and the controller sums requests against node
 allocatable without float rounding (``100m`` CPU times 30 must be exactly 3).
+
+As the apiserver's ``ParseQuantity``: an exponent suffix (``1e3``) that is not a 32-bit integer is
+not a quantity, and a quantity beyond ``2^63 - 1`` is capped to it (``maxAllowed``), so however
+many digits a manifest holds, what is parsed stays a number that can be counted and printed.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import MAX_EMAX, MIN_EMIN, Decimal, InvalidOperation, localcontext
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
@@ -32,6 +36,11 @@ _QUANTITY = re.compile(
 )
 
 
+MAX_QUANTITY = Decimal(2**63 - 1)
+"""The apiserver's ``maxAllowed``: a larger quantity is capped to it."""
+_MAX_EXPONENT_DIGITS = 9  # an exponent of more digits may not fit 32 bits: refused (ErrSuffix)
+
+
 class QuantityError(ValueError):
     """A value that is not a Kubernetes quantity."""
 
@@ -46,11 +55,11 @@ def parse_quantity(value: object) -> Decimal:
     if isinstance(value, bool) or value is None:
         raise QuantityError(f"{value!r} is not a quantity")
     if isinstance(value, int):
-        return Decimal(value)
+        return _capped(Decimal(value))
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             raise QuantityError(f"{value!r} is not a quantity")
-        return Decimal(repr(value))
+        return _capped(Decimal(repr(value)))
     if not isinstance(value, str):
         raise QuantityError(f"{type(value).__name__} is not a quantity")
     return _parse_text(value)
@@ -69,7 +78,20 @@ def _parse_text(value: str) -> Decimal:
         raise QuantityError(f"{value!r} is not a quantity") from exc
     suffix = match["suffix"]
     if suffix in _BINARY:
-        return number * _BINARY[suffix]
+        return _capped(number * _BINARY[suffix])
     if suffix in _DECIMAL:
-        return number * _DECIMAL[suffix]
-    return number.scaleb(int(suffix[1:]))
+        return _capped(number * _DECIMAL[suffix])
+    exponent = suffix[1:].lstrip("+-")
+    if len(exponent) > _MAX_EXPONENT_DIGITS:
+        raise QuantityError(f"{value!r} is not a quantity: its exponent is too large")
+    with localcontext() as context:  # room for any 32-bit exponent: scaled exactly, then capped
+        context.Emax, context.Emin = MAX_EMAX, MIN_EMIN
+        return _capped(number.scaleb(int(suffix[1:])))
+
+
+def _capped(amount: Decimal) -> Decimal:
+    if amount > MAX_QUANTITY:
+        return MAX_QUANTITY
+    if amount < -MAX_QUANTITY:
+        return -MAX_QUANTITY
+    return amount

@@ -204,6 +204,10 @@ def _parse_replica_specs(value: object, errors: list[FieldError]) -> tuple[Repli
         if count is None or count < 0:
             errors.append(invalid(path.child("replicas"), replicas, "must be an integer >= 0"))
             continue
+        if count > gang.MAX_REPLICAS:
+            detail = f"must be less than or equal to {gang.MAX_REPLICAS}"
+            errors.append(invalid(path.child("replicas"), replicas, detail))
+            continue
         restart = entry.get("restartPolicy") or names.DEFAULT_RESTART_POLICY
         if restart not in names.RESTART_POLICIES:
             errors.append(

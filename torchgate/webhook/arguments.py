@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal, NamedTuple
 
 from torchgate.pytorchjob import contract
+from torchgate.pytorchjob.digits import parse_integer
 
 ArgvField = Literal["command", "args"]
 
@@ -235,7 +236,7 @@ def _asks_for_devices(value: str) -> bool:
     if value in ("-1", "auto"):
         return True
     if value.isascii() and value.isdigit():
-        return int(value) > 0
+        return value.strip("0") != ""  # N > 0, however many digits
     return "," in value or value.startswith("[")
 
 
@@ -250,8 +251,10 @@ def parse_nnodes(value: str) -> tuple[int, int] | None:
     match = _NNODES.match(value.strip())
     if not match:
         return None
-    low = int(match[1])
-    high = int(match[2]) if match[2] is not None else low
+    low = parse_integer(match[1])
+    high = parse_integer(match[2]) if match[2] is not None else low
+    if low is None or high is None:  # more digits than any count
+        return None
     return low, high
 
 

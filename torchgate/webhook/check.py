@@ -38,6 +38,7 @@ from torchgate.pytorchjob.pool import QUOTA_KIND, TeamQuota, parse_team_quota
 from torchgate.webhook.policysource import PolicyFileError, read_policy_files
 from torchgate.webhook.review import Evaluation, evaluate
 from torchgate.webhook.validation.sharing import resolve_team
+from torchgate.webhook.yamlinput import load_documents
 
 Parsed = TypeVar("Parsed")
 
@@ -178,11 +179,10 @@ def read_documents(path: str, skipped: list[str]) -> Iterator[Document]:
         raise InputError(f"{path}: not UTF-8 text") from None
     source = "<stdin>" if path == "-" else path
     try:
-        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
-        objects = list(yaml.safe_load_all(text))
+        documents = load_documents(text)
     except yaml.YAMLError as exc:
         raise InputError(yaml_problem(source, exc)) from None
-    for index, (node, obj) in enumerate(zip(nodes, objects, strict=False)):
+    for index, (node, obj) in enumerate(documents):
         misspelled = misspelled_kind(obj)
         if misspelled is not None:
             raise InputError(misspelled_kind_problem(f"{source}[{index}]", misspelled))

@@ -503,10 +503,10 @@ class _JobDefaulter:
         volumes = pod_spec.get("volumes")
         if volumes is not None and not isinstance(volumes, list):
             return
-        taken = set()
-        for volume in volumes or ():
-            if isinstance(volume, _OBJECT):
-                taken.add(volume.get("name"))
+        taken: set[str] = set()
+        for volume in volumes or ():  # a name that is not a string is validation's to report
+            if isinstance(volume, _OBJECT) and isinstance(volume.get("name"), str):
+                taken.add(volume["name"])
         name = SHM_VOLUME
         suffix = 1
         while name in taken:

@@ -61,6 +61,7 @@ from torchgate.pytorchjob.pool import QUOTA_KIND, TeamQuota, parse_team_quota
 from torchgate.pytorchjob.projection import project_claim_spec
 from torchgate.webhook.validation import Team
 from torchgate.webhook.validation.sharing import resolve_team
+from torchgate.webhook.yamlinput import load_documents
 
 log = logging.getLogger("torchgate.webhook.policies")
 
@@ -191,7 +192,7 @@ def read_policy_files(
     objects: list[dict[str, Any]] = []
     for path in paths:
         try:
-            documents = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+            documents = [obj for _, obj in load_documents(path.read_text(encoding="utf-8"))]
         except OSError as exc:
             raise PolicyFileError(f"{path}: cannot read: {exc.strerror}") from None
         except UnicodeDecodeError:

@@ -42,6 +42,11 @@ def test_parse_deadline_takes_positive_whole_seconds_only(
     assert progress.parse_deadline(value) == expected
 
 
+@pytest.mark.parametrize("digits", [20, 5000])
+def test_a_deadline_of_more_digits_than_an_int64_is_no_deadline(digits: int) -> None:
+    assert progress.parse_deadline("9" * digits) is None  # 5000 digits: once a ValueError
+
+
 @pytest.mark.parametrize(("deadline", "period"), [(1, 1), (9, 3), (30, 10), (3600, 10)])
 def test_the_probe_looks_a_third_of_the_deadline_apart_within_1_to_10_seconds(
     deadline: int, period: int

@@ -227,6 +227,11 @@ def test_parse_nnodes(value: str, expected: tuple[int, int] | None) -> None:
     assert parse_nnodes(value) == expected
 
 
+@pytest.mark.parametrize("value", ["9" * 5000, "1:" + "9" * 5000], ids=["count", "range"])
+def test_nnodes_of_more_digits_than_any_count_are_not_parsed(value: str) -> None:
+    assert parse_nnodes(value) is None  # 5000 digits: once a ValueError
+
+
 @settings(deadline=None)  # a loaded CI machine must not turn slowness into failure
 @given(st.lists(st.text(max_size=40), max_size=6), st.lists(st.text(max_size=40), max_size=6))
 def test_never_raises_on_any_strings(command: list[str], args: list[str]) -> None:

@@ -120,6 +120,37 @@ def test_malformed_yaml_exits_2_with_file_and_line(
     assert "Traceback" not in err + out
 
 
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("kind: PyTorchJob\nspec:\n  x: &a [*a]\n", ":3:"),
+        ("kind: PyTorchJob\nspec: " + "[" * 3000 + "]" * 3000 + "\n", ": not valid YAML"),
+    ],
+    ids=["self-containing-anchor", "nested-too-deeply"],
+)
+@pytest.mark.parametrize("output", ["text", "json"])
+def test_yaml_that_kubectl_refuses_exits_2_without_a_traceback(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str, expected: str, output: str
+) -> None:
+    # found by fuzzing: a self-containing list crashed -o json, deep nesting crashed the reader
+    path = tmp_path / "bad.yaml"
+    path.write_text(content)
+    code, out, err = run(capsys, "-o", output, str(path))
+    assert code == 2
+    assert f"{path}{expected}" in err
+    assert "Traceback" not in err + out
+
+
+def test_a_policy_file_that_is_not_utf8_is_bad_input(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_bytes(b"kind: PlacementPolicy\nmetadata: {name: \xff}\n")
+    code, _, err = run(capsys, "--policy", str(policy_file), str(SEEDS / "003-torchrun-cpu.yaml"))
+    assert code == 2
+    assert f"{policy_file}: not UTF-8 text" in err
+
+
 def test_yaml_errors_name_where_the_construct_began(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

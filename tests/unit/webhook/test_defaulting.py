@@ -144,6 +144,16 @@ def test_dev_shm_volume_name_avoids_collisions() -> None:
     assert pod["containers"][0]["volumeMounts"][-1]["name"] == f"{SHM_VOLUME}-2"
 
 
+@pytest.mark.parametrize("name", [["x"], {"a": 1}, 7, None], ids=["list", "object", "int", "null"])
+def test_a_volume_name_that_is_not_a_string_takes_no_name_from_dev_shm(name: Any) -> None:
+    # seen by fuzzing real-world jobs: a list as a volume name crashed the mutating route
+    odd = {"volumes": [{"name": name, "emptyDir": {}}]}
+    raw = job().master(gpus=1, pod_spec=odd).build()
+    pod = at(defaulted(raw).object, *MASTER, *POD)
+    assert pod["volumes"][-1]["name"] == SHM_VOLUME
+    assert pod["containers"][0]["volumeMounts"][-1]["name"] == SHM_VOLUME
+
+
 @pytest.mark.parametrize(
     ("security_context", "expected"),
     [

@@ -10,6 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.builders.job import container, cpu_job, job
+from tests.builders.policy import parsed_policy
+from tests.unit.realworld import REALWORLD_JOBS, broken_jobs
 from tests.unit.webhook.validationcases import (
     DUPLICATE,
     FORBIDDEN,
@@ -27,9 +29,14 @@ from tests.unit.webhook.validationcases import (
     setting,
 )
 from torchgate.pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy
+from torchgate.pytorchjob.progress import ANNOTATION_PROGRESS_DEADLINE
+from torchgate.webhook import review
+from torchgate.webhook.review import evaluate
 from torchgate.webhook.validation import validate_create
 
 # ---------------------------------------------------------------------- malformed input
+
+BIG = "9" * 5000  # digits
 
 MALFORMED = [
     case(
@@ -211,6 +218,38 @@ MALFORMED = [
         cpu_job().run_policy(suspend="yes").build(),
         [(INVALID, "spec.runPolicy.suspend")],
     ),
+    case(  # found by fuzzing: Python converts at most 4300 digits, and the webhook crashed
+        "gpu-count-of-5000-digits",
+        job().master(gpus="9" * 5000).build(),
+        [(FORBIDDEN, "spec.pytorchReplicaSpecs")],
+        parsed_policy("small", maxGPUsPerJob=8),
+    ),
+    case(
+        "gpu-count-beyond-the-decimal-exponent",
+        job().master(gpus="1e1000000").build(),
+        [(FORBIDDEN, "spec.pytorchReplicaSpecs")],
+        parsed_policy("small", maxGPUsPerJob=8),
+    ),
+    case(  # Python turns at most 4300 digits into an int: these crashed the webhook
+        "nproc-of-5000-digits",
+        cpu_job().nproc(BIG).build(),
+        [(INVALID, "spec.nprocPerNode")],
+    ),
+    case(
+        "progress-deadline-of-5000-digits",
+        cpu_job().annotate(ANNOTATION_PROGRESS_DEADLINE, BIG).build(),
+        [(INVALID, f"metadata.annotations[{ANNOTATION_PROGRESS_DEADLINE}]")],
+    ),
+    case(
+        "nnodes-of-5000-digits",
+        job().master(command=["torchrun", f"--nnodes={BIG}", "t.py"]).workers(1).build(),
+        [(INVALID, f"{MC0}.command")],
+    ),
+    case(
+        "gpus-flag-of-5000-digits",
+        job().master(args=["--gpus", BIG]).workers(1).build(),
+        [(INVALID, f"{MC0}.args")],
+    ),
     case(
         "rdzv-port-out-of-range",
         job().workers(1).elastic(rdzvPort=70000).build(),
@@ -270,3 +309,35 @@ def test_any_value_anywhere_never_raises(where: tuple[Any, ...], value: Any) -> 
     setting(*where, value)(raw)
     verdict = validate_create(raw, DEFAULT_POLICY)
     assert all(str(error) for error in verdict.errors)  # every error renders
+
+
+def admission_review(job: Any, operation: str, old: Any = None) -> dict[str, Any]:
+    request = {
+        "uid": "u",
+        "kind": {"group": "kubeflow.org", "version": "v1", "kind": "PyTorchJob"},
+        "namespace": "team-a",
+        "operation": operation,
+        "object": job,
+        **({"oldObject": old} if old is not None else {}),
+    }
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+@settings(
+    max_examples=300,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(broken_jobs(REALWORLD_JOBS))
+def test_a_broken_real_world_job_gets_a_verdict_naming_fields(raw: dict[str, Any]) -> None:
+    evaluation = evaluate(raw, DEFAULT_POLICY)  # torchgate check: defaulting, then validation
+    assert evaluation.allowed is not bool(evaluation.errors)
+    assert all(str(error) for error in evaluation.errors)
+    policy_for = lambda namespace: DEFAULT_POLICY  # noqa: E731
+    mutated = review.mutate(admission_review(raw, "CREATE"), policy_for)
+    for answer in (mutated, review.validate(admission_review(raw, "CREATE"), policy_for)):
+        response = answer["response"]
+        if not response["allowed"]:
+            assert response["status"]["code"] == 422
+            assert all(cause["field"] for cause in response["status"]["details"]["causes"])

@@ -248,6 +248,17 @@ STRUCTURE = [
         job().master().workers(True).build(),
         [(INVALID, f"{W}.replicas")],
     ),
+    case("replicas-at-the-ceiling", job().master().workers(100_000).build(), []),
+    case(
+        "replicas-beyond-the-ceiling",
+        job().master().workers(100_001).build(),
+        [(INVALID, f"{W}.replicas")],
+    ),
+    case(
+        "replicas-int32-max",  # passes the CRD schema; the controller would plan 2^31 pods
+        job().master().workers(2**31 - 1).build(),
+        [(INVALID, f"{W}.replicas")],
+    ),
     case(
         "run-policy-integers",
         cpu_job()

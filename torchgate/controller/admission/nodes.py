@@ -24,18 +24,17 @@ eligibility answer. ``no_eligible_node`` says which filter left no node for a po
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources
+from torchgate.pytorchjob.digits import parse_integer
 from torchgate.pytorchjob.spec import JobSpec, pinned_hosts, pod_spec_of
 from torchgate.pytorchjob.units import Units, parse_capacity, pod_units
 
 BLOCKING_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
-_INTEGER = re.compile(r"^[+-]?[0-9]+$")
 
 
 # ------------------------------------------------------------------ constraint model
@@ -104,10 +103,11 @@ class Requirement:
         if operator in ("Gt", "Lt"):
             if len(values) != 1 or not present:
                 return False
-            label, bound = labels[self.key], values[0]
-            if not _INTEGER.match(label) or not _INTEGER.match(bound):
+            label = parse_integer(labels[self.key], signed=True)
+            bound = parse_integer(values[0], signed=True)
+            if label is None or bound is None:
                 return False
-            return int(label) > int(bound) if operator == "Gt" else int(label) < int(bound)
+            return label > bound if operator == "Gt" else label < bound
         return False
 
     def matches_name(self, node_name: str) -> bool:

@@ -331,7 +331,7 @@ def _toleration_left(
         return 0.0
     if timed.added is None:
         return None
-    return (timed.added + timedelta(seconds=shortest) - now).total_seconds()
+    return st.seconds_left(timed.added, shortest, now=now)
 
 
 def pod_disrupted(pod: Mapping[str, Any], node: str | None) -> Finding:
@@ -390,7 +390,7 @@ def pod_stuck(
         None,
     ) or st.parse_time(_mapping(pod.get("metadata")).get("creationTimestamp"))
     since = scheduled or now
-    left = (since + timedelta(seconds=stuck_after) - now).total_seconds()
+    left = st.seconds_left(since, stuck_after, now=now)
     if left > 0:
         return Finding(recheck_after=left)
     what = ", ".join(sorted(waiting)) if waiting else "no container status"
@@ -525,4 +525,4 @@ def until_lost(node: NodeHealth | None, *, now: datetime, lost_after: float) -> 
     if not node.exists:
         return 0.0
     since = node.ready_since or now
-    return max(0.0, (since + timedelta(seconds=lost_after) - now).total_seconds())
+    return max(0.0, st.seconds_left(since, lost_after, now=now))

@@ -225,7 +225,9 @@ def merge_env(user_env: object, ours: Sequence[Mapping[str, Any]]) -> list[Any]:
     written by the user keeps working.
     """
     user = user_env if isinstance(user_env, list) else []
-    user_names = {e.get("name") for e in user if isinstance(e, Mapping)}
+    user_names = {
+        e.get("name") for e in user if isinstance(e, Mapping) and isinstance(e.get("name"), str)
+    }
     # A default (contract.DEFAULTS, e.g. PYTHONUNBUFFERED) the user set is theirs to keep.
     ours = [e for e in ours if not (e["name"] in contract.DEFAULTS and e["name"] in user_names)]
     by_name = {str(entry["name"]): entry for entry in ours}

@@ -154,7 +154,7 @@ def _plan_ttl(draft: Draft, pods: GangPods) -> None:
     finished = _finished_at(draft)
     if ttl is None or ttl < 0 or finished is None or draft.job.run_policy.suspend:
         return
-    remaining = (finished + timedelta(seconds=ttl) - draft.now).total_seconds()
+    remaining = st.seconds_left(finished, ttl, now=draft.now)
     grace_left = _finish_grace_left(draft)
     if grace_left > 0 and any(st.phase_of(pod) == "Running" for pod in pods.live):
         remaining = max(remaining, grace_left)

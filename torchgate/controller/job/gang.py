@@ -45,7 +45,6 @@ The rules this module owns (rules 4, 5 and 7 of ``plan``):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import timedelta
 from typing import Any, Final
 
 from torchgate.controller.job import disruption as dis
@@ -417,7 +416,7 @@ def _gang_timed_out(draft: Draft, pods: GangPods, live: Mapping[str, Mapping[str
         st.parse_time(metadata_of(pod).get("creationTimestamp")) or draft.now
         for pod in live.values()
     ]
-    remaining = (min(created) + timedelta(seconds=timeout) - draft.now).total_seconds()
+    remaining = st.seconds_left(min(created), timeout, now=draft.now)
     if remaining > 0:
         draft.timer(remaining)
         return False

@@ -24,6 +24,7 @@ from torchgate.controller.job.disruption import (
 )
 from torchgate.pytorchjob import names, progress
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources
+from torchgate.pytorchjob.digits import parse_integer
 from torchgate.pytorchjob.spec import JobSpec, as_int, pytorch_container_name
 
 ANNOTATION_RESTARTS: Final = "torchgate.io/restarts"
@@ -214,9 +215,7 @@ def controlled_by(obj: Mapping[str, Any], uid: str) -> bool:
 
 def _count(value: object) -> int | None:
     """A non-negative decimal integer written as a string (annotations), else ``None``."""
-    if isinstance(value, str) and value.isascii() and value.isdecimal():
-        return int(value)
-    return None
+    return parse_integer(value) if isinstance(value, str) else None
 
 
 def restarts_of(job: JobSpec) -> int:

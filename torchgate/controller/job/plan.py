@@ -63,7 +63,6 @@ while the job's gang is being created.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
 from typing import Any, Final
 
 from torchgate.controller.job import status as st
@@ -190,7 +189,7 @@ def _deadline_passed(draft: Draft, pods: GangPods) -> bool:
     started = st.parse_time(draft.start_time)
     if deadline is None or started is None:
         return False
-    remaining = (started + timedelta(seconds=deadline) - draft.now).total_seconds()
+    remaining = st.seconds_left(started, deadline, now=draft.now)
     if remaining > 0:
         draft.timer(remaining)
         return False

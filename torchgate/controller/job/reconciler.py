@@ -79,12 +79,12 @@ from torchgate.kube.informer import Informer
 from torchgate.kube.resources import EVENTS, POD_GROUPS, PODS, PYTORCHJOBS, SERVICES, WORKLOADS
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources, pod_claims
-from torchgate.pytorchjob.fieldpath import FieldError
+from torchgate.pytorchjob.fieldpath import FieldError, required
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.policy import PlacementPolicy, QuarantineSettings, select_policy
 from torchgate.pytorchjob.pool import gang_usage
 from torchgate.pytorchjob.progress import progress_deadline
-from torchgate.pytorchjob.spec import JobSpec, parse_job, pod_spec_of
+from torchgate.pytorchjob.spec import REPLICA_SPECS, JobSpec, parse_job, pod_spec_of
 
 log = logging.getLogger("torchgate.controller")
 REASON_FAILED_VALIDATION = "PyTorchJobFailedValidation"
@@ -518,11 +518,13 @@ class Reconciler:
         """A job that is not (yet) ours as the admitter would queue it, or why it cannot be.
 
         The same request its reconcile would ask with, so a forecast decides the gang the
-        admitter will get.
+        admitter will get; a job of no pods asks for none (``plan``), so it is no candidate.
         """
         spec, errors = parse_job(job)
         if spec is None:
             return errors
+        if spec.total_replicas == 0:
+            return [required(REPLICA_SPECS, "must have at least one replica: no pods to place")]
         policy = select_policy(self.policies(), spec.namespace)
         claims = self.claims_for(spec.namespace)
         gpus = policy.gpus(claims)

@@ -67,6 +67,16 @@ def parse_time(value: object) -> datetime | None:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
+def seconds_left(since: datetime, seconds: float, *, now: datetime) -> float:
+    """Seconds from ``now`` until ``seconds`` after ``since`` (negative once past).
+
+    Counted in seconds, never as a datetime: a deadline the API allows (an int64
+    ``activeDeadlineSeconds``, a toleration's ``tolerationSeconds``) can end after the year 9999,
+    past what ``datetime`` holds (``OverflowError``).
+    """
+    return seconds - (now - since).total_seconds()
+
+
 def conditions_of(status: object) -> list[Condition]:
     """Copies of the well-formed conditions of a raw status (entries with a string ``type``)."""
     raw = status.get("conditions") if isinstance(status, Mapping) else None

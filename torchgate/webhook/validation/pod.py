@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from torchgate.pytorchjob import names
+from torchgate.pytorchjob import gang, names
 from torchgate.pytorchjob.fieldpath import (
     ErrorType,
     FieldError,
@@ -96,9 +96,11 @@ def replica_fields(job: JobFacts, replica: ReplicaFacts) -> Findings:
 
 
 def replica_count(job: JobFacts, replica: ReplicaFacts) -> Findings:
-    """``replicas`` is a count: exactly 1 for Master, at least 1 for Worker."""
+    """``replicas`` is a count: exactly 1 for Master, 1 to ``gang.MAX_REPLICAS`` for Worker."""
     pods = replica.pods
-    if pods == 1 or (pods is not None and pods > 1 and replica.key != names.MASTER):
+    if pods == 1 or (
+        pods is not None and 1 < pods <= gang.MAX_REPLICAS and replica.key != names.MASTER
+    ):
         return NONE  # the usual counts (an absent ``replicas`` reads as 1), without a lookup
     raw = replica.spec.get("replicas") if replica.spec is not None else None
     if raw is None:
@@ -110,6 +112,9 @@ def replica_count(job: JobFacts, replica: ReplicaFacts) -> Findings:
         return [forbidden(at(replica.path, "replicas"), "must be 1")]
     if replica.key == names.WORKER and replica.pods < 1:
         return [forbidden(at(replica.path, "replicas"), "must be at least 1")]
+    if replica.pods > gang.MAX_REPLICAS:
+        detail = f"must be less than or equal to {gang.MAX_REPLICAS}"
+        return [invalid(at(replica.path, "replicas"), raw, detail)]
     return NONE
 
 

@@ -151,6 +151,16 @@ def test_affinity_operators(requirement: Requirement, matches: bool) -> None:
 
 
 @pytest.mark.parametrize(
+    ("labels", "bound"), [(LABELS, "9" * 5000), ({"gpus": "9" * 5000}, "4")], ids=["bound", "label"]
+)
+def test_gt_with_more_digits_than_an_int64_never_matches(
+    labels: dict[str, str], bound: str
+) -> None:
+    # a template's affinity is the user's: 5000 digits once raised in the admission cycle
+    assert not Requirement("gpus", "Gt", (bound,)).matches_labels(labels)
+
+
+@pytest.mark.parametrize(
     ("term", "matches"),
     [
         (SelectorTerm(), False),

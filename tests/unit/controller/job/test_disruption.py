@@ -192,6 +192,7 @@ def toleration(seconds: int | None = None, **fields: str) -> dict[str, Any]:
         ([toleration(60), toleration()], tainted(added=-3600), None, None),
         ([toleration(0)], tainted(), "NodeTainted", None),
         ([toleration(60)], tainted(added=None), None, None),
+        ([toleration(2**63 - 1)], tainted(added=-30), None, 2**63 - 1 - 30.0),
         ([], NodeHealth("a100-1"), None, None),
     ],
     ids=[
@@ -204,6 +205,7 @@ def toleration(seconds: int | None = None, **fields: str) -> dict[str, Any]:
         "one-toleration-without-seconds-is-for-ever",
         "zero-seconds",
         "added-at-an-unknown-time",
+        "tolerated-for-the-longest-the-api-stores",  # past the year 9999: once an OverflowError
         "no-taint",
     ],
 )

@@ -204,7 +204,9 @@ def test_merge_env_puts_new_variables_before_user_references_to_them() -> None:
 
 
 @pytest.mark.parametrize(
-    "user", [None, "RANK=1", [None, 3, {"value": "no name"}]], ids=["none", "string", "junk"]
+    "user",
+    [None, "RANK=1", [None, 3, {"value": "no name"}], [{"name": ["RANK"]}, {"name": {"a": 1}}]],
+    ids=["none", "string", "junk", "names-not-strings"],  # the last found by fuzzing: unhashable
 )
 def test_merge_env_never_crashes_on_malformed_user_env(user: object) -> None:
     ours = env([("RANK", "0")])

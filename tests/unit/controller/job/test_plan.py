@@ -13,7 +13,14 @@ from tests.builders.pod import set_phase
 from tests.unit.controller.helpers import NOW, World, env_of, is_quiet
 from torchgate.controller.admission.nodes import Taint
 from torchgate.controller.job.disruption import NodeHealth, TimedTaint, deleted_node, node_health
-from torchgate.controller.job.model import Observed, Plan, Restart
+from torchgate.controller.job.model import (
+    ANNOTATION_ATTEMPT,
+    ANNOTATION_RESTARTS,
+    Observed,
+    Plan,
+    Restart,
+    current_attempt,
+)
 from torchgate.controller.job.plan import plan
 from torchgate.controller.job.status import format_time
 
@@ -518,6 +525,23 @@ def test_active_deadline_is_a_timer_then_fails_the_job() -> None:
     failed = must(result.status, "Failed")
     assert failed["reason"] == "DeadlineExceeded"
     assert sorted(result.delete_pods) == sorted(ALL)
+
+
+def test_a_restarts_annotation_of_5000_digits_counts_as_none() -> None:
+    world = running_world()
+    world.job_raw["metadata"]["annotations"][ANNOTATION_RESTARTS] = "9" * 5000
+    world.job_raw["metadata"]["annotations"].pop(ANNOTATION_ATTEMPT, None)
+    assert current_attempt(world.job_raw["metadata"]["annotations"]) == 1
+    world.plan()  # once a ValueError (Python turns at most 4300 digits into an int)
+
+
+def test_the_largest_active_deadline_the_api_stores_is_a_timer() -> None:
+    # found by fuzzing: an int64 deadline ends after the year 9999, and planning raised
+    world = running_world(gpu_job("demo", workers=2).run_policy(activeDeadlineSeconds=2**63 - 1))
+    world.tick(100)
+    result = world.plan()
+    assert result.requeue_after == pytest.approx(2**63 - 1 - 100)
+    assert result.status is None or condition(result.status, "Failed") is None
 
 
 def test_ttl_after_finished_is_a_timer_then_deletes_the_job() -> None:

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from tests.builders.job import gpu_job, with_uid
+from tests.builders.job import gpu_job, job, with_uid
 from tests.builders.policy import parsed_policy
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.waiting import Waiting
@@ -106,6 +106,17 @@ def test_a_job_the_controller_could_not_run_is_no_candidate() -> None:
 
     assert isinstance(answer, list)
     assert [error.field for error in answer] == ["spec.pytorchReplicaSpecs[Master].replicas"]
+
+
+def test_a_job_of_no_pods_is_no_candidate() -> None:
+    # its reconcile never asks for admission; placing an empty gang raised in the forecast
+    raw = job("empty").workers(0).build()
+    reconciler = reconciler_for(raw, POLICY)
+
+    answer = reconciler.candidate(raw, since=0.0)
+
+    assert isinstance(answer, list)
+    assert [error.field for error in answer] == ["spec.pytorchReplicaSpecs"]
 
 
 def test_a_job_not_stored_yet_is_the_newest_of_its_priority() -> None:
