@@ -267,7 +267,10 @@ def _deletion_requested_at(pod: Mapping[str, Any]) -> datetime | None:
     grace = metadata.get("deletionGracePeriodSeconds")
     if deadline is None or not isinstance(grace, int) or isinstance(grace, bool):
         return deadline
-    return deadline - timedelta(seconds=grace)
+    try:
+        return deadline - timedelta(seconds=grace)
+    except OverflowError:  # an int64 grace period: asked before (or after) any datetime
+        return (datetime.min if grace > 0 else datetime.max).replace(tzinfo=deadline.tzinfo)
 
 
 def _seconds(value: float) -> str:

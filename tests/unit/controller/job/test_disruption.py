@@ -490,3 +490,11 @@ def test_the_gangs_cause_is_its_most_severe_members_and_lists_all_it_hit(
 
 def one_of(member: dict[str, Any], nodes: dict[str, NodeHealth]) -> dis.Disruption | None:
     return dis.judge(member, gone=False, nodes=nodes, now=NOW, lost_after=LOST_AFTER).disruption
+
+
+def test_a_deletion_with_an_int64_grace_period_is_a_deletion_not_an_overflow() -> None:
+    deleted = deleted_with_grace(member(), at=NOW - timedelta(seconds=5))
+    deleted["metadata"]["deletionGracePeriodSeconds"] = 2**63 - 1
+    found = one(deleted)
+    assert found.disruption is not None
+    assert found.disruption.cause == "PodDeleted"
