@@ -55,7 +55,9 @@ Cost: a ``Capacity`` is kept across admission cycles (the admitter updates the n
 capacity changed) and keeps, per shape asked about, its slots per node and per domain and, per
 level, its domains by slot count (``Slots``), current at all times: a change recounts the nodes
 it touches (and moves their ancestors' counts), once, for each shape counted, where it happens
-(a pod taken from a node without a slot leaves it without one, so that node is skipped). Rules
+(a pod taken from a node without a slot leaves it without one, so that node is skipped). A
+domain of one node takes that node's count; a domain of more moves once per run of changed
+nodes under it (a gang's nodes come domain by domain), with no table of summed changes. Rules
 2 and 3 then look at the roomiest domain of each level and the first count that holds the gang,
 not at every domain, so a placement costs what it changes. A cycle decides on a ``fork`` that
 copies nothing per node until it changes one. Explaining a shortfall (rule 7) needs free
@@ -197,7 +199,11 @@ class Topology:
     domains: tuple[_Domain, ...]
     by_level: tuple[tuple[int, ...], ...]
     ancestors: tuple[tuple[int, ...], ...]  # per node, its domains finest first, root last
-    below_root: tuple[tuple[int, ...], ...]  # per node, its domains finest first, without the root
+    # per node, its domains below the root finest first, split in two: those holding it alone
+    # (their count is the node's), then the others (one tuple per distinct chain: the nodes of
+    # the same domains share the object)
+    alone: tuple[tuple[int, ...], ...]
+    shared: tuple[tuple[int, ...], ...]
     index: Mapping[str, int]  # node name -> position in ``node_names``
     member: tuple[tuple[int, ...], ...]  # per level, per node: its domain there
     rank: tuple[int, ...]  # per domain: its place in its level by fewest nodes, then key (rule 3)
@@ -280,13 +286,23 @@ def build_topology(
         for domain in its_domains:
             if domains[domain].node_count == 1:
                 only_node[domain] = position
+    alone: list[tuple[int, ...]] = []
+    shared: list[tuple[int, ...]] = []
+    chains: dict[tuple[int, ...], tuple[int, ...]] = {}  # one object per distinct chain
+    for its_domains in ancestors:
+        below_root = its_domains[:-1]
+        # a prefix: a domain has no fewer nodes than its child
+        own = sum(only_node[domain] >= 0 for domain in below_root)
+        alone.append(below_root[:own])
+        shared.append(chains.setdefault(below_root[own:], below_root[own:]))
     return Topology(
         levels=tuple(levels),
         node_names=tuple(names),
         domains=tuple(domains),
         by_level=by_level,
         ancestors=tuple(ancestors),
-        below_root=tuple(chain[:-1] for chain in ancestors),
+        alone=tuple(alone),
+        shared=tuple(shared),
         index={name: i for i, name in enumerate(names)},
         member=member,
         rank=tuple(rank),
@@ -399,18 +415,16 @@ class Slots:
         )
         return short, counts[-1] > 0
 
-    def shift(self, deltas: Mapping[int, int], topology: Topology) -> None:
-        """Each domain of ``deltas`` (below the root) has that many more slots (fewer if negative).
+    def shift(self, moves: Iterable[tuple[int, int, int]], topology: Topology) -> None:
+        """Move each domain of ``moves`` (below the root, its count already set) by its level.
 
-        One call per change for all its domains (a cycle moves thousands of domain counts).
+        ``moves`` holds ``(domain, count before, count after)``, in the order they happened (a
+        domain may move more than once). One call per change for all its domains (a cycle moves
+        thousands of domain counts).
         """
-        per_domain, all_values, all_masks = self.domains, self.values, self.masks
+        all_values, all_masks = self.values, self.masks
         level_of, rank = topology.level_of, topology.rank
-        for domain, delta in deltas.items():
-            if not delta:
-                continue
-            before = per_domain[domain]
-            after = per_domain[domain] = before + delta
+        for domain, before, after in moves:
             level = level_of[domain]
             masks, bit = all_masks[level], 1 << rank[domain]
             if before > 0:
@@ -824,15 +838,19 @@ class Capacity:
 
         ``taken``: the nodes only lost capacity, so a node without a slot has none still (unless
         its spare resources are kept: they change). Rule 1 is counted inline (``slots_of`` once
-        per changed node and shape is the bulk of a busy cycle's placing); each domain's count
-        moves once by its nodes' summed change.
+        per changed node and shape is the bulk of a busy cycle's placing). A domain holding the
+        node alone takes the node's count; the node's other domains move by the summed change
+        of the consecutive nodes under the same ones (a gang's nodes come domain by domain).
         """
         topology = self.topology
-        allowed, names, below_root = shape.allowed, topology.node_names, topology.below_root
-        per_node, free = slots.nodes, self.free
+        allowed, names = shape.allowed, topology.node_names
+        alone, shared = topology.alone, topology.shared
+        per_node, per_domain, free = slots.nodes, slots.domains, self.free
         pod, one_per_node, spare = shape.pod, shape.one_per_node, slots.spare
         skip_empty = taken and spare is None
-        deltas: dict[int, int] = {}
+        moves: list[tuple[int, int, int]] = []
+        run_domains: tuple[int, ...] = ()  # the shared domains of the last changed node
+        run = 0  # their change not yet counted
         pool_delta = 0
         for node in nodes:
             before = per_node[node]
@@ -857,12 +875,22 @@ class Capacity:
             if delta:
                 per_node[node] = after
                 pool_delta += delta
-                for domain in below_root[node]:
-                    deltas[domain] = deltas.get(domain, 0) + delta
+                for domain in alone[node]:
+                    per_domain[domain] = after
+                    moves.append((domain, before, after))
+                above = shared[node]
+                if above is run_domains:
+                    run += delta
+                else:
+                    if run:
+                        _move_run(per_domain, run_domains, run, moves)
+                    run_domains, run = above, delta
+        if run:
+            _move_run(per_domain, run_domains, run, moves)
         if pool_delta:
-            slots.domains[ROOT] += pool_delta
-        if deltas:
-            slots.shift(deltas, topology)
+            per_domain[ROOT] += pool_delta
+        if moves:
+            slots.shift(moves, topology)
 
 
 class _Loan:
@@ -877,6 +905,16 @@ class _Loan:
     def __init__(self, saved: dict[int, dict[str, int]]) -> None:
         self.saved = saved
         self.asked: list[Shape] = []
+
+
+def _move_run(
+    per_domain: list[int], domains: Sequence[int], delta: int, moves: list[tuple[int, int, int]]
+) -> None:
+    """Add ``delta`` to each of ``domains``' counts, noting each move (``Slots.shift``)."""
+    for domain in domains:
+        before = per_domain[domain]
+        after = per_domain[domain] = before + delta
+        moves.append((domain, before, after))
 
 
 def _totals(free: Iterable[Units]) -> dict[str, int]:
