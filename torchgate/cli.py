@@ -21,6 +21,8 @@ Rules:
    exit code 2.
 6. Ctrl-C ends a command quietly with :data:`EXIT_INTERRUPTED`, as SIGINT ends ``cat``, unless the
    command handles it itself (``top --watch`` ends with 0, the servers shut down gracefully).
+7. ``--version`` prints the installed distribution's version (:func:`product_version`), what a
+   bug report and an upgrade check need first.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint, PackageNotFoundError, entry_points, version
 from typing import Final, NoReturn, Protocol, cast
 
 # name -> (module, one-line help)
@@ -144,6 +146,9 @@ def build_parser(
         prog="torchgate",
         description="Admission webhook, placement policies and gang controller for PyTorchJobs.",
     )
+    parser.add_argument(
+        "--version", action="version", version=f"torchgate {product_version()}", help="print it"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, subcommand in known.items():
         if name == selected:
@@ -153,6 +158,14 @@ def build_parser(
         else:
             sub.add_parser(name, help=subcommand.help, add_help=False)
     return parser
+
+
+def product_version() -> str:
+    """The installed torchgate distribution's version (``unknown`` when run from a bare tree)."""
+    try:
+        return version("torchgate")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def missing_command_message(name: str) -> str | None:

@@ -174,3 +174,13 @@ def test_ctrl_c_ends_a_command_quietly_with_130(
 
     assert cli.main(["check", "-"]) == cli.EXIT_INTERRUPTED == 130
     assert capsys.readouterr().err == ""
+
+
+def test_version_prints_the_installed_distributions_version(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"torchgate {importlib.metadata.version('torchgate')}\n"
