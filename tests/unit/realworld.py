@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import yaml
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 SHARED: Final = Path(__file__).resolve().parents[2].parent / "shared"
@@ -31,6 +32,14 @@ def _load() -> list[tuple[str, dict[str, Any]]]:
 
 
 REALWORLD_JOBS: Final = _load()
+
+BROKEN_JOB_SETTINGS: Final = settings(
+    max_examples=300,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+"""How the tests over ``broken_jobs`` run: deterministic, a few seconds, big examples allowed."""
 
 
 def field_paths(node: Any, prefix: tuple[str | int, ...] = ()) -> list[tuple[str | int, ...]]:

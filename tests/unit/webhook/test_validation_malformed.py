@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tests.builders.job import container, cpu_job, job
 from tests.builders.policy import parsed_policy
-from tests.unit.realworld import REALWORLD_JOBS, broken_jobs
+from tests.unit.realworld import BROKEN_JOB_SETTINGS, REALWORLD_JOBS, broken_jobs, field_paths
 from tests.unit.webhook.validationcases import (
     DUPLICATE,
     FORBIDDEN,
@@ -288,18 +288,7 @@ FULL_JOB = (
 )
 
 
-def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix] if prefix else []
-    if isinstance(node, dict):
-        for key, value in node.items():
-            out.extend(_paths(value, (*prefix, key)))
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            out.extend(_paths(value, (*prefix, index)))
-    return out
-
-
-ALL_PATHS = _paths(FULL_JOB)
+ALL_PATHS = field_paths(FULL_JOB)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -323,12 +312,7 @@ def admission_review(job: Any, operation: str, old: Any = None) -> dict[str, Any
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
 
 
-@settings(
-    max_examples=300,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@BROKEN_JOB_SETTINGS
 @given(broken_jobs(REALWORLD_JOBS))
 def test_a_broken_real_world_job_gets_a_verdict_naming_fields(raw: dict[str, Any]) -> None:
     evaluation = evaluate(raw, DEFAULT_POLICY)  # torchgate check: defaulting, then validation

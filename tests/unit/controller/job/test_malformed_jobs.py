@@ -12,10 +12,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 
 from tests.unit.controller.helpers import NOW
-from tests.unit.realworld import REALWORLD_JOBS, broken_jobs
+from tests.unit.realworld import BROKEN_JOB_SETTINGS, REALWORLD_JOBS, broken_jobs
 from torchgate.controller.admission.nodes import job_demands
 from torchgate.controller.job.model import Observed, expected_pods
 from torchgate.controller.job.plan import plan
@@ -40,12 +40,7 @@ JOBS = [(name, stored(job)) for name, job in REALWORLD_JOBS] + [
 ]
 
 
-@settings(
-    max_examples=300,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@BROKEN_JOB_SETTINGS
 @given(broken_jobs(JOBS))
 def test_a_broken_job_is_refused_or_planned(raw: dict[str, Any]) -> None:
     spec, errors = parse_job(raw)
