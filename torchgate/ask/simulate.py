@@ -6,8 +6,8 @@ user needs no more rights than to submit the job), then the controller's forecas
 the dry run returned, from the leader's live snapshot (``POST /v1/forecast``). The forecast is
 what the next admission cycle would do if the job arrived now; nothing is reserved for it.
 Files are read as ``kubectl apply -f`` reads them, as ``torchgate check`` reads them
-(``pytorchjob.manifests``): directories, ``kind: List`` items, and a job read back from a cluster
-dry-run as the creation of the same object (its status and server-set metadata dropped).
+(``pytorchjob.manifests``): directories, and ``kind: List`` items, each (read back from a
+cluster) dry-run as the creation of the same job, its status and server-set metadata dropped.
 
 Output: per job, allowed or the refusal's causes, the admission warnings, then whether it starts
 now, on which nodes (pod -> node) and domain, whom it preempts, what quota it borrows, or why it

@@ -18,12 +18,15 @@ Rules:
    node so lines still point into the file (``expand_lists``). An ``items`` that is not a list,
    or an item that is not an object, is an input error naming where; a list without items stands
    for itself (nothing in it to check). Lists in a list's items are not opened again.
-4. An object read back from a cluster is judged as the creation of the same object
-   (``as_submitted``): its ``status`` and the metadata the apiserver sets itself (``uid``,
-   ``resourceVersion``, ``generation``, ``creationTimestamp``, deletion marks, ``managedFields``,
-   ``selfLink``) are dropped, as a create would drop or refuse them. What the user wrote (spec,
-   labels, annotations, owner references) is kept, so the verdict is the one its submission
-   would get today.
+4. An item of a list is an object read back from a cluster (a list is what ``kubectl get``
+   writes), and is judged as the creation of the same object (``as_submitted``): its ``status``
+   and the metadata the apiserver sets itself (``uid``, ``resourceVersion``, ``generation``,
+   ``creationTimestamp``, deletion marks, ``managedFields``, ``selfLink``) are dropped. What its
+   author wrote (spec, labels, annotations, owner references) is kept, so the verdict is the one
+   submitting the job today would get, not the webhook's refusal of pasted ``kubectl get``
+   output. A document of its own is read as written: it is what a user would submit, and the
+   webhook refuses a creation that carries ``uid``, ``resourceVersion`` or ``status``, so the
+   commands must say so too.
 5. A directory stands for its ``.yaml``, ``.yml`` and ``.json`` files, in name order, not those of
    its subdirectories (kubectl ``-f dir/`` without ``-R``); one without any is an input error
    (``directory_manifests``).
@@ -94,7 +97,7 @@ def read_manifests(source: str, text: str) -> list[Manifest]:
         misspelled = misspelled_kind(manifest.object)
         if misspelled is not None:
             raise ManifestError(misspelled_kind_problem(manifest.where, misspelled))
-    return [Manifest(m.source, m.index, m.item, as_submitted(m.object), m.node) for m in manifests]
+    return manifests
 
 
 def yaml_problem(source: str, exc: yaml.YAMLError) -> str:
@@ -147,14 +150,13 @@ def expand_lists(document: Manifest) -> list[Manifest]:
         manifest = Manifest(document.source, document.index, position, item, item_node)
         if not isinstance(item, dict):
             raise ManifestError(f"{manifest.where}{_line(item_node)}: must be an object")
-        expanded.append(manifest)
+        submitted = as_submitted(item)
+        expanded.append(Manifest(document.source, document.index, position, submitted, item_node))
     return expanded
 
 
-def as_submitted(obj: Any) -> Any:
+def as_submitted(obj: dict[str, Any]) -> dict[str, Any]:
     """What creating ``obj`` would submit: status and server-set metadata dropped (rule 4)."""
-    if not isinstance(obj, dict):
-        return obj
     submitted = {key: value for key, value in obj.items() if key != "status"}
     metadata = obj.get("metadata")
     if isinstance(metadata, dict):

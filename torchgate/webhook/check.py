@@ -11,11 +11,12 @@ pass.
 
 Inputs are read as ``kubectl apply -f`` reads them (``pytorchjob.manifests``): a directory is its
 ``.yaml``, ``.yml`` and ``.json`` files, and a ``kind: List`` its items, so ``kubectl get
-pytorchjobs -A -o yaml | torchgate check -`` audits the jobs already in a cluster. A job read back
-from a cluster is judged as a CREATE of the same object, as ``evaluate`` judges every document:
-its status and the metadata the apiserver set (uid, resourceVersion, managedFields, ...) are
-dropped first, so the verdict is the one submitting it today would get (an UPDATE would be judged
-against the stored object, which a file does not hold).
+pytorchjobs -A -o yaml | torchgate check -`` audits the jobs already in a cluster. ``evaluate``
+judges every job as a CREATE (an UPDATE is judged against the stored object, which a file does
+not hold), so an item of a List, read back from a cluster, is judged as the creation of the same
+job: its status and the metadata the apiserver set (uid, resourceVersion, managedFields, ...) are
+dropped first, and the verdict is the one submitting it today would get. A document of its own is
+judged as written: pasted ``kubectl get`` output is refused as the webhook refuses its creation.
 
 Text output points each error at the line of the manifest it concerns (the YAML node tree is kept
 for that) and shows what defaulting changed as a unified diff.

@@ -438,3 +438,21 @@ def test_a_list_on_stdin_is_checked(
 
     assert code == 0
     assert out.splitlines()[0] == "<stdin>[0].items[0] PyTorchJob torchrun-cpu: allowed"
+
+
+def test_a_job_pasted_from_kubectl_get_is_refused_as_the_webhook_refuses_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    job = yaml.safe_load((SEEDS / "003-torchrun-cpu.yaml").read_text())
+    path = tmp_path / "pasted.yaml"
+    path.write_text(yaml.safe_dump(as_read_back(job, uid="uid-0"), sort_keys=False))
+
+    code, out, _ = run(capsys, "-o", "json", str(path))
+
+    assert code == 1
+    (result,) = json.loads(out)["results"]
+    assert {e["field"] for e in result["errors"]} == {
+        "metadata.uid",
+        "metadata.resourceVersion",
+        "status",
+    }
