@@ -5,6 +5,9 @@ webhook's defaulting and validation, and every other admission step, and stores 
 user needs no more rights than to submit the job), then the controller's forecast for the object
 the dry run returned, from the leader's live snapshot (``POST /v1/forecast``). The forecast is
 what the next admission cycle would do if the job arrived now; nothing is reserved for it.
+Files are read as ``kubectl apply -f`` reads them, as ``torchgate check`` reads them
+(``pytorchjob.manifests``): directories, and ``kind: List`` items, each (read back from a
+cluster) dry-run as the creation of the same job, its status and server-set metadata dropped.
 
 Output: per job, allowed or the refusal's causes, the admission warnings, then whether it starts
 now, on which nodes (pod -> node) and domain, whom it preempts, what quota it borrows, or why it
@@ -22,10 +25,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from torchgate.ask.channel import (
     PoolChannel,
@@ -36,13 +36,9 @@ from torchgate.ask.channel import (
 )
 from torchgate.kube.client import ConfigError, KubeClient, current_namespace
 from torchgate.kube.errors import AlreadyExists, ApiError, Invalid
+from torchgate.kube.manifestfiles import read_manifest_path
 from torchgate.kube.resources import PYTORCHJOBS
 from torchgate.pytorchjob import names
-from torchgate.pytorchjob.manifests import (
-    misspelled_kind,
-    misspelled_kind_problem,
-    yaml_problem,
-)
 from torchgate.pytorchjob.outlook import (
     FORECAST_PATH,
     Forecast,
@@ -97,7 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         required=True,
         metavar="FILE",
-        help="YAML or JSON with PyTorchJobs (repeatable; - = stdin)",
+        help="YAML or JSON with PyTorchJobs, or a directory of them (repeatable; - = stdin)",
     )
     parser.add_argument("-n", "--namespace", help="for jobs that name none (default: context's)")
     parser.add_argument("-o", "--output", choices=["text", "json"], default="text")
@@ -135,22 +131,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def read_jobs(path: str) -> list[dict[str, Any]]:
-    """The PyTorchJob documents of a file (``-``: stdin); ``ValueError`` when unreadable."""
-    source = "<stdin>" if path == "-" else path
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-        documents = list(yaml.safe_load_all(text))
-    except OSError as exc:
-        raise ValueError(f"{source}: cannot read: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{source}: not UTF-8 text") from None
-    except yaml.YAMLError as exc:
-        raise ValueError(yaml_problem(source, exc)) from None
-    for index, document in enumerate(documents):
-        misspelled = misspelled_kind(document)
-        if misspelled is not None:
-            raise ValueError(misspelled_kind_problem(f"{source}[{index}]", misspelled))
-    return [d for d in documents if isinstance(d, dict) and d.get("kind") == names.KIND]
+    """The PyTorchJobs of a file, a directory or stdin (``-``); ``ValueError`` when unusable."""
+    return [
+        manifest.object
+        for manifest in read_manifest_path(path)
+        if isinstance(manifest.object, dict) and manifest.object.get("kind") == names.KIND
+    ]
 
 
 async def _simulate_all(

@@ -1,7 +1,9 @@
-"""What the commands that read manifest files say about a file they cannot use.
+"""What the commands that read manifest files read, and what they say about a file they cannot use.
 
 ``torchgate check`` and ``torchgate simulate`` read the same files (YAML or JSON, one or more
-documents, other kinds skipped), so they say the same about them.
+documents, other kinds skipped) as ``kubectl apply -f`` reads them, so they read the same objects
+and say the same about them. The reading itself (files, directories, stdin) is
+``torchgate.kube.manifestfiles``; the rules are here.
 
 Rules:
 
@@ -11,13 +13,91 @@ Rules:
 2. A document whose ``kind`` is PyTorchJob spelled otherwise (``PytorchJob``, ``pytorchjob``) is
    an input error, not one more skipped document: kinds are case-sensitive, so kubectl would not
    apply it either, and a command that skipped it would report the file fine without a word.
+3. A list (``kind: List``, what ``kubectl get pytorchjobs -o yaml`` writes, or a typed
+   ``...List``) stands for its ``items``, each read as a document of its own, with its own YAML
+   node so lines still point into the file (``expand_lists``). An ``items`` that is not a list,
+   or an item that is not an object, is an input error naming where; a list without items stands
+   for itself (nothing in it to check). Lists in a list's items are not opened again.
+4. An item of a list is an object read back from a cluster (a list is what ``kubectl get``
+   writes), and is judged as the creation of the same object (``as_submitted``): its ``status``
+   and the metadata the apiserver sets itself (``uid``, ``resourceVersion``, ``generation``,
+   ``creationTimestamp``, deletion marks, ``managedFields``, ``selfLink``) are dropped. What its
+   author wrote (spec, labels, annotations, owner references) is kept, so the verdict is the one
+   submitting the job today would get, not the webhook's refusal of pasted ``kubectl get``
+   output. A document of its own is read as written: it is what a user would submit, and the
+   webhook refuses a creation that carries ``uid``, ``resourceVersion`` or ``status``, so the
+   commands must say so too.
+5. A directory stands for its ``.yaml``, ``.yml`` and ``.json`` files, in name order, not those of
+   its subdirectories (kubectl ``-f dir/`` without ``-R``); one without any is an input error
+   (``directory_manifests``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Final
+
 import yaml
 
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.yamlinput import load_documents
+
+MANIFEST_SUFFIXES: Final = (".yaml", ".yml", ".json")
+"""The file name endings kubectl reads from a directory (rule 5)."""
+
+SERVER_SET_METADATA: Final = (
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+    "selfLink",
+)
+"""The metadata fields the apiserver sets on an object, never its author (rule 4)."""
+
+
+class ManifestError(ValueError):
+    """Input a command cannot use: one line naming the file and where in it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """One object of a manifest file, with its YAML node tree for line numbers.
+
+    ``index`` counts the file's documents; ``item`` is the object's place in the ``items`` of
+    the list document it came from (rule 3), ``None`` for a document of its own.
+    """
+
+    source: str
+    index: int
+    item: int | None
+    object: Any
+    node: yaml.Node | None
+
+    @property
+    def where(self) -> str:
+        """``file[document]``, and ``.items[n]`` for an object of a list."""
+        item = "" if self.item is None else f".items[{self.item}]"
+        return f"{self.source}[{self.index}]{item}"
+
+
+def read_manifests(source: str, text: str) -> list[Manifest]:
+    """The objects of one file's ``text``, lists opened and kinds checked (rules 1 to 4)."""
+    try:
+        documents = load_documents(text)
+    except yaml.YAMLError as exc:
+        raise ManifestError(yaml_problem(source, exc)) from None
+    manifests: list[Manifest] = []
+    for index, (node, obj) in enumerate(documents):
+        manifests.extend(expand_lists(Manifest(source, index, None, obj, node)))
+    for manifest in manifests:
+        misspelled = misspelled_kind(manifest.object)
+        if misspelled is not None:
+            raise ManifestError(misspelled_kind_problem(manifest.where, misspelled))
+    return manifests
 
 
 def yaml_problem(source: str, exc: yaml.YAMLError) -> str:
@@ -43,3 +123,70 @@ def misspelled_kind(document: object) -> str | None:
 def misspelled_kind_problem(where: str, kind: str) -> str:
     """One line for rule 2: where the document is, and how the kind is spelled."""
     return f"{where}: kind {kind!r} is not {names.KIND} (kinds are case-sensitive)"
+
+
+def is_list(obj: object) -> bool:
+    """Whether a document is a list of objects (``List`` or a typed ``...List``, rule 3)."""
+    kind = obj.get("kind") if isinstance(obj, dict) else None
+    return isinstance(kind, str) and kind.endswith("List")
+
+
+def expand_lists(document: Manifest) -> list[Manifest]:
+    """A list document's items as manifests of their own; any other document as it is (rule 3)."""
+    if document.item is not None or not is_list(document.object):
+        return [document]
+    items = document.object.get("items")
+    if items is None or items == []:
+        return [document]
+    items_node = _value_node(document.node, "items")
+    if not isinstance(items, list):
+        line = _line(items_node)
+        raise ManifestError(f"{document.where}.items{line}: must be a list of objects")
+    expanded = []
+    for position, item in enumerate(items):
+        item_node = (
+            items_node.value[position] if isinstance(items_node, yaml.SequenceNode) else None
+        )
+        manifest = Manifest(document.source, document.index, position, item, item_node)
+        if not isinstance(item, dict):
+            raise ManifestError(f"{manifest.where}{_line(item_node)}: must be an object")
+        submitted = as_submitted(item)
+        expanded.append(Manifest(document.source, document.index, position, submitted, item_node))
+    return expanded
+
+
+def as_submitted(obj: dict[str, Any]) -> dict[str, Any]:
+    """What creating ``obj`` would submit: status and server-set metadata dropped (rule 4)."""
+    submitted = {key: value for key, value in obj.items() if key != "status"}
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict):
+        submitted["metadata"] = {
+            key: value for key, value in metadata.items() if key not in SERVER_SET_METADATA
+        }
+    return submitted
+
+
+def directory_manifests(directory: str, entries: Iterable[tuple[str, bool]]) -> list[str]:
+    """The file names of a directory kubectl reads, in name order (rule 5).
+
+    ``entries`` are the directory's (name, is a file) pairs; subdirectories are not opened.
+    """
+    chosen = sorted(
+        name for name, is_file in entries if is_file and name.endswith(MANIFEST_SUFFIXES)
+    )
+    if not chosen:
+        endings = ", ".join(MANIFEST_SUFFIXES)
+        raise ManifestError(f"{directory}: a directory without manifests (no {endings} files)")
+    return chosen
+
+
+def _value_node(node: yaml.Node | None, key: str) -> yaml.Node | None:
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            if key_node.value == key:
+                return value_node  # type: ignore[no-any-return]
+    return None
+
+
+def _line(node: yaml.Node | None) -> str:
+    return "" if node is None else f" (line {node.start_mark.line + 1})"

@@ -9,6 +9,15 @@ otherwise (``pytorchjob.manifests``), and when the inputs hold no PyTorchJob at 
 file, stdin from a templating step that failed, the wrong file): "0 checked" would read as a
 pass.
 
+Inputs are read as ``kubectl apply -f`` reads them (``pytorchjob.manifests``): a directory is its
+``.yaml``, ``.yml`` and ``.json`` files, and a ``kind: List`` its items, so ``kubectl get
+pytorchjobs -A -o yaml | torchgate check -`` audits the jobs already in a cluster. ``evaluate``
+judges every job as a CREATE (an UPDATE is judged against the stored object, which a file does
+not hold), so an item of a List, read back from a cluster, is judged as the creation of the same
+job: its status and the metadata the apiserver set (uid, resourceVersion, managedFields, ...) are
+dropped first, and the verdict is the one submitting it today would get. A document of its own is
+judged as written: pasted ``kubectl get`` output is refused as the webhook refuses its creation.
+
 Text output points each error at the line of the manifest it concerns (the YAML node tree is kept
 for that) and shows what defaulting changed as a unified diff.
 """
@@ -26,19 +35,15 @@ from typing import Any, TextIO, TypeVar
 
 import yaml
 
+from torchgate.kube.manifestfiles import read_manifest_path
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.fieldpath import FieldError, render_warnings
-from torchgate.pytorchjob.manifests import (
-    misspelled_kind,
-    misspelled_kind_problem,
-    yaml_problem,
-)
+from torchgate.pytorchjob.manifests import Manifest, ManifestError
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
 from torchgate.pytorchjob.pool import QUOTA_KIND, TeamQuota, parse_team_quota
 from torchgate.webhook.policysource import PolicyFileError, read_policy_files
 from torchgate.webhook.review import Evaluation, evaluate
 from torchgate.webhook.validation.sharing import resolve_team
-from torchgate.webhook.yamlinput import load_documents
 
 Parsed = TypeVar("Parsed")
 
@@ -47,20 +52,13 @@ class InputError(Exception):
     """An input that cannot be read or parsed (exit code 2)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Document:
-    """One PyTorchJob document of an input file, with its YAML node tree for line numbers."""
-
-    source: str
-    index: int
-    object: dict[str, Any]
-    node: yaml.Node | None
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare ``torchgate check`` flags."""
     parser.add_argument(
-        "files", nargs="+", metavar="FILE", help="YAML or JSON manifests (- = stdin)"
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="YAML or JSON manifests, or directories of them (- = stdin)",
     )
     parser.add_argument(
         "--policy",
@@ -169,27 +167,18 @@ def _load(
     return parsed
 
 
-def read_documents(path: str, skipped: list[str]) -> Iterator[Document]:
-    """The PyTorchJob documents of a file (``-`` reads stdin); the others go to ``skipped``."""
+def read_documents(path: str, skipped: list[str]) -> Iterator[Manifest]:
+    """The PyTorchJobs of a file, a directory or stdin (``-``); the others go to ``skipped``."""
     try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not UTF-8 text") from None
-    source = "<stdin>" if path == "-" else path
-    try:
-        documents = load_documents(text)
-    except yaml.YAMLError as exc:
-        raise InputError(yaml_problem(source, exc)) from None
-    for index, (node, obj) in enumerate(documents):
-        misspelled = misspelled_kind(obj)
-        if misspelled is not None:
-            raise InputError(misspelled_kind_problem(f"{source}[{index}]", misspelled))
+        manifests = read_manifest_path(path)
+    except ManifestError as exc:
+        raise InputError(str(exc)) from None
+    for manifest in manifests:
+        obj = manifest.object
         if isinstance(obj, dict) and obj.get("kind") == names.KIND:
-            yield Document(source, index, obj, node)
+            yield manifest
         else:
-            skipped.append(f"{source}[{index}] {_kind_of(obj)}")
+            skipped.append(f"{manifest.where} {_kind_of(obj)}")
 
 
 def _kind_of(obj: object) -> str:
@@ -213,7 +202,7 @@ def nothing_to_check(skipped: Sequence[str]) -> str:
 class Result:
     """The verdict on one document."""
 
-    document: Document
+    document: Manifest
     evaluation: Evaluation
 
     @property
@@ -236,6 +225,7 @@ class Result:
         return {
             "source": self.document.source,
             "index": self.document.index,
+            "item": self.document.item,
             "kind": names.KIND,
             "namespace": self.namespace,
             "name": self.name,
@@ -256,7 +246,7 @@ class Result:
 
 
 def check_document(
-    document: Document,
+    document: Manifest,
     policies: Sequence[PlacementPolicy],
     default_namespace: str,
     *,
@@ -273,7 +263,7 @@ def print_text(results: Sequence[Result], out: TextIO) -> None:
     """A person's report: verdicts, errors with lines, warnings, and the defaults as a diff."""
     for result in results:
         doc = result.document
-        where = f"{doc.source}[{doc.index}]"
+        where = doc.where
         name = result.name or "(no name)"
         target = f"{result.namespace}/{name}" if result.namespace else name
         verdict = "allowed" if result.evaluation.allowed else "DENIED"

@@ -59,9 +59,9 @@ from torchgate.pytorchjob.manifests import yaml_problem
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
 from torchgate.pytorchjob.pool import QUOTA_KIND, TeamQuota, parse_team_quota
 from torchgate.pytorchjob.projection import project_claim_spec
+from torchgate.pytorchjob.yamlinput import load_documents
 from torchgate.webhook.validation import Team
 from torchgate.webhook.validation.sharing import resolve_team
-from torchgate.webhook.yamlinput import load_documents
 
 log = logging.getLogger("torchgate.webhook.policies")
 

@@ -174,3 +174,48 @@ def test_a_pytorchjob_kind_spelled_otherwise_is_not_skipped_without_a_word(
 
     with pytest.raises(ValueError, match=r"jobs.yaml\[1\]: kind 'PytorchJob' is not PyTorchJob"):
         read_jobs(str(path))
+
+
+def test_the_jobs_of_a_list_are_simulated_as_their_creation(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        "apiVersion: v1\nkind: List\nitems:\n"
+        "- kind: PyTorchJob\n  metadata: {name: a, uid: u1, resourceVersion: '7'}\n"
+        "  status: {conditions: []}\n"
+        "- kind: ConfigMap\n  metadata: {name: c}\n"
+        "- kind: PyTorchJob\n  metadata: {name: b, namespace: ns, managedFields: []}\n"
+    )
+
+    assert read_jobs(str(path)) == [
+        {"kind": "PyTorchJob", "metadata": {"name": "a"}},
+        {"kind": "PyTorchJob", "metadata": {"name": "b", "namespace": "ns"}},
+    ]
+
+
+def test_a_list_item_that_is_not_an_object_is_bad_input_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text("kind: List\nitems:\n- kind: PyTorchJob\n- 3\n")
+
+    assert main(["simulate", "-f", str(path)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"torchgate simulate: {path}[0].items[1] (line 4): must be an object")
+
+
+def test_a_directory_is_its_manifest_files_in_name_order(tmp_path: Path) -> None:
+    (tmp_path / "b.yml").write_text("kind: PyTorchJob\nmetadata: {name: b}\n")
+    (tmp_path / "a.json").write_text('{"kind": "PyTorchJob", "metadata": {"name": "a"}}')
+    (tmp_path / "c.txt").write_text("kind: PyTorchJob\nmetadata: {name: c}\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "d.yaml").write_text("kind: PyTorchJob\nmetadata: {name: d}\n")
+
+    assert [job["metadata"]["name"] for job in read_jobs(str(tmp_path))] == ["a", "b"]
+
+
+def test_a_directory_without_manifests_is_bad_input_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", "-f", str(tmp_path)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"torchgate simulate: {tmp_path}: a directory without manifests")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
+from typing import Any
 
 import jsonpatch
 import pytest
@@ -309,3 +311,148 @@ def test_a_job_without_a_name_is_shown_as_having_none(
 
     assert code == 1
     assert out.splitlines()[0] == f"{path}[0] PyTorchJob team-vision/(no name): DENIED"
+
+
+def as_read_back(job: dict[str, Any], uid: str) -> dict[str, Any]:
+    """``job`` as ``kubectl get -o yaml`` writes it: with status and server-set metadata."""
+    metadata = {
+        **job["metadata"],
+        "uid": uid,
+        "resourceVersion": "4242",
+        "generation": 1,
+        "creationTimestamp": "2026-11-27T08:00:00Z",
+        "managedFields": [{"manager": "kubectl", "operation": "Update"}],
+    }
+    return {**job, "metadata": metadata, "status": {"conditions": [{"type": "Running"}]}}
+
+
+def cluster_list(tmp_path: Path, *seeds: str) -> Path:
+    """A ``kubectl get pytorchjobs -A -o yaml`` of the seeds, as read back from a cluster."""
+    items = [
+        as_read_back(yaml.safe_load((SEEDS / seed).read_text()), uid=f"uid-{n}")
+        for n, seed in enumerate(seeds)
+    ]
+    path = tmp_path / "cluster.yaml"
+    listing = {"apiVersion": "v1", "kind": "List", "items": items, "metadata": {}}
+    path.write_text(yaml.safe_dump(listing, sort_keys=False))
+    return path
+
+
+def test_the_jobs_of_a_list_are_checked_as_their_creation(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = cluster_list(tmp_path, "003-torchrun-cpu.yaml", "002-resnet50-nccl-rdma-16.yaml")
+
+    code, out, _ = run(capsys, "-o", "json", str(path))
+
+    assert code == 1
+    results = json.loads(out)["results"]
+    assert [(r["name"], r["index"], r["item"], r["allowed"]) for r in results] == [
+        ("torchrun-cpu", 0, 0, True),
+        ("pytorch-dist-mnist-nccl", 0, 1, False),
+    ]
+    for result in results:
+        assert "status" not in result["object"]
+        assert not {"uid", "resourceVersion", "managedFields"} & set(result["object"]["metadata"])
+
+
+def test_an_error_in_a_list_item_points_at_its_line_in_the_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = cluster_list(tmp_path, "003-torchrun-cpu.yaml", "002-resnet50-nccl-rdma-16.yaml")
+    lines = path.read_text().splitlines()
+    item = lines.index("    name: pytorch-dist-mnist-nccl")
+    args = next(n for n, line in enumerate(lines[item:], item + 1) if line.strip() == "args:")
+
+    code, out, _ = run(capsys, str(path))
+
+    assert code == 1
+    assert f"{path}[0].items[1] PyTorchJob pytorch-dist-mnist-nccl: DENIED" in out
+    args_error = f"{path}:{args + 1}: spec.pytorchReplicaSpecs[Master].template.spec.containers[0]"
+    assert f"error: {args_error}.args: Forbidden: WORLD_SIZE" in out
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ("kind: List\nitems:\n- kind: PyTorchJob\n- just text\n", "[0].items[1] (line 4): must be"),
+        ("kind: List\nitems: {kind: PyTorchJob}\n", "[0].items (line 2): must be a list"),
+        ("kind: List\nitems: [{kind: PytorchJob}]\n", "[0].items[0]: kind 'PytorchJob' is not"),
+    ],
+    ids=["item-not-an-object", "items-not-a-list", "item-kind-misspelled"],
+)
+def test_a_list_that_is_not_a_list_of_objects_is_bad_input_naming_where(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str, said: str
+) -> None:
+    path = tmp_path / "list.yaml"
+    path.write_text(content)
+
+    code, out, err = run(capsys, str(path))
+
+    assert (code, out) == (2, "")
+    (line,) = err.splitlines()
+    assert line.startswith(f"torchgate check: {path}{said}")
+
+
+def test_a_directory_is_its_manifest_files_in_name_order(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    job = (SEEDS / "003-torchrun-cpu.yaml").read_text()
+    (tmp_path / "b.yml").write_text(job.replace("name: torchrun-cpu", "name: b"))
+    (tmp_path / "a.yaml").write_text(job.replace("name: torchrun-cpu", "name: a"))
+    as_json = yaml.safe_load(job.replace("name: torchrun-cpu", "name: c"))
+    (tmp_path / "c.json").write_text(json.dumps(as_json))
+    (tmp_path / "d.txt").write_text(job.replace("name: torchrun-cpu", "name: d"))
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "e.yaml").write_text(job.replace("name: torchrun-cpu", "name: e"))
+
+    code, out, _ = run(capsys, "-o", "json", str(tmp_path))
+
+    assert code == 0
+    results = json.loads(out)["results"]
+    assert [(r["name"], r["source"]) for r in results] == [
+        (name, str(tmp_path / file))
+        for name, file in [("a", "a.yaml"), ("b", "b.yml"), ("c", "c.json")]
+    ]
+
+
+def test_a_directory_without_manifests_is_bad_input_naming_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "notes.txt").write_text("kind: PyTorchJob\n")
+
+    code, _, err = run(capsys, str(tmp_path))
+
+    assert code == 2
+    (line,) = err.splitlines()
+    assert line.startswith(f"torchgate check: {tmp_path}: a directory without manifests")
+
+
+def test_a_list_on_stdin_is_checked(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    listing = cluster_list(tmp_path, "003-torchrun-cpu.yaml").read_text()
+    monkeypatch.setattr("sys.stdin", io.StringIO(listing))
+
+    code, out, _ = run(capsys, "-")
+
+    assert code == 0
+    assert out.splitlines()[0] == "<stdin>[0].items[0] PyTorchJob torchrun-cpu: allowed"
+
+
+def test_a_job_pasted_from_kubectl_get_is_refused_as_the_webhook_refuses_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    job = yaml.safe_load((SEEDS / "003-torchrun-cpu.yaml").read_text())
+    path = tmp_path / "pasted.yaml"
+    path.write_text(yaml.safe_dump(as_read_back(job, uid="uid-0"), sort_keys=False))
+
+    code, out, _ = run(capsys, "-o", "json", str(path))
+
+    assert code == 1
+    (result,) = json.loads(out)["results"]
+    assert {e["field"] for e in result["errors"]} == {
+        "metadata.uid",
+        "metadata.resourceVersion",
+        "status",
+    }

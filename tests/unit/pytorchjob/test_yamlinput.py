@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from torchgate.webhook.yamlinput import MAX_EXPANDED_NODES, load_documents
+from torchgate.pytorchjob.yamlinput import MAX_EXPANDED_NODES, load_documents
 
 SHARED = Path(__file__).resolve().parents[3].parent / "shared"
 

@@ -1,10 +1,10 @@
 """YAML files read as kubectl reads them: every document, or one error with its line, never a crash.
 
-``torchgate check`` reads manifests, and it and the webhook read PlacementPolicy files, with
-PyYAML's safe loader, which builds whatever the text describes. Some of that kubectl (go-yaml,
-under sigs.k8s.io/yaml) refuses, and for good reason: what PyYAML builds would make the checks
-crash or never finish. So the text is composed first and its node tree checked before anything is
-built.
+``torchgate check`` and ``torchgate simulate`` read manifests (``pytorchjob.manifests``), and
+check and the webhook read PlacementPolicy files, with PyYAML's safe loader, which builds
+whatever the text describes. Some of that kubectl (go-yaml, under sigs.k8s.io/yaml) refuses, and
+for good reason: what PyYAML builds would make the checks crash or never finish. So the text is
+composed first and its node tree checked before anything is built.
 
 Rules (each one function):
 

@@ -1,0 +1,56 @@
+"""Manifest files read as ``kubectl apply -f`` reads them: a file, a directory's files, or stdin.
+
+``torchgate check`` and ``torchgate simulate`` name their inputs as kubectl's ``-f`` does; this is
+the one place that reads them, so both read the same objects (the rules for what a file holds are
+``torchgate.pytorchjob.manifests``).
+
+Rules:
+
+1. ``-`` is stdin, named ``<stdin>`` in messages.
+2. A directory is its ``.yaml``, ``.yml`` and ``.json`` files in name order, not its
+   subdirectories' (``manifests.directory_manifests``); a file is itself, whatever its name.
+3. A path that cannot be read, or text that is not UTF-8, is a ``ManifestError`` of one line
+   naming it, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from torchgate.pytorchjob.manifests import (
+    Manifest,
+    ManifestError,
+    directory_manifests,
+    read_manifests,
+)
+
+
+def read_manifest_path(path: str) -> list[Manifest]:
+    """Every object of the file, directory or stdin (``-``) named ``path``, in order."""
+    if path == "-":
+        return read_manifests("<stdin>", sys.stdin.read())
+    manifests: list[Manifest] = []
+    for file in manifest_files(Path(path)):
+        manifests.extend(read_manifests(str(file), _read_text(file)))
+    return manifests
+
+
+def manifest_files(path: Path) -> list[Path]:
+    """The files ``path`` stands for: itself, or a directory's manifests (rule 2)."""
+    if not path.is_dir():
+        return [path]
+    try:
+        entries = [(entry.name, entry.is_file()) for entry in path.iterdir()]
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot read: {exc.strerror}") from None
+    return [path / name for name in directory_manifests(str(path), entries)]
+
+
+def _read_text(file: Path) -> str:
+    try:
+        return file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ManifestError(f"{file}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ManifestError(f"{file}: not UTF-8 text") from None
