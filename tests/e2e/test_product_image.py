@@ -10,6 +10,7 @@ data file or Go file of the dev tooling (torchgate-dev) is in it.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import shutil
@@ -220,7 +221,9 @@ def test_torchgate_runs_in_the_image_as_65532(
             product.reference, argv, registry=registry.host, cache=images.node_cache()
         )
 
-    assert "usage: torchgate [-h] COMMAND ..." in run("torchgate", "--help")
+    assert run("torchgate", "--help").startswith("usage: torchgate [-h]")
+    installed = importlib.metadata.version("torchgate")
+    assert run("torchgate", "--version") == f"torchgate {installed}\n"
     assert run("id", "-u").strip() == "65532"
     assert run("sh", "-c", "command -v pip pip3 wheel || echo none").strip() == "none"
 
