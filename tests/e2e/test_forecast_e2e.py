@@ -198,18 +198,28 @@ def test_a_server_dry_run_of_a_job_that_cannot_fit_warns_why_and_creates_nothing
     pool.nodes(2)
     namespace = cluster.new_namespace("big")
 
-    result = cluster.kubectl(
-        "apply",
-        "--dry-run=server",
-        "-f",
-        "-",
-        input=manifest(pool, namespace, "too-big", pods=3, gpus=8),
+    expected = (
+        f"Warning: torchgate: will wait for 24 nvidia.com/gpu in pool pool={pool.label}: 16 free"
     )
 
+    def dry_run() -> subprocess.CompletedProcess[str]:
+        return cluster.kubectl(
+            "apply",
+            "--dry-run=server",
+            "-f",
+            "-",
+            input=manifest(pool, namespace, "too-big", pods=3, gpus=8),
+        )
+
+    # The controller counts new nodes from its watch: until it has seen both, the forecast
+    # (rightly) counts one node's GPUs. CI once asked that moment ("8 free").
+    cluster.wait_for(
+        lambda: expected in dry_run().stderr.splitlines(), what="a forecast counting both nodes"
+    )
+    result = dry_run()
+
     forecasts = [line for line in result.stderr.splitlines() if "torchgate: will" in line]
-    assert forecasts == [
-        f"Warning: torchgate: will wait for 24 nvidia.com/gpu in pool pool={pool.label}: 16 free"
-    ], result.stderr
+    assert forecasts == [expected], result.stderr
     assert "(server dry run)" in result.stdout
     assert get_job(cluster, namespace, "too-big") is None
 
