@@ -13,7 +13,9 @@ Output: per job, allowed or the refusal's causes, the admission warnings, then w
 now, on which nodes (pod -> node) and domain, whom it preempts, what quota it borrows, or why it
 would wait and its place in the queue. ``-o json``: one object per job (``allowed``,
 ``startsNow``, ``nodes``, ``preempts``, ``reason``, ...), a list when the files hold several.
-Exit codes: 0 every job allowed, 1 any refused, 2 unreadable input or an unreachable cluster.
+Exit codes: 0 every job allowed, 1 any refused, 2 unreadable input (as ``torchgate check`` finds
+it: an apiVersion other than kubeflow.org/v1, metadata the apiserver cannot decode, ...; said
+before any cluster is asked) or an unreachable cluster.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from torchgate.kube.client import ConfigError, KubeClient, current_namespace
 from torchgate.kube.errors import AlreadyExists, ApiError, Invalid
 from torchgate.kube.manifestfiles import read_manifest_path
 from torchgate.kube.resources import PYTORCHJOBS
-from torchgate.pytorchjob import names
+from torchgate.pytorchjob.manifests import is_pytorchjob
 from torchgate.pytorchjob.outlook import (
     FORECAST_PATH,
     Forecast,
@@ -99,7 +101,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", choices=["text", "json"], default="text")
     add_channel_arguments(parser)
     parser.epilog = (
-        "exit codes: 0 every job allowed, 1 any refused, 2 bad input (unreadable, not YAML, no "
+        "exit codes: 0 every job allowed, 1 any refused, 2 bad input (unreadable, not YAML, an "
+        "apiVersion other than kubeflow.org/v1, metadata the apiserver cannot decode, no "
         "PyTorchJob) or the cluster cannot be reached"
     )
 
@@ -133,9 +136,7 @@ def run(args: argparse.Namespace) -> int:
 def read_jobs(path: str) -> list[dict[str, Any]]:
     """The PyTorchJobs of a file, a directory or stdin (``-``); ``ValueError`` when unusable."""
     return [
-        manifest.object
-        for manifest in read_manifest_path(path)
-        if isinstance(manifest.object, dict) and manifest.object.get("kind") == names.KIND
+        manifest.object for manifest in read_manifest_path(path) if is_pytorchjob(manifest.object)
     ]
 
 

@@ -30,6 +30,25 @@ Rules:
 5. A directory stands for its ``.yaml``, ``.yml`` and ``.json`` files, in name order, not those of
    its subdirectories (kubectl ``-f dir/`` without ``-R``); one without any is an input error
    (``directory_manifests``).
+6. A PyTorchJob is ``kubeflow.org/v1``, the one version the training-operator's CRD serves
+   (``is_pytorchjob``). A PyTorchJob document without an ``apiVersion``, with one that is not a
+   string, or of another version of ``kubeflow.org`` (``v2``, the long-gone ``v1beta1``) or of a
+   group no CRD can define (one without a dot: ``v1``, ``batch/v1``) is an input error, as kubectl
+   refuses it (``apiVersion not set``, ``no matches for kind "PyTorchJob" in version
+   "kubeflow.org/v2"``), not a job checked as if it were v1 (``api_version_problem``). A
+   PyTorchJob of another group that a CRD could define (KubeDL's ``training.kubedl.io``) is
+   another operator's kind: skipped like other kinds, as the webhook, registered for
+   ``kubeflow.org`` only, never sees it.
+7. A PyTorchJob's metadata is what the apiserver decodes before any admission step: an object
+   whose ``name``, ``generateName`` and ``namespace`` are strings and whose ``labels`` and
+   ``annotations`` map to strings (kubectl and the apiserver fail to decode anything else:
+   ``cannot unmarshal number into Go struct field ObjectMeta.metadata.namespace``), and a
+   namespace that is a DNS-1123 label (the apiserver's ``ValidateNamespaceName``; no namespace
+   of another shape can exist, so the job could not be created anywhere). Those are input
+   errors naming the field and its line (``metadata_problem``). A missing or ill-formed name is
+   not: the webhook's own name rule (a DNS-1035 label, stricter than the DNS-1123 subdomain the
+   apiserver asks of a custom resource's name) denies it at ``metadata.name``, the field and
+   reason the apiserver would give, so the commands report that denial.
 """
 
 from __future__ import annotations
@@ -57,6 +76,13 @@ SERVER_SET_METADATA: Final = (
     "selfLink",
 )
 """The metadata fields the apiserver sets on an object, never its author (rule 4)."""
+
+
+NAMESPACE_NAME_RULE: Final = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
+    "must start and end with an alphanumeric character, at most 63 characters"
+)
+"""The apiserver's words for a namespace name (``ValidateNamespaceName``, rule 7)."""
 
 
 class ManifestError(ValueError):
@@ -97,6 +123,10 @@ def read_manifests(source: str, text: str) -> list[Manifest]:
         misspelled = misspelled_kind(manifest.object)
         if misspelled is not None:
             raise ManifestError(misspelled_kind_problem(manifest.where, misspelled))
+    for manifest in manifests:
+        problem = api_version_problem(manifest) or metadata_problem(manifest)
+        if problem is not None:
+            raise ManifestError(problem)
     return manifests
 
 
@@ -123,6 +153,83 @@ def misspelled_kind(document: object) -> str | None:
 def misspelled_kind_problem(where: str, kind: str) -> str:
     """One line for rule 2: where the document is, and how the kind is spelled."""
     return f"{where}: kind {kind!r} is not {names.KIND} (kinds are case-sensitive)"
+
+
+def is_pytorchjob(obj: object) -> bool:
+    """Whether a document is a Kubeflow PyTorchJob, the objects the commands judge (rule 6)."""
+    return (
+        isinstance(obj, dict)
+        and obj.get("kind") == names.KIND
+        and obj.get("apiVersion") == names.API_VERSION
+    )
+
+
+def api_version_problem(manifest: Manifest) -> str | None:
+    """Why kubectl would refuse a PyTorchJob document's ``apiVersion``, if it would (rule 6)."""
+    obj = manifest.object
+    if not isinstance(obj, dict) or obj.get("kind") != names.KIND:
+        return None
+    api_version = obj.get("apiVersion")
+    if api_version is None or api_version == "":
+        return f"{manifest.where}: apiVersion not set (a {names.KIND} is {names.API_VERSION})"
+    where = f"{manifest.where}.apiVersion{_line(_value_node(manifest.node, 'apiVersion'))}"
+    if not isinstance(api_version, str):
+        return f"{where}: must be a string ({names.API_VERSION}), not {api_version!r}"
+    if api_version.count("/") > 1:
+        return f"{where}: unexpected GroupVersion string {api_version!r}"
+    group = api_version.rpartition("/")[0]
+    if api_version == names.API_VERSION or (
+        group != names.GROUP and "." in group and names.is_dns1123_subdomain(group)
+    ):
+        return None
+    return (
+        f'{where}: no matches for kind "{names.KIND}" in version "{api_version}" (the '
+        f"{names.KIND} CRD serves {names.API_VERSION} only)"
+    )
+
+
+def metadata_problem(manifest: Manifest) -> str | None:
+    """What of a PyTorchJob's metadata the apiserver could not decode or place (rule 7)."""
+    if not is_pytorchjob(manifest.object):
+        return None
+    metadata = manifest.object.get("metadata")
+    if metadata is None:
+        return None
+    node = _value_node(manifest.node, "metadata")
+    if not isinstance(metadata, dict):
+        return f"{manifest.where}.metadata{_line(node)}: must be an object, not {metadata!r}"
+    for key in ("name", "generateName", "namespace"):
+        value = metadata.get(key)
+        if value is not None and not isinstance(value, str):
+            where = f"{manifest.where}.metadata.{key}{_line(_value_node(node, key))}"
+            return f"{where}: must be a string, not {value!r}"
+    for key in ("labels", "annotations"):
+        problem = _string_map_problem(manifest.where, node, key, metadata.get(key))
+        if problem is not None:
+            return problem
+    namespace = metadata.get("namespace")
+    if namespace and not names.is_dns1123_label(namespace):
+        where = f"{manifest.where}.metadata.namespace{_line(_value_node(node, 'namespace'))}"
+        return f"{where}: {namespace!r} is not a namespace name: {NAMESPACE_NAME_RULE}"
+    return None
+
+
+def _string_map_problem(
+    where: str, metadata_node: yaml.Node | None, key: str, value: object
+) -> str | None:
+    if value is None:
+        return None
+    node = _value_node(metadata_node, key)
+    if not isinstance(value, dict):
+        return f"{where}.metadata.{key}{_line(node)}: must map keys to strings, not {value!r}"
+    for entry, entry_value in value.items():
+        if entry_value is not None and not isinstance(entry_value, str):
+            line = _line(_value_node(node, str(entry)))
+            return (
+                f"{where}.metadata.{key}[{entry}]{line}: must be a string, not {entry_value!r} "
+                "(quote it)"
+            )
+    return None
 
 
 def is_list(obj: object) -> bool:

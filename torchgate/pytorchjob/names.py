@@ -71,6 +71,7 @@ LABEL_QUARANTINE: Final = TAINT_QUARANTINE
 LABEL_QUARANTINE_UNTIL: Final = "torchgate.io/quarantine-until"
 
 DNS_LABEL_MAX: Final = 63
+DNS_SUBDOMAIN_MAX: Final = 253
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -98,7 +99,7 @@ def dns1035_errors(value: str) -> list[str]:
     messages: list[str] = []
     if len(value) > DNS_LABEL_MAX:
         messages.append(f"must be no more than {DNS_LABEL_MAX} characters")
-    if not _DNS1035.match(value):
+    if not _DNS1035.fullmatch(value):
         messages.append(
             "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start "
             "with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',"
@@ -109,7 +110,18 @@ def dns1035_errors(value: str) -> list[str]:
 
 def is_dns1123_label(value: str) -> bool:
     """Whether ``value`` is a DNS-1123 label (the shape of node host names and Service names)."""
-    return len(value) <= DNS_LABEL_MAX and bool(_DNS1123_LABEL.match(value))
+    return len(value) <= DNS_LABEL_MAX and bool(_DNS1123_LABEL.fullmatch(value))
+
+
+def is_dns1123_subdomain(value: str) -> bool:
+    """Whether ``value`` is a DNS-1123 subdomain (node names, API groups): dot-joined labels.
+
+    Each part is held to a label's 63 characters, which Kubernetes' ``IsDNS1123Subdomain`` does
+    not ask (only 253 in all); no node name or API group comes near it.
+    """
+    return len(value) <= DNS_SUBDOMAIN_MAX and all(
+        is_dns1123_label(part) for part in value.split(".")
+    )
 
 
 def job_selector(job_name: str) -> dict[str, str]:

@@ -2,12 +2,14 @@
 
 It runs exactly what ``kubectl apply`` would meet (``review.evaluate``: the mutating route's
 defaults, then the validating route's rules on the defaulted object), so a CI pipeline or a user
-can see a denial before submitting. Non-PyTorchJob documents in a file are skipped. Exit codes: 0
-when every job is allowed, 1 when any is denied, 2 when an input cannot be read or parsed (a
-message with the file and line, never a traceback), when a document spells the kind PyTorchJob
-otherwise (``pytorchjob.manifests``), and when the inputs hold no PyTorchJob at all (an empty
-file, stdin from a templating step that failed, the wrong file): "0 checked" would read as a
-pass.
+can see a denial before submitting. Documents of other kinds (and another operator's
+PyTorchJobs) are skipped. Exit codes: 0 when every job is allowed, 1 when any is denied, 2 when
+an input cannot be read or parsed (a message with the file and line, never a traceback), when a
+document spells the kind PyTorchJob otherwise, when a PyTorchJob's apiVersion is not one kubectl
+can map (missing, ``kubeflow.org/v2``) or its metadata not one the apiserver can decode or place
+(``pytorchjob.manifests`` rules 2, 6 and 7: kubectl or the apiserver refuses those before the
+webhook is asked), and when the inputs hold no PyTorchJob at all (an empty file, stdin from a
+templating step that failed, the wrong file): "0 checked" would read as a pass.
 
 Inputs are read as ``kubectl apply -f`` reads them (``pytorchjob.manifests``): a directory is its
 ``.yaml``, ``.yml`` and ``.json`` files, and a ``kind: List`` its items, so ``kubectl get
@@ -38,7 +40,7 @@ import yaml
 from torchgate.kube.manifestfiles import read_manifest_path
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.fieldpath import FieldError, render_warnings
-from torchgate.pytorchjob.manifests import Manifest, ManifestError
+from torchgate.pytorchjob.manifests import Manifest, ManifestError, is_pytorchjob
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
 from torchgate.pytorchjob.pool import QUOTA_KIND, TeamQuota, parse_team_quota
 from torchgate.webhook.policysource import PolicyFileError, read_policy_files
@@ -87,7 +89,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.epilog = (
         "exit codes: 0 every job allowed, 1 any denied, 2 bad input (unreadable, not YAML, a "
-        "kind spelled otherwise than PyTorchJob, no PyTorchJob at all, or a --policy file "
+        "kind spelled otherwise than PyTorchJob, an apiVersion other than kubeflow.org/v1, "
+        "metadata the apiserver cannot decode, no PyTorchJob at all, or a --policy file "
         "without a policy)"
     )
 
@@ -175,14 +178,18 @@ def read_documents(path: str, skipped: list[str]) -> Iterator[Manifest]:
         raise InputError(str(exc)) from None
     for manifest in manifests:
         obj = manifest.object
-        if isinstance(obj, dict) and obj.get("kind") == names.KIND:
+        if is_pytorchjob(obj):
             yield manifest
         else:
             skipped.append(f"{manifest.where} {_kind_of(obj)}")
 
 
 def _kind_of(obj: object) -> str:
-    kind = obj.get("kind") if isinstance(obj, dict) else None
+    if not isinstance(obj, dict):
+        return "(empty)" if obj is None else "(no kind)"
+    kind = obj.get("kind")
+    if kind == names.KIND:  # of another group (another operator's kind): say which
+        return f"{kind} ({obj.get('apiVersion')})"
     if isinstance(kind, str) and kind:
         return kind
     return "(empty)" if obj is None else "(no kind)"

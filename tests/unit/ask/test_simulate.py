@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,8 @@ from torchgate.kube.errors import AlreadyExists, Invalid
 from torchgate.pytorchjob.outlook import Forecast, Gang, Place
 
 G = 1000
+KUBEFLOW_V1 = {"apiVersion": "kubeflow.org/v1"}
+V1 = "apiVersion: kubeflow.org/v1\n"  # a PyTorchJob document's first line (kubectl needs it)
 JOB = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "j"}, "spec": {}}
 
 
@@ -139,9 +142,11 @@ def test_the_text_says_where_whom_and_what_it_borrows() -> None:
 
 def test_only_the_pytorchjobs_of_a_file_are_simulated(tmp_path: Path) -> None:
     path = tmp_path / "jobs.yaml"
-    path.write_text("kind: ConfigMap\n---\nkind: PyTorchJob\nmetadata: {name: a}\n---\n")
+    path.write_text(f"kind: ConfigMap\n---\n{V1}kind: PyTorchJob\nmetadata: {{name: a}}\n---\n")
 
-    assert read_jobs(str(path)) == [{"kind": "PyTorchJob", "metadata": {"name": "a"}}]
+    assert read_jobs(str(path)) == [
+        {**KUBEFLOW_V1, "kind": "PyTorchJob", "metadata": {"name": "a"}}
+    ]
     path.write_text("kind: [unclosed")
     with pytest.raises(ValueError, match="not valid YAML"):
         read_jobs(str(path))
@@ -180,15 +185,15 @@ def test_the_jobs_of_a_list_are_simulated_as_their_creation(tmp_path: Path) -> N
     path = tmp_path / "cluster.yaml"
     path.write_text(
         "apiVersion: v1\nkind: List\nitems:\n"
-        "- kind: PyTorchJob\n  metadata: {name: a, uid: u1, resourceVersion: '7'}\n"
+        f"- {V1}  kind: PyTorchJob\n  metadata: {{name: a, uid: u1, resourceVersion: '7'}}\n"
         "  status: {conditions: []}\n"
         "- kind: ConfigMap\n  metadata: {name: c}\n"
-        "- kind: PyTorchJob\n  metadata: {name: b, namespace: ns, managedFields: []}\n"
+        f"- {V1}  kind: PyTorchJob\n  metadata: {{name: b, namespace: ns, managedFields: []}}\n"
     )
 
     assert read_jobs(str(path)) == [
-        {"kind": "PyTorchJob", "metadata": {"name": "a"}},
-        {"kind": "PyTorchJob", "metadata": {"name": "b", "namespace": "ns"}},
+        {**KUBEFLOW_V1, "kind": "PyTorchJob", "metadata": {"name": "a"}},
+        {**KUBEFLOW_V1, "kind": "PyTorchJob", "metadata": {"name": "b", "namespace": "ns"}},
     ]
 
 
@@ -204,11 +209,11 @@ def test_a_list_item_that_is_not_an_object_is_bad_input_naming_it(
 
 
 def test_a_directory_is_its_manifest_files_in_name_order(tmp_path: Path) -> None:
-    (tmp_path / "b.yml").write_text("kind: PyTorchJob\nmetadata: {name: b}\n")
-    (tmp_path / "a.json").write_text('{"kind": "PyTorchJob", "metadata": {"name": "a"}}')
-    (tmp_path / "c.txt").write_text("kind: PyTorchJob\nmetadata: {name: c}\n")
+    (tmp_path / "b.yml").write_text(f"{V1}kind: PyTorchJob\nmetadata: {{name: b}}\n")
+    (tmp_path / "a.json").write_text(json.dumps({**JOB, "metadata": {"name": "a"}}))
+    (tmp_path / "c.txt").write_text(f"{V1}kind: PyTorchJob\nmetadata: {{name: c}}\n")
     (tmp_path / "sub").mkdir()
-    (tmp_path / "sub" / "d.yaml").write_text("kind: PyTorchJob\nmetadata: {name: d}\n")
+    (tmp_path / "sub" / "d.yaml").write_text(f"{V1}kind: PyTorchJob\nmetadata: {{name: d}}\n")
 
     assert [job["metadata"]["name"] for job in read_jobs(str(tmp_path))] == ["a", "b"]
 
@@ -219,3 +224,40 @@ def test_a_directory_without_manifests_is_bad_input_naming_it(
     assert main(["simulate", "-f", str(tmp_path)]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"torchgate simulate: {tmp_path}: a directory without manifests")
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ("kind: PyTorchJob\nmetadata: {name: a}\n", "[0]: apiVersion not set"),
+        (
+            "apiVersion: kubeflow.org/v2\nkind: PyTorchJob\nmetadata: {name: a}\n",
+            '[0].apiVersion (line 1): no matches for kind "PyTorchJob" in version "kubeflow.org',
+        ),
+        (f"{V1}kind: PyTorchJob\nmetadata: {{name: a, namespace: 7}}\n", "[0].metadata.namespace"),
+        (
+            f"{V1}kind: PyTorchJob\nmetadata: {{name: a, namespace: Team_A}}\n",
+            "[0].metadata.namespace (line 3): 'Team_A' is not a namespace name",
+        ),
+    ],
+    ids=["no-api-version", "kubeflow-v2", "namespace-not-a-string", "namespace-not-a-label"],
+)
+def test_what_kubectl_or_the_apiserver_refuses_before_admission_is_bad_input_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, said: str
+) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(content)
+
+    assert main(["simulate", "-f", str(path)]) == 2  # before any cluster is asked
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"torchgate simulate: {path}{said}")
+
+
+def test_a_pytorchjob_of_another_operators_group_is_not_simulated(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.yaml"
+    path.write_text(
+        "apiVersion: training.kubedl.io/v1alpha1\nkind: PyTorchJob\nmetadata: {name: k}\n---\n"
+        f"{V1}kind: PyTorchJob\nmetadata: {{name: a}}\n"
+    )
+
+    assert [job["metadata"]["name"] for job in read_jobs(str(path))] == ["a"]

@@ -305,7 +305,9 @@ def test_a_job_without_a_name_is_shown_as_having_none(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     path = tmp_path / "job.yaml"
-    path.write_text("kind: PyTorchJob\nmetadata: {namespace: team-vision}\n")
+    path.write_text(
+        "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata: {namespace: team-vision}\n"
+    )
 
     code, out, _ = run(capsys, str(path))
 
@@ -456,3 +458,223 @@ def test_a_job_pasted_from_kubectl_get_is_refused_as_the_webhook_refuses_it(
         "metadata.resourceVersion",
         "status",
     }
+
+
+def seed_003_headed(tmp_path: Path, head: str) -> Path:
+    """Seed 003 (allowed as it is) with its apiVersion, kind and metadata replaced by ``head``."""
+    source = (SEEDS / "003-torchrun-cpu.yaml").read_text()
+    path = tmp_path / "job.yaml"
+    path.write_text(head + source[source.index("\nspec:\n") + 1 :])
+    return path
+
+
+V1 = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\n"
+
+
+@pytest.mark.parametrize(
+    ("head", "said"),
+    [
+        ("kind: PyTorchJob\nmetadata: {name: j}\n", "[0]: apiVersion not set"),
+        ("apiVersion: ''\nkind: PyTorchJob\nmetadata: {name: j}\n", "[0]: apiVersion not set"),
+        (
+            "apiVersion: kubeflow.org/v2\nkind: PyTorchJob\nmetadata: {name: j}\n",
+            '[0].apiVersion (line 1): no matches for kind "PyTorchJob" in version '
+            '"kubeflow.org/v2" (the PyTorchJob CRD serves kubeflow.org/v1 only)',
+        ),
+        (
+            "apiVersion: kubeflow.org/v1beta1\nkind: PyTorchJob\nmetadata: {name: j}\n",
+            '[0].apiVersion (line 1): no matches for kind "PyTorchJob" in version '
+            '"kubeflow.org/v1beta1"',
+        ),
+        (
+            "kind: PyTorchJob\nmetadata: {name: j}\napiVersion: v1\n",
+            '[0].apiVersion (line 3): no matches for kind "PyTorchJob" in version "v1"',
+        ),
+        (
+            "apiVersion: batch/v1\nkind: PyTorchJob\nmetadata: {name: j}\n",
+            '[0].apiVersion (line 1): no matches for kind "PyTorchJob" in version "batch/v1"',
+        ),
+        (
+            "apiVersion: Kubeflow.org/v1\nkind: PyTorchJob\nmetadata: {name: j}\n",
+            '[0].apiVersion (line 1): no matches for kind "PyTorchJob" in version '
+            '"Kubeflow.org/v1"',
+        ),
+        (
+            "apiVersion: 1\nkind: PyTorchJob\nmetadata: {name: j}\n",
+            "[0].apiVersion (line 1): must be a string (kubeflow.org/v1), not 1",
+        ),
+        (
+            "apiVersion: kubeflow.org/v1/pytorchjobs\nkind: PyTorchJob\nmetadata: {name: j}\n",
+            "[0].apiVersion (line 1): unexpected GroupVersion string 'kubeflow.org/v1/pytorchjobs'",
+        ),
+    ],
+    ids=[
+        "missing",
+        "empty",
+        "kubeflow-v2",
+        "kubeflow-v1beta1",
+        "core-v1",
+        "built-in-group",
+        "group-no-crd-can-have",
+        "not-a-string",
+        "too-many-slashes",
+    ],
+)
+def test_a_pytorchjob_of_a_version_kubectl_cannot_map_is_bad_input_naming_the_document(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, head: str, said: str
+) -> None:
+    path = seed_003_headed(tmp_path, head)
+
+    code, out, err = run(capsys, str(path))
+
+    assert (code, out) == (2, "")
+    (line,) = err.splitlines()
+    assert line.startswith(f"torchgate check: {path}{said}")
+
+
+def test_a_list_item_without_an_api_version_is_bad_input_naming_the_item(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = cluster_list(tmp_path, "003-torchrun-cpu.yaml", "004-pytorch-simple.yaml")
+    listing = yaml.safe_load(path.read_text())
+    del listing["items"][1]["apiVersion"]
+    path.write_text(yaml.safe_dump(listing, sort_keys=False))
+
+    code, _, err = run(capsys, str(path))
+
+    assert code == 2
+    assert err.splitlines() == [f"torchgate check: {path}[0].items[1]: apiVersion not set (a "
+                                "PyTorchJob is kubeflow.org/v1)"]  # fmt: skip
+
+
+def test_a_pytorchjob_of_another_operators_group_is_skipped_like_other_kinds(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # KubeDL's PyTorchJob: the webhook, registered for kubeflow.org, never sees it.
+    other = seed_003_headed(
+        tmp_path, "apiVersion: training.kubedl.io/v1alpha1\nkind: PyTorchJob\nmetadata: {name: k}\n"
+    )
+    alone, _, err = run(capsys, str(other))
+    kubeflow = tmp_path / "kubeflow.yaml"
+    kubeflow.write_text((SEEDS / "003-torchrun-cpu.yaml").read_text())
+    code, out, _ = run(capsys, "-o", "json", str(other), str(kubeflow))
+
+    assert alone == 2
+    assert err.splitlines() == [
+        f"torchgate check: no PyTorchJob in the input: 1 document(s) of other kinds skipped "
+        f"({other}[0] PyTorchJob (training.kubedl.io/v1alpha1))"
+    ]
+    assert code == 0
+    assert [r["source"] for r in json.loads(out)["results"]] == [str(kubeflow)]
+
+
+@pytest.mark.parametrize(
+    ("head", "said"),
+    [
+        (f"{V1}metadata: [j]\n", "[0].metadata (line 3): must be an object, not ['j']"),
+        (f"{V1}metadata:\n  name: 7\n", "[0].metadata.name (line 4): must be a string, not 7"),
+        (
+            f"{V1}metadata:\n  generateName: [j-]\n",
+            "[0].metadata.generateName (line 4): must be a string, not ['j-']",
+        ),
+        (
+            f"{V1}metadata:\n  name: j\n  namespace: 7\n",
+            "[0].metadata.namespace (line 5): must be a string, not 7",
+        ),
+        (
+            f"{V1}metadata:\n  name: j\n  labels:\n    team: 7\n",
+            "[0].metadata.labels[team] (line 6): must be a string, not 7 (quote it)",
+        ),
+        (
+            f"{V1}metadata:\n  name: j\n  annotations:\n    sidecar.istio.io/inject: false\n",
+            "[0].metadata.annotations[sidecar.istio.io/inject] (line 6): must be a string, not "
+            "False (quote it)",
+        ),
+        (
+            f"{V1}metadata:\n  name: j\n  labels: team-a\n",
+            "[0].metadata.labels (line 5): must map keys to strings, not 'team-a'",
+        ),
+        (
+            f"{V1}metadata:\n  name: j\n  namespace: Team_A\n",
+            "[0].metadata.namespace (line 5): 'Team_A' is not a namespace name: a lowercase "
+            "RFC 1123 label must consist of",
+        ),
+        (
+            f"{V1}metadata:\n  name: j\n  namespace: {'n' * 64}\n",
+            f"[0].metadata.namespace (line 5): '{'n' * 64}' is not a namespace name",
+        ),
+        (
+            f'{V1}metadata:\n  name: j\n  namespace: "team-a\\n"\n',
+            "[0].metadata.namespace (line 5): 'team-a\\n' is not a namespace name",
+        ),
+    ],
+    ids=[
+        "metadata-not-an-object",
+        "name-not-a-string",
+        "generate-name-not-a-string",
+        "namespace-not-a-string",
+        "label-not-a-string",
+        "annotation-unquoted-boolean",
+        "labels-not-a-map",
+        "namespace-not-a-label",
+        "namespace-too-long",
+        "namespace-trailing-newline",
+    ],
+)
+@pytest.mark.parametrize("output", ["text", "json"])
+def test_metadata_the_apiserver_cannot_decode_or_place_is_bad_input_naming_the_field(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, head: str, said: str, output: str
+) -> None:
+    path = seed_003_headed(tmp_path, head)
+
+    code, out, err = run(capsys, "-o", output, str(path))
+
+    assert (code, out) == (2, "")
+    (line,) = err.splitlines()
+    assert line.startswith(f"torchgate check: {path}{said}")
+
+
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [
+        ("{name: My_Job}", ("FieldValueInvalid", "metadata.name")),
+        ("{name: j.x}", ("FieldValueInvalid", "metadata.name")),
+        ("{namespace: team-a}", ("FieldValueRequired", "metadata.name")),
+        ("{generateName: J-}", ("FieldValueInvalid", "metadata.name")),
+        ('{name: "j\\n"}', ("FieldValueInvalid", "metadata.name")),
+    ],
+    ids=[
+        "not-a-label",
+        "a-subdomain-but-not-a-label",
+        "no-name",
+        "generate-name-not-a-label",
+        "trailing-newline",
+    ],
+)
+def test_a_name_the_apiserver_refuses_stays_the_webhooks_denial_at_metadata_name(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, metadata: str, expected: tuple[str, str]
+) -> None:
+    # The apiserver refuses these at metadata.name too (a custom resource's name is a DNS-1123
+    # subdomain); the webhook's rule is stricter (pods are named after the job), so check reports
+    # its denial rather than bad input.
+    path = seed_003_headed(tmp_path, f"{V1}metadata: {metadata}\n")
+
+    code, out, _ = run(capsys, "-o", "json", str(path))
+
+    assert code == 1
+    (result,) = json.loads(out)["results"]
+    assert [(e["type"], e["field"]) for e in result["errors"]] == [expected]
+
+
+def test_a_namespace_of_the_right_shape_is_checked(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = seed_003_headed(
+        tmp_path,
+        f"{V1}metadata:\n  name: j\n  namespace: team-a\n  labels: {{team: a, empty: null}}\n",
+    )
+
+    code, out, _ = run(capsys, "-o", "json", str(path))
+
+    assert code == 0
+    assert json.loads(out)["results"][0]["namespace"] == "team-a"

@@ -35,7 +35,6 @@ from torchgate.webhook.validation.facts import (
     quote,
 )
 
-_HOST_NAME_MAX = 253
 # ``-worker-`` and ``-master-``: what a derived name adds to the job name before the index.
 _LONGEST_INFIX = max(len(replica_type) for replica_type in names.REPLICA_TYPES) + 2
 
@@ -139,7 +138,7 @@ def pinned_hosts_annotation(job: JobFacts) -> Findings:
     allowed = job.policy.allowed_hosts
     found: list[Finding] = []
     for host in pinned_hosts(annotations):
-        if not _is_host_name(host):
+        if not names.is_dns1123_subdomain(host):
             found.append(
                 invalid(
                     HOSTS_ANNOTATION,
@@ -173,10 +172,3 @@ def create_only_fields(job: JobFacts) -> Findings:
             forbidden(STATUS, "must not be set when creating; the controller reports status")
         )
     return found
-
-
-def _is_host_name(host: str) -> bool:
-    """A DNS-1123 subdomain (the shape of node names)."""
-    return len(host) <= _HOST_NAME_MAX and all(
-        names.is_dns1123_label(part) for part in host.split(".")
-    )
