@@ -94,7 +94,6 @@ class PlacementPolicy:
     topology: TopologySettings = field(default_factory=TopologySettings)
     quarantine: QuarantineSettings = field(default_factory=QuarantineSettings)
     progress_deadline_seconds: int | None = None
-    builtin: bool = False
 
     def matches(self, namespace: str) -> bool:
         """Whether this policy applies to jobs in ``namespace`` (no list = every namespace)."""
@@ -128,7 +127,7 @@ def _under_a_prefix(prefixes: tuple[str, ...], path: str) -> bool:
     return False
 
 
-DEFAULT_POLICY = PlacementPolicy(builtin=True)
+DEFAULT_POLICY = PlacementPolicy()
 
 
 def select_policy(policies: Iterable[PlacementPolicy], namespace: str) -> PlacementPolicy:
