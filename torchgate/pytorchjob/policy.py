@@ -34,7 +34,12 @@ from torchgate.pytorchjob.fieldpath import (
     object_header,
     required,
 )
-from torchgate.pytorchjob.pool import PreemptionSettings, TopologySettings, parse_pool_settings
+from torchgate.pytorchjob.pool import (
+    PreemptionSettings,
+    TopologySettings,
+    non_negative_count,
+    parse_pool_settings,
+)
 from torchgate.pytorchjob.progress import parse_deadline
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
 from torchgate.pytorchjob.spec import as_int
@@ -279,13 +284,7 @@ def _non_negative_int(
     section: Mapping[str, Any], key: str, path: FieldPath, errors: list[FieldError]
 ) -> int | None:
     value = section.get(key)
-    if value is None:
-        return None
-    number = as_int(value)
-    if number is None or number < 0:
-        errors.append(invalid(path.child(key), value, "must be a non-negative integer"))
-        return None
-    return number
+    return None if value is None else non_negative_count(value, path.child(key), errors)
 
 
 def _parse_job_defaults(value: object, errors: list[FieldError]) -> JobDefaults:
