@@ -90,69 +90,86 @@ def _since(moment: str, now: datetime) -> str:
 
 
 def render(view: PoolView, now: datetime, *, width: int | None = None) -> list[str]:
-    """The lines of one screen of ``torchgate top`` (rule 3)."""
+    """One screen of ``torchgate top`` (rule 3): title, teams, domains, nodes, queue."""
     free = view.total_gpus - view.used_gpus
     title = (
         f"torchgate top  {now.strftime('%Y-%m-%d %H:%M:%S %Z')}  {view.gpu_resource}: "
         f"{_amount(view.used_gpus)} of {_amount(view.total_gpus)} used, {_amount(free)} free; "
         f"waiting jobs: {view.waiting_jobs}"
     )
-    lines = [_cut(title, width) if width is not None else title, ""]
-    if view.teams:
-        rows = [
-            [
-                team.name,
-                team.cohort,
-                _amount(team.nominal),
-                _amount(team.used),
-                _amount(team.borrowed),
-                _amount(team.lent),
-                str(team.admitted_jobs),
-                str(team.waiting_jobs),
-                _amount(team.waiting_gpus),
-                "" if team.longest_wait_seconds is None else duration(team.longest_wait_seconds),
-            ]
-            for team in view.teams
+    return [
+        _cut(title, width) if width is not None else title,
+        "",
+        *_teams(view, width),
+        *_domains(view, width),
+        "",
+        *_unusable_nodes(view, now, width),
+        "",
+        *_queue(view, width),
+    ]
+
+
+def _teams(view: PoolView, width: int | None) -> list[str]:
+    if not view.teams:
+        return ["no TeamQuotas: every namespace shares the pool"]
+    rows = [
+        [
+            team.name,
+            team.cohort,
+            _amount(team.nominal),
+            _amount(team.used),
+            _amount(team.borrowed),
+            _amount(team.lent),
+            str(team.admitted_jobs),
+            str(team.waiting_jobs),
+            _amount(team.waiting_gpus),
+            "" if team.longest_wait_seconds is None else duration(team.longest_wait_seconds),
         ]
-        headers = ["TEAM", "COHORT", "QUOTA", "USED", "BORROWED", "LENT", "RUNNING", "WAITING"]
-        headers += ["WAIT GPUS", "LONGEST WAIT"]
-        lines += table(headers, rows, numeric=frozenset(range(2, 9)), width=width)
-    else:
-        lines.append("no TeamQuotas: every namespace shares the pool")
-    if view.domains:
-        rows = [
-            [d.level, d.name, str(d.nodes), _amount(d.gpus), _amount(d.used), _amount(d.free)]
-            for d in view.domains
+        for team in view.teams
+    ]
+    headers = ["TEAM", "COHORT", "QUOTA", "USED", "BORROWED", "LENT", "RUNNING", "WAITING"]
+    headers += ["WAIT GPUS", "LONGEST WAIT"]
+    return table(headers, rows, numeric=frozenset(range(2, 9)), width=width)
+
+
+def _domains(view: PoolView, width: int | None) -> list[str]:
+    if not view.domains:
+        return []
+    rows = [
+        [d.level, d.name, str(d.nodes), _amount(d.gpus), _amount(d.used), _amount(d.free)]
+        for d in view.domains
+    ]
+    return ["", *table(["LEVEL", "DOMAIN", "NODES", "GPUS", "USED", "FREE"], rows,
+                       numeric=frozenset({2, 3, 4, 5}), width=width)]  # fmt: skip
+
+
+def _unusable_nodes(view: PoolView, now: datetime, width: int | None) -> list[str]:
+    if not view.unusable_nodes:
+        return ["every node is usable"]
+    rows = [[n.node, _since(n.since, now), n.reason] for n in view.unusable_nodes]
+    return table(["UNUSABLE NODE", "SINCE", "WHY"], rows, width=width)
+
+
+def _queue(view: PoolView, width: int | None) -> list[str]:
+    if not view.queue:
+        return ["no job is waiting"]
+    rows = [
+        [
+            str(entry.position),
+            entry.job,
+            entry.team or "",
+            _amount(entry.gpus),
+            str(entry.priority),
+            duration(entry.waiting_seconds),
+            entry.reason or "-",
         ]
-        lines += ["", *table(["LEVEL", "DOMAIN", "NODES", "GPUS", "USED", "FREE"], rows,
-                             numeric=frozenset({2, 3, 4, 5}), width=width)]  # fmt: skip
-    lines.append("")
-    if view.unusable_nodes:
-        rows = [[n.node, _since(n.since, now), n.reason] for n in view.unusable_nodes]
-        lines += table(["UNUSABLE NODE", "SINCE", "WHY"], rows, width=width)
-    else:
-        lines.append("every node is usable")
-    lines.append("")
-    if view.queue:
-        rows = [
-            [
-                str(entry.position),
-                entry.job,
-                entry.team or "",
-                _amount(entry.gpus),
-                str(entry.priority),
-                duration(entry.waiting_seconds),
-                entry.reason or "-",
-            ]
-            for entry in view.queue
-        ]
-        shown = f"QUEUE (first {len(view.queue)} of {view.waiting_jobs})"
-        header, *entries = table(["#", shown, "TEAM", "GPUS", "PRIO", "WAITED", "REASON"], rows,
-                                 numeric=frozenset({0, 3, 4, 5}), width=width)  # fmt: skip
-        lines.append(header)
-        for line, entry in zip(entries, view.queue, strict=True):
-            why = f"   {entry.message}"
-            lines += [line, _cut(why, width) if width is not None else why]
-    else:
-        lines.append("no job is waiting")
+        for entry in view.queue
+    ]
+    shown = f"QUEUE (first {len(view.queue)} of {view.waiting_jobs})"
+    header, *entries = table(["#", shown, "TEAM", "GPUS", "PRIO", "WAITED", "REASON"], rows,
+                             numeric=frozenset({0, 3, 4, 5}), width=width)  # fmt: skip
+    lines = [header]
+    for line, entry in zip(entries, view.queue, strict=True):
+        why = f"   {entry.message}"
+        lines += [line, _cut(why, width) if width is not None else why]
     return lines

@@ -26,7 +26,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from torchgate.ask.channel import (
@@ -65,7 +65,6 @@ class Simulation:
     warnings: tuple[str, ...] = ()
     forecast: Forecast | None = None
     unanswered: str | None = None
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
     def to_json(self) -> dict[str, Any]:
         """The ``-o json`` form."""

@@ -260,37 +260,24 @@ def plan_rotation(
     addresses = normalised_ips(ips)
     if not dns and not addresses:
         raise CertificateError("a serving certificate needs at least one DNS name or IP address")
+    signing, bundle, ca_problem = _plan_ca(stored, now=now, policy=policy)
     changes: list[str] = []
-    trusted = _lenient_certificates(stored.ca_cert)
-    signing, ca_problem = _current_ca(stored, trusted, now=now, policy=policy)
-    if signing is None:
-        stamp = now.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
-        signing = make_ca(f"{CA_COMMON_NAME}@{stamp}", now=now, valid_for=policy.ca_valid_for)
+    if ca_problem is not None:
         changes.append(f"new CA ({ca_problem})")
-    signing_certificate = first_certificate(signing.cert_pem, what="the CA certificate")
-    # The signing CA goes first; older CAs stay trusted until they expire.
-    bundle = ca_bundle(signing.cert_pem, *(certificate_pem(c) for c in trusted), now=now)
-    if ca_problem is None and bundle != stored.ca_cert:
+    elif bundle != stored.ca_cert:
         changes.append("rewrote ca.crt without expired or duplicate CAs")
-
-    serving_problem = (
-        "forced"
-        if force
-        else _serving_problem(
-            stored,
-            signing_certificate,
-            now=now,
-            renew_before=policy.serving_renew_before,
-            dns_names=frozenset(dns),
-            ips=frozenset(addresses),
-        )
+    signing_certificate = first_certificate(signing.cert_pem, what="the CA certificate")
+    serving, serving_problem = _plan_serving(
+        stored,
+        signing,
+        signing_certificate,
+        dns_names=dns,
+        ips=addresses,
+        now=now,
+        policy=policy,
+        force=force,
     )
-    if serving_problem is None:
-        serving = KeyPair(cert_pem=stored.serving_cert, key_pem=stored.serving_key)
-    else:
-        serving = issue_serving_cert(
-            signing, dns_names=dns, ips=addresses, now=now, valid_for=policy.serving_valid_for
-        )
+    if serving_problem is not None:
         changes.append(f"new serving certificate ({serving_problem})")
     serving_certificate = first_certificate(serving.cert_pem, what="the serving certificate")
 
@@ -314,6 +301,54 @@ def plan_rotation(
             ca_not_after - policy.ca_renew_before,
         ),
     )
+
+
+def _plan_ca(
+    stored: Material, *, now: datetime, policy: RotationPolicy
+) -> tuple[KeyPair, bytes, str | None]:
+    """The signing CA, ``ca.crt``, and why the CA was replaced (``None``: the stored one stays).
+
+    The signing CA goes first in ``ca.crt``; older CAs stay trusted until they expire.
+    """
+    trusted = _lenient_certificates(stored.ca_cert)
+    signing, problem = _current_ca(stored, trusted, now=now, policy=policy)
+    if signing is None:
+        stamp = now.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+        signing = make_ca(f"{CA_COMMON_NAME}@{stamp}", now=now, valid_for=policy.ca_valid_for)
+    bundle = ca_bundle(signing.cert_pem, *(certificate_pem(c) for c in trusted), now=now)
+    return signing, bundle, problem
+
+
+def _plan_serving(
+    stored: Material,
+    signing: KeyPair,
+    signing_certificate: x509.Certificate,
+    *,
+    dns_names: list[str],
+    ips: list[IPAddress],
+    now: datetime,
+    policy: RotationPolicy,
+    force: bool,
+) -> tuple[KeyPair, str | None]:
+    """The serving certificate, and why it was issued anew (``None``: the stored one stays)."""
+    problem = (
+        "forced"
+        if force
+        else _serving_problem(
+            stored,
+            signing_certificate,
+            now=now,
+            renew_before=policy.serving_renew_before,
+            dns_names=frozenset(dns_names),
+            ips=frozenset(ips),
+        )
+    )
+    if problem is None:
+        return KeyPair(cert_pem=stored.serving_cert, key_pem=stored.serving_key), None
+    serving = issue_serving_cert(
+        signing, dns_names=dns_names, ips=ips, now=now, valid_for=policy.serving_valid_for
+    )
+    return serving, problem
 
 
 def _current_ca(

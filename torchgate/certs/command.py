@@ -218,14 +218,8 @@ async def sync(options: SyncOptions) -> SyncResult:
 
 
 async def _sync_once(options: SyncOptions, api: KubeApi | None) -> SyncResult:
-    stored_secret: StoredSecret | None = None
-    if options.secret is not None and api is not None:
-        stored_secret = await read_secret(api, options.secret)
-        stored = stored_secret.material
-    elif options.out_dir is not None:
-        stored = read_directory(options.out_dir)
-    else:
-        stored = Material()
+    """One sync: steps 1 to 4 of the module docstring, one function each."""
+    stored_secret, stored = await _read_stored(options, api)
     plan = plan_rotation(
         stored,
         dns_names=options.dns_names,
@@ -235,52 +229,91 @@ async def _sync_once(options: SyncOptions, api: KubeApi | None) -> SyncResult:
         force=options.force,
     )
     bundle = plan.material.ca_cert
-
-    configurations: list[WebhookConfiguration] = []
-    missing: list[str] = []
-    if api is not None:
-        for name in options.webhook_configurations:
-            found = await read_webhook_configurations(api, name)
-            configurations.extend(found)
-            if not found:
-                missing.append(name)
-    if missing and not options.allow_missing_webhooks:
-        raise MissingWebhookConfiguration(
-            f"no MutatingWebhookConfiguration or ValidatingWebhookConfiguration named "
-            f"{', '.join(missing)}; install the webhook manifests first, or pass "
-            "--allow-missing-webhooks"
-        )
-    patched: list[str] = []
-    for configuration in configurations:
-        if api is not None and await patch_ca_bundle(api, configuration, bundle):
-            patched.append(str(configuration))
-
-    secret_written = False
-    if (
-        options.secret is not None
-        and api is not None
-        and stored_secret is not None
-        and plan.material != stored
-    ):
-        await write_secret(
-            api, options.secret, plan.material, resource_version=stored_secret.resource_version
-        )
-        secret_written = True
-    files_written: tuple[str, ...] = ()
-    if options.out_dir is not None:
-        files_written = write_directory(options.out_dir, plan.material)
+    patched, missing = await _publish_ca_bundle(options, api, bundle)
+    secret_written, files_written = await _store(options, api, stored_secret, stored, plan.material)
     return SyncResult(
         changes=plan.changes,
         ca_rotated=plan.ca_rotated,
         serving_issued=plan.serving_issued,
         secret_written=secret_written,
         files_written=files_written,
-        patched_webhook_configurations=tuple(patched),
-        missing_webhook_configurations=tuple(missing),
+        patched_webhook_configurations=patched,
+        missing_webhook_configurations=missing,
         ca_bundle=bundle,
         serving_not_after=plan.serving_not_after,
         renew_at=plan.renew_at,
     )
+
+
+async def _read_stored(
+    options: SyncOptions, api: KubeApi | None
+) -> tuple[StoredSecret | None, Material]:
+    """Step 1: the Secret when one is named, else the files in ``--out-dir``, else nothing."""
+    if options.secret is not None and api is not None:
+        stored_secret = await read_secret(api, options.secret)
+        return stored_secret, stored_secret.material
+    if options.out_dir is not None:
+        return None, read_directory(options.out_dir)
+    return None, Material()
+
+
+async def _publish_ca_bundle(
+    options: SyncOptions, api: KubeApi | None, bundle: bytes
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Step 3: ``bundle`` as the caBundle of every named webhook; (patched, missing) names.
+
+    A named configuration that is not installed fails the sync before anything is patched, unless
+    ``allow_missing_webhooks``.
+    """
+    if api is None:
+        return (), ()
+    configurations: list[WebhookConfiguration] = []
+    missing: list[str] = []
+    for name in options.webhook_configurations:
+        found = await read_webhook_configurations(api, name)
+        configurations.extend(found)
+        if not found:
+            missing.append(name)
+    if missing and not options.allow_missing_webhooks:
+        raise MissingWebhookConfiguration(
+            f"no MutatingWebhookConfiguration or ValidatingWebhookConfiguration named "
+            f"{', '.join(missing)}; install the webhook manifests first, or pass "
+            "--allow-missing-webhooks"
+        )
+    patched = [
+        str(configuration)
+        for configuration in configurations
+        if await patch_ca_bundle(api, configuration, bundle)
+    ]
+    return tuple(patched), tuple(missing)
+
+
+async def _store(
+    options: SyncOptions,
+    api: KubeApi | None,
+    stored_secret: StoredSecret | None,
+    stored: Material,
+    material: Material,
+) -> tuple[bool, tuple[str, ...]]:
+    """Step 4: the Secret when it changed (conditional on the resourceVersion read), then the files.
+
+    Returns whether the Secret was written, and the files written.
+    """
+    secret_written = False
+    if (
+        options.secret is not None
+        and api is not None
+        and stored_secret is not None
+        and material != stored
+    ):
+        await write_secret(
+            api, options.secret, material, resource_version=stored_secret.resource_version
+        )
+        secret_written = True
+    files_written = (
+        write_directory(options.out_dir, material) if options.out_dir is not None else ()
+    )
+    return secret_written, files_written
 
 
 async def watch(

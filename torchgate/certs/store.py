@@ -57,10 +57,6 @@ REQUEST_TIMEOUT_SECONDS: Final = 30.0
 _MESSAGE_LIMIT: Final = 300
 
 WebhookKind = Literal["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
-WEBHOOK_KINDS: Final[tuple[WebhookKind, ...]] = (
-    "MutatingWebhookConfiguration",
-    "ValidatingWebhookConfiguration",
-)
 _KINDS: Final[dict[str, WebhookKind]] = {
     MUTATING_WEBHOOK_CONFIGURATIONS.plural: "MutatingWebhookConfiguration",
     VALIDATING_WEBHOOK_CONFIGURATIONS.plural: "ValidatingWebhookConfiguration",

@@ -47,7 +47,7 @@ from torchgate.controller.queue import NORMAL, URGENT, ShutDown, WorkQueue
 from torchgate.kube.client import KubeApi
 from torchgate.kube.dra import DraCaches
 from torchgate.kube.errors import ApiError, NotFound
-from torchgate.kube.informer import Informer, key_of
+from torchgate.kube.informer import Informer, ParsedOnce, key_of
 from torchgate.kube.resources import (
     DEVICE_CLASSES,
     NODES,
@@ -206,7 +206,9 @@ class Manager:
             gang_objects_served=lambda: self.gang_objects.served,
             requeue=self.queue.add,
         )
-        self._parsed_policies: dict[tuple[str, str], PlacementPolicy | None] = {}
+        self._parsed_policies = ParsedOnce(
+            self.policy_objects.values, lambda raw: parse_policy(raw)[0]
+        )
         self.synced = asyncio.Event()  # the caches are filled (the pool service answers then)
         self.pods.index_by(job_key_of_pod)
         self.services.index_by(job_key_of_pod)
@@ -260,16 +262,7 @@ class Manager:
 
     def policies(self) -> Iterable[PlacementPolicy]:
         """The valid PlacementPolicies (parsed once per resourceVersion)."""
-        out = []
-        for raw in self.policy_objects.values():
-            metadata = raw.get("metadata") or {}
-            marker = (str(metadata.get("name")), str(metadata.get("resourceVersion")))
-            if marker not in self._parsed_policies:
-                self._parsed_policies[marker] = parse_policy(raw)[0]
-            parsed = self._parsed_policies[marker]
-            if parsed is not None:
-                out.append(parsed)
-        return out
+        return [p for p in self._parsed_policies.by_name().values() if p is not None]
 
     def _priority_class(self, class_name: str | None) -> dict[str, Any] | None:
         """The PriorityClass named (the global default when unnamed), if it exists."""

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Generic, TypeVar
 
 from torchgate.kube.client import KubeApi
 from torchgate.kube.errors import ApiError, Gone
@@ -34,6 +34,7 @@ Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped obje
 Handler = Callable[[str, dict[str, Any], dict[str, Any] | None], None]
 IndexFunction = Callable[[Mapping[str, Any]], Key | None]
 Projection = Callable[[Mapping[str, Any]], dict[str, Any]]
+T = TypeVar("T")
 
 # What each kind's cache keeps (``pytorchjob.projection``); other kinds lose only managedFields.
 PROJECTIONS: dict[Resource, Projection] = {PODS: project_pod, NODES: project_node}
@@ -259,6 +260,35 @@ class Informer:
                 handler(kind, obj, old)
             except Exception:  # a handler bug must not stop the cache
                 log.exception("%s: event handler failed", self.resource.plural)
+
+
+class ParsedOnce(Generic[T]):
+    """Cached objects by name, each parsed once per resourceVersion (PlacementPolicies, TeamQuotas).
+
+    Readers ask on every reconcile and admission cycle while the objects rarely change, and
+    parsing is pure, so a result is kept until its object changes. Results of older versions and
+    of deleted objects are dropped once they outnumber the current ones (plus a few).
+    """
+
+    def __init__(
+        self, objects: Callable[[], Iterable[Mapping[str, Any]]], parse: Callable[[Any], T]
+    ) -> None:
+        self.objects = objects
+        self.parse = parse
+        self._parsed: dict[tuple[str, str], T] = {}
+
+    def by_name(self) -> dict[str, T]:
+        """Name -> the parse of the object's current version, in the order of ``objects``."""
+        out: dict[str, T] = {}
+        for raw in self.objects():
+            metadata = raw.get("metadata") or {}
+            marker = (str(metadata.get("name")), str(metadata.get("resourceVersion")))
+            if marker not in self._parsed:
+                self._parsed[marker] = self.parse(raw)
+            out[marker[0]] = self._parsed[marker]
+        if len(self._parsed) > 2 * len(out) + 16:
+            self._parsed = {m: v for m, v in self._parsed.items() if m[0] in out}
+        return out
 
 
 def _newer(held: Mapping[str, Any], incoming: Mapping[str, Any]) -> bool:

@@ -64,7 +64,6 @@ _ZERO: Final = Decimal(0)
 RESOURCE_CLAIM: Final = "ResourceClaim"
 RESOURCE_CLAIM_TEMPLATE: Final = "ResourceClaimTemplate"
 EXACT_COUNT: Final = "ExactCount"
-ALL: Final = "All"
 
 
 @dataclass(frozen=True, slots=True)

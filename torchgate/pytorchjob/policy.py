@@ -34,7 +34,12 @@ from torchgate.pytorchjob.fieldpath import (
     object_header,
     required,
 )
-from torchgate.pytorchjob.pool import PreemptionSettings, TopologySettings, parse_pool_settings
+from torchgate.pytorchjob.pool import (
+    PreemptionSettings,
+    TopologySettings,
+    non_negative_count,
+    parse_pool_settings,
+)
 from torchgate.pytorchjob.progress import parse_deadline
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
 from torchgate.pytorchjob.spec import as_int
@@ -94,7 +99,6 @@ class PlacementPolicy:
     topology: TopologySettings = field(default_factory=TopologySettings)
     quarantine: QuarantineSettings = field(default_factory=QuarantineSettings)
     progress_deadline_seconds: int | None = None
-    builtin: bool = False
 
     def matches(self, namespace: str) -> bool:
         """Whether this policy applies to jobs in ``namespace`` (no list = every namespace)."""
@@ -128,7 +132,7 @@ def _under_a_prefix(prefixes: tuple[str, ...], path: str) -> bool:
     return False
 
 
-DEFAULT_POLICY = PlacementPolicy(builtin=True)
+DEFAULT_POLICY = PlacementPolicy()
 
 
 def select_policy(policies: Iterable[PlacementPolicy], namespace: str) -> PlacementPolicy:
@@ -280,13 +284,7 @@ def _non_negative_int(
     section: Mapping[str, Any], key: str, path: FieldPath, errors: list[FieldError]
 ) -> int | None:
     value = section.get(key)
-    if value is None:
-        return None
-    number = as_int(value)
-    if number is None or number < 0:
-        errors.append(invalid(path.child(key), value, "must be a non-negative integer"))
-        return None
-    return number
+    return None if value is None else non_negative_count(value, path.child(key), errors)
 
 
 def _parse_job_defaults(value: object, errors: list[FieldError]) -> JobDefaults:

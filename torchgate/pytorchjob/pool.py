@@ -76,7 +76,6 @@ from torchgate.pytorchjob.spec import JobSpec, as_int, pod_spec_of
 from torchgate.pytorchjob.units import MILLI, Units, format_milli, pod_units, request_units
 
 QUOTA_KIND: Final = "TeamQuota"
-QUOTA_PLURAL: Final = "teamquotas"
 DEFAULT_COHORT: Final = "default"
 GPUS: Final = "gpus"  # the quota key for "whatever the job's policy counts as GPUs"
 ANNOTATION_TOPOLOGY_REQUIRED: Final = "torchgate.io/topology-required"
@@ -173,7 +172,8 @@ def _quantity(value: object, path: FieldPath, errors: list[FieldError]) -> int |
     return request_units(amount)
 
 
-def _count(value: object, path: FieldPath, errors: list[FieldError]) -> int | None:
+def non_negative_count(value: object, path: FieldPath, errors: list[FieldError]) -> int | None:
+    """``value`` as a non-negative integer, else ``None`` with an ``Invalid`` error at ``path``."""
     number = as_int(value)
     if number is None or number < 0:
         errors.append(invalid(path, value, "must be a non-negative integer"))
@@ -245,10 +245,10 @@ def parse_team_quota(raw: object) -> tuple[TeamQuota | None, list[FieldError]]:
     if spec.get("nominalGPUs") is None:
         errors.append(required(_SPEC.child("nominalGPUs"), "the team's guaranteed GPUs"))
     else:
-        gpus = _count(spec.get("nominalGPUs"), _SPEC.child("nominalGPUs"), errors)
+        gpus = non_negative_count(spec.get("nominalGPUs"), _SPEC.child("nominalGPUs"), errors)
     borrowing: int | None = None
     if spec.get("borrowingLimitGPUs") is not None:
-        borrowing = _count(
+        borrowing = non_negative_count(
             spec.get("borrowingLimitGPUs"), _SPEC.child("borrowingLimitGPUs"), errors
         )
     limits = _other_resources(spec.get("resources"), errors)
@@ -324,7 +324,10 @@ def _parse_preemption(value: object, errors: list[FieldError]) -> PreemptionSett
         return PreemptionSettings()
     minimum = 0
     if value.get("minimumRunSeconds") is not None:
-        minimum = _count(value["minimumRunSeconds"], path.child("minimumRunSeconds"), errors) or 0
+        minimum = (
+            non_negative_count(value["minimumRunSeconds"], path.child("minimumRunSeconds"), errors)
+            or 0
+        )
     never: int | None = None
     if value.get("neverPreemptPriority") is not None:
         never = as_int(value["neverPreemptPriority"])

@@ -151,6 +151,21 @@ def as_int(value: object) -> int | None:
     return None
 
 
+def as_mapping(value: object) -> Mapping[str, Any]:
+    """``value`` when it is a mapping, else an empty one (raw objects may hold anything)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def as_list(value: object) -> list[Any]:
+    """``value`` when it is a list, else an empty one."""
+    return value if isinstance(value, list) else []
+
+
+def as_text(value: object) -> str:
+    """``value`` when it is a string, else an empty one."""
+    return value if isinstance(value, str) else ""
+
+
 def parse_job(raw: object) -> tuple[JobSpec | None, list[FieldError]]:
     """Build a ``JobSpec`` from a raw object; return ``(None, errors)`` when it cannot run."""
     errors: list[FieldError] = []

@@ -46,7 +46,6 @@ DEFAULT_TIMEOUT_SECONDS: Final = 0.25
 CA_CHECK_SECONDS: Final = 60.0
 Authorize = Callable[[dict[str, str]], Awaitable[None]]
 Outcome = str  # "answered", "timeout", "refused", "error"
-OUTCOMES: Final = ("answered", "timeout", "refused", "error")
 
 
 class ForecastClient:

@@ -29,7 +29,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import yaml
 
@@ -57,7 +57,7 @@ from torchgate.pytorchjob.devices import (
 from torchgate.pytorchjob.fieldpath import FieldError
 from torchgate.pytorchjob.manifests import yaml_problem
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
-from torchgate.pytorchjob.pool import QUOTA_KIND, TeamQuota, parse_team_quota
+from torchgate.pytorchjob.pool import QUOTA_KIND, parse_team_quota
 from torchgate.pytorchjob.projection import project_claim_spec
 from torchgate.pytorchjob.yamlinput import load_documents
 from torchgate.webhook.validation import Team
@@ -66,16 +66,73 @@ from torchgate.webhook.validation.sharing import resolve_team
 log = logging.getLogger("torchgate.webhook.policies")
 
 
+T = TypeVar("T")
+
+
+class _AdminObjects(Generic[T]):
+    """One kind of admin object (PlacementPolicies, TeamQuotas): the valid ones parsed, by name.
+
+    An object that does not parse is left out, its errors kept in ``invalid`` and logged;
+    ``changed`` runs after every change (it drops the choices per namespace made from the set).
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        parse: Callable[[Mapping[str, Any]], tuple[T | None, list[FieldError]]],
+        changed: Callable[[], None],
+    ) -> None:
+        self.kind = kind
+        self.parse = parse
+        self.changed = changed
+        self.valid: dict[str, T] = {}
+        self.invalid: dict[str, list[FieldError]] = {}
+
+    def put(self, raw: Mapping[str, Any], source: str) -> list[FieldError]:
+        """Parse and store one object; return its errors (empty when valid)."""
+        name = _name_of(raw)
+        parsed, errors = self.parse(raw)
+        if parsed is None:
+            self.valid.pop(name, None)
+            self.invalid[name] = errors
+            log.error(
+                "ignoring invalid %s %r from %s: %s",
+                self.kind,
+                name,
+                source,
+                "; ".join(str(e) for e in errors),
+            )
+        else:
+            self.valid[name] = parsed  # a valid object has a name (``object_header``)
+            self.invalid.pop(name, None)
+        self.changed()
+        return errors
+
+    def remove(self, name: str) -> None:
+        """Forget a deleted object."""
+        self.valid.pop(name, None)
+        self.invalid.pop(name, None)
+        self.changed()
+
+    def replace(self, objects: Iterable[Mapping[str, Any]], source: str) -> None:
+        """Swap in a complete set."""
+        self.valid.clear()
+        self.invalid.clear()
+        for raw in objects:
+            self.put(raw, source)
+        self.changed()
+
+
 class PolicyCache:
     """The current valid policies and TeamQuotas, with per-namespace memos of the selection."""
 
     def __init__(self) -> None:
-        self._policies: dict[str, PlacementPolicy] = {}
         self._by_namespace: dict[str, PlacementPolicy] = {}
-        self.invalid: dict[str, list[FieldError]] = {}
-        self._quotas: dict[str, TeamQuota] = {}
+        self._policies = _AdminObjects(names.POLICY_KIND, parse_policy, self._by_namespace.clear)
+        self.invalid = self._policies.invalid
         self._team_by_namespace: dict[str, Team | None] = {}
-        self.invalid_quotas: dict[str, list[FieldError]] = {}
+        self._quotas = _AdminObjects(QUOTA_KIND, parse_team_quota, self._team_by_namespace.clear)
+        self.invalid_quotas = self._quotas.invalid
         self.synced = asyncio.Event()
         # Cleared by a TeamQuota source that has not listed yet (``ClusterQuotas``): policies
         # are not reported synced before it, so admission never starts without the quotas.
@@ -92,87 +149,47 @@ class PolicyCache:
     def team_for(self, namespace: str) -> Team | None:
         """The TeamQuota owning ``namespace`` with its cohort, or ``None`` (no quota applies)."""
         if namespace not in self._team_by_namespace:
-            self._team_by_namespace[namespace] = resolve_team(self._quotas.values(), namespace)
+            self._team_by_namespace[namespace] = resolve_team(
+                self._quotas.valid.values(), namespace
+            )
         return self._team_by_namespace[namespace]
 
     def put_quota(self, raw: Mapping[str, Any], source: str) -> list[FieldError]:
         """Parse and store one TeamQuota; return its errors (empty when valid)."""
-        name = _name_of(raw)
-        quota, errors = parse_team_quota(raw)
-        if quota is None:
-            self._quotas.pop(name, None)
-            self.invalid_quotas[name] = errors
-            log.error(
-                "ignoring invalid TeamQuota %r from %s: %s",
-                name,
-                source,
-                "; ".join(str(e) for e in errors),
-            )
-        else:
-            self._quotas[quota.name] = quota
-            self.invalid_quotas.pop(quota.name, None)
-        self._team_by_namespace.clear()
-        return errors
+        return self._quotas.put(raw, source)
 
     def remove_quota(self, name: str) -> None:
         """Forget a deleted TeamQuota."""
-        self._quotas.pop(name, None)
-        self.invalid_quotas.pop(name, None)
-        self._team_by_namespace.clear()
+        self._quotas.remove(name)
 
     def replace_quotas(self, objects: Iterable[Mapping[str, Any]], source: str) -> None:
         """Swap in a complete set of TeamQuotas."""
-        self._quotas.clear()
-        self.invalid_quotas.clear()
-        for raw in objects:
-            self.put_quota(raw, source)
-        self._team_by_namespace.clear()
+        self._quotas.replace(objects, source)
 
     def policy_for(self, namespace: str) -> PlacementPolicy:
         """The policy that applies to jobs in ``namespace``."""
         policy = self._by_namespace.get(namespace)
         if policy is None:
-            policy = select_policy(self._policies.values(), namespace)
+            policy = select_policy(self._policies.valid.values(), namespace)
             self._by_namespace[namespace] = policy
         return policy
 
     def put(self, raw: Mapping[str, Any], source: str) -> list[FieldError]:
         """Parse and store one policy object; return its errors (empty when valid)."""
-        name = _name_of(raw)
-        policy, errors = parse_policy(raw)
-        if policy is None:
-            self._policies.pop(name, None)
-            self.invalid[name] = errors
-            log.error(
-                "ignoring invalid PlacementPolicy %r from %s: %s",
-                name,
-                source,
-                "; ".join(str(e) for e in errors),
-            )
-        else:
-            self._policies[policy.name] = policy
-            self.invalid.pop(policy.name, None)
-        self._by_namespace.clear()
-        return errors
+        return self._policies.put(raw, source)
 
     def remove(self, name: str) -> None:
         """Forget a deleted policy."""
-        self._policies.pop(name, None)
-        self.invalid.pop(name, None)
-        self._by_namespace.clear()
+        self._policies.remove(name)
 
     def replace_all(self, objects: Iterable[Mapping[str, Any]], source: str) -> None:
         """Swap in a complete set (after a list or a file reload)."""
-        self._policies.clear()
-        self.invalid.clear()
-        for raw in objects:
-            self.put(raw, source)
-        self._by_namespace.clear()
+        self._policies.replace(objects, source)
 
     @property
     def names(self) -> list[str]:
         """Names of the valid policies, sorted."""
-        return sorted(self._policies)
+        return sorted(self._policies.valid)
 
 
 def _name_of(raw: Mapping[str, Any]) -> str:

@@ -9,7 +9,7 @@ from tests.builders.node import node
 from tests.builders.pod import pod
 from tests.unit.kube.scripted import ScriptedApi, until
 from torchgate.kube.errors import Gone
-from torchgate.kube.informer import Informer
+from torchgate.kube.informer import Informer, ParsedOnce
 from torchgate.kube.resources import NODES, PODS
 from torchgate.pytorchjob.projection import project_pod
 
@@ -199,3 +199,31 @@ async def test_a_list_is_read_in_pages_and_an_expired_continue_lists_again() -> 
     assert [q.get("continue") for q in api.queries] == [None, "2", None, "2", "4"]
     assert {q["limit"] for q in api.queries} == {"2"}
     assert api.watch_queries[0]["resourceVersion"] == "100"
+
+
+def test_parsed_once_parses_each_version_once_and_forgets_deleted_objects() -> None:
+    objects: list[dict[str, Any]] = []
+    parsed: list[tuple[str, str]] = []
+
+    def parse(raw: dict[str, Any]) -> str:
+        metadata = raw["metadata"]
+        parsed.append((metadata["name"], metadata["resourceVersion"]))
+        return f"{metadata['name']}@{metadata['resourceVersion']}"
+
+    def version(name: str, number: int) -> dict[str, Any]:
+        return {"metadata": {"name": name, "resourceVersion": str(number)}}
+
+    cache = ParsedOnce(lambda: objects, parse)
+    objects[:] = [version("a", 1), version("b", 1)]
+    assert cache.by_name() == {"a": "a@1", "b": "b@1"}
+    assert cache.by_name() == {"a": "a@1", "b": "b@1"}
+    objects[:] = [version("a", 2), version("b", 1)]
+    assert cache.by_name() == {"a": "a@2", "b": "b@1"}
+    assert parsed == [("a", "1"), ("b", "1"), ("a", "2")]
+    for number in range(20):  # many objects come and go: the results of deleted ones are dropped
+        objects[:] = [version(f"gone-{number}", 1)]
+        cache.by_name()
+    objects[:] = [version("a", 2)]
+    parsed.clear()
+    assert cache.by_name() == {"a": "a@2"}
+    assert parsed == [("a", "2")]

@@ -31,7 +31,14 @@ from typing import Any, Final
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources
 from torchgate.pytorchjob.digits import parse_integer
-from torchgate.pytorchjob.spec import JobSpec, pinned_hosts, pod_spec_of
+from torchgate.pytorchjob.spec import (
+    JobSpec,
+    as_list,
+    as_mapping,
+    as_text,
+    pinned_hosts,
+    pod_spec_of,
+)
 from torchgate.pytorchjob.units import Units, parse_capacity, pod_units
 
 BLOCKING_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
@@ -179,47 +186,35 @@ class PodDemand:
 # ------------------------------------------------------------------ parsing raw objects
 
 
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _str(value: object) -> str:
-    return value if isinstance(value, str) else ""
-
-
 def node_view(raw: object) -> NodeView | None:
     """A ``NodeView`` from a raw Node, or ``None`` when it has no name."""
-    node = _mapping(raw)
-    metadata = _mapping(node.get("metadata"))
+    node = as_mapping(raw)
+    metadata = as_mapping(node.get("metadata"))
     name = metadata.get("name")
     if not isinstance(name, str) or not name:
         return None
-    spec = _mapping(node.get("spec"))
-    status = _mapping(node.get("status"))
-    labels = {k: v for k, v in _mapping(metadata.get("labels")).items() if isinstance(v, str)}
+    spec = as_mapping(node.get("spec"))
+    status = as_mapping(node.get("status"))
+    labels = {k: v for k, v in as_mapping(metadata.get("labels")).items() if isinstance(v, str)}
     taints = tuple(
         Taint(
-            _str(t.get("key")),
-            _str(t.get("value")),
-            _str(t.get("effect")),
-            _str(t.get("timeAdded")),
+            as_text(t.get("key")),
+            as_text(t.get("value")),
+            as_text(t.get("effect")),
+            as_text(t.get("timeAdded")),
         )
-        for t in _list(spec.get("taints"))
+        for t in as_list(spec.get("taints"))
         if isinstance(t, Mapping)
     )
     condition = next(
         (
             c
-            for c in _list(status.get("conditions"))
+            for c in as_list(status.get("conditions"))
             if isinstance(c, Mapping) and c.get("type") == "Ready"
         ),
         {},
     )
-    ready = _str(condition.get("status")) or "Unknown"
+    ready = as_text(condition.get("status")) or "Unknown"
     return NodeView(
         name=name,
         labels=labels,
@@ -227,33 +222,33 @@ def node_view(raw: object) -> NodeView | None:
         allocatable=parse_capacity(status.get("allocatable")),
         schedulable=ready == "True" and spec.get("unschedulable") is not True,
         ready=ready,
-        ready_since=_str(condition.get("lastTransitionTime")),
+        ready_since=as_text(condition.get("lastTransitionTime")),
     )
 
 
 def _requirements(raw: object) -> tuple[Requirement, ...]:
     requirements: list[Requirement] = []
-    for item in _list(raw):
+    for item in as_list(raw):
         if not isinstance(item, Mapping) or not isinstance(item.get("key"), str):
             requirements.append(Requirement("", "<malformed>"))
             continue
-        values = tuple(v for v in _list(item.get("values")) if isinstance(v, str))
-        requirements.append(Requirement(item["key"], _str(item.get("operator")), values))
+        values = tuple(v for v in as_list(item.get("values")) if isinstance(v, str))
+        requirements.append(Requirement(item["key"], as_text(item.get("operator")), values))
     return tuple(requirements)
 
 
 def required_affinity_terms(pod_spec: Mapping[str, Any]) -> tuple[SelectorTerm, ...] | None:
     """The required node-affinity terms of a pod spec, ``None`` when there is no requirement."""
-    node_affinity = _mapping(_mapping(pod_spec.get("affinity")).get("nodeAffinity"))
+    node_affinity = as_mapping(as_mapping(pod_spec.get("affinity")).get("nodeAffinity"))
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     if not isinstance(required, Mapping):
         return None
     return tuple(
         SelectorTerm(
-            _requirements(_mapping(term).get("matchExpressions")),
-            _requirements(_mapping(term).get("matchFields")),
+            _requirements(as_mapping(term).get("matchExpressions")),
+            _requirements(as_mapping(term).get("matchFields")),
         )
-        for term in _list(required.get("nodeSelectorTerms"))
+        for term in as_list(required.get("nodeSelectorTerms"))
     )
 
 
@@ -261,13 +256,13 @@ def tolerations_of(pod_spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
     """The well-formed tolerations of a pod spec."""
     return tuple(
         Toleration(
-            _str(t.get("key")),
-            _str(t.get("operator")) or "Equal",
-            _str(t.get("value")),
-            _str(t.get("effect")),
+            as_text(t.get("key")),
+            as_text(t.get("operator")) or "Equal",
+            as_text(t.get("value")),
+            as_text(t.get("effect")),
             _seconds(t.get("tolerationSeconds")),
         )
-        for t in _list(pod_spec.get("tolerations"))
+        for t in as_list(pod_spec.get("tolerations"))
         if isinstance(t, Mapping)
     )
 
@@ -285,14 +280,14 @@ def host_ports_of(pod_spec: Mapping[str, Any]) -> frozenset[tuple[str, int]]:
     host_network = pod_spec.get("hostNetwork") is True
     ports: set[tuple[str, int]] = set()
     for key in ("initContainers", "containers"):
-        for container in _list(pod_spec.get(key)):
-            for raw_port in _list(_mapping(container).get("ports")):
-                port = _mapping(raw_port)
+        for container in as_list(pod_spec.get(key)):
+            for raw_port in as_list(as_mapping(container).get("ports")):
+                port = as_mapping(raw_port)
                 number = port.get("hostPort")
                 if not number and host_network:
                     number = port.get("containerPort")
                 if isinstance(number, int) and not isinstance(number, bool) and number > 0:
-                    ports.add((_str(port.get("protocol")) or "TCP", number))
+                    ports.add((as_text(port.get("protocol")) or "TCP", number))
     return frozenset(ports)
 
 
@@ -310,7 +305,7 @@ def pod_demand(
     GPUs are demanded like requested ones (``units.pod_units``).
     """
     pod_spec = pod_spec_of(template)
-    selector = _mapping(pod_spec.get("nodeSelector"))
+    selector = as_mapping(pod_spec.get("nodeSelector"))
     return PodDemand(
         pod_name=pod_name,
         requests=pod_units(pod_spec, gpus, claims),

@@ -30,7 +30,7 @@ from typing import Any
 from torchgate.controller.admission.quota import Admitted, TeamTotals
 from torchgate.kube.client import MERGE_PATCH, KubeApi
 from torchgate.kube.errors import ApiError
-from torchgate.kube.informer import Informer
+from torchgate.kube.informer import Informer, ParsedOnce
 from torchgate.kube.resources import TEAM_QUOTAS
 from torchgate.pytorchjob.fieldpath import FieldError
 from torchgate.pytorchjob.policy import PlacementPolicy
@@ -45,11 +45,6 @@ from torchgate.pytorchjob.pool import (
 from torchgate.pytorchjob.units import MILLI
 
 log = logging.getLogger("torchgate.controller.pool")
-
-
-def _marker(raw: Mapping[str, Any]) -> tuple[str, str]:
-    metadata = raw.get("metadata") or {}
-    return str(metadata.get("name")), str(metadata.get("resourceVersion"))
 
 
 class PoolSource:
@@ -69,23 +64,12 @@ class PoolSource:
         self.policies = policies
         self.team_status = team_status
         self.clock = clock
-        self._quotas: dict[tuple[str, str], tuple[TeamQuota | None, list[FieldError]]] = {}
+        self._quotas = ParsedOnce(quotas.values, parse_team_quota)
         self._written: dict[str, Any] = {}
-
-    def _parsed_quotas(self) -> dict[str, tuple[TeamQuota | None, list[FieldError]]]:
-        out = {}
-        for raw in self.quotas.values():
-            marker = _marker(raw)
-            if marker not in self._quotas:
-                self._quotas[marker] = parse_team_quota(raw)
-            out[marker[0]] = self._quotas[marker]
-        if len(self._quotas) > 2 * len(out) + 16:
-            self._quotas = {m: v for m, v in self._quotas.items() if m[0] in out}
-        return out
 
     def report(self) -> dict[str, list[FieldError]]:
         """TeamQuota name -> its errors (empty when valid)."""
-        parsed = self._parsed_quotas()
+        parsed = self._quotas.by_name()
         errors = {name: list(found[1]) for name, found in parsed.items()}
         good = [found[0] for found in parsed.values() if found[0] is not None]
         for name, clashes in resolve_teams(good).errors.items():
@@ -94,7 +78,7 @@ class PoolSource:
 
     def teams(self) -> dict[str, TeamQuota]:
         """The valid TeamQuotas by name (``pool.resolve_teams`` of those that parse)."""
-        parsed = self._parsed_quotas()
+        parsed = self._quotas.by_name()
         return dict(resolve_teams(q for q, _ in parsed.values() if q is not None).valid)
 
     def settings(self) -> list[PoolSettings]:

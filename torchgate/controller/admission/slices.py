@@ -39,6 +39,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
+from torchgate.pytorchjob.spec import as_list, as_mapping
 from torchgate.pytorchjob.units import MILLI
 
 Device = tuple[str, str, str]  # (driver, pool, device name)
@@ -48,27 +49,19 @@ _BLOCKING_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
 _DRIVER_SELECTOR: Final = re.compile(r"""device\.driver\s*==\s*["']([^"']+)["']""")
 
 
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
 # ------------------------------------------------------------------ rule 1
 
 
 def class_drivers(device_class: Mapping[str, Any]) -> frozenset[str]:
     """The drivers a DeviceClass selects (rule 1)."""
     found: set[str] = set()
-    for selector in _list(_mapping(device_class.get("spec")).get("selectors")):
-        expression = _mapping(_mapping(selector).get("cel")).get("expression")
+    for selector in as_list(as_mapping(device_class.get("spec")).get("selectors")):
+        expression = as_mapping(as_mapping(selector).get("cel")).get("expression")
         if isinstance(expression, str):
             found.update(_DRIVER_SELECTOR.findall(expression))
     if found:
         return frozenset(found)
-    name = _mapping(device_class.get("metadata")).get("name")
+    name = as_mapping(device_class.get("metadata")).get("name")
     return frozenset({name}) if isinstance(name, str) else frozenset()
 
 
@@ -82,7 +75,7 @@ def driver_keys(
     """
     out: dict[str, set[str]] = {}
     for raw in device_classes:
-        name = _mapping(raw.get("metadata")).get("name")
+        name = as_mapping(raw.get("metadata")).get("name")
         key = class_keys.get(name) if isinstance(name, str) else None
         if key is not None:
             for driver in class_drivers(raw):
@@ -100,8 +93,8 @@ def node_devices(
     newest: dict[tuple[str, str], int] = {}
     readable: list[tuple[str, str, int, str, list[Any]]] = []
     for raw in slices:
-        spec = _mapping(raw.get("spec"))
-        pool = _mapping(spec.get("pool"))
+        spec = as_mapping(raw.get("spec"))
+        pool = as_mapping(spec.get("pool"))
         driver, pool_name, node = spec.get("driver"), pool.get("name"), spec.get("nodeName")
         generation = pool.get("generation", 0)
         if not (isinstance(driver, str) and isinstance(pool_name, str)):
@@ -110,13 +103,13 @@ def node_devices(
             continue
         newest[driver, pool_name] = max(newest.get((driver, pool_name), generation), generation)
         if isinstance(node, str) and node:
-            readable.append((driver, pool_name, generation, node, _list(spec.get("devices"))))
+            readable.append((driver, pool_name, generation, node, as_list(spec.get("devices"))))
     out: dict[str, list[tuple[Device, Mapping[str, Any]]]] = {}
     for driver, pool_name, generation, node, devices in readable:
         if generation != newest[driver, pool_name]:
             continue
         for device in devices:
-            name = _mapping(device).get("name")
+            name = as_mapping(device).get("name")
             if isinstance(name, str):
                 out.setdefault(node, []).append(((driver, pool_name, name), device))
     return out
@@ -125,7 +118,8 @@ def node_devices(
 def unavailable(device: Mapping[str, Any]) -> bool:
     """Whether a taint keeps new claims off the device (rule 3)."""
     return any(
-        _mapping(taint).get("effect") in _BLOCKING_EFFECTS for taint in _list(device.get("taints"))
+        as_mapping(taint).get("effect") in _BLOCKING_EFFECTS
+        for taint in as_list(device.get("taints"))
     )
 
 
@@ -140,16 +134,16 @@ def allocated(
     """Devices allocated to claims, but those the owning pod's units count (rule 4)."""
     out: set[Device] = set()
     for claim in claims:
-        metadata = _mapping(claim.get("metadata"))
+        metadata = as_mapping(claim.get("metadata"))
         namespace = str(metadata.get("namespace") or "")
         owners = [
             counted((namespace, str(ref.get("name"))))
-            for ref in map(_mapping, _list(metadata.get("ownerReferences")))
+            for ref in map(as_mapping, as_list(metadata.get("ownerReferences")))
             if ref.get("kind") == "Pod"
         ]
-        allocation = _mapping(_mapping(claim.get("status")).get("allocation"))
-        for result in _list(_mapping(allocation.get("devices")).get("results")):
-            result = _mapping(result)
+        allocation = as_mapping(as_mapping(claim.get("status")).get("allocation"))
+        for result in as_list(as_mapping(allocation.get("devices")).get("results")):
+            result = as_mapping(result)
             driver, pool, device = result.get("driver"), result.get("pool"), result.get("device")
             if not (isinstance(driver, str) and isinstance(pool, str) and isinstance(device, str)):
                 continue

@@ -72,7 +72,7 @@ from typing import Any, Final, Literal
 from torchgate.controller.admission.nodes import Taint, Toleration, tolerations_of
 from torchgate.controller.job import status as st
 from torchgate.pytorchjob import names
-from torchgate.pytorchjob.spec import pytorch_container_name
+from torchgate.pytorchjob.spec import as_list, as_mapping, as_text, pytorch_container_name
 
 Cause = Literal[
     "ContainerFailed",
@@ -161,8 +161,8 @@ def deleted_node(name: str) -> NodeHealth:
 
 def node_health(raw: Mapping[str, Any]) -> NodeHealth:
     """A ``NodeHealth`` from a raw Node (its name, ``Ready`` condition and ``NoExecute`` taints)."""
-    metadata = _mapping(raw.get("metadata"))
-    spec = _mapping(raw.get("spec"))
+    metadata = as_mapping(raw.get("metadata"))
+    spec = as_mapping(raw.get("spec"))
     ready = next(
         (
             c
@@ -173,14 +173,14 @@ def node_health(raw: Mapping[str, Any]) -> NodeHealth:
     )
     taints = tuple(
         TimedTaint(
-            Taint(_text(t.get("key")), _text(t.get("value")), "NoExecute"),
+            Taint(as_text(t.get("key")), as_text(t.get("value")), "NoExecute"),
             st.parse_time(t.get("timeAdded")),
         )
-        for t in _list(spec.get("taints"))
+        for t in as_list(spec.get("taints"))
         if isinstance(t, Mapping) and t.get("effect") == "NoExecute"
     )
     return NodeHealth(
-        name=_text(metadata.get("name")),
+        name=as_text(metadata.get("name")),
         ready=str(ready.get("status")) if ready is not None else "",
         ready_since=st.parse_time(ready.get("lastTransitionTime")) if ready is not None else None,
         no_execute=taints,
@@ -216,29 +216,17 @@ NONE: Final = Finding()
 # ------------------------------------------------------------------ reading pods
 
 
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _text(value: object) -> str:
-    return value if isinstance(value, str) else ""
-
-
 def pod_name(pod: Mapping[str, Any]) -> str:
     """``metadata.name`` of a pod."""
-    return _text(_mapping(pod.get("metadata")).get("name"))
+    return as_text(as_mapping(pod.get("metadata")).get("name"))
 
 
 def node_of(pod: Mapping[str, Any]) -> str | None:
     """The node a pod is bound to, or the one torchgate planned for it before binding."""
-    bound = _mapping(pod.get("spec")).get("nodeName")
+    bound = as_mapping(pod.get("spec")).get("nodeName")
     if isinstance(bound, str) and bound:
         return bound
-    planned = _mapping(_mapping(pod.get("metadata")).get("annotations")).get(
+    planned = as_mapping(as_mapping(pod.get("metadata")).get("annotations")).get(
         names.ANNOTATION_PLANNED_NODE
     )
     return planned if isinstance(planned, str) and planned else None
@@ -246,10 +234,10 @@ def node_of(pod: Mapping[str, Any]) -> str | None:
 
 def _ended_by_itself_at(pod: Mapping[str, Any]) -> datetime | None:
     """When the training container terminated (``finishedAt``), if it did."""
-    training = pytorch_container_name(_mapping(pod.get("spec"))) or names.CONTAINER_NAME
-    for container in _list(_mapping(pod.get("status")).get("containerStatuses")):
+    training = pytorch_container_name(as_mapping(pod.get("spec"))) or names.CONTAINER_NAME
+    for container in as_list(as_mapping(pod.get("status")).get("containerStatuses")):
         if isinstance(container, Mapping) and container.get("name") == training:
-            terminated = _mapping(_mapping(container.get("state")).get("terminated"))
+            terminated = as_mapping(as_mapping(container.get("state")).get("terminated"))
             return st.parse_time(terminated.get("finishedAt"))
     return None
 
@@ -262,7 +250,7 @@ def _ended_before(pod: Mapping[str, Any], moment: datetime | None) -> bool:
 
 def _deletion_requested_at(pod: Mapping[str, Any]) -> datetime | None:
     """When the pod's deletion was asked for: ``deletionTimestamp`` minus its grace period."""
-    metadata = _mapping(pod.get("metadata"))
+    metadata = as_mapping(pod.get("metadata"))
     deadline = st.parse_time(metadata.get("deletionTimestamp"))
     grace = metadata.get("deletionGracePeriodSeconds")
     if deadline is None or not isinstance(grace, int) or isinstance(grace, bool):
@@ -300,7 +288,7 @@ def node_tainted(pod: Mapping[str, Any], node: NodeHealth, *, now: datetime) -> 
     """Rule 2: a ``NoExecute`` taint of the member's node it does not tolerate (any longer)."""
     if st.phase_of(pod) in _FINISHED or not node.no_execute:
         return NONE
-    tolerations = tolerations_of(_mapping(pod.get("spec")))
+    tolerations = tolerations_of(as_mapping(pod.get("spec")))
     recheck: float | None = None
     for timed in node.no_execute:
         matching = [t for t in tolerations if t.tolerates(timed.taint)]
@@ -352,10 +340,10 @@ def pod_disrupted(pod: Mapping[str, Any], node: str | None) -> Finding:
     if condition is not None:
         if _ended_before(pod, st.parse_time(condition.get("lastTransitionTime"))):
             return NONE
-        said = (_text(condition.get("reason")), _text(condition.get("message")))
+        said = (as_text(condition.get("reason")), as_text(condition.get("message")))
         why = ": ".join(part for part in said if part)
         return _found(POD_DISRUPTED, node, pod, _where(pod, node, f"was disrupted ({why})"))
-    if _text(_mapping(pod.get("status")).get("reason")) == "Evicted":
+    if as_text(as_mapping(pod.get("status")).get("reason")) == "Evicted":
         return _found(POD_DISRUPTED, node, pod, _where(pod, node, "was evicted by its kubelet"))
     return NONE
 
@@ -378,7 +366,7 @@ def pod_stuck(
     pod: Mapping[str, Any], node: str | None, *, now: datetime, stuck_after: float
 ) -> Finding:
     """Rule 5: bound and still waiting for its containers ``stuck_after`` s after scheduling."""
-    spec = _mapping(pod.get("spec"))
+    spec = as_mapping(pod.get("spec"))
     if st.phase_of(pod) != "Pending" or not spec.get("nodeName") or st.is_terminating(pod):
         return NONE
     waiting = _waiting_reasons(pod)
@@ -391,7 +379,7 @@ def pod_stuck(
             if c.get("type") == "PodScheduled" and c.get("status") == st.TRUE
         ),
         None,
-    ) or st.parse_time(_mapping(pod.get("metadata")).get("creationTimestamp"))
+    ) or st.parse_time(as_mapping(pod.get("metadata")).get("creationTimestamp"))
     since = scheduled or now
     left = st.seconds_left(since, stuck_after, now=now)
     if left > 0:
@@ -406,13 +394,14 @@ def _waiting_reasons(pod: Mapping[str, Any]) -> set[str] | None:
     """Why its containers wait (``None``: the kubelet reported none of them yet)."""
     statuses = [
         c
-        for c in _list(_mapping(pod.get("status")).get("containerStatuses"))
+        for c in as_list(as_mapping(pod.get("status")).get("containerStatuses"))
         if isinstance(c, Mapping)
     ]
     if not statuses:
         return None
     return {
-        _text(_mapping(_mapping(c.get("state")).get("waiting")).get("reason")) for c in statuses
+        as_text(as_mapping(as_mapping(c.get("state")).get("waiting")).get("reason"))
+        for c in statuses
     } - {""}
 
 

@@ -36,13 +36,12 @@ from torchgate.controller.job.model import (
     GangPods,
     Observed,
     Plan,
-    as_mapping,
     controlled_by,
     name_of,
 )
 from torchgate.pytorchjob import cleanup as cleanup_rules
 from torchgate.pytorchjob.devices import pod_gpus
-from torchgate.pytorchjob.spec import pod_spec_of
+from torchgate.pytorchjob.spec import as_mapping, pod_spec_of
 
 FINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 

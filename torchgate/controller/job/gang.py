@@ -55,7 +55,6 @@ from torchgate.controller.job.model import (
     Draft,
     GangPods,
     Restart,
-    as_mapping,
     controlled_by,
     ended_hung,
     image_pull_stuck_on,
@@ -68,7 +67,7 @@ from torchgate.controller.job.model import (
 from torchgate.controller.job.pods import build_pod, build_service, service_replicas
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.outlook import QUEUED_REASONS
-from torchgate.pytorchjob.spec import JobSpec
+from torchgate.pytorchjob.spec import JobSpec, as_mapping
 
 DEFAULT_SCHEDULE_TIMEOUT_SECONDS: Final = 60
 REASON_NAME_CONFLICT: Final = "PodNameConflict"

@@ -25,7 +25,7 @@ from torchgate.controller.job.disruption import (
 from torchgate.pytorchjob import names, progress
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources
 from torchgate.pytorchjob.digits import parse_integer
-from torchgate.pytorchjob.spec import JobSpec, as_int, pytorch_container_name
+from torchgate.pytorchjob.spec import JobSpec, as_int, as_mapping, pytorch_container_name
 
 ANNOTATION_RESTARTS: Final = "torchgate.io/restarts"
 # The job's current gang attempt; its pods carry the attempt that created them under the same key.
@@ -182,11 +182,6 @@ class Plan:
 
 
 # ------------------------------------------------------------------ reading the observed state
-
-
-def as_mapping(value: object) -> Mapping[str, Any]:
-    """``value`` when it is a mapping, else an empty one (raw objects may hold anything)."""
-    return value if isinstance(value, Mapping) else {}
 
 
 def metadata_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:

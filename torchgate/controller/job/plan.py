@@ -83,13 +83,12 @@ from torchgate.controller.job.model import (
     GangPods,
     Observed,
     Plan,
-    as_mapping,
     name_of,
     sort_pods,
 )
 from torchgate.controller.job.model import pytorch_exit_code as pytorch_exit_code
 from torchgate.pytorchjob import names
-from torchgate.pytorchjob.spec import JobSpec
+from torchgate.pytorchjob.spec import JobSpec, as_mapping
 
 MANAGING_VALUES: Final = frozenset({names.TRAINING_OPERATOR, names.CONTROLLER_NAME})
 

@@ -309,15 +309,7 @@ class Reconciler:
         namespace, name = key
         job = self.jobs.get(namespace, name)
         if job is None or not is_ours(job, self.options):
-            self.admitter.cancel(key)
-            self.metrics.forget_job(key)
-            self.unwritten_since.pop(key, None)
-            self.held_for_creates.discard(key)
-            self.written_at.pop(key, None)
-            self.unsent_events.pop(key, None)
-            self.demands.forget(key)
-            self.departed.pop(key, None)
-            self.gang_objects_made.pop(key, None)
+            self._forget(key)
             return None
         spec, errors = parse_job(job)
         if spec is None:
@@ -327,32 +319,7 @@ class Reconciler:
         policy = select_policy(self.policies(), namespace)
         claims = self.claims_for(namespace)
         gpus = policy.gpus(claims)
-        pods = self.pods.indexed(key)
-        departed = tuple(self.departed.get(key, {}).values())
-        observed = Observed(
-            job_raw=job,
-            job=spec,
-            now=self.clock(),
-            pods=pods,
-            services=self.services.indexed(key),
-            allow_clean_pod_policy_none=policy.allow_clean_pod_policy_none,
-            reservation=self.admitter.reservation_for(key, spec.uid),
-            wait_reason=self.admitter.wait_reason(key),
-            wait_kind=self.admitter.wait_kind(key),
-            preempted_by=_joined(self.admitter.preempted_by(key)),
-            gpu_resource=policy.gpu_resource,
-            gpu_sources=gpus,
-            claims=claims,
-            finish_grace_seconds=self.options.finish_grace_seconds,
-            demands_of=self.demands.function_for(key, job, gpus, claims),
-            departed=departed,
-            nodes=self._nodes_under((*pods, *departed)),
-            node_lost_seconds=self.options.node_lost_seconds,
-            stuck_pod_seconds=policy.quarantine.stuck_pod_seconds,
-            progress_deadline_seconds=progress_deadline(
-                spec.annotations, policy.progress_deadline_seconds
-            ),
-        )
+        observed = self._observe(key, job, spec, policy, claims, gpus)
         decision = plan(observed)
         applied = self._schedule_status_write(key, spec.uid, job, decision)
         log.debug(
@@ -376,6 +343,55 @@ class Reconciler:
         if released is not None:
             self.metrics.record_release(key, *released)
         return applied.requeue_after
+
+    def _forget(self, key: JobKey) -> None:
+        """Drop what is kept about a job that is gone or no longer ours."""
+        self.admitter.cancel(key)
+        self.metrics.forget_job(key)
+        self.unwritten_since.pop(key, None)
+        self.held_for_creates.discard(key)
+        self.written_at.pop(key, None)
+        self.unsent_events.pop(key, None)
+        self.demands.forget(key)
+        self.departed.pop(key, None)
+        self.gang_objects_made.pop(key, None)
+
+    def _observe(
+        self,
+        key: JobKey,
+        job: dict[str, Any],
+        spec: JobSpec,
+        policy: PlacementPolicy,
+        claims: ClaimLookup,
+        gpus: GpuSources,
+    ) -> Observed:
+        """What ``plan`` reads: the job, its pods and Services, the admitter's word, the nodes."""
+        pods = self.pods.indexed(key)
+        departed = tuple(self.departed.get(key, {}).values())
+        return Observed(
+            job_raw=job,
+            job=spec,
+            now=self.clock(),
+            pods=pods,
+            services=self.services.indexed(key),
+            allow_clean_pod_policy_none=policy.allow_clean_pod_policy_none,
+            reservation=self.admitter.reservation_for(key, spec.uid),
+            wait_reason=self.admitter.wait_reason(key),
+            wait_kind=self.admitter.wait_kind(key),
+            preempted_by=_joined(self.admitter.preempted_by(key)),
+            gpu_resource=policy.gpu_resource,
+            gpu_sources=gpus,
+            claims=claims,
+            finish_grace_seconds=self.options.finish_grace_seconds,
+            demands_of=self.demands.function_for(key, job, gpus, claims),
+            departed=departed,
+            nodes=self._nodes_under((*pods, *departed)),
+            node_lost_seconds=self.options.node_lost_seconds,
+            stuck_pod_seconds=policy.quarantine.stuck_pod_seconds,
+            progress_deadline_seconds=progress_deadline(
+                spec.annotations, policy.progress_deadline_seconds
+            ),
+        )
 
     def on_pod(self, kind: str, pod: dict[str, Any], _: dict[str, Any] | None) -> None:
         """Pod informer handler: keep the last state of each of a job's pods that went away.

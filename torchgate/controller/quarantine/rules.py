@@ -43,6 +43,7 @@ from typing import Any, Final, Literal
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.policy import QuarantineSettings
+from torchgate.pytorchjob.spec import as_list, as_mapping
 
 UNTIL_FORMAT: Final = "%Y%m%dT%H%M%SZ"
 Step = Literal["lift", "tidy"]
@@ -110,13 +111,8 @@ def parse_until(value: object) -> datetime | None:
         return None
 
 
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def _taints(node: Mapping[str, Any]) -> list[Any]:
-    taints = _mapping(node.get("spec")).get("taints")
-    return taints if isinstance(taints, list) else []
+    return as_list(as_mapping(node.get("spec")).get("taints"))
 
 
 def _is_ours(taint: object) -> bool:
@@ -125,9 +121,9 @@ def _is_ours(taint: object) -> bool:
 
 def quarantine_of(node: Mapping[str, Any]) -> NodeQuarantine:
     """Rule 3: the Node's quarantine taint and labels."""
-    labels = _mapping(_mapping(node.get("metadata")).get("labels"))
+    labels = as_mapping(as_mapping(node.get("metadata")).get("labels"))
     taint = next((t for t in _taints(node) if _is_ours(t)), None)
-    cause = _mapping(taint).get("value") or labels.get(names.LABEL_QUARANTINE) or ""
+    cause = as_mapping(taint).get("value") or labels.get(names.LABEL_QUARANTINE) or ""
     return NodeQuarantine(
         tainted=taint is not None,
         cause=str(cause),
@@ -150,7 +146,7 @@ def next_step(state: NodeQuarantine, *, now: datetime) -> tuple[Step | None, flo
 
 
 def _metadata_patch(node: Mapping[str, Any], labels: Mapping[str, str | None]) -> dict[str, Any]:
-    metadata = _mapping(node.get("metadata"))
+    metadata = as_mapping(node.get("metadata"))
     return {"resourceVersion": metadata.get("resourceVersion"), "labels": dict(labels)}
 
 
