@@ -334,10 +334,6 @@ def _run(argv: Sequence[str]) -> str:
 # --------------------------------------------------------------------------- start
 
 
-Spawn = Callable[[str, Sequence[str]], None]
-WaitUntil = Callable[[dict[str, Callable[[], bool]]], None]
-
-
 @dataclass(frozen=True, slots=True)
 class NodeEndpoints:
     """What the control plane tells the node: the API server, its CA and the identities."""
