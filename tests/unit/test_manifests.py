@@ -56,6 +56,10 @@ COPIES = {
         )
         for name in ("torchgate-dashboard.json", "torchgate.rules.yaml")
     },
+    # The product's package data: the CRD `torchgate check` validates against.
+    "torchgate/pytorchjob/data/kubeflow.org_pytorchjobs.yaml": (
+        "manifests/crds/kubeflow.org_pytorchjobs.yaml"
+    ),
     # torchgate-dev's package data: the CRDs `torchgate dev up` applies.
     **{
         f"dev/torchgate_dev/data/crds/{name}": f"manifests/crds/{name}"

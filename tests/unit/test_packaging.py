@@ -19,6 +19,7 @@ import pytest
 import setuptools
 
 from tests import manifestset as ms
+from torchgate.pytorchjob import crdschema
 from torchgate_dev import packagedata
 
 REPO_ROOT = ms.REPO_ROOT
@@ -177,7 +178,27 @@ def test_the_product_wheel_is_built_from_the_core_packages_only() -> None:
     assert "torchgate.webhook.validation" in found
     assert all(name == "torchgate" or name.startswith("torchgate.") for name in found)
     assert not {"torchgate.dev", "torchgate.controlplane", "torchgate.node"} & set(found)
-    assert project["tool"]["setuptools"]["package-data"] == {"*": ["py.typed"]}
+    assert project["tool"]["setuptools"]["package-data"] == {
+        "*": ["py.typed"],
+        "torchgate.pytorchjob": ["data/*.yaml"],
+    }
+
+
+def test_the_product_wheel_carries_the_crd_check_validates_against() -> None:
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    package = REPO_ROOT / "torchgate" / "pytorchjob"
+    carried = {
+        path.relative_to(package).as_posix()
+        for pattern in project["tool"]["setuptools"]["package-data"]["torchgate.pytorchjob"]
+        for path in package.glob(pattern)
+    }
+    committed = {
+        Path(name).relative_to("torchgate/pytorchjob").as_posix()
+        for name in git_files("torchgate/pytorchjob/data")
+    }
+
+    assert carried == committed == {f"data/{crdschema.CRD_FILE}"}
+    assert crdschema.crd_version()["name"] == "v1"
 
 
 def test_torchgate_dev_requires_the_torchgate_of_the_same_release() -> None:

@@ -49,6 +49,12 @@ Rules:
    not: the webhook's own name rule (a DNS-1035 label, stricter than the DNS-1123 subdomain the
    apiserver asks of a custom resource's name) denies it at ``metadata.name``, the field and
    reason the apiserver would give, so the commands report that denial.
+8. A PyTorchJob's fields are those its CRD declares (``crdschema`` rule 2): ``kubectl apply``
+   validates strictly by default, and the apiserver refuses a job with any other field while
+   decoding it, before the webhook is asked (HTTP 400, ``strict decoding error: unknown field
+   "spec.pytorchReplicaSpecs.Worker.imagePullPolicy"``), however harmless the field. That is an
+   input error naming every unknown field as the apiserver does, each with its line
+   (``unknown_fields_problem``), not a job checked as if the field were not there.
 """
 
 from __future__ import annotations
@@ -59,7 +65,8 @@ from typing import Any, Final
 
 import yaml
 
-from torchgate.pytorchjob import names
+from torchgate.pytorchjob import crdschema, names
+from torchgate.pytorchjob.fieldpath import FieldPath
 from torchgate.pytorchjob.yamlinput import load_documents
 
 MANIFEST_SUFFIXES: Final = (".yaml", ".yml", ".json")
@@ -111,7 +118,7 @@ class Manifest:
 
 
 def read_manifests(source: str, text: str) -> list[Manifest]:
-    """The objects of one file's ``text``, lists opened and kinds checked (rules 1 to 4)."""
+    """The objects of one file's ``text``, lists opened, kinds and fields checked (rules 1 to 8)."""
     try:
         documents = load_documents(text)
     except yaml.YAMLError as exc:
@@ -124,7 +131,11 @@ def read_manifests(source: str, text: str) -> list[Manifest]:
         if misspelled is not None:
             raise ManifestError(misspelled_kind_problem(manifest.where, misspelled))
     for manifest in manifests:
-        problem = api_version_problem(manifest) or metadata_problem(manifest)
+        problem = (
+            api_version_problem(manifest)
+            or metadata_problem(manifest)
+            or unknown_fields_problem(manifest)
+        )
         if problem is not None:
             raise ManifestError(problem)
     return manifests
@@ -212,6 +223,32 @@ def metadata_problem(manifest: Manifest) -> str | None:
         where = f"{manifest.where}.metadata.namespace{_line(_value_node(node, 'namespace'))}"
         return f"{where}: {namespace!r} is not a namespace name: {NAMESPACE_NAME_RULE}"
     return None
+
+
+def unknown_fields_problem(manifest: Manifest) -> str | None:
+    """The fields of a PyTorchJob its CRD does not declare, as the apiserver names them (rule 8)."""
+    if not is_pytorchjob(manifest.object):
+        return None
+    unknown = crdschema.unknown_fields(manifest.object)
+    if not unknown:
+        return None
+    fields = ", ".join(
+        f'unknown field "{path}"{_line(_node_at(manifest.node, path))}' for path in unknown
+    )
+    return (
+        f"{manifest.where}: {fields}: the {names.KIND} CRD has no such field (kubectl apply "
+        "validates strictly: the apiserver refuses the job before any webhook sees it)"
+    )
+
+
+def _node_at(node: yaml.Node | None, path: FieldPath) -> yaml.Node | None:
+    for segment in path.segments:
+        if isinstance(segment, int):
+            sequence = node.value if isinstance(node, yaml.SequenceNode) else []
+            node = sequence[segment] if segment < len(sequence) else None
+        else:
+            node = _value_node(node, segment)
+    return node
 
 
 def _string_map_problem(

@@ -6,10 +6,11 @@ can see a denial before submitting. Documents of other kinds (and another operat
 PyTorchJobs) are skipped. Exit codes: 0 when every job is allowed, 1 when any is denied, 2 when
 an input cannot be read or parsed (a message with the file and line, never a traceback), when a
 document spells the kind PyTorchJob otherwise, when a PyTorchJob's apiVersion is not one kubectl
-can map (missing, ``kubeflow.org/v2``) or its metadata not one the apiserver can decode or place
-(``pytorchjob.manifests`` rules 2, 6 and 7: kubectl or the apiserver refuses those before the
-webhook is asked), and when the inputs hold no PyTorchJob at all (an empty file, stdin from a
-templating step that failed, the wrong file): "0 checked" would read as a pass.
+can map (missing, ``kubeflow.org/v2``), its metadata not one the apiserver can decode or place,
+or it has fields its CRD does not declare (``pytorchjob.manifests`` rules 2, 6, 7 and 8: kubectl
+or the apiserver refuses those before the webhook is asked), and when the inputs hold no
+PyTorchJob at all (an empty file, stdin from a templating step that failed, the wrong file):
+"0 checked" would read as a pass.
 
 Inputs are read as ``kubectl apply -f`` reads them (``pytorchjob.manifests``): a directory is its
 ``.yaml``, ``.yml`` and ``.json`` files, and a ``kind: List`` its items, so ``kubectl get
@@ -19,6 +20,14 @@ not hold), so an item of a List, read back from a cluster, is judged as the crea
 job: its status and the metadata the apiserver set (uid, resourceVersion, managedFields, ...) are
 dropped first, and the verdict is the one submitting it today would get. A document of its own is
 judged as written: pasted ``kubectl get`` output is refused as the webhook refuses its creation.
+
+Before the webhook's validation, a job meets the apiserver's validation against the PyTorchJob
+CRD's schema, as on a cluster (the apiserver validates the object the mutating webhook returned,
+and asks the validating webhook only when that passed): a value of the wrong type
+(``replicas: $NUM_NODES`` left by a templating step) denies the job with the apiserver's causes
+(``pytorchjob.crdschema`` rules 3 and 4) and only those (``crd_schema_errors``, which
+``review.evaluate`` asks between the two webhooks). Fields the CRD does
+not declare are refused earlier still, while the file is read (``manifests`` rule 8, exit 2).
 
 Text output points each error at the line of the manifest it concerns (the YAML node tree is kept
 for that) and shows what defaulting changed as a unified diff.
@@ -38,7 +47,7 @@ from typing import Any, TextIO, TypeVar
 import yaml
 
 from torchgate.kube.manifestfiles import read_manifest_path
-from torchgate.pytorchjob import names
+from torchgate.pytorchjob import crdschema, names
 from torchgate.pytorchjob.fieldpath import FieldError, render_warnings
 from torchgate.pytorchjob.manifests import Manifest, ManifestError, is_pytorchjob
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
@@ -90,8 +99,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
         "exit codes: 0 every job allowed, 1 any denied, 2 bad input (unreadable, not YAML, a "
         "kind spelled otherwise than PyTorchJob, an apiVersion other than kubeflow.org/v1, "
-        "metadata the apiserver cannot decode, no PyTorchJob at all, or a --policy file "
-        "without a policy)"
+        "metadata the apiserver cannot decode, a field the PyTorchJob CRD does not declare, no "
+        "PyTorchJob at all, or a --policy file without a policy)"
     )
 
 
@@ -263,7 +272,13 @@ def check_document(
     namespace = str(_metadata(document.object).get("namespace") or default_namespace)
     policy = select_policy(policies, namespace)
     team = resolve_team(quotas, namespace)
-    return Result(document, evaluate(document.object, policy, team=team))
+    evaluation = evaluate(document.object, policy, team=team, between=crd_schema_errors)
+    return Result(document, evaluation)
+
+
+def crd_schema_errors(defaulted: Any) -> list[FieldError]:
+    """The apiserver's validation of the mutated job against the CRD's schema (types, scale)."""
+    return [*crdschema.type_errors(defaulted), *crdschema.scale_errors(defaulted)]
 
 
 def print_text(results: Sequence[Result], out: TextIO) -> None:

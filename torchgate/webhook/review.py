@@ -8,7 +8,10 @@ answers HTTP 400; everything else is a decision, answered HTTP 200 with the requ
 for invalid objects, so ``kubectl`` prints every cause.
 
 ``evaluate`` is what ``torchgate check`` runs offline: exactly the mutating route's defaulting
-followed by the validating route's checks on the defaulted object.
+followed by the validating route's checks on the defaulted object, and, as on a cluster, the first
+step that refuses the job gives the verdict alone: the apiserver stops at the mutating webhook's
+denial, and at its own validation of the mutated object (the CRD's schema, which ``check`` passes
+as ``between``) before asking the validating webhook.
 """
 
 from __future__ import annotations
@@ -52,12 +55,30 @@ class Evaluation:
 
 
 def evaluate(
-    job: Mapping[str, Any], policy: PlacementPolicy, *, team: Team | None = None
+    job: Mapping[str, Any],
+    policy: PlacementPolicy,
+    *,
+    team: Team | None = None,
+    between: Callable[[Any], Sequence[FieldError]] = lambda _: (),
 ) -> Evaluation:
-    """Run the mutating webhook's defaulting, then the validating webhook's rules (CREATE)."""
+    """Run the mutating webhook's defaulting, then the validating webhook's rules (CREATE).
+
+    ``between`` is what the apiserver checks of the mutated object before the validating webhook
+    is asked. A refusal by the mutating webhook or by ``between`` is the verdict: later steps are
+    not asked, as on a cluster.
+    """
     defaulted = default_job(job, policy)
+    refused = defaulted.errors or between(defaulted.object)
+    if refused:
+        return Evaluation(
+            allowed=False,
+            errors=tuple(dedupe(refused)),
+            warnings=tuple(defaulted.warnings),
+            patch=defaulted.patch,
+            object=defaulted.object,
+        )
     verdict = validate_create(defaulted.object, policy, team=team)
-    errors = tuple(dedupe([*defaulted.errors, *verdict.errors]))
+    errors = tuple(dedupe(verdict.errors))  # the defaulting refused nothing (above)
     return Evaluation(
         allowed=not errors,
         errors=errors,

@@ -678,3 +678,193 @@ def test_a_namespace_of_the_right_shape_is_checked(
 
     assert code == 0
     assert json.loads(out)["results"][0]["namespace"] == "team-a"
+
+
+def seed_003_edited(tmp_path: Path, anchor: str, replacement: str) -> Path:
+    """Seed 003 (allowed as it is) with the one text ``anchor`` replaced."""
+    source = (SEEDS / "003-torchrun-cpu.yaml").read_text()
+    assert source.count(anchor) == 1
+    path = tmp_path / "job.yaml"
+    path.write_text(source.replace(anchor, replacement))
+    return path
+
+
+WORKER = "    Worker:\n      replicas: 1\n"
+SPEC = "spec:\n  pytorchReplicaSpecs:\n"
+
+
+@pytest.mark.parametrize(
+    ("anchor", "replacement", "said"),
+    [
+        (
+            WORKER,
+            "    Worker:\n      imagePullPolicy: Always\n      replicas: 1\n",
+            'unknown field "spec.pytorchReplicaSpecs.Worker.imagePullPolicy" (line 19)',
+        ),
+        (
+            SPEC,
+            "spec:\n  cleanPodPolicy: None\n  pytorchReplicaSpecs:\n",
+            'unknown field "spec.cleanPodPolicy" (line 6)',
+        ),
+        (
+            SPEC,
+            "spec:\n  foo: null\n  pytorchReplicaSpecs:\n",
+            'unknown field "spec.foo" (line 6)',
+        ),
+        (
+            "  name: torchrun-cpu\n",
+            '  name: torchrun-cpu\n  clusterName: ""\n',
+            'unknown field "metadata.clusterName" (line 5)',
+        ),
+        (
+            SPEC,
+            "spec:\n  runPolicy:\n    schedulingPolicy: {queueName: q}\n  pytorchReplicaSpecs:\n",
+            'unknown field "spec.runPolicy.schedulingPolicy.queueName" (line 7)',
+        ),
+        (
+            SPEC,
+            "spec:\n  elasticPolicy:\n    rdzvConf:\n      - {key: k, val: v}\n"
+            "  pytorchReplicaSpecs:\n",
+            'unknown field "spec.elasticPolicy.rdzvConf[0].val" (line 8)',
+        ),
+        (
+            SPEC,
+            "spec:\n  foo: 1\n  cleanPodPolicy: None\n  pytorchReplicaSpecs:\n",
+            'unknown field "spec.foo" (line 6), unknown field "spec.cleanPodPolicy" (line 7)',
+        ),
+    ],
+    ids=[
+        "replica-image-pull-policy",
+        "spec-clean-pod-policy",
+        "null-unknown-field",
+        "metadata-cluster-name",
+        "scheduling-policy-queue-name",
+        "list-item-field",
+        "every-unknown-field-named",
+    ],
+)
+@pytest.mark.parametrize("output", ["text", "json"])
+def test_fields_the_crd_does_not_declare_are_bad_input_naming_each_as_the_apiserver_does(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    anchor: str,
+    replacement: str,
+    said: str,
+    output: str,
+) -> None:
+    # kubectl apply validates strictly: the apiserver refuses these while decoding the job,
+    # before the webhook is asked (HTTP 400, strict decoding error).
+    path = seed_003_edited(tmp_path, anchor, replacement)
+
+    code, out, err = run(capsys, "-o", output, str(path))
+
+    assert (code, out) == (2, "")
+    (line,) = err.splitlines()
+    assert line.startswith(f"torchgate check: {path}[0]: {said}: the PyTorchJob CRD has no such")
+
+
+MASTER_TEMPLATE = (
+    "    Master:\n      replicas: 1\n      restartPolicy: OnFailure\n      template:\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("anchor", "replacement"),
+    [
+        (SPEC, "spec:\n  runPolicy: {suspend: false, schedulingPolicy: {queue: q}}\n" + SPEC[6:]),
+        (SPEC, "spec:\n  nprocPerNode: '2'\n" + SPEC[6:]),
+        (MASTER_TEMPLATE, MASTER_TEMPLATE + "        metadata: {labels: {a: b}, x: 1}\n"),
+        (
+            MASTER_TEMPLATE + "        spec:\n",
+            MASTER_TEMPLATE + "        spec:\n          hostname: m\n          anything: 1\n",
+        ),
+    ],
+    ids=["declared-fields", "nproc-string", "template-metadata-kept-as-given", "pod-spec-field"],
+)
+def test_fields_the_crd_declares_or_keeps_as_given_are_checked(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, anchor: str, replacement: str
+) -> None:
+    path = seed_003_edited(tmp_path, anchor, replacement)
+
+    code, _, err = run(capsys, "-o", "json", str(path))
+
+    assert code == 0, err
+
+
+MASTER = "    Master:\n      replicas: 1\n"
+TYPE_INVALID = "FieldValueTypeInvalid"
+
+
+@pytest.mark.parametrize(
+    ("anchor", "replacement", "expected"),
+    [
+        (
+            WORKER,
+            "    Worker:\n      replicas: $NUM_NODES\n",
+            [
+                (TYPE_INVALID, "spec.pytorchReplicaSpecs.Worker.replicas"),
+                ("FieldValueInvalid", ".spec.pytorchReplicaSpecs.Worker.replicas"),
+            ],
+        ),
+        (
+            MASTER,
+            "    Master:\n      replicas: '1'\n",
+            [(TYPE_INVALID, "spec.pytorchReplicaSpecs.Master.replicas")],
+        ),
+        (
+            SPEC,
+            "spec:\n  runPolicy: {suspend: 'false'}\n" + SPEC[6:],
+            [(TYPE_INVALID, "spec.runPolicy.suspend")],
+        ),
+        (
+            SPEC,
+            "spec:\n  nprocPerNode: 2\n" + SPEC[6:],
+            [(TYPE_INVALID, "spec.nprocPerNode")],
+        ),
+        (
+            SPEC,
+            "spec:\n  elasticPolicy: {rdzvConf: [{key: k, value: 1}]}\n" + SPEC[6:],
+            [(TYPE_INVALID, "spec.elasticPolicy.rdzvConf[0].value")],
+        ),
+    ],
+    ids=[
+        "worker-replicas-left-by-envsubst",
+        "master-replicas-quoted",
+        "suspend-quoted",
+        "nproc-per-node-a-number",
+        "list-item-value",
+    ],
+)
+def test_a_value_of_the_wrong_type_is_denied_with_the_apiservers_causes_only(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    anchor: str,
+    replacement: str,
+    expected: list[tuple[str, str]],
+) -> None:
+    # The apiserver validates the CRD's schema before asking the validating webhook, and stops
+    # there: the webhook's own errors (a string where replicas are counted) are never shown.
+    path = seed_003_edited(tmp_path, anchor, replacement)
+
+    code, out, _ = run(capsys, "-o", "json", str(path))
+
+    assert code == 1
+    (result,) = json.loads(out)["results"]
+    assert [(e["type"], e["field"]) for e in result["errors"]] == expected
+
+
+def test_a_job_the_mutating_webhook_refuses_is_denied_for_that_alone(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # A second Worker spelled "worker": the mutating webhook refuses the duplicate, and the
+    # apiserver stops there; the validating webhook (which refuses the key too) is not asked.
+    source = (SEEDS / "003-torchrun-cpu.yaml").read_text()
+    path = tmp_path / "job.yaml"
+    path.write_text(source + source[source.index(WORKER) :].replace("    Worker:", "    worker:"))
+
+    code, out, _ = run(capsys, "-o", "json", str(path))
+
+    assert code == 1
+    (result,) = json.loads(out)["results"]
+    errors = [(e["type"], e["field"]) for e in result["errors"]]
+    assert errors == [("FieldValueDuplicate", "spec.pytorchReplicaSpecs[worker]")]

@@ -1,0 +1,246 @@
+"""``torchgate check`` gives the verdict the cluster gives, on every real-world job and every seed.
+
+``torchgate check`` promises the webhook's defaulting then validation, offline, on files read as
+``kubectl apply -f`` reads them. This module holds it to that: for each file of
+``../shared/realworld`` and ``../shared/seeds/manifests``, the product CLI (``torchgate check -o
+json``, a subprocess) and the real apiserver with the webhook registered must agree, job by job, on
+admitted or refused, and on the set of ``(reason, field)`` of the refusal.
+
+The cluster's side is what ``kubectl apply`` meets: each PyTorchJob document is created with
+``dryRun=All&fieldValidation=Strict`` (kubectl's default ``--validate=strict``), which answers with
+a Status whose ``details.causes`` are compared; a strict decoding refusal (HTTP 400, before any
+admission step) carries no causes, so its ``unknown field "<path>"`` items are the causes, read
+the same way from check's one-line input error. ``kubectl apply --dry-run=server`` on the same
+documents must give the same verdict, so the raw request is known to be the one kubectl sends.
+
+Both sides see the same namespace: a fresh one for jobs that name none (``check -n``, the
+request's path), the declared one otherwise (created for the test when missing, as a dry run
+still needs it). The webhook runs with no PlacementPolicy or TeamQuota in the cluster, which is
+check's default (the built-in policy, no quotas). A difference check cannot know offline would be
+listed in ``EXPECTED_DIFFERENCES`` with its reason; none is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.conftest import REPO_ROOT, Cluster
+from tests.e2e.webhook_process import LocalWebhook, registered_webhook
+from torchgate.pytorchjob import names
+
+pytestmark = [pytest.mark.e2e, pytest.mark.all_versions]
+
+SHARED = REPO_ROOT.parent / "shared"
+FILES = [
+    *sorted((SHARED / "realworld").glob("*.yaml")),
+    *sorted((SHARED / "seeds" / "manifests").glob("*.yaml")),
+]
+STRICT_DRY_RUN = "?dryRun=All&fieldValidation=Strict"
+UNKNOWN_FIELD = "UnknownField"  # the cause a strict decoding refusal stands for (no Status cause)
+_UNKNOWN_FIELD = re.compile(r'unknown field "(?P<field>[^"]+)"')
+
+
+class _ApiserverYaml(yaml.SafeLoader):
+    """YAML as kubectl converts it to JSON: timestamps stay strings (``2018-12-16T21:39:09Z``)."""
+
+
+_ApiserverYaml.add_constructor(
+    "tag:yaml.org,2002:timestamp",
+    lambda loader, node: loader.construct_scalar(node),  # type: ignore[arg-type]
+)
+
+EXPECTED_DIFFERENCES: dict[str, str] = {}
+"""File name -> why check cannot give the cluster's verdict on it offline (none so far)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One job's outcome: admitted, or refused for these ``(reason, field)`` causes."""
+
+    admitted: bool
+    causes: frozenset[tuple[str, str]] = frozenset()
+
+
+@dataclass(frozen=True)
+class JobDocument:
+    """A PyTorchJob document of a file: its text as written, and the namespace it lands in."""
+
+    text: str
+    body: dict[str, Any]
+    declared_namespace: str | None
+
+
+def job_documents(path: Path) -> list[JobDocument]:
+    """The file's PyTorchJob documents (kubeflow.org/v1), each cut from the file as written."""
+    text = path.read_text(encoding="utf-8")
+    documents = []
+    for node in yaml.compose_all(text, Loader=yaml.SafeLoader):
+        if node is None:
+            continue
+        source = text[node.start_mark.index : node.end_mark.index]
+        body = yaml.load(source, Loader=_ApiserverYaml)
+        if not (
+            isinstance(body, dict)
+            and body.get("kind") == names.KIND
+            and body.get("apiVersion") == names.API_VERSION
+        ):
+            continue
+        declared = (body.get("metadata") or {}).get("namespace")
+        documents.append(JobDocument(source, body, declared if declared else None))
+    return documents
+
+
+def unknown_field_causes(message: str) -> frozenset[tuple[str, str]]:
+    return frozenset((UNKNOWN_FIELD, m["field"]) for m in _UNKNOWN_FIELD.finditer(message))
+
+
+def check_verdicts(path: Path, namespace: str) -> list[Verdict]:
+    """``torchgate check -o json -n NAMESPACE FILE``: one verdict per job, in document order."""
+    result = subprocess.run(
+        [sys.executable, "-m", "torchgate", "check", "-o", "json", "-n", namespace, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if result.returncode == 2:  # refused before admission, as kubectl or the apiserver refuses it
+        causes = unknown_field_causes(result.stderr)
+        assert causes, result.stderr
+        return [Verdict(False, causes) for _ in job_documents(path)]
+    assert result.returncode in (0, 1), result.stderr
+    return [
+        Verdict(
+            bool(item["allowed"]),
+            frozenset((error["type"], error["field"]) for error in item["errors"]),
+        )
+        for item in json.loads(result.stdout)["results"]
+    ]
+
+
+def cluster_verdict(cluster: Cluster, document: JobDocument, namespace: str) -> Verdict:
+    """The apiserver's answer to creating the job as kubectl apply does, dry run."""
+    target = document.declared_namespace or namespace
+    path = f"/apis/{names.API_VERSION}/namespaces/{target}/pytorchjobs{STRICT_DRY_RUN}"
+    status, body = cluster.api_request("POST", path, document.body)
+    if status in (200, 201):
+        return Verdict(True)
+    causes = frozenset(
+        (cause.get("reason", ""), cause.get("field", ""))
+        for cause in body.get("details", {}).get("causes", [])
+    )
+    if status == 400 and "strict decoding error" in body.get("message", ""):
+        causes = unknown_field_causes(body["message"])
+    assert causes, f"HTTP {status} without causes: {body}"
+    return Verdict(False, causes)
+
+
+def kubectl_admits(cluster: Cluster, documents: list[JobDocument], namespace: str) -> bool:
+    """Whether ``kubectl apply --dry-run=server`` accepts all the file's jobs."""
+    text = "\n---\n".join(document.text for document in documents)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", encoding="utf-8") as copy:
+        copy.write(text)
+        copy.flush()
+        scope = [] if any(d.declared_namespace for d in documents) else ["-n", namespace]
+        result = cluster.kubectl("apply", "--dry-run=server", "-f", copy.name, *scope, check=False)
+    return result.returncode == 0
+
+
+@pytest.fixture(scope="module")
+def webhook(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWebhook]:
+    """The webhook, registered with ``failurePolicy: Fail``, with check's default policy."""
+    for kind in ("placementpolicies", "teamquotas"):
+        assert cluster.list_objects(kind) == [], f"{kind} in the cluster: not check's default"
+    with registered_webhook(cluster, tmp_path_factory.mktemp("webhook")) as server:
+        yield server
+
+
+def ensure_namespaces(cluster: Cluster, documents: list[JobDocument]) -> list[str]:
+    """The namespaces the jobs declare that had to be created (a dry run needs them too)."""
+    created = []
+    for namespace in sorted({d.declared_namespace for d in documents if d.declared_namespace}):
+        if cluster.get("namespace", namespace) is None:
+            cluster.kubectl("create", "namespace", namespace)
+            created.append(namespace)
+    return created
+
+
+def test_every_file_is_a_job_file() -> None:
+    assert len(FILES) == 33
+    assert all(job_documents(path) for path in FILES)
+    assert set(EXPECTED_DIFFERENCES) <= {path.name for path in FILES}
+
+
+def verdicts(cluster: Cluster, path: Path) -> tuple[list[Verdict], list[Verdict]]:
+    """(check's, the cluster's) verdicts on the file's jobs; kubectl must agree with the latter."""
+    namespace = cluster.new_namespace("agree")
+    documents = job_documents(path)
+    created = ensure_namespaces(cluster, documents)
+    try:
+        from_cluster = [cluster_verdict(cluster, d, namespace) for d in documents]
+        by_kubectl = kubectl_admits(cluster, documents, namespace)
+        from_check = check_verdicts(path, namespace)
+    finally:
+        for name in created:
+            cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    assert by_kubectl == all(v.admitted for v in from_cluster)
+    return from_check, from_cluster
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda path: f"{path.parent.name}/{path.name}")
+def test_check_gives_the_clusters_verdict(
+    cluster: Cluster, webhook: LocalWebhook, path: Path
+) -> None:
+    from_check, from_cluster = verdicts(cluster, path)
+
+    if path.name in EXPECTED_DIFFERENCES:
+        assert from_check != from_cluster, f"agrees now: drop {path.name} from the table"
+    else:
+        assert from_check == from_cluster
+
+
+SEED_003 = SHARED / "seeds" / "manifests" / "003-torchrun-cpu.yaml"
+WORKER = "    Worker:\n"
+
+
+@pytest.mark.parametrize(
+    ("edit", "cause"),
+    [
+        (
+            lambda text: text + text[text.index(WORKER) :].replace(WORKER, "    worker:\n"),
+            ("FieldValueDuplicate", "spec.pytorchReplicaSpecs[worker]"),
+        ),
+        (
+            lambda text: text.replace("spec:\n", "spec:\n  runPolicy: {suspend: 'no'}\n", 1),
+            ("FieldValueTypeInvalid", "spec.runPolicy.suspend"),
+        ),
+    ],
+    ids=["mutating-webhook-refuses-first", "schema-refuses-before-validating-webhook"],
+)
+def test_the_step_that_refuses_first_gives_the_verdict_alone(
+    cluster: Cluster,
+    webhook: LocalWebhook,
+    tmp_path: Path,
+    edit: Callable[[str], str],
+    cause: tuple[str, str],
+) -> None:
+    # Seed 003 with a second Worker spelled "worker" (the mutating webhook refuses the duplicate;
+    # the validating webhook would refuse the key too), or a quoted boolean (the CRD's schema;
+    # the validating webhook is not asked).
+    path = tmp_path / "job.yaml"
+    path.write_text(edit(SEED_003.read_text(encoding="utf-8")), encoding="utf-8")
+
+    from_check, from_cluster = verdicts(cluster, path)
+
+    assert from_cluster == [Verdict(False, frozenset({cause}))]
+    assert from_check == from_cluster

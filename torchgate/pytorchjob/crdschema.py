@@ -1,0 +1,177 @@
+"""The PyTorchJob CRD's schema, applied as the apiserver applies it before the webhook is asked.
+
+``kubectl apply`` validates strictly by default (``--validate=strict``: server-side field
+validation), so the apiserver refuses a PyTorchJob that has fields its CRD does not declare
+(HTTP 400, ``strict decoding error: unknown field "spec.foo"``) while decoding it, before any
+admission webhook runs; and it refuses one whose declared fields have the wrong type (422 Invalid,
+``spec.pytorchReplicaSpecs.Worker.replicas: Invalid value: "string": ... must be of type
+integer``) after the mutating webhook and before the validating one, whose rules are then never
+reached. ``torchgate check`` promises the cluster's verdict offline, so
+it applies the same schema at the same steps (``pytorchjob.manifests`` rule 8, ``webhook.check``).
+
+Rules:
+
+1. The schema is the product's own CRD (``manifests/crds/kubeflow.org_pytorchjobs.yaml``), carried
+   as package data in ``torchgate/pytorchjob/data`` (a copy that ``tests/unit/test_manifests.py``
+   keeps equal to it) and read through :mod:`importlib.resources`, so an installed wheel reads
+   the same schema as a checkout (``crd_version``).
+2. An unknown field is a key of an object whose schema lists ``properties`` and neither keeps
+   unknown fields (``x-kubernetes-preserve-unknown-fields``) nor maps keys
+   (``additionalProperties``); ``metadata`` is the apiserver's ``ObjectMeta``, whose fields are
+   ``OBJECT_META_FIELDS`` (``clusterName`` is gone since Kubernetes 1.25). Paths are the
+   apiserver's: dotted, map keys too, list items in brackets (``unknown_fields``). An unknown
+   field is one whatever its value; a known one that is ``null`` is not looked into.
+3. A value of the wrong type for its schema (``integer``, ``number``, ``string``, ``boolean``,
+   ``object``, ``array``, int-or-string) is ``FieldValueTypeInvalid`` at the apiserver's path,
+   its bad value the JSON type found (``type_errors``); nothing below it is looked at.
+4. The scale subresource's ``specReplicasPath`` (``.spec.pytorchReplicaSpecs.Worker.replicas``),
+   when present, holds an integer: else ``FieldValueInvalid`` at that path as written, leading
+   dot included (the apiextensions ``ValidateScaleSpec``), besides rule 3's error
+   (``scale_errors``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import importlib.resources
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+import yaml
+
+from torchgate.pytorchjob.fieldpath import ErrorType, FieldError, FieldPath, invalid
+
+CRD_FILE: Final = "kubeflow.org_pytorchjobs.yaml"
+"""The PyTorchJob CRD in ``torchgate/pytorchjob/data`` (rule 1)."""
+
+OBJECT_META_FIELDS: Final = frozenset(
+    {
+        "name",
+        "generateName",
+        "namespace",
+        "selfLink",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "labels",
+        "annotations",
+        "ownerReferences",
+        "finalizers",
+        "managedFields",
+    }
+)
+"""The fields of ``metav1.ObjectMeta`` the apiserver decodes ``metadata`` into (rule 2)."""
+
+_METADATA: Final = FieldPath.root("metadata")
+
+_JSON_TYPES: Final = {
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    # YAML timestamps stay strings in kubectl's YAML-to-JSON conversion (PyYAML builds dates).
+    "string": lambda v: isinstance(v, str | datetime.date),
+    "boolean": lambda v: isinstance(v, bool),
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+}
+
+
+@functools.cache
+def crd_version() -> Mapping[str, Any]:
+    """The served version of the PyTorchJob CRD carried as package data (rule 1)."""
+    text = importlib.resources.files(__package__).joinpath("data", CRD_FILE).read_text("utf-8")
+    crd = yaml.safe_load(text)
+    (version,) = crd["spec"]["versions"]
+    return version  # type: ignore[no-any-return]
+
+
+def _schema() -> Mapping[str, Any]:
+    return crd_version()["schema"]["openAPIV3Schema"]  # type: ignore[no-any-return]
+
+
+def unknown_fields(job: Mapping[str, Any]) -> list[FieldPath]:
+    """The paths of the fields the CRD does not declare, in document order (rule 2)."""
+    return list(_unknown(job, _schema(), FieldPath()))
+
+
+def _unknown(value: Any, schema: Mapping[str, Any], path: FieldPath) -> Iterator[FieldPath]:
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        return
+    if isinstance(value, dict):
+        properties = schema.get("properties")
+        entries = schema.get("additionalProperties")
+        for key, item in value.items():
+            child = path.child(str(key))
+            if path == _METADATA:
+                item_schema = None
+                if key not in OBJECT_META_FIELDS:
+                    yield child
+            elif properties is not None and key in properties:
+                item_schema = properties[key]
+            elif isinstance(entries, dict):
+                item_schema = entries
+            else:
+                item_schema = None
+                if properties is not None:
+                    yield child
+            if item_schema is not None and item is not None:
+                yield from _unknown(item, item_schema, child)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for index, item in enumerate(value):
+            yield from _unknown(item, schema["items"], path.index(index))
+
+
+def type_errors(job: Mapping[str, Any]) -> list[FieldError]:
+    """Values of the wrong type for the CRD, where the apiserver reports them (rule 3)."""
+    return list(_mistyped(job, _schema(), FieldPath()))
+
+
+def _mistyped(value: Any, schema: Mapping[str, Any], path: FieldPath) -> Iterator[FieldError]:
+    if value is None:
+        return
+    if schema.get("x-kubernetes-int-or-string"):
+        if not _JSON_TYPES["integer"](value) and not isinstance(value, str):
+            yield _type_invalid(path, value, "must be of type integer or string")
+        return
+    expected = schema.get("type")
+    if expected in _JSON_TYPES and not _JSON_TYPES[expected](value):
+        yield _type_invalid(path, value, f"must be of type {expected}")
+        return
+    if isinstance(value, dict) and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        properties, entries = schema.get("properties") or {}, schema.get("additionalProperties")
+        for key, item in value.items():
+            item_schema = properties.get(key, entries if isinstance(entries, dict) else None)
+            if item_schema is not None:
+                yield from _mistyped(item, item_schema, path.child(str(key)))
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for index, item in enumerate(value):
+            yield from _mistyped(item, schema["items"], path.index(index))
+
+
+def _type_invalid(path: FieldPath, value: Any, detail: str) -> FieldError:
+    return FieldError(ErrorType.TYPE_INVALID, path, f"{path} in body {detail}", _json_type(value))
+
+
+def _json_type(value: Any) -> str:
+    for name in ("boolean", "integer", "number", "string", "object", "array"):
+        if _JSON_TYPES[name](value):
+            return name
+    return "null"
+
+
+def scale_errors(job: Mapping[str, Any]) -> list[FieldError]:
+    """The scale subresource's replicas path holds an integer when present (rule 4)."""
+    written = crd_version().get("subresources", {}).get("scale", {}).get("specReplicasPath")
+    if not written:
+        return []
+    value: Any = job
+    for key in written.lstrip(".").split("."):
+        if not isinstance(value, dict) or value.get(key) is None:
+            return []
+        value = value[key]
+    if _JSON_TYPES["integer"](value):
+        return []
+    return [invalid(FieldPath.root(written), value, "should be an integer")]
