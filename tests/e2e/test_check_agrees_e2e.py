@@ -18,6 +18,12 @@ request's path), the declared one otherwise (created for the test when missing, 
 still needs it). The webhook runs with no PlacementPolicy or TeamQuota in the cluster, which is
 check's default (the built-in policy, no quotas). A difference check cannot know offline would be
 listed in ``EXPECTED_DIFFERENCES`` with its reason; none is.
+
+Two things check relies on are shown here too. A field the CRD does not declare never reaches
+the webhook: kubectl's strict validation refuses it, and a client sending ``fieldValidation=Warn``
+(or none, as the Kubeflow SDK) or ``Ignore`` has it dropped while the apiserver decodes the job
+(with a warning under Warn), so the job is admitted and stored without it. And two equal keys in
+one YAML mapping are no error to kubectl: it sends the last of them, the one check reads.
 """
 
 from __future__ import annotations
@@ -244,3 +250,109 @@ def test_the_step_that_refuses_first_gives_the_verdict_alone(
 
     assert from_cluster == [Verdict(False, frozenset({cause}))]
     assert from_check == from_cluster
+
+
+MISPLACED = (
+    ("spec:\n", "spec:\n  cleanPodPolicy: None\n"),
+    (WORKER + "      replicas: 1\n", WORKER + "      replicas: 1\n      imagePullPolicy: Always\n"),
+    ("spec:\n", "spec:\n  runPolicy: {backoffLimit: 1, schedulingPolicy: {queueName: q}}\n"),
+)
+"""Seed 003 with fields its CRD does not declare: in spec, in a replica, in schedulingPolicy."""
+
+
+def seed_003_misplaced(name: str) -> str:
+    text = SEED_003.read_text(encoding="utf-8").replace("name: torchrun-cpu", f"name: {name}")
+    for anchor, replacement in MISPLACED:
+        text = text.replace(anchor, replacement, 1)
+    return text
+
+
+@pytest.mark.parametrize(
+    ("validate", "warned"), [("warn", True), ("false", False)], ids=["warn", "ignore"]
+)
+def test_unknown_fields_under_lax_validation_are_dropped_before_the_webhook_sees_them(
+    cluster: Cluster, webhook: LocalWebhook, validate: str, warned: bool
+) -> None:
+    # kubectl --validate=warn sends fieldValidation=Warn (what the apiserver assumes for clients
+    # that send none), --validate=false sends Ignore: the apiserver prunes the unknown fields
+    # while decoding, so the webhook is asked about the job without them and admits it.
+    namespace = cluster.new_namespace("lax")
+
+    result = cluster.kubectl(
+        "create", f"--validate={validate}", "-n", namespace, "-f", "-",
+        input=seed_003_misplaced("lax"), check=False,
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stderr
+    unknown = {m["field"] for m in _UNKNOWN_FIELD.finditer(result.stderr)}
+    expected = {
+        "spec.cleanPodPolicy",
+        "spec.pytorchReplicaSpecs.Worker.imagePullPolicy",
+        "spec.runPolicy.schedulingPolicy.queueName",
+    }
+    assert unknown == (expected if warned else set())
+    stored = cluster.get("pytorchjob", "lax", namespace)
+    assert stored is not None
+    spec = stored["spec"]
+    assert "cleanPodPolicy" not in spec
+    assert "imagePullPolicy" not in spec["pytorchReplicaSpecs"]["Worker"]
+    assert "queueName" not in spec["runPolicy"]["schedulingPolicy"]
+    # The misplaced None is lost: the webhook (the CRD has no default for it) defaulted the real
+    # field as for any job, so it was asked, and admitted the job.
+    assert spec["runPolicy"]["cleanPodPolicy"] == "Running"
+
+
+def test_a_client_sending_no_field_validation_has_unknown_fields_dropped(
+    cluster: Cluster, webhook: LocalWebhook
+) -> None:
+    # The Kubeflow SDK's way: a plain POST, no fieldValidation (the apiserver's default is Warn).
+    namespace = cluster.new_namespace("sdk")
+    body = yaml.load(seed_003_misplaced("sdk"), Loader=_ApiserverYaml)
+
+    status, created = cluster.api_request(
+        "POST", f"/apis/{names.API_VERSION}/namespaces/{namespace}/pytorchjobs", body
+    )
+
+    assert status == 201, created
+    spec = created["spec"]
+    assert "cleanPodPolicy" not in spec
+    assert "imagePullPolicy" not in spec["pytorchReplicaSpecs"]["Worker"]
+    assert "queueName" not in spec["runPolicy"]["schedulingPolicy"]
+    assert spec["runPolicy"]["cleanPodPolicy"] == "Running"  # the webhook was asked
+
+
+MASTER_COMMAND_END = '                - "demo.py"\n'
+
+
+def test_kubectl_keeps_the_last_of_two_equal_keys_as_check_does(
+    cluster: Cluster, webhook: LocalWebhook, tmp_path: Path
+) -> None:
+    # Two env: keys in Master's container and two replicas: keys on Worker: kubectl converts the
+    # YAML to JSON keeping the last of each (no error, no warning, under strict validation too),
+    # as PyYAML does, so check reads the job kubectl sends.
+    text = SEED_003.read_text(encoding="utf-8").replace(
+        MASTER_COMMAND_END,
+        MASTER_COMMAND_END
+        + "              env: [{name: FIRST, value: '1'}]\n"
+        + "              env: [{name: LAST, value: '2'}]\n",
+        1,
+    )
+    text = text.replace(
+        WORKER + "      replicas: 1\n", WORKER + "      replicas: -1\n      replicas: 2\n"
+    )
+    path = tmp_path / "job.yaml"
+    path.write_text(text, encoding="utf-8")
+    namespace = cluster.new_namespace("dup")
+
+    result = cluster.kubectl(
+        "apply", "--dry-run=server", "-o", "json", "-n", namespace, "-f", str(path), check=False
+    )
+
+    assert result.returncode == 0, result.stderr
+    sent = json.loads(result.stdout)["spec"]["pytorchReplicaSpecs"]
+    assert sent["Master"]["template"]["spec"]["containers"][0]["env"] == [
+        {"name": "LAST", "value": "2"}
+    ]
+    assert sent["Worker"]["replicas"] == 2
+    from_check, from_cluster = verdicts(cluster, path)
+    assert from_check == from_cluster == [Verdict(True)]

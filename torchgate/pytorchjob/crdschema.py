@@ -28,6 +28,14 @@ Rules:
    when present, holds an integer: else ``FieldValueInvalid`` at that path as written, leading
    dot included (the apiextensions ``ValidateScaleSpec``), besides rule 3's error
    (``scale_errors``).
+5. An unknown field comes with where it belongs, when it is one level off as manifests often
+   have it (``unknown_field_hint``): a ``spec`` field of ``runPolicy`` moved there in
+   ``kubeflow.org/v1``, one of ``elasticPolicy`` belongs there; a replica's container field
+   (``CONTAINER_FIELDS``), pod field (``POD_FIELDS``) or pod metadata belongs in its
+   ``template``. Any other unknown field of an object with declared fields is told the fields
+   it has (metadata's are Kubernetes' own, not listed). This is the one declaration of these
+   hints: the webhook never sees an unknown field (the apiserver refuses it under
+   ``fieldValidation=Strict`` and drops it under ``Warn`` or ``Ignore``, before admission).
 """
 
 from __future__ import annotations
@@ -67,6 +75,46 @@ OBJECT_META_FIELDS: Final = frozenset(
 """The fields of ``metav1.ObjectMeta`` the apiserver decodes ``metadata`` into (rule 2)."""
 
 _METADATA: Final = FieldPath.root("metadata")
+_SPEC: Final = FieldPath.root("spec")
+_REPLICA_SPECS: Final = _SPEC.child("pytorchReplicaSpecs")
+_RUN_POLICY: Final = _SPEC.child("runPolicy")
+_ELASTIC_POLICY: Final = _SPEC.child("elasticPolicy")
+
+CONTAINER_FIELDS: Final = frozenset(
+    {
+        "image",
+        "imagePullPolicy",
+        "command",
+        "args",
+        "env",
+        "envFrom",
+        "resources",
+        "volumeMounts",
+        "ports",
+        "securityContext",
+        "workingDir",
+    }
+)
+"""Container fields a replica spec is often given instead of its template's containers (rule 5)."""
+
+POD_FIELDS: Final = frozenset(
+    {
+        "containers",
+        "initContainers",
+        "volumes",
+        "nodeSelector",
+        "tolerations",
+        "affinity",
+        "schedulerName",
+        "hostNetwork",
+        "serviceAccountName",
+        "priorityClassName",
+    }
+)
+"""Pod fields a replica spec is often given instead of its template's spec (rule 5)."""
+
+POD_METADATA_FIELDS: Final = frozenset({"labels", "annotations"})
+"""Pod metadata a replica spec is often given instead of its template's metadata (rule 5)."""
 
 _JSON_TYPES: Final = {
     "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
@@ -122,6 +170,46 @@ def _unknown(value: Any, schema: Mapping[str, Any], path: FieldPath) -> Iterator
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):
         for index, item in enumerate(value):
             yield from _unknown(item, schema["items"], path.index(index))
+
+
+def unknown_field_hint(path: FieldPath) -> str | None:
+    """Where the unknown field at ``path`` belongs, or the fields its object has (rule 5)."""
+    parent, key = FieldPath(path.segments[:-1], path.keyed[:-1]), path.segments[-1]
+    if parent == _METADATA or not isinstance(key, str):
+        return None
+    if parent == _SPEC and key in _declared(_schema_at(_RUN_POLICY)):
+        return f"moved to {_RUN_POLICY.child(key)} in kubeflow.org/v1"
+    if parent == _SPEC and key in _declared(_schema_at(_ELASTIC_POLICY)):
+        return f"belongs in {_ELASTIC_POLICY.child(key)}"
+    if len(parent.segments) == 3 and parent.segments[:2] == _REPLICA_SPECS.segments:
+        for fields, place in (
+            (CONTAINER_FIELDS, "template.spec.containers[*]"),
+            (POD_FIELDS, "template.spec"),
+            (POD_METADATA_FIELDS, "template.metadata"),
+        ):
+            if key in fields:
+                return f"belongs in {parent}.{place}"
+    declared = _declared(_schema_at(parent))
+    if not declared:
+        return None
+    return f"the fields of {str(parent) or 'a PyTorchJob'} are {', '.join(declared)}"
+
+
+def _declared(schema: Mapping[str, Any] | None) -> list[str]:
+    return sorted((schema or {}).get("properties") or {})
+
+
+def _schema_at(path: FieldPath) -> Mapping[str, Any] | None:
+    schema: Mapping[str, Any] | None = _schema()
+    for segment in path.segments:
+        if schema is None:
+            return None
+        if isinstance(segment, int):
+            schema = schema.get("items") if isinstance(schema.get("items"), dict) else None
+            continue
+        properties, entries = schema.get("properties") or {}, schema.get("additionalProperties")
+        schema = properties.get(segment, entries if isinstance(entries, dict) else None)
+    return schema
 
 
 def type_errors(job: Mapping[str, Any]) -> list[FieldError]:

@@ -53,8 +53,9 @@ Rules:
    validates strictly by default, and the apiserver refuses a job with any other field while
    decoding it, before the webhook is asked (HTTP 400, ``strict decoding error: unknown field
    "spec.pytorchReplicaSpecs.Worker.imagePullPolicy"``), however harmless the field. That is an
-   input error naming every unknown field as the apiserver does, each with its line
-   (``unknown_fields_problem``), not a job checked as if the field were not there.
+   input error naming every unknown field as the apiserver does, each with its line and, where
+   ``crdschema`` rule 5 knows one, where it belongs (``unknown_fields_problem``), not a job
+   checked as if the field were not there.
 """
 
 from __future__ import annotations
@@ -235,9 +236,14 @@ def unknown_fields_problem(manifest: Manifest) -> str | None:
     fields = ", ".join(
         f'unknown field "{path}"{_line(_node_at(manifest.node, path))}' for path in unknown
     )
+    hints = "".join(
+        f"; {path}: {hint}"
+        for path in unknown
+        if (hint := crdschema.unknown_field_hint(path)) is not None
+    )
     return (
         f"{manifest.where}: {fields}: the {names.KIND} CRD has no such field (kubectl apply "
-        "validates strictly: the apiserver refuses the job before any webhook sees it)"
+        f"validates strictly: the apiserver refuses the job before any webhook sees it){hints}"
     )
 
 

@@ -18,6 +18,12 @@ Rules (each one function):
 3. Nesting deeper than the parser can follow (it recurses per level) is an error, not a
    ``RecursionError``.
 
+Not an error: two equal keys in one mapping (``env:`` twice in a container). kubectl converts
+YAML to JSON keeping the last of them, without a word and under strict field validation too (the
+apiserver never sees the first), for manifests and PlacementPolicies alike; PyYAML keeps the last
+too, so the commands read the object kubectl sends and give the cluster's verdict on it
+(``tests/e2e/test_check_agrees_e2e.py`` checks this with the real kubectl).
+
 Errors are ``yaml.MarkedYAMLError``s, so callers report them as any other YAML error: with the
 line and column of the anchor (rules 1 and 2) when there is one.
 """

@@ -763,6 +763,162 @@ def test_fields_the_crd_does_not_declare_are_bad_input_naming_each_as_the_apiser
     assert line.startswith(f"torchgate check: {path}[0]: {said}: the PyTorchJob CRD has no such")
 
 
+R_WORKER = "spec.pytorchReplicaSpecs.Worker"
+
+
+@pytest.mark.parametrize(
+    ("anchor", "replacement", "field", "hint"),
+    [
+        (
+            SPEC,
+            "spec:\n  cleanPodPolicy: None\n  pytorchReplicaSpecs:\n",
+            "spec.cleanPodPolicy",
+            "moved to spec.runPolicy.cleanPodPolicy in kubeflow.org/v1",
+        ),
+        (
+            SPEC,
+            "spec:\n  schedulingPolicy: {queue: q}\n  pytorchReplicaSpecs:\n",
+            "spec.schedulingPolicy",
+            "moved to spec.runPolicy.schedulingPolicy in kubeflow.org/v1",
+        ),
+        (
+            SPEC,
+            "spec:\n  maxReplicas: 2\n  pytorchReplicaSpecs:\n",
+            "spec.maxReplicas",
+            "belongs in spec.elasticPolicy.maxReplicas",
+        ),
+        (
+            WORKER,
+            "    Worker:\n      imagePullPolicy: Always\n      replicas: 1\n",
+            f"{R_WORKER}.imagePullPolicy",
+            f"belongs in {R_WORKER}.template.spec.containers[*]",
+        ),
+        (
+            WORKER,
+            "    Worker:\n      nodeSelector: {a: b}\n      replicas: 1\n",
+            f"{R_WORKER}.nodeSelector",
+            f"belongs in {R_WORKER}.template.spec",
+        ),
+        (
+            WORKER,
+            "    Worker:\n      labels: {a: b}\n      replicas: 1\n",
+            f"{R_WORKER}.labels",
+            f"belongs in {R_WORKER}.template.metadata",
+        ),
+        (
+            WORKER,
+            "    Worker:\n      replica: 2\n      replicas: 1\n",
+            f"{R_WORKER}.replica",
+            f"the fields of {R_WORKER} are replicas, restartPolicy, template",
+        ),
+        (
+            SPEC,
+            "spec:\n  foo: 1\n  pytorchReplicaSpecs:\n",
+            "spec.foo",
+            "the fields of spec are elasticPolicy, nprocPerNode, pytorchReplicaSpecs, runPolicy",
+        ),
+        (
+            SPEC,
+            "spec:\n  runPolicy:\n    schedulingPolicy: {queueName: q}\n  pytorchReplicaSpecs:\n",
+            "spec.runPolicy.schedulingPolicy.queueName",
+            "the fields of spec.runPolicy.schedulingPolicy are minAvailable, minResources, "
+            "priorityClass, queue, scheduleTimeoutSeconds",
+        ),
+        (
+            SPEC,
+            "spec:\n  elasticPolicy:\n    rdzvConf:\n      - {key: k, val: v}\n"
+            "  pytorchReplicaSpecs:\n",
+            "spec.elasticPolicy.rdzvConf[0].val",
+            "the fields of spec.elasticPolicy.rdzvConf[0] are key, value",
+        ),
+        (
+            "kind: PyTorchJob\n",
+            "kind: PyTorchJob\nstatus2: {}\n",
+            "status2",
+            "the fields of a PyTorchJob are apiVersion, kind, metadata, spec, status",
+        ),
+    ],
+    ids=[
+        "pre-v1-clean-pod-policy",
+        "pre-v1-scheduling-policy",
+        "elastic-field-in-spec",
+        "container-field-in-replica",
+        "pod-field-in-replica",
+        "pod-metadata-in-replica",
+        "misspelled-replica-field",
+        "unknown-spec-field",
+        "unknown-scheduling-field",
+        "unknown-list-item-field",
+        "unknown-top-level-field",
+    ],
+)
+def test_an_unknown_field_is_told_where_it_belongs_or_what_its_object_has(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    anchor: str,
+    replacement: str,
+    field: str,
+    hint: str,
+) -> None:
+    path = seed_003_edited(tmp_path, anchor, replacement)
+
+    code, _, err = run(capsys, str(path))
+
+    assert code == 2
+    (line,) = err.splitlines()
+    assert f'unknown field "{field}"' in line
+    assert line.endswith(f"; {field}: {hint}")
+
+
+def test_realworld_025s_pre_v1_clean_pod_policy_is_told_where_it_moved(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = SHARED / "realworld" / "025-kfwebsite-status-output-cleanpodpolicy.yaml"
+
+    code, _, err = run(capsys, str(path))
+
+    assert code == 2
+    assert err.rstrip().endswith(
+        "; spec.cleanPodPolicy: moved to spec.runPolicy.cleanPodPolicy in kubeflow.org/v1"
+    )
+
+
+def test_an_unknown_metadata_field_gets_no_hint(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # metadata is Kubernetes' ObjectMeta: its fields are not the PyTorchJob CRD's to list.
+    path = seed_003_edited(
+        tmp_path, "  name: torchrun-cpu\n", '  name: torchrun-cpu\n  clusterName: ""\n'
+    )
+
+    code, _, err = run(capsys, str(path))
+
+    assert code == 2
+    (line,) = err.splitlines()
+    assert line.endswith("before any webhook sees it)")
+
+
+@pytest.mark.parametrize(
+    ("replicas", "code"),
+    [("replicas: -1\n      replicas: 2\n", 0), ("replicas: 2\n      replicas: -1\n", 1)],
+    ids=["last-is-valid", "last-is-invalid"],
+)
+def test_the_last_of_two_equal_keys_is_the_one_checked_as_kubectl_sends_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, replicas: str, code: int
+) -> None:
+    # kubectl keeps the last of two equal keys without a word (tests/e2e/test_check_agrees_e2e.py).
+    path = seed_003_edited(tmp_path, WORKER, "    Worker:\n      " + replicas)
+
+    result, out, _ = run(capsys, "-o", "json", str(path))
+
+    assert result == code
+    errors = json.loads(out)["results"][0]["errors"]
+    expected = (
+        [] if code == 0 else [("FieldValueInvalid", "spec.pytorchReplicaSpecs[Worker].replicas")]
+    )
+    assert [(e["type"], e["field"]) for e in errors] == expected
+
+
 MASTER_TEMPLATE = (
     "    Master:\n      replicas: 1\n      restartPolicy: OnFailure\n      template:\n"
 )

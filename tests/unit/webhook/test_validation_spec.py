@@ -291,33 +291,6 @@ STRUCTURE = [
         ],
     ),
     case("empty-status-is-fine", cpu_job().edit(setting("status", {})).build(), []),
-    case(
-        "spec-clean-pod-policy-moved",
-        cpu_job().edit(setting("spec", "cleanPodPolicy", "All")).build(),
-        [(FORBIDDEN, "spec.cleanPodPolicy")],
-    ),
-    case(
-        "spec-unknown-field",
-        cpu_job().edit(setting("spec", "foo", "bar")).build(),
-        [(FORBIDDEN, "spec.foo")],
-    ),
-    case(
-        "replica-image-pull-policy",
-        cpu_job()
-        .edit(setting("spec", "pytorchReplicaSpecs", "Master", "imagePullPolicy", "Always"))
-        .build(),
-        [(FORBIDDEN, f"{M}.imagePullPolicy")],
-    ),
-    case(
-        "run-policy-unknown-field",
-        cpu_job().run_policy(ttl=5).build(),
-        [(FORBIDDEN, "spec.runPolicy.ttl")],
-    ),
-    case(
-        "elastic-unknown-field",
-        job().workers(2).elastic(minReplica=1).build(),
-        [(FORBIDDEN, "spec.elasticPolicy.minReplica")],
-    ),
 ]
 
 

@@ -328,7 +328,6 @@ RULES: Final[tuple[JobRule, ...]] = (
     ),
     for_each_replica(
         pod.replica_spec_present,
-        pod.replica_fields,
         pod.replica_count,
         pod.restart_policy,
         pod.template_shape,

@@ -14,7 +14,7 @@ small text helpers that keep messages alike.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final
@@ -31,7 +31,6 @@ from torchgate.pytorchjob.fieldpath import (
     FieldError,
     FieldPath,
     FieldWarning,
-    forbidden,
     invalid,
 )
 from torchgate.pytorchjob.policy import PlacementPolicy
@@ -672,23 +671,6 @@ def at(path: FieldPath, *parts: str | int) -> FieldPath:
 def not_found(path: FieldPath, value: object, detail: str) -> FieldError:
     """``field.NotFound``."""
     return FieldError(ErrorType.NOT_FOUND, path, detail, value)
-
-
-def unknown_fields(
-    section: Mapping[str, Any],
-    path: FieldPath,
-    known: frozenset[str],
-    hint: Callable[[str], str] | None = None,
-) -> list[Finding]:
-    """A ``Forbidden`` error for every key of ``section`` not in ``known``."""
-    if known.issuperset(section):
-        return []
-    found: list[Finding] = []
-    for key in section:
-        if key not in known:
-            text = hint(str(key)) if hint else "supported fields: " + ", ".join(sorted(known))
-            found.append(forbidden(path.child(str(key)), f'unknown field "{key}": {text}'))
-    return found
 
 
 def non_negative_field(section: Mapping[str, Any], key: str, path: FieldPath) -> list[Finding]:

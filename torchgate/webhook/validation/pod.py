@@ -9,8 +9,6 @@ fault. Replica types other than Master and Worker are reported last, after every
 
 from __future__ import annotations
 
-from typing import Final
-
 from torchgate.pytorchjob import gang, names
 from torchgate.pytorchjob.fieldpath import (
     ErrorType,
@@ -34,49 +32,7 @@ from torchgate.webhook.validation.facts import (
     at,
     placeholder_hint,
     quote,
-    unknown_fields,
 )
-
-_REPLICA_FIELDS: Final = frozenset({"replicas", "restartPolicy", "template"})
-_CONTAINER_FIELDS: Final = frozenset(
-    {
-        "image",
-        "imagePullPolicy",
-        "command",
-        "args",
-        "env",
-        "envFrom",
-        "resources",
-        "volumeMounts",
-        "ports",
-        "securityContext",
-        "workingDir",
-    }
-)
-_POD_FIELDS: Final = frozenset(
-    {
-        "containers",
-        "initContainers",
-        "volumes",
-        "nodeSelector",
-        "tolerations",
-        "affinity",
-        "schedulerName",
-        "hostNetwork",
-        "serviceAccountName",
-        "priorityClassName",
-    }
-)
-
-
-def _unknown_replica_field_hint(key: str) -> str:
-    if key in _CONTAINER_FIELDS:
-        return "belongs in template.spec.containers[*]"
-    if key in _POD_FIELDS:
-        return "belongs in template.spec"
-    if key in ("labels", "annotations"):
-        return "belongs in template.metadata"
-    return "supported fields: replicas, restartPolicy, template"
 
 
 def replica_spec_present(job: JobFacts, replica: ReplicaFacts) -> Findings:
@@ -84,15 +40,6 @@ def replica_spec_present(job: JobFacts, replica: ReplicaFacts) -> Findings:
     if replica.spec is None:
         return [required(at(replica.pod_path, "containers"), "must be specified")]
     return NONE
-
-
-def replica_fields(job: JobFacts, replica: ReplicaFacts) -> Findings:
-    """No unknown fields in a replica spec (with a hint where a misplaced one belongs)."""
-    if replica.spec is None:
-        return NONE
-    if _REPLICA_FIELDS.issuperset(replica.spec):  # the usual case, without a call
-        return NONE
-    return unknown_fields(replica.spec, replica.path, _REPLICA_FIELDS, _unknown_replica_field_hint)
 
 
 def replica_count(job: JobFacts, replica: ReplicaFacts) -> Findings:

@@ -3,8 +3,10 @@
 Why these live together: they are the job-wide knobs that decide how many pods run, for how long
 and who cleans them up, and several are where the admin's PlacementPolicy says no (a
 ``cleanPodPolicy: None`` that would keep GPUs after the job ends, a job larger than the per-job
-GPU budget). Unknown fields get a hint when they belong elsewhere: many manifests predate
-``kubeflow.org/v1`` moving ``cleanPodPolicy`` and friends under ``runPolicy``.
+GPU budget). Fields the CRD does not declare never reach these rules: the apiserver refuses them
+(``fieldValidation=Strict``, kubectl's default) or drops them (``Warn``, ``Ignore``) while
+decoding the job, before admission; ``torchgate check`` says where a misplaced one belongs
+(``pytorchjob.crdschema`` rule 5).
 
 Updates ratchet (see the package docstring), but ``runPolicy.managedBy`` is immutable on every
 update, as upstream: another controller may already own the job.
@@ -42,64 +44,20 @@ from torchgate.webhook.validation.facts import (
     count,
     non_negative_field,
     placeholder_hint,
-    unknown_fields,
 )
 
 _NPROC_KEYWORDS: Final = ("auto", "cpu", "gpu")
 _CLEAN_POD_POLICY: Final = RUN_POLICY.child("cleanPodPolicy")
 
-_SPEC_FIELDS: Final = frozenset(
-    {"pytorchReplicaSpecs", "runPolicy", "elasticPolicy", "nprocPerNode"}
-)
-_RUN_POLICY_FIELDS: Final = frozenset(
-    {
-        "cleanPodPolicy",
-        "ttlSecondsAfterFinished",
-        "activeDeadlineSeconds",
-        "backoffLimit",
-        "schedulingPolicy",
-        "suspend",
-        "managedBy",
-    }
-)
-_ELASTIC_FIELDS: Final = frozenset(
-    {
-        "minReplicas",
-        "maxReplicas",
-        "rdzvBackend",
-        "rdzvHost",
-        "rdzvPort",
-        "rdzvId",
-        "rdzvConf",
-        "standalone",
-        "nProcPerNode",
-        "maxRestarts",
-        "metrics",
-    }
-)
-_SCHEDULING_FIELDS: Final = frozenset(
-    {"minAvailable", "queue", "minResources", "priorityClass", "scheduleTimeoutSeconds"}
-)
-
-
-def _unknown_spec_field_hint(key: str) -> str:
-    if key in _RUN_POLICY_FIELDS:
-        return f"moved to spec.runPolicy.{key} in kubeflow.org/v1"
-    if key in _ELASTIC_FIELDS:
-        return f"belongs in spec.elasticPolicy.{key}"
-    return "supported fields: elasticPolicy, nprocPerNode, pytorchReplicaSpecs, runPolicy"
-
 
 def spec_shape(job: JobFacts) -> Findings:
-    """``spec`` is present and an object, with no unknown fields."""
+    """``spec`` is present and an object."""
     spec = job.spec_raw
     if spec is None:
         return [required(REPLICA_SPECS, "must be required")]
     if not isinstance(spec, OBJECT):
         return [invalid(SPEC, spec, "must be an object")]
-    if _SPEC_FIELDS.issuperset(spec):  # the usual case, without a call
-        return NONE
-    return unknown_fields(spec, SPEC, _SPEC_FIELDS, _unknown_spec_field_hint)
+    return NONE
 
 
 def replica_specs_present(job: JobFacts) -> Findings:
@@ -134,13 +92,13 @@ def nproc_per_node(job: JobFacts) -> Findings:
 
 
 def elastic_policy(job: JobFacts) -> Findings:
-    """``spec.elasticPolicy``: known fields, a Worker to scale, sane bounds and port."""
+    """``spec.elasticPolicy``: a Worker to scale, sane bounds and port."""
     elastic = job.spec.get("elasticPolicy")
     if elastic is None:
         return NONE
     if not isinstance(elastic, OBJECT):
         return [invalid(ELASTIC, elastic, "must be an object")]
-    found = unknown_fields(elastic, ELASTIC, _ELASTIC_FIELDS)
+    found: list[Finding] = []
     if isinstance(job.spec.get("pytorchReplicaSpecs"), OBJECT) and (
         names.WORKER not in job.replica_specs
     ):
@@ -203,17 +161,13 @@ def _elastic_bounds(elastic: Mapping[str, Any]) -> list[Finding]:
 
 
 def run_policy(job: JobFacts) -> Findings:
-    """``spec.runPolicy``: known fields and values; cleanPodPolicy None where it may keep pods."""
+    """``spec.runPolicy``: known values; cleanPodPolicy None where it may keep pods."""
     run = job.spec.get("runPolicy")
     if run is None:
         return NONE
     if not isinstance(run, OBJECT):
         return [invalid(RUN_POLICY, run, "must be an object")]
-    found = (
-        []
-        if _RUN_POLICY_FIELDS.issuperset(run)
-        else unknown_fields(run, RUN_POLICY, _RUN_POLICY_FIELDS)
-    )
+    found: list[Finding] = []
     clean = run.get("cleanPodPolicy")
     clean_path = _CLEAN_POD_POLICY
     if clean is not None and clean not in names.CLEAN_POD_POLICIES:
@@ -261,18 +215,14 @@ def _pods_kept_with_accelerators(job: JobFacts) -> Findings:
 
 
 def scheduling_policy(job: JobFacts) -> Findings:
-    """``spec.runPolicy.schedulingPolicy``: known fields, minAvailable within the gang."""
+    """``spec.runPolicy.schedulingPolicy``: minAvailable within the gang, a timeout."""
     run = job.spec.get("runPolicy")
     scheduling = run.get("schedulingPolicy") if isinstance(run, OBJECT) else None
     if scheduling is None:
         return NONE
     if not isinstance(scheduling, OBJECT):
         return [invalid(SCHEDULING, scheduling, "must be an object")]
-    found = (
-        []
-        if _SCHEDULING_FIELDS.issuperset(scheduling)
-        else unknown_fields(scheduling, SCHEDULING, _SCHEDULING_FIELDS)
-    )
+    found: list[Finding] = []
     raw = scheduling.get("minAvailable")
     total = job.total_replicas
     if raw is not None and not (type(raw) is int and total is not None and 1 <= raw <= total):
