@@ -754,11 +754,14 @@ class _CandidateList:
         if not dropped:
             return
         self.members -= dropped
-        left, held = [], self._held
-        for victim in self.victims:
-            if victim.key not in dropped:
-                left.append(victim)
-            elif held is not None and victim.team is not None:
+        # the list keeps the order of ``rank``: each dropped gang is found by bisection, and the
+        # rest copied in C
+        left, held, rank = list(self.victims), self._held, self.rank
+        places = sorted(rank[key] for key in dropped)
+        for place in reversed(places):
+            at = bisect_left(left, place, key=lambda victim: rank[victim.key])
+            victim = left.pop(at)
+            if held is not None and victim.team is not None:
                 used = held[victim.team]
                 for name, amount in victim.usage.items():
                     used[name] -= amount
@@ -965,14 +968,21 @@ class _Reach:
         capacity, shape, level = self.cycle.capacity, self.gang.shape, self.level
         assert level is not None
         topology = capacity.topology
-        member, inside = topology.member[level], int(domain)
-        returned: dict[int, dict[str, int]] = {}
+        member, inside, spread = topology.member[level], int(domain), self.cycle.spread
+        returned: dict[int, Units] = {}  # node -> what the candidates hold there
+        sums: dict[int, dict[str, int]] = {}  # nodes several of them hold pods on
         for victim in self.by_domain[domain].victims:
-            for node, held in self.cycle.spread(victim):
+            for node, held in spread(victim):
                 if member[node] == inside:
-                    extra = returned.setdefault(node, {})
+                    have = returned.get(node)
+                    if have is None:
+                        returned[node] = held  # read, never changed
+                        continue
+                    total = sums.get(node)
+                    if total is None:
+                        total = returned[node] = sums[node] = dict(have)
                     for name, amount in held.items():
-                        extra[name] = extra.get(name, 0) + amount
+                        total[name] = total.get(name, 0) + amount
         slots = capacity.slots(shape)
         reach = slots.domains[inside]
         allowed, names = shape.allowed, topology.node_names

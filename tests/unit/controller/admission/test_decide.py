@@ -769,6 +769,38 @@ def test_a_kept_candidate_list_groups_and_sums_its_gangs_as_one_built_anew_from_
 
 @settings(max_examples=300, deadline=None)
 @given(crowded_scenarios())
+def test_a_domains_reach_is_its_slots_counted_afresh_with_its_candidates_pods_given_back(
+    scenario: tuple[Pool, list[WaitingGang], float],
+) -> None:
+    """``_Reach`` counts a domain's slots with its candidates' pods given back, as afresh.
+
+    Nodes several candidates hold pods on included.
+    """
+    pool, gangs, now = scenario
+    count = decide_module._Reach._count
+
+    def checked(reach: decide_module._Reach, domain: str) -> int:
+        found = count(reach, domain)
+        capacity, level = reach.cycle.capacity, reach.level
+        assert level is not None
+        topology = capacity.topology
+        free = {name: dict(capacity.free[i]) for i, name in enumerate(topology.node_names)}
+        for victim in reach.by_domain[domain].victims:
+            for pod, name in (victim.nodes or {}).items():
+                if topology.domain_of(name, level) == int(domain):
+                    for resource, amount in (victim.requests or {}).get(pod, {}).items():
+                        free[name][resource] = free[name].get(resource, 0) + amount
+        afresh = Capacity(topology, free).slots(reach.gang.shape)
+        assert found == afresh.domains[int(domain)]
+        return found
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(decide_module._Reach, "_count", checked)
+        decide(pool, gangs, now)
+
+
+@settings(max_examples=300, deadline=None)
+@given(crowded_scenarios())
 def test_a_search_kept_through_preemptions_reads_its_groups_as_one_built_anew(
     scenario: tuple[Pool, list[WaitingGang], float],
 ) -> None:

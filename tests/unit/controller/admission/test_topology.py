@@ -756,6 +756,19 @@ def test_a_fork_never_changes_the_original_and_keeps_what_it_saw() -> None:
     assert base.fork().slots(shape).domains[0] == 8
 
 
+def test_changed_since_says_whether_any_of_the_nodes_changed_after_so_many_edits() -> None:
+    capacity = Capacity(TOPOLOGY, EMPTY).fork()
+    names = TOPOLOGY.node_names
+    first, second = TOPOLOGY.index[names[0]], TOPOLOGY.index[names[1]]
+    before = capacity.edits
+    capacity.take({"p0": names[0]}, {"p0": pod_requests(1)})
+    assert capacity.changed_since([first, second], before)
+    assert capacity.changed_since([second, first], before)
+    assert not capacity.changed_since([second], before)
+    assert not capacity.changed_since([first, second], capacity.edits)
+    assert not capacity.changed_since([], before)
+
+
 # one step of a fork's life within a cycle: it takes or gives a pod, lends pods back for a moment
 # (asking about some shapes meanwhile), or asks about a shape (counted from then on)
 cycle_steps = hs.lists(
