@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from torchgate.pytorchjob import crdschema
 from torchgate_dev.node import images, oci, productimage
 from torchgate_dev.node.registry import REGISTRY_BINARY, Registry
 
@@ -181,7 +182,9 @@ def test_the_image_carries_the_core_and_no_dev_tooling(
     assert f"{SITE}/torchgate/controller/command.py" in installed
     assert [path for path in installed if path.startswith(dev_tooling)] == []
     assert [path for path in merged if path.endswith((".go", "/go.mod", "/go.sum"))] == []
-    assert [path for path in installed if path.endswith((".sh", ".yaml", ".env"))] == []
+    # Its one data file is the PyTorchJob CRD ``torchgate check`` validates against.
+    data = [path for path in installed if path.endswith((".sh", ".yaml", ".env"))]
+    assert data == [f"{SITE}/torchgate/pytorchjob/data/{crdschema.CRD_FILE}"]
     # The command itself knows the dev tooling lives elsewhere, and says so in one line.
     answer = productimage.run_in_image(
         product.reference,

@@ -9,7 +9,7 @@ with nothing of the checkout on ``PYTHONPATH``. Checked:
 
 - the product wheel puts only ``torchgate`` at the top of site-packages (RECORD, top_level.txt,
   the folder) and carries no dev tooling: no ``dev``, ``controlplane`` or ``node`` module, no
-  package data, no Go files or build scripts;
+  package data but the PyTorchJob CRD ``check`` validates against, no Go files or build scripts;
 - ``torchgate check`` admits one seed manifest and refuses another, field by field, with only the
   product installed, where ``torchgate dev`` is one line saying how to get it;
 - the dev wheel puts only ``torchgate_dev`` beside it, with its data files as real files;
@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import CRD_NAMES, REPO_ROOT
+from torchgate.pytorchjob import crdschema
 from torchgate_dev.controlplane import versions
 from torchgate_dev.controlplane.binaries import BIN_DIR_ENV, Binaries
 
@@ -42,6 +43,8 @@ from torchgate_dev.controlplane.binaries import BIN_DIR_ENV, Binaries
 DEV_MODULES = ("torchgate/dev/", "torchgate/controlplane/", "torchgate/node/", "torchgate_dev/")
 DEV_FILES = ("torchgate/devcluster.py", "torchgate/resources.py")
 DEV_DATA_SUFFIXES = (".go", "go.mod", "go.sum", ".sh", ".env", ".yaml")
+# The product's one data file: the PyTorchJob CRD that ``torchgate check`` validates against.
+PRODUCT_DATA = (f"torchgate/pytorchjob/data/{crdschema.CRD_FILE}",)
 
 # The first test to use the installation also pays for building and installing it.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -214,7 +217,8 @@ def test_the_wheel_installs_only_torchgate_at_the_top_of_site_packages(
     # No dev tooling: its modules, its data, Go files and build scripts are all elsewhere.
     assert [name for name in recorded if name.startswith(DEV_MODULES)] == []
     assert [name for name in recorded if name in DEV_FILES] == []
-    assert [name for name in recorded if name.endswith(DEV_DATA_SUFFIXES)] == []
+    data = [name for name in recorded if name.endswith(DEV_DATA_SUFFIXES)]
+    assert sorted(data) == sorted(PRODUCT_DATA)
     assert [name for name in recorded if name.startswith("torchgate/data/")] == []
     assert not (installation.site_packages / "torchgate_dev").exists()
     # The installed package is what runs, not the checkout (which is not on any path here).
