@@ -71,7 +71,8 @@ class StandIn:
 def server() -> Iterator[tuple[StandIn, str]]:
     stand_in = StandIn()
     loop = asyncio.new_event_loop()
-    runner = web.AppRunner(stand_in.app())
+    # No access log: the server's thread outlives the test's log capture, and wrote into it closed.
+    runner = web.AppRunner(stand_in.app(), access_log=None)
     loop.run_until_complete(runner.setup())
     site = web.TCPSite(runner, "127.0.0.1", 0)
     loop.run_until_complete(site.start())
