@@ -53,25 +53,29 @@ from torchgate.pytorchjob.fieldpath import ErrorType, FieldError, FieldPath, inv
 CRD_FILE: Final = "kubeflow.org_pytorchjobs.yaml"
 """The PyTorchJob CRD in ``torchgate/pytorchjob/data`` (rule 1)."""
 
-OBJECT_META_FIELDS: Final = frozenset(
+SERVER_SET_METADATA: Final = frozenset(
     {
-        "name",
-        "generateName",
-        "namespace",
-        "selfLink",
         "uid",
         "resourceVersion",
         "generation",
         "creationTimestamp",
         "deletionTimestamp",
         "deletionGracePeriodSeconds",
-        "labels",
-        "annotations",
-        "ownerReferences",
-        "finalizers",
         "managedFields",
+        "selfLink",
     }
 )
+"""The fields of ``metav1.ObjectMeta`` the apiserver sets on an object, never its author."""
+
+OBJECT_META_FIELDS: Final = SERVER_SET_METADATA | {
+    "name",
+    "generateName",
+    "namespace",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+}
 """The fields of ``metav1.ObjectMeta`` the apiserver decodes ``metadata`` into (rule 2)."""
 
 _METADATA: Final = FieldPath.root("metadata")

@@ -73,18 +73,6 @@ from torchgate.pytorchjob.yamlinput import load_documents
 MANIFEST_SUFFIXES: Final = (".yaml", ".yml", ".json")
 """The file name endings kubectl reads from a directory (rule 5)."""
 
-SERVER_SET_METADATA: Final = (
-    "uid",
-    "resourceVersion",
-    "generation",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "managedFields",
-    "selfLink",
-)
-"""The metadata fields the apiserver sets on an object, never its author (rule 4)."""
-
 
 NAMESPACE_NAME_RULE: Final = (
     "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
@@ -310,8 +298,9 @@ def as_submitted(obj: dict[str, Any]) -> dict[str, Any]:
     submitted = {key: value for key, value in obj.items() if key != "status"}
     metadata = obj.get("metadata")
     if isinstance(metadata, dict):
+        server_set = crdschema.SERVER_SET_METADATA
         submitted["metadata"] = {
-            key: value for key, value in metadata.items() if key not in SERVER_SET_METADATA
+            key: value for key, value in metadata.items() if key not in server_set
         }
     return submitted
 
