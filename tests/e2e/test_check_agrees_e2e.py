@@ -19,6 +19,11 @@ still needs it). The webhook runs with no PlacementPolicy or TeamQuota in the cl
 check's default (the built-in policy, no quotas). A difference check cannot know offline would be
 listed in ``EXPECTED_DIFFERENCES`` with its reason; none is.
 
+What check refuses of a file as ``kubectl apply`` refuses it, and what it judges of a file as
+apply sends it, is shown on the real kubectl and apiserver too: a ``generateName`` without a name
+(kubectl's own refusal), a ``-n`` naming a namespace that cannot exist, and the same job twice in
+one file (created, then patched: an UPDATE the webhook judges as one, leaving the job check says).
+
 Two things check relies on are shown here too. A field the CRD does not declare never reaches
 the webhook: kubectl's strict validation refuses it, and a client sending ``fieldValidation=Warn``
 (or none, as the Kubeflow SDK) or ``Ignore`` has it dropped while the apiserver decodes the job
@@ -356,3 +361,107 @@ def test_kubectl_keeps_the_last_of_two_equal_keys_as_check_does(
     assert sent["Worker"]["replicas"] == 2
     from_check, from_cluster = verdicts(cluster, path)
     assert from_check == from_cluster == [Verdict(True)]
+
+
+def run_check(*args: str) -> subprocess.CompletedProcess[str]:
+    """The product CLI's ``torchgate check``, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "torchgate", "check", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_generate_name_without_a_name_is_refused_by_kubectl_apply_and_by_check(
+    cluster: Cluster, webhook: LocalWebhook, tmp_path: Path
+) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        SEED_003.read_text(encoding="utf-8").replace("name: torchrun-cpu", "generateName: j-"),
+        encoding="utf-8",
+    )
+    namespace = cluster.new_namespace("gen")
+
+    applied = cluster.kubectl(
+        "apply", "--dry-run=server", "-n", namespace, "-f", str(path), check=False
+    )
+    created = cluster.kubectl(
+        "create", "--dry-run=server", "-n", namespace, "-f", str(path), check=False
+    )
+    checked = run_check("-n", namespace, str(path))
+
+    refusal = "from j-: cannot use generate name with apply"
+    assert (applied.returncode, applied.stderr.strip()) == (1, f"error: {refusal}")
+    assert created.returncode == 0, created.stderr  # kubectl create takes it
+    assert checked.returncode == 2
+    assert f"{path}[0].metadata.generateName (line 4): {refusal}" in checked.stderr
+
+
+def test_a_namespace_flag_naming_no_possible_namespace_is_refused_by_the_apiserver_and_check(
+    cluster: Cluster, webhook: LocalWebhook
+) -> None:
+    applied = cluster.kubectl(
+        "apply", "--dry-run=server", "-n", "Bad_NS", "-f", str(SEED_003), check=False
+    )
+    made = cluster.kubectl("create", "namespace", "Bad_NS", check=False)
+    checked = run_check("-n", "Bad_NS", str(SEED_003))
+
+    assert applied.returncode == 1
+    assert 'namespaces "Bad_NS" not found' in applied.stderr
+    assert made.returncode == 1  # and no such namespace can be made
+    assert "metadata.name: Invalid value" in made.stderr
+    assert checked.returncode == 2
+    assert "error: argument -n/--namespace: 'Bad_NS' is not a namespace name" in checked.stderr
+
+
+APPLY_OUTCOME = {"CREATE": "created", "UPDATE": "configured", "NONE": "unchanged"}
+"""What ``kubectl apply`` prints of an object, by what check says reaches the webhook."""
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda text: text,
+        lambda text: text.replace(WORKER + "      replicas: 1\n", WORKER + "      replicas: 3\n"),
+        lambda text: text.replace(
+            "spec:\n", "spec:\n  runPolicy: {managedBy: kubeflow.org/training-operator}\n", 1
+        ),
+    ],
+    ids=["the-same-again", "more-workers", "managed-by-changed"],
+)
+def test_the_same_job_twice_is_created_then_updated_as_check_judges_it(
+    cluster: Cluster, webhook: LocalWebhook, tmp_path: Path, edit: Callable[[str], str]
+) -> None:
+    # kubectl apply creates the first and patches it with the second (an UPDATE): the webhook
+    # judges an update (no defaults; managedBy immutable), and the job stored is the one check
+    # shows: the three-way JSON merge patch replaced the containers (without the port the
+    # webhook added) and kept what the manifest never had (runPolicy, its gang size too).
+    text = SEED_003.read_text(encoding="utf-8")
+    path = tmp_path / "jobs.yaml"
+    path.write_text(f"{text}---\n{edit(text)}", encoding="utf-8")
+    namespace = cluster.new_namespace("twice")
+
+    applied = cluster.kubectl("apply", "-n", namespace, "-f", str(path), check=False)
+    checked = run_check("-o", "json", "-n", namespace, str(path))
+
+    results = json.loads(checked.stdout)["results"]
+    assert checked.returncode == (0 if all(r["allowed"] for r in results) else 1)
+    assert applied.returncode == checked.returncode
+    assert [r["operation"] for r in results][:1] == ["CREATE"]
+    printed = [
+        f"pytorchjob.kubeflow.org/torchrun-cpu {APPLY_OUTCOME[r['operation']]}"
+        for r in results
+        if r["allowed"]
+    ]
+    assert applied.stdout.splitlines() == printed
+    for result in results:
+        for error in result["errors"]:
+            assert f"{error['field']}: " in applied.stderr
+    stored = cluster.get("pytorchjob", "torchrun-cpu", namespace)
+    assert stored is not None
+    last_admitted = [r for r in results if r["allowed"]][-1]["object"]
+    # The CRD's schema defaults suspend, which check shows on no job (a creation neither).
+    assert stored["spec"]["runPolicy"].pop("suspend") is False
+    assert stored["spec"] == last_admitted["spec"]

@@ -44,11 +44,11 @@ Rules:
    ``annotations`` map to strings (kubectl and the apiserver fail to decode anything else:
    ``cannot unmarshal number into Go struct field ObjectMeta.metadata.namespace``), and a
    namespace that is a DNS-1123 label (the apiserver's ``ValidateNamespaceName``; no namespace
-   of another shape can exist, so the job could not be created anywhere). Those are input
-   errors naming the field and its line (``metadata_problem``). A missing or ill-formed name is
-   not: the webhook's own name rule (a DNS-1035 label, stricter than the DNS-1123 subdomain the
-   apiserver asks of a custom resource's name) denies it at ``metadata.name``, the field and
-   reason the apiserver would give, so the commands report that denial.
+   of another shape can exist, so the job could not be created anywhere: rule 9). Those are
+   input errors naming the field and its line (``metadata_problem``). A missing or ill-formed
+   name is not: the webhook's own name rule (a DNS-1035 label, stricter than the DNS-1123
+   subdomain the apiserver asks of a custom resource's name) denies it at ``metadata.name``, the
+   field and reason the apiserver would give, so the commands report that denial.
 8. A PyTorchJob's fields are those its CRD declares (``crdschema`` rule 2): ``kubectl apply``
    validates strictly by default, and the apiserver refuses a job with any other field while
    decoding it, before the webhook is asked (HTTP 400, ``strict decoding error: unknown field
@@ -56,6 +56,25 @@ Rules:
    input error naming every unknown field as the apiserver does, each with its line and, where
    ``crdschema`` rule 5 knows one, where it belongs (``unknown_fields_problem``), not a job
    checked as if the field were not there.
+9. A namespace name is a DNS-1123 label, as the apiserver's ``ValidateNamespaceName`` asks, be it
+   written in a job (rule 7) or given to a command (``torchgate check -n``): the one check both
+   ask (``namespace_name_problem``). kubectl does not check ``-n Bad_NS`` itself; the apiserver
+   answers ``namespaces "Bad_NS" not found``, and no namespace of that shape can ever be made.
+
+The rules below are ``kubectl apply``'s, asked by ``torchgate check`` of all its input; not by
+``torchgate simulate``, which dry-runs each job's creation (a POST, as ``kubectl create`` sends):
+
+10. ``kubectl apply`` finds the object it applies by name, so a PyTorchJob with a
+    ``generateName`` and no ``name`` is an input error in kubectl's words, ``from <generateName>:
+    cannot use generate name with apply``, naming the document and the line
+    (``generate_name_problem``). ``kubectl create`` accepts it (the apiserver makes the name up);
+    with a ``name`` too, the name is used and ``generateName`` is ignored.
+11. ``kubectl apply`` applies a file's objects in order, each by its namespace (the document's,
+    else ``-n``) and name (``applied_key``). So a job whose namespace and name an earlier
+    document of the same input already gave is not a second creation: kubectl creates the
+    first, finds it when it comes to the second, and sends the second as a patch of it (an
+    UPDATE, which the webhook judges as such), as ``pytorchjob.applying`` computes it. That holds
+    only if the earlier one was admitted: one denied left nothing, and the next is a creation.
 """
 
 from __future__ import annotations
@@ -208,10 +227,52 @@ def metadata_problem(manifest: Manifest) -> str | None:
         if problem is not None:
             return problem
     namespace = metadata.get("namespace")
-    if namespace and not names.is_dns1123_label(namespace):
+    problem = namespace_name_problem(namespace) if namespace else None
+    if problem is not None:
         where = f"{manifest.where}.metadata.namespace{_line(_value_node(node, 'namespace'))}"
-        return f"{where}: {namespace!r} is not a namespace name: {NAMESPACE_NAME_RULE}"
+        return f"{where}: {problem}"
     return None
+
+
+def namespace_name_problem(namespace: str) -> str | None:
+    """Why no namespace can be named ``namespace``, if none can (rule 9)."""
+    if names.is_dns1123_label(namespace):
+        return None
+    return f"{namespace!r} is not a namespace name: {NAMESPACE_NAME_RULE}"
+
+
+def generate_name_problem(manifest: Manifest) -> str | None:
+    """What ``kubectl apply`` says of a PyTorchJob with a ``generateName`` and no name (rule 10)."""
+    if not is_pytorchjob(manifest.object):
+        return None
+    metadata = manifest.object.get("metadata")
+    if not isinstance(metadata, dict) or metadata.get("name"):
+        return None
+    prefix = metadata.get("generateName")
+    if not prefix:
+        return None
+    node = _value_node(_value_node(manifest.node, "metadata"), "generateName")
+    return (
+        f"{manifest.where}.metadata.generateName{_line(node)}: from {prefix}: cannot use "
+        "generate name with apply (kubectl apply finds a job by its name: give metadata.name, "
+        "or submit it with kubectl create)"
+    )
+
+
+def applied_key(manifest: Manifest, default_namespace: str) -> tuple[str, str] | None:
+    """The namespace and name ``kubectl apply`` finds a PyTorchJob by (rule 11).
+
+    ``None`` for a job without a name: kubectl cannot look it up, and the webhook denies it.
+    """
+    if not is_pytorchjob(manifest.object):
+        return None
+    metadata = manifest.object.get("metadata")
+    if not isinstance(metadata, dict):
+        return None
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    return (str(metadata.get("namespace") or default_namespace), name)
 
 
 def unknown_fields_problem(manifest: Manifest) -> str | None:

@@ -7,19 +7,25 @@ PyTorchJobs) are skipped. Exit codes: 0 when every job is allowed, 1 when any is
 an input cannot be read or parsed (a message with the file and line, never a traceback), when a
 document spells the kind PyTorchJob otherwise, when a PyTorchJob's apiVersion is not one kubectl
 can map (missing, ``kubeflow.org/v2``), its metadata not one the apiserver can decode or place,
-or it has fields its CRD does not declare (``pytorchjob.manifests`` rules 2, 6, 7 and 8: kubectl
-or the apiserver refuses those before the webhook is asked), and when the inputs hold no
-PyTorchJob at all (an empty file, stdin from a templating step that failed, the wrong file):
-"0 checked" would read as a pass.
+it has fields its CRD does not declare, or a ``generateName`` and no name (``pytorchjob.manifests``
+rules 2, 6, 7, 8 and 10: kubectl or the apiserver refuses those before the webhook is asked), when
+``-n`` names no possible namespace (rule 9), and when the inputs hold no PyTorchJob at all (an
+empty file, stdin from a templating step that failed, the wrong file): "0 checked" would read as
+a pass.
 
 Inputs are read as ``kubectl apply -f`` reads them (``pytorchjob.manifests``): a directory is its
 ``.yaml``, ``.yml`` and ``.json`` files, and a ``kind: List`` its items, so ``kubectl get
-pytorchjobs -A -o yaml | torchgate check -`` audits the jobs already in a cluster. ``evaluate``
-judges every job as a CREATE (an UPDATE is judged against the stored object, which a file does
-not hold), so an item of a List, read back from a cluster, is judged as the creation of the same
-job: its status and the metadata the apiserver set (uid, resourceVersion, managedFields, ...) are
+pytorchjobs -A -o yaml | torchgate check -`` audits the jobs already in a cluster. A job is
+judged as a CREATE (check knows no cluster: what ``kubectl apply`` would update there, it cannot
+see), so an item of a List, read back from a cluster, is judged as the creation of the same job:
+its status and the metadata the apiserver set (uid, resourceVersion, managedFields, ...) are
 dropped first, and the verdict is the one submitting it today would get. A document of its own is
 judged as written: pasted ``kubectl get`` output is refused as the webhook refuses its creation.
+What check does know is the input itself: a job whose namespace and name an earlier admitted
+document of the input gave is, to ``kubectl apply``, an update of the job that one created
+(``manifests`` rule 11), so it is judged as that UPDATE (``check_documents``): the patch kubectl
+sends (``pytorchjob.applying``) applied to the job the earlier document left, then the webhook's
+UPDATE routes, which default almost nothing and hold ``managedBy`` immutable.
 
 Before the webhook's validation, a job meets the apiserver's validation against the PyTorchJob
 CRD's schema, as on a cluster (the apiserver validates the object the mutating webhook returned,
@@ -48,8 +54,16 @@ import yaml
 
 from torchgate.kube.manifestfiles import read_manifest_path
 from torchgate.pytorchjob import crdschema, names
+from torchgate.pytorchjob.applying import merge_patch, three_way_patch
 from torchgate.pytorchjob.fieldpath import FieldError, render_warnings
-from torchgate.pytorchjob.manifests import Manifest, ManifestError, is_pytorchjob
+from torchgate.pytorchjob.manifests import (
+    Manifest,
+    ManifestError,
+    applied_key,
+    generate_name_problem,
+    is_pytorchjob,
+    namespace_name_problem,
+)
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
 from torchgate.pytorchjob.pool import QUOTA_KIND, TeamQuota, parse_team_quota
 from torchgate.webhook.policysource import PolicyFileError, read_policy_files
@@ -86,6 +100,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-n",
         "--namespace",
         default="default",
+        type=namespace_argument,
         help="namespace for jobs that do not name one (selects the policy; default 'default')",
     )
     parser.add_argument(
@@ -99,9 +114,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
         "exit codes: 0 every job allowed, 1 any denied, 2 bad input (unreadable, not YAML, a "
         "kind spelled otherwise than PyTorchJob, an apiVersion other than kubeflow.org/v1, "
-        "metadata the apiserver cannot decode, a field the PyTorchJob CRD does not declare, no "
-        "PyTorchJob at all, or a --policy file without a policy)"
+        "metadata the apiserver cannot decode, a field the PyTorchJob CRD does not declare, "
+        "generateName without a name, no PyTorchJob at all, or a --policy file without a "
+        "policy; a usage error, such as -n naming no possible namespace)"
     )
+
+
+def namespace_argument(value: str) -> str:
+    """``-n``'s value, if a namespace can be so named (``manifests`` rule 9); else a usage error."""
+    problem = namespace_name_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -114,10 +138,11 @@ def run(args: argparse.Namespace) -> int:
         documents = [doc for path in args.files for doc in read_documents(path, skipped)]
         if not documents:
             raise InputError(nothing_to_check(skipped))
+        require_names(documents)
     except InputError as exc:
         print(f"torchgate check: {exc}", file=sys.stderr)
         return 2
-    results = [check_document(doc, policies, args.namespace, quotas=quotas) for doc in documents]
+    results = check_documents(documents, policies, args.namespace, quotas=quotas)
     if args.output == "json":
         json.dump({"results": [r.as_dict() for r in results]}, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
@@ -193,6 +218,14 @@ def read_documents(path: str, skipped: list[str]) -> Iterator[Manifest]:
             skipped.append(f"{manifest.where} {_kind_of(obj)}")
 
 
+def require_names(documents: Sequence[Manifest]) -> None:
+    """Each job has the name ``kubectl apply`` finds it by (``manifests`` rule 10)."""
+    for document in documents:
+        problem = generate_name_problem(document)
+        if problem is not None:
+            raise InputError(problem)
+
+
 def _kind_of(obj: object) -> str:
     if not isinstance(obj, dict):
         return "(empty)" if obj is None else "(no kind)"
@@ -215,11 +248,28 @@ def nothing_to_check(skipped: Sequence[str]) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class Applied:
+    """What an admitted document left in the cluster: the configuration applied, the job stored."""
+
+    document: Manifest
+    stored: Any
+
+
+@dataclass(frozen=True, slots=True)
 class Result:
-    """The verdict on one document."""
+    """The verdict on one document; ``updates``: the earlier document whose job it updates."""
 
     document: Manifest
     evaluation: Evaluation
+    updates: Manifest | None = None
+    unchanged: bool = False
+
+    @property
+    def operation(self) -> str:
+        """What reaches the webhook: ``CREATE``, ``UPDATE``, or ``NONE`` (kubectl sends nothing)."""
+        if self.updates is None:
+            return "CREATE"
+        return "NONE" if self.unchanged else "UPDATE"
 
     @property
     def namespace(self) -> str:
@@ -228,9 +278,8 @@ class Result:
 
     @property
     def name(self) -> str:
-        """The job's name (or generateName)."""
-        metadata = _metadata(self.document.object)
-        return str(metadata.get("name") or metadata.get("generateName") or "")
+        """The job's name ("" when unset; a generateName alone is bad input)."""
+        return str(_metadata(self.document.object).get("name") or "")
 
     def line_of(self, error: FieldError) -> int | None:
         """The manifest line an error points at (the deepest node of its path that exists)."""
@@ -245,6 +294,8 @@ class Result:
             "kind": names.KIND,
             "namespace": self.namespace,
             "name": self.name,
+            "operation": self.operation,
+            "updates": None if self.updates is None else self.updates.where,
             "allowed": self.evaluation.allowed,
             "errors": [
                 {
@@ -261,19 +312,61 @@ class Result:
         }
 
 
+def check_documents(
+    documents: Sequence[Manifest],
+    policies: Sequence[PlacementPolicy],
+    default_namespace: str,
+    *,
+    quotas: Sequence[TeamQuota] = (),
+) -> list[Result]:
+    """Judge the documents in order, as ``kubectl apply`` applies them (``manifests`` rule 11).
+
+    A job whose namespace and name an earlier admitted document gave updates the job that one
+    left; any other is a creation.
+    """
+    applied: dict[tuple[str, str], Applied] = {}
+    results = []
+    for document in documents:
+        key = applied_key(document, default_namespace)
+        earlier = applied.get(key) if key is not None else None
+        result = check_document(
+            document, policies, default_namespace, quotas=quotas, earlier=earlier
+        )
+        if key is not None and result.evaluation.allowed and not result.unchanged:
+            applied[key] = Applied(document, result.evaluation.object)
+        results.append(result)
+    return results
+
+
 def check_document(
     document: Manifest,
     policies: Sequence[PlacementPolicy],
     default_namespace: str,
     *,
     quotas: Sequence[TeamQuota] = (),
+    earlier: Applied | None = None,
 ) -> Result:
-    """Evaluate one document against the policy (and TeamQuota) that apply to its namespace."""
+    """Evaluate one document against the policy (and TeamQuota) that apply to its namespace.
+
+    A creation, or, given what an ``earlier`` document of the same job left, the update
+    ``kubectl apply`` makes of it: nothing sent when the manifest is the one applied and the
+    patch is empty (``applying`` rule 2).
+    """
     namespace = str(_metadata(document.object).get("namespace") or default_namespace)
     policy = select_policy(policies, namespace)
     team = resolve_team(quotas, namespace)
-    evaluation = evaluate(document.object, policy, team=team, between=crd_schema_errors)
-    return Result(document, evaluation)
+    if earlier is None:
+        evaluation = evaluate(document.object, policy, team=team, between=crd_schema_errors)
+        return Result(document, evaluation)
+    patch = three_way_patch(earlier.document.object, document.object, earlier.stored)
+    if not patch and document.object == earlier.document.object:
+        nothing_sent = Evaluation(
+            allowed=True, errors=(), warnings=(), patch=[], object=earlier.stored
+        )
+        return Result(document, nothing_sent, updates=earlier.document, unchanged=True)
+    updated = merge_patch(earlier.stored, patch)
+    evaluation = evaluate(updated, policy, old=earlier.stored, team=team, between=crd_schema_errors)
+    return Result(document, evaluation, updates=earlier.document)
 
 
 def crd_schema_errors(defaulted: Any) -> list[FieldError]:
@@ -289,20 +382,33 @@ def print_text(results: Sequence[Result], out: TextIO) -> None:
         name = result.name or "(no name)"
         target = f"{result.namespace}/{name}" if result.namespace else name
         verdict = "allowed" if result.evaluation.allowed else "DENIED"
-        out.write(f"{where} {names.KIND} {target}: {verdict}\n")
+        out.write(f"{where} {names.KIND} {target}: {verdict}{_as_update(result)}\n")
         for error in result.evaluation.errors:
             line = result.line_of(error)
             at = f"{doc.source}:{line}: " if line else ""
             out.write(f"  error: {at}{error}\n")
         for warning in result.evaluation.warnings:
             out.write(f"  warning: {warning.render()}\n")
-        if result.evaluation.patch:
+        if result.updates is not None and not result.unchanged:
+            stored = _diff(doc.object, result.evaluation.object)
+            if stored:
+                out.write(f"  stored (the job {result.updates.where} left, patched):\n")
+                out.writelines(f"    {diff_line}\n" for diff_line in stored)
+        elif result.evaluation.patch:
             out.write("  defaults applied:\n")
             for diff_line in _diff(doc.object, result.evaluation.object):
                 out.write(f"    {diff_line}\n")
     allowed = sum(r.evaluation.allowed for r in results)
     denied = len(results) - allowed
     out.write(f"{len(results)} PyTorchJob(s) checked: {allowed} allowed, {denied} denied\n")
+
+
+def _as_update(result: Result) -> str:
+    if result.updates is None:
+        return ""
+    if result.unchanged:
+        return f" (unchanged: {result.updates.where} applied it already; kubectl sends nothing)"
+    return f" (an UPDATE: kubectl apply patches the job as {result.updates.where} left it)"
 
 
 def _diff(before: Any, after: Any) -> list[str]:

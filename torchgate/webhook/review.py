@@ -58,16 +58,18 @@ def evaluate(
     job: Mapping[str, Any],
     policy: PlacementPolicy,
     *,
+    old: Mapping[str, Any] | None = None,
     team: Team | None = None,
     between: Callable[[Any], Sequence[FieldError]] = lambda _: (),
 ) -> Evaluation:
-    """Run the mutating webhook's defaulting, then the validating webhook's rules (CREATE).
+    """Run the mutating webhook's defaulting, then the validating webhook's rules.
 
-    ``between`` is what the apiserver checks of the mutated object before the validating webhook
-    is asked. A refusal by the mutating webhook or by ``between`` is the verdict: later steps are
-    not asked, as on a cluster.
+    A CREATE of ``job``, or, given the stored ``old``, an UPDATE of it to ``job``, each judged as
+    the two routes judge it. ``between`` is what the apiserver checks of the mutated object
+    before the validating webhook is asked. A refusal by the mutating webhook or by ``between``
+    is the verdict: later steps are not asked, as on a cluster.
     """
-    defaulted = default_job(job, policy)
+    defaulted = default_job(job, policy, old=old)
     refused = defaulted.errors or between(defaulted.object)
     if refused:
         return Evaluation(
@@ -77,7 +79,11 @@ def evaluate(
             patch=defaulted.patch,
             object=defaulted.object,
         )
-    verdict = validate_create(defaulted.object, policy, team=team)
+    verdict = (
+        validate_create(defaulted.object, policy, team=team)
+        if old is None
+        else validate_update(old, defaulted.object, policy, team=team)
+    )
     errors = tuple(dedupe(verdict.errors))  # the defaulting refused nothing (above)
     return Evaluation(
         allowed=not errors,

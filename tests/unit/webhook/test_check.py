@@ -640,14 +640,12 @@ def test_metadata_the_apiserver_cannot_decode_or_place_is_bad_input_naming_the_f
         ("{name: My_Job}", ("FieldValueInvalid", "metadata.name")),
         ("{name: j.x}", ("FieldValueInvalid", "metadata.name")),
         ("{namespace: team-a}", ("FieldValueRequired", "metadata.name")),
-        ("{generateName: J-}", ("FieldValueInvalid", "metadata.name")),
         ('{name: "j\\n"}', ("FieldValueInvalid", "metadata.name")),
     ],
     ids=[
         "not-a-label",
         "a-subdomain-but-not-a-label",
         "no-name",
-        "generate-name-not-a-label",
         "trailing-newline",
     ],
 )
@@ -1024,3 +1022,237 @@ def test_a_job_the_mutating_webhook_refuses_is_denied_for_that_alone(
     (result,) = json.loads(out)["results"]
     errors = [(e["type"], e["field"]) for e in result["errors"]]
     assert errors == [("FieldValueDuplicate", "spec.pytorchReplicaSpecs[worker]")]
+
+
+@pytest.mark.parametrize(
+    ("head", "said"),
+    [
+        (f"{V1}metadata:\n  generateName: j-\n", "[0].metadata.generateName (line 4): from j-:"),
+        (
+            f"{V1}metadata:\n  namespace: team-a\n  generateName: J-\n",
+            "[0].metadata.generateName (line 5): from J-:",
+        ),
+        (
+            f'{V1}metadata:\n  name: ""\n  generateName: j-\n',
+            "[0].metadata.generateName (line 5): from j-:",
+        ),
+    ],
+    ids=["generate-name-alone", "generate-name-not-a-label", "empty-name"],
+)
+@pytest.mark.parametrize("output", ["text", "json"])
+def test_a_generate_name_without_a_name_is_bad_input_in_kubectl_applys_words(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, head: str, said: str, output: str
+) -> None:
+    # kubectl apply finds the object it applies by name, so it refuses these before asking the
+    # apiserver: "error: from j-: cannot use generate name with apply" (kubectl create takes them).
+    path = seed_003_headed(tmp_path, head)
+
+    code, out, err = run(capsys, "-o", output, str(path))
+
+    assert (code, out) == (2, "")
+    (line,) = err.splitlines()
+    assert line.startswith(f"torchgate check: {path}{said} cannot use generate name with apply")
+
+
+def test_a_generate_name_in_a_list_item_is_bad_input_naming_the_item(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    job = yaml.safe_load((SEEDS / "003-torchrun-cpu.yaml").read_text())
+    job["metadata"] = {"generateName": "j-"}
+    path = tmp_path / "list.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [job]}))
+
+    code, _, err = run(capsys, str(path))
+
+    assert code == 2
+    assert err.startswith(f"torchgate check: {path}[0].items[0].metadata.generateName (line ")
+
+
+def test_a_generate_name_beside_a_name_is_ignored_as_kubectl_apply_ignores_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = seed_003_headed(tmp_path, f"{V1}metadata:\n  name: j\n  generateName: k-\n")
+
+    code, out, _ = run(capsys, "-o", "json", str(path))
+
+    assert code == 0
+    assert json.loads(out)["results"][0]["name"] == "j"
+
+
+@pytest.mark.parametrize(
+    "namespace", ["Bad_NS", "team.a", "team-", "n" * 64], ids=["upper", "dot", "dash", "long"]
+)
+@pytest.mark.parametrize("flag", ["-n", "--namespace"])
+def test_a_namespace_flag_naming_no_possible_namespace_is_a_usage_error_naming_the_flag(
+    capsys: pytest.CaptureFixture[str], flag: str, namespace: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["check", flag, namespace, str(SEEDS / "003-torchrun-cpu.yaml")])
+
+    assert exit_info.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("usage: torchgate check ")
+    assert err.splitlines()[-1].startswith(
+        f"torchgate check: error: argument -n/--namespace: {namespace!r} is not a namespace name: "
+        "a lowercase RFC 1123 label"
+    )
+
+
+SEED_003_TEXT = (SEEDS / "003-torchrun-cpu.yaml").read_text()
+MANAGED_ELSEWHERE = "spec:\n  runPolicy: {managedBy: kubeflow.org/training-operator}\n"
+
+
+def seed_003_as(name: str = "torchrun-cpu", namespace: str | None = None) -> str:
+    head = f"metadata:\n  name: {name}\n" + (f"  namespace: {namespace}\n" if namespace else "")
+    return SEED_003_TEXT.replace("metadata:\n  name: torchrun-cpu\n", head)
+
+
+def outcomes(results: list[dict[str, Any]]) -> list[tuple[str, str | None, bool, list[str]]]:
+    """Per result: what reaches the webhook, the document it updates, the verdict, the fields."""
+    return [
+        (r["operation"], r["updates"], r["allowed"], [e["field"] for e in r["errors"]])
+        for r in results
+    ]
+
+
+@pytest.mark.parametrize(
+    ("documents", "namespace", "expected"),
+    [
+        (
+            [seed_003_as(), seed_003_as()],
+            "default",
+            [("CREATE", None, True, []), ("UPDATE", "[0]", True, [])],
+        ),
+        (
+            [seed_003_as(), seed_003_as().replace("spec:\n", MANAGED_ELSEWHERE, 1)],
+            "default",
+            [("CREATE", None, True, []), ("UPDATE", "[0]", False, ["spec.runPolicy.managedBy"])],
+        ),
+        (
+            [seed_003_as(), seed_003_as(namespace="team-a")],
+            "team-a",
+            [("CREATE", None, True, []), ("UPDATE", "[0]", True, [])],
+        ),
+        (
+            [
+                seed_003_as(),
+                seed_003_as().replace("spec:\n", MANAGED_ELSEWHERE, 1),
+                seed_003_as(),
+            ],
+            "default",
+            [
+                ("CREATE", None, True, []),
+                ("UPDATE", "[0]", False, ["spec.runPolicy.managedBy"]),
+                ("UPDATE", "[0]", True, []),
+            ],
+        ),
+        (
+            [seed_003_as().replace("image: pytorch-demo", "image: <x>"), seed_003_as()],
+            "default",
+            [
+                (
+                    "CREATE",
+                    None,
+                    False,
+                    [
+                        f"spec.pytorchReplicaSpecs[{kind}].template.spec.containers[0].image"
+                        for kind in ("Master", "Worker")
+                    ],
+                ),
+                ("CREATE", None, True, []),
+            ],
+        ),
+        (
+            [seed_003_as(), seed_003_as(namespace="team-a"), seed_003_as(name="other")],
+            "default",
+            [("CREATE", None, True, []), ("CREATE", None, True, []), ("CREATE", None, True, [])],
+        ),
+    ],
+    ids=[
+        "the-same-job-twice",
+        "managed-by-changed-on-update",
+        "the-namespace-given-and-defaulted-alike",
+        "a-denied-update-leaves-the-first",
+        "the-first-denied-so-the-second-creates",
+        "other-namespace-or-name",
+    ],
+)
+def test_the_same_job_again_in_the_input_is_judged_as_the_update_kubectl_apply_sends(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    documents: list[str],
+    namespace: str,
+    expected: list[tuple[str, str | None, bool, list[str]]],
+) -> None:
+    path = tmp_path / "jobs.yaml"
+    path.write_text("---\n".join(documents))
+
+    code, out, _ = run(capsys, "-o", "json", "-n", namespace, str(path))
+
+    assert code == (0 if all(allowed for _, _, allowed, _ in expected) else 1)
+    assert outcomes(json.loads(out)["results"]) == [
+        (operation, None if updates is None else f"{path}{updates}", allowed, fields)
+        for operation, updates, allowed, fields in expected
+    ]
+
+
+def test_an_update_keeps_what_the_webhook_defaulted_outside_lists_and_loses_what_inside(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # kubectl apply's three-way JSON merge patch replaces a list whole (the containers, without
+    # the port the webhook added) and leaves what the manifest never had (runPolicy), and the
+    # webhook defaults nothing on an update: three Workers keep the gang size of one.
+    path = tmp_path / "jobs.yaml"
+    three = seed_003_as().replace(
+        "    Worker:\n      replicas: 1", "    Worker:\n      replicas: 3"
+    )
+    path.write_text(f"{seed_003_as()}---\n{three}")
+
+    code, out, _ = run(capsys, "-o", "json", str(path))
+
+    assert code == 0
+    created, updated = (r["object"] for r in json.loads(out)["results"])
+    assert (
+        "ports"
+        in created["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    )
+    worker = updated["spec"]["pytorchReplicaSpecs"]["Worker"]
+    assert worker["replicas"] == 3
+    assert "ports" not in worker["template"]["spec"]["containers"][0]
+    assert updated["spec"]["runPolicy"] == created["spec"]["runPolicy"]
+    assert updated["spec"]["runPolicy"]["schedulingPolicy"] == {"minAvailable": 2}
+
+
+def test_a_job_applied_again_as_stored_is_unchanged_and_nothing_is_sent(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    _, out, _ = run(capsys, "-o", "json", str(SEEDS / "003-torchrun-cpu.yaml"))
+    stored = json.loads(out)["results"][0]["object"]
+    path = tmp_path / "jobs.yaml"
+    path.write_text(yaml.safe_dump_all([stored, stored]))
+
+    code, out, _ = run(capsys, "-o", "json", str(path))
+
+    assert code == 0
+    assert outcomes(json.loads(out)["results"]) == [
+        ("CREATE", None, True, []),
+        ("NONE", f"{path}[0]", True, []),
+    ]
+
+
+def test_the_text_report_says_which_document_an_update_patches(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "jobs.yaml"
+    path.write_text(f"{seed_003_as()}---\n{seed_003_as()}")
+
+    code, out, _ = run(capsys, str(path))
+
+    assert code == 0
+    verdicts = [line for line in out.splitlines() if " PyTorchJob " in line]
+    assert verdicts[0] == f"{path}[0] PyTorchJob torchrun-cpu: allowed"
+    assert verdicts[1] == (
+        f"{path}[1] PyTorchJob torchrun-cpu: allowed (an UPDATE: kubectl apply patches the job as "
+        f"{path}[0] left it)"
+    )
