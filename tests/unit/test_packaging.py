@@ -19,7 +19,7 @@ import pytest
 import setuptools
 
 from tests import manifestset as ms
-from torchgate.pytorchjob import crdschema
+from torchgate.kube import manifestfiles
 from torchgate_dev import packagedata
 
 REPO_ROOT = ms.REPO_ROOT
@@ -197,8 +197,8 @@ def test_the_product_wheel_carries_the_crd_check_validates_against() -> None:
         for name in git_files("torchgate/pytorchjob/data")
     }
 
-    assert carried == committed == {f"data/{crdschema.CRD_FILE}"}
-    assert crdschema.crd_version()["name"] == "v1"
+    assert carried == committed == {f"data/{manifestfiles.CRD_FILE}"}
+    assert manifestfiles.crd_version()["name"] == "v1"
 
 
 def test_torchgate_dev_requires_the_torchgate_of_the_same_release() -> None:
