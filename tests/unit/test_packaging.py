@@ -230,8 +230,11 @@ def test_the_wheel_carries_every_committed_file_dev_up_reads_or_builds_from() ->
         packagedata.CONTROLPLANE_BUILD_SCRIPT,
         packagedata.NODE_BUILD_SCRIPT,
     ]
-    assert len(named) == 6  # three CRDs
+    assert len(named) == 5  # torchgate's two CRDs: the PyTorchJob CRD is torchgate's package data
     assert {path.relative_to(DEV_PACKAGE).as_posix() for path in named} <= carried
-    assert {path.name for path in packagedata.CRD_DIR.glob("*.yaml")} == {
+    assert packagedata.PYTORCHJOB_CRD == (
+        REPO_ROOT / "torchgate" / "pytorchjob" / "data" / manifestfiles.CRD_FILE
+    )
+    assert [path.name for path in packagedata.crd_files()] == sorted(
         path.name for path in CANONICAL_CRDS.glob("*.yaml")
-    }
+    )
