@@ -4,6 +4,8 @@ Rules:
 
 * The job is a 16-replica GPU PyTorchJob (1 Master + 15 Workers, 4 GPUs and one ``rdma/hca``
   each) in ``NAMESPACE``, which the sample PlacementPolicy selects, so every default applies.
+  It is written out here in full (``build_job``): it is this benchmark's fixed input, not a shape
+  tests vary, so the benchmark depends on the product and not on the test tree's builders.
 * It carries what the apiserver sends: kubectl's ``last-applied-configuration`` annotation,
   ``managedFields``, a realistic ``userInfo``, ``oldObject: null``, ``CreateOptions``.
 * ``/mutate`` gets the job as submitted; ``/validate`` gets it as the apiserver passes it on:
@@ -18,74 +20,92 @@ import json
 import uuid
 from typing import Any, Final
 
-from tests.builders.job import gpu_job
+from torchgate.pytorchjob import names
 from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.webhook.defaulting import default_job
 
 NAMESPACE: Final = "team-vision"  # selected by the sample policy, so every default is exercised
+NAME: Final = "resnet50-ddp"
+WORKERS: Final = 15
+APP_LABELS: Final = {"app.kubernetes.io/name": "resnet50"}
+ENV: Final = {
+    "NCCL_DEBUG": "WARN",
+    "NCCL_IB_HCA": "mlx5",
+    "NCCL_SOCKET_IFNAME": "eth0",
+    "TORCH_DISTRIBUTED_DEBUG": "OFF",
+    "OMP_NUM_THREADS": "8",
+    "WANDB_PROJECT": "resnet50-imagenet",
+}
+ARGS: Final = ("--backend", "nccl", "--epochs", "90", "--batch-size", "256", "--data", "/datasets")
+RESOURCES: Final = {
+    "requests": {"cpu": "24", "memory": "192Gi", "nvidia.com/gpu": 4, "rdma/hca": 1},
+    "limits": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": 4, "rdma/hca": 1},
+}
 
 
 def build_job() -> dict[str, Any]:
     """A 16-replica GPU PyTorchJob (1 Master + 15 Workers) as ``kubectl apply`` submits it."""
-    env = {
-        "NCCL_DEBUG": "WARN",
-        "NCCL_IB_HCA": "mlx5",
-        "NCCL_SOCKET_IFNAME": "eth0",
-        "TORCH_DISTRIBUTED_DEBUG": "OFF",
-        "OMP_NUM_THREADS": "8",
-        "WANDB_PROJECT": "resnet50-imagenet",
+    job: dict[str, Any] = {
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
+        "metadata": {
+            "name": NAME,
+            "namespace": NAMESPACE,
+            "labels": {**APP_LABELS, "team": "vision"},
+            "annotations": {"owner": "alice@example.com"},
+        },
+        "spec": {
+            "pytorchReplicaSpecs": {names.MASTER: _replica(1), names.WORKER: _replica(WORKERS)}
+        },
     }
-    args = ["--backend", "nccl", "--epochs", "90", "--batch-size", "256", "--data", "/datasets"]
-    resources = {
-        "requests": {"cpu": "24", "memory": "192Gi", "nvidia.com/gpu": 4, "rdma/hca": 1},
-        "limits": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": 4, "rdma/hca": 1},
+    # kubectl apply's annotation, and the managedFields the apiserver records before admission.
+    applied = json.dumps(job, separators=(",", ":"), sort_keys=True)
+    job["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = (
+        applied + "\n"
+    )
+    job["metadata"]["managedFields"] = [
+        {
+            "manager": "kubectl-client-side-apply",
+            "operation": "Update",
+            "apiVersion": "kubeflow.org/v1",
+            "time": "2026-07-01T12:00:00Z",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {
+                "f:metadata": {"f:annotations": {".": {}, "f:owner": {}}},
+                "f:spec": {"f:pytorchReplicaSpecs": {"f:Master": {}, "f:Worker": {}}},
+            },
+        }
+    ]
+    return job
+
+
+def _replica(replicas: int) -> dict[str, Any]:
+    container = {
+        "name": names.CONTAINER_NAME,
+        "image": "registry.example.com/vision/resnet50:2026.07.1",
+        "args": list(ARGS),
+        "resources": copy.deepcopy(RESOURCES),
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python", "-m", "train"],
+        "env": [{"name": k, "value": v} for k, v in ENV.items()],
+        "volumeMounts": [
+            {"name": "datasets", "mountPath": "/datasets", "readOnly": True},
+            {"name": "checkpoints", "mountPath": "/checkpoints"},
+        ],
     }
-
-    def realistic(job: dict[str, Any]) -> None:
-        job["metadata"].update(
-            namespace=NAMESPACE,
-            labels={"app.kubernetes.io/name": "resnet50", "team": "vision"},
-            annotations={"owner": "alice@example.com"},
-        )
-        for replica in job["spec"]["pytorchReplicaSpecs"].values():
-            pod = replica["template"]
-            pod["metadata"] = {"labels": {"app.kubernetes.io/name": "resnet50"}}
-            pod["spec"]["volumes"] = [
-                {"name": "datasets", "hostPath": {"path": "/datasets/imagenet"}},
-                {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "resnet50-ckpt"}},
-            ]
-            pod["spec"]["priorityClassName"] = "research"
-            container = pod["spec"]["containers"][0]
-            container["image"] = "registry.example.com/vision/resnet50:2026.07.1"
-            container["imagePullPolicy"] = "IfNotPresent"
-            container["command"] = ["python", "-m", "train"]
-            container["args"] = list(args)
-            container["env"] = [{"name": k, "value": v} for k, v in env.items()]
-            container["resources"] = copy.deepcopy(resources)
-            container["volumeMounts"] = [
-                {"name": "datasets", "mountPath": "/datasets", "readOnly": True},
-                {"name": "checkpoints", "mountPath": "/checkpoints"},
-            ]
-        # kubectl apply's annotation, and the managedFields the apiserver records before admission.
-        applied = json.dumps(job, separators=(",", ":"), sort_keys=True)
-        job["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = (
-            applied + "\n"
-        )
-        job["metadata"]["managedFields"] = [
-            {
-                "manager": "kubectl-client-side-apply",
-                "operation": "Update",
-                "apiVersion": "kubeflow.org/v1",
-                "time": "2026-07-01T12:00:00Z",
-                "fieldsType": "FieldsV1",
-                "fieldsV1": {
-                    "f:metadata": {"f:annotations": {".": {}, "f:owner": {}}},
-                    "f:spec": {"f:pytorchReplicaSpecs": {"f:Master": {}, "f:Worker": {}}},
-                },
-            }
-        ]
-
-    return gpu_job("resnet50-ddp", workers=15, gpus=4).edit(realistic).build()
+    pod_spec = {
+        "containers": [container],
+        "volumes": [
+            {"name": "datasets", "hostPath": {"path": "/datasets/imagenet"}},
+            {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "resnet50-ckpt"}},
+        ],
+        "priorityClassName": "research",
+    }
+    return {
+        "replicas": replicas,
+        "restartPolicy": "OnFailure",
+        "template": {"spec": pod_spec, "metadata": {"labels": dict(APP_LABELS)}},
+    }
 
 
 def build_review(job: dict[str, Any], uid: str) -> dict[str, Any]:

@@ -35,7 +35,14 @@ from torchgate_dev.launch import (
     webhook_command,
 )
 from torchgate_dev.node.registry import free_port
-from torchgate_dev.paths import CA_CERT, CRD_DIR, SAMPLE_POLICY, DevLayout
+from torchgate_dev.paths import (
+    CA_CERT,
+    CRD_DIR,
+    PYTORCHJOB_CRD,
+    SAMPLE_POLICY,
+    DevLayout,
+    crd_files,
+)
 from torchgate_dev.state import DevError, DevState, Product, remove_files
 
 WEBHOOK: Final = "webhook"
@@ -217,7 +224,7 @@ class DevCluster:
         return state
 
     def _fresh(self, options: UpOptions, began: float) -> DevState:
-        for path in (CRD_DIR, *((SAMPLE_POLICY,) if options.sample_policy else ())):
+        for path in (CRD_DIR, PYTORCHJOB_CRD, *((SAMPLE_POLICY,) if options.sample_policy else ())):
             if not path.exists():
                 raise DevError(f"{path} not found: torchgate-dev is installed without its data")
         self._report("building or finding the control-plane binaries")
@@ -288,7 +295,7 @@ class DevCluster:
         api = ApiClient(plane)
         nodes = devcluster.pool_nodes(options.pools)
         self._report(f"creating {len(nodes)} fake GPU nodes and installing the CRDs")
-        crds = _load_documents(sorted(CRD_DIR.glob("*.yaml")))
+        crds = _load_documents(crd_files())
         for obj in [*nodes, *crds, *devcluster.pool_devices(options.pools)]:
             api.apply(obj)
         api.wait_for_condition(crds, "Established", timeout=60)

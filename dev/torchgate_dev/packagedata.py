@@ -9,20 +9,26 @@ rebuild of the upstream examples' image runs. kwok's Stage YAMLs come out of tha
 Where they live: in ``torchgate_dev/data/``, real files (no links), so a checkout, an editable
 install and an installed wheel read the same paths through :mod:`importlib.resources`; the wheel
 carries them as package data (``dev/pyproject.toml`` lists them). The CRDs are the one exception to
-"the file lives here": their canonical copies stay in ``manifests/crds``, where the kustomize base
-and the Helm chart take theirs from, and ``tests/unit/test_manifests.py`` keeps the copies here
-equal to them.
+"the file lives here": torchgate's own two (PlacementPolicy, TeamQuota) are copies of
+``manifests/crds``, where the kustomize base and the Helm chart take theirs from, and
+``tests/unit/test_manifests.py`` keeps them equal to it; the PyTorchJob CRD is not copied here at
+all: it is the product's package data (``torchgate check`` validates against it), found where the
+product says it is (``torchgate.kube.manifestfiles.crd_resource``), since torchgate-dev always
+runs beside the torchgate it depends on.
 
 Rule: the build scripts need real files on disk (``bash`` runs them and ``go`` builds in their
-folders), so a torchgate-dev imported from somewhere that is not a folder (a zip) has no data, and
-:func:`data_path` says so instead of returning a path that does not work.
+folders), so a torchgate-dev (or a torchgate) imported from somewhere that is not a folder (a zip)
+has no data, and :func:`data_path` says so instead of returning a path that does not work.
 """
 
 from __future__ import annotations
 
 import importlib.resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Final
+
+from torchgate.kube import manifestfiles
 
 PACKAGE: Final = "torchgate_dev"
 DATA: Final = "data"
@@ -38,17 +44,29 @@ def data_path(*parts: str) -> Path:
     Raises:
         ResourceUnavailable: torchgate-dev is not imported from a folder.
     """
-    located = importlib.resources.files(PACKAGE).joinpath(DATA, *parts)
+    return _on_disk(importlib.resources.files(PACKAGE).joinpath(DATA, *parts), PACKAGE)
+
+
+def _on_disk(located: Traversable, package: str) -> Path:
     if not isinstance(located, Path):
         raise ResourceUnavailable(
-            f"torchgate_dev is imported from {located!r}, not from a folder; its data files "
+            f"{package} is imported from {located!r}, not from a folder; its data files "
             "(CRDs, build scripts) need an installation on disk"
         )
     return located
 
 
 CRD_DIR: Final = data_path("crds")
-"""The CRDs ``torchgate dev up`` applies (PyTorchJob, PlacementPolicy and TeamQuota)."""
+"""torchgate's own CRDs ``torchgate dev up`` applies (PlacementPolicy and TeamQuota)."""
+
+PYTORCHJOB_CRD: Final = _on_disk(manifestfiles.crd_resource(), "torchgate")
+"""The PyTorchJob CRD ``torchgate dev up`` applies: the product's package data, not a copy."""
+
+
+def crd_files() -> list[Path]:
+    """Every CRD ``torchgate dev up`` applies: the PyTorchJob CRD, then torchgate's own by name."""
+    return [PYTORCHJOB_CRD, *sorted(CRD_DIR.glob("*.yaml"))]
+
 
 SAMPLE_POLICY: Final = data_path("dev-placementpolicy.yaml")
 """The PlacementPolicy and TeamQuotas ``torchgate dev up`` installs unless told not to."""

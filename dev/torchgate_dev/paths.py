@@ -2,11 +2,12 @@
 
 Two kinds of place, both declared here and nowhere else:
 
-- What ``up`` installs: the CRDs and the dev PlacementPolicy (:data:`CRD_DIR`,
-  :data:`SAMPLE_POLICY`, package data found through :mod:`torchgate_dev.packagedata`, so also in
-  an installed wheel), the ``torchgate`` the webhook and the controller run from
-  (:data:`PACKAGE_ROOT`), and the seed manifests the real node's images are built from
-  (:data:`SEEDS_DIR`, declared with the image specs beside the checkout).
+- What ``up`` installs: the CRDs and the dev PlacementPolicy (:func:`crd_files`, :data:`CRD_DIR`,
+  :data:`PYTORCHJOB_CRD`, :data:`SAMPLE_POLICY`, package data found through
+  :mod:`torchgate_dev.packagedata`, so also in an installed wheel), the ``torchgate`` the
+  webhook and the controller run from (:data:`PACKAGE_ROOT`), and the seed manifests the real
+  node's images are built from (:data:`SEEDS_DIR`, declared with the image specs beside the
+  checkout).
 - What one dev cluster writes inside DIR (:class:`DevLayout`); DIR defaults to ``.dev`` at the top
   of the git checkout (:func:`default_dir`).
 
@@ -23,10 +24,12 @@ import torchgate
 from torchgate_dev import packagedata
 from torchgate_dev.controlplane.layout import Layout
 from torchgate_dev.node.imagespecs import SEEDS_DIR as SEEDS_DIR
+from torchgate_dev.packagedata import crd_files as crd_files
 
 PACKAGE_ROOT: Final = Path(torchgate.__file__).resolve().parents[1]
 """The folder that holds the ``torchgate`` package (the checkout's top in a source tree)."""
 CRD_DIR: Final = packagedata.CRD_DIR
+PYTORCHJOB_CRD: Final = packagedata.PYTORCHJOB_CRD
 SAMPLE_POLICY: Final = packagedata.SAMPLE_POLICY
 
 STATE_FILE: Final = "dev.json"

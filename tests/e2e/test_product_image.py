@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from torchgate.pytorchjob import crdschema
+from torchgate.kube import manifestfiles
 from torchgate_dev.node import images, oci, productimage
 from torchgate_dev.node.registry import REGISTRY_BINARY, Registry
 
@@ -184,7 +184,7 @@ def test_the_image_carries_the_core_and_no_dev_tooling(
     assert [path for path in merged if path.endswith((".go", "/go.mod", "/go.sum"))] == []
     # Its one data file is the PyTorchJob CRD ``torchgate check`` validates against.
     data = [path for path in installed if path.endswith((".sh", ".yaml", ".env"))]
-    assert data == [f"{SITE}/torchgate/pytorchjob/data/{crdschema.CRD_FILE}"]
+    assert data == [f"{SITE}/torchgate/pytorchjob/data/{manifestfiles.CRD_FILE}"]
     # The command itself knows the dev tooling lives elsewhere, and says so in one line.
     answer = productimage.run_in_image(
         product.reference,

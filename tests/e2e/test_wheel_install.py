@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import CRD_NAMES, REPO_ROOT
-from torchgate.pytorchjob import crdschema
+from torchgate.kube import manifestfiles
 from torchgate_dev.controlplane import versions
 from torchgate_dev.controlplane.binaries import BIN_DIR_ENV, Binaries
 
@@ -44,7 +44,7 @@ DEV_MODULES = ("torchgate/dev/", "torchgate/controlplane/", "torchgate/node/", "
 DEV_FILES = ("torchgate/devcluster.py", "torchgate/resources.py")
 DEV_DATA_SUFFIXES = (".go", "go.mod", "go.sum", ".sh", ".env", ".yaml")
 # The product's one data file: the PyTorchJob CRD that ``torchgate check`` validates against.
-PRODUCT_DATA = (f"torchgate/pytorchjob/data/{crdschema.CRD_FILE}",)
+PRODUCT_DATA = (f"torchgate/pytorchjob/data/{manifestfiles.CRD_FILE}",)
 
 # The first test to use the installation also pays for building and installing it.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]

@@ -60,14 +60,11 @@ COPIES = {
     "torchgate/pytorchjob/data/kubeflow.org_pytorchjobs.yaml": (
         "manifests/crds/kubeflow.org_pytorchjobs.yaml"
     ),
-    # torchgate-dev's package data: the CRDs `torchgate dev up` applies.
+    # torchgate-dev's package data: torchgate's CRDs `torchgate dev up` applies (the PyTorchJob
+    # CRD it takes from the product's package data above).
     **{
         f"dev/torchgate_dev/data/crds/{name}": f"manifests/crds/{name}"
-        for name in (
-            "kubeflow.org_pytorchjobs.yaml",
-            "torchgate.io_placementpolicies.yaml",
-            "torchgate.io_teamquotas.yaml",
-        )
+        for name in ("torchgate.io_placementpolicies.yaml", "torchgate.io_teamquotas.yaml")
     },
 }
 

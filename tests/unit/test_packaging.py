@@ -19,7 +19,7 @@ import pytest
 import setuptools
 
 from tests import manifestset as ms
-from torchgate.pytorchjob import crdschema
+from torchgate.kube import manifestfiles
 from torchgate_dev import packagedata
 
 REPO_ROOT = ms.REPO_ROOT
@@ -197,8 +197,8 @@ def test_the_product_wheel_carries_the_crd_check_validates_against() -> None:
         for name in git_files("torchgate/pytorchjob/data")
     }
 
-    assert carried == committed == {f"data/{crdschema.CRD_FILE}"}
-    assert crdschema.crd_version()["name"] == "v1"
+    assert carried == committed == {f"data/{manifestfiles.CRD_FILE}"}
+    assert manifestfiles.crd_version()["name"] == "v1"
 
 
 def test_torchgate_dev_requires_the_torchgate_of_the_same_release() -> None:
@@ -230,8 +230,11 @@ def test_the_wheel_carries_every_committed_file_dev_up_reads_or_builds_from() ->
         packagedata.CONTROLPLANE_BUILD_SCRIPT,
         packagedata.NODE_BUILD_SCRIPT,
     ]
-    assert len(named) == 6  # three CRDs
+    assert len(named) == 5  # torchgate's two CRDs: the PyTorchJob CRD is torchgate's package data
     assert {path.relative_to(DEV_PACKAGE).as_posix() for path in named} <= carried
-    assert {path.name for path in packagedata.CRD_DIR.glob("*.yaml")} == {
+    assert packagedata.PYTORCHJOB_CRD == (
+        REPO_ROOT / "torchgate" / "pytorchjob" / "data" / manifestfiles.CRD_FILE
+    )
+    assert [path.name for path in packagedata.crd_files()] == sorted(
         path.name for path in CANONICAL_CRDS.glob("*.yaml")
-    }
+    )

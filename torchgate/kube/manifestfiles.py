@@ -11,13 +11,26 @@ Rules:
    subdirectories' (``manifests.directory_manifests``); a file is itself, whatever its name.
 3. A path that cannot be read, or text that is not UTF-8, is a ``ManifestError`` of one line
    naming it, never a traceback.
+4. The PyTorchJob CRD the objects are checked against (``pytorchjob.manifests`` rule 8, and
+   ``torchgate check``'s schema step) is the product's package data,
+   ``torchgate/pytorchjob/data/kubeflow.org_pytorchjobs.yaml`` (a copy of
+   ``manifests/crds/kubeflow.org_pytorchjobs.yaml`` that ``tests/unit/test_manifests.py`` keeps
+   equal to it), read through :mod:`importlib.resources` once per process (``crd_version``), so
+   an installed wheel reads the same schema as a checkout. It is read here, in the shell, so
+   that ``pytorchjob.crdschema`` stays pure.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.resources
 import sys
+from collections.abc import Mapping
+from importlib.resources.abc import Traversable
 from pathlib import Path
+from typing import Any, Final
 
+from torchgate.pytorchjob import crdschema
 from torchgate.pytorchjob.manifests import (
     Manifest,
     ManifestError,
@@ -25,14 +38,29 @@ from torchgate.pytorchjob.manifests import (
     read_manifests,
 )
 
+CRD_PACKAGE: Final = "torchgate.pytorchjob"
+CRD_FILE: Final = "kubeflow.org_pytorchjobs.yaml"
+"""The PyTorchJob CRD, in ``data/`` of :data:`CRD_PACKAGE` (rule 4)."""
+
+
+def crd_resource() -> Traversable:
+    """Where the product's PyTorchJob CRD is in this installation (rule 4)."""
+    return importlib.resources.files(CRD_PACKAGE).joinpath("data", CRD_FILE)
+
+
+@functools.cache
+def crd_version() -> Mapping[str, Any]:
+    """The served version of the product's PyTorchJob CRD, read once (rule 4)."""
+    return crdschema.served_version(crd_resource().read_text(encoding="utf-8"))
+
 
 def read_manifest_path(path: str) -> list[Manifest]:
     """Every object of the file, directory or stdin (``-``) named ``path``, in order."""
     if path == "-":
-        return read_manifests("<stdin>", sys.stdin.read())
+        return read_manifests("<stdin>", sys.stdin.read(), crd_version=crd_version())
     manifests: list[Manifest] = []
     for file in manifest_files(Path(path)):
-        manifests.extend(read_manifests(str(file), _read_text(file)))
+        manifests.extend(read_manifests(str(file), _read_text(file), crd_version=crd_version()))
     return manifests
 
 

@@ -11,10 +11,12 @@ it applies the same schema at the same steps (``pytorchjob.manifests`` rule 8, `
 
 Rules:
 
-1. The schema is the product's own CRD (``manifests/crds/kubeflow.org_pytorchjobs.yaml``), carried
-   as package data in ``torchgate/pytorchjob/data`` (a copy that ``tests/unit/test_manifests.py``
-   keeps equal to it) and read through :mod:`importlib.resources`, so an installed wheel reads
-   the same schema as a checkout (``crd_version``).
+1. The schema is the served version of the product's own PyTorchJob CRD
+   (``manifests/crds/kubeflow.org_pytorchjobs.yaml``), which every function takes as an argument
+   (``crd_version``, from ``served_version`` of the CRD's text). This module reads no file: the
+   shell that reads manifests reads the CRD too (``torchgate.kube.manifestfiles``, from the
+   product's package data), so a checkout and an installed wheel are judged by the same schema
+   and a test can hand in any schema.
 2. An unknown field is a key of an object whose schema lists ``properties`` and neither keeps
    unknown fields (``x-kubernetes-preserve-unknown-fields``) nor maps keys
    (``additionalProperties``); ``metadata`` is the apiserver's ``ObjectMeta``, whose fields are
@@ -41,17 +43,12 @@ Rules:
 from __future__ import annotations
 
 import datetime
-import functools
-import importlib.resources
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 import yaml
 
 from torchgate.pytorchjob.fieldpath import ErrorType, FieldError, FieldPath, invalid
-
-CRD_FILE: Final = "kubeflow.org_pytorchjobs.yaml"
-"""The PyTorchJob CRD in ``torchgate/pytorchjob/data`` (rule 1)."""
 
 SERVER_SET_METADATA: Final = frozenset(
     {
@@ -131,22 +128,20 @@ _JSON_TYPES: Final = {
 }
 
 
-@functools.cache
-def crd_version() -> Mapping[str, Any]:
-    """The served version of the PyTorchJob CRD carried as package data (rule 1)."""
-    text = importlib.resources.files(__package__).joinpath("data", CRD_FILE).read_text("utf-8")
-    crd = yaml.safe_load(text)
+def served_version(crd_text: str) -> Mapping[str, Any]:
+    """The one served version of the PyTorchJob CRD whose YAML is ``crd_text`` (rule 1)."""
+    crd = yaml.safe_load(crd_text)
     (version,) = crd["spec"]["versions"]
     return version  # type: ignore[no-any-return]
 
 
-def _schema() -> Mapping[str, Any]:
-    return crd_version()["schema"]["openAPIV3Schema"]  # type: ignore[no-any-return]
+def _schema(crd_version: Mapping[str, Any]) -> Mapping[str, Any]:
+    return crd_version["schema"]["openAPIV3Schema"]  # type: ignore[no-any-return]
 
 
-def unknown_fields(job: Mapping[str, Any]) -> list[FieldPath]:
+def unknown_fields(job: Mapping[str, Any], *, crd_version: Mapping[str, Any]) -> list[FieldPath]:
     """The paths of the fields the CRD does not declare, in document order (rule 2)."""
-    return list(_unknown(job, _schema(), FieldPath()))
+    return list(_unknown(job, _schema(crd_version), FieldPath()))
 
 
 def _unknown(value: Any, schema: Mapping[str, Any], path: FieldPath) -> Iterator[FieldPath]:
@@ -176,14 +171,14 @@ def _unknown(value: Any, schema: Mapping[str, Any], path: FieldPath) -> Iterator
             yield from _unknown(item, schema["items"], path.index(index))
 
 
-def unknown_field_hint(path: FieldPath) -> str | None:
+def unknown_field_hint(path: FieldPath, *, crd_version: Mapping[str, Any]) -> str | None:
     """Where the unknown field at ``path`` belongs, or the fields its object has (rule 5)."""
     parent, key = FieldPath(path.segments[:-1], path.keyed[:-1]), path.segments[-1]
     if parent == _METADATA or not isinstance(key, str):
         return None
-    if parent == _SPEC and key in _declared(_schema_at(_RUN_POLICY)):
+    if parent == _SPEC and key in _declared(_schema_at(_RUN_POLICY, crd_version)):
         return f"moved to {_RUN_POLICY.child(key)} in kubeflow.org/v1"
-    if parent == _SPEC and key in _declared(_schema_at(_ELASTIC_POLICY)):
+    if parent == _SPEC and key in _declared(_schema_at(_ELASTIC_POLICY, crd_version)):
         return f"belongs in {_ELASTIC_POLICY.child(key)}"
     if len(parent.segments) == 3 and parent.segments[:2] == _REPLICA_SPECS.segments:
         for fields, place in (
@@ -193,7 +188,7 @@ def unknown_field_hint(path: FieldPath) -> str | None:
         ):
             if key in fields:
                 return f"belongs in {parent}.{place}"
-    declared = _declared(_schema_at(parent))
+    declared = _declared(_schema_at(parent, crd_version))
     if not declared:
         return None
     return f"the fields of {str(parent) or 'a PyTorchJob'} are {', '.join(declared)}"
@@ -203,8 +198,8 @@ def _declared(schema: Mapping[str, Any] | None) -> list[str]:
     return sorted((schema or {}).get("properties") or {})
 
 
-def _schema_at(path: FieldPath) -> Mapping[str, Any] | None:
-    schema: Mapping[str, Any] | None = _schema()
+def _schema_at(path: FieldPath, crd_version: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    schema: Mapping[str, Any] | None = _schema(crd_version)
     for segment in path.segments:
         if schema is None:
             return None
@@ -216,9 +211,9 @@ def _schema_at(path: FieldPath) -> Mapping[str, Any] | None:
     return schema
 
 
-def type_errors(job: Mapping[str, Any]) -> list[FieldError]:
+def type_errors(job: Mapping[str, Any], *, crd_version: Mapping[str, Any]) -> list[FieldError]:
     """Values of the wrong type for the CRD, where the apiserver reports them (rule 3)."""
-    return list(_mistyped(job, _schema(), FieldPath()))
+    return list(_mistyped(job, _schema(crd_version), FieldPath()))
 
 
 def _mistyped(value: Any, schema: Mapping[str, Any], path: FieldPath) -> Iterator[FieldError]:
@@ -254,9 +249,9 @@ def _json_type(value: Any) -> str:
     return "null"
 
 
-def scale_errors(job: Mapping[str, Any]) -> list[FieldError]:
+def scale_errors(job: Mapping[str, Any], *, crd_version: Mapping[str, Any]) -> list[FieldError]:
     """The scale subresource's replicas path holds an integer when present (rule 4)."""
-    written = crd_version().get("subresources", {}).get("scale", {}).get("specReplicasPath")
+    written = crd_version.get("subresources", {}).get("scale", {}).get("specReplicasPath")
     if not written:
         return []
     value: Any = job

@@ -79,7 +79,7 @@ The rules below are ``kubectl apply``'s, asked by ``torchgate check`` of all its
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -125,8 +125,12 @@ class Manifest:
         return f"{self.source}[{self.index}]{item}"
 
 
-def read_manifests(source: str, text: str) -> list[Manifest]:
-    """The objects of one file's ``text``, lists opened, kinds and fields checked (rules 1 to 8)."""
+def read_manifests(source: str, text: str, *, crd_version: Mapping[str, Any]) -> list[Manifest]:
+    """The objects of one file's ``text``, lists opened, kinds and fields checked (rules 1 to 8).
+
+    ``crd_version`` is the PyTorchJob CRD's served version (``crdschema.served_version``), whose
+    schema rule 8 checks the fields against.
+    """
     try:
         documents = load_documents(text)
     except yaml.YAMLError as exc:
@@ -142,7 +146,7 @@ def read_manifests(source: str, text: str) -> list[Manifest]:
         problem = (
             api_version_problem(manifest)
             or metadata_problem(manifest)
-            or unknown_fields_problem(manifest)
+            or unknown_fields_problem(manifest, crd_version=crd_version)
         )
         if problem is not None:
             raise ManifestError(problem)
@@ -275,11 +279,11 @@ def applied_key(manifest: Manifest, default_namespace: str) -> tuple[str, str] |
     return (str(metadata.get("namespace") or default_namespace), name)
 
 
-def unknown_fields_problem(manifest: Manifest) -> str | None:
+def unknown_fields_problem(manifest: Manifest, *, crd_version: Mapping[str, Any]) -> str | None:
     """The fields of a PyTorchJob its CRD does not declare, as the apiserver names them (rule 8)."""
     if not is_pytorchjob(manifest.object):
         return None
-    unknown = crdschema.unknown_fields(manifest.object)
+    unknown = crdschema.unknown_fields(manifest.object, crd_version=crd_version)
     if not unknown:
         return None
     fields = ", ".join(
@@ -288,7 +292,7 @@ def unknown_fields_problem(manifest: Manifest) -> str | None:
     hints = "".join(
         f"; {path}: {hint}"
         for path in unknown
-        if (hint := crdschema.unknown_field_hint(path)) is not None
+        if (hint := crdschema.unknown_field_hint(path, crd_version=crd_version)) is not None
     )
     return (
         f"{manifest.where}: {fields}: the {names.KIND} CRD has no such field (kubectl apply "

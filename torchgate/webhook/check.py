@@ -52,7 +52,7 @@ from typing import Any, TextIO, TypeVar
 
 import yaml
 
-from torchgate.kube.manifestfiles import read_manifest_path
+from torchgate.kube.manifestfiles import crd_version, read_manifest_path
 from torchgate.pytorchjob import crdschema, names
 from torchgate.pytorchjob.applying import merge_patch, three_way_patch
 from torchgate.pytorchjob.fieldpath import FieldError, render_warnings
@@ -371,7 +371,11 @@ def check_document(
 
 def crd_schema_errors(defaulted: Any) -> list[FieldError]:
     """The apiserver's validation of the mutated job against the CRD's schema (types, scale)."""
-    return [*crdschema.type_errors(defaulted), *crdschema.scale_errors(defaulted)]
+    crd = crd_version()
+    return [
+        *crdschema.type_errors(defaulted, crd_version=crd),
+        *crdschema.scale_errors(defaulted, crd_version=crd),
+    ]
 
 
 def print_text(results: Sequence[Result], out: TextIO) -> None:
