@@ -296,3 +296,38 @@ def anchors(text: str) -> set[str]:
             candidate = f"{slug}-{repeat}"
         found.add(candidate)
     return found
+
+
+_REASON = re.compile(r"[A-Z][a-z]+(?:[A-Z][a-z]*)*")
+_ABOUT_STATUS = r"(?:reasons?|Events?|conditions?)"
+_INTRODUCES_STATUS = re.compile(rf"\b{_ABOUT_STATUS}:?\s*\(?\s*$")
+_NAMES_STATUS = re.compile(rf"^\s+{_ABOUT_STATUS}\b")
+_LIST_SEPARATOR = re.compile(r"^\s*(?:\([^()]*\))?\s*(?:,\s*(?:and\s+|or\s+)?|(?:and|or)\s+|/)$")
+
+
+def status_words(document: str, text: str) -> Iterator[Mention]:
+    """Every condition type, condition reason and Event reason the document names.
+
+    A word in backticks (``NodeLost``) right after "reason", "Event" or "condition" (either in
+    the plural, a colon or a parenthesis between: ``reason `NodeLost```, ``Event (`GangAdmitted`,
+    ...``) or right before one (```Queued` condition``), and the words listed after it, joined by
+    commas, "and", "or" or ``/``, each perhaps followed by a parenthesis (``reason
+    `WaitingForQuota` (its team's quota ...), `WaitingForResources` or ...``).
+    """
+    body = prose(text)
+    spans = [m for m in _INLINE.finditer(body) if _REASON.fullmatch(m.group(1))]
+    listing_end: int | None = None
+    for span in spans:
+        after = body[span.end() : span.end() + 20]
+        in_list = listing_end is not None and _LIST_SEPARATOR.match(
+            body[listing_end : span.start()]
+        )
+        if (
+            in_list
+            or _INTRODUCES_STATUS.search(body[max(0, span.start() - 20) : span.start()])
+            or _NAMES_STATUS.match(after)
+        ):
+            yield Mention(document, body.count("\n", 0, span.start()) + 1, span.group(1))
+            listing_end = span.end()
+        else:
+            listing_end = None

@@ -48,9 +48,14 @@ def formatter(fmt: str) -> logging.Formatter:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``--log-level`` and ``--log-format``, the same on every long-running command."""
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
     parser.add_argument(
-        "--log-format", default="text", choices=["text", "json"], help="json: one object per line"
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"], help="(default INFO)"
+    )
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="json: one object per line (default text)",
     )
 
 

@@ -7,6 +7,7 @@ error that says how to install it. The wheel test checks the same with only the 
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import io
 import re
@@ -184,3 +185,21 @@ def test_version_prints_the_installed_distributions_version(
 
     assert exit_info.value.code == 0
     assert capsys.readouterr().out == f"torchgate {importlib.metadata.version('torchgate')}\n"
+
+
+def test_every_controller_flag_with_a_default_names_it_in_its_help() -> None:
+    """``torchgate controller --help`` says what each flag is when not given."""
+    parser = cli.build_parser("controller")
+    controller = next(
+        a.choices["controller"]
+        for a in parser._actions
+        if isinstance(a, argparse._SubParsersAction) and "controller" in a.choices
+    )
+    silent = [
+        action.option_strings[-1]
+        for action in controller._actions
+        if action.option_strings
+        and action.default not in (None, False, argparse.SUPPRESS)
+        and "default" not in (action.help or "")
+    ]
+    assert silent == []

@@ -2,9 +2,10 @@
 
 Commands and flags parse with the real parsers (:func:`torchgate.cli.build_parser`), a synopsis's
 ``[--flag N]`` is the flag's default, metric names are those the controller and the webhook
-declare, Helm value paths are in the chart's values.yaml, and keys of the product's domain
-(``torchgate.io/...``) are the values of constants the code declares. What the documents name is
-read by :mod:`tests.docsread`.
+declare, Helm value paths are in the chart's values.yaml, keys of the product's domain
+(``torchgate.io/...``) are the values of constants the code declares, and the condition types and
+reasons and Event reasons they name are those :mod:`torchgate.pytorchjob.reasons` declares. What
+the documents name is read by :mod:`tests.docsread`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import yaml
 from tests import docsread as dr
 from tests import monitoring as mon
 from torchgate import cli
+from torchgate.pytorchjob import reasons
 
 CHART_VALUES = dr.REPO_ROOT / "manifests" / "chart" / "torchgate" / "values.yaml"
 CRDS = dr.REPO_ROOT / "manifests" / "crds"
@@ -247,6 +249,43 @@ def test_every_key_of_the_products_domain_the_documents_name_is_declared(documen
         if m.text not in declared_keys()
     ]
     assert not wrong, f"keys no constant declares: {wrong}"
+
+
+# ------------------------------------------------------------------ conditions and Events
+
+
+def declared_status_words() -> frozenset[str]:
+    """The condition types, condition reasons and Event reasons the product writes."""
+    return frozenset(reasons.CONDITION_TYPES) | reasons.CONDITION_REASONS | reasons.EVENT_REASONS
+
+
+@pytest.mark.parametrize("document", dr.DOCUMENTS)
+def test_every_condition_and_event_reason_the_documents_name_is_declared(document: str) -> None:
+    wrong = [
+        f"{m.where()}: {m.text}"
+        for m in dr.status_words(document, dr.read(document))
+        if m.text not in declared_status_words()
+    ]
+    assert not wrong, f"condition types or reasons torchgate does not write: {wrong}"
+
+
+def test_the_documents_name_condition_types_and_reasons_of_each_kind() -> None:
+    """The reader finds what there is (a reader that finds nothing would pass every check)."""
+    found = {m.text for d in dr.DOCUMENTS for m in dr.status_words(d, dr.read(d))}
+    assert reasons.QUEUED in found
+    assert set(reasons.QUEUED_REASONS.values()) <= found
+    assert found & (reasons.RESTART_EVENT_REASONS - {reasons.REASON_RESTARTING})
+
+
+def test_a_wrong_reason_planted_in_a_copy_of_operations_is_reported() -> None:
+    planted = dr.read("docs/operations.md") + (
+        "\nA job that waits gets the reason `WaitingForGodot`; a lost node, a Warning Event\n"
+        "`NodeVanished` and the `Restarting` condition (`NodeLost`, `NodeGone` or `PodLost`).\n"
+    )
+    mentions = list(dr.status_words("docs/operations.md", planted))
+    wrong = [m.text for m in mentions if m.text not in declared_status_words()]
+    assert wrong == ["WaitingForGodot", "NodeVanished", "NodeGone", "PodLost"]
+    assert [m.text for m in mentions][-4:] == ["Restarting", "NodeLost", "NodeGone", "PodLost"]
 
 
 # ------------------------------------------------------------------ links

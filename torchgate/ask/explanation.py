@@ -17,10 +17,11 @@ Rules (each one function):
    pods' nodes (the outlook's while its pods are being created); a finished job's message is
    its final condition's.
 3. ``restarts_of``: the restarts its Events tell, newest last, each with its cause (the Event's
-   reason: ``PyTorchJobRestarting``, ``Preempted``, ``GangIncomplete``, ``GangScheduleTimeout``, or
-   a disruption's cause such as ``NodeLost``) and message, once each; and how many counted
-   against ``backoffLimit`` (the ``torchgate.io/restarts`` annotation). Events expire (an hour by
-   default), so older restarts are only counted.
+   reason, one of ``reasons.RESTART_EVENT_REASONS``: ``PyTorchJobRestarting``, ``Hang``,
+   ``Preempted``, ``GangIncomplete``, ``GangScheduleTimeout``, or a disruption's cause such as
+   ``NodeLost``) and message, once each; and how many counted against ``backoffLimit`` (the
+   ``torchgate.io/restarts`` annotation). Events expire (an hour by default), so older restarts
+   are only counted.
 4. ``render``: the text a person reads, one fact per line.
 """
 
@@ -30,9 +31,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
-from torchgate.pytorchjob import names
+from torchgate.pytorchjob import names, reasons
 from torchgate.pytorchjob.outlook import (
     Gang,
     JobOutlook,
@@ -43,20 +44,6 @@ from torchgate.pytorchjob.outlook import (
 )
 
 State = Literal["Waiting", "Running", "Finished"]
-RESTART_REASONS: Final = frozenset(
-    {
-        "PyTorchJobRestarting",
-        "Preempted",
-        "GangIncomplete",
-        "GangScheduleTimeout",
-        "ContainerFailed",
-        "NodeLost",
-        "NodeTainted",
-        "PodDisrupted",
-        "PodDeleted",
-    }
-)
-ANNOTATION_RESTARTS: Final = "torchgate.io/restarts"
 # A Queued message as the controller writes it: "<place>: <reason>" (``outlook.queued_message``).
 _WRITTEN = re.compile(r"^(#(\d+) of \d+ in the pool.*?(?:nothing ahead|\) ahead)): (.*)$", re.S)
 
@@ -144,9 +131,9 @@ def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 def state_of(job: Mapping[str, Any]) -> State:
     """``Waiting``, ``Running`` or ``Finished`` (rule 1)."""
     conditions = _conditions(job)
-    if _true(conditions, "Succeeded") or _true(conditions, "Failed"):
+    if _true(conditions, reasons.SUCCEEDED) or _true(conditions, reasons.FAILED):
         return "Finished"
-    if _true(conditions, "Running") and not _true(conditions, "Queued"):
+    if _true(conditions, reasons.RUNNING) and not _true(conditions, reasons.QUEUED):
         return "Running"
     return "Waiting"
 
@@ -159,7 +146,7 @@ def restarts_of(events: Iterable[Mapping[str, Any]]) -> tuple[Restart, ...]:
     seen: dict[tuple[str, str], Restart] = {}
     for event in events:
         reason = event.get("reason")
-        if reason not in RESTART_REASONS or not isinstance(reason, str):
+        if reason not in reasons.RESTART_EVENT_REASONS or not isinstance(reason, str):
             continue
         at = str(event.get("lastTimestamp") or event.get("eventTime") or "")
         message = str(event.get("message") or "")
@@ -170,7 +157,7 @@ def restarts_of(events: Iterable[Mapping[str, Any]]) -> tuple[Restart, ...]:
 def counted_restarts(job: Mapping[str, Any]) -> int:
     """Restarts counted against ``backoffLimit`` (the controller's annotation)."""
     annotations = _metadata(job).get("annotations")
-    value = annotations.get(ANNOTATION_RESTARTS) if isinstance(annotations, Mapping) else None
+    value = annotations.get(names.ANNOTATION_RESTARTS) if isinstance(annotations, Mapping) else None
     try:
         return int(value) if value is not None else 0
     except (TypeError, ValueError):
@@ -201,7 +188,7 @@ def explain(
     }
     conditions = _conditions(job)
     if common["state"] == "Finished":
-        final = _true(conditions, "Succeeded") or _true(conditions, "Failed") or {}
+        final = _true(conditions, reasons.SUCCEEDED) or _true(conditions, reasons.FAILED) or {}
         status = job.get("status")
         finished = status.get("completionTime") if isinstance(status, Mapping) else None
         return Explanation(
@@ -211,7 +198,7 @@ def explain(
             **common,
         )
     if common["state"] == "Running":
-        running = _true(conditions, "Running") or {}
+        running = _true(conditions, reasons.RUNNING) or {}
         nodes = _pod_nodes(pods) or (dict(outlook.nodes) if outlook is not None else {})
         return Explanation(
             reason="",
@@ -220,7 +207,7 @@ def explain(
             since=str(running.get("lastTransitionTime") or "") or None,
             **common,
         )
-    return _waiting(job, _true(conditions, "Queued"), outlook, common)
+    return _waiting(job, _true(conditions, reasons.QUEUED), outlook, common)
 
 
 def _waiting(

@@ -116,7 +116,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--gang-backoff-seconds",
         type=float,
         default=10.0,
-        help="first wait before re-admitting a gang that was not bound in time; doubles, max 600",
+        help="first wait before re-admitting a gang that was not bound in time; doubles, max 600 "
+        "(default 10)",
     )
     parser.add_argument(
         "--gang-objects",
@@ -167,7 +168,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--metrics-bind-address", default="0.0.0.0", help="address of --metrics-port (default all)"
     )
     parser.add_argument(
-        "--metrics-port", type=int, default=8080, help="plain HTTP /metrics /healthz; 0 disables"
+        "--metrics-port",
+        type=int,
+        default=8080,
+        help="plain HTTP /metrics /healthz; 0 disables (default 8080)",
     )
     jsonlog.add_arguments(parser)
 

@@ -4,7 +4,7 @@ Besides reconcile latency, queue depth and pod writes, three measure what torchg
 
 - ``torchgate_controller_gang_wait_seconds``: how long gangs waited for capacity before admission.
 - ``torchgate_controller_gang_restarts_total{cause}``: whole-gang restarts by cause
-  (``job.disruption.Cause``): ``ContainerFailed`` is the program's own failure, ``Hang`` a
+  (``pytorchjob.reasons.Cause``): ``ContainerFailed`` is the program's own failure, ``Hang`` a
   Master that made no progress for its deadline and ``ImagePullFailed`` an image the job's pods
   could not pull a second time, the three ``backoffLimit`` counts; ``NodeLost``,
   ``NodeTainted``, ``PodDisrupted``, ``PodDeleted``, ``PodStuck`` are the infrastructure's or

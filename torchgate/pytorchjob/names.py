@@ -36,7 +36,7 @@ CONTAINER_NAME: Final = "pytorch"
 PORT_NAME: Final = "pytorchjob-port"
 DEFAULT_PORT: Final = 23456
 
-# runPolicy.managedBy values.
+# runPolicy.managedBy values; CONTROLLER_NAME is also the reportingComponent of its Events.
 CONTROLLER_NAME: Final = "torchgate.io/controller"
 TRAINING_OPERATOR: Final = "kubeflow.org/training-operator"
 MULTIKUEUE: Final = "kueue.x-k8s.io/multikueue"
@@ -60,6 +60,8 @@ OPERATOR_NAME: Final = "torchgate"
 
 # torchgate's own annotations.
 ANNOTATION_HOSTS: Final = "torchgate.io/hosts"
+# Restarts counted against backoffLimit: the controller writes it, ``torchgate explain`` reads it.
+ANNOTATION_RESTARTS: Final = "torchgate.io/restarts"
 ANNOTATION_PLANNED_NODE: Final = "torchgate.io/planned-node"
 ANNOTATION_GANG_ATTEMPT: Final = "torchgate.io/gang-attempt"
 

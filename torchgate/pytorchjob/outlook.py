@@ -8,7 +8,6 @@ an agreement test round-trips what the controller builds through what the reader
 
 Rules (each one function):
 
-0. ``QUEUED_REASONS``: the reason of a waiting job's ``Queued`` condition per wait kind.
 1. ``Forecast`` / ``forecast_from_json``: what the controller would do with a job now: start it
    (``Start``, its pods' nodes, the domain, what it borrows), preempt gangs for it (``Preempt``,
    the victims with their GPUs and priority, then its nodes), or keep it waiting (``Wait``, the
@@ -59,16 +58,6 @@ MAX_NAMED: Final = 6
 RBAC_GROUP: Final = "torchgate.io"
 FORECASTS: Final = "forecasts"  # verb create, namespaced: "what would happen to this job here"
 POOLS: Final = "pools"  # verb get, cluster-scoped: the pool view
-
-# What a waiting job waits for (the admitter's wait kinds) -> its ``Queued`` condition's reason.
-# Capacity keeps the reason it always had, so existing alerts and scripts keep matching.
-REASON_WAITING_FOR_RESOURCES: Final = "WaitingForResources"
-QUEUED_REASONS: Final[Mapping[str, str]] = {
-    "Quota": "WaitingForQuota",
-    "Capacity": REASON_WAITING_FOR_RESOURCES,
-    "Topology": "WaitingForTopology",
-    "Preempting": "WaitingForPreemption",
-}
 
 Verdict = Literal["Start", "Wait", "Preempt"]
 VERDICTS: Final[tuple[Verdict, ...]] = ("Start", "Wait", "Preempt")

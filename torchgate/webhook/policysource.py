@@ -45,7 +45,7 @@ from torchgate.kube.resources import (
     RESOURCE_CLAIMS,
     TEAM_QUOTAS,
 )
-from torchgate.pytorchjob import names
+from torchgate.pytorchjob import names, reasons
 from torchgate.pytorchjob.devices import (
     NO_CLAIMS,
     RESOURCE_CLAIM_TEMPLATE,
@@ -418,9 +418,9 @@ class ClusterPolicies:
     ) -> None:
         generation = raw.get("metadata", {}).get("generation")
         condition = {
-            "type": "Valid",
+            "type": reasons.VALID,
             "status": "False" if errors else "True",
-            "reason": "InvalidSpec" if errors else "Accepted",
+            "reason": reasons.REASON_POLICY_INVALID if errors else reasons.REASON_POLICY_ACCEPTED,
             "message": message[:1024],
             "lastTransitionTime": _now(),
             "observedGeneration": generation,
@@ -446,7 +446,7 @@ class ClusterPolicies:
                 "uid": metadata.get("uid"),
                 "resourceVersion": metadata.get("resourceVersion"),
             },
-            "reason": "InvalidPlacementPolicy",
+            "reason": reasons.INVALID_PLACEMENT_POLICY,
             "message": message[:1024],
             "type": "Warning",
             "source": {"component": "torchgate-webhook"},

@@ -152,6 +152,14 @@ def test_restarts_come_from_the_jobs_events_once_each_with_their_cause() -> None
     assert "  restarts: 2 (1 counted against backoffLimit)" in render(explained, NOW)
 
 
+@pytest.mark.parametrize("reason", ["Hang", "ImagePullFailed", "PodStuck"])
+def test_restarts_counted_or_for_a_stuck_pod_are_listed_too(reason: str) -> None:
+    """Every restart Event the controller sends is one (``reasons.RESTART_EVENT_REASONS``)."""
+    events = [{"reason": reason, "message": "restarting", "lastTimestamp": "2026-03-01T11:40:00Z"}]
+
+    assert [(r.cause, r.at) for r in restarts_of(events)] == [(reason, "2026-03-01T11:40:00Z")]
+
+
 def test_a_finished_job_says_how_it_ended() -> None:
     done = a_job(condition("Running", "False"), condition("Succeeded", message="it succeeded."))
 

@@ -21,9 +21,10 @@ from tests.builders.pod import set_phase
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.nodes import NodeView, job_demands
 from torchgate.controller.admission.waiting import GangRequest, Waiting
-from torchgate.controller.job.model import ANNOTATION_ATTEMPT, ANNOTATION_RESTARTS, Observed, Plan
+from torchgate.controller.job.model import ANNOTATION_ATTEMPT, Observed, Plan
 from torchgate.controller.job.plan import plan
 from torchgate.controller.job.status import format_time
+from torchgate.pytorchjob import names
 from torchgate.pytorchjob.devices import GpuSources
 from torchgate.pytorchjob.pool import gang_usage
 
@@ -94,7 +95,7 @@ class World:
             self.job_raw["status"] = merge_patch(status, copy.deepcopy(result.status))
         annotations = self.job_raw["metadata"].setdefault("annotations", {})
         if result.restarts is not None:
-            annotations[ANNOTATION_RESTARTS] = str(result.restarts)
+            annotations[names.ANNOTATION_RESTARTS] = str(result.restarts)
         if result.attempt is not None:
             annotations[ANNOTATION_ATTEMPT] = str(result.attempt)
         if result.delete_job:

@@ -19,8 +19,8 @@ from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.forecasting import forecast, job_outlook, pool_view
 from torchgate.controller.admission.topology import build_topology
 from torchgate.controller.job import status as st
+from torchgate.pytorchjob import reasons
 from torchgate.pytorchjob.outlook import (
-    QUEUED_REASONS,
     DomainView,
     Forecast,
     Gang,
@@ -147,7 +147,7 @@ def test_an_answer_of_another_shape_is_malformed(raw: Any) -> None:
 # ------------------------------------------------------------------ the reasons agree
 
 
-@pytest.mark.parametrize("kind", sorted(QUEUED_REASONS))
+@pytest.mark.parametrize("kind", sorted(reasons.QUEUED_REASONS))
 def test_the_reason_for_a_wait_kind_is_the_queued_condition_the_controller_writes(
     kind: str,
 ) -> None:
@@ -156,9 +156,9 @@ def test_the_reason_for_a_wait_kind_is_the_queued_condition_the_controller_write
     result = world.plan(wait_reason="waiting", wait_kind=kind)
 
     assert result.status is not None
-    queued = st.find_condition(result.status["conditions"], st.QUEUED)
+    queued = st.find_condition(result.status["conditions"], reasons.QUEUED)
     assert queued is not None
-    assert queued["reason"] == QUEUED_REASONS[kind]
+    assert queued["reason"] == reasons.QUEUED_REASONS[kind]
 
 
 # ------------------------------------------------------------------ words

@@ -55,7 +55,6 @@ from torchgate.controller.admission.topology import Topology
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.outlook import (
-    QUEUED_REASONS,
     DomainView,
     Forecast,
     Gang,
@@ -67,6 +66,7 @@ from torchgate.pytorchjob.outlook import (
     TeamView,
 )
 from torchgate.pytorchjob.pool import GPUS, PreemptionSettings, TeamQuota
+from torchgate.pytorchjob.reasons import QUEUED_REASONS
 from torchgate.pytorchjob.units import Units
 
 QUEUE_HEAD = 20

@@ -42,6 +42,7 @@ from torchgate.pytorchjob.pool import (
     resolve_teams,
     topology_request,
 )
+from torchgate.pytorchjob.reasons import REASON_QUOTA_INVALID, REASON_QUOTA_VALID, VALID
 from torchgate.pytorchjob.units import MILLI
 
 log = logging.getLogger("torchgate.controller.pool")
@@ -170,6 +171,6 @@ def team_statuses(
 def quota_conditions(errors: Sequence[FieldError]) -> list[dict[str, Any]]:
     """The ``Valid`` condition of a TeamQuota, without its transition time (rule 2)."""
     if not errors:
-        return [{"type": "Valid", "status": "True", "reason": "Valid", "message": ""}]
-    message = "; ".join(str(error) for error in errors)
-    return [{"type": "Valid", "status": "False", "reason": "Invalid", "message": message[:1024]}]
+        return [{"type": VALID, "status": "True", "reason": REASON_QUOTA_VALID, "message": ""}]
+    message = "; ".join(str(error) for error in errors)[:1024]
+    return [{"type": VALID, "status": "False", "reason": REASON_QUOTA_INVALID, "message": message}]

@@ -40,8 +40,8 @@ from typing import Final
 from torchgate.controller.admission.nodes import PodDemand
 from torchgate.pytorchjob.devices import GpuSources
 from torchgate.pytorchjob.names import JobKey
-from torchgate.pytorchjob.outlook import QUEUED_REASONS
 from torchgate.pytorchjob.pool import GPUS, admission_order
+from torchgate.pytorchjob.reasons import QUEUED_REASONS
 from torchgate.pytorchjob.units import Units
 
 UNDECIDED: Final = "Undecided"

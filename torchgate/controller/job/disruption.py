@@ -67,42 +67,24 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from torchgate.controller.admission.nodes import Taint, Toleration, tolerations_of
 from torchgate.controller.job import status as st
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.reasons import (
+    CONTAINER_FAILED,
+    HANG,
+    IMAGE_PULL_FAILED,
+    NODE_LOST,
+    NODE_TAINTED,
+    POD_DELETED,
+    POD_DISRUPTED,
+    POD_STUCK,
+    Cause,
+)
 from torchgate.pytorchjob.spec import as_list, as_mapping, as_text, pytorch_container_name
 
-Cause = Literal[
-    "ContainerFailed",
-    "NodeLost",
-    "NodeTainted",
-    "PodDisrupted",
-    "PodDeleted",
-    "GangIncomplete",
-    "Preempted",
-    "ScheduleTimeout",
-    "PodStuck",
-    "Hang",
-    "ImagePullFailed",
-]
-"""Why a gang restarted: the program failed, its Master made no progress for its deadline (a
-hang, ``pytorchjob.progress``), or its image could not be pulled a second time (rule 6), the
-causes ``backoffLimit`` counts; one of the disruptions here; a member missing for no known reason
-(gone while no controller watched, or a creation cut short); torchgate's own preemption; or
-kube-scheduler did not bind the gang in time."""
-CONTAINER_FAILED: Final[Cause] = "ContainerFailed"
-NODE_LOST: Final[Cause] = "NodeLost"
-NODE_TAINTED: Final[Cause] = "NodeTainted"
-POD_DISRUPTED: Final[Cause] = "PodDisrupted"
-POD_DELETED: Final[Cause] = "PodDeleted"
-GANG_INCOMPLETE: Final[Cause] = "GangIncomplete"
-PREEMPTED: Final[Cause] = "Preempted"
-SCHEDULE_TIMEOUT: Final[Cause] = "ScheduleTimeout"
-POD_STUCK: Final[Cause] = "PodStuck"
-HANG: Final[Cause] = "Hang"
-IMAGE_PULL_FAILED: Final[Cause] = "ImagePullFailed"
 SEVERITY: Final[tuple[Cause, ...]] = (
     NODE_LOST,
     NODE_TAINTED,

@@ -40,6 +40,7 @@ from torchgate.controller.job.model import (
     name_of,
 )
 from torchgate.pytorchjob import cleanup as cleanup_rules
+from torchgate.pytorchjob import reasons
 from torchgate.pytorchjob.devices import pod_gpus
 from torchgate.pytorchjob.spec import as_mapping, pod_spec_of
 
@@ -104,7 +105,7 @@ def _finish_grace_left(draft: Draft) -> float:
     """Seconds the running pods of a succeeded job may still end on their own (else 0)."""
     if draft.observed.finish_grace_seconds <= 0:
         return 0.0
-    succeeded = st.find_condition(draft.conditions, st.SUCCEEDED)
+    succeeded = st.find_condition(draft.conditions, reasons.SUCCEEDED)
     if succeeded is None or succeeded.get("status") != st.TRUE:
         return 0.0
     finished = _finished_at(draft)
@@ -136,7 +137,7 @@ def _finished_at(draft: Draft) -> datetime | None:
     completion = st.parse_time(draft.completion_time)
     if completion is not None:
         return completion
-    for kind in (st.SUCCEEDED, st.FAILED):
+    for kind in (reasons.SUCCEEDED, reasons.FAILED):
         condition = st.find_condition(draft.conditions, kind)
         if condition is not None and condition.get("status") == st.TRUE:
             return st.parse_time(condition.get("lastTransitionTime"))
@@ -170,7 +171,7 @@ def finish(
     if not draft.set_condition(kind, st.TRUE, reason, message):
         return
     draft.transition(event, reason, message)
-    draft.conditions = st.remove_condition(draft.conditions, st.QUEUED)
+    draft.conditions = st.remove_condition(draft.conditions, reasons.QUEUED)
     draft.completion_time = draft.completion_time or st.format_time(draft.now)
     not_kept = _replicas_not_kept(draft)
     if not_kept:
@@ -190,7 +191,7 @@ def finish(
         if name_of(pod) not in deleted or st.phase_of(pod) in FINAL_PHASES
     ]
     counts = st.replica_statuses(draft.job, remaining)
-    if kind == st.SUCCEEDED:
+    if kind == reasons.SUCCEEDED:
         for replica in counts.values():
             replica["succeeded"] += replica["active"]
             replica["active"] = 0

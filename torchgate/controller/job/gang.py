@@ -39,7 +39,7 @@ The rules this module owns (rules 4, 5 and 7 of ``plan``):
   condition and Event naming the preemptor, and waits in the queue again; ``Preempted`` turns
   ``False`` when the gang is admitted again.
 - Queueing: the ``Queued`` condition carries the admitter's throttled wait reason, with a reason
-  per wait kind (``WAIT_REASONS``).
+  per wait kind (``reasons.QUEUED_REASONS``).
 """
 
 from __future__ import annotations
@@ -65,16 +65,10 @@ from torchgate.controller.job.model import (
     restarts_of,
 )
 from torchgate.controller.job.pods import build_pod, build_service, service_replicas
-from torchgate.pytorchjob import names
-from torchgate.pytorchjob.outlook import QUEUED_REASONS
+from torchgate.pytorchjob import names, reasons
 from torchgate.pytorchjob.spec import JobSpec, as_mapping
 
 DEFAULT_SCHEDULE_TIMEOUT_SECONDS: Final = 60
-REASON_NAME_CONFLICT: Final = "PodNameConflict"
-PREEMPTED: Final = "Preempted"
-# The admitter's wait kinds as condition and Event reasons (declared with explain's answers).
-WAIT_REASONS: Final = QUEUED_REASONS
-REASON_READMITTED: Final = "Readmitted"
 
 
 def _running_message(draft: Draft) -> str:
@@ -103,7 +97,7 @@ def _exit_events(draft: Draft, failed: Iterable[Mapping[str, Any]]) -> None:
         if isinstance(reason, str) and reason:
             detail += f" ({reason})"
         pod_name = f"{draft.job.namespace}.{name_of(pod)}"
-        draft.event("Warning", "ExitedWithCode", f"Pod: {pod_name} {detail}")
+        draft.event("Warning", reasons.EXITED_WITH_CODE, f"Pod: {pod_name} {detail}")
 
 
 def handle_failure(draft: Draft, pods: GangPods, failed: Sequence[Mapping[str, Any]]) -> None:
@@ -121,13 +115,13 @@ def handle_failure(draft: Draft, pods: GangPods, failed: Sequence[Mapping[str, A
         message = (
             f"PyTorchJob {job.name} is failed because {count} {replica_type} replica(s) failed."
         )
-        finish(draft, pods, st.FAILED, st.REASON_FAILED, message, "Warning")
+        finish(draft, pods, reasons.FAILED, reasons.REASON_FAILED, message, "Warning")
         return
     restarts = restarts_of(job)
     limit = job.run_policy.backoff_limit
     if limit is not None and restarts >= limit:
         message = f"Job {job.name} has failed because it has reached the specified backoff limit"
-        finish(draft, pods, st.FAILED, st.REASON_BACKOFF_LIMIT, message, "Warning")
+        finish(draft, pods, reasons.FAILED, reasons.REASON_BACKOFF_LIMIT, message, "Warning")
         return
     hung = [name_of(pod) for pod in failed if ended_hung(pod)]
     if hung:
@@ -136,15 +130,15 @@ def handle_failure(draft: Draft, pods: GangPods, failed: Sequence[Mapping[str, A
             f"PyTorchJob {job.name} is restarting because {', '.join(hung)} made no progress for "
             f"its progress deadline ({deadline}s): a hang, counted against backoffLimit."
         )
-        reason: str = dis.HANG
+        reason: str = reasons.HANG
     else:
         message = (
             f"PyTorchJob {job.name} is restarting because {count} {replica_type} replica(s) failed."
         )
-        reason = st.REASON_RESTARTING
-    cause = dis.HANG if hung else dis.CONTAINER_FAILED
+        reason = reasons.REASON_RESTARTING
+    cause = reasons.HANG if hung else reasons.CONTAINER_FAILED
     _begin_attempt(draft, pods, Restart(cause, counted=True))
-    draft.set_condition(st.RESTARTING, st.TRUE, reason, message)
+    draft.set_condition(reasons.RESTARTING, st.TRUE, reason, message)
     draft.event("Warning", reason, message)
     _mark_queued(draft)
 
@@ -183,7 +177,7 @@ def plan_disrupted(draft: Draft, pods: GangPods, disruption: dis.Disruption) -> 
         "is placed again, not counted against backoffLimit"
     )
     _begin_attempt(draft, pods, Restart(disruption.cause, disruption.node))
-    draft.set_condition(st.RESTARTING, st.TRUE, disruption.cause, message)
+    draft.set_condition(reasons.RESTARTING, st.TRUE, disruption.cause, message)
     draft.event("Warning", disruption.cause, message)
     _mark_queued(draft)
 
@@ -198,14 +192,14 @@ def _plan_job_fault(draft: Draft, pods: GangPods, disruption: dis.Disruption) ->
             f"({disruption.cause}: {disruption.detail})"
         )
         draft.event("Warning", disruption.cause, message)
-        finish(draft, pods, st.FAILED, st.REASON_BACKOFF_LIMIT, message, "Warning")
+        finish(draft, pods, reasons.FAILED, reasons.REASON_BACKOFF_LIMIT, message, "Warning")
         return
     message = (
         f"PyTorchJob {job.name} is restarting because {disruption.detail}: counted against "
         "backoffLimit"
     )
     _begin_attempt(draft, pods, Restart(disruption.cause, disruption.node, counted=True))
-    draft.set_condition(st.RESTARTING, st.TRUE, disruption.cause, message)
+    draft.set_condition(reasons.RESTARTING, st.TRUE, disruption.cause, message)
     draft.event("Warning", disruption.cause, message)
     _mark_queued(draft)
 
@@ -216,12 +210,12 @@ def plan_preempted(draft: Draft, pods: GangPods, preemptor: str) -> None:
         f"PyTorchJob {draft.job.name} was preempted by {preemptor}: its whole gang is deleted "
         "and the job waits in the queue again"
     )
-    if draft.set_condition(PREEMPTED, st.TRUE, PREEMPTED, message):
-        draft.transition("Warning", PREEMPTED, message)
-    if st.is_true(draft.conditions, st.RUNNING):
-        draft.set_condition(st.RUNNING, st.FALSE, PREEMPTED, message)
+    if draft.set_condition(reasons.PREEMPTED, st.TRUE, reasons.PREEMPTED, message):
+        draft.transition("Warning", reasons.PREEMPTED, message)
+    if st.is_true(draft.conditions, reasons.RUNNING):
+        draft.set_condition(reasons.RUNNING, st.FALSE, reasons.PREEMPTED, message)
     if pods.current_live:
-        _begin_attempt(draft, pods, Restart(dis.PREEMPTED))
+        _begin_attempt(draft, pods, Restart(reasons.PREEMPTED))
     elif pods.live:  # an older attempt's pods, left from the eviction
         _teardown(draft, pods)
     if pods.live:
@@ -249,17 +243,19 @@ def _begin_attempt(draft: Draft, pods: GangPods, restart: Restart) -> None:
 
 
 def _restart_if_running(draft: Draft, why: str) -> None:
-    if st.is_true(draft.conditions, st.RUNNING):
+    if st.is_true(draft.conditions, reasons.RUNNING):
         message = f"PyTorchJob {draft.job.name} is restarting because {why}."
-        draft.set_condition(st.RESTARTING, st.TRUE, st.REASON_RESTARTING, message)
-        draft.transition("Warning", st.REASON_RESTARTING, message)
+        draft.set_condition(reasons.RESTARTING, st.TRUE, reasons.REASON_RESTARTING, message)
+        draft.transition("Warning", reasons.REASON_RESTARTING, message)
 
 
 def _mark_queued(draft: Draft) -> None:
     """Show the admitter's latest shortfall while the job waits for its gang to fit."""
     reason = draft.observed.wait_reason
-    kind = WAIT_REASONS.get(draft.observed.wait_kind or "Capacity", st.REASON_WAITING)
-    if reason is not None and draft.set_condition(st.QUEUED, st.TRUE, kind, reason):
+    kind = reasons.QUEUED_REASONS.get(
+        draft.observed.wait_kind or "Capacity", reasons.REASON_WAITING_FOR_RESOURCES
+    )
+    if reason is not None and draft.set_condition(reasons.QUEUED, st.TRUE, kind, reason):
         draft.transition("Normal", kind, reason)
 
 
@@ -280,18 +276,18 @@ def gang_started_at(pods: GangPods) -> str | None:
 
 def _mark_admitted(draft: Draft) -> None:
     """No longer queued; ``startTime`` now if no pod told it earlier (``gang_started_at``)."""
-    draft.conditions = st.remove_condition(draft.conditions, st.QUEUED)
-    if st.is_true(draft.conditions, PREEMPTED):
+    draft.conditions = st.remove_condition(draft.conditions, reasons.QUEUED)
+    if st.is_true(draft.conditions, reasons.PREEMPTED):
         message = f"PyTorchJob {draft.job.name} was admitted again after its preemption"
-        draft.set_condition(PREEMPTED, st.FALSE, REASON_READMITTED, message)
+        draft.set_condition(reasons.PREEMPTED, st.FALSE, reasons.REASON_READMITTED, message)
     draft.start_time = draft.start_time or st.format_time(draft.now)
 
 
 def plan_admission(draft: Draft, pods: GangPods) -> None:
     """No live pod of the current attempt: wait for stragglers, ask for admission, or create."""
-    ended = st.is_true(draft.conditions, st.RUNNING)  # its pods went while no one watched
+    ended = st.is_true(draft.conditions, reasons.RUNNING)  # its pods went while no one watched
     if ended:
-        _begin_attempt(draft, pods, Restart(dis.GANG_INCOMPLETE))
+        _begin_attempt(draft, pods, Restart(reasons.GANG_INCOMPLETE))
     _restart_if_running(draft, "its pods are gone")
     if pods.terminating or draft.delete_pods:
         _mark_queued(draft)
@@ -302,8 +298,8 @@ def plan_admission(draft: Draft, pods: GangPods) -> None:
             f"waiting for pods {', '.join(foreign)}, which belong to another owner, to be "
             "deleted: the gang needs their names"
         )
-        if draft.set_condition(st.QUEUED, st.TRUE, REASON_NAME_CONFLICT, message):
-            draft.transition("Warning", REASON_NAME_CONFLICT, message)
+        if draft.set_condition(reasons.QUEUED, st.TRUE, reasons.REASON_NAME_CONFLICT, message):
+            draft.transition("Warning", reasons.REASON_NAME_CONFLICT, message)
         return
     # A reservation made while the ended attempt ran is not the new attempt's: ask again.
     reservation = None if ended else draft.observed.reservation
@@ -316,7 +312,7 @@ def plan_admission(draft: Draft, pods: GangPods) -> None:
     _mark_admitted(draft)
     nodes = sorted(set(reservation.values()))
     where = f" on {len(nodes)} node(s): {', '.join(nodes)}" if nodes else ""
-    draft.event("Normal", "GangAdmitted", f"creating {len(draft.create_pods)} pods{where}")
+    draft.event("Normal", reasons.GANG_ADMITTED, f"creating {len(draft.create_pods)} pods{where}")
 
 
 def _names_held_by_others(draft: Draft, pods: GangPods) -> list[str]:
@@ -371,11 +367,11 @@ def plan_gang(draft: Draft, pods: GangPods) -> None:
     missing = [name for name in pods.expected if name not in live]
     reservation = draft.observed.reservation
     if missing and (reservation is None or any(name in current for name in missing)):
-        _begin_attempt(draft, pods, Restart(dis.GANG_INCOMPLETE))
+        _begin_attempt(draft, pods, Restart(reasons.GANG_INCOMPLETE))
         gone = ", ".join(missing)
         draft.event(
             "Warning",
-            "GangIncomplete",
+            reasons.GANG_INCOMPLETE,
             f"deleting the incomplete gang (missing or terminating: {gone}); "
             "it will be admitted again",
         )
@@ -390,7 +386,9 @@ def plan_gang(draft: Draft, pods: GangPods) -> None:
         _create_missing_services(draft)
     _mark_admitted(draft)
     if _is_running(draft.job, live):
-        draft.set_condition(st.RUNNING, st.TRUE, st.REASON_RUNNING, _running_message(draft))
+        draft.set_condition(
+            reasons.RUNNING, st.TRUE, reasons.REASON_RUNNING, _running_message(draft)
+        )
 
 
 def _is_running(job: JobSpec, live: Mapping[str, Mapping[str, Any]]) -> bool:
@@ -419,11 +417,11 @@ def _gang_timed_out(draft: Draft, pods: GangPods, live: Mapping[str, Mapping[str
     if remaining > 0:
         draft.timer(remaining)
         return False
-    _begin_attempt(draft, pods, Restart(dis.SCHEDULE_TIMEOUT))
+    _begin_attempt(draft, pods, Restart(reasons.SCHEDULE_TIMEOUT))
     draft.gang_timed_out = True
     draft.event(
         "Warning",
-        "GangScheduleTimeout",
+        reasons.GANG_SCHEDULE_TIMEOUT,
         f"only {bound} of the {job.min_available} required pods were scheduled within "
         f"{timeout}s; deleting the gang, it will be admitted again",
     )

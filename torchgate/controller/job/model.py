@@ -19,15 +19,14 @@ from torchgate.controller.job import status as st
 from torchgate.controller.job.disruption import (
     DEFAULT_LOST_AFTER_SECONDS,
     DEFAULT_STUCK_AFTER_SECONDS,
-    Cause,
     NodeHealth,
 )
 from torchgate.pytorchjob import names, progress
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources
 from torchgate.pytorchjob.digits import parse_integer
+from torchgate.pytorchjob.reasons import Cause
 from torchgate.pytorchjob.spec import JobSpec, as_int, as_mapping, pytorch_container_name
 
-ANNOTATION_RESTARTS: Final = "torchgate.io/restarts"
 # The job's current gang attempt; its pods carry the attempt that created them under the same key.
 ANNOTATION_ATTEMPT: Final = names.ANNOTATION_GANG_ATTEMPT
 # The node of the job's first stuck image pull (``disruption`` rule 6: later ones are the job's).
@@ -215,7 +214,7 @@ def _count(value: object) -> int | None:
 
 def restarts_of(job: JobSpec) -> int:
     """Gang restarts so far (the ``torchgate.io/restarts`` annotation; malformed counts as 0)."""
-    return _count(job.annotations.get(ANNOTATION_RESTARTS)) or 0
+    return _count(job.annotations.get(names.ANNOTATION_RESTARTS)) or 0
 
 
 def image_pull_stuck_on(job: JobSpec) -> str | None:
@@ -227,7 +226,7 @@ def image_pull_stuck_on(job: JobSpec) -> str | None:
 def current_attempt(annotations: Mapping[str, Any]) -> int:
     """The job's gang attempt: its ``torchgate.io/gang-attempt``, else (older jobs) restarts + 1."""
     attempt = _count(annotations.get(ANNOTATION_ATTEMPT))
-    return attempt if attempt else (_count(annotations.get(ANNOTATION_RESTARTS)) or 0) + 1
+    return attempt if attempt else (_count(annotations.get(names.ANNOTATION_RESTARTS)) or 0) + 1
 
 
 def attempt_of(pod: Mapping[str, Any]) -> int | None:

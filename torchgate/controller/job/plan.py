@@ -87,7 +87,7 @@ from torchgate.controller.job.model import (
     sort_pods,
 )
 from torchgate.controller.job.model import pytorch_exit_code as pytorch_exit_code
-from torchgate.pytorchjob import names
+from torchgate.pytorchjob import names, reasons
 from torchgate.pytorchjob.spec import JobSpec, as_mapping
 
 MANAGING_VALUES: Final = frozenset({names.TRAINING_OPERATOR, names.CONTROLLER_NAME})
@@ -156,13 +156,13 @@ def _plan_suspended(draft: Draft, pods: GangPods) -> None:
         draft.delete_pod(name_of(pod))
     delete_services(draft)
     message = f"PyTorchJob {job.name} is suspended."
-    if st.find_condition(draft.conditions, st.RUNNING) or st.find_condition(
-        draft.conditions, st.RESTARTING
+    if st.find_condition(draft.conditions, reasons.RUNNING) or st.find_condition(
+        draft.conditions, reasons.RESTARTING
     ):
-        draft.set_condition(st.RUNNING, st.FALSE, st.REASON_SUSPENDED, message)
-    draft.conditions = st.remove_condition(draft.conditions, st.QUEUED)
-    if draft.set_condition(st.SUSPENDED, st.TRUE, st.REASON_SUSPENDED, message):
-        draft.transition("Normal", st.REASON_SUSPENDED, message)
+        draft.set_condition(reasons.RUNNING, st.FALSE, reasons.REASON_SUSPENDED, message)
+    draft.conditions = st.remove_condition(draft.conditions, reasons.QUEUED)
+    if draft.set_condition(reasons.SUSPENDED, st.TRUE, reasons.REASON_SUSPENDED, message):
+        draft.transition("Normal", reasons.REASON_SUSPENDED, message)
     draft.replica_statuses = st.replica_statuses(job, [])
 
 
@@ -170,16 +170,16 @@ def _plan_suspended(draft: Draft, pods: GangPods) -> None:
 
 
 def _ensure_created(draft: Draft) -> None:
-    if st.find_condition(draft.conditions, st.CREATED) is None:
+    if st.find_condition(draft.conditions, reasons.CREATED) is None:
         message = f"PyTorchJob {draft.job.name} is created."
-        draft.set_condition(st.CREATED, st.TRUE, st.REASON_CREATED, message)
+        draft.set_condition(reasons.CREATED, st.TRUE, reasons.REASON_CREATED, message)
 
 
 def _resume_if_suspended(draft: Draft) -> None:
-    if st.is_true(draft.conditions, st.SUSPENDED):
+    if st.is_true(draft.conditions, reasons.SUSPENDED):
         message = f"PyTorchJob {draft.job.name} is resumed."
-        draft.set_condition(st.SUSPENDED, st.FALSE, st.REASON_RESUMED, message)
-        draft.transition("Normal", st.REASON_RESUMED, message)
+        draft.set_condition(reasons.SUSPENDED, st.FALSE, reasons.REASON_RESUMED, message)
+        draft.transition("Normal", reasons.REASON_RESUMED, message)
         draft.start_time = None
 
 
@@ -195,7 +195,7 @@ def _deadline_passed(draft: Draft, pods: GangPods) -> bool:
     message = (
         f"Job {draft.job.name} has failed because it was active longer than specified deadline"
     )
-    finish(draft, pods, st.FAILED, st.REASON_DEADLINE, message, "Warning")
+    finish(draft, pods, reasons.FAILED, reasons.REASON_DEADLINE, message, "Warning")
     return True
 
 
@@ -212,7 +212,14 @@ def _plan_active(draft: Draft, pods: GangPods) -> None:
         draft.delete_pod(name)
     current = pods.current
     if _succeeded(draft.job, current):
-        finish(draft, pods, st.SUCCEEDED, st.REASON_SUCCEEDED, _success_message(draft), "Normal")
+        finish(
+            draft,
+            pods,
+            reasons.SUCCEEDED,
+            reasons.REASON_SUCCEEDED,
+            _success_message(draft),
+            "Normal",
+        )
         return
     preemptor = draft.observed.preempted_by
     disruption = find_disruption(draft, pods) if preemptor is None else None

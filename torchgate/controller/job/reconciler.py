@@ -62,7 +62,6 @@ from torchgate.controller.job.gangobjects import (
 from torchgate.controller.job.model import (
     ANNOTATION_ATTEMPT,
     ANNOTATION_IMAGE_PULL_STUCK,
-    ANNOTATION_RESTARTS,
     Event,
     Observed,
     Plan,
@@ -77,7 +76,7 @@ from torchgate.kube.client import MERGE_PATCH, KubeApi
 from torchgate.kube.errors import AlreadyExists, ApiError, NotFound
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import EVENTS, POD_GROUPS, PODS, PYTORCHJOBS, SERVICES, WORKLOADS
-from torchgate.pytorchjob import names
+from torchgate.pytorchjob import names, reasons
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources, pod_claims
 from torchgate.pytorchjob.fieldpath import FieldError, required
 from torchgate.pytorchjob.names import JobKey
@@ -87,7 +86,6 @@ from torchgate.pytorchjob.progress import progress_deadline
 from torchgate.pytorchjob.spec import REPLICA_SPECS, JobSpec, parse_job, pod_spec_of
 
 log = logging.getLogger("torchgate.controller")
-REASON_FAILED_VALIDATION = "PyTorchJobFailedValidation"
 
 
 @dataclass(frozen=True, slots=True)
@@ -557,7 +555,7 @@ class Reconciler:
         annotations = {
             key: str(value)
             for key, value in (
-                (ANNOTATION_RESTARTS, decision.restarts),
+                (names.ANNOTATION_RESTARTS, decision.restarts),
                 (ANNOTATION_ATTEMPT, decision.attempt),
                 (ANNOTATION_IMAGE_PULL_STUCK, decision.image_pull_stuck),
             )
@@ -705,12 +703,12 @@ class Reconciler:
     async def _fail_validation(self, job: Mapping[str, Any], errors: list[Any]) -> None:
         """A job the webhook never saw and that cannot run: say so once, then leave it."""
         conditions = st.conditions_of(job.get("status"))
-        if st.is_true(conditions, "Failed"):
+        if st.is_true(conditions, reasons.FAILED):
             return
         message = "PyTorchJob failed validation: " + "; ".join(str(e) for e in errors)
         now = self.clock()
         updated = st.set_condition(
-            conditions, "Failed", "True", REASON_FAILED_VALIDATION, message, now
+            conditions, reasons.FAILED, st.TRUE, reasons.REASON_FAILED_VALIDATION, message, now
         )
         metadata = job.get("metadata") or {}
         await self._patch_status(
@@ -718,7 +716,7 @@ class Reconciler:
             str(metadata.get("name")),
             {"conditions": updated, "completionTime": st.format_time(now)},
         )
-        self.events.record(job, Event("Warning", REASON_FAILED_VALIDATION, message))
+        self.events.record(job, Event("Warning", reasons.REASON_FAILED_VALIDATION, message))
 
 
 class EventRecorder:
@@ -793,7 +791,7 @@ class EventRecorder:
             "message": event.message[:1024],
             "type": event.type,
             "source": {"component": "torchgate-controller"},
-            "reportingComponent": "torchgate.io/controller",
+            "reportingComponent": names.CONTROLLER_NAME,
             "firstTimestamp": now,
             "lastTimestamp": now,
             "count": 1,

@@ -12,6 +12,9 @@ waits for its whole gang to fit; its message is the admitter's shortfall ("waiti
 nvidia.com/gpu in pool a100: 8 free"), so ``kubectl describe`` answers "why is my job not
 running?". It is removed, not set to False, once the job is admitted, so the State column goes
 back to the training-operator's vocabulary.
+
+The condition types and reasons themselves are declared in ``pytorchjob.reasons``, shared with
+``torchgate explain``, which reads them back.
 """
 
 from __future__ import annotations
@@ -21,27 +24,8 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from torchgate.pytorchjob import names
-from torchgate.pytorchjob.outlook import REASON_WAITING_FOR_RESOURCES
+from torchgate.pytorchjob.reasons import FAILED, RESTARTING, RUNNING, SUCCEEDED
 from torchgate.pytorchjob.spec import JobSpec, canonical_replica_type
-
-CREATED: Final = "Created"
-RUNNING: Final = "Running"
-RESTARTING: Final = "Restarting"
-SUCCEEDED: Final = "Succeeded"
-FAILED: Final = "Failed"
-SUSPENDED: Final = "Suspended"
-QUEUED: Final = "Queued"
-
-REASON_CREATED: Final = "PyTorchJobCreated"
-REASON_RUNNING: Final = "PyTorchJobRunning"
-REASON_RESTARTING: Final = "PyTorchJobRestarting"
-REASON_SUCCEEDED: Final = "PyTorchJobSucceeded"
-REASON_FAILED: Final = "PyTorchJobFailed"
-REASON_SUSPENDED: Final = "PyTorchJobSuspended"
-REASON_RESUMED: Final = "PyTorchJobResumed"
-REASON_BACKOFF_LIMIT: Final = "BackoffLimitExceeded"
-REASON_DEADLINE: Final = "DeadlineExceeded"
-REASON_WAITING: Final = REASON_WAITING_FOR_RESOURCES
 
 TRUE: Final = "True"
 FALSE: Final = "False"

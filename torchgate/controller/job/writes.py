@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from torchgate.controller.job import status as st
+from torchgate.pytorchjob import reasons
 
 # A wave of 500 gangs (4,000 pods) takes the scale benchmark's apiserver 30-35 s to create on
 # 5,000 nodes (docs/scale.md): the statuses of the jobs that arrive with it (most of them waiting)
@@ -100,8 +101,8 @@ def _news(conditions: Sequence[st.Condition]) -> list[tuple[Any, Any, Any]]:
     return [
         (c.get("type"), c.get("status"), c.get("reason"))
         for c in conditions
-        if c.get("type") not in (st.CREATED, st.QUEUED)
-        and not (c.get("type") == st.RUNNING and c.get("status") == st.TRUE)
+        if c.get("type") not in (reasons.CREATED, reasons.QUEUED)
+        and not (c.get("type") == reasons.RUNNING and c.get("status") == st.TRUE)
     ]
 
 

@@ -26,13 +26,11 @@ from torchgate.kube.client import MERGE_PATCH, KubeApi
 from torchgate.kube.errors import ApiError
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import NODES
-from torchgate.pytorchjob import names
+from torchgate.pytorchjob import names, reasons
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.policy import QuarantineSettings
 
 log = logging.getLogger("torchgate.controller.quarantine")
-REASON_QUARANTINED: Final = "NodeQuarantined"
-REASON_LIFTED: Final = "NodeQuarantineLifted"
 RETRY_SECONDS: Final = 5.0
 # An Event: the object it is about (a Node, or a job by key), its type, reason and message.
 EventSink = Callable[[Mapping[str, Any] | JobKey, str, str, str], None]
@@ -119,7 +117,7 @@ class QuarantineKeeper:
                 waits.append(RETRY_SECONDS)
             elif step == "lift":
                 message = f"node {name}: the quarantine ({state.cause}) ended after its cooldown"
-                self.record_event(node, "Normal", REASON_LIFTED, message)
+                self.record_event(node, "Normal", reasons.NODE_QUARANTINE_LIFTED, message)
             else:
                 self._faults.pop(name, None)  # cleared by an admin: start counting afresh
                 log.info("node %s: quarantine cleared by hand; labels removed", name)
@@ -151,6 +149,6 @@ class QuarantineKeeper:
             f"clear with: kubectl taint nodes {name} {names.TAINT_QUARANTINE}-"
         )
         self.quarantines.labels(quarantine.cause).inc()
-        self.record_event(node, "Warning", REASON_QUARANTINED, message)
+        self.record_event(node, "Warning", reasons.NODE_QUARANTINED, message)
         for job in sorted({f.job for f in faults}):
-            self.record_event(job, "Warning", REASON_QUARANTINED, message)
+            self.record_event(job, "Warning", reasons.NODE_QUARANTINED, message)

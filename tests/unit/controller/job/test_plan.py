@@ -15,7 +15,6 @@ from torchgate.controller.admission.nodes import Taint
 from torchgate.controller.job.disruption import NodeHealth, TimedTaint, deleted_node, node_health
 from torchgate.controller.job.model import (
     ANNOTATION_ATTEMPT,
-    ANNOTATION_RESTARTS,
     Observed,
     Plan,
     Restart,
@@ -23,6 +22,7 @@ from torchgate.controller.job.model import (
 )
 from torchgate.controller.job.plan import plan
 from torchgate.controller.job.status import format_time
+from torchgate.pytorchjob import names
 
 MASTER, W0, W1 = "demo-master-0", "demo-worker-0", "demo-worker-1"
 ALL = (MASTER, W0, W1)
@@ -529,7 +529,7 @@ def test_active_deadline_is_a_timer_then_fails_the_job() -> None:
 
 def test_a_restarts_annotation_of_5000_digits_counts_as_none() -> None:
     world = running_world()
-    world.job_raw["metadata"]["annotations"][ANNOTATION_RESTARTS] = "9" * 5000
+    world.job_raw["metadata"]["annotations"][names.ANNOTATION_RESTARTS] = "9" * 5000
     world.job_raw["metadata"]["annotations"].pop(ANNOTATION_ATTEMPT, None)
     assert current_attempt(world.job_raw["metadata"]["annotations"]) == 1
     world.plan()  # once a ValueError (Python turns at most 4300 digits into an int)

@@ -26,6 +26,7 @@ from torchgate.controller.job.writes import StatusWritePolicy
 from torchgate.controller.metrics import ControllerMetrics
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import PODS, PYTORCHJOBS, SERVICES
+from torchgate.pytorchjob import reasons
 
 MASTER, W0 = "demo-master-0", "demo-worker-0"
 RESERVATION = {MASTER: "n1", W0: "n1"}
@@ -148,7 +149,7 @@ async def test_on_a_quiet_cluster_progress_is_written_at_once() -> None:
     assert await rig.reconciler.reconcile(KEY) is None
     assert len(rig.api.patches) == 1
     written = rig.stored_status()
-    assert types(written) == [(st.CREATED, "True"), (st.RUNNING, "True")]
+    assert types(written) == [(reasons.CREATED, "True"), (reasons.RUNNING, "True")]
     assert written["startTime"] == st.format_time(NOW)
     assert written["replicaStatuses"]["Worker"]["active"] == 1
     assert rig.events.recorded == [], "Created and Running are conditions only"
@@ -184,7 +185,7 @@ async def test_progress_waits_while_creates_are_pending_at_most_the_busy_hold() 
         rig.tick(0.5)
         await rig.reconciler.reconcile(KEY)
     assert len(rig.api.patches) == 1
-    assert types(rig.stored_status()) == [(st.CREATED, "True"), (st.RUNNING, "True")]
+    assert types(rig.stored_status()) == [(reasons.CREATED, "True"), (reasons.RUNNING, "True")]
 
 
 async def test_held_progress_is_written_once_the_creates_are_done() -> None:
@@ -207,7 +208,7 @@ async def test_held_progress_goes_out_when_the_last_pending_create_ends_not_at_t
     while rig.requeued:
         await rig.reconciler.reconcile(rig.requeued.pop())
     assert len(rig.api.patches) == 1
-    assert types(rig.stored_status()) == [(st.CREATED, "True"), (st.RUNNING, "True")]
+    assert types(rig.stored_status()) == [(reasons.CREATED, "True"), (reasons.RUNNING, "True")]
 
 
 async def test_news_is_written_at_once_while_creates_are_pending() -> None:
@@ -219,10 +220,10 @@ async def test_news_is_written_at_once_while_creates_are_pending() -> None:
         await rig.reconciler.reconcile(KEY)
     assert len(rig.api.patches) == 1
     written = rig.stored_status()
-    assert (st.SUCCEEDED, "True") in types(written)
-    assert (st.CREATED, "True") in types(written)
+    assert (reasons.SUCCEEDED, "True") in types(written)
+    assert (reasons.CREATED, "True") in types(written)
     assert written.get("completionTime") == st.format_time(NOW + timedelta(seconds=2))
-    assert st.REASON_SUCCEEDED in rig.events.recorded
+    assert reasons.REASON_SUCCEEDED in rig.events.recorded
 
 
 async def test_events_go_out_with_the_status_write_each_once() -> None:
@@ -236,7 +237,7 @@ async def test_events_go_out_with_the_status_write_each_once() -> None:
         rig.tick(POLICY.busy_hold_seconds)
         await rig.reconciler.reconcile(KEY)
     assert len(rig.api.patches) == 1
-    assert types(rig.stored_status()) == [(st.CREATED, "True")]
+    assert types(rig.stored_status()) == [(reasons.CREATED, "True")]
     assert rig.events.recorded == ["GangAdmitted"]
 
 

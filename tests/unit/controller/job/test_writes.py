@@ -15,6 +15,7 @@ from torchgate.controller.job.writes import (
     is_counts_only,
     is_progress,
 )
+from torchgate.pytorchjob import reasons
 
 POLICY = StatusWritePolicy(busy_hold_seconds=10.0, counts_interval_seconds=1.0)
 
@@ -23,9 +24,13 @@ def cond(kind: str, status: str = "True", reason: str = "R", message: str = "m")
     return {"type": kind, "status": status, "reason": reason, "message": message}
 
 
-CREATED = cond(st.CREATED, reason=st.REASON_CREATED)
-RUNNING = cond(st.RUNNING, reason=st.REASON_RUNNING)
-QUEUED = cond(st.QUEUED, reason=st.REASON_WAITING, message="waiting for 8 nvidia.com/gpu: 0 free")
+CREATED = cond(reasons.CREATED, reason=reasons.REASON_CREATED)
+RUNNING = cond(reasons.RUNNING, reason=reasons.REASON_RUNNING)
+QUEUED = cond(
+    reasons.QUEUED,
+    reason=reasons.REASON_WAITING_FOR_RESOURCES,
+    message="waiting for 8 nvidia.com/gpu: 0 free",
+)
 COUNTS = {"Master": {"active": 1}}
 MORE_COUNTS = {"Master": {"active": 1}, "Worker": {"active": 7}}
 
@@ -58,21 +63,23 @@ PROGRESS = [
 NEWS = [
     pytest.param(
         {"conditions": [CREATED]},
-        {"conditions": [CREATED, cond(st.SUCCEEDED)]},
+        {"conditions": [CREATED, cond(reasons.SUCCEEDED)]},
         id="Succeeded",
     ),
     pytest.param(
-        {"conditions": [CREATED]}, {"conditions": [CREATED, cond(st.FAILED)]}, id="Failed"
+        {"conditions": [CREATED]}, {"conditions": [CREATED, cond(reasons.FAILED)]}, id="Failed"
     ),
-    pytest.param({"conditions": [RUNNING]}, {"conditions": [cond(st.RESTARTING)]}, id="Restarting"),
+    pytest.param(
+        {"conditions": [RUNNING]}, {"conditions": [cond(reasons.RESTARTING)]}, id="Restarting"
+    ),
     pytest.param(
         {"conditions": [RUNNING]},
-        {"conditions": [cond(st.RUNNING, "False")]},
+        {"conditions": [cond(reasons.RUNNING, "False")]},
         id="Running turns False",
     ),
     pytest.param(
         {"conditions": [CREATED]},
-        {"conditions": [CREATED, cond(st.SUSPENDED)]},
+        {"conditions": [CREATED, cond(reasons.SUSPENDED)]},
         id="Suspended",
     ),
     pytest.param({"startTime": "t0"}, {"startTime": "t1"}, id="startTime changed"),
@@ -202,7 +209,15 @@ def test_a_policy_without_holds_writes_everything_now() -> None:
 
 # ------------------------------------------------------------------ properties
 
-KINDS = [st.CREATED, st.QUEUED, st.RUNNING, st.RESTARTING, st.SUCCEEDED, st.FAILED, st.SUSPENDED]
+KINDS = [
+    reasons.CREATED,
+    reasons.QUEUED,
+    reasons.RUNNING,
+    reasons.RESTARTING,
+    reasons.SUCCEEDED,
+    reasons.FAILED,
+    reasons.SUSPENDED,
+]
 conditions = hs.lists(
     hs.builds(
         cond,
