@@ -211,16 +211,17 @@ async def test_update_compares_with_the_real_old_object(server: Server) -> None:
     assert answer["response"]["allowed"] is True
 
 
-async def test_update_mutation_restores_lost_run_policy(server: Server) -> None:
+async def test_update_mutation_restores_lost_run_policy_and_defaults_changed_templates(
+    server: Server,
+) -> None:
     old = evaluate(gpu_job().build(), ADMIN_POLICY).object
     new = gpu_job().build()
     _, answer = await post(server, "/mutate", review(new, operation="UPDATE", old=old))
     patch = json.loads(base64.b64decode(answer["response"]["patch"]))
     patched = jsonpatch.apply_patch(new, patch)
     assert patched["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
-    assert (
-        "nodeSelector" not in patched["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
-    )
+    assert patched["spec"]["pytorchReplicaSpecs"] == old["spec"]["pytorchReplicaSpecs"]
+    assert "nodeSelector" in patched["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
 
 
 async def test_delete_and_other_kinds_are_allowed_untouched(server: Server) -> None:

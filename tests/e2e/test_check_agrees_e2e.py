@@ -435,9 +435,10 @@ def test_the_same_job_twice_is_created_then_updated_as_check_judges_it(
     cluster: Cluster, webhook: LocalWebhook, tmp_path: Path, edit: Callable[[str], str]
 ) -> None:
     # kubectl apply creates the first and patches it with the second (an UPDATE): the webhook
-    # judges an update (no defaults; managedBy immutable), and the job stored is the one check
-    # shows: the three-way JSON merge patch replaced the containers (without the port the
-    # webhook added) and kept what the manifest never had (runPolicy, its gang size too).
+    # judges an update (changed templates defaulted again, managedBy immutable), and the job
+    # stored is the one check shows: the three-way JSON merge patch replaced the containers
+    # (without the port the webhook added, which it adds again) and kept what the manifest never
+    # had (runPolicy; a gang size it defaulted follows the Workers).
     text = SEED_003.read_text(encoding="utf-8")
     path = tmp_path / "jobs.yaml"
     path.write_text(f"{text}---\n{edit(text)}", encoding="utf-8")

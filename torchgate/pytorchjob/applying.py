@@ -5,9 +5,10 @@ job whose namespace and name an earlier document already created is sent as a pa
 stored job, which reaches the webhook as an UPDATE. The patch is kubectl's client-side apply for
 a type it has no Go struct for, a custom resource: a three-way JSON merge patch
 (``k8s.io/apimachinery/pkg/util/jsonmergepatch.CreateThreeWayJSONMergePatch``), not a strategic
-merge patch. Which is why applying a manifest again drops what the mutating webhook added inside
-a list (a container's ``ports``): a JSON merge patch replaces a list whole, with the list the
-manifest has.
+merge patch. Which is why applying a manifest again sends what the mutating webhook added inside
+a list (a container's ``ports``) away: a JSON merge patch replaces a list whole, with the list the
+manifest has (the webhook defaults such a template again on UPDATE: ``defaulting``'s UPDATE
+rule 2).
 
 Rules:
 

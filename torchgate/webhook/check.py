@@ -25,7 +25,8 @@ What check does know is the input itself: a job whose namespace and name an earl
 document of the input gave is, to ``kubectl apply``, an update of the job that one created
 (``manifests`` rule 11), so it is judged as that UPDATE (``check_documents``): the patch kubectl
 sends (``pytorchjob.applying``) applied to the job the earlier document left, then the webhook's
-UPDATE routes, which default almost nothing and hold ``managedBy`` immutable.
+UPDATE routes, which default the templates the patch changed (``defaulting``'s UPDATE rules) and
+hold ``managedBy`` immutable.
 
 Before the webhook's validation, a job meets the apiserver's validation against the PyTorchJob
 CRD's schema, as on a cluster (the apiserver validates the object the mutating webhook returned,

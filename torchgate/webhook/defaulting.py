@@ -20,8 +20,28 @@ operation (a missing ``runPolicy`` is added whole).
 
 Rules: operate on the raw object and never drop fields we do not model; never silently override a
 value the user set (a conflict with the admin's placement policy is returned as an error instead).
-On UPDATE nothing that would change a running job is defaulted: only run-policy fields the old
-object had and the new one lost (``kubectl replace`` with the original manifest) are restored.
+A ``/dev/shm`` volume of ours the template already declares (same name, same ``emptyDir``) is
+mounted again, not declared twice (``_default_shared_memory``).
+
+On UPDATE (``_JobDefaulter.run_update``), three rules, none of which changes pods already running
+(the controller builds pods from the template only when it creates a gang):
+
+1. Run-policy fields the old object had and the new one lost (``kubectl replace`` with the
+   original manifest) are restored (``_restore_run_policy``).
+2. A replica's pod template the update left equal to the stored one is untouched; one it changed
+   is defaulted as on CREATE, by the same defaulter under the same policy
+   (``_default_changed_templates``). ``kubectl apply`` sends a JSON merge patch, which replaces a
+   list whole (``pytorchjob.applying``): applying the same manifest again replaces ``containers``
+   with the manifest's, without the port, the ``/dev/shm`` mount and ``IPC_LOCK`` the webhook
+   added. Defaulted again they are the stored template exactly, so the job does not change; a
+   template the user edited gets the defaults it needs now; what the user removed stays removed
+   unless it is a default (then it comes back, as on CREATE).
+3. A ``minAvailable`` the update left at the stored job's default gang size follows the new job's
+   default gang size (``_follow_gang_size``): that value means "the whole gang", and the merge
+   patch keeps it when the manifest changes the replica counts. Left behind, a larger gang would
+   be admitted with only the old number of pods placed together (the rest as extras, where they
+   fit), and a smaller one refused for a ``minAvailable`` above its replicas. Any other value is
+   the user's and stays.
 """
 
 from __future__ import annotations
@@ -293,10 +313,12 @@ def default_job(
         return result
     patch = _Patch()
     result = Defaulted(job, patch.ops)
+    defaulter = _JobDefaulter(job, patch, policy, result, claims)
     if old is None:
-        _JobDefaulter(job, patch, policy, result, claims).run()
+        defaulter.run()
     else:
         _restore_run_policy(job, patch, old, result)
+        defaulter.run_update(old)
     return result
 
 
@@ -385,6 +407,49 @@ class _JobDefaulter:
                     self._default_replica(("spec", "pytorchReplicaSpecs", replica_type), replica)
         self._default_run_policy()
 
+    def run_update(self, old: Mapping[str, Any]) -> None:
+        """The UPDATE defaults after ``_restore_run_policy`` (module rules 2 and 3)."""
+        specs = self.job["spec"].get("pytorchReplicaSpecs")
+        if not isinstance(specs, _OBJECT):
+            return
+        self.specs = specs  # an update's keys are not renamed: validation reports strays
+        old_spec = old.get("spec")
+        old_spec = old_spec if isinstance(old_spec, _OBJECT) else {}
+        self._default_changed_templates(specs, old_spec)
+        self._follow_gang_size(old_spec)
+
+    def _default_changed_templates(
+        self, specs: Mapping[str, Any], old_spec: Mapping[str, Any]
+    ) -> None:
+        """Default as on CREATE each replica's template that differs from the stored one."""
+        old_specs = old_spec.get("pytorchReplicaSpecs")
+        old_specs = old_specs if isinstance(old_specs, _OBJECT) else {}
+        for replica_type in names.REPLICA_TYPES:
+            replica = specs.get(replica_type)
+            if not isinstance(replica, _OBJECT):
+                continue
+            old_replica = old_specs.get(replica_type)
+            old_template = old_replica.get("template") if isinstance(old_replica, _OBJECT) else None
+            if replica.get("template") != old_template:
+                self._default_template(("spec", "pytorchReplicaSpecs", replica_type), replica)
+
+    def _follow_gang_size(self, old_spec: Mapping[str, Any]) -> None:
+        """A ``minAvailable`` left at the stored default gang size follows the new one."""
+        at = ("spec", "runPolicy", "schedulingPolicy")
+        kept = _member(self.job["spec"], *at[1:], "minAvailable")
+        if kept is None or kept != _member(old_spec, *at[1:], "minAvailable"):
+            return  # none, or the update set it: the user's
+        stored = as_int(kept)
+        if stored is None or stored != _default_gang_size(old_spec):
+            return
+        size = self._gang_size()
+        if size is None or size == stored:
+            return
+        self.patch.set(at, "minAvailable", size)
+        self.warnings.append(
+            _warning((*at, "minAvailable"), f"followed the gang size: {size} (was {stored})")
+        )
+
     # ------------------------------------------------------------------ replica specs
 
     def _normalise_keys(self, specs: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -422,6 +487,10 @@ class _JobDefaulter:
         if "restartPolicy" not in replica:
             self.patch.set(at, "restartPolicy", names.DEFAULT_RESTART_POLICY)
             self.warnings.append(_warning((*at, "restartPolicy"), _RESTART_POLICY_DEFAULTED))
+        self._default_template(at, replica)
+
+    def _default_template(self, at: tuple[Token, ...], replica: Mapping[str, Any]) -> None:
+        """The defaults of the pod template of the replica spec at ``at``."""
         template = replica.get("template")
         if not isinstance(template, _OBJECT) or not isinstance(template.get("spec"), _OBJECT):
             return
@@ -503,22 +572,22 @@ class _JobDefaulter:
         volumes = pod_spec.get("volumes")
         if volumes is not None and not isinstance(volumes, list):
             return
-        taken: set[str] = set()
+        taken: dict[str, Any] = {}
         for volume in volumes or ():  # a name that is not a string is validation's to report
             if isinstance(volume, _OBJECT) and isinstance(volume.get("name"), str):
-                taken.add(volume["name"])
-        name = SHM_VOLUME
-        suffix = 1
-        while name in taken:
-            suffix += 1
-            name = f"{SHM_VOLUME}-{suffix}"
+                taken.setdefault(volume["name"], volume)
         empty_dir: dict[str, Any] = {"medium": "Memory"}
         if self.policy.shared_memory_size_limit:
             empty_dir["sizeLimit"] = self.policy.shared_memory_size_limit
+        name = SHM_VOLUME
+        suffix = 1
+        while name in taken and taken[name] != {"name": name, "emptyDir": empty_dir}:
+            suffix += 1
+            name = f"{SHM_VOLUME}-{suffix}"
         volume = {"name": name, "emptyDir": empty_dir}
         if volumes is None:
             self.patch.set(pod_at, "volumes", [volume])
-        else:
+        elif name not in taken:  # else ours, declared already (module rules): mounted again
             self.patch.append((*pod_at, "volumes"), volume)
         mount = {"name": name, "mountPath": SHM_PATH}
         if mounts is None:
@@ -759,26 +828,48 @@ class _JobDefaulter:
             self.warnings.append(_warning((*scheduling_at, key), text))
 
     def _gang_size(self) -> int | None:
-        """``gang.default_gang_size`` of the job; None when it is not a count the API stores."""
-        specs = self.specs
-        if specs is None:
+        """``_default_gang_size`` of the job, with its replica specs as the patch leaves them."""
+        if self.specs is None:
             return None
-        counts: dict[str, int] = {}
-        for replica_type in names.REPLICA_TYPES:
-            replica = specs.get(replica_type)
-            if not isinstance(replica, _OBJECT):
-                continue
-            count = as_int(replica.get("replicas", 1))
-            if count is None or count < 0:
-                return None
-            counts[replica_type] = count
-        elastic = self.job["spec"].get("elasticPolicy")
-        workers = counts.get(names.WORKER, 0)
-        bounds = None
-        if elastic is not None and isinstance(elastic, _OBJECT) and names.WORKER in counts:
-            low, high = (_positive(elastic.get(key)) for key in ("minReplicas", "maxReplicas"))
-            bounds = gang.elastic_bounds(low, high, workers=workers)
-        size = gang.default_gang_size(
-            masters=counts.get(names.MASTER, 0), workers=workers, elastic=bounds
-        )
-        return size if 0 < size <= gang.MAX_COUNT else None  # else not storable: no default
+        return _default_gang_size(self.job["spec"], specs=self.specs)
+
+
+def _default_gang_size(
+    spec: Mapping[str, Any], *, specs: Mapping[str, Any] | None = None
+) -> int | None:
+    """``gang.default_gang_size`` of a job's ``spec``; None when it is not a count the API stores.
+
+    ``specs``: the replica specs, when not the spec's own (renamed by the patch).
+    """
+    if specs is None:
+        specs = spec.get("pytorchReplicaSpecs")
+    if not isinstance(specs, _OBJECT):
+        return None
+    counts: dict[str, int] = {}
+    for replica_type in names.REPLICA_TYPES:
+        replica = specs.get(replica_type)
+        if not isinstance(replica, _OBJECT):
+            continue
+        count = as_int(replica.get("replicas", 1))
+        if count is None or count < 0:
+            return None
+        counts[replica_type] = count
+    elastic = spec.get("elasticPolicy")
+    workers = counts.get(names.WORKER, 0)
+    bounds = None
+    if elastic is not None and isinstance(elastic, _OBJECT) and names.WORKER in counts:
+        low, high = (_positive(elastic.get(key)) for key in ("minReplicas", "maxReplicas"))
+        bounds = gang.elastic_bounds(low, high, workers=workers)
+    size = gang.default_gang_size(
+        masters=counts.get(names.MASTER, 0), workers=workers, elastic=bounds
+    )
+    return size if 0 < size <= gang.MAX_COUNT else None  # else not storable: no default
+
+
+def _member(node: object, *keys: str) -> object:
+    """The value at ``keys`` below ``node``; None where a step is missing or not an object."""
+    for key in keys:
+        if not isinstance(node, _OBJECT):
+            return None
+        node = node.get(key)
+    return node

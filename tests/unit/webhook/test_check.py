@@ -1197,12 +1197,13 @@ def test_the_same_job_again_in_the_input_is_judged_as_the_update_kubectl_apply_s
     ]
 
 
-def test_an_update_keeps_what_the_webhook_defaulted_outside_lists_and_loses_what_inside(
+def test_an_update_keeps_what_the_webhook_defaulted_and_the_default_gang_follows_the_workers(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     # kubectl apply's three-way JSON merge patch replaces a list whole (the containers, without
-    # the port the webhook added) and leaves what the manifest never had (runPolicy), and the
-    # webhook defaults nothing on an update: three Workers keep the gang size of one.
+    # the port the webhook added) and leaves what the manifest never had (runPolicy): the
+    # webhook defaults the changed templates again, and the gang size it defaulted follows the
+    # three Workers.
     path = tmp_path / "jobs.yaml"
     three = seed_003_as().replace(
         "    Worker:\n      replicas: 1", "    Worker:\n      replicas: 3"
@@ -1213,15 +1214,33 @@ def test_an_update_keeps_what_the_webhook_defaulted_outside_lists_and_loses_what
 
     assert code == 0
     created, updated = (r["object"] for r in json.loads(out)["results"])
-    assert (
-        "ports"
-        in created["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
-    )
     worker = updated["spec"]["pytorchReplicaSpecs"]["Worker"]
     assert worker["replicas"] == 3
-    assert "ports" not in worker["template"]["spec"]["containers"][0]
-    assert updated["spec"]["runPolicy"] == created["spec"]["runPolicy"]
-    assert updated["spec"]["runPolicy"]["schedulingPolicy"] == {"minAvailable": 2}
+    assert worker["template"] == created["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    assert "ports" in worker["template"]["spec"]["containers"][0]
+    assert updated["spec"]["runPolicy"] == {
+        **created["spec"]["runPolicy"],
+        "schedulingPolicy": {"minAvailable": 4},
+    }
+
+
+def test_the_same_job_twice_is_an_update_that_changes_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    seed = SEEDS / "000-pytorch-dist-mnist-nccl.yaml"
+    manifest = seed.read_text().replace("<训练镜像>", "pytorch-demo")
+    path = tmp_path / "jobs.yaml"
+    path.write_text(f"{manifest}---\n{manifest}")
+
+    code, out, _ = run(capsys, "-o", "json", str(path))
+
+    assert code == 0
+    results = json.loads(out)["results"]
+    assert outcomes(results) == [("CREATE", None, True, []), ("UPDATE", f"{path}[0]", True, [])]
+    created, updated = (r["object"] for r in results)
+    assert updated == created
+    pod = created["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert [v["name"] for v in pod["volumes"]] == ["torchgate-dshm"]
 
 
 def test_a_job_applied_again_as_stored_is_unchanged_and_nothing_is_sent(

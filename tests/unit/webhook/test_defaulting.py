@@ -410,8 +410,8 @@ def test_update_restores_only_run_policy_fields_the_old_object_had() -> None:
     result = defaulted(new, old=old)
     run_policy = result.object["spec"]["runPolicy"]
     assert run_policy == {"cleanPodPolicy": "Running", "backoffLimit": 3}
-    assert "volumes" not in at(result.object, *MASTER, *POD), (
-        "templates are not defaulted on UPDATE"
+    assert at(result.object, *MASTER, *POD) == at(old, *MASTER, *POD), (
+        "a template the update changed is defaulted as on CREATE"
     )
 
 

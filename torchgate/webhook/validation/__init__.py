@@ -26,7 +26,9 @@ The rule families live in ``metadata``, ``policy`` (run, scheduling and elastic 
 
 Updates ratchet: when neither ``spec`` nor the pinned-hosts, progress or topology annotations
 changed, only immutable fields are checked, so a job admitted under older rules stays updatable
-for labels and finalizers.
+for labels and finalizers. A manifest applied again reaches this route with the templates the
+mutating webhook defaulted again (``defaulting``'s UPDATE rules), so an unchanged manifest is an
+unchanged ``spec`` here too; a changed template is judged whole, defaults included, as on CREATE.
 """
 
 from __future__ import annotations
