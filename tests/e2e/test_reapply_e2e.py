@@ -6,7 +6,9 @@ lists: without the port, the ``/dev/shm`` volume and mount the mutating webhook 
 CREATE. The webhook defaults a template the update changed as on CREATE (``defaulting``'s UPDATE
 rule 2), so on the real apiserver and kubectl the second apply is ``configured`` (a patch was
 sent) and the stored job does not change: same spec, same ``resourceVersion``. A Worker count
-raised by applying again moves the gang size the webhook defaulted along (rule 3).
+raised by applying again moves the gang size the webhook defaulted along (rule 3). Server-side
+apply strips the same fields (the applier owns the lists it applied, and the webhook's additions
+inside them were made under its name), and gets them back the same way.
 """
 
 from __future__ import annotations
@@ -35,9 +37,13 @@ def webhook(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
         yield server
 
 
-def apply(cluster: Cluster, namespace: str, path: Path) -> str:
-    """``kubectl apply -f`` as a user runs it; what kubectl printed."""
-    result = cluster.kubectl("apply", "-n", namespace, "-f", str(path), check=False)
+CLIENT_SIDE: tuple[str, ...] = ()
+SERVER_SIDE = ("--server-side",)
+
+
+def apply(cluster: Cluster, namespace: str, path: Path, mode: tuple[str, ...] = CLIENT_SIDE) -> str:
+    """``kubectl apply -f`` as a user runs it (``mode``: its extra flags); what kubectl printed."""
+    result = cluster.kubectl("apply", *mode, "-n", namespace, "-f", str(path), check=False)
     assert result.returncode == 0, result.stderr
     return str(result.stdout).strip()
 
@@ -60,20 +66,27 @@ def seed_000_filled() -> str:
     ],
     ids=["gpu-seed-000", "cpu-seed-003"],
 )
+@pytest.mark.parametrize("mode", [CLIENT_SIDE, SERVER_SIDE], ids=["client-side", "server-side"])
 def test_applying_the_same_manifest_again_leaves_the_stored_job_as_it_was(
-    cluster: Cluster, webhook: LocalWebhook, tmp_path: Path, text: str, name: str
+    cluster: Cluster,
+    webhook: LocalWebhook,
+    tmp_path: Path,
+    text: str,
+    name: str,
+    mode: tuple[str, ...],
 ) -> None:
     path = tmp_path / "job.yaml"
     path.write_text(text, encoding="utf-8")
     namespace = cluster.new_namespace("reapply")
 
-    first_printed = apply(cluster, namespace, path)
+    first_printed = apply(cluster, namespace, path, mode)
     first = stored_job(cluster, name, namespace)
-    again_printed = apply(cluster, namespace, path)
+    again_printed = apply(cluster, namespace, path, mode)
     again = stored_job(cluster, name, namespace)
 
-    assert first_printed == f"pytorchjob.kubeflow.org/{name} created"
-    assert again_printed == f"pytorchjob.kubeflow.org/{name} configured"
+    created, configured = ("serverside-applied",) * 2 if mode else ("created", "configured")
+    assert first_printed == f"pytorchjob.kubeflow.org/{name} {created}"
+    assert again_printed == f"pytorchjob.kubeflow.org/{name} {configured}"
     pytorch = first["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     assert [port["name"] for port in pytorch["ports"]] == ["pytorchjob-port"]
     assert again["spec"] == first["spec"]
