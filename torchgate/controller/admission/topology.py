@@ -339,9 +339,14 @@ def slots_of(free: Units, shape: Shape, plus: Units | None = None) -> int:
 class Slots:
     """One shape's slot counts: per node, per domain, and per level by count (rules 1-3).
 
-    ``values[level]`` lists the distinct positive slot counts of the level's domains, ascending;
-    ``masks[level][count]`` has bit ``rank`` set for each domain of that count (``Topology.rank``),
-    so the tightest domain holding ``n`` slots is the lowest bit of the first count ``>= n``.
+    ``masks[level][count]`` has a byte per domain of the level at its ``Topology.rank``, 1 for
+    each domain of that count, so the tightest domain holding ``n`` slots is the first 1 of the
+    first count ``>= n`` (found in C); ``values[level]`` lists the level's counts in ``masks``,
+    ascending. A domain's move sets two bytes in place: a count no domain has any more keeps its
+    bytes, all 0, until a read comes to it or the counts are copied, which drop it
+    (``roomiest``, ``tightest``, ``copy``), so a move at a level of thousands of domains
+    allocates nothing (an int of a bit per domain, built anew per move, was a few per cent of
+    a busy cycle).
 
     Once its fragmentation is asked about (rule 7), it also keeps each node's ``spare_of`` in
     ``spare`` and, per resource of the shape, how many nodes have that resource to spare
@@ -357,7 +362,7 @@ class Slots:
         nodes: list[int],
         domains: list[int],
         values: list[list[int]],
-        masks: list[dict[int, int]],
+        masks: list[dict[int, bytearray]],
     ) -> None:
         self.by_rank = by_rank
         self.nodes = nodes
@@ -370,25 +375,43 @@ class Slots:
     def roomiest(self, level: int) -> int:
         """The most slots of any domain of ``level`` (0 when none has any)."""
         values = self.values[level]
-        return values[-1] if values else 0
+        while values:
+            most = values[-1]
+            masks = self.masks[level]
+            if 1 in masks[most]:
+                return most
+            del masks[most]  # no domain has that count any more
+            values.pop()
+        return 0
 
     def tightest(self, level: int, count: int) -> int | None:
         """The domain of ``level`` with the fewest slots ``>= count``, then fewest nodes, key."""
-        values = self.values[level]
+        values, masks = self.values[level], self.masks[level]
         at = bisect_left(values, count)
-        if at == len(values):
-            return None
-        mask = self.masks[level][values[at]]
-        return self.by_rank[level][(mask & -mask).bit_length() - 1]
+        while at < len(values):
+            found = masks[values[at]].find(1)
+            if found >= 0:
+                return self.by_rank[level][found]
+            del masks[values[at]]  # no domain has that count any more
+            del values[at]
+        return None
 
     def copy(self) -> Slots:
-        """A copy to change on its own (a fork's)."""
+        """A copy to change on its own (a fork's), without the counts no domain has any more.
+
+        Those are dropped here too: the counts a ``Capacity`` keeps across cycles are moved by
+        its updates and copied by its forks, never read, so nothing else would drop them.
+        """
+        for values, masks in zip(self.values, self.masks, strict=True):
+            for count in [count for count, found in masks.items() if 1 not in found]:
+                del masks[count]
+                values.remove(count)
         copied = Slots(
             self.by_rank,
             list(self.nodes),
             list(self.domains),
             [list(values) for values in self.values],
-            [dict(masks) for masks in self.masks],
+            [{count: bytearray(found) for count, found in masks.items()} for masks in self.masks],
         )
         copied.take_spare(self)
         return copied
@@ -423,26 +446,18 @@ class Slots:
         domain may move more than once). One call per change for all its domains (a cycle moves
         thousands of domain counts).
         """
-        all_values, all_masks = self.values, self.masks
-        level_of, rank = topology.level_of, topology.rank
+        all_masks, level_of, rank = self.masks, topology.level_of, topology.rank
         for domain, before, after in moves:
             level = level_of[domain]
-            masks, bit = all_masks[level], 1 << rank[domain]
+            masks = all_masks[level]
             if before > 0:
-                left = masks[before] ^ bit
-                if left:
-                    masks[before] = left
-                else:
-                    del masks[before]
-                    values = all_values[level]
-                    del values[bisect_left(values, before)]
+                masks[before][rank[domain]] = 0  # an emptied count is dropped when read
             if after > 0:
                 found = masks.get(after)
                 if found is None:
-                    masks[after] = bit
-                    insort(all_values[level], after)
-                else:
-                    masks[after] = found | bit
+                    found = masks[after] = bytearray(len(self.by_rank[level]))
+                    insort(self.values[level], after)
+                found[rank[domain]] = 1
 
 
 class Capacity:
@@ -823,14 +838,19 @@ class Capacity:
                 for domain in topology.ancestors[node]:
                     domains[domain] += count
         values: list[list[int]] = []
-        masks: list[dict[int, int]] = []
+        masks: list[dict[int, bytearray]] = []
+        rank = topology.rank
         for level in topology.by_level:
-            ranks: dict[int, list[int]] = {}
+            by_count: dict[int, bytearray] = {}
             for domain in level:
-                if domains[domain]:
-                    ranks.setdefault(domains[domain], []).append(topology.rank[domain])
-            values.append(sorted(ranks))
-            masks.append({count: _mask(found, len(level)) for count, found in ranks.items()})
+                count = domains[domain]
+                if count:
+                    found = by_count.get(count)
+                    if found is None:
+                        found = by_count[count] = bytearray(len(level))
+                    found[rank[domain]] = 1
+            values.append(sorted(by_count))
+            masks.append(by_count)
         return Slots(topology.by_rank, nodes, domains, values, masks)
 
     def _recount(self, shape: Shape, slots: Slots, nodes: Iterable[int], *, taken: bool) -> None:
@@ -929,14 +949,6 @@ def _count_into(totals: dict[str, int], free: Units, sign: int) -> None:
     for name, amount in free.items():
         if amount > 0:
             totals[name] = totals.get(name, 0) + sign * amount
-
-
-def _mask(ranks: Iterable[int], size: int) -> int:
-    """An int with bit ``r`` set for each of ``ranks`` (built in C, not bit by bit)."""
-    bits = bytearray((size + 7) // 8)
-    for r in ranks:
-        bits[r >> 3] |= 1 << (r & 7)
-    return int.from_bytes(bits, "little")
 
 
 # ------------------------------------------------------------------ rules 2-3: the domain

@@ -756,6 +756,38 @@ def test_a_fork_never_changes_the_original_and_keeps_what_it_saw() -> None:
     assert base.fork().slots(shape).domains[0] == 8
 
 
+def test_a_count_no_domain_has_any_more_is_neither_the_roomiest_nor_the_tightest() -> None:
+    base = Capacity(TOPOLOGY, EMPTY)
+    shape = shape_of([pod_requests(1)])
+    first, last = TOPOLOGY.domain_of("h1", 2), TOPOLOGY.domain_of("h9", 2)
+    assert base.slots(shape).tightest(2, 8) == first
+    fork = base.fork()
+    fork.take({"p": "h1"}, {"p": pod_requests(1)})
+    assert fork.slots(shape).tightest(2, 8) == TOPOLOGY.domain_of("h2", 2)
+    assert base.slots(shape).tightest(2, 8) == first, "a fork's counts move apart from its origin's"
+    others = [name for name in TOPOLOGY.node_names if name not in ("h1", "h9")]
+    fork.take({name: name for name in others}, {name: pod_requests(1) for name in others})
+    assert (fork.slots(shape).roomiest(2), fork.slots(shape).tightest(2, 8)) == (8, last)
+    fork.take({"p": "h9"}, {"p": pod_requests(1)})  # no host has 8 slots any more
+    slots = fork.slots(shape)
+    assert (slots.tightest(2, 8), slots.tightest(2, 7), slots.roomiest(2)) == (None, first, 7)
+    assert slots.roomiest(1) == 28  # r1: four hosts of 7
+
+
+def test_the_counts_a_fork_copies_are_those_some_domain_has() -> None:
+    base = Capacity(TOPOLOGY, EMPTY)
+    shape = shape_of([pod_requests(1)])
+    base.slots(shape)
+    base.update({name: node_free(7) for name in TOPOLOGY.node_names})  # no host keeps 8
+    base.update({"h1": node_free(8)})
+    base.update({"h1": node_free(6)})
+    copied = base.fork().slots(shape)
+    for level, by_level in enumerate(TOPOLOGY.by_level):
+        held = sorted({copied.domains[domain] for domain in by_level} - {0})
+        assert copied.values[level] == held
+        assert sorted(copied.masks[level]) == held
+
+
 def test_changed_since_says_whether_any_of_the_nodes_changed_after_so_many_edits() -> None:
     capacity = Capacity(TOPOLOGY, EMPTY).fork()
     names = TOPOLOGY.node_names
