@@ -122,7 +122,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def namespace_argument(value: str) -> str:
-    """``-n``'s value, if a namespace can be so named (``manifests`` rule 9); else a usage error."""
+    """``-n``'s value, if a namespace can be so named (``manifests`` rule 9); else a usage error.
+
+    An empty ``-n`` is the context's namespace to kubectl; check knows no context: ``default``.
+    """
+    if not value:
+        return "default"
     problem = namespace_name_problem(value)
     if problem is not None:
         raise argparse.ArgumentTypeError(problem)

@@ -1275,3 +1275,18 @@ def test_the_text_report_says_which_document_an_update_patches(
         f"{path}[1] PyTorchJob torchrun-cpu: allowed (an UPDATE: kubectl apply patches the job as "
         f"{path}[0] left it)"
     )
+
+
+def test_an_empty_namespace_flag_is_the_default_namespace_as_kubectl_reads_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(yaml.safe_dump(policy("tight", namespaces=["default"], maxGPUsPerJob=1)))
+    job = seed_000_with_image(tmp_path)
+
+    code, out, _ = run(capsys, "-o", "json", "--policy", str(policy_file), "-n", "", str(job))
+
+    assert code == 1
+    assert [e["field"] for e in json.loads(out)["results"][0]["errors"]] == [
+        "spec.pytorchReplicaSpecs"
+    ]
