@@ -40,7 +40,7 @@ from torchgate.kube.client import ConfigError, KubeClient, current_namespace
 from torchgate.kube.errors import AlreadyExists, ApiError, Invalid
 from torchgate.kube.manifestfiles import read_manifest_path
 from torchgate.kube.resources import PYTORCHJOBS
-from torchgate.pytorchjob.manifests import is_pytorchjob
+from torchgate.pytorchjob.manifests import is_pytorchjob, namespace_name_problem
 from torchgate.pytorchjob.outlook import (
     FORECAST_PATH,
     Forecast,
@@ -96,7 +96,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="YAML or JSON with PyTorchJobs, or a directory of them (repeatable; - = stdin)",
     )
-    parser.add_argument("-n", "--namespace", help="for jobs that name none (default: context's)")
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        type=namespace_argument,
+        help="for jobs that name none (default: context's)",
+    )
     parser.add_argument("-o", "--output", choices=["text", "json"], default="text")
     add_channel_arguments(parser)
     parser.epilog = (
@@ -104,6 +109,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "apiVersion other than kubeflow.org/v1, metadata the apiserver cannot decode, no "
         "PyTorchJob) or the cluster cannot be reached"
     )
+
+
+def namespace_argument(value: str) -> str:
+    """``-n``'s value, if a namespace can be so named (``manifests`` rule 9); else a usage error.
+
+    An empty ``-n`` is kept: the context's namespace, as kubectl reads it (``_simulate_all``).
+    """
+    problem = namespace_name_problem(value) if value else None
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
