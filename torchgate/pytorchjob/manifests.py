@@ -75,6 +75,12 @@ The rules below are ``kubectl apply``'s, asked by ``torchgate check`` of all its
     first, finds it when it comes to the second, and sends the second as a patch of it (an
     UPDATE, which the webhook judges as such), as ``pytorchjob.applying`` computes it. That holds
     only if the earlier one was admitted: one denied left nothing, and the next is a creation.
+12. ``kubectl apply -n NS`` (and ``kubectl create -n NS``) refuses an object whose own namespace
+    is another, before anything is sent (``resource.RequireNamespace``: a namespace given on the
+    command line is enforced), in its words, ``the namespace from the provided object "team-b"
+    does not match the namespace "team-a". You must pass '--namespace=team-b' to perform this
+    operation.``: an input error naming the document and the line (``flag_namespace_problem``).
+    An empty ``-n`` is no namespace given: kubectl takes the context's, and enforces nothing.
 """
 
 from __future__ import annotations
@@ -260,6 +266,22 @@ def generate_name_problem(manifest: Manifest) -> str | None:
         f"{manifest.where}.metadata.generateName{_line(node)}: from {prefix}: cannot use "
         "generate name with apply (kubectl apply finds a job by its name: give metadata.name, "
         "or submit it with kubectl create)"
+    )
+
+
+def flag_namespace_problem(manifest: Manifest, flag_namespace: str) -> str | None:
+    """What ``kubectl apply -n`` says of a PyTorchJob in another namespace (rule 12)."""
+    if not flag_namespace or not is_pytorchjob(manifest.object):
+        return None
+    metadata = manifest.object.get("metadata")
+    namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
+    if not namespace or namespace == flag_namespace:
+        return None
+    node = _value_node(_value_node(manifest.node, "metadata"), "namespace")
+    return (
+        f"{manifest.where}.metadata.namespace{_line(node)}: the namespace from the provided "
+        f'object "{namespace}" does not match the namespace "{flag_namespace}". You must pass '
+        f"'--namespace={namespace}' to perform this operation."
     )
 
 
