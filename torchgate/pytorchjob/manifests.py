@@ -61,8 +61,9 @@ Rules:
    ask (``namespace_name_problem``). kubectl does not check ``-n Bad_NS`` itself; the apiserver
    answers ``namespaces "Bad_NS" not found``, and no namespace of that shape can ever be made.
 
-The rules below are ``kubectl apply``'s, asked by ``torchgate check`` of all its input; not by
-``torchgate simulate``, which dry-runs each job's creation (a POST, as ``kubectl create`` sends):
+Rules 10 and 11 are ``kubectl apply``'s, asked by ``torchgate check`` of all its input; not by
+``torchgate simulate``, which dry-runs each job's creation (a POST, as ``kubectl create`` sends).
+Rule 12 is both commands' (``kubectl apply`` and ``kubectl create`` alike):
 
 10. ``kubectl apply`` finds the object it applies by name, so a PyTorchJob with a
     ``generateName`` and no ``name`` is an input error in kubectl's words, ``from <generateName>:

@@ -287,3 +287,18 @@ def test_an_empty_namespace_flag_is_the_contexts_namespace_as_kubectl_reads_it()
     args = build_parser("simulate").parse_args(["simulate", "-n", "", "-f", "job.yaml"])
 
     assert not args.namespace  # _simulate_all asks the kubeconfig's context, as kubectl does
+
+
+def test_a_job_in_another_namespace_than_the_flag_is_bad_input_as_kubectl_create_says(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(f"{V1}kind: PyTorchJob\nmetadata: {{name: a, namespace: team-b}}\n")
+
+    assert main(["simulate", "-n", "team-a", "-f", str(path)]) == 2  # before any cluster is asked
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        f"torchgate simulate: {path}[0].metadata.namespace (line 3): the namespace from the "
+        'provided object "team-b" does not match the namespace "team-a". You must pass '
+        "'--namespace=team-b' to perform this operation."
+    )
