@@ -45,6 +45,7 @@ from torchgate.pytorchjob.manifests import (
     flag_namespace_problem,
     is_pytorchjob,
     namespace_name_problem,
+    namespace_of,
 )
 from torchgate.pytorchjob.outlook import (
     FORECAST_PATH,
@@ -186,7 +187,7 @@ async def simulate(
 ) -> Simulation:
     """Dry-run the job's creation, then ask the controller about the object that would be."""
     metadata = dict(job.get("metadata") or {})
-    namespace = str(metadata.get("namespace") or default_namespace)
+    namespace = namespace_of(job, default_namespace)
     metadata["namespace"] = namespace
     key = f"{namespace}/{metadata.get('name') or metadata.get('generateName') or ''}"
     warnings: list[str] = []

@@ -299,7 +299,14 @@ def applied_key(manifest: Manifest, default_namespace: str) -> tuple[str, str] |
     name = metadata.get("name")
     if not isinstance(name, str) or not name:
         return None
-    return (str(metadata.get("namespace") or default_namespace), name)
+    return (namespace_of(manifest.object, default_namespace), name)
+
+
+def namespace_of(job: object, default_namespace: str) -> str:
+    """The namespace kubectl sends a job to: its own, else the command's (``-n``, the context's)."""
+    metadata = job.get("metadata") if isinstance(job, Mapping) else None
+    namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
+    return str(namespace or default_namespace)
 
 
 def unknown_fields_problem(manifest: Manifest, *, crd_version: Mapping[str, Any]) -> str | None:

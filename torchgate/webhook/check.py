@@ -66,6 +66,7 @@ from torchgate.pytorchjob.manifests import (
     generate_name_problem,
     is_pytorchjob,
     namespace_name_problem,
+    namespace_of,
 )
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
 from torchgate.pytorchjob.pool import QUOTA_KIND, TeamQuota, parse_team_quota
@@ -380,7 +381,7 @@ def check_document(
     ``kubectl apply`` makes of it: nothing sent when the manifest is the one applied and the
     patch is empty (``applying`` rule 2).
     """
-    namespace = str(_metadata(document.object).get("namespace") or default_namespace)
+    namespace = namespace_of(document.object, default_namespace)
     policy = select_policy(policies, namespace)
     team = resolve_team(quotas, namespace)
     if earlier is None:
