@@ -116,10 +116,16 @@ def unknown_field_causes(message: str) -> frozenset[tuple[str, str]]:
     return frozenset((UNKNOWN_FIELD, m["field"]) for m in _UNKNOWN_FIELD.finditer(message))
 
 
+def namespace_flag(documents: list[JobDocument], namespace: str) -> list[str]:
+    """``-n NAMESPACE``, unless a job declares its own: kubectl apply -n refuses another one."""
+    return [] if any(d.declared_namespace for d in documents) else ["-n", namespace]
+
+
 def check_verdicts(path: Path, namespace: str) -> list[Verdict]:
-    """``torchgate check -o json -n NAMESPACE FILE``: one verdict per job, in document order."""
+    """``torchgate check -o json [-n NAMESPACE] FILE``: one verdict per job, in document order."""
+    scope = namespace_flag(job_documents(path), namespace)
     result = subprocess.run(
-        [sys.executable, "-m", "torchgate", "check", "-o", "json", "-n", namespace, str(path)],
+        [sys.executable, "-m", "torchgate", "check", "-o", "json", *scope, str(path)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -162,7 +168,7 @@ def kubectl_admits(cluster: Cluster, documents: list[JobDocument], namespace: st
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", encoding="utf-8") as copy:
         copy.write(text)
         copy.flush()
-        scope = [] if any(d.declared_namespace for d in documents) else ["-n", namespace]
+        scope = namespace_flag(documents, namespace)
         result = cluster.kubectl("apply", "--dry-run=server", "-f", copy.name, *scope, check=False)
     return result.returncode == 0
 
@@ -397,6 +403,32 @@ def test_a_generate_name_without_a_name_is_refused_by_kubectl_apply_and_by_check
     assert created.returncode == 0, created.stderr  # kubectl create takes it
     assert checked.returncode == 2
     assert f"{path}[0].metadata.generateName (line 4): {refusal}" in checked.stderr
+
+
+def test_a_job_in_another_namespace_than_the_flag_is_refused_by_kubectl_apply_and_by_check(
+    cluster: Cluster, webhook: LocalWebhook, tmp_path: Path
+) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        SEED_003.read_text(encoding="utf-8").replace(
+            "name: torchrun-cpu", "name: torchrun-cpu\n  namespace: team-b"
+        ),
+        encoding="utf-8",
+    )
+    namespace = cluster.new_namespace("flag")
+
+    applied = cluster.kubectl(
+        "apply", "--dry-run=server", "-n", namespace, "-f", str(path), check=False
+    )
+    checked = run_check("-n", namespace, str(path))
+
+    refusal = (
+        f'the namespace from the provided object "team-b" does not match the namespace '
+        f"\"{namespace}\". You must pass '--namespace=team-b' to perform this operation."
+    )
+    assert (applied.returncode, applied.stderr.strip()) == (1, f"error: {refusal}")
+    assert checked.returncode == 2
+    assert f"{path}[0].metadata.namespace (line 5): {refusal}" in checked.stderr
 
 
 def test_a_namespace_flag_naming_no_possible_namespace_is_refused_by_the_apiserver_and_check(

@@ -14,8 +14,8 @@ now, on which nodes (pod -> node) and domain, whom it preempts, what quota it bo
 would wait and its place in the queue. ``-o json``: one object per job (``allowed``,
 ``startsNow``, ``nodes``, ``preempts``, ``reason``, ...), a list when the files hold several.
 Exit codes: 0 every job allowed, 1 any refused, 2 unreadable input (as ``torchgate check`` finds
-it: an apiVersion other than kubeflow.org/v1, metadata the apiserver cannot decode, ...; said
-before any cluster is asked) or an unreachable cluster.
+it: an apiVersion other than kubeflow.org/v1, metadata the apiserver cannot decode, a namespace
+other than ``-n``'s, ...; said before any cluster is asked) or an unreachable cluster.
 """
 
 from __future__ import annotations
@@ -40,7 +40,13 @@ from torchgate.kube.client import ConfigError, KubeClient, current_namespace
 from torchgate.kube.errors import AlreadyExists, ApiError, Invalid
 from torchgate.kube.manifestfiles import read_manifest_path
 from torchgate.kube.resources import PYTORCHJOBS
-from torchgate.pytorchjob.manifests import is_pytorchjob
+from torchgate.pytorchjob.manifests import (
+    ManifestError,
+    flag_namespace_problem,
+    is_pytorchjob,
+    namespace_name_problem,
+    namespace_of,
+)
 from torchgate.pytorchjob.outlook import (
     FORECAST_PATH,
     Forecast,
@@ -96,20 +102,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="YAML or JSON with PyTorchJobs, or a directory of them (repeatable; - = stdin)",
     )
-    parser.add_argument("-n", "--namespace", help="for jobs that name none (default: context's)")
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        type=namespace_argument,
+        help="for jobs that name none (default: context's)",
+    )
     parser.add_argument("-o", "--output", choices=["text", "json"], default="text")
     add_channel_arguments(parser)
     parser.epilog = (
         "exit codes: 0 every job allowed, 1 any refused, 2 bad input (unreadable, not YAML, an "
-        "apiVersion other than kubeflow.org/v1, metadata the apiserver cannot decode, no "
-        "PyTorchJob) or the cluster cannot be reached"
+        "apiVersion other than kubeflow.org/v1, metadata the apiserver cannot decode, a namespace "
+        "other than -n's, no PyTorchJob) or the cluster cannot be reached"
     )
+
+
+def namespace_argument(value: str) -> str:
+    """``-n``'s value, if a namespace can be so named (``manifests`` rule 9); else a usage error.
+
+    An empty ``-n`` is kept: the context's namespace, as kubectl reads it (``_simulate_all``).
+    """
+    problem = namespace_name_problem(value) if value else None
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
     """Simulate every job of the files; print; return the exit code."""
     try:
-        jobs = [job for path in args.filename for job in read_jobs(path)]
+        jobs = [job for path in args.filename for job in read_jobs(path, args.namespace)]
     except ValueError as exc:
         print(f"torchgate simulate: {exc}", file=sys.stderr)
         return 2
@@ -132,11 +154,18 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all(result.allowed for result in results) else 1
 
 
-def read_jobs(path: str) -> list[dict[str, Any]]:
-    """The PyTorchJobs of a file, a directory or stdin (``-``); ``ValueError`` when unusable."""
-    return [
-        manifest.object for manifest in read_manifest_path(path) if is_pytorchjob(manifest.object)
-    ]
+def read_jobs(path: str, flag_namespace: str | None = None) -> list[dict[str, Any]]:
+    """The PyTorchJobs of a file, a directory or stdin (``-``); ``ValueError`` when unusable.
+
+    A job naming another namespace than ``-n``'s is unusable: ``kubectl create -n`` refuses it
+    (``manifests`` rule 12).
+    """
+    jobs = [manifest for manifest in read_manifest_path(path) if is_pytorchjob(manifest.object)]
+    for job in jobs:
+        problem = flag_namespace_problem(job, flag_namespace or "")
+        if problem is not None:
+            raise ManifestError(problem)
+    return [job.object for job in jobs]
 
 
 async def _simulate_all(
@@ -158,7 +187,7 @@ async def simulate(
 ) -> Simulation:
     """Dry-run the job's creation, then ask the controller about the object that would be."""
     metadata = dict(job.get("metadata") or {})
-    namespace = str(metadata.get("namespace") or default_namespace)
+    namespace = namespace_of(job, default_namespace)
     metadata["namespace"] = namespace
     key = f"{namespace}/{metadata.get('name') or metadata.get('generateName') or ''}"
     warnings: list[str] = []

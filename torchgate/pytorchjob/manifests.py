@@ -61,8 +61,9 @@ Rules:
    ask (``namespace_name_problem``). kubectl does not check ``-n Bad_NS`` itself; the apiserver
    answers ``namespaces "Bad_NS" not found``, and no namespace of that shape can ever be made.
 
-The rules below are ``kubectl apply``'s, asked by ``torchgate check`` of all its input; not by
-``torchgate simulate``, which dry-runs each job's creation (a POST, as ``kubectl create`` sends):
+Rules 10 and 11 are ``kubectl apply``'s, asked by ``torchgate check`` of all its input; not by
+``torchgate simulate``, which dry-runs each job's creation (a POST, as ``kubectl create`` sends).
+Rule 12 is both commands' (``kubectl apply`` and ``kubectl create`` alike):
 
 10. ``kubectl apply`` finds the object it applies by name, so a PyTorchJob with a
     ``generateName`` and no ``name`` is an input error in kubectl's words, ``from <generateName>:
@@ -75,6 +76,12 @@ The rules below are ``kubectl apply``'s, asked by ``torchgate check`` of all its
     first, finds it when it comes to the second, and sends the second as a patch of it (an
     UPDATE, which the webhook judges as such), as ``pytorchjob.applying`` computes it. That holds
     only if the earlier one was admitted: one denied left nothing, and the next is a creation.
+12. ``kubectl apply -n NS`` (and ``kubectl create -n NS``) refuses an object whose own namespace
+    is another, before anything is sent (``resource.RequireNamespace``: a namespace given on the
+    command line is enforced), in its words, ``the namespace from the provided object "team-b"
+    does not match the namespace "team-a". You must pass '--namespace=team-b' to perform this
+    operation.``: an input error naming the document and the line (``flag_namespace_problem``).
+    An empty ``-n`` is no namespace given: kubectl takes the context's, and enforces nothing.
 """
 
 from __future__ import annotations
@@ -263,6 +270,22 @@ def generate_name_problem(manifest: Manifest) -> str | None:
     )
 
 
+def flag_namespace_problem(manifest: Manifest, flag_namespace: str) -> str | None:
+    """What ``kubectl apply -n`` says of a PyTorchJob in another namespace (rule 12)."""
+    if not flag_namespace or not is_pytorchjob(manifest.object):
+        return None
+    metadata = manifest.object.get("metadata")
+    namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
+    if not namespace or namespace == flag_namespace:
+        return None
+    node = _value_node(_value_node(manifest.node, "metadata"), "namespace")
+    return (
+        f"{manifest.where}.metadata.namespace{_line(node)}: the namespace from the provided "
+        f'object "{namespace}" does not match the namespace "{flag_namespace}". You must pass '
+        f"'--namespace={namespace}' to perform this operation."
+    )
+
+
 def applied_key(manifest: Manifest, default_namespace: str) -> tuple[str, str] | None:
     """The namespace and name ``kubectl apply`` finds a PyTorchJob by (rule 11).
 
@@ -276,7 +299,14 @@ def applied_key(manifest: Manifest, default_namespace: str) -> tuple[str, str] |
     name = metadata.get("name")
     if not isinstance(name, str) or not name:
         return None
-    return (str(metadata.get("namespace") or default_namespace), name)
+    return (namespace_of(manifest.object, default_namespace), name)
+
+
+def namespace_of(job: object, default_namespace: str) -> str:
+    """The namespace kubectl sends a job to: its own, else the command's (``-n``, the context's)."""
+    metadata = job.get("metadata") if isinstance(job, Mapping) else None
+    namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
+    return str(namespace or default_namespace)
 
 
 def unknown_fields_problem(manifest: Manifest, *, crd_version: Mapping[str, Any]) -> str | None:

@@ -7,11 +7,12 @@ PyTorchJobs) are skipped. Exit codes: 0 when every job is allowed, 1 when any is
 an input cannot be read or parsed (a message with the file and line, never a traceback), when a
 document spells the kind PyTorchJob otherwise, when a PyTorchJob's apiVersion is not one kubectl
 can map (missing, ``kubeflow.org/v2``), its metadata not one the apiserver can decode or place,
-it has fields its CRD does not declare, or a ``generateName`` and no name (``pytorchjob.manifests``
-rules 2, 6, 7, 8 and 10: kubectl or the apiserver refuses those before the webhook is asked), when
-``-n`` names no possible namespace (rule 9), and when the inputs hold no PyTorchJob at all (an
-empty file, stdin from a templating step that failed, the wrong file): "0 checked" would read as
-a pass.
+it has fields its CRD does not declare, a ``generateName`` and no name, or a namespace other
+than the one ``-n`` gives (``pytorchjob.manifests`` rules 2, 6, 7, 8, 10 and 12: kubectl or the
+apiserver refuses those before the webhook is asked), when ``-n`` names no possible namespace
+(rule 9; an empty ``-n`` is none given, as to kubectl), and when the inputs hold no PyTorchJob
+at all (an empty file, stdin from a templating step that failed, the wrong file): "0 checked"
+would read as a pass.
 
 Inputs are read as ``kubectl apply -f`` reads them (``pytorchjob.manifests``): a directory is its
 ``.yaml``, ``.yml`` and ``.json`` files, and a ``kind: List`` its items, so ``kubectl get
@@ -61,9 +62,11 @@ from torchgate.pytorchjob.manifests import (
     Manifest,
     ManifestError,
     applied_key,
+    flag_namespace_problem,
     generate_name_problem,
     is_pytorchjob,
     namespace_name_problem,
+    namespace_of,
 )
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
 from torchgate.pytorchjob.pool import QUOTA_KIND, TeamQuota, parse_team_quota
@@ -100,9 +103,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-n",
         "--namespace",
-        default="default",
         type=namespace_argument,
-        help="namespace for jobs that do not name one (selects the policy; default 'default')",
+        help=(
+            "namespace for jobs that do not name one (selects the policy; default 'default'); "
+            "a job naming another is bad input, as kubectl apply -n refuses it"
+        ),
     )
     parser.add_argument(
         "-o",
@@ -116,13 +121,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "exit codes: 0 every job allowed, 1 any denied, 2 bad input (unreadable, not YAML, a "
         "kind spelled otherwise than PyTorchJob, an apiVersion other than kubeflow.org/v1, "
         "metadata the apiserver cannot decode, a field the PyTorchJob CRD does not declare, "
-        "generateName without a name, no PyTorchJob at all, or a --policy file without a "
+        "generateName without a name, a namespace other than -n's, no PyTorchJob at all, or a "
+        "--policy file without a "
         "policy; a usage error, such as -n naming no possible namespace)"
     )
 
 
 def namespace_argument(value: str) -> str:
-    """``-n``'s value, if a namespace can be so named (``manifests`` rule 9); else a usage error."""
+    """``-n``'s value, if a namespace can be so named (``manifests`` rule 9); else a usage error.
+
+    An empty ``-n`` is kept: to kubectl it is no namespace given (``default_namespace``).
+    """
+    if not value:
+        return value
     problem = namespace_name_problem(value)
     if problem is not None:
         raise argparse.ArgumentTypeError(problem)
@@ -140,10 +151,11 @@ def run(args: argparse.Namespace) -> int:
         if not documents:
             raise InputError(nothing_to_check(skipped))
         require_names(documents)
+        require_flag_namespace(documents, args.namespace)
     except InputError as exc:
         print(f"torchgate check: {exc}", file=sys.stderr)
         return 2
-    results = check_documents(documents, policies, args.namespace, quotas=quotas)
+    results = check_documents(documents, policies, default_namespace(args), quotas=quotas)
     if args.output == "json":
         json.dump({"results": [r.as_dict() for r in results]}, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
@@ -225,6 +237,22 @@ def require_names(documents: Sequence[Manifest]) -> None:
         problem = generate_name_problem(document)
         if problem is not None:
             raise InputError(problem)
+
+
+def require_flag_namespace(documents: Sequence[Manifest], flag_namespace: str | None) -> None:
+    """No job names another namespace than a ``-n`` given (``manifests`` rule 12)."""
+    for document in documents:
+        problem = flag_namespace_problem(document, flag_namespace or "")
+        if problem is not None:
+            raise InputError(problem)
+
+
+def default_namespace(args: argparse.Namespace) -> str:
+    """The namespace of jobs that name none: ``-n``'s, else (none, or empty) ``default``.
+
+    kubectl takes the context's namespace then; check knows no context.
+    """
+    return str(args.namespace or "default")
 
 
 def _kind_of(obj: object) -> str:
@@ -353,7 +381,7 @@ def check_document(
     ``kubectl apply`` makes of it: nothing sent when the manifest is the one applied and the
     patch is empty (``applying`` rule 2).
     """
-    namespace = str(_metadata(document.object).get("namespace") or default_namespace)
+    namespace = namespace_of(document.object, default_namespace)
     policy = select_policy(policies, namespace)
     team = resolve_team(quotas, namespace)
     if earlier is None:

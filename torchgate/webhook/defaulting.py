@@ -30,12 +30,15 @@ On UPDATE (``_JobDefaulter.run_update``), three rules, none of which changes pod
    original manifest) are restored (``_restore_run_policy``).
 2. A replica's pod template the update left equal to the stored one is untouched; one it changed
    is defaulted as on CREATE, by the same defaulter under the same policy
-   (``_default_changed_templates``). ``kubectl apply`` sends a JSON merge patch, which replaces a
+   (``_default_changed_replicas``). ``kubectl apply`` sends a JSON merge patch, which replaces a
    list whole (``pytorchjob.applying``): applying the same manifest again replaces ``containers``
    with the manifest's, without the port, the ``/dev/shm`` mount and ``IPC_LOCK`` the webhook
    added. Defaulted again they are the stored template exactly, so the job does not change; a
    template the user edited gets the defaults it needs now; what the user removed stays removed
-   unless it is a default (then it comes back, as on CREATE).
+   unless it is a default (then it comes back, as on CREATE). So with a replica spec the update
+   changed or added: a ``replicas`` or ``restartPolicy`` it lacks is defaulted as on CREATE
+   (``_default_changed_replicas``; the controller reads a missing one the same way, so nothing
+   running changes, and the stored job says what it runs by, as a created one does).
 3. A ``minAvailable`` the update left at the stored job's default gang size follows the new job's
    default gang size (``_follow_gang_size``): that value means "the whole gang", and the merge
    patch keeps it when the manifest changes the replica counts. Left behind, a larger gang would
@@ -415,23 +418,25 @@ class _JobDefaulter:
         self.specs = specs  # an update's keys are not renamed: validation reports strays
         old_spec = old.get("spec")
         old_spec = old_spec if isinstance(old_spec, _OBJECT) else {}
-        self._default_changed_templates(specs, old_spec)
+        self._default_changed_replicas(specs, old_spec)
         self._follow_gang_size(old_spec)
 
-    def _default_changed_templates(
+    def _default_changed_replicas(
         self, specs: Mapping[str, Any], old_spec: Mapping[str, Any]
     ) -> None:
-        """Default as on CREATE each replica's template that differs from the stored one."""
+        """Default as on CREATE each replica spec, and template, that differs from the stored."""
         old_specs = old_spec.get("pytorchReplicaSpecs")
         old_specs = old_specs if isinstance(old_specs, _OBJECT) else {}
         for replica_type in names.REPLICA_TYPES:
             replica = specs.get(replica_type)
-            if not isinstance(replica, _OBJECT):
-                continue
             old_replica = old_specs.get(replica_type)
+            if not isinstance(replica, _OBJECT) or replica == old_replica:
+                continue
+            at = ("spec", "pytorchReplicaSpecs", replica_type)
+            self._default_replica_fields(at, replica)
             old_template = old_replica.get("template") if isinstance(old_replica, _OBJECT) else None
             if replica.get("template") != old_template:
-                self._default_template(("spec", "pytorchReplicaSpecs", replica_type), replica)
+                self._default_template(at, replica)
 
     def _follow_gang_size(self, old_spec: Mapping[str, Any]) -> None:
         """A ``minAvailable`` left at the stored default gang size follows the new one."""
@@ -481,13 +486,17 @@ class _JobDefaulter:
     # default of the replica writes (``_pin_hosts`` is given the node selector as
     # ``_default_placement`` leaves it).
     def _default_replica(self, at: tuple[Token, ...], replica: Mapping[str, Any]) -> None:
+        self._default_replica_fields(at, replica)
+        self._default_template(at, replica)
+
+    def _default_replica_fields(self, at: tuple[Token, ...], replica: Mapping[str, Any]) -> None:
+        """The replica spec's own defaults at ``at``: ``replicas`` and ``restartPolicy``."""
         if "replicas" not in replica:
             self.patch.set(at, "replicas", 1)
             self.warnings.append(_warning((*at, "replicas"), "defaulted to 1"))
         if "restartPolicy" not in replica:
             self.patch.set(at, "restartPolicy", names.DEFAULT_RESTART_POLICY)
             self.warnings.append(_warning((*at, "restartPolicy"), _RESTART_POLICY_DEFAULTED))
-        self._default_template(at, replica)
 
     def _default_template(self, at: tuple[Token, ...], replica: Mapping[str, Any]) -> None:
         """The defaults of the pod template of the replica spec at ``at``."""

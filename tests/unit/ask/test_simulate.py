@@ -10,7 +10,7 @@ import pytest
 
 from torchgate.ask.channel import Unanswered
 from torchgate.ask.simulate import Simulation, read_jobs, render, simulate
-from torchgate.cli import main
+from torchgate.cli import build_parser, main
 from torchgate.kube.errors import AlreadyExists, Invalid
 from torchgate.pytorchjob.outlook import Forecast, Gang, Place
 
@@ -261,3 +261,44 @@ def test_a_pytorchjob_of_another_operators_group_is_not_simulated(tmp_path: Path
     )
 
     assert [job["metadata"]["name"] for job in read_jobs(str(path))] == ["a"]
+
+
+@pytest.mark.parametrize(
+    "namespace", ["Bad_NS", "team.a", "team-", "n" * 64], ids=["upper", "dot", "dash", "long"]
+)
+@pytest.mark.parametrize("flag", ["-n", "--namespace"])
+def test_a_namespace_flag_naming_no_possible_namespace_is_a_usage_error_naming_the_flag(
+    capsys: pytest.CaptureFixture[str], flag: str, namespace: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:  # before any cluster is asked
+        main(["simulate", flag, namespace, "-f", "job.yaml"])
+
+    assert exit_info.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("usage: torchgate simulate ")
+    assert err.splitlines()[-1].startswith(
+        f"torchgate simulate: error: argument -n/--namespace: {namespace!r} is not a namespace "
+        "name: a lowercase RFC 1123 label"
+    )
+
+
+def test_an_empty_namespace_flag_is_the_contexts_namespace_as_kubectl_reads_it() -> None:
+    args = build_parser("simulate").parse_args(["simulate", "-n", "", "-f", "job.yaml"])
+
+    assert not args.namespace  # _simulate_all asks the kubeconfig's context, as kubectl does
+
+
+def test_a_job_in_another_namespace_than_the_flag_is_bad_input_as_kubectl_create_says(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(f"{V1}kind: PyTorchJob\nmetadata: {{name: a, namespace: team-b}}\n")
+
+    assert main(["simulate", "-n", "team-a", "-f", str(path)]) == 2  # before any cluster is asked
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        f"torchgate simulate: {path}[0].metadata.namespace (line 3): the namespace from the "
+        'provided object "team-b" does not match the namespace "team-a". You must pass '
+        "'--namespace=team-b' to perform this operation."
+    )

@@ -1165,7 +1165,7 @@ def outcomes(results: list[dict[str, Any]]) -> list[tuple[str, str | None, bool,
         ),
         (
             [seed_003_as(), seed_003_as(namespace="team-a"), seed_003_as(name="other")],
-            "default",
+            "",  # -n default would refuse team-a's job, as kubectl apply -n default does
             [("CREATE", None, True, []), ("CREATE", None, True, []), ("CREATE", None, True, [])],
         ),
     ],
@@ -1275,3 +1275,49 @@ def test_the_text_report_says_which_document_an_update_patches(
         f"{path}[1] PyTorchJob torchrun-cpu: allowed (an UPDATE: kubectl apply patches the job as "
         f"{path}[0] left it)"
     )
+
+
+def test_an_empty_namespace_flag_is_the_default_namespace_as_kubectl_reads_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(yaml.safe_dump(policy("tight", namespaces=["default"], maxGPUsPerJob=1)))
+    job = seed_000_with_image(tmp_path)
+
+    code, out, _ = run(capsys, "-o", "json", "--policy", str(policy_file), "-n", "", str(job))
+
+    assert code == 1
+    assert [e["field"] for e in json.loads(out)["results"][0]["errors"]] == [
+        "spec.pytorchReplicaSpecs"
+    ]
+
+
+@pytest.mark.parametrize("flag", ["-n", "--namespace"])
+def test_a_job_naming_another_namespace_than_the_flag_is_bad_input_in_kubectls_words(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flag: str
+) -> None:
+    path = tmp_path / "jobs.yaml"
+    path.write_text(f"{seed_003_as(name='a')}---\n{seed_003_as(name='b', namespace='team-b')}")
+
+    code, out, err = run(capsys, flag, "team-a", str(path))
+
+    assert (code, out) == (2, "")
+    (line,) = err.splitlines()
+    assert line == (
+        f"torchgate check: {path}[1].metadata.namespace (line 34): the namespace from the provided "
+        'object "team-b" does not match the namespace "team-a". You must pass '
+        "'--namespace=team-b' to perform this operation."
+    )
+
+
+@pytest.mark.parametrize("namespace", ["team-b", ""], ids=["the-same", "empty"])
+def test_a_flag_that_does_not_contradict_a_jobs_namespace_lets_it_be_judged_there(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, namespace: str
+) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(seed_003_as(namespace="team-b"))
+
+    code, out, _ = run(capsys, "-o", "json", "-n", namespace, str(path))
+
+    assert code == 0
+    assert json.loads(out)["results"][0]["namespace"] == "team-b"

@@ -262,3 +262,33 @@ def test_a_gang_size_the_update_sets_is_the_users() -> None:
     result = updated(applied_again(manifest, stored, changed), stored)
 
     assert at(result.object, "spec", "runPolicy", "schedulingPolicy", "minAvailable") == 3
+
+
+def without_replica_defaults(manifest: dict[str, Any]) -> dict[str, Any]:
+    """``manifest`` with neither ``replicas`` nor ``restartPolicy`` written on any replica."""
+    for replica in manifest["spec"]["pytorchReplicaSpecs"].values():
+        replica.pop("replicas", None)
+        replica.pop("restartPolicy", None)
+    return manifest
+
+
+def test_a_replica_the_update_adds_gets_the_replica_defaults_as_on_create() -> None:
+    first = without_replica_defaults(job().master().build())
+    stored = created(first, DEFAULT_POLICY)
+    manifest = without_replica_defaults(job().master().workers(1).build())
+
+    result = updated(applied_again(first, stored, manifest), stored)
+
+    assert result.errors == []
+    assert at(result.object, *WORKER) == at(created(manifest, DEFAULT_POLICY), *WORKER)
+
+
+def test_kubectl_replace_with_a_manifest_without_replica_defaults_gives_back_the_stored_specs() -> (
+    None
+):
+    manifest = without_replica_defaults(job().master().workers(2).build())
+    stored = created(manifest, DEFAULT_POLICY)
+
+    result = updated(copy.deepcopy(manifest), stored)
+
+    assert result.object["spec"]["pytorchReplicaSpecs"] == stored["spec"]["pytorchReplicaSpecs"]
