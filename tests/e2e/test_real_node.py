@@ -163,10 +163,16 @@ def test_seed_003_runs_verbatim_and_both_ranks_print_the_all_reduce(
 
     real.wait_job(namespace, "torchrun-cpu", "Succeeded")
 
-    pods = {p["metadata"]["name"]: p for p in job_pods(real, namespace, "torchrun-cpu")}
+    # The job succeeds with its Master; its Worker, finishing too, is kept for the finish grace
+    # and reports Succeeded a moment later (once, in CI, it was still Running when listed).
+    def all_succeeded() -> dict[str, dict[str, Any]] | None:
+        pods = {p["metadata"]["name"]: p for p in job_pods(real, namespace, "torchrun-cpu")}
+        ended = all(pod["status"]["phase"] == "Succeeded" for pod in pods.values())
+        return pods if ended else None
+
+    pods = real.wait_for(all_succeeded, timeout=30, what="both pods Succeeded")
     assert set(pods) == {"torchrun-cpu-master-0", "torchrun-cpu-worker-0"}
     for name, pod in pods.items():
-        assert pod["status"]["phase"] == "Succeeded", name
         assert pod["spec"]["nodeName"] == real.node
         assert "result tensor([2])" in real.logs(namespace, name)
 
