@@ -38,13 +38,12 @@ from torchgate.ask.channel import (
 )
 from torchgate.kube.client import ConfigError, KubeClient, current_namespace
 from torchgate.kube.errors import AlreadyExists, ApiError, Invalid
-from torchgate.kube.manifestfiles import read_manifest_path
+from torchgate.kube.manifestfiles import namespace_flag, read_manifest_path
 from torchgate.kube.resources import PYTORCHJOBS
 from torchgate.pytorchjob.manifests import (
     ManifestError,
     flag_namespace_problem,
     is_pytorchjob,
-    namespace_name_problem,
     namespace_of,
 )
 from torchgate.pytorchjob.outlook import (
@@ -105,7 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-n",
         "--namespace",
-        type=namespace_argument,
+        type=namespace_flag,
         help="for jobs that name none (default: context's)",
     )
     parser.add_argument("-o", "--output", choices=["text", "json"], default="text")
@@ -115,17 +114,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "apiVersion other than kubeflow.org/v1, metadata the apiserver cannot decode, a namespace "
         "other than -n's, no PyTorchJob) or the cluster cannot be reached"
     )
-
-
-def namespace_argument(value: str) -> str:
-    """``-n``'s value, if a namespace can be so named (``manifests`` rule 9); else a usage error.
-
-    An empty ``-n`` is kept: the context's namespace, as kubectl reads it (``_simulate_all``).
-    """
-    problem = namespace_name_problem(value) if value else None
-    if problem is not None:
-        raise argparse.ArgumentTypeError(problem)
-    return value
 
 
 def run(args: argparse.Namespace) -> int:

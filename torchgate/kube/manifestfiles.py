@@ -18,10 +18,14 @@ Rules:
    equal to it), read through :mod:`importlib.resources` once per process (``crd_version``), so
    an installed wheel reads the same schema as a checkout. It is read here, in the shell, so
    that ``pytorchjob.crdschema`` stays pure.
+5. ``-n``'s value must be a name a namespace can have (``manifests`` rule 9), else it is a usage
+   error naming the flag (``namespace_flag``); an empty one is kept: to kubectl it is no
+   namespace given (each command says which namespace that means).
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import importlib.resources
 import sys
@@ -35,6 +39,7 @@ from torchgate.pytorchjob.manifests import (
     Manifest,
     ManifestError,
     directory_manifests,
+    namespace_name_problem,
     read_manifests,
 )
 
@@ -82,3 +87,11 @@ def _read_text(file: Path) -> str:
         raise ManifestError(f"{file}: cannot read: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise ManifestError(f"{file}: not UTF-8 text") from None
+
+
+def namespace_flag(value: str) -> str:
+    """``-n``'s value, if a namespace can be so named (rule 5); else a usage error."""
+    problem = namespace_name_problem(value) if value else None
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return value

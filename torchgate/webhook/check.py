@@ -54,7 +54,7 @@ from typing import Any, TextIO, TypeVar
 
 import yaml
 
-from torchgate.kube.manifestfiles import crd_version, read_manifest_path
+from torchgate.kube.manifestfiles import crd_version, namespace_flag, read_manifest_path
 from torchgate.pytorchjob import crdschema, names
 from torchgate.pytorchjob.applying import merge_patch, three_way_patch
 from torchgate.pytorchjob.fieldpath import FieldError, render_warnings
@@ -65,7 +65,6 @@ from torchgate.pytorchjob.manifests import (
     flag_namespace_problem,
     generate_name_problem,
     is_pytorchjob,
-    namespace_name_problem,
     namespace_of,
 )
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
@@ -103,7 +102,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-n",
         "--namespace",
-        type=namespace_argument,
+        type=namespace_flag,
         help=(
             "namespace for jobs that do not name one (selects the policy; default 'default'); "
             "a job naming another is bad input, as kubectl apply -n refuses it"
@@ -125,19 +124,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--policy file without a "
         "policy; a usage error, such as -n naming no possible namespace)"
     )
-
-
-def namespace_argument(value: str) -> str:
-    """``-n``'s value, if a namespace can be so named (``manifests`` rule 9); else a usage error.
-
-    An empty ``-n`` is kept: to kubectl it is no namespace given (``default_namespace``).
-    """
-    if not value:
-        return value
-    problem = namespace_name_problem(value)
-    if problem is not None:
-        raise argparse.ArgumentTypeError(problem)
-    return value
 
 
 def run(args: argparse.Namespace) -> int:
