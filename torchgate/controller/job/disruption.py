@@ -59,6 +59,17 @@ A member that finished, or whose training container ended by itself before it wa
 exit code first, an eviction after), is not disrupted: its end is the program's, which the
 failure rules of ``gang`` judge. ``find`` returns the gang's most severe disruption (rule order),
 with its node and the members it hit, so one lost node is one cause however many ranks it held.
+
+One rule then says which other nodes took part:
+
+7. ``other_node_faults``: every other node that took members of the gang in the same look through
+   a node fault (``NODE_FAULTS``) is named in the disruption, each with its own most severe cause,
+   and charged a fault like the first (``Disruption.other_nodes``). A rack that loses power or
+   a switch loses several nodes at once; naming only one would hide the others from the admin
+   and from quarantine. A stuck image pull charges no other node (rule 6: a job adds at most one
+   image-pull fault to one node). A node whose rule does not apply yet (lost only later) is not
+   charged by this restart.
+
 ``until_lost`` says when a node counts as lost, for the force deletion of its pods.
 """
 
@@ -170,11 +181,20 @@ def node_health(raw: Mapping[str, Any]) -> NodeHealth:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeFault:
+    """A node that took members of a gang, and how (a cause of ``NODE_FAULTS``)."""
+
+    node: str
+    cause: Cause
+
+
+@dataclass(frozen=True, slots=True)
 class Disruption:
     """What took a gang's members: the cause, the node, the members, in words.
 
-    ``detail`` completes "the gang restarts because ...", naming the node and the cause;
-    ``image_pull`` marks a stuck member waiting to pull an image (rule 6 judges whose fault).
+    ``detail`` completes "the gang restarts because ...", naming the node and the cause (and
+    those of ``other_nodes``); ``image_pull`` marks a stuck member waiting to pull an image (rule
+    6 judges whose fault); ``other_nodes`` are the other nodes that took members (rule 7).
     """
 
     cause: Cause
@@ -182,6 +202,7 @@ class Disruption:
     pods: tuple[str, ...]
     detail: str
     image_pull: bool = False
+    other_nodes: tuple[NodeFault, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,14 +477,48 @@ def find(
     if not hits:
         waits = [f.recheck_after for f in findings if f.recheck_after is not None]
         return Finding(recheck_after=min(waits) if waits else None)
-    worst = min(hits, key=lambda d: SEVERITY.index(d.cause))
+    worst = _on_one_node(hits, min(hits, key=_severity))
+    others = other_node_faults(hits, first=worst)
+    detail = " and ".join((worst.detail, *(o.detail for o in others)))
+    return Finding(
+        replace(
+            worst,
+            detail=detail,
+            other_nodes=tuple(NodeFault(o.node, o.cause) for o in others if o.node is not None),
+        )
+    )
+
+
+def _severity(disruption: Disruption) -> int:
+    return SEVERITY.index(disruption.cause)
+
+
+def _on_one_node(hits: Sequence[Disruption], worst: Disruption) -> Disruption:
+    """``worst`` with every member its cause hit on its node (named when the node took them)."""
     same = [d for d in hits if (d.cause, d.node) == (worst.cause, worst.node)]
     members = tuple(sorted({pod for d in same for pod in d.pods}))
     detail = worst.detail
     if worst.cause in (NODE_LOST, NODE_TAINTED):
         detail += f" ({_members(members)})"
     image_pull = any(d.image_pull for d in same)
-    return Finding(Disruption(worst.cause, worst.node, members, detail, image_pull=image_pull))
+    return Disruption(worst.cause, worst.node, members, detail, image_pull=image_pull)
+
+
+def other_node_faults(hits: Sequence[Disruption], *, first: Disruption) -> list[Disruption]:
+    """Rule 7: each other node's most severe node fault among ``hits``, by node name.
+
+    A stuck image pull charges no other node (rule 6).
+    """
+    by_node: dict[str, Disruption] = {}
+    for hit in sorted(hits, key=_severity):
+        if (
+            hit.node is not None
+            and hit.node != first.node
+            and hit.cause in NODE_FAULTS
+            and not hit.image_pull
+        ):
+            by_node.setdefault(hit.node, hit)
+    return [_on_one_node(hits, by_node[node]) for node in sorted(by_node)]
 
 
 def blame_image_pull(disruption: Disruption, *, stuck_before_on: str | None) -> Disruption:

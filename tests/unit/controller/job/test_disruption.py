@@ -300,6 +300,45 @@ def test_the_most_severe_cause_wins_and_names_every_member_it_hit() -> None:
     )
 
 
+def test_every_node_a_node_fault_took_members_from_is_named_and_charged() -> None:
+    """A rack that loses power loses several of the gang's nodes in the same look."""
+    members = [
+        member("demo-master-0", node_name="a100-0"),
+        member("demo-worker-0", node_name="a100-1"),
+        member("demo-worker-1", node_name="a100-2"),
+        member("demo-worker-2", node_name="a100-3", disrupted_at=-2),
+        member("demo-worker-3", node_name="a100-4", deleted_at=-1),
+    ]
+    nodes = {
+        "a100-0": not_ready(since=-40, name="a100-0"),
+        "a100-1": not_ready(since=-35, name="a100-1"),
+        "a100-2": not_ready(since=-5, name="a100-2"),
+    }
+    found = dis.find(members, nodes=nodes, now=NOW, lost_after=LOST_AFTER)
+    assert found.disruption is not None
+    assert (found.disruption.cause, found.disruption.node) == ("NodeLost", "a100-0")
+    assert found.disruption.pods == ("demo-master-0",)
+    assert found.disruption.other_nodes == (
+        dis.NodeFault("a100-1", "NodeLost"),
+        dis.NodeFault("a100-3", "PodDisrupted"),
+    )
+    assert found.disruption.detail == (
+        "node a100-0 is lost (Ready Unknown for 40s) (pod demo-master-0) and node a100-1 is lost "
+        "(Ready Unknown for 35s) (pod demo-worker-0) and pod demo-worker-2 on a100-3 was "
+        "disrupted (EvictionByEvictionAPI: Eviction API: evicting)"
+    )
+
+
+def test_a_first_stuck_image_pull_charges_one_node_however_many_it_held() -> None:
+    elsewhere = waiting("ImagePullBackOff", node_name="a100-2")
+    elsewhere["metadata"]["name"] = "demo-master-0"
+    pulling = [waiting("ImagePullBackOff"), elsewhere]
+    found = dis.find(pulling, nodes={}, now=NOW, lost_after=LOST_AFTER, stuck_after=STUCK_AFTER)
+    assert found.disruption is not None
+    assert found.disruption.cause == "PodStuck"
+    assert found.disruption.other_nodes == ()
+
+
 def test_a_member_that_went_away_is_judged_by_where_it_was() -> None:
     last_seen = member("demo-worker-1", deleted_at=-1)
     found = dis.find(

@@ -133,6 +133,27 @@ async def test_a_deleted_node_force_deletes_its_pods_after_moving_the_job_to_a_n
     assert "a100-1 was deleted" in restarting[0]["message"]
 
 
+async def test_two_nodes_lost_at_once_are_both_named_and_both_charged_a_fault() -> None:
+    rig = Rig()
+    rig.nodes.forget("", "a100-0")
+    rig.nodes.forget("", "a100-1")
+
+    await rig.reconciler.reconcile(KEY)
+
+    assert rig.api.deletes() == {
+        MASTER: {"gracePeriodSeconds": "0"},
+        W0: {"gracePeriodSeconds": "0"},
+    }
+    assert rig.restarts("NodeLost") == 1
+    restarting = [c for c in rig.api.job["status"]["conditions"] if c["type"] == "Restarting"]
+    assert "a100-0 was deleted" in restarting[0]["message"]
+    assert "a100-1 was deleted" in restarting[0]["message"]
+    assert sorted(rig.faults, key=lambda recorded: recorded[0].node) == [
+        (Fault("a100-0", "NodeLost", NOW, KEY), QuarantineSettings()),
+        (Fault("a100-1", "NodeLost", NOW, KEY), QuarantineSettings()),
+    ]
+
+
 async def test_a_node_not_ready_is_looked_at_again_when_it_would_count_as_lost() -> None:
     rig = Rig()
     sick = node("a100-1")
