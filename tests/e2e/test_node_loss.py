@@ -358,6 +358,42 @@ def test_a_node_that_fails_every_sandbox_is_quarantined_and_clearing_returns_it_
         cluster.kubectl("delete", "placementpolicy", name, "--ignore-not-found")
 
 
+def test_draining_a_node_for_maintenance_moves_its_gangs_and_does_not_quarantine_it(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    """``kubectl drain`` of a node holding three gangs, as many as the default quarantine counts.
+
+    Each gang restarts elsewhere on its eviction; none of the evictions is the node's fault.
+    """
+    namespace = cluster.new_namespace("drain")
+    pool = f"drain-{namespace[-6:]}"
+    (busy,) = cluster.add_gpu_nodes(1, pool, labels={"pool": pool})
+    jobs = [f"small-{index}" for index in range(3)]
+    for name in jobs:
+        small = job(name, namespace).master(gpus=2, pod_spec={"nodeSelector": {"pool": pool}})
+        create_job(cluster, small.build())
+    for name in jobs:
+        assert cluster.wait_for(lambda name=name: running_on(cluster, namespace, name)) == busy
+    (spare,) = cluster.add_gpu_nodes(1, f"{pool}-spare", labels={"pool": pool})
+
+    drained = cluster.kubectl("drain", busy, "--ignore-daemonsets", "--timeout=60s", timeout=90)
+    assert drained.returncode == 0
+    for name in jobs:
+        placed = cluster.wait_for(
+            lambda name=name: running_on(cluster, namespace, name), what=f"{name} again"
+        )
+        assert placed == spare
+        events = events_once(cluster, namespace, name, "PodDisrupted")
+        disrupted = [e["message"] for e in events if e["reason"] == "PodDisrupted"]
+        assert busy in disrupted[0]
+    cluster.kubectl("uncordon", busy)
+    time.sleep(2)  # the controller has heard of every restart: still no quarantine
+    assert quarantine_taint(cluster, busy) is None
+    assert (
+        metric(controller, 'torchgate_controller_node_quarantines_total{cause="PodDisrupted"}') == 0
+    )
+
+
 def test_two_nodes_of_a_gang_lost_at_once_are_both_named_and_both_quarantined(
     cluster: Cluster, controller: ControllerProcess
 ) -> None:

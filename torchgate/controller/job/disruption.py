@@ -21,7 +21,12 @@ away, is judged by these rules in order; the first that applies is its disruptio
 3. ``pod_disrupted``: the member carries Kubernetes' ``DisruptionTarget`` condition (an eviction
    through the Eviction API, kube-scheduler's preemption, the taint-eviction controller, pod
    garbage collection, the kubelet's node-pressure eviction or shutdown) or was evicted by the
-   kubelet, no later than its training container ended by itself.
+   kubelet, no later than its training container ended by itself. An eviction someone asked for
+   (``EvictionByEvictionAPI``: ``kubectl drain``, a descheduler, the cluster autoscaler) and
+   kube-scheduler's preemption (``PreemptionByScheduler``) are no fault of the node
+   (``Disruption.blames_node`` False): the gang restarts the same, but a drain for maintenance
+   must not quarantine the node it empties, which it would as soon as the node held
+   ``quarantine.faults`` gangs.
 4. ``pod_deleted``: the member was deleted, or went away, no later than its training container
    ended by itself. torchgate deletes members of the current attempt only while moving the job to
    a new attempt (or ending or suspending it), so a deleted member was deleted by someone else.
@@ -51,7 +56,8 @@ One rule then judges whose fault a stuck image pull is, once per gang restart:
 
 ``NODE_FAULTS`` are the causes that count against the node they happened on for quarantine
 (``controller.quarantine``): a lost node, a health taint, an eviction by Kubernetes, a stuck pod.
-A deletion by someone is not the node's fault, nor is ``ImagePullFailed`` (rule 6).
+A deletion by someone is not the node's fault, nor is ``ImagePullFailed`` (rule 6), nor an
+eviction someone asked for (rule 3).
 ``COUNTED`` are the causes that spend ``backoffLimit``: the program's own failure, a hang, an
 image the job's pods could not pull a second time.
 
@@ -114,6 +120,8 @@ DEFAULT_STUCK_AFTER_SECONDS: Final = 600.0
 IMAGE_PULL_REASONS: Final = frozenset({"ErrImagePull", "ImagePullBackOff"})
 STUCK_REASONS: Final = frozenset({"ContainerCreating"}) | IMAGE_PULL_REASONS
 DISRUPTION_TARGET: Final = "DisruptionTarget"
+# DisruptionTarget reasons of a disruption someone decided on, no fault of the node (rule 3).
+ASKED_FOR: Final = frozenset({"EvictionByEvictionAPI", "PreemptionByScheduler"})
 _FINISHED: Final = frozenset({"Succeeded", "Failed"})
 
 
@@ -194,7 +202,8 @@ class Disruption:
 
     ``detail`` completes "the gang restarts because ...", naming the node and the cause (and
     those of ``other_nodes``); ``image_pull`` marks a stuck member waiting to pull an image (rule
-    6 judges whose fault); ``other_nodes`` are the other nodes that took members (rule 7).
+    6 judges whose fault); ``other_nodes`` are the other nodes that took members (rule 7);
+    ``blames_node`` is False for an eviction someone asked for (rule 3): no fault of the node.
     """
 
     cause: Cause
@@ -203,6 +212,7 @@ class Disruption:
     detail: str
     image_pull: bool = False
     other_nodes: tuple[NodeFault, ...] = ()
+    blames_node: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,9 +353,14 @@ def pod_disrupted(pod: Mapping[str, Any], node: str | None) -> Finding:
     if condition is not None:
         if _ended_before(pod, st.parse_time(condition.get("lastTransitionTime"))):
             return NONE
-        said = (as_text(condition.get("reason")), as_text(condition.get("message")))
-        why = ": ".join(part for part in said if part)
-        return _found(POD_DISRUPTED, node, pod, _where(pod, node, f"was disrupted ({why})"))
+        reason = as_text(condition.get("reason"))
+        why = ": ".join(part for part in (reason, as_text(condition.get("message"))) if part)
+        detail = _where(pod, node, f"was disrupted ({why})")
+        return Finding(
+            Disruption(
+                POD_DISRUPTED, node, (pod_name(pod),), detail, blames_node=reason not in ASKED_FOR
+            )
+        )
     if as_text(as_mapping(pod.get("status")).get("reason")) == "Evicted":
         return _found(POD_DISRUPTED, node, pod, _where(pod, node, "was evicted by its kubelet"))
     return NONE
@@ -501,13 +516,17 @@ def _on_one_node(hits: Sequence[Disruption], worst: Disruption) -> Disruption:
     if worst.cause in (NODE_LOST, NODE_TAINTED):
         detail += f" ({_members(members)})"
     image_pull = any(d.image_pull for d in same)
-    return Disruption(worst.cause, worst.node, members, detail, image_pull=image_pull)
+    blames_node = any(d.blames_node for d in same)
+    return Disruption(
+        worst.cause, worst.node, members, detail, image_pull=image_pull, blames_node=blames_node
+    )
 
 
 def other_node_faults(hits: Sequence[Disruption], *, first: Disruption) -> list[Disruption]:
     """Rule 7: each other node's most severe node fault among ``hits``, by node name.
 
-    A stuck image pull charges no other node (rule 6).
+    A stuck image pull charges no other node (rule 6), nor does an eviction someone asked for
+    (rule 3).
     """
     by_node: dict[str, Disruption] = {}
     for hit in sorted(hits, key=_severity):
@@ -515,6 +534,7 @@ def other_node_faults(hits: Sequence[Disruption], *, first: Disruption) -> list[
             hit.node is not None
             and hit.node != first.node
             and hit.cause in NODE_FAULTS
+            and hit.blames_node
             and not hit.image_pull
         ):
             by_node.setdefault(hit.node, hit)

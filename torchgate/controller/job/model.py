@@ -108,17 +108,20 @@ class Restart:
     Only ``ContainerFailed``, ``Hang`` and ``ImagePullFailed`` count against ``backoffLimit``
     (``disruption.COUNTED``); the node is known for the disruptions that happen on one
     (``job.disruption``), and so are the other nodes that took members with it
-    (``other_nodes``, ``disruption`` rule 7).
+    (``other_nodes``, ``disruption`` rule 7); ``blames_node`` is False when the node is not at
+    fault (an eviction someone asked for, ``disruption`` rule 3).
     """
 
     cause: Cause
     node: str | None = None
     counted: bool = False
     other_nodes: tuple[NodeFault, ...] = ()
+    blames_node: bool = True
 
     def node_faults(self) -> tuple[NodeFault, ...]:
         """The nodes this restart charges a fault for quarantine, each once."""
-        first = (NodeFault(self.node, self.cause),) if self.node is not None else ()
+        blamed = self.node is not None and self.blames_node
+        first = (NodeFault(self.node, self.cause),) if blamed and self.node is not None else ()
         return tuple(f for f in (*first, *self.other_nodes) if f.cause in NODE_FAULTS)
 
 

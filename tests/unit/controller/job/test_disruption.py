@@ -272,6 +272,41 @@ def test_a_member_taken_before_it_ended_by_itself_is_disrupted(
     assert (found.disruption.cause if found.disruption else None) == cause
 
 
+@pytest.mark.parametrize(
+    ("evicted", "blames_node"),
+    [
+        pytest.param(member(disrupted_at=-5), False, id="eviction-api-drain"),
+        pytest.param(
+            disruption_target(member(), at=at(-5), reason="PreemptionByScheduler"),
+            False,
+            id="kube-scheduler-preemption",
+        ),
+        pytest.param(
+            disruption_target(member(), at=at(-5), reason="TerminationByKubelet"),
+            True,
+            id="kubelet-shutdown-or-pressure",
+        ),
+        pytest.param(
+            disruption_target(member(), at=at(-5), reason="DeletionByTaintManager"),
+            True,
+            id="taint-eviction",
+        ),
+        pytest.param(
+            disruption_target(member(), at=at(-5), reason="DeletionByPodGC"),
+            True,
+            id="pod-garbage-collection",
+        ),
+        pytest.param(member(phase="Failed", reason="Evicted"), True, id="kubelet-evicted"),
+    ],
+)
+def test_an_eviction_someone_asked_for_is_no_fault_of_the_node(
+    evicted: dict[str, Any], blames_node: bool
+) -> None:
+    found = dis.find([evicted], nodes={}, now=NOW, lost_after=LOST_AFTER)
+    assert found.disruption is not None
+    assert (found.disruption.cause, found.disruption.blames_node) == ("PodDisrupted", blames_node)
+
+
 def test_the_disruption_target_reason_is_quoted() -> None:
     found = one(member(disrupted_at=-5))
     assert found.disruption is not None
@@ -306,8 +341,14 @@ def test_every_node_a_node_fault_took_members_from_is_named_and_charged() -> Non
         member("demo-master-0", node_name="a100-0"),
         member("demo-worker-0", node_name="a100-1"),
         member("demo-worker-1", node_name="a100-2"),
-        member("demo-worker-2", node_name="a100-3", disrupted_at=-2),
+        disruption_target(
+            member("demo-worker-2", node_name="a100-3"),
+            at=at(-2),
+            reason="TerminationByKubelet",
+            message="Pod was terminated in response to imminent node shutdown.",
+        ),
         member("demo-worker-3", node_name="a100-4", deleted_at=-1),
+        member("demo-worker-4", node_name="a100-5", disrupted_at=-2),
     ]
     nodes = {
         "a100-0": not_ready(since=-40, name="a100-0"),
@@ -325,7 +366,8 @@ def test_every_node_a_node_fault_took_members_from_is_named_and_charged() -> Non
     assert found.disruption.detail == (
         "node a100-0 is lost (Ready Unknown for 40s) (pod demo-master-0) and node a100-1 is lost "
         "(Ready Unknown for 35s) (pod demo-worker-0) and pod demo-worker-2 on a100-3 was "
-        "disrupted (EvictionByEvictionAPI: Eviction API: evicting)"
+        "disrupted (TerminationByKubelet: Pod was terminated in response to imminent node "
+        "shutdown.)"
     )
 
 
