@@ -26,7 +26,10 @@ away, is judged by these rules in order; the first that applies is its disruptio
    kube-scheduler's preemption (``PreemptionByScheduler``) are no fault of the node
    (``Disruption.blames_node`` False): the gang restarts the same, but a drain for maintenance
    must not quarantine the node it empties, which it would as soon as the node held
-   ``quarantine.faults`` gangs.
+   ``quarantine.faults`` gangs. Nor is a deletion by the taint-eviction controller
+   (``DeletionByTaintManager``) the fault of a node that has no ``NoExecute`` taint: that
+   controller deletes by name (kubernetes/kubernetes#140639), so it may take the next attempt's
+   pod of the same name on a healthy node.
 4. ``pod_deleted``: the member was deleted, or went away, no later than its training container
    ended by itself. torchgate deletes members of the current attempt only while moving the job to
    a new attempt (or ending or suspending it), so a deleted member was deleted by someone else.
@@ -122,6 +125,8 @@ STUCK_REASONS: Final = frozenset({"ContainerCreating"}) | IMAGE_PULL_REASONS
 DISRUPTION_TARGET: Final = "DisruptionTarget"
 # DisruptionTarget reasons of a disruption someone decided on, no fault of the node (rule 3).
 ASKED_FOR: Final = frozenset({"EvictionByEvictionAPI", "PreemptionByScheduler"})
+# The taint-eviction controller's DisruptionTarget reason: the node's fault only if tainted.
+BY_TAINT: Final = "DeletionByTaintManager"
 _FINISHED: Final = frozenset({"Succeeded", "Failed"})
 
 
@@ -338,8 +343,13 @@ def _toleration_left(
     return st.seconds_left(timed.added, shortest, now=now)
 
 
-def pod_disrupted(pod: Mapping[str, Any], node: str | None) -> Finding:
-    """Rule 3: Kubernetes marked the member ``DisruptionTarget``, or the kubelet evicted it."""
+def pod_disrupted(
+    pod: Mapping[str, Any], node: str | None, health: NodeHealth | None = None
+) -> Finding:
+    """Rule 3: Kubernetes marked the member ``DisruptionTarget``, or the kubelet evicted it.
+
+    ``health`` is the member's node, when known (a taint eviction blames only a tainted node).
+    """
     if st.phase_of(pod) == "Succeeded":
         return NONE
     condition = next(
@@ -356,10 +366,12 @@ def pod_disrupted(pod: Mapping[str, Any], node: str | None) -> Finding:
         reason = as_text(condition.get("reason"))
         why = ": ".join(part for part in (reason, as_text(condition.get("message"))) if part)
         detail = _where(pod, node, f"was disrupted ({why})")
+        by_stale_taint = (
+            reason == BY_TAINT and health is not None and health.exists and not health.no_execute
+        )
+        blames_node = reason not in ASKED_FOR and not by_stale_taint
         return Finding(
-            Disruption(
-                POD_DISRUPTED, node, (pod_name(pod),), detail, blames_node=reason not in ASKED_FOR
-            )
+            Disruption(POD_DISRUPTED, node, (pod_name(pod),), detail, blames_node=blames_node)
         )
     if as_text(as_mapping(pod.get("status")).get("reason")) == "Evicted":
         return _found(POD_DISRUPTED, node, pod, _where(pod, node, "was evicted by its kubelet"))
@@ -452,7 +464,7 @@ def judge(
     if health is not None:
         judged.append(node_lost(pod, health, now=now, lost_after=lost_after))
         judged.append(node_tainted(pod, health, now=now))
-    judged.append(pod_disrupted(pod, name))
+    judged.append(pod_disrupted(pod, name, health))
     judged.append(pod_deleted(pod, name, gone=gone))
     if not gone:
         judged.append(pod_stuck(pod, name, now=now, stuck_after=stuck_after))

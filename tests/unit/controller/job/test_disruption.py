@@ -307,6 +307,27 @@ def test_an_eviction_someone_asked_for_is_no_fault_of_the_node(
     assert (found.disruption.cause, found.disruption.blames_node) == ("PodDisrupted", blames_node)
 
 
+@pytest.mark.parametrize(
+    ("health", "cause", "blames_node"),
+    [
+        pytest.param(tainted(), "NodeTainted", True, id="its-node-is-tainted"),
+        pytest.param(
+            NodeHealth("a100-1"), "PodDisrupted", False, id="a-healthy-node-its-name-moved-to"
+        ),
+        pytest.param(NodeHealth("a100-1", ready=""), "PodDisrupted", False, id="readiness-unread"),
+        pytest.param(dis.deleted_node("a100-1"), "NodeLost", True, id="node-deleted"),
+        pytest.param(None, "PodDisrupted", True, id="node-not-known"),
+    ],
+)
+def test_a_taint_eviction_blames_only_a_tainted_node(
+    health: NodeHealth | None, cause: str, blames_node: bool
+) -> None:
+    evicted = disruption_target(member(), at=at(-1), reason="DeletionByTaintManager")
+    found = one(evicted, health, gone=True)
+    assert found.disruption is not None
+    assert (found.disruption.cause, found.disruption.blames_node) == (cause, blames_node)
+
+
 def test_the_disruption_target_reason_is_quoted() -> None:
     found = one(member(disrupted_at=-5))
     assert found.disruption is not None
