@@ -358,6 +358,80 @@ def test_a_node_that_fails_every_sandbox_is_quarantined_and_clearing_returns_it_
         cluster.kubectl("delete", "placementpolicy", name, "--ignore-not-found")
 
 
+def test_draining_a_node_for_maintenance_moves_its_gangs_and_does_not_quarantine_it(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    """``kubectl drain`` of a node holding three gangs, as many as the default quarantine counts.
+
+    Each gang restarts elsewhere on its eviction; none of the evictions is the node's fault.
+    """
+    namespace = cluster.new_namespace("drain")
+    pool = f"drain-{namespace[-6:]}"
+    (busy,) = cluster.add_gpu_nodes(1, pool, labels={"pool": pool})
+    jobs = [f"small-{index}" for index in range(3)]
+    for name in jobs:
+        small = job(name, namespace).master(gpus=2, pod_spec={"nodeSelector": {"pool": pool}})
+        create_job(cluster, small.build())
+    for name in jobs:
+        assert cluster.wait_for(lambda name=name: running_on(cluster, namespace, name)) == busy
+    (spare,) = cluster.add_gpu_nodes(1, f"{pool}-spare", labels={"pool": pool})
+
+    drained = cluster.kubectl("drain", busy, "--ignore-daemonsets", "--timeout=60s", timeout=90)
+    assert drained.returncode == 0
+    for name in jobs:
+        placed = cluster.wait_for(
+            lambda name=name: running_on(cluster, namespace, name), what=f"{name} again"
+        )
+        assert placed == spare
+        events = events_once(cluster, namespace, name, "PodDisrupted")
+        disrupted = [e["message"] for e in events if e["reason"] == "PodDisrupted"]
+        assert busy in disrupted[0]
+    cluster.kubectl("uncordon", busy)
+    time.sleep(2)  # the controller has heard of every restart: still no quarantine
+    assert quarantine_taint(cluster, busy) is None
+    assert (
+        metric(controller, 'torchgate_controller_node_quarantines_total{cause="PodDisrupted"}') == 0
+    )
+
+
+def test_two_nodes_of_a_gang_lost_at_once_are_both_named_and_both_quarantined(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    """Both nodes of the gang stop heartbeating together, as in a rack that loses power.
+
+    The policy quarantines a node at its first fault, so each node charged is seen on the Node.
+    """
+    namespace = cluster.new_namespace("rack")
+    pool = f"rack-{namespace[-6:]}"
+    cluster.add_gpu_nodes(4, pool, labels={"pool": pool})
+    name = f"{pool}-quarantine"
+    settings = {"faults": 1, "windowSeconds": 600, "cooldownSeconds": 3600}
+    cluster.apply(policy(name, namespaces=[namespace], quarantine=settings))
+    lost: list[str] = []
+    try:
+        lost = sorted(p["spec"]["nodeName"] for p in gang(cluster, namespace, pool))
+        for node in lost:
+            cluster.kubectl("label", "node", node, STOPPED)
+        cluster.wait_for(
+            lambda: restarted_off(cluster, namespace, lost[0]), timeout=150, what="the gang again"
+        )
+        assert not {p["spec"]["nodeName"] for p in live_pods(cluster, namespace, "gang")} & set(
+            lost
+        )
+        events = [
+            e
+            for e in events_once(cluster, namespace, "gang", "NodeLost")
+            if e["reason"] == "NodeLost"
+        ]
+        assert all(node in events[0]["message"] for node in lost), events[0]["message"]
+        taints = [quarantine_taint(cluster, node) for node in lost]
+        assert taints == [{"key": QUARANTINE, "value": "NodeLost", "effect": "NoSchedule"}] * 2
+    finally:
+        for node in lost:
+            cluster.kubectl("label", "node", node, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
+        cluster.kubectl("delete", "placementpolicy", name, "--ignore-not-found")
+
+
 def test_a_job_whose_image_exists_nowhere_fails_on_its_backoff_limit_and_quarantines_nothing(
     cluster: Cluster, controller: ControllerProcess
 ) -> None:

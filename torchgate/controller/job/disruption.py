@@ -21,7 +21,15 @@ away, is judged by these rules in order; the first that applies is its disruptio
 3. ``pod_disrupted``: the member carries Kubernetes' ``DisruptionTarget`` condition (an eviction
    through the Eviction API, kube-scheduler's preemption, the taint-eviction controller, pod
    garbage collection, the kubelet's node-pressure eviction or shutdown) or was evicted by the
-   kubelet, no later than its training container ended by itself.
+   kubelet, no later than its training container ended by itself. An eviction someone asked for
+   (``EvictionByEvictionAPI``: ``kubectl drain``, a descheduler, the cluster autoscaler) and
+   kube-scheduler's preemption (``PreemptionByScheduler``) are no fault of the node
+   (``Disruption.blames_node`` False): the gang restarts the same, but a drain for maintenance
+   must not quarantine the node it empties, which it would as soon as the node held
+   ``quarantine.faults`` gangs. Nor is a deletion by the taint-eviction controller
+   (``DeletionByTaintManager``) the fault of a node that has no ``NoExecute`` taint: that
+   controller deletes by name (kubernetes/kubernetes#140639), so it may take the next attempt's
+   pod of the same name on a healthy node.
 4. ``pod_deleted``: the member was deleted, or went away, no later than its training container
    ended by itself. torchgate deletes members of the current attempt only while moving the job to
    a new attempt (or ending or suspending it), so a deleted member was deleted by someone else.
@@ -51,7 +59,8 @@ One rule then judges whose fault a stuck image pull is, once per gang restart:
 
 ``NODE_FAULTS`` are the causes that count against the node they happened on for quarantine
 (``controller.quarantine``): a lost node, a health taint, an eviction by Kubernetes, a stuck pod.
-A deletion by someone is not the node's fault, nor is ``ImagePullFailed`` (rule 6).
+A deletion by someone is not the node's fault, nor is ``ImagePullFailed`` (rule 6), nor an
+eviction someone asked for (rule 3).
 ``COUNTED`` are the causes that spend ``backoffLimit``: the program's own failure, a hang, an
 image the job's pods could not pull a second time.
 
@@ -59,6 +68,17 @@ A member that finished, or whose training container ended by itself before it wa
 exit code first, an eviction after), is not disrupted: its end is the program's, which the
 failure rules of ``gang`` judge. ``find`` returns the gang's most severe disruption (rule order),
 with its node and the members it hit, so one lost node is one cause however many ranks it held.
+
+One rule then says which other nodes took part:
+
+7. ``other_node_faults``: every other node that took members of the gang in the same look through
+   a node fault (``NODE_FAULTS``) is named in the disruption, each with its own most severe cause,
+   and charged a fault like the first (``Disruption.other_nodes``). A rack that loses power or
+   a switch loses several nodes at once; naming only one would hide the others from the admin
+   and from quarantine. A stuck image pull charges no other node (rule 6: a job adds at most one
+   image-pull fault to one node). A node whose rule does not apply yet (lost only later) is not
+   charged by this restart.
+
 ``until_lost`` says when a node counts as lost, for the force deletion of its pods.
 """
 
@@ -103,6 +123,10 @@ DEFAULT_STUCK_AFTER_SECONDS: Final = 600.0
 IMAGE_PULL_REASONS: Final = frozenset({"ErrImagePull", "ImagePullBackOff"})
 STUCK_REASONS: Final = frozenset({"ContainerCreating"}) | IMAGE_PULL_REASONS
 DISRUPTION_TARGET: Final = "DisruptionTarget"
+# DisruptionTarget reasons of a disruption someone decided on, no fault of the node (rule 3).
+ASKED_FOR: Final = frozenset({"EvictionByEvictionAPI", "PreemptionByScheduler"})
+# The taint-eviction controller's DisruptionTarget reason: the node's fault only if tainted.
+BY_TAINT: Final = "DeletionByTaintManager"
 _FINISHED: Final = frozenset({"Succeeded", "Failed"})
 
 
@@ -170,11 +194,21 @@ def node_health(raw: Mapping[str, Any]) -> NodeHealth:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeFault:
+    """A node that took members of a gang, and how (a cause of ``NODE_FAULTS``)."""
+
+    node: str
+    cause: Cause
+
+
+@dataclass(frozen=True, slots=True)
 class Disruption:
     """What took a gang's members: the cause, the node, the members, in words.
 
-    ``detail`` completes "the gang restarts because ...", naming the node and the cause;
-    ``image_pull`` marks a stuck member waiting to pull an image (rule 6 judges whose fault).
+    ``detail`` completes "the gang restarts because ...", naming the node and the cause (and
+    those of ``other_nodes``); ``image_pull`` marks a stuck member waiting to pull an image (rule
+    6 judges whose fault); ``other_nodes`` are the other nodes that took members (rule 7);
+    ``blames_node`` is False for an eviction someone asked for (rule 3): no fault of the node.
     """
 
     cause: Cause
@@ -182,6 +216,8 @@ class Disruption:
     pods: tuple[str, ...]
     detail: str
     image_pull: bool = False
+    other_nodes: tuple[NodeFault, ...] = ()
+    blames_node: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,8 +343,13 @@ def _toleration_left(
     return st.seconds_left(timed.added, shortest, now=now)
 
 
-def pod_disrupted(pod: Mapping[str, Any], node: str | None) -> Finding:
-    """Rule 3: Kubernetes marked the member ``DisruptionTarget``, or the kubelet evicted it."""
+def pod_disrupted(
+    pod: Mapping[str, Any], node: str | None, health: NodeHealth | None = None
+) -> Finding:
+    """Rule 3: Kubernetes marked the member ``DisruptionTarget``, or the kubelet evicted it.
+
+    ``health`` is the member's node, when known (a taint eviction blames only a tainted node).
+    """
     if st.phase_of(pod) == "Succeeded":
         return NONE
     condition = next(
@@ -322,9 +363,16 @@ def pod_disrupted(pod: Mapping[str, Any], node: str | None) -> Finding:
     if condition is not None:
         if _ended_before(pod, st.parse_time(condition.get("lastTransitionTime"))):
             return NONE
-        said = (as_text(condition.get("reason")), as_text(condition.get("message")))
-        why = ": ".join(part for part in said if part)
-        return _found(POD_DISRUPTED, node, pod, _where(pod, node, f"was disrupted ({why})"))
+        reason = as_text(condition.get("reason"))
+        why = ": ".join(part for part in (reason, as_text(condition.get("message"))) if part)
+        detail = _where(pod, node, f"was disrupted ({why})")
+        by_stale_taint = (
+            reason == BY_TAINT and health is not None and health.exists and not health.no_execute
+        )
+        blames_node = reason not in ASKED_FOR and not by_stale_taint
+        return Finding(
+            Disruption(POD_DISRUPTED, node, (pod_name(pod),), detail, blames_node=blames_node)
+        )
     if as_text(as_mapping(pod.get("status")).get("reason")) == "Evicted":
         return _found(POD_DISRUPTED, node, pod, _where(pod, node, "was evicted by its kubelet"))
     return NONE
@@ -416,7 +464,7 @@ def judge(
     if health is not None:
         judged.append(node_lost(pod, health, now=now, lost_after=lost_after))
         judged.append(node_tainted(pod, health, now=now))
-    judged.append(pod_disrupted(pod, name))
+    judged.append(pod_disrupted(pod, name, health))
     judged.append(pod_deleted(pod, name, gone=gone))
     if not gone:
         judged.append(pod_stuck(pod, name, now=now, stuck_after=stuck_after))
@@ -456,14 +504,53 @@ def find(
     if not hits:
         waits = [f.recheck_after for f in findings if f.recheck_after is not None]
         return Finding(recheck_after=min(waits) if waits else None)
-    worst = min(hits, key=lambda d: SEVERITY.index(d.cause))
+    worst = _on_one_node(hits, min(hits, key=_severity))
+    others = other_node_faults(hits, first=worst)
+    detail = " and ".join((worst.detail, *(o.detail for o in others)))
+    return Finding(
+        replace(
+            worst,
+            detail=detail,
+            other_nodes=tuple(NodeFault(o.node, o.cause) for o in others if o.node is not None),
+        )
+    )
+
+
+def _severity(disruption: Disruption) -> int:
+    return SEVERITY.index(disruption.cause)
+
+
+def _on_one_node(hits: Sequence[Disruption], worst: Disruption) -> Disruption:
+    """``worst`` with every member its cause hit on its node (named when the node took them)."""
     same = [d for d in hits if (d.cause, d.node) == (worst.cause, worst.node)]
     members = tuple(sorted({pod for d in same for pod in d.pods}))
     detail = worst.detail
     if worst.cause in (NODE_LOST, NODE_TAINTED):
         detail += f" ({_members(members)})"
     image_pull = any(d.image_pull for d in same)
-    return Finding(Disruption(worst.cause, worst.node, members, detail, image_pull=image_pull))
+    blames_node = any(d.blames_node for d in same)
+    return Disruption(
+        worst.cause, worst.node, members, detail, image_pull=image_pull, blames_node=blames_node
+    )
+
+
+def other_node_faults(hits: Sequence[Disruption], *, first: Disruption) -> list[Disruption]:
+    """Rule 7: each other node's most severe node fault among ``hits``, by node name.
+
+    A stuck image pull charges no other node (rule 6), nor does an eviction someone asked for
+    (rule 3).
+    """
+    by_node: dict[str, Disruption] = {}
+    for hit in sorted(hits, key=_severity):
+        if (
+            hit.node is not None
+            and hit.node != first.node
+            and hit.cause in NODE_FAULTS
+            and hit.blames_node
+            and not hit.image_pull
+        ):
+            by_node.setdefault(hit.node, hit)
+    return [_on_one_node(hits, by_node[node]) for node in sorted(by_node)]
 
 
 def blame_image_pull(disruption: Disruption, *, stuck_before_on: str | None) -> Disruption:

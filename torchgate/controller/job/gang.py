@@ -176,7 +176,13 @@ def plan_disrupted(draft: Draft, pods: GangPods, disruption: dis.Disruption) -> 
         f"PyTorchJob {draft.job.name} is restarting because {disruption.detail}: the whole gang "
         "is placed again, not counted against backoffLimit"
     )
-    _begin_attempt(draft, pods, Restart(disruption.cause, disruption.node))
+    restart = Restart(
+        disruption.cause,
+        disruption.node,
+        other_nodes=disruption.other_nodes,
+        blames_node=disruption.blames_node,
+    )
+    _begin_attempt(draft, pods, restart)
     draft.set_condition(reasons.RESTARTING, st.TRUE, disruption.cause, message)
     draft.event("Warning", disruption.cause, message)
     _mark_queued(draft)

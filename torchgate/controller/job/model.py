@@ -19,6 +19,8 @@ from torchgate.controller.job import status as st
 from torchgate.controller.job.disruption import (
     DEFAULT_LOST_AFTER_SECONDS,
     DEFAULT_STUCK_AFTER_SECONDS,
+    NODE_FAULTS,
+    NodeFault,
     NodeHealth,
 )
 from torchgate.pytorchjob import names, progress
@@ -105,12 +107,22 @@ class Restart:
 
     Only ``ContainerFailed``, ``Hang`` and ``ImagePullFailed`` count against ``backoffLimit``
     (``disruption.COUNTED``); the node is known for the disruptions that happen on one
-    (``job.disruption``).
+    (``job.disruption``), and so are the other nodes that took members with it
+    (``other_nodes``, ``disruption`` rule 7); ``blames_node`` is False when the node is not at
+    fault (an eviction someone asked for, ``disruption`` rule 3).
     """
 
     cause: Cause
     node: str | None = None
     counted: bool = False
+    other_nodes: tuple[NodeFault, ...] = ()
+    blames_node: bool = True
+
+    def node_faults(self) -> tuple[NodeFault, ...]:
+        """The nodes this restart charges a fault for quarantine, each once."""
+        blamed = self.node is not None and self.blames_node
+        first = (NodeFault(self.node, self.cause),) if blamed and self.node is not None else ()
+        return tuple(f for f in (*first, *self.other_nodes) if f.cause in NODE_FAULTS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,9 @@ the restart count and the new gang attempt are persisted before the gang is dele
 between leaves pods of an old attempt, which the next plan deletes without counting twice);
 Services before pods (so the master's name resolves when the pods start); status last (it
 describes what was done). Pods on a lost node are deleted with no grace period (``plan`` rule
-8). A restart whose cause is its node's fault is reported to the quarantine keeper once applied.
+8). A restart reports every node it charges a fault (``Restart.node_faults``: the node whose cause
+counts against it, and the others that took members with it) to the quarantine keeper once
+applied.
 
 When the planned status is written is ``writes.StatusWritePolicy``'s decision: now, or after
 some seconds (progress waits while gangs are being created; counts alone at most once a second). A
@@ -45,7 +47,6 @@ from torchgate.controller.admission.waiting import GangRequest, Waiting
 from torchgate.controller.job import status as st
 from torchgate.controller.job.disruption import (
     DEFAULT_LOST_AFTER_SECONDS,
-    NODE_FAULTS,
     NodeHealth,
     deleted_node,
     node_health,
@@ -333,9 +334,8 @@ class Reconciler:
         )
         await self._apply(job, spec, applied)
         restart = applied.restart
-        if restart is not None and restart.node is not None and restart.cause in NODE_FAULTS:
-            fault = Fault(restart.node, restart.cause, observed.now, key)
-            self.node_faults(fault, policy.quarantine)
+        for fault in restart.node_faults() if restart is not None else ():
+            self.node_faults(Fault(fault.node, fault.cause, observed.now, key), policy.quarantine)
         self._tell_admitter(key, job, spec, decision, policy, gpus, claims)
         released = released_on_end(job, applied, observed, self.clock())
         if released is not None:

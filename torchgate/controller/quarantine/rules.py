@@ -1,9 +1,9 @@
 """When a node is quarantined, and what its quarantine looks like on the Node object.
 
 Why: a node that keeps failing gangs for reasons outside the job (sandboxes or CNI that never come
-up, images that never pull, repeated losses, health taints, evictions) costs every gang placed on
-it a whole restart. Counting those faults per node and keeping the node out of new placements for
-a cooldown stops the bleeding until an admin looks.
+up, images that never pull, repeated losses, health taints, evictions by its kubelet) costs every
+gang placed on it a whole restart. Counting those faults per node and keeping the node out of new
+placements for a cooldown stops the bleeding until an admin looks.
 
 The mechanism is a ``torchgate.io/quarantine=<cause>:NoSchedule`` taint: kube-scheduler honours
 it for every pod and torchgate's placement for every gang (``admission.nodes`` keeps gangs off

@@ -272,6 +272,62 @@ def test_a_member_taken_before_it_ended_by_itself_is_disrupted(
     assert (found.disruption.cause if found.disruption else None) == cause
 
 
+@pytest.mark.parametrize(
+    ("evicted", "blames_node"),
+    [
+        pytest.param(member(disrupted_at=-5), False, id="eviction-api-drain"),
+        pytest.param(
+            disruption_target(member(), at=at(-5), reason="PreemptionByScheduler"),
+            False,
+            id="kube-scheduler-preemption",
+        ),
+        pytest.param(
+            disruption_target(member(), at=at(-5), reason="TerminationByKubelet"),
+            True,
+            id="kubelet-shutdown-or-pressure",
+        ),
+        pytest.param(
+            disruption_target(member(), at=at(-5), reason="DeletionByTaintManager"),
+            True,
+            id="taint-eviction",
+        ),
+        pytest.param(
+            disruption_target(member(), at=at(-5), reason="DeletionByPodGC"),
+            True,
+            id="pod-garbage-collection",
+        ),
+        pytest.param(member(phase="Failed", reason="Evicted"), True, id="kubelet-evicted"),
+    ],
+)
+def test_an_eviction_someone_asked_for_is_no_fault_of_the_node(
+    evicted: dict[str, Any], blames_node: bool
+) -> None:
+    found = dis.find([evicted], nodes={}, now=NOW, lost_after=LOST_AFTER)
+    assert found.disruption is not None
+    assert (found.disruption.cause, found.disruption.blames_node) == ("PodDisrupted", blames_node)
+
+
+@pytest.mark.parametrize(
+    ("health", "cause", "blames_node"),
+    [
+        pytest.param(tainted(), "NodeTainted", True, id="its-node-is-tainted"),
+        pytest.param(
+            NodeHealth("a100-1"), "PodDisrupted", False, id="a-healthy-node-its-name-moved-to"
+        ),
+        pytest.param(NodeHealth("a100-1", ready=""), "PodDisrupted", False, id="readiness-unread"),
+        pytest.param(dis.deleted_node("a100-1"), "NodeLost", True, id="node-deleted"),
+        pytest.param(None, "PodDisrupted", True, id="node-not-known"),
+    ],
+)
+def test_a_taint_eviction_blames_only_a_tainted_node(
+    health: NodeHealth | None, cause: str, blames_node: bool
+) -> None:
+    evicted = disruption_target(member(), at=at(-1), reason="DeletionByTaintManager")
+    found = one(evicted, health, gone=True)
+    assert found.disruption is not None
+    assert (found.disruption.cause, found.disruption.blames_node) == (cause, blames_node)
+
+
 def test_the_disruption_target_reason_is_quoted() -> None:
     found = one(member(disrupted_at=-5))
     assert found.disruption is not None
@@ -298,6 +354,52 @@ def test_the_most_severe_cause_wins_and_names_every_member_it_hit() -> None:
         ("demo-worker-0", "demo-worker-1"),
         "node a100-1 was deleted (pods demo-worker-0, demo-worker-1)",
     )
+
+
+def test_every_node_a_node_fault_took_members_from_is_named_and_charged() -> None:
+    """A rack that loses power loses several of the gang's nodes in the same look."""
+    members = [
+        member("demo-master-0", node_name="a100-0"),
+        member("demo-worker-0", node_name="a100-1"),
+        member("demo-worker-1", node_name="a100-2"),
+        disruption_target(
+            member("demo-worker-2", node_name="a100-3"),
+            at=at(-2),
+            reason="TerminationByKubelet",
+            message="Pod was terminated in response to imminent node shutdown.",
+        ),
+        member("demo-worker-3", node_name="a100-4", deleted_at=-1),
+        member("demo-worker-4", node_name="a100-5", disrupted_at=-2),
+    ]
+    nodes = {
+        "a100-0": not_ready(since=-40, name="a100-0"),
+        "a100-1": not_ready(since=-35, name="a100-1"),
+        "a100-2": not_ready(since=-5, name="a100-2"),
+    }
+    found = dis.find(members, nodes=nodes, now=NOW, lost_after=LOST_AFTER)
+    assert found.disruption is not None
+    assert (found.disruption.cause, found.disruption.node) == ("NodeLost", "a100-0")
+    assert found.disruption.pods == ("demo-master-0",)
+    assert found.disruption.other_nodes == (
+        dis.NodeFault("a100-1", "NodeLost"),
+        dis.NodeFault("a100-3", "PodDisrupted"),
+    )
+    assert found.disruption.detail == (
+        "node a100-0 is lost (Ready Unknown for 40s) (pod demo-master-0) and node a100-1 is lost "
+        "(Ready Unknown for 35s) (pod demo-worker-0) and pod demo-worker-2 on a100-3 was "
+        "disrupted (TerminationByKubelet: Pod was terminated in response to imminent node "
+        "shutdown.)"
+    )
+
+
+def test_a_first_stuck_image_pull_charges_one_node_however_many_it_held() -> None:
+    elsewhere = waiting("ImagePullBackOff", node_name="a100-2")
+    elsewhere["metadata"]["name"] = "demo-master-0"
+    pulling = [waiting("ImagePullBackOff"), elsewhere]
+    found = dis.find(pulling, nodes={}, now=NOW, lost_after=LOST_AFTER, stuck_after=STUCK_AFTER)
+    assert found.disruption is not None
+    assert found.disruption.cause == "PodStuck"
+    assert found.disruption.other_nodes == ()
 
 
 def test_a_member_that_went_away_is_judged_by_where_it_was() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from tests.builders.job import gpu_job, with_uid
 from tests.builders.node import node
-from tests.builders.pod import set_phase
+from tests.builders.pod import disruption_target, set_phase
 from tests.unit.controller.helpers import NOW, World, merge_patch
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
@@ -131,6 +131,55 @@ async def test_a_deleted_node_force_deletes_its_pods_after_moving_the_job_to_a_n
     restarting = [c for c in rig.api.job["status"]["conditions"] if c["type"] == "Restarting"]
     assert restarting[0]["reason"] == "NodeLost"
     assert "a100-1 was deleted" in restarting[0]["message"]
+
+
+async def test_two_nodes_lost_at_once_are_both_named_and_both_charged_a_fault() -> None:
+    rig = Rig()
+    rig.nodes.forget("", "a100-0")
+    rig.nodes.forget("", "a100-1")
+
+    await rig.reconciler.reconcile(KEY)
+
+    assert rig.api.deletes() == {
+        MASTER: {"gracePeriodSeconds": "0"},
+        W0: {"gracePeriodSeconds": "0"},
+    }
+    assert rig.restarts("NodeLost") == 1
+    restarting = [c for c in rig.api.job["status"]["conditions"] if c["type"] == "Restarting"]
+    assert "a100-0 was deleted" in restarting[0]["message"]
+    assert "a100-1 was deleted" in restarting[0]["message"]
+    assert sorted(rig.faults, key=lambda recorded: recorded[0].node) == [
+        (Fault("a100-0", "NodeLost", NOW, KEY), QuarantineSettings()),
+        (Fault("a100-1", "NodeLost", NOW, KEY), QuarantineSettings()),
+    ]
+
+
+def evicted(rig: Rig, name: str, reason: str) -> None:
+    pod = rig.pods.get("default", name)
+    assert pod is not None
+    rig.pods.remember(disruption_target(pod, at="2026-03-01T11:59:58Z", reason=reason))
+
+
+async def test_a_drain_restarts_the_gang_uncounted_and_blames_no_node() -> None:
+    rig = Rig()
+    evicted(rig, W0, "EvictionByEvictionAPI")
+
+    await rig.reconciler.reconcile(KEY)
+
+    assert rig.api.job["metadata"]["annotations"]["torchgate.io/gang-attempt"] == "2"
+    assert "torchgate.io/restarts" not in rig.api.job["metadata"]["annotations"]
+    assert rig.restarts("PodDisrupted") == 1
+    assert rig.faults == []
+
+
+async def test_an_eviction_by_the_kubelet_blames_its_node() -> None:
+    rig = Rig()
+    evicted(rig, W0, "TerminationByKubelet")
+
+    await rig.reconciler.reconcile(KEY)
+
+    assert rig.restarts("PodDisrupted") == 1
+    assert rig.faults == [(Fault("a100-1", "PodDisrupted", NOW, KEY), QuarantineSettings())]
 
 
 async def test_a_node_not_ready_is_looked_at_again_when_it_would_count_as_lost() -> None:
