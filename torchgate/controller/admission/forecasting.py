@@ -16,7 +16,10 @@ Rules (each one function):
    gangs count against quota.
 2. ``starving``: the first gang that has waited longer than the starvation bound for capacity or
    topology while a later gang would go ahead; nothing behind it is admitted (the admitter's
-   backfill rule: the admitter asks this function too).
+   backfill rule: the admitter asks this function too). A gang one of whose pods no node admits
+   at all (``WaitingGang.no_node``: a nodeSelector no node has, a taint nothing tolerates, its
+   pinned hosts gone) never starves: nothing ending makes room for it, so holding the queue back
+   would stop every job behind it and help none (``unplaceable``).
 3. ``decide_now``: every ready gang's outcome if the next cycle ran now, a candidate added (in
    place of a queued job of its key); a gang behind a starving one waits for it.
 4. ``forecast``: the candidate's outcome as an ``outlook.Forecast``: victims named with their
@@ -35,7 +38,7 @@ Rules (each one function):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -190,15 +193,27 @@ def rank(queued: Sequence[QueuedJob], teams: Mapping[str, TeamQuota]) -> dict[Jo
 # ------------------------------------------------------------------ rules 2-3: the cycle
 
 
+def unplaceable(gangs: Iterable[WaitingGang]) -> frozenset[JobKey]:
+    """The gangs one of whose pods no node admits (rule 2: they never starve)."""
+    return frozenset(gang.key for gang in gangs if gang.no_node is not None)
+
+
 def starving(
     keys: Sequence[JobKey],
     outcomes: Mapping[JobKey, Outcome],
     waited: Mapping[JobKey, float],
     bound: float,
+    *,
+    hopeless: Collection[JobKey],
 ) -> int | None:
-    """Index of the first gang that starves while a later one goes ahead (rule 2)."""
+    """Index of the first gang that starves while a later one goes ahead (rule 2).
+
+    ``hopeless``: the gangs that never starve (``unplaceable``).
+    """
     for index, key in enumerate(keys):
         outcome = outcomes[key]
+        if key in hopeless:
+            continue
         if isinstance(outcome, Wait) and outcome.kind != "Quota" and waited.get(key, 0.0) > bound:
             if any(not isinstance(outcomes[later], Wait) for later in keys[index + 1 :]):
                 return index
@@ -218,7 +233,9 @@ def decide_now(snapshot: Snapshot, candidate: WaitingGang | None = None) -> dict
     if candidate is not None:
         waited[candidate.key] = 0.0
     keys = [gang.key for gang in gangs]
-    index = starving(keys, outcomes, waited, snapshot.starvation_seconds)
+    index = starving(
+        keys, outcomes, waited, snapshot.starvation_seconds, hopeless=unplaceable(gangs)
+    )
     if index is None:
         return outcomes
     outcomes = {o.key: o for o in decide(snapshot.pool, gangs[: index + 1], snapshot.now)}

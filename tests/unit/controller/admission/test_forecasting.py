@@ -227,6 +227,22 @@ def test_a_candidate_behind_a_starving_gang_waits_for_it() -> None:
     assert told.message.startswith(f"waiting behind {'/'.join(big)}")
 
 
+def test_a_candidate_behind_a_gang_no_node_admits_starts_however_long_that_gang_waited() -> None:
+    admitter, clocks = make(racked()[:1], starvation=10)
+    lost = ask(
+        admitter, job("lost").master(gpus=1, pod_spec={"nodeSelector": {"gpu": "h100"}}).build()
+    )
+    admitter.cycle()
+    clocks.now += 60
+
+    snapshot, gang = admitter.snapshot(candidate(job("small").master(gpus=1).build()))
+    assert gang is not None
+    told = forecast(snapshot, gang)
+
+    assert told.verdict == "Start", told.message
+    assert lost in admitter.queue.waiting
+
+
 # ------------------------------------------------------------------ places
 
 
