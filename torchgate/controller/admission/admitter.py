@@ -69,6 +69,7 @@ from torchgate.controller.admission.forecasting import (
     HeldNodes,
     QueuedJob,
     Snapshot,
+    behind_starving,
     rank,
     starving,
     unplaceable,
@@ -347,9 +348,10 @@ class Admitter:
         outcomes = {o.key: o for o in decide(pool, gangs, wall)}
         self._note_wave_hold(outcomes.values(), now)
         starved = self._starving(ready, gangs, outcomes, now)
-        if starved is not None:  # nothing behind a starving job jumps the queue
-            ready = ready[: starved + 1]
+        if starved is not None:  # nothing behind a starving job jumps the queue, and they say so
             outcomes = {o.key: o for o in decide(pool, gangs[: starved + 1], wall)}
+            keys = [waiting.key for waiting in ready]
+            outcomes.update(behind_starving(keys, starved, self.starvation_seconds))
         assert pool.totals is not None, "the facts carry the ledger's totals"
         self.team_status = team_statuses(
             teams,

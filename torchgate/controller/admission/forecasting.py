@@ -19,7 +19,8 @@ Rules (each one function):
    backfill rule: the admitter asks this function too). A gang one of whose pods no node admits
    at all (``WaitingGang.no_node``: a nodeSelector no node has, a taint nothing tolerates, its
    pinned hosts gone) never starves: nothing ending makes room for it, so holding the queue back
-   would stop every job behind it and help none (``unplaceable``).
+   would stop every job behind it and help none (``unplaceable``). Each gang behind a starving
+   one is told so (``behind_starving``), as its ``Queued`` condition, like any other wait.
 3. ``decide_now``: every ready gang's outcome if the next cycle ran now, a candidate added (in
    place of a queued job of its key); a gang behind a starving one waits for it.
 4. ``forecast``: the candidate's outcome as an ``outlook.Forecast``: victims named with their
@@ -221,6 +222,15 @@ def starving(
     return None
 
 
+def behind_starving(keys: Sequence[JobKey], index: int, bound: float) -> dict[JobKey, Wait]:
+    """The waits of the gangs behind the starving ``keys[index]``: what each is told (rule 2)."""
+    message = (
+        f"waiting behind {_joined(keys[index])}, which has waited over {bound:.0f}s for room: "
+        "nothing is admitted ahead of it"
+    )
+    return {key: Wait(key, "Capacity", message) for key in keys[index + 1 :]}
+
+
 def decide_now(snapshot: Snapshot, candidate: WaitingGang | None = None) -> dict[JobKey, Outcome]:
     """Every ready gang's outcome (and the candidate's) if the next cycle ran now (rule 3)."""
     gangs = list(snapshot.gangs)
@@ -239,14 +249,7 @@ def decide_now(snapshot: Snapshot, candidate: WaitingGang | None = None) -> dict
     if index is None:
         return outcomes
     outcomes = {o.key: o for o in decide(snapshot.pool, gangs[: index + 1], snapshot.now)}
-    head = keys[index]
-    for key in keys[index + 1 :]:
-        outcomes[key] = Wait(
-            key,
-            "Capacity",
-            f"waiting behind {_joined(head)}, which has waited over "
-            f"{snapshot.starvation_seconds:.0f}s for room: nothing is admitted ahead of it",
-        )
+    outcomes.update(behind_starving(keys, index, snapshot.starvation_seconds))
     return outcomes
 
 

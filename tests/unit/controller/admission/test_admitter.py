@@ -106,6 +106,26 @@ def test_small_jobs_backfill_behind_a_big_one_until_it_starves() -> None:
     assert late in admitter.queue.waiting
 
 
+def test_a_job_held_behind_a_starving_one_is_told_whom_it_waits_for() -> None:
+    admitter, changed, clock = make(nodes=1, starvation_seconds=60)
+    admitter.on_pod("ADDED", pod("holder", node="n0", gpus=4), None)
+    big = ask(admitter, job("big").master(gpus=8).build(), created="2026-01-01T00:00:00Z")
+    admitter.cycle()
+    clock.now += 120
+    late = ask(admitter, job("late").master(gpus=1).build(), created="2026-01-03T00:00:00Z")
+    changed.clear()
+
+    assert admitter.cycle() == []
+
+    assert late in changed, "its reconcile is woken to write its Queued condition"
+    assert admitter.queue.kind(late) == "Capacity"
+    assert admitter.wait_reason(late) == (
+        "#2 of 2 in the pool, 1 job (8 GPUs) ahead: waiting behind default/big, which has "
+        "waited over 60s for room: nothing is admitted ahead of it"
+    )
+    assert big in admitter.queue.waiting
+
+
 @pytest.mark.parametrize(
     "pod_spec",
     [
