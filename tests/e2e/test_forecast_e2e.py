@@ -191,6 +191,31 @@ def test_a_job_waiting_for_its_teams_quota_is_explained_with_its_place_and_the_t
     assert "8/8 GPUs" in row
 
 
+def test_explain_tells_a_job_whose_node_selector_no_node_has_what_must_change(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    pool.nodes(1)
+    namespace = cluster.new_namespace("lost")
+    lost = yaml.safe_load(manifest(pool, namespace, "lost", pods=1, gpus=1))
+    template = lost["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
+    template["spec"]["nodeSelector"] = {"pool": f"{pool.label}-typo"}
+    cluster.apply(lost)
+    cluster.wait_for(
+        lambda: queued_reason(cluster, namespace, "lost") == "WaitingForResources",
+        what="lost waiting",
+    )
+
+    as_json = torchgate(stack, cluster, "explain", "lost", "-n", namespace, "-o", "json")
+    as_text = torchgate(stack, cluster, "explain", "lost", "-n", namespace)
+
+    assert as_json.returncode == as_text.returncode == 0, as_json.stderr + as_text.stderr
+    told = json.loads(as_json.stdout)
+    assert told["placeable"] is False
+    assert told["message"].startswith("no eligible node in pool pool="), told["message"]
+    (line,) = [line for line in as_text.stdout.splitlines() if line.startswith("  to start:")]
+    assert "its nodeSelector, affinity, tolerations or pinned hosts must change" in line
+
+
 def test_explain_names_the_pods_of_an_admitted_job_that_have_not_started_and_why(
     cluster: Cluster, stack: Stack, pool: Pool
 ) -> None:

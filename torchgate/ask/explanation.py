@@ -51,6 +51,10 @@ from torchgate.pytorchjob.outlook import (
 
 State = Literal["Waiting", "Running", "Finished"]
 MAX_NOT_STARTED = 4
+NO_NODE_ADMITS = (
+    "no job's end lets it start: a node that admits its pods must join the pool, or its "
+    "nodeSelector, affinity, tolerations or pinned hosts must change (it holds no one back)"
+)
 # A Queued message as the controller writes it: "<place>: <reason>" (``outlook.queued_message``).
 _WRITTEN = re.compile(r"^(#(\d+) of \d+ in the pool.*?(?:nothing ahead|\) ahead)): (.*)$", re.S)
 
@@ -81,6 +85,7 @@ class Explanation:
     must_end: tuple[Gang, ...] = ()
     preempting: tuple[str, ...] = ()
     starts_next_cycle: bool = False
+    placeable: bool = True
     nodes: Mapping[str, str] = field(default_factory=dict)
     domains: tuple[str, ...] = ()
     since: str | None = None
@@ -105,6 +110,7 @@ class Explanation:
             "mustEnd": [gang.to_json() for gang in self.must_end],
             "preempting": list(self.preempting),
             "startsNextCycle": self.starts_next_cycle,
+            "placeable": self.placeable,
             "restarts": {
                 "counted": self.counted_restarts,
                 "events": [restart.to_json() for restart in self.restarts],
@@ -237,6 +243,7 @@ def _waiting(
             must_end=outlook.must_end,
             preempting=outlook.preempting,
             starts_next_cycle=outlook.starts_next_cycle,
+            placeable=outlook.placeable,
             nodes=dict(outlook.nodes),
             since=since,
             **common,
@@ -381,6 +388,8 @@ def render(explanation: Explanation, now: datetime) -> list[str]:
         total = sum(gang.gpus for gang in e.must_end)
         gpus = f" ({gpus_phrase(total)} in all)" if len(e.must_end) > 1 else ""
         lines.append(f"  to start: {gangs} would have to end or be preempted{gpus}")
+    elif e.state == "Waiting" and e.live and not e.placeable:
+        lines.append(f"  to start: {NO_NODE_ADMITS}")
     elif e.state == "Waiting" and e.live and e.place is not None:
         lines.append("  to start: no running job's end alone lets it start; it waits for its turn")
     if e.nodes:

@@ -173,6 +173,29 @@ def test_a_finished_job_says_how_it_ended() -> None:
     assert explained.position is None
 
 
+def test_a_job_no_node_admits_is_told_what_must_change_not_to_wait_for_its_turn() -> None:
+    outlook = JobOutlook(
+        job="team-vision/big",
+        known=True,
+        waiting=True,
+        kind="Capacity",
+        reason="WaitingForResources",
+        message="no eligible node in pool pool=a100 for big-master-0: no schedulable node has ...",
+        place=PLACE,
+        placeable=False,
+    )
+
+    explained = explain(WAITING, outlook=outlook)
+
+    assert explained.to_json()["placeable"] is False
+    (line,) = [line for line in render(explained, NOW) if line.startswith("  to start:")]
+    assert line == (
+        "  to start: no job's end lets it start: a node that admits its pods must join the pool, "
+        "or its nodeSelector, affinity, tolerations or pinned hosts must change (it holds no one "
+        "back)"
+    )
+
+
 def test_a_suspended_job_waits_for_no_reason_but_its_spec() -> None:
     suspended = a_job(condition("Suspended"))
     suspended["spec"]["runPolicy"]["suspend"] = True

@@ -30,8 +30,9 @@ Rules (each one function):
    the admin's protection; the quota rules still hold (a team's gangs within its nominal quota
    never make room for another team's). ``None`` when no set would do.
 6. ``job_outlook``: one job: waiting (kind, reason, the live message, its place, what must end,
-   whether the next cycle admits it), its nodes held while it preempts, or holding capacity
-   (running or reserved: its nodes and their topology domains).
+   whether the next cycle admits it, whether any node admits its pods: ``placeable``), its
+   nodes held while it preempts, or holding capacity (running or reserved: its nodes and their
+   topology domains).
 7. ``pool_view``: per team quota, usage, borrowing, lending (its cohort's borrowing spread over
    the cohort's idle nominal quota in proportion), waiting demand and the longest wait; per
    topology domain GPUs used and free; the nodes placement cannot use; the head of the queue.
@@ -194,9 +195,14 @@ def rank(queued: Sequence[QueuedJob], teams: Mapping[str, TeamQuota]) -> dict[Jo
 # ------------------------------------------------------------------ rules 2-3: the cycle
 
 
+def placeable(gang: WaitingGang) -> bool:
+    """Whether some node admits each of its pods (``WaitingGang.no_node`` unset; rule 2)."""
+    return gang.no_node is None
+
+
 def unplaceable(gangs: Iterable[WaitingGang]) -> frozenset[JobKey]:
     """The gangs one of whose pods no node admits (rule 2: they never starve)."""
-    return frozenset(gang.key for gang in gangs if gang.no_node is not None)
+    return frozenset(gang.key for gang in gangs if not placeable(gang))
 
 
 def starving(
@@ -419,6 +425,7 @@ def _waiting_outlook(snapshot: Snapshot, queued: QueuedJob) -> JobOutlook:
         place=place,
         must_end=victims,
         starts_next_cycle=starts,
+        placeable=gang is None or placeable(gang),
         team=queued.team,
         priority=queued.priority,
         gpus=queued.usage.get(GPUS, 0),

@@ -243,7 +243,18 @@ def test_a_candidate_behind_a_gang_no_node_admits_starts_however_long_that_gang_
     assert lost in admitter.queue.waiting
 
 
-# ------------------------------------------------------------------ places
+def test_the_outlook_of_a_job_no_node_admits_says_it_is_not_placeable() -> None:
+    admitter, _ = make(racked()[:1])
+    lost = ask(
+        admitter, job("lost").master(gpus=1, pod_spec={"nodeSelector": {"gpu": "h100"}}).build()
+    )
+    big = ask(admitter, job("big").master(gpus=16).build())
+    admitter.cycle()
+
+    snapshot, _ = admitter.snapshot()
+
+    assert job_outlook(snapshot, lost).placeable is False
+    assert job_outlook(snapshot, big).placeable is True, "too big for now, yet nodes admit it"
 
 
 def queued(name: str, team: str | None, gpus: int, priority: int = 0) -> QueuedJob:
