@@ -30,10 +30,12 @@ from tests.e2e.controller_process import (
     free_port,
     get_job,
     is_true,
+    live_pods,
 )
 from tests.e2e.test_pool_sharing import QUOTA_CRD, Pool, queued_reason, running, wait_running
 from tests.e2e.webhook_process import LocalWebhook
 from torchgate_dev.apiserver import wait_for_admission
+from torchgate_dev.controlplane import kwok
 from torchgate_dev.paths import CA_CERT, TLS_CERT, TLS_KEY
 from torchgate_dev.state import DevError
 
@@ -187,6 +189,61 @@ def test_a_job_waiting_for_its_teams_quota_is_explained_with_its_place_and_the_t
     assert "WaitingForQuota" in row
     assert re.search(r"#\d+ of \d+ in the pool \(team \S+ #1 of 1", row), row
     assert "8/8 GPUs" in row
+
+
+def test_explain_tells_a_job_whose_node_selector_no_node_has_what_must_change(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    pool.nodes(1)
+    namespace = cluster.new_namespace("lost")
+    lost = yaml.safe_load(manifest(pool, namespace, "lost", pods=1, gpus=1))
+    template = lost["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
+    template["spec"]["nodeSelector"] = {"pool": f"{pool.label}-typo"}
+    cluster.apply(lost)
+    cluster.wait_for(
+        lambda: queued_reason(cluster, namespace, "lost") == "WaitingForResources",
+        what="lost waiting",
+    )
+
+    as_json = torchgate(stack, cluster, "explain", "lost", "-n", namespace, "-o", "json")
+    as_text = torchgate(stack, cluster, "explain", "lost", "-n", namespace)
+
+    assert as_json.returncode == as_text.returncode == 0, as_json.stderr + as_text.stderr
+    told = json.loads(as_json.stdout)
+    assert told["placeable"] is False
+    assert told["message"].startswith("no eligible node in pool pool="), told["message"]
+    (line,) = [line for line in as_text.stdout.splitlines() if line.startswith("  to start:")]
+    assert "its nodeSelector, affinity, tolerations or pinned hosts must change" in line
+
+
+def test_explain_names_the_pods_of_an_admitted_job_that_have_not_started_and_why(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    (node,) = pool.nodes(1)
+    namespace = cluster.new_namespace("pull")
+    typo = yaml.safe_load(manifest(pool, namespace, "typo", pods=2, gpus=1))
+    for replica in typo["spec"]["pytorchReplicaSpecs"].values():  # kwok: the image never pulls
+        replica["template"]["metadata"] = {"annotations": kwok.image_pull_failure_annotation()}
+    cluster.apply(typo)
+
+    def both_pods_pulling() -> bool:
+        pods = live_pods(cluster, namespace, "typo")
+        statuses = [s for p in pods for s in p["status"].get("containerStatuses", [])]
+        reasons = [s["state"].get("waiting", {}).get("reason") for s in statuses]
+        return len(pods) == 2 and reasons == ["ImagePullBackOff"] * 2
+
+    cluster.wait_for(both_pods_pulling, what="typo's pods waiting for their image")
+
+    result = torchgate(stack, cluster, "explain", "typo", "-n", namespace, "-o", "json")
+
+    assert result.returncode == 0, result.stderr
+    told = json.loads(result.stdout)
+    assert told["state"] == "Waiting"
+    pulling = 'ImagePullBackOff (Back-off pulling image "registry.invalid/train:1")'
+    assert told["message"] == (
+        f"admitted; not started: typo-master-0 on {node}: {pulling}; "
+        f"typo-worker-0 on {node}: {pulling}"
+    )
 
 
 # ------------------------------------------------------------------ the forecast at admission

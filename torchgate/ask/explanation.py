@@ -15,7 +15,9 @@ Rules (each one function):
    answer); its position is its place in the pool's admission order (from the outlook, else from
    the place the condition's message starts with, else ``None``). A running job's nodes are its
    pods' nodes (the outlook's while its pods are being created); a finished job's message is
-   its final condition's.
+   its final condition's. An admitted job that is not running yet (the outlook holds its nodes,
+   or the controller does not answer and it has pods) says which of its pods have not started
+   and why (rule 5), never that its pods are still being created once they exist.
 3. ``restarts_of``: the restarts its Events tell, newest last, each with its cause (the Event's
    reason, one of ``reasons.RESTART_EVENT_REASONS``: ``PyTorchJobRestarting``, ``Hang``,
    ``Preempted``, ``GangIncomplete``, ``GangScheduleTimeout``, or a disruption's cause such as
@@ -23,6 +25,10 @@ Rules (each one function):
    ``torchgate.io/restarts`` annotation). Events expire (an hour by default), so older restarts
    are only counted.
 4. ``render``: the text a person reads, one fact per line.
+5. ``not_started``: each live pod of the job that has not started, in rank order, with its node
+   and why, as the kubelet says it: its first waiting container's reason and message, init
+   containers first (``ImagePullBackOff (Back-off pulling image "x")``, ``ContainerCreating``),
+   or that no node has taken it yet; at most ``MAX_NOT_STARTED`` are named.
 """
 
 from __future__ import annotations
@@ -44,6 +50,11 @@ from torchgate.pytorchjob.outlook import (
 )
 
 State = Literal["Waiting", "Running", "Finished"]
+MAX_NOT_STARTED = 4
+NO_NODE_ADMITS = (
+    "no job's end lets it start: a node that admits its pods must join the pool, or its "
+    "nodeSelector, affinity, tolerations or pinned hosts must change (it holds no one back)"
+)
 # A Queued message as the controller writes it: "<place>: <reason>" (``outlook.queued_message``).
 _WRITTEN = re.compile(r"^(#(\d+) of \d+ in the pool.*?(?:nothing ahead|\) ahead)): (.*)$", re.S)
 
@@ -74,6 +85,7 @@ class Explanation:
     must_end: tuple[Gang, ...] = ()
     preempting: tuple[str, ...] = ()
     starts_next_cycle: bool = False
+    placeable: bool = True
     nodes: Mapping[str, str] = field(default_factory=dict)
     domains: tuple[str, ...] = ()
     since: str | None = None
@@ -98,6 +110,7 @@ class Explanation:
             "mustEnd": [gang.to_json() for gang in self.must_end],
             "preempting": list(self.preempting),
             "startsNextCycle": self.starts_next_cycle,
+            "placeable": self.placeable,
             "restarts": {
                 "counted": self.counted_restarts,
                 "events": [restart.to_json() for restart in self.restarts],
@@ -207,13 +220,14 @@ def explain(
             since=str(running.get("lastTransitionTime") or "") or None,
             **common,
         )
-    return _waiting(job, _true(conditions, reasons.QUEUED), outlook, common)
+    return _waiting(job, _true(conditions, reasons.QUEUED), outlook, pods, common)
 
 
 def _waiting(
     job: Mapping[str, Any],
     queued: Mapping[str, Any] | None,
     outlook: JobOutlook | None,
+    pods: Sequence[Mapping[str, Any]],
     common: dict[str, Any],
 ) -> Explanation:
     """A job that is not running: the live outlook first, its own status otherwise (rule 2)."""
@@ -229,20 +243,24 @@ def _waiting(
             must_end=outlook.must_end,
             preempting=outlook.preempting,
             starts_next_cycle=outlook.starts_next_cycle,
+            placeable=outlook.placeable,
             nodes=dict(outlook.nodes),
             since=since,
             **common,
         )
+    stuck = not_started(pods)
     if outlook is not None and outlook.known and outlook.nodes:  # admitted, pods on their way
         return Explanation(
             reason="",
-            message="admitted: its pods are being created",
+            message=_admitted(stuck),
             nodes=dict(outlook.nodes),
             since=since,
             **common,
         )
     if _spec_suspended(job):
         return Explanation(reason="", message="suspended (spec.runPolicy.suspend)", **common)
+    if outlook is None and queued is None and stuck:  # no live view: its pods say it was admitted
+        return Explanation(reason="", message=_admitted(stuck), nodes=_pod_nodes(pods), **common)
     written = _WRITTEN.match(message)
     return Explanation(
         reason=reason,
@@ -254,10 +272,37 @@ def _waiting(
     )
 
 
+def _admitted(stuck: Sequence[str]) -> str:
+    """An admitted job's message: its pods on their way, or those that have not started."""
+    if not stuck:
+        return "admitted: its pods are being created"
+    shown = "; ".join(stuck[:MAX_NOT_STARTED])
+    more = f"; and {len(stuck) - MAX_NOT_STARTED} more" if len(stuck) > MAX_NOT_STARTED else ""
+    return f"admitted; not started: {shown}{more}"
+
+
 def _spec_suspended(job: Mapping[str, Any]) -> bool:
     spec = job.get("spec")
     run_policy = spec.get("runPolicy") if isinstance(spec, Mapping) else None
     return isinstance(run_policy, Mapping) and run_policy.get("suspend") is True
+
+
+def _rank(metadata: Mapping[str, Any]) -> tuple[int, int]:
+    """A pod's place in rank order: Master, then Workers by index."""
+    raw_labels = metadata.get("labels")
+    labels: Mapping[str, Any] = raw_labels if isinstance(raw_labels, Mapping) else {}
+    role = str(labels.get(names.LABEL_REPLICA_TYPE) or "").lower()
+    try:
+        index = int(labels.get(names.LABEL_REPLICA_INDEX) or 0)
+    except (TypeError, ValueError):
+        index = 0
+    return (0 if role == "master" else 1, index)
+
+
+def _node_of(pod: Mapping[str, Any]) -> str:
+    spec = pod.get("spec")
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    return node if isinstance(node, str) else ""
 
 
 def _pod_nodes(pods: Sequence[Mapping[str, Any]]) -> dict[str, str]:
@@ -265,19 +310,42 @@ def _pod_nodes(pods: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     found: list[tuple[tuple[int, int], str, str]] = []
     for pod in pods:
         metadata = _metadata(pod)
-        spec = pod.get("spec")
-        node = spec.get("nodeName") if isinstance(spec, Mapping) else None
-        if metadata.get("deletionTimestamp") or not isinstance(node, str) or not node:
+        node = _node_of(pod)
+        if metadata.get("deletionTimestamp") or not node:
             continue
-        raw_labels = metadata.get("labels")
-        labels: Mapping[str, Any] = raw_labels if isinstance(raw_labels, Mapping) else {}
-        role = str(labels.get(names.LABEL_REPLICA_TYPE) or "").lower()
-        try:
-            index = int(labels.get(names.LABEL_REPLICA_INDEX) or 0)
-        except (TypeError, ValueError):
-            index = 0
-        found.append(((0 if role == "master" else 1, index), str(metadata.get("name")), node))
+        found.append((_rank(metadata), str(metadata.get("name")), node))
     return {name: node for _, name, node in sorted(found)}
+
+
+# ------------------------------------------------------------------ rule 5
+
+
+def not_started(pods: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """Each live Pending pod, in rank order: ``<pod> on <node>: <why>`` (rule 5)."""
+    found: list[tuple[tuple[int, int], str, str]] = []
+    for pod in pods:
+        metadata = _metadata(pod)
+        status = pod.get("status")
+        status = status if isinstance(status, Mapping) else {}
+        if metadata.get("deletionTimestamp") or status.get("phase", "Pending") != "Pending":
+            continue
+        name, node = str(metadata.get("name")), _node_of(pod)
+        text = f"{name} on {node}: {_waiting_for(status)}" if node else f"{name}: on no node yet"
+        found.append((_rank(metadata), name, text))
+    return tuple(text for _, _, text in sorted(found))
+
+
+def _waiting_for(status: Mapping[str, Any]) -> str:
+    """Why a bound pod has not started: its first waiting container's reason and message."""
+    for key in ("initContainerStatuses", "containerStatuses"):
+        statuses = status.get(key)
+        for container in statuses if isinstance(statuses, list) else []:
+            state = container.get("state") if isinstance(container, Mapping) else None
+            waiting = state.get("waiting") if isinstance(state, Mapping) else None
+            if isinstance(waiting, Mapping) and waiting.get("reason"):
+                message = waiting.get("message")
+                return f"{waiting['reason']} ({message})" if message else str(waiting["reason"])
+    return "starting"
 
 
 # ------------------------------------------------------------------ rule 4
@@ -320,6 +388,8 @@ def render(explanation: Explanation, now: datetime) -> list[str]:
         total = sum(gang.gpus for gang in e.must_end)
         gpus = f" ({gpus_phrase(total)} in all)" if len(e.must_end) > 1 else ""
         lines.append(f"  to start: {gangs} would have to end or be preempted{gpus}")
+    elif e.state == "Waiting" and e.live and not e.placeable:
+        lines.append(f"  to start: {NO_NODE_ADMITS}")
     elif e.state == "Waiting" and e.live and e.place is not None:
         lines.append("  to start: no running job's end alone lets it start; it waits for its turn")
     if e.nodes:

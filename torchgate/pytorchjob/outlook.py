@@ -379,6 +379,8 @@ class JobOutlook:
             preemption rules, priority aside), when some set would.
         preempting: The gangs being preempted for it.
         starts_next_cycle: Whether the next cycle would admit it (its wait is already over).
+        placeable: ``False`` when no node admits one of its pods at all (its nodeSelector,
+            affinity, tolerations or pinned hosts leave none): no job's end lets it start.
         nodes: Pod -> node of the gang holding capacity (running, or reserved).
         domains: The topology domains those nodes are in, coarsest level first.
         admitted_at: When the controller admitted it (RFC 3339), if it did.
@@ -397,6 +399,7 @@ class JobOutlook:
     must_end: tuple[Gang, ...] = ()
     preempting: tuple[str, ...] = ()
     starts_next_cycle: bool = False
+    placeable: bool = True
     nodes: Mapping[str, str] = field(default_factory=dict)
     domains: tuple[str, ...] = ()
     admitted_at: str | None = None
@@ -417,6 +420,7 @@ class JobOutlook:
             "mustEnd": [gang.to_json() for gang in self.must_end],
             "preempting": list(self.preempting),
             "startsNextCycle": self.starts_next_cycle,
+            "placeable": self.placeable,
             "nodes": dict(self.nodes),
             "domains": list(self.domains),
             "admittedAt": self.admitted_at,
@@ -447,6 +451,7 @@ def outlook_from_json(raw: object) -> JobOutlook:
             for item in _list(body.get("preempting", []), "outlook.preempting")
         ),
         starts_next_cycle=bool(body.get("startsNextCycle")),
+        placeable=body.get("placeable", True) is not False,
         nodes=_nodes(body.get("nodes", {}), "outlook.nodes"),
         domains=tuple(
             _text(item, "outlook.domains[]")

@@ -173,6 +173,29 @@ def test_a_finished_job_says_how_it_ended() -> None:
     assert explained.position is None
 
 
+def test_a_job_no_node_admits_is_told_what_must_change_not_to_wait_for_its_turn() -> None:
+    outlook = JobOutlook(
+        job="team-vision/big",
+        known=True,
+        waiting=True,
+        kind="Capacity",
+        reason="WaitingForResources",
+        message="no eligible node in pool pool=a100 for big-master-0: no schedulable node has ...",
+        place=PLACE,
+        placeable=False,
+    )
+
+    explained = explain(WAITING, outlook=outlook)
+
+    assert explained.to_json()["placeable"] is False
+    (line,) = [line for line in render(explained, NOW) if line.startswith("  to start:")]
+    assert line == (
+        "  to start: no job's end lets it start: a node that admits its pods must join the pool, "
+        "or its nodeSelector, affinity, tolerations or pinned hosts must change (it holds no one "
+        "back)"
+    )
+
+
 def test_a_suspended_job_waits_for_no_reason_but_its_spec() -> None:
     suspended = a_job(condition("Suspended"))
     suspended["spec"]["runPolicy"]["suspend"] = True
@@ -181,3 +204,60 @@ def test_a_suspended_job_waits_for_no_reason_but_its_spec() -> None:
 
     assert (explained.state, explained.reason) == ("Waiting", "")
     assert "suspend" in explained.message
+
+
+def pulling(name: str, node: str | None, *, replica_type: str, index: int) -> dict[str, Any]:
+    """A pod of ``big`` bound to ``node`` whose image does not pull (None: not bound yet)."""
+    labels = {
+        "training.kubeflow.org/replica-type": replica_type,
+        "training.kubeflow.org/replica-index": str(index),
+    }
+    made = pod(name, node=node, phase="Pending", labels=labels)
+    if node is not None:
+        waiting = {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "trian:1"'}
+        made["status"]["containerStatuses"] = [{"name": "pytorch", "state": {"waiting": waiting}}]
+    return made
+
+
+ADMITTED = a_job(condition("Created", reason="PyTorchJobCreated"))
+PULLING = [
+    pulling("big-worker-0", "a100-1", replica_type="worker", index=0),
+    pulling("big-master-0", "a100-0", replica_type="master", index=0),
+    pulling("big-worker-1", None, replica_type="worker", index=1),
+    pod("big-worker-2", node="a100-2", phase="Running"),
+]
+NOT_STARTED = (
+    "admitted; not started: big-master-0 on a100-0: ImagePullBackOff (Back-off pulling image "
+    '"trian:1"); big-worker-0 on a100-1: ImagePullBackOff (Back-off pulling image "trian:1"); '
+    "big-worker-1: on no node yet"
+)
+
+
+def test_an_admitted_job_whose_pods_exist_says_which_have_not_started_and_why() -> None:
+    outlook = JobOutlook(
+        job="team-vision/big",
+        known=True,
+        nodes={"big-master-0": "a100-0", "big-worker-0": "a100-1", "big-worker-1": "a100-1"},
+    )
+
+    explained = explain(ADMITTED, outlook=outlook, pods=PULLING)
+
+    assert (explained.state, explained.reason) == ("Waiting", "")
+    assert explained.message == NOT_STARTED
+    assert render(explained, NOW)[1] == f"  {NOT_STARTED}"
+
+
+def test_without_the_controller_an_admitted_job_is_explained_by_its_pods() -> None:
+    explained = explain(ADMITTED, outlook=None, pods=PULLING, unanswered="no answer")
+
+    assert explained.message == NOT_STARTED
+    assert explained.nodes == {"big-master-0": "a100-0", "big-worker-0": "a100-1",
+                               "big-worker-2": "a100-2"}  # fmt: skip
+
+
+def test_an_admitted_job_with_no_pod_yet_has_its_pods_being_created() -> None:
+    outlook = JobOutlook(job="team-vision/big", known=True, nodes={"big-master-0": "a100-0"})
+
+    explained = explain(ADMITTED, outlook=outlook, pods=[])
+
+    assert explained.message == "admitted: its pods are being created"

@@ -116,6 +116,14 @@ def test_an_outlook_and_a_pool_view_read_back_as_they_were_written() -> None:
     assert pool_from_json(view.to_json()) == view
 
 
+def test_an_unplaceable_outlook_reads_back_and_one_from_an_older_controller_is_placeable() -> None:
+    lost = JobOutlook(job="ns/a", known=True, waiting=True, placeable=False)
+
+    assert outlook_from_json(lost.to_json()) == lost
+    older = {key: value for key, value in lost.to_json().items() if key != "placeable"}
+    assert outlook_from_json(older).placeable is True
+
+
 def test_what_the_controller_builds_is_what_the_readers_parse() -> None:
     teams = {"vision": parsed_team("vision", 8, 0, namespaces=["team-vision"])}
     admitter = admitter_with(2, teams)

@@ -40,7 +40,9 @@ Backfill: a job that does not fit does not block smaller jobs behind it, except 
 cycle reserves for the first waiting gangs from the running gangs' deadlines (``backfill``: only
 gangs whose own deadline ends before then may use those), and unless it has waited longer than
 ``starvation_seconds`` for capacity or topology; from then on nothing behind it is admitted until
-it is, so a stream of small jobs cannot starve a large one whose nodes no deadline promises.
+it is, so a stream of small jobs cannot starve a large one whose nodes no deadline promises. A
+gang one of whose pods no node admits never starves (``forecasting.starving``): nothing behind it
+could make room for it.
 """
 
 from __future__ import annotations
@@ -67,8 +69,10 @@ from torchgate.controller.admission.forecasting import (
     HeldNodes,
     QueuedJob,
     Snapshot,
+    behind_starving,
     rank,
     starving,
+    unplaceable,
 )
 from torchgate.controller.admission.ledger import CapacityLedger, PodKey, Reservation
 from torchgate.controller.admission.nodes import (
@@ -343,10 +347,11 @@ class Admitter:
             pool = replace(pool, hold_waves=True)
         outcomes = {o.key: o for o in decide(pool, gangs, wall)}
         self._note_wave_hold(outcomes.values(), now)
-        starved = self._starving(ready, outcomes, now)
-        if starved is not None:  # nothing behind a starving job jumps the queue
-            ready = ready[: starved + 1]
+        starved = self._starving(ready, gangs, outcomes, now)
+        if starved is not None:  # nothing behind a starving job jumps the queue, and they say so
             outcomes = {o.key: o for o in decide(pool, gangs[: starved + 1], wall)}
+            keys = [waiting.key for waiting in ready]
+            outcomes.update(behind_starving(keys, starved, self.starvation_seconds))
         assert pool.totals is not None, "the facts carry the ledger's totals"
         self.team_status = team_statuses(
             teams,
@@ -441,14 +446,19 @@ class Admitter:
         return self._ranking[1]
 
     def _starving(
-        self, ready: Sequence[Waiting], outcomes: Mapping[JobKey, Outcome], now: float
+        self,
+        ready: Sequence[Waiting],
+        gangs: Sequence[WaitingGang],
+        outcomes: Mapping[JobKey, Outcome],
+        now: float,
     ) -> int | None:
         """Index of the first starving gang that waits for room while a later one goes ahead."""
         bound = self.starvation_seconds
         if not any(now - waiting.since > bound for waiting in ready):
             return None  # none has waited long enough to starve
         waited = {waiting.key: now - waiting.since for waiting in ready}
-        return starving([waiting.key for waiting in ready], outcomes, waited, bound)
+        keys = [waiting.key for waiting in ready]
+        return starving(keys, outcomes, waited, bound, hopeless=unplaceable(gangs))
 
     # ------------------------------------------------------------------ facts of a cycle
 

@@ -16,7 +16,11 @@ Rules (each one function):
    gangs count against quota.
 2. ``starving``: the first gang that has waited longer than the starvation bound for capacity or
    topology while a later gang would go ahead; nothing behind it is admitted (the admitter's
-   backfill rule: the admitter asks this function too).
+   backfill rule: the admitter asks this function too). A gang one of whose pods no node admits
+   at all (``WaitingGang.no_node``: a nodeSelector no node has, a taint nothing tolerates, its
+   pinned hosts gone) never starves: nothing ending makes room for it, so holding the queue back
+   would stop every job behind it and help none (``unplaceable``). Each gang behind a starving
+   one is told so (``behind_starving``), as its ``Queued`` condition, like any other wait.
 3. ``decide_now``: every ready gang's outcome if the next cycle ran now, a candidate added (in
    place of a queued job of its key); a gang behind a starving one waits for it.
 4. ``forecast``: the candidate's outcome as an ``outlook.Forecast``: victims named with their
@@ -26,8 +30,9 @@ Rules (each one function):
    the admin's protection; the quota rules still hold (a team's gangs within its nominal quota
    never make room for another team's). ``None`` when no set would do.
 6. ``job_outlook``: one job: waiting (kind, reason, the live message, its place, what must end,
-   whether the next cycle admits it), its nodes held while it preempts, or holding capacity
-   (running or reserved: its nodes and their topology domains).
+   whether the next cycle admits it, whether any node admits its pods: ``placeable``), its
+   nodes held while it preempts, or holding capacity (running or reserved: its nodes and their
+   topology domains).
 7. ``pool_view``: per team quota, usage, borrowing, lending (its cohort's borrowing spread over
    the cohort's idle nominal quota in proportion), waiting demand and the longest wait; per
    topology domain GPUs used and free; the nodes placement cannot use; the head of the queue.
@@ -35,7 +40,7 @@ Rules (each one function):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -190,20 +195,46 @@ def rank(queued: Sequence[QueuedJob], teams: Mapping[str, TeamQuota]) -> dict[Jo
 # ------------------------------------------------------------------ rules 2-3: the cycle
 
 
+def placeable(gang: WaitingGang) -> bool:
+    """Whether some node admits each of its pods (``WaitingGang.no_node`` unset; rule 2)."""
+    return gang.no_node is None
+
+
+def unplaceable(gangs: Iterable[WaitingGang]) -> frozenset[JobKey]:
+    """The gangs one of whose pods no node admits (rule 2: they never starve)."""
+    return frozenset(gang.key for gang in gangs if not placeable(gang))
+
+
 def starving(
     keys: Sequence[JobKey],
     outcomes: Mapping[JobKey, Outcome],
     waited: Mapping[JobKey, float],
     bound: float,
+    *,
+    hopeless: Collection[JobKey],
 ) -> int | None:
-    """Index of the first gang that starves while a later one goes ahead (rule 2)."""
+    """Index of the first gang that starves while a later one goes ahead (rule 2).
+
+    ``hopeless``: the gangs that never starve (``unplaceable``).
+    """
     for index, key in enumerate(keys):
         outcome = outcomes[key]
+        if key in hopeless:
+            continue
         if isinstance(outcome, Wait) and outcome.kind != "Quota" and waited.get(key, 0.0) > bound:
             if any(not isinstance(outcomes[later], Wait) for later in keys[index + 1 :]):
                 return index
             return None
     return None
+
+
+def behind_starving(keys: Sequence[JobKey], index: int, bound: float) -> dict[JobKey, Wait]:
+    """The waits of the gangs behind the starving ``keys[index]``: what each is told (rule 2)."""
+    message = (
+        f"waiting behind {_joined(keys[index])}, which has waited over {bound:.0f}s for room: "
+        "nothing is admitted ahead of it"
+    )
+    return {key: Wait(key, "Capacity", message) for key in keys[index + 1 :]}
 
 
 def decide_now(snapshot: Snapshot, candidate: WaitingGang | None = None) -> dict[JobKey, Outcome]:
@@ -218,18 +249,13 @@ def decide_now(snapshot: Snapshot, candidate: WaitingGang | None = None) -> dict
     if candidate is not None:
         waited[candidate.key] = 0.0
     keys = [gang.key for gang in gangs]
-    index = starving(keys, outcomes, waited, snapshot.starvation_seconds)
+    index = starving(
+        keys, outcomes, waited, snapshot.starvation_seconds, hopeless=unplaceable(gangs)
+    )
     if index is None:
         return outcomes
     outcomes = {o.key: o for o in decide(snapshot.pool, gangs[: index + 1], snapshot.now)}
-    head = keys[index]
-    for key in keys[index + 1 :]:
-        outcomes[key] = Wait(
-            key,
-            "Capacity",
-            f"waiting behind {_joined(head)}, which has waited over "
-            f"{snapshot.starvation_seconds:.0f}s for room: nothing is admitted ahead of it",
-        )
+    outcomes.update(behind_starving(keys, index, snapshot.starvation_seconds))
     return outcomes
 
 
@@ -399,6 +425,7 @@ def _waiting_outlook(snapshot: Snapshot, queued: QueuedJob) -> JobOutlook:
         place=place,
         must_end=victims,
         starts_next_cycle=starts,
+        placeable=gang is None or placeable(gang),
         team=queued.team,
         priority=queued.priority,
         gpus=queued.usage.get(GPUS, 0),

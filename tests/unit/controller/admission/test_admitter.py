@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from tests.builders.job import container, gpu_job, job
 from tests.builders.node import node
 from tests.builders.pod import pod
@@ -102,6 +104,72 @@ def test_small_jobs_backfill_behind_a_big_one_until_it_starves() -> None:
     assert admitter.cycle() == [], "after starving, the big job blocks the queue behind it"
     assert big in admitter.queue.waiting
     assert late in admitter.queue.waiting
+
+
+def test_a_job_held_behind_a_starving_one_is_told_whom_it_waits_for() -> None:
+    admitter, changed, clock = make(nodes=1, starvation_seconds=60)
+    admitter.on_pod("ADDED", pod("holder", node="n0", gpus=4), None)
+    big = ask(admitter, job("big").master(gpus=8).build(), created="2026-01-01T00:00:00Z")
+    admitter.cycle()
+    clock.now += 120
+    late = ask(admitter, job("late").master(gpus=1).build(), created="2026-01-03T00:00:00Z")
+    changed.clear()
+
+    assert admitter.cycle() == []
+
+    assert late in changed, "its reconcile is woken to write its Queued condition"
+    assert admitter.queue.kind(late) == "Capacity"
+    assert admitter.wait_reason(late) == (
+        "#2 of 2 in the pool, 1 job (8 GPUs) ahead: waiting behind default/big, which has "
+        "waited over 60s for room: nothing is admitted ahead of it"
+    )
+    assert big in admitter.queue.waiting
+
+
+@pytest.mark.parametrize(
+    "pod_spec",
+    [
+        {"nodeSelector": {"pool": "no-such-pool"}},
+        {"tolerations": []},  # the only node is tainted
+        {
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {"key": "gpu", "operator": "In", "values": ["h100"]}
+                                ]
+                            }
+                        ]
+                    }
+                }
+            }
+        },
+    ],
+    ids=["nodeSelector-no-node-has", "taint-not-tolerated", "affinity-no-node-matches"],
+)
+def test_a_job_no_node_admits_never_holds_the_queue_behind_it(pod_spec: dict[str, Any]) -> None:
+    taint = {"key": "dedicated", "value": "x", "effect": "NoSchedule"}
+    tainted = "tolerations" in pod_spec
+    admitter, _, clock = make(nodes=0, starvation_seconds=60)
+    admitter.on_node("ADDED", node("n0", taints=[taint] if tainted else None), None)
+    welcome = {"tolerations": [{"key": "dedicated", "operator": "Exists"}]} if tainted else {}
+    lost = ask(
+        admitter,
+        job("lost").master(gpus=1, pod_spec=pod_spec).build(),
+        created="2026-01-01T00:00:00Z",
+    )
+    assert admitter.cycle() == []
+    clock.now += 120  # far past the starvation bound
+    late = ask(
+        admitter,
+        job("late").master(gpus=1, pod_spec=welcome).build(),
+        created="2026-01-03T00:00:00Z",
+    )
+    assert admitter.cycle() == [late], "no job ending could make room for it: it starves no one"
+    assert lost in admitter.queue.waiting
+    assert ": no eligible node " in admitter.wait_reason(lost)
 
 
 def test_backfill_keeps_off_the_nodes_the_head_gets_when_a_gang_with_a_deadline_ends() -> None:

@@ -227,7 +227,34 @@ def test_a_candidate_behind_a_starving_gang_waits_for_it() -> None:
     assert told.message.startswith(f"waiting behind {'/'.join(big)}")
 
 
-# ------------------------------------------------------------------ places
+def test_a_candidate_behind_a_gang_no_node_admits_starts_however_long_that_gang_waited() -> None:
+    admitter, clocks = make(racked()[:1], starvation=10)
+    lost = ask(
+        admitter, job("lost").master(gpus=1, pod_spec={"nodeSelector": {"gpu": "h100"}}).build()
+    )
+    admitter.cycle()
+    clocks.now += 60
+
+    snapshot, gang = admitter.snapshot(candidate(job("small").master(gpus=1).build()))
+    assert gang is not None
+    told = forecast(snapshot, gang)
+
+    assert told.verdict == "Start", told.message
+    assert lost in admitter.queue.waiting
+
+
+def test_the_outlook_of_a_job_no_node_admits_says_it_is_not_placeable() -> None:
+    admitter, _ = make(racked()[:1])
+    lost = ask(
+        admitter, job("lost").master(gpus=1, pod_spec={"nodeSelector": {"gpu": "h100"}}).build()
+    )
+    big = ask(admitter, job("big").master(gpus=16).build())
+    admitter.cycle()
+
+    snapshot, _ = admitter.snapshot()
+
+    assert job_outlook(snapshot, lost).placeable is False
+    assert job_outlook(snapshot, big).placeable is True, "too big for now, yet nodes admit it"
 
 
 def queued(name: str, team: str | None, gpus: int, priority: int = 0) -> QueuedJob:
