@@ -76,9 +76,11 @@ from torchgate.controller.admission.forecasting import (
 )
 from torchgate.controller.admission.ledger import CapacityLedger, PodKey, Reservation
 from torchgate.controller.admission.nodes import (
+    PodDemand,
     Signature,
     eligible_nodes,
     no_eligible_node,
+    no_node_large_enough,
     pool_of,
 )
 from torchgate.controller.admission.packing import WAVE_HELD
@@ -578,6 +580,8 @@ class Admitter:
         no_node = None
         if blocked is not None:
             no_node = no_eligible_node(blocked, list(self.ledger.nodes.values()))
+        else:
+            no_node = next(filter(None, (self._too_large(d) for d in required)), None)
         extras = tuple(
             OptionalPod(d.pod_name, d.requests, self._eligible(d.signature))
             for d in asked.demands[len(required) :]
@@ -604,6 +608,15 @@ class Admitter:
             no_node=no_node,
             run_limit=asked.run_limit,
         )
+
+    def _too_large(self, demand: PodDemand) -> str | None:
+        """Why no eligible node could ever hold ``demand`` (``nodes`` rule 5), once per shape."""
+        shape = (demand.signature, tuple(sorted(demand.requests.items())))
+        known = self._nodes.too_large
+        if shape not in known:
+            capacities = (self.ledger.capacity_of(n) for n in self._eligible(demand.signature))
+            known[shape] = no_node_large_enough(demand, capacities)
+        return known[shape]
 
     def _eligible(self, signature: Signature) -> tuple[str, ...]:
         """The nodes that admit ``signature`` (computed once until a node changes)."""
@@ -714,6 +727,9 @@ class _NodeFacts:
     eligibility: dict[Signature, tuple[str, ...]] = field(default_factory=dict)
     allowed: dict[frozenset[Signature], frozenset[str]] = field(default_factory=dict)
     without_gpus: dict[tuple[str, bool], frozenset[str] | None] = field(default_factory=dict)
+    too_large: dict[tuple[Signature, tuple[tuple[str, int], ...]], str | None] = field(
+        default_factory=dict
+    )
 
 
 class _Places:

@@ -13,12 +13,15 @@ filters, one function each:
    (``Requirement.matches_name``); a malformed requirement never matches.
 4. ``tolerates_all``: every ``NoSchedule``/``NoExecute`` taint tolerated (``PreferNoSchedule`` is
    only a preference), with Kubernetes' ``ToleratesTaint`` (``Toleration.tolerates``).
+5. ``too_large``: a pod that asks for more than any node it may use holds even empty (its
+   allocatable and GPU devices, ``ledger.capacity_of``) can never be placed, whatever ends;
+   ``no_node_large_enough`` says so, naming the first resource no such node has enough of.
 
-Resources and host ports are not filters here: they depend on what else is on the node, which is
-placement's business (``topology``: slots per node, one pod of a gang per node with host ports).
-``PodDemand`` carries both: a pod's requests (plus one ``pods`` slot) and host ports, and the
-constraints above as a hashable ``signature``, so pods with equal constraints share one
-eligibility answer. ``no_eligible_node`` says which filter left no node for a pod (its
+Beyond that, resources and host ports are not filters here: they depend on what else is on the
+node, which is placement's business (``topology``: slots per node, one pod of a gang per node
+with host ports). ``PodDemand`` carries both: a pod's requests (plus one ``pods`` slot) and host
+ports, and the constraints above as a hashable ``signature``, so pods with equal constraints
+share one eligibility answer. ``no_eligible_node`` says which filter left no node for a pod (its
 ``exclusion_reason``), for the waiting job's condition.
 """
 
@@ -39,7 +42,7 @@ from torchgate.pytorchjob.spec import (
     pinned_hosts,
     pod_spec_of,
 )
-from torchgate.pytorchjob.units import Units, parse_capacity, pod_units
+from torchgate.pytorchjob.units import Units, format_amount, parse_capacity, pod_units
 
 BLOCKING_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
 
@@ -417,3 +420,31 @@ def exclusion_reason(demand: PodDemand, nodes: Sequence[NodeView]) -> str:
                 untolerated.append(str(taint))
     shown = ", ".join(untolerated[:3]) + (", ..." if len(untolerated) > 3 else "")
     return f"every matching node has a taint the pod does not tolerate ({shown})"
+
+
+# ------------------------------------------------------------------ rule 5
+
+
+def too_large(demand: PodDemand, capacities: Iterable[Mapping[str, int]]) -> str | None:
+    """What ``demand`` asks more of than every node of ``capacities`` holds empty (rule 5)."""
+    largest: dict[str, int] = {}
+    for capacity in capacities:
+        if all(capacity.get(key, 0) >= amount for key, amount in demand.requests.items()):
+            return None
+        for key in demand.requests:
+            largest[key] = max(largest.get(key, 0), capacity.get(key, 0))
+    for key, amount in sorted(demand.requests.items()):
+        if largest.get(key, 0) < amount:
+            return (
+                f"it asks {format_amount(key, amount)} {key} and the largest node it may use "
+                f"has {format_amount(key, largest.get(key, 0))}"
+            )
+    return "no node it may use holds all it asks even empty"
+
+
+def no_node_large_enough(demand: PodDemand, capacities: Iterable[Mapping[str, int]]) -> str | None:
+    """Why no node may ever take ``demand`` although some admit it, if so (rule 5)."""
+    why = too_large(demand, capacities)
+    if why is None:
+        return None
+    return f"no eligible node {pool_of(demand)} can ever hold {demand.pod_name}: {why}"

@@ -96,7 +96,8 @@ def test_higher_priority_then_older_jobs_go_first() -> None:
 
 def test_small_jobs_backfill_behind_a_big_one_until_it_starves() -> None:
     admitter, _, clock = make(nodes=1, starvation_seconds=60)
-    big = ask(admitter, job("big").master(gpus=16).build(), created="2026-01-01T00:00:00Z")
+    admitter.on_pod("ADDED", pod("holder", node="n0", gpus=4), None)  # the big job must wait
+    big = ask(admitter, job("big").master(gpus=8).build(), created="2026-01-01T00:00:00Z")
     small = ask(admitter, job("small").master(gpus=1).build(), created="2026-01-02T00:00:00Z")
     assert admitter.cycle() == [small], "a job that does not fit must not block one that does"
     clock.now += 120
@@ -146,8 +147,14 @@ def test_a_job_held_behind_a_starving_one_is_told_whom_it_waits_for() -> None:
                 }
             }
         },
+        {},  # asks more GPUs than the only node has, even empty
     ],
-    ids=["nodeSelector-no-node-has", "taint-not-tolerated", "affinity-no-node-matches"],
+    ids=[
+        "nodeSelector-no-node-has",
+        "taint-not-tolerated",
+        "affinity-no-node-matches",
+        "larger-than-any-node",
+    ],
 )
 def test_a_job_no_node_admits_never_holds_the_queue_behind_it(pod_spec: dict[str, Any]) -> None:
     taint = {"key": "dedicated", "value": "x", "effect": "NoSchedule"}
@@ -157,7 +164,7 @@ def test_a_job_no_node_admits_never_holds_the_queue_behind_it(pod_spec: dict[str
     welcome = {"tolerations": [{"key": "dedicated", "operator": "Exists"}]} if tainted else {}
     lost = ask(
         admitter,
-        job("lost").master(gpus=1, pod_spec=pod_spec).build(),
+        job("lost").master(gpus=1 if pod_spec else 16, pod_spec=pod_spec).build(),
         created="2026-01-01T00:00:00Z",
     )
     assert admitter.cycle() == []
@@ -327,11 +334,14 @@ def test_pinned_hosts_name_the_pool_in_the_capacity_message() -> None:
     )
 
 
-def test_a_resource_no_node_has_is_a_shortfall() -> None:
+def test_a_resource_no_node_has_is_named_as_never_placeable() -> None:
     admitter, _, _ = with_nodes(node("a"))
     key = ask(admitter, job("r").master(containers=[container(limits={"rdma/hca": 1})]).build())
     admitter.cycle()
-    assert admitter.wait_reason(key) == ALONE + "waiting for 1 rdma/hca in the cluster: 0 free"
+    assert admitter.wait_reason(key) == ALONE + (
+        "no eligible node in the cluster can ever hold r-master-0: it asks 1 rdma/hca and the "
+        "largest node it may use has 0"
+    )
 
 
 def test_fragmentation_is_reported_when_totals_suffice() -> None:

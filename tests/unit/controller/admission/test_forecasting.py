@@ -248,13 +248,17 @@ def test_the_outlook_of_a_job_no_node_admits_says_it_is_not_placeable() -> None:
     lost = ask(
         admitter, job("lost").master(gpus=1, pod_spec={"nodeSelector": {"gpu": "h100"}}).build()
     )
-    big = ask(admitter, job("big").master(gpus=16).build())
+    only_node = racked()[0]["metadata"]["name"]
+    admitter.on_pod("ADDED", pod("holder", node=only_node, gpus=4), None)
+    big = ask(admitter, job("big").master(gpus=8).build())
+    huge = ask(admitter, job("huge").master(gpus=16).build())
     admitter.cycle()
 
     snapshot, _ = admitter.snapshot()
 
     assert job_outlook(snapshot, lost).placeable is False
     assert job_outlook(snapshot, big).placeable is True, "too big for now, yet nodes admit it"
+    assert job_outlook(snapshot, huge).placeable is False, "more GPUs than any node has"
 
 
 def queued(name: str, team: str | None, gpus: int, priority: int = 0) -> QueuedJob:
