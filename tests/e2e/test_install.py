@@ -8,7 +8,8 @@
   Dockerfile (buildah) and served as ``registry.example.com/torchgate:0.1.0`` and ``:0.1.1`` by the
   node's loopback registry, so the README's image names work as written; the webhook and
   controller pods really run, make their certificate, take their Lease, and seed 003 runs to
-  ``Succeeded`` through them.
+  ``Succeeded`` through them. README's Helm upgrade also works from a release of an older
+  chart, one without a value the new chart added, and keeps the values the admin set.
 - Uninstalling leaves running jobs alone, deleting a job still deletes its pods, and a restarted
   controller adopts the pods it finds.
 
@@ -21,6 +22,7 @@ import base64
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests import manifestset as ms
 from tests.builders.job import job
@@ -52,7 +55,7 @@ from tests.e2e.installation import (
     nothing_installed,
     rolled_out,
 )
-from tests.helmtool import helm_binary, run_helm
+from tests.helmtool import CHART, helm_binary, run_helm
 from torchgate_dev.controlplane.cluster import ATTACH_ENV
 
 README = ms.REPO_ROOT / "README.md"
@@ -496,6 +499,62 @@ def test_install_with_helm_as_the_doc_says(installable: Cluster, sandbox: DocRun
     assert cluster.get("clusterrole", "torchgate-controller") is None
     crd = cluster.get("crd", "placementpolicies.torchgate.io")
     assert crd is not None, "helm.sh/resource-policy: keep"
+
+
+def chart_before(value: str, folder: Path) -> Path:
+    """The chart as it was before the top-level ``value`` was added (how releases grow).
+
+    ``monitoring`` came after the first release of the chart (f7c0a3f): a copy without it in
+    values.yaml, the schema and the templates that read it is what an older release installed.
+    """
+    older = folder / "torchgate"
+    shutil.copytree(CHART, older)
+    values_file = older / "values.yaml"
+    values = yaml.safe_load(values_file.read_text(encoding="utf-8"))
+    del values[value]
+    values_file.write_text(yaml.safe_dump(values, sort_keys=False), encoding="utf-8")
+    schema_file = older / "values.schema.json"
+    schema = json.loads(schema_file.read_text(encoding="utf-8"))
+    del schema["properties"][value]
+    schema["required"].remove(value)
+    schema_file.write_text(json.dumps(schema, indent=2), encoding="utf-8")
+    for template in (older / "templates").glob("*.yaml"):
+        if f".Values.{value}." in template.read_text(encoding="utf-8"):
+            template.unlink()
+    return older
+
+
+@pytest.mark.e2e
+@pytest.mark.real_node
+@pytest.mark.timeout(900)
+def test_helm_upgrade_as_the_doc_says_to_a_chart_with_a_new_value(
+    installable: Cluster, sandbox: DocRunner, tmp_path: Path
+) -> None:
+    # An admin installed a release of the chart that had no `monitoring` yet, with a value of
+    # their own; README's upgrade takes the new chart's defaults for what is new and keeps theirs.
+    cluster, doc = installable, sandbox
+    cluster.install_crds()
+    doc.run("helm-1-adopt-crds")
+    older = chart_before("monitoring", tmp_path)
+    run_helm(
+        "install", "torchgate", str(older), "--namespace", "default",
+        f"--set=image.repository={IMAGE}", "--set=image.tag=0.1.0",
+        "--set=webhook.timeoutSeconds=7",
+        env={"KUBECONFIG": str(cluster.kubeconfig)},
+    )  # fmt: skip
+
+    doc.run("helm-upgrade")
+    assert images(cluster) == {f"{IMAGE}:0.1.1"}
+    assert rolled_out(cluster, "torchgate-webhook")
+    assert rolled_out(cluster, "torchgate-controller")
+    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+        config = cluster.get(kind, "torchgate")
+        assert config is not None, kind
+        assert [w["timeoutSeconds"] for w in config["webhooks"]] == [7], "the admin's value"
+    assert cluster.get("configmap", "torchgate-grafana-dashboard", NAMESPACE) is None
+
+    doc.run("helm-uninstall")
+    assert nothing_installed(cluster)
 
 
 # ----------------------------------------------------------------- what uninstalling leaves
