@@ -11,7 +11,8 @@
   ``Succeeded`` through them. README's Helm upgrade also works from a release of an older
   chart, one without a value the new chart added, and keeps the values the admin set.
 - Uninstalling leaves running jobs alone, deleting a job still deletes its pods, and a restarted
-  controller adopts the pods it finds.
+  controller adopts the pods it finds. It leaves the quarantines of nodes too (nobody lifts them
+  any more), and README's step after it lifts them, and only them.
 
 ``helm lint`` and the server-side dry runs of every rendering are in test_helm_and_dry_runs.py.
 """
@@ -27,6 +28,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -56,6 +58,9 @@ from tests.e2e.installation import (
     rolled_out,
 )
 from tests.helmtool import CHART, helm_binary, run_helm
+from torchgate.controller.quarantine import rules as quarantine_rules
+from torchgate.controller.quarantine.rules import Quarantine
+from torchgate.pytorchjob import names
 from torchgate_dev.controlplane.cluster import ATTACH_ENV
 
 README = ms.REPO_ROOT / "README.md"
@@ -121,6 +126,7 @@ HELM_FLOW = (
     "check-admission",
     "helm-upgrade",
     "helm-uninstall",
+    "lift-quarantines",
 )
 # README's install, upgrade and uninstall sections read in this order.
 README_ORDER = (
@@ -494,11 +500,44 @@ def test_install_with_helm_as_the_doc_says(installable: Cluster, sandbox: DocRun
     )  # fmt: skip
     assert [entry["revision"] for entry in json.loads(history.stdout)] == [1, 2]
 
+    # Two nodes the controller quarantined (the patch it writes), one an admin cleared by hand
+    # (the labels stay until the controller tidies them), one tainted by someone else.
+    quarantined, cleared, foreign = cluster.add_gpu_nodes(3, "quarantine")
+    until = datetime.now(UTC) + timedelta(hours=1)
+    for name in (quarantined, cleared):
+        node = cluster.get("node", name)
+        assert node is not None
+        patch = quarantine_rules.quarantine_patch(node, Quarantine("NodeLost", until))
+        cluster.kubectl("patch", "node", name, "--type=merge", "-p", json.dumps(patch))
+    cluster.kubectl("taint", "nodes", cleared, f"{names.TAINT_QUARANTINE}-")
+    cluster.kubectl("taint", "nodes", foreign, "example.com/maintenance=true:NoSchedule")
+
     doc.run("helm-uninstall")
     assert nothing_installed(cluster)
     assert cluster.get("clusterrole", "torchgate-controller") is None
     crd = cluster.get("crd", "placementpolicies.torchgate.io")
     assert crd is not None, "helm.sh/resource-policy: keep"
+    assert quarantine_taints(cluster, quarantined) == ["NodeLost"], "nobody lifts it any more"
+
+    doc.run("lift-quarantines")
+    for name in (quarantined, cleared, foreign):
+        node = cluster.get("node", name) or {}
+        assert quarantine_taints(cluster, name) == [], name
+        labels = node["metadata"].get("labels", {})
+        assert not {names.LABEL_QUARANTINE, names.LABEL_QUARANTINE_UNTIL} & set(labels), name
+    foreign_taints = (cluster.get("node", foreign) or {})["spec"]["taints"]
+    assert [t["key"] for t in foreign_taints] == ["example.com/maintenance"]
+    doc.run("lift-quarantines")  # nothing left to lift: still succeeds
+
+
+def quarantine_taints(cluster: Cluster, node_name: str) -> list[str]:
+    """The causes of the node's ``torchgate.io/quarantine`` taints."""
+    node = cluster.get("node", node_name) or {}
+    return [
+        str(taint.get("value"))
+        for taint in node.get("spec", {}).get("taints", [])
+        if taint.get("key") == names.TAINT_QUARANTINE
+    ]
 
 
 def chart_before(value: str, folder: Path) -> Path:
