@@ -33,6 +33,13 @@ DEFAULT_TIMEOUT_SECONDS: Final = 5
 # kube-system hosts the cluster's own machinery; an outage of the webhook must never block it.
 DEFAULT_EXCLUDED_NAMESPACES: Final = ("kube-system",)
 NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"  # set on every namespace since 1.21
+# A job being deleted is never sent to the webhook: the updates it still gets are finalizers
+# coming off (the garbage collector's ``orphan`` and ``foregroundDeletion``, anyone's own), and
+# with the webhook down ``failurePolicy: Fail`` would refuse them and keep the job forever.
+NOT_BEING_DELETED: Final = {
+    "name": "not-being-deleted",
+    "expression": "!has(object.metadata.deletionTimestamp)",
+}
 FAILURE_POLICIES: Final = ("Fail", "Ignore")
 
 POOL_LABEL: Final = "pool"
@@ -112,7 +119,8 @@ def webhook_configurations(
     Both cover ``kubeflow.org/v1`` ``pytorchjobs`` on CREATE and UPDATE (the mutating route
     leaves updates alone, the validating one checks immutability), fail closed, have no side
     effects (so ``--dry-run=server`` calls them too), speak AdmissionReview v1 only, and skip
-    the ``excluded_namespaces``.
+    the ``excluded_namespaces`` and every job being deleted (:data:`NOT_BEING_DELETED`: a
+    ``matchConditions`` entry, so removing a finalizer never waits for the webhook).
 
     Raises:
         ValueError: A parameter the apiserver would refuse (see :func:`client_config`; the
@@ -152,6 +160,7 @@ def webhook_configurations(
             "admissionReviewVersions": ["v1"],
             "timeoutSeconds": timeout_seconds,
             "namespaceSelector": namespace_selector,
+            "matchConditions": [dict(NOT_BEING_DELETED)],
         }
 
     api_version = "admissionregistration.k8s.io/v1"

@@ -91,6 +91,38 @@ def test_helm_lint_catches_bad_values() -> None:
     assert result.returncode != 0
 
 
+@pytest.mark.parametrize(
+    ("value", "field"),
+    [
+        ("image.repository=registry.example.com/torchgate:0.1.0", "/image/repository"),
+        ("image.repository=torchgate@sha256:0123abcd", "/image/repository"),
+        ("image.repository=registry.example.com/ torchgate", "/image/repository"),
+        ("image.tag=sha256:0123abcd", "/image/tag"),
+        ("image.tag=0.1.0 ", "/image/tag"),
+    ],
+    ids=["tag-in-repository", "digest-in-repository", "space", "digest-as-tag", "trailing-space"],
+)
+def test_an_image_that_could_never_be_pulled_is_refused_at_install(value: str, field: str) -> None:
+    # The chart writes <repository>:<tag>; a repository with its own tag would give
+    # "registry.example.com/torchgate:0.1.0:0.1.0", which the apiserver stores and the kubelet
+    # refuses (InvalidImageName): no webhook replica ever ready, every PyTorchJob write refused.
+    result = run_helm("template", "torchgate", str(CHART), f"--set={value}", check=False)
+    assert result.returncode != 0
+    assert f"at '{field}'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "repository",
+    ["torchgate", "registry.example.com/torchgate", "localhost:5000/team/torchgate"],
+)
+def test_image_repositories_with_a_registry_port_and_a_path_are_accepted(repository: str) -> None:
+    result = run_helm(
+        "template", "torchgate", str(CHART), f"--set=image.repository={repository}",
+        "--set=image.tag=0.1.1",
+    )  # fmt: skip
+    assert f"image: {repository}:0.1.1" in result.stdout
+
+
 # ---------------------------------------------------------------------------- server dry runs
 
 

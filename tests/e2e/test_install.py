@@ -8,9 +8,11 @@
   Dockerfile (buildah) and served as ``registry.example.com/torchgate:0.1.0`` and ``:0.1.1`` by the
   node's loopback registry, so the README's image names work as written; the webhook and
   controller pods really run, make their certificate, take their Lease, and seed 003 runs to
-  ``Succeeded`` through them.
+  ``Succeeded`` through them. README's Helm upgrade also works from a release of an older
+  chart, one without a value the new chart added, and keeps the values the admin set.
 - Uninstalling leaves running jobs alone, deleting a job still deletes its pods, and a restarted
-  controller adopts the pods it finds.
+  controller adopts the pods it finds. It leaves the quarantines of nodes too (nobody lifts them
+  any more), and README's step after it lifts them, and only them.
 
 ``helm lint`` and the server-side dry runs of every rendering are in test_helm_and_dry_runs.py.
 """
@@ -21,13 +23,16 @@ import base64
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests import manifestset as ms
 from tests.builders.job import job
@@ -52,7 +57,10 @@ from tests.e2e.installation import (
     nothing_installed,
     rolled_out,
 )
-from tests.helmtool import helm_binary, run_helm
+from tests.helmtool import CHART, helm_binary, run_helm
+from torchgate.controller.quarantine import rules as quarantine_rules
+from torchgate.controller.quarantine.rules import Quarantine
+from torchgate.pytorchjob import names
 from torchgate_dev.controlplane.cluster import ATTACH_ENV
 
 README = ms.REPO_ROOT / "README.md"
@@ -118,6 +126,7 @@ HELM_FLOW = (
     "check-admission",
     "helm-upgrade",
     "helm-uninstall",
+    "lift-quarantines",
 )
 # README's install, upgrade and uninstall sections read in this order.
 README_ORDER = (
@@ -491,11 +500,100 @@ def test_install_with_helm_as_the_doc_says(installable: Cluster, sandbox: DocRun
     )  # fmt: skip
     assert [entry["revision"] for entry in json.loads(history.stdout)] == [1, 2]
 
+    # Two nodes the controller quarantined (the patch it writes), one an admin cleared by hand
+    # (the labels stay until the controller tidies them), one tainted by someone else.
+    quarantined, cleared, foreign = cluster.add_gpu_nodes(3, "quarantine")
+    until = datetime.now(UTC) + timedelta(hours=1)
+    for name in (quarantined, cleared):
+        node = cluster.get("node", name)
+        assert node is not None
+        patch = quarantine_rules.quarantine_patch(node, Quarantine("NodeLost", until))
+        cluster.kubectl("patch", "node", name, "--type=merge", "-p", json.dumps(patch))
+    cluster.kubectl("taint", "nodes", cleared, f"{names.TAINT_QUARANTINE}-")
+    cluster.kubectl("taint", "nodes", foreign, "example.com/maintenance=true:NoSchedule")
+
     doc.run("helm-uninstall")
     assert nothing_installed(cluster)
     assert cluster.get("clusterrole", "torchgate-controller") is None
     crd = cluster.get("crd", "placementpolicies.torchgate.io")
     assert crd is not None, "helm.sh/resource-policy: keep"
+    assert quarantine_taints(cluster, quarantined) == ["NodeLost"], "nobody lifts it any more"
+
+    doc.run("lift-quarantines")
+    for name in (quarantined, cleared, foreign):
+        node = cluster.get("node", name) or {}
+        assert quarantine_taints(cluster, name) == [], name
+        labels = node["metadata"].get("labels", {})
+        assert not {names.LABEL_QUARANTINE, names.LABEL_QUARANTINE_UNTIL} & set(labels), name
+    foreign_taints = (cluster.get("node", foreign) or {})["spec"]["taints"]
+    assert [t["key"] for t in foreign_taints] == ["example.com/maintenance"]
+    doc.run("lift-quarantines")  # nothing left to lift: still succeeds
+
+
+def quarantine_taints(cluster: Cluster, node_name: str) -> list[str]:
+    """The causes of the node's ``torchgate.io/quarantine`` taints."""
+    node = cluster.get("node", node_name) or {}
+    return [
+        str(taint.get("value"))
+        for taint in node.get("spec", {}).get("taints", [])
+        if taint.get("key") == names.TAINT_QUARANTINE
+    ]
+
+
+def chart_before(value: str, folder: Path) -> Path:
+    """The chart as it was before the top-level ``value`` was added (how releases grow).
+
+    ``monitoring`` came after the first release of the chart (f7c0a3f): a copy without it in
+    values.yaml, the schema and the templates that read it is what an older release installed.
+    """
+    older = folder / "torchgate"
+    shutil.copytree(CHART, older)
+    values_file = older / "values.yaml"
+    values = yaml.safe_load(values_file.read_text(encoding="utf-8"))
+    del values[value]
+    values_file.write_text(yaml.safe_dump(values, sort_keys=False), encoding="utf-8")
+    schema_file = older / "values.schema.json"
+    schema = json.loads(schema_file.read_text(encoding="utf-8"))
+    del schema["properties"][value]
+    schema["required"].remove(value)
+    schema_file.write_text(json.dumps(schema, indent=2), encoding="utf-8")
+    for template in (older / "templates").glob("*.yaml"):
+        if f".Values.{value}." in template.read_text(encoding="utf-8"):
+            template.unlink()
+    return older
+
+
+@pytest.mark.e2e
+@pytest.mark.real_node
+@pytest.mark.timeout(900)
+def test_helm_upgrade_as_the_doc_says_to_a_chart_with_a_new_value(
+    installable: Cluster, sandbox: DocRunner, tmp_path: Path
+) -> None:
+    # An admin installed a release of the chart that had no `monitoring` yet, with a value of
+    # their own; README's upgrade takes the new chart's defaults for what is new and keeps theirs.
+    cluster, doc = installable, sandbox
+    cluster.install_crds()
+    doc.run("helm-1-adopt-crds")
+    older = chart_before("monitoring", tmp_path)
+    run_helm(
+        "install", "torchgate", str(older), "--namespace", "default",
+        f"--set=image.repository={IMAGE}", "--set=image.tag=0.1.0",
+        "--set=webhook.timeoutSeconds=7",
+        env={"KUBECONFIG": str(cluster.kubeconfig)},
+    )  # fmt: skip
+
+    doc.run("helm-upgrade")
+    assert images(cluster) == {f"{IMAGE}:0.1.1"}
+    assert rolled_out(cluster, "torchgate-webhook")
+    assert rolled_out(cluster, "torchgate-controller")
+    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+        config = cluster.get(kind, "torchgate")
+        assert config is not None, kind
+        assert [w["timeoutSeconds"] for w in config["webhooks"]] == [7], "the admin's value"
+    assert cluster.get("configmap", "torchgate-grafana-dashboard", NAMESPACE) is None
+
+    doc.run("helm-uninstall")
+    assert nothing_installed(cluster)
 
 
 # ----------------------------------------------------------------- what uninstalling leaves
