@@ -439,25 +439,31 @@ class Slots:
         )
         return short, counts[-1] > 0
 
-    def shift(self, moves: Iterable[tuple[int, int, int]], topology: Topology) -> None:
-        """Move each domain of ``moves`` (below the root, its count already set) by its level.
+    def move(self, domains: Iterable[int], delta: int, topology: Topology) -> None:
+        """Add ``delta`` to the counts of ``domains`` (below the root), each by its level.
 
-        ``moves`` holds ``(domain, count before, count after)``, in the order they happened (a
-        domain may move more than once). One call per change for all its domains (a cycle moves
-        thousands of domain counts).
+        A move sets the domain's two bytes where it happens (a cycle moves thousands of domain
+        counts, so none is collected for later): an emptied count is dropped when read.
         """
-        all_masks, level_of, rank = self.masks, topology.level_of, topology.rank
-        for domain, before, after in moves:
-            level = level_of[domain]
-            masks = all_masks[level]
-            if before > 0:
-                masks[before][rank[domain]] = 0  # an emptied count is dropped when read
-            if after > 0:
+        per_domain, all_masks = self.domains, self.masks
+        level_of, rank = topology.level_of, topology.rank
+        for domain in domains:
+            before = per_domain[domain]
+            after = per_domain[domain] = before + delta
+            masks = all_masks[level_of[domain]]
+            if before:
+                masks[before][rank[domain]] = 0
+            if after:
                 found = masks.get(after)
                 if found is None:
-                    found = masks[after] = bytearray(len(self.by_rank[level]))
-                    insort(self.values[level], after)
+                    found = self.new_count(level_of[domain], after)
                 found[rank[domain]] = 1
+
+    def new_count(self, level: int, count: int) -> bytearray:
+        """The bytes of a count of ``level`` no domain had (all 0), now kept in order."""
+        found = self.masks[level][count] = bytearray(len(self.by_rank[level]))
+        insort(self.values[level], count)
+        return found
 
 
 class Capacity:
@@ -858,8 +864,11 @@ class Capacity:
 
         ``taken``: the nodes only lost capacity, so a node without a slot has none still (unless
         its spare resources are kept: they change). Rule 1 is counted inline (``slots_of`` once
-        per changed node and shape is the bulk of a busy cycle's placing). A domain holding the
-        node alone takes the node's count; the node's other domains move by the summed change
+        per changed node and shape is the bulk of a busy cycle's placing), and a node with less
+        of the shape's first resource than one pod asks has no slot without entering its loop
+        (most recounts of a busy cycle: a take fills the nodes it lands on). A domain holding
+        the node alone takes the node's count, moved here (``Slots.move``, inline: a call per
+        node would cost more than the move); the node's other domains move by the summed change
         of the consecutive nodes under the same ones (a gang's nodes come domain by domain).
         """
         topology = self.topology
@@ -867,8 +876,11 @@ class Capacity:
         alone, shared = topology.alone, topology.shared
         per_node, per_domain, free = slots.nodes, slots.domains, self.free
         pod, one_per_node, spare = shape.pod, shape.one_per_node, slots.spare
+        if not pod:
+            return  # no resource asked: every node has every slot, whatever it has free
+        first, first_amount = pod[0]
+        all_masks, level_of, rank = slots.masks, topology.level_of, topology.rank
         skip_empty = taken and spare is None
-        moves: list[tuple[int, int, int]] = []
         run_domains: tuple[int, ...] = ()  # the shared domains of the last changed node
         run = 0  # their change not yet counted
         pool_delta = 0
@@ -879,16 +891,19 @@ class Capacity:
             if allowed is not None and names[node] not in allowed:
                 continue
             have = free[node]
-            after = UNBOUNDED
-            for name, amount in pod:
-                fit = have.get(name, 0) // amount
-                if fit < after:
-                    after = fit
-                    if fit <= 0:
-                        after = 0
-                        break
-            if one_per_node and after:
-                after = 1
+            if have.get(first, 0) < first_amount:
+                after = 0
+            else:
+                after = UNBOUNDED
+                for name, amount in pod:
+                    fit = have.get(name, 0) // amount
+                    if fit < after:
+                        after = fit
+                        if fit <= 0:
+                            after = 0
+                            break
+                if one_per_node and after:
+                    after = 1
             if spare is not None:
                 slots.set_spare(node, spare_of(have, shape, after))
             delta = after - before
@@ -897,20 +912,25 @@ class Capacity:
                 pool_delta += delta
                 for domain in alone[node]:
                     per_domain[domain] = after
-                    moves.append((domain, before, after))
+                    masks = all_masks[level_of[domain]]
+                    if before:
+                        masks[before][rank[domain]] = 0
+                    if after:
+                        found = masks.get(after)
+                        if found is None:
+                            found = slots.new_count(level_of[domain], after)
+                        found[rank[domain]] = 1
                 above = shared[node]
                 if above is run_domains:
                     run += delta
                 else:
                     if run:
-                        _move_run(per_domain, run_domains, run, moves)
+                        slots.move(run_domains, run, topology)
                     run_domains, run = above, delta
         if run:
-            _move_run(per_domain, run_domains, run, moves)
+            slots.move(run_domains, run, topology)
         if pool_delta:
             per_domain[ROOT] += pool_delta
-        if moves:
-            slots.shift(moves, topology)
 
 
 class _Loan:
@@ -925,16 +945,6 @@ class _Loan:
     def __init__(self, saved: dict[int, dict[str, int]]) -> None:
         self.saved = saved
         self.asked: list[Shape] = []
-
-
-def _move_run(
-    per_domain: list[int], domains: Sequence[int], delta: int, moves: list[tuple[int, int, int]]
-) -> None:
-    """Add ``delta`` to each of ``domains``' counts, noting each move (``Slots.shift``)."""
-    for domain in domains:
-        before = per_domain[domain]
-        after = per_domain[domain] = before + delta
-        moves.append((domain, before, after))
 
 
 def _totals(free: Iterable[Units]) -> dict[str, int]:

@@ -740,6 +740,86 @@ def plain_fragmentation(
     return frozenset(short), counted
 
 
+RESOURCES = ("cpu", GPU, "memory", "pods")
+# what one pod asks for, or a node has free: a few resources (a pod may ask for none at all)
+amounts = hs.dictionaries(hs.sampled_from(RESOURCES), hs.integers(0, 8).map(lambda n: n * 1000))
+asked = hs.dictionaries(hs.sampled_from(RESOURCES), hs.integers(1, 3).map(lambda n: n * 1000))
+
+
+@settings(max_examples=200, deadline=None)
+@given(pools(), hs.lists(asked, min_size=1, max_size=4), hs.data())
+def test_slot_counts_over_several_resources_kept_up_to_date_equal_counts_made_afresh(
+    pool: tuple[Topology, dict[str, dict[str, int]]],
+    requests: list[dict[str, int]],
+    data: hs.DataObject,
+) -> None:
+    """Whichever resource runs out first (or none, when a pod asks for nothing), on every reader.
+
+    Takes may leave a node below zero of a resource; some shapes keep their spare resources
+    (rule 7) from the start, the others are asked about only after some changes.
+    """
+    topology, _ = pool
+    names = topology.node_names
+    free = {name: data.draw(amounts) for name in names}
+    allowed = frozenset(data.draw(hs.sets(hs.sampled_from(names), min_size=1)))
+    shapes = [
+        shape_of([request], one_per_node=index % 2 == 1, allowed=(None, allowed)[index // 2 % 2])
+        for index, request in enumerate(requests)
+    ]
+    base = Capacity(topology, free)
+    fork = base.fork()
+    for shape in shapes[::2]:
+        fork.fragmentation(shape)
+    capacities = [fork]
+    moves = data.draw(
+        hs.lists(
+            hs.tuples(
+                hs.sampled_from(("update", "take", "give", "fork")),
+                hs.integers(0, 30),
+                hs.integers(0, len(requests) - 1),
+            )
+        )
+    )
+    for step, index, which in moves:
+        node = names[index % len(names)]
+        if step == "update":
+            base.update({node: data.draw(amounts)})
+        elif step == "fork":
+            fork = base.fork()
+            capacities.append(fork)
+        else:
+            change = ({"p": node}, {"p": requests[which]})
+            if step == "take":
+                fork.take(*change)
+            else:
+                fork.give(*change)
+        fork.slots(shapes[which])
+    for capacity in [*capacities, base]:
+        fresh = Capacity(topology, {name: capacity.free[i] for i, name in enumerate(names)})
+        for shape in shapes:
+            slots = capacity.slots(shape)
+            assert slots.nodes == fresh.node_slots(shape)
+            assert slots.domains == fresh.domain_slots(shape)
+            for level in range(len(topology.levels)):
+                roomiest = max((slots.domains[d] for d in topology.by_level[level]), default=0)
+                assert slots.roomiest(level) == roomiest
+                for count in (1, 2, 5):
+                    expected = brute_force_tightest(topology, slots.domains, level, count)
+                    assert slots.tightest(level, count) == expected
+            fragmented = plain_fragmentation(capacity.free_for(shape), shape)
+            assert capacity.fragmentation(shape) == fragmented
+
+
+def test_a_gang_asking_for_nothing_has_every_slot_through_takes_and_gives() -> None:
+    capacity = Capacity(TOPOLOGY, EMPTY)
+    nothing, host_ports = shape_of([{}]), shape_of([{}], one_per_node=True)
+    before = list(capacity.node_slots(nothing)), list(capacity.node_slots(host_ports))
+    capacity.take({"p": "h1"}, {"p": pod_requests(8)})
+    capacity.give({"p": "h2"}, {"p": pod_requests(8)})
+    assert (capacity.node_slots(nothing), capacity.node_slots(host_ports)) == before
+    assert set(capacity.node_slots(host_ports)) == {1}
+
+
 def test_a_fork_never_changes_the_original_and_keeps_what_it_saw() -> None:
     base = Capacity(TOPOLOGY, EMPTY)
     shape = shape_of([pod_requests(8)])
