@@ -9,6 +9,9 @@ Rules:
 - 404 -> ``NotFound``; 409 -> ``AlreadyExists`` when the Status reason says so, else ``Conflict``;
   410 -> ``Gone``; 401 -> ``Unauthorized``; 403 -> ``Forbidden``; 400 and 422 -> ``Invalid``;
   anything else (5xx, 429, a transport failure reported as status 0) -> ``ServerError``.
+- A 403 whose Status names the cause ``NamespaceTerminating`` -> ``NamespaceTerminating``: the
+  apiserver (its NamespaceLifecycle admission) refuses every create in a namespace being deleted,
+  which no retry will change.
 - A body that is not a JSON Status keeps its first 500 characters as the message.
 """
 
@@ -20,6 +23,8 @@ from typing import Any
 import orjson
 
 MESSAGE_LIMIT = 500
+# ``details.causes[].reason`` of the apiserver's 403 on a create in a terminating namespace.
+NAMESPACE_TERMINATING_CAUSE = "NamespaceTerminating"
 
 
 class ApiError(Exception):
@@ -66,6 +71,10 @@ class Unauthorized(ApiError):
 
 class Forbidden(ApiError):
     """HTTP 403: RBAC denies the call."""
+
+
+class NamespaceTerminating(Forbidden):
+    """HTTP 403 on a create in a namespace being deleted (Status cause ``NamespaceTerminating``)."""
 
 
 class Invalid(ApiError):
@@ -125,4 +134,16 @@ def status_error(
     body: Mapping[str, Any] | None = None,
 ) -> ApiError:
     """The typed error for a status, reason and message (a watch's ``ERROR`` event, say)."""
-    return error_class(status, reason)(status, reason, message, method, path, body=body)
+    kind = error_class(status, reason)
+    if status == 403 and _has_cause(body, NAMESPACE_TERMINATING_CAUSE):
+        kind = NamespaceTerminating
+    return kind(status, reason, message, method, path, body=body)
+
+
+def _has_cause(body: Mapping[str, Any] | None, cause: str) -> bool:
+    """Whether a Status body lists ``cause`` among its ``details.causes[].reason``."""
+    details = (body or {}).get("details")
+    causes = details.get("causes") if isinstance(details, Mapping) else None
+    return isinstance(causes, list) and any(
+        isinstance(c, Mapping) and c.get("reason") == cause for c in causes
+    )

@@ -15,6 +15,7 @@ from torchgate.kube.errors import (
     Forbidden,
     Gone,
     Invalid,
+    NamespaceTerminating,
     NotFound,
     ServerError,
     Unauthorized,
@@ -66,6 +67,35 @@ def test_a_status_body_gives_reason_message_and_causes() -> None:
     assert (error.status, error.reason, error.message) == (422, "Invalid", body["message"])
     assert error.body["details"]["causes"][0]["field"] == "spec.x"
     assert (error.method, error.path) == ("POST", "/apis/x")
+
+
+def test_a_create_in_a_namespace_being_deleted_is_told_from_an_rbac_denial() -> None:
+    # As kube-apiserver 1.37 answered a create in a terminating namespace.
+    terminating = {
+        "kind": "Status",
+        "status": "Failure",
+        "message": 'pods "p" is forbidden: unable to create new content in namespace ns because '
+        "it is being terminated",
+        "reason": "Forbidden",
+        "details": {
+            "name": "p",
+            "kind": "pods",
+            "causes": [
+                {
+                    "reason": "NamespaceTerminating",
+                    "message": "namespace ns is being terminated",
+                    "field": "metadata.namespace",
+                }
+            ],
+        },
+        "code": 403,
+    }
+    denied = {**terminating, "details": {"name": "p", "kind": "pods"}}
+    path = "/api/v1/namespaces/ns/pods"
+    refused = decode_error(403, json.dumps(terminating).encode(), "POST", path)
+    assert isinstance(refused, NamespaceTerminating)
+    assert isinstance(refused, Forbidden)
+    assert type(decode_error(403, json.dumps(denied).encode(), "POST", path)) is Forbidden
 
 
 def test_a_body_that_is_not_a_status_is_kept_as_the_message_shortened() -> None:

@@ -33,6 +33,8 @@ away, is judged by these rules in order; the first that applies is its disruptio
 4. ``pod_deleted``: the member was deleted, or went away, no later than its training container
    ended by itself. torchgate deletes members of the current attempt only while moving the job to
    a new attempt (or ending or suspending it), so a deleted member was deleted by someone else.
+   (When that someone is the namespace controller emptying the job's namespace, the job ends
+   with it: ``plan`` rule 9 asks before such a restart.)
 5. ``pod_stuck``: the member is bound to a node and still ``Pending`` ``stuck_after`` seconds
    after it was scheduled, with a container waiting to be created or pulled
    (``ContainerCreating``: no sandbox, no network from the CNI plugin, volumes not mounted;

@@ -72,6 +72,8 @@ class Observed:
             its rendezvous replica is created with the probe that ends it when it hangs.
         stuck_pod_seconds: How long a bound pod may wait for its containers to start before it
             counts as stuck on its node (the job's policy's ``quarantine.stuckPodSeconds``).
+        namespace_terminating: The apiserver refused a create in the job's namespace because
+            the namespace is being deleted (``plan`` rules 1 and 9).
     """
 
     job_raw: Mapping[str, Any]
@@ -94,6 +96,7 @@ class Observed:
     node_lost_seconds: float = DEFAULT_LOST_AFTER_SECONDS
     stuck_pod_seconds: float = DEFAULT_STUCK_AFTER_SECONDS
     progress_deadline_seconds: int | None = None
+    namespace_terminating: bool = False
 
     @property
     def gpus(self) -> GpuSources:

@@ -8,8 +8,10 @@ plan to an in-memory world and checks that planning again asks for nothing more.
 
 The rules, in order:
 
-1. A job being deleted gets nothing (garbage collection removes its children). A job managed by
-   another controller (``runPolicy.managedBy``) is left alone.
+1. A job being deleted gets nothing (garbage collection removes its children), nor does a job
+   whose namespace is being deleted (``namespace_terminating``; rule 9): the namespace controller
+   removes its pods and then the job, and the apiserver refuses anything created there. A job
+   managed by another controller (``runPolicy.managedBy``) is left alone.
 2. A finished job (``Succeeded``/``Failed``) only gets cleanup per ``cleanPodPolicy`` (repeated
    until done) and its TTL (``delete_job``, or a timer).
 3. ``runPolicy.suspend`` deletes every pod and Service; resuming re-admits the job, and
@@ -39,6 +41,17 @@ The rules, in order:
 8. A pod that goes away on a lost node (one the disruption rules count as lost) is deleted
    with no grace period: no kubelet there would confirm a graceful deletion, and the gang's next
    attempt needs its name (``disruption.until_lost`` says why that is safe).
+9. A gang restart for a deleted member (``disruption`` rule 4, ``PodDeleted``) waits for the
+   apiserver's word that the job's namespace is not being deleted (``asks_namespace_first``).
+   ``kubectl delete namespace`` makes the namespace controller delete the namespace's pods
+   first and its jobs only once the pods are gone (Kubernetes' ordered namespace deletion), so
+   each job sees its members deleted while it still exists: that is the job's end, not a
+   disruption. Restarting would count and announce a restart for a job about to vanish, and its
+   next gang's creates would be refused (403, cause ``NamespaceTerminating``) again and again
+   until the job went. The controller does not watch namespaces (no RBAC for them): the shell
+   asks with a dry-run create in the namespace, refused with that 403 once the namespace is
+   being deleted, and plans again with ``namespace_terminating``. The same refusal of any
+   other create sets it too (it never changes: a namespace being deleted only goes).
 
 Where the rules live: this module holds ``plan`` itself with rules 1 and 3, and decides when an
 active job has succeeded or passed its deadline; ``finish`` holds rules 2 and 6 (how a job
@@ -99,7 +112,7 @@ MANAGING_VALUES: Final = frozenset({names.TRAINING_OPERATOR, names.CONTROLLER_NA
 def plan(observed: Observed) -> Plan:
     """Decide what to do about one job; pure and idempotent (see the module docstring)."""
     job = observed.job
-    if st.is_terminating(observed.job_raw):
+    if st.is_terminating(observed.job_raw) or observed.namespace_terminating:
         return Plan()
     if job.run_policy.managed_by is not None and job.run_policy.managed_by not in MANAGING_VALUES:
         return Plan()
@@ -120,6 +133,11 @@ def plan(observed: Observed) -> Plan:
         _plan_active(draft, pods)
     _force_where_lost(draft, pods)
     return draft.finish()
+
+
+def asks_namespace_first(decision: Plan) -> bool:
+    """Whether the shell must ask if the namespace is being deleted before applying (rule 9)."""
+    return decision.restart is not None and decision.restart.cause == reasons.POD_DELETED
 
 
 def _force_where_lost(draft: Draft, pods: GangPods) -> None:

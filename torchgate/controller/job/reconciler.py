@@ -21,6 +21,11 @@ Where the cluster serves Kubernetes' gang objects and the flag allows them (``ga
 the job's Workload and its attempt's PodGroup are created before the attempt's pods, and each pod
 names the PodGroup (``gangobjects``); the PodGroups of older attempts are deleted with them.
 
+A job whose namespace is being deleted is left to the namespace controller (``plan`` rules 1 and
+9): before a restart for a deleted member the namespace is asked with a dry-run create of the
+restart's Event, and any create refused for that reason (403 ``NamespaceTerminating``) marks the
+job so, instead of being retried with backoff until the job is gone.
+
 Creates of deterministic names treat ``AlreadyExists`` as done and deletes treat ``NotFound`` as
 done, so running a plan twice is harmless. Every object the apiserver returns is written through to
 the cache at once, so the next reconcile does not act on state we already changed.
@@ -69,12 +74,18 @@ from torchgate.controller.job.model import (
     attempt_of,
     current_attempt,
 )
-from torchgate.controller.job.plan import plan
+from torchgate.controller.job.plan import asks_namespace_first, plan
 from torchgate.controller.job.writes import StatusWritePolicy, WriteFacts
 from torchgate.controller.metrics import ControllerMetrics
 from torchgate.controller.quarantine.rules import Fault
 from torchgate.kube.client import MERGE_PATCH, KubeApi
-from torchgate.kube.errors import AlreadyExists, ApiError, NotFound
+from torchgate.kube.errors import (
+    AlreadyExists,
+    ApiError,
+    NamespaceTerminating,
+    NotFound,
+    ServerError,
+)
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import EVENTS, POD_GROUPS, PODS, PYTORCHJOBS, SERVICES, WORKLOADS
 from torchgate.pytorchjob import names, reasons
@@ -295,6 +306,8 @@ class Reconciler:
         self.unsent_events: dict[JobKey, tuple[str, tuple[Event, ...]]] = {}
         self.events = EventRecorder(api, clock=clock)
         self.demands = DemandMemo()
+        # Job -> uid, for jobs whose namespace is being deleted (``plan`` rule 9).
+        self.namespace_terminating: dict[JobKey, str] = {}
         # Job -> pod name -> the pod as last seen before it went away (``on_pod``).
         self.departed: dict[JobKey, dict[str, dict[str, Any]]] = {}
         # Deletes (which free GPUs) never queue behind creates.
@@ -320,6 +333,10 @@ class Reconciler:
         gpus = policy.gpus(claims)
         observed = self._observe(key, job, spec, policy, claims, gpus)
         decision = plan(observed)
+        if asks_namespace_first(decision) and await self._namespace_refuses(job, decision):
+            self.namespace_terminating[key] = spec.uid
+            observed = replace(observed, namespace_terminating=True)
+            decision = plan(observed)
         applied = self._schedule_status_write(key, spec.uid, job, decision)
         log.debug(
             "%s/%s: %d pods observed; plan: admit=%s create=%d delete=%d status=%s requeue=%s",
@@ -332,7 +349,13 @@ class Reconciler:
             applied.status is not None,
             applied.requeue_after,
         )
-        await self._apply(job, spec, applied)
+        try:
+            await self._apply(job, spec, applied)
+        except NamespaceTerminating:
+            # No retry creates anything there; the namespace controller deletes the job.
+            self.namespace_terminating[key] = spec.uid
+            self.admitter.release(key)
+            return None
         restart = applied.restart
         for fault in restart.node_faults() if restart is not None else ():
             self.node_faults(Fault(fault.node, fault.cause, observed.now, key), policy.quarantine)
@@ -353,6 +376,7 @@ class Reconciler:
         self.demands.forget(key)
         self.departed.pop(key, None)
         self.gang_objects_made.pop(key, None)
+        self.namespace_terminating.pop(key, None)
 
     def _observe(
         self,
@@ -389,6 +413,7 @@ class Reconciler:
             progress_deadline_seconds=progress_deadline(
                 spec.annotations, policy.progress_deadline_seconds
             ),
+            namespace_terminating=self.namespace_terminating.get(key) == spec.uid,
         )
 
     def on_pod(self, kind: str, pod: dict[str, Any], _: dict[str, Any] | None) -> None:
@@ -608,6 +633,30 @@ class Reconciler:
             except NotFound:
                 pass
 
+    async def _namespace_refuses(self, job: Mapping[str, Any], decision: Plan) -> bool:
+        """Whether the job's namespace is being deleted (``plan`` rule 9), asked of the apiserver.
+
+        A dry-run create (``dryRun=All``: admitted and validated, never stored) of an Event about
+        the restart, which the controller may create anyway: refused with 403 cause
+        ``NamespaceTerminating`` once the namespace is being deleted.
+        """
+        cause = decision.restart.cause if decision.restart is not None else ""
+        body = self.events.body_for(job, Event("Warning", cause, "restart (dry run)"))
+        try:
+            await self.api.request(
+                "POST",
+                EVENTS.path(body["metadata"]["namespace"]),
+                query={"dryRun": "All"},
+                body=body,
+            )
+        except NamespaceTerminating:
+            return True
+        except ServerError:
+            raise  # no answer: ask again with backoff, before anything is written
+        except ApiError:
+            return False  # any other refusal of the dry run is no news of the namespace
+        return False
+
     async def _in_pod_groups(
         self, job: Mapping[str, Any], spec: JobSpec, pods: Sequence[dict[str, Any]]
     ) -> list[dict[str, Any]]:
@@ -745,6 +794,12 @@ class EventRecorder:
 
     def record(self, job: Mapping[str, Any], event: Event) -> None:
         """Log the event and queue it for the apiserver."""
+        body = self.body_for(job, event)
+        self._log(f"{body['metadata']['namespace']}/{body['involvedObject']['name']}", event)
+        self._put(body)
+
+    def body_for(self, job: Mapping[str, Any], event: Event) -> dict[str, Any]:
+        """The core/v1 Event about a job, as it is created."""
         metadata = job.get("metadata") or {}
         namespace = str(metadata.get("namespace") or "default")
         involved = {
@@ -755,7 +810,7 @@ class EventRecorder:
             "uid": metadata.get("uid"),
             "resourceVersion": metadata.get("resourceVersion"),
         }
-        self._queue(f"{namespace}/{metadata.get('name')}", namespace, involved, event)
+        return self._body(namespace, involved, event)
 
     def record_on_node(self, node: Mapping[str, Any], event: Event) -> None:
         """An Event about a Node (in ``default``, where Kubernetes puts node Events)."""
@@ -766,11 +821,10 @@ class EventRecorder:
             "name": metadata.get("name"),
             "uid": metadata.get("uid"),
         }
-        self._queue(f"node/{metadata.get('name')}", "default", involved, event)
+        self._log(f"node/{metadata.get('name')}", event)
+        self._put(self._body("default", involved, event))
 
-    def _queue(
-        self, subject: str, namespace: str, involved: Mapping[str, Any], event: Event
-    ) -> None:
+    def _log(self, subject: str, event: Event) -> None:
         level = logging.WARNING if event.type == "Warning" else logging.INFO
         log.log(
             level,
@@ -780,8 +834,10 @@ class EventRecorder:
             event.message,
             extra={"job": subject, "reason": event.reason},
         )
+
+    def _body(self, namespace: str, involved: Mapping[str, Any], event: Event) -> dict[str, Any]:
         now = st.format_time(self.clock())
-        body = {
+        return {
             "metadata": {
                 "name": f"{involved.get('name')}.{secrets.token_hex(8)}",
                 "namespace": namespace,
@@ -796,6 +852,8 @@ class EventRecorder:
             "lastTimestamp": now,
             "count": 1,
         }
+
+    def _put(self, body: dict[str, Any]) -> None:
         try:
             self._pending.put_nowait(body)
         except asyncio.QueueFull:

@@ -20,7 +20,7 @@ from torchgate.controller.job.model import (
     Restart,
     current_attempt,
 )
-from torchgate.controller.job.plan import plan
+from torchgate.controller.job.plan import asks_namespace_first, plan
 from torchgate.controller.job.status import format_time
 from torchgate.pytorchjob import names
 
@@ -720,6 +720,27 @@ def test_a_pod_deleted_by_someone_else_is_a_disruption_even_when_it_then_fails()
     assert result.restart == Restart("PodDeleted", "n2")
     assert result.restarts is None
     assert condition(result.status, "Failed") is None
+
+
+def test_a_deleted_member_asks_whether_the_namespace_is_being_deleted_first() -> None:
+    world = running_world()
+    world.pods[W1] = set_phase(world.pods[W1], "Running", deleted=NOW)
+    assert asks_namespace_first(world.plan())
+
+
+def test_members_deleted_with_their_namespace_restart_nothing() -> None:
+    world = running_world(gpu_job("demo", workers=2).run_policy(backoffLimit=0))
+    for name in ALL:
+        world.pods[name] = set_phase(world.pods[name], "Running", deleted=NOW)
+    assert is_quiet(world.plan(namespace_terminating=True))
+
+
+def test_an_eviction_does_not_ask_about_the_namespace() -> None:
+    world = running_world()
+    world.finish_pod(W1, "Failed", exit_code=137, reason="Evicted")
+    result = world.plan()
+    assert result.restart == Restart("PodDisrupted", "n2")
+    assert not asks_namespace_first(result)
 
 
 def test_a_disruption_outranks_the_failures_it_causes_in_the_other_ranks() -> None:

@@ -11,14 +11,17 @@ import copy
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import orjson
+
 from tests.builders.job import gpu_job, with_uid
 from tests.builders.node import node
-from tests.builders.pod import disruption_target, set_phase
+from tests.builders.pod import deleted_with_grace, disruption_target, set_phase
 from tests.unit.controller.helpers import NOW, World, merge_patch
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
 from torchgate.controller.metrics import ControllerMetrics
 from torchgate.controller.quarantine.rules import Fault
+from torchgate.kube.errors import decode_error
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import NODES, PODS, PYTORCHJOBS, SERVICES
 from torchgate.pytorchjob.policy import QuarantineSettings
@@ -26,14 +29,40 @@ from torchgate.pytorchjob.policy import QuarantineSettings
 MASTER, W0 = "demo-master-0", "demo-worker-0"
 RESERVATION = {MASTER: "a100-0", W0: "a100-1"}
 KEY = ("default", "demo")
+# The apiserver's answer to a create in a namespace being deleted (kube-apiserver 1.37).
+NAMESPACE_TERMINATING = {
+    "kind": "Status",
+    "apiVersion": "v1",
+    "metadata": {},
+    "status": "Failure",
+    "message": 'events "x" is forbidden: unable to create new content in namespace default '
+    "because it is being terminated",
+    "reason": "Forbidden",
+    "details": {
+        "name": "x",
+        "kind": "events",
+        "causes": [
+            {
+                "reason": "NamespaceTerminating",
+                "message": "namespace default is being terminated",
+                "field": "metadata.namespace",
+            }
+        ],
+    },
+    "code": 403,
+}
 
 
 class RecordingApi:
-    """Records every request; answers job patches with the patched job, deletes with nothing."""
+    """Records every request; answers job patches with the patched job, deletes with nothing.
+
+    ``namespace_terminating``: every create is refused as in a namespace being deleted.
+    """
 
     def __init__(self, job: dict[str, Any]) -> None:
         self.job = job
         self.requests: list[tuple[str, str, dict[str, str], Any]] = []
+        self.namespace_terminating = False
 
     async def request(
         self,
@@ -45,6 +74,8 @@ class RecordingApi:
         content_type: str = "application/json",
     ) -> Any:
         self.requests.append((method, path, dict(query or {}), copy.deepcopy(body)))
+        if method == "POST" and self.namespace_terminating:
+            raise decode_error(403, orjson.dumps(NAMESPACE_TERMINATING), method, path)
         if method == "PATCH" and "/pytorchjobs/" in path:
             self.job = merge_patch(self.job, copy.deepcopy(body))
             version = int(self.job["metadata"].get("resourceVersion", "1")) + 1
@@ -374,3 +405,59 @@ async def test_a_stuck_sandbox_after_a_stuck_image_pull_is_still_the_nodes() -> 
 
     assert "torchgate.io/restarts" not in rig.api.job["metadata"]["annotations"]
     assert rig.faults == [(Fault("a100-1", "PodStuck", NOW, KEY), QuarantineSettings())]
+
+
+def deleted_by_someone(rig: Rig, name: str) -> None:
+    pod = rig.pods.get("default", name)
+    assert pod is not None
+    rig.pods.remember(deleted_with_grace(pod, at=NOW))
+
+
+def dry_runs(rig: Rig) -> list[str]:
+    """Paths of the dry-run creates sent."""
+    return [
+        path
+        for method, path, query, _ in rig.api.requests
+        if method == "POST" and query == {"dryRun": "All"}
+    ]
+
+
+async def test_a_deleted_member_restarts_the_gang_once_its_namespace_takes_new_objects() -> None:
+    rig = Rig()
+    deleted_by_someone(rig, W0)
+
+    await rig.reconciler.reconcile(KEY)
+
+    assert dry_runs(rig) == ["/api/v1/namespaces/default/events"]
+    assert rig.api.job["metadata"]["annotations"]["torchgate.io/gang-attempt"] == "2"
+    assert rig.restarts("PodDeleted") == 1
+
+
+async def test_members_deleted_with_their_namespace_restart_nothing_and_are_not_asked_again() -> (
+    None
+):
+    rig = Rig()
+    rig.api.namespace_terminating = True
+    deleted_by_someone(rig, W0)
+
+    assert await rig.reconciler.reconcile(KEY) is None
+    assert await rig.reconciler.reconcile(KEY) is None
+
+    assert dry_runs(rig) == ["/api/v1/namespaces/default/events"]
+    assert [r for r in rig.api.requests if r[2] != {"dryRun": "All"}] == []
+    assert "torchgate.io/gang-attempt" not in rig.api.job["metadata"]["annotations"]
+    assert rig.restarts("PodDeleted") is None
+
+
+async def test_a_create_refused_in_a_namespace_being_deleted_is_not_retried() -> None:
+    rig = Rig()  # a running gang whose Service is missing: the plan creates it
+    rig.api.namespace_terminating = True
+
+    assert await rig.reconciler.reconcile(KEY) is None
+    refused = list(rig.api.requests)
+    assert await rig.reconciler.reconcile(KEY) is None
+
+    assert [(method, path) for method, path, _, _ in refused] == [
+        ("POST", "/api/v1/namespaces/default/services")
+    ]
+    assert rig.api.requests == refused
