@@ -432,6 +432,73 @@ def test_two_nodes_of_a_gang_lost_at_once_are_both_named_and_both_quarantined(
         cluster.kubectl("delete", "placementpolicy", name, "--ignore-not-found")
 
 
+def test_a_crash_its_node_is_tainted_for_a_moment_later_is_the_nodes_fault_not_the_jobs(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    """An Xid: the rank dies first (CUDA error, exit code 1), the health taint comes 1 s later.
+
+    Under ``ExitCode`` exit code 1 would end the job for good, and ``backoffLimit: 0`` would
+    end it under any policy; the crash is judged ``--failure-window-seconds`` (5, the default)
+    after it, when the node's taint makes it the node's fault. The policy quarantines a node at
+    its first fault, so the charge is seen on the Node.
+    """
+    namespace = cluster.new_namespace("xid")
+    pool = f"xid-{namespace[-6:]}"
+    cluster.add_gpu_nodes(3, pool, labels={"pool": pool})
+    name = f"{pool}-quarantine"
+    settings = {"faults": 1, "windowSeconds": 600, "cooldownSeconds": 3600}
+    cluster.apply(policy(name, namespaces=[namespace], quarantine=settings))
+    on_pool = {"nodeSelector": {"pool": pool}}
+    try:
+        exit_code_policy = (
+            job("gang", namespace)
+            .master(gpus=8, restart_policy="ExitCode", pod_spec=on_pool)
+            .workers(1, gpus=8, restart_policy="ExitCode", pod_spec=on_pool)
+            .run_policy(backoffLimit=0)
+        )
+        create_job(cluster, exit_code_policy.build())
+        first = cluster.wait_for(
+            lambda: attempt_running(cluster, namespace, 1), what="the gang Running"
+        )
+        sick = next(p for p in first if p["metadata"]["name"] == "gang-worker-0")["spec"][
+            "nodeName"
+        ]
+        counted_before = gang_restarts(controller, "ContainerFailed")
+
+        cluster.finish_pod(namespace, "gang-worker-0", 1)
+        cluster.wait_for(
+            lambda: (
+                (pod := cluster.get("pod", "gang-worker-0", namespace))
+                and pod["status"].get("phase") == "Failed"
+            ),
+            what="gang-worker-0 Failed",
+        )
+        time.sleep(1)
+        cluster.kubectl("taint", "node", sick, "nvidia.com/gpu-health=unhealthy:NoExecute")
+        cluster.wait_for(
+            lambda: restarted_off(cluster, namespace, sick), timeout=30, what="the gang again"
+        )
+
+        stored = get_job(cluster, namespace, "gang")
+        assert stored is not None
+        assert not is_true(stored, "Failed"), dump(stored)
+        assert "torchgate.io/restarts" not in stored["metadata"].get("annotations", {})
+        events = [
+            e
+            for e in events_once(cluster, namespace, "gang", "NodeTainted")
+            if e["reason"] == "NodeTainted"
+        ]
+        assert sick in events[0]["message"]
+        assert "gang-worker-0 failed" in events[0]["message"]
+        assert gang_restarts(controller, "ContainerFailed") == counted_before
+        taint = cluster.wait_for(
+            lambda: quarantine_taint(cluster, sick), what=f"{sick} quarantined"
+        )
+        assert taint == {"key": QUARANTINE, "value": "NodeTainted", "effect": "NoSchedule"}
+    finally:
+        cluster.kubectl("delete", "placementpolicy", name, "--ignore-not-found")
+
+
 def test_a_job_whose_image_exists_nowhere_fails_on_its_backoff_limit_and_quarantines_nothing(
     cluster: Cluster, controller: ControllerProcess
 ) -> None:

@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 
 from torchgate import jsonlog
+from torchgate.controller.job.disruption import DEFAULT_FAILURE_WINDOW_SECONDS
 from torchgate.controller.job.reconciler import Options
 from torchgate.controller.leader import LeaderElector
 from torchgate.controller.manager import ManagerOptions, run_as_leader
@@ -113,6 +114,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "force-deleted (default 30)",
     )
     parser.add_argument(
+        "--failure-window-seconds",
+        type=float,
+        default=DEFAULT_FAILURE_WINDOW_SECONDS,
+        help="a pod whose training container fails is judged this long later: if its node is "
+        "meanwhile tainted NoExecute (untolerated), deleted or lost (a GPU fault kills the "
+        "program first, the node's health checker taints the node a moment later), the restart "
+        "is the node's fault (not counted against backoffLimit, the node charged for "
+        "quarantine); else it is the program's failure, that much later; 0: a failure is the "
+        f"program's at once (default {DEFAULT_FAILURE_WINDOW_SECONDS:g})",
+    )
+    parser.add_argument(
         "--gang-backoff-seconds",
         type=float,
         default=10.0,
@@ -184,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
             name = flag.replace("_", "-")
             print(f"torchgate controller: --{name} must be at least 1", file=sys.stderr)
             return 2
-    for flag in ("finish_grace_seconds", "node_lost_seconds"):
+    for flag in ("finish_grace_seconds", "node_lost_seconds", "failure_window_seconds"):
         if not 0 <= getattr(args, flag) <= 3600:
             name = flag.replace("_", "-")
             print(f"torchgate controller: --{name} must be between 0 and 3600", file=sys.stderr)
@@ -220,6 +232,7 @@ def manager_settings(args: argparse.Namespace) -> ManagerOptions:
             write_concurrency=args.write_concurrency,
             finish_grace_seconds=args.finish_grace_seconds,
             node_lost_seconds=args.node_lost_seconds,
+            failure_window_seconds=args.failure_window_seconds,
             gang_objects=args.gang_objects,
         ),
     )

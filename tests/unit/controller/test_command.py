@@ -75,3 +75,27 @@ def test_gang_objects_are_on_unless_the_flag_turns_them_off(
     settings = manager_settings(parser.parse_args(flags))
 
     assert settings.options.gang_objects is gang_objects
+
+
+@pytest.mark.parametrize("value", ["-1", "3601"])
+def test_a_failure_window_outside_its_range_is_refused(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["controller", "--kubeconfig", "/nonexistent", "--failure-window-seconds", value]
+    assert main(argv) == 2
+    assert "--failure-window-seconds must be between 0 and 3600" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "seconds"), [([], 5.0), (["--failure-window-seconds", "0"], 0.0)]
+)
+def test_the_failure_window_reaches_the_reconciler_and_defaults_to_5_seconds(
+    flags: list[str], seconds: float
+) -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+
+    settings = manager_settings(parser.parse_args(flags))
+
+    assert settings.options.failure_window_seconds == seconds
+    assert "(default 5)" in " ".join(parser.format_help().split())

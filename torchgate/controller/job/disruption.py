@@ -68,8 +68,9 @@ image the job's pods could not pull a second time.
 
 A member that finished, or whose training container ended by itself before it was disrupted (an
 exit code first, an eviction after), is not disrupted: its end is the program's, which the
-failure rules of ``gang`` judge. ``find`` returns the gang's most severe disruption (rule order),
-with its node and the members it hit, so one lost node is one cause however many ranks it held.
+failure rules of ``gang`` judge, unless its node failed with it (rule 8). ``find`` returns the
+gang's most severe disruption (rule order), with its node and the members it hit, so one lost
+node is one cause however many ranks it held.
 
 One rule then says which other nodes took part:
 
@@ -80,6 +81,26 @@ One rule then says which other nodes took part:
    and from quarantine. A stuck image pull charges no other node (rule 6: a job adds at most one
    image-pull fault to one node). A node whose rule does not apply yet (lost only later) is not
    charged by this restart.
+
+One rule then judges a failure its node's fault showed up with:
+
+8. ``failed_with_its_node``: a member whose training container failed (the pod ``Failed``) at
+   ``t`` on a node that shows a node fault of rules 1-2 (deleted, lost, an untolerated
+   ``NoExecute`` taint) which began no later than ``t + failure_window`` seconds is taken by that
+   fault (``NodeLost``/``NodeTainted``, its node charged, ``backoffLimit`` not spent), whatever
+   its exit code and restart policy. A GPU that fails (an Xid) kills the program first, with a
+   CUDA error and exit code 1, and the node's health checker taints the node a second or so
+   later: judged at the first look, the crash would spend the job's ``backoffLimit`` (under
+   ``ExitCode`` end it for good) and the node would not be charged. So until ``t +
+   failure_window`` the member is *awaited* (``Finding.awaiting``): ``gang`` judges no failure
+   of the gang, and a timer looks again then; after it, with no such fault, the failure is the
+   program's, judged as before, that much later at most (an ``ExitCode`` permanent failure ends
+   the job at most ``failure_window`` later). A fault that began in time is then judged as rules
+   1-2 judge a running member, waiting for their bounds (a node not Ready for ``lost_after``
+   seconds, a toleration running out). A signal the cluster records no time of (a deleted
+   node, a taint without ``timeAdded``) counts from the look that sees it; a node not listed,
+   a member without a finish time, and ``failure_window`` 0 leave the failure to ``gang`` at
+   once.
 
 ``until_lost`` says when a node counts as lost, for the force deletion of its pods.
 """
@@ -121,6 +142,7 @@ COUNTED: Final[frozenset[Cause]] = frozenset({CONTAINER_FAILED, HANG, IMAGE_PULL
 
 DEFAULT_LOST_AFTER_SECONDS: Final = 30.0
 DEFAULT_STUCK_AFTER_SECONDS: Final = 600.0
+DEFAULT_FAILURE_WINDOW_SECONDS: Final = 5.0
 # Waiting reasons of a container its node could not create or pull (rule 5).
 IMAGE_PULL_REASONS: Final = frozenset({"ErrImagePull", "ImagePullBackOff"})
 STUCK_REASONS: Final = frozenset({"ContainerCreating"}) | IMAGE_PULL_REASONS
@@ -224,10 +246,15 @@ class Disruption:
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """A judgement: the disruption, if any, and when a rule that does not apply yet may apply."""
+    """A judgement: the disruption, if any, and when a rule that does not apply yet may apply.
+
+    ``awaiting`` names the failed members whose failure is not judged before ``recheck_after``
+    (rule 8: their node may still show the fault that failed them).
+    """
 
     disruption: Disruption | None = None
     recheck_after: float | None = None
+    awaiting: tuple[str, ...] = ()
 
 
 NONE: Final = Finding()
@@ -292,8 +319,14 @@ def node_lost(
     pod: Mapping[str, Any], node: NodeHealth, *, now: datetime, lost_after: float
 ) -> Finding:
     """Rule 1: the member's node was deleted, or not Ready for ``lost_after`` seconds."""
+    if st.phase_of(pod) in _FINISHED:
+        return NONE
+    return _lost(pod, node, now=now, lost_after=lost_after)
+
+
+def _lost(pod: Mapping[str, Any], node: NodeHealth, *, now: datetime, lost_after: float) -> Finding:
     remaining = until_lost(node, now=now, lost_after=lost_after)
-    if st.phase_of(pod) in _FINISHED or remaining is None:
+    if remaining is None:
         return NONE
     if remaining > 0:
         return Finding(recheck_after=remaining)
@@ -306,7 +339,13 @@ def node_lost(
 
 def node_tainted(pod: Mapping[str, Any], node: NodeHealth, *, now: datetime) -> Finding:
     """Rule 2: a ``NoExecute`` taint of the member's node it does not tolerate (any longer)."""
-    if st.phase_of(pod) in _FINISHED or not node.no_execute:
+    if st.phase_of(pod) in _FINISHED:
+        return NONE
+    return _tainted(pod, node, now=now)
+
+
+def _tainted(pod: Mapping[str, Any], node: NodeHealth, *, now: datetime) -> Finding:
+    if not node.no_execute:
         return NONE
     tolerations = tolerations_of(as_mapping(pod.get("spec")))
     recheck: float | None = None
@@ -422,6 +461,55 @@ def pod_stuck(
     return Finding(Disruption(POD_STUCK, node, (pod_name(pod),), detail, image_pull=pulling))
 
 
+def failed_with_its_node(
+    pod: Mapping[str, Any],
+    node: NodeHealth,
+    *,
+    now: datetime,
+    lost_after: float,
+    failure_window: float,
+) -> Finding:
+    """Rule 8: a failed member whose node shows, by ``failure_window`` s after, a node fault."""
+    failed_at = _ended_by_itself_at(pod)
+    if failure_window <= 0 or st.phase_of(pod) != "Failed" or failed_at is None:
+        return NONE
+    window_left = st.seconds_left(failed_at, failure_window, now=now)
+    in_time = _faults_begun_by(node, failed_at, failure_window, now=now)
+    judged = (_lost(pod, in_time, now=now, lost_after=lost_after), _tainted(pod, in_time, now=now))
+    for finding in judged:
+        if finding.disruption is not None:
+            when = _seconds((now - failed_at).total_seconds())
+            detail = f"{finding.disruption.detail}, where {pod_name(pod)} failed {when} ago"
+            return Finding(replace(finding.disruption, detail=detail))
+    waits = [f.recheck_after for f in judged if f.recheck_after is not None]
+    if window_left > 0:
+        waits.append(window_left)
+    if not waits:
+        return NONE
+    return Finding(recheck_after=min(waits), awaiting=(pod_name(pod),))
+
+
+def _faults_begun_by(
+    node: NodeHealth, failed_at: datetime, window: float, *, now: datetime
+) -> NodeHealth:
+    """``node`` with only the faults that began by ``window`` s after ``failed_at``.
+
+    A fault of unknown time began ``now``. Counted in seconds, never as a datetime (a
+    ``finishedAt`` near the year 9999 would overflow).
+    """
+
+    def in_time(began: datetime | None) -> bool:
+        return ((began or now) - failed_at).total_seconds() <= window
+
+    if not node.exists:
+        return node if in_time(None) else NodeHealth(node.name)
+    return replace(
+        node,
+        ready=node.ready if in_time(node.ready_since) else st.TRUE,
+        no_execute=tuple(t for t in node.no_execute if in_time(t.added)),
+    )
+
+
 def _waiting_reasons(pod: Mapping[str, Any]) -> set[str] | None:
     """Why its containers wait (``None``: the kubelet reported none of them yet)."""
     statuses = [
@@ -457,6 +545,7 @@ def judge(
     now: datetime,
     lost_after: float,
     stuck_after: float = DEFAULT_STUCK_AFTER_SECONDS,
+    failure_window: float = DEFAULT_FAILURE_WINDOW_SECONDS,
 ) -> Finding:
     """The first rule that applies to one member (``gone``: its last state, before it went)."""
     name = node_of(pod)
@@ -470,12 +559,19 @@ def judge(
     judged.append(pod_deleted(pod, name, gone=gone))
     if not gone:
         judged.append(pod_stuck(pod, name, now=now, stuck_after=stuck_after))
+    if health is not None:
+        judged.append(
+            failed_with_its_node(
+                pod, health, now=now, lost_after=lost_after, failure_window=failure_window
+            )
+        )
     for finding in judged:
         if finding.disruption is not None:
             return finding
         if finding.recheck_after is not None:
             recheck.append(finding.recheck_after)
-    return Finding(recheck_after=min(recheck) if recheck else None)
+    awaiting = tuple(name for finding in judged for name in finding.awaiting)
+    return Finding(recheck_after=min(recheck) if recheck else None, awaiting=awaiting)
 
 
 def find(
@@ -486,6 +582,7 @@ def find(
     now: datetime,
     lost_after: float = DEFAULT_LOST_AFTER_SECONDS,
     stuck_after: float = DEFAULT_STUCK_AFTER_SECONDS,
+    failure_window: float = DEFAULT_FAILURE_WINDOW_SECONDS,
 ) -> Finding:
     """The gang's disruption: the most severe of its members', with every member it hit.
 
@@ -496,16 +593,27 @@ def find(
         now: The clock.
         lost_after: Seconds a node may stay not Ready before it counts as lost (rule 1).
         stuck_after: Seconds a bound pod may wait for its containers (rule 5).
+        failure_window: Seconds after a member failed within which its node's fault takes
+            it (rule 8); 0: a failure is the program's at once.
     """
     findings = [
-        judge(pod, gone=gone, nodes=nodes, now=now, lost_after=lost_after, stuck_after=stuck_after)
+        judge(
+            pod,
+            gone=gone,
+            nodes=nodes,
+            now=now,
+            lost_after=lost_after,
+            stuck_after=stuck_after,
+            failure_window=failure_window,
+        )
         for pods, gone in ((present, False), (departed, True))
         for pod in pods
     ]
     hits = [f.disruption for f in findings if f.disruption is not None]
     if not hits:
         waits = [f.recheck_after for f in findings if f.recheck_after is not None]
-        return Finding(recheck_after=min(waits) if waits else None)
+        awaiting = tuple(name for f in findings for name in f.awaiting)
+        return Finding(recheck_after=min(waits) if waits else None, awaiting=awaiting)
     worst = _on_one_node(hits, min(hits, key=_severity))
     others = other_node_faults(hits, first=worst)
     detail = " and ".join((worst.detail, *(o.detail for o in others)))

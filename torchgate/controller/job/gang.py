@@ -22,7 +22,10 @@ The rules this module owns (rules 4, 5 and 7 of ``plan``):
 - ``handle_failure``: a failed pod that its restart policy does not retry ends the job; a
   retryable failure restarts the whole gang, counted against ``backoffLimit``. A Master the
   progress probe ended (``pytorchjob.progress``) restarts it as a ``Hang``, counted too: a hang is
-  usually the job's own (a deadlock, a stuck collective, a dead data loader).
+  usually the job's own (a deadlock, a stuck collective, a dead data loader). No failure is
+  judged while a failed member is awaited (``disruption`` rule 8: for ``failure_window`` seconds
+  after it failed, its node may still show the fault that failed it, which makes the restart a
+  disruption); a timer looks again when the window closes.
 - ``plan_disrupted``: a member taken by its node or by someone else (``disruption.find``:
   a lost node, an untolerated ``NoExecute`` taint, an eviction, a deletion, a pod its node
   could not start) restarts the whole
@@ -100,8 +103,19 @@ def _exit_events(draft: Draft, failed: Iterable[Mapping[str, Any]]) -> None:
         draft.event("Warning", reasons.EXITED_WITH_CODE, f"Pod: {pod_name} {detail}")
 
 
-def handle_failure(draft: Draft, pods: GangPods, failed: Sequence[Mapping[str, Any]]) -> None:
-    """Failed pods end the job (permanent, or backoff limit hit) or restart the gang (rule 5)."""
+def handle_failure(
+    draft: Draft,
+    pods: GangPods,
+    failed: Sequence[Mapping[str, Any]],
+    *,
+    awaiting: Sequence[str] = (),
+) -> None:
+    """Failed pods end the job (permanent, or backoff limit hit) or restart the gang (rule 5).
+
+    Nothing yet while members are ``awaiting`` their node's fault (``disruption`` rule 8).
+    """
+    if awaiting:
+        return
     job = draft.job
     count, replica_type = _failure_summary(pods, failed)
     _exit_events(draft, failed)
@@ -143,8 +157,8 @@ def handle_failure(draft: Draft, pods: GangPods, failed: Sequence[Mapping[str, A
     _mark_queued(draft)
 
 
-def find_disruption(draft: Draft, pods: GangPods) -> dis.Disruption | None:
-    """The current gang's disruption, if any; a timer for a rule that may apply later."""
+def find_disruption(draft: Draft, pods: GangPods) -> dis.Finding:
+    """The current gang's disruption, if any, and the failed members awaited (with a timer)."""
     observed = draft.observed
     finding = dis.find(
         pods.current.values(),
@@ -153,10 +167,11 @@ def find_disruption(draft: Draft, pods: GangPods) -> dis.Disruption | None:
         now=draft.now,
         lost_after=observed.node_lost_seconds,
         stuck_after=observed.stuck_pod_seconds,
+        failure_window=observed.failure_window_seconds,
     )
     if finding.recheck_after is not None:
         draft.timer(finding.recheck_after)
-    return finding.disruption
+    return finding
 
 
 def plan_disrupted(draft: Draft, pods: GangPods, disruption: dis.Disruption) -> None:

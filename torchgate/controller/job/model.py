@@ -17,6 +17,7 @@ from typing import Any, Final, Literal
 from torchgate.controller.admission.nodes import PodDemand, job_demands
 from torchgate.controller.job import status as st
 from torchgate.controller.job.disruption import (
+    DEFAULT_FAILURE_WINDOW_SECONDS,
     DEFAULT_LOST_AFTER_SECONDS,
     DEFAULT_STUCK_AFTER_SECONDS,
     NODE_FAULTS,
@@ -68,6 +69,8 @@ class Observed:
         nodes: The nodes the job's pods are (or were) on, as the node cache has them; a node the
             cache no longer has is present as deleted, a node not listed is not judged.
         node_lost_seconds: How long a node may stay not Ready before its pods count as lost.
+        failure_window_seconds: How long after a member failed a fault its node shows takes
+            it (``disruption`` rule 8); 0: a failure is the program's at once.
         progress_deadline_seconds: The job's progress deadline (``pytorchjob.progress``), if any:
             its rendezvous replica is created with the probe that ends it when it hangs.
         stuck_pod_seconds: How long a bound pod may wait for its containers to start before it
@@ -94,6 +97,7 @@ class Observed:
     departed: Sequence[Mapping[str, Any]] = ()
     nodes: Mapping[str, NodeHealth] = field(default_factory=dict)
     node_lost_seconds: float = DEFAULT_LOST_AFTER_SECONDS
+    failure_window_seconds: float = DEFAULT_FAILURE_WINDOW_SECONDS
     stuck_pod_seconds: float = DEFAULT_STUCK_AFTER_SECONDS
     progress_deadline_seconds: int | None = None
     namespace_terminating: bool = False

@@ -24,8 +24,9 @@ The rules, in order:
 5. Pods run with ``restartPolicy: Never``; a failed pod restarts the whole gang (a collective
    cannot take one restarted rank back), counted in the job annotation ``torchgate.io/restarts``
    against ``backoffLimit``. A member taken by its node or by someone else (a lost node, an
-   untolerated ``NoExecute`` taint, an eviction, a deletion, a pod its node could not start:
-   ``disruption``) restarts the gang too, without counting. Every restart moves the job to its
+   untolerated ``NoExecute`` taint, an eviction, a deletion, a pod its node could not start,
+   a failure its node's fault showed up with a moment later: ``disruption``) restarts the gang
+   too, without counting. Every restart moves the job to its
    next gang attempt (``torchgate.io/gang-attempt``); each pod records its attempt, so
    stragglers of an older attempt are deleted, never adopted, and cannot join the new
    attempt's rendezvous.
@@ -61,10 +62,11 @@ three are pure. ``disruption`` judges what took a member (rule 5) and which node
 module applies rule 8 last, to whatever the other rules delete.
 
 Timers (deadline, TTL, gang schedule timeout, a node until it counts as lost, a taint's
-toleration until it runs out) come back as ``requeue_after``, so they fire on time
-rather than whenever some other event happens to wake the job up. Events that announce a condition
-change belong to the status (``Event.announces_status``): the reconciler records them when it
-writes that status, which ``writes.StatusWritePolicy`` may put off.
+toleration until it runs out, a failed member's window for its node's fault) come back as
+``requeue_after``, so they fire on time rather than whenever some other event happens to wake
+the job up. Events that announce a condition change belong to the status
+(``Event.announces_status``): the reconciler records them when it writes that status, which
+``writes.StatusWritePolicy`` may put off.
 
 Events go only with news a user acts on or must be told of: an admission and where
 (``GangAdmitted``), a restart, a preemption, a wait, an ending, a warning. ``Created`` and
@@ -79,7 +81,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from torchgate.controller.job import status as st
-from torchgate.controller.job.disruption import node_of, until_lost
+from torchgate.controller.job.disruption import NONE, node_of, until_lost
 from torchgate.controller.job.envvars import rendezvous_replica
 from torchgate.controller.job.finish import delete_services, finish, plan_finished
 from torchgate.controller.job.gang import (
@@ -240,16 +242,16 @@ def _plan_active(draft: Draft, pods: GangPods) -> None:
         )
         return
     preemptor = draft.observed.preempted_by
-    disruption = find_disruption(draft, pods) if preemptor is None else None
+    finding = find_disruption(draft, pods) if preemptor is None else NONE
     failed = [pod for pod in current.values() if st.phase_of(pod) == "Failed"]
     if preemptor is not None:
         plan_preempted(draft, pods, preemptor)
         if not pods.live:
             plan_admission(draft, pods)
-    elif disruption is not None:
-        plan_disrupted(draft, pods, disruption)
+    elif finding.disruption is not None:
+        plan_disrupted(draft, pods, finding.disruption)
     elif failed:
-        handle_failure(draft, pods, failed)
+        handle_failure(draft, pods, failed, awaiting=finding.awaiting)
     elif pods.current_live:
         plan_gang(draft, pods)
     else:

@@ -51,6 +51,7 @@ from torchgate.controller.admission.nodes import PodDemand, job_demands
 from torchgate.controller.admission.waiting import GangRequest, Waiting
 from torchgate.controller.job import status as st
 from torchgate.controller.job.disruption import (
+    DEFAULT_FAILURE_WINDOW_SECONDS,
     DEFAULT_LOST_AFTER_SECONDS,
     NodeHealth,
     deleted_node,
@@ -108,6 +109,7 @@ class Options:
     write_concurrency: int = 32
     finish_grace_seconds: float = 5.0
     node_lost_seconds: float = DEFAULT_LOST_AFTER_SECONDS
+    failure_window_seconds: float = DEFAULT_FAILURE_WINDOW_SECONDS
     # Workload and PodGroups for each job where the cluster serves them (``gangobjects``).
     gang_objects: bool = True
 
@@ -409,6 +411,7 @@ class Reconciler:
             departed=departed,
             nodes=self._nodes_under((*pods, *departed)),
             node_lost_seconds=self.options.node_lost_seconds,
+            failure_window_seconds=self.options.failure_window_seconds,
             stuck_pod_seconds=policy.quarantine.stuck_pod_seconds,
             progress_deadline_seconds=progress_deadline(
                 spec.annotations, policy.progress_deadline_seconds

@@ -600,3 +600,109 @@ def test_a_deletion_with_an_int64_grace_period_is_a_deletion_not_an_overflow() -
     found = one(deleted)
     assert found.disruption is not None
     assert found.disruption.cause == "PodDeleted"
+
+
+# ------------------------------------------------------------------ rule 8: failed with its node
+
+WINDOW = 5.0
+
+
+def failed(ended_at: float, **fields: Any) -> dict[str, Any]:
+    """A member whose training container failed (exit code 1) ``ended_at`` s from ``NOW``."""
+    return member(phase="Failed", ended_at=ended_at, **fields)
+
+
+def after_failure(
+    member: dict[str, Any], health: NodeHealth | None, *, window: float = WINDOW
+) -> dis.Finding:
+    nodes = {health.name: health} if health is not None else {}
+    return dis.judge(
+        member, gone=False, nodes=nodes, now=NOW, lost_after=LOST_AFTER, failure_window=window
+    )
+
+
+@pytest.mark.parametrize(
+    ("member", "health", "window", "cause", "recheck", "awaited"),
+    [
+        pytest.param(failed(-2), tainted(added=-1), WINDOW, "NodeTainted", None, False,
+                     id="tainted-inside-the-window"),
+        pytest.param(failed(-2), tainted(added=-30), WINDOW, "NodeTainted", None, False,
+                     id="tainted-before-it-failed"),
+        pytest.param(failed(-9), tainted(added=-4), WINDOW, "NodeTainted", None, False,
+                     id="tainted-at-the-windows-end"),
+        pytest.param(failed(-9), tainted(added=-3), WINDOW, None, None, False,
+                     id="tainted-after-the-window"),
+        pytest.param(failed(-2), NodeHealth("a100-1"), WINDOW, None, 3.0, True,
+                     id="healthy-inside-the-window"),
+        pytest.param(failed(-5), NodeHealth("a100-1"), WINDOW, None, None, False,
+                     id="healthy-when-the-window-closes"),
+        pytest.param(failed(-2), tainted(added=-1), 0.0, None, None, False,
+                     id="no-window-is-todays-judgement"),
+        pytest.param(failed(-2), None, WINDOW, None, None, False, id="node-not-known"),
+        pytest.param(failed(-2), dis.deleted_node("a100-1"), WINDOW, "NodeLost", None, False,
+                     id="deleted-inside-the-window"),
+        pytest.param(failed(-9), dis.deleted_node("a100-1"), WINDOW, None, None, False,
+                     id="found-deleted-after-the-window"),
+        pytest.param(failed(-2), not_ready(since=-40), WINDOW, "NodeLost", None, False,
+                     id="its-node-lost-already"),
+        pytest.param(failed(-6), not_ready(since=-1), WINDOW, None, 29.0, True,
+                     id="not-ready-inside-the-window-waits-for-the-bound"),
+        pytest.param(failed(-40), not_ready(since=-31), WINDOW, None, None, False,
+                     id="not-ready-after-the-window"),
+        pytest.param(failed(-2), tainted(added=None), WINDOW, "NodeTainted", None, False,
+                     id="taint-of-unknown-time-seen-inside-the-window"),
+        pytest.param(failed(-9), tainted(added=None), WINDOW, None, None, False,
+                     id="taint-of-unknown-time-seen-after-the-window"),
+        pytest.param(failed(-2, tolerations=[toleration()]), tainted(added=-1), WINDOW, None,
+                     3.0, True, id="a-taint-tolerated-for-ever"),
+        pytest.param(failed(-6, tolerations=[toleration(60)]), tainted(added=-2), WINDOW, None,
+                     58.0, True, id="a-toleration-is-waited-for"),
+        pytest.param(member(phase="Succeeded", ended_at=-2), tainted(added=-1), WINDOW, None,
+                     None, False, id="succeeded"),
+        pytest.param(member(phase="Failed"), tainted(added=-1), WINDOW, None, None, False,
+                     id="no-finish-time"),
+    ],
+)  # fmt: skip
+def test_a_failure_its_nodes_fault_follows_within_the_window_is_the_nodes(
+    member: dict[str, Any],
+    health: NodeHealth | None,
+    window: float,
+    cause: str | None,
+    recheck: float | None,
+    awaited: bool,
+) -> None:
+    """A GPU fault kills the program first, and its node is tainted a moment later."""
+    found = after_failure(member, health, window=window)
+    assert (found.disruption.cause if found.disruption else None) == cause
+    assert found.recheck_after == recheck
+    assert found.awaiting == (("demo-worker-0",) if awaited else ())
+    if found.disruption is not None:
+        assert (found.disruption.node, found.disruption.pods) == ("a100-1", ("demo-worker-0",))
+        assert found.disruption.cause in dis.NODE_FAULTS
+        assert found.disruption.blames_node
+
+
+def test_the_gang_awaits_its_failed_members_and_names_the_crash_with_the_taint() -> None:
+    crashed = failed(-2)
+    peer = member("demo-master-0", node_name="a100-0", phase="Failed", ended_at=-1)
+    nodes = {"a100-0": NodeHealth("a100-0"), "a100-1": NodeHealth("a100-1")}
+    waiting = dis.find([peer, crashed], nodes=nodes, now=NOW, failure_window=WINDOW)
+    assert waiting == dis.Finding(recheck_after=3.0, awaiting=("demo-master-0", "demo-worker-0"))
+
+    nodes["a100-1"] = tainted(added=-1)
+    found = dis.find([peer, crashed], nodes=nodes, now=NOW, failure_window=WINDOW)
+    assert found.disruption is not None
+    assert (found.disruption.cause, found.disruption.node) == ("NodeTainted", "a100-1")
+    assert found.disruption.pods == ("demo-worker-0",)
+    assert found.disruption.other_nodes == ()
+    assert found.disruption.detail == (
+        "node a100-1 has the taint nvidia.com/gpu-health=unhealthy:NoExecute, which demo-worker-0 "
+        "does not tolerate, where demo-worker-0 failed 2s ago (pod demo-worker-0)"
+    )
+
+
+def test_a_failure_at_the_end_of_time_is_awaited_not_an_overflow() -> None:
+    last = ended(member(phase="Failed"), at="9999-12-31T23:59:59Z")
+    found = after_failure(last, tainted(added=-1))
+    assert found.disruption is not None
+    assert found.disruption.cause == "NodeTainted"

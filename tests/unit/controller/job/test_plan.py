@@ -9,10 +9,16 @@ import pytest
 
 from tests.builders.job import JobBuilder, container, gpu_job, job, parsed_job, with_uid
 from tests.builders.node import node
-from tests.builders.pod import set_phase
+from tests.builders.pod import ended, set_phase
 from tests.unit.controller.helpers import NOW, World, env_of, is_quiet
 from torchgate.controller.admission.nodes import Taint
-from torchgate.controller.job.disruption import NodeHealth, TimedTaint, deleted_node, node_health
+from torchgate.controller.job.disruption import (
+    NodeFault,
+    NodeHealth,
+    TimedTaint,
+    deleted_node,
+    node_health,
+)
 from torchgate.controller.job.model import (
     ANNOTATION_ATTEMPT,
     Observed,
@@ -814,3 +820,102 @@ def test_a_gang_whose_pods_vanished_unseen_starts_a_new_attempt() -> None:
     world.apply(result)
     created = world.plan(reservation=RESERVATION).create_pods
     assert {p["metadata"]["annotations"]["torchgate.io/gang-attempt"] for p in created} == {"2"}
+
+
+# ------------------------------------------------------------------ a crash, then its node's fault
+
+
+def crash(world: World, name: str, *, exit_code: int = 1) -> None:
+    """``name``'s training container fails now (a CUDA error: exit code 1)."""
+    world.pods[name] = ended(set_phase(world.pods[name], "Failed"), at=format_time(world.now))
+    world.pods[name]["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] = (
+        exit_code
+    )
+
+
+def healthy() -> dict[str, NodeHealth]:
+    return {"n1": NodeHealth("n1"), "n2": NodeHealth("n2")}
+
+
+def tainted_at(world: World) -> dict[str, NodeHealth]:
+    """n2 gets the GPU health taint now (``timeAdded``: now)."""
+    taint = Taint("nvidia.com/gpu-health", "unhealthy", "NoExecute")
+    return {
+        "n1": NodeHealth("n1"),
+        "n2": NodeHealth("n2", no_execute=(TimedTaint(taint, world.now),)),
+    }
+
+
+def crashed_world(restart_policy: str = "OnFailure", exit_code: int = 1) -> World:
+    builder = (
+        job("demo").master(restart_policy=restart_policy).workers(2, restart_policy=restart_policy)
+    )
+    world = running_world(builder.run_policy(backoffLimit=3))
+    crash(world, W1, exit_code=exit_code)
+    return world
+
+
+def held(result: Plan) -> bool:
+    """The failure is not judged yet: no restart, nothing deleted, the job not ended."""
+    return (
+        result.restart is None
+        and result.restarts is None
+        and not result.delete_pods
+        and (result.status is None or condition(result.status, "Failed") is None)
+    )
+
+
+@pytest.mark.parametrize("restart_policy", ["OnFailure", "ExitCode", "Never"])
+def test_a_crash_its_node_is_tainted_for_a_moment_later_is_the_nodes_fault(
+    restart_policy: str,
+) -> None:
+    """An Xid: the rank dies with a CUDA error, the health checker taints the node 1 s later."""
+    world = crashed_world(restart_policy)
+    first = world.plan(nodes=healthy(), failure_window_seconds=5)
+    assert held(first)
+    assert first.requeue_after == pytest.approx(5)
+    world.tick(1)
+    result = world.plan(nodes=tainted_at(world), failure_window_seconds=5)
+    assert result.restart == Restart("NodeTainted", "n2")
+    assert result.restart.node_faults() == (NodeFault("n2", "NodeTainted"),)
+    assert result.restarts is None
+    assert result.attempt == 2
+    assert sorted(result.delete_pods) == sorted(ALL)
+    assert condition(result.status, "Failed") is None
+    assert must(result.status, "Restarting")["reason"] == "NodeTainted"
+
+
+def test_a_taint_after_the_window_leaves_the_crash_the_programs() -> None:
+    world = crashed_world()
+    world.tick(6)
+    result = world.plan(nodes=tainted_at(world), failure_window_seconds=5)
+    assert result.restart == Restart("ContainerFailed", counted=True)
+    assert result.restarts == 1
+
+
+@pytest.mark.parametrize(
+    ("restart_policy", "ends"), [("OnFailure", False), ("ExitCode", True)], ids=["retried", "ended"]
+)
+def test_a_crash_on_a_healthy_node_is_judged_when_the_window_closes(
+    restart_policy: str, ends: bool
+) -> None:
+    world = crashed_world(restart_policy)
+    world.tick(2)
+    waiting = world.plan(nodes=healthy(), failure_window_seconds=5)
+    assert held(waiting)
+    assert waiting.requeue_after == pytest.approx(3)
+    world.tick(3)
+    result = world.plan(nodes=healthy(), failure_window_seconds=5)
+    if ends:
+        assert must(result.status, "Failed")["reason"] == "PyTorchJobFailed"
+        assert result.restarts is None
+    else:
+        assert result.restart == Restart("ContainerFailed", counted=True)
+        assert result.restarts == 1
+
+
+def test_no_window_judges_a_crash_at_once_as_before() -> None:
+    world = crashed_world()
+    result = world.plan(nodes=tainted_at(world), failure_window_seconds=0)
+    assert result.restart == Restart("ContainerFailed", counted=True)
+    assert result.restarts == 1
