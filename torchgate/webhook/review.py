@@ -7,6 +7,12 @@ answers HTTP 400; everything else is a decision, answered HTTP 200 with the requ
 ``Invalid`` and one ``details.causes`` entry per field error, the shape the apiserver itself uses
 for invalid objects, so ``kubectl`` prints every cause.
 
+A review of a job's ``scale`` subresource (``kubectl scale``, an HPA: ``request.subResource``
+``scale``, ``request.resource`` ``pytorchjobs``, an ``autoscaling/v1`` Scale in ``request.kind``
+and ``request.object``) is judged on the stored job, which the server reads for it
+(``scale_subject`` names it): ``validation.validate_scale`` on the Scale's ``spec.replicas``. A
+job that could not be read refuses the scale with the reason (code 503, fail closed).
+
 ``evaluate`` is what ``torchgate check`` runs offline: exactly the mutating route's defaulting
 followed by the validating route's checks on the defaulted object, and, as on a cluster, the first
 step that refuses the job gives the verdict alone: the apiserver stops at the mutating webhook's
