@@ -17,10 +17,16 @@ from torchgate.webhook.defaulting import default_job
 
 
 def scale_object(replicas: Any, name: str = "job") -> dict[str, Any]:
+    """An ``autoscaling/v1`` Scale of job ``name`` asking for ``replicas`` Workers."""
     return {
         "apiVersion": "autoscaling/v1",
         "kind": "Scale",
-        "metadata": {"name": name, "namespace": "team-a", "uid": "u1", "resourceVersion": "7"},
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "resourceVersion": "234",
+            "creationTimestamp": "2026-11-28T07:59:16Z",
+        },
         "spec": {"replicas": replicas},
         "status": {"replicas": 0},
     }
@@ -29,7 +35,7 @@ def scale_object(replicas: Any, name: str = "job") -> dict[str, Any]:
 def scale_review(
     scale: Any, *, name: Any = "job", resource: str = "pytorchjobs", group: str = "kubeflow.org"
 ) -> dict[str, Any]:
-    """An AdmissionReview as kube-apiserver sends it for ``PUT .../pytorchjobs/NAME/scale``."""
+    """An AdmissionReview as kube-apiserver sends it for a write of ``.../NAME/scale`` (UPDATE)."""
     scale_kind = {"group": "autoscaling", "version": "v1", "kind": "Scale"}
     request = {
         "uid": str(uuid.uuid4()),
