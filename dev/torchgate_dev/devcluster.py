@@ -117,7 +117,9 @@ def webhook_configurations(
     """The MutatingWebhookConfiguration and ValidatingWebhookConfiguration, in that order.
 
     Both cover ``kubeflow.org/v1`` ``pytorchjobs`` on CREATE and UPDATE (the mutating route
-    leaves updates alone, the validating one checks immutability), fail closed, have no side
+    leaves updates alone, the validating one checks immutability), the validating one also
+    ``pytorchjobs/scale`` on UPDATE (``kubectl scale``, an HPA: it judges the job as it would be
+    after the scale, :mod:`torchgate.webhook.validation.scaling`), fail closed, have no side
     effects (so ``--dry-run=server`` calls them too), speak AdmissionReview v1 only, and skip
     the ``excluded_namespaces`` and every job being deleted (:data:`NOT_BEING_DELETED`: a
     ``matchConditions`` entry, so removing a finalizer never waits for the webhook).
@@ -139,6 +141,13 @@ def webhook_configurations(
             "scope": "Namespaced",
         }
     ]
+    scale_rule = {
+        "apiGroups": [names.GROUP],
+        "apiVersions": [names.VERSION],
+        "resources": [f"{names.PLURAL}/scale"],
+        "operations": ["UPDATE"],
+        "scope": "Namespaced",
+    }
     namespace_selector: dict[str, Any] = {}
     if excluded_namespaces:
         namespace_selector["matchExpressions"] = [
@@ -149,7 +158,7 @@ def webhook_configurations(
             }
         ]
 
-    def webhook(webhook_name: str, path: str) -> dict[str, Any]:
+    def webhook(webhook_name: str, path: str, rules: list[dict[str, Any]]) -> dict[str, Any]:
         return {
             "name": webhook_name,
             "clientConfig": client_config(endpoint, path, ca_bundle),
@@ -164,7 +173,7 @@ def webhook_configurations(
         }
 
     api_version = "admissionregistration.k8s.io/v1"
-    mutating = webhook(MUTATING_WEBHOOK, MUTATE_PATH)
+    mutating = webhook(MUTATING_WEBHOOK, MUTATE_PATH, rules)
     mutating["reinvocationPolicy"] = "Never"
     return [
         {
@@ -177,7 +186,7 @@ def webhook_configurations(
             "apiVersion": api_version,
             "kind": "ValidatingWebhookConfiguration",
             "metadata": {"name": name},
-            "webhooks": [webhook(VALIDATING_WEBHOOK, VALIDATE_PATH)],
+            "webhooks": [webhook(VALIDATING_WEBHOOK, VALIDATE_PATH, [*rules, scale_rule])],
         },
     ]
 

@@ -448,6 +448,11 @@ def audit_log(audited: Cluster, tmp_path_factory: pytest.TempPathFactory) -> lis
         admitted = get_job(cluster, namespace, name)
         assert admitted is not None
         assert admitted["spec"]["runPolicy"]["managedBy"] == "torchgate.io/controller"
+        # A scale of it: the webhook reads the job (get) and refuses it (not elastic).
+        scaled = cluster.kubectl(
+            "scale", "-n", namespace, f"pytorchjob/{name}", "--replicas=2", check=False
+        )
+        assert scaled.returncode != 0, scaled.stdout
 
         def running(count: int) -> list[dict[str, Any]] | None:
             pods = live_pods(cluster, namespace, name)

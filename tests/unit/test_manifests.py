@@ -191,11 +191,19 @@ def test_webhook_configurations_keep_the_admission_contract(rendering_id: str) -
             assert {ms.NAMESPACE, "kube-system"} <= set(expression["values"])
             # A job being deleted is skipped: its finalizers come off while the webhook is down.
             assert webhook["matchConditions"] == [devcluster.NOT_BEING_DELETED]
-            for rule in webhook["rules"]:
-                assert rule["apiGroups"] == ["kubeflow.org"]
-                assert rule["apiVersions"] == ["v1"]
-                assert rule["resources"] == ["pytorchjobs"]
-                assert sorted(rule["operations"]) == ["CREATE", "UPDATE"]
+            # Jobs on CREATE and UPDATE; the validating webhook also their scale subresource
+            # (kubectl scale, an HPA), which the mutating one never sees.
+            scale = [(["pytorchjobs/scale"], ["UPDATE"])]
+            assert [
+                (rule["apiGroups"], rule["apiVersions"], rule["resources"], rule["operations"])
+                for rule in webhook["rules"]
+            ] == [
+                (["kubeflow.org"], ["v1"], resources, operations)
+                for resources, operations in [
+                    (["pytorchjobs"], ["CREATE", "UPDATE"]),
+                    *(scale if config["kind"] == "ValidatingWebhookConfiguration" else []),
+                ]
+            ]
 
 
 def test_webhook_configurations_match_the_shared_registration_contract() -> None:

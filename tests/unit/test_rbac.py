@@ -85,6 +85,7 @@ CALLS: dict[tuple[str, str, str, str], str] = {
     ("webhook", "resource.k8s.io", "resourceclaimtemplates", "watch"): "informer",
     ("webhook", "resource.k8s.io", "resourceclaimtemplates", "get"): "one the caches miss",
     ("webhook", "resource.k8s.io", "resourceclaims", "get"): "one the caches miss",
+    ("webhook", "kubeflow.org", "pytorchjobs", "get"): "the job a scale review is about",
     ("webhook", "", "events", "create"): "invalid policy, namespace default",
     # certs/store.py
     ("certs", "", "secrets", "get"): "read_secret",

@@ -27,6 +27,7 @@ from torchgate import jsonlog
 from torchgate.kube.client import ConfigError, KubeClient
 from torchgate.serving import ReloadingTLS
 from torchgate.webhook.forecastclient import DEFAULT_TIMEOUT_SECONDS, ForecastClient
+from torchgate.webhook.jobsource import StoredJobs
 from torchgate.webhook.policysource import (
     ClusterClaims,
     ClusterPolicies,
@@ -126,6 +127,7 @@ async def _serve(args: argparse.Namespace, tls: ReloadingTLS) -> None:
         # Benchmarks only: X-Torchgate-Server-Time on every review response.
         server_timing=os.environ.get("TORCHGATE_SERVER_TIMING") == "1",
         forecasts=forecasts,
+        jobs=None if api is None else StoredJobs(api),
     )
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()

@@ -7,6 +7,12 @@ answers HTTP 400; everything else is a decision, answered HTTP 200 with the requ
 ``Invalid`` and one ``details.causes`` entry per field error, the shape the apiserver itself uses
 for invalid objects, so ``kubectl`` prints every cause.
 
+A review of a job's ``scale`` subresource (``kubectl scale``, an HPA: ``request.subResource``
+``scale``, ``request.resource`` ``pytorchjobs``, an ``autoscaling/v1`` Scale in ``request.kind``
+and ``request.object``) is judged on the stored job, which the server reads for it
+(``scale_subject`` names it): ``validation.validate_scale`` on the Scale's ``spec.replicas``. A
+job that could not be read refuses the scale with the reason (code 503, fail closed).
+
 ``evaluate`` is what ``torchgate check`` runs offline: exactly the mutating route's defaulting
 followed by the validating route's checks on the defaulted object, and, as on a cluster, the first
 step that refuses the job gives the verdict alone: the apiserver stops at the mutating webhook's
@@ -29,7 +35,7 @@ from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup
 from torchgate.pytorchjob.fieldpath import FieldError, FieldWarning, dedupe, render_warnings
 from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.webhook.defaulting import Defaulted, default_job
-from torchgate.webhook.validation import Team, validate_create, validate_update
+from torchgate.webhook.validation import Team, validate_create, validate_scale, validate_update
 
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
 # isinstance() tries the exact JSON type first; the ABC check alone is several times slower.
@@ -37,6 +43,10 @@ _OBJECT: Final = (dict, Mapping)
 PolicyLookup = Callable[[str], PlacementPolicy]
 TeamLookup = Callable[[str], Team | None]
 ClaimsLookup = Callable[[str], ClaimLookup]  # what the webhook sees of DRA in a namespace
+# The job a review of its scale subresource scales, as read from the apiserver, or why it could
+# not be read (one line).
+StoredJob = Mapping[str, Any] | str
+SCALE: Final = "scale"
 
 
 class BadReview(ValueError):
@@ -144,13 +154,18 @@ def validate(
     policy_for: PolicyLookup,
     team_for: TeamLookup | None = None,
     claims_for: ClaimsLookup | None = None,
+    stored: StoredJob | None = None,
 ) -> dict[str, Any]:
     """Answer the validating route: allow, or deny with every field error.
 
     ``team_for`` gives the TeamQuota owning a namespace (``None``: no quota applies there);
-    ``claims_for`` what the webhook sees of DRA there (``None``: nothing).
+    ``claims_for`` what the webhook sees of DRA there (``None``: nothing). A review of a job's
+    ``scale`` subresource carries an ``autoscaling/v1`` Scale, not the job: ``stored`` is the job
+    the server read for it (``scale_subject``), or why it could not; without one it is refused.
     """
     request = review["request"]
+    if request.get("subResource") == SCALE:
+        return _validate_scale(review, stored, policy_for, team_for, claims_for)
     operation = request.get("operation")
     if not _is_ours(request) or operation not in ("CREATE", "UPDATE"):
         return allowed_answer(review)
@@ -171,6 +186,60 @@ def validate(
     if not verdict.warnings:  # the usual answer
         return allowed_answer(review)
     return respond(review, allowed=True, warnings=render_warnings(verdict.warnings))
+
+
+def scale_subject(request: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(namespace, name) of the PyTorchJob a review of its ``scale`` subresource is about.
+
+    ``None`` for every other review, and for a scale review naming no job (``validate`` refuses
+    that one: there is nothing to read).
+    """
+    if request.get("subResource") != SCALE or not _is_our_resource(request):
+        return None
+    name = request.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    return namespace_of(request), name
+
+
+def _validate_scale(
+    review: Mapping[str, Any],
+    stored: StoredJob | None,
+    policy_for: PolicyLookup,
+    team_for: TeamLookup | None,
+    claims_for: ClaimsLookup | None,
+) -> dict[str, Any]:
+    """A scale of a job's Workers, judged on the stored job (``validation.scaling``)."""
+    request = review["request"]
+    if not _is_our_resource(request) or request.get("operation") != "UPDATE":
+        return allowed_answer(review)
+    if stored is None:
+        named = scale_subject(request) is not None
+        stored = "the PyTorchJob was not read" if named else "the review names no PyTorchJob"
+    if isinstance(stored, str):
+        return respond(review, status=unavailable_status(f"cannot judge this scale: {stored}"))
+    scale = request["object"]
+    spec = scale.get("spec")
+    replicas = spec.get("replicas") if isinstance(spec, _OBJECT) else None
+    namespace = namespace_of(request)
+    team = team_for(namespace) if team_for is not None else None
+    claims = claims_for(namespace) if claims_for is not None else NO_CLAIMS
+    verdict = validate_scale(stored, replicas, policy_for(namespace), team=team, claims=claims)
+    warnings = render_warnings(verdict.warnings)
+    if verdict.errors:
+        return respond(review, errors=verdict.errors, warnings=warnings, job=stored)
+    return respond(review, allowed=True, warnings=warnings)
+
+
+def unavailable_status(message: str) -> dict[str, Any]:
+    """A ``Status`` 503: the webhook could not learn what it needs to decide (fail closed)."""
+    return {
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": "ServiceUnavailable",
+        "code": 503,
+    }
 
 
 def allowed_answer(review: Mapping[str, Any]) -> dict[str, Any]:
@@ -278,6 +347,16 @@ def _is_ours(request: Mapping[str, Any]) -> bool:
         isinstance(kind, _OBJECT)
         and kind.get("group") == names.GROUP
         and kind.get("kind") == names.KIND
+    )
+
+
+def _is_our_resource(request: Mapping[str, Any]) -> bool:
+    """The request is about PyTorchJobs (their subresources too), whatever ``kind`` it carries."""
+    resource = request.get("resource")
+    return (
+        isinstance(resource, _OBJECT)
+        and resource.get("group") == names.GROUP
+        and resource.get("resource") == names.PLURAL
     )
 
 

@@ -1,7 +1,8 @@
 """The aiohttp server around the pure review functions: routes, limits, TLS and metrics.
 
 Routes: ``POST /mutate`` and ``POST /validate`` (AdmissionReview v1; the validating route adds
-the controller's forecast to an allowed CREATE when a ``ForecastClient`` is given), ``GET
+the controller's forecast to an allowed CREATE when a ``ForecastClient`` is given, and reads the
+job a review of its ``scale`` subresource is about through ``StoredJobs``), ``GET
 /healthz`` (the process serves), ``GET /readyz`` (policies are loaded, so decisions are the
 admin's, not the built-in default's), ``GET /metrics`` (Prometheus text). The app factory takes
 its dependencies; there is no global state besides the Prometheus registry passed in.
@@ -39,6 +40,7 @@ from prometheus_client.samples import Sample
 
 from torchgate.pytorchjob.outlook import Forecast, forecast_warning
 from torchgate.webhook.forecastclient import ForecastClient
+from torchgate.webhook.jobsource import StoredJobs
 from torchgate.webhook.policysource import PolicyCache
 from torchgate.webhook.review import (
     BadReview,
@@ -49,6 +51,7 @@ from torchgate.webhook.review import (
     mutate,
     namespace_of,
     parse_review,
+    scale_subject,
     validate,
     with_warning,
 )
@@ -179,11 +182,13 @@ def create_app(
     max_body_bytes: int = MAX_BODY_BYTES,
     server_timing: bool = False,
     forecasts: ForecastClient | None = None,
+    jobs: StoredJobs | None = None,
 ) -> web.Application:
     """The webhook application (no TLS here; see ``serve``).
 
     With ``forecasts``, the validating route adds the controller's forecast to an allowed CREATE
-    as one more warning (``forecastclient``: never blocking, never failing a review).
+    as one more warning (``forecastclient``: never blocking, never failing a review). ``jobs``
+    reads the job a scale review is about; without it (no cluster) every scale is refused.
     """
     metrics = metrics or Metrics()
     # aiohttp would answer 413 for an oversize body; we check the size ourselves to answer 400.
@@ -192,6 +197,7 @@ def create_app(
     app[DRAINING] = draining
     routes = _Routes(cache, metrics, max_body_bytes, server_timing=server_timing, draining=draining)
     routes.forecasts = forecasts
+    routes.jobs = jobs
     app.router.add_post("/mutate", routes.mutate)
     app.router.add_post("/validate", routes.validate)
     app.router.add_get("/healthz", routes.healthz)
@@ -216,6 +222,7 @@ class _Routes:
         self.server_timing = server_timing
         self.draining = draining
         self.forecasts: ForecastClient | None = None
+        self.jobs: StoredJobs | None = None
         # One coroutine per review: each handler is the review itself, not a call into it.
         self.mutate = self._handler("mutate", mutate)
         self.validate = self._handler("validate", self._validate, forecast=True)
@@ -234,6 +241,7 @@ class _Routes:
         max_body_bytes = self.max_body_bytes
         too_large = f"body larger than {max_body_bytes} bytes"
         draining = self.draining
+        judges_scales = route == "validate"
 
         async def answer_review(request: web.Request) -> web.Response:
             started = time.perf_counter()
@@ -259,8 +267,12 @@ class _Routes:
             try:
                 # What the review sees of DRA: the caches, and a live read of what they miss.
                 asking = review["request"]
-                claims = await cache.confirm_claims(namespace_of(asking), asking.get("object"))
-                answer = decide(review, policy_for, lambda _: claims)
+                scaled = scale_subject(asking) if judges_scales else None
+                if scaled is None:
+                    claims = await cache.confirm_claims(namespace_of(asking), asking.get("object"))
+                    answer = decide(review, policy_for, lambda _: claims)
+                else:
+                    answer = await self._judge_scale(review, *scaled)
                 outcome = "allowed" if answer["response"]["allowed"] else "denied"
             except Exception:
                 uid = review["request"]["uid"]
@@ -292,6 +304,20 @@ class _Routes:
             return response
 
         return answer_review
+
+    async def _judge_scale(
+        self, review: Mapping[str, Any], namespace: str, name: str
+    ) -> dict[str, Any]:
+        """A scale of the job ``namespace/name``, judged on the job read now."""
+        stored = (
+            "the webhook has no cluster access to read the PyTorchJob"
+            if self.jobs is None
+            else await self.jobs.read(namespace, name)
+        )
+        claims = await self.cache.confirm_claims(namespace, stored)
+        return validate(
+            review, self.cache.policy_for, self.cache.team_for, lambda _: claims, stored
+        )
 
     def _ask_forecast(self, review: Mapping[str, Any]) -> asyncio.Task[Forecast | None] | None:
         """Ask the controller at once, so the answer comes while the rules run."""

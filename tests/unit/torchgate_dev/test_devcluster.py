@@ -53,15 +53,13 @@ def test_configurations_register_both_routes_by_url_and_fail_closed() -> None:
         (webhook,) = configuration["webhooks"]
         assert webhook["clientConfig"]["url"] == f"https://127.0.0.1:8443{path}"
         assert base64.b64decode(webhook["clientConfig"]["caBundle"]) == CA
-        assert webhook["rules"] == [
-            {
-                "apiGroups": ["kubeflow.org"],
-                "apiVersions": ["v1"],
-                "resources": ["pytorchjobs"],
-                "operations": ["CREATE", "UPDATE"],
-                "scope": "Namespaced",
-            }
-        ]
+        assert webhook["rules"][0] == {
+            "apiGroups": ["kubeflow.org"],
+            "apiVersions": ["v1"],
+            "resources": ["pytorchjobs"],
+            "operations": ["CREATE", "UPDATE"],
+            "scope": "Namespaced",
+        }
         assert webhook["failurePolicy"] == "Fail"
         assert webhook["sideEffects"] == "None"
         assert webhook["admissionReviewVersions"] == ["v1"]
@@ -76,6 +74,17 @@ def test_configurations_register_both_routes_by_url_and_fail_closed() -> None:
             ]
         }
     assert mutating["webhooks"][0]["name"] != validating["webhooks"][0]["name"]
+    # Only the validating route judges scales (kubectl scale, an HPA): a Scale is not a job.
+    assert len(mutating["webhooks"][0]["rules"]) == 1
+    assert validating["webhooks"][0]["rules"][1:] == [
+        {
+            "apiGroups": ["kubeflow.org"],
+            "apiVersions": ["v1"],
+            "resources": ["pytorchjobs/scale"],
+            "operations": ["UPDATE"],
+            "scope": "Namespaced",
+        }
+    ]
 
 
 def test_configurations_can_point_at_a_service() -> None:

@@ -23,6 +23,8 @@ template, its containers in index order, then its init containers), then unknown
 The rule families live in ``metadata``, ``policy`` (run, scheduling and elastic policy),
 ``pod`` (replica spec, pod template and volumes), ``claims`` (DRA claims), ``containers``,
 ``launch`` (command line and env) and ``sharing`` (topology annotations, the team's quota ceiling).
+``scaling`` says who may scale a job through its ``scale`` subresource, and how far
+(``validate_scale``: its rules, then the scaled job judged as an UPDATE).
 
 Updates ratchet: when neither ``spec`` nor the pinned-hosts, progress or topology annotations
 changed, only immutable fields are checked, so a job admitted under older rules stays updatable
@@ -57,6 +59,7 @@ from torchgate.webhook.validation import (
     metadata,
     pod,
     policy,
+    scaling,
     sharing,
 )
 from torchgate.webhook.validation.facts import (
@@ -79,6 +82,7 @@ __all__ = [
     "Verdict",
     "render_warnings",
     "validate_create",
+    "validate_scale",
     "validate_update",
 ]
 
@@ -391,6 +395,25 @@ def validate_update(
     if _admission_inputs_unchanged(old, new):
         return Verdict(_deduplicated(immutable_field_errors(old, new)), ())
     return _verdict(new, policy, old=old, creating=False, team=team, claims=claims)
+
+
+def validate_scale(
+    job: Mapping[str, Any],
+    replicas: object,
+    policy: PlacementPolicy,
+    *,
+    team: Team | None = None,
+    claims: ClaimLookup = NO_CLAIMS,
+) -> Verdict:
+    """Validate scaling the stored ``job``'s Workers to ``replicas`` (its ``scale`` subresource).
+
+    ``scaling``'s rules first (who may scale, how far), then the scaled job as an UPDATE from
+    ``job``.
+    """
+    after = scaling.scaled_job(job, replicas)
+    if isinstance(after, list):
+        return Verdict(tuple(after), ())
+    return validate_update(job, after, policy, team=team, claims=claims)
 
 
 def _verdict(
