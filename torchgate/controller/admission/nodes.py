@@ -16,6 +16,14 @@ filters, one function each:
 5. ``too_large``: a pod that asks for more than any node it may use holds even empty (its
    allocatable and GPU devices, ``ledger.capacity_of``) can never be placed, whatever ends;
    ``no_node_large_enough`` says so, naming the first resource no such node has enough of.
+6. ``gang_too_large``: a gang each of whose pods fits some node but whose required pods cannot
+   all be placed on the nodes it may use even when those nodes are empty (3 pods of 8 GPUs on
+   two 8-GPU nodes; more pods with host ports than such nodes; a required topology level none
+   of whose domains holds it) can never be placed either. The check is exact with respect to
+   placement: it asks ``topology.fits_topology`` of the nodes' allocatable (``Pool.empty``), so
+   it calls a gang too large exactly when placement would not place it on empty nodes. The
+   message names the first resource the gang asks more of in total than those nodes have, else
+   the host ports (one pod per node), else the room the nodes have for its pods.
 
 Beyond that, resources and host ports are not filters here: they depend on what else is on the
 node, which is placement's business (``topology``: slots per node, one pod of a gang per node
@@ -31,9 +39,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from torchgate.controller.admission.topology import (
+    ROOT,
+    Capacity,
+    Shape,
+    fits_topology,
+    resource_order,
+    summed,
+)
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources
 from torchgate.pytorchjob.digits import parse_integer
+from torchgate.pytorchjob.pool import TopologyRequest
 from torchgate.pytorchjob.spec import (
     JobSpec,
     as_list,
@@ -448,3 +465,51 @@ def no_node_large_enough(demand: PodDemand, capacities: Iterable[Mapping[str, in
     if why is None:
         return None
     return f"no eligible node {pool_of(demand)} can ever hold {demand.pod_name}: {why}"
+
+
+# ------------------------------------------------------------------ rule 6
+
+
+def gang_too_large(
+    empty: Capacity,
+    requests: Sequence[Units],
+    shape: Shape,
+    request: TopologyRequest,
+    *,
+    where: str,
+    gpu_resource: str,
+) -> str | None:
+    """Why the gang's pods (``requests``) can never all be placed, even on empty nodes (rule 6).
+
+    ``empty`` holds the nodes' allocatable; ``shape`` and ``request`` are the gang's, as
+    placement reads them. ``None`` when placement would place the gang on those nodes empty.
+    """
+    count = len(requests)
+    if fits_topology(empty, count, shape, request):
+        return None
+    slots = empty.slots(shape)
+    level = request.level
+    topology = empty.topology
+    prefix = f"no eligible nodes {where} can ever hold all {count} pods of the gang"
+    if slots.domains[ROOT] >= count and level is not None and level < len(topology.levels):
+        return (
+            f"no {topology.levels[level]} domain {where} can ever hold all {count} pods of the "
+            f"gang: the roomiest has room for {slots.roomiest(level)} even empty"
+        )
+    wanted = summed(requests)
+    have: dict[str, int] = {}
+    for free in empty.free_for(shape):
+        for name in wanted:
+            have[name] = have.get(name, 0) + max(0, free.get(name, 0))
+    for name in resource_order(wanted, gpu_resource):
+        if wanted[name] > have.get(name, 0):
+            return (
+                f"{prefix}: it asks {format_amount(name, wanted[name])} {name} and they have "
+                f"{format_amount(name, have.get(name, 0))} even empty"
+            )
+    if shape.one_per_node:
+        return (
+            f"{prefix}: its pods have host ports, so each needs a node of its own, and "
+            f"{slots.domains[ROOT]} node(s) it may use can take one"
+        )
+    return f"{prefix}: even empty they have room for {slots.domains[ROOT]} of them"
