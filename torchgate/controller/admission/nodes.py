@@ -20,8 +20,9 @@ filters, one function each:
    all be placed on the nodes it may use even when those nodes are empty (3 pods of 8 GPUs on
    two 8-GPU nodes; more pods with host ports than such nodes; a required topology level none
    of whose domains holds it) can never be placed either. The check is exact with respect to
-   placement: it asks ``topology.fits_topology`` of the nodes' allocatable (``Pool.empty``), so
-   it calls a gang too large exactly when placement would not place it on empty nodes. The
+   placement: it counts placement's slots (``topology.slots_of``) on the nodes' allocatable
+   (``Pool.empty``) as ``fits_topology`` reads them, so it calls a gang too large exactly when
+   placement would not place it on empty nodes (a property test holds it to that). The
    message names the first resource the gang asks more of in total than those nodes have, else
    the host ports (one pod per node), else the room the nodes have for its pods.
 
@@ -40,11 +41,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from torchgate.controller.admission.topology import (
-    ROOT,
     Capacity,
     Shape,
-    fits_topology,
     resource_order,
+    slots_of,
     summed,
 )
 from torchgate.pytorchjob import names
@@ -482,34 +482,54 @@ def gang_too_large(
     """Why the gang's pods (``requests``) can never all be placed, even on empty nodes (rule 6).
 
     ``empty`` holds the nodes' allocatable; ``shape`` and ``request`` are the gang's, as
-    placement reads them. ``None`` when placement would place the gang on those nodes empty.
+    placement reads them. ``None`` when placement would place the gang on those nodes empty:
+    their slots (``topology.slots_of``) hold it, and so does one domain of a required level.
+    Counted here over the allowed nodes, not kept by ``empty`` (a gang is read once per node
+    change; ``empty`` keeps counts only for the shapes placement asks about), and only until
+    some nodes or one domain hold the gang: only a gang too large looks at every allowed node.
     """
     count = len(requests)
-    if fits_topology(empty, count, shape, request):
-        return None
-    slots = empty.slots(shape)
+    topology, allowed, names = empty.topology, shape.allowed, empty.topology.node_names
     level = request.level
-    topology = empty.topology
-    prefix = f"no eligible nodes {where} can ever hold all {count} pods of the gang"
-    if slots.domains[ROOT] >= count and level is not None and level < len(topology.levels):
+    if not request.required or level is None or level >= len(topology.levels):
+        level = None
+    members = topology.member[level] if level is not None else ()
+    room, nodes = 0, 0
+    in_domain: dict[int, int] = {}
+    allowed_free: list[Units] = []
+    for node, free in enumerate(empty.free):
+        if allowed is not None and names[node] not in allowed:
+            continue
+        allowed_free.append(free)
+        slots = slots_of(free, shape)
+        if not slots:
+            continue
+        room, nodes = room + slots, nodes + 1
+        if level is None:
+            if room >= count:  # most gangs fit: stop at the first nodes that hold them
+                return None
+        elif members[node] >= 0:
+            held = in_domain[members[node]] = in_domain.get(members[node], 0) + slots
+            if held >= count:
+                return None
+    roomiest = max(in_domain.values(), default=0)
+    if room >= count and level is not None:
         return (
             f"no {topology.levels[level]} domain {where} can ever hold all {count} pods of the "
-            f"gang: the roomiest has room for {slots.roomiest(level)} even empty"
+            f"gang: the roomiest has room for {roomiest} even empty"
         )
+    prefix = f"no eligible nodes {where} can ever hold all {count} pods of the gang"
     wanted = summed(requests)
-    have: dict[str, int] = {}
-    for free in empty.free_for(shape):
-        for name in wanted:
-            have[name] = have.get(name, 0) + max(0, free.get(name, 0))
+    have = {name: sum(max(0, free.get(name, 0)) for free in allowed_free) for name in wanted}
     for name in resource_order(wanted, gpu_resource):
-        if wanted[name] > have.get(name, 0):
+        if wanted[name] > have[name]:
             return (
                 f"{prefix}: it asks {format_amount(name, wanted[name])} {name} and they have "
-                f"{format_amount(name, have.get(name, 0))} even empty"
+                f"{format_amount(name, have[name])} even empty"
             )
     if shape.one_per_node:
         return (
             f"{prefix}: its pods have host ports, so each needs a node of its own, and "
-            f"{slots.domains[ROOT]} node(s) it may use can take one"
+            f"{nodes} node(s) it may use can take one"
         )
-    return f"{prefix}: even empty they have room for {slots.domains[ROOT]} of them"
+    return f"{prefix}: even empty they have room for {room} of them"

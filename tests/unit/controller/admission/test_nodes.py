@@ -414,6 +414,7 @@ def test_a_gang_its_nodes_could_not_hold_even_empty_is_too_large(
     hs.integers(1, 3),
     hs.sampled_from((None, 0, 1)),
     hs.booleans(),
+    hs.data(),
 )
 def test_a_gang_is_too_large_exactly_when_placement_on_empty_nodes_fails(
     gpus: list[int],
@@ -422,12 +423,14 @@ def test_a_gang_is_too_large_exactly_when_placement_on_empty_nodes_fails(
     racks: int,
     level: int | None,
     required: bool,
+    data: hs.DataObject,
 ) -> None:
     empty = empty_pool(*gpus, racks=racks)
+    names = [f"n{i}" for i in range(len(gpus))]
+    allowed = data.draw(hs.none() | hs.sets(hs.sampled_from(names)))
     requests = [pod_requests(g) for g in pods]
     request = TopologyRequest(level=level, required=required)
-    why = too_large(empty, requests, one_per_node=one_per_node, request=request)
-    shape = shape_of(requests, one_per_node=one_per_node)
-    names = tuple(f"p-{i}" for i in range(len(pods)))
-    placed = place_topology(empty, names, shape, request)
+    why = too_large(empty, requests, one_per_node=one_per_node, allowed=allowed, request=request)
+    shape = shape_of(requests, one_per_node=one_per_node, allowed=allowed)
+    placed = place_topology(empty, tuple(f"p-{i}" for i in range(len(pods))), shape, request)
     assert (why is not None) == isinstance(placed, TopologyWait), why
