@@ -7,9 +7,11 @@ controller does not answer. How they combine is a set of rules worth testing wit
 
 Rules (each one function):
 
-1. ``state_of``: ``Finished`` once ``Succeeded`` or ``Failed`` is True; ``Running`` while
+1. ``state_of``: ``Finished`` once ``Succeeded`` or ``Failed`` is True; ``Suspended`` while its
+   ``spec.runPolicy.suspend`` is true (what the training-operator shows: its last condition,
+   ``Suspended``; nothing of it runs or queues until it is resumed); ``Running`` while
    ``Running`` is True and the job is not ``Queued``; otherwise ``Waiting`` (queued, restarting,
-   suspended, or not yet seen by the controller).
+   resuming, or not yet seen by the controller).
 2. ``explain``: a waiting job's reason is its ``Queued`` reason and its message the controller's
    live one (the condition's, rewritten at most every 30 s, when the controller does not
    answer); its position is its place in the pool's admission order (from the outlook, else from
@@ -17,7 +19,10 @@ Rules (each one function):
    pods' nodes (the outlook's while its pods are being created); a finished job's message is
    its final condition's. An admitted job that is not running yet (the outlook holds its nodes,
    or the controller does not answer and it has pods) says which of its pods have not started
-   and why (rule 5), never that its pods are still being created once they exist.
+   and why (rule 5), never that its pods are still being created once they exist. A suspended
+   job's reason and message are its ``Suspended`` condition's (``PyTorchJobSuspended``, ``PyTorchJob
+   <name> is suspended.``), or say the controller has yet to act on the suspension, and its
+   rendering says how to resume it (``RESUME``).
 3. ``restarts_of``: the restarts its Events tell, newest last, each with its cause (the Event's
    reason, one of ``reasons.RESTART_EVENT_REASONS``: ``PyTorchJobRestarting``, ``Hang``,
    ``Preempted``, ``GangIncomplete``, ``GangScheduleTimeout``, or a disruption's cause such as
@@ -49,11 +54,15 @@ from torchgate.pytorchjob.outlook import (
     place_phrase,
 )
 
-State = Literal["Waiting", "Running", "Finished"]
+State = Literal["Waiting", "Running", "Finished"] | reasons.SuspendedState
 MAX_NOT_STARTED = 4
 NO_NODE_ADMITS = (
     "no job's end lets it start: a node that admits its pods must join the pool, or its "
     "nodeSelector, affinity, tolerations or pinned hosts must change (it holds no one back)"
+)
+RESUME = (
+    "kubectl patch pytorchjob {name} -n {namespace} --type merge "
+    """-p '{{"spec":{{"runPolicy":{{"suspend":false}}}}}}' (it queues for admission again)"""
 )
 # A Queued message as the controller writes it: "<place>: <reason>" (``outlook.queued_message``).
 _WRITTEN = re.compile(r"^(#(\d+) of \d+ in the pool.*?(?:nothing ahead|\) ahead)): (.*)$", re.S)
@@ -142,10 +151,12 @@ def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def state_of(job: Mapping[str, Any]) -> State:
-    """``Waiting``, ``Running`` or ``Finished`` (rule 1)."""
+    """``Waiting``, ``Suspended``, ``Running`` or ``Finished`` (rule 1)."""
     conditions = _conditions(job)
     if _true(conditions, reasons.SUCCEEDED) or _true(conditions, reasons.FAILED):
         return "Finished"
+    if _spec_suspended(job):
+        return reasons.SUSPENDED
     if _true(conditions, reasons.RUNNING) and not _true(conditions, reasons.QUEUED):
         return "Running"
     return "Waiting"
@@ -220,6 +231,22 @@ def explain(
             since=str(running.get("lastTransitionTime") or "") or None,
             **common,
         )
+    if common["state"] == reasons.SUSPENDED:
+        suspended = _true(conditions, reasons.SUSPENDED)
+        if suspended is None:
+            return Explanation(
+                reason="",
+                message="suspend requested (spec.runPolicy.suspend); the controller has not "
+                "suspended it yet",
+                nodes=_pod_nodes(pods),
+                **common,
+            )
+        return Explanation(
+            reason=str(suspended.get("reason") or ""),
+            message=str(suspended.get("message") or "suspended (spec.runPolicy.suspend)"),
+            since=str(suspended.get("lastTransitionTime") or "") or None,
+            **common,
+        )
     return _waiting(job, _true(conditions, reasons.QUEUED), outlook, pods, common)
 
 
@@ -257,8 +284,6 @@ def _waiting(
             since=since,
             **common,
         )
-    if _spec_suspended(job):
-        return Explanation(reason="", message="suspended (spec.runPolicy.suspend)", **common)
     if outlook is None and queued is None and stuck:  # no live view: its pods say it was admitted
         return Explanation(reason="", message=_admitted(stuck), nodes=_pod_nodes(pods), **common)
     written = _WRITTEN.match(message)
@@ -379,7 +404,10 @@ def render(explanation: Explanation, now: datetime) -> list[str]:
         lines.append(f"  queue:    {place_phrase(e.place)}")
     elif e.written_place is not None:
         lines.append(f"  queue:    {e.written_place} (as last written to its status)")
-    if e.starts_next_cycle:
+    if e.state == reasons.SUSPENDED:
+        namespace, _, name = e.job.partition("/")
+        lines.append(f"  to resume: {RESUME.format(name=name, namespace=namespace)}")
+    elif e.starts_next_cycle:
         lines.append("  to start: nothing; the next admission cycle admits it")
     elif e.preempting:
         lines.append(f"  to start: {named(list(e.preempting))} must terminate (preempted for it)")
@@ -398,7 +426,12 @@ def render(explanation: Explanation, now: datetime) -> list[str]:
     if e.domains:
         lines.append(f"  domains:  {', '.join(e.domains)}")
     if e.since:
-        label = {"Running": "running", "Finished": "finished", "Waiting": "waiting"}[e.state]
+        label = {
+            "Running": "running",
+            "Finished": "finished",
+            "Waiting": "waiting",
+            reasons.SUSPENDED: "suspended",
+        }[e.state]
         lines.append(f"  {label + ':':<9} since {_ago(e.since, now)}")
     if e.restarts or e.counted_restarts:
         lines.append(

@@ -34,7 +34,9 @@ RUNNING: Final = "Running"
 RESTARTING: Final = "Restarting"
 SUCCEEDED: Final = "Succeeded"
 FAILED: Final = "Failed"
-SUSPENDED: Final = "Suspended"
+# The condition type as a type too: ``torchgate explain`` shows a suspended job in this state.
+SuspendedState = Literal["Suspended"]
+SUSPENDED: Final[SuspendedState] = "Suspended"
 QUEUED: Final = "Queued"
 PREEMPTED: Final = "Preempted"
 VALID: Final = "Valid"  # of a PlacementPolicy or a TeamQuota

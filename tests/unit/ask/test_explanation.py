@@ -196,14 +196,56 @@ def test_a_job_no_node_admits_is_told_what_must_change_not_to_wait_for_its_turn(
     )
 
 
-def test_a_suspended_job_waits_for_no_reason_but_its_spec() -> None:
-    suspended = a_job(condition("Suspended"))
-    suspended["spec"]["runPolicy"]["suspend"] = True
+SUSPENDED = condition(
+    "Suspended", reason="PyTorchJobSuspended", message="PyTorchJob big is suspended."
+)
 
-    explained = explain(suspended, outlook=JobOutlook(job="team-vision/big"))
 
-    assert (explained.state, explained.reason) == ("Waiting", "")
-    assert "suspend" in explained.message
+def suspended(*conditions: dict[str, Any], suspend: bool = True) -> dict[str, Any]:
+    job = a_job(*conditions)
+    job["spec"]["runPolicy"]["suspend"] = suspend
+    return job
+
+
+def test_a_suspended_job_is_suspended_as_its_condition_says_and_is_told_how_to_resume() -> None:
+    job = suspended(condition("Running", "False", reason="PyTorchJobSuspended"), SUSPENDED)
+
+    explained = explain(job, outlook=JobOutlook(job="team-vision/big"))
+
+    assert (explained.state, explained.reason) == ("Suspended", "PyTorchJobSuspended")
+    assert explained.message == "PyTorchJob big is suspended."
+    assert explained.since == "2026-03-01T11:50:00Z"
+    assert explained.to_json()["state"] == "Suspended"
+    lines = render(explained, NOW)
+    assert lines[0] == "PyTorchJob team-vision/big: Suspended (PyTorchJobSuspended)"
+    assert (
+        "  to resume: kubectl patch pytorchjob big -n team-vision --type merge "
+        """-p '{"spec":{"runPolicy":{"suspend":false}}}' (it queues for admission again)"""
+    ) in lines
+    assert "  suspended: since 2026-03-01T11:50:00Z (10m ago)" in lines
+
+
+@pytest.mark.parametrize(
+    ("job", "state"),
+    [
+        (suspended(), "Suspended"),  # the controller has not written its condition yet
+        (suspended(SUSPENDED, suspend=False), "Waiting"),  # resumed: queued for admission again
+        (suspended(condition("Succeeded"), SUSPENDED), "Finished"),
+        (
+            suspended(condition("Running"), condition("Queued", reason="WaitingForQuota")),
+            "Suspended",
+        ),
+    ],
+    ids=["requested", "resuming", "finished-before", "queued-when-suspended"],
+)
+def test_the_spec_decides_whether_a_job_is_suspended_and_an_end_outranks_it(
+    job: dict[str, Any], state: str
+) -> None:
+    explained = explain(job, outlook=None)
+
+    assert explained.state == state
+    assert state_of(job) == state
+    assert ("to resume:" in "\n".join(render(explained, NOW))) == (state == "Suspended")
 
 
 def pulling(name: str, node: str | None, *, replica_type: str, index: int) -> dict[str, Any]:

@@ -41,8 +41,9 @@ cycle reserves for the first waiting gangs from the running gangs' deadlines (``
 gangs whose own deadline ends before then may use those), and unless it has waited longer than
 ``starvation_seconds`` for capacity or topology; from then on nothing behind it is admitted until
 it is, so a stream of small jobs cannot starve a large one whose nodes no deadline promises. A
-gang one of whose pods no node admits never starves (``forecasting.starving``): nothing behind it
-could make room for it.
+gang one of whose pods no node admits, or that the nodes it may use could not hold whole even
+empty (``nodes`` rules 5-6, read once per gang in ``_read_gang``), never starves
+(``forecasting.starving``): nothing behind it could make room for it.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ from torchgate.controller.admission.nodes import (
     PodDemand,
     Signature,
     eligible_nodes,
+    gang_too_large,
     no_eligible_node,
     no_node_large_enough,
     pool_of,
@@ -89,6 +91,7 @@ from torchgate.controller.admission.preemption import protection
 from torchgate.controller.admission.topology import (
     Capacity,
     OptionalPod,
+    Shape,
     Topology,
     gpu_free_nodes,
     job_topology,
@@ -105,7 +108,13 @@ from torchgate.controller.admission.waiting import (
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources
 from torchgate.pytorchjob.names import DEFAULT_GPU_RESOURCE, JobKey
 from torchgate.pytorchjob.outlook import Place, queued_message
-from torchgate.pytorchjob.pool import GPUS, PoolSettings, TeamQuota, resolve_teams
+from torchgate.pytorchjob.pool import (
+    GPUS,
+    PoolSettings,
+    TeamQuota,
+    TopologyRequest,
+    resolve_teams,
+)
 from torchgate.pytorchjob.units import Units
 
 log = logging.getLogger("torchgate.controller.admission.admitter")
@@ -173,7 +182,7 @@ class Admitter:
         # anew or what they were read from changes.
         self._capacity: Capacity | None = None
         self._empty: Capacity | None = None
-        self._nodes = _NodeFacts((-1, -1))
+        self._nodes = _NodeFacts((-1, -1, -1))
         self._gangs: dict[JobKey, tuple[tuple[object, ...], WaitingGang]] = {}
         # The ready gangs' facts, with what they were read from (``_gangs_of``).
         self._ready_gangs: tuple[tuple[object, ...], list[JobKey], tuple[WaitingGang, ...]] | None
@@ -509,11 +518,13 @@ class Admitter:
         changed = self.ledger.changed_free()
         settings = self.pool_settings()
         levels = topology_levels(s.topology.levels for s in settings)
-        version = (self.ledger.nodes_version, self.ledger.devices_version)
+        capacity, empty = self._capacity_views(self.ledger.topology_for(levels), changed)
+        # What an empty node holds changes with its free GPU devices too (a device tainted or
+        # claimed outside the ledger, then back), not only when devices come or go.
+        version = (self.ledger.nodes_version, self.ledger.devices_version, empty.edits)
         if self._nodes.version != version:
             self._nodes = _NodeFacts(version)
         gangs = self._gangs_of(ready, owner, levels)
-        capacity, empty = self._capacity_views(self.ledger.topology_for(levels), changed)
         pool = Pool(
             capacity=capacity,
             teams=teams,
@@ -576,12 +587,24 @@ class Admitter:
                 nodes = self._eligible(signature)
                 found = set(nodes) if found is None else found & set(nodes)
             allowed = facts.allowed[signatures] = frozenset(found or ())
+        shape = shape_of(
+            requests.values(),
+            one_per_node=any(d.host_ports for d in required),
+            allowed=allowed,
+            preferred=preferred,
+        )
+        topology = job_topology(asked.topology_level, asked.topology_required, levels)
+        where = pool_of(required[0]) if required else "in the cluster"
         blocked = next((d for d in required if not facts.eligibility[d.signature]), None)
         no_node = None
         if blocked is not None:
             no_node = no_eligible_node(blocked, list(self.ledger.nodes.values()))
         else:
             no_node = next(filter(None, (self._too_large(d) for d in required)), None)
+        if no_node is None and required:
+            no_node = self._gang_too_large(
+                list(requests.values()), shape, topology, where, asked.gpu_resource
+            )
         extras = tuple(
             OptionalPod(d.pod_name, d.requests, self._eligible(d.signature))
             for d in asked.demands[len(required) :]
@@ -594,16 +617,11 @@ class Admitter:
             pods=tuple(requests),
             requests=requests,
             usage=usage,
-            shape=shape_of(
-                requests.values(),
-                one_per_node=any(d.host_ports for d in required),
-                allowed=allowed,
-                preferred=preferred,
-            ),
-            topology=job_topology(asked.topology_level, asked.topology_required, levels),
+            shape=shape,
+            topology=topology,
             preempts=asked.preempts,
             extras=extras,
-            where=pool_of(required[0]) if required else "in the cluster",
+            where=where,
             gpu_resource=asked.gpu_resource,
             no_node=no_node,
             run_limit=asked.run_limit,
@@ -617,6 +635,27 @@ class Admitter:
             capacities = (self.ledger.capacity_of(n) for n in self._eligible(demand.signature))
             known[shape] = no_node_large_enough(demand, capacities)
         return known[shape]
+
+    def _gang_too_large(
+        self,
+        requests: Sequence[Units],
+        shape: Shape,
+        topology: TopologyRequest,
+        where: str,
+        gpu_resource: str,
+    ) -> str | None:
+        """Why its nodes could never hold the whole gang (``nodes`` rule 6), once per shape."""
+        empty = self._empty
+        if empty is None:  # read before the first cycle's capacity views: nothing to say yet
+            return None
+        pods = tuple(tuple(sorted(r.items())) for r in requests)
+        key = (shape, pods, topology, empty.topology.levels, where, gpu_resource)
+        known = self._nodes.gang_too_large
+        if key not in known:
+            known[key] = gang_too_large(
+                empty, requests, shape, topology, where=where, gpu_resource=gpu_resource
+            )
+        return known[key]
 
     def _eligible(self, signature: Signature) -> tuple[str, ...]:
         """The nodes that admit ``signature`` (computed once until a node changes)."""
@@ -718,18 +757,20 @@ class Admitter:
 class _NodeFacts:
     """What the admitter reads from the nodes for waiting gangs, kept while no node changes.
 
-    ``version`` is the ledger's ``nodes_version`` and ``devices_version`` it was read at; per
+    ``version`` is the ledger's ``nodes_version`` and ``devices_version`` and the changes to the
+    nodes' allocatable with their free devices (``Pool.empty``'s edits) it was read at; per
     constraint signature the eligible nodes, per set of signatures the nodes all of them admit,
     and per (GPU resource, asks for GPUs) the nodes without GPUs (``topology.gpu_free_nodes``).
     """
 
-    version: tuple[int, int]
+    version: tuple[int, int, int]
     eligibility: dict[Signature, tuple[str, ...]] = field(default_factory=dict)
     allowed: dict[frozenset[Signature], frozenset[str]] = field(default_factory=dict)
     without_gpus: dict[tuple[str, bool], frozenset[str] | None] = field(default_factory=dict)
     too_large: dict[tuple[Signature, tuple[tuple[str, int], ...]], str | None] = field(
         default_factory=dict
     )
+    gang_too_large: dict[tuple[object, ...], str | None] = field(default_factory=dict)
 
 
 class _Places:

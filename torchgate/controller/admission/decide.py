@@ -24,8 +24,8 @@ older, then by name):
    to anyone else in this cycle (their pods are still there). A gang admitted in this cycle is
    never a victim in it.
 4. Otherwise it waits (``Wait``) with the reason of the first obstacle: ``Quota``, ``Capacity``
-   or ``Topology``. A ``Capacity`` wait says what is short (``topology.Shortfall``), or why no
-   node may take one of its pods at all (``WaitingGang.no_node``).
+   or ``Topology``. A ``Capacity`` wait says what is short (``topology.Shortfall``); either
+   says why the gang can never be placed, when it cannot (``WaitingGang.no_node``).
 5. Backfill never delays the head of the queue: each of the first gangs that wait for room gets
    the nodes it can have at the earliest time gangs with a known end free them, and later gangs
    use those nodes only when they end before then (``backfill``; every decision above goes
@@ -168,7 +168,9 @@ class WaitingGang:
         extras: Its pods beyond ``minAvailable`` (elastic workers), placed only where they fit.
         where: How messages name the nodes its pods may use (``nodes.pool_of``).
         gpu_resource: What its policy counts as GPUs (messages name it first).
-        no_node: Why no node may take one of its pods (``nodes.no_eligible_node``), if so.
+        no_node: Why it can never be placed, if so: no node may take one of its pods
+            (``nodes.no_eligible_node``, ``no_node_large_enough``) or the nodes it may use
+            could not hold it whole even empty (``nodes.gang_too_large``).
         run_limit: Seconds it may run once started (``runPolicy.activeDeadlineSeconds``), if
             set: whether it may backfill before the head gang (``backfill`` rule 4).
     """
@@ -474,6 +476,8 @@ def _decide_one(cycle: _Cycle, gang: WaitingGang, *, borrow: bool) -> Outcome | 
             borrowed = verdict.amount if isinstance(verdict, Borrows) else {}
             return Admit(gang.key, nodes, borrowed, placed.domain, placed.preference_met)
         reason = _shortfall(cycle, gang) if placed.kind == "Capacity" else placed.message
+        if gang.no_node is not None:
+            reason = gang.no_node
         obstacle = Wait(gang.key, placed.kind, reason)
     elif isinstance(verdict, QuotaWait):
         obstacle = Wait(gang.key, "Quota", verdict.message)

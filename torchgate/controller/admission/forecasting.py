@@ -18,7 +18,8 @@ Rules (each one function):
    topology while a later gang would go ahead; nothing behind it is admitted (the admitter's
    backfill rule: the admitter asks this function too). A gang one of whose pods no node admits
    at all (``WaitingGang.no_node``: a nodeSelector no node has, a taint nothing tolerates, its
-   pinned hosts gone) never starves: nothing ending makes room for it, so holding the queue back
+   pinned hosts gone), or whose nodes could not hold it whole even empty (``nodes`` rules 5-6),
+   never starves: nothing ending makes room for it, so holding the queue back
    would stop every job behind it and help none (``unplaceable``). Each gang behind a starving
    one is told so (``behind_starving``), as its ``Queued`` condition, like any other wait.
 3. ``decide_now``: every ready gang's outcome if the next cycle ran now, a candidate added (in
@@ -201,7 +202,7 @@ def placeable(gang: WaitingGang) -> bool:
 
 
 def unplaceable(gangs: Iterable[WaitingGang]) -> frozenset[JobKey]:
-    """The gangs one of whose pods no node admits (rule 2: they never starve)."""
+    """The gangs that can never be placed (``WaitingGang.no_node``; rule 2: they never starve)."""
     return frozenset(gang.key for gang in gangs if not placeable(gang))
 
 

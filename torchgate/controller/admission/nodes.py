@@ -16,6 +16,15 @@ filters, one function each:
 5. ``too_large``: a pod that asks for more than any node it may use holds even empty (its
    allocatable and GPU devices, ``ledger.capacity_of``) can never be placed, whatever ends;
    ``no_node_large_enough`` says so, naming the first resource no such node has enough of.
+6. ``gang_too_large``: a gang each of whose pods fits some node but whose required pods cannot
+   all be placed on the nodes it may use even when those nodes are empty (3 pods of 8 GPUs on
+   two 8-GPU nodes; more pods with host ports than such nodes; a required topology level none
+   of whose domains holds it) can never be placed either. The check is exact with respect to
+   placement: it counts placement's slots (``topology.slots_of``) on the nodes' allocatable
+   (``Pool.empty``) as ``fits_topology`` reads them, so it calls a gang too large exactly when
+   placement would not place it on empty nodes (a property test holds it to that). The
+   message names the first resource the gang asks more of in total than those nodes have, else
+   the host ports (one pod per node), else the room the nodes have for its pods.
 
 Beyond that, resources and host ports are not filters here: they depend on what else is on the
 node, which is placement's business (``topology``: slots per node, one pod of a gang per node
@@ -31,9 +40,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from torchgate.controller.admission.topology import (
+    Capacity,
+    Shape,
+    resource_order,
+    slots_of,
+    summed,
+)
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources
 from torchgate.pytorchjob.digits import parse_integer
+from torchgate.pytorchjob.pool import TopologyRequest
 from torchgate.pytorchjob.spec import (
     JobSpec,
     as_list,
@@ -448,3 +465,71 @@ def no_node_large_enough(demand: PodDemand, capacities: Iterable[Mapping[str, in
     if why is None:
         return None
     return f"no eligible node {pool_of(demand)} can ever hold {demand.pod_name}: {why}"
+
+
+# ------------------------------------------------------------------ rule 6
+
+
+def gang_too_large(
+    empty: Capacity,
+    requests: Sequence[Units],
+    shape: Shape,
+    request: TopologyRequest,
+    *,
+    where: str,
+    gpu_resource: str,
+) -> str | None:
+    """Why the gang's pods (``requests``) can never all be placed, even on empty nodes (rule 6).
+
+    ``empty`` holds the nodes' allocatable; ``shape`` and ``request`` are the gang's, as
+    placement reads them. ``None`` when placement would place the gang on those nodes empty:
+    their slots (``topology.slots_of``) hold it, and so does one domain of a required level.
+    Counted here over the allowed nodes, not kept by ``empty`` (a gang is read once per node
+    change; ``empty`` keeps counts only for the shapes placement asks about), and only until
+    some nodes or one domain hold the gang: only a gang too large looks at every allowed node.
+    """
+    count = len(requests)
+    topology, allowed, names = empty.topology, shape.allowed, empty.topology.node_names
+    level = request.level
+    if not request.required or level is None or level >= len(topology.levels):
+        level = None
+    members = topology.member[level] if level is not None else ()
+    room, nodes = 0, 0
+    in_domain: dict[int, int] = {}
+    allowed_free: list[Units] = []
+    for node, free in enumerate(empty.free):
+        if allowed is not None and names[node] not in allowed:
+            continue
+        allowed_free.append(free)
+        slots = slots_of(free, shape)
+        if not slots:
+            continue
+        room, nodes = room + slots, nodes + 1
+        if level is None:
+            if room >= count:  # most gangs fit: stop at the first nodes that hold them
+                return None
+        elif members[node] >= 0:
+            held = in_domain[members[node]] = in_domain.get(members[node], 0) + slots
+            if held >= count:
+                return None
+    roomiest = max(in_domain.values(), default=0)
+    if room >= count and level is not None:
+        return (
+            f"no {topology.levels[level]} domain {where} can ever hold all {count} pods of the "
+            f"gang: the roomiest has room for {roomiest} even empty"
+        )
+    prefix = f"no eligible nodes {where} can ever hold all {count} pods of the gang"
+    wanted = summed(requests)
+    have = {name: sum(max(0, free.get(name, 0)) for free in allowed_free) for name in wanted}
+    for name in resource_order(wanted, gpu_resource):
+        if wanted[name] > have[name]:
+            return (
+                f"{prefix}: it asks {format_amount(name, wanted[name])} {name} and they have "
+                f"{format_amount(name, have[name])} even empty"
+            )
+    if shape.one_per_node:
+        return (
+            f"{prefix}: its pods have host ports, so each needs a node of its own, and "
+            f"{nodes} node(s) it may use can take one"
+        )
+    return f"{prefix}: even empty they have room for {room} of them"

@@ -179,6 +179,57 @@ def test_a_job_no_node_admits_never_holds_the_queue_behind_it(pod_spec: dict[str
     assert ": no eligible node " in admitter.wait_reason(lost)
 
 
+def host_ports(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with every replica on the host network (its container port is a host port)."""
+    for replica in raw["spec"]["pytorchReplicaSpecs"].values():
+        pod_spec = replica["template"]["spec"]
+        pod_spec["hostNetwork"] = True
+        pod_spec["containers"][0]["ports"] = [{"name": "pytorchjob-port", "containerPort": 23456}]
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("big", "why"),
+    [
+        (
+            job("big").master(gpus=8).workers(2, gpus=8).build(),
+            "it asks 24 nvidia.com/gpu and they have 16 even empty",
+        ),
+        (
+            host_ports(job("big").master(gpus=1).workers(2, gpus=1).build()),
+            "its pods have host ports, so each needs a node of its own, and 2 node(s) it may "
+            "use can take one",
+        ),
+    ],
+    ids=["24-gpus-on-two-8-gpu-nodes", "three-host-port-pods-on-two-nodes"],
+)
+def test_a_gang_its_nodes_could_not_hold_even_empty_never_holds_the_queue_behind_it(
+    big: dict[str, Any], why: str
+) -> None:
+    admitter, _, clock = make(nodes=2, starvation_seconds=60)
+    admitter.on_pod("ADDED", pod("holder", node="n0", gpus=4), None)  # nothing fits it now either
+    lost = ask(admitter, big, created="2026-01-01T00:00:00Z")
+    assert admitter.cycle() == []
+    clock.now += 120  # far past the starvation bound
+    late = ask(admitter, job("late").master(gpus=1).build(), created="2026-01-03T00:00:00Z")
+    assert admitter.cycle() == [late], "no job ending could make room for it: it starves no one"
+    assert lost in admitter.queue.waiting
+    assert admitter.wait_reason(lost).endswith(
+        ": no eligible nodes in the cluster can ever hold all 3 pods of the gang: " + why
+    )
+
+
+def test_a_gang_its_nodes_hold_when_empty_still_starves_the_queue() -> None:
+    admitter, _, clock = make(nodes=2, starvation_seconds=60)
+    admitter.on_pod("ADDED", pod("holder", node="n0", gpus=4), None)
+    big = ask(admitter, gpu_job("big", workers=1, gpus=8).build(), created="2026-01-01T00:00:00Z")
+    assert admitter.cycle() == []
+    clock.now += 120
+    ask(admitter, job("late").master(gpus=1).build(), created="2026-01-03T00:00:00Z")
+    assert admitter.cycle() == [], "two empty nodes hold it: it waits for room, and starves"
+    assert "can ever hold" not in admitter.wait_reason(big)
+
+
 def test_backfill_keeps_off_the_nodes_the_head_gets_when_a_gang_with_a_deadline_ends() -> None:
     wall = 1_000.0
     admitter, _, _ = make(nodes=3, starvation_seconds=10**9, wall_clock=lambda: wall)
@@ -310,8 +361,12 @@ def with_nodes(*raws: dict[str, Any]) -> tuple[Admitter, list[tuple[str, str]], 
 
 def test_total_shortfall_message_names_resource_pool_and_free() -> None:
     admitter, _, _ = with_nodes(
-        node("a", labels={"pool": "a100"}), node("b"), node("c", labels={"pool": "a100"}, gpus=0)
+        node("a", labels={"pool": "a100"}),
+        node("b"),
+        node("c", labels={"pool": "a100"}, gpus=0),
+        node("d", labels={"pool": "a100"}),
     )
+    admitter.on_pod("ADDED", pod("holder", node="d", gpus=8), None)  # the pool holds it empty
     selector = {"nodeSelector": {"pool": "a100"}}
     key = ask(
         admitter,
@@ -326,7 +381,8 @@ def test_total_shortfall_message_names_resource_pool_and_free() -> None:
 
 
 def test_pinned_hosts_name_the_pool_in_the_capacity_message() -> None:
-    admitter, _, _ = with_nodes(node("h1", gpus=4), node("h2"), node("other"))
+    admitter, _, _ = with_nodes(node("h1"), node("h2"), node("other"))
+    admitter.on_pod("ADDED", pod("holder", node="h1", gpus=4), None)  # the hosts hold it empty
     key = ask(admitter, gpu_job("demo", workers=1, gpus=8).hosts("h1", "h2").build())
     admitter.cycle()
     assert (

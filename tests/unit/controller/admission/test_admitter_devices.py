@@ -22,7 +22,9 @@ from tests.builders.claims import (
 )
 from tests.builders.job import container, job, parsed_job, with_uid
 from tests.builders.node import node
+from tests.builders.pod import pod
 from torchgate.controller.admission.admitter import Admitter
+from torchgate.controller.admission.forecasting import job_outlook
 from torchgate.controller.admission.nodes import job_demands
 from torchgate.controller.admission.slices import free_devices
 from torchgate.controller.admission.waiting import GangRequest
@@ -91,7 +93,8 @@ def test_a_claiming_gang_is_placed_on_the_nodes_whose_slices_have_the_gpus() -> 
 
 
 def test_a_gang_that_does_not_fit_waits_for_gpus() -> None:
-    admitter = admitter_with([resource_slice("dra-0", 8), resource_slice("dra-1", 4)])
+    admitter = admitter_with([resource_slice("dra-0", 8), resource_slice("dra-1", 8)])
+    admitter.on_pod("ADDED", pod("holder", node="dra-1", gpus=4), None)  # 16 when empty
     key = ask(admitter, dra_job("a", 2))
     assert admitter.cycle() == []
     assert admitter.wait_reason(key) == f"{ALONE}waiting for 16 {GPU} in the cluster: 12 free"
@@ -179,6 +182,8 @@ def test_a_new_device_taint_is_seen_by_the_next_cycle() -> None:
     admitter = admitter_with(slices)
     large = ask(admitter, dra_job("large", 3))
     assert admitter.cycle() == []  # 24 GPUs of 16: the view is built and kept
+    admitter.on_node("ADDED", node("full", gpus=8), None)  # the cluster holds 16 when empty
+    admitter.on_pod("ADDED", pod("holder", node="full", gpus=8), None)
     slices[1] = resource_slice("dra-1", 8, taints={0: [{"key": "xid", "effect": "NoExecute"}]})
     admitter.cancel(large)
     key = ask(admitter, dra_job("a", 2))
@@ -218,10 +223,24 @@ def test_claims_seen_after_a_running_pod_count_its_gpus_from_then_on() -> None:
 def test_a_waiting_gang_asking_anew_after_its_template_changed_is_decided_on_the_new_count() -> (
     None
 ):
-    admitter = admitter_with([resource_slice("dra-0", 8), resource_slice("dra-1", 4)])
+    admitter = admitter_with([resource_slice("dra-0", 8), resource_slice("dra-1", 8)])
+    admitter.on_pod("ADDED", pod("holder", node="dra-1", gpus=4), None)  # 16 when empty
     key = ask(admitter, dra_job("a", 2))
     assert admitter.cycle() == []  # 16 GPUs of 12: its facts are kept
     four = seen(claim_template("eight", device_request(count=4)))  # the template now asks 4
     # its reconcile (requeued by the template's change) asks anew
     admitter.request(key, gang_request(dra_job("a", 2), POLICY.gpus(four), four))
     assert admitter.cycle() == [key]
+
+
+def test_a_gang_too_large_while_a_device_is_tainted_is_placeable_once_the_taint_is_lifted() -> None:
+    tainted = {0: [{"key": "xid", "effect": "NoExecute"}]}
+    slices = [resource_slice("dra-0", 8), resource_slice("dra-1", 8, taints=tainted)]
+    admitter = admitter_with(slices)
+    admitter.on_pod("ADDED", pod("holder", node="dra-0", gpus=1), None)  # it waits either way
+    key = ask(admitter, dra_job("a", 2))
+    assert admitter.cycle() == []
+    assert job_outlook(admitter.snapshot()[0], key).placeable is False, "15 GPUs even empty"
+    slices[1] = resource_slice("dra-1", 8)  # dra-1 still has free devices: same devices_version
+    assert admitter.cycle() == []
+    assert job_outlook(admitter.snapshot()[0], key).placeable is True, "16 GPUs when empty"

@@ -261,6 +261,21 @@ def test_the_outlook_of_a_job_no_node_admits_says_it_is_not_placeable() -> None:
     assert job_outlook(snapshot, huge).placeable is False, "more GPUs than any node has"
 
 
+def test_the_outlook_of_a_gang_its_nodes_could_not_hold_even_empty_says_it_is_not_placeable() -> (
+    None
+):
+    admitter, _ = make(racked()[:2])
+    admitter.on_pod("ADDED", pod("holder", node=racked()[0]["metadata"]["name"], gpus=4), None)
+    fits_empty = ask(admitter, job("fits").master(gpus=8).workers(1, gpus=8).build())
+    too_many = ask(admitter, job("many").master(gpus=8).workers(2, gpus=8).build())
+    admitter.cycle()
+
+    snapshot, _ = admitter.snapshot()
+
+    assert job_outlook(snapshot, fits_empty).placeable is True, "two empty nodes hold it"
+    assert job_outlook(snapshot, too_many).placeable is False, "24 GPUs on two 8-GPU nodes"
+
+
 def queued(name: str, team: str | None, gpus: int, priority: int = 0) -> QueuedJob:
     key = ("ns", name)
     return QueuedJob(

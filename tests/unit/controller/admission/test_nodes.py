@@ -7,10 +7,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
-from tests.builders.gang import demand, gang_demands
+from tests.builders.gang import demand, gang_demands, node_free, pod_requests
 from tests.builders.job import container, gpu_job, job, parsed_job, with_uid
-from tests.builders.node import node, parsed_node
+from tests.builders.node import HOSTNAME, node, parsed_node
 from torchgate.controller.admission.nodes import (
     NodeView,
     PodDemand,
@@ -19,6 +21,7 @@ from torchgate.controller.admission.nodes import (
     Taint,
     Toleration,
     eligible_nodes,
+    gang_too_large,
     job_demands,
     no_eligible_node,
     node_view,
@@ -26,6 +29,14 @@ from torchgate.controller.admission.nodes import (
     tolerates_all,
     tolerations_of,
 )
+from torchgate.controller.admission.topology import (
+    Capacity,
+    TopologyWait,
+    build_topology,
+    place_topology,
+    shape_of,
+)
+from torchgate.pytorchjob.pool import TopologyRequest
 
 GPU = "nvidia.com/gpu"
 
@@ -315,3 +326,111 @@ def test_a_toleration_for_a_while_still_admits_the_node_as_kube_scheduler_does()
     (toleration,) = tolerations_of(spec)
     assert toleration == Toleration("gone", "Exists", "", "NoExecute", seconds=60)
     assert tolerates_all([toleration], [Taint("gone", "", "NoExecute")])
+
+
+# ------------------------------------------------------------------ rule 6: gang_too_large
+
+RACK_LEVEL = "torchgate.io/rack"
+
+
+def empty_pool(*gpus: int, racks: int = 1) -> Capacity:
+    """Empty nodes ``n0``, ``n1``... of ``gpus`` GPUs each, dealt round-robin into ``racks``."""
+    names = [f"n{i}" for i in range(len(gpus))]
+    topology = build_topology(
+        (RACK_LEVEL, HOSTNAME), [(n, {RACK_LEVEL: f"r{i % racks}"}) for i, n in enumerate(names)]
+    )
+    return Capacity(topology, {n: node_free(g) for n, g in zip(names, gpus, strict=True)})
+
+
+def too_large(
+    empty: Capacity,
+    requests: list[dict[str, int]],
+    *,
+    one_per_node: bool = False,
+    allowed: set[str] | None = None,
+    request: TopologyRequest | None = None,
+) -> str | None:
+    shape = shape_of(requests, one_per_node=one_per_node, allowed=allowed)
+    return gang_too_large(
+        empty,
+        requests,
+        shape,
+        request or TopologyRequest(),
+        where="in the cluster",
+        gpu_resource=GPU,
+    )
+
+
+@pytest.mark.parametrize(
+    ("gpus", "pods", "options", "expected"),
+    [
+        ((8, 8), [8, 8, 8], {}, "it asks 24 nvidia.com/gpu and they have 16 even empty"),
+        ((8, 8, 8), [8, 8, 8], {}, None),
+        ((8, 8, 8), [8, 8, 8], {"allowed": {"n0", "n1"}}, "it asks 24 nvidia.com/gpu and they"),
+        ((8, 8), [1, 1, 1], {"one_per_node": True}, "2 node(s) it may use can take one"),
+        ((8, 8, 8), [1, 1, 1], {"one_per_node": True}, None),
+        ((6, 6, 6), [4, 4, 4, 4], {}, "even empty they have room for 3 of them"),
+        (
+            (8, 8, 8, 8),
+            [8, 8, 8],
+            {"request": TopologyRequest(level=0, required=True)},
+            "no torchgate.io/rack domain in the cluster can ever hold all 3 pods of the gang: "
+            "the roomiest has room for 2 even empty",
+        ),
+        ((8, 8, 8, 8), [8, 8, 8], {"request": TopologyRequest(level=0, required=False)}, None),
+    ],
+    ids=[
+        "24-gpus-on-two-8-gpu-nodes",
+        "24-gpus-on-three-8-gpu-nodes",
+        "24-gpus-on-the-two-8-gpu-nodes-it-may-use",
+        "host-ports-three-pods-two-nodes",
+        "host-ports-three-pods-three-nodes",
+        "fragmented-even-empty",
+        "required-rack-none-holds",
+        "preferred-rack-falls-back-to-the-pool",
+    ],
+)
+def test_a_gang_its_nodes_could_not_hold_even_empty_is_too_large(
+    gpus: tuple[int, ...], pods: list[int], options: dict[str, Any], expected: str | None
+) -> None:
+    racks = 2 if "request" in options else 1
+    why = too_large(empty_pool(*gpus, racks=racks), [pod_requests(g) for g in pods], **options)
+    if expected is None:
+        assert why is None
+    else:
+        assert why is not None
+        assert expected in why
+        if not expected.startswith("no torchgate.io/rack"):
+            assert why.startswith(
+                f"no eligible nodes in the cluster can ever hold all {len(pods)} pods of the gang"
+            )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    hs.lists(hs.sampled_from((0, 1, 2, 4, 8)), min_size=1, max_size=6),
+    hs.lists(hs.sampled_from((1, 2, 4, 8)), min_size=1, max_size=8),
+    hs.booleans(),
+    hs.integers(1, 3),
+    hs.sampled_from((None, 0, 1)),
+    hs.booleans(),
+    hs.data(),
+)
+def test_a_gang_is_too_large_exactly_when_placement_on_empty_nodes_fails(
+    gpus: list[int],
+    pods: list[int],
+    one_per_node: bool,
+    racks: int,
+    level: int | None,
+    required: bool,
+    data: hs.DataObject,
+) -> None:
+    empty = empty_pool(*gpus, racks=racks)
+    names = [f"n{i}" for i in range(len(gpus))]
+    allowed = data.draw(hs.none() | hs.sets(hs.sampled_from(names)))
+    requests = [pod_requests(g) for g in pods]
+    request = TopologyRequest(level=level, required=required)
+    why = too_large(empty, requests, one_per_node=one_per_node, allowed=allowed, request=request)
+    shape = shape_of(requests, one_per_node=one_per_node, allowed=allowed)
+    placed = place_topology(empty, tuple(f"p-{i}" for i in range(len(pods))), shape, request)
+    assert (why is not None) == isinstance(placed, TopologyWait), why
