@@ -255,8 +255,10 @@ def test_a_server_dry_run_of_a_job_that_cannot_fit_warns_why_and_creates_nothing
     pool.nodes(2)
     namespace = cluster.new_namespace("big")
 
+    # Three 8-GPU pods on two 8-GPU nodes: no job's end can make room, and the warning says so.
     expected = (
-        f"Warning: torchgate: will wait for 24 nvidia.com/gpu in pool pool={pool.label}: 16 free"
+        f"Warning: torchgate: will wait: no eligible nodes in pool pool={pool.label} can ever "
+        "hold all 3 pods of the gang: it asks 24 nvidia.com/gpu and they have 16 even empty"
     )
 
     def dry_run() -> subprocess.CompletedProcess[str]:
@@ -269,7 +271,7 @@ def test_a_server_dry_run_of_a_job_that_cannot_fit_warns_why_and_creates_nothing
         )
 
     # The controller counts new nodes from its watch: until it has seen both, the forecast
-    # (rightly) counts one node's GPUs. CI once asked that moment ("8 free").
+    # (rightly) counts one node's GPUs. CI once asked that moment ("8 free", now "8 even empty").
     cluster.wait_for(
         lambda: expected in dry_run().stderr.splitlines(), what="a forecast counting both nodes"
     )
