@@ -57,8 +57,9 @@ from torchgate.pytorchjob.outlook import (
 State = Literal["Waiting", "Running", "Finished"] | reasons.SuspendedState
 MAX_NOT_STARTED = 4
 NO_NODE_ADMITS = (
-    "no job's end lets it start: a node that admits its pods must join the pool, or its "
-    "nodeSelector, affinity, tolerations or pinned hosts must change (it holds no one back)"
+    "no job's end lets it start: nodes that admit and can hold its pods must join the pool, or "
+    "it must ask for less (fewer or smaller pods), or its nodeSelector, affinity, tolerations or "
+    "pinned hosts must change (it holds no one back)"
 )
 RESUME = (
     "kubectl patch pytorchjob {name} -n {namespace} --type merge "

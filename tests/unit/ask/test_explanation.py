@@ -190,9 +190,9 @@ def test_a_job_no_node_admits_is_told_what_must_change_not_to_wait_for_its_turn(
     assert explained.to_json()["placeable"] is False
     (line,) = [line for line in render(explained, NOW) if line.startswith("  to start:")]
     assert line == (
-        "  to start: no job's end lets it start: a node that admits its pods must join the pool, "
-        "or its nodeSelector, affinity, tolerations or pinned hosts must change (it holds no one "
-        "back)"
+        "  to start: no job's end lets it start: nodes that admit and can hold its pods must join "
+        "the pool, or it must ask for less (fewer or smaller pods), or its nodeSelector, affinity, "
+        "tolerations or pinned hosts must change (it holds no one back)"
     )
 
 
