@@ -507,10 +507,10 @@ def test_install_with_helm_as_the_doc_says(installable: Cluster, sandbox: DocRun
     quarantined, cleared, foreign = cluster.add_gpu_nodes(3, "quarantine")
     until = datetime.now(UTC) + timedelta(hours=1)
     for name in (quarantined, cleared):
-        node = cluster.get("node", name)
-        assert node is not None
-        patch = quarantine_rules.quarantine_patch(node, Quarantine("NodeLost", until))
-        cluster.kubectl("patch", "node", name, "--type=merge", "-p", json.dumps(patch))
+        cluster.wait_for(
+            lambda name=name: quarantine_as_the_controller_does(cluster, name, until),
+            what=f"node {name} quarantined",
+        )
     cluster.kubectl("taint", "nodes", cleared, f"{names.TAINT_QUARANTINE}-")
     cluster.kubectl("taint", "nodes", foreign, "example.com/maintenance=true:NoSchedule")
 
@@ -530,6 +530,22 @@ def test_install_with_helm_as_the_doc_says(installable: Cluster, sandbox: DocRun
     foreign_taints = (cluster.get("node", foreign) or {})["spec"]["taints"]
     assert [t["key"] for t in foreign_taints] == ["example.com/maintenance"]
     doc.run("lift-quarantines")  # nothing left to lift: still succeeds
+
+
+def quarantine_as_the_controller_does(cluster: Cluster, name: str, until: datetime) -> bool:
+    """Write the controller's quarantine patch on node ``name``; False if it must be tried again.
+
+    The patch carries the node's ``resourceVersion`` (``quarantine_patch``, rule 5), so a node
+    kwok updated since it was read (its first heartbeat, on a loaded machine) answers 409.
+    """
+    node = cluster.get("node", name)
+    if node is None:
+        return False
+    patch = quarantine_rules.quarantine_patch(node, Quarantine("NodeLost", until))
+    written = cluster.kubectl(
+        "patch", "node", name, "--type=merge", "-p", json.dumps(patch), check=False
+    )
+    return bool(written.returncode == 0)
 
 
 def quarantine_taints(cluster: Cluster, node_name: str) -> list[str]:
