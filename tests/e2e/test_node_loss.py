@@ -12,6 +12,7 @@ controller's metrics, never logs.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -426,6 +427,67 @@ def test_two_nodes_of_a_gang_lost_at_once_are_both_named_and_both_quarantined(
         assert all(node in events[0]["message"] for node in lost), events[0]["message"]
         taints = [quarantine_taint(cluster, node) for node in lost]
         assert taints == [{"key": QUARANTINE, "value": "NodeLost", "effect": "NoSchedule"}] * 2
+    finally:
+        for node in lost:
+            cluster.kubectl("label", "node", node, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
+        cluster.kubectl("delete", "placementpolicy", name, "--ignore-not-found")
+
+
+def set_not_ready(cluster: Cluster, node: str) -> None:
+    """Stop ``node``'s heartbeats and post ``Ready=False`` now, as a kubelet losing its GPUs would.
+
+    The controller manager leaves a node's own ``False`` alone until its grace period without a
+    heartbeat runs out (50 s), so the transition time is the one written here, to the second.
+    """
+    cluster.kubectl("label", "node", node, STOPPED)
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ready = {
+        "type": "Ready",
+        "status": "False",
+        "reason": "RackPowerLost",
+        "message": "e2e: the rack lost power",
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+    }
+    cluster.kubectl(
+        "patch", "node", node, "--subresource=status", "--type=strategic",
+        "-p", json.dumps({"status": {"conditions": [ready]}}),
+    )  # fmt: skip
+
+
+def test_two_nodes_of_a_gang_lost_seconds_apart_are_both_charged_by_its_one_restart(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    """A rack's nodes turn NotReady a few seconds apart (their leases are staggered).
+
+    The second node is lost 3 s after the first, within the failure window (5 s) of the gang's
+    restart: that one restart charges both nodes, so with a policy quarantining a node at its
+    first fault both are quarantined, and the gang restarts once, off both.
+    """
+    namespace = cluster.new_namespace("stagger")
+    pool = f"stagger-{namespace[-6:]}"
+    cluster.add_gpu_nodes(4, pool, labels={"pool": pool})
+    name = f"{pool}-quarantine"
+    settings = {"faults": 1, "windowSeconds": 600, "cooldownSeconds": 3600}
+    cluster.apply(policy(name, namespaces=[namespace], quarantine=settings))
+    lost: list[str] = []
+    try:
+        pods = gang(cluster, namespace, pool)
+        lost = [p["spec"]["nodeName"] for p in sorted(pods, key=lambda p: p["metadata"]["name"])]
+        set_not_ready(cluster, lost[0])
+        time.sleep(3)
+        set_not_ready(cluster, lost[1])
+        again = cluster.wait_for(
+            lambda: attempt_running(cluster, namespace, 2), timeout=60, what="the gang again"
+        )
+        assert not {p["spec"]["nodeName"] for p in again} & set(lost)
+        cluster.wait_for(
+            lambda: all(quarantine_taint(cluster, node) for node in lost),
+            timeout=20,
+            what=f"both {lost} quarantined",
+        )
+        time.sleep(2)  # the second node is lost by now: no second restart for it
+        assert attempt_running(cluster, namespace, 2) is not None
     finally:
         for node in lost:
             cluster.kubectl("label", "node", node, f"{kwok.LABEL_FAKE_HEARTBEAT}-")

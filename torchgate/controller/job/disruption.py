@@ -79,8 +79,14 @@ One rule then says which other nodes took part:
    and charged a fault like the first (``Disruption.other_nodes``). A rack that loses power or
    a switch loses several nodes at once; naming only one would hide the others from the admin
    and from quarantine. A stuck image pull charges no other node (rule 6: a job adds at most one
-   image-pull fault to one node). A node whose rule does not apply yet (lost only later) is not
-   charged by this restart.
+   image-pull fault to one node). So is every other node whose rule 1 or 2 applies within
+   ``failure_window`` seconds of this look (``soon_lost``: not Ready for ``lost_after`` minus
+   the window, a toleration running out by then), charged as lost or tainted: a rack's nodes
+   turn NotReady a few seconds apart (their kubelets' leases are staggered), a health taint
+   tolerated for a while runs out on each node a few seconds apart, and the restart off the
+   first moves the gang off the others too, so no later look of the gang would charge them (a
+   node that kept taking gangs down with another would never be quarantined). A node whose
+   rule applies only later is another failure's, not charged by this restart.
 
 One rule then judges a failure its node's fault showed up with:
 
@@ -596,6 +602,7 @@ def find(
         failure_window: Seconds after a member failed within which its node's fault takes
             it (rule 8); 0: a failure is the program's at once.
     """
+    members = [(pod, gone) for pods, gone in ((present, False), (departed, True)) for pod in pods]
     findings = [
         judge(
             pod,
@@ -606,8 +613,7 @@ def find(
             stuck_after=stuck_after,
             failure_window=failure_window,
         )
-        for pods, gone in ((present, False), (departed, True))
-        for pod in pods
+        for pod, gone in members
     ]
     hits = [f.disruption for f in findings if f.disruption is not None]
     if not hits:
@@ -615,7 +621,12 @@ def find(
         awaiting = tuple(name for f in findings for name in f.awaiting)
         return Finding(recheck_after=min(waits) if waits else None, awaiting=awaiting)
     worst = _on_one_node(hits, min(hits, key=_severity))
-    others = other_node_faults(hits, first=worst)
+    soon = [
+        soon_lost(pod, nodes=nodes, now=now, lost_after=lost_after, failure_window=failure_window)
+        for (pod, _), finding in zip(members, findings, strict=True)
+        if finding.disruption is None
+    ]
+    others = other_node_faults([*hits, *(d for d in soon if d is not None)], first=worst)
     detail = " and ".join((worst.detail, *(o.detail for o in others)))
     return Finding(
         replace(
@@ -624,6 +635,26 @@ def find(
             other_nodes=tuple(NodeFault(o.node, o.cause) for o in others if o.node is not None),
         )
     )
+
+
+def soon_lost(
+    pod: Mapping[str, Any],
+    *,
+    nodes: Mapping[str, NodeHealth],
+    now: datetime,
+    lost_after: float,
+    failure_window: float,
+) -> Disruption | None:
+    """Rule 7: the member's node fault of rules 1-2 that applies within ``failure_window`` s."""
+    name = node_of(pod)
+    health = nodes.get(name) if name is not None else None
+    if health is None or failure_window <= 0:
+        return None
+    judged = (
+        node_lost(pod, health, now=now, lost_after=max(0.0, lost_after - failure_window)),
+        node_tainted(pod, health, now=now + timedelta(seconds=failure_window)),
+    )
+    return next((f.disruption for f in judged if f.disruption is not None), None)
 
 
 def _severity(disruption: Disruption) -> int:

@@ -392,6 +392,65 @@ def test_every_node_a_node_fault_took_members_from_is_named_and_charged() -> Non
     )
 
 
+@pytest.mark.parametrize(
+    ("other", "tolerations", "window", "charged"),
+    [
+        pytest.param(not_ready(since=-27, name="a100-2"), None, 5.0, "NodeLost",
+                     id="not-ready-3s-later-is-lost-with-the-first"),
+        pytest.param(not_ready("False", since=-25, name="a100-2"), None, 5.0, "NodeLost",
+                     id="lost-just-at-the-window"),
+        pytest.param(not_ready(since=-24, name="a100-2"), None, 5.0, None,
+                     id="lost-6s-later-is-another-failure"),
+        pytest.param(not_ready(since=-27, name="a100-2"), None, 0.0, None,
+                     id="no-window-charges-only-what-is-lost-now"),
+        pytest.param(tainted(added=-57, name="a100-2"), [toleration(60)], 5.0, "NodeTainted",
+                     id="toleration-running-out-3s-later"),
+        pytest.param(tainted(added=-50, name="a100-2"), [toleration(60)], 5.0, None,
+                     id="toleration-running-out-10s-later"),
+        pytest.param(tainted(added=-57, name="a100-2"), [toleration()], 5.0, None,
+                     id="tolerated-for-ever"),
+        pytest.param(NodeHealth("a100-2"), None, 5.0, None, id="healthy"),
+    ],
+)  # fmt: skip
+def test_a_node_lost_within_the_failure_window_of_the_gangs_restart_is_charged_by_it(
+    other: NodeHealth, tolerations: list[dict[str, Any]] | None, window: float, charged: str | None
+) -> None:
+    """A rack's nodes turn NotReady a few seconds apart, each charged by the one restart.
+
+    The restart off the first moves the gang off the others too, so no later look would charge
+    them (rule 7).
+    """
+    members = [
+        member("demo-master-0", node_name="a100-1"),
+        member("demo-worker-0", node_name="a100-2", tolerations=tolerations),
+        member("demo-worker-1", node_name="a100-3"),
+    ]
+    nodes = {
+        "a100-1": not_ready(since=-30, name="a100-1"),
+        "a100-2": other,
+        "a100-3": NodeHealth("a100-3"),
+    }
+    found = dis.find(members, nodes=nodes, now=NOW, lost_after=LOST_AFTER, failure_window=window)
+    assert found.disruption is not None
+    assert (found.disruption.cause, found.disruption.node) == ("NodeLost", "a100-1")
+    expected = (dis.NodeFault("a100-2", charged),) if charged is not None else ()
+    assert found.disruption.other_nodes == expected
+
+
+def test_a_finished_member_on_a_node_lost_seconds_later_charges_it_nothing() -> None:
+    members = [
+        member("demo-master-0", node_name="a100-1"),
+        member("demo-worker-0", node_name="a100-2", phase="Succeeded", ended_at=-60),
+    ]
+    nodes = {
+        "a100-1": not_ready(since=-30, name="a100-1"),
+        "a100-2": not_ready(since=-28, name="a100-2"),
+    }
+    found = dis.find(members, nodes=nodes, now=NOW, lost_after=LOST_AFTER, failure_window=5.0)
+    assert found.disruption is not None
+    assert found.disruption.other_nodes == ()
+
+
 def test_a_first_stuck_image_pull_charges_one_node_however_many_it_held() -> None:
     elsewhere = waiting("ImagePullBackOff", node_name="a100-2")
     elsewhere["metadata"]["name"] = "demo-master-0"
