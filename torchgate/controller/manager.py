@@ -461,6 +461,11 @@ async def run_as_leader(
 
     The pool service (when configured) is served by the leader only, from the moment it leads;
     its pod carries the leader label meanwhile (``poolservice`` rule 4).
+
+    On ``stop`` it stops acting first (the manager is cancelled), then the pool service (answers
+    in flight get ``poolservice.DRAIN_SECONDS``, rule 7), then gives the Lease up (at most the
+    renew deadline): a stop ends well within a pod's 30 s grace period, even when the apiserver
+    hangs.
     """
     manager = Manager(api, settings)
     pod = pool_service.pod if pool_service is not None else None
