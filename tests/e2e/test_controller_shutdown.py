@@ -8,6 +8,7 @@ for the Lease to expire (15 s), even mid-burst and even while the apiserver hang
 from __future__ import annotations
 
 import os
+import re
 import signal
 import ssl
 import threading
@@ -35,6 +36,12 @@ def holder(cluster: Cluster, lease: str) -> str | None:
     return spec.get("holderIdentity") or None
 
 
+def leading(process: ControllerProcess) -> float | None:
+    """The replica's ``torchgate_controller_leader`` (None when it does not export one)."""
+    found = re.search(r"^torchgate_controller_leader (\S+)$", process.metrics(), re.MULTILINE)
+    return float(found.group(1)) if found else None
+
+
 def test_a_leader_stopped_mid_burst_hands_its_lease_to_the_standby_at_once(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -47,6 +54,8 @@ def test_a_leader_stopped_mid_burst_hands_its_lease_to_the_standby_at_once(
     first = cluster.wait_for(lambda: holder(cluster, lease), what="a leader")
     standby = ControllerProcess(cluster.kubeconfig, tmp_path, *extra, leader_elect=True).start()
     try:
+        # Both are scraped; only the metrics tell the on-call which one acts.
+        assert (leading(leader), leading(standby)) == (1.0, 0.0)
         selector = {"nodeSelector": {"pool": label}}
         jobs = [
             job(f"j{i:02d}", namespace)
@@ -75,6 +84,7 @@ def test_a_leader_stopped_mid_burst_hands_its_lease_to_the_standby_at_once(
             what="the standby leading",
         )
         took_over = time.monotonic()
+        cluster.wait_for(lambda: leading(standby) == 1.0, timeout=5, what="the standby's metrics")
 
         def converged() -> list[dict[str, object]] | None:
             pods = cluster.list_objects("pods", namespace)

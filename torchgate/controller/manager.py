@@ -487,6 +487,7 @@ async def run_as_leader(
                 acquire.cancel()
                 return 0
             stopping.cancel()
+        manager.metrics.leader.set(1)
         if pool_service is not None:
             serving = serve_when_ready(api, manager.pool_facts(), pool_service)
             background.append(asyncio.create_task(serving))
@@ -504,6 +505,7 @@ async def run_as_leader(
         if run in done and run.exception() is not None:
             raise run.exception()  # type: ignore[misc]
     finally:
+        manager.metrics.leader.set(0)
         manager.queue.shut_down()
         for task in background:
             task.cancel()
