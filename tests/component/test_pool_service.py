@@ -7,6 +7,7 @@ TLS with a certificate made by ``torchgate certs``, as the controller does.
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
@@ -22,7 +23,13 @@ from tests.unit.controller.helpers import ask, candidate
 from torchgate.cli import main as torchgate
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.waiting import Waiting
-from torchgate.controller.poolservice import AnswerBudget, PoolFacts, create_pool_app, serve_pool
+from torchgate.controller.poolservice import (
+    DRAIN_SECONDS,
+    AnswerBudget,
+    PoolFacts,
+    create_pool_app,
+    serve_pool,
+)
 from torchgate.kube.access import AccessReviews
 from torchgate.kube.errors import ServerError
 from torchgate.pytorchjob.fieldpath import FieldError, FieldPath, invalid
@@ -74,6 +81,18 @@ class Apiserver:
 
     def kinds(self) -> list[str]:
         return [review["kind"] for review in self.reviews]
+
+
+class HungApiserver(Apiserver):
+    """An apiserver that takes every review and never answers (stopped, or its etcd is)."""
+
+    def __init__(self) -> None:
+        super().__init__(())
+        self.asked = asyncio.Event()
+
+    async def request(self, method: str, path: str, **kw: Any) -> Any:
+        self.asked.set()
+        await asyncio.Event().wait()
 
 
 def cluster() -> Admitter:
@@ -280,6 +299,34 @@ async def test_it_serves_tls_only_with_the_certificate_torchgate_certs_made(
                     await plain.read()
     finally:
         await runner.cleanup()
+
+
+async def test_stopping_waits_for_answers_in_flight_only_briefly(
+    tmp_path: Path, unused_tcp_port: int
+) -> None:
+    """An answer waiting on a hung apiserver must not keep a stopping leader from its Lease."""
+    assert torchgate(["certs", "--out-dir", str(tmp_path), "--ip", "127.0.0.1"]) == 0
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    apiserver = HungApiserver()
+    runner = await serve_pool(
+        facts_of(cluster()),
+        AccessReviews(apiserver),  # type: ignore[arg-type]
+        bind="127.0.0.1",
+        port=unused_tcp_port,
+        tls=context,
+    )
+    trusting = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    async with aiohttp.ClientSession() as session:
+        url = f"https://127.0.0.1:{unused_tcp_port}{POOL_PATH}"
+        asking = asyncio.create_task(session.get(url, ssl=trusting, headers=bearer("alice-token")))
+        await asyncio.wait_for(apiserver.asked.wait(), timeout=10)
+
+        # aiohttp gives a handler DRAIN_SECONDS to finish, then as long again once cancelled.
+        await asyncio.wait_for(runner.cleanup(), timeout=2 * DRAIN_SECONDS + 1)
+
+        with pytest.raises(aiohttp.ClientError):
+            await asking
 
 
 async def test_answers_past_their_share_of_the_controllers_time_are_refused_at_once(

@@ -128,8 +128,10 @@ class LeaderElector:
             }
             try:
                 await self.api.request("POST", LEASES.path(self.namespace), body=body)
-            except (AlreadyExists, ApiError) as exc:
-                log.debug("lease create failed: %s", exc)
+            except AlreadyExists:
+                return False  # another candidate created it first
+            except ApiError as exc:  # its namespace is missing, RBAC forbids: no one can lead
+                log.warning("cannot create the leader lease: %s", exc)
                 return False
             return True
         except ApiError as exc:

@@ -461,6 +461,11 @@ async def run_as_leader(
 
     The pool service (when configured) is served by the leader only, from the moment it leads;
     its pod carries the leader label meanwhile (``poolservice`` rule 4).
+
+    On ``stop`` it stops acting first (the manager is cancelled), then the pool service (answers
+    in flight get ``poolservice.DRAIN_SECONDS``, rule 7), then gives the Lease up (at most the
+    renew deadline): a stop ends well within a pod's 30 s grace period, even when the apiserver
+    hangs.
     """
     manager = Manager(api, settings)
     pod = pool_service.pod if pool_service is not None else None
@@ -482,6 +487,7 @@ async def run_as_leader(
                 acquire.cancel()
                 return 0
             stopping.cancel()
+        manager.metrics.leader.set(1)
         if pool_service is not None:
             serving = serve_when_ready(api, manager.pool_facts(), pool_service)
             background.append(asyncio.create_task(serving))
@@ -499,6 +505,7 @@ async def run_as_leader(
         if run in done and run.exception() is not None:
             raise run.exception()  # type: ignore[misc]
     finally:
+        manager.metrics.leader.set(0)
         manager.queue.shut_down()
         for task in background:
             task.cancel()

@@ -20,6 +20,11 @@ Besides reconcile latency, queue depth and pod writes, three measure what torchg
   someone deleted the job. The second grows while such a finished job still exists and stops when
   it is deleted, as the operator's pods would have gone with it.
 
+Every replica is scraped, the standby too: ``torchgate_controller_leader`` is 1 while a replica
+leads (holds the Lease, or runs with ``--no-leader-elect``) and 0 while it stands by, so
+replicas that are up while none leads (the Lease cannot be taken: RBAC, its namespace) are told
+apart from a working controller. A standby's other metrics are zeros: it watches nothing.
+
 The pool's dashboards read, at scrape time, from the admission cycle's own state (no extra work
 between scrapes): per team and ``Queued`` reason, ``torchgate_controller_waiting_jobs``,
 ``torchgate_controller_waiting_gpus`` and ``torchgate_controller_longest_wait_seconds``; per
@@ -108,6 +113,12 @@ class ControllerMetrics:
         )
         self.pods_deleted = Counter(
             "torchgate_controller_pods_deleted_total", "Pods deleted.", registry=self.registry
+        )
+        self.leader = Gauge(
+            "torchgate_controller_leader",
+            "1 while this replica leads (holds the Lease, or runs without leader election), "
+            "0 while it stands by.",
+            registry=self.registry,
         )
         self.api_writes = Gauge(
             "torchgate_controller_api_writes",

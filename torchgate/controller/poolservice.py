@@ -40,6 +40,11 @@ Rules:
    ``ANSWER_BURST_SECONDS``): each one runs an admission cycle, and a wave of creates, each asking
    for a forecast, must not slow the cycles and reconciles that place the jobs. An empty bucket
    answers 503 at once; the webhook then adds no forecast.
+7. Stopping waits for answers in flight only briefly: each gets ``DRAIN_SECONDS`` to finish, then
+   is cancelled (and as long again to unwind), not aiohttp's default 60 s. An answer waits on
+   TokenReview and SubjectAccessReview for up to the client's 30 s when the apiserver hangs, and a
+   stopping leader gives its Lease up only after the pool service has stopped: both must fit in
+   the pod's 30 s grace period. An answer takes milliseconds when the apiserver answers.
 """
 
 from __future__ import annotations
@@ -90,6 +95,7 @@ ANSWER_SHARE: Final = 0.25
 ANSWER_BURST_SECONDS: Final = 1.0
 LEADER_LABEL: Final = "torchgate.io/leader"
 UNNAMED_SUFFIX: Final = "-<generated>"
+DRAIN_SECONDS: Final = 2.0  # rule 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,7 +348,12 @@ async def serve_pool(
     tls: ssl.SSLContext,
 ) -> web.AppRunner:
     """Start the pool service on ``bind:port`` over TLS; the caller cleans the runner up."""
-    runner = web.AppRunner(create_pool_app(facts, reviews), handle_signals=False, access_log=None)
+    runner = web.AppRunner(
+        create_pool_app(facts, reviews),
+        handle_signals=False,
+        access_log=None,
+        shutdown_timeout=DRAIN_SECONDS,  # rule 7
+    )
     await runner.setup()
     await web.TCPSite(runner, bind, port, ssl_context=tls).start()
     log.info("pool service on https://%s:%d", bind, port)
