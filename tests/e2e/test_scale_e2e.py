@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders.job import gpu_job
+from tests.builders.job import gpu_job, job
 from tests.e2e.conftest import Cluster
 from tests.e2e.webhook_process import LocalWebhook, registered_webhook
 from torchgate.webhook.validation.scaling import CHANGE_WITH_APPLY
@@ -116,3 +116,16 @@ def test_an_elastic_job_scales_within_its_bounds_and_not_beyond(
     after = cluster.get("pytorchjob", "elastic", namespace)
     assert after is not None
     assert (workers(after), gang_size(after)) == (4, gang)
+
+
+def test_an_elastic_job_whose_workers_its_rendezvous_cannot_take_is_refused_on_create(
+    cluster: Cluster, webhook: LocalWebhook
+) -> None:
+    namespace = cluster.new_namespace("scale")
+    built = job("beyond", namespace).workers(6, gpus=1).elastic(minReplicas=1, maxReplicas=2)
+
+    refused = cluster.kubectl("create", "-f", "-", input=json.dumps(built.build()), check=False)
+
+    assert refused.returncode != 0
+    assert f"{WORKER_REPLICAS}: Invalid value: 6: " in refused.stderr
+    assert cluster.get("pytorchjob", "beyond", namespace) is None

@@ -58,7 +58,7 @@ from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_
 from torchgate.controller.metrics import ControllerMetrics
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import PODS, PYTORCHJOBS, SERVICES, TEAM_QUOTAS
-from torchgate.pytorchjob import affinity, contract, names
+from torchgate.pytorchjob import affinity, contract, gang, names
 from torchgate.pytorchjob.devices import RESOURCE_CLAIM_TEMPLATE, GpuSources, SeenClaims
 from torchgate.pytorchjob.fieldpath import ErrorType
 from torchgate.pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy
@@ -170,13 +170,20 @@ def agreeing_jobs(draw: st.DrawFn) -> tuple[dict[str, Any], str | None, list[str
     if draw(st.booleans()):
         containers.insert(draw(st.integers(0, 1)), container(name="sidecar"))
     builder = job("agree")
-    if draw(st.booleans()):
+    has_master = draw(st.booleans())
+    if has_master:
         builder.master(containers=copy.deepcopy(containers), pod_spec=copy.deepcopy(pod_spec))
-    builder.workers(workers, containers=copy.deepcopy(containers), pod_spec=copy.deepcopy(pod_spec))
+    bounds = None
     if draw(st.booleans()):
         low = draw(st.one_of(st.none(), st.integers(1, 6)))
         high = draw(st.one_of(st.none(), st.integers(low or 1, 7)))
-        builder.elastic(**{k: v for k, v in (("minReplicas", low), ("maxReplicas", high)) if v})
+        bounds = {k: v for k, v in (("minReplicas", low), ("maxReplicas", high)) if v}
+        if not has_master:  # the webhook admits a worker-only elastic job's Workers in range
+            low, high = gang.elastic_bounds(low, high, workers=workers)
+            workers = min(max(workers, low), high)
+    builder.workers(workers, containers=copy.deepcopy(containers), pod_spec=copy.deepcopy(pod_spec))
+    if bounds is not None:
+        builder.elastic(**bounds)
     raw = builder.build()
     total = sum(spec.get("replicas", 1) for spec in raw["spec"]["pytorchReplicaSpecs"].values())
     minimum = draw(st.one_of(st.none(), st.integers(1, total)))

@@ -222,6 +222,34 @@ STRUCTURE = [
         "elastic-min-equals-max", job().workers(2).elastic(minReplicas=2, maxReplicas=2).build(), []
     ),
     case(
+        "elastic-workers-above-max",
+        job().workers(6).elastic(minReplicas=1, maxReplicas=2).build(),
+        [(INVALID, f"{W}.replicas")],
+    ),
+    case(
+        "elastic-workers-below-min",
+        job().workers(2).elastic(minReplicas=3, maxReplicas=4).build(),
+        [(INVALID, f"{W}.replicas")],
+    ),
+    case(
+        # minReplicas copies maxReplicas (the training-operator's default): PET_NNODES=4:4
+        "elastic-workers-below-a-max-alone",
+        job().workers(2).elastic(maxReplicas=4).build(),
+        [(INVALID, f"{W}.replicas")],
+    ),
+    case(
+        "elastic-workers-at-either-bound",
+        job().workers(4).elastic(minReplicas=1, maxReplicas=4).build(),
+        [],
+    ),
+    case("elastic-workers-no-bounds", job().workers(3).elastic(rdzvBackend="c10d").build(), []),
+    case(
+        # a Master joins the rendezvous too; the bounds are read as a Worker count elsewhere
+        "elastic-with-master-left-alone",
+        job().master().workers(6).elastic(minReplicas=1, maxReplicas=2).build(),
+        [],
+    ),
+    case(
         "min-available-zero",
         cpu_job().scheduling(minAvailable=0).build(),
         [(INVALID, "spec.runPolicy.schedulingPolicy.minAvailable")],

@@ -19,6 +19,14 @@ The rules this module owns (rules 4, 5 and 7 of ``plan``):
   ``scheduleTimeoutSeconds`` (default 60) is torn down (``gang_timed_out``, so the admitter backs it
   off); otherwise missing pods and Services are created and ``Running`` is set once the
   rendezvous replica runs.
+- ``waiting_extras``: an elastic job's pods beyond ``minAvailable`` (``optional_members``, the
+  admitter's extras) are created only on a node the admitter reserved for them. One it found no
+  room for, or one a scale (``kubectl scale``, an HPA) asks for while the gang runs, is left out:
+  it neither tears the running gang down (the rendezvous goes on with the members it has) nor is
+  created unplaced for kube-scheduler to bind later, outside admission and quota. The Running
+  condition's message names the Workers left out; they are placed with the gang at its next
+  admission. A scale down deletes the Workers above the new count (highest indexes), as any pod
+  of a name no longer expected.
 - ``handle_failure``: a failed pod that its restart policy does not retry ends the job; a
   retryable failure restarts the whole gang, counted against ``backoffLimit``. A Master the
   progress probe ended (``pytorchjob.progress``) restarts it as a ``Hang``, counted too: a hang is
@@ -349,12 +357,16 @@ def _names_held_by_others(draft: Draft, pods: GangPods) -> list[str]:
 
 
 def _create_missing(draft: Draft, pods: GangPods, reservation: Mapping[str, str]) -> None:
-    """Create the pods and Services that do not exist yet (names held by nobody)."""
+    """Create the pods and Services that do not exist yet (names held by nobody).
+
+    An elastic extra (``optional_members``) is created only on the node reserved for it.
+    """
     observed = draft.observed
     taken = {name_of(pod) for pod in pods.owned} | {name_of(p) for p in observed.pods}
+    optional = optional_members(draft.job, pods)
     for name, (replica_type, index) in pods.expected.items():
-        if name in taken:
-            continue
+        if name in taken or (name in optional and name not in reservation):
+            continue  # an elastic extra the admitter found no room for is left out
         draft.create_pods.append(
             build_pod(
                 observed.job_raw,
@@ -385,8 +397,9 @@ def plan_gang(draft: Draft, pods: GangPods) -> None:
     """Live pods of the current attempt exist: complete, tear down, time out, or run."""
     current = pods.current
     live = pods.current_live
-    missing = [name for name in pods.expected if name not in live]
     reservation = draft.observed.reservation
+    left_out = waiting_extras(draft.job, pods, reservation)
+    missing = [name for name in pods.expected if name not in live and name not in left_out]
     if missing and (reservation is None or any(name in current for name in missing)):
         _begin_attempt(draft, pods, Restart(reasons.GANG_INCOMPLETE))
         gone = ", ".join(missing)
@@ -407,9 +420,42 @@ def plan_gang(draft: Draft, pods: GangPods) -> None:
         _create_missing_services(draft)
     _mark_admitted(draft)
     if _is_running(draft.job, live):
-        draft.set_condition(
-            reasons.RUNNING, st.TRUE, reasons.REASON_RUNNING, _running_message(draft)
-        )
+        message = _running_message(draft) + _waiting_extras_note(left_out)
+        draft.set_condition(reasons.RUNNING, st.TRUE, reasons.REASON_RUNNING, message)
+
+
+def optional_members(job: JobSpec, pods: GangPods) -> frozenset[str]:
+    """An elastic job's pods beyond its ``minAvailable``, in gang order (the admitter's extras)."""
+    if job.elastic is None:
+        return frozenset()
+    return frozenset(list(pods.expected)[job.min_available :])
+
+
+def waiting_extras(
+    job: JobSpec, pods: GangPods, reservation: Mapping[str, str] | None
+) -> list[str]:
+    """Elastic extras of the current attempt without a live pod and without a node reserved.
+
+    Left out at admission (no room) or asked for by a scale while the gang runs: neither breaks
+    the gang nor is created where the admitter did not place it.
+    """
+    optional = optional_members(job, pods)
+    placed = reservation or {}
+    return [
+        name
+        for name in pods.expected
+        if name in optional and name not in pods.current_live and name not in placed
+    ]
+
+
+def _waiting_extras_note(left_out: Sequence[str]) -> str:
+    if not left_out:
+        return ""
+    return (
+        f" {len(left_out)} elastic Worker(s) beyond minAvailable are not started: "
+        f"{', '.join(left_out)} (no room was reserved for them; a running gang is not resized, "
+        "they are placed with the gang at its next admission)."
+    )
 
 
 def _is_running(job: JobSpec, live: Mapping[str, Mapping[str, Any]]) -> bool:

@@ -335,6 +335,7 @@ RULES: Final[tuple[JobRule, ...]] = (
     for_each_replica(
         pod.replica_spec_present,
         pod.replica_count,
+        pod.elastic_worker_count,
         pod.restart_policy,
         pod.template_shape,
         when_template_readable(

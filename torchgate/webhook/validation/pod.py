@@ -65,6 +65,45 @@ def replica_count(job: JobFacts, replica: ReplicaFacts) -> Findings:
     return NONE
 
 
+def elastic_worker_count(job: JobFacts, replica: ReplicaFacts) -> Findings:
+    """A worker-only elastic job's Workers fit the ``PET_NNODES`` range of its rendezvous.
+
+    Each Worker runs torchrun with ``PET_NNODES=min:max``: fewer than ``minReplicas`` never
+    complete the rendezvous (the job hangs until torchrun's join timeout), Workers beyond
+    ``maxReplicas`` are left out of it, holding their GPUs idle. The range is the one the
+    controller passes (``facts.expected_nnodes``: an unset bound copies the other, as the
+    training-operator defaults it). A job with a Master is left alone: its Master joins the
+    rendezvous too, while ``scaling`` and the default gang size read the bounds as a Worker
+    count, so the two readings differ by one there. Bounds the elastic policy rule refuses
+    are left to it.
+    """
+    bounds = job.expected_nnodes
+    pods = replica.pods
+    if (
+        job.elastic is None
+        or replica.key != names.WORKER
+        or bounds is None
+        or pods is None
+        or pods < 1
+        or job.total_replicas != pods  # a Master (or a count not known)
+        or bounds[0] > bounds[1]
+        or bounds[0] <= pods <= bounds[1]
+    ):
+        return NONE
+    low, high = bounds
+    outcome = (
+        "fewer never complete the rendezvous"
+        if pods < low
+        else "more are left out of the rendezvous, holding their GPUs idle"
+    )
+    detail = (
+        f"must be within {low}..{high}: torchrun is started with PET_NNODES="
+        f"{gang.format_nnodes(bounds, elastic=True)} from spec.elasticPolicy "
+        f"minReplicas:maxReplicas (an unset bound copies the other), and {outcome}"
+    )
+    return [invalid(at(replica.path, "replicas"), pods, detail)]
+
+
 def restart_policy(job: JobFacts, replica: ReplicaFacts) -> Findings:
     """``restartPolicy`` is one the training-operator knows."""
     restart = replica.spec.get("restartPolicy") if replica.spec is not None else None

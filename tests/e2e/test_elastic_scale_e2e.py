@@ -1,0 +1,98 @@
+"""Scaling a running elastic job on the real control plane: the gang is not restarted.
+
+``kubectl scale`` (or an HPA) raising a running elastic job's Workers used to tear the whole gang
+down and admit it again (``GangIncomplete``: a restart, a new rendezvous id) once the admitter's
+reservation had settled, and before that created the new Worker unplaced, for kube-scheduler to
+bind outside admission and quota. The new Workers are now left out until the gang's next
+admission, and the Running condition names them; a scale down deletes the Workers above the new
+count without a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.builders.job import job
+from tests.e2e.conftest import Cluster
+from tests.e2e.controller_process import ControllerProcess, condition, get_job, live_pods
+from tests.e2e.webhook_process import LocalWebhook, registered_webhook
+from torchgate.pytorchjob import names
+
+pytestmark = [pytest.mark.e2e]
+
+
+@pytest.fixture(scope="module")
+def webhook(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWebhook]:
+    with registered_webhook(cluster, tmp_path_factory.mktemp("webhook")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def controller(
+    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControllerProcess]:
+    process = ControllerProcess(cluster.kubeconfig, tmp_path_factory.mktemp("controller")).start()
+    yield process
+    assert process.stop() == 0, process.log()
+
+
+def in_pool(built: dict[str, Any], pool: str) -> dict[str, Any]:
+    for replica in built["spec"]["pytorchReplicaSpecs"].values():
+        replica["template"]["spec"]["nodeSelector"] = {"pool": pool}
+    return built
+
+
+def create(cluster: Cluster, built: dict[str, Any]) -> None:
+    result = cluster.kubectl("create", "-f", "-", input=json.dumps(built), check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def running_pods(cluster: Cluster, namespace: str, name: str, count: int) -> list[str] | None:
+    pods = live_pods(cluster, namespace, name)
+    ok = len(pods) == count and all(p["status"].get("phase") == "Running" for p in pods)
+    return sorted(p["metadata"]["name"] for p in pods) if ok else None
+
+
+def attempt(cluster: Cluster, namespace: str, name: str) -> str | None:
+    found = get_job(cluster, namespace, name)
+    assert found is not None
+    annotations: dict[str, str] = found["metadata"].get("annotations", {})
+    return annotations.get(names.ANNOTATION_GANG_ATTEMPT)
+
+
+def test_scaling_a_running_elastic_job_up_and_down_never_restarts_its_gang(
+    cluster: Cluster, webhook: LocalWebhook, controller: ControllerProcess
+) -> None:
+    namespace = cluster.new_namespace("elastic")
+    cluster.add_gpu_nodes(3, "elscale", gpus=8, labels={"pool": "elscale"})
+    elastic = job("el", namespace).workers(2, gpus=8).elastic(minReplicas=1, maxReplicas=4)
+    create(cluster, in_pool(elastic.build(), "elscale"))
+    first = cluster.wait_for(lambda: running_pods(cluster, namespace, "el", 2), timeout=60)
+    # Another admission runs a cycle, which settles el's reservation (its pods were all seen).
+    create(cluster, in_pool(job("other", namespace).workers(1, gpus=1).build(), "elscale"))
+    cluster.wait_for(lambda: running_pods(cluster, namespace, "other", 1), timeout=60)
+    before = attempt(cluster, namespace, "el")
+
+    scaled = cluster.kubectl("scale", "-n", namespace, "pytorchjob/el", "--replicas=3")
+    assert scaled.returncode == 0, scaled.stderr
+
+    def waits_named() -> dict[str, Any] | None:
+        running = condition(get_job(cluster, namespace, "el"), "Running")
+        return running if running and "el-worker-2" in running.get("message", "") else None
+
+    running = cluster.wait_for(waits_named, timeout=30, what="Running naming el-worker-2")
+    assert running["status"] == "True"
+    time.sleep(3)  # a restart or a create would have shown by now
+    assert running_pods(cluster, namespace, "el", 2) == first
+    assert attempt(cluster, namespace, "el") == before
+
+    scaled = cluster.kubectl("scale", "-n", namespace, "pytorchjob/el", "--replicas=1")
+    assert scaled.returncode == 0, scaled.stderr
+    cluster.wait_for(lambda: running_pods(cluster, namespace, "el", 1), timeout=30)
+    assert running_pods(cluster, namespace, "el", 1) == ["el-worker-0"]
+    assert attempt(cluster, namespace, "el") == before

@@ -1,0 +1,93 @@
+"""``plan()`` for an elastic job's Workers beyond ``minAvailable``: placed by the admitter only.
+
+The admitter places an elastic gang's ``minAvailable`` pods together and its extras only where
+they fit; an extra with no room, or one a scale asks for while the gang runs, is left out: it
+neither restarts the running gang nor is created unplaced for kube-scheduler to bind later,
+outside admission and quota. The Running condition names the Workers left out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.builders.job import job, with_uid
+from tests.unit.controller.helpers import World
+from torchgate.controller.job.model import ANNOTATION_ATTEMPT
+
+W0, W1, W2 = "el-worker-0", "el-worker-1", "el-worker-2"
+PLACED = {W0: "n1", W1: "n2"}
+
+
+def elastic_world(workers: int) -> World:
+    built = job("el").workers(workers, gpus=8).elastic(minReplicas=1, maxReplicas=4)
+    return World(with_uid(built.scheduling(minAvailable=1).build()))
+
+
+def running(world: World, reservation: dict[str, str]) -> World:
+    world.apply(world.plan())
+    world.apply(world.plan(reservation=reservation))
+    for name in list(world.pods):
+        world.run(name, node=reservation[name])
+    world.apply(world.plan(reservation=reservation))
+    return world
+
+
+def scale(world: World, workers: int) -> None:
+    world.job_raw["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = workers
+
+
+def running_message(world: World) -> str:
+    (found,) = [c for c in world.job_raw["status"]["conditions"] if c["type"] == "Running"]
+    assert found["status"] == "True"
+    message: str = found["message"]
+    return message
+
+
+def attempt(world: World) -> str | None:
+    annotations: dict[str, Any] = world.job_raw["metadata"].get("annotations", {})
+    return annotations.get(ANNOTATION_ATTEMPT)
+
+
+def test_admission_creates_only_the_extras_the_admitter_placed() -> None:
+    world = elastic_world(3)
+    world.apply(world.plan())
+
+    admitted = world.plan(reservation=PLACED)
+
+    assert sorted(p["metadata"]["name"] for p in admitted.create_pods) == [W0, W1]
+
+
+def test_an_extra_left_out_at_admission_does_not_break_the_running_gang() -> None:
+    world = running(elastic_world(3), PLACED)
+
+    result = world.plan()  # the reservation settled: the admitter no longer names the pods
+
+    assert (result.delete_pods, result.create_pods, result.attempt) == ((), (), None)
+    assert sorted(world.pods) == [W0, W1]
+    assert W2 in running_message(world)
+
+
+def test_a_scale_up_while_running_neither_restarts_the_gang_nor_creates_unplaced_pods() -> None:
+    world = running(elastic_world(2), PLACED)
+    before = attempt(world)
+    scale(world, 3)
+
+    for reservation in (PLACED, None):  # the reservation still held, or settled
+        result = world.plan(reservation=reservation)
+        world.apply(result)
+        assert (result.delete_pods, result.create_pods, result.attempt) == ((), (), None)
+
+    assert attempt(world) == before
+    assert sorted(world.pods) == [W0, W1]
+    assert W2 in running_message(world)
+
+
+def test_a_scale_down_deletes_the_highest_workers_and_keeps_the_gang() -> None:
+    world = running(elastic_world(2), PLACED)
+    scale(world, 1)
+
+    result = world.plan()
+
+    assert (result.delete_pods, result.create_pods, result.attempt) == ((W1,), (), None)
+    world.apply(result)
+    assert running_message(world) == "PyTorchJob default/el is running."
