@@ -127,6 +127,7 @@ from torchgate.controller.admission.quota import (
 from torchgate.controller.admission.topology import (
     ROOT,
     Capacity,
+    Mixed,
     OptionalPod,
     Shape,
     Shortfall,
@@ -163,6 +164,8 @@ class WaitingGang:
         requests: Pod name -> what it takes from a node (milli-units).
         usage: What the whole gang counts against quota (``pool.GPUS`` etc., milli-units).
         shape: ``topology.shape_of`` its pods' requests (and eligible nodes).
+        mixed: ``topology.mixed_of`` its pods' requests when they have several shapes (its
+            lead pods placed first, the others beside them: ``topology`` rule 9), else ``None``.
         topology: The level it requires or prefers.
         preempts: ``False`` when its PriorityClass has ``preemptionPolicy: Never``.
         extras: Its pods beyond ``minAvailable`` (elastic workers), placed only where they fit.
@@ -183,6 +186,7 @@ class WaitingGang:
     requests: Mapping[str, Units]
     usage: Units
     shape: Shape
+    mixed: Mixed | None = None
     topology: TopologyRequest = field(default_factory=TopologyRequest)
     preempts: bool = True
     extras: tuple[OptionalPod, ...] = ()
@@ -448,6 +452,7 @@ def _memo_key(gang: WaitingGang) -> tuple[object, ...]:
         gang.gpu_resource,
         gang.no_node,
         gang.run_limit,  # whether it may use the head's reserved nodes (``backfill`` rule 4)
+        gang.mixed,  # its pods' shapes in rank order, when several (``topology`` rule 9)
     )
 
 
@@ -470,7 +475,7 @@ def _decide_one(cycle: _Cycle, gang: WaitingGang, *, borrow: bool) -> Outcome | 
         return None
     obstacle: Wait | None = None
     if isinstance(verdict, Fits | Borrows):
-        placed = place_topology(cycle.capacity, gang.pods, gang.shape, gang.topology)
+        placed = place_topology(cycle.capacity, gang.pods, gang.shape, gang.topology, gang.mixed)
         if isinstance(placed, TopologyPlacement):
             nodes = cycle.admit(gang, placed.nodes, extras=True)
             borrowed = verdict.amount if isinstance(verdict, Borrows) else {}
@@ -1339,7 +1344,7 @@ class _Trial:
         """Where the gang goes once ``victims`` are gone."""
         capacity, gang = self.cycle.capacity, self.gang
         with capacity.lent([(victim.nodes or {}, victim.requests or {}) for victim in victims]):
-            return place_topology(capacity, gang.pods, gang.shape, gang.topology)
+            return place_topology(capacity, gang.pods, gang.shape, gang.topology, gang.mixed)
 
     def hold(self, victims: Sequence[Admitted]) -> None:
         """Count exactly ``victims``' pods as given back."""
