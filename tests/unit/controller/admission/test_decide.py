@@ -1027,7 +1027,7 @@ def test_quota_room_summed_over_victims_answers_as_check_quota_without_them(
 # ------------------------------------------------------------------ gangs of several pod shapes
 
 
-def launcher(name: str, created: str, *, master_cpu: int) -> WaitingGang:
+def launcher(name: str, created: str, *, master_cpu: int, priority: int = 0) -> WaitingGang:
     """A Master of ``master_cpu`` CPUs and no GPU, and 2 Workers of 8 GPUs and 8 CPUs."""
     requests = {
         f"{name}-master-0": {"cpu": master_cpu * G, "pods": G},
@@ -1037,7 +1037,7 @@ def launcher(name: str, created: str, *, master_cpu: int) -> WaitingGang:
     return WaitingGang(
         key=("ns", name),
         team=None,
-        priority=0,
+        priority=priority,
         created=created,
         pods=tuple(requests),
         requests=requests,
@@ -1060,3 +1060,30 @@ def test_a_gang_of_several_shapes_is_not_answered_by_one_alike_in_shape_size_and
     assert [type(outcome) for outcome in outcomes] == [Wait, Admit]
     assert isinstance(outcomes[0], Wait)
     assert outcomes[0].kind == "Capacity"
+
+
+def test_a_gang_of_several_shapes_preempts_room_for_its_workers_and_its_master_beside_them() -> (
+    None
+):
+    nodes = [("n0", {}), ("n1", {})]
+    topology = build_topology((), nodes)
+    empty = {name: {**node_free(), "cpu": 64 * G} for name, _ in nodes}
+    free = {name: dict(room) for name, room in empty.items()}
+    admitted = []
+    for i, name in enumerate(("n0", "n1")):
+        record, used = running(waiting(f"low{i}", pods=1, gpus=8), [name])
+        admitted.append(record)
+        for resource, amount in used[name].items():
+            free[name][resource] -= amount
+    pool = Pool(Capacity(topology, free), admitted=admitted, empty=Capacity(topology, empty))
+    urgent = launcher("urgent", "2026-01-01T00:00:00Z", master_cpu=4, priority=100)
+
+    (outcome,) = decide(pool, [urgent], now=100.0)
+
+    assert isinstance(outcome, Preempt)
+    assert outcome.victims == (("ns", "low0"), ("ns", "low1"))
+    assert outcome.nodes == {
+        "urgent-master-0": "n0",
+        "urgent-worker-0": "n0",
+        "urgent-worker-1": "n1",
+    }
