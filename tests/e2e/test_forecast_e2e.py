@@ -122,17 +122,20 @@ def manifest(pool: Pool, namespace: str, name: str, *, pods: int, gpus: int, **e
     if "priority_class" in extra:
         pod_spec["priorityClassName"] = extra["priority_class"]
 
-    def replica(count: int) -> dict[str, Any]:
-        container = {
-            "name": "pytorch",
-            "image": "registry.invalid/train:1",
-            "resources": {"limits": {"nvidia.com/gpu": gpus}},
-        }
+    def replica(count: int, resources: dict[str, Any], **more: Any) -> dict[str, Any]:
+        container = {"name": "pytorch", "image": "registry.invalid/train:1", "resources": resources}
+        container |= more
         return {"replicas": count, "template": {"spec": {"containers": [container], **pod_spec}}}
 
-    specs = {"Master": replica(1)}
+    gpu_pod = {"limits": {"nvidia.com/gpu": gpus}}
+    if "master_cpu" in extra:
+        # a CPU-only Master of that many CPUs beside the GPU Workers: a rank on CPU, so gloo
+        cpu_pod = {"requests": {"cpu": extra["master_cpu"]}}
+        specs = {"Master": replica(1, cpu_pod, args=["--backend", "gloo"])}
+    else:
+        specs = {"Master": replica(1, gpu_pod)}
     if pods > 1:
-        specs["Worker"] = replica(pods - 1)
+        specs["Worker"] = replica(pods - 1, gpu_pod)
     return yaml.safe_dump(
         {
             "apiVersion": "kubeflow.org/v1",
@@ -303,6 +306,33 @@ def test_simulate_names_the_nodes_of_a_job_that_fits(
     assert sorted(told["nodes"]) == ["fits-master-0", "fits-worker-0"]
     assert sorted(told["nodes"].values()) == sorted(nodes)
     assert get_job(cluster, namespace, "fits") is None, "a simulation creates nothing"
+
+
+def test_a_cpu_master_beside_two_8_gpu_workers_is_told_it_starts_and_runs_on_two_8_gpu_nodes(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    nodes = pool.nodes(2)
+    namespace = cluster.new_namespace("launch")
+    # kube-scheduler runs it: the 4-CPU Master fits beside a Worker on a 64-CPU node
+    launcher = manifest(pool, namespace, "launch", pods=3, gpus=8, master_cpu="4")
+
+    def simulated() -> dict[str, Any] | None:
+        result = torchgate(stack, cluster, "simulate", "-f", "-", "-o", "json", stdin=launcher)
+        assert result.returncode == 0, result.stderr
+        told: dict[str, Any] = json.loads(result.stdout)
+        return told if told["startsNow"] else None
+
+    # the controller counts new nodes from its watch: until it has seen both, it waits
+    told = cluster.wait_for(simulated, what="a simulation counting both nodes")
+    assert told["nodes"]["launch-master-0"] == told["nodes"]["launch-worker-0"], "rank 0 by rank 1"
+    assert sorted(set(told["nodes"].values())) == sorted(nodes)
+
+    cluster.kubectl("apply", "-f", "-", input=launcher)
+    started = wait_running(cluster, namespace, "launch", 3)
+
+    where = {pod["metadata"]["name"]: pod["spec"]["nodeName"] for pod in started}
+    assert where["launch-master-0"] == where["launch-worker-0"]
+    assert sorted(set(where.values())) == sorted(nodes)
 
 
 def test_simulate_names_the_gangs_a_high_priority_job_would_preempt_and_it_preempts_those(

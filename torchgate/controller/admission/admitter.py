@@ -90,11 +90,13 @@ from torchgate.controller.admission.poolsource import team_statuses
 from torchgate.controller.admission.preemption import protection
 from torchgate.controller.admission.topology import (
     Capacity,
+    Mixed,
     OptionalPod,
     Shape,
     Topology,
     gpu_free_nodes,
     job_topology,
+    mixed_of,
     shape_of,
     topology_levels,
 )
@@ -593,6 +595,13 @@ class Admitter:
             allowed=allowed,
             preferred=preferred,
         )
+        mixed = mixed_of(
+            requests,
+            gpu_resource=asked.gpu_resource,
+            one_per_node=shape.one_per_node,
+            allowed=allowed,
+            preferred=preferred,
+        )
         topology = job_topology(asked.topology_level, asked.topology_required, levels)
         where = pool_of(required[0]) if required else "in the cluster"
         blocked = next((d for d in required if not facts.eligibility[d.signature]), None)
@@ -603,7 +612,7 @@ class Admitter:
             no_node = next(filter(None, (self._too_large(d) for d in required)), None)
         if no_node is None and required:
             no_node = self._gang_too_large(
-                list(requests.values()), shape, topology, where, asked.gpu_resource
+                list(requests.values()), shape, mixed, topology, where, asked.gpu_resource
             )
         extras = tuple(
             OptionalPod(d.pod_name, d.requests, self._eligible(d.signature))
@@ -618,6 +627,7 @@ class Admitter:
             requests=requests,
             usage=usage,
             shape=shape,
+            mixed=mixed,
             topology=topology,
             preempts=asked.preempts,
             extras=extras,
@@ -640,6 +650,7 @@ class Admitter:
         self,
         requests: Sequence[Units],
         shape: Shape,
+        mixed: Mixed | None,
         topology: TopologyRequest,
         where: str,
         gpu_resource: str,
@@ -649,11 +660,17 @@ class Admitter:
         if empty is None:  # read before the first cycle's capacity views: nothing to say yet
             return None
         pods = tuple(tuple(sorted(r.items())) for r in requests)
-        key = (shape, pods, topology, empty.topology.levels, where, gpu_resource)
+        key = (shape, mixed, pods, topology, empty.topology.levels, where, gpu_resource)
         known = self._nodes.gang_too_large
         if key not in known:
             known[key] = gang_too_large(
-                empty, requests, shape, topology, where=where, gpu_resource=gpu_resource
+                empty,
+                requests,
+                shape,
+                topology,
+                where=where,
+                gpu_resource=gpu_resource,
+                mixed=mixed,
             )
         return known[key]
 

@@ -49,6 +49,7 @@ from typing import Protocol, TypeVar
 from torchgate.controller.admission.quota import Admitted
 from torchgate.controller.admission.topology import (
     Capacity,
+    Mixed,
     Shape,
     TopologyPlacement,
     place_topology,
@@ -77,6 +78,10 @@ class WaitingGang(Protocol):
     @property
     def shape(self) -> Shape:
         """What one pod needs of a node."""
+
+    @property
+    def mixed(self) -> Mixed | None:
+        """Its lead pods and the others when its pods have several shapes."""
 
     @property
     def topology(self) -> TopologyRequest:
@@ -126,7 +131,7 @@ def reserve(
             given.append((nodes, pods))
             if index + 1 < len(ending) and ending[index + 1].ends_by == gone.ends_by:
                 continue  # every gang ending at the same time first
-            placed = place_topology(capacity, gang.pods, gang.shape, gang.topology)
+            placed = place_topology(capacity, gang.pods, gang.shape, gang.topology, gang.mixed)
             if isinstance(placed, TopologyPlacement):
                 assert gone.ends_by is not None
                 return Reservation(gone.ends_by, frozenset(placed.nodes.values()))

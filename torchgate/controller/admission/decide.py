@@ -19,7 +19,9 @@ older, then by name):
    teams when the gang is within its own nominal quota (reclaim, any priority), and lower-priority
    gangs it may preempt (``preemption.may_preempt``), neither protected by the admin. The victims
    are the cheapest set with which both its quota and its placement work (``preemption.cheapest``,
-   per domain of a required topology level). ``Preempt`` names the victims and the placement to
+   per domain of a required topology level; a gang of several pod shapes counts its lead pods
+   first, ``topology`` rule 9, and its largest request per resource when its other pods do not
+   fit beside them then). ``Preempt`` names the victims and the placement to
    reserve for the preemptor while they terminate; what the victims free beyond it is not offered
    to anyone else in this cycle (their pods are still there). A gang admitted in this cycle is
    never a victim in it.
@@ -87,7 +89,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Final, Literal
 
@@ -127,6 +129,7 @@ from torchgate.controller.admission.quota import (
 from torchgate.controller.admission.topology import (
     ROOT,
     Capacity,
+    Mixed,
     OptionalPod,
     Shape,
     Shortfall,
@@ -163,6 +166,8 @@ class WaitingGang:
         requests: Pod name -> what it takes from a node (milli-units).
         usage: What the whole gang counts against quota (``pool.GPUS`` etc., milli-units).
         shape: ``topology.shape_of`` its pods' requests (and eligible nodes).
+        mixed: ``topology.mixed_of`` its pods' requests when they have several shapes (its
+            lead pods placed first, the others beside them: ``topology`` rule 9), else ``None``.
         topology: The level it requires or prefers.
         preempts: ``False`` when its PriorityClass has ``preemptionPolicy: Never``.
         extras: Its pods beyond ``minAvailable`` (elastic workers), placed only where they fit.
@@ -183,6 +188,7 @@ class WaitingGang:
     requests: Mapping[str, Units]
     usage: Units
     shape: Shape
+    mixed: Mixed | None = None
     topology: TopologyRequest = field(default_factory=TopologyRequest)
     preempts: bool = True
     extras: tuple[OptionalPod, ...] = ()
@@ -448,6 +454,7 @@ def _memo_key(gang: WaitingGang) -> tuple[object, ...]:
         gang.gpu_resource,
         gang.no_node,
         gang.run_limit,  # whether it may use the head's reserved nodes (``backfill`` rule 4)
+        gang.mixed,  # its pods' shapes in rank order, when several (``topology`` rule 9)
     )
 
 
@@ -470,7 +477,7 @@ def _decide_one(cycle: _Cycle, gang: WaitingGang, *, borrow: bool) -> Outcome | 
         return None
     obstacle: Wait | None = None
     if isinstance(verdict, Fits | Borrows):
-        placed = place_topology(cycle.capacity, gang.pods, gang.shape, gang.topology)
+        placed = place_topology(cycle.capacity, gang.pods, gang.shape, gang.topology, gang.mixed)
         if isinstance(placed, TopologyPlacement):
             nodes = cycle.admit(gang, placed.nodes, extras=True)
             borrowed = verdict.amount if isinstance(verdict, Borrows) else {}
@@ -522,21 +529,46 @@ def _shortfall(cycle: _Cycle, gang: WaitingGang) -> str | Shortfall:
 def _preempt(
     cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None, *, within_nominal: bool
 ) -> Preempt | None:
+    """Rule 3; a gang of several pod shapes first searches victims for its leads' room.
+
+    Its victims are counted by its leads (``topology`` rule 9: they are placed first, the other
+    pods beside them), then, when the whole gang is not placed with those gone, by its largest
+    request per resource, as a gang of one shape: so it preempts whenever that count would.
+    """
+    if gang.mixed is not None:
+        leads = replace(
+            gang, pods=tuple(pod for pod, _ in gang.mixed.leads), shape=gang.mixed.lead, mixed=None
+        )
+        found = _preempt_counted(cycle, gang, leads, team, within_nominal=within_nominal)
+        if found is not None:
+            return found
+    return _preempt_counted(cycle, gang, gang, team, within_nominal=within_nominal)
+
+
+def _preempt_counted(
+    cycle: _Cycle,
+    gang: WaitingGang,
+    counted: WaitingGang,
+    team: TeamQuota | None,
+    *,
+    within_nominal: bool,
+) -> Preempt | None:
+    """Victims with which ``counted``'s pods fit (and quota lets them in), and ``gang`` placed."""
     pool = cycle.pool
-    if _never_fits(pool, gang):
+    if _never_fits(pool, counted):
         return None
-    listed, kind = _candidates(cycle, gang, team, within_nominal=within_nominal)
+    listed, kind = _candidates(cycle, counted, team, within_nominal=within_nominal)
     if not listed.victims:
         return None
     failures = cycle.failed.setdefault(kind, _Failures())
-    if failures.covers(gang):
+    if failures.covers(counted):
         return None  # a gang needing no more than this one found no victims (rule 3)
-    if not _quota_with_all_gone(cycle, gang, team, listed):
-        failures.add(gang)
+    if not _quota_with_all_gone(cycle, counted, team, listed):
+        failures.add(counted)
         return None
-    groups = _groups(cycle, gang, listed)
-    search = listed.search(_required_level(pool.topology, gang), groups)
-    reach = _Reach(cycle, gang, search, kind)
+    groups = _groups(cycle, counted, listed)
+    search = listed.search(_required_level(pool.topology, counted), groups)
+    reach = _Reach(cycle, counted, search, kind)
 
     usage_now = cycle.usage
 
@@ -545,7 +577,7 @@ def _preempt(
             return True
         return _still_borrowing(victim, chosen, usage_now, pool.teams)
 
-    trial = _Trial(cycle, gang, team, listed)
+    trial = _Trial(cycle, counted, team, listed)
     choice = cheapest(
         search.victims,
         trial,
@@ -556,9 +588,9 @@ def _preempt(
         lack=trial.lack(),
     )
     if choice is None:
-        failures.add(gang)
+        failures.add(counted)
         return None
-    placed = trial.place(choice.victims)
+    placed = trial.place(choice.victims, gang)
     if not isinstance(placed, TopologyPlacement):
         return None
     gone = {v.key for v in choice.victims}
@@ -1335,11 +1367,13 @@ class _Trial:
         missing = self.gains.missing()
         return Lack(missing, self.gains.most) if missing > 0 else None
 
-    def place(self, victims: Sequence[Admitted]) -> TopologyPlacement | TopologyWait:
-        """Where the gang goes once ``victims`` are gone."""
-        capacity, gang = self.cycle.capacity, self.gang
+    def place(
+        self, victims: Sequence[Admitted], gang: WaitingGang
+    ) -> TopologyPlacement | TopologyWait:
+        """Where ``gang`` (the one counted, or the whole of it) goes once ``victims`` are gone."""
+        capacity = self.cycle.capacity
         with capacity.lent([(victim.nodes or {}, victim.requests or {}) for victim in victims]):
-            return place_topology(capacity, gang.pods, gang.shape, gang.topology)
+            return place_topology(capacity, gang.pods, gang.shape, gang.topology, gang.mixed)
 
     def hold(self, victims: Sequence[Admitted]) -> None:
         """Count exactly ``victims``' pods as given back."""

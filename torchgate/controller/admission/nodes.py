@@ -21,10 +21,12 @@ filters, one function each:
    two 8-GPU nodes; more pods with host ports than such nodes; a required topology level none
    of whose domains holds it) can never be placed either. The check is exact with respect to
    placement: it counts placement's slots (``topology.slots_of``) on the nodes' allocatable
-   (``Pool.empty``) as ``fits_topology`` reads them, so it calls a gang too large exactly when
-   placement would not place it on empty nodes (a property test holds it to that). The
-   message names the first resource the gang asks more of in total than those nodes have, else
-   the host ports (one pod per node), else the room the nodes have for its pods.
+   (``Pool.empty``) as ``fits_topology`` reads them, and a gang of several pod shapes those
+   slots do not hold is placed there as placement places it (``topology.place_mixed``, its
+   rule 9), so it calls a gang too large exactly when placement would not place it on empty
+   nodes (property tests hold it to that). The message names the first resource the gang asks
+   more of in total than those nodes have, else the host ports (one pod per node), else the
+   room the nodes have for its pods.
 
 Beyond that, resources and host ports are not filters here: they depend on what else is on the
 node, which is placement's business (``topology``: slots per node, one pod of a gang per node
@@ -42,7 +44,9 @@ from typing import Any, Final
 
 from torchgate.controller.admission.topology import (
     Capacity,
+    Mixed,
     Shape,
+    place_mixed,
     resource_order,
     slots_of,
     summed,
@@ -478,16 +482,39 @@ def gang_too_large(
     *,
     where: str,
     gpu_resource: str,
+    mixed: Mixed | None = None,
 ) -> str | None:
     """Why the gang's pods (``requests``) can never all be placed, even on empty nodes (rule 6).
 
-    ``empty`` holds the nodes' allocatable; ``shape`` and ``request`` are the gang's, as
-    placement reads them. ``None`` when placement would place the gang on those nodes empty:
-    their slots (``topology.slots_of``) hold it, and so does one domain of a required level.
-    Counted here over the allowed nodes, not kept by ``empty`` (a gang is read once per node
-    change; ``empty`` keeps counts only for the shapes placement asks about), and only until
-    some nodes or one domain hold the gang: only a gang too large looks at every allowed node.
+    ``empty`` holds the nodes' allocatable; ``shape``, ``request`` and ``mixed`` are the gang's,
+    as placement reads them. ``None`` when placement would place the gang on those nodes empty:
+    their slots (``topology.slots_of``) hold it, and so does one domain of a required level, or
+    it has several pod shapes and ``topology.place_mixed`` places it there. Counted here over
+    the allowed nodes, not kept by ``empty`` (a gang is read once per node change; ``empty``
+    keeps counts only for the shapes placement asks about), and only until some nodes or one
+    domain hold the gang: only a gang too large looks at every allowed node.
     """
+    why = _too_large_for_slots(
+        empty, requests, shape, request, where=where, gpu_resource=gpu_resource
+    )
+    if why is None or mixed is None:
+        return why
+    topology = empty.topology
+    aside = Capacity(topology, dict(zip(topology.node_names, empty.free, strict=True)))
+    pods = [pod for pod, _ in (*mixed.leads, *mixed.others)]
+    return None if place_mixed(aside, pods, mixed, request) is not None else why
+
+
+def _too_large_for_slots(
+    empty: Capacity,
+    requests: Sequence[Units],
+    shape: Shape,
+    request: TopologyRequest,
+    *,
+    where: str,
+    gpu_resource: str,
+) -> str | None:
+    """Rule 6 for placement by ``shape``'s slots alone."""
     count = len(requests)
     topology, allowed, names = empty.topology, shape.allowed, empty.topology.node_names
     level = request.level

@@ -14,8 +14,11 @@ level by label key and is mapped into them (``job_topology``).
 
 Capacity is counted in *slots*: how many pods of the gang's shape fit on a node (every requested
 resource divided by the pod's request, at most one with host ports), summed up the tree. A gang of
-different pod shapes is counted by its largest request per resource, which never overstates the
-room (any pod fits a slot of the largest shape).
+one pod shape is counted in slots of that shape. A gang of several (a CPU-only Master beside GPU
+Workers) is counted and placed by its *lead* pods, those asking the most of its first resource,
+and its other pods then go beside them (rule 9); when they fit nowhere there it is counted by
+its largest request per resource, which never overstates the room (any pod fits a slot of the
+largest shape), so it is never placed worse than by that count alone.
 
 Rules (each one function):
 
@@ -50,6 +53,16 @@ Rules (each one function):
    once the gang is placed, taking their room from the same capacity: a node the gang already
    uses (by name), else any allowed node (by name); with host ports only a node without a pod of
    the gang. One that fits nowhere is left out (the job starts with fewer workers).
+9. ``place_mixed``: a gang of several pod shapes (``mixed_of``: its lead pods, those asking the
+   most of its first resource, GPUs first as in rule 7, and the others) places its leads by
+   rules 0 and 2-6 in slots of their own shape, then each other pod in rank order on the first
+   node with room for its own requests once the pods before it are counted: the gang's nodes
+   in rank order, then the chosen domain's other nodes, then its parent's, up to the pool (or
+   to the domain of a required level); with host ports only a node without a pod of the gang.
+   Its domain is the smallest of those that holds every pod. When a required pod fits nowhere
+   there, or the leads do not fit, the gang is placed in slots of its largest request per
+   resource (rules 2-6 over all its pods), as a gang of one shape: so whatever places the gang
+   by that count places it still.
 
 Cost: a ``Capacity`` is kept across admission cycles (the admitter updates the nodes whose free
 capacity changed) and keeps, per shape asked about, its slots per node and per domain and, per
@@ -76,7 +89,7 @@ from bisect import bisect_left, insort
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import chain, repeat
 from typing import Final, Literal
 
 from torchgate.pytorchjob.outlook import NODE_DOMAIN
@@ -150,6 +163,58 @@ def shape_of(
         if not first or first == permitted:
             first = None
     return Shape(tuple(sorted(largest.items())), one_per_node, permitted, first)
+
+
+@dataclass(frozen=True, slots=True)
+class Mixed:
+    """A gang of several pod shapes, split for placement (rule 9).
+
+    ``lead`` is the slot shape of its lead pods (those asking the most of its first resource),
+    with the gang's allowed and preferred nodes and host ports; ``leads`` and ``others`` are the
+    pods of each part, in rank order, with their requests. Two gangs whose pods ask alike in
+    the same rank order compare (and hash) equal whatever their pods are called: placement
+    answers them alike.
+    """
+
+    lead: Shape
+    composition: tuple[PodShape, ...]  # every pod's requests, sorted, in rank order
+    leads: tuple[tuple[str, Units], ...] = field(compare=False)
+    others: tuple[tuple[str, Units], ...] = field(compare=False)
+
+
+def mixed_of(
+    requests: Mapping[str, Units],
+    *,
+    gpu_resource: str,
+    one_per_node: bool = False,
+    allowed: Iterable[str] | None = None,
+    preferred: Iterable[str] | None = None,
+) -> Mixed | None:
+    """The gang (pod -> requests, rank order) split into leads and others (rule 9).
+
+    The leads ask the most of the gang's first resource (``resource_order``: its GPUs first);
+    ``None`` when every pod asks that much (a gang of one shape, placed by ``shape_of``).
+    """
+    order = resource_order(summed(requests.values()), gpu_resource)
+    if not order:
+        return None
+    first = order[0]
+    most = max(asked.get(first, 0) for asked in requests.values())
+    leads = tuple((pod, asked) for pod, asked in requests.items() if asked.get(first, 0) == most)
+    if len(leads) == len(requests):
+        return None
+    lead = shape_of(
+        (asked for _, asked in leads),
+        one_per_node=one_per_node,
+        allowed=allowed,
+        preferred=preferred,
+    )
+    return Mixed(
+        lead=lead,
+        composition=tuple(tuple(sorted(asked.items())) for asked in requests.values()),
+        leads=leads,
+        others=tuple((pod, asked) for pod, asked in requests.items() if asked.get(first, 0) < most),
+    )
 
 
 def gpu_free_nodes(
@@ -1100,12 +1165,19 @@ def place_topology(
     pods: Sequence[str],
     shape: Shape,
     request: TopologyRequest,
+    mixed: Mixed | None = None,
 ) -> TopologyPlacement | TopologyWait:
     """Place the whole gang ``pods`` (rank order) by rules 0 and 2-5, or say why it waits (rule 6).
 
     Rule 0: a shape with ``preferred`` nodes is placed there when it fits them whole (meeting its
-    topology preference too), and over all its allowed nodes otherwise.
+    topology preference too), and over all its allowed nodes otherwise. Rule 9: a gang of
+    several pod shapes (``mixed``) is placed by its leads first, and by ``shape`` (its largest
+    request per resource) when that does not place it.
     """
+    if mixed is not None:
+        split = place_mixed(capacity, pods, mixed, request)
+        if split is not None:
+            return split
     if shape.preferred is not None:
         first = _place(capacity, pods, shape.narrowed(), request)
         if isinstance(first, TopologyPlacement) and first.preference_met:
@@ -1145,6 +1217,80 @@ def _place(
         level=level,
         preference_met=wanted is None or level >= wanted,
     )
+
+
+def place_mixed(
+    capacity: Capacity, pods: Sequence[str], mixed: Mixed, request: TopologyRequest
+) -> TopologyPlacement | None:
+    """Rule 9: the leads by rules 0 and 2-5, the others beside them; ``None`` if one fits nowhere.
+
+    Reads the capacity only (what the gang's pods take is counted aside), so it may run during a
+    loan (``Capacity.lent``).
+    """
+    placed = place_topology(capacity, [pod for pod, _ in mixed.leads], mixed.lead, request)
+    if not isinstance(placed, TopologyPlacement):
+        return None
+    topology = capacity.topology
+    index, names, free = topology.index, topology.node_names, capacity.free
+    allowed, one_per_node = mixed.lead.allowed, mixed.lead.one_per_node
+    nodes = dict(placed.nodes)
+    gang_nodes: dict[int, None] = {}  # the gang's nodes in rank order, first taken first
+    left: dict[int, dict[str, int]] = {}  # what they have left with the gang's pods counted
+    for pod, asked in mixed.leads:
+        _take_aside(left, free, index[nodes[pod]], asked)
+        gang_nodes.setdefault(index[nodes[pod]], None)
+    domain = ROOT if placed.level < 0 else topology.member[placed.level][next(iter(gang_nodes))]
+    wanted = request.level
+    limit = -1  # the coarsest level the others may spread over: a required one's, else the pool
+    if request.required and wanted is not None and wanted < len(topology.levels):
+        limit = wanted
+    around = [domain]  # the chosen domain and the ancestors others may go to, finest first
+    while topology.level_of[around[-1]] > limit:
+        around.append(topology.domains[around[-1]].parent)
+    reached = 0  # the last domain of ``around`` a pod went to
+    for pod, asked in mixed.others:
+        in_reach = (n for d in around for n in _nodes_under(topology, d))
+        for node in chain(gang_nodes, in_reach):
+            if (allowed is not None and names[node] not in allowed) or (
+                one_per_node and node in gang_nodes
+            ):
+                continue
+            if fits(left.get(node, free[node]), asked):
+                break
+        else:
+            return None
+        _take_aside(left, free, node, asked)
+        gang_nodes.setdefault(node, None)
+        nodes[pod] = names[node]
+        ancestors = topology.ancestors[node]
+        reached = max(reached, next(i for i, d in enumerate(around) if d in ancestors))
+    top = around[reached]
+    level = topology.level_of[top]
+    return TopologyPlacement(
+        nodes={pod: nodes[pod] for pod in pods},
+        domain=topology.domain_name(top),
+        level=level,
+        preference_met=wanted is None or wanted >= len(topology.levels) or level >= wanted,
+    )
+
+
+def _take_aside(
+    left: dict[int, dict[str, int]], free: Sequence[Units], node: int, asked: Units
+) -> None:
+    """Count ``asked`` as taken from ``node`` in ``left`` (rule 9), the capacity left as it is."""
+    have = left.get(node)
+    if have is None:
+        have = left[node] = dict(free[node])
+    for name, amount in asked.items():
+        have[name] = have.get(name, 0) - amount
+
+
+def _nodes_under(topology: Topology, domain: int) -> Iterator[int]:
+    """The nodes of ``domain``, its own first, then its children's in order."""
+    found = topology.domains[domain]
+    yield from found.nodes
+    for child in found.children:
+        yield from _nodes_under(topology, child)
 
 
 def fits_topology(capacity: Capacity, count: int, shape: Shape, request: TopologyRequest) -> bool:

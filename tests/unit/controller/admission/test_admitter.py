@@ -230,6 +230,29 @@ def test_a_gang_its_nodes_hold_when_empty_still_starves_the_queue() -> None:
     assert "can ever hold" not in admitter.wait_reason(big)
 
 
+def test_a_cpu_master_beside_two_8_gpu_workers_starts_on_two_8_gpu_nodes() -> None:
+    admitter, _, _ = make(nodes=2)
+    launcher = job("launch").master(requests={"cpu": "4"}).workers(2, gpus=8).build()
+    key = ask(admitter, launcher)
+
+    assert admitter.cycle() == [key]
+    reservation = admitter.reservation_for(key, "uid-launch")
+    assert reservation == {
+        "launch-master-0": "n0",  # beside rank 1
+        "launch-worker-0": "n0",
+        "launch-worker-1": "n1",
+    }
+
+
+def test_a_cpu_master_waits_for_room_beside_its_workers_not_for_a_workers_room() -> None:
+    admitter, _, _ = make(nodes=3)
+    admitter.on_pod("ADDED", pod("holder", node="n2", gpus=4), None)
+    launcher = job("launch").master(requests={"cpu": "4"}).workers(2, gpus=8).build()
+    key = ask(admitter, launcher)
+
+    assert admitter.cycle() == [key], "two free 8-GPU nodes hold its workers and its master"
+
+
 def test_backfill_keeps_off_the_nodes_the_head_gets_when_a_gang_with_a_deadline_ends() -> None:
     wall = 1_000.0
     admitter, _, _ = make(nodes=3, starvation_seconds=10**9, wall_clock=lambda: wall)

@@ -37,7 +37,8 @@ from torchgate.controller.admission.quota import (
     usage_by_team,
     without,
 )
-from torchgate.controller.admission.topology import Capacity, build_topology
+from torchgate.controller.admission.topology import Capacity, build_topology, mixed_of, shape_of
+from torchgate.pytorchjob.names import DEFAULT_GPU_RESOURCE as GPU
 from torchgate.pytorchjob.pool import (
     GPUS,
     Limit,
@@ -1021,3 +1022,68 @@ def test_quota_room_summed_over_victims_answers_as_check_quota_without_them(
         room.move(victim, -1)
     verdict = check_quota(team, gang_usage, without(usage, victims[:1]), teams)
     assert room.fits() == isinstance(verdict, Fits | Borrows)
+
+
+# ------------------------------------------------------------------ gangs of several pod shapes
+
+
+def launcher(name: str, created: str, *, master_cpu: int, priority: int = 0) -> WaitingGang:
+    """A Master of ``master_cpu`` CPUs and no GPU, and 2 Workers of 8 GPUs and 8 CPUs."""
+    requests = {
+        f"{name}-master-0": {"cpu": master_cpu * G, "pods": G},
+        f"{name}-worker-0": {GPU: 8 * G, "cpu": 8 * G, "pods": G},
+        f"{name}-worker-1": {GPU: 8 * G, "cpu": 8 * G, "pods": G},
+    }
+    return WaitingGang(
+        key=("ns", name),
+        team=None,
+        priority=priority,
+        created=created,
+        pods=tuple(requests),
+        requests=requests,
+        usage={GPUS: 16 * G},
+        shape=shape_of(requests.values()),
+        mixed=mixed_of(requests, gpu_resource=GPU),
+    )
+
+
+def test_a_gang_of_several_shapes_is_not_answered_by_one_alike_in_shape_size_and_usage() -> None:
+    topology = build_topology((), [("n0", {}), ("n1", {})])
+    free = {name: {**node_free(), "cpu": 12 * G} for name in topology.node_names}
+    # the same largest shape (8 GPUs, 8 CPUs), 3 pods and 16 GPUs each: only the second's
+    # Master fits beside a Worker (4 CPUs left there)
+    heavy = launcher("heavy", "2026-01-01T00:00:00Z", master_cpu=8)
+    light = launcher("light", "2026-01-02T00:00:00Z", master_cpu=1)
+
+    outcomes = decide(Pool(Capacity(topology, free)), [heavy, light], now=0.0)
+
+    assert [type(outcome) for outcome in outcomes] == [Wait, Admit]
+    assert isinstance(outcomes[0], Wait)
+    assert outcomes[0].kind == "Capacity"
+
+
+def test_a_gang_of_several_shapes_preempts_room_for_its_workers_and_its_master_beside_them() -> (
+    None
+):
+    nodes = [("n0", {}), ("n1", {})]
+    topology = build_topology((), nodes)
+    empty = {name: {**node_free(), "cpu": 64 * G} for name, _ in nodes}
+    free = {name: dict(room) for name, room in empty.items()}
+    admitted = []
+    for i, name in enumerate(("n0", "n1")):
+        record, used = running(waiting(f"low{i}", pods=1, gpus=8), [name])
+        admitted.append(record)
+        for resource, amount in used[name].items():
+            free[name][resource] -= amount
+    pool = Pool(Capacity(topology, free), admitted=admitted, empty=Capacity(topology, empty))
+    urgent = launcher("urgent", "2026-01-01T00:00:00Z", master_cpu=4, priority=100)
+
+    (outcome,) = decide(pool, [urgent], now=100.0)
+
+    assert isinstance(outcome, Preempt)
+    assert outcome.victims == (("ns", "low0"), ("ns", "low1"))
+    assert outcome.nodes == {
+        "urgent-master-0": "n0",
+        "urgent-worker-0": "n0",
+        "urgent-worker-1": "n1",
+    }

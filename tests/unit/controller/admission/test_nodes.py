@@ -33,6 +33,7 @@ from torchgate.controller.admission.topology import (
     Capacity,
     TopologyWait,
     build_topology,
+    mixed_of,
     place_topology,
     shape_of,
 )
@@ -433,4 +434,90 @@ def test_a_gang_is_too_large_exactly_when_placement_on_empty_nodes_fails(
     why = too_large(empty, requests, one_per_node=one_per_node, allowed=allowed, request=request)
     shape = shape_of(requests, one_per_node=one_per_node, allowed=allowed)
     placed = place_topology(empty, tuple(f"p-{i}" for i in range(len(pods))), shape, request)
+    assert (why is not None) == isinstance(placed, TopologyWait), why
+
+
+def cpu_pool(*rooms: tuple[int, int], racks: int = 1) -> Capacity:
+    """Empty nodes ``n0``, ``n1``... of (GPUs, CPUs) each, dealt round-robin into ``racks``."""
+    names = [f"n{i}" for i in range(len(rooms))]
+    topology = build_topology(
+        (RACK_LEVEL, HOSTNAME), [(n, {RACK_LEVEL: f"r{i % racks}"}) for i, n in enumerate(names)]
+    )
+    free = {n: {**node_free(g), "cpu": c * 1000} for n, (g, c) in zip(names, rooms, strict=True)}
+    return Capacity(topology, free)
+
+
+def cpu_pod(gpus: int, cpu: int) -> dict[str, int]:
+    return {**pod_requests(gpus), "cpu": cpu * 1000} if gpus else {"cpu": cpu * 1000, "pods": 1000}
+
+
+def mixed_too_large(
+    empty: Capacity,
+    gang: dict[str, dict[str, int]],
+    *,
+    one_per_node: bool = False,
+    allowed: set[str] | None = None,
+    request: TopologyRequest | None = None,
+) -> str | None:
+    shape = shape_of(gang.values(), one_per_node=one_per_node, allowed=allowed)
+    mixed = mixed_of(gang, gpu_resource=GPU, one_per_node=one_per_node, allowed=allowed)
+    return gang_too_large(
+        empty,
+        list(gang.values()),
+        shape,
+        request or TopologyRequest(),
+        where="in the cluster",
+        gpu_resource=GPU,
+        mixed=mixed,
+    )
+
+
+def test_a_cpu_master_and_two_8_gpu_workers_are_not_too_large_for_two_8_gpu_nodes() -> None:
+    gang = {"j-master-0": cpu_pod(0, 4), "j-worker-0": cpu_pod(8, 8), "j-worker-1": cpu_pod(8, 8)}
+
+    assert mixed_too_large(cpu_pool((8, 64), (8, 64)), gang) is None
+    # with no CPU left beside the workers, the master fits nowhere: too large as before
+    why = mixed_too_large(cpu_pool((8, 8), (8, 8)), gang)
+    assert why is not None
+    assert why.startswith("no eligible nodes in the cluster can ever hold all 3 pods of the gang")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    hs.lists(
+        hs.tuples(hs.sampled_from((0, 1, 2, 4, 8)), hs.sampled_from((0, 4, 8, 32))),
+        min_size=1,
+        max_size=6,
+    ),
+    hs.lists(
+        hs.tuples(hs.sampled_from((0, 1, 2, 8)), hs.sampled_from((1, 2, 4, 8))),
+        min_size=1,
+        max_size=8,
+    ),
+    hs.booleans(),
+    hs.integers(1, 3),
+    hs.sampled_from((None, 0, 1)),
+    hs.booleans(),
+    hs.data(),
+)
+def test_a_gang_of_several_shapes_is_too_large_exactly_when_placement_on_empty_nodes_fails(
+    rooms: list[tuple[int, int]],
+    pods: list[tuple[int, int]],
+    one_per_node: bool,
+    racks: int,
+    level: int | None,
+    required: bool,
+    data: hs.DataObject,
+) -> None:
+    empty = cpu_pool(*rooms, racks=racks)
+    names = [f"n{i}" for i in range(len(rooms))]
+    allowed = data.draw(hs.none() | hs.sets(hs.sampled_from(names)))
+    gang = {f"p-{i}": cpu_pod(gpus, cpu) for i, (gpus, cpu) in enumerate(pods)}
+    request = TopologyRequest(level=level, required=required)
+
+    why = mixed_too_large(empty, gang, one_per_node=one_per_node, allowed=allowed, request=request)
+
+    shape = shape_of(gang.values(), one_per_node=one_per_node, allowed=allowed)
+    mixed = mixed_of(gang, gpu_resource=GPU, one_per_node=one_per_node, allowed=allowed)
+    placed = place_topology(empty, tuple(gang), shape, request, mixed)
     assert (why is not None) == isinstance(placed, TopologyWait), why

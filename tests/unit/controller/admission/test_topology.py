@@ -28,6 +28,7 @@ from torchgate.controller.admission.topology import (
     fragmentation,
     gpu_free_nodes,
     job_topology,
+    mixed_of,
     place_extras,
     place_topology,
     shape_of,
@@ -950,3 +951,181 @@ def test_slot_counts_kept_through_takes_gives_and_loans_equal_counts_made_afresh
             assert capacity.fragmentation(shape) == plain_fragmentation(
                 capacity.free_for(shape), shape
             )
+
+
+# ------------------------------------------------------------------ rule 9: several pod shapes
+
+CPU = "cpu"
+
+
+def with_cpu(gpus: int, cpu: int) -> dict[str, int]:
+    """Requests or free capacity of ``gpus`` GPUs, ``cpu`` CPUs and one pod slot."""
+    return {**pod_requests(gpus), CPU: cpu * 1000} if gpus else {CPU: cpu * 1000, "pods": 1000}
+
+
+def node_with_cpu(gpus: int, cpu: int) -> dict[str, int]:
+    return {**node_free(gpus), CPU: cpu * 1000}
+
+
+def launcher_gang(workers: int, *, master_cpu: int = 4) -> dict[str, dict[str, int]]:
+    """A CPU-only Master (rank 0) and ``workers`` Workers of 8 GPUs and 8 CPUs, in rank order."""
+    gang = {"job-master-0": with_cpu(0, master_cpu)}
+    gang |= {f"job-worker-{i}": with_cpu(8, 8) for i in range(workers)}
+    return gang
+
+
+def place_gang(
+    topology: Topology,
+    free: Mapping[str, Mapping[str, int]],
+    gang: Mapping[str, Mapping[str, int]],
+    request: TopologyRequest | None = None,
+    *,
+    one_per_node: bool = False,
+) -> TopologyPlacement | TopologyWait:
+    """``gang`` (pod -> requests, rank order) placed as the admitter reads it."""
+    requests = {pod: dict(asked) for pod, asked in gang.items()}
+    shape = shape_of(requests.values(), one_per_node=one_per_node)
+    mixed = mixed_of(requests, gpu_resource=GPU, one_per_node=one_per_node)
+    return place_topology(
+        Capacity(topology, free), tuple(gang), shape, request or TopologyRequest(), mixed
+    )
+
+
+def test_a_cpu_master_goes_beside_its_gpu_workers_on_nodes_its_largest_shape_would_not_fit() -> (
+    None
+):
+    topology = build_topology((), [("n0", {}), ("n1", {})])
+    free = {name: node_with_cpu(8, 64) for name in topology.node_names}
+    gang = launcher_gang(2)
+
+    placed = place_gang(topology, free, gang)
+
+    assert isinstance(placed, TopologyPlacement)
+    # rank 0 shares a node with rank 1
+    assert placed.nodes == {"job-master-0": "n0", "job-worker-0": "n0", "job-worker-1": "n1"}
+    assert list(placed.nodes) == list(gang)
+    assert (placed.domain, placed.level, placed.preference_met) == ("the pool", -1, True)
+    # counted by its largest request per resource alone, it needs three 8-GPU slots
+    largest = shape_of(gang.values())
+    by_largest = place_topology(Capacity(topology, free), tuple(gang), largest, TopologyRequest())
+    assert isinstance(by_largest, TopologyWait)
+
+
+def test_a_gang_of_one_shape_is_not_split() -> None:
+    gang = {f"job-worker-{i}": with_cpu(8, 8) for i in range(3)}
+    assert mixed_of(gang, gpu_resource=GPU) is None
+    # pods asking alike of the first resource (GPUs) are all leads: one shape for placement
+    assert mixed_of({"a": with_cpu(8, 8), "b": with_cpu(8, 4)}, gpu_resource=GPU) is None
+
+
+def test_the_master_goes_to_a_node_of_the_workers_rack_before_another_rack() -> None:
+    topology = build_topology(LEVELS, labelled(LAYOUT, (BLOCK, RACK)))
+    free = {name: node_with_cpu(0, 64) for name in topology.node_names}
+    # rack r2 (h5, h6) holds both workers; its nodes have CPU for the workers only
+    free |= {"h5": node_with_cpu(8, 8), "h6": node_with_cpu(8, 12)}
+
+    placed = place_gang(topology, free, launcher_gang(2))
+
+    assert isinstance(placed, TopologyPlacement)
+    assert placed.nodes == {"job-master-0": "h6", "job-worker-0": "h5", "job-worker-1": "h6"}
+    assert placed.domain == "torchgate.io/rack=r2"
+
+
+def test_a_master_no_node_of_the_chosen_domain_holds_goes_up_the_tree_and_widens_the_domain() -> (
+    None
+):
+    topology = build_topology(LEVELS, labelled(LAYOUT, (BLOCK, RACK)))
+    free = {name: node_with_cpu(0, 2) for name in topology.node_names}
+    free |= {"h5": node_with_cpu(8, 8), "h6": node_with_cpu(8, 8), "h8": node_with_cpu(0, 64)}
+
+    preferred = place_gang(topology, free, launcher_gang(2), TopologyRequest(1, False))
+    required = place_gang(topology, free, launcher_gang(2), TopologyRequest(1, True))
+
+    assert isinstance(preferred, TopologyPlacement)
+    assert preferred.nodes["job-master-0"] == "h8"
+    assert (preferred.domain, preferred.level, preferred.preference_met) == ("the pool", -1, False)
+    # a required rack keeps every pod in it: no rack holds all three, so the gang waits
+    assert isinstance(required, TopologyWait)
+
+
+def test_with_host_ports_the_master_takes_a_node_of_its_own() -> None:
+    topology = build_topology((), [("n0", {}), ("n1", {}), ("n2", {})])
+    free = {name: node_with_cpu(8, 64) for name in ("n0", "n1")} | {"n2": node_with_cpu(0, 64)}
+
+    placed = place_gang(topology, free, launcher_gang(2), one_per_node=True)
+
+    assert isinstance(placed, TopologyPlacement)
+    assert placed.nodes == {"job-master-0": "n2", "job-worker-0": "n0", "job-worker-1": "n1"}
+
+
+@hs.composite
+def cpu_pools(draw: hs.DrawFn) -> tuple[Topology, dict[str, dict[str, int]]]:
+    topology, free = draw(pools())
+    return topology, {
+        name: {**room, CPU: draw(hs.sampled_from((0, 2, 4, 8, 16, 32))) * 1000}
+        for name, room in free.items()
+    }
+
+
+mixed_gangs = hs.lists(
+    hs.tuples(hs.sampled_from((0, 1, 2, 4, 8)), hs.sampled_from((1, 2, 4, 8, 16))),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    cpu_pools(),
+    mixed_gangs,
+    hs.sampled_from((None, 0, 1, 2)),
+    hs.booleans(),
+    hs.booleans(),
+    hs.data(),
+)
+def test_a_gang_of_several_shapes_is_placed_within_each_nodes_room_wherever_it_was_before(
+    pool: tuple[Topology, dict[str, dict[str, int]]],
+    pods_asked: list[tuple[int, int]],
+    level: int | None,
+    required: bool,
+    one_per_node: bool,
+    data: hs.DataObject,
+) -> None:
+    topology, free = pool
+    allowed = data.draw(hs.none() | hs.sets(hs.sampled_from(topology.node_names)))
+    gang = {f"p-{i}": with_cpu(gpus, cpu) for i, (gpus, cpu) in enumerate(pods_asked)}
+    request = TopologyRequest(level, required)
+    shape = shape_of(gang.values(), one_per_node=one_per_node, allowed=allowed)
+    mixed = mixed_of(gang, gpu_resource=GPU, one_per_node=one_per_node, allowed=allowed)
+    capacity = Capacity(topology, free)
+
+    placed = place_topology(capacity, tuple(gang), shape, request, mixed)
+    before = place_topology(Capacity(topology, free), tuple(gang), shape, request)
+
+    if isinstance(before, TopologyPlacement):
+        assert isinstance(placed, TopologyPlacement), "a gang placed by its largest shape"
+    if isinstance(placed, TopologyWait):
+        return
+    assert list(placed.nodes) == list(gang)
+    used: dict[str, dict[str, int]] = {}
+    for pod, node in placed.nodes.items():
+        assert allowed is None or node in allowed
+        for name, amount in gang[pod].items():
+            used.setdefault(node, {})[name] = used.setdefault(node, {}).get(name, 0) + amount
+    for node, asked in used.items():
+        assert all(amount <= free[node].get(name, 0) for name, amount in asked.items()), node
+    if one_per_node:
+        assert len(set(placed.nodes.values())) == len(gang)
+    if required and level is not None:
+        assert domains_spanned(topology, placed.nodes.values(), level) == 1
+    # the domain named holds every pod
+    if placed.level >= 0:
+        first = next(iter(placed.nodes.values()))
+        domain = topology.domain_of(first, placed.level)
+        assert domain is not None
+        assert topology.domain_name(domain) == placed.domain
+        assert domains_spanned(topology, placed.nodes.values(), placed.level) == 1
+    # placement counted aside: the capacity is as it was
+    assert [dict(room) for room in capacity.free] == [
+        dict(free.get(name) or {}) for name in topology.node_names
+    ]
