@@ -116,8 +116,8 @@ def test_a_values_only_upgrade_leaves_the_running_gang_alone_and_the_waiting_one
     cluster = helm_installed
     namespace = cluster.new_namespace("upgrade")
     pool = f"up-{namespace[-6:]}"
-    # Tainted as GPU pools are: else the upgraded controller's pods may land on the kwok node,
-    # where kwok only pretends to run them (the chart offers no nodeSelector or tolerations).
+    # Tainted as GPU pools are, so the upgraded controller's pods (no tolerations by default)
+    # stay off the kwok node, where kwok would only pretend to run them.
     gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
     cluster.add_gpu_nodes(1, pool, gpus=8, labels={"pool": pool}, taints=[gpu_taint])
     cluster.apply(
