@@ -7,6 +7,8 @@
   and ``Issuer`` (``cert-manager.io/v1``) and ``PrometheusRule`` (``monitoring.coreos.com/v1``),
   any content accepted, let those objects be dry-run too: their kind, scope and namespace are
   checked, their owners' schemas are not.
+- ``helm install`` with a misspelt PlacementPolicy field in the values stops at the chart's
+  schema: no release, nothing created.
 
 Installing for real, as README.md says, is test_install.py (collected after this module, as
 these tests were when they lived there).
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import yaml
@@ -24,6 +27,7 @@ from tests import manifestset as ms
 from tests.e2e.conftest import Cluster
 from tests.e2e.installation import (
     NAMESPACE,
+    force_uninstall,
 )
 from tests.helmtool import CHART, run_helm
 
@@ -199,3 +203,45 @@ def test_a_non_restricted_pod_would_be_warned_about(
         input=json.dumps(webhook),
     )  # fmt: skip
     assert "would violate PodSecurity" in result.stderr
+
+
+# ------------------------------------------------------------------------ refused at install
+
+
+@pytest.mark.e2e
+def test_a_misspelt_policy_field_stops_helm_install_before_anything_is_created(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # Without the chart's policy schema, the apiserver pruned "nodeSelecter" (Helm 3 sends no
+    # strict field validation; one "unknown field" log line) and the install succeeded with a
+    # policy that placed jobs anywhere.
+    values = tmp_path / "values.yaml"
+    policy = {"name": "typo-h100", "spec": {"nodeSelecter": {"pool": "h100"}, "priority": 10}}
+    values.write_text(yaml.safe_dump({"placementPolicies": [policy]}), encoding="utf-8")
+    environment = {"KUBECONFIG": str(cluster.kubeconfig)}
+    crds = ("placementpolicies.torchgate.io", "teamquotas.torchgate.io")
+    # As README's helm-1-adopt-crds step does, so the install would otherwise go through.
+    cluster.kubectl("label", "crd", *crds, "app.kubernetes.io/managed-by=Helm", "--overwrite")
+    cluster.kubectl(
+        "annotate", "crd", *crds, "meta.helm.sh/release-name=torchgate",
+        "meta.helm.sh/release-namespace=default", "--overwrite",
+    )  # fmt: skip
+    try:
+        result = run_helm(
+            "install", "torchgate", str(CHART), "--namespace", "default", f"--values={values}",
+            env=environment, check=False, timeout=300,
+        )  # fmt: skip
+        assert result.returncode != 0
+        assert "at '/placementPolicies/0/spec'" in result.stderr
+        assert cluster.get("placementpolicy", "typo-h100") is None
+        assert cluster.get("validatingwebhookconfiguration", "torchgate") is None
+        releases = run_helm("list", "--all", "--namespace", "default", "-q", env=environment)
+        assert releases.stdout.split() == []
+    finally:
+        force_uninstall(cluster)
+        cluster.kubectl("delete", "placementpolicy", "typo-h100", "--ignore-not-found")
+        cluster.kubectl("label", "crd", *crds, "app.kubernetes.io/managed-by-")
+        cluster.kubectl(
+            "annotate", "crd", *crds,
+            "meta.helm.sh/release-name-", "meta.helm.sh/release-namespace-",
+        )  # fmt: skip

@@ -1,7 +1,9 @@
 """``torchgate controller``: parse flags, connect, elect a leader, run until SIGTERM.
 
 Exit codes: 0 after a clean SIGTERM/SIGINT, 1 when the leader Lease was lost (the process must
-restart rather than risk acting beside a new leader) or the cluster cannot be reached.
+restart rather than risk acting beside a new leader) or the cluster cannot be reached, 2 when a
+numeric flag is outside its bounds (``FLAG_BOUNDS``, which the Helm chart's schema repeats for its
+``controller.tuning`` values).
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ import signal
 import socket
 import sys
 import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from torchgate import jsonlog
 from torchgate.controller.job.disruption import DEFAULT_FAILURE_WINDOW_SECONDS
@@ -38,6 +43,47 @@ GC_THRESHOLDS = (50_000, 20, 20)
 def tune_garbage_collector() -> None:
     """Collect cycles rarely: the few there are (tracebacks, closed sessions) can wait."""
     gc.set_threshold(*GC_THRESHOLDS)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The values a numeric flag accepts: ``minimum <= value`` and, when set, ``<= maximum``."""
+
+    minimum: float
+    maximum: float | None = None
+
+    def describe(self) -> str:
+        """The rule in words, as the refusal says it."""
+        if self.maximum is None:
+            return f"must be at least {self.minimum:g}"
+        return f"must be between {self.minimum:g} and {self.maximum:g}"
+
+
+# What each numeric flag accepts (argparse dest -> bounds). The Helm chart's controller.tuning
+# values carry the same bounds in values.schema.json (tests/unit/test_manifests.py compares them),
+# so a value the controller would refuse at start is refused by `helm install` already.
+FLAG_BOUNDS: Final[Mapping[str, Bounds]] = {
+    "workers": Bounds(1),
+    "write_concurrency": Bounds(1),
+    "finish_grace_seconds": Bounds(0, 3600),
+    "resync_seconds": Bounds(1),
+    "starvation_seconds": Bounds(0),
+    "stuck_termination_seconds": Bounds(0),
+    "node_lost_seconds": Bounds(0, 3600),
+    "failure_window_seconds": Bounds(0, 3600),
+    "gang_backoff_seconds": Bounds(0),
+}
+
+
+def flag_problems(args: argparse.Namespace) -> list[str]:
+    """Why the parsed numeric flags cannot be run with (:data:`FLAG_BOUNDS`); empty when fine."""
+    problems = []
+    for flag, bounds in FLAG_BOUNDS.items():
+        value = getattr(args, flag)
+        too_large = bounds.maximum is not None and value > bounds.maximum
+        if value < bounds.minimum or too_large:
+            problems.append(f"--{flag.replace('_', '-')} {bounds.describe()}")
+    return problems
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -191,16 +237,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the controller."""
     jsonlog.configure(args)
-    for flag in ("workers", "write_concurrency"):
-        if getattr(args, flag) < 1:
-            name = flag.replace("_", "-")
-            print(f"torchgate controller: --{name} must be at least 1", file=sys.stderr)
-            return 2
-    for flag in ("finish_grace_seconds", "node_lost_seconds", "failure_window_seconds"):
-        if not 0 <= getattr(args, flag) <= 3600:
-            name = flag.replace("_", "-")
-            print(f"torchgate controller: --{name} must be between 0 and 3600", file=sys.stderr)
-            return 2
+    for problem in flag_problems(args):
+        print(f"torchgate controller: {problem}", file=sys.stderr)
+        return 2
     if args.pool_service_port and (args.tls_cert_file is None or args.tls_private_key_file is None):
         print(
             "torchgate controller: --pool-service-port needs --tls-cert-file and "

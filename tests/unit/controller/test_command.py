@@ -99,3 +99,19 @@ def test_the_failure_window_reaches_the_reconciler_and_defaults_to_5_seconds(
 
     assert settings.options.failure_window_seconds == seconds
     assert "(default 5)" in " ".join(parser.format_help().split())
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "rule"),
+    [
+        ("--starvation-seconds", "-1", "must be at least 0"),
+        ("--stuck-termination-seconds", "-5", "must be at least 0"),
+        ("--gang-backoff-seconds", "-10", "must be at least 0"),
+        ("--resync-seconds", "0", "must be at least 1"),
+    ],
+)
+def test_a_negative_wait_is_refused_naming_the_flag(
+    flag: str, value: str, rule: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["controller", "--kubeconfig", "/nonexistent", flag, value]) == 2
+    assert f"{flag} {rule}" in capsys.readouterr().err

@@ -88,3 +88,18 @@ and kept on uninstall: deleting a CRD deletes every object of its kind.
 {{- $_ := set $metadata "annotations" (merge (dict "helm.sh/resource-policy" "keep") ($metadata.annotations | default dict)) -}}
 {{- toYaml $crd -}}
 {{- end -}}
+
+{{/*
+Where a component's pods may run: its nodeSelector and tolerations values, when set (none by
+default, as in manifests/base). Argument: the component's values (.Values.webhook or .controller).
+*/}}
+{{- define "torchgate.scheduling" -}}
+{{- with .nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
