@@ -116,6 +116,35 @@ def test_a_node_running_three_gangs_that_blips_once_is_not_quarantined_under_the
             cluster.kubectl("label", "node", blip, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
 
 
+def test_a_health_taint_under_three_gangs_is_one_fault_under_the_default_policy(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    """``kubectl taint ...:NoExecute`` (no ``timeAdded``) takes three one-pod gangs down at once.
+
+    The controller dates such a taint by the first look that saw it, so every gang's restart
+    names the same outage, however many looks apart they are.
+    """
+    namespace = cluster.new_namespace("xid")
+    pool = f"xid-{namespace[-6:]}"
+    (sick,) = cluster.add_gpu_nodes(1, pool, labels={"pool": pool})
+    on_pool = {"nodeSelector": {"pool": pool}}
+    for i in range(GANGS):
+        create_job(cluster, job(f"small{i}", namespace).master(gpus=2, pod_spec=on_pool).build())
+    assert cluster.wait_for(
+        lambda: nodes_of(cluster, namespace, 1), timeout=60, what="the 3 gangs Running"
+    ) == {sick}
+    (spare,) = cluster.add_gpu_nodes(1, f"{pool}-spare", labels={"pool": pool})
+
+    cluster.kubectl("taint", "node", sick, "nvidia.com/gpu-health=unhealthy:NoExecute")
+    again = cluster.wait_for(
+        lambda: nodes_of(cluster, namespace, 2), timeout=60, what="the 3 gangs on the spare"
+    )
+    assert again == {spare}
+    assert metric(controller, 'torchgate_controller_gang_restarts_total{cause="NodeTainted"}') == 3
+    time.sleep(2)  # the keeper has had every fault of the taint by now
+    assert quarantine_taint(cluster, sick) is None
+
+
 def test_a_node_whose_separate_outages_reach_the_threshold_is_quarantined(
     cluster: Cluster, controller: ControllerProcess
 ) -> None:
