@@ -66,7 +66,8 @@ class QuarantineSettings:
 
     ``faults`` infrastructure faults on one node within ``window_seconds`` quarantine it for
     ``cooldown_seconds`` (``faults: 0`` never quarantines); a pod bound to a node that has not
-    started its containers after ``stuck_pod_seconds`` is such a fault (``PodStuck``).
+    started its containers after ``stuck_pod_seconds`` is such a fault (``PodStuck``). The gangs
+    one outage of the node took down are one fault (``controller.quarantine.rules`` rule 6).
     """
 
     faults: int = 3

@@ -108,18 +108,32 @@ One rule then judges a failure its node's fault showed up with:
    a member without a finish time, and ``failure_window`` 0 leave the failure to ``gang`` at
    once.
 
+One rule then names the outage a node fault came from, for quarantine:
+
+9. ``outage_of``: a node fault of rules 1-2 names the outage it came from (``quarantine.rules``
+   rule 6 counts the faults of one outage once, however many gangs it took down): a lost node
+   its NotReady spell (its ``Ready`` condition's ``lastTransitionTime``), a deleted node its
+   deletion, an untolerated ``NoExecute`` taint its key and ``timeAdded`` (none, as ``kubectl
+   taint`` writes: the first look of this controller that saw the taint, which the shell
+   remembers, ``taints_seen``). A failure rule 8 gives to its node's fault names that fault's
+   outage (an Xid whose health taint takes three gangs down is one fault), and so do the other
+   nodes of rule 7. Rules 3-5 name none: a member evicted, disrupted or stuck on a node that
+   looks healthy is a fault of its gang alone (three gangs stuck or evicted on one node are
+   three pieces of evidence that it is flaky).
+
 ``until_lost`` says when a node counts as lost, for the force deletion of its pods.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Final
 
 from torchgate.controller.admission.nodes import Taint, Toleration, tolerations_of
 from torchgate.controller.job import status as st
+from torchgate.controller.quarantine.rules import DELETED, NOT_READY, Outage
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.reasons import (
     CONTAINER_FAILED,
@@ -165,10 +179,15 @@ _FINISHED: Final = frozenset({"Succeeded", "Failed"})
 
 @dataclass(frozen=True, slots=True)
 class TimedTaint:
-    """A ``NoExecute`` taint and when it was added (``None``: unknown)."""
+    """A ``NoExecute`` taint, when it was added (``None``: unknown) and first seen.
+
+    ``seen`` is the first look of this controller that saw a taint without ``timeAdded`` (the
+    shell remembers it, ``taints_seen``): only what names its outage (rule 9) reads it.
+    """
 
     taint: Taint
     added: datetime | None = None
+    seen: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,10 +244,15 @@ def node_health(raw: Mapping[str, Any]) -> NodeHealth:
 
 @dataclass(frozen=True, slots=True)
 class NodeFault:
-    """A node that took members of a gang, and how (a cause of ``NODE_FAULTS``)."""
+    """A node that took members of a gang, how (a cause of ``NODE_FAULTS``), in which outage.
+
+    ``outage`` (rule 9; ``None``: a fault of its own) says which faults of the node quarantine
+    counts once; equal faults are equal by node and cause.
+    """
 
     node: str
     cause: Cause
+    outage: Outage | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +262,8 @@ class Disruption:
     ``detail`` completes "the gang restarts because ...", naming the node and the cause (and
     those of ``other_nodes``); ``image_pull`` marks a stuck member waiting to pull an image (rule
     6 judges whose fault); ``other_nodes`` are the other nodes that took members (rule 7);
-    ``blames_node`` is False for an eviction someone asked for (rule 3): no fault of the node.
+    ``blames_node`` is False for an eviction someone asked for (rule 3): no fault of the node;
+    ``outage`` is the spell of the node's trouble it came from (rule 9), not compared.
     """
 
     cause: Cause
@@ -248,6 +273,7 @@ class Disruption:
     image_pull: bool = False
     other_nodes: tuple[NodeFault, ...] = ()
     blames_node: bool = True
+    outage: Outage | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,11 +362,12 @@ def _lost(pod: Mapping[str, Any], node: NodeHealth, *, now: datetime, lost_after
         return NONE
     if remaining > 0:
         return Finding(recheck_after=remaining)
+    outage = outage_of(node)
     if not node.exists:
-        return _found(NODE_LOST, node.name, pod, f"node {node.name} was deleted")
+        return _found(NODE_LOST, node.name, pod, f"node {node.name} was deleted", outage)
     for_how_long = _seconds((now - (node.ready_since or now)).total_seconds())
     detail = f"node {node.name} is lost (Ready {node.ready} for {for_how_long})"
-    return _found(NODE_LOST, node.name, pod, detail)
+    return _found(NODE_LOST, node.name, pod, detail, outage)
 
 
 def node_tainted(pod: Mapping[str, Any], node: NodeHealth, *, now: datetime) -> Finding:
@@ -363,7 +390,7 @@ def _tainted(pod: Mapping[str, Any], node: NodeHealth, *, now: datetime) -> Find
         if left <= 0:
             why = "does not tolerate" if not matching else "tolerated only for a while"
             detail = f"node {node.name} has the taint {timed.taint}, which {pod_name(pod)} {why}"
-            return _found(NODE_TAINTED, node.name, pod, detail)
+            return _found(NODE_TAINTED, node.name, pod, detail, outage_of(node, timed))
         recheck = left if recheck is None else min(recheck, left)
     return Finding(recheck_after=recheck)
 
@@ -536,8 +563,34 @@ def _where(pod: Mapping[str, Any], node: str | None, what: str) -> str:
     return f"pod {pod_name(pod)}{on} {what}"
 
 
-def _found(cause: Cause, node: str | None, pod: Mapping[str, Any], detail: str) -> Finding:
-    return Finding(Disruption(cause, node, (pod_name(pod),), detail))
+def _found(
+    cause: Cause,
+    node: str | None,
+    pod: Mapping[str, Any],
+    detail: str,
+    outage: Outage | None = None,
+) -> Finding:
+    return Finding(Disruption(cause, node, (pod_name(pod),), detail, outage=outage))
+
+
+def outage_of(node: NodeHealth, taint: TimedTaint | None = None) -> Outage:
+    """Rule 9: the outage a node fault of rules 1-2 (by ``taint``: rule 2) came from."""
+    if taint is not None:
+        return Outage(taint.taint.key, taint.added or taint.seen)
+    if not node.exists:
+        return Outage(DELETED)
+    return Outage(NOT_READY, node.ready_since)
+
+
+def taints_seen(node: NodeHealth, seen: Mapping[Taint, datetime], *, now: datetime) -> NodeHealth:
+    """``node`` with each taint lacking ``timeAdded`` dated by ``seen[taint]``, else ``now``."""
+    return replace(
+        node,
+        no_execute=tuple(
+            t if t.added is not None else replace(t, seen=seen.get(t.taint, now))
+            for t in node.no_execute
+        ),
+    )
 
 
 # ------------------------------------------------------------------ the gang
@@ -632,7 +685,9 @@ def find(
         replace(
             worst,
             detail=detail,
-            other_nodes=tuple(NodeFault(o.node, o.cause) for o in others if o.node is not None),
+            other_nodes=tuple(
+                NodeFault(o.node, o.cause, o.outage) for o in others if o.node is not None
+            ),
         )
     )
 
@@ -671,7 +726,13 @@ def _on_one_node(hits: Sequence[Disruption], worst: Disruption) -> Disruption:
     image_pull = any(d.image_pull for d in same)
     blames_node = any(d.blames_node for d in same)
     return Disruption(
-        worst.cause, worst.node, members, detail, image_pull=image_pull, blames_node=blames_node
+        worst.cause,
+        worst.node,
+        members,
+        detail,
+        image_pull=image_pull,
+        blames_node=blames_node,
+        outage=worst.outage,
     )
 
 

@@ -204,6 +204,7 @@ def plan_disrupted(draft: Draft, pods: GangPods, disruption: dis.Disruption) -> 
         disruption.node,
         other_nodes=disruption.other_nodes,
         blames_node=disruption.blames_node,
+        outage=disruption.outage,
     )
     _begin_attempt(draft, pods, restart)
     draft.set_condition(reasons.RESTARTING, st.TRUE, disruption.cause, message)

@@ -24,6 +24,7 @@ from torchgate.controller.job.disruption import (
     NodeFault,
     NodeHealth,
 )
+from torchgate.controller.quarantine.rules import Outage
 from torchgate.pytorchjob import names, progress
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources
 from torchgate.pytorchjob.digits import parse_integer
@@ -116,7 +117,8 @@ class Restart:
     (``disruption.COUNTED``); the node is known for the disruptions that happen on one
     (``job.disruption``), and so are the other nodes that took members with it
     (``other_nodes``, ``disruption`` rule 7); ``blames_node`` is False when the node is not at
-    fault (an eviction someone asked for, ``disruption`` rule 3).
+    fault (an eviction someone asked for, ``disruption`` rule 3); ``outage`` is the spell of the
+    node's trouble the restart came from (``disruption`` rule 9), not compared.
     """
 
     cause: Cause
@@ -124,11 +126,16 @@ class Restart:
     counted: bool = False
     other_nodes: tuple[NodeFault, ...] = ()
     blames_node: bool = True
+    outage: Outage | None = field(default=None, compare=False)
 
     def node_faults(self) -> tuple[NodeFault, ...]:
-        """The nodes this restart charges a fault for quarantine, each once."""
+        """The nodes this restart charges a fault for quarantine, each once, with its outage."""
         blamed = self.node is not None and self.blames_node
-        first = (NodeFault(self.node, self.cause),) if blamed and self.node is not None else ()
+        first = (
+            (NodeFault(self.node, self.cause, self.outage),)
+            if blamed and self.node is not None
+            else ()
+        )
         return tuple(f for f in (*first, *self.other_nodes) if f.cause in NODE_FAULTS)
 
 

@@ -7,7 +7,8 @@ Services before pods (so the master's name resolves when the pods start); status
 describes what was done). Pods on a lost node are deleted with no grace period (``plan`` rule
 8). A restart reports every node it charges a fault (``Restart.node_faults``: the node whose cause
 counts against it, and the others that took members with it) to the quarantine keeper once
-applied.
+applied, with the outage it came from (``disruption`` rule 9: a ``NoExecute`` taint without
+``timeAdded`` is dated by the first look that saw it, remembered here while the node has it).
 
 When the planned status is written is ``writes.StatusWritePolicy``'s decision: now, or after
 some seconds (progress waits while gangs are being created; counts alone at most once a second). A
@@ -47,7 +48,7 @@ import orjson
 from prometheus_client import Gauge
 
 from torchgate.controller.admission.admitter import Admitter
-from torchgate.controller.admission.nodes import PodDemand, job_demands
+from torchgate.controller.admission.nodes import PodDemand, Taint, job_demands
 from torchgate.controller.admission.waiting import GangRequest, Waiting
 from torchgate.controller.job import status as st
 from torchgate.controller.job.disruption import (
@@ -57,6 +58,7 @@ from torchgate.controller.job.disruption import (
     deleted_node,
     node_health,
     node_of,
+    taints_seen,
 )
 from torchgate.controller.job.finish import released_on_end
 from torchgate.controller.job.gangobjects import (
@@ -286,6 +288,9 @@ class Reconciler:
         self.services = services
         self.nodes = nodes  # None: no node is judged (lost, tainted)
         self.node_faults = node_faults  # a restart's fault of its node, for quarantine
+        # Node -> when this controller first saw each of its NoExecute taints without timeAdded
+        # (``disruption`` rule 9: the outage such a taint names).
+        self.taints_seen: dict[str, dict[Taint, datetime]] = {}
         self.policies = policies
         self.gang_objects_served = gang_objects_served
         # Job -> (uid, attempt) whose Workload and PodGroup exist (created or found).
@@ -360,7 +365,8 @@ class Reconciler:
             return None
         restart = applied.restart
         for fault in restart.node_faults() if restart is not None else ():
-            self.node_faults(Fault(fault.node, fault.cause, observed.now, key), policy.quarantine)
+            charged = Fault(fault.node, fault.cause, observed.now, key, fault.outage)
+            self.node_faults(charged, policy.quarantine)
         self._tell_admitter(key, job, spec, decision, policy, gpus, claims)
         released = released_on_end(job, applied, observed, self.clock())
         if released is not None:
@@ -392,10 +398,11 @@ class Reconciler:
         """What ``plan`` reads: the job, its pods and Services, the admitter's word, the nodes."""
         pods = self.pods.indexed(key)
         departed = tuple(self.departed.get(key, {}).values())
+        now = self.clock()
         return Observed(
             job_raw=job,
             job=spec,
-            now=self.clock(),
+            now=now,
             pods=pods,
             services=self.services.indexed(key),
             allow_clean_pod_policy_none=policy.allow_clean_pod_policy_none,
@@ -409,7 +416,7 @@ class Reconciler:
             finish_grace_seconds=self.options.finish_grace_seconds,
             demands_of=self.demands.function_for(key, job, gpus, claims),
             departed=departed,
-            nodes=self._nodes_under((*pods, *departed)),
+            nodes=self._nodes_under((*pods, *departed), now=now),
             node_lost_seconds=self.options.node_lost_seconds,
             failure_window_seconds=self.options.failure_window_seconds,
             stuck_pod_seconds=policy.quarantine.stuck_pod_seconds,
@@ -437,8 +444,14 @@ class Reconciler:
                 del kept[other]
             kept[name] = pod
 
-    def _nodes_under(self, pods: Iterable[Mapping[str, Any]]) -> dict[str, NodeHealth]:
-        """The health of the nodes ``pods`` are (or were) on; a node not cached is deleted."""
+    def _nodes_under(
+        self, pods: Iterable[Mapping[str, Any]], *, now: datetime
+    ) -> dict[str, NodeHealth]:
+        """The health of the nodes ``pods`` are (or were) on; a node not cached is deleted.
+
+        A taint without ``timeAdded`` is dated by the first look that saw it (``taints_seen``),
+        remembered while the node has it.
+        """
         if self.nodes is None:
             return {}
         health: dict[str, NodeHealth] = {}
@@ -447,7 +460,13 @@ class Reconciler:
             if name is None or name in health:
                 continue
             raw = self.nodes.get("", name)
-            health[name] = node_health(raw) if raw is not None else deleted_node(name)
+            if raw is None:
+                self.taints_seen.pop(name, None)
+                health[name] = deleted_node(name)
+                continue
+            seen = taints_seen(node_health(raw), self.taints_seen.get(name, {}), now=now)
+            self.taints_seen[name] = {t.taint: t.seen for t in seen.no_execute if t.seen}
+            health[name] = seen
         return health
 
     def _schedule_status_write(

@@ -1,7 +1,8 @@
 """The shell of quarantine: remember faults, patch nodes, lift cooldowns, tidy cleared nodes.
 
 The reconciler reports every gang restart whose cause counts against its node
-(``job.disruption.NODE_FAULTS``) with the thresholds of the job's policy; ``rules.due`` decides,
+(``job.disruption.NODE_FAULTS``), with the outage it came from, and the thresholds of the job's
+policy; ``rules.due`` decides (the gangs one outage took down counting once, rule 6),
 and one loop here applies: it quarantines the nodes due, lifts the quarantines whose cooldown has
 ended and tidies the labels of nodes an admin cleared, then sleeps until the next cooldown ends or
 something changes. Each quarantine and lift is an Event on the Node; a quarantine is also an Event
@@ -142,10 +143,11 @@ class QuarantineKeeper:
         faults: tuple[rules.Fault, ...],
     ) -> None:
         name = str((node.get("metadata") or {}).get("name") or "")
-        causes = ", ".join(sorted({f.cause for f in faults}))
+        counted = rules.one_per_outage(faults)
+        causes = ", ".join(sorted({f.cause for f in counted}))
         message = (
             f"node {name} is quarantined until {rules.format_until(quarantine.until)} after "
-            f"{len(faults)} infrastructure faults ({causes}): no new gang is placed on it; "
+            f"{len(counted)} infrastructure faults ({causes}): no new gang is placed on it; "
             f"clear with: kubectl taint nodes {name} {names.TAINT_QUARANTINE}-"
         )
         self.quarantines.labels(quarantine.cause).inc()

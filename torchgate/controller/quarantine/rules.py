@@ -19,24 +19,35 @@ Rules (each one function):
 
 1. ``recent``: a node's faults counted are those less than ``windowSeconds`` old (a sliding
    window); older ones are forgotten.
-2. ``due``: ``faults`` recent faults (``faults: 0`` never) quarantine the node until ``now`` plus
-   ``cooldownSeconds``, for the cause most of them had (ties: the latest fault's).
+2. ``due``: ``faults`` recent faults, one per outage (rule 6; ``faults: 0`` never), quarantine
+   the node until ``now`` plus ``cooldownSeconds``, for the cause most of them had (ties: the
+   latest fault's).
 3. ``quarantine_of``: what a Node says of its quarantine: the taint (and its cause) and the labels.
 4. ``next_step``: a tainted node whose cooldown has ended is lifted (taint and labels removed); a
    node with the labels but not the taint was cleared by an admin and is tidied (labels removed);
    else nothing, with the seconds until the cooldown ends.
 5. ``quarantine_patch`` / ``release_patch``: the JSON merge patches, carrying the node's
    ``resourceVersion`` so a concurrent change of its taints is never overwritten (409 instead).
+6. ``one_per_outage``: the faults of one node from the same outage count once, however many gangs
+   it took down (the first of them stands for it). Quarantine measures how flaky a node is, not
+   how many gangs it hosted: a power blip of a node running three small gangs is one fault, as it
+   is for a node running one big gang. An ``Outage`` is what the cluster shows of the spell
+   (``job.disruption`` names it): a lost node by its ``Ready`` condition's
+   ``lastTransitionTime`` (the same NotReady spell), a deleted node by its name, a ``NoExecute``
+   taint by its key and ``timeAdded`` (none, as ``kubectl taint`` writes: the look that first
+   saw it). A failure of a member on a healthy-looking node (stuck, evicted by its kubelet,
+   disrupted) has no outage: each gang's is a fault of its own, distinct evidence of the node.
 
 Faults live in the controller's memory: a restarted controller starts counting afresh (a
-quarantine already set stays, on the Node).
+quarantine already set stays, on the Node), so no fault is counted twice across a restart and
+no outage either (its faults before the restart are forgotten; those after it are counted once).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
 
@@ -49,14 +60,38 @@ UNTIL_FORMAT: Final = "%Y%m%dT%H%M%SZ"
 Step = Literal["lift", "tidy"]
 
 
+NOT_READY: Final = "NotReady"
+DELETED: Final = "Deleted"
+
+
+@dataclass(frozen=True, slots=True)
+class Outage:
+    """One spell of trouble of a node, which may take several gangs down (rule 6).
+
+    Attributes:
+        signal: What shows it: ``NOT_READY`` (its ``Ready`` condition not True), ``DELETED``
+            (the node gone), else the key of the ``NoExecute`` taint.
+        began: When it began as the cluster records it (``lastTransitionTime``, ``timeAdded``,
+            else the first look that saw the taint); ``None``: not recorded (a deleted node).
+    """
+
+    signal: str
+    began: datetime | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Fault:
-    """One infrastructure fault: a gang restarted for ``cause`` on ``node`` at ``at``."""
+    """One infrastructure fault: a gang restarted for ``cause`` on ``node`` at ``at``.
+
+    ``outage`` is the spell of the node's trouble it came from (``None``: a fault of its own);
+    faults are equal by what they charge, and counted once per outage by rule 6.
+    """
 
     node: str
     cause: str
     at: datetime
     job: JobKey
+    outage: Outage | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,13 +122,26 @@ def due(
     faults: Sequence[Fault], *, now: datetime, settings: QuarantineSettings
 ) -> Quarantine | None:
     """Rule 2: the quarantine ``faults`` call for under ``settings``, if any."""
-    counted = recent(faults, now=now, window_seconds=settings.window_seconds)
+    counted = one_per_outage(recent(faults, now=now, window_seconds=settings.window_seconds))
     if settings.faults <= 0 or len(counted) < settings.faults:
         return None
     tally = Counter(f.cause for f in counted)
     most = max(tally.values())
     cause = next(f.cause for f in reversed(counted) if tally[f.cause] == most)
     return Quarantine(cause, now + timedelta(seconds=settings.cooldown_seconds))
+
+
+def one_per_outage(faults: Iterable[Fault]) -> tuple[Fault, ...]:
+    """Rule 6: the first of a node's ``faults`` from each outage, and every one without one."""
+    seen: set[Outage] = set()
+    counted: list[Fault] = []
+    for fault in faults:
+        if fault.outage is not None:
+            if fault.outage in seen:
+                continue
+            seen.add(fault.outage)
+        counted.append(fault)
+    return tuple(counted)
 
 
 def format_until(moment: datetime) -> str:

@@ -28,6 +28,7 @@ from torchgate.controller.admission.nodes import Taint
 from torchgate.controller.job import disruption as dis
 from torchgate.controller.job.disruption import NodeHealth, TimedTaint
 from torchgate.controller.job.status import format_time
+from torchgate.controller.quarantine.rules import Outage
 
 LOST_AFTER = 30.0
 GPU_HEALTH = Taint("nvidia.com/gpu-health", "unhealthy", "NoExecute")
@@ -765,3 +766,77 @@ def test_a_failure_at_the_end_of_time_is_awaited_not_an_overflow() -> None:
     found = after_failure(last, tainted(added=-1))
     assert found.disruption is not None
     assert found.disruption.cause == "NodeTainted"
+
+
+# ------------------------------------------------------------------ rule 9: the outage
+
+
+def seen_at(health: NodeHealth, seconds: float) -> NodeHealth:
+    """``health`` as the shell dates its taints without ``timeAdded``: first seen then."""
+    first = {t.taint: NOW + timedelta(seconds=seconds) for t in health.no_execute}
+    return dis.taints_seen(health, first, now=NOW)
+
+
+def outage(signal: str, began: float | None) -> Outage:
+    return Outage(signal, None if began is None else NOW + timedelta(seconds=began))
+
+
+@pytest.mark.parametrize(
+    ("members", "health", "expected"),
+    [
+        pytest.param([member()], not_ready(since=-40), outage("NotReady", -40), id="lost"),
+        pytest.param([member()], dis.deleted_node("a100-1"), outage("Deleted", None),
+                     id="deleted"),
+        pytest.param([member()], tainted(added=-5), outage("nvidia.com/gpu-health", -5),
+                     id="tainted"),
+        pytest.param([member()], seen_at(tainted(added=None), -12),
+                     outage("nvidia.com/gpu-health", -12), id="tainted-without-time-added"),
+        pytest.param([member()], dis.taints_seen(tainted(added=None), {}, now=NOW),
+                     outage("nvidia.com/gpu-health", 0), id="a-taint-first-seen-now"),
+        pytest.param([failed(-2)], tainted(added=-1), outage("nvidia.com/gpu-health", -1),
+                     id="a-crash-its-nodes-taint-took"),
+        pytest.param([member(disrupted_at=-2)], NodeHealth("a100-1"), None, id="disrupted"),
+        pytest.param([member(reason="Evicted", phase="Failed")], NodeHealth("a100-1"), None,
+                     id="evicted-by-its-kubelet"),
+        pytest.param([waiting("ContainerCreating")], NodeHealth("a100-1"), None, id="stuck"),
+    ],
+)  # fmt: skip
+def test_a_node_fault_names_the_outage_it_came_from_and_a_pods_own_fault_none(
+    members: list[dict[str, Any]], health: NodeHealth, expected: Outage | None
+) -> None:
+    """Quarantine counts the gangs one outage took down once (its rule 6)."""
+    found = dis.find(
+        members, nodes={"a100-1": health}, now=NOW, lost_after=LOST_AFTER, stuck_after=STUCK_AFTER
+    )
+    assert found.disruption is not None
+    assert found.disruption.node == "a100-1"
+    assert found.disruption.outage == expected
+
+
+def test_every_other_node_charged_names_its_own_outage() -> None:
+    members = [
+        member("demo-master-0", node_name="a100-1"),
+        member("demo-worker-0", node_name="a100-2"),
+        member("demo-worker-1", node_name="a100-3"),
+    ]
+    nodes = {
+        "a100-1": not_ready(since=-40, name="a100-1"),
+        "a100-2": not_ready(since=-28, name="a100-2"),
+        "a100-3": tainted(added=-3, name="a100-3"),
+    }
+    found = dis.find(members, nodes=nodes, now=NOW, lost_after=LOST_AFTER, failure_window=5.0)
+    assert found.disruption is not None
+    assert [(o.node, o.outage) for o in found.disruption.other_nodes] == [
+        ("a100-2", outage("NotReady", -28)),
+        ("a100-3", outage("nvidia.com/gpu-health", -3)),
+    ]
+
+
+def test_a_taint_without_time_added_keeps_the_date_it_was_first_seen() -> None:
+    health = tainted(added=None)
+    first = dis.taints_seen(health, {}, now=NOW)
+    later = dis.taints_seen(health, {GPU_HEALTH: NOW}, now=NOW + timedelta(seconds=30))
+    assert [t.seen for t in first.no_execute] == [NOW]
+    assert [t.seen for t in later.no_execute] == [NOW]
+    dated = tainted(added=-5)
+    assert dis.taints_seen(dated, {}, now=NOW) == dated

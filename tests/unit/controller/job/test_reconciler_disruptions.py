@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import copy
 from collections.abc import AsyncIterator, Mapping
+from datetime import timedelta
 from typing import Any
 
 import orjson
 
 from tests.builders.job import gpu_job, with_uid
 from tests.builders.node import node
-from tests.builders.pod import deleted_with_grace, disruption_target, set_phase
+from tests.builders.pod import deleted_with_grace, disruption_target, set_phase, tolerating
 from tests.unit.controller.helpers import NOW, World, merge_patch
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
 from torchgate.controller.metrics import ControllerMetrics
-from torchgate.controller.quarantine.rules import Fault
+from torchgate.controller.quarantine.rules import Fault, Outage
 from torchgate.kube.errors import decode_error
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import NODES, PODS, PYTORCHJOBS, SERVICES
@@ -461,3 +462,50 @@ async def test_a_create_refused_in_a_namespace_being_deleted_is_not_retried() ->
         ("POST", "/api/v1/namespaces/default/services")
     ]
     assert rig.api.requests == refused
+
+
+# ------------------------------------------------------------------ the outage of a fault
+
+
+async def test_a_lost_nodes_fault_names_its_not_ready_spell() -> None:
+    """The gangs one NotReady spell took down count once in quarantine (``rules`` rule 6)."""
+    rig = Rig()
+    lost = node("a100-1")
+    lost["status"]["conditions"] = [
+        {"type": "Ready", "status": "Unknown", "lastTransitionTime": "2026-03-01T11:59:00Z"}
+    ]
+    rig.nodes.remember(lost)
+
+    await rig.reconciler.reconcile(KEY)
+
+    ((fault, _),) = rig.faults
+    assert (fault.node, fault.cause) == ("a100-1", "NodeLost")
+    assert fault.outage == Outage("NotReady", NOW - timedelta(seconds=60))
+
+
+async def test_a_taint_without_time_added_is_dated_by_the_first_look_that_saw_it() -> None:
+    """``kubectl taint`` writes no ``timeAdded``: every gang it takes names the same outage.
+
+    A look at ``NOW`` sees the taint on a100-1 (the gang tolerates it then); 30 s later the gang
+    no longer does (its pods as a gang that never tolerated it would be) and restarts.
+    """
+    rig = Rig()
+    pods = {name: rig.pods.get("default", name) for name in (MASTER, W0)}
+    toleration = {"key": "nvidia.com/gpu-health", "operator": "Exists", "effect": "NoExecute"}
+    for pod in pods.values():
+        assert pod is not None
+        rig.pods.remember(tolerating(pod, toleration))
+    sick = node("a100-1", taints=[{"key": "nvidia.com/gpu-health", "effect": "NoExecute"}])
+    rig.nodes.remember(sick)
+
+    await rig.reconciler.reconcile(KEY)
+    assert rig.faults == []
+    for pod in pods.values():
+        assert pod is not None
+        rig.pods.remember(pod)
+    rig.reconciler.clock = lambda: NOW + timedelta(seconds=30)
+    await rig.reconciler.reconcile(KEY)
+
+    ((fault, _),) = rig.faults
+    assert (fault.node, fault.cause) == ("a100-1", "NodeTainted")
+    assert fault.outage == Outage("nvidia.com/gpu-health", NOW)

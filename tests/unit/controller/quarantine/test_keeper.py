@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter
 from tests.builders.node import node
 from tests.unit.controller.helpers import NOW, merge_patch
 from torchgate.controller.quarantine.keeper import QuarantineKeeper
-from torchgate.controller.quarantine.rules import Fault
+from torchgate.controller.quarantine.rules import Fault, Outage
 from torchgate.kube.errors import Conflict
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import NODES
@@ -85,8 +85,14 @@ class Rig:
         subject = "/".join(about) if isinstance(about, tuple) else about["metadata"]["name"]
         self.events.append((subject, reason, message))
 
-    def fault(self, job: str, node_name: str = "a100-1", cause: str = "PodStuck") -> None:
-        self.keeper.record(Fault(node_name, cause, self.now, ("team", job)), SETTINGS)
+    def fault(
+        self,
+        job: str,
+        node_name: str = "a100-1",
+        cause: str = "PodStuck",
+        outage: Outage | None = None,
+    ) -> None:
+        self.keeper.record(Fault(node_name, cause, self.now, ("team", job), outage), SETTINGS)
 
     def taints(self, name: str) -> list[dict[str, Any]]:
         return list(self.api.stored[name]["spec"].get("taints", []))
@@ -189,3 +195,21 @@ async def test_faults_on_a_quarantined_node_do_not_quarantine_it_again() -> None
     await rig.keeper.converge()
     assert rig.labels("a100-1")[UNTIL] == until
     assert rig.counter.labels("PodStuck")._value.get() == 1
+
+
+async def test_the_gangs_one_outage_took_down_are_one_fault_and_separate_outages_add_up() -> None:
+    """A node running three gangs blips once: one fault; it blips again: two, quarantined."""
+    rig = Rig()
+    blip = Outage("NotReady", NOW - timedelta(seconds=30))
+    for job in ("one", "two", "three"):
+        rig.fault(job, cause="NodeLost", outage=blip)
+    await rig.keeper.converge()
+    assert not quarantined(rig, "a100-1")
+
+    rig.now = NOW + timedelta(seconds=120)
+    rig.fault("four", cause="NodeLost", outage=Outage("NotReady", NOW + timedelta(seconds=100)))
+    await rig.keeper.converge()
+    assert rig.taints("a100-1") == [{"key": TAINT, "value": "NodeLost", "effect": "NoSchedule"}]
+    assert "after 2 infrastructure faults (NodeLost)" in rig.events[0][2]
+    assert [s for s, _, _ in rig.events] == ["a100-1", "team/four", "team/one", "team/three",
+                                              "team/two"]  # fmt: skip

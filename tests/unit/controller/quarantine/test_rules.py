@@ -16,7 +16,7 @@ from hypothesis import strategies as hs
 from tests.builders.node import node
 from tests.unit.controller.helpers import NOW
 from torchgate.controller.quarantine import rules
-from torchgate.controller.quarantine.rules import Fault, NodeQuarantine, Quarantine
+from torchgate.controller.quarantine.rules import Fault, NodeQuarantine, Outage, Quarantine
 from torchgate.pytorchjob.policy import QuarantineSettings
 
 # Spelled out rather than imported: the code under test must agree with these.
@@ -89,6 +89,59 @@ def test_a_quarantine_is_due_exactly_when_enough_faults_are_recent(ages: list[fl
     inside = sum(1 for a in ages if a < SETTINGS.window_seconds)
     found = rules.due([fault(a) for a in ages], now=NOW, settings=SETTINGS)
     assert (found is not None) == (inside >= SETTINGS.faults)
+
+
+# ------------------------------------------------------------------ rule 6: one per outage
+
+BLIP = Outage("NotReady", NOW - timedelta(seconds=100))
+LATER_BLIP = Outage("NotReady", NOW - timedelta(seconds=40))
+XID = Outage("nvidia.com/gpu-health", NOW - timedelta(seconds=90))
+
+
+def outage_fault(ago: float, outage: Outage | None, cause: str = "NodeLost") -> Fault:
+    return Fault("a100-1", cause, NOW - timedelta(seconds=ago), ("team", f"job-{ago:g}"), outage)
+
+
+@pytest.mark.parametrize(
+    ("faults", "counted", "quarantined"),
+    [
+        pytest.param([outage_fault(a, BLIP) for a in (90, 80, 70)], 1, False,
+                     id="one-blip-under-three-gangs"),
+        pytest.param([outage_fault(90, BLIP), outage_fault(30, LATER_BLIP),
+                      outage_fault(10, Outage("NotReady", NOW - timedelta(seconds=15)))], 3, True,
+                     id="three-separate-blips"),
+        pytest.param([outage_fault(a, XID, "NodeTainted") for a in (80, 70)]
+                     + [outage_fault(20, Outage("nvidia.com/gpu-health", NOW))], 2, False,
+                     id="the-same-taint-added-again-is-another-outage"),
+        pytest.param([outage_fault(80, XID, "NodeTainted"), outage_fault(70, BLIP)], 2, False,
+                     id="a-taint-and-a-blip-are-two"),
+        pytest.param([outage_fault(a, None, "PodStuck") for a in (30, 20, 10)], 3, True,
+                     id="faults-of-their-own-count-each"),
+        pytest.param([outage_fault(90, BLIP), outage_fault(80, BLIP),
+                      outage_fault(30, None, "PodStuck"), outage_fault(20, None, "PodStuck")],
+                     3, True, id="a-blip-and-two-stuck-pods"),
+        pytest.param([outage_fault(700, BLIP), outage_fault(500, BLIP), outage_fault(400, BLIP)],
+                     1, False, id="an-outage-whose-first-fault-left-the-window-counts-once"),
+    ],
+)  # fmt: skip
+def test_the_faults_of_one_outage_count_once_however_many_gangs_it_took(
+    faults: list[Fault], counted: int, quarantined: bool
+) -> None:
+    recent = rules.recent(faults, now=NOW, window_seconds=SETTINGS.window_seconds)
+    assert len(rules.one_per_outage(recent)) == counted
+    assert (rules.due(faults, now=NOW, settings=SETTINGS) is not None) == quarantined
+
+
+def test_the_cause_of_a_quarantine_is_the_one_most_outages_had() -> None:
+    """Three gangs one blip took down do not outvote two stuck pods."""
+    faults = [
+        *(outage_fault(a, BLIP) for a in (90, 80, 70)),
+        outage_fault(30, None, "PodStuck"),
+        outage_fault(20, None, "PodStuck"),
+    ]
+    found = rules.due(faults, now=NOW, settings=SETTINGS)
+    assert found is not None
+    assert found.cause == "PodStuck"
 
 
 def apply_merge_patch(target: Any, patch: Any) -> Any:

@@ -1,0 +1,189 @@
+"""One outage of a node is one fault, however many gangs it took down, on kwok.
+
+The admin's view of quarantine: it should measure how flaky a node is, not how many gangs it
+hosted. A node running three small gangs that loses its power for a moment takes all three down
+at once; under the default policy (3 faults in 30 minutes) that must not quarantine it when it
+comes back, while a node equally flaky that ran one big gang would not be quarantined either.
+Separate outages still add up: a node that goes NotReady again under another gang is quarantined
+at the threshold. Nodes are made NotReady as in ``test_node_loss`` (heartbeats stopped,
+``Ready=False`` posted) and come back when kwok heartbeats again; the controller runs with
+``--node-lost-seconds 5``. Assertions read pods, Nodes and the controller's metrics, never logs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.builders.job import job
+from tests.builders.policy import policy
+from tests.e2e.conftest import Cluster
+from tests.e2e.controller_process import ControllerProcess, create_job, live_pods
+from tests.e2e.test_node_loss import (
+    QUARANTINE,
+    metric,
+    quarantine_taint,
+    ready_condition,
+    running_on,
+    set_not_ready,
+)
+from torchgate_dev.controlplane import kwok
+
+pytestmark = pytest.mark.e2e
+
+GANGS = 3
+
+
+@pytest.fixture(scope="module")
+def controller(
+    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControllerProcess]:
+    process = ControllerProcess(
+        cluster.kubeconfig, tmp_path_factory.mktemp("controller"), "--node-lost-seconds", "5"
+    ).start()
+    yield process
+    assert process.stop() == 0, process.log()
+
+
+def nodes_of(cluster: Cluster, namespace: str, attempt: int) -> set[str] | None:
+    """The nodes of the one-pod gangs when all are Running in gang attempt ``attempt``."""
+    pods = [pod for i in range(GANGS) for pod in live_pods(cluster, namespace, f"small{i}")]
+    ok = len(pods) == GANGS and all(
+        p["status"].get("phase") == "Running"
+        and p["metadata"]["annotations"]["torchgate.io/gang-attempt"] == str(attempt)
+        for p in pods
+    )
+    return {str(p["spec"]["nodeName"]) for p in pods} if ok else None
+
+
+def labels_of(cluster: Cluster, node: str) -> dict[str, Any]:
+    found = cluster.get("node", node)
+    assert found is not None
+    return dict(found["metadata"].get("labels") or {})
+
+
+def blip_back(cluster: Cluster, node: str) -> None:
+    """``node`` heartbeats again; wait until it is Ready."""
+    cluster.kubectl("label", "node", node, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
+    cluster.wait_for(
+        lambda: ready_condition(cluster, node)["status"] == "True",
+        timeout=60,
+        what=f"{node} Ready again",
+    )
+
+
+def test_a_node_running_three_gangs_that_blips_once_is_not_quarantined_under_the_default_policy(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    """Three one-pod gangs on one node; it goes NotReady, they restart on a spare; it comes back.
+
+    No PlacementPolicy selects the namespace: the built-in default (3 faults) applies.
+    """
+    namespace = cluster.new_namespace("blip")
+    pool = f"blip-{namespace[-6:]}"
+    (blip,) = cluster.add_gpu_nodes(1, pool, labels={"pool": pool})
+    stopped = False
+    try:
+        for i in range(GANGS):
+            on_pool = {"nodeSelector": {"pool": pool}}
+            create_job(
+                cluster, job(f"small{i}", namespace).master(gpus=2, pod_spec=on_pool).build()
+            )
+        assert cluster.wait_for(
+            lambda: nodes_of(cluster, namespace, 1), timeout=60, what="the 3 gangs Running"
+        ) == {blip}
+        (spare,) = cluster.add_gpu_nodes(1, f"{pool}-spare", labels={"pool": pool})
+
+        set_not_ready(cluster, blip)
+        stopped = True
+        again = cluster.wait_for(
+            lambda: nodes_of(cluster, namespace, 2), timeout=60, what="the 3 gangs on the spare"
+        )
+        assert again == {spare}
+        restarts = metric(controller, 'torchgate_controller_gang_restarts_total{cause="NodeLost"}')
+        assert restarts == GANGS
+
+        blip_back(cluster, blip)
+        stopped = False
+        time.sleep(2)  # the keeper has had every fault of the outage by now
+        assert quarantine_taint(cluster, blip) is None
+        assert QUARANTINE not in labels_of(cluster, blip)
+    finally:
+        if stopped:
+            cluster.kubectl("label", "node", blip, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
+
+
+def test_a_health_taint_under_three_gangs_is_one_fault_under_the_default_policy(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    """``kubectl taint ...:NoExecute`` (no ``timeAdded``) takes three one-pod gangs down at once.
+
+    The controller dates such a taint by the first look that saw it, so every gang's restart
+    names the same outage, however many looks apart they are.
+    """
+    namespace = cluster.new_namespace("xid")
+    pool = f"xid-{namespace[-6:]}"
+    (sick,) = cluster.add_gpu_nodes(1, pool, labels={"pool": pool})
+    on_pool = {"nodeSelector": {"pool": pool}}
+    for i in range(GANGS):
+        create_job(cluster, job(f"small{i}", namespace).master(gpus=2, pod_spec=on_pool).build())
+    assert cluster.wait_for(
+        lambda: nodes_of(cluster, namespace, 1), timeout=60, what="the 3 gangs Running"
+    ) == {sick}
+    (spare,) = cluster.add_gpu_nodes(1, f"{pool}-spare", labels={"pool": pool})
+
+    cluster.kubectl("taint", "node", sick, "nvidia.com/gpu-health=unhealthy:NoExecute")
+    again = cluster.wait_for(
+        lambda: nodes_of(cluster, namespace, 2), timeout=60, what="the 3 gangs on the spare"
+    )
+    assert again == {spare}
+    assert metric(controller, 'torchgate_controller_gang_restarts_total{cause="NodeTainted"}') == 3
+    time.sleep(2)  # the keeper has had every fault of the taint by now
+    assert quarantine_taint(cluster, sick) is None
+
+
+def test_a_node_whose_separate_outages_reach_the_threshold_is_quarantined(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    """Two NotReady spells of one node, each under a gang of its own; the policy says 2 faults."""
+    namespace = cluster.new_namespace("flaky")
+    pool = f"flaky-{namespace[-6:]}"
+    (flaky,) = cluster.add_gpu_nodes(1, pool, labels={"pool": pool})
+    name = f"{pool}-quarantine"
+    settings = {"faults": 2, "windowSeconds": 600, "cooldownSeconds": 3600}
+    cluster.apply(policy(name, namespaces=[namespace], quarantine=settings))
+    on_pool = {"nodeSelector": {"pool": pool}}
+    stopped = False
+    try:
+        create_job(cluster, job("first", namespace).master(gpus=8, pod_spec=on_pool).build())
+        assert cluster.wait_for(lambda: running_on(cluster, namespace, "first")) == flaky
+        (spare,) = cluster.add_gpu_nodes(1, f"{pool}-spare", labels={"pool": pool})
+
+        set_not_ready(cluster, flaky)
+        stopped = True
+        moved = cluster.wait_for(
+            lambda: (on := running_on(cluster, namespace, "first")) != flaky and on,
+            timeout=60,
+            what="the first gang off the flaky node",
+        )
+        assert moved == spare
+        blip_back(cluster, flaky)
+        stopped = False
+        time.sleep(2)
+        assert quarantine_taint(cluster, flaky) is None  # one outage so far
+
+        create_job(cluster, job("second", namespace).master(gpus=8, pod_spec=on_pool).build())
+        assert cluster.wait_for(lambda: running_on(cluster, namespace, "second")) == flaky
+        set_not_ready(cluster, flaky)
+        stopped = True
+        taint = cluster.wait_for(
+            lambda: quarantine_taint(cluster, flaky), timeout=60, what=f"{flaky} quarantined"
+        )
+        assert taint == {"key": QUARANTINE, "value": "NodeLost", "effect": "NoSchedule"}
+    finally:
+        if stopped:
+            cluster.kubectl("label", "node", flaky, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
+        cluster.kubectl("delete", "placementpolicy", name, "--ignore-not-found")
