@@ -424,10 +424,12 @@ class Manager:
                 self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
 
 
-async def serve_metrics(
-    manager: Manager | None, metrics: ControllerMetrics, bind: str, port: int
-) -> web.AppRunner:
-    """Plain-HTTP ``/metrics``, ``/healthz`` and ``/readyz`` (caches synced, or standing by)."""
+async def serve_metrics(metrics: ControllerMetrics, bind: str, port: int) -> web.AppRunner:
+    """Plain-HTTP ``/metrics``, ``/healthz`` and ``/readyz``: ok while the process serves.
+
+    Leader or standby alike: the pool service reaches the leader through its pod label, not
+    readiness, and ``torchgate_controller_leader`` tells which replica acts.
+    """
 
     async def metrics_text(_: web.Request) -> web.Response:
         return web.Response(
@@ -472,7 +474,7 @@ async def run_as_leader(
     if pod is not None:
         await mark_leader(api, namespace=pod[0], pod=pod[1], leading=False)
     runner = (
-        await serve_metrics(manager, manager.metrics, metrics_bind, metrics_port)
+        await serve_metrics(manager.metrics, metrics_bind, metrics_port)
         if metrics_port is not None
         else None
     )
