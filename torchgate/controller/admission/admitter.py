@@ -14,6 +14,11 @@ only. The admitter applies what it returns:
   victim's own reconcile turns the mark into the deletion of all its pods, a ``Preempted``
   condition and Event. A hold settles into a reservation once the victims' pods are gone; one
   given up puts the preemptor back in its place in the queue (``waiting`` rule 4).
+- Growth (``ledger`` rule 7): a running elastic gang's Workers beyond ``minAvailable`` that wait
+  (``grow``, one request per job, asked by its reconcile while any wait) are placed after the
+  cycle's waiting gangs were decided, on the room they left and within the team's quota, unless
+  a waiting gang starves; their nodes are reserved (``CapacityLedger.grow``) and the job's
+  reconcile creates those pods beside the running gang, which goes on undisturbed.
 - ``Wait``: the reason (``Quota``, ``Capacity`` or ``Topology``) and its message go to the queue,
   which reports them for the job's ``Queued`` condition (``waiting`` rule 5; ``Preempting``
   while a hold waits).
@@ -75,7 +80,13 @@ from torchgate.controller.admission.forecasting import (
     starving,
     unplaceable,
 )
-from torchgate.controller.admission.ledger import CapacityLedger, PodKey, Reservation
+from torchgate.controller.admission.ledger import (
+    CapacityLedger,
+    Growth,
+    PodKey,
+    Reservation,
+    place_growth,
+)
 from torchgate.controller.admission.nodes import (
     PodDemand,
     Signature,
@@ -103,6 +114,7 @@ from torchgate.controller.admission.topology import (
 from torchgate.controller.admission.waiting import (
     Demand,
     GangRequest,
+    GrowthRequest,
     Waiting,
     WaitingQueue,
     demand_by_team,
@@ -163,6 +175,7 @@ class Admitter:
         self.on_reason = on_reason
         self.on_admit = on_admit
         self.teams = teams
+        self.growths: dict[JobKey, GrowthRequest] = {}  # running gangs' waiting Workers
         self.pool_settings = pool_settings
         self.starvation_seconds = starvation_seconds
         self.stuck_seconds = stuck_seconds
@@ -244,6 +257,14 @@ class Admitter:
             self._last_arrival = self.clock()
             self.wake()
 
+    def grow(self, key: JobKey, request: GrowthRequest | None) -> None:
+        """A running gang's Workers that wait for room (``None``: none wait); idempotent."""
+        if request is None:
+            self.growths.pop(key, None)
+        elif self.growths.get(key) != request:
+            self.growths[key] = request
+            self.wake()
+
     def note(
         self,
         key: JobKey,
@@ -292,6 +313,7 @@ class Admitter:
 
     def cancel(self, key: JobKey) -> None:
         """The job is gone, finished, suspended or not ours: forget it."""
+        self.growths.pop(key, None)
         changed = self.queue.cancel(key)
         changed |= self.ledger.forget(key)
         if changed:
@@ -349,7 +371,7 @@ class Admitter:
             if teams:  # what ``kubectl get teamquotas`` shows stays current
                 totals = self.ledger.team_totals(owner, self.wall_clock())
                 self.team_status = team_statuses(teams, totals, ())
-            return admitted
+            return admitted + self._grow(None, (), teams, owner, now)
         wall = self.wall_clock()
         ready = self.queue.ready(now)
         pool, gangs, _ = self._facts(ready, teams, owner, wall)
@@ -372,8 +394,12 @@ class Admitter:
             (owner.get(key[0]) for key in self.queue.waiting),
         )
         places = _Places(lambda: self._ranked(owner, teams, now))
+        taken: list[tuple[Mapping[str, str], Mapping[str, Units]]] = []
         for waiting in ready:
             outcome = outcomes[waiting.key]
+            if isinstance(outcome, Admit | Preempt):
+                requests = {d.pod_name: d.requests for d in waiting.request.demands}
+                taken.append((outcome.nodes, {pod: requests[pod] for pod in outcome.nodes}))
             if isinstance(outcome, Admit):
                 self._admit(waiting, outcome.nodes, now)
                 admitted.append(waiting.key)
@@ -381,7 +407,66 @@ class Admitter:
                 self._preempt(waiting, outcome, now)
             else:
                 self._still_waiting(waiting, outcome, now, places)
+        if starved is None:  # a starving gang's room is not taken by growth either
+            admitted += self._grow(pool.capacity, taken, teams, owner, now)
         return admitted
+
+    def _grow(
+        self,
+        capacity: Capacity | None,
+        taken: Iterable[tuple[Mapping[str, str], Mapping[str, Units]]],
+        teams: Mapping[str, TeamQuota],
+        owner: Mapping[str, str],
+        now: float,
+    ) -> list[JobKey]:
+        """Place running gangs' waiting Workers on the room left (``ledger`` rule 7).
+
+        ``capacity``: the cycle's view before its outcomes (``None``: read it now); ``taken``:
+        the nodes the cycle's admissions and holds took from it. Returns the jobs that grew.
+        """
+        if not self.growths:
+            return []
+        if capacity is None:  # read now, which also drops reservations whose pods were all seen
+            capacity = self._current_capacity()
+        growths: list[Growth] = []
+        uids: dict[JobKey, str] = {}
+        for key, asked in sorted(self.growths.items(), key=lambda item: item[1].order(item[0])):
+            nodes = self.ledger.growable(key)
+            if nodes is None or key in self.queue.waiting:
+                continue
+            extras = tuple(
+                OptionalPod(d.pod_name, d.requests, self._eligible(d.signature))
+                for d in asked.demands
+            )
+            one_per_node = any(d.host_ports for d in asked.demands)
+            growths.append(Growth(key, owner.get(key[0]), nodes, extras, asked.gpus, one_per_node))
+            uids[key] = asked.uid
+        if not growths:
+            return []
+        room = capacity.fork()
+        for nodes, requests in taken:
+            room.take(nodes, requests)
+        usage = self.ledger.team_totals(owner, self.wall_clock()).usage
+        placed = place_growth(room, growths, teams=teams, usage=usage)
+        for key, nodes in placed.items():
+            by_name = {d.pod_name: d.requests for d in self.growths[key].demands}
+            requests = {pod: by_name[pod] for pod in nodes}
+            reservation = Reservation(uids[key], nodes, requests, since=now, waited=0.0)
+            self.ledger.grow(key, reservation)
+            log.info(
+                "%s/%s grows by %d pod(s) onto %s",
+                *key,
+                len(nodes),
+                ", ".join(sorted(set(nodes.values()))),
+                extra={"job": "/".join(key)},
+            )
+            self.on_admit_job(key)
+        return list(placed)
+
+    def _current_capacity(self) -> Capacity:
+        """The capacity view, brought up to date (a cycle with no waiting gang reads no facts)."""
+        levels = topology_levels(s.topology.levels for s in self.pool_settings())
+        return self._read_views(levels)[0]
 
     def _note_wave_hold(self, outcomes: Iterable[Outcome], now: float) -> None:
         """Start or end the bound on waiting for a freed wave; cycle again when it runs out."""
@@ -505,6 +590,17 @@ class Admitter:
             empty.update({name: self.ledger.capacity_of(name) for name in changed})
         return capacity, empty
 
+    def _read_views(self, levels: tuple[str, ...]) -> tuple[Capacity, Capacity]:
+        """The capacity views brought up to date, and the node facts kept while they stand."""
+        changed = self.ledger.changed_free()
+        capacity, empty = self._capacity_views(self.ledger.topology_for(levels), changed)
+        # What an empty node holds changes with its free GPU devices too (a device tainted or
+        # claimed outside the ledger, then back), not only when devices come or go.
+        version = (self.ledger.nodes_version, self.ledger.devices_version, empty.edits)
+        if self._nodes.version != version:
+            self._nodes = _NodeFacts(version)
+        return capacity, empty
+
     def _facts(
         self,
         ready: Sequence[Waiting],
@@ -517,15 +613,9 @@ class Admitter:
 
         ``extra`` (a forecast's candidate) is read afresh and not kept: it is in no queue.
         """
-        changed = self.ledger.changed_free()
         settings = self.pool_settings()
         levels = topology_levels(s.topology.levels for s in settings)
-        capacity, empty = self._capacity_views(self.ledger.topology_for(levels), changed)
-        # What an empty node holds changes with its free GPU devices too (a device tainted or
-        # claimed outside the ledger, then back), not only when devices come or go.
-        version = (self.ledger.nodes_version, self.ledger.devices_version, empty.edits)
-        if self._nodes.version != version:
-            self._nodes = _NodeFacts(version)
+        capacity, empty = self._read_views(levels)
         gangs = self._gangs_of(ready, owner, levels)
         pool = Pool(
             capacity=capacity,

@@ -167,6 +167,8 @@ class Plan:
         delete_services: Names of Services to delete.
         needs_admission: The job waits for the admitter to place ``demands`` all-or-nothing.
         demands: The gang to place, Master first (only with ``needs_admission``).
+        growth: A running elastic gang's Workers beyond ``minAvailable`` that wait for the
+            admitter to place them beside it (``gang.waiting_extras``), in rank order.
         restarts: New value of the job annotation ``torchgate.io/restarts``, or ``None``.
         attempt: New value of the job annotation ``torchgate.io/gang-attempt``, or ``None``:
             every restart moves the job to a new attempt (with its own rendezvous fence).
@@ -189,6 +191,7 @@ class Plan:
     delete_services: tuple[str, ...] = ()
     needs_admission: bool = False
     demands: tuple[PodDemand, ...] = ()
+    growth: tuple[PodDemand, ...] = ()
     restarts: int | None = None
     attempt: int | None = None
     image_pull_stuck: str | None = None
@@ -320,6 +323,7 @@ class Draft:
     delete_pods: list[str] = field(default_factory=list)
     delete_services: list[str] = field(default_factory=list)
     needs_admission: bool = False
+    growth: tuple[str, ...] = ()  # waiting extras of a running gang (``Plan.growth``)
     restarts: int | None = None
     attempt: int | None = None
     image_pull_stuck: str | None = None
@@ -390,6 +394,12 @@ class Draft:
                 new[key] = value  # a dropped time becomes null, which a merge patch removes
         return None if new == old else new
 
+    def _growth_demands(self) -> tuple[PodDemand, ...]:
+        if not self.growth:
+            return ()
+        waiting = frozenset(self.growth)
+        return tuple(d for d in self.observed.demands_of(self.job) if d.pod_name in waiting)
+
     def finish(self) -> Plan:
         """The plan."""
         return Plan(
@@ -401,6 +411,7 @@ class Draft:
             delete_services=tuple(self.delete_services),
             needs_admission=self.needs_admission,
             demands=self.observed.demands_of(self.job) if self.needs_admission else (),
+            growth=self._growth_demands(),
             restarts=self.restarts,
             attempt=self.attempt,
             image_pull_stuck=self.image_pull_stuck,
