@@ -307,6 +307,11 @@ class Admitter:
         """The preemptor when the job's gang was chosen as a victim and is being evicted."""
         return self.ledger.preempted_by(key)
 
+    def unreserve(self, key: JobKey, pods: Sequence[str]) -> None:
+        """Reserved pods the job no longer expects (a scale down before they were created)."""
+        if self.ledger.unreserve(key, pods):
+            self.wake()
+
     def release(self, key: JobKey) -> None:
         """Drop the job's reservation: its pods were deleted, so it no longer describes them."""
         self.ledger.release(key)

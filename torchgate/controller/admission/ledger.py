@@ -14,7 +14,9 @@ Rules:
    away or moved frees capacity; a new pod never lets a waiting gang in.
 2. **Reservations** (``reserve``): capacity promised to an admitted gang until the ledger has
    seen every pod of it; only then is it dropped (``free``), so no moment exists when neither
-   counts a pod. ``release`` drops it when the job's pods were deleted.
+   counts a pod. ``release`` drops it when the job's pods were deleted; ``unreserve`` drops the
+   pods its job no longer expects (scaled down before they were created), which no event would
+   ever show.
 3. **Holds** (``hold``): a preemptor's nodes, counted in full on top of the victims' pods still
    there, so nothing else takes them; each victim maps to its preemptor (``preempted_by``) until
    its pods are gone. A hold whose victims are all gone becomes a reservation (``settle``); one
@@ -60,7 +62,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Final
 
@@ -360,6 +362,24 @@ class CapacityLedger:
         """Reserve a running gang's new pods' nodes, keeping its admission time (rule 7)."""
         self.reservations[key] = reservation
         self._stale.add(key)
+
+    def unreserve(self, key: JobKey, pods: Iterable[str]) -> bool:
+        """Drop ``pods`` (no longer expected) from the job's reservation (rule 2); whether any."""
+        reservation = self.reservations.get(key)
+        if reservation is None:
+            return False
+        dropped = set(pods) & reservation.nodes.keys()
+        if not dropped:
+            return False
+        kept = {pod: node for pod, node in reservation.nodes.items() if pod not in dropped}
+        if kept:
+            requests = {pod: reservation.requests[pod] for pod in kept}
+            self.reservations[key] = replace(reservation, nodes=kept, requests=requests)
+        else:
+            del self.reservations[key]
+        self._dirty |= {reservation.nodes[pod] for pod in dropped}
+        self._stale.add(key)
+        return True
 
     def growable(self, key: JobKey) -> Mapping[str, str] | None:
         """Where a running gang's live pods are, if it may grow now (rule 7), else ``None``.

@@ -28,7 +28,8 @@ The rules this module owns (rules 4, 5 and 7 of ``plan``):
   gangs, within the team's quota); a reservation naming them creates them beside it, without a
   restart, and the Running condition's message names those still waiting. A member of the gang
   missing from such a reservation still breaks it. A scale down deletes the Workers above the
-  new count (highest indexes), as any pod of a name no longer expected.
+  new count (highest indexes), as any pod of a name no longer expected, and drops those reserved
+  but not created yet from the reservation (``Plan.unreserve``).
 - ``handle_failure``: a failed pod that its restart policy does not retry ends the job; a
   retryable failure restarts the whole gang, counted against ``backoffLimit``. A Master the
   progress probe ended (``pytorchjob.progress``) restarts it as a ``Hang``, counted too: a hang is
@@ -424,6 +425,7 @@ def plan_gang(draft: Draft, pods: GangPods) -> None:
         _create_missing_services(draft)
     _mark_admitted(draft)
     draft.growth = tuple(left_out)
+    draft.unreserve = tuple(name for name in reservation or () if name not in pods.expected)
     if _is_running(draft.job, live):
         message = _running_message(draft) + _waiting_extras_note(left_out)
         draft.set_condition(reasons.RUNNING, st.TRUE, reasons.REASON_RUNNING, message)

@@ -169,6 +169,8 @@ class Plan:
         demands: The gang to place, Master first (only with ``needs_admission``).
         growth: A running elastic gang's Workers beyond ``minAvailable`` that wait for the
             admitter to place them beside it (``gang.waiting_extras``), in rank order.
+        unreserve: Pods the admitter reserved a node for that the job no longer expects (a
+            scale down before they were created): the reservation drops them.
         restarts: New value of the job annotation ``torchgate.io/restarts``, or ``None``.
         attempt: New value of the job annotation ``torchgate.io/gang-attempt``, or ``None``:
             every restart moves the job to a new attempt (with its own rendezvous fence).
@@ -192,6 +194,7 @@ class Plan:
     needs_admission: bool = False
     demands: tuple[PodDemand, ...] = ()
     growth: tuple[PodDemand, ...] = ()
+    unreserve: tuple[str, ...] = ()
     restarts: int | None = None
     attempt: int | None = None
     image_pull_stuck: str | None = None
@@ -324,6 +327,7 @@ class Draft:
     delete_services: list[str] = field(default_factory=list)
     needs_admission: bool = False
     growth: tuple[str, ...] = ()  # waiting extras of a running gang (``Plan.growth``)
+    unreserve: tuple[str, ...] = ()
     restarts: int | None = None
     attempt: int | None = None
     image_pull_stuck: str | None = None
@@ -412,6 +416,7 @@ class Draft:
             needs_admission=self.needs_admission,
             demands=self.observed.demands_of(self.job) if self.needs_admission else (),
             growth=self._growth_demands(),
+            unreserve=self.unreserve,
             restarts=self.restarts,
             attempt=self.attempt,
             image_pull_stuck=self.image_pull_stuck,

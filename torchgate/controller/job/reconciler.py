@@ -513,6 +513,8 @@ class Reconciler:
             )
         if decision.delete_pods or decision.restart is not None:
             self.admitter.release(key)
+        elif decision.unreserve:
+            self.admitter.unreserve(key, decision.unreserve)
         if decision.needs_admission:
             self.admitter.grow(key, None)  # the whole gang is placed again
             request = self._gang_request(job, spec, policy, gpus, claims, decision.demands)

@@ -156,3 +156,17 @@ def test_a_node_added_while_no_job_queues_takes_the_waiting_worker() -> None:
     admitter.cycle()
 
     assert admitter.reservation_for(key, UID) == {W2: "n2"}
+
+
+def test_a_reserved_worker_no_longer_expected_frees_its_node() -> None:
+    admitter, _ = make(nodes=3)
+    key = running(admitter, {W0: "n0", W1: "n1"}, gpus=8)
+    admitter.grow(key, growth(elastic(3, gpus=8), (W2,)))
+    admitter.cycle()
+    assert admitter.free()["n2"].get("nvidia.com/gpu") == 0
+
+    admitter.unreserve(key, (W2,))  # scaled down before el-worker-2 was created
+    admitter.grow(key, None)
+
+    assert admitter.reservation_for(key, UID) is None
+    assert admitter.free()["n2"].get("nvidia.com/gpu", 0) > 0

@@ -146,3 +146,17 @@ def test_a_member_missing_beside_a_growth_reservation_still_breaks_the_gang() ->
 
     assert result.attempt is not None  # a new gang attempt: the gang is restarted whole
     assert all(planned_node(p) is not None for p in result.create_pods)
+
+
+def test_a_scale_down_before_the_reserved_worker_was_created_drops_it_from_the_reservation() -> (
+    None
+):
+    world = running(elastic_world(2), PLACED)
+    scale(world, 3)
+    world.apply(world.plan())
+    scale(world, 2)  # back down before the admitter's reservation of el-worker-2 was acted on
+
+    result = world.plan(reservation={W2: "n3"})
+
+    assert (result.unreserve, result.create_pods, result.delete_pods) == ((W2,), (), ())
+    assert result.attempt is None
