@@ -16,9 +16,10 @@ only. The admitter applies what it returns:
   given up puts the preemptor back in its place in the queue (``waiting`` rule 4).
 - Growth (``ledger`` rule 7): a running elastic gang's Workers beyond ``minAvailable`` that wait
   (``grow``, one request per job, asked by its reconcile while any wait) are placed after the
-  cycle's waiting gangs were decided, on the room they left and within the team's quota, unless
-  a waiting gang starves; their nodes are reserved (``CapacityLedger.grow``) and the job's
-  reconcile creates those pods beside the running gang, which goes on undisturbed.
+  cycle's waiting gangs were decided, on the room they left (as a gang with no deadline behind
+  them: not on backfill's nodes for the head gangs, not while one starves or a freed wave is
+  held) and within the team's quota; their nodes are reserved (``CapacityLedger.grow``) and the
+  job's reconcile creates those pods beside the running gang, which goes on undisturbed.
 - ``Wait``: the reason (``Quota``, ``Capacity`` or ``Topology``) and its message go to the queue,
   which reports them for the job's ``Queued`` condition (``waiting`` rule 5; ``Preempting``
   while a hold waits).
@@ -61,7 +62,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from torchgate.controller.admission.backfill import START_SLACK_SECONDS
+from torchgate.controller.admission.backfill import START_SLACK_SECONDS, Reservations
 from torchgate.controller.admission.decide import (
     Admit,
     Outcome,
@@ -376,7 +377,7 @@ class Admitter:
             if teams:  # what ``kubectl get teamquotas`` shows stays current
                 totals = self.ledger.team_totals(owner, self.wall_clock())
                 self.team_status = team_statuses(teams, totals, ())
-            return admitted + self._grow(None, (), teams, owner, now)
+            return admitted + self._grow(lambda: self._current_capacity().fork(), teams, owner, now)
         wall = self.wall_clock()
         ready = self.queue.ready(now)
         pool, gangs, _ = self._facts(ready, teams, owner, wall)
@@ -399,12 +400,8 @@ class Admitter:
             (owner.get(key[0]) for key in self.queue.waiting),
         )
         places = _Places(lambda: self._ranked(owner, teams, now))
-        taken: list[tuple[Mapping[str, str], Mapping[str, Units]]] = []
         for waiting in ready:
             outcome = outcomes[waiting.key]
-            if isinstance(outcome, Admit | Preempt):
-                requests = {d.pod_name: d.requests for d in waiting.request.demands}
-                taken.append((outcome.nodes, {pod: requests[pod] for pod in outcome.nodes}))
             if isinstance(outcome, Admit):
                 self._admit(waiting, outcome.nodes, now)
                 admitted.append(waiting.key)
@@ -412,27 +409,30 @@ class Admitter:
                 self._preempt(waiting, outcome, now)
             else:
                 self._still_waiting(waiting, outcome, now, places)
-        if starved is None:  # a starving gang's room is not taken by growth either
-            admitted += self._grow(pool.capacity, taken, teams, owner, now)
+        # Growth takes no room a starving gang or a freed wave waits for, nor a head gang's.
+        held = any(isinstance(o, Wait) and o.reason == WAVE_HELD for o in outcomes.values())
+        if starved is None and not held:
+            admitted += self._grow(
+                lambda: _room_left(pool, gangs, outcomes, wall), teams, owner, now
+            )
         return admitted
 
     def _grow(
         self,
-        capacity: Capacity | None,
-        taken: Iterable[tuple[Mapping[str, str], Mapping[str, Units]]],
+        room_left: Callable[[], Capacity],
         teams: Mapping[str, TeamQuota],
         owner: Mapping[str, str],
         now: float,
     ) -> list[JobKey]:
         """Place running gangs' waiting Workers on the room left (``ledger`` rule 7).
 
-        ``capacity``: the cycle's view before its outcomes (``None``: read it now); ``taken``:
-        the nodes the cycle's admissions and holds took from it. Returns the jobs that grew.
+        ``room_left``: a capacity of their own with the room the cycle's outcomes left (read
+        first: a cycle with no waiting gang reads the capacity then, which also drops the
+        reservations whose pods were all seen). Returns the jobs that grew.
         """
         if not self.growths:
             return []
-        if capacity is None:  # read now, which also drops reservations whose pods were all seen
-            capacity = self._current_capacity()
+        room = room_left()
         growths: list[Growth] = []
         uids: dict[JobKey, str] = {}
         for key, asked in sorted(self.growths.items(), key=lambda item: item[1].order(item[0])):
@@ -448,9 +448,6 @@ class Admitter:
             uids[key] = asked.uid
         if not growths:
             return []
-        room = capacity.fork()
-        for nodes, requests in taken:
-            room.take(nodes, requests)
         usage = self.ledger.team_totals(owner, self.wall_clock()).usage
         placed = place_growth(room, growths, teams=teams, usage=usage)
         for key, nodes in placed.items():
@@ -863,6 +860,30 @@ class Admitter:
         if self.queue.report(waiting, outcome.kind, message, now):
             log.debug("%s/%s waits (%s): %s", *waiting.key, outcome.kind, outcome.message)
             self.on_reason(waiting.key)
+
+
+def _room_left(
+    pool: Pool, gangs: Sequence[WaitingGang], outcomes: Mapping[JobKey, Outcome], now: float
+) -> Capacity:
+    """The room the cycle's outcomes leave, without the nodes backfill keeps for head gangs.
+
+    The outcomes are taken in admission order through ``backfill.Reservations``, as ``decide``
+    took them, so the nodes reserved for the first gangs waiting for room are withheld: a
+    growth is a gang with no deadline at the back of the queue (``backfill`` rule 3).
+    """
+    room = pool.capacity.fork()
+    reservations = Reservations(room, pool.admitted, now)
+    for gang in gangs:
+
+        def replay(gang: WaitingGang) -> Outcome:
+            outcome = outcomes[gang.key]
+            if isinstance(outcome, Admit | Preempt):
+                requests = {**gang.requests, **{e.name: e.requests for e in gang.extras}}
+                room.take(outcome.nodes, {pod: requests[pod] for pod in outcome.nodes})
+            return outcome
+
+        reservations.decide(gang, replay)
+    return room
 
 
 @dataclass(slots=True)

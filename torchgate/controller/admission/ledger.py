@@ -48,7 +48,9 @@ Rules:
 7. **Growth of a running gang** (``place_growth``): a running elastic gang's Workers beyond
    ``minAvailable`` that wait (a scale while it runs, or room there was none for at admission)
    are placed after the cycle's waiting gangs were decided (a queued job outranks a running
-   job's growth), in admission order, on the room they left: each pod by ``topology`` rule 8
+   job's growth), in admission order, on the room they left, as a gang with no deadline at the
+   back of the queue would be (not on the nodes ``backfill`` keeps for the head gangs, nor while
+   a gang starves or a freed wave is held): each pod by ``topology`` rule 8
    (``place_extras``: the nodes the gang already uses first), only while its team stays within
    its nominal quota with the pod counted (``quota`` rule 2: ``Fits``; a growth neither borrows
    nor reclaims). A pod that does not fit is left out for a later cycle; one over quota ends

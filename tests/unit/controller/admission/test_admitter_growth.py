@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.builders.job import job, parsed_job, with_uid
+from tests.builders.job import gpu_job, job, parsed_job, with_uid
 from tests.builders.node import node
 from tests.builders.pod import pod
 from tests.builders.team import parsed_team
@@ -27,11 +27,11 @@ W0, W1, W2, W3 = (f"el-worker-{i}" for i in range(4))
 
 
 def make(
-    nodes: int, *, gpus: int = 8, teams: dict[str, TeamQuota] | None = None
+    nodes: int, *, gpus: int = 8, teams: dict[str, TeamQuota] | None = None, **kw: Any
 ) -> tuple[Admitter, list[tuple[str, str]]]:
     woken: list[tuple[str, str]] = []
     admitter = Admitter(
-        on_admit_job=woken.append, on_reason=woken.append, teams=lambda: teams or {}
+        on_admit_job=woken.append, on_reason=woken.append, teams=lambda: teams or {}, **kw
     )
     for index in range(nodes):
         admitter.on_node("ADDED", node(f"n{index}", gpus=gpus), None)
@@ -170,3 +170,55 @@ def test_a_reserved_worker_no_longer_expected_frees_its_node() -> None:
 
     assert admitter.reservation_for(key, UID) is None
     assert admitter.free()["n2"].get("nvidia.com/gpu", 0) > 0
+
+
+def test_growth_keeps_off_the_nodes_backfill_keeps_for_the_head_gang() -> None:
+    wall = 1_000.0
+    admitter, _ = make(nodes=4, starvation_seconds=10**9, wall_clock=lambda: wall)
+    old = ("default", "old")  # n0 and n1, ends by 30 s from now
+    for index in range(2):
+        admitter.on_pod("ADDED", pod(f"old-{index}", gang=old, node=f"n{index}", gpus=8), None)
+    admitter.note(old, priority=0, gpus=GpuSources("nvidia.com/gpu"), ends_by=wall + 30)
+    key = running(admitter, {W0: "n3", W1: "n3"}, gpus=4)  # n3 full, n2 free
+    head = ask(admitter, gpu_job("head", workers=2, gpus=8).build())  # 3 nodes: n0-n2 at 30 s
+
+    admitter.grow(key, growth(elastic(3, gpus=4), (W2,)))
+    admitter.cycle()
+
+    assert head in admitter.queue.waiting
+    assert admitter.reservation_for(key, UID) is None, "n2 is the head's once old ends"
+
+
+def test_without_a_head_reservation_the_free_node_takes_the_growth() -> None:
+    admitter, _ = make(nodes=4)
+    key = running(admitter, {W0: "n3", W1: "n3"}, gpus=4)
+    for index in range(2):
+        admitter.on_pod("ADDED", pod(f"old-{index}", node=f"n{index}", gpus=8), None)
+    head = ask(admitter, gpu_job("head", workers=2, gpus=8).build())  # no end known: no reservation
+
+    admitter.grow(key, growth(elastic(3, gpus=4), (W2,)))
+    admitter.cycle()
+
+    assert head in admitter.queue.waiting
+    assert admitter.reservation_for(key, UID) == {W2: "n2"}
+
+
+def test_growth_takes_no_room_a_freed_wave_is_held_for() -> None:
+    wall = 1_000.0
+    admitter, _ = make(
+        nodes=3, starvation_seconds=10**9, wall_clock=lambda: wall, wave_hold_seconds=2.0
+    )
+    old = ("default", "old")  # the part of the wave still running on n1, due in 5 s
+    admitter.on_pod("ADDED", pod("old-0", gang=old, node="n1", gpus=8), None)
+    admitter.note(old, priority=0, gpus=GpuSources("nvidia.com/gpu"), ends_by=wall + 5)
+    key = running(admitter, {W0: "n2", W1: "n2"}, gpus=4)  # n2 full, n0 free
+    alike = {"activeDeadlineSeconds": 30}
+    first = gpu_job("first", workers=0, gpus=8).run_policy(**alike).build()
+    ask(admitter, first, created="2026-01-01T00:00:00Z")
+    second = gpu_job("second", workers=1, gpus=8).run_policy(**alike).build()
+    ask(admitter, second, created="2026-01-01T00:00:01Z")
+
+    admitter.grow(key, growth(elastic(3, gpus=4), (W2,)))
+    assert admitter.cycle() == [], "n0 is free, but the rest of its wave is due"
+
+    assert admitter.reservation_for(key, UID) is None
