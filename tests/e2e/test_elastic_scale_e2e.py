@@ -155,13 +155,13 @@ def test_a_scale_up_without_room_waits_saying_why_and_starts_when_room_frees(
     scaled = cluster.kubectl("scale", "-n", namespace, "pytorchjob/el", "--replicas=3")
     assert scaled.returncode == 0, scaled.stderr
 
-    def waits_named() -> dict[str, Any] | None:
+    def waits_for_room() -> dict[str, Any] | None:
         running = condition(get_job(cluster, namespace, "el"), "Running")
-        return running if running and "el-worker-2" in running.get("message", "") else None
+        message = running.get("message", "") if running else ""
+        return running if "el-worker-2" in message and "waiting for room" in message else None
 
-    running = cluster.wait_for(waits_named, timeout=30, what="Running naming el-worker-2")
+    running = cluster.wait_for(waits_for_room, timeout=30, what="Running: el-worker-2 waits")
     assert running["status"] == "True"
-    assert "waiting for room" in running["message"]
     assert pod_facts(cluster, namespace, "el") == first
 
     (added,) = cluster.add_gpu_nodes(1, "elwait-more", gpus=8, labels={"pool": "elwait"})

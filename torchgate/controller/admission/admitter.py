@@ -177,6 +177,7 @@ class Admitter:
         self.on_admit = on_admit
         self.teams = teams
         self.growths: dict[JobKey, GrowthRequest] = {}  # running gangs' waiting Workers
+        self.growth_waits: dict[JobKey, str] = {}  # what those not placed wait for
         self.pool_settings = pool_settings
         self.starvation_seconds = starvation_seconds
         self.stuck_seconds = stuck_seconds
@@ -262,9 +263,14 @@ class Admitter:
         """A running gang's Workers that wait for room (``None``: none wait); idempotent."""
         if request is None:
             self.growths.pop(key, None)
+            self.growth_waits.pop(key, None)
         elif self.growths.get(key) != request:
             self.growths[key] = request
             self.wake()
+
+    def growth_wait(self, key: JobKey) -> str | None:
+        """What the running gang's waiting Workers wait for: ``Quota`` or ``Capacity``."""
+        return self.growth_waits.get(key)
 
     def note(
         self,
@@ -320,6 +326,7 @@ class Admitter:
     def cancel(self, key: JobKey) -> None:
         """The job is gone, finished, suspended or not ours: forget it."""
         self.growths.pop(key, None)
+        self.growth_waits.pop(key, None)
         changed = self.queue.cancel(key)
         changed |= self.ledger.forget(key)
         if changed:
@@ -449,7 +456,17 @@ class Admitter:
         if not growths:
             return []
         usage = self.ledger.team_totals(owner, self.wall_clock()).usage
-        placed = place_growth(room, growths, teams=teams, usage=usage)
+        grown = place_growth(room, growths, teams=teams, usage=usage)
+        for growth in growths:  # what is left waits for this; its reconcile says so
+            kind = grown.waiting.get(growth.key)
+            if self.growth_waits.get(growth.key) != kind:
+                if kind is None:
+                    del self.growth_waits[growth.key]
+                else:
+                    self.growth_waits[growth.key] = kind
+                if growth.key not in grown.placed:
+                    self.on_reason(growth.key)
+        placed = grown.placed
         for key, nodes in placed.items():
             by_name = {d.pod_name: d.requests for d in self.growths[key].demands}
             requests = {pod: by_name[pod] for pod in nodes}

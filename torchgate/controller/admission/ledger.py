@@ -54,7 +54,8 @@ Rules:
    (``place_extras``: the nodes the gang already uses first), only while its team stays within
    its nominal quota with the pod counted (``quota`` rule 2: ``Fits``; a growth neither borrows
    nor reclaims). A pod that does not fit is left out for a later cycle; one over quota ends
-   its gang's growth for the cycle. The pods placed are reserved like an admission's
+   its gang's growth for the cycle. A gang left short says what it waits for: ``Quota`` when a
+   pod was over quota, else ``Capacity``. The pods placed are reserved like an admission's
    (``grow``, rule 2, keeping the gang's admission time), so the job's reconcile creates
    exactly those pods and the gang counts them until the ledger has seen them.
 """
@@ -135,26 +136,36 @@ class Growth:
     one_per_node: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Grown:
+    """What ``place_growth`` did: job -> (pod -> node) placed, job -> what the rest wait for."""
+
+    placed: Mapping[JobKey, Mapping[str, str]]
+    waiting: Mapping[JobKey, str]  # ``Quota`` or ``Capacity`` (rule 7)
+
+
 def place_growth(
     capacity: Capacity,
     growths: Iterable[Growth],
     *,
     teams: Mapping[str, TeamQuota],
     usage: Mapping[str, Units],
-) -> dict[JobKey, dict[str, str]]:
-    """Job -> (pod -> node) for the waiting Workers of running gangs that fit now (rule 7).
+) -> Grown:
+    """The waiting Workers of running gangs placed now, and why the others wait (rule 7).
 
     ``growths`` in admission order; ``capacity``: the room the cycle's waiting gangs left
     (taken from as pods are placed); ``usage``: each team's quota usage with them (not changed).
     """
     used = {team: dict(units) for team, units in usage.items()}
     out: dict[JobKey, dict[str, str]] = {}
+    waiting: dict[JobKey, str] = {}
     for growth in growths:
         team = teams.get(growth.team) if growth.team is not None else None
         placed: dict[str, str] = {}
         for pod in growth.extras:
             wanted = quota_usage([pod.requests], growth.gpus)
             if not isinstance(check_quota(team, wanted, used, teams), Fits):
+                waiting[growth.key] = "Quota"
                 break
             where = {**growth.nodes, **placed}
             placed |= place_extras(capacity, where, [pod], one_per_node=growth.one_per_node)
@@ -164,7 +175,9 @@ def place_growth(
                     total[name] = total.get(name, 0) + amount
         if placed:
             out[growth.key] = placed
-    return out
+        if len(placed) < len(growth.extras):
+            waiting.setdefault(growth.key, "Capacity")
+    return Grown(out, waiting)
 
 
 class CapacityLedger:

@@ -427,7 +427,8 @@ def plan_gang(draft: Draft, pods: GangPods) -> None:
     draft.growth = tuple(left_out)
     draft.unreserve = tuple(name for name in reservation or () if name not in pods.expected)
     if _is_running(draft.job, live):
-        message = _running_message(draft) + _waiting_extras_note(left_out)
+        note = _waiting_extras_note(left_out, draft.observed.growth_wait)
+        message = _running_message(draft) + note
         draft.set_condition(reasons.RUNNING, st.TRUE, reasons.REASON_RUNNING, message)
 
 
@@ -455,13 +456,19 @@ def waiting_extras(
     ]
 
 
-def _waiting_extras_note(left_out: Sequence[str]) -> str:
+_GROWTH_WAITS: Final = {
+    "Quota": "waiting for quota: their team is at its nominal quota with them counted",
+    "Capacity": "waiting for room: no node they may use has room left after the queued jobs",
+}
+
+
+def _waiting_extras_note(left_out: Sequence[str], wait: str | None) -> str:
     if not left_out:
         return ""
+    why = _GROWTH_WAITS.get(wait or "", "waiting for the admitter to place them")
     return (
         f" {len(left_out)} elastic Worker(s) beyond minAvailable are not started: "
-        f"{', '.join(left_out)} (waiting for room on the nodes within the team's quota; "
-        "queued jobs go first, and the running gang goes on without them)."
+        f"{', '.join(left_out)} ({why}; the running gang goes on without them)."
     )
 
 

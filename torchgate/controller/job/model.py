@@ -56,6 +56,8 @@ class Observed:
             ``WaitingForResources``, ``WaitingForTopology``, ``WaitingForPreemption``).
         preempted_by: ``namespace/name`` of the job whose admission chose this job's gang as a
             victim, while the gang is being evicted.
+        growth_wait: What its running gang's waiting Workers wait for (``Quota`` or
+            ``Capacity``: ``ledger`` rule 7), once the admitter tried to place them.
         gpu_resource: The extended resource that counts as GPUs.
         gpu_sources: Everything that counts as GPUs (``policy.gpus``); None: ``gpu_resource`` only.
         claims: The ResourceClaims, templates and DeviceClasses the controller sees in the
@@ -88,6 +90,7 @@ class Observed:
     reservation: Mapping[str, str] | None = None
     wait_reason: str | None = None
     wait_kind: str | None = None
+    growth_wait: str | None = None
     preempted_by: str | None = None
     gpu_resource: str = names.DEFAULT_GPU_RESOURCE
     gpu_sources: GpuSources | None = None

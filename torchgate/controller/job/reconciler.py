@@ -402,6 +402,7 @@ class Reconciler:
             reservation=self.admitter.reservation_for(key, spec.uid),
             wait_reason=self.admitter.wait_reason(key),
             wait_kind=self.admitter.wait_kind(key),
+            growth_wait=self.admitter.growth_wait(key),
             preempted_by=_joined(self.admitter.preempted_by(key)),
             gpu_resource=policy.gpu_resource,
             gpu_sources=gpus,

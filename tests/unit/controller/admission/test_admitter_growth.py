@@ -91,10 +91,12 @@ def test_no_room_reserves_nothing_until_room_frees() -> None:
 
     admitter.cycle()
     assert admitter.reservation_for(key, UID) is None
+    assert admitter.growth_wait(key) == "Capacity"
 
     admitter.on_pod("DELETED", pod("other", node="n2", gpus=8), None)
     admitter.cycle()
     assert admitter.reservation_for(key, UID) == {W2: "n2"}
+    assert admitter.growth_wait(key) is None
 
 
 def test_a_queued_job_outranks_a_running_jobs_growth() -> None:
@@ -118,6 +120,7 @@ def test_growth_stays_within_the_teams_nominal_quota() -> None:
     admitter.cycle()
 
     assert admitter.reservation_for(key, UID) == {W2: "n2"}, "24 GPUs: one more Worker, no more"
+    assert admitter.growth_wait(key) == "Quota"
 
 
 def test_a_growth_no_longer_asked_for_is_not_placed() -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.builders.job import job, with_uid
 from tests.unit.controller.helpers import World
 from torchgate.controller.job.model import ANNOTATION_ATTEMPT
@@ -109,7 +111,21 @@ def test_a_running_gang_asks_the_admitter_for_its_waiting_workers() -> None:
 
     assert [demand.pod_name for demand in result.growth] == [W2]
     world.apply(result)
-    assert "waiting for room" in running_message(world)
+    assert "waiting for the admitter" in running_message(world)
+
+
+@pytest.mark.parametrize(
+    ("wait", "said"),
+    [("Capacity", "waiting for room"), ("Quota", "waiting for quota")],
+    ids=["no-room", "over-quota"],
+)
+def test_the_running_condition_says_what_the_waiting_workers_wait_for(wait: str, said: str) -> None:
+    world = running(elastic_world(2), PLACED)
+    scale(world, 3)
+
+    world.apply(world.plan(growth_wait=wait))
+
+    assert said in running_message(world)
 
 
 def test_a_gang_with_no_worker_waiting_asks_for_no_growth() -> None:
