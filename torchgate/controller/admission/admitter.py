@@ -14,6 +14,12 @@ only. The admitter applies what it returns:
   victim's own reconcile turns the mark into the deletion of all its pods, a ``Preempted``
   condition and Event. A hold settles into a reservation once the victims' pods are gone; one
   given up puts the preemptor back in its place in the queue (``waiting`` rule 4).
+- Growth (``ledger`` rule 7): a running elastic gang's Workers beyond ``minAvailable`` that wait
+  (``grow``, one request per job, asked by its reconcile while any wait) are placed after the
+  cycle's waiting gangs were decided, on the room they left (as a gang with no deadline behind
+  them: not on backfill's nodes for the head gangs, not while one starves or a freed wave is
+  held) and within the team's quota; their nodes are reserved (``CapacityLedger.grow``) and the
+  job's reconcile creates those pods beside the running gang, which goes on undisturbed.
 - ``Wait``: the reason (``Quota``, ``Capacity`` or ``Topology``) and its message go to the queue,
   which reports them for the job's ``Queued`` condition (``waiting`` rule 5; ``Preempting``
   while a hold waits).
@@ -56,7 +62,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from torchgate.controller.admission.backfill import START_SLACK_SECONDS
+from torchgate.controller.admission.backfill import START_SLACK_SECONDS, Reservations
 from torchgate.controller.admission.decide import (
     Admit,
     Outcome,
@@ -75,7 +81,13 @@ from torchgate.controller.admission.forecasting import (
     starving,
     unplaceable,
 )
-from torchgate.controller.admission.ledger import CapacityLedger, PodKey, Reservation
+from torchgate.controller.admission.ledger import (
+    CapacityLedger,
+    Growth,
+    PodKey,
+    Reservation,
+    place_growth,
+)
 from torchgate.controller.admission.nodes import (
     PodDemand,
     Signature,
@@ -103,6 +115,7 @@ from torchgate.controller.admission.topology import (
 from torchgate.controller.admission.waiting import (
     Demand,
     GangRequest,
+    GrowthRequest,
     Waiting,
     WaitingQueue,
     demand_by_team,
@@ -163,6 +176,8 @@ class Admitter:
         self.on_reason = on_reason
         self.on_admit = on_admit
         self.teams = teams
+        self.growths: dict[JobKey, GrowthRequest] = {}  # running gangs' waiting Workers
+        self.growth_waits: dict[JobKey, str] = {}  # what those not placed wait for
         self.pool_settings = pool_settings
         self.starvation_seconds = starvation_seconds
         self.stuck_seconds = stuck_seconds
@@ -244,6 +259,19 @@ class Admitter:
             self._last_arrival = self.clock()
             self.wake()
 
+    def grow(self, key: JobKey, request: GrowthRequest | None) -> None:
+        """A running gang's Workers that wait for room (``None``: none wait); idempotent."""
+        if request is None:
+            self.growths.pop(key, None)
+            self.growth_waits.pop(key, None)
+        elif self.growths.get(key) != request:
+            self.growths[key] = request
+            self.wake()
+
+    def growth_wait(self, key: JobKey) -> str | None:
+        """What the running gang's waiting Workers wait for: ``Quota`` or ``Capacity``."""
+        return self.growth_waits.get(key)
+
     def note(
         self,
         key: JobKey,
@@ -286,12 +314,19 @@ class Admitter:
         """The preemptor when the job's gang was chosen as a victim and is being evicted."""
         return self.ledger.preempted_by(key)
 
+    def unreserve(self, key: JobKey, pods: Sequence[str]) -> None:
+        """Reserved pods the job no longer expects (a scale down before they were created)."""
+        if self.ledger.unreserve(key, pods):
+            self.wake()
+
     def release(self, key: JobKey) -> None:
         """Drop the job's reservation: its pods were deleted, so it no longer describes them."""
         self.ledger.release(key)
 
     def cancel(self, key: JobKey) -> None:
         """The job is gone, finished, suspended or not ours: forget it."""
+        self.growths.pop(key, None)
+        self.growth_waits.pop(key, None)
         changed = self.queue.cancel(key)
         changed |= self.ledger.forget(key)
         if changed:
@@ -349,7 +384,7 @@ class Admitter:
             if teams:  # what ``kubectl get teamquotas`` shows stays current
                 totals = self.ledger.team_totals(owner, self.wall_clock())
                 self.team_status = team_statuses(teams, totals, ())
-            return admitted
+            return admitted + self._grow(lambda: self._current_capacity().fork(), teams, owner, now)
         wall = self.wall_clock()
         ready = self.queue.ready(now)
         pool, gangs, _ = self._facts(ready, teams, owner, wall)
@@ -381,7 +416,76 @@ class Admitter:
                 self._preempt(waiting, outcome, now)
             else:
                 self._still_waiting(waiting, outcome, now, places)
+        # Growth takes no room a starving gang or a freed wave waits for, nor a head gang's.
+        held = any(isinstance(o, Wait) and o.reason == WAVE_HELD for o in outcomes.values())
+        if starved is None and not held:
+            admitted += self._grow(
+                lambda: _room_left(pool, gangs, outcomes, wall), teams, owner, now
+            )
         return admitted
+
+    def _grow(
+        self,
+        room_left: Callable[[], Capacity],
+        teams: Mapping[str, TeamQuota],
+        owner: Mapping[str, str],
+        now: float,
+    ) -> list[JobKey]:
+        """Place running gangs' waiting Workers on the room left (``ledger`` rule 7).
+
+        ``room_left``: a capacity of their own with the room the cycle's outcomes left (read
+        first: a cycle with no waiting gang reads the capacity then, which also drops the
+        reservations whose pods were all seen). Returns the jobs that grew.
+        """
+        if not self.growths:
+            return []
+        room = room_left()
+        growths: list[Growth] = []
+        uids: dict[JobKey, str] = {}
+        for key, asked in sorted(self.growths.items(), key=lambda item: item[1].order(item[0])):
+            nodes = self.ledger.growable(key)
+            if nodes is None or key in self.queue.waiting:
+                continue
+            extras = tuple(
+                OptionalPod(d.pod_name, d.requests, self._eligible(d.signature))
+                for d in asked.demands
+            )
+            one_per_node = any(d.host_ports for d in asked.demands)
+            growths.append(Growth(key, owner.get(key[0]), nodes, extras, asked.gpus, one_per_node))
+            uids[key] = asked.uid
+        if not growths:
+            return []
+        usage = self.ledger.team_totals(owner, self.wall_clock()).usage
+        grown = place_growth(room, growths, teams=teams, usage=usage)
+        for growth in growths:  # what is left waits for this; its reconcile says so
+            kind = grown.waiting.get(growth.key)
+            if self.growth_waits.get(growth.key) != kind:
+                if kind is None:
+                    del self.growth_waits[growth.key]
+                else:
+                    self.growth_waits[growth.key] = kind
+                if growth.key not in grown.placed:
+                    self.on_reason(growth.key)
+        placed = grown.placed
+        for key, nodes in placed.items():
+            by_name = {d.pod_name: d.requests for d in self.growths[key].demands}
+            requests = {pod: by_name[pod] for pod in nodes}
+            reservation = Reservation(uids[key], nodes, requests, since=now, waited=0.0)
+            self.ledger.grow(key, reservation)
+            log.info(
+                "%s/%s grows by %d pod(s) onto %s",
+                *key,
+                len(nodes),
+                ", ".join(sorted(set(nodes.values()))),
+                extra={"job": "/".join(key)},
+            )
+            self.on_admit_job(key)
+        return list(placed)
+
+    def _current_capacity(self) -> Capacity:
+        """The capacity view, brought up to date (a cycle with no waiting gang reads no facts)."""
+        levels = topology_levels(s.topology.levels for s in self.pool_settings())
+        return self._read_views(levels)[0]
 
     def _note_wave_hold(self, outcomes: Iterable[Outcome], now: float) -> None:
         """Start or end the bound on waiting for a freed wave; cycle again when it runs out."""
@@ -505,6 +609,17 @@ class Admitter:
             empty.update({name: self.ledger.capacity_of(name) for name in changed})
         return capacity, empty
 
+    def _read_views(self, levels: tuple[str, ...]) -> tuple[Capacity, Capacity]:
+        """The capacity views brought up to date, and the node facts kept while they stand."""
+        changed = self.ledger.changed_free()
+        capacity, empty = self._capacity_views(self.ledger.topology_for(levels), changed)
+        # What an empty node holds changes with its free GPU devices too (a device tainted or
+        # claimed outside the ledger, then back), not only when devices come or go.
+        version = (self.ledger.nodes_version, self.ledger.devices_version, empty.edits)
+        if self._nodes.version != version:
+            self._nodes = _NodeFacts(version)
+        return capacity, empty
+
     def _facts(
         self,
         ready: Sequence[Waiting],
@@ -517,15 +632,9 @@ class Admitter:
 
         ``extra`` (a forecast's candidate) is read afresh and not kept: it is in no queue.
         """
-        changed = self.ledger.changed_free()
         settings = self.pool_settings()
         levels = topology_levels(s.topology.levels for s in settings)
-        capacity, empty = self._capacity_views(self.ledger.topology_for(levels), changed)
-        # What an empty node holds changes with its free GPU devices too (a device tainted or
-        # claimed outside the ledger, then back), not only when devices come or go.
-        version = (self.ledger.nodes_version, self.ledger.devices_version, empty.edits)
-        if self._nodes.version != version:
-            self._nodes = _NodeFacts(version)
+        capacity, empty = self._read_views(levels)
         gangs = self._gangs_of(ready, owner, levels)
         pool = Pool(
             capacity=capacity,
@@ -768,6 +877,30 @@ class Admitter:
         if self.queue.report(waiting, outcome.kind, message, now):
             log.debug("%s/%s waits (%s): %s", *waiting.key, outcome.kind, outcome.message)
             self.on_reason(waiting.key)
+
+
+def _room_left(
+    pool: Pool, gangs: Sequence[WaitingGang], outcomes: Mapping[JobKey, Outcome], now: float
+) -> Capacity:
+    """The room the cycle's outcomes leave, without the nodes backfill keeps for head gangs.
+
+    The outcomes are taken in admission order through ``backfill.Reservations``, as ``decide``
+    took them, so the nodes reserved for the first gangs waiting for room are withheld: a
+    growth is a gang with no deadline at the back of the queue (``backfill`` rule 3).
+    """
+    room = pool.capacity.fork()
+    reservations = Reservations(room, pool.admitted, now)
+    for gang in gangs:
+
+        def replay(gang: WaitingGang) -> Outcome:
+            outcome = outcomes[gang.key]
+            if isinstance(outcome, Admit | Preempt):
+                requests = {**gang.requests, **{e.name: e.requests for e in gang.extras}}
+                room.take(outcome.nodes, {pod: requests[pod] for pod in outcome.nodes})
+            return outcome
+
+        reservations.decide(gang, replay)
+    return room
 
 
 @dataclass(slots=True)

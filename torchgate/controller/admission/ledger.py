@@ -14,7 +14,9 @@ Rules:
    away or moved frees capacity; a new pod never lets a waiting gang in.
 2. **Reservations** (``reserve``): capacity promised to an admitted gang until the ledger has
    seen every pod of it; only then is it dropped (``free``), so no moment exists when neither
-   counts a pod. ``release`` drops it when the job's pods were deleted.
+   counts a pod. ``release`` drops it when the job's pods were deleted; ``unreserve`` drops the
+   pods its job no longer expects (scaled down before they were created), which no event would
+   ever show.
 3. **Holds** (``hold``): a preemptor's nodes, counted in full on top of the victims' pods still
    there, so nothing else takes them; each victim maps to its preemptor (``preempted_by``) until
    its pods are gone. A hold whose victims are all gone becomes a reservation (``settle``); one
@@ -43,6 +45,19 @@ Rules:
    claims whose pods' units count them (``units_of``) again, and nothing is counted twice. When
    the claims, templates or classes they are counted from change, ``recount_claims`` counts
    them again.
+7. **Growth of a running gang** (``place_growth``): a running elastic gang's Workers beyond
+   ``minAvailable`` that wait (a scale while it runs, or room there was none for at admission)
+   are placed after the cycle's waiting gangs were decided (a queued job outranks a running
+   job's growth), in admission order, on the room they left, as a gang with no deadline at the
+   back of the queue would be (not on the nodes ``backfill`` keeps for the head gangs, nor while
+   a gang starves or a freed wave is held): each pod by ``topology`` rule 8
+   (``place_extras``: the nodes the gang already uses first), only while its team stays within
+   its nominal quota with the pod counted (``quota`` rule 2: ``Fits``; a growth neither borrows
+   nor reclaims). A pod that does not fit is left out for a later cycle; one over quota ends
+   its gang's growth for the cycle. A gang left short says what it waits for: ``Quota`` when a
+   pod was over quota, else ``Capacity``. The pods placed are reserved like an admission's
+   (``grow``, rule 2, keeping the gang's admission time), so the job's reconcile creates
+   exactly those pods and the gang counts them until the ledger has seen them.
 """
 
 from __future__ import annotations
@@ -50,18 +65,24 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Final
 
 from torchgate.controller.admission.nodes import NodeView, node_view
 from torchgate.controller.admission.preemption import HELD_PRIORITY
-from torchgate.controller.admission.quota import Admitted, TeamTotals
-from torchgate.controller.admission.topology import Topology, build_topology
+from torchgate.controller.admission.quota import Admitted, Fits, TeamTotals, check_quota
+from torchgate.controller.admission.topology import (
+    Capacity,
+    OptionalPod,
+    Topology,
+    build_topology,
+    place_extras,
+)
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources
 from torchgate.pytorchjob.names import JobKey
-from torchgate.pytorchjob.pool import quota_usage
+from torchgate.pytorchjob.pool import TeamQuota, quota_usage
 from torchgate.pytorchjob.units import Units, add, pod_units, subtract
 
 PodKey = tuple[str, str]
@@ -97,6 +118,66 @@ class Hold:
     reservation: Reservation
     victims: tuple[JobKey, ...]
     victim_pods: frozenset[PodKey]
+
+
+@dataclass(frozen=True, slots=True)
+class Growth:
+    """A running elastic gang's Workers beyond ``minAvailable`` that wait for room (rule 7).
+
+    ``nodes``: where its live pods are (pod -> node); ``extras``: the Workers waiting, in rank
+    order; ``gpus``: what its policy counts as GPUs (for quota).
+    """
+
+    key: JobKey
+    team: str | None
+    nodes: Mapping[str, str]
+    extras: tuple[OptionalPod, ...]
+    gpus: GpuSources = _DEFAULT_GPUS
+    one_per_node: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Grown:
+    """What ``place_growth`` did: job -> (pod -> node) placed, job -> what the rest wait for."""
+
+    placed: Mapping[JobKey, Mapping[str, str]]
+    waiting: Mapping[JobKey, str]  # ``Quota`` or ``Capacity`` (rule 7)
+
+
+def place_growth(
+    capacity: Capacity,
+    growths: Iterable[Growth],
+    *,
+    teams: Mapping[str, TeamQuota],
+    usage: Mapping[str, Units],
+) -> Grown:
+    """The waiting Workers of running gangs placed now, and why the others wait (rule 7).
+
+    ``growths`` in admission order; ``capacity``: the room the cycle's waiting gangs left
+    (taken from as pods are placed); ``usage``: each team's quota usage with them (not changed).
+    """
+    used = {team: dict(units) for team, units in usage.items()}
+    out: dict[JobKey, dict[str, str]] = {}
+    waiting: dict[JobKey, str] = {}
+    for growth in growths:
+        team = teams.get(growth.team) if growth.team is not None else None
+        placed: dict[str, str] = {}
+        for pod in growth.extras:
+            wanted = quota_usage([pod.requests], growth.gpus)
+            if not isinstance(check_quota(team, wanted, used, teams), Fits):
+                waiting[growth.key] = "Quota"
+                break
+            where = {**growth.nodes, **placed}
+            placed |= place_extras(capacity, where, [pod], one_per_node=growth.one_per_node)
+            if pod.name in placed and team is not None:
+                total = used.setdefault(team.name, {})
+                for name, amount in wanted.items():
+                    total[name] = total.get(name, 0) + amount
+        if placed:
+            out[growth.key] = placed
+        if len(placed) < len(growth.extras):
+            waiting.setdefault(growth.key, "Capacity")
+    return Grown(out, waiting)
 
 
 class CapacityLedger:
@@ -291,6 +372,40 @@ class CapacityLedger:
         if ends_by is not None:
             self.ends_by[key] = ends_by
         self._stale.add(key)
+
+    def grow(self, key: JobKey, reservation: Reservation) -> None:
+        """Reserve a running gang's new pods' nodes, keeping its admission time (rule 7)."""
+        self.reservations[key] = reservation
+        self._stale.add(key)
+
+    def unreserve(self, key: JobKey, pods: Iterable[str]) -> bool:
+        """Drop ``pods`` (no longer expected) from the job's reservation (rule 2); whether any."""
+        reservation = self.reservations.get(key)
+        if reservation is None:
+            return False
+        dropped = set(pods) & reservation.nodes.keys()
+        if not dropped:
+            return False
+        kept = {pod: node for pod, node in reservation.nodes.items() if pod not in dropped}
+        if kept:
+            requests = {pod: reservation.requests[pod] for pod in kept}
+            self.reservations[key] = replace(reservation, nodes=kept, requests=requests)
+        else:
+            del self.reservations[key]
+        self._dirty |= {reservation.nodes[pod] for pod in dropped}
+        self._stale.add(key)
+        return True
+
+    def growable(self, key: JobKey) -> Mapping[str, str] | None:
+        """Where a running gang's live pods are, if it may grow now (rule 7), else ``None``.
+
+        Not while a reservation or hold of its own stands (its pods are being created), nor
+        while it is a preemption victim.
+        """
+        pods = self.gangs.get(key)
+        if not pods or key in self.reservations or key in self.holds or key in self.evicting:
+            return None
+        return {pod[1]: self.pods[pod][0] for pod in pods}
 
     def reservation_for(self, key: JobKey, uid: str) -> Mapping[str, str] | None:
         """Where the job's pods go, when capacity is reserved for it."""

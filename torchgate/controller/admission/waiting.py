@@ -69,6 +69,24 @@ class GangRequest:
         return self.gpus.resource
 
 
+@dataclass(frozen=True, slots=True)
+class GrowthRequest:
+    """A running elastic gang's Workers beyond ``minAvailable`` that wait (``ledger`` rule 7).
+
+    Built by its reconcile while any wait; placed by the admitter after the waiting gangs.
+    """
+
+    uid: str
+    demands: tuple[PodDemand, ...]  # the Workers waiting, in rank order
+    priority: int
+    created: str
+    gpus: GpuSources
+
+    def order(self, key: JobKey) -> tuple[int, str, str, str]:
+        """Its place among the growths (``pool.admission_order``, as a waiting gang's)."""
+        return admission_order(self.priority, self.created, key)
+
+
 @dataclass(slots=True)
 class Waiting:
     """A job whose gang is not placed yet: what it asked (``request``) and its place."""

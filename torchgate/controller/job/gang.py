@@ -23,10 +23,13 @@ The rules this module owns (rules 4, 5 and 7 of ``plan``):
   admitter's extras) are created only on a node the admitter reserved for them. One it found no
   room for, or one a scale (``kubectl scale``, an HPA) asks for while the gang runs, is left out:
   it neither tears the running gang down (the rendezvous goes on with the members it has) nor is
-  created unplaced for kube-scheduler to bind later, outside admission and quota. The Running
-  condition's message names the Workers left out; they are placed with the gang at its next
-  admission. A scale down deletes the Workers above the new count (highest indexes), as any pod
-  of a name no longer expected.
+  created unplaced for kube-scheduler to bind later, outside admission and quota. The running
+  gang asks the admitter to place them (``Plan.growth``; ``ledger`` rule 7: after the waiting
+  gangs, within the team's quota); a reservation naming them creates them beside it, without a
+  restart, and the Running condition's message names those still waiting. A member of the gang
+  missing from such a reservation still breaks it. A scale down deletes the Workers above the
+  new count (highest indexes), as any pod of a name no longer expected, and drops those reserved
+  but not created yet from the reservation (``Plan.unreserve``).
 - ``handle_failure``: a failed pod that its restart policy does not retry ends the job; a
   retryable failure restarts the whole gang, counted against ``backoffLimit``. A Master the
   progress probe ended (``pytorchjob.progress``) restarts it as a ``Hang``, counted too: a hang is
@@ -401,7 +404,9 @@ def plan_gang(draft: Draft, pods: GangPods) -> None:
     reservation = draft.observed.reservation
     left_out = waiting_extras(draft.job, pods, reservation)
     missing = [name for name in pods.expected if name not in live and name not in left_out]
-    if missing and (reservation is None or any(name in current for name in missing)):
+    if missing and (
+        reservation is None or any(name in current or name not in reservation for name in missing)
+    ):
         _begin_attempt(draft, pods, Restart(reasons.GANG_INCOMPLETE))
         gone = ", ".join(missing)
         draft.event(
@@ -420,8 +425,11 @@ def plan_gang(draft: Draft, pods: GangPods) -> None:
     else:
         _create_missing_services(draft)
     _mark_admitted(draft)
+    draft.growth = tuple(left_out)
+    draft.unreserve = tuple(name for name in reservation or () if name not in pods.expected)
     if _is_running(draft.job, live):
-        message = _running_message(draft) + _waiting_extras_note(left_out)
+        note = _waiting_extras_note(left_out, draft.observed.growth_wait)
+        message = _running_message(draft) + note
         draft.set_condition(reasons.RUNNING, st.TRUE, reasons.REASON_RUNNING, message)
 
 
@@ -449,13 +457,19 @@ def waiting_extras(
     ]
 
 
-def _waiting_extras_note(left_out: Sequence[str]) -> str:
+_GROWTH_WAITS: Final = {
+    "Quota": "waiting for quota: their team is at its nominal quota with them counted",
+    "Capacity": "waiting for room: no node they may use has room left after the queued jobs",
+}
+
+
+def _waiting_extras_note(left_out: Sequence[str], wait: str | None) -> str:
     if not left_out:
         return ""
+    why = _GROWTH_WAITS.get(wait or "", "waiting for the admitter to place them")
     return (
         f" {len(left_out)} elastic Worker(s) beyond minAvailable are not started: "
-        f"{', '.join(left_out)} (no room was reserved for them; a running gang is not resized, "
-        "they are placed with the gang at its next admission)."
+        f"{', '.join(left_out)} ({why}; the running gang goes on without them)."
     )
 
 

@@ -57,6 +57,8 @@ class Observed:
             ``WaitingForResources``, ``WaitingForTopology``, ``WaitingForPreemption``).
         preempted_by: ``namespace/name`` of the job whose admission chose this job's gang as a
             victim, while the gang is being evicted.
+        growth_wait: What its running gang's waiting Workers wait for (``Quota`` or
+            ``Capacity``: ``ledger`` rule 7), once the admitter tried to place them.
         gpu_resource: The extended resource that counts as GPUs.
         gpu_sources: Everything that counts as GPUs (``policy.gpus``); None: ``gpu_resource`` only.
         claims: The ResourceClaims, templates and DeviceClasses the controller sees in the
@@ -89,6 +91,7 @@ class Observed:
     reservation: Mapping[str, str] | None = None
     wait_reason: str | None = None
     wait_kind: str | None = None
+    growth_wait: str | None = None
     preempted_by: str | None = None
     gpu_resource: str = names.DEFAULT_GPU_RESOURCE
     gpu_sources: GpuSources | None = None
@@ -174,6 +177,10 @@ class Plan:
         delete_services: Names of Services to delete.
         needs_admission: The job waits for the admitter to place ``demands`` all-or-nothing.
         demands: The gang to place, Master first (only with ``needs_admission``).
+        growth: A running elastic gang's Workers beyond ``minAvailable`` that wait for the
+            admitter to place them beside it (``gang.waiting_extras``), in rank order.
+        unreserve: Pods the admitter reserved a node for that the job no longer expects (a
+            scale down before they were created): the reservation drops them.
         restarts: New value of the job annotation ``torchgate.io/restarts``, or ``None``.
         attempt: New value of the job annotation ``torchgate.io/gang-attempt``, or ``None``:
             every restart moves the job to a new attempt (with its own rendezvous fence).
@@ -196,6 +203,8 @@ class Plan:
     delete_services: tuple[str, ...] = ()
     needs_admission: bool = False
     demands: tuple[PodDemand, ...] = ()
+    growth: tuple[PodDemand, ...] = ()
+    unreserve: tuple[str, ...] = ()
     restarts: int | None = None
     attempt: int | None = None
     image_pull_stuck: str | None = None
@@ -327,6 +336,8 @@ class Draft:
     delete_pods: list[str] = field(default_factory=list)
     delete_services: list[str] = field(default_factory=list)
     needs_admission: bool = False
+    growth: tuple[str, ...] = ()  # waiting extras of a running gang (``Plan.growth``)
+    unreserve: tuple[str, ...] = ()
     restarts: int | None = None
     attempt: int | None = None
     image_pull_stuck: str | None = None
@@ -397,6 +408,12 @@ class Draft:
                 new[key] = value  # a dropped time becomes null, which a merge patch removes
         return None if new == old else new
 
+    def _growth_demands(self) -> tuple[PodDemand, ...]:
+        if not self.growth:
+            return ()
+        waiting = frozenset(self.growth)
+        return tuple(d for d in self.observed.demands_of(self.job) if d.pod_name in waiting)
+
     def finish(self) -> Plan:
         """The plan."""
         return Plan(
@@ -408,6 +425,8 @@ class Draft:
             delete_services=tuple(self.delete_services),
             needs_admission=self.needs_admission,
             demands=self.observed.demands_of(self.job) if self.needs_admission else (),
+            growth=self._growth_demands(),
+            unreserve=self.unreserve,
             restarts=self.restarts,
             attempt=self.attempt,
             image_pull_stuck=self.image_pull_stuck,

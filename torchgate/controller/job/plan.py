@@ -23,7 +23,7 @@ The rules, in order:
    gang so it is admitted again; a pod is never created next to a running partial gang. An
    elastic job's Workers beyond ``minAvailable`` are not members that break it: each is created
    only where the admitter placed it, and one it left out (no room, or a scale while the gang
-   runs) waits for the gang's next admission.
+   runs) is asked for by the running gang (``growth``) until the admitter places it beside it.
 5. Pods run with ``restartPolicy: Never``; a failed pod restarts the whole gang (a collective
    cannot take one restarted rank back), counted in the job annotation ``torchgate.io/restarts``
    against ``backoffLimit``. A member taken by its node or by someone else (a lost node, an

@@ -49,7 +49,7 @@ from prometheus_client import Gauge
 
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.nodes import PodDemand, Taint, job_demands
-from torchgate.controller.admission.waiting import GangRequest, Waiting
+from torchgate.controller.admission.waiting import GangRequest, GrowthRequest, Waiting
 from torchgate.controller.job import status as st
 from torchgate.controller.job.disruption import (
     DEFAULT_FAILURE_WINDOW_SECONDS,
@@ -409,6 +409,7 @@ class Reconciler:
             reservation=self.admitter.reservation_for(key, spec.uid),
             wait_reason=self.admitter.wait_reason(key),
             wait_kind=self.admitter.wait_kind(key),
+            growth_wait=self.admitter.growth_wait(key),
             preempted_by=_joined(self.admitter.preempted_by(key)),
             gpu_resource=policy.gpu_resource,
             gpu_sources=gpus,
@@ -532,7 +533,10 @@ class Reconciler:
             )
         if decision.delete_pods or decision.restart is not None:
             self.admitter.release(key)
+        elif decision.unreserve:
+            self.admitter.unreserve(key, decision.unreserve)
         if decision.needs_admission:
+            self.admitter.grow(key, None)  # the whole gang is placed again
             request = self._gang_request(job, spec, policy, gpus, claims, decision.demands)
             self.admitter.request(key, request)
         else:
@@ -542,12 +546,14 @@ class Reconciler:
                 self.demands.forget(key)
                 self.departed.pop(key, None)
             else:  # a running gang: what it counts for quota and preemption
-                self.admitter.note(
-                    key,
-                    priority=self.priority_of(_priority_class(spec)),
-                    gpus=gpus,
-                    ends_by=_ends_by(spec, status),
-                )
+                priority = self.priority_of(_priority_class(spec))
+                ends_by = _ends_by(spec, status)
+                self.admitter.note(key, priority=priority, gpus=gpus, ends_by=ends_by)
+                growth = None
+                if decision.growth:  # its Workers waiting for room (``ledger`` rule 7)
+                    created = str((job.get("metadata") or {}).get("creationTimestamp") or "")
+                    growth = GrowthRequest(spec.uid, decision.growth, priority, created, gpus)
+                self.admitter.grow(key, growth)
 
     def _gang_request(
         self,

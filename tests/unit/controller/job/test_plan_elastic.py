@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.builders.job import job, with_uid
 from tests.unit.controller.helpers import World
 from torchgate.controller.job.model import ANNOTATION_ATTEMPT
@@ -91,3 +93,86 @@ def test_a_scale_down_deletes_the_highest_workers_and_keeps_the_gang() -> None:
     assert (result.delete_pods, result.create_pods, result.attempt) == ((W1,), (), None)
     world.apply(result)
     assert running_message(world) == "PyTorchJob default/el is running."
+
+
+# ------------------------------------------------------------------ growth (``ledger`` rule 7)
+
+
+def planned_node(manifest: dict[str, Any]) -> str | None:
+    node: str | None = manifest["metadata"].get("annotations", {}).get("torchgate.io/planned-node")
+    return node
+
+
+def test_a_running_gang_asks_the_admitter_for_its_waiting_workers() -> None:
+    world = running(elastic_world(2), PLACED)
+    scale(world, 3)
+
+    result = world.plan()
+
+    assert [demand.pod_name for demand in result.growth] == [W2]
+    world.apply(result)
+    assert "waiting for the admitter" in running_message(world)
+
+
+@pytest.mark.parametrize(
+    ("wait", "said"),
+    [("Capacity", "waiting for room"), ("Quota", "waiting for quota")],
+    ids=["no-room", "over-quota"],
+)
+def test_the_running_condition_says_what_the_waiting_workers_wait_for(wait: str, said: str) -> None:
+    world = running(elastic_world(2), PLACED)
+    scale(world, 3)
+
+    world.apply(world.plan(growth_wait=wait))
+
+    assert said in running_message(world)
+
+
+def test_a_gang_with_no_worker_waiting_asks_for_no_growth() -> None:
+    world = running(elastic_world(2), PLACED)
+
+    assert world.plan().growth == ()
+
+
+def test_a_growth_reservation_creates_the_worker_there_without_a_restart() -> None:
+    world = running(elastic_world(2), PLACED)
+    before = attempt(world)
+    first_two = {name: dict(world.pods[name]["metadata"]) for name in (W0, W1)}
+    scale(world, 3)
+
+    result = world.plan(reservation={W2: "n3"})
+
+    assert [planned_node(p) for p in result.create_pods] == ["n3"]
+    assert [p["metadata"]["name"] for p in result.create_pods] == [W2]
+    assert (result.delete_pods, result.attempt, result.growth) == ((), None, ())
+    world.apply(result)
+    world.run(W2, node="n3")
+    world.apply(world.plan())
+    assert attempt(world) == before
+    assert {name: world.pods[name]["metadata"] for name in (W0, W1)} == first_two  # not deleted
+    assert running_message(world) == "PyTorchJob default/el is running."
+
+
+def test_a_member_missing_beside_a_growth_reservation_still_breaks_the_gang() -> None:
+    world = running(elastic_world(2), PLACED)
+    scale(world, 3)
+    del world.pods[W0]  # the required member is gone; the reservation names only the new one
+
+    result = world.plan(reservation={W2: "n3"})
+
+    assert result.attempt is not None  # a new gang attempt: the gang is restarted whole
+    assert all(planned_node(p) is not None for p in result.create_pods)
+
+
+def test_a_scale_down_before_the_reserved_worker_was_created_drops_it_from_the_reservation() -> (
+    None
+):
+    world = running(elastic_world(2), PLACED)
+    scale(world, 3)
+    world.apply(world.plan())
+    scale(world, 2)  # back down before the admitter's reservation of el-worker-2 was acted on
+
+    result = world.plan(reservation={W2: "n3"})
+
+    assert (result.unreserve, result.create_pods, result.delete_pods) == ((W2,), (), ())
+    assert result.attempt is None
