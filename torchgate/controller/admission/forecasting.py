@@ -40,7 +40,8 @@ Rules (each one function):
    topology domain GPUs used and free; the nodes placement cannot use; the head of the queue.
 8. ``told``: a ``Capacity`` wait's message ends with the clause of the nodes out of use for the
    gang (``nodes`` rule 7, read by the admitter once per node change: ``Snapshot.out_of_use``),
-   when there are any: its ``Queued`` condition and ``torchgate explain`` say the same.
+   when there are any: its ``Queued`` condition, ``torchgate explain`` and ``torchgate top``
+   say the same.
 """
 
 from __future__ import annotations
@@ -476,7 +477,9 @@ def pool_view(snapshot: Snapshot, *, head: int = QUEUE_HEAD) -> PoolView:
     for position, job in enumerate(snapshot.queued[:head], start=1):
         outcome = outcomes.get(job.key)
         kind = outcome.kind if isinstance(outcome, Wait) else (job.kind or "")
-        message = outcome.message if isinstance(outcome, Wait) else (job.message or "")
+        message = job.message or ""
+        if isinstance(outcome, Wait):
+            message = told(outcome.kind, outcome.message, snapshot.out_of_use.get(job.key))
         if isinstance(outcome, Admit | Preempt):
             kind, message = "", "the next admission cycle admits it"
         queue.append(

@@ -532,6 +532,8 @@ def test_a_capacity_wait_names_the_gpus_on_nodes_out_of_use_and_whether_clearing
     outlook = job_outlook(admitter.snapshot()[0], pair)
     assert outlook.message == message
     assert outlook.starts_if_cleared == ("down", "t1", "t2")
+    (entry,) = pool_view(admitter.snapshot()[0]).queue
+    assert entry.message == message, "torchgate top tells the same"
 
 
 def test_clearing_is_not_promised_when_the_nodes_out_of_use_would_not_start_it() -> None:
