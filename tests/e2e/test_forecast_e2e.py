@@ -27,11 +27,13 @@ import yaml
 from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import (
     ControllerProcess,
+    condition,
     free_port,
     get_job,
     is_true,
     live_pods,
 )
+from tests.e2e.test_node_loss import set_not_ready
 from tests.e2e.test_pool_sharing import QUOTA_CRD, Pool, queued_reason, running, wait_running
 from tests.e2e.webhook_process import LocalWebhook
 from torchgate_dev.apiserver import wait_for_admission
@@ -217,6 +219,60 @@ def test_explain_tells_a_job_whose_node_selector_no_node_has_what_must_change(
     assert told["message"].startswith("no eligible node in pool pool="), told["message"]
     (line,) = [line for line in as_text.stdout.splitlines() if line.startswith("  to start:")]
     assert "its nodeSelector, affinity, tolerations or pinned hosts must change" in line
+
+
+HEALTH_TAINT = "nvidia.com/gpu-health=unhealthy:NoExecute"
+
+
+def test_a_job_waiting_for_gpus_on_sick_nodes_is_told_so_and_that_clearing_them_starts_it(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    *healthy, sick_a, sick_b, lost = pool.nodes(5)
+    sick = [sick_a, sick_b]
+    namespace = cluster.new_namespace("sick")
+    try:
+        for node in sick:
+            cluster.kubectl("taint", "nodes", node, HEALTH_TAINT)
+        set_not_ready(cluster, lost)
+        cluster.apply(yaml.safe_load(manifest(pool, namespace, "first", pods=1, gpus=8)))
+        (held,) = wait_running(cluster, namespace, "first", 1)
+        cluster.apply(yaml.safe_load(manifest(pool, namespace, "pair", pods=2, gpus=8)))
+        clause = (
+            "(24 nvidia.com/gpu more on 3 nodes out of use: 2 tainted nvidia.com/gpu-health, "
+            "1 NotReady)"
+        )
+
+        def queued_message() -> str:
+            found = condition(get_job(cluster, namespace, "pair"), "Queued")
+            return str(found.get("message", "")) if found else ""
+
+        message = cluster.wait_for(
+            lambda: clause in (text := queued_message()) and text,
+            timeout=60,
+            what="pair told of the nodes out of use",
+        )
+        assert f"waiting for 16 nvidia.com/gpu in pool pool={pool.label}: 8 free {clause}" in (
+            message
+        )
+
+        as_json = torchgate(stack, cluster, "explain", "pair", "-n", namespace, "-o", "json")
+        as_text = torchgate(stack, cluster, "explain", "pair", "-n", namespace)
+
+        assert as_json.returncode == as_text.returncode == 0, as_json.stderr + as_text.stderr
+        told = json.loads(as_json.stdout)
+        assert told["message"].endswith(clause), told["message"]
+        assert told["startsIfCleared"] == sorted([*sick, lost])
+        assert "clearing them would let it start" in as_text.stdout, as_text.stdout
+
+        for node in sick:  # what explain promised: their return lets it start
+            cluster.kubectl("taint", "nodes", node, f"{HEALTH_TAINT}-")
+        pods = wait_running(cluster, namespace, "pair", 2)
+        assert held["spec"]["nodeName"] not in {p["spec"]["nodeName"] for p in pods}
+        assert held["spec"]["nodeName"] in healthy
+    finally:
+        cluster.kubectl("label", "node", lost, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
+        for node in sick:
+            cluster.kubectl("taint", "nodes", node, f"{HEALTH_TAINT}-", check=False)
 
 
 def test_explain_names_the_pods_of_an_admitted_job_that_have_not_started_and_why(

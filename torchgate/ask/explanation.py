@@ -96,6 +96,7 @@ class Explanation:
     preempting: tuple[str, ...] = ()
     starts_next_cycle: bool = False
     placeable: bool = True
+    starts_if_cleared: tuple[str, ...] = ()  # nodes out of use whose return would start it
     nodes: Mapping[str, str] = field(default_factory=dict)
     domains: tuple[str, ...] = ()
     since: str | None = None
@@ -121,6 +122,7 @@ class Explanation:
             "preempting": list(self.preempting),
             "startsNextCycle": self.starts_next_cycle,
             "placeable": self.placeable,
+            "startsIfCleared": list(self.starts_if_cleared),
             "restarts": {
                 "counted": self.counted_restarts,
                 "events": [restart.to_json() for restart in self.restarts],
@@ -272,6 +274,7 @@ def _waiting(
             preempting=outlook.preempting,
             starts_next_cycle=outlook.starts_next_cycle,
             placeable=outlook.placeable,
+            starts_if_cleared=outlook.starts_if_cleared,
             nodes=dict(outlook.nodes),
             since=since,
             **common,
@@ -421,6 +424,9 @@ def render(explanation: Explanation, now: datetime) -> list[str]:
         lines.append(f"  to start: {NO_NODE_ADMITS}")
     elif e.state == "Waiting" and e.live and e.place is not None:
         lines.append("  to start: no running job's end alone lets it start; it waits for its turn")
+    if e.starts_if_cleared:
+        back = named(list(e.starts_if_cleared), limit=8)
+        lines.append(f"  clear:    {back} (out of use): clearing them would let it start")
     if e.nodes:
         pairs = [f"{node} ({pod})" for pod, node in e.nodes.items()]
         lines.append(f"  nodes:    {named(pairs, limit=8)}")

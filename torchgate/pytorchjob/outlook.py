@@ -381,6 +381,8 @@ class JobOutlook:
         starts_next_cycle: Whether the next cycle would admit it (its wait is already over).
         placeable: ``False`` when no node admits one of its pods at all (its nodeSelector,
             affinity, tolerations or pinned hosts leave none): no job's end lets it start.
+        starts_if_cleared: The nodes out of use for it (NotReady, cordoned, quarantined or
+            tainted) whose return alone would let it start now, when it would.
         nodes: Pod -> node of the gang holding capacity (running, or reserved).
         domains: The topology domains those nodes are in, coarsest level first.
         admitted_at: When the controller admitted it (RFC 3339), if it did.
@@ -400,6 +402,7 @@ class JobOutlook:
     preempting: tuple[str, ...] = ()
     starts_next_cycle: bool = False
     placeable: bool = True
+    starts_if_cleared: tuple[str, ...] = ()
     nodes: Mapping[str, str] = field(default_factory=dict)
     domains: tuple[str, ...] = ()
     admitted_at: str | None = None
@@ -421,6 +424,7 @@ class JobOutlook:
             "preempting": list(self.preempting),
             "startsNextCycle": self.starts_next_cycle,
             "placeable": self.placeable,
+            "startsIfCleared": list(self.starts_if_cleared),
             "nodes": dict(self.nodes),
             "domains": list(self.domains),
             "admittedAt": self.admitted_at,
@@ -452,6 +456,10 @@ def outlook_from_json(raw: object) -> JobOutlook:
         ),
         starts_next_cycle=bool(body.get("startsNextCycle")),
         placeable=body.get("placeable", True) is not False,
+        starts_if_cleared=tuple(
+            _text(item, "outlook.startsIfCleared[]")
+            for item in _list(body.get("startsIfCleared", []), "outlook.startsIfCleared")
+        ),
         nodes=_nodes(body.get("nodes", {}), "outlook.nodes"),
         domains=tuple(
             _text(item, "outlook.domains[]")

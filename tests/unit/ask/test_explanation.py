@@ -9,7 +9,13 @@ import pytest
 
 from tests.builders.pod import pod
 from torchgate.ask.explanation import explain, render, restarts_of, state_of
-from torchgate.pytorchjob.outlook import Gang, JobOutlook, Place, queued_message
+from torchgate.pytorchjob.outlook import (
+    Gang,
+    JobOutlook,
+    Place,
+    outlook_from_json,
+    queued_message,
+)
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 G = 1000
@@ -194,6 +200,27 @@ def test_a_job_no_node_admits_is_told_what_must_change_not_to_wait_for_its_turn(
         "the pool, or it must ask for less (fewer or smaller pods), or its nodeSelector, affinity, "
         "tolerations or pinned hosts must change (it holds no one back)"
     )
+
+
+def test_a_job_its_nodes_out_of_use_would_start_is_told_clearing_them_would() -> None:
+    outlook = JobOutlook(
+        job="team-vision/big",
+        known=True,
+        waiting=True,
+        kind="Capacity",
+        reason="WaitingForResources",
+        message="waiting for 16 nvidia.com/gpu in pool pool=a100: 8 free (24 nvidia.com/gpu more "
+        "on 3 nodes out of use: 2 tainted nvidia.com/gpu-health, 1 NotReady)",
+        place=PLACE,
+        must_end=(Gang("team-vision/small", 8 * G, 0, "vision"),),
+        starts_if_cleared=("down", "t1", "t2"),
+    )
+
+    explained = explain(WAITING, outlook=outlook_from_json(outlook.to_json()))
+
+    assert explained.to_json()["startsIfCleared"] == ["down", "t1", "t2"]
+    (line,) = [line for line in render(explained, NOW) if line.startswith("  clear:")]
+    assert line == "  clear:    down, t1, t2 (out of use): clearing them would let it start"
 
 
 SUSPENDED = condition(

@@ -50,6 +50,11 @@ it is, so a stream of small jobs cannot starve a large one whose nodes no deadli
 gang one of whose pods no node admits, or that the nodes it may use could not hold whole even
 empty (``nodes`` rules 5-6, read once per gang in ``_read_gang``), never starves
 (``forecasting.starving``): nothing behind it could make room for it.
+
+A gang waiting for capacity is told how much more the nodes out of use for it hold (``nodes``
+rule 7: NotReady, cordoned, quarantined or tainted nodes its pods could use otherwise;
+``forecasting.told``), read once per node change and only when its message is written or a
+snapshot taken: ``decide`` never reads it.
 """
 
 from __future__ import annotations
@@ -79,6 +84,7 @@ from torchgate.controller.admission.forecasting import (
     behind_starving,
     rank,
     starving,
+    told,
     unplaceable,
 )
 from torchgate.controller.admission.ledger import (
@@ -89,12 +95,14 @@ from torchgate.controller.admission.ledger import (
     place_growth,
 )
 from torchgate.controller.admission.nodes import (
+    OutOfUse,
     PodDemand,
     Signature,
     eligible_nodes,
     gang_too_large,
     no_eligible_node,
     no_node_large_enough,
+    out_of_use,
     pool_of,
 )
 from torchgate.controller.admission.packing import WAVE_HELD
@@ -110,6 +118,7 @@ from torchgate.controller.admission.topology import (
     job_topology,
     mixed_of,
     shape_of,
+    summed,
     topology_levels,
 )
 from torchgate.controller.admission.waiting import (
@@ -525,6 +534,11 @@ class Admitter:
             gpu_resource=gpu_resource,
             now=wall,
             starvation_seconds=self.starvation_seconds,
+            out_of_use={
+                key: note
+                for key, waiting in self.queue.waiting.items()
+                if (note := self._out_of_use(waiting)) is not None
+            },
         )
         return snapshot, extra
 
@@ -783,6 +797,31 @@ class Admitter:
             )
         return known[key]
 
+    def _out_of_use(self, waiting: Waiting) -> OutOfUse | None:
+        """The nodes out of use for the gang (``nodes`` rule 7), once per node change.
+
+        Read when its ``Queued`` message is written or a snapshot taken, never by ``decide``.
+        """
+        required = waiting.required()
+        signatures = frozenset(demand.signature for demand in required)
+        wanted = summed(demand.requests for demand in required)
+        resource = waiting.request.gpu_resource
+        key = (
+            signatures,
+            tuple(sorted(name for name, amount in wanted.items() if amount)),
+            resource,
+        )
+        known = self._nodes.out_of_use
+        if key not in known:
+            known[key] = out_of_use(
+                signatures,
+                self.ledger.nodes.values(),
+                wanted=wanted,
+                gpu_resource=resource,
+                capacity_of=self.ledger.capacity_of,
+            )
+        return known[key]
+
     def _eligible(self, signature: Signature) -> tuple[str, ...]:
         """The nodes that admit ``signature`` (computed once until a node changes)."""
         eligibility = self._nodes.eligibility
@@ -872,7 +911,8 @@ class Admitter:
 
     def _still_waiting(self, waiting: Waiting, outcome: Wait, now: float, places: _Places) -> None:
         def message() -> str:
-            return queued_message(places.of(waiting.key), outcome.message)
+            note = self._out_of_use(waiting) if outcome.kind == "Capacity" else None
+            return queued_message(places.of(waiting.key), told(outcome.kind, outcome.message, note))
 
         if self.queue.report(waiting, outcome.kind, message, now):
             log.debug("%s/%s waits (%s): %s", *waiting.key, outcome.kind, outcome.message)
@@ -910,7 +950,9 @@ class _NodeFacts:
     ``version`` is the ledger's ``nodes_version`` and ``devices_version`` and the changes to the
     nodes' allocatable with their free devices (``Pool.empty``'s edits) it was read at; per
     constraint signature the eligible nodes, per set of signatures the nodes all of them admit,
-    and per (GPU resource, asks for GPUs) the nodes without GPUs (``topology.gpu_free_nodes``).
+    and per (GPU resource, asks for GPUs) the nodes without GPUs (``topology.gpu_free_nodes``);
+    per set of signatures, resources asked and GPU resource the nodes out of use
+    (``nodes.out_of_use``).
     """
 
     version: tuple[int, int, int]
@@ -921,6 +963,7 @@ class _NodeFacts:
         default_factory=dict
     )
     gang_too_large: dict[tuple[object, ...], str | None] = field(default_factory=dict)
+    out_of_use: dict[tuple[object, ...], OutOfUse | None] = field(default_factory=dict)
 
 
 class _Places:

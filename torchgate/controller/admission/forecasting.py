@@ -31,18 +31,23 @@ Rules (each one function):
    the admin's protection; the quota rules still hold (a team's gangs within its nominal quota
    never make room for another team's). ``None`` when no set would do.
 6. ``job_outlook``: one job: waiting (kind, reason, the live message, its place, what must end,
-   whether the next cycle admits it, whether any node admits its pods: ``placeable``), its
-   nodes held while it preempts, or holding capacity (running or reserved: its nodes and their
-   topology domains).
+   whether the next cycle admits it, whether any node admits its pods: ``placeable``, and the
+   nodes out of use whose return alone would let it start: ``starts_if_cleared``, asked of
+   ``decide`` with those nodes allowed to its pods), its nodes held while it preempts, or
+   holding capacity (running or reserved: its nodes and their topology domains).
 7. ``pool_view``: per team quota, usage, borrowing, lending (its cohort's borrowing spread over
    the cohort's idle nominal quota in proportion), waiting demand and the longest wait; per
    topology domain GPUs used and free; the nodes placement cannot use; the head of the queue.
+8. ``told``: a ``Capacity`` wait's message ends with the clause of the nodes out of use for the
+   gang (``nodes`` rule 7, read by the admitter once per node change: ``Snapshot.out_of_use``),
+   when there are any: its ``Queued`` condition, ``torchgate explain`` and ``torchgate top``
+   say the same.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from torchgate.controller.admission.decide import (
@@ -54,7 +59,7 @@ from torchgate.controller.admission.decide import (
     WaitingGang,
     decide,
 )
-from torchgate.controller.admission.nodes import NodeView
+from torchgate.controller.admission.nodes import NodeView, OutOfUse
 from torchgate.controller.admission.preemption import HELD_PRIORITY
 from torchgate.controller.admission.quota import Admitted, usage_by_team
 from torchgate.controller.admission.topology import Topology
@@ -132,6 +137,7 @@ class Snapshot:
         gpu_resource: The resource the pool view counts as GPUs.
         now: Wall-clock seconds (``decide``'s ``now``).
         starvation_seconds: The admitter's starvation bound.
+        out_of_use: Per queued job, the nodes out of use for its gang (``nodes`` rule 7).
     """
 
     pool: Pool
@@ -142,6 +148,7 @@ class Snapshot:
     gpu_resource: str = names.DEFAULT_GPU_RESOURCE
     now: float = 0.0
     starvation_seconds: float = 300.0
+    out_of_use: Mapping[JobKey, OutOfUse] = field(default_factory=dict)
 
 
 def _joined(key: JobKey) -> str:
@@ -405,14 +412,18 @@ def _waiting_outlook(snapshot: Snapshot, queued: QueuedJob) -> JobOutlook:
     kind, message = queued.kind or "Capacity", queued.message or ""
     starts = False
     victims: tuple[Gang, ...] = ()
+    cleared: tuple[str, ...] = ()
     if gang is None:
         message = message or "backing off after its gang was not bound in time"
     else:
         outcome = decide_now(snapshot)[queued.key]
         if isinstance(outcome, Wait):
-            kind, message = outcome.kind, outcome.message
+            note = snapshot.out_of_use.get(queued.key)
+            kind, message = outcome.kind, told(outcome.kind, outcome.message, note)
             ended = must_end(snapshot, gang)
             victims = () if ended is None else tuple(_gang_of(a) for a in ended)
+            if note is not None and starts_if_cleared(snapshot, gang, note):
+                cleared = note.nodes
         else:
             starts = True
             message = "the next admission cycle admits it"
@@ -427,10 +438,27 @@ def _waiting_outlook(snapshot: Snapshot, queued: QueuedJob) -> JobOutlook:
         must_end=victims,
         starts_next_cycle=starts,
         placeable=gang is None or placeable(gang),
+        starts_if_cleared=cleared,
         team=queued.team,
         priority=queued.priority,
         gpus=queued.usage.get(GPUS, 0),
     )
+
+
+def starts_if_cleared(snapshot: Snapshot, gang: WaitingGang, note: OutOfUse) -> bool:
+    """Whether the next cycle would admit ``gang`` were its nodes out of use back (rule 6).
+
+    Their free capacity is the ledger's (pods still bound there count); nothing else changes.
+    """
+    back = frozenset(note.nodes)
+    shape = gang.shape
+    if shape.allowed is not None:
+        shape = replace(shape, allowed=shape.allowed | back)
+    mixed = gang.mixed
+    if mixed is not None and mixed.lead.allowed is not None:
+        mixed = replace(mixed, lead=replace(mixed.lead, allowed=mixed.lead.allowed | back))
+    widened = replace(gang, shape=shape, mixed=mixed, no_node=None)
+    return isinstance(decide_now(snapshot, widened)[gang.key], Admit)
 
 
 # ------------------------------------------------------------------ rule 7: the pool
@@ -449,7 +477,9 @@ def pool_view(snapshot: Snapshot, *, head: int = QUEUE_HEAD) -> PoolView:
     for position, job in enumerate(snapshot.queued[:head], start=1):
         outcome = outcomes.get(job.key)
         kind = outcome.kind if isinstance(outcome, Wait) else (job.kind or "")
-        message = outcome.message if isinstance(outcome, Wait) else (job.message or "")
+        message = job.message or ""
+        if isinstance(outcome, Wait):
+            message = told(outcome.kind, outcome.message, snapshot.out_of_use.get(job.key))
         if isinstance(outcome, Admit | Preempt):
             kind, message = "", "the next admission cycle admits it"
         queue.append(
@@ -573,3 +603,13 @@ def _unusable(node: NodeView) -> NodeProblem | None:
     return NodeProblem(
         node.name, f"tainted {', '.join(f'{t.key}:{t.effect}' for t in tainted)}", since
     )
+
+
+# ------------------------------------------------------------------ rule 8: the message
+
+
+def told(kind: str, message: str, note: OutOfUse | None) -> str:
+    """What a waiting gang is told: a ``Capacity`` wait names its nodes out of use (rule 8)."""
+    if kind != "Capacity" or note is None:
+        return message
+    return f"{message} {note.clause()}"

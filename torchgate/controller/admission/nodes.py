@@ -28,6 +28,15 @@ filters, one function each:
    more of in total than those nodes have, else the host ports (one pod per node), else the
    room the nodes have for its pods.
 
+7. ``out_of_use``: the nodes a waiting gang could use but for their state: every one of its
+   pods' constraints (nodeSelector, affinity, pinned hosts) matches them, and only the node's
+   state keeps the pods off (NotReady or lost, cordoned, torchgate's quarantine taint, another
+   ``NoSchedule``/``NoExecute`` taint the pods do not tolerate), counted by cause (``cause_of``,
+   in that order), with what they hold of the gang's first resource (``topology.resource_order``:
+   its GPUs); nodes holding none of it do not count. ``OutOfUse.clause`` tells a ``Capacity``
+   wait what clearing them would bring: ``(24 nvidia.com/gpu more on 3 nodes out of use: 2
+   tainted nvidia.com/gpu-health, 1 NotReady)``; what an admin can act on, not what must end.
+
 Beyond that, resources and host ports are not filters here: they depend on what else is on the
 node, which is placement's business (``topology``: slots per node, one pod of a gang per node
 with host ports). ``PodDemand`` carries both: a pod's requests (plus one ``pods`` slot) and host
@@ -38,8 +47,8 @@ share one eligibility answer. ``no_eligible_node`` says which filter left no nod
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from torchgate.controller.admission.topology import (
@@ -560,3 +569,89 @@ def _too_large_for_slots(
             f"{nodes} node(s) it may use can take one"
         )
     return f"{prefix}: even empty they have room for {room} of them"
+
+
+# ------------------------------------------------------------------ rule 7
+
+
+@dataclass(frozen=True, slots=True)
+class OutOfUse:
+    """Nodes a gang could use but for their state (rule 7).
+
+    Attributes:
+        resource: The gang's first resource (``topology.resource_order``: its GPUs).
+        amount: How much of it they hold, allocatable (milli-units).
+        nodes: Their names, sorted.
+        causes: ``(cause, count)``, most nodes first: ``tainted <key>``, ``NotReady``,
+            ``cordoned``, ``quarantined`` (``cause_of``).
+    """
+
+    resource: str
+    amount: int
+    nodes: tuple[str, ...]
+    causes: tuple[tuple[str, int], ...]
+
+    def clause(self) -> str:
+        """``(24 nvidia.com/gpu more on 3 nodes out of use: 2 tainted ..., 1 NotReady)``."""
+        count = len(self.nodes)
+        causes = ", ".join(f"{number} {cause}" for cause, number in self.causes)
+        return (
+            f"({format_amount(self.resource, self.amount)} {self.resource} more on {count} "
+            f"node{'s' if count != 1 else ''} out of use: {causes})"
+        )
+
+
+def cause_of(signatures: Collection[Signature], node: NodeView) -> str | None:
+    """Why pods with these constraints cannot use ``node`` when only its state keeps them off.
+
+    ``None`` when the pods may use it, or when their nodeSelector, affinity or pinned hosts
+    exclude it whatever its state (rule 7).
+    """
+    if not signatures or all(admits(signature, node) for signature in signatures):
+        return None
+    healthy = replace(node, taints=(), schedulable=True, ready="True")
+    if not all(admits(signature, healthy) for signature in signatures):
+        return None
+    if node.ready != "True":
+        return "NotReady"
+    if not node.schedulable:
+        return "cordoned"
+    for taint in node.taints:
+        if taint.effect not in BLOCKING_EFFECTS:
+            continue
+        if any(not any(t.tolerates(taint) for t in s[2]) for s in signatures):
+            return "quarantined" if taint.key == names.TAINT_QUARANTINE else f"tainted {taint.key}"
+    return None  # unreachable: a schedulable node admits matching pods without such a taint
+
+
+def out_of_use(
+    signatures: Collection[Signature],
+    nodes: Iterable[NodeView],
+    *,
+    wanted: Mapping[str, int],
+    gpu_resource: str,
+    capacity_of: Callable[[str], Mapping[str, int]],
+) -> OutOfUse | None:
+    """The nodes out of use for a gang whose pods have ``signatures`` and ask ``wanted`` in all.
+
+    ``capacity_of``: what a node holds empty (``ledger.capacity_of``). ``None`` when no such
+    node holds any of the gang's first resource (rule 7).
+    """
+    asked = [name for name in resource_order(wanted, gpu_resource) if wanted[name] > 0]
+    resource = next((name for name in asked if name != "pods"), None)
+    if resource is None:
+        return None
+    causes = {node.name: cause for node in nodes if (cause := cause_of(signatures, node))}
+    held = {name: capacity_of(name).get(resource, 0) for name in causes}
+    holding = sorted(name for name, amount in held.items() if amount > 0)
+    if not holding:
+        return None
+    counts: dict[str, int] = {}
+    for name in holding:
+        counts[causes[name]] = counts.get(causes[name], 0) + 1
+    return OutOfUse(
+        resource=resource,
+        amount=sum(held[name] for name in holding),
+        nodes=tuple(holding),
+        causes=tuple(sorted(counts.items(), key=lambda item: (-item[1], item[0]))),
+    )

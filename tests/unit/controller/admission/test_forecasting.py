@@ -477,3 +477,88 @@ def test_the_pool_view_says_why_and_since_when_each_unusable_node_is_unusable() 
         ("lost", "lost (Ready is Unknown)", "2026-11-26T10:00:00Z"),
         ("sick", "NotReady", "2026-11-26T10:00:00Z"),
     ]
+
+
+# ------------------------------------------------------------------ rules 6 and 8: nodes out of use
+
+HEALTH = {"key": "nvidia.com/gpu-health", "value": "unhealthy", "effect": "NoExecute"}
+POOL = {"nodeSelector": {"pool": "a100"}}
+
+
+def a100(name: str, **fields: Any) -> dict[str, Any]:
+    return node(name, labels={"pool": "a100"}, **fields)
+
+
+def not_ready(raw: dict[str, Any]) -> dict[str, Any]:
+    raw = copy.deepcopy(raw)
+    raw["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    return raw
+
+
+def sick_pool() -> Admitter:
+    """Pool a100: ``busy`` full, ``free`` empty, ``t1``/``t2`` health-tainted, ``down`` NotReady."""
+    admitter, _ = make(
+        [
+            a100("busy"),
+            a100("free"),
+            a100("t1", taints=[HEALTH]),
+            a100("t2", taints=[HEALTH]),
+            not_ready(a100("down")),
+            node("elsewhere", taints=[HEALTH]),  # not in the pool: not its business
+        ]
+    )
+    admitter.on_pod("ADDED", pod("holder", node="busy", gpus=8), None)
+    return admitter
+
+
+CLAUSE = (
+    "(24 nvidia.com/gpu more on 3 nodes out of use: 2 tainted nvidia.com/gpu-health, 1 NotReady)"
+)
+
+
+def test_a_capacity_wait_names_the_gpus_on_nodes_out_of_use_and_whether_clearing_starts_it() -> (
+    None
+):
+    admitter = sick_pool()
+    pair = ask(
+        admitter,
+        job("pair").master(gpus=8, pod_spec=POOL).workers(1, gpus=8, pod_spec=POOL).build(),
+    )
+    admitter.cycle()
+
+    message = "waiting for 16 nvidia.com/gpu in pool pool=a100: 8 free " + CLAUSE
+    assert admitter.wait_kind(pair) == "Capacity"
+    assert admitter.wait_reason(pair) == "#1 of 1 in the pool, nothing ahead: " + message
+    outlook = job_outlook(admitter.snapshot()[0], pair)
+    assert outlook.message == message
+    assert outlook.starts_if_cleared == ("down", "t1", "t2")
+    (entry,) = pool_view(admitter.snapshot()[0]).queue
+    assert entry.message == message, "torchgate top tells the same"
+
+
+def test_clearing_is_not_promised_when_the_nodes_out_of_use_would_not_start_it() -> None:
+    admitter = sick_pool()
+    big = ask(
+        admitter, job("big").master(gpus=8, pod_spec=POOL).workers(4, gpus=8, pod_spec=POOL).build()
+    )
+    admitter.cycle()
+
+    outlook = job_outlook(admitter.snapshot()[0], big)
+    assert outlook.message.endswith(CLAUSE), "five 8-GPU pods: 32 GPUs even with them back"
+    assert outlook.starts_if_cleared == ()
+
+
+def test_a_healthy_pool_says_nothing_of_nodes_out_of_use() -> None:
+    admitter, _ = make([a100("busy"), a100("free")])
+    admitter.on_pod("ADDED", pod("holder", node="busy", gpus=8), None)
+    pair = ask(
+        admitter,
+        job("pair").master(gpus=8, pod_spec=POOL).workers(1, gpus=8, pod_spec=POOL).build(),
+    )
+    admitter.cycle()
+
+    assert admitter.wait_reason(pair) == (
+        "#1 of 1 in the pool, nothing ahead: "
+        "waiting for 16 nvidia.com/gpu in pool pool=a100: 8 free"
+    )
+    assert job_outlook(admitter.snapshot()[0], pair).starts_if_cleared == ()

@@ -25,6 +25,7 @@ from torchgate.controller.admission.nodes import (
     job_demands,
     no_eligible_node,
     node_view,
+    out_of_use,
     pod_demand,
     tolerates_all,
     tolerations_of,
@@ -521,3 +522,113 @@ def test_a_gang_of_several_shapes_is_too_large_exactly_when_placement_on_empty_n
     mixed = mixed_of(gang, gpu_resource=GPU, one_per_node=one_per_node, allowed=allowed)
     placed = place_topology(empty, tuple(gang), shape, request, mixed)
     assert (why is not None) == isinstance(placed, TopologyWait), why
+
+
+# ------------------------------------------------------------------ rule 7: nodes out of use
+
+HEALTH = {"key": "nvidia.com/gpu-health", "value": "unhealthy", "effect": "NoExecute"}
+POOL = {"pool": "a100"}
+
+
+def sick(
+    name: str, *, ready_status: str = "True", cordoned: bool = False, **fields: Any
+) -> NodeView:
+    """A node of pool a100 (unless ``labels`` say otherwise) in the given state."""
+    raw = ready(node(name, **{"labels": POOL, **fields}), status=ready_status)
+    if cordoned:
+        raw["spec"]["unschedulable"] = True
+    view = node_view(raw)
+    assert view is not None
+    return view
+
+
+def clause_of(nodes: list[NodeView], demands: list[PodDemand]) -> str | None:
+    wanted: dict[str, int] = {}
+    for d in demands:
+        for name, amount in d.requests.items():
+            wanted[name] = wanted.get(name, 0) + amount
+    by_name = {n.name: n for n in nodes}
+    found = out_of_use(
+        frozenset(d.signature for d in demands),
+        nodes,
+        wanted=wanted,
+        gpu_resource=GPU,
+        capacity_of=lambda name: by_name[name].allocatable,
+    )
+    return None if found is None else found.clause()
+
+
+IN_POOL = [demand("w-0", 8, nodeSelector=POOL), demand("w-1", 8, nodeSelector=POOL)]
+TOLERANT = [
+    demand(
+        f"w-{i}", 8, nodeSelector=POOL, tolerations=[{"key": HEALTH["key"], "operator": "Exists"}]
+    )
+    for i in range(2)
+]
+CPU_ONLY = [demand("c-0", 0, cpu="4", nodeSelector=POOL)]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "demands", "clause"),
+    [
+        (
+            [
+                sick("a", taints=[HEALTH]),
+                sick("b", taints=[HEALTH]),
+                sick("c", ready_status="False"),
+                sick("d"),
+            ],
+            IN_POOL,
+            "(24 nvidia.com/gpu more on 3 nodes out of use: 2 tainted nvidia.com/gpu-health, "
+            "1 NotReady)",
+        ),
+        (
+            [sick("a", ready_status="Unknown"), sick("b", cordoned=True)],
+            IN_POOL,
+            "(16 nvidia.com/gpu more on 2 nodes out of use: 1 NotReady, 1 cordoned)",
+        ),
+        (
+            [
+                sick(
+                    "q",
+                    taints=[
+                        {"key": "torchgate.io/quarantine", "value": "x", "effect": "NoSchedule"}
+                    ],
+                )
+            ],
+            IN_POOL,
+            "(8 nvidia.com/gpu more on 1 node out of use: 1 quarantined)",
+        ),
+        ([sick("a", taints=[HEALTH])], TOLERANT, None),
+        ([sick("a", taints=[HEALTH], labels={"pool": "h100"})], IN_POOL, None),
+        ([sick("a", ready_status="False", gpus=0)], IN_POOL, None),
+        ([sick("a", taints=[{**HEALTH, "effect": "PreferNoSchedule"}])], IN_POOL, None),
+        ([sick("a"), sick("b")], IN_POOL, None),
+        (
+            [sick("a", ready_status="False", gpus=0), sick("b", gpus=0)],
+            CPU_ONLY,
+            "(64 cpu more on 1 node out of use: 1 NotReady)",
+        ),
+        (
+            [sick("a", taints=[HEALTH]), sick("b", ready_status="False")],
+            [*IN_POOL, demand("m-0", 0, cpu="1", nodeSelector={"pool": "cpu"})],
+            None,
+        ),
+    ],
+    ids=[
+        "two-health-tainted-one-notready",
+        "lost-counts-as-notready-and-cordoned",
+        "torchgate-quarantine",
+        "tolerated-taint-is-in-use",
+        "other-pool-is-not-out-of-use",
+        "notready-node-without-gpus-is-not-counted",
+        "prefer-no-schedule-keeps-nothing-off",
+        "healthy-nodes",
+        "cpu-job-counts-cpu",
+        "a-pod-whose-selector-excludes-them",
+    ],
+)
+def test_the_nodes_out_of_use_for_a_gang_are_those_only_their_state_keeps_it_off(
+    nodes: list[NodeView], demands: list[PodDemand], clause: str | None
+) -> None:
+    assert clause_of(nodes, demands) == clause
