@@ -22,11 +22,17 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.pool import QUOTA_PLURAL
 from torchgate_dev.controlplane import kwok
 
 CONFIGURATION_NAME: Final = "torchgate"
 MUTATING_WEBHOOK: Final = "mutate.pytorchjobs.torchgate.io"
 VALIDATING_WEBHOOK: Final = "validate.pytorchjobs.torchgate.io"
+POLICIES_WEBHOOK: Final = "validate.policies.torchgate.io"
+# PlacementPolicies and TeamQuotas are refused when written if they would not load, but a webhook
+# that is down lets them through (left out and reported, as before): it must never lock admins
+# out of fixing a policy, nor keep an install from creating its policies before the webhook runs.
+POLICIES_FAILURE_POLICY: Final = "Ignore"
 MUTATE_PATH: Final = "/mutate"
 VALIDATE_PATH: Final = "/validate"
 DEFAULT_TIMEOUT_SECONDS: Final = 5
@@ -122,7 +128,10 @@ def webhook_configurations(
     after the scale, :mod:`torchgate.webhook.validation.scaling`), fail closed, have no side
     effects (so ``--dry-run=server`` calls them too), speak AdmissionReview v1 only, and skip
     the ``excluded_namespaces`` and every job being deleted (:data:`NOT_BEING_DELETED`: a
-    ``matchConditions`` entry, so removing a finalizer never waits for the webhook).
+    ``matchConditions`` entry, so removing a finalizer never waits for the webhook). The
+    validating configuration has a second webhook, :data:`POLICIES_WEBHOOK`: CREATE and UPDATE
+    of ``torchgate.io`` PlacementPolicies and TeamQuotas on the same route, always
+    :data:`POLICIES_FAILURE_POLICY` (``failure_policy`` is the jobs' only).
 
     Raises:
         ValueError: A parameter the apiserver would refuse (see :func:`client_config`; the
@@ -172,6 +181,25 @@ def webhook_configurations(
             "matchConditions": [dict(NOT_BEING_DELETED)],
         }
 
+    policies = {
+        "name": POLICIES_WEBHOOK,
+        "clientConfig": client_config(endpoint, VALIDATE_PATH, ca_bundle),
+        "rules": [
+            {
+                "apiGroups": [names.POLICY_GROUP],
+                "apiVersions": [names.POLICY_VERSION],
+                "resources": [names.POLICY_PLURAL, QUOTA_PLURAL],
+                "operations": ["CREATE", "UPDATE"],
+                "scope": "Cluster",
+            }
+        ],
+        "failurePolicy": POLICIES_FAILURE_POLICY,
+        "matchPolicy": "Equivalent",
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "timeoutSeconds": timeout_seconds,
+        "matchConditions": [dict(NOT_BEING_DELETED)],
+    }
     api_version = "admissionregistration.k8s.io/v1"
     mutating = webhook(MUTATING_WEBHOOK, MUTATE_PATH, rules)
     mutating["reinvocationPolicy"] = "Never"
@@ -186,7 +214,10 @@ def webhook_configurations(
             "apiVersion": api_version,
             "kind": "ValidatingWebhookConfiguration",
             "metadata": {"name": name},
-            "webhooks": [webhook(VALIDATING_WEBHOOK, VALIDATE_PATH, [*rules, scale_rule])],
+            "webhooks": [
+                webhook(VALIDATING_WEBHOOK, VALIDATE_PATH, [*rules, scale_rule]),
+                policies,
+            ],
         },
     ]
 

@@ -30,6 +30,7 @@ import yaml
 
 from tests.builders.job import gpu_job
 from tests.builders.policy import parsed_policy, policy
+from tests.builders.team import team_quota
 from torchgate.cli import main as torchgate
 from torchgate.pytorchjob.policy import DEFAULT_POLICY
 from torchgate.webhook.review import evaluate
@@ -234,6 +235,45 @@ async def test_delete_and_other_kinds_are_allowed_untouched(server: Server) -> N
     _, answer = await post(server, "/mutate", pod)
     assert answer["response"]["allowed"] is True
     assert "patch" not in answer["response"]
+
+
+def admin_review(obj: dict[str, Any], resource: str, *, operation: str = "CREATE") -> Any:
+    sent = review(obj, operation=operation)
+    request = sent["request"]
+    request["kind"] = {"group": "torchgate.io", "version": "v1alpha1", "kind": obj["kind"]}
+    request["resource"] = {"group": "torchgate.io", "version": "v1alpha1", "resource": resource}
+    del request["namespace"]  # cluster-scoped
+    return sent
+
+
+async def test_a_policy_or_quota_that_would_not_load_is_refused_with_its_field_paths(
+    server: Server,
+) -> None:
+    bad_policy = policy(
+        "typo", tolerations=[{"key": "gpu", "operator": "Exist", "effect": "NoSchedule"}]
+    )
+    bad_quota = team_quota("vision", ["vision"], nominalGPUs="eight")
+
+    _, refused_policy = await post(
+        server, "/validate", admin_review(bad_policy, "placementpolicies")
+    )
+    _, refused_quota = await post(server, "/validate", admin_review(bad_quota, "teamquotas"))
+    _, allowed = await post(server, "/validate", admin_review(POLICY, "placementpolicies"))
+    _, deleted = await post(
+        server, "/validate", admin_review(bad_policy, "placementpolicies", operation="DELETE")
+    )
+
+    for response, kind, field in (
+        (refused_policy["response"], "PlacementPolicy", "spec.tolerations[0].operator"),
+        (refused_quota["response"], "TeamQuota", "spec.nominalGPUs"),
+    ):
+        assert response["allowed"] is False
+        status = response["status"]
+        assert (status["code"], status["reason"]) == (422, "Invalid")
+        assert (status["details"]["group"], status["details"]["kind"]) == ("torchgate.io", kind)
+        assert [c["field"] for c in status["details"]["causes"]] == [field]
+    assert allowed["response"]["allowed"] is True
+    assert deleted["response"]["allowed"] is True
 
 
 @pytest.mark.parametrize(

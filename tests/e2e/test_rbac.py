@@ -314,6 +314,16 @@ def audit_log(audited: Cluster, tmp_path_factory: pytest.TempPathFactory) -> lis
         assert stored is not None
         assert all(w["clientConfig"].get("caBundle") for w in stored["webhooks"])
 
+    # A policy that does not parse, written before the webhook listens: its webhook's
+    # failurePolicy Ignore lets it through (a running webhook refuses it), and the webhook
+    # reports on it once it has listed the policies.
+    cluster.apply(
+        policy(
+            "rbac-invalid",
+            namespaces=["nowhere"],
+            tolerations=[{"key": "a", "operator": "Sometimes"}],
+        )
+    )
     pool_port = free_port()  # the controller's pool service, which the webhook asks
     webhook = Process(
         [
@@ -347,11 +357,6 @@ def audit_log(audited: Cluster, tmp_path_factory: pytest.TempPathFactory) -> lis
                         "ttlSecondsAfterFinished": 0,
                     },
                     quarantine={"faults": 1, "stuckPodSeconds": 5},
-                ),
-                policy(
-                    "rbac-invalid",
-                    namespaces=["nowhere"],
-                    tolerations=[{"key": "a", "operator": "Sometimes"}],
                 ),
             ]
         )

@@ -172,7 +172,7 @@ def test_webhook_configurations_keep_the_admission_contract(rendering_id: str) -
     service = ms.find(objects, "Service", "torchgate-webhook")
     for config in configs:
         assert config["metadata"]["name"] == "torchgate"
-        for webhook in config["webhooks"]:
+        for webhook in job_webhooks(config):
             assert webhook["failurePolicy"] == "Fail"
             assert webhook["sideEffects"] == "None"
             assert webhook["admissionReviewVersions"] == ["v1"]
@@ -204,6 +204,44 @@ def test_webhook_configurations_keep_the_admission_contract(rendering_id: str) -
                     *(scale if config["kind"] == "ValidatingWebhookConfiguration" else []),
                 ]
             ]
+
+
+def job_webhooks(config: ms.Obj) -> list[ms.Obj]:
+    """The webhooks of a configuration that judge PyTorchJobs (not the admin objects)."""
+    return [w for w in config["webhooks"] if w["name"] != devcluster.POLICIES_WEBHOOK]
+
+
+@rendering
+def test_policies_and_quotas_are_validated_when_written_and_never_locked_out(
+    rendering_id: str,
+) -> None:
+    objects = ms.render(rendering_id)
+    service = ms.find(objects, "Service", "torchgate-webhook")
+    (validating,) = [
+        c for c in webhook_configurations(objects) if c["kind"] == "ValidatingWebhookConfiguration"
+    ]
+    (webhook,) = [w for w in validating["webhooks"] if w["name"] == devcluster.POLICIES_WEBHOOK]
+    assert [
+        (rule["apiGroups"], rule["apiVersions"], rule["resources"], rule["operations"])
+        for rule in webhook["rules"]
+    ] == [
+        (["torchgate.io"], ["v1alpha1"], ["placementpolicies", "teamquotas"], ["CREATE", "UPDATE"])
+    ]
+    # Down, it lets writes through (left out and reported): admins can always fix a policy.
+    assert webhook["failurePolicy"] == "Ignore"
+    assert webhook["sideEffects"] == "None"
+    assert webhook["admissionReviewVersions"] == ["v1"]
+    assert webhook["matchConditions"] == [devcluster.NOT_BEING_DELETED]
+    assert "caBundle" not in webhook["clientConfig"]
+    target = webhook["clientConfig"]["service"]
+    assert (target["namespace"], target["name"], target["port"], target["path"]) == (
+        service["metadata"]["namespace"],
+        service["metadata"]["name"],
+        service["spec"]["ports"][0]["port"],
+        "/validate",
+    )
+    mutating = [c for c in webhook_configurations(objects) if c is not validating]
+    assert all(w["name"] != devcluster.POLICIES_WEBHOOK for c in mutating for w in c["webhooks"])
 
 
 def test_webhook_configurations_match_the_shared_registration_contract() -> None:

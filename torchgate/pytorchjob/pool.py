@@ -76,6 +76,7 @@ from torchgate.pytorchjob.spec import JobSpec, as_int, pod_spec_of
 from torchgate.pytorchjob.units import MILLI, Units, format_milli, pod_units, request_units
 
 QUOTA_KIND: Final = "TeamQuota"
+QUOTA_PLURAL: Final = "teamquotas"
 DEFAULT_COHORT: Final = "default"
 GPUS: Final = "gpus"  # the quota key for "whatever the job's policy counts as GPUs"
 ANNOTATION_TOPOLOGY_REQUIRED: Final = "torchgate.io/topology-required"

@@ -13,6 +13,14 @@ and ``request.object``) is judged on the stored job, which the server reads for 
 (``scale_subject`` names it): ``validation.validate_scale`` on the Scale's ``spec.replicas``. A
 job that could not be read refuses the scale with the reason (code 503, fail closed).
 
+A CREATE or UPDATE of an admin object, a ``torchgate.io`` PlacementPolicy or TeamQuota, is judged
+by the parser the webhook's cache and the controller load it with (``ADMIN_OBJECTS``: one
+declaration, no second validator), so a policy that would be left out once stored is refused at
+``kubectl apply`` instead, every error at its field path in the same Status as a job's denial
+(naming the object's own kind and group). Only the object written is judged: an UPDATE that
+fixes a policy stored invalid (while the webhook was down) is allowed, and DELETE never comes
+here.
+
 ``evaluate`` is what ``torchgate check`` runs offline: exactly the mutating route's defaulting
 followed by the validating route's checks on the defaulted object, and, as on a cluster, the first
 step that refuses the job gives the verdict alone: the apiserver stops at the mutating webhook's
@@ -33,7 +41,8 @@ import pybase64
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup
 from torchgate.pytorchjob.fieldpath import FieldError, FieldWarning, dedupe, render_warnings
-from torchgate.pytorchjob.policy import PlacementPolicy
+from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy
+from torchgate.pytorchjob.pool import QUOTA_KIND, QUOTA_PLURAL, parse_team_quota
 from torchgate.webhook.defaulting import Defaulted, default_job
 from torchgate.webhook.validation import Team, validate_create, validate_scale, validate_update
 
@@ -47,6 +56,13 @@ ClaimsLookup = Callable[[str], ClaimLookup]  # what the webhook sees of DRA in a
 # not be read (one line).
 StoredJob = Mapping[str, Any] | str
 SCALE: Final = "scale"
+AdminParser = Callable[[object], tuple[object | None, list[FieldError]]]
+# The torchgate.io objects the validating route judges, by resource: their kind and the parser
+# that loads them everywhere else (webhook.policysource, controller.admission.poolsource).
+ADMIN_OBJECTS: Final[Mapping[str, tuple[str, AdminParser]]] = {
+    names.POLICY_PLURAL: (names.POLICY_KIND, parse_policy),
+    QUOTA_PLURAL: (QUOTA_KIND, parse_team_quota),
+}
 
 
 class BadReview(ValueError):
@@ -166,6 +182,9 @@ def validate(
     request = review["request"]
     if request.get("subResource") == SCALE:
         return _validate_scale(review, stored, policy_for, team_for, claims_for)
+    admin = _admin_object(request)
+    if admin is not None:
+        return _validate_admin_object(review, *admin)
     operation = request.get("operation")
     if not _is_ours(request) or operation not in ("CREATE", "UPDATE"):
         return allowed_answer(review)
@@ -200,6 +219,30 @@ def scale_subject(request: Mapping[str, Any]) -> tuple[str, str] | None:
     if not isinstance(name, str) or not name:
         return None
     return namespace_of(request), name
+
+
+def _admin_object(request: Mapping[str, Any]) -> tuple[str, AdminParser] | None:
+    """The kind and parser of the torchgate.io admin object a review is about, if it is one."""
+    resource = request.get("resource")
+    if not isinstance(resource, _OBJECT) or resource.get("group") != names.POLICY_GROUP:
+        return None
+    if request.get("subResource"):  # status: the webhook's and the controller's own reports
+        return None
+    return ADMIN_OBJECTS.get(str(resource.get("resource")))
+
+
+def _validate_admin_object(
+    review: Mapping[str, Any], kind: str, parse: AdminParser
+) -> dict[str, Any]:
+    """A PlacementPolicy or TeamQuota written: refused with every error its parser finds."""
+    request = review["request"]
+    if request.get("operation") not in ("CREATE", "UPDATE"):
+        return allowed_answer(review)
+    written = request["object"]
+    _, errors = parse(written)
+    if not errors:
+        return allowed_answer(review)
+    return respond(review, errors=errors, job=written, kind=kind, group=names.POLICY_GROUP)
 
 
 def _validate_scale(
@@ -281,15 +324,20 @@ def respond(
     errors: Sequence[FieldError] = (),
     job: Any = None,
     status: Mapping[str, Any] | None = None,
+    kind: str = names.KIND,
+    group: str = names.GROUP,
 ) -> dict[str, Any]:
-    """Build the response AdmissionReview (echoing apiVersion, kind and uid)."""
+    """Build the response AdmissionReview (echoing apiVersion, kind and uid).
+
+    ``errors`` become an Invalid Status about ``job``, an object of ``kind`` in ``group``.
+    """
     response: dict[str, Any] = {"uid": review["request"]["uid"], "allowed": allowed and not errors}
     if patch and response["allowed"]:
         response["patchType"] = "JSONPatch"
         # pybase64: SIMD base64, an order of magnitude cheaper than binascii for a patch of KBs.
         response["patch"] = pybase64.b64encode_as_string(_json_bytes(list(patch)))
     if errors:
-        response["status"] = invalid_status(errors, job)
+        response["status"] = invalid_status(errors, job, kind=kind, group=group)
     elif status is not None:
         response["status"] = dict(status)
     if warnings:
@@ -310,7 +358,9 @@ def _json_bytes(value: Any) -> bytes:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def invalid_status(errors: Sequence[FieldError], job: Any) -> dict[str, Any]:
+def invalid_status(
+    errors: Sequence[FieldError], job: Any, *, kind: str = names.KIND, group: str = names.GROUP
+) -> dict[str, Any]:
     """A ``Status`` like the apiserver's for an invalid object (``errors.NewInvalid``)."""
     name = ""
     if isinstance(job, Mapping) and isinstance(job.get("metadata"), Mapping):
@@ -320,12 +370,12 @@ def invalid_status(errors: Sequence[FieldError], job: Any) -> dict[str, Any]:
     return {
         "metadata": {},
         "status": "Failure",
-        "message": f'{names.KIND}.{names.GROUP} "{name}" is invalid: {joined}',
+        "message": f'{kind}.{group} "{name}" is invalid: {joined}',
         "reason": "Invalid",
         "details": {
             "name": name,
-            "group": names.GROUP,
-            "kind": names.KIND,
+            "group": group,
+            "kind": kind,
             "causes": [
                 {"reason": e.type.value, "field": e.field, "message": e.body()} for e in errors
             ],

@@ -50,7 +50,7 @@ def test_configurations_register_both_routes_by_url_and_fail_closed() -> None:
     )
     assert mutating["metadata"] == validating["metadata"] == {"name": "torchgate"}
     for configuration, path in ((mutating, "/mutate"), (validating, "/validate")):
-        (webhook,) = configuration["webhooks"]
+        webhook = configuration["webhooks"][0]  # the jobs' (the policies' one: below)
         assert webhook["clientConfig"]["url"] == f"https://127.0.0.1:8443{path}"
         assert base64.b64decode(webhook["clientConfig"]["caBundle"]) == CA
         assert webhook["rules"][0] == {
@@ -85,6 +85,31 @@ def test_configurations_register_both_routes_by_url_and_fail_closed() -> None:
             "scope": "Namespaced",
         }
     ]
+
+
+def test_policies_and_quotas_go_to_the_validating_route_and_a_webhook_down_lets_them_through() -> (
+    None
+):
+    mutating, validating = devcluster.webhook_configurations(
+        "https://127.0.0.1:8443", ca_bundle=CA, failure_policy="Fail"
+    )
+
+    assert len(mutating["webhooks"]) == 1
+    jobs, policies = validating["webhooks"]
+    assert policies["name"] == devcluster.POLICIES_WEBHOOK != jobs["name"]
+    assert policies["clientConfig"] == jobs["clientConfig"]
+    assert policies["rules"] == [
+        {
+            "apiGroups": ["torchgate.io"],
+            "apiVersions": ["v1alpha1"],
+            "resources": ["placementpolicies", "teamquotas"],
+            "operations": ["CREATE", "UPDATE"],
+            "scope": "Cluster",
+        }
+    ]
+    assert (jobs["failurePolicy"], policies["failurePolicy"]) == ("Fail", "Ignore")
+    assert policies["matchConditions"] == [devcluster.NOT_BEING_DELETED]
+    assert "namespaceSelector" not in policies  # cluster-scoped objects: it would not apply
 
 
 def test_configurations_can_point_at_a_service() -> None:

@@ -1,0 +1,113 @@
+"""An admin's PlacementPolicy or TeamQuota that would not load is refused at ``kubectl apply``.
+
+``torchgate webhook`` (a subprocess watching the cluster) is registered as ``torchgate dev``
+registers it, so the apiserver sends it every CREATE and UPDATE of ``torchgate.io``
+PlacementPolicies and TeamQuotas (``validate.policies.torchgate.io``, ``failurePolicy:
+Ignore``). A policy with a typo (a toleration ``operator: Exist``) or a quota whose cohort is not
+a DNS label (rules of the parser, not of the CRD schema) is refused with the field path, as
+kubectl prints it and as the (reason, field) causes the apiserver passes on; a good one is
+stored. With the webhook down, the admin is never locked out: the bad policy is stored (left out
+and reported, ``Valid=False``, once the webhook is back), and it can still be fixed and deleted.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+
+import pytest
+
+from tests.builders.policy import policy
+from tests.builders.team import team_quota
+from tests.e2e.conftest import Cluster
+from tests.e2e.test_webhook_e2e import apply, causes, condition
+from tests.e2e.webhook_process import LocalWebhook, registered_webhook
+from torchgate.pytorchjob.fieldpath import ErrorType
+
+pytestmark = pytest.mark.e2e
+
+NOT_SUPPORTED = ErrorType.NOT_SUPPORTED.value
+INVALID = ErrorType.INVALID.value
+ADMIN = "/apis/torchgate.io/v1alpha1"
+TYPO = [{"key": "nvidia.com/gpu", "operator": "Exist", "effect": "NoSchedule"}]
+FIXED = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+@pytest.fixture(scope="module")
+def webhook(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWebhook]:
+    with registered_webhook(cluster, tmp_path_factory.mktemp("webhook")) as server:
+        yield server
+
+
+def delete(cluster: Cluster, kind: str, *names: str) -> None:
+    cluster.kubectl("delete", kind, *names, "--ignore-not-found", check=False)
+
+
+def test_a_bad_policy_or_quota_is_refused_at_its_field_and_a_good_one_is_stored(
+    cluster: Cluster, webhook: LocalWebhook
+) -> None:
+    suffix = secrets.token_hex(3)
+    bad = policy(f"e2e-typo-{suffix}", nodeSelector={"pool": "a100"}, tolerations=TYPO)
+    good = policy(f"e2e-good-{suffix}", nodeSelector={"pool": "a100"}, tolerations=FIXED)
+    # A cohort that is not a DNS label: the parser's rule, which the CRD schema does not check.
+    quota = team_quota(
+        f"e2e-quota-{suffix}", [f"e2e-quota-{suffix}"], cohort="H100 pool", nominalGPUs=8
+    )
+    try:
+        refused = apply(cluster, bad)
+        status, body = cluster.api_request("POST", f"{ADMIN}/placementpolicies", bad)
+        quota_status, quota_body = cluster.api_request("POST", f"{ADMIN}/teamquotas", quota)
+        stored = apply(cluster, good)
+
+        assert refused.returncode != 0
+        assert "spec.tolerations[0].operator" in refused.stderr
+        assert (status, causes(body)) == (422, {(NOT_SUPPORTED, "spec.tolerations[0].operator")})
+        assert (quota_status, causes(quota_body)) == (422, {(INVALID, "spec.cohort")})
+        assert cluster.get("placementpolicy", bad["metadata"]["name"]) is None
+        assert cluster.get("teamquota", quota["metadata"]["name"]) is None
+        assert stored.returncode == 0, stored.stderr
+        assert cluster.get("placementpolicy", good["metadata"]["name"]) is not None
+    finally:
+        delete(cluster, "placementpolicy", bad["metadata"]["name"], good["metadata"]["name"])
+        delete(cluster, "teamquota", quota["metadata"]["name"])
+
+
+def test_with_the_webhook_down_a_bad_policy_is_stored_reported_and_can_be_fixed_or_deleted(
+    cluster: Cluster, webhook: LocalWebhook
+) -> None:
+    name = f"e2e-down-{secrets.token_hex(3)}"
+    bad = policy(name, nodeSelector={"pool": "a100"}, tolerations=TYPO)
+    try:
+        webhook.stop()
+        try:
+            written = apply(cluster, bad)
+        finally:
+            webhook.start()
+
+        assert written.returncode == 0, written.stderr  # failurePolicy Ignore: never locked out
+        reported = cluster.wait_for(
+            lambda: condition(cluster.get("placementpolicy", name), "Valid") or None,
+            timeout=15,
+            what="a Valid condition on the stored bad policy",
+        )
+        assert (reported["status"], reported["reason"]) == ("False", "InvalidSpec")
+
+        relabelled = cluster.kubectl(
+            "label", "placementpolicy", name, "owner=ml-platform", check=False
+        )
+        fixed = apply(cluster, policy(name, nodeSelector={"pool": "a100"}, tolerations=FIXED))
+        assert relabelled.returncode != 0  # still invalid: refused, with the field
+        assert "spec.tolerations[0].operator" in relabelled.stderr
+        assert fixed.returncode == 0, fixed.stderr
+
+        webhook.stop()
+        try:
+            apply(cluster, bad)  # invalid again, stored while the webhook is down
+        finally:
+            webhook.start()
+        deleted = cluster.kubectl("delete", "placementpolicy", name, check=False)
+
+        assert deleted.returncode == 0, deleted.stderr
+        assert cluster.get("placementpolicy", name) is None
+    finally:
+        delete(cluster, "placementpolicy", name)
