@@ -342,6 +342,48 @@ def test_a_server_dry_run_of_a_job_that_cannot_fit_warns_why_and_creates_nothing
     assert get_job(cluster, namespace, "too-big") is None
 
 
+def test_kubectl_apply_of_a_job_that_will_wait_beside_a_tainted_node_is_warned_of_it(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    *_, sick = pool.nodes(3)
+    namespace = cluster.new_namespace("apply-sick")
+    try:
+        cluster.kubectl("taint", "nodes", sick, HEALTH_TAINT)
+        cluster.apply(yaml.safe_load(manifest(pool, namespace, "first", pods=1, gpus=8)))
+        wait_running(cluster, namespace, "first", 1)
+        pair = manifest(pool, namespace, "pair", pods=2, gpus=8)
+        expected = (
+            f"Warning: torchgate: will wait for 16 nvidia.com/gpu in pool pool={pool.label}: "
+            "8 free (8 nvidia.com/gpu more on 1 node out of use: 1 tainted nvidia.com/gpu-health)"
+        )
+        # the controller learns of the taint from its watch: ask until it has
+        cluster.wait_for(
+            lambda: (
+                expected
+                in cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=pair).stderr
+            ),
+            what="a forecast naming the tainted node",
+        )
+
+        applied = cluster.kubectl("apply", "-f", "-", input=pair)
+
+        forecasts = [line for line in applied.stderr.splitlines() if "torchgate: will" in line]
+        assert forecasts == [expected], applied.stderr
+        told = expected.removeprefix("Warning: torchgate: will wait for ")
+
+        def queued_message() -> str:
+            found = condition(get_job(cluster, namespace, "pair"), "Queued")
+            return str(found.get("message", "")) if found else ""
+
+        cluster.wait_for(
+            lambda: queued_message().endswith(told),
+            timeout=60,
+            what="pair's Queued message saying what the warning said",
+        )
+    finally:
+        cluster.kubectl("taint", "nodes", sick, f"{HEALTH_TAINT}-", check=False)
+
+
 # ------------------------------------------------------------------ simulate
 
 

@@ -54,7 +54,8 @@ empty (``nodes`` rules 5-6, read once per gang in ``_read_gang``), never starves
 A gang waiting for capacity is told how much more the nodes out of use for it hold (``nodes``
 rule 7: NotReady, cordoned, quarantined or tainted nodes its pods could use otherwise;
 ``forecasting.told``), read once per node change and only when its message is written or a
-snapshot taken: ``decide`` never reads it.
+snapshot taken: ``decide`` never reads it. A snapshot taken for a forecast reads it for the
+candidate too, the same way, so the warning at ``kubectl apply`` says what its queue entry would.
 """
 
 from __future__ import annotations
@@ -536,11 +537,18 @@ class Admitter:
             starvation_seconds=self.starvation_seconds,
             out_of_use={
                 key: note
-                for key, waiting in self.queue.waiting.items()
+                for key, waiting in self._asked_of(candidate)
                 if (note := self._out_of_use(waiting)) is not None
             },
         )
         return snapshot, extra
+
+    def _asked_of(self, candidate: Waiting | None) -> list[tuple[JobKey, Waiting]]:
+        """Every queued job, ``candidate`` in place of a queued job of its key (a forecast)."""
+        asked = dict(self.queue.waiting)
+        if candidate is not None:
+            asked[candidate.key] = candidate
+        return list(asked.items())
 
     def demand(self) -> list[Demand]:
         """Who waits, per team and reason (``waiting.demand_by_team``; read at scrape time)."""

@@ -25,7 +25,7 @@ Rules (each one function):
 3. ``decide_now``: every ready gang's outcome if the next cycle ran now, a candidate added (in
    place of a queued job of its key); a gang behind a starving one waits for it.
 4. ``forecast``: the candidate's outcome as an ``outlook.Forecast``: victims named with their
-   GPUs and priority, the place it would take if it waits.
+   GPUs and priority, the place it would take if it waits and what it would be told (rule 8).
 5. ``must_end``: the cheapest set of running gangs whose end would let a waiting gang start,
    asked of ``decide`` for that gang alone, at a priority above every running gang and without
    the admin's protection; the quota rules still hold (a team's gangs within its nominal quota
@@ -40,8 +40,9 @@ Rules (each one function):
    topology domain GPUs used and free; the nodes placement cannot use; the head of the queue.
 8. ``told``: a ``Capacity`` wait's message ends with the clause of the nodes out of use for the
    gang (``nodes`` rule 7, read by the admitter once per node change: ``Snapshot.out_of_use``),
-   when there are any: its ``Queued`` condition, ``torchgate explain`` and ``torchgate top``
-   say the same.
+   when there are any: its ``Queued`` condition, ``torchgate explain``, ``torchgate top`` and
+   the forecast at ``kubectl apply`` (``forecast``, the candidate's entry in the snapshot) say
+   the same.
 """
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ class Snapshot:
         gpu_resource: The resource the pool view counts as GPUs.
         now: Wall-clock seconds (``decide``'s ``now``).
         starvation_seconds: The admitter's starvation bound.
-        out_of_use: Per queued job, the nodes out of use for its gang (``nodes`` rule 7).
+        out_of_use: Per queued job (and the candidate of a forecast), the nodes out of use for
+            its gang (``nodes`` rule 7).
     """
 
     pool: Pool
@@ -324,7 +326,7 @@ def forecast(snapshot: Snapshot, candidate: WaitingGang) -> Forecast:
     return Forecast(
         verdict="Wait",
         reason=QUEUED_REASONS[outcome.kind],
-        message=outcome.message,
+        message=told(outcome.kind, outcome.message, snapshot.out_of_use.get(candidate.key)),
         place=rank(queued, teams)[candidate.key],
         team=team,
         cohort=cohort,

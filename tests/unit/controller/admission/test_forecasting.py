@@ -536,6 +536,24 @@ def test_a_capacity_wait_names_the_gpus_on_nodes_out_of_use_and_whether_clearing
     assert entry.message == message, "torchgate top tells the same"
 
 
+def test_the_forecast_at_apply_names_the_nodes_out_of_use_as_the_queue_would() -> None:
+    admitter = sick_pool()
+    raw = job("pair").master(gpus=8, pod_spec=POOL).workers(1, gpus=8, pod_spec=POOL).build()
+
+    snapshot, gang = admitter.snapshot(candidate(raw))
+    assert gang is not None
+    told = forecast(snapshot, gang)
+
+    message = "waiting for 16 nvidia.com/gpu in pool pool=a100: 8 free " + CLAUSE
+    assert (told.verdict, told.message) == ("Wait", message)
+    assert forecast_warning(told).endswith(
+        "will wait for 16 nvidia.com/gpu in pool pool=a100: 8 free " + CLAUSE
+    )
+    pair = ask(admitter, raw)
+    admitter.cycle()
+    assert admitter.wait_reason(pair).endswith(": " + told.message), "the queue says the same"
+
+
 def test_clearing_is_not_promised_when_the_nodes_out_of_use_would_not_start_it() -> None:
     admitter = sick_pool()
     big = ask(
