@@ -3,11 +3,12 @@
 ``torchgate webhook`` (a subprocess watching the cluster) is registered as ``torchgate dev``
 registers it, so the apiserver sends it every CREATE and UPDATE of ``torchgate.io``
 PlacementPolicies and TeamQuotas (``validate.policies.torchgate.io``, ``failurePolicy:
-Ignore``). A policy with a typo (a toleration ``operator: Exist``) or a quota whose cohort is not
-a DNS label (rules of the parser, not of the CRD schema) is refused with the field path, as
-kubectl prints it and as the (reason, field) causes the apiserver passes on; a good one is
-stored. With the webhook down, the admin is never locked out: the bad policy is stored (left out
-and reported, ``Valid=False``, once the webhook is back), and it can still be fixed and deleted.
+Ignore``). A policy with a typo (a toleration ``operator: Exist``, which the CRD schema's enum
+refuses too) or a quota whose cohort is not a DNS label (a rule of the parser, not of the CRD
+schema) is refused with the field path, as kubectl prints it and as the (reason, field) causes the
+apiserver passes on; a good one is stored. With the webhook down, the admin is never locked out: a
+policy the CRD schema cannot refuse (an ``Exists`` toleration with a value) is stored (left out and
+reported, ``Valid=False``, once the webhook is back), and it can still be fixed and deleted.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ NOT_SUPPORTED = ErrorType.NOT_SUPPORTED.value
 INVALID = ErrorType.INVALID.value
 ADMIN = "/apis/torchgate.io/v1alpha1"
 TYPO = [{"key": "nvidia.com/gpu", "operator": "Exist", "effect": "NoSchedule"}]
+# Invalid by the parser's rule alone (Exists takes no value): the apiserver stores it unchecked.
+STORABLE_TYPO = [
+    {"key": "nvidia.com/gpu", "operator": "Exists", "value": "true", "effect": "NoSchedule"}
+]
 FIXED = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 
 
@@ -76,7 +81,7 @@ def test_with_the_webhook_down_a_bad_policy_is_stored_reported_and_can_be_fixed_
     cluster: Cluster, webhook: LocalWebhook
 ) -> None:
     name = f"e2e-down-{secrets.token_hex(3)}"
-    bad = policy(name, nodeSelector={"pool": "a100"}, tolerations=TYPO)
+    bad = policy(name, nodeSelector={"pool": "a100"}, tolerations=STORABLE_TYPO)
     try:
         webhook.stop()
         try:
@@ -97,7 +102,7 @@ def test_with_the_webhook_down_a_bad_policy_is_stored_reported_and_can_be_fixed_
         )
         fixed = apply(cluster, policy(name, nodeSelector={"pool": "a100"}, tolerations=FIXED))
         assert relabelled.returncode != 0  # still invalid: refused, with the field
-        assert "spec.tolerations[0].operator" in relabelled.stderr
+        assert "spec.tolerations[0].value" in relabelled.stderr
         assert fixed.returncode == 0, fixed.stderr
 
         webhook.stop()

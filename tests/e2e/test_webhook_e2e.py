@@ -267,7 +267,7 @@ def test_policy_created_in_the_cluster_steers_new_jobs_and_a_bad_one_is_reported
         f"e2e-bad-{suffix}",
         namespaces=[namespace],
         priority=100,
-        jobDefaults={"cleanPodPolicy": "Sometimes"},
+        allowedHostPaths=["data"],  # not absolute: the parser's rule, not the CRD schema's
     )
     try:
         cluster.apply(good)

@@ -37,6 +37,8 @@ def example(schema: dict[str, Any]) -> Any:
     """A value of every field ``schema`` declares (the widest policy the CRD keeps)."""
     if schema.get("x-kubernetes-int-or-string"):
         return "1Gi"
+    if "enum" in schema:
+        return schema["enum"][-1]
     kind = schema["type"]
     if kind == "object":
         if "properties" in schema:

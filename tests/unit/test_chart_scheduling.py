@@ -4,6 +4,8 @@ In a GPU pool whose nodes die every few hours, an admin keeps the webhook and th
 system nodes; without these values the chart had to be forked (an e2e run even saw an upgraded
 controller land on a GPU node). Unset, nothing is added (the kustomize base has neither);
 a toleration the apiserver would refuse is refused by ``helm install`` first.
+``<component>.priorityClassName`` keeps them from being preempted first: with failurePolicy Fail
+an evicted webhook blocks every PyTorchJob create.
 """
 
 from __future__ import annotations
@@ -64,3 +66,27 @@ def test_a_toleration_or_selector_the_apiserver_would_refuse_is_refused_by_helm(
     result = run_helm("template", "torchgate", str(CHART), f"--set={setting}", check=False)
     assert result.returncode != 0
     assert f"at '{refused_at}'" in result.stderr
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_a_components_priority_class_reaches_its_pods_only(component: str) -> None:
+    objects = ms.chart([f"--set={component}.priorityClassName=system-cluster-critical"])
+    assert pod_spec(objects, component)["priorityClassName"] == "system-cluster-critical"
+    (other,) = set(COMPONENTS) - {component}
+    assert "priorityClassName" not in pod_spec(objects, other)
+
+
+def test_by_default_the_pods_get_the_clusters_default_priority() -> None:
+    objects = ms.chart()
+    for component in COMPONENTS:
+        assert "priorityClassName" not in pod_spec(objects, component)
+
+
+@pytest.mark.parametrize(
+    "name", ["System-Critical", "critical_pods", "-critical"], ids=["upper", "underscore", "dash"]
+)
+def test_a_priority_class_name_the_apiserver_would_refuse_is_refused_by_helm(name: str) -> None:
+    setting = f"webhook.priorityClassName={name}"
+    result = run_helm("template", "torchgate", str(CHART), f"--set={setting}", check=False)
+    assert result.returncode != 0
+    assert "at '/webhook/priorityClassName'" in result.stderr

@@ -52,7 +52,7 @@ def conformance_errors(value: Any, schema: dict[str, Any], path: str = "") -> li
 
     Enough of OpenAPI v3 for torchgate's CRDs: ``type``, ``properties`` (unknown fields would be
     pruned, not refused, and so would ``null`` values), ``items``, ``additionalProperties``,
-    ``required``, ``minimum`` and int-or-string.
+    ``required``, ``minimum``, ``enum`` and int-or-string.
     """
     if schema.get("x-kubernetes-int-or-string"):
         ok = isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
@@ -70,6 +70,8 @@ def conformance_errors(value: Any, schema: dict[str, Any], path: str = "") -> li
     errors: list[str] = []
     if kind == "integer" and "minimum" in schema and value < schema["minimum"]:
         errors.append(f"{path}: below {schema['minimum']}")
+    if "enum" in schema and value not in schema["enum"]:
+        errors.append(f"{path}: not one of {schema['enum']}")
     if kind == "object":
         errors += [
             f"{path}.{key}: required" for key in schema.get("required", ()) if key not in value

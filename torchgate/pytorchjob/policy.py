@@ -22,7 +22,7 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, Final
 
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.devices import ClaimLookup, GpuSources, gpu_sources, plain_sources
@@ -45,8 +45,8 @@ from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
 from torchgate.pytorchjob.spec import as_int
 
 _SPEC = FieldPath.root("spec")
-_TOLERATION_OPERATORS = ("Exists", "Equal")
-_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+TOLERATION_OPERATORS: Final = ("Exists", "Equal")
+TAINT_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,13 +245,13 @@ def _parse_tolerations(value: object, errors: list[FieldError]) -> tuple[Mapping
             errors.append(invalid(item_path, item, "must be a toleration object"))
             continue
         operator = item.get("operator", "Equal")
-        if operator not in _TOLERATION_OPERATORS:
+        if operator not in TOLERATION_OPERATORS:
             errors.append(
-                not_supported(item_path.child("operator"), operator, _TOLERATION_OPERATORS)
+                not_supported(item_path.child("operator"), operator, TOLERATION_OPERATORS)
             )
         effect = item.get("effect", "")
-        if effect not in ("", *_TAINT_EFFECTS):
-            errors.append(not_supported(item_path.child("effect"), effect, _TAINT_EFFECTS))
+        if effect not in ("", *TAINT_EFFECTS):
+            errors.append(not_supported(item_path.child("effect"), effect, TAINT_EFFECTS))
         if operator == "Exists" and item.get("value"):
             errors.append(
                 invalid(item_path.child("value"), item.get("value"), "must be empty for Exists")

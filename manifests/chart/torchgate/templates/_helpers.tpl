@@ -90,8 +90,8 @@ and kept on uninstall: deleting a CRD deletes every object of its kind.
 {{- end -}}
 
 {{/*
-Where a component's pods may run: its nodeSelector and tolerations values, when set (none by
-default, as in manifests/base). Argument: the component's values (.Values.webhook or .controller).
+Where a component's pods may run and how the scheduler ranks them: its nodeSelector, tolerations
+and priorityClassName values, when set (none by default, as in manifests/base). Argument: the component's values (.Values.webhook or .controller).
 */}}
 {{- define "torchgate.scheduling" -}}
 {{- with .nodeSelector }}
@@ -101,5 +101,8 @@ nodeSelector:
 {{- with .tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .priorityClassName }}
+priorityClassName: {{ . }}
 {{- end }}
 {{- end }}
