@@ -4,11 +4,12 @@
 registers it, so the apiserver sends it every CREATE and UPDATE of ``torchgate.io``
 PlacementPolicies and TeamQuotas (``validate.policies.torchgate.io``, ``failurePolicy:
 Ignore``). A policy with a typo (a toleration ``operator: Exist``, which the CRD schema's enum
-refuses too) or a quota whose cohort is not a DNS label (a rule of the parser, not of the CRD
-schema) is refused with the field path, as kubectl prints it and as the (reason, field) causes the
-apiserver passes on; a good one is stored. With the webhook down, the admin is never locked out: a
-policy the CRD schema cannot refuse (an ``Exists`` toleration with a value) is stored (left out and
-reported, ``Valid=False``, once the webhook is back), and it can still be fixed and deleted.
+refuses too; an ``Exists`` toleration with a value, which only the webhook refuses) or a quota
+whose cohort is not a DNS label (a rule of the parser, not of the CRD schema) is refused with the
+field path, as kubectl prints it and as the (reason, field) causes the apiserver passes on; a good
+one is stored. With the webhook down, the admin is never locked out: a policy the CRD schema
+cannot refuse (an ``Exists`` toleration with a value) is stored (left out and reported,
+``Valid=False``, once the webhook is back), and it can still be fixed and deleted.
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ def test_a_bad_policy_or_quota_is_refused_at_its_field_and_a_good_one_is_stored(
     suffix = secrets.token_hex(3)
     bad = policy(f"e2e-typo-{suffix}", nodeSelector={"pool": "a100"}, tolerations=TYPO)
     good = policy(f"e2e-good-{suffix}", nodeSelector={"pool": "a100"}, tolerations=FIXED)
+    # A rule of the parser the CRD schema cannot state: only the webhook refuses it.
+    webhook_only = policy(
+        f"e2e-value-{suffix}", nodeSelector={"pool": "a100"}, tolerations=STORABLE_TYPO
+    )
     # A cohort that is not a DNS label: the parser's rule, which the CRD schema does not check.
     quota = team_quota(
         f"e2e-quota-{suffix}", [f"e2e-quota-{suffix}"], cohort="H100 pool", nominalGPUs=8
@@ -61,19 +66,28 @@ def test_a_bad_policy_or_quota_is_refused_at_its_field_and_a_good_one_is_stored(
     try:
         refused = apply(cluster, bad)
         status, body = cluster.api_request("POST", f"{ADMIN}/placementpolicies", bad)
+        value_status, value_body = cluster.api_request(
+            "POST", f"{ADMIN}/placementpolicies", webhook_only
+        )
         quota_status, quota_body = cluster.api_request("POST", f"{ADMIN}/teamquotas", quota)
         stored = apply(cluster, good)
 
         assert refused.returncode != 0
         assert "spec.tolerations[0].operator" in refused.stderr
         assert (status, causes(body)) == (422, {(NOT_SUPPORTED, "spec.tolerations[0].operator")})
+        assert (value_status, causes(value_body)) == (
+            422,
+            {(INVALID, "spec.tolerations[0].value")},
+        )
         assert (quota_status, causes(quota_body)) == (422, {(INVALID, "spec.cohort")})
         assert cluster.get("placementpolicy", bad["metadata"]["name"]) is None
+        assert cluster.get("placementpolicy", webhook_only["metadata"]["name"]) is None
         assert cluster.get("teamquota", quota["metadata"]["name"]) is None
         assert stored.returncode == 0, stored.stderr
         assert cluster.get("placementpolicy", good["metadata"]["name"]) is not None
     finally:
-        delete(cluster, "placementpolicy", bad["metadata"]["name"], good["metadata"]["name"])
+        names = (bad, good, webhook_only)
+        delete(cluster, "placementpolicy", *(p["metadata"]["name"] for p in names))
         delete(cluster, "teamquota", quota["metadata"]["name"])
 
 
