@@ -367,7 +367,7 @@ def test_install_with_kustomize_as_the_doc_says(installable: Cluster, sandbox: D
     # The init container made the certificate and wrote its CA into both configurations.
     bundle = ca_bundles(cluster)[0]
     assert bundle
-    assert ca_bundles(cluster) == [bundle, bundle]
+    assert set(ca_bundles(cluster)) == {bundle}  # every webhook of both configurations
     secret = cluster.get("secret", "torchgate-webhook-tls", NAMESPACE)
     assert secret is not None
     assert secret["data"]["ca.crt"] == bundle
@@ -445,7 +445,7 @@ def test_install_with_kustomize_as_the_doc_says(installable: Cluster, sandbox: D
     assert images(cluster) == {f"{IMAGE}:0.1.1"}
     assert rolled_out(cluster, "torchgate-webhook")
     assert rolled_out(cluster, "torchgate-controller")
-    assert ca_bundles(cluster) == [bundle, bundle], "re-applying keeps caBundle"
+    assert set(ca_bundles(cluster)) == {bundle}, "re-applying keeps caBundle"
 
     doc.run("kustomize-uninstall")
     assert nothing_installed(cluster)
@@ -495,7 +495,7 @@ def test_install_with_helm_as_the_doc_says(installable: Cluster, sandbox: DocRun
     assert images(cluster) == {f"{IMAGE}:0.1.1"}
     assert rolled_out(cluster, "torchgate-webhook")
     assert rolled_out(cluster, "torchgate-controller")
-    assert ca_bundles(cluster) == [bundle, bundle], "helm upgrade keeps caBundle"
+    assert set(ca_bundles(cluster)) == {bundle}, "helm upgrade keeps caBundle"
     history = run_helm(
         "history", "torchgate", "--namespace", "default", "-o", "json",
         env={"KUBECONFIG": str(cluster.kubeconfig)},
