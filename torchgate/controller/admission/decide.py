@@ -482,9 +482,13 @@ def _decide_one(cycle: _Cycle, gang: WaitingGang, *, borrow: bool) -> Outcome | 
             nodes = cycle.admit(gang, placed.nodes, extras=True)
             borrowed = verdict.amount if isinstance(verdict, Borrows) else {}
             return Admit(gang.key, nodes, borrowed, placed.domain, placed.preference_met)
-        reason = _shortfall(cycle, gang) if placed.kind == "Capacity" else placed.message
+        reason: str | Shortfall
         if gang.no_node is not None:
-            reason = gang.no_node
+            reason = gang.no_node  # whatever the wait's kind: it can never be placed (rule 4)
+        elif placed.kind == "Capacity":
+            reason = _shortfall(cycle, gang)
+        else:
+            reason = placed.message
         obstacle = Wait(gang.key, placed.kind, reason)
     elif isinstance(verdict, QuotaWait):
         obstacle = Wait(gang.key, "Quota", verdict.message)
@@ -513,10 +517,8 @@ def _beyond_quota(cycle: _Cycle, gang: WaitingGang, team: TeamQuota | None) -> b
     return not listed.victims or not _quota_with_all_gone(cycle, gang, team, listed)
 
 
-def _shortfall(cycle: _Cycle, gang: WaitingGang) -> str | Shortfall:
-    """What a ``Capacity`` wait tells the user (rule 4)."""
-    if gang.no_node is not None:
-        return gang.no_node
+def _shortfall(cycle: _Cycle, gang: WaitingGang) -> Shortfall:
+    """What a ``Capacity`` wait of a gang that some node could take tells the user (rule 4)."""
     return Shortfall(
         cycle.capacity,
         gang.shape,
