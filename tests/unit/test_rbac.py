@@ -62,7 +62,7 @@ CALLS: dict[tuple[str, str, str, str], str] = {
     # torchgate/controller/admission/poolsource.py
     ("controller", "torchgate.io", "teamquotas/status", "patch"): "usage, borrowing, Valid",
     # torchgate/controller/quarantine/keeper.py
-    ("controller", "", "nodes", "patch"): "quarantine taint and labels",
+    ("controller", "", "nodes", "patch"): "quarantine taint, labels, faults annotation",
     # controller/poolservice.py (mark_leader) and kube/access.py (every caller of the pool service)
     ("controller", "", "pods", "patch"): "the leader label on its own pod",
     ("controller", "authentication.k8s.io", "tokenreviews", "create"): "whose token",

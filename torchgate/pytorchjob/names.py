@@ -71,6 +71,9 @@ ANNOTATION_GANG_ATTEMPT: Final = "torchgate.io/gang-attempt"
 TAINT_QUARANTINE: Final = "torchgate.io/quarantine"
 LABEL_QUARANTINE: Final = TAINT_QUARANTINE
 LABEL_QUARANTINE_UNTIL: Final = "torchgate.io/quarantine-until"
+# A node's recent infrastructure faults, as the quarantine keeper counts them: a JSON list on the
+# Node, so the count survives a controller restart or a leader failover (``quarantine.rules``).
+ANNOTATION_QUARANTINE_FAULTS: Final = "torchgate.io/quarantine-faults"
 
 DNS_LABEL_MAX: Final = 63
 DNS_SUBDOMAIN_MAX: Final = 253

@@ -15,7 +15,8 @@ Invariants:
   for every field listed here.
 - A projected object is never sent back to the apiserver: the controller writes pods only by
   creating the manifests it builds, deleting by name and labelling its own pod, and Nodes only by
-  merge patches of the fields it read (taints, labels) with their ``resourceVersion``.
+  merge patches of the fields it read (taints, labels) with their ``resourceVersion`` and of its
+  own annotation (``quarantine.rules`` rule 8).
 - A projection is idempotent: projecting a projected object gives an equal object.
 - Adding a reader of a field not kept here means adding the field here; the agreement test
   (``tests/unit/controller/test_projection.py``) calls every reader on whole and projected pods.

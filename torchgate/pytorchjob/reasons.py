@@ -116,6 +116,8 @@ GANG_SCHEDULE_TIMEOUT: Final = "GangScheduleTimeout"
 # Events of the quarantine keeper, on the Node and on the jobs whose faults counted.
 NODE_QUARANTINED: Final = "NodeQuarantined"
 NODE_QUARANTINE_LIFTED: Final = "NodeQuarantineLifted"
+# A Node's recorded faults (``torchgate.io/quarantine-faults``) that cannot be read.
+NODE_FAULT_HISTORY_UNREADABLE: Final = "NodeFaultHistoryUnreadable"
 
 # ``Valid``'s reasons: a PlacementPolicy's (the webhook's, with a Warning Event when invalid) and a
 # TeamQuota's (the controller's).
@@ -163,6 +165,7 @@ EVENT_REASONS: Final[frozenset[str]] = (
         GANG_ADMITTED,
         NODE_QUARANTINED,
         NODE_QUARANTINE_LIFTED,
+        NODE_FAULT_HISTORY_UNREADABLE,
         INVALID_PLACEMENT_POLICY,
     }
 )

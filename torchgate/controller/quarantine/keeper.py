@@ -1,14 +1,19 @@
-"""The shell of quarantine: remember faults, patch nodes, lift cooldowns, tidy cleared nodes.
+"""The shell of quarantine: record faults on the Nodes, quarantine them, lift cooldowns, tidy.
 
 The reconciler reports every gang restart whose cause counts against its node
 (``job.disruption.NODE_FAULTS``), with the outage it came from, and the thresholds of the job's
-policy; ``rules.due`` decides (the gangs one outage took down counting once, rule 6),
-and one loop here applies: it quarantines the nodes due, lifts the quarantines whose cooldown has
-ended and tidies the labels of nodes an admin cleared, then sleeps until the next cooldown ends or
-something changes. Each quarantine and lift is an Event on the Node; a quarantine is also an Event
-on each job whose faults counted, and counted in ``torchgate_controller_node_quarantines_total``.
-Patches that fail (a conflict with another writer of the node's taints, an apiserver error) are
-retried on the next pass; the node cache, not this object, says what is quarantined.
+policy; ``rules.due`` decides (the gangs one outage took down counting once, rule 6) on the
+node's recent faults: those its Node records (``rules.history_of``, written by this controller
+or by the one before a restart or failover) and those not written yet. One loop here applies:
+it writes each node's faults to its Node (``rules.history_patch``), quarantines the nodes due,
+lifts the quarantines whose cooldown has ended and tidies the labels of nodes an admin cleared,
+then sleeps until the next cooldown ends or something changes. Each quarantine and lift is an
+Event on the Node; a quarantine is also an Event on each job whose faults counted, and counted
+in ``torchgate_controller_node_quarantines_total``. A Node whose recorded faults cannot be read
+(a hand edit) gets a Warning Event ``NodeFaultHistoryUnreadable`` once per bad value; the
+readable faults count and the next write drops the rest. Patches that fail (a conflict with
+another writer of the node's taints, an apiserver error) are retried on the next pass; the node
+cache, not this object, says what is quarantined and what was recorded.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ EventSink = Callable[[Mapping[str, Any] | JobKey, str, str, str], None]
 
 
 class QuarantineKeeper:
-    """Faults per node in memory, quarantines on the Nodes."""
+    """Faults and quarantines on the Nodes; in memory only the faults not written yet."""
 
     def __init__(
         self,
@@ -54,27 +59,42 @@ class QuarantineKeeper:
         self.quarantines = quarantines
         self.record_event = record_event
         self.clock = clock
-        self._faults: dict[str, tuple[rules.Fault, ...]] = {}
+        self._unwritten: dict[str, tuple[rules.Fault, ...]] = {}  # a node's faults to write
+        self._reported: dict[str, str] = {}  # the unreadable value last reported, per node
         self._due: dict[str, tuple[rules.Quarantine, tuple[rules.Fault, ...]]] = {}
         self._wake = asyncio.Event()
 
     def record(self, fault: rules.Fault, settings: QuarantineSettings) -> None:
         """A gang restarted for a fault of ``fault.node``; quarantine it when ``settings`` say."""
         now = self.clock()
-        counted = rules.recent(
-            (*self._faults.get(fault.node, ()), fault),
-            now=now,
-            window_seconds=settings.window_seconds,
-        )
-        self._faults[fault.node] = counted
-        quarantine = rules.due(counted, now=now, settings=settings)
         node = self.nodes.get("", fault.node)
+        earlier = self._unwritten.get(fault.node)
+        if earlier is None:
+            earlier = self._recorded(node) if node is not None else ()
+        counted = rules.recent({*earlier, fault}, now=now, window_seconds=settings.window_seconds)
+        self._unwritten[fault.node] = counted
+        self._wake.set()
+        quarantine = rules.due(counted, now=now, settings=settings)
         if node is not None and rules.quarantine_of(node).tainted:
             return  # quarantined already: its cooldown is not extended
         if quarantine is not None:
             self._due[fault.node] = (quarantine, counted)
-            self._faults.pop(fault.node, None)  # a quarantine starts the count afresh
-            self._wake.set()
+            self._unwritten.pop(fault.node, None)  # a quarantine starts the count afresh
+
+    def _recorded(self, node: Mapping[str, Any]) -> tuple[rules.Fault, ...]:
+        """The faults ``node`` records (rule 7); an unreadable record reported once per value."""
+        history = rules.history_of(node)
+        name = str((node.get("metadata") or {}).get("name") or "")
+        if history.unreadable and self._reported.get(name) != history.text:
+            self._reported[name] = history.text
+            message = (
+                f"node {name}: {history.unreadable} entries of the annotation "
+                f"{names.ANNOTATION_QUARANTINE_FAULTS} cannot be read and are dropped; "
+                f"{len(history.faults)} faults counted"
+            )
+            log.warning("%s", message)
+            self.record_event(node, "Warning", reasons.NODE_FAULT_HISTORY_UNREADABLE, message)
+        return history.faults
 
     def on_node(self, kind: str, node: dict[str, Any], old: dict[str, Any] | None) -> None:
         """Node informer handler: a change of a node's quarantine wakes the loop."""
@@ -106,6 +126,14 @@ class QuarantineKeeper:
                 self._announce(node, quarantine, faults)
             else:
                 waits.append(RETRY_SECONDS)
+        for name, faults in list(self._unwritten.items()):
+            if self.nodes.get("", name) is None:
+                del self._unwritten[name]  # deleted: its record with it
+            elif await self._patch(name, rules.history_patch(faults)):
+                if self._unwritten.get(name) is faults:  # no fault came in meanwhile
+                    del self._unwritten[name]
+            else:
+                waits.append(RETRY_SECONDS)
         for node in list(self.nodes.values()):
             name = str((node.get("metadata") or {}).get("name") or "")
             state = rules.quarantine_of(node)
@@ -114,13 +142,14 @@ class QuarantineKeeper:
                 waits.append(left)
             if step is None or name in self._due:
                 continue
-            if not await self._patch(name, rules.release_patch(node)):
+            forget = step == "tidy"  # cleared by an admin: start counting afresh
+            if not await self._patch(name, rules.release_patch(node, forget_faults=forget)):
                 waits.append(RETRY_SECONDS)
             elif step == "lift":
                 message = f"node {name}: the quarantine ({state.cause}) ended after its cooldown"
                 self.record_event(node, "Normal", reasons.NODE_QUARANTINE_LIFTED, message)
             else:
-                self._faults.pop(name, None)  # cleared by an admin: start counting afresh
+                self._unwritten.pop(name, None)
                 log.info("node %s: quarantine cleared by hand; labels removed", name)
         return min(waits) if waits else None
 

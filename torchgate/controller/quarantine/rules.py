@@ -38,13 +38,27 @@ Rules (each one function):
    saw it). A failure of a member on a healthy-looking node (stuck, evicted by its kubelet,
    disrupted) has no outage: each gang's is a fault of its own, distinct evidence of the node.
 
-Faults live in the controller's memory: a restarted controller starts counting afresh (a
-quarantine already set stays, on the Node), so no fault is counted twice across a restart and
-no outage either (its faults before the restart are forgotten; those after it are counted once).
+7. ``history_of``: the faults a Node records of itself (``history_text`` writes them): the
+   annotation ``torchgate.io/quarantine-faults``, a JSON list of ``{"at", "cause", "job"}`` with
+   the outage's ``"outage"`` signal and ``"outageBegan"`` when it has one. So the count
+   survives a controller restart or a leader failover (the new leader reads what the old one
+   wrote), and an outage counted before it is still one fault after it (rule 6 sees its
+   recorded faults). Entries that cannot be read (a hand edit, a value that is not a JSON list)
+   are skipped and counted, never raised: the keeper reports them and writes the readable rest.
+8. ``history_patch``: the merge patch that writes a node's faults (the latest ``KEPT_FAULTS``,
+   at most a few KiB; the annotation removed when none is left). It carries no
+   ``resourceVersion``: only the leading controller writes the annotation, and a merge patch of
+   one annotation changes nothing else of the node, so a node's heartbeats never conflict with
+   it. A quarantine removes it (``quarantine_patch``: a quarantine starts the count afresh) and
+   so does tidying a node an admin cleared (``release_patch(..., forget_faults=True)``).
+
+Expired faults are dropped (rule 1) at every write. An admin forgets a node's faults with
+``kubectl annotate node <node> torchgate.io/quarantine-faults-``.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +71,7 @@ from torchgate.pytorchjob.policy import QuarantineSettings
 from torchgate.pytorchjob.spec import as_list, as_mapping
 
 UNTIL_FORMAT: Final = "%Y%m%dT%H%M%SZ"
+KEPT_FAULTS: Final = 32
 Step = Literal["lift", "tidy"]
 
 
@@ -206,17 +221,108 @@ def quarantine_patch(node: Mapping[str, Any], quarantine: Quarantine) -> dict[st
         names.LABEL_QUARANTINE: quarantine.cause,
         names.LABEL_QUARANTINE_UNTIL: format_until(quarantine.until),
     }
-    return {"metadata": _metadata_patch(node, labels), "spec": {"taints": [*others, taint]}}
+    metadata = _metadata_patch(node, labels)
+    metadata["annotations"] = {names.ANNOTATION_QUARANTINE_FAULTS: None}  # rule 8: afresh
+    return {"metadata": metadata, "spec": {"taints": [*others, taint]}}
 
 
-def release_patch(node: Mapping[str, Any]) -> dict[str, Any]:
-    """Rule 5: the merge patch that removes the quarantine taint and labels from ``node``."""
+def release_patch(node: Mapping[str, Any], *, forget_faults: bool = False) -> dict[str, Any]:
+    """Rule 5: the merge patch that removes the quarantine taint and labels from ``node``.
+
+    ``forget_faults``: its recorded faults too (rule 8: an admin cleared the quarantine).
+    """
     labels: dict[str, str | None] = {
         names.LABEL_QUARANTINE: None,
         names.LABEL_QUARANTINE_UNTIL: None,
     }
     patch: dict[str, Any] = {"metadata": _metadata_patch(node, labels)}
+    if forget_faults:
+        patch["metadata"]["annotations"] = {names.ANNOTATION_QUARANTINE_FAULTS: None}
     taints = _taints(node)
     if any(_is_ours(t) for t in taints):
         patch["spec"] = {"taints": [t for t in taints if not _is_ours(t)]}
     return patch
+
+
+@dataclass(frozen=True, slots=True)
+class FaultHistory:
+    """What a Node records of its faults (rule 7): those read, and how many entries were not."""
+
+    faults: tuple[Fault, ...] = ()
+    unreadable: int = 0
+    text: str = ""
+
+
+def _format_moment(moment: datetime) -> str:
+    """RFC 3339 in UTC with a ``Z``, microseconds only when the moment has them (lossless)."""
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _parse_moment(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
+
+
+def _entry(fault: Fault) -> dict[str, str]:
+    entry = {"at": _format_moment(fault.at), "cause": fault.cause, "job": "/".join(fault.job)}
+    if fault.outage is not None:
+        entry["outage"] = fault.outage.signal
+        if fault.outage.began is not None:
+            entry["outageBegan"] = _format_moment(fault.outage.began)
+    return entry
+
+
+def _fault_of(node: str, entry: object) -> Fault | None:
+    """One recorded entry as a fault of ``node``; ``None`` when it cannot be read whole."""
+    if not isinstance(entry, Mapping):
+        return None
+    at = _parse_moment(entry.get("at"))
+    cause, job, signal = entry.get("cause"), entry.get("job"), entry.get("outage")
+    if at is None or not isinstance(cause, str) or not cause or not isinstance(job, str):
+        return None
+    namespace, slash, name = job.partition("/")
+    if not slash or not namespace or not name:
+        return None
+    outage: Outage | None = None
+    if signal is not None:
+        began = entry.get("outageBegan")
+        began_at = _parse_moment(began)
+        if not isinstance(signal, str) or not signal or (began is not None and began_at is None):
+            return None
+        outage = Outage(signal, began_at)
+    return Fault(node, cause, at, (namespace, name), outage)
+
+
+def history_text(faults: Iterable[Fault]) -> str:
+    """Rule 7: the annotation's value for ``faults``, oldest first, compact JSON."""
+    return json.dumps([_entry(f) for f in faults], separators=(",", ":"))
+
+
+def history_of(node: Mapping[str, Any]) -> FaultHistory:
+    """Rule 7: the faults ``node`` records of itself, oldest first; unreadable entries counted."""
+    metadata = as_mapping(node.get("metadata"))
+    text = as_mapping(metadata.get("annotations")).get(names.ANNOTATION_QUARANTINE_FAULTS)
+    if text is None:
+        return FaultHistory()
+    try:
+        entries = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        entries = None
+    if not isinstance(entries, list):
+        return FaultHistory(unreadable=1, text=str(text))
+    name = str(metadata.get("name") or "")
+    read = [_fault_of(name, entry) for entry in entries]
+    faults = tuple(sorted((f for f in read if f is not None), key=lambda f: f.at))
+    return FaultHistory(faults, sum(1 for f in read if f is None), text)
+
+
+def history_patch(faults: Sequence[Fault]) -> dict[str, Any]:
+    """Rule 8: the merge patch writing the latest ``KEPT_FAULTS`` of ``faults`` (none: removed)."""
+    kept = sorted(faults, key=lambda f: f.at)[-KEPT_FAULTS:]
+    value = history_text(kept) if kept else None
+    return {"metadata": {"annotations": {names.ANNOTATION_QUARANTINE_FAULTS: value}}}

@@ -7,6 +7,7 @@ Merge patches are applied to the stored Node and refused with 409 when they carr
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
 from typing import Any
@@ -28,7 +29,7 @@ SETTINGS = QuarantineSettings(faults=2, window_seconds=600, cooldown_seconds=300
 
 
 class NodeApi:
-    """Nodes by name; PATCH merges, with optimistic concurrency on ``resourceVersion``."""
+    """Nodes by name; PATCH merges, with optimistic concurrency on ``resourceVersion`` if given."""
 
     def __init__(self, *names: str) -> None:
         self.stored = {
@@ -49,7 +50,8 @@ class NodeApi:
         assert method == "PATCH"
         name = path.rsplit("/", 1)[1]
         current = self.stored[name]
-        if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+        expected = body["metadata"].get("resourceVersion")  # none: no precondition
+        if expected is not None and expected != current["metadata"]["resourceVersion"]:
             self.conflicts += 1
             raise Conflict(409, "Conflict", "the object has been modified", method, path)
         patched = merge_patch(copy.deepcopy(current), copy.deepcopy(body))
@@ -65,8 +67,8 @@ class NodeApi:
 
 
 class Rig:
-    def __init__(self) -> None:
-        self.api = NodeApi("a100-0", "a100-1")
+    def __init__(self, api: NodeApi | None = None) -> None:
+        self.api = api or NodeApi("a100-0", "a100-1")
         self.nodes = Informer(self.api, NODES)
         for raw in self.api.stored.values():
             self.nodes.remember(copy.deepcopy(raw))
@@ -213,3 +215,112 @@ async def test_the_gangs_one_outage_took_down_are_one_fault_and_separate_outages
     assert "after 2 infrastructure faults (NodeLost)" in rig.events[0][2]
     assert [s for s, _, _ in rig.events] == ["a100-1", "team/four", "team/one", "team/three",
                                               "team/two"]  # fmt: skip
+
+
+# ------------------------------------------------------------------ across a restart
+
+
+FAULTS = "torchgate.io/quarantine-faults"
+
+
+def restarted(rig: Rig) -> Rig:
+    """A new controller (a restart, or the standby after a failover) on the same cluster."""
+    fresh = Rig(rig.api)
+    fresh.now = rig.now
+    return fresh
+
+
+def recorded(rig: Rig, name: str = "a100-1") -> list[dict[str, Any]]:
+    value = rig.api.stored[name]["metadata"].get("annotations", {}).get(FAULTS)
+    return list(json.loads(value)) if value is not None else []
+
+
+async def test_the_count_of_a_nodes_faults_survives_a_restart_of_the_controller() -> None:
+    """One fault before the restart, one after: the threshold (2) is reached across it."""
+    rig = Rig()
+    rig.fault("one")
+    await rig.keeper.converge()
+    assert [e["job"] for e in recorded(rig)] == ["team/one"]
+
+    rig = restarted(rig)
+    rig.now = NOW + timedelta(seconds=60)
+    rig.fault("two")
+    await rig.keeper.converge()
+
+    assert quarantined(rig, "a100-1")
+    assert "after 2 infrastructure faults (PodStuck)" in rig.events[0][2]
+    assert [s for s, _, _ in rig.events] == ["a100-1", "team/one", "team/two"]
+    assert recorded(rig) == []  # a quarantine starts the count afresh
+
+
+async def test_an_outage_counted_before_a_restart_is_not_counted_again_after_it() -> None:
+    blip = Outage("NotReady", NOW - timedelta(seconds=30))
+    rig = Rig()
+    rig.fault("one", cause="NodeLost", outage=blip)
+    await rig.keeper.converge()
+
+    rig = restarted(rig)
+    rig.now = NOW + timedelta(seconds=5)
+    rig.fault("two", cause="NodeLost", outage=blip)  # the same spell took a second gang
+    await rig.keeper.converge()
+    assert not quarantined(rig, "a100-1")
+
+    rig.fault("three", cause="NodeLost", outage=Outage("NotReady", NOW))  # another spell
+    await rig.keeper.converge()
+    assert quarantined(rig, "a100-1")
+
+
+async def test_faults_that_expired_by_the_restart_are_dropped_from_the_record() -> None:
+    rig = Rig()
+    rig.fault("one")
+    await rig.keeper.converge()
+
+    rig = restarted(rig)
+    rig.now = NOW + timedelta(seconds=601)
+    rig.fault("two")
+    await rig.keeper.converge()
+
+    assert not quarantined(rig, "a100-1")
+    assert [e["job"] for e in recorded(rig)] == ["team/two"]
+
+
+async def test_an_unreadable_record_is_reported_once_and_the_readable_faults_still_count() -> None:
+    rig = Rig()
+    good = {"at": "2026-03-01T11:59:00Z", "cause": "PodStuck", "job": "team/old"}
+    rig.api.stored["a100-1"]["metadata"]["annotations"] = {FAULTS: json.dumps([good, "junk"])}
+    rig.nodes.remember(copy.deepcopy(rig.api.stored["a100-1"]))  # a hand edit, as watched
+
+    rig.fault("one", node_name="a100-1")
+    await rig.keeper.converge()
+
+    assert quarantined(rig, "a100-1")
+    assert rig.events[0][:2] == ("a100-1", "NodeFaultHistoryUnreadable")
+
+    bad = copy.deepcopy(rig.api.stored["a100-0"])
+    bad["metadata"]["annotations"] = {FAULTS: "not json"}
+    rig.api.stored["a100-0"] = bad
+    rig.nodes.remember(copy.deepcopy(bad))
+    rig.fault("two", node_name="a100-0")
+    await rig.keeper.converge()
+    rig.fault("three", node_name="a100-0")  # the bad value is gone now: nothing to report
+    await rig.keeper.converge()
+
+    unreadable = [s for s, r, _ in rig.events if r == "NodeFaultHistoryUnreadable"]
+    assert unreadable == ["a100-1", "a100-0"]
+    assert quarantined(rig, "a100-0")
+
+
+async def test_an_admin_who_removes_the_record_makes_the_count_start_afresh() -> None:
+    rig = Rig()
+    rig.fault("one")
+    await rig.keeper.converge()
+    forgotten = copy.deepcopy(rig.api.stored["a100-1"])
+    del forgotten["metadata"]["annotations"][FAULTS]  # kubectl annotate node ... faults-
+    forgotten["metadata"]["resourceVersion"] = "9"
+    rig.api.stored["a100-1"] = forgotten
+    rig.nodes.remember(copy.deepcopy(forgotten))
+
+    rig.fault("two")
+    await rig.keeper.converge()
+    assert not quarantined(rig, "a100-1")
+    assert [e["job"] for e in recorded(rig)] == ["team/two"]

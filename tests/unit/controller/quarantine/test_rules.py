@@ -6,6 +6,7 @@ Table tests per rule, a property test of the sliding window, and the patches app
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -228,3 +229,88 @@ def test_until_round_trips_through_a_label_value() -> None:
     value = rules.format_until(NOW)
     assert value == "20260301T120000Z"
     assert rules.parse_until(value) == NOW
+
+
+# ------------------------------------------------------------------ rules 7-8: the record
+
+
+FAULTS = "torchgate.io/quarantine-faults"
+
+
+def recorded(value: object) -> dict[str, Any]:
+    raw = node("a100-1")
+    raw["metadata"]["annotations"] = {FAULTS: value}
+    return raw
+
+
+def test_a_nodes_faults_round_trip_through_its_annotation_with_their_outages() -> None:
+    blip = Outage("NotReady", NOW - timedelta(seconds=40))
+    faults = (
+        outage_fault(30, blip),
+        outage_fault(20, Outage("Deleted")),
+        Fault("a100-1", "PodStuck", NOW - timedelta(seconds=10, microseconds=7), ("team", "b")),
+    )
+    raw = apply_merge_patch(node("a100-1"), rules.history_patch(faults))
+
+    history = rules.history_of(raw)
+
+    assert history.faults == faults
+    assert history.unreadable == 0
+    assert [f.outage for f in history.faults] == [blip, Outage("Deleted"), None]
+    entry = json.loads(raw["metadata"]["annotations"][FAULTS])[0]
+    assert entry == {
+        "at": "2026-03-01T11:59:30Z",
+        "cause": "NodeLost",
+        "job": "team/job-30",
+        "outage": "NotReady",
+        "outageBegan": "2026-03-01T11:59:20Z",
+    }
+
+
+GOOD = {"at": "2026-03-01T11:59:00Z", "cause": "NodeLost", "job": "team/a", "outage": "NotReady"}
+
+
+@pytest.mark.parametrize(
+    ("value", "read", "unreadable"),
+    [
+        pytest.param(None, 0, 0, id="absent"),
+        pytest.param("[]", 0, 0, id="empty"),
+        pytest.param("not json", 0, 1, id="not-json"),
+        pytest.param('{"at": "x"}', 0, 1, id="an-object-not-a-list"),
+        pytest.param(json.dumps([GOOD, 7, "x"]), 1, 2, id="entries-not-objects"),
+        pytest.param(json.dumps([GOOD, {**GOOD, "at": "yesterday"}]), 1, 1, id="bad-time"),
+        pytest.param(json.dumps([{**GOOD, "at": "2026-03-01T11:59:00"}]), 0, 1, id="no-zone"),
+        pytest.param(json.dumps([{**GOOD, "job": "a"}]), 0, 1, id="job-without-namespace"),
+        pytest.param(json.dumps([{**GOOD, "cause": ""}]), 0, 1, id="no-cause"),
+        pytest.param(json.dumps([{**GOOD, "outage": 3}]), 0, 1, id="bad-outage"),
+        pytest.param(json.dumps([{**GOOD, "outageBegan": "x"}]), 0, 1, id="bad-outage-start"),
+    ],
+)
+def test_an_unreadable_record_is_skipped_and_counted_never_raised(
+    value: object, read: int, unreadable: int
+) -> None:
+    history = rules.history_of(recorded(value))
+    assert (len(history.faults), history.unreadable) == (read, unreadable)
+
+
+def test_the_record_keeps_the_latest_faults_only_and_none_removes_it() -> None:
+    many = [fault(a) for a in range(100)]
+    raw = apply_merge_patch(node("a100-1"), rules.history_patch(many))
+    kept = rules.history_of(raw).faults
+    assert len(kept) == rules.KEPT_FAULTS
+    assert kept == tuple(sorted(many, key=lambda f: f.at)[-rules.KEPT_FAULTS :])
+    assert len(raw["metadata"]["annotations"][FAULTS]) < 4096
+
+    emptied = apply_merge_patch(raw, rules.history_patch([]))
+    assert FAULTS not in emptied["metadata"].get("annotations", {})
+
+
+def test_a_quarantine_and_an_admins_clearing_forget_the_record_a_lift_keeps_it() -> None:
+    raw = apply_merge_patch(tainted_node(), rules.history_patch([fault(5)]))
+    quarantined = apply_merge_patch(raw, rules.quarantine_patch(raw, Quarantine("NodeLost", NOW)))
+    assert rules.history_of(quarantined).faults == ()
+
+    again = apply_merge_patch(quarantined, rules.history_patch([fault(1)]))
+    assert rules.history_of(apply_merge_patch(again, rules.release_patch(again))).faults
+    cleared = apply_merge_patch(again, rules.release_patch(again, forget_faults=True))
+    assert rules.history_of(cleared).faults == ()
