@@ -29,7 +29,15 @@ away, is judged by these rules in order; the first that applies is its disruptio
    ``quarantine.faults`` gangs. Nor is a deletion by the taint-eviction controller
    (``DeletionByTaintManager``) the fault of a node that has no ``NoExecute`` taint: that
    controller deletes by name (kubernetes/kubernetes#140639), so it may take the next attempt's
-   pod of the same name on a healthy node.
+   pod of the same name on a healthy node. Nor is the kubelet's graceful node shutdown
+   (``TerminationByKubelet`` with its shutdown message on the condition, status reason
+   ``Terminated`` once the pod is terminal; the kubelet's node-pressure eviction shares the
+   condition reason but not these): systemd-logind told the kubelet the machine is going down
+   because someone asked it to (an admin's or kured's reboot for a kernel or driver update, a
+   cloud's maintenance or preemption notice), which says nothing of the node's health. Counted,
+   one rolling reboot would quarantine every node holding ``quarantine.faults`` gangs, for an
+   hour after it came back updated; a machine that crashes or loses power is not shut down
+   gracefully and is judged by rule 1.
 4. ``pod_deleted``: the member was deleted, or went away, no later than its training container
    ended by itself. torchgate deletes members of the current attempt only while moving the job to
    a new attempt (or ending or suspending it), so a deleted member was deleted by someone else.
@@ -62,7 +70,7 @@ One rule then judges whose fault a stuck image pull is, once per gang restart:
 ``NODE_FAULTS`` are the causes that count against the node they happened on for quarantine
 (``controller.quarantine``): a lost node, a health taint, an eviction by Kubernetes, a stuck pod.
 A deletion by someone is not the node's fault, nor is ``ImagePullFailed`` (rule 6), nor an
-eviction someone asked for (rule 3).
+eviction someone asked for, nor a graceful node shutdown (rule 3).
 ``COUNTED`` are the causes that spend ``backoffLimit``: the program's own failure, a hang, an
 image the job's pods could not pull a second time.
 
@@ -171,6 +179,13 @@ DISRUPTION_TARGET: Final = "DisruptionTarget"
 ASKED_FOR: Final = frozenset({"EvictionByEvictionAPI", "PreemptionByScheduler"})
 # The taint-eviction controller's DisruptionTarget reason: the node's fault only if tainted.
 BY_TAINT: Final = "DeletionByTaintManager"
+# The kubelet's DisruptionTarget reason: a node-pressure eviction or a graceful node shutdown.
+BY_KUBELET: Final = "TerminationByKubelet"
+# What the kubelet's node shutdown manager writes on a pod it terminates (rule 3): the message
+# on the condition at once, the reason on the pod's status once it is terminal
+# (pkg/kubelet/nodeshutdown ``nodeShutdownMessage``, ``nodeShutdownReason``).
+NODE_SHUTDOWN_MESSAGE: Final = "Pod was terminated in response to imminent node shutdown."
+NODE_SHUTDOWN_REASON: Final = "Terminated"
 _FINISHED: Final = frozenset({"Succeeded", "Failed"})
 
 
@@ -443,13 +458,25 @@ def pod_disrupted(
         by_stale_taint = (
             reason == BY_TAINT and health is not None and health.exists and not health.no_execute
         )
-        blames_node = reason not in ASKED_FOR and not by_stale_taint
+        blames_node = (
+            reason not in ASKED_FOR and not by_stale_taint and not _by_node_shutdown(pod, condition)
+        )
         return Finding(
             Disruption(POD_DISRUPTED, node, (pod_name(pod),), detail, blames_node=blames_node)
         )
     if as_text(as_mapping(pod.get("status")).get("reason")) == "Evicted":
         return _found(POD_DISRUPTED, node, pod, _where(pod, node, "was evicted by its kubelet"))
     return NONE
+
+
+def _by_node_shutdown(pod: Mapping[str, Any], condition: Mapping[str, Any]) -> bool:
+    """Whether the kubelet terminated the member for a graceful shutdown of its node (rule 3)."""
+    if condition.get("reason") != BY_KUBELET:
+        return False
+    terminal_reason = as_mapping(pod.get("status")).get("reason")
+    return (
+        condition.get("message") == NODE_SHUTDOWN_MESSAGE or terminal_reason == NODE_SHUTDOWN_REASON
+    )
 
 
 def pod_deleted(pod: Mapping[str, Any], node: str | None, *, gone: bool) -> Finding:

@@ -214,6 +214,26 @@ async def test_an_eviction_by_the_kubelet_blames_its_node() -> None:
     assert rig.faults == [(Fault("a100-1", "PodDisrupted", NOW, KEY), QuarantineSettings())]
 
 
+async def test_a_graceful_shutdown_of_its_node_restarts_the_gang_uncounted_and_blames_no_node() -> (
+    None
+):
+    rig = Rig()
+    pod = rig.pods.get("default", W0)
+    assert pod is not None
+    shutdown = "Pod was terminated in response to imminent node shutdown."
+    terminated = disruption_target(
+        pod, at="2026-03-01T11:59:58Z", reason="TerminationByKubelet", message=shutdown
+    )
+    rig.pods.remember(terminated)
+
+    await rig.reconciler.reconcile(KEY)
+
+    assert rig.api.job["metadata"]["annotations"]["torchgate.io/gang-attempt"] == "2"
+    assert "torchgate.io/restarts" not in rig.api.job["metadata"]["annotations"]
+    assert rig.restarts("PodDisrupted") == 1
+    assert rig.faults == []
+
+
 async def test_a_node_not_ready_is_looked_at_again_when_it_would_count_as_lost() -> None:
     rig = Rig()
     sick = node("a100-1")
