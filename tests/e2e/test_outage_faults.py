@@ -6,7 +6,8 @@ at once; under the default policy (3 faults in 30 minutes) that must not quarant
 comes back, while a node equally flaky that ran one big gang would not be quarantined either.
 Separate outages still add up: a node that goes NotReady again under another gang is quarantined
 at the threshold. A node rebooted by its admin (the kubelet's graceful node shutdown) is no
-fault at all, however many gangs it held. Nodes are made NotReady as in ``test_node_loss``
+fault at all, however many gangs it held, and a gang its kubelet refused to start while it
+shut down is no failure of the job. Nodes are made NotReady as in ``test_node_loss``
 (heartbeats stopped, ``Ready=False`` posted) and come back when kwok heartbeats again; the
 controller runs with ``--node-lost-seconds 5``. Assertions read pods, Nodes and the
 controller's metrics, never logs.
@@ -25,7 +26,14 @@ import pytest
 from tests.builders.job import job
 from tests.builders.policy import policy
 from tests.e2e.conftest import Cluster
-from tests.e2e.controller_process import ControllerProcess, create_job, live_pods
+from tests.e2e.controller_process import (
+    ControllerProcess,
+    condition,
+    create_job,
+    events_once,
+    get_job,
+    live_pods,
+)
 from tests.e2e.test_node_loss import (
     QUARANTINE,
     STOPPED,
@@ -194,6 +202,23 @@ def test_a_node_whose_separate_outages_reach_the_threshold_is_quarantined(
         cluster.kubectl("delete", "placementpolicy", name, "--ignore-not-found")
 
 
+def post_shutting_down(cluster: Cluster, node: str) -> None:
+    """``Ready=False`` as the kubelet posts it once its node shutdown manager began."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ready = {
+        "type": "Ready",
+        "status": "False",
+        "reason": "KubeletNotReady",
+        "message": "node is shutting down",
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+    }
+    cluster.kubectl(
+        "patch", "node", node, "--subresource=status", "--type=strategic",
+        "-p", json.dumps({"status": {"conditions": [ready]}}),
+    )  # fmt: skip
+
+
 def shut_down_gracefully(cluster: Cluster, node: str, pods: list[str], namespace: str) -> None:
     """What the kubelet writes when systemd-logind tells it ``node`` is shutting down.
 
@@ -219,18 +244,7 @@ def shut_down_gracefully(cluster: Cluster, node: str, pods: list[str], namespace
             "patch", "pod", pod, "-n", namespace, "--subresource=status", "--type=strategic",
             "-p", json.dumps({"status": {"conditions": [condition]}}),
         )  # fmt: skip
-    ready = {
-        "type": "Ready",
-        "status": "False",
-        "reason": "KubeletNotReady",
-        "message": "node is shutting down",
-        "lastHeartbeatTime": now,
-        "lastTransitionTime": now,
-    }
-    cluster.kubectl(
-        "patch", "node", node, "--subresource=status", "--type=strategic",
-        "-p", json.dumps({"status": {"conditions": [ready]}}),
-    )  # fmt: skip
+    post_shutting_down(cluster, node)
 
 
 def test_a_node_rebooted_under_three_gangs_is_no_fault_and_is_not_quarantined(
@@ -279,3 +293,61 @@ def test_a_node_rebooted_under_three_gangs_is_no_fault_and_is_not_quarantined(
     finally:
         if stopped:
             cluster.kubectl("label", "node", rebooted, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
+
+
+def test_a_gang_refused_by_a_node_shutting_down_runs_elsewhere_and_spends_no_backoff(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    """Placed in the moment before the node posted NotReady: the kubelet refuses its pod.
+
+    kwok has forgotten the node (its heartbeats stopped; still Ready for the controller
+    manager's grace period), so the pod stays bound and unstarted, and the refusal is written as
+    the kubelet's ``rejectPod`` writes it. ``backoffLimit: 0``: counted as the program's
+    failure, it would end the job.
+    """
+    namespace = cluster.new_namespace("refused")
+    pool = f"refused-{namespace[-6:]}"
+    (closing,) = cluster.add_gpu_nodes(1, pool, labels={"pool": pool})
+    cluster.kubectl("label", "node", closing, STOPPED)
+    stopped = True
+    try:
+        on_pool = {"nodeSelector": {"pool": pool}}
+        raw = job("late", namespace).master(gpus=8, pod_spec=on_pool).run_policy(backoffLimit=0)
+        create_job(cluster, raw.build())
+        bound = cluster.wait_for(
+            lambda: [p for p in live_pods(cluster, namespace, "late") if p["spec"].get("nodeName")],
+            timeout=30,
+            what="the pod bound to the closing node",
+        )
+        assert bound[0]["spec"]["nodeName"] == closing
+        (spare,) = cluster.add_gpu_nodes(1, f"{pool}-spare", labels={"pool": pool})
+
+        rejected = {
+            "phase": "Failed",
+            "reason": "NodeShutdown",
+            "message": "Pod was rejected: Pod was rejected as the node is shutting down.",
+        }
+        cluster.kubectl(
+            "patch", "pod", "late-master-0", "-n", namespace, "--subresource=status",
+            "--type=merge", "-p", json.dumps({"status": rejected}),
+        )  # fmt: skip
+        post_shutting_down(cluster, closing)
+
+        assert (
+            cluster.wait_for(
+                lambda: running_on(cluster, namespace, "late"),
+                timeout=60,
+                what="the gang elsewhere",
+            )
+            == spare
+        )
+        found = get_job(cluster, namespace, "late")
+        assert found is not None
+        assert condition(found, "Failed") is None
+        assert "torchgate.io/restarts" not in found["metadata"].get("annotations", {})
+        events = events_once(cluster, namespace, "late", "PodDisrupted")
+        disrupted = [e["message"] for e in events if e["reason"] == "PodDisrupted"]
+        assert closing in disrupted[0]
+    finally:
+        if stopped:
+            cluster.kubectl("label", "node", closing, f"{kwok.LABEL_FAKE_HEARTBEAT}-")

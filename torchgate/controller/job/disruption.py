@@ -21,7 +21,12 @@ away, is judged by these rules in order; the first that applies is its disruptio
 3. ``pod_disrupted``: the member carries Kubernetes' ``DisruptionTarget`` condition (an eviction
    through the Eviction API, kube-scheduler's preemption, the taint-eviction controller, pod
    garbage collection, the kubelet's node-pressure eviction or shutdown) or was evicted by the
-   kubelet, no later than its training container ended by itself. An eviction someone asked for
+   kubelet, no later than its training container ended by itself; or its kubelet refused to
+   start it because the node is shutting down (``Failed``, status reason ``NodeShutdown``: it
+   was placed there just before the node's ``NotReady`` reached placement). That refusal is no
+   failure of the program, which would spend ``backoffLimit`` (with ``0``, end the job), nor a
+   fault of the node (a shutdown, below); the kubelet's other refusals stay the job's failures
+   (a forbidden sysctl is refused on every node). An eviction someone asked for
    (``EvictionByEvictionAPI``: ``kubectl drain``, a descheduler, the cluster autoscaler) and
    kube-scheduler's preemption (``PreemptionByScheduler``) are no fault of the node
    (``Disruption.blames_node`` False): the gang restarts the same, but a drain for maintenance
@@ -186,6 +191,9 @@ BY_KUBELET: Final = "TerminationByKubelet"
 # (pkg/kubelet/nodeshutdown ``nodeShutdownMessage``, ``nodeShutdownReason``).
 NODE_SHUTDOWN_MESSAGE: Final = "Pod was terminated in response to imminent node shutdown."
 NODE_SHUTDOWN_REASON: Final = "Terminated"
+# The status reason of a pod the kubelet refused to start while its node shuts down (rule 3;
+# ``nodeShutdownNotAdmittedReason``).
+NODE_SHUTDOWN_REFUSED: Final = "NodeShutdown"
 _FINISHED: Final = frozenset({"Succeeded", "Failed"})
 
 
@@ -464,8 +472,13 @@ def pod_disrupted(
         return Finding(
             Disruption(POD_DISRUPTED, node, (pod_name(pod),), detail, blames_node=blames_node)
         )
-    if as_text(as_mapping(pod.get("status")).get("reason")) == "Evicted":
+    status = as_mapping(pod.get("status"))
+    if as_text(status.get("reason")) == "Evicted":
         return _found(POD_DISRUPTED, node, pod, _where(pod, node, "was evicted by its kubelet"))
+    if st.phase_of(pod) == "Failed" and status.get("reason") == NODE_SHUTDOWN_REFUSED:
+        why = ": ".join(p for p in (NODE_SHUTDOWN_REFUSED, as_text(status.get("message"))) if p)
+        detail = _where(pod, node, f"was refused by its kubelet ({why})")
+        return Finding(Disruption(POD_DISRUPTED, node, (pod_name(pod),), detail, blames_node=False))
     return NONE
 
 

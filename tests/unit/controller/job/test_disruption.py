@@ -357,6 +357,49 @@ def test_a_graceful_node_shutdown_is_no_fault_of_the_node_and_a_pressure_evictio
     assert found.disruption.outage is None
 
 
+def refused(reason: str, message: str) -> dict[str, Any]:
+    """A member its kubelet refused to start, as its ``rejectPod`` writes it (no containers ran)."""
+    raw = member(phase="Failed")
+    raw["status"].update(reason=reason, message=f"Pod was rejected: {message}")
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("member", "disrupted"),
+    [
+        pytest.param(
+            refused("NodeShutdown", "Pod was rejected as the node is shutting down."),
+            True,
+            id="node-shutting-down",
+        ),
+        pytest.param(
+            refused("SysctlForbidden", "forbidden sysctl: net.core.somaxconn"),
+            False,
+            id="forbidden-sysctl-is-the-jobs",
+        ),
+        pytest.param(
+            refused("OutOfnvidia.com/gpu", "Node didn't have enough resource: nvidia.com/gpu"),
+            False,
+            id="out-of-gpus-stays-a-failure",
+        ),
+    ],
+)
+def test_a_member_refused_because_its_node_shuts_down_is_disrupted_and_no_fault(
+    member: dict[str, Any], disrupted: bool
+) -> None:
+    """Placed just before the node's NotReady reached placement: not the program's failure."""
+    found = one(member, NodeHealth("a100-1"))
+    if not disrupted:
+        assert found.disruption is None
+        return
+    assert found.disruption is not None
+    assert (found.disruption.cause, found.disruption.blames_node) == ("PodDisrupted", False)
+    assert found.disruption.detail == (
+        "pod demo-worker-0 on a100-1 was refused by its kubelet (NodeShutdown: Pod was "
+        "rejected: Pod was rejected as the node is shutting down.)"
+    )
+
+
 def test_a_node_shut_down_with_another_nodes_fault_is_not_charged_by_the_restart() -> None:
     """Two of a gang's nodes: one lost, one rebooted by its admin; only the lost one is charged."""
     members = [

@@ -234,6 +234,29 @@ async def test_a_graceful_shutdown_of_its_node_restarts_the_gang_uncounted_and_b
     assert rig.faults == []
 
 
+async def test_a_member_refused_by_a_node_shutting_down_restarts_the_gang_and_spends_nothing() -> (
+    None
+):
+    """``backoffLimit: 0``: counted as a failure, the refusal would end the job."""
+    rig = Rig()
+    pod = rig.pods.get("default", W0)
+    assert pod is not None
+    refused = set_phase(pod, "Failed", reason="NodeShutdown")
+    refused["status"]["message"] = (
+        "Pod was rejected: Pod was rejected as the node is shutting down."
+    )
+    rig.pods.remember(refused)
+
+    await rig.reconciler.reconcile(KEY)
+
+    assert rig.api.job["metadata"]["annotations"]["torchgate.io/gang-attempt"] == "2"
+    assert "torchgate.io/restarts" not in rig.api.job["metadata"]["annotations"]
+    conditions = {c["type"]: c for c in rig.api.job["status"]["conditions"]}
+    assert "Failed" not in conditions
+    assert conditions["Restarting"]["reason"] == "PodDisrupted"
+    assert rig.faults == []
+
+
 async def test_a_node_not_ready_is_looked_at_again_when_it_would_count_as_lost() -> None:
     rig = Rig()
     sick = node("a100-1")
