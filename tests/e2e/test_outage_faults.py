@@ -5,15 +5,20 @@ hosted. A node running three small gangs that loses its power for a moment takes
 at once; under the default policy (3 faults in 30 minutes) that must not quarantine it when it
 comes back, while a node equally flaky that ran one big gang would not be quarantined either.
 Separate outages still add up: a node that goes NotReady again under another gang is quarantined
-at the threshold. Nodes are made NotReady as in ``test_node_loss`` (heartbeats stopped,
-``Ready=False`` posted) and come back when kwok heartbeats again; the controller runs with
-``--node-lost-seconds 5``. Assertions read pods, Nodes and the controller's metrics, never logs.
+at the threshold. A node rebooted by its admin (the kubelet's graceful node shutdown) is no
+fault at all, however many gangs it held, and a gang its kubelet refused to start while it
+shut down is no failure of the job. Nodes are made NotReady as in ``test_node_loss``
+(heartbeats stopped, ``Ready=False`` posted) and come back when kwok heartbeats again; the
+controller runs with ``--node-lost-seconds 5``. Assertions read pods, Nodes and the
+controller's metrics, never logs.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -21,9 +26,17 @@ import pytest
 from tests.builders.job import job
 from tests.builders.policy import policy
 from tests.e2e.conftest import Cluster
-from tests.e2e.controller_process import ControllerProcess, create_job, live_pods
+from tests.e2e.controller_process import (
+    ControllerProcess,
+    condition,
+    create_job,
+    events_once,
+    get_job,
+    live_pods,
+)
 from tests.e2e.test_node_loss import (
     QUARANTINE,
+    STOPPED,
     metric,
     quarantine_taint,
     ready_condition,
@@ -187,3 +200,154 @@ def test_a_node_whose_separate_outages_reach_the_threshold_is_quarantined(
         if stopped:
             cluster.kubectl("label", "node", flaky, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
         cluster.kubectl("delete", "placementpolicy", name, "--ignore-not-found")
+
+
+def post_shutting_down(cluster: Cluster, node: str) -> None:
+    """``Ready=False`` as the kubelet posts it once its node shutdown manager began."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ready = {
+        "type": "Ready",
+        "status": "False",
+        "reason": "KubeletNotReady",
+        "message": "node is shutting down",
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+    }
+    cluster.kubectl(
+        "patch", "node", node, "--subresource=status", "--type=strategic",
+        "-p", json.dumps({"status": {"conditions": [ready]}}),
+    )  # fmt: skip
+
+
+def shut_down_gracefully(cluster: Cluster, node: str, pods: list[str], namespace: str) -> None:
+    """What the kubelet writes when systemd-logind tells it ``node`` is shutting down.
+
+    Its node shutdown manager (pkg/kubelet/nodeshutdown) marks every pod it terminates with the
+    ``DisruptionTarget`` condition (reason ``TerminationByKubelet``, its shutdown message) at
+    once, while the containers stop (the phase turns ``Failed``, reason ``Terminated``, only
+    after), and posts the node ``Ready=False`` with the message ``node is shutting down``. kwok
+    forgets the node first (its heartbeats stop, as the machine's will), so it keeps what is
+    written here.
+    """
+    cluster.kubectl("label", "node", node, STOPPED)
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    shutdown = "Pod was terminated in response to imminent node shutdown."
+    condition = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "TerminationByKubelet",
+        "message": shutdown,
+        "lastTransitionTime": now,
+    }
+    for pod in pods:
+        cluster.kubectl(
+            "patch", "pod", pod, "-n", namespace, "--subresource=status", "--type=strategic",
+            "-p", json.dumps({"status": {"conditions": [condition]}}),
+        )  # fmt: skip
+    post_shutting_down(cluster, node)
+
+
+def test_a_node_rebooted_under_three_gangs_is_no_fault_and_is_not_quarantined(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    """A kernel update's reboot: the kubelet shuts three one-pod gangs down gracefully.
+
+    They restart on a spare, uncounted; the node comes back and is not quarantined under the
+    default policy (3 faults), which three faults of its own would have done.
+    """
+    namespace = cluster.new_namespace("reboot")
+    pool = f"reboot-{namespace[-6:]}"
+    (rebooted,) = cluster.add_gpu_nodes(1, pool, labels={"pool": pool})
+    stopped = False
+    try:
+        on_pool = {"nodeSelector": {"pool": pool}}
+        for i in range(GANGS):
+            create_job(
+                cluster, job(f"small{i}", namespace).master(gpus=2, pod_spec=on_pool).build()
+            )
+        assert cluster.wait_for(
+            lambda: nodes_of(cluster, namespace, 1), timeout=60, what="the 3 gangs Running"
+        ) == {rebooted}
+        (spare,) = cluster.add_gpu_nodes(1, f"{pool}-spare", labels={"pool": pool})
+        before = metric(
+            controller, 'torchgate_controller_gang_restarts_total{cause="PodDisrupted"}'
+        )
+
+        pods = [f"small{i}-master-0" for i in range(GANGS)]
+        shut_down_gracefully(cluster, rebooted, pods, namespace)
+        stopped = True
+        again = cluster.wait_for(
+            lambda: nodes_of(cluster, namespace, 2), timeout=60, what="the 3 gangs on the spare"
+        )
+        assert again == {spare}
+        restarts = metric(
+            controller, 'torchgate_controller_gang_restarts_total{cause="PodDisrupted"}'
+        )
+        assert restarts - before == GANGS
+
+        blip_back(cluster, rebooted)
+        stopped = False
+        time.sleep(2)  # the keeper has had every restart of the reboot by now
+        assert quarantine_taint(cluster, rebooted) is None
+        assert QUARANTINE not in labels_of(cluster, rebooted)
+    finally:
+        if stopped:
+            cluster.kubectl("label", "node", rebooted, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
+
+
+def test_a_gang_refused_by_a_node_shutting_down_runs_elsewhere_and_spends_no_backoff(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    """Placed in the moment before the node posted NotReady: the kubelet refuses its pod.
+
+    kwok has forgotten the node (its heartbeats stopped; still Ready for the controller
+    manager's grace period), so the pod stays bound and unstarted, and the refusal is written as
+    the kubelet's ``rejectPod`` writes it. ``backoffLimit: 0``: counted as the program's
+    failure, it would end the job.
+    """
+    namespace = cluster.new_namespace("refused")
+    pool = f"refused-{namespace[-6:]}"
+    (closing,) = cluster.add_gpu_nodes(1, pool, labels={"pool": pool})
+    cluster.kubectl("label", "node", closing, STOPPED)
+    stopped = True
+    try:
+        on_pool = {"nodeSelector": {"pool": pool}}
+        raw = job("late", namespace).master(gpus=8, pod_spec=on_pool).run_policy(backoffLimit=0)
+        create_job(cluster, raw.build())
+        bound = cluster.wait_for(
+            lambda: [p for p in live_pods(cluster, namespace, "late") if p["spec"].get("nodeName")],
+            timeout=30,
+            what="the pod bound to the closing node",
+        )
+        assert bound[0]["spec"]["nodeName"] == closing
+        (spare,) = cluster.add_gpu_nodes(1, f"{pool}-spare", labels={"pool": pool})
+
+        rejected = {
+            "phase": "Failed",
+            "reason": "NodeShutdown",
+            "message": "Pod was rejected: Pod was rejected as the node is shutting down.",
+        }
+        cluster.kubectl(
+            "patch", "pod", "late-master-0", "-n", namespace, "--subresource=status",
+            "--type=merge", "-p", json.dumps({"status": rejected}),
+        )  # fmt: skip
+        post_shutting_down(cluster, closing)
+
+        assert (
+            cluster.wait_for(
+                lambda: running_on(cluster, namespace, "late"),
+                timeout=60,
+                what="the gang elsewhere",
+            )
+            == spare
+        )
+        found = get_job(cluster, namespace, "late")
+        assert found is not None
+        assert condition(found, "Failed") is None
+        assert "torchgate.io/restarts" not in found["metadata"].get("annotations", {})
+        events = events_once(cluster, namespace, "late", "PodDisrupted")
+        disrupted = [e["message"] for e in events if e["reason"] == "PodDisrupted"]
+        assert closing in disrupted[0]
+    finally:
+        if stopped:
+            cluster.kubectl("label", "node", closing, f"{kwok.LABEL_FAKE_HEARTBEAT}-")

@@ -21,7 +21,12 @@ away, is judged by these rules in order; the first that applies is its disruptio
 3. ``pod_disrupted``: the member carries Kubernetes' ``DisruptionTarget`` condition (an eviction
    through the Eviction API, kube-scheduler's preemption, the taint-eviction controller, pod
    garbage collection, the kubelet's node-pressure eviction or shutdown) or was evicted by the
-   kubelet, no later than its training container ended by itself. An eviction someone asked for
+   kubelet, no later than its training container ended by itself; or its kubelet refused to
+   start it because the node is shutting down (``Failed``, status reason ``NodeShutdown``: it
+   was placed there just before the node's ``NotReady`` reached placement). That refusal is no
+   failure of the program, which would spend ``backoffLimit`` (with ``0``, end the job), nor a
+   fault of the node (a shutdown, below); the kubelet's other refusals stay the job's failures
+   (a forbidden sysctl is refused on every node). An eviction someone asked for
    (``EvictionByEvictionAPI``: ``kubectl drain``, a descheduler, the cluster autoscaler) and
    kube-scheduler's preemption (``PreemptionByScheduler``) are no fault of the node
    (``Disruption.blames_node`` False): the gang restarts the same, but a drain for maintenance
@@ -29,7 +34,15 @@ away, is judged by these rules in order; the first that applies is its disruptio
    ``quarantine.faults`` gangs. Nor is a deletion by the taint-eviction controller
    (``DeletionByTaintManager``) the fault of a node that has no ``NoExecute`` taint: that
    controller deletes by name (kubernetes/kubernetes#140639), so it may take the next attempt's
-   pod of the same name on a healthy node.
+   pod of the same name on a healthy node. Nor is the kubelet's graceful node shutdown
+   (``TerminationByKubelet`` with its shutdown message on the condition, status reason
+   ``Terminated`` once the pod is terminal; the kubelet's node-pressure eviction shares the
+   condition reason but not these): systemd-logind told the kubelet the machine is going down
+   because someone asked it to (an admin's or kured's reboot for a kernel or driver update, a
+   cloud's maintenance or preemption notice), which says nothing of the node's health. Counted,
+   one rolling reboot would quarantine every node holding ``quarantine.faults`` gangs, for an
+   hour after it came back updated; a machine that crashes or loses power is not shut down
+   gracefully and is judged by rule 1.
 4. ``pod_deleted``: the member was deleted, or went away, no later than its training container
    ended by itself. torchgate deletes members of the current attempt only while moving the job to
    a new attempt (or ending or suspending it), so a deleted member was deleted by someone else.
@@ -62,7 +75,7 @@ One rule then judges whose fault a stuck image pull is, once per gang restart:
 ``NODE_FAULTS`` are the causes that count against the node they happened on for quarantine
 (``controller.quarantine``): a lost node, a health taint, an eviction by Kubernetes, a stuck pod.
 A deletion by someone is not the node's fault, nor is ``ImagePullFailed`` (rule 6), nor an
-eviction someone asked for (rule 3).
+eviction someone asked for, nor a graceful node shutdown (rule 3).
 ``COUNTED`` are the causes that spend ``backoffLimit``: the program's own failure, a hang, an
 image the job's pods could not pull a second time.
 
@@ -171,6 +184,16 @@ DISRUPTION_TARGET: Final = "DisruptionTarget"
 ASKED_FOR: Final = frozenset({"EvictionByEvictionAPI", "PreemptionByScheduler"})
 # The taint-eviction controller's DisruptionTarget reason: the node's fault only if tainted.
 BY_TAINT: Final = "DeletionByTaintManager"
+# The kubelet's DisruptionTarget reason: a node-pressure eviction or a graceful node shutdown.
+BY_KUBELET: Final = "TerminationByKubelet"
+# What the kubelet's node shutdown manager writes on a pod it terminates (rule 3): the message
+# on the condition at once, the reason on the pod's status once it is terminal
+# (pkg/kubelet/nodeshutdown ``nodeShutdownMessage``, ``nodeShutdownReason``).
+NODE_SHUTDOWN_MESSAGE: Final = "Pod was terminated in response to imminent node shutdown."
+NODE_SHUTDOWN_REASON: Final = "Terminated"
+# The status reason of a pod the kubelet refused to start while its node shuts down (rule 3;
+# ``nodeShutdownNotAdmittedReason``).
+NODE_SHUTDOWN_REFUSED: Final = "NodeShutdown"
 _FINISHED: Final = frozenset({"Succeeded", "Failed"})
 
 
@@ -443,13 +466,30 @@ def pod_disrupted(
         by_stale_taint = (
             reason == BY_TAINT and health is not None and health.exists and not health.no_execute
         )
-        blames_node = reason not in ASKED_FOR and not by_stale_taint
+        blames_node = (
+            reason not in ASKED_FOR and not by_stale_taint and not _by_node_shutdown(pod, condition)
+        )
         return Finding(
             Disruption(POD_DISRUPTED, node, (pod_name(pod),), detail, blames_node=blames_node)
         )
-    if as_text(as_mapping(pod.get("status")).get("reason")) == "Evicted":
+    status = as_mapping(pod.get("status"))
+    if as_text(status.get("reason")) == "Evicted":
         return _found(POD_DISRUPTED, node, pod, _where(pod, node, "was evicted by its kubelet"))
+    if st.phase_of(pod) == "Failed" and status.get("reason") == NODE_SHUTDOWN_REFUSED:
+        why = ": ".join(p for p in (NODE_SHUTDOWN_REFUSED, as_text(status.get("message"))) if p)
+        detail = _where(pod, node, f"was refused by its kubelet ({why})")
+        return Finding(Disruption(POD_DISRUPTED, node, (pod_name(pod),), detail, blames_node=False))
     return NONE
+
+
+def _by_node_shutdown(pod: Mapping[str, Any], condition: Mapping[str, Any]) -> bool:
+    """Whether the kubelet terminated the member for a graceful shutdown of its node (rule 3)."""
+    if condition.get("reason") != BY_KUBELET:
+        return False
+    terminal_reason = as_mapping(pod.get("status")).get("reason")
+    return (
+        condition.get("message") == NODE_SHUTDOWN_MESSAGE or terminal_reason == NODE_SHUTDOWN_REASON
+    )
 
 
 def pod_deleted(pod: Mapping[str, Any], node: str | None, *, gone: bool) -> Finding:

@@ -31,6 +31,12 @@ from torchgate.controller.job.status import format_time
 from torchgate.controller.quarantine.rules import Outage
 
 LOST_AFTER = 30.0
+# What the kubelet writes on a pod it evicts under node pressure, and on one it terminates for a
+# graceful node shutdown (the condition's reason is TerminationByKubelet for both).
+PRESSURE_MESSAGE = (
+    "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi."
+)
+SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
 GPU_HEALTH = Taint("nvidia.com/gpu-health", "unhealthy", "NoExecute")
 
 
@@ -308,6 +314,110 @@ def test_an_eviction_someone_asked_for_is_no_fault_of_the_node(
     assert (found.disruption.cause, found.disruption.blames_node) == ("PodDisrupted", blames_node)
 
 
+def by_kubelet(message: str, *, terminal_reason: str | None = None) -> dict[str, Any]:
+    """A member the kubelet terminated: first its condition, then (``terminal_reason``) Failed.
+
+    As the kubelet writes it: the ``DisruptionTarget`` condition at once, while the containers
+    stop; the phase, reason and message once they have (its status manager holds them back).
+    """
+    raw = disruption_target(member(), at=at(-5), reason="TerminationByKubelet", message=message)
+    if terminal_reason is None:
+        return raw
+    return ended(set_phase(raw, "Failed", reason=terminal_reason), at=at(-3), exit_code=137)
+
+
+@pytest.mark.parametrize(
+    ("terminated", "blames_node"),
+    [
+        pytest.param(by_kubelet(SHUTDOWN_MESSAGE), False, id="shutdown-while-it-stops"),
+        pytest.param(
+            by_kubelet(SHUTDOWN_MESSAGE, terminal_reason="Terminated"), False, id="shutdown-failed"
+        ),
+        pytest.param(by_kubelet("", terminal_reason="Terminated"), False, id="shutdown-by-reason"),
+        pytest.param(by_kubelet(PRESSURE_MESSAGE), True, id="pressure-while-it-stops"),
+        pytest.param(
+            by_kubelet(PRESSURE_MESSAGE, terminal_reason="Evicted"), True, id="pressure-evicted"
+        ),
+        pytest.param(
+            disruption_target(
+                member(), at=at(-5), reason="DeletionByPodGC", message=SHUTDOWN_MESSAGE
+            ),
+            True,
+            id="another-reason-with-the-words",
+        ),
+    ],
+)
+def test_a_graceful_node_shutdown_is_no_fault_of_the_node_and_a_pressure_eviction_is(
+    terminated: dict[str, Any], blames_node: bool
+) -> None:
+    """A planned reboot restarts the gang uncounted and charges the node nothing (rule 3)."""
+    found = one(terminated, NodeHealth("a100-1"))
+    assert found.disruption is not None
+    assert (found.disruption.cause, found.disruption.blames_node) == ("PodDisrupted", blames_node)
+    assert found.disruption.outage is None
+
+
+def refused(reason: str, message: str) -> dict[str, Any]:
+    """A member its kubelet refused to start, as its ``rejectPod`` writes it (no containers ran)."""
+    raw = member(phase="Failed")
+    raw["status"].update(reason=reason, message=f"Pod was rejected: {message}")
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("member", "disrupted"),
+    [
+        pytest.param(
+            refused("NodeShutdown", "Pod was rejected as the node is shutting down."),
+            True,
+            id="node-shutting-down",
+        ),
+        pytest.param(
+            refused("SysctlForbidden", "forbidden sysctl: net.core.somaxconn"),
+            False,
+            id="forbidden-sysctl-is-the-jobs",
+        ),
+        pytest.param(
+            refused("OutOfnvidia.com/gpu", "Node didn't have enough resource: nvidia.com/gpu"),
+            False,
+            id="out-of-gpus-stays-a-failure",
+        ),
+    ],
+)
+def test_a_member_refused_because_its_node_shuts_down_is_disrupted_and_no_fault(
+    member: dict[str, Any], disrupted: bool
+) -> None:
+    """Placed just before the node's NotReady reached placement: not the program's failure."""
+    found = one(member, NodeHealth("a100-1"))
+    if not disrupted:
+        assert found.disruption is None
+        return
+    assert found.disruption is not None
+    assert (found.disruption.cause, found.disruption.blames_node) == ("PodDisrupted", False)
+    assert found.disruption.detail == (
+        "pod demo-worker-0 on a100-1 was refused by its kubelet (NodeShutdown: Pod was "
+        "rejected: Pod was rejected as the node is shutting down.)"
+    )
+
+
+def test_a_node_shut_down_with_another_nodes_fault_is_not_charged_by_the_restart() -> None:
+    """Two of a gang's nodes: one lost, one rebooted by its admin; only the lost one is charged."""
+    members = [
+        member("demo-master-0", node_name="a100-0"),
+        disruption_target(
+            member("demo-worker-0", node_name="a100-1"),
+            at=at(-2),
+            reason="TerminationByKubelet",
+            message=SHUTDOWN_MESSAGE,
+        ),
+    ]
+    nodes = {"a100-0": not_ready(since=-40, name="a100-0"), "a100-1": NodeHealth("a100-1")}
+    found = dis.find(members, nodes=nodes, now=NOW, lost_after=LOST_AFTER)
+    assert found.disruption is not None
+    assert (found.disruption.cause, found.disruption.node) == ("NodeLost", "a100-0")
+    assert found.disruption.other_nodes == ()
+
+
 @pytest.mark.parametrize(
     ("health", "cause", "blames_node"),
     [
@@ -367,7 +477,7 @@ def test_every_node_a_node_fault_took_members_from_is_named_and_charged() -> Non
             member("demo-worker-2", node_name="a100-3"),
             at=at(-2),
             reason="TerminationByKubelet",
-            message="Pod was terminated in response to imminent node shutdown.",
+            message=PRESSURE_MESSAGE,
         ),
         member("demo-worker-3", node_name="a100-4", deleted_at=-1),
         member("demo-worker-4", node_name="a100-5", disrupted_at=-2),
@@ -388,8 +498,7 @@ def test_every_node_a_node_fault_took_members_from_is_named_and_charged() -> Non
     assert found.disruption.detail == (
         "node a100-0 is lost (Ready Unknown for 40s) (pod demo-master-0) and node a100-1 is lost "
         "(Ready Unknown for 35s) (pod demo-worker-0) and pod demo-worker-2 on a100-3 was "
-        "disrupted (TerminationByKubelet: Pod was terminated in response to imminent node "
-        "shutdown.)"
+        f"disrupted (TerminationByKubelet: {PRESSURE_MESSAGE})"
     )
 
 

@@ -214,6 +214,49 @@ async def test_an_eviction_by_the_kubelet_blames_its_node() -> None:
     assert rig.faults == [(Fault("a100-1", "PodDisrupted", NOW, KEY), QuarantineSettings())]
 
 
+async def test_a_graceful_shutdown_of_its_node_restarts_the_gang_uncounted_and_blames_no_node() -> (
+    None
+):
+    rig = Rig()
+    pod = rig.pods.get("default", W0)
+    assert pod is not None
+    shutdown = "Pod was terminated in response to imminent node shutdown."
+    terminated = disruption_target(
+        pod, at="2026-03-01T11:59:58Z", reason="TerminationByKubelet", message=shutdown
+    )
+    rig.pods.remember(terminated)
+
+    await rig.reconciler.reconcile(KEY)
+
+    assert rig.api.job["metadata"]["annotations"]["torchgate.io/gang-attempt"] == "2"
+    assert "torchgate.io/restarts" not in rig.api.job["metadata"]["annotations"]
+    assert rig.restarts("PodDisrupted") == 1
+    assert rig.faults == []
+
+
+async def test_a_member_refused_by_a_node_shutting_down_restarts_the_gang_and_spends_nothing() -> (
+    None
+):
+    """``backoffLimit: 0``: counted as a failure, the refusal would end the job."""
+    rig = Rig()
+    pod = rig.pods.get("default", W0)
+    assert pod is not None
+    refused = set_phase(pod, "Failed", reason="NodeShutdown")
+    refused["status"]["message"] = (
+        "Pod was rejected: Pod was rejected as the node is shutting down."
+    )
+    rig.pods.remember(refused)
+
+    await rig.reconciler.reconcile(KEY)
+
+    assert rig.api.job["metadata"]["annotations"]["torchgate.io/gang-attempt"] == "2"
+    assert "torchgate.io/restarts" not in rig.api.job["metadata"]["annotations"]
+    conditions = {c["type"]: c for c in rig.api.job["status"]["conditions"]}
+    assert "Failed" not in conditions
+    assert conditions["Restarting"]["reason"] == "PodDisrupted"
+    assert rig.faults == []
+
+
 async def test_a_node_not_ready_is_looked_at_again_when_it_would_count_as_lost() -> None:
     rig = Rig()
     sick = node("a100-1")
