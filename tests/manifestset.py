@@ -64,7 +64,17 @@ HELM_ONLY_LABELS = frozenset(
         "helm.sh/chart",
     }
 )
-HELM_ONLY_ANNOTATIONS = frozenset({"helm.sh/resource-policy"})
+# The hook and ownership annotations: the chart's PlacementPolicies and TeamQuotas are a
+# post-install hook when the CRDs come with the install (helm template renders that case).
+HELM_ONLY_ANNOTATIONS = frozenset(
+    {
+        "helm.sh/resource-policy",
+        "helm.sh/hook",
+        "helm.sh/hook-delete-policy",
+        "meta.helm.sh/release-name",
+        "meta.helm.sh/release-namespace",
+    }
+)
 
 Obj = dict[str, Any]
 

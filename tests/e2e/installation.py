@@ -1,6 +1,6 @@
 """An installable cluster and what the install tests read from it.
 
-``installable_cluster`` is a local control plane with the real node, both CRDs, and torchgate's
+``installable_cluster`` is a local control plane with the real node, the CRDs, and torchgate's
 image built from the repository's Dockerfile (cached on its inputs) in the node's registry, tagged
 as README's ``registry.example.com/torchgate:0.1.0`` and ``:0.1.1`` (containerd mirrors
 ``registry.example.com`` to that registry). The node's containerd store outlives runs and the
@@ -31,11 +31,18 @@ from torchgate_dev.node.productimage import build_product_image
 NAMESPACE = ms.NAMESPACE
 IMAGE = "registry.example.com/torchgate"
 README_TAGS = ("0.1.0", "0.1.1")
+PYTORCHJOB_CRD = ms.MANIFESTS / "crds" / "kubeflow.org_pytorchjobs.yaml"
 
 
 @contextlib.contextmanager
-def installable_cluster(binaries: Binaries, workdir: Path) -> Iterator[Cluster]:
-    """A control plane with the real node, the CRDs and torchgate's image in its registry."""
+def installable_cluster(
+    binaries: Binaries, workdir: Path, *, torchgate_crds: bool = True
+) -> Iterator[Cluster]:
+    """A control plane with the real node, the CRDs and torchgate's image in its registry.
+
+    ``torchgate_crds=False``: only the PyTorchJob CRD (a cluster that has the training-operator's
+    CRD and has never had torchgate), so the install itself brings torchgate's CRDs.
+    """
     plane = ControlPlane(binaries=binaries, workdir=workdir, real_node=True)
     with plane:
         assert plane.registry is not None
@@ -47,7 +54,14 @@ def installable_cluster(binaries: Binaries, workdir: Path) -> Iterator[Cluster]:
         )
         forget_pulled_readme_tags(binaries, workdir)
         helper = Cluster(plane)
-        helper.install_crds()
+        if torchgate_crds:
+            helper.install_crds()
+        else:
+            helper.kubectl("apply", "-f", str(PYTORCHJOB_CRD))
+            helper.kubectl(
+                "wait", "--for=condition=Established", "--timeout=60s",
+                "crd/pytorchjobs.kubeflow.org",
+            )  # fmt: skip
         yield helper
 
 

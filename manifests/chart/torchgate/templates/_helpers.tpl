@@ -90,8 +90,8 @@ and kept on uninstall: deleting a CRD deletes every object of its kind.
 {{- end -}}
 
 {{/*
-Where a component's pods may run and how the scheduler ranks them: its nodeSelector, tolerations
-and priorityClassName values, when set (none by default, as in manifests/base). Argument: the component's values (.Values.webhook or .controller).
+Where a component's pods may run and how the scheduler ranks them: its nodeSelector, tolerations,
+priorityClassName and affinity values, when set (none by default, as in manifests/base). Argument: the component's values (.Values.webhook or .controller).
 */}}
 {{- define "torchgate.scheduling" -}}
 {{- with .nodeSelector }}
@@ -105,4 +105,45 @@ tolerations:
 {{- with .priorityClassName }}
 priorityClassName: {{ . }}
 {{- end }}
+{{- with .affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- end }}
+
+{{/*
+An admin's object of one of torchgate's kinds (PlacementPolicy, TeamQuota) from a values entry
+{name, spec}; pass a dict with "root", "kind" and "entry".
+Helm builds every object of a release before it creates any, and cannot build one of a kind the
+cluster does not serve yet: on the first install, whose CRDs are in this same release, such an
+object would stop `helm install` ("no matches for kind"). There, and only there, it is a
+post-install hook, created once the CRDs are, and carries the release's ownership metadata
+itself, so the next `helm upgrade` adopts it as an ordinary object of the release (updated,
+deleted when its entry goes; Helm 3 patches nothing in the upgrade that adopts it, which
+docs/operations.md tells admins). Where the kind is served already, it is ordinary from the
+start.
+*/}}
+{{- define "torchgate.poolObject" -}}
+{{- $served := .root.Capabilities.APIVersions.Has (printf "torchgate.io/v1alpha1/%s" .kind) -}}
+apiVersion: torchgate.io/v1alpha1
+kind: {{ .kind }}
+metadata:
+  name: {{ .entry.name }}
+  labels:
+    {{- include "torchgate.releaseLabels" .root | nindent 4 }}
+  {{- if and .root.Release.IsInstall (not $served) }}
+  annotations:
+    helm.sh/hook: post-install
+    helm.sh/hook-delete-policy: before-hook-creation
+    meta.helm.sh/release-name: {{ .root.Release.Name }}
+    meta.helm.sh/release-namespace: {{ .root.Release.Namespace }}
+  {{- end }}
+spec:
+  {{- toYaml .entry.spec | nindent 2 }}
+{{- end -}}
+
+{{/* `--log-level` and `--log-format` of both components, from .Values.logging. */}}
+{{- define "torchgate.loggingArgs" -}}
+- --log-level={{ .Values.logging.level }}
+- --log-format={{ .Values.logging.format }}
+{{- end -}}

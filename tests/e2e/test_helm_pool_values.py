@@ -1,0 +1,141 @@
+"""The pool's TeamQuotas and PlacementPolicies kept in the Helm values file, as an admin does.
+
+A cluster that never had torchgate (the PyTorchJob CRD only) gets ``helm install`` with a values
+file listing a team's TeamQuota (8 GPUs, no borrowing) and the PlacementPolicy that runs its jobs
+with torchgate's controller on a tainted 16-GPU kwok node. Then:
+
+- the install succeeds (before, Helm stopped it whole with ``no matches for kind
+  "PlacementPolicy"``: it builds every object of a release before creating the release's CRDs);
+- the quota is enforced: a first 8-GPU gang runs, a second waits ``WaitingForQuota`` with no pod
+  although the node has room;
+- the first ``helm upgrade`` (a controller setting changed) adopts the quota and the policy into
+  the release; the next, raising ``nominalGPUs`` to 16, starts the second gang (the quota updated
+  in place), and one without the entry deletes it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.conftest import Cluster
+from tests.e2e.controller_process import condition, create_job, get_job, live_pods
+from tests.e2e.installation import IMAGE, force_uninstall, installable_cluster
+from tests.e2e.test_helm_upgrade_with_jobs import gang, running_pods, wait_rolled_out
+from tests.helmtool import CHART, run_helm
+from torchgate_dev.controlplane.cluster import ATTACH_ENV
+
+pytestmark = [pytest.mark.e2e, pytest.mark.real_node, pytest.mark.timeout(900)]
+
+TEAM_NAMESPACE = "team-vision"
+POOL = "helm-pool"
+QUOTA = "vision"
+POLICY = "vision-on-gpus"
+
+
+@pytest.fixture(scope="module")
+def fresh_cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    """A cluster with the real node, the PyTorchJob CRD and no trace of torchgate."""
+    if os.environ.get(ATTACH_ENV):
+        pytest.skip("installs onto the local control plane's real node only")
+    binaries = request.getfixturevalue("control_plane_binaries")
+    workdir = tmp_path_factory.mktemp("helm-pool")
+    with installable_cluster(binaries, workdir, torchgate_crds=False) as cluster:
+        try:
+            yield cluster
+        finally:
+            cluster.kubectl("delete", "teamquota", QUOTA, "--ignore-not-found", check=False)
+            cluster.kubectl("delete", "placementpolicy", POLICY, "--ignore-not-found", check=False)
+            force_uninstall(cluster)
+
+
+def pool_values(nominal_gpus: int | None) -> dict[str, Any]:
+    """The admin's values: the policy, and the team's quota unless ``nominal_gpus`` is None."""
+    gpu_toleration = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    quotas = []
+    if nominal_gpus is not None:
+        spec = {"namespaces": [TEAM_NAMESPACE], "nominalGPUs": nominal_gpus}
+        quotas.append({"name": QUOTA, "spec": {**spec, "borrowingLimitGPUs": 0}})
+    return {
+        "image": {"repository": IMAGE, "tag": "0.1.0"},
+        "placementPolicies": [
+            {
+                "name": POLICY,
+                "spec": {
+                    "namespaces": [TEAM_NAMESPACE],
+                    "tolerations": [gpu_toleration],
+                    "jobDefaults": {"managedBy": "torchgate.io/controller"},
+                },
+            }
+        ],
+        "teamQuotas": quotas,
+    }
+
+
+def helm(cluster: Cluster, tmp_path: Path, verb: str, values: dict[str, Any]) -> None:
+    path = tmp_path / f"values-{verb}.yaml"
+    path.write_text(yaml.safe_dump(values), encoding="utf-8")
+    run_helm(
+        verb, "torchgate", str(CHART), "--namespace", "default", f"--values={path}",
+        env={"KUBECONFIG": str(cluster.kubeconfig)}, timeout=300,
+    )  # fmt: skip
+
+
+def queued_reason(cluster: Cluster, name: str) -> str | None:
+    found = condition(get_job(cluster, TEAM_NAMESPACE, name), "Queued")
+    return found["reason"] if found and found.get("status") == "True" else None
+
+
+def test_quota_and_policy_from_the_values_file_are_installed_enforced_and_upgraded(
+    fresh_cluster: Cluster, tmp_path: Path
+) -> None:
+    cluster = fresh_cluster
+    assert cluster.get("crd", "teamquotas.torchgate.io") is None, "a cluster without torchgate"
+    cluster.kubectl("create", "namespace", TEAM_NAMESPACE)
+    gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    cluster.add_gpu_nodes(1, POOL, gpus=16, labels={"pool": POOL}, taints=[gpu_taint])
+
+    helm(cluster, tmp_path, "install", pool_values(nominal_gpus=8))
+    wait_rolled_out(cluster)
+    quota = cluster.get("teamquota", QUOTA)
+    assert quota is not None
+    assert quota["spec"]["nominalGPUs"] == 8
+    assert cluster.get("placementpolicy", POLICY) is not None
+
+    create_job(cluster, gang("first", TEAM_NAMESPACE, POOL))
+    cluster.wait_for(
+        lambda: running_pods(cluster, TEAM_NAMESPACE, "first"), timeout=120, what="first Running"
+    )
+    create_job(cluster, gang("second", TEAM_NAMESPACE, POOL))
+    reason = cluster.wait_for(
+        lambda: queued_reason(cluster, "second"), timeout=60, what="second Queued"
+    )
+    assert reason == "WaitingForQuota"
+    assert live_pods(cluster, TEAM_NAMESPACE, "second") == []
+
+    # As docs/operations.md says: the upgrade that adopts them leaves them as installed.
+    adopting = pool_values(nominal_gpus=8) | {"logging": {"level": "DEBUG", "format": "text"}}
+    helm(cluster, tmp_path, "upgrade", adopting)
+    wait_rolled_out(cluster)
+    helm(cluster, tmp_path, "upgrade", pool_values(nominal_gpus=16))
+    cluster.wait_for(
+        lambda: running_pods(cluster, TEAM_NAMESPACE, "second"),
+        timeout=120,
+        what="second started within the raised quota",
+    )
+    raised = cluster.get("teamquota", QUOTA)
+    assert raised is not None
+    assert raised["metadata"]["uid"] == quota["metadata"]["uid"], "updated, not replaced"
+
+    helm(cluster, tmp_path, "upgrade", pool_values(nominal_gpus=None))
+    cluster.wait_for(
+        lambda: cluster.get("teamquota", QUOTA) is None, timeout=60, what="the quota deleted"
+    )
+    assert cluster.get("placementpolicy", POLICY) is not None
