@@ -44,6 +44,7 @@ from torchgate.controller.poolservice import (
 )
 from torchgate.controller.quarantine.keeper import QuarantineKeeper
 from torchgate.controller.queue import NORMAL, URGENT, ShutDown, WorkQueue
+from torchgate.controller.readiness import ReplicaState, not_ready_reasons
 from torchgate.kube.client import KubeApi
 from torchgate.kube.dra import DraCaches
 from torchgate.kube.errors import ApiError, NotFound
@@ -152,6 +153,15 @@ class Manager:
         )
         # GPU capacity of DRA nodes (``admission.slices``): devices per node and pool.
         self.slices = Informer(api, RESOURCE_SLICES)
+        # The caches nothing is decided without (the others are read once listed, see ``run``).
+        self.needed = (
+            self.nodes,
+            self.pods,
+            self.services,
+            self.policy_objects,
+            self.priority_classes,
+            self.jobs,
+        )
         self.queue: WorkQueue[JobKey] = WorkQueue()
         self.metrics = ControllerMetrics(
             job_states=lambda: (st.state_of(job) for job in self.jobs.values()),
@@ -330,6 +340,10 @@ class Manager:
         else:
             self.reconciler.events.record_on_node(about, event)
 
+    def failing_caches(self) -> tuple[str, ...]:
+        """The needed caches whose last list or watch failed (``readiness`` rule 4)."""
+        return tuple(i.resource.plural for i in self.needed if i.failure is not None)
+
     def _requeue_all(self) -> None:
         for job in self.jobs.values():
             self.queue.add(key_of(job))
@@ -338,18 +352,10 @@ class Manager:
 
     async def run(self) -> None:
         """Fill the caches, then reconcile until cancelled."""
-        informers = [
-            self.nodes,
-            self.pods,
-            self.services,
-            self.policy_objects,
-            self.priority_classes,
-            self.jobs,
-        ]
         async with asyncio.TaskGroup() as group:
-            for informer in informers:
+            for informer in self.needed:
                 group.create_task(informer.run())
-            for informer in informers:
+            for informer in self.needed:
                 await informer.synced.wait()
             group.create_task(self.team_quotas.run())
             dra = (self.dra.claims, self.dra.templates, self.dra.classes, self.slices)
@@ -424,11 +430,13 @@ class Manager:
                 self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
 
 
-async def serve_metrics(metrics: ControllerMetrics, bind: str, port: int) -> web.AppRunner:
-    """Plain-HTTP ``/metrics``, ``/healthz`` and ``/readyz``: ok while the process serves.
+async def serve_metrics(
+    metrics: ControllerMetrics, not_ready: Callable[[], list[str]], bind: str, port: int
+) -> web.AppRunner:
+    """Plain-HTTP ``/metrics``, ``/healthz`` (ok while the process serves) and ``/readyz``.
 
-    Leader or standby alike: the pool service reaches the leader through its pod label, not
-    readiness, and ``torchgate_controller_leader`` tells which replica acts.
+    ``/readyz`` answers 503 with ``not_ready()``'s reasons, one a line, while there are any
+    (``readiness``), else ``ok``. ``torchgate_controller_leader`` tells which replica acts.
     """
 
     async def metrics_text(_: web.Request) -> web.Response:
@@ -439,10 +447,16 @@ async def serve_metrics(metrics: ControllerMetrics, bind: str, port: int) -> web
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
+    async def readyz(_: web.Request) -> web.Response:
+        reasons = not_ready()
+        if reasons:
+            return web.Response(status=503, text="".join(f"{reason}\n" for reason in reasons))
+        return web.Response(text="ok\n")
+
     app = web.Application()
     app.router.add_get("/metrics", metrics_text)
     app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", healthz)
+    app.router.add_get("/readyz", readyz)
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, bind, port).start()
@@ -470,11 +484,23 @@ async def run_as_leader(
     hangs.
     """
     manager = Manager(api, settings)
+    leading = False
+
+    def not_ready() -> list[str]:
+        state = ReplicaState(
+            stopping=stop.is_set(),
+            leading=leading,
+            lease_read=elector is None or elector.lease_read,
+            synced=manager.synced.is_set(),
+            failing=manager.failing_caches(),
+        )
+        return not_ready_reasons(state)
+
     pod = pool_service.pod if pool_service is not None else None
     if pod is not None:
         await mark_leader(api, namespace=pod[0], pod=pod[1], leading=False)
     runner = (
-        await serve_metrics(manager.metrics, metrics_bind, metrics_port)
+        await serve_metrics(manager.metrics, not_ready, metrics_bind, metrics_port)
         if metrics_port is not None
         else None
     )
@@ -489,6 +515,7 @@ async def run_as_leader(
                 acquire.cancel()
                 return 0
             stopping.cancel()
+        leading = True
         manager.metrics.leader.set(1)
         if pool_service is not None:
             serving = serve_when_ready(api, manager.pool_facts(), pool_service)
