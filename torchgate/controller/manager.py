@@ -70,6 +70,11 @@ from torchgate.pytorchjob.pool import GPUS
 
 log = logging.getLogger("torchgate.controller")
 
+# How long a stopping leader lets the reconciles in flight end, and then may take to send the
+# Events it holds (``run_as_leader``).
+RECONCILE_DRAIN_SECONDS = 5.0
+EVENT_FLUSH_SECONDS = 5.0
+
 
 class GangObjectsDiscovery:
     """Whether the cluster serves ``scheduling.k8s.io/v1beta1`` Workload and PodGroup.
@@ -220,6 +225,7 @@ class Manager:
             self.policy_objects.values, lambda raw: parse_policy(raw)[0]
         )
         self.synced = asyncio.Event()  # the caches are filled (the pool service answers then)
+        self._workers: list[asyncio.Task[None]] = []
         self.pods.index_by(job_key_of_pod)
         self.services.index_by(job_key_of_pod)
         self.jobs.add_handler(self._on_job)
@@ -391,9 +397,18 @@ class Manager:
             group.create_task(self.reconciler.events.run())
             group.create_task(self.quarantine.run())
             for _ in range(self.settings.workers):
-                group.create_task(self._worker(NORMAL))
+                self._workers.append(group.create_task(self._worker(NORMAL)))
             for _ in range(self.settings.urgent_workers):
-                group.create_task(self._worker(URGENT))
+                self._workers.append(group.create_task(self._worker(URGENT)))
+
+    async def finish_reconciles(self, seconds: float) -> None:
+        """Hand out no more keys and let the reconciles in flight end, for at most ``seconds``.
+
+        A reconcile stopped halfway has created part of a gang and recorded none of its Events.
+        """
+        self.queue.shut_down()
+        if self._workers:
+            await asyncio.wait(self._workers, timeout=seconds)
 
     async def _resync(self) -> None:
         while True:
@@ -478,10 +493,14 @@ async def run_as_leader(
     The pool service (when configured) is served by the leader only, from the moment it leads;
     its pod carries the leader label meanwhile (``poolservice`` rule 4).
 
-    On ``stop`` it stops acting first (the manager is cancelled), then the pool service (answers
-    in flight get ``poolservice.DRAIN_SECONDS``, rule 7), then gives the Lease up (at most the
-    renew deadline): a stop ends well within a pod's 30 s grace period, even when the apiserver
-    hangs.
+    On ``stop`` it starts no reconcile, lets those in flight end (at most
+    ``RECONCILE_DRAIN_SECONDS``: a gang is not left half created, its Events not recorded), then
+    stops acting (the manager is cancelled), then stops the pool service (answers in flight get
+    ``poolservice.DRAIN_SECONDS``, rule 7), then gives the Lease up (at most the renew deadline)
+    while it sends the Events of what it did that it still holds (those waiting for a status write
+    put off during a wave, and the recorder's backlog; at most ``EVENT_FLUSH_SECONDS``; the
+    successor does not wait for them): a stop ends within a pod's 30 s grace period, even when
+    the apiserver hangs.
     """
     manager = Manager(api, settings)
     leading = False
@@ -526,6 +545,8 @@ async def run_as_leader(
             waiters.add(asyncio.create_task(elector.hold()))
         done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         lost = elector is not None and not stop.is_set() and run not in done
+        if stop.is_set() and run not in done:
+            await manager.finish_reconciles(RECONCILE_DRAIN_SECONDS)
         for task in pending:
             task.cancel()
         for task in pending:
@@ -541,8 +562,12 @@ async def run_as_leader(
         for task in background:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if elector is not None and not lost:
-            await elector.release()
+        if leading:
+            manager.reconciler.record_held_events()
+        await asyncio.gather(
+            elector.release() if elector is not None and not lost else asyncio.sleep(0),
+            manager.reconciler.events.flush(EVENT_FLUSH_SECONDS) if leading else asyncio.sleep(0),
+        )
         if runner is not None:
             await runner.cleanup()
     return 1 if lost else 0
