@@ -129,6 +129,22 @@ def service_account_kubeconfig(cluster: Cluster, namespace: str, name: str) -> P
     accounts = {o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"}
     if name not in accounts:
         raise ValueError(f"no ServiceAccount {name!r} in {BASE}; there are {sorted(accounts)}")
+    path = token_kubeconfig(cluster, namespace, name)
+    user = f"system:serviceaccount:{namespace}:{name}"
+    for check in _probe(objects, namespace, name):
+        cluster.wait_for(
+            functools.partial(_allowed, cluster, path, check),
+            timeout=30,
+            what=f"RBAC in effect for {user}: kubectl {' '.join(check)}",
+        )
+    return path
+
+
+def token_kubeconfig(cluster: Cluster, namespace: str, name: str) -> Path:
+    """A kubeconfig that acts as the existing ServiceAccount ``namespace/name``, whatever its RBAC.
+
+    The token comes from the TokenRequest API (valid 2 hours; no Secret is created).
+    """
     token = cluster.kubectl(
         "create", "token", name, "--namespace", namespace, f"--duration={TOKEN_DURATION}"
     ).stdout.strip()
@@ -150,12 +166,6 @@ def service_account_kubeconfig(cluster: Cluster, namespace: str, name: str) -> P
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
         yaml.safe_dump(config, stream, sort_keys=False)
-    for check in _probe(objects, namespace, name):
-        cluster.wait_for(
-            functools.partial(_allowed, cluster, path, check),
-            timeout=30,
-            what=f"RBAC in effect for {user}: kubectl {' '.join(check)}",
-        )
     return path
 
 

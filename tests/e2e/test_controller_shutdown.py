@@ -161,3 +161,65 @@ def test_a_leader_exits_within_the_grace_period_while_a_pool_answer_waits_on_a_h
     print(f"exited {took:.1f}s after SIGTERM, code {code}")
     assert code == 0, leader.log()  # not SIGKILLed at the end of the grace period
     assert took < GRACE_SECONDS
+
+
+def test_a_leader_stopped_as_the_first_pods_of_a_wave_appear_leaves_every_gang_its_event(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A rolling upgrade mid-wave: every gang admitted has its ``GangAdmitted`` Event.
+
+    The Events of a wave's admissions wait for their jobs' statuses, which wait for the wave's
+    creates, and the recorder's backlog grows meanwhile: a leader stopped then sends them.
+    """
+    jobs_count, nodes = 40, 20
+    namespace = cluster.new_namespace("stopev")
+    label = f"stopev-{namespace[-6:]}"
+    cluster.add_gpu_nodes(nodes, label, gpus=8, labels={"pool": label})
+    first = ControllerProcess(cluster.kubeconfig, tmp_path).start()
+    selector = {"nodeSelector": {"pool": label}}
+    jobs = [
+        job(f"j{i:02d}", namespace)
+        .master(gpus=1, pod_spec=selector)
+        .workers(WORKERS, gpus=1, pod_spec=selector)
+        .build()
+        for i in range(jobs_count)
+    ]
+    threads = [threading.Thread(target=create_job, args=(cluster, j)) for j in jobs]
+    for thread in threads:
+        thread.start()
+    pods_path = f"/api/v1/namespaces/{namespace}/pods"
+    cluster.wait_for(
+        lambda: cluster.api_request("GET", pods_path)[1]["items"],
+        timeout=60,
+        what="the wave's first pod",
+    )
+    assert first.stop() == 0, first.log()
+    for thread in threads:
+        thread.join()
+    second = ControllerProcess(cluster.kubeconfig, tmp_path).start()
+    try:
+
+        def converged() -> bool:
+            pods = cluster.list_objects("pods", namespace)
+            running = [p for p in pods if p["status"].get("phase") == "Running"]
+            return len(running) == len(pods) == jobs_count * (WORKERS + 1)
+
+        cluster.wait_for(converged, timeout=120, what="every gang Running")
+
+        def without_event() -> list[str]:
+            admitted = {
+                e["involvedObject"]["name"]
+                for e in cluster.list_objects("events", namespace)
+                if e.get("reason") == "GangAdmitted"
+            }
+            return sorted(
+                j["metadata"]["name"] for j in jobs if j["metadata"]["name"] not in admitted
+            )
+
+        deadline = time.monotonic() + 20  # Events are sent in the background
+        while without_event() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        missing = without_event()
+    finally:
+        assert second.stop() == 0, second.log()
+    assert missing == []

@@ -363,6 +363,20 @@ def test_controller_elects_a_leader_in_its_own_namespace(rendering_id: str) -> N
 
 
 @rendering
+def test_controller_readiness_is_its_readyz_and_liveness_its_healthz(rendering_id: str) -> None:
+    deployment = ms.find(ms.render(rendering_id), "Deployment", "torchgate-controller")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    (metrics,) = [p for p in container["ports"] if p["containerPort"] == 8080]
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        get = container[probe]["httpGet"]
+        assert (get["path"], get["port"], get.get("scheme", "HTTP")) == (
+            path,
+            metrics["name"],
+            "HTTP",
+        )
+
+
+@rendering
 def test_the_webhook_reaches_the_leaders_pool_service_over_tls_it_can_verify(
     rendering_id: str,
 ) -> None:

@@ -229,7 +229,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--metrics-port",
         type=int,
         default=8080,
-        help="plain HTTP /metrics /healthz; 0 disables (default 8080)",
+        help="plain HTTP /metrics /healthz /readyz; 0 disables (default 8080)",
     )
     jsonlog.add_arguments(parser)
 

@@ -53,6 +53,9 @@ class LeaderElector:
         self._observed_record: Any = None
         self._observed_at = 0.0
         self.is_leader = False
+        # The Lease was read or created at least once: this candidate can take over (a standby's
+        # readiness, ``readiness`` rule 2).
+        self.lease_read = False
 
     async def acquire(self) -> None:
         """Block until this candidate holds the Lease."""
@@ -133,10 +136,12 @@ class LeaderElector:
             except ApiError as exc:  # its namespace is missing, RBAC forbids: no one can lead
                 log.warning("cannot create the leader lease: %s", exc)
                 return False
+            self.lease_read = True
             return True
         except ApiError as exc:
             log.warning("cannot read the leader lease: %s", exc)
             return False
+        self.lease_read = True
         spec = lease.get("spec") or {}
         record = (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("acquireTime"))
         if record != self._observed_record:

@@ -44,6 +44,7 @@ from torchgate.controller.poolservice import (
 )
 from torchgate.controller.quarantine.keeper import QuarantineKeeper
 from torchgate.controller.queue import NORMAL, URGENT, ShutDown, WorkQueue
+from torchgate.controller.readiness import ReplicaState, not_ready_reasons
 from torchgate.kube.client import KubeApi
 from torchgate.kube.dra import DraCaches
 from torchgate.kube.errors import ApiError, NotFound
@@ -68,6 +69,11 @@ from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy
 from torchgate.pytorchjob.pool import GPUS
 
 log = logging.getLogger("torchgate.controller")
+
+# How long a stopping leader lets the reconciles in flight end, and then may take to send the
+# Events it holds (``run_as_leader``).
+RECONCILE_DRAIN_SECONDS = 5.0
+EVENT_FLUSH_SECONDS = 5.0
 
 
 class GangObjectsDiscovery:
@@ -152,6 +158,15 @@ class Manager:
         )
         # GPU capacity of DRA nodes (``admission.slices``): devices per node and pool.
         self.slices = Informer(api, RESOURCE_SLICES)
+        # The caches nothing is decided without (the others are read once listed, see ``run``).
+        self.needed = (
+            self.nodes,
+            self.pods,
+            self.services,
+            self.policy_objects,
+            self.priority_classes,
+            self.jobs,
+        )
         self.queue: WorkQueue[JobKey] = WorkQueue()
         self.metrics = ControllerMetrics(
             job_states=lambda: (st.state_of(job) for job in self.jobs.values()),
@@ -210,6 +225,7 @@ class Manager:
             self.policy_objects.values, lambda raw: parse_policy(raw)[0]
         )
         self.synced = asyncio.Event()  # the caches are filled (the pool service answers then)
+        self._workers: list[asyncio.Task[None]] = []
         self.pods.index_by(job_key_of_pod)
         self.services.index_by(job_key_of_pod)
         self.jobs.add_handler(self._on_job)
@@ -330,6 +346,10 @@ class Manager:
         else:
             self.reconciler.events.record_on_node(about, event)
 
+    def failing_caches(self) -> tuple[str, ...]:
+        """The needed caches whose last list or watch failed (``readiness`` rule 4)."""
+        return tuple(i.resource.plural for i in self.needed if i.failure is not None)
+
     def _requeue_all(self) -> None:
         for job in self.jobs.values():
             self.queue.add(key_of(job))
@@ -338,18 +358,10 @@ class Manager:
 
     async def run(self) -> None:
         """Fill the caches, then reconcile until cancelled."""
-        informers = [
-            self.nodes,
-            self.pods,
-            self.services,
-            self.policy_objects,
-            self.priority_classes,
-            self.jobs,
-        ]
         async with asyncio.TaskGroup() as group:
-            for informer in informers:
+            for informer in self.needed:
                 group.create_task(informer.run())
-            for informer in informers:
+            for informer in self.needed:
                 await informer.synced.wait()
             group.create_task(self.team_quotas.run())
             dra = (self.dra.claims, self.dra.templates, self.dra.classes, self.slices)
@@ -385,9 +397,18 @@ class Manager:
             group.create_task(self.reconciler.events.run())
             group.create_task(self.quarantine.run())
             for _ in range(self.settings.workers):
-                group.create_task(self._worker(NORMAL))
+                self._workers.append(group.create_task(self._worker(NORMAL)))
             for _ in range(self.settings.urgent_workers):
-                group.create_task(self._worker(URGENT))
+                self._workers.append(group.create_task(self._worker(URGENT)))
+
+    async def finish_reconciles(self, seconds: float) -> None:
+        """Hand out no more keys and let the reconciles in flight end, for at most ``seconds``.
+
+        A reconcile stopped halfway has created part of a gang and recorded none of its Events.
+        """
+        self.queue.shut_down()
+        if self._workers:
+            await asyncio.wait(self._workers, timeout=seconds)
 
     async def _resync(self) -> None:
         while True:
@@ -424,11 +445,13 @@ class Manager:
                 self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
 
 
-async def serve_metrics(metrics: ControllerMetrics, bind: str, port: int) -> web.AppRunner:
-    """Plain-HTTP ``/metrics``, ``/healthz`` and ``/readyz``: ok while the process serves.
+async def serve_metrics(
+    metrics: ControllerMetrics, not_ready: Callable[[], list[str]], bind: str, port: int
+) -> web.AppRunner:
+    """Plain-HTTP ``/metrics``, ``/healthz`` (ok while the process serves) and ``/readyz``.
 
-    Leader or standby alike: the pool service reaches the leader through its pod label, not
-    readiness, and ``torchgate_controller_leader`` tells which replica acts.
+    ``/readyz`` answers 503 with ``not_ready()``'s reasons, one a line, while there are any
+    (``readiness``), else ``ok``. ``torchgate_controller_leader`` tells which replica acts.
     """
 
     async def metrics_text(_: web.Request) -> web.Response:
@@ -439,10 +462,16 @@ async def serve_metrics(metrics: ControllerMetrics, bind: str, port: int) -> web
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
+    async def readyz(_: web.Request) -> web.Response:
+        reasons = not_ready()
+        if reasons:
+            return web.Response(status=503, text="".join(f"{reason}\n" for reason in reasons))
+        return web.Response(text="ok\n")
+
     app = web.Application()
     app.router.add_get("/metrics", metrics_text)
     app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", healthz)
+    app.router.add_get("/readyz", readyz)
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, bind, port).start()
@@ -464,17 +493,33 @@ async def run_as_leader(
     The pool service (when configured) is served by the leader only, from the moment it leads;
     its pod carries the leader label meanwhile (``poolservice`` rule 4).
 
-    On ``stop`` it stops acting first (the manager is cancelled), then the pool service (answers
-    in flight get ``poolservice.DRAIN_SECONDS``, rule 7), then gives the Lease up (at most the
-    renew deadline): a stop ends well within a pod's 30 s grace period, even when the apiserver
-    hangs.
+    On ``stop`` it starts no reconcile, lets those in flight end (at most
+    ``RECONCILE_DRAIN_SECONDS``: a gang is not left half created, its Events not recorded), then
+    stops acting (the manager is cancelled), then stops the pool service (answers in flight get
+    ``poolservice.DRAIN_SECONDS``, rule 7), then gives the Lease up (at most the renew deadline)
+    while it sends the Events of what it did that it still holds (those waiting for a status write
+    put off during a wave, and the recorder's backlog; at most ``EVENT_FLUSH_SECONDS``; the
+    successor does not wait for them): a stop ends within a pod's 30 s grace period, even when
+    the apiserver hangs.
     """
     manager = Manager(api, settings)
+    leading = False
+
+    def not_ready() -> list[str]:
+        state = ReplicaState(
+            stopping=stop.is_set(),
+            leading=leading,
+            lease_read=elector is None or elector.lease_read,
+            synced=manager.synced.is_set(),
+            failing=manager.failing_caches(),
+        )
+        return not_ready_reasons(state)
+
     pod = pool_service.pod if pool_service is not None else None
     if pod is not None:
         await mark_leader(api, namespace=pod[0], pod=pod[1], leading=False)
     runner = (
-        await serve_metrics(manager.metrics, metrics_bind, metrics_port)
+        await serve_metrics(manager.metrics, not_ready, metrics_bind, metrics_port)
         if metrics_port is not None
         else None
     )
@@ -489,6 +534,7 @@ async def run_as_leader(
                 acquire.cancel()
                 return 0
             stopping.cancel()
+        leading = True
         manager.metrics.leader.set(1)
         if pool_service is not None:
             serving = serve_when_ready(api, manager.pool_facts(), pool_service)
@@ -499,6 +545,8 @@ async def run_as_leader(
             waiters.add(asyncio.create_task(elector.hold()))
         done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         lost = elector is not None and not stop.is_set() and run not in done
+        if stop.is_set() and run not in done:
+            await manager.finish_reconciles(RECONCILE_DRAIN_SECONDS)
         for task in pending:
             task.cancel()
         for task in pending:
@@ -514,8 +562,12 @@ async def run_as_leader(
         for task in background:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if elector is not None and not lost:
-            await elector.release()
+        if leading:
+            manager.reconciler.record_held_events()
+        await asyncio.gather(
+            elector.release() if elector is not None and not lost else asyncio.sleep(0),
+            manager.reconciler.events.flush(EVENT_FLUSH_SECONDS) if leading else asyncio.sleep(0),
+        )
         if runner is not None:
             await runner.cleanup()
     return 1 if lost else 0

@@ -72,6 +72,9 @@ class Informer:
         self.handlers: list[Handler] = []
         self.synced = asyncio.Event()
         self.relists = 0
+        # Why the last list or watch failed; None once a list succeeds again (a re-list after a
+        # watch that ended or expired is not a failure).
+        self.failure: str | None = None
         self._index_fn: IndexFunction | None = None
         self._index: dict[Key, set[Key]] = {}
         # resourceVersions of objects the watch reported DELETED, so a write-through that arrives
@@ -157,10 +160,12 @@ class Informer:
             except Gone:
                 log.info("%s: resourceVersion expired; re-listing", self.resource.plural)
             except ApiError as exc:
+                self.failure = str(exc)
                 log.warning("%s: %s; re-listing in %.1fs", self.resource.plural, exc, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
-            except Exception:
+            except Exception as exc:
+                self.failure = repr(exc)
                 log.exception(
                     "%s: informer failed; re-listing in %.1fs", self.resource.plural, backoff
                 )
@@ -183,6 +188,7 @@ class Informer:
         for key, obj in fresh.items():
             self._index_add(key, obj)
         self.relists += 1
+        self.failure = None
         for key, obj in fresh.items():
             old = previous.get(key)
             if old is None:

@@ -12,7 +12,7 @@ import pytest
 from tests.builders.node import node
 from tests.builders.pod import pod
 from torchgate.controller.manager import GangObjectsDiscovery, Manager, ManagerOptions
-from torchgate.controller.queue import URGENT
+from torchgate.controller.queue import NORMAL, URGENT
 from torchgate.kube.errors import ApiError, NotFound
 
 
@@ -150,3 +150,46 @@ def test_discovery_says_whether_gang_objects_are_served_and_follows_changes(
     answers: tuple[Any, ...], served: list[bool]
 ) -> None:
     assert served_after_each_check(*answers) == served
+
+
+async def test_a_stopping_manager_lets_the_reconcile_in_flight_end_and_starts_no_other() -> None:
+    manager = Manager(IdleApi(), ManagerOptions())
+    ended: list[tuple[str, str]] = []
+    started = asyncio.Event()
+
+    async def reconcile(key: tuple[str, str]) -> float | None:
+        started.set()
+        await asyncio.sleep(0.2)  # a gang's creates
+        ended.append(key)
+        return None
+
+    manager.reconciler.reconcile = reconcile  # type: ignore[method-assign]
+    manager._workers = [asyncio.create_task(manager._worker(NORMAL))]
+    manager.queue.add(("team-a", "first"))
+    await started.wait()
+    manager.queue.add(("team-a", "second"))
+
+    await manager.finish_reconciles(5)
+
+    assert ended == [("team-a", "first")]
+    assert all(worker.done() for worker in manager._workers)
+
+
+async def test_a_reconcile_that_hangs_does_not_hold_a_stop_longer_than_its_bound() -> None:
+    manager = Manager(IdleApi(), ManagerOptions())
+    started = asyncio.Event()
+
+    async def reconcile(key: tuple[str, str]) -> float | None:
+        started.set()
+        await asyncio.Event().wait()  # the apiserver does not answer
+        return None
+
+    manager.reconciler.reconcile = reconcile  # type: ignore[method-assign]
+    manager._workers = [asyncio.create_task(manager._worker(NORMAL))]
+    manager.queue.add(("team-a", "first"))
+    await started.wait()
+
+    async with asyncio.timeout(2):
+        await manager.finish_reconciles(0.1)
+    for worker in manager._workers:
+        worker.cancel()

@@ -373,6 +373,20 @@ class Reconciler:
             self.metrics.record_release(key, *released)
         return applied.requeue_after
 
+    def record_held_events(self) -> None:
+        """Record the Events of actions still waiting for their job's status write (on stop).
+
+        The statuses they wait for are planned again by the next leader, but the actions are
+        done: a stopping leader sends their Events rather than take them along.
+        """
+        held, self.unsent_events = self.unsent_events, {}
+        for (namespace, name), (uid, events) in held.items():
+            job = self.jobs.get(namespace, name)
+            if job is None or (job.get("metadata") or {}).get("uid") != uid:
+                continue
+            for event in events:
+                self.events.record(job, event)
+
     def _forget(self, key: JobKey) -> None:
         """Drop what is kept about a job that is gone or no longer ours."""
         self.admitter.cancel(key)
@@ -804,6 +818,9 @@ class EventRecorder:
     backlog is bounded; what does not fit is dropped (the condition in the job's status carries
     the same news). When an Event is recorded is the reconciler's business (with its action, or
     with the status it announces); each Event is also a log line with the job key.
+
+    Stopping the senders does not stop a send in flight, and ``flush`` sends the backlog left
+    (a leader that stops during a wave holds hundreds); only a killed process loses it.
     """
 
     def __init__(
@@ -818,6 +835,7 @@ class EventRecorder:
         self.clock = clock
         self.senders = senders
         self._pending: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=backlog)
+        self._in_flight: set[asyncio.Task[None]] = set()
         self.dropped = 0
 
     def record(self, job: Mapping[str, Any], event: Event) -> None:
@@ -893,14 +911,37 @@ class EventRecorder:
             for _ in range(self.senders):
                 group.create_task(self._send())
 
-    async def _send(self) -> None:
-        while True:
+    async def flush(self, seconds: float) -> None:
+        """Send what is queued or in flight, for at most ``seconds``; the rest is dropped."""
+        try:
+            async with asyncio.timeout(seconds), asyncio.TaskGroup() as group:
+                for _ in range(self.senders):
+                    group.create_task(self._send(until_empty=True))
+                group.create_task(self._landed())
+        except TimeoutError:
+            left = self._pending.qsize() + len(self._in_flight)
+            self.dropped += left
+            log.warning("stopped with %d Events not sent", left)
+
+    async def _landed(self) -> None:
+        """Wait for the sends in flight."""
+        while self._in_flight:
+            await asyncio.wait(set(self._in_flight))
+
+    async def _send(self, *, until_empty: bool = False) -> None:
+        while not (until_empty and self._pending.empty()):
             body = await self._pending.get()
-            namespace = body["metadata"]["namespace"]
-            try:
-                await self.api.request("POST", EVENTS.path(namespace), body=body)
-            except ApiError as exc:
-                log.debug("could not record event %s: %s", body["reason"], exc)
+            sending = asyncio.create_task(self._post(body))
+            self._in_flight.add(sending)
+            sending.add_done_callback(self._in_flight.discard)
+            await asyncio.shield(sending)  # a stopping sender leaves it to finish (``flush``)
+
+    async def _post(self, body: dict[str, Any]) -> None:
+        namespace = body["metadata"]["namespace"]
+        try:
+            await self.api.request("POST", EVENTS.path(namespace), body=body)
+        except ApiError as exc:
+            log.debug("could not record event %s: %s", body["reason"], exc)
 
 
 def _joined(key: JobKey | None) -> str | None:

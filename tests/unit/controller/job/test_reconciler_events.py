@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -58,4 +59,54 @@ def test_a_full_backlog_drops_events_and_counts_them() -> None:
     recorder = EventRecorder(RecordingApi(), clock=lambda: WHEN, backlog=2)
     for _ in range(5):
         recorder.record(JOB, Event("Warning", "Restarting", "pod exited with 137"))
+    assert recorder.dropped == 3
+
+
+class SlowApi(RecordingApi):
+    """Takes ``delay`` seconds to answer each write; remembers the writes that were answered."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        await asyncio.sleep(self.delay)
+        return await super().request(method, path, query=query, body=body)
+
+
+async def test_a_flush_sends_the_backlog_and_the_sends_the_stopped_senders_left_in_flight() -> None:
+    api = SlowApi(delay=0.05)
+    recorder = EventRecorder(api, clock=lambda: WHEN, senders=2)
+    sender = asyncio.create_task(recorder.run())
+    for index in range(10):
+        recorder.record(JOB, Event("Normal", "GangAdmitted", f"gang {index}"))
+    await asyncio.sleep(0.01)  # two sends in flight, eight queued
+    sender.cancel()  # the leader stops acting
+    with contextlib.suppress(asyncio.CancelledError):
+        await sender
+
+    await recorder.flush(5)
+
+    assert sorted(body["message"] for _, body in api.posted) == sorted(
+        f"gang {index}" for index in range(10)
+    )
+    assert recorder.dropped == 0
+
+
+async def test_a_flush_gives_up_after_its_time_and_counts_what_it_did_not_send() -> None:
+    recorder = EventRecorder(SlowApi(delay=10), clock=lambda: WHEN, senders=1)
+    for index in range(3):
+        recorder.record(JOB, Event("Normal", "GangAdmitted", f"gang {index}"))
+
+    async with asyncio.timeout(2):
+        await recorder.flush(0.2)
+
     assert recorder.dropped == 3

@@ -253,3 +253,34 @@ async def test_a_recreated_job_does_not_inherit_the_wait_of_the_old_one() -> Non
         requeue = await rig.reconciler.reconcile(KEY)
     assert rig.api.patches == []
     assert requeue == pytest.approx(POLICY.busy_hold_seconds)
+
+
+async def test_a_stopping_leader_records_the_events_held_for_a_status_write_once() -> None:
+    rig = Rig(running=False)
+    rig.reserve()
+    async with rig.reconciler.creates.take():  # another gang's create is in flight
+        await rig.reconciler.reconcile(KEY)
+    assert {MASTER, W0} <= set(rig.api.created)
+    assert rig.api.patches == []
+
+    rig.reconciler.record_held_events()  # the leader stops before the status goes out
+
+    assert rig.events.recorded == ["GangAdmitted"]
+    rig.reconciler.record_held_events()
+    assert rig.events.recorded == ["GangAdmitted"]
+
+
+async def test_held_events_of_a_job_deleted_and_recreated_are_not_recorded_on_the_new_one() -> None:
+    rig = Rig(running=False)
+    rig.reserve()
+    async with rig.reconciler.creates.take():
+        await rig.reconciler.reconcile(KEY)
+    recreated = copy.deepcopy(rig.jobs.get(*KEY))
+    assert recreated is not None
+    recreated["metadata"]["uid"] = "another-uid"
+    recreated["metadata"]["resourceVersion"] = "99"
+    rig.jobs.remember(recreated)
+
+    rig.reconciler.record_held_events()
+
+    assert rig.events.recorded == []
