@@ -25,10 +25,16 @@ Rules:
    with every pod, and rewriting the status of every waiting job on each change would flood the
    apiserver. The message is phrased only when it may be reported.
 6. ``cancel``: a job that is gone, finished, suspended or not ours is forgotten, with its
-   backoff.
+   backoffs (rules 3 and 8).
 7. ``demand_by_team``: per team and ``Queued`` reason, how many jobs wait, the GPUs they count
    against their team, and the longest wait (the controller's metrics). A job of a namespace no
    team owns counts under team ``""``; one not decided yet under ``UNDECIDED``.
+8. ``refuse_growth``: a running gang whose new Workers (``ledger`` rule 7) the apiserver refused
+   to create (a ResourceQuota of its namespace: 403 ``exceeded quota``; an admission policy)
+   has them placed again only ``backoff_base * 2**(n-1)`` seconds later (at most
+   ``backoff_max``; n: refusals in a row), and is told the apiserver's words meanwhile
+   (``growth_refusal``). The controller watches no quota, so a back-off is how it learns the
+   quota freed; a create that succeeds (``growth_created``) ends the count.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ from torchgate.pytorchjob.reasons import QUEUED_REASONS
 from torchgate.pytorchjob.units import Units
 
 UNDECIDED: Final = "Undecided"
+# What a running gang's new Workers wait for while the apiserver's refusal stands (rule 8).
+GROWTH_REFUSED: Final = "Refused"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +95,15 @@ class GrowthRequest:
         return admission_order(self.priority, self.created, key)
 
 
+@dataclass(frozen=True, slots=True)
+class GrowthRefusal:
+    """The apiserver refused to create a running gang's new Workers (rule 8)."""
+
+    message: str  # the apiserver's, which names the quota or policy
+    count: int  # refusals in a row
+    not_before: float  # the Workers are not placed again before then
+
+
 @dataclass(slots=True)
 class Waiting:
     """A job whose gang is not placed yet: what it asked (``request``) and its place."""
@@ -126,6 +143,7 @@ class WaitingQueue:
         self.held_places: dict[JobKey, Waiting] = {}  # preemptors while their nodes are held
         self.timeouts: dict[JobKey, int] = {}
         self._retry_at: dict[JobKey, float] = {}
+        self.growth_refusals: dict[JobKey, GrowthRefusal] = {}
         self.version = 0  # bumps when a job joins or leaves or asks with anything changed
         self._ordered: list[Waiting] | None = None  # ``waiting`` in admission order
 
@@ -173,6 +191,24 @@ class WaitingQueue:
             self._retry_at[key] = now + delay
         return delay
 
+    # ------------------------------------------------------------------ rule 8
+
+    def refuse_growth(self, key: JobKey, message: str, now: float) -> float:
+        """The apiserver refused the gang's new Workers: back their growth off (rule 8)."""
+        before = self.growth_refusals.get(key)
+        count = 1 if before is None else before.count + 1
+        delay = float(min(self.backoff_base * 2.0 ** (count - 1), self.backoff_max))
+        self.growth_refusals[key] = GrowthRefusal(message, count, now + delay)
+        return delay
+
+    def growth_refusal(self, key: JobKey) -> GrowthRefusal | None:
+        """The last refusal of the gang's new Workers, while no create has succeeded since."""
+        return self.growth_refusals.get(key)
+
+    def growth_created(self, key: JobKey) -> None:
+        """The gang's new Workers were created: their refusals are over (rule 8)."""
+        self.growth_refusals.pop(key, None)
+
     # ------------------------------------------------------------------ leaving the queue
 
     def take(self, key: JobKey) -> Waiting:
@@ -201,6 +237,7 @@ class WaitingQueue:
         self.held_places.pop(key, None)
         self.timeouts.pop(key, None)
         self._retry_at.pop(key, None)
+        self.growth_refusals.pop(key, None)
         if self.waiting.pop(key, None) is None:
             return False
         self._changed()
