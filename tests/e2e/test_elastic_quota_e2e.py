@@ -1,4 +1,4 @@
-"""Scaling a running elastic job past its namespace's ResourceQuota, on a real control plane.
+"""Jobs past their namespace's ResourceQuota, on a real control plane: a scale up and a new gang.
 
 The ResourceQuota admission plugin of the apiserver refuses a pod that would exceed a quota
 (403 ``exceeded quota``); kube-controller-manager's ``resourcequota-controller`` keeps the
@@ -7,6 +7,7 @@ controller gives back what deleted pods used), so this module runs a control pla
 with it. The admitter places the new Worker (its team has no TeamQuota), the create is refused:
 the Worker's node is not held for it (another gang takes it), the job says why in an Event and
 its Running condition, the gang runs on, and the Worker starts once the quota and a node allow.
+A new gang the quota refuses frees its nodes at once too and waits in the queue, saying why.
 """
 
 from __future__ import annotations
@@ -168,3 +169,40 @@ def test_a_scale_up_the_namespace_quota_refuses_holds_no_node_says_why_and_start
         lambda: running_pods(cluster, namespace, "el", 3), timeout=60, what="el-worker-2 Running"
     )
     assert attempt(cluster, namespace, "el") == before
+
+
+def test_a_gang_the_namespace_quota_refuses_holds_no_node_says_why_and_starts_later(
+    quota_cluster: Cluster, webhook: LocalWebhook, controller: ControllerProcess
+) -> None:
+    cluster = quota_cluster
+    namespace = cluster.new_namespace("gangquota")
+    cluster.add_gpu_nodes(2, "gangquota", gpus=8, labels={"pool": "gangquota"})
+    set_quota(cluster, namespace, 0)
+    create(cluster, in_pool(job("g", namespace).workers(1, gpus=8).build(), "gangquota"))
+
+    def refused_event() -> bool:
+        return any(
+            e["reason"] == "FailedCreate" and QUOTA in e["message"]
+            for e in events_of(cluster, namespace, "g")
+        )
+
+    cluster.wait_for(refused_event, timeout=30, what="FailedCreate naming the quota")
+
+    def says_refused() -> dict[str, Any] | None:
+        queued = condition(get_job(cluster, namespace, "g"), "Queued")
+        return queued if queued and QUOTA in queued.get("message", "") else None
+
+    cluster.wait_for(says_refused, timeout=30, what="Queued naming the quota")
+
+    # Both nodes are free for a gang that needs them both.
+    other_namespace = cluster.new_namespace("gangquota-other")
+    create(cluster, in_pool(job("o", other_namespace).workers(2, gpus=8).build(), "gangquota"))
+    cluster.wait_for(
+        lambda: running_pods(cluster, other_namespace, "o", 2),
+        timeout=30,
+        what="another gang on both nodes",
+    )
+
+    cluster.kubectl("delete", "pytorchjob", "o", "-n", other_namespace)
+    set_quota(cluster, namespace, 8)
+    cluster.wait_for(lambda: running_pods(cluster, namespace, "g", 1), timeout=60, what="g Running")

@@ -273,6 +273,8 @@ class Admitter:
         if self.queue.request(key, request, now=self.clock()):
             self._last_arrival = self.clock()
             self.wake()
+            if self.queue.reason(key) is not None:  # backing off, told why (``waiting`` rule 3)
+                self.on_reason(key)
 
     def grow(self, key: JobKey, request: GrowthRequest | None) -> None:
         """A running gang's Workers that wait for room (``None``: none wait); idempotent."""
@@ -379,10 +381,16 @@ class Admitter:
         if changed:
             self.wake()
 
-    def back_off(self, key: JobKey) -> float:
-        """The job's gang was torn down after a timeout: make it wait before trying again."""
+    def back_off(self, key: JobKey, *, reason: str | None = None) -> float:
+        """The job's gang was torn down after a timeout, or the apiserver refused its pods.
+
+        Its reservation goes (their nodes free at once) and it waits before it is tried again
+        (``waiting`` rule 3), told ``reason`` meanwhile.
+        """
         self.ledger.release(key)
-        return self.queue.back_off(key, self.clock())
+        delay = self.queue.back_off(key, self.clock(), reason=reason)
+        self.wake()
+        return delay
 
     def free(self) -> dict[str, dict[str, int]]:
         """Free capacity per node (``CapacityLedger.free``)."""

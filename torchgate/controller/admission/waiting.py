@@ -16,8 +16,10 @@ Rules:
    out those still backing off. The order (``ordered``) is kept until a job joins or leaves the
    queue or asks with anything changed; ``version`` counts those changes, so what is read from
    the queue (``forecasting.rank``, the gangs' facts) is kept as long as it stands.
-3. ``back_off``: a gang torn down after a schedule timeout waits ``backoff_base * 2**(n-1)``
-   seconds (at most ``backoff_max``) before it is tried again, even if it asks again meanwhile.
+3. ``back_off``: a gang torn down after a schedule timeout, or whose pods the apiserver refused
+   to create (a ResourceQuota of its namespace), waits ``backoff_base * 2**(n-1)`` seconds (at
+   most ``backoff_max``) before it is tried again, even if it asks again meanwhile; a
+   ``reason`` given is what it is told until a cycle decides it again.
 4. ``hold_place``: a preemptor whose nodes are held leaves the queue but keeps its place, so
    ``restore_place`` puts it back where it was should the hold be given up.
 5. ``report``: what a waiting job is told (its wait kind and message) changes at once when the
@@ -143,6 +145,7 @@ class WaitingQueue:
         self.held_places: dict[JobKey, Waiting] = {}  # preemptors while their nodes are held
         self.timeouts: dict[JobKey, int] = {}
         self._retry_at: dict[JobKey, float] = {}
+        self._retry_reason: dict[JobKey, str] = {}  # what a job backing off is told (rule 3)
         self.growth_refusals: dict[JobKey, GrowthRefusal] = {}
         self.version = 0  # bumps when a job joins or leaves or asks with anything changed
         self._ordered: list[Waiting] | None = None  # ``waiting`` in admission order
@@ -164,7 +167,11 @@ class WaitingQueue:
             current.request = asked
             return False
         self.waiting[key] = Waiting(
-            key=key, request=request, since=now, not_before=self._retry_at.pop(key, 0.0)
+            key=key,
+            request=request,
+            since=now,
+            not_before=self._retry_at.pop(key, 0.0),
+            reported_reason=self._retry_reason.pop(key, None),
         )
         self._changed()
         return True
@@ -179,16 +186,20 @@ class WaitingQueue:
         """The jobs to decide now, in admission order (rule 2)."""
         return [waiting for waiting in self.ordered() if waiting.not_before <= now]
 
-    def back_off(self, key: JobKey, now: float) -> float:
+    def back_off(self, key: JobKey, now: float, *, reason: str | None = None) -> float:
         """Make the job wait before it is tried again (rule 3); the delay."""
         count = self.timeouts.get(key, 0) + 1
         self.timeouts[key] = count
         delay = float(min(self.backoff_base * 2.0 ** (count - 1), self.backoff_max))
+        told = None if reason is None else f"{reason}; admitted again after {delay:.0f}s"
         waiting = self.waiting.get(key)
         if waiting is not None:
             waiting.not_before = now + delay
+            waiting.reported_reason = told or waiting.reported_reason
         else:
             self._retry_at[key] = now + delay
+            if told is not None:
+                self._retry_reason[key] = told
         return delay
 
     # ------------------------------------------------------------------ rule 8
@@ -237,6 +248,7 @@ class WaitingQueue:
         self.held_places.pop(key, None)
         self.timeouts.pop(key, None)
         self._retry_at.pop(key, None)
+        self._retry_reason.pop(key, None)
         self.growth_refusals.pop(key, None)
         if self.waiting.pop(key, None) is None:
             return False

@@ -31,9 +31,12 @@ An elastic Worker beyond ``minAvailable`` whose create the apiserver refuses (a 
 of the namespace: 403 ``exceeded quota``; an admission policy) does not fail the reconcile: the
 rest of the plan is applied, a Warning Event ``FailedCreate`` carries the apiserver's words,
 the admitter drops its node from the reservation and backs its growth off (``waiting`` rule
-8), and the job is planned again at once so its ``Running`` condition says why. Retried at
-once, the same refusal would fail every reconcile of the job, its status never written, while
-its reservation kept the node from every other gang.
+8), and the job is planned again at once so its ``Running`` condition says why. A gang
+member refused so ends the job's reservation at once and backs it off as a gang timeout does
+(``waiting`` rule 3), its ``Queued`` condition giving the apiserver's words; a partial gang left
+is deleted by the next plan (``GangIncomplete``). Retried at once, the same refusal would fail
+every reconcile of the job, its status never written, while its reservation kept its nodes from
+every other gang.
 
 Creates of deterministic names treat ``AlreadyExists`` as done and deletes treat ``NotFound`` as
 done, so running a plan twice is harmless. Every object the apiserver returns is written through to
@@ -367,7 +370,7 @@ class Reconciler:
             applied.requeue_after,
         )
         try:
-            refused = await self._apply(job, spec, applied)
+            refused, members_refused = await self._apply(job, spec, applied)
         except NamespaceTerminating:
             # No retry creates anything there; the namespace controller deletes the job.
             self.namespace_terminating[key] = spec.uid
@@ -380,12 +383,15 @@ class Reconciler:
         self._tell_admitter(key, job, spec, decision, policy, gpus, claims)
         if applied.extras:
             self.admitter.extras_created(key, refused=refused)
-        for message in refused.values():
+        if members_refused:
+            told = next(iter(members_refused.values()))
+            self.admitter.back_off(key, reason=f"the apiserver refused to create its pods: {told}")
+        for message in (*members_refused.values(), *refused.values()):
             self.events.record(job, Event("Warning", reasons.FAILED_CREATE, message))
         released = released_on_end(job, applied, observed, self.clock())
         if released is not None:
             self.metrics.record_release(key, *released)
-        if refused:  # planned again now: its Running condition says why they did not start
+        if refused or members_refused:  # planned again now: its status says why
             return 0.0
         return applied.requeue_after
 
@@ -620,8 +626,13 @@ class Reconciler:
 
     # ------------------------------------------------------------------ applying a plan
 
-    async def _apply(self, job: Mapping[str, Any], spec: JobSpec, decision: Plan) -> dict[str, str]:
-        """Apply the plan; the elastic extras whose create the apiserver refused, with its words."""
+    async def _apply(
+        self, job: Mapping[str, Any], spec: JobSpec, decision: Plan
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        """Apply the plan; the pods whose create the apiserver refused, with its words.
+
+        Elastic extras first, gang members second (``_refusals``).
+        """
         namespace, name = spec.namespace, spec.name
         annotations = {
             key: str(value)
@@ -930,23 +941,18 @@ def _refusals(
     results: Sequence[BaseException | None],
     *,
     extras: frozenset[str],
-) -> dict[str, str]:
-    """The elastic ``extras`` whose create the apiserver refused, with its words.
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The pods whose create the apiserver refused, with its words: ``extras``, then members.
 
-    A refusal of an extra (403: a ResourceQuota of the namespace says ``exceeded quota``, or an
-    admission policy; 422: an admission webhook) is an answer, not a failure to retry at once:
-    the running gang goes on without it. Any other failure, and any failure of a gang member
-    or in a namespace being deleted, is raised.
+    A refusal (403: a ResourceQuota of the namespace says ``exceeded quota``, or an admission
+    policy; 422: an admission webhook) is an answer, not a failure to retry at once. Any other
+    failure, and a refusal in a namespace being deleted, is raised.
     """
-    refused: dict[str, str] = {}
+    refused: tuple[dict[str, str], dict[str, str]] = ({}, {})
     for pod, result in zip(pods, results, strict=True):
         name = str(pod["metadata"]["name"])
-        if (
-            name in extras
-            and isinstance(result, Forbidden | Invalid)
-            and not isinstance(result, NamespaceTerminating)
-        ):
-            refused[name] = result.message
+        if isinstance(result, Forbidden | Invalid) and not isinstance(result, NamespaceTerminating):
+            refused[0 if name in extras else 1][name] = result.message
         elif isinstance(result, BaseException):
             raise result
     return refused

@@ -68,6 +68,15 @@ def test_backoff_doubles_up_to_its_maximum_and_outlives_the_next_request() -> No
     assert queue.back_off(key, now=0.0) == 10.0, "a cancelled job starts over"
 
 
+def test_a_gang_backed_off_with_a_reason_is_told_it_when_it_asks_again() -> None:
+    queue = WaitingQueue(backoff_base=10)
+    key = ("ns", "g")
+    queue.back_off(key, now=0.0, reason="exceeded quota: q")
+    ask(queue, "g", now=1.0)
+    assert queue.reason(key) == "exceeded quota: q; admitted again after 10s"
+    assert queue.ready(now=9.0) == []
+
+
 def test_a_refused_growth_backs_off_doubling_until_a_create_succeeds_or_the_job_goes() -> None:
     queue = WaitingQueue(backoff_base=10, backoff_max=25)
     key = ("ns", "el")

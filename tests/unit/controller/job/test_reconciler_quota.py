@@ -196,3 +196,83 @@ async def test_a_refused_worker_is_placed_again_only_after_its_back_off() -> Non
     await rig.reconcile()
     assert rig.api.created == [W2]
     assert rig.admitter.growth_wait(KEY) is None, "a create that succeeds ends the refusal"
+
+
+# ------------------------------------------------------------------ a gang member refused
+
+G = ("default", "g")
+
+
+class GangRig:
+    """A new job of one 8-GPU Worker, two empty 8-GPU nodes, every pod create refused."""
+
+    def __init__(self) -> None:
+        self.api = QuotaApi(with_uid(job("g").workers(1, gpus=8).build()))
+        self.jobs = Informer(self.api, PYTORCHJOBS)
+        self.jobs.remember(copy.deepcopy(self.api.job))
+        pods = Informer(self.api, PODS)
+        pods.index_by(job_key_of_pod)
+        services = Informer(self.api, SERVICES)
+        services.index_by(job_key_of_pod)
+        self.now = 0.0
+        self.woken: list[tuple[str, str]] = []  # jobs whose reconcile the admitter asked for
+        self.admitter = Admitter(
+            on_admit_job=lambda key: None,
+            on_reason=self.woken.append,
+            clock=lambda: self.now,
+            backoff_base=10.0,
+        )
+        for index in range(2):
+            self.admitter.on_node("ADDED", node(f"n{index}", gpus=8), None)
+        self.reconciler = Reconciler(
+            self.api,
+            jobs=self.jobs,
+            pods=pods,
+            services=services,
+            policies=lambda: (),
+            priority_of=lambda name: 0,
+            admitter=self.admitter,
+            metrics=ControllerMetrics(),
+            options=Options(manage_unowned=True),
+            clock=lambda: NOW,
+        )
+
+    async def reconcile(self) -> float | None:
+        sender = asyncio.create_task(self.reconciler.events.run())
+        try:
+            requeue = await self.reconciler.reconcile(G)
+            await asyncio.sleep(0.01)
+        finally:
+            sender.cancel()
+        self.jobs.remember(copy.deepcopy(self.api.job))
+        return requeue
+
+    def reserved(self) -> Mapping[str, str] | None:
+        return self.admitter.reservation_for(G, self.api.job["metadata"]["uid"])
+
+
+async def test_a_refused_gang_frees_its_nodes_says_why_and_is_admitted_again_after_a_back_off() -> (
+    None
+):
+    rig = GangRig()
+    await rig.reconcile()  # asks for admission
+    rig.admitter.cycle()
+    assert rig.reserved() is not None
+
+    assert await rig.reconcile() == 0.0, "refused: planned again at once, to say why"
+
+    assert rig.reserved() is None
+    assert all(gpus["nvidia.com/gpu"] == 8000 for gpus in rig.admitter.free().values())
+    assert "FailedCreate" in [e["reason"] for e in rig.api.events]
+    await rig.reconcile()  # asks again: queued, backing off, and woken to say why
+    assert G in rig.woken
+    await rig.reconcile()
+    (queued,) = [c for c in rig.api.job["status"]["conditions"] if c["type"] == "Queued"]
+    assert "exceeded quota: gpu-quota" in queued["message"]
+
+    rig.now = 9.0
+    rig.admitter.cycle()
+    assert rig.reserved() is None, "backing off for 10 s"
+    rig.now = 10.0
+    rig.admitter.cycle()
+    assert rig.reserved() is not None
