@@ -174,7 +174,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--gang-backoff-seconds",
         type=float,
         default=10.0,
-        help="first wait before re-admitting a gang that was not bound in time; doubles, max 600 "
+        help="first wait before re-admitting a gang that was not bound in time, or placing again "
+        "elastic Workers the apiserver refused to create (a ResourceQuota); doubles, max 600 "
         "(default 10)",
     )
     parser.add_argument(

@@ -16,7 +16,8 @@ What is declared:
 - the causes of a gang restart (``Cause``, the label of ``gang_restarts_total``): every cause but
   ``ScheduleTimeout`` (announced by ``GangScheduleTimeout``) is also the reason of the Event, and
   the disruptions' of the ``Restarting`` condition, that tell of it (``RESTART_EVENT_REASONS``);
-- the Events about actions (``GangAdmitted``) and about nodes (``NodeQuarantined``);
+- the Events about actions (``GangAdmitted``, ``FailedCreate``) and about nodes
+  (``NodeQuarantined``);
 - the ``Valid`` condition of torchgate's own objects, which both write: the webhook a
   PlacementPolicy's, the controller a TeamQuota's (each with reasons of its own);
 - ``CONDITION_TYPES``, ``CONDITION_REASONS`` and ``EVENT_REASONS``: every condition type and
@@ -112,6 +113,9 @@ IMAGE_PULL_FAILED: Final[Cause] = "ImagePullFailed"
 # Events about what the controller did.
 GANG_ADMITTED: Final = "GangAdmitted"
 GANG_SCHEDULE_TIMEOUT: Final = "GangScheduleTimeout"
+# The apiserver refused to create a pod (a ResourceQuota of the namespace, an admission policy),
+# named as kube-controller-manager's ReplicaSet and Job controllers name theirs.
+FAILED_CREATE: Final = "FailedCreate"
 
 # Events of the quarantine keeper, on the Node and on the jobs whose faults counted.
 NODE_QUARANTINED: Final = "NodeQuarantined"
@@ -163,6 +167,7 @@ EVENT_REASONS: Final[frozenset[str]] = (
     | {
         EXITED_WITH_CODE,
         GANG_ADMITTED,
+        FAILED_CREATE,
         NODE_QUARANTINED,
         NODE_QUARANTINE_LIFTED,
         NODE_FAULT_HISTORY_UNREADABLE,

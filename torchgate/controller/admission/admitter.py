@@ -19,7 +19,11 @@ only. The admitter applies what it returns:
   cycle's waiting gangs were decided, on the room they left (as a gang with no deadline behind
   them: not on backfill's nodes for the head gangs, not while one starves or a freed wave is
   held) and within the team's quota; their nodes are reserved (``CapacityLedger.grow``) and the
-  job's reconcile creates those pods beside the running gang, which goes on undisturbed.
+  job's reconcile creates those pods beside the running gang, which goes on undisturbed. Pods
+  whose create the apiserver refused (``extras_created``: a ResourceQuota of the namespace, an
+  admission policy) leave the reservation at once, so their nodes are free for anyone, and the
+  gang's growth backs off (``waiting`` rule 8) before it is placed again: the periodic cycle
+  places it once the back-off ends.
 - ``Wait``: the reason (``Quota``, ``Capacity`` or ``Topology``) and its message go to the queue,
   which reports them for the job's ``Queued`` condition (``waiting`` rule 5; ``Preempting``
   while a hold waits).
@@ -123,6 +127,7 @@ from torchgate.controller.admission.topology import (
     topology_levels,
 )
 from torchgate.controller.admission.waiting import (
+    GROWTH_REFUSED,
     Demand,
     GangRequest,
     GrowthRequest,
@@ -268,6 +273,8 @@ class Admitter:
         if self.queue.request(key, request, now=self.clock()):
             self._last_arrival = self.clock()
             self.wake()
+            if self.queue.reason(key) is not None:  # backing off, told why (``waiting`` rule 3)
+                self.on_reason(key)
 
     def grow(self, key: JobKey, request: GrowthRequest | None) -> None:
         """A running gang's Workers that wait for room (``None``: none wait); idempotent."""
@@ -279,8 +286,40 @@ class Admitter:
             self.wake()
 
     def growth_wait(self, key: JobKey) -> str | None:
-        """What the running gang's waiting Workers wait for: ``Quota`` or ``Capacity``."""
+        """What the running gang's waiting Workers wait for: ``Quota`` or ``Capacity``.
+
+        ``Refused`` while the apiserver's last refusal to create them stands (``waiting`` rule 8).
+        """
+        if self.queue.growth_refusal(key) is not None:
+            return GROWTH_REFUSED
         return self.growth_waits.get(key)
+
+    def growth_refusal(self, key: JobKey) -> str | None:
+        """The apiserver's words when it last refused to create the gang's new Workers."""
+        refusal = self.queue.growth_refusal(key)
+        return refusal.message if refusal is not None else None
+
+    def extras_created(self, key: JobKey, *, refused: Mapping[str, str]) -> None:
+        """The job's reconcile created its elastic extras; ``refused``: pod -> the apiserver's no.
+
+        Refused pods leave the reservation (their nodes free at once) and the gang's growth
+        backs off (``waiting`` rule 8); none refused ends the back-off.
+        """
+        if not refused:
+            self.queue.growth_created(key)
+            return
+        self.ledger.unreserve(key, refused)
+        message = next(iter(refused.values()))
+        delay = self.queue.refuse_growth(key, message, self.clock())
+        log.warning(
+            "%s/%s: creating %s refused (%s); placing them again in %.0fs",
+            *key,
+            ", ".join(sorted(refused)),
+            message,
+            delay,
+            extra={"job": "/".join(key)},
+        )
+        self.wake()
 
     def note(
         self,
@@ -342,10 +381,16 @@ class Admitter:
         if changed:
             self.wake()
 
-    def back_off(self, key: JobKey) -> float:
-        """The job's gang was torn down after a timeout: make it wait before trying again."""
+    def back_off(self, key: JobKey, *, reason: str | None = None) -> float:
+        """The job's gang was torn down after a timeout, or the apiserver refused its pods.
+
+        Its reservation goes (their nodes free at once) and it waits before it is tried again
+        (``waiting`` rule 3), told ``reason`` meanwhile.
+        """
         self.ledger.release(key)
-        return self.queue.back_off(key, self.clock())
+        delay = self.queue.back_off(key, self.clock(), reason=reason)
+        self.wake()
+        return delay
 
     def free(self) -> dict[str, dict[str, int]]:
         """Free capacity per node (``CapacityLedger.free``)."""
@@ -454,8 +499,11 @@ class Admitter:
         uids: dict[JobKey, str] = {}
         for key, asked in sorted(self.growths.items(), key=lambda item: item[1].order(item[0])):
             nodes = self.ledger.growable(key)
+            refusal = self.queue.growth_refusal(key)
             if nodes is None or key in self.queue.waiting:
                 continue
+            if refusal is not None and refusal.not_before > now:
+                continue  # refused by the apiserver: backing off (``waiting`` rule 8)
             extras = tuple(
                 OptionalPod(d.pod_name, d.requests, self._eligible(d.signature))
                 for d in asked.demands

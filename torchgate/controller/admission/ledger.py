@@ -57,7 +57,10 @@ Rules:
    its gang's growth for the cycle. A gang left short says what it waits for: ``Quota`` when a
    pod was over quota, else ``Capacity``. The pods placed are reserved like an admission's
    (``grow``, rule 2, keeping the gang's admission time), so the job's reconcile creates
-   exactly those pods and the gang counts them until the ledger has seen them.
+   exactly those pods and the gang counts them until the ledger has seen them. A pod whose
+   create the apiserver refused (a ResourceQuota of its namespace) is never seen: it leaves the
+   reservation at once (``unreserve``), and the admitter places no growth of that gang until
+   its back-off ends (``waiting`` rule 8).
 """
 
 from __future__ import annotations

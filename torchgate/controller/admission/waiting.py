@@ -16,8 +16,10 @@ Rules:
    out those still backing off. The order (``ordered``) is kept until a job joins or leaves the
    queue or asks with anything changed; ``version`` counts those changes, so what is read from
    the queue (``forecasting.rank``, the gangs' facts) is kept as long as it stands.
-3. ``back_off``: a gang torn down after a schedule timeout waits ``backoff_base * 2**(n-1)``
-   seconds (at most ``backoff_max``) before it is tried again, even if it asks again meanwhile.
+3. ``back_off``: a gang torn down after a schedule timeout, or whose pods the apiserver refused
+   to create (a ResourceQuota of its namespace), waits ``backoff_base * 2**(n-1)`` seconds (at
+   most ``backoff_max``) before it is tried again, even if it asks again meanwhile; a
+   ``reason`` given is what it is told until a cycle decides it again.
 4. ``hold_place``: a preemptor whose nodes are held leaves the queue but keeps its place, so
    ``restore_place`` puts it back where it was should the hold be given up.
 5. ``report``: what a waiting job is told (its wait kind and message) changes at once when the
@@ -25,10 +27,16 @@ Rules:
    with every pod, and rewriting the status of every waiting job on each change would flood the
    apiserver. The message is phrased only when it may be reported.
 6. ``cancel``: a job that is gone, finished, suspended or not ours is forgotten, with its
-   backoff.
+   backoffs (rules 3 and 8).
 7. ``demand_by_team``: per team and ``Queued`` reason, how many jobs wait, the GPUs they count
    against their team, and the longest wait (the controller's metrics). A job of a namespace no
    team owns counts under team ``""``; one not decided yet under ``UNDECIDED``.
+8. ``refuse_growth``: a running gang whose new Workers (``ledger`` rule 7) the apiserver refused
+   to create (a ResourceQuota of its namespace: 403 ``exceeded quota``; an admission policy)
+   has them placed again only ``backoff_base * 2**(n-1)`` seconds later (at most
+   ``backoff_max``; n: refusals in a row), and is told the apiserver's words meanwhile
+   (``growth_refusal``). The controller watches no quota, so a back-off is how it learns the
+   quota freed; a create that succeeds (``growth_created``) ends the count.
 """
 
 from __future__ import annotations
@@ -45,6 +53,8 @@ from torchgate.pytorchjob.reasons import QUEUED_REASONS
 from torchgate.pytorchjob.units import Units
 
 UNDECIDED: Final = "Undecided"
+# What a running gang's new Workers wait for while the apiserver's refusal stands (rule 8).
+GROWTH_REFUSED: Final = "Refused"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +97,15 @@ class GrowthRequest:
         return admission_order(self.priority, self.created, key)
 
 
+@dataclass(frozen=True, slots=True)
+class GrowthRefusal:
+    """The apiserver refused to create a running gang's new Workers (rule 8)."""
+
+    message: str  # the apiserver's, which names the quota or policy
+    count: int  # refusals in a row
+    not_before: float  # the Workers are not placed again before then
+
+
 @dataclass(slots=True)
 class Waiting:
     """A job whose gang is not placed yet: what it asked (``request``) and its place."""
@@ -126,6 +145,8 @@ class WaitingQueue:
         self.held_places: dict[JobKey, Waiting] = {}  # preemptors while their nodes are held
         self.timeouts: dict[JobKey, int] = {}
         self._retry_at: dict[JobKey, float] = {}
+        self._retry_reason: dict[JobKey, str] = {}  # what a job backing off is told (rule 3)
+        self.growth_refusals: dict[JobKey, GrowthRefusal] = {}
         self.version = 0  # bumps when a job joins or leaves or asks with anything changed
         self._ordered: list[Waiting] | None = None  # ``waiting`` in admission order
 
@@ -146,7 +167,11 @@ class WaitingQueue:
             current.request = asked
             return False
         self.waiting[key] = Waiting(
-            key=key, request=request, since=now, not_before=self._retry_at.pop(key, 0.0)
+            key=key,
+            request=request,
+            since=now,
+            not_before=self._retry_at.pop(key, 0.0),
+            reported_reason=self._retry_reason.pop(key, None),
         )
         self._changed()
         return True
@@ -161,17 +186,39 @@ class WaitingQueue:
         """The jobs to decide now, in admission order (rule 2)."""
         return [waiting for waiting in self.ordered() if waiting.not_before <= now]
 
-    def back_off(self, key: JobKey, now: float) -> float:
+    def back_off(self, key: JobKey, now: float, *, reason: str | None = None) -> float:
         """Make the job wait before it is tried again (rule 3); the delay."""
         count = self.timeouts.get(key, 0) + 1
         self.timeouts[key] = count
         delay = float(min(self.backoff_base * 2.0 ** (count - 1), self.backoff_max))
+        told = None if reason is None else f"{reason}; admitted again after {delay:.0f}s"
         waiting = self.waiting.get(key)
         if waiting is not None:
             waiting.not_before = now + delay
+            waiting.reported_reason = told or waiting.reported_reason
         else:
             self._retry_at[key] = now + delay
+            if told is not None:
+                self._retry_reason[key] = told
         return delay
+
+    # ------------------------------------------------------------------ rule 8
+
+    def refuse_growth(self, key: JobKey, message: str, now: float) -> float:
+        """The apiserver refused the gang's new Workers: back their growth off (rule 8)."""
+        before = self.growth_refusals.get(key)
+        count = 1 if before is None else before.count + 1
+        delay = float(min(self.backoff_base * 2.0 ** (count - 1), self.backoff_max))
+        self.growth_refusals[key] = GrowthRefusal(message, count, now + delay)
+        return delay
+
+    def growth_refusal(self, key: JobKey) -> GrowthRefusal | None:
+        """The last refusal of the gang's new Workers, while no create has succeeded since."""
+        return self.growth_refusals.get(key)
+
+    def growth_created(self, key: JobKey) -> None:
+        """The gang's new Workers were created: their refusals are over (rule 8)."""
+        self.growth_refusals.pop(key, None)
 
     # ------------------------------------------------------------------ leaving the queue
 
@@ -201,6 +248,8 @@ class WaitingQueue:
         self.held_places.pop(key, None)
         self.timeouts.pop(key, None)
         self._retry_at.pop(key, None)
+        self._retry_reason.pop(key, None)
+        self.growth_refusals.pop(key, None)
         if self.waiting.pop(key, None) is None:
             return False
         self._changed()

@@ -61,6 +61,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from torchgate.controller.admission.waiting import GROWTH_REFUSED
 from torchgate.controller.job import disruption as dis
 from torchgate.controller.job import status as st
 from torchgate.controller.job.envvars import rendezvous_replica
@@ -371,6 +372,8 @@ def _create_missing(draft: Draft, pods: GangPods, reservation: Mapping[str, str]
     for name, (replica_type, index) in pods.expected.items():
         if name in taken or (name in optional and name not in reservation):
             continue  # an elastic extra the admitter found no room for is left out
+        if name in optional:
+            draft.extras.append(name)
         draft.create_pods.append(
             build_pod(
                 observed.job_raw,
@@ -428,7 +431,8 @@ def plan_gang(draft: Draft, pods: GangPods) -> None:
     draft.growth = tuple(left_out)
     draft.unreserve = tuple(name for name in reservation or () if name not in pods.expected)
     if _is_running(draft.job, live):
-        note = _waiting_extras_note(left_out, draft.observed.growth_wait)
+        observed = draft.observed
+        note = _waiting_extras_note(left_out, observed.growth_wait, observed.growth_refusal)
         message = _running_message(draft) + note
         draft.set_condition(reasons.RUNNING, st.TRUE, reasons.REASON_RUNNING, message)
 
@@ -463,10 +467,12 @@ _GROWTH_WAITS: Final = {
 }
 
 
-def _waiting_extras_note(left_out: Sequence[str], wait: str | None) -> str:
+def _waiting_extras_note(left_out: Sequence[str], wait: str | None, refusal: str | None) -> str:
     if not left_out:
         return ""
     why = _GROWTH_WAITS.get(wait or "", "waiting for the admitter to place them")
+    if wait == GROWTH_REFUSED and refusal:
+        why = f"the apiserver refused to create them: {refusal}; they are tried again later"
     return (
         f" {len(left_out)} elastic Worker(s) beyond minAvailable are not started: "
         f"{', '.join(left_out)} ({why}; the running gang goes on without them)."

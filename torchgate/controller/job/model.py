@@ -58,7 +58,9 @@ class Observed:
         preempted_by: ``namespace/name`` of the job whose admission chose this job's gang as a
             victim, while the gang is being evicted.
         growth_wait: What its running gang's waiting Workers wait for (``Quota`` or
-            ``Capacity``: ``ledger`` rule 7), once the admitter tried to place them.
+            ``Capacity``: ``ledger`` rule 7), once the admitter tried to place them;
+            ``Refused`` while the apiserver's refusal to create them stands (``waiting`` rule 8).
+        growth_refusal: The apiserver's words when it refused to create them (``Refused``).
         gpu_resource: The extended resource that counts as GPUs.
         gpu_sources: Everything that counts as GPUs (``policy.gpus``); None: ``gpu_resource`` only.
         claims: The ResourceClaims, templates and DeviceClasses the controller sees in the
@@ -92,6 +94,7 @@ class Observed:
     wait_reason: str | None = None
     wait_kind: str | None = None
     growth_wait: str | None = None
+    growth_refusal: str | None = None
     preempted_by: str | None = None
     gpu_resource: str = names.DEFAULT_GPU_RESOURCE
     gpu_sources: GpuSources | None = None
@@ -181,6 +184,8 @@ class Plan:
             admitter to place them beside it (``gang.waiting_extras``), in rank order.
         unreserve: Pods the admitter reserved a node for that the job no longer expects (a
             scale down before they were created): the reservation drops them.
+        extras: The names among ``create_pods`` of elastic Workers beyond ``minAvailable``: the
+            apiserver may refuse them (a ResourceQuota) without breaking the running gang.
         restarts: New value of the job annotation ``torchgate.io/restarts``, or ``None``.
         attempt: New value of the job annotation ``torchgate.io/gang-attempt``, or ``None``:
             every restart moves the job to a new attempt (with its own rendezvous fence).
@@ -205,6 +210,7 @@ class Plan:
     demands: tuple[PodDemand, ...] = ()
     growth: tuple[PodDemand, ...] = ()
     unreserve: tuple[str, ...] = ()
+    extras: tuple[str, ...] = ()
     restarts: int | None = None
     attempt: int | None = None
     image_pull_stuck: str | None = None
@@ -338,6 +344,7 @@ class Draft:
     needs_admission: bool = False
     growth: tuple[str, ...] = ()  # waiting extras of a running gang (``Plan.growth``)
     unreserve: tuple[str, ...] = ()
+    extras: list[str] = field(default_factory=list)  # elastic extras in ``create_pods``
     restarts: int | None = None
     attempt: int | None = None
     image_pull_stuck: str | None = None
@@ -427,6 +434,7 @@ class Draft:
             demands=self.observed.demands_of(self.job) if self.needs_admission else (),
             growth=self._growth_demands(),
             unreserve=self.unreserve,
+            extras=tuple(self.extras),
             restarts=self.restarts,
             attempt=self.attempt,
             image_pull_stuck=self.image_pull_stuck,

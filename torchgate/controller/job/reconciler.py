@@ -27,6 +27,17 @@ A job whose namespace is being deleted is left to the namespace controller (``pl
 restart's Event, and any create refused for that reason (403 ``NamespaceTerminating``) marks the
 job so, instead of being retried with backoff until the job is gone.
 
+An elastic Worker beyond ``minAvailable`` whose create the apiserver refuses (a ResourceQuota
+of the namespace: 403 ``exceeded quota``; an admission policy) does not fail the reconcile: the
+rest of the plan is applied, a Warning Event ``FailedCreate`` carries the apiserver's words,
+the admitter drops its node from the reservation and backs its growth off (``waiting`` rule
+8), and the job is planned again at once so its ``Running`` condition says why. A gang
+member refused so ends the job's reservation at once and backs it off as a gang timeout does
+(``waiting`` rule 3), its ``Queued`` condition giving the apiserver's words; a partial gang left
+is deleted by the next plan (``GangIncomplete``). Retried at once, the same refusal would fail
+every reconcile of the job, its status never written, while its reservation kept its nodes from
+every other gang.
+
 Creates of deterministic names treat ``AlreadyExists`` as done and deletes treat ``NotFound`` as
 done, so running a plan twice is harmless. Every object the apiserver returns is written through to
 the cache at once, so the next reconcile does not act on state we already changed.
@@ -85,6 +96,8 @@ from torchgate.kube.client import MERGE_PATCH, KubeApi
 from torchgate.kube.errors import (
     AlreadyExists,
     ApiError,
+    Forbidden,
+    Invalid,
     NamespaceTerminating,
     NotFound,
     ServerError,
@@ -357,7 +370,7 @@ class Reconciler:
             applied.requeue_after,
         )
         try:
-            await self._apply(job, spec, applied)
+            refused, members_refused = await self._apply(job, spec, applied)
         except NamespaceTerminating:
             # No retry creates anything there; the namespace controller deletes the job.
             self.namespace_terminating[key] = spec.uid
@@ -368,9 +381,18 @@ class Reconciler:
             charged = Fault(fault.node, fault.cause, observed.now, key, fault.outage)
             self.node_faults(charged, policy.quarantine)
         self._tell_admitter(key, job, spec, decision, policy, gpus, claims)
+        if applied.extras:
+            self.admitter.extras_created(key, refused=refused)
+        if members_refused:
+            told = next(iter(members_refused.values()))
+            self.admitter.back_off(key, reason=f"the apiserver refused to create its pods: {told}")
+        for message in (*members_refused.values(), *refused.values()):
+            self.events.record(job, Event("Warning", reasons.FAILED_CREATE, message))
         released = released_on_end(job, applied, observed, self.clock())
         if released is not None:
             self.metrics.record_release(key, *released)
+        if refused or members_refused:  # planned again now: its status says why
+            return 0.0
         return applied.requeue_after
 
     def record_held_events(self) -> None:
@@ -424,6 +446,7 @@ class Reconciler:
             wait_reason=self.admitter.wait_reason(key),
             wait_kind=self.admitter.wait_kind(key),
             growth_wait=self.admitter.growth_wait(key),
+            growth_refusal=self.admitter.growth_refusal(key),
             preempted_by=_joined(self.admitter.preempted_by(key)),
             gpu_resource=policy.gpu_resource,
             gpu_sources=gpus,
@@ -617,7 +640,13 @@ class Reconciler:
 
     # ------------------------------------------------------------------ applying a plan
 
-    async def _apply(self, job: Mapping[str, Any], spec: JobSpec, decision: Plan) -> None:
+    async def _apply(
+        self, job: Mapping[str, Any], spec: JobSpec, decision: Plan
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        """Apply the plan; the pods whose create the apiserver refused, with its words.
+
+        Elastic extras first, gang members second (``_refusals``).
+        """
         namespace, name = spec.namespace, spec.name
         annotations = {
             key: str(value)
@@ -642,7 +671,10 @@ class Reconciler:
         create_pods: Sequence[dict[str, Any]] = decision.create_pods
         if create_pods and self.options.gang_objects and self.gang_objects_served():
             create_pods = await self._in_pod_groups(job, spec, create_pods)
-        await self._gather(self._create(PODS, namespace, p) for p in create_pods)
+        created = await asyncio.gather(
+            *(self._create(PODS, namespace, p) for p in create_pods), return_exceptions=True
+        )
+        refused = _refusals(create_pods, created, extras=frozenset(decision.extras))
         await self._gather(
             [
                 *(self._delete(PODS, self.pods, namespace, n) for n in decision.delete_pods),
@@ -674,6 +706,7 @@ class Reconciler:
                 )
             except NotFound:
                 pass
+        return refused
 
     async def _namespace_refuses(self, job: Mapping[str, Any], decision: Plan) -> bool:
         """Whether the job's namespace is being deleted (``plan`` rule 9), asked of the apiserver.
@@ -942,6 +975,28 @@ class EventRecorder:
             await self.api.request("POST", EVENTS.path(namespace), body=body)
         except ApiError as exc:
             log.debug("could not record event %s: %s", body["reason"], exc)
+
+
+def _refusals(
+    pods: Sequence[Mapping[str, Any]],
+    results: Sequence[BaseException | None],
+    *,
+    extras: frozenset[str],
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The pods whose create the apiserver refused, with its words: ``extras``, then members.
+
+    A refusal (403: a ResourceQuota of the namespace says ``exceeded quota``, or an admission
+    policy; 422: an admission webhook) is an answer, not a failure to retry at once. Any other
+    failure, and a refusal in a namespace being deleted, is raised.
+    """
+    refused: tuple[dict[str, str], dict[str, str]] = ({}, {})
+    for pod, result in zip(pods, results, strict=True):
+        name = str(pod["metadata"]["name"])
+        if isinstance(result, Forbidden | Invalid) and not isinstance(result, NamespaceTerminating):
+            refused[0 if name in extras else 1][name] = result.message
+        elif isinstance(result, BaseException):
+            raise result
+    return refused
 
 
 def _joined(key: JobKey | None) -> str | None:

@@ -68,6 +68,30 @@ def test_backoff_doubles_up_to_its_maximum_and_outlives_the_next_request() -> No
     assert queue.back_off(key, now=0.0) == 10.0, "a cancelled job starts over"
 
 
+def test_a_gang_backed_off_with_a_reason_is_told_it_when_it_asks_again() -> None:
+    queue = WaitingQueue(backoff_base=10)
+    key = ("ns", "g")
+    queue.back_off(key, now=0.0, reason="exceeded quota: q")
+    ask(queue, "g", now=1.0)
+    assert queue.reason(key) == "exceeded quota: q; admitted again after 10s"
+    assert queue.ready(now=9.0) == []
+
+
+def test_a_refused_growth_backs_off_doubling_until_a_create_succeeds_or_the_job_goes() -> None:
+    queue = WaitingQueue(backoff_base=10, backoff_max=25)
+    key = ("ns", "el")
+    delays = [queue.refuse_growth(key, f"exceeded quota {n}", now=100.0) for n in range(3)]
+    assert delays == [10.0, 20.0, 25.0]
+    refusal = queue.growth_refusal(key)
+    assert refusal is not None
+    assert (refusal.message, refusal.count, refusal.not_before) == ("exceeded quota 2", 3, 125.0)
+    queue.growth_created(key)
+    assert queue.growth_refusal(key) is None
+    assert queue.refuse_growth(key, "exceeded quota", now=0.0) == 10.0, "a success starts over"
+    queue.cancel(key)
+    assert queue.growth_refusal(key) is None, "a job forgotten is forgotten with its refusal"
+
+
 def test_a_held_place_is_restored_as_it_was_with_nothing_reported() -> None:
     queue = WaitingQueue()
     ask(queue, "p", now=3.0)

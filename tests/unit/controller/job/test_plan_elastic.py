@@ -153,6 +153,26 @@ def test_a_growth_reservation_creates_the_worker_there_without_a_restart() -> No
     assert running_message(world) == "PyTorchJob default/el is running."
 
 
+def test_the_workers_created_beyond_min_available_are_named_as_extras() -> None:
+    world = elastic_world(3)
+    world.apply(world.plan())
+
+    admitted = world.plan(reservation={W0: "n1", W1: "n2", W2: "n3"})
+
+    assert admitted.extras == (W1, W2), "the apiserver may refuse these without breaking it"
+
+
+def test_the_running_condition_gives_the_apiservers_refusal_of_the_waiting_workers() -> None:
+    world = running(elastic_world(2), PLACED)
+    scale(world, 3)
+    refusal = 'pods "el-worker-2" is forbidden: exceeded quota: gpu-quota'
+
+    world.apply(world.plan(growth_wait="Refused", growth_refusal=refusal))
+
+    assert W2 in running_message(world)
+    assert refusal in running_message(world)
+
+
 def test_a_member_missing_beside_a_growth_reservation_still_breaks_the_gang() -> None:
     world = running(elastic_world(2), PLACED)
     scale(world, 3)
