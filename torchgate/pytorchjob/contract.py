@@ -9,6 +9,15 @@ refuses a user's entry, the controller's value always wins) or a *default* (a us
 kept). ``tests/unit/pytorchjob/test_contract.py`` checks that the controller emits exactly these
 names, that the webhook refuses exactly the reserved ones, and that README's table lists them.
 
+One reading of the node count: ``PET_NNODES`` counts torchrun nodes, and every pod is one, the
+Master too (it runs torchrun like the Workers and joins their rendezvous). An elastic job's
+``minReplicas``/``maxReplicas`` count Workers, as its ``scale`` subresource, an HPA, the defaults
+(the Worker count) and the default gang size (Master + ``minReplicas`` Workers) read them, so an
+elastic job with a Master gets ``PET_NNODES=1+minReplicas:1+maxReplicas``. The training-operator
+passes the bare bounds there, one node short of its pods: torchrun's c10d rendezvous then
+completes without one of them and leaves it out (``pytorchjob.gang`` says how, and declares the
+arithmetic, ``gang.nnodes``, that the controller's env and the webhook's checks both use).
+
 The contract also fences gang attempts. A gang is restarted whole on new pods of the same names
 (``<job>-master-0`` stays ``MASTER_ADDR``), and a rank of the old attempt may still run on a
 node torchgate gave up on (a lost node whose pods were force-deleted). It must never join the new
@@ -100,7 +109,8 @@ VARIABLES: Final = (
     ),
     Variable(
         PET_NNODES,
-        "from the replica counts (elastic: spec.elasticPolicy minReplicas:maxReplicas)",
+        "from the replica counts (elastic: spec.elasticPolicy minReplicas:maxReplicas, plus "
+        "the Master when there is one)",
     ),
     Variable(PET_NPROC_PER_NODE, "from spec.nprocPerNode; set that instead"),
     Variable(

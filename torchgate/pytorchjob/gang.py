@@ -11,10 +11,10 @@ Rules:
 - Replica counts: at most ``MAX_REPLICAS`` pods of one replica type (webhook and controller
   alike refuse more).
 - Total replicas: the sum of the replica counts (Master and Worker).
-- Elastic bounds ``(minReplicas, maxReplicas)``: an unset bound copies the other; both unset are
-  the Worker count (the training-operator's ``setElasticPolicy``).
-- ``PET_NNODES``: the total replicas, written ``N``; elastic jobs: the elastic bounds, written
-  ``MIN:MAX``.
+- Elastic bounds ``(minReplicas, maxReplicas)`` count **Workers**: an unset bound copies the
+  other; both unset are the Worker count (the training-operator's ``setElasticPolicy``).
+- ``PET_NNODES`` counts torchrun **nodes**, i.e. pods: the total replicas, written ``N``; elastic
+  jobs: the Masters plus the elastic bounds, written ``MIN:MAX``.
 - Default gang size (the ``minAvailable`` the webhook persists, and the controller's answer when
   a job has none): every replica; for an elastic job, the Masters plus as many Workers as the
   elastic minimum, when that is fewer than the Workers (torchrun starts once that many joined).
@@ -24,6 +24,21 @@ Rules:
   else (``auto``, ``cpu``, ``gpu``, blanks) is not a number.
 - ``WORLD_SIZE``: processes, i.e. total replicas times the numeric ``nprocPerNode``, else one per
   pod (as the training-operator).
+
+Why the elastic bounds count Workers, and ``PET_NNODES`` adds the Masters: every pod runs
+torchrun, the Master too, and each torchrun agent joins the rendezvous as one node, so a Master
+and *W* Workers are *W* + 1 nodes. The bounds, though, are what the job's ``scale`` subresource
+moves (``.spec.pytorchReplicaSpecs.Worker.replicas``: ``kubectl scale``, the training-operator's
+HPA with ``minReplicas``/``maxReplicas`` as its own), what the defaults copy (the Worker count)
+and what the default gang size takes (``minReplicas`` Workers), so they are a Worker count;
+``PET_NNODES`` is the one place that counts nodes, and it adds the Masters. The
+training-operator passes the bare bounds (``PET_NNODES=MIN:MAX``) to a job with a Master, one
+node short: with default bounds ``W:W`` and *W* + 1 pods, torchrun's c10d rendezvous completes
+with the first *W* to join and leaves the last one out (torch >= 2.3 parks it in its redundancy
+list, waiting with its GPUs idle; older torch times it out after ``join_timeout``, failing its
+pod and so the gang), and the one left out may be the Master. The webhook's checks
+(``--nnodes``, a Worker count outside the bounds) and the controller's env read ``nnodes``
+alike, so they cannot disagree.
 """
 
 from __future__ import annotations
@@ -61,9 +76,18 @@ def elastic_bounds(min_replicas: int | None, max_replicas: int | None, *, worker
     return low, high
 
 
-def nnodes(*, total: int, elastic: Bounds | None) -> Bounds:
-    """``PET_NNODES`` as ``(min, max)``: the total, or the elastic bounds of an elastic job."""
-    return elastic if elastic is not None else (total, total)
+def nnodes(*, total: int, elastic: Bounds | None, masters: int = 0) -> Bounds:
+    """``PET_NNODES`` as ``(min, max)``: the total, or the Masters plus an elastic job's bounds.
+
+    Args:
+        total: Pods in the whole job.
+        elastic: The elastic bounds (Workers, ``elastic_bounds``), None for a job that is not
+            elastic.
+        masters: The job's Masters (0 or 1), each one more torchrun node beside the Workers.
+    """
+    if elastic is None:
+        return total, total
+    return masters + elastic[0], masters + elastic[1]
 
 
 def format_nnodes(bounds: Bounds, *, elastic: bool) -> str:

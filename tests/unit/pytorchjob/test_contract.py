@@ -66,7 +66,7 @@ from torchgate.pytorchjob.pool import GPUS
 from torchgate.pytorchjob.spec import pytorch_container_index
 from torchgate.webhook.defaulting import default_job
 from torchgate.webhook.policysource import PolicyCache
-from torchgate.webhook.validation import Team, validate_create
+from torchgate.webhook.validation import Team, scaling, validate_create, validate_scale
 
 README = Path(__file__).resolve().parents[3] / "README.md"
 
@@ -178,9 +178,9 @@ def agreeing_jobs(draw: st.DrawFn) -> tuple[dict[str, Any], str | None, list[str
         low = draw(st.one_of(st.none(), st.integers(1, 6)))
         high = draw(st.one_of(st.none(), st.integers(low or 1, 7)))
         bounds = {k: v for k, v in (("minReplicas", low), ("maxReplicas", high)) if v}
-        if not has_master:  # the webhook admits a worker-only elastic job's Workers in range
-            low, high = gang.elastic_bounds(low, high, workers=workers)
-            workers = min(max(workers, low), high)
+        # the webhook admits an elastic job's Workers in range (a Master or not)
+        low, high = gang.elastic_bounds(low, high, workers=workers)
+        workers = min(max(workers, low), high)
     builder.workers(workers, containers=copy.deepcopy(containers), pod_spec=copy.deepcopy(pod_spec))
     if bounds is not None:
         builder.elastic(**bounds)
@@ -351,6 +351,43 @@ def test_the_webhook_accepts_exactly_the_nnodes_the_controller_injects(
         errors = validate_create(variant, DEFAULT_POLICY).errors
         field = f"spec.pytorchReplicaSpecs[Worker].template.spec.containers[{index}].command"
         assert ((ErrorType.INVALID, field) in [(e.type, e.field) for e in errors]) == refused
+
+
+def node_range(pod: Mapping[str, Any]) -> tuple[int, int]:
+    """``PET_NNODES`` of a pod as ``(min, max)``."""
+    low, _, high = env_of(pod)["PET_NNODES"].partition(":")
+    return int(low), int(high or low)
+
+
+@settings(max_examples=150, deadline=None)
+@given(agreeing_jobs())
+def test_every_pod_count_the_webhook_admits_is_within_the_nnodes_the_controller_injects(
+    case: tuple[dict[str, Any], str | None, list[str]],
+) -> None:
+    """One reading of the node count (``gang.nnodes``): every pod is a torchrun node.
+
+    The webhook admits an elastic job's Workers within its bounds, scales them within the bounds
+    and defaults its gang to the Master plus ``minReplicas`` Workers; the controller's
+    ``PET_NNODES`` must take each such count of pods, the Master too, and the default gang must
+    reach its minimum (else the rendezvous leaves a pod out, or never completes).
+    """
+    raw, _, _ = case
+    stored = admitted(raw)
+    pods = pods_of(stored, None)
+    (low, high), *others = {node_range(pod) for pod in pods}
+    assert not others, "every pod gets the same PET_NNODES"
+    assert low <= len(pods) <= high
+    if "schedulingPolicy" not in raw["spec"].get("runPolicy", {}):
+        assert low <= parsed_job(stored).min_available <= len(pods)
+    for count in range(1, 9):
+        if not validate_scale(stored, count, DEFAULT_POLICY).allowed:
+            continue
+        scaled = scaling.scaled_job(stored, count)
+        assert isinstance(scaled, dict)
+        pods = pods_of(scaled, None)
+        (low, high), *others = {node_range(pod) for pod in pods}
+        assert not others, "every pod gets the same PET_NNODES"
+        assert low <= len(pods) <= high, (count, [p["metadata"]["name"] for p in pods])
 
 
 @pytest.mark.parametrize(

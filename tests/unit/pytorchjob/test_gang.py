@@ -99,6 +99,18 @@ def test_nnodes(total: int, elastic: gang.Bounds | None, expected: str) -> None:
     assert gang.format_nnodes(bounds, elastic=elastic is not None) == expected
 
 
+@pytest.mark.parametrize(
+    ("total", "masters", "elastic", "expected"),
+    [(3, 1, None, "3"), (3, 1, (1, 4), "2:5"), (2, 0, (2, 2), "2:2"), (3, 1, (2, 2), "3:3")],
+    ids=["not-elastic", "master-adds-a-node", "worker-only", "default-bounds-with-master"],
+)
+def test_nnodes_counts_the_master_as_a_node(
+    total: int, masters: int, elastic: gang.Bounds | None, expected: str
+) -> None:
+    bounds = gang.nnodes(total=total, elastic=elastic, masters=masters)
+    assert gang.format_nnodes(bounds, elastic=elastic is not None) == expected
+
+
 counts = st.integers(0, 64)
 bounds = st.one_of(st.none(), st.integers(1, 64))
 

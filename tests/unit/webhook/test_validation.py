@@ -71,7 +71,7 @@ def test_every_warning_names_its_field_path() -> None:
         job()
         .master(gpus=1, args=["--backend", "gloo"])
         .workers(2, gpus=1, command=torchrun("--nnodes=3", "--nproc_per_node=1"))
-        .elastic(nProcPerNode=1, minReplicas=3, maxReplicas=3)
+        .elastic(nProcPerNode=1, minReplicas=2, maxReplicas=2)
         .build()
     )
     verdict = validate_create(raw, DEFAULT_POLICY)

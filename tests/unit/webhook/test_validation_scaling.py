@@ -86,6 +86,21 @@ def test_an_elastic_job_does_not_scale_beyond_its_bounds(replicas: int) -> None:
     assert causes(response) == {(INVALID, WORKER_REPLICAS)}
 
 
+@pytest.mark.parametrize("replicas", [1, 3])
+def test_an_elastic_job_without_bounds_keeps_its_worker_count(replicas: int) -> None:
+    # Both bounds are the Worker count its running pods' PET_NNODES holds: 2:2 (3:3 with a Master).
+    job = stored(workers=2, rdzvBackend="c10d")
+
+    response = judged(scale_review(scale_object(replicas)), job)
+
+    assert response["allowed"] is False
+    assert causes(response) == {(INVALID, WORKER_REPLICAS)}
+
+
+def test_an_elastic_job_without_bounds_may_be_scaled_to_the_count_it_has() -> None:
+    assert judged(scale_review(scale_object(2)), stored(workers=2, rdzvBackend="c10d"))["allowed"]
+
+
 def test_the_scaled_job_meets_every_rule_an_update_meets() -> None:
     # Within the elastic bounds, but past the Worker replica limit (the same rule as apply).
     job = stored(workers=2, minReplicas=1, maxReplicas=200_000)

@@ -244,9 +244,19 @@ STRUCTURE = [
     ),
     case("elastic-workers-no-bounds", job().workers(3).elastic(rdzvBackend="c10d").build(), []),
     case(
-        # a Master joins the rendezvous too; the bounds are read as a Worker count elsewhere
-        "elastic-with-master-left-alone",
+        # the bounds count Workers with a Master too: 1 + 6 pods for PET_NNODES=2:3
+        "elastic-with-master-workers-above-max",
         job().master().workers(6).elastic(minReplicas=1, maxReplicas=2).build(),
+        [(INVALID, f"{W}.replicas")],
+    ),
+    case(
+        "elastic-with-master-workers-within-bounds",
+        job().master().workers(2).elastic(minReplicas=1, maxReplicas=2).build(),
+        [],
+    ),
+    case(
+        "elastic-with-master-default-bounds",
+        job().master().workers(3).elastic(rdzvBackend="c10d").build(),
         [],
     ),
     case(

@@ -12,6 +12,9 @@ are sound and fix the known defects:
 - ``WORLD_SIZE`` counts processes: total replicas times ``nprocPerNode`` when that is an integer,
   else one process per pod (as the training-operator does). This arithmetic, ``PET_NNODES`` and
   the elastic bounds are ``pytorchjob.gang``'s, which the webhook's checks use too.
+- ``PET_NNODES`` counts every pod as a torchrun node, the Master too: an elastic job with a
+  Master gets ``1 + minReplicas:1 + maxReplicas`` (the bounds count Workers,
+  ``pytorchjob.gang``), where the training-operator passes the bare bounds, one node short.
 - ``PET_NPROC_PER_NODE`` defaults to the pod's GPU count, else ``"1"``: torchrun's ``auto`` on a CPU
   pod starts one process per host core, not per pod CPU.
 - ``PET_STANDALONE`` is ``"1"``, never ``""`` (torchrun parses it with ``bool(int(...))``).
@@ -186,7 +189,8 @@ def rank_env(
         env.append((contract.PET_NODE_RANK, rank))
     bounds = job.elastic_bounds
     nnodes = gang.format_nnodes(
-        gang.nnodes(total=total, elastic=bounds), elastic=bounds is not None
+        gang.nnodes(total=total, elastic=bounds, masters=job.count(names.MASTER)),
+        elastic=bounds is not None,
     )
     env.append((contract.PET_NNODES, nnodes))
     env.append((contract.PET_NPROC_PER_NODE, nproc_per_node(job, gpus_per_pod)))

@@ -238,6 +238,7 @@ class JobFacts:
         "clean_pod_specs",
         "creating",
         "elastic",
+        "elastic_workers",
         "expected_nnodes",
         "first_gpu_replica",
         "gpu_sources",
@@ -274,6 +275,7 @@ class JobFacts:
         first_gpu_replica: ReplicaFacts | None,
         nproc_per_node: int | None,
         elastic: Mapping[str, Any] | None,
+        elastic_workers: tuple[int, int] | None,
         expected_nnodes: tuple[int, int] | None,
         job_name: str | None,
         clean_pod_specs: list[Mapping[str, Any]],
@@ -297,6 +299,9 @@ class JobFacts:
         self.first_gpu_replica: Final = first_gpu_replica
         self.nproc_per_node: Final = nproc_per_node
         self.elastic: Final = elastic
+        # The elastic bounds as Worker counts (``gang.elastic_bounds``), None when not elastic or
+        # a bound is not a positive integer; ``expected_nnodes`` is PET_NNODES (``gang.nnodes``).
+        self.elastic_workers: Final = elastic_workers
         self.expected_nnodes: Final = expected_nnodes
         self.job_name: Final = job_name
         # Pod specs of this review whose pod-template rules found nothing, filled as the rules
@@ -362,6 +367,7 @@ def read_job(
     total = None if None in counts else gang.total_replicas(counts)  # type: ignore[arg-type]
     elastic = spec.get("elasticPolicy")
     elastic_policy = elastic if elastic is not None and isinstance(elastic, OBJECT) else None
+    elastic_workers = _elastic_workers(elastic_policy, known)
     metadata = job.get("metadata")
     first_gpu_replica = None
     for replica in known:
@@ -383,7 +389,8 @@ def read_job(
         first_gpu_replica,
         gang.integer_nproc(spec.get("nprocPerNode")),  # nproc_per_node
         elastic_policy,  # elastic
-        _expected_nnodes(elastic_policy, known, total),
+        elastic_workers,
+        _expected_nnodes(elastic_policy, elastic_workers, known, total),
         _effective_job_name(metadata),  # job_name
         [],  # clean_pod_specs
         team,
@@ -567,12 +574,12 @@ def _read_volumes(
     return frozenset(declared), None if host_paths is None else tuple(host_paths)
 
 
-def _expected_nnodes(
-    elastic: Mapping[str, Any] | None, known: Sequence[ReplicaFacts], total: int | None
+def _elastic_workers(
+    elastic: Mapping[str, Any] | None, known: Sequence[ReplicaFacts]
 ) -> tuple[int, int] | None:
-    """What the controller passes to torchrun as PET_NNODES, as (min, max); None if unknown."""
+    """The elastic bounds as Worker counts (``gang.elastic_bounds``); None if not known."""
     if elastic is None:
-        return gang.nnodes(total=total, elastic=None) if total else None
+        return None
     low_raw, high_raw = elastic.get("minReplicas"), elastic.get("maxReplicas")
     low, high = as_int(low_raw), as_int(high_raw)
     if (low_raw is not None and (low is None or low < 1)) or (
@@ -582,6 +589,21 @@ def _expected_nnodes(
     workers = next((r.pods or 0 for r in known if r.key == names.WORKER), 0)
     bounds = gang.elastic_bounds(low, high, workers=workers)
     return bounds if bounds[0] else None
+
+
+def _expected_nnodes(
+    elastic: Mapping[str, Any] | None,
+    elastic_workers: tuple[int, int] | None,
+    known: Sequence[ReplicaFacts],
+    total: int | None,
+) -> tuple[int, int] | None:
+    """What the controller passes to torchrun as PET_NNODES, as (min, max); None if unknown."""
+    if elastic is None:
+        return gang.nnodes(total=total, elastic=None) if total else None
+    masters = next((r.pods for r in known if r.key == names.MASTER), 0)
+    if elastic_workers is None or masters is None:
+        return None
+    return gang.nnodes(total=total or 0, elastic=elastic_workers, masters=masters)
 
 
 def _effective_job_name(metadata: object) -> str | None:

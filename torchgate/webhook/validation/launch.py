@@ -183,11 +183,11 @@ def nnodes_flags(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts
         if expected is None:
             continue
         shown = gang.format_nnodes(expected, elastic=job.elastic is not None)
-        source = (
-            "from spec.elasticPolicy minReplicas:maxReplicas"
-            if job.elastic is not None
-            else "from the replica counts"
-        )
+        source = "from the replica counts"
+        if job.elastic is not None:
+            source = "from spec.elasticPolicy minReplicas:maxReplicas"
+            if job.elastic_workers is not None and expected[0] > job.elastic_workers[0]:
+                source += " (Workers) plus the Master"
         if parsed == expected:
             found.append(
                 FieldWarning(

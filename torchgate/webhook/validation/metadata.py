@@ -74,8 +74,8 @@ def name(job: JobFacts) -> Findings:
 def _derived_name_length(job: JobFacts, job_name: str, *, generated: bool) -> Findings:
     # Lengths only: the longest name is built when it is too long (most names are not).
     # Indexes are never negative: pods are a count or None, and elastic bounds at least 1.
-    nnodes = job.expected_nnodes
-    elastic_highest = nnodes[1] - 1 if nnodes and job.elastic is not None else 0
+    workers = job.elastic_workers
+    elastic_highest = workers[1] - 1 if workers else 0
     total = job.total_replicas
     if (
         total is not None

@@ -66,26 +66,24 @@ def replica_count(job: JobFacts, replica: ReplicaFacts) -> Findings:
 
 
 def elastic_worker_count(job: JobFacts, replica: ReplicaFacts) -> Findings:
-    """A worker-only elastic job's Workers fit the ``PET_NNODES`` range of its rendezvous.
+    """An elastic job's Workers are within its bounds: its pods fit its ``PET_NNODES`` range.
 
-    Each Worker runs torchrun with ``PET_NNODES=min:max``: fewer than ``minReplicas`` never
-    complete the rendezvous (the job hangs until torchrun's join timeout), Workers beyond
-    ``maxReplicas`` are left out of it, holding their GPUs idle. The range is the one the
-    controller passes (``facts.expected_nnodes``: an unset bound copies the other, as the
-    training-operator defaults it). A job with a Master is left alone: its Master joins the
-    rendezvous too, while ``scaling`` and the default gang size read the bounds as a Worker
-    count, so the two readings differ by one there. Bounds the elastic policy rule refuses
-    are left to it.
+    The bounds count Workers (``gang``: what ``kubectl scale`` and an HPA move; an unset bound
+    copies the other, as the training-operator defaults it), while every pod runs torchrun with
+    ``PET_NNODES`` = the Masters plus the bounds (``facts.expected_nnodes``, as the controller
+    passes it): fewer Workers than ``minReplicas`` never complete the rendezvous (the job hangs
+    until torchrun's join timeout), more than ``maxReplicas`` are left out of it, holding their
+    GPUs idle. Bounds the elastic policy rule refuses are left to it.
     """
-    bounds = job.expected_nnodes
+    bounds = job.elastic_workers
+    nnodes = job.expected_nnodes
     pods = replica.pods
     if (
-        job.elastic is None
-        or replica.key != names.WORKER
+        replica.key != names.WORKER
         or bounds is None
+        or nnodes is None
         or pods is None
         or pods < 1
-        or job.total_replicas != pods  # a Master (or a count not known)
         or bounds[0] > bounds[1]
         or bounds[0] <= pods <= bounds[1]
     ):
@@ -96,10 +94,13 @@ def elastic_worker_count(job: JobFacts, replica: ReplicaFacts) -> Findings:
         if pods < low
         else "more are left out of the rendezvous, holding their GPUs idle"
     )
+    launched = (
+        "every pod, the Master too, starts torchrun" if nnodes[0] > low else "torchrun is started"
+    )
     detail = (
-        f"must be within {low}..{high}: torchrun is started with PET_NNODES="
-        f"{gang.format_nnodes(bounds, elastic=True)} from spec.elasticPolicy "
-        f"minReplicas:maxReplicas (an unset bound copies the other), and {outcome}"
+        f"must be within {low}..{high}, spec.elasticPolicy minReplicas..maxReplicas (which count "
+        f"Workers; an unset bound copies the other): {launched} with PET_NNODES="
+        f"{gang.format_nnodes(nnodes, elastic=True)}, and {outcome}"
     )
     return [invalid(at(replica.path, "replicas"), pods, detail)]
 

@@ -18,6 +18,10 @@ package) by these rules, in this order; the first one that refuses gives the ver
    Forbidden at the Worker's ``replicas``, naming apply and patch (``only_elastic_jobs_scale``).
 4. An elastic job's new count stays within its ``minReplicas`` and ``maxReplicas``
    (``within_elastic_bounds``; a bound that is not an integer is left to the job's own rules).
+   A job that sets neither keeps its Worker count: both bounds are then the Worker count
+   (``gang.elastic_bounds``), which its running pods' torchrun got in ``PET_NNODES``, and a
+   scale does not restart them, so a new Worker (with the new count in its own ``PET_NNODES``)
+   could never join their rendezvous.
 
 Then the job as it would be after the scale (``scaled_job``) passes the same validation as an
 UPDATE from the stored job: the Worker replica limit, the team's quota ceiling and every other
@@ -30,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from torchgate.pytorchjob import names
+from torchgate.pytorchjob import gang, names
 from torchgate.pytorchjob.fieldpath import FieldError, FieldPath, forbidden, invalid, required
 from torchgate.pytorchjob.spec import as_int
 from torchgate.webhook.validation.facts import OBJECT, REPLICA_SPECS
@@ -58,7 +62,7 @@ def scaled_job(job: Mapping[str, Any], replicas: object) -> dict[str, Any] | lis
     refused = (
         only_elastic_jobs_scale(worker, count)
         if elastic is None
-        else within_elastic_bounds(elastic, count)
+        else within_elastic_bounds(elastic, count, worker=worker)
     )
     return refused or scaled(job, count)
 
@@ -89,11 +93,27 @@ def only_elastic_jobs_scale(worker: Mapping[str, Any], count: int) -> list[Field
     return [forbidden(WORKER_REPLICAS, CHANGE_WITH_APPLY)]
 
 
-def within_elastic_bounds(elastic: object, count: int) -> list[FieldError]:
-    """Rule 4: ``minReplicas <= count <= maxReplicas`` (each bound when it is an integer)."""
+def within_elastic_bounds(
+    elastic: object, count: int, *, worker: Mapping[str, Any]
+) -> list[FieldError]:
+    """Rule 4: ``minReplicas <= count <= maxReplicas``; neither set: the Worker count stays."""
     if not isinstance(elastic, OBJECT):
         return []  # the job's own rules refuse it (policy.elastic_policy)
-    low, high = as_int(elastic.get("minReplicas")), as_int(elastic.get("maxReplicas"))
+    low_raw, high_raw = elastic.get("minReplicas"), elastic.get("maxReplicas")
+    if low_raw is None and high_raw is None:
+        current = as_int(worker.get("replicas", 1))
+        if current is None or current < 1:
+            return []  # the job's own rules refuse it (pod.replica_count)
+        fixed, _ = gang.elastic_bounds(None, None, workers=current)
+        if count == fixed:
+            return []
+        detail = (
+            f"must stay {fixed}: spec.elasticPolicy sets neither minReplicas nor maxReplicas, so "
+            f"both are the Worker count ({fixed}) the running pods' torchrun rendezvous takes; "
+            "set them to scale within them"
+        )
+        return [invalid(WORKER_REPLICAS, count, detail)]
+    low, high = as_int(low_raw), as_int(high_raw)
     if (low is None or low <= count) and (high is None or count <= high):
         return []
     bounds = f"{'' if low is None else low}..{'' if high is None else high}"

@@ -91,7 +91,7 @@ def test_elastic_with_master() -> None:
             ("PET_MASTER_PORT", "23456"),
             ("WORLD_SIZE", "3"),
             ("RANK", "1"),
-            ("PET_NNODES", "1:3"),
+            ("PET_NNODES", "2:4"),  # the Master is a torchrun node too: 1 + 1..3 Workers
             ("PET_NPROC_PER_NODE", "1"),
             ("PET_RDZV_BACKEND", "c10d"),
             ("PET_RDZV_ENDPOINT", "el-worker-0:23456"),
