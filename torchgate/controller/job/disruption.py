@@ -14,6 +14,15 @@ away, is judged by these rules in order; the first that applies is its disruptio
    was deleted, or its ``Ready`` condition has not been True for ``lost_after`` seconds. The
    node lifecycle controller turns ``Ready`` to ``Unknown`` only after its own node-monitor grace
    period without a heartbeat, so the bound comes on top of that. Until the bound: look again then.
+   A node whose kubelet posts ``Ready=False`` because its graceful node shutdown began (the
+   message ``node is shutting down``, ``NodeHealth.shutting_down``) is lost all the same, for
+   the gang, but is no fault of the node (``Disruption.blames_node`` False), as rule 3's
+   shutdown is not: with ``shutdownGracePeriodByPodPriority`` the kubelet marks a group's pods
+   only once the lower groups' wait ran out, which may be longer than ``lost_after``, so a
+   training gang of a high priority is judged by this rule before its kubelet marks it, one
+   reboot at a time. Nor are its pods force-deleted (``until_force_deletion``): its kubelet is
+   alive and stops them within their grace. Once it stops posting (the machine is down), the
+   node lifecycle controller turns ``Ready`` to ``Unknown`` and the node is judged as any other.
 2. ``node_tainted``: the member has not finished, and its node has a ``NoExecute`` taint the member
    does not tolerate, or tolerates for ``tolerationSeconds`` that have run out since the taint's
    ``timeAdded`` (what the taint-eviction controller evicts for, one pod at a time, which would
@@ -194,6 +203,10 @@ NODE_SHUTDOWN_REASON: Final = "Terminated"
 # The status reason of a pod the kubelet refused to start while its node shuts down (rule 3;
 # ``nodeShutdownNotAdmittedReason``).
 NODE_SHUTDOWN_REFUSED: Final = "NodeShutdown"
+# What the kubelet's node shutdown manager adds to the node's ``Ready=False`` message while its
+# graceful shutdown runs (rule 1; pkg/kubelet/nodeshutdown ``ShutdownStatus``, joined with the
+# kubelet's other readiness errors when it has any).
+NODE_SHUTTING_DOWN: Final = "node is shutting down"
 _FINISHED: Final = frozenset({"Succeeded", "Failed"})
 
 
@@ -223,6 +236,8 @@ class NodeHealth:
         ready: Its ``Ready`` condition's status (``""`` when it has none: not judged).
         ready_since: When that status began (``lastTransitionTime``).
         no_execute: Its ``NoExecute`` taints.
+        shutting_down: Its kubelet posts ``Ready=False`` because its graceful node shutdown
+            began (rule 1).
     """
 
     name: str
@@ -230,6 +245,7 @@ class NodeHealth:
     ready: str = st.TRUE
     ready_since: datetime | None = None
     no_execute: tuple[TimedTaint, ...] = ()
+    shutting_down: bool = False
 
 
 def deleted_node(name: str) -> NodeHealth:
@@ -262,6 +278,9 @@ def node_health(raw: Mapping[str, Any]) -> NodeHealth:
         ready=str(ready.get("status")) if ready is not None else "",
         ready_since=st.parse_time(ready.get("lastTransitionTime")) if ready is not None else None,
         no_execute=taints,
+        shutting_down=ready is not None
+        and ready.get("status") == st.FALSE
+        and NODE_SHUTTING_DOWN in as_text(ready.get("message")),
     )
 
 
@@ -389,6 +408,10 @@ def _lost(pod: Mapping[str, Any], node: NodeHealth, *, now: datetime, lost_after
     if not node.exists:
         return _found(NODE_LOST, node.name, pod, f"node {node.name} was deleted", outage)
     for_how_long = _seconds((now - (node.ready_since or now)).total_seconds())
+    if node.shutting_down:
+        detail = f"node {node.name} is shutting down (Ready {node.ready} for {for_how_long})"
+        lost = Disruption(NODE_LOST, node.name, (pod_name(pod),), detail, blames_node=False)
+        return Finding(replace(lost, outage=outage))
     detail = f"node {node.name} is lost (Ready {node.ready} for {for_how_long})"
     return _found(NODE_LOST, node.name, pod, detail, outage)
 
@@ -816,16 +839,28 @@ def _members(pods: Sequence[str]) -> str:
 
 
 def until_lost(node: NodeHealth | None, *, now: datetime, lost_after: float) -> float | None:
-    """Seconds until a node counts as lost by rule 1 (0: it does), ``None`` while Ready or unjudged.
-
-    Pods going away on a lost node are force-deleted, not awaited: no kubelet there will confirm a
-    graceful deletion, so the pod would keep its name (and the gang its place) until the node came
-    back. A rank of it that still runs cannot join the new attempt (``pytorchjob.contract``'s
-    fence), and the node's kubelet kills it if it returns.
-    """
+    """Seconds until a node counts as lost by rule 1 (0: it does), ``None``: Ready or unjudged."""
     if node is None or (node.exists and node.ready in ("", st.TRUE)):
         return None
     if not node.exists:
         return 0.0
     since = node.ready_since or now
     return max(0.0, st.seconds_left(since, lost_after, now=now))
+
+
+def until_force_deletion(
+    node: NodeHealth | None, *, now: datetime, lost_after: float
+) -> float | None:
+    """Seconds until pods going away on ``node`` are force-deleted (0: now), ``None``: never.
+
+    Pods going away on a lost node are force-deleted, not awaited: no kubelet there will confirm a
+    graceful deletion, so the pod would keep its name (and the gang its place) until the node came
+    back. A rank of it that still runs cannot join the new attempt (``pytorchjob.contract``'s
+    fence), and the node's kubelet kills it if it returns. A node shutting down (rule 1) is lost
+    but its kubelet is alive, stopping its pods within their grace period (a checkpoint written
+    on ``SIGTERM``): they are awaited, until its kubelet stops posting and the node turns
+    ``Unknown``.
+    """
+    if node is not None and node.exists and node.shutting_down:
+        return None
+    return until_lost(node, now=now, lost_after=lost_after)

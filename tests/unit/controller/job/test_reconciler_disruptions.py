@@ -257,6 +257,34 @@ async def test_a_member_refused_by_a_node_shutting_down_restarts_the_gang_and_sp
     assert rig.faults == []
 
 
+async def test_a_node_shutting_down_past_the_bound_restarts_the_gang_and_charges_no_fault() -> None:
+    """Under ``shutdownGracePeriodByPodPriority``, the training pods are not marked yet.
+
+    The lower priority group's wait outlasts ``--node-lost-seconds``; the node still posts
+    ``Ready=False`` "node is shutting down", so its kubelet is alive: it is a reboot, no fault
+    of the node, and the worker is deleted gracefully, for its kubelet to stop within its grace.
+    """
+    rig = Rig()
+    closing = node("a100-1")
+    closing["status"]["conditions"] = [
+        {
+            "type": "Ready",
+            "status": "False",
+            "reason": "KubeletNotReady",
+            "message": "node is shutting down",
+            "lastTransitionTime": "2026-03-01T11:59:15Z",
+        }
+    ]
+    rig.nodes.remember(closing)
+
+    await rig.reconciler.reconcile(KEY)
+
+    assert rig.api.job["metadata"]["annotations"]["torchgate.io/gang-attempt"] == "2"
+    assert rig.restarts("NodeLost") == 1
+    assert rig.faults == []
+    assert rig.api.deletes() == {MASTER: {}, W0: {}}
+
+
 async def test_a_node_not_ready_is_looked_at_again_when_it_would_count_as_lost() -> None:
     rig = Rig()
     sick = node("a100-1")
