@@ -137,7 +137,10 @@ One rule then names the outage a node fault came from, for quarantine:
    its NotReady spell (its ``Ready`` condition's ``lastTransitionTime``), a deleted node its
    deletion, an untolerated ``NoExecute`` taint its key and ``timeAdded`` (none, as ``kubectl
    taint`` writes: the first look of this controller that saw the taint, which the shell
-   remembers, ``taints_seen``). A failure rule 8 gives to its node's fault names that fault's
+   remembers, ``taints_seen``; at this controller's first look at the node, after a restart or
+   a leader failover, the latest outage of that key the node records of itself,
+   ``quarantine.rules`` rule 7, so that the gangs one taint takes down before and after a
+   restart are one fault, not two). A failure rule 8 gives to its node's fault names that fault's
    outage (an Xid whose health taint takes three gangs down is one fault), and so do the other
    nodes of rule 7. Rules 3-5 name none: a member evicted, disrupted or stuck on a node that
    looks healthy is a fault of its gang alone (three gangs stuck or evicted on one node are
@@ -645,12 +648,31 @@ def outage_of(node: NodeHealth, taint: TimedTaint | None = None) -> Outage:
     return Outage(NOT_READY, node.ready_since)
 
 
-def taints_seen(node: NodeHealth, seen: Mapping[Taint, datetime], *, now: datetime) -> NodeHealth:
-    """``node`` with each taint lacking ``timeAdded`` dated by ``seen[taint]``, else ``now``."""
+def taints_seen(
+    node: NodeHealth,
+    seen: Mapping[Taint, datetime] | None,
+    *,
+    now: datetime,
+    recorded: Iterable[Outage] = (),
+) -> NodeHealth:
+    """``node`` with each taint lacking ``timeAdded`` dated by ``seen[taint]``, else ``now``.
+
+    ``seen`` is ``None`` at this controller's first look at the node: a taint not seen is then
+    dated by the latest outage of its key among those the node ``recorded`` (rule 9), if any
+    began by ``now``. A taint that comes back while this controller looks is a new outage.
+    """
+    earlier: dict[str, datetime] = {}
+    for outage in recorded if seen is None else ():
+        if outage.signal in (NOT_READY, DELETED) or outage.began is None or outage.began > now:
+            continue
+        earlier[outage.signal] = max(outage.began, earlier.get(outage.signal, outage.began))
+    first = seen or {}
     return replace(
         node,
         no_execute=tuple(
-            t if t.added is not None else replace(t, seen=seen.get(t.taint, now))
+            t
+            if t.added is not None
+            else replace(t, seen=first.get(t.taint) or earlier.get(t.taint.key, now))
             for t in node.no_execute
         ),
     )

@@ -1036,3 +1036,20 @@ def test_a_taint_without_time_added_keeps_the_date_it_was_first_seen() -> None:
     assert [t.seen for t in later.no_execute] == [NOW]
     dated = tainted(added=-5)
     assert dis.taints_seen(dated, {}, now=NOW) == dated
+
+
+def test_a_taint_first_seen_after_a_restart_is_dated_by_the_outage_its_node_records() -> None:
+    """Rule 9: one taint is one outage across a controller restart, not one more at each."""
+    health = tainted(added=None)
+    recorded = [
+        outage("nvidia.com/gpu-health", -300),
+        outage("nvidia.com/gpu-health", -90),
+        outage("NotReady", -30),
+        outage("nvidia.com/other", -10),
+    ]
+    restarted = dis.taints_seen(health, None, now=NOW, recorded=recorded)
+    assert [t.seen for t in restarted.no_execute] == [NOW - timedelta(seconds=90)]
+    came_back = dis.taints_seen(health, {}, now=NOW, recorded=recorded)
+    assert [t.seen for t in came_back.no_execute] == [NOW], "seen gone by this controller"
+    never = dis.taints_seen(health, None, now=NOW, recorded=[outage("NotReady", -30)])
+    assert [t.seen for t in never.no_execute] == [NOW]

@@ -21,10 +21,11 @@ from tests.unit.controller.helpers import NOW, World, merge_patch
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
 from torchgate.controller.metrics import ControllerMetrics
-from torchgate.controller.quarantine.rules import Fault, Outage
+from torchgate.controller.quarantine.rules import Fault, Outage, history_of, one_per_outage
 from torchgate.kube.errors import decode_error
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import NODES, PODS, PYTORCHJOBS, SERVICES
+from torchgate.pytorchjob.names import ANNOTATION_QUARANTINE_FAULTS
 from torchgate.pytorchjob.policy import QuarantineSettings
 
 MASTER, W0 = "demo-master-0", "demo-worker-0"
@@ -580,3 +581,31 @@ async def test_a_taint_without_time_added_is_dated_by_the_first_look_that_saw_it
     ((fault, _),) = rig.faults
     assert (fault.node, fault.cause) == ("a100-1", "NodeTainted")
     assert fault.outage == Outage("nvidia.com/gpu-health", NOW)
+
+
+async def test_a_taint_without_time_added_after_a_restart_is_the_outage_its_node_records() -> None:
+    """A new controller's first look: the taint took another gang down before the restart.
+
+    The node's fault history (its annotation) names that outage; the second gang's fault is
+    the same outage, so the node counts one fault, not two.
+    """
+    rig = Rig()
+    sick = node("a100-1", taints=[{"key": "nvidia.com/gpu-health", "effect": "NoExecute"}])
+    before = {
+        "at": "2026-03-01T11:58:00Z",
+        "cause": "NodeTainted",
+        "job": "default/other",
+        "outage": "nvidia.com/gpu-health",
+        "outageBegan": "2026-03-01T11:57:30Z",
+    }
+    sick["metadata"].setdefault("annotations", {})[ANNOTATION_QUARANTINE_FAULTS] = orjson.dumps(
+        [before]
+    ).decode()
+    rig.nodes.remember(sick)
+
+    await rig.reconciler.reconcile(KEY)
+
+    ((fault, _),) = rig.faults
+    assert (fault.node, fault.cause) == ("a100-1", "NodeTainted")
+    assert fault.outage == Outage("nvidia.com/gpu-health", NOW - timedelta(seconds=150))
+    assert len(one_per_outage([*history_of(sick).faults, fault])) == 1
