@@ -6,8 +6,10 @@ at once; under the default policy (3 faults in 30 minutes) that must not quarant
 comes back, while a node equally flaky that ran one big gang would not be quarantined either.
 Separate outages still add up: a node that goes NotReady again under another gang is quarantined
 at the threshold. A node rebooted by its admin (the kubelet's graceful node shutdown) is no
-fault at all, however many gangs it held, and a gang its kubelet refused to start while it
-shut down is no failure of the job. Nodes are made NotReady as in ``test_node_loss``
+fault at all, however many gangs it held (also when its kubelet reaches their priority group
+only after ``--node-lost-seconds``: their pods are then left to that kubelet, not
+force-deleted), and a gang its kubelet refused to start while it shut down is no failure of
+the job. Nodes are made NotReady as in ``test_node_loss``
 (heartbeats stopped, ``Ready=False`` posted) and come back when kwok heartbeats again; the
 controller runs with ``--node-lost-seconds 5``. Assertions read pods, Nodes and the
 controller's metrics, never logs.
@@ -284,6 +286,75 @@ def test_a_node_rebooted_under_three_gangs_is_no_fault_and_is_not_quarantined(
             controller, 'torchgate_controller_gang_restarts_total{cause="PodDisrupted"}'
         )
         assert restarts - before == GANGS
+
+        blip_back(cluster, rebooted)
+        stopped = False
+        time.sleep(2)  # the keeper has had every restart of the reboot by now
+        assert quarantine_taint(cluster, rebooted) is None
+        assert QUARANTINE not in labels_of(cluster, rebooted)
+    finally:
+        if stopped:
+            cluster.kubectl("label", "node", rebooted, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
+
+
+def test_gangs_a_shutdown_reaches_late_restart_as_lost_charge_no_fault_and_are_not_force_deleted(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    """``shutdownGracePeriodByPodPriority``: the kubelet reaches the training pods' group late.
+
+    The node posts ``Ready=False`` "node is shutting down" while the lower groups stop, longer
+    than ``--node-lost-seconds``: the three one-pod gangs restart as ``NodeLost``, the node is
+    charged nothing (the default policy's 3 faults would quarantine it), and their pods are
+    deleted gracefully, left for the kubelet to stop (the test confirms each deletion as the
+    kubelet would, once it has seen the pod wait for it).
+    """
+    namespace = cluster.new_namespace("prio")
+    pool = f"prio-{namespace[-6:]}"
+    (rebooted,) = cluster.add_gpu_nodes(1, pool, labels={"pool": pool})
+    stopped = False
+    try:
+        on_pool = {"nodeSelector": {"pool": pool}}
+        for i in range(GANGS):
+            create_job(
+                cluster, job(f"small{i}", namespace).master(gpus=2, pod_spec=on_pool).build()
+            )
+        assert cluster.wait_for(
+            lambda: nodes_of(cluster, namespace, 1), timeout=60, what="the 3 gangs Running"
+        ) == {rebooted}
+        (spare,) = cluster.add_gpu_nodes(1, f"{pool}-spare", labels={"pool": pool})
+        before = metric(controller, 'torchgate_controller_gang_restarts_total{cause="NodeLost"}')
+
+        cluster.kubectl("label", "node", rebooted, STOPPED)
+        stopped = True
+        post_shutting_down(cluster, rebooted)
+        pods = [f"small{i}-master-0" for i in range(GANGS)]
+
+        def awaited() -> list[dict[str, Any]] | None:
+            found = [cluster.get("pod", pod, namespace=namespace) for pod in pods]
+            waiting = [
+                p
+                for p in found
+                if p is not None
+                and p["spec"].get("nodeName") == rebooted
+                and p["metadata"].get("deletionTimestamp")
+            ]
+            return waiting if len(waiting) == GANGS else None
+
+        waiting = cluster.wait_for(awaited, timeout=60, what="the 3 pods deleted gracefully")
+        assert all(p["metadata"]["deletionGracePeriodSeconds"] > 0 for p in waiting)
+        time.sleep(3)  # a force deletion would have removed them by now
+        still = awaited()
+        assert still is not None, "the pods on the node shutting down were force-deleted"
+        restarts = metric(controller, 'torchgate_controller_gang_restarts_total{cause="NodeLost"}')
+        assert restarts - before == GANGS
+        for pod in pods:  # the kubelet confirms each deletion once the container stopped
+            cluster.kubectl(
+                "delete", "pod", pod, "-n", namespace, "--grace-period=0", "--force", "--wait=false"
+            )
+        again = cluster.wait_for(
+            lambda: nodes_of(cluster, namespace, 2), timeout=60, what="the 3 gangs on the spare"
+        )
+        assert again == {spare}
 
         blip_back(cluster, rebooted)
         stopped = False

@@ -14,6 +14,15 @@ away, is judged by these rules in order; the first that applies is its disruptio
    was deleted, or its ``Ready`` condition has not been True for ``lost_after`` seconds. The
    node lifecycle controller turns ``Ready`` to ``Unknown`` only after its own node-monitor grace
    period without a heartbeat, so the bound comes on top of that. Until the bound: look again then.
+   A node whose kubelet posts ``Ready=False`` because its graceful node shutdown began (the
+   message ``node is shutting down``, ``NodeHealth.shutting_down``) is lost all the same, for
+   the gang, but is no fault of the node (``Disruption.blames_node`` False), as rule 3's
+   shutdown is not: with ``shutdownGracePeriodByPodPriority`` the kubelet marks a group's pods
+   only once the lower groups' wait ran out, which may be longer than ``lost_after``, so a
+   training gang of a high priority is judged by this rule before its kubelet marks it, one
+   reboot at a time. Nor are its pods force-deleted (``until_force_deletion``): its kubelet is
+   alive and stops them within their grace. Once it stops posting (the machine is down), the
+   node lifecycle controller turns ``Ready`` to ``Unknown`` and the node is judged as any other.
 2. ``node_tainted``: the member has not finished, and its node has a ``NoExecute`` taint the member
    does not tolerate, or tolerates for ``tolerationSeconds`` that have run out since the taint's
    ``timeAdded`` (what the taint-eviction controller evicts for, one pod at a time, which would
@@ -128,7 +137,10 @@ One rule then names the outage a node fault came from, for quarantine:
    its NotReady spell (its ``Ready`` condition's ``lastTransitionTime``), a deleted node its
    deletion, an untolerated ``NoExecute`` taint its key and ``timeAdded`` (none, as ``kubectl
    taint`` writes: the first look of this controller that saw the taint, which the shell
-   remembers, ``taints_seen``). A failure rule 8 gives to its node's fault names that fault's
+   remembers, ``taints_seen``; at this controller's first look at the node, after a restart or
+   a leader failover, the latest outage of that key the node records of itself,
+   ``quarantine.rules`` rule 7, so that the gangs one taint takes down before and after a
+   restart are one fault, not two). A failure rule 8 gives to its node's fault names that fault's
    outage (an Xid whose health taint takes three gangs down is one fault), and so do the other
    nodes of rule 7. Rules 3-5 name none: a member evicted, disrupted or stuck on a node that
    looks healthy is a fault of its gang alone (three gangs stuck or evicted on one node are
@@ -194,6 +206,10 @@ NODE_SHUTDOWN_REASON: Final = "Terminated"
 # The status reason of a pod the kubelet refused to start while its node shuts down (rule 3;
 # ``nodeShutdownNotAdmittedReason``).
 NODE_SHUTDOWN_REFUSED: Final = "NodeShutdown"
+# What the kubelet's node shutdown manager adds to the node's ``Ready=False`` message while its
+# graceful shutdown runs (rule 1; pkg/kubelet/nodeshutdown ``ShutdownStatus``, joined with the
+# kubelet's other readiness errors when it has any).
+NODE_SHUTTING_DOWN: Final = "node is shutting down"
 _FINISHED: Final = frozenset({"Succeeded", "Failed"})
 
 
@@ -223,6 +239,8 @@ class NodeHealth:
         ready: Its ``Ready`` condition's status (``""`` when it has none: not judged).
         ready_since: When that status began (``lastTransitionTime``).
         no_execute: Its ``NoExecute`` taints.
+        shutting_down: Its kubelet posts ``Ready=False`` because its graceful node shutdown
+            began (rule 1).
     """
 
     name: str
@@ -230,6 +248,7 @@ class NodeHealth:
     ready: str = st.TRUE
     ready_since: datetime | None = None
     no_execute: tuple[TimedTaint, ...] = ()
+    shutting_down: bool = False
 
 
 def deleted_node(name: str) -> NodeHealth:
@@ -262,6 +281,9 @@ def node_health(raw: Mapping[str, Any]) -> NodeHealth:
         ready=str(ready.get("status")) if ready is not None else "",
         ready_since=st.parse_time(ready.get("lastTransitionTime")) if ready is not None else None,
         no_execute=taints,
+        shutting_down=ready is not None
+        and ready.get("status") == st.FALSE
+        and NODE_SHUTTING_DOWN in as_text(ready.get("message")),
     )
 
 
@@ -389,6 +411,10 @@ def _lost(pod: Mapping[str, Any], node: NodeHealth, *, now: datetime, lost_after
     if not node.exists:
         return _found(NODE_LOST, node.name, pod, f"node {node.name} was deleted", outage)
     for_how_long = _seconds((now - (node.ready_since or now)).total_seconds())
+    if node.shutting_down:
+        detail = f"node {node.name} is shutting down (Ready {node.ready} for {for_how_long})"
+        lost = Disruption(NODE_LOST, node.name, (pod_name(pod),), detail, blames_node=False)
+        return Finding(replace(lost, outage=outage))
     detail = f"node {node.name} is lost (Ready {node.ready} for {for_how_long})"
     return _found(NODE_LOST, node.name, pod, detail, outage)
 
@@ -622,12 +648,31 @@ def outage_of(node: NodeHealth, taint: TimedTaint | None = None) -> Outage:
     return Outage(NOT_READY, node.ready_since)
 
 
-def taints_seen(node: NodeHealth, seen: Mapping[Taint, datetime], *, now: datetime) -> NodeHealth:
-    """``node`` with each taint lacking ``timeAdded`` dated by ``seen[taint]``, else ``now``."""
+def taints_seen(
+    node: NodeHealth,
+    seen: Mapping[Taint, datetime] | None,
+    *,
+    now: datetime,
+    recorded: Iterable[Outage] = (),
+) -> NodeHealth:
+    """``node`` with each taint lacking ``timeAdded`` dated by ``seen[taint]``, else ``now``.
+
+    ``seen`` is ``None`` at this controller's first look at the node: a taint not seen is then
+    dated by the latest outage of its key among those the node ``recorded`` (rule 9), if any
+    began by ``now``. A taint that comes back while this controller looks is a new outage.
+    """
+    earlier: dict[str, datetime] = {}
+    for outage in recorded if seen is None else ():
+        if outage.signal in (NOT_READY, DELETED) or outage.began is None or outage.began > now:
+            continue
+        earlier[outage.signal] = max(outage.began, earlier.get(outage.signal, outage.began))
+    first = seen or {}
     return replace(
         node,
         no_execute=tuple(
-            t if t.added is not None else replace(t, seen=seen.get(t.taint, now))
+            t
+            if t.added is not None
+            else replace(t, seen=first.get(t.taint) or earlier.get(t.taint.key, now))
             for t in node.no_execute
         ),
     )
@@ -816,16 +861,28 @@ def _members(pods: Sequence[str]) -> str:
 
 
 def until_lost(node: NodeHealth | None, *, now: datetime, lost_after: float) -> float | None:
-    """Seconds until a node counts as lost by rule 1 (0: it does), ``None`` while Ready or unjudged.
-
-    Pods going away on a lost node are force-deleted, not awaited: no kubelet there will confirm a
-    graceful deletion, so the pod would keep its name (and the gang its place) until the node came
-    back. A rank of it that still runs cannot join the new attempt (``pytorchjob.contract``'s
-    fence), and the node's kubelet kills it if it returns.
-    """
+    """Seconds until a node counts as lost by rule 1 (0: it does), ``None``: Ready or unjudged."""
     if node is None or (node.exists and node.ready in ("", st.TRUE)):
         return None
     if not node.exists:
         return 0.0
     since = node.ready_since or now
     return max(0.0, st.seconds_left(since, lost_after, now=now))
+
+
+def until_force_deletion(
+    node: NodeHealth | None, *, now: datetime, lost_after: float
+) -> float | None:
+    """Seconds until pods going away on ``node`` are force-deleted (0: now), ``None``: never.
+
+    Pods going away on a lost node are force-deleted, not awaited: no kubelet there will confirm a
+    graceful deletion, so the pod would keep its name (and the gang its place) until the node came
+    back. A rank of it that still runs cannot join the new attempt (``pytorchjob.contract``'s
+    fence), and the node's kubelet kills it if it returns. A node shutting down (rule 1) is lost
+    but its kubelet is alive, stopping its pods within their grace period (a checkpoint written
+    on ``SIGTERM``): they are awaited, until its kubelet stops posting and the node turns
+    ``Unknown``.
+    """
+    if node is not None and node.exists and node.shutting_down:
+        return None
+    return until_lost(node, now=now, lost_after=lost_after)

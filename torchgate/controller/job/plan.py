@@ -44,7 +44,8 @@ The rules, in order:
    ``False`` when the gang is admitted again.
 8. A pod that goes away on a lost node (one the disruption rules count as lost) is deleted
    with no grace period: no kubelet there would confirm a graceful deletion, and the gang's next
-   attempt needs its name (``disruption.until_lost`` says why that is safe).
+   attempt needs its name (``disruption.until_force_deletion`` says why that is safe; a node
+   shutting down is awaited: its kubelet is alive).
 9. A gang restart for a deleted member (``disruption`` rule 4, ``PodDeleted``) waits for the
    apiserver's word that the job's namespace is not being deleted (``asks_namespace_first``).
    ``kubectl delete namespace`` makes the namespace controller delete the namespace's pods
@@ -84,7 +85,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from torchgate.controller.job import status as st
-from torchgate.controller.job.disruption import NONE, node_of, until_lost
+from torchgate.controller.job.disruption import NONE, node_of, until_force_deletion
 from torchgate.controller.job.envvars import rendezvous_replica
 from torchgate.controller.job.finish import delete_services, finish, plan_finished
 from torchgate.controller.job.gang import (
@@ -158,7 +159,9 @@ def _force_where_lost(draft: Draft, pods: GangPods) -> None:
             continue
         node = node_of(pod)
         health = observed.nodes.get(node) if node is not None else None
-        remaining = until_lost(health, now=draft.now, lost_after=observed.node_lost_seconds)
+        remaining = until_force_deletion(
+            health, now=draft.now, lost_after=observed.node_lost_seconds
+        )
         if remaining == 0:
             draft.force_delete(name)
         elif remaining is not None:

@@ -91,7 +91,7 @@ from torchgate.controller.job.model import (
 from torchgate.controller.job.plan import asks_namespace_first, plan
 from torchgate.controller.job.writes import StatusWritePolicy, WriteFacts
 from torchgate.controller.metrics import ControllerMetrics
-from torchgate.controller.quarantine.rules import Fault
+from torchgate.controller.quarantine.rules import Fault, recorded_outages
 from torchgate.kube.client import MERGE_PATCH, KubeApi
 from torchgate.kube.errors import (
     AlreadyExists,
@@ -488,7 +488,8 @@ class Reconciler:
         """The health of the nodes ``pods`` are (or were) on; a node not cached is deleted.
 
         A taint without ``timeAdded`` is dated by the first look that saw it (``taints_seen``),
-        remembered while the node has it.
+        remembered while the node has it; at the first look at a node, by the outages it
+        records (``disruption`` rule 9).
         """
         if self.nodes is None:
             return {}
@@ -502,7 +503,9 @@ class Reconciler:
                 self.taints_seen.pop(name, None)
                 health[name] = deleted_node(name)
                 continue
-            seen = taints_seen(node_health(raw), self.taints_seen.get(name, {}), now=now)
+            known = self.taints_seen.get(name)
+            recorded = () if known is not None else recorded_outages(raw)
+            seen = taints_seen(node_health(raw), known, now=now, recorded=recorded)
             self.taints_seen[name] = {t.taint: t.seen for t in seen.no_execute if t.seen}
             health[name] = seen
         return health

@@ -43,8 +43,10 @@ Rules (each one function):
    the outage's ``"outage"`` signal and ``"outageBegan"`` when it has one. So the count
    survives a controller restart or a leader failover (the new leader reads what the old one
    wrote), and an outage counted before it is still one fault after it (rule 6 sees its
-   recorded faults). Entries that cannot be read (a hand edit, a value that is not a JSON list)
-   are skipped and counted, never raised: the keeper reports them and writes the readable rest.
+   recorded faults; ``recorded_outages`` lets ``job.disruption`` date a taint without
+   ``timeAdded`` as the outage recorded before, not anew). Entries that cannot be read (a hand
+   edit, a value that is not a JSON list) are skipped and counted, never raised: the keeper
+   reports them and writes the readable rest.
 8. ``history_patch``: the merge patch that writes a node's faults (the latest ``KEPT_FAULTS``,
    at most a few KiB; the annotation removed when none is left). It carries no
    ``resourceVersion``: only the leading controller writes the annotation, and a merge patch of
@@ -319,6 +321,14 @@ def history_of(node: Mapping[str, Any]) -> FaultHistory:
     read = [_fault_of(name, entry) for entry in entries]
     faults = tuple(sorted((f for f in read if f is not None), key=lambda f: f.at))
     return FaultHistory(faults, sum(1 for f in read if f is None), text)
+
+
+def recorded_outages(node: Mapping[str, Any]) -> tuple[Outage, ...]:
+    """Rule 7: the outages of the faults ``node`` records, oldest first.
+
+    ``job.disruption`` dates a taint without ``timeAdded`` by them after a restart.
+    """
+    return tuple(f.outage for f in history_of(node).faults if f.outage is not None)
 
 
 def history_patch(faults: Sequence[Fault]) -> dict[str, Any]:

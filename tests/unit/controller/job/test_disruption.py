@@ -7,6 +7,7 @@ the gang's cause is always the most severe of its members' and lists every membe
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -110,6 +111,48 @@ def test_node_health_reads_readiness_and_only_no_execute_taints() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("ready", "shutting_down"),
+    [
+        pytest.param(
+            {"status": "False", "reason": "KubeletNotReady", "message": "node is shutting down"},
+            True,
+            id="the-kubelets-shutdown",
+        ),
+        pytest.param(
+            {
+                "status": "False",
+                "reason": "KubeletNotReady",
+                "message": "[container runtime network not ready: NetworkReady=false, "
+                "node is shutting down]",
+            },
+            True,
+            id="joined-with-other-errors",
+        ),
+        pytest.param(
+            {
+                "status": "Unknown",
+                "reason": "NodeStatusUnknown",
+                "message": "Kubelet stopped posting node status.",
+            },
+            False,
+            id="heartbeats-stopped",
+        ),
+        pytest.param(
+            {"status": "False", "reason": "KubeletNotReady", "message": "PLEG is not healthy"},
+            False,
+            id="another-not-ready",
+        ),
+    ],
+)
+def test_node_health_reads_a_graceful_shutdown_from_the_kubelets_ready_condition(
+    ready: dict[str, str], shutting_down: bool
+) -> None:
+    raw = node("a100-1")
+    raw["status"]["conditions"] = [{"type": "Ready", "lastTransitionTime": at(-12), **ready}]
+    assert dis.node_health(raw).shutting_down is shutting_down
+
+
 # ------------------------------------------------------------------ rule 1: lost nodes
 
 
@@ -175,6 +218,50 @@ def test_until_lost_says_when_pods_there_are_force_deleted(
     health: NodeHealth | None, remaining: float | None
 ) -> None:
     assert dis.until_lost(health, now=NOW, lost_after=LOST_AFTER) == remaining
+
+
+def shutting_down(since: float = -40, name: str = "a100-1") -> NodeHealth:
+    """A node whose kubelet posts ``Ready=False`` because its graceful shutdown began."""
+    return replace(not_ready("False", since=since, name=name), shutting_down=True)
+
+
+def test_a_node_shutting_down_for_longer_than_the_bound_is_lost_but_no_fault_of_the_node() -> None:
+    """Priority groups: the kubelet marks the gang only after the lower group's wait (rule 1)."""
+    found = one(member(), shutting_down(since=-40))
+    assert found.disruption is not None
+    assert (found.disruption.cause, found.disruption.blames_node) == ("NodeLost", False)
+    assert found.disruption.detail == "node a100-1 is shutting down (Ready False for 40s)"
+
+
+def test_a_node_shutting_down_within_the_bound_is_waited_for() -> None:
+    found = one(member(), shutting_down(since=-10))
+    assert (found.disruption, found.recheck_after) == (None, 20.0)
+
+
+def test_another_node_shutting_down_is_not_charged_by_a_lost_nodes_restart() -> None:
+    """Rule 7 charges other nodes lost in the same look, but a node shutting down is no fault."""
+    members = [member("demo-master-0", node_name="a100-0"), member("demo-worker-0")]
+    nodes = {"a100-0": not_ready(since=-40, name="a100-0"), "a100-1": shutting_down(since=-40)}
+    found = dis.find(members, nodes=nodes, now=NOW, lost_after=LOST_AFTER)
+    assert found.disruption is not None
+    assert (found.disruption.cause, found.disruption.node) == ("NodeLost", "a100-0")
+    assert found.disruption.other_nodes == ()
+
+
+@pytest.mark.parametrize(
+    ("health", "remaining"),
+    [
+        pytest.param(shutting_down(since=-600), None, id="shutting-down-its-kubelet-confirms"),
+        pytest.param(not_ready("Unknown", since=-40), 0.0, id="lost"),
+        pytest.param(not_ready("Unknown", since=-10), 20.0, id="not-yet-lost"),
+        pytest.param(dis.deleted_node("a100-1"), 0.0, id="deleted"),
+        pytest.param(NodeHealth("a100-1"), None, id="ready"),
+    ],
+)
+def test_pods_on_a_node_shutting_down_are_never_force_deleted(
+    health: NodeHealth, remaining: float | None
+) -> None:
+    assert dis.until_force_deletion(health, now=NOW, lost_after=LOST_AFTER) == remaining
 
 
 # ------------------------------------------------------------------ rule 2: NoExecute taints
@@ -949,3 +1036,20 @@ def test_a_taint_without_time_added_keeps_the_date_it_was_first_seen() -> None:
     assert [t.seen for t in later.no_execute] == [NOW]
     dated = tainted(added=-5)
     assert dis.taints_seen(dated, {}, now=NOW) == dated
+
+
+def test_a_taint_first_seen_after_a_restart_is_dated_by_the_outage_its_node_records() -> None:
+    """Rule 9: one taint is one outage across a controller restart, not one more at each."""
+    health = tainted(added=None)
+    recorded = [
+        outage("nvidia.com/gpu-health", -300),
+        outage("nvidia.com/gpu-health", -90),
+        outage("NotReady", -30),
+        outage("nvidia.com/other", -10),
+    ]
+    restarted = dis.taints_seen(health, None, now=NOW, recorded=recorded)
+    assert [t.seen for t in restarted.no_execute] == [NOW - timedelta(seconds=90)]
+    came_back = dis.taints_seen(health, {}, now=NOW, recorded=recorded)
+    assert [t.seen for t in came_back.no_execute] == [NOW], "seen gone by this controller"
+    never = dis.taints_seen(health, None, now=NOW, recorded=[outage("NotReady", -30)])
+    assert [t.seen for t in never.no_execute] == [NOW]

@@ -667,6 +667,20 @@ def test_a_lost_node_restarts_the_whole_gang_uncounted_and_force_deletes_its_pod
     assert "n2" in result.events[0].message
 
 
+def test_a_node_shutting_down_restarts_the_gang_charging_no_fault_and_awaits_its_kubelet() -> None:
+    """Its kubelet is alive and stops the pods within their grace: none is force-deleted."""
+    world = running_world(gpu_job("demo", workers=2).run_policy(backoffLimit=0))
+    since = NOW - timedelta(seconds=45)
+    nodes = {"n2": NodeHealth("n2", ready="False", ready_since=since, shutting_down=True)}
+    result = world.plan(nodes=nodes, node_lost_seconds=30)
+    assert result.restart == Restart("NodeLost", "n2", blames_node=False)
+    assert result.restart.node_faults() == ()
+    assert not result.force_delete_pods
+    assert sorted(result.delete_pods) == sorted(ALL)
+    assert result.restarts is None
+    assert "node n2 is shutting down" in must(result.status, "Restarting")["message"]
+
+
 def test_a_node_not_ready_within_the_bound_is_waited_for_then_lost() -> None:
     world = running_world()
     waiting = world.plan(nodes=lost_node("n2", for_seconds=10), node_lost_seconds=30)

@@ -21,10 +21,11 @@ from tests.unit.controller.helpers import NOW, World, merge_patch
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
 from torchgate.controller.metrics import ControllerMetrics
-from torchgate.controller.quarantine.rules import Fault, Outage
+from torchgate.controller.quarantine.rules import Fault, Outage, history_of, one_per_outage
 from torchgate.kube.errors import decode_error
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import NODES, PODS, PYTORCHJOBS, SERVICES
+from torchgate.pytorchjob.names import ANNOTATION_QUARANTINE_FAULTS
 from torchgate.pytorchjob.policy import QuarantineSettings
 
 MASTER, W0 = "demo-master-0", "demo-worker-0"
@@ -255,6 +256,34 @@ async def test_a_member_refused_by_a_node_shutting_down_restarts_the_gang_and_sp
     assert "Failed" not in conditions
     assert conditions["Restarting"]["reason"] == "PodDisrupted"
     assert rig.faults == []
+
+
+async def test_a_node_shutting_down_past_the_bound_restarts_the_gang_and_charges_no_fault() -> None:
+    """Under ``shutdownGracePeriodByPodPriority``, the training pods are not marked yet.
+
+    The lower priority group's wait outlasts ``--node-lost-seconds``; the node still posts
+    ``Ready=False`` "node is shutting down", so its kubelet is alive: it is a reboot, no fault
+    of the node, and the worker is deleted gracefully, for its kubelet to stop within its grace.
+    """
+    rig = Rig()
+    closing = node("a100-1")
+    closing["status"]["conditions"] = [
+        {
+            "type": "Ready",
+            "status": "False",
+            "reason": "KubeletNotReady",
+            "message": "node is shutting down",
+            "lastTransitionTime": "2026-03-01T11:59:15Z",
+        }
+    ]
+    rig.nodes.remember(closing)
+
+    await rig.reconciler.reconcile(KEY)
+
+    assert rig.api.job["metadata"]["annotations"]["torchgate.io/gang-attempt"] == "2"
+    assert rig.restarts("NodeLost") == 1
+    assert rig.faults == []
+    assert rig.api.deletes() == {MASTER: {}, W0: {}}
 
 
 async def test_a_node_not_ready_is_looked_at_again_when_it_would_count_as_lost() -> None:
@@ -552,3 +581,31 @@ async def test_a_taint_without_time_added_is_dated_by_the_first_look_that_saw_it
     ((fault, _),) = rig.faults
     assert (fault.node, fault.cause) == ("a100-1", "NodeTainted")
     assert fault.outage == Outage("nvidia.com/gpu-health", NOW)
+
+
+async def test_a_taint_without_time_added_after_a_restart_is_the_outage_its_node_records() -> None:
+    """A new controller's first look: the taint took another gang down before the restart.
+
+    The node's fault history (its annotation) names that outage; the second gang's fault is
+    the same outage, so the node counts one fault, not two.
+    """
+    rig = Rig()
+    sick = node("a100-1", taints=[{"key": "nvidia.com/gpu-health", "effect": "NoExecute"}])
+    before = {
+        "at": "2026-03-01T11:58:00Z",
+        "cause": "NodeTainted",
+        "job": "default/other",
+        "outage": "nvidia.com/gpu-health",
+        "outageBegan": "2026-03-01T11:57:30Z",
+    }
+    sick["metadata"].setdefault("annotations", {})[ANNOTATION_QUARANTINE_FAULTS] = orjson.dumps(
+        [before]
+    ).decode()
+    rig.nodes.remember(sick)
+
+    await rig.reconciler.reconcile(KEY)
+
+    ((fault, _),) = rig.faults
+    assert (fault.node, fault.cause) == ("a100-1", "NodeTainted")
+    assert fault.outage == Outage("nvidia.com/gpu-health", NOW - timedelta(seconds=150))
+    assert len(one_per_outage([*history_of(sick).faults, fault])) == 1
