@@ -29,6 +29,18 @@ def tuning_values() -> dict[str, Any]:
     return tuning
 
 
+def pacing_values() -> dict[str, Any]:
+    values = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
+    pacing: dict[str, Any] = values["controller"]["admissionPacing"]
+    return pacing
+
+
+def pacing_schema() -> dict[str, Any]:
+    schema = json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))
+    node: dict[str, Any] = schema["properties"]["controller"]["properties"]["admissionPacing"]
+    return node
+
+
 def tuning_schema() -> dict[str, Any]:
     schema = json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))
     node: dict[str, Any] = schema["properties"]["controller"]["properties"]["tuning"]
@@ -46,8 +58,19 @@ def controller_args(objects: list[ms.Obj]) -> Any:
     return build_parser("controller").parse_args(container["args"])
 
 
-def test_every_bounded_controller_flag_is_a_tuning_value() -> None:
-    assert {flag_destination(name) for name in tuning_values()} == set(FLAG_BOUNDS)
+def test_every_bounded_controller_flag_is_a_tuning_or_pacing_value() -> None:
+    chart = {flag_destination(name) for name in (*tuning_values(), *pacing_values())}
+    assert chart == set(FLAG_BOUNDS)
+
+
+@pytest.mark.parametrize("name", sorted(pacing_values()))
+def test_a_pacing_values_default_and_bounds_are_the_controllers(name: str) -> None:
+    defaults = build_parser("controller").parse_args(["controller"])
+    node = pacing_schema()["properties"][name]
+    bounds = FLAG_BOUNDS[flag_destination(name)]
+    assert pacing_values()[name] == getattr(defaults, flag_destination(name))
+    assert node["type"] == "number"  # seconds with fractions
+    assert (node["minimum"], node.get("maximum")) == (bounds.minimum, bounds.maximum)
 
 
 @pytest.mark.parametrize("name", sorted(tuning_values()))

@@ -3,7 +3,7 @@
 Exit codes: 0 after a clean SIGTERM/SIGINT, 1 when the leader Lease was lost (the process must
 restart rather than risk acting beside a new leader) or the cluster cannot be reached, 2 when a
 numeric flag is outside its bounds (``FLAG_BOUNDS``, which the Helm chart's schema repeats for its
-``controller.tuning`` values).
+``controller.tuning`` and ``controller.admissionPacing`` values).
 """
 
 from __future__ import annotations
@@ -59,8 +59,9 @@ class Bounds:
         return f"must be between {self.minimum:g} and {self.maximum:g}"
 
 
-# What each numeric flag accepts (argparse dest -> bounds). The Helm chart's controller.tuning
-# values carry the same bounds in values.schema.json (tests/unit/test_manifests.py compares them),
+# What each numeric flag accepts (argparse dest -> bounds). The Helm chart's controller.tuning and
+# controller.admissionPacing values carry the same bounds in values.schema.json
+# (tests/unit/test_chart_tuning.py compares them),
 # so a value the controller would refuse at start is refused by `helm install` already.
 FLAG_BOUNDS: Final[Mapping[str, Bounds]] = {
     "workers": Bounds(1),
@@ -72,6 +73,8 @@ FLAG_BOUNDS: Final[Mapping[str, Bounds]] = {
     "node_lost_seconds": Bounds(0, 3600),
     "failure_window_seconds": Bounds(0, 3600),
     "gang_backoff_seconds": Bounds(0),
+    "arrival_settle_seconds": Bounds(0),
+    "wave_hold_seconds": Bounds(0),
 }
 
 

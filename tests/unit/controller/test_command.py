@@ -108,6 +108,8 @@ def test_the_failure_window_reaches_the_reconciler_and_defaults_to_5_seconds(
         ("--stuck-termination-seconds", "-5", "must be at least 0"),
         ("--gang-backoff-seconds", "-10", "must be at least 0"),
         ("--resync-seconds", "0", "must be at least 1"),
+        ("--arrival-settle-seconds", "-0.5", "must be at least 0"),
+        ("--wave-hold-seconds", "-2", "must be at least 0"),
     ],
 )
 def test_a_negative_wait_is_refused_naming_the_flag(
