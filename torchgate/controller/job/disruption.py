@@ -134,17 +134,27 @@ One rule then names the outage a node fault came from, for quarantine:
 
 9. ``outage_of``: a node fault of rules 1-2 names the outage it came from (``quarantine.rules``
    rule 6 counts the faults of one outage once, however many gangs it took down): a lost node
-   its NotReady spell (its ``Ready`` condition's ``lastTransitionTime``), a deleted node its
-   deletion, an untolerated ``NoExecute`` taint its key and ``timeAdded`` (none, as ``kubectl
-   taint`` writes: the first look of this controller that saw the taint, which the shell
-   remembers, ``taints_seen``; at this controller's first look at the node, after a restart or
-   a leader failover, the latest outage of that key the node records of itself,
-   ``quarantine.rules`` rule 7, so that the gangs one taint takes down before and after a
-   restart are one fault, not two). A failure rule 8 gives to its node's fault names that fault's
-   outage (an Xid whose health taint takes three gangs down is one fault), and so do the other
-   nodes of rule 7. Rules 3-5 name none: a member evicted, disrupted or stuck on a node that
-   looks healthy is a fault of its gang alone (three gangs stuck or evicted on one node are
-   three pieces of evidence that it is flaky).
+   its NotReady spell (its ``Ready`` condition's ``lastTransitionTime``; an ``Unknown`` spell
+   that continues one the node records, ``quarantine.rules`` rule 7, that one: ``spell_of``), a
+   deleted node its deletion, an untolerated ``NoExecute`` taint its key and ``timeAdded``
+   (none, as ``kubectl taint`` writes: the first look of this controller that saw the taint,
+   which the shell remembers, ``taints_seen``; at this controller's first look at the node,
+   after a restart or a leader failover, the latest outage of that key the node records of
+   itself, ``quarantine.rules`` rule 7, so that the gangs one taint takes down before and after
+   a restart are one fault, not two). A failure rule 8 gives to its node's fault names that
+   fault's outage (an Xid whose health taint takes three gangs down is one fault), and so do
+   the other nodes of rule 7. Rules 3-5 name none: a member evicted, disrupted or stuck on a
+   node that looks healthy is a fault of its gang alone (three gangs stuck or evicted on one
+   node are three pieces of evidence that it is flaky).
+
+``spell_of`` says when an ``Unknown`` spell began, for rule 9: a kubelet that posts
+``Ready=False`` itself and then stops posting is turned ``Unknown`` by the node lifecycle
+controller (reason ``NodeStatusUnknown``) with a new ``lastTransitionTime``, one NotReady spell
+with two dates; gangs judged on either side of that change (a backlog of looks when a rack
+fails, a controller restart in between) would name two outages. That controller keeps the
+kubelet's ``lastHeartbeatTime``, and a kubelet that came back in between would have posted a
+later one, so an ``Unknown`` spell whose last heartbeat is no later than a ``NotReady`` fault the
+node records continues that fault's outage (the earliest such outage: they are one spell).
 
 ``until_lost`` says when a node counts as lost, for the force deletion of its pods.
 """
@@ -158,7 +168,7 @@ from typing import Any, Final
 
 from torchgate.controller.admission.nodes import Taint, Toleration, tolerations_of
 from torchgate.controller.job import status as st
-from torchgate.controller.quarantine.rules import DELETED, NOT_READY, Outage
+from torchgate.controller.quarantine.rules import DELETED, NOT_READY, Fault, Outage
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.reasons import (
     CONTAINER_FAILED,
@@ -210,6 +220,8 @@ NODE_SHUTDOWN_REFUSED: Final = "NodeShutdown"
 # graceful shutdown runs (rule 1; pkg/kubelet/nodeshutdown ``ShutdownStatus``, joined with the
 # kubelet's other readiness errors when it has any).
 NODE_SHUTTING_DOWN: Final = "node is shutting down"
+# The ``Ready`` status the node lifecycle controller sets when the kubelet stops posting.
+UNKNOWN: Final = "Unknown"
 _FINISHED: Final = frozenset({"Succeeded", "Failed"})
 
 
@@ -241,6 +253,10 @@ class NodeHealth:
         no_execute: Its ``NoExecute`` taints.
         shutting_down: Its kubelet posts ``Ready=False`` because its graceful node shutdown
             began (rule 1).
+        heartbeat: While ``ready`` is ``Unknown``, the kubelet's last heartbeat, which the node
+            lifecycle controller keeps (``lastHeartbeatTime``; ``spell_of``), else ``None``.
+        spell_began: When the NotReady spell an ``Unknown`` one continues began (``spell_of``;
+            ``None``: at ``ready_since``). Only what names its outage (rule 9) reads it.
     """
 
     name: str
@@ -249,6 +265,8 @@ class NodeHealth:
     ready_since: datetime | None = None
     no_execute: tuple[TimedTaint, ...] = ()
     shutting_down: bool = False
+    heartbeat: datetime | None = None
+    spell_began: datetime | None = None
 
 
 def deleted_node(name: str) -> NodeHealth:
@@ -284,6 +302,9 @@ def node_health(raw: Mapping[str, Any]) -> NodeHealth:
         shutting_down=ready is not None
         and ready.get("status") == st.FALSE
         and NODE_SHUTTING_DOWN in as_text(ready.get("message")),
+        heartbeat=st.parse_time(ready.get("lastHeartbeatTime"))
+        if ready is not None and ready.get("status") == UNKNOWN
+        else None,
     )
 
 
@@ -645,7 +666,29 @@ def outage_of(node: NodeHealth, taint: TimedTaint | None = None) -> Outage:
         return Outage(taint.taint.key, taint.added or taint.seen)
     if not node.exists:
         return Outage(DELETED)
-    return Outage(NOT_READY, node.ready_since)
+    return Outage(NOT_READY, node.spell_began or node.ready_since)
+
+
+def spell_of(node: NodeHealth, recorded: Iterable[Fault]) -> NodeHealth:
+    """``node`` with an ``Unknown`` spell dated by the NotReady outage it continues (rule 9).
+
+    That outage is the earliest one of the ``recorded`` ``NotReady`` faults of the node charged
+    no earlier than its kubelet's last heartbeat, and begun no later than this spell; none:
+    ``node`` as it is.
+    """
+    if node.heartbeat is None or node.ready_since is None:
+        return node
+    heartbeat, since = node.heartbeat, node.ready_since
+    continued = [
+        f.outage.began
+        for f in recorded
+        if f.outage is not None
+        and f.outage.signal == NOT_READY
+        and f.outage.began is not None
+        and f.outage.began <= since
+        and f.at >= heartbeat
+    ]
+    return replace(node, spell_began=min(continued)) if continued else node
 
 
 def taints_seen(

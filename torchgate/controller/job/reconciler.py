@@ -69,6 +69,7 @@ from torchgate.controller.job.disruption import (
     deleted_node,
     node_health,
     node_of,
+    spell_of,
     taints_seen,
 )
 from torchgate.controller.job.finish import released_on_end
@@ -91,7 +92,7 @@ from torchgate.controller.job.model import (
 from torchgate.controller.job.plan import asks_namespace_first, plan
 from torchgate.controller.job.writes import StatusWritePolicy, WriteFacts
 from torchgate.controller.metrics import ControllerMetrics
-from torchgate.controller.quarantine.rules import Fault, recorded_outages
+from torchgate.controller.quarantine.rules import Fault, history_of, recorded_outages
 from torchgate.kube.client import MERGE_PATCH, KubeApi
 from torchgate.kube.errors import (
     AlreadyExists,
@@ -489,7 +490,8 @@ class Reconciler:
 
         A taint without ``timeAdded`` is dated by the first look that saw it (``taints_seen``),
         remembered while the node has it; at the first look at a node, by the outages it
-        records (``disruption`` rule 9).
+        records (``disruption`` rule 9). An ``Unknown`` spell is dated by the recorded NotReady
+        outage it continues, if any (``spell_of``).
         """
         if self.nodes is None:
             return {}
@@ -507,6 +509,8 @@ class Reconciler:
             recorded = () if known is not None else recorded_outages(raw)
             seen = taints_seen(node_health(raw), known, now=now, recorded=recorded)
             self.taints_seen[name] = {t.taint: t.seen for t in seen.no_execute if t.seen}
+            if seen.heartbeat is not None:  # Unknown: read the node's record only then
+                seen = spell_of(seen, history_of(raw).faults)
             health[name] = seen
         return health
 

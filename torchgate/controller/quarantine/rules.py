@@ -33,10 +33,12 @@ Rules (each one function):
    how many gangs it hosted: a power blip of a node running three small gangs is one fault, as it
    is for a node running one big gang. An ``Outage`` is what the cluster shows of the spell
    (``job.disruption`` names it): a lost node by its ``Ready`` condition's
-   ``lastTransitionTime`` (the same NotReady spell), a deleted node by its name, a ``NoExecute``
-   taint by its key and ``timeAdded`` (none, as ``kubectl taint`` writes: the look that first
-   saw it). A failure of a member on a healthy-looking node (stuck, evicted by its kubelet,
-   disrupted) has no outage: each gang's is a fault of its own, distinct evidence of the node.
+   ``lastTransitionTime`` (the same NotReady spell; an ``Unknown`` one that continues a
+   recorded one is dated as that one, ``job.disruption.spell_of``), a deleted node by its
+   name, a ``NoExecute`` taint by its key and ``timeAdded`` (none, as ``kubectl taint``
+   writes: the look that first saw it). A failure of a member on a healthy-looking node
+   (stuck, evicted by its kubelet, disrupted) has no outage: each gang's is a fault of its own,
+   distinct evidence of the node.
 
 7. ``history_of``: the faults a Node records of itself (``history_text`` writes them): the
    annotation ``torchgate.io/quarantine-faults``, a JSON list of ``{"at", "cause", "job"}`` with

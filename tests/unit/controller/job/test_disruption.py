@@ -29,7 +29,7 @@ from torchgate.controller.admission.nodes import Taint
 from torchgate.controller.job import disruption as dis
 from torchgate.controller.job.disruption import NodeHealth, TimedTaint
 from torchgate.controller.job.status import format_time
-from torchgate.controller.quarantine.rules import Outage
+from torchgate.controller.quarantine.rules import Fault, Outage
 
 LOST_AFTER = 30.0
 # What the kubelet writes on a pod it evicts under node pressure, and on one it terminates for a
@@ -1053,3 +1053,63 @@ def test_a_taint_first_seen_after_a_restart_is_dated_by_the_outage_its_node_reco
     assert [t.seen for t in came_back.no_execute] == [NOW], "seen gone by this controller"
     never = dis.taints_seen(health, None, now=NOW, recorded=[outage("NotReady", -30)])
     assert [t.seen for t in never.no_execute] == [NOW]
+
+
+# A kubelet posted Ready=False at -60 and stopped; a gang was charged for it at -30; the node
+# lifecycle controller turned it Unknown at -5, keeping the kubelet's last heartbeat.
+def unknown_since(heartbeat: float | None, since: float = -5) -> NodeHealth:
+    beat = None if heartbeat is None else NOW + timedelta(seconds=heartbeat)
+    return replace(not_ready("Unknown", since=since), heartbeat=beat)
+
+
+def charged(at_seconds: float, signal: str = "NotReady", began: float | None = -60) -> Fault:
+    return Fault("a100-1", "NodeLost", NOW + timedelta(seconds=at_seconds), ("ns", "j"),
+                 outage(signal, began))  # fmt: skip
+
+
+def test_node_health_reads_the_last_heartbeat_only_while_ready_is_unknown() -> None:
+    raw = node("a100-1")
+    condition = {"type": "Ready", "lastTransitionTime": at(-5), "lastHeartbeatTime": at(-60)}
+    raw["status"]["conditions"] = [{**condition, "status": "Unknown"}]
+    assert dis.node_health(raw).heartbeat == NOW - timedelta(seconds=60)
+    raw["status"]["conditions"] = [{**condition, "status": "False"}]
+    assert dis.node_health(raw).heartbeat is None
+
+
+@pytest.mark.parametrize(
+    ("health", "recorded", "expected"),
+    [
+        pytest.param(unknown_since(-60), [charged(-30)], outage("NotReady", -60),
+                     id="the-kubelets-not-ready-turned-unknown"),
+        pytest.param(unknown_since(-30), [charged(-30)], outage("NotReady", -60),
+                     id="last-heartbeat-at-the-charge"),
+        pytest.param(unknown_since(-60), [charged(-3, began=-5), charged(-30)],
+                     outage("NotReady", -60), id="the-earliest-date-of-the-spell"),
+        pytest.param(unknown_since(-20), [charged(-30)], outage("NotReady", -5),
+                     id="its-kubelet-came-back-after-the-charge"),
+        pytest.param(unknown_since(-60), [], outage("NotReady", -5), id="nothing-recorded"),
+        pytest.param(unknown_since(-60), [charged(-30, signal="nvidia.com/gpu-health")],
+                     outage("NotReady", -5), id="a-taints-outage"),
+        pytest.param(unknown_since(-60), [charged(-30, began=None)], outage("NotReady", -5),
+                     id="an-outage-without-a-date"),
+        pytest.param(unknown_since(-60, since=-40), [charged(-30, began=-35)],
+                     outage("NotReady", -40), id="recorded-spell-began-after-this-one"),
+        pytest.param(unknown_since(None), [charged(-30)], outage("NotReady", -5),
+                     id="no-heartbeat"),
+        pytest.param(not_ready("False", since=-5), [charged(-30)], outage("NotReady", -5),
+                     id="posted-by-its-kubelet"),
+    ],
+)  # fmt: skip
+def test_an_unknown_spell_continuing_a_recorded_not_ready_outage_is_that_outage(
+    health: NodeHealth, recorded: list[Fault], expected: Outage
+) -> None:
+    """Rule 9: one NotReady spell turned Unknown is one outage, not one more after the turn."""
+    continued = dis.spell_of(health, recorded)
+    assert continued.ready_since == health.ready_since  # how long it is lost is unchanged
+    found = dis.find(
+        [member()], nodes={"a100-1": continued}, now=NOW + timedelta(seconds=30),
+        lost_after=LOST_AFTER,
+    )  # fmt: skip
+    assert found.disruption is not None
+    assert found.disruption.cause == "NodeLost"
+    assert found.disruption.outage == expected
