@@ -276,3 +276,16 @@ async def test_a_refused_gang_frees_its_nodes_says_why_and_is_admitted_again_aft
     rig.now = 10.0
     rig.admitter.cycle()
     assert rig.reserved() is not None
+
+
+async def test_a_refused_gang_is_not_announced_as_admitted() -> None:
+    rig = GangRig()
+    await rig.reconcile()  # asks for admission
+    rig.admitter.cycle()
+
+    await rig.reconcile()  # creates its pods: refused
+    await rig.reconcile()
+
+    reasons = [e["reason"] for e in rig.api.events]
+    assert "FailedCreate" in reasons
+    assert "GangAdmitted" not in reasons, "no pod of the gang was created: it was not admitted"
