@@ -19,7 +19,8 @@ plan's actions are held once the plan is applied and recorded with the job's nex
 so Events and status go out together. An Event tells what was done, once: a plan whose apply
 fails holds no Event (its retry plans the same actions, and their Events, again), the Events
 held for earlier plans stay held until recorded, and a gang member the apiserver refused takes
-the plan's ``GangAdmitted`` with it (``gang.events_done``).
+the plan's ``GangAdmitted`` and its status with it (``gang.events_done``, ``written_status``:
+the job is planned again at once from the status written, queued).
 
 Where the cluster serves Kubernetes' gang objects and the flag allows them (``gang_objects``),
 the job's Workload and its attempt's PodGroup are created before the attempt's pods, and each pod
@@ -75,7 +76,7 @@ from torchgate.controller.job.disruption import (
     taints_seen,
 )
 from torchgate.controller.job.finish import released_on_end
-from torchgate.controller.job.gang import events_done
+from torchgate.controller.job.gang import events_done, written_status
 from torchgate.controller.job.gangobjects import (
     in_pod_group,
     pod_group_for,
@@ -711,8 +712,9 @@ class Reconciler:
         await self._gather(
             self._delete(SERVICES, self.services, namespace, n) for n in decision.delete_services
         )
-        if decision.status is not None:
-            await self._patch_status(namespace, name, decision.status)
+        status = written_status(decision.status, gang_refused=bool(refused[1]))
+        if status is not None:
+            await self._patch_status(namespace, name, status)
         self.unsent_events.pop((namespace, name), None)  # recorded now, or held again
         for event in (*earlier, *events_done(decision.events, gang_refused=bool(refused[1]))):
             self.events.record(job, event)
