@@ -17,7 +17,8 @@ the status written, so a plan never starts from a state the apiserver does not h
 that announce the put-off status go with it (the next plan derives them again); Events of the
 plan's actions are held once the plan is applied and recorded with the job's next status write,
 so Events and status go out together. An Event tells what was done, once: a plan whose apply
-fails holds no Event (its retry plans the same actions, and their Events, again), the Events
+fails before it wrote a pod or Service holds no Event (its retry plans the same actions, and
+their Events, again; one that fails after holds them: its retry finishes them unsaid), the Events
 held for earlier plans stay held until recorded, and a gang member the apiserver refused takes
 the plan's ``GangAdmitted`` and its status with it (``gang.events_done``, ``written_status``:
 the job is planned again at once from the status written, queued).
@@ -384,6 +385,10 @@ class Reconciler:
             self.namespace_terminating[key] = spec.uid
             self.admitter.release(key)
             return None
+        except ApiError:
+            if actions and self._changed(key, observed):  # begun: the retry finishes it unsaid
+                self.unsent_events[key] = (spec.uid, (*earlier, *actions))
+            raise
         if actions is not None:  # the status is put off; the actions are done: hold their Events
             held = (*earlier, *events_done(actions, gang_refused=bool(members_refused)))
             if held:
@@ -529,8 +534,8 @@ class Reconciler:
 
         A put-off status is planned again later, and so are the Events announcing it; the Events
         of the plan's actions are held once the plan is applied (``reconcile``), and recorded
-        with the job's next status write. Nothing is held here: a plan whose apply fails holds
-        nothing (its retry plans its actions again).
+        with the job's next status write. Nothing is held here: a plan whose apply fails before
+        writing anything holds nothing (its retry plans its actions again).
         """
         if decision.status is None:
             self.unwritten_since.pop(key, None)
@@ -556,6 +561,12 @@ class Reconciler:
         actions = tuple(e for e in decision.events if not e.announces_status)
         later = delay if decision.requeue_after is None else min(delay, decision.requeue_after)
         return replace(decision, status=None, events=(), requeue_after=later), actions
+
+    def _changed(self, key: JobKey, observed: Observed) -> bool:
+        """Whether an apply that failed wrote any of the job's pods or Services before it did."""
+        return self.pods.indexed(key) != list(observed.pods) or self.services.indexed(key) != list(
+            observed.services
+        )
 
     def _events_held(self, key: JobKey, uid: str) -> tuple[Event, ...]:
         """The Events of actions done whose status write is still to come (of this job's uid)."""

@@ -43,6 +43,7 @@ class StatusApi:
         self.patches: list[dict[str, Any]] = []
         self.created: list[str] = []
         self.unreachable = False  # every write fails as if the apiserver did not answer
+        self.overloaded: set[str] = set()  # the creates of these names fail (429, 5xx)
 
     async def request(
         self,
@@ -53,7 +54,7 @@ class StatusApi:
         body: Any = None,
         content_type: str = "application/json",
     ) -> Any:
-        if self.unreachable:
+        if self.unreachable or (method == "POST" and body["metadata"]["name"] in self.overloaded):
             raise ServerError(0, "", "connection refused", method, path)
         if method == "PATCH" and path.endswith("/status"):
             self.patches.append(copy.deepcopy(body["status"]))
@@ -259,6 +260,23 @@ async def test_an_apply_that_fails_holds_no_event_and_the_retry_sends_its_action
         await rig.reconciler.reconcile(KEY)
     assert len(rig.api.patches) == 1
     assert rig.events.recorded == ["GangAdmitted"], "one admission, announced once"
+
+
+async def test_an_apply_that_fails_after_creating_pods_holds_their_event_for_the_retry() -> None:
+    rig = Rig(running=False)
+    rig.reserve()
+    async with rig.reconciler.creates.take():  # another gang's create is in flight
+        rig.api.overloaded = {W0}
+        with pytest.raises(ServerError):
+            await rig.reconciler.reconcile(KEY)  # the Master is created, the Worker is not
+        assert MASTER in rig.api.created
+        rig.api.overloaded = set()
+        await rig.reconciler.reconcile(KEY)  # retried: creates the Worker
+        assert W0 in rig.api.created
+        rig.tick(POLICY.busy_hold_seconds)
+        await rig.reconciler.reconcile(KEY)
+    assert len(rig.api.patches) == 1
+    assert rig.events.recorded == ["GangAdmitted"], "the gang was admitted: announced once"
 
 
 async def test_an_apply_that_fails_keeps_the_events_held_of_actions_done_before() -> None:
