@@ -7,7 +7,9 @@ controller gives back what deleted pods used), so this module runs a control pla
 with it. The admitter places the new Worker (its team has no TeamQuota), the create is refused:
 the Worker's node is not held for it (another gang takes it), the job says why in an Event and
 its Running condition, the gang runs on, and the Worker starts once the quota and a node allow.
-A new gang the quota refuses frees its nodes at once too and waits in the queue, saying why.
+A new gang the quota refuses frees its nodes at once too and waits in the queue, saying why;
+it is neither announced (``GangAdmitted``) nor written (``startTime``) as admitted until its pods
+are made.
 """
 
 from __future__ import annotations
@@ -206,3 +208,31 @@ def test_a_gang_the_namespace_quota_refuses_holds_no_node_says_why_and_starts_la
     cluster.kubectl("delete", "pytorchjob", "o", "-n", other_namespace)
     set_quota(cluster, namespace, 8)
     cluster.wait_for(lambda: running_pods(cluster, namespace, "g", 1), timeout=60, what="g Running")
+
+
+def test_a_gang_the_namespace_quota_refuses_is_announced_admitted_once_when_its_pods_are_made(
+    quota_cluster: Cluster, webhook: LocalWebhook, controller: ControllerProcess
+) -> None:
+    cluster = quota_cluster
+    namespace = cluster.new_namespace("announced")
+    cluster.add_gpu_nodes(1, "announced", gpus=8, labels={"pool": "announced"})
+    set_quota(cluster, namespace, 0)
+    create(cluster, in_pool(job("a", namespace).workers(1, gpus=8).build(), "announced"))
+
+    def reasons() -> list[str]:
+        return [str(e["reason"]) for e in events_of(cluster, namespace, "a")]
+
+    def says_refused() -> dict[str, Any] | None:
+        queued = condition(get_job(cluster, namespace, "a"), "Queued")
+        return queued if queued and QUOTA in queued.get("message", "") else None
+
+    cluster.wait_for(says_refused, timeout=30, what="Queued naming the quota")
+    cluster.wait_for(lambda: "FailedCreate" in reasons(), timeout=30, what="FailedCreate")
+    assert "GangAdmitted" not in reasons(), "no pod was made: the gang was not admitted"
+    status = get_job(cluster, namespace, "a").get("status") or {}
+    assert "startTime" not in status, "not started: its activeDeadlineSeconds does not count yet"
+
+    set_quota(cluster, namespace, 8)
+    cluster.wait_for(lambda: running_pods(cluster, namespace, "a", 1), timeout=60, what="Running")
+    cluster.wait_for(lambda: "GangAdmitted" in reasons(), timeout=30, what="GangAdmitted")
+    assert reasons().count("GangAdmitted") == 1

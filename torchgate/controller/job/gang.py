@@ -54,6 +54,14 @@ The rules this module owns (rules 4, 5 and 7 of ``plan``):
   ``False`` when the gang is admitted again.
 - Queueing: the ``Queued`` condition carries the admitter's throttled wait reason, with a reason
   per wait kind (``reasons.QUEUED_REASONS``).
+- ``events_done``: a plan's Events say what was done. A gang a member of which the apiserver
+  refused to create (a namespace's ResourceQuota: 403 ``exceeded quota``) was not admitted: its
+  reservation ends and it waits again, its ``Queued`` condition and a ``FailedCreate`` Event
+  giving the apiserver's words. So its plan's ``GangAdmitted`` ("creating N pods on ...") is
+  not recorded, nor is the plan's status (``written_status``), which says the gang admitted
+  (no ``Queued``; ``startTime``, from which ``activeDeadlineSeconds`` would count while the job
+  waits), nor the Events announcing that status; the next plan derives the job's status from
+  the status written.
 """
 
 from __future__ import annotations
@@ -68,6 +76,7 @@ from torchgate.controller.job.envvars import rendezvous_replica
 from torchgate.controller.job.finish import finish
 from torchgate.controller.job.model import (
     Draft,
+    Event,
     GangPods,
     Restart,
     controlled_by,
@@ -347,6 +356,23 @@ def plan_admission(draft: Draft, pods: GangPods) -> None:
     nodes = sorted(set(reservation.values()))
     where = f" on {len(nodes)} node(s): {', '.join(nodes)}" if nodes else ""
     draft.event("Normal", reasons.GANG_ADMITTED, f"creating {len(draft.create_pods)} pods{where}")
+
+
+def events_done(events: Iterable[Event], *, gang_refused: bool) -> tuple[Event, ...]:
+    """A plan's Events once it is applied: of a gang the apiserver refused, none of its admission.
+
+    Neither ``GangAdmitted`` nor the Events announcing the status not written (``written_status``).
+    """
+    if not gang_refused:
+        return tuple(events)
+    return tuple(e for e in events if e.reason != reasons.GANG_ADMITTED and not e.announces_status)
+
+
+def written_status(
+    status: Mapping[str, Any] | None, *, gang_refused: bool
+) -> Mapping[str, Any] | None:
+    """A plan's status once applied: none for a gang the apiserver refused (it says admitted)."""
+    return None if gang_refused else status
 
 
 def _names_held_by_others(draft: Draft, pods: GangPods) -> list[str]:

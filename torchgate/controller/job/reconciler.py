@@ -15,8 +15,13 @@ some seconds (progress waits while gangs are being created; counts alone at most
 status put off is not kept: the job is looked at again after the delay and planned afresh from
 the status written, so a plan never starts from a state the apiserver does not have. The Events
 that announce the put-off status go with it (the next plan derives them again); Events of the
-plan's actions are kept and recorded with the job's next status write, so Events and status go
-out together.
+plan's actions are held once the plan is applied and recorded with the job's next status write,
+so Events and status go out together. An Event tells what was done, once: a plan whose apply
+fails before it wrote a pod or Service holds no Event (its retry plans the same actions, and
+their Events, again; one that fails after holds them: its retry finishes them unsaid), the Events
+held for earlier plans stay held until recorded, and a gang member the apiserver refused takes
+the plan's ``GangAdmitted`` and its status with it (``gang.events_done``, ``written_status``:
+the job is planned again at once from the status written, queued).
 
 Where the cluster serves Kubernetes' gang objects and the flag allows them (``gang_objects``),
 the job's Workload and its attempt's PodGroup are created before the attempt's pods, and each pod
@@ -73,6 +78,7 @@ from torchgate.controller.job.disruption import (
     taints_seen,
 )
 from torchgate.controller.job.finish import released_on_end
+from torchgate.controller.job.gang import events_done, written_status
 from torchgate.controller.job.gangobjects import (
     in_pod_group,
     pod_group_for,
@@ -358,7 +364,8 @@ class Reconciler:
             self.namespace_terminating[key] = spec.uid
             observed = replace(observed, namespace_terminating=True)
             decision = plan(observed)
-        applied = self._schedule_status_write(key, spec.uid, job, decision)
+        earlier = self._events_held(key, spec.uid)
+        applied, actions = self._schedule_status_write(key, spec.uid, job, decision)
         log.debug(
             "%s/%s: %d pods observed; plan: admit=%s create=%d delete=%d status=%s requeue=%s",
             namespace,
@@ -371,12 +378,22 @@ class Reconciler:
             applied.requeue_after,
         )
         try:
-            refused, members_refused = await self._apply(job, spec, applied)
+            refused, members_refused = await self._apply(
+                job, spec, applied, earlier=earlier if actions is None else ()
+            )
         except NamespaceTerminating:
             # No retry creates anything there; the namespace controller deletes the job.
             self.namespace_terminating[key] = spec.uid
             self.admitter.release(key)
             return None
+        except ApiError:
+            if actions and self._changed(key, observed):  # begun: the retry finishes it unsaid
+                self.unsent_events[key] = (spec.uid, (*earlier, *actions))
+            raise
+        if actions is not None:  # the status is put off; the actions are done: hold their Events
+            held = (*earlier, *events_done(actions, gang_refused=bool(members_refused)))
+            if held:
+                self.unsent_events[key] = (spec.uid, held)
         restart = applied.restart
         for fault in restart.node_faults() if restart is not None else ():
             charged = Fault(fault.node, fault.cause, observed.now, key, fault.outage)
@@ -516,17 +533,17 @@ class Reconciler:
 
     def _schedule_status_write(
         self, key: JobKey, uid: str, job: Mapping[str, Any], decision: Plan
-    ) -> Plan:
-        """The plan as applied now: its status and its Events may be put off.
+    ) -> tuple[Plan, tuple[Event, ...] | None]:
+        """The plan as applied now; if its status is put off, the Events of its actions.
 
         A put-off status is planned again later, and so are the Events announcing it; the Events
-        of the plan's actions are kept and recorded with the job's next status write.
+        of the plan's actions are held once the plan is applied (``reconcile``), and recorded
+        with the job's next status write. Nothing is held here: a plan whose apply fails before
+        writing anything holds nothing (its retry plans its actions again).
         """
-        kept = self.unsent_events.pop(key, None)
-        earlier = kept[1] if kept is not None and kept[0] == uid else ()
         if decision.status is None:
             self.unwritten_since.pop(key, None)
-            return replace(decision, events=(*earlier, *decision.events)) if earlier else decision
+            return decision, None
         now = self.monotonic()
         first = self.unwritten_since.get(key)
         since = first[1] if first is not None and first[0] == uid else now
@@ -541,15 +558,24 @@ class Reconciler:
             current if isinstance(current, Mapping) else None, decision.status, facts
         )
         if delay <= 0:
-            return replace(decision, events=(*earlier, *decision.events)) if earlier else decision
+            return decision, None
         self.unwritten_since[key] = (uid, since)
         if facts.creates_pending:
             self.held_for_creates.add(key)
         actions = tuple(e for e in decision.events if not e.announces_status)
-        if earlier or actions:
-            self.unsent_events[key] = (uid, (*earlier, *actions))
         later = delay if decision.requeue_after is None else min(delay, decision.requeue_after)
-        return replace(decision, status=None, events=(), requeue_after=later)
+        return replace(decision, status=None, events=(), requeue_after=later), actions
+
+    def _changed(self, key: JobKey, observed: Observed) -> bool:
+        """Whether an apply that failed wrote any of the job's pods or Services before it did."""
+        return self.pods.indexed(key) != list(observed.pods) or self.services.indexed(key) != list(
+            observed.services
+        )
+
+    def _events_held(self, key: JobKey, uid: str) -> tuple[Event, ...]:
+        """The Events of actions done whose status write is still to come (of this job's uid)."""
+        kept = self.unsent_events.get(key)
+        return kept[1] if kept is not None and kept[0] == uid else ()
 
     def _creates_done(self) -> None:
         """No create is pending: the statuses held for them are planned (and written) now."""
@@ -648,11 +674,18 @@ class Reconciler:
     # ------------------------------------------------------------------ applying a plan
 
     async def _apply(
-        self, job: Mapping[str, Any], spec: JobSpec, decision: Plan
+        self,
+        job: Mapping[str, Any],
+        spec: JobSpec,
+        decision: Plan,
+        *,
+        earlier: Sequence[Event] = (),
     ) -> tuple[dict[str, str], dict[str, str]]:
         """Apply the plan; the pods whose create the apiserver refused, with its words.
 
-        Elastic extras first, gang members second (``_refusals``).
+        Elastic extras first, gang members second (``_refusals``). The plan's Events (those of
+        what was done, ``events_done``) are recorded after its status, ``earlier`` (held for an
+        earlier plan's status) first; the job holds none once they are recorded.
         """
         namespace, name = spec.namespace, spec.name
         annotations = {
@@ -694,9 +727,11 @@ class Reconciler:
         await self._gather(
             self._delete(SERVICES, self.services, namespace, n) for n in decision.delete_services
         )
-        if decision.status is not None:
-            await self._patch_status(namespace, name, decision.status)
-        for event in decision.events:
+        status = written_status(decision.status, gang_refused=bool(refused[1]))
+        if status is not None:
+            await self._patch_status(namespace, name, status)
+        self.unsent_events.pop((namespace, name), None)  # recorded now, or held again
+        for event in (*earlier, *events_done(decision.events, gang_refused=bool(refused[1]))):
             self.events.record(job, event)
         if decision.delete_job:
             try:

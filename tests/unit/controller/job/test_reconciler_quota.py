@@ -276,3 +276,32 @@ async def test_a_refused_gang_frees_its_nodes_says_why_and_is_admitted_again_aft
     rig.now = 10.0
     rig.admitter.cycle()
     assert rig.reserved() is not None
+
+
+async def test_a_refused_gang_is_not_announced_as_admitted() -> None:
+    rig = GangRig()
+    await rig.reconcile()  # asks for admission
+    rig.admitter.cycle()
+
+    await rig.reconcile()  # creates its pods: refused
+    await rig.reconcile()
+
+    reasons = [e["reason"] for e in rig.api.events]
+    assert "FailedCreate" in reasons
+    assert "GangAdmitted" not in reasons, "no pod of the gang was created: it was not admitted"
+
+
+async def test_a_refused_gang_is_never_written_as_started() -> None:
+    rig = GangRig()
+    await rig.reconcile()  # asks for admission
+    rig.admitter.cycle()
+
+    await rig.reconcile()  # creates its pods: refused
+    assert "startTime" not in rig.api.job["status"], "no pod ran: activeDeadlineSeconds waits"
+    await rig.reconcile()  # asks again: queued, backing off
+    await rig.reconcile()
+
+    status = rig.api.job["status"]
+    assert "startTime" not in status
+    (queued,) = [c for c in status["conditions"] if c["type"] == "Queued"]
+    assert (queued["status"], "exceeded quota: gpu-quota" in queued["message"]) == ("True", True)

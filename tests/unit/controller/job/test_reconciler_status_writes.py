@@ -24,6 +24,7 @@ from torchgate.controller.job.model import Event
 from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
 from torchgate.controller.job.writes import StatusWritePolicy
 from torchgate.controller.metrics import ControllerMetrics
+from torchgate.kube.errors import ServerError
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import PODS, PYTORCHJOBS, SERVICES
 from torchgate.pytorchjob import reasons
@@ -41,6 +42,8 @@ class StatusApi:
         self.job = job
         self.patches: list[dict[str, Any]] = []
         self.created: list[str] = []
+        self.unreachable = False  # every write fails as if the apiserver did not answer
+        self.overloaded: set[str] = set()  # the creates of these names fail (429, 5xx)
 
     async def request(
         self,
@@ -51,6 +54,8 @@ class StatusApi:
         body: Any = None,
         content_type: str = "application/json",
     ) -> Any:
+        if self.unreachable or (method == "POST" and body["metadata"]["name"] in self.overloaded):
+            raise ServerError(0, "", "connection refused", method, path)
         if method == "PATCH" and path.endswith("/status"):
             self.patches.append(copy.deepcopy(body["status"]))
             self.job = merge_patch(self.job, copy.deepcopy(body))
@@ -238,6 +243,54 @@ async def test_events_go_out_with_the_status_write_each_once() -> None:
         await rig.reconciler.reconcile(KEY)
     assert len(rig.api.patches) == 1
     assert types(rig.stored_status()) == [(reasons.CREATED, "True")]
+    assert rig.events.recorded == ["GangAdmitted"]
+
+
+async def test_an_apply_that_fails_holds_no_event_and_the_retry_sends_its_action_once() -> None:
+    rig = Rig(running=False)
+    rig.reserve()
+    async with rig.reconciler.creates.take():  # another gang's create is in flight
+        rig.api.unreachable = True
+        with pytest.raises(ServerError):
+            await rig.reconciler.reconcile(KEY)  # the status is put off; no pod is created
+        rig.api.unreachable = False
+        await rig.reconciler.reconcile(KEY)  # retried: creates the gang, status put off again
+        assert {MASTER, W0} <= set(rig.api.created)
+        rig.tick(POLICY.busy_hold_seconds)
+        await rig.reconciler.reconcile(KEY)
+    assert len(rig.api.patches) == 1
+    assert rig.events.recorded == ["GangAdmitted"], "one admission, announced once"
+
+
+async def test_an_apply_that_fails_after_creating_pods_holds_their_event_for_the_retry() -> None:
+    rig = Rig(running=False)
+    rig.reserve()
+    async with rig.reconciler.creates.take():  # another gang's create is in flight
+        rig.api.overloaded = {W0}
+        with pytest.raises(ServerError):
+            await rig.reconciler.reconcile(KEY)  # the Master is created, the Worker is not
+        assert MASTER in rig.api.created
+        rig.api.overloaded = set()
+        await rig.reconciler.reconcile(KEY)  # retried: creates the Worker
+        assert W0 in rig.api.created
+        rig.tick(POLICY.busy_hold_seconds)
+        await rig.reconciler.reconcile(KEY)
+    assert len(rig.api.patches) == 1
+    assert rig.events.recorded == ["GangAdmitted"], "the gang was admitted: announced once"
+
+
+async def test_an_apply_that_fails_keeps_the_events_held_of_actions_done_before() -> None:
+    rig = Rig(running=False)
+    rig.reserve()
+    async with rig.reconciler.creates.take():  # another gang's create is in flight
+        await rig.reconciler.reconcile(KEY)  # creates the gang; its status and Event held
+        rig.tick(POLICY.busy_hold_seconds)
+        rig.api.unreachable = True
+        with pytest.raises(ServerError):
+            await rig.reconciler.reconcile(KEY)  # the status write fails
+        rig.api.unreachable = False
+        await rig.reconciler.reconcile(KEY)
+    assert len(rig.api.patches) == 1
     assert rig.events.recorded == ["GangAdmitted"]
 
 
