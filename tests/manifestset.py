@@ -65,7 +65,8 @@ HELM_ONLY_LABELS = frozenset(
     }
 )
 # The hook and ownership annotations: the chart's PlacementPolicies and TeamQuotas are a
-# post-install hook when the CRDs come with the install (helm template renders that case).
+# post-install hook when the CRDs come with the install (helm template renders that case),
+# recording the install's revision (torchgate.installedInRevisionKey in the chart).
 HELM_ONLY_ANNOTATIONS = frozenset(
     {
         "helm.sh/resource-policy",
@@ -73,6 +74,7 @@ HELM_ONLY_ANNOTATIONS = frozenset(
         "helm.sh/hook-delete-policy",
         "meta.helm.sh/release-name",
         "meta.helm.sh/release-namespace",
+        "torchgate.io/installed-in-revision",
     }
 )
 

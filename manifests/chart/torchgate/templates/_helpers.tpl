@@ -119,9 +119,9 @@ cluster does not serve yet: on the first install, whose CRDs are in this same re
 object would stop `helm install` ("no matches for kind"). There, and only there, it is a
 post-install hook, created once the CRDs are, and carries the release's ownership metadata
 itself, so the next `helm upgrade` adopts it as an ordinary object of the release (updated,
-deleted when its entry goes; Helm 3 patches nothing in the upgrade that adopts it, which
-docs/operations.md tells admins). Where the kind is served already, it is ordinary from the
-start.
+deleted when its entry goes). The hook records the revision that installed it
+(torchgate.installedInRevisionKey), for torchgate.adoptionLoss. Where the kind is served
+already, it is ordinary from the start.
 */}}
 {{- define "torchgate.poolObject" -}}
 {{- $served := .root.Capabilities.APIVersions.Has (printf "torchgate.io/v1alpha1/%s" .kind) -}}
@@ -137,9 +137,74 @@ metadata:
     helm.sh/hook-delete-policy: before-hook-creation
     meta.helm.sh/release-name: {{ .root.Release.Name }}
     meta.helm.sh/release-namespace: {{ .root.Release.Namespace }}
+    {{ include "torchgate.installedInRevisionKey" dict }}: {{ .root.Release.Revision | quote }}
   {{- end }}
 spec:
   {{- toYaml .entry.spec | nindent 2 }}
+{{- end -}}
+
+{{/* The annotation where an install's pool object hook records the install's revision. */}}
+{{- define "torchgate.installedInRevisionKey" -}}
+torchgate.io/installed-in-revision
+{{- end -}}
+
+{{/*
+The upgrade that adopts the install's pool objects (torchgate.poolObject) must not silently lose
+what the values say. Helm 3 patches an object an upgrade adopts with the JSON merge patch of its
+new manifest against that same manifest (pkg/kube createPatch: custom resources get no three-way
+merge), which is empty: the adopting upgrade changes nothing in it, and later ones only what
+differs from the adopting revision's manifest. The rules, for one live object of a kind (pass a
+dict with "root", "kind", "key": the values key, "entries": its list, "object": the live
+object, "record": the release record (Secret) of the revision named by its
+torchgate.installedInRevisionKey, empty when there is none):
+1. only an object that is the post-install hook of this release counts, and only on the upgrade
+   that adopts it: while its installing revision is still the deployed one (the one Helm diffs
+   against), or, with no record (a storage driver other than Secrets), on the revision right
+   after the install;
+2. its entry's spec differing from its live spec fails the upgrade, naming both specs;
+3. no entry for it fails the upgrade too (Helm would leave it, outside the release).
+torchgate.adoptionLosses is the shell: on an upgrade where the kind is served, it looks up every
+live object of the kind and its record (`helm template` has no cluster: nothing is checked).
+*/}}
+{{- define "torchgate.adoptionLoss" -}}
+{{- $root := .root -}}
+{{- $annotations := dig "metadata" "annotations" dict .object -}}
+{{- $installedIn := get $annotations (include "torchgate.installedInRevisionKey" dict) -}}
+{{- if and (hasKey $annotations "helm.sh/hook") $installedIn (eq (get $annotations "meta.helm.sh/release-name") $root.Release.Name) -}}
+{{- $adopting := eq (int $root.Release.Revision) (add1 (atoi $installedIn)) -}}
+{{- if .record -}}
+{{- $adopting = eq (dig "metadata" "labels" "status" "" .record) "deployed" -}}
+{{- end -}}
+{{- if $adopting -}}
+{{- $name := .object.metadata.name -}}
+{{- $where := printf "%s %q (%s), created by revision %s as a post-install hook, is adopted into the release by this upgrade, and Helm 3 changes nothing in an object it adopts" .kind $name .key $installedIn -}}
+{{- $entries := dict -}}
+{{- range .entries }}{{ $_ := set $entries .name . }}{{ end -}}
+{{- if not (hasKey $entries $name) -}}
+{{- fail (printf "%s: without its entry it would stay, outside the release. Keep its entry for this upgrade and remove it in the next, or delete it first (kubectl delete %s %s)" $where (lower .kind) $name) -}}
+{{- end -}}
+{{- $want := toJson (get $entries $name).spec -}}
+{{- $have := toJson (.object.spec | default dict) -}}
+{{- if ne $want $have -}}
+{{- fail (printf "%s: its spec would stay %s, not become %s. Keep its entry as it is live for this upgrade and change it in the next, or apply the change first (kubectl edit %s %s)" $where $have $want (lower .kind) $name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The shell of torchgate.adoptionLoss: pass a dict with "root", "kind", "key" and "entries". */}}
+{{- define "torchgate.adoptionLosses" -}}
+{{- $root := .root -}}
+{{- if and $root.Release.IsUpgrade ($root.Capabilities.APIVersions.Has (printf "torchgate.io/v1alpha1/%s" .kind)) -}}
+{{- range (dig "items" list (lookup "torchgate.io/v1alpha1" $.kind "" "")) -}}
+{{- $installedIn := dig "metadata" "annotations" (include "torchgate.installedInRevisionKey" dict) "" . -}}
+{{- $record := dict -}}
+{{- if $installedIn -}}
+{{- $record = lookup "v1" "Secret" $root.Release.Namespace (printf "sh.helm.release.v1.%s.v%s" $root.Release.Name $installedIn) -}}
+{{- end -}}
+{{- $_ := include "torchgate.adoptionLoss" (dict "root" $root "kind" $.kind "key" $.key "entries" $.entries "object" . "record" $record) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* `--log-level` and `--log-format` of both components, from .Values.logging. */}}
