@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from torchgate.pytorchjob import names, reasons
+from torchgate.pytorchjob import moments, names, reasons
 from torchgate.pytorchjob.outlook import (
     Gang,
     JobOutlook,
@@ -383,9 +383,8 @@ def _waiting_for(status: Mapping[str, Any]) -> str:
 def _ago(moment: str | None, now: datetime) -> str:
     if not moment:
         return ""
-    try:
-        then = datetime.fromisoformat(moment.replace("Z", "+00:00"))
-    except ValueError:
+    then = moments.parse_time(moment)
+    if then is None:
         return moment
     seconds = max(0, int((now - then).total_seconds()))
     if seconds < 120:

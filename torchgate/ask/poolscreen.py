@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Final
 
+from torchgate.pytorchjob import moments
 from torchgate.pytorchjob.outlook import PoolView
 
 ELLIPSIS: Final = "…"
@@ -82,9 +83,8 @@ def _amount(milli: int) -> str:
 def _since(moment: str, now: datetime) -> str:
     if not moment:
         return ""
-    try:
-        then = datetime.fromisoformat(moment.replace("Z", "+00:00"))
-    except ValueError:
+    then = moments.parse_time(moment)
+    if then is None:
         return moment
     return f"{then.strftime('%H:%M:%S')} ({duration((now - then).total_seconds())} ago)"
 

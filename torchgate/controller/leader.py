@@ -21,12 +21,9 @@ from typing import Any
 from torchgate.kube.client import KubeApi
 from torchgate.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
 from torchgate.kube.resources import LEASES
+from torchgate.pytorchjob import moments
 
 log = logging.getLogger("torchgate.controller.leader")
-
-
-def _micro_time(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaderElector:
@@ -154,7 +151,7 @@ class LeaderElector:
             return False
         transitions = int(spec.get("leaseTransitions") or 0)
         if holder == self.identity:
-            lease["spec"] = {**spec, "renewTime": _micro_time(now)}
+            lease["spec"] = {**spec, "renewTime": moments.format_micro_time(now)}
         else:
             lease["spec"] = self._spec(now, transitions=transitions + 1)
         try:
@@ -178,7 +175,7 @@ class LeaderElector:
         return {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": int(self.lease_duration),
-            "acquireTime": _micro_time(now),
-            "renewTime": _micro_time(now),
+            "acquireTime": moments.format_micro_time(now),
+            "renewTime": moments.format_micro_time(now),
             "leaseTransitions": transitions,
         }

@@ -45,7 +45,7 @@ from torchgate.kube.resources import (
     RESOURCE_CLAIMS,
     TEAM_QUOTAS,
 )
-from torchgate.pytorchjob import names, reasons
+from torchgate.pytorchjob import moments, names, reasons
 from torchgate.pytorchjob.devices import (
     NO_CLAIMS,
     RESOURCE_CLAIM_TEMPLATE,
@@ -458,4 +458,4 @@ class ClusterPolicies:
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moments.format_time(datetime.now(UTC))

@@ -64,7 +64,7 @@ from torchgate.controller.admission.nodes import NodeView, OutOfUse
 from torchgate.controller.admission.preemption import HELD_PRIORITY
 from torchgate.controller.admission.quota import Admitted, usage_by_team
 from torchgate.controller.admission.topology import Topology
-from torchgate.pytorchjob import names
+from torchgate.pytorchjob import moments, names
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.outlook import (
     DomainView,
@@ -369,7 +369,7 @@ def domains_of(topology: Topology, nodes: Iterable[str]) -> tuple[str, ...]:
 
 
 def _timestamp(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moments.format_time(datetime.fromtimestamp(seconds, UTC))
 
 
 def job_outlook(snapshot: Snapshot, key: JobKey) -> JobOutlook:

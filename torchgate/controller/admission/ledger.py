@@ -69,7 +69,6 @@ import heapq
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
 from typing import Any, Final
 
 from torchgate.controller.admission.nodes import NodeView, node_view
@@ -82,7 +81,7 @@ from torchgate.controller.admission.topology import (
     build_topology,
     place_extras,
 )
-from torchgate.pytorchjob import names
+from torchgate.pytorchjob import moments, names
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.pool import TeamQuota, quota_usage
@@ -686,9 +685,5 @@ def member_of(pod: Mapping[str, Any]) -> Member | None:
 
 def epoch_seconds(timestamp: object) -> float | None:
     """An RFC 3339 timestamp (``creationTimestamp``) as seconds since the epoch, else ``None``."""
-    if not isinstance(timestamp, str) or not timestamp:
-        return None
-    try:
-        return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+    moment = moments.parse_time(timestamp)
+    return None if moment is None else moment.timestamp()

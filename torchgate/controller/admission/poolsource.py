@@ -32,6 +32,7 @@ from torchgate.kube.client import MERGE_PATCH, KubeApi
 from torchgate.kube.errors import ApiError
 from torchgate.kube.informer import Informer, ParsedOnce
 from torchgate.kube.resources import TEAM_QUOTAS
+from torchgate.pytorchjob import moments
 from torchgate.pytorchjob.fieldpath import FieldError
 from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.pytorchjob.pool import (
@@ -119,7 +120,7 @@ class PoolSource:
             status["conditions"] = quota_conditions(errors[name])
             if self._written.get(name) == status:
                 continue
-            now = self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+            now = moments.format_time(self.clock())
             body = {
                 **status,
                 "conditions": [

@@ -169,7 +169,7 @@ from typing import Any, Final
 from torchgate.controller.admission.nodes import Taint, Toleration, tolerations_of
 from torchgate.controller.job import status as st
 from torchgate.controller.quarantine.rules import DELETED, NOT_READY, Fault, Outage
-from torchgate.pytorchjob import names
+from torchgate.pytorchjob import moments, names
 from torchgate.pytorchjob.reasons import (
     CONTAINER_FAILED,
     HANG,
@@ -289,7 +289,7 @@ def node_health(raw: Mapping[str, Any]) -> NodeHealth:
     taints = tuple(
         TimedTaint(
             Taint(as_text(t.get("key")), as_text(t.get("value")), "NoExecute"),
-            st.parse_time(t.get("timeAdded")),
+            moments.parse_time(t.get("timeAdded")),
         )
         for t in as_list(spec.get("taints"))
         if isinstance(t, Mapping) and t.get("effect") == "NoExecute"
@@ -297,12 +297,12 @@ def node_health(raw: Mapping[str, Any]) -> NodeHealth:
     return NodeHealth(
         name=as_text(metadata.get("name")),
         ready=str(ready.get("status")) if ready is not None else "",
-        ready_since=st.parse_time(ready.get("lastTransitionTime")) if ready is not None else None,
+        ready_since=None if ready is None else moments.parse_time(ready.get("lastTransitionTime")),
         no_execute=taints,
         shutting_down=ready is not None
         and ready.get("status") == st.FALSE
         and NODE_SHUTTING_DOWN in as_text(ready.get("message")),
-        heartbeat=st.parse_time(ready.get("lastHeartbeatTime"))
+        heartbeat=moments.parse_time(ready.get("lastHeartbeatTime"))
         if ready is not None and ready.get("status") == UNKNOWN
         else None,
     )
@@ -383,7 +383,7 @@ def _ended_by_itself_at(pod: Mapping[str, Any]) -> datetime | None:
     for container in as_list(as_mapping(pod.get("status")).get("containerStatuses")):
         if isinstance(container, Mapping) and container.get("name") == training:
             terminated = as_mapping(as_mapping(container.get("state")).get("terminated"))
-            return st.parse_time(terminated.get("finishedAt"))
+            return moments.parse_time(terminated.get("finishedAt"))
     return None
 
 
@@ -396,7 +396,7 @@ def _ended_before(pod: Mapping[str, Any], moment: datetime | None) -> bool:
 def _deletion_requested_at(pod: Mapping[str, Any]) -> datetime | None:
     """When the pod's deletion was asked for: ``deletionTimestamp`` minus its grace period."""
     metadata = as_mapping(pod.get("metadata"))
-    deadline = st.parse_time(metadata.get("deletionTimestamp"))
+    deadline = moments.parse_time(metadata.get("deletionTimestamp"))
     grace = metadata.get("deletionGracePeriodSeconds")
     if deadline is None or not isinstance(grace, int) or isinstance(grace, bool):
         return deadline
@@ -505,7 +505,7 @@ def pod_disrupted(
         None,
     )
     if condition is not None:
-        if _ended_before(pod, st.parse_time(condition.get("lastTransitionTime"))):
+        if _ended_before(pod, moments.parse_time(condition.get("lastTransitionTime"))):
             return NONE
         reason = as_text(condition.get("reason"))
         why = ": ".join(part for part in (reason, as_text(condition.get("message"))) if part)
@@ -565,12 +565,12 @@ def pod_stuck(
         return NONE
     scheduled = next(
         (
-            st.parse_time(c.get("lastTransitionTime"))
+            moments.parse_time(c.get("lastTransitionTime"))
             for c in st.conditions_of(pod.get("status"))
             if c.get("type") == "PodScheduled" and c.get("status") == st.TRUE
         ),
         None,
-    ) or st.parse_time(as_mapping(pod.get("metadata")).get("creationTimestamp"))
+    ) or moments.parse_time(as_mapping(pod.get("metadata")).get("creationTimestamp"))
     since = scheduled or now
     left = st.seconds_left(since, stuck_after, now=now)
     if left > 0:

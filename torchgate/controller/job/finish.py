@@ -40,7 +40,7 @@ from torchgate.controller.job.model import (
     name_of,
 )
 from torchgate.pytorchjob import cleanup as cleanup_rules
-from torchgate.pytorchjob import reasons
+from torchgate.pytorchjob import moments, reasons
 from torchgate.pytorchjob.devices import pod_gpus
 from torchgate.pytorchjob.spec import as_mapping, pod_spec_of
 
@@ -134,13 +134,13 @@ def plan_finished(draft: Draft, pods: GangPods) -> None:
 
 
 def _finished_at(draft: Draft) -> datetime | None:
-    completion = st.parse_time(draft.completion_time)
+    completion = moments.parse_time(draft.completion_time)
     if completion is not None:
         return completion
     for kind in (reasons.SUCCEEDED, reasons.FAILED):
         condition = st.find_condition(draft.conditions, kind)
         if condition is not None and condition.get("status") == st.TRUE:
-            return st.parse_time(condition.get("lastTransitionTime"))
+            return moments.parse_time(condition.get("lastTransitionTime"))
     return None
 
 
@@ -172,7 +172,7 @@ def finish(
         return
     draft.transition(event, reason, message)
     draft.conditions = st.remove_condition(draft.conditions, reasons.QUEUED)
-    draft.completion_time = draft.completion_time or st.format_time(draft.now)
+    draft.completion_time = draft.completion_time or moments.format_time(draft.now)
     not_kept = _replicas_not_kept(draft)
     if not_kept:
         gpu_resource = draft.observed.gpu_resource
@@ -233,7 +233,7 @@ def _containers_finished_at(pod: Mapping[str, Any]) -> datetime | None:
     latest: datetime | None = None
     for container in statuses:
         terminated = ((container or {}).get("state") or {}).get("terminated") or {}
-        moment = st.parse_time(terminated.get("finishedAt"))
+        moment = moments.parse_time(terminated.get("finishedAt"))
         if moment is not None and (latest is None or moment > latest):
             latest = moment
     return latest

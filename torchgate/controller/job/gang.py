@@ -89,7 +89,7 @@ from torchgate.controller.job.model import (
     restarts_of,
 )
 from torchgate.controller.job.pods import build_pod, build_service, service_replicas
-from torchgate.pytorchjob import names, reasons
+from torchgate.pytorchjob import moments, names, reasons
 from torchgate.pytorchjob.spec import JobSpec, as_mapping
 
 DEFAULT_SCHEDULE_TIMEOUT_SECONDS: Final = 60
@@ -312,9 +312,9 @@ def gang_started_at(pods: GangPods) -> str | None:
     created = [
         moment
         for pod in pods.current_live.values()
-        if (moment := st.parse_time(metadata_of(pod).get("creationTimestamp"))) is not None
+        if (moment := moments.parse_time(metadata_of(pod).get("creationTimestamp"))) is not None
     ]
-    return st.format_time(min(created)) if created else None
+    return moments.format_time(min(created)) if created else None
 
 
 def _mark_admitted(draft: Draft) -> None:
@@ -323,7 +323,7 @@ def _mark_admitted(draft: Draft) -> None:
     if st.is_true(draft.conditions, reasons.PREEMPTED):
         message = f"PyTorchJob {draft.job.name} was admitted again after its preemption"
         draft.set_condition(reasons.PREEMPTED, st.FALSE, reasons.REASON_READMITTED, message)
-    draft.start_time = draft.start_time or st.format_time(draft.now)
+    draft.start_time = draft.start_time or moments.format_time(draft.now)
 
 
 def plan_admission(draft: Draft, pods: GangPods) -> None:
@@ -524,7 +524,7 @@ def _gang_timed_out(draft: Draft, pods: GangPods, live: Mapping[str, Mapping[str
     if timeout is None or timeout <= 0:
         timeout = DEFAULT_SCHEDULE_TIMEOUT_SECONDS
     created = [
-        st.parse_time(metadata_of(pod).get("creationTimestamp")) or draft.now
+        moments.parse_time(metadata_of(pod).get("creationTimestamp")) or draft.now
         for pod in live.values()
     ]
     remaining = st.seconds_left(min(created), timeout, now=draft.now)

@@ -106,7 +106,7 @@ from torchgate.controller.job.model import (
     sort_pods,
 )
 from torchgate.controller.job.model import pytorch_exit_code as pytorch_exit_code
-from torchgate.pytorchjob import names, reasons
+from torchgate.pytorchjob import moments, names, reasons
 from torchgate.pytorchjob.spec import JobSpec, as_mapping
 
 MANAGING_VALUES: Final = frozenset({names.TRAINING_OPERATOR, names.CONTROLLER_NAME})
@@ -211,7 +211,7 @@ def _resume_if_suspended(draft: Draft) -> None:
 
 def _deadline_passed(draft: Draft, pods: GangPods) -> bool:
     deadline = draft.job.run_policy.active_deadline_seconds
-    started = st.parse_time(draft.start_time)
+    started = moments.parse_time(draft.start_time)
     if deadline is None or started is None:
         return False
     remaining = st.seconds_left(started, deadline, now=draft.now)

@@ -111,7 +111,7 @@ from torchgate.kube.errors import (
 )
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import EVENTS, POD_GROUPS, PODS, PYTORCHJOBS, SERVICES, WORKLOADS
-from torchgate.pytorchjob import names, reasons
+from torchgate.pytorchjob import moments, names, reasons
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources, pod_claims
 from torchgate.pytorchjob.fieldpath import FieldError, required
 from torchgate.pytorchjob.names import JobKey
@@ -668,7 +668,7 @@ class Reconciler:
         demands = job_demands(spec, gpus, claims)
         request = self._gang_request(job, spec, policy, gpus, claims, demands)
         if not request.created:  # not stored yet: it would be the newest of its priority
-            request = replace(request, created=st.format_time(self.clock()))
+            request = replace(request, created=moments.format_time(self.clock()))
         return Waiting(key=(spec.namespace, spec.name), request=request, since=since)
 
     # ------------------------------------------------------------------ applying a plan
@@ -880,7 +880,7 @@ class Reconciler:
         await self._patch_status(
             str(metadata.get("namespace")),
             str(metadata.get("name")),
-            {"conditions": updated, "completionTime": st.format_time(now)},
+            {"conditions": updated, "completionTime": moments.format_time(now)},
         )
         self.events.record(job, Event("Warning", reasons.REASON_FAILED_VALIDATION, message))
 
@@ -957,7 +957,7 @@ class EventRecorder:
         )
 
     def _body(self, namespace: str, involved: Mapping[str, Any], event: Event) -> dict[str, Any]:
-        now = st.format_time(self.clock())
+        now = moments.format_time(self.clock())
         return {
             "metadata": {
                 "name": f"{involved.get('name')}.{secrets.token_hex(8)}",
@@ -1064,5 +1064,5 @@ def _run_limit(spec: JobSpec) -> float | None:
 def _ends_by(spec: JobSpec, status: Mapping[str, Any] | None) -> float | None:
     """When a started job has ended at the latest: its ``startTime`` plus its deadline (plan)."""
     limit = _run_limit(spec)
-    started = st.parse_time((status or {}).get("startTime"))
+    started = moments.parse_time((status or {}).get("startTime"))
     return started.timestamp() + limit if limit is not None and started is not None else None

@@ -20,10 +20,11 @@ The condition types and reasons themselves are declared in ``pytorchjob.reasons`
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final
 
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.moments import format_time
 from torchgate.pytorchjob.reasons import FAILED, RESTARTING, RUNNING, SUCCEEDED
 from torchgate.pytorchjob.spec import JobSpec, canonical_replica_type
 
@@ -31,24 +32,6 @@ TRUE: Final = "True"
 FALSE: Final = "False"
 
 Condition = dict[str, Any]
-
-
-def format_time(moment: datetime) -> str:
-    """RFC 3339 in UTC with a ``Z`` and whole seconds, as Kubernetes writes ``metav1.Time``."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(value: object) -> datetime | None:
-    """A timezone-aware datetime from an RFC 3339 string, ``None`` when absent or malformed."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def seconds_left(since: datetime, seconds: float, *, now: datetime) -> float:

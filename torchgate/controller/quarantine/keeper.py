@@ -32,7 +32,7 @@ from torchgate.kube.client import MERGE_PATCH, KubeApi
 from torchgate.kube.errors import ApiError
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import NODES
-from torchgate.pytorchjob import names, reasons
+from torchgate.pytorchjob import moments, names, reasons
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.policy import QuarantineSettings
 
@@ -175,7 +175,7 @@ class QuarantineKeeper:
         counted = rules.one_per_outage(faults)
         causes = ", ".join(sorted({f.cause for f in counted}))
         message = (
-            f"node {name} is quarantined until {rules.format_until(quarantine.until)} after "
+            f"node {name} is quarantined until {moments.format_label_time(quarantine.until)} after "
             f"{len(counted)} infrastructure faults ({causes}): no new gang is placed on it; "
             f"clear with: kubectl taint nodes {name} {names.TAINT_QUARANTINE}-"
         )

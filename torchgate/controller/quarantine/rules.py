@@ -10,10 +10,10 @@ it for every pod and torchgate's placement for every gang (``admission.nodes`` k
 untolerated ``NoSchedule`` taints), so no second list of bad nodes exists to drift, and running
 pods stay where they are (``NoSchedule``, not ``NoExecute``: the faults were the node's, the
 gangs still on it may be fine). Two labels beside it (``torchgate.io/quarantine=<cause>``,
-``torchgate.io/quarantine-until=<ISO 8601 basic>``) make ``kubectl get nodes -L`` show the cause
-and the end of the cooldown. The taint is the truth: an admin clears a quarantine with
-``kubectl taint nodes <node> torchgate.io/quarantine-``, and the labels of a node without the
-taint are tidied away (``next_step``).
+``torchgate.io/quarantine-until=<ISO 8601 basic>``, ``moments`` rule 5) make ``kubectl get
+nodes -L`` show the cause and the end of the cooldown. The taint is the truth: an admin clears a
+quarantine with ``kubectl taint nodes <node> torchgate.io/quarantine-``, and the labels of a node
+without the taint are tidied away (``next_step``).
 
 Rules (each one function):
 
@@ -42,7 +42,8 @@ Rules (each one function):
 
 7. ``history_of``: the faults a Node records of itself (``history_text`` writes them): the
    annotation ``torchgate.io/quarantine-faults``, a JSON list of ``{"at", "cause", "job"}`` with
-   the outage's ``"outage"`` signal and ``"outageBegan"`` when it has one. So the count
+   the outage's ``"outage"`` signal and ``"outageBegan"`` when it has one (times with a zone
+   and every microsecond, ``moments`` rule 4, so they read back equal). So the count
    survives a controller restart or a leader failover (the new leader reads what the old one
    wrote), and an outage counted before it is still one fault after it (rule 6 sees its
    recorded faults; ``recorded_outages`` lets ``job.disruption`` date a taint without
@@ -66,15 +67,14 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
-from torchgate.pytorchjob import names
+from torchgate.pytorchjob import moments, names
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.policy import QuarantineSettings
 from torchgate.pytorchjob.spec import as_list, as_mapping
 
-UNTIL_FORMAT: Final = "%Y%m%dT%H%M%SZ"
 KEPT_FAULTS: Final = 32
 Step = Literal["lift", "tidy"]
 
@@ -163,21 +163,6 @@ def one_per_outage(faults: Iterable[Fault]) -> tuple[Fault, ...]:
     return tuple(counted)
 
 
-def format_until(moment: datetime) -> str:
-    """A label value for the end of a cooldown: ISO 8601 basic format, UTC, whole seconds."""
-    return moment.astimezone(UTC).strftime(UNTIL_FORMAT)
-
-
-def parse_until(value: object) -> datetime | None:
-    """The moment a ``torchgate.io/quarantine-until`` label names (``None``: malformed)."""
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.strptime(value, UNTIL_FORMAT).replace(tzinfo=UTC)
-    except ValueError:
-        return None
-
-
 def _taints(node: Mapping[str, Any]) -> list[Any]:
     return as_list(as_mapping(node.get("spec")).get("taints"))
 
@@ -194,7 +179,7 @@ def quarantine_of(node: Mapping[str, Any]) -> NodeQuarantine:
     return NodeQuarantine(
         tainted=taint is not None,
         cause=str(cause),
-        until=parse_until(labels.get(names.LABEL_QUARANTINE_UNTIL)),
+        until=moments.parse_label_time(labels.get(names.LABEL_QUARANTINE_UNTIL)),
         labelled=names.LABEL_QUARANTINE in labels or names.LABEL_QUARANTINE_UNTIL in labels,
     )
 
@@ -223,7 +208,7 @@ def quarantine_patch(node: Mapping[str, Any], quarantine: Quarantine) -> dict[st
     others = [t for t in _taints(node) if not _is_ours(t)]
     labels = {
         names.LABEL_QUARANTINE: quarantine.cause,
-        names.LABEL_QUARANTINE_UNTIL: format_until(quarantine.until),
+        names.LABEL_QUARANTINE_UNTIL: moments.format_label_time(quarantine.until),
     }
     metadata = _metadata_patch(node, labels)
     metadata["annotations"] = {names.ANNOTATION_QUARANTINE_FAULTS: None}  # rule 8: afresh
@@ -257,27 +242,16 @@ class FaultHistory:
     text: str = ""
 
 
-def _format_moment(moment: datetime) -> str:
-    """RFC 3339 in UTC with a ``Z``, microseconds only when the moment has them (lossless)."""
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def _parse_moment(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else None
-
-
 def _entry(fault: Fault) -> dict[str, str]:
-    entry = {"at": _format_moment(fault.at), "cause": fault.cause, "job": "/".join(fault.job)}
+    entry = {
+        "at": moments.format_exact_time(fault.at),
+        "cause": fault.cause,
+        "job": "/".join(fault.job),
+    }
     if fault.outage is not None:
         entry["outage"] = fault.outage.signal
         if fault.outage.began is not None:
-            entry["outageBegan"] = _format_moment(fault.outage.began)
+            entry["outageBegan"] = moments.format_exact_time(fault.outage.began)
     return entry
 
 
@@ -285,7 +259,7 @@ def _fault_of(node: str, entry: object) -> Fault | None:
     """One recorded entry as a fault of ``node``; ``None`` when it cannot be read whole."""
     if not isinstance(entry, Mapping):
         return None
-    at = _parse_moment(entry.get("at"))
+    at = moments.parse_time(entry.get("at"), zone_required=True)
     cause, job, signal = entry.get("cause"), entry.get("job"), entry.get("outage")
     if at is None or not isinstance(cause, str) or not cause or not isinstance(job, str):
         return None
@@ -295,7 +269,7 @@ def _fault_of(node: str, entry: object) -> Fault | None:
     outage: Outage | None = None
     if signal is not None:
         began = entry.get("outageBegan")
-        began_at = _parse_moment(began)
+        began_at = moments.parse_time(began, zone_required=True)
         if not isinstance(signal, str) or not signal or (began is not None and began_at is None):
             return None
         outage = Outage(signal, began_at)

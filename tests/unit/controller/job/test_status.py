@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -107,25 +107,6 @@ def test_conditions_of_drops_malformed_entries() -> None:
     assert kinds(st.conditions_of(raw)) == [("Created", "True")]
     assert st.conditions_of({"conditions": "junk"}) == []
     assert st.conditions_of(None) == []
-
-
-@pytest.mark.parametrize(
-    ("moment", "text"),
-    [
-        (datetime(2026, 3, 1, 12, 0, 0, 999, tzinfo=UTC), "2026-03-01T12:00:00Z"),
-        (datetime(2026, 3, 1, 13, 0, tzinfo=timezone(timedelta(hours=1))), "2026-03-01T12:00:00Z"),
-        (datetime(2026, 3, 1, 12, 0), "2026-03-01T12:00:00Z"),
-    ],
-    ids=["utc", "offset", "naive-is-utc"],
-)
-def test_times_are_rfc3339_utc_with_z(moment: datetime, text: str) -> None:
-    assert st.format_time(moment) == text
-    assert st.parse_time(text) == moment.replace(microsecond=0, tzinfo=moment.tzinfo or UTC)
-
-
-@pytest.mark.parametrize("value", [None, "", "yesterday", 12], ids=str)
-def test_parse_time_rejects_garbage(value: object) -> None:
-    assert st.parse_time(value) is None
 
 
 def test_replica_statuses_count_phases_per_type() -> None:

@@ -220,17 +220,6 @@ def test_next_step_lifts_after_the_cooldown_and_tidies_a_cleared_node(
     assert rules.next_step(state, now=NOW) == expected
 
 
-@pytest.mark.parametrize("value", ["", "2026-03-01T12:30:00Z", "20261399T000000Z", None])
-def test_a_malformed_until_label_reads_as_unknown(value: object) -> None:
-    assert rules.parse_until(value) is None
-
-
-def test_until_round_trips_through_a_label_value() -> None:
-    value = rules.format_until(NOW)
-    assert value == "20260301T120000Z"
-    assert rules.parse_until(value) == NOW
-
-
 # ------------------------------------------------------------------ rules 7-8: the record
 
 
