@@ -43,9 +43,10 @@ from controllerbench.sampling import processes_cpu_seconds
 from scalebench.webhookprobe import certificates, start_webhook, wait_ready
 
 from torchgate.controller.job.pods import build_pod, build_service
-from torchgate.controller.job.status import format_time, replica_statuses, set_condition
+from torchgate.controller.job.status import replica_statuses, set_condition
 from torchgate.kube.client import MERGE_PATCH, KubeClient
 from torchgate.kube.errors import ApiError
+from torchgate.pytorchjob.moments import format_time
 from torchgate.pytorchjob.spec import JobSpec, parse_job
 from torchgate_dev.controlplane.binaries import ensure_binaries
 from torchgate_dev.controlplane.cluster import ControlPlane

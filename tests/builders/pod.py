@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from tests.builders.job import container
-from torchgate.controller.job.status import format_time
+from torchgate.pytorchjob.moments import format_time
 
 # Spelled out rather than imported: the code under test must agree with these, not define them.
 LABEL_OPERATOR: Final = "training.kubeflow.org/operator-name"

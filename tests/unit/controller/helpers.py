@@ -23,9 +23,9 @@ from torchgate.controller.admission.nodes import NodeView, job_demands
 from torchgate.controller.admission.waiting import GangRequest, Waiting
 from torchgate.controller.job.model import ANNOTATION_ATTEMPT, Observed, Plan
 from torchgate.controller.job.plan import plan
-from torchgate.controller.job.status import format_time
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.devices import GpuSources
+from torchgate.pytorchjob.moments import format_time
 from torchgate.pytorchjob.pool import gang_usage
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)

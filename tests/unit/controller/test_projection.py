@@ -29,12 +29,12 @@ from torchgate.controller.job import status as st
 from torchgate.controller.job.disruption import NodeHealth, TimedTaint
 from torchgate.controller.job.finish import released_on_end
 from torchgate.controller.job.reconciler import job_key_of_pod
-from torchgate.controller.job.status import format_time
 from torchgate.controller.quarantine import rules as quarantine_rules
 from torchgate.controller.quarantine.rules import Quarantine
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.cleanup import clean_pod_policy_for
 from torchgate.pytorchjob.devices import GpuSources, pod_gpus
+from torchgate.pytorchjob.moments import format_time
 from torchgate.pytorchjob.projection import project_node, project_pod
 from torchgate.pytorchjob.units import pod_units
 

@@ -27,8 +27,8 @@ from torchgate.controller.job.model import (
     current_attempt,
 )
 from torchgate.controller.job.plan import asks_namespace_first, plan
-from torchgate.controller.job.status import format_time
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.moments import format_time
 
 MASTER, W0, W1 = "demo-master-0", "demo-worker-0", "demo-worker-1"
 ALL = (MASTER, W0, W1)

@@ -15,8 +15,8 @@ from torchgate.controller.admission.nodes import Taint
 from torchgate.controller.job.disruption import NodeHealth, TimedTaint, deleted_node
 from torchgate.controller.job.envvars import rendezvous_host
 from torchgate.controller.job.pods import build_pod, build_service
-from torchgate.controller.job.status import format_time
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.moments import format_time
 
 GPU = "nvidia.com/gpu"
 
