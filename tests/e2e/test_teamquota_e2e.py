@@ -6,7 +6,8 @@ and the apiserver keeps ``spec.preemption``/``spec.topology`` (a structural sche
 it does not know). Then ``torchgate webhook`` (a subprocess watching the cluster, registered with
 ``failurePolicy: Fail``) refuses a job its team can never hold and a topology annotation naming
 no level, with the apiserver passing on the (reason, field) causes; a TeamQuota created or
-changed in the cluster takes effect without a restart.
+changed in the cluster takes effect without a restart; a TeamQuota claiming a namespace another
+team owns is refused, and a namespace moves once its team let it go.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from torchgate_dev.state import DevError
 
 pytestmark = pytest.mark.e2e
 
+DUPLICATE = ErrorType.DUPLICATE.value
 FORBIDDEN = ErrorType.FORBIDDEN.value
 NOT_SUPPORTED = ErrorType.NOT_SUPPORTED.value
 REQUIRED_ANNOTATION = "torchgate.io/topology-required"
@@ -181,3 +183,48 @@ def test_the_webhook_refuses_what_a_team_can_never_hold_and_unknown_topology_lev
         cluster.kubectl("delete", "teamquota", team, lender, "--ignore-not-found", check=False)
         cluster.kubectl("delete", "placementpolicy", topo, "--ignore-not-found", check=False)
         cluster.clean_up_test()
+
+
+def test_the_webhook_refuses_a_team_quota_claiming_a_namespace_another_team_owns(
+    cluster: Cluster, webhook: LocalWebhook
+) -> None:
+    suffix = secrets.token_hex(3)
+    # alpha is earlier by name: stored, its claim would leave zeta out with all its namespaces.
+    alpha, zeta = f"e2e-alpha-{suffix}", f"e2e-zeta-{suffix}"
+    train, evaluate = f"zeta-train-{suffix}", f"zeta-eval-{suffix}"
+
+    def put(name: str, namespaces: list[str], *, dry: bool) -> tuple[int, dict[str, Any]]:
+        stored = cluster.get("teamquota", name)
+        assert stored is not None
+        stored["spec"]["namespaces"] = namespaces
+        path = f"/apis/torchgate.io/v1alpha1/teamquotas/{name}" + ("?dryRun=All" if dry else "")
+        return cluster.api_request("PUT", path, stored)
+
+    try:
+        cluster.apply(
+            [
+                team_quota(zeta, [train, evaluate], cohort=suffix, nominalGPUs=16),
+                team_quota(alpha, [f"alpha-{suffix}"], cohort=suffix, nominalGPUs=8),
+            ]
+        )
+        claim = [f"alpha-{suffix}", evaluate]
+
+        body = cluster.wait_for(
+            lambda: (answer := put(alpha, claim, dry=True))[0] == 422 and answer[1],
+            timeout=15,
+            what="the webhook to know zeta's namespaces",
+        )
+
+        assert causes(body) == {(DUPLICATE, "spec.namespaces[1]")}
+        assert zeta in body["details"]["causes"][0]["message"]
+        assert put(alpha, claim, dry=False)[0] == 422
+        assert cluster.get("teamquota", alpha)["spec"]["namespaces"] == [f"alpha-{suffix}"]  # type: ignore[index]
+
+        # The move, in two writes: zeta lets the namespace go, then alpha takes it.
+        assert put(zeta, [train], dry=False)[0] == 200
+        cluster.wait_for(
+            lambda: put(alpha, claim, dry=True)[0] == 200, timeout=15, what="zeta's release seen"
+        )
+        assert put(alpha, claim, dry=False)[0] == 200
+    finally:
+        cluster.kubectl("delete", "teamquota", alpha, zeta, "--ignore-not-found", check=False)

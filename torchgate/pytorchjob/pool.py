@@ -21,7 +21,11 @@ Rules (each one function):
    order; a team listing a namespace an earlier team claimed is invalid (the error is at its
    ``spec.namespaces[i]``) and left out with all its namespaces. The webhook (which team's quota
    a job is checked against) and the controller (which team a gang counts for, the ``Valid``
-   condition) both ask this one function.
+   condition) both ask this one function. ``claimed_elsewhere`` is the same rule when a
+   TeamQuota is written: a namespace it lists that it did not list before and another valid team
+   owns is refused, whichever team is earlier by name, so that one team's edit never leaves
+   another team, untouched, without its quota (its running gangs unprotected, its waiting jobs
+   unlimited); a namespace moves by removing it from its team first.
 3. ``parse_pool_settings``: ``spec.preemption.minimumRunSeconds`` is a non-negative integer,
    ``spec.preemption.neverPreemptPriority`` an integer (gangs at or above it are never
    preempted); ``spec.topology.levels`` is a list of distinct label keys, coarsest first;
@@ -55,7 +59,7 @@ Parsing never raises: a malformed object yields field errors and is left out.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -301,16 +305,33 @@ def resolve_teams(quotas: Iterable[TeamQuota]) -> Teams:
         for index, namespace in enumerate(quota.namespaces):
             first = claimed.setdefault(namespace, quota.name)
             if first != quota.name:
-                errors.setdefault(quota.name, []).append(
-                    duplicate(
-                        _SPEC.child("namespaces").index(index),
-                        namespace,
-                        f"already owned by TeamQuota {first}",
-                    )
-                )
+                errors.setdefault(quota.name, []).append(_owned_by(index, namespace, first))
     valid = {quota.name: quota for quota in ordered if quota.name not in errors}
     owners = {namespace: team for namespace, team in claimed.items() if team in valid}
     return Teams(valid=valid, owners=owners, errors=errors)
+
+
+def claimed_elsewhere(
+    quota: TeamQuota, owner_of: Callable[[str], str | None], before: Iterable[str] = ()
+) -> list[FieldError]:
+    """The namespaces a written ``quota`` newly claims that another team owns (rule 2).
+
+    ``owner_of`` names the valid team owning a namespace now; ``before``: the namespaces the
+    TeamQuota listed before this write (an UPDATE), never refused again.
+    """
+    kept = frozenset(before)
+    errors: list[FieldError] = []
+    for index, namespace in enumerate(quota.namespaces):
+        owner = None if namespace in kept else owner_of(namespace)
+        if owner is not None and owner != quota.name:
+            errors.append(_owned_by(index, namespace, owner))
+    return errors
+
+
+def _owned_by(index: int, namespace: str, owner: str) -> FieldError:
+    return duplicate(
+        _SPEC.child("namespaces").index(index), namespace, f"already owned by TeamQuota {owner}"
+    )
 
 
 # ------------------------------------------------------------------ rule 3: policy sections

@@ -19,7 +19,9 @@ declaration, no second validator), so a policy that would be left out once store
 ``kubectl apply`` instead, every error at its field path in the same Status as a job's denial
 (naming the object's own kind and group). Only the object written is judged: an UPDATE that
 fixes a policy stored invalid (while the webhook was down) is allowed, and DELETE never comes
-here.
+here. A TeamQuota is also judged against the teams the webhook knows (``team_for``): a namespace
+it newly lists that another team owns is refused (``pool.claimed_elsewhere``), as the controller
+would otherwise leave the later of the two teams by name out, with all its namespaces.
 
 ``evaluate`` is what ``torchgate check`` runs offline: exactly the mutating route's defaulting
 followed by the validating route's checks on the defaulted object, and, as on a cluster, the first
@@ -42,7 +44,13 @@ from torchgate.pytorchjob import names
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup
 from torchgate.pytorchjob.fieldpath import FieldError, FieldWarning, dedupe, render_warnings
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy
-from torchgate.pytorchjob.pool import QUOTA_KIND, QUOTA_PLURAL, parse_team_quota
+from torchgate.pytorchjob.pool import (
+    QUOTA_KIND,
+    QUOTA_PLURAL,
+    TeamQuota,
+    claimed_elsewhere,
+    parse_team_quota,
+)
 from torchgate.webhook.defaulting import Defaulted, default_job
 from torchgate.webhook.validation import Team, validate_create, validate_scale, validate_update
 
@@ -184,7 +192,7 @@ def validate(
         return _validate_scale(review, stored, policy_for, team_for, claims_for)
     admin = _admin_object(request)
     if admin is not None:
-        return _validate_admin_object(review, *admin)
+        return _validate_admin_object(review, *admin, team_for)
     operation = request.get("operation")
     if not _is_ours(request) or operation not in ("CREATE", "UPDATE"):
         return allowed_answer(review)
@@ -232,17 +240,37 @@ def _admin_object(request: Mapping[str, Any]) -> tuple[str, AdminParser] | None:
 
 
 def _validate_admin_object(
-    review: Mapping[str, Any], kind: str, parse: AdminParser
+    review: Mapping[str, Any], kind: str, parse: AdminParser, team_for: TeamLookup | None
 ) -> dict[str, Any]:
-    """A PlacementPolicy or TeamQuota written: refused with every error its parser finds."""
+    """A PlacementPolicy or TeamQuota written: refused with every error its parser finds.
+
+    A TeamQuota that parses is refused too for the namespaces it newly claims from another team.
+    """
     request = review["request"]
     if request.get("operation") not in ("CREATE", "UPDATE"):
         return allowed_answer(review)
     written = request["object"]
-    _, errors = parse(written)
+    parsed, errors = parse(written)
+    if isinstance(parsed, TeamQuota) and team_for is not None:
+        old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
+        errors = claimed_elsewhere(parsed, lambda ns: _owner(team_for, ns), _listed(old))
     if not errors:
         return allowed_answer(review)
     return respond(review, errors=errors, job=written, kind=kind, group=names.POLICY_GROUP)
+
+
+def _owner(team_for: TeamLookup, namespace: str) -> str | None:
+    team = team_for(namespace)
+    return None if team is None else team.quota.name
+
+
+def _listed(quota: object) -> list[str]:
+    """The namespaces a stored TeamQuota lists, however malformed the rest of it."""
+    spec = quota.get("spec") if isinstance(quota, _OBJECT) else None
+    listed = spec.get("namespaces") if isinstance(spec, _OBJECT) else None
+    if not isinstance(listed, list):
+        return []
+    return [namespace for namespace in listed if isinstance(namespace, str)]
 
 
 def _validate_scale(

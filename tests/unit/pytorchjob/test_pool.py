@@ -20,6 +20,7 @@ from torchgate.pytorchjob.pool import (
     TeamQuota,
     TopologyRequest,
     TopologySettings,
+    claimed_elsewhere,
     never_admissible,
     parse_pool_settings,
     parse_team_quota,
@@ -130,6 +131,15 @@ def test_a_namespace_owned_by_two_teams_is_reported_on_the_later_team() -> None:
     assert teams.owner_of("w") is None
     assert teams.owner_of("z") is None, "a team left out owns none of its namespaces"
     assert dict(teams.valid) == {"a": a}
+
+
+def test_a_team_quota_written_may_not_claim_a_namespace_another_team_owns() -> None:
+    owners = {"x": "a", "y": "a", "z": "b"}.get
+    written = parsed_team("b", 0, namespaces=["z", "y", "w"])
+
+    assert pairs(claimed_elsewhere(written, owners)) == [(DUPLICATE, "spec.namespaces[1]")]
+    assert claimed_elsewhere(written, owners, before=["y"]) == [], "listed before: not judged"
+    assert claimed_elsewhere(parsed_team("a", 0, namespaces=["x", "y"]), owners) == []
 
 
 # ------------------------------------------------------------------ policy sections

@@ -2,7 +2,9 @@
 
 The route judges them with the parser the webhook's cache and the controller load them with, so
 what would be left out once stored (Valid=False, its jobs without a policy) is refused when
-written, each error at its field path in an Invalid Status naming the object's own kind.
+written, each error at its field path in an Invalid Status naming the object's own kind. A
+TeamQuota newly claiming a namespace another team owns is refused too: stored, it would leave
+the later team by name out, with all its namespaces.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from tests.builders.policy import policy
 from tests.builders.team import team_quota
 from torchgate.pytorchjob.fieldpath import ErrorType
 from torchgate.pytorchjob.policy import DEFAULT_POLICY
+from torchgate.pytorchjob.pool import parse_team_quota
 from torchgate.webhook.review import validate
+from torchgate.webhook.validation.sharing import resolve_team
 
 INVALID = ErrorType.INVALID.value
 NOT_SUPPORTED = ErrorType.NOT_SUPPORTED.value
@@ -161,3 +165,54 @@ def test_deletes_and_status_writes_are_never_refused() -> None:
 
     assert deleted["allowed"] is True
     assert status_written["allowed"] is True
+
+
+# ------------------------------------------------------------------ a namespace of another team
+
+DUPLICATE = ErrorType.DUPLICATE.value
+
+
+def quota_answer(review: dict[str, Any], *stored: dict[str, Any]) -> dict[str, Any]:
+    """The answer of a webhook whose TeamQuota cache holds ``stored``."""
+    quotas = [parsed for parsed, _ in map(parse_team_quota, stored) if parsed is not None]
+    response: dict[str, Any] = validate(
+        review, lambda _: DEFAULT_POLICY, lambda namespace: resolve_team(quotas, namespace)
+    )["response"]
+    return response
+
+
+ZETA = team_quota("zeta", ["zeta-train", "zeta-eval"], cohort="h100", nominalGPUs=16)
+ALPHA = team_quota("alpha", ["alpha"], cohort="h100", nominalGPUs=8)
+
+
+def test_a_team_quota_claiming_a_namespace_another_team_owns_is_refused() -> None:
+    # Stored, alpha (earlier by name) would own zeta-eval and leave zeta out with all its
+    # namespaces: zeta's running gangs would lose their quota's protection, its jobs any limit.
+    moved = team_quota("alpha", ["alpha", "zeta-eval"], cohort="h100", nominalGPUs=8)
+    created = team_quota("omega", ["zeta-train"], nominalGPUs=8)
+
+    update = quota_answer(admin_review(moved, operation="UPDATE", old=ALPHA), ZETA, ALPHA)
+    create = quota_answer(admin_review(created), ZETA, ALPHA)
+
+    assert update["allowed"] is False
+    assert causes(update) == [(DUPLICATE, "spec.namespaces[1]")]
+    assert "zeta" in update["status"]["details"]["causes"][0]["message"]
+    assert create["allowed"] is False
+    assert causes(create) == [(DUPLICATE, "spec.namespaces[0]")]
+
+
+def test_a_namespace_moves_between_teams_once_its_team_let_it_go() -> None:
+    released = team_quota("zeta", ["zeta-train"], cohort="h100", nominalGPUs=16)
+    taken = team_quota("alpha", ["alpha", "zeta-eval"], cohort="h100", nominalGPUs=8)
+    clashing = team_quota("alpha", ["alpha", "zeta-eval"], cohort="h100", nominalGPUs=16)
+
+    release = quota_answer(admin_review(released, operation="UPDATE", old=ZETA), ZETA, ALPHA)
+    take = quota_answer(admin_review(taken, operation="UPDATE", old=ALPHA), released, ALPHA)
+    # a clash stored while the webhook was down does not block other edits of the same team
+    edit = quota_answer(admin_review(clashing, operation="UPDATE", old=taken), ZETA, ALPHA)
+    same = quota_answer(admin_review(ZETA, operation="UPDATE", old=ZETA), ZETA, ALPHA)
+
+    assert release == {"uid": "uid-1", "allowed": True}
+    assert take == {"uid": "uid-1", "allowed": True}
+    assert edit == {"uid": "uid-1", "allowed": True}
+    assert same == {"uid": "uid-1", "allowed": True}
