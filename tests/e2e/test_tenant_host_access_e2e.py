@@ -2,12 +2,12 @@
 
 The tenant (a user impersonated by the admin, bound to a Role that grants PyTorchJobs and nothing
 else) cannot create a pod, but the controller creates the job's pods from its templates. So what
-a template asks for is what the tenant gets: the host's PID, IPC or network namespace, or a
-capability that amounts to a privileged container (``SYS_ADMIN``, ``ALL``), would let the
-tenant's training code see and signal every process on the node, other tenants' included, or
-leave the node. The validating webhook refuses each at its field unless the namespace's
-PlacementPolicy says ``allowPrivileged``; under such a policy the controller creates the pods as
-written.
+a template asks for is what the tenant gets: the host's PID, IPC or network namespace, a port of
+the node (``hostPort``), or a capability that amounts to a privileged container (``SYS_ADMIN``,
+``ALL``), would let the tenant's training code see and signal every process on the node, other
+tenants' included, take the node's traffic, or leave the node. The validating webhook refuses
+each at its field unless the namespace's PlacementPolicy says ``allowPrivileged``; under such a
+policy the controller creates the pods as written.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def as_user(
 
 
 def host_access_job(name: str, namespace: str, pool: str) -> dict[str, Any]:
-    """A CPU job whose templates share the host's namespaces and add ``SYS_ADMIN``."""
+    """A CPU job whose templates share the host's namespaces, add ``SYS_ADMIN``, take a port."""
     pod_spec = {
         "hostPID": True,
         "hostIPC": True,
@@ -102,6 +102,7 @@ def host_access_job(name: str, namespace: str, pool: str) -> dict[str, Any]:
     for replica in raw["spec"]["pytorchReplicaSpecs"].values():
         (training,) = replica["template"]["spec"]["containers"]
         training["securityContext"] = {"capabilities": {"add": ["SYS_ADMIN"]}}
+        training["ports"] = [{"name": "kubelet", "containerPort": 10250, "hostPort": 10250}]
     return raw
 
 
@@ -128,8 +129,9 @@ def test_a_tenant_gets_the_nodes_namespaces_only_where_the_policy_allows_privile
             for field in ("hostNetwork", "hostPID", "hostIPC")
         ),
         *(
-            (FORBIDDEN, f"{pod_path}.containers[0].securityContext.capabilities.add[0]")
+            (FORBIDDEN, f"{pod_path}.containers[0].{field}")
             for pod_path in PODS
+            for field in ("securityContext.capabilities.add[0]", "ports[0].hostPort")
         ),
     }
     assert cluster.list_objects("pytorchjobs", namespace) == []

@@ -16,9 +16,10 @@ What ``allowPrivileged`` allows: everything that gives a pod's code power over i
 than its own pod, since the tenant who writes the template gets it in pods the controller creates
 (the tenant may not create pods itself): a ``privileged`` container, the node's network, PID or
 IPC namespace (``HOST_NAMESPACES``: every process of the node, other tenants' included, visible
-and signalable; their traffic and the node's loopback services reachable), and the capabilities
-that make a container privileged in all but name (``NODE_CAPABILITIES``, named as the container
-runtimes read them: any case, with or without ``CAP_``). Capabilities scoped to the pod
+and signalable; their traffic and the node's loopback services reachable), a port of the node
+(``hostPort``), and the capabilities that make a container privileged in all but name
+(``NODE_CAPABILITIES``, named as the container runtimes read them: any case, with or without
+``CAP_``). Capabilities scoped to the pod
 (``IPC_LOCK``, which the webhook adds for RDMA, ``SYS_PTRACE``, ``NET_ADMIN``) stay allowed.
 
 Parsing never raises: a malformed policy yields field errors (reported by whoever loaded it) and is

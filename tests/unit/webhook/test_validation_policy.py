@@ -241,6 +241,34 @@ HOST_ACCESS = [
     case("pod-capabilities-allowed", adding("IPC_LOCK", "SYS_PTRACE", "NET_ADMIN"), []),
     case("node-capabilities-allowed-with-privilege", adding("SYS_ADMIN", "ALL"), [], PRIVILEGED),
     case(
+        "host-port-refused-by-default",
+        job()
+        .master()
+        .workers(1)
+        .edit(
+            setting(
+                *master_container("ports"),
+                [
+                    {"name": "pytorchjob-port", "containerPort": 23456},
+                    {"name": "kubelet", "containerPort": 8080, "hostPort": 10250},
+                    {"name": "unset", "containerPort": 8081, "hostPort": 0},
+                ],
+            )
+        )
+        .build(),
+        [(FORBIDDEN, f"{MC0}.ports[1].hostPort")],
+    ),
+    case(
+        "host-port-allowed-with-privilege",
+        job()
+        .master()
+        .workers(1)
+        .edit(setting(*master_container("ports"), [{"containerPort": 80, "hostPort": 80}]))
+        .build(),
+        [],
+        PRIVILEGED,
+    ),
+    case(
         "node-capability-in-an-init-container",
         job()
         .master(

@@ -306,6 +306,7 @@ _CONTAINER_RULES: Final[tuple[ContainerRule | Reads[ContainerRule], ...]] = (
     reads(containers.volume_mounts, "volumeMounts"),
     reads(containers.privileged, "securityContext"),
     reads(containers.node_capabilities, "securityContext"),
+    reads(containers.host_ports, "ports"),
 )
 
 # The one ordered list of rules: its order is the order errors and warnings are reported in.

@@ -1,8 +1,9 @@
 """Container rules: image, ``command``/``args`` shape, resources and GPUs, volume mounts, privilege.
 
-Privilege is the policy's ``allowPrivileged``: a ``privileged`` container, or one adding a
-capability that acts on the node rather than the pod (``policy.NODE_CAPABILITIES``), is refused
-without it.
+Privilege is the policy's ``allowPrivileged``: a ``privileged`` container, one adding a
+capability that acts on the node rather than the pod (``policy.NODE_CAPABILITIES``), or one
+taking a port of the node (``hostPort``: the node's traffic to that port goes to the pod, ahead
+of a node service on it where the CNI's portmap forwards it), is refused without it.
 
 Why GPUs get most of the attention: a gang holds every GPU it was given while any pod is
 waiting, so a replica whose GPU request cannot be met as written (a fraction, requests unequal to
@@ -311,4 +312,21 @@ def node_capabilities(job: JobFacts, replica: ReplicaFacts, container: Container
         )
         for index, entry in enumerate(added)
         if capability_name(entry) in NODE_CAPABILITIES
+    ]
+
+
+def host_ports(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
+    """No ``ports[i].hostPort`` (the node's port) unless the policy allows privilege."""
+    ports = container.fields.get("ports")
+    if not isinstance(ports, list) or job.policy.allow_privileged:
+        return NONE
+    return [
+        forbidden(
+            at(container.path, "ports", index, "hostPort"),
+            f"hostPort {port['hostPort']} is not allowed by {job.policy_label} "
+            "(allowPrivileged: false): the node's traffic to that port would go to this pod; "
+            "the job's pods reach each other on their own ports, others through a Service",
+        )
+        for index, port in enumerate(ports)
+        if isinstance(port, OBJECT) and port.get("hostPort") not in (None, 0)
     ]
