@@ -12,6 +12,16 @@ one pool's admins decide for their nodes), and the progress deadline of its jobs
 matching one with the highest ``priority`` (ties broken by name, so the choice never depends on
 list order), or the built-in default when none matches.
 
+What ``allowPrivileged`` allows: everything that gives a pod's code power over its node rather
+than its own pod, since the tenant who writes the template gets it in pods the controller creates
+(the tenant may not create pods itself): a ``privileged`` container, the node's network, PID or
+IPC namespace (``HOST_NAMESPACES``: every process of the node, other tenants' included, visible
+and signalable; their traffic and the node's loopback services reachable), a port of the node
+(``hostPort``), and the capabilities that make a container privileged in all but name
+(``NODE_CAPABILITIES``, named as the container runtimes read them: any case, with or without
+``CAP_``). Capabilities scoped to the pod
+(``IPC_LOCK``, which the webhook adds for RDMA, ``SYS_PTRACE``, ``NET_ADMIN``) stay allowed.
+
 Parsing never raises: a malformed policy yields field errors (reported by whoever loaded it) and is
 left out, so one bad object cannot take admission down.
 """
@@ -134,6 +144,33 @@ def _under_a_prefix(prefixes: tuple[str, ...], path: str) -> bool:
 
 
 DEFAULT_POLICY = PlacementPolicy()
+
+HOST_NAMESPACES: Final = ("hostNetwork", "hostPID", "hostIPC")
+"""Pod-spec fields that share one of the node's namespaces (only with ``allowPrivileged``)."""
+NODE_CAPABILITIES: Final = frozenset(
+    {
+        "ALL",
+        "SYS_ADMIN",  # mount, setns into the node's namespaces (with hostPID), most of root
+        "SYS_MODULE",  # load a kernel module
+        "SYS_RAWIO",  # raw device and port I/O
+        "SYS_BOOT",  # reboot the node
+        "SYS_TIME",  # set the node's clock
+        "DAC_READ_SEARCH",  # open_by_handle_at: read any file of the node's filesystem
+        "BPF",  # load BPF programs into the node's kernel
+    }
+)
+"""Capabilities that act on the node, not the pod (only with ``allowPrivileged``)."""
+
+
+def capability_name(entry: object) -> str | None:
+    """A ``capabilities.add`` entry as the container runtime reads it, ``None`` if not a string.
+
+    Runtimes upper-case the name and prefix ``CAP_`` (CRI-O only when it is missing), so
+    ``sys_admin`` and ``cap_sys_admin`` are read as ``SYS_ADMIN``: either adds it on some node.
+    """
+    if not isinstance(entry, str):
+        return None
+    return entry.upper().removeprefix("CAP_")
 
 
 def select_policy(policies: Iterable[PlacementPolicy], namespace: str) -> PlacementPolicy:

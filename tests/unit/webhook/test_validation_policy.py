@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.builders.job import container, cpu_job, gpu_job, job
+from tests.builders.job import container, cpu_job, gpu_job, job, with_uid
 from tests.builders.policy import parsed_policy
 from tests.unit.webhook.validationcases import (
     FORBIDDEN,
@@ -19,6 +20,7 @@ from tests.unit.webhook.validationcases import (
     NOT_SUPPORTED,
     REQUIRED,
     SPECS,
+    WPOD,
     Pairs,
     case,
     check,
@@ -26,8 +28,8 @@ from tests.unit.webhook.validationcases import (
     pairs,
     setting,
 )
-from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy
-from torchgate.webhook.validation import validate_create
+from torchgate.pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy, parse_policy
+from torchgate.webhook.validation import validate_create, validate_update
 from torchgate_dev import packagedata
 
 # ---------------------------------------------------------------------- rule 7: policy
@@ -195,6 +197,114 @@ POLICY = [
 @pytest.mark.parametrize(("raw", "active_policy", "expected"), POLICY)
 def test_policy_rules(raw: Any, active_policy: PlacementPolicy, expected: Pairs) -> None:
     check(raw, active_policy, expected)
+
+
+# ------------------------------------------------- rule 7: privilege over the node, not the pod
+
+
+def sharing(*fields: str) -> dict[str, Any]:
+    """A job whose Master shares the node's namespaces named by ``fields``."""
+    return job().master(pod_spec=dict.fromkeys(fields, True)).workers(1).build()
+
+
+def adding(*capabilities: Any) -> dict[str, Any]:
+    """A job whose Master's training container adds ``capabilities``."""
+    context = {"capabilities": {"add": list(capabilities)}}
+    edit = setting(*master_container("securityContext"), context)
+    return job().master().workers(1).edit(edit).build()
+
+
+ADD = f"{MC0}.securityContext.capabilities.add"
+HOST_ACCESS = [
+    case(
+        "host-namespaces-refused-by-default",
+        sharing("hostNetwork", "hostPID", "hostIPC"),
+        [
+            (FORBIDDEN, f"{MPOD}.hostNetwork"),
+            (FORBIDDEN, f"{MPOD}.hostPID"),
+            (FORBIDDEN, f"{MPOD}.hostIPC"),
+        ],
+    ),
+    case(
+        "host-namespaces-allowed-with-privilege", sharing("hostPID", "hostNetwork"), [], PRIVILEGED
+    ),
+    case(
+        "host-namespaces-set-false",
+        job().master(pod_spec={"hostPID": False, "hostNetwork": False}).workers(1).build(),
+        [],
+    ),
+    case(
+        "node-capabilities-refused-in-any-spelling",
+        adding("IPC_LOCK", "SYS_ADMIN", "all", "cap_sys_module", "SYS_PTRACE", 7),
+        [(FORBIDDEN, f"{ADD}[1]"), (FORBIDDEN, f"{ADD}[2]"), (FORBIDDEN, f"{ADD}[3]")],
+    ),
+    case("pod-capabilities-allowed", adding("IPC_LOCK", "SYS_PTRACE", "NET_ADMIN"), []),
+    case("node-capabilities-allowed-with-privilege", adding("SYS_ADMIN", "ALL"), [], PRIVILEGED),
+    case(
+        "host-port-refused-by-default",
+        job()
+        .master()
+        .workers(1)
+        .edit(
+            setting(
+                *master_container("ports"),
+                [
+                    {"name": "pytorchjob-port", "containerPort": 23456},
+                    {"name": "kubelet", "containerPort": 8080, "hostPort": 10250},
+                    {"name": "unset", "containerPort": 8081, "hostPort": 0},
+                ],
+            )
+        )
+        .build(),
+        [(FORBIDDEN, f"{MC0}.ports[1].hostPort")],
+    ),
+    case(
+        "host-port-allowed-with-privilege",
+        job()
+        .master()
+        .workers(1)
+        .edit(setting(*master_container("ports"), [{"containerPort": 80, "hostPort": 80}]))
+        .build(),
+        [],
+        PRIVILEGED,
+    ),
+    case(
+        "node-capability-in-an-init-container",
+        job()
+        .master(
+            pod_spec={
+                "initContainers": [
+                    {
+                        "name": "i",
+                        "image": "busybox",
+                        "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}},
+                    }
+                ]
+            }
+        )
+        .workers(1)
+        .build(),
+        [(FORBIDDEN, f"{MPOD}.initContainers[0].securityContext.capabilities.add[0]")],
+    ),
+]
+
+
+@pytest.mark.parametrize(("raw", "active_policy", "expected"), HOST_ACCESS)
+def test_privilege_over_the_node_needs_allow_privileged(
+    raw: Any, active_policy: PlacementPolicy, expected: Pairs
+) -> None:
+    check(raw, active_policy, expected)
+
+
+def test_an_update_that_shares_the_nodes_pid_namespace_is_refused() -> None:
+    admitted = with_uid(cpu_job().build())
+    updated = copy.deepcopy(admitted)
+    for replica in updated["spec"]["pytorchReplicaSpecs"].values():
+        replica["template"]["spec"]["hostPID"] = True
+
+    verdict = validate_update(admitted, updated, DEFAULT_POLICY)
+
+    assert pairs(verdict) == [(FORBIDDEN, f"{MPOD}.hostPID"), (FORBIDDEN, f"{WPOD}.hostPID")]
 
 
 # ---------------------------------------------------------------------- the dev cluster's policy

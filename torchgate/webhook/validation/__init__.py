@@ -49,7 +49,7 @@ from torchgate.pytorchjob.fieldpath import (
     invalid,
     render_warnings,
 )
-from torchgate.pytorchjob.policy import PlacementPolicy
+from torchgate.pytorchjob.policy import HOST_NAMESPACES, PlacementPolicy
 from torchgate.pytorchjob.pool import ANNOTATION_TOPOLOGY_PREFERRED, ANNOTATION_TOPOLOGY_REQUIRED
 from torchgate.pytorchjob.progress import ANNOTATION_PROGRESS_DEADLINE
 from torchgate.webhook.validation import (
@@ -305,6 +305,8 @@ _CONTAINER_RULES: Final[tuple[ContainerRule | Reads[ContainerRule], ...]] = (
     launch.gpu_peers,  # fires on a container without GPUs
     reads(containers.volume_mounts, "volumeMounts"),
     reads(containers.privileged, "securityContext"),
+    reads(containers.node_capabilities, "securityContext"),
+    reads(containers.host_ports, "ports"),
 )
 
 # The one ordered list of rules: its order is the order errors and warnings are reported in.
@@ -342,6 +344,7 @@ RULES: Final[tuple[JobRule, ...]] = (
             pod.pytorch_container,  # reports missing containers too
             reads(pod.node_selector, "nodeSelector"),
             reads(pod.volumes, "volumes"),
+            reads(pod.host_namespaces, *HOST_NAMESPACES),
             claims.container_claim_names,  # a container may name a claim the pod lacks
             reads(claims.claim_sources, "resourceClaims"),
             reads(claims.shared_claim, "resourceClaims"),

@@ -1,5 +1,10 @@
 """Container rules: image, ``command``/``args`` shape, resources and GPUs, volume mounts, privilege.
 
+Privilege is the policy's ``allowPrivileged``: a ``privileged`` container, one adding a
+capability that acts on the node rather than the pod (``policy.NODE_CAPABILITIES``), or one
+taking a port of the node (``hostPort``: the node's traffic to that port goes to the pod, ahead
+of a node service on it where the CNI's portmap forwards it), is refused without it.
+
 Why GPUs get most of the attention: a gang holds every GPU it was given while any pod is
 waiting, so a replica whose GPU request cannot be met as written (a fraction, requests unequal to
 limits, replicas asking for different counts while torchrun starts the same number of processes
@@ -15,6 +20,7 @@ from decimal import Decimal
 from typing import Any
 
 from torchgate.pytorchjob.fieldpath import FieldPath, forbidden, invalid, required
+from torchgate.pytorchjob.policy import NODE_CAPABILITIES, capability_name
 from torchgate.webhook.imageref import image_reference_problem, is_lone_placeholder
 from torchgate.webhook.validation.facts import (
     MEMO_TYPES,
@@ -288,3 +294,39 @@ def privileged(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) 
             )
         ]
     return NONE
+
+
+def node_capabilities(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
+    """No capability that acts on the node (``SYS_ADMIN``, ``ALL``, ...) unless privileged."""
+    security = container.fields.get("securityContext")
+    capabilities = security.get("capabilities") if isinstance(security, OBJECT) else None
+    added = capabilities.get("add") if isinstance(capabilities, OBJECT) else None
+    if not isinstance(added, list) or job.policy.allow_privileged:
+        return NONE
+    return [
+        forbidden(
+            at(container.path, "securityContext", "capabilities", "add", index),
+            f"capability {quote(entry)} is not allowed by {job.policy_label} "
+            "(allowPrivileged: false): it acts on the node, not the pod; add only what the "
+            "training needs (for example IPC_LOCK for RDMA)",
+        )
+        for index, entry in enumerate(added)
+        if capability_name(entry) in NODE_CAPABILITIES
+    ]
+
+
+def host_ports(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
+    """No ``ports[i].hostPort`` (the node's port) unless the policy allows privilege."""
+    ports = container.fields.get("ports")
+    if not isinstance(ports, list) or job.policy.allow_privileged:
+        return NONE
+    return [
+        forbidden(
+            at(container.path, "ports", index, "hostPort"),
+            f"hostPort {port['hostPort']} is not allowed by {job.policy_label} "
+            "(allowPrivileged: false): the node's traffic to that port would go to this pod; "
+            "the job's pods reach each other on their own ports, others through a Service",
+        )
+        for index, port in enumerate(ports)
+        if isinstance(port, OBJECT) and port.get("hostPort") not in (None, 0)
+    ]

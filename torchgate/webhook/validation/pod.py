@@ -4,7 +4,10 @@ Why here: these are the parts of a replica spec the controller copies into every
 creates. A ``replicas: 2`` on Master, a template without a ``pytorch`` container, a
 ``nodeSelector`` asking for another pool than the policy's, or a ``hostPath`` the admin has not
 allowed each produce pods that cannot run as intended, so they are refused with the field at
-fault. Replica types other than Master and Worker are reported last, after every known replica.
+fault; so is a template sharing the node's network, PID or IPC namespace without the policy's
+``allowPrivileged`` (``policy.HOST_NAMESPACES``: a user who may only write PyTorchJobs would get
+pods that see and signal every process of the node, other tenants' included). Replica types
+other than Master and Worker are reported last, after every known replica.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from torchgate.pytorchjob.fieldpath import (
     not_supported,
     required,
 )
-from torchgate.pytorchjob.policy import PlacementPolicy
+from torchgate.pytorchjob.policy import HOST_NAMESPACES, PlacementPolicy
 from torchgate.pytorchjob.spec import canonical_replica_type
 from torchgate.webhook.validation.facts import (
     NONE,
@@ -194,6 +197,22 @@ def volumes(job: JobFacts, replica: ReplicaFacts) -> Findings:
         if host_path is not None:
             found.extend(_host_path(job, path, index, host_path))
     return found
+
+
+def host_namespaces(job: JobFacts, replica: ReplicaFacts) -> Findings:
+    """``hostNetwork``, ``hostPID`` and ``hostIPC`` only where the policy allows privilege."""
+    if job.policy.allow_privileged:
+        return NONE
+    return [
+        forbidden(
+            at(replica.pod_path, field),
+            f"{field} is not allowed by {job.policy_label} (allowPrivileged: false): the pods "
+            "would share the node's namespace, reaching its processes or network, other jobs' "
+            "included",
+        )
+        for field in HOST_NAMESPACES
+        if replica.pod_spec.get(field) is True
+    ]
 
 
 def _host_path(job: JobFacts, pod_path: FieldPath, index: int, host_path: object) -> Findings:

@@ -1,0 +1,161 @@
+"""A tenant who may only edit PyTorchJobs gets no access to its nodes through torchgate's pods.
+
+The tenant (a user impersonated by the admin, bound to a Role that grants PyTorchJobs and nothing
+else) cannot create a pod, but the controller creates the job's pods from its templates. So what
+a template asks for is what the tenant gets: the host's PID, IPC or network namespace, a port of
+the node (``hostPort``), or a capability that amounts to a privileged container (``SYS_ADMIN``,
+``ALL``), would let the tenant's training code see and signal every process on the node, other
+tenants' included, take the node's traffic, or leave the node. The validating webhook refuses
+each at its field unless the namespace's PlacementPolicy says ``allowPrivileged``; under such a
+policy the controller creates the pods as written.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import ssl
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.builders.job import job
+from tests.builders.policy import policy
+from tests.e2e.conftest import Cluster
+from tests.e2e.controller_process import ControllerProcess, live_pods
+from tests.e2e.test_webhook_e2e import causes, jobs_path
+from tests.e2e.webhook_process import LocalWebhook, registered_webhook
+from torchgate.pytorchjob.fieldpath import ErrorType
+
+pytestmark = pytest.mark.e2e
+
+FORBIDDEN = ErrorType.FORBIDDEN.value
+POD = "spec.pytorchReplicaSpecs[{}].template.spec"
+PODS = (POD.format("Master"), POD.format("Worker"))
+
+
+@pytest.fixture(scope="module")
+def webhook(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWebhook]:
+    with registered_webhook(cluster, tmp_path_factory.mktemp("webhook")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def controller(
+    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControllerProcess]:
+    process = ControllerProcess(cluster.kubeconfig, tmp_path_factory.mktemp("controller")).start()
+    yield process
+    assert process.stop() == 0, process.log()
+
+
+def tenant_in(cluster: Cluster, namespace: str) -> str:
+    """A user who may do anything with PyTorchJobs in ``namespace``, and nothing else."""
+    user = f"tenant-{namespace}"
+    cluster.kubectl(
+        "create", "role", "pytorchjob-editor", "--namespace", namespace,
+        "--verb=get,list,watch,create,update,patch,delete", "--resource=pytorchjobs.kubeflow.org",
+    )  # fmt: skip
+    cluster.kubectl(
+        "create", "rolebinding", "pytorchjob-editor", "--namespace", namespace,
+        "--role=pytorchjob-editor", f"--user={user}",
+    )  # fmt: skip
+    return user
+
+
+def as_user(
+    cluster: Cluster, user: str, method: str, path: str, body: dict[str, Any]
+) -> tuple[int, dict[str, Any]]:
+    """A raw API call made as ``user`` (the admin impersonating it)."""
+    token = cluster.plane.token
+    if token is None:
+        pytest.skip("impersonation needs the admin token; the attached kubeconfig has none")
+    request = urllib.request.Request(
+        cluster.plane.server + path, data=json.dumps(body).encode(), method=method
+    )
+    request.add_header("Authorization", f"Bearer {token}")
+    request.add_header("Impersonate-User", user)
+    request.add_header("Content-Type", "application/json")
+    context = ssl.create_default_context(
+        cafile=str(cluster.plane.ca_file) if cluster.plane.ca_file else None
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30, context=context) as response:
+            return int(response.status), json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as error:
+        with error:
+            return int(error.code), json.loads(error.read() or b"{}")
+
+
+def host_access_job(name: str, namespace: str, pool: str) -> dict[str, Any]:
+    """A CPU job whose templates share the host's namespaces, add ``SYS_ADMIN``, take a port."""
+    pod_spec = {
+        "hostPID": True,
+        "hostIPC": True,
+        "hostNetwork": True,
+        "nodeSelector": {"pool": pool},
+    }
+    raw = job(name, namespace).master(pod_spec=pod_spec).workers(1, pod_spec=pod_spec).build()
+    for replica in raw["spec"]["pytorchReplicaSpecs"].values():
+        (training,) = replica["template"]["spec"]["containers"]
+        training["securityContext"] = {"capabilities": {"add": ["SYS_ADMIN"]}}
+        training["ports"] = [{"name": "kubelet", "containerPort": 10250, "hostPort": 10250}]
+    return raw
+
+
+def test_a_tenant_gets_the_nodes_namespaces_only_where_the_policy_allows_privilege(
+    cluster: Cluster, webhook: LocalWebhook, controller: ControllerProcess
+) -> None:
+    namespace = cluster.new_namespace("tenant")
+    user = tenant_in(cluster, namespace)
+    pool = f"p{namespace[-6:]}"
+    cluster.add_gpu_nodes(2, pool, labels={"pool": pool})
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "direct"}}
+    status, _ = as_user(cluster, user, "POST", f"/api/v1/namespaces/{namespace}/pods", pod)
+    assert status == 403  # torchgate's pods are the tenant's only pods
+
+    status, body = as_user(
+        cluster, user, "POST", jobs_path(namespace), host_access_job("host", namespace, pool)
+    )
+
+    assert status == 422, body
+    assert causes(body) == {
+        *(
+            (FORBIDDEN, f"{pod_path}.{field}")
+            for pod_path in PODS
+            for field in ("hostNetwork", "hostPID", "hostIPC")
+        ),
+        *(
+            (FORBIDDEN, f"{pod_path}.containers[0].{field}")
+            for pod_path in PODS
+            for field in ("securityContext.capabilities.add[0]", "ports[0].hostPort")
+        ),
+    }
+    assert cluster.list_objects("pytorchjobs", namespace) == []
+
+    allowing = policy(f"e2e-privileged-{secrets.token_hex(3)}", namespaces=[namespace])
+    allowing["spec"]["allowPrivileged"] = True
+    try:
+        cluster.apply(allowing)
+        wanted = host_access_job("host", namespace, pool)
+        cluster.wait_for(
+            lambda: as_user(cluster, user, "POST", jobs_path(namespace), wanted)[0] == 201 or None,
+            timeout=15,
+            what="the allowing policy in use",
+        )
+        pods = cluster.wait_for(
+            lambda: (found := live_pods(cluster, namespace, "host")) and len(found) == 2 and found,
+            timeout=60,
+            what="the job's two pods",
+        )
+        for created_pod in pods:
+            assert created_pod["spec"]["hostPID"] is True
+            assert created_pod["spec"]["hostNetwork"] is True
+    finally:
+        cluster.kubectl(
+            "delete", "placementpolicy", allowing["metadata"]["name"], "--ignore-not-found",
+            check=False,
+        )  # fmt: skip
