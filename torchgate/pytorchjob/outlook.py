@@ -11,7 +11,8 @@ Rules (each one function):
 1. ``Forecast`` / ``forecast_from_json``: what the controller would do with a job now: start it
    (``Start``, its pods' nodes, the domain, what it borrows), preempt gangs for it (``Preempt``,
    the victims with their GPUs and priority, then its nodes), or keep it waiting (``Wait``, the
-   ``Queued`` reason and message, the place it would take in the queue). JSON keys are camelCase.
+   ``Queued`` reason and message, the place it would take in the queue; a suspended job waits
+   for its resumption, with no place). JSON keys are camelCase.
 2. ``forecast_warning``: the one ``torchgate:`` warning of an admission response: ``will start
    now on a100-0, a100-1``, ``will wait for 16 nvidia.com/gpu ...``, ``will wait: team vision is
    at its quota ...``, ``will preempt team-speech/low-3 (8 GPUs, priority 100)``. At most
@@ -253,7 +254,9 @@ class Forecast:
         domain: The smallest topology domain holding the gang (``rack=r1``, ``the pool``).
         preempts: The gangs it would preempt (``Preempt``).
         borrows: Quota key -> milli-units over the team's nominal quota (``Start``).
-        reason: The ``Queued`` reason it would get (``WaitingForQuota``, ...), or ``""``.
+        reason: The ``Queued`` reason it would get (``WaitingForQuota``, ...), or ``""``;
+            ``PyTorchJobSuspended`` (its ``Suspended`` condition's) when it waits for its
+            resumption, created with ``spec.runPolicy.suspend``.
         message: Why it would wait (``Wait``), as its ``Queued`` condition would say.
         place: Where it would be in the queue (``Wait``).
         team: The team owning its namespace, if any.

@@ -26,6 +26,10 @@ Rules (each one function):
    place of a queued job of its key); a gang behind a starving one waits for it.
 4. ``forecast``: the candidate's outcome as an ``outlook.Forecast``: victims named with their
    GPUs and priority, the place it would take if it waits and what it would be told (rule 8).
+   A suspended candidate (``spec.runPolicy.suspend``) is not asked of ``decide``: the controller
+   creates no pod of it and does not queue it until it is resumed (``job.plan`` rule 3), so it
+   waits for its resumption (``RESUMPTION``, reason ``PyTorchJobSuspended``, no place), never
+   "will start now" on nodes it will not take.
 5. ``must_end``: the cheapest set of running gangs whose end would let a waiting gang start,
    asked of ``decide`` for that gang alone, at a priority above every running gang and without
    the admin's protection; the quota rules still hold (a team's gangs within its nominal quota
@@ -78,11 +82,15 @@ from torchgate.pytorchjob.outlook import (
     TeamView,
 )
 from torchgate.pytorchjob.pool import GPUS, PreemptionSettings, TeamQuota
-from torchgate.pytorchjob.reasons import QUEUED_REASONS
+from torchgate.pytorchjob.reasons import QUEUED_REASONS, REASON_SUSPENDED
 from torchgate.pytorchjob.units import Units
 
 QUEUE_HEAD = 20
 PREEMPTING = "Preempting"
+RESUMPTION = (
+    "waiting for its resumption: spec.runPolicy.suspend is true, so none of its pods is created "
+    "and it is not queued until it is set false"
+)
 _NO_SCHEDULE = frozenset({"NoSchedule", "NoExecute"})
 
 
@@ -286,11 +294,15 @@ def _victims(pool: Pool, keys: Iterable[JobKey]) -> tuple[Gang, ...]:
     return tuple(_gang_of(by_key[key]) for key in keys if key in by_key)
 
 
-def forecast(snapshot: Snapshot, candidate: WaitingGang) -> Forecast:
-    """What the next cycle would do with ``candidate`` (rule 4)."""
-    outcome = decide_now(snapshot, candidate)[candidate.key]
+def forecast(snapshot: Snapshot, candidate: WaitingGang, *, suspended: bool = False) -> Forecast:
+    """What the next cycle would do with ``candidate``, ``suspended`` or not (rule 4)."""
     teams = snapshot.pool.teams
     team, cohort = candidate.team, _cohort(teams, candidate.team)
+    if suspended:
+        return Forecast(
+            verdict="Wait", reason=REASON_SUSPENDED, message=RESUMPTION, team=team, cohort=cohort
+        )
+    outcome = decide_now(snapshot, candidate)[candidate.key]
     if isinstance(outcome, Admit):
         return Forecast(
             verdict="Start",
