@@ -41,7 +41,9 @@ Rules (each one function):
    holding capacity (running or reserved: its nodes and their topology domains).
 7. ``pool_view``: per team quota, usage, borrowing, lending (its cohort's borrowing spread over
    the cohort's idle nominal quota in proportion), waiting demand and the longest wait; per
-   topology domain GPUs used and free; the nodes placement cannot use; the head of the queue.
+   topology domain GPUs used and free; the nodes placement cannot use; the preemptors whose
+   nodes are held, with their victims (waiting, as ``job_outlook`` says, though not queued:
+   counted in ``waiting_jobs`` and shown, never only counted); the head of the queue.
 8. ``told``: a ``Capacity`` wait's message ends with the clause of the nodes out of use for the
    gang (``nodes`` rule 7, read by the admitter once per node change: ``Snapshot.out_of_use``),
    when there are any: its ``Queued`` condition, ``torchgate explain``, ``torchgate top`` and
@@ -78,6 +80,7 @@ from torchgate.pytorchjob.outlook import (
     NodeProblem,
     Place,
     PoolView,
+    Preemptor,
     QueueEntry,
     TeamView,
 )
@@ -522,7 +525,25 @@ def pool_view(snapshot: Snapshot, *, head: int = QUEUE_HEAD) -> PoolView:
         waiting_jobs=len(snapshot.queued) + len(snapshot.holds),
         total_gpus=sum(allocatable.values()),
         used_gpus=sum(allocatable[name] - free[name] for name in allocatable),
+        preempting=_preemptors(snapshot),
     )
+
+
+def _preemptors(snapshot: Snapshot) -> tuple[Preemptor, ...]:
+    """The held preemptors, each with its victims (rule 7)."""
+    holding = {gang.key: gang for gang in snapshot.pool.admitted}
+    out = []
+    for hold in snapshot.holds:
+        gang = holding.get(hold.key)
+        out.append(
+            Preemptor(
+                job=_joined(hold.key),
+                team=gang.team if gang is not None else None,
+                gpus=gang.usage.get(GPUS, 0) if gang is not None else 0,
+                victims=tuple(_joined(victim) for victim in hold.victims),
+            )
+        )
+    return tuple(out)
 
 
 def _team_views(snapshot: Snapshot) -> tuple[TeamView, ...]:
