@@ -166,6 +166,29 @@ async def test_the_webhook_gets_a_forecast_for_a_job_in_a_namespace_it_may_ask_a
 
 
 @pytest.mark.parametrize(
+    ("suspend", "verdict", "reason"),
+    [(False, "Start", ""), (True, "Wait", "PyTorchJobSuspended")],
+    ids=["resumed", "suspended"],
+)
+async def test_a_suspended_job_is_forecast_to_wait_for_its_resumption_not_to_start(
+    apiserver: Apiserver, aiohttp_client: Any, suspend: bool, verdict: str, reason: str
+) -> None:
+    # Free GPUs: only its suspension keeps it from starting (the controller creates no pod of
+    # a suspended job and does not queue it), so no node is named for it.
+    app = create_pool_app(facts_of(cluster()), AccessReviews(apiserver))  # type: ignore[arg-type]
+    client = await aiohttp_client(app)
+    held = job("held", "team-a").master(gpus=8).run_policy(suspend=suspend).build()
+
+    response = await client.post(FORECAST_PATH, json={"job": held}, headers=bearer("webhook-token"))
+
+    assert response.status == 200
+    told = forecast_from_json(await response.json())
+    assert (told.verdict, told.starts_now, told.reason) == (verdict, not suspend, reason)
+    assert bool(told.nodes) is not suspend
+    assert told.place is None
+
+
+@pytest.mark.parametrize(
     ("headers", "status"),
     [({}, 401), (bearer("forged"), 401), (bearer("alice-token"), 403)],
     ids=["no-token", "unknown-token", "not-allowed"],

@@ -384,6 +384,39 @@ def test_kubectl_apply_of_a_job_that_will_wait_beside_a_tainted_node_is_warned_o
         cluster.kubectl("taint", "nodes", sick, f"{HEALTH_TAINT}-", check=False)
 
 
+def test_a_job_created_suspended_is_told_it_waits_for_its_resumption_and_starts_once_resumed(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    (node,) = pool.nodes(1)
+    namespace = cluster.new_namespace("held")
+    held = yaml.safe_load(manifest(pool, namespace, "held", pods=1, gpus=8))
+    held["spec"]["runPolicy"] = {"suspend": True}
+    suspended = yaml.safe_dump(held)
+
+    simulated = torchgate(stack, cluster, "simulate", "-f", "-", "-o", "json", stdin=suspended)
+    applied = cluster.kubectl("apply", "-f", "-", input=suspended)
+
+    assert simulated.returncode == 0, simulated.stderr
+    told = json.loads(simulated.stdout)
+    assert (told["startsNow"], told["verdict"], told["reason"], told["nodes"]) == (
+        False, "Wait", "PyTorchJobSuspended", {},
+    )  # fmt: skip
+    forecasts = [line for line in applied.stderr.splitlines() if "torchgate: will" in line]
+    assert [line.split(":", 3)[2] for line in forecasts] == [" will wait for its resumption"]
+    cluster.wait_for(
+        lambda: is_true(get_job(cluster, namespace, "held"), "Suspended"), what="held suspended"
+    )
+    assert live_pods(cluster, namespace, "held") == [], "a suspended job has no pods"
+
+    cluster.kubectl(
+        "patch", "pytorchjob", "held", "-n", namespace, "--type", "merge",
+        "-p", json.dumps({"spec": {"runPolicy": {"suspend": False}}}),
+    )  # fmt: skip
+
+    (started,) = wait_running(cluster, namespace, "held", 1)
+    assert started["spec"]["nodeName"] == node
+
+
 # ------------------------------------------------------------------ simulate
 
 

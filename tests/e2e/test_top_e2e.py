@@ -157,3 +157,35 @@ def test_top_fits_a_100_column_terminal_with_teams_unusable_nodes_and_the_queue_
     plain = piped.stdout.splitlines()
     (queued,) = [i for i, line in enumerate(plain) if f"{namespace}/second" in line]
     assert "8/8 GPUs" in plain[queued + 1], piped.stdout  # plain text is never cut
+
+
+def test_top_shows_a_job_whose_victims_are_still_terminating_with_them(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    pool.nodes(1)
+    namespace = cluster.new_namespace("top-preempt")
+    low = pool.priority_class("low", 1)
+    high = pool.priority_class("high", 1000)
+    pool.job(namespace, "low", pods=1, gpus=8, priority_class=low)
+    (victim,) = wait_running(cluster, namespace, "low", 1)
+    pod = victim["metadata"]["name"]
+    # The victim's pod stays Terminating (as one saving a checkpoint in its grace period does).
+    hold = {"metadata": {"finalizers": ["e2e.torchgate.io/hold"]}}
+    cluster.kubectl("patch", "pod", pod, "-n", namespace, "--type", "merge", "-p", json.dumps(hold))
+    try:
+        pool.job(namespace, "urgent", pods=1, gpus=8, priority_class=high)
+
+        def preempting() -> list[str] | None:
+            piped = torchgate(stack, cluster, "top")
+            assert piped.returncode == 0, piped.stderr
+            rows = [line.split() for line in piped.stdout.splitlines()]
+            return next((row for row in rows if row[:1] == [f"{namespace}/urgent"]), None)
+
+        row = cluster.wait_for(preempting, what="top showing urgent preempting")
+        assert row[1:] == ["8", f"{namespace}/low"], row
+    finally:
+        cluster.kubectl(
+            "patch", "pod", pod, "-n", namespace, "--type", "json",
+            "-p", '[{"op": "remove", "path": "/metadata/finalizers"}]', check=False,
+        )  # fmt: skip
+    wait_running(cluster, namespace, "urgent", 1)

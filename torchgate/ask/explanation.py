@@ -53,6 +53,7 @@ from torchgate.pytorchjob.outlook import (
     named,
     place_phrase,
 )
+from torchgate.pytorchjob.spec import is_suspended
 
 State = Literal["Waiting", "Running", "Finished"] | reasons.SuspendedState
 MAX_NOT_STARTED = 4
@@ -158,7 +159,7 @@ def state_of(job: Mapping[str, Any]) -> State:
     conditions = _conditions(job)
     if _true(conditions, reasons.SUCCEEDED) or _true(conditions, reasons.FAILED):
         return "Finished"
-    if _spec_suspended(job):
+    if is_suspended(job):
         return reasons.SUSPENDED
     if _true(conditions, reasons.RUNNING) and not _true(conditions, reasons.QUEUED):
         return "Running"
@@ -308,12 +309,6 @@ def _admitted(stuck: Sequence[str]) -> str:
     shown = "; ".join(stuck[:MAX_NOT_STARTED])
     more = f"; and {len(stuck) - MAX_NOT_STARTED} more" if len(stuck) > MAX_NOT_STARTED else ""
     return f"admitted; not started: {shown}{more}"
-
-
-def _spec_suspended(job: Mapping[str, Any]) -> bool:
-    spec = job.get("spec")
-    run_policy = spec.get("runPolicy") if isinstance(spec, Mapping) else None
-    return isinstance(run_policy, Mapping) and run_policy.get("suspend") is True
 
 
 def _rank(metadata: Mapping[str, Any]) -> tuple[int, int]:

@@ -14,7 +14,9 @@ Rules (each one function):
 3. ``render``: a title line with the pool's totals, then per team quota (nominal), used,
    borrowed, lent, running and waiting jobs, the waiting jobs' GPUs and the longest wait; per
    topology domain GPUs used and free; the nodes placement cannot use, why and since when; the
-   head of the queue, each job's reason under it, indented, with the controller's words.
+   jobs preempting (their nodes held until the gangs preempted for them terminate: waiting,
+   though out of the queue), with those gangs; the head of the queue, each job's reason under
+   it, indented, with the controller's words, out of the queued jobs alone.
 """
 
 from __future__ import annotations
@@ -105,6 +107,7 @@ def render(view: PoolView, now: datetime, *, width: int | None = None) -> list[s
         "",
         *_unusable_nodes(view, now, width),
         "",
+        *_preempting(view, width),
         *_queue(view, width),
     ]
 
@@ -150,9 +153,20 @@ def _unusable_nodes(view: PoolView, now: datetime, width: int | None) -> list[st
     return table(["UNUSABLE NODE", "SINCE", "WHY"], rows, width=width)
 
 
+def _preempting(view: PoolView, width: int | None) -> list[str]:
+    if not view.preempting:
+        return []
+    rows = [
+        [held.job, held.team or "", _amount(held.gpus), ", ".join(held.victims)]
+        for held in view.preempting
+    ]
+    headers = ["PREEMPTING", "TEAM", "GPUS", "WAITING FOR THESE TO TERMINATE"]
+    return [*table(headers, rows, numeric=frozenset({2}), width=width), ""]
+
+
 def _queue(view: PoolView, width: int | None) -> list[str]:
     if not view.queue:
-        return ["no job is waiting"]
+        return ["no job is queued" if view.preempting else "no job is waiting"]
     rows = [
         [
             str(entry.position),
@@ -165,7 +179,7 @@ def _queue(view: PoolView, width: int | None) -> list[str]:
         ]
         for entry in view.queue
     ]
-    shown = f"QUEUE (first {len(view.queue)} of {view.waiting_jobs})"
+    shown = f"QUEUE (first {len(view.queue)} of {view.waiting_jobs - len(view.preempting)})"
     header, *entries = table(["#", shown, "TEAM", "GPUS", "PRIO", "WAITED", "REASON"], rows,
                              numeric=frozenset({0, 3, 4, 5}), width=width)  # fmt: skip
     lines = [header]

@@ -86,6 +86,7 @@ from torchgate.pytorchjob.outlook import (
     TOKEN_HEADER,
 )
 from torchgate.pytorchjob.policy import PlacementPolicy
+from torchgate.pytorchjob.spec import is_suspended
 from torchgate.serving import ReloadingTLS
 
 log = logging.getLogger("torchgate.controller.poolservice")
@@ -292,11 +293,12 @@ class _Service:
         candidate = self.facts.candidate(job, self.facts.clock())
         if isinstance(candidate, list):
             return _problem(422, "the controller could not run this job", candidate)
+        suspended = is_suspended(job)
 
         def answer() -> Any:
             snapshot, gang = self.facts.snapshot(candidate, self._gpu_resource())
             assert gang is not None  # a candidate was given
-            return forecast(snapshot, gang).to_json()
+            return forecast(snapshot, gang, suspended=suspended).to_json()
 
         return self._answer(answer)
 

@@ -11,7 +11,8 @@ Rules (each one function):
 1. ``Forecast`` / ``forecast_from_json``: what the controller would do with a job now: start it
    (``Start``, its pods' nodes, the domain, what it borrows), preempt gangs for it (``Preempt``,
    the victims with their GPUs and priority, then its nodes), or keep it waiting (``Wait``, the
-   ``Queued`` reason and message, the place it would take in the queue). JSON keys are camelCase.
+   ``Queued`` reason and message, the place it would take in the queue; a suspended job waits
+   for its resumption, with no place). JSON keys are camelCase.
 2. ``forecast_warning``: the one ``torchgate:`` warning of an admission response: ``will start
    now on a100-0, a100-1``, ``will wait for 16 nvidia.com/gpu ...``, ``will wait: team vision is
    at its quota ...``, ``will preempt team-speech/low-3 (8 GPUs, priority 100)``. At most
@@ -24,7 +25,9 @@ Rules (each one function):
    or holding nodes (running, or reserved), with its nodes, domains and admission time.
 5. ``PoolView`` / ``pool_from_json``: the pool as a whole (``torchgate top``): per team quota,
    usage, borrowing, lending, waiting demand and the longest wait; per topology domain GPUs used
-   and free; the nodes placement cannot use and why; the head of the queue with reasons.
+   and free; the nodes placement cannot use and why; the jobs waiting for the gangs preempted
+   for them to terminate (``Preemptor``: out of the queue, their nodes held, yet waiting); the
+   head of the queue with reasons. A view from an older controller has no preemptors.
 
 Amounts on the wire are GPUs as numbers (``8``, ``0.5``), never milli-units.
 """
@@ -253,7 +256,9 @@ class Forecast:
         domain: The smallest topology domain holding the gang (``rack=r1``, ``the pool``).
         preempts: The gangs it would preempt (``Preempt``).
         borrows: Quota key -> milli-units over the team's nominal quota (``Start``).
-        reason: The ``Queued`` reason it would get (``WaitingForQuota``, ...), or ``""``.
+        reason: The ``Queued`` reason it would get (``WaitingForQuota``, ...), or ``""``;
+            ``PyTorchJobSuspended`` (its ``Suspended`` condition's) when it waits for its
+            resumption, created with ``spec.runPolicy.suspend``.
         message: Why it would wait (``Wait``), as its ``Queued`` condition would say.
         place: Where it would be in the queue (``Wait``).
         team: The team owning its namespace, if any.
@@ -579,8 +584,30 @@ class QueueEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class Preemptor:
+    """A job whose nodes are held while the gangs preempted for it terminate (not queued)."""
+
+    job: str
+    team: str | None
+    gpus: int
+    victims: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The wire form."""
+        return {
+            "job": self.job,
+            "team": self.team,
+            "gpus": _gpus(self.gpus),
+            "victims": list(self.victims),
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class PoolView:
-    """The pool as a whole (``torchgate top``, rule 5); ``queue`` holds the head only."""
+    """The pool as a whole (``torchgate top``, rule 5); ``queue`` holds the head only.
+
+    ``waiting_jobs`` counts the queued jobs and the ``preempting`` ones.
+    """
 
     gpu_resource: str
     teams: tuple[TeamView, ...] = ()
@@ -590,6 +617,7 @@ class PoolView:
     waiting_jobs: int = 0
     total_gpus: int = 0
     used_gpus: int = 0
+    preempting: tuple[Preemptor, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The wire form (rule 5)."""
@@ -602,6 +630,7 @@ class PoolView:
             "domains": [domain.to_json() for domain in self.domains],
             "unusableNodes": [node.to_json() for node in self.unusable_nodes],
             "queue": [entry.to_json() for entry in self.queue],
+            "preempting": [preemptor.to_json() for preemptor in self.preempting],
         }
 
 
@@ -666,6 +695,21 @@ def pool_from_json(raw: object) -> PoolView:
         )
         for entry in (_mapping(e, "pool.queue[]") for e in _list(body.get("queue", []), "queue"))
     )
+    preempting = tuple(
+        Preemptor(
+            job=_text(held.get("job"), "pool.preempting[].job"),
+            team=held.get("team") if isinstance(held.get("team"), str) else None,
+            gpus=_milli(held.get("gpus", 0), "pool.preempting[].gpus"),
+            victims=tuple(
+                _text(victim, "pool.preempting[].victims[]")
+                for victim in _list(held.get("victims", []), "pool.preempting[].victims")
+            ),
+        )
+        for held in (
+            _mapping(p, "pool.preempting[]")
+            for p in _list(body.get("preempting", []), "preempting")
+        )
+    )
     return PoolView(
         gpu_resource=_text(body.get("gpuResource", ""), "pool.gpuResource"),
         teams=teams,
@@ -675,4 +719,5 @@ def pool_from_json(raw: object) -> PoolView:
         waiting_jobs=_optional_int(body.get("waitingJobs"), "pool.waitingJobs") or 0,
         total_gpus=_milli(body.get("gpus", 0), "pool.gpus"),
         used_gpus=_milli(body.get("usedGPUs", 0), "pool.usedGPUs"),
+        preempting=preempting,
     )

@@ -166,6 +166,19 @@ def as_text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
+def is_suspended(raw: object) -> bool:
+    """Whether the raw job's ``spec.runPolicy.suspend`` is true (``RunPolicy.suspend``).
+
+    A suspended job has no pods and is not queued for admission until it is resumed.
+    """
+    spec = as_mapping(as_mapping(raw).get("spec"))
+    return _suspend_of(spec.get("runPolicy"))
+
+
+def _suspend_of(run_policy: object) -> bool:
+    return as_mapping(run_policy).get("suspend") is True
+
+
 def parse_job(raw: object) -> tuple[JobSpec | None, list[FieldError]]:
     """Build a ``JobSpec`` from a raw object; return ``(None, errors)`` when it cannot run."""
     errors: list[FieldError] = []
@@ -279,7 +292,7 @@ def _parse_run_policy(value: object, errors: list[FieldError]) -> RunPolicy:
         ),
         active_deadline_seconds=_optional_int(value, "activeDeadlineSeconds", RUN_POLICY, errors),
         backoff_limit=_optional_int(value, "backoffLimit", RUN_POLICY, errors),
-        suspend=value.get("suspend") is True,
+        suspend=_suspend_of(value),
         managed_by=managed_by if isinstance(managed_by, str) and managed_by else None,
         min_available=_optional_int(scheduling, "minAvailable", scheduling_path, errors),
         schedule_timeout_seconds=_optional_int(

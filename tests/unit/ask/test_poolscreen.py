@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
 
 from torchgate.ask.poolscreen import duration, render, table
-from torchgate.pytorchjob.outlook import DomainView, NodeProblem, PoolView, QueueEntry, TeamView
+from torchgate.pytorchjob.outlook import (
+    DomainView,
+    NodeProblem,
+    PoolView,
+    Preemptor,
+    QueueEntry,
+    TeamView,
+)
 
 NOW = datetime(2026, 11, 26, 18, 30, tzinfo=UTC)
 G = 1000
@@ -95,3 +103,25 @@ def test_table_right_aligns_numbers_and_cuts_only_the_last_column() -> None:
                   numeric=frozenset({1}), width=20)  # fmt: skip
 
     assert lines == ["NAME   N  WHY", "a     10  xxxxxxxxx…", "bb     2  short"]
+
+
+def test_a_job_preempting_is_shown_with_its_victims_not_only_counted() -> None:
+    preemptor = Preemptor("team-vision/urgent", "vision", 16 * G, ("team-speech/low-1",))
+    held = replace(VIEW, preempting=(preemptor,), waiting_jobs=2)
+
+    rows = [line.split() for line in render(held, NOW, width=100)]
+
+    assert ["team-vision/urgent", "vision", "16", "team-speech/low-1"] in rows
+    queue_header = next(row for row in rows if row[1:2] == ["QUEUE"])
+    assert queue_header[2:5] == ["(first", "1", "of"]
+    assert queue_header[5] == "1)"  # the queue alone: the preemptor is not in it
+
+
+def test_a_pool_whose_only_waiting_job_preempts_does_not_say_nothing_waits() -> None:
+    preemptor = Preemptor("default/urgent", None, 8 * G, ("default/low",))
+    view = PoolView(gpu_resource="nvidia.com/gpu", preempting=(preemptor,), waiting_jobs=1)
+
+    lines = render(view, NOW, width=100)
+
+    assert "no job is waiting" not in lines
+    assert ["default/urgent", "8", "default/low"] in [line.split() for line in lines]

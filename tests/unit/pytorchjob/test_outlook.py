@@ -29,6 +29,7 @@ from torchgate.pytorchjob.outlook import (
     NodeProblem,
     Place,
     PoolView,
+    Preemptor,
     QueueEntry,
     TeamView,
     forecast_from_json,
@@ -114,6 +115,18 @@ def test_an_outlook_and_a_pool_view_read_back_as_they_were_written() -> None:
 
     assert outlook_from_json(outlook.to_json()) == outlook
     assert pool_from_json(view.to_json()) == view
+
+
+def test_preemptors_read_back_and_a_pool_view_from_an_older_controller_has_none() -> None:
+    view = PoolView(
+        gpu_resource="nvidia.com/gpu",
+        waiting_jobs=1,
+        preempting=(Preemptor("ns/p", "v", 8 * G, ("ns/low-1", "ns/low-2")),),
+    )
+
+    assert pool_from_json(view.to_json()) == view
+    older = {key: value for key, value in view.to_json().items() if key != "preempting"}
+    assert pool_from_json(older).preempting == ()
 
 
 def test_an_unplaceable_outlook_reads_back_and_one_from_an_older_controller_is_placeable() -> None:

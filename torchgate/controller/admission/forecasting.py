@@ -26,6 +26,10 @@ Rules (each one function):
    place of a queued job of its key); a gang behind a starving one waits for it.
 4. ``forecast``: the candidate's outcome as an ``outlook.Forecast``: victims named with their
    GPUs and priority, the place it would take if it waits and what it would be told (rule 8).
+   A suspended candidate (``spec.runPolicy.suspend``) is not asked of ``decide``: the controller
+   creates no pod of it and does not queue it until it is resumed (``job.plan`` rule 3), so it
+   waits for its resumption (``RESUMPTION``, reason ``PyTorchJobSuspended``, no place), never
+   "will start now" on nodes it will not take.
 5. ``must_end``: the cheapest set of running gangs whose end would let a waiting gang start,
    asked of ``decide`` for that gang alone, at a priority above every running gang and without
    the admin's protection; the quota rules still hold (a team's gangs within its nominal quota
@@ -37,7 +41,9 @@ Rules (each one function):
    holding capacity (running or reserved: its nodes and their topology domains).
 7. ``pool_view``: per team quota, usage, borrowing, lending (its cohort's borrowing spread over
    the cohort's idle nominal quota in proportion), waiting demand and the longest wait; per
-   topology domain GPUs used and free; the nodes placement cannot use; the head of the queue.
+   topology domain GPUs used and free; the nodes placement cannot use; the preemptors whose
+   nodes are held, with their victims (waiting, as ``job_outlook`` says, though not queued:
+   counted in ``waiting_jobs`` and shown, never only counted); the head of the queue.
 8. ``told``: a ``Capacity`` wait's message ends with the clause of the nodes out of use for the
    gang (``nodes`` rule 7, read by the admitter once per node change: ``Snapshot.out_of_use``),
    when there are any: its ``Queued`` condition, ``torchgate explain``, ``torchgate top`` and
@@ -74,15 +80,20 @@ from torchgate.pytorchjob.outlook import (
     NodeProblem,
     Place,
     PoolView,
+    Preemptor,
     QueueEntry,
     TeamView,
 )
 from torchgate.pytorchjob.pool import GPUS, PreemptionSettings, TeamQuota
-from torchgate.pytorchjob.reasons import QUEUED_REASONS
+from torchgate.pytorchjob.reasons import QUEUED_REASONS, REASON_SUSPENDED
 from torchgate.pytorchjob.units import Units
 
 QUEUE_HEAD = 20
 PREEMPTING = "Preempting"
+RESUMPTION = (
+    "waiting for its resumption: spec.runPolicy.suspend is true, so none of its pods is created "
+    "and it is not queued until it is set false"
+)
 _NO_SCHEDULE = frozenset({"NoSchedule", "NoExecute"})
 
 
@@ -286,11 +297,15 @@ def _victims(pool: Pool, keys: Iterable[JobKey]) -> tuple[Gang, ...]:
     return tuple(_gang_of(by_key[key]) for key in keys if key in by_key)
 
 
-def forecast(snapshot: Snapshot, candidate: WaitingGang) -> Forecast:
-    """What the next cycle would do with ``candidate`` (rule 4)."""
-    outcome = decide_now(snapshot, candidate)[candidate.key]
+def forecast(snapshot: Snapshot, candidate: WaitingGang, *, suspended: bool = False) -> Forecast:
+    """What the next cycle would do with ``candidate``, ``suspended`` or not (rule 4)."""
     teams = snapshot.pool.teams
     team, cohort = candidate.team, _cohort(teams, candidate.team)
+    if suspended:
+        return Forecast(
+            verdict="Wait", reason=REASON_SUSPENDED, message=RESUMPTION, team=team, cohort=cohort
+        )
+    outcome = decide_now(snapshot, candidate)[candidate.key]
     if isinstance(outcome, Admit):
         return Forecast(
             verdict="Start",
@@ -510,7 +525,25 @@ def pool_view(snapshot: Snapshot, *, head: int = QUEUE_HEAD) -> PoolView:
         waiting_jobs=len(snapshot.queued) + len(snapshot.holds),
         total_gpus=sum(allocatable.values()),
         used_gpus=sum(allocatable[name] - free[name] for name in allocatable),
+        preempting=_preemptors(snapshot),
     )
+
+
+def _preemptors(snapshot: Snapshot) -> tuple[Preemptor, ...]:
+    """The held preemptors, each with its victims (rule 7)."""
+    holding = {gang.key: gang for gang in snapshot.pool.admitted}
+    out = []
+    for hold in snapshot.holds:
+        gang = holding.get(hold.key)
+        out.append(
+            Preemptor(
+                job=_joined(hold.key),
+                team=gang.team if gang is not None else None,
+                gpus=gang.usage.get(GPUS, 0) if gang is not None else 0,
+                victims=tuple(_joined(victim) for victim in hold.victims),
+            )
+        )
+    return tuple(out)
 
 
 def _team_views(snapshot: Snapshot) -> tuple[TeamView, ...]:

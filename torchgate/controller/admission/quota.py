@@ -22,7 +22,10 @@ Rules (each one function; amounts are milli-units per quota key, ``pool.GPUS`` f
    nominal), ``Borrows``, ``Reclaims`` (within nominal, but the cohort's idle quota is lent out:
    take it back), or ``QuotaWait`` with a message saying which limit it hits, with the team's
    used and nominal amounts (``team vision is at its quota (16/16 GPUs; may borrow 0 more); the
-   job needs 8 GPUs``).
+   job needs 8 GPUs``); a gang that would borrow more than the cohort can lend is told what the
+   other teams leave idle, its own team's idle quota not counted (it is not borrowed), so the
+   two amounts say why it waits (``team speech would borrow 8 GPUs over its quota (8/16 GPUs);
+   the other teams of cohort dev leave 0 GPUs idle``).
 3. ``reclaim_candidates``: only gangs of *other* teams of the cohort that are borrowing (usage over
    nominal in a resource the claimant needs) can be reclaimed, lowest priority first, then the most
    recently admitted (the least work lost); admin protection (``minimumRunSeconds``,
@@ -201,11 +204,12 @@ def check_quota(
             borrowed[resource] = after - limit.nominal
         if pool_used + want > pool_nominal:
             if after > limit.nominal:
-                idle = max(0, pool_nominal - pool_used)
+                held = used.get(resource, 0)
+                lendable = max(0, pool_nominal - pool_used - max(0, limit.nominal - held))
                 return QuotaWait(
                     f"team {team.name} would borrow {_amount(resource, after - limit.nominal)} "
-                    f"over its quota ({_share(resource, used.get(resource, 0), limit.nominal)}); "
-                    f"cohort {team.cohort} has {_amount(resource, idle)} idle"
+                    f"over its quota ({_share(resource, held, limit.nominal)}); the other "
+                    f"teams of cohort {team.cohort} leave {_amount(resource, lendable)} idle"
                 )
             lent_out = True
     if lent_out:

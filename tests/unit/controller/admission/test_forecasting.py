@@ -412,6 +412,24 @@ def test_a_preemptor_whose_nodes_are_held_says_whom_it_waits_for() -> None:
     assert outlook.place is None
 
 
+def test_the_pool_view_shows_a_preemptor_whose_nodes_are_held_with_its_victims() -> None:
+    admitter, _ = make(racked()[:1])
+    low = ask(admitter, job("low").master(gpus=8).build(), priority=1)
+    admitter.cycle()
+    run(admitter, low)
+    high = ask(admitter, job("high").master(gpus=8).build(), priority=100)
+    admitter.cycle()
+
+    snapshot, _ = admitter.snapshot()
+    view = pool_view(snapshot)
+
+    assert view.waiting_jobs == 1
+    assert view.queue == ()
+    assert [(p.job, p.gpus, p.victims) for p in view.preempting] == [
+        ("/".join(high), 8 * G, ("default/low",))
+    ]
+
+
 def test_the_pool_view_counts_teams_domains_unusable_nodes_and_the_queue_head() -> None:
     teams = {
         "vision": parsed_team("vision", 8, namespaces=["team-vision"], cohort="c"),

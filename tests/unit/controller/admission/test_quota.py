@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 
 import pytest
 from hypothesis import assume, given, settings
@@ -204,6 +206,37 @@ def test_quota_is_never_exceeded_except_by_borrowing_within_its_limit(
             assert used <= nominal
         else:
             assert used - nominal == found.amount[GPUS] > 0
+
+
+_BORROW_WAIT = re.compile(r"would borrow ([\d.]+) GPUs? over .* leave ([\d.]+) GPUs? idle$")
+
+
+@settings(max_examples=300, deadline=None)
+@given(cohorts(), hs.sampled_from((1, 2, 4, 8, 16)), hs.integers(0, 3))
+def test_a_gang_waiting_to_borrow_is_told_less_is_idle_to_lend_than_it_would_borrow(
+    state: tuple[dict[str, TeamQuota], list[Admitted]], size: int, which: int
+) -> None:
+    """Its own team's idle quota is not lent to it: the idle amount it is told leaves it out."""
+    teams, running = state
+    name = sorted(teams)[which % len(teams)]
+    new = admitted("new", size, team=name)
+    found = check_quota(teams[name], new.usage, usage_by_team(running), teams)
+    told = _BORROW_WAIT.search(found.message) if isinstance(found, QuotaWait) else None
+    assume(told is not None)
+    assert told is not None
+    borrow, idle = (Decimal(amount) for amount in told.groups())
+    assert idle < borrow, found
+
+
+def test_the_idle_quota_a_borrowing_gang_is_told_of_is_the_other_teams_not_its_own() -> None:
+    # b (nominal 8) uses nothing and asks 16: it would borrow 8, and a, at its nominal 8,
+    # leaves none idle; the 8 idle GPUs of the cohort are b's own.
+    found = verdict("b", 16, [admitted("a-8", 8, team="a")])
+
+    assert isinstance(found, QuotaWait)
+    told = _BORROW_WAIT.search(found.message)
+    assert told is not None, found.message
+    assert told.groups() == ("8", "0")
 
 
 @settings(max_examples=300, deadline=None)
