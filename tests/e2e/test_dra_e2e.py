@@ -18,13 +18,20 @@ from typing import Any
 
 import pytest
 
-from tests.builders.claims import claim_refs, claim_template, claiming_pod, device_request
+from tests.builders.claims import (
+    claim_refs,
+    claim_template,
+    claiming_pod,
+    device_request,
+    device_taint_rule,
+)
 from tests.builders.job import container, job
 from tests.builders.policy import policy
 from tests.builders.team import team_quota
 from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import ControllerProcess, condition, get_job, live_pods
 from tests.e2e.test_webhook_e2e import LocalWebhook, causes
+from torchgate.kube.resources import DEVICE_TAINT_RULES
 from torchgate.pytorchjob.devices import RESOURCE_CLAIM_TEMPLATE
 from torchgate.pytorchjob.fieldpath import ErrorType
 from torchgate_dev.apiserver import wait_for_admission
@@ -236,6 +243,40 @@ def test_a_device_taint_keeps_gangs_off_its_node(cluster: Cluster, pool: DraPool
     )
     assert f"waiting for 8 {GPU}" in message, message
     assert live_pods(cluster, pool.namespace, "two") == []
+
+
+def test_a_device_taint_rule_keeps_gangs_off_its_node(cluster: Cluster, pool: DraPool) -> None:
+    status, discovery = cluster.api_request("GET", DEVICE_TAINT_RULES.discovery_path())
+    if status != 200 or not DEVICE_TAINT_RULES.served_in(discovery):
+        pytest.skip("resource.k8s.io/v1 DeviceTaintRule is served from Kubernetes 1.37")
+    tainted, healthy = pool.nodes
+    for node in pool.nodes:
+        pool.publish(node)
+    # An admin takes one failing GPU of a node out of use, as kubectl create devicetaintrule does.
+    rule = device_taint_rule(
+        f"{pool.name}-xid", driver=kwok.DRA_DRIVER, pool=tainted, device="gpu-5"
+    )
+    cluster.apply(rule)
+    try:
+        status, body = create(cluster, claiming_job("one", pool.namespace, 1))
+        assert status == 201, body
+        nodes = cluster.wait_for(
+            lambda: running_nodes(cluster, pool.namespace, "one", 1),
+            timeout=90,
+            what="the gang running off the node of the device the rule taints",
+        )
+        assert nodes == [healthy]
+        status, body = create(cluster, claiming_job("two", pool.namespace, 1))
+        assert status == 201, body
+        message = cluster.wait_for(
+            lambda: waiting_message(cluster, pool.namespace, "two"),
+            timeout=60,
+            what="the gang to wait rather than go to the node of the device the rule taints",
+        )
+        assert f"waiting for 8 {GPU}" in message, message
+        assert live_pods(cluster, pool.namespace, "two") == []
+    finally:
+        cluster.kubectl("delete", "devicetaintrule", rule["metadata"]["name"], check=False)
 
 
 @pytest.mark.parametrize("build", [claiming_job, extended_job], ids=["template", "kep-5004"])
