@@ -245,6 +245,26 @@ def test_a_device_taint_keeps_gangs_off_its_node(cluster: Cluster, pool: DraPool
     assert live_pods(cluster, pool.namespace, "two") == []
 
 
+def test_a_pod_claiming_more_gpus_than_any_node_has_waits_naming_its_device_class(
+    cluster: Cluster, pool: DraPool
+) -> None:
+    for node in pool.nodes:
+        pool.publish(node)
+    cluster.apply(claim_template("sixteen", device_request(count=16), namespace=pool.namespace))
+    raw = claiming_job("huge", pool.namespace, 1)
+    template = raw["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    template["resourceClaims"][0]["resourceClaimTemplateName"] = "sixteen"
+    status, body = create(cluster, raw)
+    assert status == 201, body
+    message = cluster.wait_for(
+        lambda: waiting_message(cluster, pool.namespace, "huge"),
+        timeout=60,
+        what="the job to wait",
+    )
+    assert f"it asks 16 {GPU} (claimed devices of DeviceClass {kwok.DRA_CLASS})" in message, message
+    assert live_pods(cluster, pool.namespace, "huge") == []
+
+
 def test_a_device_taint_rule_keeps_gangs_off_its_node(cluster: Cluster, pool: DraPool) -> None:
     status, discovery = cluster.api_request("GET", DEVICE_TAINT_RULES.discovery_path())
     if status != 200 or not DEVICE_TAINT_RULES.served_in(discovery):
