@@ -29,7 +29,13 @@ from tests.builders.job import container, job
 from tests.builders.policy import policy
 from tests.builders.team import team_quota
 from tests.e2e.conftest import Cluster
-from tests.e2e.controller_process import ControllerProcess, condition, get_job, live_pods
+from tests.e2e.controller_process import (
+    ControllerProcess,
+    condition,
+    events_of,
+    get_job,
+    live_pods,
+)
 from tests.e2e.test_webhook_e2e import LocalWebhook, causes
 from torchgate.kube.resources import DEVICE_TAINT_RULES
 from torchgate.pytorchjob.devices import RESOURCE_CLAIM_TEMPLATE
@@ -243,6 +249,50 @@ def test_a_device_taint_keeps_gangs_off_its_node(cluster: Cluster, pool: DraPool
     )
     assert f"waiting for 8 {GPU}" in message, message
     assert live_pods(cluster, pool.namespace, "two") == []
+
+
+def test_a_noexecute_device_taint_restarts_the_gang_whole_off_its_device(
+    cluster: Cluster, torchgate: ControllerProcess
+) -> None:
+    """The KCM evicts the pod of the tainted GPU; torchgate places the whole gang again."""
+    pool = DraPool(cluster, 3, max_gpus=16)
+    try:
+        for node in pool.nodes:
+            pool.publish(node)
+        status, body = create(cluster, claiming_job("gang", pool.namespace, 2))
+        assert status == 201, body
+        first = cluster.wait_for(
+            lambda: running_pods(cluster, pool.namespace, "gang", 2, first_attempt=True),
+            timeout=90,
+            what="the gang running",
+        )
+        (sick,) = [p["spec"]["nodeName"] for p in first if p["metadata"]["name"] == "gang-worker-0"]
+        pool.publish(sick, taints={3: [{"key": "example.com/xid", "effect": "NoExecute"}]})
+        again = cluster.wait_for(
+            lambda: running_pods(cluster, pool.namespace, "gang", 2, first_attempt=False),
+            timeout=90,
+            what="the gang running again whole, off the node of the tainted GPU",
+        )
+        assert sick not in {p["spec"]["nodeName"] for p in again}
+        reasons = {e.get("reason") for e in events_of(cluster, pool.namespace, "gang")}
+        assert "PodDisrupted" in reasons, reasons
+    finally:
+        pool.clean_up()
+
+
+def running_pods(
+    cluster: Cluster, namespace: str, name: str, count: int, *, first_attempt: bool
+) -> list[dict[str, Any]] | None:
+    """The job's ``count`` pods, all Running in one gang attempt (the first or a later one)."""
+    pods = live_pods(cluster, namespace, name)
+    attempts = {p["metadata"]["annotations"]["torchgate.io/gang-attempt"] for p in pods}
+    ok = (
+        len(pods) == count
+        and len(attempts) == 1
+        and (attempts == {"1"}) == first_attempt
+        and all(p["status"].get("phase") == "Running" for p in pods)
+    )
+    return pods if ok else None
 
 
 def test_a_pod_claiming_more_gpus_than_any_node_has_waits_naming_its_device_class(
