@@ -141,3 +141,19 @@ def allocated_claim(pool: str, *devices: int, owner: str | None = None) -> dict[
         {"request": "gpus", "driver": DRIVER, "pool": pool, "device": f"gpu-{d}"} for d in devices
     ]
     return {"metadata": metadata, "status": {"allocation": {"devices": {"results": results}}}}
+
+
+def device_taint_rule(name: str, effect: str = "NoSchedule", **selector: str) -> dict[str, Any]:
+    """A DeviceTaintRule (``resource.k8s.io/v1``) tainting the devices ``selector`` picks.
+
+    ``selector``: ``driver``, ``pool``, ``device`` (all must match; none: every device).
+    """
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": name},
+        "spec": {
+            "deviceSelector": dict(selector),
+            "taint": {"key": "example.com/xid", "effect": effect},
+        },
+    }

@@ -18,13 +18,26 @@ from typing import Any
 
 import pytest
 
-from tests.builders.claims import claim_refs, claim_template, claiming_pod, device_request
+from tests.builders.claims import (
+    claim_refs,
+    claim_template,
+    claiming_pod,
+    device_request,
+    device_taint_rule,
+)
 from tests.builders.job import container, job
 from tests.builders.policy import policy
 from tests.builders.team import team_quota
 from tests.e2e.conftest import Cluster
-from tests.e2e.controller_process import ControllerProcess, condition, get_job, live_pods
+from tests.e2e.controller_process import (
+    ControllerProcess,
+    condition,
+    events_of,
+    get_job,
+    live_pods,
+)
 from tests.e2e.test_webhook_e2e import LocalWebhook, causes
+from torchgate.kube.resources import DEVICE_TAINT_RULES
 from torchgate.pytorchjob.devices import RESOURCE_CLAIM_TEMPLATE
 from torchgate.pytorchjob.fieldpath import ErrorType
 from torchgate_dev.apiserver import wait_for_admission
@@ -236,6 +249,104 @@ def test_a_device_taint_keeps_gangs_off_its_node(cluster: Cluster, pool: DraPool
     )
     assert f"waiting for 8 {GPU}" in message, message
     assert live_pods(cluster, pool.namespace, "two") == []
+
+
+def test_a_noexecute_device_taint_restarts_the_gang_whole_off_its_device(
+    cluster: Cluster, torchgate: ControllerProcess
+) -> None:
+    """The KCM evicts the pod of the tainted GPU; torchgate places the whole gang again."""
+    pool = DraPool(cluster, 3, max_gpus=16)
+    try:
+        for node in pool.nodes:
+            pool.publish(node)
+        status, body = create(cluster, claiming_job("gang", pool.namespace, 2))
+        assert status == 201, body
+        first = cluster.wait_for(
+            lambda: running_pods(cluster, pool.namespace, "gang", 2, first_attempt=True),
+            timeout=90,
+            what="the gang running",
+        )
+        (sick,) = [p["spec"]["nodeName"] for p in first if p["metadata"]["name"] == "gang-worker-0"]
+        pool.publish(sick, taints={3: [{"key": "example.com/xid", "effect": "NoExecute"}]})
+        again = cluster.wait_for(
+            lambda: running_pods(cluster, pool.namespace, "gang", 2, first_attempt=False),
+            timeout=90,
+            what="the gang running again whole, off the node of the tainted GPU",
+        )
+        assert sick not in {p["spec"]["nodeName"] for p in again}
+        reasons = {e.get("reason") for e in events_of(cluster, pool.namespace, "gang")}
+        assert "PodDisrupted" in reasons, reasons
+    finally:
+        pool.clean_up()
+
+
+def running_pods(
+    cluster: Cluster, namespace: str, name: str, count: int, *, first_attempt: bool
+) -> list[dict[str, Any]] | None:
+    """The job's ``count`` pods, all Running in one gang attempt (the first or a later one)."""
+    pods = live_pods(cluster, namespace, name)
+    attempts = {p["metadata"]["annotations"]["torchgate.io/gang-attempt"] for p in pods}
+    ok = (
+        len(pods) == count
+        and len(attempts) == 1
+        and (attempts == {"1"}) == first_attempt
+        and all(p["status"].get("phase") == "Running" for p in pods)
+    )
+    return pods if ok else None
+
+
+def test_a_pod_claiming_more_gpus_than_any_node_has_waits_naming_its_device_class(
+    cluster: Cluster, pool: DraPool
+) -> None:
+    for node in pool.nodes:
+        pool.publish(node)
+    cluster.apply(claim_template("sixteen", device_request(count=16), namespace=pool.namespace))
+    raw = claiming_job("huge", pool.namespace, 1)
+    template = raw["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    template["resourceClaims"][0]["resourceClaimTemplateName"] = "sixteen"
+    status, body = create(cluster, raw)
+    assert status == 201, body
+    message = cluster.wait_for(
+        lambda: waiting_message(cluster, pool.namespace, "huge"),
+        timeout=60,
+        what="the job to wait",
+    )
+    assert f"it asks 16 {GPU} (claimed devices of DeviceClass {kwok.DRA_CLASS})" in message, message
+    assert live_pods(cluster, pool.namespace, "huge") == []
+
+
+def test_a_device_taint_rule_keeps_gangs_off_its_node(cluster: Cluster, pool: DraPool) -> None:
+    status, discovery = cluster.api_request("GET", DEVICE_TAINT_RULES.discovery_path())
+    if status != 200 or not DEVICE_TAINT_RULES.served_in(discovery):
+        pytest.skip("resource.k8s.io/v1 DeviceTaintRule is served from Kubernetes 1.37")
+    tainted, healthy = pool.nodes
+    for node in pool.nodes:
+        pool.publish(node)
+    # An admin takes one failing GPU of a node out of use, as kubectl create devicetaintrule does.
+    rule = device_taint_rule(
+        f"{pool.name}-xid", driver=kwok.DRA_DRIVER, pool=tainted, device="gpu-5"
+    )
+    cluster.apply(rule)
+    try:
+        status, body = create(cluster, claiming_job("one", pool.namespace, 1))
+        assert status == 201, body
+        nodes = cluster.wait_for(
+            lambda: running_nodes(cluster, pool.namespace, "one", 1),
+            timeout=90,
+            what="the gang running off the node of the device the rule taints",
+        )
+        assert nodes == [healthy]
+        status, body = create(cluster, claiming_job("two", pool.namespace, 1))
+        assert status == 201, body
+        message = cluster.wait_for(
+            lambda: waiting_message(cluster, pool.namespace, "two"),
+            timeout=60,
+            what="the gang to wait rather than go to the node of the device the rule taints",
+        )
+        assert f"waiting for 8 {GPU}" in message, message
+        assert live_pods(cluster, pool.namespace, "two") == []
+    finally:
+        cluster.kubectl("delete", "devicetaintrule", rule["metadata"]["name"], check=False)
 
 
 @pytest.mark.parametrize("build", [claiming_job, extended_job], ids=["template", "kep-5004"])

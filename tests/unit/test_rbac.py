@@ -47,6 +47,8 @@ CALLS: dict[tuple[str, str, str, str], str] = {
     ("controller", "resource.k8s.io", "resourceclaimtemplates", "watch"): "informer",
     ("controller", "resource.k8s.io", "resourceslices", "list"): "informer (GPU capacity)",
     ("controller", "resource.k8s.io", "resourceslices", "watch"): "informer",
+    ("controller", "resource.k8s.io", "devicetaintrules", "list"): "informer (devices out of use)",
+    ("controller", "resource.k8s.io", "devicetaintrules", "watch"): "informer",
     # torchgate/controller/job/reconciler.py
     ("controller", "kubeflow.org", "pytorchjobs", "patch"): "restart-count annotation",
     ("controller", "kubeflow.org", "pytorchjobs", "delete"): "ttlSecondsAfterFinished",

@@ -51,6 +51,7 @@ from torchgate.kube.errors import ApiError, NotFound
 from torchgate.kube.informer import Informer, ParsedOnce, key_of
 from torchgate.kube.resources import (
     DEVICE_CLASSES,
+    DEVICE_TAINT_RULES,
     NODES,
     PLACEMENT_POLICIES,
     PODS,
@@ -62,6 +63,7 @@ from torchgate.kube.resources import (
     SERVICES,
     TEAM_QUOTAS,
     WORKLOADS,
+    Resource,
 )
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.names import JobKey
@@ -156,8 +158,10 @@ class Manager:
             templates=Informer(api, RESOURCE_CLAIM_TEMPLATES),
             classes=Informer(api, DEVICE_CLASSES),
         )
-        # GPU capacity of DRA nodes (``admission.slices``): devices per node and pool.
+        # GPU capacity of DRA nodes (``admission.slices``): devices per node and pool, minus
+        # the devices an admin's DeviceTaintRules take out of use (run only where served).
         self.slices = Informer(api, RESOURCE_SLICES)
+        self.taint_rules = Informer(api, DEVICE_TAINT_RULES)
         # The caches nothing is decided without (the others are read once listed, see ``run``).
         self.needed = (
             self.nodes,
@@ -248,8 +252,21 @@ class Manager:
         for counted in (self.dra.claims, self.dra.templates, self.dra.classes):
             counted.add_handler(self.admitter.on_claims)
         self.slices.add_handler(lambda *_: self.admitter.wake())
+        self.taint_rules.add_handler(lambda *_: self.admitter.wake())
 
     # ------------------------------------------------------------------ cache views
+
+    async def _served(self, resource: Resource) -> bool:
+        """Whether API discovery lists ``resource`` (asked once, at start; an error: no)."""
+        try:
+            discovery = await self.api.request("GET", resource.discovery_path())
+        except ApiError as exc:
+            log.info("%s not served (%s): going on without", resource.plural, exc)
+            return False
+        if not resource.served_in(discovery):
+            log.info("%s not served: going on without", resource.plural)
+            return False
+        return True
 
     def device_capacity(
         self, counted: Callable[[tuple[str, str]], Mapping[str, int] | None]
@@ -263,7 +280,13 @@ class Manager:
         if not keys:
             return {}
         drivers = driver_keys(self.dra.classes.values(), keys)
-        return free_devices(self.slices.values(), self.dra.claims.values(), drivers, counted)
+        return free_devices(
+            self.slices.values(),
+            self.dra.claims.values(),
+            drivers,
+            counted,
+            taint_rules=self.taint_rules.values(),
+        )
 
     def _team_shares(self) -> list[TeamShare]:
         """Each team's nominal GPUs and what the last admission cycle counted it using."""
@@ -367,6 +390,8 @@ class Manager:
             dra = (self.dra.claims, self.dra.templates, self.dra.classes, self.slices)
             for informer in dra:
                 group.create_task(informer.run())
+            if await self._served(DEVICE_TAINT_RULES):
+                group.create_task(self.taint_rules.run())
             try:
                 await asyncio.wait_for(
                     self.team_quotas.synced.wait(), self.settings.quota_sync_seconds

@@ -6,6 +6,7 @@ the RBAC test can read from the code which permissions each component needs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 from urllib.parse import quote
@@ -19,6 +20,13 @@ class Resource:
     version: str
     plural: str
     namespaced: bool = True
+
+    def served_in(self, discovery: object) -> bool:
+        """Whether an APIResourceList (``GET discovery_path()``) lists this resource."""
+        found = discovery.get("resources") if isinstance(discovery, Mapping) else None
+        return isinstance(found, list) and any(
+            isinstance(entry, Mapping) and entry.get("name") == self.plural for entry in found
+        )
 
     def path(self, namespace: str | None = None, name: str | None = None, sub: str = "") -> str:
         """The URL path of a collection (``name`` None) or of one object."""
@@ -63,6 +71,8 @@ RESOURCE_CLAIMS: Final = Resource("resource.k8s.io", "v1", "resourceclaims")
 RESOURCE_CLAIM_TEMPLATES: Final = Resource("resource.k8s.io", "v1", "resourceclaimtemplates")
 DEVICE_CLASSES: Final = Resource("resource.k8s.io", "v1", "deviceclasses", namespaced=False)
 RESOURCE_SLICES: Final = Resource("resource.k8s.io", "v1", "resourceslices", namespaced=False)
+# resource.k8s.io/v1 from Kubernetes 1.37 (before: v1beta2 behind DRADeviceTaintRules)
+DEVICE_TAINT_RULES: Final = Resource("resource.k8s.io", "v1", "devicetaintrules", namespaced=False)
 TOKEN_REVIEWS: Final = Resource("authentication.k8s.io", "v1", "tokenreviews", namespaced=False)
 SUBJECT_ACCESS_REVIEWS: Final = Resource(
     "authorization.k8s.io", "v1", "subjectaccessreviews", namespaced=False

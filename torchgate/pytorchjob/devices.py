@@ -41,6 +41,7 @@ Rules (each one function):
    plus the GPUs of every pod-level claim (a claim's devices are allocated to the pod whether or
    not a container names it). What a pod takes from its node and quota is ``units.pod_units``:
    kube-scheduler's effective request, whose claimed part is this module's count too.
+   ``pod_claimed_classes`` names the GPU DeviceClasses that count makes, for messages.
 6. ``unseen_sources``: the ResourceClaims and templates a job's pod templates name that a
    lookup which has listed (``complete``) does not see. A cache may not have seen an object the
    apiserver already has (``kubectl apply -f dir/`` creates the template and the job together),
@@ -348,6 +349,27 @@ def pod_claimed_by_key(
     """The GPUs of every pod-level claim per resource key (unknown counts: none)."""
     wanted = ((name, None) for name in pod_claims(pod_spec))
     return _claimed_by_key(wanted, pod_spec, sources, claims) or {}
+
+
+def pod_claimed_classes(
+    pod_spec: Mapping[str, Any], sources: GpuSources, claims: ClaimLookup = NO_CLAIMS
+) -> dict[str, tuple[str, ...]]:
+    """The GPU DeviceClasses a pod's claims ask for, per resource key they count under (rule 5).
+
+    What a pod's claimed count is made of, for messages: a DRA pool has no ``nvidia.com/gpu``
+    on its nodes, so "asks 16 nvidia.com/gpu" alone does not tell its admin which devices.
+    """
+    found: dict[str, set[str]] = {}
+    if not sources.counts_claims:
+        return {}
+    for target in pod_claims(pod_spec).values():
+        spec = claims.spec(*target)
+        for entry in device_requests(spec) if spec is not None else ():
+            exactly = entry.get("exactly") if isinstance(entry, _OBJECT) else None
+            name = exactly.get("deviceClassName") if isinstance(exactly, _OBJECT) else None
+            if isinstance(name, str) and name in sources.class_keys:
+                found.setdefault(sources.class_keys[name], set()).add(name)
+    return {key: tuple(sorted(names)) for key, names in sorted(found.items())}
 
 
 def pod_gpus(

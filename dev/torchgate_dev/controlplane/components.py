@@ -51,6 +51,10 @@ CONTROLLERS: Final = (
     # it names (and removes them with the pod); without it a pod claiming GPUs through a template
     # never schedules. Its name in kube-controller-manager is "resourceclaim-controller".
     "resourceclaim-controller",
+    # ... and deletes the pods whose allocated devices get a NoExecute device taint (in their
+    # ResourceSlice or from a DeviceTaintRule), as a real 1.36+ cluster does: torchgate meets that
+    # eviction (``DeletionByDeviceTaintManager``) and restarts the gang whole.
+    "device-taint-eviction-controller",
 )
 
 REAL_NODE_CONTROLLERS: Final = (

@@ -818,7 +818,11 @@ class Admitter:
 
     def _too_large(self, demand: PodDemand) -> str | None:
         """Why no eligible node could ever hold ``demand`` (``nodes`` rule 5), once per shape."""
-        shape = (demand.signature, tuple(sorted(demand.requests.items())))
+        shape = (
+            demand.signature,
+            tuple(sorted(demand.requests.items())),
+            demand.device_classes,
+        )
         known = self._nodes.too_large
         if shape not in known:
             capacities = (self.ledger.capacity_of(n) for n in self._eligible(demand.signature))
@@ -1015,9 +1019,7 @@ class _NodeFacts:
     eligibility: dict[Signature, tuple[str, ...]] = field(default_factory=dict)
     allowed: dict[frozenset[Signature], frozenset[str]] = field(default_factory=dict)
     without_gpus: dict[tuple[str, bool], frozenset[str] | None] = field(default_factory=dict)
-    too_large: dict[tuple[Signature, tuple[tuple[str, int], ...]], str | None] = field(
-        default_factory=dict
-    )
+    too_large: dict[tuple[object, ...], str | None] = field(default_factory=dict)
     gang_too_large: dict[tuple[object, ...], str | None] = field(default_factory=dict)
     out_of_use: dict[tuple[object, ...], OutOfUse | None] = field(default_factory=dict)
 

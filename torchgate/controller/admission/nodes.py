@@ -15,7 +15,9 @@ filters, one function each:
    only a preference), with Kubernetes' ``ToleratesTaint`` (``Toleration.tolerates``).
 5. ``too_large``: a pod that asks for more than any node it may use holds even empty (its
    allocatable and GPU devices, ``ledger.capacity_of``) can never be placed, whatever ends;
-   ``no_node_large_enough`` says so, naming the first resource no such node has enough of.
+   ``no_node_large_enough`` says so, naming the first resource no such node has enough of,
+   and the GPU DeviceClasses of the pod's claims counted under it (``PodDemand.device_classes``:
+   a DRA pool's nodes list no ``nvidia.com/gpu``, which its GPU claims are counted under).
 6. ``gang_too_large``: a gang each of whose pods fits some node but whose required pods cannot
    all be placed on the nodes it may use even when those nodes are empty (3 pods of 8 GPUs on
    two 8-GPU nodes; more pods with host ports than such nodes; a required topology level none
@@ -61,7 +63,7 @@ from torchgate.controller.admission.topology import (
     summed,
 )
 from torchgate.pytorchjob import names
-from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources
+from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources, pod_claimed_classes
 from torchgate.pytorchjob.digits import parse_integer
 from torchgate.pytorchjob.pool import TopologyRequest
 from torchgate.pytorchjob.spec import (
@@ -209,6 +211,8 @@ class PodDemand:
     tolerations: tuple[Toleration, ...] = ()
     pinned_hosts: tuple[str, ...] = ()
     host_ports: frozenset[tuple[str, int]] = frozenset()  # (protocol, port) it binds on the node
+    # Resource key -> the GPU DeviceClasses its claims ask under it (messages name them).
+    device_classes: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def signature(self) -> Signature:
@@ -347,6 +351,9 @@ def pod_demand(
         tolerations=tolerations_of(pod_spec),
         pinned_hosts=tuple(hosts),
         host_ports=host_ports_of(pod_spec),
+        device_classes=tuple(pod_claimed_classes(pod_spec, gpus, claims).items())
+        if gpus is not None
+        else (),
     )
 
 
@@ -463,11 +470,17 @@ def too_large(demand: PodDemand, capacities: Iterable[Mapping[str, int]]) -> str
             return None
         for key in demand.requests:
             largest[key] = max(largest.get(key, 0), capacity.get(key, 0))
+    classes = dict(demand.device_classes)
     for key, amount in sorted(demand.requests.items()):
         if largest.get(key, 0) < amount:
+            claimed = (
+                f" (claimed devices of DeviceClass {', '.join(classes[key])})"
+                if key in classes
+                else ""
+            )
             return (
-                f"it asks {format_amount(key, amount)} {key} and the largest node it may use "
-                f"has {format_amount(key, largest.get(key, 0))}"
+                f"it asks {format_amount(key, amount)} {key}{claimed} and the largest node it "
+                f"may use has {format_amount(key, largest.get(key, 0))}"
             )
     return "no node it may use holds all it asks even empty"
 

@@ -26,7 +26,13 @@ Rules (each one function):
    newest generation of their pool (slices shared by several nodes, ``nodeSelector`` or
    ``allNodes``, are left out: torchgate cannot tell on which node their devices are used).
 3. ``unavailable``: a device with a taint of effect ``NoSchedule`` or ``NoExecute`` is not free
-   (KEP-5055; ``None`` and unknown effects are informational).
+   (KEP-5055; ``None`` and unknown effects are informational), whether its driver publishes the
+   taint in the slice or an admin's DeviceTaintRule (``resource.k8s.io/v1``, Kubernetes 1.37)
+   selects the device (``rule_selectors``: all of the rule's ``driver``, ``pool`` and
+   ``device`` that are set match; an empty selector selects every device, a rule without one
+   none). ``kubectl create devicetaintrule`` is how an admin takes a failing GPU out of use:
+   kube-scheduler allocates no new claim on it, so a gang planned onto its node would keep a
+   pod Pending there while the rest of the gang holds its GPUs.
 4. ``allocated``: the devices in ``status.allocation.devices.results`` of every claim, except
    those the owning pod's units already count.
 5. ``free_devices``: per node, per resource key, the GPU devices that are neither unavailable nor
@@ -36,7 +42,7 @@ Rules (each one function):
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from torchgate.pytorchjob.spec import as_list, as_mapping
@@ -115,11 +121,38 @@ def node_devices(
     return out
 
 
-def unavailable(device: Mapping[str, Any]) -> bool:
-    """Whether a taint keeps new claims off the device (rule 3)."""
+Selector = tuple[str | None, str | None, str | None]  # (driver, pool, device); None: any
+
+
+def rule_selectors(taint_rules: Iterable[Mapping[str, Any]]) -> list[Selector]:
+    """The device selectors of the DeviceTaintRules whose taint keeps new claims off (rule 3)."""
+    out: list[Selector] = []
+    for rule in taint_rules:
+        spec = as_mapping(rule.get("spec"))
+        selector = spec.get("deviceSelector")
+        if as_mapping(spec.get("taint")).get("effect") not in _BLOCKING_EFFECTS:
+            continue
+        if not isinstance(selector, Mapping):  # without a selector no device is selected
+            continue
+        out.append(
+            (_set(selector.get("driver")), _set(selector.get("pool")), _set(selector.get("device")))
+        )
+    return out
+
+
+def _set(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def unavailable(device: Device, raw: Mapping[str, Any], selectors: Sequence[Selector] = ()) -> bool:
+    """Whether a taint of the slice or of a DeviceTaintRule keeps new claims off (rule 3)."""
+    if any(
+        as_mapping(taint).get("effect") in _BLOCKING_EFFECTS for taint in as_list(raw.get("taints"))
+    ):
+        return True
     return any(
-        as_mapping(taint).get("effect") in _BLOCKING_EFFECTS
-        for taint in as_list(device.get("taints"))
+        all(wanted is None or wanted == have for wanted, have in zip(selector, device, strict=True))
+        for selector in selectors
     )
 
 
@@ -159,20 +192,22 @@ def free_devices(
     claims: Iterable[Mapping[str, Any]],
     keys: Mapping[str, frozenset[str]],
     counted: Callable[[PodKey], Mapping[str, int] | None] = lambda _: None,
+    taint_rules: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, dict[str, int]]:
     """Node -> resource key -> free GPU devices in milli-units (rule 5); ``keys``: driver -> keys.
 
     ``counted``: what the ledger counts for a live pod (its units), None for a pod it does not
-    hold.
+    hold; ``taint_rules``: the cluster's DeviceTaintRules (rule 3).
     """
     if not keys:
         return {}
     taken = allocated(claims, keys, counted)
+    selectors = rule_selectors(taint_rules)
     out: dict[str, dict[str, int]] = {}
     for node, devices in node_devices(slices).items():
         for device, raw in devices:
             device_keys = keys.get(device[0])
-            if not device_keys or device in taken or unavailable(raw):
+            if not device_keys or device in taken or unavailable(device, raw, selectors):
                 continue
             free = out.setdefault(node, {})
             for key in device_keys:

@@ -244,3 +244,21 @@ def test_a_gang_too_large_while_a_device_is_tainted_is_placeable_once_the_taint_
     slices[1] = resource_slice("dra-1", 8)  # dra-1 still has free devices: same devices_version
     assert admitter.cycle() == []
     assert job_outlook(admitter.snapshot()[0], key).placeable is True, "16 GPUs when empty"
+
+
+def test_a_pod_claiming_more_gpus_than_any_node_has_waits_naming_its_device_class() -> None:
+    claims = seen(claim_template("sixteen", device_request(count=16)))
+    admitter = admitter_with(
+        [resource_slice("dra-0", 8), resource_slice("dra-1", 8)], claims_for=lambda _: claims
+    )
+    pytorch = container(args=["--backend", "nccl"])
+    pytorch["resources"] = claim_refs("gpus")
+    pod_spec = claiming_pod(("gpus", RESOURCE_CLAIM_TEMPLATE, "sixteen"))
+    raw = job("huge").workers(1, containers=[pytorch], pod_spec=pod_spec).build()
+    key = (raw["metadata"]["namespace"], raw["metadata"]["name"])
+    admitter.request(key, gang_request(raw, POLICY.gpus(claims), claims))
+    assert admitter.cycle() == []
+    assert admitter.wait_reason(key) == ALONE + (
+        f"no eligible node in the cluster can ever hold huge-worker-0: it asks 16 {GPU} "
+        f"(claimed devices of DeviceClass {GPU_CLASS}) and the largest node it may use has 8"
+    )

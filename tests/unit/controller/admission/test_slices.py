@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.builders.claims import DRIVER, allocated_claim, resource_slice
+from tests.builders.claims import DRIVER, allocated_claim, device_taint_rule, resource_slice
 from torchgate.controller.admission.slices import class_drivers, driver_keys, free_devices
 
 GPU = "nvidia.com/gpu"
@@ -45,6 +45,34 @@ def test_a_device_tainted_noschedule_or_noexecute_is_not_free() -> None:
         2: [{"key": "note", "effect": "None"}],
     }
     assert free_devices([resource_slice("a", 4, taints=taints)], [], KEYS) == {"a": {GPU: 2000}}
+
+
+def test_a_device_a_device_taint_rule_taints_noschedule_or_noexecute_is_not_free() -> None:
+    slices = [resource_slice("a", 4), resource_slice("b", 2)]
+    rules = [
+        device_taint_rule("one-gpu", driver=DRIVER, pool="a", device="gpu-0"),
+        device_taint_rule("drain", "NoExecute", pool="a", device="gpu-1"),
+        device_taint_rule("note", "None", pool="a", device="gpu-2"),
+        device_taint_rule("other-driver", driver="nic.example.com", pool="b"),
+    ]
+    assert free_devices(slices, [], KEYS, taint_rules=rules) == {
+        "a": {GPU: 2000},
+        "b": {GPU: 2000},
+    }
+
+
+def test_a_device_taint_rule_selects_all_devices_only_with_an_empty_selector() -> None:
+    slices = [resource_slice("a", 2), resource_slice("b", 2)]
+    whole_pool = device_taint_rule("whole-pool", pool="b")
+    assert free_devices(slices, [], KEYS, taint_rules=[whole_pool]) == {"a": {GPU: 2000}}
+    everything = device_taint_rule("everything")
+    assert free_devices(slices, [], KEYS, taint_rules=[everything]) == {}
+    no_selector = device_taint_rule("nothing")
+    del no_selector["spec"]["deviceSelector"]
+    assert free_devices(slices, [], KEYS, taint_rules=[no_selector]) == {
+        "a": {GPU: 2000},
+        "b": {GPU: 2000},
+    }
 
 
 def test_a_device_class_selects_the_drivers_its_cel_names() -> None:
