@@ -16,6 +16,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +105,18 @@ class ControllerProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@contextmanager
+def running_controller(kubeconfig: Path, log_dir: Path, *extra: str) -> Iterator[ControllerProcess]:
+    """A started controller (``extra``: its further flags) that must exit 0 when stopped after.
+
+    What the e2e modules' ``controller`` fixtures hold: one controller for the module, whose clean
+    exit on SIGTERM is checked at the end (its log in the message when it is not).
+    """
+    process = ControllerProcess(kubeconfig, log_dir, *extra).start()
+    yield process
+    assert process.stop() == 0, process.log()
 
 
 def job_path(namespace: str, name: str = "") -> str:

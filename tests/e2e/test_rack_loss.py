@@ -18,11 +18,19 @@ from typing import Any
 import pytest
 
 from tests.builders.job import job
-from tests.builders.policy import policy
 from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import ControllerProcess, create_job, live_pods
-from tests.e2e.test_node_loss import metric, quarantine_taint, set_not_ready
-from torchgate_dev.controlplane import kwok
+from tests.e2e.node_outages import (
+    all_running_in_attempt,
+    apply_quarantine_policy,
+    delete_policy,
+    metric,
+    new_pool_namespace,
+    node_loss_controller,
+    quarantine_taint,
+    resume_heartbeats,
+    set_not_ready,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -33,22 +41,14 @@ GANGS = 6
 def controller(
     cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ControllerProcess]:
-    process = ControllerProcess(
-        cluster.kubeconfig, tmp_path_factory.mktemp("controller"), "--node-lost-seconds", "5"
-    ).start()
-    yield process
-    assert process.stop() == 0, process.log()
+    with node_loss_controller(cluster, tmp_path_factory.mktemp("controller")) as process:
+        yield process
 
 
 def running(cluster: Cluster, namespace: str, name: str, attempt: int) -> list[dict[str, Any]]:
     """The job's two pods when both are Running in gang attempt ``attempt``, else []."""
     pods = live_pods(cluster, namespace, name)
-    ok = len(pods) == 2 and all(
-        p["status"].get("phase") == "Running"
-        and p["metadata"]["annotations"]["torchgate.io/gang-attempt"] == str(attempt)
-        for p in pods
-    )
-    return pods if ok else []
+    return pods if all_running_in_attempt(pods, 2, attempt) else []
 
 
 def all_running(
@@ -66,12 +66,10 @@ def test_a_rack_of_eight_nodes_lost_under_six_gangs_restarts_each_once_and_charg
     The 12 nodes left hold the 6 gangs exactly. The policy quarantines a node at its first fault,
     so a healthy node charged by mistake would show its quarantine taint.
     """
-    namespace = cluster.new_namespace("rack")
-    pool = f"rack-{namespace[-6:]}"
+    namespace, pool = new_pool_namespace(cluster, "rack")
     nodes = cluster.add_gpu_nodes(20, pool, labels={"pool": pool})
-    name = f"{pool}-quarantine"
     settings = {"faults": 1, "windowSeconds": 600, "cooldownSeconds": 3600}
-    cluster.apply(policy(name, namespaces=[namespace], quarantine=settings))
+    name = apply_quarantine_policy(cluster, pool, [namespace], settings)
     rack: list[str] = []
     try:
         for i in range(GANGS):
@@ -108,5 +106,5 @@ def test_a_rack_of_eight_nodes_lost_under_six_gangs_restarts_each_once_and_charg
         assert quarantined == set(rack)
     finally:
         for node in rack:
-            cluster.kubectl("label", "node", node, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
-        cluster.kubectl("delete", "placementpolicy", name, "--ignore-not-found")
+            resume_heartbeats(cluster, node)
+        delete_policy(cluster, name)
