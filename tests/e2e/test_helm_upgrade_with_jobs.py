@@ -13,7 +13,6 @@ controller.tuning.starvationSeconds=600`` (same image) rolls the controller Depl
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -30,11 +29,11 @@ from tests.e2e.installation import (
     component_pods,
     force_uninstall,
     installable_cluster,
-    rolled_out,
+    local_real_node_binaries,
+    run_chart,
+    wait_rolled_out,
 )
-from tests.helmtool import CHART, run_helm
 from torchgate.pytorchjob import names
-from torchgate_dev.controlplane.cluster import ATTACH_ENV
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_node, pytest.mark.timeout(900)]
 
@@ -46,9 +45,7 @@ def helm_installed(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
     """The chart installed with README's values; both Deployments rolled out."""
-    if os.environ.get(ATTACH_ENV):
-        pytest.skip("installs onto the local control plane's real node only")
-    binaries = request.getfixturevalue("control_plane_binaries")
+    binaries = local_real_node_binaries(request)
     with installable_cluster(binaries, tmp_path_factory.mktemp("helm-upgrade")) as cluster:
         # README's helm-1-adopt-crds: the CRDs were applied with kubectl.
         cluster.kubectl(
@@ -59,27 +56,13 @@ def helm_installed(
             "meta.helm.sh/release-namespace=default", "--overwrite",
         )  # fmt: skip
         try:
-            helm(cluster, "install", f"--set=image.repository={IMAGE}", "--set=image.tag=0.1.0")
+            run_chart(
+                cluster, "install", f"--set=image.repository={IMAGE}", "--set=image.tag=0.1.0"
+            )
             wait_rolled_out(cluster)
             yield cluster
         finally:
             force_uninstall(cluster)
-
-
-def helm(cluster: Cluster, verb: str, *values: str) -> None:
-    run_helm(
-        verb, "torchgate", str(CHART), "--namespace", "default", *values,
-        env={"KUBECONFIG": str(cluster.kubeconfig)}, timeout=300,
-    )  # fmt: skip
-
-
-def wait_rolled_out(cluster: Cluster) -> None:
-    for name in ("torchgate-webhook", "torchgate-controller"):
-        cluster.kubectl(
-            "-n", NAMESPACE, "rollout", "status", f"deployment/{name}", "--timeout=180s",
-            timeout=200,
-        )  # fmt: skip
-        assert rolled_out(cluster, name)
 
 
 def gang(name: str, namespace: str, pool: str) -> dict[str, Any]:
@@ -141,7 +124,7 @@ def test_a_values_only_upgrade_leaves_the_running_gang_alone_and_the_waiting_one
         )
         controllers = {p["metadata"]["name"] for p in component_pods(cluster, "controller")}
 
-        helm(
+        run_chart(
             cluster, "upgrade", "--reset-then-reuse-values",
             "--set=controller.tuning.starvationSeconds=600",
         )  # fmt: skip
