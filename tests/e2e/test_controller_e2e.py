@@ -31,6 +31,7 @@ from tests.e2e.controller_process import (
     is_true,
     job_pods,
     live_pods,
+    running_controller,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.all_versions]
@@ -41,9 +42,8 @@ SEEDS = Path(__file__).resolve().parents[2].parent / "shared" / "seeds" / "manif
 def controller(
     cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ControllerProcess]:
-    process = ControllerProcess(cluster.kubeconfig, tmp_path_factory.mktemp("controller")).start()
-    yield process
-    assert process.stop() == 0, process.log()
+    with running_controller(cluster.kubeconfig, tmp_path_factory.mktemp("controller")) as process:
+        yield process
 
 
 def pool(cluster: Cluster, name: str, nodes: int, gpus: int = 8) -> list[str]:

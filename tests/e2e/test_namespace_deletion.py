@@ -24,6 +24,7 @@ from tests.e2e.controller_process import (
     events_of,
     get_job,
     live_pods,
+    running_controller,
 )
 
 pytestmark = pytest.mark.e2e
@@ -35,9 +36,8 @@ COUNTERS = ("gang_restarts_total", "reconcile_errors_total", "pods_created_total
 def controller(
     cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ControllerProcess]:
-    process = ControllerProcess(cluster.kubeconfig, tmp_path_factory.mktemp("controller")).start()
-    yield process
-    assert process.stop() == 0, process.log()
+    with running_controller(cluster.kubeconfig, tmp_path_factory.mktemp("controller")) as process:
+        yield process
 
 
 def counters(controller: ControllerProcess) -> dict[str, float]:
