@@ -3,7 +3,8 @@
 The controller under test is the console command itself (a subprocess), never an in-process
 object, so flags, signal handling and leader election are exercised as in a Deployment. Reads go
 straight to the API (one HTTPS request, no kubectl process) because several tests measure how
-quickly things happen.
+quickly things happen. The module-scoped fixture ``controller`` (one controller per test module,
+checked to exit 0 when stopped) is shared by import: ``from ... import controller as controller``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.e2e.conftest import Cluster
 from torchgate_dev.controlplane.processes import terminate
@@ -117,6 +120,15 @@ def running_controller(kubeconfig: Path, log_dir: Path, *extra: str) -> Iterator
     process = ControllerProcess(kubeconfig, log_dir, *extra).start()
     yield process
     assert process.stop() == 0, process.log()
+
+
+@pytest.fixture(scope="module")
+def controller(
+    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControllerProcess]:
+    """The module's controller with the e2e defaults; a module that imports it has its own."""
+    with running_controller(cluster.kubeconfig, tmp_path_factory.mktemp("controller")) as process:
+        yield process
 
 
 def job_path(namespace: str, name: str = "") -> str:

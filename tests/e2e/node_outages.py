@@ -11,18 +11,18 @@ of its pods, as with a node cut off from the control plane; removing the label
 ``Ready=False`` so that the transition time is the test's, to the second (the controller manager
 leaves a node's own ``False`` alone until its grace period without a heartbeat, 50 s, runs out).
 
-The controllers of these tests run with ``--node-lost-seconds`` ``NODE_LOST_SECONDS``
-(:func:`node_loss_controller`).
+The module-scoped fixture :func:`controller` is the controller of such a test module, with
+``--node-lost-seconds`` ``NODE_LOST_SECONDS``: a module that imports it has one of its own.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.builders.policy import policy
 from tests.e2e.conftest import Cluster
@@ -37,13 +37,14 @@ FAULTS = "torchgate.io/quarantine-faults"
 GANG_ATTEMPT = "torchgate.io/gang-attempt"
 
 
-@contextmanager
-def node_loss_controller(
-    cluster: Cluster, log_dir: Path, *extra: str
+@pytest.fixture(scope="module")
+def controller(
+    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ControllerProcess]:
-    """A controller that calls a node lost after ``NODE_LOST_SECONDS`` not Ready."""
+    """The module's controller; it calls a node lost after ``NODE_LOST_SECONDS`` not Ready."""
+    logs = tmp_path_factory.mktemp("controller")
     lost = ("--node-lost-seconds", str(NODE_LOST_SECONDS))
-    with running_controller(cluster.kubeconfig, log_dir, *lost, *extra) as process:
+    with running_controller(cluster.kubeconfig, logs, *lost) as process:
         yield process
 
 

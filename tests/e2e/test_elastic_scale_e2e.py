@@ -24,8 +24,8 @@ from tests.e2e.controller_process import (
     condition,
     get_job,
     live_pods,
-    running_controller,
 )
+from tests.e2e.controller_process import controller as controller  # the module-scoped fixture
 from tests.e2e.elastic_jobs import attempt, create, in_pool, running_pods, scale
 from tests.e2e.webhook_process import LocalWebhook, registered_webhook
 
@@ -36,14 +36,6 @@ pytestmark = [pytest.mark.e2e]
 def webhook(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWebhook]:
     with registered_webhook(cluster, tmp_path_factory.mktemp("webhook")) as server:
         yield server
-
-
-@pytest.fixture(scope="module")
-def controller(
-    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ControllerProcess]:
-    with running_controller(cluster.kubeconfig, tmp_path_factory.mktemp("controller")) as process:
-        yield process
 
 
 def test_scaling_a_running_elastic_job_up_and_down_never_restarts_its_gang(

@@ -11,7 +11,6 @@ pods and Events while the namespace goes, and the controller's metrics, never lo
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -24,20 +23,12 @@ from tests.e2e.controller_process import (
     events_of,
     get_job,
     live_pods,
-    running_controller,
 )
+from tests.e2e.controller_process import controller as controller  # the module-scoped fixture
 
 pytestmark = pytest.mark.e2e
 
 COUNTERS = ("gang_restarts_total", "reconcile_errors_total", "pods_created_total")
-
-
-@pytest.fixture(scope="module")
-def controller(
-    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ControllerProcess]:
-    with running_controller(cluster.kubeconfig, tmp_path_factory.mktemp("controller")) as process:
-        yield process
 
 
 def counters(controller: ControllerProcess) -> dict[str, float]:

@@ -13,7 +13,6 @@ controller's metrics, never logs.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,24 +42,16 @@ from tests.e2e.node_outages import (
     metric,
     new_pool_namespace,
     node_events,
-    node_loss_controller,
     quarantine_taint,
     ready_condition,
     resume_heartbeats,
     running_on,
     set_not_ready,
 )
+from tests.e2e.node_outages import controller as controller  # the module-scoped fixture
 from torchgate_dev.controlplane import kwok
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def controller(
-    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ControllerProcess]:
-    with node_loss_controller(cluster, tmp_path_factory.mktemp("controller")) as process:
-        yield process
 
 
 def gang(cluster: Cluster, namespace: str, pool: str) -> list[dict[str, Any]]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,25 +45,17 @@ from tests.e2e.node_outages import (
     metric,
     new_pool_namespace,
     node_labels,
-    node_loss_controller,
     post_ready_false,
     quarantine_taint,
     resume_heartbeats,
     running_on,
     set_not_ready,
 )
+from tests.e2e.node_outages import controller as controller  # the module-scoped fixture
 
 pytestmark = pytest.mark.e2e
 
 GANGS = 3
-
-
-@pytest.fixture(scope="module")
-def controller(
-    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ControllerProcess]:
-    with node_loss_controller(cluster, tmp_path_factory.mktemp("controller")) as process:
-        yield process
 
 
 def nodes_of(cluster: Cluster, namespace: str, attempt: int) -> set[str] | None:

@@ -12,7 +12,6 @@ Nodes and the controller's metrics, never logs.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,23 +25,15 @@ from tests.e2e.node_outages import (
     delete_policy,
     metric,
     new_pool_namespace,
-    node_loss_controller,
     quarantine_taint,
     resume_heartbeats,
     set_not_ready,
 )
+from tests.e2e.node_outages import controller as controller  # the module-scoped fixture
 
 pytestmark = pytest.mark.e2e
 
 GANGS = 6
-
-
-@pytest.fixture(scope="module")
-def controller(
-    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ControllerProcess]:
-    with node_loss_controller(cluster, tmp_path_factory.mktemp("controller")) as process:
-        yield process
 
 
 def running(cluster: Cluster, namespace: str, name: str, attempt: int) -> list[dict[str, Any]]:
