@@ -12,7 +12,6 @@ down deletes the Workers above the new count without a restart.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,15 +26,10 @@ from tests.e2e.controller_process import (
 )
 from tests.e2e.controller_process import controller as controller  # the module-scoped fixture
 from tests.e2e.elastic_jobs import attempt, create, in_pool, running_pods, scale
-from tests.e2e.webhook_process import LocalWebhook, registered_webhook
+from tests.e2e.webhook_process import LocalWebhook
+from tests.e2e.webhook_process import webhook as webhook  # the module-scoped fixture
 
 pytestmark = [pytest.mark.e2e]
-
-
-@pytest.fixture(scope="module")
-def webhook(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWebhook]:
-    with registered_webhook(cluster, tmp_path_factory.mktemp("webhook")) as server:
-        yield server
 
 
 def test_scaling_a_running_elastic_job_up_and_down_never_restarts_its_gang(
