@@ -8,7 +8,8 @@ manifests pull ``IfNotPresent``, so containerd's records of those two tags (anot
 build, pulled by an earlier run) are removed once the image is built: the pods run this build.
 The helpers read the installed objects, and run the chart against such a cluster: the Helm tests'
 rig (a cluster without torchgate, ``helm install``/``upgrade`` with the admin's values file, the
-wait for both Deployments), kept here so that each Helm test module does not carry its own copy.
+wait for both Deployments, the gangs they run), kept here so that no Helm test module carries its
+own copy or imports another's.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ import pytest
 import yaml
 
 from tests import manifestset as ms
+from tests.builders.job import job
 from tests.e2e.conftest import Cluster
+from tests.e2e.controller_process import live_pods
 from tests.helmtool import CHART, run_helm
 from torchgate_dev.controlplane.binaries import Binaries
 from torchgate_dev.controlplane.cluster import ATTACH_ENV, ControlPlane
@@ -114,6 +117,22 @@ def run_chart_with_values(
     """:func:`run_chart` with ``values`` written to ``values_file``, as an admin keeps them."""
     values_file.write_text(yaml.safe_dump(values), encoding="utf-8")
     return run_chart(cluster, verb, f"--values={values_file}", check=check)
+
+
+def four_pod_gang(name: str, namespace: str, pool: str) -> dict[str, Any]:
+    """A Master and 3 Workers of 2 GPUs each (8 GPUs: one kwok node) held to ``pool``."""
+    raw = job(name, namespace).master(gpus=2).workers(3, gpus=2).build()
+    for replica in raw["spec"]["pytorchReplicaSpecs"].values():
+        replica["template"]["spec"]["nodeSelector"] = {"pool": pool}
+    return raw
+
+
+def running_pods(cluster: Cluster, namespace: str, name: str) -> dict[str, str] | None:
+    """The pods (name -> uid) of the :func:`four_pod_gang` ``name`` once all four run."""
+    pods = live_pods(cluster, namespace, name)
+    if len(pods) == 4 and all(p["status"].get("phase") == "Running" for p in pods):
+        return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
+    return None
 
 
 def forget_pulled_readme_tags(binaries: Binaries, workdir: Path) -> None:

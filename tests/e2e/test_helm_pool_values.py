@@ -26,10 +26,11 @@ from tests.e2e.controller_process import condition, create_job, get_job, live_po
 from tests.e2e.installation import (
     IMAGE,
     cluster_without_torchgate,
+    four_pod_gang,
     run_chart_with_values,
+    running_pods,
     wait_rolled_out,
 )
-from tests.e2e.test_helm_upgrade_with_jobs import gang, running_pods
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_node, pytest.mark.timeout(900)]
 
@@ -98,11 +99,11 @@ def test_quota_and_policy_from_the_values_file_are_installed_enforced_and_upgrad
     assert quota["spec"]["nominalGPUs"] == 8
     assert cluster.get("placementpolicy", POLICY) is not None
 
-    create_job(cluster, gang("first", TEAM_NAMESPACE, POOL))
+    create_job(cluster, four_pod_gang("first", TEAM_NAMESPACE, POOL))
     cluster.wait_for(
         lambda: running_pods(cluster, TEAM_NAMESPACE, "first"), timeout=120, what="first Running"
     )
-    create_job(cluster, gang("second", TEAM_NAMESPACE, POOL))
+    create_job(cluster, four_pod_gang("second", TEAM_NAMESPACE, POOL))
     reason = cluster.wait_for(
         lambda: queued_reason(cluster, "second"), timeout=60, what="second Queued"
     )

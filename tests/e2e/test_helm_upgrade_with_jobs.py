@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from tests.builders.job import job
 from tests.builders.policy import policy
 from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import create_job, get_job, is_true, live_pods
@@ -28,9 +26,11 @@ from tests.e2e.installation import (
     NAMESPACE,
     component_pods,
     force_uninstall,
+    four_pod_gang,
     installable_cluster,
     local_real_node_binaries,
     run_chart,
+    running_pods,
     wait_rolled_out,
 )
 from torchgate.pytorchjob import names
@@ -65,21 +65,6 @@ def helm_installed(
             force_uninstall(cluster)
 
 
-def gang(name: str, namespace: str, pool: str) -> dict[str, Any]:
-    raw = job(name, namespace).master(gpus=2).workers(3, gpus=2).build()
-    for replica in raw["spec"]["pytorchReplicaSpecs"].values():
-        replica["template"]["spec"]["nodeSelector"] = {"pool": pool}
-    return raw
-
-
-def running_pods(cluster: Cluster, namespace: str, name: str) -> dict[str, str] | None:
-    """The job's pods (name -> uid) once all four run."""
-    pods = live_pods(cluster, namespace, name)
-    if len(pods) == 4 and all(p["status"].get("phase") == "Running" for p in pods):
-        return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
-    return None
-
-
 def lease_holder(cluster: Cluster) -> str:
     """The pod whose controller holds the Lease torchgate-controller ("" when none)."""
     lease = cluster.get("lease", "torchgate-controller", NAMESPACE) or {}
@@ -112,11 +97,11 @@ def test_a_values_only_upgrade_leaves_the_running_gang_alone_and_the_waiting_one
         )
     )
     try:
-        create_job(cluster, gang("first", namespace, pool))
+        create_job(cluster, four_pod_gang("first", namespace, pool))
         before = cluster.wait_for(
             lambda: running_pods(cluster, namespace, "first"), timeout=120, what="first Running"
         )
-        create_job(cluster, gang("second", namespace, pool))
+        create_job(cluster, four_pod_gang("second", namespace, pool))
         cluster.wait_for(
             lambda: is_true(get_job(cluster, namespace, "second"), "Queued") or None,
             timeout=60,
