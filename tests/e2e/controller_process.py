@@ -3,7 +3,8 @@
 The controller under test is the console command itself (a subprocess), never an in-process
 object, so flags, signal handling and leader election are exercised as in a Deployment. Reads go
 straight to the API (one HTTPS request, no kubectl process) because several tests measure how
-quickly things happen.
+quickly things happen. The module-scoped fixture ``controller`` (one controller per test module,
+checked to exit 0 when stopped) is shared by import: ``from ... import controller as controller``.
 """
 
 from __future__ import annotations
@@ -16,8 +17,12 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.e2e.conftest import Cluster
 from torchgate_dev.controlplane.processes import terminate
@@ -103,6 +108,27 @@ class ControllerProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@contextmanager
+def running_controller(kubeconfig: Path, log_dir: Path, *extra: str) -> Iterator[ControllerProcess]:
+    """A started controller (``extra``: its further flags) that must exit 0 when stopped after.
+
+    What the e2e modules' ``controller`` fixtures hold: one controller for the module, whose clean
+    exit on SIGTERM is checked at the end (its log in the message when it is not).
+    """
+    process = ControllerProcess(kubeconfig, log_dir, *extra).start()
+    yield process
+    assert process.stop() == 0, process.log()
+
+
+@pytest.fixture(scope="module")
+def controller(
+    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControllerProcess]:
+    """The module's controller with the e2e defaults; a module that imports it has its own."""
+    with running_controller(cluster.kubeconfig, tmp_path_factory.mktemp("controller")) as process:
+        yield process
 
 
 def job_path(namespace: str, name: str = "") -> str:

@@ -6,22 +6,31 @@ as README's ``registry.example.com/torchgate:0.1.0`` and ``:0.1.1`` (containerd 
 ``registry.example.com`` to that registry). The node's containerd store outlives runs and the
 manifests pull ``IfNotPresent``, so containerd's records of those two tags (another checkout's
 build, pulled by an earlier run) are removed once the image is built: the pods run this build.
-The helpers read the installed objects.
+The helpers read the installed objects, and run the chart against such a cluster: the Helm tests'
+rig (a cluster without torchgate, ``helm install``/``upgrade`` with the admin's values file, the
+wait for both Deployments, the gangs they run), kept here so that no Helm test module carries its
+own copy or imports another's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+import yaml
+
 from tests import manifestset as ms
+from tests.builders.job import job
 from tests.e2e.conftest import Cluster
-from tests.helmtool import run_helm
+from tests.e2e.controller_process import live_pods
+from tests.helmtool import CHART, run_helm
 from torchgate_dev.controlplane.binaries import Binaries
-from torchgate_dev.controlplane.cluster import ControlPlane
+from torchgate_dev.controlplane.cluster import ATTACH_ENV, ControlPlane
 from torchgate_dev.controlplane.layout import Layout
 from torchgate_dev.controlplane.realnode import RealNode
 from torchgate_dev.node.config import NodePaths
@@ -63,6 +72,67 @@ def installable_cluster(
                 "crd/pytorchjobs.kubeflow.org",
             )  # fmt: skip
         yield helper
+
+
+def local_real_node_binaries(request: pytest.FixtureRequest) -> Binaries:
+    """The binaries for :func:`installable_cluster`; skips on an attached cluster (no real node)."""
+    if os.environ.get(ATTACH_ENV):
+        pytest.skip("installs onto the local control plane's real node only")
+    binaries: Binaries = request.getfixturevalue("control_plane_binaries")
+    return binaries
+
+
+@contextlib.contextmanager
+def cluster_without_torchgate(
+    request: pytest.FixtureRequest, workdir: Path, *, leftovers: Sequence[tuple[str, str]]
+) -> Iterator[Cluster]:
+    """A cluster with the real node, the PyTorchJob CRD and no trace of torchgate.
+
+    After: the pool objects ``leftovers`` (kind, name) are deleted (a release's hooks' objects
+    outlive ``helm uninstall``), then torchgate is uninstalled whatever state the test left.
+    """
+    binaries = local_real_node_binaries(request)
+    with installable_cluster(binaries, workdir, torchgate_crds=False) as cluster:
+        try:
+            yield cluster
+        finally:
+            for kind, name in leftovers:
+                cluster.kubectl("delete", kind, name, "--ignore-not-found", check=False)
+            force_uninstall(cluster)
+
+
+def run_chart(
+    cluster: Cluster, verb: str, *args: str, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """``helm <verb> torchgate <the repository's chart> --namespace default <args>`` (5 min)."""
+    return run_helm(
+        verb, "torchgate", str(CHART), "--namespace", "default", *args,
+        env={"KUBECONFIG": str(cluster.kubeconfig)}, timeout=300, check=check,
+    )  # fmt: skip
+
+
+def run_chart_with_values(
+    cluster: Cluster, verb: str, values: dict[str, Any], values_file: Path, *, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """:func:`run_chart` with ``values`` written to ``values_file``, as an admin keeps them."""
+    values_file.write_text(yaml.safe_dump(values), encoding="utf-8")
+    return run_chart(cluster, verb, f"--values={values_file}", check=check)
+
+
+def four_pod_gang(name: str, namespace: str, pool: str) -> dict[str, Any]:
+    """A Master and 3 Workers of 2 GPUs each (8 GPUs: one kwok node) held to ``pool``."""
+    raw = job(name, namespace).master(gpus=2).workers(3, gpus=2).build()
+    for replica in raw["spec"]["pytorchReplicaSpecs"].values():
+        replica["template"]["spec"]["nodeSelector"] = {"pool": pool}
+    return raw
+
+
+def running_pods(cluster: Cluster, namespace: str, name: str) -> dict[str, str] | None:
+    """The pods (name -> uid) of the :func:`four_pod_gang` ``name`` once all four run."""
+    pods = live_pods(cluster, namespace, name)
+    if len(pods) == 4 and all(p["status"].get("phase") == "Running" for p in pods):
+        return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
+    return None
 
 
 def forget_pulled_readme_tags(binaries: Binaries, workdir: Path) -> None:
@@ -144,6 +214,16 @@ def component_pods(cluster: Cluster, component: str) -> list[dict[str, Any]]:
         for p in cluster.list_objects("pods", NAMESPACE, selector)
         if not p["metadata"].get("deletionTimestamp")
     ]
+
+
+def wait_rolled_out(cluster: Cluster) -> None:
+    """Wait until both Deployments rolled out (``kubectl rollout status``, 3 min each)."""
+    for name in ("torchgate-webhook", "torchgate-controller"):
+        cluster.kubectl(
+            "-n", NAMESPACE, "rollout", "status", f"deployment/{name}", "--timeout=180s",
+            timeout=200,
+        )  # fmt: skip
+        assert rolled_out(cluster, name)
 
 
 def rolled_out(cluster: Cluster, name: str) -> bool:

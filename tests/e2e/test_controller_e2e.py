@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import re
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -32,18 +31,10 @@ from tests.e2e.controller_process import (
     job_pods,
     live_pods,
 )
+from tests.e2e.controller_process import controller as controller  # the module-scoped fixture
 
 pytestmark = [pytest.mark.e2e, pytest.mark.all_versions]
 SEEDS = Path(__file__).resolve().parents[2].parent / "shared" / "seeds" / "manifests"
-
-
-@pytest.fixture(scope="module")
-def controller(
-    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ControllerProcess]:
-    process = ControllerProcess(cluster.kubeconfig, tmp_path_factory.mktemp("controller")).start()
-    yield process
-    assert process.stop() == 0, process.log()
 
 
 def pool(cluster: Cluster, name: str, nodes: int, gpus: int = 8) -> list[str]:

@@ -14,7 +14,6 @@ are made.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,8 +28,9 @@ from tests.e2e.controller_process import (
     condition,
     events_of,
     get_job,
-    live_pods,
+    running_controller,
 )
+from tests.e2e.elastic_jobs import attempt, create, in_pool, running_pods, scale
 from tests.e2e.webhook_process import LocalWebhook, registered_webhook
 from torchgate.pytorchjob import names
 from torchgate_dev.controlplane.binaries import Binaries
@@ -69,26 +69,8 @@ def controller(
     quota_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ControllerProcess]:
     logs: Path = tmp_path_factory.mktemp("controller")
-    process = ControllerProcess(quota_cluster.kubeconfig, logs).start()
-    yield process
-    assert process.stop() == 0, process.log()
-
-
-def in_pool(built: dict[str, Any], pool: str) -> dict[str, Any]:
-    for replica in built["spec"]["pytorchReplicaSpecs"].values():
-        replica["template"]["spec"]["nodeSelector"] = {"pool": pool}
-    return built
-
-
-def create(cluster: Cluster, built: dict[str, Any]) -> None:
-    result = cluster.kubectl("create", "-f", "-", input=json.dumps(built), check=False)
-    assert result.returncode == 0, result.stderr
-
-
-def running_pods(cluster: Cluster, namespace: str, name: str, count: int) -> list[str] | None:
-    pods = live_pods(cluster, namespace, name)
-    ok = len(pods) == count and all(p["status"].get("phase") == "Running" for p in pods)
-    return sorted(p["metadata"]["name"] for p in pods) if ok else None
+    with running_controller(quota_cluster.kubeconfig, logs) as process:
+        yield process
 
 
 def set_quota(cluster: Cluster, namespace: str, gpus: int) -> None:
@@ -109,13 +91,6 @@ def set_quota(cluster: Cluster, namespace: str, gpus: int) -> None:
     cluster.wait_for(counted, timeout=30, what=f"{QUOTA} counted by resourcequota-controller")
 
 
-def attempt(cluster: Cluster, namespace: str, name: str) -> str | None:
-    found = get_job(cluster, namespace, name)
-    assert found is not None
-    annotations: dict[str, str] = found["metadata"].get("annotations", {})
-    return annotations.get(names.ANNOTATION_GANG_ATTEMPT)
-
-
 def test_a_scale_up_the_namespace_quota_refuses_holds_no_node_says_why_and_starts_later(
     quota_cluster: Cluster, webhook: LocalWebhook, controller: ControllerProcess
 ) -> None:
@@ -128,8 +103,7 @@ def test_a_scale_up_the_namespace_quota_refuses_holds_no_node_says_why_and_start
     first = cluster.wait_for(lambda: running_pods(cluster, namespace, "el", 2), timeout=60)
     before = attempt(cluster, namespace, "el")
 
-    scaled = cluster.kubectl("scale", "-n", namespace, "pytorchjob/el", "--replicas=3")
-    assert scaled.returncode == 0, scaled.stderr
+    scale(cluster, namespace, "el", 3)
 
     def refused_event() -> dict[str, Any] | None:
         return next(

@@ -11,59 +11,25 @@ down deletes the Workers above the new count without a restart.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.builders.job import job
 from tests.e2e.conftest import Cluster
-from tests.e2e.controller_process import ControllerProcess, condition, get_job, live_pods
-from tests.e2e.webhook_process import LocalWebhook, registered_webhook
-from torchgate.pytorchjob import names
+from tests.e2e.controller_process import (
+    ControllerProcess,
+    condition,
+    get_job,
+    live_pods,
+)
+from tests.e2e.controller_process import controller as controller  # the module-scoped fixture
+from tests.e2e.elastic_jobs import attempt, create, in_pool, running_pods, scale
+from tests.e2e.webhook_process import LocalWebhook
+from tests.e2e.webhook_process import webhook as webhook  # the module-scoped fixture
 
 pytestmark = [pytest.mark.e2e]
-
-
-@pytest.fixture(scope="module")
-def webhook(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWebhook]:
-    with registered_webhook(cluster, tmp_path_factory.mktemp("webhook")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def controller(
-    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ControllerProcess]:
-    process = ControllerProcess(cluster.kubeconfig, tmp_path_factory.mktemp("controller")).start()
-    yield process
-    assert process.stop() == 0, process.log()
-
-
-def in_pool(built: dict[str, Any], pool: str) -> dict[str, Any]:
-    for replica in built["spec"]["pytorchReplicaSpecs"].values():
-        replica["template"]["spec"]["nodeSelector"] = {"pool": pool}
-    return built
-
-
-def create(cluster: Cluster, built: dict[str, Any]) -> None:
-    result = cluster.kubectl("create", "-f", "-", input=json.dumps(built), check=False)
-    assert result.returncode == 0, result.stderr
-
-
-def running_pods(cluster: Cluster, namespace: str, name: str, count: int) -> list[str] | None:
-    pods = live_pods(cluster, namespace, name)
-    ok = len(pods) == count and all(p["status"].get("phase") == "Running" for p in pods)
-    return sorted(p["metadata"]["name"] for p in pods) if ok else None
-
-
-def attempt(cluster: Cluster, namespace: str, name: str) -> str | None:
-    found = get_job(cluster, namespace, name)
-    assert found is not None
-    annotations: dict[str, str] = found["metadata"].get("annotations", {})
-    return annotations.get(names.ANNOTATION_GANG_ATTEMPT)
 
 
 def test_scaling_a_running_elastic_job_up_and_down_never_restarts_its_gang(
@@ -79,8 +45,7 @@ def test_scaling_a_running_elastic_job_up_and_down_never_restarts_its_gang(
     cluster.wait_for(lambda: running_pods(cluster, namespace, "other", 1), timeout=60)
     before = attempt(cluster, namespace, "el")
 
-    scaled = cluster.kubectl("scale", "-n", namespace, "pytorchjob/el", "--replicas=3")
-    assert scaled.returncode == 0, scaled.stderr
+    scale(cluster, namespace, "el", 3)
 
     def waits_named() -> dict[str, Any] | None:
         running = condition(get_job(cluster, namespace, "el"), "Running")
@@ -92,8 +57,7 @@ def test_scaling_a_running_elastic_job_up_and_down_never_restarts_its_gang(
     assert running_pods(cluster, namespace, "el", 2) == first
     assert attempt(cluster, namespace, "el") == before
 
-    scaled = cluster.kubectl("scale", "-n", namespace, "pytorchjob/el", "--replicas=1")
-    assert scaled.returncode == 0, scaled.stderr
+    scale(cluster, namespace, "el", 1)
     cluster.wait_for(lambda: running_pods(cluster, namespace, "el", 1), timeout=30)
     assert running_pods(cluster, namespace, "el", 1) == ["el-worker-0"]
     assert attempt(cluster, namespace, "el") == before
@@ -118,8 +82,7 @@ def test_a_scale_up_with_room_starts_the_new_worker_beside_the_running_gang(
     first = pod_facts(cluster, namespace, "el")
     before = attempt(cluster, namespace, "el")
 
-    scaled = cluster.kubectl("scale", "-n", namespace, "pytorchjob/el", "--replicas=3")
-    assert scaled.returncode == 0, scaled.stderr
+    scale(cluster, namespace, "el", 3)
 
     grown = cluster.wait_for(
         lambda: running_pods(cluster, namespace, "el", 3), timeout=30, what="3 Workers Running"
@@ -134,8 +97,7 @@ def test_a_scale_up_with_room_starts_the_new_worker_beside_the_running_gang(
     assert running is not None
     assert "el-worker-2" not in running.get("message", "")
 
-    scaled = cluster.kubectl("scale", "-n", namespace, "pytorchjob/el", "--replicas=2")
-    assert scaled.returncode == 0, scaled.stderr
+    scale(cluster, namespace, "el", 2)
     cluster.wait_for(lambda: running_pods(cluster, namespace, "el", 2), timeout=30)
     assert pod_facts(cluster, namespace, "el") == first
     assert attempt(cluster, namespace, "el") == before
@@ -152,8 +114,7 @@ def test_a_scale_up_without_room_waits_saying_why_and_starts_when_room_frees(
     first = pod_facts(cluster, namespace, "el")
     before = attempt(cluster, namespace, "el")
 
-    scaled = cluster.kubectl("scale", "-n", namespace, "pytorchjob/el", "--replicas=3")
-    assert scaled.returncode == 0, scaled.stderr
+    scale(cluster, namespace, "el", 3)
 
     def waits_for_room() -> dict[str, Any] | None:
         running = condition(get_job(cluster, namespace, "el"), "Running")

@@ -33,7 +33,7 @@ from tests.e2e.controller_process import (
     is_true,
     live_pods,
 )
-from tests.e2e.test_node_loss import set_not_ready
+from tests.e2e.node_outages import set_not_ready
 from tests.e2e.test_pool_sharing import QUOTA_CRD, Pool, queued_reason, running, wait_running
 from tests.e2e.webhook_process import LocalWebhook
 from torchgate_dev.apiserver import wait_for_admission

@@ -11,18 +11,14 @@ keeps them as installed adopts them, and the next one raises one (in place) and 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.e2e.conftest import Cluster
-from tests.e2e.installation import IMAGE, force_uninstall, installable_cluster
-from tests.helmtool import CHART, run_helm
-from torchgate_dev.controlplane.cluster import ATTACH_ENV
+from tests.e2e.installation import IMAGE, cluster_without_torchgate, run_chart_with_values
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_node, pytest.mark.timeout(900)]
 
@@ -35,17 +31,10 @@ def fresh_cluster(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
     """A cluster with the PyTorchJob CRD and no trace of torchgate."""
-    if os.environ.get(ATTACH_ENV):
-        pytest.skip("installs onto the local control plane's real node only")
-    binaries = request.getfixturevalue("control_plane_binaries")
     workdir = tmp_path_factory.mktemp("helm-adoption")
-    with installable_cluster(binaries, workdir, torchgate_crds=False) as cluster:
-        try:
-            yield cluster
-        finally:
-            for name in (RAISED, DROPPED):
-                cluster.kubectl("delete", "teamquota", name, "--ignore-not-found", check=False)
-            force_uninstall(cluster)
+    leftovers = [("teamquota", RAISED), ("teamquota", DROPPED)]
+    with cluster_without_torchgate(request, workdir, leftovers=leftovers) as cluster:
+        yield cluster
 
 
 def values(quotas: dict[str, int]) -> dict[str, Any]:
@@ -61,11 +50,7 @@ def values(quotas: dict[str, int]) -> dict[str, Any]:
 
 def helm(cluster: Cluster, tmp_path: Path, verb: str, quotas: dict[str, int]) -> tuple[int, str]:
     path = tmp_path / "values.yaml"
-    path.write_text(yaml.safe_dump(values(quotas)), encoding="utf-8")
-    result = run_helm(
-        verb, "torchgate", str(CHART), "--namespace", "default", f"--values={path}",
-        env={"KUBECONFIG": str(cluster.kubeconfig)}, timeout=300, check=False,
-    )  # fmt: skip
+    result = run_chart_with_values(cluster, verb, values(quotas), path, check=False)
     return result.returncode, result.stderr
 
 

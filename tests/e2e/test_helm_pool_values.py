@@ -15,20 +15,22 @@ with torchgate's controller on a tainted 16-GPU kwok node. Then:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import condition, create_job, get_job, live_pods
-from tests.e2e.installation import IMAGE, force_uninstall, installable_cluster
-from tests.e2e.test_helm_upgrade_with_jobs import gang, running_pods, wait_rolled_out
-from tests.helmtool import CHART, run_helm
-from torchgate_dev.controlplane.cluster import ATTACH_ENV
+from tests.e2e.installation import (
+    IMAGE,
+    cluster_without_torchgate,
+    four_pod_gang,
+    run_chart_with_values,
+    running_pods,
+    wait_rolled_out,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_node, pytest.mark.timeout(900)]
 
@@ -43,17 +45,10 @@ def fresh_cluster(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
     """A cluster with the real node, the PyTorchJob CRD and no trace of torchgate."""
-    if os.environ.get(ATTACH_ENV):
-        pytest.skip("installs onto the local control plane's real node only")
-    binaries = request.getfixturevalue("control_plane_binaries")
     workdir = tmp_path_factory.mktemp("helm-pool")
-    with installable_cluster(binaries, workdir, torchgate_crds=False) as cluster:
-        try:
-            yield cluster
-        finally:
-            cluster.kubectl("delete", "teamquota", QUOTA, "--ignore-not-found", check=False)
-            cluster.kubectl("delete", "placementpolicy", POLICY, "--ignore-not-found", check=False)
-            force_uninstall(cluster)
+    leftovers = [("teamquota", QUOTA), ("placementpolicy", POLICY)]
+    with cluster_without_torchgate(request, workdir, leftovers=leftovers) as cluster:
+        yield cluster
 
 
 def pool_values(nominal_gpus: int | None) -> dict[str, Any]:
@@ -80,12 +75,7 @@ def pool_values(nominal_gpus: int | None) -> dict[str, Any]:
 
 
 def helm(cluster: Cluster, tmp_path: Path, verb: str, values: dict[str, Any]) -> None:
-    path = tmp_path / f"values-{verb}.yaml"
-    path.write_text(yaml.safe_dump(values), encoding="utf-8")
-    run_helm(
-        verb, "torchgate", str(CHART), "--namespace", "default", f"--values={path}",
-        env={"KUBECONFIG": str(cluster.kubeconfig)}, timeout=300,
-    )  # fmt: skip
+    run_chart_with_values(cluster, verb, values, tmp_path / f"values-{verb}.yaml")
 
 
 def queued_reason(cluster: Cluster, name: str) -> str | None:
@@ -109,11 +99,11 @@ def test_quota_and_policy_from_the_values_file_are_installed_enforced_and_upgrad
     assert quota["spec"]["nominalGPUs"] == 8
     assert cluster.get("placementpolicy", POLICY) is not None
 
-    create_job(cluster, gang("first", TEAM_NAMESPACE, POOL))
+    create_job(cluster, four_pod_gang("first", TEAM_NAMESPACE, POOL))
     cluster.wait_for(
         lambda: running_pods(cluster, TEAM_NAMESPACE, "first"), timeout=120, what="first Running"
     )
-    create_job(cluster, gang("second", TEAM_NAMESPACE, POOL))
+    create_job(cluster, four_pod_gang("second", TEAM_NAMESPACE, POOL))
     reason = cluster.wait_for(
         lambda: queued_reason(cluster, "second"), timeout=60, what="second Queued"
     )

@@ -13,14 +13,11 @@ controller.tuning.starvationSeconds=600`` (same image) rolls the controller Depl
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from tests.builders.job import job
 from tests.builders.policy import policy
 from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import create_job, get_job, is_true, live_pods
@@ -29,12 +26,14 @@ from tests.e2e.installation import (
     NAMESPACE,
     component_pods,
     force_uninstall,
+    four_pod_gang,
     installable_cluster,
-    rolled_out,
+    local_real_node_binaries,
+    run_chart,
+    running_pods,
+    wait_rolled_out,
 )
-from tests.helmtool import CHART, run_helm
 from torchgate.pytorchjob import names
-from torchgate_dev.controlplane.cluster import ATTACH_ENV
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_node, pytest.mark.timeout(900)]
 
@@ -46,9 +45,7 @@ def helm_installed(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
     """The chart installed with README's values; both Deployments rolled out."""
-    if os.environ.get(ATTACH_ENV):
-        pytest.skip("installs onto the local control plane's real node only")
-    binaries = request.getfixturevalue("control_plane_binaries")
+    binaries = local_real_node_binaries(request)
     with installable_cluster(binaries, tmp_path_factory.mktemp("helm-upgrade")) as cluster:
         # README's helm-1-adopt-crds: the CRDs were applied with kubectl.
         cluster.kubectl(
@@ -59,42 +56,13 @@ def helm_installed(
             "meta.helm.sh/release-namespace=default", "--overwrite",
         )  # fmt: skip
         try:
-            helm(cluster, "install", f"--set=image.repository={IMAGE}", "--set=image.tag=0.1.0")
+            run_chart(
+                cluster, "install", f"--set=image.repository={IMAGE}", "--set=image.tag=0.1.0"
+            )
             wait_rolled_out(cluster)
             yield cluster
         finally:
             force_uninstall(cluster)
-
-
-def helm(cluster: Cluster, verb: str, *values: str) -> None:
-    run_helm(
-        verb, "torchgate", str(CHART), "--namespace", "default", *values,
-        env={"KUBECONFIG": str(cluster.kubeconfig)}, timeout=300,
-    )  # fmt: skip
-
-
-def wait_rolled_out(cluster: Cluster) -> None:
-    for name in ("torchgate-webhook", "torchgate-controller"):
-        cluster.kubectl(
-            "-n", NAMESPACE, "rollout", "status", f"deployment/{name}", "--timeout=180s",
-            timeout=200,
-        )  # fmt: skip
-        assert rolled_out(cluster, name)
-
-
-def gang(name: str, namespace: str, pool: str) -> dict[str, Any]:
-    raw = job(name, namespace).master(gpus=2).workers(3, gpus=2).build()
-    for replica in raw["spec"]["pytorchReplicaSpecs"].values():
-        replica["template"]["spec"]["nodeSelector"] = {"pool": pool}
-    return raw
-
-
-def running_pods(cluster: Cluster, namespace: str, name: str) -> dict[str, str] | None:
-    """The job's pods (name -> uid) once all four run."""
-    pods = live_pods(cluster, namespace, name)
-    if len(pods) == 4 and all(p["status"].get("phase") == "Running" for p in pods):
-        return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
-    return None
 
 
 def lease_holder(cluster: Cluster) -> str:
@@ -129,11 +97,11 @@ def test_a_values_only_upgrade_leaves_the_running_gang_alone_and_the_waiting_one
         )
     )
     try:
-        create_job(cluster, gang("first", namespace, pool))
+        create_job(cluster, four_pod_gang("first", namespace, pool))
         before = cluster.wait_for(
             lambda: running_pods(cluster, namespace, "first"), timeout=120, what="first Running"
         )
-        create_job(cluster, gang("second", namespace, pool))
+        create_job(cluster, four_pod_gang("second", namespace, pool))
         cluster.wait_for(
             lambda: is_true(get_job(cluster, namespace, "second"), "Queued") or None,
             timeout=60,
@@ -141,7 +109,7 @@ def test_a_values_only_upgrade_leaves_the_running_gang_alone_and_the_waiting_one
         )
         controllers = {p["metadata"]["name"] for p in component_pods(cluster, "controller")}
 
-        helm(
+        run_chart(
             cluster, "upgrade", "--reset-then-reuse-values",
             "--set=controller.tuning.starvationSeconds=600",
         )  # fmt: skip

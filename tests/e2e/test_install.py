@@ -54,6 +54,7 @@ from tests.e2e.installation import (
     force_uninstall,
     images,
     installable_cluster,
+    local_real_node_binaries,
     nothing_installed,
     rolled_out,
 )
@@ -61,7 +62,6 @@ from tests.helmtool import CHART, helm_binary, run_helm
 from torchgate.controller.quarantine import rules as quarantine_rules
 from torchgate.controller.quarantine.rules import Quarantine
 from torchgate.pytorchjob import names
-from torchgate_dev.controlplane.cluster import ATTACH_ENV
 
 README = ms.REPO_ROOT / "README.md"
 INSTALL_DOCS = (README, ms.REPO_ROOT / "docs" / "operations.md")
@@ -214,9 +214,7 @@ def installable(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
     """A control plane with the real node, the CRDs and torchgate's image (see installation)."""
-    if os.environ.get(ATTACH_ENV):
-        pytest.skip("installs onto the local control plane's real node only")
-    binaries = request.getfixturevalue("control_plane_binaries")
+    binaries = local_real_node_binaries(request)
     with installable_cluster(binaries, tmp_path_factory.mktemp("install-cluster")) as cluster:
         yield cluster
 

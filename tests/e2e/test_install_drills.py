@@ -42,9 +42,9 @@ from tests.e2e.installation import (
     component_pods,
     force_uninstall,
     installable_cluster,
+    local_real_node_binaries,
     rolled_out,
 )
-from torchgate_dev.controlplane.cluster import ATTACH_ENV
 from torchgate_dev.node.config import NodePaths
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_node, pytest.mark.timeout(600)]
@@ -58,9 +58,7 @@ def installed(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
     """Install torchgate with README's kustomize overlay; both Deployments rolled out."""
-    if os.environ.get(ATTACH_ENV):
-        pytest.skip("installs onto the local control plane's real node only")
-    binaries = request.getfixturevalue("control_plane_binaries")
+    binaries = local_real_node_binaries(request)
     workdir = tmp_path_factory.mktemp("drills")
     with installable_cluster(binaries, workdir / "cluster") as cluster:
         (workdir / "manifests").symlink_to(REPO_MANIFESTS)  # kustomize takes relative paths

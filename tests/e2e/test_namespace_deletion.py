@@ -11,7 +11,6 @@ pods and Events while the namespace goes, and the controller's metrics, never lo
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -25,19 +24,11 @@ from tests.e2e.controller_process import (
     get_job,
     live_pods,
 )
+from tests.e2e.controller_process import controller as controller  # the module-scoped fixture
 
 pytestmark = pytest.mark.e2e
 
 COUNTERS = ("gang_restarts_total", "reconcile_errors_total", "pods_created_total")
-
-
-@pytest.fixture(scope="module")
-def controller(
-    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ControllerProcess]:
-    process = ControllerProcess(cluster.kubeconfig, tmp_path_factory.mktemp("controller")).start()
-    yield process
-    assert process.stop() == 0, process.log()
 
 
 def counters(controller: ControllerProcess) -> dict[str, float]:

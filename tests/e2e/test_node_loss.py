@@ -12,16 +12,13 @@ controller's metrics, never logs.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from tests.builders.job import job
-from tests.builders.policy import policy
 from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import (
     ControllerProcess,
@@ -35,26 +32,26 @@ from tests.e2e.controller_process import (
     job_pods,
     live_pods,
 )
+from tests.e2e.node_outages import (
+    QUARANTINE,
+    QUARANTINE_UNTIL,
+    STOPPED,
+    all_running_in_attempt,
+    apply_quarantine_policy,
+    delete_policy,
+    metric,
+    new_pool_namespace,
+    node_events,
+    quarantine_taint,
+    ready_condition,
+    resume_heartbeats,
+    running_on,
+    set_not_ready,
+)
+from tests.e2e.node_outages import controller as controller  # the module-scoped fixture
 from torchgate_dev.controlplane import kwok
 
 pytestmark = pytest.mark.e2e
-
-NODE_LOST_SECONDS = 5
-STOPPED = f"{kwok.LABEL_FAKE_HEARTBEAT}={kwok.HEARTBEAT_STOPPED}"
-
-
-@pytest.fixture(scope="module")
-def controller(
-    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ControllerProcess]:
-    process = ControllerProcess(
-        cluster.kubeconfig,
-        tmp_path_factory.mktemp("controller"),
-        "--node-lost-seconds",
-        str(NODE_LOST_SECONDS),
-    ).start()
-    yield process
-    assert process.stop() == 0, process.log()
 
 
 def gang(cluster: Cluster, namespace: str, pool: str) -> list[dict[str, Any]]:
@@ -73,12 +70,7 @@ def gang(cluster: Cluster, namespace: str, pool: str) -> list[dict[str, Any]]:
 def attempt_running(cluster: Cluster, namespace: str, attempt: int) -> list[dict[str, Any]] | None:
     """Both pods of the gang when both are Running in gang attempt ``attempt``, else None."""
     pods = live_pods(cluster, namespace, "gang")
-    ok = len(pods) == 2 and all(
-        p["status"].get("phase") == "Running"
-        and p["metadata"]["annotations"]["torchgate.io/gang-attempt"] == str(attempt)
-        for p in pods
-    )
-    return pods if ok else None
+    return pods if all_running_in_attempt(pods, 2, attempt) else None
 
 
 def restarted_off(cluster: Cluster, namespace: str, node: str) -> list[dict[str, Any]] | None:
@@ -105,13 +97,6 @@ def env_of(pod: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e.get("value", "") for e in pytorch.get("env", [])}
 
 
-def ready_condition(cluster: Cluster, node: str) -> dict[str, Any]:
-    found = cluster.get("node", node)
-    assert found is not None
-    (ready,) = [c for c in found["status"]["conditions"] if c["type"] == "Ready"]
-    return dict(ready)
-
-
 def gang_restarts(controller: ControllerProcess, cause: str) -> float:
     prefix = f'torchgate_controller_gang_restarts_total{{cause="{cause}"}} '
     lines = [line for line in controller.metrics().splitlines() if line.startswith(prefix)]
@@ -121,8 +106,7 @@ def gang_restarts(controller: ControllerProcess, cause: str) -> float:
 def test_a_gang_on_a_node_that_stops_heartbeating_runs_again_whole_elsewhere(
     cluster: Cluster, controller: ControllerProcess
 ) -> None:
-    namespace = cluster.new_namespace("lost")
-    pool = f"lost-{namespace[-6:]}"
+    namespace, pool = new_pool_namespace(cluster, "lost")
     cluster.add_gpu_nodes(3, pool, labels={"pool": pool})
     first = gang(cluster, namespace, pool)
     worker = next(p for p in first if p["metadata"]["name"] == "gang-worker-0")
@@ -167,7 +151,7 @@ def test_a_gang_on_a_node_that_stops_heartbeating_runs_again_whole_elsewhere(
             p["metadata"]["uid"] for p in first
         )
     finally:
-        cluster.kubectl("label", "node", lost, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
+        resume_heartbeats(cluster, lost)
     cluster.wait_for(
         lambda: ready_condition(cluster, lost)["status"] == "True", what=f"{lost} Ready again"
     )
@@ -178,8 +162,7 @@ def test_a_gang_on_a_node_that_stops_heartbeating_runs_again_whole_elsewhere(
 def test_a_no_execute_health_taint_puts_the_gang_back_together_within_15_seconds(
     cluster: Cluster, controller: ControllerProcess
 ) -> None:
-    namespace = cluster.new_namespace("taint")
-    pool = f"taint-{namespace[-6:]}"
+    namespace, pool = new_pool_namespace(cluster, "taint")
     cluster.add_gpu_nodes(3, pool, labels={"pool": pool})
     first = gang(cluster, namespace, pool)
     sick = next(p for p in first if p["metadata"]["name"] == "gang-worker-0")["spec"]["nodeName"]
@@ -238,38 +221,6 @@ def test_a_no_schedule_taint_keeps_new_gangs_off_and_leaves_running_ones_alone(
 
 # ------------------------------------------------------------------ quarantine
 
-QUARANTINE = "torchgate.io/quarantine"
-QUARANTINE_UNTIL = "torchgate.io/quarantine-until"
-
-
-def metric(controller: ControllerProcess, sample: str) -> float:
-    """The value of one sample (``name{labels}``) of the controller's metrics, 0 when absent."""
-    lines = [line for line in controller.metrics().splitlines() if line.startswith(sample + " ")]
-    return float(lines[0].rsplit(" ", 1)[1]) if lines else 0.0
-
-
-def quarantine_taint(cluster: Cluster, name: str) -> dict[str, Any] | None:
-    found = cluster.get("node", name)
-    assert found is not None
-    taints = found["spec"].get("taints") or []
-    return next((t for t in taints if t["key"] == QUARANTINE), None)
-
-
-def running_on(cluster: Cluster, namespace: str, name: str) -> str | None:
-    """The node of the job's only pod once it is Running, else None."""
-    pods = live_pods(cluster, namespace, name)
-    if len(pods) == 1 and pods[0]["status"].get("phase") == "Running":
-        return str(pods[0]["spec"]["nodeName"])
-    return None
-
-
-def node_events(cluster: Cluster, name: str) -> list[dict[str, Any]]:
-    return [
-        e
-        for e in cluster.list_objects("events", "default")
-        if e["involvedObject"].get("kind") == "Node" and e["involvedObject"].get("name") == name
-    ]
-
 
 def test_a_node_that_fails_every_sandbox_is_quarantined_and_clearing_returns_it_to_use(
     cluster: Cluster, controller: ControllerProcess
@@ -279,12 +230,10 @@ def test_a_node_that_fails_every_sandbox_is_quarantined_and_clearing_returns_it_
     ``good`` is busy at first, so without quarantine every attempt would land on ``bad`` again;
     the policy quarantines after 2 stuck pods, 5 s each.
     """
-    namespace = cluster.new_namespace("quar")
-    pool = f"quar-{namespace[-6:]}"
+    namespace, pool = new_pool_namespace(cluster, "quar")
     bad, good = cluster.add_gpu_nodes(2, pool, labels={"pool": pool})
-    name = f"{pool}-quarantine"
     settings = {"faults": 2, "stuckPodSeconds": 5, "windowSeconds": 600, "cooldownSeconds": 3600}
-    cluster.apply(policy(name, namespaces=[namespace], quarantine=settings))
+    name = apply_quarantine_policy(cluster, pool, [namespace], settings)
     on_pool = {"nodeSelector": {"pool": pool}}
     try:
         blocker = job("blocker", namespace).master(
@@ -356,7 +305,7 @@ def test_a_node_that_fails_every_sandbox_is_quarantined_and_clearing_returns_it_
         )
         assert metric(controller, "torchgate_controller_quarantined_nodes") == 0
     finally:
-        cluster.kubectl("delete", "placementpolicy", name, "--ignore-not-found")
+        delete_policy(cluster, name)
 
 
 def test_draining_a_node_for_maintenance_moves_its_gangs_and_does_not_quarantine_it(
@@ -366,8 +315,7 @@ def test_draining_a_node_for_maintenance_moves_its_gangs_and_does_not_quarantine
 
     Each gang restarts elsewhere on its eviction; none of the evictions is the node's fault.
     """
-    namespace = cluster.new_namespace("drain")
-    pool = f"drain-{namespace[-6:]}"
+    namespace, pool = new_pool_namespace(cluster, "drain")
     (busy,) = cluster.add_gpu_nodes(1, pool, labels={"pool": pool})
     jobs = [f"small-{index}" for index in range(3)]
     for name in jobs:
@@ -402,12 +350,10 @@ def test_two_nodes_of_a_gang_lost_at_once_are_both_named_and_both_quarantined(
 
     The policy quarantines a node at its first fault, so each node charged is seen on the Node.
     """
-    namespace = cluster.new_namespace("rack")
-    pool = f"rack-{namespace[-6:]}"
+    namespace, pool = new_pool_namespace(cluster, "rack")
     cluster.add_gpu_nodes(4, pool, labels={"pool": pool})
-    name = f"{pool}-quarantine"
     settings = {"faults": 1, "windowSeconds": 600, "cooldownSeconds": 3600}
-    cluster.apply(policy(name, namespaces=[namespace], quarantine=settings))
+    name = apply_quarantine_policy(cluster, pool, [namespace], settings)
     lost: list[str] = []
     try:
         lost = sorted(p["spec"]["nodeName"] for p in gang(cluster, namespace, pool))
@@ -429,30 +375,8 @@ def test_two_nodes_of_a_gang_lost_at_once_are_both_named_and_both_quarantined(
         assert taints == [{"key": QUARANTINE, "value": "NodeLost", "effect": "NoSchedule"}] * 2
     finally:
         for node in lost:
-            cluster.kubectl("label", "node", node, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
-        cluster.kubectl("delete", "placementpolicy", name, "--ignore-not-found")
-
-
-def set_not_ready(cluster: Cluster, node: str) -> None:
-    """Stop ``node``'s heartbeats and post ``Ready=False`` now, as a kubelet losing its GPUs would.
-
-    The controller manager leaves a node's own ``False`` alone until its grace period without a
-    heartbeat runs out (50 s), so the transition time is the one written here, to the second.
-    """
-    cluster.kubectl("label", "node", node, STOPPED)
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    ready = {
-        "type": "Ready",
-        "status": "False",
-        "reason": "RackPowerLost",
-        "message": "e2e: the rack lost power",
-        "lastHeartbeatTime": now,
-        "lastTransitionTime": now,
-    }
-    cluster.kubectl(
-        "patch", "node", node, "--subresource=status", "--type=strategic",
-        "-p", json.dumps({"status": {"conditions": [ready]}}),
-    )  # fmt: skip
+            resume_heartbeats(cluster, node)
+        delete_policy(cluster, name)
 
 
 def test_two_nodes_of_a_gang_lost_seconds_apart_are_both_charged_by_its_one_restart(
@@ -464,12 +388,10 @@ def test_two_nodes_of_a_gang_lost_seconds_apart_are_both_charged_by_its_one_rest
     restart: that one restart charges both nodes, so with a policy quarantining a node at its
     first fault both are quarantined, and the gang restarts once, off both.
     """
-    namespace = cluster.new_namespace("stagger")
-    pool = f"stagger-{namespace[-6:]}"
+    namespace, pool = new_pool_namespace(cluster, "stagger")
     cluster.add_gpu_nodes(4, pool, labels={"pool": pool})
-    name = f"{pool}-quarantine"
     settings = {"faults": 1, "windowSeconds": 600, "cooldownSeconds": 3600}
-    cluster.apply(policy(name, namespaces=[namespace], quarantine=settings))
+    name = apply_quarantine_policy(cluster, pool, [namespace], settings)
     lost: list[str] = []
     try:
         pods = gang(cluster, namespace, pool)
@@ -490,8 +412,8 @@ def test_two_nodes_of_a_gang_lost_seconds_apart_are_both_charged_by_its_one_rest
         assert attempt_running(cluster, namespace, 2) is not None
     finally:
         for node in lost:
-            cluster.kubectl("label", "node", node, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
-        cluster.kubectl("delete", "placementpolicy", name, "--ignore-not-found")
+            resume_heartbeats(cluster, node)
+        delete_policy(cluster, name)
 
 
 def test_a_crash_its_node_is_tainted_for_a_moment_later_is_the_nodes_fault_not_the_jobs(
@@ -504,12 +426,10 @@ def test_a_crash_its_node_is_tainted_for_a_moment_later_is_the_nodes_fault_not_t
     after it, when the node's taint makes it the node's fault. The policy quarantines a node at
     its first fault, so the charge is seen on the Node.
     """
-    namespace = cluster.new_namespace("xid")
-    pool = f"xid-{namespace[-6:]}"
+    namespace, pool = new_pool_namespace(cluster, "xid")
     cluster.add_gpu_nodes(3, pool, labels={"pool": pool})
-    name = f"{pool}-quarantine"
     settings = {"faults": 1, "windowSeconds": 600, "cooldownSeconds": 3600}
-    cluster.apply(policy(name, namespaces=[namespace], quarantine=settings))
+    name = apply_quarantine_policy(cluster, pool, [namespace], settings)
     on_pool = {"nodeSelector": {"pool": pool}}
     try:
         exit_code_policy = (
@@ -558,7 +478,7 @@ def test_a_crash_its_node_is_tainted_for_a_moment_later_is_the_nodes_fault_not_t
         )
         assert taint == {"key": QUARANTINE, "value": "NodeTainted", "effect": "NoSchedule"}
     finally:
-        cluster.kubectl("delete", "placementpolicy", name, "--ignore-not-found")
+        delete_policy(cluster, name)
 
 
 def test_a_job_whose_image_exists_nowhere_fails_on_its_backoff_limit_and_quarantines_nothing(
@@ -570,12 +490,10 @@ def test_a_job_whose_image_exists_nowhere_fails_on_its_backoff_limit_and_quarant
     with ``backoffLimit: 1`` the job restarts once more, counted, then fails. The policy would
     quarantine a node after 2 faults, which a job that blamed a node on every attempt would reach.
     """
-    namespace = cluster.new_namespace("pull")
-    pool = f"pull-{namespace[-6:]}"
+    namespace, pool = new_pool_namespace(cluster, "pull")
     nodes = cluster.add_gpu_nodes(2, pool, labels={"pool": pool})
-    name = f"{pool}-quarantine"
     settings = {"faults": 2, "stuckPodSeconds": 5, "windowSeconds": 600, "cooldownSeconds": 3600}
-    cluster.apply(policy(name, namespaces=[namespace], quarantine=settings))
+    name = apply_quarantine_policy(cluster, pool, [namespace], settings)
     try:
 
         def image_never_pulls(raw: dict[str, Any]) -> None:
@@ -608,4 +526,4 @@ def test_a_job_whose_image_exists_nowhere_fails_on_its_backoff_limit_and_quarant
         assert all(quarantine_taint(cluster, n) is None for n in nodes)
         assert gang_restarts(controller, "ImagePullFailed") >= 1
     finally:
-        cluster.kubectl("delete", "placementpolicy", name, "--ignore-not-found")
+        delete_policy(cluster, name)

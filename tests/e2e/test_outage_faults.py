@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from tests.builders.job import job
-from tests.builders.policy import policy
 from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import (
     ControllerProcess,
@@ -36,57 +34,44 @@ from tests.e2e.controller_process import (
     get_job,
     live_pods,
 )
-from tests.e2e.test_node_loss import (
+from tests.e2e.node_outages import (
     QUARANTINE,
     STOPPED,
+    add_spare,
+    all_running_in_attempt,
+    apply_quarantine_policy,
+    bring_back,
+    delete_policy,
     metric,
+    new_pool_namespace,
+    node_labels,
+    post_ready_false,
     quarantine_taint,
-    ready_condition,
+    resume_heartbeats,
     running_on,
     set_not_ready,
 )
-from torchgate_dev.controlplane import kwok
+from tests.e2e.node_outages import controller as controller  # the module-scoped fixture
 
 pytestmark = pytest.mark.e2e
 
 GANGS = 3
 
 
-@pytest.fixture(scope="module")
-def controller(
-    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ControllerProcess]:
-    process = ControllerProcess(
-        cluster.kubeconfig, tmp_path_factory.mktemp("controller"), "--node-lost-seconds", "5"
-    ).start()
-    yield process
-    assert process.stop() == 0, process.log()
-
-
 def nodes_of(cluster: Cluster, namespace: str, attempt: int) -> set[str] | None:
     """The nodes of the one-pod gangs when all are Running in gang attempt ``attempt``."""
     pods = [pod for i in range(GANGS) for pod in live_pods(cluster, namespace, f"small{i}")]
-    ok = len(pods) == GANGS and all(
-        p["status"].get("phase") == "Running"
-        and p["metadata"]["annotations"]["torchgate.io/gang-attempt"] == str(attempt)
-        for p in pods
-    )
+    ok = all_running_in_attempt(pods, GANGS, attempt)
     return {str(p["spec"]["nodeName"]) for p in pods} if ok else None
 
 
-def labels_of(cluster: Cluster, node: str) -> dict[str, Any]:
-    found = cluster.get("node", node)
-    assert found is not None
-    return dict(found["metadata"].get("labels") or {})
-
-
-def blip_back(cluster: Cluster, node: str) -> None:
-    """``node`` heartbeats again; wait until it is Ready."""
-    cluster.kubectl("label", "node", node, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
-    cluster.wait_for(
-        lambda: ready_condition(cluster, node)["status"] == "True",
-        timeout=60,
-        what=f"{node} Ready again",
+def start_small_gangs(cluster: Cluster, namespace: str, pool: str) -> set[str]:
+    """``GANGS`` one-pod gangs of 2 GPUs in ``pool``; the nodes they run on, once all Running."""
+    on_pool = {"nodeSelector": {"pool": pool}}
+    for i in range(GANGS):
+        create_job(cluster, job(f"small{i}", namespace).master(gpus=2, pod_spec=on_pool).build())
+    return cluster.wait_for(
+        lambda: nodes_of(cluster, namespace, 1), timeout=60, what="the 3 gangs Running"
     )
 
 
@@ -97,20 +82,12 @@ def test_a_node_running_three_gangs_that_blips_once_is_not_quarantined_under_the
 
     No PlacementPolicy selects the namespace: the built-in default (3 faults) applies.
     """
-    namespace = cluster.new_namespace("blip")
-    pool = f"blip-{namespace[-6:]}"
+    namespace, pool = new_pool_namespace(cluster, "blip")
     (blip,) = cluster.add_gpu_nodes(1, pool, labels={"pool": pool})
     stopped = False
     try:
-        for i in range(GANGS):
-            on_pool = {"nodeSelector": {"pool": pool}}
-            create_job(
-                cluster, job(f"small{i}", namespace).master(gpus=2, pod_spec=on_pool).build()
-            )
-        assert cluster.wait_for(
-            lambda: nodes_of(cluster, namespace, 1), timeout=60, what="the 3 gangs Running"
-        ) == {blip}
-        (spare,) = cluster.add_gpu_nodes(1, f"{pool}-spare", labels={"pool": pool})
+        assert start_small_gangs(cluster, namespace, pool) == {blip}
+        spare = add_spare(cluster, pool)
 
         set_not_ready(cluster, blip)
         stopped = True
@@ -121,14 +98,14 @@ def test_a_node_running_three_gangs_that_blips_once_is_not_quarantined_under_the
         restarts = metric(controller, 'torchgate_controller_gang_restarts_total{cause="NodeLost"}')
         assert restarts == GANGS
 
-        blip_back(cluster, blip)
+        bring_back(cluster, blip)
         stopped = False
         time.sleep(2)  # the keeper has had every fault of the outage by now
         assert quarantine_taint(cluster, blip) is None
-        assert QUARANTINE not in labels_of(cluster, blip)
+        assert QUARANTINE not in node_labels(cluster, blip)
     finally:
         if stopped:
-            cluster.kubectl("label", "node", blip, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
+            resume_heartbeats(cluster, blip)
 
 
 def test_a_health_taint_under_three_gangs_is_one_fault_under_the_default_policy(
@@ -139,16 +116,10 @@ def test_a_health_taint_under_three_gangs_is_one_fault_under_the_default_policy(
     The controller dates such a taint by the first look that saw it, so every gang's restart
     names the same outage, however many looks apart they are.
     """
-    namespace = cluster.new_namespace("xid")
-    pool = f"xid-{namespace[-6:]}"
+    namespace, pool = new_pool_namespace(cluster, "xid")
     (sick,) = cluster.add_gpu_nodes(1, pool, labels={"pool": pool})
-    on_pool = {"nodeSelector": {"pool": pool}}
-    for i in range(GANGS):
-        create_job(cluster, job(f"small{i}", namespace).master(gpus=2, pod_spec=on_pool).build())
-    assert cluster.wait_for(
-        lambda: nodes_of(cluster, namespace, 1), timeout=60, what="the 3 gangs Running"
-    ) == {sick}
-    (spare,) = cluster.add_gpu_nodes(1, f"{pool}-spare", labels={"pool": pool})
+    assert start_small_gangs(cluster, namespace, pool) == {sick}
+    spare = add_spare(cluster, pool)
 
     cluster.kubectl("taint", "node", sick, "nvidia.com/gpu-health=unhealthy:NoExecute")
     again = cluster.wait_for(
@@ -164,18 +135,16 @@ def test_a_node_whose_separate_outages_reach_the_threshold_is_quarantined(
     cluster: Cluster, controller: ControllerProcess
 ) -> None:
     """Two NotReady spells of one node, each under a gang of its own; the policy says 2 faults."""
-    namespace = cluster.new_namespace("flaky")
-    pool = f"flaky-{namespace[-6:]}"
+    namespace, pool = new_pool_namespace(cluster, "flaky")
     (flaky,) = cluster.add_gpu_nodes(1, pool, labels={"pool": pool})
-    name = f"{pool}-quarantine"
     settings = {"faults": 2, "windowSeconds": 600, "cooldownSeconds": 3600}
-    cluster.apply(policy(name, namespaces=[namespace], quarantine=settings))
+    name = apply_quarantine_policy(cluster, pool, [namespace], settings)
     on_pool = {"nodeSelector": {"pool": pool}}
     stopped = False
     try:
         create_job(cluster, job("first", namespace).master(gpus=8, pod_spec=on_pool).build())
         assert cluster.wait_for(lambda: running_on(cluster, namespace, "first")) == flaky
-        (spare,) = cluster.add_gpu_nodes(1, f"{pool}-spare", labels={"pool": pool})
+        spare = add_spare(cluster, pool)
 
         set_not_ready(cluster, flaky)
         stopped = True
@@ -185,7 +154,7 @@ def test_a_node_whose_separate_outages_reach_the_threshold_is_quarantined(
             what="the first gang off the flaky node",
         )
         assert moved == spare
-        blip_back(cluster, flaky)
+        bring_back(cluster, flaky)
         stopped = False
         time.sleep(2)
         assert quarantine_taint(cluster, flaky) is None  # one outage so far
@@ -200,25 +169,13 @@ def test_a_node_whose_separate_outages_reach_the_threshold_is_quarantined(
         assert taint == {"key": QUARANTINE, "value": "NodeLost", "effect": "NoSchedule"}
     finally:
         if stopped:
-            cluster.kubectl("label", "node", flaky, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
-        cluster.kubectl("delete", "placementpolicy", name, "--ignore-not-found")
+            resume_heartbeats(cluster, flaky)
+        delete_policy(cluster, name)
 
 
 def post_shutting_down(cluster: Cluster, node: str) -> None:
     """``Ready=False`` as the kubelet posts it once its node shutdown manager began."""
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    ready = {
-        "type": "Ready",
-        "status": "False",
-        "reason": "KubeletNotReady",
-        "message": "node is shutting down",
-        "lastHeartbeatTime": now,
-        "lastTransitionTime": now,
-    }
-    cluster.kubectl(
-        "patch", "node", node, "--subresource=status", "--type=strategic",
-        "-p", json.dumps({"status": {"conditions": [ready]}}),
-    )  # fmt: skip
+    post_ready_false(cluster, node, reason="KubeletNotReady", message="node is shutting down")
 
 
 def shut_down_gracefully(cluster: Cluster, node: str, pods: list[str], namespace: str) -> None:
@@ -257,20 +214,12 @@ def test_a_node_rebooted_under_three_gangs_is_no_fault_and_is_not_quarantined(
     They restart on a spare, uncounted; the node comes back and is not quarantined under the
     default policy (3 faults), which three faults of its own would have done.
     """
-    namespace = cluster.new_namespace("reboot")
-    pool = f"reboot-{namespace[-6:]}"
+    namespace, pool = new_pool_namespace(cluster, "reboot")
     (rebooted,) = cluster.add_gpu_nodes(1, pool, labels={"pool": pool})
     stopped = False
     try:
-        on_pool = {"nodeSelector": {"pool": pool}}
-        for i in range(GANGS):
-            create_job(
-                cluster, job(f"small{i}", namespace).master(gpus=2, pod_spec=on_pool).build()
-            )
-        assert cluster.wait_for(
-            lambda: nodes_of(cluster, namespace, 1), timeout=60, what="the 3 gangs Running"
-        ) == {rebooted}
-        (spare,) = cluster.add_gpu_nodes(1, f"{pool}-spare", labels={"pool": pool})
+        assert start_small_gangs(cluster, namespace, pool) == {rebooted}
+        spare = add_spare(cluster, pool)
         before = metric(
             controller, 'torchgate_controller_gang_restarts_total{cause="PodDisrupted"}'
         )
@@ -287,14 +236,14 @@ def test_a_node_rebooted_under_three_gangs_is_no_fault_and_is_not_quarantined(
         )
         assert restarts - before == GANGS
 
-        blip_back(cluster, rebooted)
+        bring_back(cluster, rebooted)
         stopped = False
         time.sleep(2)  # the keeper has had every restart of the reboot by now
         assert quarantine_taint(cluster, rebooted) is None
-        assert QUARANTINE not in labels_of(cluster, rebooted)
+        assert QUARANTINE not in node_labels(cluster, rebooted)
     finally:
         if stopped:
-            cluster.kubectl("label", "node", rebooted, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
+            resume_heartbeats(cluster, rebooted)
 
 
 def test_gangs_a_shutdown_reaches_late_restart_as_lost_charge_no_fault_and_are_not_force_deleted(
@@ -308,20 +257,12 @@ def test_gangs_a_shutdown_reaches_late_restart_as_lost_charge_no_fault_and_are_n
     deleted gracefully, left for the kubelet to stop (the test confirms each deletion as the
     kubelet would, once it has seen the pod wait for it).
     """
-    namespace = cluster.new_namespace("prio")
-    pool = f"prio-{namespace[-6:]}"
+    namespace, pool = new_pool_namespace(cluster, "prio")
     (rebooted,) = cluster.add_gpu_nodes(1, pool, labels={"pool": pool})
     stopped = False
     try:
-        on_pool = {"nodeSelector": {"pool": pool}}
-        for i in range(GANGS):
-            create_job(
-                cluster, job(f"small{i}", namespace).master(gpus=2, pod_spec=on_pool).build()
-            )
-        assert cluster.wait_for(
-            lambda: nodes_of(cluster, namespace, 1), timeout=60, what="the 3 gangs Running"
-        ) == {rebooted}
-        (spare,) = cluster.add_gpu_nodes(1, f"{pool}-spare", labels={"pool": pool})
+        assert start_small_gangs(cluster, namespace, pool) == {rebooted}
+        spare = add_spare(cluster, pool)
         before = metric(controller, 'torchgate_controller_gang_restarts_total{cause="NodeLost"}')
 
         cluster.kubectl("label", "node", rebooted, STOPPED)
@@ -356,14 +297,14 @@ def test_gangs_a_shutdown_reaches_late_restart_as_lost_charge_no_fault_and_are_n
         )
         assert again == {spare}
 
-        blip_back(cluster, rebooted)
+        bring_back(cluster, rebooted)
         stopped = False
         time.sleep(2)  # the keeper has had every restart of the reboot by now
         assert quarantine_taint(cluster, rebooted) is None
-        assert QUARANTINE not in labels_of(cluster, rebooted)
+        assert QUARANTINE not in node_labels(cluster, rebooted)
     finally:
         if stopped:
-            cluster.kubectl("label", "node", rebooted, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
+            resume_heartbeats(cluster, rebooted)
 
 
 def test_a_gang_refused_by_a_node_shutting_down_runs_elsewhere_and_spends_no_backoff(
@@ -376,8 +317,7 @@ def test_a_gang_refused_by_a_node_shutting_down_runs_elsewhere_and_spends_no_bac
     the kubelet's ``rejectPod`` writes it. ``backoffLimit: 0``: counted as the program's
     failure, it would end the job.
     """
-    namespace = cluster.new_namespace("refused")
-    pool = f"refused-{namespace[-6:]}"
+    namespace, pool = new_pool_namespace(cluster, "refused")
     (closing,) = cluster.add_gpu_nodes(1, pool, labels={"pool": pool})
     cluster.kubectl("label", "node", closing, STOPPED)
     stopped = True
@@ -391,7 +331,7 @@ def test_a_gang_refused_by_a_node_shutting_down_runs_elsewhere_and_spends_no_bac
             what="the pod bound to the closing node",
         )
         assert bound[0]["spec"]["nodeName"] == closing
-        (spare,) = cluster.add_gpu_nodes(1, f"{pool}-spare", labels={"pool": pool})
+        spare = add_spare(cluster, pool)
 
         rejected = {
             "phase": "Failed",
@@ -421,4 +361,4 @@ def test_a_gang_refused_by_a_node_shutting_down_runs_elsewhere_and_spends_no_bac
         assert closing in disrupted[0]
     finally:
         if stopped:
-            cluster.kubectl("label", "node", closing, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
+            resume_heartbeats(cluster, closing)

@@ -12,29 +12,25 @@ faults. Assertions read the Node: its recorded faults and its taints.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.builders.job import job
-from tests.builders.policy import policy
 from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import ControllerProcess, create_job
-from tests.e2e.test_node_loss import quarantine_taint, ready_condition, running_on, set_not_ready
-from torchgate_dev.controlplane import kwok
+from tests.e2e.node_outages import (
+    apply_quarantine_policy,
+    delete_policy,
+    quarantine_taint,
+    ready_condition,
+    recorded_faults,
+    resume_heartbeats,
+    running_on,
+    set_not_ready,
+)
 
 pytestmark = pytest.mark.e2e
-
-FAULTS = "torchgate.io/quarantine-faults"
-
-
-def recorded_faults(cluster: Cluster, node: str) -> list[dict[str, Any]]:
-    found = cluster.get("node", node)
-    assert found is not None
-    value = (found["metadata"].get("annotations") or {}).get(FAULTS)
-    return list(json.loads(value)) if value is not None else []
 
 
 def test_gangs_judged_before_and_after_a_not_ready_node_turns_unknown_are_one_fault(
@@ -44,9 +40,8 @@ def test_gangs_judged_before_and_after_a_not_ready_node_turns_unknown_are_one_fa
     second_ns = cluster.new_namespace("spell-b")
     pool = f"spell-{first_ns[-6:]}"
     (node,) = cluster.add_gpu_nodes(1, pool, labels={"pool": pool})
-    name = f"{pool}-quarantine"
     settings = {"faults": 2, "windowSeconds": 600, "cooldownSeconds": 3600}
-    cluster.apply(policy(name, namespaces=[first_ns, second_ns], quarantine=settings))
+    name = apply_quarantine_policy(cluster, pool, [first_ns, second_ns], settings)
     on_pool = {"nodeSelector": {"pool": pool}}
 
     def controller(namespace: str) -> ControllerProcess:
@@ -98,5 +93,5 @@ def test_gangs_judged_before_and_after_a_not_ready_node_turns_unknown_are_one_fa
         if running is not None:
             running.stop()
         if stopped:
-            cluster.kubectl("label", "node", node, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
-        cluster.kubectl("delete", "placementpolicy", name, "--ignore-not-found")
+            resume_heartbeats(cluster, node)
+        delete_policy(cluster, name)

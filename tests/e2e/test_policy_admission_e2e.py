@@ -15,7 +15,6 @@ cannot refuse (an ``Exists`` toleration with a value) is stored (left out and re
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
 
 import pytest
 
@@ -23,7 +22,8 @@ from tests.builders.policy import policy
 from tests.builders.team import team_quota
 from tests.e2e.conftest import Cluster
 from tests.e2e.test_webhook_e2e import apply, causes, condition
-from tests.e2e.webhook_process import LocalWebhook, registered_webhook
+from tests.e2e.webhook_process import LocalWebhook
+from tests.e2e.webhook_process import webhook as webhook  # the module-scoped fixture
 from torchgate.pytorchjob.fieldpath import ErrorType
 
 pytestmark = pytest.mark.e2e
@@ -37,12 +37,6 @@ STORABLE_TYPO = [
     {"key": "nvidia.com/gpu", "operator": "Exists", "value": "true", "effect": "NoSchedule"}
 ]
 FIXED = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-
-
-@pytest.fixture(scope="module")
-def webhook(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWebhook]:
-    with registered_webhook(cluster, tmp_path_factory.mktemp("webhook")) as server:
-        yield server
 
 
 def delete(cluster: Cluster, kind: str, *names: str) -> None:

@@ -30,6 +30,7 @@ from tests.e2e.controller_process import (
     get_job,
     is_true,
     live_pods,
+    running_controller,
 )
 from torchgate_dev.controlplane import kwok
 
@@ -47,14 +48,11 @@ def controller(
     cluster.kubectl(
         "wait", "--for=condition=Established", "--timeout=60s", "crd/teamquotas.torchgate.io"
     )
-    process = ControllerProcess(
-        cluster.kubeconfig,
-        tmp_path_factory.mktemp("controller"),
-        "--stuck-termination-seconds",
-        str(STUCK_SECONDS),
-    ).start()
-    yield process
-    assert process.stop() == 0, process.log()
+    logs = tmp_path_factory.mktemp("controller")
+    with running_controller(
+        cluster.kubeconfig, logs, "--stuck-termination-seconds", str(STUCK_SECONDS)
+    ) as process:
+        yield process
 
 
 class Pool:

@@ -11,39 +11,32 @@ NotReady as in ``test_node_loss``; assertions read Nodes, their Events and the r
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.builders.job import job
-from tests.builders.policy import policy
 from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import ControllerProcess, create_job
-from tests.e2e.test_node_loss import (
+from tests.e2e.node_outages import (
     QUARANTINE,
+    add_spare,
+    apply_quarantine_policy,
+    bring_back,
+    delete_policy,
     metric,
+    new_pool_namespace,
     node_events,
     quarantine_taint,
+    recorded_faults,
+    resume_heartbeats,
     running_on,
     set_not_ready,
 )
-from tests.e2e.test_outage_faults import blip_back
-from torchgate_dev.controlplane import kwok
 
 pytestmark = pytest.mark.e2e
 
-FAULTS = "torchgate.io/quarantine-faults"
 COOLDOWN_SECONDS = 45
-
-
-def recorded_faults(cluster: Cluster, node: str) -> list[dict[str, Any]]:
-    """The faults the Node records, as ``kubectl get node -o json`` shows them."""
-    found = cluster.get("node", node)
-    assert found is not None
-    value = (found["metadata"].get("annotations") or {}).get(FAULTS)
-    return list(json.loads(value)) if value is not None else []
 
 
 def leader_of(replicas: list[ControllerProcess]) -> ControllerProcess | None:
@@ -57,12 +50,10 @@ def test_a_node_failing_once_per_leader_is_quarantined_across_failovers_and_lift
     cluster: Cluster, tmp_path: Path
 ) -> None:
     """One NotReady spell under each leader; the policy says 2 faults: the second quarantines."""
-    namespace = cluster.new_namespace("qfail")
-    pool = f"qfail-{namespace[-6:]}"
+    namespace, pool = new_pool_namespace(cluster, "qfail")
     (flaky,) = cluster.add_gpu_nodes(1, pool, labels={"pool": pool})
-    name = f"{pool}-quarantine"
     settings = {"faults": 2, "windowSeconds": 600, "cooldownSeconds": COOLDOWN_SECONDS}
-    cluster.apply(policy(name, namespaces=[namespace], quarantine=settings))
+    name = apply_quarantine_policy(cluster, pool, [namespace], settings)
     on_pool = {"nodeSelector": {"pool": pool}}
     extra = ("--node-lost-seconds", "5", "--leader-election-id", f"torchgate-{pool}")
 
@@ -75,7 +66,7 @@ def test_a_node_failing_once_per_leader_is_quarantined_across_failovers_and_lift
         first_leader = cluster.wait_for(lambda: leader_of(replicas), what="a leader")
         create_job(cluster, job("first", namespace).master(gpus=8, pod_spec=on_pool).build())
         assert cluster.wait_for(lambda: running_on(cluster, namespace, "first")) == flaky
-        (spare,) = cluster.add_gpu_nodes(1, f"{pool}-spare", labels={"pool": pool})
+        spare = add_spare(cluster, pool)
 
         set_not_ready(cluster, flaky)
         stopped = True
@@ -85,7 +76,7 @@ def test_a_node_failing_once_per_leader_is_quarantined_across_failovers_and_lift
             what="the first gang off the flaky node",
         )
         assert moved == spare
-        blip_back(cluster, flaky)
+        bring_back(cluster, flaky)
         stopped = False
         faults = cluster.wait_for(
             lambda: recorded_faults(cluster, flaky), what=f"the fault recorded on {flaky}"
@@ -119,7 +110,7 @@ def test_a_node_failing_once_per_leader_is_quarantined_across_failovers_and_lift
         ]
         assert any("after 2 infrastructure faults (NodeLost)" in m for m in messages), messages
         assert recorded_faults(cluster, flaky) == []  # a quarantine starts the count afresh
-        blip_back(cluster, flaky)
+        bring_back(cluster, flaky)
         stopped = False
 
         second_leader.kill()  # the quarantine was set just before this failover
@@ -137,8 +128,8 @@ def test_a_node_failing_once_per_leader_is_quarantined_across_failovers_and_lift
         assert any(e["reason"] == "NodeQuarantineLifted" for e in node_events(cluster, flaky))
     finally:
         if stopped:
-            cluster.kubectl("label", "node", flaky, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
+            resume_heartbeats(cluster, flaky)
         for process in replicas:
             if process.process is not None and process.process.poll() is None:
                 process.stop()
-        cluster.kubectl("delete", "placementpolicy", name, "--ignore-not-found")
+        delete_policy(cluster, name)

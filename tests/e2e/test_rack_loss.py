@@ -12,43 +12,34 @@ Nodes and the controller's metrics, never logs.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.builders.job import job
-from tests.builders.policy import policy
 from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import ControllerProcess, create_job, live_pods
-from tests.e2e.test_node_loss import metric, quarantine_taint, set_not_ready
-from torchgate_dev.controlplane import kwok
+from tests.e2e.node_outages import (
+    all_running_in_attempt,
+    apply_quarantine_policy,
+    delete_policy,
+    metric,
+    new_pool_namespace,
+    quarantine_taint,
+    resume_heartbeats,
+    set_not_ready,
+)
+from tests.e2e.node_outages import controller as controller  # the module-scoped fixture
 
 pytestmark = pytest.mark.e2e
 
 GANGS = 6
 
 
-@pytest.fixture(scope="module")
-def controller(
-    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ControllerProcess]:
-    process = ControllerProcess(
-        cluster.kubeconfig, tmp_path_factory.mktemp("controller"), "--node-lost-seconds", "5"
-    ).start()
-    yield process
-    assert process.stop() == 0, process.log()
-
-
 def running(cluster: Cluster, namespace: str, name: str, attempt: int) -> list[dict[str, Any]]:
     """The job's two pods when both are Running in gang attempt ``attempt``, else []."""
     pods = live_pods(cluster, namespace, name)
-    ok = len(pods) == 2 and all(
-        p["status"].get("phase") == "Running"
-        and p["metadata"]["annotations"]["torchgate.io/gang-attempt"] == str(attempt)
-        for p in pods
-    )
-    return pods if ok else []
+    return pods if all_running_in_attempt(pods, 2, attempt) else []
 
 
 def all_running(
@@ -66,12 +57,10 @@ def test_a_rack_of_eight_nodes_lost_under_six_gangs_restarts_each_once_and_charg
     The 12 nodes left hold the 6 gangs exactly. The policy quarantines a node at its first fault,
     so a healthy node charged by mistake would show its quarantine taint.
     """
-    namespace = cluster.new_namespace("rack")
-    pool = f"rack-{namespace[-6:]}"
+    namespace, pool = new_pool_namespace(cluster, "rack")
     nodes = cluster.add_gpu_nodes(20, pool, labels={"pool": pool})
-    name = f"{pool}-quarantine"
     settings = {"faults": 1, "windowSeconds": 600, "cooldownSeconds": 3600}
-    cluster.apply(policy(name, namespaces=[namespace], quarantine=settings))
+    name = apply_quarantine_policy(cluster, pool, [namespace], settings)
     rack: list[str] = []
     try:
         for i in range(GANGS):
@@ -108,5 +97,5 @@ def test_a_rack_of_eight_nodes_lost_under_six_gangs_restarts_each_once_and_charg
         assert quarantined == set(rack)
     finally:
         for node in rack:
-            cluster.kubectl("label", "node", node, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
-        cluster.kubectl("delete", "placementpolicy", name, "--ignore-not-found")
+            resume_heartbeats(cluster, node)
+        delete_policy(cluster, name)

@@ -13,14 +13,14 @@ inside them were made under its name), and gets them back the same way.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.e2e.conftest import REPO_ROOT, Cluster
-from tests.e2e.webhook_process import LocalWebhook, registered_webhook
+from tests.e2e.webhook_process import LocalWebhook
+from tests.e2e.webhook_process import webhook as webhook  # the module-scoped fixture
 
 pytestmark = [pytest.mark.e2e, pytest.mark.all_versions]
 
@@ -28,13 +28,6 @@ SEEDS = REPO_ROOT.parent / "shared" / "seeds" / "manifests"
 SEED_000 = SEEDS / "000-pytorch-dist-mnist-nccl.yaml"
 SEED_003 = SEEDS / "003-torchrun-cpu.yaml"
 WORKER = "    Worker:\n      replicas: 1\n"
-
-
-@pytest.fixture(scope="module")
-def webhook(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWebhook]:
-    """The webhook, registered with ``failurePolicy: Fail``."""
-    with registered_webhook(cluster, tmp_path_factory.mktemp("webhook")) as server:
-        yield server
 
 
 CLIENT_SIDE: tuple[str, ...] = ()

@@ -13,26 +13,19 @@ gang size along); an elastic job scales within its ``elasticPolicy`` bounds.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.builders.job import gpu_job, job
 from tests.e2e.conftest import Cluster
-from tests.e2e.webhook_process import LocalWebhook, registered_webhook
+from tests.e2e.webhook_process import LocalWebhook
+from tests.e2e.webhook_process import webhook as webhook  # the module-scoped fixture
 from torchgate.webhook.validation.scaling import CHANGE_WITH_APPLY
 
 pytestmark = [pytest.mark.e2e, pytest.mark.all_versions]
 
 WORKER_REPLICAS = "spec.pytorchReplicaSpecs[Worker].replicas"
-
-
-@pytest.fixture(scope="module")
-def webhook(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWebhook]:
-    """The webhook, registered with ``failurePolicy: Fail``."""
-    with registered_webhook(cluster, tmp_path_factory.mktemp("webhook")) as server:
-        yield server
 
 
 def created(cluster: Cluster, job: dict[str, Any]) -> dict[str, Any]:

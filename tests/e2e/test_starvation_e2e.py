@@ -23,6 +23,7 @@ from tests.e2e.controller_process import (
     create_job,
     get_job,
     live_pods,
+    running_controller,
 )
 from tests.e2e.test_pool_sharing import wait_running
 
@@ -34,14 +35,11 @@ STARVATION_SECONDS = 2
 def controller(
     cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ControllerProcess]:
-    process = ControllerProcess(
-        cluster.kubeconfig,
-        tmp_path_factory.mktemp("controller"),
-        "--starvation-seconds",
-        str(STARVATION_SECONDS),
-    ).start()
-    yield process
-    assert process.stop() == 0, process.log()
+    logs = tmp_path_factory.mktemp("controller")
+    with running_controller(
+        cluster.kubeconfig, logs, "--starvation-seconds", str(STARVATION_SECONDS)
+    ) as process:
+        yield process
 
 
 def test_a_job_whose_node_selector_no_node_has_never_holds_back_the_jobs_behind_it(

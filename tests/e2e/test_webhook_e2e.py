@@ -16,7 +16,6 @@ import re
 import secrets
 import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +24,8 @@ import pytest
 from tests.builders.job import gpu_job
 from tests.builders.policy import policy
 from tests.e2e.conftest import REPO_ROOT, Cluster, load_yaml
-from tests.e2e.webhook_process import LocalWebhook, registered_webhook
+from tests.e2e.webhook_process import LocalWebhook
+from tests.e2e.webhook_process import webhook as webhook  # the module-scoped fixture
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.fieldpath import ErrorType
 
@@ -44,16 +44,6 @@ W = "spec.pytorchReplicaSpecs[Worker]"
 MPOD, WPOD = f"{M}.template.spec", f"{W}.template.spec"
 MC0, WC0 = f"{MPOD}.containers[0]", f"{WPOD}.containers[0]"
 _WARNING = re.compile(r"^Warning: torchgate: (?P<field>[^:\s]+): ", re.MULTILINE)
-
-
-# ----------------------------------------------------------------------------- the webhook
-
-
-@pytest.fixture(scope="module")
-def webhook(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWebhook]:
-    """The webhook, registered with ``failurePolicy: Fail``, answering through the apiserver."""
-    with registered_webhook(cluster, tmp_path_factory.mktemp("webhook")) as server:
-        yield server
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -125,3 +125,14 @@ def registered_webhook(cluster: Cluster, workdir: Path) -> Iterator[LocalWebhook
     finally:
         server.unregister()  # first: other modules must not meet a Fail webhook that is gone
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def webhook(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWebhook]:
+    """The module's webhook, registered with ``failurePolicy: Fail``, called by the apiserver.
+
+    Shared by import (``from ... import webhook as webhook``): a module that imports it has one of
+    its own, gone before the next module starts.
+    """
+    with registered_webhook(cluster, tmp_path_factory.mktemp("webhook")) as server:
+        yield server
