@@ -81,6 +81,7 @@ from torchgate.controller.job.finish import released_on_end
 from torchgate.controller.job.gang import events_done, written_status
 from torchgate.controller.job.gangobjects import (
     in_pod_group,
+    joins_pod_group,
     pod_group_for,
     pod_group_name,
     stale_pod_groups_selector,
@@ -782,10 +783,15 @@ class Reconciler:
         The first time a job's attempt creates pods, the Workload and the PodGroup are created
         (existing ones are kept: they are immutable where it matters) and the PodGroups of older
         attempts deleted, so kube-scheduler never counts a torn-down gang towards the new one.
+        An attempt whose pods so far name no PodGroup gets none (``gangobjects`` rule 5).
         """
         key = (spec.namespace, spec.name)
         # The attempt the plan built the pods for (a restart moves the job's annotation with them).
         attempt = attempt_of(pods[0]) or current_attempt(spec.annotations)
+        group = pod_group_name(spec, attempt)
+        members = (pod for pod in self.pods.indexed(key) if attempt_of(pod) == attempt)
+        if not joins_pod_group(group, members):
+            return list(pods)
         if self.gang_objects_made.get(key) != (spec.uid, attempt):
             priority_class = _priority_class(spec)
             await self._create_object(
@@ -802,7 +808,6 @@ class Reconciler:
                         query={"labelSelector": stale_pod_groups_selector(spec, attempt)},
                     )
             self.gang_objects_made[key] = (spec.uid, attempt)
-        group = pod_group_name(spec, attempt)
         return [in_pod_group(pod, group) for pod in pods]
 
     async def _create_object(self, resource: Any, body: dict[str, Any]) -> None:

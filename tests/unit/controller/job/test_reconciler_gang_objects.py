@@ -160,3 +160,30 @@ async def test_the_objects_of_an_attempt_are_created_once() -> None:
 
     assert len(api.posted(WORKLOADS)) == 1
     assert len(api.posted(POD_GROUPS)) == 1
+
+
+async def test_an_attempt_begun_without_gang_objects_creates_its_later_pods_without() -> None:
+    api = RecordingApi()
+    rig = reconciler(api, served=False)
+    await rig.reconcile(KEY)  # the gang runs, its pods in no PodGroup
+    rig.gang_objects_served = lambda: True  # the API turned on (or torchgate upgraded)
+    rig.pods.forget("default", "demo-worker-0")  # the plan creates a pod of the same attempt
+
+    await rig.reconcile(KEY)
+
+    later = [p for p in api.posted(PODS_PATH) if p["metadata"]["name"] == "demo-worker-0"]
+    assert len(later) == 2
+    assert "schedulingGroup" not in later[1]["spec"]
+    assert not [r for r in api.requests if "scheduling.k8s.io" in r[1]]
+
+
+async def test_a_later_pod_of_an_attempt_in_its_pod_group_joins_it() -> None:
+    api = RecordingApi()
+    rig = reconciler(api)
+    await rig.reconcile(KEY)
+    rig.pods.forget("default", "demo-worker-0")
+
+    await rig.reconcile(KEY)
+
+    later = [p for p in api.posted(PODS_PATH) if p["metadata"]["name"] == "demo-worker-0"]
+    assert [p["spec"]["schedulingGroup"] for p in later] == [{"podGroupName": "demo-gang-1"}] * 2
