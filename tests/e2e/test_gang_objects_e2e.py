@@ -25,7 +25,13 @@ import pytest
 
 from tests.builders.job import job
 from tests.e2e.conftest import Cluster
-from tests.e2e.controller_process import ControllerProcess, create_job, dump, live_pods
+from tests.e2e.controller_process import (
+    ControllerProcess,
+    create_job,
+    dump,
+    events_once,
+    live_pods,
+)
 from torchgate_dev.controlplane import versions
 from torchgate_dev.controlplane.binaries import Binaries
 from torchgate_dev.controlplane.cluster import ATTACH_ENV, ClusterFeatures, ControlPlane
@@ -167,6 +173,27 @@ def test_a_gang_with_one_unschedulable_pod_has_none_bound(
         assert not bound, dump(bound)
         time.sleep(1)
     assert len(live_pods(gated, GANG_ON, "stuck")) == 3
+
+
+def test_a_gang_whose_pod_group_is_refused_runs_without_gang_objects(
+    gated: Cluster, controllers: dict[str, ControllerProcess]
+) -> None:
+    raw = small_job("classless", GANG_ON)
+    raw["spec"]["runPolicy"]["schedulingPolicy"]["priorityClass"] = "no-such-class"
+    create_job(gated, raw)
+
+    # The apiserver refuses a PodGroup naming a PriorityClass it lacks (403); pods name none.
+    # Retried, the refusal failed every reconcile: no pod, no word to the user.
+    pods = gated.wait_for(
+        lambda: running(gated, GANG_ON, "classless"), timeout=90, what="3 Running"
+    )
+
+    assert not any("schedulingGroup" in p["spec"] for p in pods)
+    events = events_once(gated, GANG_ON, "classless", "FailedCreate")
+    refused = [e for e in events if e["reason"] == "FailedCreate"]
+    assert refused, controllers[GANG_ON].log()
+    assert refused[0]["type"] == "Warning"
+    assert "no-such-class" in refused[0]["message"]
 
 
 def test_with_the_flag_off_the_gang_runs_without_gang_objects(

@@ -25,6 +25,11 @@ Rules (pure; the reconciler creates what these build):
    a PodGroup at PreEnqueue until ``minCount`` of the group's pods exist, so an elastic job's
    new Worker, alone in a PodGroup its running gang never joined, would stay Pending for good.
    Its next attempt gets the objects.
+6. ``refused_gang``: an attempt whose Workload or PodGroup the apiserver refuses (403: a
+   PriorityClass the job names but the cluster lacks, which pods alone run without; a
+   ResourceQuota on their count; 422: an admission policy) runs without gang objects, as
+   where they are not served, and a Warning Event says so in the apiserver's words. Retrying
+   would fail every reconcile of an admitted gang, holding its nodes, with no word to its user.
 
 Invariants: every object carries the job's controlling ownerReference, so the garbage collector
 removes them with the job; every PodGroup carries the job's selector labels and its attempt
@@ -141,6 +146,11 @@ def _pod_group_of(pod: Mapping[str, Any]) -> object:
     spec = pod.get("spec")
     scheduling_group = spec.get("schedulingGroup") if isinstance(spec, Mapping) else None
     return scheduling_group.get("podGroupName") if isinstance(scheduling_group, Mapping) else None
+
+
+def refused_gang(words: str) -> str:
+    """Rule 6: the Event message of an attempt whose gang objects the apiserver refused."""
+    return f"gang objects refused, the gang runs without them: {words}"
 
 
 def serves_gang_objects(discovery: object) -> bool:
