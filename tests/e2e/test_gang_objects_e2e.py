@@ -25,7 +25,13 @@ import pytest
 
 from tests.builders.job import job
 from tests.e2e.conftest import Cluster
-from tests.e2e.controller_process import ControllerProcess, create_job, dump, live_pods
+from tests.e2e.controller_process import (
+    ControllerProcess,
+    create_job,
+    dump,
+    events_once,
+    live_pods,
+)
 from torchgate_dev.controlplane import versions
 from torchgate_dev.controlplane.binaries import Binaries
 from torchgate_dev.controlplane.cluster import ATTACH_ENV, ClusterFeatures, ControlPlane
@@ -35,7 +41,7 @@ pytestmark = [
     pytest.mark.skipif(bool(os.environ.get(ATTACH_ENV)), reason="starts its own control plane"),
 ]
 API = "scheduling.k8s.io/v1beta1"
-GANG_ON, GANG_OFF = "gangs-on", "gangs-off"
+GANG_ON, GANG_OFF, UPGRADED = "gangs-on", "gangs-off", "gangs-upgraded"
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +63,7 @@ def gated(
     ) as plane:
         cluster = Cluster(plane)
         cluster.install_crds()
-        for namespace in (GANG_ON, GANG_OFF):
+        for namespace in (GANG_ON, GANG_OFF, UPGRADED):
             cluster.kubectl("create", "namespace", namespace)
             cluster.wait_for(
                 partial(cluster.get, "serviceaccount", "default", namespace),
@@ -96,9 +102,11 @@ def small_job(name: str, namespace: str, **master: Any) -> dict[str, Any]:
     )
 
 
-def running(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]] | None:
+def running(
+    cluster: Cluster, namespace: str, name: str, count: int = 3
+) -> list[dict[str, Any]] | None:
     pods = live_pods(cluster, namespace, name)
-    ok = len(pods) == 3 and all(p["status"].get("phase") == "Running" for p in pods)
+    ok = len(pods) == count and all(p["status"].get("phase") == "Running" for p in pods)
     return pods if ok else None
 
 
@@ -167,6 +175,27 @@ def test_a_gang_with_one_unschedulable_pod_has_none_bound(
     assert len(live_pods(gated, GANG_ON, "stuck")) == 3
 
 
+def test_a_gang_whose_pod_group_is_refused_runs_without_gang_objects(
+    gated: Cluster, controllers: dict[str, ControllerProcess]
+) -> None:
+    raw = small_job("classless", GANG_ON)
+    raw["spec"]["runPolicy"]["schedulingPolicy"]["priorityClass"] = "no-such-class"
+    create_job(gated, raw)
+
+    # The apiserver refuses a PodGroup naming a PriorityClass it lacks (403); pods name none.
+    # Retried, the refusal failed every reconcile: no pod, no word to the user.
+    pods = gated.wait_for(
+        lambda: running(gated, GANG_ON, "classless"), timeout=90, what="3 Running"
+    )
+
+    assert not any("schedulingGroup" in p["spec"] for p in pods)
+    events = events_once(gated, GANG_ON, "classless", "FailedCreate")
+    refused = [e for e in events if e["reason"] == "FailedCreate"]
+    assert refused, controllers[GANG_ON].log()
+    assert refused[0]["type"] == "Warning"
+    assert "no-such-class" in refused[0]["message"]
+
+
 def test_with_the_flag_off_the_gang_runs_without_gang_objects(
     gated: Cluster, controllers: dict[str, ControllerProcess]
 ) -> None:
@@ -176,6 +205,38 @@ def test_with_the_flag_off_the_gang_runs_without_gang_objects(
 
     assert not any("schedulingGroup" in p["spec"] for p in pods)
     assert gang_objects(gated, GANG_OFF) == ([], [])
+
+
+def test_a_gang_begun_before_gang_objects_still_grows_after_an_upgrade(
+    gated: Cluster, tmp_path: Path
+) -> None:
+    pod_spec = {"nodeSelector": {"pool": "gangs"}}
+    elastic = job("grows", UPGRADED).workers(2, pod_spec=pod_spec)
+    elastic = elastic.elastic(minReplicas=2, maxReplicas=4).scheduling(scheduleTimeoutSeconds=600)
+    before = ControllerProcess(gated.kubeconfig, tmp_path, "--namespace", UPGRADED)
+    before.args.append("--no-gang-objects")  # as a torchgate without gang objects ran it
+    before.start()
+    try:
+        create_job(gated, elastic.build())
+        first = gated.wait_for(
+            lambda: running(gated, UPGRADED, "grows", 2), timeout=90, what="2 Running"
+        )
+    finally:
+        assert before.stop() == 0, before.log()
+    after = ControllerProcess(gated.kubeconfig, tmp_path, "--namespace", UPGRADED).start()
+    try:
+        scaled = gated.kubectl("scale", "-n", UPGRADED, "pytorchjob/grows", "--replicas=3")
+        assert scaled.returncode == 0, scaled.stderr
+        # In a PodGroup of minCount 2 its running gang never joined, the new Worker stayed
+        # Pending for good (kube-scheduler's PreEnqueue: waiting for minCount pods).
+        grown = gated.wait_for(
+            lambda: running(gated, UPGRADED, "grows", 3), timeout=60, what="3 Running"
+        )
+    finally:
+        assert after.stop() == 0, after.log()
+    assert {p["metadata"]["uid"] for p in first} < {p["metadata"]["uid"] for p in grown}
+    assert not any("schedulingGroup" in p["spec"] for p in grown)
+    assert gang_objects(gated, UPGRADED)[1] == []
 
 
 def test_without_the_gate_nothing_changes(cluster: Cluster, tmp_path: Path) -> None:

@@ -26,12 +26,14 @@ Rules (each one function):
 1. ``project_pod``: a pod's name, namespace, uid, resourceVersion, labels, ownerReferences,
    creation and deletion times and grace period, and the annotations torchgate reads of a pod
    (``POD_ANNOTATIONS``: its gang attempt and planned node); of its spec, the node, priority,
-   tolerations, overhead, pod-level resource claims and, of each container and init container,
-   its name, resources and (init containers) restartPolicy; of its status, the phase, reason,
+   tolerations, overhead, pod-level resource claims, the PodGroup it names
+   (``schedulingGroup``) and, of each container and init container, its name, resources and
+   (init containers) restartPolicy; of its status, the phase, reason,
    conditions and, of each container status, its name and state. Readers: job ownership, gang
    attempt, replica counts, exit codes and hangs (``controller.job.model``, ``status``,
    ``gang``, ``finish``), disruptions (``disruption``), capacity and gangs (``admission.ledger``,
-   ``units.pod_units``, ``devices.pod_gpus``), cleanup (``cleanup.clean_pod_policy_for``).
+   ``units.pod_units``, ``devices.pod_gpus``), cleanup (``cleanup.clean_pod_policy_for``),
+   gang objects (``gangobjects.joins_pod_group``).
 2. ``project_node``: a Node's metadata (without ``managedFields``), its spec, and of its status
    the allocatable resources and conditions; the image list, addresses, node info and volume
    lists are dropped. Readers: ``admission.nodes.node_view``, ``disruption.node_health``,
@@ -63,7 +65,14 @@ POD_METADATA: Final = (
     "deletionGracePeriodSeconds",
 )
 POD_ANNOTATIONS: Final = (names.ANNOTATION_GANG_ATTEMPT, names.ANNOTATION_PLANNED_NODE)
-POD_SPEC: Final = ("nodeName", "priority", "tolerations", "overhead", "resourceClaims")
+POD_SPEC: Final = (
+    "nodeName",
+    "priority",
+    "tolerations",
+    "overhead",
+    "resourceClaims",
+    "schedulingGroup",
+)
 CONTAINER: Final = ("name", "resources")
 INIT_CONTAINER: Final = ("name", "resources", "restartPolicy")
 POD_STATUS: Final = ("phase", "reason", "conditions")

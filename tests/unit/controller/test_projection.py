@@ -28,6 +28,7 @@ from torchgate.controller.job import disruption, model
 from torchgate.controller.job import status as st
 from torchgate.controller.job.disruption import NodeHealth, TimedTaint
 from torchgate.controller.job.finish import released_on_end
+from torchgate.controller.job.gangobjects import joins_pod_group
 from torchgate.controller.job.reconciler import job_key_of_pod
 from torchgate.controller.quarantine import rules as quarantine_rules
 from torchgate.controller.quarantine.rules import Quarantine
@@ -79,6 +80,8 @@ def served(draw: hs.DrawFn, pod: dict[str, Any]) -> dict[str, Any]:
         ]
     if draw(hs.booleans()):
         spec["overhead"] = {"cpu": "250m"}
+    if draw(hs.booleans()):
+        spec["schedulingGroup"] = {"podGroupName": "demo-gang-1"}
     stamp = format_time(NOW - timedelta(seconds=draw(hs.integers(0, 600))))
     conditions = [
         {"type": kind, "status": "True", "lastProbeTime": None, "lastTransitionTime": stamp}
@@ -158,6 +161,7 @@ READERS: dict[str, PodReader] = {
     "disruption.pod_stuck": lambda pod: disruption.pod_stuck(pod, "n1", now=NOW, stuck_after=60),
     "units.pod_units": lambda pod: pod_units(pod["spec"], SOURCES),
     "devices.pod_gpus": lambda pod: pod_gpus(pod["spec"], SOURCES),
+    "gangobjects.joins_pod_group": lambda pod: joins_pod_group("demo-gang-1", [pod]),
     "cleanup.clean_pod_policy_for": lambda pod: [
         clean_pod_policy_for(policy, pod["spec"], gpus=SOURCES, allow_none=allow)
         for policy in ("None", "Running", "All")

@@ -19,6 +19,17 @@ Rules (pure; the reconciler creates what these build):
 3. ``in_pod_group``: each pod names its attempt's PodGroup in ``spec.schedulingGroup``.
 4. ``serves_gang_objects``: the objects are created only where discovery of
    ``scheduling.k8s.io/v1beta1`` lists both ``workloads`` and ``podgroups``.
+5. ``joins_pod_group``: an attempt's new pods name its PodGroup only if every pod the attempt
+   has already does. An attempt begun without gang objects (the API served, or torchgate
+   upgraded to create them, while it ran) keeps running without: kube-scheduler holds a pod of
+   a PodGroup at PreEnqueue until ``minCount`` of the group's pods exist, so an elastic job's
+   new Worker, alone in a PodGroup its running gang never joined, would stay Pending for good.
+   Its next attempt gets the objects.
+6. ``refused_gang``: an attempt whose Workload or PodGroup the apiserver refuses (403: a
+   PriorityClass the job names but the cluster lacks, which pods alone run without; a
+   ResourceQuota on their count; 422: an admission policy) runs without gang objects, as
+   where they are not served, and a Warning Event says so in the apiserver's words. Retrying
+   would fail every reconcile of an admitted gang, holding its nodes, with no word to its user.
 
 Invariants: every object carries the job's controlling ownerReference, so the garbage collector
 removes them with the job; every PodGroup carries the job's selector labels and its attempt
@@ -28,7 +39,7 @@ label, so the PodGroups of older attempts can be deleted by one label selector
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from torchgate.controller.job.pods import owner_reference
@@ -124,6 +135,22 @@ def in_pod_group(pod: Mapping[str, Any], group: str) -> dict[str, Any]:
             "schedulingGroup": {"podGroupName": group},
         },
     }
+
+
+def joins_pod_group(group: str, members: Iterable[Mapping[str, Any]]) -> bool:
+    """Rule 5: whether new pods join ``group``, given the pods their attempt has already."""
+    return all(_pod_group_of(pod) == group for pod in members)
+
+
+def _pod_group_of(pod: Mapping[str, Any]) -> object:
+    spec = pod.get("spec")
+    scheduling_group = spec.get("schedulingGroup") if isinstance(spec, Mapping) else None
+    return scheduling_group.get("podGroupName") if isinstance(scheduling_group, Mapping) else None
+
+
+def refused_gang(words: str) -> str:
+    """Rule 6: the Event message of an attempt whose gang objects the apiserver refused."""
+    return f"gang objects refused, the gang runs without them: {words}"
 
 
 def serves_gang_objects(discovery: object) -> bool:

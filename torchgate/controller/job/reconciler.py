@@ -26,6 +26,9 @@ the job is planned again at once from the status written, queued).
 Where the cluster serves Kubernetes' gang objects and the flag allows them (``gang_objects``),
 the job's Workload and its attempt's PodGroup are created before the attempt's pods, and each pod
 names the PodGroup (``gangobjects``); the PodGroups of older attempts are deleted with them.
+A Workload or PodGroup the apiserver refuses (403: no such PriorityClass, a ResourceQuota on
+their count; 422: an admission policy) leaves the attempt without gang objects, said in a
+Warning Event ``FailedCreate``, rather than failing every reconcile of a job admitted on nodes.
 
 A job whose namespace is being deleted is left to the namespace controller (``plan`` rules 1 and
 9): before a restart for a deleted member the namespace is asked with a dry-run create of the
@@ -81,8 +84,10 @@ from torchgate.controller.job.finish import released_on_end
 from torchgate.controller.job.gang import events_done, written_status
 from torchgate.controller.job.gangobjects import (
     in_pod_group,
+    joins_pod_group,
     pod_group_for,
     pod_group_name,
+    refused_gang,
     stale_pod_groups_selector,
     workload_for,
 )
@@ -782,18 +787,33 @@ class Reconciler:
         The first time a job's attempt creates pods, the Workload and the PodGroup are created
         (existing ones are kept: they are immutable where it matters) and the PodGroups of older
         attempts deleted, so kube-scheduler never counts a torn-down gang towards the new one.
+        An attempt whose pods so far name no PodGroup gets none (``gangobjects`` rule 5), nor
+        does one whose Workload or PodGroup the apiserver refuses (rule 6: a Warning Event
+        ``FailedCreate`` with its words, and the pods are created without).
         """
         key = (spec.namespace, spec.name)
         # The attempt the plan built the pods for (a restart moves the job's annotation with them).
         attempt = attempt_of(pods[0]) or current_attempt(spec.annotations)
+        group = pod_group_name(spec, attempt)
+        members = (pod for pod in self.pods.indexed(key) if attempt_of(pod) == attempt)
+        if not joins_pod_group(group, members):
+            return list(pods)
         if self.gang_objects_made.get(key) != (spec.uid, attempt):
             priority_class = _priority_class(spec)
-            await self._create_object(
-                WORKLOADS, workload_for(job, spec, priority_class=priority_class)
-            )
-            await self._create_object(
-                POD_GROUPS, pod_group_for(job, spec, attempt, priority_class=priority_class)
-            )
+            try:
+                await self._create_object(
+                    WORKLOADS, workload_for(job, spec, priority_class=priority_class)
+                )
+                await self._create_object(
+                    POD_GROUPS, pod_group_for(job, spec, attempt, priority_class=priority_class)
+                )
+            except (Forbidden, Invalid) as refused:
+                if isinstance(refused, NamespaceTerminating):
+                    raise
+                self.events.record(
+                    job, Event("Warning", reasons.FAILED_CREATE, refused_gang(refused.message))
+                )
+                return list(pods)
             if attempt > 1:
                 with contextlib.suppress(NotFound):
                     await self.api.request(
@@ -802,7 +822,6 @@ class Reconciler:
                         query={"labelSelector": stale_pod_groups_selector(spec, attempt)},
                     )
             self.gang_objects_made[key] = (spec.uid, attempt)
-        group = pod_group_name(spec, attempt)
         return [in_pod_group(pod, group) for pod in pods]
 
     async def _create_object(self, resource: Any, body: dict[str, Any]) -> None:

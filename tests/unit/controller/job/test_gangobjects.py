@@ -10,6 +10,7 @@ import pytest
 from tests.builders.job import UID, cpu_job, job, parsed_job, with_uid
 from torchgate.controller.job.gangobjects import (
     in_pod_group,
+    joins_pod_group,
     pod_group_for,
     pod_group_name,
     serves_gang_objects,
@@ -128,6 +129,34 @@ def test_a_pod_names_its_pod_group_and_the_input_is_left_alone(
     }
     assert grouped["metadata"] == pod["metadata"]
     assert pod == before
+
+
+def _member(group: str | None) -> dict[str, Any]:
+    pod: dict[str, Any] = {"metadata": {"name": "demo-worker-0"}, "spec": {"containers": []}}
+    return in_pod_group(pod, group) if group is not None else pod
+
+
+@pytest.mark.parametrize(
+    ("groups", "joins"),
+    [
+        ([], True),
+        (["demo-gang-2", "demo-gang-2"], True),
+        ([None, None], False),
+        (["demo-gang-2", None], False),
+        (["demo-gang-1"], False),
+    ],
+    ids=[
+        "a new attempt",
+        "an attempt in its group",
+        "an attempt begun without gang objects",
+        "an attempt partly in its group",
+        "pods in another group",
+    ],
+)
+def test_new_pods_join_the_pod_group_only_if_their_attempt_did(
+    groups: list[str | None], joins: bool
+) -> None:
+    assert joins_pod_group("demo-gang-2", [_member(group) for group in groups]) is joins
 
 
 @pytest.mark.parametrize(

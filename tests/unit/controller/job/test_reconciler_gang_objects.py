@@ -17,7 +17,7 @@ from tests.unit.controller.helpers import NOW
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
 from torchgate.controller.metrics import ControllerMetrics
-from torchgate.kube.errors import AlreadyExists
+from torchgate.kube.errors import AlreadyExists, Forbidden, NamespaceTerminating
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import PODS, PYTORCHJOBS, SERVICES
 
@@ -31,8 +31,11 @@ PODS_PATH = "/api/v1/namespaces/default/pods"
 class RecordingApi:
     """Records every request; answers creates with the body (or ``AlreadyExists`` for ``taken``)."""
 
-    def __init__(self, taken: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, taken: frozenset[str] = frozenset(), refused: Mapping[str, Forbidden] | None = None
+    ) -> None:
         self.taken = taken
+        self.refused = dict(refused or {})  # path -> the refusal of a POST there
         self.requests: list[tuple[str, str, dict[str, str], Any]] = []
 
     async def request(
@@ -47,6 +50,8 @@ class RecordingApi:
         self.requests.append((method, path, dict(query or {}), copy.deepcopy(body)))
         if method == "POST" and path in self.taken:
             raise AlreadyExists(409, "AlreadyExists", "exists", method, path)
+        if method == "POST" and path in self.refused:
+            raise self.refused[path]
         return {} if method == "DELETE" else body
 
     async def watch(self, path: str, query: Mapping[str, str]) -> AsyncIterator[dict[str, Any]]:
@@ -160,3 +165,62 @@ async def test_the_objects_of_an_attempt_are_created_once() -> None:
 
     assert len(api.posted(WORKLOADS)) == 1
     assert len(api.posted(POD_GROUPS)) == 1
+
+
+async def test_an_attempt_begun_without_gang_objects_creates_its_later_pods_without() -> None:
+    api = RecordingApi()
+    rig = reconciler(api, served=False)
+    await rig.reconcile(KEY)  # the gang runs, its pods in no PodGroup
+    rig.gang_objects_served = lambda: True  # the API turned on (or torchgate upgraded)
+    rig.pods.forget("default", "demo-worker-0")  # the plan creates a pod of the same attempt
+
+    await rig.reconcile(KEY)
+
+    later = [p for p in api.posted(PODS_PATH) if p["metadata"]["name"] == "demo-worker-0"]
+    assert len(later) == 2
+    assert "schedulingGroup" not in later[1]["spec"]
+    assert not [r for r in api.requests if "scheduling.k8s.io" in r[1]]
+
+
+async def test_a_later_pod_of_an_attempt_in_its_pod_group_joins_it() -> None:
+    api = RecordingApi()
+    rig = reconciler(api)
+    await rig.reconcile(KEY)
+    rig.pods.forget("default", "demo-worker-0")
+
+    await rig.reconcile(KEY)
+
+    later = [p for p in api.posted(PODS_PATH) if p["metadata"]["name"] == "demo-worker-0"]
+    assert [p["spec"]["schedulingGroup"] for p in later] == [{"podGroupName": "demo-gang-1"}] * 2
+
+
+NO_SUCH_CLASS = "no PriorityClass with name training-high was found"
+
+
+@pytest.mark.parametrize("refused_path", [WORKLOADS, POD_GROUPS])
+async def test_gang_objects_the_apiserver_refuses_leave_the_gang_to_run_without_them(
+    refused_path: str,
+) -> None:
+    refusal = Forbidden(403, "Forbidden", NO_SUCH_CLASS, "POST", refused_path)
+    api = RecordingApi(refused={refused_path: refusal})
+    rig = reconciler(api)
+
+    await rig.reconcile(KEY)
+    await rig.events.flush(5)
+
+    pods = api.posted(PODS_PATH)
+    assert {p["metadata"]["name"] for p in pods} == set(RESERVATION)
+    assert not any("schedulingGroup" in p["spec"] for p in pods)
+    events = api.posted("/api/v1/namespaces/default/events")
+    assert [(e["type"], e["reason"]) for e in events if NO_SUCH_CLASS in e["message"]] == [
+        ("Warning", "FailedCreate")
+    ]
+
+
+async def test_gang_objects_refused_in_a_namespace_being_deleted_create_no_pods() -> None:
+    refusal = NamespaceTerminating(403, "Forbidden", "being terminated", "POST", POD_GROUPS)
+    api = RecordingApi(refused={POD_GROUPS: refusal})
+
+    await reconciler(api).reconcile(KEY)
+
+    assert api.posted(PODS_PATH) == []
