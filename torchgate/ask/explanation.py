@@ -62,6 +62,10 @@ NO_NODE_ADMITS = (
     "it must ask for less (fewer or smaller pods), or its nodeSelector, affinity, tolerations or "
     "pinned hosts must change (it holds no one back)"
 )
+WITHIN_QUOTA = (
+    "would have to end (within their team's nominal quota, they are never preempted for it; it "
+    "waits for them to finish)"
+)
 RESUME = (
     "kubectl patch pytorchjob {name} -n {namespace} --type merge "
     """-p '{{"spec":{{"runPolicy":{{"suspend":false}}}}}}' (it queues for admission again)"""
@@ -94,6 +98,7 @@ class Explanation:
     position: int | None = None
     place: Place | None = None
     must_end: tuple[Gang, ...] = ()
+    ending_lets_start: tuple[Gang, ...] = ()  # within their quota: not preempted for it
     preempting: tuple[str, ...] = ()
     starts_next_cycle: bool = False
     placeable: bool = True
@@ -120,6 +125,7 @@ class Explanation:
             "since": self.since,
             "queue": None if self.place is None else self.place.to_json(),
             "mustEnd": [gang.to_json() for gang in self.must_end],
+            "endingLetsStart": [gang.to_json() for gang in self.ending_lets_start],
             "preempting": list(self.preempting),
             "startsNextCycle": self.starts_next_cycle,
             "placeable": self.placeable,
@@ -272,6 +278,7 @@ def _waiting(
             position=outlook.place.pool if outlook.place is not None else None,
             place=outlook.place,
             must_end=outlook.must_end,
+            ending_lets_start=outlook.ending_lets_start,
             preempting=outlook.preempting,
             starts_next_cycle=outlook.starts_next_cycle,
             placeable=outlook.placeable,
@@ -414,6 +421,9 @@ def render(explanation: Explanation, now: datetime) -> list[str]:
         total = sum(gang.gpus for gang in e.must_end)
         gpus = f" ({gpus_phrase(total)} in all)" if len(e.must_end) > 1 else ""
         lines.append(f"  to start: {gangs} would have to end or be preempted{gpus}")
+    elif e.ending_lets_start:
+        gangs = named([gang.phrase() for gang in e.ending_lets_start], limit=4)
+        lines.append(f"  to start: {gangs} {WITHIN_QUOTA}")
     elif e.state == "Waiting" and e.live and not e.placeable:
         lines.append(f"  to start: {NO_NODE_ADMITS}")
     elif e.state == "Waiting" and e.live and e.place is not None:

@@ -382,6 +382,9 @@ class JobOutlook:
         place: Its place in the queue (``None`` while its nodes are held, or not waiting).
         must_end: The running gangs whose end would let it start now (the cheapest set under the
             preemption rules, priority aside), when some set would.
+        ending_lets_start: When no set may be preempted for it (``must_end`` empty: the gangs
+            holding the room are other teams' within their nominal quota), the running gangs
+            whose end would let it start; empty when no end would.
         preempting: The gangs being preempted for it.
         starts_next_cycle: Whether the next cycle would admit it (its wait is already over).
         placeable: ``False`` when no node admits one of its pods at all (its nodeSelector,
@@ -404,6 +407,7 @@ class JobOutlook:
     message: str = ""
     place: Place | None = None
     must_end: tuple[Gang, ...] = ()
+    ending_lets_start: tuple[Gang, ...] = ()
     preempting: tuple[str, ...] = ()
     starts_next_cycle: bool = False
     placeable: bool = True
@@ -426,6 +430,7 @@ class JobOutlook:
             "message": self.message,
             "place": None if self.place is None else self.place.to_json(),
             "mustEnd": [gang.to_json() for gang in self.must_end],
+            "endingLetsStart": [gang.to_json() for gang in self.ending_lets_start],
             "preempting": list(self.preempting),
             "startsNextCycle": self.starts_next_cycle,
             "placeable": self.placeable,
@@ -454,6 +459,12 @@ def outlook_from_json(raw: object) -> JobOutlook:
         must_end=tuple(
             gang_from_json(item, f"outlook.mustEnd[{index}]")
             for index, item in enumerate(_list(body.get("mustEnd", []), "outlook.mustEnd"))
+        ),
+        ending_lets_start=tuple(
+            gang_from_json(item, f"outlook.endingLetsStart[{index}]")
+            for index, item in enumerate(
+                _list(body.get("endingLetsStart", []), "outlook.endingLetsStart")
+            )
         ),
         preempting=tuple(
             _text(item, "outlook.preempting[]")

@@ -97,6 +97,28 @@ def test_a_waiting_job_takes_the_live_reason_place_and_what_must_end_from_the_co
     assert any("team-vision/small (8 GPUs, priority 0) would have to end" in line for line in text)
 
 
+def test_a_job_waiting_for_another_teams_gangs_within_quota_is_told_their_end_lets_it_start() -> (
+    None
+):
+    outlook = JobOutlook(
+        job="team-vision/big",
+        known=True,
+        waiting=True,
+        kind="Capacity",
+        reason="WaitingForCapacity",
+        message="waiting for 8 nvidia.com/gpu",
+        place=PLACE,
+        ending_lets_start=(Gang("team-speech/hog", 32 * G, 0, "speech"),),
+    )
+
+    explained = explain(WAITING, outlook=outlook_from_json(outlook.to_json()))
+
+    assert [gang["job"] for gang in explained.to_json()["endingLetsStart"]] == ["team-speech/hog"]
+    (advice,) = [line for line in render(explained, NOW) if line.startswith("  to start:")]
+    assert advice.startswith("  to start: team-speech/hog (32 GPUs, priority 0) would have to end")
+    assert "waits for its turn" not in advice
+
+
 def test_without_the_controller_the_place_is_read_from_the_queued_condition() -> None:
     explained = explain(WAITING, outlook=None, unanswered="the controller did not answer")
 
