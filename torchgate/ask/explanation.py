@@ -29,7 +29,9 @@ Rules (each one function):
    ``NodeLost``) and message, once each; and how many counted against ``backoffLimit`` (the
    ``torchgate.io/restarts`` annotation). Events expire (an hour by default), so older restarts
    are only counted.
-4. ``render``: the text a person reads, one fact per line.
+4. ``render``: the text a person reads, one fact per line. Its ``to start:`` line agrees with its
+   ``clear:`` line: when its nodes out of use returning would let it start, it says they must
+   return (``CLEAR_NODES``), not that other nodes must join the pool or that it waits for its turn.
 5. ``not_started``: each live pod of the job that has not started, in rank order, with its node
    and why, as the kubelet says it: its first waiting container's reason and message, init
    containers first (``ImagePullBackOff (Back-off pulling image "x")``, ``ContainerCreating``),
@@ -61,6 +63,14 @@ NO_NODE_ADMITS = (
     "no job's end lets it start: nodes that admit and can hold its pods must join the pool, or "
     "it must ask for less (fewer or smaller pods), or its nodeSelector, affinity, tolerations or "
     "pinned hosts must change (it holds no one back)"
+)
+CLEAR_NODES = (
+    "no job's end lets it start: its nodes out of use must return to use (clear:), or other nodes "
+    "that admit and can hold its pods must join the pool, or it must ask for less (it holds no "
+    "one back)"
+)
+NO_END_CLEAR_NODES = (
+    "no running job's end alone lets it start: its nodes out of use must return to use (clear:)"
 )
 WITHIN_QUOTA = (
     "would have to end (within their team's nominal quota, they are never preempted for it; it "
@@ -425,7 +435,9 @@ def render(explanation: Explanation, now: datetime) -> list[str]:
         gangs = named([gang.phrase() for gang in e.ending_lets_start], limit=4)
         lines.append(f"  to start: {gangs} {WITHIN_QUOTA}")
     elif e.state == "Waiting" and e.live and not e.placeable:
-        lines.append(f"  to start: {NO_NODE_ADMITS}")
+        lines.append(f"  to start: {CLEAR_NODES if e.starts_if_cleared else NO_NODE_ADMITS}")
+    elif e.state == "Waiting" and e.live and e.starts_if_cleared:
+        lines.append(f"  to start: {NO_END_CLEAR_NODES}")
     elif e.state == "Waiting" and e.live and e.place is not None:
         lines.append("  to start: no running job's end alone lets it start; it waits for its turn")
     if e.starts_if_cleared:

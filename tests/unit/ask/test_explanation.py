@@ -224,6 +224,33 @@ def test_a_job_no_node_admits_is_told_what_must_change_not_to_wait_for_its_turn(
     )
 
 
+@pytest.mark.parametrize("placeable", [False, True], ids=["no-node-holds-it", "capacity"])
+def test_a_job_only_its_nodes_out_of_use_would_start_is_told_to_clear_them_not_other_advice(
+    placeable: bool,
+) -> None:
+    outlook = JobOutlook(
+        job="team-vision/big",
+        known=True,
+        waiting=True,
+        kind="Capacity",
+        reason="WaitingForResources",
+        message="no eligible nodes in the cluster can ever hold all 2 pods of the gang: it asks 16 "
+        "nvidia.com/gpu and they have 8 even empty (8 nvidia.com/gpu more on 1 node out of use: "
+        "1 NotReady)",
+        place=PLACE,
+        placeable=placeable,
+        starts_if_cleared=("down",),
+    )
+
+    text = render(explain(WAITING, outlook=outlook), NOW)
+
+    (advice,) = [line for line in text if line.startswith("  to start:")]
+    assert "its nodes out of use must return to use" in advice
+    assert "waits for its turn" not in advice
+    assert "nodeSelector" not in advice
+    assert "  clear:    down (out of use): clearing them would let it start" in text
+
+
 def test_a_job_its_nodes_out_of_use_would_start_is_told_clearing_them_would() -> None:
     outlook = JobOutlook(
         job="team-vision/big",
