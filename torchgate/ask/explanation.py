@@ -22,7 +22,9 @@ Rules (each one function):
    and why (rule 5), never that its pods are still being created once they exist. A suspended
    job's reason and message are its ``Suspended`` condition's (``PyTorchJobSuspended``, ``PyTorchJob
    <name> is suspended.``), or say the controller has yet to act on the suspension, and its
-   rendering says how to resume it (``RESUME``).
+   rendering says how to resume it (``RESUME``). A waiting job whose ``runPolicy.managedBy``
+   names another controller says torchgate does not run it and who does
+   (``outlook.run_elsewhere``), never that it is not admitted yet.
 3. ``restarts_of``: the restarts its Events tell, newest last, each with its cause (the Event's
    reason, one of ``reasons.RESTART_EVENT_REASONS``: ``PyTorchJobRestarting``, ``Hang``,
    ``Preempted``, ``GangIncomplete``, ``GangScheduleTimeout``, or a disruption's cause such as
@@ -54,8 +56,9 @@ from torchgate.pytorchjob.outlook import (
     gpus_phrase,
     named,
     place_phrase,
+    run_elsewhere,
 )
-from torchgate.pytorchjob.spec import is_suspended
+from torchgate.pytorchjob.spec import is_suspended, managed_by
 
 State = Literal["Waiting", "Running", "Finished"] | reasons.SuspendedState
 MAX_NOT_STARTED = 4
@@ -267,6 +270,9 @@ def explain(
             since=str(suspended.get("lastTransitionTime") or "") or None,
             **common,
         )
+    manager = managed_by(job)
+    if manager is not None and manager != names.CONTROLLER_NAME:
+        return Explanation(reason="", message=run_elsewhere(manager), **common)
     return _waiting(job, _true(conditions, reasons.QUEUED), outlook, pods, common)
 
 

@@ -12,10 +12,12 @@ Rules (each one function):
    (``Start``, its pods' nodes, the domain, what it borrows), preempt gangs for it (``Preempt``,
    the victims with their GPUs and priority, then its nodes), or keep it waiting (``Wait``, the
    ``Queued`` reason and message, the place it would take in the queue; a suspended job waits
-   for its resumption, with no place). JSON keys are camelCase.
+   for its resumption, with no place; a job another controller runs, ``runPolicy.managedBy``,
+   waits for nothing of torchgate's: ``run_elsewhere`` says who runs it). JSON keys are camelCase.
 2. ``forecast_warning``: the one ``torchgate:`` warning of an admission response: ``will start
    now on a100-0, a100-1``, ``will wait for 16 nvidia.com/gpu ...``, ``will wait: team vision is
-   at its quota ...``, ``will preempt team-speech/low-3 (8 GPUs, priority 100)``. At most
+   at its quota ...``, ``will preempt team-speech/low-3 (8 GPUs, priority 100)``, or for a job
+   torchgate does not run, ``torchgate does not run it: ...`` (never ``will start``). At most
    ``MAX_NAMED`` nodes and victims are named (the apiserver truncates long warnings).
 3. ``place_phrase``: a waiting job's place in the queue as the ``Queued`` condition, ``explain``
    and the warning say it: ``#3 of 7 in the pool (team vision #1 of 2, cohort h100 #2 of 4),
@@ -38,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from torchgate.pytorchjob import names
+from torchgate.pytorchjob import names, reasons
 
 API_PREFIX: Final = "/v1"
 FORECAST_PATH: Final = f"{API_PREFIX}/forecast"
@@ -258,7 +260,9 @@ class Forecast:
         borrows: Quota key -> milli-units over the team's nominal quota (``Start``).
         reason: The ``Queued`` reason it would get (``WaitingForQuota``, ...), or ``""``;
             ``PyTorchJobSuspended`` (its ``Suspended`` condition's) when it waits for its
-            resumption, created with ``spec.runPolicy.suspend``.
+            resumption, created with ``spec.runPolicy.suspend``; ``ManagedElsewhere`` when
+            torchgate does not run it (``run_elsewhere``: ``runPolicy.managedBy`` names another
+            controller), its message then the whole warning.
         message: Why it would wait (``Wait``), as its ``Queued`` condition would say.
         place: Where it would be in the queue (``Wait``).
         team: The team owning its namespace, if any.
@@ -296,6 +300,18 @@ class Forecast:
             "team": self.team,
             "cohort": self.cohort,
         }
+
+
+def run_elsewhere(manager: str | None) -> str:
+    """Why torchgate does nothing with a job it does not run (``runPolicy.managedBy``; rule 1)."""
+    if manager is None:
+        who = (
+            "spec.runPolicy.managedBy is unset and its controller runs only jobs naming "
+            f"{names.CONTROLLER_NAME} (--manage-unowned is off)"
+        )
+    else:
+        who = f"spec.runPolicy.managedBy is {manager}: that controller runs it"
+    return f"torchgate does not run it: {who}; torchgate neither queues it nor creates its pods"
 
 
 def forecast_from_json(raw: object) -> Forecast:
@@ -349,6 +365,8 @@ def names_a_group(domain: str) -> bool:
 
 def forecast_warning(forecast: Forecast) -> str:
     """The admission warning for ``forecast`` (rule 2)."""
+    if forecast.reason == reasons.REASON_MANAGED_ELSEWHERE:
+        return WARNING_PREFIX + forecast.message
     if forecast.verdict == "Wait":
         return WARNING_PREFIX + wait_phrase(forecast.message)
     nodes = named(distinct_nodes(forecast.nodes))

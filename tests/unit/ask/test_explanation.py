@@ -119,6 +119,18 @@ def test_a_job_waiting_for_another_teams_gangs_within_quota_is_told_their_end_le
     assert "waits for its turn" not in advice
 
 
+def test_a_job_another_controller_runs_is_told_who_runs_it_not_that_it_is_not_admitted() -> None:
+    theirs = a_job(condition("Created", reason="PyTorchJobCreated"))
+    theirs["spec"]["runPolicy"]["managedBy"] = "kubeflow.org/training-operator"
+
+    explained = explain(theirs, outlook=JobOutlook(job="team-vision/big"))
+
+    assert explained.state == "Waiting"
+    assert explained.message.startswith("torchgate does not run it: ")
+    assert "kubeflow.org/training-operator" in explained.message
+    assert "to start:" not in "\n".join(render(explained, NOW))
+
+
 def test_without_the_controller_the_place_is_read_from_the_queued_condition() -> None:
     explained = explain(WAITING, outlook=None, unanswered="the controller did not answer")
 

@@ -29,7 +29,10 @@ Rules (each one function):
    A suspended candidate (``spec.runPolicy.suspend``) is not asked of ``decide``: the controller
    creates no pod of it and does not queue it until it is resumed (``job.plan`` rule 3), so it
    waits for its resumption (``RESUMPTION``, reason ``PyTorchJobSuspended``, no place), never
-   "will start now" on nodes it will not take.
+   "will start now" on nodes it will not take. A candidate torchgate does not run
+   (``reconciler.is_ours``: ``runPolicy.managedBy`` names another controller) is not asked of
+   ``decide`` either: it waits for nothing of torchgate's, and the forecast says who runs it
+   (``elsewhere``, ``outlook.run_elsewhere``; reason ``ManagedElsewhere``, no place).
 5. ``must_end``: the cheapest set of running gangs whose end would let a waiting gang start,
    asked of ``decide`` for that gang alone, at a priority above every running gang and without
    the admin's protection; the quota rules still hold (a team's gangs within its nominal quota
@@ -91,7 +94,11 @@ from torchgate.pytorchjob.outlook import (
     TeamView,
 )
 from torchgate.pytorchjob.pool import GPUS, PreemptionSettings, TeamQuota
-from torchgate.pytorchjob.reasons import QUEUED_REASONS, REASON_SUSPENDED
+from torchgate.pytorchjob.reasons import (
+    QUEUED_REASONS,
+    REASON_MANAGED_ELSEWHERE,
+    REASON_SUSPENDED,
+)
 from torchgate.pytorchjob.units import Units
 
 QUEUE_HEAD = 20
@@ -303,10 +310,27 @@ def _victims(pool: Pool, keys: Iterable[JobKey]) -> tuple[Gang, ...]:
     return tuple(_gang_of(by_key[key]) for key in keys if key in by_key)
 
 
-def forecast(snapshot: Snapshot, candidate: WaitingGang, *, suspended: bool = False) -> Forecast:
-    """What the next cycle would do with ``candidate``, ``suspended`` or not (rule 4)."""
+def forecast(
+    snapshot: Snapshot,
+    candidate: WaitingGang,
+    *,
+    suspended: bool = False,
+    elsewhere: str | None = None,
+) -> Forecast:
+    """What the next cycle would do with ``candidate``, ``suspended`` or not (rule 4).
+
+    ``elsewhere``: why torchgate does not run it (``outlook.run_elsewhere``), when it does not.
+    """
     teams = snapshot.pool.teams
     team, cohort = candidate.team, _cohort(teams, candidate.team)
+    if elsewhere is not None:
+        return Forecast(
+            verdict="Wait",
+            reason=REASON_MANAGED_ELSEWHERE,
+            message=elsewhere,
+            team=team,
+            cohort=cohort,
+        )
     if suspended:
         return Forecast(
             verdict="Wait", reason=REASON_SUSPENDED, message=RESUMPTION, team=team, cohort=cohort
