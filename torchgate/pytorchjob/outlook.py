@@ -23,7 +23,8 @@ Rules (each one function):
    and the warning say it: ``#3 of 7 in the pool (team vision #1 of 2, cohort h100 #2 of 4),
    2 jobs (24 GPUs) ahead``; ``queued_message`` puts it before the reason a job waits.
 4. ``JobOutlook`` / ``outlook_from_json``: one job as the controller sees it (``torchgate
-   explain``): waiting with its kind, reason, message, place and what must end for it to start;
+   explain``): waiting with its kind, reason, message, place and what must end for it to start
+   (``must_end``, or, when none may be preempted for it, ``ending_lets_start``);
    or holding nodes (running, or reserved), with its nodes, domains and admission time.
 5. ``PoolView`` / ``pool_from_json``: the pool as a whole (``torchgate top``): per team quota,
    usage, borrowing, lending, waiting demand and the longest wait; per topology domain GPUs used
