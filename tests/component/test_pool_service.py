@@ -23,6 +23,7 @@ from tests.unit.controller.helpers import ask, candidate
 from torchgate.cli import main as torchgate
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.waiting import Waiting
+from torchgate.controller.job.reconciler import Options, is_ours
 from torchgate.controller.poolservice import (
     DRAIN_SECONDS,
     AnswerBudget,
@@ -39,6 +40,7 @@ from torchgate.pytorchjob.outlook import (
     POOL_PATH,
     TOKEN_HEADER,
     forecast_from_json,
+    forecast_warning,
     outlook_from_json,
     pool_from_json,
 )
@@ -116,6 +118,7 @@ def facts_of(admitter: Admitter, *, synced: bool = True) -> PoolFacts:
         policies=lambda: (),
         synced=lambda: synced,
         clock=admitter.clock,
+        ours=lambda raw: is_ours(raw, Options(manage_unowned=True)),
     )
 
 
@@ -186,6 +189,40 @@ async def test_a_suspended_job_is_forecast_to_wait_for_its_resumption_not_to_sta
     assert (told.verdict, told.starts_now, told.reason) == (verdict, not suspend, reason)
     assert bool(told.nodes) is not suspend
     assert told.place is None
+
+
+@pytest.mark.parametrize(
+    ("manager", "verdict", "reason"),
+    [
+        ("torchgate.io/controller", "Start", ""),
+        ("kubeflow.org/training-operator", "Wait", "ManagedElsewhere"),
+    ],
+    ids=["torchgate", "training-operator"],
+)
+async def test_a_job_another_controller_runs_is_forecast_to_be_run_by_it_not_to_start(
+    apiserver: Apiserver, aiohttp_client: Any, manager: str, verdict: str, reason: str
+) -> None:
+    # Free GPUs: only its manager keeps torchgate from starting it (the controller leaves a job
+    # another controller manages alone: no pod, no place in the queue).
+    app = create_pool_app(facts_of(cluster()), AccessReviews(apiserver))  # type: ignore[arg-type]
+    client = await aiohttp_client(app)
+    theirs = job("theirs", "team-a").master(gpus=8).run_policy(managedBy=manager).build()
+
+    response = await client.post(
+        FORECAST_PATH, json={"job": theirs}, headers=bearer("webhook-token")
+    )
+
+    assert response.status == 200
+    told = forecast_from_json(await response.json())
+    assert (told.verdict, told.reason, bool(told.nodes), told.place) == (
+        verdict,
+        reason,
+        verdict == "Start",
+        None,
+    )
+    warning = forecast_warning(told)
+    assert ("will start now" in warning) is (verdict == "Start")
+    assert (manager in warning) is (verdict == "Wait")
 
 
 @pytest.mark.parametrize(

@@ -275,6 +275,88 @@ def test_a_job_waiting_for_gpus_on_sick_nodes_is_told_so_and_that_clearing_them_
             cluster.kubectl("taint", "nodes", node, f"{HEALTH_TAINT}-", check=False)
 
 
+def test_a_job_waiting_for_another_teams_gangs_within_quota_is_told_their_end_lets_it_start(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    pool.nodes(2)
+    wide_ns, hog_ns = cluster.new_namespace("wide"), cluster.new_namespace("hog")
+    pool.team("wide", [wide_ns], 8)
+    pool.team("hog", [hog_ns], 16)
+    pool.job(hog_ns, "hog", pods=2, gpus=8)  # all 16 GPUs, within its team's quota
+    wait_running(cluster, hog_ns, "hog", 2)
+    pool.job(wide_ns, "wide", pods=2, gpus=8)  # would borrow 8 of hog's team's quota
+    cluster.wait_for(
+        lambda: queued_reason(cluster, wide_ns, "wide") is not None, what="wide waiting"
+    )
+
+    as_json = torchgate(stack, cluster, "explain", "wide", "-n", wide_ns, "-o", "json")
+    as_text = torchgate(stack, cluster, "explain", "wide", "-n", wide_ns)
+
+    assert as_json.returncode == as_text.returncode == 0, as_json.stderr + as_text.stderr
+    told = json.loads(as_json.stdout)
+    assert told["mustEnd"] == [], "no one may be preempted for it"
+    assert [gang["job"] for gang in told["endingLetsStart"]] == [f"{hog_ns}/hog"]
+    (line,) = [line for line in as_text.stdout.splitlines() if line.startswith("  to start:")]
+    assert line.startswith(f"  to start: {hog_ns}/hog (16 GPUs, priority 0) would have to end")
+
+    cluster.kubectl("delete", "pytorchjob", "hog", "-n", hog_ns, "--wait=false")
+    wait_running(cluster, wide_ns, "wide", 2)  # what explain said: hog's end lets it start
+
+
+def test_a_pair_one_of_whose_two_nodes_is_not_ready_is_told_to_clear_it_not_to_change(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    _, lost = pool.nodes(2)
+    namespace = cluster.new_namespace("halved")
+    try:
+        set_not_ready(cluster, lost)
+        cluster.apply(yaml.safe_load(manifest(pool, namespace, "pair", pods=2, gpus=8)))
+
+        def told() -> dict[str, Any] | None:
+            result = torchgate(stack, cluster, "explain", "pair", "-n", namespace, "-o", "json")
+            body = json.loads(result.stdout) if result.returncode == 0 else None
+            return body if body and body["startsIfCleared"] == [lost] else None
+
+        explained = cluster.wait_for(told, timeout=60, what="pair told its node is out of use")
+        as_text = torchgate(stack, cluster, "explain", "pair", "-n", namespace)
+
+        assert explained["placeable"] is False, explained["message"]
+        lines = as_text.stdout.splitlines()
+        (start,) = [line for line in lines if line.startswith("  to start:")]
+        assert "its nodes out of use must return to use" in start, as_text.stdout
+        assert "nodeSelector" not in start
+        assert f"  clear:    {lost} (out of use): clearing them would let it start" in lines
+    finally:
+        cluster.kubectl("label", "node", lost, f"{kwok.LABEL_FAKE_HEARTBEAT}-")
+
+
+def test_a_job_the_training_operator_runs_is_told_torchgate_does_not_run_it(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    pool.nodes(1)
+    namespace = cluster.new_namespace("theirs")
+    theirs = yaml.safe_load(manifest(pool, namespace, "theirs", pods=1, gpus=8))
+    theirs["spec"]["runPolicy"] = {"managedBy": "kubeflow.org/training-operator"}
+    text = yaml.safe_dump(theirs)
+
+    simulated = torchgate(stack, cluster, "simulate", "-f", "-", "-o", "json", stdin=text)
+    applied = cluster.kubectl("apply", "-f", "-", input=text)
+    explained = torchgate(stack, cluster, "explain", "theirs", "-n", namespace)
+
+    assert simulated.returncode == explained.returncode == 0, simulated.stderr + explained.stderr
+    told = json.loads(simulated.stdout)
+    assert (told["startsNow"], told["verdict"], told["reason"], told["nodes"]) == (
+        False, "Wait", "ManagedElsewhere", {},
+    )  # fmt: skip
+    warnings = applied.stderr.splitlines()
+    assert not [line for line in warnings if "torchgate: will" in line], applied.stderr
+    (warning,) = [line for line in warnings if "torchgate: torchgate does not run it" in line]
+    assert "kubeflow.org/training-operator: that controller runs it" in warning
+    assert "kubeflow.org/training-operator: that controller runs it" in explained.stdout
+    assert "not admitted yet" not in explained.stdout
+    assert live_pods(cluster, namespace, "theirs") == []
+
+
 def test_explain_names_the_pods_of_an_admitted_job_that_have_not_started_and_why(
     cluster: Cluster, stack: Stack, pool: Pool
 ) -> None:

@@ -22,14 +22,18 @@ Rules (each one function):
    and why (rule 5), never that its pods are still being created once they exist. A suspended
    job's reason and message are its ``Suspended`` condition's (``PyTorchJobSuspended``, ``PyTorchJob
    <name> is suspended.``), or say the controller has yet to act on the suspension, and its
-   rendering says how to resume it (``RESUME``).
+   rendering says how to resume it (``RESUME``). A waiting job whose ``runPolicy.managedBy``
+   names another controller says torchgate does not run it and who does
+   (``outlook.run_elsewhere``), never that it is not admitted yet.
 3. ``restarts_of``: the restarts its Events tell, newest last, each with its cause (the Event's
    reason, one of ``reasons.RESTART_EVENT_REASONS``: ``PyTorchJobRestarting``, ``Hang``,
    ``Preempted``, ``GangIncomplete``, ``GangScheduleTimeout``, or a disruption's cause such as
    ``NodeLost``) and message, once each; and how many counted against ``backoffLimit`` (the
    ``torchgate.io/restarts`` annotation). Events expire (an hour by default), so older restarts
    are only counted.
-4. ``render``: the text a person reads, one fact per line.
+4. ``render``: the text a person reads, one fact per line. Its ``to start:`` line agrees with its
+   ``clear:`` line: when its nodes out of use returning would let it start, it says they must
+   return (``CLEAR_NODES``), not that other nodes must join the pool or that it waits for its turn.
 5. ``not_started``: each live pod of the job that has not started, in rank order, with its node
    and why, as the kubelet says it: its first waiting container's reason and message, init
    containers first (``ImagePullBackOff (Back-off pulling image "x")``, ``ContainerCreating``),
@@ -52,8 +56,9 @@ from torchgate.pytorchjob.outlook import (
     gpus_phrase,
     named,
     place_phrase,
+    run_elsewhere,
 )
-from torchgate.pytorchjob.spec import is_suspended
+from torchgate.pytorchjob.spec import is_suspended, managed_by
 
 State = Literal["Waiting", "Running", "Finished"] | reasons.SuspendedState
 MAX_NOT_STARTED = 4
@@ -61,6 +66,18 @@ NO_NODE_ADMITS = (
     "no job's end lets it start: nodes that admit and can hold its pods must join the pool, or "
     "it must ask for less (fewer or smaller pods), or its nodeSelector, affinity, tolerations or "
     "pinned hosts must change (it holds no one back)"
+)
+CLEAR_NODES = (
+    "no job's end lets it start: its nodes out of use must return to use (clear:), or other nodes "
+    "that admit and can hold its pods must join the pool, or it must ask for less (it holds no "
+    "one back)"
+)
+NO_END_CLEAR_NODES = (
+    "no running job's end alone lets it start: its nodes out of use must return to use (clear:)"
+)
+WITHIN_QUOTA = (
+    "would have to end (within their team's nominal quota, they are never preempted for it; it "
+    "waits for them to finish)"
 )
 RESUME = (
     "kubectl patch pytorchjob {name} -n {namespace} --type merge "
@@ -94,6 +111,7 @@ class Explanation:
     position: int | None = None
     place: Place | None = None
     must_end: tuple[Gang, ...] = ()
+    ending_lets_start: tuple[Gang, ...] = ()  # within their quota: not preempted for it
     preempting: tuple[str, ...] = ()
     starts_next_cycle: bool = False
     placeable: bool = True
@@ -120,6 +138,7 @@ class Explanation:
             "since": self.since,
             "queue": None if self.place is None else self.place.to_json(),
             "mustEnd": [gang.to_json() for gang in self.must_end],
+            "endingLetsStart": [gang.to_json() for gang in self.ending_lets_start],
             "preempting": list(self.preempting),
             "startsNextCycle": self.starts_next_cycle,
             "placeable": self.placeable,
@@ -251,6 +270,9 @@ def explain(
             since=str(suspended.get("lastTransitionTime") or "") or None,
             **common,
         )
+    manager = managed_by(job)
+    if manager is not None and manager != names.CONTROLLER_NAME:
+        return Explanation(reason="", message=run_elsewhere(manager), **common)
     return _waiting(job, _true(conditions, reasons.QUEUED), outlook, pods, common)
 
 
@@ -272,6 +294,7 @@ def _waiting(
             position=outlook.place.pool if outlook.place is not None else None,
             place=outlook.place,
             must_end=outlook.must_end,
+            ending_lets_start=outlook.ending_lets_start,
             preempting=outlook.preempting,
             starts_next_cycle=outlook.starts_next_cycle,
             placeable=outlook.placeable,
@@ -414,8 +437,13 @@ def render(explanation: Explanation, now: datetime) -> list[str]:
         total = sum(gang.gpus for gang in e.must_end)
         gpus = f" ({gpus_phrase(total)} in all)" if len(e.must_end) > 1 else ""
         lines.append(f"  to start: {gangs} would have to end or be preempted{gpus}")
+    elif e.ending_lets_start:
+        gangs = named([gang.phrase() for gang in e.ending_lets_start], limit=4)
+        lines.append(f"  to start: {gangs} {WITHIN_QUOTA}")
     elif e.state == "Waiting" and e.live and not e.placeable:
-        lines.append(f"  to start: {NO_NODE_ADMITS}")
+        lines.append(f"  to start: {CLEAR_NODES if e.starts_if_cleared else NO_NODE_ADMITS}")
+    elif e.state == "Waiting" and e.live and e.starts_if_cleared:
+        lines.append(f"  to start: {NO_END_CLEAR_NODES}")
     elif e.state == "Waiting" and e.live and e.place is not None:
         lines.append("  to start: no running job's end alone lets it start; it waits for its turn")
     if e.starts_if_cleared:

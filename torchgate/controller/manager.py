@@ -33,7 +33,7 @@ from torchgate.controller.job import status as st
 from torchgate.controller.job.disruption import node_health
 from torchgate.controller.job.gangobjects import serves_gang_objects
 from torchgate.controller.job.model import Event, EventType
-from torchgate.controller.job.reconciler import Options, Reconciler, job_key_of_pod
+from torchgate.controller.job.reconciler import Options, Reconciler, is_ours, job_key_of_pod
 from torchgate.controller.leader import LeaderElector
 from torchgate.controller.metrics import ControllerMetrics, TeamShare
 from torchgate.controller.poolservice import (
@@ -330,6 +330,7 @@ class Manager:
             policies=self.policies,
             synced=self.synced.is_set,
             clock=self.admitter.clock,
+            ours=lambda job: is_ours(job, self.reconciler.options),
         )
 
     # ------------------------------------------------------------------ event handlers

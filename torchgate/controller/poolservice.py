@@ -84,9 +84,10 @@ from torchgate.pytorchjob.outlook import (
     POOLS,
     RBAC_GROUP,
     TOKEN_HEADER,
+    run_elsewhere,
 )
 from torchgate.pytorchjob.policy import PlacementPolicy
-from torchgate.pytorchjob.spec import is_suspended
+from torchgate.pytorchjob.spec import is_suspended, managed_by
 from torchgate.serving import ReloadingTLS
 
 log = logging.getLogger("torchgate.controller.poolservice")
@@ -109,6 +110,7 @@ class PoolFacts:
         policies: The valid PlacementPolicies (the pool view counts their GPU resource).
         synced: Whether the caches are filled.
         clock: The admitter's clock (a candidate's place in the queue starts now).
+        ours: ``reconciler.is_ours`` with the controller's options: whether it runs a raw job.
     """
 
     snapshot: Callable[[Waiting | None, str], tuple[Snapshot, WaitingGang | None]]
@@ -116,6 +118,7 @@ class PoolFacts:
     policies: Callable[[], Iterable[PlacementPolicy]]
     synced: Callable[[], bool]
     clock: Callable[[], float]
+    ours: Callable[[Mapping[str, Any]], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,11 +297,12 @@ class _Service:
         if isinstance(candidate, list):
             return _problem(422, "the controller could not run this job", candidate)
         suspended = is_suspended(job)
+        elsewhere = None if self.facts.ours(job) else run_elsewhere(managed_by(job))
 
         def answer() -> Any:
             snapshot, gang = self.facts.snapshot(candidate, self._gpu_resource())
             assert gang is not None  # a candidate was given
-            return forecast(snapshot, gang, suspended=suspended).to_json()
+            return forecast(snapshot, gang, suspended=suspended, elsewhere=elsewhere).to_json()
 
         return self._answer(answer)
 

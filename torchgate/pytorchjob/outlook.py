@@ -12,16 +12,19 @@ Rules (each one function):
    (``Start``, its pods' nodes, the domain, what it borrows), preempt gangs for it (``Preempt``,
    the victims with their GPUs and priority, then its nodes), or keep it waiting (``Wait``, the
    ``Queued`` reason and message, the place it would take in the queue; a suspended job waits
-   for its resumption, with no place). JSON keys are camelCase.
+   for its resumption, with no place; a job another controller runs, ``runPolicy.managedBy``,
+   waits for nothing of torchgate's: ``run_elsewhere`` says who runs it). JSON keys are camelCase.
 2. ``forecast_warning``: the one ``torchgate:`` warning of an admission response: ``will start
    now on a100-0, a100-1``, ``will wait for 16 nvidia.com/gpu ...``, ``will wait: team vision is
-   at its quota ...``, ``will preempt team-speech/low-3 (8 GPUs, priority 100)``. At most
+   at its quota ...``, ``will preempt team-speech/low-3 (8 GPUs, priority 100)``, or for a job
+   torchgate does not run, ``torchgate does not run it: ...`` (never ``will start``). At most
    ``MAX_NAMED`` nodes and victims are named (the apiserver truncates long warnings).
 3. ``place_phrase``: a waiting job's place in the queue as the ``Queued`` condition, ``explain``
    and the warning say it: ``#3 of 7 in the pool (team vision #1 of 2, cohort h100 #2 of 4),
    2 jobs (24 GPUs) ahead``; ``queued_message`` puts it before the reason a job waits.
 4. ``JobOutlook`` / ``outlook_from_json``: one job as the controller sees it (``torchgate
-   explain``): waiting with its kind, reason, message, place and what must end for it to start;
+   explain``): waiting with its kind, reason, message, place and what must end for it to start
+   (``must_end``, or, when none may be preempted for it, ``ending_lets_start``);
    or holding nodes (running, or reserved), with its nodes, domains and admission time.
 5. ``PoolView`` / ``pool_from_json``: the pool as a whole (``torchgate top``): per team quota,
    usage, borrowing, lending, waiting demand and the longest wait; per topology domain GPUs used
@@ -38,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from torchgate.pytorchjob import names
+from torchgate.pytorchjob import names, reasons
 
 API_PREFIX: Final = "/v1"
 FORECAST_PATH: Final = f"{API_PREFIX}/forecast"
@@ -258,7 +261,9 @@ class Forecast:
         borrows: Quota key -> milli-units over the team's nominal quota (``Start``).
         reason: The ``Queued`` reason it would get (``WaitingForQuota``, ...), or ``""``;
             ``PyTorchJobSuspended`` (its ``Suspended`` condition's) when it waits for its
-            resumption, created with ``spec.runPolicy.suspend``.
+            resumption, created with ``spec.runPolicy.suspend``; ``ManagedElsewhere`` when
+            torchgate does not run it (``run_elsewhere``: ``runPolicy.managedBy`` names another
+            controller), its message then the whole warning.
         message: Why it would wait (``Wait``), as its ``Queued`` condition would say.
         place: Where it would be in the queue (``Wait``).
         team: The team owning its namespace, if any.
@@ -296,6 +301,18 @@ class Forecast:
             "team": self.team,
             "cohort": self.cohort,
         }
+
+
+def run_elsewhere(manager: str | None) -> str:
+    """Why torchgate does nothing with a job it does not run (``runPolicy.managedBy``; rule 1)."""
+    if manager is None:
+        who = (
+            "spec.runPolicy.managedBy is unset and its controller runs only jobs naming "
+            f"{names.CONTROLLER_NAME} (--manage-unowned is off)"
+        )
+    else:
+        who = f"spec.runPolicy.managedBy is {manager}: that controller runs it"
+    return f"torchgate does not run it: {who}; torchgate neither queues it nor creates its pods"
 
 
 def forecast_from_json(raw: object) -> Forecast:
@@ -349,6 +366,8 @@ def names_a_group(domain: str) -> bool:
 
 def forecast_warning(forecast: Forecast) -> str:
     """The admission warning for ``forecast`` (rule 2)."""
+    if forecast.reason == reasons.REASON_MANAGED_ELSEWHERE:
+        return WARNING_PREFIX + forecast.message
     if forecast.verdict == "Wait":
         return WARNING_PREFIX + wait_phrase(forecast.message)
     nodes = named(distinct_nodes(forecast.nodes))
@@ -382,6 +401,9 @@ class JobOutlook:
         place: Its place in the queue (``None`` while its nodes are held, or not waiting).
         must_end: The running gangs whose end would let it start now (the cheapest set under the
             preemption rules, priority aside), when some set would.
+        ending_lets_start: When no set may be preempted for it (``must_end`` empty: the gangs
+            holding the room are other teams' within their nominal quota), the running gangs
+            whose end would let it start; empty when no end would.
         preempting: The gangs being preempted for it.
         starts_next_cycle: Whether the next cycle would admit it (its wait is already over).
         placeable: ``False`` when no node admits one of its pods at all (its nodeSelector,
@@ -404,6 +426,7 @@ class JobOutlook:
     message: str = ""
     place: Place | None = None
     must_end: tuple[Gang, ...] = ()
+    ending_lets_start: tuple[Gang, ...] = ()
     preempting: tuple[str, ...] = ()
     starts_next_cycle: bool = False
     placeable: bool = True
@@ -426,6 +449,7 @@ class JobOutlook:
             "message": self.message,
             "place": None if self.place is None else self.place.to_json(),
             "mustEnd": [gang.to_json() for gang in self.must_end],
+            "endingLetsStart": [gang.to_json() for gang in self.ending_lets_start],
             "preempting": list(self.preempting),
             "startsNextCycle": self.starts_next_cycle,
             "placeable": self.placeable,
@@ -454,6 +478,12 @@ def outlook_from_json(raw: object) -> JobOutlook:
         must_end=tuple(
             gang_from_json(item, f"outlook.mustEnd[{index}]")
             for index, item in enumerate(_list(body.get("mustEnd", []), "outlook.mustEnd"))
+        ),
+        ending_lets_start=tuple(
+            gang_from_json(item, f"outlook.endingLetsStart[{index}]")
+            for index, item in enumerate(
+                _list(body.get("endingLetsStart", []), "outlook.endingLetsStart")
+            )
         ),
         preempting=tuple(
             _text(item, "outlook.preempting[]")

@@ -61,6 +61,8 @@ REASON_SUCCEEDED: Final = "PyTorchJobSucceeded"
 REASON_FAILED: Final = "PyTorchJobFailed"
 REASON_SUSPENDED: Final = "PyTorchJobSuspended"
 REASON_RESUMED: Final = "PyTorchJobResumed"
+# A forecast's reason for a job another controller runs (``runPolicy.managedBy``); on no condition.
+REASON_MANAGED_ELSEWHERE: Final = "ManagedElsewhere"
 REASON_BACKOFF_LIMIT: Final = "BackoffLimitExceeded"
 REASON_DEADLINE: Final = "DeadlineExceeded"
 REASON_FAILED_VALIDATION: Final = "PyTorchJobFailedValidation"

@@ -175,6 +175,17 @@ def is_suspended(raw: object) -> bool:
     return _suspend_of(spec.get("runPolicy"))
 
 
+def managed_by(raw: object) -> str | None:
+    """The raw job's ``spec.runPolicy.managedBy`` (``RunPolicy.managed_by``), ``None`` when unset.
+
+    The controller runs a job only when it names ``names.CONTROLLER_NAME`` (or, by flag, names
+    nobody): ``reconciler.is_ours``.
+    """
+    spec = as_mapping(as_mapping(raw).get("spec"))
+    manager = as_mapping(spec.get("runPolicy")).get("managedBy")
+    return manager if isinstance(manager, str) and manager else None
+
+
 def _suspend_of(run_policy: object) -> bool:
     return as_mapping(run_policy).get("suspend") is True
 

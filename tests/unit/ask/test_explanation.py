@@ -97,6 +97,40 @@ def test_a_waiting_job_takes_the_live_reason_place_and_what_must_end_from_the_co
     assert any("team-vision/small (8 GPUs, priority 0) would have to end" in line for line in text)
 
 
+def test_a_job_waiting_for_another_teams_gangs_within_quota_is_told_their_end_lets_it_start() -> (
+    None
+):
+    outlook = JobOutlook(
+        job="team-vision/big",
+        known=True,
+        waiting=True,
+        kind="Capacity",
+        reason="WaitingForCapacity",
+        message="waiting for 8 nvidia.com/gpu",
+        place=PLACE,
+        ending_lets_start=(Gang("team-speech/hog", 32 * G, 0, "speech"),),
+    )
+
+    explained = explain(WAITING, outlook=outlook_from_json(outlook.to_json()))
+
+    assert [gang["job"] for gang in explained.to_json()["endingLetsStart"]] == ["team-speech/hog"]
+    (advice,) = [line for line in render(explained, NOW) if line.startswith("  to start:")]
+    assert advice.startswith("  to start: team-speech/hog (32 GPUs, priority 0) would have to end")
+    assert "waits for its turn" not in advice
+
+
+def test_a_job_another_controller_runs_is_told_who_runs_it_not_that_it_is_not_admitted() -> None:
+    theirs = a_job(condition("Created", reason="PyTorchJobCreated"))
+    theirs["spec"]["runPolicy"]["managedBy"] = "kubeflow.org/training-operator"
+
+    explained = explain(theirs, outlook=JobOutlook(job="team-vision/big"))
+
+    assert explained.state == "Waiting"
+    assert explained.message.startswith("torchgate does not run it: ")
+    assert "kubeflow.org/training-operator" in explained.message
+    assert "to start:" not in "\n".join(render(explained, NOW))
+
+
 def test_without_the_controller_the_place_is_read_from_the_queued_condition() -> None:
     explained = explain(WAITING, outlook=None, unanswered="the controller did not answer")
 
@@ -200,6 +234,33 @@ def test_a_job_no_node_admits_is_told_what_must_change_not_to_wait_for_its_turn(
         "the pool, or it must ask for less (fewer or smaller pods), or its nodeSelector, affinity, "
         "tolerations or pinned hosts must change (it holds no one back)"
     )
+
+
+@pytest.mark.parametrize("placeable", [False, True], ids=["no-node-holds-it", "capacity"])
+def test_a_job_only_its_nodes_out_of_use_would_start_is_told_to_clear_them_not_other_advice(
+    placeable: bool,
+) -> None:
+    outlook = JobOutlook(
+        job="team-vision/big",
+        known=True,
+        waiting=True,
+        kind="Capacity",
+        reason="WaitingForResources",
+        message="no eligible nodes in the cluster can ever hold all 2 pods of the gang: it asks 16 "
+        "nvidia.com/gpu and they have 8 even empty (8 nvidia.com/gpu more on 1 node out of use: "
+        "1 NotReady)",
+        place=PLACE,
+        placeable=placeable,
+        starts_if_cleared=("down",),
+    )
+
+    text = render(explain(WAITING, outlook=outlook), NOW)
+
+    (advice,) = [line for line in text if line.startswith("  to start:")]
+    assert "its nodes out of use must return to use" in advice
+    assert "waits for its turn" not in advice
+    assert "nodeSelector" not in advice
+    assert "  clear:    down (out of use): clearing them would let it start" in text
 
 
 def test_a_job_its_nodes_out_of_use_would_start_is_told_clearing_them_would() -> None:

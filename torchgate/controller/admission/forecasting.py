@@ -29,13 +29,22 @@ Rules (each one function):
    A suspended candidate (``spec.runPolicy.suspend``) is not asked of ``decide``: the controller
    creates no pod of it and does not queue it until it is resumed (``job.plan`` rule 3), so it
    waits for its resumption (``RESUMPTION``, reason ``PyTorchJobSuspended``, no place), never
-   "will start now" on nodes it will not take.
+   "will start now" on nodes it will not take. A candidate torchgate does not run
+   (``reconciler.is_ours``: ``runPolicy.managedBy`` names another controller) is not asked of
+   ``decide`` either: it waits for nothing of torchgate's, and the forecast says who runs it
+   (``elsewhere``, ``outlook.run_elsewhere``; reason ``ManagedElsewhere``, no place).
 5. ``must_end``: the cheapest set of running gangs whose end would let a waiting gang start,
    asked of ``decide`` for that gang alone, at a priority above every running gang and without
    the admin's protection; the quota rules still hold (a team's gangs within its nominal quota
-   never make room for another team's). ``None`` when no set would do.
+   never make room for another team's). ``None`` when no set would do. ``ending_lets_start``
+   answers when that guarantee is all that stands in the way: the running gangs whose end (not
+   preemption: none may be preempted for it) would let it start, the quota rules asked of
+   ``decide`` with those gangs counted for no team (their quota idle, as it is once they end);
+   empty when no end of theirs would do either (its own team's quota, no node).
 6. ``job_outlook``: one job: waiting (kind, reason, the live message, its place, what must end,
-   whether the next cycle admits it, whether any node admits its pods: ``placeable``, and the
+   the gangs within their quota whose end would let it start when no one may be preempted for
+   it: ``ending_lets_start``, whether the next cycle admits it, whether any node admits its
+   pods: ``placeable``, and the
    nodes out of use whose return alone would let it start: ``starts_if_cleared``, asked of
    ``decide`` with those nodes allowed to its pods), its nodes held while it preempts, or
    holding capacity (running or reserved: its nodes and their topology domains).
@@ -53,7 +62,7 @@ Rules (each one function):
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -85,7 +94,11 @@ from torchgate.pytorchjob.outlook import (
     TeamView,
 )
 from torchgate.pytorchjob.pool import GPUS, PreemptionSettings, TeamQuota
-from torchgate.pytorchjob.reasons import QUEUED_REASONS, REASON_SUSPENDED
+from torchgate.pytorchjob.reasons import (
+    QUEUED_REASONS,
+    REASON_MANAGED_ELSEWHERE,
+    REASON_SUSPENDED,
+)
 from torchgate.pytorchjob.units import Units
 
 QUEUE_HEAD = 20
@@ -297,10 +310,27 @@ def _victims(pool: Pool, keys: Iterable[JobKey]) -> tuple[Gang, ...]:
     return tuple(_gang_of(by_key[key]) for key in keys if key in by_key)
 
 
-def forecast(snapshot: Snapshot, candidate: WaitingGang, *, suspended: bool = False) -> Forecast:
-    """What the next cycle would do with ``candidate``, ``suspended`` or not (rule 4)."""
+def forecast(
+    snapshot: Snapshot,
+    candidate: WaitingGang,
+    *,
+    suspended: bool = False,
+    elsewhere: str | None = None,
+) -> Forecast:
+    """What the next cycle would do with ``candidate``, ``suspended`` or not (rule 4).
+
+    ``elsewhere``: why torchgate does not run it (``outlook.run_elsewhere``), when it does not.
+    """
     teams = snapshot.pool.teams
     team, cohort = candidate.team, _cohort(teams, candidate.team)
+    if elsewhere is not None:
+        return Forecast(
+            verdict="Wait",
+            reason=REASON_MANAGED_ELSEWHERE,
+            message=elsewhere,
+            team=team,
+            cohort=cohort,
+        )
     if suspended:
         return Forecast(
             verdict="Wait", reason=REASON_SUSPENDED, message=RESUMPTION, team=team, cohort=cohort
@@ -362,6 +392,37 @@ def must_end(snapshot: Snapshot, gang: WaitingGang) -> tuple[Admitted, ...] | No
         chosen = set(outcome.victims)
         return tuple(a for a in snapshot.pool.admitted if a.key in chosen)
     return None
+
+
+def ending_lets_start(snapshot: Snapshot, gang: WaitingGang) -> tuple[Admitted, ...]:
+    """The running gangs whose end, not preemption, would let ``gang`` start (rule 5)."""
+    everyone = _urgent_outcome(snapshot, gang, lambda admitted: admitted.team != gang.team)
+    if not isinstance(everyone, Preempt):
+        return ()
+    ending = set(everyone.victims)
+    outcome = _urgent_outcome(snapshot, gang, lambda admitted: admitted.key in ending)
+    if isinstance(outcome, Admit):
+        return tuple(a for a in snapshot.pool.admitted if a.key in ending)
+    if isinstance(outcome, Preempt):
+        chosen = set(outcome.victims)
+        return tuple(a for a in snapshot.pool.admitted if a.key in chosen)
+    return ()
+
+
+def _urgent_outcome(
+    snapshot: Snapshot, gang: WaitingGang, teamless: Callable[[Admitted], bool]
+) -> Outcome:
+    """``must_end``'s question with the ``teamless`` gangs counted for no team (rule 5)."""
+    admitted = [replace(a, team=None) if teamless(a) else a for a in snapshot.pool.admitted]
+    pool = replace(
+        snapshot.pool,
+        admitted=admitted,
+        totals=None,
+        preemption=PreemptionSettings(minimum_run_seconds=0, never_preempt_priority=HELD_PRIORITY),
+    )
+    urgent = replace(gang, priority=HELD_PRIORITY - 1, preempts=True)
+    (outcome,) = decide(pool, [urgent], snapshot.now)
+    return outcome
 
 
 # ------------------------------------------------------------------ rule 6: one job
@@ -429,6 +490,7 @@ def _waiting_outlook(snapshot: Snapshot, queued: QueuedJob) -> JobOutlook:
     kind, message = queued.kind or "Capacity", queued.message or ""
     starts = False
     victims: tuple[Gang, ...] = ()
+    ending: tuple[Gang, ...] = ()
     cleared: tuple[str, ...] = ()
     if gang is None:
         message = message or "backing off after its gang was not bound in time"
@@ -439,6 +501,8 @@ def _waiting_outlook(snapshot: Snapshot, queued: QueuedJob) -> JobOutlook:
             kind, message = outcome.kind, told(outcome.kind, outcome.message, note)
             ended = must_end(snapshot, gang)
             victims = () if ended is None else tuple(_gang_of(a) for a in ended)
+            if ended is None:
+                ending = tuple(_gang_of(a) for a in ending_lets_start(snapshot, gang))
             if note is not None and starts_if_cleared(snapshot, gang, note):
                 cleared = note.nodes
         else:
@@ -453,6 +517,7 @@ def _waiting_outlook(snapshot: Snapshot, queued: QueuedJob) -> JobOutlook:
         message=message,
         place=place,
         must_end=victims,
+        ending_lets_start=ending,
         starts_next_cycle=starts,
         placeable=gang is None or placeable(gang),
         starts_if_cleared=cleared,

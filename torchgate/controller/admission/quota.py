@@ -25,7 +25,7 @@ Rules (each one function; amounts are milli-units per quota key, ``pool.GPUS`` f
    job needs 8 GPUs``); a gang that would borrow more than the cohort can lend is told what the
    other teams leave idle, its own team's idle quota not counted (it is not borrowed), so the
    two amounts say why it waits (``team speech would borrow 8 GPUs over its quota (8/16 GPUs);
-   the other teams of cohort dev leave 0 GPUs idle``).
+   the other teams of cohort dev leave 0 GPUs idle``; one GPU is ``1 GPU``).
 3. ``reclaim_candidates``: only gangs of *other* teams of the cohort that are borrowing (usage over
    nominal in a resource the claimant needs) can be reclaimed, lowest priority first, then the most
    recently admitted (the least work lost); admin protection (``minimumRunSeconds``,
@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from torchgate.pytorchjob.names import JobKey
+from torchgate.pytorchjob.outlook import gpus_phrase
 from torchgate.pytorchjob.pool import GPUS, TeamQuota
 from torchgate.pytorchjob.units import Units, format_milli
 
@@ -108,6 +109,9 @@ def _add(total: dict[str, int], usage: Units, sign: int = 1) -> None:
 
 
 def _amount(resource: str, value: int) -> str:
+    """``8 GPUs``, ``1 GPU`` (``outlook.gpus_phrase``), ``4 cpu``."""
+    if resource == GPUS:
+        return gpus_phrase(value)
     return f"{format_milli(value)} {UNITS.get(resource, resource)}"
 
 

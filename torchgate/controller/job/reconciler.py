@@ -123,7 +123,7 @@ from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.policy import PlacementPolicy, QuarantineSettings, select_policy
 from torchgate.pytorchjob.pool import gang_usage
 from torchgate.pytorchjob.progress import progress_deadline
-from torchgate.pytorchjob.spec import REPLICA_SPECS, JobSpec, parse_job, pod_spec_of
+from torchgate.pytorchjob.spec import REPLICA_SPECS, JobSpec, managed_by, parse_job, pod_spec_of
 
 log = logging.getLogger("torchgate.controller")
 
@@ -183,12 +183,10 @@ class WriteSlots:
 
 def is_ours(job: Mapping[str, Any], options: Options) -> bool:
     """Jobs whose ``runPolicy.managedBy`` names torchgate (or, by flag, names nobody)."""
-    spec = job.get("spec")
-    run_policy = spec.get("runPolicy") if isinstance(spec, Mapping) else None
-    managed_by = run_policy.get("managedBy") if isinstance(run_policy, Mapping) else None
-    if managed_by == names.CONTROLLER_NAME:
+    manager = managed_by(job)
+    if manager == names.CONTROLLER_NAME:
         return True
-    return options.manage_unowned and not managed_by
+    return options.manage_unowned and manager is None
 
 
 def job_key_of_pod(pod: Mapping[str, Any]) -> JobKey | None:

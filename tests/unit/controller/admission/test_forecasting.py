@@ -18,6 +18,7 @@ from tests.unit.controller.helpers import ask, candidate
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.forecasting import (
     QueuedJob,
+    ending_lets_start,
     forecast,
     job_outlook,
     must_end,
@@ -375,6 +376,67 @@ def test_nothing_may_end_for_a_job_when_only_other_teams_within_quota_hold_the_p
     gang = next(g for g in snapshot.gangs if g.key == waiting)
 
     assert must_end(snapshot, gang) is None
+
+
+def test_the_other_teams_gangs_within_quota_whose_end_lets_a_job_start_are_named() -> None:
+    teams = {
+        "vision": parsed_team("vision", 16, namespaces=["team-vision"], cohort="c"),
+        "speech": parsed_team("speech", 32, namespaces=["team-speech"], cohort="c"),
+    }
+    admitter, _ = make(racked(), teams=teams)
+    hog = ask(admitter, gpu_job("hog", namespace="team-speech", workers=3, gpus=8).build())
+    admitter.cycle()
+    run(admitter, hog)
+    waiting = ask(admitter, job("wants", "team-vision").master(gpus=8).build())
+    admitter.cycle()
+
+    snapshot, _ = admitter.snapshot()
+    gang = next(g for g in snapshot.gangs if g.key == waiting)
+    outlook = job_outlook(snapshot, waiting)
+
+    assert [a.key for a in ending_lets_start(snapshot, gang)] == [hog]
+    assert (outlook.must_end, [g.job for g in outlook.ending_lets_start]) == (
+        (),
+        ["team-speech/hog"],
+    )
+
+
+def test_a_borrowing_job_is_told_that_a_lending_teams_end_lets_it_start() -> None:
+    teams = {
+        "vision": parsed_team("vision", 8, namespaces=["team-vision"], cohort="c"),
+        "speech": parsed_team("speech", 24, namespaces=["team-speech"], cohort="c"),
+    }
+    admitter, _ = make(racked(), teams=teams)
+    hog = ask(admitter, gpu_job("hog", namespace="team-speech", workers=2, gpus=8).build())
+    admitter.cycle()
+    run(admitter, hog)
+    waiting = ask(admitter, gpu_job("wide", namespace="team-vision", workers=1, gpus=8).build())
+    admitter.cycle()
+
+    snapshot, _ = admitter.snapshot()
+    gang = next(g for g in snapshot.gangs if g.key == waiting)
+
+    assert must_end(snapshot, gang) is None
+    assert [a.key for a in ending_lets_start(snapshot, gang)] == [hog]
+
+
+def test_no_end_lets_a_job_start_beyond_its_own_teams_borrowing_limit() -> None:
+    teams = {
+        "vision": parsed_team("vision", 8, 0, namespaces=["team-vision"], cohort="c"),
+        "speech": parsed_team("speech", 24, namespaces=["team-speech"], cohort="c"),
+    }
+    admitter, _ = make(racked(), teams=teams)
+    hog = ask(admitter, gpu_job("hog", namespace="team-speech", workers=2, gpus=8).build())
+    admitter.cycle()
+    run(admitter, hog)
+    waiting = ask(admitter, gpu_job("wide", namespace="team-vision", workers=1, gpus=8).build())
+    admitter.cycle()
+
+    snapshot, _ = admitter.snapshot()
+    gang = next(g for g in snapshot.gangs if g.key == waiting)
+
+    assert must_end(snapshot, gang) is None
+    assert ending_lets_start(snapshot, gang) == ()
 
 
 # ------------------------------------------------------------------ one job, the pool

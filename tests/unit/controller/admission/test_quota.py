@@ -96,6 +96,28 @@ def test_quota_verdicts(
         assert found == expected
 
 
+@pytest.mark.parametrize(
+    ("team_name", "running", "said"),
+    [
+        ("a", [admitted("a-12", 12, team="a")], "the job needs 1 GPU"),
+        (
+            "b",
+            [admitted("a-8", 8, team="a"), admitted("b-8", 8, team="b")],
+            "team b would borrow 1 GPU over its quota",
+        ),
+    ],
+    ids=["needs", "would-borrow"],
+)
+def test_a_quota_wait_names_one_gpu_in_the_singular(
+    team_name: str, running: list[Admitted], said: str
+) -> None:
+    found = verdict(team_name, 1, running)
+
+    assert isinstance(found, QuotaWait)
+    assert said in found.message
+    assert "1 GPUs" not in found.message
+
+
 def test_resources_without_a_quota_are_not_limited() -> None:
     owner = TEAMS["a"]
     assert check_quota(owner, {"cpu": 10**9}, {}, TEAMS) == Fits()
