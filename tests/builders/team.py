@@ -11,6 +11,8 @@ from typing import Any
 
 from torchgate.pytorchjob.pool import TeamQuota, parse_team_quota
 
+DELETED_AT = "2026-01-03T00:00:00Z"  # a TeamQuota's deletionTimestamp, when one is being deleted
+
 
 def team_quota(
     name: str, namespaces: object = None, *, version: str | None = None, **spec: Any
@@ -34,12 +36,13 @@ def parsed_team(
     borrowing: int | None = None,
     *,
     namespaces: Sequence[str] | None = None,
+    deleting: bool = False,
     **spec: Any,
 ) -> TeamQuota:
     """Team ``name`` owning ``namespaces`` (its own name by default), ``gpus`` nominal GPUs.
 
     ``borrowing`` is its borrowing limit in GPUs (``None``: no limit); ``spec`` adds other fields
-    (``cohort``, ``resources``).
+    (``cohort``, ``resources``); ``deleting``: its TeamQuota has a ``deletionTimestamp``.
     """
     raw = team_quota(
         name,
@@ -48,6 +51,8 @@ def parsed_team(
         borrowingLimitGPUs=borrowing,
         **spec,
     )
+    if deleting:
+        raw["metadata"]["deletionTimestamp"] = DELETED_AT
     parsed, errors = parse_team_quota(raw)
     assert parsed is not None, errors
     assert errors == [], errors

@@ -72,9 +72,10 @@ from torchgate.pytorchjob.pool import GPUS
 
 log = logging.getLogger("torchgate.controller")
 
-# How long a stopping leader lets the reconciles in flight end, and then may take to send the
-# Events it holds (``run_as_leader``).
+# How long a stopping leader lets the reconciles in flight end, may take to take its finalizer off
+# the TeamQuotas, and then to send the Events it holds (``run_as_leader``).
 RECONCILE_DRAIN_SECONDS = 5.0
+QUOTA_RELEASE_SECONDS = 3.0
 EVENT_FLUSH_SECONDS = 5.0
 
 
@@ -521,12 +522,13 @@ async def run_as_leader(
 
     On ``stop`` it starts no reconcile, lets those in flight end (at most
     ``RECONCILE_DRAIN_SECONDS``: a gang is not left half created, its Events not recorded), then
-    stops acting (the manager is cancelled), then stops the pool service (answers in flight get
-    ``poolservice.DRAIN_SECONDS``, rule 7), then gives the Lease up (at most the renew deadline)
-    while it sends the Events of what it did that it still holds (those waiting for a status write
-    put off during a wave, and the recorder's backlog; at most ``EVENT_FLUSH_SECONDS``; the
-    successor does not wait for them): a stop ends within a pod's 30 s grace period, even when
-    the apiserver hangs.
+    stops acting (the manager is cancelled), then takes its finalizer off every TeamQuota (at
+    most ``QUOTA_RELEASE_SECONDS``: ``poolsource`` rule 3), then stops the pool
+    service (answers in flight get ``poolservice.DRAIN_SECONDS``, rule 7), then gives the Lease
+    up (at most the renew deadline) while it sends the Events of what it did that it still holds
+    (those waiting for a status write put off during a wave, and the recorder's backlog; at most
+    ``EVENT_FLUSH_SECONDS``; the successor does not wait for them): a stop ends within a pod's
+    30 s grace period, even when the apiserver hangs.
     """
     manager = Manager(api, settings)
     leading = False
@@ -578,6 +580,8 @@ async def run_as_leader(
         for task in pending:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if stop.is_set() and run not in done:  # no TeamQuota waits for a controller gone
+            await manager.pool.release_finalizers(seconds=QUOTA_RELEASE_SECONDS)
         if run in done and run.exception() is not None:
             raise run.exception()  # type: ignore[misc]
     finally:

@@ -16,7 +16,10 @@ Rules (each one function):
    non-negative integer (required); ``spec.borrowingLimitGPUs`` is a non-negative integer or
    absent (absent: the team may borrow all idle quota of its cohort; 0: it never borrows);
    ``spec.resources[i]`` has a unique ``name`` other than the GPU resource, a non-negative
-   ``nominal`` quantity and an optional non-negative ``borrowingLimit``.
+   ``nominal`` quantity and an optional non-negative ``borrowingLimit``. A TeamQuota with a
+   ``metadata.deletionTimestamp`` is *deleting*: it stays valid and keeps governing its admitted
+   gangs (quota, reclaim, protection) while the controller's finalizer holds it, but its team
+   admits no new gang (``quota`` rule 5, ``poolsource`` rule 3).
 2. ``resolve_teams``: a namespace belongs to at most one team. Teams claim namespaces in name
    order; a team listing a namespace an earlier team claimed is invalid (the error is at its
    ``spec.namespaces[i]``) and left out with all its namespaces. The webhook (which team's quota
@@ -82,6 +85,8 @@ from torchgate.pytorchjob.units import MILLI, Units, format_milli, pod_units, re
 QUOTA_KIND: Final = "TeamQuota"
 QUOTA_PLURAL: Final = "teamquotas"
 DEFAULT_COHORT: Final = "default"
+# The controller's finalizer on a TeamQuota whose team has admitted gangs (``poolsource`` rule 3).
+QUOTA_FINALIZER: Final = "torchgate.io/gangs-running"
 GPUS: Final = "gpus"  # the quota key for "whatever the job's policy counts as GPUs"
 ANNOTATION_TOPOLOGY_REQUIRED: Final = "torchgate.io/topology-required"
 ANNOTATION_TOPOLOGY_PREFERRED: Final = "torchgate.io/topology-preferred"
@@ -115,12 +120,16 @@ class Limit:
 
 @dataclass(frozen=True, slots=True)
 class TeamQuota:
-    """One team: the namespaces it owns and its quota per resource (``GPUS`` for GPUs)."""
+    """One team: the namespaces it owns and its quota per resource (``GPUS`` for GPUs).
+
+    ``deleting``: its TeamQuota has a ``deletionTimestamp`` (rule 1).
+    """
 
     name: str
     namespaces: tuple[str, ...]
     limits: Mapping[str, Limit]
     cohort: str = DEFAULT_COHORT
+    deleting: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +273,12 @@ def parse_team_quota(raw: object) -> tuple[TeamQuota | None, list[FieldError]]:
         }
     if errors:
         return None, errors
-    return TeamQuota(name=name, namespaces=namespaces, limits=limits, cohort=cohort), []
+    metadata = raw.get("metadata")
+    deleting = isinstance(metadata, Mapping) and bool(metadata.get("deletionTimestamp"))
+    quota = TeamQuota(
+        name=name, namespaces=namespaces, limits=limits, cohort=cohort, deleting=deleting
+    )
+    return quota, []
 
 
 # ------------------------------------------------------------------ rule 2: the set of quotas

@@ -19,7 +19,8 @@ What is declared:
 - the Events about actions (``GangAdmitted``, ``FailedCreate``) and about nodes
   (``NodeQuarantined``);
 - the ``Valid`` condition of torchgate's own objects, which both write: the webhook a
-  PlacementPolicy's, the controller a TeamQuota's (each with reasons of its own);
+  PlacementPolicy's, the controller a TeamQuota's (each with reasons of its own), and a
+  TeamQuota's ``Deleting`` condition while its finalizer holds it;
 - ``CONDITION_TYPES``, ``CONDITION_REASONS`` and ``EVENT_REASONS``: every condition type and
   reason the product writes.
 """
@@ -41,6 +42,7 @@ SUSPENDED: Final[SuspendedState] = "Suspended"
 QUEUED: Final = "Queued"
 PREEMPTED: Final = "Preempted"
 VALID: Final = "Valid"  # of a PlacementPolicy or a TeamQuota
+DELETING: Final = "Deleting"  # of a TeamQuota being deleted while its team's gangs hold capacity
 CONDITION_TYPES: Final = (
     CREATED,
     RUNNING,
@@ -51,6 +53,7 @@ CONDITION_TYPES: Final = (
     QUEUED,
     PREEMPTED,
     VALID,
+    DELETING,
 )
 
 # The training-operator's reasons, on its conditions and on the Events that announce them.
@@ -132,6 +135,8 @@ REASON_POLICY_INVALID: Final = "InvalidSpec"
 INVALID_PLACEMENT_POLICY: Final = "InvalidPlacementPolicy"
 REASON_QUOTA_VALID: Final = VALID
 REASON_QUOTA_INVALID: Final = "Invalid"
+# ``Deleting``'s reason: the TeamQuota's finalizer holds it until its team's admitted gangs end.
+REASON_QUOTA_GANGS_RUNNING: Final = "GangsRunning"
 
 RESTART_EVENT_REASONS: Final[frozenset[str]] = frozenset(
     {*get_args(Cause), REASON_RESTARTING, GANG_SCHEDULE_TIMEOUT} - {SCHEDULE_TIMEOUT}
@@ -159,6 +164,7 @@ CONDITION_REASONS: Final[frozenset[str]] = frozenset(
         REASON_POLICY_INVALID,
         REASON_QUOTA_VALID,
         REASON_QUOTA_INVALID,
+        REASON_QUOTA_GANGS_RUNNING,
     }
 )
 """Every reason torchgate gives a condition."""

@@ -112,6 +112,22 @@ def test_a_malformed_team_quota_is_left_out_with_field_errors(
     assert pairs(errors) == expected
 
 
+@pytest.mark.parametrize(
+    ("metadata", "deleting"),
+    [({}, False), ({"deletionTimestamp": "2026-01-03T00:00:00Z"}, True)],
+    ids=["kept", "being-deleted"],
+)
+def test_a_team_quota_being_deleted_stays_valid_and_says_so(
+    metadata: dict[str, Any], deleting: bool
+) -> None:
+    raw = team_quota("vision", ["ns"], nominalGPUs=8)
+    raw["metadata"].update(metadata)
+    parsed, errors = parse_team_quota(raw)
+    assert errors == []
+    assert parsed is not None
+    assert parsed.deleting is deleting
+
+
 def test_a_team_quota_without_spec_or_name_is_refused() -> None:
     parsed, errors = parse_team_quota({"kind": "TeamQuota", "metadata": {}})
     assert parsed is None

@@ -113,6 +113,7 @@ from torchgate.controller.admission.nodes import (
 from torchgate.controller.admission.packing import WAVE_HELD
 from torchgate.controller.admission.poolsource import team_statuses
 from torchgate.controller.admission.preemption import protection
+from torchgate.controller.admission.quota import closed_to_new_gangs
 from torchgate.controller.admission.topology import (
     Capacity,
     Mixed,
@@ -441,7 +442,9 @@ class Admitter:
                 self.team_status = team_statuses(teams, totals, ())
             return admitted + self._grow(lambda: self._current_capacity().fork(), teams, owner, now)
         wall = self.wall_clock()
-        ready = self.queue.ready(now)
+        queued = self.queue.ready(now)
+        closed = closed_to_new_gangs((waiting.key for waiting in queued), owner, teams)
+        ready = [waiting for waiting in queued if waiting.key not in closed]
         pool, gangs, _ = self._facts(ready, teams, owner, wall)
         held_since = self._wave_held_since
         if self.wave_hold_seconds > 0 and (
@@ -462,7 +465,9 @@ class Admitter:
             (owner.get(key[0]) for key in self.queue.waiting),
         )
         places = _Places(lambda: self._ranked(owner, teams, now))
-        for waiting in ready:
+        for key, message in closed.items():  # ``quota`` rule 5: decided by nobody
+            outcomes[key] = Wait(key, "Quota", message)
+        for waiting in queued:
             outcome = outcomes[waiting.key]
             if isinstance(outcome, Admit):
                 self._admit(waiting, outcome.nodes, now)

@@ -23,7 +23,8 @@ Rules (each one function):
    would stop every job behind it and help none (``unplaceable``). Each gang behind a starving
    one is told so (``behind_starving``), as its ``Queued`` condition, like any other wait.
 3. ``decide_now``: every ready gang's outcome if the next cycle ran now, a candidate added (in
-   place of a queued job of its key); a gang behind a starving one waits for it.
+   place of a queued job of its key); a gang behind a starving one waits for it; a gang of a
+   team whose TeamQuota is being deleted waits, undecided (``quota`` rule 5), as in the cycle.
 4. ``forecast``: the candidate's outcome as an ``outlook.Forecast``: victims named with their
    GPUs and priority, the place it would take if it waits and what it would be told (rule 8).
    A suspended candidate (``spec.runPolicy.suspend``) is not asked of ``decide``: the controller
@@ -77,7 +78,7 @@ from torchgate.controller.admission.decide import (
 )
 from torchgate.controller.admission.nodes import NodeView, OutOfUse
 from torchgate.controller.admission.preemption import HELD_PRIORITY
-from torchgate.controller.admission.quota import Admitted, usage_by_team
+from torchgate.controller.admission.quota import Admitted, closed_to_new_gangs, usage_by_team
 from torchgate.controller.admission.topology import Topology
 from torchgate.pytorchjob import moments, names
 from torchgate.pytorchjob.names import JobKey
@@ -278,6 +279,10 @@ def decide_now(snapshot: Snapshot, candidate: WaitingGang | None = None) -> dict
         gangs = sorted(
             [*(g for g in gangs if g.key != candidate.key), candidate], key=WaitingGang.order
         )
+    owner = {gang.key[0]: gang.team for gang in gangs if gang.team is not None}
+    closed = closed_to_new_gangs((gang.key for gang in gangs), owner, snapshot.pool.teams)
+    waits: dict[JobKey, Outcome] = {key: Wait(key, "Quota", told) for key, told in closed.items()}
+    gangs = [gang for gang in gangs if gang.key not in closed]
     outcomes = {o.key: o for o in decide(snapshot.pool, gangs, snapshot.now)}
     waited = {job.key: job.waited for job in snapshot.queued}
     if candidate is not None:
@@ -287,10 +292,10 @@ def decide_now(snapshot: Snapshot, candidate: WaitingGang | None = None) -> dict
         keys, outcomes, waited, snapshot.starvation_seconds, hopeless=unplaceable(gangs)
     )
     if index is None:
-        return outcomes
+        return {**outcomes, **waits}
     outcomes = {o.key: o for o in decide(snapshot.pool, gangs[: index + 1], snapshot.now)}
     outcomes.update(behind_starving(keys, index, snapshot.starvation_seconds))
-    return outcomes
+    return {**outcomes, **waits}
 
 
 # ------------------------------------------------------------------ rules 4-5: one gang

@@ -10,12 +10,32 @@ most every ``period`` seconds, so a busy pool costs one status write per team an
 A TeamQuota that does not parse, or that claims a namespace another team (earlier by name)
 already owns (``pool.resolve_teams``), is left out; its ``Valid`` condition says why.
 
+Why a finalizer: a TeamQuota deleted at once would leave its team's running gangs counting for no
+team, so another team could no longer reclaim what they borrow and any higher-priority gang could
+preempt them. As Kueue does for a ClusterQueue with admitted workloads, the controller keeps
+``pool.QUOTA_FINALIZER`` on a TeamQuota while its team has admitted gangs (``kubectl delete``
+then waits for them; the team admits no new gang meanwhile: ``quota`` rule 5), and takes it off
+when none has. An idle TeamQuota has none, so it goes at once; and a stopping controller takes it
+off every TeamQuota (rule 3): the finalizer guards a deletion only while a controller is there to
+account for the gangs and to let it go (a TeamQuota deleted while none runs, or while one restarts
+before its first pass, goes at once, its gangs then counting for no team as before).
+
 Rules (each one function):
 
 1. ``team_statuses``: a TeamQuota's counters: GPUs used and borrowed (over nominal, in whole
    GPUs, rounded up) by its admitted gangs, its admitted and waiting jobs; teams without jobs
    count zeros.
-2. ``quota_conditions``: ``Valid`` with the errors that left a team out (``True`` without).
+2. ``quota_conditions``: ``Valid`` with the errors that left a team out (``True`` without);
+   and, for a TeamQuota being deleted whose team still has admitted gangs, ``Deleting``
+   (``GangsRunning``) saying it admits no new gang and goes once they end.
+3. ``finalizers_wanted``: a TeamQuota's finalizers with ``pool.QUOTA_FINALIZER`` when its team
+   has admitted gangs (running or reserved) and without it when it has none (a team left out
+   counts none); a valid team no cycle has counted yet (the controller just started) keeps what
+   it has; when the controller stops (``release_finalizers``), every TeamQuota loses it, so that
+   no deletion waits for a controller that is gone (``helm uninstall`` deletes the controller and
+   the chart's TeamQuotas together; ``kubectl delete crd`` deletes every TeamQuota). Written
+   with the TeamQuota's ``resourceVersion`` (a conflict is tried again on the next pass), only
+   when they change.
 """
 
 from __future__ import annotations
@@ -37,13 +57,20 @@ from torchgate.pytorchjob.fieldpath import FieldError
 from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.pytorchjob.pool import (
     GPUS,
+    QUOTA_FINALIZER,
     PoolSettings,
     TeamQuota,
     parse_team_quota,
     resolve_teams,
     topology_request,
 )
-from torchgate.pytorchjob.reasons import REASON_QUOTA_INVALID, REASON_QUOTA_VALID, VALID
+from torchgate.pytorchjob.reasons import (
+    DELETING,
+    REASON_QUOTA_GANGS_RUNNING,
+    REASON_QUOTA_INVALID,
+    REASON_QUOTA_VALID,
+    VALID,
+)
 from torchgate.pytorchjob.units import MILLI
 
 log = logging.getLogger("torchgate.controller.pool")
@@ -115,9 +142,18 @@ class PoolSource:
         """One pass of ``write_statuses``."""
         counters = self.team_status()
         errors = self.report()
+        raw = {obj["metadata"]["name"]: obj for obj in self.quotas.values()}
         for name in sorted(errors):
+            metadata = raw[name]["metadata"] if name in raw else {}
+            # A team left out counts no gang; a valid one no cycle counted yet keeps its finalizer.
+            counted = counters[name]["admittedJobs"] if name in counters else None
+            admitted = 0 if errors[name] else counted
+            await self._write_finalizers(name, metadata, admitted)
             status: dict[str, Any] = dict(counters.get(name) or _zero())
-            status["conditions"] = quota_conditions(errors[name])
+            deleting = bool(metadata.get("deletionTimestamp"))
+            status["conditions"] = quota_conditions(
+                errors[name], deleting_with=admitted if deleting else None
+            )
             if self._written.get(name) == status:
                 continue
             now = moments.format_time(self.clock())
@@ -136,6 +172,46 @@ class PoolSource:
             self._written[name] = status
         for name in [n for n in self._written if n not in errors]:
             del self._written[name]
+
+    async def release_finalizers(self, *, seconds: float) -> None:
+        """Take the finalizer off every TeamQuota: the controller stops (rule 3).
+
+        Gives up after ``seconds``; a TeamQuota it could not release waits for the next leader.
+        """
+
+        async def release() -> None:
+            for obj in list(self.quotas.values()):
+                metadata = obj["metadata"]
+                try:
+                    await self._write_finalizers(metadata["name"], metadata, 0)
+                except ApiError as exc:
+                    log.warning(
+                        "could not take the finalizer off TeamQuota %s: %s", metadata["name"], exc
+                    )
+
+        try:
+            await asyncio.wait_for(release(), seconds)
+        except TimeoutError:
+            log.warning("gave up taking the finalizer off the TeamQuotas after %.0fs", seconds)
+
+    async def _write_finalizers(
+        self, name: str, metadata: Mapping[str, Any], admitted: int | None
+    ) -> None:
+        """Put ``pool.QUOTA_FINALIZER`` on or off TeamQuota ``name`` when it should (rule 3)."""
+        wanted = finalizers_wanted(metadata.get("finalizers") or [], admitted_jobs=admitted)
+        if wanted is None:
+            return
+        await self.api.request(
+            "PATCH",
+            TEAM_QUOTAS.path(None, name),
+            body={
+                "metadata": {
+                    "finalizers": wanted,
+                    "resourceVersion": metadata.get("resourceVersion"),
+                }
+            },
+            content_type=MERGE_PATCH,
+        )
 
 
 def _zero() -> dict[str, int]:
@@ -169,9 +245,46 @@ def team_statuses(
     return out
 
 
-def quota_conditions(errors: Sequence[FieldError]) -> list[dict[str, Any]]:
-    """The ``Valid`` condition of a TeamQuota, without its transition time (rule 2)."""
+def quota_conditions(
+    errors: Sequence[FieldError], *, deleting_with: int | None = None
+) -> list[dict[str, Any]]:
+    """A TeamQuota's conditions, without their transition times (rule 2).
+
+    ``deleting_with``: when the TeamQuota is being deleted, its team's admitted gangs (``None``
+    when it is not being deleted, or no cycle has counted them yet).
+    """
     if not errors:
-        return [{"type": VALID, "status": "True", "reason": REASON_QUOTA_VALID, "message": ""}]
-    message = "; ".join(str(error) for error in errors)[:1024]
-    return [{"type": VALID, "status": "False", "reason": REASON_QUOTA_INVALID, "message": message}]
+        valid = {"type": VALID, "status": "True", "reason": REASON_QUOTA_VALID, "message": ""}
+    else:
+        message = "; ".join(str(error) for error in errors)[:1024]
+        valid = {
+            "type": VALID,
+            "status": "False",
+            "reason": REASON_QUOTA_INVALID,
+            "message": message,
+        }
+    if not deleting_with:
+        return [valid]
+    deleting = {
+        "type": DELETING,
+        "status": "True",
+        "reason": REASON_QUOTA_GANGS_RUNNING,
+        "message": (
+            f"being deleted: admits no new gang of its team; goes once its {deleting_with} "
+            "admitted gang(s) end"
+        ),
+    }
+    return [valid, deleting]
+
+
+def finalizers_wanted(finalizers: Sequence[str], *, admitted_jobs: int | None) -> list[str] | None:
+    """The TeamQuota's finalizers as they should be; ``None`` when they already are (rule 3).
+
+    ``admitted_jobs``: its team's admitted gangs, ``None`` when no cycle has counted them yet.
+    """
+    held = QUOTA_FINALIZER in finalizers
+    if admitted_jobs is None or held == (admitted_jobs > 0):
+        return None
+    if admitted_jobs > 0:
+        return [*finalizers, QUOTA_FINALIZER]
+    return [name for name in finalizers if name != QUOTA_FINALIZER]

@@ -34,6 +34,11 @@ Rules (each one function; amounts are milli-units per quota key, ``pool.GPUS`` f
    (``preemption.choose_victims``), and a gang of another team is taken only while that team is
    still over its nominal quota once the victims chosen so far are gone, so reclaim never pushes
    a team below its nominal quota by more than the one whole gang that crossed it.
+5. ``closed_to_new_gangs``: a team whose TeamQuota is being deleted (``pool`` rule 1) admits no
+   new gang: each of its waiting gangs waits (``Quota``) with a message saying so, and is not
+   decided at all (it neither reclaims nor preempts). Its admitted gangs still count against its
+   quota, may still be reclaimed when they borrow, and keep its protection, until they end and
+   the TeamQuota goes (``poolsource`` rule 3); then its namespaces' gangs belong to no team.
 """
 
 from __future__ import annotations
@@ -326,3 +331,24 @@ def without(usage: Mapping[str, Units], gangs: Iterable[Admitted]) -> dict[str, 
         if gang.team is not None:
             _add(out.setdefault(gang.team, {}), gang.usage, -1)
     return out
+
+
+# ------------------------------------------------------------------ rule 5
+
+
+def closed_to_new_gangs(
+    waiting: Iterable[JobKey], owner: Mapping[str, str], teams: Mapping[str, TeamQuota]
+) -> dict[JobKey, str]:
+    """Waiting gang -> why it waits, for each gang whose team's TeamQuota is deleting (rule 5).
+
+    ``owner``: namespace -> the name of the valid team owning it.
+    """
+    closed: dict[JobKey, str] = {}
+    for key in waiting:
+        team = teams.get(owner.get(key[0], ""))
+        if team is not None and team.deleting:
+            closed[key] = (
+                f"TeamQuota {team.name} is being deleted: it admits no new gang of its team; "
+                "it goes once its admitted gangs end"
+            )
+    return closed

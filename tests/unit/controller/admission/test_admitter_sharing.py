@@ -19,7 +19,7 @@ from tests.builders.job import gpu_job, job, with_uid
 from tests.builders.node import BLOCK, HOSTNAME, RACK, labelled, node, rack_nodes
 from tests.builders.pod import deletion_stamp, pod
 from tests.builders.policy import parsed_policy, pool_settings
-from tests.builders.team import parsed_team, team_quota
+from tests.builders.team import DELETED_AT, parsed_team, team_quota
 from tests.unit.controller.helpers import World, ask
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.poolsource import PoolSource, team_statuses
@@ -27,6 +27,7 @@ from torchgate.kube.informer import Informer
 from torchgate.kube.resources import TEAM_QUOTAS
 from torchgate.pytorchjob.devices import GpuSources
 from torchgate.pytorchjob.pool import (
+    QUOTA_FINALIZER,
     PoolSettings,
     TeamQuota,
 )
@@ -410,10 +411,11 @@ def test_team_status_borrowed_is_used_beyond_nominal(
 
 
 class QuotaStatusApi:
-    """Records TeamQuota status patches (path -> the status sent)."""
+    """Records TeamQuota status patches (path -> the status sent) and metadata patches."""
 
     def __init__(self) -> None:
         self.patches: dict[str, list[dict[str, Any]]] = {}
+        self.metadata: dict[str, list[dict[str, Any]]] = {}
 
     async def request(
         self,
@@ -425,7 +427,9 @@ class QuotaStatusApi:
         content_type: str = "application/json",
     ) -> Any:
         assert method == "PATCH"
-        assert path.endswith("/status")
+        if not path.endswith("/status"):
+            self.metadata.setdefault(path, []).append(body["metadata"])
+            return body
         self.patches.setdefault(path, []).append(body["status"])
         return body
 
@@ -482,6 +486,103 @@ async def test_team_status_is_written_once_per_change() -> None:
     counters["a"] = {**counters["a"], "waitingJobs": 1}
     await source.write_once()
     assert len(api.patches[path]) == 2
+
+
+def counted(admitted_jobs: int) -> dict[str, int]:
+    return {"usedGPUs": 8, "borrowedGPUs": 0, "admittedJobs": admitted_jobs, "waitingJobs": 0}
+
+
+@pytest.mark.parametrize(
+    ("finalizers", "counters", "written"),
+    [
+        ([], {"a": counted(1)}, ["other.io/x", QUOTA_FINALIZER]),
+        ([QUOTA_FINALIZER], {"a": counted(2)}, None),
+        ([QUOTA_FINALIZER], {"a": counted(0)}, ["other.io/x"]),
+        ([], {"a": counted(0)}, None),
+        ([QUOTA_FINALIZER], {}, None),
+    ],
+    ids=["gangs-admitted", "kept", "none-admitted", "idle", "not-counted-yet"],
+)
+async def test_the_finalizer_is_on_a_team_quota_while_its_team_has_admitted_gangs(
+    finalizers: list[str], counters: dict[str, dict[str, int]], written: list[str] | None
+) -> None:
+    api = QuotaStatusApi()
+    raw = team_quota("a", version="7", namespaces=["ns"], nominalGPUs=8)
+    raw["metadata"]["finalizers"] = ["other.io/x", *finalizers]
+    await quota_source(api, counters, raw).write_once()
+    sent = api.metadata.get(TEAM_QUOTAS.path(None, "a"), [])
+    assert sent == ([] if written is None else [{"finalizers": written, "resourceVersion": "7"}])
+
+
+async def test_a_team_quota_left_out_loses_its_finalizer() -> None:
+    api = QuotaStatusApi()
+    raw = team_quota("bad", version="3", namespaces="ns", nominalGPUs=8)
+    raw["metadata"]["finalizers"] = [QUOTA_FINALIZER]
+    await quota_source(api, {}, raw).write_once()
+    assert api.metadata[TEAM_QUOTAS.path(None, "bad")] == [
+        {"finalizers": [], "resourceVersion": "3"}
+    ]
+
+
+async def test_a_stopping_controller_takes_its_finalizer_off_every_team_quota() -> None:
+    api = QuotaStatusApi()
+    held = team_quota("held", version="4", namespaces=["ns"], nominalGPUs=8)
+    held["metadata"].update(finalizers=[QUOTA_FINALIZER], deletionTimestamp=DELETED_AT)
+    kept = team_quota("kept", version="5", namespaces=["ns2"], nominalGPUs=8)
+    kept["metadata"]["finalizers"] = ["other.io/x", QUOTA_FINALIZER]
+    idle = team_quota("idle", version="6", namespaces=["ns3"], nominalGPUs=8)
+    await quota_source(api, {}, held, kept, idle).release_finalizers(seconds=5)
+    assert api.metadata == {
+        TEAM_QUOTAS.path(None, "held"): [{"finalizers": [], "resourceVersion": "4"}],
+        TEAM_QUOTAS.path(None, "kept"): [{"finalizers": ["other.io/x"], "resourceVersion": "5"}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("deleting", "admitted_jobs", "types"),
+    [
+        (True, 2, [("Valid", "True"), ("Deleting", "True")]),
+        (False, 2, [("Valid", "True")]),
+        (True, 0, [("Valid", "True")]),
+    ],
+    ids=["deleting-with-gangs", "kept", "deleting-idle"],
+)
+async def test_a_team_quota_being_deleted_says_so_while_its_gangs_run(
+    deleting: bool, admitted_jobs: int, types: list[tuple[str, str]]
+) -> None:
+    api = QuotaStatusApi()
+    raw = team_quota("a", version="1", namespaces=["ns"], nominalGPUs=8)
+    if deleting:
+        raw["metadata"]["deletionTimestamp"] = DELETED_AT
+    await quota_source(api, {"a": counted(admitted_jobs)}, raw).write_once()
+    (status,) = api.patches[TEAM_QUOTAS.path(None, "a", "status")]
+    assert [(c["type"], c["status"]) for c in status["conditions"]] == types
+
+
+def test_a_team_quota_being_deleted_admits_no_new_gang_but_keeps_governing_its_gangs() -> None:
+    teams = {
+        "a": parsed_team("a", 8, namespaces=["ns-a"], cohort="c"),
+        "b": parsed_team("b", 8, namespaces=["ns-b"], cohort="c"),
+    }
+    admitter, _, clocks = make([node("n0"), node("n1")], teams=teams)
+    a0 = ask(admitter, in_namespace(job("a0").master(gpus=8).build(), "ns-a"))
+    admitter.cycle()
+    start(admitter, a0)
+    clocks.now += 60
+    clocks.wall += 60
+    a1 = ask(admitter, in_namespace(job("a1").master(gpus=8).build(), "ns-a"))
+    assert admitter.cycle() == [a1], "a borrows b's idle quota"
+    start(admitter, a1)
+
+    teams["a"] = parsed_team("a", 8, namespaces=["ns-a"], cohort="c", deleting=True)
+    a2 = ask(admitter, in_namespace(job("a2").master(gpus=8).build(), "ns-a"), priority=100)
+    b0 = ask(admitter, in_namespace(job("b0").master(gpus=8).build(), "ns-b"))
+    assert admitter.cycle() == []
+    assert admitter.wait_kind(a2) == "Quota", "no new gang of a team being deleted"
+    assert "TeamQuota a is being deleted" in (admitter.wait_reason(a2) or "")
+    assert admitter.preempted_by(a1) == b0, "b still reclaims what a borrows"
+    assert admitter.preempted_by(a0) is None, "a's gang within its quota is not reclaimed"
+    assert admitter.team_status["a"]["admittedJobs"] == 2
 
 
 def test_a_job_topology_request_is_named_by_its_policy_level() -> None:

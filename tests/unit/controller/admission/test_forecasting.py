@@ -188,6 +188,21 @@ def test_a_job_over_its_teams_quota_is_forecast_to_wait_with_the_teams_numbers()
     assert (told.place.pool, told.place.team, told.place.team_position) == (1, "vision", 1)
 
 
+def test_a_job_of_a_team_being_deleted_is_forecast_to_wait_as_the_cycle_does() -> None:
+    teams = {"vision": parsed_team("vision", 8, namespaces=["team-vision"], deleting=True)}
+    admitter, _ = make(racked(), teams=teams)
+    raw = job("new", "team-vision").master(gpus=8).build()
+
+    snapshot, gang = admitter.snapshot(candidate(raw))
+    assert gang is not None
+    told = forecast(snapshot, gang)
+
+    assert (told.verdict, told.reason) == ("Wait", "WaitingForQuota")
+    key = ask(admitter, raw)
+    assert admitter.cycle() == []
+    assert admitter.wait_kind(key) == "Quota"
+
+
 def test_a_job_that_needs_a_whole_rack_waits_for_topology_and_says_how_much_fits() -> None:
     admitter, _ = make(racked(), settings=[TOPOLOGY])
     spread = ask(admitter, job("spread").master(gpus=8).hosts("h1").build())

@@ -22,6 +22,7 @@ from torchgate.controller.admission.quota import (
     Units,
     Verdict,
     check_quota,
+    closed_to_new_gangs,
     reclaim_candidates,
     still_borrowing,
     usage_by_team,
@@ -293,3 +294,21 @@ def test_reclaim_returns_a_teams_quota_with_whole_borrowed_gangs_only(
         assert not isinstance(
             check_quota(claimant, want, without(usage, kept), teams), Fits | Borrows
         )
+
+
+@pytest.mark.parametrize(
+    ("namespace", "closed"),
+    [("ns-gone", True), ("ns-kept", False), ("ns-nobody", False)],
+    ids=["team-being-deleted", "team-kept", "no-team"],
+)
+def test_a_team_whose_quota_is_being_deleted_admits_no_new_gang(
+    namespace: str, closed: bool
+) -> None:
+    teams = {
+        "gone": parsed_team("gone", 8, namespaces=["ns-gone"], deleting=True),
+        "kept": parsed_team("kept", 8, namespaces=["ns-kept"]),
+    }
+    owner = {"ns-gone": "gone", "ns-kept": "kept"}
+    waits = closed_to_new_gangs([(namespace, "j")], owner, teams)
+    assert list(waits) == ([(namespace, "j")] if closed else [])
+    assert all("TeamQuota gone is being deleted" in message for message in waits.values())
