@@ -182,12 +182,16 @@ def managed_by(raw: object) -> str | None:
     nobody): ``reconciler.is_ours``.
     """
     spec = as_mapping(as_mapping(raw).get("spec"))
-    manager = as_mapping(spec.get("runPolicy")).get("managedBy")
-    return manager if isinstance(manager, str) and manager else None
+    return _manager_of(spec.get("runPolicy"))
 
 
 def _suspend_of(run_policy: object) -> bool:
     return as_mapping(run_policy).get("suspend") is True
+
+
+def _manager_of(run_policy: object) -> str | None:
+    manager = as_mapping(run_policy).get("managedBy")
+    return manager if isinstance(manager, str) and manager else None
 
 
 def parse_job(raw: object) -> tuple[JobSpec | None, list[FieldError]]:
@@ -294,7 +298,6 @@ def _parse_run_policy(value: object, errors: list[FieldError]) -> RunPolicy:
     if scheduling is not None and not isinstance(scheduling, _OBJECT):
         errors.append(invalid(scheduling_path, scheduling, "must be an object"))
     scheduling = scheduling if isinstance(scheduling, _OBJECT) else {}
-    managed_by = value.get("managedBy")
     priority_class = scheduling.get("priorityClass")
     return RunPolicy(
         clean_pod_policy=str(clean),
@@ -304,7 +307,7 @@ def _parse_run_policy(value: object, errors: list[FieldError]) -> RunPolicy:
         active_deadline_seconds=_optional_int(value, "activeDeadlineSeconds", RUN_POLICY, errors),
         backoff_limit=_optional_int(value, "backoffLimit", RUN_POLICY, errors),
         suspend=_suspend_of(value),
-        managed_by=managed_by if isinstance(managed_by, str) and managed_by else None,
+        managed_by=_manager_of(value),
         min_available=_optional_int(scheduling, "minAvailable", scheduling_path, errors),
         schedule_timeout_seconds=_optional_int(
             scheduling, "scheduleTimeoutSeconds", scheduling_path, errors
