@@ -269,6 +269,25 @@ HOST_ACCESS = [
         PRIVILEGED,
     ),
     case(
+        "privileged-node-capability-and-host-port-in-one-container",
+        job()
+        .master()
+        .workers(1)
+        .edit(
+            setting(
+                *master_container("securityContext"),
+                {"privileged": True, "capabilities": {"add": ["IPC_LOCK", "BPF"]}},
+            )
+        )
+        .edit(setting(*master_container("ports"), [{"containerPort": 80, "hostPort": 80}]))
+        .build(),
+        [
+            (FORBIDDEN, f"{MC0}.securityContext.privileged"),
+            (FORBIDDEN, f"{ADD}[1]"),
+            (FORBIDDEN, f"{MC0}.ports[0].hostPort"),
+        ],
+    ),
+    case(
         "node-capability-in-an-init-container",
         job()
         .master(

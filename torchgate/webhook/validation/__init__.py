@@ -304,9 +304,7 @@ _CONTAINER_RULES: Final[tuple[ContainerRule | Reads[ContainerRule], ...]] = (
     reads(containers.gpu_consistency, "resources"),  # a GPU container requests GPUs there
     launch.gpu_peers,  # fires on a container without GPUs
     reads(containers.volume_mounts, "volumeMounts"),
-    reads(containers.privileged, "securityContext"),
-    reads(containers.node_capabilities, "securityContext"),
-    reads(containers.host_ports, "ports"),
+    reads(containers.node_access, "securityContext", "ports"),
 )
 
 # The one ordered list of rules: its order is the order errors and warnings are reported in.

@@ -277,56 +277,53 @@ def volume_mounts(job: JobFacts, replica: ReplicaFacts, container: ContainerFact
     return found
 
 
-def privileged(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
-    """No privileged containers unless the policy allows them."""
-    security = container.fields.get("securityContext")
-    if (
-        isinstance(security, OBJECT)
-        and security.get("privileged") is True
-        and not job.policy.allow_privileged
-    ):
-        return [
-            forbidden(
-                at(container.path, "securityContext", "privileged"),
-                f"privileged containers are not allowed by {job.policy_label}; "
-                "add only the capabilities you need (for example "
-                "IPC_LOCK for RDMA)",
+def node_access(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
+    """What gives a container power over its node, only where the policy allows privilege.
+
+    A ``privileged`` container, a capability that acts on the node (``SYS_ADMIN``, ``ALL``, ...)
+    and a ``ports[k].hostPort`` (the node's traffic to that port goes to the pod). One rule, one
+    pass over ``securityContext`` and ``ports``: it runs on most containers (the defaulting adds
+    ``IPC_LOCK`` and the rendezvous port).
+    """
+    if job.policy.allow_privileged:
+        return NONE
+    found: list[Finding] = []
+    fields = container.fields
+    security = fields.get("securityContext")
+    if isinstance(security, OBJECT):
+        if security.get("privileged") is True:
+            found.append(
+                forbidden(
+                    at(container.path, "securityContext", "privileged"),
+                    f"privileged containers are not allowed by {job.policy_label}; "
+                    "add only the capabilities you need (for example "
+                    "IPC_LOCK for RDMA)",
+                )
             )
-        ]
-    return NONE
-
-
-def node_capabilities(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
-    """No capability that acts on the node (``SYS_ADMIN``, ``ALL``, ...) unless privileged."""
-    security = container.fields.get("securityContext")
-    capabilities = security.get("capabilities") if isinstance(security, OBJECT) else None
-    added = capabilities.get("add") if isinstance(capabilities, OBJECT) else None
-    if not isinstance(added, list) or job.policy.allow_privileged:
-        return NONE
-    return [
-        forbidden(
-            at(container.path, "securityContext", "capabilities", "add", index),
-            f"capability {quote(entry)} is not allowed by {job.policy_label} "
-            "(allowPrivileged: false): it acts on the node, not the pod; add only what the "
-            "training needs (for example IPC_LOCK for RDMA)",
-        )
-        for index, entry in enumerate(added)
-        if capability_name(entry) in NODE_CAPABILITIES
-    ]
-
-
-def host_ports(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
-    """No ``ports[i].hostPort`` (the node's port) unless the policy allows privilege."""
-    ports = container.fields.get("ports")
-    if not isinstance(ports, list) or job.policy.allow_privileged:
-        return NONE
-    return [
-        forbidden(
-            at(container.path, "ports", index, "hostPort"),
-            f"hostPort {port['hostPort']} is not allowed by {job.policy_label} "
-            "(allowPrivileged: false): the node's traffic to that port would go to this pod; "
-            "the job's pods reach each other on their own ports, others through a Service",
-        )
-        for index, port in enumerate(ports)
-        if isinstance(port, OBJECT) and port.get("hostPort") not in (None, 0)
-    ]
+        capabilities = security.get("capabilities")
+        added = capabilities.get("add") if isinstance(capabilities, OBJECT) else None
+        if isinstance(added, list):
+            for index, entry in enumerate(added):
+                if capability_name(entry) in NODE_CAPABILITIES:
+                    found.append(
+                        forbidden(
+                            at(container.path, "securityContext", "capabilities", "add", index),
+                            f"capability {quote(entry)} is not allowed by {job.policy_label} "
+                            "(allowPrivileged: false): it acts on the node, not the pod; add "
+                            "only what the training needs (for example IPC_LOCK for RDMA)",
+                        )
+                    )
+    ports = fields.get("ports")
+    if isinstance(ports, list):
+        for index, port in enumerate(ports):
+            if isinstance(port, OBJECT) and port.get("hostPort") not in (None, 0):
+                found.append(
+                    forbidden(
+                        at(container.path, "ports", index, "hostPort"),
+                        f"hostPort {port['hostPort']} is not allowed by {job.policy_label} "
+                        "(allowPrivileged: false): the node's traffic to that port would go to "
+                        "this pod; the job's pods reach each other on their own ports, others "
+                        "through a Service",
+                    )
+                )
+    return found or NONE
