@@ -306,6 +306,7 @@ _CONTAINER_RULES: Final[tuple[ContainerRule | Reads[ContainerRule], ...]] = (
     reads(containers.volume_mounts, "volumeMounts"),
     reads(containers.privileged, "securityContext"),
     reads(containers.node_capabilities, "securityContext"),
+    reads(containers.confinement, "securityContext"),
     reads(containers.host_ports, "ports"),
 )
 
@@ -345,6 +346,9 @@ RULES: Final[tuple[JobRule, ...]] = (
             reads(pod.node_selector, "nodeSelector"),
             reads(pod.volumes, "volumes"),
             reads(pod.host_namespaces, *HOST_NAMESPACES),
+            reads(pod.tolerations, "tolerations"),
+            reads(pod.node_name, "nodeName"),
+            reads(pod.pod_confinement, "securityContext"),
             claims.container_claim_names,  # a container may name a claim the pod lacks
             reads(claims.claim_sources, "resourceClaims"),
             reads(claims.shared_claim, "resourceClaims"),

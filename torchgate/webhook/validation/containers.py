@@ -3,7 +3,9 @@
 Privilege is the policy's ``allowPrivileged``: a ``privileged`` container, one adding a
 capability that acts on the node rather than the pod (``policy.NODE_CAPABILITIES``), or one
 taking a port of the node (``hostPort``: the node's traffic to that port goes to the pod, ahead
-of a node service on it where the CNI's portmap forwards it), is refused without it.
+of a node service on it where the CNI's portmap forwards it), or one with an ``Unconfined``
+seccomp or AppArmor profile (``pod.unconfined_profiles``, shared with the pod level), is refused
+without it.
 
 Why GPUs get most of the attention: a gang holds every GPU it was given while any pod is
 waiting, so a replica whose GPU request cannot be met as written (a fraction, requests unequal to
@@ -41,6 +43,7 @@ from torchgate.webhook.validation.facts import (
     quote,
     remember_usable,
 )
+from torchgate.webhook.validation.pod import unconfined_profiles
 
 
 def image(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
@@ -313,6 +316,12 @@ def node_capabilities(job: JobFacts, replica: ReplicaFacts, container: Container
         for index, entry in enumerate(added)
         if capability_name(entry) in NODE_CAPABILITIES
     ]
+
+
+def confinement(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
+    """No ``Unconfined`` seccomp or AppArmor profile unless the policy allows privilege."""
+    security = container.fields.get("securityContext")
+    return unconfined_profiles(job, security, container.path)
 
 
 def host_ports(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
