@@ -7,7 +7,10 @@ the node (``hostPort``), or a capability that amounts to a privileged container 
 ``ALL``), would let the tenant's training code see and signal every process on the node, other
 tenants' included, take the node's traffic, or leave the node. The validating webhook refuses
 each at its field unless the namespace's PlacementPolicy says ``allowPrivileged``; under such a
-policy the controller creates the pods as written.
+policy the controller creates the pods as written. So too what would take the pods out of the
+admin's control of the pool or of the kernel's confinement: a toleration of every taint (the
+pods would run on nodes torchgate quarantined), a ``nodeName`` (refused under every policy: it
+skips the placement), an ``Unconfined`` seccomp or AppArmor profile.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from tests.e2e.controller_process import ControllerProcess, live_pods
 from tests.e2e.test_webhook_e2e import causes, jobs_path
 from tests.e2e.webhook_process import LocalWebhook, registered_webhook
 from torchgate.pytorchjob.fieldpath import ErrorType
+from torchgate.pytorchjob.names import TAINT_QUARANTINE
 
 pytestmark = pytest.mark.e2e
 
@@ -159,3 +163,62 @@ def test_a_tenant_gets_the_nodes_namespaces_only_where_the_policy_allows_privile
             "delete", "placementpolicy", allowing["metadata"]["name"], "--ignore-not-found",
             check=False,
         )  # fmt: skip
+
+
+def escaping_job(name: str, namespace: str, pool: str, *, escape: bool) -> dict[str, Any]:
+    """A CPU job in ``pool``; with ``escape``, one that would leave the admin's control."""
+    named = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    pod_spec: dict[str, Any] = {"nodeSelector": {"pool": pool}, "tolerations": [named]}
+    if escape:
+        pod_spec["tolerations"] = [named, {"operator": "Exists"}]
+        pod_spec["nodeName"] = f"{pool}-q-0"
+        pod_spec["securityContext"] = {"seccompProfile": {"type": "Unconfined"}}
+    return job(name, namespace).master(pod_spec=pod_spec).workers(1, pod_spec=pod_spec).build()
+
+
+def test_a_tenant_cannot_tolerate_the_quarantine_nor_pick_the_node(
+    cluster: Cluster, webhook: LocalWebhook, controller: ControllerProcess
+) -> None:
+    namespace = cluster.new_namespace("tenant")
+    user = tenant_in(cluster, namespace)
+    pool = f"p{namespace[-6:]}"
+    quarantine = {"key": TAINT_QUARANTINE, "value": "PodStuck", "effect": "NoSchedule"}
+    cluster.add_gpu_nodes(1, f"{pool}-q", labels={"pool": pool}, taints=[quarantine])
+    healthy = cluster.add_gpu_nodes(2, f"{pool}-h", labels={"pool": pool})
+
+    status, body = as_user(
+        cluster,
+        user,
+        "POST",
+        jobs_path(namespace),
+        escaping_job("escape", namespace, pool, escape=True),
+    )
+
+    assert status == 422, body
+    assert causes(body) == {
+        *(
+            (FORBIDDEN, f"{pod_path}.{field}")
+            for pod_path in PODS
+            for field in ("tolerations[1]", "nodeName")
+        ),
+        *((FORBIDDEN, f"{pod_path}.securityContext.seccompProfile.type") for pod_path in PODS),
+    }
+    status, body = as_user(
+        cluster,
+        user,
+        "POST",
+        jobs_path(namespace),
+        escaping_job("named", namespace, pool, escape=False),
+    )
+    assert status == 201, body
+    pods = cluster.wait_for(
+        lambda: (
+            (found := live_pods(cluster, namespace, "named"))
+            and all(p["spec"].get("nodeName") for p in found)
+            and len(found) == 2
+            and found
+        ),
+        timeout=60,
+        what="the job's two pods bound",
+    )
+    assert {p["spec"]["nodeName"] for p in pods} <= set(healthy)  # not the quarantined node

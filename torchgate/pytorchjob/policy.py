@@ -21,6 +21,14 @@ and signalable; their traffic and the node's loopback services reachable), a por
 (``NODE_CAPABILITIES``, named as the container runtimes read them: any case, with or without
 ``CAP_``). Capabilities scoped to the pod
 (``IPC_LOCK``, which the webhook adds for RDMA, ``SYS_PTRACE``, ``NET_ADMIN``) stay allowed.
+It also allows what takes a pod out of the admin's control of the pool or of the kernel's
+confinement: a toleration of every taint, of torchgate's quarantine or of a cordon
+(``taints.escapes``: the pods would be placed on nodes kept out of use, and left on sick ones),
+and a seccomp or AppArmor profile of type ``Unconfined``
+(``CONFINEMENT_PROFILES``: what the Pod Security Standards' baseline level forbids). A
+template's ``nodeName`` is refused under every policy: it skips kube-scheduler and torchgate's
+placement alike (quotas, quarantine, the gang's planned nodes); pinned hosts are the
+``torchgate.io/hosts`` annotation.
 
 Parsing never raises: a malformed policy yields field errors (reported by whoever loaded it) and is
 left out, so one bad object cannot take admission down.
@@ -53,6 +61,7 @@ from torchgate.pytorchjob.pool import (
 from torchgate.pytorchjob.progress import parse_deadline
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
 from torchgate.pytorchjob.spec import as_int
+from torchgate.pytorchjob.taints import escapes, toleration_of
 
 _SPEC = FieldPath.root("spec")
 TOLERATION_OPERATORS: Final = ("Exists", "Equal")
@@ -127,6 +136,16 @@ class PlacementPolicy:
             return gpu_sources(self.gpu_resource, self.gpu_device_classes)
         return gpu_sources(self.gpu_resource, self.gpu_device_classes, seen.class_resources)
 
+    def escaped_taint(self, toleration: Mapping[str, Any]) -> str | None:
+        """What ``toleration`` in a template escapes that this policy does not allow, if anything.
+
+        ``taints.escapes``'s answer, unless the policy allows privilege or wrote the toleration
+        itself (its ``tolerations``, which the mutating webhook copies into every template).
+        """
+        if self.allow_privileged or toleration in self.tolerations:
+            return None
+        return escapes(toleration_of(toleration))
+
     def allows_host_path(self, path: str) -> bool:
         """Whether a hostPath volume at ``path`` is under one of the allowed prefixes."""
         return _under_a_prefix(self.allowed_host_paths, path)
@@ -160,6 +179,10 @@ NODE_CAPABILITIES: Final = frozenset(
     }
 )
 """Capabilities that act on the node, not the pod (only with ``allowPrivileged``)."""
+CONFINEMENT_PROFILES: Final = ("seccompProfile", "appArmorProfile")
+"""``securityContext`` fields (pod and container) whose ``type`` may not be ``UNCONFINED``."""
+UNCONFINED: Final = "Unconfined"
+"""The profile type that lifts the confinement (only with ``allowPrivileged``)."""
 
 
 def capability_name(entry: object) -> str | None:

@@ -23,7 +23,7 @@ from tests.rbacmodel import scan_code
 from tests.unit.controller.helpers import NOW, World
 from tests.unit.controller.job.test_properties import worlds
 from torchgate.controller.admission.ledger import member_of, pod_usage
-from torchgate.controller.admission.nodes import Taint, node_view
+from torchgate.controller.admission.nodes import node_view
 from torchgate.controller.job import disruption, model
 from torchgate.controller.job import status as st
 from torchgate.controller.job.disruption import NodeHealth, TimedTaint
@@ -37,6 +37,7 @@ from torchgate.pytorchjob.cleanup import clean_pod_policy_for
 from torchgate.pytorchjob.devices import GpuSources, pod_gpus
 from torchgate.pytorchjob.moments import format_time
 from torchgate.pytorchjob.projection import project_node, project_pod
+from torchgate.pytorchjob.taints import Taint
 from torchgate.pytorchjob.units import pod_units
 
 GPU = "nvidia.com/gpu"

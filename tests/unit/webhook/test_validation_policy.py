@@ -315,6 +315,92 @@ def test_privilege_over_the_node_needs_allow_privileged(
     check(raw, active_policy, expected)
 
 
+# ------------------------------------- rule 7: out of the admin's control of the pool and kernel
+
+
+def tolerating(*tolerations: Any) -> dict[str, Any]:
+    """A job whose Master tolerates ``tolerations``."""
+    return job().master(pod_spec={"tolerations": list(tolerations)}).workers(1).build()
+
+
+def confined(pod: Any, training: Any) -> dict[str, Any]:
+    """A job whose Master's pod and training container have these ``securityContext``s."""
+    edit = setting(*master_container("securityContext"), training)
+    return job().master(pod_spec={"securityContext": pod}).workers(1).edit(edit).build()
+
+
+QUARANTINE = "torchgate.io/quarantine"
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+TOLERATES_ALL = {"operator": "Exists"}
+WRITES_ALL = parsed_policy("all", tolerations=[TOLERATES_ALL])
+TOL = f"{MPOD}.tolerations"
+UNCONFINED = {"seccompProfile": {"type": "Unconfined"}, "appArmorProfile": {"type": "Unconfined"}}
+ESCAPES = [
+    case(
+        "tolerations-of-every-taint-the-quarantine-or-a-cordon-refused",
+        tolerating(
+            GPU_TOLERATION,  # 0: a named taint
+            TOLERATES_ALL,  # 1
+            {"operator": "Exists", "effect": "NoExecute"},  # 2: every health taint
+            {"operator": "Exists", "effect": "PreferNoSchedule"},  # 3: a preference only
+            {"key": QUARANTINE, "operator": "Exists"},  # 4
+            {"key": QUARANTINE, "value": "PodStuck", "effect": "NoSchedule"},  # 5: one cause
+            {"key": QUARANTINE, "operator": "Exists", "effect": "NoExecute"},  # 6: none exists
+            {"key": "node.kubernetes.io/unschedulable", "operator": "Exists"},  # 7: a cordon
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
+            "not a toleration",  # 9: the CRD's schema refuses it
+        ),
+        [(FORBIDDEN, f"{TOL}[{i}]") for i in (1, 2, 4, 5, 7)],
+    ),
+    case("every-taint-tolerated-with-privilege", tolerating(TOLERATES_ALL), [], PRIVILEGED),
+    case("every-taint-tolerated-as-the-policy-writes", tolerating(TOLERATES_ALL), [], WRITES_ALL),
+    case(
+        "node-name-refused-even-with-privilege",
+        job().master(pod_spec={"nodeName": "gpu-0"}).workers(1).build(),
+        [(FORBIDDEN, f"{MPOD}.nodeName")],
+        PRIVILEGED,
+    ),
+    case(
+        "unconfined-profiles-refused-in-pod-and-container",
+        confined(UNCONFINED, {**UNCONFINED, "runAsNonRoot": True}),
+        [
+            (FORBIDDEN, f"{MPOD}.securityContext.seccompProfile.type"),
+            (FORBIDDEN, f"{MPOD}.securityContext.appArmorProfile.type"),
+            (FORBIDDEN, f"{MC0}.securityContext.seccompProfile.type"),
+            (FORBIDDEN, f"{MC0}.securityContext.appArmorProfile.type"),
+        ],
+    ),
+    case(
+        "confining-profiles-allowed",
+        confined(
+            {"seccompProfile": {"type": "RuntimeDefault"}},
+            {"appArmorProfile": {"type": "Localhost", "localhostProfile": "k8s-train"}},
+        ),
+        [],
+    ),
+    case("unconfined-allowed-with-privilege", confined(UNCONFINED, UNCONFINED), [], PRIVILEGED),
+]
+
+
+@pytest.mark.parametrize(("raw", "active_policy", "expected"), ESCAPES)
+def test_escaping_the_admins_placement_or_confinement_needs_allow_privileged(
+    raw: Any, active_policy: PlacementPolicy, expected: Pairs
+) -> None:
+    check(raw, active_policy, expected)
+
+
+def test_an_update_that_tolerates_every_taint_is_refused() -> None:
+    admitted = with_uid(cpu_job().build())
+    updated = copy.deepcopy(admitted)
+    updated["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["tolerations"] = [
+        TOLERATES_ALL
+    ]
+
+    verdict = validate_update(admitted, updated, DEFAULT_POLICY)
+
+    assert pairs(verdict) == [(FORBIDDEN, f"{WPOD}.tolerations[0]")]
+
+
 def test_an_update_that_shares_the_nodes_pid_namespace_is_refused() -> None:
     admitted = with_uid(cpu_job().build())
     updated = copy.deepcopy(admitted)

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any
 
 from torchgate.controller.admission.topology import (
     Capacity,
@@ -74,53 +74,15 @@ from torchgate.pytorchjob.spec import (
     pinned_hosts,
     pod_spec_of,
 )
+from torchgate.pytorchjob.taints import (
+    BLOCKING_EFFECTS,
+    Taint,
+    Toleration,
+    tolerations_of,
+)
 from torchgate.pytorchjob.units import Units, format_amount, parse_capacity, pod_units
 
-BLOCKING_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
-
-
 # ------------------------------------------------------------------ constraint model
-
-
-@dataclass(frozen=True, slots=True)
-class Taint:
-    """A node taint."""
-
-    key: str
-    value: str
-    effect: str
-    added: str = ""  # ``timeAdded`` (RFC 3339; Kubernetes sets it on NoExecute taints only)
-
-    def __str__(self) -> str:
-        value = f"={self.value}" if self.value else ""
-        return f"{self.key}{value}:{self.effect}"
-
-
-@dataclass(frozen=True, slots=True)
-class Toleration:
-    """A pod toleration (``operator`` empty means ``Equal``).
-
-    ``seconds`` (``tolerationSeconds``) bounds how long a ``NoExecute`` taint is tolerated once
-    added; placement ignores it, as kube-scheduler does (``job.disruption`` counts it).
-    """
-
-    key: str = ""
-    operator: str = "Equal"
-    value: str = ""
-    effect: str = ""
-    seconds: int | None = None
-
-    def tolerates(self, taint: Taint) -> bool:
-        """Kubernetes' ``Toleration.ToleratesTaint``: empty key with ``Exists`` matches all."""
-        if self.effect and self.effect != taint.effect:
-            return False
-        if self.key and self.key != taint.key:
-            return False
-        if self.operator == "Exists":
-            return True
-        if self.operator in ("", "Equal"):
-            return self.value == taint.value
-        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,25 +249,6 @@ def required_affinity_terms(pod_spec: Mapping[str, Any]) -> tuple[SelectorTerm, 
         )
         for term in as_list(required.get("nodeSelectorTerms"))
     )
-
-
-def tolerations_of(pod_spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
-    """The well-formed tolerations of a pod spec."""
-    return tuple(
-        Toleration(
-            as_text(t.get("key")),
-            as_text(t.get("operator")) or "Equal",
-            as_text(t.get("value")),
-            as_text(t.get("effect")),
-            _seconds(t.get("tolerationSeconds")),
-        )
-        for t in as_list(pod_spec.get("tolerations"))
-        if isinstance(t, Mapping)
-    )
-
-
-def _seconds(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def host_ports_of(pod_spec: Mapping[str, Any]) -> frozenset[tuple[str, int]]:

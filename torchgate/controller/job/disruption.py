@@ -166,7 +166,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from torchgate.controller.admission.nodes import Taint, Toleration, tolerations_of
 from torchgate.controller.job import status as st
 from torchgate.controller.quarantine.rules import DELETED, NOT_READY, Fault, Outage
 from torchgate.pytorchjob import moments, names
@@ -182,6 +181,7 @@ from torchgate.pytorchjob.reasons import (
     Cause,
 )
 from torchgate.pytorchjob.spec import as_list, as_mapping, as_text, pytorch_container_name
+from torchgate.pytorchjob.taints import Taint, Toleration, tolerations_of
 
 SEVERITY: Final[tuple[Cause, ...]] = (
     NODE_LOST,

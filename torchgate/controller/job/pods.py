@@ -16,6 +16,9 @@ semantics need it:
   The pin is ``matchFields`` on ``metadata.name``, as the DaemonSet controller pins its pods: it
   names the node the admitter planned on (the ``kubernetes.io/hostname`` label need not equal the
   node's name), and kube-scheduler then evaluates that one node instead of the whole pool.
+- A template's ``nodeName`` is dropped: torchgate places the pods (the webhook refuses it under
+  every policy; a job that got past it must not skip kube-scheduler, the quarantine taint and
+  the gang's planned nodes). Pinned hosts are the ``torchgate.io/hosts`` annotation.
 - With a progress deadline (``pytorchjob.progress``), the rendezvous replica's ``pytorch``
   container gets ``TORCHGATE_PROGRESS_FILE`` and an exec liveness probe on that file's age, so
   the kubelet ends a hung Master and the controller restarts the gang as a hang.
@@ -138,6 +141,7 @@ def build_pod(
         annotations[names.ANNOTATION_PLANNED_NODE] = node
     spec = dict(pod_spec_of(template))
     spec["restartPolicy"] = POD_RESTART_POLICY
+    spec.pop("nodeName", None)
     sources = GpuSources(gpus) if isinstance(gpus, str) else gpus
     _inject_env(spec, job, replica_type, index, sources, claims, attempt)
     if progress_deadline is not None and (replica_type, index) == rendezvous_replica(job):

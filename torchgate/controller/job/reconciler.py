@@ -67,7 +67,7 @@ import orjson
 from prometheus_client import Gauge
 
 from torchgate.controller.admission.admitter import Admitter
-from torchgate.controller.admission.nodes import PodDemand, Taint, job_demands
+from torchgate.controller.admission.nodes import PodDemand, job_demands
 from torchgate.controller.admission.waiting import GangRequest, GrowthRequest, Waiting
 from torchgate.controller.job import status as st
 from torchgate.controller.job.disruption import (
@@ -124,6 +124,7 @@ from torchgate.pytorchjob.policy import PlacementPolicy, QuarantineSettings, sel
 from torchgate.pytorchjob.pool import gang_usage
 from torchgate.pytorchjob.progress import progress_deadline
 from torchgate.pytorchjob.spec import REPLICA_SPECS, JobSpec, managed_by, parse_job, pod_spec_of
+from torchgate.pytorchjob.taints import Taint
 
 log = logging.getLogger("torchgate.controller")
 

@@ -343,6 +343,9 @@ RULES: Final[tuple[JobRule, ...]] = (
             reads(pod.node_selector, "nodeSelector"),
             reads(pod.volumes, "volumes"),
             reads(pod.host_namespaces, *HOST_NAMESPACES),
+            reads(pod.tolerations, "tolerations"),
+            reads(pod.node_name, "nodeName"),
+            reads(pod.pod_confinement, "securityContext"),
             claims.container_claim_names,  # a container may name a claim the pod lacks
             reads(claims.claim_sources, "resourceClaims"),
             reads(claims.shared_claim, "resourceClaims"),

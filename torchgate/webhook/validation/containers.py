@@ -3,7 +3,9 @@
 Privilege is the policy's ``allowPrivileged``: a ``privileged`` container, one adding a
 capability that acts on the node rather than the pod (``policy.NODE_CAPABILITIES``), or one
 taking a port of the node (``hostPort``: the node's traffic to that port goes to the pod, ahead
-of a node service on it where the CNI's portmap forwards it), is refused without it.
+of a node service on it where the CNI's portmap forwards it), or one with an ``Unconfined``
+seccomp or AppArmor profile (``pod.unconfined_profiles``, shared with the pod level), is refused
+without it.
 
 Why GPUs get most of the attention: a gang holds every GPU it was given while any pod is
 waiting, so a replica whose GPU request cannot be met as written (a fraction, requests unequal to
@@ -20,7 +22,7 @@ from decimal import Decimal
 from typing import Any
 
 from torchgate.pytorchjob.fieldpath import FieldPath, forbidden, invalid, required
-from torchgate.pytorchjob.policy import NODE_CAPABILITIES, capability_name
+from torchgate.pytorchjob.policy import CONFINEMENT_PROFILES, NODE_CAPABILITIES, capability_name
 from torchgate.webhook.imageref import image_reference_problem, is_lone_placeholder
 from torchgate.webhook.validation.facts import (
     MEMO_TYPES,
@@ -41,6 +43,7 @@ from torchgate.webhook.validation.facts import (
     quote,
     remember_usable,
 )
+from torchgate.webhook.validation.pod import unconfined_profiles
 
 
 def image(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
@@ -280,10 +283,10 @@ def volume_mounts(job: JobFacts, replica: ReplicaFacts, container: ContainerFact
 def node_access(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
     """What gives a container power over its node, only where the policy allows privilege.
 
-    A ``privileged`` container, a capability that acts on the node (``SYS_ADMIN``, ``ALL``, ...)
-    and a ``ports[k].hostPort`` (the node's traffic to that port goes to the pod). One rule, one
-    pass over ``securityContext`` and ``ports``: it runs on most containers (the defaulting adds
-    ``IPC_LOCK`` and the rendezvous port).
+    A ``privileged`` container, a capability that acts on the node (``SYS_ADMIN``, ``ALL``, ...),
+    an ``Unconfined`` seccomp or AppArmor profile and a ``ports[k].hostPort`` (the node's traffic
+    to that port goes to the pod). One rule, one pass over ``securityContext`` and ``ports``: it
+    runs on most containers (the defaulting adds ``IPC_LOCK`` and the rendezvous port).
     """
     if job.policy.allow_privileged:
         return NONE
@@ -313,6 +316,8 @@ def node_access(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts)
                             "only what the training needs (for example IPC_LOCK for RDMA)",
                         )
                     )
+        if not security.keys().isdisjoint(CONFINEMENT_PROFILES):  # C-level: usually none
+            found.extend(unconfined_profiles(job, security, container.path))
     ports = fields.get("ports")
     if isinstance(ports, list):
         for index, port in enumerate(ports):

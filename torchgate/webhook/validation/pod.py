@@ -6,8 +6,12 @@ creates. A ``replicas: 2`` on Master, a template without a ``pytorch`` container
 allowed each produce pods that cannot run as intended, so they are refused with the field at
 fault; so is a template sharing the node's network, PID or IPC namespace without the policy's
 ``allowPrivileged`` (``policy.HOST_NAMESPACES``: a user who may only write PyTorchJobs would get
-pods that see and signal every process of the node, other tenants' included). Replica types
-other than Master and Worker are reported last, after every known replica.
+pods that see and signal every process of the node, other tenants' included), and one that
+takes its pods out of the admin's control of the pool without it: a toleration of every taint,
+of torchgate's quarantine or of a cordon (``taints.escapes``), or an ``Unconfined`` seccomp or
+AppArmor profile (``policy.CONFINEMENT_PROFILES``). A ``nodeName`` is refused under any
+policy: torchgate places the pods. Replica types other than Master and Worker are reported
+last, after every known replica.
 """
 
 from __future__ import annotations
@@ -23,8 +27,14 @@ from torchgate.pytorchjob.fieldpath import (
     not_supported,
     required,
 )
-from torchgate.pytorchjob.policy import HOST_NAMESPACES, PlacementPolicy
+from torchgate.pytorchjob.policy import (
+    CONFINEMENT_PROFILES,
+    HOST_NAMESPACES,
+    UNCONFINED,
+    PlacementPolicy,
+)
 from torchgate.pytorchjob.spec import canonical_replica_type
+from torchgate.pytorchjob.taints import EVERY_TAINT, RESERVED_TAINTS
 from torchgate.webhook.validation.facts import (
     NONE,
     OBJECT,
@@ -213,6 +223,73 @@ def host_namespaces(job: JobFacts, replica: ReplicaFacts) -> Findings:
         for field in HOST_NAMESPACES
         if replica.pod_spec.get(field) is True
     ]
+
+
+def tolerations(job: JobFacts, replica: ReplicaFacts) -> Findings:
+    """No toleration of every taint, the quarantine or a cordon unless the policy allows it."""
+    entries = replica.pod_spec.get("tolerations")
+    if not isinstance(entries, list):
+        return NONE  # the CRD's schema refuses a non-list
+    found: list[Finding] = []
+    for index, entry in enumerate(entries):
+        escaped = job.policy.escaped_taint(entry) if isinstance(entry, OBJECT) else None
+        if escaped is None:
+            continue
+        if escaped == EVERY_TAINT:
+            what = (
+                "a toleration without a key tolerates every taint, torchgate's quarantine of "
+                "failing nodes, cordons and health taints included"
+            )
+            instead = "name the taint it is for (key: nvidia.com/gpu, operator: Exists)"
+        else:
+            what = f"the taint {escaped} is {RESERVED_TAINTS[escaped]}"
+            instead = "only the cluster admin may place pods on such nodes"
+        found.append(
+            forbidden(
+                at(replica.pod_path, "tolerations", index),
+                f"{what}; tolerating it is not allowed by {job.policy_label} "
+                f"(allowPrivileged: false): {instead}",
+            )
+        )
+    return found
+
+
+def node_name(job: JobFacts, replica: ReplicaFacts) -> Findings:
+    """No ``nodeName``: torchgate places the gang (pinned hosts: ``torchgate.io/hosts``)."""
+    if replica.pod_spec.get("nodeName") in (None, ""):
+        return NONE
+    return [
+        forbidden(
+            at(replica.pod_path, "nodeName"),
+            "torchgate places the job's pods: a nodeName would skip kube-scheduler and the "
+            "admin's placement (quotas, quarantine, the gang's planned nodes); pin hosts with "
+            f"the annotation {names.ANNOTATION_HOSTS}",
+        )
+    ]
+
+
+def pod_confinement(job: JobFacts, replica: ReplicaFacts) -> Findings:
+    """No pod-level ``Unconfined`` seccomp or AppArmor profile unless privileged."""
+    return unconfined_profiles(job, replica.pod_spec.get("securityContext"), replica.pod_path)
+
+
+def unconfined_profiles(job: JobFacts, security: object, path: FieldPath) -> Findings:
+    """``securityContext`` (of a pod or a container, at ``path``) confines: no ``Unconfined``."""
+    if not isinstance(security, OBJECT) or job.policy.allow_privileged:
+        return NONE
+    found: list[Finding] = []
+    for field in CONFINEMENT_PROFILES:
+        profile = security.get(field)
+        if isinstance(profile, OBJECT) and profile.get("type") == UNCONFINED:
+            found.append(
+                forbidden(
+                    at(path, "securityContext", field, "type"),
+                    f"{UNCONFINED} is not allowed by {job.policy_label} (allowPrivileged: "
+                    "false): the container would run without the kernel's confinement; use "
+                    "RuntimeDefault, or a Localhost profile the admin installed",
+                )
+            )
+    return found
 
 
 def _host_path(job: JobFacts, pod_path: FieldPath, index: int, host_path: object) -> Findings:

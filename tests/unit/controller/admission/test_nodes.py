@@ -18,8 +18,6 @@ from torchgate.controller.admission.nodes import (
     PodDemand,
     Requirement,
     SelectorTerm,
-    Taint,
-    Toleration,
     eligible_nodes,
     gang_too_large,
     job_demands,
@@ -28,7 +26,6 @@ from torchgate.controller.admission.nodes import (
     out_of_use,
     pod_demand,
     tolerates_all,
-    tolerations_of,
 )
 from torchgate.controller.admission.topology import (
     Capacity,
@@ -39,6 +36,7 @@ from torchgate.controller.admission.topology import (
     shape_of,
 )
 from torchgate.pytorchjob.pool import TopologyRequest
+from torchgate.pytorchjob.taints import Taint, Toleration, tolerations_of
 
 GPU = "nvidia.com/gpu"
 

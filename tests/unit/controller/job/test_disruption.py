@@ -25,11 +25,11 @@ from tests.builders.pod import (
     tolerating,
 )
 from tests.unit.controller.helpers import NOW
-from torchgate.controller.admission.nodes import Taint
 from torchgate.controller.job import disruption as dis
 from torchgate.controller.job.disruption import NodeHealth, TimedTaint
 from torchgate.controller.quarantine.rules import Fault, Outage
 from torchgate.pytorchjob.moments import format_time
+from torchgate.pytorchjob.taints import Taint
 
 LOST_AFTER = 30.0
 # What the kubelet writes on a pod it evicts under node pressure, and on one it terminates for a

@@ -11,7 +11,6 @@ from tests.builders.job import JobBuilder, container, gpu_job, job, parsed_job, 
 from tests.builders.node import node
 from tests.builders.pod import ended, set_phase
 from tests.unit.controller.helpers import NOW, World, env_of, is_quiet
-from torchgate.controller.admission.nodes import Taint
 from torchgate.controller.job.disruption import (
     NodeFault,
     NodeHealth,
@@ -29,6 +28,7 @@ from torchgate.controller.job.model import (
 from torchgate.controller.job.plan import asks_namespace_first, plan
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.moments import format_time
+from torchgate.pytorchjob.taints import Taint
 
 MASTER, W0, W1 = "demo-master-0", "demo-worker-0", "demo-worker-1"
 ALL = (MASTER, W0, W1)

@@ -104,6 +104,13 @@ def test_restart_policy_is_always_never() -> None:
     assert pod_of(raw)["spec"]["restartPolicy"] == "Never"
 
 
+@pytest.mark.parametrize("node", [None, "gpu-7"])
+def test_a_templates_node_name_is_dropped(node: str | None) -> None:
+    raw = demo(nodeName="quarantined-0")
+    assert "nodeName" not in pod_of(raw, node=node)["spec"]
+    assert raw["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["nodeName"]
+
+
 def test_env_goes_into_the_pytorch_container_only() -> None:
     raw = with_uid(
         job("demo")

@@ -11,12 +11,12 @@ from hypothesis import strategies as hs
 
 from tests.builders.job import job, parsed_job, with_uid
 from tests.unit.controller.helpers import NOW, World, env_of, is_quiet
-from torchgate.controller.admission.nodes import Taint
 from torchgate.controller.job.disruption import NodeHealth, TimedTaint, deleted_node
 from torchgate.controller.job.envvars import rendezvous_host
 from torchgate.controller.job.pods import build_pod, build_service
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.moments import format_time
+from torchgate.pytorchjob.taints import Taint
 
 GPU = "nvidia.com/gpu"
 
