@@ -578,24 +578,30 @@ def test_a_review_body_that_trickles_is_refused_and_its_connection_closed(
         assert server.stop() == 0
 
 
-def test_at_the_connection_cap_an_idle_connection_makes_room_and_busy_ones_refuse_more(
+def test_at_the_connection_cap_the_oldest_connection_that_asked_nothing_makes_room(
     tmp_path: Path,
 ) -> None:
     server = connections_server(tmp_path, "--max-connections", "8")
     body = json.dumps(review(load_seed("003-torchrun-cpu.yaml"))).encode()
-    held: list[ssl.SSLSocket] = []
+    held = [tls_connection(server) for _ in range(8)]
     try:
-        held = [tls_connection(server) for _ in range(8)]
-        # A ninth connection: the oldest idle one is closed for it, and it gets its answer.
         with tls_connection(server) as ninth:
             assert review_on(ninth, body)["response"]["allowed"] is True
         assert still_open(held[:1], within=5) == []
         assert still_open(held[1:], within=0.5) == held[1:]
+    finally:
         for connection in held:
             connection.close()
+        assert server.stop() == 0
 
-        # Eight connections that each had an answer are not idle newcomers: a new one is refused.
-        held = [tls_connection(server) for _ in range(8)]
+
+def test_at_the_connection_cap_with_every_connection_asking_a_new_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    server = connections_server(tmp_path, "--max-connections", "8")
+    body = json.dumps(review(load_seed("003-torchrun-cpu.yaml"))).encode()
+    held = [tls_connection(server) for _ in range(8)]
+    try:
         for connection in held:
             review_on(connection, body)
         assert is_refused(server)
