@@ -457,3 +457,156 @@ async def get(server: Server, route: str) -> tuple[int, str]:
         session.get(server.url + route, ssl=server.ssl_context()) as response,
     ):
         return response.status, await response.text()
+
+
+def connections_server(tmp_path: Path, *extra: str) -> Server:
+    make_certs(tmp_path)
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(yaml.safe_dump(POLICY))
+    return Server(tmp_path, policy_file, *extra)
+
+
+def tls_connection(server: Server) -> ssl.SSLSocket:
+    """A connection whose TLS handshake is done and that has sent nothing."""
+    plain = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    return server.ssl_context().wrap_socket(plain, server_hostname="127.0.0.1")
+
+
+def is_closed(connection: socket.socket) -> bool:
+    """Whether the server closed ``connection`` (EOF or reset), without waiting."""
+    connection.setblocking(False)
+    try:
+        return connection.recv(1) == b""
+    except (BlockingIOError, ssl.SSLWantReadError):
+        return False
+    except OSError:  # a reset, or a TLS record cut short
+        return True
+    finally:
+        connection.setblocking(True)
+
+
+def still_open(connections: list[socket.socket], within: float) -> list[socket.socket]:
+    """The connections the server has not closed ``within`` seconds from now."""
+    deadline = time.monotonic() + within
+    waiting = list(connections)
+    while waiting and time.monotonic() < deadline:
+        time.sleep(0.1)
+        waiting = [c for c in waiting if not is_closed(c)]
+    return waiting
+
+
+def is_refused(server: Server) -> bool:
+    """Whether a new connection is closed before it can ask anything."""
+    try:
+        with tls_connection(server) as connection:
+            connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            return connection.recv(65536) == b""
+    except OSError:  # reset before or during the handshake
+        return True
+
+
+def review_on(connection: ssl.SSLSocket, body: bytes) -> dict[str, Any]:
+    """Send one review on a kept-alive connection and read its answer."""
+    connection.sendall(
+        b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    received = b""
+    while b"\r\n\r\n" not in received:
+        received += connection.recv(65536)
+    head, _, rest = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(rest) < length:
+        rest += connection.recv(65536)
+    answer: dict[str, Any] = json.loads(rest)
+    return answer
+
+
+def test_connections_that_send_no_request_are_closed_while_reviews_are_answered(
+    tmp_path: Path,
+) -> None:
+    """Idle connections (no handshake, no request, half a request head) cannot pile up."""
+    server = connections_server(tmp_path, "--read-timeout-seconds", "2")
+    idle: list[socket.socket] = []
+    try:
+        for _ in range(40):  # TCP only: the TLS handshake never starts
+            idle.append(socket.create_connection(("127.0.0.1", server.port), timeout=10))
+        for _ in range(40):  # handshake done, no request
+            idle.append(tls_connection(server))
+        for _ in range(10):  # half a request head, never finished
+            connection = tls_connection(server)
+            connection.sendall(b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            idle.append(connection)
+
+        sent = review(load_seed("003-torchrun-cpu.yaml"))
+        with tls_connection(server) as working:
+            answer = review_on(working, json.dumps(sent).encode())
+        assert answer["response"]["uid"] == sent["request"]["uid"]
+        assert answer["response"]["allowed"] is True
+
+        assert still_open(idle, within=15) == []
+        assert server.process.poll() is None
+    finally:
+        for connection in idle:
+            connection.close()
+        assert server.stop() == 0
+
+
+def test_a_review_body_that_trickles_is_refused_and_its_connection_closed(
+    tmp_path: Path,
+) -> None:
+    server = connections_server(tmp_path, "--read-timeout-seconds", "2")
+    try:
+        with tls_connection(server) as slow:
+            slow.sendall(
+                b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+            )
+            slow.settimeout(15)
+            received = b""
+            while chunk := slow.recv(65536):
+                received += chunk
+        assert received.startswith(b"HTTP/1.1 400"), received
+        assert b"bad AdmissionReview: body not received within" in received
+    finally:
+        assert server.stop() == 0
+
+
+def test_at_the_connection_cap_the_oldest_connection_that_asked_nothing_makes_room(
+    tmp_path: Path,
+) -> None:
+    server = connections_server(tmp_path, "--max-connections", "8")
+    body = json.dumps(review(load_seed("003-torchrun-cpu.yaml"))).encode()
+    held = [tls_connection(server) for _ in range(8)]
+    try:
+        with tls_connection(server) as ninth:
+            assert review_on(ninth, body)["response"]["allowed"] is True
+        assert still_open(held[:1], within=5) == []
+        assert still_open(held[1:], within=0.5) == held[1:]
+    finally:
+        for connection in held:
+            connection.close()
+        assert server.stop() == 0
+
+
+def test_at_the_connection_cap_with_every_connection_asking_a_new_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    server = connections_server(tmp_path, "--max-connections", "8")
+    body = json.dumps(review(load_seed("003-torchrun-cpu.yaml"))).encode()
+    held = [tls_connection(server) for _ in range(8)]
+    try:
+        for connection in held:
+            review_on(connection, body)
+        assert is_refused(server)
+        assert review_on(held[0], body)["response"]["allowed"] is True
+    finally:
+        for connection in held:
+            connection.close()
+        assert server.stop() == 0

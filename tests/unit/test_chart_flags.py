@@ -51,6 +51,8 @@ WEBHOOK_FIXED = {
     "controller_url": "the Service torchgate-controller",
     "controller_ca_file": "the mounted CA",
     "forecast_timeout_seconds": "the default: a forecast never slows a review",
+    "read_timeout_seconds": "the default: the apiserver sends its request at once",
+    "idle_timeout_seconds": "the default: longer than the apiserver keeps an idle connection",
 }
 FIXED_BY_CHART = {"controller": CONTROLLER_FIXED, "webhook": WEBHOOK_FIXED}
 
@@ -86,6 +88,7 @@ SET_FROM_VALUES: dict[str, dict[str, tuple[dict[str, Any], Any]]] = {
         "log_format": ({"logging": {"format": "json"}}, "json"),
     },
     "webhook": {
+        "max_connections": ({"webhook": {"maxConnections": 100}}, 100),
         "log_level": ({"logging": {"level": "WARNING"}}, "WARNING"),
         "log_format": ({"logging": {"format": "json"}}, "json"),
     },

@@ -203,3 +203,29 @@ def test_every_controller_flag_with_a_default_names_it_in_its_help() -> None:
         and "default" not in (action.help or "")
     ]
     assert silent == []
+
+
+@pytest.mark.parametrize(
+    ("environment", "arguments", "expected"),
+    [(None, [], 256), ("40", [], 40), ("40", ["--max-connections=7"], 7)],
+)
+def test_the_webhooks_connection_cap_is_its_flag_else_its_environment_variable(
+    monkeypatch: pytest.MonkeyPatch, environment: str | None, arguments: list[str], expected: int
+) -> None:
+    monkeypatch.delenv("TORCHGATE_WEBHOOK_MAX_CONNECTIONS", raising=False)
+    if environment is not None:
+        monkeypatch.setenv("TORCHGATE_WEBHOOK_MAX_CONNECTIONS", environment)
+    required = ["--tls-cert-file=c", "--tls-private-key-file=k"]
+    args = cli.build_parser("webhook").parse_args(["webhook", *required, *arguments])
+    assert args.max_connections == expected
+
+
+@pytest.mark.parametrize("environment", ["0", "many"])
+def test_a_bad_connection_cap_in_the_environment_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], environment: str
+) -> None:
+    monkeypatch.setenv("TORCHGATE_WEBHOOK_MAX_CONNECTIONS", environment)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["webhook", "--tls-cert-file=c", "--tls-private-key-file=k"])
+    assert exit_info.value.code == 2
+    assert "--max-connections" in capsys.readouterr().err

@@ -8,6 +8,10 @@ then stops intake and lets in-flight reviews finish. Why the delay: a deleted po
 Service's endpoints a moment after it is told to stop (the EndpointSlice update, then each
 node's kube-proxy), and with ``failurePolicy: Fail`` every review routed to it in that moment would
 fail a user's ``kubectl apply`` while the other replica was there to answer.
+
+Connections are served by ``torchgate.tlslistener.TLSListener``: at most ``--max-connections``
+open (each costs about 0.3 MB), a deadline for the handshake and first request head, and an idle
+timeout, so connections left open by anyone who reaches the port cannot exhaust its memory.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from aiohttp import web
 from torchgate import jsonlog
 from torchgate.kube.client import ConfigError, KubeClient
 from torchgate.serving import ReloadingTLS
+from torchgate.tlslistener import TLSListener
 from torchgate.webhook.forecastclient import DEFAULT_TIMEOUT_SECONDS, ForecastClient
 from torchgate.webhook.jobsource import StoredJobs
 from torchgate.webhook.policysource import (
@@ -38,6 +43,18 @@ from torchgate.webhook.policysource import (
 from torchgate.webhook.server import DRAINING, MAX_BODY_BYTES, Metrics, create_app
 
 log = logging.getLogger("torchgate.webhook")
+
+MAX_CONNECTIONS_ENV = "TORCHGATE_WEBHOOK_MAX_CONNECTIONS"
+# 256 idle TLS connections cost about 70 MB (270 kB each, measured): within the manifests'
+# 256 MiB limit beside the process's own 45-60 MB, with room for reviews being read.
+DEFAULT_MAX_CONNECTIONS = 256
+# The apiserver sends its request as soon as its handshake is done and waits for the answer at
+# most 30 s (timeoutSeconds; the manifests set 5); 10 s is the TLS handshake deadline of Go's
+# HTTP clients.
+DEFAULT_READ_TIMEOUT_SECONDS = 10.0
+# The apiserver's webhook client closes a connection idle for 90 s (client-go's transport
+# defaults); the server waiting longer never closes one under a request the apiserver is sending.
+DEFAULT_IDLE_TIMEOUT_SECONDS = 120.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -74,6 +91,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="after SIGTERM keep answering this long (readyz 503) while the pod leaves its "
         "Service's endpoints, then stop (default 0; the manifests set 5)",
     )
+    connections = parser.add_argument_group(
+        "connections (bounds on what clients that hold connections open can cost)"
+    )
+    connections.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        default=os.environ.get(MAX_CONNECTIONS_ENV, str(DEFAULT_MAX_CONNECTIONS)),
+        help="connections open at once, TLS handshakes included (about 0.3 MB each); at the cap "
+        "the oldest one that has sent no request yet is closed for a new one, or the new one is "
+        f"refused (default {DEFAULT_MAX_CONNECTIONS}, or ${MAX_CONNECTIONS_ENV})",
+    )
+    connections.add_argument(
+        "--read-timeout-seconds",
+        type=_positive_float,
+        default=DEFAULT_READ_TIMEOUT_SECONDS,
+        help="a new connection's TLS handshake and first request head, and each review's body, "
+        "must arrive within this or the connection is closed (default %(default)s)",
+    )
+    connections.add_argument(
+        "--idle-timeout-seconds",
+        type=_positive_float,
+        default=DEFAULT_IDLE_TIMEOUT_SECONDS,
+        help="a kept-alive connection idle this long between requests is closed; longer than "
+        "the apiserver's own 90 s, so the apiserver closes first (default %(default)s)",
+    )
     forecast = parser.add_argument_group(
         "forecasts (one warning per created job saying what the controller would do with it)"
     )
@@ -94,6 +136,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="admission goes on without a forecast after this long (default %(default)s)",
     )
     jsonlog.add_arguments(parser)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise ValueError(text)
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -128,10 +184,21 @@ async def _serve(args: argparse.Namespace, tls: ReloadingTLS) -> None:
         server_timing=os.environ.get("TORCHGATE_SERVER_TIMING") == "1",
         forecasts=forecasts,
         jobs=None if api is None else StoredJobs(api),
+        read_timeout=args.read_timeout_seconds,
     )
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    runner = web.AppRunner(
+        app, handle_signals=False, access_log=None, keepalive_timeout=args.idle_timeout_seconds
+    )
     await runner.setup()
-    site = web.TCPSite(runner, args.bind, args.port, ssl_context=tls.context)
+    site = TLSListener(
+        runner,
+        args.bind,
+        args.port,
+        ssl_context=tls.context,
+        max_connections=args.max_connections,
+        read_timeout=args.read_timeout_seconds,
+        observe=metrics.observe_connection_closed,
+    )
     await site.start()
     log.info("serving on https://%s:%d", args.bind, args.port)
     tasks.append(asyncio.create_task(tls.watch(args.reload_interval)))

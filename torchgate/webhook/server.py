@@ -156,6 +156,18 @@ class Metrics:
             buckets=(0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5),
             registry=self.registry,
         )
+        self.connections_closed = Counter(
+            "torchgate_webhook_connections_closed_total",
+            "Connections closed by the server before a request, by reason (refused: at the cap "
+            "with no idle one to close; evicted: idle, closed for a new one; timeout: no "
+            "handshake and request head within the read timeout).",
+            ["reason"],
+            registry=self.registry,
+        )
+
+    def observe_connection_closed(self, reason: str) -> None:
+        """Count one connection the listener closed (``TLSListener``'s ``observe``)."""
+        self.connections_closed.labels(reason).inc()
 
     def observe_forecast(self, outcome: str, seconds: float) -> None:
         """Count one forecast (``ForecastClient``'s ``observe``)."""
@@ -183,19 +195,29 @@ def create_app(
     server_timing: bool = False,
     forecasts: ForecastClient | None = None,
     jobs: StoredJobs | None = None,
+    read_timeout: float | None = None,
 ) -> web.Application:
     """The webhook application (no TLS here; see ``serve``).
 
     With ``forecasts``, the validating route adds the controller's forecast to an allowed CREATE
     as one more warning (``forecastclient``: never blocking, never failing a review). ``jobs``
     reads the job a scale review is about; without it (no cluster) every scale is refused.
+    With ``read_timeout``, a review whose body has not all arrived that many seconds after its
+    head is answered 400 and its connection closed (a client trickling a body holds nothing).
     """
     metrics = metrics or Metrics()
     # aiohttp would answer 413 for an oversize body; we check the size ourselves to answer 400.
     app = web.Application(client_max_size=max_body_bytes + 1)
     draining = asyncio.Event()
     app[DRAINING] = draining
-    routes = _Routes(cache, metrics, max_body_bytes, server_timing=server_timing, draining=draining)
+    routes = _Routes(
+        cache,
+        metrics,
+        max_body_bytes,
+        server_timing=server_timing,
+        draining=draining,
+        read_timeout=read_timeout,
+    )
     routes.forecasts = forecasts
     routes.jobs = jobs
     app.router.add_post("/mutate", routes.mutate)
@@ -215,7 +237,9 @@ class _Routes:
         *,
         server_timing: bool,
         draining: asyncio.Event,
+        read_timeout: float | None = None,
     ) -> None:
+        self.read_timeout = read_timeout
         self.cache = cache
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
@@ -240,6 +264,8 @@ class _Routes:
         policy_for = cache.policy_for
         max_body_bytes = self.max_body_bytes
         too_large = f"body larger than {max_body_bytes} bytes"
+        read_timeout = self.read_timeout
+        too_slow = f"body not received within {read_timeout} s"
         draining = self.draining
         judges_scales = route == "validate"
 
@@ -249,16 +275,19 @@ class _Routes:
             try:
                 self._check_headers(request)
                 try:
-                    body = await request.read()
+                    async with asyncio.timeout(read_timeout):
+                        body = await request.read()
                 except web.HTTPRequestEntityTooLarge:
                     raise BadReview(too_large) from None
+                except TimeoutError:
+                    raise BadReview(too_slow) from None
                 if len(body) > max_body_bytes:
                     raise BadReview(too_large)
                 review = parse_review(body)
             except BadReview as exc:
                 answered["bad_request"] += 1
                 refused = web.Response(status=400, text=f"bad AdmissionReview: {exc}\n")
-                if draining.is_set():
+                if draining.is_set() or str(exc) == too_slow:  # see DRAINING; a trickled body
                     refused.force_close()  # see DRAINING
                 return refused
             asked = self._ask_forecast(review) if forecast and self.forecasts is not None else None
