@@ -29,8 +29,6 @@ has no successor to wait for and takes them off when it stops.
 
 Rules (each one function):
 
-Rules (each one function):
-
 1. ``team_statuses``: a TeamQuota's counters: GPUs used and borrowed (over nominal, in whole
    GPUs, rounded up) by its admitted gangs, GPUs held beyond what the team may hold
    (``overQuotaGPUs``, ``quota`` rule 6: its quota was lowered below its usage), its admitted
@@ -214,7 +212,7 @@ class PoolSource:
                 "resourceVersion": metadata.get("resourceVersion"),
             },
             "reason": REASON_QUOTA_USAGE_ABOVE,
-            "message": f"TeamQuota {name} {message}"[:1024],
+            "message": f"TeamQuota {name} is over its quota: {message}"[:1024],
             "type": "Warning",
             "source": {"component": "torchgate-controller"},
             "firstTimestamp": now,
@@ -237,6 +235,7 @@ class PoolSource:
         """
 
         async def release() -> bool:
+            found: Mapping[str, Any] | None = None
             if deployment is not None:
                 namespace, name = deployment
                 try:
@@ -246,17 +245,18 @@ class PoolSource:
                 except ApiError as exc:
                     log.warning(
                         "kept the finalizer on the TeamQuotas: could not read Deployment %s/%s: %s",
-                        *deployment,
+                        namespace,
+                        name,
                         exc,
                     )
                     return False
-                if not release_at_stop(found, known=True):
-                    log.info(
-                        "kept the finalizer on the TeamQuotas for the next leader: Deployment "
-                        "%s/%s still asks for replicas",
-                        *deployment,
-                    )
-                    return False
+            if not release_at_stop(found, known=deployment is not None):
+                log.info(
+                    "kept the finalizer on the TeamQuotas for the next leader: Deployment %s "
+                    "still asks for replicas",
+                    "/".join(deployment or ()),
+                )
+                return False
             for obj in list(self.quotas.values()):
                 metadata = obj["metadata"]
                 try:
@@ -376,7 +376,7 @@ def quota_conditions(
                 "reason": REASON_QUOTA_USAGE_ABOVE,
                 "message": (
                     f"its team's admitted gangs use {gpus_phrase(used)}, {beyond} more than "
-                    "its quota lets it hold (lowered below their usage): they keep running, "
+                    "its quota now lets it hold: they keep running (nothing is preempted for it), "
                     "what they use over nominal can be reclaimed by the other teams of its "
                     "cohort, and its new gangs wait until its usage is back within quota"
                 ),
