@@ -425,6 +425,8 @@ def _fixed_place(
         return args.leader_election_namespace, (name,)
     if deployed.component == "certs" and key == "SECRETS":
         return args.secret.namespace, (args.secret.name if verb in NAMED_VERBS else None,)
+    if deployed.component == "controller" and key == "DEPLOYMENTS":
+        return args.leader_election_namespace, (args.deployment,)  # its own, read as it stops
     if deployed.component == "controller" and key == "PODS" and verb == "patch":
         return args.leader_election_namespace, (None,)  # its own pod: the leader label
     return ANY_NAMESPACE, (None,)
@@ -443,6 +445,9 @@ def needs(objects: Sequence[Mapping[str, Any]], scan: CodeScan | None = None) ->
                 continue
             own_pod = component == "controller" and (resource, verb) == ("pods", "patch")
             if own_pod and not deployed.args.pod_name:
+                continue
+            own_deployment = component == "controller" and resource == "deployments"
+            if own_deployment and not deployed.args.deployment:
                 continue
             namespace, names = _fixed_place(deployed, hint, resource, verb)
             for name in names:

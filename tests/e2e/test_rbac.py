@@ -8,7 +8,8 @@ and its status written by the controller, a PyTorchJob admitted by the webhook (
 controller's pool service for a forecast: the controller reviews the webhook's token and access),
 its gang created, restarted after a failure, finished, cleaned up and deleted by its TTL, a job
 whose image never pulls quarantining its first node (the controller patches the Node), and
-leadership taken (the leader labels its pod) and handed back. On Kubernetes 1.37 the control plane
+leadership taken (the leader labels its pod) and handed back (the stopping leader reads its
+Deployment). On Kubernetes 1.37 the control plane
 runs with ``GenericWorkload`` on, so the gang gets its Workload and PodGroups (and the restart
 deletes the first attempt's). Then the audit log must show no 403 for those accounts, and every
 granted (resource, verb) used at least once: a rule nobody exercised is excess. A request the
@@ -388,6 +389,7 @@ def audit_log(audited: Cluster, tmp_path_factory: pytest.TempPathFactory) -> lis
             logs,
             "--leader-election-namespace", BASE_NAMESPACE,
             "--leader-election-id", "torchgate-controller",
+            "--deployment", "torchgate-controller",  # read as it stops (none here: it releases)
             "--pool-service-port", str(pool_port),
             "--pool-service-bind-address", "127.0.0.1",
             "--tls-cert-file", str(certs / "tls.crt"),

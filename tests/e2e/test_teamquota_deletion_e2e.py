@@ -1,15 +1,23 @@
-"""Deleting a TeamQuota while its team's gangs run, on the real control plane.
+"""A TeamQuota's lifecycle while its team's gangs run, on the real control plane.
+
+Deleted, kept across a rolling upgrade, released by an uninstall, lowered below its usage.
 
 The controller keeps its finalizer on a TeamQuota while the team has admitted gangs
 (``admission/poolsource.py`` rule 3): deleted meanwhile, the TeamQuota still governs its running
 gangs (another team still reclaims what they borrow), admits no new gang of its team (it waits,
-told why) and says so in its status; it goes once its gangs end, and at once when the controller
-stops (no deletion waits for a controller that is gone). Assertions read the cluster.
+told why) and says so in its status; it goes once its gangs end. A stopping leader keeps the
+finalizer while its Deployment still asks for replicas (a rolling upgrade: the next leader
+carries on) and takes it off every TeamQuota when the Deployment is scaled to zero (README's
+uninstall), so neither the uninstall nor deleting the CRD waits for running gangs; a controller
+run by hand (no ``--deployment``) takes it off when it stops. A quota lowered below what its
+running gangs use says so (``overQuotaGPUs``, an ``OverQuota`` condition, a Warning Event), keeps
+them running and holds the team's new gangs. Assertions read the cluster.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -109,7 +117,7 @@ def test_a_team_quota_deleted_while_its_gangs_run_keeps_governing_them_until_the
         what="the TeamQuota to go once its gangs ended",
     )
 
-    # A TeamQuota deleted while its gang runs goes when the controller stops.
+    # A TeamQuota deleted while its gang runs goes when a controller run by hand stops.
     cluster.wait_for(
         lambda: QUOTA_FINALIZER in (finalizers(cluster, team_o) or []),
         timeout=20,
@@ -128,3 +136,122 @@ def test_a_team_quota_deleted_while_its_gangs_run_keeps_governing_them_until_the
 def running_still(cluster: Cluster, namespace: str, name: str) -> bool:
     pods = live_pods(cluster, namespace, name)
     return bool(pods) and all(p["status"].get("phase") == "Running" for p in pods)
+
+
+def controller_deployment(namespace: str) -> dict[str, Any]:
+    """The controller's Deployment as the install has it; its pods never schedule here."""
+    labels = {"app.kubernetes.io/name": "torchgate", "app.kubernetes.io/component": "controller"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "torchgate-controller", "namespace": namespace},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "nodeSelector": {"torchgate.io/no-such-node": "true"},
+                    "containers": [{"name": "controller", "image": "torchgate"}],
+                },
+            },
+        },
+    }
+
+
+def test_a_rolling_upgrade_keeps_a_deleted_team_quota_and_an_uninstall_lets_it_and_the_crd_go(
+    cluster: Cluster,
+    pool: Pool,
+    controller: ControllerProcess,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    assert controller.stop() == 0, controller.log()  # replaced by controllers of a Deployment
+    system = cluster.new_namespace("torchgate")
+    cluster.apply(controller_deployment(system))
+    flags = ("--deployment", "torchgate-controller", "--leader-election-namespace", system)
+    logs = tmp_path_factory.mktemp("deployed")
+    old = ControllerProcess(cluster.kubeconfig, logs, *flags).start()
+    pool.nodes(2)
+    gone, kept = cluster.new_namespace("gone"), cluster.new_namespace("kept")
+    team_gone, team_kept = pool.team("gone", [gone], 8), pool.team("kept", [kept], 8)
+    pool.job(gone, "g0", pods=1, gpus=8)
+    pool.job(kept, "k0", pods=1, gpus=8)
+    wait_running(cluster, gone, "g0", 1)
+    wait_running(cluster, kept, "k0", 1)
+    for team in (team_gone, team_kept):
+        cluster.wait_for(
+            lambda team=team: QUOTA_FINALIZER in (finalizers(cluster, team) or []),
+            timeout=20,
+            what=f"the finalizer on TeamQuota {team}",
+        )
+    cluster.kubectl("delete", "teamquota", team_gone, "--wait=false")
+
+    # A rolling upgrade: the leader stops while its Deployment still asks for 2 replicas.
+    assert old.stop() == 0, old.log()
+    assert finalizers(cluster, team_gone) == [QUOTA_FINALIZER], "the deletion still waits"
+    new = ControllerProcess(cluster.kubeconfig, logs, *flags).start()
+    try:
+        pool.job(gone, "g1", pods=1, gpus=8)
+        cluster.wait_for(
+            lambda: queued_reason(cluster, gone, "g1") == "WaitingForQuota",
+            timeout=20,
+            what="the next leader to keep the deleted team closed to new gangs",
+        )
+        queued = condition(get_job(cluster, gone, "g1"), "Queued")
+        assert queued is not None
+        assert f"TeamQuota {team_gone} is being deleted" in queued["message"]
+
+        # Uninstall as README says: the controller scaled to zero first.
+        cluster.kubectl("scale", "deployment", "torchgate-controller", "-n", system, "--replicas=0")
+        assert new.stop() == 0, new.log()
+        assert finalizers(cluster, team_gone) is None, "no successor: the TeamQuota goes"
+        assert finalizers(cluster, team_kept) == [], "nor does another TeamQuota keep it"
+        # Deleting the CRD (every TeamQuota) waits for no gang either.
+        cluster.kubectl("delete", "crd", "teamquotas.torchgate.io", "--timeout=30s")
+        assert running_still(cluster, gone, "g0")
+        assert running_still(cluster, kept, "k0")
+    finally:
+        if new.process is not None and new.process.poll() is None:
+            new.stop()
+        cluster.kubectl("apply", "-f", str(QUOTA_CRD))
+        cluster.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s", "crd/teamquotas.torchgate.io"
+        )
+
+
+def test_a_quota_lowered_below_its_running_gangs_says_so_and_holds_new_gangs(
+    cluster: Cluster, pool: Pool
+) -> None:
+    pool.nodes(3)
+    namespace = cluster.new_namespace("lowered")
+    team = pool.team("lowered", [namespace], 16, borrowingLimitGPUs=0)
+    pool.job(namespace, "r0", pods=1, gpus=8)
+    pool.job(namespace, "r1", pods=1, gpus=8)
+    wait_running(cluster, namespace, "r0", 1)
+    wait_running(cluster, namespace, "r1", 1)
+
+    cluster.kubectl("patch", "teamquota", team, "--type=merge", "-p", '{"spec":{"nominalGPUs":8}}')
+    status = cluster.wait_for(
+        lambda: (s := quota_status(cluster, team)) and s.get("overQuotaGPUs") == 8 and s,
+        timeout=20,
+        what="the TeamQuota's status to count the GPUs beyond its lowered quota",
+    )
+    over = [c for c in status["conditions"] if c["type"] == "OverQuota"]
+    assert [(c["status"], c["reason"]) for c in over] == [("True", "UsageAboveQuota")]
+    events = cluster.kubectl(
+        "get", "events", "-n", "default", "-o", "json",
+        "--field-selector", f"involvedObject.name={team},reason=UsageAboveQuota",
+    ).stdout  # fmt: skip
+    assert '"type": "Warning"' in events
+
+    pool.job(namespace, "r2", pods=1, gpus=8)
+    cluster.wait_for(
+        lambda: queued_reason(cluster, namespace, "r2") == "WaitingForQuota",
+        timeout=20,
+        what="the team's new gang to wait for quota",
+    )
+    queued = condition(get_job(cluster, namespace, "r2"), "Queued")
+    assert queued is not None
+    assert f"team {team} is over its quota (16/8 GPUs" in queued["message"]
+    assert running_still(cluster, namespace, "r0"), "running gangs are not preempted for it"
+    assert running_still(cluster, namespace, "r1")

@@ -60,7 +60,8 @@ def test_kubectl_get_teamquotas_prints_quota_usage_and_borrowing(cluster: Cluste
         # What the controller writes (admission/poolsource.py), written here by hand.
         cluster.kubectl(
             "patch", "teamquota", vision, "--subresource=status", "--type=merge", "-p",
-            '{"status": {"usedGPUs": 40, "borrowedGPUs": 8, "admittedJobs": 5, "waitingJobs": 2}}',
+            '{"status": {"usedGPUs": 40, "borrowedGPUs": 8, "overQuotaGPUs": 0, "admittedJobs": 5, '
+            '"waitingJobs": 2}}',
         )  # fmt: skip
         table = cluster.kubectl("get", "teamquotas", vision, speech).stdout.splitlines()
         short = cluster.kubectl("get", "tq", vision, "-o", "name").stdout.strip()
@@ -69,10 +70,11 @@ def test_kubectl_get_teamquotas_prints_quota_usage_and_borrowing(cluster: Cluste
 
     header, *rows = [line.split() for line in table]
     assert header == [
-        "NAME", "COHORT", "NOMINAL", "BORROW-LIMIT", "USED", "BORROWED", "WAITING", "AGE",
+        "NAME", "COHORT", "NOMINAL", "BORROW-LIMIT", "USED", "BORROWED", "OVER-QUOTA", "WAITING",
+        "AGE",
     ]  # fmt: skip
     by_name = {row[0]: row for row in rows}
-    assert by_name[vision][1:7] == ["h100", "32", "16", "40", "8", "2"]
+    assert by_name[vision][1:8] == ["h100", "32", "16", "40", "8", "0", "2"]
     # No borrowing limit and no status yet: kubectl leaves those cells empty.
     assert by_name[speech][1:3] == ["h100", "32"]
     assert len(by_name[speech]) == 4  # name, cohort, nominal, age

@@ -30,6 +30,7 @@ CONTROLLER_FIXED = {
     "leader_elect": "always on: two replicas",
     "leader_election_namespace": "the pod's namespace",
     "leader_election_id": "the Lease the chart's Role grants",
+    "deployment": "the controller's own Deployment, which the chart's Role lets it get",
     "pool_service_port": "the Service torchgate-controller's target port",
     "pool_service_bind_address": "all addresses of the pod",
     "tls_cert_file": "the mounted serving certificate",

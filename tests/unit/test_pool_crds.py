@@ -98,7 +98,7 @@ def test_teamquota_crd_is_cluster_scoped_with_status_and_the_documented_columns(
     assert crd["spec"]["names"]["shortNames"] == ["tq"]
     assert (version["name"], version["served"], version["storage"]) == ("v1alpha1", True, True)
     assert version["subresources"] == {"status": {}}
-    # docs/pool-sharing.md: NAME COHORT NOMINAL BORROW-LIMIT USED BORROWED WAITING AGE
+    # docs/pool-sharing.md: NAME COHORT NOMINAL BORROW-LIMIT USED BORROWED OVER-QUOTA WAITING AGE
     columns = [(c["name"], c["jsonPath"]) for c in version["additionalPrinterColumns"]]
     assert columns == [
         ("Cohort", ".spec.cohort"),
@@ -106,6 +106,7 @@ def test_teamquota_crd_is_cluster_scoped_with_status_and_the_documented_columns(
         ("Borrow-Limit", ".spec.borrowingLimitGPUs"),
         ("Used", ".status.usedGPUs"),
         ("Borrowed", ".status.borrowedGPUs"),
+        ("Over-Quota", ".status.overQuotaGPUs"),
         ("Waiting", ".status.waitingJobs"),
         ("Age", ".metadata.creationTimestamp"),
     ]
@@ -131,7 +132,9 @@ def test_teamquota_crd_types_every_field_the_parser_reads() -> None:
     assert resource["properties"]["nominal"]["x-kubernetes-int-or-string"] is True
     # The status fields the controller writes (admission/poolsource.py), and its conditions.
     status = schema_node(schema, ".status")["properties"]
-    assert {"usedGPUs", "borrowedGPUs", "admittedJobs", "waitingJobs"} <= set(status)
+    assert {"usedGPUs", "borrowedGPUs", "overQuotaGPUs", "admittedJobs", "waitingJobs"} <= set(
+        status
+    )
     assert status["conditions"]["x-kubernetes-list-map-keys"] == ["type"]
     for path, node in _walk(schema):
         typed = "type" in node or node.get("x-kubernetes-int-or-string") is True

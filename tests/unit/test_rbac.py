@@ -64,6 +64,7 @@ CALLS: dict[tuple[str, str, str, str], str] = {
     # torchgate/controller/admission/poolsource.py
     ("controller", "torchgate.io", "teamquotas/status", "patch"): "usage, borrowing, Valid",
     ("controller", "torchgate.io", "teamquotas", "patch"): "finalizer while gangs are admitted",
+    ("controller", "apps", "deployments", "get"): "its own, as it stops: successor or uninstall",
     # torchgate/controller/quarantine/keeper.py
     ("controller", "", "nodes", "patch"): "quarantine taint, labels, faults annotation",
     # controller/poolservice.py (mark_leader) and kube/access.py (every caller of the pool service)

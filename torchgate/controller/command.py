@@ -201,6 +201,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="namespace of the Lease (default $POD_NAMESPACE or 'default')",
     )
     parser.add_argument(
+        "--deployment",
+        default=None,
+        help="this controller's Deployment, in $POD_NAMESPACE or --leader-election-namespace: "
+        "read when the leader stops, which takes its finalizer off the TeamQuotas only when the "
+        "Deployment is gone, being deleted or scaled to zero (default: none, always take it off)",
+    )
+    parser.add_argument(
         "--leader-election-id",
         default="torchgate-controller",
         help="name of the Lease (default torchgate-controller)",
@@ -270,6 +277,7 @@ def manager_settings(args: argparse.Namespace) -> ManagerOptions:
         wave_hold_seconds=args.wave_hold_seconds,
         stuck_termination_seconds=args.stuck_termination_seconds,
         gang_backoff_seconds=args.gang_backoff_seconds,
+        deployment=(args.leader_election_namespace, args.deployment) if args.deployment else None,
         options=Options(
             manage_unowned=args.manage_unowned,
             write_concurrency=args.write_concurrency,

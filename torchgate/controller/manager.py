@@ -134,6 +134,9 @@ class ManagerOptions:
     # How long to wait for the TeamQuota list at start (the CRD may not be installed).
     quota_sync_seconds: float = 10.0
     gang_objects_recheck_seconds: float = 30.0
+    # The controller's own Deployment (namespace, name): a stopping leader reads it to tell a
+    # rolling upgrade (keep the TeamQuotas' finalizer) from an uninstall (take it off).
+    deployment: tuple[str, str] | None = None
     options: Options = field(default_factory=Options)
 
 
@@ -522,8 +525,9 @@ async def run_as_leader(
 
     On ``stop`` it starts no reconcile, lets those in flight end (at most
     ``RECONCILE_DRAIN_SECONDS``: a gang is not left half created, its Events not recorded), then
-    stops acting (the manager is cancelled), then takes its finalizer off every TeamQuota (at
-    most ``QUOTA_RELEASE_SECONDS``: ``poolsource`` rule 3), then stops the pool
+    stops acting (the manager is cancelled), then, unless its Deployment still asks for replicas
+    (a rolling upgrade: the next leader carries on), takes its finalizer off every TeamQuota (at
+    most ``QUOTA_RELEASE_SECONDS``: ``poolsource`` rule 4), then stops the pool
     service (answers in flight get ``poolservice.DRAIN_SECONDS``, rule 7), then gives the Lease
     up (at most the renew deadline) while it sends the Events of what it did that it still holds
     (those waiting for a status write put off during a wave, and the recorder's backlog; at most
@@ -581,7 +585,9 @@ async def run_as_leader(
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         if stop.is_set() and run not in done:  # no TeamQuota waits for a controller gone
-            await manager.pool.release_finalizers(seconds=QUOTA_RELEASE_SECONDS)
+            await manager.pool.release_finalizers(
+                seconds=QUOTA_RELEASE_SECONDS, deployment=settings.deployment
+            )
         if run in done and run.exception() is not None:
             raise run.exception()  # type: ignore[misc]
     finally:

@@ -60,6 +60,7 @@ PRIORITY_CLASSES: Final = Resource("scheduling.k8s.io", "v1", "priorityclasses",
 WORKLOADS: Final = Resource("scheduling.k8s.io", "v1beta1", "workloads")
 POD_GROUPS: Final = Resource("scheduling.k8s.io", "v1beta1", "podgroups")
 LEASES: Final = Resource("coordination.k8s.io", "v1", "leases")
+DEPLOYMENTS: Final = Resource("apps", "v1", "deployments")
 MUTATING_WEBHOOK_CONFIGURATIONS: Final = Resource(
     "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", namespaced=False
 )

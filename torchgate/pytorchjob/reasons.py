@@ -43,6 +43,7 @@ QUEUED: Final = "Queued"
 PREEMPTED: Final = "Preempted"
 VALID: Final = "Valid"  # of a PlacementPolicy or a TeamQuota
 DELETING: Final = "Deleting"  # of a TeamQuota being deleted while its team's gangs hold capacity
+OVER_QUOTA: Final = "OverQuota"  # of a TeamQuota whose team's gangs hold more than it may
 CONDITION_TYPES: Final = (
     CREATED,
     RUNNING,
@@ -54,6 +55,7 @@ CONDITION_TYPES: Final = (
     PREEMPTED,
     VALID,
     DELETING,
+    OVER_QUOTA,
 )
 
 # The training-operator's reasons, on its conditions and on the Events that announce them.
@@ -137,6 +139,8 @@ REASON_QUOTA_VALID: Final = VALID
 REASON_QUOTA_INVALID: Final = "Invalid"
 # ``Deleting``'s reason: the TeamQuota's finalizer holds it until its team's admitted gangs end.
 REASON_QUOTA_GANGS_RUNNING: Final = "GangsRunning"
+# ``OverQuota``'s reason, and its Warning Event's: the quota was lowered below the team's usage.
+REASON_QUOTA_USAGE_ABOVE: Final = "UsageAboveQuota"
 
 RESTART_EVENT_REASONS: Final[frozenset[str]] = frozenset(
     {*get_args(Cause), REASON_RESTARTING, GANG_SCHEDULE_TIMEOUT} - {SCHEDULE_TIMEOUT}
@@ -165,6 +169,7 @@ CONDITION_REASONS: Final[frozenset[str]] = frozenset(
         REASON_QUOTA_VALID,
         REASON_QUOTA_INVALID,
         REASON_QUOTA_GANGS_RUNNING,
+        REASON_QUOTA_USAGE_ABOVE,
     }
 )
 """Every reason torchgate gives a condition."""

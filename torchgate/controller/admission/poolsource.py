@@ -15,27 +15,42 @@ team, so another team could no longer reclaim what they borrow and any higher-pr
 preempt them. As Kueue does for a ClusterQueue with admitted workloads, the controller keeps
 ``pool.QUOTA_FINALIZER`` on a TeamQuota while its team has admitted gangs (``kubectl delete``
 then waits for them; the team admits no new gang meanwhile: ``quota`` rule 5), and takes it off
-when none has. An idle TeamQuota has none, so it goes at once; and a stopping controller takes it
-off every TeamQuota (rule 3): the finalizer guards a deletion only while a controller is there to
-account for the gangs and to let it go (a TeamQuota deleted while none runs, or while one restarts
-before its first pass, goes at once, its gangs then counting for no team as before).
+when none has. An idle TeamQuota has none, so it goes at once.
+
+A stopping leader keeps the finalizers when a successor is coming (rule 4): a rolling upgrade, an
+evicted or deleted pod, a drained node all stop the leader while its Deployment still asks for
+replicas, and the next leader carries on (a deletion requested meanwhile keeps waiting for the
+gangs, the protection an upgrade must not drop). It takes them off every TeamQuota only when none
+is coming: its Deployment is gone, being deleted or scaled to zero. Uninstalling therefore scales
+the controller to zero first (README), while its ServiceAccount and RBAC still exist: ``helm
+uninstall`` deletes the Deployment, the RBAC and the ServiceAccount in one pass, so a leader
+stopped by it can no longer write anything. A controller not told its Deployment (run by hand)
+has no successor to wait for and takes them off when it stops.
 
 Rules (each one function):
 
 1. ``team_statuses``: a TeamQuota's counters: GPUs used and borrowed (over nominal, in whole
-   GPUs, rounded up) by its admitted gangs, its admitted and waiting jobs; teams without jobs
-   count zeros.
+   GPUs, rounded up) by its admitted gangs, GPUs held beyond what the team may hold
+   (``overQuotaGPUs``, ``quota`` rule 6: its quota was lowered below its usage), its admitted
+   and waiting jobs; teams without jobs count zeros.
 2. ``quota_conditions``: ``Valid`` with the errors that left a team out (``True`` without);
-   and, for a TeamQuota being deleted whose team still has admitted gangs, ``Deleting``
-   (``GangsRunning``) saying it admits no new gang and goes once they end.
+   for a TeamQuota being deleted whose team still has admitted gangs, ``Deleting``
+   (``GangsRunning``) saying it admits no new gang and goes once they end; for a team over its
+   quota, ``OverQuota`` (``UsageAboveQuota``) saying by how much, that its gangs keep running
+   and that its new gangs wait; the pass that first writes it also records a Warning Event
+   ``UsageAboveQuota`` on the TeamQuota (in namespace ``default``, as for a cluster-scoped
+   object), once per controller and per time it goes over.
 3. ``finalizers_wanted``: a TeamQuota's finalizers with ``pool.QUOTA_FINALIZER`` when its team
    has admitted gangs (running or reserved) and without it when it has none (a team left out
    counts none); a valid team no cycle has counted yet (the controller just started) keeps what
-   it has; when the controller stops (``release_finalizers``), every TeamQuota loses it, so that
-   no deletion waits for a controller that is gone (``helm uninstall`` deletes the controller and
-   the chart's TeamQuotas together; ``kubectl delete crd`` deletes every TeamQuota). Written
-   with the TeamQuota's ``resourceVersion`` (a conflict is tried again on the next pass), only
-   when they change.
+   it has. Written with the TeamQuota's ``resourceVersion`` (a conflict is tried again on the
+   next pass), only when they change.
+4. ``release_at_stop``: a stopping leader takes the finalizer off every TeamQuota
+   (``release_finalizers``) only when no successor is coming: its Deployment, read as it stops,
+   is gone, being deleted or scaled to zero replicas (an uninstall, ``kubectl scale
+   --replicas=0``), or it was not told its Deployment; otherwise (a rolling upgrade, an eviction)
+   it leaves them for the next leader. A Deployment it cannot read keeps them: protection first
+   (README's uninstall scales to zero before deleting, so no uninstall depends on that read).
 """
 
 from __future__ import annotations
@@ -47,17 +62,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from torchgate.controller.admission.quota import Admitted, TeamTotals
+from torchgate.controller.admission.quota import Admitted, TeamTotals, over_quota
 from torchgate.kube.client import MERGE_PATCH, KubeApi
-from torchgate.kube.errors import ApiError
+from torchgate.kube.errors import ApiError, NotFound
 from torchgate.kube.informer import Informer, ParsedOnce
-from torchgate.kube.resources import TEAM_QUOTAS
+from torchgate.kube.resources import DEPLOYMENTS, EVENTS, TEAM_QUOTAS
 from torchgate.pytorchjob import moments
 from torchgate.pytorchjob.fieldpath import FieldError
+from torchgate.pytorchjob.outlook import gpus_phrase
 from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.pytorchjob.pool import (
     GPUS,
     QUOTA_FINALIZER,
+    QUOTA_KIND,
     PoolSettings,
     TeamQuota,
     parse_team_quota,
@@ -66,8 +83,10 @@ from torchgate.pytorchjob.pool import (
 )
 from torchgate.pytorchjob.reasons import (
     DELETING,
+    OVER_QUOTA,
     REASON_QUOTA_GANGS_RUNNING,
     REASON_QUOTA_INVALID,
+    REASON_QUOTA_USAGE_ABOVE,
     REASON_QUOTA_VALID,
     VALID,
 )
@@ -152,10 +171,15 @@ class PoolSource:
             status: dict[str, Any] = dict(counters.get(name) or _zero())
             deleting = bool(metadata.get("deletionTimestamp"))
             status["conditions"] = quota_conditions(
-                errors[name], deleting_with=admitted if deleting else None
+                errors[name],
+                deleting_with=admitted if deleting else None,
+                over=(status.get("usedGPUs", 0), status.get("overQuotaGPUs", 0)),
             )
-            if self._written.get(name) == status:
+            previous = self._written.get(name)
+            if previous == status:
                 continue
+            if status.get("overQuotaGPUs") and not (previous or {}).get("overQuotaGPUs"):
+                await self._over_quota_event(name, metadata, status["conditions"][-1]["message"])
             now = moments.format_time(self.clock())
             body = {
                 **status,
@@ -173,13 +197,66 @@ class PoolSource:
         for name in [n for n in self._written if n not in errors]:
             del self._written[name]
 
-    async def release_finalizers(self, *, seconds: float) -> None:
-        """Take the finalizer off every TeamQuota: the controller stops (rule 3).
+    async def _over_quota_event(self, name: str, metadata: Mapping[str, Any], message: str) -> None:
+        """A Warning Event on TeamQuota ``name``: it holds more than its quota (rule 2)."""
+        now = moments.format_time(self.clock())
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{name}.", "namespace": "default"},
+            "involvedObject": {
+                "apiVersion": f"{TEAM_QUOTAS.group}/{TEAM_QUOTAS.version}",
+                "kind": QUOTA_KIND,
+                "name": name,
+                "uid": metadata.get("uid"),
+                "resourceVersion": metadata.get("resourceVersion"),
+            },
+            "reason": REASON_QUOTA_USAGE_ABOVE,
+            "message": f"TeamQuota {name} is over its quota: {message}"[:1024],
+            "type": "Warning",
+            "source": {"component": "torchgate-controller"},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await self.api.request("POST", EVENTS.path("default"), body=event)
+        except ApiError as exc:
+            log.warning("could not record an Event on TeamQuota %s: %s", name, exc)
 
-        Gives up after ``seconds``; a TeamQuota it could not release waits for the next leader.
+    async def release_finalizers(
+        self, *, seconds: float, deployment: tuple[str, str] | None = None
+    ) -> bool:
+        """Take the finalizer off every TeamQuota when no successor is coming (rule 4).
+
+        ``deployment``: the controller's Deployment (namespace, name), read first; ``None``: not
+        known, so none is coming. Gives up after ``seconds``; a TeamQuota it could not release
+        waits for the next leader. True when it released them.
         """
 
-        async def release() -> None:
+        async def release() -> bool:
+            found: Mapping[str, Any] | None = None
+            if deployment is not None:
+                namespace, name = deployment
+                try:
+                    found = await self.api.request("GET", DEPLOYMENTS.path(namespace, name))
+                except NotFound:
+                    found = None
+                except ApiError as exc:
+                    log.warning(
+                        "kept the finalizer on the TeamQuotas: could not read Deployment %s/%s: %s",
+                        namespace,
+                        name,
+                        exc,
+                    )
+                    return False
+            if not release_at_stop(found, known=deployment is not None):
+                log.info(
+                    "kept the finalizer on the TeamQuotas for the next leader: Deployment %s "
+                    "still asks for replicas",
+                    "/".join(deployment or ()),
+                )
+                return False
             for obj in list(self.quotas.values()):
                 metadata = obj["metadata"]
                 try:
@@ -188,11 +265,13 @@ class PoolSource:
                     log.warning(
                         "could not take the finalizer off TeamQuota %s: %s", metadata["name"], exc
                     )
+            return True
 
         try:
-            await asyncio.wait_for(release(), seconds)
+            return await asyncio.wait_for(release(), seconds)
         except TimeoutError:
             log.warning("gave up taking the finalizer off the TeamQuotas after %.0fs", seconds)
+            return False
 
     async def _write_finalizers(
         self, name: str, metadata: Mapping[str, Any], admitted: int | None
@@ -215,7 +294,13 @@ class PoolSource:
 
 
 def _zero() -> dict[str, int]:
-    return {"usedGPUs": 0, "borrowedGPUs": 0, "admittedJobs": 0, "waitingJobs": 0}
+    return {
+        "usedGPUs": 0,
+        "borrowedGPUs": 0,
+        "overQuotaGPUs": 0,
+        "admittedJobs": 0,
+        "waitingJobs": 0,
+    }
 
 
 def team_statuses(
@@ -242,16 +327,22 @@ def team_statuses(
         nominal = limit.nominal if limit is not None else amount
         out[name]["usedGPUs"] = math.ceil(amount / MILLI)
         out[name]["borrowedGPUs"] = math.ceil(max(0, amount - nominal) / MILLI)
+        beyond = over_quota(teams[name], totals.usage, teams).get(GPUS, 0)
+        out[name]["overQuotaGPUs"] = math.ceil(beyond / MILLI)
     return out
 
 
 def quota_conditions(
-    errors: Sequence[FieldError], *, deleting_with: int | None = None
+    errors: Sequence[FieldError],
+    *,
+    deleting_with: int | None = None,
+    over: tuple[int, int] = (0, 0),
 ) -> list[dict[str, Any]]:
     """A TeamQuota's conditions, without their transition times (rule 2).
 
     ``deleting_with``: when the TeamQuota is being deleted, its team's admitted gangs (``None``
-    when it is not being deleted, or no cycle has counted them yet).
+    when it is not being deleted, or no cycle has counted them yet). ``over``: the GPUs its
+    team uses and how many of them are beyond its quota.
     """
     if not errors:
         valid = {"type": VALID, "status": "True", "reason": REASON_QUOTA_VALID, "message": ""}
@@ -263,18 +354,35 @@ def quota_conditions(
             "reason": REASON_QUOTA_INVALID,
             "message": message,
         }
-    if not deleting_with:
-        return [valid]
-    deleting = {
-        "type": DELETING,
-        "status": "True",
-        "reason": REASON_QUOTA_GANGS_RUNNING,
-        "message": (
-            f"being deleted: admits no new gang of its team; goes once its {deleting_with} "
-            "admitted gang(s) end"
-        ),
-    }
-    return [valid, deleting]
+    conditions = [valid]
+    if deleting_with:
+        conditions.append(
+            {
+                "type": DELETING,
+                "status": "True",
+                "reason": REASON_QUOTA_GANGS_RUNNING,
+                "message": (
+                    f"being deleted: admits no new gang of its team; goes once its "
+                    f"{deleting_with} admitted gang(s) end"
+                ),
+            }
+        )
+    used, beyond = over
+    if beyond > 0:
+        conditions.append(
+            {
+                "type": OVER_QUOTA,
+                "status": "True",
+                "reason": REASON_QUOTA_USAGE_ABOVE,
+                "message": (
+                    f"its team's admitted gangs use {gpus_phrase(used)}, {beyond} more than "
+                    "its quota now lets it hold: they keep running (nothing is preempted for it), "
+                    "what they use over nominal can be reclaimed by the other teams of its "
+                    "cohort, and its new gangs wait until its usage is back within quota"
+                ),
+            }
+        )
+    return conditions
 
 
 def finalizers_wanted(finalizers: Sequence[str], *, admitted_jobs: int | None) -> list[str] | None:
@@ -288,3 +396,17 @@ def finalizers_wanted(finalizers: Sequence[str], *, admitted_jobs: int | None) -
     if admitted_jobs > 0:
         return [*finalizers, QUOTA_FINALIZER]
     return [name for name in finalizers if name != QUOTA_FINALIZER]
+
+
+def release_at_stop(deployment: Mapping[str, Any] | None, *, known: bool) -> bool:
+    """Whether a stopping leader takes the finalizer off every TeamQuota (rule 4).
+
+    ``deployment``: the controller's Deployment as read when it stops (``None``: not found);
+    ``known``: whether the controller was told its Deployment. True when no successor is coming.
+    """
+    if not known or deployment is None:
+        return True
+    if deployment.get("metadata", {}).get("deletionTimestamp"):
+        return True
+    replicas = deployment.get("spec", {}).get("replicas", 1)
+    return isinstance(replicas, int) and replicas <= 0

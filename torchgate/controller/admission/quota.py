@@ -39,6 +39,13 @@ Rules (each one function; amounts are milli-units per quota key, ``pool.GPUS`` f
    decided at all (it neither reclaims nor preempts). Its admitted gangs still count against its
    quota, may still be reclaimed when they borrow, and keep its protection, until they end and
    the TeamQuota goes (``poolsource`` rule 3); then its namespaces' gangs belong to no team.
+6. ``over_quota``: a team holds more than it may when an admin lowered its quota below what its
+   admitted gangs use: beyond nominal plus ``borrowingLimit``, or, with no limit, beyond nominal
+   by more than its cohort's usage exceeds the cohort's nominal quotas (no other team lends it).
+   Nothing is preempted for that alone: its gangs keep running, what they use over nominal is
+   borrowed and so reclaimable by the other teams of the cohort (rule 3), and its new gangs wait
+   (rule 2 says ``is over its quota``) until its usage is back within quota. ``poolsource``
+   reports the amount (``overQuotaGPUs``, an ``OverQuota`` condition and a Warning Event).
 """
 
 from __future__ import annotations
@@ -204,7 +211,13 @@ def check_quota(
             held = used.get(resource, 0)
             room = max(0, ceiling - max(held, limit.nominal))
             share = f"{_share(resource, held, limit.nominal)}; may borrow {format_milli(room)} more"
-            state = "is at its quota" if held >= limit.nominal else "is within its quota"
+            state = (
+                "is over its quota"
+                if held > ceiling
+                else "is at its quota"
+                if held >= limit.nominal
+                else "is within its quota"
+            )
             return QuotaWait(
                 f"team {team.name} {state} ({share}); the job needs {_amount(resource, want)}"
             )
@@ -352,3 +365,26 @@ def closed_to_new_gangs(
                 "it goes once its admitted gangs end"
             )
     return closed
+
+
+# ------------------------------------------------------------------ rule 6
+
+
+def over_quota(
+    team: TeamQuota, usage: Mapping[str, Units], teams: Mapping[str, TeamQuota]
+) -> dict[str, int]:
+    """Resource -> how much ``team`` holds beyond what it may (rule 6); only those over."""
+    used = usage.get(team.name, {})
+    cohort = [t for t in teams.values() if t.cohort == team.cohort]
+    over: dict[str, int] = {}
+    for resource, limit in team.limits.items():
+        held = used.get(resource, 0)
+        ceiling = limit.ceiling
+        if ceiling is not None:
+            excess = held - ceiling
+        else:
+            pool_nominal, pool_used = cohort_totals(cohort, resource, usage)
+            excess = min(held - limit.nominal, pool_used - pool_nominal)
+        if excess > 0:
+            over[resource] = excess
+    return over

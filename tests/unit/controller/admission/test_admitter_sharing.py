@@ -23,8 +23,9 @@ from tests.builders.team import DELETED_AT, parsed_team, team_quota
 from tests.unit.controller.helpers import World, ask
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.poolsource import PoolSource, team_statuses
+from torchgate.kube.errors import ApiError, NotFound
 from torchgate.kube.informer import Informer
-from torchgate.kube.resources import TEAM_QUOTAS
+from torchgate.kube.resources import DEPLOYMENTS, EVENTS, TEAM_QUOTAS
 from torchgate.pytorchjob.devices import GpuSources
 from torchgate.pytorchjob.pool import (
     QUOTA_FINALIZER,
@@ -102,6 +103,7 @@ def test_a_team_over_its_quota_waits_for_quota_and_the_status_counts_it() -> Non
     assert admitter.team_status["a"] == {
         "usedGPUs": 0,  # counted from the gangs holding capacity when the cycle began
         "borrowedGPUs": 0,
+        "overQuotaGPUs": 0,
         "admittedJobs": 0,
         "waitingJobs": 2,
     }
@@ -413,9 +415,11 @@ def test_team_status_borrowed_is_used_beyond_nominal(
 class QuotaStatusApi:
     """Records TeamQuota status patches (path -> the status sent) and metadata patches."""
 
-    def __init__(self) -> None:
+    def __init__(self, deployment: dict[str, Any] | ApiError | None = None) -> None:
         self.patches: dict[str, list[dict[str, Any]]] = {}
         self.metadata: dict[str, list[dict[str, Any]]] = {}
+        self.deployment = deployment  # what reading the controller's Deployment gives
+        self.events: list[dict[str, Any]] = []
 
     async def request(
         self,
@@ -426,6 +430,17 @@ class QuotaStatusApi:
         body: Any = None,
         content_type: str = "application/json",
     ) -> Any:
+        if method == "POST":
+            assert path == EVENTS.path("default")
+            self.events.append(body)
+            return body
+        if method == "GET":
+            assert path == DEPLOYMENTS.path(*CONTROLLER)
+            if self.deployment is None:
+                raise NotFound(404, "NotFound", "not found", method, path)
+            if isinstance(self.deployment, ApiError):
+                raise self.deployment
+            return self.deployment
         assert method == "PATCH"
         if not path.endswith("/status"):
             self.metadata.setdefault(path, []).append(body["metadata"])
@@ -524,18 +539,95 @@ async def test_a_team_quota_left_out_loses_its_finalizer() -> None:
     ]
 
 
-async def test_a_stopping_controller_takes_its_finalizer_off_every_team_quota() -> None:
-    api = QuotaStatusApi()
+CONTROLLER = ("torchgate-system", "torchgate-controller")
+
+
+def controller_deployment(replicas: int, *, deleting: bool = False) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": CONTROLLER[1], "namespace": CONTROLLER[0]}
+    if deleting:
+        metadata["deletionTimestamp"] = DELETED_AT
+    return {"metadata": metadata, "spec": {"replicas": replicas}}
+
+
+def held_quotas() -> list[dict[str, Any]]:
     held = team_quota("held", version="4", namespaces=["ns"], nominalGPUs=8)
     held["metadata"].update(finalizers=[QUOTA_FINALIZER], deletionTimestamp=DELETED_AT)
     kept = team_quota("kept", version="5", namespaces=["ns2"], nominalGPUs=8)
     kept["metadata"]["finalizers"] = ["other.io/x", QUOTA_FINALIZER]
     idle = team_quota("idle", version="6", namespaces=["ns3"], nominalGPUs=8)
-    await quota_source(api, {}, held, kept, idle).release_finalizers(seconds=5)
-    assert api.metadata == {
-        TEAM_QUOTAS.path(None, "held"): [{"finalizers": [], "resourceVersion": "4"}],
-        TEAM_QUOTAS.path(None, "kept"): [{"finalizers": ["other.io/x"], "resourceVersion": "5"}],
-    }
+    return [held, kept, idle]
+
+
+RELEASED = {
+    TEAM_QUOTAS.path(None, "held"): [{"finalizers": [], "resourceVersion": "4"}],
+    TEAM_QUOTAS.path(None, "kept"): [{"finalizers": ["other.io/x"], "resourceVersion": "5"}],
+}
+
+
+@pytest.mark.parametrize(
+    ("deployment", "known", "released"),
+    [
+        (None, False, True),
+        (None, True, True),
+        (controller_deployment(2, deleting=True), True, True),
+        (controller_deployment(0), True, True),
+        (controller_deployment(2), True, False),
+        (controller_deployment(1), True, False),
+        (ApiError(403, "Forbidden", "no", "GET", "/"), True, False),
+    ],
+    ids=[
+        "deployment-not-known",
+        "deployment-gone",
+        "deployment-being-deleted",
+        "scaled-to-zero",
+        "rolling-upgrade",
+        "one-replica-evicted",
+        "deployment-unreadable",
+    ],
+)
+async def test_a_stopping_controller_releases_the_team_quotas_only_when_no_successor_comes(
+    deployment: dict[str, Any] | ApiError | None, known: bool, released: bool
+) -> None:
+    api = QuotaStatusApi(deployment)
+    source = quota_source(api, {}, *held_quotas())
+    result = await source.release_finalizers(seconds=5, deployment=CONTROLLER if known else None)
+    assert (result, api.metadata) == ((True, RELEASED) if released else (False, {}))
+
+
+def test_team_status_counts_what_a_team_holds_beyond_its_lowered_quota() -> None:
+    teams = {"t": parsed_team("t", 8, 0, namespaces=["ns"])}
+    holding = [admitted("j0", 8, team="t"), admitted("j1", 8, team="t")]
+    status = team_statuses(teams, holding, [])["t"]
+    assert (status["usedGPUs"], status["borrowedGPUs"], status["overQuotaGPUs"]) == (16, 8, 8)
+
+
+async def test_a_team_over_its_quota_says_so_once_with_a_condition_and_a_warning_event() -> None:
+    api = QuotaStatusApi()
+    over = {"usedGPUs": 16, "borrowedGPUs": 8, "overQuotaGPUs": 8}
+    counters = {"a": {**over, "admittedJobs": 2, "waitingJobs": 1}}
+    raw = team_quota("a", version="1", namespaces=["ns"], nominalGPUs=8, borrowingLimitGPUs=0)
+    raw["metadata"]["uid"] = "uid-a"
+    source = quota_source(api, counters, raw)
+    await source.write_once()
+    counters["a"] = {**counters["a"], "waitingJobs": 2}
+    await source.write_once()
+    first, second = api.patches[TEAM_QUOTAS.path(None, "a", "status")]
+    for status in (first, second):
+        assert status["overQuotaGPUs"] == 8
+        assert [(c["type"], c["status"], c["reason"]) for c in status["conditions"]] == [
+            ("Valid", "True", "Valid"),
+            ("OverQuota", "True", "UsageAboveQuota"),
+        ]
+    (event,) = api.events  # once, when it went over
+    assert (event["type"], event["reason"], event["involvedObject"]["name"]) == (
+        "Warning",
+        "UsageAboveQuota",
+        "a",
+    )
+    counters["a"] = {**counters["a"], "usedGPUs": 8, "borrowedGPUs": 0, "overQuotaGPUs": 0}
+    await source.write_once()
+    third = api.patches[TEAM_QUOTAS.path(None, "a", "status")][-1]
+    assert [c["type"] for c in third["conditions"]] == ["Valid"]
 
 
 @pytest.mark.parametrize(

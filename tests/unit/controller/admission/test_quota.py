@@ -23,6 +23,7 @@ from torchgate.controller.admission.quota import (
     Verdict,
     check_quota,
     closed_to_new_gangs,
+    over_quota,
     reclaim_candidates,
     still_borrowing,
     usage_by_team,
@@ -312,3 +313,51 @@ def test_a_team_whose_quota_is_being_deleted_admits_no_new_gang(
     waits = closed_to_new_gangs([(namespace, "j")], owner, teams)
     assert list(waits) == ([(namespace, "j")] if closed else [])
     assert all("TeamQuota gone is being deleted" in message for message in waits.values())
+
+
+# ------------------------------------------------------------------ rule 6: lowered below usage
+
+LOWERED = {
+    t.name: t
+    for t in (
+        parsed_team("limited", 8, 0),  # lowered from 16: its two 8-GPU gangs hold 16
+        parsed_team("open", 8, cohort="alone"),  # no borrowing limit, alone in its cohort
+        parsed_team("lender", 8, cohort="lent"),  # lends open-lent its idle 8
+        parsed_team("open-lent", 8, cohort="lent"),
+        parsed_team("three", 8, 4, cohort="three"),
+    )
+}
+
+
+@pytest.mark.parametrize(
+    ("team_name", "gpus", "over"),
+    [
+        ("limited", [8, 8], {GPUS: 8 * G}),
+        ("limited", [8], {}),
+        ("three", [8, 8], {GPUS: 4 * G}),
+        ("three", [8, 4], {}),
+        ("open", [8, 8], {GPUS: 8 * G}),
+        ("open-lent", [8, 8], {}),
+    ],
+    ids=[
+        "over-nominal-plus-limit",
+        "at-nominal",
+        "over-by-part-of-a-gang",
+        "borrowing-within-limit",
+        "no-limit-nobody-lends",
+        "no-limit-borrowing-idle-quota",
+    ],
+)
+def test_a_team_is_over_its_quota_when_it_holds_more_than_it_may(
+    team_name: str, gpus: list[int], over: dict[str, int]
+) -> None:
+    running = [admitted(f"{team_name}-{i}", n, team=team_name) for i, n in enumerate(gpus)]
+    usage = usage_by_team(running)
+    assert over_quota(LOWERED[team_name], usage, LOWERED) == over
+
+
+def test_a_new_gang_of_a_team_over_its_quota_waits_and_is_told_so() -> None:
+    running = [admitted("l-0", 8, team="limited"), admitted("l-1", 8, team="limited")]
+    found = check_quota(LOWERED["limited"], {GPUS: 8 * G}, usage_by_team(running), LOWERED)
+    assert isinstance(found, QuotaWait)
+    assert found.message.startswith("team limited is over its quota (16/8 GPUs")
