@@ -361,6 +361,52 @@ async def test_it_serves_tls_only_with_the_certificate_torchgate_certs_made(
         await runner.cleanup()
 
 
+async def closed_by_server(reader: asyncio.StreamReader, within: float) -> bool:
+    """Whether the server closes the connection (EOF or reset) within ``within`` seconds."""
+    try:
+        return await asyncio.wait_for(reader.read(), timeout=within) == b""
+    except TimeoutError:
+        return False
+    except (ConnectionError, ssl.SSLError):
+        return True
+
+
+async def test_connections_that_ask_nothing_are_closed_and_at_the_cap_make_room(
+    apiserver: Apiserver, tmp_path: Path, unused_tcp_port: int
+) -> None:
+    """Rule 8: connections that never ask cannot pile up in the controller's memory."""
+    assert torchgate(["certs", "--out-dir", str(tmp_path), "--ip", "127.0.0.1"]) == 0
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    runner = await serve_pool(
+        facts_of(cluster()),
+        AccessReviews(apiserver),  # type: ignore[arg-type]
+        bind="127.0.0.1",
+        port=unused_tcp_port,
+        tls=context,
+        max_connections=4,
+        read_timeout=1.0,
+    )
+    trusting = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    idle = [
+        await asyncio.open_connection(
+            "127.0.0.1", unused_tcp_port, ssl=trusting, server_hostname="127.0.0.1"
+        )
+        for _ in range(4)
+    ]
+    try:
+        async with aiohttp.ClientSession() as session:  # a fifth connection, at the cap
+            url = f"https://127.0.0.1:{unused_tcp_port}{POOL_PATH}"
+            async with session.get(url, ssl=trusting, headers=bearer("alice-token")) as ok:
+                assert ok.status == 200
+        for reader, _ in idle:
+            assert await closed_by_server(reader, within=15)
+    finally:
+        for _, writer in idle:
+            writer.close()
+        await runner.cleanup()
+
+
 async def test_stopping_waits_for_answers_in_flight_only_briefly(
     tmp_path: Path, unused_tcp_port: int
 ) -> None:

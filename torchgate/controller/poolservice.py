@@ -45,6 +45,11 @@ Rules:
    TokenReview and SubjectAccessReview for up to the client's 30 s when the apiserver hangs, and a
    stopping leader gives its Lease up only after the pool service has stopped: both must fit in
    the pod's 30 s grace period. An answer takes milliseconds when the apiserver answers.
+8. Connections are bounded as the webhook's are (``tlslistener.TLSListener``): at most
+   ``MAX_CONNECTIONS`` open, the handshake and first request head within ``READ_TIMEOUT_SECONDS``
+   of accept, idle ones closed after ``IDLE_TIMEOUT_SECONDS``. Whoever reaches the port (any pod,
+   where no NetworkPolicy limits it) cannot exhaust the controller's memory with connections that
+   ask nothing: the controller would be OOM-killed, and with it every job's reconcile.
 """
 
 from __future__ import annotations
@@ -89,6 +94,7 @@ from torchgate.pytorchjob.outlook import (
 from torchgate.pytorchjob.policy import PlacementPolicy
 from torchgate.pytorchjob.spec import is_suspended, managed_by
 from torchgate.serving import ReloadingTLS
+from torchgate.tlslistener import TLSListener
 
 log = logging.getLogger("torchgate.controller.poolservice")
 
@@ -98,6 +104,9 @@ ANSWER_BURST_SECONDS: Final = 1.0
 LEADER_LABEL: Final = "torchgate.io/leader"
 UNNAMED_SUFFIX: Final = "-<generated>"
 DRAIN_SECONDS: Final = 2.0  # rule 7
+MAX_CONNECTIONS: Final = 128  # rule 8: a few webhook replicas and people's CLIs; ~0.3 MB each
+READ_TIMEOUT_SECONDS: Final = 10.0  # rule 8: a client sends its request at once
+IDLE_TIMEOUT_SECONDS: Final = 120.0  # rule 8: past the webhook's and Go clients' 90 s
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,6 +361,8 @@ async def serve_pool(
     bind: str,
     port: int,
     tls: ssl.SSLContext,
+    max_connections: int = MAX_CONNECTIONS,
+    read_timeout: float = READ_TIMEOUT_SECONDS,
 ) -> web.AppRunner:
     """Start the pool service on ``bind:port`` over TLS; the caller cleans the runner up."""
     runner = web.AppRunner(
@@ -359,9 +370,18 @@ async def serve_pool(
         handle_signals=False,
         access_log=None,
         shutdown_timeout=DRAIN_SECONDS,  # rule 7
+        keepalive_timeout=IDLE_TIMEOUT_SECONDS,  # rule 8
     )
     await runner.setup()
-    await web.TCPSite(runner, bind, port, ssl_context=tls).start()
+    listener = TLSListener(  # rule 8
+        runner,
+        bind,
+        port,
+        ssl_context=tls,
+        max_connections=max_connections,
+        read_timeout=read_timeout,
+    )
+    await listener.start()
     log.info("pool service on https://%s:%d", bind, port)
     return runner
 
