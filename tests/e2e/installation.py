@@ -97,7 +97,14 @@ def cluster_without_torchgate(
             yield cluster
         finally:
             for kind, name in leftovers:
-                cluster.kubectl("delete", kind, name, "--ignore-not-found", check=False)
+                # A TeamQuota whose gangs a failed test left running keeps its finalizer.
+                cluster.kubectl(
+                    "delete", kind, name, "--ignore-not-found", "--wait=false", check=False
+                )
+                cluster.kubectl(
+                    "patch", kind, name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
+                    check=False,
+                )  # fmt: skip
             force_uninstall(cluster)
 
 

@@ -10,7 +10,8 @@ with torchgate's controller on a tainted 16-GPU kwok node. Then:
   although the node has room;
 - the first ``helm upgrade`` (a controller setting changed) adopts the quota and the policy into
   the release; the next, raising ``nominalGPUs`` to 16, starts the second gang (the quota updated
-  in place), and one without the entry deletes it.
+  in place), and one without the entry deletes it: while its gangs run it keeps governing them
+  (its finalizer), and it is gone once they end.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from tests.e2e.installation import (
     running_pods,
     wait_rolled_out,
 )
+from torchgate.pytorchjob.pool import QUOTA_FINALIZER
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_node, pytest.mark.timeout(900)]
 
@@ -124,8 +126,22 @@ def test_quota_and_policy_from_the_values_file_are_installed_enforced_and_upgrad
     assert raised is not None
     assert raised["metadata"]["uid"] == quota["metadata"]["uid"], "updated, not replaced"
 
+    # Removed from the values, the quota is deleted; its gangs still run, so it keeps governing
+    # them (the finalizer) until they end, then it is gone (docs/pool-sharing.md).
     helm(cluster, tmp_path, "upgrade", pool_values(nominal_gpus=None))
+    deleting = cluster.wait_for(
+        lambda: (
+            (q := cluster.get("teamquota", QUOTA)) and q["metadata"].get("deletionTimestamp") and q
+        ),
+        timeout=60,
+        what="the quota being deleted",
+    )
+    assert QUOTA_FINALIZER in deleting["metadata"]["finalizers"], "its gangs still run"
+    for name in ("first", "second"):
+        cluster.kubectl("delete", "pytorchjob", name, "-n", TEAM_NAMESPACE, "--wait=false")
     cluster.wait_for(
-        lambda: cluster.get("teamquota", QUOTA) is None, timeout=60, what="the quota deleted"
+        lambda: cluster.get("teamquota", QUOTA) is None,
+        timeout=90,
+        what="the quota deleted once its gangs ended",
     )
     assert cluster.get("placementpolicy", POLICY) is not None
