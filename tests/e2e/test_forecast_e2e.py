@@ -384,10 +384,16 @@ def test_a_job_naming_no_manager_is_told_whether_the_controller_runs_it(
 
         forecast = cluster.wait_for(simulated, timeout=60, what="the controller's forecast")
         cluster.kubectl("apply", "-f", "-", input=text)
-        explained = torchgate(stack, cluster, "explain", "unowned", "-n", namespace).stdout
+
+        def explained_not_run() -> str | None:  # once the controller's cache holds the job
+            told = torchgate(stack, cluster, "explain", "unowned", "-n", namespace).stdout
+            return told if "does not run it" in told else None
+
+        explained = cluster.wait_for(explained_not_run, timeout=15, what="explain: not run")
     finally:
-        assert strict.stop() == 0, strict.log()
-        stack.controller.start()
+        stopped = strict.stop()
+        stack.controller.start()  # the module's controller, --manage-unowned, for what follows
+    assert stopped == 0, strict.log()
     assert "torchgate does not run it: spec.runPolicy.managedBy is unset" in explained
     assert "not admitted yet" not in explained
     assert (forecast["verdict"], forecast["reason"]) == ("Wait", "ManagedElsewhere"), forecast
