@@ -104,7 +104,13 @@ def cluster() -> Admitter:
     return admitter
 
 
-def facts_of(admitter: Admitter, *, synced: bool = True) -> PoolFacts:
+def facts_of(
+    admitter: Admitter,
+    *,
+    synced: bool = True,
+    jobs: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
+    manage_unowned: bool = True,
+) -> PoolFacts:
     def make_candidate(raw: Mapping[str, Any], since: float) -> Waiting | list[FieldError]:
         replicas = raw["spec"]["pytorchReplicaSpecs"]["Master"].get("replicas", 1)
         if not isinstance(replicas, int):
@@ -118,7 +124,8 @@ def facts_of(admitter: Admitter, *, synced: bool = True) -> PoolFacts:
         policies=lambda: (),
         synced=lambda: synced,
         clock=admitter.clock,
-        ours=lambda raw: is_ours(raw, Options(manage_unowned=True)),
+        ours=lambda raw: is_ours(raw, Options(manage_unowned=manage_unowned)),
+        cached=lambda namespace, name: (jobs or {}).get((namespace, name)),
     )
 
 
@@ -223,6 +230,36 @@ async def test_a_job_another_controller_runs_is_forecast_to_be_run_by_it_not_to_
     warning = forecast_warning(told)
     assert ("will start now" in warning) is (verdict == "Start")
     assert (manager in warning) is (verdict == "Wait")
+
+
+@pytest.mark.parametrize(
+    ("manager", "manage_unowned", "runs"),
+    [
+        (None, False, False),  # names no manager, no --manage-unowned: not run
+        (None, True, True),
+        ("torchgate.io/controller", False, True),
+        ("kubeflow.org/training-operator", True, False),
+    ],
+    ids=["unowned", "unowned-managed", "torchgate", "training-operator"],
+)
+async def test_a_jobs_outlook_says_whether_this_controller_runs_it(
+    apiserver: Apiserver,
+    aiohttp_client: Any,
+    manager: str | None,
+    manage_unowned: bool,
+    runs: bool,
+) -> None:
+    built = job("mine", "team-a").master(gpus=8)
+    raw = (built if manager is None else built.run_policy(managedBy=manager)).build()
+    facts = facts_of(cluster(), jobs={("team-a", "mine"): raw}, manage_unowned=manage_unowned)
+    client = await aiohttp_client(create_pool_app(facts, AccessReviews(apiserver)))  # type: ignore[arg-type]
+
+    mine = await client.get(f"{JOBS_PATH}/team-a/mine", headers=bearer("alice-token"))
+    unseen = await client.get(f"{JOBS_PATH}/team-a/unseen", headers=bearer("alice-token"))
+
+    assert (mine.status, unseen.status) == (200, 200)
+    assert outlook_from_json(await mine.json()).runs is runs
+    assert outlook_from_json(await unseen.json()).runs is None  # not cached: not known
 
 
 @pytest.mark.parametrize(

@@ -42,7 +42,12 @@ class ControllerProcess:
     """One ``torchgate controller`` process with its log file and metrics port."""
 
     def __init__(
-        self, kubeconfig: Path, log_dir: Path, *extra: str, leader_elect: bool = False
+        self,
+        kubeconfig: Path,
+        log_dir: Path,
+        *extra: str,
+        leader_elect: bool = False,
+        manage_unowned: bool = True,
     ) -> None:
         self.kubeconfig = kubeconfig
         self.metrics_port = free_port()
@@ -54,7 +59,7 @@ class ControllerProcess:
             "controller",
             "--kubeconfig",
             str(kubeconfig),
-            "--manage-unowned",
+            *(["--manage-unowned"] if manage_unowned else []),
             "--metrics-bind-address",
             "127.0.0.1",
             "--metrics-port",

@@ -65,6 +65,21 @@ class Stack:
         }
 
 
+def serving_controller(
+    cluster: Cluster, workdir: Path, webhook: LocalWebhook, pool_port: int, **options: bool
+) -> ControllerProcess:
+    """A controller serving the pool service on ``pool_port`` with the webhook's certificate."""
+    return ControllerProcess(
+        cluster.kubeconfig,
+        workdir,
+        "--pool-service-port", str(pool_port),
+        "--pool-service-bind-address", "127.0.0.1",
+        "--tls-cert-file", str(webhook.tls / TLS_CERT),
+        "--tls-private-key-file", str(webhook.tls / TLS_KEY),
+        **options,
+    )  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def stack(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     if cluster.plane.attached:
@@ -74,14 +89,7 @@ def stack(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     workdir = tmp_path_factory.mktemp("forecast")
     webhook = LocalWebhook(cluster, workdir, controller_port=pool_port)
     ca_bundle = webhook.make_certificates()
-    controller = ControllerProcess(
-        cluster.kubeconfig,
-        workdir,
-        "--pool-service-port", str(pool_port),
-        "--pool-service-bind-address", "127.0.0.1",
-        "--tls-cert-file", str(webhook.tls / TLS_CERT),
-        "--tls-private-key-file", str(webhook.tls / TLS_KEY),
-    ).start()  # fmt: skip
+    controller = serving_controller(cluster, workdir, webhook, pool_port).start()
     webhook.start()
     try:
         webhook.register(ca_bundle)
@@ -355,6 +363,45 @@ def test_a_job_the_training_operator_runs_is_told_torchgate_does_not_run_it(
     assert "kubeflow.org/training-operator: that controller runs it" in explained.stdout
     assert "not admitted yet" not in explained.stdout
     assert live_pods(cluster, namespace, "theirs") == []
+
+
+def test_a_job_naming_no_manager_is_told_whether_the_controller_runs_it(
+    cluster: Cluster, stack: Stack, pool: Pool, tmp_path: Path
+) -> None:
+    pool.nodes(1)
+    namespace = cluster.new_namespace("unowned")
+    text = manifest(pool, namespace, "unowned", pods=1, gpus=8)  # no spec.runPolicy.managedBy
+    port = int(stack.url.rsplit(":", 1)[1])
+    assert stack.controller.stop() == 0
+    strict = serving_controller(cluster, tmp_path, stack.webhook, port, manage_unowned=False)
+    strict.start()
+    try:
+
+        def simulated() -> Any:
+            told = torchgate(stack, cluster, "simulate", "-f", "-", "-o", "json", stdin=text)
+            answer = json.loads(told.stdout) if told.returncode == 0 else None
+            return answer if isinstance(answer, dict) and "verdict" in answer else None
+
+        forecast = cluster.wait_for(simulated, timeout=60, what="the controller's forecast")
+        cluster.kubectl("apply", "-f", "-", input=text)
+
+        def explained_not_run() -> str | None:  # once the controller's cache holds the job
+            told = torchgate(stack, cluster, "explain", "unowned", "-n", namespace).stdout
+            return told if "does not run it" in told else None
+
+        explained = cluster.wait_for(explained_not_run, timeout=15, what="explain: not run")
+    finally:
+        stopped = strict.stop()
+        stack.controller.start()  # the module's controller, --manage-unowned, for what follows
+    assert stopped == 0, strict.log()
+    assert "torchgate does not run it: spec.runPolicy.managedBy is unset" in explained
+    assert "not admitted yet" not in explained
+    assert (forecast["verdict"], forecast["reason"]) == ("Wait", "ManagedElsewhere"), forecast
+    assert live_pods(cluster, namespace, "unowned") == []
+    # With --manage-unowned the controller runs it, and explain does not say otherwise.
+    wait_running(cluster, namespace, "unowned", 1)
+    run = torchgate(stack, cluster, "explain", "unowned", "-n", namespace)
+    assert "does not run it" not in run.stdout
 
 
 def test_explain_names_the_pods_of_an_admitted_job_that_have_not_started_and_why(

@@ -22,9 +22,11 @@ Rules (each one function):
    and why (rule 5), never that its pods are still being created once they exist. A suspended
    job's reason and message are its ``Suspended`` condition's (``PyTorchJobSuspended``, ``PyTorchJob
    <name> is suspended.``), or say the controller has yet to act on the suspension, and its
-   rendering says how to resume it (``RESUME``). A waiting job whose ``runPolicy.managedBy``
-   names another controller says torchgate does not run it and who does
-   (``outlook.run_elsewhere``), never that it is not admitted yet.
+   rendering says how to resume it (``RESUME``). A waiting job torchgate does not run says so
+   and who does (``outlook.run_elsewhere``), never that it is not admitted yet: the controller's
+   answer (``JobOutlook.runs``, its ``is_ours``: a job naming no manager is run only under
+   ``--manage-unowned``), else (no answer, or an older controller's) its
+   ``runPolicy.managedBy`` naming another controller.
 3. ``restarts_of``: the restarts its Events tell, newest last, each with its cause (the Event's
    reason, one of ``reasons.RESTART_EVENT_REASONS``: ``PyTorchJobRestarting``, ``Hang``,
    ``Preempted``, ``GangIncomplete``, ``GangScheduleTimeout``, or a disruption's cause such as
@@ -271,9 +273,16 @@ def explain(
             **common,
         )
     manager = managed_by(job)
-    if manager is not None and manager != names.CONTROLLER_NAME:
+    if not _runs(manager, outlook):
         return Explanation(reason="", message=run_elsewhere(manager), **common)
     return _waiting(job, _true(conditions, reasons.QUEUED), outlook, pods, common)
+
+
+def _runs(manager: str | None, outlook: JobOutlook | None) -> bool:
+    """Whether torchgate runs the job: the controller's answer, else its ``managedBy``."""
+    if outlook is not None and outlook.runs is not None:
+        return outlook.runs
+    return manager is None or manager == names.CONTROLLER_NAME
 
 
 def _waiting(

@@ -335,6 +335,7 @@ class Manager:
             synced=self.synced.is_set,
             clock=self.admitter.clock,
             ours=lambda job: is_ours(job, self.reconciler.options),
+            cached=self.jobs.get,
         )
 
     # ------------------------------------------------------------------ event handlers

@@ -12,7 +12,8 @@ Routes (TLS only; documented in docs/operations.md):
   (``outlook.Forecast``). The webhook asks on every CREATE; ``torchgate simulate`` asks too.
   Needs ``create`` on ``forecasts.torchgate.io`` in the job's namespace.
 - ``GET /v1/jobs/<namespace>/<name>``: one job (``outlook.JobOutlook``), for ``torchgate
-  explain``. Needs ``get`` on that PyTorchJob: whoever may read a job may ask why it waits.
+  explain``, with whether this controller runs it (``runs``: ``facts.ours``, as the forecast).
+  Needs ``get`` on that PyTorchJob: whoever may read a job may ask why it waits.
 - ``GET /v1/pool``: the pool view (``outlook.PoolView``), for ``torchgate top``. Needs ``get``
   on ``pools.torchgate.io`` (cluster-wide).
 - ``GET /healthz``: no authentication, no data.
@@ -60,7 +61,7 @@ import ssl
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -120,6 +121,8 @@ class PoolFacts:
         synced: Whether the caches are filled.
         clock: The admitter's clock (a candidate's place in the queue starts now).
         ours: ``reconciler.is_ours`` with the controller's options: whether it runs a raw job.
+        cached: ``(namespace, name)`` -> the job as the controller's cache holds it, if it does
+            (a job outlook's ``runs`` is ``ours`` of it).
     """
 
     snapshot: Callable[[Waiting | None, str], tuple[Snapshot, WaitingGang | None]]
@@ -128,6 +131,7 @@ class PoolFacts:
     synced: Callable[[], bool]
     clock: Callable[[], float]
     ours: Callable[[Mapping[str, Any]], bool]
+    cached: Callable[[str, str], Mapping[str, Any] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,11 +327,15 @@ class _Service:
         )
         if refused is not None:
             return refused
-        return self._answer(
-            lambda: job_outlook(
+
+        def answer() -> Any:
+            outlook = job_outlook(
                 self.facts.snapshot(None, self._gpu_resource())[0], (namespace, name)
-            ).to_json()
-        )
+            )
+            raw = self.facts.cached(namespace, name)
+            return replace(outlook, runs=None if raw is None else self.facts.ours(raw)).to_json()
+
+        return self._answer(answer)
 
     async def pool(self, request: web.Request) -> web.Response:
         refused = await self._allowed(request, Attributes("get", RBAC_GROUP, POOLS))

@@ -25,7 +25,11 @@ Rules (each one function):
 4. ``JobOutlook`` / ``outlook_from_json``: one job as the controller sees it (``torchgate
    explain``): waiting with its kind, reason, message, place and what must end for it to start
    (``must_end``, or, when none may be preempted for it, ``ending_lets_start``);
-   or holding nodes (running, or reserved), with its nodes, domains and admission time.
+   or holding nodes (running, or reserved), with its nodes, domains and admission time; and
+   whether the controller runs it at all (``runs``: ``reconciler.is_ours`` on the job it has
+   cached, ``False`` for a job naming another manager or, without ``--manage-unowned``, none).
+   ``None`` when not known: the controller has not seen the job, or is older and sends no
+   ``runs``.
 5. ``PoolView`` / ``pool_from_json``: the pool as a whole (``torchgate top``): per team quota,
    usage, borrowing, lending, waiting demand and the longest wait; per topology domain GPUs used
    and free; the nodes placement cannot use and why; the jobs waiting for the gangs preempted
@@ -416,6 +420,7 @@ class JobOutlook:
         team: The team owning its namespace.
         priority: The priority it is queued with.
         gpus: What its gang counts against quota (milli).
+        runs: Whether the controller runs the job (``reconciler.is_ours``); ``None``: not known.
     """
 
     job: str
@@ -437,6 +442,7 @@ class JobOutlook:
     team: str | None = None
     priority: int | None = None
     gpus: int = 0
+    runs: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The wire form (rule 4)."""
@@ -460,13 +466,16 @@ class JobOutlook:
             "team": self.team,
             "priority": self.priority,
             "gpus": _gpus(self.gpus),
+            "runs": self.runs,
         }
 
 
 def outlook_from_json(raw: object) -> JobOutlook:
     """A ``JobOutlook`` from its wire form; ``MalformedAnswer`` when it has another shape."""
     body = _mapping(raw, "outlook")
-    team, admitted = body.get("team"), body.get("admittedAt")
+    team, admitted, runs = body.get("team"), body.get("admittedAt"), body.get("runs")
+    if runs is not None and not isinstance(runs, bool):
+        raise MalformedAnswer("outlook.runs: expected true, false or null")
     return JobOutlook(
         job=_text(body.get("job"), "outlook.job"),
         known=bool(body.get("known")),
@@ -504,6 +513,7 @@ def outlook_from_json(raw: object) -> JobOutlook:
         team=_text(team, "outlook.team") if team is not None else None,
         priority=_optional_int(body.get("priority"), "outlook.priority"),
         gpus=_milli(body.get("gpus", 0), "outlook.gpus"),
+        runs=runs,
     )
 
 

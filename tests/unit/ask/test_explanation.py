@@ -131,6 +131,51 @@ def test_a_job_another_controller_runs_is_told_who_runs_it_not_that_it_is_not_ad
     assert "to start:" not in "\n".join(render(explained, NOW))
 
 
+QUEUED_OUTLOOK = JobOutlook(
+    job="team-vision/big", known=True, waiting=True, kind="Quota", reason="WaitingForQuota",
+    message=QUOTA, place=PLACE,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("manager", "outlook", "elsewhere"),
+    [
+        # the controller's answer (is_ours): unowned and no --manage-unowned -> it does not run it
+        (None, JobOutlook(job="team-vision/big", runs=False), "managedBy is unset"),
+        (None, QUEUED_OUTLOOK, None),  # queued: run (an older controller's: no runs, known)
+        ("torchgate.io/controller", JobOutlook(job="team-vision/big", runs=True), None),
+        (None, JobOutlook(job="team-vision/big", runs=True), None),  # --manage-unowned, unseen
+        ("kubeflow.org/training-operator", JobOutlook(job="team-vision/big", runs=False),
+         "kubeflow.org/training-operator: that controller runs it"),
+        # no answer, or an older controller's (runs absent): the job's managedBy alone
+        ("kubeflow.org/training-operator", None,
+         "kubeflow.org/training-operator: that controller runs it"),
+        ("kubeflow.org/training-operator", JobOutlook(job="team-vision/big"),
+         "kubeflow.org/training-operator: that controller runs it"),
+        (None, None, None),
+        (None, JobOutlook(job="team-vision/big"), None),
+    ],
+)  # fmt: skip
+def test_whether_torchgate_runs_a_waiting_job_is_the_controllers_answer_else_its_managed_by(
+    manager: str | None, outlook: JobOutlook | None, elsewhere: str | None
+) -> None:
+    job = a_job(condition("Created", reason="PyTorchJobCreated"))
+    if manager is not None:
+        job["spec"]["runPolicy"]["managedBy"] = manager
+    wire = None if outlook is None else outlook_from_json(outlook.to_json())
+
+    explained = explain(job, outlook=wire)
+
+    assert explained.state == "Waiting"
+    if elsewhere is None:
+        assert not explained.message.startswith("torchgate does not run it"), explained.message
+    else:
+        assert explained.message.startswith("torchgate does not run it: "), explained.message
+        assert elsewhere in explained.message
+        assert explained.position is None
+        assert "to start:" not in "\n".join(render(explained, NOW))
+
+
 def test_without_the_controller_the_place_is_read_from_the_queued_condition() -> None:
     explained = explain(WAITING, outlook=None, unanswered="the controller did not answer")
 

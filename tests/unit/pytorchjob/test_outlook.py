@@ -137,6 +137,19 @@ def test_an_unplaceable_outlook_reads_back_and_one_from_an_older_controller_is_p
     assert outlook_from_json(older).placeable is True
 
 
+@pytest.mark.parametrize("runs", [True, False])
+def test_whether_the_controller_runs_a_job_reads_back_and_an_older_ones_is_not_known(
+    runs: bool,
+) -> None:
+    outlook = JobOutlook(job="ns/a", runs=runs)
+
+    assert outlook_from_json(outlook.to_json()) == outlook
+    older = {key: value for key, value in outlook.to_json().items() if key != "runs"}
+    assert outlook_from_json(older).runs is None
+    with pytest.raises(MalformedAnswer):
+        outlook_from_json({**outlook.to_json(), "runs": "yes"})
+
+
 def test_what_the_controller_builds_is_what_the_readers_parse() -> None:
     teams = {"vision": parsed_team("vision", 8, 0, namespaces=["team-vision"])}
     admitter = admitter_with(2, teams)
