@@ -370,12 +370,18 @@ async def test_before_the_caches_are_synced_it_answers_503(
     assert response.status == 503
 
 
+def tls_contexts(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A serving TLS context and a client one trusting it (``torchgate certs`` in ``tmp_path``)."""
+    assert torchgate(["certs", "--out-dir", str(tmp_path), "--ip", "127.0.0.1"]) == 0
+    serving = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    serving.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    return serving, ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+
+
 async def test_it_serves_tls_only_with_the_certificate_torchgate_certs_made(
     apiserver: Apiserver, tmp_path: Path, unused_tcp_port: int
 ) -> None:
-    assert torchgate(["certs", "--out-dir", str(tmp_path), "--ip", "127.0.0.1"]) == 0
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    context, trusting = tls_contexts(tmp_path)
     runner = await serve_pool(
         facts_of(cluster()),
         AccessReviews(apiserver),  # type: ignore[arg-type]
@@ -383,7 +389,6 @@ async def test_it_serves_tls_only_with_the_certificate_torchgate_certs_made(
         port=unused_tcp_port,
         tls=context,
     )
-    trusting = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
     try:
         async with aiohttp.ClientSession() as session:
             url = f"127.0.0.1:{unused_tcp_port}{POOL_PATH}"
@@ -412,9 +417,7 @@ async def test_connections_that_ask_nothing_are_closed_and_at_the_cap_make_room(
     apiserver: Apiserver, tmp_path: Path, unused_tcp_port: int
 ) -> None:
     """Rule 8: connections that never ask cannot pile up in the controller's memory."""
-    assert torchgate(["certs", "--out-dir", str(tmp_path), "--ip", "127.0.0.1"]) == 0
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    context, trusting = tls_contexts(tmp_path)
     runner = await serve_pool(
         facts_of(cluster()),
         AccessReviews(apiserver),  # type: ignore[arg-type]
@@ -424,7 +427,6 @@ async def test_connections_that_ask_nothing_are_closed_and_at_the_cap_make_room(
         max_connections=4,
         read_timeout=1.0,
     )
-    trusting = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
     idle = [
         await asyncio.open_connection(
             "127.0.0.1", unused_tcp_port, ssl=trusting, server_hostname="127.0.0.1"
@@ -448,9 +450,7 @@ async def test_stopping_waits_for_answers_in_flight_only_briefly(
     tmp_path: Path, unused_tcp_port: int
 ) -> None:
     """An answer waiting on a hung apiserver must not keep a stopping leader from its Lease."""
-    assert torchgate(["certs", "--out-dir", str(tmp_path), "--ip", "127.0.0.1"]) == 0
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    context, trusting = tls_contexts(tmp_path)
     apiserver = HungApiserver()
     runner = await serve_pool(
         facts_of(cluster()),
@@ -459,7 +459,6 @@ async def test_stopping_waits_for_answers_in_flight_only_briefly(
         port=unused_tcp_port,
         tls=context,
     )
-    trusting = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
     async with aiohttp.ClientSession() as session:
         url = f"https://127.0.0.1:{unused_tcp_port}{POOL_PATH}"
         asking = asyncio.create_task(session.get(url, ssl=trusting, headers=bearer("alice-token")))
