@@ -54,6 +54,7 @@ from torchgate.pytorchjob.devices import (
     claim_spec_of,
     unseen_sources,
 )
+from torchgate.pytorchjob.events import event_body
 from torchgate.pytorchjob.fieldpath import FieldError
 from torchgate.pytorchjob.manifests import yaml_problem
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
@@ -434,26 +435,22 @@ class ClusterPolicies:
 
     async def _event(self, raw: Mapping[str, Any], message: str) -> None:
         metadata = raw.get("metadata", {})
-        now = _now()
-        event: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{_name_of(raw)}.", "namespace": "default"},
-            "involvedObject": {
-                "apiVersion": names.POLICY_API_VERSION,
-                "kind": names.POLICY_KIND,
-                "name": _name_of(raw),
-                "uid": metadata.get("uid"),
-                "resourceVersion": metadata.get("resourceVersion"),
-            },
-            "reason": reasons.INVALID_PLACEMENT_POLICY,
-            "message": message[:1024],
-            "type": "Warning",
-            "source": {"component": "torchgate-webhook"},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
+        involved = {
+            "apiVersion": names.POLICY_API_VERSION,
+            "kind": names.POLICY_KIND,
+            "name": _name_of(raw),
+            "uid": metadata.get("uid"),
+            "resourceVersion": metadata.get("resourceVersion"),
         }
+        event = event_body(
+            "default",
+            involved,
+            type="Warning",
+            reason=reasons.INVALID_PLACEMENT_POLICY,
+            message=message,
+            component="torchgate-webhook",
+            now=_now(),
+        )
         await self.api.request("POST", EVENTS.path("default"), body=event)
 
 

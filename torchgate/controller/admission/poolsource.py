@@ -68,6 +68,7 @@ from torchgate.kube.errors import ApiError, NotFound
 from torchgate.kube.informer import Informer, ParsedOnce
 from torchgate.kube.resources import DEPLOYMENTS, EVENTS, TEAM_QUOTAS
 from torchgate.pytorchjob import moments
+from torchgate.pytorchjob.events import event_body
 from torchgate.pytorchjob.fieldpath import FieldError
 from torchgate.pytorchjob.outlook import gpus_phrase
 from torchgate.pytorchjob.policy import PlacementPolicy
@@ -199,26 +200,22 @@ class PoolSource:
 
     async def _over_quota_event(self, name: str, metadata: Mapping[str, Any], message: str) -> None:
         """A Warning Event on TeamQuota ``name``: it holds more than its quota (rule 2)."""
-        now = moments.format_time(self.clock())
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{name}.", "namespace": "default"},
-            "involvedObject": {
-                "apiVersion": f"{TEAM_QUOTAS.group}/{TEAM_QUOTAS.version}",
-                "kind": QUOTA_KIND,
-                "name": name,
-                "uid": metadata.get("uid"),
-                "resourceVersion": metadata.get("resourceVersion"),
-            },
-            "reason": REASON_QUOTA_USAGE_ABOVE,
-            "message": f"TeamQuota {name} is over its quota: {message}"[:1024],
-            "type": "Warning",
-            "source": {"component": "torchgate-controller"},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
+        involved = {
+            "apiVersion": f"{TEAM_QUOTAS.group}/{TEAM_QUOTAS.version}",
+            "kind": QUOTA_KIND,
+            "name": name,
+            "uid": metadata.get("uid"),
+            "resourceVersion": metadata.get("resourceVersion"),
         }
+        event = event_body(
+            "default",
+            involved,
+            type="Warning",
+            reason=REASON_QUOTA_USAGE_ABOVE,
+            message=f"TeamQuota {name} is over its quota: {message}",
+            component="torchgate-controller",
+            now=moments.format_time(self.clock()),
+        )
         try:
             await self.api.request("POST", EVENTS.path("default"), body=event)
         except ApiError as exc:

@@ -118,6 +118,7 @@ from torchgate.kube.informer import Informer
 from torchgate.kube.resources import EVENTS, POD_GROUPS, PODS, PYTORCHJOBS, SERVICES, WORKLOADS
 from torchgate.pytorchjob import moments, names, reasons
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources, pod_claims
+from torchgate.pytorchjob.events import event_body
 from torchgate.pytorchjob.fieldpath import FieldError, required
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.policy import PlacementPolicy, QuarantineSettings, select_policy
@@ -975,22 +976,17 @@ class EventRecorder:
         )
 
     def _body(self, namespace: str, involved: Mapping[str, Any], event: Event) -> dict[str, Any]:
-        now = moments.format_time(self.clock())
-        return {
-            "metadata": {
-                "name": f"{involved.get('name')}.{secrets.token_hex(8)}",
-                "namespace": namespace,
-            },
-            "involvedObject": dict(involved),
-            "reason": event.reason,
-            "message": event.message[:1024],
-            "type": event.type,
-            "source": {"component": "torchgate-controller"},
-            "reportingComponent": names.CONTROLLER_NAME,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        return event_body(
+            namespace,
+            involved,
+            type=event.type,
+            reason=event.reason,
+            message=event.message,
+            component="torchgate-controller",
+            now=moments.format_time(self.clock()),
+            name=f"{involved.get('name')}.{secrets.token_hex(8)}",
+            reporting=names.CONTROLLER_NAME,
+        )
 
     def _put(self, body: dict[str, Any]) -> None:
         try:
