@@ -353,7 +353,7 @@ def quota_conditions(
 
     ``deleting_with``: when the TeamQuota is being deleted, its team's admitted gangs (``None``
     when it is not being deleted, or no cycle has counted them yet). ``over``: the GPUs its
-    team uses and how many of them are beyond its quota.
+    team uses and how many of them are beyond its quota, in whole GPUs (its status counters).
     """
     if not errors:
         valid = {"type": VALID, "status": "True", "reason": REASON_QUOTA_VALID, "message": ""}
@@ -380,13 +380,14 @@ def quota_conditions(
         )
     used, beyond = over
     if beyond > 0:
+        held = gpus_phrase(used * MILLI)  # the status counts whole GPUs; the phrase takes milli
         conditions.append(
             {
                 "type": OVER_QUOTA,
                 "status": "True",
                 "reason": REASON_QUOTA_USAGE_ABOVE,
                 "message": (
-                    f"its team's admitted gangs use {gpus_phrase(used)}, {beyond} more than "
+                    f"its team's admitted gangs use {held}, {beyond} more than "
                     "its quota now lets it hold: they keep running (nothing is preempted for it), "
                     "what they use over nominal can be reclaimed by the other teams of its "
                     "cohort, and its new gangs wait until its usage is back within quota"

@@ -628,6 +628,8 @@ async def test_a_team_over_its_quota_says_so_once_with_a_condition_and_a_warning
             ("Valid", "True", "Valid"),
             ("OverQuota", "True", "UsageAboveQuota"),
         ]
+    over_quota = first["conditions"][-1]["message"]
+    assert over_quota.startswith("its team's admitted gangs use 16 GPUs, 8 more than its quota")
     (event,) = api.events  # once, when it went over
     assert (event["type"], event["reason"], event["involvedObject"]["name"]) == (
         "Warning",
