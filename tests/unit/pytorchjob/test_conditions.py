@@ -8,10 +8,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from torchgate.pytorchjob.conditions import stamp_transitions, transition_time
+from torchgate.pytorchjob.conditions import conditions_of, stamp_transitions, transition_time
 
 BEFORE = "2026-03-01T10:00:00Z"
 NOW = "2026-03-01T12:00:00Z"
+
+
+def test_conditions_of_drops_malformed_entries() -> None:
+    valid = {"type": "Created", "status": "True"}
+    assert conditions_of({"conditions": [valid, None, {"status": "True"}, "x", {"type": 3}]}) == [
+        valid
+    ]
+    assert conditions_of({"conditions": "junk"}) == []
+    assert conditions_of(None) == []
 
 
 @pytest.mark.parametrize(

@@ -78,7 +78,7 @@ from torchgate.kube.errors import ApiError, NotFound
 from torchgate.kube.informer import Informer, ParsedOnce
 from torchgate.kube.resources import DEPLOYMENTS, EVENTS, TEAM_QUOTAS
 from torchgate.pytorchjob import moments
-from torchgate.pytorchjob.conditions import stamp_transitions
+from torchgate.pytorchjob.conditions import conditions_of, stamp_transitions
 from torchgate.pytorchjob.events import event_body
 from torchgate.pytorchjob.fieldpath import FieldError
 from torchgate.pytorchjob.outlook import gpus_phrase
@@ -420,7 +420,7 @@ def next_status(status: Mapping[str, Any], previous: object, *, now: str) -> Sta
     a condition that changed its status began.
     """
     before: Mapping[str, Any] = previous if isinstance(previous, Mapping) else {}
-    conditions = stamp_transitions(status["conditions"], _conditions(before), now=now)
+    conditions = stamp_transitions(status["conditions"], conditions_of(before), now=now)
     written = {**status, "conditions": conditions}
     if all(before.get(key) == value for key, value in written.items()):
         return StatusWrite(None, goes_over=False)
@@ -437,14 +437,8 @@ def says_over_quota(status: Mapping[str, Any]) -> bool:
         return True
     return any(
         condition.get("type") == OVER_QUOTA and condition.get("status") == "True"
-        for condition in _conditions(status)
+        for condition in conditions_of(status)
     )
-
-
-def _conditions(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The well-formed conditions of a status as stored (entries that are mappings)."""
-    raw = status.get("conditions")
-    return [c for c in raw if isinstance(c, Mapping)] if isinstance(raw, list) else []
 
 
 def finalizers_wanted(finalizers: Sequence[str], *, admitted_jobs: int | None) -> list[str] | None:

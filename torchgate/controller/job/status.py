@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from torchgate.pytorchjob import names
-from torchgate.pytorchjob.conditions import transition_time
+from torchgate.pytorchjob.conditions import conditions_of, transition_time
 from torchgate.pytorchjob.moments import format_time
 from torchgate.pytorchjob.reasons import FAILED, RESTARTING, RUNNING, SUCCEEDED
 from torchgate.pytorchjob.spec import JobSpec, canonical_replica_type
@@ -43,14 +43,6 @@ def seconds_left(since: datetime, seconds: float, *, now: datetime) -> float:
     past what ``datetime`` holds (``OverflowError``).
     """
     return seconds - (now - since).total_seconds()
-
-
-def conditions_of(status: object) -> list[Condition]:
-    """Copies of the well-formed conditions of a raw status (entries with a string ``type``)."""
-    raw = status.get("conditions") if isinstance(status, Mapping) else None
-    if not isinstance(raw, list):
-        return []
-    return [dict(c) for c in raw if isinstance(c, Mapping) and isinstance(c.get("type"), str)]
 
 
 def find_condition(conditions: Iterable[Mapping[str, Any]], kind: str) -> Mapping[str, Any] | None:
