@@ -22,10 +22,11 @@ Rules (each one function):
    and why (rule 5), never that its pods are still being created once they exist. A suspended
    job's reason and message are its ``Suspended`` condition's (``PyTorchJobSuspended``, ``PyTorchJob
    <name> is suspended.``), or say the controller has yet to act on the suspension, and its
-   rendering says how to resume it (``RESUME``). A waiting job torchgate does not run says so
-   and who does (``outlook.run_elsewhere``), never that it is not admitted yet: the controller's
-   answer (``JobOutlook.runs``, its ``is_ours``: a job naming no manager is run only under
-   ``--manage-unowned``), else (no answer, or an older controller's) its
+   rendering says how to resume it (``RESUME``). A waiting or suspended job torchgate does not
+   run says so and who does (``outlook.run_elsewhere``), never that it is not admitted yet, that
+   the controller has yet to suspend it or how to resume it (torchgate acts on neither): the
+   controller's answer (``JobOutlook.runs``, its ``is_ours``: a job naming no manager is run
+   only under ``--manage-unowned``), else (no answer, or an older controller's) its
    ``runPolicy.managedBy`` naming another controller.
 3. ``restarts_of``: the restarts its Events tell, newest last, each with its cause (the Event's
    reason, one of ``reasons.RESTART_EVENT_REASONS``: ``PyTorchJobRestarting``, ``Hang``,
@@ -126,6 +127,7 @@ class Explanation:
     live: bool = True
     unanswered: str | None = None
     written_place: str | None = None  # the place as last written to its status (no live view)
+    runs: bool = True  # whether torchgate runs it (``_runs``); its message says who does if not
 
     def to_json(self) -> dict[str, Any]:
         """The ``-o json`` form (``state``, ``reason``, ``position``, ``message``, ``nodes``...)."""
@@ -256,8 +258,18 @@ def explain(
             since=str(running.get("lastTransitionTime") or "") or None,
             **common,
         )
+    manager = managed_by(job)
+    runs = _runs(manager, outlook)
     if common["state"] == reasons.SUSPENDED:
         suspended = _true(conditions, reasons.SUSPENDED)
+        if not runs:  # nor will it act on the suspension, nor on a resumption
+            return Explanation(
+                reason=str((suspended or {}).get("reason") or ""),
+                message=run_elsewhere(manager),
+                since=str((suspended or {}).get("lastTransitionTime") or "") or None,
+                runs=False,
+                **common,
+            )
         if suspended is None:
             return Explanation(
                 reason="",
@@ -272,9 +284,8 @@ def explain(
             since=str(suspended.get("lastTransitionTime") or "") or None,
             **common,
         )
-    manager = managed_by(job)
-    if not _runs(manager, outlook):
-        return Explanation(reason="", message=run_elsewhere(manager), **common)
+    if not runs:
+        return Explanation(reason="", message=run_elsewhere(manager), runs=False, **common)
     return _waiting(job, _true(conditions, reasons.QUEUED), outlook, pods, common)
 
 
@@ -434,7 +445,7 @@ def render(explanation: Explanation, now: datetime) -> list[str]:
         lines.append(f"  queue:    {place_phrase(e.place)}")
     elif e.written_place is not None:
         lines.append(f"  queue:    {e.written_place} (as last written to its status)")
-    if e.state == reasons.SUSPENDED:
+    if e.state == reasons.SUSPENDED and e.runs:
         namespace, _, name = e.job.partition("/")
         lines.append(f"  to resume: {RESUME.format(name=name, namespace=namespace)}")
     elif e.starts_next_cycle:

@@ -46,6 +46,7 @@ from torchgate.kube.resources import (
     TEAM_QUOTAS,
 )
 from torchgate.pytorchjob import moments, names, reasons
+from torchgate.pytorchjob.conditions import conditions_of, stamp_transitions
 from torchgate.pytorchjob.devices import (
     NO_CLAIMS,
     RESOURCE_CLAIM_TEMPLATE,
@@ -423,13 +424,15 @@ class ClusterPolicies:
             "status": "False" if errors else "True",
             "reason": reasons.REASON_POLICY_INVALID if errors else reasons.REASON_POLICY_ACCEPTED,
             "message": message[:1024],
-            "lastTransitionTime": _now(),
             "observedGeneration": generation,
         }
+        # Its time moves only with its status: read back from the cached policy, so a restarted
+        # webhook (each replica reports once) keeps it.
+        previous = conditions_of(raw.get("status"))
         await self.api.request(
             "PATCH",
             PLACEMENT_POLICIES.path(None, _name_of(raw), "status"),
-            body={"status": {"conditions": [condition]}},
+            body={"status": {"conditions": stamp_transitions([condition], previous, now=_now())}},
             content_type=MERGE_PATCH,
         )
 
