@@ -277,11 +277,11 @@ def node_name(job: JobFacts, replica: ReplicaFacts) -> Findings:
 def pod_confinement(job: JobFacts, replica: ReplicaFacts) -> Findings:
     """No ``Unconfined`` profile for the pod unless privileged: its fields or legacy annotations.
 
-    Found (k8s.io/kubernetes v1.37.2, 1.36 alike): creating a pod copies an annotation
+    Found (k8s.io/kubernetes v1.37.2 and v1.36.3): creating a pod copies an annotation
     ``container.apparmor.security.beta.kubernetes.io/<c>: unconfined`` into container ``<c>``'s
-    unset ``appArmorProfile`` (``pkg/registry/core/pod/strategy.go:997``): refused like the field.
-    The seccomp annotations are ignored since 1.27 (``pkg/kubelet/kuberuntime/helpers.go:304``
-    reads the fields only): warned.
+    unset ``appArmorProfile`` (``pkg/registry/core/pod/strategy.go:997``; ``:973`` in v1.36.3),
+    so it is refused like the field; the seccomp annotations are ignored since 1.27 (the kubelet
+    reads only the fields, ``pkg/kubelet/kuberuntime/helpers.go:304``): a warning says so.
     """
     found = unconfined_profiles(job, replica.pod_spec.get("securityContext"), replica.pod_path)
     if not replica.profile_annotations:
