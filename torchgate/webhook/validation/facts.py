@@ -467,7 +467,7 @@ def _read_replica(
             if readable and found is not None:
                 pod_spec = found
             metadata = template.get("metadata")
-            if metadata and isinstance(metadata, OBJECT) and metadata.get("annotations"):
+            if metadata and isinstance(metadata, OBJECT) and "annotations" in metadata:
                 profile_annotations = _profile_annotations(metadata["annotations"])
         else:
             readable = template is None
