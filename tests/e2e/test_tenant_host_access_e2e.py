@@ -10,7 +10,8 @@ each at its field unless the namespace's PlacementPolicy says ``allowPrivileged`
 policy the controller creates the pods as written. So too what would take the pods out of the
 admin's control of the pool or of the kernel's confinement: a toleration of every taint (the
 pods would run on nodes torchgate quarantined), a ``nodeName`` (refused under every policy: it
-skips the placement), an ``Unconfined`` seccomp or AppArmor profile.
+skips the placement), an ``Unconfined`` seccomp or AppArmor profile, in its field or in the
+legacy AppArmor annotation the apiserver still copies into the field when it creates the pod.
 """
 
 from __future__ import annotations
@@ -222,3 +223,69 @@ def test_a_tenant_cannot_tolerate_the_quarantine_nor_pick_the_node(
         what="the job's two pods bound",
     )
     assert {p["spec"]["nodeName"] for p in pods} <= set(healthy)  # not the quarantined node
+
+
+APPARMOR = "container.apparmor.security.beta.kubernetes.io/pytorch"
+SECCOMP = "seccomp.security.alpha.kubernetes.io/pod"
+
+
+def legacy_annotated_job(name: str, namespace: str, pool: str) -> dict[str, Any]:
+    """A CPU job whose templates unconfine ``pytorch`` through the legacy annotations."""
+    pod_spec = {"nodeSelector": {"pool": pool}}
+    raw = job(name, namespace).master(pod_spec=pod_spec).workers(1, pod_spec=pod_spec).build()
+    for replica in raw["spec"]["pytorchReplicaSpecs"].values():
+        replica["template"]["metadata"] = {
+            "annotations": {APPARMOR: "unconfined", SECCOMP: "unconfined"}
+        }
+    return raw
+
+
+def test_a_tenant_cannot_unconfine_a_container_through_the_legacy_apparmor_annotation(
+    cluster: Cluster, webhook: LocalWebhook, controller: ControllerProcess
+) -> None:
+    namespace = cluster.new_namespace("tenant")
+    user = tenant_in(cluster, namespace)
+    pool = f"p{namespace[-6:]}"
+    cluster.add_gpu_nodes(2, pool, labels={"pool": pool})
+
+    status, body = as_user(
+        cluster, user, "POST", jobs_path(namespace), legacy_annotated_job("aa", namespace, pool)
+    )
+
+    assert status == 422, body
+    assert causes(body) == {
+        (
+            FORBIDDEN,
+            f"spec.pytorchReplicaSpecs[{replica}].template.metadata.annotations[{APPARMOR}]",
+        )
+        for replica in ("Master", "Worker")
+    }  # the seccomp annotation does nothing: warned, not refused
+    assert cluster.list_objects("pytorchjobs", namespace) == []
+
+    allowing = policy(f"e2e-privileged-{secrets.token_hex(3)}", namespaces=[namespace])
+    allowing["spec"]["allowPrivileged"] = True
+    try:
+        cluster.apply(allowing)
+        wanted = legacy_annotated_job("aa", namespace, pool)
+        cluster.wait_for(
+            lambda: as_user(cluster, user, "POST", jobs_path(namespace), wanted)[0] == 201 or None,
+            timeout=15,
+            what="the allowing policy in use",
+        )
+        pods = cluster.wait_for(
+            lambda: (found := live_pods(cluster, namespace, "aa")) and len(found) == 2 and found,
+            timeout=60,
+            what="the job's two pods",
+        )
+        for created_pod in pods:  # what the refusal prevents: the apiserver unconfined pytorch
+            containers = created_pod["spec"]["containers"]
+            training = next(c for c in containers if c["name"] == "pytorch")
+            security = training.get("securityContext", {})
+            assert security.get("appArmorProfile") == {"type": "Unconfined"}, created_pod
+            assert "seccompProfile" not in security  # the seccomp annotation is not copied
+            assert "seccompProfile" not in created_pod["spec"].get("securityContext", {})
+    finally:
+        cluster.kubectl(
+            "delete", "placementpolicy", allowing["metadata"]["name"], "--ignore-not-found",
+            check=False,
+        )  # fmt: skip

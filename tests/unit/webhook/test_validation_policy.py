@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.builders.job import container, cpu_job, gpu_job, job, with_uid
 from tests.builders.policy import parsed_policy
@@ -27,6 +29,7 @@ from tests.unit.webhook.validationcases import (
     master_container,
     pairs,
     setting,
+    warned,
 )
 from torchgate.pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy, parse_policy
 from torchgate.webhook.validation import validate_create, validate_update
@@ -329,6 +332,30 @@ def confined(pod: Any, training: Any) -> dict[str, Any]:
     return job().master(pod_spec={"securityContext": pod}).workers(1).edit(edit).build()
 
 
+APPARMOR_PREFIX = "container.apparmor.security.beta.kubernetes.io/"
+APPARMOR = f"{APPARMOR_PREFIX}pytorch"
+SECCOMP_POD = "seccomp.security.alpha.kubernetes.io/pod"
+SECCOMP = "container.seccomp.security.alpha.kubernetes.io/pytorch"
+MANN = f"{SPECS}[Master].template.metadata.annotations"
+WANN = f"{SPECS}[Worker].template.metadata.annotations"
+
+
+def annotated(
+    *,
+    master: dict[str, Any] | None = None,
+    worker: dict[str, Any] | None = None,
+    pod: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A job whose templates carry these annotations; Master and Worker share a pod spec."""
+    pod_spec = {"securityContext": pod} if pod is not None else {}
+    raw = job().master(pod_spec=pod_spec).workers(1, pod_spec=pod_spec).build()
+    for key, entries in (("Master", master), ("Worker", worker)):
+        if entries is not None:
+            template = raw["spec"]["pytorchReplicaSpecs"][key]["template"]
+            template["metadata"] = {"annotations": dict(entries)}
+    return raw
+
+
 QUARANTINE = "torchgate.io/quarantine"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 TOLERATES_ALL = {"operator": "Exists"}
@@ -379,6 +406,38 @@ ESCAPES = [
         [],
     ),
     case("unconfined-allowed-with-privilege", confined(UNCONFINED, UNCONFINED), [], PRIVILEGED),
+    case(
+        "legacy-apparmor-annotation-unconfined-refused",
+        annotated(master={APPARMOR: "unconfined"}),
+        [(FORBIDDEN, f"{MANN}[{APPARMOR}]")],
+    ),
+    case(
+        "legacy-apparmor-annotation-refused-on-a-worker-sharing-the-masters-pod-spec",
+        annotated(worker={APPARMOR: "unconfined"}),
+        [(FORBIDDEN, f"{WANN}[{APPARMOR}]")],
+    ),
+    case(
+        "legacy-apparmor-annotation-refused-beside-the-field",
+        annotated(master={APPARMOR: "unconfined"}, pod={"appArmorProfile": {"type": "Unconfined"}}),
+        [
+            (FORBIDDEN, f"{MPOD}.securityContext.appArmorProfile.type"),
+            (FORBIDDEN, f"{MANN}[{APPARMOR}]"),
+            (FORBIDDEN, f"{WPOD}.securityContext.appArmorProfile.type"),
+        ],
+    ),
+    case(
+        "legacy-apparmor-annotations-that-confine-allowed",
+        annotated(
+            master={APPARMOR: "runtime/default", f"{APPARMOR_PREFIX}sidecar": "localhost/k8s-train"}
+        ),
+        [],
+    ),
+    case(
+        "legacy-apparmor-annotation-unconfined-allowed-with-privilege",
+        annotated(master={APPARMOR: "unconfined"}, worker={APPARMOR: "unconfined"}),
+        [],
+        PRIVILEGED,
+    ),
 ]
 
 
@@ -387,6 +446,57 @@ def test_escaping_the_admins_placement_or_confinement_needs_allow_privileged(
     raw: Any, active_policy: PlacementPolicy, expected: Pairs
 ) -> None:
     check(raw, active_policy, expected)
+
+
+def test_legacy_seccomp_annotations_are_warned_as_ignored_under_every_policy() -> None:
+    raw = annotated(master={SECCOMP_POD: "unconfined", SECCOMP: "runtime/default", "a": "b"})
+
+    for active_policy in (DEFAULT_POLICY, PRIVILEGED):
+        verdict = validate_create(raw, active_policy)
+
+        assert pairs(verdict) == []
+        assert warned(verdict) == [f"{MANN}[{SECCOMP_POD}]", f"{MANN}[{SECCOMP}]"]
+
+
+def test_an_update_that_adds_the_legacy_apparmor_annotation_is_refused() -> None:
+    admitted = with_uid(cpu_job().build())
+    updated = copy.deepcopy(admitted)
+    worker = updated["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    worker["metadata"] = {"annotations": {APPARMOR: "unconfined"}}
+
+    verdict = validate_update(admitted, updated, DEFAULT_POLICY)
+
+    assert pairs(verdict) == [(FORBIDDEN, f"{WANN}[{APPARMOR}]")]
+
+
+ANNOTATION_KEYS = st.sampled_from(
+    [APPARMOR, f"{APPARMOR_PREFIX}sidecar", f"{APPARMOR_PREFIX}", SECCOMP_POD, SECCOMP]
+) | st.text(max_size=20)
+ANNOTATION_VALUES = st.sampled_from(
+    ["unconfined", "Unconfined", "runtime/default", "localhost/k8s-train", ""]
+) | st.text(max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    entries=st.dictionaries(ANNOTATION_KEYS, ANNOTATION_VALUES, max_size=6),
+    on_worker=st.booleans(),
+    privileged=st.booleans(),
+)
+def test_exactly_the_apparmor_annotations_that_unconfine_are_refused(
+    entries: dict[str, str], on_worker: bool, privileged: bool
+) -> None:
+    """Whichever replica carries them (the other shares its pod spec), and only unprivileged."""
+    raw = annotated(worker=entries) if on_worker else annotated(master=entries)
+    where = WANN if on_worker else MANN
+
+    verdict = validate_create(raw, PRIVILEGED if privileged else DEFAULT_POLICY)
+
+    assert pairs(verdict) == [
+        (FORBIDDEN, f"{where}[{key}]")
+        for key, value in entries.items()
+        if key.startswith(APPARMOR_PREFIX) and value == "unconfined" and not privileged
+    ]
 
 
 def test_an_update_that_tolerates_every_taint_is_refused() -> None:

@@ -9,9 +9,10 @@ fault; so is a template sharing the node's network, PID or IPC namespace without
 pods that see and signal every process of the node, other tenants' included), and one that
 takes its pods out of the admin's control of the pool without it: a toleration of every taint,
 of torchgate's quarantine or of a cordon (``taints.escapes``), or an ``Unconfined`` seccomp or
-AppArmor profile (``policy.CONFINEMENT_PROFILES``). A ``nodeName`` is refused under any
-policy: torchgate places the pods. Replica types other than Master and Worker are reported
-last, after every known replica.
+AppArmor profile (``policy.CONFINEMENT_PROFILES``, or the legacy AppArmor annotation in the
+template's metadata, which Kubernetes still honours: ``pod_confinement``). A ``nodeName`` is
+refused under any policy: torchgate places the pods. Replica types other than Master and Worker
+are reported last, after every known replica.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from torchgate.pytorchjob.fieldpath import (
     ErrorType,
     FieldError,
     FieldPath,
+    FieldWarning,
     duplicate,
     forbidden,
     invalid,
@@ -28,8 +30,12 @@ from torchgate.pytorchjob.fieldpath import (
     required,
 )
 from torchgate.pytorchjob.policy import (
+    APPARMOR_ANNOTATION_PREFIX,
+    APPARMOR_ANNOTATION_UNCONFINED,
     CONFINEMENT_PROFILES,
     HOST_NAMESPACES,
+    SECCOMP_CONTAINER_ANNOTATION_PREFIX,
+    SECCOMP_POD_ANNOTATION,
     UNCONFINED,
     PlacementPolicy,
 )
@@ -269,8 +275,38 @@ def node_name(job: JobFacts, replica: ReplicaFacts) -> Findings:
 
 
 def pod_confinement(job: JobFacts, replica: ReplicaFacts) -> Findings:
-    """No pod-level ``Unconfined`` seccomp or AppArmor profile unless privileged."""
-    return unconfined_profiles(job, replica.pod_spec.get("securityContext"), replica.pod_path)
+    """No ``Unconfined`` profile for the pod unless privileged: its fields or legacy annotations.
+
+    Found (k8s.io/kubernetes v1.37.2 and v1.36.3): creating a pod copies an annotation
+    ``container.apparmor.security.beta.kubernetes.io/<c>: unconfined`` into container ``<c>``'s
+    unset ``appArmorProfile`` (``pkg/registry/core/pod/strategy.go:997``; ``:973`` in v1.36.3),
+    so it is refused like the field; the seccomp annotations are ignored since 1.27 (the kubelet
+    reads only the fields, ``pkg/kubelet/kuberuntime/helpers.go:304``): a warning says so.
+    """
+    found = unconfined_profiles(job, replica.pod_spec.get("securityContext"), replica.pod_path)
+    if not replica.profile_annotations:
+        return found
+    annotations = at(replica.path, "template", "metadata", "annotations")
+    legacy: list[Finding] = []
+    for key, value in replica.profile_annotations:
+        if key.startswith(APPARMOR_ANNOTATION_PREFIX):
+            if value == APPARMOR_ANNOTATION_UNCONFINED and not job.policy.allow_privileged:
+                legacy.append(
+                    forbidden(
+                        annotations.key(key),
+                        f"{_unconfined_refusal(job)} (this annotation sets the container's "
+                        "securityContext.appArmorProfile)",
+                    )
+                )
+        elif key == SECCOMP_POD_ANNOTATION or key.startswith(SECCOMP_CONTAINER_ANNOTATION_PREFIX):
+            legacy.append(
+                FieldWarning(
+                    annotations.key(key),
+                    "ignored since Kubernetes 1.27: the kubelet reads only "
+                    "securityContext.seccompProfile; set that field instead",
+                )
+            )
+    return [*found, *legacy]
 
 
 def unconfined_profiles(job: JobFacts, security: object, path: FieldPath) -> Findings:
@@ -282,14 +318,17 @@ def unconfined_profiles(job: JobFacts, security: object, path: FieldPath) -> Fin
         profile = security.get(field)
         if isinstance(profile, OBJECT) and profile.get("type") == UNCONFINED:
             found.append(
-                forbidden(
-                    at(path, "securityContext", field, "type"),
-                    f"{UNCONFINED} is not allowed by {job.policy_label} (allowPrivileged: "
-                    "false): the container would run without the kernel's confinement; use "
-                    "RuntimeDefault, or a Localhost profile the admin installed",
-                )
+                forbidden(at(path, "securityContext", field, "type"), _unconfined_refusal(job))
             )
     return found
+
+
+def _unconfined_refusal(job: JobFacts) -> str:
+    return (
+        f"{UNCONFINED} is not allowed by {job.policy_label} (allowPrivileged: false): the "
+        "container would run without the kernel's confinement; use RuntimeDefault, or a "
+        "Localhost profile the admin installed"
+    )
 
 
 def _host_path(job: JobFacts, pod_path: FieldPath, index: int, host_path: object) -> Findings:
