@@ -233,6 +233,9 @@ class _PolicyView:
     # (field, value, warning) of each run-policy default, in the order they are added; the
     # warnings are built here, once per policy, as their paths and texts never change.
     run_policy: tuple[tuple[str, Any, FieldWarning], ...]
+    # The same for a job without ``runPolicy`` (added whole): its fields, then their warnings.
+    run_policy_fields: Mapping[str, Any]
+    run_policy_warnings: tuple[FieldWarning, ...]
     schedule_timeout: tuple[str, Any, FieldWarning] | None  # the same for scheduleTimeoutSeconds
 
     @classmethod
@@ -263,6 +266,8 @@ class _PolicyView:
             ipc_lock_added={name: _ipc_lock_added(name) for name in policy.rdma_resources},
             shared_memory=f"mounted a memory-backed emptyDir at {SHM_PATH} ({size})",
             run_policy=tuple(run_policy),
+            run_policy_fields=wanted,
+            run_policy_warnings=tuple(warning for _, _, warning in run_policy),
             schedule_timeout=None
             if defaults.schedule_timeout_seconds is None
             else (
@@ -807,10 +812,8 @@ class _JobDefaulter:
             return
         at = _RUN_POLICY_AT
         if run_policy is None:  # added whole, as one operation
-            created: dict[str, Any] = {}
-            for key, value, warning in self.view.run_policy:
-                created[key] = value
-                self.warnings.append(warning)
+            created = dict(self.view.run_policy_fields)  # the operation's own value
+            self.warnings.extend(self.view.run_policy_warnings)
             scheduling = self._missing_scheduling(None)
             if scheduling:
                 created["schedulingPolicy"] = {key: value for key, value, _ in scheduling}
