@@ -382,6 +382,12 @@ ESCAPES = [
     case("every-taint-tolerated-with-privilege", tolerating(TOLERATES_ALL), [], PRIVILEGED),
     case("every-taint-tolerated-as-the-policy-writes", tolerating(TOLERATES_ALL), [], WRITES_ALL),
     case(
+        "the-policys-own-tolerations-and-one-more-the-extra-refused",
+        tolerating(TOLERATES_ALL, {"key": QUARANTINE, "operator": "Exists"}),
+        [(FORBIDDEN, f"{TOL}[1]")],
+        WRITES_ALL,
+    ),
+    case(
         "node-name-refused-even-with-privilege",
         job().master(pod_spec={"nodeName": "gpu-0"}).workers(1).build(),
         [(FORBIDDEN, f"{MPOD}.nodeName")],

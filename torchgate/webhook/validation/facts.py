@@ -374,7 +374,9 @@ def read_job(
     total = None if None in counts else gang.total_replicas(counts)  # type: ignore[arg-type]
     elastic = spec.get("elasticPolicy")
     elastic_policy = elastic if elastic is not None and isinstance(elastic, OBJECT) else None
-    elastic_workers = _elastic_workers(elastic_policy, known)
+    # Absent sections (the usual job is not elastic and sets no nprocPerNode) cost no call.
+    elastic_workers = None if elastic_policy is None else _elastic_workers(elastic_policy, known)
+    nproc = spec.get("nprocPerNode")
     metadata = job.get("metadata")
     first_gpu_replica = None
     for replica in known:
@@ -394,7 +396,7 @@ def read_job(
         known,  # known_replicas
         total,  # total_replicas
         first_gpu_replica,
-        gang.integer_nproc(spec.get("nprocPerNode")),  # nproc_per_node
+        None if nproc is None else gang.integer_nproc(nproc),  # nproc_per_node
         elastic_policy,  # elastic
         elastic_workers,
         _expected_nnodes(elastic_policy, elastic_workers, known, total),
@@ -600,11 +602,9 @@ def _read_volumes(
 
 
 def _elastic_workers(
-    elastic: Mapping[str, Any] | None, known: Sequence[ReplicaFacts]
+    elastic: Mapping[str, Any], known: Sequence[ReplicaFacts]
 ) -> tuple[int, int] | None:
     """The elastic bounds as Worker counts (``gang.elastic_bounds``); None if not known."""
-    if elastic is None:
-        return None
     low_raw, high_raw = elastic.get("minReplicas"), elastic.get("maxReplicas")
     low, high = as_int(low_raw), as_int(high_raw)
     if (low_raw is not None and (low is None or low < 1)) or (
