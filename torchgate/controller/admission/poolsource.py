@@ -52,10 +52,12 @@ Rules (each one function):
    it leaves them for the next leader. A Deployment it cannot read keeps them: protection first
    (README's uninstall scales to zero before deleting, so no uninstall depends on that read).
 5. ``next_status``: what a pass writes, compared with the previous status: the one this leader
-   last wrote, else the one stored (its cache's, so a restarted or newly elected controller
-   carries on from its predecessor's). Each condition keeps its ``lastTransitionTime`` while its
-   status is unchanged (``conditions.stamp_transitions``, as a PyTorchJob's do); nothing is
-   written when the previous status already says it all; the ``UsageAboveQuota`` Event is
+   last wrote to that very TeamQuota (remembered by name and uid: one deleted and recreated
+   under its name is a new object, its stored status empty), else the one stored (its cache's,
+   so a restarted or newly elected controller carries on from its predecessor's). Each
+   condition keeps its ``lastTransitionTime`` while its status is unchanged
+   (``conditions.stamp_transitions``, as a PyTorchJob's do); nothing is written when the
+   previous status already says it all; the ``UsageAboveQuota`` Event is
    recorded only when the status newly says over quota (``says_over_quota``: ``overQuotaGPUs``
    above zero or ``OverQuota`` True), so a restart records it no second time. A valid team no
    cycle has counted yet (the controller just started) keeps its stored status, as it keeps its
@@ -125,7 +127,9 @@ class PoolSource:
         self.team_status = team_status
         self.clock = clock
         self._quotas = ParsedOnce(quotas.values, parse_team_quota)
-        self._written: dict[str, dict[str, Any]] = {}  # by this leader (rule 5)
+        # What this leader last wrote, by TeamQuota (name, uid): a TeamQuota deleted and
+        # recreated under its name is another object, whose status is its own (rule 5).
+        self._written: dict[tuple[str, str], dict[str, Any]] = {}
 
     def report(self) -> dict[str, list[FieldError]]:
         """TeamQuota name -> its errors (empty when valid)."""
@@ -192,7 +196,7 @@ class PoolSource:
             )
             # What this leader last wrote is newer than its cache; a new leader starts from what
             # the cache holds (its predecessor's status).
-            previous = self._written.get(name)
+            previous = self._written.get(_identity(name, stored))
             write = next_status(
                 status,
                 stored.get("status") if previous is None else previous,
@@ -208,9 +212,10 @@ class PoolSource:
                 body={"status": write.status},
                 content_type=MERGE_PATCH,
             )
-            self._written[name] = write.status
-        for name in [n for n in self._written if n not in errors]:
-            del self._written[name]
+            self._written[_identity(name, stored)] = write.status
+        current = {_identity(name, obj) for name, obj in raw.items()}
+        for gone in [key for key in self._written if key not in current]:
+            del self._written[gone]
 
     async def _over_quota_event(self, name: str, metadata: Mapping[str, Any], message: str) -> None:
         """A Warning Event on TeamQuota ``name``: it holds more than its quota (rule 2)."""
@@ -395,6 +400,13 @@ def quota_conditions(
             }
         )
     return conditions
+
+
+def _identity(name: str, obj: Mapping[str, Any]) -> tuple[str, str]:
+    """A TeamQuota's name and uid: what this leader's memory of its writes is keyed by (rule 5)."""
+    metadata = obj.get("metadata")
+    uid = metadata.get("uid") if isinstance(metadata, Mapping) else None
+    return name, str(uid or "")
 
 
 @dataclass(frozen=True, slots=True)
