@@ -55,9 +55,9 @@ Rules (each one function):
    last wrote to that very TeamQuota (remembered by name and uid: one deleted and recreated
    under its name is a new object, its stored status empty), else the one stored (its cache's,
    so a restarted or newly elected controller carries on from its predecessor's). Each
-   condition keeps its ``lastTransitionTime`` while its status is unchanged
-   (``conditions.stamp_transitions``, as a PyTorchJob's do); nothing is written when the
-   previous status already says it all; the ``UsageAboveQuota`` Event is
+   condition keeps its ``lastTransitionTime`` while its status is unchanged and nothing is
+   written when the previous status already says it all (``conditions.status_to_write``, as the
+   webhook writes a PlacementPolicy's); the ``UsageAboveQuota`` Event is
    recorded only when the status newly says over quota (``says_over_quota``: ``overQuotaGPUs``
    above zero or ``OverQuota`` True), so a restart records it no second time. A valid team no
    cycle has counted yet (the controller just started) keeps its stored status, as it keeps its
@@ -80,7 +80,7 @@ from torchgate.kube.errors import ApiError, NotFound
 from torchgate.kube.informer import Informer, ParsedOnce
 from torchgate.kube.resources import DEPLOYMENTS, EVENTS, TEAM_QUOTAS
 from torchgate.pytorchjob import moments
-from torchgate.pytorchjob.conditions import conditions_of, stamp_transitions
+from torchgate.pytorchjob.conditions import conditions_of, status_to_write
 from torchgate.pytorchjob.events import event_body
 from torchgate.pytorchjob.fieldpath import FieldError
 from torchgate.pytorchjob.outlook import gpus_phrase
@@ -431,19 +431,21 @@ def next_status(status: Mapping[str, Any], previous: object, *, now: str) -> Sta
     (by this leader, else as stored: any shape, as anyone may have written it); ``now``: the time
     a condition that changed its status began.
     """
-    before: Mapping[str, Any] = previous if isinstance(previous, Mapping) else {}
-    conditions = stamp_transitions(status["conditions"], conditions_of(before), now=now)
-    written = {**status, "conditions": conditions}
-    if all(before.get(key) == value for key, value in written.items()):
+    written = status_to_write(status, previous, now=now)
+    if written is None:
         return StatusWrite(None, goes_over=False)
-    return StatusWrite(written, goes_over=says_over_quota(written) and not says_over_quota(before))
+    return StatusWrite(
+        written, goes_over=says_over_quota(written) and not says_over_quota(previous)
+    )
 
 
-def says_over_quota(status: Mapping[str, Any]) -> bool:
+def says_over_quota(status: object) -> bool:
     """Whether a TeamQuota status says its team is over its quota (rule 5).
 
-    ``overQuotaGPUs`` above zero, or an ``OverQuota`` condition True.
+    ``overQuotaGPUs`` above zero, or an ``OverQuota`` condition True (any shape: none says so).
     """
+    if not isinstance(status, Mapping):
+        return False
     beyond = status.get("overQuotaGPUs")
     if isinstance(beyond, int) and not isinstance(beyond, bool) and beyond > 0:
         return True
