@@ -399,12 +399,14 @@ def test_a_job_naming_no_manager_is_told_whether_the_controller_runs_it(
         suspended = cluster.wait_for(
             lambda: explained_not_run("held"), timeout=15, what="explain: suspended, not run"
         )
+        not_ours = torchgate(stack, cluster, "explain", "unowned", "-n", namespace, "-o", "json")
     finally:
         stopped = strict.stop()
         stack.controller.start()  # the module's controller, --manage-unowned, for what follows
     assert stopped == 0, strict.log()
     assert "torchgate does not run it: spec.runPolicy.managedBy is unset" in explained
     assert "not admitted yet" not in explained
+    assert json.loads(not_ours.stdout)["runs"] is False, not_ours.stdout
     assert f"PyTorchJob {namespace}/held: Suspended" in suspended, suspended
     assert "torchgate does not run it: spec.runPolicy.managedBy is unset" in suspended
     assert "has not suspended it yet" not in suspended
@@ -415,6 +417,8 @@ def test_a_job_naming_no_manager_is_told_whether_the_controller_runs_it(
     wait_running(cluster, namespace, "unowned", 1)
     run = torchgate(stack, cluster, "explain", "unowned", "-n", namespace)
     assert "does not run it" not in run.stdout
+    ours = torchgate(stack, cluster, "explain", "unowned", "-n", namespace, "-o", "json")
+    assert json.loads(ours.stdout)["runs"] is True, ours.stdout
     resumable = torchgate(stack, cluster, "explain", "held", "-n", namespace).stdout
     assert "does not run it" not in resumable
     assert "to resume:" in resumable

@@ -22,12 +22,13 @@ Rules (each one function):
    and why (rule 5), never that its pods are still being created once they exist. A suspended
    job's reason and message are its ``Suspended`` condition's (``PyTorchJobSuspended``, ``PyTorchJob
    <name> is suspended.``), or say the controller has yet to act on the suspension, and its
-   rendering says how to resume it (``RESUME``). A waiting or suspended job torchgate does not
-   run says so and who does (``outlook.run_elsewhere``), never that it is not admitted yet, that
-   the controller has yet to suspend it or how to resume it (torchgate acts on neither): the
+   rendering says how to resume it (``RESUME``). Whether torchgate runs the job (``runs``, in
+   every state; ``-o json``'s ``runs``, so a script tells waiting from not ours) is the
    controller's answer (``JobOutlook.runs``, its ``is_ours``: a job naming no manager is run
-   only under ``--manage-unowned``), else (no answer, or an older controller's) its
-   ``runPolicy.managedBy`` naming another controller.
+   only under ``--manage-unowned``), else (no answer, or an older controller's) whether its
+   ``runPolicy.managedBy`` names no other controller. A waiting or suspended job torchgate does
+   not run says so and who does (``outlook.run_elsewhere``), never that it is not admitted yet,
+   that the controller has yet to suspend it or how to resume it (torchgate acts on neither).
 3. ``restarts_of``: the restarts its Events tell, newest last, each with its cause (the Event's
    reason, one of ``reasons.RESTART_EVENT_REASONS``: ``PyTorchJobRestarting``, ``Hang``,
    ``Preempted``, ``GangIncomplete``, ``GangScheduleTimeout``, or a disruption's cause such as
@@ -153,6 +154,7 @@ class Explanation:
             },
             "live": self.live,
             "controller": self.unanswered or "answered",
+            "runs": self.runs,
         }
 
 
@@ -228,6 +230,8 @@ def explain(
 ) -> Explanation:
     """Combine the job, its pods and Events and the controller's outlook (rule 2)."""
     metadata = _metadata(job)
+    manager = managed_by(job)
+    runs = _runs(manager, outlook)
     common: dict[str, Any] = {
         "job": f"{metadata.get('namespace')}/{metadata.get('name')}",
         "state": state_of(job),
@@ -236,6 +240,7 @@ def explain(
         "live": outlook is not None,
         "unanswered": unanswered,
         "domains": outlook.domains if outlook is not None else (),
+        "runs": runs,
     }
     conditions = _conditions(job)
     if common["state"] == "Finished":
@@ -258,8 +263,6 @@ def explain(
             since=str(running.get("lastTransitionTime") or "") or None,
             **common,
         )
-    manager = managed_by(job)
-    runs = _runs(manager, outlook)
     if common["state"] == reasons.SUSPENDED:
         suspended = _true(conditions, reasons.SUSPENDED)
         if not runs:  # nor will it act on the suspension, nor on a resumption
@@ -267,7 +270,6 @@ def explain(
                 reason=str((suspended or {}).get("reason") or ""),
                 message=run_elsewhere(manager),
                 since=str((suspended or {}).get("lastTransitionTime") or "") or None,
-                runs=False,
                 **common,
             )
         if suspended is None:
@@ -285,7 +287,7 @@ def explain(
             **common,
         )
     if not runs:
-        return Explanation(reason="", message=run_elsewhere(manager), runs=False, **common)
+        return Explanation(reason="", message=run_elsewhere(manager), **common)
     return _waiting(job, _true(conditions, reasons.QUEUED), outlook, pods, common)
 
 

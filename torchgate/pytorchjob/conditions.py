@@ -7,7 +7,8 @@ TeamQuota's (``controller.admission.poolsource``), the webhook a PlacementPolicy
 is that it moves only when the condition's ``status`` moves: a new reason or message, or a status
 rewritten as it was (every pass of a status writer, a restarted or newly elected controller),
 keeps it. Each writer reads the stored conditions back (from its cache, so the time survives a
-restart) and stamps what it writes here.
+restart) and stamps what it writes here; a writer that finds the stored status already saying
+it all writes nothing (rule 3), so a restart, or a second replica, costs no write.
 
 Rules (each one function):
 
@@ -17,6 +18,10 @@ Rules (each one function):
    condition of that type began if that one had the same status (and a time); otherwise now.
 2. ``stamp_transitions``: conditions as they are written, each with its ``lastTransitionTime``
    by rule 1 (any time they carried is replaced).
+3. ``status_to_write``: a status (its ``conditions`` and any other fields) as written over the
+   previous one (the one stored, or the one this writer last wrote): its conditions stamped by
+   rule 2 against the previous ones; ``None`` when the previous status already holds every field
+   of it as is (fields it does not write are not compared).
 """
 
 from __future__ import annotations
@@ -63,3 +68,20 @@ def stamp_transitions(
         }
         for condition in conditions
     ]
+
+
+def status_to_write(
+    status: Mapping[str, Any], previous: object, *, now: str
+) -> dict[str, Any] | None:
+    """``status`` stamped against ``previous``; ``None`` when that already says it all (rule 3).
+
+    ``status``: what the writer computed, with a ``conditions`` list; ``previous``: the status
+    stored (any shape: anyone may have written it) or the one the writer last wrote; ``now``:
+    the time a condition whose status moved began.
+    """
+    before: Mapping[str, Any] = previous if isinstance(previous, Mapping) else {}
+    stamped = stamp_transitions(status["conditions"], conditions_of(before), now=now)
+    written = {**status, "conditions": stamped}
+    if all(before.get(key) == value for key, value in written.items()):
+        return None
+    return written

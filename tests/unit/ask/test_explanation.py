@@ -167,6 +167,7 @@ def test_whether_torchgate_runs_a_waiting_job_is_the_controllers_answer_else_its
     explained = explain(job, outlook=wire)
 
     assert explained.state == "Waiting"
+    assert explained.to_json()["runs"] is (elsewhere is None)  # waiting, or not ours
     if elsewhere is None:
         assert not explained.message.startswith("torchgate does not run it"), explained.message
     else:
@@ -174,6 +175,30 @@ def test_whether_torchgate_runs_a_waiting_job_is_the_controllers_answer_else_its
         assert elsewhere in explained.message
         assert explained.position is None
         assert "to start:" not in "\n".join(render(explained, NOW))
+
+
+@pytest.mark.parametrize(
+    ("conditions", "manager", "outlook", "runs"),
+    [
+        ((condition("Running"),), "kubeflow.org/training-operator", None, False),
+        ((condition("Running"),), None, JobOutlook(job="team-vision/big", runs=False), False),
+        ((condition("Running"),), None, JobOutlook(job="team-vision/big", runs=True), True),
+        ((condition("Succeeded"),), "kubeflow.org/training-operator", None, False),
+        ((condition("Succeeded"),), "torchgate.io/controller", None, True),
+    ],
+    ids=["running-theirs", "running-unowned-strict", "running-ours", "finished-theirs",
+         "finished-ours"],
+)  # fmt: skip
+def test_the_json_says_whether_torchgate_runs_a_running_or_finished_job_too(
+    conditions: tuple[dict[str, Any], ...], manager: str | None, outlook: JobOutlook | None,
+    runs: bool,
+) -> None:  # fmt: skip
+    job = a_job(*conditions)
+    if manager is not None:
+        job["spec"]["runPolicy"]["managedBy"] = manager
+    wire = None if outlook is None else outlook_from_json(outlook.to_json())
+
+    assert explain(job, outlook=wire).to_json()["runs"] is runs
 
 
 def test_without_the_controller_the_place_is_read_from_the_queued_condition() -> None:
@@ -412,6 +437,7 @@ def test_whether_torchgate_runs_a_suspended_job_decides_what_it_is_told(
 
     text = "\n".join(render(explained, NOW))
     assert explained.state == "Suspended"
+    assert explained.to_json()["runs"] is (elsewhere is None)
     if elsewhere is None:
         assert not explained.message.startswith("torchgate does not run it"), explained.message
         assert "to resume:" in text

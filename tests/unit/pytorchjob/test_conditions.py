@@ -8,7 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from torchgate.pytorchjob.conditions import conditions_of, stamp_transitions, transition_time
+from torchgate.pytorchjob.conditions import (
+    conditions_of,
+    stamp_transitions,
+    status_to_write,
+    transition_time,
+)
 
 BEFORE = "2026-03-01T10:00:00Z"
 NOW = "2026-03-01T12:00:00Z"
@@ -91,3 +96,40 @@ def test_writing_the_same_conditions_again_later_changes_no_time(
     for condition in written:
         unchanged = {"type": condition["type"], "status": condition["status"]} in first
         assert condition["lastTransitionTime"] == (BEFORE if unchanged else NOW)
+
+
+VALID = {"type": "Valid", "status": "True", "reason": "Accepted", "message": "in use"}
+
+
+@pytest.mark.parametrize(
+    ("previous", "written"),
+    [
+        ({"conditions": [{**VALID, "lastTransitionTime": BEFORE}]}, None),
+        ({"conditions": [{**VALID, "lastTransitionTime": BEFORE}], "other": 1}, None),
+        ({"conditions": [{**VALID, "message": "old", "lastTransitionTime": BEFORE}]}, BEFORE),
+        ({"conditions": [{**VALID, "status": "False", "lastTransitionTime": BEFORE}]}, NOW),
+        ({}, NOW),
+        (None, NOW),
+        ("junk", NOW),
+        ({"conditions": "junk"}, NOW),
+    ],
+    ids=["says-it-all", "other-fields-not-compared", "new-message", "status-moved", "empty",
+         "none", "not-a-status", "malformed-conditions"],
+)  # fmt: skip
+def test_a_status_is_written_only_when_the_previous_one_does_not_say_it_all(
+    previous: object, written: str | None
+) -> None:
+    status = status_to_write({"conditions": [VALID]}, previous, now=NOW)
+    if written is None:
+        assert status is None
+    else:
+        assert status == {"conditions": [{**VALID, "lastTransitionTime": written}]}
+
+
+@given(CONDITIONS, CONDITIONS)
+def test_a_status_written_over_itself_writes_nothing(
+    first: list[dict[str, Any]], then: list[dict[str, Any]]
+) -> None:
+    earlier = status_to_write({"conditions": first, "usedGPUs": 1}, None, now=BEFORE)
+    written = status_to_write({"conditions": then, "usedGPUs": 1}, earlier, now=NOW)
+    assert status_to_write({"conditions": then, "usedGPUs": 1}, written or earlier, now="x") is None

@@ -52,10 +52,12 @@ Rules (each one function):
    it leaves them for the next leader. A Deployment it cannot read keeps them: protection first
    (README's uninstall scales to zero before deleting, so no uninstall depends on that read).
 5. ``next_status``: what a pass writes, compared with the previous status: the one this leader
-   last wrote, else the one stored (its cache's, so a restarted or newly elected controller
-   carries on from its predecessor's). Each condition keeps its ``lastTransitionTime`` while its
-   status is unchanged (``conditions.stamp_transitions``, as a PyTorchJob's do); nothing is
-   written when the previous status already says it all; the ``UsageAboveQuota`` Event is
+   last wrote to that very TeamQuota (remembered by name and uid: one deleted and recreated
+   under its name is a new object, its stored status empty), else the one stored (its cache's,
+   so a restarted or newly elected controller carries on from its predecessor's). Each
+   condition keeps its ``lastTransitionTime`` while its status is unchanged and nothing is
+   written when the previous status already says it all (``conditions.status_to_write``, as the
+   webhook writes a PlacementPolicy's); the ``UsageAboveQuota`` Event is
    recorded only when the status newly says over quota (``says_over_quota``: ``overQuotaGPUs``
    above zero or ``OverQuota`` True), so a restart records it no second time. A valid team no
    cycle has counted yet (the controller just started) keeps its stored status, as it keeps its
@@ -78,7 +80,7 @@ from torchgate.kube.errors import ApiError, NotFound
 from torchgate.kube.informer import Informer, ParsedOnce
 from torchgate.kube.resources import DEPLOYMENTS, EVENTS, TEAM_QUOTAS
 from torchgate.pytorchjob import moments
-from torchgate.pytorchjob.conditions import conditions_of, stamp_transitions
+from torchgate.pytorchjob.conditions import conditions_of, status_to_write
 from torchgate.pytorchjob.events import event_body
 from torchgate.pytorchjob.fieldpath import FieldError
 from torchgate.pytorchjob.outlook import gpus_phrase
@@ -125,7 +127,9 @@ class PoolSource:
         self.team_status = team_status
         self.clock = clock
         self._quotas = ParsedOnce(quotas.values, parse_team_quota)
-        self._written: dict[str, dict[str, Any]] = {}  # by this leader (rule 5)
+        # What this leader last wrote, by TeamQuota (name, uid): a TeamQuota deleted and
+        # recreated under its name is another object, whose status is its own (rule 5).
+        self._written: dict[tuple[str, str], dict[str, Any]] = {}
 
     def report(self) -> dict[str, list[FieldError]]:
         """TeamQuota name -> its errors (empty when valid)."""
@@ -192,7 +196,7 @@ class PoolSource:
             )
             # What this leader last wrote is newer than its cache; a new leader starts from what
             # the cache holds (its predecessor's status).
-            previous = self._written.get(name)
+            previous = self._written.get(_identity(name, stored))
             write = next_status(
                 status,
                 stored.get("status") if previous is None else previous,
@@ -208,9 +212,10 @@ class PoolSource:
                 body={"status": write.status},
                 content_type=MERGE_PATCH,
             )
-            self._written[name] = write.status
-        for name in [n for n in self._written if n not in errors]:
-            del self._written[name]
+            self._written[_identity(name, stored)] = write.status
+        current = {_identity(name, obj) for name, obj in raw.items()}
+        for gone in [key for key in self._written if key not in current]:
+            del self._written[gone]
 
     async def _over_quota_event(self, name: str, metadata: Mapping[str, Any], message: str) -> None:
         """A Warning Event on TeamQuota ``name``: it holds more than its quota (rule 2)."""
@@ -397,6 +402,13 @@ def quota_conditions(
     return conditions
 
 
+def _identity(name: str, obj: Mapping[str, Any]) -> tuple[str, str]:
+    """A TeamQuota's name and uid: what this leader's memory of its writes is keyed by (rule 5)."""
+    metadata = obj.get("metadata")
+    uid = metadata.get("uid") if isinstance(metadata, Mapping) else None
+    return name, str(uid or "")
+
+
 @dataclass(frozen=True, slots=True)
 class StatusWrite:
     """What one pass writes of a TeamQuota's status (rule 5).
@@ -419,19 +431,21 @@ def next_status(status: Mapping[str, Any], previous: object, *, now: str) -> Sta
     (by this leader, else as stored: any shape, as anyone may have written it); ``now``: the time
     a condition that changed its status began.
     """
-    before: Mapping[str, Any] = previous if isinstance(previous, Mapping) else {}
-    conditions = stamp_transitions(status["conditions"], conditions_of(before), now=now)
-    written = {**status, "conditions": conditions}
-    if all(before.get(key) == value for key, value in written.items()):
+    written = status_to_write(status, previous, now=now)
+    if written is None:
         return StatusWrite(None, goes_over=False)
-    return StatusWrite(written, goes_over=says_over_quota(written) and not says_over_quota(before))
+    return StatusWrite(
+        written, goes_over=says_over_quota(written) and not says_over_quota(previous)
+    )
 
 
-def says_over_quota(status: Mapping[str, Any]) -> bool:
+def says_over_quota(status: object) -> bool:
     """Whether a TeamQuota status says its team is over its quota (rule 5).
 
-    ``overQuotaGPUs`` above zero, or an ``OverQuota`` condition True.
+    ``overQuotaGPUs`` above zero, or an ``OverQuota`` condition True (any shape: none says so).
     """
+    if not isinstance(status, Mapping):
+        return False
     beyond = status.get("overQuotaGPUs")
     if isinstance(beyond, int) and not isinstance(beyond, bool) and beyond > 0:
         return True

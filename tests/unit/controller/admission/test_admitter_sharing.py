@@ -717,6 +717,29 @@ async def test_a_condition_keeps_its_transition_time_while_its_status_stands() -
     }
 
 
+async def test_a_team_quota_recreated_under_its_name_gets_its_status_written() -> None:
+    counters = {"a": {**WITHIN, "waitingJobs": 0}}
+    old = team_quota("a", version="1", namespaces=["ns"], nominalGPUs=8, borrowingLimitGPUs=0)
+    old["metadata"]["uid"] = "uid-old"
+    api = QuotaStatusApi()
+    source = quota_source(api, counters, old, clock=lambda: datetime(2026, 3, 1, 12, tzinfo=UTC))
+    path = TEAM_QUOTAS.path(None, "a", "status")
+    await source.write_once()
+    (written,) = api.patches[path]
+
+    # Deleted and created again under its name within one write period: a new uid, no status.
+    source.quotas.forget("", "a")
+    new = team_quota("a", version="7", namespaces=["ns"], nominalGPUs=8, borrowingLimitGPUs=0)
+    new["metadata"]["uid"] = "uid-new"
+    source.quotas.remember(new)
+    await source.write_once()
+
+    assert api.patches[path] == [written, written], "the new TeamQuota's status is its own"
+    source.quotas.remember(stored(new, written, "8"))
+    await source.write_once()
+    assert len(api.patches[path]) == 2, "and once written, not again"
+
+
 async def test_a_valid_team_no_cycle_has_counted_keeps_its_stored_status() -> None:
     api = QuotaStatusApi()
     valid = team_quota("a", version="1", namespaces=["ns"], nominalGPUs=8)
