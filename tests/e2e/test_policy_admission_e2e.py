@@ -15,7 +15,6 @@ and writes nothing), and it can still be fixed and deleted.
 
 from __future__ import annotations
 
-import json
 import secrets
 
 import pytest
@@ -23,6 +22,7 @@ import pytest
 from tests.builders.policy import policy
 from tests.builders.team import team_quota
 from tests.e2e.conftest import Cluster
+from tests.e2e.controller_process import times_told
 from tests.e2e.test_webhook_e2e import apply, causes, condition
 from tests.e2e.webhook_process import LocalWebhook
 from tests.e2e.webhook_process import webhook as webhook  # the module-scoped fixture
@@ -110,7 +110,9 @@ def test_with_the_webhook_down_a_bad_policy_is_stored_reported_and_can_be_fixed_
         )
         assert (reported["status"], reported["reason"]) == ("False", "InvalidSpec")
         cluster.wait_for(
-            lambda: invalid_policy_events(cluster, name) == 1, timeout=15, what="its Warning Event"
+            lambda: times_told(cluster, name, INVALID_PLACEMENT_POLICY) == 1,
+            timeout=15,
+            what="its Warning Event",
         )
 
         # A restarted webhook finds the stored status already right: it records no second Event
@@ -127,7 +129,7 @@ def test_with_the_webhook_down_a_bad_policy_is_stored_reported_and_can_be_fixed_
         )
         unwritten = cluster.get("placementpolicy", name) or {}
         assert unwritten["metadata"]["resourceVersion"] == version, "its status was rewritten"
-        assert invalid_policy_events(cluster, name) == 1
+        assert times_told(cluster, name, INVALID_PLACEMENT_POLICY) == 1
 
         relabelled = cluster.kubectl(
             "label", "placementpolicy", name, "owner=ml-platform", check=False
@@ -148,12 +150,3 @@ def test_with_the_webhook_down_a_bad_policy_is_stored_reported_and_can_be_fixed_
         assert cluster.get("placementpolicy", name) is None
     finally:
         delete(cluster, "placementpolicy", name, sentinel)
-
-
-def invalid_policy_events(cluster: Cluster, name: str) -> int:
-    """How many times the webhook told PlacementPolicy ``name`` invalid: its Warning Events."""
-    found = cluster.kubectl(
-        "get", "events", "-n", "default", "-o", "json",
-        "--field-selector", f"involvedObject.name={name},reason={INVALID_PLACEMENT_POLICY}",
-    ).stdout  # fmt: skip
-    return sum(int(event.get("count") or 1) for event in json.loads(found)["items"])

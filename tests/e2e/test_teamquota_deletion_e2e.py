@@ -18,7 +18,6 @@ Assertions read the cluster.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,6 +30,7 @@ from tests.e2e.controller_process import (
     get_job,
     is_true,
     live_pods,
+    times_told,
 )
 from tests.e2e.test_pool_sharing import QUOTA_CRD, Pool, queued_reason, quota_status, wait_running
 from torchgate.pytorchjob.pool import QUOTA_FINALIZER
@@ -260,15 +260,6 @@ def test_a_quota_lowered_below_its_running_gangs_says_so_and_holds_new_gangs(
     assert running_still(cluster, namespace, "r1")
 
 
-def over_quota_events(cluster: Cluster, team: str) -> int:
-    """How many times the TeamQuota was told over its quota: its ``UsageAboveQuota`` Events."""
-    found = cluster.kubectl(
-        "get", "events", "-n", "default", "-o", "json",
-        "--field-selector", f"involvedObject.name={team},reason=UsageAboveQuota",
-    ).stdout  # fmt: skip
-    return sum(int(event.get("count") or 1) for event in json.loads(found)["items"])
-
-
 def test_a_restarted_controller_tells_a_team_over_its_quota_no_second_time(
     cluster: Cluster, pool: Pool, controller: ControllerProcess
 ) -> None:
@@ -281,7 +272,9 @@ def test_a_restarted_controller_tells_a_team_over_its_quota_no_second_time(
     wait_running(cluster, namespace, "r1", 1)
     cluster.kubectl("patch", "teamquota", team, "--type=merge", "-p", '{"spec":{"nominalGPUs":8}}')
     cluster.wait_for(
-        lambda: over_quota_events(cluster, team) == 1, timeout=20, what="the UsageAboveQuota Event"
+        lambda: times_told(cluster, team, "UsageAboveQuota") == 1,
+        timeout=20,
+        what="the UsageAboveQuota Event",
     )
     before = quota_status(cluster, team)
     began = {c["type"]: c["lastTransitionTime"] for c in before["conditions"]}
@@ -295,7 +288,7 @@ def test_a_restarted_controller_tells_a_team_over_its_quota_no_second_time(
         timeout=30,
         what="the restarted controller to write the TeamQuota's status",
     )
-    assert over_quota_events(cluster, team) == 1, "the stored status already said so"
+    assert times_told(cluster, team, "UsageAboveQuota") == 1, "the stored status already said so"
     assert status["overQuotaGPUs"] == 8
     assert {c["type"]: c["lastTransitionTime"] for c in status["conditions"]} == began
     assert running_still(cluster, namespace, "r0")

@@ -141,24 +141,37 @@ def test_a_tenant_gets_the_nodes_namespaces_only_where_the_policy_allows_privile
     }
     assert cluster.list_objects("pytorchjobs", namespace) == []
 
+    pods = pods_under_an_allowing_policy(
+        cluster, user, namespace, host_access_job("host", namespace, pool)
+    )
+    for created_pod in pods:
+        assert created_pod["spec"]["hostPID"] is True
+        assert created_pod["spec"]["hostNetwork"] is True
+
+
+def pods_under_an_allowing_policy(
+    cluster: Cluster, user: str, namespace: str, wanted: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The two pods of ``wanted``, stored by ``user`` under a policy with ``allowPrivileged``.
+
+    The policy is taken away again before returning (whatever happened).
+    """
     allowing = policy(f"e2e-privileged-{secrets.token_hex(3)}", namespaces=[namespace])
     allowing["spec"]["allowPrivileged"] = True
+    name = wanted["metadata"]["name"]
     try:
         cluster.apply(allowing)
-        wanted = host_access_job("host", namespace, pool)
         cluster.wait_for(
             lambda: as_user(cluster, user, "POST", jobs_path(namespace), wanted)[0] == 201 or None,
             timeout=15,
             what="the allowing policy in use",
         )
-        pods = cluster.wait_for(
-            lambda: (found := live_pods(cluster, namespace, "host")) and len(found) == 2 and found,
+        pods: list[dict[str, Any]] = cluster.wait_for(
+            lambda: (found := live_pods(cluster, namespace, name)) and len(found) == 2 and found,
             timeout=60,
             what="the job's two pods",
         )
-        for created_pod in pods:
-            assert created_pod["spec"]["hostPID"] is True
-            assert created_pod["spec"]["hostNetwork"] is True
+        return pods
     finally:
         cluster.kubectl(
             "delete", "placementpolicy", allowing["metadata"]["name"], "--ignore-not-found",
@@ -262,30 +275,13 @@ def test_a_tenant_cannot_unconfine_a_container_through_the_legacy_apparmor_annot
     }  # the seccomp annotation does nothing: warned, not refused
     assert cluster.list_objects("pytorchjobs", namespace) == []
 
-    allowing = policy(f"e2e-privileged-{secrets.token_hex(3)}", namespaces=[namespace])
-    allowing["spec"]["allowPrivileged"] = True
-    try:
-        cluster.apply(allowing)
-        wanted = legacy_annotated_job("aa", namespace, pool)
-        cluster.wait_for(
-            lambda: as_user(cluster, user, "POST", jobs_path(namespace), wanted)[0] == 201 or None,
-            timeout=15,
-            what="the allowing policy in use",
-        )
-        pods = cluster.wait_for(
-            lambda: (found := live_pods(cluster, namespace, "aa")) and len(found) == 2 and found,
-            timeout=60,
-            what="the job's two pods",
-        )
-        for created_pod in pods:  # what the refusal prevents: the apiserver unconfined pytorch
-            containers = created_pod["spec"]["containers"]
-            training = next(c for c in containers if c["name"] == "pytorch")
-            security = training.get("securityContext", {})
-            assert security.get("appArmorProfile") == {"type": "Unconfined"}, created_pod
-            assert "seccompProfile" not in security  # the seccomp annotation is not copied
-            assert "seccompProfile" not in created_pod["spec"].get("securityContext", {})
-    finally:
-        cluster.kubectl(
-            "delete", "placementpolicy", allowing["metadata"]["name"], "--ignore-not-found",
-            check=False,
-        )  # fmt: skip
+    pods = pods_under_an_allowing_policy(
+        cluster, user, namespace, legacy_annotated_job("aa", namespace, pool)
+    )
+    for created_pod in pods:  # what the refusal prevents: the apiserver unconfined pytorch
+        containers = created_pod["spec"]["containers"]
+        training = next(c for c in containers if c["name"] == "pytorch")
+        security = training.get("securityContext", {})
+        assert security.get("appArmorProfile") == {"type": "Unconfined"}, created_pod
+        assert "seccompProfile" not in security  # the seccomp annotation is not copied
+        assert "seccompProfile" not in created_pod["spec"].get("securityContext", {})
