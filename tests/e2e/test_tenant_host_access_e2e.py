@@ -12,6 +12,8 @@ admin's control of the pool or of the kernel's confinement: a toleration of ever
 pods would run on nodes torchgate quarantined), a ``nodeName`` (refused under every policy: it
 skips the placement), an ``Unconfined`` seccomp or AppArmor profile, in its field or in the
 legacy AppArmor annotation the apiserver still copies into the field when it creates the pod.
+A legacy annotation the apiserver refuses in every pod (an AppArmor one naming no container) is
+refused under every policy: stored, the job's pods would never be created.
 """
 
 from __future__ import annotations
@@ -285,3 +287,43 @@ def test_a_tenant_cannot_unconfine_a_container_through_the_legacy_apparmor_annot
         assert security.get("appArmorProfile") == {"type": "Unconfined"}, created_pod
         assert "seccompProfile" not in security  # the seccomp annotation is not copied
         assert "seccompProfile" not in created_pod["spec"].get("securityContext", {})
+
+
+SIDECAR_APPARMOR = "container.apparmor.security.beta.kubernetes.io/sidecar"
+
+
+def failed_creates(cluster: Cluster, namespace: str) -> list[str]:
+    """The FailedCreate events' messages in ``namespace``, once there is one."""
+
+    def messages() -> list[str] | None:
+        events = cluster.list_objects("events", namespace)
+        return [e["message"] for e in events if e.get("reason") == "FailedCreate"] or None
+
+    return cluster.wait_for(messages, timeout=30, what="a FailedCreate event")
+
+
+def test_an_apparmor_annotation_naming_no_container_is_refused(
+    cluster: Cluster, webhook: LocalWebhook, controller: ControllerProcess
+) -> None:
+    """The apiserver would refuse every pod ("container not found"): the job would never run."""
+    namespace = cluster.new_namespace("tenant")
+    user = tenant_in(cluster, namespace)
+    pool = f"p{namespace[-6:]}"
+    cluster.add_gpu_nodes(2, pool, labels={"pool": pool})
+    pod_spec = {"nodeSelector": {"pool": pool}}
+    wanted = job("nc", namespace).master(pod_spec=pod_spec).workers(1, pod_spec=pod_spec).build()
+    wanted["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"] = {
+        "annotations": {SIDECAR_APPARMOR: "runtime/default"}  # no container is named sidecar
+    }
+
+    status, body = as_user(cluster, user, "POST", jobs_path(namespace), wanted)
+
+    # stored, each of the job's pods fails to create: the failure message shows those events
+    assert status == 422, failed_creates(cluster, namespace) if status == 201 else body
+    assert causes(body) == {
+        (
+            ErrorType.INVALID.value,
+            f"spec.pytorchReplicaSpecs[Worker].template.metadata.annotations[{SIDECAR_APPARMOR}]",
+        )
+    }
+    assert cluster.list_objects("pytorchjobs", namespace) == []

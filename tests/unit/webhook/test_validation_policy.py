@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from tests.unit.webhook.validationcases import (
     setting,
     warned,
 )
+from torchgate.pytorchjob.fieldpath import ErrorType
 from torchgate.pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy, parse_policy
 from torchgate.webhook.validation import validate_create, validate_update
 from torchgate_dev import packagedata
@@ -334,8 +336,10 @@ def confined(pod: Any, training: Any) -> dict[str, Any]:
 
 APPARMOR_PREFIX = "container.apparmor.security.beta.kubernetes.io/"
 APPARMOR = f"{APPARMOR_PREFIX}pytorch"
+INIT_APPARMOR = f"{APPARMOR_PREFIX}init"
 SECCOMP_POD = "seccomp.security.alpha.kubernetes.io/pod"
-SECCOMP = "container.seccomp.security.alpha.kubernetes.io/pytorch"
+SECCOMP_PREFIX = "container.seccomp.security.alpha.kubernetes.io/"
+SECCOMP = f"{SECCOMP_PREFIX}pytorch"
 MANN = f"{SPECS}[Master].template.metadata.annotations"
 WANN = f"{SPECS}[Worker].template.metadata.annotations"
 
@@ -345,13 +349,25 @@ def annotated(
     master: dict[str, Any] | None = None,
     worker: dict[str, Any] | None = None,
     pod: dict[str, Any] | None = None,
+    training: dict[str, Any] | None = None,
+    init: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A job whose templates carry these annotations; Master and Worker share a pod spec."""
-    pod_spec = {"securityContext": pod} if pod is not None else {}
+    """A job whose templates carry these annotations; Master and Worker share a pod spec.
+
+    ``pod``, ``training``: the pod's and the ``pytorch`` container's ``securityContext``;
+    ``init``: an init container ``init`` with this ``securityContext``.
+    """
+    pod_spec: dict[str, Any] = {"securityContext": pod} if pod is not None else {}
+    if init is not None:
+        pod_spec["initContainers"] = [{"name": "init", "image": "busybox:1.36"}]
+        if init:
+            pod_spec["initContainers"][0]["securityContext"] = init
     raw = job().master(pod_spec=pod_spec).workers(1, pod_spec=pod_spec).build()
     for key, entries in (("Master", master), ("Worker", worker)):
+        template = raw["spec"]["pytorchReplicaSpecs"][key]["template"]
+        if training is not None:
+            template["spec"]["containers"][0]["securityContext"] = copy.deepcopy(training)
         if entries is not None:
-            template = raw["spec"]["pytorchReplicaSpecs"][key]["template"]
             template["metadata"] = {"annotations": dict(entries)}
     return raw
 
@@ -434,7 +450,7 @@ ESCAPES = [
     case(
         "legacy-apparmor-annotations-that-confine-allowed",
         annotated(
-            master={APPARMOR: "runtime/default", f"{APPARMOR_PREFIX}sidecar": "localhost/k8s-train"}
+            master={APPARMOR: "runtime/default", INIT_APPARMOR: "localhost/k8s-train"}, init={}
         ),
         [],
     ),
@@ -445,6 +461,110 @@ ESCAPES = [
         PRIVILEGED,
     ),
 ]
+
+
+RUNTIME_DEFAULT = {"type": "RuntimeDefault"}
+LOCALHOST_A = {"type": "Localhost", "localhostProfile": "a"}
+SIDECAR_APPARMOR = f"{APPARMOR_PREFIX}sidecar"
+# What the apiserver refuses in every pod of the template: refused under every policy.
+REFUSED_IN_EVERY_POD = [
+    (
+        "apparmor-annotation-naming-no-container",
+        annotated(master={SIDECAR_APPARMOR: "runtime/default"}),
+        [(INVALID, f"{MANN}[{SIDECAR_APPARMOR}]")],
+    ),
+    (
+        "apparmor-annotation-unconfining-no-container-is-only-invalid",
+        annotated(master={SIDECAR_APPARMOR: "unconfined"}),
+        [(INVALID, f"{MANN}[{SIDECAR_APPARMOR}]")],
+    ),
+    (
+        "apparmor-annotation-with-a-capital-u",
+        annotated(master={APPARMOR: "Unconfined"}),
+        [(INVALID, f"{MANN}[{APPARMOR}]")],
+    ),
+    (
+        "apparmor-annotation-of-an-unknown-profile-on-a-worker",
+        annotated(worker={APPARMOR: "k8s-train"}),
+        [(INVALID, f"{WANN}[{APPARMOR}]")],
+    ),
+    (
+        "apparmor-annotation-disagreeing-with-the-containers-field",
+        annotated(master={APPARMOR: "localhost/a"}, training={"appArmorProfile": RUNTIME_DEFAULT}),
+        [(FORBIDDEN, f"{MANN}[{APPARMOR}]")],
+    ),
+    (
+        "apparmor-annotation-naming-another-localhost-profile",
+        annotated(master={APPARMOR: "localhost/b"}, training={"appArmorProfile": LOCALHOST_A}),
+        [(FORBIDDEN, f"{MANN}[{APPARMOR}]")],
+    ),
+    (
+        "apparmor-annotation-not-copied-disagreeing-with-the-pods-field",
+        annotated(master={APPARMOR: ""}, pod={"appArmorProfile": RUNTIME_DEFAULT}),
+        [(FORBIDDEN, f"{MANN}[{APPARMOR}]")],
+    ),
+    (
+        "init-container-apparmor-annotation-disagreeing-with-its-field",
+        annotated(master={INIT_APPARMOR: "runtime/default"}, init={"appArmorProfile": LOCALHOST_A}),
+        [(FORBIDDEN, f"{MANN}[{INIT_APPARMOR}]")],
+    ),
+    (
+        "seccomp-annotation-of-an-unknown-profile",
+        annotated(master={SECCOMP_POD: "RuntimeDefault"}),
+        [(INVALID, f"{MANN}[{SECCOMP_POD}]")],
+    ),
+    (
+        "seccomp-annotation-of-an-absolute-or-climbing-localhost-path",
+        annotated(master={SECCOMP_POD: "localhost//etc/a", SECCOMP: "localhost/../a"}),
+        [(INVALID, f"{MANN}[{SECCOMP_POD}]"), (INVALID, f"{MANN}[{SECCOMP}]")],
+    ),
+    (
+        "seccomp-pod-annotation-disagreeing-with-the-pods-field",
+        annotated(master={SECCOMP_POD: "localhost/a"}, pod={"seccompProfile": RUNTIME_DEFAULT}),
+        [(FORBIDDEN, f"{MANN}[{SECCOMP_POD}]")],
+    ),
+    (
+        "seccomp-container-annotation-disagreeing-with-its-field",
+        annotated(master={SECCOMP: "localhost/b"}, training={"seccompProfile": LOCALHOST_A}),
+        [(FORBIDDEN, f"{MANN}[{SECCOMP}]")],
+    ),
+]
+# What the apiserver accepts, though it looks alike.
+ACCEPTED_IN_EVERY_POD = [
+    ("apparmor-annotation-for-an-init-container", annotated(master={INIT_APPARMOR: ""}, init={})),
+    (
+        "apparmor-annotation-copied-over-the-pods-field",
+        annotated(master={APPARMOR: "localhost/a"}, pod={"appArmorProfile": RUNTIME_DEFAULT}),
+    ),
+    (
+        "apparmor-annotation-agreeing-with-the-containers-field",
+        annotated(master={APPARMOR: "localhost/a"}, training={"appArmorProfile": LOCALHOST_A}),
+    ),
+    (
+        "seccomp-docker-default-agreeing-with-runtime-default",
+        annotated(master={SECCOMP_POD: "docker/default"}, pod={"seccompProfile": RUNTIME_DEFAULT}),
+    ),
+    (
+        "seccomp-container-annotation-not-compared-with-the-pods-field",
+        annotated(master={SECCOMP: "localhost/b"}, pod={"seccompProfile": LOCALHOST_A}),
+    ),
+    (
+        "seccomp-annotation-naming-no-container",
+        annotated(master={f"{SECCOMP_PREFIX}sidecar": "localhost/"}),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [pytest.param(raw, expected, id=name) for name, raw, expected in REFUSED_IN_EVERY_POD]
+    + [pytest.param(raw, [], id=name) for name, raw in ACCEPTED_IN_EVERY_POD],
+)
+@pytest.mark.parametrize("active_policy", [DEFAULT_POLICY, PRIVILEGED], ids=["default", "priv"])
+def test_profile_annotations_the_apiserver_refuses_in_every_pod_are_refused_under_every_policy(
+    raw: Any, expected: Pairs, active_policy: PlacementPolicy
+) -> None:
+    check(raw, active_policy, expected)
 
 
 @pytest.mark.parametrize(("raw", "active_policy", "expected"), ESCAPES)
@@ -476,11 +596,138 @@ def test_an_update_that_adds_the_legacy_apparmor_annotation_is_refused() -> None
 
 
 ANNOTATION_KEYS = st.sampled_from(
-    [APPARMOR, f"{APPARMOR_PREFIX}sidecar", f"{APPARMOR_PREFIX}", SECCOMP_POD, SECCOMP]
+    [
+        *(APPARMOR, INIT_APPARMOR, f"{APPARMOR_PREFIX}sidecar", f"{APPARMOR_PREFIX}", SECCOMP_POD),
+        *(SECCOMP, f"{SECCOMP_PREFIX}init", f"{SECCOMP_PREFIX}sidecar", f"{SECCOMP_POD}x"),
+    ]
 ) | st.text(max_size=20)
 ANNOTATION_VALUES = st.sampled_from(
-    ["unconfined", "Unconfined", "runtime/default", "localhost/k8s-train", ""]
+    [
+        *("unconfined", "Unconfined", "runtime/default", "docker/default", "", "localhost/"),
+        *("localhost/a", "localhost/b", "localhost/ a", "localhost/a\x1c", "localhost//a"),
+        *("localhost/../a", "localhost/a/..", "localhost/a..b", "runtime/default "),
+    ]
 ) | st.text(max_size=12)
+PROFILES = st.none() | st.sampled_from(
+    [
+        {"type": "Unconfined"},
+        {"type": "RuntimeDefault"},
+        {"type": "Localhost", "localhostProfile": "a"},
+        {"type": "Localhost", "localhostProfile": "b"},
+    ]
+)
+
+
+def security(apparmor: Any, seccomp: Any) -> dict[str, Any]:
+    """A ``securityContext`` with these profiles (None: unset)."""
+    profiles = {"appArmorProfile": apparmor, "seccompProfile": seccomp}
+    return {field: profile for field, profile in profiles.items() if profile is not None}
+
+
+def apiserver_refusals(
+    annotations: dict[str, str], pod: dict[str, Any], containers: dict[str, dict[str, Any]]
+) -> list[tuple[ErrorType, str]]:
+    """What pod creation refuses, by annotation key: pkg/apis/core/validation (v1.36, v1.37).
+
+    A line-by-line reading of ``ValidatePodSpecificAnnotations`` (seccomp, AppArmor), the
+    AppArmor copy of ``applyAppArmorVersionSkew`` and ``ValidatePodCreate``'s two agreement
+    checks, for a Linux pod whose ``containers`` (init ones first) have these securityContexts.
+    """
+    refused: list[tuple[ErrorType, str]] = []
+    for key, value in annotations.items():  # ValidateSeccompPodAnnotations
+        if key == SECCOMP_POD or key.startswith(SECCOMP_PREFIX):
+            if value.startswith("localhost/"):
+                target = value.removeprefix("localhost/")
+                if target.startswith("/"):  # path.IsAbs
+                    refused.append((INVALID, key))
+                if ".." in target.split("/"):
+                    refused.append((INVALID, key))
+            elif value not in ("runtime/default", "docker/default", "unconfined"):
+                refused.append((INVALID, key))
+    for key, value in annotations.items():  # ValidateAppArmorPodAnnotations
+        if key.startswith(APPARMOR_PREFIX):
+            if key.removeprefix(APPARMOR_PREFIX) not in containers:
+                refused.append((INVALID, key))
+            if value not in ("", "runtime/default", "unconfined") and not value.startswith(
+                "localhost/"
+            ):
+                refused.append((INVALID, key))
+    pod_apparmor = pod.get("appArmorProfile")
+    effective: dict[str, Any] = {}
+    for name, context in containers.items():  # applyAppArmorVersionSkew
+        own = context.get("appArmorProfile")
+        key = APPARMOR_PREFIX + name
+        if key in annotations and own is None:
+            copied = field_for_annotation(annotations[key])
+            if copied is not None and copied != pod_apparmor:
+                own = copied
+        effective[name] = own
+    seccomp_pod = pod.get("seccompProfile")  # validateSeccompAnnotationsAndFields
+    if seccomp_pod is not None and SECCOMP_POD in annotations:
+        refused += disagreements(annotations[SECCOMP_POD], seccomp_pod, SECCOMP_POD, seccomp=True)
+    for name, context in containers.items():
+        key = SECCOMP_PREFIX + name
+        if context.get("seccompProfile") is not None and key in annotations:
+            refused += disagreements(annotations[key], context["seccompProfile"], key, seccomp=True)
+    for name in containers:  # validateAppArmorAnnotationsAndFieldsMatchOnCreate
+        profile = effective[name] or pod_apparmor
+        key = APPARMOR_PREFIX + name
+        if profile is not None and key in annotations:
+            refused += disagreements(annotations[key], profile, key, seccomp=False)
+    return refused
+
+
+def field_for_annotation(value: str) -> dict[str, Any] | None:
+    """``ApparmorFieldForAnnotation``, None when ``ValidateAppArmorProfileField`` refuses it."""
+    if value == "unconfined":
+        return {"type": "Unconfined"}
+    if value == "runtime/default":
+        return {"type": "RuntimeDefault"}
+    profile = value.removeprefix("localhost/")
+    if value.startswith("localhost/") and profile:
+        go_space = "\t\n\v\f\r \x85\xa0"  # the generated values use no other
+        if profile.strip(go_space) == profile and len(profile.encode()) <= 4095:
+            return {"type": "Localhost", "localhostProfile": profile}
+    return None
+
+
+def disagreements(
+    value: str, profile: dict[str, Any], key: str, *, seccomp: bool
+) -> list[tuple[ErrorType, str]]:
+    """``validateSeccompAnnotationsAndFieldsMatch`` and its AppArmor twin."""
+    defaults = ("runtime/default", "docker/default") if seccomp else ("runtime/default",)
+    kind = profile["type"]
+    agrees = (
+        (kind == "Unconfined" and value == "unconfined")
+        or (kind == "RuntimeDefault" and value in defaults)
+        or (kind == "Localhost" and value == "localhost/" + str(profile.get("localhostProfile")))
+    )
+    return [] if agrees else [(FORBIDDEN, key)]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    entries=st.dictionaries(ANNOTATION_KEYS, ANNOTATION_VALUES, max_size=6),
+    profiles=st.tuples(*[PROFILES] * 6),
+    with_init=st.booleans(),
+    on_worker=st.booleans(),
+)
+def test_the_profile_annotations_refused_are_those_the_apiserver_refuses_in_every_pod(
+    entries: dict[str, str], profiles: tuple[Any, ...], with_init: bool, on_worker: bool
+) -> None:
+    """Under every policy (here the one allowing privilege: no policy refusal adds to them)."""
+    pod, training, init = (security(*profiles[i : i + 2]) for i in (0, 2, 4))
+    containers = {"init": init, "pytorch": training} if with_init else {"pytorch": training}
+    annotations = {"master": entries} if not on_worker else {"worker": entries}
+    raw = annotated(**annotations, pod=pod, training=training, init=init if with_init else None)
+    where = WANN if on_worker else MANN
+
+    verdict = validate_create(raw, PRIVILEGED)
+
+    expected = [
+        (kind, f"{where}[{key}]") for kind, key in apiserver_refusals(entries, pod, containers)
+    ]
+    assert Counter(pairs(verdict)) == Counter(expected)
 
 
 @settings(max_examples=200, deadline=None)
@@ -489,20 +736,21 @@ ANNOTATION_VALUES = st.sampled_from(
     on_worker=st.booleans(),
     privileged=st.booleans(),
 )
-def test_exactly_the_apparmor_annotations_that_unconfine_are_refused(
+def test_exactly_the_apparmor_annotations_that_unconfine_are_refused_by_the_policy(
     entries: dict[str, str], on_worker: bool, privileged: bool
 ) -> None:
     """Whichever replica carries them (the other shares its pod spec), and only unprivileged."""
-    raw = annotated(worker=entries) if on_worker else annotated(master=entries)
+    raw = annotated(worker=entries, init={}) if on_worker else annotated(master=entries, init={})
     where = WANN if on_worker else MANN
 
     verdict = validate_create(raw, PRIVILEGED if privileged else DEFAULT_POLICY)
 
-    assert pairs(verdict) == [
+    unconfining = [
         (FORBIDDEN, f"{where}[{key}]")
         for key, value in entries.items()
-        if key.startswith(APPARMOR_PREFIX) and value == "unconfined" and not privileged
+        if key in (APPARMOR, INIT_APPARMOR) and value == "unconfined" and not privileged
     ]
+    assert [pair for pair in pairs(verdict) if pair[0] is FORBIDDEN] == unconfining
 
 
 def test_an_update_that_tolerates_every_taint_is_refused() -> None:

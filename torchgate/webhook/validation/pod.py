@@ -11,11 +11,16 @@ takes its pods out of the admin's control of the pool without it: a toleration o
 of torchgate's quarantine or of a cordon (``taints.escapes``), or an ``Unconfined`` seccomp or
 AppArmor profile (``policy.CONFINEMENT_PROFILES``, or the legacy AppArmor annotation in the
 template's metadata, which Kubernetes still honours: ``pod_confinement``). A ``nodeName`` is
-refused under any policy: torchgate places the pods. Replica types other than Master and Worker
-are reported last, after every known replica.
+refused under any policy: torchgate places the pods; so is a profile annotation the apiserver
+refuses in every pod (one naming no container, an unknown value, one disagreeing with the
+profile field): the job would be stored and its pods never created. Replica types other than
+Master and Worker are reported last, after every known replica.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
 
 from torchgate.pytorchjob import gang, names
 from torchgate.pytorchjob.fieldpath import (
@@ -30,10 +35,13 @@ from torchgate.pytorchjob.fieldpath import (
     required,
 )
 from torchgate.pytorchjob.policy import (
+    ANNOTATION_LOCALHOST_PREFIX,
+    ANNOTATION_RUNTIME_DEFAULT,
     APPARMOR_ANNOTATION_PREFIX,
     APPARMOR_ANNOTATION_UNCONFINED,
     CONFINEMENT_PROFILES,
     HOST_NAMESPACES,
+    SECCOMP_ANNOTATION_DOCKER_DEFAULT,
     SECCOMP_CONTAINER_ANNOTATION_PREFIX,
     SECCOMP_POD_ANNOTATION,
     UNCONFINED,
@@ -44,6 +52,7 @@ from torchgate.pytorchjob.taints import EVERY_TAINT, RESERVED_TAINTS
 from torchgate.webhook.validation.facts import (
     NONE,
     OBJECT,
+    ContainerFacts,
     Finding,
     Findings,
     JobFacts,
@@ -278,13 +287,25 @@ def node_name(job: JobFacts, replica: ReplicaFacts) -> Findings:
 
 
 def pod_confinement(job: JobFacts, replica: ReplicaFacts) -> Findings:
-    """No ``Unconfined`` profile for the pod unless privileged: its fields or legacy annotations.
+    """No ``Unconfined`` profile unless privileged; no profile annotation the apiserver refuses.
 
     Found (k8s.io/kubernetes v1.37.2 and v1.36.3): creating a pod copies an annotation
     ``container.apparmor.security.beta.kubernetes.io/<c>: unconfined`` into container ``<c>``'s
     unset ``appArmorProfile`` (``pkg/registry/core/pod/strategy.go:997``; ``:973`` in v1.36.3),
     so it is refused like the field; the seccomp annotations are ignored since 1.27 (the kubelet
     reads only the fields, ``pkg/kubelet/kuberuntime/helpers.go:304``): a warning says so.
+
+    Refused under every policy, as the apiserver refuses every pod of the template
+    (``pkg/apis/core/validation/validation.go`` v1.37.2, v1.36.3 in brackets): an AppArmor
+    annotation naming no container or init container (Invalid, ``:5517`` [``:5362``]), or whose
+    value is not ``""``, ``runtime/default``, ``unconfined`` nor ``localhost/...`` (Invalid,
+    ``:5529`` [``:5374``]); a seccomp annotation whose value is not ``runtime/default``,
+    ``docker/default``, ``unconfined`` nor ``localhost/<relative path without ..>`` (Invalid,
+    ``:5429`` [``:5274``]); an annotation disagreeing with the ``appArmorProfile`` (the
+    container's, else the pod's, once the annotation was copied, ``:5540`` [``:5385``]; a
+    Windows pod skips this check but refuses every AppArmor field, ``:5025``, ``:5080``) or
+    ``seccompProfile`` (the pod annotation with the pod's, a container's with that container's
+    own, ``:5784`` [``:5626``]) the template sets (Forbidden).
     """
     found = unconfined_profiles(job, replica.pod_spec.get("securityContext"), replica.pod_path)
     if not replica.profile_annotations:
@@ -292,24 +313,188 @@ def pod_confinement(job: JobFacts, replica: ReplicaFacts) -> Findings:
     annotations = at(replica.path, "template", "metadata", "annotations")
     legacy: list[Finding] = []
     for key, value in replica.profile_annotations:
+        if not isinstance(value, str):
+            continue  # the pod would not decode: the controller's create reports it
+        path = annotations.key(key)
         if key.startswith(APPARMOR_ANNOTATION_PREFIX):
-            if value == APPARMOR_ANNOTATION_UNCONFINED and not job.policy.allow_privileged:
-                legacy.append(
-                    forbidden(
-                        annotations.key(key),
-                        f"{_unconfined_refusal(job)} (this annotation sets the container's "
-                        "securityContext.appArmorProfile)",
-                    )
-                )
+            legacy.extend(_apparmor_annotation(job, replica, path, key, value))
         elif key == SECCOMP_POD_ANNOTATION or key.startswith(SECCOMP_CONTAINER_ANNOTATION_PREFIX):
+            legacy.extend(_seccomp_annotation(replica, path, key, value))
             legacy.append(
                 FieldWarning(
-                    annotations.key(key),
+                    path,
                     "ignored since Kubernetes 1.27: the kubelet reads only "
                     "securityContext.seccompProfile; set that field instead",
                 )
             )
     return [*found, *legacy]
+
+
+def _apparmor_annotation(
+    job: JobFacts, replica: ReplicaFacts, path: FieldPath, key: str, value: str
+) -> Findings:
+    """What the apiserver, then the policy, refuse of one legacy AppArmor annotation."""
+    name = key[len(APPARMOR_ANNOTATION_PREFIX) :]
+    container = _named_container(replica, name)
+    found: list[Finding] = []
+    if container is None:
+        found.append(
+            invalid(path, name, "container not found: no container of the template has this name")
+        )
+    if value not in _APPARMOR_VALUES and not value.startswith(ANNOTATION_LOCALHOST_PREFIX):
+        found.append(
+            invalid(
+                path,
+                value,
+                f"invalid AppArmor profile name: {quote(value)} (use {ANNOTATION_RUNTIME_DEFAULT}"
+                f", {APPARMOR_ANNOTATION_UNCONFINED} or {ANNOTATION_LOCALHOST_PREFIX}<profile>)",
+            )
+        )
+    if container is None:
+        return found
+    field = "appArmorProfile"
+    where = at(container.path, "securityContext", field)
+    profile = _profile(container.fields.get("securityContext"), field)
+    if profile is None and not _copied_apparmor(value):
+        # the annotation is not copied into the field: the pod's profile applies
+        where = at(replica.pod_path, "securityContext", field)
+        profile = _profile(replica.pod_spec.get("securityContext"), field)
+    if profile is not None:
+        found.extend(_disagreement(path, value, profile, where, "apparmor", _APPARMOR_DEFAULT))
+    if value == APPARMOR_ANNOTATION_UNCONFINED and not job.policy.allow_privileged:
+        found.append(
+            forbidden(
+                path,
+                f"{_unconfined_refusal(job)} (this annotation sets the container's "
+                "securityContext.appArmorProfile)",
+            )
+        )
+    return found
+
+
+def _seccomp_annotation(replica: ReplicaFacts, path: FieldPath, key: str, value: str) -> Findings:
+    """What the apiserver refuses of one legacy seccomp annotation (the kubelet ignores it)."""
+    found: list[Finding] = []
+    if value.startswith(ANNOTATION_LOCALHOST_PREFIX):
+        location = value[len(ANNOTATION_LOCALHOST_PREFIX) :]
+        if location.startswith("/"):
+            found.append(invalid(path, location, "must be a relative path"))
+        if ".." in location.split("/"):
+            found.append(invalid(path, location, "must not contain '..'"))
+    elif value not in _SECCOMP_VALUES:
+        found.append(
+            invalid(
+                path,
+                value,
+                f"must be a valid seccomp profile ({ANNOTATION_RUNTIME_DEFAULT}, "
+                f"{SECCOMP_ANNOTATION_DOCKER_DEFAULT}, {APPARMOR_ANNOTATION_UNCONFINED} or "
+                f"{ANNOTATION_LOCALHOST_PREFIX}<profile>)",
+            )
+        )
+    field = "seccompProfile"
+    if key == SECCOMP_POD_ANNOTATION:
+        security, where = replica.pod_spec.get("securityContext"), replica.pod_path
+    else:  # a container's: compared with that container's own field only
+        name = key[len(SECCOMP_CONTAINER_ANNOTATION_PREFIX) :]
+        container = _named_container(replica, name)
+        if container is None:
+            return found
+        security, where = container.fields.get("securityContext"), container.path
+    profile = _profile(security, field)
+    if profile is not None:
+        where = at(where, "securityContext", field)
+        found.extend(_disagreement(path, value, profile, where, "seccomp", _SECCOMP_DEFAULT))
+    return found
+
+
+# What the apiserver accepts in the annotations (``localhost/<profile>`` aside).
+_APPARMOR_VALUES: Final = frozenset(
+    {"", ANNOTATION_RUNTIME_DEFAULT, APPARMOR_ANNOTATION_UNCONFINED}
+)
+_APPARMOR_DEFAULT: Final = (ANNOTATION_RUNTIME_DEFAULT,)
+_SECCOMP_DEFAULT: Final = (ANNOTATION_RUNTIME_DEFAULT, SECCOMP_ANNOTATION_DOCKER_DEFAULT)
+_SECCOMP_VALUES: Final = frozenset({*_SECCOMP_DEFAULT, APPARMOR_ANNOTATION_UNCONFINED})
+# Go's ``unicode.IsSpace`` (what ``strings.TrimSpace`` trims); ``str.isspace`` adds \x1c-\x1f.
+_GO_SPACE: Final = (
+    "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+    "\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+_LOCALHOST_PROFILE_MAX: Final = 4095  # bytes: PATH_MAX - 1
+
+
+def _copied_apparmor(value: str) -> bool:
+    """Whether pod creation copies the annotation into the container's unset field.
+
+    ``podutil.ApparmorFieldForAnnotation``, kept only when ``ValidateAppArmorProfileField``
+    accepts it (``strategy.go:997``): then the field and the annotation agree by construction.
+    """
+    if value in (APPARMOR_ANNOTATION_UNCONFINED, ANNOTATION_RUNTIME_DEFAULT):
+        return True
+    if not value.startswith(ANNOTATION_LOCALHOST_PREFIX):
+        return False
+    profile = value[len(ANNOTATION_LOCALHOST_PREFIX) :]
+    return (
+        profile != ""
+        and profile.strip(_GO_SPACE) == profile
+        and len(profile.encode()) <= _LOCALHOST_PROFILE_MAX
+    )
+
+
+def _disagreement(
+    path: FieldPath,
+    value: str,
+    profile: Mapping[str, Any],
+    where: FieldPath,
+    kind: str,
+    runtime_default: tuple[str, ...],
+) -> Findings:
+    """A Forbidden error when the annotation's ``value`` says another profile than the field."""
+    wanted = profile.get("type")
+    if wanted == UNCONFINED:
+        agrees = value == APPARMOR_ANNOTATION_UNCONFINED
+    elif wanted == "RuntimeDefault":
+        agrees = value in runtime_default
+    elif wanted == "Localhost":
+        if not value.startswith(ANNOTATION_LOCALHOST_PREFIX):
+            agrees = False
+        elif value[len(ANNOTATION_LOCALHOST_PREFIX) :] != profile.get("localhostProfile"):
+            return [
+                forbidden(
+                    path,
+                    f"{kind} profile in annotation and field must match: "
+                    f"{where.child('localhostProfile')} is "
+                    f"{quote(str(profile.get('localhostProfile')))}",
+                )
+            ]
+        else:
+            agrees = True
+    else:
+        return NONE  # the field's own validation judges another type
+    if agrees:
+        return NONE
+    return [
+        forbidden(
+            path,
+            f"{kind} type in annotation and field must match: {where.child('type')} is "
+            f"{quote(str(wanted))}",
+        )
+    ]
+
+
+def _named_container(replica: ReplicaFacts, name: str) -> ContainerFacts | None:
+    """The container or init container called ``name`` (``podSpecHasContainer``)."""
+    for container in (*replica.init_containers, *replica.containers):
+        if container.fields.get("name") == name:
+            return container
+    return None
+
+
+def _profile(security: object, field: str) -> Mapping[str, Any] | None:
+    """``security[field]`` when both are objects (a profile set), else None."""
+    if not isinstance(security, OBJECT):
+        return None
+    profile = security.get(field)
+    return profile if isinstance(profile, OBJECT) else None
 
 
 def unconfined_profiles(job: JobFacts, security: object, path: FieldPath) -> Findings:
