@@ -292,12 +292,15 @@ def node_access(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts)
     adds ``IPC_LOCK`` and the rendezvous port), so the usual lists pass in one plain loop and are
     walked by index only when an entry is refused.
     """
-    privileged = job.policy.allow_privileged
-    found: list[Finding] = []
     fields = container.fields
     security = fields.get("securityContext")
+    if job.policy.allow_privileged:  # only the apiserver's refusals of the profiles
+        if isinstance(security, OBJECT) and not _CONFINEMENT_KEYS.isdisjoint(security):
+            return profile_fields(job, security, container.path)
+        return NONE
+    found: list[Finding] = []
     if isinstance(security, OBJECT):
-        if security.get("privileged") is True and not privileged:
+        if security.get("privileged") is True:
             found.append(
                 forbidden(
                     at(container.path, "securityContext", "privileged"),
@@ -308,15 +311,13 @@ def node_access(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts)
             )
         capabilities = security.get("capabilities")
         added = capabilities.get("add") if isinstance(capabilities, OBJECT) else None
-        if isinstance(added, list) and not privileged:
+        if isinstance(added, list):
             for entry in added:
                 if capability_name(entry) in NODE_CAPABILITIES:
                     found.extend(_node_capabilities(job, container.path, added))
                     break
         if not _CONFINEMENT_KEYS.isdisjoint(security):  # C-level: usually none
             found.extend(profile_fields(job, security, container.path))
-    if privileged:
-        return found or NONE
     ports = fields.get("ports")
     if isinstance(ports, list):
         for port in ports:
