@@ -1,13 +1,16 @@
-"""The webhook refuses exactly the profile annotations the real apiserver refuses in a pod.
+"""The webhook refuses exactly the profile annotations and fields the real apiserver refuses.
 
 ``pod.pod_confinement`` refuses a template's legacy AppArmor and seccomp annotations that the
 apiserver would refuse in every pod the controller creates from it (an annotation naming no
-container, a value it does not know, one disagreeing with the template's profile field). That
-rule is a reading of the apiserver's Go code; this test holds the reading to the apiserver
-itself: seeded random templates, each judged by the rule and sent as a pod (dry run) to the
-running kube-apiserver, whose refusals, mapped to the annotation each is about, must be the
-rule's, on every supported Kubernetes version: a release that changes this validation fails
-here.
+container, a value it does not know, one disagreeing with the template's profile field), and
+``pod.profile_fields`` the pod's and containers' ``seccompProfile``/``appArmorProfile`` it
+would refuse (no type or an unknown one, a ``localhostProfile`` missing, out of place or one it
+refuses). Those rules are a reading of the apiserver's Go code; this test holds the reading to
+the apiserver itself: seeded random templates, each judged by the rules and sent as a pod (dry
+run) to the running kube-apiserver, whose refusals must be the rules' (a disagreement with an
+annotation, which the apiserver reports at the field, mapped to the annotation, where the
+webhook reports it), on every supported Kubernetes version: a release that changes this
+validation fails here.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ import pytest
 from tests.e2e.conftest import Cluster
 from tests.unit.webhook.test_validation_policy import (
     APPARMOR_PREFIX,
-    MANN,
+    INVALID_PROFILES,
     PRIVILEGED,
     SECCOMP_POD,
     SECCOMP_PREFIX,
+    SPECS,
+    VALID_PROFILES,
     annotated,
     security,
 )
@@ -44,43 +49,44 @@ VALUES = [
     *("localhost/\u00a0a", "localhost/a\x1c", "localhost/../a", "localhost/a/..", "bogus"),
     *("localhost/a..b", "localhost/x/../y"),
 ]
-PROFILES = [
-    None,
-    None,
-    {"type": "Unconfined"},
-    {"type": "RuntimeDefault"},
-    {"type": "Localhost", "localhostProfile": "a"},
-    {"type": "Localhost", "localhostProfile": "b"},
-]
+PROFILES = [None, None, *VALID_PROFILES]
+INVALID_SHARE = 0.1  # of the profiles drawn: about half the pods have none
 PROFILE_FIELD = re.compile(
-    r"spec\.(containers|initContainers)\[(\d+)\]\.securityContext\.(appArmorProfile|seccompProfile)\."
+    r"(spec\.(containers|initContainers)\[(\d+)\]|spec)\.securityContext\."
+    r"(appArmorProfile|seccompProfile)\."
 )
-SAMPLES = 200
+TEMPLATE = f"{SPECS}[Master].template."
+SAMPLES = 300
 
 
-def refused_annotations(status: int, body: dict[str, Any], pod: dict[str, Any]) -> Counter[Any]:
-    """The apiserver's refusals as (reason, annotation key): a field's, the annotation's."""
+def apiserver_refusals(status: int, body: dict[str, Any], pod: dict[str, Any]) -> Counter[Any]:
+    """The apiserver's refusals as (reason, field): a disagreement's at its annotation."""
     found: Counter[Any] = Counter()
     if status == 201:
         return found
     for cause in body.get("details", {}).get("causes", []):
         field, reason = cause["field"], cause["reason"]
-        if field.startswith("metadata.annotations["):  # AppArmor: .Key(k)
-            found[(reason, field.removeprefix("metadata.annotations[")[:-1])] += 1
-        elif field.startswith("metadata.annotations."):  # seccomp: .Child(k)
-            found[(reason, field.removeprefix("metadata.annotations."))] += 1
-        elif match := PROFILE_FIELD.match(field):
-            name = pod["spec"][match[1]][int(match[2])]["name"]
-            prefix = APPARMOR_PREFIX if match[3] == "appArmorProfile" else SECCOMP_PREFIX
-            found[(reason, prefix + name)] += 1
-        elif field.startswith("spec.securityContext.seccompProfile."):
-            found[(reason, SECCOMP_POD)] += 1
-        else:
-            found[(reason, f"unexpected: {field}: {cause.get('message')}")] += 1
+        if field.startswith("metadata.annotations."):  # seccomp: .Child(k)
+            field = f"metadata.annotations[{field.removeprefix('metadata.annotations.')}]"
+        elif reason == "FieldValueForbidden" and (match := PROFILE_FIELD.match(field)):
+            if match[2] is None:  # the pod's: only seccomp's is compared with an annotation
+                field = f"metadata.annotations[{SECCOMP_POD}]"
+            else:
+                name = pod["spec"][match[2]][int(match[3])]["name"]
+                prefix = APPARMOR_PREFIX if match[4] == "appArmorProfile" else SECCOMP_PREFIX
+                field = f"metadata.annotations[{prefix}{name}]"
+        elif not field.startswith("metadata.annotations[") and not PROFILE_FIELD.match(field):
+            field = f"unexpected: {field}: {cause.get('message')}"
+        found[(reason, field)] += 1
     return found
 
 
-def test_the_webhook_refuses_exactly_the_profile_annotations_the_apiserver_refuses(
+def profile(draw: random.Random) -> dict[str, Any] | None:
+    """A profile field, one the apiserver refuses in ``INVALID_SHARE`` of the draws."""
+    return draw.choice(INVALID_PROFILES if draw.random() < INVALID_SHARE else PROFILES)
+
+
+def test_the_webhook_refuses_exactly_the_profile_annotations_and_fields_the_apiserver_refuses(
     cluster: Cluster,
 ) -> None:
     namespace = cluster.new_namespace("profiles")
@@ -88,9 +94,7 @@ def test_the_webhook_refuses_exactly_the_profile_annotations_the_apiserver_refus
     disagreements = []
     for sample in range(SAMPLES):
         entries = {key: draw.choice(VALUES) for key in draw.sample(KEYS, draw.randint(1, 4))}
-        pod_context, training, init = (
-            security(draw.choice(PROFILES), draw.choice(PROFILES)) for _ in range(3)
-        )
+        pod_context, training, init = (security(profile(draw), profile(draw)) for _ in range(3))
         with_init = draw.random() < 0.5
         raw = annotated(
             master=entries, pod=pod_context, training=training, init=init if with_init else None
@@ -109,8 +113,12 @@ def test_the_webhook_refuses_exactly_the_profile_annotations_the_apiserver_refus
         )
 
         assert status in (201, 422), body
-        ours = Counter((e.type.value, str(e.path)[len(MANN) + 1 : -1]) for e in verdict.errors)
-        theirs = refused_annotations(status, body, pod)
+        ours = Counter(
+            (e.type.value, e.field.removeprefix(TEMPLATE))
+            for e in verdict.errors
+            if e.field.startswith(TEMPLATE)  # Worker's pod spec is Master's
+        )
+        theirs = apiserver_refusals(status, body, pod)
         if ours != theirs:
             disagreements.append((pod, ours, theirs))
     assert disagreements == []

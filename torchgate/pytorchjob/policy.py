@@ -185,6 +185,11 @@ CONFINEMENT_PROFILES: Final = ("seccompProfile", "appArmorProfile")
 """``securityContext`` fields (pod and container) whose ``type`` may not be ``UNCONFINED``."""
 UNCONFINED: Final = "Unconfined"
 """The profile type that lifts the confinement (only with ``allowPrivileged``)."""
+LOCALHOST: Final = "Localhost"
+"""The profile type naming a profile installed on the node (its ``localhostProfile``)."""
+RUNTIME_DEFAULT: Final = "RuntimeDefault"
+PROFILE_TYPES: Final = (LOCALHOST, RUNTIME_DEFAULT, UNCONFINED)
+"""The ``type`` values the apiserver accepts in either profile, in the order it lists them."""
 APPARMOR_ANNOTATION_PREFIX: Final = "container.apparmor.security.beta.kubernetes.io/"
 """A pod's legacy AppArmor annotation, ``<prefix><container>: <profile>``: still honoured."""
 APPARMOR_ANNOTATION_UNCONFINED: Final = "unconfined"

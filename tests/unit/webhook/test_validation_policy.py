@@ -23,6 +23,7 @@ from tests.unit.webhook.validationcases import (
     NOT_SUPPORTED,
     REQUIRED,
     SPECS,
+    TOO_LONG,
     WPOD,
     Pairs,
     case,
@@ -429,6 +430,20 @@ ESCAPES = [
     ),
     case("unconfined-allowed-with-privilege", confined(UNCONFINED, UNCONFINED), [], PRIVILEGED),
     case(
+        "unconfined-with-a-localhost-profile-invalid-then-refused",
+        confined({}, {"appArmorProfile": {"type": "Unconfined", "localhostProfile": "a"}}),
+        [
+            (INVALID, f"{MC0}.securityContext.appArmorProfile.localhostProfile"),
+            (FORBIDDEN, f"{MC0}.securityContext.appArmorProfile.type"),
+        ],
+    ),
+    case(
+        "unconfined-with-a-localhost-profile-invalid-with-privilege",
+        confined({"seccompProfile": {"type": "Unconfined", "localhostProfile": "a"}}, {}),
+        [(INVALID, f"{MPOD}.securityContext.seccompProfile.localhostProfile")],
+        PRIVILEGED,
+    ),
+    case(
         "legacy-apparmor-annotation-unconfined-refused",
         annotated(master={APPARMOR: "unconfined"}),
         [(FORBIDDEN, f"{MANN}[{APPARMOR}]")],
@@ -464,6 +479,13 @@ ESCAPES = [
 
 
 RUNTIME_DEFAULT = {"type": "RuntimeDefault"}
+
+
+def on_both(kind: ErrorType, field: str, times: int = 1) -> Pairs:
+    """``kind`` at ``field`` of Master's pod spec, then of Worker's (``annotated`` shares it)."""
+    return [(kind, f"{pod}.{field}") for pod in (MPOD, WPOD) for _ in range(times)]
+
+
 LOCALHOST_A = {"type": "Localhost", "localhostProfile": "a"}
 SIDECAR_APPARMOR = f"{APPARMOR_PREFIX}sidecar"
 # What the apiserver refuses in every pod of the template: refused under every policy.
@@ -528,6 +550,76 @@ REFUSED_IN_EVERY_POD = [
         annotated(master={SECCOMP: "localhost/b"}, training={"seccompProfile": LOCALHOST_A}),
         [(FORBIDDEN, f"{MANN}[{SECCOMP}]")],
     ),
+    # The profile fields (the pod spec is Master's and Worker's: both are refused).
+    (
+        "seccomp-field-of-type-localhost-without-its-profile",
+        annotated(training={"seccompProfile": {"type": "Localhost"}}),
+        on_both(REQUIRED, "containers[0].securityContext.seccompProfile.localhostProfile"),
+    ),
+    (
+        "seccomp-field-of-type-localhost-with-a-null-profile",
+        annotated(pod={"seccompProfile": {"type": "Localhost", "localhostProfile": None}}),
+        on_both(REQUIRED, "securityContext.seccompProfile.localhostProfile"),
+    ),
+    (
+        "seccomp-field-with-a-profile-but-another-type",
+        annotated(pod={"seccompProfile": {**RUNTIME_DEFAULT, "localhostProfile": "a"}}),
+        on_both(INVALID, "securityContext.seccompProfile.localhostProfile"),
+    ),
+    (
+        "seccomp-field-without-a-type",
+        annotated(init={"seccompProfile": {}}),
+        on_both(REQUIRED, "initContainers[0].securityContext.seccompProfile.type"),
+    ),
+    (
+        "seccomp-field-of-an-unknown-type-with-a-profile",
+        annotated(pod={"seccompProfile": {"type": "localhost", "localhostProfile": "a"}}),
+        [
+            (kind, f"{pod}.securityContext.seccompProfile.{field}")
+            for pod in (MPOD, WPOD)
+            for kind, field in ((NOT_SUPPORTED, "type"), (INVALID, "localhostProfile"))
+        ],
+    ),
+    (
+        "seccomp-field-of-an-absolute-climbing-profile",
+        annotated(training={"seccompProfile": {"type": "Localhost", "localhostProfile": "/../a"}}),
+        on_both(INVALID, "containers[0].securityContext.seccompProfile.localhostProfile", 2),
+    ),
+    (
+        "apparmor-field-of-type-localhost-without-its-profile",
+        annotated(init={"appArmorProfile": {"type": "Localhost"}}),
+        on_both(REQUIRED, "initContainers[0].securityContext.appArmorProfile.localhostProfile"),
+    ),
+    (
+        "apparmor-field-of-an-empty-profile",
+        annotated(pod={"appArmorProfile": {"type": "Localhost", "localhostProfile": ""}}),
+        on_both(REQUIRED, "securityContext.appArmorProfile.localhostProfile"),
+    ),
+    (
+        "apparmor-field-of-a-padded-profile",
+        annotated(training={"appArmorProfile": {"type": "Localhost", "localhostProfile": "a\n"}}),
+        on_both(INVALID, "containers[0].securityContext.appArmorProfile.localhostProfile"),
+    ),
+    (
+        "apparmor-field-of-a-profile-longer-than-path-max",
+        annotated(pod={"appArmorProfile": {"type": "Localhost", "localhostProfile": "é" * 2048}}),
+        on_both(TOO_LONG, "securityContext.appArmorProfile.localhostProfile"),
+    ),
+    (
+        "apparmor-field-with-a-profile-but-another-type",
+        annotated(pod={"appArmorProfile": {**RUNTIME_DEFAULT, "localhostProfile": "a"}}),
+        on_both(INVALID, "securityContext.appArmorProfile.localhostProfile"),
+    ),
+    (
+        "apparmor-field-with-an-empty-type",
+        annotated(training={"appArmorProfile": {"type": ""}}),
+        on_both(REQUIRED, "containers[0].securityContext.appArmorProfile.type"),
+    ),
+    (
+        "apparmor-field-of-an-unknown-type-with-a-profile-is-only-not-supported",
+        annotated(pod={"appArmorProfile": {"type": "unconfined", "localhostProfile": "a"}}),
+        on_both(NOT_SUPPORTED, "securityContext.appArmorProfile.type"),
+    ),
 ]
 # What the apiserver accepts, though it looks alike.
 ACCEPTED_IN_EVERY_POD = [
@@ -551,6 +643,27 @@ ACCEPTED_IN_EVERY_POD = [
     (
         "seccomp-annotation-naming-no-container",
         annotated(master={f"{SECCOMP_PREFIX}sidecar": "localhost/"}),
+    ),
+    (
+        "seccomp-field-of-an-empty-profile",
+        annotated(pod={"seccompProfile": {"type": "Localhost", "localhostProfile": ""}}),
+    ),
+    (
+        "apparmor-field-of-an-absolute-climbing-profile",
+        annotated(training={"appArmorProfile": {"type": "Localhost", "localhostProfile": "/../a"}}),
+    ),
+    (
+        "apparmor-field-of-a-profile-of-path-max",
+        annotated(pod={"appArmorProfile": {"type": "Localhost", "localhostProfile": "a" * 4095}}),
+    ),
+    (
+        "profile-fields-with-a-null-or-a-dotted-profile",
+        annotated(
+            pod={
+                "appArmorProfile": {**RUNTIME_DEFAULT, "localhostProfile": None},
+                "seccompProfile": {"type": "Localhost", "localhostProfile": "a/b..c"},
+            }
+        ),
     ),
 ]
 
@@ -608,14 +721,29 @@ ANNOTATION_VALUES = st.sampled_from(
         *("localhost/../a", "localhost/a/..", "localhost/a..b", "runtime/default "),
     ]
 ) | st.text(max_size=12)
-PROFILES = st.none() | st.sampled_from(
-    [
-        {"type": "Unconfined"},
-        {"type": "RuntimeDefault"},
-        {"type": "Localhost", "localhostProfile": "a"},
-        {"type": "Localhost", "localhostProfile": "b"},
-    ]
-)
+VALID_PROFILES = [
+    {"type": "Unconfined"},
+    {"type": "RuntimeDefault"},
+    {"type": "Localhost", "localhostProfile": "a"},
+    {"type": "Localhost", "localhostProfile": "b"},
+]
+# Profile fields the apiserver refuses in one of the two profiles, or both.
+INVALID_PROFILES = [
+    {},
+    {"type": None},
+    {"type": ""},
+    {"type": "localhost", "localhostProfile": "a"},
+    {"type": "Localhost"},
+    {"type": "Localhost", "localhostProfile": None},
+    {"type": "Localhost", "localhostProfile": ""},
+    {"type": "Localhost", "localhostProfile": " a"},
+    {"type": "Localhost", "localhostProfile": "/a"},
+    {"type": "Localhost", "localhostProfile": "x/../a"},
+    {"type": "Localhost", "localhostProfile": "a" * 4096},
+    {"type": "RuntimeDefault", "localhostProfile": "a"},
+    {"type": "Unconfined", "localhostProfile": ""},
+]
+PROFILES = st.none() | st.sampled_from(VALID_PROFILES) | st.sampled_from(INVALID_PROFILES)
 
 
 def security(apparmor: Any, seccomp: Any) -> dict[str, Any]:
@@ -627,31 +755,44 @@ def security(apparmor: Any, seccomp: Any) -> dict[str, Any]:
 def apiserver_refusals(
     annotations: dict[str, str], pod: dict[str, Any], containers: dict[str, dict[str, Any]]
 ) -> list[tuple[ErrorType, str]]:
-    """What pod creation refuses, by annotation key: pkg/apis/core/validation (v1.36, v1.37).
+    """What pod creation refuses, by annotation (its key) or profile field (its path in the pod).
 
-    A line-by-line reading of ``ValidatePodSpecificAnnotations`` (seccomp, AppArmor), the
-    AppArmor copy of ``applyAppArmorVersionSkew`` and ``ValidatePodCreate``'s two agreement
-    checks, for a Linux pod whose ``containers`` (init ones first) have these securityContexts.
+    A line-by-line reading of pkg/apis/core/validation (v1.36, v1.37): the profile fields'
+    validation, ``ValidatePodSpecificAnnotations`` (seccomp, AppArmor), the AppArmor copy of
+    ``applyAppArmorVersionSkew`` and ``ValidatePodCreate``'s two agreement checks, for a Linux
+    pod whose ``containers`` (init ones first, each ``init`` or ``pytorch``) have these
+    securityContexts.
     """
     refused: list[tuple[ErrorType, str]] = []
+    for where, context in (  # validatePodSpecSecurityContext, ValidateSecurityContext
+        ("spec", pod),
+        *((CONTAINER_PATHS[name], context) for name, context in containers.items()),
+    ):
+        for field, validate in (
+            ("seccompProfile", seccomp_field),
+            ("appArmorProfile", apparmor_field),
+        ):
+            if context.get(field) is not None:
+                path = f"{where}.securityContext.{field}"
+                refused += [(kind, f"{path}.{leaf}") for kind, leaf in validate(context[field])]
     for key, value in annotations.items():  # ValidateSeccompPodAnnotations
         if key == SECCOMP_POD or key.startswith(SECCOMP_PREFIX):
             if value.startswith("localhost/"):
                 target = value.removeprefix("localhost/")
                 if target.startswith("/"):  # path.IsAbs
-                    refused.append((INVALID, key))
+                    refused.append((INVALID, annotation(key)))
                 if ".." in target.split("/"):
-                    refused.append((INVALID, key))
+                    refused.append((INVALID, annotation(key)))
             elif value not in ("runtime/default", "docker/default", "unconfined"):
-                refused.append((INVALID, key))
+                refused.append((INVALID, annotation(key)))
     for key, value in annotations.items():  # ValidateAppArmorPodAnnotations
         if key.startswith(APPARMOR_PREFIX):
             if key.removeprefix(APPARMOR_PREFIX) not in containers:
-                refused.append((INVALID, key))
+                refused.append((INVALID, annotation(key)))
             if value not in ("", "runtime/default", "unconfined") and not value.startswith(
                 "localhost/"
             ):
-                refused.append((INVALID, key))
+                refused.append((INVALID, annotation(key)))
     pod_apparmor = pod.get("appArmorProfile")
     effective: dict[str, Any] = {}
     for name, context in containers.items():  # applyAppArmorVersionSkew
@@ -664,16 +805,72 @@ def apiserver_refusals(
         effective[name] = own
     seccomp_pod = pod.get("seccompProfile")  # validateSeccompAnnotationsAndFields
     if seccomp_pod is not None and SECCOMP_POD in annotations:
-        refused += disagreements(annotations[SECCOMP_POD], seccomp_pod, SECCOMP_POD, seccomp=True)
+        refused += disagreements(
+            annotations[SECCOMP_POD], seccomp_pod, annotation(SECCOMP_POD), seccomp=True
+        )
     for name, context in containers.items():
         key = SECCOMP_PREFIX + name
         if context.get("seccompProfile") is not None and key in annotations:
-            refused += disagreements(annotations[key], context["seccompProfile"], key, seccomp=True)
+            refused += disagreements(
+                annotations[key], context["seccompProfile"], annotation(key), seccomp=True
+            )
     for name in containers:  # validateAppArmorAnnotationsAndFieldsMatchOnCreate
-        profile = effective[name] or pod_apparmor
+        profile = effective[name] if effective[name] is not None else pod_apparmor
         key = APPARMOR_PREFIX + name
         if profile is not None and key in annotations:
-            refused += disagreements(annotations[key], profile, key, seccomp=False)
+            refused += disagreements(annotations[key], profile, annotation(key), seccomp=False)
+    return refused
+
+
+def annotation(key: str) -> str:
+    return f"metadata.annotations[{key}]"
+
+
+CONTAINER_PATHS = {"init": "spec.initContainers[0]", "pytorch": "spec.containers[0]"}
+
+
+def seccomp_field(profile: dict[str, Any]) -> list[tuple[ErrorType, str]]:
+    """``validateSeccompProfileField``: (type, the profile's field) of each refusal."""
+    kind, local = profile.get("type") or "", profile.get("localhostProfile")
+    refused = []
+    if kind == "":
+        refused.append((REQUIRED, "type"))
+    elif kind not in ("Localhost", "RuntimeDefault", "Unconfined"):
+        refused.append((NOT_SUPPORTED, "type"))
+    if kind == "Localhost":
+        if local is None:
+            refused.append((REQUIRED, "localhostProfile"))
+        else:  # validateLocalDescendingPath
+            if local.startswith("/"):
+                refused.append((INVALID, "localhostProfile"))
+            if ".." in local.split("/"):
+                refused.append((INVALID, "localhostProfile"))
+    elif local is not None:
+        refused.append((INVALID, "localhostProfile"))
+    return refused
+
+
+def apparmor_field(profile: dict[str, Any]) -> list[tuple[ErrorType, str]]:
+    """``ValidateAppArmorProfileField``: (type, the profile's field) of each refusal."""
+    kind, local = profile.get("type") or "", profile.get("localhostProfile")
+    refused = []
+    if kind == "Localhost":
+        if local is None:
+            refused.append((REQUIRED, "localhostProfile"))
+        else:
+            if local.strip(" \t\n") != local:  # strings.TrimSpace, for the generated values
+                refused.append((INVALID, "localhostProfile"))
+            elif local == "":
+                refused.append((REQUIRED, "localhostProfile"))
+            if len(local.encode()) > 4095:
+                refused.append((TOO_LONG, "localhostProfile"))
+    elif kind in ("RuntimeDefault", "Unconfined"):
+        if local is not None:
+            refused.append((INVALID, "localhostProfile"))
+    elif kind == "":
+        refused.append((REQUIRED, "type"))
+    else:
+        refused.append((NOT_SUPPORTED, "type"))
     return refused
 
 
@@ -696,7 +893,9 @@ def disagreements(
 ) -> list[tuple[ErrorType, str]]:
     """``validateSeccompAnnotationsAndFieldsMatch`` and its AppArmor twin."""
     defaults = ("runtime/default", "docker/default") if seccomp else ("runtime/default",)
-    kind = profile["type"]
+    kind = profile.get("type")
+    if kind not in ("Unconfined", "RuntimeDefault", "Localhost"):
+        return []  # no case of the switch
     agrees = (
         (kind == "Unconfined" and value == "unconfined")
         or (kind == "RuntimeDefault" and value in defaults)
@@ -720,12 +919,13 @@ def test_the_profile_annotations_refused_are_those_the_apiserver_refuses_in_ever
     containers = {"init": init, "pytorch": training} if with_init else {"pytorch": training}
     annotations = {"master": entries} if not on_worker else {"worker": entries}
     raw = annotated(**annotations, pod=pod, training=training, init=init if with_init else None)
-    where = WANN if on_worker else MANN
 
     verdict = validate_create(raw, PRIVILEGED)
 
-    expected = [
-        (kind, f"{where}[{key}]") for kind, key in apiserver_refusals(entries, pod, containers)
+    expected = [  # the replicas share their pod spec, not their annotations
+        (kind, f"{SPECS}[{replica}].template.{path}")
+        for replica, annotated_here in (("Master", not on_worker), ("Worker", on_worker))
+        for kind, path in apiserver_refusals(entries if annotated_here else {}, pod, containers)
     ]
     assert Counter(pairs(verdict)) == Counter(expected)
 

@@ -4,8 +4,10 @@ Privilege is the policy's ``allowPrivileged``: a ``privileged`` container, one a
 capability that acts on the node rather than the pod (``policy.NODE_CAPABILITIES``), or one
 taking a port of the node (``hostPort``: the node's traffic to that port goes to the pod, ahead
 of a node service on it where the CNI's portmap forwards it), or one with an ``Unconfined``
-seccomp or AppArmor profile (``pod.unconfined_profiles``, shared with the pod level), is refused
-without it.
+seccomp or AppArmor profile (``pod.profile_fields``, shared with the pod level), is refused
+without it. A profile the apiserver refuses in every pod (no ``type``, an unknown one, a
+``localhostProfile`` missing or set where it does not belong, or one it refuses) is refused
+under every policy, by the same function.
 
 Why GPUs get most of the attention: a gang holds every GPU it was given while any pod is
 waiting, so a replica whose GPU request cannot be met as written (a fraction, requests unequal to
@@ -43,7 +45,7 @@ from torchgate.webhook.validation.facts import (
     quote,
     remember_usable,
 )
-from torchgate.webhook.validation.pod import unconfined_profiles
+from torchgate.webhook.validation.pod import profile_fields
 
 
 def image(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
@@ -285,15 +287,18 @@ def node_access(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts)
 
     A ``privileged`` container, a capability that acts on the node (``SYS_ADMIN``, ``ALL``, ...),
     an ``Unconfined`` seccomp or AppArmor profile and a ``ports[k].hostPort`` (the node's traffic
-    to that port goes to the pod). One rule, one pass over ``securityContext`` and ``ports``: it
-    runs on most containers (the defaulting adds ``IPC_LOCK`` and the rendezvous port), so the
-    usual lists pass in one plain loop and are walked by index only when an entry is refused.
+    to that port goes to the pod); a profile the apiserver refuses, under every policy. One rule,
+    one pass over ``securityContext`` and ``ports``: it runs on most containers (the defaulting
+    adds ``IPC_LOCK`` and the rendezvous port), so the usual lists pass in one plain loop and are
+    walked by index only when an entry is refused.
     """
-    if job.policy.allow_privileged:
-        return NONE
-    found: list[Finding] = []
     fields = container.fields
     security = fields.get("securityContext")
+    if job.policy.allow_privileged:  # only the apiserver's refusals of the profiles
+        if isinstance(security, OBJECT) and not _CONFINEMENT_KEYS.isdisjoint(security):
+            return profile_fields(job, security, container.path)
+        return NONE
+    found: list[Finding] = []
     if isinstance(security, OBJECT):
         if security.get("privileged") is True:
             found.append(
@@ -312,7 +317,7 @@ def node_access(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts)
                     found.extend(_node_capabilities(job, container.path, added))
                     break
         if not _CONFINEMENT_KEYS.isdisjoint(security):  # C-level: usually none
-            found.extend(unconfined_profiles(job, security, container.path))
+            found.extend(profile_fields(job, security, container.path))
     ports = fields.get("ports")
     if isinstance(ports, list):
         for port in ports:

@@ -11,9 +11,10 @@ takes its pods out of the admin's control of the pool without it: a toleration o
 of torchgate's quarantine or of a cordon (``taints.escapes``), or an ``Unconfined`` seccomp or
 AppArmor profile (``policy.CONFINEMENT_PROFILES``, or the legacy AppArmor annotation in the
 template's metadata, which Kubernetes still honours: ``pod_confinement``). A ``nodeName`` is
-refused under any policy: torchgate places the pods; so is a profile annotation the apiserver
-refuses in every pod (one naming no container, an unknown value, one disagreeing with the
-profile field): the job would be stored and its pods never created. Replica types other than
+refused under any policy: torchgate places the pods; so is a profile annotation or profile field
+the apiserver refuses in every pod (an annotation naming no container, an unknown value, one
+disagreeing with the profile field; a field without its type or ``localhostProfile``, or with one
+it does not know): the job would be stored and its pods never created. Replica types other than
 Master and Worker are reported last, after every known replica.
 """
 
@@ -41,6 +42,9 @@ from torchgate.pytorchjob.policy import (
     APPARMOR_ANNOTATION_UNCONFINED,
     CONFINEMENT_PROFILES,
     HOST_NAMESPACES,
+    LOCALHOST,
+    PROFILE_TYPES,
+    RUNTIME_DEFAULT,
     SECCOMP_ANNOTATION_DOCKER_DEFAULT,
     SECCOMP_CONTAINER_ANNOTATION_PREFIX,
     SECCOMP_POD_ANNOTATION,
@@ -287,7 +291,9 @@ def node_name(job: JobFacts, replica: ReplicaFacts) -> Findings:
 
 
 def pod_confinement(job: JobFacts, replica: ReplicaFacts) -> Findings:
-    """No ``Unconfined`` profile unless privileged; no profile annotation the apiserver refuses.
+    """No ``Unconfined`` profile unless privileged; no profile field or annotation it refuses.
+
+    The fields are ``profile_fields``' (shared with the containers); the annotations are here.
 
     Found (k8s.io/kubernetes v1.37.2 and v1.36.3): creating a pod copies an annotation
     ``container.apparmor.security.beta.kubernetes.io/<c>: unconfined`` into container ``<c>``'s
@@ -307,7 +313,7 @@ def pod_confinement(job: JobFacts, replica: ReplicaFacts) -> Findings:
     ``seccompProfile`` (the pod annotation with the pod's, a container's with that container's
     own, ``:5784`` [``:5626``]) the template sets (Forbidden).
     """
-    found = unconfined_profiles(job, replica.pod_spec.get("securityContext"), replica.pod_path)
+    found = profile_fields(job, replica.pod_spec.get("securityContext"), replica.pod_path)
     if not replica.profile_annotations:
         return found
     annotations = at(replica.path, "template", "metadata", "annotations")
@@ -376,11 +382,7 @@ def _seccomp_annotation(replica: ReplicaFacts, path: FieldPath, key: str, value:
     """What the apiserver refuses of one legacy seccomp annotation (the kubelet ignores it)."""
     found: list[Finding] = []
     if value.startswith(ANNOTATION_LOCALHOST_PREFIX):
-        location = value[len(ANNOTATION_LOCALHOST_PREFIX) :]
-        if location.startswith("/"):
-            found.append(invalid(path, location, "must be a relative path"))
-        if ".." in location.split("/"):
-            found.append(invalid(path, location, "must not contain '..'"))
+        found.extend(_local_descending_path(value[len(ANNOTATION_LOCALHOST_PREFIX) :], path))
     elif value not in _SECCOMP_VALUES:
         found.append(
             invalid(
@@ -433,11 +435,7 @@ def _copied_apparmor(value: str) -> bool:
     if not value.startswith(ANNOTATION_LOCALHOST_PREFIX):
         return False
     profile = value[len(ANNOTATION_LOCALHOST_PREFIX) :]
-    return (
-        profile != ""
-        and profile.strip(_GO_SPACE) == profile
-        and len(profile.encode()) <= _LOCALHOST_PROFILE_MAX
-    )
+    return not _apparmor_field(LOCALHOST, profile, _NOWHERE)
 
 
 def _disagreement(
@@ -452,9 +450,9 @@ def _disagreement(
     wanted = profile.get("type")
     if wanted == UNCONFINED:
         agrees = value == APPARMOR_ANNOTATION_UNCONFINED
-    elif wanted == "RuntimeDefault":
+    elif wanted == RUNTIME_DEFAULT:
         agrees = value in runtime_default
-    elif wanted == "Localhost":
+    elif wanted == LOCALHOST:
         if not value.startswith(ANNOTATION_LOCALHOST_PREFIX):
             agrees = False
         elif value[len(ANNOTATION_LOCALHOST_PREFIX) :] != profile.get("localhostProfile"):
@@ -497,18 +495,98 @@ def _profile(security: object, field: str) -> Mapping[str, Any] | None:
     return profile if isinstance(profile, OBJECT) else None
 
 
-def unconfined_profiles(job: JobFacts, security: object, path: FieldPath) -> Findings:
-    """``securityContext`` (of a pod or a container, at ``path``) confines: no ``Unconfined``."""
-    if not isinstance(security, OBJECT) or job.policy.allow_privileged:
+def profile_fields(job: JobFacts, security: object, path: FieldPath) -> Findings:
+    """The profiles of a ``securityContext`` (a pod's or a container's, at ``path``) are valid.
+
+    Refused under every policy, as the apiserver refuses every pod with them
+    (``pkg/apis/core/validation/validation.go`` v1.37.2, v1.36.3 in brackets, called for the
+    pod's at ``:5720`` [``:5569``] and each container's at ``:8824``, ``:8840`` [``:8501``,
+    ``:8517``]): a ``seccompProfile`` (``validateSeccompProfileField``, ``:5404`` [``:5249``])
+    without a ``type`` (Required) or with another than ``PROFILE_TYPES`` (NotSupported), of type
+    ``Localhost`` without ``localhostProfile`` (Required) or with an absolute one or one with a
+    ``..`` (Invalid, ``validateLocalDescendingPath``, ``:1421`` [``:1398``]), of another type
+    with one (Invalid); an ``appArmorProfile`` (``ValidateAppArmorProfileField``, ``:5468``
+    [``:5313``]) alike, except that its ``localhostProfile`` may be neither empty (Required),
+    padded with whitespace (Invalid) nor longer than 4095 bytes (TooLong), may be absolute, and
+    that a type it does not know is the only error. Then, unless the policy allows privilege,
+    no ``Unconfined`` profile (Forbidden). A profile whose ``type`` or ``localhostProfile`` is
+    not a string would not decode: the controller's create reports it.
+    """
+    if not isinstance(security, OBJECT):
         return NONE
     found: list[Finding] = []
     for field in CONFINEMENT_PROFILES:
         profile = security.get(field)
-        if isinstance(profile, OBJECT) and profile.get("type") == UNCONFINED:
-            found.append(
-                forbidden(at(path, "securityContext", field, "type"), _unconfined_refusal(job))
-            )
+        if not isinstance(profile, OBJECT):
+            continue
+        kind, local = profile.get("type"), profile.get("localhostProfile")
+        if not isinstance(kind, _OPTIONAL_TEXT) or not isinstance(local, _OPTIONAL_TEXT):
+            continue
+        where = at(path, "securityContext", field)
+        if local is not None or kind not in _BARE_TYPES:  # the usual profile: a bare type
+            check = _seccomp_field if field == "seccompProfile" else _apparmor_field
+            found.extend(check(kind, local, where))
+        if kind == UNCONFINED and not job.policy.allow_privileged:
+            found.append(forbidden(at(where, "type"), _unconfined_refusal(job)))
     return found
+
+
+def _seccomp_field(kind: str | None, local: str | None, where: FieldPath) -> Findings:
+    """What ``validateSeccompProfileField`` refuses of a ``seccompProfile`` at ``where``."""
+    found: list[Finding] = []
+    if not kind:
+        found.append(required(at(where, "type"), "type is required when seccompProfile is set"))
+    elif kind not in PROFILE_TYPES:
+        found.append(not_supported(at(where, "type"), kind, PROFILE_TYPES))
+    path = at(where, "localhostProfile")
+    if kind == LOCALHOST:
+        if local is None:
+            found.append(required(path, "must be set when seccomp type is Localhost"))
+        else:
+            found.extend(_local_descending_path(local, path))
+    elif local is not None:
+        profile = {"type": kind, "localhostProfile": local}
+        found.append(invalid(path, profile, "can only be set when seccomp type is Localhost"))
+    return found
+
+
+def _apparmor_field(kind: str | None, local: str | None, where: FieldPath) -> Findings:
+    """What ``ValidateAppArmorProfileField`` refuses of an ``appArmorProfile`` at ``where``."""
+    path = at(where, "localhostProfile")
+    if kind == LOCALHOST:
+        if local is None:
+            return [required(path, "must be set when AppArmor type is Localhost")]
+        found: list[Finding] = []
+        if local.strip(_GO_SPACE) != local:
+            found.append(invalid(path, local, "must not be padded with whitespace"))
+        elif local == "":
+            found.append(required(path, "must be set when AppArmor type is Localhost"))
+        if len(local.encode()) > _LOCALHOST_PROFILE_MAX:
+            detail = f"must have at most {_LOCALHOST_PROFILE_MAX} bytes"
+            found.append(FieldError(ErrorType.TOO_LONG, path, detail, ""))
+        return found
+    if kind in PROFILE_TYPES:
+        if local is None:
+            return NONE
+        return [invalid(path, local, "can only be set when AppArmor type is Localhost")]
+    if not kind:
+        return [required(at(where, "type"), "type is required when appArmorProfile is set")]
+    return [not_supported(at(where, "type"), kind, PROFILE_TYPES)]
+
+
+def _local_descending_path(location: str, path: FieldPath) -> Findings:
+    """``validateLocalDescendingPath``: relative, without a ``..`` element."""
+    found: list[Finding] = []
+    if location.startswith("/"):
+        found.append(invalid(path, location, "must be a relative path"))
+    if ".." in location.split("/"):
+        found.append(invalid(path, location, "must not contain '..'"))
+    return found
+
+
+_OPTIONAL_TEXT: Final = (str, type(None))
+_BARE_TYPES: Final = frozenset({RUNTIME_DEFAULT, UNCONFINED})  # types needing nothing else
+_NOWHERE: Final = FieldPath()
 
 
 def _unconfined_refusal(job: JobFacts) -> str:
