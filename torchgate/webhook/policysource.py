@@ -58,7 +58,7 @@ from torchgate.pytorchjob.devices import (
     claim_spec_of,
     unseen_sources,
 )
-from torchgate.pytorchjob.events import event_body
+from torchgate.pytorchjob.events import event_body, involved_object
 from torchgate.pytorchjob.fieldpath import FieldError
 from torchgate.pytorchjob.manifests import yaml_problem
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
@@ -434,14 +434,9 @@ class ClusterPolicies:
             log.warning("could not report the state of PlacementPolicy %r: %s", name, exc)
 
     async def _event(self, raw: Mapping[str, Any], message: str) -> None:
-        metadata = raw.get("metadata", {})
-        involved = {
-            "apiVersion": names.POLICY_API_VERSION,
-            "kind": names.POLICY_KIND,
-            "name": _name_of(raw),
-            "uid": metadata.get("uid"),
-            "resourceVersion": metadata.get("resourceVersion"),
-        }
+        involved = involved_object(
+            names.POLICY_API_VERSION, names.POLICY_KIND, _name_of(raw), raw.get("metadata", {})
+        )
         event = event_body(
             "default",
             involved,

@@ -81,7 +81,7 @@ from torchgate.kube.informer import Informer, ParsedOnce
 from torchgate.kube.resources import DEPLOYMENTS, EVENTS, TEAM_QUOTAS
 from torchgate.pytorchjob import moments
 from torchgate.pytorchjob.conditions import conditions_of, status_to_write
-from torchgate.pytorchjob.events import event_body
+from torchgate.pytorchjob.events import event_body, involved_object
 from torchgate.pytorchjob.fieldpath import FieldError
 from torchgate.pytorchjob.outlook import gpus_phrase
 from torchgate.pytorchjob.policy import PlacementPolicy
@@ -219,16 +219,11 @@ class PoolSource:
 
     async def _over_quota_event(self, name: str, metadata: Mapping[str, Any], message: str) -> None:
         """A Warning Event on TeamQuota ``name``: it holds more than its quota (rule 2)."""
-        involved = {
-            "apiVersion": f"{TEAM_QUOTAS.group}/{TEAM_QUOTAS.version}",
-            "kind": QUOTA_KIND,
-            "name": name,
-            "uid": metadata.get("uid"),
-            "resourceVersion": metadata.get("resourceVersion"),
-        }
         event = event_body(
             "default",
-            involved,
+            involved_object(
+                f"{TEAM_QUOTAS.group}/{TEAM_QUOTAS.version}", QUOTA_KIND, name, metadata
+            ),
             type="Warning",
             reason=REASON_QUOTA_USAGE_ABOVE,
             message=f"TeamQuota {name} is over its quota: {message}",

@@ -119,7 +119,7 @@ from torchgate.kube.resources import EVENTS, POD_GROUPS, PODS, PYTORCHJOBS, SERV
 from torchgate.pytorchjob import moments, names, reasons
 from torchgate.pytorchjob.conditions import conditions_of
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources, pod_claims
-from torchgate.pytorchjob.events import event_body
+from torchgate.pytorchjob.events import event_body, involved_object
 from torchgate.pytorchjob.fieldpath import FieldError, required
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.policy import PlacementPolicy, QuarantineSettings, select_policy
@@ -943,14 +943,9 @@ class EventRecorder:
         """The core/v1 Event about a job, as it is created."""
         metadata = job.get("metadata") or {}
         namespace = str(metadata.get("namespace") or "default")
-        involved = {
-            "apiVersion": names.API_VERSION,
-            "kind": names.KIND,
-            "name": metadata.get("name"),
-            "namespace": namespace,
-            "uid": metadata.get("uid"),
-            "resourceVersion": metadata.get("resourceVersion"),
-        }
+        involved = involved_object(
+            names.API_VERSION, names.KIND, metadata.get("name"), metadata, namespace=namespace
+        )
         return self._body(namespace, involved, event)
 
     def record_on_node(self, node: Mapping[str, Any], event: Event) -> None:
