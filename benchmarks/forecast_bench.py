@@ -57,7 +57,7 @@ from torchgate.webhook.review import evaluate
 from torchgate_dev import devcluster
 from torchgate_dev.controlplane.cluster import ControlPlane
 from torchgate_dev.controlplane.processes import terminate
-from torchgate_dev.node.registry import free_port
+from torchgate_dev.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 RACK = "topology.torchgate.io/rack"

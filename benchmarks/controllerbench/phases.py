@@ -45,7 +45,7 @@ from torchgate.kube.resources import PODS, PYTORCHJOBS
 from torchgate_dev.controlplane.binaries import ensure_binaries
 from torchgate_dev.controlplane.cluster import ControlPlane
 from torchgate_dev.controlplane.processes import terminate
-from torchgate_dev.node.registry import free_port
+from torchgate_dev.ports import free_port
 
 
 async def baseline(

@@ -33,7 +33,7 @@ from torchgate.kube.informer import Informer
 from torchgate.kube.resources import PODS
 from torchgate_dev.controlplane.cluster import ControlPlane
 from torchgate_dev.controlplane.processes import terminate
-from torchgate_dev.node.registry import free_port
+from torchgate_dev.ports import free_port
 
 from .latency import PodTimes
 from .manifests import JOBS_API, pool_objects

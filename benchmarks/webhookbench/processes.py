@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from torchgate_dev.ports import free_port
 from webhookbench import ENTRY, REPO
 
 
@@ -51,12 +52,6 @@ def make_certs(directory: Path) -> None:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     subprocess.run(command, cwd=REPO, env=env, check=True, capture_output=True)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def choose_cores(server_core: int | None, client_core: int | None) -> tuple[int | None, int | None]:

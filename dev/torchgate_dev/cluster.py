@@ -34,7 +34,6 @@ from torchgate_dev.launch import (
     stop_process,
     webhook_command,
 )
-from torchgate_dev.node.registry import free_port
 from torchgate_dev.paths import (
     CA_CERT,
     CRD_DIR,
@@ -43,6 +42,7 @@ from torchgate_dev.paths import (
     DevLayout,
     crd_files,
 )
+from torchgate_dev.ports import free_port
 from torchgate_dev.state import DevError, DevState, Product, remove_files
 
 WEBHOOK: Final = "webhook"

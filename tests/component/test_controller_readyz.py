@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
@@ -19,6 +18,7 @@ import aiohttp
 from torchgate.controller.leader import LeaderElector
 from torchgate.controller.manager import ManagerOptions, run_as_leader
 from torchgate.kube.errors import Forbidden, NotFound, ServerError
+from torchgate_dev.ports import free_port
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/ctl"
 
@@ -67,12 +67,6 @@ class Apiserver:
         await self.watches_break.wait()
         raise ServerError(503, "ServiceUnavailable", "watch broke", "GET", path)
         yield {}  # an async generator
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def get(port: int, route: str) -> tuple[int, str]:

@@ -27,7 +27,6 @@ import http.client
 import json
 import os
 import random
-import socket
 import sys
 import threading
 import time
@@ -43,6 +42,7 @@ from hypothesis import strategies as st
 from tests.builders.job import gpu_job, job
 from torchgate.webhook.policysource import PolicyCache
 from torchgate.webhook.server import MAX_BODY_BYTES, create_app
+from torchgate_dev.ports import free_port
 
 FUZZ_EXAMPLES_ENV = "TORCHGATE_FUZZ_EXAMPLES"
 
@@ -52,9 +52,7 @@ def serve(max_body_bytes: int) -> Iterator[int]:
     cache = PolicyCache()
     cache.synced.set()
     loop = asyncio.new_event_loop()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        chosen = int(s.getsockname()[1])
+    chosen = free_port()
     runner = web.AppRunner(create_app(cache, max_body_bytes=max_body_bytes), handle_signals=False)
     loop.run_until_complete(runner.setup())
     loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", chosen).start())

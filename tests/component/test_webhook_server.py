@@ -34,17 +34,12 @@ from tests.builders.team import team_quota
 from torchgate.cli import main as torchgate
 from torchgate.pytorchjob.policy import DEFAULT_POLICY
 from torchgate.webhook.review import evaluate
+from torchgate_dev.ports import free_port
 
 SEEDS = Path(__file__).resolve().parents[2].parent / "shared" / "seeds" / "manifests"
 ADMIN_SPEC = {"nodeSelector": {"pool": "a100"}, "sharedMemory": {"sizeLimit": "8Gi"}}
 POLICY = policy("gpu-pool", **ADMIN_SPEC)
 ADMIN_POLICY = parsed_policy("gpu-pool", **ADMIN_SPEC)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def make_certs(directory: Path, *extra: str) -> None:

@@ -26,13 +26,7 @@ import pytest
 
 from tests.e2e.conftest import Cluster
 from torchgate_dev.controlplane.processes import terminate
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
+from torchgate_dev.ports import free_port
 
 FINISH_GRACE_SECONDS = 1.0
 """The e2e controllers' ``--finish-grace-seconds`` (kwok pods never end on their own: short)."""

@@ -21,8 +21,9 @@ import pytest
 
 from tests.builders.job import job
 from tests.e2e.conftest import Cluster
-from tests.e2e.controller_process import ControllerProcess, create_job, free_port
+from tests.e2e.controller_process import ControllerProcess, create_job
 from torchgate.cli import main as torchgate
+from torchgate_dev.ports import free_port
 
 pytestmark = pytest.mark.e2e
 JOBS = 20

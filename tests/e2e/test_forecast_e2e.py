@@ -28,7 +28,6 @@ from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import (
     ControllerProcess,
     condition,
-    free_port,
     get_job,
     is_true,
     live_pods,
@@ -39,6 +38,7 @@ from tests.e2e.webhook_process import LocalWebhook
 from torchgate_dev.apiserver import wait_for_admission
 from torchgate_dev.controlplane import kwok
 from torchgate_dev.paths import CA_CERT, TLS_CERT, TLS_KEY
+from torchgate_dev.ports import free_port
 from torchgate_dev.state import DevError
 
 pytestmark = pytest.mark.e2e

@@ -30,12 +30,13 @@ import yaml
 
 from tests import monitoring as mon
 from tests.e2e.conftest import Cluster
-from tests.e2e.controller_process import free_port, get_job, is_true, job_path
+from tests.e2e.controller_process import get_job, is_true, job_path
 from tests.e2e.test_forecast_e2e import Stack
 from tests.e2e.test_forecast_e2e import stack as stack  # the module-scoped fixture, shared
 from tests.e2e.test_pool_sharing import Pool, queued_reason, wait_running
 from torchgate_dev.controlplane.processes import terminate
 from torchgate_dev.paths import CA_CERT
+from torchgate_dev.ports import free_port
 
 pytestmark = pytest.mark.e2e
 SCRAPE_SECONDS = 1

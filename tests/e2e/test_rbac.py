@@ -43,7 +43,6 @@ from tests.e2e.controller_process import (
     ControllerProcess,
     create_job,
     events_of,
-    free_port,
     get_job,
     live_pods,
 )
@@ -53,6 +52,7 @@ from torchgate_dev.controlplane import kwok, versions
 from torchgate_dev.controlplane.binaries import Binaries
 from torchgate_dev.controlplane.cluster import ClusterFeatures, ControlPlane
 from torchgate_dev.controlplane.processes import terminate
+from torchgate_dev.ports import free_port
 
 # The first test also starts a control plane and runs the whole scenario.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]

@@ -22,8 +22,8 @@ from tests.e2e.conftest import Cluster
 from torchgate_dev import devcluster
 from torchgate_dev.apiserver import wait_for_admission, webhook_ready
 from torchgate_dev.launch import webhook_command
-from torchgate_dev.node.registry import free_port
 from torchgate_dev.paths import CA_CERT
+from torchgate_dev.ports import free_port
 from torchgate_dev.state import DevError
 
 

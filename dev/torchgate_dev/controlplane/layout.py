@@ -6,11 +6,11 @@ state file) lives in one work dir, so several can run side by side and leave not
 
 from __future__ import annotations
 
-import contextlib
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Self
+
+from torchgate_dev.ports import free_port
 
 STATE_FILE: Final = "state.json"
 
@@ -134,10 +134,5 @@ class Ports:
 
     @classmethod
     def pick(cls) -> Self:
-        """Six distinct ports that were free a moment ago (the OS hands them out)."""
-        with contextlib.ExitStack() as stack:
-            sockets = [stack.enter_context(socket.socket()) for _ in range(6)]
-            for sock in sockets:
-                sock.bind(("127.0.0.1", 0))
-            numbers = [int(sock.getsockname()[1]) for sock in sockets]
-        return cls(*numbers)
+        """Six distinct ports, free now and outside the kernel's ephemeral range (``free_port``)."""
+        return cls(*(free_port() for _ in range(6)))

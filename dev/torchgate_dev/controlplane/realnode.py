@@ -35,7 +35,8 @@ from torchgate_dev.controlplane.supervision import http_ok, node_ready
 from torchgate_dev.node import config as node_config
 from torchgate_dev.node import runtime as node_runtime
 from torchgate_dev.node.images import node_cache
-from torchgate_dev.node.registry import RegistryClient, RegistryError, free_port
+from torchgate_dev.node.registry import RegistryClient, RegistryError
+from torchgate_dev.ports import free_port
 
 REAL_NODE_NAME: Final = "real-0"
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import socket
 import time
 import urllib.error
 import urllib.parse
@@ -34,6 +33,7 @@ import yaml
 from torchgate_dev.controlplane import processes
 from torchgate_dev.controlplane.processes import ManagedProcess
 from torchgate_dev.node import oci
+from torchgate_dev.ports import free_port
 
 REGISTRY_BINARY: Final = Path("/usr/bin/docker-registry")
 _START_TIMEOUT: Final = 30.0
@@ -65,13 +65,6 @@ def registry_config(storage: Path, port: int) -> dict[str, object]:
         },
         "http": {"addr": f"127.0.0.1:{port}"},
     }
-
-
-def free_port() -> int:
-    """A loopback TCP port that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _no_proxy_opener() -> urllib.request.OpenerDirector:

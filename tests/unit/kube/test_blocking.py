@@ -24,6 +24,7 @@ from torchgate.certs import issuing
 from torchgate.kube import blocking
 from torchgate.kube.errors import Invalid, NotFound, ServerError
 from torchgate_dev.apiserver import ApiClient
+from torchgate_dev.ports import free_port
 
 TOKEN = "dev-admin-token"
 
@@ -88,12 +89,6 @@ def server() -> Iterator[tuple[StandIn, str]]:
         loop.close()
 
 
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_a_request_carries_the_token_and_round_trips_json(server: tuple[StandIn, str]) -> None:
     stand_in, url = server
     client = blocking.BlockingClient(url, token=TOKEN)
@@ -123,11 +118,11 @@ def test_a_probe_answers_the_status_or_zero(server: tuple[StandIn, str]) -> None
     _, url = server
     assert blocking.probe(f"{url}/readyz", token=TOKEN) == 200
     assert blocking.probe(f"{url}/missing") == 404
-    assert blocking.probe(f"http://127.0.0.1:{closed_port()}/readyz", timeout=1) == 0
+    assert blocking.probe(f"http://127.0.0.1:{free_port()}/readyz", timeout=1) == 0
 
 
 def test_an_unreachable_server_is_a_server_error_with_status_zero() -> None:
-    client = blocking.BlockingClient(f"http://127.0.0.1:{closed_port()}", timeout=1)
+    client = blocking.BlockingClient(f"http://127.0.0.1:{free_port()}", timeout=1)
     with pytest.raises(ServerError) as failed:
         client.request("GET", "/api")
     assert failed.value.status == 0
@@ -151,7 +146,7 @@ def test_the_dev_client_keeps_its_status_and_body_contract(server: tuple[StandIn
     )
     assert (status, body["reason"]) == (422, "Invalid")
     assert api.ready()
-    nowhere = SimpleNamespace(server=f"http://127.0.0.1:{closed_port()}", token=None, ca_file=None)
+    nowhere = SimpleNamespace(server=f"http://127.0.0.1:{free_port()}", token=None, ca_file=None)
     gone = ApiClient(nowhere)  # type: ignore[arg-type]
     with pytest.raises(OSError, match=r"(?i)connect"):
         gone("GET", "/api")
