@@ -348,8 +348,7 @@ RULES: Final[tuple[JobRule, ...]] = (
         pod.elastic_worker_count,
         pod.restart_policy,
         pod.template_shape,
-        podmetadata.template_labels,  # a call each: no work without labels or annotations
-        podmetadata.template_annotations,
+        podmetadata.template_metadata,  # returns at once without labels or annotations
         when_template_readable(
             pod.pytorch_container,  # reports missing containers too
             reads(pod.node_selector, "nodeSelector"),

@@ -33,8 +33,9 @@ k8s.io/apimachinery v0.37.2 (``metav1.ObjectMeta`` checks):
 
 The seccomp and AppArmor annotations the same function checks are ``pod.pod_confinement``'s.
 A label or annotation value that is not a string would not decode into a pod: the controller's
-create reports it. Both rules return at once for a template without labels or annotations
-(``ReplicaFacts.template_metadata`` is None), the usual job.
+create reports it. ``template_metadata`` applies both; it returns at once for a template without
+labels or annotations (``ReplicaFacts.template_metadata`` is None, the usual job), and passes
+over labels all found valid in an earlier review with one set lookup.
 """
 
 from __future__ import annotations
@@ -71,20 +72,41 @@ _COMPARISON_OPERATORS: Final = ("Lt", "Gt")
 TAINT_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
+def template_metadata(job: JobFacts, replica: ReplicaFacts) -> Findings:
+    """Rules 1 and 2: nothing to do without labels and annotations, or labels seen valid."""
+    metadata = replica.template_metadata
+    if metadata is None:
+        return NONE
+    labels = metadata.get("labels")
+    found = NONE
+    if labels:
+        try:  # a label value that is not hashable (a list): the rule reports or skips it
+            seen = type(labels) is dict and labels.items() <= _VALID_LABELS  # no set built
+        except TypeError:
+            seen = False
+        if not seen:
+            found = template_labels(job, replica)
+    if "annotations" not in metadata:
+        return found
+    return [*found, *template_annotations(job, replica)]
+
+
 def template_labels(job: JobFacts, replica: ReplicaFacts) -> Findings:
     """Each label key is a qualified name, each value a label value (rule 1)."""
     metadata = replica.template_metadata
     labels = metadata.get("labels") if metadata is not None else None
     if not labels or not isinstance(labels, OBJECT):
         return NONE
-    path = at(replica.path, "template", "metadata", "labels")
     found: list[Finding] = []
     for key, value in labels.items():
-        if not isinstance(key, str) or not isinstance(value, str) or key in names.POD_LABELS:
-            continue  # the controller's own labels replace the template's
-        where = path.key(key)
-        found.extend(invalid(where, key, message) for message in names.label_key_errors(key))
-        found.extend(invalid(where, value, message) for message in names.label_value_errors(value))
+        if not isinstance(value, str) or not isinstance(key, str) or key in names.POD_LABELS:
+            continue  # not decodable (the controller's create reports it), or the controller's
+        where = at(replica.path, "template", "metadata", "labels").key(key)
+        key_errors, value_errors = names.label_key_errors(key), names.label_value_errors(value)
+        found.extend(invalid(where, key, message) for message in key_errors)
+        found.extend(invalid(where, value, message) for message in value_errors)
+        if not key_errors and not value_errors:
+            _remember(_VALID_LABELS, (key, value))
     return found
 
 
@@ -104,7 +126,11 @@ def template_annotations(job: JobFacts, replica: ReplicaFacts) -> Findings:
             continue  # the controller's value replaces the template's
         size += _utf8_length(key) + _utf8_length(value)
         where = path.key(key)
-        found.extend(invalid(where, key, message) for message in annotation_key_errors(key))
+        if key not in _VALID_ANNOTATION_KEYS:
+            key_errors = annotation_key_errors(key)
+            found.extend(invalid(where, key, message) for message in key_errors)
+            if not key_errors:
+                _remember(_VALID_ANNOTATION_KEYS, key)
         if key == ANNOTATION_MIRROR_POD:
             found.append(
                 invalid(
@@ -261,6 +287,20 @@ def toleration_errors(toleration: Toleration, path: FieldPath) -> Findings:
     if effect and effect not in TAINT_EFFECTS:
         found.append(not_supported(at(path, "effect"), effect, TAINT_EFFECTS))
     return found
+
+
+# Labels (key, value) and annotation keys found valid, kept across reviews: jobs mostly carry
+# the same few (``app: x`` on every template), and one C-level set lookup per template costs far
+# less than the checks' regular expressions. Bounded: a set is emptied when full.
+_VALID_LABELS: Final[set[tuple[str, str]]] = set()
+_VALID_ANNOTATION_KEYS: Final[set[str]] = set()
+_VALID_KEPT: Final = 4096
+
+
+def _remember(valid: set[Any], item: Any) -> None:
+    if len(valid) >= _VALID_KEPT:
+        valid.clear()
+    valid.add(item)
 
 
 class _Members(tuple[tuple[str, Any], ...]):
