@@ -56,6 +56,11 @@ LABEL_JOB_NAME: Final = LABEL_PREFIX + "job-name"
 LABEL_REPLICA_TYPE: Final = LABEL_PREFIX + "replica-type"
 LABEL_REPLICA_INDEX: Final = LABEL_PREFIX + "replica-index"
 LABEL_JOB_ROLE: Final = LABEL_PREFIX + "job-role"
+# The labels the controller sets on every replica pod (``job-role`` on the rendezvous master
+# only, removed from the others): a template's own value for one of them never reaches a pod.
+POD_LABELS: Final = frozenset(
+    {LABEL_OPERATOR_NAME, LABEL_JOB_NAME, LABEL_REPLICA_TYPE, LABEL_REPLICA_INDEX, LABEL_JOB_ROLE}
+)
 OPERATOR_NAME: Final = "torchgate"
 
 # torchgate's own annotations.
@@ -79,6 +84,26 @@ DNS_LABEL_MAX: Final = 63
 DNS_SUBDOMAIN_MAX: Final = 253
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+LABEL_KEY_NAME_MAX: Final = 63  # bytes
+LABEL_VALUE_MAX: Final = 63  # bytes
+_LABEL_KEY_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_LABEL_KEY_TEXT: Final = (
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+    "alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
+    "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
+_LABEL_VALUE_TEXT: Final = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
+    "'my_value',  or '12345', regex used for validation is "
+    "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+)
+_DNS1123_SUBDOMAIN_TEXT: Final = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
+    "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
 
 
 def replica_name(job_name: str, replica_type: str, index: int) -> str:
@@ -127,6 +152,52 @@ def is_dns1123_subdomain(value: str) -> bool:
     return len(value) <= DNS_SUBDOMAIN_MAX and all(
         is_dns1123_label(part) for part in value.split(".")
     )
+
+
+def label_key_errors(key: str) -> list[str]:
+    """Kubernetes' ``IsQualifiedName`` (label keys, annotation keys) messages for ``key``.
+
+    An optional DNS-1123 subdomain prefix and ``/``, then a name of at most 63 bytes; lengths
+    are Go's, in UTF-8 bytes (a lone surrogate, which Go reads as U+FFFD, counts 3 as well).
+    """
+    parts = key.split("/")
+    if len(parts) > 2:
+        return [
+            f"a valid label key {_LABEL_KEY_TEXT} with an optional DNS subdomain prefix and '/' "
+            "(e.g. 'example.com/MyName')"
+        ]
+    messages: list[str] = []
+    name = parts[-1]
+    if len(parts) == 2:
+        prefix = parts[0]
+        if not prefix:
+            messages.append("prefix part must be non-empty")
+        else:
+            if _utf8_length(prefix) > DNS_SUBDOMAIN_MAX:
+                messages.append(f"prefix part must be no more than {DNS_SUBDOMAIN_MAX} bytes")
+            if not _DNS1123_SUBDOMAIN.fullmatch(prefix):
+                messages.append(f"prefix part {_DNS1123_SUBDOMAIN_TEXT}")
+    if not name:
+        messages.append("name part must be non-empty")
+    elif _utf8_length(name) > LABEL_KEY_NAME_MAX:
+        messages.append(f"name part must be no more than {LABEL_KEY_NAME_MAX} bytes")
+    if not _LABEL_KEY_NAME.fullmatch(name):
+        messages.append(f"name part {_LABEL_KEY_TEXT}")
+    return messages
+
+
+def label_value_errors(value: str) -> list[str]:
+    """Kubernetes' ``IsValidLabelValue`` messages for ``value`` (empty when valid)."""
+    messages: list[str] = []
+    if _utf8_length(value) > LABEL_VALUE_MAX:
+        messages.append(f"must be no more than {LABEL_VALUE_MAX} bytes")
+    if value and not _LABEL_KEY_NAME.fullmatch(value):
+        messages.append(_LABEL_VALUE_TEXT)
+    return messages
+
+
+def _utf8_length(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def job_selector(job_name: str) -> dict[str, str]:

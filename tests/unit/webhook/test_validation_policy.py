@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from tests.builders.job import container, cpu_job, gpu_job, job, with_uid
 from tests.builders.policy import parsed_policy
+from tests.unit.webhook.gometadata import annotations_refusals
 from tests.unit.webhook.validationcases import (
     FORBIDDEN,
     HOSTS,
@@ -34,6 +35,7 @@ from tests.unit.webhook.validationcases import (
     warned,
 )
 from torchgate.pytorchjob.fieldpath import ErrorType
+from torchgate.pytorchjob.names import ANNOTATION_GANG_ATTEMPT
 from torchgate.pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy, parse_policy
 from torchgate.webhook.validation import validate_create, validate_update
 from torchgate_dev import packagedata
@@ -761,7 +763,8 @@ def apiserver_refusals(
     validation, ``ValidatePodSpecificAnnotations`` (seccomp, AppArmor), the AppArmor copy of
     ``applyAppArmorVersionSkew`` and ``ValidatePodCreate``'s two agreement checks, for a Linux
     pod whose ``containers`` (init ones first, each ``init`` or ``pytorch``) have these
-    securityContexts.
+    securityContexts; the annotations' other checks are ``gometadata``'s (on the pod's
+    annotations: the controller adds its gang attempt).
     """
     refused: list[tuple[ErrorType, str]] = []
     for where, context in (  # validatePodSpecSecurityContext, ValidateSecurityContext
@@ -819,6 +822,8 @@ def apiserver_refusals(
         key = APPARMOR_PREFIX + name
         if profile is not None and key in annotations:
             refused += disagreements(annotations[key], profile, annotation(key), seccomp=False)
+    if annotations:
+        refused += annotations_refusals({**annotations, ANNOTATION_GANG_ATTEMPT: "0"})
     return refused
 
 

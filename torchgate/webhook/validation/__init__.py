@@ -21,7 +21,8 @@ function of those facts (the job's, a replica's, a container's) returning its fi
 the report order: metadata, spec, then Master before Worker (each replica's fields, its pod
 template, its containers in index order, then its init containers), then unknown replica types.
 The rule families live in ``metadata``, ``policy`` (run, scheduling and elastic policy),
-``pod`` (replica spec, pod template and volumes), ``claims`` (DRA claims), ``containers``,
+``pod`` (replica spec, pod template and volumes), ``podmetadata`` (the template's labels and
+annotations the apiserver refuses in every pod), ``claims`` (DRA claims), ``containers``,
 ``launch`` (command line and env) and ``sharing`` (topology annotations, the team's quota ceiling).
 ``scaling`` says who may scale a job through its ``scale`` subresource, and how far
 (``validate_scale``: its rules, then the scaled job judged as an UPDATE).
@@ -58,6 +59,7 @@ from torchgate.webhook.validation import (
     launch,
     metadata,
     pod,
+    podmetadata,
     policy,
     scaling,
     sharing,
@@ -346,6 +348,7 @@ RULES: Final[tuple[JobRule, ...]] = (
         pod.elastic_worker_count,
         pod.restart_policy,
         pod.template_shape,
+        podmetadata.template_metadata,  # returns at once without labels or annotations
         when_template_readable(
             pod.pytorch_container,  # reports missing containers too
             reads(pod.node_selector, "nodeSelector"),

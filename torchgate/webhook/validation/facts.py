@@ -134,6 +134,7 @@ class ReplicaFacts:
         "pods",
         "profile_annotations",
         "spec",
+        "template_metadata",
         "template_readable",
         "training_container",
         "volumes",
@@ -157,6 +158,7 @@ class ReplicaFacts:
         containers: tuple[ContainerFacts, ...],
         init_containers: tuple[ContainerFacts, ...],
         profile_annotations: tuple[tuple[str, object], ...],
+        template_metadata: Mapping[str, Any] | None,
         like: ReplicaFacts | None,
     ) -> None:
         self.key: Final = key
@@ -184,6 +186,9 @@ class ReplicaFacts:
         # The template's annotations that set (or once set) a seccomp or AppArmor profile,
         # ``policy.PROFILE_ANNOTATION_PREFIXES``, as (key, value): usually none.
         self.profile_annotations: Final = profile_annotations
+        # The template's ``metadata`` when it has labels or annotations (which the controller
+        # copies into every pod), else None: usually None.
+        self.template_metadata: Final = template_metadata
         # The earlier replica whose pod spec equals this one's: then every fact read from the
         # pod spec is that one's, its container paths too, and ``read_in_full`` reads this
         # replica alone before a rule reports at one of its paths (``when_template_readable``).
@@ -198,6 +203,7 @@ class ReplicaFacts:
         pods: int | None,
         template_readable: bool,
         profile_annotations: tuple[tuple[str, object], ...],
+        template_metadata: Mapping[str, Any] | None,
     ) -> ReplicaFacts:
         """Another replica whose pod spec equals this one's: its pod-spec facts are these."""
         return ReplicaFacts(
@@ -217,6 +223,7 @@ class ReplicaFacts:
             self.containers,
             self.init_containers,
             profile_annotations,  # the template's own: not part of the pod spec
+            template_metadata,
             self.like or self,
         )
 
@@ -459,6 +466,7 @@ def _read_replica(
     readable = True
     pod_spec: Mapping[str, Any] = {}
     profile_annotations: tuple[tuple[str, object], ...] = ()
+    template_metadata: Mapping[str, Any] | None = None
     if spec is not None:
         replicas = spec.get("replicas")
         count = 1 if replicas is None else non_negative_int(replicas)
@@ -469,15 +477,26 @@ def _read_replica(
             if readable and found is not None:
                 pod_spec = found
             metadata = template.get("metadata")
-            if metadata and isinstance(metadata, OBJECT) and "annotations" in metadata:
-                profile_annotations = _profile_annotations(metadata["annotations"])
+            if metadata and isinstance(metadata, OBJECT):
+                if "annotations" in metadata:
+                    profile_annotations = _profile_annotations(metadata["annotations"])
+                    template_metadata = metadata
+                elif "labels" in metadata:
+                    template_metadata = metadata
         else:
             readable = template is None
     if pod_spec:
         for other in earlier:
             if other.pod_spec == pod_spec:  # C-level, far cheaper than reading it again
                 return other.read_like(
-                    key, path, pod_path, spec, count, readable, profile_annotations
+                    key,
+                    path,
+                    pod_path,
+                    spec,
+                    count,
+                    readable,
+                    profile_annotations,
+                    template_metadata,
                 )
     gpus, gpu_container = replica_gpus(pod_spec, sources, claims)
     training = pytorch_container_index(pod_spec)
@@ -501,6 +520,7 @@ def _read_replica(
         _read_containers(key, "containers", containers, training, gpu_container),
         () if init is None else _read_containers(key, "initContainers", init, None, None),
         profile_annotations,
+        template_metadata,
         None,  # like
     )
 
