@@ -347,7 +347,8 @@ async def watch(
             delay = seconds_until_next_sync(result.renew_at, now=options.clock(), interval=interval)
             options = replace(options, force=False)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=delay)
+            async with asyncio.timeout(delay):
+                await stop.wait()
 
 
 def seconds_until_next_sync(renew_at: datetime, *, now: datetime, interval: float) -> float:

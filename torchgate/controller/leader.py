@@ -80,7 +80,8 @@ class LeaderElector:
             renewed = False
             if left > 0:
                 try:
-                    renewed = await asyncio.wait_for(self._try_acquire_or_renew(), timeout=left)
+                    async with asyncio.timeout(left):
+                        renewed = await self._try_acquire_or_renew()
                 except TimeoutError:
                     log.warning("renewing the leader lease took longer than the renew deadline")
             if renewed:
@@ -101,7 +102,8 @@ class LeaderElector:
             return
         self.is_leader = False
         try:
-            await asyncio.wait_for(self._give_up_lease(), timeout=self.renew_deadline)
+            async with asyncio.timeout(self.renew_deadline):
+                await self._give_up_lease()
         except TimeoutError:
             log.warning("could not release the lease within %.0f s", self.renew_deadline)
         except ApiError as exc:

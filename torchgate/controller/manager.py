@@ -399,16 +399,13 @@ class Manager:
             if await self._served(DEVICE_TAINT_RULES):
                 group.create_task(self.taint_rules.run())
             try:
-                await asyncio.wait_for(
-                    self.team_quotas.synced.wait(), self.settings.quota_sync_seconds
-                )
+                async with asyncio.timeout(self.settings.quota_sync_seconds):
+                    await self.team_quotas.synced.wait()
             except TimeoutError:
                 log.warning("TeamQuotas not listed yet (is the CRD installed?); going on without")
             try:  # claimed GPUs are counted from these: plan no gang before they are listed
-                await asyncio.wait_for(
-                    asyncio.gather(*(informer.synced.wait() for informer in dra)),
-                    self.settings.quota_sync_seconds,
-                )
+                async with asyncio.timeout(self.settings.quota_sync_seconds):
+                    await asyncio.gather(*(informer.synced.wait() for informer in dra))
             except TimeoutError:
                 log.warning("resource.k8s.io/v1 not listed yet; claimed GPUs count once it is")
             log.info(

@@ -432,10 +432,10 @@ async def mark_leader(api: KubeApi, *, namespace: str, pod: str, leading: bool) 
     """
     body = {"metadata": {"labels": {LEADER_LABEL: "true" if leading else None}}}
     try:
-        await asyncio.wait_for(
-            api.request("PATCH", PODS.path(namespace, pod), body=body, content_type=MERGE_PATCH),
-            timeout=10,
-        )
+        async with asyncio.timeout(10):
+            await api.request(
+                "PATCH", PODS.path(namespace, pod), body=body, content_type=MERGE_PATCH
+            )
     except (ApiError, TimeoutError) as exc:
         log.warning("could not %s pod %s/%s: %s", "label" if leading else "unlabel", namespace,
                     pod, exc)  # fmt: skip

@@ -403,7 +403,8 @@ class Admitter:
         """Run admission cycles whenever woken (and every ``period`` seconds)."""
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=period)
+                async with asyncio.timeout(period):
+                    await self._wake.wait()
             await asyncio.sleep(debounce)
             await self._settle_arrivals()
             self._wake.clear()

@@ -279,7 +279,8 @@ class PoolSource:
             return True
 
         try:
-            return await asyncio.wait_for(release(), seconds)
+            async with asyncio.timeout(seconds):
+                return await release()
         except TimeoutError:
             log.warning("gave up taking the finalizer off the TeamQuotas after %.0fs", seconds)
             return False

@@ -111,7 +111,8 @@ class QuarantineKeeper:
             self._wake.clear()
             sleep = await self.converge()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), sleep)
+                async with asyncio.timeout(sleep):
+                    await self._wake.wait()
 
     async def converge(self) -> float | None:
         """One look at every node; the seconds until the next one needs looking at."""
