@@ -67,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         asyncio.run(_main(args))
     except (OSError, ConfigError) as exc:
         print(f"torchgate controller stop: could not stop the controller: {exc}", flush=True)
+    except Exception as exc:  # the uninstall goes on whatever went wrong here
+        print(f"torchgate controller stop: failed: {exc!r}", flush=True)
     return 0
 
 
@@ -98,11 +100,9 @@ async def stop_controller(
     where = f"Deployment {namespace}/{name}"
     deployment = await _read_deployment(api, namespace, name, say)
     replicas = replicas_to_stop(deployment)
-    if deployment is None:
-        say(f"{where} not found: nothing to scale")
-    elif replicas is None:
+    if deployment is not None and replicas is None:
         say(f"{where} asks for no replica already")
-    else:
+    elif replicas is not None:
         try:
             await api.request(
                 "PATCH",
@@ -113,6 +113,7 @@ async def stop_controller(
             say(f"scaled {where} from {replicas} to 0 replicas")
         except ApiError as exc:
             say(f"could not scale {where} to zero: {exc}")
+            wait_seconds = 0  # its pods are not going: only say what is left
     selector = pod_selector(deployment)
     last = Observed(pods_left=None, held=())
     while True:
@@ -139,6 +140,7 @@ async def _read_deployment(
     try:
         found: Mapping[str, Any] = await api.request("GET", DEPLOYMENTS.path(namespace, name))
     except NotFound:
+        say(f"Deployment {namespace}/{name} not found: nothing to scale")
         return None
     except ApiError as exc:
         say(f"could not read Deployment {namespace}/{name}: {exc}")
