@@ -190,6 +190,18 @@ def events_of(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any
     return list(body["items"])
 
 
+def times_told(cluster: Cluster, name: str, reason: str) -> int:
+    """How many times cluster-scoped object ``name`` was told ``reason``: its Events' counts.
+
+    Events of a cluster-scoped object (a TeamQuota, a PlacementPolicy) live in ``default``.
+    """
+    return sum(
+        int(event.get("count") or 1)
+        for event in events_of(cluster, "default", name)
+        if event.get("reason") == reason
+    )
+
+
 def events_once(
     cluster: Cluster, namespace: str, name: str, *reasons: str, timeout: float = 30
 ) -> list[dict[str, Any]]:

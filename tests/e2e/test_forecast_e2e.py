@@ -371,6 +371,8 @@ def test_a_job_naming_no_manager_is_told_whether_the_controller_runs_it(
     pool.nodes(1)
     namespace = cluster.new_namespace("unowned")
     text = manifest(pool, namespace, "unowned", pods=1, gpus=8)  # no spec.runPolicy.managedBy
+    held = yaml.safe_load(manifest(pool, namespace, "held", pods=1, gpus=8))
+    held["spec"]["runPolicy"] = {"suspend": True}  # and suspended: never acted on either
     port = int(stack.url.rsplit(":", 1)[1])
     assert stack.controller.stop() == 0
     strict = serving_controller(cluster, tmp_path, stack.webhook, port, manage_unowned=False)
@@ -385,23 +387,41 @@ def test_a_job_naming_no_manager_is_told_whether_the_controller_runs_it(
         forecast = cluster.wait_for(simulated, timeout=60, what="the controller's forecast")
         cluster.kubectl("apply", "-f", "-", input=text)
 
-        def explained_not_run() -> str | None:  # once the controller's cache holds the job
-            told = torchgate(stack, cluster, "explain", "unowned", "-n", namespace).stdout
+        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(held))
+
+        def explained_not_run(name: str) -> str | None:  # once the controller's cache holds it
+            told = torchgate(stack, cluster, "explain", name, "-n", namespace).stdout
             return told if "does not run it" in told else None
 
-        explained = cluster.wait_for(explained_not_run, timeout=15, what="explain: not run")
+        explained = cluster.wait_for(
+            lambda: explained_not_run("unowned"), timeout=15, what="explain: not run"
+        )
+        suspended = cluster.wait_for(
+            lambda: explained_not_run("held"), timeout=15, what="explain: suspended, not run"
+        )
+        not_ours = torchgate(stack, cluster, "explain", "unowned", "-n", namespace, "-o", "json")
     finally:
         stopped = strict.stop()
         stack.controller.start()  # the module's controller, --manage-unowned, for what follows
     assert stopped == 0, strict.log()
     assert "torchgate does not run it: spec.runPolicy.managedBy is unset" in explained
     assert "not admitted yet" not in explained
+    assert json.loads(not_ours.stdout)["runs"] is False, not_ours.stdout
+    assert f"PyTorchJob {namespace}/held: Suspended" in suspended, suspended
+    assert "torchgate does not run it: spec.runPolicy.managedBy is unset" in suspended
+    assert "has not suspended it yet" not in suspended
+    assert "to resume:" not in suspended
     assert (forecast["verdict"], forecast["reason"]) == ("Wait", "ManagedElsewhere"), forecast
     assert live_pods(cluster, namespace, "unowned") == []
     # With --manage-unowned the controller runs it, and explain does not say otherwise.
     wait_running(cluster, namespace, "unowned", 1)
     run = torchgate(stack, cluster, "explain", "unowned", "-n", namespace)
     assert "does not run it" not in run.stdout
+    ours = torchgate(stack, cluster, "explain", "unowned", "-n", namespace, "-o", "json")
+    assert json.loads(ours.stdout)["runs"] is True, ours.stdout
+    resumable = torchgate(stack, cluster, "explain", "held", "-n", namespace).stdout
+    assert "does not run it" not in resumable
+    assert "to resume:" in resumable
 
 
 def test_explain_names_the_pods_of_an_admitted_job_that_have_not_started_and_why(

@@ -9,7 +9,8 @@ whose cohort is not a DNS label (a rule of the parser, not of the CRD schema) is
 field path, as kubectl prints it and as the (reason, field) causes the apiserver passes on; a good
 one is stored. With the webhook down, the admin is never locked out: a policy the CRD schema
 cannot refuse (an ``Exists`` toleration with a value) is stored (left out and reported,
-``Valid=False``, once the webhook is back), and it can still be fixed and deleted.
+``Valid=False``, once the webhook is back; a webhook restarted after that finds its status right
+and writes nothing), and it can still be fixed and deleted.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ import pytest
 from tests.builders.policy import policy
 from tests.builders.team import team_quota
 from tests.e2e.conftest import Cluster
+from tests.e2e.controller_process import times_told
 from tests.e2e.test_webhook_e2e import apply, causes, condition
 from tests.e2e.webhook_process import LocalWebhook
 from tests.e2e.webhook_process import webhook as webhook  # the module-scoped fixture
 from torchgate.pytorchjob.fieldpath import ErrorType
+from torchgate.pytorchjob.reasons import INVALID_PLACEMENT_POLICY
 
 pytestmark = pytest.mark.e2e
 
@@ -90,6 +93,8 @@ def test_with_the_webhook_down_a_bad_policy_is_stored_reported_and_can_be_fixed_
 ) -> None:
     name = f"e2e-down-{secrets.token_hex(3)}"
     bad = policy(name, nodeSelector={"pool": "a100"}, tolerations=STORABLE_TYPO)
+    sentinel = f"{name}-after"
+    after_restart = policy(sentinel, nodeSelector={"pool": "a100"}, tolerations=FIXED)
     try:
         webhook.stop()
         try:
@@ -104,6 +109,27 @@ def test_with_the_webhook_down_a_bad_policy_is_stored_reported_and_can_be_fixed_
             what="a Valid condition on the stored bad policy",
         )
         assert (reported["status"], reported["reason"]) == ("False", "InvalidSpec")
+        cluster.wait_for(
+            lambda: times_told(cluster, name, INVALID_PLACEMENT_POLICY) == 1,
+            timeout=15,
+            what="its Warning Event",
+        )
+
+        # A restarted webhook finds the stored status already right: it records no second Event
+        # (and the status stands: a rewrite as it was would leave the resourceVersion too). A
+        # good policy applied after the restart is reported after the listed ones: once it is,
+        # they were looked at.
+        version = (cluster.get("placementpolicy", name) or {})["metadata"]["resourceVersion"]
+        webhook.restart()
+        assert apply(cluster, after_restart).returncode == 0
+        cluster.wait_for(
+            lambda: condition(cluster.get("placementpolicy", sentinel), "Valid") or None,
+            timeout=15,
+            what="the Valid condition of a policy applied after the restart",
+        )
+        unwritten = cluster.get("placementpolicy", name) or {}
+        assert unwritten["metadata"]["resourceVersion"] == version, "its status was rewritten"
+        assert times_told(cluster, name, INVALID_PLACEMENT_POLICY) == 1
 
         relabelled = cluster.kubectl(
             "label", "placementpolicy", name, "owner=ml-platform", check=False
@@ -123,4 +149,4 @@ def test_with_the_webhook_down_a_bad_policy_is_stored_reported_and_can_be_fixed_
         assert deleted.returncode == 0, deleted.stderr
         assert cluster.get("placementpolicy", name) is None
     finally:
-        delete(cluster, "placementpolicy", name)
+        delete(cluster, "placementpolicy", name, sentinel)

@@ -11,7 +11,9 @@ carries on) and takes it off every TeamQuota when the Deployment is scaled to ze
 uninstall), so neither the uninstall nor deleting the CRD waits for running gangs; a controller
 run by hand (no ``--deployment``) takes it off when it stops. A quota lowered below what its
 running gangs use says so (``overQuotaGPUs``, an ``OverQuota`` condition, a Warning Event), keeps
-them running and holds the team's new gangs. Assertions read the cluster.
+them running and holds the team's new gangs; a restarted controller reads that from the stored
+status, so it neither records the Event again nor moves the conditions' ``lastTransitionTime``.
+Assertions read the cluster.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from tests.e2e.controller_process import (
     get_job,
     is_true,
     live_pods,
+    times_told,
 )
 from tests.e2e.test_pool_sharing import QUOTA_CRD, Pool, queued_reason, quota_status, wait_running
 from torchgate.pytorchjob.pool import QUOTA_FINALIZER
@@ -254,4 +257,39 @@ def test_a_quota_lowered_below_its_running_gangs_says_so_and_holds_new_gangs(
     assert queued is not None
     assert f"team {team} is over its quota (16/8 GPUs" in queued["message"]
     assert running_still(cluster, namespace, "r0"), "running gangs are not preempted for it"
+    assert running_still(cluster, namespace, "r1")
+
+
+def test_a_restarted_controller_tells_a_team_over_its_quota_no_second_time(
+    cluster: Cluster, pool: Pool, controller: ControllerProcess
+) -> None:
+    pool.nodes(3)
+    namespace = cluster.new_namespace("restarted")
+    team = pool.team("restarted", [namespace], 16, borrowingLimitGPUs=0)
+    pool.job(namespace, "r0", pods=1, gpus=8)
+    pool.job(namespace, "r1", pods=1, gpus=8)
+    wait_running(cluster, namespace, "r0", 1)
+    wait_running(cluster, namespace, "r1", 1)
+    cluster.kubectl("patch", "teamquota", team, "--type=merge", "-p", '{"spec":{"nominalGPUs":8}}')
+    cluster.wait_for(
+        lambda: times_told(cluster, team, "UsageAboveQuota") == 1,
+        timeout=20,
+        what="the UsageAboveQuota Event",
+    )
+    before = quota_status(cluster, team)
+    began = {c["type"]: c["lastTransitionTime"] for c in before["conditions"]}
+    assert set(began) == {"Valid", "OverQuota"}
+
+    assert controller.stop() == 0, controller.log()
+    controller.start()
+    pool.job(namespace, "r2", pods=1, gpus=8)  # waits: the new controller writes the status
+    status = cluster.wait_for(
+        lambda: (s := quota_status(cluster, team)) and s.get("waitingJobs") == 1 and s,
+        timeout=30,
+        what="the restarted controller to write the TeamQuota's status",
+    )
+    assert times_told(cluster, team, "UsageAboveQuota") == 1, "the stored status already said so"
+    assert status["overQuotaGPUs"] == 8
+    assert {c["type"]: c["lastTransitionTime"] for c in status["conditions"]} == began
+    assert running_still(cluster, namespace, "r0")
     assert running_still(cluster, namespace, "r1")

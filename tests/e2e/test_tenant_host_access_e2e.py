@@ -10,7 +10,10 @@ each at its field unless the namespace's PlacementPolicy says ``allowPrivileged`
 policy the controller creates the pods as written. So too what would take the pods out of the
 admin's control of the pool or of the kernel's confinement: a toleration of every taint (the
 pods would run on nodes torchgate quarantined), a ``nodeName`` (refused under every policy: it
-skips the placement), an ``Unconfined`` seccomp or AppArmor profile.
+skips the placement), an ``Unconfined`` seccomp or AppArmor profile, in its field or in the
+legacy AppArmor annotation the apiserver still copies into the field when it creates the pod.
+A legacy annotation the apiserver refuses in every pod (an AppArmor one naming no container) is
+refused under every policy: stored, the job's pods would never be created.
 """
 
 from __future__ import annotations
@@ -140,24 +143,37 @@ def test_a_tenant_gets_the_nodes_namespaces_only_where_the_policy_allows_privile
     }
     assert cluster.list_objects("pytorchjobs", namespace) == []
 
+    pods = pods_under_an_allowing_policy(
+        cluster, user, namespace, host_access_job("host", namespace, pool)
+    )
+    for created_pod in pods:
+        assert created_pod["spec"]["hostPID"] is True
+        assert created_pod["spec"]["hostNetwork"] is True
+
+
+def pods_under_an_allowing_policy(
+    cluster: Cluster, user: str, namespace: str, wanted: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The two pods of ``wanted``, stored by ``user`` under a policy with ``allowPrivileged``.
+
+    The policy is taken away again before returning (whatever happened).
+    """
     allowing = policy(f"e2e-privileged-{secrets.token_hex(3)}", namespaces=[namespace])
     allowing["spec"]["allowPrivileged"] = True
+    name = wanted["metadata"]["name"]
     try:
         cluster.apply(allowing)
-        wanted = host_access_job("host", namespace, pool)
         cluster.wait_for(
             lambda: as_user(cluster, user, "POST", jobs_path(namespace), wanted)[0] == 201 or None,
             timeout=15,
             what="the allowing policy in use",
         )
-        pods = cluster.wait_for(
-            lambda: (found := live_pods(cluster, namespace, "host")) and len(found) == 2 and found,
+        pods: list[dict[str, Any]] = cluster.wait_for(
+            lambda: (found := live_pods(cluster, namespace, name)) and len(found) == 2 and found,
             timeout=60,
             what="the job's two pods",
         )
-        for created_pod in pods:
-            assert created_pod["spec"]["hostPID"] is True
-            assert created_pod["spec"]["hostNetwork"] is True
+        return pods
     finally:
         cluster.kubectl(
             "delete", "placementpolicy", allowing["metadata"]["name"], "--ignore-not-found",
@@ -222,3 +238,92 @@ def test_a_tenant_cannot_tolerate_the_quarantine_nor_pick_the_node(
         what="the job's two pods bound",
     )
     assert {p["spec"]["nodeName"] for p in pods} <= set(healthy)  # not the quarantined node
+
+
+APPARMOR = "container.apparmor.security.beta.kubernetes.io/pytorch"
+SECCOMP = "seccomp.security.alpha.kubernetes.io/pod"
+
+
+def legacy_annotated_job(name: str, namespace: str, pool: str) -> dict[str, Any]:
+    """A CPU job whose templates unconfine ``pytorch`` through the legacy annotations."""
+    pod_spec = {"nodeSelector": {"pool": pool}}
+    raw = job(name, namespace).master(pod_spec=pod_spec).workers(1, pod_spec=pod_spec).build()
+    for replica in raw["spec"]["pytorchReplicaSpecs"].values():
+        replica["template"]["metadata"] = {
+            "annotations": {APPARMOR: "unconfined", SECCOMP: "unconfined"}
+        }
+    return raw
+
+
+def test_a_tenant_cannot_unconfine_a_container_through_the_legacy_apparmor_annotation(
+    cluster: Cluster, webhook: LocalWebhook, controller: ControllerProcess
+) -> None:
+    namespace = cluster.new_namespace("tenant")
+    user = tenant_in(cluster, namespace)
+    pool = f"p{namespace[-6:]}"
+    cluster.add_gpu_nodes(2, pool, labels={"pool": pool})
+
+    status, body = as_user(
+        cluster, user, "POST", jobs_path(namespace), legacy_annotated_job("aa", namespace, pool)
+    )
+
+    assert status == 422, body
+    assert causes(body) == {
+        (
+            FORBIDDEN,
+            f"spec.pytorchReplicaSpecs[{replica}].template.metadata.annotations[{APPARMOR}]",
+        )
+        for replica in ("Master", "Worker")
+    }  # the seccomp annotation does nothing: warned, not refused
+    assert cluster.list_objects("pytorchjobs", namespace) == []
+
+    pods = pods_under_an_allowing_policy(
+        cluster, user, namespace, legacy_annotated_job("aa", namespace, pool)
+    )
+    for created_pod in pods:  # what the refusal prevents: the apiserver unconfined pytorch
+        containers = created_pod["spec"]["containers"]
+        training = next(c for c in containers if c["name"] == "pytorch")
+        security = training.get("securityContext", {})
+        assert security.get("appArmorProfile") == {"type": "Unconfined"}, created_pod
+        assert "seccompProfile" not in security  # the seccomp annotation is not copied
+        assert "seccompProfile" not in created_pod["spec"].get("securityContext", {})
+
+
+SIDECAR_APPARMOR = "container.apparmor.security.beta.kubernetes.io/sidecar"
+
+
+def failed_creates(cluster: Cluster, namespace: str) -> list[str]:
+    """The FailedCreate events' messages in ``namespace``, once there is one."""
+
+    def messages() -> list[str] | None:
+        events = cluster.list_objects("events", namespace)
+        return [e["message"] for e in events if e.get("reason") == "FailedCreate"] or None
+
+    return cluster.wait_for(messages, timeout=30, what="a FailedCreate event")
+
+
+def test_an_apparmor_annotation_naming_no_container_is_refused(
+    cluster: Cluster, webhook: LocalWebhook, controller: ControllerProcess
+) -> None:
+    """The apiserver would refuse every pod ("container not found"): the job would never run."""
+    namespace = cluster.new_namespace("tenant")
+    user = tenant_in(cluster, namespace)
+    pool = f"p{namespace[-6:]}"
+    cluster.add_gpu_nodes(2, pool, labels={"pool": pool})
+    pod_spec = {"nodeSelector": {"pool": pool}}
+    wanted = job("nc", namespace).master(pod_spec=pod_spec).workers(1, pod_spec=pod_spec).build()
+    wanted["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"] = {
+        "annotations": {SIDECAR_APPARMOR: "runtime/default"}  # no container is named sidecar
+    }
+
+    status, body = as_user(cluster, user, "POST", jobs_path(namespace), wanted)
+
+    # stored, each of the job's pods fails to create: the failure message shows those events
+    assert status == 422, failed_creates(cluster, namespace) if status == 201 else body
+    assert causes(body) == {
+        (
+            ErrorType.INVALID.value,
+            f"spec.pytorchReplicaSpecs[Worker].template.metadata.annotations[{SIDECAR_APPARMOR}]",
+        )
+    }
+    assert cluster.list_objects("pytorchjobs", namespace) == []

@@ -22,11 +22,13 @@ Rules (each one function):
    and why (rule 5), never that its pods are still being created once they exist. A suspended
    job's reason and message are its ``Suspended`` condition's (``PyTorchJobSuspended``, ``PyTorchJob
    <name> is suspended.``), or say the controller has yet to act on the suspension, and its
-   rendering says how to resume it (``RESUME``). A waiting job torchgate does not run says so
-   and who does (``outlook.run_elsewhere``), never that it is not admitted yet: the controller's
-   answer (``JobOutlook.runs``, its ``is_ours``: a job naming no manager is run only under
-   ``--manage-unowned``), else (no answer, or an older controller's) its
-   ``runPolicy.managedBy`` naming another controller.
+   rendering says how to resume it (``RESUME``). Whether torchgate runs the job (``runs``, in
+   every state; ``-o json``'s ``runs``, so a script tells waiting from not ours) is the
+   controller's answer (``JobOutlook.runs``, its ``is_ours``: a job naming no manager is run
+   only under ``--manage-unowned``), else (no answer, or an older controller's) whether its
+   ``runPolicy.managedBy`` names no other controller. A waiting or suspended job torchgate does
+   not run says so and who does (``outlook.run_elsewhere``), never that it is not admitted yet,
+   that the controller has yet to suspend it or how to resume it (torchgate acts on neither).
 3. ``restarts_of``: the restarts its Events tell, newest last, each with its cause (the Event's
    reason, one of ``reasons.RESTART_EVENT_REASONS``: ``PyTorchJobRestarting``, ``Hang``,
    ``Preempted``, ``GangIncomplete``, ``GangScheduleTimeout``, or a disruption's cause such as
@@ -126,6 +128,7 @@ class Explanation:
     live: bool = True
     unanswered: str | None = None
     written_place: str | None = None  # the place as last written to its status (no live view)
+    runs: bool = True  # whether torchgate runs it (``_runs``); its message says who does if not
 
     def to_json(self) -> dict[str, Any]:
         """The ``-o json`` form (``state``, ``reason``, ``position``, ``message``, ``nodes``...)."""
@@ -151,6 +154,7 @@ class Explanation:
             },
             "live": self.live,
             "controller": self.unanswered or "answered",
+            "runs": self.runs,
         }
 
 
@@ -226,6 +230,8 @@ def explain(
 ) -> Explanation:
     """Combine the job, its pods and Events and the controller's outlook (rule 2)."""
     metadata = _metadata(job)
+    manager = managed_by(job)
+    runs = _runs(manager, outlook)
     common: dict[str, Any] = {
         "job": f"{metadata.get('namespace')}/{metadata.get('name')}",
         "state": state_of(job),
@@ -234,6 +240,7 @@ def explain(
         "live": outlook is not None,
         "unanswered": unanswered,
         "domains": outlook.domains if outlook is not None else (),
+        "runs": runs,
     }
     conditions = _conditions(job)
     if common["state"] == "Finished":
@@ -258,6 +265,13 @@ def explain(
         )
     if common["state"] == reasons.SUSPENDED:
         suspended = _true(conditions, reasons.SUSPENDED)
+        if not runs:  # nor will it act on the suspension, nor on a resumption
+            return Explanation(
+                reason=str((suspended or {}).get("reason") or ""),
+                message=run_elsewhere(manager),
+                since=str((suspended or {}).get("lastTransitionTime") or "") or None,
+                **common,
+            )
         if suspended is None:
             return Explanation(
                 reason="",
@@ -272,8 +286,7 @@ def explain(
             since=str(suspended.get("lastTransitionTime") or "") or None,
             **common,
         )
-    manager = managed_by(job)
-    if not _runs(manager, outlook):
+    if not runs:
         return Explanation(reason="", message=run_elsewhere(manager), **common)
     return _waiting(job, _true(conditions, reasons.QUEUED), outlook, pods, common)
 
@@ -434,7 +447,7 @@ def render(explanation: Explanation, now: datetime) -> list[str]:
         lines.append(f"  queue:    {place_phrase(e.place)}")
     elif e.written_place is not None:
         lines.append(f"  queue:    {e.written_place} (as last written to its status)")
-    if e.state == reasons.SUSPENDED:
+    if e.state == reasons.SUSPENDED and e.runs:
         namespace, _, name = e.job.partition("/")
         lines.append(f"  to resume: {RESUME.format(name=name, namespace=namespace)}")
     elif e.starts_next_cycle:

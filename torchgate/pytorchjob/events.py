@@ -11,6 +11,8 @@ back by the same fields. Rules:
    otherwise the apiserver names it after its object (``generateName``).
 4. ``firstTimestamp`` and ``lastTimestamp`` are ``now`` and ``count`` is 1: torchgate never
    updates an Event.
+5. ``involved_object``: the reference to an object as stored (its ``uid`` and
+   ``resourceVersion`` from its metadata; a namespace only for a namespaced object).
 """
 
 from __future__ import annotations
@@ -19,6 +21,23 @@ from collections.abc import Mapping
 from typing import Any
 
 MAX_MESSAGE: int = 1024
+
+
+def involved_object(
+    api_version: str,
+    kind: str,
+    name: object,
+    metadata: Mapping[str, Any],
+    *,
+    namespace: str | None = None,
+) -> dict[str, Any]:
+    """The ``involvedObject`` naming a stored object by its ``metadata`` (rule 5)."""
+    reference: dict[str, Any] = {"apiVersion": api_version, "kind": kind, "name": name}
+    if namespace is not None:
+        reference["namespace"] = namespace
+    reference["uid"] = metadata.get("uid")
+    reference["resourceVersion"] = metadata.get("resourceVersion")
+    return reference
 
 
 def event_body(

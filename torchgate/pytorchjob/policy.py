@@ -25,7 +25,9 @@ It also allows what takes a pod out of the admin's control of the pool or of the
 confinement: a toleration of every taint, of torchgate's quarantine or of a cordon
 (``taints.escapes``: the pods would be placed on nodes kept out of use, and left on sick ones),
 and a seccomp or AppArmor profile of type ``Unconfined``
-(``CONFINEMENT_PROFILES``: what the Pod Security Standards' baseline level forbids). A
+(``CONFINEMENT_PROFILES``, or the legacy AppArmor annotation ``APPARMOR_ANNOTATION_PREFIX``, which
+the apiserver still copies into the field: what the Pod Security Standards' baseline level
+forbids). A
 template's ``nodeName`` is refused under every policy: it skips kube-scheduler and torchgate's
 placement alike (quotas, quarantine, the gang's planned nodes); pinned hosts are the
 ``torchgate.io/hosts`` annotation.
@@ -183,6 +185,30 @@ CONFINEMENT_PROFILES: Final = ("seccompProfile", "appArmorProfile")
 """``securityContext`` fields (pod and container) whose ``type`` may not be ``UNCONFINED``."""
 UNCONFINED: Final = "Unconfined"
 """The profile type that lifts the confinement (only with ``allowPrivileged``)."""
+LOCALHOST: Final = "Localhost"
+"""The profile type naming a profile installed on the node (its ``localhostProfile``)."""
+RUNTIME_DEFAULT: Final = "RuntimeDefault"
+PROFILE_TYPES: Final = (LOCALHOST, RUNTIME_DEFAULT, UNCONFINED)
+"""The ``type`` values the apiserver accepts in either profile, in the order it lists them."""
+APPARMOR_ANNOTATION_PREFIX: Final = "container.apparmor.security.beta.kubernetes.io/"
+"""A pod's legacy AppArmor annotation, ``<prefix><container>: <profile>``: still honoured."""
+APPARMOR_ANNOTATION_UNCONFINED: Final = "unconfined"
+"""The legacy annotation's value for ``UNCONFINED`` (exactly this: the apiserver compares it)."""
+ANNOTATION_RUNTIME_DEFAULT: Final = "runtime/default"
+"""The legacy annotations' value for ``RuntimeDefault`` (AppArmor's and seccomp's)."""
+ANNOTATION_LOCALHOST_PREFIX: Final = "localhost/"
+"""The legacy annotations' value for ``Localhost``: ``localhost/<localhostProfile>``."""
+SECCOMP_ANNOTATION_DOCKER_DEFAULT: Final = "docker/default"
+"""The seccomp annotations' older spelling of ``RuntimeDefault`` (still accepted)."""
+SECCOMP_POD_ANNOTATION: Final = "seccomp.security.alpha.kubernetes.io/pod"
+SECCOMP_CONTAINER_ANNOTATION_PREFIX: Final = "container.seccomp.security.alpha.kubernetes.io/"
+"""The legacy seccomp annotations (the pod's, ``<prefix><container>``): ignored since 1.27."""
+PROFILE_ANNOTATION_PREFIXES: Final = (
+    APPARMOR_ANNOTATION_PREFIX,
+    SECCOMP_POD_ANNOTATION,
+    SECCOMP_CONTAINER_ANNOTATION_PREFIX,
+)
+"""What a pod template annotation key that sets (or once set) a profile starts with."""
 
 
 def capability_name(entry: object) -> str | None:

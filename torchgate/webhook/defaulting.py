@@ -211,6 +211,8 @@ def _path(tokens: Sequence[Token]) -> FieldPath:
     return path
 
 
+_RUN_POLICY_AT: Final = ("spec", "runPolicy")
+_SCHEDULING_AT: Final = (*_RUN_POLICY_AT, "schedulingPolicy")
 _RUN_POLICY_REASONS: Final = {
     "cleanPodPolicy": "pods still running when the job ends are deleted",
     "managedBy": "the Kubeflow training-operator leaves this job alone",
@@ -228,9 +230,13 @@ class _PolicyView:
     rdma: frozenset[str]
     ipc_lock_added: dict[str, str]  # the warning, by the RDMA resource that asks for IPC_LOCK
     shared_memory: str  # the warning for a /dev/shm volume
-    # (field, value, warning) of each run-policy default, in the order they are added.
-    run_policy: tuple[tuple[str, Any, str], ...]
-    schedule_timeout: tuple[str, Any, str] | None  # the same for scheduleTimeoutSeconds
+    # (field, value, warning) of each run-policy default, in the order they are added; the
+    # warnings are built here, once per policy, as their paths and texts never change.
+    run_policy: tuple[tuple[str, Any, FieldWarning], ...]
+    # The same for a job without ``runPolicy`` (added whole): its fields, then their warnings.
+    run_policy_fields: Mapping[str, Any]
+    run_policy_warnings: tuple[FieldWarning, ...]
+    schedule_timeout: tuple[str, Any, FieldWarning] | None  # the same for scheduleTimeoutSeconds
 
     @classmethod
     def of(cls, policy: PlacementPolicy) -> _PolicyView:
@@ -246,7 +252,8 @@ class _PolicyView:
         run_policy = []
         for key, value in wanted.items():
             reason = f" ({_RUN_POLICY_REASONS[key]})" if key in _RUN_POLICY_REASONS else ""
-            run_policy.append((key, value, f"defaulted to {value}{reason}"))
+            text = f"defaulted to {value}{reason}"
+            run_policy.append((key, value, _warning((*_RUN_POLICY_AT, key), text)))
         source = f"PlacementPolicy {policy.name}"
         node_selector = tuple(sorted(policy.node_selector.items()))
         size = policy.shared_memory_size_limit or "no size limit"
@@ -259,12 +266,17 @@ class _PolicyView:
             ipc_lock_added={name: _ipc_lock_added(name) for name in policy.rdma_resources},
             shared_memory=f"mounted a memory-backed emptyDir at {SHM_PATH} ({size})",
             run_policy=tuple(run_policy),
+            run_policy_fields=wanted,
+            run_policy_warnings=tuple(warning for _, _, warning in run_policy),
             schedule_timeout=None
             if defaults.schedule_timeout_seconds is None
             else (
                 "scheduleTimeoutSeconds",
                 defaults.schedule_timeout_seconds,
-                f"defaulted to {defaults.schedule_timeout_seconds}",
+                _warning(
+                    (*_SCHEDULING_AT, "scheduleTimeoutSeconds"),
+                    f"defaulted to {defaults.schedule_timeout_seconds}",
+                ),
             ),
         )
 
@@ -297,6 +309,18 @@ def _view_of(policy: PlacementPolicy) -> _PolicyView:
 def _warning(tokens: tuple[Token, ...], text: str) -> FieldWarning:
     """The warning about the field at ``tokens`` (immutable, so one object serves every job)."""
     return FieldWarning(_path(tokens), text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _moved_warning(
+    segments: tuple[Token, ...], depth: int, pod_at: tuple[Token, ...], text: str
+) -> FieldWarning:
+    """``_warning`` about ``segments`` with its first ``depth`` tokens replaced by ``pod_at``.
+
+    What ``_replay`` gives a later replica: memoised apart from ``_warning`` because building
+    the moved tokens costs more than looking the result up.
+    """
+    return _warning((*pod_at, *segments[depth:]), text)
 
 
 def default_job(
@@ -526,10 +550,14 @@ class _JobDefaulter:
         new_prefix = _pointer(pod_at)
         cut = len(old_prefix)
         # An operation's value is never changed, so both operations may hold the same value.
-        self.patch.ops.extend([{**op, "path": new_prefix + op["path"][cut:]} for op in earlier.ops])
+        ops = self.patch.ops
+        for op in earlier.ops:
+            moved = op.copy()  # a dict's copy is cheaper than a literal merging it
+            moved["path"] = new_prefix + op["path"][cut:]
+            ops.append(moved)
         depth = len(earlier.pod_at)
         self.warnings.extend(
-            [_warning((*pod_at, *w.path.segments[depth:]), w.text) for w in earlier.warnings]
+            [_moved_warning(w.path.segments, depth, pod_at, w.text) for w in earlier.warnings]
         )
 
     def _default_pod(
@@ -782,22 +810,20 @@ class _JobDefaulter:
         run_policy = spec.get("runPolicy")
         if run_policy is not None and not isinstance(run_policy, _OBJECT):
             return
-        at = ("spec", "runPolicy")
+        at = _RUN_POLICY_AT
         if run_policy is None:  # added whole, as one operation
-            created: dict[str, Any] = {}
-            for key, value, text in self.view.run_policy:
-                created[key] = value
-                self.warnings.append(_warning((*at, key), text))
+            created = dict(self.view.run_policy_fields)  # the operation's own value
+            self.warnings.extend(self.view.run_policy_warnings)
             scheduling = self._missing_scheduling(None)
             if scheduling:
                 created["schedulingPolicy"] = {key: value for key, value, _ in scheduling}
-                self._warn_scheduling(at, scheduling)
+                self.warnings.extend([warning for _, _, warning in scheduling])
             self.patch.set(("spec",), "runPolicy", created)
             return
-        for key, value, text in self.view.run_policy:
+        for key, value, warning in self.view.run_policy:
             if key not in run_policy:
                 self.patch.set(at, key, value)
-                self.warnings.append(_warning((*at, key), text))
+                self.warnings.append(warning)
         self._default_scheduling(at, run_policy)
 
     def _default_scheduling(self, at: tuple[Token, ...], run_policy: Mapping[str, Any]) -> None:
@@ -811,30 +837,25 @@ class _JobDefaulter:
             self.patch.set(at, "schedulingPolicy", {key: value for key, value, _ in missing})
         else:
             for key, value, _ in missing:
-                self.patch.set((*at, "schedulingPolicy"), key, value)
-        self._warn_scheduling(at, missing)
+                self.patch.set(_SCHEDULING_AT, key, value)
+        self.warnings.extend([warning for _, _, warning in missing])
 
     def _missing_scheduling(
         self, scheduling: Mapping[str, Any] | None
-    ) -> list[tuple[str, Any, str]]:
+    ) -> list[tuple[str, Any, FieldWarning]]:
         """(field, value, warning) of each scheduling-policy default ``scheduling`` lacks."""
         present = scheduling or {}
-        missing: list[tuple[str, Any, str]] = []
+        missing: list[tuple[str, Any, FieldWarning]] = []
         if "minAvailable" not in present:
             minimum = self._gang_size()
             if minimum is not None:
-                missing.append(
-                    ("minAvailable", minimum, f"defaulted to {minimum} (all-or-nothing)")
-                )
+                text = f"defaulted to {minimum} (all-or-nothing)"
+                warning = _warning((*_SCHEDULING_AT, "minAvailable"), text)
+                missing.append(("minAvailable", minimum, warning))
         timeout = self.view.schedule_timeout
         if timeout is not None and "scheduleTimeoutSeconds" not in present:
             missing.append(timeout)
         return missing
-
-    def _warn_scheduling(self, at: tuple[Token, ...], added: list[tuple[str, Any, str]]) -> None:
-        scheduling_at = (*at, "schedulingPolicy")
-        for key, _, text in added:
-            self.warnings.append(_warning((*scheduling_at, key), text))
 
     def _gang_size(self) -> int | None:
         """``_default_gang_size`` of the job, with its replica specs as the patch leaves them."""
@@ -859,7 +880,8 @@ def _default_gang_size(
         replica = specs.get(replica_type)
         if not isinstance(replica, _OBJECT):
             continue
-        count = as_int(replica.get("replicas", 1))
+        raw = replica.get("replicas", 1)
+        count = raw if type(raw) is int else as_int(raw)  # the usual count, without the call
         if count is None or count < 0:
             return None
         counts[replica_type] = count

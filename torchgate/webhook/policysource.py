@@ -5,7 +5,10 @@ policies are served from an in-memory cache: loaded once from ``--policy`` files
 watched from the cluster by the access layer's informer (:mod:`torchgate.kube.informer`). A policy
 that does not parse is left out and reported (log line, a Warning Event on the object and a
 ``Valid=False`` condition in its status); it never takes admission down. The cached choice per
-namespace is dropped whenever the set changes.
+namespace is dropped whenever the set changes. Each replica compares the ``Valid`` condition it
+would write with the policy's status as its informer holds it (``conditions.status_to_write``):
+one that already says it (a restarted webhook, a second replica, its own write coming back)
+writes nothing, nor records the Event again.
 
 TeamQuotas (``torchgate.io/v1alpha1``, docs/pool-sharing.md) are cached the same way, beside the
 policies (the same files, or a second informer: ``ClusterQuotas``), so the validating route can
@@ -46,6 +49,7 @@ from torchgate.kube.resources import (
     TEAM_QUOTAS,
 )
 from torchgate.pytorchjob import moments, names, reasons
+from torchgate.pytorchjob.conditions import status_to_write
 from torchgate.pytorchjob.devices import (
     NO_CLAIMS,
     RESOURCE_CLAIM_TEMPLATE,
@@ -54,7 +58,7 @@ from torchgate.pytorchjob.devices import (
     claim_spec_of,
     unseen_sources,
 )
-from torchgate.pytorchjob.events import event_body
+from torchgate.pytorchjob.events import event_body, involved_object
 from torchgate.pytorchjob.fieldpath import FieldError
 from torchgate.pytorchjob.manifests import yaml_problem
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
@@ -363,7 +367,8 @@ class ClusterPolicies:
 
     The informer re-lists on 410 Gone or a broken stream and reports what changed meanwhile, so
     the cache follows every event; each policy's validity is then reported (best effort) by a
-    second task, so admission never waits on a status write.
+    second task, so admission never waits on a status write, and only when its stored status
+    does not already say it.
     """
 
     def __init__(self, cache: PolicyCache, api: KubeApi) -> None:
@@ -372,7 +377,6 @@ class ClusterPolicies:
         self.informer = Informer(api, PLACEMENT_POLICIES)
         self.informer.add_handler(self._apply)
         self._pending: asyncio.Queue[str] = asyncio.Queue()
-        self._reported: dict[str, str] = {}
 
     async def run(self) -> None:
         """Keep the cache in step with the cluster (cancel to stop)."""
@@ -387,7 +391,6 @@ class ClusterPolicies:
         name = _name_of(raw)
         if kind == "DELETED":
             self.cache.remove(name)
-            self._reported.pop(name, None)
         else:
             self.cache.put(raw, "cluster")
             self._pending.put_nowait(name)
@@ -400,48 +403,40 @@ class ClusterPolicies:
                 await self._report(raw)
 
     async def _report(self, raw: Mapping[str, Any]) -> None:
-        """Record a policy's validity in its status (and an Event when it is invalid)."""
+        """Record a policy's validity in its status, and an Event when it is invalid.
+
+        Nothing when the status the informer holds already says it: the condition's time moves
+        only with its status, read back from there, so a restarted webhook keeps it too.
+        """
         name = _name_of(raw)
         errors = self.cache.invalid.get(name, [])
         message = "; ".join(str(e) for e in errors) or "policy is valid and in use"
-        if self._reported.get(name) == message:
-            return
-        self._reported[name] = message
-        try:
-            await self._set_condition(raw, errors, message)
-            if errors:
-                await self._event(raw, message)
-        except Exception as exc:  # reporting is best effort; admission keeps working
-            log.warning("could not report the state of PlacementPolicy %r: %s", name, exc)
-
-    async def _set_condition(
-        self, raw: Mapping[str, Any], errors: list[FieldError], message: str
-    ) -> None:
-        generation = raw.get("metadata", {}).get("generation")
         condition = {
             "type": reasons.VALID,
             "status": "False" if errors else "True",
             "reason": reasons.REASON_POLICY_INVALID if errors else reasons.REASON_POLICY_ACCEPTED,
             "message": message[:1024],
-            "lastTransitionTime": _now(),
-            "observedGeneration": generation,
+            "observedGeneration": raw.get("metadata", {}).get("generation"),
         }
-        await self.api.request(
-            "PATCH",
-            PLACEMENT_POLICIES.path(None, _name_of(raw), "status"),
-            body={"status": {"conditions": [condition]}},
-            content_type=MERGE_PATCH,
-        )
+        status = status_to_write({"conditions": [condition]}, raw.get("status"), now=_now())
+        if status is None:
+            return
+        try:
+            await self.api.request(
+                "PATCH",
+                PLACEMENT_POLICIES.path(None, name, "status"),
+                body={"status": status},
+                content_type=MERGE_PATCH,
+            )
+            if errors:
+                await self._event(raw, message)
+        except Exception as exc:  # reporting is best effort; admission keeps working
+            log.warning("could not report the state of PlacementPolicy %r: %s", name, exc)
 
     async def _event(self, raw: Mapping[str, Any], message: str) -> None:
-        metadata = raw.get("metadata", {})
-        involved = {
-            "apiVersion": names.POLICY_API_VERSION,
-            "kind": names.POLICY_KIND,
-            "name": _name_of(raw),
-            "uid": metadata.get("uid"),
-            "resourceVersion": metadata.get("resourceVersion"),
-        }
+        involved = involved_object(
+            names.POLICY_API_VERSION, names.POLICY_KIND, _name_of(raw), raw.get("metadata", {})
+        )
         event = event_body(
             "default",
             involved,

@@ -167,6 +167,7 @@ def test_whether_torchgate_runs_a_waiting_job_is_the_controllers_answer_else_its
     explained = explain(job, outlook=wire)
 
     assert explained.state == "Waiting"
+    assert explained.to_json()["runs"] is (elsewhere is None)  # waiting, or not ours
     if elsewhere is None:
         assert not explained.message.startswith("torchgate does not run it"), explained.message
     else:
@@ -174,6 +175,30 @@ def test_whether_torchgate_runs_a_waiting_job_is_the_controllers_answer_else_its
         assert elsewhere in explained.message
         assert explained.position is None
         assert "to start:" not in "\n".join(render(explained, NOW))
+
+
+@pytest.mark.parametrize(
+    ("conditions", "manager", "outlook", "runs"),
+    [
+        ((condition("Running"),), "kubeflow.org/training-operator", None, False),
+        ((condition("Running"),), None, JobOutlook(job="team-vision/big", runs=False), False),
+        ((condition("Running"),), None, JobOutlook(job="team-vision/big", runs=True), True),
+        ((condition("Succeeded"),), "kubeflow.org/training-operator", None, False),
+        ((condition("Succeeded"),), "torchgate.io/controller", None, True),
+    ],
+    ids=["running-theirs", "running-unowned-strict", "running-ours", "finished-theirs",
+         "finished-ours"],
+)  # fmt: skip
+def test_the_json_says_whether_torchgate_runs_a_running_or_finished_job_too(
+    conditions: tuple[dict[str, Any], ...], manager: str | None, outlook: JobOutlook | None,
+    runs: bool,
+) -> None:  # fmt: skip
+    job = a_job(*conditions)
+    if manager is not None:
+        job["spec"]["runPolicy"]["managedBy"] = manager
+    wire = None if outlook is None else outlook_from_json(outlook.to_json())
+
+    assert explain(job, outlook=wire).to_json()["runs"] is runs
 
 
 def test_without_the_controller_the_place_is_read_from_the_queued_condition() -> None:
@@ -379,6 +404,49 @@ def test_the_spec_decides_whether_a_job_is_suspended_and_an_end_outranks_it(
     assert explained.state == state
     assert state_of(job) == state
     assert ("to resume:" in "\n".join(render(explained, NOW))) == (state == "Suspended")
+
+
+@pytest.mark.parametrize(
+    ("manager", "outlook", "conditions", "elsewhere"),
+    [
+        # the controller's answer: unowned and no --manage-unowned -> it never acts on suspend
+        (None, JobOutlook(job="team-vision/big", runs=False), (), "managedBy is unset"),
+        # suspended by torchgate earlier, then run by a controller without --manage-unowned
+        (None, JobOutlook(job="team-vision/big", runs=False), (SUSPENDED,), "managedBy is unset"),
+        ("kubeflow.org/training-operator", None, (SUSPENDED,),
+         "kubeflow.org/training-operator: that controller runs it"),
+        (None, JobOutlook(job="team-vision/big", runs=True), (), None),  # --manage-unowned
+        (None, None, (), None),  # no answer: a job naming no manager is taken as run
+        (None, JobOutlook(job="team-vision/big"), (SUSPENDED,), None),  # an older controller
+    ],
+    ids=["unowned-strict", "unowned-strict-suspended-before", "other-manager", "manage-unowned",
+         "no-answer", "older-controller"],
+)  # fmt: skip
+def test_whether_torchgate_runs_a_suspended_job_decides_what_it_is_told(
+    manager: str | None,
+    outlook: JobOutlook | None,
+    conditions: tuple[dict[str, Any], ...],
+    elsewhere: str | None,
+) -> None:
+    job = suspended(*conditions)
+    if manager is not None:
+        job["spec"]["runPolicy"]["managedBy"] = manager
+    wire = None if outlook is None else outlook_from_json(outlook.to_json())
+
+    explained = explain(job, outlook=wire)
+
+    text = "\n".join(render(explained, NOW))
+    assert explained.state == "Suspended"
+    assert explained.to_json()["runs"] is (elsewhere is None)
+    if elsewhere is None:
+        assert not explained.message.startswith("torchgate does not run it"), explained.message
+        assert "to resume:" in text
+    else:
+        assert explained.message.startswith("torchgate does not run it: "), explained.message
+        assert elsewhere in explained.message
+        assert "has not suspended it yet" not in text
+        assert "to resume:" not in text
+        assert explained.since == (SUSPENDED["lastTransitionTime"] if conditions else None)
 
 
 def pulling(name: str, node: str | None, *, replica_type: str, index: int) -> dict[str, Any]:

@@ -101,3 +101,50 @@ async def test_the_webhook_keeps_of_each_claim_its_spec_only() -> None:
     assert kept is not None
     assert "status" not in kept
     assert claims.caches.view("default").spec(RESOURCE_CLAIM, "gpus") == claim["spec"]
+
+
+async def test_a_restarted_webhook_keeps_the_valid_condition_time_while_its_status_stands() -> None:
+    before = "2026-03-01T10:00:00Z"
+    stored = {"conditions": [{"type": "Valid", "status": "True", "lastTransitionTime": before}]}
+    turned = {"conditions": [{"type": "Valid", "status": "True", "lastTransitionTime": before}]}
+    api = ScriptedApi(
+        [[{**versioned(GOOD, 1), "status": stored}, {**versioned(BAD, 2), "status": turned}]], []
+    )
+    source = ClusterPolicies(PolicyCache(), api)
+    await until(source.run, lambda: len(api.writes) == 3)
+    written = {
+        path.split("/")[-2]: body["status"]["conditions"][0]
+        for method, path, body, _ in api.writes
+        if method == "PATCH"
+    }
+    assert (written["good"]["status"], written["good"]["lastTransitionTime"]) == ("True", before)
+    assert written["bad"]["status"] == "False"
+    assert written["bad"]["lastTransitionTime"] != before, "its status changed: it began now"
+
+
+async def test_a_restarted_webhook_finding_the_stored_status_right_writes_nothing() -> None:
+    first = ScriptedApi([[versioned(GOOD, 1), versioned(BAD, 2)]], [])
+    await until(ClusterPolicies(PolicyCache(), first).run, lambda: len(first.writes) == 3)
+    stored = {
+        path.split("/")[-2]: body["status"]
+        for method, path, body, _ in first.writes
+        if method == "PATCH"
+    }
+
+    # Restarted (or a second replica): its informer lists both with the status written, and a
+    # new policy listed last, whose write says the two before it were looked at.
+    fresh = policy("fresh", priority=1)
+    restarted = ScriptedApi(
+        [
+            [
+                {**versioned(GOOD, 3), "status": stored["good"]},
+                {**versioned(BAD, 4), "status": stored["bad"]},
+                versioned(fresh, 5),
+            ]
+        ],
+        [],
+    )
+    await until(ClusterPolicies(PolicyCache(), restarted).run, lambda: bool(restarted.writes))
+    assert [(method, path) for method, path, *_ in restarted.writes] == [
+        ("PATCH", PLACEMENT_POLICIES.path(None, "fresh", "status"))
+    ], "neither the status nor the bad policy's Event again"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from torchgate.pytorchjob.events import MAX_MESSAGE, event_body
+from torchgate.pytorchjob.events import MAX_MESSAGE, event_body, involved_object
 
 INVOLVED = {"apiVersion": "torchgate.io/v1alpha1", "kind": "TeamQuota", "name": "vision"}
 NOW = "2026-11-28T22:00:00Z"
@@ -41,3 +41,24 @@ def test_a_reporting_component_is_written_only_when_given() -> None:
     assert body(reporting="torchgate.io/controller")["reportingComponent"] == (
         "torchgate.io/controller"
     )
+
+
+def test_an_involved_object_names_the_stored_object_and_its_namespace_only_when_namespaced() -> (
+    None
+):
+    metadata = {"name": "p", "uid": "u-1", "resourceVersion": "7", "labels": {"a": "b"}}
+    assert involved_object("torchgate.io/v1alpha1", "PlacementPolicy", "p", metadata) == {
+        "apiVersion": "torchgate.io/v1alpha1",
+        "kind": "PlacementPolicy",
+        "name": "p",
+        "uid": "u-1",
+        "resourceVersion": "7",
+    }
+    assert involved_object("kubeflow.org/v1", "PyTorchJob", "j", {}, namespace="ns") == {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "name": "j",
+        "namespace": "ns",
+        "uid": None,
+        "resourceVersion": None,
+    }

@@ -5,7 +5,7 @@ sections, and a job's topology request; this module answers from the caches, par
 TeamQuota once per resourceVersion. It also writes what ``kubectl get teamquotas`` shows: each
 team's ``status`` (``usedGPUs``, ``borrowedGPUs``, ``admittedJobs``, ``waitingJobs`` and a
 ``Valid`` condition), computed by the admitter's last cycle and written only when it changed, at
-most every ``period`` seconds, so a busy pool costs one status write per team and period.
+most every ``period`` seconds, so a busy pool costs one status write per team and period (rule 5).
 
 A TeamQuota that does not parse, or that claims a namespace another team (earlier by name)
 already owns (``pool.resolve_teams``), is left out; its ``Valid`` condition says why.
@@ -41,7 +41,7 @@ Rules (each one function):
    quota, ``OverQuota`` (``UsageAboveQuota``) saying by how much, that its gangs keep running
    and that its new gangs wait; the pass that first writes it also records a Warning Event
    ``UsageAboveQuota`` on the TeamQuota (in namespace ``default``, as for a cluster-scoped
-   object), once per controller and per time it goes over.
+   object), once per time it goes over (rule 5).
 3. ``finalizers_wanted``: a TeamQuota's finalizers with ``pool.QUOTA_FINALIZER`` when its team
    has admitted gangs (running or reserved) and without it when it has none (a team left out
    counts none); a valid team no cycle has counted yet (the controller just started) keeps what
@@ -53,6 +53,17 @@ Rules (each one function):
    --replicas=0``), or it was not told its Deployment; otherwise (a rolling upgrade, an eviction)
    it leaves them for the next leader. A Deployment it cannot read keeps them: protection first
    (an uninstall scales to zero before deleting, so none depends on that read).
+5. ``next_status``: what a pass writes, compared with the previous status: the one this leader
+   last wrote to that very TeamQuota (remembered by name and uid: one deleted and recreated
+   under its name is a new object, its stored status empty), else the one stored (its cache's,
+   so a restarted or newly elected controller carries on from its predecessor's). Each
+   condition keeps its ``lastTransitionTime`` while its status is unchanged and nothing is
+   written when the previous status already says it all (``conditions.status_to_write``, as the
+   webhook writes a PlacementPolicy's); the ``UsageAboveQuota`` Event is
+   recorded only when the status newly says over quota (``says_over_quota``: ``overQuotaGPUs``
+   above zero or ``OverQuota`` True), so a restart records it no second time. A valid team no
+   cycle has counted yet (the controller just started) keeps its stored status, as it keeps its
+   finalizer: zeros written before the first cycle would only flap.
 """
 
 from __future__ import annotations
@@ -61,6 +72,7 @@ import asyncio
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -70,7 +82,8 @@ from torchgate.kube.errors import ApiError, NotFound
 from torchgate.kube.informer import Informer, ParsedOnce
 from torchgate.kube.resources import DEPLOYMENTS, EVENTS, TEAM_QUOTAS
 from torchgate.pytorchjob import moments
-from torchgate.pytorchjob.events import event_body
+from torchgate.pytorchjob.conditions import conditions_of, status_to_write
+from torchgate.pytorchjob.events import event_body, involved_object
 from torchgate.pytorchjob.fieldpath import FieldError
 from torchgate.pytorchjob.outlook import gpus_phrase
 from torchgate.pytorchjob.policy import PlacementPolicy
@@ -116,7 +129,9 @@ class PoolSource:
         self.team_status = team_status
         self.clock = clock
         self._quotas = ParsedOnce(quotas.values, parse_team_quota)
-        self._written: dict[str, Any] = {}
+        # What this leader last wrote, by TeamQuota (name, uid): a TeamQuota deleted and
+        # recreated under its name is another object, whose status is its own (rule 5).
+        self._written: dict[tuple[str, str], dict[str, Any]] = {}
 
     def report(self) -> dict[str, list[FieldError]]:
         """TeamQuota name -> its errors (empty when valid)."""
@@ -166,11 +181,14 @@ class PoolSource:
         errors = self.report()
         raw = {obj["metadata"]["name"]: obj for obj in self.quotas.values()}
         for name in sorted(errors):
-            metadata = raw[name]["metadata"] if name in raw else {}
+            stored = raw.get(name, {})
+            metadata = stored.get("metadata", {})
             # A team left out counts no gang; a valid one no cycle counted yet keeps its finalizer.
             counted = counters[name]["admittedJobs"] if name in counters else None
             admitted = 0 if errors[name] else counted
             await self._write_finalizers(name, metadata, admitted)
+            if admitted is None:  # and its status (rule 5): zeros now would only flap
+                continue
             status: dict[str, Any] = dict(counters.get(name) or _zero())
             deleting = bool(metadata.get("deletionTimestamp"))
             status["conditions"] = quota_conditions(
@@ -178,40 +196,36 @@ class PoolSource:
                 deleting_with=admitted if deleting else None,
                 over=(status.get("usedGPUs", 0), status.get("overQuotaGPUs", 0)),
             )
-            previous = self._written.get(name)
-            if previous == status:
+            # What this leader last wrote is newer than its cache; a new leader starts from what
+            # the cache holds (its predecessor's status).
+            previous = self._written.get(_identity(name, stored))
+            write = next_status(
+                status,
+                stored.get("status") if previous is None else previous,
+                now=moments.format_time(self.clock()),
+            )
+            if write.status is None:
                 continue
-            if status.get("overQuotaGPUs") and not (previous or {}).get("overQuotaGPUs"):
+            if write.goes_over:
                 await self._over_quota_event(name, metadata, status["conditions"][-1]["message"])
-            now = moments.format_time(self.clock())
-            body = {
-                **status,
-                "conditions": [
-                    {**condition, "lastTransitionTime": now} for condition in status["conditions"]
-                ],
-            }
             await self.api.request(
                 "PATCH",
                 TEAM_QUOTAS.path(None, name, "status"),
-                body={"status": body},
+                body={"status": write.status},
                 content_type=MERGE_PATCH,
             )
-            self._written[name] = status
-        for name in [n for n in self._written if n not in errors]:
-            del self._written[name]
+            self._written[_identity(name, stored)] = write.status
+        current = {_identity(name, obj) for name, obj in raw.items()}
+        for gone in [key for key in self._written if key not in current]:
+            del self._written[gone]
 
     async def _over_quota_event(self, name: str, metadata: Mapping[str, Any], message: str) -> None:
         """A Warning Event on TeamQuota ``name``: it holds more than its quota (rule 2)."""
-        involved = {
-            "apiVersion": f"{TEAM_QUOTAS.group}/{TEAM_QUOTAS.version}",
-            "kind": QUOTA_KIND,
-            "name": name,
-            "uid": metadata.get("uid"),
-            "resourceVersion": metadata.get("resourceVersion"),
-        }
         event = event_body(
             "default",
-            involved,
+            involved_object(
+                f"{TEAM_QUOTAS.group}/{TEAM_QUOTAS.version}", QUOTA_KIND, name, metadata
+            ),
             type="Warning",
             reason=REASON_QUOTA_USAGE_ABOVE,
             message=f"TeamQuota {name} is over its quota: {message}",
@@ -341,7 +355,7 @@ def quota_conditions(
 
     ``deleting_with``: when the TeamQuota is being deleted, its team's admitted gangs (``None``
     when it is not being deleted, or no cycle has counted them yet). ``over``: the GPUs its
-    team uses and how many of them are beyond its quota.
+    team uses and how many of them are beyond its quota, in whole GPUs (its status counters).
     """
     if not errors:
         valid = {"type": VALID, "status": "True", "reason": REASON_QUOTA_VALID, "message": ""}
@@ -368,13 +382,14 @@ def quota_conditions(
         )
     used, beyond = over
     if beyond > 0:
+        held = gpus_phrase(used * MILLI)  # the status counts whole GPUs; the phrase takes milli
         conditions.append(
             {
                 "type": OVER_QUOTA,
                 "status": "True",
                 "reason": REASON_QUOTA_USAGE_ABOVE,
                 "message": (
-                    f"its team's admitted gangs use {gpus_phrase(used)}, {beyond} more than "
+                    f"its team's admitted gangs use {held}, {beyond} more than "
                     "its quota now lets it hold: they keep running (nothing is preempted for it), "
                     "what they use over nominal can be reclaimed by the other teams of its "
                     "cohort, and its new gangs wait until its usage is back within quota"
@@ -382,6 +397,59 @@ def quota_conditions(
             }
         )
     return conditions
+
+
+def _identity(name: str, obj: Mapping[str, Any]) -> tuple[str, str]:
+    """A TeamQuota's name and uid: what this leader's memory of its writes is keyed by (rule 5)."""
+    metadata = obj.get("metadata")
+    uid = metadata.get("uid") if isinstance(metadata, Mapping) else None
+    return name, str(uid or "")
+
+
+@dataclass(frozen=True, slots=True)
+class StatusWrite:
+    """What one pass writes of a TeamQuota's status (rule 5).
+
+    Attributes:
+        status: The status to write, its conditions stamped; ``None``: the previous one already
+            says all of it, nothing is written.
+        goes_over: Whether it newly says the team is over its quota (the Warning Event is
+            recorded then, and only then).
+    """
+
+    status: dict[str, Any] | None
+    goes_over: bool
+
+
+def next_status(status: Mapping[str, Any], previous: object, *, now: str) -> StatusWrite:
+    """The status to write of a TeamQuota, given the ``previous`` one (rule 5).
+
+    ``status``: its counters and conditions (rules 1 and 2); ``previous``: the status last written
+    (by this leader, else as stored: any shape, as anyone may have written it); ``now``: the time
+    a condition that changed its status began.
+    """
+    written = status_to_write(status, previous, now=now)
+    if written is None:
+        return StatusWrite(None, goes_over=False)
+    return StatusWrite(
+        written, goes_over=says_over_quota(written) and not says_over_quota(previous)
+    )
+
+
+def says_over_quota(status: object) -> bool:
+    """Whether a TeamQuota status says its team is over its quota (rule 5).
+
+    ``overQuotaGPUs`` above zero, or an ``OverQuota`` condition True (any shape: none says so).
+    """
+    if not isinstance(status, Mapping):
+        return False
+    beyond = status.get("overQuotaGPUs")
+    if isinstance(beyond, int) and not isinstance(beyond, bool) and beyond > 0:
+        return True
+    return any(
+        condition.get("type") == OVER_QUOTA and condition.get("status") == "True"
+        for condition in conditions_of(status)
+    )
 
 
 def finalizers_wanted(finalizers: Sequence[str], *, admitted_jobs: int | None) -> list[str] | None:

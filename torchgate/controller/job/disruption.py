@@ -169,6 +169,7 @@ from typing import Any, Final
 from torchgate.controller.job import status as st
 from torchgate.controller.quarantine.rules import DELETED, NOT_READY, Fault, Outage
 from torchgate.pytorchjob import moments, names
+from torchgate.pytorchjob.conditions import conditions_of
 from torchgate.pytorchjob.reasons import (
     CONTAINER_FAILED,
     HANG,
@@ -281,7 +282,7 @@ def node_health(raw: Mapping[str, Any]) -> NodeHealth:
     ready = next(
         (
             c
-            for c in st.conditions_of(raw.get("status"))
+            for c in conditions_of(raw.get("status"))
             if c.get("type") == "Ready" and isinstance(c.get("status"), str)
         ),
         None,
@@ -499,7 +500,7 @@ def pod_disrupted(
     condition = next(
         (
             c
-            for c in st.conditions_of(pod.get("status"))
+            for c in conditions_of(pod.get("status"))
             if c.get("type") == DISRUPTION_TARGET and c.get("status") == st.TRUE
         ),
         None,
@@ -566,7 +567,7 @@ def pod_stuck(
     scheduled = next(
         (
             moments.parse_time(c.get("lastTransitionTime"))
-            for c in st.conditions_of(pod.get("status"))
+            for c in conditions_of(pod.get("status"))
             if c.get("type") == "PodScheduled" and c.get("status") == st.TRUE
         ),
         None,

@@ -41,6 +41,7 @@ from torchgate.controller.job.model import (
 )
 from torchgate.pytorchjob import cleanup as cleanup_rules
 from torchgate.pytorchjob import moments, reasons
+from torchgate.pytorchjob.conditions import conditions_of
 from torchgate.pytorchjob.devices import pod_gpus
 from torchgate.pytorchjob.spec import as_mapping, pod_spec_of
 
@@ -211,7 +212,7 @@ def released_on_end(
     if decision.status is None:
         return None
     conditions = decision.status.get("conditions") or []
-    if not st.is_finished(conditions) or st.is_finished(st.conditions_of(job_raw.get("status"))):
+    if not st.is_finished(conditions) or st.is_finished(conditions_of(job_raw.get("status"))):
         return None
     deleting = {*decision.delete_pods, *decision.force_delete_pods}
     gpus = 0

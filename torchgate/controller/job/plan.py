@@ -107,6 +107,7 @@ from torchgate.controller.job.model import (
 )
 from torchgate.controller.job.model import pytorch_exit_code as pytorch_exit_code
 from torchgate.pytorchjob import moments, names, reasons
+from torchgate.pytorchjob.conditions import conditions_of
 from torchgate.pytorchjob.spec import JobSpec, as_mapping
 
 MANAGING_VALUES: Final = frozenset({names.TRAINING_OPERATOR, names.CONTROLLER_NAME})
@@ -126,7 +127,7 @@ def plan(observed: Observed) -> Plan:
     status = as_mapping(raw_status)
     draft = Draft(
         observed=observed,
-        conditions=st.conditions_of(status),
+        conditions=conditions_of(status),
         start_time=_text(status.get("startTime")),
         completion_time=_text(status.get("completionTime")),
     )

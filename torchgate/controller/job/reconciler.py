@@ -117,8 +117,9 @@ from torchgate.kube.errors import (
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import EVENTS, POD_GROUPS, PODS, PYTORCHJOBS, SERVICES, WORKLOADS
 from torchgate.pytorchjob import moments, names, reasons
+from torchgate.pytorchjob.conditions import conditions_of
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup, GpuSources, pod_claims
-from torchgate.pytorchjob.events import event_body
+from torchgate.pytorchjob.events import event_body, involved_object
 from torchgate.pytorchjob.fieldpath import FieldError, required
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.policy import PlacementPolicy, QuarantineSettings, select_policy
@@ -495,7 +496,7 @@ class Reconciler:
         """
         key = job_key_of_pod(pod)
         job = self.jobs.get(*key) if kind == "DELETED" and key is not None else None
-        if job is None or key is None or st.is_finished(st.conditions_of(job.get("status"))):
+        if job is None or key is None or st.is_finished(conditions_of(job.get("status"))):
             return
         attempt = current_attempt((job.get("metadata") or {}).get("annotations") or {})
         name = (pod.get("metadata") or {}).get("name")
@@ -616,7 +617,7 @@ class Reconciler:
             self.admitter.request(key, request)
         else:
             status = decision.status if decision.status is not None else job.get("status")
-            if spec.run_policy.suspend or st.is_finished(st.conditions_of(status)):
+            if spec.run_policy.suspend or st.is_finished(conditions_of(status)):
                 self.admitter.cancel(key)
                 self.demands.forget(key)
                 self.departed.pop(key, None)
@@ -887,7 +888,7 @@ class Reconciler:
 
     async def _fail_validation(self, job: Mapping[str, Any], errors: list[Any]) -> None:
         """A job the webhook never saw and that cannot run: say so once, then leave it."""
-        conditions = st.conditions_of(job.get("status"))
+        conditions = conditions_of(job.get("status"))
         if st.is_true(conditions, reasons.FAILED):
             return
         message = "PyTorchJob failed validation: " + "; ".join(str(e) for e in errors)
@@ -942,14 +943,9 @@ class EventRecorder:
         """The core/v1 Event about a job, as it is created."""
         metadata = job.get("metadata") or {}
         namespace = str(metadata.get("namespace") or "default")
-        involved = {
-            "apiVersion": names.API_VERSION,
-            "kind": names.KIND,
-            "name": metadata.get("name"),
-            "namespace": namespace,
-            "uid": metadata.get("uid"),
-            "resourceVersion": metadata.get("resourceVersion"),
-        }
+        involved = involved_object(
+            names.API_VERSION, names.KIND, metadata.get("name"), metadata, namespace=namespace
+        )
         return self._body(namespace, involved, event)
 
     def record_on_node(self, node: Mapping[str, Any], event: Event) -> None:

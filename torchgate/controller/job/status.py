@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.conditions import conditions_of, transition_time
 from torchgate.pytorchjob.moments import format_time
 from torchgate.pytorchjob.reasons import FAILED, RESTARTING, RUNNING, SUCCEEDED
 from torchgate.pytorchjob.spec import JobSpec, canonical_replica_type
@@ -42,14 +43,6 @@ def seconds_left(since: datetime, seconds: float, *, now: datetime) -> float:
     past what ``datetime`` holds (``OverflowError``).
     """
     return seconds - (now - since).total_seconds()
-
-
-def conditions_of(status: object) -> list[Condition]:
-    """Copies of the well-formed conditions of a raw status (entries with a string ``type``)."""
-    raw = status.get("conditions") if isinstance(status, Mapping) else None
-    if not isinstance(raw, list):
-        return []
-    return [dict(c) for c in raw if isinstance(c, Mapping) and isinstance(c.get("type"), str)]
 
 
 def find_condition(conditions: Iterable[Mapping[str, Any]], kind: str) -> Mapping[str, Any] | None:
@@ -104,8 +97,9 @@ def set_condition(
         New conditions: unchanged (same timestamps) when type, status, reason and message are the
         same or the job has already Failed; the message and ``lastUpdateTime`` updated in place
         when only the message differs; otherwise the condition moved to the end (keeping its
-        ``lastTransitionTime`` if the status is unchanged), ``Running``/``Restarting`` replacing
-        each other, and ``Running`` turned False when ``Succeeded``/``Failed`` becomes True.
+        ``lastTransitionTime`` if the status is unchanged: ``conditions.transition_time``),
+        ``Running``/``Restarting`` replacing each other, and ``Running`` turned False when
+        ``Succeeded``/``Failed`` becomes True.
     """
     current = [dict(c) for c in conditions]
     if is_true(current, FAILED):
@@ -120,8 +114,7 @@ def set_condition(
             updated = {**existing, "message": message, "lastUpdateTime": stamp}
             return [updated if c.get("type") == kind else c for c in current]
         return current
-    same_status = existing is not None and existing.get("status") == status
-    transition = existing.get("lastTransitionTime", stamp) if same_status and existing else stamp
+    transition = transition_time(current, kind, status, now=stamp)
     ends_run = kind in (SUCCEEDED, FAILED) and status == TRUE
     kept: list[Condition] = []
     for condition in current:

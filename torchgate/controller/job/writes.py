@@ -47,6 +47,7 @@ from typing import Any, Final
 
 from torchgate.controller.job import status as st
 from torchgate.pytorchjob import reasons
+from torchgate.pytorchjob.conditions import conditions_of
 
 # A wave of 500 gangs (4,000 pods) takes the scale benchmark's apiserver 30-35 s to create on
 # 5,000 nodes (docs/scale.md): the statuses of the jobs that arrive with it (most of them waiting)
@@ -82,7 +83,7 @@ def is_progress(written: Mapping[str, Any] | None, wanted: Mapping[str, Any]) ->
         return False
     if _without(before, PROGRESS_FIELDS) != _without(wanted, PROGRESS_FIELDS):
         return False
-    return _news(st.conditions_of(before)) == _news(st.conditions_of(wanted))
+    return _news(conditions_of(before)) == _news(conditions_of(wanted))
 
 
 def is_counts_only(written: Mapping[str, Any] | None, wanted: Mapping[str, Any]) -> bool:

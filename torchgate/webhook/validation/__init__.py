@@ -162,6 +162,8 @@ class _Table(Generic[R]):
 
 
 _SELECTIONS_KEPT: Final = 1024
+# The pod template's section key for its profile annotations (not a pod spec field name).
+PROFILE_ANNOTATIONS: Final = "metadata.annotations"
 # Pod-spec fields whose rules read the replica's pod count (a claim shared by every pod).
 _POD_COUNT_READERS: Final = frozenset({"resourceClaims"})
 
@@ -233,13 +235,15 @@ def for_each_replica(*rules: ReplicaRule) -> JobRule:
 def when_template_readable(*rules: ReplicaRule | Reads[ReplicaRule]) -> ReplicaRule:
     """Apply ``rules`` only when the replica spec, its template and pod spec are objects.
 
-    A ``Reads`` rule runs when the pod spec has its field.
+    A ``Reads`` rule runs when the pod spec has its field; one reading ``PROFILE_ANNOTATIONS``
+    when the template has profile annotations (``ReplicaFacts.profile_annotations``).
 
-    Invariant the rules keep: what they find is a function of the pod spec, the job and the
-    policy; a replica's type appears only in paths and messages, and its pod count is read only
-    by rules of ``resourceClaims``. So a replica whose pod spec equals one that already found
-    nothing in this review (Master and Worker usually share one template) finds nothing either,
-    and is not walked again; with ``resourceClaims`` the rules always run.
+    Invariant the rules keep: what they find is a function of the pod spec, the job, the policy
+    and the template's profile annotations; a replica's type appears only in paths and messages,
+    and its pod count is read only by rules of ``resourceClaims``. So a replica without profile
+    annotations whose pod spec equals one that already found nothing in this review (Master and
+    Worker usually share one template) finds nothing either, and is not walked again; with
+    ``resourceClaims`` the rules always run.
     """
     table = _Table(rules)
 
@@ -249,11 +253,15 @@ def when_template_readable(*rules: ReplicaRule | Reads[ReplicaRule]) -> ReplicaR
         pod_spec = replica.pod_spec
         clean = job.clean_pod_specs
         count_free = _POD_COUNT_READERS.isdisjoint(pod_spec)
-        if clean and count_free and pod_spec in clean:  # identity, then ``==`` (C-level, cheap)
+        if (
+            clean and count_free and pod_spec in clean and not replica.profile_annotations
+        ):  # identity, then ``==`` (C-level, cheap)
             return ()
         replica = read_in_full(replica, job)  # the rules report at this replica's own paths
         found: list[Finding] = []
         keys = tuple(pod_spec)
+        if replica.profile_annotations:
+            keys = (*keys, PROFILE_ANNOTATIONS)
         for rule in table.selected.get(keys) or table.select(keys):
             result = rule(job, replica)
             if result:
@@ -345,7 +353,7 @@ RULES: Final[tuple[JobRule, ...]] = (
             reads(pod.host_namespaces, *HOST_NAMESPACES),
             reads(pod.tolerations, "tolerations"),
             reads(pod.node_name, "nodeName"),
-            reads(pod.pod_confinement, "securityContext"),
+            reads(pod.pod_confinement, "securityContext", PROFILE_ANNOTATIONS),
             claims.container_claim_names,  # a container may name a claim the pod lacks
             reads(claims.claim_sources, "resourceClaims"),
             reads(claims.shared_claim, "resourceClaims"),

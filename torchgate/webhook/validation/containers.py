@@ -4,8 +4,10 @@ Privilege is the policy's ``allowPrivileged``: a ``privileged`` container, one a
 capability that acts on the node rather than the pod (``policy.NODE_CAPABILITIES``), or one
 taking a port of the node (``hostPort``: the node's traffic to that port goes to the pod, ahead
 of a node service on it where the CNI's portmap forwards it), or one with an ``Unconfined``
-seccomp or AppArmor profile (``pod.unconfined_profiles``, shared with the pod level), is refused
-without it.
+seccomp or AppArmor profile (``pod.profile_fields``, shared with the pod level), is refused
+without it. A profile the apiserver refuses in every pod (no ``type``, an unknown one, a
+``localhostProfile`` missing or set where it does not belong, or one it refuses) is refused
+under every policy, by the same function.
 
 Why GPUs get most of the attention: a gang holds every GPU it was given while any pod is
 waiting, so a replica whose GPU request cannot be met as written (a fraction, requests unequal to
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, Final
 
 from torchgate.pytorchjob.fieldpath import FieldPath, forbidden, invalid, required
 from torchgate.pytorchjob.policy import CONFINEMENT_PROFILES, NODE_CAPABILITIES, capability_name
@@ -43,7 +45,7 @@ from torchgate.webhook.validation.facts import (
     quote,
     remember_usable,
 )
-from torchgate.webhook.validation.pod import unconfined_profiles
+from torchgate.webhook.validation.pod import profile_fields
 
 
 def image(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Findings:
@@ -285,14 +287,18 @@ def node_access(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts)
 
     A ``privileged`` container, a capability that acts on the node (``SYS_ADMIN``, ``ALL``, ...),
     an ``Unconfined`` seccomp or AppArmor profile and a ``ports[k].hostPort`` (the node's traffic
-    to that port goes to the pod). One rule, one pass over ``securityContext`` and ``ports``: it
-    runs on most containers (the defaulting adds ``IPC_LOCK`` and the rendezvous port).
+    to that port goes to the pod); a profile the apiserver refuses, under every policy. One rule,
+    one pass over ``securityContext`` and ``ports``: it runs on most containers (the defaulting
+    adds ``IPC_LOCK`` and the rendezvous port), so the usual lists pass in one plain loop and are
+    walked by index only when an entry is refused.
     """
-    if job.policy.allow_privileged:
-        return NONE
-    found: list[Finding] = []
     fields = container.fields
     security = fields.get("securityContext")
+    if job.policy.allow_privileged:  # only the apiserver's refusals of the profiles
+        if isinstance(security, OBJECT) and not _CONFINEMENT_KEYS.isdisjoint(security):
+            return profile_fields(job, security, container.path)
+        return NONE
+    found: list[Finding] = []
     if isinstance(security, OBJECT):
         if security.get("privileged") is True:
             found.append(
@@ -306,29 +312,46 @@ def node_access(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts)
         capabilities = security.get("capabilities")
         added = capabilities.get("add") if isinstance(capabilities, OBJECT) else None
         if isinstance(added, list):
-            for index, entry in enumerate(added):
+            for entry in added:
                 if capability_name(entry) in NODE_CAPABILITIES:
-                    found.append(
-                        forbidden(
-                            at(container.path, "securityContext", "capabilities", "add", index),
-                            f"capability {quote(entry)} is not allowed by {job.policy_label} "
-                            "(allowPrivileged: false): it acts on the node, not the pod; add "
-                            "only what the training needs (for example IPC_LOCK for RDMA)",
-                        )
-                    )
-        if not security.keys().isdisjoint(CONFINEMENT_PROFILES):  # C-level: usually none
-            found.extend(unconfined_profiles(job, security, container.path))
+                    found.extend(_node_capabilities(job, container.path, added))
+                    break
+        if not _CONFINEMENT_KEYS.isdisjoint(security):  # C-level: usually none
+            found.extend(profile_fields(job, security, container.path))
     ports = fields.get("ports")
     if isinstance(ports, list):
-        for index, port in enumerate(ports):
+        for port in ports:
             if isinstance(port, OBJECT) and port.get("hostPort") not in (None, 0):
-                found.append(
-                    forbidden(
-                        at(container.path, "ports", index, "hostPort"),
-                        f"hostPort {port['hostPort']} is not allowed by {job.policy_label} "
-                        "(allowPrivileged: false): the node's traffic to that port would go to "
-                        "this pod; the job's pods reach each other on their own ports, others "
-                        "through a Service",
-                    )
-                )
+                found.extend(_host_ports(job, container.path, ports))
+                break
     return found or NONE
+
+
+_CONFINEMENT_KEYS: Final = frozenset(CONFINEMENT_PROFILES)
+
+
+def _node_capabilities(job: JobFacts, path: FieldPath, added: list[Any]) -> list[Finding]:
+    return [
+        forbidden(
+            at(path, "securityContext", "capabilities", "add", index),
+            f"capability {quote(entry)} is not allowed by {job.policy_label} "
+            "(allowPrivileged: false): it acts on the node, not the pod; add "
+            "only what the training needs (for example IPC_LOCK for RDMA)",
+        )
+        for index, entry in enumerate(added)
+        if capability_name(entry) in NODE_CAPABILITIES
+    ]
+
+
+def _host_ports(job: JobFacts, path: FieldPath, ports: list[Any]) -> list[Finding]:
+    return [
+        forbidden(
+            at(path, "ports", index, "hostPort"),
+            f"hostPort {port['hostPort']} is not allowed by {job.policy_label} "
+            "(allowPrivileged: false): the node's traffic to that port would go to "
+            "this pod; the job's pods reach each other on their own ports, others "
+            "through a Service",
+        )
+        for index, port in enumerate(ports)
+        if isinstance(port, OBJECT) and port.get("hostPort") not in (None, 0)
+    ]

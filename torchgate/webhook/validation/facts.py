@@ -33,7 +33,7 @@ from torchgate.pytorchjob.fieldpath import (
     FieldWarning,
     invalid,
 )
-from torchgate.pytorchjob.policy import PlacementPolicy
+from torchgate.pytorchjob.policy import PROFILE_ANNOTATION_PREFIXES, PlacementPolicy
 from torchgate.pytorchjob.pool import TeamQuota, quota_ceilings
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
 from torchgate.pytorchjob.spec import as_int, pytorch_container_index
@@ -132,6 +132,7 @@ class ReplicaFacts:
         "pod_path",
         "pod_spec",
         "pods",
+        "profile_annotations",
         "spec",
         "template_readable",
         "training_container",
@@ -155,6 +156,7 @@ class ReplicaFacts:
         host_paths: tuple[tuple[int, object], ...] | None,
         containers: tuple[ContainerFacts, ...],
         init_containers: tuple[ContainerFacts, ...],
+        profile_annotations: tuple[tuple[str, object], ...],
         like: ReplicaFacts | None,
     ) -> None:
         self.key: Final = key
@@ -179,6 +181,9 @@ class ReplicaFacts:
         self.host_paths: Final = host_paths
         self.containers: Final = containers
         self.init_containers: Final = init_containers
+        # The template's annotations that set (or once set) a seccomp or AppArmor profile,
+        # ``policy.PROFILE_ANNOTATION_PREFIXES``, as (key, value): usually none.
+        self.profile_annotations: Final = profile_annotations
         # The earlier replica whose pod spec equals this one's: then every fact read from the
         # pod spec is that one's, its container paths too, and ``read_in_full`` reads this
         # replica alone before a rule reports at one of its paths (``when_template_readable``).
@@ -192,6 +197,7 @@ class ReplicaFacts:
         spec: Mapping[str, Any] | None,
         pods: int | None,
         template_readable: bool,
+        profile_annotations: tuple[tuple[str, object], ...],
     ) -> ReplicaFacts:
         """Another replica whose pod spec equals this one's: its pod-spec facts are these."""
         return ReplicaFacts(
@@ -210,6 +216,7 @@ class ReplicaFacts:
             self.host_paths,
             self.containers,
             self.init_containers,
+            profile_annotations,  # the template's own: not part of the pod spec
             self.like or self,
         )
 
@@ -367,7 +374,9 @@ def read_job(
     total = None if None in counts else gang.total_replicas(counts)  # type: ignore[arg-type]
     elastic = spec.get("elasticPolicy")
     elastic_policy = elastic if elastic is not None and isinstance(elastic, OBJECT) else None
-    elastic_workers = _elastic_workers(elastic_policy, known)
+    # Absent sections (the usual job is not elastic and sets no nprocPerNode) cost no call.
+    elastic_workers = None if elastic_policy is None else _elastic_workers(elastic_policy, known)
+    nproc = spec.get("nprocPerNode")
     metadata = job.get("metadata")
     first_gpu_replica = None
     for replica in known:
@@ -387,7 +396,7 @@ def read_job(
         known,  # known_replicas
         total,  # total_replicas
         first_gpu_replica,
-        gang.integer_nproc(spec.get("nprocPerNode")),  # nproc_per_node
+        None if nproc is None else gang.integer_nproc(nproc),  # nproc_per_node
         elastic_policy,  # elastic
         elastic_workers,
         _expected_nnodes(elastic_policy, elastic_workers, known, total),
@@ -449,20 +458,27 @@ def _read_replica(
     count: int | None = 1
     readable = True
     pod_spec: Mapping[str, Any] = {}
+    profile_annotations: tuple[tuple[str, object], ...] = ()
     if spec is not None:
         replicas = spec.get("replicas")
         count = 1 if replicas is None else non_negative_int(replicas)
         template = spec.get("template")
-        found = template.get("spec") if isinstance(template, OBJECT) else None
-        readable = (template is None or isinstance(template, OBJECT)) and (
-            found is None or isinstance(found, OBJECT)
-        )
-        if isinstance(found, OBJECT):
-            pod_spec = found
+        if isinstance(template, OBJECT):
+            found = template.get("spec")
+            readable = found is None or isinstance(found, OBJECT)
+            if readable and found is not None:
+                pod_spec = found
+            metadata = template.get("metadata")
+            if metadata and isinstance(metadata, OBJECT) and "annotations" in metadata:
+                profile_annotations = _profile_annotations(metadata["annotations"])
+        else:
+            readable = template is None
     if pod_spec:
         for other in earlier:
             if other.pod_spec == pod_spec:  # C-level, far cheaper than reading it again
-                return other.read_like(key, path, pod_path, spec, count, readable)
+                return other.read_like(
+                    key, path, pod_path, spec, count, readable, profile_annotations
+                )
     gpus, gpu_container = replica_gpus(pod_spec, sources, claims)
     training = pytorch_container_index(pod_spec)
     containers = pod_spec.get("containers")
@@ -484,7 +500,18 @@ def _read_replica(
         host_paths,
         _read_containers(key, "containers", containers, training, gpu_container),
         () if init is None else _read_containers(key, "initContainers", init, None, None),
+        profile_annotations,
         None,  # like
+    )
+
+
+def _profile_annotations(annotations: object) -> tuple[tuple[str, object], ...]:
+    if not isinstance(annotations, OBJECT):
+        return ()  # the controller's pod create reports it
+    return tuple(
+        (key, value)
+        for key, value in annotations.items()
+        if isinstance(key, str) and key.startswith(PROFILE_ANNOTATION_PREFIXES)
     )
 
 
@@ -575,11 +602,9 @@ def _read_volumes(
 
 
 def _elastic_workers(
-    elastic: Mapping[str, Any] | None, known: Sequence[ReplicaFacts]
+    elastic: Mapping[str, Any], known: Sequence[ReplicaFacts]
 ) -> tuple[int, int] | None:
     """The elastic bounds as Worker counts (``gang.elastic_bounds``); None if not known."""
-    if elastic is None:
-        return None
     low_raw, high_raw = elastic.get("minReplicas"), elastic.get("maxReplicas")
     low, high = as_int(low_raw), as_int(high_raw)
     if (low_raw is not None and (low is None or low < 1)) or (

@@ -281,25 +281,21 @@ def env(job: JobFacts, replica: ReplicaFacts, container: ContainerFacts) -> Find
     if not isinstance(entries, list):
         where = at(container.path, "env")
         return [invalid(where, entries, "must be a list of {name, value} entries")]
-    # The usual list passes in one loop: objects with a string name seen once, not reserved or
-    # NVIDIA_VISIBLE_DEVICES, and a string (or absent) value. Anything else is looked at entry by
-    # entry below. A JSON value without ``get`` is not an object.
+    # The usual list passes in one loop: objects with a string name and a string (or absent)
+    # value, then the names as a set: each seen once (as many as entries), none reserved or
+    # NVIDIA_VISIBLE_DEVICES. Anything else is looked at entry by entry below. A JSON value
+    # without ``get`` is not an object.
     named: set[str] = set()
     try:
         for entry in entries:
             name = entry.get("name")
-            if (
-                type(name) is str
-                and name
-                and name not in named
-                and name not in _SPECIAL_ENV
-                and type(entry.get("value", "")) is str
-            ):
+            if type(name) is str and name and type(entry.get("value", "")) is str:
                 named.add(name)
                 continue
             break
         else:
-            return NONE
+            if len(named) == len(entries) and named.isdisjoint(_SPECIAL_ENV):
+                return NONE
     except AttributeError:
         pass
     path = container.path  # paths below are built only for errors: most entries have none

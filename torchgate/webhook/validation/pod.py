@@ -9,18 +9,26 @@ fault; so is a template sharing the node's network, PID or IPC namespace without
 pods that see and signal every process of the node, other tenants' included), and one that
 takes its pods out of the admin's control of the pool without it: a toleration of every taint,
 of torchgate's quarantine or of a cordon (``taints.escapes``), or an ``Unconfined`` seccomp or
-AppArmor profile (``policy.CONFINEMENT_PROFILES``). A ``nodeName`` is refused under any
-policy: torchgate places the pods. Replica types other than Master and Worker are reported
-last, after every known replica.
+AppArmor profile (``policy.CONFINEMENT_PROFILES``, or the legacy AppArmor annotation in the
+template's metadata, which Kubernetes still honours: ``pod_confinement``). A ``nodeName`` is
+refused under any policy: torchgate places the pods; so is a profile annotation or profile field
+the apiserver refuses in every pod (an annotation naming no container, an unknown value, one
+disagreeing with the profile field; a field without its type or ``localhostProfile``, or with one
+it does not know): the job would be stored and its pods never created. Replica types other than
+Master and Worker are reported last, after every known replica.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
 
 from torchgate.pytorchjob import gang, names
 from torchgate.pytorchjob.fieldpath import (
     ErrorType,
     FieldError,
     FieldPath,
+    FieldWarning,
     duplicate,
     forbidden,
     invalid,
@@ -28,8 +36,18 @@ from torchgate.pytorchjob.fieldpath import (
     required,
 )
 from torchgate.pytorchjob.policy import (
+    ANNOTATION_LOCALHOST_PREFIX,
+    ANNOTATION_RUNTIME_DEFAULT,
+    APPARMOR_ANNOTATION_PREFIX,
+    APPARMOR_ANNOTATION_UNCONFINED,
     CONFINEMENT_PROFILES,
     HOST_NAMESPACES,
+    LOCALHOST,
+    PROFILE_TYPES,
+    RUNTIME_DEFAULT,
+    SECCOMP_ANNOTATION_DOCKER_DEFAULT,
+    SECCOMP_CONTAINER_ANNOTATION_PREFIX,
+    SECCOMP_POD_ANNOTATION,
     UNCONFINED,
     PlacementPolicy,
 )
@@ -38,6 +56,7 @@ from torchgate.pytorchjob.taints import EVERY_TAINT, RESERVED_TAINTS
 from torchgate.webhook.validation.facts import (
     NONE,
     OBJECT,
+    ContainerFacts,
     Finding,
     Findings,
     JobFacts,
@@ -230,9 +249,12 @@ def tolerations(job: JobFacts, replica: ReplicaFacts) -> Findings:
     entries = replica.pod_spec.get("tolerations")
     if not isinstance(entries, list):
         return NONE  # the CRD's schema refuses a non-list
+    policy = job.policy
+    if policy.allow_privileged or tuple(entries) == policy.tolerations:
+        return NONE  # the usual list: the policy's own, which the mutating webhook copies in
     found: list[Finding] = []
     for index, entry in enumerate(entries):
-        escaped = job.policy.escaped_taint(entry) if isinstance(entry, OBJECT) else None
+        escaped = policy.escaped_taint(entry) if isinstance(entry, OBJECT) else None
         if escaped is None:
             continue
         if escaped == EVERY_TAINT:
@@ -269,27 +291,310 @@ def node_name(job: JobFacts, replica: ReplicaFacts) -> Findings:
 
 
 def pod_confinement(job: JobFacts, replica: ReplicaFacts) -> Findings:
-    """No pod-level ``Unconfined`` seccomp or AppArmor profile unless privileged."""
-    return unconfined_profiles(job, replica.pod_spec.get("securityContext"), replica.pod_path)
+    """No ``Unconfined`` profile unless privileged; no profile field or annotation it refuses.
+
+    The fields are ``profile_fields``' (shared with the containers); the annotations are here.
+
+    Found (k8s.io/kubernetes v1.37.2 and v1.36.3): creating a pod copies an annotation
+    ``container.apparmor.security.beta.kubernetes.io/<c>: unconfined`` into container ``<c>``'s
+    unset ``appArmorProfile`` (``pkg/registry/core/pod/strategy.go:997``; ``:973`` in v1.36.3),
+    so it is refused like the field; the seccomp annotations are ignored since 1.27 (the kubelet
+    reads only the fields, ``pkg/kubelet/kuberuntime/helpers.go:304``): a warning says so.
+
+    Refused under every policy, as the apiserver refuses every pod of the template
+    (``pkg/apis/core/validation/validation.go`` v1.37.2, v1.36.3 in brackets): an AppArmor
+    annotation naming no container or init container (Invalid, ``:5517`` [``:5362``]), or whose
+    value is not ``""``, ``runtime/default``, ``unconfined`` nor ``localhost/...`` (Invalid,
+    ``:5529`` [``:5374``]); a seccomp annotation whose value is not ``runtime/default``,
+    ``docker/default``, ``unconfined`` nor ``localhost/<relative path without ..>`` (Invalid,
+    ``:5429`` [``:5274``]); an annotation disagreeing with the ``appArmorProfile`` (the
+    container's, else the pod's, once the annotation was copied, ``:5540`` [``:5385``]; a
+    Windows pod skips this check but refuses every AppArmor field, ``:5025``, ``:5080``) or
+    ``seccompProfile`` (the pod annotation with the pod's, a container's with that container's
+    own, ``:5784`` [``:5626``]) the template sets (Forbidden).
+    """
+    found = profile_fields(job, replica.pod_spec.get("securityContext"), replica.pod_path)
+    if not replica.profile_annotations:
+        return found
+    annotations = at(replica.path, "template", "metadata", "annotations")
+    legacy: list[Finding] = []
+    for key, value in replica.profile_annotations:
+        if not isinstance(value, str):
+            continue  # the pod would not decode: the controller's create reports it
+        path = annotations.key(key)
+        if key.startswith(APPARMOR_ANNOTATION_PREFIX):
+            legacy.extend(_apparmor_annotation(job, replica, path, key, value))
+        elif key == SECCOMP_POD_ANNOTATION or key.startswith(SECCOMP_CONTAINER_ANNOTATION_PREFIX):
+            legacy.extend(_seccomp_annotation(replica, path, key, value))
+            legacy.append(
+                FieldWarning(
+                    path,
+                    "ignored since Kubernetes 1.27: the kubelet reads only "
+                    "securityContext.seccompProfile; set that field instead",
+                )
+            )
+    return [*found, *legacy]
 
 
-def unconfined_profiles(job: JobFacts, security: object, path: FieldPath) -> Findings:
-    """``securityContext`` (of a pod or a container, at ``path``) confines: no ``Unconfined``."""
-    if not isinstance(security, OBJECT) or job.policy.allow_privileged:
+def _apparmor_annotation(
+    job: JobFacts, replica: ReplicaFacts, path: FieldPath, key: str, value: str
+) -> Findings:
+    """What the apiserver, then the policy, refuse of one legacy AppArmor annotation."""
+    name = key[len(APPARMOR_ANNOTATION_PREFIX) :]
+    container = _named_container(replica, name)
+    found: list[Finding] = []
+    if container is None:
+        found.append(
+            invalid(path, name, "container not found: no container of the template has this name")
+        )
+    if value not in _APPARMOR_VALUES and not value.startswith(ANNOTATION_LOCALHOST_PREFIX):
+        found.append(
+            invalid(
+                path,
+                value,
+                f"invalid AppArmor profile name: {quote(value)} (use {ANNOTATION_RUNTIME_DEFAULT}"
+                f", {APPARMOR_ANNOTATION_UNCONFINED} or {ANNOTATION_LOCALHOST_PREFIX}<profile>)",
+            )
+        )
+    if container is None:
+        return found
+    field = "appArmorProfile"
+    where = at(container.path, "securityContext", field)
+    profile = _profile(container.fields.get("securityContext"), field)
+    if profile is None and not _copied_apparmor(value):
+        # the annotation is not copied into the field: the pod's profile applies
+        where = at(replica.pod_path, "securityContext", field)
+        profile = _profile(replica.pod_spec.get("securityContext"), field)
+    if profile is not None:
+        found.extend(_disagreement(path, value, profile, where, "apparmor", _APPARMOR_DEFAULT))
+    if value == APPARMOR_ANNOTATION_UNCONFINED and not job.policy.allow_privileged:
+        found.append(
+            forbidden(
+                path,
+                f"{_unconfined_refusal(job)} (this annotation sets the container's "
+                "securityContext.appArmorProfile)",
+            )
+        )
+    return found
+
+
+def _seccomp_annotation(replica: ReplicaFacts, path: FieldPath, key: str, value: str) -> Findings:
+    """What the apiserver refuses of one legacy seccomp annotation (the kubelet ignores it)."""
+    found: list[Finding] = []
+    if value.startswith(ANNOTATION_LOCALHOST_PREFIX):
+        found.extend(_local_descending_path(value[len(ANNOTATION_LOCALHOST_PREFIX) :], path))
+    elif value not in _SECCOMP_VALUES:
+        found.append(
+            invalid(
+                path,
+                value,
+                f"must be a valid seccomp profile ({ANNOTATION_RUNTIME_DEFAULT}, "
+                f"{SECCOMP_ANNOTATION_DOCKER_DEFAULT}, {APPARMOR_ANNOTATION_UNCONFINED} or "
+                f"{ANNOTATION_LOCALHOST_PREFIX}<profile>)",
+            )
+        )
+    field = "seccompProfile"
+    if key == SECCOMP_POD_ANNOTATION:
+        security, where = replica.pod_spec.get("securityContext"), replica.pod_path
+    else:  # a container's: compared with that container's own field only
+        name = key[len(SECCOMP_CONTAINER_ANNOTATION_PREFIX) :]
+        container = _named_container(replica, name)
+        if container is None:
+            return found
+        security, where = container.fields.get("securityContext"), container.path
+    profile = _profile(security, field)
+    if profile is not None:
+        where = at(where, "securityContext", field)
+        found.extend(_disagreement(path, value, profile, where, "seccomp", _SECCOMP_DEFAULT))
+    return found
+
+
+# What the apiserver accepts in the annotations (``localhost/<profile>`` aside).
+_APPARMOR_VALUES: Final = frozenset(
+    {"", ANNOTATION_RUNTIME_DEFAULT, APPARMOR_ANNOTATION_UNCONFINED}
+)
+_APPARMOR_DEFAULT: Final = (ANNOTATION_RUNTIME_DEFAULT,)
+_SECCOMP_DEFAULT: Final = (ANNOTATION_RUNTIME_DEFAULT, SECCOMP_ANNOTATION_DOCKER_DEFAULT)
+_SECCOMP_VALUES: Final = frozenset({*_SECCOMP_DEFAULT, APPARMOR_ANNOTATION_UNCONFINED})
+# Go's ``unicode.IsSpace`` (what ``strings.TrimSpace`` trims); ``str.isspace`` adds \x1c-\x1f.
+_GO_SPACE: Final = (
+    "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+    "\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+_LOCALHOST_PROFILE_MAX: Final = 4095  # bytes: PATH_MAX - 1
+
+
+def _copied_apparmor(value: str) -> bool:
+    """Whether pod creation copies the annotation into the container's unset field.
+
+    ``podutil.ApparmorFieldForAnnotation``, kept only when ``ValidateAppArmorProfileField``
+    accepts it (``strategy.go:997``): then the field and the annotation agree by construction.
+    """
+    if value in (APPARMOR_ANNOTATION_UNCONFINED, ANNOTATION_RUNTIME_DEFAULT):
+        return True
+    if not value.startswith(ANNOTATION_LOCALHOST_PREFIX):
+        return False
+    profile = value[len(ANNOTATION_LOCALHOST_PREFIX) :]
+    return not _apparmor_field(LOCALHOST, profile, _NOWHERE)
+
+
+def _disagreement(
+    path: FieldPath,
+    value: str,
+    profile: Mapping[str, Any],
+    where: FieldPath,
+    kind: str,
+    runtime_default: tuple[str, ...],
+) -> Findings:
+    """A Forbidden error when the annotation's ``value`` says another profile than the field."""
+    wanted = profile.get("type")
+    if wanted == UNCONFINED:
+        agrees = value == APPARMOR_ANNOTATION_UNCONFINED
+    elif wanted == RUNTIME_DEFAULT:
+        agrees = value in runtime_default
+    elif wanted == LOCALHOST:
+        if not value.startswith(ANNOTATION_LOCALHOST_PREFIX):
+            agrees = False
+        elif value[len(ANNOTATION_LOCALHOST_PREFIX) :] != profile.get("localhostProfile"):
+            return [
+                forbidden(
+                    path,
+                    f"{kind} profile in annotation and field must match: "
+                    f"{where.child('localhostProfile')} is "
+                    f"{quote(str(profile.get('localhostProfile')))}",
+                )
+            ]
+        else:
+            agrees = True
+    else:
+        return NONE  # the field's own validation judges another type
+    if agrees:
+        return NONE
+    return [
+        forbidden(
+            path,
+            f"{kind} type in annotation and field must match: {where.child('type')} is "
+            f"{quote(str(wanted))}",
+        )
+    ]
+
+
+def _named_container(replica: ReplicaFacts, name: str) -> ContainerFacts | None:
+    """The container or init container called ``name`` (``podSpecHasContainer``)."""
+    for container in (*replica.init_containers, *replica.containers):
+        if container.fields.get("name") == name:
+            return container
+    return None
+
+
+def _profile(security: object, field: str) -> Mapping[str, Any] | None:
+    """``security[field]`` when both are objects (a profile set), else None."""
+    if not isinstance(security, OBJECT):
+        return None
+    profile = security.get(field)
+    return profile if isinstance(profile, OBJECT) else None
+
+
+def profile_fields(job: JobFacts, security: object, path: FieldPath) -> Findings:
+    """The profiles of a ``securityContext`` (a pod's or a container's, at ``path``) are valid.
+
+    Refused under every policy, as the apiserver refuses every pod with them
+    (``pkg/apis/core/validation/validation.go`` v1.37.2, v1.36.3 in brackets, called for the
+    pod's at ``:5720`` [``:5569``] and each container's at ``:8824``, ``:8840`` [``:8501``,
+    ``:8517``]): a ``seccompProfile`` (``validateSeccompProfileField``, ``:5404`` [``:5249``])
+    without a ``type`` (Required) or with another than ``PROFILE_TYPES`` (NotSupported), of type
+    ``Localhost`` without ``localhostProfile`` (Required) or with an absolute one or one with a
+    ``..`` (Invalid, ``validateLocalDescendingPath``, ``:1421`` [``:1398``]), of another type
+    with one (Invalid); an ``appArmorProfile`` (``ValidateAppArmorProfileField``, ``:5468``
+    [``:5313``]) alike, except that its ``localhostProfile`` may be neither empty (Required),
+    padded with whitespace (Invalid) nor longer than 4095 bytes (TooLong), may be absolute, and
+    that a type it does not know is the only error. Then, unless the policy allows privilege,
+    no ``Unconfined`` profile (Forbidden). A profile whose ``type`` or ``localhostProfile`` is
+    not a string would not decode: the controller's create reports it.
+    """
+    if not isinstance(security, OBJECT):
         return NONE
     found: list[Finding] = []
     for field in CONFINEMENT_PROFILES:
         profile = security.get(field)
-        if isinstance(profile, OBJECT) and profile.get("type") == UNCONFINED:
-            found.append(
-                forbidden(
-                    at(path, "securityContext", field, "type"),
-                    f"{UNCONFINED} is not allowed by {job.policy_label} (allowPrivileged: "
-                    "false): the container would run without the kernel's confinement; use "
-                    "RuntimeDefault, or a Localhost profile the admin installed",
-                )
-            )
+        if not isinstance(profile, OBJECT):
+            continue
+        kind, local = profile.get("type"), profile.get("localhostProfile")
+        if not isinstance(kind, _OPTIONAL_TEXT) or not isinstance(local, _OPTIONAL_TEXT):
+            continue
+        where = at(path, "securityContext", field)
+        if local is not None or kind not in _BARE_TYPES:  # the usual profile: a bare type
+            check = _seccomp_field if field == "seccompProfile" else _apparmor_field
+            found.extend(check(kind, local, where))
+        if kind == UNCONFINED and not job.policy.allow_privileged:
+            found.append(forbidden(at(where, "type"), _unconfined_refusal(job)))
     return found
+
+
+def _seccomp_field(kind: str | None, local: str | None, where: FieldPath) -> Findings:
+    """What ``validateSeccompProfileField`` refuses of a ``seccompProfile`` at ``where``."""
+    found: list[Finding] = []
+    if not kind:
+        found.append(required(at(where, "type"), "type is required when seccompProfile is set"))
+    elif kind not in PROFILE_TYPES:
+        found.append(not_supported(at(where, "type"), kind, PROFILE_TYPES))
+    path = at(where, "localhostProfile")
+    if kind == LOCALHOST:
+        if local is None:
+            found.append(required(path, "must be set when seccomp type is Localhost"))
+        else:
+            found.extend(_local_descending_path(local, path))
+    elif local is not None:
+        profile = {"type": kind, "localhostProfile": local}
+        found.append(invalid(path, profile, "can only be set when seccomp type is Localhost"))
+    return found
+
+
+def _apparmor_field(kind: str | None, local: str | None, where: FieldPath) -> Findings:
+    """What ``ValidateAppArmorProfileField`` refuses of an ``appArmorProfile`` at ``where``."""
+    path = at(where, "localhostProfile")
+    if kind == LOCALHOST:
+        if local is None:
+            return [required(path, "must be set when AppArmor type is Localhost")]
+        found: list[Finding] = []
+        if local.strip(_GO_SPACE) != local:
+            found.append(invalid(path, local, "must not be padded with whitespace"))
+        elif local == "":
+            found.append(required(path, "must be set when AppArmor type is Localhost"))
+        if len(local.encode()) > _LOCALHOST_PROFILE_MAX:
+            detail = f"must have at most {_LOCALHOST_PROFILE_MAX} bytes"
+            found.append(FieldError(ErrorType.TOO_LONG, path, detail, ""))
+        return found
+    if kind in PROFILE_TYPES:
+        if local is None:
+            return NONE
+        return [invalid(path, local, "can only be set when AppArmor type is Localhost")]
+    if not kind:
+        return [required(at(where, "type"), "type is required when appArmorProfile is set")]
+    return [not_supported(at(where, "type"), kind, PROFILE_TYPES)]
+
+
+def _local_descending_path(location: str, path: FieldPath) -> Findings:
+    """``validateLocalDescendingPath``: relative, without a ``..`` element."""
+    found: list[Finding] = []
+    if location.startswith("/"):
+        found.append(invalid(path, location, "must be a relative path"))
+    if ".." in location.split("/"):
+        found.append(invalid(path, location, "must not contain '..'"))
+    return found
+
+
+_OPTIONAL_TEXT: Final = (str, type(None))
+_BARE_TYPES: Final = frozenset({RUNTIME_DEFAULT, UNCONFINED})  # types needing nothing else
+_NOWHERE: Final = FieldPath()
+
+
+def _unconfined_refusal(job: JobFacts) -> str:
+    return (
+        f"{UNCONFINED} is not allowed by {job.policy_label} (allowPrivileged: false): the "
+        "container would run without the kernel's confinement; use RuntimeDefault, or a "
+        "Localhost profile the admin installed"
+    )
 
 
 def _host_path(job: JobFacts, pod_path: FieldPath, index: int, host_path: object) -> Findings:

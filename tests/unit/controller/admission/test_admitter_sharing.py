@@ -7,7 +7,8 @@ reasons) and on plans, never on call order.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -22,7 +23,12 @@ from tests.builders.policy import parsed_policy, pool_settings
 from tests.builders.team import DELETED_AT, parsed_team, team_quota
 from tests.unit.controller.helpers import World, ask
 from torchgate.controller.admission.admitter import Admitter
-from torchgate.controller.admission.poolsource import PoolSource, team_statuses
+from torchgate.controller.admission.poolsource import (
+    PoolSource,
+    next_status,
+    says_over_quota,
+    team_statuses,
+)
 from torchgate.kube.errors import ApiError, NotFound
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import DEPLOYMENTS, EVENTS, TEAM_QUOTAS
@@ -454,7 +460,10 @@ class QuotaStatusApi:
 
 
 def quota_source(
-    api: QuotaStatusApi, counters: dict[str, dict[str, int]], *objects: dict[str, Any]
+    api: QuotaStatusApi,
+    counters: dict[str, dict[str, int]],
+    *objects: dict[str, Any],
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> PoolSource:
     informer = Informer(api, TEAM_QUOTAS)  # type: ignore[arg-type]
     for obj in objects:
@@ -464,6 +473,7 @@ def quota_source(
         quotas=informer,
         policies=lambda: [],
         team_status=lambda: counters,
+        clock=clock,
     )
 
 
@@ -618,6 +628,8 @@ async def test_a_team_over_its_quota_says_so_once_with_a_condition_and_a_warning
             ("Valid", "True", "Valid"),
             ("OverQuota", "True", "UsageAboveQuota"),
         ]
+    over_quota = first["conditions"][-1]["message"]
+    assert over_quota.startswith("its team's admitted gangs use 16 GPUs, 8 more than its quota")
     (event,) = api.events  # once, when it went over
     assert (event["type"], event["reason"], event["involvedObject"]["name"]) == (
         "Warning",
@@ -628,6 +640,144 @@ async def test_a_team_over_its_quota_says_so_once_with_a_condition_and_a_warning
     await source.write_once()
     third = api.patches[TEAM_QUOTAS.path(None, "a", "status")][-1]
     assert [c["type"] for c in third["conditions"]] == ["Valid"]
+
+
+def stored(raw: dict[str, Any], status: dict[str, Any], version: str) -> dict[str, Any]:
+    """The TeamQuota as the cache of the next controller holds it: with the status written."""
+    return {**raw, "metadata": {**raw["metadata"], "resourceVersion": version}, "status": status}
+
+
+OVER = {"usedGPUs": 16, "borrowedGPUs": 8, "overQuotaGPUs": 8, "admittedJobs": 2}
+WITHIN = {"usedGPUs": 8, "borrowedGPUs": 0, "overQuotaGPUs": 0, "admittedJobs": 1}
+
+
+async def test_a_restarted_controller_records_the_over_quota_event_no_second_time() -> None:
+    counters = {"a": {**OVER, "waitingJobs": 1}}
+    raw = team_quota("a", version="1", namespaces=["ns"], nominalGPUs=8, borrowingLimitGPUs=0)
+    first = QuotaStatusApi()
+    await quota_source(first, counters, raw).write_once()
+    (written,) = first.patches[TEAM_QUOTAS.path(None, "a", "status")]
+    assert len(first.events) == 1
+
+    # Restarted (or a new leader): its cache holds what the first one wrote.
+    restarted = QuotaStatusApi()
+    source = quota_source(restarted, counters, stored(raw, written, "2"))
+    await source.write_once()
+    assert (restarted.events, restarted.patches) == ([], {}), "it already said so"
+    counters["a"] = {**counters["a"], "waitingJobs": 3}
+    await source.write_once()
+    assert restarted.events == []
+    assert len(restarted.patches[TEAM_QUOTAS.path(None, "a", "status")]) == 1
+
+    # Back within quota, then over again: that is news, told once.
+    counters["a"] = {**WITHIN, "waitingJobs": 0}
+    await source.write_once()
+    counters["a"] = {**OVER, "waitingJobs": 0}
+    await source.write_once()
+    await source.write_once()
+    assert [event["reason"] for event in restarted.events] == ["UsageAboveQuota"]
+
+
+async def test_a_condition_keeps_its_transition_time_while_its_status_stands() -> None:
+    moments = iter(datetime(2026, 3, 1, 12, tzinfo=UTC) + timedelta(minutes=m) for m in range(9))
+    now = next(moments)
+    counters = {"a": {**WITHIN, "waitingJobs": 0}}
+    raw = team_quota("a", version="1", namespaces=["ns"], nominalGPUs=8, borrowingLimitGPUs=0)
+    api = QuotaStatusApi()
+    source = quota_source(api, counters, raw, clock=lambda: now)
+    path = TEAM_QUOTAS.path(None, "a", "status")
+
+    def times() -> dict[str, str]:
+        return {c["type"]: c["lastTransitionTime"] for c in api.patches[path][-1]["conditions"]}
+
+    await source.write_once()
+    began = times()["Valid"]
+    now = next(moments)
+    counters["a"] = {**counters["a"], "waitingJobs": 2}  # a counter changes: written again
+    await source.write_once()
+    assert len(api.patches[path]) == 2
+    assert times() == {"Valid": began}
+    now = next(moments)
+    counters["a"] = {**OVER, "waitingJobs": 2}
+    await source.write_once()
+    over_since = times()["OverQuota"]
+    assert (times()["Valid"], over_since) == (began, "2026-03-01T12:02:00Z")
+
+    # A restarted controller reads the times back from the stored status.
+    now = next(moments)
+    counters["a"] = {**OVER, "waitingJobs": 5}
+    restarted = QuotaStatusApi()
+    await quota_source(
+        restarted, counters, stored(raw, api.patches[path][-1], "4"), clock=lambda: now
+    ).write_once()
+    (status,) = restarted.patches[path]
+    assert {c["type"]: c["lastTransitionTime"] for c in status["conditions"]} == {
+        "Valid": began,
+        "OverQuota": over_since,
+    }
+
+
+async def test_a_team_quota_recreated_under_its_name_gets_its_status_written() -> None:
+    counters = {"a": {**WITHIN, "waitingJobs": 0}}
+    old = team_quota("a", version="1", namespaces=["ns"], nominalGPUs=8, borrowingLimitGPUs=0)
+    old["metadata"]["uid"] = "uid-old"
+    api = QuotaStatusApi()
+    source = quota_source(api, counters, old, clock=lambda: datetime(2026, 3, 1, 12, tzinfo=UTC))
+    path = TEAM_QUOTAS.path(None, "a", "status")
+    await source.write_once()
+    (written,) = api.patches[path]
+
+    # Deleted and created again under its name within one write period: a new uid, no status.
+    source.quotas.forget("", "a")
+    new = team_quota("a", version="7", namespaces=["ns"], nominalGPUs=8, borrowingLimitGPUs=0)
+    new["metadata"]["uid"] = "uid-new"
+    source.quotas.remember(new)
+    await source.write_once()
+
+    assert api.patches[path] == [written, written], "the new TeamQuota's status is its own"
+    source.quotas.remember(stored(new, written, "8"))
+    await source.write_once()
+    assert len(api.patches[path]) == 2, "and once written, not again"
+
+
+async def test_a_valid_team_no_cycle_has_counted_keeps_its_stored_status() -> None:
+    api = QuotaStatusApi()
+    valid = team_quota("a", version="1", namespaces=["ns"], nominalGPUs=8)
+    invalid = team_quota("bad", version="1", namespaces="ns2", nominalGPUs=8)
+    await quota_source(api, {}, valid, invalid).write_once()
+    assert list(api.patches) == [TEAM_QUOTAS.path(None, "bad", "status")]
+
+
+@pytest.mark.parametrize(
+    ("status", "over"),
+    [
+        ({"overQuotaGPUs": 8}, True),
+        ({"overQuotaGPUs": 0}, False),
+        ({"conditions": [{"type": "OverQuota", "status": "True"}]}, True),
+        ({"conditions": [{"type": "OverQuota", "status": "False"}]}, False),
+        ({"overQuotaGPUs": "8", "conditions": "OverQuota"}, False),
+        ({"overQuotaGPUs": True, "conditions": [None, 3]}, False),
+        ({}, False),
+    ],
+    ids=["gpus", "zero", "condition", "condition-false", "malformed", "not-numbers", "empty"],
+)
+def test_a_status_says_over_quota_by_its_gpus_or_its_condition(
+    status: dict[str, Any], over: bool
+) -> None:
+    assert says_over_quota(status) is over
+
+
+@pytest.mark.parametrize(
+    "previous",
+    [None, "text", [], {"conditions": {"type": "Valid"}}, {"usedGPUs": "8", "conditions": [7]}],
+    ids=["none", "text", "list", "conditions-not-list", "wrong-types"],
+)
+def test_any_stored_status_is_written_over_without_crashing(previous: object) -> None:
+    status = {**OVER, "waitingJobs": 0, "conditions": [{"type": "OverQuota", "status": "True"}]}
+    write = next_status(status, previous, now="2026-03-01T12:00:00Z")
+    assert write.goes_over
+    assert write.status is not None
+    assert write.status["conditions"][0]["lastTransitionTime"] == "2026-03-01T12:00:00Z"
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,7 @@ from torchgate.kube.errors import ServerError
 from torchgate.kube.informer import Informer
 from torchgate.kube.resources import PODS, PYTORCHJOBS, SERVICES
 from torchgate.pytorchjob import reasons
+from torchgate.pytorchjob.conditions import conditions_of
 
 MASTER, W0 = "demo-master-0", "demo-worker-0"
 RESERVATION = {MASTER: "n1", W0: "n1"}
@@ -146,7 +147,7 @@ class Rig:
 
 
 def types(status: Mapping[str, Any]) -> list[tuple[str, str]]:
-    return [(c["type"], c["status"]) for c in st.conditions_of(status)]
+    return [(c["type"], c["status"]) for c in conditions_of(status)]
 
 
 async def test_on_a_quiet_cluster_progress_is_written_at_once() -> None:

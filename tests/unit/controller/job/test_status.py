@@ -102,13 +102,6 @@ def test_remove_condition() -> None:
     ]
 
 
-def test_conditions_of_drops_malformed_entries() -> None:
-    raw = {"conditions": [cond("Created"), None, {"status": "True"}, "x", {"type": 3}]}
-    assert kinds(st.conditions_of(raw)) == [("Created", "True")]
-    assert st.conditions_of({"conditions": "junk"}) == []
-    assert st.conditions_of(None) == []
-
-
 def test_replica_statuses_count_phases_per_type() -> None:
     spec = parsed_job(with_uid(job("demo").master().workers(4).build()))
     pods = [
