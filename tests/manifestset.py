@@ -78,6 +78,17 @@ HELM_ONLY_ANNOTATIONS = frozenset(
     }
 )
 
+# Objects only the chart renders: its pre-delete hook, which stops the controller before Helm
+# deletes its RBAC (README's kustomize uninstall scales it to zero by hand), and the Role that
+# lets the hook scale it. (kind, name)
+CHART_ONLY = frozenset(
+    {
+        ("Job", "torchgate-controller-stop"),
+        ("Role", "torchgate-controller-stop"),
+        ("RoleBinding", "torchgate-controller-stop"),
+    }
+)
+
 Obj = dict[str, Any]
 
 

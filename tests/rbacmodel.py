@@ -16,8 +16,10 @@ automatically or stops the test with its file, function and line:
 
 Where a call goes (namespace, object name) is not in the code but in the flags the manifests pass
 (``--secret``, ``--webhook-config``, ``--leader-election-id``), so those are parsed with the
-commands' own argument parsers from the rendered Deployments. Which identity runs which command
-comes from the Deployments too (``args[0]`` and ``serviceAccountName``).
+commands' own argument parsers from the rendered Deployments and Jobs. Which identity runs which
+command comes from them too (``args[0]`` and ``serviceAccountName``). An action of a command that
+runs in a pod of its own (``torchgate controller stop``, the chart's pre-delete hook Job) is a
+component of its own: the calls of its module (:data:`ACTION_MODULES`) are its, not the command's.
 
 The grants side expands every (Cluster)Role bound to a ServiceAccount into one ``Grant`` per
 (group, resource, verb). ``tests/unit/test_rbac.py`` compares the two statically;
@@ -53,6 +55,15 @@ ADMISSION_ONLY: Mapping[tuple[str, str, str, str], str] = {
         "the controller's pool service asks a SubjectAccessReview whether the caller may have a "
         "forecast (a virtual resource: no API call is made with it)"
     ),
+}
+
+# Modules that implement an action of a command, run in a pod of its own: their calls are the
+# action's (a component named "<command> <action>"), granted to that pod's identity.
+ACTION_MODULES: Mapping[str, str] = {"controller/stop.py": "controller stop"}
+
+# Components only the Helm chart runs (no kustomize rendering deploys them).
+CHART_ONLY_COMPONENTS: Mapping[str, str] = {
+    "controller stop": "the chart's pre-delete hook Job (the kustomize uninstall scales by hand)"
 }
 
 # Modules of the access layer that make API calls on behalf of the packages importing them
@@ -368,7 +379,8 @@ def scan_code(packages: Iterable[str] = PACKAGES) -> CodeScan:
         for path in [*_source_files(package), *_delegated_files(package)]:
             tree = _parse(path)
             sites = list(_walk_with_function(tree, path))
-            _scan_raw(package, sites, scan)
+            relative = path.relative_to(REPO_ROOT / "torchgate").as_posix()
+            _scan_raw(ACTION_MODULES.get(relative, package), sites, scan)
     return scan
 
 
@@ -392,10 +404,10 @@ def _command_parser(component: str) -> argparse.ArgumentParser:
 
 
 def deployed_components(objects: Iterable[Mapping[str, Any]]) -> list[Deployed]:
-    """From rendered manifests: one entry per container running a torchgate command."""
+    """From rendered manifests: one entry per container running a torchgate command (or action)."""
     found: list[Deployed] = []
     for obj in objects:
-        if obj.get("kind") != "Deployment":
+        if obj.get("kind") not in ("Deployment", "Job"):
             continue
         namespace = obj["metadata"]["namespace"]
         pod = obj["spec"]["template"]["spec"]
@@ -403,7 +415,9 @@ def deployed_components(objects: Iterable[Mapping[str, Any]]) -> list[Deployed]:
         for container in [*pod.get("initContainers", []), *pod.get("containers", [])]:
             args = [str(arg).replace("$(POD_NAMESPACE)", namespace) for arg in container["args"]]
             parsed = _command_parser(args[0]).parse_args(args)
-            found.append(Deployed(args[0], account, namespace, parsed))
+            action = getattr(parsed, "action", None)
+            component = f"{args[0]} {action}" if action else args[0]
+            found.append(Deployed(component, account, namespace, parsed))
     return found
 
 
@@ -427,6 +441,10 @@ def _fixed_place(
         return args.secret.namespace, (args.secret.name if verb in NAMED_VERBS else None,)
     if deployed.component == "controller" and key == "DEPLOYMENTS":
         return args.leader_election_namespace, (args.deployment,)  # its own, read as it stops
+    if deployed.component == "controller stop" and key == "DEPLOYMENTS":
+        return args.stop_namespace, (args.stop_deployment,)  # the one it scales to zero
+    if deployed.component == "controller stop" and key == "PODS":
+        return args.stop_namespace, (None,)  # that Deployment's pods
     if deployed.component == "controller" and key == "PODS" and verb == "patch":
         return args.leader_election_namespace, (None,)  # its own pod: the leader label
     return ANY_NAMESPACE, (None,)

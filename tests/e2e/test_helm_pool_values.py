@@ -12,15 +12,23 @@ with torchgate's controller on a tainted 16-GPU kwok node. Then:
   the release; the next, raising ``nominalGPUs`` to 16, starts the second gang (the quota updated
   in place), and one without the entry deletes it: while its gangs run it keeps governing them
   (its finalizer), and it is gone once they end.
+
+And a plain ``helm uninstall`` (no scaling the controller to zero first) of a release whose
+TeamQuota's team has a running gang leaves no TeamQuota behind: the chart's pre-delete hook
+stops the controller while its RBAC still exists, so its leader takes the finalizer off (before,
+the leader stopped by the uninstall could no longer write, and ``helm uninstall --wait`` timed
+out on the TeamQuota).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import condition, create_job, get_job, live_pods
@@ -28,10 +36,12 @@ from tests.e2e.installation import (
     IMAGE,
     cluster_without_torchgate,
     four_pod_gang,
+    run_chart,
     run_chart_with_values,
     running_pods,
     wait_rolled_out,
 )
+from tests.helmtool import run_helm
 from torchgate.pytorchjob.pool import QUOTA_FINALIZER
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_node, pytest.mark.timeout(900)]
@@ -145,3 +155,49 @@ def test_quota_and_policy_from_the_values_file_are_installed_enforced_and_upgrad
         what="the quota deleted once its gangs ended",
     )
     assert cluster.get("placementpolicy", POLICY) is not None
+
+
+def test_a_plain_helm_uninstall_with_a_running_gang_leaves_no_teamquota_behind(
+    fresh_cluster: Cluster, tmp_path: Path
+) -> None:
+    cluster = fresh_cluster
+    if cluster.get("namespace", TEAM_NAMESPACE) is None:
+        cluster.kubectl("create", "namespace", TEAM_NAMESPACE)
+    pool = "helm-uninstall"
+    gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    cluster.add_gpu_nodes(1, pool, gpus=16, labels={"pool": pool}, taints=[gpu_taint])
+    # The quota as an object of the release (on a first install it is a hook object, which
+    # `helm uninstall` leaves; the next upgrade adopts it).
+    values_file = tmp_path / "values.yaml"
+    values_file.write_text(yaml.safe_dump(pool_values(nominal_gpus=8)), encoding="utf-8")
+    run_chart(cluster, "upgrade", "--install", f"--values={values_file}")
+    installed = cluster.get("teamquota", QUOTA)
+    assert installed is not None
+    if "helm.sh/hook" in (installed["metadata"].get("annotations") or {}):
+        run_chart(cluster, "upgrade", f"--values={values_file}")
+    wait_rolled_out(cluster)
+    create_job(cluster, four_pod_gang("kept", TEAM_NAMESPACE, pool))
+    cluster.wait_for(
+        lambda: running_pods(cluster, TEAM_NAMESPACE, "kept"), timeout=120, what="kept Running"
+    )
+    cluster.wait_for(
+        lambda: (
+            QUOTA_FINALIZER
+            in (cluster.get("teamquota", QUOTA) or {}).get("metadata", {}).get("finalizers", [])
+        ),
+        timeout=60,
+        what="the quota's finalizer while its gang runs",
+    )
+
+    started = time.monotonic()
+    uninstall = run_helm(
+        "uninstall", "torchgate", "--namespace", "default", "--wait", "--timeout=3m",
+        env={"KUBECONFIG": str(cluster.kubeconfig)}, timeout=300, check=False,
+    )  # fmt: skip
+    took = time.monotonic() - started
+
+    assert uninstall.returncode == 0, uninstall.stderr
+    assert cluster.get("teamquota", QUOTA) is None, "the leader took its finalizer off"
+    assert took < 180, f"helm uninstall took {took:.0f}s"
+    assert running_pods(cluster, TEAM_NAMESPACE, "kept"), "the gang keeps running"
+    cluster.kubectl("delete", "pytorchjob", "kept", "-n", TEAM_NAMESPACE, "--wait=false")

@@ -506,8 +506,11 @@ def test_install_with_helm_as_the_doc_says(installable: Cluster, sandbox: DocRun
     assert [entry["revision"] for entry in json.loads(history.stdout)] == [1, 2]
 
     # Two nodes the controller quarantined (the patch it writes), one an admin cleared by hand
-    # (the labels stay until the controller tidies them), one tainted by someone else.
-    quarantined, cleared, foreign = cluster.add_gpu_nodes(3, "quarantine")
+    # (the labels stay until the controller tidies them), one tainted by someone else. GPU nodes
+    # tainted as GPU pools are: the uninstall's hook pod (a Job) must not land on a kwok node,
+    # where it would never end.
+    gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    quarantined, cleared, foreign = cluster.add_gpu_nodes(3, "quarantine", taints=[gpu_taint])
     until = datetime.now(UTC) + timedelta(hours=1)
     for name in (quarantined, cleared):
         cluster.wait_for(
@@ -531,7 +534,7 @@ def test_install_with_helm_as_the_doc_says(installable: Cluster, sandbox: DocRun
         labels = node["metadata"].get("labels", {})
         assert not {names.LABEL_QUARANTINE, names.LABEL_QUARANTINE_UNTIL} & set(labels), name
     foreign_taints = (cluster.get("node", foreign) or {})["spec"]["taints"]
-    assert [t["key"] for t in foreign_taints] == ["example.com/maintenance"]
+    assert sorted(t["key"] for t in foreign_taints) == ["example.com/maintenance", "nvidia.com/gpu"]
     doc.run("lift-quarantines")  # nothing left to lift: still succeeds
 
 

@@ -38,6 +38,8 @@ CONTROLLER_FIXED = {
     "pod_name": "the pod's own name (downward API)",
     "metrics_bind_address": "all addresses of the pod",
     "metrics_port": "the probes' and the NetworkPolicy's port",
+    "action": "none: the controller itself; the pre-delete hook Job runs `stop` with its flags "
+    "fixed (the controller's Deployment and namespace, 60 s: tests/unit/test_chart_uninstall.py)",
 }
 WEBHOOK_FIXED = {
     "bind": "all addresses of the pod",

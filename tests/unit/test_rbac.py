@@ -65,6 +65,11 @@ CALLS: dict[tuple[str, str, str, str], str] = {
     ("controller", "torchgate.io", "teamquotas/status", "patch"): "usage, borrowing, Valid",
     ("controller", "torchgate.io", "teamquotas", "patch"): "finalizer while gangs are admitted",
     ("controller", "apps", "deployments", "get"): "its own, as it stops: successor or uninstall",
+    # torchgate/controller/stop.py (`torchgate controller stop`, the chart's pre-delete hook)
+    ("controller stop", "apps", "deployments", "get"): "the Deployment: replicas, pod selector",
+    ("controller stop", "apps", "deployments/scale", "patch"): "scale it to zero",
+    ("controller stop", "", "pods", "list"): "its pods, until they are gone",
+    ("controller stop", "torchgate.io", "teamquotas", "list"): "which still hold the finalizer",
     # torchgate/controller/quarantine/keeper.py
     ("controller", "", "nodes", "patch"): "quarantine taint, labels, faults annotation",
     # controller/poolservice.py (mark_leader) and kube/access.py (every caller of the pool service)

@@ -1,5 +1,8 @@
 """``torchgate controller``: parse flags, connect, elect a leader, run until SIGTERM.
 
+``torchgate controller stop`` instead scales a running controller to zero and waits for it
+(:mod:`torchgate.controller.stop`; the chart's pre-delete hook).
+
 Exit codes: 0 after a clean SIGTERM/SIGINT, 1 when the leader Lease was lost (the process must
 restart rather than risk acting beside a new leader) or the cluster cannot be reached, 2 when a
 numeric flag is outside its bounds (``FLAG_BOUNDS``, which the Helm chart's schema repeats for its
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Final
 
 from torchgate import jsonlog
+from torchgate.controller import stop as stopping_command
 from torchgate.controller.job.disruption import DEFAULT_FAILURE_WINDOW_SECONDS
 from torchgate.controller.job.reconciler import Options
 from torchgate.controller.leader import LeaderElector
@@ -243,10 +247,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="plain HTTP /metrics /healthz /readyz; 0 disables (default 8080)",
     )
     jsonlog.add_arguments(parser)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    stop_help = (
+        "scale the controller's Deployment to zero and wait (bounded) until its pods are gone, "
+        "so its leader takes the finalizer off every TeamQuota; exits 0 (Helm's pre-delete hook)"
+    )
+    stopping = actions.add_parser("stop", help=stop_help, description=stop_help)
+    stopping.add_argument(
+        "--kubeconfig",
+        default=argparse.SUPPRESS,
+        help="kubeconfig file (default: in-cluster service account)",
+    )
+    stopping_command.add_arguments(stopping)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the controller."""
+    """Run the controller (or, with the ``stop`` action, stop a running one)."""
+    if getattr(args, "action", None) == "stop":
+        return stopping_command.run(args)
     jsonlog.configure(args)
     for problem in flag_problems(args):
         print(f"torchgate controller: {problem}", file=sys.stderr)

@@ -65,6 +65,9 @@ REAL_NODE_CONTROLLERS: Final = (
     "deployment-controller",
     "replicaset-controller",
     "disruption-controller",
+    # The chart's pre-delete hook is a Job (`torchgate controller stop`): without this controller
+    # it never gets a pod and `helm uninstall` waits out its timeout on it.
+    "job-controller",
 )
 
 
@@ -345,7 +348,8 @@ def controller_manager_command(
     With a real node also the controllers of what can run there: EndpointSlices (cluster DNS
     answers a headless Service's name, the rendezvous master, from them; kube-proxy routes
     Services by them) and Endpoints (the apiserver's Service proxy), Deployments, ReplicaSets
-    and PodDisruptionBudgets (torchgate installed in the cluster). Without a real node nothing
+    and PodDisruptionBudgets (torchgate installed in the cluster), and Jobs (the chart's
+    pre-delete hook). Without a real node nothing
     reads slices, and every pod change of a wave would cost a slice write.
     """
     controllers = list(

@@ -22,10 +22,12 @@ evicted or deleted pod, a drained node all stop the leader while its Deployment 
 replicas, and the next leader carries on (a deletion requested meanwhile keeps waiting for the
 gangs, the protection an upgrade must not drop). It takes them off every TeamQuota only when none
 is coming: its Deployment is gone, being deleted or scaled to zero. Uninstalling therefore scales
-the controller to zero first (README), while its ServiceAccount and RBAC still exist: ``helm
-uninstall`` deletes the Deployment, the RBAC and the ServiceAccount in one pass, so a leader
-stopped by it can no longer write anything. A controller not told its Deployment (run by hand)
-has no successor to wait for and takes them off when it stops.
+the controller to zero first, while its ServiceAccount and RBAC still exist: ``helm uninstall``
+deletes the Deployment, the RBAC and the ServiceAccount in one pass, so a leader stopped by it can
+no longer write anything; the chart's pre-delete hook runs ``torchgate controller stop``
+(``controller/stopping.py``) before that, README's kustomize steps scale it by hand. A controller
+not told its Deployment (run by hand) has no successor to wait for and takes them off when it
+stops.
 
 Rules (each one function):
 
@@ -50,7 +52,7 @@ Rules (each one function):
    is gone, being deleted or scaled to zero replicas (an uninstall, ``kubectl scale
    --replicas=0``), or it was not told its Deployment; otherwise (a rolling upgrade, an eviction)
    it leaves them for the next leader. A Deployment it cannot read keeps them: protection first
-   (README's uninstall scales to zero before deleting, so no uninstall depends on that read).
+   (an uninstall scales to zero before deleting, so none depends on that read).
 5. ``next_status``: what a pass writes, compared with the previous status: the one this leader
    last wrote to that very TeamQuota (remembered by name and uid: one deleted and recreated
    under its name is a new object, its stored status empty), else the one stored (its cache's,

@@ -213,6 +213,27 @@ def test_the_controller_manager_runs_what_a_cluster_does_to_pods_on_sick_nodes(
     } <= set(controllers.split(","))
 
 
+def test_with_a_real_node_the_controller_manager_runs_what_the_chart_needs(
+    tmp_path: Path,
+) -> None:
+    # Deployments and their ReplicaSets, and Jobs: the chart's pre-delete hook is one, and
+    # without the job controller `helm uninstall` waits out its timeout on a Job with no pod.
+    binaries = Binaries.in_directory(build_dir(tmp_path / "bin"))
+    ports = Ports(
+        etcd_client=1, etcd_peer=2, apiserver=3, controller_manager=4, scheduler=5, kwok=6
+    )
+    layout = Layout(tmp_path / "plane")
+
+    (with_node,) = flag(
+        controller_manager_command(binaries, layout, ports, real_node=True), "controllers"
+    )
+    (without,) = flag(controller_manager_command(binaries, layout, ports), "controllers")
+
+    wanted = {"deployment-controller", "replicaset-controller", "job-controller"}
+    assert wanted <= set(with_node.split(","))
+    assert not wanted & set(without.split(","))
+
+
 def test_kwok_forgets_a_node_whose_heartbeat_is_stopped(tmp_path: Path) -> None:
     binaries = Binaries.in_directory(build_dir(tmp_path / "bin"))
     ports = Ports(
