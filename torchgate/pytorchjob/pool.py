@@ -61,7 +61,6 @@ Parsing never raises: a malformed object yields field errors and is left out.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
@@ -77,7 +76,7 @@ from torchgate.pytorchjob.fieldpath import (
     object_header,
     required,
 )
-from torchgate.pytorchjob.names import JobKey
+from torchgate.pytorchjob.names import JobKey, is_dns1123_label, label_key_errors
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
 from torchgate.pytorchjob.spec import JobSpec, as_int, pod_spec_of
 from torchgate.pytorchjob.units import MILLI, Units, format_milli, pod_units, request_units
@@ -94,10 +93,6 @@ TOPOLOGY_MODES: Final = ("Required", "Preferred")
 
 _SPEC = FieldPath.root("spec")
 _ANNOTATIONS = FieldPath.root("metadata", "annotations")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_LABEL_KEY = re.compile(
-    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-)
 
 TopologyMode = Literal["Required", "Preferred"]
 
@@ -252,7 +247,7 @@ def parse_team_quota(raw: object) -> tuple[TeamQuota | None, list[FieldError]]:
         return None, [*errors, invalid(_SPEC, spec, "must be an object")]
     namespaces = _namespaces(spec.get("namespaces"), errors)
     cohort = spec.get("cohort", DEFAULT_COHORT)
-    if not isinstance(cohort, str) or not _DNS_LABEL.match(cohort) or len(cohort) > 63:
+    if not isinstance(cohort, str) or not is_dns1123_label(cohort):
         errors.append(invalid(_SPEC.child("cohort"), cohort, "must be a DNS label"))
         cohort = DEFAULT_COHORT
     gpus: int | None = None
@@ -386,7 +381,7 @@ def _parse_levels(value: object, path: FieldPath, errors: list[FieldError]) -> t
         return ()
     levels: list[str] = []
     for index, key in enumerate(value):
-        if not isinstance(key, str) or not _LABEL_KEY.match(key):
+        if not isinstance(key, str) or label_key_errors(key):
             errors.append(invalid(path.index(index), key, "must be a node label key"))
         elif key in levels:
             errors.append(duplicate(path.index(index), key))
