@@ -561,7 +561,8 @@ async def run_as_leader(
     up (at most the renew deadline) while it sends the Events of what it did that it still holds
     (those waiting for a status write put off during a wave, and the recorder's backlog; at most
     ``EVENT_FLUSH_SECONDS``; the successor does not wait for them): a stop ends within a pod's
-    30 s grace period, even when the apiserver hangs.
+    30 s grace period, even when the apiserver hangs. A standby stopped while it takes the Lease
+    gives it up too (its write may have landed: ``leader``).
     """
     manager = Manager(api, settings)
     leading = False
