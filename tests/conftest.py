@@ -4,12 +4,17 @@ helm (for the tests that render and lint the chart) is built from its Go module 
 cold build takes minutes, longer than one test's timeout. So it is built (or found in the cache,
 about a second) right after collection, before any test's clock starts, with the build's progress
 shown live, when a selected test uses it.
+
+``torchgate controller`` owns its process's SIGTERM and SIGINT (``torchgate.stopsignals``); a test
+that runs its CLI in this process gets pytest's handlers put back after it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -19,6 +24,14 @@ pytest.register_assert_rewrite(
     "tests.unit.webhook.validationcases",
     "tests.unit.torchgate_dev.controlplane.planefiles",
 )
+
+
+@pytest.fixture(autouse=True)
+def _restore_stop_signal_handlers() -> Iterator[None]:
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

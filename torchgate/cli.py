@@ -23,6 +23,9 @@ Rules:
    command handles it itself (``top --watch`` ends with 0, the servers shut down gracefully).
 7. ``--version`` prints the installed distribution's version (:func:`product_version`), what a
    bug report and an upgrade check need first.
+8. A command of :data:`STOPPED_BY_SIGNAL` has SIGTERM and SIGINT caught from the moment it is
+   selected, before its module is imported (:mod:`torchgate.stopsignals`): one that comes while
+   it starts ends it cleanly once its loop runs, not with Python's default (exit code 143).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, PackageNotFoundError, entry_points, version
 from typing import Final, NoReturn, Protocol, cast
+
+from torchgate import stopsignals
 
 # name -> (module, one-line help)
 COMMANDS: Final[Mapping[str, tuple[str, str]]] = {
@@ -73,6 +78,9 @@ PROVIDED_ELSEWHERE: Final[Mapping[str, tuple[str, str]]] = {
     "dev": ("torchgate-dev", "pip install torchgate-dev; in a checkout: pip install -e ./dev"),
 }
 """name -> (the distribution that provides it, how to install that)."""
+
+STOPPED_BY_SIGNAL: Final = frozenset({"controller"})
+"""Commands that stop cleanly on SIGTERM or SIGINT from their first moment (rule 8)."""
 
 EXIT_USAGE: Final = 2
 EXIT_BROKEN_PIPE: Final = 128 + signal.SIGPIPE
@@ -184,6 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     arguments = list(sys.argv[1:] if argv is None else argv)
     selected = next((a for a in arguments if not a.startswith("-")), None)
+    if selected in STOPPED_BY_SIGNAL:
+        stopsignals.PROCESS.catch()
     commands = available_commands()
     if selected is not None and selected not in commands:
         message = missing_command_message(selected)

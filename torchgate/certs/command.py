@@ -28,7 +28,6 @@ import concurrent.futures
 import contextlib
 import ipaddress
 import math
-import re
 import signal
 import sys
 from collections.abc import Callable, Coroutine
@@ -66,6 +65,7 @@ from torchgate.certs.store import (
     write_secret,
 )
 from torchgate.kube.client import KubeApi
+from torchgate.pytorchjob.names import dns1035_errors, is_dns1123_label, is_dns1123_subdomain
 
 T = TypeVar("T")
 
@@ -74,8 +74,6 @@ DEFAULT_INTERVAL_SECONDS: Final = 300.0
 FIRST_RETRY_SECONDS: Final = 5.0
 MINIMUM_CHECK_SECONDS: Final = 1.0
 _PREFIX: Final = "torchgate certs: "
-_DNS_1123_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_DNS_1035_LABEL: Final = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 def _utc_now() -> datetime:
@@ -574,20 +572,19 @@ def _ip_address(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
 
 
 def _service_name(value: str) -> str:
-    if not _DNS_1035_LABEL.fullmatch(value):
+    if dns1035_errors(value):
         raise argparse.ArgumentTypeError(f"{value!r} is not a valid Service name")
     return value
 
 
 def _namespace_name(value: str) -> str:
-    if not _DNS_1123_LABEL.fullmatch(value):
+    if not is_dns1123_label(value):
         raise argparse.ArgumentTypeError(f"{value!r} is not a valid namespace name")
     return value
 
 
 def _object_name(value: str) -> str:
-    labels = value.split(".")
-    if len(value) > 253 or not all(_DNS_1123_LABEL.fullmatch(label) for label in labels):
+    if not is_dns1123_subdomain(value):
         raise argparse.ArgumentTypeError(f"{value!r} is not a valid object name")
     return value
 

@@ -17,7 +17,6 @@ Rules every certificate made here keeps:
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -29,6 +28,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from torchgate.pytorchjob.names import DNS_SUBDOMAIN_MAX, is_dns1123_subdomain
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 SERVING_COMMON_NAME: Final = "torchgate-webhook"
@@ -36,7 +37,6 @@ SERVING_COMMON_NAME: Final = "torchgate-webhook"
 # does not see a certificate that is not valid yet.
 CLOCK_SKEW_ALLOWANCE: Final = timedelta(minutes=5)
 
-_DNS_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 _COMMON_NAME_MAX_LENGTH: Final = 64
 
 
@@ -55,21 +55,15 @@ class KeyPair:
 def validate_dns_name(name: str) -> str:
     """Return ``name`` lower-cased if it can be a DNS subjectAltName.
 
-    A leading ``*.`` wildcard label is allowed.
+    A DNS-1123 subdomain (``is_dns1123_subdomain``, the shared check), of at most 253
+    characters with a leading ``*.`` wildcard label, which is allowed.
 
     Raises:
         CertificateError: when it is not a valid DNS name.
     """
     normalised = name.lower()
-    labels = normalised.split(".")
-    if labels and labels[0] == "*":
-        labels = labels[1:]
-    if (
-        not normalised
-        or len(normalised) > 253
-        or not labels
-        or not all(_DNS_LABEL.fullmatch(label) for label in labels)
-    ):
+    wildcarded = normalised.removeprefix("*.")
+    if len(normalised) > DNS_SUBDOMAIN_MAX or not is_dns1123_subdomain(wildcarded):
         raise CertificateError(f"{name!r} is not a valid DNS name")
     return normalised
 

@@ -3,6 +3,11 @@
 ``torchgate controller stop`` instead scales a running controller to zero and waits for it
 (:mod:`torchgate.controller.stop`; the chart's pre-delete hook).
 
+SIGTERM and SIGINT stop it cleanly from the process's first moment (:mod:`torchgate.stopsignals`,
+caught by the CLI before it imports this module): one that comes while the modules load, while the
+kubeconfig or the in-cluster configuration loads, or while an exec credential plugin runs, ends
+the start at once with exit code 0, as one that comes later ends the run.
+
 Exit codes: 0 after a clean SIGTERM/SIGINT, 1 when the leader Lease was lost (the process must
 restart rather than risk acting beside a new leader) or the cluster cannot be reached, 2 when a
 numeric flag is outside its bounds (``FLAG_BOUNDS``, which the Helm chart's schema repeats for its
@@ -16,7 +21,6 @@ import asyncio
 import gc
 import logging
 import os
-import signal
 import socket
 import sys
 import uuid
@@ -25,12 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from torchgate import jsonlog
+from torchgate import jsonlog, stopsignals
 from torchgate.controller import stop as stopping_command
 from torchgate.controller.job.disruption import DEFAULT_FAILURE_WINDOW_SECONDS
 from torchgate.controller.job.reconciler import Options
 from torchgate.controller.leader import LeaderElector
-from torchgate.controller.manager import ManagerOptions, run_as_leader
+from torchgate.controller.manager import ManagerOptions, Stopped, run_as_leader, unless_stopped
 from torchgate.controller.poolservice import PoolServiceOptions
 from torchgate.kube.client import KubeClient
 
@@ -264,7 +268,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the controller (or, with the ``stop`` action, stop a running one)."""
     if getattr(args, "action", None) == "stop":
+        stopsignals.PROCESS.release()  # a one-shot command: the signals end it as they would
         return stopping_command.run(args)
+    stopsignals.PROCESS.catch()  # the CLI did already; this keeps run() whole without it
     jsonlog.configure(args)
     for problem in flag_problems(args):
         print(f"torchgate controller: {problem}", file=sys.stderr)
@@ -282,6 +288,8 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"torchgate controller: {exc}", file=sys.stderr)
         return 1
+    finally:
+        stopsignals.PROCESS.catch()  # the loop's close gave them back to Python's defaults
 
 
 def manager_settings(args: argparse.Namespace) -> ManagerOptions:
@@ -308,14 +316,14 @@ def manager_settings(args: argparse.Namespace) -> ManagerOptions:
 
 
 async def _main(args: argparse.Namespace) -> int:
+    stop = stopsignals.PROCESS.attach(asyncio.get_running_loop())
     try:
-        api = await KubeClient.connect(args.kubeconfig)
+        api = await unless_stopped(KubeClient.connect(args.kubeconfig), stop)
+    except Stopped:
+        log.info("stopped while loading the cluster configuration")
+        return 0
     except Exception as exc:
         raise OSError(f"cannot load the cluster configuration: {exc}") from exc
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
     elector = None
     if args.leader_elect:
         elector = LeaderElector(

@@ -9,12 +9,22 @@ than risk two leaders. Every renewal attempt is itself bounded by what is left o
 deadline (as client-go bounds it): a request that hangs, for up to the client's 30 s timeout,
 must not keep a leader acting after a successor, waiting only ``lease_duration`` (15 s), has
 taken over.
+
+A candidate that stops gives the Lease up (client-go's ``ReleaseOnCancel``): it writes the Lease
+back with no holder, a ``leaseDurationSeconds`` of 1 and renewed now (``released_spec``), so the
+next candidate takes it at its next try instead of waiting out ``lease_duration``. It does so not
+only when it knows it leads but whenever it has sent a write that takes the Lease: a standby
+stopped while its take is in flight may hold the Lease without ever having read the answer. So the
+release reads the Lease first and writes only when the apiserver names this candidate the holder
+(newer client-go reads first too), trying again on a conflict (a take the apiserver applied after
+the read), all within ``renew_deadline``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -53,6 +63,9 @@ class LeaderElector:
         # The Lease was read or created at least once: this candidate can take over (a standby's
         # readiness, ``readiness`` rule 2).
         self.lease_read = False
+        # A write naming this candidate the holder was sent, answered or not: it may hold the
+        # Lease, so a stop must give it up.
+        self.take_sent = False
 
     async def acquire(self) -> None:
         """Block until this candidate holds the Lease."""
@@ -92,15 +105,18 @@ class LeaderElector:
                 return
 
     async def release(self) -> None:
-        """Give the Lease up (on clean shutdown) so a successor need not wait for it to expire.
+        """Give the Lease up (on stop) so a successor need not wait for it to expire.
 
-        Bounded by ``renew_deadline``: a shutdown must finish within the pod's grace period even
-        when the apiserver does not answer, and a Lease not given up only costs the successor
+        Done when this candidate leads or may have just taken the Lease (``take_sent``); the
+        Lease is written back only if the apiserver names this candidate its holder. Bounded by
+        ``renew_deadline``: a stop must finish within the pod's grace period even when the
+        apiserver does not answer, and a Lease not given up only costs the successor
         ``lease_duration``.
         """
-        if not self.is_leader:
+        if not (self.is_leader or self.take_sent):
             return
         self.is_leader = False
+        self.take_sent = False
         try:
             async with asyncio.timeout(self.renew_deadline):
                 await self._give_up_lease()
@@ -110,10 +126,22 @@ class LeaderElector:
             log.warning("could not release the lease: %s", exc)
 
     async def _give_up_lease(self) -> None:
-        lease = await self.api.request("GET", LEASES.path(self.namespace, self.name))
-        if lease.get("spec", {}).get("holderIdentity") == self.identity:
-            lease["spec"]["holderIdentity"] = None
-            await self.api.request("PUT", LEASES.path(self.namespace, self.name), body=lease)
+        path = LEASES.path(self.namespace, self.name)
+        while True:
+            try:
+                lease = await self.api.request("GET", path)
+            except NotFound:
+                return  # never created: nothing to give up
+            spec = lease.get("spec") or {}
+            if spec.get("holderIdentity") != self.identity:
+                return
+            lease["spec"] = released_spec(spec, datetime.now(UTC))
+            try:
+                await self.api.request("PUT", path, body=lease)
+            except Conflict:
+                continue  # changed since the read (our own late take, a renewal): read again
+            log.info("released the leader lease %s/%s", self.namespace, self.name)
+            return
 
     async def _try_acquire_or_renew(self) -> bool:
         loop = asyncio.get_running_loop()
@@ -128,6 +156,7 @@ class LeaderElector:
                 "metadata": {"name": self.name, "namespace": self.namespace},
                 "spec": self._spec(now, transitions=0),
             }
+            self.take_sent = True
             try:
                 await self.api.request("POST", LEASES.path(self.namespace), body=body)
             except AlreadyExists:
@@ -156,6 +185,7 @@ class LeaderElector:
             lease["spec"] = {**spec, "renewTime": moments.format_micro_time(now)}
         else:
             lease["spec"] = self._spec(now, transitions=transitions + 1)
+        self.take_sent = True
         try:
             updated = await self.api.request("PUT", path, body=lease)
         except Conflict:
@@ -181,3 +211,19 @@ class LeaderElector:
             "renewTime": moments.format_micro_time(now),
             "leaseTransitions": transitions,
         }
+
+
+def released_spec(spec: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """A given-up Lease's record, as client-go's ``release`` writes it.
+
+    No holder (a candidate takes a Lease with no holder at once, whatever its clock observed),
+    a duration of 1 s and renewed now (for a reader that goes by times alone), the count of
+    transitions kept.
+    """
+    return {
+        "holderIdentity": "",
+        "leaseDurationSeconds": 1,
+        "acquireTime": moments.format_micro_time(now),
+        "renewTime": moments.format_micro_time(now),
+        "leaseTransitions": int(spec.get("leaseTransitions") or 0),
+    }

@@ -19,9 +19,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -71,6 +71,7 @@ from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy
 from torchgate.pytorchjob.pool import GPUS
 
 log = logging.getLogger("torchgate.controller")
+T = TypeVar("T")
 
 # How long a stopping leader lets the reconciles in flight end, may take to take its finalizer off
 # the TeamQuotas, and then to send the Events it holds (``run_as_leader``).
@@ -473,6 +474,36 @@ class Manager:
                 self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
 
 
+class Stopped(Exception):
+    """The stop came before the awaited work ended (``unless_stopped``)."""
+
+
+async def unless_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> T:
+    """``work``'s result, unless ``stop`` is set first: then ``work`` is cancelled and awaited.
+
+    Raises ``Stopped`` then, and also when ``work`` failed by the time the stop came (a clean
+    stop, not the failure). ``work`` has ended either way when this returns or raises, so what
+    follows (giving up a Lease it may have taken) does not race it.
+    """
+    if stop.is_set():  # a signal noted before the loop ran: do not even start
+        work.close()
+        raise Stopped
+    working = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({working, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        interrupted = not working.done()
+        if interrupted:
+            working.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await working
+    if interrupted or (stop.is_set() and working.exception() is not None):
+        raise Stopped
+    return working.result()
+
+
 async def serve_metrics(
     metrics: ControllerMetrics, not_ready: Callable[[], list[str]], bind: str, port: int
 ) -> web.AppRunner:
@@ -530,7 +561,8 @@ async def run_as_leader(
     up (at most the renew deadline) while it sends the Events of what it did that it still holds
     (those waiting for a status write put off during a wave, and the recorder's backlog; at most
     ``EVENT_FLUSH_SECONDS``; the successor does not wait for them): a stop ends within a pod's
-    30 s grace period, even when the apiserver hangs.
+    30 s grace period, even when the apiserver hangs. A standby stopped while it takes the Lease
+    gives it up too (its write may have landed: ``leader``).
     """
     manager = Manager(api, settings)
     leading = False
@@ -557,13 +589,10 @@ async def run_as_leader(
     background: list[asyncio.Task[None]] = []
     try:
         if elector is not None:
-            acquire = asyncio.create_task(elector.acquire())
-            stopping = asyncio.create_task(stop.wait())
-            await asyncio.wait({acquire, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            if not acquire.done():
-                acquire.cancel()
-                return 0
-            stopping.cancel()
+            try:
+                await unless_stopped(elector.acquire(), stop)
+            except Stopped:
+                return 0  # the Lease is given up below: this standby's take may have landed
         leading = True
         manager.metrics.leader.set(1)
         if pool_service is not None:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from torchgate.controller.leader import LeaderElector
+from torchgate.controller.leader import LeaderElector, released_spec
 from torchgate.kube.errors import AlreadyExists, Conflict, NotFound, ServerError
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/ctl"
@@ -61,6 +62,9 @@ class Api:
         self.store = store
         self.hang = asyncio.Event()
         self.fail = False
+        # Writes reach the store, their answers never come back (a take in flight when stopped).
+        self.lose_write_answers = False
+        self.write_lost = asyncio.Event()
 
     async def request(
         self,
@@ -77,7 +81,11 @@ class Api:
         if self.fail:
             raise ServerError(503, "ServiceUnavailable", "down", method, path)
         await asyncio.sleep(0)
-        return self.store.handle(method, path, body)
+        answer = self.store.handle(method, path, body)
+        if self.lose_write_answers and method != "GET":
+            self.write_lost.set()
+            await asyncio.Event().wait()
+        return answer
 
     def watch(self, path: str, query: Mapping[str, str]) -> AsyncIterator[dict[str, Any]]:
         raise NotImplementedError
@@ -176,3 +184,65 @@ async def test_a_release_the_apiserver_never_answers_ends_within_the_renew_deadl
     assert not leader.is_leader
     assert store.lease is not None
     assert store.lease["spec"]["holderIdentity"] == "a", "the Lease simply expires"
+
+
+@pytest.mark.parametrize("lease_on_the_server", ["free", "absent"])
+async def test_a_candidate_stopped_while_its_take_is_in_flight_gives_the_lease_up(
+    lease_on_the_server: str,
+) -> None:
+    """Its write was applied, its answer never read: the Lease is its own all the same."""
+    store = LeaseStore()
+    if lease_on_the_server == "free":
+        store.lease = {"metadata": {"resourceVersion": "0"}, "spec": {"leaseTransitions": 4}}
+    stopped, stopped_api = candidate(store, "a")
+    successor, _ = candidate(store, "b")
+    stopped_api.lose_write_answers = True
+    acquiring = asyncio.create_task(stopped.acquire())
+    await stopped_api.write_lost.wait()  # the take reached the apiserver, its answer is lost
+    assert store.lease is not None
+    assert store.lease["spec"]["holderIdentity"] == "a"
+    acquiring.cancel()
+    await asyncio.gather(acquiring, return_exceptions=True)
+    assert not stopped.is_leader
+    stopped_api.lose_write_answers = False
+
+    await asyncio.wait_for(stopped.release(), timeout=5)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    await asyncio.wait_for(successor.acquire(), timeout=5)
+
+    assert loop.time() - began < 0.5, "the successor need not wait for the lease to expire"
+    assert store.writes[-2:] == ["", "b"]
+
+
+async def test_a_release_after_the_lease_changed_hands_leaves_it_alone() -> None:
+    store = LeaseStore()
+    first, _ = candidate(store, "a")
+    await first.acquire()
+    assert store.lease is not None
+    store.lease["spec"]["holderIdentity"] = "b"  # it lost the Lease meanwhile
+
+    await first.release()
+
+    assert store.writes == ["a"]
+    assert store.lease["spec"]["holderIdentity"] == "b"
+
+
+def test_a_released_lease_names_no_holder_lasts_a_second_and_keeps_its_transitions() -> None:
+    now = datetime(2026, 11, 29, 7, 0, 0, 123456, tzinfo=UTC)
+    held = {
+        "holderIdentity": "a",
+        "leaseDurationSeconds": 15,
+        "acquireTime": "2026-11-29T06:00:00.000000Z",
+        "renewTime": "2026-11-29T06:59:58.000000Z",
+        "leaseTransitions": 3,
+    }
+
+    assert released_spec(held, now) == {
+        "holderIdentity": "",
+        "leaseDurationSeconds": 1,
+        "acquireTime": "2026-11-29T07:00:00.123456Z",
+        "renewTime": "2026-11-29T07:00:00.123456Z",
+        "leaseTransitions": 3,
+    }
+    assert released_spec({}, now)["leaseTransitions"] == 0
