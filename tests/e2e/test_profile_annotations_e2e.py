@@ -110,6 +110,8 @@ DELETION_COSTS = [
     *("-2147483649", "1.5", "abc", " 1", "-", "-007"),
 ]
 BIG = "example.com/big"
+# What the controller adds to a pod of the first gang attempt placed on a one-letter node.
+OWN_ANNOTATIONS = names.own_pod_annotations(attempt=0, node="n")
 
 
 def template_metadata(draw: random.Random, entries: dict[str, str]) -> dict[str, str]:
@@ -129,7 +131,7 @@ def template_metadata(draw: random.Random, entries: dict[str, str]) -> dict[str,
         entries[ANNOTATION_DELETION_COST] = draw.choice(DELETION_COSTS)
     if draw.random() < 0.1:  # at the total size limit, the controller's annotation included
         used = sum(len(k.encode()) + len(v.encode()) for k, v in entries.items())
-        used += len(names.ANNOTATION_GANG_ATTEMPT) + 1 + len(BIG)
+        used += sum(len(k) + len(v) for k, v in OWN_ANNOTATIONS.items()) + len(BIG)
         entries[BIG] = "v" * (ANNOTATIONS_SIZE_MAX - used + draw.choice([0, 1]))
     return labels
 
@@ -195,7 +197,7 @@ def test_the_webhook_refuses_exactly_the_profile_annotations_and_fields_the_apis
             "metadata": {
                 "name": f"p{sample}",
                 "labels": labels,
-                "annotations": {**entries, names.ANNOTATION_GANG_ATTEMPT: "0"},
+                "annotations": {**entries, **OWN_ANNOTATIONS},
             },
             "spec": {**template["spec"], "restartPolicy": "Never"},
         }

@@ -70,6 +70,20 @@ ANNOTATION_RESTARTS: Final = "torchgate.io/restarts"
 ANNOTATION_PLANNED_NODE: Final = "torchgate.io/planned-node"
 ANNOTATION_GANG_ATTEMPT: Final = "torchgate.io/gang-attempt"
 
+
+def own_pod_annotations(*, attempt: int, node: str | None) -> dict[str, str]:
+    """The annotations the controller puts on a replica pod, replacing the template's own.
+
+    The gang attempt that created it and, on a pod the admitter placed (every pod the controller
+    creates: it creates them from the gang's reservation), the planned node. The webhook counts
+    them in the template's annotation size (``podmetadata``): declared once, here.
+    """
+    annotations = {ANNOTATION_GANG_ATTEMPT: str(attempt)}
+    if node is not None:
+        annotations[ANNOTATION_PLANNED_NODE] = node
+    return annotations
+
+
 # A quarantined node: a NoSchedule taint (kube-scheduler and torchgate's placement both honour
 # it; its value is the cause) and labels that ``kubectl get nodes -L`` shows: the cause and the
 # end of the cooldown in ISO 8601 basic format (``20261126T193000Z``, a valid label value).

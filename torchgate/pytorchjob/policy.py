@@ -33,7 +33,9 @@ placement alike (quotas, quarantine, the gang's planned nodes); pinned hosts are
 ``torchgate.io/hosts`` annotation.
 
 Parsing never raises: a malformed policy yields field errors (reported by whoever loaded it) and is
-left out, so one bad object cannot take admission down.
+left out, so one bad object cannot take admission down. A toleration the apiserver would refuse in
+a pod (``taints.entry_errors``) makes a policy malformed: the mutating webhook copies the policy's
+tolerations into every template, and the validating webhook passes them without a second look.
 """
 
 from __future__ import annotations
@@ -52,7 +54,6 @@ from torchgate.pytorchjob.fieldpath import (
     invalid,
     not_supported,
     object_header,
-    required,
 )
 from torchgate.pytorchjob.pool import (
     PreemptionSettings,
@@ -63,11 +64,14 @@ from torchgate.pytorchjob.pool import (
 from torchgate.pytorchjob.progress import parse_deadline
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
 from torchgate.pytorchjob.spec import as_int
-from torchgate.pytorchjob.taints import escapes, toleration_of
+from torchgate.pytorchjob.taints import (
+    TOLERATION_OPERATORS,
+    entry_errors,
+    escapes,
+    toleration_of,
+)
 
 _SPEC = FieldPath.root("spec")
-TOLERATION_OPERATORS: Final = ("Exists", "Equal")
-TAINT_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +322,12 @@ def _parse_node_selector(value: object, errors: list[FieldError]) -> dict[str, s
 
 
 def _parse_tolerations(value: object, errors: list[FieldError]) -> tuple[Mapping[str, Any], ...]:
+    """The policy's tolerations, each one the apiserver takes in a pod (``taints.entry_errors``).
+
+    The mutating webhook copies them into every template: one the apiserver refused would keep
+    every job of the policy from getting a pod. An explicit empty ``operator``, which Kubernetes
+    reads as ``Equal``, is refused as the CRD's enum refuses it.
+    """
     path = _SPEC.child("tolerations")
     if value is None:
         return ()
@@ -327,24 +337,13 @@ def _parse_tolerations(value: object, errors: list[FieldError]) -> tuple[Mapping
     out: list[Mapping[str, Any]] = []
     for index, item in enumerate(value):
         item_path = path.index(index)
-        if not isinstance(item, Mapping):
-            errors.append(invalid(item_path, item, "must be a toleration object"))
-            continue
-        operator = item.get("operator", "Equal")
-        if operator not in TOLERATION_OPERATORS:
-            errors.append(
-                not_supported(item_path.child("operator"), operator, TOLERATION_OPERATORS)
-            )
-        effect = item.get("effect", "")
-        if effect not in ("", *TAINT_EFFECTS):
-            errors.append(not_supported(item_path.child("effect"), effect, TAINT_EFFECTS))
-        if operator == "Exists" and item.get("value"):
-            errors.append(
-                invalid(item_path.child("value"), item.get("value"), "must be empty for Exists")
-            )
-        if operator == "Equal" and not item.get("key"):
-            errors.append(required(item_path.child("key"), "required when operator is Equal"))
-        out.append(dict(item))
+        found = entry_errors(item, item_path)
+        if isinstance(item, Mapping) and item.get("operator") == "":
+            found.append(not_supported(item_path.child("operator"), "", TOLERATION_OPERATORS))
+        if found:
+            errors.extend(found)
+        else:
+            out.append(dict(item))
     return tuple(out)
 
 

@@ -30,6 +30,28 @@ job's own choice and takes nothing from the admin: torchgate judges a lost node 
 ``Ready`` condition, not by those taints. The webhook refuses what ``escapes`` returns, at
 ``...template.spec.tolerations[i]``, unless the policy says ``allowPrivileged`` or wrote the
 toleration itself (its ``tolerations``).
+
+Why the syntax of a toleration is declared here too: the apiserver refuses a pod holding a
+toleration it cannot decode or validate, so a template holding one gives a job whose pods are
+never created; a policy's tolerations are copied into every template by the mutating webhook, so
+one the apiserver refuses would do that to every job of the policy. The webhook (a template's
+``tolerations``, the ``scheduler.alpha.kubernetes.io/tolerations`` annotation) and the policy
+parser refuse them with the same two functions, a reading of k8s.io/kubernetes v1.37.2 (v1.36.3
+reads alike):
+
+3. ``entry_errors``: a pod's ``tolerations[i]`` as the apiserver decodes it (``sigs.k8s.io/json``:
+   field names match case-sensitively, an unknown one is dropped, ``null`` leaves the zero
+   value): an object or ``null``; ``key``, ``operator``, ``value``, ``effect`` strings;
+   ``tolerationSeconds`` an integer within int64 (``1.5``, ``"5"``, ``true`` fail the decode,
+   the whole pod with them). Invalid at the entry or the field; then rule 4.
+4. ``toleration_errors``: ``ValidateTolerations`` (``pkg/apis/core/validation``) of one
+   toleration: a ``key``, when set, is a qualified name (Invalid at ``key``); an empty ``key``
+   needs ``operator: Exists`` (Invalid at ``operator``); ``tolerationSeconds`` needs
+   ``effect: NoExecute`` (Invalid at ``effect``); ``Equal`` or no operator needs a label value
+   (Invalid at ``operator``, where Kubernetes reports it), ``Exists`` an empty value (Invalid at
+   ``operator``); another operator is NotSupported (``Lt``/``Gt`` are behind the alpha gate
+   ``TaintTolerationComparisonOperators``, off by default); an ``effect``, when set, is one of
+   ``TAINT_EFFECTS`` (NotSupported).
 """
 
 from __future__ import annotations
@@ -39,9 +61,14 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.fieldpath import FieldError, FieldPath, invalid, not_supported
 from torchgate.pytorchjob.spec import as_list, as_text
 
 BLOCKING_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
+TAINT_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+TOLERATION_OPERATORS: Final = ("Equal", "Exists")
+COMPARISON_OPERATORS: Final = ("Lt", "Gt")
+"""Numeric operators behind the alpha gate ``TaintTolerationComparisonOperators`` (off)."""
 TAINT_UNSCHEDULABLE: Final = "node.kubernetes.io/unschedulable"
 RESERVED_TAINTS: Final = {
     names.TAINT_QUARANTINE: "torchgate's quarantine of a failing node",
@@ -129,3 +156,86 @@ def escapes(toleration: Toleration) -> str | None:
     if toleration.key not in RESERVED_TAINTS or toleration.effect not in ("", "NoSchedule"):
         return None
     return toleration.key
+
+
+_TEXT_FIELDS: Final = ("key", "operator", "value", "effect")
+_INT64: Final = range(-(2**63), 2**63)
+
+
+def entry_errors(entry: object, path: FieldPath) -> list[FieldError]:
+    """A pod's ``tolerations[i]`` as the apiserver decodes and validates it (rules 3 and 4)."""
+    if entry is None:
+        return toleration_errors(Toleration(operator=""), path)
+    if not isinstance(entry, Mapping):
+        return [invalid(path, entry, "must be a toleration object")]
+    found: list[FieldError] = []
+    for field in _TEXT_FIELDS:
+        text = entry.get(field)
+        if text is not None and not isinstance(text, str):
+            found.append(invalid(path.child(field), text, "must be a string (quote it)"))
+    seconds = entry.get("tolerationSeconds")
+    if seconds is not None and (type(seconds) is not int or seconds not in _INT64):
+        found.append(
+            invalid(path.child("tolerationSeconds"), seconds, "must be an integer (int64)")
+        )
+    if found:
+        return found  # the decode fails: nothing is validated
+    return toleration_errors(
+        Toleration(
+            entry.get("key") or "",
+            entry.get("operator") or "",
+            entry.get("value") or "",
+            entry.get("effect") or "",
+            seconds,
+        ),
+        path,
+    )
+
+
+def toleration_errors(toleration: Toleration, path: FieldPath) -> list[FieldError]:
+    """``ValidateTolerations`` of one decoded toleration at ``path`` (rule 4)."""
+    found: list[FieldError] = []
+    key, operator, value, effect = (
+        toleration.key,
+        toleration.operator,
+        toleration.value,
+        toleration.effect,
+    )
+    if key:
+        found.extend(invalid(path.child("key"), key, m) for m in names.label_key_errors(key))
+    elif operator != "Exists":
+        found.append(
+            invalid(
+                path.child("operator"),
+                operator,
+                'operator must be Exists when `key` is empty, which means "match all values and '
+                'all keys"',
+            )
+        )
+    if toleration.seconds is not None and effect != "NoExecute":
+        found.append(
+            invalid(
+                path.child("effect"),
+                effect,
+                "effect must be 'NoExecute' when `tolerationSeconds` is set",
+            )
+        )
+    if operator in ("Equal", ""):
+        messages = names.label_value_errors(value)
+        if messages:
+            found.append(invalid(path.child("operator"), value, ";".join(messages)))
+    elif operator == "Exists":
+        if value:
+            found.append(
+                invalid(
+                    path.child("operator"), value, "value must be empty when `operator` is 'Exists'"
+                )
+            )
+    elif operator in COMPARISON_OPERATORS:
+        supported = (*TOLERATION_OPERATORS, *COMPARISON_OPERATORS)
+        found.append(not_supported(path.child("operator"), operator, supported))
+    else:
+        found.append(not_supported(path.child("operator"), operator, TOLERATION_OPERATORS))
+    if effect and effect not in TAINT_EFFECTS:
+        found.append(not_supported(path.child("effect"), effect, TAINT_EFFECTS))
+    return found

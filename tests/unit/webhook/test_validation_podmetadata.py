@@ -23,7 +23,7 @@ from tests.unit.webhook.validationcases import (
     check,
     pairs,
 )
-from torchgate.controller.job.pods import replica_labels
+from torchgate.controller.job.pods import build_pod, replica_labels
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy
 from torchgate.pytorchjob.spec import parse_job
@@ -37,25 +37,37 @@ from torchgate.webhook.validation.podmetadata import (
 )
 
 PRIVILEGED = parsed_policy("priv", allowPrivileged=True)
+JOB, _ = parse_job(cpu_job().build())
+assert JOB is not None
 MMETA = f"{SPECS}[Master].template.metadata"
 WMETA = f"{SPECS}[Worker].template.metadata"
 MANN = f"{MMETA}.annotations"
 MLAB = f"{MMETA}.labels"
 TOL = f"{MANN}[{ANNOTATION_TOLERATIONS}]"
 COST = f"{MANN}[{ANNOTATION_DELETION_COST}]"
-# What the controller's gang-attempt annotation adds to every pod's annotations, at the least.
-OWN = len(names.ANNOTATION_GANG_ATTEMPT) + 1
+# The annotations the controller gives a pod of the first gang attempt on a one-letter node.
+OWN_ANNOTATIONS = build_pod(
+    cpu_job().build(),
+    JOB,
+    "Master",
+    0,
+    node="n",
+    attempt=0,
+    gpus=names.DEFAULT_GPU_RESOURCE,
+)["metadata"]["annotations"]
+OWN = sum(len(key) + len(value) for key, value in OWN_ANNOTATIONS.items())
 
 
-def with_metadata(
-    *, labels: dict[str, Any] | None = None, annotations: dict[str, Any] | None = None
-) -> dict[str, Any]:
+ABSENT: Any = object()
+
+
+def with_metadata(*, labels: Any = ABSENT, annotations: Any = ABSENT) -> dict[str, Any]:
     """A job whose Master template has this metadata (the Worker's has none)."""
     raw = job().master().workers(1).build()
     metadata: dict[str, Any] = {}
-    if labels is not None:
+    if labels is not ABSENT:
         metadata["labels"] = labels
-    if annotations is not None:
+    if annotations is not ABSENT:
         metadata["annotations"] = annotations
     raw["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["metadata"] = metadata
     return raw
@@ -112,6 +124,28 @@ REFUSED: list[tuple[str, dict[str, Any], Pairs]] = [
         "the-mirror-pod-annotation",
         with_metadata(annotations={ANNOTATION_MIRROR_POD: ""}),
         [(INVALID, f"{MANN}[{ANNOTATION_MIRROR_POD}]")],
+    ),
+    (
+        "label-and-annotation-values-not-strings",
+        with_metadata(labels={"version": 1, "ok": True}, annotations={"a": 1.5, "b": ["x"]}),
+        [
+            (INVALID, f"{MLAB}[version]"),
+            (INVALID, f"{MLAB}[ok]"),
+            (INVALID, f"{MANN}[a]"),
+            (INVALID, f"{MANN}[b]"),
+        ],
+    ),
+    ("labels-a-list", with_metadata(labels=["a"]), [(INVALID, MLAB)]),
+    ("annotations-a-string", with_metadata(annotations="a: b"), [(INVALID, MANN)]),
+    (
+        "null-values-are-empty-strings-judged-as-such",
+        with_metadata(labels={"a b": None}, annotations={ANNOTATION_DELETION_COST: None}),
+        [(INVALID, f"{MLAB}[a b]"), (INVALID, COST)],
+    ),
+    (
+        "annotations-over-256-KiB-with-the-planned-node",
+        with_metadata(annotations={"a": "v" * (ANNOTATIONS_SIZE_MAX - OWN)}),
+        [(TOO_LONG, MANN)],
     ),
     ("tolerations-not-json", tolerating("x"), [(INVALID, TOL)]),
     ("tolerations-an-object", tolerating("{}"), [(INVALID, TOL)]),
@@ -191,7 +225,11 @@ ACCEPTED: list[tuple[str, dict[str, Any]]] = [
         "labels-the-controller-replaces",
         with_metadata(labels={names.LABEL_JOB_NAME: "a b", names.LABEL_JOB_ROLE: "x y"}),
     ),
-    ("label-or-annotation-not-a-string", with_metadata(labels={"a b": 1}, annotations={"a b": 1})),
+    ("labels-and-annotations-null", with_metadata(labels=None, annotations=None)),
+    (
+        "null-values-valid-as-empty-strings",
+        with_metadata(labels={"a": None}, annotations={"a": None}),
+    ),
     ("annotation-key-upper-case", with_metadata(annotations={"Example.COM/Note": "x"})),
     ("annotation-key-kelvin-sign-lowers-to-k", with_metadata(annotations={"\u212aey": "x"})),
     ("annotation-key-dotted-capital-i-lowers-to-i", with_metadata(annotations={"\u0130d": "x"})),
@@ -199,9 +237,12 @@ ACCEPTED: list[tuple[str, dict[str, Any]]] = [
         "annotations-at-256-KiB-with-the-gang-attempt",
         with_metadata(annotations={"a": "v" * (ANNOTATIONS_SIZE_MAX - OWN - 1)}),
     ),
-    (
-        "the-gang-attempt-the-controller-replaces",
-        with_metadata(annotations={names.ANNOTATION_GANG_ATTEMPT: "v" * ANNOTATIONS_SIZE_MAX}),
+    *(
+        (
+            f"the-controller-replaces-{key}",
+            with_metadata(annotations={key: "v" * ANNOTATIONS_SIZE_MAX}),
+        )
+        for key in OWN_ANNOTATIONS
     ),
     ("tolerations-empty", tolerating("")),
     ("tolerations-null", tolerating("null")),
@@ -300,6 +341,7 @@ TOLERATIONS = st.lists(TOLERATION | st.sampled_from(["null", "1", '"k"']), max_s
 ) | st.sampled_from(["{}", "null", "NaN", "[] x", ""])
 VALUES = (
     st.sampled_from(["", "x", "0", "-0", "007", "+1", "-", "2147483648", "-2147483648", "a b"])
+    | st.none()  # Go decodes it into ""
     | st.text(max_size=12)
     | TOLERATIONS
 )
@@ -313,8 +355,8 @@ VALUES = (
     padding=st.none() | st.integers(-2, 2),
 )
 def test_the_template_metadata_refused_is_what_the_apiserver_refuses_in_every_pod(
-    labels: dict[str, str],
-    annotations: dict[str, str],
+    labels: dict[str, str | None],
+    annotations: dict[str, str | None],
     tolerations: str | None,
     padding: int | None,
 ) -> None:
@@ -323,14 +365,14 @@ def test_the_template_metadata_refused_is_what_the_apiserver_refuses_in_every_po
         annotations[ANNOTATION_TOLERATIONS] = tolerations
     if padding is not None:  # around the size limit
         used = sum(len(k.encode("utf-8", "surrogatepass")) for k in annotations) + OWN
-        used += sum(len(v.encode("utf-8", "surrogatepass")) for v in annotations.values())
+        used += sum(len((v or "").encode("utf-8", "surrogatepass")) for v in annotations.values())
         annotations["example.com/big"] = "v" * max(0, ANNOTATIONS_SIZE_MAX - used - 15 + padding)
     raw = with_metadata(labels=labels, annotations=annotations)
 
     verdict = validate_create(raw, PRIVILEGED)
 
-    pod_labels = {k: v for k, v in labels.items() if k not in names.POD_LABELS}
-    pod_annotations = {**annotations, names.ANNOTATION_GANG_ATTEMPT: "0"}
+    pod_labels = {k: v or "" for k, v in labels.items() if k not in names.POD_LABELS}
+    pod_annotations = {**{k: v or "" for k, v in annotations.items()}, **OWN_ANNOTATIONS}
     expected = [
         (kind, f"{SPECS}[Master].template.{path}")
         for kind, path in [*labels_refusals(pod_labels), *annotations_refusals(pod_annotations)]

@@ -136,9 +136,7 @@ def build_pod(
     labels.pop(names.LABEL_JOB_ROLE, None)  # ours: only the rendezvous master carries it
     labels.update(replica_labels(job, replica_type, index))
     annotations = _template_metadata(template, "annotations")
-    annotations[names.ANNOTATION_GANG_ATTEMPT] = str(attempt)
-    if node is not None:
-        annotations[names.ANNOTATION_PLANNED_NODE] = node
+    annotations.update(names.own_pod_annotations(attempt=attempt, node=node))
     spec = dict(pod_spec_of(template))
     spec["restartPolicy"] = POD_RESTART_POLICY
     spec.pop("nodeName", None)

@@ -14,7 +14,8 @@ template's metadata, which Kubernetes still honours: ``pod_confinement``). A ``n
 refused under any policy: torchgate places the pods; so is a profile annotation or profile field
 the apiserver refuses in every pod (an annotation naming no container, an unknown value, one
 disagreeing with the profile field; a field without its type or ``localhostProfile``, or with one
-it does not know): the job would be stored and its pods never created. Replica types other than
+it does not know), and a toleration it refuses in every pod (``taints.entry_errors``): the job
+would be stored and its pods never created. Replica types other than
 Master and Worker are reported last, after every known replica.
 """
 
@@ -52,7 +53,13 @@ from torchgate.pytorchjob.policy import (
     PlacementPolicy,
 )
 from torchgate.pytorchjob.spec import canonical_replica_type
-from torchgate.pytorchjob.taints import EVERY_TAINT, RESERVED_TAINTS
+from torchgate.pytorchjob.taints import (
+    EVERY_TAINT,
+    RESERVED_TAINTS,
+    entry_errors,
+    escapes,
+    toleration_of,
+)
 from torchgate.webhook.validation.facts import (
     NONE,
     OBJECT,
@@ -245,17 +252,33 @@ def host_namespaces(job: JobFacts, replica: ReplicaFacts) -> Findings:
 
 
 def tolerations(job: JobFacts, replica: ReplicaFacts) -> Findings:
-    """No toleration of every taint, the quarantine or a cordon unless the policy allows it."""
+    """Tolerations the apiserver takes; none of every taint, the quarantine or a cordon.
+
+    The syntax is ``taints.entry_errors``' under every policy (a pod holding a toleration the
+    apiserver refuses is never created); the escapes are refused unless the policy allows
+    privilege. The policy's own tolerations, which the mutating webhook copies in, pass whole:
+    parsing the policy refused any the apiserver would (``policy._parse_tolerations``).
+    """
     entries = replica.pod_spec.get("tolerations")
-    if not isinstance(entries, list):
-        return NONE  # the CRD's schema refuses a non-list
     policy = job.policy
-    if policy.allow_privileged or tuple(entries) == policy.tolerations:
-        return NONE  # the usual list: the policy's own, which the mutating webhook copies in
+    if entries is None or (type(entries) is list and tuple(entries) == policy.tolerations):
+        return NONE  # the usual list: the policy's own, valid and allowed
+    if not isinstance(entries, list):
+        path = at(replica.pod_path, "tolerations")
+        return [invalid(path, entries, "must be a list of tolerations")]
     found: list[Finding] = []
     for index, entry in enumerate(entries):
+        if _seen_harmless(entry):
+            continue
+        if entry not in policy.tolerations:
+            errors = entry_errors(entry, at(replica.pod_path, "tolerations", index))
+            if errors:
+                found.extend(errors)
+                continue  # the pod is refused whatever it tolerates
         escaped = policy.escaped_taint(entry) if isinstance(entry, OBJECT) else None
         if escaped is None:
+            if isinstance(entry, OBJECT) and escapes(toleration_of(entry)) is None:
+                _remember_harmless(entry)  # valid, and escapes nothing under any policy
             continue
         if escaped == EVERY_TAINT:
             what = (
@@ -274,6 +297,32 @@ def tolerations(job: JobFacts, replica: ReplicaFacts) -> Findings:
             )
         )
     return found
+
+
+# Tolerations found valid and escaping nothing under any policy (``taints.escapes``), kept
+# across reviews as their items: a job's own (a dedicated pool's taint) recur from job to job,
+# and one C-level set lookup costs a fraction of the checks. Only entries of strings are kept:
+# 1 == 1.0 == True, while a string equals only the same string, so a hit is the same
+# toleration. Bounded: emptied when full.
+_HARMLESS_TOLERATIONS: Final[set[tuple[tuple[str, Any], ...]]] = set()
+_HARMLESS_KEPT: Final = 1024
+
+
+def _seen_harmless(entry: object) -> bool:
+    if type(entry) is not dict:
+        return False
+    try:
+        return tuple(entry.items()) in _HARMLESS_TOLERATIONS
+    except TypeError:  # an unhashable value (a list): never kept
+        return False
+
+
+def _remember_harmless(entry: Mapping[str, Any]) -> None:
+    if type(entry) is not dict or not all(type(value) is str for value in entry.values()):
+        return
+    if len(_HARMLESS_TOLERATIONS) >= _HARMLESS_KEPT:
+        _HARMLESS_TOLERATIONS.clear()
+    _HARMLESS_TOLERATIONS.add(tuple(entry.items()))
 
 
 def node_name(job: JobFacts, replica: ReplicaFacts) -> Findings:

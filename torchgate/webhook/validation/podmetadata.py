@@ -17,23 +17,26 @@ k8s.io/apimachinery v0.37.2 (``metav1.ObjectMeta`` checks):
    a. each key, lower-cased as Go does, is a qualified name (``ValidateAnnotations``, Invalid;
       the apiserver reports at ``metadata.annotations``, the webhook at ``annotations[<key>]``);
    b. keys and values total at most 256 KiB on the pod, the controller's annotations included
-      (``ValidateAnnotationsSize``, TooLong at ``annotations``);
+      (``names.own_pod_annotations``: the gang attempt and the planned node, counted at their
+      least, a one-digit attempt and a one-letter node; ``ValidateAnnotationsSize``, TooLong at
+      ``annotations``);
    c. ``kubernetes.io/config.mirror`` needs the pod's ``spec.nodeName``, which the controller
       never sets (``ValidatePodSpecificAnnotations`` [:205], Invalid);
    d. ``scheduler.alpha.kubernetes.io/tolerations``, when not empty, is what Go's
       ``encoding/json`` decodes into ``[]core.Toleration`` (Invalid at the annotation, where the
       apiserver reports at ``annotations``) holding valid tolerations (``ValidateTolerations``
-      [:4487]: a qualified-name key, an operator ``Exists`` without a value or ``Equal``/empty
-      with a label value, ``Exists`` when the key is empty, ``tolerationSeconds`` only with
-      ``NoExecute``, a known effect; the comparison operators ``Lt``/``Gt`` are behind the
-      alpha gate ``TaintTolerationComparisonOperators``, off by default: NotSupported), at
-      ``annotations[<key>][<i>].<field>`` (the apiserver's ``.Child``, written as a key);
+      [:4487], ``taints.toleration_errors``, the rule a template's ``tolerations`` follow too),
+      at ``annotations[<key>][<i>].<field>`` (the apiserver's ``.Child``, written as a key);
    e. ``controller.kubernetes.io/pod-deletion-cost`` is an int32 written without a plus sign
       or leading zeros (``GetDeletionCostFromPodAnnotations``, [:215], Invalid).
 
 The seccomp and AppArmor annotations the same function checks are ``pod.pod_confinement``'s.
-A label or annotation value that is not a string would not decode into a pod: the controller's
-create reports it. ``template_metadata`` applies both; it returns at once for a template without
+A label or annotation value that is not a string (``version: 1``, ``enabled: true`` unquoted in
+YAML), or labels or annotations that are not a map, would not decode into a pod (``ObjectMeta``'s
+``map[string]string``): every pod create fails with 400, while the CRD's schema lets them
+through (``template`` keeps unknown fields, so nothing under it has a type), so each is Invalid
+at its own path, ``must be a string``. A ``null`` value decodes into ``""`` and is judged as
+that. ``template_metadata`` applies both; it returns at once for a template without
 labels or annotations (``ReplicaFacts.template_metadata`` is None, the usual job), and passes
 over labels all found valid in an earlier review with one set lookup.
 """
@@ -42,11 +45,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
 from torchgate.pytorchjob import names
-from torchgate.pytorchjob.fieldpath import ErrorType, FieldError, FieldPath, invalid, not_supported
+from torchgate.pytorchjob.fieldpath import ErrorType, FieldError, FieldPath, invalid
+from torchgate.pytorchjob.taints import Toleration, toleration_errors
 from torchgate.webhook.validation.facts import (
     NONE,
     OBJECT,
@@ -61,15 +64,16 @@ ANNOTATION_TOLERATIONS: Final = "scheduler.alpha.kubernetes.io/tolerations"
 ANNOTATION_DELETION_COST: Final = "controller.kubernetes.io/pod-deletion-cost"
 ANNOTATION_MIRROR_POD: Final = "kubernetes.io/config.mirror"
 ANNOTATIONS_SIZE_MAX: Final = 256 * 1024  # bytes of keys and values: TotalAnnotationSizeLimitB
-# What the controller's own annotations add to a pod at the least: the gang attempt, one digit.
-_OWN_ANNOTATIONS_SIZE: Final = len(names.ANNOTATION_GANG_ATTEMPT) + 1
+# The controller's own annotations on a pod at the least (``build_pod`` calls the same
+# function): the first gang attempt and, as every pod it creates is placed, a one-letter node.
+OWN_ANNOTATIONS: Final = names.own_pod_annotations(attempt=0, node="n")
+_OWN_ANNOTATIONS_SIZE: Final = sum(len(key) + len(value) for key, value in OWN_ANNOTATIONS.items())
 _INT32: Final = range(-(2**31), 2**31)
 _INT64: Final = range(-(2**63), 2**63)
+_NOT_A_MAP: Final = "must map keys to strings: a pod's metadata holds no other value"
+_NOT_A_STRING: Final = "must be a string (quote it): a pod's metadata holds no other value"
 _DIGITS: Final = frozenset("0123456789")
 _LEADING_DIGITS: Final = frozenset("123456789")
-TOLERATION_OPERATORS: Final = ("Equal", "Exists")
-_COMPARISON_OPERATORS: Final = ("Lt", "Gt")
-TAINT_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
 def template_metadata(job: JobFacts, replica: ReplicaFacts) -> Findings:
@@ -79,7 +83,7 @@ def template_metadata(job: JobFacts, replica: ReplicaFacts) -> Findings:
         return NONE
     labels = metadata.get("labels")
     found = NONE
-    if labels:
+    if labels is not None:
         try:  # a label value that is not hashable (a list): the rule reports or skips it
             seen = type(labels) is dict and labels.items() <= _VALID_LABELS  # no set built
         except TypeError:
@@ -95,13 +99,21 @@ def template_labels(job: JobFacts, replica: ReplicaFacts) -> Findings:
     """Each label key is a qualified name, each value a label value (rule 1)."""
     metadata = replica.template_metadata
     labels = metadata.get("labels") if metadata is not None else None
-    if not labels or not isinstance(labels, OBJECT):
+    if labels is None:
         return NONE
+    path = at(replica.path, "template", "metadata", "labels")
+    if not isinstance(labels, OBJECT):
+        return [invalid(path, labels, _NOT_A_MAP)]
     found: list[Finding] = []
     for key, value in labels.items():
-        if not isinstance(value, str) or not isinstance(key, str) or key in names.POD_LABELS:
-            continue  # not decodable (the controller's create reports it), or the controller's
-        where = at(replica.path, "template", "metadata", "labels").key(key)
+        if key in names.POD_LABELS:
+            continue  # the controller's value replaces the template's
+        where = path.key(key)
+        if value is None:
+            value = ""  # what Go decodes a null into
+        elif not isinstance(value, str):
+            found.append(invalid(where, value, _NOT_A_STRING))
+            continue
         key_errors, value_errors = names.label_key_errors(key), names.label_value_errors(value)
         found.extend(invalid(where, key, message) for message in key_errors)
         found.extend(invalid(where, value, message) for message in value_errors)
@@ -114,18 +126,23 @@ def template_annotations(job: JobFacts, replica: ReplicaFacts) -> Findings:
     """Keys, total size, the mirror, tolerations and deletion-cost annotations (rule 2)."""
     metadata = replica.template_metadata
     annotations = metadata.get("annotations") if metadata is not None else None
-    if not annotations or not isinstance(annotations, OBJECT):
+    if annotations is None:
         return NONE
     path = at(replica.path, "template", "metadata", "annotations")
+    if not isinstance(annotations, OBJECT):
+        return [invalid(path, annotations, _NOT_A_MAP)]
     found: list[Finding] = []
     size = _OWN_ANNOTATIONS_SIZE
     for key, value in annotations.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            continue
-        if key == names.ANNOTATION_GANG_ATTEMPT:
+        if key in OWN_ANNOTATIONS:
             continue  # the controller's value replaces the template's
-        size += _utf8_length(key) + _utf8_length(value)
         where = path.key(key)
+        if value is None:
+            value = ""  # what Go decodes a null into
+        elif not isinstance(value, str):
+            found.append(invalid(where, value, _NOT_A_STRING))
+            continue
+        size += _utf8_length(key) + _utf8_length(value)
         if key not in _VALID_ANNOTATION_KEYS:
             key_errors = annotation_key_errors(key)
             found.extend(invalid(where, key, message) for message in key_errors)
@@ -147,7 +164,8 @@ def template_annotations(job: JobFacts, replica: ReplicaFacts) -> Findings:
     if size > ANNOTATIONS_SIZE_MAX:
         detail = (
             f"may not have more than {ANNOTATIONS_SIZE_MAX} bytes (keys and values of every pod's "
-            f"annotations, {names.ANNOTATION_GANG_ATTEMPT} included): these have {size}"
+            f"annotations, the controller's {', '.join(OWN_ANNOTATIONS)} included): these have "
+            f"at least {size}"
         )
         found.append(FieldError(ErrorType.TOO_LONG, path, detail, ""))
     return found
@@ -177,17 +195,6 @@ def is_deletion_cost(value: str) -> bool:
     return int(value) in _INT32
 
 
-@dataclass(frozen=True, slots=True)
-class Toleration:
-    """A ``core.Toleration`` as Go's ``encoding/json`` leaves it (absent fields: zero values)."""
-
-    key: str = ""
-    operator: str = ""
-    value: str = ""
-    effect: str = ""
-    toleration_seconds: int | None = None
-
-
 def decode_tolerations(text: str) -> list[Toleration] | str:
     """What ``json.Unmarshal`` into ``[]core.Toleration`` gives: the list, or its error.
 
@@ -208,7 +215,7 @@ def decode_tolerations(text: str) -> list[Toleration] | str:
     tolerations: list[Toleration] = []
     for item in parsed:
         if item is None:
-            tolerations.append(Toleration())
+            tolerations.append(Toleration(operator=""))
             continue
         if not isinstance(item, _Members):
             return "cannot unmarshal into core.Toleration: not a JSON object"
@@ -217,7 +224,7 @@ def decode_tolerations(text: str) -> list[Toleration] | str:
             field = _TOLERATION_FIELDS.get(name.replace("\u017f", "s").lower())
             if field is None:
                 continue
-            if field == "toleration_seconds":
+            if field == "seconds":
                 if value is not None and (type(value) is not int or value not in _INT64):
                     return f"cannot unmarshal {value!r} into tolerationSeconds (int64)"
                 fields[field] = value
@@ -225,7 +232,7 @@ def decode_tolerations(text: str) -> list[Toleration] | str:
                 if not isinstance(value, str):
                     return f"cannot unmarshal {value!r} into {name} (string)"
                 fields[field] = value
-        tolerations.append(Toleration(**fields))
+        tolerations.append(Toleration(**{"operator": "", **fields}))
     return tolerations
 
 
@@ -237,55 +244,6 @@ def annotation_tolerations(value: str, path: FieldPath) -> Findings:
     found: list[Finding] = []
     for index, toleration in enumerate(decoded):
         found.extend(toleration_errors(toleration, path.index(index)))
-    return found
-
-
-def toleration_errors(toleration: Toleration, path: FieldPath) -> Findings:
-    """``ValidateTolerations`` of one toleration at ``path`` (comparison operators gated off)."""
-    found: list[Finding] = []
-    key, operator, value, effect = (
-        toleration.key,
-        toleration.operator,
-        toleration.value,
-        toleration.effect,
-    )
-    if key:
-        found.extend(invalid(at(path, "key"), key, m) for m in names.label_key_errors(key))
-    if not key and operator != "Exists":
-        found.append(
-            invalid(
-                at(path, "operator"),
-                operator,
-                'operator must be Exists when `key` is empty, which means "match all values and '
-                'all keys"',
-            )
-        )
-    if toleration.toleration_seconds is not None and effect != "NoExecute":
-        found.append(
-            invalid(
-                at(path, "effect"),
-                effect,
-                "effect must be 'NoExecute' when `tolerationSeconds` is set",
-            )
-        )
-    if operator in ("Equal", ""):
-        messages = names.label_value_errors(value)
-        if messages:
-            found.append(invalid(at(path, "operator"), value, ";".join(messages)))
-    elif operator == "Exists":
-        if value:
-            found.append(
-                invalid(
-                    at(path, "operator"), value, "value must be empty when `operator` is 'Exists'"
-                )
-            )
-    elif operator in _COMPARISON_OPERATORS:
-        supported = (*TOLERATION_OPERATORS, *_COMPARISON_OPERATORS)
-        found.append(not_supported(at(path, "operator"), operator, supported))
-    else:
-        found.append(not_supported(at(path, "operator"), operator, TOLERATION_OPERATORS))
-    if effect and effect not in TAINT_EFFECTS:
-        found.append(not_supported(at(path, "effect"), effect, TAINT_EFFECTS))
     return found
 
 
@@ -318,7 +276,7 @@ _TOLERATION_FIELDS: Final[Mapping[str, str]] = {
     "operator": "operator",
     "value": "value",
     "effect": "effect",
-    "tolerationseconds": "toleration_seconds",
+    "tolerationseconds": "seconds",
 }
 
 
