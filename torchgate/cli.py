@@ -23,9 +23,11 @@ Rules:
    command handles it itself (``top --watch`` ends with 0, the servers shut down gracefully).
 7. ``--version`` prints the installed distribution's version (:func:`product_version`), what a
    bug report and an upgrade check need first.
-8. A command of :data:`STOPPED_BY_SIGNAL` has SIGTERM and SIGINT caught from the moment it is
-   selected, before its module is imported (:mod:`torchgate.stopsignals`): one that comes while
-   it starts ends it cleanly once its loop runs, not with Python's default (exit code 143).
+8. A command of :data:`STOPPED_BY_SIGNAL` (the pods' long-running ones) has SIGTERM and SIGINT
+   caught from the moment it is selected, before its module is imported
+   (:mod:`torchgate.stopsignals`): one that comes while it starts ends it cleanly once its loop
+   runs, not with Python's default (exit code 143). Their one-shot forms (``controller stop``,
+   ``certs`` without ``--watch``) give the signals back as they start.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ PROVIDED_ELSEWHERE: Final[Mapping[str, tuple[str, str]]] = {
 }
 """name -> (the distribution that provides it, how to install that)."""
 
-STOPPED_BY_SIGNAL: Final = frozenset({"controller"})
+STOPPED_BY_SIGNAL: Final = frozenset({"controller", "webhook", "certs"})
 """Commands that stop cleanly on SIGTERM or SIGINT from their first moment (rule 8)."""
 
 EXIT_USAGE: Final = 2

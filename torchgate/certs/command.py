@@ -15,7 +15,13 @@ beside the webhook in its pod (``--watch``), so there is a single implementation
 A 409 Conflict anywhere restarts the sync from step 1, so concurrent runs (two webhook replicas
 with ``--watch``) converge on whichever write won. Re-running with valid material writes nothing.
 ``--watch`` repeats the sync every ``--interval`` seconds (sooner when a renewal falls due), which
-also restores a ``caBundle`` that someone reset, and stops cleanly on SIGTERM or SIGINT.
+also restores a ``caBundle`` that someone reset, and stops cleanly on SIGTERM or SIGINT, from the
+process's first moment (:mod:`torchgate.stopsignals`, caught by the CLI before it imports this
+module): one that comes while the modules load or a sync runs (its kubeconfig's exec credential
+plugin, an apiserver slow to answer) ends it at once with exit code 0. A sync cut short that way
+is one a crash could cut short too: the caBundle is published before the material changes, and
+the next sync starts from what is stored. Without ``--watch`` the command is one-shot and the
+signals end it as they would any command.
 
 Exit codes: 0 success (or a clean stop), 1 failure (one line on stderr), 2 usage error.
 """
@@ -28,7 +34,6 @@ import concurrent.futures
 import contextlib
 import ipaddress
 import math
-import signal
 import sys
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
@@ -36,6 +41,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from torchgate import stopsignals
 from torchgate.certs.authority import (
     DEFAULT_CA_RENEW_BEFORE,
     DEFAULT_SERVING_RENEW_BEFORE,
@@ -66,6 +72,7 @@ from torchgate.certs.store import (
 )
 from torchgate.kube.client import KubeApi
 from torchgate.pytorchjob.names import dns1035_errors, is_dns1123_label, is_dns1123_subdomain
+from torchgate.stopsignals import Stopped, unless_stopped
 
 T = TypeVar("T")
 
@@ -323,16 +330,19 @@ async def watch(
 ) -> None:
     """Sync every ``interval`` seconds (sooner when a renewal falls due) until ``stop`` is set.
 
-    Failures are reported and retried with backoff (5 s doubling up to ``interval``) instead of
-    ending the loop: the apiserver being away for a while must not stop renewals. ``force``
-    applies to the first successful sync only. ``report`` gets the first result, every change and
+    A sync in progress when ``stop`` is set is cancelled (module docstring). Failures are reported
+    and retried with backoff (5 s doubling up to ``interval``) instead of ending the loop: the
+    apiserver being away for a while must not stop renewals. ``force`` applies to the first
+    successful sync only. ``report`` gets the first result, every change and
     every failure, one line each.
     """
     failures = 0
     reported = False
     while not stop.is_set():
         try:
-            result = await sync(options)
+            result = await unless_stopped(sync(options), stop)
+        except Stopped:
+            return
         except CertsError as error:
             failures += 1
             delay = min(interval, FIRST_RETRY_SECONDS * 2 ** min(failures - 1, 16))
@@ -489,6 +499,8 @@ def options_from_arguments(args: argparse.Namespace) -> SyncOptions:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``torchgate certs``; returns 0 on success, 1 on failure, 2 on a usage error."""
+    if not args.watch:
+        stopsignals.PROCESS.release()  # a one-shot command: the signals end it as they would
     try:
         options = options_from_arguments(args)
     except UsageError as error:
@@ -499,7 +511,10 @@ def run(args: argparse.Namespace) -> int:
             interval = DEFAULT_INTERVAL_SECONDS if args.interval is None else args.interval
             if _event_loop_is_running():
                 raise CertsError("--watch needs its own event loop and the main thread")
-            asyncio.run(_watch_until_signalled(options, interval=interval))
+            stopsignals.PROCESS.run(
+                lambda stop: watch(options, interval=interval, stop=stop, report=_report)
+            )
+            _report("stopped")
             return 0
         result = _run_to_completion(lambda: sync(options))
     except CertsError as error:
@@ -530,20 +545,6 @@ def _run_to_completion(make_coroutine: Callable[[], Coroutine[Any, Any, T]]) -> 
     # asyncio.run refuses to nest; a worker thread gets a loop of its own.
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as worker:
         return worker.submit(lambda: asyncio.run(make_coroutine())).result()
-
-
-async def _watch_until_signalled(options: SyncOptions, *, interval: float) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    signals = (signal.SIGTERM, signal.SIGINT)
-    for signal_number in signals:
-        loop.add_signal_handler(signal_number, stop.set)
-    try:
-        await watch(options, interval=interval, stop=stop, report=_report)
-    finally:
-        for signal_number in signals:
-            loop.remove_signal_handler(signal_number)
-    _report("stopped")
 
 
 def _report(message: str) -> None:

@@ -34,9 +34,10 @@ from torchgate.controller import stop as stopping_command
 from torchgate.controller.job.disruption import DEFAULT_FAILURE_WINDOW_SECONDS
 from torchgate.controller.job.reconciler import Options
 from torchgate.controller.leader import LeaderElector
-from torchgate.controller.manager import ManagerOptions, Stopped, run_as_leader, unless_stopped
+from torchgate.controller.manager import ManagerOptions, run_as_leader
 from torchgate.controller.poolservice import PoolServiceOptions
 from torchgate.kube.client import KubeClient
+from torchgate.stopsignals import Stopped, unless_stopped
 
 log = logging.getLogger("torchgate.controller")
 
@@ -270,7 +271,6 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "action", None) == "stop":
         stopsignals.PROCESS.release()  # a one-shot command: the signals end it as they would
         return stopping_command.run(args)
-    stopsignals.PROCESS.catch()  # the CLI did already; this keeps run() whole without it
     jsonlog.configure(args)
     for problem in flag_problems(args):
         print(f"torchgate controller: {problem}", file=sys.stderr)
@@ -284,12 +284,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     tune_garbage_collector()
     try:
-        return asyncio.run(_main(args))
+        return stopsignals.PROCESS.run(lambda stop: _main(args, stop))
     except (OSError, ValueError) as exc:
         print(f"torchgate controller: {exc}", file=sys.stderr)
         return 1
-    finally:
-        stopsignals.PROCESS.catch()  # the loop's close gave them back to Python's defaults
 
 
 def manager_settings(args: argparse.Namespace) -> ManagerOptions:
@@ -315,8 +313,7 @@ def manager_settings(args: argparse.Namespace) -> ManagerOptions:
     )
 
 
-async def _main(args: argparse.Namespace) -> int:
-    stop = stopsignals.PROCESS.attach(asyncio.get_running_loop())
+async def _main(args: argparse.Namespace, stop: asyncio.Event) -> int:
     try:
         api = await unless_stopped(KubeClient.connect(args.kubeconfig), stop)
     except Stopped:

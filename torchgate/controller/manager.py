@@ -19,9 +19,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -69,9 +69,9 @@ from torchgate.pytorchjob import names
 from torchgate.pytorchjob.names import JobKey
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy
 from torchgate.pytorchjob.pool import GPUS
+from torchgate.stopsignals import Stopped, unless_stopped
 
 log = logging.getLogger("torchgate.controller")
-T = TypeVar("T")
 
 # How long a stopping leader lets the reconciles in flight end, may take to take its finalizer off
 # the TeamQuotas, and then to send the Events it holds (``run_as_leader``).
@@ -472,36 +472,6 @@ class Manager:
             finally:
                 self.queue.done(key)
                 self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
-
-
-class Stopped(Exception):
-    """The stop came before the awaited work ended (``unless_stopped``)."""
-
-
-async def unless_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> T:
-    """``work``'s result, unless ``stop`` is set first: then ``work`` is cancelled and awaited.
-
-    Raises ``Stopped`` then, and also when ``work`` failed by the time the stop came (a clean
-    stop, not the failure). ``work`` has ended either way when this returns or raises, so what
-    follows (giving up a Lease it may have taken) does not race it.
-    """
-    if stop.is_set():  # a signal noted before the loop ran: do not even start
-        work.close()
-        raise Stopped
-    working = asyncio.ensure_future(work)
-    stopping = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({working, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopping.cancel()
-        interrupted = not working.done()
-        if interrupted:
-            working.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await working
-    if interrupted or (stop.is_set() and working.exception() is not None):
-        raise Stopped
-    return working.result()
 
 
 async def serve_metrics(

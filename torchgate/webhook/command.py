@@ -4,7 +4,11 @@ Policy source, in order: ``--kubeconfig`` (watch the cluster's PlacementPolicies
 files without a kubeconfig (no cluster needed, files reloaded on change), the in-cluster service
 account when running in a pod, else the built-in default policy only (said loudly at startup).
 On SIGTERM/SIGINT it keeps answering for ``--shutdown-delay-seconds`` (``/readyz`` says 503),
-then stops intake and lets in-flight reviews finish. Why the delay: a deleted pod leaves its
+then stops intake and lets in-flight reviews finish. Stopped before it serves, it exits 0 at
+once: the signals are caught from the process's first moment (:mod:`torchgate.stopsignals`, by
+the CLI before it imports this module), so one that comes while the modules load, the certificate,
+policy files or kubeconfig load, or an exec credential plugin runs ends the start, and it never
+binds its port. Why the delay: a deleted pod leaves its
 Service's endpoints a moment after it is told to stop (the EndpointSlice update, then each
 node's kube-proxy), and with ``failurePolicy: Fail`` every review routed to it in that moment would
 fail a user's ``kubectl apply`` while the other replica was there to answer.
@@ -21,15 +25,15 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import sys
 from pathlib import Path
 
 from aiohttp import web
 
-from torchgate import jsonlog
+from torchgate import jsonlog, stopsignals
 from torchgate.kube.client import ConfigError, KubeClient
 from torchgate.serving import ReloadingTLS
+from torchgate.stopsignals import Stopped, unless_stopped
 from torchgate.tlslistener import TLSListener
 from torchgate.webhook.forecastclient import DEFAULT_TIMEOUT_SECONDS, ForecastClient
 from torchgate.webhook.jobsource import StoredJobs
@@ -161,52 +165,57 @@ def run(args: argparse.Namespace) -> int:
         print(f"torchgate webhook: cannot load the TLS certificate: {exc}", file=sys.stderr)
         return 1
     try:
-        asyncio.run(_serve(args, tls))
+        stopsignals.PROCESS.run(lambda stop: _serve(args, tls, stop))
     except OSError as exc:
         print(f"torchgate webhook: {exc}", file=sys.stderr)
         return 1
     return 0
 
 
-async def _serve(args: argparse.Namespace, tls: ReloadingTLS) -> None:
+async def _serve(args: argparse.Namespace, tls: ReloadingTLS, stop: asyncio.Event) -> None:
     cache = PolicyCache()
     tasks: list[asyncio.Task[None]] = []
-    api = await _policy_source(args, cache, tasks)
-    metrics = Metrics()
-    forecasts = _forecast_client(args, api, metrics)
-    if forecasts is not None:
-        tasks.append(asyncio.create_task(forecasts.watch_ca()))
-    app = create_app(
-        cache,
-        metrics=metrics,
-        max_body_bytes=args.max_body_bytes,
-        # Benchmarks only: X-Torchgate-Server-Time on every review response.
-        server_timing=os.environ.get("TORCHGATE_SERVER_TIMING") == "1",
-        forecasts=forecasts,
-        jobs=None if api is None else StoredJobs(api),
-        read_timeout=args.read_timeout_seconds,
-    )
-    runner = web.AppRunner(
-        app, handle_signals=False, access_log=None, keepalive_timeout=args.idle_timeout_seconds
-    )
-    await runner.setup()
-    site = TLSListener(
-        runner,
-        args.bind,
-        args.port,
-        ssl_context=tls.context,
-        max_connections=args.max_connections,
-        read_timeout=args.read_timeout_seconds,
-        observe=metrics.observe_connection_closed,
-    )
-    await site.start()
-    log.info("serving on https://%s:%d", args.bind, args.port)
-    tasks.append(asyncio.create_task(tls.watch(args.reload_interval)))
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
     try:
+        api = await _policy_source(args, cache, tasks, stop)
+    except Stopped:
+        log.info("stopped while loading the cluster configuration")
+        return
+    forecasts: ForecastClient | None = None
+    runner: web.AppRunner | None = None
+    try:
+        if stop.is_set():  # never served: nobody to drain for
+            log.info("stopped before serving")
+            return
+        metrics = Metrics()
+        forecasts = _forecast_client(args, api, metrics)
+        if forecasts is not None:
+            tasks.append(asyncio.create_task(forecasts.watch_ca()))
+        app = create_app(
+            cache,
+            metrics=metrics,
+            max_body_bytes=args.max_body_bytes,
+            # Benchmarks only: X-Torchgate-Server-Time on every review response.
+            server_timing=os.environ.get("TORCHGATE_SERVER_TIMING") == "1",
+            forecasts=forecasts,
+            jobs=None if api is None else StoredJobs(api),
+            read_timeout=args.read_timeout_seconds,
+        )
+        runner = web.AppRunner(
+            app, handle_signals=False, access_log=None, keepalive_timeout=args.idle_timeout_seconds
+        )
+        await runner.setup()
+        site = TLSListener(
+            runner,
+            args.bind,
+            args.port,
+            ssl_context=tls.context,
+            max_connections=args.max_connections,
+            read_timeout=args.read_timeout_seconds,
+            observe=metrics.observe_connection_closed,
+        )
+        await site.start()
+        log.info("serving on https://%s:%d", args.bind, args.port)
+        tasks.append(asyncio.create_task(tls.watch(args.reload_interval)))
         await stop.wait()
         if args.shutdown_delay_seconds > 0:
             log.info("draining: answering for %.0fs more", args.shutdown_delay_seconds)
@@ -219,7 +228,8 @@ async def _serve(args: argparse.Namespace, tls: ReloadingTLS) -> None:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await runner.cleanup()
+        if runner is not None:
+            await runner.cleanup()
         if forecasts is not None:
             await forecasts.close()
         if api is not None:
@@ -255,8 +265,12 @@ def _forecast_client(
 
 
 async def _policy_source(
-    args: argparse.Namespace, cache: PolicyCache, tasks: list[asyncio.Task[None]]
+    args: argparse.Namespace,
+    cache: PolicyCache,
+    tasks: list[asyncio.Task[None]],
+    stop: asyncio.Event,
 ) -> KubeClient | None:
+    """Where the policies come from (module docstring); ``Stopped`` when stopped connecting."""
     if args.kubeconfig is None and args.policy:
         files = FilePolicies(cache, args.policy)
         files.load()
@@ -269,7 +283,8 @@ async def _policy_source(
         cache.synced.set()
         return None
     try:
-        api = await KubeClient.connect(None if args.kubeconfig is None else str(args.kubeconfig))
+        kubeconfig = None if args.kubeconfig is None else str(args.kubeconfig)
+        api = await unless_stopped(KubeClient.connect(kubeconfig), stop)
     except ConfigError as exc:
         raise OSError(str(exc)) from None
     if args.policy:

@@ -1,4 +1,4 @@
-"""The manager's wiring: node events to job keys, discovery, a stop racing a start step."""
+"""The manager's wiring: node events to job keys, discovery."""
 
 from __future__ import annotations
 
@@ -11,13 +11,7 @@ import pytest
 
 from tests.builders.node import node
 from tests.builders.pod import pod
-from torchgate.controller.manager import (
-    GangObjectsDiscovery,
-    Manager,
-    ManagerOptions,
-    Stopped,
-    unless_stopped,
-)
+from torchgate.controller.manager import GangObjectsDiscovery, Manager, ManagerOptions
 from torchgate.controller.queue import NORMAL, URGENT
 from torchgate.kube.errors import ApiError, NotFound
 
@@ -199,54 +193,3 @@ async def test_a_reconcile_that_hangs_does_not_hold_a_stop_longer_than_its_bound
         await manager.finish_reconciles(0.1)
     for worker in manager._workers:
         worker.cancel()
-
-
-async def test_a_step_stopped_midway_has_ended_when_the_stop_is_reported() -> None:
-    stop = asyncio.Event()
-    ended: list[str] = []
-
-    async def step() -> str:
-        try:
-            await asyncio.Event().wait()  # a connect or a Lease take that does not answer
-        finally:
-            ended.append("step")
-        return "done"
-
-    racing = asyncio.create_task(unless_stopped(step(), stop))
-    await asyncio.sleep(0.01)
-    stop.set()
-
-    with pytest.raises(Stopped):
-        await racing
-    assert ended == ["step"]
-
-
-async def test_a_stop_that_came_first_starts_nothing() -> None:
-    stop = asyncio.Event()
-    stop.set()
-    started: list[str] = []
-
-    async def step() -> None:
-        started.append("step")
-
-    with pytest.raises(Stopped):
-        await unless_stopped(step(), stop)
-    assert started == []
-
-
-async def test_a_step_that_ends_gives_its_result_and_one_that_fails_while_stopping_is_a_stop() -> (
-    None
-):
-    stop = asyncio.Event()
-
-    async def answer() -> int:
-        return 7
-
-    assert await unless_stopped(answer(), stop) == 7
-
-    async def fail_as_the_stop_comes() -> None:
-        stop.set()
-        raise OSError("no configuration")
-
-    with pytest.raises(Stopped):
-        await unless_stopped(fail_as_the_stop_comes(), stop)
