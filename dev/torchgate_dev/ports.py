@@ -12,19 +12,26 @@ The rules, one function each:
 
 1. ``parse_port_range``: the kernel's range is two integers, ``first <= last``, both ports
    (1-65535); anything else is no range at all, and the Linux default stands in for it.
-2. ``harness_pool``: the pool is 20000-29999 minus the ephemeral range: above the defaults of the
-   common services (below 10000) and Kubernetes' own (10248-10259), below Kubernetes' NodePort
-   range (30000-32767, which kube-proxy may route on the node address) and Linux's default
-   ephemeral range. If fewer than ``MINIMUM_POOL`` of those remain (the range was moved down
-   over them), every unprivileged port outside the ephemeral range; if none remain (the range
-   covers them all), every unprivileged port, with the bind check alone to guard them.
-3. ``PortPicker.pick``: start at a random place in the pool (so parallel processes, each with
+2. ``parse_reserved_ports``: ``ip_local_reserved_ports`` is a comma-separated list of ports and
+   inclusive ranges (``8080,20000-20010``), each 0-65535, as the kernel writes it; empty is
+   none, and so is anything malformed (an admin's reservation we cannot read is not ours to
+   guess at). An admin reserves ports there for services that bind them later (the kernel then
+   never gives them to a connection either), so a harness server must not take one.
+3. ``harness_pool``: the pool is 20000-29999 minus the ephemeral range and the reserved ports:
+   above the defaults of the common services (below 10000) and Kubernetes' own (10248-10259),
+   below Kubernetes' NodePort range (30000-32767, which kube-proxy may route on the node
+   address) and Linux's default ephemeral range. If fewer than ``MINIMUM_POOL`` of those remain
+   (the range was moved down over them, or the admin reserved them), every unprivileged port
+   outside both; if none remain (the range covers them all), every unprivileged port that is not
+   reserved; if every one is reserved, every unprivileged port, with the bind check alone to
+   guard them.
+4. ``PortPicker.pick``: start at a random place in the pool (so parallel processes, each with
    its own picker, rarely try the same port) and walk it, skipping the ports this picker handed
    out already (each once per process) and those a bind on every IPv4 address fails on (a
    listener anywhere, a dual-stack one included, or a connection still in TIME_WAIT).
 
-``free_port`` is the one picker of the process, built on first use from the kernel's range: the
-harness, the tests and the benchmarks all take their ports from it.
+``free_port`` is the one picker of the process, built on first use from the kernel's range and
+reserved ports: the harness, the tests and the benchmarks all take their ports from it.
 """
 
 from __future__ import annotations
@@ -33,21 +40,22 @@ import errno
 import random
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 EPHEMERAL_RANGE_FILE: Final = Path("/proc/sys/net/ipv4/ip_local_port_range")
+RESERVED_PORTS_FILE: Final = Path("/proc/sys/net/ipv4/ip_local_reserved_ports")
 PREFERRED_POOL: Final = range(20000, 30000)
 UNPRIVILEGED: Final = range(1024, 65536)
 MINIMUM_POOL: Final = 1000
-"""Fewer preferred ports than this outside the ephemeral range: widen the pool (rule 2)."""
+"""Fewer preferred ports than this outside the ephemeral and reserved ports: widen (rule 3)."""
 
 
 @dataclass(frozen=True, slots=True)
 class PortRange:
-    """An inclusive range of ports, as the kernel writes it (``first last``)."""
+    """An inclusive range of ports, as the kernel writes it (``first last``, ``first-last``)."""
 
     first: int
     last: int
@@ -84,18 +92,59 @@ def ephemeral_range(path: Path = EPHEMERAL_RANGE_FILE) -> PortRange:
     return parse_port_range(text) or DEFAULT_EPHEMERAL
 
 
-def _outside(ports: range, excluded: PortRange) -> tuple[range, ...]:
-    below = range(ports.start, min(ports.stop, excluded.first))
-    above = range(max(ports.start, excluded.last + 1), ports.stop)
-    return tuple(part for part in (below, above) if part)
+def _port_number(text: str) -> int | None:
+    if not (text.isascii() and text.isdigit()) or int(text) > 65535:
+        return None
+    return int(text)
 
 
-def harness_pool(ephemeral: PortRange) -> tuple[range, ...]:
-    """Rule 2: the ports to hand out (disjoint ranges), none in ``ephemeral`` where possible."""
-    preferred = _outside(PREFERRED_POOL, ephemeral)
+def parse_reserved_ports(text: str) -> tuple[PortRange, ...]:
+    """Rule 2: ``ip_local_reserved_ports``' text as ranges; none when empty or malformed."""
+    listed = text.strip(" \t\n")
+    if not listed:
+        return ()
+    reserved: list[PortRange] = []
+    for item in listed.split(","):
+        first_text, dash, last_text = item.partition("-")
+        first = _port_number(first_text)
+        last = _port_number(last_text) if dash else first
+        if first is None or last is None or first > last:
+            return ()
+        reserved.append(PortRange(first, last))
+    return tuple(reserved)
+
+
+def reserved_ports(path: Path = RESERVED_PORTS_FILE) -> tuple[PortRange, ...]:
+    """The ports the admin reserved, or none when ``path`` does not list them."""
+    try:
+        text = path.read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError):
+        return ()
+    return parse_reserved_ports(text)
+
+
+def _without(ports: range, excluded: Iterable[PortRange]) -> tuple[range, ...]:
+    """``ports`` minus every range of ``excluded``, as ascending disjoint non-empty ranges."""
+    parts: list[range] = []
+    start = ports.start
+    for gap in sorted(excluded, key=lambda excluded_range: excluded_range.first):
+        if gap.first >= ports.stop:
+            break
+        if gap.first > start:
+            parts.append(range(start, gap.first))
+        start = max(start, gap.last + 1)
+    if start < ports.stop:
+        parts.append(range(start, ports.stop))
+    return tuple(parts)
+
+
+def harness_pool(ephemeral: PortRange, *, reserved: Sequence[PortRange] = ()) -> tuple[range, ...]:
+    """Rule 3: the ports to hand out (disjoint ranges), outside the avoided ones where possible."""
+    avoided = (ephemeral, *reserved)
+    preferred = _without(PREFERRED_POOL, avoided)
     if sum(map(len, preferred)) >= MINIMUM_POOL:
         return preferred
-    return _outside(UNPRIVILEGED, ephemeral) or (UNPRIVILEGED,)
+    return _without(UNPRIVILEGED, avoided) or _without(UNPRIVILEGED, reserved) or (UNPRIVILEGED,)
 
 
 def is_bindable(port: int) -> bool:
@@ -115,7 +164,7 @@ def is_bindable(port: int) -> bool:
 
 
 class PortPicker:
-    """Hands out ports of one pool, each at most once (rule 3). Thread-safe."""
+    """Hands out ports of one pool, each at most once (rule 4). Thread-safe."""
 
     def __init__(self, pool: Sequence[range], *, rng: random.Random | None = None) -> None:
         self._pool = tuple(pool)
@@ -163,6 +212,6 @@ def free_port() -> int:
     global _picker
     with _picker_lock:
         if _picker is None:
-            _picker = PortPicker(harness_pool(ephemeral_range()))
+            _picker = PortPicker(harness_pool(ephemeral_range(), reserved=reserved_ports()))
         picker = _picker
     return picker.pick()
