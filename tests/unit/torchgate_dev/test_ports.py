@@ -1,12 +1,15 @@
-"""The harness's ports: outside the ephemeral range, each handed out once, never a taken one."""
+"""The harness's ports: outside the ephemeral and reserved ports, held, each handed out once."""
 
 from __future__ import annotations
 
 import contextlib
+import random
 import shutil
 import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from collections.abc import Iterable, Iterator
 from itertools import chain, pairwise
 from pathlib import Path
@@ -16,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from torchgate_dev import ports
+from torchgate_dev.controlplane import processes
 from torchgate_dev.ports import (
     DEFAULT_EPHEMERAL,
     NoFreePort,
@@ -24,6 +28,7 @@ from torchgate_dev.ports import (
     ephemeral_range,
     free_port,
     harness_pool,
+    hold,
     parse_port_range,
     parse_reserved_ports,
     reserved_ports,
@@ -61,25 +66,118 @@ def held(*addresses: tuple[int, str, int, bool]) -> Iterator[None]:
         yield
 
 
+def unheld_ports(count: int) -> list[int]:
+    """Free ports no picker holds (``free_port``'s are held by the process's picker)."""
+    scratch = PortPicker(harness_pool(ephemeral_range()))
+    try:
+        return [scratch.pick() for _ in range(count)]
+    finally:
+        scratch.close()
+
+
 def test_a_port_held_by_another_socket_is_never_handed_out() -> None:
-    loopback, wildcard, bound_only, free = (free_port() for _ in range(4))
-    picker = PortPicker([range(port, port + 1) for port in (loopback, wildcard, bound_only, free)])
-    with held(
-        (socket.AF_INET, "127.0.0.1", loopback, True),
-        (socket.AF_INET6, "::", wildcard, True),  # dual-stack, as Go's ":port" listens
-        (socket.AF_INET, "127.0.0.1", bound_only, False),
-    ):
-        assert picker.pick() == free
-        with pytest.raises(NoFreePort):
-            picker.pick()
+    loopback, wildcard, bound_only, other_picker, free = unheld_ports(5)
+    holder = PortPicker([range(other_picker, other_picker + 1)])
+    holder.pick()
+    ports_ = (loopback, wildcard, bound_only, other_picker, free)
+    picker = PortPicker([range(port, port + 1) for port in ports_])
+    try:
+        with held(
+            (socket.AF_INET, "127.0.0.1", loopback, True),
+            (socket.AF_INET6, "::", wildcard, True),  # dual-stack, as Go's ":port" listens
+            (socket.AF_INET, "127.0.0.1", bound_only, False),
+        ):
+            assert picker.pick() == free
+            with pytest.raises(NoFreePort):
+                picker.pick()
+    finally:
+        picker.close()
+        holder.close()
 
 
 def test_a_picker_hands_each_port_of_its_pool_out_once_then_says_so() -> None:
-    first = free_port()
+    (first,) = unheld_ports(1)
     picker = PortPicker([range(first, first + 1)])
-    assert picker.pick() == first
-    with pytest.raises(NoFreePort):
-        picker.pick()
+    try:
+        assert picker.pick() == first
+        with pytest.raises(NoFreePort):
+            picker.pick()
+    finally:
+        picker.close()
+
+
+class FromTheStart(random.Random):
+    """Every walk starts at the pool's first port: two pickers meeting, made certain."""
+
+    def randrange(self, start: int, stop: int | None = None, step: int = 1) -> int:
+        return 0
+
+
+def answers(port: int, name: str) -> bool:
+    """Whether the server on ``port`` is the one serving ``name``."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/{name}", timeout=1) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def serve(port: int, address: str, directory: Path) -> subprocess.Popen[bytes]:
+    """A real server process (``http.server``: ``SO_REUSEADDR``, like Go's) on ``port``."""
+    argv = [sys.executable, "-m", "http.server", str(port), "--bind", address]
+    with open(directory / "log", "wb") as log:
+        return subprocess.Popen(
+            [*argv, "--directory", str(directory)], stdout=log, stderr=subprocess.STDOUT
+        )
+
+
+def wait_serving(server: subprocess.Popen[bytes], port: int, directory: Path) -> None:
+    deadline = time.monotonic() + 20
+    while not answers(port, directory.name):
+        if server.poll() is not None:
+            pytest.fail(f"the server on {port} exited: {(directory / 'log').read_text()[-300:]}")
+        assert time.monotonic() < deadline, f"nothing answers on {port}"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "::"], ids=["loopback", "dual-stack"])
+def test_two_pickers_meeting_on_a_port_both_get_their_servers_up(
+    tmp_path: Path, address: str
+) -> None:
+    # Two processes' pickers whose walks start at the same port in the same instant, before
+    # either server bound it (here two pickers of one process: the kernel tells no difference).
+    pool = [range(port, port + 1) for port in unheld_ports(2)]
+    first, second = PortPicker(pool, rng=FromTheStart()), PortPicker(pool, rng=FromTheStart())
+    with contextlib.ExitStack() as stack:
+        stack.callback(first.close)
+        stack.callback(second.close)
+        picked = {"ours": first.pick(), "theirs": second.pick()}
+        for name, port in picked.items():
+            directory = tmp_path / name
+            directory.mkdir()
+            (directory / name).write_text(name)  # which server answers
+            server = serve(port, address, directory)
+            stack.callback(processes.terminate, server, grace=5)
+            wait_serving(server, port, directory)
+
+
+def test_a_picker_holds_its_latest_ports_and_releases_them_on_close() -> None:
+    pool = [range(port, port + 1) for port in unheld_ports(3)]
+    picker = PortPicker(pool, rng=FromTheStart(), held_picks=2)
+    released, *kept = (picker.pick() for _ in range(3))
+    try:
+        assert [port for port in (released, *kept) if is_free(port)] == [released]
+    finally:
+        picker.close()
+    assert [port for port in kept if is_free(port)] == kept
+
+
+def is_free(port: int) -> bool:
+    holder = hold(port)
+    if holder is None:
+        return False
+    holder.close()
+    return True
 
 
 @pytest.mark.parametrize(
