@@ -110,8 +110,8 @@ DELETION_COSTS = [
     *("-2147483649", "1.5", "abc", " 1", "-", "-007"),
 ]
 BIG = "example.com/big"
-# What the controller adds to a pod of the first gang attempt placed on a one-letter node.
-OWN_ANNOTATIONS = names.own_pod_annotations(attempt=0, node="n")
+# What the controller adds to a pod at the longest: the largest attempt, the longest node name.
+OWN_ANNOTATIONS = names.longest_own_pod_annotations()
 
 
 def template_metadata(draw: random.Random, entries: dict[str, str]) -> dict[str, str]:

@@ -8,19 +8,25 @@ tolerations and metadata values, each template judged by the rules and sent as a
 with the annotations the controller gives a pod), on every supported Kubernetes version. The
 second shows the refusal where a user meets it: ``kubectl apply --dry-run=server`` of a
 PyTorchJob, through the apiserver (whose CRD schema does not type anything under ``template``,
-so the job reaches the webhook) and the webhook, refused with the field named.
+so the job reaches the webhook: a ``metadata`` that is not an object too) and the webhook,
+refused with the field named. The third holds the policy's tolerations to JSON's equality: under
+a policy tolerating for ``tolerationSeconds: 1``, a template's ``true`` (``== 1`` in Python, no
+int64 to the pod's decode) is refused, while a ``1.0`` reaches the webhook, and is stored, as
+``1``: the apiserver reads a custom resource's numbers as int64 or float64 and writes the float
+64 ``1`` back as ``1``.
 """
 
 from __future__ import annotations
 
 import random
+import secrets
 from collections import Counter
 from typing import Any
 
 import pytest
 
 from tests.builders.job import job
-from tests.builders.policy import parsed_policy
+from tests.builders.policy import parsed_policy, policy
 from tests.e2e.conftest import Cluster
 from tests.e2e.webhook_process import LocalWebhook
 from tests.e2e.webhook_process import webhook as webhook  # the module-scoped fixture
@@ -37,7 +43,7 @@ FIELD_VALUES: dict[str, list[Any]] = {
     "operator": ["Exists", "Equal", "Exists", "", "Lt", "In", True, None],
     "value": ["", "v", "a b", "x" * 64, None, 1],
     "effect": ["NoSchedule", "NoExecute", "PreferNoSchedule", "", "Bogus", None],
-    "tolerationSeconds": [None, 30, -5, 0, 1.5, "5", 2**63],
+    "tolerationSeconds": [None, 30, -5, 0, 1.5, "5", 2**63, True, 1.0],
     "Key": ["a b"],  # dropped: field names match case-sensitively
 }
 METADATA_VALUES: list[Any] = ["v", "", None, 1, True, 1.5, ["v"], {"a": "b"}]
@@ -114,7 +120,7 @@ def test_the_webhook_refuses_exactly_the_tolerations_and_metadata_values_pods_ar
                 "labels": labels,
                 "annotations": {
                     **annotations,
-                    **names.own_pod_annotations(attempt=0, node="n"),
+                    **names.longest_own_pod_annotations(),
                 },
             },
             "spec": {**template["spec"], "restartPolicy": "Never"},
@@ -165,3 +171,79 @@ def test_kubectl_dry_run_of_a_job_with_a_bad_toleration_or_label_value_names_the
         ("FieldValueNotSupported", f"{worker_path}.spec.tolerations[0].operator"),
         ("FieldValueInvalid", f"{worker_path}.metadata.labels[version]"),
     }
+
+
+def test_kubectl_dry_run_of_a_job_whose_template_metadata_is_not_an_object_names_it(
+    cluster: Cluster, webhook: LocalWebhook
+) -> None:
+    namespace = cluster.new_namespace("tolerations")
+    raw = job("bad-metadata", namespace).master().workers(1).build()
+    raw["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"] = "app: x"
+
+    status, body = cluster.api_request(
+        "POST",
+        f"/apis/{names.API_VERSION}/namespaces/{namespace}/pytorchjobs?dryRun=All",
+        raw,
+    )
+
+    assert status == 422, body
+    causes = {(c["reason"], c["field"]) for c in body["details"]["causes"]}
+    # The webhook's path form (the schema's would be ...Worker.template.metadata, TypeInvalid)
+    assert causes == {("FieldValueInvalid", f"{SPECS}[Worker].template.metadata")}
+
+
+def test_a_toleration_passes_as_the_policys_own_only_when_equal_as_json(
+    cluster: Cluster, webhook: LocalWebhook
+) -> None:
+    namespace = cluster.new_namespace("tolerations")
+    timed = {
+        "key": "node.kubernetes.io/unreachable",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 1,
+    }
+    name = f"e2e-timed-{secrets.token_hex(3)}"
+    status, body = cluster.api_request(
+        "POST",
+        f"/apis/{names.POLICY_API_VERSION}/{names.POLICY_PLURAL}",
+        policy(name, namespaces=[namespace], priority=1000, tolerations=[timed]),
+    )
+    assert status == 201, body
+
+    def dry_run(seconds: Any) -> tuple[int, dict[str, Any]]:
+        """The Master's toleration written with ``seconds`` (the Worker gets the policy's)."""
+        raw = job("timed", namespace).master().workers(1).build()
+        if seconds is not None:
+            template = raw["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
+            template["spec"]["tolerations"] = [{**timed, "tolerationSeconds": seconds}]
+        return cluster.api_request(
+            "POST",
+            f"/apis/{names.API_VERSION}/namespaces/{namespace}/pytorchjobs?dryRun=All",
+            raw,
+        )
+
+    def master_tolerations(body: dict[str, Any]) -> Any:
+        return body["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["tolerations"]
+
+    try:
+        cluster.wait_for(  # the webhook applies the policy: its toleration is added
+            lambda: (r := dry_run(None))[0] == 201 and timed in master_tolerations(r[1]),
+            timeout=30,
+            what="the policy's toleration added to a job of its namespace",
+        )
+
+        refused_status, refused = dry_run(True)
+        admitted_status, admitted = dry_run(1.0)
+
+        assert refused_status == 422, refused
+        assert {(c["reason"], c["field"]) for c in refused["details"]["causes"]} == {
+            ("FieldValueInvalid", f"{SPECS}[Master].template.spec.tolerations[0].tolerationSeconds")
+        }
+        assert admitted_status == 201, admitted
+        [stored] = master_tolerations(admitted)  # the policy's, as the webhook found it
+        assert stored == timed
+        assert type(stored["tolerationSeconds"]) is int
+    finally:
+        cluster.api_request(
+            "DELETE", f"/apis/{names.POLICY_API_VERSION}/{names.POLICY_PLURAL}/{name}"
+        )

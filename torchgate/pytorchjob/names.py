@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Final, Literal
 
+from torchgate.pytorchjob.digits import MAX_DIGITS
+
 GROUP: Final = "kubeflow.org"
 VERSION: Final = "v1"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
@@ -82,6 +84,18 @@ def own_pod_annotations(*, attempt: int, node: str | None) -> dict[str, str]:
     if node is not None:
         annotations[ANNOTATION_PLANNED_NODE] = node
     return annotations
+
+
+def longest_own_pod_annotations() -> dict[str, str]:
+    """``own_pod_annotations`` at their longest, which the webhook counts in the 256 KiB.
+
+    The largest gang attempt a pod can carry: the controller reads a job's attempt back from its
+    annotation as at most ``digits.MAX_DIGITS`` digits, or (older jobs) takes its restarts, read
+    so, plus one: ``10**MAX_DIGITS``. Attempts are not bounded by ``backoffLimit`` (disruptions,
+    preemptions and schedule timeouts move a job to a new attempt uncounted). The longest node
+    name: a DNS subdomain (``DNS_SUBDOMAIN_MAX`` bytes), what the apiserver takes for a Node.
+    """
+    return own_pod_annotations(attempt=10**MAX_DIGITS, node="n" * DNS_SUBDOMAIN_MAX)
 
 
 # A quarantined node: a NoSchedule taint (kube-scheduler and torchgate's placement both honour

@@ -125,6 +125,13 @@ class PlacementPolicy:
     topology: TopologySettings = field(default_factory=TopologySettings)
     quarantine: QuarantineSettings = field(default_factory=QuarantineSettings)
     progress_deadline_seconds: int | None = None
+    # Derived: no toleration of the policy has a ``tolerationSeconds``, so Python's ``==`` of a
+    # template's entries with ``tolerations`` is JSON's (``wrote``).
+    untimed_tolerations: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        untimed = all(t.get("tolerationSeconds") is None for t in self.tolerations)
+        object.__setattr__(self, "untimed_tolerations", untimed)
 
     def matches(self, namespace: str) -> bool:
         """Whether this policy applies to jobs in ``namespace`` (no list = every namespace)."""
@@ -148,9 +155,25 @@ class PlacementPolicy:
         ``taints.escapes``'s answer, unless the policy allows privilege or wrote the toleration
         itself (its ``tolerations``, which the mutating webhook copies into every template).
         """
-        if self.allow_privileged or toleration in self.tolerations:
+        if self.allow_privileged or self.wrote(toleration):
             return None
         return escapes(toleration_of(toleration))
+
+    def wrote(self, toleration: object) -> bool:
+        """Whether a template's ``toleration`` is one of this policy's own, as JSON compares them.
+
+        Python's ``==`` takes ``True`` and ``1.0`` for ``1``, JSON and the apiserver's decode
+        into a pod's int64 ``tolerationSeconds`` do not (``taints.entry_errors`` refuses both).
+        A policy's tolerations hold strings (which equal only strings) and an int
+        ``tolerationSeconds`` (the CRD's schema and ``_parse_tolerations``), so an equal entry
+        is the policy's own when its ``tolerationSeconds`` is absent or an int too.
+        """
+        if toleration not in self.tolerations:
+            return False
+        if self.untimed_tolerations or not isinstance(toleration, Mapping):
+            return True
+        seconds = toleration.get("tolerationSeconds")
+        return seconds is None or type(seconds) is int
 
     def allows_host_path(self, path: str) -> bool:
         """Whether a hostPath volume at ``path`` is under one of the allowed prefixes."""

@@ -29,7 +29,7 @@ of the pool keep those pods away. Rules (``escapes``, one function):
 job's own choice and takes nothing from the admin: torchgate judges a lost node by its
 ``Ready`` condition, not by those taints. The webhook refuses what ``escapes`` returns, at
 ``...template.spec.tolerations[i]``, unless the policy says ``allowPrivileged`` or wrote the
-toleration itself (its ``tolerations``).
+toleration itself (its ``tolerations``, compared as JSON compares them: ``PlacementPolicy.wrote``).
 
 Why the syntax of a toleration is declared here too: the apiserver refuses a pod holding a
 toleration it cannot decode or validate, so a template holding one gives a job whose pods are

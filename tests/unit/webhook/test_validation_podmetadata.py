@@ -15,6 +15,7 @@ from tests.builders.job import cpu_job, job, with_uid
 from tests.builders.policy import parsed_policy
 from tests.unit.webhook.gometadata import annotations_refusals, labels_refusals
 from tests.unit.webhook.validationcases import (
+    FORBIDDEN,
     INVALID,
     NOT_SUPPORTED,
     SPECS,
@@ -23,6 +24,7 @@ from tests.unit.webhook.validationcases import (
     check,
     pairs,
 )
+from torchgate.controller.job.model import current_attempt
 from torchgate.controller.job.pods import build_pod, replica_labels
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.policy import DEFAULT_POLICY, PlacementPolicy
@@ -45,14 +47,21 @@ MANN = f"{MMETA}.annotations"
 MLAB = f"{MMETA}.labels"
 TOL = f"{MANN}[{ANNOTATION_TOLERATIONS}]"
 COST = f"{MANN}[{ANNOTATION_DELETION_COST}]"
-# The annotations the controller gives a pod of the first gang attempt on a one-letter node.
+# The largest gang attempt the controller can give a pod: what it reads back from the largest
+# counts a job's annotations hold (more digits are not a count: it falls back).
+LARGEST_ATTEMPT = max(
+    current_attempt({key: "9" * count})
+    for key in (names.ANNOTATION_GANG_ATTEMPT, names.ANNOTATION_RESTARTS)
+    for count in range(1, 30)
+)
+# The annotations the controller gives a pod of that attempt on a node of the longest name.
 OWN_ANNOTATIONS = build_pod(
     cpu_job().build(),
     JOB,
     "Master",
     0,
-    node="n",
-    attempt=0,
+    node="n" * names.DNS_SUBDOMAIN_MAX,
+    attempt=LARGEST_ATTEMPT,
     gpus=names.DEFAULT_GPU_RESOURCE,
 )["metadata"]["annotations"]
 OWN = sum(len(key) + len(value) for key, value in OWN_ANNOTATIONS.items())
@@ -73,6 +82,13 @@ def with_metadata(*, labels: Any = ABSENT, annotations: Any = ABSENT) -> dict[st
     return raw
 
 
+def with_template_metadata(value: Any) -> dict[str, Any]:
+    """A job whose Master template's ``metadata`` is ``value`` (the Worker's has none)."""
+    raw = job().master().workers(1).build()
+    raw["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["metadata"] = value
+    return raw
+
+
 def tolerating(value: str) -> dict[str, Any]:
     return with_metadata(annotations={ANNOTATION_TOLERATIONS: value})
 
@@ -82,6 +98,17 @@ def costing(value: str) -> dict[str, Any]:
 
 
 REFUSED: list[tuple[str, dict[str, Any], Pairs]] = [
+    *(
+        (f"metadata-{name}", with_template_metadata(value), [(INVALID, MMETA)])
+        for name, value in (
+            ("a-string", "app: x"),
+            ("an-empty-string", ""),
+            ("a-list", [{"labels": {"a": "b"}}]),
+            ("an-empty-list", []),
+            ("a-number", 0),
+            ("false", False),
+        )
+    ),
     ("label-key-with-a-space", with_metadata(labels={"a b": "v"}), [(INVALID, f"{MLAB}[a b]")]),
     (
         "label-key-with-two-slashes",
@@ -116,7 +143,7 @@ REFUSED: list[tuple[str, dict[str, Any], Pairs]] = [
         [(INVALID, f"{MANN}[\u0131d]")],
     ),
     (
-        "annotations-over-256-KiB-with-the-gang-attempt",
+        "annotations-one-byte-over-256-KiB-with-the-longest-attempt-and-node",
         with_metadata(annotations={"a": "v" * (ANNOTATIONS_SIZE_MAX - OWN)}),
         [(TOO_LONG, MANN)],
     ),
@@ -141,11 +168,6 @@ REFUSED: list[tuple[str, dict[str, Any], Pairs]] = [
         "null-values-are-empty-strings-judged-as-such",
         with_metadata(labels={"a b": None}, annotations={ANNOTATION_DELETION_COST: None}),
         [(INVALID, f"{MLAB}[a b]"), (INVALID, COST)],
-    ),
-    (
-        "annotations-over-256-KiB-with-the-planned-node",
-        with_metadata(annotations={"a": "v" * (ANNOTATIONS_SIZE_MAX - OWN)}),
-        [(TOO_LONG, MANN)],
     ),
     ("tolerations-not-json", tolerating("x"), [(INVALID, TOL)]),
     ("tolerations-an-object", tolerating("{}"), [(INVALID, TOL)]),
@@ -217,6 +239,8 @@ REFUSED: list[tuple[str, dict[str, Any], Pairs]] = [
 ]
 
 ACCEPTED: list[tuple[str, dict[str, Any]]] = [
+    ("metadata-null", with_template_metadata(None)),
+    ("metadata-empty", with_template_metadata({})),
     (
         "labels-valid",
         with_metadata(labels={"app": "x", "team.example.com/name": "", "A_b.c": "a" * 63}),
@@ -234,7 +258,7 @@ ACCEPTED: list[tuple[str, dict[str, Any]]] = [
     ("annotation-key-kelvin-sign-lowers-to-k", with_metadata(annotations={"\u212aey": "x"})),
     ("annotation-key-dotted-capital-i-lowers-to-i", with_metadata(annotations={"\u0130d": "x"})),
     (
-        "annotations-at-256-KiB-with-the-gang-attempt",
+        "annotations-at-256-KiB-with-the-longest-attempt-and-node",
         with_metadata(annotations={"a": "v" * (ANNOTATIONS_SIZE_MAX - OWN - 1)}),
     ),
     *(
@@ -282,6 +306,17 @@ def test_each_replica_is_judged_at_its_own_template() -> None:
     assert pairs(validate_create(raw, DEFAULT_POLICY)) == [
         (INVALID, f"{MLAB}[a]"),
         (INVALID, f"{WMETA}.annotations[{ANNOTATION_DELETION_COST}]"),
+    ]
+
+
+def test_metadata_not_an_object_leaves_the_pod_spec_judged() -> None:
+    raw = with_template_metadata("x")
+    master = raw["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    master["nodeName"] = "n"
+
+    assert pairs(validate_create(raw, PRIVILEGED)) == [
+        (INVALID, MMETA),
+        (FORBIDDEN, f"{MMETA.removesuffix('metadata')}spec.nodeName"),
     ]
 
 

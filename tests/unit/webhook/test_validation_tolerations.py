@@ -205,6 +205,48 @@ def test_a_toleration_found_valid_before_is_judged_the_same_and_a_lookalike_is_n
     ]
 
 
+UNREACHABLE = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"}
+TIMED = {**UNREACHABLE, "tolerationSeconds": 1}
+TIMED_POLICY = parsed_policy("timed", tolerations=[GPU_TOLERATION, TIMED])
+NOT_THE_POLICYS: list[tuple[str, dict[str, Any], Pairs]] = [
+    *(
+        (
+            f"{how}-seconds-{name}",
+            tolerating(*([GPU_TOLERATION] if how == "the-policys-list" else []), seconds),
+            [(INVALID, f"{TOL}[{1 if how == 'the-policys-list' else 0}].tolerationSeconds")],
+        )
+        for how in ("the-policys-list", "an-entry")
+        for name, seconds in (
+            ("true", {**TIMED, "tolerationSeconds": True}),  # True == 1 in Python
+            ("one-point-zero", {**TIMED, "tolerationSeconds": 1.0}),  # 1.0 == 1 in Python
+        )
+    ),
+    (
+        "true-beside-the-policys-own",
+        tolerating(TIMED, {**TIMED, "tolerationSeconds": True}, GPU_TOLERATION),
+        [(INVALID, f"{TOL}[1].tolerationSeconds")],
+    ),
+]
+THE_POLICYS: list[tuple[str, dict[str, Any]]] = [
+    ("the-policys-list", tolerating(GPU_TOLERATION, TIMED)),
+    ("an-entry", tolerating(TIMED)),
+    ("the-policys-list-twice", tolerating(GPU_TOLERATION, TIMED, TIMED)),
+    ("untimed-beside-it", tolerating(UNREACHABLE, TIMED)),
+]
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [pytest.param(raw, expected, id=name) for name, raw, expected in NOT_THE_POLICYS]
+    + [pytest.param(raw, [], id=name) for name, raw in THE_POLICYS],
+)
+def test_a_toleration_passes_as_the_policys_own_only_when_equal_as_json(
+    raw: dict[str, Any], expected: Pairs
+) -> None:
+    """``tolerationSeconds: true`` or ``1.0`` is not the policy's ``1``: no pod decodes it."""
+    check(raw, TIMED_POLICY, expected)
+
+
 def test_each_replica_is_judged_at_its_own_template() -> None:
     raw = gpu_job().build()
     raw["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["tolerations"] = [

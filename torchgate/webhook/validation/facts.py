@@ -158,7 +158,7 @@ class ReplicaFacts:
         containers: tuple[ContainerFacts, ...],
         init_containers: tuple[ContainerFacts, ...],
         profile_annotations: tuple[tuple[str, object], ...],
-        template_metadata: Mapping[str, Any] | None,
+        template_metadata: object,
         like: ReplicaFacts | None,
     ) -> None:
         self.key: Final = key
@@ -187,7 +187,7 @@ class ReplicaFacts:
         # ``policy.PROFILE_ANNOTATION_PREFIXES``, as (key, value): usually none.
         self.profile_annotations: Final = profile_annotations
         # The template's ``metadata`` when it has labels or annotations (which the controller
-        # copies into every pod), else None: usually None.
+        # copies into every pod) or is not an object (null is none), else None: usually None.
         self.template_metadata: Final = template_metadata
         # The earlier replica whose pod spec equals this one's: then every fact read from the
         # pod spec is that one's, its container paths too, and ``read_in_full`` reads this
@@ -203,7 +203,7 @@ class ReplicaFacts:
         pods: int | None,
         template_readable: bool,
         profile_annotations: tuple[tuple[str, object], ...],
-        template_metadata: Mapping[str, Any] | None,
+        template_metadata: object,
     ) -> ReplicaFacts:
         """Another replica whose pod spec equals this one's: its pod-spec facts are these."""
         return ReplicaFacts(
@@ -466,7 +466,7 @@ def _read_replica(
     readable = True
     pod_spec: Mapping[str, Any] = {}
     profile_annotations: tuple[tuple[str, object], ...] = ()
-    template_metadata: Mapping[str, Any] | None = None
+    template_metadata: object = None
     if spec is not None:
         replicas = spec.get("replicas")
         count = 1 if replicas is None else non_negative_int(replicas)
@@ -477,8 +477,10 @@ def _read_replica(
             if readable and found is not None:
                 pod_spec = found
             metadata = template.get("metadata")
-            if metadata and isinstance(metadata, OBJECT):
-                if "annotations" in metadata:
+            if metadata is not None:
+                if not isinstance(metadata, OBJECT):
+                    template_metadata = metadata  # ``podmetadata`` refuses it
+                elif "annotations" in metadata:
                     profile_annotations = _profile_annotations(metadata["annotations"])
                     template_metadata = metadata
                 elif "labels" in metadata:

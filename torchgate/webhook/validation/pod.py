@@ -257,11 +257,17 @@ def tolerations(job: JobFacts, replica: ReplicaFacts) -> Findings:
     The syntax is ``taints.entry_errors``' under every policy (a pod holding a toleration the
     apiserver refuses is never created); the escapes are refused unless the policy allows
     privilege. The policy's own tolerations, which the mutating webhook copies in, pass whole:
-    parsing the policy refused any the apiserver would (``policy._parse_tolerations``).
+    parsing the policy refused any the apiserver would (``policy._parse_tolerations``). Own as
+    JSON compares them (``PlacementPolicy.wrote``): ``tolerationSeconds: true`` equals the
+    policy's ``1`` in Python, not in a pod, and is judged as the template's.
     """
     entries = replica.pod_spec.get("tolerations")
     policy = job.policy
-    if entries is None or (type(entries) is list and tuple(entries) == policy.tolerations):
+    if entries is None or (
+        type(entries) is list
+        and tuple(entries) == policy.tolerations
+        and policy.untimed_tolerations  # else ``==`` is not JSON's: each entry asks ``wrote``
+    ):
         return NONE  # the usual list: the policy's own, valid and allowed
     if not isinstance(entries, list):
         path = at(replica.pod_path, "tolerations")
@@ -270,7 +276,7 @@ def tolerations(job: JobFacts, replica: ReplicaFacts) -> Findings:
     for index, entry in enumerate(entries):
         if _seen_harmless(entry):
             continue
-        if entry not in policy.tolerations:
+        if not policy.wrote(entry):
             errors = entry_errors(entry, at(replica.pod_path, "tolerations", index))
             if errors:
                 found.extend(errors)

@@ -9,6 +9,12 @@ policy, with the apiserver's error type; a reading of k8s.io/kubernetes v1.37.2 
 alike; line numbers of ``pkg/apis/core/validation/validation.go`` in brackets) and
 k8s.io/apimachinery v0.37.2 (``metav1.ObjectMeta`` checks):
 
+0. ``template_metadata``: the template's ``metadata`` is an object or ``null``. Anything else
+   is no ``ObjectMeta``: a Go reader of the job (the training-operator when ``managedBy``
+   names it, Kueue's PyTorchJob integration) cannot decode the job, and torchgate's controller
+   would create the pods without the labels and annotations meant for them; the CRD's schema
+   lets it through (``template`` keeps unknown fields, nothing under it has a type). Invalid
+   at ``...template.metadata``.
 1. ``template_labels``: each label key is a qualified name and each value a label value
    (``metav1validation.ValidateLabels``, Invalid; ``names.label_key_errors``,
    ``names.label_value_errors``). The apiserver reports at ``metadata.labels``; the webhook at
@@ -18,8 +24,9 @@ k8s.io/apimachinery v0.37.2 (``metav1.ObjectMeta`` checks):
       the apiserver reports at ``metadata.annotations``, the webhook at ``annotations[<key>]``);
    b. keys and values total at most 256 KiB on the pod, the controller's annotations included
       (``names.own_pod_annotations``: the gang attempt and the planned node, counted at their
-      least, a one-digit attempt and a one-letter node; ``ValidateAnnotationsSize``, TooLong at
-      ``annotations``);
+      longest, ``names.longest_own_pod_annotations``: the largest attempt the controller writes
+      and a node name of 253 bytes, as a pod may get either; ``ValidateAnnotationsSize``, TooLong
+      at ``annotations``);
    c. ``kubernetes.io/config.mirror`` needs the pod's ``spec.nodeName``, which the controller
       never sets (``ValidatePodSpecificAnnotations`` [:205], Invalid);
    d. ``scheduler.alpha.kubernetes.io/tolerations``, when not empty, is what Go's
@@ -32,13 +39,14 @@ k8s.io/apimachinery v0.37.2 (``metav1.ObjectMeta`` checks):
 
 The seccomp and AppArmor annotations the same function checks are ``pod.pod_confinement``'s.
 A label or annotation value that is not a string (``version: 1``, ``enabled: true`` unquoted in
-YAML), or labels or annotations that are not a map, would not decode into a pod (``ObjectMeta``'s
-``map[string]string``): every pod create fails with 400, while the CRD's schema lets them
-through (``template`` keeps unknown fields, so nothing under it has a type), so each is Invalid
-at its own path, ``must be a string``. A ``null`` value decodes into ``""`` and is judged as
-that. ``template_metadata`` applies both; it returns at once for a template without
-labels or annotations (``ReplicaFacts.template_metadata`` is None, the usual job), and passes
-over labels all found valid in an earlier review with one set lookup.
+YAML) would not decode into a pod (``ObjectMeta``'s ``map[string]string``): the controller
+copies it, and every pod create fails with 400, while the CRD's schema lets it through, so each
+is Invalid at its own path, ``must be a string``. Labels or annotations that are not a map are
+Invalid at ``labels`` or ``annotations``, as rule 0 (the controller would drop them). A ``null``
+value decodes into ``""`` and is judged as that. ``template_metadata`` applies rules 1 and 2
+after rule 0; it returns at once for a template without labels or annotations
+(``ReplicaFacts.template_metadata`` is None, the usual job), and passes over labels all found
+valid in an earlier review with one set lookup.
 """
 
 from __future__ import annotations
@@ -64,12 +72,16 @@ ANNOTATION_TOLERATIONS: Final = "scheduler.alpha.kubernetes.io/tolerations"
 ANNOTATION_DELETION_COST: Final = "controller.kubernetes.io/pod-deletion-cost"
 ANNOTATION_MIRROR_POD: Final = "kubernetes.io/config.mirror"
 ANNOTATIONS_SIZE_MAX: Final = 256 * 1024  # bytes of keys and values: TotalAnnotationSizeLimitB
-# The controller's own annotations on a pod at the least (``build_pod`` calls the same
-# function): the first gang attempt and, as every pod it creates is placed, a one-letter node.
-OWN_ANNOTATIONS: Final = names.own_pod_annotations(attempt=0, node="n")
+# The controller's own annotations on a pod at their longest (``build_pod`` calls the same
+# function): the largest gang attempt on a node of the longest name, so that a template admitted
+# fits every pod, whatever its node and attempt.
+OWN_ANNOTATIONS: Final = names.longest_own_pod_annotations()
 _OWN_ANNOTATIONS_SIZE: Final = sum(len(key) + len(value) for key, value in OWN_ANNOTATIONS.items())
 _INT32: Final = range(-(2**31), 2**31)
 _INT64: Final = range(-(2**63), 2**63)
+_NOT_AN_OBJECT: Final = (
+    "must be an object (a pod's ObjectMeta: labels, annotations): no PodTemplateSpec decodes it"
+)
 _NOT_A_MAP: Final = "must map keys to strings: a pod's metadata holds no other value"
 _NOT_A_STRING: Final = "must be a string (quote it): a pod's metadata holds no other value"
 _DIGITS: Final = frozenset("0123456789")
@@ -77,10 +89,13 @@ _LEADING_DIGITS: Final = frozenset("123456789")
 
 
 def template_metadata(job: JobFacts, replica: ReplicaFacts) -> Findings:
-    """Rules 1 and 2: nothing to do without labels and annotations, or labels seen valid."""
+    """Rules 0 to 2: nothing to do without labels and annotations, or labels seen valid."""
     metadata = replica.template_metadata
     if metadata is None:
         return NONE
+    if not isinstance(metadata, OBJECT):
+        path = at(replica.path, "template", "metadata")
+        return [invalid(path, metadata, _NOT_AN_OBJECT)]
     labels = metadata.get("labels")
     found = NONE
     if labels is not None:
@@ -98,7 +113,7 @@ def template_metadata(job: JobFacts, replica: ReplicaFacts) -> Findings:
 def template_labels(job: JobFacts, replica: ReplicaFacts) -> Findings:
     """Each label key is a qualified name, each value a label value (rule 1)."""
     metadata = replica.template_metadata
-    labels = metadata.get("labels") if metadata is not None else None
+    labels = metadata.get("labels") if isinstance(metadata, OBJECT) else None
     if labels is None:
         return NONE
     path = at(replica.path, "template", "metadata", "labels")
@@ -125,7 +140,7 @@ def template_labels(job: JobFacts, replica: ReplicaFacts) -> Findings:
 def template_annotations(job: JobFacts, replica: ReplicaFacts) -> Findings:
     """Keys, total size, the mirror, tolerations and deletion-cost annotations (rule 2)."""
     metadata = replica.template_metadata
-    annotations = metadata.get("annotations") if metadata is not None else None
+    annotations = metadata.get("annotations") if isinstance(metadata, OBJECT) else None
     if annotations is None:
         return NONE
     path = at(replica.path, "template", "metadata", "annotations")
@@ -164,8 +179,8 @@ def template_annotations(job: JobFacts, replica: ReplicaFacts) -> Findings:
     if size > ANNOTATIONS_SIZE_MAX:
         detail = (
             f"may not have more than {ANNOTATIONS_SIZE_MAX} bytes (keys and values of every pod's "
-            f"annotations, the controller's {', '.join(OWN_ANNOTATIONS)} included): these have "
-            f"at least {size}"
+            f"annotations, the controller's {', '.join(OWN_ANNOTATIONS)} included, at "
+            f"their longest): these have up to {size}"
         )
         found.append(FieldError(ErrorType.TOO_LONG, path, detail, ""))
     return found
