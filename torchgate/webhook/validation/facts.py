@@ -668,6 +668,18 @@ def _effective_job_name(metadata: object) -> str | None:
 # ------------------------------------------------------------------ shared helpers
 
 
+def remember_valid(kept: set[Any], item: Any, *, most: int) -> None:
+    """Add ``item`` to ``kept``, a set of items rules found valid, kept across reviews.
+
+    Rules keep what they found valid (a label, an annotation key, a toleration) because jobs
+    mostly carry the same few, and one C-level set lookup costs far less than checking again.
+    Bounded: the set is emptied when it holds ``most``.
+    """
+    if len(kept) >= most:
+        kept.clear()
+    kept.add(item)
+
+
 def non_negative_int(value: object) -> int | None:
     """A non-negative JSON integer, else None."""
     if type(value) is int:  # the usual case, without the call

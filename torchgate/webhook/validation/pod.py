@@ -71,6 +71,7 @@ from torchgate.webhook.validation.facts import (
     at,
     placeholder_hint,
     quote,
+    remember_valid,
 )
 
 
@@ -309,7 +310,7 @@ def tolerations(job: JobFacts, replica: ReplicaFacts) -> Findings:
 # across reviews as their items: a job's own (a dedicated pool's taint) recur from job to job,
 # and one C-level set lookup costs a fraction of the checks. Only entries of strings are kept:
 # 1 == 1.0 == True, while a string equals only the same string, so a hit is the same
-# toleration. Bounded: emptied when full.
+# toleration (``facts.remember_valid``).
 _HARMLESS_TOLERATIONS: Final[set[tuple[tuple[str, Any], ...]]] = set()
 _HARMLESS_KEPT: Final = 1024
 
@@ -324,11 +325,8 @@ def _seen_harmless(entry: object) -> bool:
 
 
 def _remember_harmless(entry: Mapping[str, Any]) -> None:
-    if type(entry) is not dict or not all(type(value) is str for value in entry.values()):
-        return
-    if len(_HARMLESS_TOLERATIONS) >= _HARMLESS_KEPT:
-        _HARMLESS_TOLERATIONS.clear()
-    _HARMLESS_TOLERATIONS.add(tuple(entry.items()))
+    if type(entry) is dict and all(type(value) is str for value in entry.values()):
+        remember_valid(_HARMLESS_TOLERATIONS, tuple(entry.items()), most=_HARMLESS_KEPT)
 
 
 def node_name(job: JobFacts, replica: ReplicaFacts) -> Findings:

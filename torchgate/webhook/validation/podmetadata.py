@@ -66,6 +66,7 @@ from torchgate.webhook.validation.facts import (
     JobFacts,
     ReplicaFacts,
     at,
+    remember_valid,
 )
 
 ANNOTATION_TOLERATIONS: Final = "scheduler.alpha.kubernetes.io/tolerations"
@@ -133,7 +134,7 @@ def template_labels(job: JobFacts, replica: ReplicaFacts) -> Findings:
         found.extend(invalid(where, key, message) for message in key_errors)
         found.extend(invalid(where, value, message) for message in value_errors)
         if not key_errors and not value_errors:
-            _remember(_VALID_LABELS, (key, value))
+            remember_valid(_VALID_LABELS, (key, value), most=_VALID_KEPT)
     return found
 
 
@@ -162,7 +163,7 @@ def template_annotations(job: JobFacts, replica: ReplicaFacts) -> Findings:
             key_errors = annotation_key_errors(key)
             found.extend(invalid(where, key, message) for message in key_errors)
             if not key_errors:
-                _remember(_VALID_ANNOTATION_KEYS, key)
+                remember_valid(_VALID_ANNOTATION_KEYS, key, most=_VALID_KEPT)
         if key == ANNOTATION_MIRROR_POD:
             found.append(
                 invalid(
@@ -264,16 +265,10 @@ def annotation_tolerations(value: str, path: FieldPath) -> Findings:
 
 # Labels (key, value) and annotation keys found valid, kept across reviews: jobs mostly carry
 # the same few (``app: x`` on every template), and one C-level set lookup per template costs far
-# less than the checks' regular expressions. Bounded: a set is emptied when full.
+# less than the checks' regular expressions (``facts.remember_valid``).
 _VALID_LABELS: Final[set[tuple[str, str]]] = set()
 _VALID_ANNOTATION_KEYS: Final[set[str]] = set()
 _VALID_KEPT: Final = 4096
-
-
-def _remember(valid: set[Any], item: Any) -> None:
-    if len(valid) >= _VALID_KEPT:
-        valid.clear()
-    valid.add(item)
 
 
 class _Members(tuple[tuple[str, Any], ...]):
