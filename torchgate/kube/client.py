@@ -17,7 +17,9 @@ Rules:
   files merged as kubectl does), else ``~/.kube/config``; a configuration that cannot be used is
   one :class:`ConfigError` line that never quotes the file (it may hold tokens or keys).
 - Every HTTP failure is an :class:`~torchgate.kube.errors.ApiError` subclass; a call that gets no
-  answer is ``ServerError`` with status 0. Response bodies are never logged (a Secret's are keys).
+  answer is ``ServerError`` with status 0, one whose answer is not JSON ``ServerError`` with
+  reason ``NotJSON`` (a web page where the apiserver or the pool service was expected). Response
+  bodies are never logged (a Secret's are keys).
 - A watch yields ``{"type", "object"}`` events until the server ends the stream and turns an
   ``ERROR`` event into the typed error of its Status (410: ``Gone``).
 """
@@ -36,7 +38,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from torchgate.kube.errors import decode_error, status_error, unreachable
+from torchgate.kube.errors import decode_error, not_json, status_error, unreachable
 
 JSON = "application/json"
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -218,9 +220,13 @@ class KubeClient:
             response.release()
         if warnings is not None:
             warnings.extend(warning_text(value) for value in response.headers.getall("Warning", ()))
-        if 200 <= response.status < 300:
+        if not 200 <= response.status < 300:
+            raise decode_error(response.status, data, method, path)
+        try:
             return orjson.loads(data) if data else None
-        raise decode_error(response.status, data, method, path)
+        except orjson.JSONDecodeError:
+            content_type = response.headers.get("Content-Type", "")
+            raise not_json(response.status, content_type, data, method, path) from None
 
     async def probe(self, path: str, *, seconds: float = 2.0) -> int:
         """The HTTP status of a GET of ``path`` (``/readyz``, ``/healthz``); 0 when unreachable."""
@@ -242,7 +248,11 @@ class KubeClient:
             async for line in response.content:
                 if not line.strip():
                     continue
-                event = orjson.loads(line)
+                try:
+                    event = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    content_type = response.headers.get("Content-Type", "")
+                    raise not_json(response.status, content_type, line, "WATCH", path) from None
                 if event.get("type") == "ERROR":
                     status = event.get("object") or {}
                     raise status_error(

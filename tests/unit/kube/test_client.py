@@ -26,8 +26,8 @@ from torchgate.kube.client import (
     proxy_from_environment,
     warning_text,
 )
-from torchgate.kube.errors import AlreadyExists, Gone, NotFound
-from torchgate.kube.resources import PODS
+from torchgate.kube.errors import AlreadyExists, Gone, NotFound, ServerError
+from torchgate.kube.resources import EVENTS, PODS
 
 TOKEN = "s3cret-token"
 
@@ -43,7 +43,13 @@ class FakeApiserver:
         app = web.Application()
         app.router.add_route("*", "/api/v1/namespaces/{ns}/pods", self.pods)
         app.router.add_route("*", "/api/v1/namespaces/{ns}/pods/{name}", self.pod)
+        app.router.add_route("GET", "/api/v1/namespaces/{ns}/events", self.web_page)
         return app
+
+    async def web_page(self, request: web.Request) -> web.StreamResponse:
+        """What a web server, not an apiserver, answers: a page with status 200."""
+        return web.Response(text="<html><body>Welcome to nginx!</body></html>\n",
+                            content_type="text/html")  # fmt: skip
 
     async def _record(self, request: web.Request) -> Any:
         body = await request.json() if request.can_read_body else None
@@ -166,6 +172,26 @@ async def test_http_failures_become_typed_errors(apiserver: tuple[FakeApiserver,
     assert (exists.value.status, exists.value.reason) == (409, "AlreadyExists")
     assert (missing.value.status, missing.value.reason) == (404, "NotFound")
     assert 'pods "ghost" not found' in str(missing.value)
+
+
+async def test_an_answer_that_is_not_json_is_a_typed_error_naming_its_type_not_its_text(
+    apiserver: tuple[FakeApiserver, Path],
+) -> None:
+    _, kubeconfig = apiserver
+    client = await KubeClient.connect(str(kubeconfig))
+    try:
+        with pytest.raises(ServerError) as listed:
+            await client.request("GET", EVENTS.path("ns"))
+        with pytest.raises(ServerError) as watched:
+            async for _ in client.watch(EVENTS.path("ns"), {}):
+                pass
+    finally:
+        await client.close()
+
+    for error in (listed.value, watched.value):
+        assert (error.status, error.reason) == (200, "NotJSON")
+        assert "text/html" in error.message
+        assert "nginx" not in error.message
 
 
 async def test_watch_yields_events_and_turns_an_expired_version_into_gone(
