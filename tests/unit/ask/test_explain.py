@@ -84,8 +84,22 @@ def test_a_job_that_does_not_exist_exits_1_naming_it(
         (["team-vision/more", "-n", "team-speech"], "-n team-speech contradicts"),
         (["a/b/c"], "JOB is a name or NAMESPACE/NAME, not 'a/b/c'"),
         (["team-vision/"], "JOB is a name or NAMESPACE/NAME, not 'team-vision/'"),
+        (["."], "JOB .: '.' is not a resource name"),
+        (["team-vision/.."], "JOB team-vision/..: '..' is not a resource name"),
+        (["More", "-n", "team-vision"], "JOB More: 'More' is not a resource name"),
+        (["Team-Vision/more"], "JOB Team-Vision/more: 'Team-Vision' is not a namespace name"),
+        (["./more"], "JOB ./more: '.' is not a namespace name"),
     ],
-    ids=["namespace-contradicts-n", "two-slashes", "no-name"],
+    ids=[
+        "namespace-contradicts-n",
+        "two-slashes",
+        "no-name",
+        "dot-the-list-of-jobs",
+        "dot-dot-the-namespace",
+        "capital-letter",
+        "namespace-capital-letters",
+        "namespace-dot",
+    ],
 )
 def test_a_job_that_cannot_name_one_is_a_usage_error_asking_nothing(
     apiserver: Apiserver, capsys: pytest.CaptureFixture[str], arguments: list[str], said: str
@@ -94,6 +108,24 @@ def test_a_job_that_cannot_name_one_is_a_usage_error_asking_nothing(
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"torchgate explain: {said}")
     assert apiserver.asked == []
+
+
+def test_an_n_that_can_name_no_namespace_is_a_usage_error_asking_nothing(
+    apiserver: Apiserver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["explain", "more", "-n", "Team_Vision"])
+
+    assert exit_info.value.code == 2
+    assert "argument -n/--namespace" in capsys.readouterr().err.splitlines()[-1]
+    assert apiserver.asked == []
+
+
+def test_an_empty_n_is_the_contexts_namespace(
+    apiserver: Apiserver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["explain", "more", "-n", ""]) == 1
+    assert apiserver.asked == [JOBS.format("default", "more")]
 
 
 def test_a_cluster_that_does_not_answer_is_one_line_saying_so(
