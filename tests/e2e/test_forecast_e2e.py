@@ -33,6 +33,7 @@ from tests.e2e.controller_process import (
     live_pods,
 )
 from tests.e2e.node_outages import set_not_ready
+from tests.e2e.rbac import token_kubeconfig
 from tests.e2e.test_pool_sharing import QUOTA_CRD, Pool, queued_reason, running, wait_running
 from tests.e2e.webhook_process import LocalWebhook
 from torchgate_dev.apiserver import wait_for_admission
@@ -452,6 +453,41 @@ def test_explain_names_the_pods_of_an_admitted_job_that_have_not_started_and_why
         f"admitted; not started: typo-master-0 on {node}: {pulling}; "
         f"typo-worker-0 on {node}: {pulling}"
     )
+
+
+def test_a_user_who_may_only_read_jobs_gets_one_explained_and_told_what_was_left_out(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    pool.nodes(1)
+    namespace = cluster.new_namespace("reader")
+    cluster.apply(yaml.safe_load(manifest(pool, namespace, "solo", pods=1, gpus=8)))
+    wait_running(cluster, namespace, "solo", 1)
+    cluster.kubectl("create", "serviceaccount", "reader", "-n", namespace)
+    cluster.kubectl(
+        "create", "role", "jobs-reader", "-n", namespace,
+        "--verb=get", "--resource=pytorchjobs.kubeflow.org",
+    )  # fmt: skip
+    cluster.kubectl(
+        "create", "rolebinding", "jobs-reader", "-n", namespace, "--role=jobs-reader",
+        f"--serviceaccount={namespace}:reader",
+    )  # fmt: skip
+    kubeconfig = token_kubeconfig(cluster, namespace, "reader")
+    may_read = ("--kubeconfig", str(kubeconfig), "get", "pytorchjob", "solo", "-n", namespace)
+    cluster.wait_for(lambda: cluster.kubectl(*may_read), what="the reader's RBAC in effect")
+
+    result = subprocess.run(
+        [sys.executable, "-m", "torchgate", "explain", f"{namespace}/solo", "-o", "json"],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**stack.env(cluster), "KUBECONFIG": str(kubeconfig)},
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stderr
+    told = json.loads(result.stdout)
+    assert is_true(get_job(cluster, namespace, "solo"), "Running")
+    assert told["state"] == "Running"
+    assert sorted(told["unread"]) == ["events", "pods"]
+    for kind in ("pods", "events"):
+        assert f'cannot list resource "{kind}"' in told["unread"][kind]
 
 
 # ------------------------------------------------------------------ the forecast at admission

@@ -3,8 +3,9 @@
 Reads the job, its pods and its Events with the user's own credentials, asks the controller's
 pool service for its live outlook (``channel``), and prints ``explanation.render`` (``-o json``:
 ``Explanation.to_json``). When the controller does not answer, the job's own status says what it
-last wrote, and the output says the live view is missing. Exit codes: 0 explained, 1 no such job,
-2 a usage error or the cluster cannot be reached or read.
+last wrote, and the output says the live view is missing; pods or Events the user may not list
+are left out, and the output says which and why (the apiserver's words name the permission).
+Exit codes: 0 explained, 1 no such job, 2 a usage error or the cluster cannot be reached or read.
 
 ``JOB`` is a name, or ``NAMESPACE/NAME`` as ``top``, ``simulate`` and ``explain`` itself print a
 job, so a job can be pasted from their output; ``-n`` that names another namespace, and a name or
@@ -32,7 +33,7 @@ from torchgate.ask.channel import (
 )
 from torchgate.ask.explanation import Explanation, explain, render
 from torchgate.kube.client import ConfigError, KubeClient, current_namespace
-from torchgate.kube.errors import ApiError, NotFound
+from torchgate.kube.errors import ApiError, Forbidden, NotFound
 from torchgate.kube.manifestfiles import namespace_flag
 from torchgate.kube.resources import EVENTS, PODS, PYTORCHJOBS
 from torchgate.pytorchjob import names
@@ -138,15 +139,19 @@ async def gather(api: KubeClient, channel: PoolChannel, job: Mapping[str, Any]) 
         except MalformedAnswer as exc:
             return None, f"the controller's answer was malformed: {exc}"
 
-    pods, events, (seen, unanswered) = await asyncio.gather(
-        api.request("GET", PODS.path(namespace), query={"labelSelector": selector}),
-        api.request("GET", EVENTS.path(namespace), query={"fieldSelector": fields}),
+    async def items(path: str, query: dict[str, str]) -> tuple[list[Any], str | None]:
+        try:
+            found = await api.request("GET", path, query=query)
+        except Forbidden as exc:  # explained without them (explanation rule 6)
+            return [], exc.message
+        return list((found or {}).get("items") or []), None
+
+    (pods, no_pods), (events, no_events), (seen, unanswered) = await asyncio.gather(
+        items(PODS.path(namespace), {"labelSelector": selector}),
+        items(EVENTS.path(namespace), {"fieldSelector": fields}),
         outlook(),
     )
+    unread = {what: why for what, why in (("pods", no_pods), ("events", no_events)) if why}
     return explain(
-        job,
-        outlook=seen,
-        pods=list((pods or {}).get("items") or []),
-        events=list((events or {}).get("items") or []),
-        unanswered=unanswered,
+        job, outlook=seen, pods=pods, events=events, unanswered=unanswered, unread=unread
     )

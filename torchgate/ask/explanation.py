@@ -42,6 +42,10 @@ Rules (each one function):
    and why, as the kubelet says it: its first waiting container's reason and message, init
    containers first (``ImagePullBackOff (Back-off pulling image "x")``, ``ContainerCreating``),
    or that no node has taken it yet; at most ``MAX_NOT_STARTED`` are named.
+6. What the user may not read is left out, not fatal: reading the job is all ``explain`` asks
+   (the README's promise); its pods or Events that RBAC forbids listing are explained without
+   (``unread``: ``pods`` or ``events`` -> the apiserver's refusal, which names the missing
+   permission), on a line of their own and in ``-o json``'s ``unread``.
 """
 
 from __future__ import annotations
@@ -129,6 +133,7 @@ class Explanation:
     unanswered: str | None = None
     written_place: str | None = None  # the place as last written to its status (no live view)
     runs: bool = True  # whether torchgate runs it (``_runs``); its message says who does if not
+    unread: Mapping[str, str] = field(default_factory=dict)  # pods/events -> why not (rule 6)
 
     def to_json(self) -> dict[str, Any]:
         """The ``-o json`` form (``state``, ``reason``, ``position``, ``message``, ``nodes``...)."""
@@ -155,6 +160,7 @@ class Explanation:
             "live": self.live,
             "controller": self.unanswered or "answered",
             "runs": self.runs,
+            "unread": dict(self.unread),
         }
 
 
@@ -227,6 +233,7 @@ def explain(
     pods: Sequence[Mapping[str, Any]] = (),
     events: Sequence[Mapping[str, Any]] = (),
     unanswered: str | None = None,
+    unread: Mapping[str, str] | None = None,
 ) -> Explanation:
     """Combine the job, its pods and Events and the controller's outlook (rule 2)."""
     metadata = _metadata(job)
@@ -239,6 +246,7 @@ def explain(
         "counted_restarts": counted_restarts(job),
         "live": outlook is not None,
         "unanswered": unanswered,
+        "unread": dict(unread or {}),
         "domains": outlook.domains if outlook is not None else (),
         "runs": runs,
     }
@@ -491,6 +499,8 @@ def render(explanation: Explanation, now: datetime) -> list[str]:
         )
         for restart in e.restarts[-5:]:
             lines.append(f"    {restart.at} {restart.cause}: {restart.message}")
+    for what, why in e.unread.items():
+        lines.append(f"  (without its {what}: {why})")
     if e.unanswered:
         lines.append(f"  (live view unavailable: {e.unanswered})")
     return lines
