@@ -15,7 +15,8 @@ call; a fifth of the controller's CPU while it creates a wave of pods). The prox
 Rules:
 - Without a kubeconfig the in-cluster service account is used, else ``$KUBECONFIG`` (several
   files merged as kubectl does), else ``~/.kube/config``; a configuration that cannot be used is
-  one :class:`ConfigError` line that never quotes the file (it may hold tokens or keys).
+  one :class:`ConfigError` line that never quotes the file (it may hold tokens or keys), its
+  certificate authority, client certificate or key not PEM included (``tls_context``).
 - Every HTTP failure is an :class:`~torchgate.kube.errors.ApiError` subclass; a call that gets no
   answer is ``ServerError`` with status 0, one whose answer is not JSON ``ServerError`` with
   reason ``NotJSON`` (a web page where the apiserver or the pool service was expected). Response
@@ -100,6 +101,7 @@ class KubeClient:
         from kubernetes_asyncio import client
 
         configuration = await load_configuration(kubeconfig)
+        tls = tls_context(configuration)  # first: its ConfigError says which file is unusable
         api_client = client.ApiClient(configuration)
 
         async def authorize(headers: dict[str, str]) -> None:
@@ -109,7 +111,7 @@ class KubeClient:
 
         host = str(configuration.host)
         return cls(
-            _session(tls_context(configuration), pool_size),
+            _session(tls, pool_size),
             host,
             authorize=authorize,
             server_hostname=configuration.tls_server_name or None,
@@ -366,14 +368,38 @@ async def load_configuration(kubeconfig: str | None) -> Any:
 
 
 def tls_context(configuration: Any) -> ssl.SSLContext:
-    """The TLS settings of a ``kubernetes_asyncio`` configuration (CA, client cert, verify)."""
-    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+    """The TLS settings of a ``kubernetes_asyncio`` configuration (CA, client cert, verify).
+
+    A certificate authority, client certificate or key that cannot be read or is not PEM is a
+    ``ConfigError`` naming the file (never quoting it), not an ``ssl.SSLError`` traceback.
+    """
+    ca_file = configuration.ssl_ca_cert
+    try:
+        context = ssl.create_default_context(cafile=ca_file)
+    except (ssl.SSLError, OSError) as error:
+        problem = _tls_file_problem(error, "no PEM certificate in it")
+        raise ConfigError(
+            f"cannot use the kubeconfig's certificate authority {ca_file}: {problem}"
+        ) from None
     if configuration.cert_file:
-        context.load_cert_chain(configuration.cert_file, keyfile=configuration.key_file)
+        try:
+            context.load_cert_chain(configuration.cert_file, keyfile=configuration.key_file)
+        except (ssl.SSLError, OSError) as error:
+            problem = _tls_file_problem(error, "not a PEM certificate and its key")
+            raise ConfigError(
+                f"cannot use the kubeconfig's client certificate {configuration.cert_file} "
+                f"(key {configuration.key_file}): {problem}"
+            ) from None
     if not configuration.verify_ssl:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     return context
+
+
+def _tls_file_problem(error: ssl.SSLError | OSError, not_pem: str) -> str:
+    if isinstance(error, ssl.SSLError):
+        return not_pem
+    return error.strerror or type(error).__name__
 
 
 def proxy_from_environment(server: str) -> str | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -120,3 +122,33 @@ def test_an_interval_that_is_not_a_positive_number_is_a_usage_error(
 
     assert exit_info.value.code == 2
     assert "argument --interval" in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_a_kubeconfig_whose_certificate_authority_is_not_pem_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    garbage = tmp_path / "ca.pem"
+    garbage.write_text("not a certificate\n")
+    kubeconfig = tmp_path / "kubeconfig"
+    cluster = {"server": "https://127.0.0.1:1", "certificate-authority": str(garbage)}
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": cluster}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+
+    assert main(["top", "--kubeconfig", str(kubeconfig)]) == 2
+
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        f"torchgate top: cannot use the kubeconfig's certificate authority {garbage}: "
+        "no PEM certificate in it"
+    )

@@ -21,6 +21,7 @@ from multidict import CIMultiDict
 
 from torchgate.certs.authority import issue_serving_cert, make_ca
 from torchgate.kube.client import (
+    ConfigError,
     KubeClient,
     current_namespace,
     proxy_from_environment,
@@ -290,3 +291,49 @@ def test_the_default_namespace_is_the_current_contexts(
 
     assert current_namespace() == "team-vision"
     assert current_namespace(str(tmp_path / "a")) == "default"
+
+
+@pytest.mark.parametrize(
+    ("user", "cluster_fields", "said"),
+    [
+        (
+            {"token": TOKEN},
+            {"certificate-authority": "{garbage}"},
+            "cannot use the kubeconfig's certificate authority {garbage}: no PEM certificate in it",
+        ),
+        (
+            {"client-certificate": "{garbage}", "client-key": "{garbage}"},
+            {"insecure-skip-tls-verify": True},
+            "cannot use the kubeconfig's client certificate {garbage} (key {garbage}): not a PEM "
+            "certificate and its key",
+        ),
+    ],
+    ids=["certificate-authority", "client-certificate"],
+)
+async def test_a_kubeconfig_whose_tls_files_are_not_pem_is_a_config_error_naming_the_file(
+    tmp_path: Path, user: dict[str, Any], cluster_fields: dict[str, Any], said: str
+) -> None:
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("token: s3cret\n")
+    named = json.loads(json.dumps([user, cluster_fields]).replace("{garbage}", str(garbage)))
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {"name": "c", "cluster": {"server": "https://127.0.0.1:1", **named[1]}}
+                ],
+                "users": [{"name": "u", "user": named[0]}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+
+    with pytest.raises(ConfigError) as refused:
+        await KubeClient.connect(str(kubeconfig))
+
+    assert str(refused.value) == said.replace("{garbage}", str(garbage))
+    assert "s3cret" not in str(refused.value)
