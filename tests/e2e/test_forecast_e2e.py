@@ -490,6 +490,34 @@ def test_a_user_who_may_only_read_jobs_gets_one_explained_and_told_what_was_left
         assert f'cannot list resource "{kind}"' in told["unread"][kind]
 
 
+def test_a_job_being_deleted_is_explained_as_deleting_not_as_what_it_last_ran(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    pool.nodes(1)
+    namespace = cluster.new_namespace("deleting")
+    cluster.apply(yaml.safe_load(manifest(pool, namespace, "going", pods=1, gpus=8)))
+    wait_running(cluster, namespace, "going", 1)
+    held = json.dumps({"metadata": {"finalizers": ["e2e.torchgate.io/hold"]}})  # another tool's
+    cluster.kubectl("patch", "pytorchjob", "going", "-n", namespace, "--type=merge", "-p", held)
+    cluster.kubectl("delete", "pytorchjob", "going", "-n", namespace, "--wait=false")
+    try:
+        stored = get_job(cluster, namespace, "going")
+        assert stored is not None
+        assert is_true(stored, "Running"), "its last condition still says Running"
+
+        result = torchgate(stack, cluster, "explain", f"{namespace}/going", "-o", "json")
+
+        assert result.returncode == 0, result.stderr
+        told = json.loads(result.stdout)
+        assert (told["state"], told["reason"]) == ("Deleting", "")
+        assert told["since"] == stored["metadata"]["deletionTimestamp"]
+    finally:
+        cluster.kubectl(
+            "patch", "pytorchjob", "going", "-n", namespace, "--type=json",
+            "-p", '[{"op": "remove", "path": "/metadata/finalizers"}]',
+        )  # fmt: skip
+
+
 # ------------------------------------------------------------------ the forecast at admission
 
 

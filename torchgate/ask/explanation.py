@@ -7,11 +7,15 @@ controller does not answer. How they combine is a set of rules worth testing wit
 
 Rules (each one function):
 
-1. ``state_of``: ``Finished`` once ``Succeeded`` or ``Failed`` is True; ``Suspended`` while its
-   ``spec.runPolicy.suspend`` is true (what the training-operator shows: its last condition,
-   ``Suspended``; nothing of it runs or queues until it is resumed); ``Running`` while
-   ``Running`` is True and the job is not ``Queued``; otherwise ``Waiting`` (queued, restarting,
-   resuming, or not yet seen by the controller).
+1. ``state_of``: ``Deleting`` once its deletion was asked for (``metadata.deletionTimestamp``:
+   a foreground deletion waits for its pods, a finalizer of another tool holds it): the
+   controller plans nothing more for it (``job.plan`` rule 1), so neither what it last ran nor
+   its queue place is what happens to it; its nodes are those its pods, terminating or not,
+   still hold. Else ``Finished`` once ``Succeeded`` or ``Failed`` is True; ``Suspended`` while
+   its ``spec.runPolicy.suspend`` is true (what the training-operator shows: its last
+   condition, ``Suspended``; nothing of it runs or queues until it is resumed); ``Running``
+   while ``Running`` is True and the job is not ``Queued``; otherwise ``Waiting`` (queued,
+   restarting, resuming, or not yet seen by the controller).
 2. ``explain``: a waiting job's reason is its ``Queued`` reason and its message the controller's
    live one (the condition's, rewritten at most every 30 s, when the controller does not
    answer); its position is its place in the pool's admission order (from the outlook, else from
@@ -68,7 +72,11 @@ from torchgate.pytorchjob.outlook import (
 )
 from torchgate.pytorchjob.spec import is_suspended, managed_by
 
-State = Literal["Waiting", "Running", "Finished"] | reasons.SuspendedState
+State = Literal["Waiting", "Running", "Finished", "Deleting"] | reasons.SuspendedState
+DELETING = (
+    "being deleted: torchgate does nothing more with it (no queueing, no pods); garbage "
+    "collection removes its pods"
+)
 MAX_NOT_STARTED = 4
 NO_NODE_ADMITS = (
     "no job's end lets it start: nodes that admit and can hold its pods must join the pool, or "
@@ -187,6 +195,8 @@ def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def state_of(job: Mapping[str, Any]) -> State:
     """``Waiting``, ``Suspended``, ``Running`` or ``Finished`` (rule 1)."""
+    if _metadata(job).get("deletionTimestamp"):
+        return "Deleting"
     conditions = _conditions(job)
     if _true(conditions, reasons.SUCCEEDED) or _true(conditions, reasons.FAILED):
         return "Finished"
@@ -251,6 +261,14 @@ def explain(
         "runs": runs,
     }
     conditions = _conditions(job)
+    if common["state"] == "Deleting":
+        return Explanation(
+            reason="",
+            message=DELETING,
+            nodes=_pod_nodes(pods, terminating=True),
+            since=str(metadata.get("deletionTimestamp")),
+            **common,
+        )
     if common["state"] == "Finished":
         final = _true(conditions, reasons.SUCCEEDED) or _true(conditions, reasons.FAILED) or {}
         status = job.get("status")
@@ -382,13 +400,13 @@ def _node_of(pod: Mapping[str, Any]) -> str:
     return node if isinstance(node, str) else ""
 
 
-def _pod_nodes(pods: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """Pod -> node of the job's live pods, in rank order (Master, then Workers by index)."""
+def _pod_nodes(pods: Sequence[Mapping[str, Any]], *, terminating: bool = False) -> dict[str, str]:
+    """Pod -> node of the job's live pods (``terminating`` ones too), Master, then Workers."""
     found: list[tuple[tuple[int, int], str, str]] = []
     for pod in pods:
         metadata = _metadata(pod)
         node = _node_of(pod)
-        if metadata.get("deletionTimestamp") or not node:
+        if (metadata.get("deletionTimestamp") and not terminating) or not node:
             continue
         found.append((_rank(metadata), str(metadata.get("name")), node))
     return {name: node for _, name, node in sorted(found)}
@@ -488,6 +506,7 @@ def render(explanation: Explanation, now: datetime) -> list[str]:
         label = {
             "Running": "running",
             "Finished": "finished",
+            "Deleting": "deleting",
             "Waiting": "waiting",
             reasons.SUSPENDED: "suspended",
         }[e.state]

@@ -68,6 +68,34 @@ def test_the_state_is_waiting_running_or_finished(
     assert state_of(a_job(*conditions)) == state
 
 
+@pytest.mark.parametrize(
+    "conditions",
+    [
+        [condition("Created"), condition("Running")],
+        [condition("Created"), condition("Queued", reason="WaitingForQuota")],
+        [condition("Running", "False"), condition("Succeeded")],
+    ],
+    ids=["running", "queued", "succeeded"],
+)
+def test_a_job_being_deleted_is_deleting_whatever_its_conditions_last_said(
+    conditions: list[dict[str, Any]],
+) -> None:
+    job = a_job(*conditions)
+    job["metadata"]["deletionTimestamp"] = "2026-03-01T11:59:00Z"
+    master = pod("big-master-0", gang=("team-vision", "big"), replica_type="Master", node="n1",
+                 deleted="2026-03-01T11:59:00Z")  # fmt: skip
+    still_queued = JobOutlook(job="team-vision/big", known=True, waiting=True, place=PLACE)
+
+    explained = explain(job, outlook=still_queued, pods=[master])
+
+    assert state_of(job) == "Deleting"
+    told = explained.to_json()
+    assert (told["state"], told["reason"], told["position"]) == ("Deleting", "", None)
+    assert told["since"] == "2026-03-01T11:59:00Z"
+    assert told["nodes"] == {"big-master-0": "n1"}  # its terminating pod still holds the node
+    assert render(explained, NOW)[0] == "PyTorchJob team-vision/big: Deleting"
+
+
 def test_a_waiting_job_takes_the_live_reason_place_and_what_must_end_from_the_controller() -> None:
     outlook = JobOutlook(
         job="team-vision/big",
