@@ -518,6 +518,38 @@ def test_a_job_being_deleted_is_explained_as_deleting_not_as_what_it_last_ran(
         )  # fmt: skip
 
 
+def test_a_gang_restarting_while_a_member_terminates_is_explained_as_its_restart_says(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    pool.nodes(2)
+    namespace = cluster.new_namespace("restart")
+    cluster.apply(yaml.safe_load(manifest(pool, namespace, "gang", pods=2, gpus=8)))
+    wait_running(cluster, namespace, "gang", 2)
+    held = json.dumps({"metadata": {"finalizers": ["e2e.torchgate.io/hold"]}})  # slow to end
+    cluster.kubectl("patch", "pod", "gang-master-0", "-n", namespace, "--type=merge", "-p", held)
+    cluster.kubectl("delete", "pod", "gang-master-0", "-n", namespace, "--wait=false")
+    try:
+        restarting = cluster.wait_for(
+            lambda: condition(get_job(cluster, namespace, "gang"), "Restarting"),
+            what="the gang restarting",
+        )
+
+        result = torchgate(stack, cluster, "explain", f"{namespace}/gang", "-o", "json")
+
+        assert result.returncode == 0, result.stderr
+        told = json.loads(result.stdout)
+        stored = get_job(cluster, namespace, "gang")
+        assert condition(stored, "Queued") is None, "not queued again while its pods go"
+        assert (told["state"], told["reason"]) == ("Waiting", restarting["reason"]), told
+        assert told["message"] == restarting["message"]
+        assert list(told["nodes"]) == ["gang-master-0"]  # the member still terminating
+    finally:
+        cluster.kubectl(
+            "patch", "pod", "gang-master-0", "-n", namespace, "--type=json",
+            "-p", '[{"op": "remove", "path": "/metadata/finalizers"}]', check=False,
+        )  # fmt: skip
+
+
 # ------------------------------------------------------------------ the forecast at admission
 
 

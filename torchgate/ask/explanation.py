@@ -33,6 +33,11 @@ Rules (each one function):
    ``runPolicy.managedBy`` names no other controller. A waiting or suspended job torchgate does
    not run says so and who does (``outlook.run_elsewhere``), never that it is not admitted yet,
    that the controller has yet to suspend it or how to resume it (torchgate acts on neither).
+   A restarting gang not queued again yet (``Restarting`` True, no ``Queued``) whose old pods
+   are still going (some terminating, or none left and no nodes held for it) is told as its
+   ``Restarting`` condition says (its reason, such as ``NodeLost`` or ``PodDeleted``, its
+   message, since when) with the nodes its terminating pods hold, never that it is admitted and
+   its pods are being created, nor that it is not admitted yet.
 3. ``restarts_of``: the restarts its Events tell, newest last, each with its cause (the Event's
    reason, one of ``reasons.RESTART_EVENT_REASONS``: ``PyTorchJobRestarting``, ``Hang``,
    ``Preempted``, ``GangIncomplete``, ``GangScheduleTimeout``, or a disruption's cause such as
@@ -351,6 +356,15 @@ def _waiting(
             since=since,
             **common,
         )
+    restart = _true(_conditions(job), reasons.RESTARTING)
+    if restart is not None and queued is None and _tearing_down(pods, outlook):
+        return Explanation(
+            reason=str(restart.get("reason") or ""),
+            message=str(restart.get("message") or ""),
+            nodes=_pod_nodes(pods, terminating=True),
+            since=str(restart.get("lastTransitionTime") or "") or None,
+            **common,
+        )
     stuck = not_started(pods)
     if outlook is not None and outlook.known and outlook.nodes:  # admitted, pods on their way
         return Explanation(
@@ -371,6 +385,16 @@ def _waiting(
         since=since,
         **common,
     )
+
+
+def _tearing_down(pods: Sequence[Mapping[str, Any]], outlook: JobOutlook | None) -> bool:
+    """Whether a restarting gang's old pods are still going (rule 2).
+
+    Some terminate, or none is left while the controller holds no nodes for a new gang yet.
+    """
+    if any(_metadata(pod).get("deletionTimestamp") for pod in pods):
+        return True
+    return not pods and not (outlook is not None and outlook.known and outlook.nodes)
 
 
 def _admitted(stuck: Sequence[str]) -> str:

@@ -96,6 +96,45 @@ def test_a_job_being_deleted_is_deleting_whatever_its_conditions_last_said(
     assert render(explained, NOW)[0] == "PyTorchJob team-vision/big: Deleting"
 
 
+LOST = "PyTorchJob big is restarting because node n1 was lost: the whole gang is placed again"
+RESTARTING = a_job(condition("Created"), condition("Restarting", reason="NodeLost", message=LOST))
+OLD_GANG = JobOutlook(job="team-vision/big", known=True, nodes={"big-master-0": "n1"})
+
+
+@pytest.mark.parametrize(
+    ("pods", "outlook"),
+    [
+        ([pod("big-master-0", gang=("team-vision", "big"), node="n1", deleted=NOW.isoformat())],
+         OLD_GANG),
+        ([], None),
+        ([], JobOutlook(job="team-vision/big")),
+    ],
+    ids=["a-member-terminating", "no-pods-no-controller", "no-pods-none-held"],
+)  # fmt: skip
+def test_a_restarting_gang_whose_old_pods_are_going_is_told_as_its_restart_says(
+    pods: list[dict[str, Any]], outlook: JobOutlook | None
+) -> None:
+    told = explain(RESTARTING, outlook=outlook, pods=pods).to_json()
+
+    assert (told["state"], told["reason"], told["message"]) == ("Waiting", "NodeLost", LOST)
+    assert told["since"] == "2026-03-01T11:50:00Z"
+    assert told["nodes"] == ({"big-master-0": "n1"} if pods else {})
+
+
+def test_a_restarting_gang_admitted_again_or_queued_again_is_told_so() -> None:
+    new_gang = [pod("big-master-0", gang=("team-vision", "big"), node="n2", phase="Pending")]
+    admitted = JobOutlook(job="team-vision/big", known=True, nodes={"big-master-0": "n2"})
+    queued = a_job(
+        *RESTARTING["status"]["conditions"], condition("Queued", reason="WaitingForQuota")
+    )
+
+    again = explain(RESTARTING, outlook=admitted, pods=new_gang).to_json()
+    waiting = explain(queued, outlook=None).to_json()
+
+    assert again["message"].startswith("admitted; not started: big-master-0 on n2")
+    assert waiting["reason"] == "WaitingForQuota"
+
+
 def test_a_waiting_job_takes_the_live_reason_place_and_what_must_end_from_the_controller() -> None:
     outlook = JobOutlook(
         job="team-vision/big",
