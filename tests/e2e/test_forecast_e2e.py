@@ -550,6 +550,40 @@ def test_a_gang_restarting_while_a_member_terminates_is_explained_as_its_restart
         )  # fmt: skip
 
 
+def test_a_preempted_gang_whose_member_still_terminates_is_explained_as_preempted(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    pool.nodes(1)
+    namespace = cluster.new_namespace("victim")
+    high = pool.priority_class("high", 1000)
+    cluster.apply(yaml.safe_load(manifest(pool, namespace, "low", pods=1, gpus=8)))
+    wait_running(cluster, namespace, "low", 1)
+    held = json.dumps({"metadata": {"finalizers": ["e2e.torchgate.io/hold"]}})  # slow to end
+    cluster.kubectl("patch", "pod", "low-master-0", "-n", namespace, "--type=merge", "-p", held)
+    urgent = manifest(pool, namespace, "urgent", pods=1, gpus=8, priority_class=high)
+    cluster.apply(yaml.safe_load(urgent))
+    try:
+        preempted = cluster.wait_for(
+            lambda: is_true(job := get_job(cluster, namespace, "low"), "Preempted") and job,
+            what="low preempted",
+        )
+
+        result = torchgate(stack, cluster, "explain", f"{namespace}/low", "-o", "json")
+
+        assert result.returncode == 0, result.stderr
+        told = json.loads(result.stdout)
+        stored = get_job(cluster, namespace, "low")
+        assert condition(stored, "Queued") is None, "not queued again while its pods go"
+        assert (told["state"], told["reason"]) == ("Waiting", "Preempted"), told
+        assert told["message"] == condition(preempted, "Preempted")["message"]
+        assert list(told["nodes"]) == ["low-master-0"]  # its member still terminating
+    finally:
+        cluster.kubectl(
+            "patch", "pod", "low-master-0", "-n", namespace, "--type=json",
+            "-p", '[{"op": "remove", "path": "/metadata/finalizers"}]', check=False,
+        )  # fmt: skip
+
+
 # ------------------------------------------------------------------ the forecast at admission
 
 

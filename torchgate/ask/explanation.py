@@ -33,11 +33,12 @@ Rules (each one function):
    ``runPolicy.managedBy`` names no other controller. A waiting or suspended job torchgate does
    not run says so and who does (``outlook.run_elsewhere``), never that it is not admitted yet,
    that the controller has yet to suspend it or how to resume it (torchgate acts on neither).
-   A restarting gang not queued again yet (``Restarting`` True, no ``Queued``) whose old pods
-   are still going (some terminating, or none left and no nodes held for it) is told as its
-   ``Restarting`` condition says (its reason, such as ``NodeLost`` or ``PodDeleted``, its
-   message, since when) with the nodes its terminating pods hold, never that it is admitted and
-   its pods are being created, nor that it is not admitted yet.
+   A gang restarting or preempted, not queued again yet (``Restarting`` or ``Preempted`` True,
+   the latest of them, no ``Queued``), whose old pods are still going (some terminating, or none
+   left and no nodes held for it) is told as that condition says (its reason: ``NodeLost``,
+   ``PodDeleted``, ``Preempted``...; its message, since when) with the nodes its terminating
+   pods hold, never that it is admitted and its pods are being created, nor that it is not
+   admitted yet.
 3. ``restarts_of``: the restarts its Events tell, newest last, each with its cause (the Event's
    reason, one of ``reasons.RESTART_EVENT_REASONS``: ``PyTorchJobRestarting``, ``Hang``,
    ``Preempted``, ``GangIncomplete``, ``GangScheduleTimeout``, or a disruption's cause such as
@@ -356,7 +357,7 @@ def _waiting(
             since=since,
             **common,
         )
-    restart = _true(_conditions(job), reasons.RESTARTING)
+    restart = _torn_down_for(_conditions(job))
     if restart is not None and queued is None and _tearing_down(pods, outlook):
         return Explanation(
             reason=str(restart.get("reason") or ""),
@@ -385,6 +386,13 @@ def _waiting(
         since=since,
         **common,
     )
+
+
+def _torn_down_for(conditions: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The latest True ``Restarting`` or ``Preempted`` condition: why its gang is torn down."""
+    kinds = (reasons.RESTARTING, reasons.PREEMPTED)
+    found = [c for c in conditions if c.get("type") in kinds and c.get("status") == "True"]
+    return found[-1] if found else None
 
 
 def _tearing_down(pods: Sequence[Mapping[str, Any]], outlook: JobOutlook | None) -> bool:

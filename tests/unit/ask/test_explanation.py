@@ -121,6 +121,21 @@ def test_a_restarting_gang_whose_old_pods_are_going_is_told_as_its_restart_says(
     assert told["nodes"] == ({"big-master-0": "n1"} if pods else {})
 
 
+def test_a_preempted_gang_whose_member_still_terminates_is_told_it_was_preempted() -> None:
+    message = "PyTorchJob big was preempted by team-speech/urgent: its whole gang is deleted"
+    job = a_job(
+        condition("Created"),
+        condition("Preempted", reason="Preempted", message=message),
+        condition("Running", "False", reason="Preempted", message=message),
+    )
+    going = pod("big-master-0", gang=("team-vision", "big"), node="n1", deleted=NOW.isoformat())
+
+    told = explain(job, outlook=JobOutlook(job="team-vision/big"), pods=[going]).to_json()
+
+    assert (told["state"], told["reason"], told["message"]) == ("Waiting", "Preempted", message)
+    assert told["nodes"] == {"big-master-0": "n1"}
+
+
 def test_a_restarting_gang_admitted_again_or_queued_again_is_told_so() -> None:
     new_gang = [pod("big-master-0", gang=("team-vision", "big"), node="n2", phase="Pending")]
     admitted = JobOutlook(job="team-vision/big", known=True, nodes={"big-master-0": "n2"})
