@@ -11,12 +11,13 @@ Rules (each one function):
 1. ``duration``: a span as ``45s``, ``5m12s``, ``2h03m``, ``3d04h`` (two units at most).
 2. ``table``: columns as wide as their widest cell, two spaces apart; numbers right-aligned; the
    last column takes what is left of the width and is cut with ``…``.
-3. ``render``: a title line with the pool's totals, then per team quota (nominal), used,
-   borrowed, lent, running and waiting jobs, the waiting jobs' GPUs and the longest wait; per
-   topology domain GPUs used and free; the nodes placement cannot use, why and since when; the
-   jobs preempting (their nodes held until the gangs preempted for them terminate: waiting,
-   though out of the queue), with those gangs; the head of the queue, each job's reason under
-   it, indented, with the controller's words, out of the queued jobs alone.
+3. ``render``: a title line with the pool's totals (then the time, which a narrow terminal cuts
+   first), then per team quota (nominal), used, borrowed, lent, running and waiting jobs, the
+   waiting jobs' GPUs and the longest wait; per topology domain GPUs used and free; the nodes
+   placement cannot use, why and since when; the jobs preempting (their nodes held until the gangs
+   preempted for them terminate: waiting, though out of the queue), with those gangs; the head of
+   the queue, each job's reason under it, indented, with the controller's words, out of the queued
+   jobs alone.
 4. ``_shown``: on a terminal (a width given) the tables that grow with the pool rather than with
    what a person acts on (its topology domains, one per GPU node when it has no topology; its
    nodes out of use, a whole rack of them after a rack loss; the preemptors) show their first
@@ -111,10 +112,10 @@ def _since(moment: str, now: datetime) -> str:
 def render(view: PoolView, now: datetime, *, width: int | None = None) -> list[str]:
     """One screen of ``torchgate top`` (rule 3): title, teams, domains, nodes, queue."""
     free = view.total_gpus - view.used_gpus
-    title = (
-        f"torchgate top  {now.strftime('%Y-%m-%d %H:%M:%S %Z')}  {view.gpu_resource}: "
-        f"{_amount(view.used_gpus)} of {_amount(view.total_gpus)} used, {_amount(free)} free; "
-        f"waiting jobs: {view.waiting_jobs}"
+    title = (  # the facts first: a narrow terminal cuts the time, not the count of waiting jobs
+        f"torchgate top  {view.gpu_resource}: {_amount(view.used_gpus)} of "
+        f"{_amount(view.total_gpus)} used, {_amount(free)} free; waiting jobs: "
+        f"{view.waiting_jobs}  {now.strftime('%Y-%m-%d %H:%M:%S %Z')}"
     )
     return [
         _cut(title, width) if width is not None else title,

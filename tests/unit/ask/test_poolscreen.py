@@ -87,7 +87,18 @@ def test_the_screen_shows_teams_domains_unusable_nodes_and_the_queue_head() -> N
     assert ["topology.kubernetes.io/rack", "r1", "2", "16", "16", "0"] in rows
     assert ["gpu-7", "18:20:00", "(10m00s", "ago)", "lost", "(Ready", "is", "Unknown)"] in rows
     assert ["gpu-9", "tainted", "torchgate.io/quarantine:NoSchedule"] in rows
-    assert " ".join(rows[0]).endswith("nvidia.com/gpu: 16 of 32 used, 16 free; waiting jobs: 1")
+    assert " ".join(rows[0]).startswith(
+        "torchgate top nvidia.com/gpu: 16 of 32 used, 16 free; waiting jobs: 1"
+    )
+
+
+def test_a_large_pools_title_keeps_its_counts_on_a_100_column_terminal() -> None:
+    big = replace(VIEW, total_gpus=2048 * G, used_gpus=1024 * G, waiting_jobs=150)
+
+    (title, *_) = render(big, NOW, width=100)
+
+    assert "1024 of 2048 used, 1024 free; waiting jobs: 150" in title
+    assert len(title) <= 100
 
 
 def test_an_empty_pool_says_so_in_each_section() -> None:
