@@ -76,9 +76,8 @@ async def test_a_kubeconfig_without_a_token_says_why_it_cannot_ask() -> None:
     [
         (Forbidden(403, "Forbidden", "alice may not get pools", "GET", "/p"), "refused"),
         (ServerError(503, "ServiceUnavailable", "no endpoints", "GET", "/p"), "did not answer"),
-        (ServerError(0, "Unreachable", "refused", "GET", "/p"), "unreachable"),
     ],
-    ids=["forbidden", "no-endpoints", "unreachable"],
+    ids=["forbidden", "no-endpoints"],
 )
 async def test_failures_become_one_line_for_a_person(error: Exception, said: str) -> None:
     channel = PoolChannel(UserClient(error=error), Target())  # type: ignore[arg-type]
@@ -203,3 +202,24 @@ def test_explain_meeting_a_web_page_for_the_apiserver_says_so_in_one_line_and_ex
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("torchgate explain: GET /apis/kubeflow.org/v1/namespaces/team-vision")
     assert "HTTP 200 NotJSON: an answer that is not JSON (text/html" in line
+
+
+async def test_a_controller_not_listening_at_its_url_is_unreachable() -> None:
+    channel = PoolChannel(UserClient(), Target("http://127.0.0.1:1"))  # type: ignore[arg-type]
+
+    with pytest.raises(Unanswered, match=r"\(http://127.0.0.1:1\) did not answer: unreachable"):
+        await channel.get("/v1/pool")
+    await channel.close()
+
+
+def test_top_through_the_proxy_of_an_apiserver_that_does_not_answer_says_the_cluster_did_not(
+    web_page: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, kubeconfig = web_page
+    kubeconfig.write_text(kubeconfig.read_text().replace(web_page[0], "http://127.0.0.1:1"))
+
+    assert main(["top", "--kubeconfig", str(kubeconfig)]) == 2
+
+    (line,) = capsys.readouterr().err.splitlines()
+    proxied = "/api/v1/namespaces/torchgate-system/services/https:torchgate-controller:https/proxy"
+    assert line.startswith(f"torchgate top: cannot reach the cluster (GET {proxied}/v1/pool): ")
