@@ -14,6 +14,7 @@ import pytest
 from torchgate.ask import top
 from torchgate.ask.channel import Unanswered
 from torchgate.cli import main
+from torchgate.kube.errors import unreachable
 from torchgate.pytorchjob.outlook import PoolView, QueueEntry
 
 LONG = "team vision is at its quota (16/16 GPUs; may borrow 8 more); " + "x" * 120
@@ -102,6 +103,19 @@ def test_on_a_terminal_watch_redraws_in_place_and_cuts_to_its_width(
     assert len(frames) == 3
     assert max(len(line) for line in frames[1].splitlines()) <= 100
     assert "nobody home" in frames[2]  # the next refresh tries again
+
+
+def test_watch_goes_on_while_the_apiserver_does_not_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    screen = Screen(terminal=False)
+    silent = unreachable("GET", "/api/v1/namespaces/torchgate-system/services/x/proxy/v1/pool",
+                         "Cannot connect to host 127.0.0.1:6443")  # fmt: skip
+    show(monkeypatch, screen, [silent, VIEW.to_json()], watch=True)
+
+    first, second = screen.getvalue().split("\n\n", 1)
+    assert "cannot reach the cluster (GET /api/v1/namespaces/" in first
+    assert second.startswith("torchgate top  nvidia.com/gpu:")
 
 
 def test_once_without_an_answer_says_why_and_exits_2(
