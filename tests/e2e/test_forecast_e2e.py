@@ -28,6 +28,7 @@ from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import (
     ControllerProcess,
     condition,
+    events_once,
     get_job,
     is_true,
     live_pods,
@@ -582,6 +583,28 @@ def test_a_preempted_gang_whose_member_still_terminates_is_explained_as_preempte
             "patch", "pod", "low-master-0", "-n", namespace, "--type=json",
             "-p", '[{"op": "remove", "path": "/metadata/finalizers"}]', check=False,
         )  # fmt: skip
+
+
+def test_a_job_created_again_under_the_name_of_one_that_restarted_has_no_restarts(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    pool.nodes(1)
+    namespace = cluster.new_namespace("again")
+    again = yaml.safe_load(manifest(pool, namespace, "again", pods=1, gpus=8))
+    cluster.apply(again)
+    wait_running(cluster, namespace, "again", 1)
+    cluster.kubectl("delete", "pod", "again-master-0", "-n", namespace)
+    events_once(cluster, namespace, "again", "PodDeleted")
+    cluster.kubectl("delete", "pytorchjob", "again", "-n", namespace)
+    cluster.apply(again)  # the same manifest again: a new job of the same name
+    wait_running(cluster, namespace, "again", 1)
+
+    result = torchgate(stack, cluster, "explain", f"{namespace}/again", "-o", "json")
+
+    assert result.returncode == 0, result.stderr
+    told = json.loads(result.stdout)
+    assert told["state"] == "Running"
+    assert told["restarts"] == {"counted": 0, "events": []}, "the first job's restart is not its"
 
 
 # ------------------------------------------------------------------ the forecast at admission

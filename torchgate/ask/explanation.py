@@ -44,7 +44,8 @@ Rules (each one function):
    ``Preempted``, ``GangIncomplete``, ``GangScheduleTimeout``, or a disruption's cause such as
    ``NodeLost``) and message, once each; and how many counted against ``backoffLimit`` (the
    ``torchgate.io/restarts`` annotation). Events expire (an hour by default), so older restarts
-   are only counted.
+   are only counted. Events are found by the job's name, so those about another ``uid`` (a job
+   of that name deleted and created again, ``kubectl delete`` then ``apply``) are not its.
 4. ``render``: the text a person reads, one fact per line. Its ``to start:`` line agrees with its
    ``clear:`` line: when its nodes out of use returning would let it start, it says they must
    return (``CLEAR_NODES``), not that other nodes must join the pool or that it waits for its turn.
@@ -216,10 +217,18 @@ def state_of(job: Mapping[str, Any]) -> State:
 # ------------------------------------------------------------------ rule 3
 
 
-def restarts_of(events: Iterable[Mapping[str, Any]]) -> tuple[Restart, ...]:
-    """The restarts the job's Events tell, oldest first, each once (rule 3)."""
+def restarts_of(events: Iterable[Mapping[str, Any]], uid: object = None) -> tuple[Restart, ...]:
+    """The restarts the job's Events tell, oldest first, each once (rule 3).
+
+    With the job's ``uid``, an Event about another object of its name (an earlier job deleted
+    and created again) is not the job's.
+    """
     seen: dict[tuple[str, str], Restart] = {}
     for event in events:
+        involved = event.get("involvedObject")
+        about = involved.get("uid") if isinstance(involved, Mapping) else None
+        if uid and about and about != uid:
+            continue
         reason = event.get("reason")
         if reason not in reasons.RESTART_EVENT_REASONS or not isinstance(reason, str):
             continue
@@ -258,7 +267,7 @@ def explain(
     common: dict[str, Any] = {
         "job": f"{metadata.get('namespace')}/{metadata.get('name')}",
         "state": state_of(job),
-        "restarts": restarts_of(events),
+        "restarts": restarts_of(events, metadata.get("uid")),
         "counted_restarts": counted_restarts(job),
         "live": outlook is not None,
         "unanswered": unanswered,

@@ -150,6 +150,25 @@ def test_a_restarting_gang_admitted_again_or_queued_again_is_told_so() -> None:
     assert waiting["reason"] == "WaitingForQuota"
 
 
+def test_restart_events_about_an_earlier_job_of_the_same_name_are_not_the_jobs() -> None:
+    def restarted(uid: str, at: str) -> dict[str, Any]:
+        about = {"kind": "PyTorchJob", "name": "big", "uid": uid}
+        return {
+            "reason": "PodDeleted",
+            "lastTimestamp": at,
+            "message": "m",
+            "involvedObject": about,
+        }
+
+    job = a_job(condition("Created"), condition("Running"))
+    job["metadata"]["uid"] = "new"
+    events = [restarted("old", "2026-03-01T11:00:00Z"), restarted("new", "2026-03-01T11:55:00Z")]
+
+    told = explain(job, outlook=None, events=events).to_json()
+
+    assert [restart["at"] for restart in told["restarts"]["events"]] == ["2026-03-01T11:55:00Z"]
+
+
 def test_a_waiting_job_takes_the_live_reason_place_and_what_must_end_from_the_controller() -> None:
     outlook = JobOutlook(
         job="team-vision/big",
