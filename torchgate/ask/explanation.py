@@ -79,7 +79,7 @@ from torchgate.pytorchjob.outlook import (
 )
 from torchgate.pytorchjob.spec import is_suspended, managed_by
 
-State = Literal["Waiting", "Running", "Finished", "Deleting"] | reasons.SuspendedState
+State = Literal["Waiting", "Running", "Finished"] | reasons.SuspendedState | reasons.DeletingState
 DELETING = (
     "being deleted: torchgate does nothing more with it (no queueing, no pods); garbage "
     "collection removes its pods"
@@ -203,7 +203,7 @@ def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 def state_of(job: Mapping[str, Any]) -> State:
     """``Waiting``, ``Suspended``, ``Running`` or ``Finished`` (rule 1)."""
     if _metadata(job).get("deletionTimestamp"):
-        return "Deleting"
+        return reasons.DELETING
     conditions = _conditions(job)
     if _true(conditions, reasons.SUCCEEDED) or _true(conditions, reasons.FAILED):
         return "Finished"
@@ -276,7 +276,7 @@ def explain(
         "runs": runs,
     }
     conditions = _conditions(job)
-    if common["state"] == "Deleting":
+    if common["state"] == reasons.DELETING:
         return Explanation(
             reason="",
             message=DELETING,
@@ -547,7 +547,7 @@ def render(explanation: Explanation, now: datetime) -> list[str]:
         label = {
             "Running": "running",
             "Finished": "finished",
-            "Deleting": "deleting",
+            reasons.DELETING: "deleting",
             "Waiting": "waiting",
             reasons.SUSPENDED: "suspended",
         }[e.state]
