@@ -28,11 +28,13 @@ from tests.e2e.conftest import Cluster
 from tests.e2e.controller_process import (
     ControllerProcess,
     condition,
+    events_once,
     get_job,
     is_true,
     live_pods,
 )
 from tests.e2e.node_outages import set_not_ready
+from tests.e2e.rbac import token_kubeconfig
 from tests.e2e.test_pool_sharing import QUOTA_CRD, Pool, queued_reason, running, wait_running
 from tests.e2e.webhook_process import LocalWebhook
 from torchgate_dev.apiserver import wait_for_admission
@@ -452,6 +454,157 @@ def test_explain_names_the_pods_of_an_admitted_job_that_have_not_started_and_why
         f"admitted; not started: typo-master-0 on {node}: {pulling}; "
         f"typo-worker-0 on {node}: {pulling}"
     )
+
+
+def test_a_user_who_may_only_read_jobs_gets_one_explained_and_told_what_was_left_out(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    pool.nodes(1)
+    namespace = cluster.new_namespace("reader")
+    cluster.apply(yaml.safe_load(manifest(pool, namespace, "solo", pods=1, gpus=8)))
+    wait_running(cluster, namespace, "solo", 1)
+    cluster.kubectl("create", "serviceaccount", "reader", "-n", namespace)
+    cluster.kubectl(
+        "create", "role", "jobs-reader", "-n", namespace,
+        "--verb=get", "--resource=pytorchjobs.kubeflow.org",
+    )  # fmt: skip
+    cluster.kubectl(
+        "create", "rolebinding", "jobs-reader", "-n", namespace, "--role=jobs-reader",
+        f"--serviceaccount={namespace}:reader",
+    )  # fmt: skip
+    kubeconfig = token_kubeconfig(cluster, namespace, "reader")
+    may_read = ("--kubeconfig", str(kubeconfig), "get", "pytorchjob", "solo", "-n", namespace)
+    cluster.wait_for(lambda: cluster.kubectl(*may_read), what="the reader's RBAC in effect")
+
+    result = subprocess.run(
+        [sys.executable, "-m", "torchgate", "explain", f"{namespace}/solo", "-o", "json"],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**stack.env(cluster), "KUBECONFIG": str(kubeconfig)},
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stderr
+    told = json.loads(result.stdout)
+    assert is_true(get_job(cluster, namespace, "solo"), "Running")
+    assert told["state"] == "Running"
+    assert sorted(told["unread"]) == ["events", "pods"]
+    for kind in ("pods", "events"):
+        assert f'cannot list resource "{kind}"' in told["unread"][kind]
+
+
+def test_a_job_being_deleted_is_explained_as_deleting_not_as_what_it_last_ran(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    pool.nodes(1)
+    namespace = cluster.new_namespace("deleting")
+    cluster.apply(yaml.safe_load(manifest(pool, namespace, "going", pods=1, gpus=8)))
+    wait_running(cluster, namespace, "going", 1)
+    held = json.dumps({"metadata": {"finalizers": ["e2e.torchgate.io/hold"]}})  # another tool's
+    cluster.kubectl("patch", "pytorchjob", "going", "-n", namespace, "--type=merge", "-p", held)
+    cluster.kubectl("delete", "pytorchjob", "going", "-n", namespace, "--wait=false")
+    try:
+        stored = get_job(cluster, namespace, "going")
+        assert stored is not None
+        assert is_true(stored, "Running"), "its last condition still says Running"
+
+        result = torchgate(stack, cluster, "explain", f"{namespace}/going", "-o", "json")
+
+        assert result.returncode == 0, result.stderr
+        told = json.loads(result.stdout)
+        assert (told["state"], told["reason"]) == ("Deleting", "")
+        assert told["since"] == stored["metadata"]["deletionTimestamp"]
+    finally:
+        cluster.kubectl(
+            "patch", "pytorchjob", "going", "-n", namespace, "--type=json",
+            "-p", '[{"op": "remove", "path": "/metadata/finalizers"}]',
+        )  # fmt: skip
+
+
+def test_a_gang_restarting_while_a_member_terminates_is_explained_as_its_restart_says(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    pool.nodes(2)
+    namespace = cluster.new_namespace("restart")
+    cluster.apply(yaml.safe_load(manifest(pool, namespace, "gang", pods=2, gpus=8)))
+    wait_running(cluster, namespace, "gang", 2)
+    held = json.dumps({"metadata": {"finalizers": ["e2e.torchgate.io/hold"]}})  # slow to end
+    cluster.kubectl("patch", "pod", "gang-master-0", "-n", namespace, "--type=merge", "-p", held)
+    cluster.kubectl("delete", "pod", "gang-master-0", "-n", namespace, "--wait=false")
+    try:
+        restarting = cluster.wait_for(
+            lambda: condition(get_job(cluster, namespace, "gang"), "Restarting"),
+            what="the gang restarting",
+        )
+
+        result = torchgate(stack, cluster, "explain", f"{namespace}/gang", "-o", "json")
+
+        assert result.returncode == 0, result.stderr
+        told = json.loads(result.stdout)
+        stored = get_job(cluster, namespace, "gang")
+        assert condition(stored, "Queued") is None, "not queued again while its pods go"
+        assert (told["state"], told["reason"]) == ("Waiting", restarting["reason"]), told
+        assert told["message"] == restarting["message"]
+        assert list(told["nodes"]) == ["gang-master-0"]  # the member still terminating
+    finally:
+        cluster.kubectl(
+            "patch", "pod", "gang-master-0", "-n", namespace, "--type=json",
+            "-p", '[{"op": "remove", "path": "/metadata/finalizers"}]', check=False,
+        )  # fmt: skip
+
+
+def test_a_preempted_gang_whose_member_still_terminates_is_explained_as_preempted(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    pool.nodes(1)
+    namespace = cluster.new_namespace("victim")
+    high = pool.priority_class("high", 1000)
+    cluster.apply(yaml.safe_load(manifest(pool, namespace, "low", pods=1, gpus=8)))
+    wait_running(cluster, namespace, "low", 1)
+    held = json.dumps({"metadata": {"finalizers": ["e2e.torchgate.io/hold"]}})  # slow to end
+    cluster.kubectl("patch", "pod", "low-master-0", "-n", namespace, "--type=merge", "-p", held)
+    urgent = manifest(pool, namespace, "urgent", pods=1, gpus=8, priority_class=high)
+    cluster.apply(yaml.safe_load(urgent))
+    try:
+        preempted = cluster.wait_for(
+            lambda: is_true(job := get_job(cluster, namespace, "low"), "Preempted") and job,
+            what="low preempted",
+        )
+
+        result = torchgate(stack, cluster, "explain", f"{namespace}/low", "-o", "json")
+
+        assert result.returncode == 0, result.stderr
+        told = json.loads(result.stdout)
+        stored = get_job(cluster, namespace, "low")
+        assert condition(stored, "Queued") is None, "not queued again while its pods go"
+        assert (told["state"], told["reason"]) == ("Waiting", "Preempted"), told
+        assert told["message"] == condition(preempted, "Preempted")["message"]
+        assert list(told["nodes"]) == ["low-master-0"]  # its member still terminating
+    finally:
+        cluster.kubectl(
+            "patch", "pod", "low-master-0", "-n", namespace, "--type=json",
+            "-p", '[{"op": "remove", "path": "/metadata/finalizers"}]', check=False,
+        )  # fmt: skip
+
+
+def test_a_job_created_again_under_the_name_of_one_that_restarted_has_no_restarts(
+    cluster: Cluster, stack: Stack, pool: Pool
+) -> None:
+    pool.nodes(1)
+    namespace = cluster.new_namespace("again")
+    again = yaml.safe_load(manifest(pool, namespace, "again", pods=1, gpus=8))
+    cluster.apply(again)
+    wait_running(cluster, namespace, "again", 1)
+    cluster.kubectl("delete", "pod", "again-master-0", "-n", namespace)
+    events_once(cluster, namespace, "again", "PodDeleted")
+    cluster.kubectl("delete", "pytorchjob", "again", "-n", namespace)
+    cluster.apply(again)  # the same manifest again: a new job of the same name
+    wait_running(cluster, namespace, "again", 1)
+
+    result = torchgate(stack, cluster, "explain", f"{namespace}/again", "-o", "json")
+
+    assert result.returncode == 0, result.stderr
+    told = json.loads(result.stdout)
+    assert told["state"] == "Running"
+    assert told["restarts"] == {"counted": 0, "events": []}, "the first job's restart is not its"
 
 
 # ------------------------------------------------------------------ the forecast at admission

@@ -15,10 +15,14 @@ Rules:
    ``<namespace>/torchgate-controller`` (``--controller-namespace``, default torchgate-system).
 2. Credentials are the kubeconfig's (or the pod's ServiceAccount). A kubeconfig that
    authenticates with a client certificate has no token to pass on: the command says so.
-3. Any failure is a ``Unanswered`` with one line for a person; commands go on without the
+3. Any failure of the pool service is a ``Unanswered`` with one line for a person, an answer
+   that is not JSON (a web page where the service was expected) too; commands go on without the
    controller's answer where they can (explain falls back to the job's own status).
 4. When the cluster itself cannot be asked (no kubeconfig, no apiserver answering), the
-   command's one line says so in those words (:func:`cluster_problem`), never ``HTTP 0``.
+   command's one line says so in those words (:func:`cluster_problem`), never ``HTTP 0``. Through
+   the proxy, no answer at all is the apiserver's silence (its proxy answers 503 for a
+   controller it cannot reach), so the channel lets that ``ApiError`` through rather than say
+   the controller did not answer.
 """
 
 from __future__ import annotations
@@ -132,7 +136,11 @@ class PoolChannel:
         except (Unauthorized, Forbidden) as exc:
             raise Unanswered(f"the controller refused: {exc.message}") from None
         except ApiError as exc:
+            if exc.status == 0 and self.target.url is None:
+                raise  # the apiserver itself did not answer: the cluster's problem (rule 4)
             where = self.target.url or f"{self.target.namespace}/{SERVICE_NAME}"
+            if 200 <= exc.status < 300:  # something else answered: a web page, not the service
+                raise Unanswered(f"the pool service's URL ({where}) gave {exc.message}") from None
             detail = exc.message if exc.status else f"unreachable ({exc.message})"
             raise Unanswered(
                 f"the controller's pool service ({where}) did not answer: {detail}"

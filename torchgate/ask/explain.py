@@ -3,12 +3,14 @@
 Reads the job, its pods and its Events with the user's own credentials, asks the controller's
 pool service for its live outlook (``channel``), and prints ``explanation.render`` (``-o json``:
 ``Explanation.to_json``). When the controller does not answer, the job's own status says what it
-last wrote, and the output says the live view is missing. Exit codes: 0 explained, 1 no such job,
-2 a usage error or the cluster cannot be reached or read.
+last wrote, and the output says the live view is missing; pods or Events the user may not list
+are left out, and the output says which and why (the apiserver's words name the permission).
+Exit codes: 0 explained, 1 no such job, 2 a usage error or the cluster cannot be reached or read.
 
 ``JOB`` is a name, or ``NAMESPACE/NAME`` as ``top``, ``simulate`` and ``explain`` itself print a
-job, so a job can be pasted from their output; ``-n`` that names another namespace is a usage
-error, not a lookup of a job that cannot exist.
+job, so a job can be pasted from their output; ``-n`` that names another namespace, and a name or
+namespace no job or namespace can have (``Train``, ``.``, ``-n Team_A``), are usage errors, not
+lookups of a job that cannot exist.
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ from torchgate.ask.channel import (
 )
 from torchgate.ask.explanation import Explanation, explain, render
 from torchgate.kube.client import ConfigError, KubeClient, current_namespace
-from torchgate.kube.errors import ApiError, NotFound
+from torchgate.kube.errors import ApiError, Forbidden, NotFound
+from torchgate.kube.manifestfiles import namespace_flag
 from torchgate.kube.resources import EVENTS, PODS, PYTORCHJOBS
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.manifests import namespace_name_problem
 from torchgate.pytorchjob.outlook import JOBS_PATH, MalformedAnswer, outlook_from_json
 
 
@@ -42,7 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "job", metavar="JOB", help="the PyTorchJob's name, or NAMESPACE/NAME as top prints it"
     )
-    parser.add_argument("-n", "--namespace", help="its namespace (default: the context's)")
+    parser.add_argument(
+        "-n", "--namespace", type=namespace_flag, help="its namespace (default: the context's)"
+    )
     parser.add_argument("-o", "--output", choices=["text", "json"], default="text")
     add_channel_arguments(parser)
     parser.epilog = (
@@ -69,15 +75,24 @@ def job_key(job: str, namespace: str | None) -> tuple[str | None, str]:
     """(namespace, name) of ``JOB``: a name, or ``NAMESPACE/NAME``; ``ValueError`` otherwise.
 
     The namespace is ``None`` when neither ``JOB`` nor ``-n`` names one (the context's applies).
+    A name no PyTorchJob can have (``names.resource_name_problem``: ``Train``, ``.``) or a
+    namespace no namespace can have is a ``ValueError`` too: asked, ``.`` would read the list of
+    jobs and explain it as a job.
     """
     parts = job.split("/")
     if len(parts) == 1 and job:
-        return namespace, job
-    if len(parts) != 2 or not all(parts):
+        written, name = namespace, job
+    elif len(parts) != 2 or not all(parts):
         raise ValueError(f"JOB is a name or NAMESPACE/NAME, not {job!r}")
-    written, name = parts
-    if namespace is not None and namespace != written:
-        raise ValueError(f"-n {namespace} contradicts the namespace of {job}")
+    else:
+        written, name = parts
+        if namespace and namespace != written:
+            raise ValueError(f"-n {namespace} contradicts the namespace of {job}")
+    problem = names.resource_name_problem(name)
+    if problem is None and written:
+        problem = namespace_name_problem(written)
+    if problem is not None:
+        raise ValueError(f"JOB {job}: {problem}")
     return written, name
 
 
@@ -124,15 +139,19 @@ async def gather(api: KubeClient, channel: PoolChannel, job: Mapping[str, Any]) 
         except MalformedAnswer as exc:
             return None, f"the controller's answer was malformed: {exc}"
 
-    pods, events, (seen, unanswered) = await asyncio.gather(
-        api.request("GET", PODS.path(namespace), query={"labelSelector": selector}),
-        api.request("GET", EVENTS.path(namespace), query={"fieldSelector": fields}),
+    async def items(path: str, query: dict[str, str]) -> tuple[list[Any], str | None]:
+        try:
+            found = await api.request("GET", path, query=query)
+        except Forbidden as exc:  # explained without them (explanation rule 6)
+            return [], exc.message
+        return list((found or {}).get("items") or []), None
+
+    (pods, no_pods), (events, no_events), (seen, unanswered) = await asyncio.gather(
+        items(PODS.path(namespace), {"labelSelector": selector}),
+        items(EVENTS.path(namespace), {"fieldSelector": fields}),
         outlook(),
     )
+    unread = {what: why for what, why in (("pods", no_pods), ("events", no_events)) if why}
     return explain(
-        job,
-        outlook=seen,
-        pods=list((pods or {}).get("items") or []),
-        events=list((events or {}).get("items") or []),
-        unanswered=unanswered,
+        job, outlook=seen, pods=pods, events=events, unanswered=unanswered, unread=unread
     )

@@ -7,11 +7,15 @@ controller does not answer. How they combine is a set of rules worth testing wit
 
 Rules (each one function):
 
-1. ``state_of``: ``Finished`` once ``Succeeded`` or ``Failed`` is True; ``Suspended`` while its
-   ``spec.runPolicy.suspend`` is true (what the training-operator shows: its last condition,
-   ``Suspended``; nothing of it runs or queues until it is resumed); ``Running`` while
-   ``Running`` is True and the job is not ``Queued``; otherwise ``Waiting`` (queued, restarting,
-   resuming, or not yet seen by the controller).
+1. ``state_of``: ``Deleting`` once its deletion was asked for (``metadata.deletionTimestamp``:
+   a foreground deletion waits for its pods, a finalizer of another tool holds it): the
+   controller plans nothing more for it (``job.plan`` rule 1), so neither what it last ran nor
+   its queue place is what happens to it; its nodes are those its pods, terminating or not,
+   still hold. Else ``Finished`` once ``Succeeded`` or ``Failed`` is True; ``Suspended`` while
+   its ``spec.runPolicy.suspend`` is true (what the training-operator shows: its last
+   condition, ``Suspended``; nothing of it runs or queues until it is resumed); ``Running``
+   while ``Running`` is True and the job is not ``Queued``; otherwise ``Waiting`` (queued,
+   restarting, resuming, or not yet seen by the controller).
 2. ``explain``: a waiting job's reason is its ``Queued`` reason and its message the controller's
    live one (the condition's, rewritten at most every 30 s, when the controller does not
    answer); its position is its place in the pool's admission order (from the outlook, else from
@@ -29,12 +33,19 @@ Rules (each one function):
    ``runPolicy.managedBy`` names no other controller. A waiting or suspended job torchgate does
    not run says so and who does (``outlook.run_elsewhere``), never that it is not admitted yet,
    that the controller has yet to suspend it or how to resume it (torchgate acts on neither).
+   A gang restarting or preempted, not queued again yet (``Restarting`` or ``Preempted`` True,
+   the latest of them, no ``Queued``), whose old pods are still going (some terminating, or none
+   left and no nodes held for it) is told as that condition says (its reason: ``NodeLost``,
+   ``PodDeleted``, ``Preempted``...; its message, since when) with the nodes its terminating
+   pods hold, never that it is admitted and its pods are being created, nor that it is not
+   admitted yet.
 3. ``restarts_of``: the restarts its Events tell, newest last, each with its cause (the Event's
    reason, one of ``reasons.RESTART_EVENT_REASONS``: ``PyTorchJobRestarting``, ``Hang``,
    ``Preempted``, ``GangIncomplete``, ``GangScheduleTimeout``, or a disruption's cause such as
    ``NodeLost``) and message, once each; and how many counted against ``backoffLimit`` (the
    ``torchgate.io/restarts`` annotation). Events expire (an hour by default), so older restarts
-   are only counted.
+   are only counted. Events are found by the job's name, so those about another ``uid`` (a job
+   of that name deleted and created again, ``kubectl delete`` then ``apply``) are not its.
 4. ``render``: the text a person reads, one fact per line. Its ``to start:`` line agrees with its
    ``clear:`` line: when its nodes out of use returning would let it start, it says they must
    return (``CLEAR_NODES``), not that other nodes must join the pool or that it waits for its turn.
@@ -42,6 +53,10 @@ Rules (each one function):
    and why, as the kubelet says it: its first waiting container's reason and message, init
    containers first (``ImagePullBackOff (Back-off pulling image "x")``, ``ContainerCreating``),
    or that no node has taken it yet; at most ``MAX_NOT_STARTED`` are named.
+6. What the user may not read is left out, not fatal: reading the job is all ``explain`` asks
+   (the README's promise); its pods or Events that RBAC forbids listing are explained without
+   (``unread``: ``pods`` or ``events`` -> the apiserver's refusal, which names the missing
+   permission), on a line of their own and in ``-o json``'s ``unread``.
 """
 
 from __future__ import annotations
@@ -64,7 +79,11 @@ from torchgate.pytorchjob.outlook import (
 )
 from torchgate.pytorchjob.spec import is_suspended, managed_by
 
-State = Literal["Waiting", "Running", "Finished"] | reasons.SuspendedState
+State = Literal["Waiting", "Running", "Finished"] | reasons.SuspendedState | reasons.DeletingState
+DELETING = (
+    "being deleted: torchgate does nothing more with it (no queueing, no pods); garbage "
+    "collection removes its pods"
+)
 MAX_NOT_STARTED = 4
 NO_NODE_ADMITS = (
     "no job's end lets it start: nodes that admit and can hold its pods must join the pool, or "
@@ -129,6 +148,7 @@ class Explanation:
     unanswered: str | None = None
     written_place: str | None = None  # the place as last written to its status (no live view)
     runs: bool = True  # whether torchgate runs it (``_runs``); its message says who does if not
+    unread: Mapping[str, str] = field(default_factory=dict)  # pods/events -> why not (rule 6)
 
     def to_json(self) -> dict[str, Any]:
         """The ``-o json`` form (``state``, ``reason``, ``position``, ``message``, ``nodes``...)."""
@@ -155,6 +175,7 @@ class Explanation:
             "live": self.live,
             "controller": self.unanswered or "answered",
             "runs": self.runs,
+            "unread": dict(self.unread),
         }
 
 
@@ -181,6 +202,8 @@ def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def state_of(job: Mapping[str, Any]) -> State:
     """``Waiting``, ``Suspended``, ``Running`` or ``Finished`` (rule 1)."""
+    if _metadata(job).get("deletionTimestamp"):
+        return reasons.DELETING
     conditions = _conditions(job)
     if _true(conditions, reasons.SUCCEEDED) or _true(conditions, reasons.FAILED):
         return "Finished"
@@ -194,10 +217,18 @@ def state_of(job: Mapping[str, Any]) -> State:
 # ------------------------------------------------------------------ rule 3
 
 
-def restarts_of(events: Iterable[Mapping[str, Any]]) -> tuple[Restart, ...]:
-    """The restarts the job's Events tell, oldest first, each once (rule 3)."""
+def restarts_of(events: Iterable[Mapping[str, Any]], uid: object = None) -> tuple[Restart, ...]:
+    """The restarts the job's Events tell, oldest first, each once (rule 3).
+
+    With the job's ``uid``, an Event about another object of its name (an earlier job deleted
+    and created again) is not the job's.
+    """
     seen: dict[tuple[str, str], Restart] = {}
     for event in events:
+        involved = event.get("involvedObject")
+        about = involved.get("uid") if isinstance(involved, Mapping) else None
+        if uid and about and about != uid:
+            continue
         reason = event.get("reason")
         if reason not in reasons.RESTART_EVENT_REASONS or not isinstance(reason, str):
             continue
@@ -227,6 +258,7 @@ def explain(
     pods: Sequence[Mapping[str, Any]] = (),
     events: Sequence[Mapping[str, Any]] = (),
     unanswered: str | None = None,
+    unread: Mapping[str, str] | None = None,
 ) -> Explanation:
     """Combine the job, its pods and Events and the controller's outlook (rule 2)."""
     metadata = _metadata(job)
@@ -235,14 +267,23 @@ def explain(
     common: dict[str, Any] = {
         "job": f"{metadata.get('namespace')}/{metadata.get('name')}",
         "state": state_of(job),
-        "restarts": restarts_of(events),
+        "restarts": restarts_of(events, metadata.get("uid")),
         "counted_restarts": counted_restarts(job),
         "live": outlook is not None,
         "unanswered": unanswered,
+        "unread": dict(unread or {}),
         "domains": outlook.domains if outlook is not None else (),
         "runs": runs,
     }
     conditions = _conditions(job)
+    if common["state"] == reasons.DELETING:
+        return Explanation(
+            reason="",
+            message=DELETING,
+            nodes=_pod_nodes(pods, terminating=True),
+            since=str(metadata.get("deletionTimestamp")),
+            **common,
+        )
     if common["state"] == "Finished":
         final = _true(conditions, reasons.SUCCEEDED) or _true(conditions, reasons.FAILED) or {}
         status = job.get("status")
@@ -325,6 +366,15 @@ def _waiting(
             since=since,
             **common,
         )
+    restart = _torn_down_for(_conditions(job))
+    if restart is not None and queued is None and _tearing_down(pods, outlook):
+        return Explanation(
+            reason=str(restart.get("reason") or ""),
+            message=str(restart.get("message") or ""),
+            nodes=_pod_nodes(pods, terminating=True),
+            since=str(restart.get("lastTransitionTime") or "") or None,
+            **common,
+        )
     stuck = not_started(pods)
     if outlook is not None and outlook.known and outlook.nodes:  # admitted, pods on their way
         return Explanation(
@@ -345,6 +395,23 @@ def _waiting(
         since=since,
         **common,
     )
+
+
+def _torn_down_for(conditions: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The latest True ``Restarting`` or ``Preempted`` condition: why its gang is torn down."""
+    kinds = (reasons.RESTARTING, reasons.PREEMPTED)
+    found = [c for c in conditions if c.get("type") in kinds and c.get("status") == "True"]
+    return found[-1] if found else None
+
+
+def _tearing_down(pods: Sequence[Mapping[str, Any]], outlook: JobOutlook | None) -> bool:
+    """Whether a restarting gang's old pods are still going (rule 2).
+
+    Some terminate, or none is left while the controller holds no nodes for a new gang yet.
+    """
+    if any(_metadata(pod).get("deletionTimestamp") for pod in pods):
+        return True
+    return not pods and not (outlook is not None and outlook.known and outlook.nodes)
 
 
 def _admitted(stuck: Sequence[str]) -> str:
@@ -374,13 +441,13 @@ def _node_of(pod: Mapping[str, Any]) -> str:
     return node if isinstance(node, str) else ""
 
 
-def _pod_nodes(pods: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """Pod -> node of the job's live pods, in rank order (Master, then Workers by index)."""
+def _pod_nodes(pods: Sequence[Mapping[str, Any]], *, terminating: bool = False) -> dict[str, str]:
+    """Pod -> node of the job's live pods (``terminating`` ones too), Master, then Workers."""
     found: list[tuple[tuple[int, int], str, str]] = []
     for pod in pods:
         metadata = _metadata(pod)
         node = _node_of(pod)
-        if metadata.get("deletionTimestamp") or not node:
+        if (metadata.get("deletionTimestamp") and not terminating) or not node:
             continue
         found.append((_rank(metadata), str(metadata.get("name")), node))
     return {name: node for _, name, node in sorted(found)}
@@ -480,6 +547,7 @@ def render(explanation: Explanation, now: datetime) -> list[str]:
         label = {
             "Running": "running",
             "Finished": "finished",
+            reasons.DELETING: "deleting",
             "Waiting": "waiting",
             reasons.SUSPENDED: "suspended",
         }[e.state]
@@ -491,6 +559,8 @@ def render(explanation: Explanation, now: datetime) -> list[str]:
         )
         for restart in e.restarts[-5:]:
             lines.append(f"    {restart.at} {restart.cause}: {restart.message}")
+    for what, why in e.unread.items():
+        lines.append(f"  (without its {what}: {why})")
     if e.unanswered:
         lines.append(f"  (live view unavailable: {e.unanswered})")
     return lines

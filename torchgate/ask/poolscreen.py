@@ -11,12 +11,19 @@ Rules (each one function):
 1. ``duration``: a span as ``45s``, ``5m12s``, ``2h03m``, ``3d04h`` (two units at most).
 2. ``table``: columns as wide as their widest cell, two spaces apart; numbers right-aligned; the
    last column takes what is left of the width and is cut with ``…``.
-3. ``render``: a title line with the pool's totals, then per team quota (nominal), used,
-   borrowed, lent, running and waiting jobs, the waiting jobs' GPUs and the longest wait; per
-   topology domain GPUs used and free; the nodes placement cannot use, why and since when; the
-   jobs preempting (their nodes held until the gangs preempted for them terminate: waiting,
-   though out of the queue), with those gangs; the head of the queue, each job's reason under
-   it, indented, with the controller's words, out of the queued jobs alone.
+3. ``render``: a title line with the pool's totals (then the time, which a narrow terminal cuts
+   first), then per team quota (nominal), used, borrowed, lent, running and waiting jobs, the
+   waiting jobs' GPUs and the longest wait; per topology domain GPUs used and free; the nodes
+   placement cannot use, why and since when; the jobs preempting (their nodes held until the gangs
+   preempted for them terminate: waiting, though out of the queue), with those gangs; the head of
+   the queue, each job's reason under it, indented, with the controller's words, out of the queued
+   jobs alone.
+4. ``_shown``: on a terminal (a width given) the tables that grow with the pool rather than with
+   what a person acts on (its topology domains, one per GPU node when it has no topology; its
+   nodes out of use, a whole rack of them after a rack loss; the preemptors) show their first
+   ``TERMINAL_ROWS`` rows and count the rest on one line, as the queue shows its head (the
+   controller sends 20): a 500-node pool without topology would otherwise push the title, the
+   teams and the queue off a redrawn screen. Piped, every row is shown.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from torchgate.pytorchjob import moments
 from torchgate.pytorchjob.outlook import PoolView
 
 ELLIPSIS: Final = "…"
+TERMINAL_ROWS: Final = 10
 
 
 def duration(seconds: float) -> str:
@@ -77,6 +85,16 @@ def table(
     return [line(headers), *(line(row) for row in rows)]
 
 
+def _shown(rows: Sequence[Sequence[str]], width: int | None) -> tuple[list[Sequence[str]], str]:
+    """The rows a screen shows and, when some are left out, the line counting them (rule 4)."""
+    if width is None or len(rows) <= TERMINAL_ROWS:
+        return list(rows), ""
+    left = len(rows) - TERMINAL_ROWS
+    return list(rows[:TERMINAL_ROWS]), _cut(
+        f"{ELLIPSIS} and {left} more (piped, all are shown)", width
+    )
+
+
 def _amount(milli: int) -> str:
     whole, rest = divmod(milli, 1000)
     return str(whole) if not rest else f"{milli / 1000:g}"
@@ -94,10 +112,10 @@ def _since(moment: str, now: datetime) -> str:
 def render(view: PoolView, now: datetime, *, width: int | None = None) -> list[str]:
     """One screen of ``torchgate top`` (rule 3): title, teams, domains, nodes, queue."""
     free = view.total_gpus - view.used_gpus
-    title = (
-        f"torchgate top  {now.strftime('%Y-%m-%d %H:%M:%S %Z')}  {view.gpu_resource}: "
-        f"{_amount(view.used_gpus)} of {_amount(view.total_gpus)} used, {_amount(free)} free; "
-        f"waiting jobs: {view.waiting_jobs}"
+    title = (  # the facts first: a narrow terminal cuts the time, not the count of waiting jobs
+        f"torchgate top  {view.gpu_resource}: {_amount(view.used_gpus)} of "
+        f"{_amount(view.total_gpus)} used, {_amount(free)} free; waiting jobs: "
+        f"{view.waiting_jobs}  {now.strftime('%Y-%m-%d %H:%M:%S %Z')}"
     )
     return [
         _cut(title, width) if width is not None else title,
@@ -138,30 +156,40 @@ def _teams(view: PoolView, width: int | None) -> list[str]:
 def _domains(view: PoolView, width: int | None) -> list[str]:
     if not view.domains:
         return []
-    rows = [
-        [d.level, d.name, str(d.nodes), _amount(d.gpus), _amount(d.used), _amount(d.free)]
-        for d in view.domains
-    ]
-    return ["", *table(["LEVEL", "DOMAIN", "NODES", "GPUS", "USED", "FREE"], rows,
-                       numeric=frozenset({2, 3, 4, 5}), width=width)]  # fmt: skip
+    rows, more = _shown(
+        [
+            [d.level, d.name, str(d.nodes), _amount(d.gpus), _amount(d.used), _amount(d.free)]
+            for d in view.domains
+        ],
+        width,
+    )
+    headers = ["LEVEL", "DOMAIN", "NODES", "GPUS", "USED", "FREE"]
+    shown = table(headers, rows, numeric=frozenset({2, 3, 4, 5}), width=width)
+    return ["", *shown, *([more] if more else [])]
 
 
 def _unusable_nodes(view: PoolView, now: datetime, width: int | None) -> list[str]:
     if not view.unusable_nodes:
         return ["every node is usable"]
-    rows = [[n.node, _since(n.since, now), n.reason] for n in view.unusable_nodes]
-    return table(["UNUSABLE NODE", "SINCE", "WHY"], rows, width=width)
+    rows, more = _shown(
+        [[n.node, _since(n.since, now), n.reason] for n in view.unusable_nodes], width
+    )
+    return [*table(["UNUSABLE NODE", "SINCE", "WHY"], rows, width=width), *([more] if more else [])]
 
 
 def _preempting(view: PoolView, width: int | None) -> list[str]:
     if not view.preempting:
         return []
-    rows = [
-        [held.job, held.team or "", _amount(held.gpus), ", ".join(held.victims)]
-        for held in view.preempting
-    ]
+    rows, more = _shown(
+        [
+            [held.job, held.team or "", _amount(held.gpus), ", ".join(held.victims)]
+            for held in view.preempting
+        ],
+        width,
+    )
     headers = ["PREEMPTING", "TEAM", "GPUS", "WAITING FOR THESE TO TERMINATE"]
-    return [*table(headers, rows, numeric=frozenset({2}), width=width), ""]
+    shown = table(headers, rows, numeric=frozenset({2}), width=width)
+    return [*shown, *([more] if more else []), ""]
 
 
 def _queue(view: PoolView, width: int | None) -> list[str]:

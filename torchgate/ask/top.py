@@ -13,8 +13,8 @@ Rules:
    ``--interval`` seconds (cursor home, clear); anywhere else (a pipe, a file) the output is plain
    text, never cut, with no escape sequence, and ``--watch`` prints one screen after another,
    separated by a blank line. The interval is more than 0 seconds (a usage error otherwise).
-2. When the controller does not answer, one line says why on stderr: exit 2 (with ``--watch``
-   the screen says so and the next refresh tries again).
+2. When the controller does not answer, or the apiserver whose proxy leads to it, one line says
+   why on stderr: exit 2 (with ``--watch`` the screen says so and the next refresh tries again).
 """
 
 from __future__ import annotations
@@ -124,6 +124,8 @@ async def _screen(channel: PoolChannel, width: int | None) -> tuple[list[str], s
         problem = str(exc)
     except MalformedAnswer as exc:
         problem = f"the controller's answer was malformed: {exc}"
+    except ApiError as exc:  # the apiserver itself did not answer (channel rule 4)
+        problem = cluster_problem(exc)
     else:
         return render(view, now, width=width), None
     line = f"torchgate top  {now.strftime('%Y-%m-%d %H:%M:%S %Z')}  {problem}"

@@ -15,9 +15,12 @@ call; a fifth of the controller's CPU while it creates a wave of pods). The prox
 Rules:
 - Without a kubeconfig the in-cluster service account is used, else ``$KUBECONFIG`` (several
   files merged as kubectl does), else ``~/.kube/config``; a configuration that cannot be used is
-  one :class:`ConfigError` line that never quotes the file (it may hold tokens or keys).
+  one :class:`ConfigError` line that never quotes the file (it may hold tokens or keys), its
+  certificate authority, client certificate or key not PEM included (``tls_context``).
 - Every HTTP failure is an :class:`~torchgate.kube.errors.ApiError` subclass; a call that gets no
-  answer is ``ServerError`` with status 0. Response bodies are never logged (a Secret's are keys).
+  answer is ``ServerError`` with status 0, one whose answer is not JSON ``ServerError`` with
+  reason ``NotJSON`` (a web page where the apiserver or the pool service was expected). Response
+  bodies are never logged (a Secret's are keys).
 - A watch yields ``{"type", "object"}`` events until the server ends the stream and turns an
   ``ERROR`` event into the typed error of its Status (410: ``Gone``).
 """
@@ -36,7 +39,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from torchgate.kube.errors import decode_error, status_error, unreachable
+from torchgate.kube.errors import decode_error, not_json, status_error, unreachable
 
 JSON = "application/json"
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -98,6 +101,7 @@ class KubeClient:
         from kubernetes_asyncio import client
 
         configuration = await load_configuration(kubeconfig)
+        tls = tls_context(configuration)  # first: its ConfigError says which file is unusable
         api_client = client.ApiClient(configuration)
 
         async def authorize(headers: dict[str, str]) -> None:
@@ -107,7 +111,7 @@ class KubeClient:
 
         host = str(configuration.host)
         return cls(
-            _session(tls_context(configuration), pool_size),
+            _session(tls, pool_size),
             host,
             authorize=authorize,
             server_hostname=configuration.tls_server_name or None,
@@ -218,9 +222,13 @@ class KubeClient:
             response.release()
         if warnings is not None:
             warnings.extend(warning_text(value) for value in response.headers.getall("Warning", ()))
-        if 200 <= response.status < 300:
+        if not 200 <= response.status < 300:
+            raise decode_error(response.status, data, method, path)
+        try:
             return orjson.loads(data) if data else None
-        raise decode_error(response.status, data, method, path)
+        except orjson.JSONDecodeError:
+            content_type = response.headers.get("Content-Type", "")
+            raise not_json(response.status, content_type, data, method, path) from None
 
     async def probe(self, path: str, *, seconds: float = 2.0) -> int:
         """The HTTP status of a GET of ``path`` (``/readyz``, ``/healthz``); 0 when unreachable."""
@@ -242,7 +250,11 @@ class KubeClient:
             async for line in response.content:
                 if not line.strip():
                     continue
-                event = orjson.loads(line)
+                try:
+                    event = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    content_type = response.headers.get("Content-Type", "")
+                    raise not_json(response.status, content_type, line, "WATCH", path) from None
                 if event.get("type") == "ERROR":
                     status = event.get("object") or {}
                     raise status_error(
@@ -356,14 +368,38 @@ async def load_configuration(kubeconfig: str | None) -> Any:
 
 
 def tls_context(configuration: Any) -> ssl.SSLContext:
-    """The TLS settings of a ``kubernetes_asyncio`` configuration (CA, client cert, verify)."""
-    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+    """The TLS settings of a ``kubernetes_asyncio`` configuration (CA, client cert, verify).
+
+    A certificate authority, client certificate or key that cannot be read or is not PEM is a
+    ``ConfigError`` naming the file (never quoting it), not an ``ssl.SSLError`` traceback.
+    """
+    ca_file = configuration.ssl_ca_cert
+    try:
+        context = ssl.create_default_context(cafile=ca_file)
+    except (ssl.SSLError, OSError) as error:
+        problem = _tls_file_problem(error, "no PEM certificate in it")
+        raise ConfigError(
+            f"cannot use the kubeconfig's certificate authority {ca_file}: {problem}"
+        ) from None
     if configuration.cert_file:
-        context.load_cert_chain(configuration.cert_file, keyfile=configuration.key_file)
+        try:
+            context.load_cert_chain(configuration.cert_file, keyfile=configuration.key_file)
+        except (ssl.SSLError, OSError) as error:
+            problem = _tls_file_problem(error, "not a PEM certificate and its key")
+            raise ConfigError(
+                f"cannot use the kubeconfig's client certificate {configuration.cert_file} "
+                f"(key {configuration.key_file}): {problem}"
+            ) from None
     if not configuration.verify_ssl:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     return context
+
+
+def _tls_file_problem(error: ssl.SSLError | OSError, not_pem: str) -> str:
+    if isinstance(error, ssl.SSLError):
+        return not_pem
+    return error.strerror or type(error).__name__
 
 
 def proxy_from_environment(server: str) -> str | None:

@@ -13,6 +13,9 @@ Rules:
   apiserver (its NamespaceLifecycle admission) refuses every create in a namespace being deleted,
   which no retry will change.
 - A body that is not a JSON Status keeps its first 500 characters as the message.
+- A 2xx answer (or a watch line) that is not JSON, a page of a web server or proxy the URL
+  reaches instead of an apiserver or the pool service, is ``ServerError`` with its status and
+  reason ``NotJSON`` (``not_json``): the caller's one line for a person, never a traceback.
 """
 
 from __future__ import annotations
@@ -107,6 +110,16 @@ def unreachable(method: str, path: str, cause: BaseException | str) -> ServerErr
     """The error for a call that got no HTTP answer (refused, reset, timed out)."""
     text = cause if isinstance(cause, str) else (str(cause) or type(cause).__name__)
     return ServerError(0, "Unreachable", text, method, path)
+
+
+def not_json(status: int, content_type: str, data: bytes, method: str, path: str) -> ServerError:
+    """The error for an answer ``status`` whose body ``data`` is not JSON (a web page, say).
+
+    It names the body's type and size, not its text: bodies are never quoted (``client``).
+    """
+    kind = content_type or "no Content-Type"
+    message = f"an answer that is not JSON ({kind}, {len(data)} bytes)"
+    return ServerError(status, "NotJSON", message, method, path)
 
 
 def decode_error(status: int, data: bytes, method: str, path: str) -> ApiError:

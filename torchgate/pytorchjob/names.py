@@ -182,6 +182,19 @@ def is_dns1123_subdomain(value: str) -> bool:
     )
 
 
+def resource_name_problem(name: str) -> str | None:
+    """Why no custom resource (a PyTorchJob) can be named ``name``, if none can.
+
+    The apiserver asks a custom resource's ``metadata.name`` to be a DNS-1123 subdomain (its
+    ``NameIsDNSSubdomain``: at most 253 characters, no limit per part, unlike
+    ``is_dns1123_subdomain``), so a name with a capital letter, ``.`` or ``..`` names none; the
+    last two, as a URL path, would even name the collection or the namespace instead.
+    """
+    if len(name) <= DNS_SUBDOMAIN_MAX and _DNS1123_SUBDOMAIN.fullmatch(name):
+        return None
+    return f"{name!r} is not a resource name: {_DNS1123_SUBDOMAIN_TEXT}, at most 253 characters"
+
+
 def label_key_errors(key: str) -> list[str]:
     """Kubernetes' ``IsQualifiedName`` (label keys, annotation keys) messages for ``key``.
 

@@ -36,11 +36,15 @@ Rules (each one function):
    for them to terminate (``Preemptor``: out of the queue, their nodes held, yet waiting); the
    head of the queue with reasons. A view from an older controller has no preemptors.
 
-Amounts on the wire are GPUs as numbers (``8``, ``0.5``), never milli-units.
+Amounts on the wire are GPUs as numbers (``8``, ``0.5``), never milli-units. The readers take
+any JSON value: an answer of another shape anywhere (a place's team without a name, GPUs past
+what a float holds once counted in milli-units, a wait in seconds that is a string) is a
+``MalformedAnswer`` naming the field, never another exception: the commands say it in one line.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -83,9 +87,25 @@ def _gpus(milli: int) -> int | float:
 
 
 def _milli(value: object, where: str) -> int:
+    milli = _number(value, where, "a number of GPUs") * 1000
+    if isinstance(milli, float) and not math.isfinite(milli):
+        raise MalformedAnswer(f"{where}: expected a number of GPUs, not one this large")
+    return round(milli)
+
+
+def _number(value: object, where: str, what: str = "a number") -> int | float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise MalformedAnswer(f"{where}: expected a number of GPUs")
-    return round(value * 1000)
+        raise MalformedAnswer(f"{where}: expected {what}")
+    return value
+
+
+def _optional_seconds(value: object, where: str) -> float | None:
+    if value is None:
+        return None
+    seconds = float(_number(value, where, "a number of seconds or null"))
+    if not math.isfinite(seconds):
+        raise MalformedAnswer(f"{where}: expected a number of seconds, not one this large")
+    return seconds
 
 
 def _text(value: object, where: str) -> str:
@@ -179,10 +199,10 @@ def place_from_json(raw: object) -> Place | None:
     return Place(
         pool=_optional_int(pool.get("position"), "place.pool.position") or 0,
         pool_size=_optional_int(pool.get("of"), "place.pool.of") or 0,
-        team=_text(team_body["name"], "place.team.name") if team is not None else None,
+        team=_text(team_body.get("name"), "place.team.name") if team is not None else None,
         team_position=_optional_int(team_body.get("position"), "place.team.position"),
         team_size=_optional_int(team_body.get("of"), "place.team.of"),
-        cohort=_text(cohort_body["name"], "place.cohort.name") if cohort is not None else None,
+        cohort=_text(cohort_body.get("name"), "place.cohort.name") if cohort is not None else None,
         cohort_position=_optional_int(cohort_body.get("position"), "place.cohort.position"),
         cohort_size=_optional_int(cohort_body.get("of"), "place.cohort.of"),
         ahead_jobs=_optional_int(ahead.get("jobs"), "place.ahead.jobs") or 0,
@@ -693,7 +713,9 @@ def pool_from_json(raw: object) -> PoolView:
             admitted_jobs=_optional_int(team.get("admittedJobs"), "pool.teams[]") or 0,
             waiting_jobs=_optional_int(team.get("waitingJobs"), "pool.teams[]") or 0,
             waiting_gpus=_milli(team.get("waitingGPUs", 0), "pool.teams[].waitingGPUs"),
-            longest_wait_seconds=team.get("longestWaitSeconds"),
+            longest_wait_seconds=_optional_seconds(
+                team.get("longestWaitSeconds"), "pool.teams[].longestWaitSeconds"
+            ),
         )
         for team in (_mapping(t, "pool.teams[]") for t in _list(body.get("teams", []), "teams"))
     )
@@ -731,7 +753,10 @@ def pool_from_json(raw: object) -> PoolView:
             kind=_text(entry.get("kind", ""), "pool.queue[].kind"),
             reason=_text(entry.get("reason", ""), "pool.queue[].reason"),
             message=_text(entry.get("message", ""), "pool.queue[].message"),
-            waiting_seconds=float(entry.get("waitingSeconds") or 0.0),
+            waiting_seconds=_optional_seconds(
+                entry.get("waitingSeconds"), "pool.queue[].waitingSeconds"
+            )
+            or 0.0,
         )
         for entry in (_mapping(e, "pool.queue[]") for e in _list(body.get("queue", []), "queue"))
     )

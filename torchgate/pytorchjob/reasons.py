@@ -42,7 +42,10 @@ SUSPENDED: Final[SuspendedState] = "Suspended"
 QUEUED: Final = "Queued"
 PREEMPTED: Final = "Preempted"
 VALID: Final = "Valid"  # of a PlacementPolicy or a TeamQuota
-DELETING: Final = "Deleting"  # of a TeamQuota being deleted while its team's gangs hold capacity
+# Of a TeamQuota being deleted while its team's gangs hold capacity; and the state ``torchgate
+# explain`` shows a job in once its deletion was asked for.
+DeletingState = Literal["Deleting"]
+DELETING: Final[DeletingState] = "Deleting"
 OVER_QUOTA: Final = "OverQuota"  # of a TeamQuota whose team's gangs hold more than it may
 CONDITION_TYPES: Final = (
     CREATED,

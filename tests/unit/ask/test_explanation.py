@@ -68,6 +68,107 @@ def test_the_state_is_waiting_running_or_finished(
     assert state_of(a_job(*conditions)) == state
 
 
+@pytest.mark.parametrize(
+    "conditions",
+    [
+        [condition("Created"), condition("Running")],
+        [condition("Created"), condition("Queued", reason="WaitingForQuota")],
+        [condition("Running", "False"), condition("Succeeded")],
+    ],
+    ids=["running", "queued", "succeeded"],
+)
+def test_a_job_being_deleted_is_deleting_whatever_its_conditions_last_said(
+    conditions: list[dict[str, Any]],
+) -> None:
+    job = a_job(*conditions)
+    job["metadata"]["deletionTimestamp"] = "2026-03-01T11:59:00Z"
+    master = pod("big-master-0", gang=("team-vision", "big"), replica_type="Master", node="n1",
+                 deleted="2026-03-01T11:59:00Z")  # fmt: skip
+    still_queued = JobOutlook(job="team-vision/big", known=True, waiting=True, place=PLACE)
+
+    explained = explain(job, outlook=still_queued, pods=[master])
+
+    assert state_of(job) == "Deleting"
+    told = explained.to_json()
+    assert (told["state"], told["reason"], told["position"]) == ("Deleting", "", None)
+    assert told["since"] == "2026-03-01T11:59:00Z"
+    assert told["nodes"] == {"big-master-0": "n1"}  # its terminating pod still holds the node
+    assert render(explained, NOW)[0] == "PyTorchJob team-vision/big: Deleting"
+
+
+LOST = "PyTorchJob big is restarting because node n1 was lost: the whole gang is placed again"
+RESTARTING = a_job(condition("Created"), condition("Restarting", reason="NodeLost", message=LOST))
+OLD_GANG = JobOutlook(job="team-vision/big", known=True, nodes={"big-master-0": "n1"})
+
+
+@pytest.mark.parametrize(
+    ("pods", "outlook"),
+    [
+        ([pod("big-master-0", gang=("team-vision", "big"), node="n1", deleted=NOW.isoformat())],
+         OLD_GANG),
+        ([], None),
+        ([], JobOutlook(job="team-vision/big")),
+    ],
+    ids=["a-member-terminating", "no-pods-no-controller", "no-pods-none-held"],
+)  # fmt: skip
+def test_a_restarting_gang_whose_old_pods_are_going_is_told_as_its_restart_says(
+    pods: list[dict[str, Any]], outlook: JobOutlook | None
+) -> None:
+    told = explain(RESTARTING, outlook=outlook, pods=pods).to_json()
+
+    assert (told["state"], told["reason"], told["message"]) == ("Waiting", "NodeLost", LOST)
+    assert told["since"] == "2026-03-01T11:50:00Z"
+    assert told["nodes"] == ({"big-master-0": "n1"} if pods else {})
+
+
+def test_a_preempted_gang_whose_member_still_terminates_is_told_it_was_preempted() -> None:
+    message = "PyTorchJob big was preempted by team-speech/urgent: its whole gang is deleted"
+    job = a_job(
+        condition("Created"),
+        condition("Preempted", reason="Preempted", message=message),
+        condition("Running", "False", reason="Preempted", message=message),
+    )
+    going = pod("big-master-0", gang=("team-vision", "big"), node="n1", deleted=NOW.isoformat())
+
+    told = explain(job, outlook=JobOutlook(job="team-vision/big"), pods=[going]).to_json()
+
+    assert (told["state"], told["reason"], told["message"]) == ("Waiting", "Preempted", message)
+    assert told["nodes"] == {"big-master-0": "n1"}
+
+
+def test_a_restarting_gang_admitted_again_or_queued_again_is_told_so() -> None:
+    new_gang = [pod("big-master-0", gang=("team-vision", "big"), node="n2", phase="Pending")]
+    admitted = JobOutlook(job="team-vision/big", known=True, nodes={"big-master-0": "n2"})
+    queued = a_job(
+        *RESTARTING["status"]["conditions"], condition("Queued", reason="WaitingForQuota")
+    )
+
+    again = explain(RESTARTING, outlook=admitted, pods=new_gang).to_json()
+    waiting = explain(queued, outlook=None).to_json()
+
+    assert again["message"].startswith("admitted; not started: big-master-0 on n2")
+    assert waiting["reason"] == "WaitingForQuota"
+
+
+def test_restart_events_about_an_earlier_job_of_the_same_name_are_not_the_jobs() -> None:
+    def restarted(uid: str, at: str) -> dict[str, Any]:
+        about = {"kind": "PyTorchJob", "name": "big", "uid": uid}
+        return {
+            "reason": "PodDeleted",
+            "lastTimestamp": at,
+            "message": "m",
+            "involvedObject": about,
+        }
+
+    job = a_job(condition("Created"), condition("Running"))
+    job["metadata"]["uid"] = "new"
+    events = [restarted("old", "2026-03-01T11:00:00Z"), restarted("new", "2026-03-01T11:55:00Z")]
+
+    told = explain(job, outlook=None, events=events).to_json()
+
+    assert [restart["at"] for restart in told["restarts"]["events"]] == ["2026-03-01T11:55:00Z"]
+
+
 def test_a_waiting_job_takes_the_live_reason_place_and_what_must_end_from_the_controller() -> None:
     outlook = JobOutlook(
         job="team-vision/big",

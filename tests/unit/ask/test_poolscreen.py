@@ -87,7 +87,18 @@ def test_the_screen_shows_teams_domains_unusable_nodes_and_the_queue_head() -> N
     assert ["topology.kubernetes.io/rack", "r1", "2", "16", "16", "0"] in rows
     assert ["gpu-7", "18:20:00", "(10m00s", "ago)", "lost", "(Ready", "is", "Unknown)"] in rows
     assert ["gpu-9", "tainted", "torchgate.io/quarantine:NoSchedule"] in rows
-    assert " ".join(rows[0]).endswith("nvidia.com/gpu: 16 of 32 used, 16 free; waiting jobs: 1")
+    assert " ".join(rows[0]).startswith(
+        "torchgate top nvidia.com/gpu: 16 of 32 used, 16 free; waiting jobs: 1"
+    )
+
+
+def test_a_large_pools_title_keeps_its_counts_on_a_100_column_terminal() -> None:
+    big = replace(VIEW, total_gpus=2048 * G, used_gpus=1024 * G, waiting_jobs=150)
+
+    (title, *_) = render(big, NOW, width=100)
+
+    assert "1024 of 2048 used, 1024 free; waiting jobs: 150" in title
+    assert len(title) <= 100
 
 
 def test_an_empty_pool_says_so_in_each_section() -> None:
@@ -125,3 +136,30 @@ def test_a_pool_whose_only_waiting_job_preempts_does_not_say_nothing_waits() -> 
 
     assert "no job is waiting" not in lines
     assert ["default/urgent", "8", "default/low"] in [line.split() for line in lines]
+
+
+def test_on_a_terminal_tables_growing_with_the_pool_show_their_first_rows_and_count_the_rest() -> (
+    None
+):
+    big = replace(
+        VIEW,
+        domains=tuple(
+            DomainView("kubernetes.io/hostname", f"gpu-{i}", 1, 8 * G, 8 * G, 0) for i in range(500)
+        ),
+        unusable_nodes=tuple(NodeProblem(f"rack-7-{i}", "NotReady") for i in range(64)),
+        preempting=tuple(Preemptor(f"ns/urgent-{i}", None, 8 * G, ("ns/low",)) for i in range(30)),
+    )
+
+    screen = render(big, NOW, width=100)
+    piped = render(big, NOW)
+
+    assert len(screen) < 80, "the title, the teams and the queue head stay on one screen"
+    assert screen[0] == piped[0]
+    for first, hidden, left in (("gpu-0", "gpu-10", 490), ("rack-7-0", "rack-7-10", 54),
+                                ("ns/urgent-0", "ns/urgent-10", 20)):  # fmt: skip
+        assert any(first in line for line in screen)
+        assert not any(f"{hidden} " in line for line in screen)
+        assert f"… and {left} more (piped, all are shown)" in screen
+        assert any(f"{hidden} " in line for line in piped)
+    assert len(piped) > 500 + 64 + 30
+    assert max(len(line) for line in screen) <= 100

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +14,7 @@ import pytest
 from torchgate.ask import top
 from torchgate.ask.channel import Unanswered
 from torchgate.cli import main
+from torchgate.kube.errors import unreachable
 from torchgate.pytorchjob.outlook import PoolView, QueueEntry
 
 LONG = "team vision is at its quota (16/16 GPUs; may borrow 8 more); " + "x" * 120
@@ -102,6 +105,19 @@ def test_on_a_terminal_watch_redraws_in_place_and_cuts_to_its_width(
     assert "nobody home" in frames[2]  # the next refresh tries again
 
 
+def test_watch_goes_on_while_the_apiserver_does_not_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    screen = Screen(terminal=False)
+    silent = unreachable("GET", "/api/v1/namespaces/torchgate-system/services/x/proxy/v1/pool",
+                         "Cannot connect to host 127.0.0.1:6443")  # fmt: skip
+    show(monkeypatch, screen, [silent, VIEW.to_json()], watch=True)
+
+    first, second = screen.getvalue().split("\n\n", 1)
+    assert "cannot reach the cluster (GET /api/v1/namespaces/" in first
+    assert second.startswith("torchgate top  nvidia.com/gpu:")
+
+
 def test_once_without_an_answer_says_why_and_exits_2(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -120,3 +136,33 @@ def test_an_interval_that_is_not_a_positive_number_is_a_usage_error(
 
     assert exit_info.value.code == 2
     assert "argument --interval" in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_a_kubeconfig_whose_certificate_authority_is_not_pem_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    garbage = tmp_path / "ca.pem"
+    garbage.write_text("not a certificate\n")
+    kubeconfig = tmp_path / "kubeconfig"
+    cluster = {"server": "https://127.0.0.1:1", "certificate-authority": str(garbage)}
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": cluster}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+
+    assert main(["top", "--kubeconfig", str(kubeconfig)]) == 2
+
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        f"torchgate top: cannot use the kubeconfig's certificate authority {garbage}: "
+        "no PEM certificate in it"
+    )

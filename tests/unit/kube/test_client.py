@@ -21,13 +21,14 @@ from multidict import CIMultiDict
 
 from torchgate.certs.authority import issue_serving_cert, make_ca
 from torchgate.kube.client import (
+    ConfigError,
     KubeClient,
     current_namespace,
     proxy_from_environment,
     warning_text,
 )
-from torchgate.kube.errors import AlreadyExists, Gone, NotFound
-from torchgate.kube.resources import PODS
+from torchgate.kube.errors import AlreadyExists, Gone, NotFound, ServerError
+from torchgate.kube.resources import EVENTS, PODS
 
 TOKEN = "s3cret-token"
 
@@ -43,7 +44,13 @@ class FakeApiserver:
         app = web.Application()
         app.router.add_route("*", "/api/v1/namespaces/{ns}/pods", self.pods)
         app.router.add_route("*", "/api/v1/namespaces/{ns}/pods/{name}", self.pod)
+        app.router.add_route("GET", "/api/v1/namespaces/{ns}/events", self.web_page)
         return app
+
+    async def web_page(self, request: web.Request) -> web.StreamResponse:
+        """What a web server, not an apiserver, answers: a page with status 200."""
+        return web.Response(text="<html><body>Welcome to nginx!</body></html>\n",
+                            content_type="text/html")  # fmt: skip
 
     async def _record(self, request: web.Request) -> Any:
         body = await request.json() if request.can_read_body else None
@@ -168,6 +175,26 @@ async def test_http_failures_become_typed_errors(apiserver: tuple[FakeApiserver,
     assert 'pods "ghost" not found' in str(missing.value)
 
 
+async def test_an_answer_that_is_not_json_is_a_typed_error_naming_its_type_not_its_text(
+    apiserver: tuple[FakeApiserver, Path],
+) -> None:
+    _, kubeconfig = apiserver
+    client = await KubeClient.connect(str(kubeconfig))
+    try:
+        with pytest.raises(ServerError) as listed:
+            await client.request("GET", EVENTS.path("ns"))
+        with pytest.raises(ServerError) as watched:
+            async for _ in client.watch(EVENTS.path("ns"), {}):
+                pass
+    finally:
+        await client.close()
+
+    for error in (listed.value, watched.value):
+        assert (error.status, error.reason) == (200, "NotJSON")
+        assert "text/html" in error.message
+        assert "nginx" not in error.message
+
+
 async def test_watch_yields_events_and_turns_an_expired_version_into_gone(
     apiserver: tuple[FakeApiserver, Path],
 ) -> None:
@@ -264,3 +291,49 @@ def test_the_default_namespace_is_the_current_contexts(
 
     assert current_namespace() == "team-vision"
     assert current_namespace(str(tmp_path / "a")) == "default"
+
+
+@pytest.mark.parametrize(
+    ("user", "cluster_fields", "said"),
+    [
+        (
+            {"token": TOKEN},
+            {"certificate-authority": "{garbage}"},
+            "cannot use the kubeconfig's certificate authority {garbage}: no PEM certificate in it",
+        ),
+        (
+            {"client-certificate": "{garbage}", "client-key": "{garbage}"},
+            {"insecure-skip-tls-verify": True},
+            "cannot use the kubeconfig's client certificate {garbage} (key {garbage}): not a PEM "
+            "certificate and its key",
+        ),
+    ],
+    ids=["certificate-authority", "client-certificate"],
+)
+async def test_a_kubeconfig_whose_tls_files_are_not_pem_is_a_config_error_naming_the_file(
+    tmp_path: Path, user: dict[str, Any], cluster_fields: dict[str, Any], said: str
+) -> None:
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("token: s3cret\n")
+    named = json.loads(json.dumps([user, cluster_fields]).replace("{garbage}", str(garbage)))
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {"name": "c", "cluster": {"server": "https://127.0.0.1:1", **named[1]}}
+                ],
+                "users": [{"name": "u", "user": named[0]}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+
+    with pytest.raises(ConfigError) as refused:
+        await KubeClient.connect(str(kubeconfig))
+
+    assert str(refused.value) == said.replace("{garbage}", str(garbage))
+    assert "s3cret" not in str(refused.value)

@@ -22,3 +22,23 @@ def test_replica_name_length_is_the_length_of_the_replica_name(
 ) -> None:
     built = names.replica_name(job_name, replica_type, index)
     assert names.replica_name_length(job_name, replica_type, index) == len(built)
+
+
+@pytest.mark.parametrize(
+    ("name", "can_be"),
+    [
+        ("train-1", True),
+        ("a.b", True),
+        ("a" * 253, True),  # one part longer than a label: the apiserver takes it for a resource
+        ("a" * 254, False),
+        ("Train", False),
+        (".", False),
+        ("..", False),
+        ("a_b", False),
+        ("", False),
+    ],
+)
+def test_a_resource_name_is_what_the_apiserver_takes_for_a_custom_resource(
+    name: str, can_be: bool
+) -> None:
+    assert (names.resource_name_problem(name) is None) is can_be

@@ -7,9 +7,13 @@ is the reason the controller writes into the job's ``Queued`` condition for it.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
 from tests.builders.job import gpu_job, job
 from tests.builders.node import node
@@ -176,6 +180,127 @@ def test_what_the_controller_builds_is_what_the_readers_parse() -> None:
 def test_an_answer_of_another_shape_is_malformed(raw: Any) -> None:
     with pytest.raises(MalformedAnswer):
         forecast_from_json(raw)
+
+
+# Every field of every answer filled, so a value changed anywhere in it is read.
+FULL_ANSWERS: list[tuple[Callable[[Any], object], dict[str, Any]]] = [
+    (
+        forecast_from_json,
+        Forecast(
+            "Wait",
+            nodes={"a-master-0": "n0"},
+            preempts=(Gang("ns/low", 8 * G, 1, "speech"),),
+            borrows={"gpus": G},
+            reason="WaitingForQuota",
+            message="m",
+            place=PLACE,
+            team="vision",
+            cohort="h100",
+        ).to_json(),
+    ),
+    (
+        outlook_from_json,
+        JobOutlook(
+            job="ns/a",
+            known=True,
+            waiting=True,
+            place=PLACE,
+            must_end=(Gang("ns/b", G, 2, "speech"),),
+            ending_lets_start=(Gang("ns/c", G, 2),),
+            preempting=("ns/d",),
+            starts_if_cleared=("n9",),
+            nodes={"a-master-0": "n0"},
+            domains=("rack=r1",),
+            admitted_at="2026-01-01T00:00:00Z",
+            team="vision",
+            priority=1,
+            gpus=G,
+            runs=True,
+        ).to_json(),
+    ),
+    (
+        pool_from_json,
+        PoolView(
+            gpu_resource="nvidia.com/gpu",
+            teams=(TeamView("v", "c", 16 * G, None, 8 * G, 0, 0, 1, 2, 16 * G, 12.5),),
+            domains=(DomainView("rack", "r1", 2, 16 * G, 8 * G, 8 * G),),
+            unusable_nodes=(NodeProblem("n9", "NotReady", "2026-11-26T10:00:00Z"),),
+            queue=(QueueEntry("ns/a", 1, "v", 7, 16 * G, "Quota", "WaitingForQuota", "m", 12.5),),
+            waiting_jobs=1,
+            total_gpus=16 * G,
+            used_gpus=8 * G,
+            preempting=(Preemptor("ns/p", "v", 8 * G, ("ns/b",)),),
+        ).to_json(),
+    ),
+]
+# What JSON can hold (orjson refuses NaN and Infinity, but not 1e308).
+JSON_SCALARS = (
+    hs.none()
+    | hs.booleans()
+    | hs.integers()
+    | hs.floats(allow_nan=False, allow_infinity=False)
+    | hs.sampled_from([1e308, -1e308])
+    | hs.text(max_size=4)
+)
+JSON_VALUES = hs.recursive(
+    JSON_SCALARS,
+    lambda inner: (
+        hs.lists(inner, max_size=3) | hs.dictionaries(hs.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    yield prefix
+    children = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    for key, child in children:
+        yield from _paths(child, (*prefix, key))
+
+
+def _replaced(value: Any, path: tuple[Any, ...], new: Any) -> Any:
+    if not path:
+        return new
+    head, *rest = path
+    copy = dict(value) if isinstance(value, dict) else list(value)
+    copy[head] = _replaced(value[head], tuple(rest), new)
+    return copy
+
+
+@settings(max_examples=1500, deadline=None)
+@given(hs.data())
+def test_an_answer_with_any_field_of_any_json_value_is_read_or_malformed_never_a_crash(
+    data: hs.DataObject,
+) -> None:
+    read, answer = data.draw(hs.sampled_from(FULL_ANSWERS))
+    path = data.draw(hs.sampled_from(list(_paths(answer))))
+    changed = _replaced(answer, path, data.draw(JSON_VALUES))
+
+    with contextlib.suppress(MalformedAnswer):  # anything else escapes: a crash
+        read(changed)
+
+
+@pytest.mark.parametrize(
+    ("read", "raw"),
+    [
+        (forecast_from_json, {"verdict": "Wait", "place": {**PLACE.to_json(), "team": {}}}),
+        (forecast_from_json, {"verdict": "Start", "borrows": {"gpus": 1e308}}),
+        (pool_from_json, {"teams": [{**FULL_ANSWERS[2][1]["teams"][0], "longestWaitSeconds": {}}]}),
+        (pool_from_json, {"queue": [{**FULL_ANSWERS[2][1]["queue"][0], "waitingSeconds": "5s"}]}),
+    ],
+    ids=["team-without-name", "gpus-past-float", "longest-wait-an-object", "waited-a-string"],
+)
+def test_answers_that_crashed_the_readers_are_malformed(
+    read: Callable[[Any], object], raw: Any
+) -> None:
+    with pytest.raises(MalformedAnswer):
+        read(raw)
 
 
 # ------------------------------------------------------------------ the reasons agree
