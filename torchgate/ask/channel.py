@@ -23,6 +23,9 @@ Rules:
    the proxy, no answer at all is the apiserver's silence (its proxy answers 503 for a
    controller it cannot reach), so the channel lets that ``ApiError`` through rather than say
    the controller did not answer.
+5. A refusal says who refused: the apiserver's RBAC, which names the Service it would not
+   proxy to (``details``: kind ``services``, the proxied name), or the pool service, whose 400 or
+   422 names the fields it could not use (``details.causes``).
 """
 
 from __future__ import annotations
@@ -35,13 +38,22 @@ from pathlib import Path
 from typing import Any, Final
 
 from torchgate.kube.client import ConfigError, KubeClient
-from torchgate.kube.errors import ApiError, Forbidden, Unauthorized
+from torchgate.kube.errors import (
+    ApiError,
+    Forbidden,
+    Invalid,
+    Unauthorized,
+    status_causes,
+    status_details,
+)
 from torchgate.kube.resources import SERVICES
 from torchgate.pytorchjob.outlook import SERVICE_NAME, SERVICE_PORT_NAME, TOKEN_HEADER
 
 CONTROLLER_ENV: Final = "TORCHGATE_CONTROLLER"
 CONTROLLER_CA_ENV: Final = "TORCHGATE_CONTROLLER_CA"
 DEFAULT_NAMESPACE: Final = "torchgate-system"
+# The Service and port the apiserver's proxy is asked for, as the proxy path and RBAC name them.
+PROXIED_SERVICE: Final = f"https:{SERVICE_NAME}:{SERVICE_PORT_NAME}"
 
 
 class Unanswered(Exception):
@@ -129,12 +141,20 @@ class PoolChannel:
                     "certificates cannot pass the apiserver's proxy); use a token, or "
                     "--controller with a port-forward"
                 )
-            service = f"https:{SERVICE_NAME}:{SERVICE_PORT_NAME}"
             # ":" stays as is: RBAC's resourceNames and the proxy read the name unescaped.
-            proxied = f"{SERVICES.path(self.target.namespace)}/{service}/proxy{path}"
+            proxied = f"{SERVICES.path(self.target.namespace)}/{PROXIED_SERVICE}/proxy{path}"
             return await self.api.request(method, proxied, body=body, headers={TOKEN_HEADER: token})
         except (Unauthorized, Forbidden) as exc:
-            raise Unanswered(f"the controller refused: {exc.message}") from None
+            raise Unanswered(f"{self._refuser(exc)} refused: {exc.message}") from None
+        except Invalid as exc:  # the pool service's 400 or 422, with the fields it names
+            found = "; ".join(
+                f"{cause['field']}: {cause['message']}" if cause["field"] else cause["message"]
+                for cause in status_causes(exc.body)
+            )
+            raise Unanswered(
+                f"the controller refused the request: {exc.message}"
+                + (f" ({found})" if found else "")
+            ) from None
         except ApiError as exc:
             if exc.status == 0 and self.target.url is None:
                 raise  # the apiserver itself did not answer: the cluster's problem (rule 4)
@@ -145,6 +165,12 @@ class PoolChannel:
             raise Unanswered(
                 f"the controller's pool service ({where}) did not answer: {detail}"
             ) from None
+
+    def _refuser(self, exc: ApiError) -> str:
+        """Who refused (rule 5): the apiserver's RBAC names the Service it would not proxy to."""
+        if self.target.url is None and status_details(exc.body) == ("services", PROXIED_SERVICE):
+            return "the apiserver (its proxy to the controller)"
+        return "the controller"
 
     def _client(self) -> KubeClient:
         if self._direct is None:

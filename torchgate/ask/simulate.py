@@ -37,7 +37,7 @@ from torchgate.ask.channel import (
     target_from,
 )
 from torchgate.kube.client import ConfigError, KubeClient, current_namespace
-from torchgate.kube.errors import AlreadyExists, ApiError, Invalid
+from torchgate.kube.errors import AlreadyExists, ApiError, Invalid, status_causes
 from torchgate.kube.manifestfiles import namespace_flag, read_manifest_path
 from torchgate.kube.resources import PYTORCHJOBS
 from torchgate.pytorchjob.manifests import (
@@ -188,12 +188,9 @@ async def simulate(
             warnings=warnings,
         )
     except Invalid as exc:
-        causes = (exc.body.get("details") or {}).get("causes") or []
-        errors = tuple(
-            {"field": str(c.get("field", "")), "reason": str(c.get("reason", "")),
-             "message": str(c.get("message", ""))}
-            for c in causes if isinstance(c, Mapping)
-        ) or ({"field": "", "reason": exc.reason, "message": exc.message},)  # fmt: skip
+        errors = tuple(status_causes(exc.body)) or (
+            {"field": "", "reason": exc.reason, "message": exc.message},
+        )
         return Simulation(key, allowed=False, errors=errors, warnings=tuple(warnings))
     except AlreadyExists:
         return Simulation(

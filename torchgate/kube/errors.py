@@ -153,10 +153,31 @@ def status_error(
     return kind(status, reason, message, method, path, body=body)
 
 
-def _has_cause(body: Mapping[str, Any] | None, cause: str) -> bool:
-    """Whether a Status body lists ``cause`` among its ``details.causes[].reason``."""
+def status_causes(body: Mapping[str, Any] | None) -> list[dict[str, str]]:
+    """A Status body's ``details.causes``, each its ``field``, ``reason`` and ``message``.
+
+    Whatever is not a list of objects is no cause: the body may come from a server that is not
+    an apiserver.
+    """
     details = (body or {}).get("details")
     causes = details.get("causes") if isinstance(details, Mapping) else None
-    return isinstance(causes, list) and any(
-        isinstance(c, Mapping) and c.get("reason") == cause for c in causes
-    )
+    if not isinstance(causes, list):
+        return []
+    return [
+        {key: str(cause.get(key, "")) for key in ("field", "reason", "message")}
+        for cause in causes
+        if isinstance(cause, Mapping)
+    ]
+
+
+def status_details(body: Mapping[str, Any] | None) -> tuple[str, str]:
+    """A Status body's ``details.kind`` and ``details.name`` (the object refused), "" if absent."""
+    details = (body or {}).get("details")
+    if not isinstance(details, Mapping):
+        return "", ""
+    return str(details.get("kind", "")), str(details.get("name", ""))
+
+
+def _has_cause(body: Mapping[str, Any] | None, cause: str) -> bool:
+    """Whether a Status body lists ``cause`` among its ``details.causes[].reason``."""
+    return any(found["reason"] == cause for found in status_causes(body))

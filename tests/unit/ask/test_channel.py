@@ -11,13 +11,13 @@ import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
 from torchgate.ask.channel import PoolChannel, Target, Unanswered, target_from
 from torchgate.cli import main
-from torchgate.kube.errors import Forbidden, ServerError
+from torchgate.kube.errors import Forbidden, Invalid, ServerError
 
 
 class UserClient:
@@ -84,6 +84,68 @@ async def test_failures_become_one_line_for_a_person(error: Exception, said: str
 
     with pytest.raises(Unanswered, match=said):
         await channel.get("/v1/pool")
+
+
+# The apiserver's 403 when RBAC denies ``services/proxy`` (its ``NewForbidden``: details name
+# the Service it would not proxy to, kind the resource).
+PROXY_DENIED: Final = {
+    "kind": "Status",
+    "apiVersion": "v1",
+    "status": "Failure",
+    "message": 'services "https:torchgate-controller:https" is forbidden: User "alice" cannot '
+    'get resource "services/proxy" in API group "" in the namespace "torchgate-system"',
+    "reason": "Forbidden",
+    "details": {"name": "https:torchgate-controller:https", "kind": "services"},
+    "code": 403,
+}
+# The pool service's own 403 (its SubjectAccessReview said no): no details.
+POOL_DENIED: Final = {"kind": "Status", "message": "alice may not get pools.torchgate.io"}
+
+
+@pytest.mark.parametrize(
+    ("target", "body", "refuser"),
+    [
+        (Target(), PROXY_DENIED, "the apiserver (its proxy to the controller)"),
+        (Target(), POOL_DENIED, "the controller"),
+        # A URL's server is the pool service, whatever its body says.
+        (Target("https://127.0.0.1:1"), PROXY_DENIED, "the controller"),
+    ],
+    ids=["rbac-denies-the-proxy", "pool-service-denies", "direct"],
+)
+async def test_a_refusal_says_whether_the_apiserver_or_the_controller_refused(
+    target: Target, body: dict[str, Any], refuser: str
+) -> None:
+    error = Forbidden(403, "Forbidden", str(body["message"]), "GET", "/p", body=body)
+    channel = PoolChannel(UserClient(error=error), target)  # type: ignore[arg-type]
+    channel._direct = UserClient(error=error)  # type: ignore[assignment]
+
+    with pytest.raises(Unanswered) as unanswered:
+        await channel.get("/v1/pool")
+
+    assert str(unanswered.value) == f"{refuser} refused: {body['message']}"
+
+
+async def test_a_job_the_pool_service_cannot_run_is_refused_with_the_fields_it_names() -> None:
+    body = {
+        "message": "the controller could not run this job",
+        "details": {
+            "causes": [
+                {"field": "spec.pytorchReplicaSpecs.Worker.replicas", "message": "must be >= 0"},
+                {"message": "no pytorch container"},
+                "not a cause",
+            ]
+        },
+    }
+    error = Invalid(422, "Invalid", str(body["message"]), "POST", "/p", body=body)
+    channel = PoolChannel(UserClient(error=error), Target())  # type: ignore[arg-type]
+
+    with pytest.raises(Unanswered) as unanswered:
+        await channel.post("/v1/forecast", {"job": {}})
+
+    assert str(unanswered.value) == (
+        "the controller refused the request: the controller could not run this job "
+        "(spec.pytorchReplicaSpecs.Worker.replicas: must be >= 0; no pytorch container)"
+    )
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,8 @@ from torchgate.kube.errors import (
     Unauthorized,
     decode_error,
     error_class,
+    status_causes,
+    status_details,
     unreachable,
 )
 
@@ -127,3 +129,27 @@ def test_every_answer_becomes_exactly_one_typed_error(
     assert isinstance(error, ApiError)
     assert type(error) is error_class(status, error.reason)
     assert error.status == status
+
+
+@pytest.mark.parametrize(
+    ("body", "causes", "details"),
+    [
+        (None, [], ("", "")),
+        ({"details": "a string"}, [], ("", "")),
+        ({"details": {"causes": "a string", "kind": "services"}}, [], ("services", "")),
+        (
+            {"details": {"causes": [{"field": "a", "reason": 1}, 2, {"message": None}]}},
+            [
+                {"field": "a", "reason": "1", "message": ""},
+                {"field": "", "reason": "", "message": "None"},
+            ],
+            ("", ""),
+        ),
+    ],
+    ids=["none", "details-not-an-object", "causes-not-a-list", "causes-mixed"],
+)
+def test_a_status_bodys_causes_and_details_are_read_whatever_the_body_holds(
+    body: dict[str, object] | None, causes: list[dict[str, str]], details: tuple[str, str]
+) -> None:
+    assert status_causes(body) == causes
+    assert status_details(body) == details
