@@ -38,6 +38,7 @@ from tests.e2e.node_outages import (
     STOPPED,
     all_running_in_attempt,
     apply_quarantine_policy,
+    bring_back,
     delete_policy,
     metric,
     new_pool_namespace,
@@ -305,6 +306,56 @@ def test_a_node_that_fails_every_sandbox_is_quarantined_and_clearing_returns_it_
         )
         assert metric(controller, "torchgate_controller_quarantined_nodes") == 0
     finally:
+        delete_policy(cluster, name)
+
+
+def test_a_gang_whose_only_nodes_are_quarantined_is_told_so_as_soon_as_they_are_back(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    """Both nodes the gang may use are lost under it and quarantined at their first fault.
+
+    While they are NotReady its ``Queued`` condition says so; once they are Ready again but
+    quarantined it must say that at once (what an admin acts on: clear the quarantine), not
+    when the message is next refreshed (every 30 s) while the cooldown (an hour) runs.
+    Cleared by hand, the nodes take the gang again.
+    """
+    namespace, pool = new_pool_namespace(cluster, "qonly")
+    nodes = cluster.add_gpu_nodes(2, pool, labels={"pool": pool})
+    settings = {"faults": 1, "windowSeconds": 600, "cooldownSeconds": 3600}
+    name = apply_quarantine_policy(cluster, pool, [namespace], settings)
+
+    def queued_saying(words: str) -> dict[str, Any] | None:
+        found = condition(get_job(cluster, namespace, "gang"), "Queued")
+        ok = found is not None and found["status"] == "True" and words in found["message"]
+        return found if ok else None
+
+    try:
+        gang(cluster, namespace, pool)
+        for node in nodes:
+            set_not_ready(cluster, node)
+        cluster.wait_for(
+            lambda: queued_saying("2 NotReady"), timeout=60, what="Queued naming 2 NotReady"
+        )
+        cluster.wait_for(
+            lambda: all(quarantine_taint(cluster, node) for node in nodes),
+            timeout=20,
+            what=f"{nodes} quarantined",
+        )
+        for node in nodes:
+            bring_back(cluster, node)
+        queued = cluster.wait_for(
+            lambda: queued_saying("2 quarantined"), timeout=10, what="Queued naming 2 quarantined"
+        )
+        assert "NotReady" not in queued["message"], queued["message"]
+
+        for node in nodes:
+            cluster.kubectl("taint", "nodes", node, f"{QUARANTINE}-")
+        cluster.wait_for(
+            lambda: attempt_running(cluster, namespace, 2), timeout=30, what="the gang again"
+        )
+    finally:
+        for node in nodes:
+            resume_heartbeats(cluster, node)
         delete_policy(cluster, name)
 
 
