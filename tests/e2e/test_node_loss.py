@@ -38,6 +38,7 @@ from tests.e2e.node_outages import (
     STOPPED,
     all_running_in_attempt,
     apply_quarantine_policy,
+    bring_back,
     delete_policy,
     metric,
     new_pool_namespace,
@@ -219,6 +220,89 @@ def test_a_no_schedule_taint_keeps_new_gangs_off_and_leaves_running_ones_alone(
     assert not [e for e in events_of(cluster, namespace, "first") if e["reason"] == "NodeTainted"]
 
 
+def test_a_gang_whose_node_is_deleted_runs_again_whole_elsewhere_at_once(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    """``kubectl delete node`` under a running gang: lost at once, no ``Ready`` spell to wait for.
+
+    Nothing confirms the deletion of the pods bound to a deleted node (kwok forgets them); the
+    gang restarts once, uncounted, named by the node's deletion, on the nodes left.
+    """
+    namespace, pool = new_pool_namespace(cluster, "delnode")
+    cluster.add_gpu_nodes(3, pool, labels={"pool": pool})
+    first = gang(cluster, namespace, pool)
+    worker = next(p for p in first if p["metadata"]["name"] == "gang-worker-0")
+    deleted = worker["spec"]["nodeName"]
+    restarts_before = gang_restarts(controller, "NodeLost")
+
+    cluster.kubectl("delete", "node", deleted, "--wait=false")
+    again = cluster.wait_for(
+        lambda: attempt_running(cluster, namespace, 2), timeout=30, what="the gang again"
+    )
+
+    assert deleted not in {p["spec"]["nodeName"] for p in again}
+    stored = get_job(cluster, namespace, "gang")
+    assert stored is not None
+    assert not is_true(stored, "Failed"), dump(stored)
+    assert "torchgate.io/restarts" not in stored["metadata"].get("annotations", {})
+    events = [
+        e for e in events_once(cluster, namespace, "gang", "NodeLost") if e["reason"] == "NodeLost"
+    ]
+    assert len(events) == 1, events
+    assert int(events[0].get("count") or 1) == 1, events
+    assert f"node {deleted} was deleted" in events[0]["message"]
+    assert gang_restarts(controller, "NodeLost") >= restarts_before + 1
+    time.sleep(3)  # nothing left of the first attempt takes the gang down again
+    assert attempt_running(cluster, namespace, 2) is not None
+    assert {p["metadata"]["uid"] for p in job_pods(cluster, namespace, "gang")} == {
+        p["metadata"]["uid"] for p in again
+    }
+
+
+def test_an_elastic_job_losing_a_worker_node_runs_on_fewer_and_takes_it_back_without_restart(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    """Three Workers (``minReplicas: 1``) on the pool's three nodes; one node stops heartbeating.
+
+    The gang restarts whole (restarts are whole-gang) with the two Workers the two nodes left
+    hold; the third is left out and named in ``Running`` (no partial gang, no pod left Pending
+    for kube-scheduler); when its node is back it starts beside them, in the same attempt.
+    """
+    namespace, pool = new_pool_namespace(cluster, "ellost")
+    cluster.add_gpu_nodes(3, pool, labels={"pool": pool})
+    elastic = (
+        job("gang", namespace)
+        .workers(3, gpus=8, pod_spec={"nodeSelector": {"pool": pool}})
+        .elastic(minReplicas=1, maxReplicas=3)
+        .run_policy(backoffLimit=0)
+    )
+    create_job(cluster, elastic.build())
+
+    def running(count: int, attempt: int) -> list[dict[str, Any]] | None:
+        pods = live_pods(cluster, namespace, "gang")
+        return pods if all_running_in_attempt(pods, count, attempt) else None
+
+    first = cluster.wait_for(lambda: running(3, 1), timeout=60, what="three Workers")
+    lost = next(p for p in first if p["metadata"]["name"] == "gang-worker-2")["spec"]["nodeName"]
+    set_not_ready(cluster, lost)
+    try:
+        fewer = cluster.wait_for(lambda: running(2, 2), timeout=60, what="two Workers again")
+        assert lost not in {p["spec"]["nodeName"] for p in fewer}
+
+        def waits_named() -> dict[str, Any] | None:
+            found = condition(get_job(cluster, namespace, "gang"), "Running")
+            return found if found and "gang-worker-2" in found.get("message", "") else None
+
+        cluster.wait_for(waits_named, timeout=30, what="Running naming gang-worker-2")
+        assert not is_true(get_job(cluster, namespace, "gang"), "Failed")
+    finally:
+        resume_heartbeats(cluster, lost)
+    grown = cluster.wait_for(lambda: running(3, 2), timeout=60, what="the third Worker back")
+    kept = {p["metadata"]["uid"] for p in fewer}
+    assert kept <= {p["metadata"]["uid"] for p in grown}, "the two Workers were not restarted"
+    assert gang_restarts(controller, "NodeLost") >= 1
+
+
 # ------------------------------------------------------------------ quarantine
 
 
@@ -305,6 +389,56 @@ def test_a_node_that_fails_every_sandbox_is_quarantined_and_clearing_returns_it_
         )
         assert metric(controller, "torchgate_controller_quarantined_nodes") == 0
     finally:
+        delete_policy(cluster, name)
+
+
+def test_a_gang_whose_only_nodes_are_quarantined_is_told_so_as_soon_as_they_are_back(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    """Both nodes the gang may use are lost under it and quarantined at their first fault.
+
+    While they are NotReady its ``Queued`` condition says so; once they are Ready again but
+    quarantined it must say that at once (what an admin acts on: clear the quarantine), not
+    when the message is next refreshed (every 30 s) while the cooldown (an hour) runs.
+    Cleared by hand, the nodes take the gang again.
+    """
+    namespace, pool = new_pool_namespace(cluster, "qonly")
+    nodes = cluster.add_gpu_nodes(2, pool, labels={"pool": pool})
+    settings = {"faults": 1, "windowSeconds": 600, "cooldownSeconds": 3600}
+    name = apply_quarantine_policy(cluster, pool, [namespace], settings)
+
+    def queued_saying(words: str) -> dict[str, Any] | None:
+        found = condition(get_job(cluster, namespace, "gang"), "Queued")
+        ok = found is not None and found["status"] == "True" and words in found["message"]
+        return found if ok else None
+
+    try:
+        gang(cluster, namespace, pool)
+        for node in nodes:
+            set_not_ready(cluster, node)
+        cluster.wait_for(
+            lambda: queued_saying("2 NotReady"), timeout=60, what="Queued naming 2 NotReady"
+        )
+        cluster.wait_for(
+            lambda: all(quarantine_taint(cluster, node) for node in nodes),
+            timeout=20,
+            what=f"{nodes} quarantined",
+        )
+        for node in nodes:
+            bring_back(cluster, node)
+        queued = cluster.wait_for(
+            lambda: queued_saying("2 quarantined"), timeout=10, what="Queued naming 2 quarantined"
+        )
+        assert "NotReady" not in queued["message"], queued["message"]
+
+        for node in nodes:
+            cluster.kubectl("taint", "nodes", node, f"{QUARANTINE}-")
+        cluster.wait_for(
+            lambda: attempt_running(cluster, namespace, 2), timeout=30, what="the gang again"
+        )
+    finally:
+        for node in nodes:
+            resume_heartbeats(cluster, node)
         delete_policy(cluster, name)
 
 

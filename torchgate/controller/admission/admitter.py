@@ -866,7 +866,9 @@ class Admitter:
     def _out_of_use(self, waiting: Waiting) -> OutOfUse | None:
         """The nodes out of use for the gang (``nodes`` rule 7), once per node change.
 
-        Read when its ``Queued`` message is written or a snapshot taken, never by ``decide``.
+        Read when its ``Queued`` message is written, when the nodes changed since the job was
+        last told (``waiting`` rule 5: a change of their causes is told at once) or a snapshot
+        taken, never by ``decide``.
         """
         required = waiting.required()
         signatures = frozenset(demand.signature for demand in required)
@@ -980,7 +982,12 @@ class Admitter:
             note = self._out_of_use(waiting) if outcome.kind == "Capacity" else None
             return queued_message(places.of(waiting.key), told(outcome.kind, outcome.message, note))
 
-        if self.queue.report(waiting, outcome.kind, message, now):
+        def causes() -> object:
+            note = self._out_of_use(waiting) if outcome.kind == "Capacity" else None
+            return None if note is None else note.causes
+
+        nodes = self._nodes.version
+        if self.queue.report(waiting, outcome.kind, message, now, nodes=nodes, causes=causes):
             log.debug("%s/%s waits (%s): %s", *waiting.key, outcome.kind, outcome.message)
             self.on_reason(waiting.key)
 

@@ -23,9 +23,14 @@ Rules:
 4. ``hold_place``: a preemptor whose nodes are held leaves the queue but keeps its place, so
    ``restore_place`` puts it back where it was should the hold be given up.
 5. ``report``: what a waiting job is told (its wait kind and message) changes at once when the
-   kind changes, else at most every ``refresh_seconds``: the free counts in a message change
-   with every pod, and rewriting the status of every waiting job on each change would flood the
-   apiserver. The message is phrased only when it may be reported.
+   kind changes, or when the state of the nodes it could use changes why they are out of use
+   (``causes``: a node NotReady, then back but quarantined, or cleared), else at most every
+   ``refresh_seconds``: the free counts in a message change with every pod, and rewriting the
+   status of every waiting job on each change would flood the apiserver, but a node's state
+   changes seldom and is what an admin acts on (wait for the node, or clear its quarantine).
+   The causes are read only when the nodes changed since the job was last looked at
+   (``nodes``, the caller's version of them), and the message is phrased only when it may be
+   reported.
 6. ``cancel``: a job that is gone, finished, suspended or not ours is forgotten, with its
    backoffs (rules 3 and 8).
 7. ``demand_by_team``: per team and ``Queued`` reason, how many jobs wait, the GPUs they count
@@ -117,6 +122,8 @@ class Waiting:
     reported_reason: str | None = None
     reported_kind: str | None = None
     reported_at: float | None = None
+    reported_causes: object = None  # why its nodes were out of use when it was told (rule 5)
+    nodes_seen: object = None  # the version of the nodes it was last looked at with (rule 5)
 
     def order(self) -> tuple[int, str, str, str]:
         """Its place in the queue (``pool.admission_order``)."""
@@ -257,16 +264,35 @@ class WaitingQueue:
 
     # ------------------------------------------------------------------ rule 5
 
-    def report(self, waiting: Waiting, kind: str, message: Callable[[], str], now: float) -> bool:
-        """Record what the job waits for, throttled (rule 5); whether what it is told changed."""
+    def report(
+        self,
+        waiting: Waiting,
+        kind: str,
+        message: Callable[[], str],
+        now: float,
+        *,
+        nodes: object = None,
+        causes: Callable[[], object] = lambda: None,
+    ) -> bool:
+        """Record what the job waits for, throttled (rule 5); whether what it is told changed.
+
+        ``nodes`` is the caller's version of the nodes' state; ``causes`` says why the nodes the
+        job could use are out of use (read only when ``nodes`` changed since the last look).
+        """
+        moved = False
+        if waiting.nodes_seen != nodes:
+            waiting.nodes_seen = nodes
+            moved = waiting.reported_at is not None and causes() != waiting.reported_causes
         stale = (
-            waiting.reported_at is None
+            moved
+            or waiting.reported_at is None
             or now - waiting.reported_at >= self.refresh_seconds
             or waiting.reported_kind != kind
         )
         if not stale:
             return False
         text = message()
+        waiting.reported_causes = causes()
         if waiting.reported_reason == text and waiting.reported_kind == kind:
             return False
         waiting.reported_at = now

@@ -122,6 +122,38 @@ def test_reports_change_at_once_for_a_new_kind_and_else_at_most_every_refresh() 
     assert (queue.reason(waiting.key), queue.kind(waiting.key)) == ("still over", "Quota")
 
 
+def test_a_change_of_why_its_nodes_are_out_of_use_is_reported_at_once() -> None:
+    """Nodes NotReady, then back but quarantined: the job is told within the refresh."""
+    queue = WaitingQueue(refresh_seconds=30)
+    ask(queue, "w")
+    waiting = queue.waiting[("ns", "w")]
+    looked: list[int] = []
+
+    def why(causes: tuple[tuple[str, int], ...]) -> Any:
+        return lambda: looked.append(1) or causes
+
+    not_ready, quarantined = (("NotReady", 2),), (("quarantined", 2),)
+    assert queue.report(
+        waiting, "Capacity", lambda: "2 NotReady", now=0.0, nodes=1, causes=why(not_ready)
+    )
+    looked.clear()
+    assert not queue.report(
+        waiting, "Capacity", lambda: "1 free", now=5.0, nodes=1, causes=why(not_ready)
+    )
+    assert looked == [], "the causes are not read while the nodes stand"
+    assert not queue.report(
+        waiting, "Capacity", lambda: "2 free", now=6.0, nodes=2, causes=why(not_ready)
+    ), "the nodes changed, but not why they are out of use: the refresh stands"
+    assert queue.report(
+        waiting, "Capacity", lambda: "2 quarantined", now=7.0, nodes=3, causes=why(quarantined)
+    )
+    assert queue.reason(waiting.key) == "2 quarantined"
+    assert not queue.report(
+        waiting, "Capacity", lambda: "1 quarantined", now=8.0, nodes=3, causes=why(quarantined)
+    )
+    assert queue.report(waiting, "Capacity", lambda: "8 free", now=9.0, nodes=4, causes=why(()))
+
+
 def test_demand_by_team_counts_jobs_gpus_and_the_longest_wait_per_team_and_reason() -> None:
     queue = WaitingQueue()
     ask(queue, "a", now=10.0)
