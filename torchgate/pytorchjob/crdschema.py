@@ -275,7 +275,7 @@ def integer_errors(
     """kube-openapi's type and range checks of a number at an ``integer`` schema (rule 6)."""
     # An integer beyond int64 is a float64 to the apiserver (and never test a float's
     # membership of a range: Python compares it with each of the range's integers).
-    held = number if isinstance(number, int) and number in INT64 else float(number)
+    held = number if isinstance(number, int) and number in INT64 else _as_float64(number)
     integer_format = schema.get("format") or ""
     if isinstance(held, float) and not _is_json_integer(held):
         if integer_format:
@@ -287,6 +287,14 @@ def integer_errors(
     if printed is None or printed not in _INTEGER_FORMATS.get(integer_format, INT64):
         kind = f"with format {integer_format}" if integer_format else "(default format)"
         yield invalid(NO_PATH, "", f"Checked value must be of type integer {kind} in {path}")
+
+
+def _as_float64(number: float) -> float:
+    """The float64 of a number (an integer beyond every float64: infinite, as Go overflows)."""
+    try:
+        return float(number)
+    except OverflowError:
+        return math.inf if number > 0 else -math.inf
 
 
 def _printed_integer(number: float) -> int | None:

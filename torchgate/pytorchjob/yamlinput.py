@@ -26,7 +26,8 @@ Rules (each one function):
    whole number below 1e21 as an integer (``1``, not ``1.0``: the ``'f'`` format, ``'e'`` from
    1e21). So ``tolerationSeconds: 1.0`` is ``1`` on the cluster, ``replicas: 1e3`` is ``1000``,
    an integer beyond int64 is the integer its float64 prints as, ``1.5`` and ``1e21`` stay
-   floats, and a number go-yaml cannot read (``1e400``) stays the text.
+   floats, and a number go-yaml cannot read (``1e400``) stays the text. A number tagged
+   explicitly (``!!float 1``) is stored as any other.
 
 Not an error: two equal keys in one mapping (``env:`` twice in a container). kubectl converts
 YAML to JSON keeping the last of them, without a word and under strict field validation too (the
@@ -47,6 +48,7 @@ from typing import Any, Final
 
 import yaml
 from yaml.composer import ComposerError
+from yaml.constructor import ConstructorError
 
 from torchgate.pytorchjob.digits import INT64
 
@@ -69,6 +71,8 @@ _GO_SPECIAL_FLOATS: Final = {
     **dict.fromkeys(("-.inf", "-.Inf", "-.INF"), -math.inf),
 }
 _UINT64_LIMIT: Final = 2**64
+_FLOAT64_LIMIT: Final = 2**1024
+"""The first integer beyond every float64 (``float()`` overflows)."""
 _MOST_INTEGER_CHARACTERS: Final = 67
 """A sign, ``0b`` and 64 binary digits: longer text is no int64 or uint64 to go-yaml."""
 _GO_INTEGER_BASES: Final = {"hex": 16, "oct": 8, "bin": 2, "octal": 8, "dec": 10}
@@ -115,8 +119,8 @@ def stored_number(number: int | float) -> int | float:
     1e21 is written as the integer Go prints it as (its shortest digits, then zeros).
     """
     if isinstance(number, int):
-        if number in INT64:
-            return number
+        if number in INT64 or not -_FLOAT64_LIMIT < number < _FLOAT64_LIMIT:
+            return number  # beyond float64 only when tagged !!int: go-yaml refuses it, kept
         number = float(number)
     if number.is_integer() and abs(number) < 1e21:
         return int(Decimal(repr(number)))
@@ -140,6 +144,24 @@ _KubectlLoader.add_constructor(
     _NUMBER_TAG,
     lambda loader, node: stored_scalar(loader.construct_scalar(node)),  # type: ignore[arg-type]
 )
+
+
+def _stored_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int | float:
+    """A number tagged ``!!int``, stored as any other (rule 4)."""
+    try:
+        return stored_number(loader.construct_yaml_int(node))
+    except ValueError:  # more digits than Python converts: no int64 either
+        problem = "an !!int of more digits than any integer Kubernetes reads"
+        raise ConstructorError(None, None, problem, node.start_mark) from None
+
+
+def _stored_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int | float:
+    """A number tagged ``!!float`` (``!!float 1``), stored as any other (rule 4)."""
+    return stored_number(loader.construct_yaml_float(node))
+
+
+_KubectlLoader.add_constructor("tag:yaml.org,2002:int", _stored_int)
+_KubectlLoader.add_constructor("tag:yaml.org,2002:float", _stored_float)
 
 
 def load_documents(text: str) -> list[tuple[yaml.Node | None, Any]]:

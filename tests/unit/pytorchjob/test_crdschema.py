@@ -29,6 +29,7 @@ RANGE = (ErrorType.INVALID, str(NO_PATH))
         (9007199254740992.0, "int64", [TYPE]),  # 2**53: beyond IsFloat64AJSONInteger, in range
         (1e21, "", [TYPE, RANGE]),
         (-1, "uint32", [RANGE]),
+        (10**400, "int32", [TYPE, RANGE]),  # an !!int beyond every float64: no crash
     ],
 )
 def test_a_number_at_an_integer_schema_is_judged_as_kube_openapi_judges_it(

@@ -114,6 +114,19 @@ def test_plain_numbers_are_read_as_the_cluster_stores_them(scalar: str, stored: 
     assert type(obj["value"]) is type(stored)
 
 
+def test_an_explicitly_tagged_number_is_stored_as_any_other() -> None:
+    ((_, obj),) = load_documents("a: !!float 1\nb: !!float 1.5\nc: !!int 3\n")
+    assert obj == {"a": 1, "b": 1.5, "c": 3}
+    assert type(obj["a"]) is int
+
+
+def test_an_explicit_integer_of_too_many_digits_is_an_error_or_kept() -> None:
+    with pytest.raises(yaml.MarkedYAMLError):
+        load_documents("a: !!int " + "1" * 5000 + "\n")
+    ((_, obj),) = load_documents("a: !!int " + "1" * 400 + "\n")  # beyond every float64
+    assert obj == {"a": int("1" * 400)}
+
+
 def test_timestamps_booleans_and_nulls_are_read_as_before() -> None:
     text = "day: 2018-12-16\non: yes\nnothing: ~\nspecial: [.inf, -.Inf]\n"
     ((_, obj),) = load_documents(text)
