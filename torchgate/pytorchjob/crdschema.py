@@ -25,11 +25,12 @@ Rules:
    field is one whatever its value; a known one that is ``null`` is not looked into.
 3. A value of the wrong type for its schema (``integer``, ``number``, ``string``, ``boolean``,
    ``object``, ``array``, int-or-string) is ``FieldValueTypeInvalid`` at the apiserver's path,
-   its bad value the JSON type found (``type_errors``); nothing below it is looked at.
+   its bad value the JSON type found (``type_errors``); nothing below it is looked at. A number
+   at an ``integer`` schema is judged by rule 6.
 4. The scale subresource's ``specReplicasPath`` (``.spec.pytorchReplicaSpecs.Worker.replicas``),
-   when present, holds an integer: else ``FieldValueInvalid`` at that path as written, leading
-   dot included (the apiextensions ``ValidateScaleSpec``), besides rule 3's error
-   (``scale_errors``).
+   when present, holds an int64 (a JSON integer the apiserver decodes as one) from 0 to the
+   int32 limit: else ``FieldValueInvalid`` at that path as written, leading dot included (the
+   apiextensions ``ValidateScaleSpec``), besides rules 3 and 6's errors (``scale_errors``).
 5. An unknown field comes with where it belongs, when it is one level off as manifests often
    have it (``unknown_field_hint``): a ``spec`` field of ``runPolicy`` moved there in
    ``kubeflow.org/v1``, one of ``elasticPolicy`` belongs there; a replica's container field
@@ -38,16 +39,29 @@ Rules:
    it has (metadata's are Kubernetes' own, not listed). This is the one declaration of these
    hints: the webhook never sees an unknown field (the apiserver refuses it under
    ``fieldValidation=Strict`` and drops it under ``Warn`` or ``Ignore``, before admission).
+6. A number at an ``integer`` schema is judged as kube-openapi judges the apiserver's value
+   (``integer_errors``). A job's numbers are read as the webhook is sent them
+   (``yamlinput`` rule 4), where an integer beyond int64 prints as an integer; the apiserver
+   holds it as the float64 it decoded it to. A float64 is an integer when it is whole, or within
+   a relative 1e-9 of it, and within +-(2**53 - 1) (go-openapi's ``IsFloat64AJSONInteger``),
+   else ``FieldValueTypeInvalid`` at the field, its bad value ``"float64"``, measured against
+   the schema's ``format`` (``must be of type int32``). Any number must also print (Go's
+   ``'f'`` format) as an integer of the format's range (``IsValueValidAgainstRange``): else
+   ``FieldValueInvalid`` without a path (a nil ``field.Path`` prints ``<nil>``), ``Checked
+   value must be of type integer with format int32 in <field>``.
 """
 
 from __future__ import annotations
 
 import datetime
+import math
 from collections.abc import Iterator, Mapping
+from decimal import Decimal
 from typing import Any, Final
 
 import yaml
 
+from torchgate.pytorchjob.digits import INT32, INT64
 from torchgate.pytorchjob.fieldpath import ErrorType, FieldError, FieldPath, invalid
 
 SERVER_SET_METADATA: Final = frozenset(
@@ -116,6 +130,20 @@ POD_FIELDS: Final = frozenset(
 
 POD_METADATA_FIELDS: Final = frozenset({"labels", "annotations"})
 """Pod metadata a replica spec is often given instead of its template's metadata (rule 5)."""
+
+NO_PATH: Final = FieldPath.root("<nil>")
+"""Where the apiserver says an error is that kube-openapi gave no path (rule 6)."""
+
+_INTEGER_FORMATS: Final = {
+    "int32": INT32,
+    "uint32": range(2**32),
+    "uint64": range(2**64),
+    "int64": INT64,
+    "": INT64,
+}
+"""The integers each ``format`` of an ``integer`` schema holds (rule 6; int64 by default)."""
+_JSON_INTEGER_LIMIT: Final = 2**53 - 1
+_JSON_INTEGER_EPSILON: Final = 1e-9
 
 _JSON_TYPES: Final = {
     "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
@@ -224,6 +252,9 @@ def _mistyped(value: Any, schema: Mapping[str, Any], path: FieldPath) -> Iterato
             yield _type_invalid(path, value, "must be of type integer or string")
         return
     expected = schema.get("type")
+    if expected == "integer" and _JSON_TYPES["number"](value):
+        yield from integer_errors(value, schema, path)
+        return
     if expected in _JSON_TYPES and not _JSON_TYPES[expected](value):
         yield _type_invalid(path, value, f"must be of type {expected}")
         return
@@ -236,6 +267,49 @@ def _mistyped(value: Any, schema: Mapping[str, Any], path: FieldPath) -> Iterato
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):
         for index, item in enumerate(value):
             yield from _mistyped(item, schema["items"], path.index(index))
+
+
+def integer_errors(
+    number: int | float, schema: Mapping[str, Any], path: FieldPath
+) -> Iterator[FieldError]:
+    """kube-openapi's type and range checks of a number at an ``integer`` schema (rule 6)."""
+    # An integer beyond int64 is a float64 to the apiserver (and never test a float's
+    # membership of a range: Python compares it with each of the range's integers).
+    held = number if isinstance(number, int) and number in INT64 else _as_float64(number)
+    integer_format = schema.get("format") or ""
+    if isinstance(held, float) and not _is_json_integer(held):
+        if integer_format:
+            detail = f'{path} in body must be of type {integer_format}: "float64"'
+            yield FieldError(ErrorType.TYPE_INVALID, path, detail, "float64")
+        else:
+            yield _type_invalid(path, held, "must be of type integer")
+    printed = held if isinstance(held, int) else _printed_integer(held)
+    if printed is None or printed not in _INTEGER_FORMATS.get(integer_format, INT64):
+        kind = f"with format {integer_format}" if integer_format else "(default format)"
+        yield invalid(NO_PATH, "", f"Checked value must be of type integer {kind} in {path}")
+
+
+def _as_float64(number: float) -> float:
+    """The float64 of a number (an integer beyond every float64: infinite, as Go overflows)."""
+    try:
+        return float(number)
+    except OverflowError:
+        return math.inf if number > 0 else -math.inf
+
+
+def _printed_integer(number: float) -> int | None:
+    """The integer Go's ``'f'`` format prints a float64 as, if it prints one (shortest digits)."""
+    return int(Decimal(repr(number))) if math.isfinite(number) and number.is_integer() else None
+
+
+def _is_json_integer(number: float) -> bool:
+    if not math.isfinite(number) or abs(number) > _JSON_INTEGER_LIMIT:
+        return False
+    magnitude = math.floor(abs(number))
+    if abs(number) - magnitude >= 0.5:  # Go's math.Round: halves away from zero
+        magnitude += 1
+    difference = abs(abs(number) - magnitude)
+    return difference == 0 or (magnitude != 0 and difference < _JSON_INTEGER_EPSILON * magnitude)
 
 
 def _type_invalid(path: FieldPath, value: Any, detail: str) -> FieldError:
@@ -259,6 +333,11 @@ def scale_errors(job: Mapping[str, Any], *, crd_version: Mapping[str, Any]) -> l
         if not isinstance(value, dict) or value.get(key) is None:
             return []
         value = value[key]
-    if _JSON_TYPES["integer"](value):
-        return []
-    return [invalid(FieldPath.root(written), value, "should be an integer")]
+    path = FieldPath.root(written)
+    if type(value) is not int or value not in INT64:  # a float64 to the apiserver (rule 6)
+        return [invalid(path, value, "should be an integer")]
+    if value < 0:
+        return [invalid(path, value, "should be a non-negative integer")]
+    if value not in INT32:
+        return [invalid(path, value, f"should be less than or equal to {INT32.stop - 1}")]
+    return []

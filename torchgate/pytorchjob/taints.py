@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.digits import INT64
 from torchgate.pytorchjob.fieldpath import FieldError, FieldPath, invalid, not_supported
 from torchgate.pytorchjob.spec import as_list, as_text
 
@@ -159,7 +160,6 @@ def escapes(toleration: Toleration) -> str | None:
 
 
 _TEXT_FIELDS: Final = ("key", "operator", "value", "effect")
-_INT64: Final = range(-(2**63), 2**63)
 
 
 def entry_errors(entry: object, path: FieldPath) -> list[FieldError]:
@@ -174,7 +174,7 @@ def entry_errors(entry: object, path: FieldPath) -> list[FieldError]:
         if text is not None and not isinstance(text, str):
             found.append(invalid(path.child(field), text, "must be a string (quote it)"))
     seconds = entry.get("tolerationSeconds")
-    if seconds is not None and (type(seconds) is not int or seconds not in _INT64):
+    if seconds is not None and (type(seconds) is not int or seconds not in INT64):
         found.append(
             invalid(path.child("tolerationSeconds"), seconds, "must be an integer (int64)")
         )

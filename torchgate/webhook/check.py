@@ -29,6 +29,11 @@ sends (``pytorchjob.applying``) applied to the job the earlier document left, th
 UPDATE routes, which default the templates the patch changed (``defaulting``'s UPDATE rules) and
 hold ``managedBy`` immutable.
 
+A manifest's numbers are read as the cluster stores them, which is what its webhooks are sent
+(``pytorchjob.yamlinput`` rule 4: ``tolerationSeconds: 1.0`` is ``1``, ``1e3`` is ``1000``), and
+the CRD's integers are judged as the apiserver judges the numbers it holds (``crdschema`` rules
+4 and 6: ``replicas: 1.5`` is refused with the apiserver's causes).
+
 Before the webhook's validation, a job meets the apiserver's validation against the PyTorchJob
 CRD's schema, as on a cluster (the apiserver validates the object the mutating webhook returned,
 and asks the validating webhook only when that passed): a value of the wrong type

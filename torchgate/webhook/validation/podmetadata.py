@@ -56,6 +56,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from torchgate.pytorchjob import names
+from torchgate.pytorchjob.digits import INT32, INT64
 from torchgate.pytorchjob.fieldpath import ErrorType, FieldError, FieldPath, invalid
 from torchgate.pytorchjob.taints import Toleration, toleration_errors
 from torchgate.webhook.validation.facts import (
@@ -78,8 +79,6 @@ ANNOTATIONS_SIZE_MAX: Final = 256 * 1024  # bytes of keys and values: TotalAnnot
 # fits every pod, whatever its node and attempt.
 OWN_ANNOTATIONS: Final = names.longest_own_pod_annotations()
 _OWN_ANNOTATIONS_SIZE: Final = sum(len(key) + len(value) for key, value in OWN_ANNOTATIONS.items())
-_INT32: Final = range(-(2**31), 2**31)
-_INT64: Final = range(-(2**63), 2**63)
 _NOT_AN_OBJECT: Final = (
     "must be an object (a pod's ObjectMeta: labels, annotations): no PodTemplateSpec decodes it"
 )
@@ -208,7 +207,7 @@ def is_deletion_cost(value: str) -> bool:
         return False
     if not digits or not _DIGITS.issuperset(digits):  # strconv.ParseInt(value, 10, 32)
         return False
-    return int(value) in _INT32
+    return int(value) in INT32
 
 
 def decode_tolerations(text: str) -> list[Toleration] | str:
@@ -241,7 +240,7 @@ def decode_tolerations(text: str) -> list[Toleration] | str:
             if field is None:
                 continue
             if field == "seconds":
-                if value is not None and (type(value) is not int or value not in _INT64):
+                if value is not None and (type(value) is not int or value not in INT64):
                     return f"cannot unmarshal {value!r} into tolerationSeconds (int64)"
                 fields[field] = value
             elif value is not None:
