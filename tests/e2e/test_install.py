@@ -547,7 +547,9 @@ def quarantine_as_the_controller_does(cluster: Cluster, name: str, until: dateti
     node = cluster.get("node", name)
     if node is None:
         return False
-    patch = quarantine_rules.quarantine_patch(node, Quarantine("NodeLost", until))
+    patch = quarantine_rules.quarantine_patch(
+        node, Quarantine("NodeLost", until), now=datetime.now(UTC)
+    )
     written = cluster.kubectl(
         "patch", "node", name, "--type=merge", "-p", json.dumps(patch), check=False
     )

@@ -33,6 +33,7 @@ from tests.e2e.node_outages import (
     running_on,
     set_not_ready,
 )
+from torchgate.pytorchjob import moments
 
 pytestmark = pytest.mark.e2e
 
@@ -123,8 +124,13 @@ def test_a_node_failing_once_per_leader_is_quarantined_across_failovers_and_lift
             timeout=COOLDOWN_SECONDS + 30,
             what=f"{flaky}'s quarantine lifted by the new leader",
         )
-        labels = cluster.get("node", flaky)["metadata"].get("labels") or {}  # type: ignore[index]
+        lifted = cluster.get("node", flaky)
+        assert lifted is not None
+        labels = lifted["metadata"].get("labels") or {}
         assert QUARANTINE not in labels
+        annotations = lifted["metadata"].get("annotations") or {}
+        since = annotations.get("torchgate.io/quarantine-faults-since")  # outlives the lift
+        assert moments.parse_time(since, zone_required=True) is not None, annotations
         assert any(e["reason"] == "NodeQuarantineLifted" for e in node_events(cluster, flaky))
     finally:
         if stopped:

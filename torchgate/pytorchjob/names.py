@@ -107,6 +107,9 @@ LABEL_QUARANTINE_UNTIL: Final = "torchgate.io/quarantine-until"
 # A node's recent infrastructure faults, as the quarantine keeper counts them: a JSON list on the
 # Node, so the count survives a controller restart or a leader failover (``quarantine.rules``).
 ANNOTATION_QUARANTINE_FAULTS: Final = "torchgate.io/quarantine-faults"
+# When a node's count last started afresh (its last quarantine, or an admin's clearing of one): a
+# fault at or before it is never counted nor written again, whatever a controller held in memory.
+ANNOTATION_QUARANTINE_FAULTS_SINCE: Final = "torchgate.io/quarantine-faults-since"
 
 DNS_LABEL_MAX: Final = 63
 DNS_SUBDOMAIN_MAX: Final = 253

@@ -263,7 +263,9 @@ def test_every_reader_of_a_cached_node_answers_the_same_for_the_projected_node(
         "nodes.node_view": node_view,
         "disruption.node_health": disruption.node_health,
         "quarantine.quarantine_of": quarantine_rules.quarantine_of,
-        "quarantine.quarantine_patch": lambda n: quarantine_rules.quarantine_patch(n, quarantine),
+        "quarantine.quarantine_patch": lambda n: quarantine_rules.quarantine_patch(
+            n, quarantine, now=NOW
+        ),
         "quarantine.release_patch": quarantine_rules.release_patch,
     }
     for name, reader in readers.items():

@@ -5,15 +5,20 @@ The reconciler reports every gang restart whose cause counts against its node
 policy; ``rules.due`` decides (the gangs one outage took down counting once, rule 6) on the
 node's recent faults: those its Node records (``rules.history_of``, written by this controller
 or by the one before a restart or failover) and those not written yet. One loop here applies:
-it writes each node's faults to its Node (``rules.history_patch``), quarantines the nodes due,
+it quarantines the nodes due, writes each node's faults to its Node (``rules.history_patch``),
 lifts the quarantines whose cooldown has ended and tidies the labels of nodes an admin cleared,
-then sleeps until the next cooldown ends or something changes. Each quarantine and lift is an
-Event on the Node; a quarantine is also an Event on each job whose faults counted, and counted
-in ``torchgate_controller_node_quarantines_total``. A Node whose recorded faults cannot be read
-(a hand edit) gets a Warning Event ``NodeFaultHistoryUnreadable`` once per bad value; the
-readable faults count and the next write drops the rest. Patches that fail (a conflict with
-another writer of the node's taints, an apiserver error) are retried on the next pass; the node
-cache, not this object, says what is quarantined and what was recorded.
+then sleeps until the next cooldown ends or something changes. A quarantine (and the tidying of an
+admin's clearing) stamps the start of a fresh count on the Node (``rules`` rule 9), and every count
+and every write here keeps only the faults after it: faults held in memory from before it (a fault
+of a job under another policy, recorded while the quarantine was pending, reads the node's earlier
+faults back) are dropped, not written back. A fault recorded while a quarantine is pending
+(decided, not applied yet) neither decides another nor extends it. Each quarantine and lift is an
+Event on the Node; a quarantine is also an Event on each job whose faults counted, and counted in
+``torchgate_controller_node_quarantines_total``. A Node whose recorded faults cannot be read (a
+hand edit) gets a Warning Event ``NodeFaultHistoryUnreadable`` once per bad value; the readable
+faults count and the next write drops the rest. Patches that fail (a conflict with another writer
+of the node's taints, an apiserver error) are retried on the next pass; the node cache, not this
+object, says what is quarantined and what was recorded.
 """
 
 from __future__ import annotations
@@ -71,15 +76,17 @@ class QuarantineKeeper:
         earlier = self._unwritten.get(fault.node)
         if earlier is None:
             earlier = self._recorded(node) if node is not None else ()
-        counted = rules.recent({*earlier, fault}, now=now, window_seconds=settings.window_seconds)
+        start = rules.count_start(node) if node is not None else None
+        fresh = rules.since({*earlier, fault}, start)  # rule 9: none from before a quarantine
+        counted = rules.recent(fresh, now=now, window_seconds=settings.window_seconds)
         self._unwritten[fault.node] = counted
         self._wake.set()
         quarantine = rules.due(counted, now=now, settings=settings)
-        if node is not None and rules.quarantine_of(node).tainted:
+        pending = fault.node in self._due
+        if pending or (node is not None and rules.quarantine_of(node).tainted):
             return  # quarantined already: its cooldown is not extended
         if quarantine is not None:
             self._due[fault.node] = (quarantine, counted)
-            self._unwritten.pop(fault.node, None)  # a quarantine starts the count afresh
 
     def _recorded(self, node: Mapping[str, Any]) -> tuple[rules.Fault, ...]:
         """The faults ``node`` records (rule 7); an unreadable record reported once per value."""
@@ -122,15 +129,18 @@ class QuarantineKeeper:
             node = self.nodes.get("", name)
             if node is None:
                 del self._due[name]
-            elif await self._patch(name, rules.quarantine_patch(node, quarantine)):
+            elif await self._patch(name, rules.quarantine_patch(node, quarantine, now=now)):
                 del self._due[name]
                 self._announce(node, quarantine, faults)
             else:
                 waits.append(RETRY_SECONDS)
         for name, faults in list(self._unwritten.items()):
-            if self.nodes.get("", name) is None:
+            node = self.nodes.get("", name)
+            if node is None:
                 del self._unwritten[name]  # deleted: its record with it
-            elif await self._patch(name, rules.history_patch(faults)):
+            elif await self._patch(
+                name, rules.history_patch(faults, start=rules.count_start(node))
+            ):
                 if self._unwritten.get(name) is faults:  # no fault came in meanwhile
                     del self._unwritten[name]
             else:
@@ -143,14 +153,13 @@ class QuarantineKeeper:
                 waits.append(left)
             if step is None or name in self._due:
                 continue
-            forget = step == "tidy"  # cleared by an admin: start counting afresh
-            if not await self._patch(name, rules.release_patch(node, forget_faults=forget)):
+            afresh = now if step == "tidy" else None  # cleared by an admin: counting afresh
+            if not await self._patch(name, rules.release_patch(node, afresh_at=afresh)):
                 waits.append(RETRY_SECONDS)
             elif step == "lift":
                 message = f"node {name}: the quarantine ({state.cause}) ended after its cooldown"
                 self.record_event(node, "Normal", reasons.NODE_QUARANTINE_LIFTED, message)
             else:
-                self._unwritten.pop(name, None)
                 log.info("node %s: quarantine cleared by hand; labels removed", name)
         return min(waits) if waits else None
 

@@ -49,15 +49,27 @@ Rules (each one function):
    recorded faults; ``recorded_outages`` lets ``job.disruption`` date a taint without
    ``timeAdded`` as the outage recorded before, not anew). Entries that cannot be read (a hand
    edit, a value that is not a JSON list) are skipped and counted, never raised: the keeper
-   reports them and writes the readable rest.
-8. ``history_patch``: the merge patch that writes a node's faults (the latest ``KEPT_FAULTS``,
-   at most a few KiB; the annotation removed when none is left). It carries no
-   ``resourceVersion``: only the leading controller writes the annotation, and a merge patch of
-   one annotation changes nothing else of the node, so a node's heartbeats never conflict with
-   it. A quarantine removes it (``quarantine_patch``: a quarantine starts the count afresh) and
-   so does tidying a node an admin cleared (``release_patch(..., forget_faults=True)``).
+   reports them and writes the readable rest. Faults from before the count's start (rule 9)
+   are not read.
+8. ``history_patch``: the merge patch that writes a node's faults (the latest ``KEPT_FAULTS``
+   after the count's start, rule 9, at most a few KiB; the annotation removed when none is
+   left). It carries no ``resourceVersion``: only the leading controller writes the annotation,
+   and a merge patch of one annotation changes nothing else of the node, so a node's heartbeats
+   never conflict with it.
+9. ``count_start``: a quarantine starts the count afresh, and so does an admin's clearing of
+   one. ``quarantine_patch`` removes the faults and stamps the moment it is written on the Node
+   (the annotation ``torchgate.io/quarantine-faults-since``, every microsecond), and so does
+   tidying a node an admin cleared (``release_patch(..., afresh_at=now)``); a lift keeps both.
+   A fault at or before that moment is never counted nor written again (rules 7-8), however it
+   reaches a write: a fault of a job under another policy (other thresholds) recorded while the
+   quarantine was pending reads the node's earlier faults back into the keeper's memory, and a
+   write after the quarantine, or after its lift, would otherwise bring them back, so the node,
+   once lifted, would be quarantined again at its next single fault. Read from the Node, the
+   start holds across a restart or failover too. A start that cannot be read (a hand edit) is
+   none: every recorded fault counts, as before any quarantine.
 
-Expired faults are dropped (rule 1) at every write. An admin forgets a node's faults with
+Expired faults are dropped (rule 1) at every write, as are those before the count's start
+(rule 9). An admin forgets a node's faults with
 ``kubectl annotate node <node> torchgate.io/quarantine-faults-``.
 """
 
@@ -202,8 +214,21 @@ def _metadata_patch(node: Mapping[str, Any], labels: Mapping[str, str | None]) -
     return {"resourceVersion": metadata.get("resourceVersion"), "labels": dict(labels)}
 
 
-def quarantine_patch(node: Mapping[str, Any], quarantine: Quarantine) -> dict[str, Any]:
-    """Rule 5: the merge patch that quarantines ``node`` (its other taints kept)."""
+def _afresh(moment: datetime) -> dict[str, str | None]:
+    """Rule 9: the annotations that start ``node``'s count afresh at ``moment``."""
+    return {
+        names.ANNOTATION_QUARANTINE_FAULTS: None,
+        names.ANNOTATION_QUARANTINE_FAULTS_SINCE: moments.format_exact_time(moment),
+    }
+
+
+def quarantine_patch(
+    node: Mapping[str, Any], quarantine: Quarantine, *, now: datetime
+) -> dict[str, Any]:
+    """Rule 5: the merge patch that quarantines ``node`` (its other taints kept) from ``now``.
+
+    Its count starts afresh at ``now`` (rule 9).
+    """
     taint = {"key": names.TAINT_QUARANTINE, "value": quarantine.cause, "effect": "NoSchedule"}
     others = [t for t in _taints(node) if not _is_ours(t)]
     labels = {
@@ -211,22 +236,22 @@ def quarantine_patch(node: Mapping[str, Any], quarantine: Quarantine) -> dict[st
         names.LABEL_QUARANTINE_UNTIL: moments.format_label_time(quarantine.until),
     }
     metadata = _metadata_patch(node, labels)
-    metadata["annotations"] = {names.ANNOTATION_QUARANTINE_FAULTS: None}  # rule 8: afresh
+    metadata["annotations"] = _afresh(now)
     return {"metadata": metadata, "spec": {"taints": [*others, taint]}}
 
 
-def release_patch(node: Mapping[str, Any], *, forget_faults: bool = False) -> dict[str, Any]:
+def release_patch(node: Mapping[str, Any], *, afresh_at: datetime | None = None) -> dict[str, Any]:
     """Rule 5: the merge patch that removes the quarantine taint and labels from ``node``.
 
-    ``forget_faults``: its recorded faults too (rule 8: an admin cleared the quarantine).
+    ``afresh_at``: an admin cleared the quarantine; the count starts afresh then (rule 9).
     """
     labels: dict[str, str | None] = {
         names.LABEL_QUARANTINE: None,
         names.LABEL_QUARANTINE_UNTIL: None,
     }
     patch: dict[str, Any] = {"metadata": _metadata_patch(node, labels)}
-    if forget_faults:
-        patch["metadata"]["annotations"] = {names.ANNOTATION_QUARANTINE_FAULTS: None}
+    if afresh_at is not None:
+        patch["metadata"]["annotations"] = _afresh(afresh_at)
     taints = _taints(node)
     if any(_is_ours(t) for t in taints):
         patch["spec"] = {"taints": [t for t in taints if not _is_ours(t)]}
@@ -281,8 +306,23 @@ def history_text(faults: Iterable[Fault]) -> str:
     return json.dumps([_entry(f) for f in faults], separators=(",", ":"))
 
 
+def count_start(node: Mapping[str, Any]) -> datetime | None:
+    """Rule 9: when ``node``'s count last started afresh; ``None``: never (or unreadable)."""
+    annotations = as_mapping(as_mapping(node.get("metadata")).get("annotations"))
+    value = annotations.get(names.ANNOTATION_QUARANTINE_FAULTS_SINCE)
+    return moments.parse_time(value, zone_required=True)
+
+
+def since(faults: Iterable[Fault], start: datetime | None) -> tuple[Fault, ...]:
+    """Rule 9: the ``faults`` after ``start`` (all of them when ``None``), in their order."""
+    return tuple(f for f in faults if start is None or f.at > start)
+
+
 def history_of(node: Mapping[str, Any]) -> FaultHistory:
-    """Rule 7: the faults ``node`` records of itself, oldest first; unreadable entries counted."""
+    """Rule 7: the faults ``node`` records of itself, oldest first; unreadable entries counted.
+
+    Those at or before its count's start (rule 9) are not its faults any more.
+    """
     metadata = as_mapping(node.get("metadata"))
     text = as_mapping(metadata.get("annotations")).get(names.ANNOTATION_QUARANTINE_FAULTS)
     if text is None:
@@ -295,7 +335,8 @@ def history_of(node: Mapping[str, Any]) -> FaultHistory:
         return FaultHistory(unreadable=1, text=str(text))
     name = str(metadata.get("name") or "")
     read = [_fault_of(name, entry) for entry in entries]
-    faults = tuple(sorted((f for f in read if f is not None), key=lambda f: f.at))
+    readable = sorted((f for f in read if f is not None), key=lambda f: f.at)
+    faults = since(readable, count_start(node))
     return FaultHistory(faults, sum(1 for f in read if f is None), text)
 
 
@@ -307,8 +348,11 @@ def recorded_outages(node: Mapping[str, Any]) -> tuple[Outage, ...]:
     return tuple(f.outage for f in history_of(node).faults if f.outage is not None)
 
 
-def history_patch(faults: Sequence[Fault]) -> dict[str, Any]:
-    """Rule 8: the merge patch writing the latest ``KEPT_FAULTS`` of ``faults`` (none: removed)."""
-    kept = sorted(faults, key=lambda f: f.at)[-KEPT_FAULTS:]
+def history_patch(faults: Sequence[Fault], *, start: datetime | None) -> dict[str, Any]:
+    """Rule 8: the merge patch writing the latest ``KEPT_FAULTS`` of ``faults`` (none: removed).
+
+    Only those after ``start``, the node's count's start (rule 9), are written.
+    """
+    kept = sorted(since(faults, start), key=lambda f: f.at)[-KEPT_FAULTS:]
     value = history_text(kept) if kept else None
     return {"metadata": {"annotations": {names.ANNOTATION_QUARANTINE_FAULTS: value}}}

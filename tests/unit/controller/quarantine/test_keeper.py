@@ -26,6 +26,7 @@ from torchgate.pytorchjob.policy import QuarantineSettings
 TAINT = "torchgate.io/quarantine"
 UNTIL = "torchgate.io/quarantine-until"
 SETTINGS = QuarantineSettings(faults=2, window_seconds=600, cooldown_seconds=300)
+LAX = QuarantineSettings(faults=5, window_seconds=600, cooldown_seconds=300)  # another policy
 
 
 class NodeApi:
@@ -185,6 +186,51 @@ async def test_a_conflicting_patch_is_retried_on_the_next_pass_from_the_fresh_no
     assert quarantined(rig, "a100-1")
 
 
+async def test_a_fault_under_another_policy_meanwhile_brings_no_fault_back_after_a_quarantine() -> (
+    None
+):
+    """Rule 9: a quarantine starts the count afresh, whatever else was recorded meanwhile.
+
+    A job under a policy quarantining at 2 faults tips the node over; before the keeper applies
+    the quarantine, a job under a laxer policy (5 faults) records a fault on the same node, which
+    reads the node's recorded faults back. Those are all from before the quarantine: none may be
+    written after it, or the node, once lifted, is quarantined again at its next single fault.
+    """
+    rig = Rig()
+    rig.fault("one")
+    await rig.keeper.converge()
+    assert [e["job"] for e in recorded(rig)] == ["team/one"]
+
+    rig.now = NOW + timedelta(seconds=10)
+    rig.fault("two")  # due under SETTINGS, not applied yet
+    rig.keeper.record(Fault("a100-1", "PodStuck", rig.now, ("other", "three")), LAX)
+    await rig.keeper.converge()
+    assert quarantined(rig, "a100-1")
+    assert recorded(rig) == []
+
+    rig.now = NOW + timedelta(seconds=310)
+    await rig.keeper.converge()
+    assert not quarantined(rig, "a100-1")  # lifted
+    rig.now = NOW + timedelta(seconds=320)
+    rig.fault("four")
+    await rig.keeper.converge()
+    assert not quarantined(rig, "a100-1")
+    assert [e["job"] for e in recorded(rig)] == ["team/four"]
+
+
+async def test_a_quarantine_decided_but_not_applied_is_not_extended_by_a_stricter_policy() -> None:
+    rig = Rig()
+    rig.fault("one")
+    rig.fault("two")  # due under SETTINGS: until NOW + 300
+    strict = QuarantineSettings(faults=1, window_seconds=600, cooldown_seconds=3000)
+    rig.now = NOW + timedelta(seconds=5)
+    rig.keeper.record(Fault("a100-1", "NodeLost", rig.now, ("other", "three")), strict)
+    await rig.keeper.converge()
+    assert rig.labels("a100-1")[UNTIL] == "20260301T120500Z"
+    assert rig.counter.labels("PodStuck")._value.get() == 1
+    assert [s for s, _, _ in rig.events] == ["a100-1", "team/one", "team/two"]
+
+
 async def test_faults_on_a_quarantined_node_do_not_quarantine_it_again() -> None:
     rig = Rig()
     rig.fault("one")
@@ -324,3 +370,33 @@ async def test_an_admin_who_removes_the_record_makes_the_count_start_afresh() ->
     await rig.keeper.converge()
     assert not quarantined(rig, "a100-1")
     assert [e["job"] for e in recorded(rig)] == ["team/two"]
+
+
+async def test_faults_recorded_from_before_the_last_quarantine_never_count_after_a_restart() -> (
+    None
+):
+    """The count's start is read from the Node, so it holds for the next controller too.
+
+    A fault written back after the quarantine (as a controller without rule 9 did) is not counted
+    by the next controller, nor written again.
+    """
+    rig = Rig()
+    rig.fault("one")
+    rig.now = NOW + timedelta(seconds=10)
+    rig.fault("two")
+    await rig.keeper.converge()
+    stale = copy.deepcopy(rig.api.stored["a100-1"])
+    old = {"at": "2026-03-01T12:00:05Z", "cause": "PodStuck", "job": "team/old"}
+    stale["metadata"]["annotations"][FAULTS] = json.dumps([old])  # written back after it
+    rig.api.stored["a100-1"] = stale
+    rig.nodes.remember(copy.deepcopy(stale))
+    rig.now = NOW + timedelta(seconds=310)
+    await rig.keeper.converge()
+    assert not quarantined(rig, "a100-1")  # lifted
+
+    rig = restarted(rig)
+    rig.now = NOW + timedelta(seconds=320)
+    rig.fault("three")
+    await rig.keeper.converge()
+    assert not quarantined(rig, "a100-1")
+    assert [e["job"] for e in recorded(rig)] == ["team/three"]

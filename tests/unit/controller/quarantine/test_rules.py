@@ -18,6 +18,7 @@ from tests.builders.node import node
 from tests.unit.controller.helpers import NOW
 from torchgate.controller.quarantine import rules
 from torchgate.controller.quarantine.rules import Fault, NodeQuarantine, Outage, Quarantine
+from torchgate.pytorchjob import moments
 from torchgate.pytorchjob.policy import QuarantineSettings
 
 # Spelled out rather than imported: the code under test must agree with these.
@@ -170,7 +171,7 @@ def tainted_node() -> dict[str, Any]:
 def test_a_quarantine_is_a_no_schedule_taint_and_two_labels_others_kept() -> None:
     raw = tainted_node()
     until = NOW + timedelta(seconds=1800)
-    patch = rules.quarantine_patch(raw, Quarantine("PodStuck", until))
+    patch = rules.quarantine_patch(raw, Quarantine("PodStuck", until), now=NOW)
     assert patch["metadata"]["resourceVersion"] == "41"
     after = apply_merge_patch(raw, patch)
     assert after["spec"]["taints"] == [
@@ -184,7 +185,9 @@ def test_a_quarantine_is_a_no_schedule_taint_and_two_labels_others_kept() -> Non
 
 def test_a_release_removes_the_taint_and_labels_only() -> None:
     raw = tainted_node()
-    quarantined = apply_merge_patch(raw, rules.quarantine_patch(raw, Quarantine("NodeLost", NOW)))
+    quarantined = apply_merge_patch(
+        raw, rules.quarantine_patch(raw, Quarantine("NodeLost", NOW), now=NOW)
+    )
     released = apply_merge_patch(quarantined, rules.release_patch(quarantined))
     assert released["spec"]["taints"] == [OTHER_TAINT]
     assert TAINT not in released["metadata"]["labels"]
@@ -239,7 +242,7 @@ def test_a_nodes_faults_round_trip_through_its_annotation_with_their_outages() -
         outage_fault(20, Outage("Deleted")),
         Fault("a100-1", "PodStuck", NOW - timedelta(seconds=10, microseconds=7), ("team", "b")),
     )
-    raw = apply_merge_patch(node("a100-1"), rules.history_patch(faults))
+    raw = apply_merge_patch(node("a100-1"), rules.history_patch(faults, start=None))
 
     history = rules.history_of(raw)
 
@@ -284,22 +287,72 @@ def test_an_unreadable_record_is_skipped_and_counted_never_raised(
 
 def test_the_record_keeps_the_latest_faults_only_and_none_removes_it() -> None:
     many = [fault(a) for a in range(100)]
-    raw = apply_merge_patch(node("a100-1"), rules.history_patch(many))
+    raw = apply_merge_patch(node("a100-1"), rules.history_patch(many, start=None))
     kept = rules.history_of(raw).faults
     assert len(kept) == rules.KEPT_FAULTS
     assert kept == tuple(sorted(many, key=lambda f: f.at)[-rules.KEPT_FAULTS :])
     assert len(raw["metadata"]["annotations"][FAULTS]) < 4096
 
-    emptied = apply_merge_patch(raw, rules.history_patch([]))
+    emptied = apply_merge_patch(raw, rules.history_patch([], start=None))
     assert FAULTS not in emptied["metadata"].get("annotations", {})
 
 
 def test_a_quarantine_and_an_admins_clearing_forget_the_record_a_lift_keeps_it() -> None:
-    raw = apply_merge_patch(tainted_node(), rules.history_patch([fault(5)]))
-    quarantined = apply_merge_patch(raw, rules.quarantine_patch(raw, Quarantine("NodeLost", NOW)))
+    raw = apply_merge_patch(tainted_node(), rules.history_patch([fault(5)], start=None))
+    quarantined = apply_merge_patch(
+        raw,
+        rules.quarantine_patch(raw, Quarantine("NodeLost", NOW), now=NOW - timedelta(seconds=2)),
+    )
     assert rules.history_of(quarantined).faults == ()
+    assert rules.count_start(quarantined) == NOW - timedelta(seconds=2)
 
-    again = apply_merge_patch(quarantined, rules.history_patch([fault(1)]))
-    assert rules.history_of(apply_merge_patch(again, rules.release_patch(again))).faults
-    cleared = apply_merge_patch(again, rules.release_patch(again, forget_faults=True))
+    again = apply_merge_patch(quarantined, rules.history_patch([fault(1)], start=None))
+    lifted = apply_merge_patch(again, rules.release_patch(again))
+    assert rules.history_of(lifted).faults == (fault(1),)
+    assert rules.count_start(lifted) == NOW - timedelta(seconds=2)  # a lift keeps the start
+    cleared = apply_merge_patch(again, rules.release_patch(again, afresh_at=NOW))
     assert rules.history_of(cleared).faults == ()
+    assert rules.count_start(cleared) == NOW
+
+
+# ------------------------------------------------------------------ rule 9: afresh
+
+SINCE = "torchgate.io/quarantine-faults-since"
+
+
+@pytest.mark.parametrize(
+    ("start", "kept"),
+    [
+        pytest.param(None, [30, 20, 10], id="never-started-afresh"),
+        pytest.param(NOW - timedelta(seconds=20), [10], id="at-the-start-is-before-it"),
+        pytest.param(NOW - timedelta(seconds=25), [20, 10], id="after-the-start-kept"),
+        pytest.param(NOW, [], id="all-before"),
+    ],
+)
+def test_no_fault_at_or_before_the_counts_start_is_written_or_read(
+    start: Any, kept: list[int]
+) -> None:
+    faults = [fault(30), fault(20), fault(10)]
+    written = apply_merge_patch(node("a100-1"), rules.history_patch(faults, start=start))
+    assert rules.history_of(written).faults == tuple(fault(a) for a in kept)
+
+    everything = apply_merge_patch(node("a100-1"), rules.history_patch(faults, start=None))
+    if start is not None:
+        everything["metadata"]["annotations"][SINCE] = moments.format_exact_time(start)
+    assert rules.history_of(everything).faults == tuple(fault(a) for a in kept)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(None, id="absent"),
+        pytest.param("yesterday", id="not-a-time"),
+        pytest.param("2026-03-01T12:00:00", id="no-zone"),
+        pytest.param(7, id="not-a-string"),
+    ],
+)
+def test_an_unreadable_start_starts_nothing_and_drops_no_fault(value: object) -> None:
+    raw = apply_merge_patch(node("a100-1"), rules.history_patch([fault(5)], start=None))
+    raw["metadata"]["annotations"][SINCE] = value
+    assert rules.count_start(raw) is None
+    assert rules.history_of(raw).faults == (fault(5),)
