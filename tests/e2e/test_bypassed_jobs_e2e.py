@@ -5,11 +5,14 @@ The webhook keeps bad jobs out, but they reach the controller all the same: the 
 controller with no webhook at all. For each job it cannot run, the controller fails the job once
 (a ``Failed`` condition and a Warning Event naming the field), creates nothing, and goes on with
 the healthy job; it does not retry what can never succeed. A user's own pod holding the name of a
-job's pod is never taken for the job's: the job waits, saying so, until the name is free.
+job's pod is never taken for the job's: the job waits, saying so, until the name is free. A
+status a human edited (``kubectl edit --subresource=status``, never sent to the webhook) does not
+hold off what the controller owes the job.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -149,3 +152,37 @@ def test_a_pod_that_is_not_the_jobs_holding_a_members_name_keeps_the_gang_waitin
         timeout=120,
         what="squat Running once the name is free",
     )
+
+
+def test_a_start_time_edited_into_the_future_does_not_hold_off_the_active_deadline(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    namespace = cluster.new_namespace("edited")
+    pool = f"p{namespace[-6:]}"
+    cluster.add_gpu_nodes(1, pool, labels={"pool": pool})
+    edited = pool_job("edited", namespace, pool)
+    edited["spec"]["runPolicy"] = {"activeDeadlineSeconds": 20}
+    create_job(cluster, edited)
+    cluster.wait_for(
+        lambda: is_true(get_job(cluster, namespace, "edited"), "Running"), what="edited Running"
+    )
+    edit = {
+        "status": {
+            "startTime": "2099-01-01T00:00:00Z",
+            "conditions": [{"type": "Exploded", "status": "True", "reason": "ByHand"}],
+            "replicaStatuses": {"Bogus": {"active": -5}},
+        }
+    }
+    cluster.kubectl(
+        "patch", "pytorchjob", "edited", "-n", namespace, "--subresource=status",
+        "--type=merge", "-p", json.dumps(edit),
+    )  # fmt: skip
+    failed = cluster.wait_for(
+        lambda: (
+            (found := get_job(cluster, namespace, "edited")) and is_true(found, "Failed") and found
+        ),
+        timeout=60,
+        what="edited Failed at its deadline",
+    )
+    assert condition(failed, "Failed")["reason"] == "DeadlineExceeded"
+    assert failed["status"]["startTime"] != "2099-01-01T00:00:00Z"
