@@ -47,10 +47,7 @@ every reconcile of the job, its status never written, while its reservation kept
 every other gang.
 
 Creates of deterministic names treat ``AlreadyExists`` as done and deletes treat ``NotFound`` as
-done, so running a plan twice is harmless. A pod of the name that is not the job's (a user's pod,
-no controlling ownerReference to the job) is no such success: it is a refusal as a 403 is
-(``NameTaken``), found in the pod cache before the create (then no member of the gang is
-created) or by the create's 409. Every object the apiserver returns is written through to
+done, so running a plan twice is harmless. Every object the apiserver returns is written through to
 the cache at once, so the next reconcile does not act on state we already changed.
 """
 
@@ -101,7 +98,6 @@ from torchgate.controller.job.model import (
     Observed,
     Plan,
     attempt_of,
-    controlled_by,
     current_attempt,
 )
 from torchgate.controller.job.plan import asks_namespace_first, plan
@@ -719,23 +715,12 @@ class Reconciler:
             self.metrics.gang_restarts.labels(decision.restart.cause).inc()
         await self._gather(self._create(SERVICES, namespace, s) for s in decision.create_services)
         create_pods: Sequence[dict[str, Any]] = decision.create_pods
-        extras = frozenset(decision.extras)
-        taken: dict[str, str] = {}
-        for pod in create_pods:
-            held = self._taken(namespace, pod)
-            if held is not None:
-                taken[str(pod["metadata"]["name"])] = held
-        if taken.keys() - extras:  # a gang member cannot be created: none of the gang is
-            create_pods = [p for p in create_pods if p["metadata"]["name"] in extras]
-        create_pods = [p for p in create_pods if p["metadata"]["name"] not in taken]
         if create_pods and self.options.gang_objects and self.gang_objects_served():
             create_pods = await self._in_pod_groups(job, spec, create_pods)
         created = await asyncio.gather(
             *(self._create(PODS, namespace, p) for p in create_pods), return_exceptions=True
         )
-        refused = _refusals(create_pods, created, extras=extras)
-        for pod_name, message in taken.items():
-            refused[0 if pod_name in extras else 1][pod_name] = message
+        refused = _refusals(create_pods, created, extras=frozenset(decision.extras))
         await self._gather(
             [
                 *(self._delete(PODS, self.pods, namespace, n) for n in decision.delete_pods),
@@ -858,34 +843,12 @@ class Reconciler:
         async with self.creates.take():
             try:
                 created = await self.api.request("POST", resource.path(namespace), body=body)
-            except AlreadyExists as exists:
-                taken = self._taken(namespace, body) if resource is PODS else None
-                if taken is not None:
-                    raise NameTaken(
-                        exists.status, exists.reason, taken, "POST", exists.path
-                    ) from exists
+            except AlreadyExists:
                 return
         cache = self.pods if resource is PODS else self.services
         cache.remember(created)
         if resource is PODS:
             self.metrics.pods_created.inc()
-
-    def _taken(self, namespace: str, body: Mapping[str, Any]) -> str | None:
-        """Why a pod of this name cannot be created: one that is not the job's holds the name.
-
-        None when the pod cache (it holds every pod of the cluster) knows no such pod, or the pod
-        is the job's. A pod the cache does not hold yet is found by its create (409), and then
-        asked here again.
-        """
-        name = str(body["metadata"]["name"])
-        existing = self.pods.get(namespace, name)
-        (owner,) = body["metadata"]["ownerReferences"]
-        if existing is None or controlled_by(existing, str(owner["uid"])):
-            return None
-        return (
-            f'pod "{name}" exists and is not this job\'s (no controlling ownerReference to it):'
-            " delete or rename it"
-        )
 
     async def _delete(
         self, resource: Any, cache: Informer, namespace: str, name: str, *, force: bool = False
@@ -1066,10 +1029,6 @@ class EventRecorder:
             log.debug("could not record event %s: %s", body["reason"], exc)
 
 
-class NameTaken(AlreadyExists):
-    """A create refused because an object that is not the job's holds the name (a user's pod)."""
-
-
 def _refusals(
     pods: Sequence[Mapping[str, Any]],
     results: Sequence[BaseException | None],
@@ -1079,16 +1038,13 @@ def _refusals(
     """The pods whose create the apiserver refused, with its words: ``extras``, then members.
 
     A refusal (403: a ResourceQuota of the namespace says ``exceeded quota``, or an admission
-    policy; 422: an admission webhook; 409: a pod not the job's holds the name) is an answer, not
-    a failure to retry at once. Any other
+    policy; 422: an admission webhook) is an answer, not a failure to retry at once. Any other
     failure, and a refusal in a namespace being deleted, is raised.
     """
     refused: tuple[dict[str, str], dict[str, str]] = ({}, {})
     for pod, result in zip(pods, results, strict=True):
         name = str(pod["metadata"]["name"])
-        if isinstance(result, Forbidden | Invalid | NameTaken) and not isinstance(
-            result, NamespaceTerminating
-        ):
+        if isinstance(result, Forbidden | Invalid) and not isinstance(result, NamespaceTerminating):
             refused[0 if name in extras else 1][name] = result.message
         elif isinstance(result, BaseException):
             raise result
