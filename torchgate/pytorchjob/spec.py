@@ -13,19 +13,27 @@ counting (total replicas, elastic bounds, gang size) is ``gang``'s, which the we
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
 from torchgate.pytorchjob import gang, names
-from torchgate.pytorchjob.fieldpath import FieldError, FieldPath, invalid, not_supported, required
+from torchgate.pytorchjob.fieldpath import (
+    ErrorType,
+    FieldError,
+    FieldPath,
+    invalid,
+    not_supported,
+    required,
+)
 from torchgate.pytorchjob.quantity import QuantityError, parse_quantity
 
 # isinstance() tries the exact JSON type first; the ABC check alone is several times slower.
 _OBJECT: Final = (dict, Mapping)
 
 SPEC = FieldPath.root("spec")
+NAME = FieldPath.root("metadata").child("name")
 REPLICA_SPECS = SPEC.child("pytorchReplicaSpecs")
 RUN_POLICY = SPEC.child("runPolicy")
 
@@ -211,12 +219,15 @@ def parse_job(raw: object) -> tuple[JobSpec | None, list[FieldError]]:
     if nproc is not None and not isinstance(nproc, str):
         nproc = str(nproc) if as_int(nproc) is not None else None
     annotations = metadata.get("annotations")
+    name = str(metadata.get("name") or "")
+    if not errors:
+        errors.extend(_name_errors(name, replica_specs, elastic))
     if errors:
         return None, errors
     return (
         JobSpec(
             namespace=str(metadata.get("namespace") or "default"),
-            name=str(metadata.get("name") or ""),
+            name=name,
             uid=str(metadata.get("uid") or ""),
             replica_specs=replica_specs,
             run_policy=run_policy,
@@ -226,6 +237,57 @@ def parse_job(raw: object) -> tuple[JobSpec | None, list[FieldError]]:
         ),
         [],
     )
+
+
+def _name_errors(
+    name: str, replica_specs: Sequence[ReplicaSpec], elastic: ElasticPolicy | None
+) -> list[FieldError]:
+    # The apiserver stores a PyTorchJob under any DNS-1123 subdomain ("train.v2", 253
+    # characters); its Services must be DNS-1035 labels, so such a job can never start.
+    problems = names.dns1035_errors(name)
+    if problems:
+        return [invalid(NAME, name, ", ".join(problems))]
+    highest: list[tuple[str, int]] = [
+        (r.replica_type, max(r.replicas - 1, 0)) for r in replica_specs
+    ]
+    if elastic is not None:
+        workers = next((r.replicas for r in replica_specs if r.replica_type == names.WORKER), 0)
+        grown = gang.elastic_bounds(elastic.min_replicas, elastic.max_replicas, workers=workers)[1]
+        highest.append((names.WORKER, max(grown - 1, 0)))
+    too_long = derived_name_error(name, highest)
+    return [] if too_long is None else [too_long]
+
+
+def derived_name_error(
+    job_name: str,
+    highest_indexes: Iterable[tuple[str, int]],
+    *,
+    generated_suffix: int | None = None,
+) -> FieldError | None:
+    """``metadata.name`` too long when a pod or Service name derived from it passes 63 characters.
+
+    ``highest_indexes``: per replica type, the highest index it may have (elastic growth
+    included). ``generated_suffix``: for a ``generateName``, how many characters the apiserver
+    adds to it (the advice then names the prefix's limit).
+    """
+    most, longest_slot = 0, ("", 0)
+    for replica_type, index in highest_indexes:
+        length = names.replica_name_length(job_name, replica_type, index)
+        if length > most:
+            most, longest_slot = length, (replica_type, index)
+    if most <= names.DNS_LABEL_MAX:
+        return None
+    longest = names.replica_name(job_name, *longest_slot)
+    room = names.DNS_LABEL_MAX - (len(longest) - len(job_name))
+    if generated_suffix is not None:
+        limit = f"keep generateName at most {room - generated_suffix} characters"
+    else:
+        limit = f"keep the job name at most {room} characters"
+    detail = (  # the name is a DNS-1035 label: nothing in it needs escaping
+        f'the derived pod and Service name "{longest}" has {len(longest)} characters '
+        f"(at most {names.DNS_LABEL_MAX}); {limit}"
+    )
+    return FieldError(ErrorType.TOO_LONG, NAME, detail, job_name)
 
 
 def _parse_replica_specs(value: object, errors: list[FieldError]) -> tuple[ReplicaSpec, ...]:

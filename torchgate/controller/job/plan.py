@@ -34,7 +34,9 @@ The rules, in order:
    stragglers of an older attempt are deleted, never adopted, and cannot join the new
    attempt's rendezvous.
 6. When the job ends (the Master succeeded, a permanent failure, the backoff limit, or
-   ``activeDeadlineSeconds`` measured from ``startTime``), its remaining pods are deleted per
+   ``activeDeadlineSeconds`` measured from ``startTime``; one later than now or not a time, as
+   a human may edit the status, is not believed: the gang's pods say when it started), its
+   remaining pods are deleted per
    ``cleanPodPolicy``, so GPUs go back to the pool; the running ranks of a succeeded job get a
    short grace to finish first (``finish`` says when each pod goes, and why).
 7. A gang the admitter chose as a preemption victim (``preempted_by``) loses all its pods at once
@@ -210,6 +212,16 @@ def _resume_if_suspended(draft: Draft) -> None:
         draft.start_time = None
 
 
+def _believed_start(draft: Draft) -> str | None:
+    """``startTime``, unless it is not a time or is later than now (a human edited the status).
+
+    Such a value would hold off ``activeDeadlineSeconds`` for ever; the gang's pods say when the
+    job started instead (``gang_started_at``), and the next status write puts that back.
+    """
+    started = moments.parse_time(draft.start_time)
+    return draft.start_time if started is not None and started <= draft.now else None
+
+
 def _deadline_passed(draft: Draft, pods: GangPods) -> bool:
     deadline = draft.job.run_policy.active_deadline_seconds
     started = moments.parse_time(draft.start_time)
@@ -232,7 +244,7 @@ def _plan_active(draft: Draft, pods: GangPods) -> None:
     if not pods.expected:  # zero replicas: nothing to run, nothing will ever finish
         draft.replica_statuses = st.replica_statuses(draft.job, [])
         return
-    draft.start_time = draft.start_time or gang_started_at(pods)
+    draft.start_time = _believed_start(draft) or gang_started_at(pods)
     if _deadline_passed(draft, pods):
         return
     for name in pods.stale_live:

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.fieldpath import (
-    ErrorType,
-    FieldError,
     forbidden,
     invalid,
     not_supported,
     required,
 )
 from torchgate.pytorchjob.progress import ANNOTATION_PROGRESS_DEADLINE, parse_deadline
-from torchgate.pytorchjob.spec import pinned_hosts
+from torchgate.pytorchjob.spec import derived_name_error, pinned_hosts
 from torchgate.webhook.validation.facts import (
     ANNOTATIONS,
     GENERATED_SUFFIX,
@@ -32,7 +30,6 @@ from torchgate.webhook.validation.facts import (
     Finding,
     Findings,
     JobFacts,
-    quote,
 )
 
 # ``-worker-`` and ``-master-``: what a derived name adds to the job name before the index.
@@ -83,28 +80,15 @@ def _derived_name_length(job: JobFacts, job_name: str, *, generated: bool) -> Fi
         <= names.DNS_LABEL_MAX
     ):
         return NONE  # even the longest type with an index past every pod fits (the usual job)
-    most, longest_slot = 0, ("", 0)
+    highest = []
     for replica in job.known_replicas:
-        key = replica.key
         index = (replica.pods or 1) - 1
-        if index < elastic_highest and key == names.WORKER:
+        if index < elastic_highest and replica.key == names.WORKER:
             index = elastic_highest
-        length = names.replica_name_length(job_name, key, index)
-        if length > most:
-            most, longest_slot = length, (key, index)
-    if most <= names.DNS_LABEL_MAX:
-        return NONE
-    longest = names.replica_name(job_name, *longest_slot)
-    room = names.DNS_LABEL_MAX - (len(longest) - len(job_name))
-    if generated:
-        limit = f"keep generateName at most {room - len(GENERATED_SUFFIX)} characters"
-    else:
-        limit = f"keep the job name at most {room} characters"
-    detail = (
-        f"the derived pod and Service name {quote(longest)} has {len(longest)} characters "
-        f"(at most {names.DNS_LABEL_MAX}); {limit}"
-    )
-    return [FieldError(ErrorType.TOO_LONG, NAME, detail, job_name)]
+        highest.append((replica.key, index))
+    suffix = len(GENERATED_SUFFIX) if generated else None
+    too_long = derived_name_error(job_name, highest, generated_suffix=suffix)
+    return NONE if too_long is None else [too_long]
 
 
 def progress_deadline_annotation(job: JobFacts) -> Findings:

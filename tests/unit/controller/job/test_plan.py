@@ -541,6 +541,23 @@ def test_a_restarts_annotation_of_5000_digits_counts_as_none() -> None:
     world.plan()  # once a ValueError (Python turns at most 4300 digits into an int)
 
 
+@pytest.mark.parametrize(
+    "edited", ["2099-01-01T00:00:00Z", "yesterday"], ids=["in-the-future", "not-a-time"]
+)
+def test_a_start_time_a_human_edited_does_not_move_the_deadline(edited: str) -> None:
+    # kubectl edit --subresource=status: the gang's pods say when the job started
+    world = running_world(gpu_job("demo", workers=2).run_policy(activeDeadlineSeconds=600))
+    started = world.job_raw["status"]["startTime"]
+    world.job_raw["status"]["startTime"] = edited
+    world.tick(100)
+    result = world.plan()
+    assert result.requeue_after == pytest.approx(500)
+    assert status_of(result)["startTime"] == started
+    world.apply(result)
+    world.tick(500)
+    assert must(world.plan().status, "Failed")["reason"] == "DeadlineExceeded"
+
+
 def test_the_largest_active_deadline_the_api_stores_is_a_timer() -> None:
     # found by fuzzing: an int64 deadline ends after the year 9999, and planning raised
     world = running_world(gpu_job("demo", workers=2).run_policy(activeDeadlineSeconds=2**63 - 1))

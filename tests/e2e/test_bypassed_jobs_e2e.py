@@ -1,0 +1,124 @@
+"""Jobs the webhook never saw, stored as they are, beside a healthy job the controller must run.
+
+The webhook keeps such jobs out, but they reach the controller all the same: the webhook down
+with ``failurePolicy: Ignore``, jobs created before torchgate was installed. This module runs the
+controller with no webhook at all. For each job it cannot run, the controller fails the job once
+(a ``Failed`` condition and a Warning Event naming the field), creates nothing, and goes on with
+the healthy job; it does not retry what can never succeed. A status a human edited (``kubectl
+edit --subresource=status``, never sent to the webhook) does not hold off what the controller
+owes the job.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from tests.builders.job import job
+from tests.e2e.conftest import Cluster
+from tests.e2e.controller_process import (
+    ControllerProcess,
+    condition,
+    create_job,
+    events_of,
+    get_job,
+    is_true,
+    job_pods,
+)
+from tests.e2e.controller_process import controller as controller  # the module-scoped fixture
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+FAILED_VALIDATION = "PyTorchJobFailedValidation"
+
+
+def pool_job(name: str, namespace: str, pool: str, workers: int = 1) -> dict[str, Any]:
+    pod_spec = {"nodeSelector": {"pool": pool}}
+    return (
+        job(name, namespace).master(pod_spec=pod_spec).workers(workers, pod_spec=pod_spec).build()
+    )
+
+
+def services_of(cluster: Cluster, namespace: str) -> list[str]:
+    status, body = cluster.api_request("GET", f"/api/v1/namespaces/{namespace}/services")
+    assert status == 200, body
+    return [item["metadata"]["name"] for item in body["items"]]
+
+
+@pytest.mark.parametrize(
+    "name",
+    # The apiserver stores a PyTorchJob under any DNS-1123 subdomain of up to 253 characters;
+    # "<name>-master-0" would be 64 characters, and a Service name may hold no dot.
+    ["j" * 55, "train.v2"],
+    ids=["pod-name-of-64-characters", "dot-in-the-name"],
+)
+def test_a_job_whose_pod_and_service_names_are_invalid_fails_once_and_creates_nothing(
+    cluster: Cluster, controller: ControllerProcess, name: str
+) -> None:
+    namespace = cluster.new_namespace("bad-name")
+    pool = f"p{namespace[-6:]}"
+    cluster.add_gpu_nodes(1, pool, labels={"pool": pool})
+    create_job(cluster, pool_job(name, namespace, pool))
+    create_job(cluster, pool_job("healthy", namespace, pool))
+
+    failed = cluster.wait_for(
+        lambda: (found := get_job(cluster, namespace, name)) and is_true(found, "Failed") and found,
+        what=f"{name} Failed",
+    )
+    assert condition(failed, "Failed")["reason"] == FAILED_VALIDATION
+    assert "metadata.name" in condition(failed, "Failed")["message"]
+    cluster.wait_for(
+        lambda: (
+            len(job_pods(cluster, namespace, "healthy")) == 2
+            and is_true(get_job(cluster, namespace, "healthy"), "Running")
+        ),
+        what="the healthy job Running beside it",
+    )
+    time.sleep(5)  # the controller retried such a job with backoff: 1.6 s, 3.2 s, ...
+    assert job_pods(cluster, namespace, name) == []
+    assert not [s for s in services_of(cluster, namespace) if s.startswith(name[:20])]
+    warnings = [
+        event
+        for event in events_of(cluster, namespace, name)
+        if event["type"] == "Warning" and event["reason"] == FAILED_VALIDATION
+    ]
+    assert len(warnings) == 1, warnings
+    assert int(warnings[0].get("count") or 1) == 1
+    assert "metadata.name" in warnings[0]["message"]
+
+
+def test_a_start_time_edited_into_the_future_does_not_hold_off_the_active_deadline(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    namespace = cluster.new_namespace("edited")
+    pool = f"p{namespace[-6:]}"
+    cluster.add_gpu_nodes(1, pool, labels={"pool": pool})
+    edited = pool_job("edited", namespace, pool)
+    edited["spec"]["runPolicy"] = {"activeDeadlineSeconds": 20}
+    create_job(cluster, edited)
+    cluster.wait_for(
+        lambda: is_true(get_job(cluster, namespace, "edited"), "Running"), what="edited Running"
+    )
+    edit = {
+        "status": {
+            "startTime": "2099-01-01T00:00:00Z",
+            "conditions": [{"type": "Exploded", "status": "True", "reason": "ByHand"}],
+            "replicaStatuses": {"Bogus": {"active": -5}},
+        }
+    }
+    cluster.kubectl(
+        "patch", "pytorchjob", "edited", "-n", namespace, "--subresource=status",
+        "--type=merge", "-p", json.dumps(edit),
+    )  # fmt: skip
+    failed = cluster.wait_for(
+        lambda: (
+            (found := get_job(cluster, namespace, "edited")) and is_true(found, "Failed") and found
+        ),
+        timeout=60,
+        what="edited Failed at its deadline",
+    )
+    assert condition(failed, "Failed")["reason"] == "DeadlineExceeded"
+    assert failed["status"]["startTime"] != "2099-01-01T00:00:00Z"
