@@ -4,9 +4,10 @@ The webhook keeps such jobs out, but they reach the controller all the same: the
 with ``failurePolicy: Ignore``, jobs created before torchgate was installed. This module runs the
 controller with no webhook at all. For each job it cannot run, the controller fails the job once
 (a ``Failed`` condition and a Warning Event naming the field), creates nothing, and goes on with
-the healthy job; it does not retry what can never succeed. A status a human edited (``kubectl
-edit --subresource=status``, never sent to the webhook) does not hold off what the controller
-owes the job.
+the healthy job; it does not retry what can never succeed. A user's own pod holding the name of a
+job's pod is never taken for the job's: the job waits, saying so, until the name is free. A
+status a human edited (``kubectl edit --subresource=status``, never sent to the webhook) does not
+hold off what the controller owes the job.
 """
 
 from __future__ import annotations
@@ -88,6 +89,68 @@ def test_a_job_whose_pod_and_service_names_are_invalid_fails_once_and_creates_no
     assert len(warnings) == 1, warnings
     assert int(warnings[0].get("count") or 1) == 1
     assert "metadata.name" in warnings[0]["message"]
+
+
+def test_a_pod_that_is_not_the_jobs_holding_a_members_name_keeps_the_gang_waiting_saying_so(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    namespace = cluster.new_namespace("taken")
+    pool = f"p{namespace[-6:]}"
+    cluster.add_gpu_nodes(1, pool, labels={"pool": pool})
+    users_pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "squat-master-0", "namespace": namespace},
+        "spec": {
+            "nodeSelector": {"pool": pool},
+            "containers": [{"name": "mine", "image": "docker.io/library/busybox:1.36"}],
+        },
+    }
+    cluster.apply(users_pod)
+    mine = cluster.get("pod", "squat-master-0", namespace)
+    assert mine is not None
+    time.sleep(2)  # the controller's pod cache has it
+    create_job(cluster, pool_job("squat", namespace, pool))
+    create_job(cluster, pool_job("healthy", namespace, pool))
+
+    def waiting_for_the_name() -> dict[str, Any] | None:
+        found = get_job(cluster, namespace, "squat")
+        queued = condition(found, "Queued")
+        named = queued and queued.get("reason") == "PodNameConflict"
+        return found if named and "squat-master-0" in queued.get("message", "") else None
+
+    cluster.wait_for(waiting_for_the_name, what="squat Queued PodNameConflict naming its master")
+    cluster.wait_for(
+        lambda: (
+            len(job_pods(cluster, namespace, "healthy")) == 2
+            and is_true(get_job(cluster, namespace, "healthy"), "Running")
+        ),
+        what="the healthy job Running beside it",
+    )
+    time.sleep(5)  # without the rule, squat-worker-0 was created and held its node
+    assert job_pods(cluster, namespace, "squat") == []
+    assert not is_true(get_job(cluster, namespace, "squat"), "Running")
+    still = cluster.get("pod", "squat-master-0", namespace)
+    assert still is not None
+    assert still["metadata"]["uid"] == mine["metadata"]["uid"]
+    assert not still["metadata"].get("ownerReferences")
+    conflicts = [
+        event
+        for event in events_of(cluster, namespace, "squat")
+        if event["type"] == "Warning" and event["reason"] == "PodNameConflict"
+    ]
+    assert sum(int(event.get("count") or 1) for event in conflicts) == 1  # told once, not hot
+
+    # The name freed (its deletion reconciles no job: the gang looks again on its own), it runs.
+    cluster.kubectl("delete", "pod", "squat-master-0", "-n", namespace, "--grace-period=0")
+    cluster.wait_for(
+        lambda: (
+            len(job_pods(cluster, namespace, "squat")) == 2
+            and is_true(get_job(cluster, namespace, "squat"), "Running")
+        ),
+        timeout=120,
+        what="squat Running once the name is free",
+    )
 
 
 def test_a_start_time_edited_into_the_future_does_not_hold_off_the_active_deadline(

@@ -9,7 +9,9 @@ queueing, admission marks) with each other and with nothing else, so they live t
 The rules this module owns (rules 4, 5 and 7 of ``plan``):
 
 - ``plan_admission``: no live pod of the current attempt: wait for stragglers, wait while another
-  owner's pods hold the gang's names (``PodNameConflict``), ask the admitter
+  owner's pods hold the gang's names (``PodNameConflict``; a pod without the job's labels, a
+  user's own, is looked at again every ``NAME_HOLDER_RECHECK_SECONDS``: its deletion reconciles
+  no job), ask the admitter
   (``needs_admission``), or create every missing pod and Service on its reserved node. A job
   that asks the admitter gets its missing Services at once: a Service holds no capacity, and
   made while the job waits it is no longer a write between the admission and the gang's pods
@@ -93,6 +95,8 @@ from torchgate.pytorchjob import moments, names, reasons
 from torchgate.pytorchjob.spec import JobSpec, as_mapping
 
 DEFAULT_SCHEDULE_TIMEOUT_SECONDS: Final = 60
+# How often a gang waiting for a name a pod without its labels holds looks again (plan_admission).
+NAME_HOLDER_RECHECK_SECONDS: Final = 10.0
 
 
 def _running_message(draft: Draft) -> str:
@@ -343,6 +347,8 @@ def plan_admission(draft: Draft, pods: GangPods) -> None:
         )
         if draft.set_condition(reasons.QUEUED, st.TRUE, reasons.REASON_NAME_CONFLICT, message):
             draft.transition("Warning", reasons.REASON_NAME_CONFLICT, message)
+        if draft.observed.name_holders:
+            draft.timer(NAME_HOLDER_RECHECK_SECONDS)
         return
     # A reservation made while the ended attempt ran is not the new attempt's: ask again.
     reservation = None if ended else draft.observed.reservation
@@ -380,7 +386,7 @@ def _names_held_by_others(draft: Draft, pods: GangPods) -> list[str]:
     uid = draft.job.uid
     return sorted(
         name
-        for pod in draft.observed.pods
+        for pod in (*draft.observed.pods, *draft.observed.name_holders)
         if isinstance(pod, Mapping)
         and (name := name_of(pod)) in pods.expected
         and not controlled_by(pod, uid)

@@ -47,6 +47,8 @@ class Observed:
         job_raw: The job as read (metadata with annotations and deletionTimestamp, status).
         job: ``pytorchjob.spec.parse_job`` of it.
         pods: The job's pods (filtered again here by controlling ownerReference uid).
+        name_holders: Pods without the job's labels that hold one of its members' names (a
+            user's own pod, say): never the job's, and no change of theirs reconciles the job.
         services: The job's Services (same filter).
         now: The clock, timezone-aware.
         allow_clean_pod_policy_none: The admin policy lets finished jobs keep running pods.
@@ -88,6 +90,7 @@ class Observed:
     job: JobSpec
     now: datetime
     pods: Sequence[Mapping[str, Any]] = ()
+    name_holders: Sequence[Mapping[str, Any]] = ()
     services: Sequence[Mapping[str, Any]] = ()
     allow_clean_pod_policy_none: bool = False
     reservation: Mapping[str, str] | None = None

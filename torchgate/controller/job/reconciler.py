@@ -99,6 +99,8 @@ from torchgate.controller.job.model import (
     Plan,
     attempt_of,
     current_attempt,
+    expected_pods,
+    name_of,
 )
 from torchgate.controller.job.plan import asks_namespace_first, plan
 from torchgate.controller.job.writes import StatusWritePolicy, WriteFacts
@@ -464,6 +466,7 @@ class Reconciler:
             job=spec,
             now=now,
             pods=pods,
+            name_holders=self._name_holders(spec, pods),
             services=self.services.indexed(key),
             allow_clean_pod_policy_none=policy.allow_clean_pod_policy_none,
             reservation=self.admitter.reservation_for(key, spec.uid),
@@ -487,6 +490,22 @@ class Reconciler:
             ),
             namespace_terminating=self.namespace_terminating.get(key) == spec.uid,
         )
+
+    def _name_holders(
+        self, spec: JobSpec, pods: Sequence[Mapping[str, Any]]
+    ) -> tuple[dict[str, Any], ...]:
+        """Pods without the job's labels holding a member's name (``Observed.name_holders``).
+
+        The pod cache holds every pod of the cluster, so a user's pod named like a member is
+        found before the create, whose ``AlreadyExists`` would otherwise count as done.
+        """
+        labelled = {name_of(pod) for pod in pods}
+        holders = (
+            self.pods.get(spec.namespace, name)
+            for name in expected_pods(spec)
+            if name not in labelled
+        )
+        return tuple(pod for pod in holders if pod is not None)
 
     def on_pod(self, kind: str, pod: dict[str, Any], _: dict[str, Any] | None) -> None:
         """Pod informer handler: keep the last state of each of a job's pods that went away.

@@ -18,6 +18,7 @@ from torchgate.controller.job.disruption import (
     deleted_node,
     node_health,
 )
+from torchgate.controller.job.gang import NAME_HOLDER_RECHECK_SECONDS
 from torchgate.controller.job.model import (
     ANNOTATION_ATTEMPT,
     Observed,
@@ -630,6 +631,28 @@ def test_malformed_observed_state_does_not_crash() -> None:
     junk: list[Any] = [None, "pod", {"metadata": None}, {"metadata": {"ownerReferences": "x"}}]
     result = plan(Observed(job_raw=raw, job=parsed_job(raw), now=NOW, pods=junk, services=junk))
     assert result.needs_admission
+
+
+def test_a_pod_without_the_jobs_labels_holding_a_members_name_keeps_the_gang_waiting() -> None:
+    """A user's pod named like the Master: nothing is created beside it, the job says why."""
+    world = demo_world()
+    world.apply(world.plan())
+    users_pod = {"metadata": {"name": MASTER, "namespace": "default"}, "status": {}}
+
+    result = world.plan(reservation=RESERVATION, name_holders=(users_pod,))
+
+    assert not result.create_pods
+    assert not result.delete_pods
+    assert must(result.status, "Queued")["reason"] == "PodNameConflict"
+    assert MASTER in must(result.status, "Queued")["message"]
+    assert "PodNameConflict" in reasons(result)
+    # Its deletion reconciles no job: the gang looks again on its own.
+    assert result.requeue_after == NAME_HOLDER_RECHECK_SECONDS
+    world.apply(result)
+    assert world.plan(reservation=RESERVATION, name_holders=(users_pod,)).events == ()
+    # The name freed, the gang is created whole.
+    freed = world.plan(reservation=RESERVATION)
+    assert sorted(pod["metadata"]["name"] for pod in freed.create_pods) == sorted(ALL)
 
 
 def test_zero_replica_job_is_not_admitted() -> None:
