@@ -48,11 +48,16 @@ is only signalled after its start time (from ``/proc``) matched the recorded one
 PID is never hit; state is written after every start, so even an ``up`` killed half-way leaves a
 trail that the next ``up`` or ``down`` cleans. A failed ``up`` stops what it started and keeps
 only the logs. ``up`` is idempotent: on a healthy cluster it says so; on one whose webhook or
-controller died it restarts just those; on one whose control plane died it starts afresh.
+controller died it restarts just those; on one whose webhook runs but is not what the apiserver's
+configurations call (an ``up`` stopped before registering it, a configuration deleted) it
+registers it again; on one whose control plane died it starts afresh (its objects are lost).
+``status`` reads the registrations from the apiserver, and when something is down it ends with the
+command that starts it again.
 ``down`` only removes the files it knows, never DIR's other content.
 
 Output: progress and summaries go to stderr; stdout gets only the ``export KUBECONFIG=...``
-line, so ``eval "$(torchgate dev up)"`` works. Exit codes: 0 success; 1 failure (a message,
+line, so ``eval "$(torchgate dev up)"`` works; paths in it and in the commands ``dev`` suggests
+are shell-quoted, so a DIR with spaces pastes as well. Exit codes: 0 success; 1 failure (a message,
 never a traceback); 2 usage error; ``status`` answers 3 when there is no dev cluster and 1 when
 part of it is down.
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import json
+import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -64,6 +65,7 @@ class Health:
     state: DevState | None
     webhook_alive: bool
     webhook_ready: bool
+    webhook_registered: bool
     controller_alive: bool
     controller_healthy: bool
 
@@ -75,9 +77,14 @@ class Health:
         )
 
     @property
-    def webhook_ok(self) -> bool:
+    def webhook_serving(self) -> bool:
         """The webhook runs and is ready."""
         return self.webhook_alive and self.webhook_ready
+
+    @property
+    def webhook_ok(self) -> bool:
+        """The webhook runs, is ready, and the apiserver's configurations send jobs to it."""
+        return self.webhook_serving and self.webhook_registered
 
     @property
     def controller_ok(self) -> bool:
@@ -143,6 +150,11 @@ class DevCluster:
         controller = state.controller if state else None
         webhook_alive = webhook is not None and is_alive(webhook.process)
         controller_alive = controller is not None and is_alive(controller.process)
+        serving = (
+            webhook_alive
+            and webhook is not None
+            and webhook_ready(webhook.port, self.layout.tls / CA_CERT)
+        )
         return Health(
             exists=plane is not None or state is not None,
             control_plane=plane,
@@ -150,14 +162,33 @@ class DevCluster:
             apiserver_ready=apiserver_ready,
             state=state,
             webhook_alive=webhook_alive,
-            webhook_ready=webhook_alive
+            webhook_ready=serving,
+            webhook_registered=serving
             and webhook is not None
-            and webhook_ready(webhook.port, self.layout.tls / CA_CERT),
+            and plane is not None
+            and apiserver_ready
+            and self._registered(plane, webhook),
             controller_alive=controller_alive,
             controller_healthy=controller_alive
             and controller is not None
             and controller_healthy(controller.port),
         )
+
+    def _registered(self, plane: ControlPlane, webhook: Product) -> bool:
+        """Whether the apiserver's webhook configurations send to ``webhook`` (URL and CA)."""
+        try:
+            ca_bundle = (self.layout.tls / CA_CERT).read_bytes()
+            expected = devcluster.webhook_configurations(
+                f"https://127.0.0.1:{webhook.port}", ca_bundle=ca_bundle
+            )
+            api = ApiClient(plane)
+            found = []
+            for obj in expected:
+                status, body = api("GET", devcluster.object_path(obj))
+                found.append(body if status == 200 else None)
+        except (OSError, ValueError):
+            return False
+        return devcluster.registration_current(expected, found)
 
     # ---------------------------------------------------------------- up
 
@@ -169,7 +200,7 @@ class DevCluster:
         """
         options = options or UpOptions()
         began = time.monotonic()
-        self.layout.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._make_dir()
         health = self.health()
         if health.exists and health.control_plane_running and health.control_plane is not None:
             return self._complete(health, health.control_plane, options, began)
@@ -179,8 +210,21 @@ class DevCluster:
             )
             self._stop_everything(health)
             remove_files(self.layout, keep_logs=True)
-            self.layout.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._make_dir()
         return self._fresh(options, began)
+
+    def _make_dir(self) -> None:
+        root = self.layout.root
+        try:
+            root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            probe = root / ".torchgate-dev-probe"
+            probe.touch()
+            probe.unlink()
+        except OSError as error:
+            raise DevError(
+                f"cannot keep a dev cluster in {root}: {error.strerror or error}; "
+                "choose a writable directory with --dir"
+            ) from None
 
     def _complete(
         self, health: Health, plane: ControlPlane, options: UpOptions, began: float
@@ -189,7 +233,7 @@ class DevCluster:
         if conflicts:
             raise DevError(
                 f"the dev cluster in {self.layout.root} runs with {'; '.join(conflicts)}; "
-                f"stop it first: torchgate dev down --dir {self.layout.root}"
+                f"stop it first: {self.command('down')}"
             )
         state = health.state or DevState(pools=tuple(pool.describe() for pool in options.pools))
         if (
@@ -210,7 +254,8 @@ class DevCluster:
                 plane,
                 state,
                 options,
-                webhook=not health.webhook_ok,
+                webhook=not health.webhook_serving,
+                register=not health.webhook_ok,
                 controller=options.controller and not health.controller_ok,
             )
         except BaseException:
@@ -264,6 +309,7 @@ class DevCluster:
                 state,
                 options,
                 webhook=True,
+                register=True,
                 controller=options.controller,
                 ca_bundle=ca_bundle,
             )
@@ -311,10 +357,15 @@ class DevCluster:
         options: UpOptions,
         *,
         webhook: bool,
+        register: bool,
         controller: bool,
         ca_bundle: bytes | None = None,
     ) -> DevState:
         """(Re)start the webhook and/or the controller; both start at once, then are awaited.
+
+        ``register`` (always with ``webhook``) points the apiserver's configurations at the
+        webhook: an ``up`` stopped between starting the webhook and registering it left one that
+        runs and is never called.
 
         A webhook that does not come up is an error; a controller that does not is recorded in
         the state (``controller_error``) and reported, and everything else stays up.
@@ -368,7 +419,9 @@ class DevCluster:
             )
             state = replace(state, controller=Product(process, metrics_port), controller_error=None)
             state.save(self.layout.state)
-        if webhook and state.webhook is not None and ca_bundle is not None:
+        if (webhook or register) and state.webhook is not None:
+            if ca_bundle is None:
+                ca_bundle = make_certificates(self.layout.tls)  # keeps the valid pair there
             self._register_webhook(plane, state.webhook, ca_bundle, options)
         if controller and state.controller is not None:
             state = self._await_controller(state, state.controller, options)
@@ -471,13 +524,17 @@ class DevCluster:
     def exports(self, health: Health) -> str:
         """The shell line that points kubectl (and ``torchgate explain``/``simulate``) here."""
         state = health.state or DevState()
-        line = f"export KUBECONFIG={self.layout.kubeconfig}"
+        line = f"export KUBECONFIG={shlex.quote(str(self.layout.kubeconfig))}"
         if state.controller is not None and state.pool_port:
             line += (
                 f" TORCHGATE_CONTROLLER=https://127.0.0.1:{state.pool_port}"
-                f" TORCHGATE_CONTROLLER_CA={self.layout.tls / CA_CERT}"
+                f" TORCHGATE_CONTROLLER_CA={shlex.quote(str(self.layout.tls / CA_CERT))}"
             )
         return line
+
+    def command(self, action: str) -> str:
+        """``torchgate dev ACTION`` for this DIR, as a line to paste into a shell."""
+        return f"torchgate dev {action} --dir {shlex.quote(str(self.layout.root))}"
 
     def describe(self, health: Health) -> list[str]:
         """Human lines on what runs, with PIDs, endpoints, readiness and memory."""
@@ -517,6 +574,8 @@ class DevCluster:
         else:
             verdict = "running" if health.webhook_alive else "DEAD"
             ready = "readyz ok" if health.webhook_ready else "not ready"
+            if health.webhook_ready and not health.webhook_registered:
+                ready += ", NOT REGISTERED (the apiserver does not call it)"
             lines.append(
                 f"  webhook        {verdict}  pid {webhook.process.pid}  "
                 f"https://127.0.0.1:{webhook.port}  {ready}  (log {self.layout.webhook_log})"

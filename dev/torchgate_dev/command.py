@@ -253,7 +253,7 @@ def _run_up(dev: DevCluster, args: argparse.Namespace) -> int:
     health = dev.health()
     for line in dev.describe(health):
         print(line, file=sys.stderr)
-    print(f"  stop it with: torchgate dev down --dir {dev.layout.root}", file=sys.stderr)
+    print(f"  stop it with: {dev.command('down')}", file=sys.stderr)
     print(dev.exports(health), flush=True)
     return 0
 
@@ -277,7 +277,9 @@ def _run_down(dev: DevCluster, *, keep_logs: bool) -> int:
 def _run_status(dev: DevCluster) -> int:
     health = dev.health()
     if not health.exists:
-        report_to_stderr(f"no dev cluster in {dev.layout.root} (start one with: torchgate dev up)")
+        report_to_stderr(
+            f"no dev cluster in {dev.layout.root} (start one with: {dev.command('up')})"
+        )
         return EXIT_NOT_FOUND
     state = health.state or DevState()
     controller_started = state.controller is not None
@@ -290,6 +292,13 @@ def _run_status(dev: DevCluster) -> int:
     report_to_stderr(f"{'up' if up else 'PARTLY DOWN'} in {dev.layout.root}")
     for line in dev.describe(health):
         print(line, file=sys.stderr)
+    if not health.control_plane_running:
+        report_to_stderr(
+            f"start it afresh with: {dev.command('up')} (its objects are lost), "
+            f"or stop it: {dev.command('down')}"
+        )
+    elif not up:
+        report_to_stderr(f"start what is down with: {dev.command('up')}")
     if health.control_plane_running:
         print(dev.exports(health), flush=True)
     return 0 if up else 1

@@ -316,6 +316,34 @@ def object_path(obj: Mapping[str, Any]) -> str:
     return apply_path(obj).partition("?")[0]
 
 
+def registration_current(
+    expected: Sequence[Mapping[str, Any]], found: Sequence[Mapping[str, Any] | None]
+) -> bool:
+    """Whether the configurations ``found`` (read back, None when missing) send to our webhook.
+
+    ``expected`` is :func:`webhook_configurations`' answer for the running webhook; ``found``
+    the same objects as the apiserver holds them, in that order. Each must exist and have every
+    expected webhook with the same ``clientConfig`` (URL and CA): a configuration that is gone,
+    or points at another port or CA, means the apiserver does not call the webhook that runs (a
+    ``dev up`` stopped before registering it, a configuration deleted by hand).
+    """
+    if len(expected) != len(found):
+        return False
+    for want, have in zip(expected, found, strict=True):
+        if not isinstance(have, Mapping) or not isinstance(have.get("webhooks"), list):
+            return False
+        held = {
+            webhook.get("name"): webhook.get("clientConfig")
+            for webhook in have["webhooks"]
+            if isinstance(webhook, Mapping)
+        }
+        if any(
+            held.get(webhook["name"]) != webhook["clientConfig"] for webhook in want["webhooks"]
+        ):
+            return False
+    return True
+
+
 # --------------------------------------------------------------------------- fake GPU pools
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -101,7 +102,7 @@ def dev_env(control_plane_binaries: Binaries) -> dict[str, str]:
 
 @pytest.fixture
 def dev_dir(tmp_path: Path, dev_env: dict[str, str]) -> Iterator[Path]:
-    root = (tmp_path / "dev").resolve()
+    root = (tmp_path / "my dev").resolve()  # a space, as in a home directory's "My Projects"
     yield root
     torchgate_dev("down", "--dir", str(root), env=dev_env)  # a safety net; a no-op when passed
 
@@ -113,12 +114,10 @@ def test_dev_up_serves_seed_000_through_the_webhook_and_down_leaves_nothing(
 
     assert up.returncode == 0, up.stderr
     (exports,) = up.stdout.splitlines()
-    assert re.fullmatch(
-        rf"export KUBECONFIG={dev_dir / 'kubeconfig'} "
-        rf"TORCHGATE_CONTROLLER=https://127\.0\.0\.1:\d+ "
-        rf"TORCHGATE_CONTROLLER_CA={dev_dir / 'tls'}/ca\.crt",
-        exports,
-    ), exports
+    words = shlex.split(exports)  # as the shell it is pasted into reads it
+    assert words[:2] == ["export", f"KUBECONFIG={dev_dir / 'kubeconfig'}"], exports
+    assert re.fullmatch(r"TORCHGATE_CONTROLLER=https://127\.0\.0\.1:\d+", words[2]), exports
+    assert words[3:] == [f"TORCHGATE_CONTROLLER_CA={dev_dir / 'tls' / 'ca.crt'}"], exports
     processes = recorded_processes(dev_dir)
     assert set(processes) >= {*CONTROL_PLANE, *REAL_NODE, "webhook"}
     assert still_running(processes) == list(processes)
@@ -237,6 +236,21 @@ def test_dev_up_serves_seed_000_through_the_webhook_and_down_leaves_nothing(
     assert again.stdout == up.stdout
     assert recorded_processes(dev_dir) == processes
     assert status.returncode == 0, status.stderr
+
+    # An `up` stopped between starting the webhook and registering it leaves the webhook running
+    # and the apiserver without its configurations: not "up", and the next `up` registers it.
+    for kind in ("mutating", "validating"):
+        deleted = kubectl("delete", f"{kind}webhookconfiguration", "torchgate")
+        assert deleted.returncode == 0, deleted.stderr
+    unregistered = torchgate_dev("status", "--dir", str(dev_dir), env=dev_env)
+    assert unregistered.returncode == 1, unregistered.stderr
+    completed = torchgate_dev("up", "--dir", str(dev_dir), "--no-seed-images", env=dev_env)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout == up.stdout
+    assert recorded_processes(dev_dir) == processes, "the webhook that ran is registered"
+    refused_again = kubectl("create", "--dry-run=server", "-f", str(SEED_000))
+    assert f"{REPLICA_IMAGE.format('Master')}: Invalid value" in refused_again.stderr
+    assert torchgate_dev("status", "--dir", str(dev_dir), env=dev_env).returncode == 0
 
     down = torchgate_dev("down", "--dir", str(dev_dir), env=dev_env)
 

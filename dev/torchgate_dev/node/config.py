@@ -358,6 +358,9 @@ def kube_proxy_configuration(
 def corefile(network: NodeNetwork, paths: NodePaths, *, health_port: int, ready_port: int) -> str:
     """CoreDNS answering cluster names on the node address; nothing is forwarded anywhere.
 
+    The kubeconfig's path is quoted: the dev cluster's DIR may hold spaces (``--dir "my dev"``),
+    which would otherwise split it into two arguments and stop CoreDNS at start-up.
+
     No ``cache`` plugin: a Worker that asks for ``<job>-master-0`` before its Service exists must
     not be told "no such name" for the next half minute.
     """
@@ -369,7 +372,7 @@ def corefile(network: NodeNetwork, paths: NodePaths, *, health_port: int, ready_
             f"    health 127.0.0.1:{health_port}",
             f"    ready 127.0.0.1:{ready_port}",
             f"    kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{",
-            f"        kubeconfig {paths.dns_kubeconfig}",
+            f"        kubeconfig {_corefile_word(paths.dns_kubeconfig)}",
             "        pods insecure",
             "        fallthrough in-addr.arpa ip6.arpa",
             "    }",
@@ -436,3 +439,8 @@ def node_user(node_name: str) -> str:
 def _toml(value: object) -> str:
     # A JSON string is a valid TOML basic string for the paths and names used here.
     return json.dumps(str(value))
+
+
+def _corefile_word(value: object) -> str:
+    """``value`` as one Corefile token: in double quotes, a double quote in it escaped."""
+    return '"' + str(value).replace('"', '\\"') + '"'

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -125,8 +126,9 @@ def claim(
     if previous is not None and previous.workdir != workdir and is_running(previous.workdir):
         raise NodeUnavailable(
             "a real node already runs on this machine, for the control plane in "
-            f"{previous.workdir}; stop it first (torchgate dev down, or end the test run that "
-            "started it)"
+            f"{previous.workdir}; stop it first (torchgate dev down --dir "
+            f"{shlex.quote(str(previous.workdir))}, or end the test run that started it), "
+            "or start this one with --no-real-node"
         )
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"workdir": str(workdir), "since": since}), encoding="utf-8")

@@ -6,6 +6,7 @@ import argparse
 import base64
 import ipaddress
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ from torchgate import cli
 from torchgate.certs import store
 from torchgate_dev import devcluster, packagedata
 from torchgate_dev.apiserver import wait_for_admission
-from torchgate_dev.cluster import UpOptions, settings_conflicts
+from torchgate_dev.cluster import DevCluster, UpOptions, settings_conflicts
 from torchgate_dev.command import EXIT_NOT_FOUND, up_options
 from torchgate_dev.controlplane.components import ClusterFeatures
 from torchgate_dev.controlplane.layout import Layout
@@ -110,6 +111,53 @@ def test_policies_and_quotas_go_to_the_validating_route_and_a_webhook_down_lets_
     assert (jobs["failurePolicy"], policies["failurePolicy"]) == ("Fail", "Ignore")
     assert policies["matchConditions"] == [devcluster.NOT_BEING_DELETED]
     assert "namespaceSelector" not in policies  # cluster-scoped objects: it would not apply
+
+
+def _held(url: str = "https://127.0.0.1:8443", *, ca: bytes = CA) -> list[dict[str, Any]]:
+    """The configurations as the apiserver returns them: its defaults and metadata added."""
+    held = devcluster.webhook_configurations(url, ca_bundle=ca)
+    for obj in held:
+        obj["metadata"].update(resourceVersion="7", uid="u")
+        for webhook in obj["webhooks"]:
+            webhook["objectSelector"] = {}
+    return held
+
+
+def _without_policies_webhook() -> list[dict[str, Any]]:
+    held = _held()
+    held[1]["webhooks"] = held[1]["webhooks"][:1]
+    return held
+
+
+@pytest.mark.parametrize(
+    ("found", "current"),
+    [
+        (_held(), True),
+        ([None, None], False),
+        ([_held()[0], None], False),
+        (_held("https://127.0.0.1:9443"), False),
+        (_held(ca=b"another CA"), False),
+        (_without_policies_webhook(), False),
+        ([{"webhooks": None}, {}], False),
+        (_held()[:1], False),
+    ],
+    ids=[
+        "as-registered",
+        "none",
+        "validating-missing",
+        "other-port",
+        "other-ca",
+        "a-webhook-missing",
+        "malformed",
+        "one-of-two",
+    ],
+)
+def test_the_registration_is_current_only_when_both_configurations_call_this_webhook(
+    found: list[dict[str, Any] | None], current: bool
+) -> None:
+    expected = devcluster.webhook_configurations("https://127.0.0.1:8443", ca_bundle=CA)
+
+    assert devcluster.registration_current(expected, found) is current
 
 
 def test_configurations_can_point_at_a_service() -> None:
@@ -524,6 +572,49 @@ def test_status_and_down_without_a_cluster(tmp_path: Path) -> None:
     assert run_dev("status", "--dir", str(tmp_path / "none")).returncode == EXIT_NOT_FOUND
     down = run_dev("down", "--dir", str(tmp_path / "none"))
     assert (down.returncode, down.stdout) == (0, "")
+
+
+def test_the_export_line_and_the_commands_paste_into_a_shell_whatever_dir_holds(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "my dev's $HOME"
+    root.mkdir()
+    process = ManagedProcess("controller", 2**22 + 1, 1, root / "controller.log")
+    DevState(controller=Product(process, 8080), pool_port=8443).save(root / "dev.json")
+    dev = DevCluster(root)
+
+    script = 'eval "$1"; printf "%s\\n" "$KUBECONFIG" "$TORCHGATE_CONTROLLER_CA"'
+    shell = subprocess.run(
+        ["bash", "-c", script, "-", dev.exports(dev.health())],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=True,
+    )
+    status = run_dev("status", "--dir", str(tmp_path / "no dev"))
+
+    assert shell.stdout.splitlines() == [str(root / "kubeconfig"), str(root / "tls" / CA_CERT)]
+    assert shlex.split(dev.command("down")) == ["torchgate", "dev", "down", "--dir", str(root)]
+    hint = status.stderr.strip().split("start one with: ", 1)[1].removesuffix(")")
+    assert shlex.split(hint) == ["torchgate", "dev", "up", "--dir", str(tmp_path / "no dev")]
+
+
+@pytest.mark.parametrize("where", ["a-file", "under-a-file", "proc"])
+def test_up_where_no_dir_can_be_kept_says_so_and_what_to_do(tmp_path: Path, where: str) -> None:
+    (tmp_path / "a-file").write_text("mine")
+    root = {
+        "a-file": tmp_path / "a-file",
+        "under-a-file": tmp_path / "a-file" / "dev",
+        "proc": Path("/proc/torchgate-dev"),
+    }[where]
+
+    result = run_dev("up", "--no-real-node", "--dir", str(root))
+
+    assert result.returncode == 1
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"torchgate dev: error: cannot keep a dev cluster in {root}: ")
+    assert line.endswith("choose a writable directory with --dir")
+    assert (tmp_path / "a-file").read_text() == "mine"
 
 
 def test_a_corrupt_state_file_is_one_line_error(tmp_path: Path) -> None:

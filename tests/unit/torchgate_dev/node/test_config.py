@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import shlex
 import tomllib
 from pathlib import Path
 
@@ -111,7 +112,16 @@ def test_dns_answers_cluster_names_only_and_caches_no_denial() -> None:
 
     assert "forward" not in corefile
     assert "cache" not in corefile
-    assert f"kubeconfig {PATHS.dns_kubeconfig}" in corefile
+    assert f'kubeconfig "{PATHS.dns_kubeconfig}"' in corefile
+
+
+def test_dns_reads_its_kubeconfig_from_a_dir_with_spaces_as_one_argument() -> None:
+    paths = NodePaths(work=Path("/tmp/my dev/node"), cache=Path("/cache/node"))
+    corefile = config.corefile(NETWORK, paths, health_port=1, ready_port=2)
+
+    # CoreDNS splits a Corefile line into words as a POSIX shell does for double quotes.
+    lines = [shlex.split(line) for line in corefile.splitlines()]
+    assert ["kubeconfig", "/tmp/my dev/node/coredns.kubeconfig"] in lines
 
 
 def test_dns_identity_may_only_read() -> None:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import shlex
 import threading
 from pathlib import Path
+
+import pytest
 
 from torchgate_dev.node import runtime
 from torchgate_dev.node.config import NodePaths
@@ -91,3 +94,17 @@ def test_a_second_image_build_waits_for_the_first_and_says_so(tmp_path: Path) ->
     assert entered.is_set()
     assert len(lines) == 1
     assert "waiting" in lines[0]
+
+
+def test_a_second_real_node_is_refused_with_the_command_that_stops_the_first(
+    tmp_path: Path,
+) -> None:
+    first, second = tmp_path / "my dev", tmp_path / "other"
+    assert runtime.claim(tmp_path / "cache", first, 1.0, lambda _: True) is None
+
+    with pytest.raises(runtime.NodeUnavailable) as refused:
+        runtime.claim(tmp_path / "cache", second, 2.0, lambda workdir: workdir == first)
+
+    command = str(refused.value).split("stop it first (", 1)[1].split(",", 1)[0]
+    assert shlex.split(command) == ["torchgate", "dev", "down", "--dir", str(first)]
+    assert str(refused.value).endswith("or start this one with --no-real-node")
