@@ -220,7 +220,7 @@ def parse_job(raw: object) -> tuple[JobSpec | None, list[FieldError]]:
         nproc = str(nproc) if as_int(nproc) is not None else None
     annotations = metadata.get("annotations")
     name = str(metadata.get("name") or "")
-    if not errors:
+    if name and not errors:  # none yet at admission of a generateName: the webhook checks that
         errors.extend(_name_errors(name, replica_specs, elastic))
     if errors:
         return None, errors

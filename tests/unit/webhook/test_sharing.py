@@ -200,6 +200,15 @@ def test_a_job_its_team_can_never_hold_is_refused(
     assert pairs(verdict.errors) == expected
 
 
+def test_a_job_named_by_generate_name_its_team_can_never_hold_is_refused() -> None:
+    """At admission such a job has no name yet: reading its spec must not fail on that."""
+    raw = job("j", "team-vision").master(gpus=8).workers(3, gpus=8).build()
+    del raw["metadata"]["name"]
+    raw["metadata"]["generateName"] = "train-"
+    verdict = validate_create(raw, DEFAULT_POLICY, team=resolve_team(QUOTAS, "team-vision"))
+    assert pairs(verdict.errors) == [(ErrorType.FORBIDDEN.value, REPLICA_SPECS)]
+
+
 def test_the_refusal_counts_the_policys_gpu_resource() -> None:
     amd, errors = parse_policy(policy("amd", gpuResource="amd.com/gpu"))
     assert errors == []
