@@ -30,7 +30,7 @@ Rules (each one function):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Final
@@ -187,24 +187,25 @@ def _above(policies: Sequence[PlacementPolicy], priority: int) -> Namespaces:
 def ties(policies: Iterable[PlacementPolicy]) -> list[Tie]:
     """Every pair of ``policies`` that ties somewhere, in name order (rule 3)."""
     ordered = sorted(policies, key=lambda p: p.name)
+    above = {policy.priority: _above(ordered, policy.priority) for policy in ordered}
     found = []
     for index, first in enumerate(ordered):
         for second in ordered[index + 1 :]:
-            tie = _tie(first, second, ordered)
+            tie = _tie(first, second, above)
             if tie is not None:
                 found.append(tie)
     return found
 
 
 def _tie(
-    first: PlacementPolicy, second: PlacementPolicy, policies: Sequence[PlacementPolicy]
+    first: PlacementPolicy, second: PlacementPolicy, above: Mapping[int, Namespaces]
 ) -> Tie | None:
     if first.priority != second.priority:
         return None
     shared = overlap(first, second)
     if shared is None:
         return None
-    deciding = shared.namespaces - _above(policies, first.priority)
+    deciding = shared.namespaces - above[first.priority]
     return Tie(first, second, deciding, shared.why) if deciding else None
 
 
@@ -214,6 +215,7 @@ def shadows(policies: Iterable[PlacementPolicy]) -> dict[str, list[Shadow]]:
     A policy shadowed nowhere has no entry.
     """
     ordered = sorted(policies, key=lambda p: p.name)
+    above = {policy.priority: _above(ordered, policy.priority) for policy in ordered}
     found: dict[str, list[Shadow]] = {}
     for index, applied in enumerate(ordered):
         # Where ``applied`` wins: it matches, nothing above it does, no tied one comes first.
@@ -221,7 +223,7 @@ def shadows(policies: Iterable[PlacementPolicy]) -> dict[str, list[Shadow]]:
         for earlier in ordered[:index]:
             if earlier.priority == applied.priority:
                 before = before | scope_of(earlier)
-        wins = scope_of(applied) - _above(ordered, applied.priority) - before
+        wins = scope_of(applied) - above[applied.priority] - before
         if not wins:
             continue
         for loser in ordered[index + 1 :]:
@@ -235,12 +237,15 @@ def shadows(policies: Iterable[PlacementPolicy]) -> dict[str, list[Shadow]]:
 
 def ties_of(candidate: PlacementPolicy, stored: Iterable[PlacementPolicy]) -> list[Tie]:
     """The ties ``candidate`` would have once stored beside ``stored`` (rule 5)."""
-    others = [policy for policy in stored if policy.name != candidate.name]
-    return [
-        tie
-        for tie in ties([*others, candidate])
-        if candidate.name in (tie.first.name, tie.second.name)
-    ]
+    every = [*(policy for policy in stored if policy.name != candidate.name), candidate]
+    above = {candidate.priority: _above(every, candidate.priority)}
+    found = []
+    for other in sorted(every[:-1], key=lambda p: p.name):
+        pair = (other, candidate) if other.name < candidate.name else (candidate, other)
+        tie = _tie(*pair, above)
+        if tie is not None:
+            found.append(tie)
+    return found
 
 
 def tie_warning(tie: Tie, name: str) -> str:

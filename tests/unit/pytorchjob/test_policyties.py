@@ -232,3 +232,15 @@ def test_set_operations_agree_with_membership(
     assert bool(one & other) == any(
         n in one and n in other for n in (*NAMES, ELSEWHERE, "other", "never-drawn")
     )
+
+
+@given(POLICIES, st.integers(0, 5))
+def test_a_written_policy_has_the_ties_it_has_among_all_once_stored(
+    policies: list[PlacementPolicy], pick: int
+) -> None:
+    if not policies:
+        return
+    candidate = policies[pick % len(policies)]
+    stored = [policy for policy in policies if policy is not candidate]
+    among_all = [t for t in ties(policies) if candidate.name in (t.first.name, t.second.name)]
+    assert ties_of(candidate, stored) == among_all
