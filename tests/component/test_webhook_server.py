@@ -271,6 +271,26 @@ async def test_a_policy_or_quota_that_would_not_load_is_refused_with_its_field_p
     assert deleted["response"]["allowed"] is True
 
 
+async def test_a_policy_tying_with_a_loaded_one_is_allowed_with_a_warning_naming_it(
+    server: Server,
+) -> None:
+    # "gpu-pool" (the file's) selects every namespace at priority 0.
+    tied = policy("ml-team", namespaces=["ml"], **ADMIN_SPEC)
+    above = policy("ml-team", namespaces=["ml"], priority=1, **ADMIN_SPEC)
+
+    status, warned = await post(server, "/validate", admin_review(tied, "placementpolicies"))
+    _, quiet = await post(server, "/validate", admin_review(above, "placementpolicies"))
+
+    assert status == 200
+    assert warned["response"]["allowed"] is True
+    assert warned["response"]["warnings"] == [
+        'torchgate: spec.priority: ties with PlacementPolicy "gpu-pool" at priority 0 on '
+        'namespace ml ("gpu-pool" selects every namespace): only the names decide which '
+        "applies; set different priorities"
+    ]
+    assert quiet["response"] == {"uid": quiet["response"]["uid"], "allowed": True}
+
+
 @pytest.mark.parametrize(
     ("body", "headers"),
     [

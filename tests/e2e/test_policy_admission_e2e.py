@@ -16,6 +16,7 @@ and writes nothing), and it can still be fixed and deleted.
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 import pytest
 
@@ -151,3 +152,56 @@ def test_with_the_webhook_down_a_bad_policy_is_stored_reported_and_can_be_fixed_
         assert cluster.get("placementpolicy", name) is None
     finally:
         delete(cluster, "placementpolicy", name, sentinel)
+
+
+def test_a_policy_tying_with_another_is_applied_with_a_warning_and_the_loser_is_shadowed(
+    cluster: Cluster, webhook: LocalWebhook
+) -> None:
+    suffix = secrets.token_hex(3)
+    # A priority no other test's policy has, so only these two can tie.
+    priority = 1000 + secrets.randbelow(100_000)
+    shared, own = f"e2e-tie-{suffix}", f"e2e-own-{suffix}"
+    first_name, second_name = f"e2e-tie-a-{suffix}", f"e2e-tie-b-{suffix}"
+    first = policy(first_name, namespaces=[shared], priority=priority)
+    second = policy(second_name, namespaces=[shared, own], priority=priority)
+    lowered = policy(first_name, namespaces=[shared], priority=priority - 1)
+
+    def shadowed(name: str) -> dict[str, Any]:
+        return condition(cluster.get("placementpolicy", name), "Shadowed")
+
+    try:
+        alone = apply(cluster, first)
+        tying = apply(cluster, second)
+
+        assert alone.returncode == 0, alone.stderr
+        assert "ties with" not in alone.stderr
+        assert tying.returncode == 0, tying.stderr  # legal: a warning, not a refusal
+        assert (
+            f'Warning: torchgate: spec.priority: ties with PlacementPolicy "{first_name}" at '
+            f"priority {priority} on namespace {shared} (both list them)"
+        ) in tying.stderr
+        told = cluster.wait_for(
+            lambda: (
+                shadowed(second_name) if shadowed(second_name).get("status") == "True" else None
+            ),
+            timeout=15,
+            what="the Shadowed condition on the policy losing the tie",
+        )
+        assert told["reason"] == "TiedAtSamePriority"
+        assert (
+            f'shadowed on namespace {shared} by PlacementPolicy "{first_name}"' in told["message"]
+        )
+        assert shadowed(first_name)["status"] == "False"
+
+        # The tie is gone when the other policy changes: the loser's condition clears.
+        assert apply(cluster, lowered).returncode == 0
+        cleared = cluster.wait_for(
+            lambda: (
+                shadowed(second_name) if shadowed(second_name).get("status") == "False" else None
+            ),
+            timeout=15,
+            what="the Shadowed condition cleared",
+        )
+        assert cleared["reason"] == "NoTie"
+    finally:
+        delete(cluster, "placementpolicy", first_name, second_name)

@@ -21,6 +21,8 @@ What is declared:
 - the ``Valid`` condition of torchgate's own objects, which both write: the webhook a
   PlacementPolicy's, the controller a TeamQuota's (each with reasons of its own), and a
   TeamQuota's ``Deleting`` condition while its finalizer holds it;
+- the ``Shadowed`` condition of a PlacementPolicy (the webhook's): where another policy of the
+  same priority applies instead, by name only (``policyties``);
 - ``CONDITION_TYPES``, ``CONDITION_REASONS`` and ``EVENT_REASONS``: every condition type and
   reason the product writes.
 """
@@ -47,6 +49,7 @@ VALID: Final = "Valid"  # of a PlacementPolicy or a TeamQuota
 DeletingState = Literal["Deleting"]
 DELETING: Final[DeletingState] = "Deleting"
 OVER_QUOTA: Final = "OverQuota"  # of a TeamQuota whose team's gangs hold more than it may
+SHADOWED: Final = "Shadowed"  # of a valid PlacementPolicy: True where a tie by name loses it
 CONDITION_TYPES: Final = (
     CREATED,
     RUNNING,
@@ -59,6 +62,7 @@ CONDITION_TYPES: Final = (
     VALID,
     DELETING,
     OVER_QUOTA,
+    SHADOWED,
 )
 
 # The training-operator's reasons, on its conditions and on the Events that announce them.
@@ -138,6 +142,10 @@ NODE_FAULT_HISTORY_UNREADABLE: Final = "NodeFaultHistoryUnreadable"
 REASON_POLICY_ACCEPTED: Final = "Accepted"
 REASON_POLICY_INVALID: Final = "InvalidSpec"
 INVALID_PLACEMENT_POLICY: Final = "InvalidPlacementPolicy"
+# ``Shadowed``'s reasons: a policy of the same priority applies on some of its namespaces because
+# its name comes first; or no such tie.
+REASON_POLICY_TIED: Final = "TiedAtSamePriority"
+REASON_POLICY_NOT_TIED: Final = "NoTie"
 REASON_QUOTA_VALID: Final = VALID
 REASON_QUOTA_INVALID: Final = "Invalid"
 # ``Deleting``'s reason: the TeamQuota's finalizer holds it until its team's admitted gangs end.
@@ -169,6 +177,8 @@ CONDITION_REASONS: Final[frozenset[str]] = frozenset(
         *(RESTART_EVENT_REASONS - {GANG_SCHEDULE_TIMEOUT, GANG_INCOMPLETE}),
         REASON_POLICY_ACCEPTED,
         REASON_POLICY_INVALID,
+        REASON_POLICY_TIED,
+        REASON_POLICY_NOT_TIED,
         REASON_QUOTA_VALID,
         REASON_QUOTA_INVALID,
         REASON_QUOTA_GANGS_RUNNING,

@@ -42,6 +42,12 @@ and asks the validating webhook only when that passed): a value of the wrong typ
 ``review.evaluate`` asks between the two webhooks). Fields the CRD does
 not declare are refused earlier still, while the file is read (``manifests`` rule 8, exit 2).
 
+Several ``--policy`` files may hold policies that tie (the same priority on a namespace where
+nothing above them matches: ``policyties``): check reports each pair as the webhook warns at
+``kubectl apply`` of the second one (``policyWarnings`` in ``-o json``/``yaml``, a ``warning:``
+line before the verdicts in text), and judges each job under the policy the tie-break picks, as
+the webhook does. A tie is legal: it changes no exit code.
+
 Text output points each error at the line of the manifest it concerns (the YAML node tree is kept
 for that) and shows what defaulting changed as a unified diff.
 """
@@ -73,6 +79,7 @@ from torchgate.pytorchjob.manifests import (
     namespace_of,
 )
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
+from torchgate.pytorchjob.policyties import tie_warning, ties
 from torchgate.pytorchjob.pool import QUOTA_KIND, TeamQuota, parse_team_quota
 from torchgate.webhook.policysource import PolicyFileError, read_policy_files
 from torchgate.webhook.review import Evaluation, evaluate
@@ -147,19 +154,25 @@ def run(args: argparse.Namespace) -> int:
         print(f"torchgate check: {exc}", file=sys.stderr)
         return 2
     results = check_documents(documents, policies, default_namespace(args), quotas=quotas)
+    tied = policy_warnings(policies)
+    report = {"results": [r.as_dict() for r in results], "policyWarnings": tied}
     if args.output == "json":
-        json.dump({"results": [r.as_dict() for r in results]}, sys.stdout, indent=2, default=str)
+        json.dump(report, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     elif args.output == "yaml":
-        yaml.safe_dump(
-            {"results": [r.as_dict() for r in results]},
-            sys.stdout,
-            sort_keys=False,
-            allow_unicode=True,
-        )
+        yaml.safe_dump(report, sys.stdout, sort_keys=False, allow_unicode=True)
     else:
+        sys.stdout.writelines(f"warning: {warning}\n" for warning in tied)
         print_text(results, sys.stdout)
     return 0 if all(r.evaluation.allowed for r in results) else 1
+
+
+def policy_warnings(policies: Sequence[PlacementPolicy]) -> list[str]:
+    """Each pair of ``policies`` that ties, as the webhook warns of the later one by name."""
+    return [
+        f'PlacementPolicy "{tie.second.name}" {tie_warning(tie, tie.second.name)}'
+        for tie in ties(policies)
+    ]
 
 
 def require_policy_documents(paths: Sequence[Path]) -> None:

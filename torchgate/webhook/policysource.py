@@ -8,7 +8,12 @@ that does not parse is left out and reported (log line, a Warning Event on the o
 namespace is dropped whenever the set changes. Each replica compares the ``Valid`` condition it
 would write with the policy's status as its informer holds it (``conditions.status_to_write``):
 one that already says it (a restarted webhook, a second replica, its own write coming back)
-writes nothing, nor records the Event again.
+writes nothing, nor records the Event again. Beside ``Valid``, a valid policy's status carries
+``Shadowed`` (``policyties`` rule 4): ``True`` while another policy of the same priority applies
+on some of its namespaces only because its name comes first (which namespaces, and which policy,
+in the message), ``False`` otherwise. Whether a policy is shadowed depends on the others, so any
+change of the set has every policy's status looked at again (each one written only when it
+changes).
 
 TeamQuotas (``torchgate.io/v1alpha1``, docs/pool-sharing.md) are cached the same way, beside the
 policies (the same files, or a second informer: ``ClusterQuotas``), so the validating route can
@@ -62,6 +67,7 @@ from torchgate.pytorchjob.events import event_body, involved_object
 from torchgate.pytorchjob.fieldpath import FieldError
 from torchgate.pytorchjob.manifests import yaml_problem
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy, select_policy
+from torchgate.pytorchjob.policyties import Shadow, shadows
 from torchgate.pytorchjob.pool import QUOTA_KIND, parse_team_quota
 from torchgate.pytorchjob.projection import project_claim_spec
 from torchgate.pytorchjob.yamlinput import load_documents
@@ -133,7 +139,8 @@ class PolicyCache:
 
     def __init__(self) -> None:
         self._by_namespace: dict[str, PlacementPolicy] = {}
-        self._policies = _AdminObjects(names.POLICY_KIND, parse_policy, self._by_namespace.clear)
+        self._shadows: dict[str, list[Shadow]] | None = None
+        self._policies = _AdminObjects(names.POLICY_KIND, parse_policy, self._policies_changed)
         self.invalid = self._policies.invalid
         self._team_by_namespace: dict[str, Team | None] = {}
         self._quotas = _AdminObjects(QUOTA_KIND, parse_team_quota, self._team_by_namespace.clear)
@@ -150,6 +157,16 @@ class PolicyCache:
 
     async def _cached_claims(self, namespace: str, job: object) -> ClaimLookup:
         return self.claims_for(namespace)
+
+    def _policies_changed(self) -> None:
+        self._by_namespace.clear()
+        self._shadows = None
+
+    def shadows(self) -> dict[str, list[Shadow]]:
+        """Where each valid policy is shadowed by a tie, by name (``policyties.shadows``)."""
+        if self._shadows is None:
+            self._shadows = shadows(self._policies.valid.values())
+        return self._shadows
 
     def team_for(self, namespace: str) -> Team | None:
         """The TeamQuota owning ``namespace`` with its cohort, or ``None`` (no quota applies)."""
@@ -190,6 +207,10 @@ class PolicyCache:
     def replace_all(self, objects: Iterable[Mapping[str, Any]], source: str) -> None:
         """Swap in a complete set (after a list or a file reload)."""
         self._policies.replace(objects, source)
+
+    def policies(self) -> list[PlacementPolicy]:
+        """The valid policies, in name order."""
+        return [self._policies.valid[name] for name in sorted(self._policies.valid)]
 
     @property
     def names(self) -> list[str]:
@@ -376,7 +397,9 @@ class ClusterPolicies:
         self.api = api
         self.informer = Informer(api, PLACEMENT_POLICIES)
         self.informer.add_handler(self._apply)
-        self._pending: asyncio.Queue[str] = asyncio.Queue()
+        # Names whose status is to be looked at, each once however often it changed meanwhile.
+        self._pending: dict[str, None] = {}
+        self._woken = asyncio.Event()
 
     async def run(self) -> None:
         """Keep the cache in step with the cluster (cancel to stop)."""
@@ -393,14 +416,27 @@ class ClusterPolicies:
             self.cache.remove(name)
         else:
             self.cache.put(raw, "cluster")
-            self._pending.put_nowait(name)
+            self._pending[name] = None
+        self._woken.set()  # a deletion too: another policy's Shadowed may move
 
     async def _report_changes(self) -> None:
+        reported: dict[str, list[Shadow]] = {}
         while True:
-            name = await self._pending.get()
-            raw = self.informer.get("", name)
-            if raw is not None:
-                await self._report(raw)
+            await self._woken.wait()
+            self._woken.clear()
+            # Once per batch of changes: the policies whose Shadowed moved are looked at too.
+            current = self.cache.shadows()
+            moved = {
+                name for name in {*current, *reported} if current.get(name) != reported.get(name)
+            }
+            self._pending.update(dict.fromkeys(sorted(moved)))
+            reported = current
+            while self._pending:
+                name = next(iter(self._pending))
+                del self._pending[name]
+                raw = self.informer.get("", name)
+                if raw is not None:
+                    await self._report(raw)
 
     async def _report(self, raw: Mapping[str, Any]) -> None:
         """Record a policy's validity in its status, and an Event when it is invalid.
@@ -411,14 +447,18 @@ class ClusterPolicies:
         name = _name_of(raw)
         errors = self.cache.invalid.get(name, [])
         message = "; ".join(str(e) for e in errors) or "policy is valid and in use"
+        generation = raw.get("metadata", {}).get("generation")
         condition = {
             "type": reasons.VALID,
             "status": "False" if errors else "True",
             "reason": reasons.REASON_POLICY_INVALID if errors else reasons.REASON_POLICY_ACCEPTED,
             "message": message[:1024],
-            "observedGeneration": raw.get("metadata", {}).get("generation"),
+            "observedGeneration": generation,
         }
-        status = status_to_write({"conditions": [condition]}, raw.get("status"), now=_now())
+        conditions = [condition]
+        if name in self.cache.names:  # only a policy in use is shadowed or not
+            conditions.append(shadowed_condition(self.cache.shadows().get(name, []), generation))
+        status = status_to_write({"conditions": conditions}, raw.get("status"), now=_now())
         if status is None:
             return
         try:
@@ -447,6 +487,20 @@ class ClusterPolicies:
             now=_now(),
         )
         await self.api.request("POST", EVENTS.path("default"), body=event)
+
+
+def shadowed_condition(shadowed: list[Shadow], generation: object) -> dict[str, Any]:
+    """A valid policy's ``Shadowed`` condition: where ties by name lose it, if anywhere."""
+    message = "; ".join(shadow.message() for shadow in shadowed) or (
+        "no policy of the same priority applies instead of this one on any of its namespaces"
+    )
+    return {
+        "type": reasons.SHADOWED,
+        "status": "True" if shadowed else "False",
+        "reason": reasons.REASON_POLICY_TIED if shadowed else reasons.REASON_POLICY_NOT_TIED,
+        "message": message[:1024],
+        "observedGeneration": generation,
+    }
 
 
 def _now() -> str:

@@ -22,6 +22,9 @@ fixes a policy stored invalid (while the webhook was down) is allowed, and DELET
 here. A TeamQuota is also judged against the teams the webhook knows (``team_for``): a namespace
 it newly lists that another team owns is refused (``pool.claimed_elsewhere``), as the controller
 would otherwise leave the later of the two teams by name out, with all its namespaces.
+A PlacementPolicy that parses is allowed, with a warning for each stored policy it ties with
+(``policyties``: the same priority on some namespace where nothing above them matches, so only
+the names decide which one applies), naming the other policy, the namespaces and why.
 
 ``evaluate`` is what ``torchgate check`` runs offline: exactly the mutating route's defaulting
 followed by the validating route's checks on the defaulted object, and, as on a cluster, the first
@@ -33,7 +36,7 @@ as ``between``) before asking the validating webhook.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -42,8 +45,15 @@ import pybase64
 
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.devices import NO_CLAIMS, ClaimLookup
-from torchgate.pytorchjob.fieldpath import FieldError, FieldWarning, dedupe, render_warnings
+from torchgate.pytorchjob.fieldpath import (
+    FieldError,
+    FieldPath,
+    FieldWarning,
+    dedupe,
+    render_warnings,
+)
 from torchgate.pytorchjob.policy import PlacementPolicy, parse_policy
+from torchgate.pytorchjob.policyties import tie_warning, ties_of
 from torchgate.pytorchjob.pool import (
     QUOTA_KIND,
     QUOTA_PLURAL,
@@ -58,6 +68,7 @@ ADMISSION_API_VERSION = "admission.k8s.io/v1"
 # isinstance() tries the exact JSON type first; the ABC check alone is several times slower.
 _OBJECT: Final = (dict, Mapping)
 PolicyLookup = Callable[[str], PlacementPolicy]
+PolicyListing = Callable[[], Iterable[PlacementPolicy]]  # the valid policies the webhook holds
 TeamLookup = Callable[[str], Team | None]
 ClaimsLookup = Callable[[str], ClaimLookup]  # what the webhook sees of DRA in a namespace
 # The job a review of its scale subresource scales, as read from the apiserver, or why it could
@@ -179,10 +190,13 @@ def validate(
     team_for: TeamLookup | None = None,
     claims_for: ClaimsLookup | None = None,
     stored: StoredJob | None = None,
+    *,
+    policies: PolicyListing | None = None,
 ) -> dict[str, Any]:
     """Answer the validating route: allow, or deny with every field error.
 
     ``team_for`` gives the TeamQuota owning a namespace (``None``: no quota applies there);
+    ``policies`` the stored PlacementPolicies a written one may tie with (``None``: none);
     ``claims_for`` what the webhook sees of DRA there (``None``: nothing). A review of a job's
     ``scale`` subresource carries an ``autoscaling/v1`` Scale, not the job: ``stored`` is the job
     the server read for it (``scale_subject``), or why it could not; without one it is refused.
@@ -192,7 +206,7 @@ def validate(
         return _validate_scale(review, stored, policy_for, team_for, claims_for)
     admin = _admin_object(request)
     if admin is not None:
-        return _validate_admin_object(review, *admin, team_for)
+        return _validate_admin_object(review, *admin, team_for, policies)
     operation = request.get("operation")
     if not _is_ours(request) or operation not in ("CREATE", "UPDATE"):
         return allowed_answer(review)
@@ -240,11 +254,16 @@ def _admin_object(request: Mapping[str, Any]) -> tuple[str, AdminParser] | None:
 
 
 def _validate_admin_object(
-    review: Mapping[str, Any], kind: str, parse: AdminParser, team_for: TeamLookup | None
+    review: Mapping[str, Any],
+    kind: str,
+    parse: AdminParser,
+    team_for: TeamLookup | None,
+    policies: PolicyListing | None,
 ) -> dict[str, Any]:
     """A PlacementPolicy or TeamQuota written: refused with every error its parser finds.
 
-    A TeamQuota that parses is refused too for the namespaces it newly claims from another team.
+    A TeamQuota that parses is refused too for the namespaces it newly claims from another team;
+    a PlacementPolicy that parses is allowed with a warning per stored policy it ties with.
     """
     request = review["request"]
     if request.get("operation") not in ("CREATE", "UPDATE"):
@@ -254,9 +273,23 @@ def _validate_admin_object(
     if isinstance(parsed, TeamQuota) and team_for is not None:
         old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
         errors = claimed_elsewhere(parsed, lambda ns: _owner(team_for, ns), _listed(old))
+    if isinstance(parsed, PlacementPolicy) and policies is not None:
+        warnings = tie_warnings(parsed, policies())
+        if warnings:
+            return respond(review, allowed=True, warnings=render_warnings(warnings))
     if not errors:
         return allowed_answer(review)
     return respond(review, errors=errors, job=written, kind=kind, group=names.POLICY_GROUP)
+
+
+_PRIORITY: Final = FieldPath.root("spec").child("priority")
+
+
+def tie_warnings(written: PlacementPolicy, stored: Iterable[PlacementPolicy]) -> list[FieldWarning]:
+    """A ``spec.priority`` warning per stored policy ``written`` ties with (``policyties``)."""
+    return [
+        FieldWarning(_PRIORITY, tie_warning(tie, written.name)) for tie in ties_of(written, stored)
+    ]
 
 
 def _owner(team_for: TeamLookup, namespace: str) -> str | None:

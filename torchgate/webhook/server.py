@@ -254,7 +254,9 @@ class _Routes:
     def _validate(
         self, review: Mapping[str, Any], policy_for: PolicyLookup, claims_for: ClaimsLookup
     ) -> dict[str, Any]:
-        return validate(review, policy_for, self.cache.team_for, claims_for)
+        return validate(
+            review, policy_for, self.cache.team_for, claims_for, policies=self.cache.policies
+        )
 
     def _handler(self, route: str, decide: Decision, *, forecast: bool = False) -> Handler:
         tally = self.metrics.reviews.routes[route]

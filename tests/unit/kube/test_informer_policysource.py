@@ -5,6 +5,8 @@ A scripted API (``scripted.ScriptedApi``) stands in for the apiserver.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from tests.builders.claims import allocated_claim, device_request, resource_claim
@@ -148,3 +150,50 @@ async def test_a_restarted_webhook_finding_the_stored_status_right_writes_nothin
     assert [(method, path) for method, path, *_ in restarted.writes] == [
         ("PATCH", PLACEMENT_POLICIES.path(None, "fresh", "status"))
     ], "neither the status nor the bad policy's Event again"
+
+
+def _written(api: ScriptedApi, name: str, kind: str) -> list[dict[str, Any]]:
+    """Each condition of type ``kind`` written for policy ``name``, in order."""
+    return [
+        condition
+        for method, path, body, _ in api.writes
+        if method == "PATCH" and path == PLACEMENT_POLICIES.path(None, name, "status")
+        for condition in body["status"]["conditions"]
+        if condition["type"] == kind
+    ]
+
+
+class HeldWatch(ScriptedApi):
+    """A ScriptedApi whose watches replay their scripts only once ``go`` is set."""
+
+    def __init__(self, listings: list[list[dict[str, Any]]], watches: list[list[Any]]) -> None:
+        super().__init__(listings, watches)
+        self.go = asyncio.Event()
+
+    async def watch(self, path: str, query: Mapping[str, str]) -> AsyncIterator[dict[str, Any]]:
+        await self.go.wait()
+        async for event in super().watch(path, query):
+            yield event
+
+
+async def test_the_policy_losing_a_tie_by_name_is_shadowed_until_the_other_one_changes() -> None:
+    first = policy("a-team", namespaces=["ml"], priority=5)
+    second = policy("b-team", namespaces=["ml", "cv"], priority=5)
+    lowered = policy("a-team", namespaces=["ml"], priority=4)
+    api = HeldWatch(
+        [[versioned(first, 1), versioned(second, 2)]],
+        [[{"type": "MODIFIED", "object": versioned(lowered, 3)}]],
+    )
+
+    def told_then_changed() -> bool:
+        if _written(api, "b-team", "Shadowed"):
+            api.go.set()  # from now on, only "a-team" changes
+        return len(_written(api, "b-team", "Shadowed")) == 2
+
+    await until(ClusterPolicies(PolicyCache(), api).run, told_then_changed)
+
+    tied, untied = _written(api, "b-team", "Shadowed")
+    assert (tied["status"], tied["reason"]) == ("True", "TiedAtSamePriority")
+    assert 'namespace ml by PlacementPolicy "a-team"' in tied["message"]
+    assert (untied["status"], untied["reason"]) == ("False", "NoTie")
+    assert [c["status"] for c in _written(api, "a-team", "Shadowed")] == ["False", "False"]

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders.policy import policy
+from tests.builders.policy import parsed_policy, policy
 from tests.builders.team import team_quota
 from torchgate.pytorchjob.fieldpath import ErrorType
 from torchgate.pytorchjob.policy import DEFAULT_POLICY
@@ -216,3 +216,50 @@ def test_a_namespace_moves_between_teams_once_its_team_let_it_go() -> None:
     assert take == {"uid": "uid-1", "allowed": True}
     assert edit == {"uid": "uid-1", "allowed": True}
     assert same == {"uid": "uid-1", "allowed": True}
+
+
+def test_a_policy_tying_with_a_stored_one_is_allowed_with_a_warning_naming_it() -> None:
+    stored = [
+        parsed_policy("all-teams", priority=2),
+        parsed_policy("vision", namespaces=["cv"], priority=2),
+        parsed_policy("other-priority", namespaces=["ml"], priority=7),
+    ]
+    written = policy("ml-team", namespaces=["ml", "cv"], priority=2)
+
+    response = validate(admin_review(written), lambda _: DEFAULT_POLICY, policies=lambda: stored)[
+        "response"
+    ]
+
+    assert response["allowed"] is True
+    assert "status" not in response
+    first, second = response["warnings"]
+    assert first.startswith('torchgate: spec.priority: ties with PlacementPolicy "all-teams"')
+    assert "on namespace cv (" in first  # ml is taken by the policy of priority 7
+    assert '("all-teams" selects every namespace)' in first
+    assert second.startswith('torchgate: spec.priority: ties with PlacementPolicy "vision"')
+    assert "on namespace cv (both list them)" in second
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        policy("ml-team", namespaces=["ml"], priority=3),  # its stored self: no tie
+        policy("ml-team", namespaces=["nlp"], priority=2),
+        policy("ml-team", namespaces=["cv"], priority=1),
+    ],
+    ids=["itself", "other-namespace", "other-priority"],
+)
+def test_a_policy_tying_with_none_is_allowed_without_warnings(written: dict[str, Any]) -> None:
+    stored = [
+        parsed_policy("ml-team", namespaces=["ml"], priority=3),
+        parsed_policy("vision", namespaces=["cv"], priority=2),
+    ]
+    old = policy("ml-team", namespaces=["ml"], priority=3)
+
+    response = validate(
+        admin_review(written, operation="UPDATE", old=old),
+        lambda _: DEFAULT_POLICY,
+        policies=lambda: stored,
+    )["response"]
+
+    assert response == {"uid": "uid-1", "allowed": True}

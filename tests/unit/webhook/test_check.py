@@ -1323,3 +1323,44 @@ def test_a_flag_that_does_not_contradict_a_jobs_namespace_lets_it_be_judged_ther
 
     assert code == 0
     assert json.loads(out)["results"][0]["namespace"] == "team-b"
+
+
+def test_policies_that_tie_are_reported_as_the_webhook_warns_without_changing_the_verdict(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    policy_file = tmp_path / "policies.yaml"
+    policy_file.write_text(
+        yaml.safe_dump_all(
+            [
+                policy("kubeflow-team", namespaces=["kubeflow"], priority=1),
+                policy("everyone", priority=1),
+                policy("vision", namespaces=["cv"], priority=2),
+            ]
+        )
+    )
+    job = str(SEEDS / "004-pytorch-simple.yaml")  # in namespace kubeflow
+
+    code, out, _ = run(capsys, "-o", "json", "--policy", str(policy_file), job)
+    text_code, text, _ = run(capsys, "--policy", str(policy_file), job)
+
+    assert code == text_code == 0
+    (warning,) = json.loads(out)["policyWarnings"]
+    assert warning.startswith(
+        'PlacementPolicy "kubeflow-team" ties with PlacementPolicy "everyone" at priority 1 on '
+        'namespace kubeflow ("everyone" selects every namespace)'
+    )
+    assert text.splitlines()[0] == f"warning: {warning}"
+
+
+def test_policies_that_do_not_tie_give_no_warning(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    policy_file = tmp_path / "policies.yaml"
+    policy_file.write_text(
+        yaml.safe_dump_all([policy("a", namespaces=["ml"]), policy("b", namespaces=["cv"])])
+    )
+    code, out, _ = run(
+        capsys, "-o", "yaml", "--policy", str(policy_file), str(SEEDS / "004-pytorch-simple.yaml")
+    )
+    assert code == 0
+    assert yaml.safe_load(out)["policyWarnings"] == []
