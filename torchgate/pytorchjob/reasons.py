@@ -85,7 +85,8 @@ QUEUED_REASONS: Final[Mapping[str, str]] = {
     "Topology": "WaitingForTopology",
     "Preempting": "WaitingForPreemption",
 }
-# Queued while pods of another owner hold the names the gang needs.
+# Queued while pods or Services of another owner hold the names the gang needs (its pods' names,
+# its Services': ``MASTER_ADDR`` names one). Kept as it was named before Services were checked.
 REASON_NAME_CONFLICT: Final = "PodNameConflict"
 # ``Preempted`` turned False once the job is admitted again (its reason when True: PREEMPTED).
 REASON_READMITTED: Final = "Readmitted"

@@ -655,6 +655,89 @@ def test_a_pod_without_the_jobs_labels_holding_a_members_name_keeps_the_gang_wai
     assert sorted(pod["metadata"]["name"] for pod in freed.create_pods) == sorted(ALL)
 
 
+def users_service(name: str, **metadata: Any) -> dict[str, Any]:
+    """A user's own Service, as the reconciler reads it after its create's AlreadyExists."""
+    return {
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": "default", **metadata},
+        "spec": {"clusterIP": "None", "selector": {"app": "mine"}},
+    }
+
+
+@pytest.mark.parametrize("reservation", [None, RESERVATION], ids=["waiting", "admitted"])
+def test_a_service_not_the_jobs_holding_its_masters_service_name_keeps_the_gang_waiting(
+    reservation: dict[str, str] | None,
+) -> None:
+    """MASTER_ADDR names the Service: nothing of the gang is made while a user's holds the name."""
+    world = demo_world()
+    held = users_service(MASTER)
+
+    result = world.plan(reservation=reservation, name_holders=(held,))
+
+    assert not result.create_pods
+    assert not result.create_services
+    assert not result.needs_admission
+    assert must(result.status, "Queued")["reason"] == "PodNameConflict"
+    message = must(result.status, "Queued")["message"]
+    assert f"Services {MASTER}" in message
+    assert "pods" not in message  # the name is held by a Service, not by a pod
+    assert [(e.type, e.reason) for e in result.events] == [("Warning", "PodNameConflict")]
+    assert MASTER in result.events[0].message
+    # No event tells of its deletion: the gang looks again on its own, and is told once.
+    assert result.requeue_after == NAME_HOLDER_RECHECK_SECONDS
+    world.apply(result)
+    assert world.plan(reservation=reservation, name_holders=(held,)).events == ()
+    # The name freed, the job's own Service is made (and, admitted, the whole gang).
+    freed = world.plan(reservation=reservation)
+    assert [s["metadata"]["name"] for s in freed.create_services] == [MASTER]
+    created = sorted(pod["metadata"]["name"] for pod in freed.create_pods)
+    assert created == (sorted(ALL) if reservation else [])
+    assert freed.needs_admission is (reservation is None)
+
+
+def _theirs(obj: dict[str, Any]) -> dict[str, Any]:
+    obj["metadata"]["ownerReferences"] = [{"uid": "uid-of-another", "controller": True}]
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("holders", "services", "held"),
+    [
+        ((users_service(W1),), (), None),  # no Service of the job has a Worker's name
+        (({"metadata": {"name": "other-master-0"}, "kind": "Service"},), (), None),
+        ((), (_theirs(users_service(MASTER)),), f"Services {MASTER}"),  # an earlier job's
+        ((users_service(MASTER), {"metadata": {"name": W0}}), (), f"pods {W0} and Services"),
+        (({"metadata": {"name": MASTER}, "kind": 7},), (), f"pods {MASTER},"),  # kind: a pod's
+        ((users_service(MASTER, ownerReferences="junk"),), (), f"Services {MASTER}"),
+        (("junk", {"kind": "Service", "metadata": "junk"}, {"kind": "Service"}), ("junk",), None),
+    ],
+    ids=[
+        "service-named-like-a-worker",
+        "service-of-another-name",
+        "earlier-jobs-service",
+        "pod-and-service",
+        "holder-of-no-known-kind-is-a-pod",
+        "malformed-owner-references",
+        "malformed-holders",
+    ],
+)
+def test_which_name_holders_keep_the_gang_waiting(
+    holders: tuple[Any, ...], services: tuple[Any, ...], held: str | None
+) -> None:
+    world = demo_world()
+    world.services = {str(index): service for index, service in enumerate(services)}
+    result = world.plan(reservation=RESERVATION, name_holders=holders)
+    queued = condition(result.status, "Queued") if result.status else None
+    if held is None:
+        assert sorted(pod["metadata"]["name"] for pod in result.create_pods) == sorted(ALL)
+        assert queued is None
+    else:
+        assert not result.create_pods
+        assert queued is not None
+        assert queued["reason"] == "PodNameConflict"
+        assert held in queued["message"]
+
+
 def test_zero_replica_job_is_not_admitted() -> None:
     world = World(with_uid(job("empty").workers(0).build()))
     result = world.plan(reservation={})
