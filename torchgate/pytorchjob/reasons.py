@@ -127,6 +127,8 @@ GANG_SCHEDULE_TIMEOUT: Final = "GangScheduleTimeout"
 # The apiserver refused to create a pod (a ResourceQuota of the namespace, an admission policy),
 # named as kube-controller-manager's ReplicaSet and Job controllers name theirs.
 FAILED_CREATE: Final = "FailedCreate"
+# A Service of the job's whose selector was changed (``MASTER_ADDR`` names it) is made again.
+SERVICE_SELECTOR_CHANGED: Final = "ServiceSelectorChanged"
 
 # Events of the quarantine keeper, on the Node and on the jobs whose faults counted.
 NODE_QUARANTINED: Final = "NodeQuarantined"
@@ -185,6 +187,7 @@ EVENT_REASONS: Final[frozenset[str]] = (
         EXITED_WITH_CODE,
         GANG_ADMITTED,
         FAILED_CREATE,
+        SERVICE_SELECTOR_CHANGED,
         NODE_QUARANTINED,
         NODE_QUARANTINE_LIFTED,
         NODE_FAULT_HISTORY_UNREADABLE,

@@ -13,7 +13,8 @@ The rules this module owns (rules 4, 5 and 7 of ``plan``):
   ``MASTER_ADDR`` must resolve to the job's own Service, never to a user's; an object without
   the job's labels, a user's own, is looked at again every ``NAME_HOLDER_RECHECK_SECONDS``: its
   deletion reconciles no job), ask the admitter
-  (``needs_admission``), or create every missing pod and Service on its reserved node. A job
+  (``needs_admission``), or create every missing pod and Service on its reserved node (a
+  Service of the job's whose selector a human changed is deleted, then made again). A job
   that asks the admitter gets its missing Services at once: a Service holds no capacity, and
   made while the job waits it is no longer a write between the admission and the gang's pods
   (the reconciler creates a plan's Services before its pods), nor inside a wave of pod creates.
@@ -92,7 +93,12 @@ from torchgate.controller.job.model import (
     pytorch_exit_code,
     restarts_of,
 )
-from torchgate.controller.job.pods import build_pod, build_service, service_names
+from torchgate.controller.job.pods import (
+    build_pod,
+    build_service,
+    selector_labels,
+    service_names,
+)
 from torchgate.pytorchjob import moments, names, reasons
 from torchgate.pytorchjob.spec import JobSpec, as_mapping
 
@@ -442,11 +448,35 @@ def _create_missing(draft: Draft, pods: GangPods, reservation: Mapping[str, str]
 
 
 def _create_missing_services(draft: Draft) -> None:
-    """Create the Services whose names no Service holds (the job's or another's)."""
+    """Create the Services whose names no Service holds (the job's or another's).
+
+    A Service of the job's whose selector is not its replica's (a human edited it) is deleted,
+    and made again by the next plan (its deletion reconciles the job): it would send
+    ``MASTER_ADDR`` nowhere, or to other pods, in every gang attempt, since a Service outlives
+    them.
+    """
     observed = draft.observed
+    uid = draft.job.uid
+    wanted = service_names(draft.job)
+    for service in observed.services:
+        if not isinstance(service, Mapping) or not controlled_by(service, uid):
+            continue
+        name = name_of(service)
+        replica = wanted.get(name)
+        selector = as_mapping(service.get("spec")).get("selector")
+        if replica is None or selector == selector_labels(draft.job, *replica):
+            continue
+        if name not in draft.delete_services and not metadata_of(service).get("deletionTimestamp"):
+            draft.delete_services.append(name)
+            draft.event(
+                "Warning",
+                reasons.SERVICE_SELECTOR_CHANGED,
+                f"deleting Service {name}, whose selector was changed: it is made again, "
+                f"selecting pod {name} (the rendezvous address resolves through it)",
+            )
     holders = (h for h in observed.name_holders if isinstance(h, Mapping) and holds_service_name(h))
     present = {name_of(s) for s in (*observed.services, *holders) if isinstance(s, Mapping)}
-    for name, (replica_type, index) in service_names(draft.job).items():
+    for name, (replica_type, index) in wanted.items():
         if name not in present:
             draft.create_services.append(
                 build_service(observed.job_raw, draft.job, replica_type, index)

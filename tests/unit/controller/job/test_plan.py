@@ -738,6 +738,53 @@ def test_which_name_holders_keep_the_gang_waiting(
         assert held in queued["message"]
 
 
+@pytest.mark.parametrize(
+    "selector",
+    [{"app": "mine"}, {}, None, "junk", {**names.job_selector("demo"), "extra": "x"}],
+    ids=["another-selector", "empty", "removed", "malformed", "one-label-more"],
+)
+@pytest.mark.parametrize(
+    ("world_of", "reservation"),
+    [(running_world, RESERVATION), (demo_world, None)],
+    ids=["running", "waiting-for-admission"],
+)
+def test_the_jobs_service_whose_selector_was_edited_is_made_again(
+    selector: Any, world_of: Any, reservation: dict[str, str] | None
+) -> None:
+    """MASTER_ADDR resolves through it: one selecting other pods (or none) breaks every attempt."""
+    world = world_of()
+    if world_of is demo_world:
+        world.apply(world.plan())  # its Service made as it waits
+    assert is_quiet(world.plan(reservation=reservation))
+    world.services[MASTER]["spec"]["selector"] = selector  # kubectl edit service
+
+    result = world.plan(reservation=reservation)
+
+    assert result.delete_services == (MASTER,)
+    assert not result.create_services
+    assert not result.create_pods
+    assert not result.delete_pods, "the gang keeps running: the Service alone is made again"
+    assert [(e.type, e.reason) for e in result.events] == [("Warning", "ServiceSelectorChanged")]
+    world.apply(result)
+    again = world.plan(reservation=reservation)
+    (made,) = again.create_services
+    assert made["spec"]["selector"] == {
+        **names.job_selector("demo"),
+        "training.kubeflow.org/replica-type": "master",
+        "training.kubeflow.org/replica-index": "0",
+    }
+
+
+def test_a_service_being_deleted_or_not_the_jobs_is_not_deleted_for_its_selector() -> None:
+    world = running_world()
+    world.services[MASTER]["spec"]["selector"] = {"app": "mine"}
+    world.services[MASTER]["metadata"]["deletionTimestamp"] = format_time(NOW)
+    assert world.plan(reservation=RESERVATION).delete_services == ()
+    del world.services[MASTER]["metadata"]["deletionTimestamp"]
+    world.services[MASTER]["metadata"]["ownerReferences"][0]["uid"] = "uid-of-another"
+    assert world.plan(reservation=RESERVATION).delete_services == ()
+
+
 def test_zero_replica_job_is_not_admitted() -> None:
     world = World(with_uid(job("empty").workers(0).build()))
     result = world.plan(reservation={})
