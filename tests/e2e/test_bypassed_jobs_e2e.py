@@ -4,10 +4,10 @@ The webhook keeps such jobs out, but they reach the controller all the same: the
 with ``failurePolicy: Ignore``, jobs created before torchgate was installed. This module runs the
 controller with no webhook at all. For each job it cannot run, the controller fails the job once
 (a ``Failed`` condition and a Warning Event naming the field), creates nothing, and goes on with
-the healthy job; it does not retry what can never succeed. A user's own pod holding the name of a
-job's pod is never taken for the job's: the job waits, saying so, until the name is free. A
-status a human edited (``kubectl edit --subresource=status``, never sent to the webhook) does not
-hold off what the controller owes the job.
+the healthy job; it does not retry what can never succeed. A user's own pod or Service holding the
+name of a job's pod or Service is never taken for the job's: the job waits, saying so, until the
+name is free. A status a human edited (``kubectl edit --subresource=status``, never sent to the
+webhook) does not hold off what the controller owes the job.
 """
 
 from __future__ import annotations
@@ -91,25 +91,35 @@ def test_a_job_whose_pod_and_service_names_are_invalid_fails_once_and_creates_no
     assert "metadata.name" in warnings[0]["message"]
 
 
-def test_a_pod_that_is_not_the_jobs_holding_a_members_name_keeps_the_gang_waiting_saying_so(
-    cluster: Cluster, controller: ControllerProcess
+def users_object(kind: str, namespace: str, pool: str) -> dict[str, Any]:
+    """A user's own pod or Service named ``squat-master-0`` (no torchgate labels, no owner)."""
+    metadata = {"name": "squat-master-0", "namespace": namespace}
+    if kind == "service":
+        spec: dict[str, Any] = {
+            "clusterIP": "None",
+            "selector": {"app": "mine"},
+            "ports": [{"name": "web", "port": 8080}],
+        }
+        return {"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec}
+    spec = {
+        "nodeSelector": {"pool": pool},
+        "containers": [{"name": "mine", "image": "docker.io/library/busybox:1.36"}],
+    }
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+@pytest.mark.parametrize("kind", ["pod", "service"])
+def test_an_object_that_is_not_the_jobs_holding_a_members_name_keeps_the_gang_waiting_saying_so(
+    cluster: Cluster, controller: ControllerProcess, kind: str
 ) -> None:
+    """A pod's name, or the name of the Service MASTER_ADDR resolves: the job never takes it."""
     namespace = cluster.new_namespace("taken")
     pool = f"p{namespace[-6:]}"
     cluster.add_gpu_nodes(1, pool, labels={"pool": pool})
-    users_pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "squat-master-0", "namespace": namespace},
-        "spec": {
-            "nodeSelector": {"pool": pool},
-            "containers": [{"name": "mine", "image": "docker.io/library/busybox:1.36"}],
-        },
-    }
-    cluster.apply(users_pod)
-    mine = cluster.get("pod", "squat-master-0", namespace)
+    cluster.apply(users_object(kind, namespace, pool))
+    mine = cluster.get(kind, "squat-master-0", namespace)
     assert mine is not None
-    time.sleep(2)  # the controller's pod cache has it
+    time.sleep(2)  # the controller's pod cache has it (a Service it never caches)
     create_job(cluster, pool_job("squat", namespace, pool))
     create_job(cluster, pool_job("healthy", namespace, pool))
 
@@ -127,22 +137,24 @@ def test_a_pod_that_is_not_the_jobs_holding_a_members_name_keeps_the_gang_waitin
         ),
         what="the healthy job Running beside it",
     )
-    time.sleep(5)  # without the rule, squat-worker-0 was created and held its node
+    time.sleep(5)  # without the rule, squat's pods were created (beside the user's pod/Service)
     assert job_pods(cluster, namespace, "squat") == []
     assert not is_true(get_job(cluster, namespace, "squat"), "Running")
-    still = cluster.get("pod", "squat-master-0", namespace)
+    still = cluster.get(kind, "squat-master-0", namespace)
     assert still is not None
     assert still["metadata"]["uid"] == mine["metadata"]["uid"]
     assert not still["metadata"].get("ownerReferences")
+    assert still["spec"].get("selector") == mine["spec"].get("selector")
     conflicts = [
         event
         for event in events_of(cluster, namespace, "squat")
         if event["type"] == "Warning" and event["reason"] == "PodNameConflict"
     ]
     assert sum(int(event.get("count") or 1) for event in conflicts) == 1  # told once, not hot
+    assert "squat-master-0" in conflicts[0]["message"]
 
     # The name freed (its deletion reconciles no job: the gang looks again on its own), it runs.
-    cluster.kubectl("delete", "pod", "squat-master-0", "-n", namespace, "--grace-period=0")
+    cluster.kubectl("delete", kind, "squat-master-0", "-n", namespace, "--grace-period=0")
     cluster.wait_for(
         lambda: (
             len(job_pods(cluster, namespace, "squat")) == 2
@@ -151,6 +163,12 @@ def test_a_pod_that_is_not_the_jobs_holding_a_members_name_keeps_the_gang_waitin
         timeout=120,
         what="squat Running once the name is free",
     )
+    squat = get_job(cluster, namespace, "squat")
+    assert squat is not None
+    service = cluster.get("service", "squat-master-0", namespace)
+    assert service is not None  # the job's own now, selecting its Master
+    owners = service["metadata"].get("ownerReferences") or []
+    assert [o["uid"] for o in owners if o.get("controller")] == [squat["metadata"]["uid"]]
 
 
 def test_a_start_time_edited_into_the_future_does_not_hold_off_the_active_deadline(

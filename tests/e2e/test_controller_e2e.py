@@ -25,6 +25,7 @@ from tests.e2e.controller_process import (
     condition,
     create_job,
     dump,
+    events_of,
     events_once,
     get_job,
     is_true,
@@ -380,6 +381,48 @@ def test_deleting_a_job_removes_its_pods_and_service(
         timeout=60,
         what="pods and Service garbage-collected",
     )
+
+
+def test_a_service_whose_selector_was_edited_is_made_again_beside_the_running_gang(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    """A Service selecting other pods sends MASTER_ADDR astray: it is remade, the gang kept."""
+    namespace = cluster.new_namespace("edited")
+    label = f"edit-{namespace[-6:]}"
+    pool(cluster, label, 1)
+    create_job(
+        cluster,
+        in_pool(
+            job("edited", namespace).master(gpus=1).workers(1, gpus=1).build(), label, namespace
+        ),
+    )
+    gang = {p["metadata"]["uid"] for p in wait_running(cluster, namespace, "edited", 2)}
+    service = cluster.get("service", "edited-master-0", namespace)
+    assert service is not None
+    selector = service["spec"]["selector"]
+
+    cluster.kubectl(
+        "patch", "service", "edited-master-0", "-n", namespace, "--type", "merge",
+        "-p", '{"spec": {"selector": {"app": "mine"}}}',
+    )  # fmt: skip
+
+    def made_again() -> dict[str, Any] | None:
+        found = cluster.get("service", "edited-master-0", namespace)
+        fresh = found and found["metadata"]["uid"] != service["metadata"]["uid"]
+        return found if fresh else None
+
+    remade = cluster.wait_for(made_again, timeout=60, what="the Service made again")
+    assert remade["spec"]["selector"] == selector
+    assert {p["metadata"]["uid"] for p in live_pods(cluster, namespace, "edited")} == gang
+    told = cluster.wait_for(
+        lambda: [
+            e
+            for e in events_of(cluster, namespace, "edited")
+            if e["reason"] == "ServiceSelectorChanged"
+        ],
+        what="a ServiceSelectorChanged Event",
+    )
+    assert [(e["type"], int(e.get("count") or 1)) for e in told] == [("Warning", 1)]
 
 
 def test_suspend_deletes_pods_and_resume_readmits(

@@ -7,6 +7,7 @@ policies watched and reported on (one invalid, which makes an Event), a TeamQuot
 and its status written by the controller, a PyTorchJob admitted by the webhook (which asks the
 controller's pool service for a forecast: the controller reviews the webhook's token and access),
 its gang created, restarted after a failure, finished, cleaned up and deleted by its TTL, a job
+waiting while a user's Service holds its Master's Service name (the controller reads it), a job
 whose image never pulls quarantining its first node (the controller patches the Node), and
 leadership taken (the leader labels its pod) and handed back (the stopping leader reads its
 Deployment). On Kubernetes 1.37 the control plane
@@ -492,6 +493,38 @@ def audit_log(audited: Cluster, tmp_path_factory: pytest.TempPathFactory) -> lis
             what="the finished job cleaned up and deleted (ttlSecondsAfterFinished 0)",
         )
         assert not live_pods(cluster, namespace, name)
+
+        # A Service of a user's own holding a job's Master Service name: the controller reads
+        # it (get) after its create's AlreadyExists, and again until it is gone.
+        held = "held"
+        users_service = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": f"{held}-master-0", "namespace": namespace},
+            "spec": {"clusterIP": "None", "selector": {"app": "mine"}},
+        }
+        cluster.apply(users_service)
+        create_job(cluster, job(held, namespace).master(gpus=1).build())
+        cluster.wait_for(
+            lambda: (
+                condition_of(get_job(cluster, namespace, held), "Queued").get("reason")
+                == "PodNameConflict"
+            ),
+            timeout=60,
+            what="the job waiting for its Service's name",
+        )
+        cluster.kubectl("delete", "service", f"{held}-master-0", "-n", namespace)
+        cluster.wait_for(
+            lambda: len(live_pods(cluster, namespace, held)) == 1,
+            timeout=60,
+            what="its gang created once the name is free",
+        )
+        cluster.finish_pod(namespace, f"{held}-master-0", 0)
+        cluster.wait_for(
+            lambda: get_job(cluster, namespace, held) is None,
+            timeout=60,
+            what="the job finished and deleted",
+        )
 
         # A job whose image never pulls: its first stuck pod quarantines its node (faults: 1,
         # the controller patches the Node), its second ends it (backoffLimit 0), then TTL.

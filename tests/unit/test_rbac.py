@@ -57,6 +57,7 @@ CALLS: dict[tuple[str, str, str, str], str] = {
     ("controller", "", "pods", "delete"): "_delete(PODS)",
     ("controller", "", "services", "create"): "_create(SERVICES)",
     ("controller", "", "services", "delete"): "_delete(SERVICES)",
+    ("controller", "", "services", "get"): "a Service of a job's Service name not the job's",
     ("controller", "", "events", "create"): "_record",
     ("controller", "scheduling.k8s.io", "workloads", "create"): "_create_object(WORKLOADS)",
     ("controller", "scheduling.k8s.io", "podgroups", "create"): "_create_object(POD_GROUPS)",

@@ -89,7 +89,8 @@ QUEUED_REASONS: Final[Mapping[str, str]] = {
     "Topology": "WaitingForTopology",
     "Preempting": "WaitingForPreemption",
 }
-# Queued while pods of another owner hold the names the gang needs.
+# Queued while pods or Services of another owner hold the names the gang needs (its pods' names,
+# its Services': ``MASTER_ADDR`` names one). Kept as it was named before Services were checked.
 REASON_NAME_CONFLICT: Final = "PodNameConflict"
 # ``Preempted`` turned False once the job is admitted again (its reason when True: PREEMPTED).
 REASON_READMITTED: Final = "Readmitted"
@@ -130,6 +131,8 @@ GANG_SCHEDULE_TIMEOUT: Final = "GangScheduleTimeout"
 # The apiserver refused to create a pod (a ResourceQuota of the namespace, an admission policy),
 # named as kube-controller-manager's ReplicaSet and Job controllers name theirs.
 FAILED_CREATE: Final = "FailedCreate"
+# A Service of the job's whose selector was changed (``MASTER_ADDR`` names it) is made again.
+SERVICE_SELECTOR_CHANGED: Final = "ServiceSelectorChanged"
 
 # Events of the quarantine keeper, on the Node and on the jobs whose faults counted.
 NODE_QUARANTINED: Final = "NodeQuarantined"
@@ -194,6 +197,7 @@ EVENT_REASONS: Final[frozenset[str]] = (
         EXITED_WITH_CODE,
         GANG_ADMITTED,
         FAILED_CREATE,
+        SERVICE_SELECTOR_CHANGED,
         NODE_QUARANTINED,
         NODE_QUARANTINE_LIFTED,
         NODE_FAULT_HISTORY_UNREADABLE,

@@ -8,11 +8,13 @@ queueing, admission marks) with each other and with nothing else, so they live t
 
 The rules this module owns (rules 4, 5 and 7 of ``plan``):
 
-- ``plan_admission``: no live pod of the current attempt: wait for stragglers, wait while another
-  owner's pods hold the gang's names (``PodNameConflict``; a pod without the job's labels, a
-  user's own, is looked at again every ``NAME_HOLDER_RECHECK_SECONDS``: its deletion reconciles
-  no job), ask the admitter
-  (``needs_admission``), or create every missing pod and Service on its reserved node. A job
+- ``plan_admission``: no live pod of the current attempt: wait for stragglers, wait while pods or
+  Services the job does not control hold the gang's pod or Service names (``PodNameConflict``:
+  ``MASTER_ADDR`` must resolve to the job's own Service, never to a user's; an object without
+  the job's labels, a user's own, is looked at again every ``NAME_HOLDER_RECHECK_SECONDS``: its
+  deletion reconciles no job), ask the admitter
+  (``needs_admission``), or create every missing pod and Service on its reserved node (a
+  Service of the job's whose selector a human changed is deleted, then made again). A job
   that asks the admitter gets its missing Services at once: a Service holds no capacity, and
   made while the job waits it is no longer a write between the admission and the gang's pods
   (the reconciler creates a plan's Services before its pods), nor inside a wave of pod creates.
@@ -83,6 +85,7 @@ from torchgate.controller.job.model import (
     Restart,
     controlled_by,
     ended_hung,
+    holds_service_name,
     image_pull_stuck_on,
     is_retryable,
     metadata_of,
@@ -90,12 +93,17 @@ from torchgate.controller.job.model import (
     pytorch_exit_code,
     restarts_of,
 )
-from torchgate.controller.job.pods import build_pod, build_service, service_replicas
+from torchgate.controller.job.pods import (
+    build_pod,
+    build_service,
+    selector_labels,
+    service_names,
+)
 from torchgate.pytorchjob import moments, names, reasons
 from torchgate.pytorchjob.spec import JobSpec, as_mapping
 
 DEFAULT_SCHEDULE_TIMEOUT_SECONDS: Final = 60
-# How often a gang waiting for a name a pod without its labels holds looks again (plan_admission).
+# How often a gang waiting for a name an object without its labels holds looks again.
 NAME_HOLDER_RECHECK_SECONDS: Final = 10.0
 
 
@@ -339,10 +347,15 @@ def plan_admission(draft: Draft, pods: GangPods) -> None:
     if pods.terminating or draft.delete_pods:
         _mark_queued(draft)
         return
-    foreign = _names_held_by_others(draft, pods)
-    if foreign:
+    held_pods, held_services = _names_held_by_others(draft, pods)
+    if held_pods or held_services:
+        held = [
+            f"{kind} {', '.join(taken)}"
+            for kind, taken in (("pods", held_pods), ("Services", held_services))
+            if taken
+        ]
         message = (
-            f"waiting for pods {', '.join(foreign)}, which belong to another owner, to be "
+            f"waiting for {' and '.join(held)}, which belong to another owner, to be "
             "deleted: the gang needs their names"
         )
         if draft.set_condition(reasons.QUEUED, st.TRUE, reasons.REASON_NAME_CONFLICT, message):
@@ -381,15 +394,27 @@ def written_status(
     return None if gang_refused else status
 
 
-def _names_held_by_others(draft: Draft, pods: GangPods) -> list[str]:
-    """Expected pod names taken by pods this job does not control."""
+def _names_held_by_others(draft: Draft, pods: GangPods) -> tuple[list[str], list[str]]:
+    """The gang's pod names and Service names taken by objects this job does not control."""
+    observed = draft.observed
     uid = draft.job.uid
-    return sorted(
-        name
-        for pod in (*draft.observed.pods, *draft.observed.name_holders)
-        if isinstance(pod, Mapping)
-        and (name := name_of(pod)) in pods.expected
-        and not controlled_by(pod, uid)
+    services = service_names(draft.job)
+
+    def held(objects: Iterable[object], wanted: Mapping[str, object]) -> list[str]:
+        return sorted(
+            name
+            for obj in objects
+            if isinstance(obj, Mapping)
+            and (name := name_of(obj)) in wanted
+            and not controlled_by(obj, uid)
+        )
+
+    holders = [h for h in observed.name_holders if isinstance(h, Mapping)]
+    held_pods = [h for h in holders if not holds_service_name(h)]
+    held_services = [h for h in holders if holds_service_name(h)]
+    return (
+        held((*observed.pods, *held_pods), pods.expected),
+        held((*observed.services, *held_services), services),
     )
 
 
@@ -423,10 +448,36 @@ def _create_missing(draft: Draft, pods: GangPods, reservation: Mapping[str, str]
 
 
 def _create_missing_services(draft: Draft) -> None:
+    """Create the Services whose names no Service holds (the job's or another's).
+
+    A Service of the job's whose selector is not its replica's (a human edited it) is deleted,
+    and made again by the next plan (its deletion reconciles the job): it would send
+    ``MASTER_ADDR`` nowhere, or to other pods, in every gang attempt, since a Service outlives
+    them.
+    """
     observed = draft.observed
-    present = {name_of(service) for service in observed.services if isinstance(service, Mapping)}
-    for replica_type, index in service_replicas(draft.job):
-        if names.replica_name(draft.job.name, replica_type, index) not in present:
+    uid = draft.job.uid
+    wanted = service_names(draft.job)
+    for service in observed.services:
+        if not isinstance(service, Mapping) or not controlled_by(service, uid):
+            continue
+        name = name_of(service)
+        replica = wanted.get(name)
+        selector = as_mapping(service.get("spec")).get("selector")
+        if replica is None or selector == selector_labels(draft.job, *replica):
+            continue
+        if name not in draft.delete_services and not metadata_of(service).get("deletionTimestamp"):
+            draft.delete_services.append(name)
+            draft.event(
+                "Warning",
+                reasons.SERVICE_SELECTOR_CHANGED,
+                f"deleting Service {name}, whose selector was changed: it is made again, "
+                f"selecting pod {name} (the rendezvous address resolves through it)",
+            )
+    holders = (h for h in observed.name_holders if isinstance(h, Mapping) and holds_service_name(h))
+    present = {name_of(s) for s in (*observed.services, *holders) if isinstance(s, Mapping)}
+    for name, (replica_type, index) in wanted.items():
+        if name not in present:
             draft.create_services.append(
                 build_service(observed.job_raw, draft.job, replica_type, index)
             )

@@ -47,8 +47,10 @@ class Observed:
         job_raw: The job as read (metadata with annotations and deletionTimestamp, status).
         job: ``pytorchjob.spec.parse_job`` of it.
         pods: The job's pods (filtered again here by controlling ownerReference uid).
-        name_holders: Pods without the job's labels that hold one of its members' names (a
-            user's own pod, say): never the job's, and no change of theirs reconciles the job.
+        name_holders: Pods and Services without the job's labels that hold one of its pods' or
+            Services' names (a user's own, say): never the job's, and no change of theirs
+            reconciles the job. A Service says ``kind: Service`` (``holds_service_name``); any
+            other holder is a pod (pods are listed without their kind).
         services: The job's Services (same filter).
         now: The clock, timezone-aware.
         allow_clean_pod_policy_none: The admin policy lets finished jobs keep running pods.
@@ -236,6 +238,11 @@ def name_of(obj: Mapping[str, Any]) -> str:
     """``metadata.name`` (``""`` when missing)."""
     name = metadata_of(obj).get("name")
     return name if isinstance(name, str) else ""
+
+
+def holds_service_name(holder: Mapping[str, Any]) -> bool:
+    """Whether a name holder (``Observed.name_holders``) is a Service rather than a pod."""
+    return holder.get("kind") == "Service"
 
 
 def controlled_by(obj: Mapping[str, Any], uid: str) -> bool:

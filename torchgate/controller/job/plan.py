@@ -18,7 +18,9 @@ The rules, in order:
    ``startTime`` restarts at the next admission.
 4. Otherwise the job is a gang: no pod exists until the admitter reserved capacity for all of
    them (``needs_admission`` with ``demands``; the pods are created only when ``reservation``
-   names their nodes). Anything that breaks a gang (a missing or terminating member without a
+   names their nodes), nor while a pod or Service the job does not control holds one of its
+   pods' or Services' names (``PodNameConflict``: ``MASTER_ADDR`` must resolve to the job's own
+   Service). Anything that breaks a gang (a missing or terminating member without a
    reservation to recreate it, a gang kube-scheduler could not bind in time) deletes the whole
    gang so it is admitted again; a pod is never created next to a running partial gang. An
    elastic job's Workers beyond ``minAvailable`` are not members that break it: each is created

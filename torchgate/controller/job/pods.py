@@ -254,6 +254,14 @@ def service_replicas(job: JobSpec) -> list[tuple[names.ReplicaType, int]]:
     return wanted
 
 
+def service_names(job: JobSpec) -> dict[str, tuple[names.ReplicaType, int]]:
+    """Service name -> the replica it resolves to (``service_replicas``), rendezvous first."""
+    return {
+        names.replica_name(job.name, replica_type, index): (replica_type, index)
+        for replica_type, index in service_replicas(job)
+    }
+
+
 def service_ports(template: object) -> list[dict[str, Any]]:
     """Ports for the named ports of the ``pytorch`` container (``pytorchjob-port`` at least)."""
     ports: list[dict[str, Any]] = []

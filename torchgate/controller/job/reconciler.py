@@ -49,6 +49,15 @@ every other gang.
 Creates of deterministic names treat ``AlreadyExists`` as done and deletes treat ``NotFound`` as
 done, so running a plan twice is harmless. Every object the apiserver returns is written through to
 the cache at once, so the next reconcile does not act on state we already changed.
+
+A Service's ``AlreadyExists`` is done only when the Service there is the job's. The Service cache
+holds only the job's (label-selected), so a user's Service of a member's Service name (the name
+``MASTER_ADDR`` resolves) is first seen as that answer: the Service is read then (GET) and, not
+the job's, remembered as a name holder (``Observed.name_holders``: the plan's
+``PodNameConflict``); the rest of the plan (its pods) is dropped and the job planned again at
+once, knowing it. No event tells of such a Service's deletion, so each reconcile of the job reads
+the Services it remembers again until they are gone (the plan asks for one every
+``NAME_HOLDER_RECHECK_SECONDS``).
 """
 
 from __future__ import annotations
@@ -98,11 +107,13 @@ from torchgate.controller.job.model import (
     Observed,
     Plan,
     attempt_of,
+    controlled_by,
     current_attempt,
     expected_pods,
     name_of,
 )
 from torchgate.controller.job.plan import asks_namespace_first, plan
+from torchgate.controller.job.pods import service_names
 from torchgate.controller.job.writes import StatusWritePolicy, WriteFacts
 from torchgate.controller.metrics import ControllerMetrics
 from torchgate.controller.quarantine.rules import Fault, history_of, recorded_outages
@@ -131,6 +142,10 @@ from torchgate.pytorchjob.spec import REPLICA_SPECS, JobSpec, managed_by, parse_
 from torchgate.pytorchjob.taints import Taint
 
 log = logging.getLogger("torchgate.controller")
+
+
+class ServiceNameTaken(Exception):
+    """A Service not the job's holds one of its Services' names: plan again, knowing it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,6 +360,9 @@ class Reconciler:
         self.namespace_terminating: dict[JobKey, str] = {}
         # Job -> pod name -> the pod as last seen before it went away (``on_pod``).
         self.departed: dict[JobKey, dict[str, dict[str, Any]]] = {}
+        # Job -> Service name -> a Service not the job's holding it, as last read (the module
+        # docstring: found by a create's AlreadyExists, read again at every reconcile).
+        self.service_holders: dict[JobKey, dict[str, dict[str, Any]]] = {}
         # Deletes (which free GPUs) never queue behind creates.
         self.creates = WriteSlots(
             options.write_concurrency, metrics.api_writes, "create", self._creates_done
@@ -366,7 +384,8 @@ class Reconciler:
         policy = select_policy(self.policies(), namespace)
         claims = self.claims_for(namespace)
         gpus = policy.gpus(claims)
-        observed = self._observe(key, job, spec, policy, claims, gpus)
+        service_holders = await self._service_holders(key, spec)
+        observed = self._observe(key, job, spec, policy, claims, gpus, service_holders)
         decision = plan(observed)
         if asks_namespace_first(decision) and await self._namespace_refuses(job, decision):
             self.namespace_terminating[key] = spec.uid
@@ -389,6 +408,8 @@ class Reconciler:
             refused, members_refused = await self._apply(
                 job, spec, applied, earlier=earlier if actions is None else ()
             )
+        except ServiceNameTaken:
+            return 0.0  # the plan did not know the Service: planned again now, knowing it
         except NamespaceTerminating:
             # No retry creates anything there; the namespace controller deletes the job.
             self.namespace_terminating[key] = spec.uid
@@ -445,6 +466,7 @@ class Reconciler:
         self.unsent_events.pop(key, None)
         self.demands.forget(key)
         self.departed.pop(key, None)
+        self.service_holders.pop(key, None)
         self.gang_objects_made.pop(key, None)
         self.namespace_terminating.pop(key, None)
 
@@ -456,8 +478,13 @@ class Reconciler:
         policy: PlacementPolicy,
         claims: ClaimLookup,
         gpus: GpuSources,
+        service_holders: Sequence[dict[str, Any]] = (),
     ) -> Observed:
-        """What ``plan`` reads: the job, its pods and Services, the admitter's word, the nodes."""
+        """What ``plan`` reads: the job, its pods and Services, the admitter's word, the nodes.
+
+        ``service_holders``: Services not the job's holding its Services' names
+        (``_service_holders``).
+        """
         pods = self.pods.indexed(key)
         departed = tuple(self.departed.get(key, {}).values())
         now = self.clock()
@@ -466,7 +493,7 @@ class Reconciler:
             job=spec,
             now=now,
             pods=pods,
-            name_holders=self._name_holders(spec, pods),
+            name_holders=(*self._name_holders(spec, pods), *service_holders),
             services=self.services.indexed(key),
             allow_clean_pod_policy_none=policy.allow_clean_pod_policy_none,
             reservation=self.admitter.reservation_for(key, spec.uid),
@@ -506,6 +533,31 @@ class Reconciler:
             if name not in labelled
         )
         return tuple(pod for pod in holders if pod is not None)
+
+    async def _service_holders(self, key: JobKey, spec: JobSpec) -> tuple[dict[str, Any], ...]:
+        """The Services remembered as holding the job's Services' names, read again (GET).
+
+        A Service gone, or the job's now, or of a name the job no longer needs, is forgotten.
+        """
+        remembered = self.service_holders.get(key)
+        if not remembered:
+            return ()
+        wanted = service_names(spec)
+        holders: dict[str, dict[str, Any]] = {}
+        for name in sorted(remembered):
+            if name not in wanted:
+                continue
+            try:
+                found = await self.api.request("GET", SERVICES.path(spec.namespace, name))
+            except NotFound:
+                continue
+            if isinstance(found, dict) and not controlled_by(found, spec.uid):
+                holders[name] = {**found, "kind": "Service"}  # ``holds_service_name``
+        if holders:
+            self.service_holders[key] = holders
+        else:
+            del self.service_holders[key]
+        return tuple(holders.values())
 
     def on_pod(self, kind: str, pod: dict[str, Any], _: dict[str, Any] | None) -> None:
         """Pod informer handler: keep the last state of each of a job's pods that went away.
@@ -732,7 +784,7 @@ class Reconciler:
             self.jobs.remember(patched)
         if decision.restart is not None:
             self.metrics.gang_restarts.labels(decision.restart.cause).inc()
-        await self._gather(self._create(SERVICES, namespace, s) for s in decision.create_services)
+        await self._gather(self._create_service(spec, s) for s in decision.create_services)
         create_pods: Sequence[dict[str, Any]] = decision.create_pods
         if create_pods and self.options.gang_objects and self.gang_objects_served():
             create_pods = await self._in_pod_groups(job, spec, create_pods)
@@ -858,16 +910,38 @@ class Reconciler:
             if isinstance(result, BaseException):
                 raise result
 
-    async def _create(self, resource: Any, namespace: str, body: dict[str, Any]) -> None:
+    async def _create(self, resource: Any, namespace: str, body: dict[str, Any]) -> bool:
+        """Create one object; ``False`` when its name is taken (``AlreadyExists``)."""
         async with self.creates.take():
             try:
                 created = await self.api.request("POST", resource.path(namespace), body=body)
             except AlreadyExists:
-                return
+                return False
         cache = self.pods if resource is PODS else self.services
         cache.remember(created)
         if resource is PODS:
             self.metrics.pods_created.inc()
+        return True
+
+    async def _create_service(self, spec: JobSpec, body: dict[str, Any]) -> None:
+        """Create one of the job's Services; one of its name not the job's stops the apply.
+
+        Raises:
+            ServiceNameTaken: The name is held by a Service the job does not control (now
+                remembered in ``service_holders``), or was until the GET found it gone.
+        """
+        if await self._create(SERVICES, spec.namespace, body):
+            return
+        name = name_of(body)
+        try:
+            found = await self.api.request("GET", SERVICES.path(spec.namespace, name))
+        except NotFound:
+            raise ServiceNameTaken(name) from None  # deleted since: planned again, created then
+        if not isinstance(found, dict) or controlled_by(found, spec.uid):
+            return  # the job's own, not in the cache yet
+        holder = {**found, "kind": "Service"}  # ``holds_service_name``
+        self.service_holders.setdefault((spec.namespace, spec.name), {})[name] = holder
+        raise ServiceNameTaken(name)
 
     async def _delete(
         self, resource: Any, cache: Informer, namespace: str, name: str, *, force: bool = False
@@ -1050,7 +1124,7 @@ class EventRecorder:
 
 def _refusals(
     pods: Sequence[Mapping[str, Any]],
-    results: Sequence[BaseException | None],
+    results: Sequence[BaseException | bool],
     *,
     extras: frozenset[str],
 ) -> tuple[dict[str, str], dict[str, str]]:

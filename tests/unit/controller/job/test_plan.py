@@ -655,6 +655,136 @@ def test_a_pod_without_the_jobs_labels_holding_a_members_name_keeps_the_gang_wai
     assert sorted(pod["metadata"]["name"] for pod in freed.create_pods) == sorted(ALL)
 
 
+def users_service(name: str, **metadata: Any) -> dict[str, Any]:
+    """A user's own Service, as the reconciler reads it after its create's AlreadyExists."""
+    return {
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": "default", **metadata},
+        "spec": {"clusterIP": "None", "selector": {"app": "mine"}},
+    }
+
+
+@pytest.mark.parametrize("reservation", [None, RESERVATION], ids=["waiting", "admitted"])
+def test_a_service_not_the_jobs_holding_its_masters_service_name_keeps_the_gang_waiting(
+    reservation: dict[str, str] | None,
+) -> None:
+    """MASTER_ADDR names the Service: nothing of the gang is made while a user's holds the name."""
+    world = demo_world()
+    held = users_service(MASTER)
+
+    result = world.plan(reservation=reservation, name_holders=(held,))
+
+    assert not result.create_pods
+    assert not result.create_services
+    assert not result.needs_admission
+    assert must(result.status, "Queued")["reason"] == "PodNameConflict"
+    message = must(result.status, "Queued")["message"]
+    assert f"Services {MASTER}" in message
+    assert "pods" not in message  # the name is held by a Service, not by a pod
+    assert [(e.type, e.reason) for e in result.events] == [("Warning", "PodNameConflict")]
+    assert MASTER in result.events[0].message
+    # No event tells of its deletion: the gang looks again on its own, and is told once.
+    assert result.requeue_after == NAME_HOLDER_RECHECK_SECONDS
+    world.apply(result)
+    assert world.plan(reservation=reservation, name_holders=(held,)).events == ()
+    # The name freed, the job's own Service is made (and, admitted, the whole gang).
+    freed = world.plan(reservation=reservation)
+    assert [s["metadata"]["name"] for s in freed.create_services] == [MASTER]
+    created = sorted(pod["metadata"]["name"] for pod in freed.create_pods)
+    assert created == (sorted(ALL) if reservation else [])
+    assert freed.needs_admission is (reservation is None)
+
+
+def _theirs(obj: dict[str, Any]) -> dict[str, Any]:
+    obj["metadata"]["ownerReferences"] = [{"uid": "uid-of-another", "controller": True}]
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("holders", "services", "held"),
+    [
+        ((users_service(W1),), (), None),  # no Service of the job has a Worker's name
+        (({"metadata": {"name": "other-master-0"}, "kind": "Service"},), (), None),
+        ((), (_theirs(users_service(MASTER)),), f"Services {MASTER}"),  # an earlier job's
+        ((users_service(MASTER), {"metadata": {"name": W0}}), (), f"pods {W0} and Services"),
+        (({"metadata": {"name": MASTER}, "kind": 7},), (), f"pods {MASTER},"),  # kind: a pod's
+        ((users_service(MASTER, ownerReferences="junk"),), (), f"Services {MASTER}"),
+        (("junk", {"kind": "Service", "metadata": "junk"}, {"kind": "Service"}), ("junk",), None),
+    ],
+    ids=[
+        "service-named-like-a-worker",
+        "service-of-another-name",
+        "earlier-jobs-service",
+        "pod-and-service",
+        "holder-of-no-known-kind-is-a-pod",
+        "malformed-owner-references",
+        "malformed-holders",
+    ],
+)
+def test_which_name_holders_keep_the_gang_waiting(
+    holders: tuple[Any, ...], services: tuple[Any, ...], held: str | None
+) -> None:
+    world = demo_world()
+    world.services = {str(index): service for index, service in enumerate(services)}
+    result = world.plan(reservation=RESERVATION, name_holders=holders)
+    queued = condition(result.status, "Queued") if result.status else None
+    if held is None:
+        assert sorted(pod["metadata"]["name"] for pod in result.create_pods) == sorted(ALL)
+        assert queued is None
+    else:
+        assert not result.create_pods
+        assert queued is not None
+        assert queued["reason"] == "PodNameConflict"
+        assert held in queued["message"]
+
+
+@pytest.mark.parametrize(
+    "selector",
+    [{"app": "mine"}, {}, None, "junk", {**names.job_selector("demo"), "extra": "x"}],
+    ids=["another-selector", "empty", "removed", "malformed", "one-label-more"],
+)
+@pytest.mark.parametrize(
+    ("world_of", "reservation"),
+    [(running_world, RESERVATION), (demo_world, None)],
+    ids=["running", "waiting-for-admission"],
+)
+def test_the_jobs_service_whose_selector_was_edited_is_made_again(
+    selector: Any, world_of: Any, reservation: dict[str, str] | None
+) -> None:
+    """MASTER_ADDR resolves through it: one selecting other pods (or none) breaks every attempt."""
+    world = world_of()
+    if world_of is demo_world:
+        world.apply(world.plan())  # its Service made as it waits
+    assert is_quiet(world.plan(reservation=reservation))
+    world.services[MASTER]["spec"]["selector"] = selector  # kubectl edit service
+
+    result = world.plan(reservation=reservation)
+
+    assert result.delete_services == (MASTER,)
+    assert not result.create_services
+    assert not result.create_pods
+    assert not result.delete_pods, "the gang keeps running: the Service alone is made again"
+    assert [(e.type, e.reason) for e in result.events] == [("Warning", "ServiceSelectorChanged")]
+    world.apply(result)
+    again = world.plan(reservation=reservation)
+    (made,) = again.create_services
+    assert made["spec"]["selector"] == {
+        **names.job_selector("demo"),
+        "training.kubeflow.org/replica-type": "master",
+        "training.kubeflow.org/replica-index": "0",
+    }
+
+
+def test_a_service_being_deleted_or_not_the_jobs_is_not_deleted_for_its_selector() -> None:
+    world = running_world()
+    world.services[MASTER]["spec"]["selector"] = {"app": "mine"}
+    world.services[MASTER]["metadata"]["deletionTimestamp"] = format_time(NOW)
+    assert world.plan(reservation=RESERVATION).delete_services == ()
+    del world.services[MASTER]["metadata"]["deletionTimestamp"]
+    world.services[MASTER]["metadata"]["ownerReferences"][0]["uid"] = "uid-of-another"
+    assert world.plan(reservation=RESERVATION).delete_services == ()
+
+
 def test_zero_replica_job_is_not_admitted() -> None:
     world = World(with_uid(job("empty").workers(0).build()))
     result = world.plan(reservation={})
