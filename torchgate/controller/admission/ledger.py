@@ -16,7 +16,11 @@ Rules:
    seen every pod of it; only then is it dropped (``free``), so no moment exists when neither
    counts a pod. ``release`` drops it when the job's pods were deleted; ``unreserve`` drops the
    pods its job no longer expects (scaled down before they were created), which no event would
-   ever show.
+   ever show. A reservation (or hold) is one job's, by uid: one asked for by another uid of the
+   same name is dropped (``replaced``). That is the job deleted and created again after its
+   admission and before its pods were made: its reconcile then reads only the new job, which
+   creates none of the pods the reservation waits to see, so it would count for ever, and a new
+   job its capacity or its team's quota has room for only once would wait behind it for ever.
 3. **Holds** (``hold``): a preemptor's nodes, counted in full on top of the victims' pods still
    there, so nothing else takes them; each victim maps to its preemptor (``preempted_by``) until
    its pods are gone. A hold whose victims are all gone becomes a reservation (``settle``); one
@@ -426,6 +430,24 @@ class CapacityLedger:
         """Drop the job's reservation: its pods were deleted, so it no longer describes them."""
         self.reservations.pop(key, None)
         self._stale.add(key)
+
+    def replaced(self, key: JobKey, uid: str) -> bool:
+        """Drop the reservation and hold made for another uid of the job's name (rule 2).
+
+        Whether one was dropped (their capacity is free again).
+        """
+        changed = False
+        reservation = self.reservations.get(key)
+        if reservation is not None and reservation.uid != uid:
+            del self.reservations[key]
+            changed = True
+        hold = self.holds.get(key)
+        if hold is not None and hold.reservation.uid != uid:
+            del self.holds[key]
+            changed = True
+        if changed:
+            self._stale.add(key)
+        return changed
 
     def hold(self, key: JobKey, reservation: Reservation, victims: tuple[JobKey, ...]) -> None:
         """Keep the preemptor's nodes while ``victims`` are evicted (rule 3)."""
