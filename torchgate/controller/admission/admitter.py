@@ -264,15 +264,12 @@ class Admitter:
     def request(self, key: JobKey, request: GangRequest) -> None:
         """A job needs its gang placed (idempotent; keeps its place in the queue).
 
-        Asking again while capacity is reserved or held for it changes nothing. A request of
-        another uid is a new job of the name: what an earlier one was promised goes
-        (``ledger`` rule 2).
+        Asking again while capacity is reserved or held for it changes nothing. An earlier job
+        of its name (another uid) was forgotten (``cancel``) by the reconcile that found it gone.
         """
         if self.ledger.has_capacity_for(key, request.uid):
             log.debug("%s/%s: admission asked while capacity is reserved or held", *key)
             return
-        if self.ledger.replaced(key, request.uid):  # an earlier job of its name was admitted
-            self.wake()
         self.ledger.end_eviction(key)  # a preempted gang whose pods are gone queues again
         self.ledger.note(key, priority=request.priority, gpus=request.gpus)
         if self.queue.request(key, request, now=self.clock()):

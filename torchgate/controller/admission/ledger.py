@@ -16,11 +16,12 @@ Rules:
    seen every pod of it; only then is it dropped (``free``), so no moment exists when neither
    counts a pod. ``release`` drops it when the job's pods were deleted; ``unreserve`` drops the
    pods its job no longer expects (scaled down before they were created), which no event would
-   ever show. A reservation (or hold) is one job's, by uid: one asked for by another uid of the
-   same name is dropped (``replaced``). That is the job deleted and created again after its
-   admission and before its pods were made: its reconcile then reads only the new job, which
-   creates none of the pods the reservation waits to see, so it would count for ever, and a new
-   job its capacity or its team's quota has room for only once would wait behind it for ever.
+   ever show. A reservation (or hold) is one job's, by uid (``reservation_for``,
+   ``has_capacity_for``). A job deleted and created again under its name after its admission
+   and before its pods were made is a new job whose reconcile creates none of the pods the
+   reservation waits to see, so the reservation would count for ever; the reconcile that first
+   finds the new uid forgets the earlier job (``forget``: the reconciler's module docstring),
+   its reservation and hold with it, whether or not its deletion was seen.
 3. **Holds** (``hold``): a preemptor's nodes, counted in full on top of the victims' pods still
    there, so nothing else takes them; each victim maps to its preemptor (``preempted_by``) until
    its pods are gone. A hold whose victims are all gone becomes a reservation (``settle``); one
@@ -38,10 +39,13 @@ Rules:
    ``preemption.HELD_PRIORITY``; quota counts them and preemption may choose from them. A gang
    whose job has a deadline also carries when it has ended at the latest (``ends_by``, from
    ``note`` or ``reserve``), kept until its last pod is gone even after its job is forgotten
-   (a finished job's Workers are still being deleted). The running gangs' records, in order of
-   their keys, and their totals by team (``team_totals``: ``quota.TeamTotals``) are kept from
-   the events: a record is read again only when its pods, priority, GPU sources, admission time,
-   reservation, hold, eviction or team changed, so a cycle costs what changed, not the pool.
+   (a finished job's Workers are still being deleted). An admission (``reserve``) sets it to
+   the admitted gang's own, none when it has no deadline: a job created again under its name
+   while its predecessor's pods are still going does not inherit when the predecessor ends.
+   The running gangs' records, in order of their keys, and their totals by team
+   (``team_totals``: ``quota.TeamTotals``) are kept from the events: a record is read again
+   only when its pods, priority, GPU sources, admission time, reservation, hold, eviction or
+   team changed, so a cycle costs what changed, not the pool.
 6. **Claimed GPUs**: a torchgate pod's GPUs claimed through DRA (``units.pod_units`` with what
    its job's policy counts as GPUs, ``note``) count on its node and against quota exactly as
    when its gang waited, from the moment the pod is seen, allocated or not; so device capacity
@@ -375,7 +379,9 @@ class CapacityLedger:
         """Promise the job's gang its nodes until the ledger has its pods (rule 2)."""
         self.reservations[key] = reservation
         self.admitted_at[key] = admitted_at
-        if ends_by is not None:
+        if ends_by is None:  # no deadline known yet: none inherited (rule 5)
+            self.ends_by.pop(key, None)
+        else:
             self.ends_by[key] = ends_by
         self._stale.add(key)
 
@@ -430,24 +436,6 @@ class CapacityLedger:
         """Drop the job's reservation: its pods were deleted, so it no longer describes them."""
         self.reservations.pop(key, None)
         self._stale.add(key)
-
-    def replaced(self, key: JobKey, uid: str) -> bool:
-        """Drop the reservation and hold made for another uid of the job's name (rule 2).
-
-        Whether one was dropped (their capacity is free again).
-        """
-        changed = False
-        reservation = self.reservations.get(key)
-        if reservation is not None and reservation.uid != uid:
-            del self.reservations[key]
-            changed = True
-        hold = self.holds.get(key)
-        if hold is not None and hold.reservation.uid != uid:
-            del self.holds[key]
-            changed = True
-        if changed:
-            self._stale.add(key)
-        return changed
 
     def hold(self, key: JobKey, reservation: Reservation, victims: tuple[JobKey, ...]) -> None:
         """Keep the preemptor's nodes while ``victims`` are evicted (rule 3)."""

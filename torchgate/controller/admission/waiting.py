@@ -32,7 +32,9 @@ Rules:
    (``nodes``, the caller's version of them), and the message is phrased only when it may be
    reported.
 6. ``cancel``: a job that is gone, finished, suspended or not ours is forgotten, with its
-   backoffs (rules 3 and 8).
+   backoffs (rules 3 and 8). So is an earlier job of a name another uid now has, whether or not
+   its deletion was seen (the reconciler's module docstring): a job created again under its name
+   never inherits its predecessor's back-off, its count or what it was told.
 7. ``demand_by_team``: per team and ``Queued`` reason, how many jobs wait, the GPUs they count
    against their team, and the longest wait (the controller's metrics). A job of a namespace no
    team owns counts under team ``""``; one not decided yet under ``UNDECIDED``.

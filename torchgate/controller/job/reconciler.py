@@ -46,6 +46,16 @@ is deleted by the next plan (``GangIncomplete``). Retried at once, the same refu
 every reconcile of the job, its status never written, while its reservation kept its nodes from
 every other gang.
 
+A job deleted and created again under its name (``kubectl delete`` then ``apply``) is a new job
+(another uid), whether or not its predecessor's deletion was seen: a delete event missed across a
+watch restart, or a delete and create between two looks at the name, leaves the cache showing
+only the new job. So what is kept about a job is kept for the uid it was last reconciled with,
+and a reconcile that finds another uid first forgets all of it (``_forget``, as when the job is
+gone): its admission queue place and back-off (``waiting`` rules 3, 6 and 8), its reservation
+or hold (``ledger`` rule 2), its deadline, priority and GPU sources (``ledger`` rule 5), its
+status write timers, held Events, memoised demands, departed pods, Service name holders and
+gang objects. The new job starts clean, as one of a name never seen.
+
 Creates of deterministic names treat ``AlreadyExists`` as done and deletes treat ``NotFound`` as
 done, so running a plan twice is harmless. Every object the apiserver returns is written through to
 the cache at once, so the next reconcile does not act on state we already changed.
@@ -336,6 +346,8 @@ class Reconciler:
         self.taints_seen: dict[str, dict[Taint, datetime]] = {}
         self.policies = policies
         self.gang_objects_served = gang_objects_served
+        # Job -> the uid it was last reconciled with: another one is a new job of the name.
+        self.uids: dict[JobKey, str] = {}
         # Job -> (uid, attempt) whose Workload and PodGroup exist (created or found).
         self.gang_objects_made: dict[JobKey, tuple[str, int]] = {}
         self.priority_of = priority_of
@@ -376,6 +388,7 @@ class Reconciler:
         if job is None or not is_ours(job, self.options):
             self._forget(key)
             return None
+        self._forget_earlier(key, job)
         spec, errors = parse_job(job)
         if spec is None:
             self.admitter.cancel(key)
@@ -456,8 +469,16 @@ class Reconciler:
             for event in events:
                 self.events.record(job, event)
 
+    def _forget_earlier(self, key: JobKey, job: Mapping[str, Any]) -> None:
+        """Forget an earlier job of the name whose deletion was never seen (module docstring)."""
+        uid = str((job.get("metadata") or {}).get("uid") or "")
+        if self.uids.setdefault(key, uid) != uid:
+            self._forget(key)
+            self.uids[key] = uid
+
     def _forget(self, key: JobKey) -> None:
         """Drop what is kept about a job that is gone or no longer ours."""
+        self.uids.pop(key, None)
         self.admitter.cancel(key)
         self.metrics.forget_job(key)
         self.unwritten_since.pop(key, None)

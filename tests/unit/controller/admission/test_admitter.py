@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from tests.builders.job import container, gpu_job, job
 from tests.builders.node import node
 from tests.builders.pod import pod
-from tests.unit.controller.helpers import ask, gang_request
+from tests.unit.controller.helpers import ask
 from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.packing import WAVE_HELD
 from torchgate.pytorchjob.devices import GpuSources
@@ -78,20 +77,6 @@ def test_reservations_hold_capacity_until_the_ledger_has_the_pods() -> None:
     # One of them is deleted: its GPU is free again.
     admitter.on_pod("DELETED", pod("a-worker-6", node="n0", gpus=1), None)
     assert admitter.cycle() == [second]
-
-
-def test_a_job_created_again_is_not_kept_waiting_by_the_earlier_ones_reservation() -> None:
-    # The job was admitted, then deleted and created again before its reconcile made its pods:
-    # that reconcile reads only the new job (another uid), which asks to be admitted.
-    admitter, _, _ = make(nodes=1)
-    key, earlier = gang_request(job("a").master(gpus=8).build())
-    admitter.request(key, earlier)
-    assert admitter.cycle() == [key]
-    again = replace(earlier, uid="uid-a-again")
-    admitter.request(key, again)
-    assert admitter.cycle() == [key], "the earlier job's pods will never come"
-    assert admitter.reservation_for(key, "uid-a-again") == {"a-master-0": "n0"}
-    assert admitter.reservation_for(key, "uid-a") is None
 
 
 def test_higher_priority_then_older_jobs_go_first() -> None:

@@ -85,21 +85,23 @@ def test_victim_pods_are_stuck_only_when_all_are_past_their_deletion_time() -> N
     assert ledger.stuck(left, late=1767225600.0)
 
 
-def test_a_reservation_or_hold_asked_for_by_another_uid_of_the_job_is_dropped() -> None:
-    ledger = held_ledger()
-    high = ("ns", "high")
-    assert not ledger.replaced(high, "uid-high"), "its own uid keeps it"
-    assert ledger.replaced(high, "uid-high-again")
-    assert high not in ledger.holds
-    assert ledger.free()["n1"][GPU] == 0, "the victims' pods are still there"
-    reservation = Reservation("uid-b", {"b-0": "n1"}, {"b-0": {GPU: 8000}}, 0.0, 0.0)
-    ledger.reserve(("ns", "b"), reservation, admitted_at=0.0)
-    for name in ("low-0", "low-1"):
-        ledger.on_pod(("ns", name), None)
-    assert ledger.free()["n1"][GPU] == 0
-    assert ledger.replaced(("ns", "b"), "uid-b-again")
-    assert ledger.free()["n1"][GPU] == 8000
-    assert not ledger.replaced(("ns", "b"), "uid-b-again"), "nothing left to drop"
+def test_an_admission_sets_the_gangs_deadline_to_its_own_none_inherited() -> None:
+    # The job ran with a deadline; deleted and created again under its name without one, its
+    # pods still going: forgetting it keeps their deadline, admitting the new job drops it.
+    ledger = CapacityLedger()
+    ledger.on_node("ADDED", node("n1"))
+    ledger.on_node("ADDED", node("n2"))
+    key = ("ns", "a")
+    earlier = Reservation("uid-a", {"a-0": "n1"}, {"a-0": {GPU: 8000}}, 0.0, 0.0)
+    ledger.reserve(key, earlier, admitted_at=0.0, ends_by=500.0)
+    ledger.on_pod(("ns", "a-0"), pod("a-0", gang=key, node="n1", gpus=8))
+    ledger.forget(key)
+    assert [a.ends_by for a in ledger.holding({}, 0.0)] == [500.0], "its pods keep their deadline"
+    again = Reservation("uid-a-again", {"a-0": "n2"}, {"a-0": {GPU: 8000}}, 0.0, 0.0)
+    ledger.reserve(key, again, admitted_at=10.0)
+    assert [a.ends_by for a in ledger.holding({}, 10.0)] == [None]
+    ledger.reserve(key, again, admitted_at=10.0, ends_by=900.0)
+    assert [a.ends_by for a in ledger.holding({}, 10.0)] == [900.0]
 
 
 def test_a_forgotten_victim_stays_one_while_its_pods_hold_their_nodes() -> None:
