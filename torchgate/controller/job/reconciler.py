@@ -156,7 +156,11 @@ class ServiceNameTaken(Exception):
 
 
 class AdoptionVoid(Exception):
-    """An adoption did not happen: the orphan is gone, or the job is (being deleted, replaced)."""
+    """An orphan to adopt is gone: plan again, without it."""
+
+
+class AdopterGone(Exception):
+    """The job is being deleted or replaced (another uid): its orphans are not adopted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,7 +426,9 @@ class Reconciler:
         except ServiceNameTaken:
             return 0.0  # the plan did not know the Service: planned again now, knowing it
         except AdoptionVoid:
-            return 0.0  # planned again now from the caches, which have had the news
+            return 0.0  # planned again now without the orphan (forgotten by the cache)
+        except AdopterGone:
+            return None  # the job's own change (deleted, made again) reconciles it again
         except NamespaceTerminating:
             # No retry creates anything there; the namespace controller deletes the job.
             self.namespace_terminating[key] = spec.uid
@@ -855,20 +861,21 @@ class Reconciler:
         the reconcile (retried with backoff, from caches that then show the object as it is).
 
         Raises:
-            AdoptionVoid: The job is being deleted or is another uid now, or an orphan is gone.
+            AdopterGone: The job is gone, being deleted or another uid now.
+            AdoptionVoid: An orphan is gone.
         """
         namespace = spec.namespace
         try:
             fresh = await self.api.request("GET", PYTORCHJOBS.path(namespace, spec.name))
         except NotFound:
-            raise AdoptionVoid(spec.name) from None
+            raise AdopterGone(spec.name) from None
         metadata = fresh.get("metadata") if isinstance(fresh, dict) else None
         if (
             not isinstance(metadata, dict)
             or metadata.get("uid") != spec.uid
             or metadata.get("deletionTimestamp")
         ):
-            raise AdoptionVoid(spec.name)
+            raise AdopterGone(spec.name)
         reference = owner_reference(job, spec)
         for adoption in adoptions:
             if adoption.kind == "Pod":
