@@ -43,6 +43,8 @@ ANY_NAMESPACE = "*"
 """A namespaced call into whichever namespace a user's job is in: only a ClusterRole covers it."""
 
 # Verbs RBAC can limit by resourceNames (create, list, watch and deletecollection it cannot).
+# Where the controller patches its own pod (the leader label); it patches a job's pods elsewhere.
+OWN_POD_MODULE = "torchgate/controller/poolservice.py:"
 NAMED_VERBS = frozenset({"get", "update", "patch", "delete"})
 
 # Granted on purpose although no code calls it; see manifests/base/rbac-controller.yaml.
@@ -422,9 +424,12 @@ def deployed_components(objects: Iterable[Mapping[str, Any]]) -> list[Deployed]:
 
 
 def _fixed_place(
-    deployed: Deployed, hint: str, resource: str, verb: str
+    deployed: Deployed, hint: str, resource: str, verb: str, *, own_pod: bool = False
 ) -> tuple[str | None, tuple[str | None, ...]]:
-    """(namespace, names) of a call from its hint and the command's flags."""
+    """(namespace, names) of a call from its hint and the command's flags.
+
+    ``own_pod``: the controller's patch of its own pod (the leader label), not of a job's.
+    """
     args = deployed.args
     if hint == "cluster":
         if deployed.component == "certs" and resource.endswith("webhookconfigurations"):
@@ -445,7 +450,7 @@ def _fixed_place(
         return args.stop_namespace, (args.stop_deployment,)  # the one it scales to zero
     if deployed.component == "controller stop" and key == "PODS":
         return args.stop_namespace, (None,)  # that Deployment's pods
-    if deployed.component == "controller" and key == "PODS" and verb == "patch":
+    if deployed.component == "controller" and key == "PODS" and verb == "patch" and own_pod:
         return args.leader_election_namespace, (None,)  # its own pod: the leader label
     return ANY_NAMESPACE, (None,)
 
@@ -461,13 +466,17 @@ def needs(objects: Sequence[Mapping[str, Any]], scan: CodeScan | None = None) ->
             leases = component == "controller" and resource.split("/")[0] == "leases"
             if leases and not deployed.args.leader_elect:
                 continue
-            own_pod = component == "controller" and (resource, verb) == ("pods", "patch")
+            own_pod = (
+                component == "controller"
+                and (resource, verb) == ("pods", "patch")
+                and where.startswith(OWN_POD_MODULE)
+            )
             if own_pod and not deployed.args.pod_name:
                 continue
             own_deployment = component == "controller" and resource == "deployments"
             if own_deployment and not deployed.args.deployment:
                 continue
-            namespace, names = _fixed_place(deployed, hint, resource, verb)
+            namespace, names = _fixed_place(deployed, hint, resource, verb, own_pod=own_pod)
             for name in names:
                 result.add(Need(component, group, resource, verb, namespace, name, where))
     return sorted(result)

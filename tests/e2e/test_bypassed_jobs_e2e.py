@@ -7,7 +7,8 @@ controller with no webhook at all. For each job it cannot run, the controller fa
 the healthy job; it does not retry what can never succeed. A user's own pod or Service holding the
 name of a job's pod or Service is never taken for the job's: the job waits, saying so, until the
 name is free. A status a human edited (``kubectl edit --subresource=status``, never sent to the
-webhook) does not hold off what the controller owes the job.
+webhook) does not hold off what the controller owes the job. A job deleted with
+``kubectl delete --cascade=orphan`` and created again adopts the pods and Service it left.
 """
 
 from __future__ import annotations
@@ -169,6 +170,71 @@ def test_an_object_that_is_not_the_jobs_holding_a_members_name_keeps_the_gang_wa
     assert service is not None  # the job's own now, selecting its Master
     owners = service["metadata"].get("ownerReferences") or []
     assert [o["uid"] for o in owners if o.get("controller")] == [squat["metadata"]["uid"]]
+
+
+def test_a_job_deleted_with_cascade_orphan_and_created_again_adopts_its_service_and_pods(
+    cluster: Cluster, controller: ControllerProcess
+) -> None:
+    """Its labelled orphans are patched to the new uid, as a ReplicaSet's are, not held for ever."""
+    namespace = cluster.new_namespace("orphan")
+    pool = f"p{namespace[-6:]}"
+    cluster.add_gpu_nodes(1, pool, labels={"pool": pool})
+    create_job(cluster, pool_job("again", namespace, pool))
+    cluster.wait_for(
+        lambda: (
+            len(job_pods(cluster, namespace, "again")) == 2
+            and is_true(get_job(cluster, namespace, "again"), "Running")
+        ),
+        what="again Running",
+    )
+    before = {
+        p["metadata"]["name"]: p["metadata"]["uid"] for p in job_pods(cluster, namespace, "again")
+    }
+    service_uid = cluster.get("service", "again-master-0", namespace)["metadata"]["uid"]
+
+    cluster.kubectl("delete", "pytorchjob", "again", "-n", namespace, "--cascade=orphan")
+    orphan = cluster.get("service", "again-master-0", namespace)
+    assert orphan is not None
+    assert not orphan["metadata"].get("ownerReferences")  # the garbage collector left it so
+    create_job(cluster, pool_job("again", namespace, pool))
+    again = get_job(cluster, namespace, "again")
+    assert again is not None
+    new_uid = again["metadata"]["uid"]
+
+    def controller_of(kind: str, name: str) -> str | None:
+        found = cluster.get(kind, name, namespace) or {}
+        references = found.get("metadata", {}).get("ownerReferences") or []
+        return next((r["uid"] for r in references if r.get("controller")), None)
+
+    cluster.wait_for(
+        lambda: controller_of("service", "again-master-0") == new_uid,
+        what="the orphaned Service adopted by the job created again",
+    )
+    cluster.wait_for(
+        lambda: (
+            all(controller_of("pod", name) == new_uid for name in before)
+            and is_true(get_job(cluster, namespace, "again"), "Running")
+        ),
+        what="its orphaned pods adopted, the job Running",
+    )
+    service = cluster.get("service", "again-master-0", namespace)
+    assert service["metadata"]["uid"] == service_uid  # the same Service, not made again
+    after = {
+        p["metadata"]["name"]: p["metadata"]["uid"] for p in job_pods(cluster, namespace, "again")
+    }
+    assert after == before  # the same pods: adopted, neither deleted nor made again
+    queued = condition(get_job(cluster, namespace, "again"), "Queued") or {}
+    assert queued.get("reason") != "PodNameConflict"
+    assert not [
+        event
+        for event in events_of(cluster, namespace, "again")
+        if event["reason"] == "PodNameConflict"
+    ]
+    cluster.finish_pod(namespace, "again-master-0", 0)
+    cluster.wait_for(
+        lambda: is_true(get_job(cluster, namespace, "again"), "Succeeded"),
+        what="the job created again Succeeded",
+    )
 
 
 def test_a_start_time_edited_into_the_future_does_not_hold_off_the_active_deadline(

@@ -526,6 +526,47 @@ def audit_log(audited: Cluster, tmp_path_factory: pytest.TempPathFactory) -> lis
             what="the job finished and deleted",
         )
 
+        # Orphans with a job's labels (what kubectl delete --cascade=orphan of its earlier self
+        # leaves): the controller reads the job past its cache (get), then adopts its Service
+        # and its pod (patch), the pod a straggler of no attempt, deleted.
+        orphaned = "adopted"
+        labels = {
+            "training.kubeflow.org/operator-name": "torchgate",
+            "training.kubeflow.org/job-name": orphaned,
+        }
+        orphan_metadata = {"name": f"{orphaned}-master-0", "namespace": namespace, "labels": labels}
+        orphan_pod = {**stand_in_pod(f"{orphaned}-master-0"), "metadata": orphan_metadata}
+        cluster.apply({**users_service, "metadata": orphan_metadata})
+        cluster.apply(orphan_pod)
+        create_job(cluster, job(orphaned, namespace).master(gpus=1).build())
+        adopter = get_job(cluster, namespace, orphaned)
+        assert adopter is not None
+
+        def controller_uid(kind: str) -> str | None:
+            found = cluster.get(kind, f"{orphaned}-master-0", namespace) or {}
+            references = found.get("metadata", {}).get("ownerReferences") or []
+            return next((r["uid"] for r in references if r.get("controller")), None)
+
+        cluster.wait_for(
+            lambda: controller_uid("service") == adopter["metadata"]["uid"],
+            timeout=60,
+            what="the orphaned Service adopted",
+        )
+        cluster.wait_for(
+            lambda: (
+                len(live_pods(cluster, namespace, orphaned)) == 1
+                and controller_uid("pod") == adopter["metadata"]["uid"]
+            ),
+            timeout=60,
+            what="the orphaned pod adopted (then replaced by the gang's)",
+        )
+        cluster.finish_pod(namespace, f"{orphaned}-master-0", 0)
+        cluster.wait_for(
+            lambda: get_job(cluster, namespace, orphaned) is None,
+            timeout=60,
+            what="the job that adopted its orphans finished and deleted",
+        )
+
         # A job whose image never pulls: its first stuck pod quarantines its node (faults: 1,
         # the controller patches the Node), its second ends it (backoffLimit 0), then TTL.
         def image_never_pulls(raw: dict[str, Any]) -> None:

@@ -58,6 +58,8 @@ CALLS: dict[tuple[str, str, str, str], str] = {
     ("controller", "", "services", "create"): "_create(SERVICES)",
     ("controller", "", "services", "delete"): "_delete(SERVICES)",
     ("controller", "", "services", "get"): "a Service of a job's Service name not the job's",
+    ("controller", "", "services", "patch"): "_adopt: an orphaned Service of the job's",
+    ("controller", "kubeflow.org", "pytorchjobs", "get"): "_adopt: the job read past the cache",
     ("controller", "", "events", "create"): "_record",
     ("controller", "scheduling.k8s.io", "workloads", "create"): "_create_object(WORKLOADS)",
     ("controller", "scheduling.k8s.io", "podgroups", "create"): "_create_object(POD_GROUPS)",
@@ -74,7 +76,7 @@ CALLS: dict[tuple[str, str, str, str], str] = {
     # torchgate/controller/quarantine/keeper.py
     ("controller", "", "nodes", "patch"): "quarantine taint, labels, faults annotation",
     # controller/poolservice.py (mark_leader) and kube/access.py (every caller of the pool service)
-    ("controller", "", "pods", "patch"): "the leader label on its own pod",
+    ("controller", "", "pods", "patch"): "the leader label on its own pod; _adopt an orphan",
     ("controller", "authentication.k8s.io", "tokenreviews", "create"): "whose token",
     ("controller", "authorization.k8s.io", "subjectaccessreviews", "create"): "may they",
     # controller/leader.py

@@ -2,8 +2,9 @@
 
 ``World`` is the tiny "apply the plan" simulator the idempotence tests use: it creates and deletes
 pods and Services, merge-patches the status (as the reconciler does) and stores the restarts and
-gang attempt annotations. Deleting a pod gives it a ``deletionTimestamp`` (it stays until
-``World.settle`` removes it), as graceful deletion does; a forced deletion removes it at once.
+gang attempt annotations, and adopts orphans (the job's controlling reference added). Deleting a
+pod gives it a ``deletionTimestamp`` (it stays until ``World.settle`` removes it), as graceful
+deletion does; a forced deletion removes it at once.
 ``ask`` and ``free_of`` drive the admitter as the reconciler and the pod informer do. The objects
 themselves come from ``tests.builders``.
 """
@@ -23,6 +24,7 @@ from torchgate.controller.admission.nodes import NodeView, job_demands
 from torchgate.controller.admission.waiting import GangRequest, Waiting
 from torchgate.controller.job.model import ANNOTATION_ATTEMPT, Observed, Plan
 from torchgate.controller.job.plan import plan
+from torchgate.controller.job.pods import owner_reference
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.devices import GpuSources
 from torchgate.pytorchjob.moments import format_time
@@ -76,6 +78,11 @@ class World:
 
     def apply(self, result: Plan) -> None:
         stamp = format_time(self.now)
+        reference = owner_reference(self.job_raw, parsed_job(self.job_raw))
+        for adoption in result.adopt:  # the shell's patch adds the job's controlling reference
+            store = self.pods if adoption.kind == "Pod" else self.services
+            metadata = store[adoption.name]["metadata"]
+            metadata["ownerReferences"] = [*metadata.get("ownerReferences", []), reference]
         for name in result.delete_pods:
             if name in self.pods:
                 self.pods[name]["metadata"]["deletionTimestamp"] = stamp
@@ -129,6 +136,7 @@ def is_quiet(result: Plan) -> bool:
         and result.restarts is None
         and result.attempt is None
         and not result.delete_job
+        and not result.adopt
     )
 
 

@@ -279,7 +279,8 @@ def test_no_projected_object_is_ever_written_back() -> None:
     """The controller's writes of pods and Nodes, each of which sends no cached object.
 
     Pods are created from ``build_pod``'s manifests and deleted by name; the controller patches
-    one pod, its own, with a label; Nodes get merge patches of the taints and labels
+    one pod, its own, with a label, and a job's orphaned pods with ``adoption_patch`` (the job's
+    ownerReference and the pod's uid only); Nodes get merge patches of the taints and labels
     ``quarantine.rules`` computes from what ``project_node`` keeps whole (metadata and spec,
     checked above). A new write of either kind fails here until it is checked the same way.
     """
@@ -291,5 +292,6 @@ def test_no_projected_object_is_ever_written_back() -> None:
     assert writes == {
         ("pods", "create", "Reconciler._apply"),
         ("pods", "patch", "mark_leader"),
+        ("pods", "patch", "Reconciler._adopt"),
         ("nodes", "patch", "QuarantineKeeper._patch"),
     }

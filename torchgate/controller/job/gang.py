@@ -9,7 +9,8 @@ queueing, admission marks) with each other and with nothing else, so they live t
 The rules this module owns (rules 4, 5 and 7 of ``plan``):
 
 - ``plan_admission``: no live pod of the current attempt: wait for stragglers, wait while pods or
-  Services the job does not control hold the gang's pod or Service names (``PodNameConflict``:
+  Services the job does not control (orphans with its labels it has adopted already:
+  ``adoption``) hold the gang's pod or Service names (``PodNameConflict``:
   ``MASTER_ADDR`` must resolve to the job's own Service, never to a user's; an object without
   the job's labels, a user's own, is looked at again every ``NAME_HOLDER_RECHECK_SECONDS``: its
   deletion reconciles no job), ask the admitter

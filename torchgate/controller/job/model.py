@@ -37,6 +37,7 @@ ANNOTATION_ATTEMPT: Final = names.ANNOTATION_GANG_ATTEMPT
 ANNOTATION_IMAGE_PULL_STUCK: Final = "torchgate.io/image-pull-stuck"
 
 EventType = Literal["Normal", "Warning"]
+AdoptedKind = Literal["Pod", "Service"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -168,6 +169,15 @@ class Event:
 
 
 @dataclass(frozen=True, slots=True)
+class Adoption:
+    """An orphan the job adopts (``adoption``): kind, name and uid (the patch's precondition)."""
+
+    kind: AdoptedKind
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """What to do; the empty ``Plan()`` means "nothing".
 
@@ -203,6 +213,8 @@ class Plan:
         requeue_after: Seconds until a timer (deadline, TTL, gang schedule timeout) needs a look.
         gang_timed_out: The gang was torn down because kube-scheduler did not bind enough of its
             pods in time; the admitter should back off before placing it again.
+        adopt: Orphaned pods and Services of the job to adopt (``adoption``), before anything
+            else of the plan is applied: the rest of the plan counts them as the job's.
     """
 
     status: dict[str, Any] | None = None
@@ -224,6 +236,7 @@ class Plan:
     delete_job: bool = False
     requeue_after: float | None = None
     gang_timed_out: bool = False
+    adopt: tuple[Adoption, ...] = ()
 
 
 # ------------------------------------------------------------------ reading the observed state

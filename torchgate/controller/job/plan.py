@@ -11,7 +11,10 @@ The rules, in order:
 1. A job being deleted gets nothing (garbage collection removes its children), nor does a job
    whose namespace is being deleted (``namespace_terminating``; rule 9): the namespace controller
    removes its pods and then the job, and the apiserver refuses anything created there. A job
-   managed by another controller (``runPolicy.managedBy``) is left alone.
+   managed by another controller (``runPolicy.managedBy``) is left alone. Any other job first
+   adopts its orphans (``adoption``: pods and Services with its labels and no controller, left
+   by ``kubectl delete --cascade=orphan`` of its earlier self; ``Plan.adopt``), and the rules
+   below see them as its own.
 2. A finished job (``Succeeded``/``Failed``) only gets cleanup per ``cleanPodPolicy`` (repeated
    until done) and its TTL (``delete_job``, or a timer).
 3. ``runPolicy.suspend`` deletes every pod and Service; resuming re-admits the job, and
@@ -86,9 +89,11 @@ while the job's gang is being created.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Final
 
 from torchgate.controller.job import status as st
+from torchgate.controller.job.adoption import as_adopted, orphans
 from torchgate.controller.job.disruption import NONE, node_of, until_force_deletion
 from torchgate.controller.job.envvars import rendezvous_replica
 from torchgate.controller.job.finish import delete_services, finish, plan_finished
@@ -127,6 +132,8 @@ def plan(observed: Observed) -> Plan:
         return Plan()
     if job.run_policy.managed_by is not None and job.run_policy.managed_by not in MANAGING_VALUES:
         return Plan()
+    adopt = orphans(observed)
+    observed = as_adopted(observed, adopt)
     raw_status = observed.job_raw.get("status")
     status = as_mapping(raw_status)
     draft = Draft(
@@ -143,7 +150,7 @@ def plan(observed: Observed) -> Plan:
     else:
         _plan_active(draft, pods)
     _force_where_lost(draft, pods)
-    return draft.finish()
+    return replace(draft.finish(), adopt=adopt)
 
 
 def asks_namespace_first(decision: Plan) -> bool:

@@ -68,6 +68,11 @@ the job's, remembered as a name holder (``Observed.name_holders``: the plan's
 once, knowing it. No event tells of such a Service's deletion, so each reconcile of the job reads
 the Services it remembers again until they are gone (the plan asks for one every
 ``NAME_HOLDER_RECHECK_SECONDS``).
+
+A job's orphans (its labels, no controller: ``adoption``) are adopted before anything else of
+the plan is applied, since the rest counts them as the job's: the job is read past the cache
+first (a job deleted or replaced meanwhile adopts nothing: its orphans would go with it), then
+each orphan is patched with the job's controlling reference and its own uid as precondition.
 """
 
 from __future__ import annotations
@@ -89,6 +94,7 @@ from torchgate.controller.admission.admitter import Admitter
 from torchgate.controller.admission.nodes import PodDemand, job_demands
 from torchgate.controller.admission.waiting import GangRequest, GrowthRequest, Waiting
 from torchgate.controller.job import status as st
+from torchgate.controller.job.adoption import adoption_patch
 from torchgate.controller.job.disruption import (
     DEFAULT_FAILURE_WINDOW_SECONDS,
     DEFAULT_LOST_AFTER_SECONDS,
@@ -113,6 +119,7 @@ from torchgate.controller.job.gangobjects import (
 from torchgate.controller.job.model import (
     ANNOTATION_ATTEMPT,
     ANNOTATION_IMAGE_PULL_STUCK,
+    Adoption,
     Event,
     Observed,
     Plan,
@@ -123,11 +130,11 @@ from torchgate.controller.job.model import (
     name_of,
 )
 from torchgate.controller.job.plan import asks_namespace_first, plan
-from torchgate.controller.job.pods import service_names
+from torchgate.controller.job.pods import owner_reference, service_names
 from torchgate.controller.job.writes import StatusWritePolicy, WriteFacts
 from torchgate.controller.metrics import ControllerMetrics
 from torchgate.controller.quarantine.rules import Fault, history_of, recorded_outages
-from torchgate.kube.client import MERGE_PATCH, KubeApi
+from torchgate.kube.client import MERGE_PATCH, STRATEGIC_MERGE_PATCH, KubeApi
 from torchgate.kube.errors import (
     AlreadyExists,
     ApiError,
@@ -156,6 +163,14 @@ log = logging.getLogger("torchgate.controller")
 
 class ServiceNameTaken(Exception):
     """A Service not the job's holds one of its Services' names: plan again, knowing it."""
+
+
+class AdoptionVoid(Exception):
+    """An orphan to adopt is gone: plan again, without it."""
+
+
+class AdopterGone(Exception):
+    """The job is being deleted or replaced (another uid): its orphans are not adopted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,6 +438,10 @@ class Reconciler:
             )
         except ServiceNameTaken:
             return 0.0  # the plan did not know the Service: planned again now, knowing it
+        except AdoptionVoid:
+            return 0.0  # planned again now without the orphan (forgotten by the cache)
+        except AdopterGone:
+            return None  # the job's own change (deleted, made again) reconciles it again
         except NamespaceTerminating:
             # No retry creates anything there; the namespace controller deletes the job.
             self.namespace_terminating[key] = spec.uid
@@ -803,6 +822,8 @@ class Reconciler:
                 content_type=MERGE_PATCH,
             )
             self.jobs.remember(patched)
+        if decision.adopt:
+            await self._adopt(job, spec, decision.adopt)
         if decision.restart is not None:
             self.metrics.gang_restarts.labels(decision.restart.cause).inc()
         await self._gather(self._create_service(spec, s) for s in decision.create_services)
@@ -847,6 +868,70 @@ class Reconciler:
             except NotFound:
                 pass
         return refused
+
+    async def _adopt(
+        self, job: Mapping[str, Any], spec: JobSpec, adoptions: Sequence[Adoption]
+    ) -> None:
+        """Patch the job's controlling reference into its orphans (``adoption`` rule 4).
+
+        The job is read first, past the cache, as Kubernetes' ``ControllerRefManager`` does
+        (``RecheckDeletionTimestamp``): an orphan adopted by a job already deleted (or replaced
+        by a new uid) would be garbage-collected with it. Each patch carries the orphan's uid:
+        one made again under its name meanwhile is refused (409 Conflict), as is one another
+        controller took meanwhile (422: one controlling reference only); such a refusal fails
+        the reconcile (retried with backoff, from caches that then show the object as it is).
+
+        Raises:
+            AdopterGone: The job is gone, being deleted or another uid now.
+            AdoptionVoid: An orphan is gone.
+        """
+        namespace = spec.namespace
+        try:
+            fresh = await self.api.request("GET", PYTORCHJOBS.path(namespace, spec.name))
+        except NotFound:
+            raise AdopterGone(spec.name) from None
+        metadata = fresh.get("metadata") if isinstance(fresh, dict) else None
+        if (
+            not isinstance(metadata, dict)
+            or metadata.get("uid") != spec.uid
+            or metadata.get("deletionTimestamp")
+        ):
+            raise AdopterGone(spec.name)
+        reference = owner_reference(job, spec)
+        for adoption in adoptions:
+            if adoption.kind == "Pod":
+                await self._adopt_one(PODS, self.pods, spec, adoption, reference)
+            else:
+                await self._adopt_one(SERVICES, self.services, spec, adoption, reference)
+
+    async def _adopt_one(
+        self,
+        resource: Any,
+        cache: Informer,
+        spec: JobSpec,
+        adoption: Adoption,
+        reference: Mapping[str, Any],
+    ) -> None:
+        """One orphan's adoption patch; the object patched goes to the cache at once."""
+        try:
+            adopted = await self.api.request(
+                "PATCH",
+                resource.path(spec.namespace, adoption.name),
+                body=adoption_patch(adoption, reference),
+                content_type=STRATEGIC_MERGE_PATCH,
+            )
+        except NotFound:
+            cache.forget(spec.namespace, adoption.name)
+            raise AdoptionVoid(adoption.name) from None
+        cache.remember(adopted)
+        log.info(
+            "%s/%s: adopted orphaned %s %s",
+            spec.namespace,
+            spec.name,
+            adoption.kind,
+            adoption.name,
+            extra={"job": f"{spec.namespace}/{spec.name}"},
+        )
 
     async def _namespace_refuses(self, job: Mapping[str, Any], decision: Plan) -> bool:
         """Whether the job's namespace is being deleted (``plan`` rule 9), asked of the apiserver.

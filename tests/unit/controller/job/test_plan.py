@@ -11,6 +11,7 @@ from tests.builders.job import JobBuilder, container, gpu_job, job, parsed_job, 
 from tests.builders.node import node
 from tests.builders.pod import ended, set_phase
 from tests.unit.controller.helpers import NOW, World, env_of, is_quiet
+from torchgate.controller.job.adoption import adoption_patch
 from torchgate.controller.job.disruption import (
     NodeFault,
     NodeHealth,
@@ -21,12 +22,14 @@ from torchgate.controller.job.disruption import (
 from torchgate.controller.job.gang import NAME_HOLDER_RECHECK_SECONDS
 from torchgate.controller.job.model import (
     ANNOTATION_ATTEMPT,
+    Adoption,
     Observed,
     Plan,
     Restart,
     current_attempt,
 )
 from torchgate.controller.job.plan import asks_namespace_first, plan
+from torchgate.controller.job.pods import owner_reference
 from torchgate.pytorchjob import names
 from torchgate.pytorchjob.moments import format_time
 from torchgate.pytorchjob.taints import Taint
@@ -783,6 +786,121 @@ def test_a_service_being_deleted_or_not_the_jobs_is_not_deleted_for_its_selector
     del world.services[MASTER]["metadata"]["deletionTimestamp"]
     world.services[MASTER]["metadata"]["ownerReferences"][0]["uid"] = "uid-of-another"
     assert world.plan(reservation=RESERVATION).delete_services == ()
+
+
+def orphaned_world(kind: str) -> World:
+    """The job created again after ``kubectl delete --cascade=orphan`` of its earlier self.
+
+    Its Services (and, for ``kind="pod"``, its Master pod, Pending) are left with the job's labels
+    and no ownerReference, as the garbage collector leaves orphans.
+    """
+    earlier = demo_world()
+    earlier.apply(earlier.plan(reservation=RESERVATION))
+    world = demo_world()
+    world.job_raw["metadata"]["uid"] = "uid-of-the-new-job"
+    kept = [(world.services, earlier.services[MASTER])]
+    if kind == "pod":
+        kept.append((world.pods, earlier.pods[MASTER]))
+    for store, obj in kept:
+        obj["metadata"].pop("ownerReferences")
+        obj["metadata"]["uid"] = f"uid-of-{MASTER}"
+        store[MASTER] = obj
+    return world
+
+
+def _controllers(obj: dict[str, Any]) -> list[str]:
+    return [r["uid"] for r in obj["metadata"].get("ownerReferences", []) if r.get("controller")]
+
+
+@pytest.mark.parametrize("kind", ["service", "pod"])
+def test_orphans_with_the_jobs_labels_are_adopted_not_held_against_it(kind: str) -> None:
+    """As ReplicaSets and Jobs do: an orphan whose labels match is patched in, then the job's."""
+    world = orphaned_world(kind)
+
+    result = world.plan(reservation=RESERVATION)
+
+    orphans = [(Adoption("Service", MASTER, f"uid-of-{MASTER}"))]
+    if kind == "pod":
+        orphans.insert(0, Adoption("Pod", MASTER, f"uid-of-{MASTER}"))
+    assert list(result.adopt) == orphans
+    assert condition(result.status, "Queued") is None  # no PodNameConflict
+    assert result.create_services == ()  # the adopted Service is the job's: not made again
+    created = sorted(pod["metadata"]["name"] for pod in result.create_pods)
+    assert created == (sorted(ALL) if kind == "service" else [W0, W1])  # the Master is adopted
+    world.apply(result)
+    assert _controllers(world.services[MASTER]) == ["uid-of-the-new-job"]
+    if kind == "pod":
+        assert _controllers(world.pods[MASTER]) == ["uid-of-the-new-job"]
+    assert world.plan(reservation=RESERVATION).adopt == ()  # adopted once
+
+
+def _labelled_service(**metadata: Any) -> dict[str, Any]:
+    """The job's Master Service from an earlier job, as the label-selected cache holds it."""
+    world = demo_world()
+    service = world.plan().create_services[0]
+    service["metadata"].pop("ownerReferences")
+    service["metadata"].update({"uid": "uid-of-the-service", **metadata})
+    return service
+
+
+@pytest.mark.parametrize(
+    ("services", "holders", "adopted"),
+    [
+        ((_labelled_service(),), (), True),
+        ((_labelled_service(ownerReferences=[{"uid": "cm", "controller": False}]),), (), True),
+        ((), ({**_labelled_service(), "kind": "Service"},), True),  # read by the GET
+        ((_theirs(_labelled_service()),), (), False),  # another live owner's
+        ((), (users_service(MASTER, uid="uid-of-mine"),), False),  # unlabelled: a user's own
+        ((_labelled_service(deletionTimestamp=format_time(NOW)),), (), False),
+        ((_labelled_service(uid=None),), (), False),  # no uid to patch by
+    ],
+    ids=[
+        "orphan",
+        "orphan-with-another-owner-not-controlling",
+        "orphan-found-by-the-get",
+        "controlled-by-another-uid",
+        "unlabelled",
+        "being-deleted",
+        "without-uid",
+    ],
+)
+def test_which_services_holding_a_service_name_are_adopted(
+    services: tuple[dict[str, Any], ...], holders: tuple[dict[str, Any], ...], adopted: bool
+) -> None:
+    """Only an orphan with the job's labels is adopted; anything else still blocks the gang."""
+    world = demo_world()
+    world.services = {str(index): service for index, service in enumerate(services)}
+    result = world.plan(reservation=RESERVATION, name_holders=holders)
+    queued = condition(result.status, "Queued") if result.status else None
+    if adopted:
+        assert [(a.kind, a.name) for a in result.adopt] == [("Service", MASTER)]
+        assert result.adopt[0].uid == "uid-of-the-service"
+        assert queued is None
+        assert sorted(pod["metadata"]["name"] for pod in result.create_pods) == sorted(ALL)
+        assert result.create_services == ()
+    else:
+        assert result.adopt == ()
+        assert not result.create_pods
+        assert queued is not None
+        assert queued["reason"] == "PodNameConflict"
+        assert f"Services {MASTER}" in queued["message"]
+
+
+def test_a_job_being_deleted_adopts_nothing() -> None:
+    world = orphaned_world("pod")
+    world.job_raw["metadata"]["deletionTimestamp"] = format_time(NOW)
+    assert world.plan(reservation=RESERVATION).adopt == ()
+
+
+def test_the_adoption_patch_adds_the_controlling_reference_with_the_orphans_uid() -> None:
+    world = orphaned_world("service")
+    (adoption,) = world.plan().adopt
+    reference = owner_reference(world.job_raw, parsed_job(world.job_raw))
+    assert adoption_patch(adoption, reference) == {
+        "metadata": {"ownerReferences": [reference], "uid": f"uid-of-{MASTER}"}
+    }
+    assert reference["controller"] is True
+    assert reference["uid"] == "uid-of-the-new-job"
 
 
 def test_zero_replica_job_is_not_admitted() -> None:
