@@ -588,11 +588,11 @@ class Reconciler:
             if name not in wanted:
                 continue
             try:
-                found = await self.api.request("GET", SERVICES.path(spec.namespace, name))
+                holder = await self._service_holder(spec, name)
             except NotFound:
                 continue
-            if isinstance(found, dict) and not controlled_by(found, spec.uid):
-                holders[name] = {**found, "kind": "Service"}  # ``holds_service_name``
+            if holder is not None:
+                holders[name] = holder
         if holders:
             self.service_holders[key] = holders
         else:
@@ -1040,14 +1040,24 @@ class Reconciler:
             return
         name = name_of(body)
         try:
-            found = await self.api.request("GET", SERVICES.path(spec.namespace, name))
+            holder = await self._service_holder(spec, name)
         except NotFound:
             raise ServiceNameTaken(name) from None  # deleted since: planned again, created then
-        if not isinstance(found, dict) or controlled_by(found, spec.uid):
+        if holder is None:
             return  # the job's own, not in the cache yet
-        holder = {**found, "kind": "Service"}  # ``holds_service_name``
         self.service_holders.setdefault((spec.namespace, spec.name), {})[name] = holder
         raise ServiceNameTaken(name)
+
+    async def _service_holder(self, spec: JobSpec, name: str) -> dict[str, Any] | None:
+        """The Service ``name`` as read now (GET) if the job does not control it, else ``None``.
+
+        Raises:
+            NotFound: No Service has that name.
+        """
+        found = await self.api.request("GET", SERVICES.path(spec.namespace, name))
+        if not isinstance(found, dict) or controlled_by(found, spec.uid):
+            return None
+        return {**found, "kind": "Service"}  # ``holds_service_name``
 
     async def _delete(
         self, resource: Any, cache: Informer, namespace: str, name: str, *, force: bool = False
